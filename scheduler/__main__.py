@@ -1,0 +1,5 @@
+import sys
+
+from scheduler.cli import main
+
+sys.exit(main())

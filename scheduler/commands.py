@@ -1,0 +1,225 @@
+"""Script calls, built as plain values so the async API and the sync rq workers share them.
+
+Each function returns a `Call`: which script, its KEYS and ARGV, and how to read the reply
+(turning the script's return codes into exceptions). `store.JobStore` (asyncio) and
+`store.SyncJobStore` (workers) run them; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from scheduler import scripts
+from scheduler.keys import Keys
+from scheduler.models import JobUpdate
+from scheduler.placement import NoHealthyNodes
+from scheduler.timefmt import rfc3339
+
+T = TypeVar("T")
+
+
+class JobNotFound(LookupError):
+    def __str__(self) -> str:
+        return "job not found"
+
+
+class NodeNotFound(LookupError):
+    def __str__(self) -> str:
+        return "node not found"
+
+
+class Conflict(Exception):
+    """A report the state machine refuses; the message is the API's 409 text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a new job may go: `mode` as in scripts._PLACEMENT, with its candidates."""
+
+    mode: str
+    candidates: tuple[str, ...] = ()
+
+    @classmethod
+    def live(cls) -> Placement:
+        return cls("live")
+
+    @classmethod
+    def among(cls, sorted_ids: Sequence[str]) -> Placement:
+        return cls("list", tuple(sorted_ids))
+
+    @classmethod
+    def fixed(cls, node_id: str) -> Placement:
+        return cls("fixed", (node_id,))
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    script: str
+    keys: list[str]
+    args: list[Any]
+    parse: Callable[[Any], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    job: bytes
+    duplicate: bool
+
+
+def _created(reply: list[Any]) -> Created:
+    if reply[0] == scripts.NO_NODES:
+        raise NoHealthyNodes()
+    return Created(job=reply[1], duplicate=reply[0] == scripts.DUPLICATE)
+
+
+def create_job(
+    keys: Keys,
+    job_json: bytes,
+    placement: Placement,
+    now: float,
+    node_ttl: float,
+    dedup_key: str = "",
+    dedup_ttl: int = 0,
+) -> Call[Created]:
+    """`job_json` is the new job's JSON object without job_id and node_id."""
+    return Call(
+        "CREATE_JOB",
+        [
+            keys.root,
+            keys.job_seq,
+            keys.rr_seq,
+            keys.all_jobs,
+            keys.dirty,
+            keys.nodes_compute,
+            keys.sqs_message(dedup_key) if dedup_key else "",
+        ],
+        [job_json, placement.mode, now, node_ttl, dedup_ttl, *placement.candidates],
+        _created,
+    )
+
+
+def _picked(reply: list[Any]) -> str:
+    if reply[0] == scripts.NO_NODES:
+        raise NoHealthyNodes()
+    return str(reply[1], "utf-8")
+
+
+def pick_node(keys: Keys, placement: Placement, now: float, node_ttl: float) -> Call[str]:
+    return Call(
+        "PICK_NODE",
+        [keys.root, keys.rr_seq, keys.nodes_compute],
+        [placement.mode, now, node_ttl, *placement.candidates],
+        _picked,
+    )
+
+
+def _blobs(reply: list[bytes | None]) -> list[bytes]:
+    return [blob for blob in reply if blob is not None]
+
+
+def poll(keys: Keys, node_id: str, max_jobs_per_node: int) -> Call[list[bytes]]:
+    return Call(
+        "POLL",
+        [keys.root, keys.node_busy(node_id), keys.node_status(node_id, "pending")],
+        [max_jobs_per_node],
+        _blobs,
+    )
+
+
+def list_jobs(keys: Keys, index: str, after: int, limit: int) -> Call[list[bytes]]:
+    return Call("LIST", [keys.root, index], [after, limit], _blobs)
+
+
+_CONFLICTS = {
+    scripts.FINISHED: "job already finished",
+    scripts.ALREADY_RUNNING: "job already running",
+    scripts.NOT_RUNNING: "job is not running",
+}
+
+
+def _transitioned(reply: list[Any]) -> bytes:
+    code = reply[0]
+    if code == scripts.NOT_FOUND:
+        raise JobNotFound()
+    if code in _CONFLICTS:
+        raise Conflict(_CONFLICTS[code])
+    blob: bytes = reply[1]
+    return blob
+
+
+def transition(
+    keys: Keys, job_id: str, update: JobUpdate, now: float, max_retries: int
+) -> Call[bytes]:
+    exit_code = "" if update.exit_code is None else str(update.exit_code)
+    return Call(
+        "TRANSITION",
+        [
+            keys.root,
+            keys.job(job_id),
+            keys.all_jobs,
+            keys.deadlines,
+            keys.dirty,
+            keys.outbox,
+            keys.event_seq,
+        ],
+        [
+            job_id,
+            update.status,
+            exit_code,
+            update.stdout,
+            update.stderr,
+            now,
+            rfc3339(now),
+            max_retries,
+        ],
+        _transitioned,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Swept:
+    read: int
+    failed: list[str]
+
+
+def _swept(reply: list[Any]) -> Swept:
+    return Swept(read=reply[0], failed=[str(job_id, "utf-8") for job_id in reply[1:]])
+
+
+def sweep_timeouts(keys: Keys, now: float, timeout_secs: float, batch: int) -> Call[Swept]:
+    return Call(
+        "SWEEP_TIMEOUTS",
+        [keys.root, keys.deadlines, keys.dirty, keys.outbox, keys.event_seq, keys.all_jobs],
+        [now - timeout_secs, rfc3339(now), batch],
+        _swept,
+    )
+
+
+def _node_keys(keys: Keys) -> list[str]:
+    return [keys.root, keys.nodes, keys.nodes_seen, keys.nodes_compute]
+
+
+def register_node(keys: Keys, node_id: str, node_json: bytes, role: str, now: float) -> Call[None]:
+    return Call("REGISTER_NODE", _node_keys(keys), [node_id, node_json, role, now], lambda _: None)
+
+
+def _heartbeat(reply: list[Any]) -> bytes:
+    if reply[0] == scripts.NOT_FOUND:
+        raise NodeNotFound()
+    blob: bytes = reply[1]
+    return blob
+
+
+def heartbeat(keys: Keys, node_id: str, now: float) -> Call[bytes]:
+    return Call("HEARTBEAT", _node_keys(keys), [node_id, now], _heartbeat)
+
+
+def _deleted(reply: int) -> None:
+    if reply == scripts.NOT_FOUND:
+        raise NodeNotFound()
+
+
+def delete_node(keys: Keys, node_id: str) -> Call[None]:
+    return Call("DELETE_NODE", _node_keys(keys), [node_id], _deleted)

@@ -1,0 +1,109 @@
+"""Settings: one typed object built from the environment.
+
+Names follow the original scheduler where it has them (CONTRACT 2.1). As there, a variable set
+to the empty string means the default. Unlike the original, a value that does not parse stops
+the process at start with a message naming the variable, instead of silently running with a
+default the operator did not ask for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+MiB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used; the message names the variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    redis_url: str = field(default="redis://127.0.0.1:6379/0", metadata={"env": "REDIS_URL"})
+    redis_prefix: str = field(default="sched", metadata={"env": "REDIS_PREFIX"})
+    redis_max_connections: int = field(default=64, metadata={"env": "REDIS_MAX_CONNECTIONS"})
+    registry_url: str = field(default="", metadata={"env": "REGISTRY_URL"})
+    registry_cache_secs: float = field(default=1.0, metadata={"env": "REGISTRY_CACHE_SECS"})
+    registry_timeout_secs: float = field(default=3.0, metadata={"env": "REGISTRY_TIMEOUT_SECS"})
+    api_key: str = field(default="", metadata={"env": "TINYAWS_API_KEY"})
+    max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE"})
+    max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES"})
+    job_timeout_secs: int = field(default=3600, metadata={"env": "JOB_TIMEOUT_SECS"})
+    node_ttl_secs: float = field(default=30.0, metadata={"env": "NODE_TTL_SECS"})
+    output_limit_bytes: int = field(default=MiB, metadata={"env": "OUTPUT_LIMIT_BYTES"})
+    max_body_bytes: int = field(default=MiB, metadata={"env": "MAX_BODY_BYTES"})
+    max_report_bytes: int = field(default=64 * MiB, metadata={"env": "MAX_REPORT_BYTES"})
+    scheduler_db: str = field(default="scheduler.db", metadata={"env": "SCHEDULER_DB"})
+    sqs_url: str = field(default="", metadata={"env": "SQS_URL"})
+    sns_url: str = field(default="", metadata={"env": "SNS_URL"})
+    sweep_interval_secs: float = field(default=10.0, metadata={"env": "SWEEP_INTERVAL_SECS"})
+    sqs_poll_secs: float = field(default=5.0, metadata={"env": "SQS_POLL_SECS"})
+    snapshot_interval_secs: float = field(default=5.0, metadata={"env": "SNAPSHOT_INTERVAL_SECS"})
+    http_timeout_secs: float = field(default=5.0, metadata={"env": "HTTP_TIMEOUT_SECS"})
+
+    @property
+    def builtin_registry(self) -> bool:
+        """With no REGISTRY_URL the scheduler is its own node registry."""
+        return not self.registry_url
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f.metadata["env"], "")
+            if raw != "":
+                values[f.name] = _PARSERS[f.type](f.metadata["env"], raw)
+        values.update(overrides)
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        _at_least("MAX_JOBS_PER_NODE", self.max_jobs_per_node, 1)
+        _at_least("MAX_JOB_RETRIES", self.max_job_retries, 0)
+        _at_least("JOB_TIMEOUT_SECS", self.job_timeout_secs, 1)
+        _at_least("REGISTRY_CACHE_SECS", self.registry_cache_secs, 0)
+        _at_least("REGISTRY_TIMEOUT_SECS", self.registry_timeout_secs, 0.1)
+        _at_least("NODE_TTL_SECS", self.node_ttl_secs, 1)
+        _at_least("OUTPUT_LIMIT_BYTES", self.output_limit_bytes, 1024)
+        _at_least("MAX_BODY_BYTES", self.max_body_bytes, 1024)
+        _at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
+        _at_least("REDIS_MAX_CONNECTIONS", self.redis_max_connections, 1)
+        _at_least("SWEEP_INTERVAL_SECS", self.sweep_interval_secs, 0.1)
+        _at_least("SQS_POLL_SECS", self.sqs_poll_secs, 0.1)
+        _at_least("SNAPSHOT_INTERVAL_SECS", self.snapshot_interval_secs, 0.1)
+        _at_least("HTTP_TIMEOUT_SECS", self.http_timeout_secs, 0.1)
+        if not self.redis_prefix or any(c in self.redis_prefix for c in " {}"):
+            raise ConfigError(f"REDIS_PREFIX: {self.redis_prefix!r} must be non-empty, no spaces")
+
+
+def _at_least(name: str, value: float, low: float) -> None:
+    if value < low:
+        raise ConfigError(f"{name}: {value} is below the minimum {low}")
+
+
+def _parse(kind: Callable[[str], T]) -> Callable[[str, str], T]:
+    def parse(name: str, raw: str) -> T:
+        try:
+            return kind(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{name}: {raw!r} is not a valid {kind.__name__}") from None
+
+    return parse
+
+
+def _text(_name: str, raw: str) -> str:
+    return raw.strip()
+
+
+_PARSERS: dict[Any, Callable[[str, str], Any]] = {
+    "str": _text,
+    "int": _parse(int),
+    "float": _parse(float),
+}

@@ -1,0 +1,132 @@
+"""Every Redis key of the scheduler, in one place.
+
+Python code builds keys through `Keys`; Lua scripts receive `Keys.root` as KEYS[1] and derive
+per-job and per-node keys through the functions of `LUA_KEY_FUNCTIONS`, which are generated
+from the same templates below, so the two can never disagree.
+
+Layout (P = REDIS_PREFIX):
+  P:seq:job               counter, INCR gives the N of job-N
+  P:seq:rr                counter, INCR gives the round-robin ticket
+  P:seq:event             counter, INCR numbers the outbox events
+  P:job:{id}              string, the job's wire JSON (exactly what GET /jobs/{id} returns)
+  P:jobs                  zset of every job id, score N (listing, pagination)
+  P:status:{status}       zset per status, score N
+  P:node:{node}:jobs      zset of the node's jobs, score N
+  P:node:{node}:{status}  zset per node and status, score N; :pending is the node's queue
+  P:node:{node}:busy      set of the node's running run-jobs (MAX_JOBS_PER_NODE check)
+  P:deadlines             zset of running run-jobs, score = start time (timeout sweep)
+  P:dirty                 set of job ids changed since the last snapshot
+  P:outbox                list of events to publish (SNS): "<event number> <message JSON>"
+  P:nodes                 hash node id -> node JSON (built-in registry)
+  P:nodes:seen            zset node id -> last heartbeat, epoch seconds
+  P:nodes:compute         zset, the same for the nodes with role compute (placement)
+  P:sqs:{msg}             string, the job a SQS message created (idempotency key)
+  P:lock:{name}           short-lived locks (restore, snapshot)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Templates for keys that Lua derives; {0} is the single variable part.
+_DERIVED = {
+    "job": "job:{0}",
+    "status": "status:{0}",
+    "node_jobs": "node:{0}:jobs",
+    "node_busy": "node:{0}:busy",
+    "sqs_message": "sqs:{0}",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str
+
+    @property
+    def root(self) -> str:
+        return f"{self.prefix}:"
+
+    def _k(self, suffix: str) -> str:
+        return f"{self.prefix}:{suffix}"
+
+    @property
+    def job_seq(self) -> str:
+        return self._k("seq:job")
+
+    @property
+    def rr_seq(self) -> str:
+        return self._k("seq:rr")
+
+    @property
+    def event_seq(self) -> str:
+        return self._k("seq:event")
+
+    @property
+    def all_jobs(self) -> str:
+        return self._k("jobs")
+
+    @property
+    def deadlines(self) -> str:
+        return self._k("deadlines")
+
+    @property
+    def dirty(self) -> str:
+        return self._k("dirty")
+
+    @property
+    def outbox(self) -> str:
+        return self._k("outbox")
+
+    @property
+    def nodes(self) -> str:
+        return self._k("nodes")
+
+    @property
+    def nodes_seen(self) -> str:
+        return self._k("nodes:seen")
+
+    @property
+    def nodes_compute(self) -> str:
+        return self._k("nodes:compute")
+
+    def job(self, job_id: str) -> str:
+        return self._k(_DERIVED["job"].format(job_id))
+
+    def status(self, status: str) -> str:
+        return self._k(_DERIVED["status"].format(status))
+
+    def node_jobs(self, node_id: str) -> str:
+        return self._k(_DERIVED["node_jobs"].format(node_id))
+
+    def node_status(self, node_id: str, status: str) -> str:
+        return self._k(f"node:{node_id}:{status}")
+
+    def node_busy(self, node_id: str) -> str:
+        return self._k(_DERIVED["node_busy"].format(node_id))
+
+    def sqs_message(self, dedup_key: str) -> str:
+        return self._k(_DERIVED["sqs_message"].format(dedup_key))
+
+    def lock(self, name: str) -> str:
+        return self._k(f"lock:{name}")
+
+    def pattern(self) -> str:
+        """SCAN pattern matching every key of this deployment."""
+        return self._k("*")
+
+
+def _lua_function(name: str, template: str) -> str:
+    head, _, tail = template.partition("{0}")
+    body = f'ROOT .. "{head}" .. x' + (f' .. "{tail}"' if tail else "")
+    return f"local function key_{name}(x) return {body} end"
+
+
+# Prepended to every script: KEYS[1] is Keys.root.
+LUA_KEY_FUNCTIONS = "\n".join(
+    [
+        "local ROOT = KEYS[1]",
+        *(_lua_function(name, template) for name, template in _DERIVED.items()),
+        'local function key_node_status(node, status) return ROOT .. "node:" .. node .. ":" '
+        ".. status end",
+    ]
+)

@@ -1,0 +1,216 @@
+"""Wire models (CONTRACT 2.2) and their decoding rules.
+
+Request bodies are decoded the way the original's Go `encoding/json` did, because its clients
+rely on that: keys match case-insensitively, unknown keys are ignored, `null` for a field means
+"absent", a literal `null` body is an empty request, and anything after the first JSON value is
+ignored. Then our own validation runs, which the original did not have.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, TypeVar
+
+import msgspec
+
+ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+JOB_TYPES = ("", "run", "service")
+STATUSES = ("pending", "running", "done", "failed")
+REPORT_STATUSES = ("running", "done", "failed")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+class Job(msgspec.Struct, omit_defaults=True):
+    """A job as the API returns it. Required fields are always emitted; the others are omitted
+    when empty, so the JSON never holds a null (the Rust agent drops a poll response with one)."""
+
+    job_id: str
+    node_id: str
+    command: str
+    status: str
+    retry_count: int
+    created_at: str
+    instance_id: str = ""
+    deploy_url: str = ""
+    job_type: str = ""
+    port: int = 0
+    env_vars: dict[str, str] = {}
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    running_at: str | None = None
+    finished_at: str | None = None
+
+
+class JobCreate(msgspec.Struct, omit_defaults=True):
+    """POST /jobs body, also the body of an SQS message."""
+
+    command: str = ""
+    instance_id: str = ""
+    deploy_url: str = ""
+    env_vars: dict[str, str] = {}
+    job_type: str = ""
+    port: int = 0
+
+
+class NewJob(msgspec.Struct, omit_defaults=True):
+    """A job as the create script receives it: the wire fields but job_id and node_id, which
+    the script fills in (it draws the id and the round-robin node)."""
+
+    command: str
+    status: str
+    retry_count: int
+    created_at: str
+    instance_id: str = ""
+    deploy_url: str = ""
+    job_type: str = ""
+    port: int = 0
+    env_vars: dict[str, str] = {}
+
+    @classmethod
+    def from_request(cls, req: JobCreate, created_at: str) -> NewJob:
+        return cls(
+            command=req.command,
+            status="pending",
+            retry_count=0,
+            created_at=created_at,
+            instance_id=req.instance_id,
+            deploy_url=req.deploy_url,
+            job_type=req.job_type,
+            port=req.port,
+            env_vars=req.env_vars,
+        )
+
+
+class JobUpdate(msgspec.Struct):
+    """PATCH /jobs/{id} body, as the agent sends it."""
+
+    status: str = ""
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+
+
+class NodeRegistration(msgspec.Struct):
+    id: str = ""
+    hostname: str = ""
+    cpu_count: int = 0
+    role: str = ""
+    addr: str = ""
+
+
+class Heartbeat(msgspec.Struct):
+    id: str = ""
+
+
+class Node(msgspec.Struct):
+    """A node as the registry reports it (GET /nodes values); every field is emitted."""
+
+    id: str
+    hostname: str = ""
+    addr: str = ""
+    cpu_count: int = 0
+    role: str = ""
+    status: str = ""
+    last_seen: str = ""
+
+
+class NodeStatus(msgspec.Struct):
+    """The part of a registry node the scheduler reads (CONTRACT 2.6)."""
+
+    id: str = ""
+    role: str = ""
+    status: str = ""
+
+
+class Instance(msgspec.Struct):
+    id: str = ""
+    node_id: str = ""
+    status: str = ""
+
+
+class DecodeError(ValueError):
+    """The body is not what the route expects; `detail` says where."""
+
+
+class InvalidInput(ValueError):
+    """The body decoded but a value is not acceptable; the message names the field."""
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+_any_json = msgspec.json.Decoder()
+_go_fallback = json.JSONDecoder()
+
+
+def _first_value(body: bytes) -> Any:
+    try:
+        return _any_json.decode(body)
+    except msgspec.DecodeError as exc:
+        if "trailing characters" not in str(exc):
+            raise DecodeError(str(exc)) from None
+    # Go's json.Decoder reads one value and leaves the rest; only this rare path pays for it.
+    try:
+        text = body.decode()
+        value, _ = _go_fallback.raw_decode(text, len(text) - len(text.lstrip()))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DecodeError(str(exc)) from None
+    return value
+
+
+def decode_go_style(body: bytes, kind: type[S]) -> S:
+    """Decode a request body into `kind` with the original's Go leniency (see module doc)."""
+    value = _first_value(body)
+    if value is None:
+        return kind()
+    if not isinstance(value, dict):
+        raise DecodeError(f"expected a JSON object, got {type(value).__name__}")
+    folded = {str(k).lower(): v for k, v in value.items() if v is not None}
+    try:
+        return msgspec.convert(folded, kind, strict=True)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(str(exc)) from None
+
+
+def check_id(field: str, value: str) -> None:
+    if not ID_RE.fullmatch(value):
+        raise InvalidInput(f"invalid {field}: use 1 to 128 of A-Z a-z 0-9 . _ -")
+
+
+def validate_create(req: JobCreate) -> None:
+    """Our checks on a job request, beyond the original's (CONTRACT 8.15)."""
+    if req.job_type not in JOB_TYPES:
+        raise InvalidInput(f'invalid job_type {req.job_type!r}: use "run" or "service"')
+    if not 0 <= req.port <= 65535:
+        raise InvalidInput(f"invalid port {req.port}: use 0 to 65535")
+    for name in req.env_vars:
+        if not ENV_NAME_RE.fullmatch(name):
+            raise InvalidInput(f"invalid env_vars name {name!r}: use [A-Za-z_][A-Za-z0-9_]*")
+    if req.instance_id:
+        check_id("instance_id", req.instance_id)
+    if req.deploy_url and not req.deploy_url.startswith(("http://", "https://")):
+        raise InvalidInput("invalid deploy_url: use an http:// or https:// URL")
+
+
+def validate_update(req: JobUpdate) -> None:
+    if req.exit_code is not None and not INT32_MIN <= req.exit_code <= INT32_MAX:
+        raise InvalidInput(f"invalid exit_code {req.exit_code}: must fit in 32 bits")
+
+
+TRUNCATION_MARKER = "\n[output truncated by the scheduler: {dropped} bytes dropped]\n"
+
+
+def bound_output(text: str, limit: int) -> str:
+    """Keep at most `limit` bytes of UTF-8, plus a visible marker saying how much was cut."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    kept = raw[:limit].decode(errors="ignore")
+    return kept + TRUNCATION_MARKER.format(dropped=len(raw) - len(kept.encode()))
+
+
+job_decoder = msgspec.json.Decoder(Job)
+jobs_decoder = msgspec.json.Decoder(list[Job])
+encoder = msgspec.json.Encoder()

@@ -1,0 +1,268 @@
+"""The Lua scripts: every state change of a job or node is one of these, atomic and one round
+trip. KEYS[1] is always the key root (`Keys.root`); keys that depend on a value only known
+inside the script (a job id from INCR, the node a job is bound to) are derived from it by the
+`key_*` functions generated in keys.py. Every other key is passed in KEYS.
+
+Return codes are turned into exceptions by the typed wrappers in store.py.
+"""
+
+from __future__ import annotations
+
+from scheduler.keys import LUA_KEY_FUNCTIONS
+
+# Return codes shared by the scripts and store.py.
+OK = 1
+NOT_FOUND = 0
+DUPLICATE = 2
+FINISHED = 3
+ALREADY_RUNNING = 4
+NOT_RUNNING = 5
+NO_NODES = 6
+
+_CODES = f"""
+local OK, NOT_FOUND, DUPLICATE, FINISHED = {OK}, {NOT_FOUND}, {DUPLICATE}, {FINISHED}
+local ALREADY_RUNNING, NOT_RUNNING, NO_NODES = {ALREADY_RUNNING}, {NOT_RUNNING}, {NO_NODES}
+"""
+
+# Placement, the same rule as placement.choose: candidates sorted by id, ticket from INCR.
+# mode "fixed": ARGV holds the one node (instance-bound, no ticket); "list": ARGV holds the
+# sorted healthy nodes of an external registry; "live": the built-in registry's compute nodes
+# heard from within the TTL.
+_PLACEMENT = """
+local function pick_node(mode, rr_key, compute_key, now, ttl, argv_from)
+  local candidates
+  if mode == "live" then
+    candidates = redis.call("ZRANGEBYSCORE", compute_key, now - ttl, "+inf")
+    table.sort(candidates)
+  else
+    candidates = {}
+    for i = argv_from, #ARGV do candidates[#candidates + 1] = ARGV[i] end
+  end
+  if #candidates == 0 then return nil end
+  if mode == "fixed" then return candidates[1] end
+  local ticket = redis.call("INCR", rr_key)
+  return candidates[((ticket - 1) % #candidates) + 1]
+end
+"""
+
+_INDEX = """
+local function move(id, score, node, from, to)
+  redis.call("ZREM", key_status(from), id)
+  redis.call("ZADD", key_status(to), score, id)
+  redis.call("ZREM", key_node_status(node, from), id)
+  redis.call("ZADD", key_node_status(node, to), score, id)
+end
+
+-- cjson escapes "/" as "\\/"; Go does not, and since cjson escapes every "/", undoing it is exact.
+local function encode(job)
+  return (string.gsub(cjson.encode(job), "\\\\/", "/"))
+end
+
+local function publish(outbox_key, event_seq_key, id, status)
+  local n = redis.call("INCR", event_seq_key)
+  local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
+  redis.call("RPUSH", outbox_key, n .. " " .. message)
+end
+"""
+
+
+def _script(*parts: str) -> str:
+    return "\n".join((LUA_KEY_FUNCTIONS, _CODES, *parts))
+
+
+CREATE_JOB = _script(
+    _PLACEMENT,
+    """
+-- KEYS[1] root  KEYS[2] seq:job  KEYS[3] seq:rr  KEYS[4] jobs  KEYS[5] dirty
+-- KEYS[6] nodes:compute  KEYS[7] idempotency key (sqs:{msg}) or "" when none
+-- ARGV[1] the job's JSON without job_id and node_id  ARGV[2] placement mode
+-- ARGV[3] now (epoch s)  ARGV[4] node TTL (s)  ARGV[5] idempotency TTL (s)
+-- ARGV[6..] candidate node ids (modes "fixed" and "list")
+-- Returns {OK, job JSON} | {DUPLICATE, job JSON} | {NO_NODES}
+local dedup = KEYS[7]
+if dedup ~= "" then
+  local seen = redis.call("GET", dedup)
+  if seen then return {DUPLICATE, redis.call("GET", key_job(seen)) or ""} end
+end
+local node = pick_node(ARGV[2], KEYS[3], KEYS[6], tonumber(ARGV[3]), tonumber(ARGV[4]), 6)
+if not node then return {NO_NODES} end
+local n = redis.call("INCR", KEYS[2])
+local id = "job-" .. n
+local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
+  .. string.sub(ARGV[1], 2)
+redis.call("SET", key_job(id), job)
+redis.call("ZADD", KEYS[4], n, id)
+redis.call("ZADD", key_status("pending"), n, id)
+redis.call("ZADD", key_node_jobs(node), n, id)
+redis.call("ZADD", key_node_status(node, "pending"), n, id)
+redis.call("SADD", KEYS[5], id)
+if dedup ~= "" then redis.call("SET", dedup, id, "EX", tonumber(ARGV[5])) end
+return {OK, job}
+""",
+)
+
+PICK_NODE = _script(
+    _PLACEMENT,
+    """
+-- KEYS[1] root  KEYS[2] seq:rr  KEYS[3] nodes:compute
+-- ARGV[1] placement mode  ARGV[2] now (epoch s)  ARGV[3] node TTL (s)  ARGV[4..] candidates
+-- Returns {OK, node id} | {NO_NODES}
+local node = pick_node(ARGV[1], KEYS[2], KEYS[3], tonumber(ARGV[2]), tonumber(ARGV[3]), 4)
+if not node then return {NO_NODES} end
+return {OK, node}
+""",
+)
+
+POLL = _script(
+    """
+-- The agent's poll: the node's oldest pending jobs, at most its free capacity.
+-- KEYS[1] root  KEYS[2] node busy set  KEYS[3] node pending zset
+-- ARGV[1] MAX_JOBS_PER_NODE
+-- Returns a list of job JSON strings.
+local free = tonumber(ARGV[1]) - redis.call("SCARD", KEYS[2])
+if free <= 0 then return {} end
+local ids = redis.call("ZRANGE", KEYS[3], 0, free - 1)
+if #ids == 0 then return {} end
+for i, id in ipairs(ids) do ids[i] = key_job(id) end
+return redis.call("MGET", unpack(ids))
+""",
+)
+
+LIST = _script(
+    """
+-- A page of an index, in job number order.
+-- KEYS[1] root  KEYS[2] index zset
+-- ARGV[1] list jobs with a number above this  ARGV[2] page size
+-- Returns a list of job JSON strings.
+local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "(" .. ARGV[1], "+inf", "LIMIT", 0, ARGV[2])
+if #ids == 0 then return {} end
+for i, id in ipairs(ids) do ids[i] = key_job(id) end
+return redis.call("MGET", unpack(ids))
+""",
+)
+
+TRANSITION = _script(
+    _INDEX,
+    """
+-- An agent's report (PATCH /jobs/{id}), under the state machine:
+--   pending -> running; running -> done | failed; failed with retries left -> pending.
+-- KEYS[1] root  KEYS[2] job  KEYS[3] jobs  KEYS[4] deadlines  KEYS[5] dirty  KEYS[6] outbox
+-- KEYS[7] seq:event
+-- ARGV[1] job id  ARGV[2] new status  ARGV[3] exit code ("" = none)  ARGV[4] stdout
+-- ARGV[5] stderr  ARGV[6] now (epoch s)  ARGV[7] now (RFC 3339)  ARGV[8] MAX_JOB_RETRIES
+-- Returns {OK, job JSON} | {NOT_FOUND} | {FINISHED} | {ALREADY_RUNNING} | {NOT_RUNNING}
+local id, new = ARGV[1], ARGV[2]
+local raw = redis.call("GET", KEYS[2])
+if not raw then return {NOT_FOUND} end
+local job = cjson.decode(raw)
+local old = job.status
+if old == "done" or old == "failed" then return {FINISHED} end
+local n = redis.call("ZSCORE", KEYS[3], id)
+local busy = key_node_busy(job.node_id)
+if new == "running" then
+  if old ~= "pending" then return {ALREADY_RUNNING} end
+  job.running_at = ARGV[7]
+  if job.job_type ~= "service" then
+    redis.call("SADD", busy, id)
+    redis.call("ZADD", KEYS[4], ARGV[6], id)
+  end
+elseif old ~= "running" then
+  return {NOT_RUNNING}
+else
+  redis.call("SREM", busy, id)
+  redis.call("ZREM", KEYS[4], id)
+  if new == "failed" and (job.retry_count or 0) < tonumber(ARGV[8]) then
+    job.retry_count = (job.retry_count or 0) + 1
+    job.status, job.exit_code, job.stdout, job.finished_at = "pending", nil, nil, nil
+    if ARGV[5] ~= "" then job.stderr = ARGV[5] end
+    move(id, n, job.node_id, old, "pending")
+    redis.call("SET", KEYS[2], encode(job))
+    redis.call("SADD", KEYS[5], id)
+    return {OK, redis.call("GET", KEYS[2])}
+  end
+  job.finished_at = ARGV[7]
+  publish(KEYS[6], KEYS[7], id, new)
+end
+job.status = new
+if ARGV[3] ~= "" then job.exit_code = tonumber(ARGV[3]) end
+if ARGV[4] ~= "" then job.stdout = ARGV[4] end
+if ARGV[5] ~= "" then job.stderr = ARGV[5] end
+move(id, n, job.node_id, old, new)
+local out = encode(job)
+redis.call("SET", KEYS[2], out)
+redis.call("SADD", KEYS[5], id)
+return {OK, out}
+""",
+)
+
+SWEEP_TIMEOUTS = _script(
+    _INDEX,
+    """
+-- Fail the running run-jobs that started before the cutoff (no retry, `failed` event).
+-- KEYS[1] root  KEYS[2] deadlines  KEYS[3] dirty  KEYS[4] outbox  KEYS[5] seq:event
+-- KEYS[6] jobs
+-- ARGV[1] cutoff (epoch s; started strictly before it = timed out)  ARGV[2] now (RFC 3339)
+-- ARGV[3] batch size
+-- Returns {number of entries read, ids of the jobs it failed...}.
+local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1], "LIMIT", 0, ARGV[3])
+local failed = {#ids}
+for _, id in ipairs(ids) do
+  redis.call("ZREM", KEYS[2], id)
+  local raw = redis.call("GET", key_job(id))
+  if raw then
+    local job = cjson.decode(raw)
+    if job.status == "running" then
+      job.status, job.exit_code, job.finished_at = "failed", -1, ARGV[2]
+      job.stderr = "job timed out"
+      redis.call("SREM", key_node_busy(job.node_id), id)
+      move(id, redis.call("ZSCORE", KEYS[6], id), job.node_id, "running", "failed")
+      redis.call("SET", key_job(id), encode(job))
+      redis.call("SADD", KEYS[3], id)
+      publish(KEYS[4], KEYS[5], id, "failed")
+      failed[#failed + 1] = id
+    end
+  end
+end
+return failed
+""",
+)
+
+REGISTER_NODE = _script(
+    """
+-- KEYS[1] root  KEYS[2] nodes hash  KEYS[3] nodes:seen  KEYS[4] nodes:compute
+-- ARGV[1] node id  ARGV[2] node JSON  ARGV[3] role  ARGV[4] now (epoch s)
+redis.call("HSET", KEYS[2], ARGV[1], ARGV[2])
+redis.call("ZADD", KEYS[3], ARGV[4], ARGV[1])
+if ARGV[3] == "compute" then
+  redis.call("ZADD", KEYS[4], ARGV[4], ARGV[1])
+else
+  redis.call("ZREM", KEYS[4], ARGV[1])
+end
+return OK
+""",
+)
+
+HEARTBEAT = _script(
+    """
+-- KEYS[1] root  KEYS[2] nodes hash  KEYS[3] nodes:seen  KEYS[4] nodes:compute
+-- ARGV[1] node id  ARGV[2] now (epoch s)
+-- Returns {OK, node JSON} | {NOT_FOUND}
+local node = redis.call("HGET", KEYS[2], ARGV[1])
+if not node then return {NOT_FOUND} end
+redis.call("ZADD", KEYS[3], ARGV[2], ARGV[1])
+if redis.call("ZSCORE", KEYS[4], ARGV[1]) then redis.call("ZADD", KEYS[4], ARGV[2], ARGV[1]) end
+return {OK, node}
+""",
+)
+
+DELETE_NODE = _script(
+    """
+-- KEYS[1] root  KEYS[2] nodes hash  KEYS[3] nodes:seen  KEYS[4] nodes:compute
+-- ARGV[1] node id
+-- Returns OK | NOT_FOUND
+if redis.call("HDEL", KEYS[2], ARGV[1]) == 0 then return NOT_FOUND end
+redis.call("ZREM", KEYS[3], ARGV[1])
+redis.call("ZREM", KEYS[4], ARGV[1])
+return OK
+""",
+)

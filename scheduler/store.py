@@ -1,0 +1,180 @@
+"""The job store: owns the Redis client and the registered scripts, runs `commands.Call`s.
+
+`JobStore` is the asyncio flavour the API uses; `SyncJobStore` is the blocking one the rq
+workers use. Both register every script once and run each call as one EVALSHA.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+import redis
+import redis.asyncio as aioredis
+
+from scheduler import commands, scripts
+from scheduler.commands import Call, Created, Placement
+from scheduler.config import Settings
+from scheduler.keys import Keys
+from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration
+from scheduler.timefmt import rfc3339
+
+_node_decoder = msgspec.json.Decoder(Node)
+
+T = TypeVar("T")
+
+SCRIPT_NAMES = (
+    "CREATE_JOB",
+    "PICK_NODE",
+    "POLL",
+    "LIST",
+    "TRANSITION",
+    "SWEEP_TIMEOUTS",
+    "REGISTER_NODE",
+    "HEARTBEAT",
+    "DELETE_NODE",
+)
+_NAMES = SCRIPT_NAMES
+
+
+def index_key(keys: Keys, node_id: str, status: str) -> str:
+    """The index that answers GET /jobs with these filters (both optional)."""
+    if node_id and status:
+        return keys.node_status(node_id, status)
+    if node_id:
+        return keys.node_jobs(node_id)
+    if status:
+        return keys.status(status)
+    return keys.all_jobs
+
+
+class JobStore:
+    """Asyncio store for the API processes."""
+
+    def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.redis_prefix)
+        self._scripts = {name: client.register_script(getattr(scripts, name)) for name in _NAMES}
+
+    @classmethod
+    def connect(cls, settings: Settings) -> JobStore:
+        # A blocking pool waits for a free connection under load instead of raising.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=settings.redis_max_connections, timeout=10
+        )
+        return cls(aioredis.Redis(connection_pool=pool), settings)
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+    async def run(self, call: Call[T]) -> T:
+        reply: Any = await self._scripts[call.script](keys=call.keys, args=call.args)
+        return call.parse(reply)
+
+    async def create(self, job_json: bytes, placement: Placement, now: float) -> bytes:
+        s = self.settings
+        created = await self.run(
+            commands.create_job(self.keys, job_json, placement, now, s.node_ttl_secs)
+        )
+        return created.job
+
+    async def pick(self, placement: Placement, now: float) -> str:
+        return await self.run(
+            commands.pick_node(self.keys, placement, now, self.settings.node_ttl_secs)
+        )
+
+    async def poll(self, node_id: str) -> list[bytes]:
+        return await self.run(commands.poll(self.keys, node_id, self.settings.max_jobs_per_node))
+
+    async def list(self, node_id: str, status: str, after: int, limit: int) -> list[bytes]:
+        if status and status not in STATUSES:
+            return []
+        index = index_key(self.keys, node_id, status)
+        return await self.run(commands.list_jobs(self.keys, index, after, limit))
+
+    async def get(self, job_id: str) -> bytes | None:
+        blob: bytes | None = await self.redis.get(self.keys.job(job_id))
+        return blob
+
+    async def report(self, job_id: str, update: JobUpdate, now: float) -> bytes:
+        retries = self.settings.max_job_retries
+        return await self.run(commands.transition(self.keys, job_id, update, now, retries))
+
+    # The built-in registry (REGISTRY_URL unset).
+
+    async def register_node(self, reg: NodeRegistration, now: float) -> Node:
+        node = Node(
+            id=reg.id,
+            hostname=reg.hostname,
+            addr=reg.addr,
+            cpu_count=reg.cpu_count,
+            role=reg.role or "compute",
+        )
+        call = commands.register_node(self.keys, node.id, msgspec.json.encode(node), node.role, now)
+        await self.run(call)
+        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now))
+
+    async def heartbeat(self, node_id: str, now: float) -> Node:
+        blob = await self.run(commands.heartbeat(self.keys, node_id, now))
+        node = _node_decoder.decode(blob)
+        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now))
+
+    async def delete_node(self, node_id: str) -> None:
+        await self.run(commands.delete_node(self.keys, node_id))
+
+    async def nodes(self, now: float) -> dict[str, Node]:
+        """Every registered node, healthy while heard from within NODE_TTL_SECS."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.nodes)
+            pipe.zrange(self.keys.nodes_seen, 0, -1, withscores=True)
+            records, seen = await pipe.execute()
+        last_seen = {str(node_id, "utf-8"): score for node_id, score in seen}
+        ttl = self.settings.node_ttl_secs
+        nodes = {}
+        for raw_id, blob in records.items():
+            node_id = str(raw_id, "utf-8")
+            seen_at = last_seen.get(node_id, 0.0)
+            status = "healthy" if now - seen_at <= ttl else "unhealthy"
+            nodes[node_id] = msgspec.structs.replace(
+                _node_decoder.decode(blob), status=status, last_seen=rfc3339(seen_at)
+            )
+        return nodes
+
+
+class SyncJobStore:
+    """Blocking store for the rq workers and the command line."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.redis_prefix)
+        self._scripts = {name: client.register_script(getattr(scripts, name)) for name in _NAMES}
+
+    @classmethod
+    def connect(cls, settings: Settings) -> SyncJobStore:
+        return cls(redis.Redis.from_url(settings.redis_url), settings)
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def run(self, call: Call[T]) -> T:
+        return call.parse(self._scripts[call.script](keys=call.keys, args=call.args))
+
+    def create(
+        self, job_json: bytes, placement: Placement, now: float, dedup_key: str, dedup_ttl: int
+    ) -> Created:
+        call = commands.create_job(
+            self.keys, job_json, placement, now, self.settings.node_ttl_secs, dedup_key, dedup_ttl
+        )
+        return self.run(call)
+
+    def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
+        """Fail every run job past JOB_TIMEOUT_SECS, `batch` per script call."""
+        failed: list[str] = []
+        while True:
+            call = commands.sweep_timeouts(self.keys, now, self.settings.job_timeout_secs, batch)
+            swept = self.run(call)
+            failed.extend(swept.failed)
+            if swept.read < batch:
+                return failed
