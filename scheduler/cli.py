@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -36,15 +37,26 @@ def _default_port() -> int:
         raise ConfigError(f"PORT: {raw!r} is not a valid int") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scheduler", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP API (default port 9001, or $PORT)")
     serve.add_argument("--host", default="0.0.0.0")
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.set_defaults(handler=_serve)
+
+
+# Each sub-command lives in its own module, which exposes `add_parser(sub)`; the parser's
+# defaults carry `handler(args, settings) -> exit code`.
+SUBCOMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scheduler", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve(sub)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
