@@ -45,6 +45,19 @@ local function pick_node(mode, rr_key, compute_key, now, ttl, argv_from)
 end
 """
 
+# MGET in chunks: Lua's unpack() fails beyond a few thousand values (a 10 000-job page).
+_READ = """
+local function get_jobs(ids)
+  local out = {}
+  for i = 1, #ids, 1000 do
+    local chunk = {}
+    for j = i, math.min(i + 999, #ids) do chunk[#chunk + 1] = key_job(ids[j]) end
+    for _, job in ipairs(redis.call("MGET", unpack(chunk))) do out[#out + 1] = job end
+  end
+  return out
+end
+"""
+
 _INDEX = """
 local function move(id, score, node, from, to)
   redis.call("ZREM", key_status(from), id)
@@ -114,6 +127,7 @@ return {OK, node}
 )
 
 POLL = _script(
+    _READ,
     """
 -- The agent's poll: the node's oldest pending jobs, at most its free capacity.
 -- KEYS[1] root  KEYS[2] node busy set  KEYS[3] node pending zset
@@ -121,23 +135,18 @@ POLL = _script(
 -- Returns a list of job JSON strings.
 local free = tonumber(ARGV[1]) - redis.call("SCARD", KEYS[2])
 if free <= 0 then return {} end
-local ids = redis.call("ZRANGE", KEYS[3], 0, free - 1)
-if #ids == 0 then return {} end
-for i, id in ipairs(ids) do ids[i] = key_job(id) end
-return redis.call("MGET", unpack(ids))
+return get_jobs(redis.call("ZRANGE", KEYS[3], 0, free - 1))
 """,
 )
 
 LIST = _script(
+    _READ,
     """
 -- A page of an index, in job number order.
 -- KEYS[1] root  KEYS[2] index zset
 -- ARGV[1] list jobs with a number above this  ARGV[2] page size
 -- Returns a list of job JSON strings.
-local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "(" .. ARGV[1], "+inf", "LIMIT", 0, ARGV[2])
-if #ids == 0 then return {} end
-for i, id in ipairs(ids) do ids[i] = key_job(id) end
-return redis.call("MGET", unpack(ids))
+return get_jobs(redis.call("ZRANGEBYSCORE", KEYS[2], "(" .. ARGV[1], "+inf", "LIMIT", 0, ARGV[2]))
 """,
 )
 
@@ -263,6 +272,105 @@ DELETE_NODE = _script(
 if redis.call("HDEL", KEYS[2], ARGV[1]) == 0 then return NOT_FOUND end
 redis.call("ZREM", KEYS[3], ARGV[1])
 redis.call("ZREM", KEYS[4], ARGV[1])
+return OK
+""",
+)
+
+# The outbox (workers/tasks.py flush_outbox).
+
+TRIM_OUTBOX = _script(
+    """
+-- Remove from the head of the outbox the entries a flush has handed to rq, and only those:
+-- a concurrent flush that read the same head has already removed them, and then this
+-- removes nothing (the head no longer matches), so no entry is dropped unhanded.
+-- KEYS[1] root  KEYS[2] outbox
+-- ARGV[1..] the entries handed over, in list order
+-- Returns the number of entries removed.
+local removed = 0
+for i = 1, #ARGV do
+  if redis.call("LINDEX", KEYS[2], 0) ~= ARGV[i] then break end
+  redis.call("LPOP", KEYS[2])
+  removed = removed + 1
+end
+return removed
+""",
+)
+
+# The SQLite snapshot and the restore from it (scheduler/snapshot.py).
+
+TAKE_DIRTY = _script(
+    """
+-- Start a snapshot: move the jobs changed since the last one into the in-flight set, which
+-- keeps them until the snapshot writing them has committed. A set left by a crashed snapshot
+-- is folded in, so its changes are written by this one.
+-- KEYS[1] root  KEYS[2] dirty  KEYS[3] dirty in-flight
+-- Returns the number of jobs in flight.
+if redis.call("EXISTS", KEYS[2]) == 1 then
+  if redis.call("EXISTS", KEYS[3]) == 1 then
+    redis.call("SUNIONSTORE", KEYS[3], KEYS[3], KEYS[2])
+    redis.call("DEL", KEYS[2])
+  else
+    redis.call("RENAME", KEYS[2], KEYS[3])
+  end
+end
+return redis.call("SCARD", KEYS[3])
+""",
+)
+
+RESTORE_JOBS = _script(
+    """
+-- Put jobs back as the snapshot holds them, with every index their status needs (as the
+-- scripts above maintain them). A job already present is first taken out of its old indexes.
+-- KEYS[1] root  KEYS[2] jobs  KEYS[3] deadlines  KEYS[4] dirty
+-- ARGV[1] "1" to mark the jobs changed (the next snapshot writes them), else "0"
+-- ARGV[2..] 6 values per job: id, score, node id, status, start time (epoch s) of a running
+--   run-job or "" for any other job, job JSON
+-- Returns the number of jobs restored.
+local function unindex(id, raw)
+  local ok, old = pcall(cjson.decode, raw)
+  if not ok or type(old) ~= "table" then return end
+  local node, status = old.node_id, old.status
+  if type(node) ~= "string" or type(status) ~= "string" then return end
+  redis.call("ZREM", key_status(status), id)
+  redis.call("ZREM", key_node_status(node, status), id)
+  redis.call("ZREM", key_node_jobs(node), id)
+  redis.call("SREM", key_node_busy(node), id)
+end
+local restored = 0
+for i = 2, #ARGV, 6 do
+  local id, score, node, status, start = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local key = key_job(id)
+  local old = redis.call("GET", key)
+  if old then
+    unindex(id, old)
+    redis.call("ZREM", KEYS[3], id)
+  end
+  redis.call("SET", key, ARGV[i + 5])
+  redis.call("ZADD", KEYS[2], score, id)
+  redis.call("ZADD", key_status(status), score, id)
+  redis.call("ZADD", key_node_jobs(node), score, id)
+  redis.call("ZADD", key_node_status(node, status), score, id)
+  if start ~= "" then
+    redis.call("SADD", key_node_busy(node), id)
+    redis.call("ZADD", KEYS[3], start, id)
+  end
+  if ARGV[1] == "1" then redis.call("SADD", KEYS[4], id) end
+  restored = restored + 1
+end
+return restored
+""",
+)
+
+FINISH_RESTORE = _script(
+    """
+-- End the start-up decision (restored, or nothing to restore): raise the id counter to the
+-- highest job number restored (never lower it), set the marker, clear the in-progress flag.
+-- KEYS[1] root  KEYS[2] seq:job  KEYS[3] initialised  KEYS[4] restoring
+-- ARGV[1] highest job number restored ("0" when none)  ARGV[2] marker text
+local current = tonumber(redis.call("GET", KEYS[2]) or "0") or 0
+if tonumber(ARGV[1]) > current then redis.call("SET", KEYS[2], ARGV[1]) end
+redis.call("SET", KEYS[3], ARGV[2])
+redis.call("DEL", KEYS[4])
 return OK
 """,
 )

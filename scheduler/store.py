@@ -6,17 +6,20 @@ workers use. Both register every script once and run each call as one EVALSHA.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from typing import TypeVar
 
 import msgspec
 import redis
-import redis.asyncio as aioredis
 
 from scheduler import commands, scripts
 from scheduler.commands import Call, Created, Placement
 from scheduler.config import Settings
 from scheduler.keys import Keys
 from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration
+from scheduler.redis_mux import MuxRedis
 from scheduler.timefmt import rfc3339
 
 _node_decoder = msgspec.json.Decoder(Node)
@@ -33,8 +36,24 @@ SCRIPT_NAMES = (
     "REGISTER_NODE",
     "HEARTBEAT",
     "DELETE_NODE",
+    "TRIM_OUTBOX",
+    "TAKE_DIRTY",
+    "RESTORE_JOBS",
+    "FINISH_RESTORE",
 )
 _NAMES = SCRIPT_NAMES
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    text: str
+    sha: str
+
+
+_SOURCES = {
+    name: _Source(getattr(scripts, name), hashlib.sha1(getattr(scripts, name).encode()).hexdigest())
+    for name in SCRIPT_NAMES
+}
 
 
 def index_key(keys: Keys, node_id: str, status: str) -> str:
@@ -49,27 +68,23 @@ def index_key(keys: Keys, node_id: str, status: str) -> str:
 
 
 class JobStore:
-    """Asyncio store for the API processes."""
+    """Asyncio store for the API processes, on one multiplexed connection (redis_mux)."""
 
-    def __init__(self, client: aioredis.Redis, settings: Settings) -> None:
+    def __init__(self, client: MuxRedis, settings: Settings) -> None:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.redis_prefix)
-        self._scripts = {name: client.register_script(getattr(scripts, name)) for name in _NAMES}
 
     @classmethod
     def connect(cls, settings: Settings) -> JobStore:
-        # A blocking pool waits for a free connection under load instead of raising.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            settings.redis_url, max_connections=settings.redis_max_connections, timeout=10
-        )
-        return cls(aioredis.Redis(connection_pool=pool), settings)
+        return cls(MuxRedis(settings.redis_url), settings)
 
     async def aclose(self) -> None:
         await self.redis.aclose()
 
     async def run(self, call: Call[T]) -> T:
-        reply: Any = await self._scripts[call.script](keys=call.keys, args=call.args)
+        source = _SOURCES[call.script]
+        reply = await self.redis.evalsha(source.sha, source.text, call.keys, call.args)
         return call.parse(reply)
 
     async def create(self, job_json: bytes, placement: Placement, now: float) -> bytes:
@@ -94,7 +109,7 @@ class JobStore:
         return await self.run(commands.list_jobs(self.keys, index, after, limit))
 
     async def get(self, job_id: str) -> bytes | None:
-        blob: bytes | None = await self.redis.get(self.keys.job(job_id))
+        blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
         return blob
 
     async def report(self, job_id: str, update: JobUpdate, now: float) -> bytes:
@@ -125,14 +140,15 @@ class JobStore:
 
     async def nodes(self, now: float) -> dict[str, Node]:
         """Every registered node, healthy while heard from within NODE_TTL_SECS."""
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(self.keys.nodes)
-            pipe.zrange(self.keys.nodes_seen, 0, -1, withscores=True)
-            records, seen = await pipe.execute()
-        last_seen = {str(node_id, "utf-8"): score for node_id, score in seen}
+        # Sent back to back on the one connection, so this is one round trip.
+        records, seen = await asyncio.gather(
+            self.redis.execute("HGETALL", self.keys.nodes),
+            self.redis.execute("ZRANGE", self.keys.nodes_seen, 0, -1, "WITHSCORES"),
+        )
+        last_seen = {str(seen[i], "utf-8"): float(seen[i + 1]) for i in range(0, len(seen), 2)}
         ttl = self.settings.node_ttl_secs
         nodes = {}
-        for raw_id, blob in records.items():
+        for raw_id, blob in zip(records[::2], records[1::2], strict=True):
             node_id = str(raw_id, "utf-8")
             seen_at = last_seen.get(node_id, 0.0)
             status = "healthy" if now - seen_at <= ttl else "unhealthy"
@@ -178,3 +194,12 @@ class SyncJobStore:
             failed.extend(swept.failed)
             if swept.read < batch:
                 return failed
+
+    def outbox_head(self, limit: int) -> list[bytes]:
+        """The oldest `limit` outbox entries ("<event number> <message JSON>"), not removed."""
+        entries: list[bytes] = self.redis.lrange(self.keys.outbox, 0, limit - 1)
+        return entries
+
+    def trim_outbox(self, handed_over: list[bytes]) -> int:
+        """Remove these entries (an `outbox_head` read, now handed to rq) from the outbox."""
+        return self.run(commands.trim_outbox(self.keys, handed_over)) if handed_over else 0

@@ -1,0 +1,156 @@
+"""A multiplexed asyncio Redis connection for the API's hot path.
+
+Why: profiling the API showed redis-py's asyncio client (pool checkout, retry wrapper, per-call
+locks) costing more CPU per request than Starlette itself. Redis answers the commands of one
+connection in order, so many concurrent requests can share one connection: each call writes its
+command (packed by hiredis) and waits on a future that the protocol resolves, in FIFO order, as
+replies arrive. No pool, no lock, and commands from concurrent requests are naturally pipelined.
+
+Only what the API needs: plain commands and EVALSHA with a NOSCRIPT fallback. Blocking commands
+and pub/sub must never be sent here (they would stall every caller behind them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from typing import Any, cast
+from urllib.parse import unquote, urlparse
+
+import hiredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+
+
+class _RedisProtocol(asyncio.Protocol):
+    def __init__(self, timeout: float) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = hiredis.Reader()
+        # (when sent, future) in send order; Redis replies in the same order.
+        self.waiters: collections.deque[tuple[float, asyncio.Future[Any]]] = collections.deque()
+        self.outgoing: list[bytes] = []
+        self.lost = False
+        self.timeout = timeout
+        self.loop = asyncio.get_running_loop()
+        self.watchdog: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but have the same API.
+        self.transport = cast(asyncio.Transport, transport)
+        self.watchdog = self.loop.call_later(self.timeout / 4, self._check_stalled)
+
+    def send(self, command: bytes) -> asyncio.Future[Any]:
+        # Commands issued in one turn of the event loop leave in one write (one syscall).
+        if not self.outgoing:
+            self.loop.call_soon(self._flush)
+        self.outgoing.append(command)
+        waiter: asyncio.Future[Any] = self.loop.create_future()
+        self.waiters.append((time.monotonic(), waiter))
+        return waiter
+
+    def _flush(self) -> None:
+        if self.transport is not None and not self.lost:
+            self.transport.write(b"".join(self.outgoing))
+        self.outgoing.clear()
+
+    def _check_stalled(self) -> None:
+        # A Redis that stops answering must not hang requests forever: drop the connection,
+        # which fails every queued call at once; the next call reconnects.
+        if self.waiters and time.monotonic() - self.waiters[0][0] > self.timeout:
+            assert self.transport is not None
+            self.transport.abort()
+            return
+        self.watchdog = self.loop.call_later(self.timeout / 4, self._check_stalled)
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed(data)
+        while (reply := self.parser.gets()) is not False:
+            _, waiter = self.waiters.popleft()
+            if waiter.done():  # its caller was cancelled; the reply is still consumed in order
+                continue
+            if isinstance(reply, hiredis.ReplyError):
+                waiter.set_exception(_reply_error(str(reply)))
+            else:
+                waiter.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+        while self.waiters:
+            _, waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(RedisConnectionError(f"connection to Redis lost: {exc}"))
+
+
+def _reply_error(message: str) -> ResponseError:
+    if message.startswith("NOSCRIPT"):
+        return NoScriptError(message)
+    return ResponseError(message)
+
+
+class MuxRedis:
+    """One multiplexed connection, reopened on demand after it is lost."""
+
+    def __init__(self, url: str, connect_timeout: float = 5.0, timeout: float = 10.0) -> None:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("redis", ""):
+            raise ValueError(f"REDIS_URL: the fast path supports redis:// URLs, not {url!r}")
+        self.host = parsed.hostname or "127.0.0.1"
+        self.port = parsed.port or 6379
+        self.db = int(parsed.path.lstrip("/") or 0)
+        self.username = unquote(parsed.username) if parsed.username else None
+        self.password = unquote(parsed.password) if parsed.password else None
+        self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self._protocol: _RedisProtocol | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    async def _connected(self) -> _RedisProtocol:
+        protocol = self._protocol
+        if protocol is not None and not protocol.lost:
+            return protocol
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._protocol is None or self._protocol.lost:
+                self._protocol = await self._open()
+            return self._protocol
+
+    async def _open(self) -> _RedisProtocol:
+        loop = asyncio.get_running_loop()
+        try:
+            _, protocol = await asyncio.wait_for(
+                loop.create_connection(lambda: _RedisProtocol(self.timeout), self.host, self.port),
+                self.connect_timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            raise RedisConnectionError(
+                f"cannot connect to Redis at {self.host}:{self.port}"
+            ) from exc
+        setup: list[tuple[Any, ...]] = []
+        if self.password is not None:
+            auth = (self.username, self.password) if self.username else (self.password,)
+            setup.append(("AUTH", *auth))
+        if self.db:
+            setup.append(("SELECT", self.db))
+        for command in setup:
+            await protocol.send(hiredis.pack_command(command))
+        return protocol
+
+    async def execute(self, *args: Any) -> Any:
+        protocol = await self._connected()
+        return await protocol.send(hiredis.pack_command(args))
+
+    async def evalsha(self, sha: str, script: str, keys: list[Any], args: list[Any]) -> Any:
+        try:
+            return await self.execute("EVALSHA", sha, len(keys), *keys, *args)
+        except NoScriptError:
+            # A restarted or flushed Redis forgot the script: load it and run it once.
+            return await self.execute("EVAL", script, len(keys), *keys, *args)
+
+    async def aclose(self) -> None:
+        if self._protocol is not None and self._protocol.transport is not None:
+            self._protocol.transport.close()
+        self._protocol = None

@@ -1,0 +1,111 @@
+"""Run scheduler processes (API replicas) as real subprocesses for multi-process tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+
+import httpx
+
+from tests.redis_server import free_port
+
+
+def scheduler_env(redis_url: str, prefix: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "REGISTRY_"))}
+    env.update({"REDIS_URL": redis_url, "REDIS_PREFIX": prefix, "PYTHONUNBUFFERED": "1"})
+    env.pop("TINYAWS_API_KEY", None)
+    env.update(extra)
+    return env
+
+
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def api_replicas(count: int, env: Mapping[str, str]) -> Iterator[list[str]]:
+    """`count` API processes on free loopback ports; yields their base URLs."""
+    procs: list[subprocess.Popen[bytes]] = []
+    urls: list[str] = []
+    try:
+        for _ in range(count):
+            port = free_port()
+            cmd = [sys.executable, "-m", "scheduler", "serve", "--host", "127.0.0.1"]
+            procs.append(
+                subprocess.Popen(
+                    [*cmd, "--port", str(port), "--log-level", "warning"],
+                    env=dict(env),
+                    stdout=subprocess.DEVNULL,
+                )
+            )
+            urls.append(f"http://127.0.0.1:{port}")
+        for url in urls:
+            wait_http(f"{url}/health")
+        yield urls
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
+async def post_json_many(
+    base_urls: list[str], path: str, bodies: list[bytes], connections: int
+) -> list[tuple[int, bytes]]:
+    """POST each body over `connections` keep-alive HTTP/1.1 connections spread over
+    `base_urls`; returns (status, body) in input order. A bare asyncio client: httpx's async
+    client is the bottleneck at thousands of requests per second."""
+    results: list[tuple[int, bytes]] = [(0, b"")] * len(bodies)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(len(bodies)):
+        queue.put_nowait(i)
+
+    async def worker(base_url: str) -> None:
+        host, port = base_url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while not queue.empty():
+                i = queue.get_nowait()
+                head = (
+                    f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(bodies[i])}\r\n\r\n"
+                )
+                writer.write(head.encode() + bodies[i])
+                results[i] = await _read_response(reader)
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(worker(base_urls[c % len(base_urls)]) for c in range(connections)))
+    return results
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    status_line = await reader.readline()
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return int(status_line.split()[1]), await reader.readexactly(length)
