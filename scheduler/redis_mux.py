@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import ssl
 import time
+from collections.abc import Awaitable
 from typing import Any, cast
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -95,11 +97,14 @@ class MuxRedis:
 
     def __init__(self, url: str, connect_timeout: float = 5.0, timeout: float = 10.0) -> None:
         parsed = urlparse(url)
-        if parsed.scheme not in ("redis", ""):
-            raise ValueError(f"REDIS_URL: the fast path supports redis:// URLs, not {url!r}")
+        if parsed.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"REDIS_URL: use redis://, rediss:// or unix://, not {url!r}")
+        self.unix_path = parsed.path if parsed.scheme == "unix" else ""
+        self.ssl = ssl.create_default_context() if parsed.scheme == "rediss" else None
         self.host = parsed.hostname or "127.0.0.1"
         self.port = parsed.port or 6379
-        self.db = int(parsed.path.lstrip("/") or 0)
+        db = parse_qs(parsed.query).get("db", [""])[0] if self.unix_path else parsed.path[1:]
+        self.db = int(db or 0)
         self.username = unquote(parsed.username) if parsed.username else None
         self.password = unquote(parsed.password) if parsed.password else None
         self.connect_timeout = connect_timeout
@@ -118,13 +123,20 @@ class MuxRedis:
                 self._protocol = await self._open()
             return self._protocol
 
+    def _dial(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> Awaitable[tuple[asyncio.BaseTransport, _RedisProtocol]]:
+        def protocol() -> _RedisProtocol:
+            return _RedisProtocol(self.timeout)
+
+        if self.unix_path:
+            return loop.create_unix_connection(protocol, self.unix_path)
+        return loop.create_connection(protocol, self.host, self.port, ssl=self.ssl)
+
     async def _open(self) -> _RedisProtocol:
         loop = asyncio.get_running_loop()
         try:
-            _, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _RedisProtocol(self.timeout), self.host, self.port),
-                self.connect_timeout,
-            )
+            _, protocol = await asyncio.wait_for(self._dial(loop), self.connect_timeout)
         except (OSError, TimeoutError) as exc:
             raise RedisConnectionError(
                 f"cannot connect to Redis at {self.host}:{self.port}"
