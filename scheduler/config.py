@@ -8,6 +8,7 @@ default the operator did not ask for.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -45,6 +46,33 @@ class Settings:
     sqs_poll_secs: float = field(default=5.0, metadata={"env": "SQS_POLL_SECS"})
     snapshot_interval_secs: float = field(default=5.0, metadata={"env": "SNAPSHOT_INTERVAL_SECS"})
     http_timeout_secs: float = field(default=5.0, metadata={"env": "HTTP_TIMEOUT_SECS"})
+    # The rq workers (workers/): SQS idempotency, outbox, SNS retries, rq's own maintenance.
+    sqs_dedup_ttl_secs: int = field(default=7 * 86400, metadata={"env": "SQS_DEDUP_TTL_SECS"})
+    sqs_max_per_poll: int = field(default=1000, metadata={"env": "SQS_MAX_PER_POLL"})
+    outbox_flush_secs: float = field(default=1.0, metadata={"env": "OUTBOX_FLUSH_SECS"})
+    sns_retry_max: int = field(default=15, metadata={"env": "SNS_RETRY_MAX"})
+    sns_retry_base_secs: int = field(default=1, metadata={"env": "SNS_RETRY_BASE_SECS"})
+    sns_retry_cap_secs: int = field(default=300, metadata={"env": "SNS_RETRY_CAP_SECS"})
+    worker_maintenance_secs: int = field(default=60, metadata={"env": "WORKER_MAINTENANCE_SECS"})
+    worker_abandon_grace_secs: int = field(
+        default=60, metadata={"env": "WORKER_ABANDON_GRACE_SECS"}
+    )
+    worker_lock_secs: float = field(default=5.0, metadata={"env": "WORKER_LOCK_SECS"})
+    # The reference agent (`scheduler agent`) and the command-line client.
+    scheduler_url: str = field(default="http://127.0.0.1:9001", metadata={"env": "SCHEDULER_URL"})
+    agent_node_id: str = field(default="", metadata={"env": "AGENT_NODE_ID"})
+    agent_poll_secs: float = field(default=3.0, metadata={"env": "AGENT_POLL_SECS"})
+    agent_heartbeat_secs: float = field(default=10.0, metadata={"env": "AGENT_HEARTBEAT_SECS"})
+    agent_grace_secs: float = field(default=30.0, metadata={"env": "AGENT_GRACE_SECS"})
+    agent_work_dir: str = field(default="", metadata={"env": "AGENT_WORK_DIR"})
+    agent_limits: str = field(default="auto", metadata={"env": "AGENT_LIMITS"})
+    agent_run_memory_mb: int = field(default=512, metadata={"env": "AGENT_RUN_MEMORY_MB"})
+    agent_run_cpus: int = field(default=1, metadata={"env": "AGENT_RUN_CPUS"})
+    agent_service_memory_mb: int = field(default=1024, metadata={"env": "AGENT_SERVICE_MEMORY_MB"})
+    agent_service_cpus: int = field(default=2, metadata={"env": "AGENT_SERVICE_CPUS"})
+    agent_deploy_max_bytes: int = field(
+        default=100 * MiB, metadata={"env": "AGENT_DEPLOY_MAX_BYTES"}
+    )
 
     @property
     def builtin_registry(self) -> bool:
@@ -81,6 +109,36 @@ class Settings:
         _at_least("HTTP_TIMEOUT_SECS", self.http_timeout_secs, 0.1)
         if not self.redis_prefix or any(c in self.redis_prefix for c in " {}"):
             raise ConfigError(f"REDIS_PREFIX: {self.redis_prefix!r} must be non-empty, no spaces")
+        self._validate_agent()
+        self._validate_workers()
+
+    def _validate_workers(self) -> None:
+        _at_least("SQS_DEDUP_TTL_SECS", self.sqs_dedup_ttl_secs, 60)
+        _at_least("SQS_MAX_PER_POLL", self.sqs_max_per_poll, 1)
+        _at_least("OUTBOX_FLUSH_SECS", self.outbox_flush_secs, 0.1)
+        _at_least("SNS_RETRY_MAX", self.sns_retry_max, 1)
+        _at_least("SNS_RETRY_BASE_SECS", self.sns_retry_base_secs, 1)
+        _at_least("SNS_RETRY_CAP_SECS", self.sns_retry_cap_secs, self.sns_retry_base_secs)
+        _at_least("WORKER_MAINTENANCE_SECS", self.worker_maintenance_secs, 1)
+        _at_least("WORKER_ABANDON_GRACE_SECS", self.worker_abandon_grace_secs, 1)
+        _at_least("WORKER_LOCK_SECS", self.worker_lock_secs, 1)
+
+    def _validate_agent(self) -> None:
+        _at_least("AGENT_POLL_SECS", self.agent_poll_secs, 0.05)
+        _at_least("AGENT_HEARTBEAT_SECS", self.agent_heartbeat_secs, 0.1)
+        _at_least("AGENT_GRACE_SECS", self.agent_grace_secs, 0)
+        _at_least("AGENT_RUN_MEMORY_MB", self.agent_run_memory_mb, 16)
+        _at_least("AGENT_RUN_CPUS", self.agent_run_cpus, 1)
+        _at_least("AGENT_SERVICE_MEMORY_MB", self.agent_service_memory_mb, 16)
+        _at_least("AGENT_SERVICE_CPUS", self.agent_service_cpus, 1)
+        _at_least("AGENT_DEPLOY_MAX_BYTES", self.agent_deploy_max_bytes, 1024)
+        if self.agent_limits not in ("auto", "cgroup2", "cgroup1", "rlimit", "off"):
+            raise ConfigError(
+                f"AGENT_LIMITS: {self.agent_limits!r} is not one of auto, cgroup2, cgroup1, "
+                "rlimit, off"
+            )
+        if not self.scheduler_url.startswith(("http://", "https://")):
+            raise ConfigError(f"SCHEDULER_URL: {self.scheduler_url!r} is not an http(s) URL")
 
 
 def _at_least(name: str, value: float, low: float) -> None:
@@ -91,9 +149,12 @@ def _at_least(name: str, value: float, low: float) -> None:
 def _parse(kind: Callable[[str], T]) -> Callable[[str, str], T]:
     def parse(name: str, raw: str) -> T:
         try:
-            return kind(raw.strip())
+            value = kind(raw.strip())
         except ValueError:
             raise ConfigError(f"{name}: {raw!r} is not a valid {kind.__name__}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name}: {raw!r} is not a finite number")
+        return value
 
     return parse
 

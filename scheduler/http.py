@@ -67,7 +67,7 @@ def is_open_route(method: str, path: str, query: bytes) -> bool:
     if method == "POST":
         return path in ("/nodes/register", "/nodes/heartbeat")
     if method in ("GET", "HEAD") and path == "/jobs":
-        params = parse_qs(query.decode("latin-1"))
+        params = parse_qs(query.decode("latin-1"), keep_blank_values=True)
         first = {name: values[0] for name, values in params.items()}  # as Go's Query().Get
         return bool(first.get("node_id")) and first.get("status") == "pending"
     return False

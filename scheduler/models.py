@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
-ID_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+# "." and ".." are excluded: ids end up in URL paths (the registry's /instances/{id}).
+ID_RE = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 JOB_TYPES = ("", "run", "service")
 STATUSES = ("pending", "running", "done", "failed")
 REPORT_STATUSES = ("running", "done", "failed")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Go decodes into int (64 bits): a larger number is a decode error there, and here.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class Job(msgspec.Struct, omit_defaults=True):
@@ -96,7 +99,7 @@ class JobUpdate(msgspec.Struct):
 class NodeRegistration(msgspec.Struct):
     id: str = ""
     hostname: str = ""
-    cpu_count: int = 0
+    cpu_count: Int64 = 0
     role: str = ""
     addr: str = ""
 
@@ -148,6 +151,8 @@ _go_fallback = json.JSONDecoder()
 def _first_value(body: bytes) -> Any:
     try:
         return _any_json.decode(body)
+    except RecursionError:
+        raise DecodeError("JSON nested too deeply") from None
     except msgspec.DecodeError as exc:
         if "trailing characters" not in str(exc):
             raise DecodeError(str(exc)) from None
@@ -155,6 +160,8 @@ def _first_value(body: bytes) -> Any:
     try:
         text = body.decode()
         value, _ = _go_fallback.raw_decode(text, len(text) - len(text.lstrip()))
+    except RecursionError:
+        raise DecodeError("JSON nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise DecodeError(str(exc)) from None
     return value
@@ -170,6 +177,8 @@ def decode_go_style(body: bytes, kind: type[S]) -> S:
     folded = {str(k).lower(): v for k, v in value.items() if v is not None}
     try:
         return msgspec.convert(folded, kind, strict=True)
+    except RecursionError:
+        raise DecodeError("JSON nested too deeply") from None
     except msgspec.ValidationError as exc:
         raise DecodeError(str(exc)) from None
 
