@@ -47,6 +47,7 @@ from scheduler.models import (
 )
 from scheduler.placement import NoHealthyNodes
 from scheduler.registry import BuiltinRegistry, NodeSource, RegistryError, RemoteRegistry
+from scheduler.snapshot import restore_at_start
 from scheduler.store import JobStore
 from scheduler.timefmt import rfc3339
 
@@ -102,13 +103,17 @@ async def submit_job(request: Request) -> Response:
     return json_bytes(await _store(request).create(job_json, placement, now), status=201)
 
 
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
 def _page(request: Request) -> tuple[int, int]:
     raw_limit, raw_after = query_first(request, "limit"), query_first(request, "after")
-    limit = int(raw_limit) if raw_limit.isdigit() else -1
+    limit = int(raw_limit) if _is_number(raw_limit) else -1
     if raw_limit and not 1 <= limit <= MAX_PAGE:
         raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")
     after = raw_after.removeprefix("job-")
-    if raw_after and (not raw_after.startswith("job-") or not after.isdigit()):
+    if raw_after and (not raw_after.startswith("job-") or not _is_number(after)):
         raise HTTPError(400, "invalid after: use a job id like job-42")
     return (limit if raw_limit else DEFAULT_PAGE), int(after or 0)
 
@@ -227,6 +232,8 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.settings = settings
+        # Before serving: a Redis that lost its data gets the snapshot back first (snapshot.py).
+        await restore_at_start(settings)
         app.state.store = JobStore.connect(settings)
         app.state.nodes = nodes or node_source(settings)
         try:

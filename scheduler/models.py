@@ -199,7 +199,7 @@ def validate_create(req: JobCreate) -> None:
             raise InvalidInput(f"invalid env_vars name {name!r}: use [A-Za-z_][A-Za-z0-9_]*")
     if req.instance_id:
         check_id("instance_id", req.instance_id)
-    if req.deploy_url and not req.deploy_url.startswith(("http://", "https://")):
+    if req.deploy_url and not req.deploy_url.lower().startswith(("http://", "https://")):
         raise InvalidInput("invalid deploy_url: use an http:// or https:// URL")
 
 

@@ -75,8 +75,12 @@ class TTLCache(Generic[T]):
             loaded = await load()
             if len(self._entries) >= self.MAX_ENTRIES:
                 self._entries.clear()
+                self._locks = {key: self._locks[key]}
             self._entries[key] = (self.clock() + self.ttl, loaded)
             return loaded
+
+    def forget(self, key: str) -> None:
+        self._entries.pop(key, None)
 
 
 _nodes_decoder = msgspec.json.Decoder(dict[str, NodeStatus])
@@ -134,7 +138,12 @@ class RemoteRegistry:
             raise RegistryError("failed to decode instance") from None
 
     async def instance(self, instance_id: str) -> Instance:
-        return await self._instances.get(instance_id, lambda: self._load_instance(instance_id))
+        inst = await self._instances.get(instance_id, lambda: self._load_instance(instance_id))
+        if inst.status != "running":
+            # Only a usable answer is worth caching: an instance still provisioning may be
+            # running a moment later.
+            self._instances.forget(instance_id)
+        return inst
 
     async def placement(self, instance_id: str) -> Placement:
         if not instance_id:

@@ -69,3 +69,50 @@ def register(client: TestClient, *node_ids: str) -> None:
     for node_id in node_ids:
         body = {"id": node_id, "hostname": node_id, "cpu_count": 2, "role": "compute"}
         assert client.post("/nodes/register", json=body).status_code == 201
+
+
+# Helpers for the API tests (tests/test_api_*.py and friends).
+
+Json = dict[str, Any]
+
+
+def submit(client: TestClient, **fields: Any) -> Json:
+    """POST /jobs that must succeed; returns the created job."""
+    response = client.post("/jobs", json=fields)
+    assert response.status_code == 201, response.text
+    job: Json = response.json()
+    return job
+
+
+def report(client: TestClient, job_id: str, status: str, **fields: Any) -> Any:
+    """PATCH /jobs/{id} as an agent would; returns the response."""
+    return client.patch(f"/jobs/{job_id}", json={"status": status, **fields})
+
+
+def assert_text_error(response: Any, status: int, message: str) -> None:
+    """An error shaped like Go's http.Error: plain text, message + newline, nosniff."""
+    assert response.status_code == status, response.text
+    assert response.text == message + "\n"
+    assert response.headers["content-type"] == "text/plain; charset=utf-8"
+    assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def assert_json(response: Any, status: int = 200) -> Any:
+    """A success shaped like Go's json.Encoder output; returns the decoded body."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert response.content.endswith(b"\n")
+    body = response.json()
+    assert null_paths(body) == [], "the agent drops JSON with a null in it"
+    return body
+
+
+def null_paths(value: Any, path: str = "$") -> list[str]:
+    """Where `value` (decoded JSON) holds a null, recursively."""
+    if value is None:
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in null_paths(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in null_paths(v, f"{path}[{i}]")]
+    return []

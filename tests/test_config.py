@@ -1,0 +1,105 @@
+"""Settings.from_env: the original's variable names and defaults (CONTRACT 2.1), empty means
+default, and a value that cannot be used stops the start with the variable's name."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from scheduler.config import ConfigError, Settings
+
+ENV_NAMES = {f.name: f.metadata["env"] for f in fields(Settings)}
+
+
+def test_defaults() -> None:
+    settings = Settings.from_env({})
+    assert settings == Settings()
+    assert settings.max_jobs_per_node == 1
+    assert settings.max_job_retries == 1
+    assert settings.job_timeout_secs == 3600
+    assert settings.registry_url == ""
+    assert settings.builtin_registry
+    assert settings.api_key == ""
+    assert settings.scheduler_db == "scheduler.db"
+
+
+def test_every_field_names_its_variable() -> None:
+    names = list(ENV_NAMES.values())
+    assert len(set(names)) == len(names)
+    for original in ("REGISTRY_URL", "SCHEDULER_DB", "SQS_URL", "SNS_URL", "TINYAWS_API_KEY"):
+        assert original in names
+    for original in ("JOB_TIMEOUT_SECS", "MAX_JOBS_PER_NODE"):
+        assert original in names
+
+
+def test_empty_values_mean_the_default() -> None:
+    assert Settings.from_env({name: "" for name in ENV_NAMES.values()}) == Settings()
+
+
+@pytest.mark.parametrize(
+    "env, attribute, value",
+    [
+        ({"MAX_JOBS_PER_NODE": "4"}, "max_jobs_per_node", 4),
+        ({"MAX_JOBS_PER_NODE": " 4 "}, "max_jobs_per_node", 4),
+        ({"MAX_JOB_RETRIES": "0"}, "max_job_retries", 0),
+        ({"JOB_TIMEOUT_SECS": "120"}, "job_timeout_secs", 120),
+        ({"NODE_TTL_SECS": "1.5"}, "node_ttl_secs", 1.5),
+        ({"REGISTRY_CACHE_SECS": "0"}, "registry_cache_secs", 0.0),
+        ({"REGISTRY_URL": "http://reg:9000"}, "registry_url", "http://reg:9000"),
+        ({"TINYAWS_API_KEY": "k"}, "api_key", "k"),
+        ({"REDIS_PREFIX": "prod-1"}, "redis_prefix", "prod-1"),
+        ({"OUTPUT_LIMIT_BYTES": "1024"}, "output_limit_bytes", 1024),
+    ],
+)
+def test_values_are_parsed(env: dict[str, str], attribute: str, value: object) -> None:
+    assert getattr(Settings.from_env(env), attribute) == value
+
+
+def test_registry_url_turns_off_the_builtin_registry() -> None:
+    assert not Settings.from_env({"REGISTRY_URL": "http://reg:9000"}).builtin_registry
+
+
+@pytest.mark.parametrize(
+    "name, raw",
+    [
+        ("MAX_JOBS_PER_NODE", "abc"),
+        ("MAX_JOBS_PER_NODE", "1.5"),
+        ("MAX_JOBS_PER_NODE", "120abc"),  # the original read the leading integer
+        ("MAX_JOBS_PER_NODE", "0"),
+        ("MAX_JOBS_PER_NODE", "-1"),
+        ("MAX_JOB_RETRIES", "-1"),
+        ("JOB_TIMEOUT_SECS", "0"),
+        ("JOB_TIMEOUT_SECS", "1h"),
+        ("NODE_TTL_SECS", "0.5"),
+        ("NODE_TTL_SECS", "nan"),
+        ("REGISTRY_CACHE_SECS", "-1"),
+        ("REGISTRY_CACHE_SECS", "nan"),
+        ("REGISTRY_TIMEOUT_SECS", "0"),
+        ("REGISTRY_TIMEOUT_SECS", "nan"),
+        ("OUTPUT_LIMIT_BYTES", "100"),
+        ("MAX_BODY_BYTES", "1k"),
+        ("MAX_REPORT_BYTES", "2048"),  # below MAX_BODY_BYTES' default of 1 MiB
+        ("REDIS_MAX_CONNECTIONS", "0"),
+        ("SWEEP_INTERVAL_SECS", "nan"),
+        ("REDIS_PREFIX", "a b"),
+        ("REDIS_PREFIX", "{a}"),
+    ],
+)
+def test_invalid_values_name_the_variable(name: str, raw: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env({name: raw})
+    assert name in str(err.value)
+
+
+def test_from_env_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MAX_JOBS_PER_NODE", "3")
+    monkeypatch.setenv("REGISTRY_URL", "")
+    assert Settings.from_env().max_jobs_per_node == 3
+    assert Settings.from_env().builtin_registry
+
+
+def test_overrides_are_validated_too() -> None:
+    assert Settings.from_env({}, max_jobs_per_node=2).max_jobs_per_node == 2
+    with pytest.raises(ConfigError, match="MAX_JOBS_PER_NODE"):
+        Settings.from_env({}, max_jobs_per_node=0)

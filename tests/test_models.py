@@ -1,0 +1,260 @@
+"""Wire models (models.py) and timestamps (timefmt.py): Go-style decoding, our validation, the
+output bound and RFC 3339 round trips."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+
+from scheduler.models import (
+    TRUNCATION_MARKER,
+    DecodeError,
+    InvalidInput,
+    Job,
+    JobCreate,
+    JobUpdate,
+    NewJob,
+    bound_output,
+    check_id,
+    decode_go_style,
+    validate_create,
+    validate_update,
+)
+from scheduler.timefmt import parse_rfc3339, rfc3339
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (b"null", JobCreate()),
+        (b" null ", JobCreate()),
+        (b"{}", JobCreate()),
+        (b'{"command":"a"}', JobCreate(command="a")),
+        (b'{"CoMmAnD":"a"}', JobCreate(command="a")),
+        (b'{"command":"a","nope":[1,{"x":null}]}', JobCreate(command="a")),
+        (b'{"command":"a"} {"command":"b"}', JobCreate(command="a")),
+        (b'{"command":"a"}]]]', JobCreate(command="a")),
+        (b'{"command":null,"port":null}', JobCreate()),
+        (b'{"env_vars":{"Key":"v"}}', JobCreate(env_vars={"Key": "v"})),
+        (
+            b'{"Env_Vars":{"lower":"v","UPPER":"w"}}',
+            JobCreate(env_vars={"lower": "v", "UPPER": "w"}),
+        ),
+        (b'{"port":8080,"job_type":"service"}', JobCreate(port=8080, job_type="service")),
+        (b'{"command":"\\u00e9\\n"}', JobCreate(command="é\n")),
+    ],
+)
+def test_decode_go_style_accepts(body: bytes, expected: JobCreate) -> None:
+    assert decode_go_style(body, JobCreate) == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"  ",
+        b"{",
+        b"}",
+        b"nul",
+        b"[]",
+        b"[{}]",
+        b"1",
+        b'"{}"',
+        b"true",
+        b'{"command":1}',
+        b'{"port":"80"}',
+        b'{"port":1.5}',
+        b'{"port":1e2}',
+        b'{"port":false}',
+        b'{"env_vars":[]}',
+        b'{"env_vars":{"A":1}}',
+        b'{"env_vars":{"A":null}}',
+        b"{'command':'a'}",
+        b'{"command":"a",}',
+        b"[" * 3000 + b"]" * 3000,
+        b'{"command":"a","x":' + b"[" * 20000 + b"]" * 20000 + b"}",  # deeper than Go allows
+    ],
+    ids=lambda body: repr(body[:40]),
+)
+def test_decode_go_style_rejects(body: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_go_style(body, JobCreate)
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (
+            b'{"status":"running","exit_code":null,"stdout":"","stderr":""}',
+            JobUpdate(status="running"),
+        ),
+        (b'{"status":"done","exit_code":0}', JobUpdate(status="done", exit_code=0)),
+        (b'{"STATUS":"failed","Exit_Code":-1}', JobUpdate(status="failed", exit_code=-1)),
+        (b'{"status":"done","stdout":"o","stderr":"e"}', JobUpdate("done", None, "o", "e")),
+    ],
+)
+def test_decode_update(body: bytes, expected: JobUpdate) -> None:
+    assert decode_go_style(body, JobUpdate) == expected
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"exit_code":1.5}', b'{"exit_code":"1"}', b'{"exit_code":true}', b'{"stdout":[]}']
+)
+def test_decode_update_rejects(body: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_go_style(body, JobUpdate)
+
+
+@pytest.mark.parametrize(
+    "request_, field",
+    [
+        (JobCreate(command="x", job_type="batch"), "job_type"),
+        (JobCreate(command="x", port=-1), "port"),
+        (JobCreate(command="x", port=65536), "port"),
+        (JobCreate(command="x", env_vars={"9A": "x"}), "env_vars"),
+        (JobCreate(command="x", env_vars={"A.B": "x"}), "env_vars"),
+        (JobCreate(command="x", instance_id="i/1"), "instance_id"),
+        (JobCreate(command="x", instance_id="i" * 129), "instance_id"),
+        (JobCreate(deploy_url="ftp://x/a.zip"), "deploy_url"),
+        (JobCreate(deploy_url="/local/a.zip"), "deploy_url"),
+    ],
+)
+def test_validate_create_rejects(request_: JobCreate, field: str) -> None:
+    with pytest.raises(InvalidInput, match=field):
+        validate_create(request_)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        JobCreate(command="x"),
+        JobCreate(command="x", job_type="run", port=0),
+        JobCreate(command="x", job_type="service", port=65535),
+        JobCreate(command="x", env_vars={"_": "", "A_1": "v"}),
+        JobCreate(command="x", instance_id="i-1.a_B"),
+        JobCreate(deploy_url="http://store/a.zip"),
+        JobCreate(deploy_url="https://store/a.zip"),
+    ],
+)
+def test_validate_create_accepts(request_: JobCreate) -> None:
+    validate_create(request_)
+
+
+@pytest.mark.parametrize(
+    "code, ok",
+    [
+        (0, True),
+        (-1, True),
+        (2**31 - 1, True),
+        (-(2**31), True),
+        (2**31, False),
+        (-(2**31) - 1, False),
+    ],
+)
+def test_validate_update_exit_code(code: int, ok: bool) -> None:
+    if ok:
+        validate_update(JobUpdate(status="done", exit_code=code))
+    else:
+        with pytest.raises(InvalidInput, match="exit_code"):
+            validate_update(JobUpdate(status="done", exit_code=code))
+
+
+@pytest.mark.parametrize(
+    "value, ok",
+    [
+        ("job-1", True),
+        ("a", True),
+        ("A.b_c-9", True),
+        ("x" * 128, True),
+        ("x" * 129, False),
+        ("", False),
+        ("a b", False),
+        ("a/b", False),
+        ("a\nb", False),
+        ("a\n", False),
+        ("é", False),
+    ],
+)
+def test_check_id(value: str, ok: bool) -> None:
+    if ok:
+        check_id("id", value)
+    else:
+        with pytest.raises(InvalidInput, match="invalid id"):
+            check_id("id", value)
+
+
+def _cut(kept: str, dropped: int) -> str:
+    return kept + TRUNCATION_MARKER.format(dropped=dropped)
+
+
+@pytest.mark.parametrize(
+    "text, limit, expected",
+    [
+        ("", 4, ""),
+        ("abcd", 4, "abcd"),
+        ("abcde", 4, _cut("abcd", 1)),
+        ("éé", 4, "éé"),  # 4 bytes exactly
+        ("ééé", 4, _cut("éé", 2)),
+        ("aéé", 4, _cut("aé", 2)),  # the cut falls inside the second é
+        ("€€", 4, _cut("€", 3)),
+        ("😀😀", 5, _cut("😀", 4)),
+        ("😀", 3, _cut("", 4)),
+    ],
+)
+def test_bound_output(text: str, limit: int, expected: str) -> None:
+    bounded = bound_output(text, limit)
+    assert bounded == expected
+    kept = bounded.split("\n[output truncated")[0]
+    assert len(kept.encode()) <= limit and text.startswith(kept)
+
+
+def test_job_encoding_follows_the_emptiness_rules() -> None:
+    bare = Job("job-1", "n1", "", "pending", 0, "2026-01-01T00:00:00Z")
+    assert msgspec.json.decode(msgspec.json.encode(bare)) == {
+        "job_id": "job-1",
+        "node_id": "n1",
+        "command": "",
+        "status": "pending",
+        "retry_count": 0,
+        "created_at": "2026-01-01T00:00:00Z",
+    }
+    finished = msgspec.structs.replace(bare, status="done", exit_code=0)
+    assert msgspec.json.decode(msgspec.json.encode(finished))["exit_code"] == 0
+    new = NewJob.from_request(JobCreate(command="c", port=80), "2026-01-01T00:00:00Z")
+    assert msgspec.json.decode(msgspec.json.encode(new)) == {
+        "command": "c",
+        "status": "pending",
+        "retry_count": 0,
+        "created_at": "2026-01-01T00:00:00Z",
+        "port": 80,
+    }
+
+
+@pytest.mark.parametrize(
+    "epoch", [0.0, 1.5, 1767261600.0, 1767261600.123456, 1767261600.999999, 4102444800.25]
+)
+def test_rfc3339_round_trip(epoch: float) -> None:
+    text = rfc3339(epoch)
+    assert text.endswith("Z") and "T" in text
+    assert parse_rfc3339(text) == pytest.approx(epoch, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2026-01-01T10:00:00Z", datetime(2026, 1, 1, 10, tzinfo=UTC)),
+        ("2026-01-01T10:00:00.5Z", datetime(2026, 1, 1, 10, 0, 0, 500000, tzinfo=UTC)),
+        ("2026-01-01T10:00:00.123456789Z", datetime(2026, 1, 1, 10, 0, 0, 123456, tzinfo=UTC)),
+        ("2026-01-01T12:00:00+02:00", datetime(2026, 1, 1, 10, tzinfo=UTC)),
+        ("2026-01-01T10:00:00.000000001-01:00", datetime(2026, 1, 1, 11, tzinfo=UTC)),
+    ],
+)
+def test_parse_rfc3339_accepts_the_original_forms(text: str, expected: datetime) -> None:
+    assert parse_rfc3339(text) == pytest.approx(expected.timestamp(), abs=1e-6)
+
+
+def test_rfc3339_is_utc_with_microseconds() -> None:
+    assert rfc3339(1767261600.5) == "2026-01-01T10:00:00.500000Z"
+    assert rfc3339(0) == "1970-01-01T00:00:00.000000Z"
