@@ -223,3 +223,45 @@ def _deleted(reply: int) -> None:
 
 def delete_node(keys: Keys, node_id: str) -> Call[None]:
     return Call("DELETE_NODE", _node_keys(keys), [node_id], _deleted)
+
+
+def trim_outbox(keys: Keys, handed_over: Sequence[bytes]) -> Call[int]:
+    """Drop the outbox entries `handed_over` (read from its head, in order) to rq."""
+    return Call("TRIM_OUTBOX", [keys.root, keys.outbox], list(handed_over), int)
+
+
+# The SQLite snapshot and the restore from it (scheduler/snapshot.py).
+
+
+def take_dirty(keys: Keys) -> Call[int]:
+    return Call("TAKE_DIRTY", [keys.root, keys.dirty, keys.dirty_inflight], [], int)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredJob:
+    """A job to put back: its record and what its indexes need. `started` (epoch s) is set
+    for a running run-job only: those are the ones in the busy set and the deadlines."""
+
+    job_id: str
+    score: float
+    node_id: str
+    status: str
+    started: float | None
+    record: bytes
+
+
+def restore_jobs(keys: Keys, jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
+    args: list[Any] = ["1" if mark_dirty else "0"]
+    for job in jobs:
+        started = "" if job.started is None else job.started
+        args += [job.job_id, job.score, job.node_id, job.status, started, job.record]
+    return Call("RESTORE_JOBS", [keys.root, keys.all_jobs, keys.deadlines, keys.dirty], args, int)
+
+
+def finish_restore(keys: Keys, highest_job_number: int, marker: str) -> Call[None]:
+    return Call(
+        "FINISH_RESTORE",
+        [keys.root, keys.job_seq, keys.initialised, keys.restoring],
+        [highest_job_number, marker],
+        lambda _: None,
+    )

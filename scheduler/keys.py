@@ -16,16 +16,26 @@ Layout (P = REDIS_PREFIX):
   P:node:{node}:busy      set of the node's running run-jobs (MAX_JOBS_PER_NODE check)
   P:deadlines             zset of running run-jobs, score = start time (timeout sweep)
   P:dirty                 set of job ids changed since the last snapshot
+  P:dirty:inflight        set of job ids the current (or a crashed) snapshot is writing
+  P:initialised           marker: whether to restore from the SQLite snapshot is decided
+  P:restoring             path of the SQLite file a restore is loading (absent otherwise)
   P:outbox                list of events to publish (SNS): "<event number> <message JSON>"
   P:nodes                 hash node id -> node JSON (built-in registry)
   P:nodes:seen            zset node id -> last heartbeat, epoch seconds
   P:nodes:compute         zset, the same for the nodes with role compute (placement)
   P:sqs:{msg}             string, the job a SQS message created (idempotency key)
-  P:lock:{name}           short-lived locks (restore, snapshot)
+  P:lock:{name}           short-lived locks (restore, snapshot, worker promote)
+  P:stats                 hash of background-work counters (workers/: sqs_dropped, ...)
+  P:runs:{task}           list, the last runs of a periodic task: "<period> <epoch s>"
+rq builds its own keys from the names below (rq:queue:<name>, rq:job:<id>, ...):
+  queue  P.<kind>         the workers' queues (periodic, events)
+  job id <tag>-<kind>-<n> tag = the prefix in rq's id alphabet (a periodic run, an event)
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 
 # Templates for keys that Lua derives; {0} is the single variable part.
@@ -74,6 +84,18 @@ class Keys:
         return self._k("dirty")
 
     @property
+    def dirty_inflight(self) -> str:
+        return self._k("dirty:inflight")
+
+    @property
+    def initialised(self) -> str:
+        return self._k("initialised")
+
+    @property
+    def restoring(self) -> str:
+        return self._k("restoring")
+
+    @property
     def outbox(self) -> str:
         return self._k("outbox")
 
@@ -110,9 +132,32 @@ class Keys:
     def lock(self, name: str) -> str:
         return self._k(f"lock:{name}")
 
+    @property
+    def stats(self) -> str:
+        return self._k("stats")
+
+    def runs(self, task: str) -> str:
+        return self._k(f"runs:{task}")
+
+    def rq_queue(self, kind: str) -> str:
+        """Name of an rq queue of this deployment (rq prefixes it into its own keys)."""
+        return f"{self.prefix}.{kind}"
+
+    def rq_job_id(self, kind: str, number: int) -> str:
+        """An rq job id of this deployment; rq allows only [A-Za-z0-9_-] in ids."""
+        return f"{_rq_tag(self.prefix)}-{kind}-{number}"
+
     def pattern(self) -> str:
         """SCAN pattern matching every key of this deployment."""
         return self._k("*")
+
+
+def _rq_tag(prefix: str) -> str:
+    if re.fullmatch(r"[A-Za-z0-9_-]+", prefix):
+        return prefix
+    # Two prefixes that only differ in characters rq refuses must not share job ids.
+    digest = hashlib.sha1(prefix.encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '_', prefix)}-{digest}"
 
 
 def _lua_function(name: str, template: str) -> str:

@@ -324,8 +324,9 @@ RESTORE_JOBS = _script(
 -- KEYS[1] root  KEYS[2] jobs  KEYS[3] deadlines  KEYS[4] dirty
 -- ARGV[1] "1" to mark the jobs changed (the next snapshot writes them), else "0"
 -- ARGV[2..] 6 values per job: id, score, node id, status, start time (epoch s) of a running
---   run-job or "" for any other job, job JSON
+--   run-job or "" for any other job, job JSON. At most 1000 jobs per call (Lua's unpack limit).
 -- Returns the number of jobs restored.
+-- Each index gets one ZADD/SADD for the whole batch: far cheaper than one call per job.
 local function unindex(id, raw)
   local ok, old = pcall(cjson.decode, raw)
   if not ok or type(old) ~= "table" then return end
@@ -336,28 +337,44 @@ local function unindex(id, raw)
   redis.call("ZREM", key_node_jobs(node), id)
   redis.call("SREM", key_node_busy(node), id)
 end
-local restored = 0
-for i = 2, #ARGV, 6 do
-  local id, score, node, status, start = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local key = key_job(id)
-  local old = redis.call("GET", key)
-  if old then
-    unindex(id, old)
-    redis.call("ZREM", KEYS[3], id)
-  end
-  redis.call("SET", key, ARGV[i + 5])
-  redis.call("ZADD", KEYS[2], score, id)
-  redis.call("ZADD", key_status(status), score, id)
-  redis.call("ZADD", key_node_jobs(node), score, id)
-  redis.call("ZADD", key_node_status(node, status), score, id)
-  if start ~= "" then
-    redis.call("SADD", key_node_busy(node), id)
-    redis.call("ZADD", KEYS[3], start, id)
-  end
-  if ARGV[1] == "1" then redis.call("SADD", KEYS[4], id) end
-  restored = restored + 1
+local function push(groups, key, a, b)
+  local list = groups[key]
+  if not list then list = {}; groups[key] = list end
+  list[#list + 1] = a
+  if b then list[#list + 1] = b end
 end
-return restored
+local ids, job_keys = {}, {}
+for i = 2, #ARGV, 6 do
+  ids[#ids + 1] = ARGV[i]
+  job_keys[#job_keys + 1] = key_job(ARGV[i])
+end
+if #ids == 0 then return 0 end
+for i, old in ipairs(redis.call("MGET", unpack(job_keys))) do
+  if old then
+    unindex(ids[i], old)
+    redis.call("ZREM", KEYS[3], ids[i])
+  end
+end
+local records, zadds, sadds = {}, {}, {}
+for j, id in ipairs(ids) do
+  local i = 2 + (j - 1) * 6
+  local score, node, status, start = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  records[#records + 1] = job_keys[j]
+  records[#records + 1] = ARGV[i + 5]
+  push(zadds, KEYS[2], score, id)
+  push(zadds, key_status(status), score, id)
+  push(zadds, key_node_jobs(node), score, id)
+  push(zadds, key_node_status(node, status), score, id)
+  if start ~= "" then
+    push(zadds, KEYS[3], start, id)
+    push(sadds, key_node_busy(node), id)
+  end
+  if ARGV[1] == "1" then push(sadds, KEYS[4], id) end
+end
+redis.call("MSET", unpack(records))
+for key, list in pairs(zadds) do redis.call("ZADD", key, unpack(list)) end
+for key, list in pairs(sadds) do redis.call("SADD", key, unpack(list)) end
+return #ids
 """,
 )
 

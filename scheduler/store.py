@@ -197,7 +197,7 @@ class SyncJobStore:
 
     def outbox_head(self, limit: int) -> list[bytes]:
         """The oldest `limit` outbox entries ("<event number> <message JSON>"), not removed."""
-        entries: list[bytes] = self.redis.lrange(self.keys.outbox, 0, limit - 1)
+        entries: list[bytes] = self.redis.lrange(self.keys.outbox, 0, limit - 1)  # type: ignore[assignment]
         return entries
 
     def trim_outbox(self, handed_over: list[bytes]) -> int:

@@ -1,0 +1,48 @@
+"""`scheduler worker`: the background work (timeout sweep, SQS ingestion, SNS publishing,
+snapshot) as an rq worker; run as many as you like (workers/)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from scheduler.config import Settings
+
+KINDS = ("periodic", "events")  # workers.queues.KINDS, without importing rq to build the CLI
+
+
+def _kinds(raw: str) -> list[str]:
+    kinds = [kind.strip() for kind in raw.split(",") if kind.strip()]
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(f"use a comma-separated subset of {','.join(KINDS)}")
+    return kinds
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    from scheduler.snapshot import RestoreRefused, restore_if_empty
+    from workers.worker import run
+
+    # Before any work: a Redis that lost its data gets the SQLite snapshot back (snapshot.py).
+    try:
+        restore_if_empty(settings)
+    except RestoreRefused as exc:
+        logging.getLogger("scheduler.snapshot").error("restore refused: %s", exc)
+    return run(settings, kinds=args.queues, burst=args.burst, rq_log_level=args.rq_log_level)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    worker = sub.add_parser("worker", help="run an rq worker: sweep, SQS, SNS, snapshot")
+    worker.add_argument(
+        "--queues",
+        type=_kinds,
+        default=list(KINDS),
+        help="which of the queues to work on (default: periodic,events; periodic first)",
+    )
+    worker.add_argument(
+        "--burst", action="store_true", help="fire the current periods once, work, then exit"
+    )
+    worker.add_argument(
+        "--rq-log-level", default="WARNING", help="rq's own log level (INFO logs every job)"
+    )
+    worker.set_defaults(handler=_worker)

@@ -1,0 +1,133 @@
+"""The rq task functions. Each reads the time at its start and its state from Redis, and is
+idempotent, so a run repeated after a crash (or abandoned by a killed worker and followed by
+the next period's run) loses and duplicates nothing.
+
+Periodic tasks take their period number (the trigger's job id carries it too) and log the run
+under P:runs:<task>.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import time
+from collections import Counter
+
+import httpx
+import msgspec
+
+from workers import context
+from workers.queues import enqueue_publish
+
+log = logging.getLogger("workers.tasks")
+
+OUTBOX_BATCH = 500
+FLUSH_BUDGET_SECS = 30.0
+SNS_TOPIC_PATH = "/topics/job-status/publish"
+
+_encoder = msgspec.json.Encoder()
+
+
+class PublishFailed(Exception):
+    """SNS did not take the event; rq retries the job with backoff."""
+
+
+def sweep(period: int) -> int:
+    """Fail the run jobs running longer than JOB_TIMEOUT_SECS; returns how many."""
+    ctx = context.current()
+    now = time.time()
+    failed = ctx.store.sweep_timeouts(now)
+    if failed:
+        log.info("sweep: %d job(s) timed out: %s", len(failed), " ".join(failed))
+        ctx.count(Counter(timeouts=len(failed)))
+    ctx.record_run("sweep", period, now)
+    return len(failed)
+
+
+def ingest_sqs(period: int) -> dict[str, int]:
+    """Drain the SQS queue `jobs` into jobs (workers.ingest); returns this poll's counters."""
+    from workers.ingest import ingest
+
+    ctx = context.current()
+    now = time.time()
+    if not ctx.settings.sqs_url:
+        return {}
+    counts = asyncio.run(ingest(ctx))
+    ctx.record_run("sqs", period, now)
+    return dict(counts)
+
+
+def _hand_over(ctx: context.Context, entry: bytes, counts: Counter[str]) -> None:
+    number, _, message = entry.decode(errors="replace").partition(" ")
+    if not number.isdigit() or not message:
+        log.error("outbox: malformed entry dropped: %r", entry[:200])
+        counts["outbox_malformed"] += 1
+    elif not ctx.settings.sns_url:
+        counts["events_discarded"] += 1  # as the original: no SNS_URL, no events
+    elif enqueue_publish(ctx.redis, ctx.settings, int(number), message):
+        counts["events_enqueued"] += 1
+
+
+def flush_outbox(period: int) -> int:
+    """Turn outbox entries into publish jobs, then remove them; returns how many it removed.
+
+    An entry leaves the outbox only after its job is enqueued, and the job id is the event
+    number (enqueued with unique=True): a crash in between re-flushes it without a second job.
+    """
+    ctx = context.current()
+    now = time.time()
+    deadline = time.monotonic() + FLUSH_BUDGET_SECS
+    counts: Counter[str] = Counter()
+    removed = 0
+    while time.monotonic() < deadline:
+        entries = ctx.store.outbox_head(OUTBOX_BATCH)
+        for entry in entries:
+            _hand_over(ctx, entry, counts)
+        trimmed = ctx.store.trim_outbox(entries)
+        removed += trimmed
+        # Fewer removed than read: a concurrent flush took this head; it goes on from here.
+        if len(entries) < OUTBOX_BATCH or trimmed < len(entries):
+            break
+    ctx.count(counts)
+    ctx.record_run("outbox", period, now)
+    return removed
+
+
+def publish_event(number: int, message: str) -> None:
+    """POST one event to SNS topic job-status; raising makes rq retry it with backoff."""
+    ctx = context.current()
+    if not ctx.settings.sns_url:
+        log.warning("sns: SNS_URL is no longer set; event %d not published", number)
+        return
+    url = ctx.settings.sns_url.rstrip("/") + SNS_TOPIC_PATH
+    body = _encoder.encode({"message": message})
+    try:
+        response = ctx.http.post(url, content=body, headers={"Content-Type": "application/json"})
+    except httpx.HTTPError as exc:
+        ctx.count(Counter(publish_failures=1))
+        raise PublishFailed(f"event {number}: SNS unreachable: {exc!r}") from None
+    if not response.is_success:
+        ctx.count(Counter(publish_failures=1))
+        detail = response.text[:200].strip()
+        raise PublishFailed(f"event {number}: SNS answered {response.status_code}: {detail}")
+    ctx.count(Counter(events_published=1))
+
+
+SNAPSHOT_MODULE = "scheduler.snapshot"
+
+
+def snapshot(period: int) -> int | None:
+    """Write the jobs changed since the last snapshot to SQLite (scheduler.snapshot)."""
+    ctx = context.current()
+    now = time.time()
+    try:
+        module = importlib.import_module(SNAPSHOT_MODULE)
+    except ModuleNotFoundError as exc:
+        if exc.name != SNAPSHOT_MODULE:
+            raise
+        log.info("snapshot: %s is not available yet; skipped", SNAPSHOT_MODULE)
+        return None
+    written: int = module.snapshot_once(ctx.settings)
+    ctx.record_run("snapshot", period, now)
+    return written
