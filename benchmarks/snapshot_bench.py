@@ -1,0 +1,159 @@
+"""SQLite snapshot and restore: time to snapshot 100 000 changed jobs, time to restore 1 000 000.
+
+    .venv/bin/python benchmarks/snapshot_bench.py [--changed 100000] [--restore 1000000]
+
+Starts its own redis-server on a free loopback port and works in a temporary directory;
+touches nothing else. Prints one line per measurement:
+  snapshot N changed jobs into a new file / into a file that already has them (updates)
+  snapshot with nothing changed, and with 1 000 changed among everything stored (cost follows
+  the changes, not the total)
+  restore of the --restore jobs from a file (every index rebuilt), and Redis memory after it
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scheduler import scripts, snapshot_db  # noqa: E402
+from scheduler.commands import Placement, create_job  # noqa: E402
+from scheduler.config import Settings  # noqa: E402
+from scheduler.keys import Keys  # noqa: E402
+from scheduler.models import NewJob, encoder  # noqa: E402
+from scheduler.snapshot import restore_if_empty, snapshot_once  # noqa: E402
+from scheduler.timefmt import rfc3339  # noqa: E402
+from tests.redis_server import redis_server  # noqa: E402
+
+NODES = [f"bench-node-{i}" for i in range(10)]
+CHUNK = 1000
+
+
+def create_jobs(client: redis.Redis, settings: Settings, count: int) -> None:
+    """`count` jobs through the real create script (so they are in `dirty`), pipelined."""
+    script = client.register_script(scripts.CREATE_JOB)
+    keys = Keys(settings.redis_prefix)
+    now = time.time()
+    body = encoder.encode(
+        NewJob(
+            command="python3 -c 'print(42)'",
+            status="pending",
+            retry_count=0,
+            created_at=rfc3339(now),
+            env_vars={"GREETING": "hi", "EMPTY": ""},
+        )
+    )
+    for start in range(0, count, CHUNK):
+        with client.pipeline(transaction=False) as pipe:
+            for i in range(start, min(start + CHUNK, count)):
+                call = create_job(keys, body, Placement.fixed(NODES[i % len(NODES)]), now, 30)
+                script(keys=call.keys, args=call.args, client=pipe)
+            pipe.execute()
+
+
+def timed(label: str, fn: Any, *args: Any) -> Any:
+    started = time.perf_counter()
+    result = fn(*args)
+    elapsed = time.perf_counter() - started
+    print(f"{label}: {elapsed:.2f} s  (result {result})", flush=True)
+    return result
+
+
+def bench_snapshot(url: str, work: Path, changed: int) -> None:
+    settings = Settings.from_env(
+        {}, redis_url=url, redis_prefix="snap", scheduler_db=str(work / "snap.db")
+    )
+    client = redis.Redis.from_url(url)
+    create_jobs(client, settings, changed)
+    written = timed(f"snapshot {changed} changed jobs, new file", snapshot_once, settings)
+    assert written == changed, written
+    keys = Keys(settings.redis_prefix)
+    for start in range(1, changed + 1, CHUNK):
+        ids = [f"job-{n}" for n in range(start, min(start + CHUNK, changed + 1))]
+        client.sadd(keys.dirty, *ids)
+    timed(f"snapshot {changed} changed jobs, all updates", snapshot_once, settings)
+    timed("snapshot with nothing changed", snapshot_once, settings)
+    client.sadd(keys.dirty, *[f"job-{n}" for n in range(1, CHUNK + 1)])
+    timed(f"snapshot {CHUNK} changed of {changed} stored", snapshot_once, settings)
+    print(f"  file size {os.path.getsize(settings.scheduler_db) / 1e6:.1f} MB", flush=True)
+    client.close()
+
+
+def rows(count: int) -> Iterator[tuple[Any, ...]]:
+    """Rows shaped like ours: a mix of statuses, full-precision timestamps, env vars."""
+    base = time.time() - 86_400
+    for n in range(1, count + 1):
+        status = ("done", "done", "failed", "pending", "running")[n % 5]
+        created = rfc3339(base + n * 0.01)
+        running = rfc3339(base + n * 0.01 + 1) if status != "pending" else None
+        finished = rfc3339(base + n * 0.01 + 2) if status in ("done", "failed") else None
+        exit_code = {"done": 0, "failed": 1}.get(status)
+        yield (
+            f"job-{n}",
+            NODES[n % len(NODES)],
+            "",
+            f"echo {n}",
+            "",
+            status,
+            exit_code,
+            "42\n" if status == "done" else "",
+            "boom" if status == "failed" else "",
+            created,
+            running,
+            finished,
+            n % 2 if status == "failed" else 0,
+            '{"GREETING":"hi"}',
+            "",
+            0,
+            "{}",
+        )
+
+
+def bench_restore(url: str, work: Path, count: int) -> None:
+    path = work / "restore.db"
+    conn = snapshot_db.open_writer(str(path))
+    conn.execute("BEGIN")
+    conn.executemany(snapshot_db.UPSERT, rows(count))
+    conn.execute("COMMIT")
+    conn.close()
+    print(f"  restore file: {count} rows, {os.path.getsize(path) / 1e6:.0f} MB", flush=True)
+    settings = Settings.from_env({}, redis_url=url, redis_prefix="rest", scheduler_db=str(path))
+    restored = timed(f"restore {count} jobs", restore_if_empty, settings)
+    assert restored is True
+    client = redis.Redis.from_url(url)
+    keys = Keys("rest")
+    assert client.zcard(keys.all_jobs) == count
+    assert client.get(keys.job_seq) == str(count).encode()
+    used = int(client.info("memory")["used_memory"])
+    print(f"  redis used_memory after restore: {used / 1e6:.0f} MB", flush=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  this process' peak RSS (snapshot and restore included): {peak:.0f} MB", flush=True)
+    client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--changed", type=int, default=100_000)
+    parser.add_argument("--restore", type=int, default=1_000_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="snapshot-bench-") as tmp, redis_server() as url:
+        work = Path(tmp)
+        print(f"sqlite {sqlite3.sqlite_version}, {os.cpu_count()} cpus", flush=True)
+        bench_snapshot(url, work, args.changed)
+        bench_restore(url, work, args.restore)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""Redis is the live store; the SQLite file SCHEDULER_DB is its durable snapshot and the way
+back when Redis loses its data.
+
+Snapshot (`snapshot_once`, every SNAPSHOT_INTERVAL_SECS in a worker): every job-changing
+script adds the job id to the dirty set. A snapshot moves that set to an in-flight set (one
+script), reads the records in batches, upserts them in one SQLite transaction, commits, and
+only then removes the written ids from the in-flight set. A snapshot killed at any point leaves
+its ids in flight; the next one folds them back in and writes them. Cost: the jobs changed.
+
+Restore (`restore_if_empty`, when serve or a worker starts): the marker key `initialised`
+says the question "does Redis hold no scheduler state?" has been answered for this Redis. The
+first process to find it missing takes the restore lock and decides: Redis already holds jobs
+(the id counter or the jobs index exists): nothing to do; Redis is empty and the snapshot has
+jobs: load them all with every index (RESTORE_JOBS, in batches), set the id counter to the
+highest job number, set the marker. Everyone else waits for the marker. A restore killed
+midway leaves the `restoring` flag, so whoever takes the lock next starts it again (loading a
+job twice is harmless: RESTORE_JOBS replaces it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.exceptions import LockError, RedisError
+from redis.lock import Lock
+
+from scheduler import commands, snapshot_db
+from scheduler.config import Settings
+from scheduler.store import SyncJobStore
+
+log = logging.getLogger("scheduler.snapshot")
+
+BATCH = 1000
+SNAPSHOT_LOCK, RESTORE_LOCK = "sqlite-snapshot", "sqlite-restore"
+# Lock lifetimes; each batch renews them, so these only bound how long a crashed holder
+# blocks the others.
+SNAPSHOT_LOCK_SECS = 60.0
+RESTORE_LOCK_SECS = 30.0
+WAIT_POLL_SECS = 0.1
+
+
+class RestoreRefused(RuntimeError):
+    """Redis holds jobs, yet fewer than the snapshot: it lost its data and new jobs were
+    created since. Restoring would clash ids; writing snapshots would overwrite the old rows.
+    An operator decides (README, "Durability")."""
+
+
+class SnapshotBusy(RuntimeError):
+    """Another process holds the snapshot lock."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    jobs: int
+    highest_job_number: int
+    source: str
+
+
+@contextlib.contextmanager
+def _store(settings: Settings) -> Iterator[SyncJobStore]:
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=10)
+    try:
+        yield SyncJobStore(client, settings)
+    finally:
+        client.close()
+
+
+def _lock(store: SyncJobStore, name: str, ttl: float) -> Lock:
+    lock: Lock = store.redis.lock(store.keys.lock(name), timeout=ttl, thread_local=False)
+    return lock
+
+
+def _release(lock: Lock) -> None:
+    with contextlib.suppress(LockError):
+        lock.release()
+
+
+# Snapshot.
+
+
+def snapshot_once(settings: Settings, *, lock_ttl: float = SNAPSHOT_LOCK_SECS) -> int:
+    """The worker's periodic task: write the jobs changed since the last snapshot. Returns how
+    many were written (0 when another process is writing one, or when a restore was refused)."""
+    try:
+        return write_snapshot(settings, lock_ttl=lock_ttl)
+    except SnapshotBusy:
+        log.info("snapshot: another process is writing one")
+        return 0
+    except RestoreRefused as exc:
+        log.error("snapshot: not written: %s", exc)
+        return 0
+    except LockError as exc:
+        log.warning("snapshot: abandoned, rolled back: %s", exc)
+        return 0
+
+
+def write_snapshot(
+    settings: Settings,
+    *,
+    wait: bool = False,
+    lock_ttl: float = SNAPSHOT_LOCK_SECS,
+    now: float | None = None,
+) -> int:
+    """Write the changed jobs to SCHEDULER_DB; with `wait`, wait for a running snapshot to
+    end instead of raising SnapshotBusy. A Redis whose restore question is open (it lost its
+    data since this process started) is settled first, so the snapshot never writes a fresh
+    job-1 over the file's job-1. Raises RestoreRefused when that cannot be settled."""
+    with _store(settings) as store:
+        if not store.redis.exists(store.keys.initialised):
+            _settle(store, settings, RESTORE_LOCK_SECS, time.time() if now is None else now)
+        lock = _lock(store, SNAPSHOT_LOCK, lock_ttl)
+        if not lock.acquire(blocking=wait, blocking_timeout=None):
+            raise SnapshotBusy()
+        try:
+            return _write_changes(store, settings.scheduler_db, lock, lock_ttl)
+        finally:
+            _release(lock)
+
+
+def _write_changes(store: SyncJobStore, path: str, lock: Lock, lock_ttl: float) -> int:
+    started = time.monotonic()
+    if store.run(commands.take_dirty(store.keys)) == 0:
+        return 0
+    written: list[str] = []
+    conn = snapshot_db.open_writer(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for ids in _batches(store.redis.sscan_iter(store.keys.dirty_inflight, count=BATCH)):
+                written += _write_batch(store, conn, ids)
+                lock.extend(lock_ttl, replace_ttl=True)
+            # Fencing: a holder whose lock expired must not commit over its successor.
+            if not lock.owned():
+                raise LockError("snapshot lock lost before commit")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+    # Only now may the changes be forgotten: a crash before this leaves them in flight.
+    _forget(store, written)
+    log.info("snapshot: %d jobs written in %.3f s", len(written), time.monotonic() - started)
+    return len(written)
+
+
+def _batches(members: Iterable[bytes]) -> Iterator[list[str]]:
+    """Distinct ids, BATCH at a time (SSCAN may return a member twice)."""
+    seen: set[str] = set()
+    batch: list[str] = []
+    for member in members:
+        job_id = member.decode()
+        if job_id in seen:
+            continue
+        seen.add(job_id)
+        batch.append(job_id)
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _write_batch(store: SyncJobStore, conn: sqlite3.Connection, ids: list[str]) -> list[str]:
+    """Upsert one batch; returns the ids that may leave the in-flight set."""
+    blobs: list[Any] = store.redis.mget([store.keys.job(job_id) for job_id in ids])
+    rows, settled = [], []
+    for job_id, blob in zip(ids, blobs, strict=True):
+        if blob is None:
+            settled.append(job_id)  # no longer in Redis: nothing to write
+            continue
+        try:
+            rows.append(snapshot_db.row_from_record(blob))
+        except (ValueError, KeyError) as exc:
+            # Kept in flight (retried by every snapshot) rather than silently dropped.
+            log.error("snapshot: job %s: unreadable record (%s); not written", job_id, exc)
+            continue
+        settled.append(job_id)
+    snapshot_db.upsert(conn, rows)
+    return settled
+
+
+def _forget(store: SyncJobStore, ids: list[str]) -> None:
+    with store.redis.pipeline(transaction=False) as pipe:
+        for start in range(0, len(ids), BATCH):
+            pipe.srem(store.keys.dirty_inflight, *ids[start : start + BATCH])
+        pipe.execute()
+
+
+# Restore.
+
+
+def restore_if_empty(
+    settings: Settings,
+    *,
+    lock_ttl: float = RESTORE_LOCK_SECS,
+    now: float | None = None,
+) -> bool:
+    """At the start of serve and of a worker: if Redis holds no scheduler state under
+    REDIS_PREFIX and SCHEDULER_DB has jobs, restore them all. Exactly one of several processes
+    starting together restores; the others wait until it is done. Returns whether this call
+    restored. Raises RestoreRefused (see there)."""
+    with _store(settings) as store:
+        return _settle(store, settings, lock_ttl, time.time() if now is None else now)
+
+
+async def restore_at_start(settings: Settings) -> bool:
+    """`restore_if_empty` for the API's lifespan, in a thread so the event loop stays free.
+    Redis being down is not fatal: the API answers 503 until it is back, and the worker's next
+    snapshot settles the restore then. A refused restore is logged; the API still starts."""
+    try:
+        return await asyncio.to_thread(restore_if_empty, settings)
+    except RedisError as exc:
+        log.warning("restore check skipped, Redis unavailable: %s", exc)
+    except RestoreRefused as exc:
+        log.error("restore refused: %s", exc)
+    return False
+
+
+def _settle(store: SyncJobStore, settings: Settings, lock_ttl: float, now: float) -> bool:
+    keys, waited = store.keys, time.monotonic()
+    while True:
+        if store.redis.exists(keys.initialised):
+            return False
+        lock = _lock(store, RESTORE_LOCK, lock_ttl)
+        if lock.acquire(blocking=False):
+            try:
+                return _decide(store, settings, lock, lock_ttl, now)
+            finally:
+                _release(lock)
+        if time.monotonic() - waited > 10:
+            log.info("waiting for another process to restore the snapshot")
+            waited = time.monotonic()
+        time.sleep(WAIT_POLL_SECS)
+
+
+def _has_jobs(store: SyncJobStore) -> bool:
+    return bool(store.redis.exists(store.keys.job_seq, store.keys.all_jobs))
+
+
+def _decide(
+    store: SyncJobStore, settings: Settings, lock: Lock, lock_ttl: float, now: float
+) -> bool:
+    """Under the restore lock: answer the restore question for this Redis, once."""
+    keys, path = store.keys, settings.scheduler_db
+    if store.redis.exists(keys.initialised):
+        return False
+    interrupted = store.redis.get(keys.restoring)
+    if interrupted is not None:
+        source = interrupted.decode() if isinstance(interrupted, bytes) else interrupted
+        log.warning("restore: resuming the interrupted restore from %s", source)
+    else:
+        holds_jobs, highest = snapshot_db.snapshot_summary(path)
+        if _has_jobs(store):
+            counter = int(store.redis.get(keys.job_seq) or 0)
+            if highest > counter:
+                raise RestoreRefused(
+                    f"Redis (prefix {keys.prefix!r}) counts jobs up to job-{counter} but the "
+                    f"snapshot {path} holds job-{highest}: Redis lost its data and new jobs "
+                    "were created since"
+                )
+            store.run(commands.finish_restore(keys, 0, "found jobs in Redis"))
+            return False
+        if not holds_jobs:
+            store.run(commands.finish_restore(keys, 0, "started empty"))
+            return False
+        source = os.path.abspath(path)
+        store.redis.set(keys.restoring, source)
+    _load(store, source, _mark_dirty(source, path), lock, lock_ttl, now)
+    return True
+
+
+def _mark_dirty(source: str, scheduler_db: str) -> bool:
+    """Jobs restored from another file than SCHEDULER_DB must reach SCHEDULER_DB too."""
+    try:
+        return not os.path.samefile(source, scheduler_db)
+    except OSError:
+        return True
+
+
+def _load(
+    store: SyncJobStore, source: str, mark_dirty: bool, lock: Lock, lock_ttl: float, now: float
+) -> RestoreReport:
+    """Load every row of `source` (batches of RESTORE_JOBS), then finish: counter, marker."""
+    started = time.monotonic()
+    count, highest = 0, 0
+    # One batch goes to Redis from a thread (which mostly waits on the socket) while the next
+    # is converted here: the two costs overlap instead of adding up. One batch in flight.
+    with (
+        contextlib.closing(snapshot_db.open_reader(source)) as conn,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="restore") as sender,
+    ):
+        in_flight: Future[int] | None = None
+        for rows in snapshot_db.read_batches(conn, BATCH):
+            jobs = _convert(rows, source, now)
+            # Scores of job-N ids are N; other ids score below 1 (snapshot_db.NON_JOB_SCORE).
+            highest = max([highest, *(int(job.score) for job in jobs if job.score >= 1)])
+            if in_flight is not None:
+                count += in_flight.result()
+                lock.extend(lock_ttl, replace_ttl=True)
+            call = commands.restore_jobs(store.keys, jobs, mark_dirty)
+            in_flight = sender.submit(store.run, call)
+        if in_flight is not None:
+            count += in_flight.result()
+    if not lock.owned():
+        raise LockError("restore lock lost before the restore finished")
+    marker = f"restored {count} jobs from {source}"
+    store.run(commands.finish_restore(store.keys, highest, marker))
+    log.info("%s in %.3f s (next id job-%d)", marker, time.monotonic() - started, highest + 1)
+    return RestoreReport(jobs=count, highest_job_number=highest, source=source)
+
+
+def _convert(rows: list[tuple[Any, ...]], source: str, now: float) -> list[commands.RestoredJob]:
+    jobs = []
+    for row in rows:
+        try:
+            jobs.append(snapshot_db.restored_job(row, now))
+        except ValueError as exc:
+            log.error("restore: skipped a row of %s: %s", source, exc)
+    return jobs
+
+
+def restore_from_file(
+    settings: Settings,
+    source: str,
+    *,
+    force: bool = False,
+    lock_ttl: float = RESTORE_LOCK_SECS,
+    now: float | None = None,
+) -> RestoreReport:
+    """The operator's `scheduler restore --from FILE`. Into a Redis that already holds jobs it
+    refuses (RestoreRefused) unless `force`: then the file's jobs replace those with the same
+    id, the others stay, and the id counter only ever rises. Jobs from a file other than
+    SCHEDULER_DB are marked changed, so the next snapshot writes them there too."""
+    source = os.path.abspath(source)
+    snapshot_db.open_reader(source).close()  # fail early, before any lock, if it is missing
+    with _store(settings) as store:
+        lock = _lock(store, RESTORE_LOCK, lock_ttl)
+        lock.acquire(blocking=True)
+        try:
+            # Jobs left by an interrupted restore do not count: this one starts it again.
+            holds_jobs = _has_jobs(store) and not store.redis.exists(store.keys.restoring)
+            if holds_jobs and not force:
+                raise RestoreRefused(
+                    f"Redis (prefix {store.keys.prefix!r}) already holds jobs; "
+                    "use --force to load the file over them"
+                )
+            if not holds_jobs:
+                store.redis.set(store.keys.restoring, source)
+            mark = _mark_dirty(source, settings.scheduler_db)
+            at = time.time() if now is None else now
+            return _load(store, source, mark, lock, lock_ttl, at)
+        finally:
+            _release(lock)
