@@ -48,7 +48,13 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 # Each sub-command lives in its own module, which exposes `add_parser(sub)`; the parser's
 # defaults carry `handler(args, settings) -> exit code`.
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "scheduler.agent_cli",
+    "scheduler.cli_snapshot",
+    "scheduler.client",
+    "scheduler.up",
+    "scheduler.cli_worker",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

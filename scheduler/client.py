@@ -1,0 +1,268 @@
+"""The command-line client: `scheduler submit`, `scheduler status`, `scheduler list`.
+
+Output is the original tinyaws CLI's (CONTRACT 7): `submitted <id> on node <node>
+(status=<status>)`, `submit failed <code>: <body>`, and for a job `job_id=… node_id=… status=…
+command="…"`, then `exit_code=N`, `stdout:` and `stderr:` blocks when present. New: `--json`
+prints the scheduler's JSON instead, `submit --wait` waits and prints the job's own output (so
+`scheduler submit 'echo hello' --wait` prints hello), `list`, `--env`, `--service`.
+SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+from urllib.parse import quote
+
+import httpx
+
+from scheduler.config import Settings
+
+FINAL = ("done", "failed")
+_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPES |= {"\v": "\\v", '"': '\\"', "\\": "\\\\"}
+
+
+class ClientError(Exception):
+    """Ends the command with this message on stderr and exit status 1."""
+
+
+def go_quote(text: str) -> str:
+    """Go's %q (strconv.Quote), which the original CLI used for the command."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
+
+
+def format_job(job: dict[str, Any]) -> str:
+    """The original's printJob."""
+    text = (
+        f"job_id={job.get('job_id', '')} node_id={job.get('node_id', '')} "
+        f"status={job.get('status', '')} command={go_quote(job.get('command', ''))}\n"
+    )
+    if job.get("exit_code") is not None:
+        text += f"exit_code={job['exit_code']}\n"
+    if job.get("stdout"):
+        text += f"stdout:\n{job['stdout']}"
+    if job.get("stderr"):
+        text += f"stderr:\n{job['stderr']}"
+    return text
+
+
+class Client:
+    def __init__(self, url: str, api_key: str = "", timeout: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ClientError(
+                f"error: cannot reach the scheduler at {self.url}: {reason}"
+            ) from None
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        response = self.request("GET", "/jobs/" + quote(job_id, safe=""))
+        if response.status_code >= 400:
+            body = response.text.rstrip("\n")
+            raise ClientError(f"error: scheduler returned {response.status_code}: {body}")
+        return _json_object(response)
+
+    def wait(
+        self,
+        job_id: str,
+        poll_secs: float,
+        until: Callable[[dict[str, Any]], bool],
+        each: Callable[[dict[str, Any]], None] = lambda job: None,
+    ) -> dict[str, Any]:
+        while True:
+            job = self.job(job_id)
+            each(job)
+            if until(job):
+                return job
+            time.sleep(poll_secs)
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    try:
+        value = response.json()
+    except ValueError as exc:
+        raise ClientError(f"decode: {exc}") from None
+    if not isinstance(value, dict):
+        raise ClientError("decode: the scheduler did not answer with a job object")
+    return value
+
+
+def _print_json(value: Any, out: TextIO) -> None:
+    out.write(json.dumps(value, indent=2) + "\n")
+
+
+def _env_vars(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ClientError(f"error: --env {pair!r}: use NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    body: dict[str, Any] = {"command": args.command}
+    if args.instance:
+        body["instance_id"] = args.instance
+    if args.env:
+        body["env_vars"] = _env_vars(args.env)
+    if args.service:
+        body["job_type"] = "service"
+    if args.port:
+        body["port"] = args.port
+    response = client.request("POST", "/jobs", json=body)
+    if response.status_code >= 400:
+        err.write(f"submit failed {response.status_code}: {response.text.rstrip(chr(10))}\n")
+        return 1
+    job = _json_object(response)
+    if not args.json:
+        out.write(f"submitted {job.get('job_id')} on node {job.get('node_id')} ")
+        out.write(f"(status={job.get('status')})\n")
+    if not args.wait:
+        if args.json:
+            _print_json(job, out)
+        return 0
+    if args.service:  # a service runs until stopped: wait until it has started (or ended)
+        job = client.wait(job["job_id"], args.poll_secs, lambda j: j.get("status") != "pending")
+        if args.json:
+            _print_json(job, out)
+        else:
+            out.write(format_job(job))
+        return 1 if job.get("status") == "failed" else 0
+    job = client.wait(job["job_id"], args.poll_secs, lambda j: j.get("status") in FINAL)
+    if args.json:
+        _print_json(job, out)
+    else:
+        out.write(job.get("stdout", ""))
+        err.write(job.get("stderr", ""))
+        if job.get("status") != "done":
+            err.write(f"{job['job_id']} failed (exit_code={job.get('exit_code')})\n")
+    return 0 if job.get("status") == "done" else 1
+
+
+def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    if args.json:
+        job = client.wait(
+            args.job_id, args.poll_secs, lambda j: not args.wait or j.get("status") in FINAL
+        )
+        _print_json(job, out)
+        return 0
+    # As the original: with --wait, the job is printed at every poll.
+    client.wait(
+        args.job_id,
+        args.poll_secs,
+        lambda j: not args.wait or j.get("status") in FINAL,
+        lambda j: _echo(format_job(j), out),
+    )
+    return 0
+
+
+def _echo(text: str, out: TextIO) -> None:
+    out.write(text)
+    out.flush()
+
+
+def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    params = {"node_id": args.node_id, "status": args.status}
+    if args.limit:
+        params["limit"] = str(args.limit)
+    response = client.request("GET", "/jobs", params={k: v for k, v in params.items() if v})
+    if response.status_code >= 400:
+        raise ClientError(
+            f"error: scheduler returned {response.status_code}: {response.text.rstrip()}"
+        )
+    try:
+        jobs = response.json()
+    except ValueError as exc:
+        raise ClientError(f"decode: {exc}") from None
+    if args.json:
+        _print_json(jobs, out)
+        return 0
+    for job in jobs:
+        out.write(
+            format_job({k: job.get(k, "") for k in ("job_id", "node_id", "status", "command")})
+        )
+    return 0
+
+
+Command = Callable[[argparse.Namespace, Client, TextIO, TextIO], int]
+
+
+def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
+    def handle(args: argparse.Namespace, settings: Settings) -> int:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        url = args.scheduler_url or settings.scheduler_url
+        client = Client(url, settings.api_key, settings.http_timeout_secs)
+        try:
+            return command(args, client, sys.stdout, sys.stderr)
+        except ClientError as exc:
+            sys.stdout.flush()
+            print(exc, file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+        finally:
+            client.close()
+
+    return handle
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the scheduler's JSON")
+    parser.add_argument("--scheduler-url", default="", help="default: $SCHEDULER_URL")
+    parser.add_argument(
+        "--poll-secs", type=float, default=2.0, help="--wait polls this often (default 2)"
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("submit", help="submit a job: scheduler submit 'echo hello' --wait")
+    p.add_argument("command", help="shell command, run with sh -c on the node")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--instance", default="", metavar="ID", help="run on this instance's node")
+    p.add_argument("--service", action="store_true", help="a long-running service job")
+    p.add_argument("--port", type=int, default=0, help="the service's port")
+    p.add_argument("--wait", action="store_true", help="wait for the end, print its output")
+    _common(p)
+    p.set_defaults(handler=_handler(submit))
+
+    p = sub.add_parser("status", help="show a job: scheduler status job-1 [--wait]")
+    p.add_argument("job_id")
+    p.add_argument("--wait", action="store_true", help="poll until done or failed")
+    _common(p)
+    p.set_defaults(handler=_handler(status))
+
+    p = sub.add_parser("list", help="list jobs, oldest first")
+    p.add_argument("--node-id", default="")
+    p.add_argument("--status", default="", choices=["", "pending", "running", "done", "failed"])
+    p.add_argument("--limit", type=int, default=0, help="at most this many jobs")
+    _common(p)
+    p.set_defaults(handler=_handler(list_jobs))

@@ -1,0 +1,141 @@
+"""The deployment files hold together: docker-compose.yml (no Docker engine runs here, so its
+structure is checked), the nginx upstream, the Dockerfile and the Procfile. Every
+`scheduler ...` command they run must be a real sub-command."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scheduler.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+API_PORT = 9001
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
+
+
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = compose["services"]
+    return found
+
+
+def api_services(compose: dict[str, Any]) -> list[str]:
+    return sorted(
+        name
+        for name, svc in services(compose).items()
+        if svc.get("command", [])[:2]
+        == [
+            "scheduler",
+            "serve",
+        ]
+    )
+
+
+def assert_valid_command(argv: list[str]) -> None:
+    """`scheduler ...` parses with our own command line (so a renamed flag breaks this test)."""
+    assert argv[0] == "scheduler", argv
+    # `${VAR:-default}` as the shell expands it with VAR unset.
+    expanded = [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", arg) for arg in argv[1:]]
+    args = build_parser().parse_args(expanded)
+    assert callable(args.handler)
+
+
+def test_compose_has_every_process_of_the_product(compose: dict[str, Any]) -> None:
+    assert {"redis", "lb", "worker", "dashboard", "agent"} <= set(services(compose))
+    assert len(api_services(compose)) >= 2
+
+
+def test_redis_keeps_an_append_only_file_on_a_volume(compose: dict[str, Any]) -> None:
+    redis = services(compose)["redis"]
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command and "--appendfsync everysec" in command
+    volume = redis["volumes"][0].split(":")
+    assert volume[1] == "/data" and volume[0] in compose["volumes"]
+    assert "healthcheck" in redis
+
+
+def test_every_scheduler_process_uses_the_compose_redis(compose: dict[str, Any]) -> None:
+    for name in [*api_services(compose), "worker", "dashboard"]:
+        env = services(compose)[name]["environment"]
+        assert env["REDIS_URL"] == "redis://redis:6379/0", name
+        assert services(compose)[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+
+
+def test_commands_are_real_subcommands(compose: dict[str, Any]) -> None:
+    for svc in services(compose).values():
+        command = svc.get("command", [])
+        if command and command[0] == "scheduler":
+            assert_valid_command(command)
+    assert services(compose)["worker"]["command"] == ["scheduler", "worker"]
+    assert services(compose)["agent"]["command"][:2] == ["scheduler", "agent"]
+
+
+def test_api_replicas_listen_on_the_schedulers_port(compose: dict[str, Any]) -> None:
+    for name in api_services(compose):
+        command = services(compose)[name]["command"]
+        assert command[command.index("--port") + 1] == str(API_PORT)
+        assert command[command.index("--host") + 1] == "0.0.0.0"
+        assert "ports" not in services(compose)[name]  # reached only through the balancer
+
+
+def test_the_load_balancer_fronts_every_api_replica(compose: dict[str, Any]) -> None:
+    lb = services(compose)["lb"]
+    assert lb["image"].startswith("nginx")
+    assert f"{API_PORT}:{API_PORT}" in lb["ports"]
+    source, target, *_ = lb["volumes"][0].split(":")
+    assert target == "/etc/nginx/nginx.conf"
+    conf = (ROOT / source).read_text()
+    upstream = re.search(r"upstream\s+(\w+)\s*\{(.*?)\}", conf, re.S)
+    assert upstream is not None
+    servers = re.findall(r"^\s*server\s+([\w.-]+):(\d+)", upstream.group(2), re.M)
+    assert sorted(host for host, _ in servers) == api_services(compose)
+    assert {int(port) for _, port in servers} == {API_PORT}
+    assert re.search(rf"listen\s+{API_PORT};", conf)
+    assert f"proxy_pass http://{upstream.group(1)};" in conf
+    assert set(lb["depends_on"]) == set(api_services(compose))
+
+
+def test_the_dashboard_and_workers(compose: dict[str, Any]) -> None:
+    dashboard = services(compose)["dashboard"]
+    assert dashboard["command"][0] == "rq-dashboard"
+    assert "redis://redis:6379/0" in dashboard["command"]
+    assert dashboard["ports"] == ["127.0.0.1:9181:9181"]
+    worker = services(compose)["worker"]
+    assert worker["deploy"]["replicas"] >= 1
+    assert worker["environment"]["SCHEDULER_DB"].startswith("/var/lib/scheduler/snapshot/")
+
+
+def test_the_agent_reaches_the_api_through_the_balancer(compose: dict[str, Any]) -> None:
+    agent = services(compose)["agent"]
+    assert agent["environment"]["SCHEDULER_URL"] == f"http://lb:{API_PORT}"
+    assert "REDIS_URL" not in agent["environment"]  # agents speak HTTP only
+    assert agent["depends_on"] == ["lb"]
+
+
+def test_the_image_builds_from_this_tree(compose: dict[str, Any]) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for path in re.findall(r"^COPY\s+(.+?)\s+\S+$", dockerfile, re.M):
+        for part in path.split():
+            assert (ROOT / part).exists(), part
+    assert re.search(r'pip install "\.\[dashboard\]"', dockerfile)
+    for name in [*api_services(compose), "worker", "dashboard", "agent"]:
+        assert services(compose)[name]["build"] == "."
+
+
+def test_procfile_runs_web_worker_dashboard_and_agent() -> None:
+    entries = dict(
+        line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line
+    )
+    assert {"web", "worker", "dashboard", "agent"} <= set(entries)
+    for name in ("web", "worker", "agent"):
+        assert_valid_command(shlex.split(entries[name]))
