@@ -27,7 +27,6 @@ class ConfigError(ValueError):
 class Settings:
     redis_url: str = field(default="redis://127.0.0.1:6379/0", metadata={"env": "REDIS_URL"})
     redis_prefix: str = field(default="sched", metadata={"env": "REDIS_PREFIX"})
-    redis_max_connections: int = field(default=64, metadata={"env": "REDIS_MAX_CONNECTIONS"})
     registry_url: str = field(default="", metadata={"env": "REGISTRY_URL"})
     registry_cache_secs: float = field(default=1.0, metadata={"env": "REGISTRY_CACHE_SECS"})
     registry_timeout_secs: float = field(default=3.0, metadata={"env": "REGISTRY_TIMEOUT_SECS"})
@@ -102,7 +101,6 @@ class Settings:
         _at_least("OUTPUT_LIMIT_BYTES", self.output_limit_bytes, 1024)
         _at_least("MAX_BODY_BYTES", self.max_body_bytes, 1024)
         _at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
-        _at_least("REDIS_MAX_CONNECTIONS", self.redis_max_connections, 1)
         _at_least("SWEEP_INTERVAL_SECS", self.sweep_interval_secs, 0.1)
         _at_least("SQS_POLL_SECS", self.sqs_poll_secs, 0.1)
         _at_least("SNAPSHOT_INTERVAL_SECS", self.snapshot_interval_secs, 0.1)

@@ -80,7 +80,6 @@ def test_registry_url_turns_off_the_builtin_registry() -> None:
         ("OUTPUT_LIMIT_BYTES", "100"),
         ("MAX_BODY_BYTES", "1k"),
         ("MAX_REPORT_BYTES", "2048"),  # below MAX_BODY_BYTES' default of 1 MiB
-        ("REDIS_MAX_CONNECTIONS", "0"),
         ("SWEEP_INTERVAL_SECS", "nan"),
         ("REDIS_PREFIX", "a b"),
         ("REDIS_PREFIX", "{a}"),
