@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -131,13 +130,16 @@ def _write_changes(store: SyncJobStore, path: str, lock: Lock, lock_ttl: float) 
     started = time.monotonic()
     if store.run(commands.take_dirty(store.keys)) == 0:
         return 0
-    written: list[str] = []
+    written, settled = 0, []  # rows upserted; ids that may leave the in-flight set
     conn = snapshot_db.open_writer(path)
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
             for ids in _batches(store.redis.sscan_iter(store.keys.dirty_inflight, count=BATCH)):
-                written += _write_batch(store, conn, ids)
+                rows, done = _read_batch(store, ids)
+                snapshot_db.upsert(conn, rows)
+                written += len(rows)
+                settled += done
                 lock.extend(lock_ttl, replace_ttl=True)
             # Fencing: a holder whose lock expired must not commit over its successor.
             if not lock.owned():
@@ -149,9 +151,9 @@ def _write_changes(store: SyncJobStore, path: str, lock: Lock, lock_ttl: float) 
     finally:
         conn.close()
     # Only now may the changes be forgotten: a crash before this leaves them in flight.
-    _forget(store, written)
-    log.info("snapshot: %d jobs written in %.3f s", len(written), time.monotonic() - started)
-    return len(written)
+    _forget(store, settled)
+    log.info("snapshot: %d jobs written in %.3f s", written, time.monotonic() - started)
+    return written
 
 
 def _batches(members: Iterable[bytes]) -> Iterator[list[str]]:
@@ -171,8 +173,9 @@ def _batches(members: Iterable[bytes]) -> Iterator[list[str]]:
         yield batch
 
 
-def _write_batch(store: SyncJobStore, conn: sqlite3.Connection, ids: list[str]) -> list[str]:
-    """Upsert one batch; returns the ids that may leave the in-flight set."""
+def _read_batch(store: SyncJobStore, ids: list[str]) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """The rows to upsert for these ids, and the ids that may leave the in-flight set once
+    they are committed."""
     blobs: list[Any] = store.redis.mget([store.keys.job(job_id) for job_id in ids])
     rows, settled = [], []
     for job_id, blob in zip(ids, blobs, strict=True):
@@ -186,8 +189,7 @@ def _write_batch(store: SyncJobStore, conn: sqlite3.Connection, ids: list[str]) 
             log.error("snapshot: job %s: unreadable record (%s); not written", job_id, exc)
             continue
         settled.append(job_id)
-    snapshot_db.upsert(conn, rows)
-    return settled
+    return rows, settled
 
 
 def _forget(store: SyncJobStore, ids: list[str]) -> None:

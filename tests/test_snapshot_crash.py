@@ -58,7 +58,7 @@ def wrap(module, name, before=False, at_call=1):
 
 settings = Settings.from_env()
 if point == "snapshot-mid":  # after a second batch is upserted, before the commit
-    wrap(snap, "_write_batch", at_call=2)
+    wrap(snapshot_db, "upsert", at_call=2)
     snap.snapshot_once(settings, lock_ttl=1.0)
 elif point == "snapshot-committed":  # after the commit, before the ids leave the set
     wrap(snap, "_forget", before=True)
