@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from redis.exceptions import RedisError
+
 from scheduler.config import Settings
 from scheduler.snapshot import RestoreRefused, restore_from_file, write_snapshot
 from scheduler.snapshot_db import SnapshotFileError
@@ -13,7 +15,7 @@ from scheduler.snapshot_db import SnapshotFileError
 def _snapshot(args: argparse.Namespace, settings: Settings) -> int:
     try:
         written = write_snapshot(settings, wait=True)
-    except RestoreRefused as exc:
+    except (RestoreRefused, RedisError, SnapshotFileError) as exc:
         print(f"scheduler snapshot: not written: {exc}", file=sys.stderr)
         return 1
     print(f"snapshot: {written} changed jobs written to {settings.scheduler_db}")
@@ -23,7 +25,7 @@ def _snapshot(args: argparse.Namespace, settings: Settings) -> int:
 def _restore(args: argparse.Namespace, settings: Settings) -> int:
     try:
         report = restore_from_file(settings, args.source, force=args.force)
-    except (FileNotFoundError, SnapshotFileError, RestoreRefused) as exc:
+    except (FileNotFoundError, SnapshotFileError, RestoreRefused, RedisError) as exc:
         print(f"scheduler restore: {exc}", file=sys.stderr)
         return 1
     print(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import time
@@ -13,8 +12,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from scheduler import commands, snapshot_db
-from scheduler.cli import main as cli_main
+from scheduler import commands
 from scheduler.config import Settings
 from scheduler.snapshot import (
     RestoreRefused,
@@ -24,51 +22,14 @@ from scheduler.snapshot import (
 )
 from scheduler.store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
-
-# Keys that are not job state (or are snapshot bookkeeping), left out of state comparisons.
-_NOT_JOB_STATE = {"initialised", "dirty", "dirty:inflight", "restoring", "seq:rr", "seq:event"}
-_NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox")
-
-
-def job_state(r: redis.Redis, prefix: str) -> dict[str, Any]:
-    """Every job record and index under `prefix`, decoded for comparison."""
-    state: dict[str, Any] = {}
-    for raw in r.scan_iter(f"{prefix}:*", count=1000):
-        name = raw.decode()[len(prefix) + 1 :]
-        if name in _NOT_JOB_STATE or name.startswith(_NOT_JOB_PREFIXES):
-            continue
-        kind = r.type(raw)
-        if kind == b"string":
-            value = r.get(raw)
-            state[name] = json.loads(value) if name.startswith("job:") else value
-        elif kind == b"zset":
-            members = r.zrange(raw, 0, -1, withscores=True)
-            # Deadlines come back from the microsecond timestamp of the record.
-            digits = 3 if name == "deadlines" else 9
-            state[name] = {m.decode(): round(s, digits) for m, s in members}
-        elif kind == b"set":
-            state[name] = sorted(m.decode() for m in r.smembers(raw))
-        else:
-            raise AssertionError(f"unexpected key type {kind!r} for {name}")
-    return state
-
-
-def lose_redis_data(r: redis.Redis, prefix: str) -> None:
-    """What a Redis restart without persistence does to this deployment."""
-    keys = list(r.scan_iter(f"{prefix}:*", count=1000))
-    if keys:
-        r.delete(*keys)
-
-
-def rows(path: Path) -> dict[str, dict[str, Any]]:
-    with sqlite3.connect(path) as conn:
-        conn.row_factory = sqlite3.Row
-        return {row["id"]: dict(row) for row in conn.execute("SELECT * FROM jobs")}
-
-
-def columns(path: Path) -> list[str]:
-    with sqlite3.connect(path) as conn:
-        return [row[1] for row in conn.execute("PRAGMA table_info(jobs)")]
+from tests.snapshot_helpers import (
+    full_record,
+    job_state,
+    lose_redis_data,
+    put_records,
+    rows,
+    without,
+)
 
 
 @pytest.fixture
@@ -86,49 +47,6 @@ def store(settings: Settings) -> Any:
     s = SyncJobStore.connect(settings)
     yield s
     s.close()
-
-
-def full_record(job_id: str, **fields: Any) -> dict[str, Any]:
-    """A record with every field the wire has set, including the awkward values."""
-    record = {
-        "job_id": job_id,
-        "node_id": "n1",
-        "instance_id": "i-7",
-        "command": "echo 'a/b' \u00e9",
-        "deploy_url": "http://store:7001/buckets/deployments/objects/app.zip",
-        "env_vars": {"EMPTY": "", "PATH_LIKE": "/usr/bin:/bin", "UNI": "\u2603"},
-        "job_type": "run",
-        "port": 8080,
-        "status": "done",
-        "retry_count": 1,
-        "exit_code": 0,
-        "stdout": "line 1\nline 2\n",
-        "stderr": "warn\ttab",
-        "created_at": "2026-01-01T10:00:00.123456Z",
-        "running_at": "2026-01-01T10:00:01.5Z",
-        "finished_at": "2026-01-01T10:00:02Z",
-    }
-    record.update(fields)
-    return record
-
-
-def without(record: dict[str, Any], *names: str) -> dict[str, Any]:
-    """The record with these fields unset (as the API omits them)."""
-    return {k: v for k, v in record.items() if k not in names}
-
-
-def put_records(store: SyncJobStore, records: list[dict[str, Any]], now: float = 0.0) -> None:
-    """Jobs into Redis as a snapshot row would put them back, marked changed."""
-    jobs = []
-    for record in records:
-        blob = json.dumps(record).encode()
-        job = snapshot_db.restored_job(snapshot_db.row_from_record(blob), now)
-        jobs.append(dataclasses.replace(job, record=blob))
-    store.run(commands.restore_jobs(store.keys, jobs, mark_dirty=True))
-    # As if created: the id counter covers them.
-    highest = max(snapshot_db.job_number(r["job_id"]) or 0 for r in records)
-    if highest > int(store.redis.get(store.keys.job_seq) or 0):
-        store.redis.set(store.keys.job_seq, highest)
 
 
 # Round trip.
@@ -306,109 +224,6 @@ def test_two_snapshots_at_once_one_skips(
     assert snapshot_once(settings) == 1
 
 
-# Files of the original Go scheduler, and older files.
-
-GO_SCHEMA = """CREATE TABLE jobs (
-    id TEXT PRIMARY KEY, node_id TEXT NOT NULL, instance_id TEXT NOT NULL DEFAULT '',
-    command TEXT NOT NULL, deploy_url TEXT NOT NULL DEFAULT '', status TEXT NOT NULL,
-    exit_code INTEGER, stdout TEXT NOT NULL DEFAULT '', stderr TEXT NOT NULL DEFAULT '',
-    created_at TEXT NOT NULL, running_at TEXT, finished_at TEXT,
-    retry_count INTEGER NOT NULL DEFAULT 0, env_vars TEXT,
-    job_type TEXT NOT NULL DEFAULT 'run', port INTEGER NOT NULL DEFAULT 0)"""
-
-
-def go_file(path: Path) -> None:
-    with sqlite3.connect(path) as conn:
-        conn.execute(GO_SCHEMA)
-        conn.execute(
-            "INSERT INTO jobs VALUES ('job-99', 'n1', '', 'echo hi', '', 'done', 0, 'hi\n', '',"
-            " '2026-01-01T10:00:00Z', '2026-01-01T10:00:03Z', '2026-01-01T10:00:04Z', 1,"
-            " '{\"A\":\"\"}', 'run', 0)"
-        )
-        conn.execute(
-            "INSERT INTO jobs VALUES ('not-a-job', 'n1', '', 'echo old', '', 'pending', NULL,"
-            " '', '', '2026-01-01T09:00:00Z', NULL, NULL, 0, NULL, 'run', 0)"
-        )
-    conn.close()
-
-
-def test_a_file_of_the_go_scheduler_restores(
-    make_client: ClientFactory, make_settings: SettingsFactory, tmp_path: Path
-) -> None:
-    path = tmp_path / "go.db"
-    go_file(path)
-    settings = make_settings(scheduler_db=str(path))
-    client = make_client(settings)
-    register(client, "n1")
-
-    job = client.get("/jobs/job-99").json()
-    assert job == {
-        "job_id": "job-99",
-        "node_id": "n1",
-        "command": "echo hi",
-        "status": "done",
-        "retry_count": 1,
-        "exit_code": 0,
-        "stdout": "hi\n",
-        "env_vars": {"A": ""},
-        "job_type": "run",
-        "created_at": "2026-01-01T10:00:00Z",
-        "running_at": "2026-01-01T10:00:03Z",
-        "finished_at": "2026-01-01T10:00:04Z",
-    }
-    assert client.get("/jobs/not-a-job").json()["status"] == "pending"
-    assert [j["job_id"] for j in client.get("/jobs").json()] == ["not-a-job", "job-99"]
-    assert [j["job_id"] for j in client.get("/jobs?node_id=n1&status=pending").json()] == [
-        "not-a-job"
-    ]
-    assert submit(client, command="new")["job_id"] == "job-100"
-
-    # The worker's snapshot then migrates the file in place and adds the new job.
-    assert snapshot_once(settings) == 1
-    assert columns(path) == list(snapshot_db.NAMES)
-    saved = rows(path)
-    assert set(saved) == {"job-99", "not-a-job", "job-100"}
-    assert saved["job-99"]["created_at"] == "2026-01-01T10:00:00Z"
-
-
-OLDEST_SCHEMA = """CREATE TABLE jobs (
-    id TEXT PRIMARY KEY, node_id TEXT NOT NULL, command TEXT NOT NULL, status TEXT NOT NULL,
-    exit_code INTEGER, stdout TEXT NOT NULL DEFAULT '', stderr TEXT NOT NULL DEFAULT '',
-    created_at TEXT NOT NULL, finished_at TEXT)"""
-
-
-def test_an_older_file_missing_columns_is_migrated_in_place(
-    make_settings: SettingsFactory, rclient: redis.Redis, prefix: str, tmp_path: Path
-) -> None:
-    path = tmp_path / "old.db"
-    with sqlite3.connect(path) as conn:
-        conn.execute(OLDEST_SCHEMA)
-        conn.execute(
-            "INSERT INTO jobs VALUES ('job-7', 'n1', 'make', 'failed', 2, '', 'err',"
-            " '2025-06-01T08:00:00+02:00', '2025-06-01T08:00:09+02:00')"
-        )
-    conn.close()
-    settings = make_settings(scheduler_db=str(path))
-
-    assert restore_if_empty(settings) is True  # read as it is, not modified by the restore
-    assert "port" not in columns(path)
-    restored = json.loads(rclient.get(f"{prefix}:job:job-7"))
-    assert restored["created_at"] == "2025-06-01T06:00:00.000000Z"  # offsets become UTC
-    assert (restored["exit_code"], restored["retry_count"], restored["stderr"]) == (2, 0, "err")
-
-    store = SyncJobStore.connect(settings)
-    try:
-        put_records(store, [full_record("job-8")])
-    finally:
-        store.close()
-    assert snapshot_once(settings) == 1
-    assert sorted(columns(path)) == sorted(snapshot_db.NAMES)
-    saved = rows(path)
-    assert saved["job-7"]["command"] == "make" and saved["job-7"]["retry_count"] == 0
-    assert saved["job-7"]["env_vars"] == "{}" and saved["job-7"]["port"] == 0
-    assert saved["job-8"]["port"] == 8080
-
-
 # Deciding whether to restore.
 
 
@@ -468,63 +283,3 @@ def test_redis_down_at_start_does_not_stop_the_api(
 
     with TestClient(create_app(settings)) as client:
         assert client.get("/health").status_code == 200
-
-
-# The operator's commands.
-
-
-def test_cli_snapshot_and_restore(
-    settings: Settings,
-    store: SyncJobStore,
-    rclient: redis.Redis,
-    prefix: str,
-    db: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    monkeypatch.setenv("REDIS_URL", settings.redis_url)
-    monkeypatch.setenv("REDIS_PREFIX", prefix)
-    monkeypatch.setenv("SCHEDULER_DB", str(db))
-    put_records(store, [full_record("job-1"), full_record("job-2")])
-    rclient.set(f"{prefix}:seq:job", 2)
-    assert cli_main(["snapshot"]) == 0
-    assert "2 changed jobs written" in capsys.readouterr().out
-    assert set(rows(db)) == {"job-1", "job-2"}
-
-    other = tmp_path / "other.db"
-    go_file(other)
-    # Into a Redis that holds jobs: refused, nothing changes.
-    before = job_state(rclient, prefix)
-    assert cli_main(["restore", "--from", str(other)]) == 1
-    assert "--force" in capsys.readouterr().err
-    assert job_state(rclient, prefix) == before
-    assert cli_main(["restore", "--from", str(tmp_path / "missing.db")]) == 1
-    assert "does not exist" in capsys.readouterr().err
-
-    assert cli_main(["restore", "--from", str(other), "--force"]) == 0
-    assert "restored 2 jobs" in capsys.readouterr().out
-    assert rclient.exists(f"{prefix}:job:job-1", f"{prefix}:job:job-99") == 2
-    assert rclient.get(f"{prefix}:seq:job") == b"99"
-    # Jobs from another file reach SCHEDULER_DB with the next snapshot.
-    assert cli_main(["snapshot"]) == 0
-    assert set(rows(db)) == {"job-1", "job-2", "job-99", "not-a-job"}
-
-
-def test_cli_restore_into_an_empty_redis(
-    settings: Settings,
-    rclient: redis.Redis,
-    prefix: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    source = tmp_path / "go.db"
-    go_file(source)
-    monkeypatch.setenv("REDIS_URL", settings.redis_url)
-    monkeypatch.setenv("REDIS_PREFIX", prefix)
-    monkeypatch.setenv("SCHEDULER_DB", settings.scheduler_db)
-    assert cli_main(["restore", "--from", str(source)]) == 0
-    assert rclient.zrange(f"{prefix}:jobs", 0, -1) == [b"not-a-job", b"job-99"]
-    assert rclient.get(f"{prefix}:initialised") is not None
-    assert not rclient.exists(f"{prefix}:restoring")
-    assert rclient.smembers(f"{prefix}:dirty") == {b"job-99", b"not-a-job"}

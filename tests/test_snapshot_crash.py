@@ -25,7 +25,7 @@ from scheduler.store import SyncJobStore
 from scheduler.timefmt import rfc3339
 from tests.conftest import SettingsFactory
 from tests.processes import api_replicas, scheduler_env
-from tests.test_snapshot import job_state, lose_redis_data, rows
+from tests.snapshot_helpers import job_state, lose_redis_data, rows
 
 JOBS = 2500  # several snapshot and restore batches of 1000
 

@@ -1,0 +1,127 @@
+"""Helpers of the snapshot tests (tests/test_snapshot*.py): Redis state dumps, snapshot
+rows, job records with every field, and a file as the Go scheduler writes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from scheduler import commands, snapshot_db
+from scheduler.store import SyncJobStore
+
+# Keys that are not job state (or are snapshot bookkeeping), left out of state comparisons.
+_NOT_JOB_STATE = {"initialised", "dirty", "dirty:inflight", "restoring", "seq:rr", "seq:event"}
+_NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox")
+
+
+def job_state(r: redis.Redis, prefix: str) -> dict[str, Any]:
+    """Every job record and index under `prefix`, decoded for comparison."""
+    state: dict[str, Any] = {}
+    for raw in r.scan_iter(f"{prefix}:*", count=1000):
+        name = raw.decode()[len(prefix) + 1 :]
+        if name in _NOT_JOB_STATE or name.startswith(_NOT_JOB_PREFIXES):
+            continue
+        kind = r.type(raw)
+        if kind == b"string":
+            value = r.get(raw)
+            state[name] = json.loads(value) if name.startswith("job:") else value
+        elif kind == b"zset":
+            members = r.zrange(raw, 0, -1, withscores=True)
+            # Deadlines come back from the microsecond timestamp of the record.
+            digits = 3 if name == "deadlines" else 9
+            state[name] = {m.decode(): round(s, digits) for m, s in members}
+        elif kind == b"set":
+            state[name] = sorted(m.decode() for m in r.smembers(raw))
+        else:
+            raise AssertionError(f"unexpected key type {kind!r} for {name}")
+    return state
+
+
+def lose_redis_data(r: redis.Redis, prefix: str) -> None:
+    """What a Redis restart without persistence does to this deployment."""
+    keys = list(r.scan_iter(f"{prefix}:*", count=1000))
+    if keys:
+        r.delete(*keys)
+
+
+def rows(path: Path) -> dict[str, dict[str, Any]]:
+    with sqlite3.connect(path) as conn:
+        conn.row_factory = sqlite3.Row
+        return {row["id"]: dict(row) for row in conn.execute("SELECT * FROM jobs")}
+
+
+def columns(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return [row[1] for row in conn.execute("PRAGMA table_info(jobs)")]
+
+
+def full_record(job_id: str, **fields: Any) -> dict[str, Any]:
+    """A record with every field the wire has set, including the awkward values."""
+    record = {
+        "job_id": job_id,
+        "node_id": "n1",
+        "instance_id": "i-7",
+        "command": "echo 'a/b' \u00e9",
+        "deploy_url": "http://store:7001/buckets/deployments/objects/app.zip",
+        "env_vars": {"EMPTY": "", "PATH_LIKE": "/usr/bin:/bin", "UNI": "\u2603"},
+        "job_type": "run",
+        "port": 8080,
+        "status": "done",
+        "retry_count": 1,
+        "exit_code": 0,
+        "stdout": "line 1\nline 2\n",
+        "stderr": "warn\ttab",
+        "created_at": "2026-01-01T10:00:00.123456Z",
+        "running_at": "2026-01-01T10:00:01.5Z",
+        "finished_at": "2026-01-01T10:00:02Z",
+    }
+    record.update(fields)
+    return record
+
+
+def without(record: dict[str, Any], *names: str) -> dict[str, Any]:
+    """The record with these fields unset (as the API omits them)."""
+    return {k: v for k, v in record.items() if k not in names}
+
+
+def put_records(store: SyncJobStore, records: list[dict[str, Any]], now: float = 0.0) -> None:
+    """Jobs into Redis as a snapshot row would put them back, marked changed."""
+    jobs = []
+    for record in records:
+        blob = json.dumps(record).encode()
+        job = snapshot_db.restored_job(snapshot_db.row_from_record(blob), now)
+        jobs.append(dataclasses.replace(job, record=blob))
+    store.run(commands.restore_jobs(store.keys, jobs, mark_dirty=True))
+    # As if created: the id counter covers them.
+    highest = max(snapshot_db.job_number(r["job_id"]) or 0 for r in records)
+    if highest > int(store.redis.get(store.keys.job_seq) or 0):
+        store.redis.set(store.keys.job_seq, highest)
+
+
+GO_SCHEMA = """CREATE TABLE jobs (
+    id TEXT PRIMARY KEY, node_id TEXT NOT NULL, instance_id TEXT NOT NULL DEFAULT '',
+    command TEXT NOT NULL, deploy_url TEXT NOT NULL DEFAULT '', status TEXT NOT NULL,
+    exit_code INTEGER, stdout TEXT NOT NULL DEFAULT '', stderr TEXT NOT NULL DEFAULT '',
+    created_at TEXT NOT NULL, running_at TEXT, finished_at TEXT,
+    retry_count INTEGER NOT NULL DEFAULT 0, env_vars TEXT,
+    job_type TEXT NOT NULL DEFAULT 'run', port INTEGER NOT NULL DEFAULT 0)"""
+
+
+def go_file(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute(GO_SCHEMA)
+        conn.execute(
+            "INSERT INTO jobs VALUES ('job-99', 'n1', '', 'echo hi', '', 'done', 0, 'hi\n', '',"
+            " '2026-01-01T10:00:00Z', '2026-01-01T10:00:03Z', '2026-01-01T10:00:04Z', 1,"
+            " '{\"A\":\"\"}', 'run', 0)"
+        )
+        conn.execute(
+            "INSERT INTO jobs VALUES ('not-a-job', 'n1', '', 'echo old', '', 'pending', NULL,"
+            " '', '', '2026-01-01T09:00:00Z', NULL, NULL, 0, NULL, 'run', 0)"
+        )
+    conn.close()
