@@ -80,9 +80,19 @@ def run_wrk(url: str, lua: str, duration: float, connections: int) -> Result:
         script.write(lua)
     try:
         out = subprocess.run(
-            ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(duration))}s", "--latency", "-s", script.name,
-             url],
-            capture_output=True, text=True, check=True,
+            [
+                "wrk",
+                "-t1",
+                f"-c{connections}",
+                f"-d{max(1, round(duration))}s",
+                "--latency",
+                "-s",
+                script.name,
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
     finally:
         os.unlink(script.name)
@@ -123,8 +133,21 @@ def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen[by
 
 
 def uvicorn_cmd(app: str, port: int, workers: int, factory: bool = False) -> list[str]:
-    cmd = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-           "--log-level", "warning", "--no-access-log", "--workers", str(workers)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+        "--workers",
+        str(workers),
+    ]
     return [*cmd, "--factory"] if factory else cmd
 
 
@@ -132,11 +155,18 @@ def bench_stored(redis_url: str, stored: int, args: argparse.Namespace) -> dict[
     client = redis.Redis.from_url(redis_url)
     client.flushdb()
     client.close()
-    env = {**os.environ, "REDIS_URL": redis_url, "REDIS_PREFIX": PREFIX,
-           "NODE_TTL_SECS": "86400", "MAX_JOB_RETRIES": "1000000000", "MAX_JOBS_PER_NODE": "1"}
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "REDIS_PREFIX": PREFIX,
+        "NODE_TTL_SECS": "86400",
+        "MAX_JOB_RETRIES": "1000000000",
+        "MAX_JOBS_PER_NODE": "1",
+    }
     port = free_port()
-    api = start(uvicorn_cmd("scheduler.app:create_app", port, args.workers, factory=True),
-                env, port)
+    api = start(
+        uvicorn_cmd("scheduler.app:create_app", port, args.workers, factory=True), env, port
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for node in NODES:
@@ -144,8 +174,9 @@ def bench_stored(redis_url: str, stored: int, args: argparse.Namespace) -> dict[
         preload(redis_url, stored)
         window = min(stored, 5000)
         results = {
-            "update": run_wrk(url, UPDATE_LUA % {"window": window}, args.duration,
-                              args.connections),
+            "update": run_wrk(
+                url, UPDATE_LUA % {"window": window}, args.duration, args.connections
+            ),
             "poll": run_wrk(url, POLL_LUA, args.duration, args.connections),
             "submit": run_wrk(f"{url}/jobs", SUBMIT_LUA, args.duration, args.connections),
         }
@@ -171,8 +202,10 @@ def bench_ceiling(args: argparse.Namespace) -> dict[str, Result]:
 def line(name: str, r: Result, ceiling: Result | None = None) -> str:
     ratio = f"  {r.rps / ceiling.rps:5.2f} of ceiling" if ceiling else ""
     errors = f"  NON-2XX {r.errors}" if r.errors else ""
-    return (f"{name:28s} {r.rps:9.0f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms"
-            f"{ratio}{errors}")
+    return (
+        f"{name:28s} {r.rps:9.0f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms"
+        f"{ratio}{errors}"
+    )
 
 
 def main() -> int:
@@ -185,8 +218,10 @@ def main() -> int:
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
         return 2
-    print(f"# {args.connections} connections, {args.duration:g} s each, "
-          f"{args.workers} uvicorn worker(s), {os.cpu_count()} cores")
+    print(
+        f"# {args.connections} connections, {args.duration:g} s each, "
+        f"{args.workers} uvicorn worker(s), {os.cpu_count()} cores"
+    )
     ceiling = bench_ceiling(args)
     for name, r in ceiling.items():
         print(line(f"ceiling {name}", r))
@@ -199,8 +234,10 @@ def main() -> int:
     if len(args.stored) >= 2:
         low, high = by_stored[min(args.stored)], by_stored[max(args.stored)]
         for name in ("poll", "update"):
-            print(f"{name} p50 latency at {max(args.stored)} / at {min(args.stored)} stored: "
-                  f"{high[name].p50_ms / low[name].p50_ms:.2f}")
+            print(
+                f"{name} p50 latency at {max(args.stored)} / at {min(args.stored)} stored: "
+                f"{high[name].p50_ms / low[name].p50_ms:.2f}"
+            )
     return 0
 
 

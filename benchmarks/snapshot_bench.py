@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scheduler import scripts, snapshot_db  # noqa: E402
-from scheduler.commands import Placement, create_job  # noqa: E402
+from scheduler.commands import Placement, create_job, finish_restore  # noqa: E402
 from scheduler.config import Settings  # noqa: E402
 from scheduler.keys import Keys  # noqa: E402
 from scheduler.models import NewJob, encoder  # noqa: E402
@@ -46,6 +46,9 @@ def create_jobs(client: redis.Redis, settings: Settings, count: int) -> None:
     script = client.register_script(scripts.CREATE_JOB)
     keys = Keys(settings.redis_prefix)
     now = time.time()
+    # As a starting serve or worker does: settle the restore question before any create.
+    marker = finish_restore(keys, 0, "benchmark")
+    client.register_script(scripts.FINISH_RESTORE)(keys=marker.keys, args=marker.args)
     body = encoder.encode(
         NewJob(
             command="python3 -c 'print(42)'",

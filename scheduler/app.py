@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from scheduler import nodes_api
-from scheduler.commands import Conflict, JobNotFound, NodeNotFound
+from scheduler.commands import Conflict, JobNotFound, NodeNotFound, StoreNotReady
 from scheduler.config import Settings
 from scheduler.http import (
     BearerAuth,
@@ -100,7 +100,15 @@ async def submit_job(request: Request) -> Response:
     placement = await _nodes(request).placement(req.instance_id)
     now = time.time()
     job_json = msgspec.json.encode(NewJob.from_request(req, rfc3339(now)))
-    return json_bytes(await _store(request).create(job_json, placement, now), status=201)
+    store = _store(request)
+    try:
+        blob = await store.create(job_json, placement, now)
+    except StoreNotReady:
+        # Redis lost its data under this running process: bring the snapshot back (or wait
+        # for the process doing it) before taking a new id, then try once more.
+        await restore_at_start(_settings(request))
+        blob = await store.create(job_json, placement, now)
+    return json_bytes(blob, status=201)
 
 
 def _is_number(text: str) -> bool:
@@ -198,6 +206,7 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Callable[..., object]] = {
     HTTPException: on_starlette_error,
     InvalidInput: _status(400),
     RegistryError: _status(503),
+    StoreNotReady: _status(503),
     NoHealthyNodes: _status(503),
     JobNotFound: _status(404),
     NodeNotFound: _status(404),

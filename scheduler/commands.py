@@ -68,7 +68,16 @@ class Created:
     duplicate: bool
 
 
+class StoreNotReady(Exception):
+    """Redis holds no restore marker: it lost its data and the snapshot is not back yet."""
+
+    def __str__(self) -> str:
+        return "store not ready: restoring from the snapshot"
+
+
 def _created(reply: list[Any]) -> Created:
+    if reply[0] == scripts.NOT_READY:
+        raise StoreNotReady()
     if reply[0] == scripts.NO_NODES:
         raise NoHealthyNodes()
     return Created(job=reply[1], duplicate=reply[0] == scripts.DUPLICATE)
@@ -94,6 +103,7 @@ def create_job(
             keys.dirty,
             keys.nodes_compute,
             keys.sqs_message(dedup_key) if dedup_key else "",
+            keys.initialised,
         ],
         [job_json, placement.mode, now, node_ttl, dedup_ttl, *placement.candidates],
         _created,

@@ -68,6 +68,10 @@ class TTLCache(Generic[T]):
         fresh, value = self._fresh(key)
         if fresh:
             return value  # type: ignore[return-value]
+        if len(self._locks) >= self.MAX_ENTRIES:
+            # Failed loads leave no entry, so the success path's reset below never sees them.
+            # Dropping an idle lock costs at most one extra concurrent load.
+            self._locks = {k: lock for k, lock in self._locks.items() if lock.locked()}
         async with self._locks.setdefault(key, asyncio.Lock()):
             fresh, value = self._fresh(key)
             if fresh:

@@ -18,10 +18,12 @@ FINISHED = 3
 ALREADY_RUNNING = 4
 NOT_RUNNING = 5
 NO_NODES = 6
+NOT_READY = 7
 
 _CODES = f"""
 local OK, NOT_FOUND, DUPLICATE, FINISHED = {OK}, {NOT_FOUND}, {DUPLICATE}, {FINISHED}
 local ALREADY_RUNNING, NOT_RUNNING, NO_NODES = {ALREADY_RUNNING}, {NOT_RUNNING}, {NO_NODES}
+local NOT_READY = {NOT_READY}
 """
 
 # Placement, the same rule as placement.choose: candidates sorted by id, ticket from INCR.
@@ -88,10 +90,14 @@ CREATE_JOB = _script(
     """
 -- KEYS[1] root  KEYS[2] seq:job  KEYS[3] seq:rr  KEYS[4] jobs  KEYS[5] dirty
 -- KEYS[6] nodes:compute  KEYS[7] idempotency key (sqs:{msg}) or "" when none
+-- KEYS[8] initialised (the restore marker)
 -- ARGV[1] the job's JSON without job_id and node_id  ARGV[2] placement mode
 -- ARGV[3] now (epoch s)  ARGV[4] node TTL (s)  ARGV[5] idempotency TTL (s)
 -- ARGV[6..] candidate node ids (modes "fixed" and "list")
--- Returns {OK, job JSON} | {DUPLICATE, job JSON} | {NO_NODES}
+-- Returns {OK, job JSON} | {DUPLICATE, job JSON} | {NO_NODES} | {NOT_READY}
+-- A Redis that came back empty must get its snapshot back before a new job takes an id the
+-- snapshot already holds (snapshot.restore_if_empty sets the marker).
+if redis.call("EXISTS", KEYS[8]) == 0 then return {NOT_READY} end
 local dedup = KEYS[7]
 if dedup ~= "" then
   local seen = redis.call("GET", dedup)

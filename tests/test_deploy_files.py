@@ -139,3 +139,32 @@ def test_procfile_runs_web_worker_dashboard_and_agent() -> None:
     assert {"web", "worker", "dashboard", "agent"} <= set(entries)
     for name in ("web", "worker", "agent"):
         assert_valid_command(shlex.split(entries[name]))
+
+
+def test_every_process_that_may_restore_sees_the_workers_snapshot(
+    compose: dict[str, Any],
+) -> None:
+    """serve and worker both answer "restore the snapshot?" at start, and the first to answer
+    decides for everyone (scheduler.snapshot). An API replica that cannot see the workers'
+    SCHEDULER_DB finds no snapshot and marks Redis "started empty": after Redis lost its data
+    the jobs would never come back, and the next snapshots would overwrite their rows."""
+    worker = services(compose)["worker"]
+    db = worker["environment"]["SCHEDULER_DB"]
+    mounts = [m for m in worker["volumes"] if db.startswith(m.split(":")[1].rstrip("/") + "/")]
+    assert len(mounts) == 1 and mounts[0].split(":")[0] in compose["volumes"]
+    for name in api_services(compose):
+        svc = services(compose)[name]
+        assert svc["environment"].get("SCHEDULER_DB") == db, name
+        assert mounts[0] in svc.get("volumes", []), name
+
+
+def test_the_snapshot_volume_is_writable_by_the_image_user(compose: dict[str, Any]) -> None:
+    """Docker creates a named volume's mount point as root unless the image already has the
+    directory (then the volume takes its owner): the worker runs as `scheduler`, not root."""
+    worker = services(compose)["worker"]
+    target = worker["volumes"][0].split(":")[1]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    user = re.search(r"^USER\s+(\S+)", dockerfile, re.M)
+    assert user is not None and user.group(1) != "root"
+    assert re.search(rf"mkdir -p {re.escape(target)}\b", dockerfile), target
+    assert re.search(rf"chown \S*{user.group(1)}\S* {re.escape(target)}\b", dockerfile), target

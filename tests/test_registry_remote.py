@@ -22,6 +22,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from scheduler.placement import choose
+from scheduler.registry import TTLCache
 from tests.conftest import ClientFactory, assert_json, assert_text_error
 from tests.redis_server import free_port
 
@@ -310,3 +311,22 @@ def test_cached_nodes_expire(make_client: ClientFactory, registry: FakeRegistry)
         assert time.monotonic() < deadline, "the cached node list never expired"
         time.sleep(0.05)
     assert_text_error(post_job(api), 503, "no healthy compute nodes")
+
+
+def test_cache_locks_stay_bounded_when_loads_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Failures are not cached, so every new instance id that fails (an unknown one, one
+    still provisioning) must not leave its single-flight lock behind for ever: POST /jobs
+    with ever new instance ids would grow the API's memory without bound."""
+    monkeypatch.setattr(TTLCache, "MAX_ENTRIES", 50)
+    cache: TTLCache[int] = TTLCache(60.0)
+
+    async def fail() -> int:
+        raise RuntimeError("instance not found")
+
+    async def main() -> None:
+        for n in range(500):
+            with contextlib.suppress(RuntimeError):
+                await cache.get(f"i-{n}", fail)
+
+    asyncio.run(main())
+    assert len(cache._locks) <= TTLCache.MAX_ENTRIES

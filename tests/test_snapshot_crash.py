@@ -112,6 +112,8 @@ def create_jobs(store: SyncJobStore, count: int, now: float) -> None:
     """`count` jobs through the create script, as POST /jobs makes them (all marked changed)."""
     new = NewJob(command="echo", status="pending", retry_count=0, created_at=rfc3339(now))
     job = encoder.encode(new)
+    # As a starting serve or worker would: the restore question is settled before any create.
+    store.run(commands.finish_restore(store.keys, 0, "test"))
     for _ in range(count):
         store.create(job, Placement.fixed("n1"), now, "", 0)
 

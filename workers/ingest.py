@@ -22,6 +22,7 @@ import httpx
 import msgspec
 
 from scheduler.app import node_source
+from scheduler.commands import StoreNotReady
 from scheduler.models import (
     ID_RE,
     DecodeError,
@@ -160,6 +161,11 @@ class Ingestion:
             # Without an instance, a failed placement means no node for anyone (or no
             # registry): the other messages stay visible for the next poll.
             return bool(req.instance_id)
+        except StoreNotReady:
+            # Redis came back empty; the snapshot task restores it within one interval.
+            log.warning("sqs: store not restored yet; %s left for redelivery", message.id)
+            self.counts["sqs_unplaced"] += 1
+            return False
         job = msgspec.json.decode(created.job) if created.job else {}
         if created.duplicate:
             log.info("sqs: %s was already ingested as %s", message.id, job.get("job_id"))
