@@ -4,7 +4,6 @@ snapshot) as an rq worker; run as many as you like (workers/)."""
 from __future__ import annotations
 
 import argparse
-import logging
 
 from scheduler.config import Settings
 
@@ -20,14 +19,9 @@ def _kinds(raw: str) -> list[str]:
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
-    from scheduler.snapshot import RestoreRefused, restore_if_empty
     from workers.worker import run
 
-    # Before any work: a Redis that lost its data gets the SQLite snapshot back (snapshot.py).
-    try:
-        restore_if_empty(settings)
-    except RestoreRefused as exc:
-        logging.getLogger("scheduler.snapshot").error("restore refused: %s", exc)
+    # run() settles the snapshot restore before taking any work (workers.worker).
     return run(settings, kinds=args.queues, burst=args.burst, rq_log_level=args.rq_log_level)
 
 

@@ -147,8 +147,14 @@ class MuxRedis:
             setup.append(("AUTH", *auth))
         if self.db:
             setup.append(("SELECT", self.db))
-        for command in setup:
-            await protocol.send(hiredis.pack_command(command))
+        try:
+            for command in setup:
+                await protocol.send(hiredis.pack_command(command))
+        except BaseException:
+            # A refused AUTH or SELECT: do not leave the half-set-up connection open.
+            if protocol.transport is not None:
+                protocol.transport.close()
+            raise
         return protocol
 
     async def execute(self, *args: Any) -> Any:

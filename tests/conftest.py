@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,9 +37,15 @@ def rclient(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def make_settings(redis_url: str, prefix: str) -> SettingsFactory:
+def make_settings(redis_url: str, prefix: str, tmp_path: Path) -> SettingsFactory:
     def make(**overrides: Any) -> Settings:
-        base: dict[str, Any] = {"redis_url": redis_url, "redis_prefix": prefix}
+        # A snapshot file of the test's own: a scheduler.db lying in the working directory
+        # must never be restored into a test's Redis.
+        base: dict[str, Any] = {
+            "redis_url": redis_url,
+            "redis_prefix": prefix,
+            "scheduler_db": str(tmp_path / "scheduler.db"),
+        }
         return Settings.from_env({}, **{**base, **overrides})
 
     return make

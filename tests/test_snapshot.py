@@ -283,3 +283,22 @@ def test_redis_down_at_start_does_not_stop_the_api(
 
     with TestClient(create_app(settings)) as client:
         assert client.get("/health").status_code == 200
+
+
+def test_redis_emptied_under_a_running_api_gets_the_snapshot_back_before_new_ids(
+    make_settings: SettingsFactory, make_client: ClientFactory, rclient: redis.Redis
+) -> None:
+    settings = make_settings()
+    api = make_client(settings)
+    register(api, "n1")
+    first = [api.post("/jobs", json={"command": f"echo {i}"}).json() for i in range(3)]
+    assert snapshot_once(settings) == 3
+    # Redis loses everything (a restart without AOF) while the API keeps running.
+    rclient.delete(*rclient.keys(f"{settings.redis_prefix}:*"))
+    register(api, "n1")
+
+    response = api.post("/jobs", json={"command": "echo after"})
+
+    assert response.status_code == 201, response.text
+    assert response.json()["job_id"] == "job-4"
+    assert [api.get(f"/jobs/{job['job_id']}").json() for job in first] == first

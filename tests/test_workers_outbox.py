@@ -5,7 +5,6 @@ in-process against the real redis-server, a real HTTP fake of SNS and rq's own w
 from __future__ import annotations
 
 import itertools
-import logging
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -262,16 +261,6 @@ def test_snapshot_task_calls_snapshot_once(
     assert tasks.snapshot(period=4) == 1
     assert (tmp_path / "snapshot.db").exists()
     assert ctx.redis.lrange(ctx.keys.runs("snapshot"), 0, -1)[0].startswith(b"4 ")
-
-
-def test_snapshot_task_skips_while_the_module_is_missing(
-    make_ctx: CtxFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    make_ctx()
-    caplog.set_level(logging.INFO, logger="workers.tasks")
-    monkeypatch.setattr(tasks, "SNAPSHOT_MODULE", "scheduler.no_such_snapshot_module")
-    assert tasks.snapshot(period=1) is None
-    assert any("skipped" in r.getMessage() for r in caplog.records)
 
 
 def test_a_burst_worker_restores_the_snapshot_then_does_one_round(

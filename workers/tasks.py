@@ -9,7 +9,6 @@ under P:runs:<task>.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import time
 from collections import Counter
@@ -17,6 +16,7 @@ from collections import Counter
 import httpx
 import msgspec
 
+from scheduler.snapshot import snapshot_once
 from workers import context
 from workers.queues import enqueue_publish
 
@@ -114,20 +114,10 @@ def publish_event(number: int, message: str) -> None:
     ctx.count(Counter(events_published=1))
 
 
-SNAPSHOT_MODULE = "scheduler.snapshot"
-
-
-def snapshot(period: int) -> int | None:
+def snapshot(period: int) -> int:
     """Write the jobs changed since the last snapshot to SQLite (scheduler.snapshot)."""
     ctx = context.current()
     now = time.time()
-    try:
-        module = importlib.import_module(SNAPSHOT_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != SNAPSHOT_MODULE:
-            raise
-        log.info("snapshot: %s is not available yet; skipped", SNAPSHOT_MODULE)
-        return None
-    written: int = module.snapshot_once(ctx.settings)
+    written = snapshot_once(ctx.settings)
     ctx.record_run("snapshot", period, now)
     return written
