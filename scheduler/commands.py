@@ -138,8 +138,10 @@ def poll(keys: Keys, node_id: str, max_jobs_per_node: int) -> Call[list[bytes]]:
     )
 
 
-def list_jobs(keys: Keys, index: str, after: int, limit: int) -> Call[list[bytes]]:
-    return Call("LIST", [keys.root, index], [after, limit], _blobs)
+def list_jobs(
+    keys: Keys, index: str, after: int, limit: int, budget_bytes: int
+) -> Call[list[bytes]]:
+    return Call("LIST", [keys.root, index], [after, limit, budget_bytes], _blobs)
 
 
 _CONFLICTS = {

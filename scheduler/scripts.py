@@ -48,13 +48,21 @@ end
 """
 
 # MGET in chunks: Lua's unpack() fails beyond a few thousand values (a 10 000-job page).
+# A page also stops once it holds `budget` bytes (at least one job): 10 000 jobs with outputs
+# near OUTPUT_LIMIT_BYTES would otherwise build gigabytes in Redis and in the API process.
 _READ = """
-local function get_jobs(ids)
-  local out = {}
-  for i = 1, #ids, 1000 do
+local function get_jobs(ids, budget)
+  local out, size = {}, 0
+  for i = 1, #ids, 100 do
     local chunk = {}
-    for j = i, math.min(i + 999, #ids) do chunk[#chunk + 1] = key_job(ids[j]) end
-    for _, job in ipairs(redis.call("MGET", unpack(chunk))) do out[#out + 1] = job end
+    for j = i, math.min(i + 99, #ids) do chunk[#chunk + 1] = key_job(ids[j]) end
+    for _, job in ipairs(redis.call("MGET", unpack(chunk))) do
+      if job then
+        size = size + #job
+        if size > budget and #out > 0 then return out end
+        out[#out + 1] = job
+      end
+    end
   end
   return out
 end
@@ -141,7 +149,7 @@ POLL = _script(
 -- Returns a list of job JSON strings.
 local free = tonumber(ARGV[1]) - redis.call("SCARD", KEYS[2])
 if free <= 0 then return {} end
-return get_jobs(redis.call("ZRANGE", KEYS[3], 0, free - 1))
+return get_jobs(redis.call("ZRANGE", KEYS[3], 0, free - 1), math.huge)
 """,
 )
 
@@ -150,9 +158,10 @@ LIST = _script(
     """
 -- A page of an index, in job number order.
 -- KEYS[1] root  KEYS[2] index zset
--- ARGV[1] list jobs with a number above this  ARGV[2] page size
+-- ARGV[1] list jobs with a number above this  ARGV[2] page size  ARGV[3] page byte budget
 -- Returns a list of job JSON strings.
-return get_jobs(redis.call("ZRANGEBYSCORE", KEYS[2], "(" .. ARGV[1], "+inf", "LIMIT", 0, ARGV[2]))
+local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "(" .. ARGV[1], "+inf", "LIMIT", 0, ARGV[2])
+return get_jobs(ids, tonumber(ARGV[3]))
 """,
 )
 

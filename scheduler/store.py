@@ -106,7 +106,8 @@ class JobStore:
         if status and status not in STATUSES:
             return []
         index = index_key(self.keys, node_id, status)
-        return await self.run(commands.list_jobs(self.keys, index, after, limit))
+        budget = self.settings.max_page_bytes
+        return await self.run(commands.list_jobs(self.keys, index, after, limit, budget))
 
     async def get(self, job_id: str) -> bytes | None:
         blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))

@@ -136,3 +136,24 @@ def test_list_pages_default_to_1000(
     assert first == [f"job-{n}" for n in range(1, 1001)]
     assert ids(api.get("/jobs?after=job-1000")) == ["job-1001"]
     assert len(ids(api.get("/jobs?limit=10000"))) == 1001
+
+
+def test_a_page_stops_at_its_byte_budget_and_after_resumes(make_client: ClientFactory) -> None:
+    """Big outputs: a page holds at most MAX_PAGE_BYTES (always at least one job); a client
+    paging with after= still sees every job exactly once."""
+    api = make_client(max_page_bytes=4096, max_jobs_per_node=10)
+    register(api, "n1")
+    for i in range(6):
+        job_id = submit(api, command=f"echo {i}")["job_id"]
+        assert report(api, job_id, "running").status_code == 200
+        assert report(api, job_id, "done", exit_code=0, stdout="x" * 1500).status_code == 200
+
+    first = api.get("/jobs").json()
+    assert 1 <= len(first) < 6
+    assert sum(len(msgspec.json.encode(job)) for job in first[:-1]) <= 4096
+
+    seen, after = [], ""
+    while page := api.get("/jobs", params={"after": after} if after else {}).json():
+        seen += [job["job_id"] for job in page]
+        after = page[-1]["job_id"]
+    assert seen == [f"job-{n}" for n in range(1, 7)]
