@@ -3,8 +3,10 @@ against the ceiling of the stack (the same Starlette + uvicorn answering constan
 
     .venv/bin/python benchmarks/api_bench.py [--duration 5] [--connections 32] [--workers 1]
 
-Needs `wrk` (Debian: apt-get install wrk). Starts its own redis-server, API process and bare
-app on free loopback ports; touches nothing else. Prints one line per measurement and the
+Needs `wrk` (Debian: apt-get install wrk). Starts its own redis-server, two API processes
+(one per stored size) and the bare app on free loopback ports; touches nothing else. The
+machine's speed drifts (a shared VM), so every round runs the ceiling and both sizes back to
+back, and figures are medians over the rounds. Prints one line per measurement and the
 ratios the targets are about: submit and poll throughput at least half of the ceiling's, poll
 and update latency at 100 000 stored jobs within 10% of that at 1 000.
 """
@@ -15,12 +17,14 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -35,7 +39,6 @@ from tests.processes import stop, wait_http  # noqa: E402
 from tests.redis_server import free_port, redis_server  # noqa: E402
 
 NODES = [f"bench-node-{i}" for i in range(10)]
-PREFIX = "bench"
 
 # wrk scripts. Updates alternate running and failed (a retry back to pending, with retries
 # unbounded) over a window of jobs far wider than the connections in flight, so every PATCH
@@ -53,7 +56,8 @@ request = function()
 end
 """
 UPDATE_LUA = """
-local i, window = 0, %(window)d
+-- wrk calls request() once at start-up without sending it: start one below zero.
+local i, window = -1, %(window)d
 local bodies = {
   '{"status":"running","exit_code":null,"stdout":"","stderr":""}',
   '{"status":"failed","exit_code":1,"stdout":"out","stderr":"err"}',
@@ -109,10 +113,10 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def preload(redis_url: str, count: int) -> None:
+def preload(redis_url: str, prefix: str, count: int) -> None:
     """Store `count` pending jobs through the real create script, pipelined."""
     client = redis.Redis.from_url(redis_url)
-    keys = Keys(PREFIX)
+    keys = Keys(prefix)
     sha = client.script_load(scripts.CREATE_JOB)
     body = b'{"command":"echo preloaded","status":"pending","retry_count":0,"created_at":"x"}'
     placement = Placement.among(NODES)
@@ -133,79 +137,98 @@ def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen[by
 
 
 def uvicorn_cmd(app: str, port: int, workers: int, factory: bool = False) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        app,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--no-access-log",
-        "--workers",
-        str(workers),
-    ]
+    cmd = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--log-level", "warning", "--no-access-log", "--workers", str(workers)]
     return [*cmd, "--factory"] if factory else cmd
 
 
-def bench_stored(redis_url: str, stored: int, args: argparse.Namespace) -> dict[str, Result]:
-    client = redis.Redis.from_url(redis_url)
-    client.flushdb()
-    client.close()
+def start_api(redis_url: str, prefix: str, workers: int) -> tuple[Any, str]:
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
-        "REDIS_PREFIX": PREFIX,
+        "REDIS_PREFIX": prefix,
+        "SCHEDULER_DB": os.path.join(tempfile.mkdtemp(), "scheduler.db"),
         "NODE_TTL_SECS": "86400",
         "MAX_JOB_RETRIES": "1000000000",
         "MAX_JOBS_PER_NODE": "1",
     }
     port = free_port()
-    api = start(
-        uvicorn_cmd("scheduler.app:create_app", port, args.workers, factory=True), env, port
+    proc = start(uvicorn_cmd("scheduler.app:create_app", port, workers, factory=True), env, port)
+    url = f"http://127.0.0.1:{port}"
+    for node in NODES:
+        httpx.post(f"{url}/nodes/register", json={"id": node}).raise_for_status()
+    return proc, url
+
+
+def settle(url: str) -> None:
+    """Put every job an update run left running back to pending (a failed report retries),
+    so the next update run starts from the same state."""
+    running = httpx.get(f"{url}/jobs", params={"status": "running", "limit": 10_000}).json()
+    with httpx.Client(base_url=url) as http:
+        for job in running:
+            http.patch(f"/jobs/{job['job_id']}", json={"status": "failed", "exit_code": 1})
+
+
+def measure(url: str, op: str, args: argparse.Namespace, window: int) -> Result:
+    lua = {"submit": SUBMIT_LUA, "poll": POLL_LUA, "update": UPDATE_LUA % {"window": window}}
+    result = run_wrk(
+        f"{url}/jobs" if op == "submit" else url, lua[op], args.duration, args.connections
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for node in NODES:
-            httpx.post(f"{url}/nodes/register", json={"id": node}).raise_for_status()
-        preload(redis_url, stored)
-        window = min(stored, 5000)
-        results = {
-            "update": run_wrk(
-                url, UPDATE_LUA % {"window": window}, args.duration, args.connections
-            ),
-            "poll": run_wrk(url, POLL_LUA, args.duration, args.connections),
-            "submit": run_wrk(f"{url}/jobs", SUBMIT_LUA, args.duration, args.connections),
-        }
-    finally:
-        stop(api)
-    return results
+    if op == "update" and not url.endswith(str(args.ceiling_port)):
+        settle(url)
+    return result
 
 
-def bench_ceiling(args: argparse.Namespace) -> dict[str, Result]:
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
-    bare = start(uvicorn_cmd("bare_app:app", port, args.workers), env, port)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        return {
-            "submit": run_wrk(f"{url}/jobs", SUBMIT_LUA, args.duration, args.connections),
-            "poll": run_wrk(url, POLL_LUA, args.duration, args.connections),
-        }
-    finally:
-        stop(bare)
+def median(results: list[Result]) -> Result:
+    return Result(
+        rps=statistics.median(r.rps for r in results),
+        p50_ms=statistics.median(r.p50_ms for r in results),
+        p99_ms=statistics.median(r.p99_ms for r in results),
+        errors=sum(r.errors for r in results),
+    )
 
 
 def line(name: str, r: Result, ceiling: Result | None = None) -> str:
     ratio = f"  {r.rps / ceiling.rps:5.2f} of ceiling" if ceiling else ""
     errors = f"  NON-2XX {r.errors}" if r.errors else ""
     return (
-        f"{name:28s} {r.rps:9.0f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms"
+        f"{name:24s} {r.rps:9.0f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms"
         f"{ratio}{errors}"
     )
+
+
+OPS = ("submit", "poll", "update")
+
+
+def run_rounds(args: argparse.Namespace) -> dict[tuple[str, str], list[Result]]:
+    small, large = args.stored
+    args.ceiling_port = free_port()
+    bare_env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
+    procs = [
+        start(
+            uvicorn_cmd("bare_app:app", args.ceiling_port, args.workers),
+            bare_env,
+            args.ceiling_port,
+        )
+    ]
+    runs: dict[tuple[str, str], list[Result]] = {}
+    try:
+        with redis_server() as redis_url:
+            targets = {"ceiling": f"http://127.0.0.1:{args.ceiling_port}"}
+            for stored in (small, large):
+                proc, url = start_api(redis_url, f"bench{stored}", args.workers)
+                procs.append(proc)
+                preload(redis_url, f"bench{stored}", stored)
+                targets[str(stored)] = url
+            for _ in range(args.rounds):
+                for op in OPS:
+                    for name, url in targets.items():
+                        result = measure(url, op, args, window=min(small, 5000))
+                        runs.setdefault((op, name), []).append(result)
+    finally:
+        for proc in procs:
+            stop(proc)
+    return runs
 
 
 def main() -> int:
@@ -213,31 +236,27 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=5)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
-    parser.add_argument("--stored", type=int, nargs="+", default=[1000, 100_000])
+    parser.add_argument("--rounds", type=int, default=3, help="medians over this many rounds")
+    parser.add_argument("--stored", type=int, nargs=2, default=[1000, 100_000])
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
         return 2
     print(
-        f"# {args.connections} connections, {args.duration:g} s each, "
-        f"{args.workers} uvicorn worker(s), {os.cpu_count()} cores"
+        f"# {args.connections} connections, {args.duration:g} s per run, median of "
+        f"{args.rounds} interleaved rounds, {args.workers} uvicorn worker(s), "
+        f"{os.cpu_count()} cores"
     )
-    ceiling = bench_ceiling(args)
-    for name, r in ceiling.items():
-        print(line(f"ceiling {name}", r))
-    by_stored: dict[int, dict[str, Result]] = {}
-    with redis_server() as redis_url:
-        for stored in args.stored:
-            by_stored[stored] = results = bench_stored(redis_url, stored, args)
-            for name, r in results.items():
-                print(line(f"{name} @ {stored} stored", r, ceiling.get(name)))
-    if len(args.stored) >= 2:
-        low, high = by_stored[min(args.stored)], by_stored[max(args.stored)]
-        for name in ("poll", "update"):
-            print(
-                f"{name} p50 latency at {max(args.stored)} / at {min(args.stored)} stored: "
-                f"{high[name].p50_ms / low[name].p50_ms:.2f}"
-            )
+    runs = run_rounds(args)
+    small, large = args.stored
+    for op in OPS:
+        ceiling = median(runs[(op, "ceiling")])
+        print(line(f"{op} ceiling", ceiling))
+        for stored in (small, large):
+            print(line(f"{op} @ {stored} stored", median(runs[(op, str(stored))]), ceiling))
+    for op in ("poll", "update"):
+        low, high = median(runs[(op, str(small))]), median(runs[(op, str(large))])
+        print(f"{op} p50 latency at {large} / at {small} stored: {high.p50_ms / low.p50_ms:.2f}")
     return 0
 
 
