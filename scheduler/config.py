@@ -28,50 +28,70 @@ class Settings:
     redis_url: str = field(default="redis://127.0.0.1:6379/0", metadata={"env": "REDIS_URL"})
     redis_prefix: str = field(default="sched", metadata={"env": "REDIS_PREFIX"})
     registry_url: str = field(default="", metadata={"env": "REGISTRY_URL"})
-    registry_cache_secs: float = field(default=1.0, metadata={"env": "REGISTRY_CACHE_SECS"})
-    registry_timeout_secs: float = field(default=3.0, metadata={"env": "REGISTRY_TIMEOUT_SECS"})
+    registry_cache_secs: float = field(
+        default=1.0, metadata={"env": "REGISTRY_CACHE_SECS", "min": 0}
+    )
+    registry_timeout_secs: float = field(
+        default=3.0, metadata={"env": "REGISTRY_TIMEOUT_SECS", "min": 0.1}
+    )
     api_key: str = field(default="", metadata={"env": "TINYAWS_API_KEY"})
-    max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE"})
-    max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES"})
-    job_timeout_secs: int = field(default=3600, metadata={"env": "JOB_TIMEOUT_SECS"})
-    node_ttl_secs: float = field(default=30.0, metadata={"env": "NODE_TTL_SECS"})
-    output_limit_bytes: int = field(default=MiB, metadata={"env": "OUTPUT_LIMIT_BYTES"})
-    max_body_bytes: int = field(default=MiB, metadata={"env": "MAX_BODY_BYTES"})
+    max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE", "min": 1})
+    max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES", "min": 0})
+    job_timeout_secs: int = field(default=3600, metadata={"env": "JOB_TIMEOUT_SECS", "min": 1})
+    node_ttl_secs: float = field(default=30.0, metadata={"env": "NODE_TTL_SECS", "min": 1})
+    output_limit_bytes: int = field(
+        default=MiB, metadata={"env": "OUTPUT_LIMIT_BYTES", "min": 1024}
+    )
+    max_body_bytes: int = field(default=MiB, metadata={"env": "MAX_BODY_BYTES", "min": 1024})
     max_report_bytes: int = field(default=64 * MiB, metadata={"env": "MAX_REPORT_BYTES"})
-    max_page_bytes: int = field(default=32 * MiB, metadata={"env": "MAX_PAGE_BYTES"})
+    max_page_bytes: int = field(default=32 * MiB, metadata={"env": "MAX_PAGE_BYTES", "min": 1024})
     scheduler_db: str = field(default="scheduler.db", metadata={"env": "SCHEDULER_DB"})
     sqs_url: str = field(default="", metadata={"env": "SQS_URL"})
     sns_url: str = field(default="", metadata={"env": "SNS_URL"})
-    sweep_interval_secs: float = field(default=10.0, metadata={"env": "SWEEP_INTERVAL_SECS"})
-    sqs_poll_secs: float = field(default=5.0, metadata={"env": "SQS_POLL_SECS"})
-    snapshot_interval_secs: float = field(default=5.0, metadata={"env": "SNAPSHOT_INTERVAL_SECS"})
-    http_timeout_secs: float = field(default=5.0, metadata={"env": "HTTP_TIMEOUT_SECS"})
-    # The rq workers (workers/): SQS idempotency, outbox, SNS retries, rq's own maintenance.
-    sqs_dedup_ttl_secs: int = field(default=7 * 86400, metadata={"env": "SQS_DEDUP_TTL_SECS"})
-    sqs_max_per_poll: int = field(default=1000, metadata={"env": "SQS_MAX_PER_POLL"})
-    outbox_flush_secs: float = field(default=1.0, metadata={"env": "OUTBOX_FLUSH_SECS"})
-    sns_retry_max: int = field(default=15, metadata={"env": "SNS_RETRY_MAX"})
-    sns_retry_base_secs: int = field(default=1, metadata={"env": "SNS_RETRY_BASE_SECS"})
-    sns_retry_cap_secs: int = field(default=300, metadata={"env": "SNS_RETRY_CAP_SECS"})
-    worker_maintenance_secs: int = field(default=60, metadata={"env": "WORKER_MAINTENANCE_SECS"})
-    worker_abandon_grace_secs: int = field(
-        default=60, metadata={"env": "WORKER_ABANDON_GRACE_SECS"}
+    sweep_interval_secs: float = field(
+        default=10.0, metadata={"env": "SWEEP_INTERVAL_SECS", "min": 0.1}
     )
-    worker_lock_secs: float = field(default=5.0, metadata={"env": "WORKER_LOCK_SECS"})
+    sqs_poll_secs: float = field(default=5.0, metadata={"env": "SQS_POLL_SECS", "min": 0.1})
+    snapshot_interval_secs: float = field(
+        default=5.0, metadata={"env": "SNAPSHOT_INTERVAL_SECS", "min": 0.1}
+    )
+    http_timeout_secs: float = field(default=5.0, metadata={"env": "HTTP_TIMEOUT_SECS", "min": 0.1})
+    # The rq workers (workers/): SQS idempotency, outbox, SNS retries, rq's own maintenance.
+    sqs_dedup_ttl_secs: int = field(
+        default=7 * 86400, metadata={"env": "SQS_DEDUP_TTL_SECS", "min": 60}
+    )
+    sqs_max_per_poll: int = field(default=1000, metadata={"env": "SQS_MAX_PER_POLL", "min": 1})
+    outbox_flush_secs: float = field(default=1.0, metadata={"env": "OUTBOX_FLUSH_SECS", "min": 0.1})
+    sns_retry_max: int = field(default=15, metadata={"env": "SNS_RETRY_MAX", "min": 1})
+    sns_retry_base_secs: int = field(default=1, metadata={"env": "SNS_RETRY_BASE_SECS", "min": 1})
+    sns_retry_cap_secs: int = field(default=300, metadata={"env": "SNS_RETRY_CAP_SECS"})
+    worker_maintenance_secs: int = field(
+        default=60, metadata={"env": "WORKER_MAINTENANCE_SECS", "min": 1}
+    )
+    worker_abandon_grace_secs: int = field(
+        default=60, metadata={"env": "WORKER_ABANDON_GRACE_SECS", "min": 1}
+    )
+    worker_lock_secs: float = field(default=5.0, metadata={"env": "WORKER_LOCK_SECS", "min": 1})
     # The reference agent (`scheduler agent`) and the command-line client.
     scheduler_url: str = field(default="http://127.0.0.1:9001", metadata={"env": "SCHEDULER_URL"})
     agent_node_id: str = field(default="", metadata={"env": "AGENT_NODE_ID"})
-    agent_poll_secs: float = field(default=3.0, metadata={"env": "AGENT_POLL_SECS"})
-    agent_heartbeat_secs: float = field(default=10.0, metadata={"env": "AGENT_HEARTBEAT_SECS"})
-    agent_grace_secs: float = field(default=30.0, metadata={"env": "AGENT_GRACE_SECS"})
+    agent_poll_secs: float = field(default=3.0, metadata={"env": "AGENT_POLL_SECS", "min": 0.05})
+    agent_heartbeat_secs: float = field(
+        default=10.0, metadata={"env": "AGENT_HEARTBEAT_SECS", "min": 0.1}
+    )
+    agent_grace_secs: float = field(default=30.0, metadata={"env": "AGENT_GRACE_SECS", "min": 0})
     agent_work_dir: str = field(default="", metadata={"env": "AGENT_WORK_DIR"})
     agent_limits: str = field(default="auto", metadata={"env": "AGENT_LIMITS"})
-    agent_run_memory_mb: int = field(default=512, metadata={"env": "AGENT_RUN_MEMORY_MB"})
-    agent_run_cpus: int = field(default=1, metadata={"env": "AGENT_RUN_CPUS"})
-    agent_service_memory_mb: int = field(default=1024, metadata={"env": "AGENT_SERVICE_MEMORY_MB"})
-    agent_service_cpus: int = field(default=2, metadata={"env": "AGENT_SERVICE_CPUS"})
+    agent_run_memory_mb: int = field(
+        default=512, metadata={"env": "AGENT_RUN_MEMORY_MB", "min": 16}
+    )
+    agent_run_cpus: int = field(default=1, metadata={"env": "AGENT_RUN_CPUS", "min": 1})
+    agent_service_memory_mb: int = field(
+        default=1024, metadata={"env": "AGENT_SERVICE_MEMORY_MB", "min": 16}
+    )
+    agent_service_cpus: int = field(default=2, metadata={"env": "AGENT_SERVICE_CPUS", "min": 1})
     agent_deploy_max_bytes: int = field(
-        default=100 * MiB, metadata={"env": "AGENT_DEPLOY_MAX_BYTES"}
+        default=100 * MiB, metadata={"env": "AGENT_DEPLOY_MAX_BYTES", "min": 1024}
     )
 
     @property
@@ -93,45 +113,17 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        _at_least("MAX_JOBS_PER_NODE", self.max_jobs_per_node, 1)
-        _at_least("MAX_JOB_RETRIES", self.max_job_retries, 0)
-        _at_least("JOB_TIMEOUT_SECS", self.job_timeout_secs, 1)
-        _at_least("REGISTRY_CACHE_SECS", self.registry_cache_secs, 0)
-        _at_least("REGISTRY_TIMEOUT_SECS", self.registry_timeout_secs, 0.1)
-        _at_least("NODE_TTL_SECS", self.node_ttl_secs, 1)
-        _at_least("OUTPUT_LIMIT_BYTES", self.output_limit_bytes, 1024)
-        _at_least("MAX_BODY_BYTES", self.max_body_bytes, 1024)
+        for f in fields(self):
+            if "min" in f.metadata:
+                _at_least(f.metadata["env"], getattr(self, f.name), f.metadata["min"])
+        # Minimums that depend on another setting.
         _at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
-        _at_least("MAX_PAGE_BYTES", self.max_page_bytes, 1024)
-        _at_least("SWEEP_INTERVAL_SECS", self.sweep_interval_secs, 0.1)
-        _at_least("SQS_POLL_SECS", self.sqs_poll_secs, 0.1)
-        _at_least("SNAPSHOT_INTERVAL_SECS", self.snapshot_interval_secs, 0.1)
-        _at_least("HTTP_TIMEOUT_SECS", self.http_timeout_secs, 0.1)
+        _at_least("SNS_RETRY_CAP_SECS", self.sns_retry_cap_secs, self.sns_retry_base_secs)
         if not self.redis_prefix or any(c in self.redis_prefix for c in " {}"):
             raise ConfigError(f"REDIS_PREFIX: {self.redis_prefix!r} must be non-empty, no spaces")
         self._validate_agent()
-        self._validate_workers()
-
-    def _validate_workers(self) -> None:
-        _at_least("SQS_DEDUP_TTL_SECS", self.sqs_dedup_ttl_secs, 60)
-        _at_least("SQS_MAX_PER_POLL", self.sqs_max_per_poll, 1)
-        _at_least("OUTBOX_FLUSH_SECS", self.outbox_flush_secs, 0.1)
-        _at_least("SNS_RETRY_MAX", self.sns_retry_max, 1)
-        _at_least("SNS_RETRY_BASE_SECS", self.sns_retry_base_secs, 1)
-        _at_least("SNS_RETRY_CAP_SECS", self.sns_retry_cap_secs, self.sns_retry_base_secs)
-        _at_least("WORKER_MAINTENANCE_SECS", self.worker_maintenance_secs, 1)
-        _at_least("WORKER_ABANDON_GRACE_SECS", self.worker_abandon_grace_secs, 1)
-        _at_least("WORKER_LOCK_SECS", self.worker_lock_secs, 1)
 
     def _validate_agent(self) -> None:
-        _at_least("AGENT_POLL_SECS", self.agent_poll_secs, 0.05)
-        _at_least("AGENT_HEARTBEAT_SECS", self.agent_heartbeat_secs, 0.1)
-        _at_least("AGENT_GRACE_SECS", self.agent_grace_secs, 0)
-        _at_least("AGENT_RUN_MEMORY_MB", self.agent_run_memory_mb, 16)
-        _at_least("AGENT_RUN_CPUS", self.agent_run_cpus, 1)
-        _at_least("AGENT_SERVICE_MEMORY_MB", self.agent_service_memory_mb, 16)
-        _at_least("AGENT_SERVICE_CPUS", self.agent_service_cpus, 1)
-        _at_least("AGENT_DEPLOY_MAX_BYTES", self.agent_deploy_max_bytes, 1024)
         if self.agent_limits not in ("auto", "cgroup2", "cgroup1", "rlimit", "off"):
             raise ConfigError(
                 f"AGENT_LIMITS: {self.agent_limits!r} is not one of auto, cgroup2, cgroup1, "
