@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import msgspec
 
 from scheduler.agent_deploy import DeployError, download, extract
 from scheduler.agent_limits import Backend, Confinement, Limits, wrapper_command
+from scheduler.models import JobCreate
 
 log = logging.getLogger("scheduler.agent")
 
@@ -32,16 +32,11 @@ DRAIN_SECS = 2.0
 EXIT_POLL_SECS = 0.05
 
 
-class AgentJob(msgspec.Struct):
-    """The fields of a polled job the agent uses; the rest of the wire job is ignored."""
+class AgentJob(JobCreate, kw_only=True):
+    """The fields of a polled job the agent uses (a job request plus its id); the rest of
+    the wire job is ignored."""
 
     job_id: str
-    command: str = ""
-    instance_id: str = ""
-    deploy_url: str = ""
-    env_vars: dict[str, str] = {}
-    job_type: str = ""
-    port: int = 0
 
 
 @dataclass(frozen=True, slots=True)
