@@ -209,6 +209,29 @@ def sweep_timeouts(keys: Keys, now: float, timeout_secs: float, batch: int) -> C
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    job_id: str
+    from_node: str
+    to_node: str
+
+
+def _requeued(reply: list[bytes]) -> list[Requeued]:
+    text = [str(part, "utf-8") for part in reply]
+    return [Requeued(*text[i : i + 3]) for i in range(0, len(text), 3)]
+
+
+def requeue_lost(
+    keys: Keys, now: float, lost_secs: float, node_ttl: float, limit: int
+) -> Call[list[Requeued]]:
+    return Call(
+        "REQUEUE_LOST",
+        [keys.root, keys.nodes_compute, keys.rr_seq, keys.dirty, keys.all_jobs],
+        [now - lost_secs, now - node_ttl, limit],
+        _requeued,
+    )
+
+
 def _node_keys(keys: Keys) -> list[str]:
     return [keys.root, keys.nodes, keys.nodes_seen, keys.nodes_compute]
 

@@ -219,6 +219,52 @@ return {OK, out}
 """,
 )
 
+REQUEUE_LOST = _script(
+    _INDEX,
+    """
+-- Move the pending jobs of lost nodes (built-in registry: not heard from since the lost
+-- cutoff) to live ones, round-robin, keeping their place in the queue (score N). Running jobs
+-- stay: the timeout sweep handles them. Instance-bound jobs stay: they belong to their node.
+-- KEYS[1] root  KEYS[2] nodes:compute  KEYS[3] seq:rr  KEYS[4] dirty  KEYS[5] jobs
+-- ARGV[1] lost cutoff (epoch s)  ARGV[2] live cutoff (epoch s)  ARGV[3] most jobs to move
+-- Returns {job id, from node, to node, ...} for each job moved.
+local lost = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1])
+if #lost == 0 then return {} end
+local live = redis.call("ZRANGEBYSCORE", KEYS[2], ARGV[2], "+inf")
+if #live == 0 then return {} end
+table.sort(live)
+local limit, moved = tonumber(ARGV[3]), {}
+for _, node in ipairs(lost) do
+  local queue, skipped = key_node_status(node, "pending"), 0
+  while #moved < 3 * limit do
+    local ids = redis.call("ZRANGE", queue, skipped, skipped + 99)
+    if #ids == 0 then break end
+    for _, id in ipairs(ids) do
+      local raw = redis.call("GET", key_job(id))
+      local job = raw and cjson.decode(raw)
+      if not job or (job.instance_id or "") ~= "" then
+        skipped = skipped + 1
+      else
+        local ticket = redis.call("INCR", KEYS[3])
+        local target = live[((ticket - 1) % #live) + 1]
+        local n = redis.call("ZSCORE", KEYS[5], id)
+        redis.call("ZREM", queue, id)
+        redis.call("ZREM", key_node_jobs(node), id)
+        redis.call("ZADD", key_node_status(target, "pending"), n, id)
+        redis.call("ZADD", key_node_jobs(target), n, id)
+        job.node_id = target
+        redis.call("SET", key_job(id), encode(job))
+        redis.call("SADD", KEYS[4], id)
+        moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
+        if #moved >= 3 * limit then return moved end
+      end
+    end
+  end
+end
+return moved
+""",
+)
+
 SWEEP_TIMEOUTS = _script(
     _INDEX,
     """

@@ -33,6 +33,7 @@ SCRIPT_NAMES = (
     "LIST",
     "TRANSITION",
     "SWEEP_TIMEOUTS",
+    "REQUEUE_LOST",
     "REGISTER_NODE",
     "HEARTBEAT",
     "DELETE_NODE",
@@ -195,6 +196,18 @@ class SyncJobStore:
             failed.extend(swept.failed)
             if swept.read < batch:
                 return failed
+
+    def requeue_lost(self, now: float, limit: int = 500) -> list[commands.Requeued]:
+        """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
+        script call (built-in registry; an external registry's nodes are not in Redis)."""
+        moved: list[commands.Requeued] = []
+        s = self.settings
+        while True:
+            call = commands.requeue_lost(self.keys, now, s.node_lost_secs, s.node_ttl_secs, limit)
+            batch = self.run(call)
+            moved.extend(batch)
+            if len(batch) < limit:
+                return moved
 
     def outbox_head(self, limit: int) -> list[bytes]:
         """The oldest `limit` outbox entries ("<event number> <message JSON>"), not removed."""

@@ -34,13 +34,19 @@ class PublishFailed(Exception):
 
 
 def sweep(period: int) -> int:
-    """Fail the run jobs running longer than JOB_TIMEOUT_SECS; returns how many."""
+    """Fail the run jobs running longer than JOB_TIMEOUT_SECS, and move the pending jobs of
+    lost nodes to live ones; returns how many jobs timed out."""
     ctx = context.current()
     now = time.time()
     failed = ctx.store.sweep_timeouts(now)
     if failed:
         log.info("sweep: %d job(s) timed out: %s", len(failed), " ".join(failed))
         ctx.count(Counter(timeouts=len(failed)))
+    moved = ctx.store.requeue_lost(now)
+    for job in moved:
+        log.info("sweep: %s moved from lost node %s to %s", job.job_id, job.from_node, job.to_node)
+    if moved:
+        ctx.count(Counter(requeued=len(moved)))
     ctx.record_run("sweep", period, now)
     return len(failed)
 

@@ -1,0 +1,100 @@
+"""Pending jobs of a lost node move to live nodes (scripts.REQUEUE_LOST, run by the sweep)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+from scheduler.config import Settings
+from scheduler.keys import Keys
+from scheduler.store import SyncJobStore
+from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
+
+
+@pytest.fixture
+def settings(make_settings: SettingsFactory) -> Settings:
+    return make_settings(node_ttl_secs=30, node_lost_secs=60, max_jobs_per_node=5)
+
+
+@pytest.fixture
+def api(make_client: ClientFactory, settings: Settings) -> TestClient:
+    return make_client(settings)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[SyncJobStore]:
+    s = SyncJobStore.connect(settings)
+    yield s
+    s.close()
+
+
+def last_heard(rclient: redis.Redis, settings: Settings, node: str, at: float) -> None:
+    keys = Keys(settings.redis_prefix)
+    rclient.zadd(keys.nodes_compute, {node: at})
+    rclient.zadd(keys.nodes_seen, {node: at})
+
+
+def pending_ids(api: TestClient, node: str) -> list[str]:
+    return [
+        job["job_id"]
+        for job in api.get("/jobs", params={"node_id": node}).json()
+        if job["status"] == "pending"
+    ]
+
+
+def test_pending_jobs_of_a_lost_node_move_to_live_nodes_in_order(
+    api: TestClient, store: SyncJobStore, rclient: redis.Redis, settings: Settings
+) -> None:
+    register(api, "a", "b", "c")
+    jobs = [submit(api, command=f"echo {i}") for i in range(9)]
+    on_a = [job["job_id"] for job in jobs if job["node_id"] == "a"]
+    assert len(on_a) == 3
+    now = time.time()
+    last_heard(rclient, settings, "a", now - 61)
+
+    moved = store.requeue_lost(now)
+
+    assert sorted(m.job_id for m in moved) == sorted(on_a)
+    assert {m.from_node for m in moved} == {"a"} and {m.to_node for m in moved} <= {"b", "c"}
+    assert pending_ids(api, "a") == []
+    for node in ("b", "c"):
+        queue = pending_ids(api, node)
+        assert queue == sorted(queue, key=lambda job_id: int(job_id[4:]))  # oldest first
+        assert all(api.get(f"/jobs/{j}").json()["node_id"] == node for j in queue)
+    polled = api.get("/jobs", params={"node_id": "b", "status": "pending"}).json()
+    assert [job["job_id"] for job in polled] == pending_ids(api, "b")
+    assert store.requeue_lost(now) == []  # nothing left to move
+
+
+def test_recently_silent_running_and_lonely_jobs_stay(
+    api: TestClient, store: SyncJobStore, rclient: redis.Redis, settings: Settings
+) -> None:
+    register(api, "a", "b")
+    first, second = submit(api, command="one"), submit(api, command="two")
+    assert (first["node_id"], second["node_id"]) == ("a", "b")
+    assert report(api, first["job_id"], "running").status_code == 200
+    third = submit(api, command="three")  # pending on a
+    now = time.time()
+
+    last_heard(rclient, settings, "a", now - 45)  # silent, but not yet lost
+    assert store.requeue_lost(now) == []
+
+    last_heard(rclient, settings, "a", now - 61)
+    last_heard(rclient, settings, "b", now - 61)  # no live node to move to
+    assert store.requeue_lost(now) == []
+
+    last_heard(rclient, settings, "b", now)
+    moved = store.requeue_lost(now)
+    assert [m.job_id for m in moved] == [third["job_id"]]
+    assert api.get(f"/jobs/{first['job_id']}").json()["node_id"] == "a"  # running: stays
+
+
+def test_node_lost_secs_below_the_ttl_is_a_config_error(make_settings: SettingsFactory) -> None:
+    from scheduler.config import ConfigError
+
+    with pytest.raises(ConfigError, match="NODE_LOST_SECS"):
+        make_settings(node_ttl_secs=30, node_lost_secs=10)
