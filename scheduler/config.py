@@ -39,7 +39,8 @@ class Settings:
     max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES", "min": 0})
     job_timeout_secs: int = field(default=3600, metadata={"env": "JOB_TIMEOUT_SECS", "min": 1})
     node_ttl_secs: float = field(default=30.0, metadata={"env": "NODE_TTL_SECS", "min": 1})
-    node_lost_secs: float = field(default=120.0, metadata={"env": "NODE_LOST_SECS"})
+    # 0: four times NODE_TTL_SECS (see node_lost_after).
+    node_lost_secs: float = field(default=0.0, metadata={"env": "NODE_LOST_SECS", "min": 0})
     output_limit_bytes: int = field(
         default=MiB, metadata={"env": "OUTPUT_LIMIT_BYTES", "min": 1024}
     )
@@ -96,6 +97,11 @@ class Settings:
     )
 
     @property
+    def node_lost_after(self) -> float:
+        """Seconds of silence after which a node's pending jobs move (built-in registry)."""
+        return self.node_lost_secs or 4 * self.node_ttl_secs
+
+    @property
     def builtin_registry(self) -> bool:
         """With no REGISTRY_URL the scheduler is its own node registry."""
         return not self.registry_url
@@ -120,7 +126,8 @@ class Settings:
         # Minimums that depend on another setting.
         _at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
         _at_least("SNS_RETRY_CAP_SECS", self.sns_retry_cap_secs, self.sns_retry_base_secs)
-        _at_least("NODE_LOST_SECS", self.node_lost_secs, self.node_ttl_secs)
+        if self.node_lost_secs:
+            _at_least("NODE_LOST_SECS", self.node_lost_secs, self.node_ttl_secs)
         if not self.redis_prefix or any(c in self.redis_prefix for c in " {}"):
             raise ConfigError(f"REDIS_PREFIX: {self.redis_prefix!r} must be non-empty, no spaces")
         self._validate_agent()

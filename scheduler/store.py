@@ -203,7 +203,7 @@ class SyncJobStore:
         moved: list[commands.Requeued] = []
         s = self.settings
         while True:
-            call = commands.requeue_lost(self.keys, now, s.node_lost_secs, s.node_ttl_secs, limit)
+            call = commands.requeue_lost(self.keys, now, s.node_lost_after, s.node_ttl_secs, limit)
             batch = self.run(call)
             moved.extend(batch)
             if len(batch) < limit:

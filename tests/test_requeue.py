@@ -98,3 +98,9 @@ def test_node_lost_secs_below_the_ttl_is_a_config_error(make_settings: SettingsF
 
     with pytest.raises(ConfigError, match="NODE_LOST_SECS"):
         make_settings(node_ttl_secs=30, node_lost_secs=10)
+
+
+def test_node_lost_secs_defaults_to_four_ttls(make_settings: SettingsFactory) -> None:
+    assert make_settings(node_ttl_secs=600).node_lost_after == 2400
+    assert make_settings().node_lost_after == 120
+    assert make_settings(node_ttl_secs=30, node_lost_secs=45).node_lost_after == 45
