@@ -68,6 +68,12 @@ class _RedisProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.parser.feed(data)
         while (reply := self.parser.gets()) is not False:
+            if not self.waiters:
+                # A reply nobody asked for: the stream is out of step, so no later reply can
+                # be trusted to match its caller. Drop the connection.
+                assert self.transport is not None
+                self.transport.abort()
+                return
             _, waiter = self.waiters.popleft()
             if waiter.done():  # its caller was cancelled; the reply is still consumed in order
                 continue
