@@ -1,7 +1,7 @@
 """The job store: owns the Redis client and the registered scripts, runs `commands.Call`s.
 
 `JobStore` is the asyncio flavour the API uses; `SyncJobStore` is the blocking one the rq
-workers use. Both register every script once and run each call as one EVALSHA.
+workers use. Each runs every call as one EVALSHA (loading the script when Redis lacks it).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from scheduler.commands import Call, Created, Placement
 from scheduler.config import Settings
 from scheduler.keys import Keys
 from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration
+from scheduler.placement import live_node_ids
 from scheduler.redis_mux import MuxRedis
 from scheduler.timefmt import rfc3339
 
@@ -42,7 +43,6 @@ SCRIPT_NAMES = (
     "RESTORE_JOBS",
     "FINISH_RESTORE",
 )
-_NAMES = SCRIPT_NAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,12 +148,12 @@ class JobStore:
             self.redis.execute("ZRANGE", self.keys.nodes_seen, 0, -1, "WITHSCORES"),
         )
         last_seen = {str(seen[i], "utf-8"): float(seen[i + 1]) for i in range(0, len(seen), 2)}
-        ttl = self.settings.node_ttl_secs
+        live = set(live_node_ids(last_seen, now, self.settings.node_ttl_secs))
         nodes = {}
         for raw_id, blob in zip(records[::2], records[1::2], strict=True):
             node_id = str(raw_id, "utf-8")
             seen_at = last_seen.get(node_id, 0.0)
-            status = "healthy" if now - seen_at <= ttl else "unhealthy"
+            status = "healthy" if node_id in live else "unhealthy"
             nodes[node_id] = msgspec.structs.replace(
                 _node_decoder.decode(blob), status=status, last_seen=rfc3339(seen_at)
             )
@@ -167,7 +167,7 @@ class SyncJobStore:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.redis_prefix)
-        self._scripts = {name: client.register_script(getattr(scripts, name)) for name in _NAMES}
+        self._scripts = {name: client.register_script(src.text) for name, src in _SOURCES.items()}
 
     @classmethod
     def connect(cls, settings: Settings) -> SyncJobStore:
