@@ -221,7 +221,7 @@ def run_rounds(args: argparse.Namespace) -> dict[tuple[str, str], list[Result]]:
                 preload(redis_url, f"bench{stored}", stored)
                 targets[str(stored)] = url
             for _ in range(args.rounds):
-                for op in OPS:
+                for op in args.ops:
                     for name, url in targets.items():
                         result = measure(url, op, args, window=min(small, 5000))
                         runs.setdefault((op, name), []).append(result)
@@ -238,6 +238,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--rounds", type=int, default=3, help="medians over this many rounds")
     parser.add_argument("--stored", type=int, nargs=2, default=[1000, 100_000])
+    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
@@ -249,12 +250,12 @@ def main() -> int:
     )
     runs = run_rounds(args)
     small, large = args.stored
-    for op in OPS:
+    for op in args.ops:
         ceiling = median(runs[(op, "ceiling")])
         print(line(f"{op} ceiling", ceiling))
         for stored in (small, large):
             print(line(f"{op} @ {stored} stored", median(runs[(op, str(stored))]), ceiling))
-    for op in ("poll", "update"):
+    for op in [op for op in ("poll", "update") if op in args.ops]:
         low, high = median(runs[(op, str(small))]), median(runs[(op, str(large))])
         print(f"{op} p50 latency at {large} / at {small} stored: {high.p50_ms / low.p50_ms:.2f}")
     return 0

@@ -9,7 +9,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from scheduler.redis_mux import MuxRedis
+from scheduler.redis_mux import FLUSH_EVERY, MuxRedis
 
 
 def run(coro: Awaitable[None]) -> None:
@@ -22,6 +22,25 @@ def test_concurrent_commands_each_get_their_own_reply(redis_url: str, prefix: st
         await asyncio.gather(*(mux.execute("SET", f"{prefix}:k{i}", i) for i in range(500)))
         values = await asyncio.gather(*(mux.execute("GET", f"{prefix}:k{i}") for i in range(500)))
         assert values == [str(i).encode() for i in range(500)]
+        await mux.aclose()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    "count", [1, FLUSH_EVERY - 1, FLUSH_EVERY, FLUSH_EVERY + 1, 2 * FLUSH_EVERY, 3 * FLUSH_EVERY + 3]
+)
+def test_commands_around_the_early_flush_boundary_all_leave(
+    redis_url: str, prefix: str, count: int
+) -> None:
+    # A turn's commands leave in writes of FLUSH_EVERY plus the scheduled flush of the rest;
+    # none may be held back or sent twice (a duplicate INCR would show).
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        key = f"{prefix}:flush-boundary-{count}"
+        replies = await asyncio.gather(*(mux.execute("INCR", key) for _ in range(count)))
+        assert replies == list(range(1, count + 1))
+        assert await mux.execute("GET", key) == str(count).encode()
         await mux.aclose()
 
     run(scenario())
