@@ -24,7 +24,6 @@ import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-
 FLUSH_EVERY = 8
 
 

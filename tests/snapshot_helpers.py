@@ -7,7 +7,7 @@ import dataclasses
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -19,6 +19,13 @@ _NOT_JOB_STATE = {"initialised", "dirty", "dirty:inflight", "restoring", "seq:rr
 _NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox")
 
 
+def stored_json(r: redis.Redis, key: str) -> Any:
+    """The JSON value stored at `key`, which must exist."""
+    raw = r.get(key)
+    assert isinstance(raw, bytes), f"{key} holds {raw!r}"
+    return json.loads(raw)
+
+
 def job_state(r: redis.Redis, prefix: str) -> dict[str, Any]:
     """Every job record and index under `prefix`, decoded for comparison."""
     state: dict[str, Any] = {}
@@ -28,15 +35,14 @@ def job_state(r: redis.Redis, prefix: str) -> dict[str, Any]:
             continue
         kind = r.type(raw)
         if kind == b"string":
-            value = r.get(raw)
-            state[name] = json.loads(value) if name.startswith("job:") else value
+            state[name] = stored_json(r, raw) if name.startswith("job:") else r.get(raw)
         elif kind == b"zset":
-            members = r.zrange(raw, 0, -1, withscores=True)
+            members = cast(list[tuple[bytes, float]], r.zrange(raw, 0, -1, withscores=True))
             # Deadlines come back from the microsecond timestamp of the record.
             digits = 3 if name == "deadlines" else 9
             state[name] = {m.decode(): round(s, digits) for m, s in members}
         elif kind == b"set":
-            state[name] = sorted(m.decode() for m in r.smembers(raw))
+            state[name] = sorted(m.decode() for m in cast(set[bytes], r.smembers(raw)))
         else:
             raise AssertionError(f"unexpected key type {kind!r} for {name}")
     return state

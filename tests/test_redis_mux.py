@@ -28,7 +28,8 @@ def test_concurrent_commands_each_get_their_own_reply(redis_url: str, prefix: st
 
 
 @pytest.mark.parametrize(
-    "count", [1, FLUSH_EVERY - 1, FLUSH_EVERY, FLUSH_EVERY + 1, 2 * FLUSH_EVERY, 3 * FLUSH_EVERY + 3]
+    "count",
+    [1, FLUSH_EVERY - 1, FLUSH_EVERY, FLUSH_EVERY + 1, 2 * FLUSH_EVERY, 3 * FLUSH_EVERY + 3],
 )
 def test_commands_around_the_early_flush_boundary_all_leave(
     redis_url: str, prefix: str, count: int
@@ -50,11 +51,12 @@ def test_errors_reach_their_caller_only(redis_url: str, prefix: str) -> None:
     async def scenario() -> None:
         mux = MuxRedis(redis_url)
         await mux.execute("SET", f"{prefix}:s", "text")
-        bad, good = await asyncio.gather(
+        replies: list[object] = await asyncio.gather(
             mux.execute("INCR", f"{prefix}:s"),
             mux.execute("GET", f"{prefix}:s"),
             return_exceptions=True,
         )
+        bad, good = replies
         assert isinstance(bad, ResponseError) and good == b"text"
         await mux.aclose()
 

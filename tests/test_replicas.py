@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Iterator
 from itertools import cycle
 
 import httpx
@@ -16,7 +17,7 @@ NODES = ["node-a", "node-b", "node-c", "node-d"]
 
 
 @pytest.fixture
-def replicas(redis_url: str, prefix: str) -> list[str]:
+def replicas(redis_url: str, prefix: str) -> Iterator[list[str]]:
     env = scheduler_env(redis_url, prefix, MAX_JOBS_PER_NODE="10000", NODE_TTL_SECS="600")
     with api_replicas(3, env) as urls:
         for node in NODES:

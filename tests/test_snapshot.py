@@ -28,6 +28,7 @@ from tests.snapshot_helpers import (
     lose_redis_data,
     put_records,
     rows,
+    stored_json,
     without,
 )
 
@@ -71,7 +72,7 @@ def test_every_field_survives_snapshot_and_restore(
 
     assert job_state(rclient, prefix) == before
     for record in records:
-        assert json.loads(rclient.get(f"{prefix}:job:{record['job_id']}")) == record
+        assert stored_json(rclient, f"{prefix}:job:{record['job_id']}") == record
     saved = rows(db)["job-1"]
     assert saved["exit_code"] == 0
     assert json.loads(saved["env_vars"]) == {
@@ -265,9 +266,7 @@ def test_new_jobs_after_a_data_loss_do_not_overwrite_the_snapshot(
     assert rows(db)["job-1"]["command"] == full_record("job-1")["command"]
     # The operator's way out: load the snapshot over it.
     restore_from_file(settings, str(db), force=True)
-    assert (
-        json.loads(rclient.get(f"{prefix}:job:job-1"))["command"] == full_record("job-1")["command"]
-    )
+    assert stored_json(rclient, f"{prefix}:job:job-1")["command"] == full_record("job-1")["command"]
     assert rclient.get(f"{prefix}:seq:job") == b"2"
     assert snapshot_once(settings) == 1  # settled: snapshots run again
     assert rows(db)["job-1"]["command"] == full_record("job-1")["command"]

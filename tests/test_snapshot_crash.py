@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
@@ -25,7 +24,7 @@ from scheduler.store import SyncJobStore
 from scheduler.timefmt import rfc3339
 from tests.conftest import SettingsFactory
 from tests.processes import api_replicas, scheduler_env
-from tests.snapshot_helpers import job_state, lose_redis_data, rows
+from tests.snapshot_helpers import job_state, lose_redis_data, rows, stored_json
 
 JOBS = 2500  # several snapshot and restore batches of 1000
 
@@ -141,7 +140,7 @@ def kill_9(proc: subprocess.Popen[bytes]) -> None:
 def assert_snapshot_matches_redis(path: Path, r: redis.Redis, prefix: str) -> None:
     saved = rows(path)
     records = {
-        key.decode().removeprefix(f"{prefix}:job:"): json.loads(r.get(key))
+        key.decode().removeprefix(f"{prefix}:job:"): stored_json(r, key)
         for key in r.scan_iter(f"{prefix}:job:*", count=1000)
     }
     assert set(saved) == set(records)
@@ -253,5 +252,5 @@ def test_three_serve_processes_start_on_a_lost_redis(
             listing = httpx.get(f"{url}/jobs", timeout=10).json()
             assert [job["job_id"] for job in listing] == [f"job-{n}" for n in range(1, 51)]
     marker = rclient.get(f"{prefix}:initialised")
-    assert marker is not None and marker.startswith(b"restored 50 jobs")
+    assert isinstance(marker, bytes) and marker.startswith(b"restored 50 jobs")
     assert rclient.get(f"{prefix}:seq:job") == b"50"

@@ -3,7 +3,6 @@ operator's `scheduler snapshot` / `scheduler restore --from FILE` commands."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from tests.snapshot_helpers import (
     job_state,
     put_records,
     rows,
+    stored_json,
 )
 
 
@@ -107,7 +107,7 @@ def test_an_older_file_missing_columns_is_migrated_in_place(
 
     assert restore_if_empty(settings) is True  # read as it is, not modified by the restore
     assert "port" not in columns(path)
-    restored = json.loads(rclient.get(f"{prefix}:job:job-7"))
+    restored = stored_json(rclient, f"{prefix}:job:job-7")
     assert restored["created_at"] == "2025-06-01T06:00:00.000000Z"  # offsets become UTC
     assert (restored["exit_code"], restored["retry_count"], restored["stderr"]) == (2, 0, "err")
 

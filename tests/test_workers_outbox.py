@@ -8,7 +8,7 @@ import itertools
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -180,7 +180,7 @@ def test_a_failing_publish_is_retried_with_backoff_then_delivered(
     sns.failing = 500
     tasks.flush_outbox(period=1)
     work_burst(ctx.settings)
-    scheduled = ScheduledJobRegistry(queue=events_queue(ctx))
+    scheduled = ScheduledJobRegistry(queue=events_queue(ctx))  # type: ignore[no-untyped-call]
     assert scheduled.get_job_ids() == [ctx.keys.rq_job_id("event", 1)]  # waiting for backoff
     assert sns.refused == 1
 
@@ -260,7 +260,8 @@ def test_snapshot_task_calls_snapshot_once(
     finish(api_for(make_client, ctx))
     assert tasks.snapshot(period=4) == 1
     assert (tmp_path / "snapshot.db").exists()
-    assert ctx.redis.lrange(ctx.keys.runs("snapshot"), 0, -1)[0].startswith(b"4 ")
+    runs = cast(list[bytes], ctx.redis.lrange(ctx.keys.runs("snapshot"), 0, -1))
+    assert runs[0].startswith(b"4 ")
 
 
 def test_a_burst_worker_restores_the_snapshot_then_does_one_round(

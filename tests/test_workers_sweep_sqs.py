@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from starlette.testclient import TestClient
@@ -51,7 +51,7 @@ def api_for(make_client: ClientFactory, ctx: Context, *nodes: str) -> TestClient
 
 
 def stats(ctx: Context) -> dict[str, int]:
-    raw = ctx.redis.hgetall(ctx.keys.stats)
+    raw = cast(dict[bytes, bytes], ctx.redis.hgetall(ctx.keys.stats))
     return {str(k, "utf-8"): int(v) for k, v in raw.items()}
 
 
@@ -60,7 +60,7 @@ def all_jobs(api: TestClient) -> list[Job]:
 
 
 def outbox(ctx: Context) -> list[str]:
-    return [str(e, "utf-8") for e in ctx.redis.lrange(ctx.keys.outbox, 0, -1)]
+    return [str(e, "utf-8") for e in cast(list[bytes], ctx.redis.lrange(ctx.keys.outbox, 0, -1))]
 
 
 # The timeout sweep (CONTRACT 2.8, with 8.3/8.4 fixed and a `failed` event).
@@ -92,7 +92,8 @@ def test_sweep_fails_expired_run_jobs_only(
         assert assert_json(api.get(f"/jobs/{job['job_id']}"))["status"] == status
     assert outbox(ctx) == [f'1 {{"job_id":"{expired["job_id"]}","status":"failed"}}']
     assert stats(ctx)["timeouts"] == 1
-    assert ctx.redis.lrange(ctx.keys.runs("sweep"), 0, -1)[0].startswith(b"1 ")
+    runs = cast(list[bytes], ctx.redis.lrange(ctx.keys.runs("sweep"), 0, -1))
+    assert runs[0].startswith(b"1 ")
 
     # The agent's late report is refused: the timeout is final.
     late = report(api, expired["job_id"], "done", exit_code=0, stdout="late")
@@ -145,7 +146,8 @@ def test_ingest_creates_jobs_like_post_jobs_and_acks(
     assert all(j.status == "pending" for j in jobs)
     assert sqs.log.acks == ["msg-1", "msg-2", "msg-3"]
     assert sqs.remaining() == 0
-    assert ctx.redis.lrange(ctx.keys.runs("sqs"), 0, -1)[0].startswith(b"7 ")
+    runs = cast(list[bytes], ctx.redis.lrange(ctx.keys.runs("sqs"), 0, -1))
+    assert runs[0].startswith(b"7 ")
 
 
 BAD_BODIES = [
