@@ -10,8 +10,8 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-import httpx
 import msgspec
 import pytest
 import uvicorn
@@ -126,9 +126,8 @@ def api(make_client: ClientFactory, registry: FakeRegistry) -> TestClient:
     return make_client(registry_url=registry.url, registry_cache_secs=0)
 
 
-def post_job(api: TestClient, **body: str) -> httpx.Response:
-    response: httpx.Response = api.post("/jobs", json={"command": "x", **body})
-    return response
+def post_job(api: TestClient, **body: str) -> Any:
+    return api.post("/jobs", json={"command": "x", **body})
 
 
 # Placement over the registry's nodes.
