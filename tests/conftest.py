@@ -11,10 +11,14 @@ from starlette.testclient import TestClient
 
 from scheduler.app import create_app
 from scheduler.config import Settings
+from scheduler.store import SyncJobStore
 from tests.redis_server import redis_server
+from workers import context
+from workers.context import Context
 
 SettingsFactory = Callable[..., Settings]
 ClientFactory = Callable[..., TestClient]
+CtxFactory = Callable[..., Context]
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +53,43 @@ def make_settings(redis_url: str, prefix: str, tmp_path: Path) -> SettingsFactor
         return Settings.from_env({}, **{**base, **overrides})
 
     return make
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """The test's snapshot file: make_settings points SCHEDULER_DB at it."""
+    return tmp_path / "scheduler.db"
+
+
+@pytest.fixture
+def settings(make_settings: SettingsFactory) -> Settings:
+    """The settings `store` uses; a module overrides this fixture to change them."""
+    return make_settings()
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[SyncJobStore]:
+    s = SyncJobStore.connect(settings)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def ctx_overrides() -> dict[str, Any]:
+    """Settings every worker context of a module gets; a module overrides this fixture."""
+    return {}
+
+
+@pytest.fixture
+def make_ctx(make_settings: SettingsFactory, ctx_overrides: dict[str, Any]) -> Iterator[CtxFactory]:
+    """Configures the worker context (workers.context) as a worker process would."""
+
+    def make(**overrides: Any) -> Context:
+        base: dict[str, Any] = {"http_timeout_secs": 1.0, **ctx_overrides}
+        return context.configure(make_settings(**{**base, **overrides}))
+
+    yield make
+    context.close()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -23,13 +22,6 @@ def settings(make_settings: SettingsFactory) -> Settings:
 @pytest.fixture
 def api(make_client: ClientFactory, settings: Settings) -> TestClient:
     return make_client(settings)
-
-
-@pytest.fixture
-def store(settings: Settings) -> Iterator[SyncJobStore]:
-    s = SyncJobStore.connect(settings)
-    yield s
-    s.close()
 
 
 def last_heard(rclient: redis.Redis, settings: Settings, node: str, at: float) -> None:

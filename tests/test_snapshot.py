@@ -6,7 +6,6 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -34,20 +33,8 @@ from tests.snapshot_helpers import (
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "scheduler.db"
-
-
-@pytest.fixture
-def settings(make_settings: SettingsFactory, db: Path) -> Settings:
-    return make_settings(scheduler_db=str(db), max_jobs_per_node=2)
-
-
-@pytest.fixture
-def store(settings: Settings) -> Any:
-    s = SyncJobStore.connect(settings)
-    yield s
-    s.close()
+def settings(make_settings: SettingsFactory) -> Settings:
+    return make_settings(max_jobs_per_node=2)
 
 
 # Round trip.

@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,7 +21,6 @@ from scheduler.models import JobUpdate, NewJob, encoder
 from scheduler.snapshot import restore_if_empty, snapshot_once, write_snapshot
 from scheduler.store import SyncJobStore
 from scheduler.timefmt import rfc3339
-from tests.conftest import SettingsFactory
 from tests.processes import api_replicas, scheduler_env
 from tests.snapshot_helpers import job_state, lose_redis_data, rows, stored_json
 
@@ -87,18 +85,6 @@ restored = restore_if_empty(settings)
 client = redis.Redis.from_url(settings.redis_url)
 print(int(restored), client.zcard(Keys(settings.redis_prefix).all_jobs), flush=True)
 """
-
-
-@pytest.fixture
-def settings(make_settings: SettingsFactory, tmp_path: Path) -> Settings:
-    return make_settings(scheduler_db=str(tmp_path / "scheduler.db"))
-
-
-@pytest.fixture
-def store(settings: Settings) -> Iterator[SyncJobStore]:
-    s = SyncJobStore.connect(settings)
-    yield s
-    s.close()
 
 
 def child_env(settings: Settings) -> dict[str, str]:

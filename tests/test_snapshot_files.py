@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -28,20 +27,8 @@ from tests.snapshot_helpers import (
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "scheduler.db"
-
-
-@pytest.fixture
-def settings(make_settings: SettingsFactory, db: Path) -> Settings:
-    return make_settings(scheduler_db=str(db), max_jobs_per_node=2)
-
-
-@pytest.fixture
-def store(settings: Settings) -> Any:
-    s = SyncJobStore.connect(settings)
-    yield s
-    s.close()
+def settings(make_settings: SettingsFactory) -> Settings:
+    return make_settings(max_jobs_per_node=2)
 
 
 # Files of the original Go scheduler, and older files.

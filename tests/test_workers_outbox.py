@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,29 +19,25 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.keys import Keys
-from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, report, submit
+from tests.conftest import (
+    ClientFactory,
+    CtxFactory,
+    SettingsFactory,
+    assert_json,
+    register,
+    report,
+    submit,
+)
 from tests.fakes import FakeSNS, eventually
-from workers import context, queues, tasks
+from workers import queues, tasks
 from workers.context import Context
 from workers.schedule import Trigger, fire, periodic_tasks, redis_time
 from workers.worker import build_worker, run
 
-CtxFactory = Callable[..., Context]
-
 
 @pytest.fixture
-def make_ctx(make_settings: SettingsFactory, tmp_path: Path) -> Iterator[CtxFactory]:
-    def make(**overrides: Any) -> Context:
-        base: dict[str, Any] = {
-            "scheduler_db": str(tmp_path / "snapshot.db"),
-            "http_timeout_secs": 1.0,
-            "sns_retry_base_secs": 1,
-            "sns_retry_cap_secs": 1,
-        }
-        return context.configure(make_settings(**{**base, **overrides}))
-
-    yield make
-    context.close()
+def ctx_overrides() -> dict[str, Any]:
+    return {"sns_retry_base_secs": 1, "sns_retry_cap_secs": 1}
 
 
 @pytest.fixture
@@ -259,7 +255,7 @@ def test_snapshot_task_calls_snapshot_once(
     ctx = make_ctx()
     finish(api_for(make_client, ctx))
     assert tasks.snapshot(period=4) == 1
-    assert (tmp_path / "snapshot.db").exists()
+    assert Path(ctx.settings.scheduler_db).exists()
     runs = cast(list[bytes], ctx.redis.lrange(ctx.keys.runs("snapshot"), 0, -1))
     assert runs[0].startswith(b"4 ")
 

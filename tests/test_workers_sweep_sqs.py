@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
@@ -15,27 +14,24 @@ from starlette.testclient import TestClient
 from scheduler import commands
 from scheduler.config import ConfigError, Settings
 from scheduler.models import Job, job_decoder
-from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, report, submit
+from tests.conftest import (
+    ClientFactory,
+    CtxFactory,
+    SettingsFactory,
+    assert_json,
+    register,
+    report,
+    submit,
+)
 from tests.fakes import FakeSQS, eventually
-from workers import context, tasks
+from workers import tasks
 from workers.context import Context
 from workers.ingest import Message, dedup_key
 
-CtxFactory = Callable[..., Context]
-
 
 @pytest.fixture
-def make_ctx(make_settings: SettingsFactory, tmp_path: Path) -> Iterator[CtxFactory]:
-    def make(**overrides: Any) -> Context:
-        base: dict[str, Any] = {
-            "scheduler_db": str(tmp_path / "snapshot.db"),
-            "http_timeout_secs": 1.0,
-            "max_jobs_per_node": 100,
-        }
-        return context.configure(make_settings(**{**base, **overrides}))
-
-    yield make
-    context.close()
+def ctx_overrides() -> dict[str, Any]:
+    return {"max_jobs_per_node": 100}
 
 
 @pytest.fixture
