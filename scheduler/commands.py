@@ -175,6 +175,7 @@ def transition(
             keys.dirty,
             keys.outbox,
             keys.event_seq,
+            keys.finished,
         ],
         [
             job_id,
@@ -191,21 +192,42 @@ def transition(
 
 
 @dataclass(frozen=True, slots=True)
-class Swept:
+class Batch:
+    """One call of a sweep over an index: how many entries it read, which jobs it changed."""
+
     read: int
-    failed: list[str]
+    ids: list[str]
 
 
-def _swept(reply: list[Any]) -> Swept:
-    return Swept(read=reply[0], failed=[str(job_id, "utf-8") for job_id in reply[1:]])
+def _batch(reply: list[Any]) -> Batch:
+    return Batch(read=reply[0], ids=[str(job_id, "utf-8") for job_id in reply[1:]])
 
 
-def sweep_timeouts(keys: Keys, now: float, timeout_secs: float, batch: int) -> Call[Swept]:
+def sweep_timeouts(keys: Keys, now: float, timeout_secs: float, batch: int) -> Call[Batch]:
     return Call(
         "SWEEP_TIMEOUTS",
-        [keys.root, keys.deadlines, keys.dirty, keys.outbox, keys.event_seq, keys.all_jobs],
-        [now - timeout_secs, rfc3339(now), batch],
-        _swept,
+        [
+            keys.root,
+            keys.deadlines,
+            keys.dirty,
+            keys.outbox,
+            keys.event_seq,
+            keys.all_jobs,
+            keys.finished,
+        ],
+        [now - timeout_secs, rfc3339(now), batch, now],
+        _batch,
+    )
+
+
+def prune_finished(keys: Keys, cutoff: float, skip: int, batch: int) -> Call[Batch]:
+    """Remove jobs finished before `cutoff` that the snapshot holds; `skip` entries at the
+    head of the index are passed over (jobs a snapshot has not written yet)."""
+    return Call(
+        "PRUNE_FINISHED",
+        [keys.root, keys.finished, keys.all_jobs, keys.dirty, keys.dirty_inflight],
+        [cutoff, skip, batch],
+        _batch,
     )
 
 
@@ -275,13 +297,15 @@ def take_dirty(keys: Keys) -> Call[int]:
 @dataclass(frozen=True, slots=True)
 class RestoredJob:
     """A job to put back: its record and what its indexes need. `started` (epoch s) is set
-    for a running run-job only: those are the ones in the busy set and the deadlines."""
+    for a running run-job only: those are the ones in the busy set and the deadlines.
+    `finished` (epoch s) is set for a done or failed job only (the retention index)."""
 
     job_id: str
     score: float
     node_id: str
     status: str
     started: float | None
+    finished: float | None
     record: bytes
 
 
@@ -289,8 +313,10 @@ def restore_jobs(keys: Keys, jobs: Sequence[RestoredJob], mark_dirty: bool) -> C
     args: list[Any] = ["1" if mark_dirty else "0"]
     for job in jobs:
         started = "" if job.started is None else job.started
-        args += [job.job_id, job.score, job.node_id, job.status, started, job.record]
-    return Call("RESTORE_JOBS", [keys.root, keys.all_jobs, keys.deadlines, keys.dirty], args, int)
+        finished = "" if job.finished is None else job.finished
+        args += [job.job_id, job.score, job.node_id, job.status, started, finished, job.record]
+    restore_keys = [keys.root, keys.all_jobs, keys.deadlines, keys.dirty, keys.finished]
+    return Call("RESTORE_JOBS", restore_keys, args, int)
 
 
 def finish_restore(keys: Keys, highest_job_number: int, marker: str) -> Call[None]:

@@ -41,6 +41,9 @@ class Settings:
     node_ttl_secs: float = field(default=30.0, metadata={"env": "NODE_TTL_SECS", "min": 1})
     # 0: four times NODE_TTL_SECS (see node_lost_after).
     node_lost_secs: float = field(default=0.0, metadata={"env": "NODE_LOST_SECS", "min": 0})
+    # How long a done or failed job stays in Redis after it finished; 0 keeps it forever (as
+    # the original). Older ones live on in the SQLite snapshot only.
+    job_retention_secs: float = field(default=0.0, metadata={"env": "JOB_RETENTION_SECS", "min": 0})
     output_limit_bytes: int = field(
         default=MiB, metadata={"env": "OUTPUT_LIMIT_BYTES", "min": 1024}
     )

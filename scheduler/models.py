@@ -20,6 +20,7 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 JOB_TYPES = ("", "run", "service")
 STATUSES = ("pending", "running", "done", "failed")
 REPORT_STATUSES = ("running", "done", "failed")
+FINAL_STATUSES = ("done", "failed")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Go decodes into int (64 bits): a larger number is a decode error there, and here.
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]

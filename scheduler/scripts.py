@@ -171,7 +171,7 @@ TRANSITION = _script(
 -- An agent's report (PATCH /jobs/{id}), under the state machine:
 --   pending -> running; running -> done | failed; failed with retries left -> pending.
 -- KEYS[1] root  KEYS[2] job  KEYS[3] jobs  KEYS[4] deadlines  KEYS[5] dirty  KEYS[6] outbox
--- KEYS[7] seq:event
+-- KEYS[7] seq:event  KEYS[8] finished
 -- ARGV[1] job id  ARGV[2] new status  ARGV[3] exit code ("" = none)  ARGV[4] stdout
 -- ARGV[5] stderr  ARGV[6] now (epoch s)  ARGV[7] now (RFC 3339)  ARGV[8] MAX_JOB_RETRIES
 -- Returns {OK, job JSON} | {NOT_FOUND} | {FINISHED} | {ALREADY_RUNNING} | {NOT_RUNNING}
@@ -205,6 +205,7 @@ else
     return {OK, redis.call("GET", KEYS[2])}
   end
   job.finished_at = ARGV[7]
+  redis.call("ZADD", KEYS[8], ARGV[6], id)
   publish(KEYS[6], KEYS[7], id, new)
 end
 job.status = new
@@ -270,9 +271,9 @@ SWEEP_TIMEOUTS = _script(
     """
 -- Fail the running run-jobs that started before the cutoff (no retry, `failed` event).
 -- KEYS[1] root  KEYS[2] deadlines  KEYS[3] dirty  KEYS[4] outbox  KEYS[5] seq:event
--- KEYS[6] jobs
+-- KEYS[6] jobs  KEYS[7] finished
 -- ARGV[1] cutoff (epoch s; started strictly before it = timed out)  ARGV[2] now (RFC 3339)
--- ARGV[3] batch size
+-- ARGV[3] batch size  ARGV[4] now (epoch s)
 -- Returns {number of entries read, ids of the jobs it failed...}.
 local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1], "LIMIT", 0, ARGV[3])
 local failed = {#ids}
@@ -288,12 +289,45 @@ for _, id in ipairs(ids) do
       move(id, redis.call("ZSCORE", KEYS[6], id), job.node_id, "running", "failed")
       redis.call("SET", key_job(id), encode(job))
       redis.call("SADD", KEYS[3], id)
+      redis.call("ZADD", KEYS[7], ARGV[4], id)
       publish(KEYS[4], KEYS[5], id, "failed")
       failed[#failed + 1] = id
     end
   end
 end
 return failed
+""",
+)
+
+PRUNE_FINISHED = _script(
+    """
+-- Retention: remove from Redis the done and failed jobs that finished before the cutoff, with
+-- every index entry. Only jobs the snapshot already holds in their final state go: a job in
+-- the changed set (or in a snapshot being written) stays until a snapshot has committed it,
+-- so a pruned job is never lost, only moved out of Redis to the SQLite file.
+-- KEYS[1] root  KEYS[2] finished  KEYS[3] jobs  KEYS[4] dirty  KEYS[5] dirty in-flight
+-- ARGV[1] cutoff (epoch s; finished strictly before it)  ARGV[2] entries to skip (kept by
+-- earlier calls of this sweep)  ARGV[3] batch size
+-- Returns {number of entries read, ids of the jobs removed...}.
+local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1], "LIMIT", ARGV[2], ARGV[3])
+local removed = {#ids}
+for _, id in ipairs(ids) do
+  if redis.call("SISMEMBER", KEYS[4], id) == 0 and redis.call("SISMEMBER", KEYS[5], id) == 0 then
+    local raw = redis.call("GET", key_job(id))
+    local job = raw and cjson.decode(raw)
+    -- Only a final job is removed; an entry left stale (the job replaced by a restore) goes.
+    if job and (job.status == "done" or job.status == "failed") then
+      redis.call("DEL", key_job(id))
+      redis.call("ZREM", KEYS[3], id)
+      redis.call("ZREM", key_status(job.status), id)
+      redis.call("ZREM", key_node_jobs(job.node_id), id)
+      redis.call("ZREM", key_node_status(job.node_id, job.status), id)
+    end
+    redis.call("ZREM", KEYS[2], id)
+    removed[#removed + 1] = id
+  end
+end
+return removed
 """,
 )
 
@@ -382,10 +416,11 @@ RESTORE_JOBS = _script(
     """
 -- Put jobs back as the snapshot holds them, with every index their status needs (as the
 -- scripts above maintain them). A job already present is first taken out of its old indexes.
--- KEYS[1] root  KEYS[2] jobs  KEYS[3] deadlines  KEYS[4] dirty
+-- KEYS[1] root  KEYS[2] jobs  KEYS[3] deadlines  KEYS[4] dirty  KEYS[5] finished
 -- ARGV[1] "1" to mark the jobs changed (the next snapshot writes them), else "0"
--- ARGV[2..] 6 values per job: id, score, node id, status, start time (epoch s) of a running
---   run-job or "" for any other job, job JSON. At most 1000 jobs per call (Lua's unpack limit).
+-- ARGV[2..] 7 values per job: id, score, node id, status, start time (epoch s) of a running
+--   run-job or "", finish time (epoch s) of a done or failed job or "", job JSON.
+--   At most 1000 jobs per call (Lua's unpack limit).
 -- Returns the number of jobs restored.
 -- Each index gets one ZADD/SADD for the whole batch: far cheaper than one call per job.
 local function unindex(id, raw)
@@ -405,7 +440,7 @@ local function push(groups, key, a, b)
   if b then list[#list + 1] = b end
 end
 local ids, job_keys = {}, {}
-for i = 2, #ARGV, 6 do
+for i = 2, #ARGV, 7 do
   ids[#ids + 1] = ARGV[i]
   job_keys[#job_keys + 1] = key_job(ARGV[i])
 end
@@ -414,14 +449,16 @@ for i, old in ipairs(redis.call("MGET", unpack(job_keys))) do
   if old then
     unindex(ids[i], old)
     redis.call("ZREM", KEYS[3], ids[i])
+    redis.call("ZREM", KEYS[5], ids[i])
   end
 end
 local records, zadds, sadds = {}, {}, {}
 for j, id in ipairs(ids) do
-  local i = 2 + (j - 1) * 6
+  local i = 2 + (j - 1) * 7
   local score, node, status, start = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local finish = ARGV[i + 5]
   records[#records + 1] = job_keys[j]
-  records[#records + 1] = ARGV[i + 5]
+  records[#records + 1] = ARGV[i + 6]
   push(zadds, KEYS[2], score, id)
   push(zadds, key_status(status), score, id)
   push(zadds, key_node_jobs(node), score, id)
@@ -430,6 +467,7 @@ for j, id in ipairs(ids) do
     push(zadds, KEYS[3], start, id)
     push(sadds, key_node_busy(node), id)
   end
+  if finish ~= "" then push(zadds, KEYS[5], finish, id) end
   if ARGV[1] == "1" then push(sadds, KEYS[4], id) end
 end
 redis.call("MSET", unpack(records))

@@ -295,7 +295,12 @@ def _load(
 ) -> RestoreReport:
     """Load every row of `source` (batches of RESTORE_JOBS), then finish: counter, marker."""
     started = time.monotonic()
-    count, highest = 0, 0
+    count, highest, expired = 0, 0, 0
+    # Jobs past JOB_RETENTION_SECS stay in the file they come from and out of Redis, as the
+    # sweep would prune them next. Only when that file is the snapshot: jobs from another
+    # file must reach the snapshot first (mark_dirty), so they are loaded and pruned later.
+    retention = store.settings.job_retention_secs
+    expire_before = now - retention if retention and not mark_dirty else None
     # One batch goes to Redis from a thread (which mostly waits on the socket) while the next
     # is converted here: the two costs overlap instead of adding up. One batch in flight.
     with (
@@ -307,6 +312,9 @@ def _load(
             jobs = _convert(rows, source, now)
             # Scores of job-N ids are N; other ids score below 1 (snapshot_db.NON_JOB_SCORE).
             highest = max([highest, *(int(job.score) for job in jobs if job.score >= 1)])
+            if expire_before is not None:
+                kept = [j for j in jobs if j.finished is None or j.finished >= expire_before]
+                expired, jobs = expired + len(jobs) - len(kept), kept
             if in_flight is not None:
                 count += in_flight.result()
                 lock.extend(lock_ttl, replace_ttl=True)
@@ -317,6 +325,8 @@ def _load(
     if not lock.owned():
         raise LockError("restore lock lost before the restore finished")
     marker = f"restored {count} jobs from {source}"
+    if expired:
+        marker += f" ({expired} finished before JOB_RETENTION_SECS left in the file)"
     store.run(commands.finish_restore(store.keys, highest, marker))
     log.info("%s in %.3f s (next id job-%d)", marker, time.monotonic() - started, highest + 1)
     return RestoreReport(jobs=count, highest_job_number=highest, source=source)

@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 
 from scheduler.commands import RestoredJob
-from scheduler.models import Job
+from scheduler.models import FINAL_STATUSES, Job
 from scheduler.timefmt import parse_rfc3339, rfc3339
 
 log = logging.getLogger("scheduler.snapshot")
@@ -304,6 +304,17 @@ def _start(job: Job, now: float) -> float:
     return now
 
 
+def _finish(job: Job, now: float) -> float:
+    """When a done or failed job finished, for the retention: finished_at, else the restore
+    time (an unreadable stamp keeps the job a full retention period, never drops it early)."""
+    if job.finished_at:
+        try:
+            return parse_rfc3339(job.finished_at)
+        except ValueError:
+            pass
+    return now
+
+
 def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
     """A row of `jobs` (NAMES order) as the record and index entries the restore writes.
     Raises ValueError for a row without id. `now` (epoch s) is the restore time."""
@@ -345,5 +356,6 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
         node_id=job.node_id,
         status=job.status,
         started=_start(job, now) if running_run_job else None,
+        finished=_finish(job, now) if job.status in FINAL_STATUSES else None,
         record=record,
     )

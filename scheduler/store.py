@@ -34,6 +34,7 @@ SCRIPT_NAMES = (
     "LIST",
     "TRANSITION",
     "SWEEP_TIMEOUTS",
+    "PRUNE_FINISHED",
     "REQUEUE_LOST",
     "REGISTER_NODE",
     "HEARTBEAT",
@@ -193,9 +194,24 @@ class SyncJobStore:
         while True:
             call = commands.sweep_timeouts(self.keys, now, self.settings.job_timeout_secs, batch)
             swept = self.run(call)
-            failed.extend(swept.failed)
+            failed.extend(swept.ids)
             if swept.read < batch:
                 return failed
+
+    def prune_finished(self, now: float, batch: int = 500) -> list[str]:
+        """Remove from Redis the jobs finished more than JOB_RETENTION_SECS ago that the
+        snapshot already holds (none when the retention is 0: keep forever)."""
+        if not self.settings.job_retention_secs:
+            return []
+        cutoff = now - self.settings.job_retention_secs
+        removed: list[str] = []
+        skip = 0
+        while True:
+            pruned = self.run(commands.prune_finished(self.keys, cutoff, skip, batch))
+            removed.extend(pruned.ids)
+            skip += pruned.read - len(pruned.ids)
+            if pruned.read < batch:
+                return removed
 
     def requeue_lost(self, now: float, limit: int = 500) -> list[commands.Requeued]:
         """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per

@@ -38,8 +38,8 @@ def job_state(r: redis.Redis, prefix: str) -> dict[str, Any]:
             state[name] = stored_json(r, raw) if name.startswith("job:") else r.get(raw)
         elif kind == b"zset":
             members = cast(list[tuple[bytes, float]], r.zrange(raw, 0, -1, withscores=True))
-            # Deadlines come back from the microsecond timestamp of the record.
-            digits = 3 if name == "deadlines" else 9
+            # Deadlines and finish times come back from the microsecond stamps of the record.
+            digits = 3 if name in ("deadlines", "finished") else 9
             state[name] = {m.decode(): round(s, digits) for m, s in members}
         elif kind == b"set":
             state[name] = sorted(m.decode() for m in cast(set[bytes], r.smembers(raw)))

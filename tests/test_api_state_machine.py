@@ -319,8 +319,10 @@ def test_scripts_use_the_keys_that_keys_py_names(
             k.node_status("n1", "done"): "zset",
             k.outbox: "list",
             k.event_seq: "string",
+            k.finished: "zset",
         }
     )
+    assert members(k.finished) == ["job-1"]
     assert members(k.node_busy("n1")) == members(k.deadlines) == []
     assert members(k.status("running")) == members(k.node_status("n1", "running")) == []
     assert members(k.node_status("n1", "done")) == members(k.status("done")) == ["job-1"]

@@ -114,7 +114,7 @@ def test_sweep_reads_only_the_expired_entries(
     swept = ctx.store.run(commands.sweep_timeouts(ctx.keys, time.time(), 1, 500))
 
     assert swept.read == 3  # not 43: the cost follows the expired jobs, not all jobs
-    assert sorted(swept.failed) == sorted(old)
+    assert sorted(swept.ids) == sorted(old)
 
 
 # SQS ingestion (CONTRACT 2.9, with 8.9, 8.10 and 8.12 fixed).

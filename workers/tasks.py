@@ -34,8 +34,9 @@ class PublishFailed(Exception):
 
 
 def sweep(period: int) -> int:
-    """Fail the run jobs running longer than JOB_TIMEOUT_SECS, and move the pending jobs of
-    lost nodes to live ones; returns how many jobs timed out."""
+    """Fail the run jobs running longer than JOB_TIMEOUT_SECS, move the pending jobs of lost
+    nodes to live ones, and prune finished jobs past JOB_RETENTION_SECS; returns how many
+    jobs timed out."""
     ctx = context.current()
     now = time.time()
     failed = ctx.store.sweep_timeouts(now)
@@ -47,6 +48,10 @@ def sweep(period: int) -> int:
         log.info("sweep: %s moved from lost node %s to %s", job.job_id, job.from_node, job.to_node)
     if moved:
         ctx.count(Counter(requeued=len(moved)))
+    pruned = ctx.store.prune_finished(now)
+    if pruned:
+        log.info("sweep: %d finished job(s) past retention removed from Redis", len(pruned))
+        ctx.count(Counter(pruned=len(pruned)))
     ctx.record_run("sweep", period, now)
     return len(failed)
 
