@@ -142,3 +142,30 @@ def test_an_unsolicited_reply_drops_the_connection() -> None:
 def test_unsupported_url_schemes_are_refused() -> None:
     with pytest.raises(ValueError, match="REDIS_URL"):
         MuxRedis("http://127.0.0.1:6379")
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_commands_on_a_closing_connection_fail_as_connection_errors(
+    redis_url: str, loop: str
+) -> None:
+    # Between an abort and connection_lost the transport is closing, and the early flush
+    # writes from inside the caller: the calls must still fail as connection errors (a 503),
+    # never raise something else into the request (a 500), on either event loop.
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        assert await mux.execute("PING") == b"PONG"
+        protocol = mux._protocol
+        assert protocol is not None and protocol.transport is not None
+        protocol.transport.abort()
+        waiters = [protocol.send(b"*1\r\n$4\r\nPING\r\n") for _ in range(2 * FLUSH_EVERY)]
+        results = await asyncio.gather(*waiters, return_exceptions=True)
+        assert all(isinstance(r, RedisConnectionError) for r in results), results
+        assert await mux.execute("PING") == b"PONG"  # and the next call reconnects
+        await mux.aclose()
+
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(scenario())
+    else:
+        run(scenario())
