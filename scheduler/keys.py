@@ -23,7 +23,8 @@ Layout (P = REDIS_PREFIX):
   P:outbox                list of events to publish (SNS): "<event number> <message JSON>"
   P:nodes                 hash node id -> node JSON (built-in registry)
   P:nodes:seen            zset node id -> last heartbeat, epoch seconds
-  P:nodes:compute         zset, the same for the nodes with role compute (placement)
+  P:nodes:compute         zset, the same for the nodes with role compute (placement); with
+                          an external registry: when the sweep last saw each one healthy
   P:sqs:{msg}             string, the job a SQS message created (idempotency key)
   P:lock:{name}           short-lived locks (restore, snapshot, worker promote)
   P:stats                 hash of background-work counters (workers/: sqs_dropped, ...)

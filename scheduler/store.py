@@ -213,9 +213,16 @@ class SyncJobStore:
             if pruned.read < batch:
                 return removed
 
+    def observe_nodes(self, node_ids: list[str], now: float) -> None:
+        """External registry: these compute nodes were seen healthy at `now` (the sweep's
+        record of them, which `requeue_lost` reads as the built-in registry's heartbeats)."""
+        if node_ids:
+            self.redis.zadd(self.keys.nodes_compute, dict.fromkeys(node_ids, now))
+
     def requeue_lost(self, now: float, limit: int = 500) -> list[commands.Requeued]:
         """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
-        script call (built-in registry; an external registry's nodes are not in Redis)."""
+        script call. Nodes are the built-in registry's, or the external registry's as the
+        sweep saw them (`observe_nodes`)."""
         moved: list[commands.Requeued] = []
         s = self.settings
         while True:

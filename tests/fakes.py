@@ -1,4 +1,5 @@
-"""Real HTTP fakes of the tiny-aws SQS and SNS services (CONTRACT 5 and 6), for tests.
+"""Real HTTP fakes of the tiny-aws SQS, SNS and registry services (CONTRACT 5, 6, 2.6), for
+tests.
 
 Each runs an http.server in a daemon thread on a free 127.0.0.1 port, and has knobs the tests
 turn: SQS's visibility timeout (30 s in the original), lost acks, outages; SNS's failing,
@@ -6,6 +7,7 @@ slow or stopped periods. They record what they were sent.
 
     with FakeSQS(visibility_secs=1) as sqs:   # sqs.url, sqs.send(body), sqs.remaining()
     with FakeSNS() as sns:                    # sns.url, sns.published, sns.failing = 500
+    with FakeRegistry() as reg:               # reg.nodes["n1"] = "healthy", reg.instances
 """
 
 from __future__ import annotations
@@ -315,3 +317,31 @@ def eventually(check: Callable[[], T], timeout: float = 20.0, interval: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"not reached within {timeout} s; last value: {value!r}")
         time.sleep(interval)
+
+
+class FakeRegistry(FakeService):
+    """The registry calls the scheduler makes: GET /nodes?role=compute (the node map, from
+    `nodes`: id -> status) and GET /instances/{id} (from `instances`: id -> node id, running)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: dict[str, str] = {}
+        self.instances: dict[str, str] = {}
+
+    def __enter__(self) -> FakeRegistry:
+        self.start()
+        return self
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        with self.lock:
+            if path == "/nodes?role=compute":
+                nodes = {
+                    node_id: {"id": node_id, "role": "compute", "status": status}
+                    for node_id, status in self.nodes.items()
+                }
+                return 200, _json(nodes)
+            instance_id = path.removeprefix("/instances/")
+            if instance_id in self.instances:
+                node_id = self.instances[instance_id]
+                return 200, _json({"id": instance_id, "node_id": node_id, "status": "running"})
+            return 404, b"not found\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -11,7 +12,9 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.keys import Keys
 from scheduler.store import SyncJobStore
-from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
+from tests.conftest import ClientFactory, CtxFactory, SettingsFactory, register, report, submit
+from tests.fakes import FakeRegistry
+from workers import tasks
 
 
 @pytest.fixture
@@ -83,6 +86,70 @@ def test_recently_silent_running_and_lonely_jobs_stay(
     moved = store.requeue_lost(now)
     assert [m.job_id for m in moved] == [third["job_id"]]
     assert api.get(f"/jobs/{first['job_id']}").json()["node_id"] == "a"  # running: stays
+
+
+# With an external registry, the sweep records which compute nodes it saw healthy.
+
+
+@pytest.fixture
+def registry() -> Iterator[FakeRegistry]:
+    with FakeRegistry() as fake:
+        fake.nodes = {"a": "healthy", "b": "healthy", "c": "healthy"}
+        yield fake
+
+
+def registry_api(make_client: ClientFactory, registry: FakeRegistry) -> TestClient:
+    return make_client(registry_url=registry.url, registry_cache_secs=0, max_jobs_per_node=5)
+
+
+def test_registry_nodes_gone_unhealthy_lose_their_pending_jobs(
+    make_client: ClientFactory, make_ctx: CtxFactory, registry: FakeRegistry
+) -> None:
+    api = registry_api(make_client, registry)
+    ctx = make_ctx(registry_url=registry.url, node_ttl_secs=30, node_lost_secs=60)
+    on_a = [job["job_id"] for job in (submit(api, command="x") for _ in range(6))][::3]
+    assert {api.get(f"/jobs/{j}").json()["node_id"] for j in on_a} == {"a"}
+    tasks.sweep(period=1)  # sees a, b and c healthy: nothing is lost
+    assert pending_ids(api, "a") == on_a
+
+    registry.nodes["a"] = "unhealthy"
+    last_heard(ctx.redis, ctx.settings, "a", time.time() - 61)  # last seen healthy long ago
+    tasks.sweep(period=2)
+
+    assert pending_ids(api, "a") == []
+    assert {api.get(f"/jobs/{j}").json()["node_id"] for j in on_a} <= {"b", "c"}
+    assert ctx.redis.hget(ctx.keys.stats, "requeued") == b"2"
+
+
+def test_instance_bound_jobs_stay_on_their_lost_node(
+    make_client: ClientFactory, make_ctx: CtxFactory, registry: FakeRegistry
+) -> None:
+    registry.instances = {"i-1": "a"}
+    api = registry_api(make_client, registry)
+    ctx = make_ctx(registry_url=registry.url, node_ttl_secs=30, node_lost_secs=60)
+    bound = submit(api, command="serve", instance_id="i-1")["job_id"]
+    free = [submit(api, command="x")["job_id"] for _ in range(3)]
+    tasks.sweep(period=1)
+    registry.nodes["a"] = "unhealthy"
+    last_heard(ctx.redis, ctx.settings, "a", time.time() - 61)
+    tasks.sweep(period=2)
+
+    assert pending_ids(api, "a") == [bound]
+    assert all(api.get(f"/jobs/{j}").json()["node_id"] != "a" for j in free)
+
+
+def test_a_registry_outage_declares_no_node_lost(
+    make_client: ClientFactory, make_ctx: CtxFactory, registry: FakeRegistry
+) -> None:
+    api = registry_api(make_client, registry)
+    ctx = make_ctx(registry_url=registry.url, node_ttl_secs=30, node_lost_secs=60)
+    ids = [submit(api, command="x")["job_id"] for _ in range(3)]
+    tasks.sweep(period=1)
+    for node in ("a", "c"):  # seen healthy long ago; b just now, so there is a live target
+        last_heard(ctx.redis, ctx.settings, node, time.time() - 61)
+    registry.stop()  # and now nobody can tell whether a and c are alive
+    tasks.sweep(period=2)
+    assert [api.get(f"/jobs/{j}").json()["node_id"] for j in ids] == ["a", "b", "c"]
 
 
 def test_node_lost_secs_below_the_ttl_is_a_config_error(make_settings: SettingsFactory) -> None:

@@ -16,8 +16,12 @@ from collections import Counter
 import httpx
 import msgspec
 
+from scheduler.config import Settings
+from scheduler.placement import healthy_compute_nodes
+from scheduler.registry import RegistryError, RemoteRegistry
 from scheduler.snapshot import snapshot_once
 from workers import context
+from workers.context import Context
 from workers.queues import enqueue_publish
 
 log = logging.getLogger("workers.tasks")
@@ -43,7 +47,7 @@ def sweep(period: int) -> int:
     if failed:
         log.info("sweep: %d job(s) timed out: %s", len(failed), " ".join(failed))
         ctx.count(Counter(timeouts=len(failed)))
-    moved = ctx.store.requeue_lost(now)
+    moved = ctx.store.requeue_lost(now) if _observe_registry(ctx, now) else []
     for job in moved:
         log.info("sweep: %s moved from lost node %s to %s", job.job_id, job.from_node, job.to_node)
     if moved:
@@ -54,6 +58,32 @@ def sweep(period: int) -> int:
         ctx.count(Counter(pruned=len(pruned)))
     ctx.record_run("sweep", period, now)
     return len(failed)
+
+
+def _observe_registry(ctx: Context, now: float) -> bool:
+    """With an external registry, record its healthy compute nodes as seen now, so the lost
+    node rule of the built-in registry (NODE_LOST_SECS) applies to its nodes too. False when
+    the registry cannot be read: a registry outage must not make every node look lost."""
+    s = ctx.settings
+    if s.builtin_registry:
+        return True
+    try:
+        healthy = asyncio.run(_registry_healthy_nodes(s))
+    except RegistryError as exc:
+        log.warning("sweep: registry not readable (%s); lost nodes not checked this time", exc)
+        return False
+    ctx.store.observe_nodes(healthy, now)
+    return True
+
+
+async def _registry_healthy_nodes(s: Settings) -> list[str]:
+    registry = RemoteRegistry(
+        s.registry_url, api_key=s.api_key, timeout=s.registry_timeout_secs, cache_secs=0
+    )
+    try:
+        return healthy_compute_nodes(await registry.compute_nodes())
+    finally:
+        await registry.aclose()
 
 
 def ingest_sqs(period: int) -> dict[str, int]:
