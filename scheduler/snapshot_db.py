@@ -290,29 +290,33 @@ def _json_object(value: Any, job_id: str, column: str) -> dict[str, Any]:
         return {}
 
 
-def _start(job: Job, now: float) -> float:
-    """When a running job started, for its deadline: running_at, else created_at, as the
-    original's watcher. A job whose start cannot be read gets the restore time: a full timeout
-    from now, rather than failing it at once for a stamp it did not write."""
-    for stamp in (job.running_at, job.created_at):
+def _first_readable(*stamps: str | None) -> float | None:
+    """Epoch seconds of the first of `stamps` that is set and parses."""
+    for stamp in stamps:
         if stamp:
             try:
                 return parse_rfc3339(stamp)
             except ValueError:
                 continue
-    log.warning("restore: job %s: no readable start time; its timeout counts from now", job.job_id)
-    return now
+    return None
+
+
+def _start(job: Job, now: float) -> float:
+    """When a running job started, for its deadline: running_at, else created_at, as the
+    original's watcher. A job whose start cannot be read gets the restore time: a full timeout
+    from now, rather than failing it at once for a stamp it did not write."""
+    started = _first_readable(job.running_at, job.created_at)
+    if started is None:
+        log.warning("restore: job %s: no readable start time; timeout counts from now", job.job_id)
+        return now
+    return started
 
 
 def _finish(job: Job, now: float) -> float:
     """When a done or failed job finished, for the retention: finished_at, else the restore
     time (an unreadable stamp keeps the job a full retention period, never drops it early)."""
-    if job.finished_at:
-        try:
-            return parse_rfc3339(job.finished_at)
-        except ValueError:
-            pass
-    return now
+    finished = _first_readable(job.finished_at)
+    return now if finished is None else finished
 
 
 def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
