@@ -131,6 +131,11 @@ class Settings:
         _at_least("SNS_RETRY_CAP_SECS", self.sns_retry_cap_secs, self.sns_retry_base_secs)
         if self.node_lost_secs:
             _at_least("NODE_LOST_SECS", self.node_lost_secs, self.node_ttl_secs)
+        if self.job_retention_secs and self.scheduler_db == ":memory:":
+            raise ConfigError(
+                "JOB_RETENTION_SECS: needs a SCHEDULER_DB file (pruned jobs live on only there),"
+                " not :memory:"
+            )
         if not self.redis_prefix or any(c in self.redis_prefix for c in " {}"):
             raise ConfigError(f"REDIS_PREFIX: {self.redis_prefix!r} must be non-empty, no spaces")
         self._validate_agent()

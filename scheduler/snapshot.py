@@ -278,7 +278,7 @@ def _decide(
             return False
         source = os.path.abspath(path)
         store.redis.set(keys.restoring, source)
-    _load(store, source, _mark_dirty(source, path), lock, lock_ttl, now)
+    _load(store, source, _mark_dirty(source, path), lock, lock_ttl, now, into_empty=True)
     return True
 
 
@@ -291,7 +291,14 @@ def _mark_dirty(source: str, scheduler_db: str) -> bool:
 
 
 def _load(
-    store: SyncJobStore, source: str, mark_dirty: bool, lock: Lock, lock_ttl: float, now: float
+    store: SyncJobStore,
+    source: str,
+    mark_dirty: bool,
+    lock: Lock,
+    lock_ttl: float,
+    now: float,
+    *,
+    into_empty: bool,
 ) -> RestoreReport:
     """Load every row of `source` (batches of RESTORE_JOBS), then finish: counter, marker."""
     started = time.monotonic()
@@ -299,8 +306,11 @@ def _load(
     # Jobs past JOB_RETENTION_SECS stay in the file they come from and out of Redis, as the
     # sweep would prune them next. Only when that file is the snapshot: jobs from another
     # file must reach the snapshot first (mark_dirty), so they are loaded and pruned later.
+    # And only into an empty Redis: a forced restore over jobs must put back every row, or
+    # a newer job with the same id would stay and the next snapshot would overwrite the row.
     retention = store.settings.job_retention_secs
-    expire_before = now - retention if retention and not mark_dirty else None
+    expire = retention and into_empty and not mark_dirty
+    expire_before = now - retention if expire else None
     # One batch goes to Redis from a thread (which mostly waits on the socket) while the next
     # is converted here: the two costs overlap instead of adding up. One batch in flight.
     with (
@@ -371,6 +381,6 @@ def restore_from_file(
                 store.redis.set(store.keys.restoring, source)
             mark = _mark_dirty(source, settings.scheduler_db)
             at = time.time() if now is None else now
-            return _load(store, source, mark, lock, lock_ttl, at)
+            return _load(store, source, mark, lock, lock_ttl, at, into_empty=not holds_jobs)
         finally:
             _release(lock)

@@ -50,6 +50,7 @@ def test_empty_values_mean_the_default() -> None:
         ({"TINYAWS_API_KEY": "k"}, "api_key", "k"),
         ({"REDIS_PREFIX": "prod-1"}, "redis_prefix", "prod-1"),
         ({"OUTPUT_LIMIT_BYTES": "1024"}, "output_limit_bytes", 1024),
+        ({"JOB_RETENTION_SECS": "86400"}, "job_retention_secs", 86400.0),
     ],
 )
 def test_values_are_parsed(env: dict[str, str], attribute: str, value: object) -> None:
@@ -83,12 +84,20 @@ def test_registry_url_turns_off_the_builtin_registry() -> None:
         ("SWEEP_INTERVAL_SECS", "nan"),
         ("REDIS_PREFIX", "a b"),
         ("REDIS_PREFIX", "{a}"),
+        ("JOB_RETENTION_SECS", "-1"),
     ],
 )
 def test_invalid_values_name_the_variable(name: str, raw: str) -> None:
     with pytest.raises(ConfigError) as err:
         Settings.from_env({name: raw})
     assert name in str(err.value)
+
+
+def test_retention_needs_a_snapshot_file() -> None:
+    # Pruning deletes only what the snapshot holds; a :memory: snapshot holds nothing.
+    with pytest.raises(ConfigError, match="JOB_RETENTION_SECS"):
+        Settings.from_env({"JOB_RETENTION_SECS": "3600", "SCHEDULER_DB": ":memory:"})
+    assert Settings.from_env({"SCHEDULER_DB": ":memory:"}).job_retention_secs == 0
 
 
 def test_from_env_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -236,9 +237,20 @@ def test_no_snapshot_file_means_nothing_to_restore(
     assert not db.exists()
 
 
+@pytest.fixture(params=[0, 3600], ids=["keep-forever", "retention"])
+def retained_store(
+    make_settings: SettingsFactory, request: pytest.FixtureRequest
+) -> Iterator[SyncJobStore]:
+    # The records finished in January 2026: long past an hour's retention.
+    store = SyncJobStore.connect(make_settings(job_retention_secs=request.param))
+    yield store
+    store.close()
+
+
 def test_new_jobs_after_a_data_loss_do_not_overwrite_the_snapshot(
-    settings: Settings, store: SyncJobStore, rclient: redis.Redis, prefix: str, db: Path
+    retained_store: SyncJobStore, rclient: redis.Redis, prefix: str, db: Path
 ) -> None:
+    store, settings = retained_store, retained_store.settings
     put_records(store, [full_record("job-1"), full_record("job-2")])
     rclient.set(f"{prefix}:seq:job", 2)
     assert snapshot_once(settings) == 2
