@@ -25,6 +25,8 @@ Layout (P = REDIS_PREFIX):
   P:nodes:seen            zset node id -> last heartbeat, epoch seconds
   P:nodes:compute         zset, the same for the nodes with role compute (placement); with
                           an external registry: when the sweep last saw each one healthy
+  P:registry:readable-since  epoch s since the sweep has read the external registry without
+                          a failure (deleted on a failure)
   P:sqs:{msg}             string, the job a SQS message created (idempotency key)
   P:lock:{name}           short-lived locks (restore, snapshot, worker promote)
   P:stats                 hash of background-work counters (workers/: sqs_dropped, ...)
@@ -116,6 +118,10 @@ class Keys:
     @property
     def nodes_compute(self) -> str:
         return self._k("nodes:compute")
+
+    @property
+    def registry_readable_since(self) -> str:
+        return self._k("registry:readable-since")
 
     def job(self, job_id: str) -> str:
         return self._k(_DERIVED["job"].format(job_id))

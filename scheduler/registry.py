@@ -88,6 +88,15 @@ class TTLCache(Generic[T]):
 
 
 _nodes_decoder = msgspec.json.Decoder(dict[str, NodeStatus])
+
+
+def _decode_nodes(content: bytes) -> dict[str, NodeStatus]:
+    try:
+        return _nodes_decoder.decode(content)
+    except msgspec.DecodeError:
+        raise RegistryError("failed to decode registry response") from None
+
+
 _instance_decoder = msgspec.json.Decoder(Instance)
 
 
@@ -121,11 +130,16 @@ class RemoteRegistry:
     async def _load_nodes(self) -> dict[str, NodeStatus]:
         # Like the original, the status code is not checked: a body that is not the
         # node map (a 401 text, an array) is a decode error.
+        return _decode_nodes((await self._get("/nodes?role=compute")).content)
+
+    async def read_compute_nodes(self) -> dict[str, NodeStatus]:
+        """The node map, uncached, for the sweep's lost-node check. Unlike placement, an error
+        status is an error here: an error page that decodes as {} must not read as "no node
+        is healthy"."""
         response = await self._get("/nodes?role=compute")
-        try:
-            return _nodes_decoder.decode(response.content)
-        except msgspec.DecodeError:
-            raise RegistryError("failed to decode registry response") from None
+        if response.status_code != 200:
+            raise RegistryError(f"registry answered {response.status_code}")
+        return _decode_nodes(response.content)
 
     async def compute_nodes(self) -> dict[str, NodeStatus]:
         return await self._nodes.get("compute", self._load_nodes)

@@ -213,11 +213,20 @@ class SyncJobStore:
             if pruned.read < batch:
                 return removed
 
-    def observe_nodes(self, node_ids: list[str], now: float) -> None:
+    def observe_nodes(self, node_ids: list[str], now: float) -> float:
         """External registry: these compute nodes were seen healthy at `now` (the sweep's
-        record of them, which `requeue_lost` reads as the built-in registry's heartbeats)."""
+        record of them, which `requeue_lost` reads as the built-in registry's heartbeats).
+        Returns since when the registry has been read without a failure."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.registry_readable_since, now, nx=True)
         if node_ids:
-            self.redis.zadd(self.keys.nodes_compute, dict.fromkeys(node_ids, now))
+            pipe.zadd(self.keys.nodes_compute, dict.fromkeys(node_ids, now))
+        pipe.get(self.keys.registry_readable_since)
+        return float(pipe.execute()[-1])
+
+    def registry_unreadable(self) -> None:
+        """The sweep could not read the external registry: the unbroken stretch ends."""
+        self.redis.delete(self.keys.registry_readable_since)
 
     def requeue_lost(self, now: float, limit: int = 500) -> list[commands.Requeued]:
         """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per

@@ -321,12 +321,14 @@ def eventually(check: Callable[[], T], timeout: float = 20.0, interval: float = 
 
 class FakeRegistry(FakeService):
     """The registry calls the scheduler makes: GET /nodes?role=compute (the node map, from
-    `nodes`: id -> status) and GET /instances/{id} (from `instances`: id -> node id, running)."""
+    `nodes`: id -> status) and GET /instances/{id} (from `instances`: id -> node id, running).
+    With `failing` set, the node map call answers that status with an empty JSON object."""
 
     def __init__(self) -> None:
         super().__init__()
         self.nodes: dict[str, str] = {}
         self.instances: dict[str, str] = {}
+        self.failing = 0
 
     def __enter__(self) -> FakeRegistry:
         self.start()
@@ -334,6 +336,8 @@ class FakeRegistry(FakeService):
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         with self.lock:
+            if path == "/nodes?role=compute" and self.failing:
+                return self.failing, b"{}"
             if path == "/nodes?role=compute":
                 nodes = {
                     node_id: {"id": node_id, "role": "compute", "status": status}

@@ -15,6 +15,7 @@ from scheduler.store import SyncJobStore
 from tests.conftest import ClientFactory, CtxFactory, SettingsFactory, register, report, submit
 from tests.fakes import FakeRegistry
 from workers import tasks
+from workers.context import Context
 
 
 @pytest.fixture
@@ -102,11 +103,20 @@ def registry_api(make_client: ClientFactory, registry: FakeRegistry) -> TestClie
     return make_client(registry_url=registry.url, registry_cache_secs=0, max_jobs_per_node=5)
 
 
+def readable_for(ctx: Context, secs: float) -> None:
+    """As if the sweep had read the registry without a failure for the last `secs`."""
+    ctx.redis.set(ctx.keys.registry_readable_since, time.time() - secs)
+
+
+def lost_node_ctx(make_ctx: CtxFactory, registry: FakeRegistry) -> Context:
+    return make_ctx(registry_url=registry.url, node_ttl_secs=30, node_lost_secs=60)
+
+
 def test_registry_nodes_gone_unhealthy_lose_their_pending_jobs(
     make_client: ClientFactory, make_ctx: CtxFactory, registry: FakeRegistry
 ) -> None:
     api = registry_api(make_client, registry)
-    ctx = make_ctx(registry_url=registry.url, node_ttl_secs=30, node_lost_secs=60)
+    ctx = lost_node_ctx(make_ctx, registry)
     on_a = [job["job_id"] for job in (submit(api, command="x") for _ in range(6))][::3]
     assert {api.get(f"/jobs/{j}").json()["node_id"] for j in on_a} == {"a"}
     tasks.sweep(period=1)  # sees a, b and c healthy: nothing is lost
@@ -114,6 +124,7 @@ def test_registry_nodes_gone_unhealthy_lose_their_pending_jobs(
 
     registry.nodes["a"] = "unhealthy"
     last_heard(ctx.redis, ctx.settings, "a", time.time() - 61)  # last seen healthy long ago
+    readable_for(ctx, 61)
     tasks.sweep(period=2)
 
     assert pending_ids(api, "a") == []
@@ -126,12 +137,13 @@ def test_instance_bound_jobs_stay_on_their_lost_node(
 ) -> None:
     registry.instances = {"i-1": "a"}
     api = registry_api(make_client, registry)
-    ctx = make_ctx(registry_url=registry.url, node_ttl_secs=30, node_lost_secs=60)
+    ctx = lost_node_ctx(make_ctx, registry)
     bound = submit(api, command="serve", instance_id="i-1")["job_id"]
     free = [submit(api, command="x")["job_id"] for _ in range(3)]
     tasks.sweep(period=1)
     registry.nodes["a"] = "unhealthy"
     last_heard(ctx.redis, ctx.settings, "a", time.time() - 61)
+    readable_for(ctx, 61)
     tasks.sweep(period=2)
 
     assert pending_ids(api, "a") == [bound]
@@ -142,14 +154,41 @@ def test_a_registry_outage_declares_no_node_lost(
     make_client: ClientFactory, make_ctx: CtxFactory, registry: FakeRegistry
 ) -> None:
     api = registry_api(make_client, registry)
-    ctx = make_ctx(registry_url=registry.url, node_ttl_secs=30, node_lost_secs=60)
+    ctx = lost_node_ctx(make_ctx, registry)
     ids = [submit(api, command="x")["job_id"] for _ in range(3)]
     tasks.sweep(period=1)
     for node in ("a", "c"):  # seen healthy long ago; b just now, so there is a live target
         last_heard(ctx.redis, ctx.settings, node, time.time() - 61)
+    readable_for(ctx, 61)
     registry.stop()  # and now nobody can tell whether a and c are alive
     tasks.sweep(period=2)
     assert [api.get(f"/jobs/{j}").json()["node_id"] for j in ids] == ["a", "b", "c"]
+
+    # Back, with c not yet re-registered: the outage does not count towards its loss...
+    registry.start()
+    registry.nodes["c"] = "unhealthy"
+    tasks.sweep(period=3)
+    assert [api.get(f"/jobs/{j}").json()["node_id"] for j in ids] == ["a", "b", "c"]
+    # ...only NODE_LOST_SECS of unbroken reads without c do.
+    readable_for(ctx, 61)
+    last_heard(ctx.redis, ctx.settings, "c", time.time() - 61)
+    tasks.sweep(period=4)
+    assert api.get(f"/jobs/{ids[2]}").json()["node_id"] in ("a", "b")
+
+
+def test_a_registry_error_page_is_an_outage_not_an_empty_node_list(
+    make_client: ClientFactory, make_ctx: CtxFactory, registry: FakeRegistry
+) -> None:
+    api = registry_api(make_client, registry)
+    ctx = lost_node_ctx(make_ctx, registry)
+    job_id = submit(api, command="x")["job_id"]  # on a
+    tasks.sweep(period=1)
+    readable_for(ctx, 61)
+    last_heard(ctx.redis, ctx.settings, "a", time.time() - 61)
+    registry.failing = 503  # answers {} with an error status
+    tasks.sweep(period=2)
+    assert api.get(f"/jobs/{job_id}").json()["node_id"] == "a"
+    assert not ctx.redis.exists(ctx.keys.registry_readable_since)
 
 
 def test_node_lost_secs_below_the_ttl_is_a_config_error(make_settings: SettingsFactory) -> None:

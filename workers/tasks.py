@@ -62,8 +62,9 @@ def sweep(period: int) -> int:
 
 def _observe_registry(ctx: Context, now: float) -> bool:
     """With an external registry, record its healthy compute nodes as seen now, so the lost
-    node rule of the built-in registry (NODE_LOST_SECS) applies to its nodes too. False when
-    the registry cannot be read: a registry outage must not make every node look lost."""
+    node rule of the built-in registry (NODE_LOST_SECS) applies to its nodes too. True when
+    lost nodes may be judged: a registry outage must not make nodes look lost, during it or
+    after it, so that needs NODE_LOST_SECS of reads without a failure."""
     s = ctx.settings
     if s.builtin_registry:
         return True
@@ -71,9 +72,10 @@ def _observe_registry(ctx: Context, now: float) -> bool:
         healthy = asyncio.run(_registry_healthy_nodes(s))
     except RegistryError as exc:
         log.warning("sweep: registry not readable (%s); lost nodes not checked this time", exc)
+        ctx.store.registry_unreadable()
         return False
-    ctx.store.observe_nodes(healthy, now)
-    return True
+    readable_since = ctx.store.observe_nodes(healthy, now)
+    return now - readable_since >= s.node_lost_after
 
 
 async def _registry_healthy_nodes(s: Settings) -> list[str]:
@@ -81,7 +83,7 @@ async def _registry_healthy_nodes(s: Settings) -> list[str]:
         s.registry_url, api_key=s.api_key, timeout=s.registry_timeout_secs, cache_secs=0
     )
     try:
-        return healthy_compute_nodes(await registry.compute_nodes())
+        return healthy_compute_nodes(await registry.read_compute_nodes())
     finally:
         await registry.aclose()
 
