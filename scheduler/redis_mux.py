@@ -52,20 +52,25 @@ class _RedisProtocol(asyncio.Protocol):
         # (submit, wrk, 2 cores): with 32 connections 13.1k -> 15.5k req/s and the API
         # process 81% -> 99% busy; with 8 connections 10.2k -> 13.4k. 1 and 2 cost more
         # syscalls than they save; 8 is as good at 32 connections but no help at 8.
+        waiter: asyncio.Future[Any] = self.loop.create_future()
+        if self.lost:
+            # connection_lost has already failed the queue: nothing would ever answer this.
+            waiter.set_exception(RedisConnectionError("connection to Redis lost"))
+            return waiter
         if not self.outgoing:
             self.loop.call_soon(self._flush)
         self.outgoing.append(command)
+        self.waiters.append((time.monotonic(), waiter))
         if len(self.outgoing) >= FLUSH_EVERY:
             self._flush()
-        waiter: asyncio.Future[Any] = self.loop.create_future()
-        self.waiters.append((time.monotonic(), waiter))
         return waiter
 
     def _flush(self) -> None:
-        # Also runs, scheduled, after an early flush emptied the buffer: nothing to write.
-        if self.outgoing and self.transport is not None and not self.lost:
-            self.transport.write(b"".join(self.outgoing))
-        self.outgoing.clear()
+        # Taken before the write, so a write that raised could never send them twice. Also
+        # runs, scheduled, after an early flush emptied the buffer: nothing to write then.
+        outgoing, self.outgoing = self.outgoing, []
+        if outgoing and self.transport is not None and not self.lost:
+            self.transport.write(b"".join(outgoing))
 
     def _check_stalled(self) -> None:
         # A Redis that stops answering must not hang requests forever: drop the connection,

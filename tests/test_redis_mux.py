@@ -169,3 +169,21 @@ def test_commands_on_a_closing_connection_fail_as_connection_errors(
         uvloop.run(scenario())
     else:
         run(scenario())
+
+
+def test_a_call_on_a_lost_connection_fails_at_once(redis_url: str) -> None:
+    # The watchdog stops with the connection, so a waiter queued after connection_lost would
+    # wait forever (say between the AUTH and SELECT of a reconnect).
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        assert await mux.execute("PING") == b"PONG"
+        protocol = mux._protocol
+        assert protocol is not None and protocol.transport is not None
+        protocol.transport.abort()
+        while not protocol.lost:
+            await asyncio.sleep(0.01)
+        waiter = protocol.send(b"*1\r\n$4\r\nPING\r\n")
+        assert waiter.done() and isinstance(waiter.exception(), RedisConnectionError)
+        await mux.aclose()
+
+    run(scenario())
