@@ -193,14 +193,24 @@ def transition(
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """One call of a sweep over an index: how many entries it read, which jobs it changed."""
+    """One call of a sweep over an index: how many entries it read, which jobs it changed,
+    and how many entries it left in the index for a later sweep."""
 
     read: int
     ids: list[str]
+    kept: int = 0
+
+
+def _ids(raw: list[bytes]) -> list[str]:
+    return [str(job_id, "utf-8") for job_id in raw]
 
 
 def _batch(reply: list[Any]) -> Batch:
-    return Batch(read=reply[0], ids=[str(job_id, "utf-8") for job_id in reply[1:]])
+    return Batch(read=reply[0], ids=_ids(reply[1:]))
+
+
+def _pruned(reply: list[Any]) -> Batch:
+    return Batch(read=reply[0], kept=reply[1], ids=_ids(reply[2:]))
 
 
 def sweep_timeouts(keys: Keys, now: float, timeout_secs: float, batch: int) -> Call[Batch]:
@@ -227,7 +237,7 @@ def prune_finished(keys: Keys, cutoff: float, skip: int, batch: int) -> Call[Bat
         "PRUNE_FINISHED",
         [keys.root, keys.finished, keys.all_jobs, keys.dirty, keys.dirty_inflight],
         [cutoff, skip, batch],
-        _batch,
+        _pruned,
     )
 
 

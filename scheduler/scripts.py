@@ -308,11 +308,13 @@ PRUNE_FINISHED = _script(
 -- KEYS[1] root  KEYS[2] finished  KEYS[3] jobs  KEYS[4] dirty  KEYS[5] dirty in-flight
 -- ARGV[1] cutoff (epoch s; finished strictly before it)  ARGV[2] entries to skip (kept by
 -- earlier calls of this sweep)  ARGV[3] batch size
--- Returns {number of entries read, ids of the jobs removed...}.
+-- Returns {number of entries read, number of entries kept, ids of the jobs removed...}.
 local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1], "LIMIT", ARGV[2], ARGV[3])
-local removed = {#ids}
+local kept, removed = 0, {}
 for _, id in ipairs(ids) do
-  if redis.call("SISMEMBER", KEYS[4], id) == 0 and redis.call("SISMEMBER", KEYS[5], id) == 0 then
+  if redis.call("SISMEMBER", KEYS[4], id) == 1 or redis.call("SISMEMBER", KEYS[5], id) == 1 then
+    kept = kept + 1
+  else
     local raw = redis.call("GET", key_job(id))
     local job = raw and cjson.decode(raw)
     -- Only a final job is removed; an entry left stale (the job replaced by a restore) goes.
@@ -322,12 +324,12 @@ for _, id in ipairs(ids) do
       redis.call("ZREM", key_status(job.status), id)
       redis.call("ZREM", key_node_jobs(job.node_id), id)
       redis.call("ZREM", key_node_status(job.node_id, job.status), id)
+      removed[#removed + 1] = id
     end
     redis.call("ZREM", KEYS[2], id)
-    removed[#removed + 1] = id
   end
 end
-return removed
+return {#ids, kept, unpack(removed)}
 """,
 )
 

@@ -209,7 +209,7 @@ class SyncJobStore:
         while True:
             pruned = self.run(commands.prune_finished(self.keys, cutoff, skip, batch))
             removed.extend(pruned.ids)
-            skip += pruned.read - len(pruned.ids)
+            skip += pruned.kept
             if pruned.read < batch:
                 return removed
 

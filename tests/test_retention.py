@@ -217,3 +217,17 @@ def test_a_failed_job_sent_back_to_pending_is_not_finished(
         assert store.prune_finished(time.time() + 10 * RETENTION) == []
     finally:
         store.close()
+
+
+def test_stale_index_entries_are_dropped_without_counting_as_pruned(
+    api: TestClient, store: SyncJobStore, rclient: redis.Redis, settings: Settings
+) -> None:
+    register(api, "n1")
+    job_id = finish(api)
+    pending = submit(api, command="echo waiting")["job_id"]
+    snapshot_once(settings)
+    keys = Keys(settings.redis_prefix)
+    rclient.zadd(keys.finished, {"job-999": 1.0, pending: 1.0})  # no record; not final
+    assert store.prune_finished(time.time() + RETENTION + 1) == [job_id]
+    assert rclient.zcard(keys.finished) == 0
+    assert api.get(f"/jobs/{pending}").json()["status"] == "pending"
