@@ -9,7 +9,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from scheduler.redis_mux import FLUSH_EVERY, MuxRedis
+from scheduler.redis_mux import FLUSH_EVERY, MuxRedis, _RedisProtocol
 
 
 def run(coro: Awaitable[None]) -> None:
@@ -144,6 +144,19 @@ def test_unsupported_url_schemes_are_refused() -> None:
         MuxRedis("http://127.0.0.1:6379")
 
 
+PING = b"*1\r\n$4\r\nPING\r\n"
+
+
+async def _aborted(redis_url: str) -> tuple[MuxRedis, _RedisProtocol]:
+    """A connected mux whose connection was just aborted (connection_lost not yet run)."""
+    mux = MuxRedis(redis_url)
+    assert await mux.execute("PING") == b"PONG"
+    protocol = mux._protocol
+    assert protocol is not None and protocol.transport is not None
+    protocol.transport.abort()
+    return mux, protocol
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_commands_on_a_closing_connection_fail_as_connection_errors(
     redis_url: str, loop: str
@@ -152,12 +165,8 @@ def test_commands_on_a_closing_connection_fail_as_connection_errors(
     # writes from inside the caller: the calls must still fail as connection errors (a 503),
     # never raise something else into the request (a 500), on either event loop.
     async def scenario() -> None:
-        mux = MuxRedis(redis_url)
-        assert await mux.execute("PING") == b"PONG"
-        protocol = mux._protocol
-        assert protocol is not None and protocol.transport is not None
-        protocol.transport.abort()
-        waiters = [protocol.send(b"*1\r\n$4\r\nPING\r\n") for _ in range(2 * FLUSH_EVERY)]
+        mux, protocol = await _aborted(redis_url)
+        waiters = [protocol.send(PING) for _ in range(2 * FLUSH_EVERY)]
         results = await asyncio.gather(*waiters, return_exceptions=True)
         assert all(isinstance(r, RedisConnectionError) for r in results), results
         assert await mux.execute("PING") == b"PONG"  # and the next call reconnects
@@ -175,14 +184,10 @@ def test_a_call_on_a_lost_connection_fails_at_once(redis_url: str) -> None:
     # The watchdog stops with the connection, so a waiter queued after connection_lost would
     # wait forever (say between the AUTH and SELECT of a reconnect).
     async def scenario() -> None:
-        mux = MuxRedis(redis_url)
-        assert await mux.execute("PING") == b"PONG"
-        protocol = mux._protocol
-        assert protocol is not None and protocol.transport is not None
-        protocol.transport.abort()
+        mux, protocol = await _aborted(redis_url)
         while not protocol.lost:
             await asyncio.sleep(0.01)
-        waiter = protocol.send(b"*1\r\n$4\r\nPING\r\n")
+        waiter = protocol.send(PING)
         assert waiter.done() and isinstance(waiter.exception(), RedisConnectionError)
         await mux.aclose()
 
