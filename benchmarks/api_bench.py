@@ -32,9 +32,9 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler import commands, scripts  # noqa: E402
-from scheduler.commands import Placement  # noqa: E402
-from scheduler.keys import Keys  # noqa: E402
+from scheduler.nodes.placement import Placement  # noqa: E402
+from scheduler.store import commands, scripts  # noqa: E402
+from scheduler.store.keys import Keys  # noqa: E402
 from tests.processes import stop, wait_http  # noqa: E402
 from tests.redis_server import free_port, redis_server  # noqa: E402
 
@@ -153,7 +153,8 @@ def start_api(redis_url: str, prefix: str, workers: int) -> tuple[Any, str]:
         "MAX_JOBS_PER_NODE": "1",
     }
     port = free_port()
-    proc = start(uvicorn_cmd("scheduler.app:create_app", port, workers, factory=True), env, port)
+    app = "scheduler.api.app:create_app"
+    proc = start(uvicorn_cmd(app, port, workers, factory=True), env, port)
     url = f"http://127.0.0.1:{port}"
     for node in NODES:
         httpx.post(f"{url}/nodes/register", json={"id": node}).raise_for_status()

@@ -30,14 +30,20 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler import scripts, snapshot_db  # noqa: E402
-from scheduler.commands import Placement, create_job, finish_restore  # noqa: E402
 from scheduler.config import Settings  # noqa: E402
-from scheduler.keys import Keys  # noqa: E402
-from scheduler.models import NewJob, encoder  # noqa: E402
-from scheduler.snapshot import restore_if_empty, snapshot_once  # noqa: E402
-from scheduler.store import SyncJobStore  # noqa: E402
-from scheduler.timefmt import rfc3339  # noqa: E402
+from scheduler.models import (  # noqa: E402
+    NewJob,
+    encoder,
+    rfc3339,
+)
+from scheduler.nodes.placement import Placement  # noqa: E402
+from scheduler.snapshot import db as snapshot_db  # noqa: E402
+from scheduler.snapshot.restore import restore_if_empty  # noqa: E402
+from scheduler.snapshot.writer import snapshot_once  # noqa: E402
+from scheduler.store import scripts, upkeep_scripts  # noqa: E402
+from scheduler.store.commands import create_job, finish_restore  # noqa: E402
+from scheduler.store.jobs import SyncJobStore  # noqa: E402
+from scheduler.store.keys import Keys  # noqa: E402
 from tests.redis_server import redis_server  # noqa: E402
 
 NODES = [f"bench-node-{i}" for i in range(10)]
@@ -51,7 +57,7 @@ def create_jobs(client: redis.Redis, settings: Settings, count: int) -> None:
     now = time.time()
     # As a starting serve or worker does: settle the restore question before any create.
     marker = finish_restore(keys, 0, "benchmark")
-    client.register_script(scripts.FINISH_RESTORE)(keys=marker.keys, args=marker.args)
+    client.register_script(upkeep_scripts.FINISH_RESTORE)(keys=marker.keys, args=marker.args)
     body = encoder.encode(
         NewJob(
             command="python3 -c 'print(42)'",

@@ -1,5 +1,5 @@
 import sys
 
-from scheduler.cli import main
+from scheduler.cli.main import main
 
 sys.exit(main())

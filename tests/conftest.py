@@ -9,9 +9,9 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from scheduler.app import create_app
+from scheduler.api.app import create_app
 from scheduler.config import Settings
-from scheduler.store import SyncJobStore
+from scheduler.store.jobs import SyncJobStore
 from tests.redis_server import redis_server
 from workers import context
 from workers.context import Context
@@ -119,7 +119,7 @@ def register(client: TestClient, *node_ids: str) -> None:
         assert client.post("/nodes/register", json=body).status_code == 201
 
 
-# Helpers for the API tests (tests/test_api_*.py and friends).
+# Helpers for the API tests (tests/api/ and friends).
 
 Json = dict[str, Any]
 

@@ -1,4 +1,4 @@
-"""Helpers of the snapshot tests (tests/test_snapshot*.py): Redis state dumps, snapshot
+"""Helpers of the snapshot tests (tests/snapshot/): Redis state dumps, snapshot
 rows, job records with every field, and a file as the Go scheduler writes it."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from typing import Any, cast
 
 import redis
 
-from scheduler import commands, snapshot_db
-from scheduler.store import SyncJobStore
+from scheduler.snapshot import db as snapshot_db
+from scheduler.store import commands
+from scheduler.store.jobs import SyncJobStore
 
 # Keys that are not job state (or are snapshot bookkeeping), left out of state comparisons.
 _NOT_JOB_STATE = {"initialised", "dirty", "dirty:inflight", "restoring", "seq:rr", "seq:event"}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler.cli import build_parser
+from scheduler.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 API_PORT = 9001
@@ -145,7 +145,7 @@ def test_every_process_that_may_restore_sees_the_workers_snapshot(
     compose: dict[str, Any],
 ) -> None:
     """serve and worker both answer "restore the snapshot?" at start, and the first to answer
-    decides for everyone (scheduler.snapshot). An API replica that cannot see the workers'
+    decides for everyone (scheduler.snapshot.writer). An API replica that cannot see the workers'
     SCHEDULER_DB finds no snapshot and marks Redis "started empty": after Redis lost its data
     the jobs would never come back, and the next snapshots would overwrite their rows."""
     worker = services(compose)["worker"]

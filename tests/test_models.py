@@ -1,4 +1,4 @@
-"""Wire models (models.py) and timestamps (timefmt.py): Go-style decoding, our validation, the
+"""Wire models and timestamps (models.py): Go-style decoding, our validation, the
 output bound and RFC 3339 round trips."""
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from scheduler.models import (
     bound_output,
     check_id,
     decode_go_style,
+    parse_rfc3339,
+    rfc3339,
     validate_create,
     validate_update,
 )
-from scheduler.timefmt import parse_rfc3339, rfc3339
 
 
 @pytest.mark.parametrize(
@@ -258,3 +259,35 @@ def test_parse_rfc3339_accepts_the_original_forms(text: str, expected: datetime)
 def test_rfc3339_is_utc_with_microseconds() -> None:
     assert rfc3339(1767261600.5) == "2026-01-01T10:00:00.500000Z"
     assert rfc3339(0) == "1970-01-01T00:00:00.000000Z"
+
+
+# Timestamps.
+def _reference(epoch: float) -> str:
+    return datetime.fromtimestamp(round(epoch * 1e6) / 1e6, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@pytest.mark.parametrize(
+    "epoch",
+    [0.0, 1.5, 59.9999995, 60.0, 1_764_000_000.123456, 1_764_000_000.9999996, -1.5, 4e9],
+)
+def test_rfc3339_matches_strftime_across_second_boundaries(epoch: float) -> None:
+    assert rfc3339(epoch) == _reference(epoch)
+
+
+def test_rfc3339_cached_second_does_not_leak_into_the_next() -> None:
+    assert rfc3339(100.25).startswith("1970-01-01T00:01:40.")
+    assert rfc3339(101.25) == "1970-01-01T00:01:41.250000Z"
+    assert rfc3339(100.75) == "1970-01-01T00:01:40.750000Z"
+
+
+@pytest.mark.parametrize(
+    "text, epoch",
+    [
+        ("2026-01-01T10:00:00Z", 1_767_261_600.0),
+        ("2026-01-01T10:00:00.5Z", 1_767_261_600.5),
+        ("2026-01-01T10:00:00.123456789Z", 1_767_261_600.123456),
+        ("2026-01-01T11:00:00+01:00", 1_767_261_600.0),
+    ],
+)
+def test_parse_rfc3339_reads_every_form_the_original_wrote(text: str, epoch: float) -> None:
+    assert parse_rfc3339(text) == pytest.approx(epoch, abs=1e-6)

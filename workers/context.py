@@ -14,8 +14,8 @@ import httpx
 import redis
 
 from scheduler.config import Settings
-from scheduler.keys import Keys
-from scheduler.store import SyncJobStore
+from scheduler.store.jobs import SyncJobStore
+from scheduler.store.keys import Keys
 
 RUNS_KEPT = 1000
 

@@ -21,8 +21,6 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from scheduler.app import node_source
-from scheduler.commands import StoreNotReady
 from scheduler.models import (
     ID_RE,
     DecodeError,
@@ -30,11 +28,12 @@ from scheduler.models import (
     JobCreate,
     NewJob,
     decode_go_style,
+    rfc3339,
     validate_create,
 )
-from scheduler.placement import NoHealthyNodes
-from scheduler.registry import NodeSource, RegistryError
-from scheduler.timefmt import rfc3339
+from scheduler.nodes.placement import NoHealthyNodes
+from scheduler.nodes.registry import NodeSource, RegistryError, node_source
+from scheduler.store.commands import StoreNotReady
 from workers.context import Context
 
 log = logging.getLogger("workers.sqs")

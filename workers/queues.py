@@ -21,7 +21,7 @@ from rq import Queue, Retry
 from rq.exceptions import DuplicateJobError
 
 from scheduler.config import Settings
-from scheduler.keys import Keys
+from scheduler.store.keys import Keys
 
 PERIODIC = "periodic"
 EVENTS = "events"

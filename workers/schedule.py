@@ -28,7 +28,7 @@ from redis.lock import Lock
 from rq.scheduler import RQScheduler
 
 from scheduler.config import Settings
-from scheduler.keys import Keys
+from scheduler.store.keys import Keys
 from workers.queues import KINDS, PERIODIC, PERIODIC_FAILURE_TTL, enqueue_unique, queue
 
 log = logging.getLogger("workers.schedule")

@@ -17,9 +17,9 @@ import httpx
 import msgspec
 
 from scheduler.config import Settings
-from scheduler.placement import healthy_compute_nodes
-from scheduler.registry import RegistryError, RemoteRegistry
-from scheduler.snapshot import snapshot_once
+from scheduler.nodes.placement import healthy_compute_nodes
+from scheduler.nodes.registry import RegistryError, RemoteRegistry
+from scheduler.snapshot.writer import snapshot_once
 from workers import context
 from workers.context import Context
 from workers.queues import enqueue_publish
@@ -158,7 +158,7 @@ def publish_event(number: int, message: str) -> None:
 
 
 def snapshot(period: int) -> int:
-    """Write the jobs changed since the last snapshot to SQLite (scheduler.snapshot)."""
+    """Write the jobs changed since the last snapshot to SQLite (scheduler.snapshot.writer)."""
     ctx = context.current()
     now = time.time()
     written = snapshot_once(ctx.settings)

@@ -52,8 +52,8 @@ def build_worker(settings: Settings, kinds: Sequence[str] = KINDS) -> SchedulerW
 
 def restore_snapshot(settings: Settings) -> None:
     """Before working: a Redis that lost its data gets the SQLite snapshot back (as serve does
-    at start; scheduler.snapshot decides, and only one starting process restores)."""
-    from scheduler.snapshot import RestoreRefused, restore_if_empty
+    at start; scheduler.snapshot.writer decides, and only one starting process restores)."""
+    from scheduler.snapshot.restore import RestoreRefused, restore_if_empty
 
     try:
         if restore_if_empty(settings):

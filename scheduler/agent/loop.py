@@ -1,0 +1,175 @@
+"""The reference compute agent's loop: `scheduler agent`.
+
+It speaks the Rust ec2-agent's protocol (CONTRACT 3.2-3.4) to the registry and the scheduler:
+register, heartbeat every 10 s, poll `GET /jobs?node_id=&status=pending` every 3 s, PATCH
+`running`, run `sh -c`, PATCH `done`/`failed` with the exit code and the output. Where the
+original is weak it does better (CONTRACT 8):
+- a 404 heartbeat (the registry forgot the node) re-registers instead of being ignored;
+- it runs up to --max-jobs jobs at once and polls again as soon as one ends;
+- a 409 on the `running` PATCH means another agent claimed the job: it is skipped;
+- output is bounded, limits are enforced (limits.py), run jobs are killed once the
+  scheduler has timed them out (JOB_TIMEOUT_SECS plus two sweeps), deploy archives are
+  checked (executor.py);
+- it keeps polling when its instances are not running (the original stopped entirely), and a
+  failed report is retried;
+- SIGTERM/SIGINT: stop polling, let running jobs finish within AGENT_GRACE_SECS, kill and
+  report the rest, stop the services it started, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+import httpx
+
+from scheduler.agent.executor import AgentJob, Executor, Outcome, Service
+from scheduler.agent.remote import AgentConfig, AgentError, Remote
+from scheduler.models import ID_RE
+
+log = logging.getLogger("scheduler.agent")
+
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, executor: Executor, http: httpx.AsyncClient) -> None:
+        self.config = config
+        self.executor = executor
+        self.remote = Remote(config, http)
+        self.stopping = asyncio.Event()
+        self.wake = asyncio.Event()
+        self.abort_runs = asyncio.Event()
+        self.abort_services = asyncio.Event()
+        self.runs: dict[str, asyncio.Task[None]] = {}
+        self.services: dict[str, asyncio.Task[None]] = {}
+
+    def stop(self) -> None:
+        if not self.stopping.is_set():
+            log.info("stopping: no new jobs; waiting for %d running", len(self.runs))
+        self.stopping.set()
+
+    async def register_with_retries(self) -> None:
+        for attempt in range(self.config.register_attempts):
+            if await self.remote.register():
+                return
+            if attempt + 1 < self.config.register_attempts and await self._sleep(
+                self.config.register_retry_secs
+            ):
+                raise AgentError("stopped before registering")
+        raise AgentError(f"could not register at {self.config.registry_url}")
+
+    async def _heartbeat_loop(self) -> None:
+        while not await self._sleep(self.config.heartbeat_secs):
+            try:
+                await self.remote.heartbeat()
+            except Exception:  # a bug in one beat must not silence the node for good
+                log.exception("heartbeat")
+
+    async def workspaces(self) -> dict[str, Path]:
+        """Work dirs of this node's running instances (the rest get a fresh dir per job)."""
+        spaces = {}
+        for inst in await self.remote.instances():
+            if inst.status == "running" and ID_RE.fullmatch(inst.id) and inst.id not in (".", ".."):
+                path = self.executor.config.work_dir / "instances" / inst.id
+                path.mkdir(parents=True, exist_ok=True)
+                spaces[inst.id] = path
+        return spaces
+
+    # Jobs.
+
+    async def _run(self, job: AgentJob, workspace: Path | None) -> None:
+        try:
+            outcome = await self.executor.run(job, workspace, self.abort_runs)
+        except Exception as exc:  # a bug here must not leave the job running for ever
+            log.exception("running %s", job.job_id)
+            outcome = Outcome(-1, "", f"agent error: {exc}")
+        log.info("%s finished: %s (exit %d)", job.job_id, outcome.status, outcome.exit_code)
+        try:
+            await self.remote.report(job.job_id, outcome)
+        finally:
+            self.runs.pop(job.job_id, None)
+            self.wake.set()
+
+    async def _serve(self, service: Service) -> None:
+        try:
+            outcome = await service.wait(self.abort_services)
+            log.info("service %s exited: %s", service.job.job_id, outcome.exit_code)
+            await self.remote.report(service.job.job_id, outcome)
+        finally:
+            self.services.pop(service.job.job_id, None)
+
+    async def _start(self, job: AgentJob, workspace: Path | None) -> None:
+        if job.job_type != "service":
+            self.runs[job.job_id] = asyncio.create_task(self._run(job, workspace))
+            return
+        started = await self.executor.start_service(job, workspace)
+        if isinstance(started, Outcome):
+            await self.remote.report(job.job_id, started)
+            return
+        log.info("service %s started (pid %d)", job.job_id, started.proc.pid)
+        self.services[job.job_id] = asyncio.create_task(self._serve(started))
+
+    async def poll_once(self) -> None:
+        if len(self.runs) >= self.config.max_jobs:
+            return
+        spaces = await self.workspaces()
+        for job in await self.remote.pending():
+            if self.stopping.is_set():
+                return
+            if job.job_type != "service" and len(self.runs) >= self.config.max_jobs:
+                continue
+            if await self.remote.claim(job):
+                log.info("claimed %s: %s", job.job_id, job.command or job.deploy_url)
+                await self._start(job, spaces.get(job.instance_id))
+
+    async def _poll_loop(self) -> None:
+        while not self.stopping.is_set():
+            self.wake.clear()
+            try:
+                await self.poll_once()
+            except Exception:  # a bug in one tick must not stop the agent polling for good
+                log.exception("poll")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._either(self.wake), self.config.poll_secs)
+
+    async def _either(self, event: asyncio.Event) -> None:
+        """Until `event` or stopping."""
+        waiters = {asyncio.ensure_future(event.wait()), asyncio.ensure_future(self.stopping.wait())}
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Sleep, or less when stopping; True if stopping."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        return self.stopping.is_set()
+
+    async def shutdown(self) -> None:
+        self.abort_services.set()
+        runs = list(self.runs.values())
+        if runs:
+            _, late = await asyncio.wait(runs, timeout=self.config.grace_secs)
+            if late:
+                log.warning("killing %d jobs still running after the grace period", len(late))
+                self.abort_runs.set()
+                await asyncio.wait(late)
+        if self.services:
+            await asyncio.wait(list(self.services.values()))
+
+    async def run(self) -> None:
+        await self.register_with_retries()
+        loops = [
+            asyncio.create_task(self._heartbeat_loop()),
+            asyncio.create_task(self._poll_loop()),
+        ]
+        await self.stopping.wait()
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        await self.shutdown()
+        log.info("agent %s stopped", self.config.node_id)

@@ -1,0 +1,117 @@
+"""`scheduler agent`: the reference agent's command line and settings (the agent itself:
+scheduler/agent/)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from scheduler.agent.executor import ExecConfig, Executor
+from scheduler.agent.limits import Limits, detect
+from scheduler.agent.loop import Agent
+from scheduler.agent.remote import AgentConfig, AgentError
+from scheduler.config import ConfigError, Settings
+from scheduler.models import ID_RE
+
+log = logging.getLogger("scheduler.agent")
+
+MiB = 1024 * 1024
+
+
+def default_node_id() -> str:
+    host = socket.gethostname()
+    return host if ID_RE.fullmatch(host) else "local-agent"
+
+
+def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, ExecConfig]:
+    node_id = args.node_id or settings.agent_node_id or default_node_id()
+    if not ID_RE.fullmatch(node_id):
+        raise ConfigError(f"node id {node_id!r}: use 1 to 128 of A-Z a-z 0-9 . _ -")
+    scheduler_url = args.scheduler_url or settings.scheduler_url
+    config = AgentConfig(
+        node_id=node_id,
+        scheduler_url=scheduler_url,
+        registry_url=args.registry_url or settings.registry_url or scheduler_url,
+        api_key=settings.api_key,
+        poll_secs=settings.agent_poll_secs,
+        heartbeat_secs=settings.agent_heartbeat_secs,
+        grace_secs=settings.agent_grace_secs,
+        max_jobs=args.max_jobs or settings.max_jobs_per_node,
+        http_timeout_secs=settings.http_timeout_secs,
+    )
+    work_dir = settings.agent_work_dir or os.path.join(tempfile.gettempdir(), "tinyaws-agent")
+    try:
+        backend = detect(settings.agent_limits)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    run_mb, svc_mb = settings.agent_run_memory_mb, settings.agent_service_memory_mb
+    exec_config = ExecConfig(
+        work_dir=Path(work_dir) / node_id,
+        backend=backend,
+        run_limits=Limits(run_mb * MiB, settings.agent_run_cpus),
+        service_limits=Limits(svc_mb * MiB, settings.agent_service_cpus),
+        output_limit=settings.output_limit_bytes,
+        # Later than the scheduler's sweep, which fails the job without a retry: the agent's
+        # own `failed` would be retried. This kill only stops work that nobody waits for.
+        timeout_secs=settings.job_timeout_secs + 2 * settings.sweep_interval_secs + 5,
+        deploy_max_bytes=settings.agent_deploy_max_bytes,
+    )
+    return config, exec_config
+
+
+async def run_agent(config: AgentConfig, exec_config: ExecConfig) -> int:
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    timeout = httpx.Timeout(config.http_timeout_secs)
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=timeout) as http,
+        httpx.AsyncClient(timeout=timeout, follow_redirects=True) as downloads,
+    ):
+        agent = Agent(config, Executor(exec_config, downloads), http)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, agent.stop)
+        log.info(
+            "agent %s: scheduler %s, registry %s, limits %s, up to %d jobs",
+            config.node_id,
+            config.scheduler_url,
+            config.registry_url,
+            exec_config.backend.name,
+            config.max_jobs,
+        )
+        try:
+            await agent.run()
+        except AgentError as exc:
+            log.error("%s", exc)
+            return 0 if agent.stopping.is_set() else 1
+    return 0
+
+
+def _handler(args: argparse.Namespace, settings: Settings) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        config, exec_config = build(args, settings)
+    except ConfigError as exc:
+        log.error("configuration error: %s", exc)
+        return 2
+    return asyncio.run(run_agent(config, exec_config))
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    agent = sub.add_parser("agent", help="run the reference compute agent on this machine")
+    agent.add_argument("--node-id", default="", help="node id (default: $AGENT_NODE_ID, hostname)")
+    agent.add_argument("--scheduler-url", default="", help="default: $SCHEDULER_URL")
+    agent.add_argument(
+        "--registry-url", default="", help="default: $REGISTRY_URL, else the scheduler's"
+    )
+    agent.add_argument(
+        "--max-jobs", type=int, default=0, help="jobs at once (default: $MAX_JOBS_PER_NODE)"
+    )
+    agent.set_defaults(handler=_handler)

@@ -1,0 +1,84 @@
+"""`scheduler` command line: one sub-command per process kind and a few operator tools."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from scheduler.config import ConfigError, Settings
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from scheduler.api.app import create_app
+
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=args.access_log,
+    )
+    return 0
+
+
+def _default_port() -> int:
+    raw = os.environ.get("PORT", "")
+    try:
+        return int(raw) if raw else 9001
+    except ValueError:
+        raise ConfigError(f"PORT: {raw!r} is not a valid int") from None
+
+
+def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="run the HTTP API (default port 9001, or $PORT)")
+    serve.add_argument("--host", default="0.0.0.0")
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.set_defaults(handler=_serve)
+
+
+# Each sub-command lives in its own module, which exposes `add_parser(sub)`; the parser's
+# defaults carry `handler(args, settings) -> exit code`.
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "scheduler.cli.agent",
+    "scheduler.cli.snapshot",
+    "scheduler.cli.client",
+    "scheduler.cli.up",
+    "scheduler.cli.worker",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scheduler", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve(sub)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        if getattr(args, "port", 0) is None:
+            args.port = _default_port()
+    except ConfigError as exc:
+        print(f"scheduler: configuration error: {exc}", file=sys.stderr)
+        return 2
+    handler: Handler = args.handler
+    return handler(args, settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

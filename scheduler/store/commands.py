@@ -1,0 +1,317 @@
+"""Script calls, built as plain values so the async API and the sync rq workers share them.
+
+Each function returns a `Call`: which script, its KEYS and ARGV, and how to read the reply
+(turning the script's return codes into exceptions). `store.JobStore` (asyncio) and
+`store.SyncJobStore` (workers) run them; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from scheduler.models import JobUpdate, rfc3339
+from scheduler.nodes.placement import NoHealthyNodes, Placement
+from scheduler.store import lua
+from scheduler.store.keys import Keys
+
+T = TypeVar("T")
+
+
+class JobNotFound(LookupError):
+    def __str__(self) -> str:
+        return "job not found"
+
+
+class NodeNotFound(LookupError):
+    def __str__(self) -> str:
+        return "node not found"
+
+
+class Conflict(Exception):
+    """A report the state machine refuses; the message is the API's 409 text."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    script: str
+    keys: list[str]
+    args: list[Any]
+    parse: Callable[[Any], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    job: bytes
+    duplicate: bool
+
+
+class StoreNotReady(Exception):
+    """Redis holds no restore marker: it lost its data and the snapshot is not back yet."""
+
+    def __str__(self) -> str:
+        return "store not ready: restoring from the snapshot"
+
+
+def _created(reply: list[Any]) -> Created:
+    if reply[0] == lua.NOT_READY:
+        raise StoreNotReady()
+    if reply[0] == lua.NO_NODES:
+        raise NoHealthyNodes()
+    return Created(job=reply[1], duplicate=reply[0] == lua.DUPLICATE)
+
+
+def create_job(
+    keys: Keys,
+    job_json: bytes,
+    placement: Placement,
+    now: float,
+    node_ttl: float,
+    dedup_key: str = "",
+    dedup_ttl: int = 0,
+) -> Call[Created]:
+    """`job_json` is the new job's JSON object without job_id and node_id."""
+    return Call(
+        "CREATE_JOB",
+        [
+            keys.root,
+            keys.job_seq,
+            keys.rr_seq,
+            keys.all_jobs,
+            keys.dirty,
+            keys.nodes_compute,
+            keys.sqs_message(dedup_key) if dedup_key else "",
+            keys.initialised,
+        ],
+        [job_json, placement.mode, now, node_ttl, dedup_ttl, *placement.candidates],
+        _created,
+    )
+
+
+def _picked(reply: list[Any]) -> str:
+    if reply[0] == lua.NO_NODES:
+        raise NoHealthyNodes()
+    return str(reply[1], "utf-8")
+
+
+def pick_node(keys: Keys, placement: Placement, now: float, node_ttl: float) -> Call[str]:
+    return Call(
+        "PICK_NODE",
+        [keys.root, keys.rr_seq, keys.nodes_compute],
+        [placement.mode, now, node_ttl, *placement.candidates],
+        _picked,
+    )
+
+
+def _blobs(reply: list[bytes | None]) -> list[bytes]:
+    return [blob for blob in reply if blob is not None]
+
+
+def poll(keys: Keys, node_id: str, max_jobs_per_node: int) -> Call[list[bytes]]:
+    return Call(
+        "POLL",
+        [keys.root, keys.node_busy(node_id), keys.node_status(node_id, "pending")],
+        [max_jobs_per_node],
+        _blobs,
+    )
+
+
+def list_jobs(
+    keys: Keys, index: str, after: int, limit: int, budget_bytes: int
+) -> Call[list[bytes]]:
+    return Call("LIST", [keys.root, index], [after, limit, budget_bytes], _blobs)
+
+
+_CONFLICTS = {
+    lua.FINISHED: "job already finished",
+    lua.ALREADY_RUNNING: "job already running",
+    lua.NOT_RUNNING: "job is not running",
+}
+
+
+def _transitioned(reply: list[Any]) -> bytes:
+    code = reply[0]
+    if code == lua.NOT_FOUND:
+        raise JobNotFound()
+    if code in _CONFLICTS:
+        raise Conflict(_CONFLICTS[code])
+    blob: bytes = reply[1]
+    return blob
+
+
+def transition(
+    keys: Keys, job_id: str, update: JobUpdate, now: float, max_retries: int
+) -> Call[bytes]:
+    exit_code = "" if update.exit_code is None else str(update.exit_code)
+    return Call(
+        "TRANSITION",
+        [
+            keys.root,
+            keys.job(job_id),
+            keys.all_jobs,
+            keys.deadlines,
+            keys.dirty,
+            keys.outbox,
+            keys.event_seq,
+            keys.finished,
+        ],
+        [
+            job_id,
+            update.status,
+            exit_code,
+            update.stdout,
+            update.stderr,
+            now,
+            rfc3339(now),
+            max_retries,
+        ],
+        _transitioned,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One call of a sweep over an index: how many entries it read, which jobs it changed,
+    and how many entries it left in the index for a later sweep."""
+
+    read: int
+    ids: list[str]
+    kept: int = 0
+
+
+def _ids(raw: list[bytes]) -> list[str]:
+    return [str(job_id, "utf-8") for job_id in raw]
+
+
+def _batch(reply: list[Any]) -> Batch:
+    return Batch(read=reply[0], ids=_ids(reply[1:]))
+
+
+def _pruned(reply: list[Any]) -> Batch:
+    return Batch(read=reply[0], kept=reply[1], ids=_ids(reply[2:]))
+
+
+def sweep_timeouts(keys: Keys, now: float, timeout_secs: float, batch: int) -> Call[Batch]:
+    return Call(
+        "SWEEP_TIMEOUTS",
+        [
+            keys.root,
+            keys.deadlines,
+            keys.dirty,
+            keys.outbox,
+            keys.event_seq,
+            keys.all_jobs,
+            keys.finished,
+        ],
+        [now - timeout_secs, rfc3339(now), batch, now],
+        _batch,
+    )
+
+
+def prune_finished(keys: Keys, cutoff: float, skip: int, batch: int) -> Call[Batch]:
+    """Remove jobs finished before `cutoff` that the snapshot holds; `skip` entries at the
+    head of the index are passed over (jobs a snapshot has not written yet)."""
+    return Call(
+        "PRUNE_FINISHED",
+        [keys.root, keys.finished, keys.all_jobs, keys.dirty, keys.dirty_inflight],
+        [cutoff, skip, batch],
+        _pruned,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    job_id: str
+    from_node: str
+    to_node: str
+
+
+def _requeued(reply: list[bytes]) -> list[Requeued]:
+    text = [str(part, "utf-8") for part in reply]
+    return [Requeued(*text[i : i + 3]) for i in range(0, len(text), 3)]
+
+
+def requeue_lost(
+    keys: Keys, now: float, lost_secs: float, node_ttl: float, limit: int
+) -> Call[list[Requeued]]:
+    return Call(
+        "REQUEUE_LOST",
+        [keys.root, keys.nodes_compute, keys.rr_seq, keys.dirty, keys.all_jobs],
+        [now - lost_secs, now - node_ttl, limit],
+        _requeued,
+    )
+
+
+def _node_keys(keys: Keys) -> list[str]:
+    return [keys.root, keys.nodes, keys.nodes_seen, keys.nodes_compute]
+
+
+def register_node(keys: Keys, node_id: str, node_json: bytes, role: str, now: float) -> Call[None]:
+    return Call("REGISTER_NODE", _node_keys(keys), [node_id, node_json, role, now], lambda _: None)
+
+
+def _heartbeat(reply: list[Any]) -> bytes:
+    if reply[0] == lua.NOT_FOUND:
+        raise NodeNotFound()
+    blob: bytes = reply[1]
+    return blob
+
+
+def heartbeat(keys: Keys, node_id: str, now: float) -> Call[bytes]:
+    return Call("HEARTBEAT", _node_keys(keys), [node_id, now], _heartbeat)
+
+
+def _deleted(reply: int) -> None:
+    if reply == lua.NOT_FOUND:
+        raise NodeNotFound()
+
+
+def delete_node(keys: Keys, node_id: str) -> Call[None]:
+    return Call("DELETE_NODE", _node_keys(keys), [node_id], _deleted)
+
+
+def trim_outbox(keys: Keys, handed_over: Sequence[bytes]) -> Call[int]:
+    """Drop the outbox entries `handed_over` (read from its head, in order) to rq."""
+    return Call("TRIM_OUTBOX", [keys.root, keys.outbox], list(handed_over), int)
+
+
+# The SQLite snapshot and the restore from it (scheduler/snapshot.py).
+
+
+def take_dirty(keys: Keys) -> Call[int]:
+    return Call("TAKE_DIRTY", [keys.root, keys.dirty, keys.dirty_inflight], [], int)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredJob:
+    """A job to put back: its record and what its indexes need. `started` (epoch s) is set
+    for a running run-job only: those are the ones in the busy set and the deadlines.
+    `finished` (epoch s) is set for a done or failed job only (the retention index)."""
+
+    job_id: str
+    score: float
+    node_id: str
+    status: str
+    started: float | None
+    finished: float | None
+    record: bytes
+
+
+def restore_jobs(keys: Keys, jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
+    args: list[Any] = ["1" if mark_dirty else "0"]
+    for job in jobs:
+        started = "" if job.started is None else job.started
+        finished = "" if job.finished is None else job.finished
+        args += [job.job_id, job.score, job.node_id, job.status, started, finished, job.record]
+    restore_keys = [keys.root, keys.all_jobs, keys.deadlines, keys.dirty, keys.finished]
+    return Call("RESTORE_JOBS", restore_keys, args, int)
+
+
+def finish_restore(keys: Keys, highest_job_number: int, marker: str) -> Call[None]:
+    return Call(
+        "FINISH_RESTORE",
+        [keys.root, keys.job_seq, keys.initialised, keys.restoring],
+        [highest_job_number, marker],
+        lambda _: None,
+    )

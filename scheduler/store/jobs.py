@@ -1,0 +1,252 @@
+"""The job store: owns the Redis client and the registered scripts, runs `commands.Call`s.
+
+`JobStore` is the asyncio flavour the API uses; `SyncJobStore` is the blocking one the rq
+workers use. Each runs every call as one EVALSHA (loading the script when Redis lacks it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass
+from typing import TypeVar
+
+import msgspec
+import redis
+
+from scheduler.config import Settings
+from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration, rfc3339
+from scheduler.nodes.placement import Placement, live_node_ids
+from scheduler.store import commands, scripts, upkeep_scripts
+from scheduler.store.commands import Call, Created
+from scheduler.store.keys import Keys
+from scheduler.store.redis_mux import MuxRedis
+
+_node_decoder = msgspec.json.Decoder(Node)
+
+T = TypeVar("T")
+
+SCRIPT_NAMES = (
+    "CREATE_JOB",
+    "PICK_NODE",
+    "POLL",
+    "LIST",
+    "TRANSITION",
+    "SWEEP_TIMEOUTS",
+    "PRUNE_FINISHED",
+    "REQUEUE_LOST",
+    "REGISTER_NODE",
+    "HEARTBEAT",
+    "DELETE_NODE",
+    "TRIM_OUTBOX",
+    "TAKE_DIRTY",
+    "RESTORE_JOBS",
+    "FINISH_RESTORE",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    text: str
+    sha: str
+
+
+def _source(name: str) -> _Source:
+    text: str = getattr(scripts, name, None) or getattr(upkeep_scripts, name)
+    return _Source(text, hashlib.sha1(text.encode()).hexdigest())
+
+
+_SOURCES = {name: _source(name) for name in SCRIPT_NAMES}
+
+
+def index_key(keys: Keys, node_id: str, status: str) -> str:
+    """The index that answers GET /jobs with these filters (both optional)."""
+    if node_id and status:
+        return keys.node_status(node_id, status)
+    if node_id:
+        return keys.node_jobs(node_id)
+    if status:
+        return keys.status(status)
+    return keys.all_jobs
+
+
+class JobStore:
+    """Asyncio store for the API processes, on one multiplexed connection (redis_mux)."""
+
+    def __init__(self, client: MuxRedis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.redis_prefix)
+
+    @classmethod
+    def connect(cls, settings: Settings) -> JobStore:
+        return cls(MuxRedis(settings.redis_url), settings)
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+    async def run(self, call: Call[T]) -> T:
+        source = _SOURCES[call.script]
+        reply = await self.redis.evalsha(source.sha, source.text, call.keys, call.args)
+        return call.parse(reply)
+
+    async def create(self, job_json: bytes, placement: Placement, now: float) -> bytes:
+        s = self.settings
+        created = await self.run(
+            commands.create_job(self.keys, job_json, placement, now, s.node_ttl_secs)
+        )
+        return created.job
+
+    async def pick(self, placement: Placement, now: float) -> str:
+        return await self.run(
+            commands.pick_node(self.keys, placement, now, self.settings.node_ttl_secs)
+        )
+
+    async def poll(self, node_id: str) -> list[bytes]:
+        return await self.run(commands.poll(self.keys, node_id, self.settings.max_jobs_per_node))
+
+    async def list(self, node_id: str, status: str, after: int, limit: int) -> list[bytes]:
+        if status and status not in STATUSES:
+            return []
+        index = index_key(self.keys, node_id, status)
+        budget = self.settings.max_page_bytes
+        return await self.run(commands.list_jobs(self.keys, index, after, limit, budget))
+
+    async def get(self, job_id: str) -> bytes | None:
+        blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
+        return blob
+
+    async def report(self, job_id: str, update: JobUpdate, now: float) -> bytes:
+        retries = self.settings.max_job_retries
+        return await self.run(commands.transition(self.keys, job_id, update, now, retries))
+
+    # The built-in registry (REGISTRY_URL unset).
+
+    async def register_node(self, reg: NodeRegistration, now: float) -> Node:
+        node = Node(
+            id=reg.id,
+            hostname=reg.hostname,
+            addr=reg.addr,
+            cpu_count=reg.cpu_count,
+            role=reg.role or "compute",
+        )
+        call = commands.register_node(self.keys, node.id, msgspec.json.encode(node), node.role, now)
+        await self.run(call)
+        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now))
+
+    async def heartbeat(self, node_id: str, now: float) -> Node:
+        blob = await self.run(commands.heartbeat(self.keys, node_id, now))
+        node = _node_decoder.decode(blob)
+        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now))
+
+    async def delete_node(self, node_id: str) -> None:
+        await self.run(commands.delete_node(self.keys, node_id))
+
+    async def nodes(self, now: float) -> dict[str, Node]:
+        """Every registered node, healthy while heard from within NODE_TTL_SECS."""
+        # Sent back to back on the one connection, so this is one round trip.
+        records, seen = await asyncio.gather(
+            self.redis.execute("HGETALL", self.keys.nodes),
+            self.redis.execute("ZRANGE", self.keys.nodes_seen, 0, -1, "WITHSCORES"),
+        )
+        last_seen = {str(seen[i], "utf-8"): float(seen[i + 1]) for i in range(0, len(seen), 2)}
+        live = set(live_node_ids(last_seen, now, self.settings.node_ttl_secs))
+        nodes = {}
+        for raw_id, blob in zip(records[::2], records[1::2], strict=True):
+            node_id = str(raw_id, "utf-8")
+            seen_at = last_seen.get(node_id, 0.0)
+            status = "healthy" if node_id in live else "unhealthy"
+            nodes[node_id] = msgspec.structs.replace(
+                _node_decoder.decode(blob), status=status, last_seen=rfc3339(seen_at)
+            )
+        return nodes
+
+
+class SyncJobStore:
+    """Blocking store for the rq workers and the command line."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.redis_prefix)
+        self._scripts = {name: client.register_script(src.text) for name, src in _SOURCES.items()}
+
+    @classmethod
+    def connect(cls, settings: Settings) -> SyncJobStore:
+        return cls(redis.Redis.from_url(settings.redis_url), settings)
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def run(self, call: Call[T]) -> T:
+        return call.parse(self._scripts[call.script](keys=call.keys, args=call.args))
+
+    def create(
+        self, job_json: bytes, placement: Placement, now: float, dedup_key: str, dedup_ttl: int
+    ) -> Created:
+        call = commands.create_job(
+            self.keys, job_json, placement, now, self.settings.node_ttl_secs, dedup_key, dedup_ttl
+        )
+        return self.run(call)
+
+    def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
+        """Fail every run job past JOB_TIMEOUT_SECS, `batch` per script call."""
+        failed: list[str] = []
+        while True:
+            call = commands.sweep_timeouts(self.keys, now, self.settings.job_timeout_secs, batch)
+            swept = self.run(call)
+            failed.extend(swept.ids)
+            if swept.read < batch:
+                return failed
+
+    def prune_finished(self, now: float, batch: int = 500) -> list[str]:
+        """Remove from Redis the jobs finished more than JOB_RETENTION_SECS ago that the
+        snapshot already holds (none when the retention is 0: keep forever)."""
+        if not self.settings.job_retention_secs:
+            return []
+        cutoff = now - self.settings.job_retention_secs
+        removed: list[str] = []
+        skip = 0
+        while True:
+            pruned = self.run(commands.prune_finished(self.keys, cutoff, skip, batch))
+            removed.extend(pruned.ids)
+            skip += pruned.kept
+            if pruned.read < batch:
+                return removed
+
+    def observe_nodes(self, node_ids: list[str], now: float) -> float:
+        """External registry: these compute nodes were seen healthy at `now` (the sweep's
+        record of them, which `requeue_lost` reads as the built-in registry's heartbeats).
+        Returns since when the registry has been read without a failure."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.registry_readable_since, now, nx=True)
+        if node_ids:
+            pipe.zadd(self.keys.nodes_compute, dict.fromkeys(node_ids, now))
+        pipe.get(self.keys.registry_readable_since)
+        return float(pipe.execute()[-1])
+
+    def registry_unreadable(self) -> None:
+        """The sweep could not read the external registry: the unbroken stretch ends."""
+        self.redis.delete(self.keys.registry_readable_since)
+
+    def requeue_lost(self, now: float, limit: int = 500) -> list[commands.Requeued]:
+        """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
+        script call. Nodes are the built-in registry's, or the external registry's as the
+        sweep saw them (`observe_nodes`)."""
+        moved: list[commands.Requeued] = []
+        s = self.settings
+        while True:
+            call = commands.requeue_lost(self.keys, now, s.node_lost_after, s.node_ttl_secs, limit)
+            batch = self.run(call)
+            moved.extend(batch)
+            if len(batch) < limit:
+                return moved
+
+    def outbox_head(self, limit: int) -> list[bytes]:
+        """The oldest `limit` outbox entries ("<event number> <message JSON>"), not removed."""
+        entries: list[bytes] = self.redis.lrange(self.keys.outbox, 0, limit - 1)  # type: ignore[assignment]
+        return entries
+
+    def trim_outbox(self, handed_over: list[bytes]) -> int:
+        """Remove these entries (an `outbox_head` read, now handed to rq) from the outbox."""
+        return self.run(commands.trim_outbox(self.keys, handed_over)) if handed_over else 0

@@ -1,0 +1,95 @@
+"""The building blocks of the Lua scripts (scripts.py, upkeep_scripts.py).
+
+Every state change of a job or node is one script, atomic and one round trip. KEYS[1] is
+always the key root (`Keys.root`); keys that depend on a value only known inside the script (a
+job id from INCR, the node a job is bound to) are derived from it by the `key_*` functions
+generated in keys.py. Every other key is passed in KEYS.
+
+Return codes are turned into exceptions by the typed wrappers in commands.py.
+"""
+
+from __future__ import annotations
+
+from scheduler.store.keys import LUA_KEY_FUNCTIONS
+
+# Return codes shared by the scripts and commands.py.
+OK = 1
+NOT_FOUND = 0
+DUPLICATE = 2
+FINISHED = 3
+ALREADY_RUNNING = 4
+NOT_RUNNING = 5
+NO_NODES = 6
+NOT_READY = 7
+
+CODES = f"""
+local OK, NOT_FOUND, DUPLICATE, FINISHED = {OK}, {NOT_FOUND}, {DUPLICATE}, {FINISHED}
+local ALREADY_RUNNING, NOT_RUNNING, NO_NODES = {ALREADY_RUNNING}, {NOT_RUNNING}, {NO_NODES}
+local NOT_READY = {NOT_READY}
+"""
+
+# Placement, the same rule as placement.choose: candidates sorted by id, ticket from INCR.
+# mode "fixed": ARGV holds the one node (instance-bound, no ticket); "list": ARGV holds the
+# sorted healthy nodes of an external registry; "live": the built-in registry's compute nodes
+# heard from within the TTL.
+PLACEMENT = """
+local function pick_node(mode, rr_key, compute_key, now, ttl, argv_from)
+  local candidates
+  if mode == "live" then
+    candidates = redis.call("ZRANGEBYSCORE", compute_key, now - ttl, "+inf")
+    table.sort(candidates)
+  else
+    candidates = {}
+    for i = argv_from, #ARGV do candidates[#candidates + 1] = ARGV[i] end
+  end
+  if #candidates == 0 then return nil end
+  if mode == "fixed" then return candidates[1] end
+  local ticket = redis.call("INCR", rr_key)
+  return candidates[((ticket - 1) % #candidates) + 1]
+end
+"""
+
+# MGET in chunks: Lua's unpack() fails beyond a few thousand values (a 10 000-job page).
+# A page also stops once it holds `budget` bytes (at least one job): 10 000 jobs with outputs
+# near OUTPUT_LIMIT_BYTES would otherwise build gigabytes in Redis and in the API process.
+READ = """
+local function get_jobs(ids, budget)
+  local out, size = {}, 0
+  for i = 1, #ids, 100 do
+    local chunk = {}
+    for j = i, math.min(i + 99, #ids) do chunk[#chunk + 1] = key_job(ids[j]) end
+    for _, job in ipairs(redis.call("MGET", unpack(chunk))) do
+      if job then
+        size = size + #job
+        if size > budget and #out > 0 then return out end
+        out[#out + 1] = job
+      end
+    end
+  end
+  return out
+end
+"""
+
+INDEX = """
+local function move(id, score, node, from, to)
+  redis.call("ZREM", key_status(from), id)
+  redis.call("ZADD", key_status(to), score, id)
+  redis.call("ZREM", key_node_status(node, from), id)
+  redis.call("ZADD", key_node_status(node, to), score, id)
+end
+
+-- cjson escapes "/" as "\\/"; Go does not, and since cjson escapes every "/", undoing it is exact.
+local function encode(job)
+  return (string.gsub(cjson.encode(job), "\\\\/", "/"))
+end
+
+local function publish(outbox_key, event_seq_key, id, status)
+  local n = redis.call("INCR", event_seq_key)
+  local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
+  redis.call("RPUSH", outbox_key, n .. " " .. message)
+end
+"""
+
+
+def script(*parts: str) -> str:
+    return "\n".join((LUA_KEY_FUNCTIONS, CODES, *parts))

@@ -1,0 +1,231 @@
+"""The agent's protocol with the scheduler and the registry (CONTRACT 3.2-3.3), run in-process
+against a real API process; only the retry cases use a scripted transport."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+
+from scheduler.agent.executor import AgentJob, ExecConfig, Executor, Outcome
+from scheduler.agent.limits import Limits, RlimitBackend
+from scheduler.agent.loop import Agent
+from scheduler.agent.remote import AgentConfig, AgentError
+from tests.processes import api_replicas, scheduler_env
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str) -> Iterator[str]:
+    env = scheduler_env(redis_url, "agent-proto", MAX_JOBS_PER_NODE="2")
+    with api_replicas(1, env) as urls:
+        yield urls[0]
+
+
+def make_agent(
+    url: str, tmp: Path, node: str, transport: httpx.AsyncBaseTransport | None = None, **kw: Any
+) -> Agent:
+    config = AgentConfig(
+        node_id=node,
+        scheduler_url=url,
+        registry_url=url,
+        poll_secs=0.1,
+        heartbeat_secs=0.2,
+        grace_secs=5,
+        max_jobs=kw.pop("max_jobs", 2),
+        register_retry_secs=0.01,
+        report_backoff_secs=0.01,
+        **kw,
+    )
+    exec_config = ExecConfig(
+        work_dir=tmp / "work",
+        backend=RlimitBackend(),
+        run_limits=Limits(512 * MiB, 1),
+        service_limits=Limits(1024 * MiB, 2),
+        output_limit=MiB,
+        timeout_secs=60,
+        deploy_max_bytes=MiB,
+    )
+    http = httpx.AsyncClient(transport=transport, timeout=5)
+    return Agent(config, Executor(exec_config, http), http)
+
+
+def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return asyncio.run(make())
+
+
+def nodes(url: str) -> dict[str, Any]:
+    found: dict[str, Any] = httpx.get(f"{url}/nodes").json()
+    return found
+
+
+def test_register_sends_the_rust_agents_body(api: str, tmp_path: Path) -> None:
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, "proto-reg")
+        assert await agent.remote.register()
+        await agent.remote.http.aclose()
+
+    run(go)
+    node = nodes(api)["proto-reg"]
+    assert node["role"] == "compute" and node["status"] == "healthy" and node["cpu_count"] >= 1
+
+
+def test_a_404_heartbeat_registers_again(api: str, tmp_path: Path) -> None:
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, "proto-beat")
+        assert await agent.remote.register()
+        assert httpx.delete(f"{api}/nodes/proto-beat").status_code == 204
+        assert "proto-beat" not in nodes(api)
+        await agent.remote.heartbeat()
+        await agent.remote.http.aclose()
+
+    run(go)
+    assert nodes(api)["proto-beat"]["status"] == "healthy"
+
+
+def test_registration_gives_up_after_its_attempts(tmp_path: Path) -> None:
+    calls = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        return httpx.Response(500, text="down")
+
+    async def go() -> None:
+        agent = make_agent("http://registry", tmp_path, "n", httpx.MockTransport(refuse))
+        with pytest.raises(AgentError, match="could not register"):
+            await agent.register_with_retries()
+
+    run(go)
+    assert calls == ["/nodes/register"] * 11
+
+
+def only_node(url: str, node: str) -> None:
+    """Leave `node` the only live node, so that every new job goes to it."""
+    for other in nodes(url):
+        assert httpx.delete(f"{url}/nodes/{other}").status_code == 204
+    body = {"id": node, "hostname": node, "cpu_count": 1, "role": "compute"}
+    assert httpx.post(f"{url}/nodes/register", json=body).status_code == 201
+
+
+async def _finish(agent: Agent) -> list[str]:
+    """The jobs the agent has started, once they are over (a test must not abandon them)."""
+    started = sorted(agent.runs)
+    await asyncio.gather(*agent.runs.values())
+    return started
+
+
+def test_poll_claims_up_to_max_jobs_and_reports_results(api: str, tmp_path: Path) -> None:
+    node = "proto-poll"
+    only_node(api, node)
+
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, node, max_jobs=2)
+        ids = [
+            httpx.post(f"{api}/jobs", json={"command": f"echo {i}"}).json()["job_id"]
+            for i in range(3)
+        ]
+        await agent.poll_once()
+        assert await _finish(agent) == ids[:2]  # oldest first, two slots
+        await agent.poll_once()
+        assert await _finish(agent) == ids[2:]
+        await agent.remote.http.aclose()
+        for i, job_id in enumerate(ids):
+            job = httpx.get(f"{api}/jobs/{job_id}").json()
+            assert (job["status"], job["stdout"], job["exit_code"]) == ("done", f"{i}\n", 0)
+
+    run(go)
+
+
+def test_a_job_claimed_elsewhere_is_skipped(api: str, tmp_path: Path) -> None:
+    node = "proto-claim"
+    only_node(api, node)
+
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, node)
+        job_id = httpx.post(f"{api}/jobs", json={"command": "echo x"}).json()["job_id"]
+        job = AgentJob(job_id=job_id, command="echo x")
+        assert await agent.remote.claim(job)  # the first claim wins
+        assert not await agent.remote.claim(job)  # a second agent with the same node id gets 409
+        await agent.remote.http.aclose()
+
+    run(go)
+
+
+def test_a_report_is_retried_on_server_errors(tmp_path: Path) -> None:
+    answers = [503, 502, 200]
+    bodies: list[dict[str, Any]] = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(answers.pop(0), json={})
+
+    async def go() -> None:
+        agent = make_agent("http://sched", tmp_path, "n", httpx.MockTransport(flaky))
+        await agent.remote.report("job-1", Outcome(2, "out", "err"))
+
+    run(go)
+    assert bodies == [{"status": "failed", "exit_code": 2, "stdout": "out", "stderr": "err"}] * 3
+
+
+def test_a_refused_report_is_not_retried(tmp_path: Path) -> None:
+    calls = []
+
+    def final(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        return httpx.Response(409, text="job already finished")
+
+    async def go() -> None:
+        agent = make_agent("http://sched", tmp_path, "n", httpx.MockTransport(final))
+        await agent.remote.report("job-1", Outcome(0))
+
+    run(go)
+    assert calls == ["PATCH"]
+
+
+def test_the_claim_body_is_the_rust_agents(tmp_path: Path) -> None:
+    seen: list[tuple[str, str, Any]] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.path, json.loads(request.content)))
+        return httpx.Response(200, json={})
+
+    async def go() -> None:
+        agent = make_agent("http://sched", tmp_path, "n", httpx.MockTransport(record))
+        assert await agent.remote.claim(AgentJob(job_id="job-7"))
+
+    run(go)
+    assert seen == [
+        (
+            "PATCH",
+            "/jobs/job-7",
+            {"status": "running", "exit_code": None, "stdout": "", "stderr": ""},
+        )
+    ]
+
+
+def test_instances_give_workspaces_and_never_stop_polling(tmp_path: Path) -> None:
+    paths: list[str] = []
+
+    def registry(request: httpx.Request) -> httpx.Response:
+        paths.append(f"{request.url.path}?{request.url.query.decode()}")
+        if request.url.path == "/instances":
+            return httpx.Response(
+                200, json=[{"id": "i-1", "status": "running"}, {"id": "i-2", "status": "failed"}]
+            )
+        return httpx.Response(200, json=[])
+
+    async def go() -> None:
+        agent = make_agent("http://sched", tmp_path, "n 1", httpx.MockTransport(registry))
+        spaces = await agent.workspaces()
+        assert list(spaces) == ["i-1"] and spaces["i-1"].is_dir()
+        await agent.poll_once()
+
+    run(go)
+    assert paths[-1] == "/jobs?node_id=n+1&status=pending"

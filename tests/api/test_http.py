@@ -1,0 +1,173 @@
+"""scheduler/http.py on its own: response shapes, the body bound, the open-route rule and the
+bearer middleware, the one-route-per-path helper."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.testclient import TestClient
+
+from scheduler.api.app import on_http_error
+from scheduler.api.http import (
+    BearerAuth,
+    HTTPError,
+    is_open_route,
+    json_array,
+    json_bytes,
+    read_body,
+    route,
+    text_error,
+)
+
+
+def test_text_error_is_shaped_like_go_http_error() -> None:
+    response = text_error(409, "job already finished", {"X-Extra": "1"})
+    assert response.status_code == 409
+    assert response.body == b"job already finished\n"
+    assert response.headers["content-type"] == "text/plain; charset=utf-8"
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["x-extra"] == "1"
+
+
+def test_json_bytes_ends_with_a_newline() -> None:
+    response = json_bytes(b'{"a":1}', status=201)
+    assert (response.status_code, response.body) == (201, b'{"a":1}\n')
+    assert response.headers["content-type"] == "application/json"
+
+
+@pytest.mark.parametrize(
+    "items, body", [([], b"[]\n"), ([b"{}"], b"[{}]\n"), ([b"1", b"2"], b"[1,2]\n")]
+)
+def test_json_array(items: list[bytes], body: bytes) -> None:
+    assert json_array(iter(items)).body == body
+
+
+@pytest.mark.parametrize(
+    "method, path, query, is_open",
+    [
+        ("GET", "/health", b"", True),
+        ("HEAD", "/health", b"", True),
+        ("POST", "/health", b"", False),
+        ("GET", "/jobs", b"node_id=n1&status=pending", True),
+        ("HEAD", "/jobs", b"node_id=n1&status=pending", True),
+        ("GET", "/jobs", b"status=pending&node_id=n1&x=1", True),
+        ("GET", "/jobs", b"node_id=n1&status=pending&status=done", True),
+        ("GET", "/jobs", b"node_id=n1&status=done&status=pending", False),
+        ("GET", "/jobs", b"node_id=&status=pending", False),
+        ("GET", "/jobs", b"node_id=&node_id=n1&status=pending", False),
+        ("GET", "/jobs", b"node_id=n1&status=&status=pending", False),
+        ("GET", "/jobs", b"status=pending", False),
+        ("GET", "/jobs", b"node_id=n1", False),
+        ("GET", "/jobs", b"", False),
+        ("GET", "/jobs", b"node_id=n1&status=Pending", False),
+        ("POST", "/jobs", b"node_id=n1&status=pending", False),
+        ("PATCH", "/jobs/job-1", b"", True),
+        ("PATCH", "/jobs/", b"", False),
+        ("PATCH", "/jobs", b"", False),
+        ("GET", "/jobs/job-1", b"", False),
+        ("POST", "/nodes/register", b"", True),
+        ("POST", "/nodes/heartbeat", b"", True),
+        ("GET", "/nodes/register", b"", False),
+        ("GET", "/nodes", b"role=compute", False),
+        ("DELETE", "/nodes/n1", b"", False),
+        ("GET", "/instances", b"node_id=n1", False),
+        ("GET", "/schedule", b"", False),
+    ],
+)
+def test_is_open_route(method: str, path: str, query: bytes, is_open: bool) -> None:
+    assert is_open_route(method, path, query) is is_open
+
+
+async def _ok(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+@pytest.fixture
+def guarded() -> Iterator[TestClient]:
+    app = Starlette(
+        routes=[route("/jobs", GET=_ok, POST=_ok), route("/health", GET=_ok)],
+        middleware=[Middleware(BearerAuth, api_key="k")],
+    )
+    with TestClient(app) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    "authorization, allowed",
+    [
+        ("Bearer k", True),
+        ("Bearer K", False),
+        ("bearer k", False),
+        ("Bearer  k", False),
+        ("Bearer k ", False),
+        ("Bearer", False),
+        ("k", False),
+        ("Basic k", False),
+        ("", False),
+    ],
+)
+def test_bearer_auth(guarded: TestClient, authorization: str, allowed: bool) -> None:
+    response = guarded.get("/jobs", headers={"Authorization": authorization})
+    if allowed:
+        assert (response.status_code, response.text) == (200, "ok")
+    else:
+        assert (response.status_code, response.text) == (401, "unauthorized\n")
+        assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_bearer_auth_lets_open_routes_through(guarded: TestClient) -> None:
+    assert guarded.get("/health").text == "ok"
+    assert guarded.get("/jobs?node_id=n1&status=pending").text == "ok"
+    assert guarded.get("/jobs").status_code == 401
+
+
+async def _echo_size(request: Request) -> Response:
+    return PlainTextResponse(str(len(await read_body(request, 10))))
+
+
+@pytest.fixture
+def bounded() -> Iterator[TestClient]:
+    app = Starlette(
+        routes=[route("/b", POST=_echo_size)], exception_handlers={HTTPError: on_http_error}
+    )
+    with TestClient(app) as client:
+        yield client
+
+
+def test_read_body_within_the_limit(bounded: TestClient) -> None:
+    assert bounded.post("/b", content=b"0123456789").text == "10"
+    assert bounded.post("/b", content=b"").text == "0"
+
+
+def test_read_body_over_the_limit_is_413(bounded: TestClient) -> None:
+    response = bounded.post("/b", content=b"0123456789x")
+    assert response.status_code == 413
+    assert response.text == "request body too large (limit 10 bytes)\n"
+
+
+def test_read_body_counts_streamed_chunks(bounded: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b"012345"
+        yield b"6789x"
+
+    assert bounded.post("/b", content=chunks()).status_code == 413
+
+
+def test_route_answers_head_with_get_and_405_lists_methods() -> None:
+    app = Starlette(routes=[route("/r", GET=_ok, PATCH=_ok)])
+    with TestClient(app) as client:
+        head = client.head("/r")
+        assert (head.status_code, head.content) == (200, b"")
+        assert client.patch("/r").text == "ok"
+        response = client.delete("/r")
+        assert response.status_code == 405
+        assert {m.strip() for m in response.headers["allow"].split(",")} == {
+            "GET",
+            "HEAD",
+            "PATCH",
+        }

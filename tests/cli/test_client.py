@@ -1,0 +1,206 @@
+"""The command-line client against a running API: the original CLI's output lines, --json,
+--wait, auth, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from scheduler.cli.client import format_job, go_quote
+from scheduler.cli.main import main
+from tests.processes import api_replicas, scheduler_env
+from tests.redis_server import free_port
+
+KEY = "s3cret-key"
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str) -> Iterator[str]:
+    """One API process, open (no key)."""
+    with api_replicas(1, scheduler_env(redis_url, "client-open")) as urls:
+        register(urls[0], "node-1")
+        yield urls[0]
+
+
+@pytest.fixture(scope="module")
+def secured(redis_url: str) -> Iterator[str]:
+    env = scheduler_env(redis_url, "client-auth", TINYAWS_API_KEY=KEY)
+    with api_replicas(1, env) as urls:
+        register(urls[0], "node-1")
+        yield urls[0]
+
+
+def register(url: str, node: str) -> None:
+    body = {"id": node, "hostname": node, "cpu_count": 1, "role": "compute"}
+    assert httpx.post(f"{url}/nodes/register", json=body).status_code == 201
+
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """Run `scheduler ARGV...` in-process against `url`: (exit status, stdout, stderr)."""
+
+    def run(url: str, *argv: str) -> tuple[int, str, str]:
+        monkeypatch.setenv("SCHEDULER_URL", url)
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def finish(url: str, job_id: str, status: str, code: int, stdout: str, stderr: str = "") -> None:
+    """Play the agent: claim the job and report a result."""
+    running = {"status": "running", "exit_code": None, "stdout": "", "stderr": ""}
+    assert httpx.patch(f"{url}/jobs/{job_id}", json=running).status_code == 200
+    result = {"status": status, "exit_code": code, "stdout": stdout, "stderr": stderr}
+    assert httpx.patch(f"{url}/jobs/{job_id}", json=result).status_code == 200
+
+
+def test_submit_prints_the_original_line(api: str, cli: Cli) -> None:
+    code, out, err = cli(api, "submit", "echo hi")
+    assert code == 0 and err == ""
+    job_id = out.split()[1]
+    assert out == f"submitted {job_id} on node node-1 (status=pending)\n"
+
+
+def test_submit_sends_env_vars_instance_and_service_fields(api: str, cli: Cli) -> None:
+    argv = ["submit", "serve", "--env", "A=1", "--env", "B=x=y", "--service", "--port", "8080"]
+    code, out, _ = cli(api, *argv, "--json")
+    assert code == 0
+    job = json.loads(out)
+    assert job["env_vars"] == {"A": "1", "B": "x=y"}
+    assert job["job_type"] == "service" and job["port"] == 8080
+    assert httpx.get(f"{api}/jobs/{job['job_id']}").json() == job
+
+
+def test_submit_failure_prints_code_and_body_and_exits_1(api: str, cli: Cli) -> None:
+    code, out, err = cli(api, "submit", "")
+    assert code == 1 and out == ""
+    assert err == "submit failed 400: command or deploy_url is required\n"
+    code, _, err = cli(api, "submit", "x", "--instance", "i-1")
+    assert code == 1 and err == "submit failed 503: instance not found\n"
+
+
+def test_a_bad_env_flag_is_refused_before_sending(api: str, cli: Cli) -> None:
+    before = len(httpx.get(f"{api}/jobs").json())
+    code, _, err = cli(api, "submit", "x", "--env", "NOEQUALS")
+    assert code == 1 and "NAME=VALUE" in err
+    assert len(httpx.get(f"{api}/jobs").json()) == before
+
+
+def test_status_prints_the_job_as_the_original(api: str, cli: Cli) -> None:
+    job = httpx.post(f"{api}/jobs", json={"command": 'echo "hi"\tthere'}).json()
+    finish(api, job["job_id"], "done", 0, "hi\tthere\n", "warn\n")
+    code, out, _ = cli(api, "status", job["job_id"])
+    assert code == 0
+    assert out == (
+        f'job_id={job["job_id"]} node_id=node-1 status=done command="echo \\"hi\\"\\tthere"\n'
+        "exit_code=0\nstdout:\nhi\tthere\nstderr:\nwarn\n"
+    )
+
+
+def test_status_of_a_pending_job_has_no_exit_code(api: str, cli: Cli) -> None:
+    job = httpx.post(f"{api}/jobs", json={"command": "true"}).json()
+    code, out, _ = cli(api, "status", job["job_id"])
+    assert code == 0
+    assert out == f'job_id={job["job_id"]} node_id=node-1 status=pending command="true"\n'
+
+
+def test_status_of_an_unknown_job_is_an_error(api: str, cli: Cli) -> None:
+    code, out, err = cli(api, "status", "job-999999")
+    assert code == 1 and out == ""
+    assert err == "error: scheduler returned 404: job not found\n"
+
+
+def test_submit_wait_prints_the_jobs_output(api: str, cli: Cli) -> None:
+    # No agent here: a fake one finishes the job while the client waits.
+    import threading
+
+    def agent() -> None:
+        for _ in range(200):
+            pending = httpx.get(f"{api}/jobs", params={"status": "pending"})
+            for job in pending.json():
+                if job["command"] == "echo waited":
+                    finish(api, job["job_id"], "done", 0, "waited\n")
+                    return
+            threading.Event().wait(0.05)
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    code, out, err = cli(api, "submit", "echo waited", "--wait", "--poll-secs", "0.05")
+    thread.join()
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].startswith("submitted job-") and lines[1:] == ["waited"]
+
+
+def test_wait_on_a_failed_job_exits_1(api: str, cli: Cli) -> None:
+    job = httpx.post(f"{api}/jobs", json={"command": "false"}).json()
+    finish(api, job["job_id"], "failed", 2, "", "bad\n")  # first failure: retried
+    finish(api, job["job_id"], "failed", 2, "", "bad\n")
+    code, out, _ = cli(api, "status", job["job_id"], "--wait", "--json")
+    assert code == 0 and json.loads(out)["status"] == "failed"
+    code, out, _ = cli(api, "status", job["job_id"], "--wait")
+    assert out.splitlines()[:2] == [
+        f'job_id={job["job_id"]} node_id=node-1 status=failed command="false"',
+        "exit_code=2",
+    ]
+
+
+def test_list_prints_one_line_per_job_and_filters(api: str, cli: Cli) -> None:
+    job = httpx.post(f"{api}/jobs", json={"command": "echo listed"}).json()
+    finish(api, job["job_id"], "done", 0, "listed\n")
+    code, out, _ = cli(api, "list", "--status", "done")
+    assert code == 0
+    line = f'job_id={job["job_id"]} node_id=node-1 status=done command="echo listed"'
+    assert line in out.splitlines()
+    assert all(" status=done " in row for row in out.splitlines())
+    code, out, _ = cli(api, "list", "--node-id", "node-1", "--json")
+    assert job["job_id"] in [j["job_id"] for j in json.loads(out)]
+
+
+def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TINYAWS_API_KEY", raising=False)
+    code, _, err = cli(secured, "submit", "echo hi")
+    assert code == 1 and err == "submit failed 401: unauthorized\n"
+    monkeypatch.setenv("TINYAWS_API_KEY", KEY)
+    code, out, _ = cli(secured, "submit", "echo hi")
+    assert code == 0 and out.startswith("submitted job-")
+    code, out, _ = cli(secured, "list", "--json")
+    assert code == 0 and len(json.loads(out)) == 1
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(cli: Cli) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    for argv in (["submit", "echo hi"], ["status", "job-1"], ["list"]):
+        code, out, err = cli(url, *argv)
+        assert code == 1 and out == ""
+        assert err.startswith(f"error: cannot reach the scheduler at {url}")
+        assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("echo hi", '"echo hi"'),
+        ('say "x"', '"say \\"x\\""'),
+        ("a\\b", '"a\\\\b"'),
+        ("l1\nl2\r\t", '"l1\\nl2\\r\\t"'),
+        ("\x00\x1b\x7f", '"\\x00\\x1b\\x7f"'),
+        ("héllo ✓", '"héllo ✓"'),
+        ("\u200b", '"\\u200b"'),
+    ],
+)
+def test_commands_are_quoted_like_go(text: str, quoted: str) -> None:
+    assert go_quote(text) == quoted
+
+
+def test_format_job_omits_empty_fields_but_not_exit_code_zero() -> None:
+    job = {"job_id": "job-1", "node_id": "n", "status": "done", "command": "", "exit_code": 0}
+    assert format_job(job) == 'job_id=job-1 node_id=n status=done command=""\nexit_code=0\n'

@@ -1,0 +1,154 @@
+"""`scheduler up` as a new user runs it: embedded Redis, API, worker and agent from one
+command; `scheduler submit 'echo hello' --wait` prints hello; Ctrl-C stops every process; the
+data survives a restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scheduler.cli.agent import default_node_id
+from tests.redis_server import free_port
+
+BANNER = "scheduler is up at "
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "REGISTRY_"))}
+    env.pop("TINYAWS_API_KEY", None)
+    env.update(AGENT_POLL_SECS="0.2", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def _up_command(port: int, data_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "scheduler",
+        "up",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+    ]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class Up:
+    def __init__(self, data_dir: Path, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                _up_command(self.port, data_dir),
+                env=_env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.url = self._wait_banner()
+
+    def _wait_banner(self, timeout: float = 90) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log.read_text(errors="replace").splitlines():
+                if line.startswith(BANNER):
+                    return line.removeprefix(BANNER).strip()
+            assert self.proc.poll() is None, self.log.read_text()
+            time.sleep(0.1)
+        raise AssertionError(f"no banner within {timeout} s:\n{self.log.read_text()}")
+
+    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "scheduler", *argv],
+            env=_env(SCHEDULER_URL=self.url),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=90)
+
+
+@pytest.fixture
+def ups(tmp_path: Path) -> Iterator[list[Up]]:
+    started: list[Up] = []
+    yield started
+    for up in started:
+        if up.proc.poll() is None:
+            up.proc.kill()
+            up.proc.wait()
+
+
+def test_up_runs_the_product_and_ctrl_c_stops_everything(tmp_path: Path, ups: list[Up]) -> None:
+    data = tmp_path / "data"
+    up = Up(data, tmp_path / "up.log")
+    ups.append(up)
+    assert up.url == f"http://127.0.0.1:{up.port}"
+    children = _children(up.proc.pid)
+    assert len(children) == 4  # redis, api, worker, agent
+
+    result = up.cli("submit", "echo hello", "--wait", "--poll-secs", "0.2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "hello"
+
+    assert up.interrupt() == 0, up.log.read_text()
+    assert not [pid for pid in children if _alive(pid)]
+    assert "Traceback" not in up.log.read_text()
+    assert list((data / "redis").glob("appendonlydir/*.aof"))
+
+    # The data folder keeps the jobs: a second `up` on it still knows job-1.
+    again = Up(data, tmp_path / "up2.log")
+    ups.append(again)
+    status = again.cli("status", "job-1")
+    assert status.stdout.splitlines()[:2] == [
+        f'job_id=job-1 node_id={default_node_id()} status=done command="echo hello"',
+        "exit_code=0",
+    ]
+    assert again.interrupt() == 0
+
+
+def test_up_refuses_a_port_in_use(tmp_path: Path, ups: list[Up]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            _up_command(port, tmp_path / "d"),
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"port {port} is in use" in result.stderr
+    assert "Traceback" not in result.stderr

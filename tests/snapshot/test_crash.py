@@ -1,0 +1,243 @@
+"""Snapshot and restore across processes: kill -9 mid-way, and several starters at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from scheduler.config import Settings
+from scheduler.models import JobUpdate, NewJob, encoder, rfc3339
+from scheduler.nodes.placement import Placement
+from scheduler.snapshot.restore import restore_if_empty
+from scheduler.snapshot.writer import snapshot_once, write_snapshot
+from scheduler.store import commands
+from scheduler.store.jobs import SyncJobStore
+from tests.processes import api_replicas, scheduler_env
+from tests.snapshot_helpers import job_state, lose_redis_data, rows, stored_json
+
+JOBS = 2500  # several snapshot and restore batches of 1000
+
+# Child processes: they run the real code, paused at one point by wrapping one of its steps,
+# so the test can kill -9 them exactly there. Each writes `paused` to the file in argv[2].
+PAUSE = """
+import sys, time
+from pathlib import Path
+import scheduler.snapshot.writer as snap
+import scheduler.snapshot.db as snapshot_db
+from scheduler.config import Settings
+
+point, marker = sys.argv[1], Path(sys.argv[2])
+
+def pause():
+    marker.write_text("paused")
+    time.sleep(600)
+
+def wrap(module, name, before=False, at_call=1):
+    original, calls = getattr(module, name), []
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if before and len(calls) == at_call:
+            pause()
+        result = original(*args, **kwargs)
+        if not before and len(calls) == at_call:
+            pause()
+        return result
+    setattr(module, name, wrapped)
+
+settings = Settings.from_env()
+if point == "snapshot-mid":  # after a second batch is upserted, before the commit
+    wrap(snapshot_db, "upsert", at_call=2)
+    snap.snapshot_once(settings, lock_ttl=1.0)
+elif point == "snapshot-committed":  # after the commit, before the ids leave the set
+    wrap(snap, "_forget", before=True)
+    snap.snapshot_once(settings, lock_ttl=1.0)
+elif point == "restore-mid":  # after the first batch reached Redis
+    original = snapshot_db.read_batches
+    def batches(conn, size):
+        for i, rows in enumerate(original(conn, size)):
+            if i == 1:
+                pause()
+            yield rows
+    snapshot_db.read_batches = batches
+    import scheduler.snapshot.restore as restore
+    restore.restore_if_empty(settings, lock_ttl=1.0)
+"""
+
+STARTER = """
+import os, sys, time
+import redis
+from scheduler.config import Settings
+from scheduler.store.keys import Keys
+from scheduler.snapshot.restore import restore_if_empty
+settings = Settings.from_env()
+open(sys.argv[1], "w").close()
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.002)
+restored = restore_if_empty(settings)
+client = redis.Redis.from_url(settings.redis_url)
+print(int(restored), client.zcard(Keys(settings.redis_prefix).all_jobs), flush=True)
+"""
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    return scheduler_env(
+        settings.redis_url, settings.redis_prefix, SCHEDULER_DB=settings.scheduler_db
+    )
+
+
+def create_jobs(store: SyncJobStore, count: int, now: float) -> None:
+    """`count` jobs through the create script, as POST /jobs makes them (all marked changed)."""
+    new = NewJob(command="echo", status="pending", retry_count=0, created_at=rfc3339(now))
+    job = encoder.encode(new)
+    # As a starting serve or worker would: the restore question is settled before any create.
+    store.run(commands.finish_restore(store.keys, 0, "test"))
+    for _ in range(count):
+        store.create(job, Placement.fixed("n1"), now, "", 0)
+
+
+def run_until_paused(point: str, settings: Settings, tmp_path: Path) -> subprocess.Popen[bytes]:
+    marker = tmp_path / f"{point}.paused"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSE, point, str(marker)], env=child_env(settings)
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"the child never reached {point} (exit {proc.returncode})")
+        time.sleep(0.01)
+    return proc
+
+
+def kill_9(proc: subprocess.Popen[bytes]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def assert_snapshot_matches_redis(path: Path, r: redis.Redis, prefix: str) -> None:
+    saved = rows(path)
+    records = {
+        key.decode().removeprefix(f"{prefix}:job:"): stored_json(r, key)
+        for key in r.scan_iter(f"{prefix}:job:*", count=1000)
+    }
+    assert set(saved) == set(records)
+    for job_id, record in records.items():
+        row = saved[job_id]
+        assert (row["status"], row["created_at"]) == (record["status"], record["created_at"])
+        assert row["running_at"] == record.get("running_at")
+
+
+@pytest.mark.parametrize("point", ["snapshot-mid", "snapshot-committed"])
+def test_kill_9_during_a_snapshot_forgets_no_change(
+    point: str,
+    settings: Settings,
+    store: SyncJobStore,
+    rclient: redis.Redis,
+    prefix: str,
+    tmp_path: Path,
+) -> None:
+    create_jobs(store, JOBS, time.time())
+    proc = run_until_paused(point, settings, tmp_path)
+    try:
+        # Changes keep coming while the snapshot is stuck.
+        update = JobUpdate(status="running")
+        store.run(commands.transition(store.keys, "job-5", update, time.time(), 1))
+        create_jobs(store, 3, time.time())
+    finally:
+        kill_9(proc)
+    db = Path(settings.scheduler_db)
+    if point == "snapshot-mid":
+        assert not db.exists() or rows(db) == {}  # nothing committed
+    else:
+        assert len(rows(db)) == JOBS  # committed, but its ids are still in flight
+    assert rclient.scard(f"{prefix}:dirty:inflight") == JOBS
+
+    # The next snapshot (once the dead holder's lock has expired) writes every change.
+    assert write_snapshot(settings, wait=True) == JOBS + 3
+    assert_snapshot_matches_redis(db, rclient, prefix)
+    assert rows(db)["job-5"]["status"] == "running"
+    assert not rclient.exists(f"{prefix}:dirty", f"{prefix}:dirty:inflight")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_a_restore_killed_midway_is_started_again(
+    settings: Settings, store: SyncJobStore, rclient: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    create_jobs(store, JOBS, time.time())
+    assert snapshot_once(settings) == JOBS
+    before = job_state(rclient, prefix)
+    lose_redis_data(rclient, prefix)
+
+    proc = run_until_paused("restore-mid", settings, tmp_path)
+    kill_9(proc)
+    assert 0 < rclient.zcard(f"{prefix}:jobs") < JOBS  # a partial restore is left behind
+    assert rclient.exists(f"{prefix}:restoring")
+
+    assert restore_if_empty(settings) is True  # after the dead restorer's lock expires
+    assert job_state(rclient, prefix) == before
+    assert not rclient.exists(f"{prefix}:restoring")
+
+
+def test_three_processes_starting_at_once_restore_once(
+    settings: Settings, store: SyncJobStore, rclient: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    create_jobs(store, JOBS, time.time())
+    assert snapshot_once(settings) == JOBS
+    before = job_state(rclient, prefix)
+    lose_redis_data(rclient, prefix)
+
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", STARTER, str(tmp_path / f"ready{i}"), str(go)],
+            env=child_env(settings),
+            stdout=subprocess.PIPE,
+        )
+        for i in range(3)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"ready{i}").exists() for i in range(3)):
+            assert time.monotonic() < deadline, "the starters did not come up"
+            assert all(p.poll() is None for p in procs)
+            time.sleep(0.01)
+        go.touch()
+        outputs = [p.communicate(timeout=120)[0].decode().split() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert sorted(restored for restored, _ in outputs) == ["0", "0", "1"]
+    # Those that did not restore returned only once the restore was complete.
+    assert [count for _, count in outputs] == [str(JOBS)] * 3
+    assert job_state(rclient, prefix) == before
+    assert rclient.get(f"{prefix}:seq:job") == str(JOBS).encode()
+
+
+def test_three_serve_processes_start_on_a_lost_redis(
+    settings: Settings, store: SyncJobStore, rclient: redis.Redis, prefix: str
+) -> None:
+    create_jobs(store, 50, time.time())
+    assert snapshot_once(settings) == 50
+    lose_redis_data(rclient, prefix)
+    env = child_env(settings)
+    with api_replicas(3, env) as urls:
+        for url in urls:
+            listing = httpx.get(f"{url}/jobs", timeout=10).json()
+            assert [job["job_id"] for job in listing] == [f"job-{n}" for n in range(1, 51)]
+    marker = rclient.get(f"{prefix}:initialised")
+    assert isinstance(marker, bytes) and marker.startswith(b"restored 50 jobs")
+    assert rclient.get(f"{prefix}:seq:job") == b"50"

@@ -1,0 +1,194 @@
+"""The API's multiplexed Redis connection, against a real redis-server and small fake ones."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from scheduler.store.redis_mux import FLUSH_EVERY, MuxRedis, _RedisProtocol
+
+
+def run(coro: Awaitable[None]) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_concurrent_commands_each_get_their_own_reply(redis_url: str, prefix: str) -> None:
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        await asyncio.gather(*(mux.execute("SET", f"{prefix}:k{i}", i) for i in range(500)))
+        values = await asyncio.gather(*(mux.execute("GET", f"{prefix}:k{i}") for i in range(500)))
+        assert values == [str(i).encode() for i in range(500)]
+        await mux.aclose()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(
+    "count",
+    [1, FLUSH_EVERY - 1, FLUSH_EVERY, FLUSH_EVERY + 1, 2 * FLUSH_EVERY, 3 * FLUSH_EVERY + 3],
+)
+def test_commands_around_the_early_flush_boundary_all_leave(
+    redis_url: str, prefix: str, count: int
+) -> None:
+    # A turn's commands leave in writes of FLUSH_EVERY plus the scheduled flush of the rest;
+    # none may be held back or sent twice (a duplicate INCR would show).
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        key = f"{prefix}:flush-boundary-{count}"
+        replies = await asyncio.gather(*(mux.execute("INCR", key) for _ in range(count)))
+        assert replies == list(range(1, count + 1))
+        assert await mux.execute("GET", key) == str(count).encode()
+        await mux.aclose()
+
+    run(scenario())
+
+
+def test_errors_reach_their_caller_only(redis_url: str, prefix: str) -> None:
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        await mux.execute("SET", f"{prefix}:s", "text")
+        replies: list[object] = await asyncio.gather(
+            mux.execute("INCR", f"{prefix}:s"),
+            mux.execute("GET", f"{prefix}:s"),
+            return_exceptions=True,
+        )
+        bad, good = replies
+        assert isinstance(bad, ResponseError) and good == b"text"
+        await mux.aclose()
+
+    run(scenario())
+
+
+def test_evalsha_of_an_unknown_script_falls_back_to_eval(redis_url: str) -> None:
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        script = "return ARGV[1] .. KEYS[1]"
+        sha = "0" * 40  # not loaded: NOSCRIPT, then EVAL
+        assert await mux.evalsha(sha, script, ["k"], ["v"]) == b"vk"
+        await mux.aclose()
+
+    run(scenario())
+
+
+def test_a_dropped_connection_fails_calls_then_reconnects(redis_url: str) -> None:
+    import redis
+
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        assert await mux.execute("PING") == b"PONG"
+        # Redis drops every client connection (as on a restart or a network cut).
+        redis.Redis.from_url(redis_url).client_kill_filter(skipme=True, _type="normal")
+        with pytest.raises(RedisConnectionError):
+            for _ in range(50):  # the calls after the drop see the dead socket
+                await mux.execute("PING")
+                await asyncio.sleep(0.05)
+        assert await mux.execute("PING") == b"PONG"
+        await mux.aclose()
+
+    run(scenario())
+
+
+async def _fake_server(
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> tuple[asyncio.Server, int]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def test_a_silent_redis_fails_calls_after_the_timeout_instead_of_hanging() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 16)
+        await asyncio.sleep(30)
+
+    async def scenario() -> None:
+        server, port = await _fake_server(silent)
+        mux = MuxRedis(f"redis://127.0.0.1:{port}/0", timeout=0.4)
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(mux.execute("PING"), 5)
+        await mux.aclose()
+        server.close()
+
+    run(scenario())
+
+
+def test_an_unsolicited_reply_drops_the_connection() -> None:
+    async def chatty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 16)
+        writer.write(b"+PONG\r\n+SURPRISE\r\n")  # one reply too many
+        await writer.drain()
+        await asyncio.sleep(30)
+
+    async def scenario() -> None:
+        server, port = await _fake_server(chatty)
+        mux = MuxRedis(f"redis://127.0.0.1:{port}/0", timeout=5)
+        assert await mux.execute("PING") == b"PONG"
+        protocol = mux._protocol
+        assert protocol is not None
+        for _ in range(100):
+            if protocol.lost:
+                break
+            await asyncio.sleep(0.01)
+        assert protocol.lost  # a later reply could no longer be matched to its caller
+        await mux.aclose()
+        server.close()
+
+    run(scenario())
+
+
+def test_unsupported_url_schemes_are_refused() -> None:
+    with pytest.raises(ValueError, match="REDIS_URL"):
+        MuxRedis("http://127.0.0.1:6379")
+
+
+PING = b"*1\r\n$4\r\nPING\r\n"
+
+
+async def _aborted(redis_url: str) -> tuple[MuxRedis, _RedisProtocol]:
+    """A connected mux whose connection was just aborted (connection_lost not yet run)."""
+    mux = MuxRedis(redis_url)
+    assert await mux.execute("PING") == b"PONG"
+    protocol = mux._protocol
+    assert protocol is not None and protocol.transport is not None
+    protocol.transport.abort()
+    return mux, protocol
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_commands_on_a_closing_connection_fail_as_connection_errors(
+    redis_url: str, loop: str
+) -> None:
+    # Between an abort and connection_lost the transport is closing, and the early flush
+    # writes from inside the caller: the calls must still fail as connection errors (a 503),
+    # never raise something else into the request (a 500), on either event loop.
+    async def scenario() -> None:
+        mux, protocol = await _aborted(redis_url)
+        waiters = [protocol.send(PING) for _ in range(2 * FLUSH_EVERY)]
+        results = await asyncio.gather(*waiters, return_exceptions=True)
+        assert all(isinstance(r, RedisConnectionError) for r in results), results
+        assert await mux.execute("PING") == b"PONG"  # and the next call reconnects
+        await mux.aclose()
+
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(scenario())
+    else:
+        run(scenario())
+
+
+def test_a_call_on_a_lost_connection_fails_at_once(redis_url: str) -> None:
+    # The watchdog stops with the connection, so a waiter queued after connection_lost would
+    # wait forever (say between the AUTH and SELECT of a reconnect).
+    async def scenario() -> None:
+        mux, protocol = await _aborted(redis_url)
+        while not protocol.lost:
+            await asyncio.sleep(0.01)
+        waiter = protocol.send(PING)
+        assert waiter.done() and isinstance(waiter.exception(), RedisConnectionError)
+        await mux.aclose()
+
+    run(scenario())

@@ -1,0 +1,148 @@
+"""The Procfile (web, worker, dashboard) run by honcho, end to end: a job submitted to the web
+process is published to SNS by the worker process, and rq-dashboard shows the worker queues
+and a publish that failed for good."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from scheduler.cli.main import build_parser
+from scheduler.config import Settings
+from scheduler.store.keys import Keys
+from tests.fakes import FakeSNS, eventually
+from tests.processes import scheduler_env, wait_http
+from tests.redis_server import free_port
+from workers import queues
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def procfile() -> dict[str, str]:
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    return dict(line.split(": ", 1) for line in lines if line.strip())
+
+
+def test_procfile_is_valid_and_its_programs_are_installed() -> None:
+    check = subprocess.run(
+        [str(BIN / "honcho"), "check"], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert check.returncode == 0, check.stderr
+    processes = procfile()
+    assert {"web", "worker", "dashboard"} <= set(processes)
+    for command in processes.values():
+        program = shlex.split(command)[0]
+        assert (BIN / program).exists(), f"{program} is not installed in {BIN}"
+    # rq-dashboard imports six without declaring it; the dashboard extra installs it.
+    probe = [sys.executable, "-c", "import rq_dashboard.web"]
+    assert subprocess.run(probe, capture_output=True, timeout=60).returncode == 0
+
+
+@contextlib.contextmanager
+def honcho(env: dict[str, str], *names: str, log: Path) -> Iterator[None]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "honcho"), "start", *names],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        print(log.read_text(errors="replace")[-4000:])
+
+
+@pytest.fixture
+def sns() -> Iterator[FakeSNS]:
+    with FakeSNS() as fake:
+        yield fake
+
+
+def test_honcho_runs_web_worker_and_dashboard_together(
+    redis_url: str, prefix: str, tmp_path: Path, sns: FakeSNS, rclient: redis.Redis
+) -> None:
+    web, dashboard = free_port(), free_port()
+    env = scheduler_env(
+        redis_url,
+        prefix,
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        HOST="127.0.0.1",
+        PORT=str(web),
+        DASHBOARD_PORT=str(dashboard),
+        SNS_URL=sns.url,
+        SCHEDULER_DB=str(tmp_path / "snapshot.db"),
+        OUTBOX_FLUSH_SECS="0.2",
+        HTTP_TIMEOUT_SECS="1",
+        SNS_RETRY_MAX="1",
+        SNS_RETRY_BASE_SECS="1",
+        REGISTRY_URL="",
+    )
+    settings = Settings.from_env(env)
+    with honcho(env, "web", "worker", "dashboard", log=tmp_path / "honcho.log"):
+        api = f"http://127.0.0.1:{web}"
+        wait_http(f"{api}/health", timeout=30)
+        node = {"id": "n1", "hostname": "n1", "cpu_count": 1, "role": "compute"}
+        assert httpx.post(f"{api}/nodes/register", json=node).status_code == 201
+
+        def finish() -> str:
+            job_id: str = httpx.post(f"{api}/jobs", json={"command": "x"}).json()["job_id"]
+            for status in ("running", "done"):
+                body = {"status": status, "exit_code": 0}
+                assert httpx.patch(f"{api}/jobs/{job_id}", json=body).status_code == 200
+            return job_id
+
+        delivered = finish()
+        eventually(lambda: sns.events(), timeout=30)
+        assert sns.events() == [{"job_id": delivered, "status": "done"}]
+
+        sns.failing = 500  # the next event fails its try and its one retry
+        lost = finish()
+        failed = queues.queue(rclient, settings, queues.EVENTS).failed_job_registry
+        eventually(lambda: failed.get_job_ids(), timeout=30)
+        assert failed.get_job_ids() == [Keys(prefix).rq_job_id("event", 2)]
+        assert lost not in [e["job_id"] for e in sns.events()]
+
+        board = f"http://127.0.0.1:{dashboard}"
+        wait_http(f"{board}/", timeout=30)
+        listed = httpx.get(f"{board}/0/data/queues.json", timeout=10).json()["queues"]
+        by_name = {q["name"]: q for q in listed}
+        assert by_name[f"{prefix}.events"]["failed_job_registry_count"] == 1
+        assert f"{prefix}.periodic" in by_name
+
+
+def test_worker_command_line() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["worker"])
+    assert (args.queues, args.burst) == (["periodic", "events"], False)
+    assert parser.parse_args(["worker", "--queues", "events", "--burst"]).queues == ["events"]
+    for bad in ("", "periodic,bogus"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["worker", "--queues", bad])
+    shown = subprocess.run(
+        [sys.executable, "-m", "scheduler", "worker", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0 and "--queues" in shown.stdout
