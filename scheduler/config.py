@@ -35,6 +35,10 @@ class Settings:
         default=3.0, metadata={"env": "REGISTRY_TIMEOUT_SECS", "min": 0.1}
     )
     api_key: str = field(default="", metadata={"env": "TINYAWS_API_KEY"})
+    # Who may make the agent calls (README, "Security"): "open" as the original (its Rust
+    # agent sends no key), or "token": a node token from POST /nodes/register, or the key.
+    agent_auth: str = field(default="open", metadata={"env": "AGENT_AUTH"})
+    max_nodes: int = field(default=10_000, metadata={"env": "MAX_NODES", "min": 1})
     max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE", "min": 1})
     max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES", "min": 0})
     job_timeout_secs: int = field(default=3600, metadata={"env": "JOB_TIMEOUT_SECS", "min": 1})
@@ -49,6 +53,10 @@ class Settings:
     )
     max_body_bytes: int = field(default=MiB, metadata={"env": "MAX_BODY_BYTES", "min": 1024})
     max_report_bytes: int = field(default=64 * MiB, metadata={"env": "MAX_REPORT_BYTES"})
+    # Bytes of agent report bodies one API process reads at once; past it, 503 Retry-After.
+    report_bytes_in_flight: int = field(
+        default=128 * MiB, metadata={"env": "REPORT_BYTES_IN_FLIGHT"}
+    )
     max_page_bytes: int = field(default=32 * MiB, metadata={"env": "MAX_PAGE_BYTES", "min": 1024})
     scheduler_db: str = field(default="scheduler.db", metadata={"env": "SCHEDULER_DB"})
     sqs_url: str = field(default="", metadata={"env": "SQS_URL"})
@@ -128,6 +136,7 @@ class Settings:
                 _at_least(f.metadata["env"], getattr(self, f.name), f.metadata["min"])
         # Minimums that depend on another setting.
         _at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
+        _at_least("REPORT_BYTES_IN_FLIGHT", self.report_bytes_in_flight, self.max_report_bytes)
         _at_least("SNS_RETRY_CAP_SECS", self.sns_retry_cap_secs, self.sns_retry_base_secs)
         if self.node_lost_secs:
             _at_least("NODE_LOST_SECS", self.node_lost_secs, self.node_ttl_secs)
@@ -141,6 +150,13 @@ class Settings:
         self._validate_agent()
 
     def _validate_agent(self) -> None:
+        if self.agent_auth not in ("open", "token"):
+            raise ConfigError(f"AGENT_AUTH: {self.agent_auth!r} is not one of open, token")
+        if self.agent_auth == "token" and not self.builtin_registry:
+            raise ConfigError(
+                "AGENT_AUTH: token needs the built-in registry (REGISTRY_URL unset), which "
+                "issues the node tokens"
+            )
         if self.agent_limits not in ("auto", "cgroup2", "cgroup1", "rlimit", "off"):
             raise ConfigError(
                 f"AGENT_LIMITS: {self.agent_limits!r} is not one of auto, cgroup2, cgroup1, "

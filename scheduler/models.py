@@ -205,6 +205,22 @@ def validate_create(req: JobCreate) -> None:
         raise InvalidInput("invalid deploy_url: use an http:// or https:// URL")
 
 
+NODE_ROLES = ("", "compute", "storage")
+# Every field of a registration is bounded: nodes live in Redis and in every GET /nodes.
+NODE_TEXT_MAX, NODE_CPUS_MAX = 255, 65_536
+
+
+def validate_registration(reg: NodeRegistration) -> None:
+    check_id("id", reg.id)
+    if reg.role not in NODE_ROLES:
+        raise InvalidInput(f"invalid role {reg.role!r}: use compute or storage")
+    for field, value in (("hostname", reg.hostname), ("addr", reg.addr)):
+        if len(value) > NODE_TEXT_MAX or not value.isprintable():
+            raise InvalidInput(f"invalid {field}: at most {NODE_TEXT_MAX} printable characters")
+    if not 0 <= reg.cpu_count <= NODE_CPUS_MAX:
+        raise InvalidInput(f"invalid cpu_count {reg.cpu_count}: use 0 to {NODE_CPUS_MAX}")
+
+
 def validate_update(req: JobUpdate) -> None:
     if req.exit_code is not None and not INT32_MIN <= req.exit_code <= INT32_MAX:
         raise InvalidInput(f"invalid exit_code {req.exit_code}: must fit in 32 bits")

@@ -51,6 +51,9 @@ def test_empty_values_mean_the_default() -> None:
         ({"REDIS_PREFIX": "prod-1"}, "redis_prefix", "prod-1"),
         ({"OUTPUT_LIMIT_BYTES": "1024"}, "output_limit_bytes", 1024),
         ({"JOB_RETENTION_SECS": "86400"}, "job_retention_secs", 86400.0),
+        ({"AGENT_AUTH": "token"}, "agent_auth", "token"),
+        ({"MAX_NODES": "3"}, "max_nodes", 3),
+        ({"REPORT_BYTES_IN_FLIGHT": "134217728"}, "report_bytes_in_flight", 128 * 1024 * 1024),
     ],
 )
 def test_values_are_parsed(env: dict[str, str], attribute: str, value: object) -> None:
@@ -85,6 +88,10 @@ def test_registry_url_turns_off_the_builtin_registry() -> None:
         ("REDIS_PREFIX", "a b"),
         ("REDIS_PREFIX", "{a}"),
         ("JOB_RETENTION_SECS", "-1"),
+        ("AGENT_AUTH", "tokens"),
+        ("AGENT_AUTH", "none"),
+        ("MAX_NODES", "0"),
+        ("REPORT_BYTES_IN_FLIGHT", "1048576"),  # below MAX_REPORT_BYTES' default of 64 MiB
     ],
 )
 def test_invalid_values_name_the_variable(name: str, raw: str) -> None:
@@ -111,3 +118,10 @@ def test_overrides_are_validated_too() -> None:
     assert Settings.from_env({}, max_jobs_per_node=2).max_jobs_per_node == 2
     with pytest.raises(ConfigError, match="MAX_JOBS_PER_NODE"):
         Settings.from_env({}, max_jobs_per_node=0)
+
+
+def test_token_mode_needs_the_builtin_registry() -> None:
+    # The built-in registry issues the node tokens; an external one knows nothing of them.
+    with pytest.raises(ConfigError, match="AGENT_AUTH"):
+        Settings.from_env({"AGENT_AUTH": "token", "REGISTRY_URL": "http://reg:9000"})
+    assert Settings.from_env({"AGENT_AUTH": "open", "REGISTRY_URL": "http://r:1"}).registry_url

@@ -6,10 +6,12 @@ Each call logs and answers what the loop needs; a network error is never raised 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -20,6 +22,13 @@ from scheduler.agent.executor import AgentJob, Outcome
 log = logging.getLogger("scheduler.agent")
 
 _jobs_decoder = msgspec.json.Decoder(list[AgentJob])
+
+
+class _Registered(msgspec.Struct):
+    token: str = ""
+
+
+_registered_decoder = msgspec.json.Decoder(_Registered)
 
 
 class Instance(msgspec.Struct):
@@ -49,12 +58,50 @@ class AgentConfig:
     register_retry_secs: float = 2.0
     report_attempts: int = 5
     report_backoff_secs: float = 1.0
+    # Where the node token is kept across restarts ("" = in memory only): a restarted agent
+    # re-registers its live node with it (with AGENT_AUTH=token only the token or the API
+    # key may).
+    token_path: str = ""
 
 
 class Remote:
+    """The node token (from POST /nodes/register) goes on every call once the agent has one;
+    before that, and for the first registration, the API key when it is set."""
+
     def __init__(self, config: AgentConfig, http: httpx.AsyncClient) -> None:
         self.config = config
         self.http = http
+        self.token = self._load_token()
+
+    def _load_token(self) -> str:
+        if not self.config.token_path:
+            return ""
+        try:
+            return Path(self.config.token_path).read_text().strip()
+        except OSError:
+            return ""
+
+    def _keep_token(self, token: str) -> None:
+        self.token = token
+        if not self.config.token_path:
+            return
+        path = Path(self.config.token_path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(token)
+        except OSError as exc:
+            log.warning("could not keep the node token in %s: %s", path, exc)
+
+    def _forget_token(self) -> None:
+        if self.token:
+            log.warning("the node token of %s was refused: registering again", self.config.node_id)
+            self._keep_token("")
+
+    def _auth(self) -> dict[str, str]:
+        secret = self.token or self.config.api_key
+        return {"Authorization": f"Bearer {secret}"} if secret else {}
 
     def _url(self, base: str, path: str) -> str:
         return base.rstrip("/") + path
@@ -70,24 +117,35 @@ class Remote:
         }
         url = self._url(self.config.registry_url, "/nodes/register")
         try:
-            response = await self.http.post(url, json=body)
+            response = await self.http.post(url, json=body, headers=self._auth())
         except httpx.HTTPError as exc:
             log.warning("register at %s failed: %s", url, exc)
             return False
+        if response.status_code == 401:
+            self._forget_token()  # revoked, or lost with Redis: the next attempt goes without
         if not response.is_success:
             log.warning("register at %s: HTTP %d %s", url, response.status_code, response.text)
             return False
+        with contextlib.suppress(msgspec.DecodeError):
+            token = _registered_decoder.decode(response.content).token
+            if token and token != self.token:
+                self._keep_token(token)
         log.info("registered node %s at %s", self.config.node_id, self.config.registry_url)
         return True
 
     async def heartbeat(self) -> None:
         url = self._url(self.config.registry_url, "/nodes/heartbeat")
         try:
-            response = await self.http.post(url, json={"id": self.config.node_id})
+            response = await self.http.post(
+                url, json={"id": self.config.node_id}, headers=self._auth()
+            )
         except httpx.HTTPError as exc:
             log.warning("heartbeat failed: %s", exc)
             return
-        if response.status_code == 404:
+        if response.status_code == 401:
+            self._forget_token()
+            await self.register()
+        elif response.status_code == 404:
             log.warning(
                 "the registry does not know node %s: registering again", self.config.node_id
             )
@@ -97,7 +155,8 @@ class Remote:
         """This node's instances; none when the registry cannot say."""
         url = self._url(self.config.registry_url, "/instances")
         try:
-            response = await self.http.get(url, params={"node_id": self.config.node_id})
+            params = {"node_id": self.config.node_id}
+            response = await self.http.get(url, params=params, headers=self._auth())
             return _instances_decoder.decode(response.content) if response.is_success else []
         except (httpx.HTTPError, msgspec.DecodeError):
             return []
@@ -108,7 +167,7 @@ class Remote:
         url = self._url(self.config.scheduler_url, "/jobs")
         params = {"node_id": self.config.node_id, "status": "pending"}
         try:
-            response = await self.http.get(url, params=params)
+            response = await self.http.get(url, params=params, headers=self._auth())
         except httpx.HTTPError as exc:
             log.warning("poll failed: %s", exc)
             return []
@@ -127,7 +186,9 @@ class Remote:
     async def claim(self, job: AgentJob) -> bool:
         body = {"status": "running", "exit_code": None, "stdout": "", "stderr": ""}
         try:
-            response = await self.http.patch(self._job_url(job.job_id), json=body)
+            response = await self.http.patch(
+                self._job_url(job.job_id), json=body, headers=self._auth()
+            )
         except httpx.HTTPError as exc:
             log.warning("claim %s failed: %s", job.job_id, exc)
             return False
@@ -149,7 +210,9 @@ class Remote:
         }
         for attempt in range(self.config.report_attempts):
             try:
-                response = await self.http.patch(self._job_url(job_id), json=body)
+                response = await self.http.patch(
+                    self._job_url(job_id), json=body, headers=self._auth()
+                )
                 if response.status_code < 500:
                     if not response.is_success:
                         log.warning(

@@ -22,14 +22,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from scheduler.api import nodes as nodes_api
+from scheduler.api.agents import PRECHECK_OVER_BYTES, AgentAuth, ReportBudget
 from scheduler.api.http import (
     BearerAuth,
     HTTPError,
+    declared_length,
     json_array,
     json_bytes,
     read_body,
     route,
     text_error,
+    too_large,
 )
 from scheduler.config import Settings
 from scheduler.models import (
@@ -49,7 +52,15 @@ from scheduler.models import (
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
 from scheduler.snapshot.restore import restore_at_start
-from scheduler.store.commands import Conflict, JobNotFound, NodeNotFound, StoreNotReady
+from scheduler.store.commands import (
+    Conflict,
+    Forbidden,
+    JobNotFound,
+    NodeNotFound,
+    StoreNotReady,
+    TooManyNodes,
+    Unauthorized,
+)
 from scheduler.store.jobs import JobStore
 
 log = logging.getLogger("scheduler.api")
@@ -71,6 +82,11 @@ def _nodes(request: Request) -> NodeSource:
 def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
+
+
+def _auth(request: Request) -> AgentAuth:
+    auth: AgentAuth = request.app.state.agent_auth
+    return auth
 
 
 def query_first(request: Request, name: str) -> str:
@@ -133,7 +149,7 @@ async def list_jobs(request: Request) -> Response:
         raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
     store = _store(request)
     if node_id and status == "pending":
-        return json_array(await store.poll(node_id))
+        return json_array(await store.poll(node_id, _auth(request).caller(request)))
     limit, after = _page(request)
     return json_array(await store.list(node_id, status, after, limit))
 
@@ -153,8 +169,28 @@ async def get_job(request: Request) -> Response:
 
 
 async def update_job(request: Request) -> Response:
-    settings = _settings(request)
-    body = await read_body(request, settings.max_report_bytes)
+    """An agent's report. The job id, the body's declared size and (for a large or unsized
+    body) the job and the caller are checked before a byte of the body is read, and the bytes
+    read at once are bounded: a stranger's 64 MiB bodies cost nothing."""
+    settings, store = _settings(request), _store(request)
+    job_id = _job_id(request)
+    caller = _auth(request).caller(request)
+    size = declared_length(request)
+    if size is not None and size > settings.max_report_bytes:
+        raise too_large(settings.max_report_bytes)
+    if size is None or size > PRECHECK_OVER_BYTES:
+        await store.check_report(job_id, caller)
+    budget: ReportBudget = request.app.state.report_budget
+    with budget.reserve(settings.max_report_bytes if size is None else size):
+        req = _decode_update(await read_body(request, settings.max_report_bytes))
+        limit = settings.output_limit_bytes
+        req = msgspec.structs.replace(
+            req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)
+        )
+        return json_bytes(await store.report(job_id, req, time.time(), caller))
+
+
+def _decode_update(body: bytes) -> JobUpdate:
     try:
         req = decode_go_style(body, JobUpdate)
     except DecodeError as exc:
@@ -162,12 +198,7 @@ async def update_job(request: Request) -> Response:
     if req.status not in REPORT_STATUSES:
         raise HTTPError(400, "invalid status")
     validate_update(req)
-    job_id = _job_id(request)
-    limit = settings.output_limit_bytes
-    req = msgspec.structs.replace(
-        req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)
-    )
-    return json_bytes(await _store(request).report(job_id, req, time.time()))
+    return req
 
 
 def _header(exc: Exception) -> str:
@@ -211,6 +242,9 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Callable[..., object]] = {
     NoHealthyNodes: _status(503),
     JobNotFound: _status(404),
     NodeNotFound: _status(404),
+    Unauthorized: _status(401),
+    Forbidden: _status(403),
+    TooManyNodes: _status(503),
     Conflict: _status(409),
     RedisError: _unavailable,
 }
@@ -235,12 +269,25 @@ def tune_gc() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
+def warn_if_agents_open(settings: Settings) -> None:
+    if settings.api_key and settings.agent_auth == "open":
+        log.warning(
+            "TINYAWS_API_KEY is set but AGENT_AUTH=open: without any key, anyone who can "
+            "reach this API can register nodes that receive jobs, claim pending jobs and read "
+            "their env_vars, and report forged results. Set AGENT_AUTH=token once no original "
+            "Rust agent is left (README, Security)."
+        )
+
+
 def create_app(settings: Settings | None = None, nodes: NodeSource | None = None) -> Starlette:
     settings = settings or Settings.from_env()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.settings = settings
+        app.state.agent_auth = AgentAuth.from_settings(settings)
+        app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
+        warn_if_agents_open(settings)
         # Before serving: a Redis that lost its data gets the snapshot back first (snapshot.py).
         await restore_at_start(settings)
         app.state.store = JobStore.connect(settings)

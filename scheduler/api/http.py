@@ -41,11 +41,24 @@ def json_array(items: Iterable[bytes]) -> Response:
     return json_bytes(b"[" + b",".join(items) + b"]")
 
 
+def declared_length(request: Request) -> int | None:
+    """Content-Length when it is a plain number, else None (chunked, or junk the server
+    would refuse anyway: "²" is a digit to str.isdigit, and 5000 digits overflow int())."""
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and len(declared) <= 19:
+        return int(declared)
+    return None
+
+
+def too_large(limit: int) -> HTTPError:
+    return HTTPError(413, f"request body too large (limit {limit} bytes)")
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, or 413 as soon as it is known to exceed `limit` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise HTTPError(413, f"request body too large (limit {limit} bytes)")
+    declared = declared_length(request)
+    if declared is not None and declared > limit:
+        raise too_large(limit)
     # ASGI messages read directly: Starlette's request.stream() async generator showed in
     # the submit profile.
     chunks: list[bytes] = []
@@ -57,7 +70,7 @@ async def read_body(request: Request, limit: int) -> bytes:
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise HTTPError(413, f"request body too large (limit {limit} bytes)")
+            raise too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)

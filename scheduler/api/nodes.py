@@ -11,17 +11,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from scheduler.api.agents import AgentAuth, bearer, new_token, token_hash
 from scheduler.api.http import HTTPError, json_bytes, read_body, route
+from scheduler.config import Settings
 from scheduler.models import (
     ID_RE,
     DecodeError,
     Heartbeat,
     NodeRegistration,
-    check_id,
     decode_go_style,
+    validate_registration,
 )
-from scheduler.store.commands import NodeNotFound
+from scheduler.store.commands import NodeNotFound, Registration
 from scheduler.store.jobs import JobStore
+
+# A registration or a heartbeat is a few hundred bytes; MAX_BODY_BYTES is for job requests.
+NODE_BODY_LIMIT = 16 * 1024
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -31,28 +36,54 @@ def _store(request: Request) -> JobStore:
     return store
 
 
+def _auth(request: Request) -> AgentAuth:
+    auth: AgentAuth = request.app.state.agent_auth
+    return auth
+
+
 async def _decode(request: Request, kind: type[S], message: str) -> S:
-    body = await read_body(request, request.app.state.settings.max_body_bytes)
+    limit = min(NODE_BODY_LIMIT, request.app.state.settings.max_body_bytes)
+    body = await read_body(request, limit)
     try:
         return decode_go_style(body, kind)
     except DecodeError:
         raise HTTPError(400, message) from None
 
 
+def _registration(request: Request) -> Registration:
+    auth, settings = _auth(request), request.app.state.settings
+    assert isinstance(settings, Settings)
+    return Registration(
+        caller=auth.identify(request),
+        agent_auth=auth.mode,
+        key_required=auth.key_required,
+        max_nodes=settings.max_nodes,
+        node_ttl=settings.node_ttl_secs,
+    )
+
+
 async def register(request: Request) -> Response:
+    """The answer is the node, plus `token` when the caller holds the node's token (a new
+    node, or the key's re-register: a fresh one; the node's own re-register: the same)."""
     reg = await _decode(request, NodeRegistration, "failed to decode node")
-    check_id("id", reg.id)
-    if reg.role not in ("", "compute", "storage"):
-        raise HTTPError(400, f"invalid role {reg.role!r}: use compute or storage")
-    node = await _store(request).register_node(reg, time.time())
-    return json_bytes(msgspec.json.encode(node), status=201)
+    validate_registration(reg)
+    token = new_token()
+    store = _store(request)
+    node, outcome = await store.register_node(
+        reg, time.time(), _registration(request), token_hash(token)
+    )
+    answer = msgspec.structs.asdict(node)
+    if outcome != "none":
+        answer["token"] = token if outcome == "issued" else bearer(request)
+    return json_bytes(msgspec.json.encode(answer), status=201)
 
 
 async def heartbeat(request: Request) -> Response:
     beat = await _decode(request, Heartbeat, "failed to decode heartbeat")
     if not ID_RE.fullmatch(beat.id):
         raise NodeNotFound()
-    node = await _store(request).heartbeat(beat.id, time.time())
+    caller = _auth(request).caller(request)
+    node = await _store(request).heartbeat(beat.id, time.time(), caller)
     return json_bytes(msgspec.json.encode(node))
 
 

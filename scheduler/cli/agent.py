@@ -36,6 +36,7 @@ def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, Ex
     if not ID_RE.fullmatch(node_id):
         raise ConfigError(f"node id {node_id!r}: use 1 to 128 of A-Z a-z 0-9 . _ -")
     scheduler_url = args.scheduler_url or settings.scheduler_url
+    work_dir = settings.agent_work_dir or os.path.join(tempfile.gettempdir(), "tinyaws-agent")
     config = AgentConfig(
         node_id=node_id,
         scheduler_url=scheduler_url,
@@ -46,8 +47,8 @@ def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, Ex
         grace_secs=settings.agent_grace_secs,
         max_jobs=args.max_jobs or settings.max_jobs_per_node,
         http_timeout_secs=settings.http_timeout_secs,
+        token_path=str(Path(work_dir) / node_id / "node-token"),
     )
-    work_dir = settings.agent_work_dir or os.path.join(tempfile.gettempdir(), "tinyaws-agent")
     try:
         backend = detect(settings.agent_limits)
     except ValueError as exc:
@@ -68,10 +69,9 @@ def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, Ex
 
 
 async def run_agent(config: AgentConfig, exec_config: ExecConfig) -> int:
-    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     timeout = httpx.Timeout(config.http_timeout_secs)
     async with (
-        httpx.AsyncClient(headers=headers, timeout=timeout) as http,
+        httpx.AsyncClient(timeout=timeout) as http,
         httpx.AsyncClient(timeout=timeout, follow_redirects=True) as downloads,
     ):
         agent = Agent(config, Executor(exec_config, downloads), http)

@@ -270,6 +270,9 @@ def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
     env.setdefault("SCHEDULER_DB", str(data_dir / "scheduler.db"))
     if not env["SCHEDULER_DB"]:
         env["SCHEDULER_DB"] = str(data_dir / "scheduler.db")
+    # Its own agent takes a node token: the secure mode, where nothing needs the original.
+    if not env.get("AGENT_AUTH") and not env.get("REGISTRY_URL"):
+        env["AGENT_AUTH"] = "token"
     return env
 
 

@@ -33,6 +33,34 @@ class Conflict(Exception):
     """A report the state machine refuses; the message is the API's 409 text."""
 
 
+class Unauthorized(Exception):
+    """An agent call without a valid node token or the API key (AGENT_AUTH=token)."""
+
+    def __str__(self) -> str:
+        return "unauthorized"
+
+
+class Forbidden(Exception):
+    """A valid node token used on another node, or a change it does not allow."""
+
+    def __init__(self, message: str = "forbidden: the node token is for another node") -> None:
+        super().__init__(message)
+
+
+class TooManyNodes(Exception):
+    """MAX_NODES nodes are registered; the operator deletes some first."""
+
+    def __str__(self) -> str:
+        return "too many nodes registered (MAX_NODES)"
+
+
+def _check_access(code: int) -> None:
+    if code == lua.UNAUTHORIZED:
+        raise Unauthorized()
+    if code == lua.FORBIDDEN:
+        raise Forbidden()
+
+
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
     script: str
@@ -108,12 +136,17 @@ def _blobs(reply: list[bytes | None]) -> list[bytes]:
     return [blob for blob in reply if blob is not None]
 
 
-def poll(keys: Keys, node_id: str, max_jobs_per_node: int) -> Call[list[bytes]]:
+def _polled(reply: list[Any]) -> list[bytes]:
+    _check_access(reply[0])
+    return _blobs(reply[1:])
+
+
+def poll(keys: Keys, node_id: str, max_jobs_per_node: int, caller: str) -> Call[list[bytes]]:
     return Call(
         "POLL",
-        [keys.root, keys.node_busy(node_id), keys.node_status(node_id, "pending")],
-        [max_jobs_per_node],
-        _blobs,
+        [keys.root, keys.node_busy(node_id), keys.node_status(node_id, "pending"), keys.tokens],
+        [max_jobs_per_node, node_id, caller],
+        _polled,
     )
 
 
@@ -134,6 +167,7 @@ def _transitioned(reply: list[Any]) -> bytes:
     code = reply[0]
     if code == lua.NOT_FOUND:
         raise JobNotFound()
+    _check_access(code)
     if code in _CONFLICTS:
         raise Conflict(_CONFLICTS[code])
     blob: bytes = reply[1]
@@ -141,7 +175,7 @@ def _transitioned(reply: list[Any]) -> bytes:
 
 
 def transition(
-    keys: Keys, job_id: str, update: JobUpdate, now: float, max_retries: int
+    keys: Keys, job_id: str, update: JobUpdate, now: float, max_retries: int, caller: str
 ) -> Call[bytes]:
     exit_code = "" if update.exit_code is None else str(update.exit_code)
     return Call(
@@ -155,6 +189,7 @@ def transition(
             keys.outbox,
             keys.event_seq,
             keys.finished,
+            keys.tokens,
         ],
         [
             job_id,
@@ -165,8 +200,21 @@ def transition(
             now,
             rfc3339(now),
             max_retries,
+            caller,
         ],
         _transitioned,
+    )
+
+
+def _report_allowed(code: int) -> None:
+    if code == lua.NOT_FOUND:
+        raise JobNotFound()
+    _check_access(code)
+
+
+def check_report(keys: Keys, job_id: str, caller: str) -> Call[None]:
+    return Call(
+        "CHECK_REPORT", [keys.root, keys.job(job_id), keys.tokens], [caller], _report_allowed
     )
 
 
@@ -244,22 +292,64 @@ def requeue_lost(
 
 
 def _node_keys(keys: Keys) -> list[str]:
-    return [keys.root, keys.nodes, keys.nodes_seen, keys.nodes_compute]
+    return [
+        keys.root,
+        keys.nodes,
+        keys.nodes_seen,
+        keys.nodes_compute,
+        keys.node_tokens,
+        keys.tokens,
+    ]
 
 
-def register_node(keys: Keys, node_id: str, node_json: bytes, role: str, now: float) -> Call[None]:
-    return Call("REGISTER_NODE", _node_keys(keys), [node_id, node_json, role, now], lambda _: None)
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """Who registers a node and under which rules (REGISTER_NODE's header)."""
+
+    caller: str
+    agent_auth: str
+    key_required: bool
+    max_nodes: int
+    node_ttl: float
+
+
+def _registered(reply: list[Any]) -> str:
+    code = reply[0]
+    if code == lua.UNAUTHORIZED:
+        raise Unauthorized()
+    if code == lua.TOO_MANY_NODES:
+        raise TooManyNodes()
+    if code == lua.ROLE_LOCKED:
+        raise Forbidden("forbidden: changing a node's role needs its token or the API key")
+    return str(reply[1], "utf-8")
+
+
+def register_node(
+    keys: Keys,
+    node_id: str,
+    node_json: bytes,
+    role: str,
+    now: float,
+    who: Registration,
+    token_hash: str,
+) -> Call[str]:
+    """Returns "issued" (the token of `token_hash` is now the node's), "kept" (the caller's
+    own token stays the node's) or "none" (an anonymous re-register: no token for it)."""
+    args = [node_id, node_json, role, now, who.caller, who.agent_auth]
+    args += ["1" if who.key_required else "0", token_hash, who.max_nodes, who.node_ttl]
+    return Call("REGISTER_NODE", _node_keys(keys), args, _registered)
 
 
 def _heartbeat(reply: list[Any]) -> bytes:
     if reply[0] == lua.NOT_FOUND:
         raise NodeNotFound()
+    _check_access(reply[0])
     blob: bytes = reply[1]
     return blob
 
 
-def heartbeat(keys: Keys, node_id: str, now: float) -> Call[bytes]:
-    return Call("HEARTBEAT", _node_keys(keys), [node_id, now], _heartbeat)
+def heartbeat(keys: Keys, node_id: str, now: float, caller: str) -> Call[bytes]:
+    return Call("HEARTBEAT", _node_keys(keys), [node_id, now, caller], _heartbeat)
 
 
 def _deleted(reply: int) -> None:

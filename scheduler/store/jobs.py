@@ -32,6 +32,7 @@ SCRIPT_NAMES = (
     "POLL",
     "LIST",
     "TRANSITION",
+    "CHECK_REPORT",
     "SWEEP_TIMEOUTS",
     "PRUNE_FINISHED",
     "REQUEUE_LOST",
@@ -102,8 +103,9 @@ class JobStore:
             commands.pick_node(self.keys, placement, now, self.settings.node_ttl_secs)
         )
 
-    async def poll(self, node_id: str) -> list[bytes]:
-        return await self.run(commands.poll(self.keys, node_id, self.settings.max_jobs_per_node))
+    async def poll(self, node_id: str, caller: str) -> list[bytes]:
+        limit = self.settings.max_jobs_per_node
+        return await self.run(commands.poll(self.keys, node_id, limit, caller))
 
     async def list(self, node_id: str, status: str, after: int, limit: int) -> list[bytes]:
         if status and status not in STATUSES:
@@ -116,13 +118,21 @@ class JobStore:
         blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
         return blob
 
-    async def report(self, job_id: str, update: JobUpdate, now: float) -> bytes:
+    async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
         retries = self.settings.max_job_retries
-        return await self.run(commands.transition(self.keys, job_id, update, now, retries))
+        call = commands.transition(self.keys, job_id, update, now, retries, caller)
+        return await self.run(call)
+
+    async def check_report(self, job_id: str, caller: str) -> None:
+        """Raises as `report` would for an unknown job or a caller that may not report on it."""
+        await self.run(commands.check_report(self.keys, job_id, caller))
 
     # The built-in registry (REGISTRY_URL unset).
 
-    async def register_node(self, reg: NodeRegistration, now: float) -> Node:
+    async def register_node(
+        self, reg: NodeRegistration, now: float, who: commands.Registration, token_hash: str
+    ) -> tuple[Node, str]:
+        """The node as registered, and what became of the token (commands.register_node)."""
         node = Node(
             id=reg.id,
             hostname=reg.hostname,
@@ -130,12 +140,15 @@ class JobStore:
             cpu_count=reg.cpu_count,
             role=reg.role or "compute",
         )
-        call = commands.register_node(self.keys, node.id, msgspec.json.encode(node), node.role, now)
-        await self.run(call)
-        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now))
+        node_json = msgspec.json.encode(node)
+        call = commands.register_node(
+            self.keys, node.id, node_json, node.role, now, who, token_hash
+        )
+        outcome = await self.run(call)
+        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), outcome
 
-    async def heartbeat(self, node_id: str, now: float) -> Node:
-        blob = await self.run(commands.heartbeat(self.keys, node_id, now))
+    async def heartbeat(self, node_id: str, now: float, caller: str) -> Node:
+        blob = await self.run(commands.heartbeat(self.keys, node_id, now, caller))
         node = _node_decoder.decode(blob)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now))
 

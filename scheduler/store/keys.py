@@ -25,6 +25,8 @@ Layout (P = REDIS_PREFIX):
   P:nodes:seen            zset node id -> last heartbeat, epoch seconds
   P:nodes:compute         zset, the same for the nodes with role compute (placement); with
                           an external registry: when the sweep last saw each one healthy
+  P:nodes:token           hash node id -> SHA-256 (hex) of its agent token (built-in registry)
+  P:tokens                hash token SHA-256 -> node id (whose token a bearer is)
   P:registry:readable-since  epoch s since the sweep has read the external registry without
                           a failure (deleted on a failure)
   P:sqs:{msg}             string, the job a SQS message created (idempotency key)
@@ -118,6 +120,14 @@ class Keys:
     @property
     def nodes_compute(self) -> str:
         return self._k("nodes:compute")
+
+    @property
+    def node_tokens(self) -> str:
+        return self._k("nodes:token")
+
+    @property
+    def tokens(self) -> str:
+        return self._k("tokens")
 
     @property
     def registry_readable_since(self) -> str:

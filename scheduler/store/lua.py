@@ -21,11 +21,34 @@ ALREADY_RUNNING = 4
 NOT_RUNNING = 5
 NO_NODES = 6
 NOT_READY = 7
+UNAUTHORIZED = 8
+FORBIDDEN = 9
+TOO_MANY_NODES = 10
+ROLE_LOCKED = 11
 
 CODES = f"""
 local OK, NOT_FOUND, DUPLICATE, FINISHED = {OK}, {NOT_FOUND}, {DUPLICATE}, {FINISHED}
 local ALREADY_RUNNING, NOT_RUNNING, NO_NODES = {ALREADY_RUNNING}, {NOT_RUNNING}, {NO_NODES}
-local NOT_READY = {NOT_READY}
+local NOT_READY, UNAUTHORIZED, FORBIDDEN = {NOT_READY}, {UNAUTHORIZED}, {FORBIDDEN}
+local TOO_MANY_NODES, ROLE_LOCKED = {TOO_MANY_NODES}, {ROLE_LOCKED}
+"""
+
+# Who makes an agent call (AGENT_AUTH, README "Security"); the API works it out, in process,
+# from the Authorization header and passes it as one ARGV:
+#   "open"  AGENT_AUTH=open: agent calls need nothing (the original Rust agent sends no key)
+#   "key"   the request carries TINYAWS_API_KEY: the operator, allowed everywhere
+#   ""      no bearer token
+#   else    the SHA-256 (hex) of the bearer token; Redis never sees a token itself
+# A node token reaches its own node only: its poll, its heartbeat, the jobs bound to it.
+CALLER = """
+local function node_access(tokens_key, caller, node)
+  if caller == "open" or caller == "key" then return OK end
+  if caller == "" then return UNAUTHORIZED end
+  local owner = redis.call("HGET", tokens_key, caller)
+  if not owner then return UNAUTHORIZED end
+  if owner ~= node then return FORBIDDEN end
+  return OK
+end
 """
 
 # Placement, the same rule as placement.choose: candidates sorted by id, ticket from INCR.

@@ -4,7 +4,7 @@ heartbeat and delete built-in registry nodes. Each header lists its KEYS and ARG
 
 from __future__ import annotations
 
-from scheduler.store.lua import INDEX, PLACEMENT, READ, script
+from scheduler.store.lua import CALLER, INDEX, PLACEMENT, READ, script
 
 CREATE_JOB = script(
     PLACEMENT,
@@ -57,14 +57,19 @@ return {OK, node}
 
 POLL = script(
     READ,
+    CALLER,
     """
 -- The agent's poll: the node's oldest pending jobs, at most its free capacity.
--- KEYS[1] root  KEYS[2] node busy set  KEYS[3] node pending zset
--- ARGV[1] MAX_JOBS_PER_NODE
--- Returns a list of job JSON strings.
+-- KEYS[1] root  KEYS[2] node busy set  KEYS[3] node pending zset  KEYS[4] tokens
+-- ARGV[1] MAX_JOBS_PER_NODE  ARGV[2] node id  ARGV[3] caller (lua.CALLER)
+-- Returns {OK, job JSON, ...} | {UNAUTHORIZED} | {FORBIDDEN}
+local access = node_access(KEYS[4], ARGV[3], ARGV[2])
+if access ~= OK then return {access} end
 local free = tonumber(ARGV[1]) - redis.call("SCARD", KEYS[2])
-if free <= 0 then return {} end
-return get_jobs(redis.call("ZRANGE", KEYS[3], 0, free - 1), math.huge)
+if free <= 0 then return {OK} end
+local jobs = get_jobs(redis.call("ZRANGE", KEYS[3], 0, free - 1), math.huge)
+table.insert(jobs, 1, OK)
+return jobs
 """,
 )
 
@@ -84,18 +89,23 @@ return get_jobs(ids, tonumber(ARGV[3]))
 
 TRANSITION = script(
     INDEX,
+    CALLER,
     """
 -- An agent's report (PATCH /jobs/{id}), under the state machine:
 --   pending -> running; running -> done | failed; failed with retries left -> pending.
 -- KEYS[1] root  KEYS[2] job  KEYS[3] jobs  KEYS[4] deadlines  KEYS[5] dirty  KEYS[6] outbox
--- KEYS[7] seq:event  KEYS[8] finished
+-- KEYS[7] seq:event  KEYS[8] finished  KEYS[9] tokens
 -- ARGV[1] job id  ARGV[2] new status  ARGV[3] exit code ("" = none)  ARGV[4] stdout
 -- ARGV[5] stderr  ARGV[6] now (epoch s)  ARGV[7] now (RFC 3339)  ARGV[8] MAX_JOB_RETRIES
--- Returns {OK, job JSON} | {NOT_FOUND} | {FINISHED} | {ALREADY_RUNNING} | {NOT_RUNNING}
+-- ARGV[9] caller (lua.CALLER)
+-- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN} | {FINISHED}
+--   | {ALREADY_RUNNING} | {NOT_RUNNING}
 local id, new = ARGV[1], ARGV[2]
 local raw = redis.call("GET", KEYS[2])
 if not raw then return {NOT_FOUND} end
 local job = cjson.decode(raw)
+local access = node_access(KEYS[9], ARGV[9], job.node_id)
+if access ~= OK then return {access} end
 local old = job.status
 if old == "done" or old == "failed" then return {FINISHED} end
 local n = redis.call("ZSCORE", KEYS[3], id)
@@ -138,27 +148,91 @@ return {OK, out}
 )
 
 
+CHECK_REPORT = script(
+    CALLER,
+    """
+-- Before the body of an agent's report is read (PATCH /jobs/{id} with a large or unsized
+-- body): the job exists and this caller may report on it. Reads only; TRANSITION checks again.
+-- KEYS[1] root  KEYS[2] job  KEYS[3] tokens
+-- ARGV[1] caller (lua.CALLER)
+-- Returns OK | NOT_FOUND | UNAUTHORIZED | FORBIDDEN
+local raw = redis.call("GET", KEYS[2])
+if not raw then return NOT_FOUND end
+if ARGV[1] == "open" or ARGV[1] == "key" then return OK end
+return node_access(KEYS[3], ARGV[1], cjson.decode(raw).node_id)
+""",
+)
+
+
+# The built-in registry (REGISTRY_URL unset). Every node script takes the same KEYS:
+# KEYS[1] root  KEYS[2] nodes hash  KEYS[3] nodes:seen  KEYS[4] nodes:compute
+# KEYS[5] nodes:token (node id -> its token's hash)  KEYS[6] tokens (token hash -> node id)
+
 REGISTER_NODE = script(
     """
--- KEYS[1] root  KEYS[2] nodes hash  KEYS[3] nodes:seen  KEYS[4] nodes:compute
+-- POST /nodes/register. Who may (README, "Security"): a new id, anyone, unless ARGV[7]; an
+-- existing id, the operator's key or the node's own token; otherwise, with AGENT_AUTH=open,
+-- anyone but without changing the node's role; with AGENT_AUTH=token, anyone only for a node
+-- silent for NODE_TTL_SECS and only unless ARGV[7].
 -- ARGV[1] node id  ARGV[2] node JSON  ARGV[3] role  ARGV[4] now (epoch s)
-redis.call("HSET", KEYS[2], ARGV[1], ARGV[2])
-redis.call("ZADD", KEYS[3], ARGV[4], ARGV[1])
-if ARGV[3] == "compute" then
-  redis.call("ZADD", KEYS[4], ARGV[4], ARGV[1])
-else
-  redis.call("ZREM", KEYS[4], ARGV[1])
+-- ARGV[5] caller (lua.CALLER, never "open")  ARGV[6] AGENT_AUTH ("open" | "token")
+-- ARGV[7] "1": anonymous callers may not add nodes (token mode with an API key)
+-- ARGV[8] the hash of a fresh token  ARGV[9] MAX_NODES  ARGV[10] NODE_TTL_SECS
+-- Returns {OK, "issued" | "kept" | "none"} (the fresh token became the node's; the caller's
+-- token stays the node's; no token for this caller) | {UNAUTHORIZED} | {TOO_MANY_NODES}
+-- | {ROLE_LOCKED}
+local id, caller, now = ARGV[1], ARGV[5], tonumber(ARGV[4])
+local stored = redis.call("HGET", KEYS[2], id)
+local held = redis.call("HGET", KEYS[5], id)
+local function save()
+  redis.call("HSET", KEYS[2], id, ARGV[2])
+  redis.call("ZADD", KEYS[3], now, id)
+  if ARGV[3] == "compute" then
+    redis.call("ZADD", KEYS[4], now, id)
+  else
+    redis.call("ZREM", KEYS[4], id)
+  end
 end
-return OK
+local function issue()
+  if held then redis.call("HDEL", KEYS[6], held) end
+  redis.call("HSET", KEYS[5], id, ARGV[8])
+  redis.call("HSET", KEYS[6], ARGV[8], id)
+  return {OK, "issued"}
+end
+if caller == "key" then
+  save()
+  return issue()
+end
+if held and caller == held then
+  save()
+  return {OK, "kept"}
+end
+if not stored then
+  if ARGV[7] == "1" then return {UNAUTHORIZED} end
+  if redis.call("HLEN", KEYS[2]) >= tonumber(ARGV[9]) then return {TOO_MANY_NODES} end
+  save()
+  return issue()
+end
+if ARGV[6] == "token" then
+  local seen = tonumber(redis.call("ZSCORE", KEYS[3], id) or "-inf")
+  if ARGV[7] == "1" or seen >= now - tonumber(ARGV[10]) then return {UNAUTHORIZED} end
+  save()
+  return issue()
+end
+if cjson.decode(stored).role ~= ARGV[3] then return {ROLE_LOCKED} end
+save()
+return {OK, "none"}
 """,
 )
 
 
 HEARTBEAT = script(
+    CALLER,
     """
--- KEYS[1] root  KEYS[2] nodes hash  KEYS[3] nodes:seen  KEYS[4] nodes:compute
--- ARGV[1] node id  ARGV[2] now (epoch s)
--- Returns {OK, node JSON} | {NOT_FOUND}
+-- ARGV[1] node id  ARGV[2] now (epoch s)  ARGV[3] caller (lua.CALLER)
+-- Returns {OK, node JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
+local access = node_access(KEYS[6], ARGV[3], ARGV[1])
+if access ~= OK then return {access} end
 local node = redis.call("HGET", KEYS[2], ARGV[1])
 if not node then return {NOT_FOUND} end
 redis.call("ZADD", KEYS[3], ARGV[2], ARGV[1])
@@ -170,14 +244,15 @@ return {OK, node}
 
 DELETE_NODE = script(
     """
--- KEYS[1] root  KEYS[2] nodes hash  KEYS[3] nodes:seen  KEYS[4] nodes:compute
+-- DELETE /nodes/{id} (the operator's key): the node and its token, which stops working at once.
 -- ARGV[1] node id
 -- Returns OK | NOT_FOUND
+local held = redis.call("HGET", KEYS[5], ARGV[1])
+if held then redis.call("HDEL", KEYS[6], held) end
+redis.call("HDEL", KEYS[5], ARGV[1])
 if redis.call("HDEL", KEYS[2], ARGV[1]) == 0 then return NOT_FOUND end
 redis.call("ZREM", KEYS[3], ARGV[1])
 redis.call("ZREM", KEYS[4], ARGV[1])
 return OK
 """,
 )
-
-# The outbox (workers/tasks.py flush_outbox).

@@ -123,6 +123,7 @@ return {#ids, kept, unpack(removed)}
 )
 
 
+# The outbox (workers/tasks.py flush_outbox).
 TRIM_OUTBOX = script(
     """
 -- Remove from the head of the outbox the entries a flush has handed to rq, and only those:
@@ -141,7 +142,7 @@ return removed
 """,
 )
 
-# The SQLite snapshot and the restore from it (scheduler/snapshot.py).
+# The SQLite snapshot and the restore from it (scheduler/snapshot/).
 
 
 TAKE_DIRTY = script(

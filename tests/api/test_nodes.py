@@ -38,11 +38,12 @@ def nodes(api: TestClient, query: str = "") -> dict[str, Json]:
 def test_register_answers_201_with_the_node(client: TestClient) -> None:
     body = {"id": "n1", "hostname": "host-1", "cpu_count": 4}
     node = assert_json(client.post("/nodes/register", json=body), 201)
-    assert set(node) == NODE_FIELDS
+    assert set(node) == NODE_FIELDS | {"token"}  # the agent's token: an extra field
     assert {k: node[k] for k in body} == body
     assert node["role"] == "compute"  # the default
     assert node["status"] == "healthy"
     assert RFC3339_UTC.fullmatch(node["last_seen"])
+    del node["token"]
     assert nodes(client) == {"n1": node}
 
 
@@ -67,8 +68,10 @@ def test_storage_nodes_get_no_jobs(client: TestClient) -> None:
 
 
 def test_reregistering_with_another_role_moves_the_node(client: TestClient) -> None:
-    register(client, "n1")
-    client.post("/nodes/register", json={"id": "n1", "hostname": "n1", "role": "storage"})
+    first = assert_json(client.post("/nodes/register", json={"id": "n1", "hostname": "n1"}), 201)
+    again = {"id": "n1", "hostname": "n1", "role": "storage"}
+    token = {"Authorization": f"Bearer {first['token']}"}  # only the node itself may
+    assert client.post("/nodes/register", json=again, headers=token).status_code == 201
     assert set(nodes(client, "?role=compute")) == set()
     assert_text_error(client.get("/schedule"), 503, "no healthy compute nodes")
 

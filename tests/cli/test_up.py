@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.cli.agent import default_node_id
+from scheduler.cli.up import _child_env
 from tests.redis_server import free_port
 
 BANNER = "scheduler is up at "
@@ -152,3 +153,14 @@ def test_up_refuses_a_port_in_use(tmp_path: Path, ups: list[Up]) -> None:
     assert result.returncode == 1
     assert f"port {port} is in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_up_runs_its_agents_with_node_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENT_AUTH", raising=False)
+    monkeypatch.delenv("REGISTRY_URL", raising=False)
+    env = _child_env("redis://127.0.0.1:1/0", "http://127.0.0.1:9001", tmp_path)
+    assert env["AGENT_AUTH"] == "token"
+    monkeypatch.setenv("AGENT_AUTH", "open")  # an operator's own choice stands
+    assert _child_env("redis://x", "http://y", tmp_path)["AGENT_AUTH"] == "open"

@@ -151,7 +151,7 @@ def test_kill_9_during_a_snapshot_forgets_no_change(
     try:
         # Changes keep coming while the snapshot is stuck.
         update = JobUpdate(status="running")
-        store.run(commands.transition(store.keys, "job-5", update, time.time(), 1))
+        store.run(commands.transition(store.keys, "job-5", update, time.time(), 1, "open"))
         create_jobs(store, 3, time.time())
     finally:
         kill_9(proc)

@@ -1,0 +1,123 @@
+"""The reference agent's node token (AGENT_AUTH=token, README "Security"), against a real API
+process that requires tokens: it takes the token at registration, sends it on every call,
+keeps it across restarts, and gets a new one when its token is revoked."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from scheduler.agent.remote import AgentConfig, Remote
+from tests.agent.test_loop import make_agent
+from tests.processes import api_replicas, scheduler_env
+
+KEY = "agent-test-key"
+OPERATOR = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str) -> Iterator[str]:
+    env = scheduler_env(redis_url, "agent-token", AGENT_AUTH="token", TINYAWS_API_KEY=KEY)
+    with api_replicas(1, env) as urls:
+        yield urls[0]
+
+
+class Recorder(httpx.AsyncBaseTransport):
+    """Passes every request on, noting the Authorization header each call carried."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.seen: list[tuple[str, str, str]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        auth = request.headers.get("authorization", "")
+        self.seen.append((request.method, request.url.path, auth))
+        return await self.inner.handle_async_request(request)
+
+
+def remote(url: str, node: str, token_path: Path, api_key: str = KEY) -> Remote:
+    config = AgentConfig(
+        node_id=node,
+        scheduler_url=url,
+        registry_url=url,
+        api_key=api_key,
+        token_path=str(token_path),
+    )
+    return Remote(config, httpx.AsyncClient(timeout=5))
+
+
+def test_the_agent_uses_its_node_token_on_every_call(api: str, tmp_path: Path) -> None:
+    recorder = Recorder()
+    token_path = tmp_path / "node-token"
+    agent = make_agent(api, tmp_path, "tok-1", recorder, api_key=KEY, token_path=str(token_path))
+
+    async def go() -> dict[str, object]:
+        runner = asyncio.create_task(agent.run())
+        while not agent.remote.token:
+            await asyncio.sleep(0.02)
+        job = httpx.post(f"{api}/jobs", json={"command": "echo hi"}, headers=OPERATOR).json()
+        for _ in range(300):
+            done: dict[str, object] = httpx.get(
+                f"{api}/jobs/{job['job_id']}", headers=OPERATOR
+            ).json()
+            if done["status"] == "done":
+                break
+            await asyncio.sleep(0.05)
+        agent.stop()
+        await runner
+        return done
+
+    done = asyncio.run(go())
+    assert done["status"] == "done" and done["stdout"] == "hi\n"
+    token = token_path.read_text()
+    assert stat.S_IMODE(os.stat(token_path).st_mode) == 0o600
+    register, *calls = recorder.seen
+    assert register == ("POST", "/nodes/register", f"Bearer {KEY}")  # only the key adds a node
+    assert {path for _, path, _ in calls} >= {"/nodes/heartbeat", "/jobs", "/jobs/job-1"}
+    assert all(auth == f"Bearer {token}" for _, _, auth in calls)
+
+
+def test_a_restarted_agent_takes_its_live_node_back_with_the_saved_token(
+    api: str, tmp_path: Path
+) -> None:
+    token_path = tmp_path / "node-token"
+
+    async def go() -> tuple[bool, bool, bool]:
+        first = remote(api, "tok-2", token_path)
+        assert await first.register()
+        await first.http.aclose()
+        # Restarted without the key: the token file alone lets it re-register its live node.
+        restarted = remote(api, "tok-2", token_path, api_key="")
+        again = await restarted.register()
+        await restarted.http.aclose()
+        # Without the file, a stranger with the same node id is refused.
+        stranger = remote(api, "tok-2", tmp_path / "none", api_key="")
+        refused = not await stranger.register()
+        await stranger.http.aclose()
+        return again, refused, restarted.token == first.token
+
+    assert asyncio.run(go()) == (True, True, True)
+
+
+def test_a_revoked_token_is_dropped_and_the_node_registered_again(api: str, tmp_path: Path) -> None:
+    token_path = tmp_path / "node-token"
+
+    async def go() -> tuple[str, str]:
+        agent = remote(api, "tok-3", token_path)
+        assert await agent.register()
+        old = agent.token
+        assert httpx.delete(f"{api}/nodes/tok-3", headers=OPERATOR).status_code == 204
+        await agent.heartbeat()  # 401: the token is gone; it registers again with the key
+        await agent.http.aclose()
+        return old, agent.token
+
+    old, new = asyncio.run(go())
+    assert new and new != old and token_path.read_text() == new
+    nodes = httpx.get(f"{api}/nodes", headers=OPERATOR).json()
+    assert nodes["tok-3"]["status"] == "healthy"
