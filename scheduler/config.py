@@ -54,8 +54,9 @@ class Settings:
     max_body_bytes: int = field(default=MiB, metadata={"env": "MAX_BODY_BYTES", "min": 1024})
     max_report_bytes: int = field(default=64 * MiB, metadata={"env": "MAX_REPORT_BYTES"})
     # Bytes of agent report bodies one API process reads at once; past it, 503 Retry-After.
+    # A report costs about twice its size while it is decoded (benchmarks/report_flood.py).
     report_bytes_in_flight: int = field(
-        default=128 * MiB, metadata={"env": "REPORT_BYTES_IN_FLIGHT"}
+        default=64 * MiB, metadata={"env": "REPORT_BYTES_IN_FLIGHT"}
     )
     max_page_bytes: int = field(default=32 * MiB, metadata={"env": "MAX_PAGE_BYTES", "min": 1024})
     scheduler_db: str = field(default="scheduler.db", metadata={"env": "SCHEDULER_DB"})

@@ -16,7 +16,15 @@ from scheduler.store import commands
 from scheduler.store.jobs import SyncJobStore
 
 # Keys that are not job state (or are snapshot bookkeeping), left out of state comparisons.
-_NOT_JOB_STATE = {"initialised", "dirty", "dirty:inflight", "restoring", "seq:rr", "seq:event"}
+_NOT_JOB_STATE = {
+    "initialised",
+    "dirty",
+    "dirty:inflight",
+    "restoring",
+    "seq:rr",
+    "seq:event",
+    "tokens",
+}
 _NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox")
 
 
