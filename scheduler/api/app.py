@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from scheduler.api import nodes as nodes_api
+from scheduler.api import ui
 from scheduler.api.agents import PRECHECK_OVER_BYTES, AgentAuth, ReportBudget
 from scheduler.api.http import (
     BearerAuth,
@@ -299,7 +300,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
             await app.state.nodes.aclose()
             await app.state.store.aclose()
 
-    routes = job_routes()
+    routes = job_routes() + ui.routes()
     if settings.builtin_registry:
         routes += nodes_api.routes()
     middleware = [Middleware(BearerAuth, api_key=settings.api_key)] if settings.api_key else []

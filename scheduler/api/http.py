@@ -3,12 +3,13 @@ the auth rule and its middleware."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import parse_qs
 
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.requests import ClientDisconnect, Request, cookie_parser
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -93,26 +94,52 @@ def is_open_route(method: str, path: str, query: bytes) -> bool:
     return False
 
 
+UI_COOKIE = "tinyaws_ui"
+
+
+def ui_secret(api_key: str, purpose: str) -> str:
+    """What the web UI's cookie (purpose "session") or its forms ("csrf") carry instead of
+    the key: an HMAC of the key, so neither reveals it."""
+    return hmac.new(api_key.encode(), f"tinyaws-ui-{purpose}".encode(), hashlib.sha256).hexdigest()
+
+
+def is_ui_path(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
+
+
 class BearerAuth:
     """Pure ASGI middleware: `Authorization: Bearer <key>` on every route but the open ones,
-    compared in constant time."""
+    compared in constant time. The web UI's pages take the login cookie instead, and send a
+    browser without one to the login form."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
         self.expected = f"Bearer {api_key}".encode()
+        self.ui_session = ui_secret(api_key, "session")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._allowed(scope):
             await self.app(scope, receive, send)
-            return
-        await text_error(401, "unauthorized")(scope, receive, send)
+        elif is_ui_path(scope["path"]):
+            await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
+        else:
+            await text_error(401, "unauthorized")(scope, receive, send)
 
     def _allowed(self, scope: Scope) -> bool:
+        if is_ui_path(scope["path"]):
+            return scope["path"] == "/ui/login" or self._ui_cookie_ok(scope)
         if is_open_route(scope["method"], scope["path"], scope.get("query_string", b"")):
             return True
         for name, value in scope["headers"]:
             if name == b"authorization":
                 return hmac.compare_digest(value, self.expected)
+        return False
+
+    def _ui_cookie_ok(self, scope: Scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"cookie":
+                cookie = cookie_parser(value.decode("latin-1")).get(UI_COOKIE, "")
+                return hmac.compare_digest(cookie.encode(), self.ui_session.encode())
         return False
 
 

@@ -151,9 +151,12 @@ def poll(keys: Keys, node_id: str, max_jobs_per_node: int, caller: str) -> Call[
 
 
 def list_jobs(
-    keys: Keys, index: str, after: int, limit: int, budget_bytes: int
+    keys: Keys, index: str, bound: int, limit: int, budget_bytes: int, newest: bool = False
 ) -> Call[list[bytes]]:
-    return Call("LIST", [keys.root, index], [after, limit, budget_bytes], _blobs)
+    """Oldest first from after job-`bound`, or with `newest` newest first from before it
+    (0: from the newest)."""
+    order = "desc" if newest else "asc"
+    return Call("LIST", [keys.root, index], [bound, limit, budget_bytes, order], _blobs)
 
 
 _CONFLICTS = {
@@ -359,6 +362,42 @@ def _deleted(reply: int) -> None:
 
 def delete_node(keys: Keys, node_id: str) -> Call[None]:
     return Call("DELETE_NODE", _node_keys(keys), [node_id], _deleted)
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The web UI's nodes page (scripts.OVERVIEW)."""
+
+    nodes: dict[str, bytes]  # node id -> node JSON (built-in registry)
+    last_seen: dict[str, float]
+    queues: dict[str, tuple[int, int]]  # node id -> (pending, running)
+    by_status: dict[str, int]
+    stats: dict[str, int]
+    outbox: int
+
+
+def _pairs(flat: list[Any]) -> dict[str, Any]:
+    return {str(flat[i], "utf-8"): flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+def _overview(reply: list[Any]) -> Overview:
+    nodes, seen, counts, by_status, stats, outbox = reply
+    queues = {
+        str(counts[i], "utf-8"): (counts[i + 1], counts[i + 2]) for i in range(0, len(counts), 3)
+    }
+    return Overview(
+        nodes=_pairs(nodes),
+        last_seen={k: float(v) for k, v in _pairs(seen).items()},
+        queues=queues,
+        by_status=_pairs(by_status),
+        stats={k: int(v) for k, v in _pairs(stats).items()},
+        outbox=outbox,
+    )
+
+
+def overview(keys: Keys, statuses: Sequence[str]) -> Call[Overview]:
+    node_keys = [keys.root, keys.nodes, keys.nodes_seen, keys.nodes_compute]
+    return Call("OVERVIEW", [*node_keys, keys.stats, keys.outbox], list(statuses), _overview)
 
 
 def trim_outbox(keys: Keys, handed_over: Sequence[bytes]) -> Call[int]:

@@ -43,6 +43,7 @@ SCRIPT_NAMES = (
     "TAKE_DIRTY",
     "RESTORE_JOBS",
     "FINISH_RESTORE",
+    "OVERVIEW",
 )
 
 
@@ -107,12 +108,16 @@ class JobStore:
         limit = self.settings.max_jobs_per_node
         return await self.run(commands.poll(self.keys, node_id, limit, caller))
 
-    async def list(self, node_id: str, status: str, after: int, limit: int) -> list[bytes]:
+    async def list(
+        self, node_id: str, status: str, bound: int, limit: int, newest: bool = False
+    ) -> list[bytes]:
+        """A page of jobs (commands.list_jobs)."""
         if status and status not in STATUSES:
             return []
         index = index_key(self.keys, node_id, status)
         budget = self.settings.max_page_bytes
-        return await self.run(commands.list_jobs(self.keys, index, after, limit, budget))
+        call = commands.list_jobs(self.keys, index, bound, limit, budget, newest)
+        return await self.run(call)
 
     async def get(self, job_id: str) -> bytes | None:
         blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
@@ -126,6 +131,9 @@ class JobStore:
     async def check_report(self, job_id: str, caller: str) -> None:
         """Raises as `report` would for an unknown job or a caller that may not report on it."""
         await self.run(commands.check_report(self.keys, job_id, caller))
+
+    async def overview(self) -> commands.Overview:
+        return await self.run(commands.overview(self.keys, STATUSES))
 
     # The built-in registry (REGISTRY_URL unset).
 

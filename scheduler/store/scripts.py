@@ -77,11 +77,18 @@ return jobs
 LIST = script(
     READ,
     """
--- A page of an index, in job number order.
+-- A page of an index, in job number order ("asc"), or newest first ("desc").
 -- KEYS[1] root  KEYS[2] index zset
--- ARGV[1] list jobs with a number above this  ARGV[2] page size  ARGV[3] page byte budget
+-- ARGV[1] asc: list jobs with a number above this; desc: below this (0: from the newest)
+-- ARGV[2] page size  ARGV[3] page byte budget  ARGV[4] "asc" | "desc"
 -- Returns a list of job JSON strings.
-local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "(" .. ARGV[1], "+inf", "LIMIT", 0, ARGV[2])
+local ids
+if ARGV[4] == "desc" then
+  local top = ARGV[1] == "0" and "+inf" or "(" .. ARGV[1]
+  ids = redis.call("ZREVRANGEBYSCORE", KEYS[2], top, "-inf", "LIMIT", 0, ARGV[2])
+else
+  ids = redis.call("ZRANGEBYSCORE", KEYS[2], "(" .. ARGV[1], "+inf", "LIMIT", 0, ARGV[2])
+end
 return get_jobs(ids, tonumber(ARGV[3]))
 """,
 )
@@ -254,5 +261,38 @@ if redis.call("HDEL", KEYS[2], ARGV[1]) == 0 then return NOT_FOUND end
 redis.call("ZREM", KEYS[3], ARGV[1])
 redis.call("ZREM", KEYS[4], ARGV[1])
 return OK
+""",
+)
+
+
+OVERVIEW = script(
+    """
+-- What the web UI's nodes page shows, read in one round trip: every node (the built-in
+-- registry's, and those the sweep saw in an external one), each with its pending and running
+-- jobs, the jobs by status, the background counters and the outbox length.
+-- KEYS[1] root  KEYS[2] nodes hash  KEYS[3] nodes:seen  KEYS[4] nodes:compute  KEYS[5] stats
+-- KEYS[6] outbox
+-- ARGV[1..] the job statuses to count
+-- Returns {nodes hash (flat), last heartbeats (flat), {id, pending, running, ...},
+--   {status, count, ...}, stats hash (flat), outbox length}
+local nodes = redis.call("HGETALL", KEYS[2])
+local seen = redis.call("ZRANGE", KEYS[3], 0, -1, "WITHSCORES")
+local ids, known = {}, {}
+for i = 1, #nodes, 2 do ids[#ids + 1] = nodes[i]; known[nodes[i]] = true end
+for _, id in ipairs(redis.call("ZRANGE", KEYS[4], 0, -1)) do
+  if not known[id] then ids[#ids + 1] = id; known[id] = true end
+end
+local counts = {}
+for _, id in ipairs(ids) do
+  counts[#counts + 1] = id
+  counts[#counts + 1] = redis.call("ZCARD", key_node_status(id, "pending"))
+  counts[#counts + 1] = redis.call("ZCARD", key_node_status(id, "running"))
+end
+local by_status = {}
+for _, status in ipairs(ARGV) do
+  by_status[#by_status + 1] = status
+  by_status[#by_status + 1] = redis.call("ZCARD", key_status(status))
+end
+return {nodes, seen, counts, by_status, redis.call("HGETALL", KEYS[5]), redis.call("LLEN", KEYS[6])}
 """,
 )

@@ -1,0 +1,282 @@
+"""The web UI at /ui: the jobs (newest first, filtered by status and node, paged), a job's
+page with its output, and the nodes with their queues and the background counters.
+
+Server-rendered HTML: no script, no build step, nothing from a CDN; list pages refresh
+themselves. With TINYAWS_API_KEY set it sits behind the key: the login form sets a cookie
+holding an HMAC of the key (never the key itself), HttpOnly and SameSite=Strict, and every
+form that changes something carries a CSRF token derived from the key too.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from html import escape
+from urllib.parse import parse_qs, urlencode
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from scheduler.api.http import UI_COOKIE, HTTPError, read_body, route, ui_secret
+from scheduler.config import Settings
+from scheduler.models import FINAL_STATUSES, ID_RE, STATUSES, Job, job_decoder, rfc3339
+from scheduler.store.jobs import JobStore
+
+PAGE_SIZE = 50
+REFRESH_SECS = 5
+MAX_NUMBER_CHARS = 16  # job numbers are exact doubles: at most 2**53, 16 digits
+
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8fa}
+header{background:#24292f;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center}
+header a{color:#fff;text-decoration:none;font-weight:600}
+header form{margin-left:auto}
+main{padding:16px}
+table{border-collapse:collapse;background:#fff;width:100%}
+th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#eaeef2}
+pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-height:40em}
+.st{padding:1px 6px;border-radius:8px;background:#eaeef2}
+.pending{background:#fff8c5}.running{background:#ddf4ff}.done{background:#dafbe1}
+.failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
+.cancelled{background:#eaeef2;text-decoration:line-through}
+form.filters{margin-bottom:12px;display:flex;gap:8px;align-items:center}
+nav.pages{margin-top:12px;display:flex;gap:16px}
+.muted{color:#57606a}
+table.narrow{width:auto;min-width:20em}
+"""
+
+
+def _store(request: Request) -> JobStore:
+    store: JobStore = request.app.state.store
+    return store
+
+
+def _settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def page(request: Request, title: str, body: str, *, refresh: bool = False) -> HTMLResponse:
+    meta = f'<meta http-equiv="refresh" content="{REFRESH_SECS}">' if refresh else ""
+    logout = ""
+    if _settings(request).api_key:
+        logout = '<form method="post" action="/ui/logout"><button>Log out</button></form>'
+    html = (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
+        f"<title>{escape(title)} · scheduler</title><style>{STYLE}</style></head><body>"
+        f'<header><a href="/ui/jobs">Jobs</a><a href="/ui/nodes">Nodes</a>{logout}</header>'
+        f"<main><h1>{escape(title)}</h1>{body}</main></body></html>"
+    )
+    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+
+
+def status_badge(status: str) -> str:
+    return f'<span class="st {escape(status)}">{escape(status)}</span>'
+
+
+def _number(text: str) -> int | None:
+    if len(text) > MAX_NUMBER_CHARS or not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
+def _filters(request: Request) -> tuple[str, str, int]:
+    status = request.query_params.get("status", "")
+    node_id = request.query_params.get("node_id", "")
+    raw_before = request.query_params.get("before", "")
+    before = _number(raw_before)
+    if status and status not in STATUSES:
+        raise HTTPError(400, f"invalid status: use one of {', '.join(STATUSES)}")
+    if node_id and not ID_RE.fullmatch(node_id):
+        raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
+    if raw_before and before is None:
+        raise HTTPError(400, "invalid before: use a job number")
+    return status, node_id, before or 0
+
+
+def _filter_form(status: str, node_id: str) -> str:
+    options = "".join(
+        f'<option value="{s}"{" selected" if s == status else ""}>{s or "any status"}</option>'
+        for s in ("", *STATUSES)
+    )
+    return (
+        '<form class="filters" method="get" action="/ui/jobs">'
+        f'<select name="status" id="status">{options}</select>'
+        f'<input name="node_id" id="node_id" placeholder="node id" value="{escape(node_id)}">'
+        '<button id="filter">Filter</button></form>'
+    )
+
+
+def _job_row(job: Job) -> str:
+    link = f'<a href="/ui/jobs/{escape(job.job_id)}">{escape(job.job_id)}</a>'
+    command = job.command or job.deploy_url
+    short = command if len(command) <= 80 else command[:79] + "…"
+    cells = (
+        link,
+        escape(job.node_id),
+        status_badge(job.status),
+        f"<code>{escape(short)}</code>",
+        escape(job.created_at),
+        escape(job.finished_at or ""),
+    )
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def job_number(job_id: str) -> int:
+    digits = job_id.removeprefix("job-")
+    return int(digits) if job_id.startswith("job-") and digits.isdigit() else 0
+
+
+async def jobs_page(request: Request) -> Response:
+    status, node_id, before = _filters(request)
+    blobs = await _store(request).list(node_id, status, before, PAGE_SIZE + 1, newest=True)
+    jobs = [job_decoder.decode(blob) for blob in blobs]
+    shown = jobs[:PAGE_SIZE]
+    head = "".join(
+        f"<th>{h}</th>" for h in ("job", "node", "status", "command", "created", "finished")
+    )
+    rows = "".join(_job_row(job) for job in shown) or '<tr><td colspan="6">no jobs</td></tr>'
+    links = []
+    kept = {k: v for k, v in (("status", status), ("node_id", node_id)) if v}
+    if before:
+        links.append(f'<a id="newest" href="/ui/jobs?{urlencode(kept)}">Newest</a>')
+    if len(jobs) > PAGE_SIZE:
+        older = urlencode({**kept, "before": job_number(shown[-1].job_id)})
+        links.append(f'<a id="older" href="/ui/jobs?{older}">Older</a>')
+    body = (
+        _filter_form(status, node_id)
+        + f'<table id="jobs"><tr>{head}</tr>{rows}</table>'
+        + f'<nav class="pages">{"".join(links)}</nav>'
+    )
+    return page(request, "Jobs", body, refresh=not before)
+
+
+def _job_fields(job: Job) -> list[tuple[str, str]]:
+    fields = [
+        ("job_id", escape(job.job_id)),
+        ("status", status_badge(job.status)),
+        ("node_id", f'<a href="/ui/jobs?node_id={escape(job.node_id)}">{escape(job.node_id)}</a>'),
+        ("command", f"<code>{escape(job.command)}</code>"),
+        ("job_type", escape(job.job_type or "run")),
+        ("retry_count", str(job.retry_count)),
+        ("created_at", escape(job.created_at)),
+        ("running_at", escape(job.running_at or "")),
+        ("finished_at", escape(job.finished_at or "")),
+        ("exit_code", "" if job.exit_code is None else str(job.exit_code)),
+    ]
+    for name, value in (("instance_id", job.instance_id), ("deploy_url", job.deploy_url)):
+        if value:
+            fields.append((name, escape(value)))
+    if job.port:
+        fields.append(("port", str(job.port)))
+    if job.env_vars:
+        # Names only: values are often secrets, and a screen is easy to look over.
+        names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(job.env_vars))
+        fields.append(("env_vars", f'{names} <span class="muted">(values hidden)</span>'))
+    return fields
+
+
+async def job_page(request: Request) -> Response:
+    job_id: str = request.path_params["job_id"]
+    blob = await _store(request).get(job_id) if ID_RE.fullmatch(job_id) else None
+    if blob is None:
+        raise HTTPError(404, "job not found")
+    job = job_decoder.decode(blob)
+    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _job_fields(job))
+    body = f'<table id="job">{rows}</table>'
+    for name, text in (("stdout", job.stdout), ("stderr", job.stderr)):
+        body += f'<h2>{name}</h2><pre id="{name}">{escape(text)}</pre>'
+    return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES)
+
+
+def _ago(seen: float, now: float) -> str:
+    if not seen:
+        return ""
+    return f'{escape(rfc3339(seen))} <span class="muted">({max(0, now - seen):.0f} s ago)</span>'
+
+
+async def nodes_page(request: Request) -> Response:
+    view, now = await _store(request).overview(), time.time()
+    ttl = _settings(request).node_ttl_secs
+    rows = []
+    for node_id in sorted(view.queues):
+        pending, running = view.queues[node_id]
+        seen = view.last_seen.get(node_id, 0.0)
+        health = "healthy" if now - seen <= ttl else "unhealthy"
+        link = f'<a href="/ui/jobs?node_id={escape(node_id)}">{escape(node_id)}</a>'
+        cells = (link, status_badge(health), _ago(seen, now), str(pending), str(running))
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(
+        f"<th>{h}</th>" for h in ("node", "health", "last heartbeat", "pending", "running")
+    )
+    nodes = "".join(rows) or '<tr><td colspan="5">no nodes</td></tr>'
+    counts = "".join(
+        f'<tr><th><a href="/ui/jobs?status={s}">{s}</a></th><td>{view.by_status.get(s, 0)}</td>'
+        "</tr>"
+        for s in STATUSES
+    )
+    stats = {**view.stats, "outbox (events not yet handed to SNS)": view.outbox}
+    counters = "".join(
+        f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in sorted(stats.items())
+    )
+    body = (
+        f'<table id="nodes"><tr>{head}</tr>{nodes}</table>'
+        f'<h2>Jobs by status</h2><table class="narrow" id="by-status">{counts}</table>'
+        f'<h2>Background work</h2><table class="narrow" id="counters">{counters}</table>'
+    )
+    return page(request, "Nodes", body, refresh=True)
+
+
+async def login_page(request: Request) -> Response:
+    error = '<p class="failed">wrong key</p>' if request.method == "POST" else ""
+    form = (
+        f'{error}<form method="post" action="/ui/login">'
+        '<input type="password" name="key" id="key" placeholder="TINYAWS_API_KEY" autofocus>'
+        '<button id="login">Log in</button></form>'
+    )
+    return page(request, "Log in", form)
+
+
+async def login(request: Request) -> Response:
+    settings = _settings(request)
+    form = await _form(request)
+    key = form.get("key", "")
+    if not settings.api_key or not hmac.compare_digest(key.encode(), settings.api_key.encode()):
+        response = await login_page(request)
+        response.status_code = 401
+        return response
+    response = RedirectResponse("/ui/jobs", status_code=303)
+    response.set_cookie(
+        UI_COOKIE, ui_secret(settings.api_key, "session"), httponly=True, samesite="strict"
+    )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    response = RedirectResponse("/ui/login", status_code=303)
+    response.delete_cookie(UI_COOKIE)
+    return response
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A small urlencoded form (4 KiB at most: a key, a token)."""
+    body = await read_body(request, 4096)
+    pairs = parse_qs(body.decode("latin-1"), keep_blank_values=True)
+    return {name: values[0] for name, values in pairs.items()}
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/ui/jobs", status_code=302)
+
+
+def routes() -> list[Route]:
+    return [
+        route("/ui", GET=home),
+        route("/ui/login", GET=login_page, POST=login),
+        route("/ui/logout", POST=logout),
+        route("/ui/jobs", GET=jobs_page),
+        route("/ui/jobs/{job_id}", GET=job_page),
+        route("/ui/nodes", GET=nodes_page),
+    ]

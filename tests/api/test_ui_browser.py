@@ -1,0 +1,165 @@
+"""The web UI in a real headless Chromium (Debian's chromium and chromium-driver; .ci/run
+installs them) against a real API process with a key: login, the jobs list newest first, its
+filters and paging, a job's page, the nodes page."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from tests.processes import api_replicas, scheduler_env
+
+KEY = "ui-test-key"
+OPERATOR = {"Authorization": f"Bearer {KEY}"}
+JOBS = 55  # more than a page (50)
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str) -> Iterator[str]:
+    env = scheduler_env(redis_url, "ui-browser", TINYAWS_API_KEY=KEY, AGENT_AUTH="token")
+    with api_replicas(1, env) as urls:
+        url = urls[0]
+        for node in ("node-a", "node-b"):
+            body = {"id": node, "hostname": node, "cpu_count": 2}
+            assert httpx.post(f"{url}/nodes/register", json=body, headers=OPERATOR).is_success
+        for i in range(1, JOBS + 1):
+            job = {"command": f"echo {i}", "env_vars": {"SECRET_TOKEN": "hunter2"}}
+            assert httpx.post(f"{url}/jobs", json=job, headers=OPERATOR).status_code == 201
+        # job-1 (on node-a) runs and finishes with output.
+        for report in (
+            {"status": "running"},
+            {"status": "done", "exit_code": 0, "stdout": "one\n"},
+        ):
+            assert httpx.patch(f"{url}/jobs/job-1", json=report, headers=OPERATOR).is_success
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='ui-chromium-')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    driver.set_page_load_timeout(20)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def ui(api: str, browser: WebDriver) -> WebDriver:
+    """A browser logged in to the UI."""
+    browser.get(f"{api}/ui")
+    assert browser.current_url == f"{api}/ui/login"  # no cookie yet: the login form
+    browser.find_element(By.ID, "key").send_keys("wrong")
+    click(browser, By.ID, "login")
+    assert "wrong key" in browser.page_source
+    browser.find_element(By.ID, "key").send_keys(KEY)
+    click(browser, By.ID, "login")
+    assert browser.current_url == f"{api}/ui/jobs"
+    return browser
+
+
+def click(browser: WebDriver, by: str, value: str) -> None:
+    """Click and wait for the page it loads (a click returns before a form's answer)."""
+    old = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(by, value).click()
+    WebDriverWait(browser, 10).until(lambda _: not _attached(old))
+    WebDriverWait(browser, 10).until(
+        lambda d: d.execute_script("return document.readyState") == "complete"
+    )
+
+
+def _attached(element: object) -> bool:
+    try:
+        element.is_enabled()  # type: ignore[attr-defined]
+    except Exception:  # StaleElementReferenceException: the old page is gone
+        return False
+    return True
+
+
+def job_ids(browser: WebDriver) -> list[str]:
+    rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tr td:first-child a")
+    return [row.text for row in rows]
+
+
+def test_jobs_newest_first_and_paged(api: str, ui: WebDriver) -> None:
+    ui.get(f"{api}/ui/jobs")
+    assert job_ids(ui) == [f"job-{n}" for n in range(JOBS, JOBS - 50, -1)]
+    assert ui.find_element(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
+    click(ui, By.ID, "older")
+    assert job_ids(ui) == [f"job-{n}" for n in range(5, 0, -1)]
+    assert not ui.find_elements(By.ID, "older")
+    click(ui, By.ID, "newest")
+    assert job_ids(ui)[0] == f"job-{JOBS}"
+
+
+def test_filters_by_status_and_node(api: str, ui: WebDriver) -> None:
+    ui.get(f"{api}/ui/jobs")
+    Select(ui.find_element(By.ID, "status")).select_by_value("done")
+    click(ui, By.ID, "filter")
+    assert job_ids(ui) == ["job-1"]
+    assert "status=done" in ui.current_url
+    Select(ui.find_element(By.ID, "status")).select_by_value("")
+    ui.find_element(By.ID, "node_id").send_keys("node-b")
+    click(ui, By.ID, "filter")
+    shown = job_ids(ui)
+    assert shown and all(int(j.split("-")[1]) % 2 == 0 for j in shown)  # node-b: even jobs
+    nodes = {td.text for td in ui.find_elements(By.CSS_SELECTOR, "#jobs tr td:nth-child(2)")}
+    assert nodes == {"node-b"}
+
+
+def test_a_jobs_page_shows_its_fields_and_output(api: str, ui: WebDriver) -> None:
+    ui.get(f"{api}/ui/jobs?status=done")
+    click(ui, By.LINK_TEXT, "job-1")
+    assert ui.current_url == f"{api}/ui/jobs/job-1"
+    fields = {
+        row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
+        for row in ui.find_elements(By.CSS_SELECTOR, "#job tr")
+    }
+    assert fields["status"] == "done" and fields["node_id"] == "node-a"
+    assert fields["command"] == "echo 1" and fields["exit_code"] == "0"
+    assert ui.find_element(By.ID, "stdout").text == "one"
+    assert "SECRET_TOKEN" in fields["env_vars"] and "hunter2" not in ui.page_source
+    assert not ui.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')  # final
+
+
+def test_the_nodes_page_shows_health_and_queues(api: str, ui: WebDriver) -> None:
+    ui.get(f"{api}/ui/nodes")
+    rows = {
+        cells[0].text: [c.text for c in cells[1:]]
+        for row in ui.find_elements(By.CSS_SELECTOR, "#nodes tr")
+        if (cells := row.find_elements(By.TAG_NAME, "td"))
+    }
+    assert set(rows) == {"node-a", "node-b"}
+    health, seen, pending, running = rows["node-a"]
+    assert health == "healthy" and "s ago" in seen
+    assert (pending, running) == (str((JOBS + 1) // 2 - 1), "0")  # job-1 is done
+    assert rows["node-b"][2] == str(JOBS // 2)
+    by_status = ui.find_element(By.ID, "by-status").text
+    assert "pending 54" in by_status and "done 1" in by_status
+
+
+def test_logging_out_locks_the_ui_again(api: str, browser: WebDriver) -> None:
+    browser.get(f"{api}/ui/jobs")
+    click(browser, By.CSS_SELECTOR, "header form button")
+    browser.get(f"{api}/ui/nodes")
+    assert browser.current_url == f"{api}/ui/login"
