@@ -136,6 +136,53 @@ class Instance(msgspec.Struct):
     status: str = ""
 
 
+class ServiceCreate(msgspec.Struct):
+    """POST /services, as the Rust agent registers a service it started (CONTRACT 3.4)."""
+
+    node_id: str = ""
+    instance_id: str = ""
+    port: Int64 = 0
+    pid: Int64 = 0
+    deploy_url: str = ""
+
+
+class Service(msgspec.Struct):
+    """A service as the registry reports it (CONTRACT 4.2); every field is emitted, `id` first
+    (the create script fills it in)."""
+
+    id: str
+    instance_id: str
+    node_id: str
+    port: int
+    pid: int
+    status: str
+    deploy_url: str
+    created_at: str
+
+
+class ServiceUpdate(msgspec.Struct):
+    status: str = ""
+
+
+# A service status is a word (running, stopped, crashed, done, ...): the original registry
+# took any non-empty string; ours keeps it short and plain.
+SERVICE_STATUS_RE = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def validate_service(req: ServiceCreate) -> None:
+    if not req.node_id:
+        raise InvalidInput("node_id required")
+    check_id("node_id", req.node_id)
+    if req.instance_id:
+        check_id("instance_id", req.instance_id)
+    if not 0 <= req.port <= 65535:
+        raise InvalidInput(f"invalid port {req.port}: use 0 to 65535")
+    if not 0 <= req.pid <= 2**31 - 1:
+        raise InvalidInput(f"invalid pid {req.pid}")
+    if len(req.deploy_url) > 2048 or not req.deploy_url.isprintable():
+        raise InvalidInput("invalid deploy_url: at most 2048 printable characters")
+
+
 class DecodeError(ValueError):
     """The body is not what the route expects; `detail` says where."""
 

@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from scheduler.api import nodes as nodes_api
-from scheduler.api import ui
+from scheduler.api import services, ui
 from scheduler.api.agents import PRECHECK_OVER_BYTES, AgentAuth, ReportBudget
 from scheduler.api.http import (
     BearerAuth,
@@ -58,8 +58,10 @@ from scheduler.store.commands import (
     Forbidden,
     JobNotFound,
     NodeNotFound,
+    ServiceNotFound,
     StoreNotReady,
     TooManyNodes,
+    TooManyServices,
     Unauthorized,
 )
 from scheduler.store.jobs import JobStore
@@ -246,6 +248,8 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Callable[..., object]] = {
     Unauthorized: _status(401),
     Forbidden: _status(403),
     TooManyNodes: _status(503),
+    ServiceNotFound: _status(404),
+    TooManyServices: _status(503),
     Conflict: _status(409),
     RedisError: _unavailable,
 }
@@ -302,7 +306,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
 
     routes = job_routes() + ui.routes()
     if settings.builtin_registry:
-        routes += nodes_api.routes()
+        routes += nodes_api.routes() + services.routes()
     middleware = [Middleware(BearerAuth, api_key=settings.api_key)] if settings.api_key else []
     app = Starlette(
         routes=routes,

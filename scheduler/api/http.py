@@ -79,18 +79,22 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def is_open_route(method: str, path: str, query: bytes) -> bool:
     """The calls that stay open when TINYAWS_API_KEY is set: what an agent must do without a
-    key (the original Rust agent sends none) and the health check. Unlike the original, a
+    key (the original Rust agent sends none; AGENT_AUTH=token checks these calls' node tokens
+    in the scripts) and the health check. Unlike the original, a
     GET /jobs that is not an agent poll needs the key: it exposes env_vars and output."""
     if path == "/health":
         return method in ("GET", "HEAD")
     if method == "PATCH":
-        return path.startswith("/jobs/") and len(path) > len("/jobs/")
+        return any(path.startswith(p) and len(path) > len(p) for p in ("/jobs/", "/services/"))
     if method == "POST":
-        return path in ("/nodes/register", "/nodes/heartbeat")
-    if method in ("GET", "HEAD") and path == "/jobs":
+        return path in ("/nodes/register", "/nodes/heartbeat", "/services")
+    if method in ("GET", "HEAD") and path in ("/jobs", "/services"):
         params = parse_qs(query.decode("latin-1"), keep_blank_values=True)
         first = {name: values[0] for name, values in params.items()}  # as Go's Query().Get
-        return bool(first.get("node_id")) and first.get("status") == "pending"
+        # The agent's own: its poll, and which of its services were stopped (any status).
+        return bool(first.get("node_id")) and (
+            path == "/services" or first.get("status") == "pending"
+        )
     return False
 
 

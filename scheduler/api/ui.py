@@ -9,21 +9,32 @@ form that changes something carries a CSRF token derived from the key too.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from html import escape
 from urllib.parse import parse_qs, urlencode
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from scheduler.api.http import UI_COOKIE, HTTPError, read_body, route, ui_secret
 from scheduler.config import Settings
-from scheduler.models import FINAL_STATUSES, ID_RE, STATUSES, Job, job_decoder, rfc3339
+from scheduler.models import (
+    FINAL_STATUSES,
+    ID_RE,
+    STATUSES,
+    Job,
+    Service,
+    job_decoder,
+    rfc3339,
+)
 from scheduler.store.jobs import JobStore
 
 PAGE_SIZE = 50
+service_decoder = msgspec.json.Decoder(Service)
 REFRESH_SECS = 5
 MAX_NUMBER_CHARS = 16  # job numbers are exact doubles: at most 2**53, 16 digits
 
@@ -197,8 +208,24 @@ def _ago(seen: float, now: float) -> str:
     return f'{escape(rfc3339(seen))} <span class="muted">({max(0, now - seen):.0f} s ago)</span>'
 
 
+def _services_table(blobs: list[bytes]) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("service", "node", "status", "port", "pid", "since"))
+    rows = []
+    for blob in blobs:
+        svc = service_decoder.decode(blob)
+        plain = (svc.id, svc.node_id, svc.status, str(svc.port), str(svc.pid), svc.created_at)
+        cells = [escape(text) for text in plain]
+        cells[2] = status_badge(svc.status)
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    body = "".join(rows) or '<tr><td colspan="6">no services</td></tr>'
+    return f'<table id="services"><tr>{head}</tr>{body}</table>'
+
+
 async def nodes_page(request: Request) -> Response:
-    view, now = await _store(request).overview(), time.time()
+    store = _store(request)
+    # Sent together on the one connection: one round trip.
+    view, services = await asyncio.gather(store.overview(), store.services("", "", "key"))
+    now = time.time()
     ttl = _settings(request).node_ttl_secs
     rows = []
     for node_id in sorted(view.queues):
@@ -223,6 +250,7 @@ async def nodes_page(request: Request) -> Response:
     )
     body = (
         f'<table id="nodes"><tr>{head}</tr>{nodes}</table>'
+        f"<h2>Services</h2>{_services_table(services)}"
         f'<h2>Jobs by status</h2><table class="narrow" id="by-status">{counts}</table>'
         f'<h2>Background work</h2><table class="narrow" id="counters">{counters}</table>'
     )

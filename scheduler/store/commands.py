@@ -400,6 +400,57 @@ def overview(keys: Keys, statuses: Sequence[str]) -> Call[Overview]:
     return Call("OVERVIEW", [*node_keys, keys.stats, keys.outbox], list(statuses), _overview)
 
 
+class ServiceNotFound(LookupError):
+    def __str__(self) -> str:
+        return "not found"  # the original registry's text
+
+
+def _service_keys(keys: Keys) -> list[str]:
+    return [keys.root, keys.services, keys.service_seq, keys.tokens]
+
+
+def _service_created(reply: list[Any]) -> bytes:
+    _check_access(reply[0])
+    if reply[0] == lua.TOO_MANY_NODES:
+        raise TooManyServices()
+    blob: bytes = reply[1]
+    return blob
+
+
+class TooManyServices(Exception):
+    def __str__(self) -> str:
+        return "too many services registered"
+
+
+def create_service(
+    keys: Keys, node_id: str, service_json: bytes, caller: str, most: int
+) -> Call[bytes]:
+    """`service_json` starts with `{"id":""` (models.Service, id first); the script fills it."""
+    args = [node_id, service_json, caller, most]
+    return Call("CREATE_SERVICE", _service_keys(keys), args, _service_created)
+
+
+def _service_set(code: int) -> None:
+    if code == lua.NOT_FOUND:
+        raise ServiceNotFound()
+    _check_access(code)
+
+
+def set_service_status(keys: Keys, service_id: str, status: str, caller: str) -> Call[None]:
+    args = [service_id, status, caller]
+    return Call("SET_SERVICE_STATUS", _service_keys(keys), args, _service_set)
+
+
+def _services(reply: list[Any]) -> list[bytes]:
+    _check_access(reply[0])
+    return list(reply[1:])
+
+
+def list_services(keys: Keys, node_id: str, status: str, caller: str) -> Call[list[bytes]]:
+    args = [node_id, status, caller]
+    return Call("LIST_SERVICES", _service_keys(keys), args, _services)
+
+
 def trim_outbox(keys: Keys, handed_over: Sequence[bytes]) -> Call[int]:
     """Drop the outbox entries `handed_over` (read from its head, in order) to rq."""
     return Call("TRIM_OUTBOX", [keys.root, keys.outbox], list(handed_over), int)

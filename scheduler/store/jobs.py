@@ -7,6 +7,7 @@ workers use. Each runs every call as one EVALSHA (loading the script when Redis 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import hashlib
 from dataclasses import dataclass
 from typing import TypeVar
@@ -15,7 +16,7 @@ import msgspec
 import redis
 
 from scheduler.config import Settings
-from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration, rfc3339
+from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration, Service, rfc3339
 from scheduler.nodes.placement import Placement, live_node_ids
 from scheduler.store import commands, scripts, upkeep_scripts
 from scheduler.store.commands import Call, Created
@@ -25,6 +26,10 @@ from scheduler.store.redis_mux import MuxRedis
 _node_decoder = msgspec.json.Decoder(Node)
 
 T = TypeVar("T")
+
+# Services the built-in registry keeps (each a few hundred bytes); past it, POST /services
+# answers 503. The Rust agent runs a service untracked when its registration fails.
+MAX_SERVICES = 100_000
 
 SCRIPT_NAMES = (
     "CREATE_JOB",
@@ -44,6 +49,9 @@ SCRIPT_NAMES = (
     "RESTORE_JOBS",
     "FINISH_RESTORE",
     "OVERVIEW",
+    "CREATE_SERVICE",
+    "SET_SERVICE_STATUS",
+    "LIST_SERVICES",
 )
 
 
@@ -136,6 +144,22 @@ class JobStore:
         return await self.run(commands.overview(self.keys, STATUSES))
 
     # The built-in registry (REGISTRY_URL unset).
+
+    async def create_service(self, service: Service, caller: str) -> bytes:
+        call = commands.create_service(
+            self.keys, service.node_id, msgspec.json.encode(service), caller, MAX_SERVICES
+        )
+        return await self.run(call)
+
+    async def service(self, service_id: str) -> bytes | None:
+        blob: bytes | None = await self.redis.execute("HGET", self.keys.services, service_id)
+        return blob
+
+    async def set_service_status(self, service_id: str, status: str, caller: str) -> None:
+        await self.run(commands.set_service_status(self.keys, service_id, status, caller))
+
+    async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
+        return await self.run(commands.list_services(self.keys, node_id, status, caller))
 
     async def register_node(
         self, reg: NodeRegistration, now: float, who: commands.Registration, token_hash: str

@@ -25,6 +25,8 @@ Layout (P = REDIS_PREFIX):
   P:nodes:seen            zset node id -> last heartbeat, epoch seconds
   P:nodes:compute         zset, the same for the nodes with role compute (placement); with
                           an external registry: when the sweep last saw each one healthy
+  P:services              hash service id (svc-N) -> service JSON (built-in registry)
+  P:seq:service           counter, INCR gives the N of svc-N
   P:nodes:token           hash node id -> SHA-256 (hex) of its agent token (built-in registry)
   P:tokens                hash token SHA-256 -> node id (whose token a bearer is)
   P:registry:readable-since  epoch s since the sweep has read the external registry without
@@ -120,6 +122,14 @@ class Keys:
     @property
     def nodes_compute(self) -> str:
         return self._k("nodes:compute")
+
+    @property
+    def services(self) -> str:
+        return self._k("services")
+
+    @property
+    def service_seq(self) -> str:
+        return self._k("seq:service")
 
     @property
     def node_tokens(self) -> str:

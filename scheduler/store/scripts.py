@@ -296,3 +296,69 @@ end
 return {nodes, seen, counts, by_status, redis.call("HGETALL", KEYS[5]), redis.call("LLEN", KEYS[6])}
 """,
 )
+
+
+# Services (built-in registry): what the Rust agent registers for each service job it runs,
+# and reads back to learn which to stop (CONTRACT 3.4, 3.5). Same KEYS for all three:
+# KEYS[1] root  KEYS[2] services hash  KEYS[3] seq:service  KEYS[4] tokens
+
+CREATE_SERVICE = script(
+    CALLER,
+    """
+-- ARGV[1] node id  ARGV[2] the service's JSON, starting {"id":"",  ARGV[3] caller
+-- ARGV[4] most services kept
+-- Returns {OK, service JSON} | {UNAUTHORIZED} | {FORBIDDEN} | {TOO_MANY_NODES}
+local access = node_access(KEYS[4], ARGV[3], ARGV[1])
+if access ~= OK then return {access} end
+if redis.call("HLEN", KEYS[2]) >= tonumber(ARGV[4]) then return {TOO_MANY_NODES} end
+local id = "svc-" .. redis.call("INCR", KEYS[3])
+local service = '{"id":"' .. id .. '"' .. string.sub(ARGV[2], 9)
+redis.call("HSET", KEYS[2], id, service)
+return {OK, service}
+""",
+)
+
+
+SET_SERVICE_STATUS = script(
+    CALLER,
+    """
+-- PATCH /services/{id} (the agent, on its service's exit) or DELETE (the operator: stopped).
+-- ARGV[1] service id  ARGV[2] new status (a plain word, models.SERVICE_STATUS_RE)
+-- ARGV[3] caller
+-- Returns OK | NOT_FOUND | UNAUTHORIZED | FORBIDDEN
+local service = redis.call("HGET", KEYS[2], ARGV[1])
+if not service then return NOT_FOUND end
+local access = node_access(KEYS[4], ARGV[3], cjson.decode(service).node_id)
+if access ~= OK then return access end
+local updated = string.gsub(service, '"status":"[%w_%-]*"', '"status":"' .. ARGV[2] .. '"', 1)
+redis.call("HSET", KEYS[2], ARGV[1], updated)
+return OK
+""",
+)
+
+
+LIST_SERVICES = script(
+    CALLER,
+    """
+-- GET /services?node_id=&status= (either filter optional), in id order.
+-- ARGV[1] node id or ""  ARGV[2] status or ""  ARGV[3] caller (checked when ARGV[1] is set)
+-- Returns {OK, service JSON, ...} | {UNAUTHORIZED} | {FORBIDDEN}
+if ARGV[1] ~= "" then
+  local access = node_access(KEYS[4], ARGV[3], ARGV[1])
+  if access ~= OK then return {access} end
+end
+local all = redis.call("HGETALL", KEYS[2])
+local found = {}
+for i = 1, #all, 2 do
+  local service = cjson.decode(all[i + 1])
+  local on_node = ARGV[1] == "" or service.node_id == ARGV[1]
+  if on_node and (ARGV[2] == "" or service.status == ARGV[2]) then
+    found[#found + 1] = {tonumber(string.sub(all[i], 5)), all[i + 1]}
+  end
+end
+table.sort(found, function(a, b) return a[1] < b[1] end)
+local out = {OK}
+for _, entry in ipairs(found) do out[#out + 1] = entry[2] end
+return out
+""",
+)

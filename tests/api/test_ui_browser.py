@@ -39,6 +39,8 @@ def api(redis_url: str) -> Iterator[str]:
             {"status": "done", "exit_code": 0, "stdout": "one\n"},
         ):
             assert httpx.patch(f"{url}/jobs/job-1", json=report, headers=OPERATOR).is_success
+        service = {"node_id": "node-b", "port": 8080, "pid": 77}
+        assert httpx.post(f"{url}/services", json=service, headers=OPERATOR).status_code == 201
         yield url
 
 
@@ -154,6 +156,8 @@ def test_the_nodes_page_shows_health_and_queues(api: str, ui: WebDriver) -> None
     assert health == "healthy" and "s ago" in seen
     assert (pending, running) == (str((JOBS + 1) // 2 - 1), "0")  # job-1 is done
     assert rows["node-b"][2] == str(JOBS // 2)
+    services = ui.find_element(By.ID, "services").text
+    assert "svc-1 node-b running 8080 77" in services
     by_status = ui.find_element(By.ID, "by-status").text
     assert "pending 54" in by_status and "done 1" in by_status
 

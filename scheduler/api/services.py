@@ -1,0 +1,111 @@
+"""The built-in registry's service routes (REGISTRY_URL unset), as the original registry had
+them (CONTRACT 4.1): the Rust agent registers each service it starts, marks it done or crashed
+when it exits, and every 10 s asks which of its services an operator stopped."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from scheduler.api.agents import AgentAuth
+from scheduler.api.http import HTTPError, json_array, json_bytes, read_body, route
+from scheduler.models import (
+    ID_RE,
+    SERVICE_STATUS_RE,
+    DecodeError,
+    Service,
+    ServiceCreate,
+    ServiceUpdate,
+    check_id,
+    decode_go_style,
+    rfc3339,
+    validate_service,
+)
+from scheduler.store.commands import ServiceNotFound
+from scheduler.store.jobs import JobStore
+
+BODY_LIMIT = 16 * 1024  # a service is a few hundred bytes
+
+
+def _store(request: Request) -> JobStore:
+    store: JobStore = request.app.state.store
+    return store
+
+
+def _caller(request: Request) -> str:
+    auth: AgentAuth = request.app.state.agent_auth
+    return auth.caller(request)
+
+
+def _service_id(request: Request) -> str:
+    service_id: str = request.path_params["service_id"]
+    if not ID_RE.fullmatch(service_id):
+        raise ServiceNotFound()
+    return service_id
+
+
+async def create(request: Request) -> Response:
+    body = await read_body(request, BODY_LIMIT)
+    try:
+        req = decode_go_style(body, ServiceCreate)
+    except DecodeError:
+        raise HTTPError(400, "failed to decode service") from None
+    validate_service(req)
+    service = Service(
+        id="",
+        instance_id=req.instance_id,
+        node_id=req.node_id,
+        port=req.port,
+        pid=req.pid,
+        status="running",
+        deploy_url=req.deploy_url,
+        created_at=rfc3339(time.time()),
+    )
+    return json_bytes(await _store(request).create_service(service, _caller(request)), 201)
+
+
+async def list_services(request: Request) -> Response:
+    node_id = request.query_params.get("node_id", "")
+    status = request.query_params.get("status", "")
+    if node_id:
+        check_id("node_id", node_id)
+    if status and not SERVICE_STATUS_RE.fullmatch(status):
+        return json_array([])  # no service has such a status
+    return json_array(await _store(request).services(node_id, status, _caller(request)))
+
+
+async def get_service(request: Request) -> Response:
+    blob = await _store(request).service(_service_id(request))
+    if blob is None:
+        raise ServiceNotFound()
+    return json_bytes(blob)
+
+
+async def update(request: Request) -> Response:
+    service_id = _service_id(request)
+    try:
+        req = decode_go_style(await read_body(request, BODY_LIMIT), ServiceUpdate)
+    except DecodeError:
+        raise HTTPError(400, "failed to decode service") from None
+    if not req.status:
+        raise HTTPError(400, "status required")
+    if not SERVICE_STATUS_RE.fullmatch(req.status):
+        raise HTTPError(400, "invalid status: a word of A-Z a-z 0-9 _ -, up to 32")
+    await _store(request).set_service_status(service_id, req.status, _caller(request))
+    return Response(status_code=204)
+
+
+async def stop(request: Request) -> Response:
+    """The operator's stop (the key): the agent kills it at its next look (CONTRACT 3.5)."""
+    await _store(request).set_service_status(_service_id(request), "stopped", "key")
+    return Response(status_code=204)
+
+
+def routes() -> list[Route]:
+    return [
+        route("/services", GET=list_services, POST=create),
+        route("/services/{service_id}", GET=get_service, PATCH=update, DELETE=stop),
+    ]

@@ -1,0 +1,105 @@
+"""The built-in registry's service routes (CONTRACT 3.4, 3.5, 4.1), with the Rust agent's exact
+requests, the operator's stop, and who may call them in each AGENT_AUTH mode."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from starlette.testclient import TestClient
+
+from tests.conftest import ClientFactory, assert_json, assert_text_error
+
+KEY = "svc-key"
+OPERATOR = {"Authorization": f"Bearer {KEY}"}
+# What the Rust agent sends when a service it started is up (CONTRACT 3.4 step 6), no auth.
+AGENT_BODY = (
+    b'{"node_id":"n1","instance_id":"","port":8080,"pid":4242,"deploy_url":"http://store/a.zip"}'
+)
+FIELDS = ["id", "instance_id", "node_id", "port", "pid", "status", "deploy_url", "created_at"]
+
+
+def register(api: TestClient, node_id: str, headers: dict[str, str] | None = None) -> str:
+    body = {"id": node_id, "hostname": node_id, "role": "compute"}
+    token: str = assert_json(api.post("/nodes/register", json=body, headers=headers), 201)["token"]
+    return token
+
+
+def test_the_rust_agents_service_lifecycle_in_open_mode(make_client: ClientFactory) -> None:
+    api = make_client(api_key=KEY)
+    register(api, "n1")
+    created = api.post("/services", content=AGENT_BODY)
+    service = assert_json(created, 201)
+    assert list(json.loads(created.content)) == FIELDS  # the original registry's field order
+    assert service["id"] == "svc-1" and service["status"] == "running"
+    assert (service["port"], service["pid"], service["node_id"]) == (8080, 4242, "n1")
+    # Its stop poller, every 10 s, without a key.
+    stopped = "/services?node_id=n1&status=stopped"
+    assert api.get(stopped).content == b"[]\n"
+    assert api.delete("/services/svc-1").status_code == 401  # stopping needs the key
+    assert api.delete("/services/svc-1", headers=OPERATOR).status_code == 204
+    assert [s["id"] for s in assert_json(api.get(stopped))] == ["svc-1"]
+    # The process died: the agent says so.
+    assert api.patch("/services/svc-1", json={"status": "crashed"}).status_code == 204
+    after = assert_json(api.get("/services/svc-1", headers=OPERATOR))
+    assert after == {**service, "status": "crashed"}
+    assert api.get("/services/svc-1").status_code == 401  # reading one needs the key
+    listed = assert_json(api.get("/services?status=crashed", headers=OPERATOR))
+    assert [s["id"] for s in listed] == ["svc-1"]
+
+
+def test_ids_count_up_and_lists_keep_their_order(client: TestClient) -> None:
+    for node in ("n1", "n2", "n1"):
+        assert_json(client.post("/services", json={"node_id": node, "port": 1}), 201)
+    assert [s["id"] for s in assert_json(client.get("/services"))] == ["svc-1", "svc-2", "svc-3"]
+    on_n1 = assert_json(client.get("/services?node_id=n1"))
+    assert [s["id"] for s in on_n1] == ["svc-1", "svc-3"]
+    assert assert_json(client.get("/services?status=no%20such")) == []
+
+
+@pytest.mark.parametrize(
+    "method, path, body, status, text",
+    [
+        ("POST", "/services", {"port": 1}, 400, "node_id required"),
+        ("POST", "/services", {"node_id": "a b"}, 400, None),
+        ("POST", "/services", {"node_id": "n1", "port": 70000}, 400, None),
+        ("POST", "/services", {"node_id": "n1", "pid": -1}, 400, None),
+        ("POST", "/services", "not json", 400, "failed to decode service"),
+        ("PATCH", "/services/svc-1", {}, 400, "status required"),
+        ("PATCH", "/services/svc-1", {"status": "a\\nb"}, 400, None),
+        ("PATCH", "/services/svc-404", {"status": "done"}, 404, "not found"),
+        ("GET", "/services/svc-404", None, 404, "not found"),
+        ("DELETE", "/services/svc-404", None, 404, "not found"),
+        ("GET", "/services?node_id=a%20b", None, 400, None),
+    ],
+)
+def test_bad_requests_change_nothing(
+    client: TestClient, method: str, path: str, body: object, status: int, text: str | None
+) -> None:
+    assert_json(client.post("/services", json={"node_id": "n1"}), 201)
+    before = client.get("/services").content
+    kwargs = {"content": body} if isinstance(body, str) else {"json": body}
+    response = client.request(method, path, **kwargs)  # type: ignore[arg-type]
+    if text is None:
+        assert response.status_code == status, response.text
+    else:
+        assert_text_error(response, status, text)
+    assert client.get("/services").content == before
+
+
+def test_token_mode_keeps_each_nodes_services_its_own(make_client: ClientFactory) -> None:
+    api = make_client(api_key=KEY, agent_auth="token")
+    n1 = {"Authorization": f"Bearer {register(api, 'n1', OPERATOR)}"}
+    n2 = {"Authorization": f"Bearer {register(api, 'n2', OPERATOR)}"}
+    body = {"node_id": "n1", "port": 80}
+    assert api.post("/services", json=body).status_code == 401
+    assert api.post("/services", json=body, headers=n2).status_code == 403
+    assert assert_json(api.post("/services", json=body, headers=n1), 201)["id"] == "svc-1"
+    before = assert_json(api.get("/services", headers=OPERATOR))
+    assert api.patch("/services/svc-1", json={"status": "done"}).status_code == 401
+    assert api.patch("/services/svc-1", json={"status": "done"}, headers=n2).status_code == 403
+    assert api.get("/services?node_id=n1&status=stopped").status_code == 401
+    assert api.get("/services?node_id=n1&status=stopped", headers=n2).status_code == 403
+    assert assert_json(api.get("/services", headers=OPERATOR)) == before
+    assert api.patch("/services/svc-1", json={"status": "done"}, headers=n1).status_code == 204
+    assert assert_json(api.get("/services?node_id=n1", headers=n1))[0]["status"] == "done"
