@@ -39,6 +39,8 @@ class Settings:
     # agent sends no key), or "token": a node token from POST /nodes/register, or the key.
     agent_auth: str = field(default="open", metadata={"env": "AGENT_AUTH"})
     max_nodes: int = field(default=10_000, metadata={"env": "MAX_NODES", "min": 1})
+    # Prometheus metrics at /metrics and the request counting behind them: "on" or "off".
+    metrics: str = field(default="on", metadata={"env": "METRICS"})
     max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE", "min": 1})
     max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES", "min": 0})
     job_timeout_secs: int = field(default=3600, metadata={"env": "JOB_TIMEOUT_SECS", "min": 1})
@@ -151,6 +153,8 @@ class Settings:
         self._validate_agent()
 
     def _validate_agent(self) -> None:
+        if self.metrics not in ("on", "off"):
+            raise ConfigError(f"METRICS: {self.metrics!r} is not one of on, off")
         if self.agent_auth not in ("open", "token"):
             raise ConfigError(f"AGENT_AUTH: {self.agent_auth!r} is not one of open, token")
         if self.agent_auth == "token" and not self.builtin_registry:

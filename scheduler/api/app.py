@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from scheduler.api import metrics as metrics_api
 from scheduler.api import nodes as nodes_api
 from scheduler.api import services, ui
 from scheduler.api.agents import PRECHECK_OVER_BYTES, AgentAuth, ReportBudget
@@ -308,6 +309,10 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     if settings.builtin_registry:
         routes += nodes_api.routes() + services.routes()
     middleware = [Middleware(BearerAuth, api_key=settings.api_key)] if settings.api_key else []
+    request_stats = metrics_api.RequestStats()
+    if settings.metrics == "on":
+        routes.append(route("/metrics", GET=metrics_api.metrics))
+        middleware.insert(0, Middleware(metrics_api.RequestMetrics, stats=request_stats))
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -315,4 +320,5 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         lifespan=lifespan,
     )
     app.router.redirect_slashes = False
+    app.state.request_stats = request_stats
     return app

@@ -1,0 +1,104 @@
+"""What the request metrics cost the hot paths: the same API with METRICS=on and METRICS=off,
+side by side on one Redis, for GET /jobs/{id}, the agent's poll and submit.
+
+    .venv/bin/python benchmarks/metrics_cost.py [--duration 5] [--rounds 5] [--connections 32]
+
+Needs `wrk` (Debian: apt-get install wrk). Starts its own redis-server and two API processes
+(one per setting) on free loopback ports. Rounds alternate the two processes so drift of a
+shared machine falls on both; figures are medians. It cannot isolate the two processes from
+each other's leftovers in Redis (both write to the same server, under their own prefixes), nor
+wrk and Redis from the API's two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.processes import scheduler_env, stop, wait_http  # noqa: E402
+from tests.redis_server import free_port, redis_server  # noqa: E402
+
+OPS = {
+    "get": ("/jobs/job-1", 'wrk.method = "GET"'),
+    "poll": ("/jobs?node_id=node-0&status=pending", 'wrk.method = "GET"'),
+    "submit": (
+        "/jobs",
+        'wrk.method = "POST"\nwrk.body = \'{"command":"echo hi"}\'\n'
+        'wrk.headers["Content-Type"] = "application/json"',
+    ),
+}
+
+
+def start_api(redis_url: str, metrics: str) -> tuple[subprocess.Popen[bytes], str]:
+    # Nodes registered once must stay healthy for the whole run: no heartbeats are sent.
+    env = scheduler_env(redis_url, f"metrics-{metrics}", METRICS=metrics, NODE_TTL_SECS="36000")
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", "scheduler.api.app:create_app", "--factory"]
+    cmd += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health")
+    for i in range(4):
+        httpx.post(f"{url}/nodes/register", json={"id": f"node-{i}"})
+    for _ in range(100):
+        httpx.post(f"{url}/jobs", json={"command": "x"})
+    return proc, url
+
+
+def wrk(url: str, op: str, duration: int, connections: int) -> float:
+    path, lua = OPS[op]
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(lua)
+    try:
+        out = subprocess.run(
+            ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "-s", script.name, url + path],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    finally:
+        os.unlink(script.name)
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    assert match, out
+    if "Non-2xx" in out:
+        raise RuntimeError(f"{op}: errors\n{out}")
+    return float(match.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+    with redis_server() as redis_url:
+        procs = {m: start_api(redis_url, m) for m in ("on", "off")}
+        try:
+            rates: dict[tuple[str, str], list[float]] = {}
+            for _ in range(args.rounds):
+                for op in OPS:
+                    for metrics, (_, url) in procs.items():
+                        rate = wrk(url, op, args.duration, args.connections)
+                        rates.setdefault((op, metrics), []).append(rate)
+        finally:
+            for proc, _ in procs.values():
+                stop(proc)
+    print(f"{args.rounds} rounds x {args.duration} s, {args.connections} connections, medians")
+    for op in OPS:
+        on, off = (statistics.median(rates[(op, m)]) for m in ("on", "off"))
+        print(f"{op:7s} metrics on {on:8.0f} req/s  off {off:8.0f} req/s  on/off {on / off:5.3f}")
+
+
+if __name__ == "__main__":
+    main()

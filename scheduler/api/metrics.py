@@ -1,0 +1,188 @@
+"""Prometheus metrics at /metrics (behind the key when one is set).
+
+Request counts and latencies are this process's own, counted by a pure ASGI middleware in
+plain integers (a dict lookup, a bisect and three additions a request: measured in
+benchmarks/metrics_cost.py), and turned into Prometheus families only when scraped. Job,
+node, outbox and background-work figures are the deployment's, read from Redis at scrape
+time in one round trip (scripts.OVERVIEW), so any replica answers them alike.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from scheduler.store.commands import Overview
+from scheduler.store.jobs import JobStore
+
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# Path prefix -> the route's label: a fixed, small set, whatever paths clients send.
+_PREFIXES = (
+    ("/jobs/", "/jobs/{id}"),
+    ("/nodes/register", "/nodes/register"),
+    ("/nodes/heartbeat", "/nodes/heartbeat"),
+    ("/nodes/", "/nodes/{id}"),
+    ("/services/", "/services/{id}"),
+    ("/ui", "/ui"),
+)
+_EXACT = frozenset(
+    ("/jobs", "/nodes", "/services", "/instances", "/health", "/schedule", "/metrics")
+)
+
+
+def route_label(path: str) -> str:
+    if path in _EXACT:
+        return path
+    for prefix, label in _PREFIXES:
+        if path.startswith(prefix):
+            return label
+    return "other"
+
+
+@dataclass
+class _Series:
+    count: int = 0
+    total: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
+
+
+class RequestStats:
+    """Per (method, route): latency histogram; per (method, route, code): count."""
+
+    def __init__(self) -> None:
+        self.latency: dict[tuple[str, str], _Series] = {}
+        self.codes: dict[tuple[str, str, int], int] = {}
+
+    def observe(self, method: str, route: str, code: int, seconds: float) -> None:
+        key = (method, route)
+        series = self.latency.get(key)
+        if series is None:
+            series = self.latency[key] = _Series()
+        series.count += 1
+        series.total += seconds
+        series.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
+        coded = (method, route, code)
+        self.codes[coded] = self.codes.get(coded, 0) + 1
+
+
+class RequestMetrics:
+    """Pure ASGI middleware, outermost, so refusals (401, 413, 503) are counted too."""
+
+    def __init__(self, app: ASGIApp, stats: RequestStats) -> None:
+        self.app = app
+        self.stats = stats
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.perf_counter(), [500]
+
+        async def send_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = route_label(scope["path"])
+            self.stats.observe(scope["method"], route, status[0], time.perf_counter() - started)
+
+
+class _Scrape(Collector):
+    """One scrape's families: this process's requests, the deployment's state."""
+
+    def __init__(self, stats: RequestStats, view: Overview, node_ttl: float, now: float) -> None:
+        self.stats, self.view, self.node_ttl, self.now = stats, view, node_ttl, now
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._requests()
+        yield from self._jobs()
+        yield from self._nodes()
+        yield from self._background()
+
+    def _requests(self) -> Iterator[Metric]:
+        labels = ["method", "route", "code"]
+        counts = CounterMetricFamily("scheduler_http_requests", "HTTP requests", labels=labels)
+        for (method, route, code), n in sorted(self.stats.codes.items()):
+            counts.add_metric([method, route, str(code)], n)
+        yield counts
+        latency = HistogramMetricFamily(
+            "scheduler_http_request_duration_seconds",
+            "Time from request to response, this process",
+            labels=["method", "route"],
+        )
+        for (method, route), series in sorted(self.stats.latency.items()):
+            cumulative, running = [], 0
+            for bound, n in zip((*map(str, BUCKETS), "+Inf"), series.buckets, strict=True):
+                running += n
+                cumulative.append((bound, running))
+            latency.add_metric([method, route], cumulative, series.total)
+        yield latency
+
+    def _jobs(self) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily("scheduler_jobs", "Jobs in Redis by status", labels=["status"])
+        for status, n in sorted(self.view.by_status.items()):
+            jobs.add_metric([status], n)
+        yield jobs
+
+    def _nodes(self) -> Iterator[Metric]:
+        queued = GaugeMetricFamily(
+            "scheduler_node_jobs", "A node's pending and running jobs", labels=["node", "status"]
+        )
+        healthy = GaugeMetricFamily(
+            "scheduler_node_healthy", "1 while heard from within NODE_TTL_SECS", labels=["node"]
+        )
+        for node, (pending, running) in sorted(self.view.queues.items()):
+            queued.add_metric([node, "pending"], pending)
+            queued.add_metric([node, "running"], running)
+            seen = self.view.last_seen.get(node, 0.0)
+            healthy.add_metric([node], 1 if self.now - seen <= self.node_ttl else 0)
+        yield queued
+        yield healthy
+
+    def _background(self) -> Iterator[Metric]:
+        events = CounterMetricFamily(
+            "scheduler_worker_events",
+            "The workers' counters (timeouts, requeued, sqs_dropped, events_published, ...)",
+            labels=["event"],
+        )
+        for name, n in sorted(self.view.stats.items()):
+            events.add_metric([name], n)
+        yield events
+        failures = self.view.stats.get("publish_failures", 0)
+        yield CounterMetricFamily(
+            "scheduler_sns_publish_failures", "SNS publish attempts that failed", value=failures
+        )
+        yield GaugeMetricFamily(
+            "scheduler_outbox_events", "Events not yet handed to SNS", value=self.view.outbox
+        )
+
+
+async def metrics(request: Request) -> Response:
+    store: JobStore = request.app.state.store
+    stats: RequestStats = request.app.state.request_stats
+    view = await store.overview()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Scrape(stats, view, store.settings.node_ttl_secs, time.time()))
+    ProcessCollector(registry=registry, pid=lambda: os.getpid())
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE)
