@@ -12,10 +12,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 import redis
+from honcho import command as honcho_command
 
 from scheduler.cli.main import build_parser
 from scheduler.config import Settings
@@ -53,7 +55,9 @@ def test_procfile_is_valid_and_its_programs_are_installed() -> None:
 def honcho(env: dict[str, str], *names: str, log: Path) -> Iterator[None]:
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(BIN / "honcho"), "start", *names],
+            # The repository's .env sets honcho's base port to 9001 (README), over any -p; a
+            # test reads no .env and takes free ports.
+            [str(BIN / "honcho"), "start", "--env", os.devnull, *names],
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -146,3 +150,16 @@ def test_worker_command_line() -> None:
         timeout=60,
     )
     assert shown.returncode == 0 and "--queues" in shown.stdout
+
+
+def test_plain_honcho_start_puts_the_api_where_the_agent_looks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`honcho start` as README says: web.1 gets honcho's base port, which the repository's
+    .env sets to the port the agent and the CLI use by default (honcho alone would say 5000)."""
+    monkeypatch.delenv("PORT", raising=False)
+    args = honcho_command.parser.parse_args(["--app-root", str(ROOT), "start"])
+    base = int(honcho_command.map_from(args)["port"])
+    assert base == urlsplit(Settings().scheduler_url).port == 9001
+    web = procfile()["web"]
+    assert "--port ${PORT:-9001}" in web
