@@ -7,7 +7,7 @@
                        budget REPORT_BYTES_IN_FLIGHT is all that bounds them)
   own node, open       the same, as the case a legitimate agent would hit
 
-    .venv/bin/python benchmarks/report_flood.py [--senders 6] [--mib 64] [--budget-mib 64]
+    .venv/bin/python benchmarks/report_flood.py [--senders 6] [--mib 64] [--budget-mib 128]
 
 Starts its own redis-server and one API process per case on free loopback ports. Each
 sender streams its body in 1 MiB writes for as long as the API reads; RSS is sampled from
@@ -126,7 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--senders", type=int, default=6)
     parser.add_argument("--mib", type=int, default=64, help="body size = MAX_REPORT_BYTES")
-    parser.add_argument("--budget-mib", type=int, default=64, help="REPORT_BYTES_IN_FLIGHT")
+    parser.add_argument("--budget-mib", type=int, default=128, help="REPORT_BYTES_IN_FLIGHT")
     args = parser.parse_args()
     print(
         f"{args.senders} senders x {args.mib} MiB at once; REPORT_BYTES_IN_FLIGHT "

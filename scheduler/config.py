@@ -38,6 +38,8 @@ class Settings:
     # Who may make the agent calls (README, "Security"): "open" as the original (its Rust
     # agent sends no key), or "token": a node token from POST /nodes/register, or the key.
     agent_auth: str = field(default="open", metadata={"env": "AGENT_AUTH"})
+    # A secret that only registers nodes (token mode): agents hold it instead of the key.
+    agent_join_key: str = field(default="", metadata={"env": "AGENT_JOIN_KEY"})
     max_nodes: int = field(default=10_000, metadata={"env": "MAX_NODES", "min": 1})
     # Prometheus metrics at /metrics and the request counting behind them: "on" or "off".
     metrics: str = field(default="on", metadata={"env": "METRICS"})
@@ -55,10 +57,12 @@ class Settings:
     )
     max_body_bytes: int = field(default=MiB, metadata={"env": "MAX_BODY_BYTES", "min": 1024})
     max_report_bytes: int = field(default=64 * MiB, metadata={"env": "MAX_REPORT_BYTES"})
-    # Bytes of agent report bodies one API process reads at once; past it, 503 Retry-After.
-    # A report costs about twice its size while it is decoded (benchmarks/report_flood.py).
+    # Bytes of agent report bodies one API process holds at once, counted as they arrive;
+    # past it, 503 Retry-After. Two maximum-size reports: the original Rust agent never retries
+    # a report, so a refusal loses its result. A report costs about twice its size while it is
+    # decoded (benchmarks/report_flood.py).
     report_bytes_in_flight: int = field(
-        default=64 * MiB, metadata={"env": "REPORT_BYTES_IN_FLIGHT"}
+        default=128 * MiB, metadata={"env": "REPORT_BYTES_IN_FLIGHT"}
     )
     max_page_bytes: int = field(default=32 * MiB, metadata={"env": "MAX_PAGE_BYTES", "min": 1024})
     scheduler_db: str = field(default="scheduler.db", metadata={"env": "SCHEDULER_DB"})

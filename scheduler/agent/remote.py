@@ -17,6 +17,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
+from scheduler.agent import token_file
 from scheduler.agent.executor import AgentJob, Outcome
 
 log = logging.getLogger("scheduler.agent")
@@ -49,6 +50,7 @@ class AgentConfig:
     scheduler_url: str
     registry_url: str
     api_key: str = ""
+    join_key: str = ""  # AGENT_JOIN_KEY: registers the node, nothing else
     poll_secs: float = 3.0
     heartbeat_secs: float = 10.0
     grace_secs: float = 30.0
@@ -74,33 +76,25 @@ class Remote:
         self.token = self._load_token()
 
     def _load_token(self) -> str:
-        if not self.config.token_path:
-            return ""
-        try:
-            return Path(self.config.token_path).read_text().strip()
-        except OSError:
-            return ""
+        return token_file.load(Path(self.config.token_path)) if self.config.token_path else ""
 
     def _keep_token(self, token: str) -> None:
         self.token = token
         if not self.config.token_path:
             return
-        path = Path(self.config.token_path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(token)
+            token_file.save(Path(self.config.token_path), token)
         except OSError as exc:
-            log.warning("could not keep the node token in %s: %s", path, exc)
+            log.warning("could not keep the node token in %s: %s", self.config.token_path, exc)
 
     def _forget_token(self) -> None:
         if self.token:
             log.warning("the node token of %s was refused: registering again", self.config.node_id)
             self._keep_token("")
 
-    def _auth(self) -> dict[str, str]:
-        secret = self.token or self.config.api_key
+    def _auth(self, joining: bool = False) -> dict[str, str]:
+        """The node token once there is one; before, to register, the join key if set."""
+        secret = self.token or (joining and self.config.join_key) or self.config.api_key
         return {"Authorization": f"Bearer {secret}"} if secret else {}
 
     def _url(self, base: str, path: str) -> str:
@@ -117,7 +111,7 @@ class Remote:
         }
         url = self._url(self.config.registry_url, "/nodes/register")
         try:
-            response = await self.http.post(url, json=body, headers=self._auth())
+            response = await self.http.post(url, json=body, headers=self._auth(joining=True))
         except httpx.HTTPError as exc:
             log.warning("register at %s failed: %s", url, exc)
             return False

@@ -12,13 +12,14 @@ import contextlib
 import hashlib
 import hmac
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
 from scheduler.api.http import HTTPError
 from scheduler.config import Settings
+from scheduler.store.commands import Unauthorized
 
 # Report bodies up to this size are read before the script checks the caller and the job
 # (one round trip); larger or unsized ones are checked first (CHECK_REPORT), so a stranger's
@@ -44,44 +45,64 @@ def bearer(request: Request) -> str:
 class AgentAuth:
     mode: str
     api_key: str
+    join_key: str = ""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AgentAuth:
-        return cls(settings.agent_auth, settings.api_key)
+        return cls(settings.agent_auth, settings.api_key, settings.agent_join_key)
 
     @property
     def key_required(self) -> bool:
-        """Token mode with a key: only the operator's key adds nodes."""
-        return self.mode == "token" and bool(self.api_key)
+        """Token mode with a key (or a join key): only those add nodes."""
+        return self.mode == "token" and bool(self.api_key or self.join_key)
 
     def identify(self, request: Request) -> str:
-        """The caller as the scripts take it (lua.CALLER), whatever the mode."""
+        """The caller as the scripts take it (lua.CALLER), whatever the mode; "join" for the
+        join key, which the scripts accept only to register a node."""
         token = bearer(request)
         if not token:
             return ""
         if self.api_key and hmac.compare_digest(token.encode(), self.api_key.encode()):
             return "key"
+        if self.join_key and hmac.compare_digest(token.encode(), self.join_key.encode()):
+            return "join"
         return token_hash(token)
 
     def caller(self, request: Request) -> str:
-        """The caller of a poll, heartbeat or report: anyone at all with AGENT_AUTH=open."""
-        return "open" if self.mode == "open" else self.identify(request)
+        """The caller of a poll, heartbeat or report: anyone at all with AGENT_AUTH=open. With
+        AGENT_AUTH=token a call without a bearer is refused here, before Redis or its body."""
+        if self.mode == "open":
+            return "open"
+        caller = self.identify(request)
+        if not caller:
+            raise Unauthorized()
+        return caller
 
 
 class ReportBudget:
-    """Bytes of report bodies being read at once in this process (REPORT_BYTES_IN_FLIGHT).
-    One event loop, so no lock: nothing awaits between the check and the count."""
+    """Bytes of report bodies held at once in this process (REPORT_BYTES_IN_FLIGHT), counted
+    as they arrive, not as declared: a client trickling a body, or one sending no length,
+    holds only what it has sent. One event loop, so no lock: nothing awaits between a check
+    and its count."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.used = 0
 
     @contextlib.contextmanager
-    def reserve(self, size: int) -> Iterator[None]:
-        if self.used + size > self.limit:
-            raise HTTPError(503, "too many reports being read: retry", {"Retry-After": "1"})
-        self.used += size
+    def reading(self) -> Iterator[Callable[[int], None]]:
+        """A `charge(size)` for read_body; what it took is given back when the block ends
+        (the report is decoded and stored by then)."""
+        taken = 0
+
+        def charge(size: int) -> None:
+            nonlocal taken
+            if self.used + size > self.limit:
+                raise HTTPError(503, "too many reports being read: retry", {"Retry-After": "1"})
+            self.used += size
+            taken += size
+
         try:
-            yield
+            yield charge
         finally:
-            self.used -= size
+            self.used -= taken

@@ -174,19 +174,21 @@ async def get_job(request: Request) -> Response:
 
 async def update_job(request: Request) -> Response:
     """An agent's report. The job id, the body's declared size and (for a large or unsized
-    body) the job and the caller are checked before a byte of the body is read, and the bytes
-    read at once are bounded: a stranger's 64 MiB bodies cost nothing."""
+    body, or in token mode) the job and the caller are checked before a byte of the body is
+    read, and the bytes held at once are bounded: a stranger's 64 MiB bodies cost nothing."""
     settings, store = _settings(request), _store(request)
     job_id = _job_id(request)
     caller = _auth(request).caller(request)
     size = declared_length(request)
     if size is not None and size > settings.max_report_bytes:
         raise too_large(settings.max_report_bytes)
-    if size is None or size > PRECHECK_OVER_BYTES:
+    # A node token is checked before the body too: in token mode a stranger's body, however
+    # small, is never read.
+    if size is None or size > PRECHECK_OVER_BYTES or caller not in ("open", "key"):
         await store.check_report(job_id, caller)
     budget: ReportBudget = request.app.state.report_budget
-    with budget.reserve(settings.max_report_bytes if size is None else size):
-        req = _decode_update(await read_body(request, settings.max_report_bytes))
+    with budget.reading() as charge:
+        req = _decode_update(await read_body(request, settings.max_report_bytes, charge))
         limit = settings.output_limit_bytes
         req = msgspec.structs.replace(
             req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)

@@ -79,10 +79,10 @@ async def register(request: Request) -> Response:
 
 
 async def heartbeat(request: Request) -> Response:
+    caller = _auth(request).caller(request)  # first: token mode refuses strangers unread
     beat = await _decode(request, Heartbeat, "failed to decode heartbeat")
     if not ID_RE.fullmatch(beat.id):
         raise NodeNotFound()
-    caller = _auth(request).caller(request)
     node = await _store(request).heartbeat(beat.id, time.time(), caller)
     return json_bytes(msgspec.json.encode(node))
 

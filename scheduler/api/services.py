@@ -48,6 +48,7 @@ def _service_id(request: Request) -> str:
 
 
 async def create(request: Request) -> Response:
+    caller = _caller(request)  # first: token mode refuses strangers unread
     body = await read_body(request, BODY_LIMIT)
     try:
         req = decode_go_style(body, ServiceCreate)
@@ -64,17 +65,20 @@ async def create(request: Request) -> Response:
         deploy_url=req.deploy_url,
         created_at=rfc3339(time.time()),
     )
-    return json_bytes(await _store(request).create_service(service, _caller(request)), 201)
+    return json_bytes(await _store(request).create_service(service, caller), 201)
 
 
 async def list_services(request: Request) -> Response:
     node_id = request.query_params.get("node_id", "")
     status = request.query_params.get("status", "")
+    # An agent's own list: its caller is checked first. Without a node it is the operator's
+    # (the key, when one is set, was checked on the way in).
+    caller = _caller(request) if node_id else "key"
     if node_id:
         check_id("node_id", node_id)
     if status and not SERVICE_STATUS_RE.fullmatch(status):
         return json_array([])  # no service has such a status
-    return json_array(await _store(request).services(node_id, status, _caller(request)))
+    return json_array(await _store(request).services(node_id, status, caller))
 
 
 async def get_service(request: Request) -> Response:
@@ -85,6 +89,7 @@ async def get_service(request: Request) -> Response:
 
 
 async def update(request: Request) -> Response:
+    caller = _caller(request)  # first: token mode refuses strangers unread
     service_id = _service_id(request)
     try:
         req = decode_go_style(await read_body(request, BODY_LIMIT), ServiceUpdate)
@@ -94,7 +99,7 @@ async def update(request: Request) -> Response:
         raise HTTPError(400, "status required")
     if not SERVICE_STATUS_RE.fullmatch(req.status):
         raise HTTPError(400, "invalid status: a word of A-Z a-z 0-9 _ -, up to 32")
-    await _store(request).set_service_status(service_id, req.status, _caller(request))
+    await _store(request).set_service_status(service_id, req.status, caller)
     return Response(status_code=204)
 
 

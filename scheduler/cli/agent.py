@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from scheduler.agent import token_file
 from scheduler.agent.executor import ExecConfig, Executor
 from scheduler.agent.limits import Limits, detect
 from scheduler.agent.loop import Agent
@@ -42,12 +43,13 @@ def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, Ex
         scheduler_url=scheduler_url,
         registry_url=args.registry_url or settings.registry_url or scheduler_url,
         api_key=settings.api_key,
+        join_key=settings.agent_join_key,
         poll_secs=settings.agent_poll_secs,
         heartbeat_secs=settings.agent_heartbeat_secs,
         grace_secs=settings.agent_grace_secs,
         max_jobs=args.max_jobs or settings.max_jobs_per_node,
         http_timeout_secs=settings.http_timeout_secs,
-        token_path=str(Path(work_dir) / node_id / "node-token"),
+        token_path=str(token_file.default_path(settings.agent_work_dir, node_id)),
     )
     try:
         backend = detect(settings.agent_limits)

@@ -405,8 +405,9 @@ class ServiceNotFound(LookupError):
         return "not found"  # the original registry's text
 
 
-def _service_keys(keys: Keys) -> list[str]:
-    return [keys.root, keys.services, keys.service_seq, keys.tokens]
+def _service_keys(keys: Keys, node_id: str = "") -> list[str]:
+    node = keys.node_services(node_id) if node_id else ""
+    return [keys.root, keys.services, keys.service_seq, keys.tokens, node]
 
 
 def _service_created(reply: list[Any]) -> bytes:
@@ -423,11 +424,11 @@ class TooManyServices(Exception):
 
 
 def create_service(
-    keys: Keys, node_id: str, service_json: bytes, caller: str, most: int
+    keys: Keys, node_id: str, service_json: bytes, caller: str, most: int, most_per_node: int
 ) -> Call[bytes]:
     """`service_json` starts with `{"id":""` (models.Service, id first); the script fills it."""
-    args = [node_id, service_json, caller, most]
-    return Call("CREATE_SERVICE", _service_keys(keys), args, _service_created)
+    args = [node_id, service_json, caller, most, most_per_node]
+    return Call("CREATE_SERVICE", _service_keys(keys, node_id), args, _service_created)
 
 
 def _service_set(code: int) -> None:
@@ -448,7 +449,7 @@ def _services(reply: list[Any]) -> list[bytes]:
 
 def list_services(keys: Keys, node_id: str, status: str, caller: str) -> Call[list[bytes]]:
     args = [node_id, status, caller]
-    return Call("LIST_SERVICES", _service_keys(keys), args, _services)
+    return Call("LIST_SERVICES", _service_keys(keys, node_id), args, _services)
 
 
 def trim_outbox(keys: Keys, handed_over: Sequence[bytes]) -> Call[int]:

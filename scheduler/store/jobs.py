@@ -27,9 +27,10 @@ _node_decoder = msgspec.json.Decoder(Node)
 
 T = TypeVar("T")
 
-# Services the built-in registry keeps (each a few hundred bytes); past it, POST /services
-# answers 503. The Rust agent runs a service untracked when its registration fails.
-MAX_SERVICES = 100_000
+# Services the built-in registry keeps (each a few hundred bytes): a node's oldest finished
+# ones go past MAX_SERVICES_PER_NODE; past either limit with none to drop, POST /services
+# answers 503 (the Rust agent then runs the service untracked).
+MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
 
 SCRIPT_NAMES = (
     "CREATE_JOB",
@@ -147,7 +148,12 @@ class JobStore:
 
     async def create_service(self, service: Service, caller: str) -> bytes:
         call = commands.create_service(
-            self.keys, service.node_id, msgspec.json.encode(service), caller, MAX_SERVICES
+            self.keys,
+            service.node_id,
+            msgspec.json.encode(service),
+            caller,
+            MAX_SERVICES,
+            MAX_SERVICES_PER_NODE,
         )
         return await self.run(call)
 

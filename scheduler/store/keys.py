@@ -27,6 +27,7 @@ Layout (P = REDIS_PREFIX):
                           an external registry: when the sweep last saw each one healthy
   P:services              hash service id (svc-N) -> service JSON (built-in registry)
   P:seq:service           counter, INCR gives the N of svc-N
+  P:node:{node}:services  zset of the node's services, score N (its list, its cap)
   P:nodes:token           hash node id -> SHA-256 (hex) of its agent token (built-in registry)
   P:tokens                hash token SHA-256 -> node id (whose token a bearer is)
   P:registry:readable-since  epoch s since the sweep has read the external registry without
@@ -157,6 +158,9 @@ class Keys:
 
     def node_busy(self, node_id: str) -> str:
         return self._k(_DERIVED["node_busy"].format(node_id))
+
+    def node_services(self, node_id: str) -> str:
+        return self._k(f"node:{node_id}:services")
 
     def sqs_message(self, dedup_key: str) -> str:
         return self._k(_DERIVED["sqs_message"].format(dedup_key))

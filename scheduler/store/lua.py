@@ -37,6 +37,7 @@ local TOO_MANY_NODES, ROLE_LOCKED = {TOO_MANY_NODES}, {ROLE_LOCKED}
 # from the Authorization header and passes it as one ARGV:
 #   "open"  AGENT_AUTH=open: agent calls need nothing (the original Rust agent sends no key)
 #   "key"   the request carries TINYAWS_API_KEY: the operator, allowed everywhere
+#   "join"  the request carries AGENT_JOIN_KEY: may register a node (REGISTER_NODE), no more
 #   ""      no bearer token
 #   else    the SHA-256 (hex) of the bearer token; Redis never sees a token itself
 # A node token reaches its own node only: its poll, its heartbeat, the jobs bound to it.

@@ -177,13 +177,14 @@ return node_access(KEYS[3], ARGV[1], cjson.decode(raw).node_id)
 
 REGISTER_NODE = script(
     """
--- POST /nodes/register. Who may (README, "Security"): a new id, anyone, unless ARGV[7]; an
--- existing id, the operator's key or the node's own token; otherwise, with AGENT_AUTH=open,
--- anyone but without changing the node's role; with AGENT_AUTH=token, anyone only for a node
--- silent for NODE_TTL_SECS and only unless ARGV[7].
+-- POST /nodes/register. Who may (README, "Security"): a new id, anyone, or with ARGV[7] only
+-- the key or the join key (caller "join"); an existing id, the operator's key or the node's
+-- own token; otherwise, with AGENT_AUTH=open, anyone but without changing the node's role;
+-- with AGENT_AUTH=token, only for a node silent for NODE_TTL_SECS, and with ARGV[7] only the
+-- join key.
 -- ARGV[1] node id  ARGV[2] node JSON  ARGV[3] role  ARGV[4] now (epoch s)
 -- ARGV[5] caller (lua.CALLER, never "open")  ARGV[6] AGENT_AUTH ("open" | "token")
--- ARGV[7] "1": anonymous callers may not add nodes (token mode with an API key)
+-- ARGV[7] "1": only the key and the join key add nodes (token mode with a key)
 -- ARGV[8] the hash of a fresh token  ARGV[9] MAX_NODES  ARGV[10] NODE_TTL_SECS
 -- Returns {OK, "issued" | "kept" | "none"} (the fresh token became the node's; the caller's
 -- token stays the node's; no token for this caller) | {UNAUTHORIZED} | {TOO_MANY_NODES}
@@ -214,15 +215,16 @@ if held and caller == held then
   save()
   return {OK, "kept"}
 end
+local joining = ARGV[7] ~= "1" or caller == "join"
 if not stored then
-  if ARGV[7] == "1" then return {UNAUTHORIZED} end
+  if not joining then return {UNAUTHORIZED} end
   if redis.call("HLEN", KEYS[2]) >= tonumber(ARGV[9]) then return {TOO_MANY_NODES} end
   save()
   return issue()
 end
 if ARGV[6] == "token" then
   local seen = tonumber(redis.call("ZSCORE", KEYS[3], id) or "-inf")
-  if ARGV[7] == "1" or seen >= now - tonumber(ARGV[10]) then return {UNAUTHORIZED} end
+  if not joining or seen >= now - tonumber(ARGV[10]) then return {UNAUTHORIZED} end
   save()
   return issue()
 end
@@ -301,19 +303,36 @@ return {nodes, seen, counts, by_status, redis.call("HGETALL", KEYS[5]), redis.ca
 # Services (built-in registry): what the Rust agent registers for each service job it runs,
 # and reads back to learn which to stop (CONTRACT 3.4, 3.5). Same KEYS for all three:
 # KEYS[1] root  KEYS[2] services hash  KEYS[3] seq:service  KEYS[4] tokens
+# KEYS[5] the node's services zset (node:{node}:services), or "" when no node is named
 
 CREATE_SERVICE = script(
     CALLER,
     """
+-- A node keeps at most ARGV[5] services: past it, its oldest one that is not running goes.
 -- ARGV[1] node id  ARGV[2] the service's JSON, starting {"id":"",  ARGV[3] caller
--- ARGV[4] most services kept
+-- ARGV[4] most services kept in all  ARGV[5] most a node keeps
 -- Returns {OK, service JSON} | {UNAUTHORIZED} | {FORBIDDEN} | {TOO_MANY_NODES}
 local access = node_access(KEYS[4], ARGV[3], ARGV[1])
 if access ~= OK then return {access} end
+if redis.call("ZCARD", KEYS[5]) >= tonumber(ARGV[5]) then
+  local evicted = false
+  for _, old in ipairs(redis.call("ZRANGE", KEYS[5], 0, -1)) do
+    local kept = redis.call("HGET", KEYS[2], old)
+    if not kept or cjson.decode(kept).status ~= "running" then
+      redis.call("HDEL", KEYS[2], old)
+      redis.call("ZREM", KEYS[5], old)
+      evicted = true
+      break
+    end
+  end
+  if not evicted then return {TOO_MANY_NODES} end
+end
 if redis.call("HLEN", KEYS[2]) >= tonumber(ARGV[4]) then return {TOO_MANY_NODES} end
-local id = "svc-" .. redis.call("INCR", KEYS[3])
+local n = redis.call("INCR", KEYS[3])
+local id = "svc-" .. n
 local service = '{"id":"' .. id .. '"' .. string.sub(ARGV[2], 9)
 redis.call("HSET", KEYS[2], id, service)
+redis.call("ZADD", KEYS[5], n, id)
 return {OK, service}
 """,
 )
@@ -340,25 +359,29 @@ return OK
 LIST_SERVICES = script(
     CALLER,
     """
--- GET /services?node_id=&status= (either filter optional), in id order.
+-- GET /services?node_id=&status= (either filter optional), in id order. A node's list reads
+-- only its own services (its zset); the operator's list without a node reads them all.
 -- ARGV[1] node id or ""  ARGV[2] status or ""  ARGV[3] caller (checked when ARGV[1] is set)
 -- Returns {OK, service JSON, ...} | {UNAUTHORIZED} | {FORBIDDEN}
+local blobs = {}
 if ARGV[1] ~= "" then
   local access = node_access(KEYS[4], ARGV[3], ARGV[1])
   if access ~= OK then return {access} end
+  local ids = redis.call("ZRANGE", KEYS[5], 0, -1)
+  if #ids > 0 then blobs = redis.call("HMGET", KEYS[2], unpack(ids)) end
+else
+  local all = redis.call("HGETALL", KEYS[2])
+  local found = {}
+  for i = 1, #all, 2 do found[#found + 1] = {tonumber(string.sub(all[i], 5)), all[i + 1]} end
+  table.sort(found, function(a, b) return a[1] < b[1] end)
+  for _, entry in ipairs(found) do blobs[#blobs + 1] = entry[2] end
 end
-local all = redis.call("HGETALL", KEYS[2])
-local found = {}
-for i = 1, #all, 2 do
-  local service = cjson.decode(all[i + 1])
-  local on_node = ARGV[1] == "" or service.node_id == ARGV[1]
-  if on_node and (ARGV[2] == "" or service.status == ARGV[2]) then
-    found[#found + 1] = {tonumber(string.sub(all[i], 5)), all[i + 1]}
+local out = {OK}
+for _, blob in ipairs(blobs) do
+  if blob and (ARGV[2] == "" or cjson.decode(blob).status == ARGV[2]) then
+    out[#out + 1] = blob
   end
 end
-table.sort(found, function(a, b) return a[1] < b[1] end)
-local out = {OK}
-for _, entry in ipairs(found) do out[#out + 1] = entry[2] end
 return out
 """,
 )

@@ -19,11 +19,14 @@ from tests.processes import api_replicas, scheduler_env
 
 KEY = "agent-test-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
+JOIN = "agent-join-key"
 
 
 @pytest.fixture(scope="module")
 def api(redis_url: str) -> Iterator[str]:
-    env = scheduler_env(redis_url, "agent-token", AGENT_AUTH="token", TINYAWS_API_KEY=KEY)
+    env = scheduler_env(
+        redis_url, "agent-token", AGENT_AUTH="token", TINYAWS_API_KEY=KEY, AGENT_JOIN_KEY=JOIN
+    )
     with api_replicas(1, env) as urls:
         yield urls[0]
 
@@ -41,12 +44,13 @@ class Recorder(httpx.AsyncBaseTransport):
         return await self.inner.handle_async_request(request)
 
 
-def remote(url: str, node: str, token_path: Path, api_key: str = KEY) -> Remote:
+def remote(url: str, node: str, token_path: Path, api_key: str = KEY, join_key: str = "") -> Remote:
     config = AgentConfig(
         node_id=node,
         scheduler_url=url,
         registry_url=url,
         api_key=api_key,
+        join_key=join_key,
         token_path=str(token_path),
     )
     return Remote(config, httpx.AsyncClient(timeout=5))
@@ -121,3 +125,18 @@ def test_a_revoked_token_is_dropped_and_the_node_registered_again(api: str, tmp_
     assert new and new != old and token_path.read_text() == new
     nodes = httpx.get(f"{api}/nodes", headers=OPERATOR).json()
     assert nodes["tok-3"]["status"] == "healthy"
+
+
+def test_an_agent_with_only_the_join_key_registers_and_works(api: str, tmp_path: Path) -> None:
+    async def go() -> tuple[bool, int]:
+        agent = remote(api, "tok-join", tmp_path / "node-token", api_key="", join_key=JOIN)
+        registered = await agent.register()
+        jobs = await agent.http.get(
+            f"{api}/jobs",
+            params={"node_id": "tok-join", "status": "pending"},
+            headers=agent._auth(),
+        )
+        await agent.http.aclose()
+        return registered, jobs.status_code
+
+    assert asyncio.run(go()) == (True, 200)

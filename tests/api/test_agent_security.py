@@ -5,6 +5,7 @@ left as it was when the answer is a refusal."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from scheduler.store.keys import Keys
 from tests.conftest import ClientFactory, Json, assert_json, assert_text_error
 
 KEY = "operator-key"
@@ -35,14 +37,20 @@ class Cluster:
     api: TestClient
     mode: str
     tokens: dict[str, str]
+    redis: Any = None
+    keys: Keys | None = None
 
     def state(self) -> Json:
-        """Everything an attack could change: every job and every node, as stored."""
+        """Everything an attack could change: every job, node (last heartbeat included) and
+        service, and the token hashes as Redis holds them."""
         jobs = assert_json(self.api.get("/jobs", headers=OPERATOR))
         nodes = assert_json(self.api.get("/nodes", headers=OPERATOR))
-        for node in nodes.values():
-            node.pop("last_seen")  # heartbeats move it; what it says about the node is status
-        return {"jobs": jobs, "nodes": nodes}
+        services = assert_json(self.api.get("/services", headers=OPERATOR))
+        state = {"jobs": jobs, "nodes": nodes, "services": services}
+        if self.redis is not None and self.keys is not None:
+            for name in ("node_tokens", "tokens"):
+                state[name] = self.redis.hgetall(getattr(self.keys, name))
+        return state
 
     def job(self, job_id: str = "job-1") -> Json:
         job: Json = assert_json(self.api.get(f"/jobs/{job_id}", headers=OPERATOR))
@@ -57,7 +65,9 @@ def register_node(api: TestClient, node_id: str, headers: dict[str, str]) -> str
 
 
 @pytest.fixture(params=["open", "token"])
-def cluster(request: pytest.FixtureRequest, make_client: ClientFactory) -> Cluster:
+def cluster(
+    request: pytest.FixtureRequest, make_client: ClientFactory, rclient: Any, prefix: str
+) -> Cluster:
     mode: str = request.param
     api = make_client(api_key=KEY, agent_auth=mode)
     # The agents register as they would: in token mode with the key (only it adds nodes).
@@ -65,7 +75,9 @@ def cluster(request: pytest.FixtureRequest, make_client: ClientFactory) -> Clust
     tokens = {node: register_node(api, node, join) for node in ("n1", "n2")}
     job = {"command": "deploy", "env_vars": SECRET}
     assert assert_json(api.post("/jobs", json=job, headers=OPERATOR), 201)["node_id"] == "n1"
-    return Cluster(api, mode, tokens)
+    service = {"node_id": "n1", "port": 8080, "pid": 7}  # svc-1, a service n1 runs
+    assert api.post("/services", json=service, headers=OPERATOR).status_code == 201
+    return Cluster(api, mode, tokens, rclient, Keys(prefix))
 
 
 STRANGER: dict[str, str] = {}
@@ -97,6 +109,18 @@ def hijack_role(c: Cluster, headers: dict[str, str]) -> Any:
     return c.api.post("/nodes/register", json=body, headers=headers)
 
 
+def register_service(c: Cluster, headers: dict[str, str]) -> Any:
+    return c.api.post("/services", json={"node_id": "n1", "port": 1}, headers=headers)
+
+
+def end_service(c: Cluster, headers: dict[str, str]) -> Any:
+    return c.api.patch("/services/svc-1", json={"status": "done"}, headers=headers)
+
+
+def list_services(c: Cluster, headers: dict[str, str]) -> Any:
+    return c.api.get("/services?node_id=n1&status=running", headers=headers)
+
+
 Attack = Callable[[Cluster, dict[str, str]], Any]
 # attack, who, mode -> status. "open" answers are the original's behaviour that AGENT_AUTH=open
 # keeps for the Rust agent (README lists them as what a stranger can do in that mode).
@@ -110,6 +134,12 @@ TABLE: list[tuple[str, Attack, str, int, int]] = [
     ("register a fake node", register_fake, "stranger", 201, 401),
     ("re-register a live node as storage", hijack_role, "stranger", 403, 401),
     ("re-register a live node as storage", hijack_role, "other node", 403, 401),
+    ("register a service on a node", register_service, "stranger", 201, 401),
+    ("register a service on a node", register_service, "other node", 201, 403),
+    ("mark a node's service ended", end_service, "stranger", 204, 401),
+    ("mark a node's service ended", end_service, "other node", 204, 403),
+    ("list a node's services", list_services, "stranger", 200, 401),
+    ("list a node's services", list_services, "other node", 200, 403),
 ]
 
 
@@ -287,24 +317,30 @@ async def call_app(
     headers: dict[str, str],
     body: bytes,
     gate: asyncio.Event | None = None,
+    sized: bool = True,
 ) -> tuple[int, dict[str, str], bool]:
-    """PATCH `path` as the server would hand it to the app, declaring len(body) bytes; returns
-    the status, the headers and whether the app asked for the body (after `gate`, if any)."""
+    """PATCH `path` as the server would hand it to the app (declaring len(body) bytes, unless
+    not `sized`: then chunked); returns the status, the headers and whether the app asked for
+    the body. With a `gate`, the last byte waits for it (a client that trickles its body)."""
     asked: list[bool] = []
     answer: dict[str, Any] = {}
+    chunks = [body[:-1], body[-1:]] if gate is not None else [body]
 
     async def receive() -> dict[str, Any]:
         asked.append(True)
-        if gate is not None:
+        if len(asked) == len(chunks) and gate is not None:
             await gate.wait()
-        return {"type": "http.request", "body": body, "more_body": False}
+        chunk = chunks[min(len(asked), len(chunks)) - 1]
+        return {"type": "http.request", "body": chunk, "more_body": len(asked) < len(chunks)}
 
     async def send(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
             answer["status"] = message["status"]
             answer["headers"] = {k.decode(): v.decode() for k, v in message["headers"]}
 
-    raw = {"content-length": str(len(body)), "content-type": "application/json", **headers}
+    raw = {"content-type": "application/json", **headers}
+    if sized:
+        raw["content-length"] = str(len(body))
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -335,8 +371,13 @@ BIG = 70 * 1024  # over the size read before any check (api/agents.PRECHECK_OVER
 def test_a_big_report_for_an_unknown_job_is_404_unread(cluster: Cluster) -> None:
     portal = cluster.api.portal
     assert portal is not None
-    status, _, asked = portal.call(call_app, cluster.api, "/jobs/job-404", {}, report_body(BIG))
+    # In token mode a caller without a token learns nothing, not even that the job is unknown.
+    who = {} if cluster.mode == "open" else bearer(cluster.tokens["n1"])
+    status, _, asked = portal.call(call_app, cluster.api, "/jobs/job-404", who, report_body(BIG))
     assert (status, asked) == (404, False)
+    if cluster.mode == "token":
+        status, _, asked = portal.call(call_app, cluster.api, "/jobs/job-404", {}, report_body(BIG))
+        assert (status, asked) == (401, False)
 
 
 def test_a_strangers_big_report_is_refused_unread(cluster: Cluster) -> None:
@@ -359,8 +400,9 @@ def test_a_strangers_big_report_is_refused_unread(cluster: Cluster) -> None:
 
 @pytest.mark.parametrize("mode", ["open", "token"])
 def test_report_bytes_read_at_once_are_bounded(make_client: ClientFactory, mode: str) -> None:
-    """Two reports of 100 kB at once against a budget of 150 kB: the second waits for no
-    memory; it is told to come back (503, Retry-After) and nothing changes."""
+    """Two reports of 100 kB at once against a budget of 150 kB: the first has sent all but
+    its last byte; the second is told to come back (503, Retry-After) as soon as its bytes
+    would pass the budget, and nothing changes."""
     api = make_client(
         agent_auth=mode,
         api_key=KEY,
@@ -386,7 +428,7 @@ def test_report_bytes_read_at_once_are_bounded(make_client: ClientFactory, mode:
     assert api.portal is not None
     first, second = api.portal.call(two_at_once)
     assert first[0] == 200
-    assert (second[0], second[1].get("retry-after"), second[2]) == (503, "1", False)
+    assert (second[0], second[1].get("retry-after")) == (503, "1")
     statuses = [j["status"] for j in assert_json(api.get("/jobs", headers=OPERATOR))]
     assert statuses == ["running", "pending"]
     assert api.app.state.report_budget.used == 0  # type: ignore[attr-defined]
@@ -447,3 +489,83 @@ def test_token_mode_without_a_key_lets_a_silent_nodes_id_be_taken_again(
     assert new != old
     assert poll_as(api, "n1", old).status_code == 401
     assert poll_as(api, "n1", new).status_code == 200
+
+
+@pytest.mark.parametrize("sized", [True, False], ids=["declared", "chunked"])
+def test_a_trickled_body_holds_only_what_it_sent(make_client: ClientFactory, sized: bool) -> None:
+    """A stranger's report that declares 100 kB (or none) and never finishes holds the bytes
+    it sent, not what it declared: the node's own reports still go through meanwhile."""
+    api = make_client(
+        max_body_bytes=100_000, max_report_bytes=100_000, report_bytes_in_flight=100_000
+    )
+    register_node(api, "n1", {})
+    for _ in range(2):
+        api.post("/jobs", json={"command": "x"})
+    hanging = report_body(100_000)[:20] + b"x"  # 20 bytes now, the last one never
+
+    async def while_one_hangs() -> tuple[int, int]:
+        gate = asyncio.Event()
+        stuck = asyncio.create_task(call_app(api, "/jobs/job-1", {}, hanging, gate, sized))
+        while api.app.state.report_budget.used == 0:  # type: ignore[attr-defined]
+            await asyncio.sleep(0.01)
+        held = api.app.state.report_budget.used  # type: ignore[attr-defined]
+        status, _, _ = await call_app(api, "/jobs/job-2", {}, report_body(50_000))
+        stuck.cancel()  # the client goes away: what it held comes back
+        with contextlib.suppress(asyncio.CancelledError):
+            await stuck
+        return held, status
+
+    assert api.portal is not None
+    held, status = api.portal.call(while_one_hangs)
+    assert (held, status) == (20, 200)
+    assert api.app.state.report_budget.used == 0  # type: ignore[attr-defined]
+
+
+def test_a_body_that_never_arrives_is_408(make_client: ClientFactory, monkeypatch: Any) -> None:
+    monkeypatch.setattr("scheduler.api.http.BODY_READ_SECS", 0.2)
+    api = make_client()
+    register_node(api, "n1", {})
+    api.post("/jobs", json={"command": "x"})
+
+    async def stalled() -> tuple[int, int]:
+        gate = asyncio.Event()  # never set
+        status, _, _ = await call_app(api, "/jobs/job-1", {}, report_body(100), gate)
+        return status, api.app.state.report_budget.used  # type: ignore[attr-defined]
+
+    assert api.portal is not None
+    assert api.portal.call(stalled) == (408, 0)
+    assert api.get("/jobs/job-1").json()["status"] == "pending"
+
+
+def test_token_mode_refuses_a_stranger_before_redis_and_body(
+    make_client: ClientFactory,
+) -> None:
+    api = make_client(agent_auth="token")
+    register_node(api, "n1", {})
+    api.post("/jobs", json={"command": "x"})
+    assert api.portal is not None
+    for body in (report_body(100), b"garbage"):
+        status, _, asked = api.portal.call(call_app, api, "/jobs/job-1", {}, body)
+        assert (status, asked) == (401, False)
+    # A bearer that is no node's token: checked in Redis, still before the body.
+    status, _, asked = api.portal.call(call_app, api, "/jobs/job-1", bearer("x"), b"garbage")
+    assert (status, asked) == (401, False)
+
+
+def test_the_join_key_registers_nodes_and_does_nothing_else(make_client: ClientFactory) -> None:
+    """Agents can hold AGENT_JOIN_KEY instead of the operator's key: it adds a node, or takes
+    over a dead node's id, and opens nothing else."""
+    api = make_client(api_key=KEY, agent_auth="token", agent_join_key="join-me", node_ttl_secs=1.0)
+    join = bearer("join-me")
+    assert register_fake(Cluster(api, "token", {}), {}).status_code == 401
+    token = register_node(api, "n1", join)
+    api.post("/jobs", json={"command": "x"}, headers=OPERATOR)
+    assert poll_as(api, "n1", "join-me").status_code == 401
+    assert heartbeat_as(api, "n1", "join-me").status_code == 401
+    assert api.patch("/jobs/job-1", json={"status": "running"}, headers=join).status_code == 401
+    for path in ("/jobs", "/nodes", "/metrics"):
+        assert api.get(path, headers=join).status_code == 401
+    assert hijack_role(Cluster(api, "token", {}), join).status_code == 401  # n1 is live
+    time.sleep(1.2)  # n1 is now silent past NODE_TTL_SECS: its id may be taken again
+    again = register_node(api, "n1", join)
+    assert again != token and poll_as(api, "n1", token).status_code == 401

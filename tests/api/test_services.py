@@ -103,3 +103,23 @@ def test_token_mode_keeps_each_nodes_services_its_own(make_client: ClientFactory
     assert assert_json(api.get("/services", headers=OPERATOR)) == before
     assert api.patch("/services/svc-1", json={"status": "done"}, headers=n1).status_code == 204
     assert assert_json(api.get("/services?node_id=n1", headers=n1))[0]["status"] == "done"
+
+
+def test_a_node_keeps_a_bounded_number_of_services(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its cap a node's oldest finished service goes; with every one running, 503. A node
+    filling its own list costs the others nothing: each list reads only its node's."""
+    monkeypatch.setattr("scheduler.store.jobs.MAX_SERVICES_PER_NODE", 3)
+    for _ in range(3):
+        assert_json(client.post("/services", json={"node_id": "n1"}), 201)
+    assert_json(client.post("/services", json={"node_id": "n2"}), 201)  # svc-4
+    assert_text_error(
+        client.post("/services", json={"node_id": "n1"}), 503, "too many services registered"
+    )
+    assert client.patch("/services/svc-2", json={"status": "crashed"}).status_code == 204
+    assert assert_json(client.post("/services", json={"node_id": "n1"}), 201)["id"] == "svc-5"
+    on_n1 = [s["id"] for s in assert_json(client.get("/services?node_id=n1"))]
+    assert on_n1 == ["svc-1", "svc-3", "svc-5"]
+    assert client.get("/services/svc-2").status_code == 404
+    assert [s["id"] for s in assert_json(client.get("/services?node_id=n2"))] == ["svc-4"]
