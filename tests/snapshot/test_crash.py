@@ -64,7 +64,9 @@ elif point == "restore-mid":  # after the first batch reached Redis
     original = snapshot_db.read_batches
     def batches(conn, size):
         for i, rows in enumerate(original(conn, size)):
-            if i == 1:
+            # The third batch is asked for only once the first one's send has returned
+            # (one batch in flight): pausing at the second raced that send.
+            if i == 2:
                 pause()
             yield rows
     snapshot_db.read_batches = batches
