@@ -93,6 +93,20 @@ class Remote:
             )
             await self.register()
 
+    async def deregister(self) -> None:
+        """A clean stop: the registry forgets the node, so no job is placed on it and its
+        pending jobs move to live nodes now, instead of once the node is found silent."""
+        url = self._url(self.config.registry_url, "/nodes/" + quote(self.config.node_id, safe=""))
+        try:
+            response = await self.http.delete(url)
+        except httpx.HTTPError as exc:
+            log.warning("deregister at %s failed: %s", url, exc)
+            return
+        if response.is_success or response.status_code == 404:
+            log.info("deregistered node %s", self.config.node_id)
+        else:
+            log.warning("deregister: HTTP %d %s", response.status_code, response.text.strip())
+
     async def instances(self) -> list[Instance]:
         """This node's instances; none when the registry cannot say."""
         url = self._url(self.config.registry_url, "/instances")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TypeVar
 
@@ -24,6 +25,8 @@ from scheduler.store.commands import NodeNotFound
 from scheduler.store.jobs import JobStore
 
 S = TypeVar("S", bound=msgspec.Struct)
+
+log = logging.getLogger("scheduler.api")
 
 
 def _store(request: Request) -> JobStore:
@@ -67,7 +70,9 @@ async def delete_node(request: Request) -> Response:
     node_id: str = request.path_params["node_id"]
     if not ID_RE.fullmatch(node_id):
         raise NodeNotFound()
-    await _store(request).delete_node(node_id)
+    moved = await _store(request).delete_node(node_id, time.time())
+    if moved:
+        log.info("node %s left: %d pending job(s) moved to live nodes", node_id, len(moved))
     return Response(status_code=204)
 
 

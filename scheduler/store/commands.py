@@ -243,6 +243,43 @@ def requeue_lost(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A running job of a lost node, after LOSE_RUNNING: `status` is `pending` (retried or
+    a service placed again, on `to_node`) or `failed` (no retry left)."""
+
+    job_id: str
+    from_node: str
+    to_node: str
+    status: str
+
+
+def _lost(reply: list[bytes]) -> list[Lost]:
+    text = [str(part, "utf-8") for part in reply]
+    return [Lost(*text[i : i + 4]) for i in range(0, len(text), 4)]
+
+
+def lose_running(
+    keys: Keys, now: float, lost_secs: float, node_ttl: float, max_retries: int, limit: int
+) -> Call[list[Lost]]:
+    return Call(
+        "LOSE_RUNNING",
+        [
+            keys.root,
+            keys.nodes_compute,
+            keys.rr_seq,
+            keys.dirty,
+            keys.all_jobs,
+            keys.deadlines,
+            keys.outbox,
+            keys.event_seq,
+            keys.finished,
+        ],
+        [now - lost_secs, now - node_ttl, limit, now, rfc3339(now), max_retries],
+        _lost,
+    )
+
+
 def _node_keys(keys: Keys) -> list[str]:
     return [keys.root, keys.nodes, keys.nodes_seen, keys.nodes_compute]
 
@@ -262,13 +299,22 @@ def heartbeat(keys: Keys, node_id: str, now: float) -> Call[bytes]:
     return Call("HEARTBEAT", _node_keys(keys), [node_id, now], _heartbeat)
 
 
-def _deleted(reply: int) -> None:
-    if reply == lua.NOT_FOUND:
+def _deleted(reply: list[Any]) -> list[Requeued]:
+    if reply[0] == lua.NOT_FOUND:
         raise NodeNotFound()
+    return _requeued(reply[1:])
 
 
-def delete_node(keys: Keys, node_id: str) -> Call[None]:
-    return Call("DELETE_NODE", _node_keys(keys), [node_id], _deleted)
+def delete_node(
+    keys: Keys, node_id: str, now: float, node_ttl: float, limit: int
+) -> Call[list[Requeued]]:
+    """Deregister a node; its pending jobs (up to `limit`) move to live nodes now."""
+    return Call(
+        "DELETE_NODE",
+        [*_node_keys(keys), keys.rr_seq, keys.dirty, keys.all_jobs],
+        [node_id, now - node_ttl, limit],
+        _deleted,
+    )
 
 
 def trim_outbox(keys: Keys, handed_over: Sequence[bytes]) -> Call[int]:

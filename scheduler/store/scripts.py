@@ -4,7 +4,7 @@ heartbeat and delete built-in registry nodes. Each header lists its KEYS and ARG
 
 from __future__ import annotations
 
-from scheduler.store.lua import INDEX, PLACEMENT, READ, script
+from scheduler.store.lua import INDEX, PLACEMENT, READ, REBIND, script
 
 CREATE_JOB = script(
     PLACEMENT,
@@ -169,14 +169,27 @@ return {OK, node}
 
 
 DELETE_NODE = script(
+    INDEX,
+    REBIND,
     """
+-- A node leaves (its agent stopping cleanly, or an operator): no job is placed on it from now
+-- on, and its pending jobs (not instance-bound) move to live nodes at once. A compute node
+-- stays in nodes:compute as lost long ago (score 0), so the sweep treats it as a lost node:
+-- its running jobs (none after a clean stop) and any pending jobs beyond `limit` follow.
 -- KEYS[1] root  KEYS[2] nodes hash  KEYS[3] nodes:seen  KEYS[4] nodes:compute
--- ARGV[1] node id
--- Returns OK | NOT_FOUND
-if redis.call("HDEL", KEYS[2], ARGV[1]) == 0 then return NOT_FOUND end
-redis.call("ZREM", KEYS[3], ARGV[1])
-redis.call("ZREM", KEYS[4], ARGV[1])
-return OK
+-- KEYS[5] seq:rr  KEYS[6] dirty  KEYS[7] jobs
+-- ARGV[1] node id  ARGV[2] live cutoff (epoch s)  ARGV[3] most jobs to move
+-- Returns {NOT_FOUND} | {OK, job id, from node, to node, ...} for each job moved.
+local node = ARGV[1]
+if redis.call("HDEL", KEYS[2], node) == 0 then return {NOT_FOUND} end
+redis.call("ZREM", KEYS[3], node)
+local moved = {}
+if redis.call("ZSCORE", KEYS[4], node) then
+  redis.call("ZADD", KEYS[4], 0, node)
+  local live = live_nodes(KEYS[4], ARGV[2])
+  move_pending(node, live, KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[3]), moved)
+end
+return {OK, unpack(moved)}
 """,
 )
 

@@ -90,6 +90,25 @@ def test_a_404_heartbeat_registers_again(api: str, tmp_path: Path) -> None:
     assert nodes(api)["proto-beat"]["status"] == "healthy"
 
 
+def test_a_clean_stop_deregisters_and_the_nodes_queue_moves(api: str, tmp_path: Path) -> None:
+    only_node(api, "proto-stay")
+
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, "proto-stop", max_jobs=0)  # takes no job
+        running = asyncio.create_task(agent.run())
+        while nodes(api).get("proto-stop", {}).get("status") != "healthy":
+            await asyncio.sleep(0.05)
+        submitted = [httpx.post(f"{api}/jobs", json={"command": "x"}).json() for _ in range(2)]
+        (job,) = [j for j in submitted if j["node_id"] == "proto-stop"]
+        agent.stop()
+        await running
+        await agent.remote.http.aclose()
+        assert "proto-stop" not in nodes(api)
+        assert httpx.get(f"{api}/jobs/{job['job_id']}").json()["node_id"] == "proto-stay"
+
+    run(go)
+
+
 def test_registration_gives_up_after_its_attempts(tmp_path: Path) -> None:
     calls = []
 
