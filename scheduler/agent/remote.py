@@ -139,14 +139,33 @@ class Remote:
         return self._url(self.config.scheduler_url, "/jobs/" + quote(job_id, safe=""))
 
     async def claim(self, job: AgentJob) -> bool:
-        body = {"status": "running", "exit_code": None, "stdout": "", "stderr": ""}
-        try:
-            response = await self.http.patch(self._job_url(job.job_id), json=body)
-        except httpx.HTTPError as exc:
-            log.warning("claim %s failed: %s", job.job_id, exc)
-            return False
+        """PATCH `running`. The body is the Rust agent's plus our node id, which makes a
+        repeated claim answer 200: so a claim whose answer was lost (a network error, a 5xx)
+        is retried with backoff instead of leaving the job running with no one running it."""
+        body = {
+            "status": "running",
+            "exit_code": None,
+            "stdout": "",
+            "stderr": "",
+            "node_id": self.config.node_id,
+        }
+        for attempt in range(self.config.report_attempts):
+            try:
+                response = await self.http.patch(self._job_url(job.job_id), json=body)
+                if response.status_code < 500:
+                    return self._claimed(job, response)
+                problem = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                problem = str(exc) or type(exc).__name__
+            log.warning("claim %s failed (%s), attempt %d", job.job_id, problem, attempt + 1)
+            if attempt + 1 < self.config.report_attempts:
+                await asyncio.sleep(min(self.config.report_backoff_secs * 2**attempt, 10))
+        log.error("gave up claiming %s", job.job_id)
+        return False
+
+    def _claimed(self, job: AgentJob, response: httpx.Response) -> bool:
         if response.status_code == 409:
-            log.info("%s was claimed by another agent: skipped", job.job_id)
+            log.info("%s: %s: skipped", job.job_id, response.text.strip())
             return False
         if not response.is_success:
             log.warning("claim %s: HTTP %d %s", job.job_id, response.status_code, response.text)
@@ -154,12 +173,14 @@ class Remote:
         return True
 
     async def report(self, job_id: str, outcome: Outcome) -> None:
-        """PATCH the result; network errors and 5xx are retried with backoff."""
+        """PATCH the result; network errors and 5xx are retried with backoff (a repeat of a
+        report that was applied answers 200: it is identical to the stored one)."""
         body = {
             "status": outcome.status,
             "exit_code": outcome.exit_code,
             "stdout": outcome.stdout,
             "stderr": outcome.stderr,
+            "node_id": self.config.node_id,
         }
         for attempt in range(self.config.report_attempts):
             try:

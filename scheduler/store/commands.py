@@ -127,6 +127,7 @@ _CONFLICTS = {
     lua.FINISHED: "job already finished",
     lua.ALREADY_RUNNING: "job already running",
     lua.NOT_RUNNING: "job is not running",
+    lua.OTHER_NODE: "job is bound to another node",
 }
 
 
@@ -165,6 +166,7 @@ def transition(
             now,
             rfc3339(now),
             max_retries,
+            update.node_id,
         ],
         _transitioned,
     )

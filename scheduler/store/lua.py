@@ -21,11 +21,12 @@ ALREADY_RUNNING = 4
 NOT_RUNNING = 5
 NO_NODES = 6
 NOT_READY = 7
+OTHER_NODE = 8
 
 CODES = f"""
 local OK, NOT_FOUND, DUPLICATE, FINISHED = {OK}, {NOT_FOUND}, {DUPLICATE}, {FINISHED}
 local ALREADY_RUNNING, NOT_RUNNING, NO_NODES = {ALREADY_RUNNING}, {NOT_RUNNING}, {NO_NODES}
-local NOT_READY = {NOT_READY}
+local NOT_READY, OTHER_NODE = {NOT_READY}, {OTHER_NODE}
 """
 
 # Placement, the same rule as placement.choose: candidates sorted by id, ticket from INCR.

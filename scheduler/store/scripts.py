@@ -91,16 +91,30 @@ TRANSITION = script(
 -- KEYS[7] seq:event  KEYS[8] finished
 -- ARGV[1] job id  ARGV[2] new status  ARGV[3] exit code ("" = none)  ARGV[4] stdout
 -- ARGV[5] stderr  ARGV[6] now (epoch s)  ARGV[7] now (RFC 3339)  ARGV[8] MAX_JOB_RETRIES
+-- ARGV[9] the reporting node ("" = unknown, as the Rust agent's reports)
 -- Returns {OK, job JSON} | {NOT_FOUND} | {FINISHED} | {ALREADY_RUNNING} | {NOT_RUNNING}
-local id, new = ARGV[1], ARGV[2]
+--   | {OTHER_NODE}
+-- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
+-- holding the job (only a known node: a bare claim stays a conflict), and a final report
+-- that the stored job already reflects.
+local id, new, reporter = ARGV[1], ARGV[2], ARGV[9]
 local raw = redis.call("GET", KEYS[2])
 if not raw then return {NOT_FOUND} end
 local job = cjson.decode(raw)
 local old = job.status
-if old == "done" or old == "failed" then return {FINISHED} end
+if reporter ~= "" and reporter ~= job.node_id then return {OTHER_NODE} end
+if old == "done" or old == "failed" then
+  local function same(arg, stored) return arg == "" or arg == stored end
+  if new == old and (ARGV[3] == "" or tonumber(ARGV[3]) == job.exit_code)
+    and same(ARGV[4], job.stdout) and same(ARGV[5], job.stderr) then
+    return {OK, raw}
+  end
+  return {FINISHED}
+end
 local n = redis.call("ZSCORE", KEYS[3], id)
 local busy = key_node_busy(job.node_id)
 if new == "running" then
+  if old == "running" and reporter ~= "" then return {OK, raw} end
   if old ~= "pending" then return {ALREADY_RUNNING} end
   job.running_at = ARGV[7]
   if job.job_type ~= "service" then
