@@ -90,12 +90,15 @@ class NewJob(msgspec.Struct, omit_defaults=True):
 
 
 class JobUpdate(msgspec.Struct):
-    """PATCH /jobs/{id} body, as the agent sends it."""
+    """PATCH /jobs/{id} body, as the agent sends it. `node_id` is ours (the Rust agent sends
+    none): the reporting node, which makes a repeated claim idempotent and a report from
+    another node a conflict."""
 
     status: str = ""
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
+    node_id: str = ""
 
 
 class NodeRegistration(msgspec.Struct):
@@ -271,6 +274,8 @@ def validate_registration(reg: NodeRegistration) -> None:
 def validate_update(req: JobUpdate) -> None:
     if req.exit_code is not None and not INT32_MIN <= req.exit_code <= INT32_MAX:
         raise InvalidInput(f"invalid exit_code {req.exit_code}: must fit in 32 bits")
+    if req.node_id:
+        check_id("node_id", req.node_id)
 
 
 TRUNCATION_MARKER = "\n[output truncated by the scheduler: {dropped} bytes dropped]\n"

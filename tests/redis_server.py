@@ -66,3 +66,42 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
         except redis.ConnectionError:
             time.sleep(0.05)
     raise RuntimeError("redis-server did not start within 10 s")
+
+
+class RestartableRedis:
+    """A redis-server that a test can SIGKILL and start again on the same port, from its
+    append-only file (fsynced on every write, so a restart loses nothing acknowledged)."""
+
+    def __init__(self, data_dir: str) -> None:
+        binary = shutil.which("redis-server") or shutil.which("valkey-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (.ci/run installs it)")
+        self.binary = binary
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                *("--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.data_dir),
+                *("--save", "", "--appendonly", "yes", "--appendfsync", "always"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_ready(self.url, self.proc)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def __enter__(self) -> RestartableRedis:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()

@@ -16,6 +16,7 @@ import redis
 from scheduler.config import Settings
 from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from workers.outage import until_redis_answers
 
 RUNS_KEPT = 1000
 
@@ -35,13 +36,15 @@ class Context:
         return self.store.redis
 
     def count(self, counts: Counter[str]) -> None:
-        """Add to the deployment's background-work counters (the P:stats hash)."""
+        """Add to the deployment's background-work counters (the P:stats hash). Counting
+        often follows work that cannot be undone (a publish SNS took): it waits out a Redis
+        outage rather than fail the task, which rq would then run again."""
         if not counts:
             return
         pipe = self.redis.pipeline(transaction=False)
         for name, value in counts.items():
             pipe.hincrby(self.keys.stats, name, value)
-        pipe.execute()
+        until_redis_answers("counting", pipe.execute)
 
     def record_run(self, task: str, period: int, now: float) -> None:
         """Log a periodic task's run (newest last, the last RUNS_KEPT kept)."""

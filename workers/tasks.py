@@ -38,16 +38,25 @@ class PublishFailed(Exception):
 
 
 def sweep(period: int) -> int:
-    """Fail the run jobs running longer than JOB_TIMEOUT_SECS, move the pending jobs of lost
-    nodes to live ones, and prune finished jobs past JOB_RETENTION_SECS; returns how many
-    jobs timed out."""
+    """Fail the run jobs running longer than JOB_TIMEOUT_SECS; fail or re-place the running
+    jobs of lost nodes and move their pending jobs to live ones; prune finished jobs past
+    JOB_RETENTION_SECS. Returns how many jobs timed out."""
     ctx = context.current()
     now = time.time()
     failed = ctx.store.sweep_timeouts(now)
     if failed:
         log.info("sweep: %d job(s) timed out: %s", len(failed), " ".join(failed))
         ctx.count(Counter(timeouts=len(failed)))
-    moved = ctx.store.requeue_lost(now) if _observe_registry(ctx, now) else []
+    judge_lost = _observe_registry(ctx, now)
+    lost = ctx.store.lose_running(now) if judge_lost else []
+    for gone in lost:
+        log.warning(
+            "sweep: %s was running on lost node %s: now %s on %s",
+            *(gone.job_id, gone.from_node, gone.status, gone.to_node),
+        )
+    if lost:
+        ctx.count(Counter(lost=len(lost)))
+    moved = ctx.store.requeue_lost(now) if judge_lost else []
     for job in moved:
         log.info("sweep: %s moved from lost node %s to %s", job.job_id, job.from_node, job.to_node)
     if moved:

@@ -7,36 +7,118 @@ A SIGKILLed worker then takes its current job with it, and rq's maintenance in a
 finds it abandoned once its execution lease expires (its timeout plus
 WORKER_ABANDON_GRACE_SECS): a publish is retried, a periodic run is failed (the next period
 re-does its work, as every task reads its state from Redis).
+
+A Redis outage does not end the process (rq's loop quits on any error outside its dequeue):
+every Redis step of rq's loop and of a job's bookkeeping is retried with capped backoff until
+Redis answers (workers.outage). A job that finished while Redis was away has its result
+recorded once Redis returns, so it is neither lost nor run again.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+from redis.client import Pipeline
 from redis.exceptions import RedisError
 from rq.defaults import DEFAULT_WORKER_TTL
+from rq.exceptions import StopRequested
 from rq.job import Job
+from rq.queue import Queue
 from rq.worker import SimpleWorker
 
 from scheduler.config import Settings
 from workers import context
+from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, until_redis_answers
 from workers.queues import KINDS, connect, queues
 from workers.schedule import Trigger, redis_time
 
 log = logging.getLogger("workers.worker")
 
+T = TypeVar("T")
+
 
 class SchedulerWorker(SimpleWorker):
     """A SimpleWorker whose execution lease after a job's timeout is configurable (rq's is a
-    fixed 60 s): that grace is how long a killed worker's job waits before recovery."""
+    fixed 60 s): that grace is how long a killed worker's job waits before recovery. It rides
+    out Redis outages instead of quitting (module doc)."""
 
     abandon_grace_secs = 60
+    # rq's own dequeue loop already retries a lost Redis, but backs off up to 60 s.
+    max_connection_wait_time = BACKOFF_CAP_SECS
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         if job.timeout == -1:
             return DEFAULT_WORKER_TTL
         return int(job.timeout or DEFAULT_WORKER_TTL) + self.abandon_grace_secs
+
+    def _ride(self, what: str, call: Callable[[], T]) -> T:
+        """`call()` retried while Redis is down; a stop requested meanwhile (SIGTERM) ends the
+        wait as a stop, which rq's loop handles quietly."""
+        try:
+            return until_redis_answers(what, call, give_up=lambda: bool(self._stop_requested))
+        except REDIS_DOWN as exc:
+            raise StopRequested() from exc
+
+    # rq's start and loop, outside its dequeue: each of these talks to Redis.
+
+    def register_birth(self) -> None:
+        self._ride("start", super().register_birth)
+
+    def subscribe(self) -> None:
+        self._ride("subscribe", super().subscribe)
+
+    def set_state(self, state: str, pipeline: Pipeline | None = None) -> None:
+        if pipeline is not None:  # only queued: whoever executes the pipeline retries
+            super().set_state(state, pipeline)
+            return
+        self._ride("state", functools.partial(super().set_state, state))
+
+    def check_for_suspension(self, burst: bool) -> None:
+        self._ride("suspension check", functools.partial(super().check_for_suspension, burst))
+
+    def run_maintenance_tasks(self) -> None:
+        self._ride("maintenance", super().run_maintenance_tasks)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        if pipeline is not None:  # only queued: whoever executes the pipeline retries
+            super().heartbeat(timeout, pipeline)
+            return
+        self._ride("heartbeat", functools.partial(super().heartbeat, timeout))
+
+    # A job's bookkeeping once it ran: retried, so its result is recorded exactly once.
+
+    def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:
+        ended = functools.partial(super().handle_execution_ended, job, queue, heartbeat_ttl)
+        self._ride(f"job {job.id} end", ended)
+
+    def handle_job_success(self, *args: Any, **kwargs: Any) -> None:
+        self._ride("job success", functools.partial(super().handle_job_success, *args, **kwargs))
+
+    def handle_job_failure(self, *args: Any, **kwargs: Any) -> None:
+        self._ride("job failure", functools.partial(super().handle_job_failure, *args, **kwargs))
+
+    def handle_job_retry(self, *args: Any, **kwargs: Any) -> None:
+        self._ride("job retry", functools.partial(super().handle_job_retry, *args, **kwargs))
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        try:
+            super().execute_job(job, queue)
+        except REDIS_DOWN as exc:
+            # Redis went away before the job started (its execution record) or after its
+            # bookkeeping (the idle state). A job left in the started registry is recovered
+            # by rq's maintenance as abandoned, as after a killed worker.
+            log.warning("worker %s: Redis went away around job %s: %s", self.name, job.id, exc)
+            self._ride("reconnect", self.connection.ping)
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()  # type: ignore[no-untyped-call]
+        except REDIS_DOWN as exc:
+            # Stopping while Redis is away: the worker's record expires on its own TTL.
+            log.warning("worker %s: stop not recorded, Redis unavailable: %s", self.name, exc)
 
 
 def build_worker(settings: Settings, kinds: Sequence[str] = KINDS) -> SchedulerWorker:
@@ -75,7 +157,8 @@ def run(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per SQS poll
     restore_snapshot(settings)
     context.configure(settings)
-    worker = build_worker(settings, kinds)
+    # rq's Worker talks to Redis as it is built: a worker started while Redis is away waits.
+    worker = until_redis_answers("start", functools.partial(build_worker, settings, kinds))
     trigger = Trigger(worker.connection, settings)
     log.info("worker %s: queues %s", worker.name, ", ".join(worker.queue_names()))
     try:

@@ -13,7 +13,8 @@ original is weak it does better (CONTRACT 8):
 - it keeps polling when its instances are not running (the original stopped entirely), and a
   failed report is retried;
 - SIGTERM/SIGINT: stop polling, let running jobs finish within AGENT_GRACE_SECS, kill and
-  report the rest, stop the services it started, exit 0.
+  report the rest, stop the services it started, deregister the node (its pending jobs move
+  to live nodes at once), exit 0.
 """
 
 from __future__ import annotations
@@ -171,4 +172,7 @@ class Agent:
             task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self.shutdown()
+        # Only now: the node's jobs are reported, so none is left running on a node the
+        # scheduler treats as gone.
+        await self.remote.deregister()
         log.info("agent %s stopped", self.config.node_id)

@@ -145,6 +145,21 @@ class Remote:
             )
             await self.register()
 
+    async def deregister(self) -> None:
+        """A clean stop: the registry forgets the node, so no job is placed on it and its
+        pending jobs move to live nodes now, instead of once the node is found silent."""
+        url = self._url(self.config.registry_url, "/nodes/" + quote(self.config.node_id, safe=""))
+        try:
+            response = await self.http.delete(url, headers=self._auth())
+        except httpx.HTTPError as exc:
+            log.warning("deregister at %s failed: %s", url, exc)
+            return
+        if response.is_success or response.status_code == 404:
+            log.info("deregistered node %s", self.config.node_id)
+            self._keep_token("")  # gone with the node
+        else:
+            log.warning("deregister: HTTP %d %s", response.status_code, response.text.strip())
+
     async def instances(self) -> list[Instance]:
         """This node's instances; none when the registry cannot say."""
         url = self._url(self.config.registry_url, "/instances")
@@ -178,16 +193,35 @@ class Remote:
         return self._url(self.config.scheduler_url, "/jobs/" + quote(job_id, safe=""))
 
     async def claim(self, job: AgentJob) -> bool:
-        body = {"status": "running", "exit_code": None, "stdout": "", "stderr": ""}
-        try:
-            response = await self.http.patch(
-                self._job_url(job.job_id), json=body, headers=self._auth()
-            )
-        except httpx.HTTPError as exc:
-            log.warning("claim %s failed: %s", job.job_id, exc)
-            return False
+        """PATCH `running`. The body is the Rust agent's plus our node id, which makes a
+        repeated claim answer 200: so a claim whose answer was lost (a network error, a 5xx)
+        is retried with backoff instead of leaving the job running with no one running it."""
+        body = {
+            "status": "running",
+            "exit_code": None,
+            "stdout": "",
+            "stderr": "",
+            "node_id": self.config.node_id,
+        }
+        for attempt in range(self.config.report_attempts):
+            try:
+                response = await self.http.patch(
+                    self._job_url(job.job_id), json=body, headers=self._auth()
+                )
+                if response.status_code < 500:
+                    return self._claimed(job, response)
+                problem = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                problem = str(exc) or type(exc).__name__
+            log.warning("claim %s failed (%s), attempt %d", job.job_id, problem, attempt + 1)
+            if attempt + 1 < self.config.report_attempts:
+                await asyncio.sleep(min(self.config.report_backoff_secs * 2**attempt, 10))
+        log.error("gave up claiming %s", job.job_id)
+        return False
+
+    def _claimed(self, job: AgentJob, response: httpx.Response) -> bool:
         if response.status_code == 409:
-            log.info("%s was claimed by another agent: skipped", job.job_id)
+            log.info("%s: %s: skipped", job.job_id, response.text.strip())
             return False
         if not response.is_success:
             log.warning("claim %s: HTTP %d %s", job.job_id, response.status_code, response.text)
@@ -195,12 +229,14 @@ class Remote:
         return True
 
     async def report(self, job_id: str, outcome: Outcome) -> None:
-        """PATCH the result; network errors and 5xx are retried with backoff."""
+        """PATCH the result; network errors and 5xx are retried with backoff (a repeat of a
+        report that was applied answers 200: it is identical to the stored one)."""
         body = {
             "status": outcome.status,
             "exit_code": outcome.exit_code,
             "stdout": outcome.stdout,
             "stderr": outcome.stderr,
+            "node_id": self.config.node_id,
         }
         for attempt in range(self.config.report_attempts):
             try:

@@ -68,6 +68,16 @@ class AgentAuth:
             return "join"
         return token_hash(token)
 
+    def operator_or_node(self, request: Request) -> str:
+        """The caller of DELETE /nodes/{id}: the operator (anyone, when no key is set), or in
+        token mode a node token, which the script lets remove only its own node."""
+        caller = self.identify(request)
+        if not self.api_key or caller == "key":
+            return "key"
+        if self.mode == "token" and caller not in ("", "join"):
+            return caller
+        raise Unauthorized()
+
     def caller(self, request: Request) -> str:
         """The caller of a poll, heartbeat or report: anyone at all with AGENT_AUTH=open. With
         AGENT_AUTH=token a call without a bearer is refused here, before Redis or its body."""

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -53,6 +53,7 @@ from scheduler.models import (
 )
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
+from scheduler.snapshot.db import MAX_JOB_NUMBER
 from scheduler.snapshot.restore import restore_at_start
 from scheduler.store.commands import (
     Conflict,
@@ -71,6 +72,7 @@ log = logging.getLogger("scheduler.api")
 
 HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})
 DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
+MAX_NUMBER_CHARS = 20  # a query-string number; 2**53, the highest job number, has 16 digits
 
 
 def _store(request: Request) -> JobStore:
@@ -132,19 +134,25 @@ async def submit_job(request: Request) -> Response:
     return json_bytes(blob, status=201)
 
 
-def _is_number(text: str) -> bool:
-    return text.isascii() and text.isdigit()
+def _number(text: str, highest: int) -> int | None:
+    """`text` as a whole number in 0..highest, else None. Over-long text is refused before
+    int(): Python will not convert more than 4300 digits (a ValueError, which was a 500)."""
+    if len(text) > MAX_NUMBER_CHARS or not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if value <= highest else None
 
 
 def _page(request: Request) -> tuple[int, int]:
     raw_limit, raw_after = query_first(request, "limit"), query_first(request, "after")
-    limit = int(raw_limit) if _is_number(raw_limit) else -1
-    if raw_limit and not 1 <= limit <= MAX_PAGE:
+    limit = _number(raw_limit, MAX_PAGE)
+    if raw_limit and (limit is None or limit < 1):
         raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")
-    after = raw_after.removeprefix("job-")
-    if raw_after and (not raw_after.startswith("job-") or not _is_number(after)):
+    # No job number is above MAX_JOB_NUMBER (it is the score, exact as a double).
+    after = _number(raw_after.removeprefix("job-"), MAX_JOB_NUMBER)
+    if raw_after and (not raw_after.startswith("job-") or after is None):
         raise HTTPError(400, "invalid after: use a job id like job-42")
-    return (limit if raw_limit else DEFAULT_PAGE), int(after or 0)
+    return (limit or DEFAULT_PAGE), (after or 0)
 
 
 async def list_jobs(request: Request) -> Response:
@@ -176,7 +184,7 @@ async def update_job(request: Request) -> Response:
     """An agent's report. The job id, the body's declared size and (for a large or unsized
     body, or in token mode) the job and the caller are checked before a byte of the body is
     read, and the bytes held at once are bounded: a stranger's 64 MiB bodies cost nothing."""
-    settings, store = _settings(request), _store(request)
+    settings = _settings(request)
     job_id = _job_id(request)
     caller = _auth(request).caller(request)
     size = declared_length(request)
@@ -185,7 +193,7 @@ async def update_job(request: Request) -> Response:
     # A node token is checked before the body too: in token mode a stranger's body, however
     # small, is never read.
     if size is None or size > PRECHECK_OVER_BYTES or caller not in ("open", "key"):
-        await store.check_report(job_id, caller)
+        await _store(request).check_report(job_id, caller)
     budget: ReportBudget = request.app.state.report_budget
     with budget.reading() as charge:
         req = _decode_update(await read_body(request, settings.max_report_bytes, charge))
@@ -193,7 +201,7 @@ async def update_job(request: Request) -> Response:
         req = msgspec.structs.replace(
             req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)
         )
-        return json_bytes(await store.report(job_id, req, time.time(), caller))
+        return json_bytes(await _store(request).report(job_id, req, time.time(), caller))
 
 
 def _decode_update(body: bytes) -> JobUpdate:
@@ -234,6 +242,14 @@ def _status(code: int) -> Callable[[Request, Exception], Awaitable[Response]]:
     return handler
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # A client that hangs up mid-body is routine (agents restart, load balancers time out):
+    # one INFO line, no traceback. Nothing was decoded, so nothing changed; the answer goes
+    # nowhere (the server drops sends after a disconnect).
+    log.info("client went away during %s %s", request.method, request.url.path)
+    return text_error(400, "client disconnected")
+
+
 async def _unavailable(request: Request, exc: Exception) -> Response:
     log.error("redis error on %s %s: %s", request.method, request.url.path, exc)
     return text_error(503, "store unavailable")
@@ -255,6 +271,7 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Callable[..., object]] = {
     TooManyServices: _status(503),
     Conflict: _status(409),
     RedisError: _unavailable,
+    ClientDisconnect: _client_gone,
 }
 
 
@@ -293,8 +310,6 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.settings = settings
-        app.state.agent_auth = AgentAuth.from_settings(settings)
-        app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
         warn_if_agents_open(settings)
         # Before serving: a Redis that lost its data gets the snapshot back first (snapshot.py).
         await restore_at_start(settings)
@@ -323,4 +338,6 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     )
     app.router.redirect_slashes = False
     app.state.request_stats = request_stats
+    app.state.agent_auth = AgentAuth.from_settings(settings)
+    app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
     return app

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TypeVar
 
@@ -29,6 +30,8 @@ from scheduler.store.jobs import JobStore
 NODE_BODY_LIMIT = 16 * 1024
 
 S = TypeVar("S", bound=msgspec.Struct)
+
+log = logging.getLogger("scheduler.api")
 
 
 def _store(request: Request) -> JobStore:
@@ -95,10 +98,15 @@ async def list_nodes(request: Request) -> Response:
 
 
 async def delete_node(request: Request) -> Response:
+    """The operator removes a node, or (AGENT_AUTH=token) a node's agent, stopping cleanly,
+    removes its own; its token stops working at once."""
     node_id: str = request.path_params["node_id"]
     if not ID_RE.fullmatch(node_id):
         raise NodeNotFound()
-    await _store(request).delete_node(node_id)
+    caller = _auth(request).operator_or_node(request)
+    moved = await _store(request).delete_node(node_id, time.time(), caller)
+    if moved:
+        log.info("node %s left: %d pending job(s) moved to live nodes", node_id, len(moved))
     return Response(status_code=204)
 
 

@@ -4,8 +4,9 @@ With REDIS_URL unset it starts a real Redis-compatible server from the valkeylit
 system install) on a free loopback port, with its data (append-only file, fsync every second)
 in <data-dir>/redis; then the API, one worker and one agent as child processes with the same
 environment. It prints the URL, and stops everything cleanly on Ctrl-C or SIGTERM (agent first,
-so it can report, then worker, API, Redis). If a child dies, the others are stopped and the
-exit status is 1.
+so it can report, then worker, API, Redis). A child that dies is started again after a
+backoff (1 s, doubling to RESTART_CAP_SECS; back to 1 s once it had run RESTART_STABLE_SECS),
+each restart logged; the others keep running.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ log = logging.getLogger("scheduler.up")
 
 PR_SET_PDEATHSIG = 1
 STOP_TIMEOUTS = {"worker": 20.0, "api": 10.0}  # the agent's: its grace period + 15 s
+RESTART_FIRST_SECS, RESTART_CAP_SECS = 1.0, 30.0
+RESTART_STABLE_SECS = 60.0  # a child that ran this long before dying starts a fresh backoff
 
 
 class UpError(Exception):
@@ -63,12 +66,21 @@ def _child_setup() -> None:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def restart_delay(failures: int) -> float:
+    """Seconds before the restart that follows `failures` quick deaths in a row (1, 2, 3 …)."""
+    return float(min(RESTART_CAP_SECS, RESTART_FIRST_SECS * 2 ** (failures - 1)))
+
+
 @dataclass
 class Supervisor:
     env: dict[str, str]
     agent_grace_secs: float = 30.0
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     signals: int = 0
+    commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    started_at: dict[str, float] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)  # quick deaths in a row
+    restart_due: dict[str, float] = field(default_factory=dict)  # dead children: when
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "scheduler", *args]
@@ -76,14 +88,30 @@ class Supervisor:
             cmd, env=self.env, stdin=subprocess.DEVNULL, preexec_fn=_child_setup
         )
         self.children[name] = proc
+        self.commands[name] = args
+        self.started_at[name] = time.monotonic()
         return proc
 
-    def dead(self) -> tuple[str, int] | None:
-        for name, proc in self.children.items():
+    def check(self, now: float) -> None:
+        """Schedule a restart of each child that died, and restart those whose time came.
+        One dying child (a worker that lost Redis, an API killed by the OOM killer) must not
+        take the whole deployment down."""
+        for name, proc in list(self.children.items()):
             code = proc.poll()
-            if code is not None:
-                return name, code
-        return None
+            if code is None:
+                continue
+            due = self.restart_due.get(name)
+            if due is None:
+                ran = now - self.started_at.get(name, now)
+                failures = 1 if ran >= RESTART_STABLE_SECS else self.failures.get(name, 0) + 1
+                self.failures[name] = failures
+                delay = restart_delay(failures)
+                self.restart_due[name] = now + delay
+                log.error("%s exited with status %d: restarting it in %.0f s", name, code, delay)
+            elif now >= due:
+                del self.restart_due[name]
+                self.start(name, *self.commands[name])
+                log.warning("%s restarted (pid %d)", name, self.children[name].pid)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
@@ -285,11 +313,9 @@ def _banner(out: IO[str], api_url: str, redis_url: str, embedded: bool, data_dir
 
 
 def supervise(sup: Supervisor) -> int:
+    """Until Ctrl-C or SIGTERM, keeping every child running."""
     while not sup.signals:
-        dead = sup.dead()
-        if dead is not None:
-            log.error("%s exited with status %d: stopping everything", *dead)
-            return 1
+        sup.check(time.monotonic())
         time.sleep(0.2)
     return 0
 

@@ -163,6 +163,7 @@ _CONFLICTS = {
     lua.FINISHED: "job already finished",
     lua.ALREADY_RUNNING: "job already running",
     lua.NOT_RUNNING: "job is not running",
+    lua.OTHER_NODE: "job is bound to another node",
 }
 
 
@@ -204,6 +205,7 @@ def transition(
             rfc3339(now),
             max_retries,
             caller,
+            update.node_id,
         ],
         _transitioned,
     )
@@ -294,6 +296,43 @@ def requeue_lost(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A running job of a lost node, after LOSE_RUNNING: `status` is `pending` (retried or
+    a service placed again, on `to_node`) or `failed` (no retry left)."""
+
+    job_id: str
+    from_node: str
+    to_node: str
+    status: str
+
+
+def _lost(reply: list[bytes]) -> list[Lost]:
+    text = [str(part, "utf-8") for part in reply]
+    return [Lost(*text[i : i + 4]) for i in range(0, len(text), 4)]
+
+
+def lose_running(
+    keys: Keys, now: float, lost_secs: float, node_ttl: float, max_retries: int, limit: int
+) -> Call[list[Lost]]:
+    return Call(
+        "LOSE_RUNNING",
+        [
+            keys.root,
+            keys.nodes_compute,
+            keys.rr_seq,
+            keys.dirty,
+            keys.all_jobs,
+            keys.deadlines,
+            keys.outbox,
+            keys.event_seq,
+            keys.finished,
+        ],
+        [now - lost_secs, now - node_ttl, limit, now, rfc3339(now), max_retries],
+        _lost,
+    )
+
+
 def _node_keys(keys: Keys) -> list[str]:
     return [
         keys.root,
@@ -355,13 +394,23 @@ def heartbeat(keys: Keys, node_id: str, now: float, caller: str) -> Call[bytes]:
     return Call("HEARTBEAT", _node_keys(keys), [node_id, now, caller], _heartbeat)
 
 
-def _deleted(reply: int) -> None:
-    if reply == lua.NOT_FOUND:
+def _deleted(reply: list[Any]) -> list[Requeued]:
+    if reply[0] == lua.NOT_FOUND:
         raise NodeNotFound()
+    _check_access(reply[0])
+    return _requeued(reply[1:])
 
 
-def delete_node(keys: Keys, node_id: str) -> Call[None]:
-    return Call("DELETE_NODE", _node_keys(keys), [node_id], _deleted)
+def delete_node(
+    keys: Keys, node_id: str, now: float, node_ttl: float, limit: int, caller: str
+) -> Call[list[Requeued]]:
+    """Deregister a node; its pending jobs (up to `limit`) move to live nodes now."""
+    return Call(
+        "DELETE_NODE",
+        [*_node_keys(keys), keys.rr_seq, keys.dirty, keys.all_jobs],
+        [node_id, now - node_ttl, limit, caller],
+        _deleted,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,8 @@ T = TypeVar("T")
 # ones go past MAX_SERVICES_PER_NODE; past either limit with none to drop, POST /services
 # answers 503 (the Rust agent then runs the service untracked).
 MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
+DELETE_MOVES = 1000  # pending jobs a node deregistration moves in its own script
+Moves = list[commands.Requeued]  # (JobStore.list shadows the builtin in its class body)
 
 SCRIPT_NAMES = (
     "CREATE_JOB",
@@ -42,6 +44,7 @@ SCRIPT_NAMES = (
     "SWEEP_TIMEOUTS",
     "PRUNE_FINISHED",
     "REQUEUE_LOST",
+    "LOSE_RUNNING",
     "REGISTER_NODE",
     "HEARTBEAT",
     "DELETE_NODE",
@@ -190,8 +193,12 @@ class JobStore:
         node = _node_decoder.decode(blob)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now))
 
-    async def delete_node(self, node_id: str) -> None:
-        await self.run(commands.delete_node(self.keys, node_id))
+    async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:
+        """Deregister a node; its pending jobs move to live nodes (the first DELETE_MOVES
+        here, any others at the next sweep)."""
+        ttl = self.settings.node_ttl_secs
+        call = commands.delete_node(self.keys, node_id, now, ttl, DELETE_MOVES, caller)
+        return await self.run(call)
 
     async def nodes(self, now: float) -> dict[str, Node]:
         """Every registered node, healthy while heard from within NODE_TTL_SECS."""
@@ -292,6 +299,20 @@ class SyncJobStore:
             moved.extend(batch)
             if len(batch) < limit:
                 return moved
+
+    def lose_running(self, now: float, limit: int = 500) -> list[commands.Lost]:
+        """The running jobs of nodes lost for NODE_LOST_SECS: run jobs fail as `node lost`
+        (retried on a live node while retries are left), services are placed again."""
+        lost: list[commands.Lost] = []
+        s = self.settings
+        while True:
+            call = commands.lose_running(
+                self.keys, now, s.node_lost_after, s.node_ttl_secs, s.max_job_retries, limit
+            )
+            batch = self.run(call)
+            lost.extend(batch)
+            if len(batch) < limit:
+                return lost
 
     def outbox_head(self, limit: int) -> list[bytes]:
         """The oldest `limit` outbox entries ("<event number> <message JSON>"), not removed."""

@@ -25,12 +25,13 @@ UNAUTHORIZED = 8
 FORBIDDEN = 9
 TOO_MANY_NODES = 10
 ROLE_LOCKED = 11
+OTHER_NODE = 12
 
 CODES = f"""
 local OK, NOT_FOUND, DUPLICATE, FINISHED = {OK}, {NOT_FOUND}, {DUPLICATE}, {FINISHED}
 local ALREADY_RUNNING, NOT_RUNNING, NO_NODES = {ALREADY_RUNNING}, {NOT_RUNNING}, {NO_NODES}
 local NOT_READY, UNAUTHORIZED, FORBIDDEN = {NOT_READY}, {UNAUTHORIZED}, {FORBIDDEN}
-local TOO_MANY_NODES, ROLE_LOCKED = {TOO_MANY_NODES}, {ROLE_LOCKED}
+local TOO_MANY_NODES, ROLE_LOCKED, OTHER_NODE = {TOO_MANY_NODES}, {ROLE_LOCKED}, {OTHER_NODE}
 """
 
 # Who makes an agent call (AGENT_AUTH, README "Security"); the API works it out, in process,
@@ -111,6 +112,64 @@ local function publish(outbox_key, event_seq_key, id, status)
   local n = redis.call("INCR", event_seq_key)
   local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
   redis.call("RPUSH", outbox_key, n .. " " .. message)
+end
+"""
+
+
+# Nodes that come and go (upkeep_scripts: lost nodes; scripts: a node deregistering). Needs
+# INDEX. `live` is the sorted compute nodes heard from since the live cutoff.
+REBIND = """
+local function live_nodes(compute_key, live_cutoff)
+  local live = redis.call("ZRANGEBYSCORE", compute_key, live_cutoff, "+inf")
+  table.sort(live)
+  return live
+end
+
+-- The next live node, round-robin (the ticket placement uses); nil when none is live.
+local function next_live(live, rr_key)
+  if #live == 0 then return nil end
+  local ticket = redis.call("INCR", rr_key)
+  return live[((ticket - 1) % #live) + 1]
+end
+
+-- Move job `id` (record `job`, number n) from status `old` on its node to status `new` on
+-- node `to`, in every index that names the node or the status. The caller stores the record.
+local function rebind(id, n, job, old, new, to)
+  local from = job.node_id
+  move(id, n, from, old, new)
+  if to ~= from then
+    redis.call("ZREM", key_node_status(from, new), id)
+    redis.call("ZADD", key_node_status(to, new), n, id)
+    redis.call("ZREM", key_node_jobs(from), id)
+    redis.call("ZADD", key_node_jobs(to), n, id)
+  end
+  job.node_id, job.status = to, new
+end
+
+-- Move the pending jobs of `node` that are not instance-bound to live nodes, round-robin,
+-- keeping their number (their place in the queue), until `moved` holds `limit` triples
+-- {id, from node, to node}. Instance-bound jobs belong to their node and stay.
+local function move_pending(node, live, rr_key, dirty_key, jobs_key, limit, moved)
+  if #live == 0 then return end
+  local queue, skipped = key_node_status(node, "pending"), 0
+  while #moved < 3 * limit do
+    local ids = redis.call("ZRANGE", queue, skipped, skipped + 99)
+    if #ids == 0 then return end
+    for _, id in ipairs(ids) do
+      local raw = redis.call("GET", key_job(id))
+      local job = raw and cjson.decode(raw)
+      if not job or (job.instance_id or "") ~= "" then
+        skipped = skipped + 1
+      else
+        local target = next_live(live, rr_key)
+        rebind(id, redis.call("ZSCORE", jobs_key, id), job, "pending", "pending", target)
+        redis.call("SET", key_job(id), encode(job))
+        redis.call("SADD", dirty_key, id)
+        moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
+        if #moved >= 3 * limit then return end
+      end
+    end
+  end
 end
 """
 

@@ -4,7 +4,7 @@ heartbeat and delete built-in registry nodes. Each header lists its KEYS and ARG
 
 from __future__ import annotations
 
-from scheduler.store.lua import CALLER, INDEX, PLACEMENT, READ, script
+from scheduler.store.lua import CALLER, INDEX, PLACEMENT, READ, REBIND, script
 
 CREATE_JOB = script(
     PLACEMENT,
@@ -105,19 +105,33 @@ TRANSITION = script(
 -- ARGV[1] job id  ARGV[2] new status  ARGV[3] exit code ("" = none)  ARGV[4] stdout
 -- ARGV[5] stderr  ARGV[6] now (epoch s)  ARGV[7] now (RFC 3339)  ARGV[8] MAX_JOB_RETRIES
 -- ARGV[9] caller (lua.CALLER)
+-- ARGV[10] the reporting node as the body names it ("" = unknown, as the Rust agent's reports)
 -- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN} | {FINISHED}
---   | {ALREADY_RUNNING} | {NOT_RUNNING}
-local id, new = ARGV[1], ARGV[2]
+--   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE}
+-- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
+-- holding the job (only a known node: a bare claim stays a conflict), and a final report
+-- that the stored job already reflects. A node token names its node as well as the body.
+local id, new, caller, reporter = ARGV[1], ARGV[2], ARGV[9], ARGV[10]
 local raw = redis.call("GET", KEYS[2])
 if not raw then return {NOT_FOUND} end
 local job = cjson.decode(raw)
-local access = node_access(KEYS[9], ARGV[9], job.node_id)
+local access = node_access(KEYS[9], caller, job.node_id)
 if access ~= OK then return {access} end
+if reporter == "" and caller ~= "open" and caller ~= "key" then reporter = job.node_id end
 local old = job.status
-if old == "done" or old == "failed" then return {FINISHED} end
+if reporter ~= "" and reporter ~= job.node_id then return {OTHER_NODE} end
+if old == "done" or old == "failed" then
+  local function same(arg, stored) return arg == "" or arg == stored end
+  if new == old and (ARGV[3] == "" or tonumber(ARGV[3]) == job.exit_code)
+    and same(ARGV[4], job.stdout) and same(ARGV[5], job.stderr) then
+    return {OK, raw}
+  end
+  return {FINISHED}
+end
 local n = redis.call("ZSCORE", KEYS[3], id)
 local busy = key_node_busy(job.node_id)
 if new == "running" then
+  if old == "running" and reporter ~= "" then return {OK, raw} end
   if old ~= "pending" then return {ALREADY_RUNNING} end
   job.running_at = ARGV[7]
   if job.job_type ~= "service" then
@@ -252,17 +266,35 @@ return {OK, node}
 
 
 DELETE_NODE = script(
+    INDEX,
+    REBIND,
+    CALLER,
     """
--- DELETE /nodes/{id} (the operator's key): the node and its token, which stops working at once.
--- ARGV[1] node id
--- Returns OK | NOT_FOUND
-local held = redis.call("HGET", KEYS[5], ARGV[1])
+-- A node leaves (its agent stopping cleanly, or the operator's key): no job is placed on it
+-- from now on, its token stops working at once, and its pending jobs (not instance-bound)
+-- move to live nodes at once. A compute node stays in nodes:compute as lost long ago (score
+-- 0), so the sweep treats it as a lost node: its running jobs (none after a clean stop) and
+-- any pending jobs beyond `limit` follow.
+-- KEYS[1..6] as above  KEYS[7] seq:rr  KEYS[8] dirty  KEYS[9] jobs
+-- ARGV[1] node id  ARGV[2] live cutoff (epoch s)  ARGV[3] most jobs to move
+-- ARGV[4] caller (lua.CALLER: "key", or the node's own token)
+-- Returns {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
+--   | {OK, job id, from node, to node, ...} for each job moved.
+local node = ARGV[1]
+local access = node_access(KEYS[6], ARGV[4], node)
+if access ~= OK then return {access} end
+local held = redis.call("HGET", KEYS[5], node)
 if held then redis.call("HDEL", KEYS[6], held) end
-redis.call("HDEL", KEYS[5], ARGV[1])
-if redis.call("HDEL", KEYS[2], ARGV[1]) == 0 then return NOT_FOUND end
-redis.call("ZREM", KEYS[3], ARGV[1])
-redis.call("ZREM", KEYS[4], ARGV[1])
-return OK
+redis.call("HDEL", KEYS[5], node)
+if redis.call("HDEL", KEYS[2], node) == 0 then return {NOT_FOUND} end
+redis.call("ZREM", KEYS[3], node)
+local moved = {}
+if redis.call("ZSCORE", KEYS[4], node) then
+  redis.call("ZADD", KEYS[4], 0, node)
+  local live = live_nodes(KEYS[4], ARGV[2])
+  move_pending(node, live, KEYS[7], KEYS[8], KEYS[9], tonumber(ARGV[3]), moved)
+end
+return {OK, unpack(moved)}
 """,
 )
 

@@ -5,51 +5,84 @@ and ARGV.
 
 from __future__ import annotations
 
-from scheduler.store.lua import INDEX, script
+from scheduler.store.lua import INDEX, REBIND, script
 
 REQUEUE_LOST = script(
     INDEX,
+    REBIND,
     """
 -- Move the pending jobs of lost nodes (built-in registry: not heard from since the lost
 -- cutoff) to live ones, round-robin, keeping their place in the queue (score N). Running jobs
--- stay: the timeout sweep handles them. Instance-bound jobs stay: they belong to their node.
+-- are LOSE_RUNNING's. Instance-bound jobs stay: they belong to their node.
 -- KEYS[1] root  KEYS[2] nodes:compute  KEYS[3] seq:rr  KEYS[4] dirty  KEYS[5] jobs
 -- ARGV[1] lost cutoff (epoch s)  ARGV[2] live cutoff (epoch s)  ARGV[3] most jobs to move
 -- Returns {job id, from node, to node, ...} for each job moved.
 local lost = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1])
 if #lost == 0 then return {} end
-local live = redis.call("ZRANGEBYSCORE", KEYS[2], ARGV[2], "+inf")
-if #live == 0 then return {} end
-table.sort(live)
+local live = live_nodes(KEYS[2], ARGV[2])
 local limit, moved = tonumber(ARGV[3]), {}
 for _, node in ipairs(lost) do
-  local queue, skipped = key_node_status(node, "pending"), 0
-  while #moved < 3 * limit do
-    local ids = redis.call("ZRANGE", queue, skipped, skipped + 99)
-    if #ids == 0 then break end
-    for _, id in ipairs(ids) do
-      local raw = redis.call("GET", key_job(id))
-      local job = raw and cjson.decode(raw)
-      if not job or (job.instance_id or "") ~= "" then
-        skipped = skipped + 1
-      else
-        local ticket = redis.call("INCR", KEYS[3])
-        local target = live[((ticket - 1) % #live) + 1]
-        local n = redis.call("ZSCORE", KEYS[5], id)
-        redis.call("ZREM", queue, id)
-        redis.call("ZREM", key_node_jobs(node), id)
-        redis.call("ZADD", key_node_status(target, "pending"), n, id)
-        redis.call("ZADD", key_node_jobs(target), n, id)
-        job.node_id = target
-        redis.call("SET", key_job(id), encode(job))
-        redis.call("SADD", KEYS[4], id)
-        moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
-        if #moved >= 3 * limit then return moved end
-      end
-    end
-  end
+  move_pending(node, live, KEYS[3], KEYS[4], KEYS[5], limit, moved)
+  if #moved >= 3 * limit then break end
 end
 return moved
+""",
+)
+
+
+LOSE_RUNNING = script(
+    INDEX,
+    REBIND,
+    """
+-- The running jobs of lost nodes: the agent is gone, and what it ran with it (Nomad's lost
+-- allocations). A run job fails with stderr "node lost" under the retry rule: with retries
+-- left it is pending again (retry_count + 1) on a live node, else failed for good (exit -1).
+-- A service is placed again, pending on a live node (its retry count unchanged). An
+-- instance-bound job stays on its node. With no live node, a job waits pending on its node
+-- (REQUEUE_LOST moves it once one is live). One event each, with the job's new status.
+-- KEYS[1] root  KEYS[2] nodes:compute  KEYS[3] seq:rr  KEYS[4] dirty  KEYS[5] jobs
+-- KEYS[6] deadlines  KEYS[7] outbox  KEYS[8] seq:event  KEYS[9] finished
+-- ARGV[1] lost cutoff (epoch s)  ARGV[2] live cutoff (epoch s)  ARGV[3] most jobs
+-- ARGV[4] now (epoch s)  ARGV[5] now (RFC 3339)  ARGV[6] MAX_JOB_RETRIES
+-- Returns {job id, from node, to node, new status, ...} for each job.
+local lost = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1])
+if #lost == 0 then return {} end
+local live = live_nodes(KEYS[2], ARGV[2])
+local limit, out = tonumber(ARGV[3]), {}
+for _, node in ipairs(lost) do
+  -- Each job handled leaves the node's running index, so the head is always the next one.
+  local ids = redis.call("ZRANGE", key_node_status(node, "running"), 0, limit - #out / 4 - 1)
+  for _, id in ipairs(ids) do
+    local raw = redis.call("GET", key_job(id))
+    local job = raw and cjson.decode(raw)
+    local n = redis.call("ZSCORE", KEYS[5], id)
+    redis.call("SREM", key_node_busy(node), id)
+    redis.call("ZREM", KEYS[6], id)
+    if not job or job.status ~= "running" or not n then
+      redis.call("ZREM", key_node_status(node, "running"), id)  -- a stale entry
+    else
+      local service = job.job_type == "service"
+      job.stderr = "node lost"
+      if service or (job.retry_count or 0) < tonumber(ARGV[6]) then
+        if not service then job.retry_count = (job.retry_count or 0) + 1 end
+        local target = node
+        if (job.instance_id or "") == "" then target = next_live(live, KEYS[3]) or node end
+        job.exit_code, job.stdout, job.finished_at = nil, nil, nil
+        rebind(id, n, job, "running", "pending", target)
+      else
+        job.exit_code, job.finished_at = -1, ARGV[5]
+        rebind(id, n, job, "running", "failed", node)
+        redis.call("ZADD", KEYS[9], ARGV[4], id)
+      end
+      redis.call("SET", key_job(id), encode(job))
+      redis.call("SADD", KEYS[4], id)
+      publish(KEYS[7], KEYS[8], id, job.status)
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, node, job.node_id, job.status
+    end
+  end
+  if #out >= 4 * limit then break end
+end
+return out
 """,
 )
 

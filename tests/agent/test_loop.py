@@ -90,6 +90,25 @@ def test_a_404_heartbeat_registers_again(api: str, tmp_path: Path) -> None:
     assert nodes(api)["proto-beat"]["status"] == "healthy"
 
 
+def test_a_clean_stop_deregisters_and_the_nodes_queue_moves(api: str, tmp_path: Path) -> None:
+    only_node(api, "proto-stay")
+
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, "proto-stop", max_jobs=0)  # takes no job
+        running = asyncio.create_task(agent.run())
+        while nodes(api).get("proto-stop", {}).get("status") != "healthy":
+            await asyncio.sleep(0.05)
+        submitted = [httpx.post(f"{api}/jobs", json={"command": "x"}).json() for _ in range(2)]
+        (job,) = [j for j in submitted if j["node_id"] == "proto-stop"]
+        agent.stop()
+        await running
+        await agent.remote.http.aclose()
+        assert "proto-stop" not in nodes(api)
+        assert httpx.get(f"{api}/jobs/{job['job_id']}").json()["node_id"] == "proto-stay"
+
+    run(go)
+
+
 def test_registration_gives_up_after_its_attempts(tmp_path: Path) -> None:
     calls = []
 
@@ -149,11 +168,16 @@ def test_a_job_claimed_elsewhere_is_skipped(api: str, tmp_path: Path) -> None:
 
     async def go() -> None:
         agent = make_agent(api, tmp_path, node)
+        other = make_agent(api, tmp_path, "proto-other")
         job_id = httpx.post(f"{api}/jobs", json={"command": "echo x"}).json()["job_id"]
         job = AgentJob(job_id=job_id, command="echo x")
+        assert not await other.remote.claim(job)  # bound to another node: 409
         assert await agent.remote.claim(job)  # the first claim wins
-        assert not await agent.remote.claim(job)  # a second agent with the same node id gets 409
+        assert await agent.remote.claim(job)  # a repeat by the same node answers 200
+        rust_claim = {"status": "running"}  # no node id: a second claim is a conflict
+        assert httpx.patch(f"{api}/jobs/{job_id}", json=rust_claim).status_code == 409
         await agent.remote.http.aclose()
+        await other.remote.http.aclose()
 
     run(go)
 
@@ -171,7 +195,8 @@ def test_a_report_is_retried_on_server_errors(tmp_path: Path) -> None:
         await agent.remote.report("job-1", Outcome(2, "out", "err"))
 
     run(go)
-    assert bodies == [{"status": "failed", "exit_code": 2, "stdout": "out", "stderr": "err"}] * 3
+    body = {"status": "failed", "exit_code": 2, "stdout": "out", "stderr": "err", "node_id": "n"}
+    assert bodies == [body] * 3
 
 
 def test_a_refused_report_is_not_retried(tmp_path: Path) -> None:
@@ -189,7 +214,7 @@ def test_a_refused_report_is_not_retried(tmp_path: Path) -> None:
     assert calls == ["PATCH"]
 
 
-def test_the_claim_body_is_the_rust_agents(tmp_path: Path) -> None:
+def test_the_claim_body_is_the_rust_agents_plus_the_node_id(tmp_path: Path) -> None:
     seen: list[tuple[str, str, Any]] = []
 
     def record(request: httpx.Request) -> httpx.Response:
@@ -205,9 +230,46 @@ def test_the_claim_body_is_the_rust_agents(tmp_path: Path) -> None:
         (
             "PATCH",
             "/jobs/job-7",
-            {"status": "running", "exit_code": None, "stdout": "", "stderr": ""},
+            {"status": "running", "exit_code": None, "stdout": "", "stderr": "", "node_id": "n"},
         )
     ]
+
+
+class LoseAnswers(httpx.AsyncBaseTransport):
+    """Sends every request to the API, but loses the answer of the first PATCH of each job
+    (the request was applied; the agent sees a broken connection)."""
+
+    def __init__(self) -> None:
+        self.real = httpx.AsyncHTTPTransport()
+        self.lost: list[tuple[str, str]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.real.handle_async_request(request)
+        if request.method == "PATCH":
+            status = json.loads(request.content)["status"]
+            if (request.url.path, status) not in self.lost:
+                await response.aread()
+                self.lost.append((request.url.path, status))
+                raise httpx.ReadError("connection lost", request=request)
+        return response
+
+
+def test_lost_answers_to_claim_and_report_are_retried(api: str, tmp_path: Path) -> None:
+    node = "proto-lossy"
+    only_node(api, node)
+    transport = LoseAnswers()
+
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, node, transport)
+        job_id = httpx.post(f"{api}/jobs", json={"command": "echo once"}).json()["job_id"]
+        await agent.poll_once()
+        assert await _finish(agent) == [job_id]  # the claim's lost answer did not skip it
+        await agent.remote.http.aclose()
+        job = httpx.get(f"{api}/jobs/{job_id}").json()
+        assert (job["status"], job["stdout"]) == ("done", "once\n")
+        assert [status for _, status in transport.lost] == ["running", "done"]
+
+    run(go)
 
 
 def test_instances_give_workspaces_and_never_stop_polling(tmp_path: Path) -> None:

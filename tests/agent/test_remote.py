@@ -61,10 +61,13 @@ def test_the_agent_uses_its_node_token_on_every_call(api: str, tmp_path: Path) -
     token_path = tmp_path / "node-token"
     agent = make_agent(api, tmp_path, "tok-1", recorder, api_key=KEY, token_path=str(token_path))
 
+    kept: dict[str, object] = {}
+
     async def go() -> dict[str, object]:
         runner = asyncio.create_task(agent.run())
         while not agent.remote.token:
             await asyncio.sleep(0.02)
+        kept.update(token=token_path.read_text(), mode=stat.S_IMODE(os.stat(token_path).st_mode))
         job = httpx.post(f"{api}/jobs", json={"command": "echo hi"}, headers=OPERATOR).json()
         for _ in range(300):
             done: dict[str, object] = httpx.get(
@@ -79,12 +82,17 @@ def test_the_agent_uses_its_node_token_on_every_call(api: str, tmp_path: Path) -
 
     done = asyncio.run(go())
     assert done["status"] == "done" and done["stdout"] == "hi\n"
-    token = token_path.read_text()
-    assert stat.S_IMODE(os.stat(token_path).st_mode) == 0o600
+    token = kept["token"]
+    assert kept["mode"] == 0o600
     register, *calls = recorder.seen
     assert register == ("POST", "/nodes/register", f"Bearer {KEY}")  # only the key adds a node
-    assert {path for _, path, _ in calls} >= {"/nodes/heartbeat", "/jobs", "/jobs/job-1"}
+    paths = {path for _, path, _ in calls}
+    assert paths >= {"/nodes/heartbeat", "/jobs", "/jobs/job-1", "/nodes/tok-1"}
     assert all(auth == f"Bearer {token}" for _, _, auth in calls)
+    # It stopped cleanly: its node deregistered itself with its own token, which is now gone.
+    assert calls[-1] == ("DELETE", "/nodes/tok-1", f"Bearer {token}")
+    assert not token_path.exists()
+    assert "tok-1" not in httpx.get(f"{api}/nodes", headers=OPERATOR).json()
 
 
 def test_a_restarted_agent_takes_its_live_node_back_with_the_saved_token(

@@ -3,16 +3,20 @@ bearer middleware, the one-route-per-path helper."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from typing import Any
 
+import anyio
 import pytest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.testclient import TestClient
+from starlette.types import ASGIApp
 
-from scheduler.api.app import on_http_error
+from scheduler.api.app import create_app, on_http_error
 from scheduler.api.http import (
     BearerAuth,
     HTTPError,
@@ -23,6 +27,9 @@ from scheduler.api.http import (
     route,
     text_error,
 )
+from scheduler.config import Settings
+
+Headers = list[tuple[bytes, bytes]]
 
 
 def test_text_error_is_shaped_like_go_http_error() -> None:
@@ -74,7 +81,7 @@ def test_json_array(items: list[bytes], body: bytes) -> None:
         ("POST", "/nodes/heartbeat", b"", True),
         ("GET", "/nodes/register", b"", False),
         ("GET", "/nodes", b"role=compute", False),
-        ("DELETE", "/nodes/n1", b"", False),
+        ("DELETE", "/nodes/n1", b"", True),  # the key or the node's token: its handler checks
         ("GET", "/instances", b"node_id=n1", False),
         ("GET", "/schedule", b"", False),
     ],
@@ -171,3 +178,67 @@ def test_route_answers_head_with_get_and_405_lists_methods() -> None:
             "HEAD",
             "PATCH",
         }
+
+
+# Straight ASGI calls: what TestClient cannot send (a forged Content-Length, a client that
+# hangs up mid-body).
+
+Message = dict[str, Any]
+
+
+def _call(app: ASGIApp, method: str, path: str, parts: list[Message], headers: Headers) -> int:
+    """Runs one request; returns the status sent (0 if none)."""
+    sent: list[Message] = []
+    pending = list(parts)
+
+    async def receive() -> Message:
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 9001),
+        "app": app,
+    }
+    anyio.run(app, scope, receive, send)
+    return next((m["status"] for m in sent if m["type"] == "http.response.start"), 0)
+
+
+def test_an_over_long_content_length_is_413_not_500() -> None:
+    app = Starlette(
+        routes=[route("/b", POST=_echo_size)], exception_handlers={HTTPError: on_http_error}
+    )
+    body = [{"type": "http.request", "body": b"x", "more_body": False}]
+    for declared in (b"9" * 5000, b"0" * 5000 + b"11", b"11"):
+        assert _call(app, "POST", "/b", body, [(b"content-length", declared)]) == 413
+    assert _call(app, "POST", "/b", body, [(b"content-length", b"0" * 5000 + b"1")]) == 200
+
+
+@pytest.mark.parametrize(
+    "method, path", [("POST", "/jobs"), ("PATCH", "/jobs/job-1"), ("POST", "/nodes/register")]
+)
+def test_a_client_leaving_mid_body_is_one_info_line(
+    settings: Settings, caplog: pytest.LogCaptureFixture, method: str, path: str
+) -> None:
+    app = create_app(settings)
+    app.state.settings = settings  # the lifespan is not needed: the body is read first
+    caplog.set_level(logging.INFO)
+    half = [{"type": "http.request", "body": b'{"command": "ec', "more_body": True}]
+    # A declared length, as clients send: an unsized report is checked in Redis first, and
+    # this app has no lifespan (no store).
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"100")]
+    _call(app, method, path, half, headers)
+    assert [(r.levelno, r.exc_info) for r in caplog.records] == [(logging.INFO, None)]
+    assert "went away" in caplog.records[0].getMessage()

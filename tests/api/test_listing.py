@@ -83,6 +83,8 @@ def spread(make_client: ClientFactory) -> TestClient:
         ("?node_id=n1&after=job-1", [3, 5]),
         ("?status=pending&after=job-4&limit=1", [5]),
         ("?limit=10000", [1, 2, 3, 4, 5, 6]),
+        ("?limit=0002", [1, 2]),
+        ("?after=job-9007199254740992", []),
     ],
 )
 def test_list_filters_and_pages(spread: TestClient, query: str, expected: list[int]) -> None:
@@ -102,6 +104,11 @@ def test_list_filters_and_pages(spread: TestClient, query: str, expected: list[i
         ("after=job-x", "invalid after"),
         ("after=jobs-1", "invalid after"),
         ("after=job--1", "invalid after"),
+        # Over-long numbers: more digits than int() converts was a 500 (issue #11, item 4).
+        ("limit=" + "9" * 5000, "invalid limit"),
+        ("limit=" + "0" * 5000 + "1", "invalid limit"),
+        ("after=job-" + "1" * 4301, "invalid after"),
+        ("after=job-9007199254740993", "invalid after"),
     ],
 )
 def test_list_rejects_bad_paging(api: TestClient, query: str, message: str) -> None:

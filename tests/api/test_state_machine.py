@@ -343,3 +343,59 @@ def test_concurrent_claims_have_one_winner(make_client: ClientFactory) -> None:
         assert sorted(codes[6 * n : 6 * n + 6]) == [200] + [409] * 5, job_id
         assert get(api, job_id)["status"] == "running"
     assert poll(api) == []
+
+
+# Repeats whose first answer was lost (issue #11, item 2): the reference agent sends its
+# node_id; the Rust agent's bare claim keeps the 409.
+
+
+def test_a_repeated_claim_by_the_holding_node_answers_the_job(api: TestClient) -> None:
+    job = job_in(api, "pending")
+    first = assert_json(report(api, job["job_id"], "running", node_id="n1"))
+    events_before = api.get("/jobs?status=running").json()
+
+    again = assert_json(report(api, job["job_id"], "running", node_id="n1"))
+
+    assert again == first == get(api, job["job_id"])  # nothing changed, running_at included
+    assert api.get("/jobs?status=running").json() == events_before
+    assert_text_error(report(api, job["job_id"], "running"), 409, "job already running")
+
+
+def test_a_report_from_another_node_is_refused(api: TestClient) -> None:
+    register(api, "n2")
+    job = job_in(api, "pending")
+    assert job["node_id"] == "n1"
+    refused = report(api, job["job_id"], "running", node_id="n2")
+    assert_text_error(refused, 409, "job is bound to another node")
+    assert get(api, job["job_id"]) == job
+    assert_json(report(api, job["job_id"], "running", node_id="n1"))
+    done = report(api, job["job_id"], "done", exit_code=0, node_id="n2")
+    assert_text_error(done, 409, "job is bound to another node")
+
+
+@pytest.mark.parametrize("node_id", ["n1", None])
+def test_a_repeated_final_report_identical_to_the_stored_one_answers_200(
+    api: TestClient, rclient: redis.Redis, prefix: str, node_id: str | None
+) -> None:
+    job = job_in(api, "running")
+    sender = {"node_id": node_id} if node_id else {}
+    final = {"exit_code": 3, "stdout": "out", "stderr": "err", **sender}
+    stored = assert_json(report(api, job["job_id"], "failed", **final))
+    outbox = rclient.lrange(Keys(prefix).outbox, 0, -1)
+
+    assert assert_json(report(api, job["job_id"], "failed", **final)) == stored
+    assert assert_json(report(api, job["job_id"], "failed", **{**final, "stdout": ""})) == stored
+    assert get(api, job["job_id"]) == stored
+    assert rclient.lrange(Keys(prefix).outbox, 0, -1) == outbox  # no second event
+    for different in ({"exit_code": 4}, {"stdout": "other"}, {"stderr": "other"}):
+        response = report(api, job["job_id"], "failed", **{**final, **different})
+        assert_text_error(response, 409, "job already finished")
+    assert_text_error(report(api, job["job_id"], "done", **final), 409, "job already finished")
+    assert get(api, job["job_id"]) == stored
+
+
+def test_a_bad_node_id_in_a_report_is_400(api: TestClient) -> None:
+    job = job_in(api, "pending")
+    response = report(api, job["job_id"], "running", node_id="../n1")
+    assert response.status_code == 400 and response.text.startswith("invalid node_id")
+    assert get(api, job["job_id"]) == job

@@ -10,13 +10,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from scheduler.cli.agent import default_node_id
-from scheduler.cli.up import _child_env
+from scheduler.cli.up import Supervisor, _child_env, restart_delay
 from tests.redis_server import free_port
 
 BANNER = "scheduler is up at "
@@ -53,6 +53,22 @@ def _children(pid: int) -> list[int]:
             if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry.name))
     return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _wait_for(check: Callable[[], list[int]], timeout: float = 30) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := check():
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout} s")
 
 
 def _alive(pid: int) -> bool:
@@ -122,6 +138,15 @@ def test_up_runs_the_product_and_ctrl_c_stops_everything(tmp_path: Path, ups: li
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "hello"
 
+    # A child that dies is restarted; the others keep running (issue #11, item 1).
+    (worker,) = [pid for pid in children if b"worker" in _cmdline(pid)]
+    os.kill(worker, signal.SIGKILL)
+    restarted = _wait_for(lambda: [p for p in _children(up.proc.pid) if b"worker" in _cmdline(p)])
+    assert restarted != [worker] and up.proc.poll() is None
+    assert "worker exited with status -9: restarting it in 1 s" in up.log.read_text()
+    children = _children(up.proc.pid)
+    assert len(children) == 4
+
     assert up.interrupt() == 0, up.log.read_text()
     assert not [pid for pid in children if _alive(pid)]
     assert "Traceback" not in up.log.read_text()
@@ -164,3 +189,29 @@ def test_up_runs_its_agents_with_node_tokens(
     assert env["AGENT_AUTH"] == "token"
     monkeypatch.setenv("AGENT_AUTH", "open")  # an operator's own choice stands
     assert _child_env("redis://x", "http://y", tmp_path)["AGENT_AUTH"] == "open"
+
+
+def test_restart_backoff_doubles_to_a_cap() -> None:
+    assert [restart_delay(n) for n in (1, 2, 3, 6, 7, 20)] == [1, 2, 4, 30, 30, 30]
+
+
+def test_a_dead_child_is_restarted_after_its_backoff() -> None:
+    sup = Supervisor(_env())
+    first = sup.start("broken", "no-such-command")  # argparse exits 2 at once
+    first.wait(timeout=30)
+    t0 = time.monotonic()
+    sup.check(t0)
+    assert sup.children["broken"] is first  # not yet: 1 s first
+    sup.check(t0 + 0.9)
+    assert sup.children["broken"] is first
+    sup.check(t0 + 1.0)
+    second = sup.children["broken"]
+    assert second is not first
+    second.wait(timeout=30)
+    t1 = time.monotonic()
+    sup.check(t1)
+    sup.check(t1 + 1.5)
+    assert sup.children["broken"] is second  # a second quick death waits 2 s
+    sup.check(t1 + 2.0)
+    assert sup.children["broken"] is not second
+    sup.children["broken"].wait(timeout=30)

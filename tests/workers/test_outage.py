@@ -1,0 +1,96 @@
+"""Workers ride out a Redis outage (issue #11, item 1): Redis is SIGKILLed while a worker is
+in the middle of a job, and comes back from its append-only file a few seconds later. No
+worker exits, the job's result is recorded once (its event reaches SNS once), and the periodic
+tasks run again soon after Redis returns."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from scheduler.config import Settings
+from tests.conftest import ClientFactory, assert_json, register, report
+from tests.fakes import FakeSNS, eventually
+from tests.processes import scheduler_env
+from tests.redis_server import RestartableRedis
+from tests.workers.test_processes import BASE_ENV, Workers, drained, run_periods
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RestartableRedis]:
+    data = tmp_path / "redis"
+    data.mkdir()
+    with RestartableRedis(str(data)) as server:
+        yield server
+
+
+@pytest.fixture
+def sns() -> Iterator[FakeSNS]:
+    with FakeSNS() as fake:
+        yield fake
+
+
+@pytest.fixture
+def env(server: RestartableRedis, prefix: str, tmp_path: Path, sns: FakeSNS) -> dict[str, str]:
+    return scheduler_env(
+        server.url,
+        prefix,
+        **{**BASE_ENV, "HTTP_TIMEOUT_SECS": "10"},  # the held publish must not time out
+        SNS_URL=sns.url,
+        SCHEDULER_DB=str(tmp_path / "snapshot.db"),
+        REGISTRY_URL="",
+    )
+
+
+@pytest.fixture
+def workers(env: dict[str, str], tmp_path: Path) -> Iterator[Workers]:
+    group = Workers(env, tmp_path)
+    try:
+        yield group
+    finally:
+        group.stop_all()
+        print(group.logs())  # shown by pytest for a failing test
+
+
+def test_workers_survive_a_redis_restart_mid_job(
+    server: RestartableRedis,
+    env: dict[str, str],
+    workers: Workers,
+    sns: FakeSNS,
+    make_client: ClientFactory,
+    prefix: str,
+) -> None:
+    settings = Settings.from_env(env)
+    api = make_client(settings)
+    register(api, "n1")
+    procs = [workers.start() for _ in range(2)]
+    sns.delay_secs = 2.0  # the publish is in flight while Redis dies
+    job_id = api.post("/jobs", json={"command": "echo outage"}).json()["job_id"]
+    assert_json(report(api, job_id, "running"))
+    assert_json(report(api, job_id, "done", exit_code=0))
+    eventually(lambda: sns.in_flight == 1, timeout=20)
+
+    server.kill()
+    time.sleep(2.5)
+    assert all(proc.poll() is None for proc in procs), "a worker exited while Redis was down"
+    server.start()
+    back = time.time()
+
+    client = redis.Redis.from_url(server.url)
+    eventually(lambda: len(sns.published) >= 1, timeout=20)
+    eventually(lambda: drained(client, settings), timeout=30)
+
+    def swept_since_restart() -> bool:
+        return any(
+            p * settings.sweep_interval_secs >= back for p in run_periods(client, prefix, "sweep")
+        )
+
+    eventually(swept_since_restart, timeout=10)
+    time.sleep(1.0)  # a late duplicate publish would land here
+    assert [e["job_id"] for e in sns.events()] == [job_id]
+    assert all(proc.poll() is None for proc in procs), "a worker exited after Redis returned"
+    assert "unhandled exception" not in workers.logs()
