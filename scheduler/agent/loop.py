@@ -32,7 +32,6 @@ from scheduler.models import ID_RE
 log = logging.getLogger("scheduler.agent")
 
 
-
 class Agent:
     def __init__(self, config: AgentConfig, executor: Executor, http: httpx.AsyncClient) -> None:
         self.config = config

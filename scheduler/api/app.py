@@ -42,6 +42,7 @@ from scheduler.models import (
     NewJob,
     bound_output,
     decode_go_style,
+    record_encoder,
     rfc3339,
     validate_create,
     validate_update,
@@ -100,7 +101,7 @@ async def submit_job(request: Request) -> Response:
     validate_create(req)
     placement = await _nodes(request).placement(req.instance_id)
     now = time.time()
-    job_json = msgspec.json.encode(NewJob.from_request(req, rfc3339(now)))
+    job_json = record_encoder.encode(NewJob.from_request(req, rfc3339(now)))
     store = _store(request)
     try:
         blob = await store.create(job_json, placement, now)
