@@ -19,14 +19,35 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from scheduler.api.app import create_app
 
-    uvicorn.run(
-        create_app(settings),
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        access_log=args.access_log,
-    )
+    options = {
+        "host": args.host,
+        "port": args.port,
+        "log_level": args.log_level,
+        "access_log": args.access_log,
+    }
+    if args.workers == 1:
+        uvicorn.run(create_app(settings), **options)
+    else:
+        # Several processes on one port: uvicorn's supervisor starts each from the factory,
+        # which reads the same environment these settings came from.
+        app = "scheduler.api.app:create_app"
+        uvicorn.run(app, factory=True, workers=args.workers, **options)
     return 0
+
+
+def default_workers() -> int:
+    """One API process per core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _workers(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def _default_port() -> int:
@@ -43,6 +64,12 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--log-level", default="info")
     serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        default=default_workers(),
+        help="API processes sharing the port (default: one per core)",
+    )
     serve.set_defaults(handler=_serve)
 
 
