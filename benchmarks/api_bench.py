@@ -1,12 +1,14 @@
 """API throughput and latency (submit, poll, update) with 1 000, 100 000 and 1 000 000 jobs
 stored, against the ceiling of the stack (the same server answering constant JSON), and the
-end-to-end dispatch latency (submit -> running -> done through the reference agent).
+end-to-end dispatch latency (submit -> running -> done through the reference agent), and
+what 1 000 idle long-polling agents cost the API (GET /jobs/{id} throughput without and with).
 
     .venv/bin/python benchmarks/api_bench.py [--duration 5] [--connections 32] [--rounds 3]
-        [--stored 1000 100000 1000000] [--ops submit poll update] [--dispatch 30]
+        [--stored 1000 100000 1000000] [--ops submit poll update] [--dispatch 20] [--idle 1000]
 
 Needs `wrk` (Debian: apt-get install wrk). Starts its own redis-server, one API process per
-stored size, the bare app, and (for dispatch) one more API and a reference agent, all on free
+stored size, the bare app, (for dispatch) one more API and a reference agent, and (for
+--idle) one more API and a process of N idle long-polling agents (idle.py), all on free
 loopback ports; touches nothing else.
 
 Every run starts from exactly the stored count it reports, all jobs pending
@@ -42,6 +44,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_state import NODES, check, preload, reset_window, truncate  # noqa: E402
 from dispatch import measure_dispatch  # noqa: E402
+from idle import measure_idle, raise_file_limit  # noqa: E402
 from load import Result, run_burst, run_wrk  # noqa: E402
 
 from tests.processes import stop, wait_http  # noqa: E402
@@ -214,6 +217,7 @@ def main() -> int:
     parser.add_argument("--update-window", type=int, default=10_000)
     parser.add_argument("--update-requests", type=int, default=40_000)
     parser.add_argument("--dispatch", type=int, default=20, help="jobs timed end to end (0: none)")
+    parser.add_argument("--idle", type=int, default=1000, help="idle long-polling agents (0: none)")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
@@ -224,9 +228,12 @@ def main() -> int:
         f"{args.update_requests}, median of {args.rounds} interleaved rounds, "
         f"{args.workers} uvicorn worker(s), {os.cpu_count()} cores"
     )
+    raise_file_limit()
     with redis_server() as redis_url:
         if args.ops:
             report(args, run_rounds(args, redis_url))
+        if args.idle:
+            measure_idle(redis_url, args, start_api)
         if args.dispatch:
             measure_dispatch(redis_url, args.dispatch)
     return 0

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from scheduler.api import longpoll
 from scheduler.api import nodes as nodes_api
 from scheduler.api.http import (
     BearerAuth,
@@ -133,8 +134,14 @@ async def list_jobs(request: Request) -> Response:
     if node_id and not ID_RE.fullmatch(node_id):
         raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
     store = _store(request)
+    wait = longpoll.wait_secs(request)
     if node_id and status == "pending":
-        return json_array(await store.poll(node_id))
+        if wait is None:
+            return json_array(await store.poll(node_id))
+        jobs = await longpoll.unless_disconnected(request, store.poll_wait(node_id, wait))
+        return json_array(jobs or [])
+    if wait is not None:
+        raise HTTPError(400, "wait needs node_id and status=pending")
     limit, after = _page(request)
     return json_array(await store.list(node_id, status, after, limit))
 
@@ -147,7 +154,12 @@ def _job_id(request: Request) -> str:
 
 
 async def get_job(request: Request) -> Response:
-    blob = await _store(request).get(_job_id(request))
+    job_id, wait = _job_id(request), longpoll.wait_secs(request)
+    if wait is None:
+        blob = await _store(request).get(job_id)
+    else:
+        waiting = _store(request).get_wait(job_id, longpoll.status_not(request), wait)
+        blob = await longpoll.unless_disconnected(request, waiting)
     if blob is None:
         raise HTTPError(404, "job not found")
     return json_bytes(blob)
@@ -247,9 +259,11 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         app.state.store = JobStore.connect(settings)
         app.state.nodes = nodes or node_source(settings)
         tune_gc()
+        undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifier)
         try:
             yield
         finally:
+            undo_signals()
             await app.state.nodes.aclose()
             await app.state.store.aclose()
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from scheduler.config import ConfigError, Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
+GRACEFUL_SHUTDOWN_SECS = 5
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -24,6 +25,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         "port": args.port,
         "log_level": args.log_level,
         "access_log": args.access_log,
+        # On SIGTERM uvicorn waits for running requests; a long-poll may run for up to a
+        # minute, so requests still running after this are cut (clients poll again).
+        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECS,
     }
     if args.workers == 1:
         uvicorn.run(create_app(settings), **options)

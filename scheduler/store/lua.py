@@ -157,5 +157,13 @@ end
 ).replace("{ENCODE}", ENCODE)
 
 
+# Long-polls (store/notify.py) wait on these channels; a PUBLISH nobody listens to costs
+# Redis one hash lookup.
+WAKE = """
+local function wake_node(node) redis.call("PUBLISH", key_node_channel(node), "") end
+local function wake_job(id) redis.call("PUBLISH", key_job_channel(id), "") end
+"""
+
+
 def script(*parts: str) -> str:
     return "\n".join((LUA_KEY_FUNCTIONS, CODES, *parts))

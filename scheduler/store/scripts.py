@@ -4,10 +4,11 @@ heartbeat and delete built-in registry nodes. Each header lists its KEYS and ARG
 
 from __future__ import annotations
 
-from scheduler.store.lua import INDEX, PLACEMENT, READ, script
+from scheduler.store.lua import INDEX, PLACEMENT, READ, WAKE, script
 
 CREATE_JOB = script(
     PLACEMENT,
+    WAKE,
     """
 -- KEYS[1] root  KEYS[2] seq:job  KEYS[3] seq:rr  KEYS[4] jobs  KEYS[5] dirty
 -- KEYS[6] nodes:compute  KEYS[7] idempotency key (sqs:{msg}) or "" when none
@@ -16,6 +17,7 @@ CREATE_JOB = script(
 -- ARGV[3] now (epoch s)  ARGV[4] node TTL (s)  ARGV[5] idempotency TTL (s)
 -- ARGV[6..] candidate node ids (modes "fixed" and "list")
 -- Returns {OK, job JSON} | {DUPLICATE, job JSON} | {NO_NODES} | {NOT_READY}
+-- Publishes wake:node:{node}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
 if redis.call("EXISTS", KEYS[8]) == 0 then return {NOT_READY} end
@@ -37,6 +39,7 @@ redis.call("ZADD", key_node_jobs(node), n, id)
 redis.call("ZADD", key_node_status(node, "pending"), n, id)
 redis.call("SADD", KEYS[5], id)
 if dedup ~= "" then redis.call("SET", dedup, id, "EX", tonumber(ARGV[5])) end
+wake_node(node)
 return {OK, job}
 """,
 )
@@ -84,6 +87,7 @@ return get_jobs(ids, tonumber(ARGV[3]))
 
 TRANSITION = script(
     INDEX,
+    WAKE,
     """
 -- An agent's report (PATCH /jobs/{id}), under the state machine:
 --   pending -> running; running -> done | failed; failed with retries left -> pending.
@@ -92,6 +96,8 @@ TRANSITION = script(
 -- ARGV[1] job id  ARGV[2] new status  ARGV[3] exit code ("" = none)  ARGV[4] stdout
 -- ARGV[5] stderr  ARGV[6] now (epoch s)  ARGV[7] now (RFC 3339)  ARGV[8] MAX_JOB_RETRIES
 -- Returns {OK, job JSON} | {NOT_FOUND} | {FINISHED} | {ALREADY_RUNNING} | {NOT_RUNNING}
+-- Publishes wake:job:{id}, and wake:node:{node} when the job leaves running (room again,
+-- or pending again after a retry).
 local id, new = ARGV[1], ARGV[2]
 local raw = redis.call("GET", KEYS[2])
 if not raw then return {NOT_FOUND} end
@@ -117,13 +123,17 @@ else
     job.status, job.exit_code, job.stdout, job.finished_at = "pending", nil, nil, nil
     if ARGV[5] ~= "" then job.stderr = ARGV[5] end
     move(id, n, job.node_id, old, "pending")
-    redis.call("SET", KEYS[2], encode(job))
+    local out = encode(job)
+    redis.call("SET", KEYS[2], out)
     redis.call("SADD", KEYS[5], id)
-    return {OK, redis.call("GET", KEYS[2])}
+    wake_job(id)
+    wake_node(job.node_id)
+    return {OK, out}
   end
   job.finished_at = ARGV[7]
   redis.call("ZADD", KEYS[8], ARGV[6], id)
   publish(KEYS[6], KEYS[7], id, new)
+  wake_node(job.node_id)
 end
 job.status = new
 if ARGV[3] ~= "" then job.exit_code = tonumber(ARGV[3]) end
@@ -133,6 +143,7 @@ move(id, n, job.node_id, old, new)
 local out = encode(job)
 redis.call("SET", KEYS[2], out)
 redis.call("SADD", KEYS[5], id)
+wake_job(id)
 return {OK, out}
 """,
 )

@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
-from scheduler.cli.main import build_parser, default_workers
+from scheduler.cli.main import GRACEFUL_SHUTDOWN_SECS, build_parser, default_workers
 from tests.processes import scheduler_env, wait_http
 from tests.redis_server import free_port
 
@@ -75,6 +76,32 @@ def test_two_workers_serve_one_port_and_stop_together(redis_url: str, prefix: st
         assert proc.wait(timeout=30) == 0
         for server in servers:
             assert not Path(f"/proc/{server}").exists(), cmdline(server)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigterm_answers_waiting_long_polls_at_once(redis_url: str, prefix: str) -> None:
+    port = free_port()
+    env = scheduler_env(redis_url, prefix)
+    cmd = [sys.executable, "-m", "scheduler", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen([*cmd, "--workers", "1", "--log-level", "warning"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/health")
+        params = {"node_id": "n1", "status": "pending", "wait": "60"}
+        with ThreadPoolExecutor(1) as pool:
+            polling = pool.submit(httpx.get, f"{url}/jobs", params=params, timeout=90)
+            time.sleep(0.5)  # the poll is waiting
+            began = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            # uvicorn re-raises the signal once it has shut down.
+            assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+            assert time.monotonic() - began < GRACEFUL_SHUTDOWN_SECS + 10
+            # The waiting poll was answered (no work), not cut.
+            answer = polling.result(timeout=30)
+            assert (answer.status_code, answer.json()) == (200, [])
     finally:
         if proc.poll() is None:
             proc.kill()
