@@ -115,10 +115,16 @@ def start_api(redis_url: str, prefix: str, workers: int) -> tuple[Any, str]:
 
 
 def measure(
-    client: redis.Redis | None, url: str, op: str, stored: int, args: argparse.Namespace
+    client: redis.Redis | None,
+    url: str,
+    op: str,
+    stored: int,
+    args: argparse.Namespace,
+    prefix: str = "",
 ) -> Result:
-    """One run of `op`, from exactly `stored` pending jobs (ceiling: client None)."""
-    prefix = f"bench{stored}"
+    """One run of `op`, from exactly `stored` pending jobs under `prefix` (default
+    bench<stored>; ceiling: client None)."""
+    prefix = prefix or f"bench{stored}"
     if client is not None:
         check(client, prefix, stored)
     if op == "submit":

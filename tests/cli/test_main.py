@@ -3,6 +3,7 @@ core), each serving the same Redis; SIGTERM stops them all."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -14,7 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scheduler.cli.main import GRACEFUL_SHUTDOWN_SECS, build_parser, default_workers
+from scheduler.cli.main import (
+    COMMAND_MODULES,
+    GRACEFUL_SHUTDOWN_SECS,
+    build_parser,
+    default_workers,
+)
 from tests.processes import scheduler_env, wait_http
 from tests.redis_server import free_port
 
@@ -106,3 +112,24 @@ def test_sigterm_answers_waiting_long_polls_at_once(redis_url: str, prefix: str)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _commands(parser: argparse.ArgumentParser) -> set[str]:
+    return {
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    }
+
+
+def test_every_command_is_in_its_module_and_a_command_loads_only_its_own() -> None:
+    assert _commands(build_parser()) == {"serve", *COMMAND_MODULES}
+    for command in COMMAND_MODULES:
+        assert command in _commands(build_parser(command))
+    code = (
+        "import sys; from scheduler.cli.main import build_parser; build_parser('submit'); "
+        "print(sorted(m for m in ('redis', 'scheduler.agent.executor') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
