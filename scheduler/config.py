@@ -96,6 +96,10 @@ class Settings:
     scheduler_url: str = field(default="http://127.0.0.1:9001", metadata={"env": "SCHEDULER_URL"})
     agent_node_id: str = field(default="", metadata={"env": "AGENT_NODE_ID"})
     agent_poll_secs: float = field(default=3.0, metadata={"env": "AGENT_POLL_SECS", "min": 0.05})
+    # Long-poll: the scheduler holds a poll up to this long until the node has work (0: off).
+    agent_poll_wait_secs: float = field(
+        default=20.0, metadata={"env": "AGENT_POLL_WAIT_SECS", "min": 0}
+    )
     agent_heartbeat_secs: float = field(
         default=10.0, metadata={"env": "AGENT_HEARTBEAT_SECS", "min": 0.1}
     )
@@ -171,6 +175,8 @@ class Settings:
                 f"AGENT_LIMITS: {self.agent_limits!r} is not one of auto, cgroup2, cgroup1, "
                 "rlimit, off"
             )
+        if self.agent_poll_wait_secs > 60:
+            raise ConfigError(f"AGENT_POLL_WAIT_SECS: {self.agent_poll_wait_secs} is above 60")
         if not self.scheduler_url.startswith(("http://", "https://")):
             raise ConfigError(f"SCHEDULER_URL: {self.scheduler_url!r} is not an http(s) URL")
 

@@ -27,24 +27,29 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
-class Job(msgspec.Struct, omit_defaults=True):
+class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     """A job as the API returns it. Required fields are always emitted; the others are omitted
-    when empty, so the JSON never holds a null (the Rust agent drops a poll response with one)."""
+    when empty, so the JSON never holds a null (the Rust agent drops a poll response with one).
+
+    The fields are in the order of the original's Go struct (CONTRACT 2.2), which is the order
+    its encoder wrote them: every encoder of a record (msgspec here, the Lua `encode` of the
+    scripts, generated from this class) keeps it, so a record's bytes do not depend on which
+    code wrote it last."""
 
     job_id: str
     node_id: str
-    command: str
-    status: str
-    retry_count: int
-    created_at: str
     instance_id: str = ""
+    command: str
     deploy_url: str = ""
+    env_vars: dict[str, str] = {}
     job_type: str = ""
     port: int = 0
-    env_vars: dict[str, str] = {}
+    status: str
+    retry_count: int
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
+    created_at: str
     running_at: str | None = None
     finished_at: str | None = None
 
@@ -60,19 +65,19 @@ class JobCreate(msgspec.Struct, omit_defaults=True):
     port: int = 0
 
 
-class NewJob(msgspec.Struct, omit_defaults=True):
+class NewJob(msgspec.Struct, omit_defaults=True, kw_only=True):
     """A job as the create script receives it: the wire fields but job_id and node_id, which
-    the script fills in (it draws the id and the round-robin node)."""
+    the script fills in (it draws the id and the round-robin node), in Job's order."""
 
+    instance_id: str = ""
     command: str
+    deploy_url: str = ""
+    env_vars: dict[str, str] = {}
+    job_type: str = ""
+    port: int = 0
     status: str
     retry_count: int
     created_at: str
-    instance_id: str = ""
-    deploy_url: str = ""
-    job_type: str = ""
-    port: int = 0
-    env_vars: dict[str, str] = {}
 
     @classmethod
     def from_request(cls, req: JobCreate, created_at: str) -> NewJob:
@@ -293,6 +298,9 @@ def bound_output(text: str, limit: int) -> str:
 job_decoder = msgspec.json.Decoder(Job)
 jobs_decoder = msgspec.json.Decoder(list[Job])
 encoder = msgspec.json.Encoder()
+# Job records: Go's encoder writes a map's keys sorted (env_vars), and struct fields in
+# declaration order, which "deterministic" keeps.
+record_encoder = msgspec.json.Encoder(order="deterministic")
 
 
 # Timestamps on the wire: RFC 3339, UTC, `Z` suffix (CONTRACT 2.2).

@@ -50,14 +50,16 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def api_replicas(count: int, env: Mapping[str, str]) -> Iterator[list[str]]:
-    """`count` API processes on free loopback ports; yields their base URLs."""
+def api_replicas(count: int, env: Mapping[str, str], workers: int = 1) -> Iterator[list[str]]:
+    """`count` API replicas on free loopback ports, each `scheduler serve --workers
+    workers`; yields their base URLs."""
     procs: list[subprocess.Popen[bytes]] = []
     urls: list[str] = []
     try:
         for _ in range(count):
             port = free_port()
             cmd = [sys.executable, "-m", "scheduler", "serve", "--host", "127.0.0.1"]
+            cmd += ["--workers", str(workers)]
             procs.append(
                 subprocess.Popen(
                     [*cmd, "--port", str(port), "--log-level", "warning"],

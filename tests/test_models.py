@@ -212,7 +212,14 @@ def test_bound_output(text: str, limit: int, expected: str) -> None:
 
 
 def test_job_encoding_follows_the_emptiness_rules() -> None:
-    bare = Job("job-1", "n1", "", "pending", 0, "2026-01-01T00:00:00Z")
+    bare = Job(
+        job_id="job-1",
+        node_id="n1",
+        command="",
+        status="pending",
+        retry_count=0,
+        created_at="2026-01-01T00:00:00Z",
+    )
     assert msgspec.json.decode(msgspec.json.encode(bare)) == {
         "job_id": "job-1",
         "node_id": "n1",

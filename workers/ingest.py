@@ -28,6 +28,7 @@ from scheduler.models import (
     JobCreate,
     NewJob,
     decode_go_style,
+    record_encoder,
     rfc3339,
     validate_create,
 )
@@ -146,7 +147,7 @@ class Ingestion:
         try:
             placement = await self.nodes.placement(req.instance_id)
             now = time.time()
-            job_json = msgspec.json.encode(NewJob.from_request(req, rfc3339(now)))
+            job_json = record_encoder.encode(NewJob.from_request(req, rfc3339(now)))
             created = self.ctx.store.create(
                 job_json, placement, now, key, self.ctx.settings.sqs_dedup_ttl_secs
             )

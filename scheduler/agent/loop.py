@@ -1,7 +1,8 @@
 """The reference compute agent's loop: `scheduler agent`.
 
 It speaks the Rust ec2-agent's protocol (CONTRACT 3.2-3.4) to the registry and the scheduler:
-register, heartbeat every 10 s, poll `GET /jobs?node_id=&status=pending` every 3 s, PATCH
+register, heartbeat every 10 s, poll `GET /jobs?node_id=&status=pending` every 3 s (with
+`wait=AGENT_POLL_WAIT_SECS`: a long-poll the scheduler answers once there is work), PATCH
 `running`, run `sh -c`, PATCH `done`/`failed` with the exit code and the output. Where the
 original is weak it does better (CONTRACT 8):
 - a 404 heartbeat (the registry forgot the node) re-registers instead of being ignored;
@@ -111,24 +112,35 @@ class Agent:
         log.info("service %s started (pid %d)", job.job_id, started.proc.pid)
         self.services[job.job_id] = asyncio.create_task(self._serve(started))
 
-    async def poll_once(self) -> None:
+    async def poll_once(self) -> bool:
+        """One poll; True when the next one should follow at once: with long-poll on, it
+        started a job or the scheduler held it (no work came for a while). A scheduler that
+        answers at once (the original) is polled every poll_secs as before."""
         if len(self.runs) >= self.config.max_jobs:
-            return
+            return False
         spaces = await self.workspaces()
-        for job in await self.remote.pending():
+        began = asyncio.get_running_loop().time()
+        jobs = await self.remote.pending()
+        wait = self.config.poll_wait_secs
+        held = wait > 0 and asyncio.get_running_loop().time() - began >= wait / 2
+        started = False
+        for job in jobs:
             if self.stopping.is_set():
-                return
+                return False
             if job.job_type != "service" and len(self.runs) >= self.config.max_jobs:
                 continue
             if await self.remote.claim(job):
                 log.info("claimed %s: %s", job.job_id, job.command or job.deploy_url)
                 await self._start(job, spaces.get(job.instance_id))
+                started = True
+        return held or (wait > 0 and started)
 
     async def _poll_loop(self) -> None:
         while not self.stopping.is_set():
             self.wake.clear()
             try:
-                await self.poll_once()
+                if await self.poll_once():
+                    continue
             except Exception:  # a bug in one tick must not stop the agent polling for good
                 log.exception("poll")
             with contextlib.suppress(TimeoutError):

@@ -52,6 +52,7 @@ class AgentConfig:
     api_key: str = ""
     join_key: str = ""  # AGENT_JOIN_KEY: registers the node, nothing else
     poll_secs: float = 3.0
+    poll_wait_secs: float = 0.0  # long-poll: the scheduler answers once there is work
     heartbeat_secs: float = 10.0
     grace_secs: float = 30.0
     max_jobs: int = 1
@@ -175,8 +176,17 @@ class Remote:
     async def pending(self) -> list[AgentJob]:
         url = self._url(self.config.scheduler_url, "/jobs")
         params = {"node_id": self.config.node_id, "status": "pending"}
+        wait = self.config.poll_wait_secs
+        if wait:
+            params["wait"] = f"{wait:g}"
+        read = self.http.timeout.read
         try:
-            response = await self.http.get(url, params=params, headers=self._auth())
+            response = await self.http.get(
+                url,
+                params=params,
+                headers=self._auth(),
+                timeout=None if read is None else read + wait,
+            )
         except httpx.HTTPError as exc:
             log.warning("poll failed: %s", exc)
             return []

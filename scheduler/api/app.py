@@ -21,9 +21,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from scheduler.api import longpoll, services, ui
 from scheduler.api import metrics as metrics_api
 from scheduler.api import nodes as nodes_api
-from scheduler.api import services, ui
 from scheduler.api.agents import PRECHECK_OVER_BYTES, AgentAuth, ReportBudget
 from scheduler.api.http import (
     BearerAuth,
@@ -47,6 +47,7 @@ from scheduler.models import (
     NewJob,
     bound_output,
     decode_go_style,
+    record_encoder,
     rfc3339,
     validate_create,
     validate_update,
@@ -122,7 +123,7 @@ async def submit_job(request: Request) -> Response:
     validate_create(req)
     placement = await _nodes(request).placement(req.instance_id)
     now = time.time()
-    job_json = msgspec.json.encode(NewJob.from_request(req, rfc3339(now)))
+    job_json = record_encoder.encode(NewJob.from_request(req, rfc3339(now)))
     store = _store(request)
     try:
         blob = await store.create(job_json, placement, now)
@@ -160,8 +161,15 @@ async def list_jobs(request: Request) -> Response:
     if node_id and not ID_RE.fullmatch(node_id):
         raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
     store = _store(request)
+    wait = longpoll.wait_secs(request)
     if node_id and status == "pending":
-        return json_array(await store.poll(node_id, _auth(request).caller(request)))
+        caller = _auth(request).caller(request)
+        if wait is None:
+            return json_array(await store.poll(node_id, caller))
+        jobs = await longpoll.unless_disconnected(request, store.poll_wait(node_id, caller, wait))
+        return json_array(jobs or [])
+    if wait is not None:
+        raise HTTPError(400, "wait needs node_id and status=pending")
     limit, after = _page(request)
     return json_array(await store.list(node_id, status, after, limit))
 
@@ -174,7 +182,12 @@ def _job_id(request: Request) -> str:
 
 
 async def get_job(request: Request) -> Response:
-    blob = await _store(request).get(_job_id(request))
+    job_id, wait = _job_id(request), longpoll.wait_secs(request)
+    if wait is None:
+        blob = await _store(request).get(job_id)
+    else:
+        waiting = _store(request).get_wait(job_id, longpoll.status_not(request), wait)
+        blob = await longpoll.unless_disconnected(request, waiting)
     if blob is None:
         raise HTTPError(404, "job not found")
     return json_bytes(blob)
@@ -316,9 +329,11 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         app.state.store = JobStore.connect(settings)
         app.state.nodes = nodes or node_source(settings)
         tune_gc()
+        undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifier)
         try:
             yield
         finally:
+            undo_signals()
             await app.state.nodes.aclose()
             await app.state.store.aclose()
 

@@ -45,6 +45,7 @@ def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, Ex
         api_key=settings.api_key,
         join_key=settings.agent_join_key,
         poll_secs=settings.agent_poll_secs,
+        poll_wait_secs=settings.agent_poll_wait_secs,
         heartbeat_secs=settings.agent_heartbeat_secs,
         grace_secs=settings.agent_grace_secs,
         max_jobs=args.max_jobs or settings.max_jobs_per_node,

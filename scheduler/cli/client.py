@@ -64,6 +64,9 @@ def format_job(job: dict[str, Any]) -> str:
     return text
 
 
+MAX_WAIT_SECS = 60.0  # the API's bound on `wait`
+
+
 class Client:
     def __init__(self, url: str, api_key: str = "", timeout: float = 5.0) -> None:
         self.url = url.rstrip("/")
@@ -82,8 +85,17 @@ class Client:
                 f"error: cannot reach the scheduler at {self.url}: {reason}"
             ) from None
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        response = self.request("GET", "/jobs/" + quote(job_id, safe=""))
+    def job(self, job_id: str, status_not: str = "", wait: float = 0) -> dict[str, Any]:
+        """The job; with `wait`, answered once its status is not `status_not` (long-poll),
+        or after `wait` seconds."""
+        path = "/jobs/" + quote(job_id, safe="")
+        if not wait:
+            response = self.request("GET", path)
+        else:
+            params = {"wait": f"{wait:g}", "status_not": status_not}
+            read = self.http.timeout.read
+            timeout = None if read is None else read + wait
+            response = self.request("GET", path, params=params, timeout=timeout)
         if response.status_code >= 400:
             body = response.text.rstrip("\n")
             raise ClientError(f"error: scheduler returned {response.status_code}: {body}")
@@ -96,12 +108,19 @@ class Client:
         until: Callable[[dict[str, Any]], bool],
         each: Callable[[dict[str, Any]], None] = lambda job: None,
     ) -> dict[str, Any]:
+        """Read the job until `until` says so, at least every `poll_secs`: each read after
+        the first is a long-poll, answered as soon as the status changes."""
+        status, wait = "", min(poll_secs, MAX_WAIT_SECS)
         while True:
-            job = self.job(job_id)
+            began = time.monotonic()
+            job = self.job(job_id, status, wait if status else 0)
             each(job)
             if until(job):
                 return job
-            time.sleep(poll_secs)
+            if job.get("status") == status:
+                # The wait ran out, or a scheduler without long-poll answered at once.
+                time.sleep(max(0.0, poll_secs - (time.monotonic() - began)))
+            status = str(job.get("status", ""))
 
 
 def _json_object(response: httpx.Response) -> dict[str, Any]:

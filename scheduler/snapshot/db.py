@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from scheduler.models import FINAL_STATUSES, Job, parse_rfc3339, rfc3339
+from scheduler.models import FINAL_STATUSES, Job, parse_rfc3339, record_encoder, rfc3339
 from scheduler.store.commands import RestoredJob
 
 log = logging.getLogger("scheduler.snapshot")
@@ -343,14 +343,14 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
         running_at=_timestamp(values["running_at"], job_id, "running_at"),
         finished_at=_timestamp(values["finished_at"], job_id, "finished_at"),
     )
-    record = _encoder.encode(job)
+    record = record_encoder.encode(job)
     extra = {
         k: v
         for k, v in _json_object(values["extra"], job_id, "extra").items()
         if k not in _KNOWN_FIELDS
     }
     if extra:
-        record = record[:-1] + b"," + _encoder.encode(extra)[1:]
+        record = record[:-1] + b"," + record_encoder.encode(extra)[1:]
     number = job_number(job_id)
     running_run_job = job.status == "running" and job.job_type != "service"
     return RestoredJob(

@@ -21,9 +21,17 @@ from scheduler.nodes.placement import Placement, live_node_ids
 from scheduler.store import commands, scripts, upkeep_scripts
 from scheduler.store.commands import Call, Created
 from scheduler.store.keys import Keys
+from scheduler.store.notify import Notifier, wait_until
 from scheduler.store.redis_mux import MuxRedis
 
 _node_decoder = msgspec.json.Decoder(Node)
+
+
+class _Status(msgspec.Struct):
+    status: str = ""
+
+
+_status_decoder = msgspec.json.Decoder(_Status)
 
 T = TypeVar("T")
 
@@ -91,12 +99,15 @@ class JobStore:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.redis_prefix)
+        # Long-polls wait here, never on `client` (notify.py).
+        self.notifier = Notifier(settings.redis_url)
 
     @classmethod
     def connect(cls, settings: Settings) -> JobStore:
         return cls(MuxRedis(settings.redis_url), settings)
 
     async def aclose(self) -> None:
+        await self.notifier.aclose()
         await self.redis.aclose()
 
     async def run(self, call: Call[T]) -> T:
@@ -119,6 +130,30 @@ class JobStore:
     async def poll(self, node_id: str, caller: str) -> list[bytes]:
         limit = self.settings.max_jobs_per_node
         return await self.run(commands.poll(self.keys, node_id, limit, caller))
+
+    async def poll_wait(self, node_id: str, caller: str, wait: float) -> list[bytes]:
+        """The poll, answered once the node has work or after `wait` seconds."""
+        channel = self.keys.node_channel(node_id)
+        return await wait_until(
+            self.notifier, channel, lambda: self.poll(node_id, caller), bool, wait
+        )
+
+    async def get_wait(self, job_id: str, status_not: str, wait: float) -> bytes | None:
+        """The job, answered once its status is not `status_not` (without one: once it
+        differs from what it was), when it does not exist, or after `wait` seconds."""
+        first = await self.get(job_id)
+
+        def done(blob: bytes | None) -> bool:
+            if blob is None:
+                return True
+            if status_not:
+                return _status_decoder.decode(blob).status != status_not
+            return blob != first
+
+        if done(first) and (status_not or first is None):
+            return first
+        channel = self.keys.job_channel(job_id)
+        return await wait_until(self.notifier, channel, lambda: self.get(job_id), done, wait)
 
     async def list(
         self, node_id: str, status: str, bound: int, limit: int, newest: bool = False

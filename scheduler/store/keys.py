@@ -36,6 +36,9 @@ Layout (P = REDIS_PREFIX):
   P:lock:{name}           short-lived locks (restore, snapshot, worker promote)
   P:stats                 hash of background-work counters (workers/: sqs_dropped, ...)
   P:runs:{task}           list, the last runs of a periodic task: "<period> <epoch s>"
+Pub/sub channels (not keys; named here all the same), published by the scripts:
+  P:wake:node:{node}      the node may have work: a job was placed on it, or it has room again
+  P:wake:job:{id}         the job changed
 rq builds its own keys from the names below (rq:queue:<name>, rq:job:<id>, ...):
   queue  P.<kind>         the workers' queues (periodic, events)
   job id <tag>-<kind>-<n> tag = the prefix in rq's id alphabet (a periodic run, an event)
@@ -54,6 +57,8 @@ _DERIVED = {
     "node_jobs": "node:{0}:jobs",
     "node_busy": "node:{0}:busy",
     "sqs_message": "sqs:{0}",
+    "node_channel": "wake:node:{0}",
+    "job_channel": "wake:job:{0}",
 }
 
 
@@ -161,6 +166,14 @@ class Keys:
 
     def node_services(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:services")
+
+    def node_channel(self, node_id: str) -> str:
+        """Published when the node may have work (long-polls of GET /jobs wait on it)."""
+        return self._k(_DERIVED["node_channel"].format(node_id))
+
+    def job_channel(self, job_id: str) -> str:
+        """Published when the job changes (long-polls of GET /jobs/{id} wait on it)."""
+        return self._k(_DERIVED["job_channel"].format(job_id))
 
     def sqs_message(self, dedup_key: str) -> str:
         return self._k(_DERIVED["sqs_message"].format(dedup_key))

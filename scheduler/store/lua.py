@@ -10,6 +10,9 @@ Return codes are turned into exceptions by the typed wrappers in commands.py.
 
 from __future__ import annotations
 
+import msgspec
+
+from scheduler.models import Job
 from scheduler.store.keys import LUA_KEY_FUNCTIONS
 
 # Return codes shared by the scripts and commands.py.
@@ -95,7 +98,73 @@ local function get_jobs(ids, budget)
 end
 """
 
-INDEX = """
+
+def _record_fields() -> str:
+    """The Lua table of Job's fields in Go's order, each with its omission rule: "always"
+    (no default), "null" (omitted only when absent: exit_code 0 is written) or "empty"."""
+    fields = Job.__struct_fields__
+    defaults = Job.__struct_defaults__
+    # The defaults belong to the last len(defaults) fields; a required one among them
+    # (kw_only lets them interleave) is NODEFAULT.
+    padded = [msgspec.NODEFAULT] * (len(fields) - len(defaults)) + list(defaults)
+    rows = []
+    for name, default in zip(fields, padded, strict=True):
+        rule = "always" if default is msgspec.NODEFAULT else "null" if default is None else "empty"
+        rows.append(f'{{"{name}", "{rule}"}}')
+    return "{" + ", ".join(rows) + "}"
+
+
+# A record written field by field, as Go's encoder wrote it: struct fields in Job's order,
+# empty optional ones omitted, map keys sorted. cjson.encode(table) would write them in hash
+# order, so the bytes of a job would change with every script that touched it. Fields a
+# record holds beyond Job's (kept from a newer version through a restore) follow, sorted.
+# cjson escapes "/" as "\\/"; Go does not, and since cjson escapes every "/", undoing it is
+# exact.
+ENCODE = f"""
+local RECORD_FIELDS = {_record_fields()}
+local RECORD_KNOWN = {{}}
+for _, field in ipairs(RECORD_FIELDS) do RECORD_KNOWN[field[1]] = true end
+
+local function encode_sorted(map)
+  local names, out = {{}}, {{}}
+  for name in pairs(map) do names[#names + 1] = name end
+  table.sort(names)
+  for i, name in ipairs(names) do
+    out[i] = cjson.encode(name) .. ":" .. cjson.encode(map[name])
+  end
+  return "{{" .. table.concat(out, ",") .. "}}"
+end
+
+local function omitted(value, rule)
+  if value == nil or value == cjson.null then return rule ~= "always" end
+  if rule ~= "empty" then return false end
+  if type(value) == "table" then return next(value) == nil end
+  return value == "" or value == 0
+end
+
+local function encode(job)
+  local out = {{}}
+  for _, field in ipairs(RECORD_FIELDS) do
+    local name, value = field[1], job[field[1]]
+    if not omitted(value, field[2]) then
+      local text = type(value) == "table" and encode_sorted(value) or cjson.encode(value)
+      out[#out + 1] = '"' .. name .. '":' .. text
+    end
+  end
+  local extra = {{}}
+  for name in pairs(job) do
+    if not RECORD_KNOWN[name] then extra[#extra + 1] = name end
+  end
+  table.sort(extra)
+  for _, name in ipairs(extra) do
+    out[#out + 1] = cjson.encode(name) .. ":" .. cjson.encode(job[name])
+  end
+  return (string.gsub("{{" .. table.concat(out, ",") .. "}}", "\\\\/", "/"))
+end
+"""
+
+INDEX = (
+    """
 local function move(id, score, node, from, to)
   redis.call("ZREM", key_status(from), id)
   redis.call("ZADD", key_status(to), score, id)
@@ -103,21 +172,26 @@ local function move(id, score, node, from, to)
   redis.call("ZADD", key_node_status(node, to), score, id)
 end
 
--- cjson escapes "/" as "\\/"; Go does not, and since cjson escapes every "/", undoing it is exact.
-local function encode(job)
-  return (string.gsub(cjson.encode(job), "\\\\/", "/"))
-end
-
+{ENCODE}
 local function publish(outbox_key, event_seq_key, id, status)
   local n = redis.call("INCR", event_seq_key)
   local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
   redis.call("RPUSH", outbox_key, n .. " " .. message)
 end
 """
+).replace("{ENCODE}", ENCODE)
+
+
+# Long-polls (store/notify.py) wait on these channels; a PUBLISH nobody listens to costs
+# Redis one hash lookup.
+WAKE = """
+local function wake_node(node) redis.call("PUBLISH", key_node_channel(node), "") end
+local function wake_job(id) redis.call("PUBLISH", key_job_channel(id), "") end
+"""
 
 
 # Nodes that come and go (upkeep_scripts: lost nodes; scripts: a node deregistering). Needs
-# INDEX. `live` is the sorted compute nodes heard from since the live cutoff.
+# INDEX and WAKE. `live` is the sorted compute nodes heard from since the live cutoff.
 REBIND = """
 local function live_nodes(compute_key, live_cutoff)
   local live = redis.call("ZRANGEBYSCORE", compute_key, live_cutoff, "+inf")
@@ -144,6 +218,8 @@ local function rebind(id, n, job, old, new, to)
     redis.call("ZADD", key_node_jobs(to), n, id)
   end
   job.node_id, job.status = to, new
+  wake_job(id)
+  if new == "pending" then wake_node(to) end
 end
 
 -- Move the pending jobs of `node` that are not instance-bound to live nodes, round-robin,

@@ -27,7 +27,7 @@ from redis.exceptions import NoScriptError, ResponseError
 FLUSH_EVERY = 4
 
 
-class _RedisProtocol(asyncio.Protocol):
+class RedisProtocol(asyncio.Protocol):
     def __init__(self, timeout: float) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser = hiredis.Reader()
@@ -84,19 +84,25 @@ class _RedisProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.parser.feed(data)
         while (reply := self.parser.gets()) is not False:
-            if not self.waiters:
-                # A reply nobody asked for: the stream is out of step, so no later reply can
-                # be trusted to match its caller. Drop the connection.
-                assert self.transport is not None
-                self.transport.abort()
+            if not self.deliver(reply):
                 return
-            _, waiter = self.waiters.popleft()
-            if waiter.done():  # its caller was cancelled; the reply is still consumed in order
-                continue
-            if isinstance(reply, hiredis.ReplyError):
-                waiter.set_exception(_reply_error(str(reply)))
-            else:
-                waiter.set_result(reply)
+
+    def deliver(self, reply: Any) -> bool:
+        """Hand a reply to the oldest caller; False when the connection had to be dropped."""
+        if not self.waiters:
+            # A reply nobody asked for: the stream is out of step, so no later reply can
+            # be trusted to match its caller. Drop the connection.
+            assert self.transport is not None
+            self.transport.abort()
+            return False
+        _, waiter = self.waiters.popleft()
+        if waiter.done():  # its caller was cancelled; the reply is still consumed in order
+            return True
+        if isinstance(reply, hiredis.ReplyError):
+            waiter.set_exception(_reply_error(str(reply)))
+        else:
+            waiter.set_result(reply)
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -131,10 +137,10 @@ class MuxRedis:
         self.password = unquote(parsed.password) if parsed.password else None
         self.connect_timeout = connect_timeout
         self.timeout = timeout
-        self._protocol: _RedisProtocol | None = None
+        self._protocol: RedisProtocol | None = None
         self._connecting: asyncio.Lock | None = None
 
-    async def _connected(self) -> _RedisProtocol:
+    async def _connected(self) -> RedisProtocol:
         protocol = self._protocol
         if protocol is not None and not protocol.lost:
             return protocol
@@ -145,17 +151,20 @@ class MuxRedis:
                 self._protocol = await self._open()
             return self._protocol
 
+    def make_protocol(self) -> RedisProtocol:
+        return RedisProtocol(self.timeout)
+
     def _dial(
         self, loop: asyncio.AbstractEventLoop
-    ) -> Awaitable[tuple[asyncio.BaseTransport, _RedisProtocol]]:
-        def protocol() -> _RedisProtocol:
-            return _RedisProtocol(self.timeout)
+    ) -> Awaitable[tuple[asyncio.BaseTransport, RedisProtocol]]:
+        def protocol() -> RedisProtocol:
+            return self.make_protocol()
 
         if self.unix_path:
             return loop.create_unix_connection(protocol, self.unix_path)
         return loop.create_connection(protocol, self.host, self.port, ssl=self.ssl)
 
-    async def _open(self) -> _RedisProtocol:
+    async def _open(self) -> RedisProtocol:
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(self._dial(loop), self.connect_timeout)
@@ -178,6 +187,11 @@ class MuxRedis:
                 protocol.transport.close()
             raise
         return protocol
+
+    @property
+    def protocol(self) -> RedisProtocol | None:
+        """The current connection, if one was opened (it may be lost)."""
+        return self._protocol
 
     async def execute(self, *args: Any) -> Any:
         protocol = await self._connected()

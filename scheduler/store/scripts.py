@@ -4,10 +4,11 @@ heartbeat and delete built-in registry nodes. Each header lists its KEYS and ARG
 
 from __future__ import annotations
 
-from scheduler.store.lua import CALLER, INDEX, PLACEMENT, READ, REBIND, script
+from scheduler.store.lua import CALLER, INDEX, PLACEMENT, READ, REBIND, WAKE, script
 
 CREATE_JOB = script(
     PLACEMENT,
+    WAKE,
     """
 -- KEYS[1] root  KEYS[2] seq:job  KEYS[3] seq:rr  KEYS[4] jobs  KEYS[5] dirty
 -- KEYS[6] nodes:compute  KEYS[7] idempotency key (sqs:{msg}) or "" when none
@@ -16,6 +17,7 @@ CREATE_JOB = script(
 -- ARGV[3] now (epoch s)  ARGV[4] node TTL (s)  ARGV[5] idempotency TTL (s)
 -- ARGV[6..] candidate node ids (modes "fixed" and "list")
 -- Returns {OK, job JSON} | {DUPLICATE, job JSON} | {NO_NODES} | {NOT_READY}
+-- Publishes wake:node:{node}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
 if redis.call("EXISTS", KEYS[8]) == 0 then return {NOT_READY} end
@@ -37,6 +39,7 @@ redis.call("ZADD", key_node_jobs(node), n, id)
 redis.call("ZADD", key_node_status(node, "pending"), n, id)
 redis.call("SADD", KEYS[5], id)
 if dedup ~= "" then redis.call("SET", dedup, id, "EX", tonumber(ARGV[5])) end
+wake_node(node)
 return {OK, job}
 """,
 )
@@ -97,6 +100,7 @@ return get_jobs(ids, tonumber(ARGV[3]))
 TRANSITION = script(
     INDEX,
     CALLER,
+    WAKE,
     """
 -- An agent's report (PATCH /jobs/{id}), under the state machine:
 --   pending -> running; running -> done | failed; failed with retries left -> pending.
@@ -111,6 +115,8 @@ TRANSITION = script(
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
 -- holding the job (only a known node: a bare claim stays a conflict), and a final report
 -- that the stored job already reflects. A node token names its node as well as the body.
+-- Publishes wake:job:{id}, and wake:node:{node} when the job leaves running (room again,
+-- or pending again after a retry).
 local id, new, caller, reporter = ARGV[1], ARGV[2], ARGV[9], ARGV[10]
 local raw = redis.call("GET", KEYS[2])
 if not raw then return {NOT_FOUND} end
@@ -148,13 +154,17 @@ else
     job.status, job.exit_code, job.stdout, job.finished_at = "pending", nil, nil, nil
     if ARGV[5] ~= "" then job.stderr = ARGV[5] end
     move(id, n, job.node_id, old, "pending")
-    redis.call("SET", KEYS[2], encode(job))
+    local out = encode(job)
+    redis.call("SET", KEYS[2], out)
     redis.call("SADD", KEYS[5], id)
-    return {OK, redis.call("GET", KEYS[2])}
+    wake_job(id)
+    wake_node(job.node_id)
+    return {OK, out}
   end
   job.finished_at = ARGV[7]
   redis.call("ZADD", KEYS[8], ARGV[6], id)
   publish(KEYS[6], KEYS[7], id, new)
+  wake_node(job.node_id)
 end
 job.status = new
 if ARGV[3] ~= "" then job.exit_code = tonumber(ARGV[3]) end
@@ -164,6 +174,7 @@ move(id, n, job.node_id, old, new)
 local out = encode(job)
 redis.call("SET", KEYS[2], out)
 redis.call("SADD", KEYS[5], id)
+wake_job(id)
 return {OK, out}
 """,
 )
@@ -267,6 +278,7 @@ return {OK, node}
 
 DELETE_NODE = script(
     INDEX,
+    WAKE,
     REBIND,
     CALLER,
     """

@@ -5,10 +5,11 @@ and ARGV.
 
 from __future__ import annotations
 
-from scheduler.store.lua import INDEX, REBIND, script
+from scheduler.store.lua import INDEX, REBIND, WAKE, script
 
 REQUEUE_LOST = script(
     INDEX,
+    WAKE,
     REBIND,
     """
 -- Move the pending jobs of lost nodes (built-in registry: not heard from since the lost
@@ -17,6 +18,7 @@ REQUEUE_LOST = script(
 -- KEYS[1] root  KEYS[2] nodes:compute  KEYS[3] seq:rr  KEYS[4] dirty  KEYS[5] jobs
 -- ARGV[1] lost cutoff (epoch s)  ARGV[2] live cutoff (epoch s)  ARGV[3] most jobs to move
 -- Returns {job id, from node, to node, ...} for each job moved.
+-- Publishes wake:node:{to node} and wake:job:{id} for each.
 local lost = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1])
 if #lost == 0 then return {} end
 local live = live_nodes(KEYS[2], ARGV[2])
@@ -32,6 +34,7 @@ return moved
 
 LOSE_RUNNING = script(
     INDEX,
+    WAKE,
     REBIND,
     """
 -- The running jobs of lost nodes: the agent is gone, and what it ran with it (Nomad's lost
@@ -89,6 +92,7 @@ return out
 
 SWEEP_TIMEOUTS = script(
     INDEX,
+    WAKE,
     """
 -- Fail the running run-jobs that started before the cutoff (no retry, `failed` event).
 -- KEYS[1] root  KEYS[2] deadlines  KEYS[3] dirty  KEYS[4] outbox  KEYS[5] seq:event
@@ -96,6 +100,7 @@ SWEEP_TIMEOUTS = script(
 -- ARGV[1] cutoff (epoch s; started strictly before it = timed out)  ARGV[2] now (RFC 3339)
 -- ARGV[3] batch size  ARGV[4] now (epoch s)
 -- Returns {number of entries read, ids of the jobs it failed...}.
+-- Publishes wake:job:{id} and wake:node:{node} (room again) for each.
 local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1], "LIMIT", 0, ARGV[3])
 local failed = {#ids}
 for _, id in ipairs(ids) do
@@ -112,6 +117,8 @@ for _, id in ipairs(ids) do
       redis.call("SADD", KEYS[3], id)
       redis.call("ZADD", KEYS[7], ARGV[4], id)
       publish(KEYS[4], KEYS[5], id, "failed")
+      wake_job(id)
+      wake_node(job.node_id)
       failed[#failed + 1] = id
     end
   end

@@ -11,11 +11,13 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
+import redis
 
 from scheduler.agent.executor import AgentJob, ExecConfig, Executor, Outcome
 from scheduler.agent.limits import Limits, RlimitBackend
 from scheduler.agent.loop import Agent
 from scheduler.agent.remote import AgentConfig, AgentError
+from scheduler.store.keys import Keys
 from tests.processes import api_replicas, scheduler_env
 
 T = TypeVar("T")
@@ -291,3 +293,47 @@ def test_instances_give_workspaces_and_never_stop_polling(tmp_path: Path) -> Non
 
     run(go)
     assert paths[-1] == "/jobs?node_id=n+1&status=pending"
+
+
+def test_a_long_poll_starts_a_job_as_soon_as_it_is_placed(
+    api: str, tmp_path: Path, redis_url: str
+) -> None:
+    node = "proto-long"
+    only_node(api, node)
+    channel = Keys("agent-proto").node_channel(node)
+    client = redis.Redis.from_url(redis_url)
+
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, node, poll_wait_secs=20)
+        polling = asyncio.ensure_future(agent.poll_once())
+        while not client.pubsub_numsub(channel)[0][1]:  # type: ignore[index]
+            await asyncio.sleep(0.01)
+        job_id = httpx.post(f"{api}/jobs", json={"command": "echo now"}).json()["job_id"]
+        assert await asyncio.wait_for(polling, 10) is True  # poll again at once
+        assert await _finish(agent) == [job_id]
+        await agent.remote.http.aclose()
+
+    run(go)
+    client.close()
+
+
+def test_the_wait_is_sent_only_when_set_and_an_instant_answer_means_polling_as_before(
+    tmp_path: Path,
+) -> None:
+    seen: list[tuple[str, float | None]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/jobs":
+            timeout = request.extensions["timeout"]["read"]
+            seen.append((request.url.params.get("wait", ""), timeout))
+        return httpx.Response(200, json=[])
+
+    async def go(wait: float) -> bool:
+        transport = httpx.MockTransport(answer)
+        agent = make_agent("http://sched", tmp_path, "n", transport, poll_wait_secs=wait)
+        return await agent.poll_once()
+
+    # The original scheduler answers at once: no busy loop, the agent sleeps poll_secs.
+    assert run(lambda: go(20)) is False
+    assert run(lambda: go(0)) is False
+    assert seen == [("20", 25.0), ("", 5.0)]

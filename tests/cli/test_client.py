@@ -140,6 +140,31 @@ def test_submit_wait_prints_the_jobs_output(api: str, cli: Cli) -> None:
     assert lines[0].startswith("submitted job-") and lines[1:] == ["waited"]
 
 
+def test_submit_wait_long_polls_instead_of_sleeping(api: str, cli: Cli) -> None:
+    # With --poll-secs 30 a sleeping client would take 30 s per step; a long-poll is
+    # answered when the fake agent changes the job.
+    import threading
+    import time
+
+    def agent() -> None:
+        for _ in range(200):
+            pending = httpx.get(f"{api}/jobs", params={"status": "pending"})
+            for job in pending.json():
+                if job["command"] == "echo long-polled":
+                    threading.Event().wait(0.2)  # the client is waiting by now
+                    finish(api, job["job_id"], "done", 0, "long-polled\n")
+                    return
+            threading.Event().wait(0.05)
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    began = time.monotonic()
+    code, out, _ = cli(api, "submit", "echo long-polled", "--wait", "--poll-secs", "30")
+    thread.join()
+    assert code == 0 and out.splitlines()[1:] == ["long-polled"]
+    assert time.monotonic() - began < 15
+
+
 def test_wait_on_a_failed_job_exits_1(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "false"}).json()
     finish(api, job["job_id"], "failed", 2, "", "bad\n")  # first failure: retried

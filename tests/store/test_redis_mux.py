@@ -9,7 +9,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from scheduler.store.redis_mux import FLUSH_EVERY, MuxRedis, _RedisProtocol
+from scheduler.store.redis_mux import FLUSH_EVERY, MuxRedis, RedisProtocol
 
 
 def run(coro: Awaitable[None]) -> None:
@@ -147,7 +147,7 @@ def test_unsupported_url_schemes_are_refused() -> None:
 PING = b"*1\r\n$4\r\nPING\r\n"
 
 
-async def _aborted(redis_url: str) -> tuple[MuxRedis, _RedisProtocol]:
+async def _aborted(redis_url: str) -> tuple[MuxRedis, RedisProtocol]:
     """A connected mux whose connection was just aborted (connection_lost not yet run)."""
     mux = MuxRedis(redis_url)
     assert await mux.execute("PING") == b"PONG"

@@ -1,0 +1,145 @@
+"""The ASGI servers compared with the real app: GET /jobs/{id}, the agent poll, submit and
+update with 1 000 jobs stored, each against the same server's bare ceiling (bare_app.py).
+
+    .venv/bin/python benchmarks/servers_bench.py [--servers uvicorn-httptools ...]
+        [--duration 5] [--rounds 3] [--connections 32]
+
+Servers not installed are skipped (granian and hypercorn are not dependencies: `pip install
+granian hypercorn` into the venv to measure them). One process per server and app, one
+prefix per server; rounds interleave every server and both apps, medians reported. Every
+run starts from exactly 1 000 pending jobs (api_bench.measure). What it cannot isolate: wrk,
+Redis and the server share the cores (and other tenants' load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from api_bench import api_env, measure, start  # noqa: E402
+from bench_state import NODES, preload  # noqa: E402
+from load import Result, run_wrk  # noqa: E402
+
+from tests.processes import stop  # noqa: E402
+from tests.redis_server import free_port, redis_server  # noqa: E402
+
+STORED = 1000
+GET_LUA = f"""
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", "/jobs/job-" .. ((i % {STORED}) + 1))
+end
+"""
+
+# name -> (the module that must be importable, the command; APP and PORT are filled in)
+SERVERS = {
+    "uvicorn-httptools": (
+        "httptools",
+        "uvicorn APP --port PORT --http httptools --loop uvloop --no-access-log"
+        " --log-level warning",
+    ),
+    "uvicorn-h11": (
+        "h11",
+        "uvicorn APP --port PORT --http h11 --loop asyncio --no-access-log --log-level warning",
+    ),
+    "granian": (
+        "granian",
+        "granian --interface asgi --port PORT --loop uvloop --no-ws --log-level warning APP",
+    ),
+    "hypercorn": (
+        "hypercorn",
+        "hypercorn --worker-class uvloop --bind 127.0.0.1:PORT --log-level warning APP",
+    ),
+}
+REAL_APP = "real_app:app"
+BARE_APP = "bare_app:app"
+
+
+def start_server(name: str, app: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    command = SERVERS[name][1].replace("APP", app).replace("PORT", str(port))
+    args = command.split()
+    return start([sys.executable, "-m", *args], env, port), f"http://127.0.0.1:{port}"
+
+
+def one_run(
+    client: redis.Redis | None, url: str, op: str, args: argparse.Namespace, prefix: str
+) -> Result:
+    if op == "get":
+        return run_wrk(url, GET_LUA, args.duration, args.connections)
+    return measure(client, url, op, STORED, args, prefix)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", nargs="+", default=list(SERVERS), choices=list(SERVERS))
+    parser.add_argument("--ops", nargs="+", default=["get", "poll", "submit", "update"])
+    parser.add_argument("--duration", type=float, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--update-window", type=int, default=STORED)
+    parser.add_argument("--update-requests", type=int, default=20_000)
+    args = parser.parse_args()
+    servers = [s for s in args.servers if importlib.util.find_spec(SERVERS[s][0])]
+    for skipped in set(args.servers) - set(servers):
+        print(f"# {skipped}: not installed, skipped")
+    print(
+        f"# {args.connections} connections, {args.duration:g} s runs, 1 process each, "
+        f"median of {args.rounds} interleaved rounds, {os.cpu_count()} cores"
+    )
+    runs: dict[tuple[str, str, str], list[Result]] = {}
+    procs: list[subprocess.Popen[bytes]] = []
+    with redis_server() as redis_url:
+        client = redis.Redis.from_url(redis_url)
+        try:
+            targets = []
+            for name in servers:
+                path = {"PYTHONPATH": str(ROOT / "benchmarks")}
+                bare, bare_url = start_server(name, BARE_APP, {**os.environ, **path})
+                env = {**api_env(redis_url, f"srv-{name}"), **path}
+                real, real_url = start_server(name, REAL_APP, env)
+                procs += [bare, real]
+                for node in NODES:
+                    httpx.post(f"{real_url}/nodes/register", json={"id": node}).raise_for_status()
+                preload(client, f"srv-{name}", STORED)
+                targets.append((name, bare_url, real_url))
+            for _ in range(args.rounds):
+                for op in args.ops:
+                    for name, bare_url, real_url in targets:
+                        runs.setdefault((op, name, "bare"), []).append(
+                            one_run(None, bare_url, op, args, "")
+                        )
+                        runs.setdefault((op, name, "real"), []).append(
+                            one_run(client, real_url, op, args, f"srv-{name}")
+                        )
+        finally:
+            client.close()
+            for proc in procs:
+                stop(proc)
+    for op in args.ops:
+        for name in servers:
+            bare = statistics.median(r.rps for r in runs[(op, name, "bare")])
+            real = statistics.median(r.rps for r in runs[(op, name, "real")])
+            p50 = statistics.median(r.p50_ms for r in runs[(op, name, "real")])
+            print(
+                f"{op:7s} {name:18s} ceiling {bare:8.0f} req/s  app {real:8.0f} req/s"
+                f"  p50 {p50:6.2f} ms  {real / bare:5.2f} of ceiling"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

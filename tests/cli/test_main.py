@@ -1,0 +1,135 @@
+"""`scheduler serve`: --workers starts that many API processes on one port (default: one per
+core), each serving the same Redis; SIGTERM stops them all."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from scheduler.cli.main import (
+    COMMAND_MODULES,
+    GRACEFUL_SHUTDOWN_SECS,
+    build_parser,
+    default_workers,
+)
+from tests.processes import scheduler_env, wait_http
+from tests.redis_server import free_port
+
+
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(child) for child in text]
+    return found
+
+
+def cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def test_the_default_is_one_worker_per_core() -> None:
+    assert default_workers() == len(os.sched_getaffinity(0))
+    assert build_parser().parse_args(["serve"]).workers == default_workers()
+    assert build_parser().parse_args(["serve", "--workers", "3"]).workers == 3
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "two"])
+def test_a_bad_worker_count_is_refused(bad: str) -> None:
+    cmd = [sys.executable, "-m", "scheduler", "serve", "--workers", bad]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "--workers" in result.stderr
+
+
+def test_two_workers_serve_one_port_and_stop_together(redis_url: str, prefix: str) -> None:
+    port = free_port()
+    env = scheduler_env(redis_url, prefix)
+    cmd = [sys.executable, "-m", "scheduler", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen([*cmd, "--workers", "2", "--log-level", "warning"], env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/health")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            servers = [c for c in children(proc.pid) if "spawn_main" in cmdline(c)]
+            if len(servers) == 2:
+                break
+            time.sleep(0.1)
+        assert len(servers) == 2, [cmdline(c) for c in children(proc.pid)]
+        body = {"id": "n1", "hostname": "n1", "cpu_count": 1, "role": "compute"}
+        # New connections land on either process; every one answers from the same Redis.
+        assert httpx.post(f"{url}/nodes/register", json=body).status_code == 201
+        ids = set()
+        for _ in range(20):
+            with httpx.Client(base_url=url) as http:
+                created = http.post("/jobs", json={"command": "x"})
+                assert created.status_code == 201, created.text
+                ids.add(created.json()["job_id"])
+                assert http.get(f"/jobs/{created.json()['job_id']}").status_code == 200
+        assert len(ids) == 20
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        for server in servers:
+            assert not Path(f"/proc/{server}").exists(), cmdline(server)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigterm_answers_waiting_long_polls_at_once(redis_url: str, prefix: str) -> None:
+    port = free_port()
+    env = scheduler_env(redis_url, prefix)
+    cmd = [sys.executable, "-m", "scheduler", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen([*cmd, "--workers", "1", "--log-level", "warning"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/health")
+        params = {"node_id": "n1", "status": "pending", "wait": "60"}
+        with ThreadPoolExecutor(1) as pool:
+            polling = pool.submit(httpx.get, f"{url}/jobs", params=params, timeout=90)
+            time.sleep(0.5)  # the poll is waiting
+            began = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            # uvicorn re-raises the signal once it has shut down.
+            assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+            assert time.monotonic() - began < GRACEFUL_SHUTDOWN_SECS + 10
+            # The waiting poll was answered (no work), not cut.
+            answer = polling.result(timeout=30)
+            assert (answer.status_code, answer.json()) == (200, [])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _commands(parser: argparse.ArgumentParser) -> set[str]:
+    return {
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    }
+
+
+def test_every_command_is_in_its_module_and_a_command_loads_only_its_own() -> None:
+    assert _commands(build_parser()) == {"serve", *COMMAND_MODULES}
+    for command in COMMAND_MODULES:
+        assert command in _commands(build_parser(command))
+    code = (
+        "import sys; from scheduler.cli.main import build_parser; build_parser('submit'); "
+        "print(sorted(m for m in ('redis', 'scheduler.agent.executor') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
