@@ -46,6 +46,9 @@ class Settings:
     max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE", "min": 1})
     max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES", "min": 0})
     job_timeout_secs: int = field(default=3600, metadata={"env": "JOB_TIMEOUT_SECS", "min": 1})
+    # A cancelled running job's agent has this long to kill it and say so; then it is
+    # cancelled anyway (the original agent cannot be told) and its node's slot is free.
+    cancel_grace_secs: float = field(default=60.0, metadata={"env": "CANCEL_GRACE_SECS", "min": 1})
     node_ttl_secs: float = field(default=30.0, metadata={"env": "NODE_TTL_SECS", "min": 1})
     # 0: four times NODE_TTL_SECS (see node_lost_after).
     node_lost_secs: float = field(default=0.0, metadata={"env": "NODE_LOST_SECS", "min": 0})

@@ -19,9 +19,11 @@ import msgspec
 ID_RE = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 JOB_TYPES = ("", "run", "service")
-STATUSES = ("pending", "running", "done", "failed")
-REPORT_STATUSES = ("running", "done", "failed")
-FINAL_STATUSES = ("done", "failed")
+# cancelling: a running job asked to stop (DELETE /jobs/{id}); its agent kills it and reports
+# cancelled, or the sweep cancels it CANCEL_GRACE_SECS later.
+STATUSES = ("pending", "running", "done", "failed", "cancelling", "cancelled")
+REPORT_STATUSES = ("running", "done", "failed", "cancelled")
+FINAL_STATUSES = ("done", "failed", "cancelled")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Go decodes into int (64 bits): a larger number is a decode error there, and here.
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]

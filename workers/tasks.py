@@ -61,6 +61,10 @@ def sweep(period: int) -> int:
         log.info("sweep: %s moved from lost node %s to %s", job.job_id, job.from_node, job.to_node)
     if moved:
         ctx.count(Counter(requeued=len(moved)))
+    ended = ctx.store.finish_cancels(now)
+    if ended:
+        log.info("sweep: %d cancelled job(s) past the grace: %s", len(ended), " ".join(ended))
+        ctx.count(Counter(cancelled_by_sweep=len(ended)))
     pruned = ctx.store.prune_finished(now)
     if pruned:
         log.info("sweep: %d finished job(s) past retention removed from Redis", len(pruned))

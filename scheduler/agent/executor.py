@@ -44,9 +44,12 @@ class Outcome:
     exit_code: int
     stdout: str = ""
     stderr: str = ""
+    cancelled: bool = False  # stopped because the scheduler cancelled the job
 
     @property
     def status(self) -> str:
+        if self.cancelled:
+            return "cancelled"
         return "done" if self.exit_code == 0 else "failed"
 
 

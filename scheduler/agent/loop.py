@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -41,8 +42,11 @@ class Agent:
         self.remote = Remote(config, http)
         self.stopping = asyncio.Event()
         self.wake = asyncio.Event()
-        self.abort_runs = asyncio.Event()
-        self.abort_services = asyncio.Event()
+        # One stop event per running job or service: set when the scheduler cancels it, or
+        # when the agent stops (services at once, runs after the grace).
+        self.stops: dict[str, asyncio.Event] = {}
+        self.cancelled: set[str] = set()
+        self.remote.on_cancel = self.cancel
         self.runs: dict[str, asyncio.Task[None]] = {}
         self.services: dict[str, asyncio.Task[None]] = {}
 
@@ -80,12 +84,31 @@ class Agent:
 
     # Jobs.
 
+    def cancel(self, job_ids: list[str]) -> None:
+        """The scheduler cancelled these jobs (its poll header, its heartbeat answer): stop
+        the ones running here; each is then reported `cancelled`."""
+        for job_id in job_ids:
+            stop = self.stops.get(job_id)
+            if stop is not None and job_id not in self.cancelled:
+                log.info("%s was cancelled: stopping it", job_id)
+                self.cancelled.add(job_id)
+                stop.set()
+
+    def _ended(self, job_id: str, outcome: Outcome) -> Outcome:
+        self.stops.pop(job_id, None)
+        if job_id in self.cancelled:
+            self.cancelled.discard(job_id)
+            return dataclasses.replace(outcome, cancelled=True)
+        return outcome
+
     async def _run(self, job: AgentJob, workspace: Path | None) -> None:
+        stop = self.stops.setdefault(job.job_id, asyncio.Event())
         try:
-            outcome = await self.executor.run(job, workspace, self.abort_runs)
+            outcome = await self.executor.run(job, workspace, stop)
         except Exception as exc:  # a bug here must not leave the job running for ever
             log.exception("running %s", job.job_id)
             outcome = Outcome(-1, "", f"agent error: {exc}")
+        outcome = self._ended(job.job_id, outcome)
         log.info("%s finished: %s (exit %d)", job.job_id, outcome.status, outcome.exit_code)
         try:
             await self.remote.report(job.job_id, outcome)
@@ -94,12 +117,13 @@ class Agent:
             self.wake.set()
 
     async def _serve(self, service: Service) -> None:
+        job_id = service.job.job_id
         try:
-            outcome = await service.wait(self.abort_services)
-            log.info("service %s exited: %s", service.job.job_id, outcome.exit_code)
-            await self.remote.report(service.job.job_id, outcome)
+            outcome = self._ended(job_id, await service.wait(self.stops[job_id]))
+            log.info("service %s exited: %s (%s)", job_id, outcome.exit_code, outcome.status)
+            await self.remote.report(job_id, outcome)
         finally:
-            self.services.pop(service.job.job_id, None)
+            self.services.pop(job_id, None)
 
     async def _start(self, job: AgentJob, workspace: Path | None) -> None:
         if job.job_type != "service":
@@ -110,6 +134,7 @@ class Agent:
             await self.remote.report(job.job_id, started)
             return
         log.info("service %s started (pid %d)", job.job_id, started.proc.pid)
+        self.stops[job.job_id] = asyncio.Event()
         self.services[job.job_id] = asyncio.create_task(self._serve(started))
 
     async def poll_once(self) -> bool:
@@ -162,13 +187,15 @@ class Agent:
         return self.stopping.is_set()
 
     async def shutdown(self) -> None:
-        self.abort_services.set()
+        for job_id in self.services:
+            self.stops[job_id].set()
         runs = list(self.runs.values())
         if runs:
             _, late = await asyncio.wait(runs, timeout=self.config.grace_secs)
             if late:
                 log.warning("killing %d jobs still running after the grace period", len(late))
-                self.abort_runs.set()
+                for job_id in self.runs:
+                    self.stops[job_id].set()
                 await asyncio.wait(late)
         if self.services:
             await asyncio.wait(list(self.services.values()))

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -30,6 +31,13 @@ class _Registered(msgspec.Struct):
 
 
 _registered_decoder = msgspec.json.Decoder(_Registered)
+
+
+class _Beat(msgspec.Struct):
+    cancel: list[str] = []
+
+
+_beat_decoder = msgspec.json.Decoder(_Beat)
 
 
 class Instance(msgspec.Struct):
@@ -75,6 +83,9 @@ class Remote:
         self.config = config
         self.http = http
         self.token = self._load_token()
+        # Told the ids of this node's jobs the scheduler is cancelling, from the poll's
+        # X-Cancel-Jobs header and the heartbeat's `cancel` field.
+        self.on_cancel: Callable[[list[str]], None] = lambda job_ids: None
 
     def _load_token(self) -> str:
         return token_file.load(Path(self.config.token_path)) if self.config.token_path else ""
@@ -145,6 +156,11 @@ class Remote:
                 "the registry does not know node %s: registering again", self.config.node_id
             )
             await self.register()
+        elif response.is_success:
+            with contextlib.suppress(msgspec.DecodeError):
+                cancels = _beat_decoder.decode(response.content).cancel
+                if cancels:
+                    self.on_cancel(cancels)
 
     async def deregister(self) -> None:
         """A clean stop: the registry forgets the node, so no job is placed on it and its
@@ -193,6 +209,9 @@ class Remote:
         if not response.is_success:
             log.warning("poll: HTTP %d %s", response.status_code, response.text.strip())
             return []
+        cancels = response.headers.get("x-cancel-jobs", "")
+        if cancels:
+            self.on_cancel(cancels.split(","))
         try:
             return _jobs_decoder.decode(response.content)
         except msgspec.DecodeError as exc:

@@ -61,6 +61,7 @@ from scheduler.store.commands import (
     Forbidden,
     JobNotFound,
     NodeNotFound,
+    Polled,
     ServiceNotFound,
     StoreNotReady,
     TooManyNodes,
@@ -156,6 +157,15 @@ def _page(request: Request) -> tuple[int, int]:
     return (limit or DEFAULT_PAGE), (after or 0)
 
 
+def _polled(polled: Polled) -> Response:
+    """The jobs, as the original; the ids of the node's jobs being cancelled ride in a
+    header, which the original agent ignores and the reference agent acts on."""
+    response = json_array(polled.jobs)
+    if polled.cancels:
+        response.headers["X-Cancel-Jobs"] = ",".join(polled.cancels)
+    return response
+
+
 async def list_jobs(request: Request) -> Response:
     node_id, status = query_first(request, "node_id"), query_first(request, "status")
     if node_id and not ID_RE.fullmatch(node_id):
@@ -165,9 +175,9 @@ async def list_jobs(request: Request) -> Response:
     if node_id and status == "pending":
         caller = _auth(request).caller(request)
         if wait is None:
-            return json_array(await store.poll(node_id, caller))
-        jobs = await longpoll.unless_disconnected(request, store.poll_wait(node_id, caller, wait))
-        return json_array(jobs or [])
+            return _polled(await store.poll(node_id, caller))
+        polled = await longpoll.unless_disconnected(request, store.poll_wait(node_id, caller, wait))
+        return _polled(polled or Polled([], []))
     if wait is not None:
         raise HTTPError(400, "wait needs node_id and status=pending")
     limit, after = _page(request)
@@ -215,6 +225,12 @@ async def update_job(request: Request) -> Response:
             req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)
         )
         return json_bytes(await _store(request).report(job_id, req, time.time(), caller))
+
+
+async def cancel_job(request: Request) -> Response:
+    """DELETE /jobs/{id} (the key): a pending job is cancelled at once, a running one is
+    cancelling until its agent has killed it (store/scripts.py, CANCEL_JOB)."""
+    return json_bytes(await _store(request).cancel(_job_id(request), time.time()))
 
 
 def _decode_update(body: bytes) -> JobUpdate:
@@ -293,7 +309,7 @@ def job_routes() -> list[Route]:
         route("/health", GET=health),
         route("/schedule", GET=schedule),
         route("/jobs", GET=list_jobs, POST=submit_job),
-        route("/jobs/{job_id}", GET=get_job, PATCH=update_job),
+        route("/jobs/{job_id}", GET=get_job, PATCH=update_job, DELETE=cancel_job),
     ]
 
 

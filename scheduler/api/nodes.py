@@ -86,8 +86,11 @@ async def heartbeat(request: Request) -> Response:
     beat = await _decode(request, Heartbeat, "failed to decode heartbeat")
     if not ID_RE.fullmatch(beat.id):
         raise NodeNotFound()
-    node = await _store(request).heartbeat(beat.id, time.time(), caller)
-    return json_bytes(msgspec.json.encode(node))
+    node, cancels = await _store(request).heartbeat(beat.id, time.time(), caller)
+    answer = msgspec.structs.asdict(node)
+    if cancels:  # its jobs being cancelled: an extra field, which the original agent ignores
+        answer["cancel"] = cancels
+    return json_bytes(msgspec.json.encode(answer))
 
 
 async def list_nodes(request: Request) -> Response:

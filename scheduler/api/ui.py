@@ -51,7 +51,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-heigh
 .st{padding:1px 6px;border-radius:8px;background:#eaeef2}
 .pending{background:#fff8c5}.running{background:#ddf4ff}.done{background:#dafbe1}
 .failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
-.cancelled{background:#eaeef2;text-decoration:line-through}
+.cancelled{background:#eaeef2;text-decoration:line-through}.cancelling{background:#fff1e5}
 form.filters{margin-bottom:12px;display:flex;gap:8px;align-items:center}
 nav.pages{margin-top:12px;display:flex;gap:16px}
 .muted{color:#57606a}
@@ -197,9 +197,35 @@ async def job_page(request: Request) -> Response:
     job = job_decoder.decode(blob)
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _job_fields(job))
     body = f'<table id="job">{rows}</table>'
+    if job.status in ("pending", "running"):
+        token = _csrf(request)
+        body += (
+            f'<form method="post" action="/ui/jobs/{escape(job.job_id)}/cancel">'
+            f'<input type="hidden" name="csrf" value="{token}">'
+            '<button id="cancel">Cancel this job</button></form>'
+        )
     for name, text in (("stdout", job.stdout), ("stderr", job.stderr)):
         body += f'<h2>{name}</h2><pre id="{name}">{escape(text)}</pre>'
     return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES)
+
+
+def _csrf(request: Request) -> str:
+    """The token a form that changes something must carry: an HMAC of the key (none needed
+    without a key, when the API itself is open)."""
+    key = _settings(request).api_key
+    return ui_secret(key, "csrf") if key else ""
+
+
+async def cancel(request: Request) -> Response:
+    """The job page's cancel button: DELETE /jobs/{id}, then back to the job."""
+    job_id: str = request.path_params["job_id"]
+    if not ID_RE.fullmatch(job_id):
+        raise HTTPError(404, "job not found")
+    form = await _form(request)
+    if not hmac.compare_digest(form.get("csrf", "").encode(), _csrf(request).encode()):
+        raise HTTPError(403, "forbidden: the form's token is missing or stale")
+    await _store(request).cancel(job_id, time.time())
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
 
 
 def _ago(seen: float, now: float) -> str:
@@ -306,5 +332,6 @@ def routes() -> list[Route]:
         route("/ui/logout", POST=logout),
         route("/ui/jobs", GET=jobs_page),
         route("/ui/jobs/{job_id}", GET=job_page),
+        route("/ui/jobs/{job_id}/cancel", POST=cancel),
         route("/ui/nodes", GET=nodes_page),
     ]

@@ -22,8 +22,9 @@ from urllib.parse import quote
 import httpx
 
 from scheduler.config import Settings
+from scheduler.models import STATUSES
 
-FINAL = ("done", "failed")
+FINAL = ("done", "failed", "cancelled")
 _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ESCAPES |= {"\v": "\\v", '"': '\\"', "\\": "\\\\"}
 
@@ -204,6 +205,23 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     return 0
 
 
+def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    """DELETE /jobs/{id}: a pending job is cancelled at once; a running one is cancelling
+    until its agent has stopped it (--wait waits for that)."""
+    response = client.request("DELETE", "/jobs/" + quote(args.job_id, safe=""))
+    if response.status_code >= 400:
+        body = response.text.rstrip("\n")
+        raise ClientError(f"cancel failed {response.status_code}: {body}")
+    job = _json_object(response)
+    if args.wait and job.get("status") not in FINAL:
+        job = client.wait(args.job_id, args.poll_secs, lambda j: j.get("status") in FINAL)
+    if args.json:
+        _print_json(job, out)
+    else:
+        _echo(format_job(job), out)
+    return 0
+
+
 def _echo(text: str, out: TextIO) -> None:
     out.write(text)
     out.flush()
@@ -279,9 +297,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _common(p)
     p.set_defaults(handler=_handler(status))
 
+    p = sub.add_parser(
+        "cancel", help="cancel a job, or stop a service: scheduler cancel job-1 [--wait]"
+    )
+    p.add_argument("job_id")
+    p.add_argument("--wait", action="store_true", help="wait until the job is cancelled")
+    _common(p)
+    p.set_defaults(handler=_handler(cancel))
+
     p = sub.add_parser("list", help="list jobs, oldest first")
     p.add_argument("--node-id", default="")
-    p.add_argument("--status", default="", choices=["", "pending", "running", "done", "failed"])
+    p.add_argument("--status", default="", choices=["", *STATUSES])
     p.add_argument("--limit", type=int, default=0, help="at most this many jobs")
     _common(p)
     p.set_defaults(handler=_handler(list_jobs))

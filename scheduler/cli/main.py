@@ -97,6 +97,7 @@ COMMAND_MODULES = {
     "submit": "scheduler.cli.client",
     "status": "scheduler.cli.client",
     "list": "scheduler.cli.client",
+    "cancel": "scheduler.cli.client",
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
 }

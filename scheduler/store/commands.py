@@ -136,15 +136,32 @@ def _blobs(reply: list[bytes | None]) -> list[bytes]:
     return [blob for blob in reply if blob is not None]
 
 
-def _polled(reply: list[Any]) -> list[bytes]:
+@dataclass(frozen=True, slots=True)
+class Polled:
+    """An agent's poll: the jobs to run, and the ids of its jobs being cancelled."""
+
+    jobs: list[bytes]
+    cancels: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.cancels)
+
+
+def _polled(reply: list[Any]) -> Polled:
     _check_access(reply[0])
-    return _blobs(reply[1:])
+    return Polled(jobs=_blobs(reply[2:]), cancels=_ids(reply[1]))
 
 
-def poll(keys: Keys, node_id: str, max_jobs_per_node: int, caller: str) -> Call[list[bytes]]:
+def poll(keys: Keys, node_id: str, max_jobs_per_node: int, caller: str) -> Call[Polled]:
     return Call(
         "POLL",
-        [keys.root, keys.node_busy(node_id), keys.node_status(node_id, "pending"), keys.tokens],
+        [
+            keys.root,
+            keys.node_busy(node_id),
+            keys.node_status(node_id, "pending"),
+            keys.tokens,
+            keys.node_status(node_id, "cancelling"),
+        ],
         [max_jobs_per_node, node_id, caller],
         _polled,
     )
@@ -164,6 +181,8 @@ _CONFLICTS = {
     lua.ALREADY_RUNNING: "job already running",
     lua.NOT_RUNNING: "job is not running",
     lua.OTHER_NODE: "job is bound to another node",
+    lua.CANCELLING: "job is being cancelled",
+    lua.NOT_CANCELLING: "job is not being cancelled",
 }
 
 
@@ -194,6 +213,7 @@ def transition(
             keys.event_seq,
             keys.finished,
             keys.tokens,
+            keys.cancelling,
         ],
         [
             job_id,
@@ -209,6 +229,43 @@ def transition(
         ],
         _transitioned,
     )
+
+
+def _cancelled(reply: list[Any]) -> bytes:
+    if reply[0] == lua.NOT_FOUND:
+        raise JobNotFound()
+    if reply[0] == lua.FINISHED:
+        raise Conflict("job already finished")
+    blob: bytes = reply[1]
+    return blob
+
+
+def cancel_job(keys: Keys, job_id: str, now: float) -> Call[bytes]:
+    cancel_keys = [
+        keys.root,
+        keys.job(job_id),
+        keys.all_jobs,
+        keys.deadlines,
+        keys.dirty,
+        keys.outbox,
+        keys.event_seq,
+        keys.finished,
+        keys.cancelling,
+    ]
+    return Call("CANCEL_JOB", cancel_keys, [job_id, now, rfc3339(now)], _cancelled)
+
+
+def finish_cancels(keys: Keys, cutoff: float, now: float, batch: int) -> Call[Batch]:
+    finish_keys = [
+        keys.root,
+        keys.cancelling,
+        keys.all_jobs,
+        keys.dirty,
+        keys.outbox,
+        keys.event_seq,
+        keys.finished,
+    ]
+    return Call("FINISH_CANCELS", finish_keys, [cutoff, now, rfc3339(now), batch], _batch)
 
 
 def _report_allowed(code: int) -> None:
@@ -382,16 +439,18 @@ def register_node(
     return Call("REGISTER_NODE", _node_keys(keys), args, _registered)
 
 
-def _heartbeat(reply: list[Any]) -> bytes:
+def _heartbeat(reply: list[Any]) -> tuple[bytes, list[str]]:
     if reply[0] == lua.NOT_FOUND:
         raise NodeNotFound()
     _check_access(reply[0])
     blob: bytes = reply[1]
-    return blob
+    return blob, _ids(reply[2])
 
 
-def heartbeat(keys: Keys, node_id: str, now: float, caller: str) -> Call[bytes]:
-    return Call("HEARTBEAT", _node_keys(keys), [node_id, now, caller], _heartbeat)
+def heartbeat(keys: Keys, node_id: str, now: float, caller: str) -> Call[tuple[bytes, list[str]]]:
+    """The node's record, and the ids of its jobs being cancelled."""
+    beat_keys = [*_node_keys(keys), keys.node_status(node_id, "cancelling")]
+    return Call("HEARTBEAT", beat_keys, [node_id, now, caller], _heartbeat)
 
 
 def _deleted(reply: list[Any]) -> list[Requeued]:
@@ -534,7 +593,14 @@ def restore_jobs(keys: Keys, jobs: Sequence[RestoredJob], mark_dirty: bool) -> C
         started = "" if job.started is None else job.started
         finished = "" if job.finished is None else job.finished
         args += [job.job_id, job.score, job.node_id, job.status, started, finished, job.record]
-    restore_keys = [keys.root, keys.all_jobs, keys.deadlines, keys.dirty, keys.finished]
+    restore_keys = [
+        keys.root,
+        keys.all_jobs,
+        keys.deadlines,
+        keys.dirty,
+        keys.finished,
+        keys.cancelling,
+    ]
     return Call("RESTORE_JOBS", restore_keys, args, int)
 
 

@@ -48,6 +48,8 @@ SCRIPT_NAMES = (
     "POLL",
     "LIST",
     "TRANSITION",
+    "CANCEL_JOB",
+    "FINISH_CANCELS",
     "CHECK_REPORT",
     "SWEEP_TIMEOUTS",
     "PRUNE_FINISHED",
@@ -127,12 +129,13 @@ class JobStore:
             commands.pick_node(self.keys, placement, now, self.settings.node_ttl_secs)
         )
 
-    async def poll(self, node_id: str, caller: str) -> list[bytes]:
+    async def poll(self, node_id: str, caller: str) -> commands.Polled:
         limit = self.settings.max_jobs_per_node
         return await self.run(commands.poll(self.keys, node_id, limit, caller))
 
-    async def poll_wait(self, node_id: str, caller: str, wait: float) -> list[bytes]:
-        """The poll, answered once the node has work or after `wait` seconds."""
+    async def poll_wait(self, node_id: str, caller: str, wait: float) -> commands.Polled:
+        """The poll, answered once the node has work (or a job to cancel) or after `wait`
+        seconds."""
         channel = self.keys.node_channel(node_id)
         return await wait_until(
             self.notifier, channel, lambda: self.poll(node_id, caller), bool, wait
@@ -223,10 +226,16 @@ class JobStore:
         outcome = await self.run(call)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), outcome
 
-    async def heartbeat(self, node_id: str, now: float, caller: str) -> Node:
-        blob = await self.run(commands.heartbeat(self.keys, node_id, now, caller))
+    async def heartbeat(
+        self, node_id: str, now: float, caller: str
+    ) -> tuple[Node, builtins.list[str]]:
+        """The node, and the ids of its jobs being cancelled."""
+        blob, cancels = await self.run(commands.heartbeat(self.keys, node_id, now, caller))
         node = _node_decoder.decode(blob)
-        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now))
+        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
+
+    async def cancel(self, job_id: str, now: float) -> bytes:
+        return await self.run(commands.cancel_job(self.keys, job_id, now))
 
     async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:
         """Deregister a node; its pending jobs move to live nodes (the first DELETE_MOVES
@@ -281,6 +290,17 @@ class SyncJobStore:
             self.keys, job_json, placement, now, self.settings.node_ttl_secs, dedup_key, dedup_ttl
         )
         return self.run(call)
+
+    def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
+        """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not
+        reported them cancelled."""
+        cutoff = now - self.settings.cancel_grace_secs
+        ended: list[str] = []
+        while True:
+            swept = self.run(commands.finish_cancels(self.keys, cutoff, now, batch))
+            ended.extend(swept.ids)
+            if swept.read < batch:
+                return ended
 
     def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
         """Fail every run job past JOB_TIMEOUT_SECS, `batch` per script call."""

@@ -15,7 +15,8 @@ Layout (P = REDIS_PREFIX):
   P:node:{node}:{status}  zset per node and status, score N; :pending is the node's queue
   P:node:{node}:busy      set of the node's running run-jobs (MAX_JOBS_PER_NODE check)
   P:deadlines             zset of running run-jobs, score = start time (timeout sweep)
-  P:finished              zset of done and failed jobs, score = finish time (retention)
+  P:finished              zset of finished jobs (done, failed, cancelled), score = finish time
+  P:cancelling            zset of jobs asked to stop while running, score = when (the grace)
   P:dirty                 set of job ids changed since the last snapshot
   P:dirty:inflight        set of job ids the current (or a crashed) snapshot is writing
   P:initialised           marker: whether to restore from the SQLite snapshot is decided
@@ -92,6 +93,10 @@ class Keys:
     @property
     def deadlines(self) -> str:
         return self._k("deadlines")
+
+    @property
+    def cancelling(self) -> str:
+        return self._k("cancelling")
 
     @property
     def finished(self) -> str:

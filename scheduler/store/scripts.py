@@ -62,15 +62,19 @@ POLL = script(
     READ,
     CALLER,
     """
--- The agent's poll: the node's oldest pending jobs, at most its free capacity.
+-- The agent's poll: the node's oldest pending jobs, at most its free capacity, and the ids
+-- of its jobs being cancelled (the API sends them in a header the original agent ignores).
 -- KEYS[1] root  KEYS[2] node busy set  KEYS[3] node pending zset  KEYS[4] tokens
+-- KEYS[5] node cancelling zset
 -- ARGV[1] MAX_JOBS_PER_NODE  ARGV[2] node id  ARGV[3] caller (lua.CALLER)
--- Returns {OK, job JSON, ...} | {UNAUTHORIZED} | {FORBIDDEN}
+-- Returns {OK, {cancelling id, ...}, job JSON, ...} | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(KEYS[4], ARGV[3], ARGV[2])
 if access ~= OK then return {access} end
+local cancels = redis.call("ZRANGE", KEYS[5], 0, 99)
 local free = tonumber(ARGV[1]) - redis.call("SCARD", KEYS[2])
-if free <= 0 then return {OK} end
+if free <= 0 then return {OK, cancels} end
 local jobs = get_jobs(redis.call("ZRANGE", KEYS[3], 0, free - 1), math.huge)
+table.insert(jobs, 1, cancels)
 table.insert(jobs, 1, OK)
 return jobs
 """,
@@ -103,15 +107,16 @@ TRANSITION = script(
     WAKE,
     """
 -- An agent's report (PATCH /jobs/{id}), under the state machine:
---   pending -> running; running -> done | failed; failed with retries left -> pending.
+--   pending -> running; running -> done | failed; failed with retries left -> pending;
+--   cancelling -> cancelled (the agent killed it: nothing else is taken from a cancelling job).
 -- KEYS[1] root  KEYS[2] job  KEYS[3] jobs  KEYS[4] deadlines  KEYS[5] dirty  KEYS[6] outbox
--- KEYS[7] seq:event  KEYS[8] finished  KEYS[9] tokens
+-- KEYS[7] seq:event  KEYS[8] finished  KEYS[9] tokens  KEYS[10] cancelling
 -- ARGV[1] job id  ARGV[2] new status  ARGV[3] exit code ("" = none)  ARGV[4] stdout
 -- ARGV[5] stderr  ARGV[6] now (epoch s)  ARGV[7] now (RFC 3339)  ARGV[8] MAX_JOB_RETRIES
 -- ARGV[9] caller (lua.CALLER)
 -- ARGV[10] the reporting node as the body names it ("" = unknown, as the Rust agent's reports)
 -- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN} | {FINISHED}
---   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE}
+--   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
 -- holding the job (only a known node: a bare claim stays a conflict), and a final report
 -- that the stored job already reflects. A node token names its node as well as the body.
@@ -126,13 +131,18 @@ if access ~= OK then return {access} end
 if reporter == "" and caller ~= "open" and caller ~= "key" then reporter = job.node_id end
 local old = job.status
 if reporter ~= "" and reporter ~= job.node_id then return {OTHER_NODE} end
-if old == "done" or old == "failed" then
+if old == "done" or old == "failed" or old == "cancelled" then
   local function same(arg, stored) return arg == "" or arg == stored end
   if new == old and (ARGV[3] == "" or tonumber(ARGV[3]) == job.exit_code)
     and same(ARGV[4], job.stdout) and same(ARGV[5], job.stderr) then
     return {OK, raw}
   end
   return {FINISHED}
+end
+if old == "cancelling" then
+  if new ~= "cancelled" then return {CANCELLING} end
+elseif new == "cancelled" then
+  return {NOT_CANCELLING}
 end
 local n = redis.call("ZSCORE", KEYS[3], id)
 local busy = key_node_busy(job.node_id)
@@ -144,11 +154,12 @@ if new == "running" then
     redis.call("SADD", busy, id)
     redis.call("ZADD", KEYS[4], ARGV[6], id)
   end
-elseif old ~= "running" then
+elseif old ~= "running" and old ~= "cancelling" then
   return {NOT_RUNNING}
 else
   redis.call("SREM", busy, id)
   redis.call("ZREM", KEYS[4], id)
+  redis.call("ZREM", KEYS[10], id)
   if new == "failed" and (job.retry_count or 0) < tonumber(ARGV[8]) then
     job.retry_count = (job.retry_count or 0) + 1
     job.status, job.exit_code, job.stdout, job.finished_at = "pending", nil, nil, nil
@@ -171,6 +182,49 @@ if ARGV[3] ~= "" then job.exit_code = tonumber(ARGV[3]) end
 if ARGV[4] ~= "" then job.stdout = ARGV[4] end
 if ARGV[5] ~= "" then job.stderr = ARGV[5] end
 move(id, n, job.node_id, old, new)
+local out = encode(job)
+redis.call("SET", KEYS[2], out)
+redis.call("SADD", KEYS[5], id)
+wake_job(id)
+return {OK, out}
+""",
+)
+
+
+CANCEL_JOB = script(
+    INDEX,
+    WAKE,
+    """
+-- DELETE /jobs/{id}. A pending job is cancelled at once: it leaves its queue, an event is
+-- published. A running one becomes cancelling: it keeps its node's slot, its timeout no longer
+-- applies, and its agent learns it (the poll's X-Cancel-Jobs, the heartbeat's answer), kills it
+-- and reports cancelled; an agent that cannot be told (the original) gets 409 on its late
+-- report, and the sweep cancels the job CANCEL_GRACE_SECS later (FINISH_CANCELS).
+-- KEYS[1] root  KEYS[2] job  KEYS[3] jobs  KEYS[4] deadlines  KEYS[5] dirty  KEYS[6] outbox
+-- KEYS[7] seq:event  KEYS[8] finished  KEYS[9] cancelling
+-- ARGV[1] job id  ARGV[2] now (epoch s)  ARGV[3] now (RFC 3339)
+-- Returns {OK, job JSON} (a cancelling job: as it is) | {NOT_FOUND} | {FINISHED}
+-- Publishes wake:job:{id}, and wake:node:{node} for a running one (its long-poll hears it).
+local id = ARGV[1]
+local raw = redis.call("GET", KEYS[2])
+if not raw then return {NOT_FOUND} end
+local job = cjson.decode(raw)
+local old = job.status
+if old == "done" or old == "failed" or old == "cancelled" then return {FINISHED} end
+if old == "cancelling" then return {OK, raw} end
+local n = redis.call("ZSCORE", KEYS[3], id)
+if old == "pending" then
+  job.status, job.finished_at = "cancelled", ARGV[3]
+  move(id, n, job.node_id, old, "cancelled")
+  redis.call("ZADD", KEYS[8], ARGV[2], id)
+  publish(KEYS[6], KEYS[7], id, "cancelled")
+else
+  job.status = "cancelling"
+  move(id, n, job.node_id, old, "cancelling")
+  redis.call("ZREM", KEYS[4], id)
+  redis.call("ZADD", KEYS[9], ARGV[2], id)
+  wake_node(job.node_id)
+end
 local out = encode(job)
 redis.call("SET", KEYS[2], out)
 redis.call("SADD", KEYS[5], id)
@@ -263,15 +317,16 @@ return {OK, "none"}
 HEARTBEAT = script(
     CALLER,
     """
+-- KEYS[7] the node's cancelling zset
 -- ARGV[1] node id  ARGV[2] now (epoch s)  ARGV[3] caller (lua.CALLER)
--- Returns {OK, node JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
+-- Returns {OK, node JSON, {cancelling id, ...}} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(KEYS[6], ARGV[3], ARGV[1])
 if access ~= OK then return {access} end
 local node = redis.call("HGET", KEYS[2], ARGV[1])
 if not node then return {NOT_FOUND} end
 redis.call("ZADD", KEYS[3], ARGV[2], ARGV[1])
 if redis.call("ZSCORE", KEYS[4], ARGV[1]) then redis.call("ZADD", KEYS[4], ARGV[2], ARGV[1]) end
-return {OK, node}
+return {OK, node, redis.call("ZRANGE", KEYS[7], 0, 99)}
 """,
 )
 

@@ -163,6 +163,44 @@ return {#ids, kept, unpack(removed)}
 )
 
 
+FINISH_CANCELS = script(
+    INDEX,
+    WAKE,
+    """
+-- The cancelling jobs whose agent has not reported them cancelled within the grace (the
+-- original agent cannot be told): cancelled now, their node's slot free, one event each.
+-- KEYS[1] root  KEYS[2] cancelling  KEYS[3] jobs  KEYS[4] dirty  KEYS[5] outbox
+-- KEYS[6] seq:event  KEYS[7] finished
+-- ARGV[1] cutoff (epoch s: asked before it = past the grace)  ARGV[2] now (epoch s)
+-- ARGV[3] now (RFC 3339)  ARGV[4] batch size
+-- Returns {number of entries read, ids of the jobs it cancelled...}.
+local ids = redis.call("ZRANGEBYSCORE", KEYS[2], "-inf", "(" .. ARGV[1], "LIMIT", 0, ARGV[4])
+local done = {#ids}
+for _, id in ipairs(ids) do
+  redis.call("ZREM", KEYS[2], id)
+  local raw = redis.call("GET", key_job(id))
+  local job = raw and cjson.decode(raw)
+  if job and job.status == "cancelling" then
+    job.status, job.finished_at = "cancelled", ARGV[3]
+    if (job.stderr or "") == "" then
+      job.stderr = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
+    end
+    redis.call("SREM", key_node_busy(job.node_id), id)
+    move(id, redis.call("ZSCORE", KEYS[3], id), job.node_id, "cancelling", "cancelled")
+    redis.call("SET", key_job(id), encode(job))
+    redis.call("SADD", KEYS[4], id)
+    redis.call("ZADD", KEYS[7], ARGV[2], id)
+    publish(KEYS[5], KEYS[6], id, "cancelled")
+    wake_job(id)
+    wake_node(job.node_id)
+    done[#done + 1] = id
+  end
+end
+return done
+""",
+)
+
+
 # The outbox (workers/tasks.py flush_outbox).
 TRIM_OUTBOX = script(
     """
@@ -210,6 +248,7 @@ RESTORE_JOBS = script(
 -- Put jobs back as the snapshot holds them, with every index their status needs (as the
 -- scripts above maintain them). A job already present is first taken out of its old indexes.
 -- KEYS[1] root  KEYS[2] jobs  KEYS[3] deadlines  KEYS[4] dirty  KEYS[5] finished
+-- KEYS[6] cancelling (a cancelling job is restored as asked long ago: the next sweep ends it)
 -- ARGV[1] "1" to mark the jobs changed (the next snapshot writes them), else "0"
 -- ARGV[2..] 7 values per job: id, score, node id, status, start time (epoch s) of a running
 --   run-job or "", finish time (epoch s) of a done or failed job or "", job JSON.
@@ -243,6 +282,7 @@ for i, old in ipairs(redis.call("MGET", unpack(job_keys))) do
     unindex(ids[i], old)
     redis.call("ZREM", KEYS[3], ids[i])
     redis.call("ZREM", KEYS[5], ids[i])
+    redis.call("ZREM", KEYS[6], ids[i])
   end
 end
 local records, zadds, sadds = {}, {}, {}
@@ -261,6 +301,7 @@ for j, id in ipairs(ids) do
     push(sadds, key_node_busy(node), id)
   end
   if finish ~= "" then push(zadds, KEYS[5], finish, id) end
+  if status == "cancelling" then push(zadds, KEYS[6], 0, id) end
   if ARGV[1] == "1" then push(sadds, KEYS[4], id) end
 end
 redis.call("MSET", unpack(records))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -337,3 +338,36 @@ def test_the_wait_is_sent_only_when_set_and_an_instant_answer_means_polling_as_b
     assert run(lambda: go(20)) is False
     assert run(lambda: go(0)) is False
     assert seen == [("20", 25.0), ("", 5.0)]
+
+
+@pytest.mark.parametrize("how", ["poll", "heartbeat"])
+def test_a_cancelled_job_is_killed_and_reported_cancelled(
+    api: str, tmp_path: Path, how: str
+) -> None:
+    """The scheduler cancels a running job; the agent hears of it on its next poll (or
+    heartbeat), kills the job's process group and reports it cancelled, with its output."""
+    node = f"proto-cancel-{how}"
+    only_node(api, node)
+    marker = tmp_path / "survived"
+
+    async def go() -> dict[str, Any]:
+        agent = make_agent(api, tmp_path, node, max_jobs=2)
+        command = f"echo started; sleep 30; touch {marker}"
+        job_id = httpx.post(f"{api}/jobs", json={"command": command}).json()["job_id"]
+        await agent.poll_once()
+        assert job_id in agent.runs
+        await asyncio.sleep(0.3)  # it has started
+        assert httpx.delete(f"{api}/jobs/{job_id}").json()["status"] == "cancelling"
+        if how == "poll":
+            await agent.poll_once()
+        else:
+            await agent.remote.heartbeat()
+        await asyncio.wait_for(agent.runs[job_id], 10)
+        await agent.remote.http.aclose()
+        job: dict[str, Any] = httpx.get(f"{api}/jobs/{job_id}").json()
+        return job
+
+    job = run(go)
+    assert job["status"] == "cancelled" and job["stdout"] == "started\n"
+    time.sleep(0.5)
+    assert not marker.exists()  # the whole group was killed, not only the shell

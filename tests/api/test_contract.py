@@ -148,8 +148,7 @@ def test_unknown_path_is_404_page_not_found(api: TestClient, method: str, path: 
         ("POST", "/health", {"GET", "HEAD"}),
         ("DELETE", "/jobs", {"GET", "HEAD", "POST"}),
         ("PUT", "/jobs", {"GET", "HEAD", "POST"}),
-        ("PUT", "/jobs/job-1", {"GET", "HEAD", "PATCH"}),
-        ("DELETE", "/jobs/job-1", {"GET", "HEAD", "PATCH"}),
+        ("PUT", "/jobs/job-1", {"GET", "HEAD", "PATCH", "DELETE"}),  # DELETE: cancel (ours)
         ("POST", "/schedule", {"GET", "HEAD"}),
         ("GET", "/nodes/heartbeat", {"POST"}),
         ("POST", "/nodes", {"GET", "HEAD"}),

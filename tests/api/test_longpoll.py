@@ -182,7 +182,11 @@ def test_a_bad_wait_is_400(api: TestClient, wait: str) -> None:
 def test_a_bad_status_not_and_a_wait_on_a_listing_are_400(api: TestClient) -> None:
     job_id = submit(api, command="x")["job_id"]
     response = api.get(f"/jobs/{job_id}", params={"wait": 1, "status_not": "nope"})
-    assert_text_error(response, 400, "invalid status_not: use pending, running, done, failed")
+    assert_text_error(
+        response,
+        400,
+        "invalid status_not: use pending, running, done, failed, cancelling, cancelled",
+    )
     response = api.get("/jobs", params={"status": "pending", "wait": 1})
     assert_text_error(response, 400, "wait needs node_id and status=pending")
 

@@ -56,10 +56,28 @@ def test_bad_filters_are_400_and_unknown_jobs_404(client: TestClient) -> None:
     assert_text_error(
         client.get("/ui/jobs?status=nope"),
         400,
-        "invalid status: use one of pending, running, done, failed",
+        "invalid status: use one of pending, running, done, failed, cancelling, cancelled",
     )
     assert client.get("/ui/jobs?node_id=a%20b").status_code == 400
     assert client.get("/ui/jobs?before=" + "9" * 5000).status_code == 400
     assert client.get("/ui/jobs?before=-1").status_code == 400
     assert client.get("/ui/jobs/job-9").status_code == 404
     assert client.get("/ui/jobs/%2E%2E").status_code == 404
+
+
+def test_the_cancel_form_needs_its_token(make_client: ClientFactory) -> None:
+    api = make_client(api_key=KEY)
+    key = {"Authorization": f"Bearer {KEY}"}
+    api.post("/nodes/register", json={"id": "n1"})
+    api.post("/jobs", json={"command": "x"}, headers=key)
+    api.post("/ui/login", data={"key": KEY})
+    page = api.get("/ui/jobs/job-1").text
+    assert 'id="cancel"' in page
+    # A form posted from elsewhere carries no token (and, cross-site, no cookie either).
+    assert api.post("/ui/jobs/job-1/cancel", data={"csrf": "x"}).status_code == 403
+    assert api.get("/jobs/job-1", headers=key).json()["status"] == "pending"
+    token = page.split('name="csrf" value="')[1].split('"')[0]
+    assert KEY not in token
+    done = api.post("/ui/jobs/job-1/cancel", data={"csrf": token}, follow_redirects=False)
+    assert (done.status_code, done.headers["location"]) == (303, "/ui/jobs/job-1")
+    assert api.get("/jobs/job-1", headers=key).json()["status"] == "cancelled"

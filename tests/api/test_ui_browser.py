@@ -162,6 +162,17 @@ def test_the_nodes_page_shows_health_and_queues(api: str, ui: WebDriver) -> None
     assert "pending 54" in by_status and "done 1" in by_status
 
 
+def test_a_cancel_from_the_ui_cancels(api: str, ui: WebDriver) -> None:
+    ui.get(f"{api}/ui/jobs/job-3")
+    click(ui, By.ID, "cancel")
+    assert ui.current_url == f"{api}/ui/jobs/job-3"
+    status = ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(2) td").text
+    assert status == "cancelled"
+    assert not ui.find_elements(By.ID, "cancel")  # a final job has no button
+    job = httpx.get(f"{api}/jobs/job-3", headers=OPERATOR).json()
+    assert job["status"] == "cancelled"
+
+
 def test_logging_out_locks_the_ui_again(api: str, browser: WebDriver) -> None:
     browser.get(f"{api}/ui/jobs")
     click(browser, By.CSS_SELECTOR, "header form button")

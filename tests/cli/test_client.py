@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -229,3 +231,32 @@ def test_commands_are_quoted_like_go(text: str, quoted: str) -> None:
 def test_format_job_omits_empty_fields_but_not_exit_code_zero() -> None:
     job = {"job_id": "job-1", "node_id": "n", "status": "done", "command": "", "exit_code": 0}
     assert format_job(job) == 'job_id=job-1 node_id=n status=done command=""\nexit_code=0\n'
+
+
+def test_cancel_prints_the_cancelled_job(api: str, cli: Cli) -> None:
+    job = httpx.post(f"{api}/jobs", json={"command": "true"}).json()
+    code, out, err = cli(api, "cancel", job["job_id"])
+    assert (code, err) == (0, "")
+    assert out == f'job_id={job["job_id"]} node_id=node-1 status=cancelled command="true"\n'
+    code, out, err = cli(api, "cancel", job["job_id"])
+    assert (code, out) == (1, "")
+    assert err == "cancel failed 409: job already finished\n"
+    code, _, err = cli(api, "cancel", "job-999999")
+    assert code == 1 and err == "cancel failed 404: job not found\n"
+
+
+def test_cancel_wait_waits_for_the_agent(api: str, cli: Cli) -> None:
+    job = httpx.post(f"{api}/jobs", json={"command": "sleep 600"}).json()
+    running = {"status": "running", "exit_code": None, "stdout": "", "stderr": ""}
+    assert httpx.patch(f"{api}/jobs/{job['job_id']}", json=running).status_code == 200
+
+    def agent_stops_it() -> None:
+        time.sleep(0.5)
+        stopped = {"status": "cancelled", "exit_code": -1}
+        assert httpx.patch(f"{api}/jobs/{job['job_id']}", json=stopped).status_code == 200
+
+    agent = threading.Thread(target=agent_stops_it)
+    agent.start()
+    code, out, _ = cli(api, "cancel", job["job_id"], "--wait", "--poll-secs", "5")
+    agent.join()
+    assert code == 0 and "status=cancelled" in out and "exit_code=-1" in out
