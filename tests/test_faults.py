@@ -320,7 +320,6 @@ def test_kill_9_of_every_kind_and_a_redis_restart_lose_and_repeat_nothing(
     assert rows == {snapshot_db.row_from_record(raw) for raw in jobs.values()}
     # Every process still runs (the workers rode out the Redis restart).
     assert alive == dict.fromkeys(alive, True)
-    assert queues.queue(r, settings, queues.EVENTS).count == 0
     print(
         f"MEASURED faults: jobs={len(jobs)} acknowledged={len(acknowledged)} "
         f"events={sum(events.values())} duplicate_events={sum(events.values()) - len(events)}"
