@@ -108,11 +108,13 @@ def measure_dispatch(redis_url: str, count: int, cli_runs: int = 5) -> None:
                 raise RuntimeError(f"submit --wait printed {out!r}")
             begin = time.perf_counter()
             subprocess.run(
-                [sys.executable, "-m", "scheduler", "--help"], env=env, capture_output=True
+                [sys.executable, "-m", "scheduler", "submit", "--help"],
+                env=env,
+                capture_output=True,
             )
             bare.append(time.perf_counter() - begin)
         print(_line("submit 'echo hello' --wait (CLI)", cli))
-        print(_line("  of which: the CLI's start (--help)", bare))
+        print(_line("  of which: the CLI start (submit --help)", bare))
     finally:
         if agent is not None:
             stop(agent, timeout=40)

@@ -21,7 +21,7 @@ from scheduler.cli.main import (
     build_parser,
     default_workers,
 )
-from tests.processes import scheduler_env, wait_http
+from tests.processes import scheduler_env, stop, wait_http
 from tests.redis_server import free_port
 
 
@@ -83,9 +83,7 @@ def test_two_workers_serve_one_port_and_stop_together(redis_url: str, prefix: st
         for server in servers:
             assert not Path(f"/proc/{server}").exists(), cmdline(server)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)  # SIGTERM first: a killed supervisor would leave its workers running
 
 
 def test_sigterm_answers_waiting_long_polls_at_once(redis_url: str, prefix: str) -> None:
@@ -109,9 +107,7 @@ def test_sigterm_answers_waiting_long_polls_at_once(redis_url: str, prefix: str)
             answer = polling.result(timeout=30)
             assert (answer.status_code, answer.json()) == (200, [])
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc)  # SIGTERM first: a killed supervisor would leave its workers running
 
 
 def _commands(parser: argparse.ArgumentParser) -> set[str]:

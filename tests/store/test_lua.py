@@ -139,3 +139,22 @@ def test_fields_beyond_the_model_follow_sorted_and_survive(
     names = [name for name, _ in json.loads(after, object_pairs_hook=list)]
     assert names[-2:] == ["aa_new", "zz_new"]
     assert names[:-2] == [name for name in GO_ORDER if name in names[:-2]]
+
+
+def test_values_that_need_escaping_round_trip(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    settings = make_settings()
+    api = make_client(settings)
+    register(api, "n1")
+    tricky = 'back\\slash "quoted" tab\t line\n ctrl\x01 /path é 😀'
+    job_id = submit(api, command=tricky, env_vars={"Q": tricky})["job_id"]
+    assert report(api, job_id, "running").status_code == 200
+    # Each on its own too: a value with one character to escape and no other.
+    slash, quote = "only\\a backslash", 'only "a quote'
+    done = report(api, job_id, "done", exit_code=-2147483648, stdout=slash, stderr=quote)
+    assert done.status_code == 200, done.text
+    job = assert_go_bytes(stored(rclient, settings, job_id))
+    assert (job["command"], job["stdout"], job["stderr"]) == (tricky, slash, quote)
+    assert job["env_vars"] == {"Q": tricky}
+    assert job["exit_code"] == -2147483648

@@ -1,0 +1,78 @@
+"""Redis CPU per script call (INFO commandstats), the part of a request Redis spends: create,
+and the transitions running, retry, running, done, over N jobs.
+
+    .venv/bin/python benchmarks/script_cost.py [--jobs 20000]
+
+Starts its own redis-server. Calls are pipelined from one client, so the figure is Redis'
+own time per call (usec_per_call), not a latency. Run it with PYTHONPATH pointing at another
+checkout to compare versions of the scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from scheduler.models import JobUpdate  # noqa: E402
+from scheduler.nodes.placement import Placement  # noqa: E402
+from scheduler.store import commands, scripts  # noqa: E402
+from scheduler.store.keys import Keys  # noqa: E402
+from tests.redis_server import redis_server  # noqa: E402
+
+BODY = b'{"command":"echo hello","env_vars":{"GREETING":"hi"},"status":"pending","retry_count":0,"created_at":"2026-01-01T00:00:00.000000Z"}'  # noqa: E501
+STEPS = [
+    JobUpdate(status="running"),
+    JobUpdate(status="failed", exit_code=1, stdout="out", stderr="err"),
+    JobUpdate(status="running"),
+    JobUpdate(status="done", exit_code=0, stdout="hello"),
+]
+
+
+def usec_per_call(client: redis.Redis) -> float:
+    stats = client.info("commandstats")
+    entry = stats.get("cmdstat_evalsha", {"usec_per_call": 0.0})
+    return float(entry["usec_per_call"])
+
+
+def run(client: redis.Redis, script: str, calls: list[commands.Call[object]]) -> float:
+    sha = client.script_load(script)
+    client.config_resetstat()
+    for start in range(0, len(calls), 1000):
+        pipe = client.pipeline(transaction=False)
+        for call in calls[start : start + 1000]:
+            pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
+        pipe.execute()
+    return usec_per_call(client)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    args = parser.parse_args()
+    keys = Keys("cost")
+    with redis_server() as url:
+        client = redis.Redis.from_url(url)
+        client.set(keys.initialised, "bench")
+        now = time.time()
+        placement = Placement.among([f"n{i}" for i in range(10)])
+        create = [commands.create_job(keys, BODY, placement, now, 30) for _ in range(args.jobs)]
+        print(f"CREATE_JOB             {run(client, scripts.CREATE_JOB, create):6.2f} us/call")
+        for step in STEPS:
+            calls = [
+                commands.transition(keys, f"job-{n}", step, now, 1) for n in range(1, args.jobs + 1)
+            ]
+            cost = run(client, scripts.TRANSITION, calls)
+            print(f"TRANSITION -> {step.status:8s} {cost:6.2f} us/call")
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
