@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from time import perf_counter
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -65,22 +66,34 @@ class _Series:
 
 
 class RequestStats:
-    """Per (method, route): latency histogram; per (method, route, code): count."""
+    """Per (method, route, code) one flat row: count, total seconds, one count per bucket.
+    One dict lookup a request; the families are summed from the rows only when scraped."""
 
     def __init__(self) -> None:
-        self.latency: dict[tuple[str, str], _Series] = {}
-        self.codes: dict[tuple[str, str, int], int] = {}
+        self.rows: dict[tuple[str, str, int], list[float]] = {}
 
     def observe(self, method: str, route: str, code: int, seconds: float) -> None:
-        key = (method, route)
-        series = self.latency.get(key)
-        if series is None:
-            series = self.latency[key] = _Series()
-        series.count += 1
-        series.total += seconds
-        series.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
-        coded = (method, route, code)
-        self.codes[coded] = self.codes.get(coded, 0) + 1
+        key = (method, route, code)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = [0.0] * (len(BUCKETS) + 3)
+        row[0] += 1
+        row[1] += seconds
+        row[2 + bisect.bisect_left(BUCKETS, seconds)] += 1
+
+    @property
+    def codes(self) -> dict[tuple[str, str, int], int]:
+        return {key: int(row[0]) for key, row in self.rows.items()}
+
+    @property
+    def latency(self) -> dict[tuple[str, str], _Series]:
+        series: dict[tuple[str, str], _Series] = {}
+        for (method, route, _), row in self.rows.items():
+            summed = series.setdefault((method, route), _Series())
+            summed.count += int(row[0])
+            summed.total += row[1]
+            summed.buckets = [a + int(b) for a, b in zip(summed.buckets, row[2:], strict=True)]
+        return series
 
 
 class RequestMetrics:
@@ -94,10 +107,10 @@ class RequestMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started, status = time.perf_counter(), [500]
+        started, status = perf_counter(), [500]
 
         async def send_status(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if "status" in message:  # http.response.start, the only message that has one
                 status[0] = message["status"]
             await send(message)
 
@@ -105,7 +118,7 @@ class RequestMetrics:
             await self.app(scope, receive, send_status)
         finally:
             route = route_label(scope["path"])
-            self.stats.observe(scope["method"], route, status[0], time.perf_counter() - started)
+            self.stats.observe(scope["method"], route, status[0], perf_counter() - started)
 
 
 class _Scrape(Collector):
