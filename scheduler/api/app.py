@@ -36,6 +36,10 @@ from scheduler.api.http import (
     text_error,
     too_large,
 )
+from scheduler.api.state import agent_auth as _auth
+from scheduler.api.state import node_source as _nodes
+from scheduler.api.state import settings as _settings
+from scheduler.api.state import store as _store
 from scheduler.config import Settings
 from scheduler.models import (
     ID_RE,
@@ -75,26 +79,6 @@ log = logging.getLogger("scheduler.api")
 HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})
 DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
 MAX_NUMBER_CHARS = 20  # a query-string number; 2**53, the highest job number, has 16 digits
-
-
-def _store(request: Request) -> JobStore:
-    store: JobStore = request.app.state.store
-    return store
-
-
-def _nodes(request: Request) -> NodeSource:
-    source: NodeSource = request.app.state.nodes
-    return source
-
-
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
-def _auth(request: Request) -> AgentAuth:
-    auth: AgentAuth = request.app.state.agent_auth
-    return auth
 
 
 def query_first(request: Request, name: str) -> str:

@@ -12,8 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from scheduler.api.agents import AgentAuth, bearer, new_token, token_hash
+from scheduler.api.agents import bearer, new_token, token_hash
 from scheduler.api.http import HTTPError, json_bytes, read_body, route
+from scheduler.api.state import agent_auth as _auth
+from scheduler.api.state import store as _store
 from scheduler.config import Settings
 from scheduler.models import (
     ID_RE,
@@ -24,7 +26,6 @@ from scheduler.models import (
     validate_registration,
 )
 from scheduler.store.commands import NodeNotFound, Registration
-from scheduler.store.jobs import JobStore
 
 # A registration or a heartbeat is a few hundred bytes; MAX_BODY_BYTES is for job requests.
 NODE_BODY_LIMIT = 16 * 1024
@@ -32,16 +33,6 @@ NODE_BODY_LIMIT = 16 * 1024
 S = TypeVar("S", bound=msgspec.Struct)
 
 log = logging.getLogger("scheduler.api")
-
-
-def _store(request: Request) -> JobStore:
-    store: JobStore = request.app.state.store
-    return store
-
-
-def _auth(request: Request) -> AgentAuth:
-    auth: AgentAuth = request.app.state.agent_auth
-    return auth
 
 
 async def _decode(request: Request, kind: type[S], message: str) -> S:

@@ -10,8 +10,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from scheduler.api.agents import AgentAuth
 from scheduler.api.http import HTTPError, json_array, json_bytes, read_body, route
+from scheduler.api.state import agent_auth
+from scheduler.api.state import store as _store
 from scheduler.models import (
     ID_RE,
     SERVICE_STATUS_RE,
@@ -25,19 +26,12 @@ from scheduler.models import (
     validate_service,
 )
 from scheduler.store.commands import ServiceNotFound
-from scheduler.store.jobs import JobStore
 
 BODY_LIMIT = 16 * 1024  # a service is a few hundred bytes
 
 
-def _store(request: Request) -> JobStore:
-    store: JobStore = request.app.state.store
-    return store
-
-
 def _caller(request: Request) -> str:
-    auth: AgentAuth = request.app.state.agent_auth
-    return auth.caller(request)
+    return agent_auth(request).caller(request)
 
 
 def _service_id(request: Request) -> str:

@@ -21,7 +21,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from scheduler.api.http import UI_COOKIE, HTTPError, read_body, route, ui_secret
-from scheduler.config import Settings
+from scheduler.api.state import settings as _settings
+from scheduler.api.state import store as _store
 from scheduler.models import (
     FINAL_STATUSES,
     ID_RE,
@@ -31,7 +32,6 @@ from scheduler.models import (
     job_decoder,
     rfc3339,
 )
-from scheduler.store.jobs import JobStore
 
 PAGE_SIZE = 50
 service_decoder = msgspec.json.Decoder(Service)
@@ -57,16 +57,6 @@ nav.pages{margin-top:12px;display:flex;gap:16px}
 .muted{color:#57606a}
 table.narrow{width:auto;min-width:20em}
 """
-
-
-def _store(request: Request) -> JobStore:
-    store: JobStore = request.app.state.store
-    return store
-
-
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
 
 
 def page(request: Request, title: str, body: str, *, refresh: bool = False) -> HTMLResponse:

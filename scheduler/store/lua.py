@@ -181,6 +181,14 @@ local function publish(outbox_key, event_seq_key, id, status)
   local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
   redis.call("RPUSH", outbox_key, n .. " " .. message)
 end
+
+-- Store the changed job and mark it for the next snapshot; returns what was stored.
+local function store_job(job_key, dirty_key, id, job)
+  local out = encode(job)
+  redis.call("SET", job_key, out)
+  redis.call("SADD", dirty_key, id)
+  return out
+end
 """
 ).replace("{ENCODE}", ENCODE)
 

@@ -165,9 +165,7 @@ else
     job.status, job.exit_code, job.stdout, job.finished_at = "pending", nil, nil, nil
     if ARGV[5] ~= "" then job.stderr = ARGV[5] end
     move(id, n, job.node_id, old, "pending")
-    local out = encode(job)
-    redis.call("SET", KEYS[2], out)
-    redis.call("SADD", KEYS[5], id)
+    local out = store_job(KEYS[2], KEYS[5], id, job)
     wake_job(id)
     wake_node(job.node_id)
     return {OK, out}
@@ -182,9 +180,7 @@ if ARGV[3] ~= "" then job.exit_code = tonumber(ARGV[3]) end
 if ARGV[4] ~= "" then job.stdout = ARGV[4] end
 if ARGV[5] ~= "" then job.stderr = ARGV[5] end
 move(id, n, job.node_id, old, new)
-local out = encode(job)
-redis.call("SET", KEYS[2], out)
-redis.call("SADD", KEYS[5], id)
+local out = store_job(KEYS[2], KEYS[5], id, job)
 wake_job(id)
 return {OK, out}
 """,
@@ -225,9 +221,7 @@ else
   redis.call("ZADD", KEYS[9], ARGV[2], id)
   wake_node(job.node_id)
 end
-local out = encode(job)
-redis.call("SET", KEYS[2], out)
-redis.call("SADD", KEYS[5], id)
+local out = store_job(KEYS[2], KEYS[5], id, job)
 wake_job(id)
 return {OK, out}
 """,

@@ -77,8 +77,7 @@ for _, node in ipairs(lost) do
         rebind(id, n, job, "running", "failed", node)
         redis.call("ZADD", KEYS[9], ARGV[4], id)
       end
-      redis.call("SET", key_job(id), encode(job))
-      redis.call("SADD", KEYS[4], id)
+      store_job(key_job(id), KEYS[4], id, job)
       publish(KEYS[7], KEYS[8], id, job.status)
       out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, node, job.node_id, job.status
     end
@@ -113,8 +112,7 @@ for _, id in ipairs(ids) do
       job.stderr = "job timed out"
       redis.call("SREM", key_node_busy(job.node_id), id)
       move(id, redis.call("ZSCORE", KEYS[6], id), job.node_id, "running", "failed")
-      redis.call("SET", key_job(id), encode(job))
-      redis.call("SADD", KEYS[3], id)
+      store_job(key_job(id), KEYS[3], id, job)
       redis.call("ZADD", KEYS[7], ARGV[4], id)
       publish(KEYS[4], KEYS[5], id, "failed")
       wake_job(id)
@@ -187,8 +185,7 @@ for _, id in ipairs(ids) do
     end
     redis.call("SREM", key_node_busy(job.node_id), id)
     move(id, redis.call("ZSCORE", KEYS[3], id), job.node_id, "cancelling", "cancelled")
-    redis.call("SET", key_job(id), encode(job))
-    redis.call("SADD", KEYS[4], id)
+    store_job(key_job(id), KEYS[4], id, job)
     redis.call("ZADD", KEYS[7], ARGV[2], id)
     publish(KEYS[5], KEYS[6], id, "cancelled")
     wake_job(id)

@@ -1,0 +1,30 @@
+"""What create_app and its lifespan keep on app.state, read back with its type."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from scheduler.api.agents import AgentAuth
+from scheduler.config import Settings
+from scheduler.nodes.registry import NodeSource
+from scheduler.store.jobs import JobStore
+
+
+def store(request: Request) -> JobStore:
+    found: JobStore = request.app.state.store
+    return found
+
+
+def settings(request: Request) -> Settings:
+    found: Settings = request.app.state.settings
+    return found
+
+
+def agent_auth(request: Request) -> AgentAuth:
+    found: AgentAuth = request.app.state.agent_auth
+    return found
+
+
+def node_source(request: Request) -> NodeSource:
+    found: NodeSource = request.app.state.nodes
+    return found
