@@ -98,6 +98,7 @@ COMMAND_MODULES = {
     "status": "scheduler.cli.client",
     "list": "scheduler.cli.client",
     "cancel": "scheduler.cli.client",
+    "nodes": "scheduler.cli.client",
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
 }

@@ -133,7 +133,7 @@ def test_up_runs_the_product_and_ctrl_c_stops_everything(tmp_path: Path, ups: li
     ups.append(up)
     assert up.url == f"http://127.0.0.1:{up.port}"
     hint = f"  try: SCHEDULER_URL=http://127.0.0.1:{up.port} ./dev submit 'echo hello' --wait"
-    assert hint in up.log.read_text()
+    _wait_for(lambda: [1] if hint in up.log.read_text() else [], timeout=5)  # unbuffered
     children = _children(up.proc.pid)
     assert len(children) == 4  # redis, api, worker, agent
 
