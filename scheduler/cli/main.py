@@ -64,9 +64,11 @@ def _default_port() -> int:
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP API (default port 9001, or $PORT)")
-    serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, default=None, help="listen port (default $PORT or 9001)")
+    serve.add_argument(
+        "--log-level", default="info", help="uvicorn's log level (default info; up: warning)"
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument(
         "--workers",
@@ -104,11 +106,39 @@ COMMAND_MODULES = {
 }
 
 
+def add_help(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("help", help="show this help, or a command's: scheduler help list")
+    p.add_argument("topic", nargs="?", default="", metavar="COMMAND", help="a command's name")
+    p.set_defaults(handler=None)
+
+
+def _help(args: argparse.Namespace) -> int:
+    """`scheduler help [COMMAND]`: the parser's help, as `scheduler [COMMAND] --help`."""
+    topic: str = args.topic
+    parser = build_parser(topic)
+    if not topic:
+        parser.print_help()
+        return 0
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and topic in action.choices:
+            action.choices[topic].print_help()
+            return 0
+    print(f"scheduler help: no command {topic!r}; `scheduler help` lists them", file=sys.stderr)
+    return 2
+
+
 def build_parser(command: str = "") -> argparse.ArgumentParser:
-    """The parser of every sub-command, or of `command` alone (and serve) when it is one."""
+    """The parser of every sub-command, or of `command` alone (and serve, help) when it is
+    one."""
     parser = argparse.ArgumentParser(prog="scheduler", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="one of these; `scheduler help COMMAND` shows its options",
+    )
     add_serve(sub)
+    add_help(sub)
     only = COMMAND_MODULES.get(command)
     for name in SUBCOMMAND_MODULES:
         if only is None or name == only:
@@ -120,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv else "").parse_args(argv)
+    if args.command == "help":
+        return _help(args)
     try:
         settings = Settings.from_env()
         if getattr(args, "port", 0) is None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def _commands(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def test_every_command_is_in_its_module_and_a_command_loads_only_its_own() -> None:
-    assert _commands(build_parser()) == {"serve", *COMMAND_MODULES}
+    assert _commands(build_parser()) == {"serve", "help", *COMMAND_MODULES}
     for command in COMMAND_MODULES:
         assert command in _commands(build_parser(command))
     code = (
@@ -133,3 +134,40 @@ def test_every_command_is_in_its_module_and_a_command_loads_only_its_own() -> No
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield parser.prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_every_option_and_argument_has_help_text() -> None:
+    missing = [
+        f"{prog} {action.option_strings or action.dest}"
+        for prog, parser in _parsers(build_parser())
+        for action in parser._actions
+        if not action.help or action.help == argparse.SUPPRESS
+    ]
+    assert missing == []
+    commands = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert all(choice.help for choice in commands[0]._choices_actions)
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "scheduler", *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_help_prints_the_parsers_help() -> None:
+    result = _run("help")
+    assert result.returncode == 0 and result.stdout == _run("--help").stdout
+    assert "nodes" in result.stdout and "help" in result.stdout
+    result = _run("help", "list")
+    assert result.returncode == 0 and result.stdout == _run("list", "--help").stdout
+    assert "--newest" in result.stdout and "--before" in result.stdout
+    result = _run("help", "bogus")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "no command 'bogus'" in result.stderr and "Traceback" not in result.stderr
