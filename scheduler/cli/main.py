@@ -5,14 +5,49 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import logging.config
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from scheduler.config import ConfigError, Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 GRACEFUL_SHUTDOWN_SECS = 5
+
+# One format for every process (serve, worker, agent, up): timestamp, level, logger, message.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def log_config(level: str = "INFO") -> dict[str, Any]:
+    """The logging dictConfig of every command; `serve` gives it to uvicorn too (its own
+    loggers, and those of each --workers process, then print in this format on stderr)."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"default": {"format": LOG_FORMAT}},
+        "handlers": {
+            "default": {
+                "class": "logging.StreamHandler",
+                "formatter": "default",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": level, "handlers": ["default"]},
+        # uvicorn's records reach the root's handler; rq's use it when the root has one.
+        "loggers": {
+            name: {"handlers": [], "propagate": True}
+            for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+        },
+    }
+
+
+def setup_logging() -> None:
+    """As logging.basicConfig: nothing when the root logger already has a handler (a
+    program, or pytest, that calls main() has set up its own)."""
+    if not logging.getLogger().handlers:
+        logging.config.dictConfig(log_config())
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -25,6 +60,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         "port": args.port,
         "log_level": args.log_level,
         "access_log": args.access_log,
+        "log_config": log_config(),
         # On SIGTERM uvicorn waits for running requests; a long-poll may run for up to a
         # minute, so requests still running after this are cut (clients poll again).
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECS,
@@ -147,7 +183,7 @@ def build_parser(command: str = "") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv else "").parse_args(argv)
     if args.command == "help":
