@@ -219,7 +219,7 @@ def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyP
 
 def test_an_unreachable_scheduler_is_a_clear_error(cli: Cli) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    for argv in (["submit", "echo hi"], ["status", "job-1"], ["list"]):
+    for argv in (["submit", "echo hi"], ["status", "job-1"], ["list"], ["nodes"]):
         code, out, err = cli(url, *argv)
         assert code == 1 and out == ""
         assert err.startswith(f"error: cannot reach the scheduler at {url}")
@@ -447,6 +447,8 @@ def test_list_refuses_bad_paging_clearly(
 
 
 def test_nodes_prints_a_table(api: str, cli: Cli) -> None:
+    # A heartbeat now: the node is healthy however long this module has run.
+    assert httpx.post(f"{api}/nodes/heartbeat", json={"id": "node-1"}).status_code == 200
     code, out, err = cli(api, "nodes")
     assert (code, err) == (0, "")
     header, *rows = out.splitlines()
