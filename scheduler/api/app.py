@@ -129,16 +129,25 @@ def _number(text: str, highest: int) -> int | None:
     return value if value <= highest else None
 
 
-def _page(request: Request) -> tuple[int, int]:
-    raw_limit, raw_after = query_first(request, "limit"), query_first(request, "after")
+def _page(request: Request) -> tuple[int, int, bool]:
+    """(limit, bound, newest): the default order pages on with `after` (ascending, as the
+    original); `order=newest` lists newest first and pages on with `before`."""
+    raw_limit, raw_order = query_first(request, "limit"), query_first(request, "order")
     limit = _number(raw_limit, MAX_PAGE)
     if raw_limit and (limit is None or limit < 1):
         raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")
+    if raw_order not in ("", "oldest", "newest"):
+        raise HTTPError(400, "invalid order: use oldest or newest")
+    newest = raw_order == "newest"
+    name, other = ("before", "after") if newest else ("after", "before")
+    if query_first(request, other):
+        raise HTTPError(400, f"invalid {other}: use {name} with order={raw_order or 'oldest'}")
+    raw_bound = query_first(request, name)
     # No job number is above MAX_JOB_NUMBER (it is the score, exact as a double).
-    after = _number(raw_after.removeprefix("job-"), MAX_JOB_NUMBER)
-    if raw_after and (not raw_after.startswith("job-") or after is None):
-        raise HTTPError(400, "invalid after: use a job id like job-42")
-    return (limit or DEFAULT_PAGE), (after or 0)
+    bound = _number(raw_bound.removeprefix("job-"), MAX_JOB_NUMBER)
+    if raw_bound and (not raw_bound.startswith("job-") or bound is None):
+        raise HTTPError(400, f"invalid {name}: use a job id like job-42")
+    return (limit or DEFAULT_PAGE), (bound or 0), newest
 
 
 def _polled(polled: Polled) -> Response:
@@ -164,8 +173,10 @@ async def list_jobs(request: Request) -> Response:
         return _polled(polled or Polled([], []))
     if wait is not None:
         raise HTTPError(400, "wait needs node_id and status=pending")
-    limit, after = _page(request)
-    return json_array(await store.list(node_id, status, after, limit))
+    limit, bound, newest = _page(request)
+    if newest and bound == 0 and query_first(request, "before"):
+        return json_array([])  # before=job-0: nothing is older
+    return json_array(await store.list(node_id, status, bound, limit, newest))
 
 
 def _job_id(request: Request) -> str:

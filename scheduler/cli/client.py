@@ -1,11 +1,14 @@
-"""The command-line client: `scheduler submit`, `scheduler status`, `scheduler list`.
+"""The command-line client: `scheduler submit`, `status`, `cancel`, `list`, `nodes`.
 
 Output is the original tinyaws CLI's (CONTRACT 7): `submitted <id> on node <node>
 (status=<status>)`, `submit failed <code>: <body>`, and for a job `job_id=… node_id=… status=…
 command="…"`, then `exit_code=N`, `stdout:` and `stderr:` blocks when present. New: `--json`
 prints the scheduler's JSON instead, `submit --wait` waits and prints the job's own output (so
-`scheduler submit 'echo hello' --wait` prints hello), `list`, `--env`, `--service`.
-SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the environment.
+`scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
+Everything that is not the command's result goes to stderr: the status changes `--wait` sees
+(`job-3 running on node-1`), `list`'s `more: …` line, and after a 401 a hint naming
+TINYAWS_API_KEY. SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from
+the environment.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -73,18 +77,29 @@ class Client:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self.has_key = bool(api_key)
+        self.unauthorized = False  # some answer was 401: the command ends with a hint
+
+    def auth_hint(self) -> str:
+        """What to do about a 401, naming TINYAWS_API_KEY."""
+        if self.has_key:
+            return "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key"
+        return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
 
     def close(self) -> None:
         self.http.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            return self.http.request(method, path, **kwargs)
+            response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             reason = str(exc) or type(exc).__name__
             raise ClientError(
                 f"error: cannot reach the scheduler at {self.url}: {reason}"
             ) from None
+        if response.status_code == 401:
+            self.unauthorized = True
+        return response
 
     def job(self, job_id: str, status_not: str = "", wait: float = 0) -> dict[str, Any]:
         """The job; with `wait`, answered once its status is not `status_not` (long-poll),
@@ -134,6 +149,26 @@ def _json_object(response: httpx.Response) -> dict[str, Any]:
     return value
 
 
+def progress(job: dict[str, Any]) -> str:
+    """One line for a status change seen while waiting: `job-3 running on node-1`."""
+    line = f"{job.get('job_id', '')} {job.get('status', '')} on {job.get('node_id', '')}"
+    if job.get("exit_code") is not None:
+        line += f" (exit_code={job['exit_code']})"
+    return line + "\n"
+
+
+class _Changes:
+    """Writes a progress line each time the waited job's status differs from the last seen."""
+
+    def __init__(self, err: TextIO, status: str = "") -> None:
+        self.err, self.status = err, status
+
+    def __call__(self, job: dict[str, Any]) -> None:
+        if job.get("status") != self.status:
+            self.status = str(job.get("status", ""))
+            _echo(progress(job), self.err)
+
+
 def _print_json(value: Any, out: TextIO) -> None:
     out.write(json.dumps(value, indent=2) + "\n")
 
@@ -170,14 +205,17 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         if args.json:
             _print_json(job, out)
         return 0
+    out.flush()
+    changes = _Changes(err, str(job.get("status", "")))
     if args.service:  # a service runs until stopped: wait until it has started (or ended)
-        job = client.wait(job["job_id"], args.poll_secs, lambda j: j.get("status") != "pending")
+        started = lambda j: j.get("status") != "pending"  # noqa: E731
+        job = client.wait(job["job_id"], args.poll_secs, started, changes)
         if args.json:
             _print_json(job, out)
         else:
             out.write(format_job(job))
         return 1 if job.get("status") == "failed" else 0
-    job = client.wait(job["job_id"], args.poll_secs, lambda j: j.get("status") in FINAL)
+    job = client.wait(job["job_id"], args.poll_secs, lambda j: j.get("status") in FINAL, changes)
     if args.json:
         _print_json(job, out)
     else:
@@ -189,18 +227,26 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
 
 
 def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    """With --wait, a progress line on stderr at each status change (stdout as the original's:
+    the job at every poll, or the JSON at the end)."""
+    changes = _Changes(err) if args.wait else (lambda job: None)
     if args.json:
         job = client.wait(
-            args.job_id, args.poll_secs, lambda j: not args.wait or j.get("status") in FINAL
+            args.job_id,
+            args.poll_secs,
+            lambda j: not args.wait or j.get("status") in FINAL,
+            changes,
         )
         _print_json(job, out)
         return 0
+
+    def each(job: dict[str, Any]) -> None:
+        changes(job)
+        _echo(format_job(job), out)
+
     # As the original: with --wait, the job is printed at every poll.
     client.wait(
-        args.job_id,
-        args.poll_secs,
-        lambda j: not args.wait or j.get("status") in FINAL,
-        lambda j: _echo(format_job(j), out),
+        args.job_id, args.poll_secs, lambda j: not args.wait or j.get("status") in FINAL, each
     )
     return 0
 
@@ -227,26 +273,93 @@ def _echo(text: str, out: TextIO) -> None:
     out.flush()
 
 
-def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    params = {"node_id": args.node_id, "status": args.status}
-    if args.limit:
-        params["limit"] = str(args.limit)
-    response = client.request("GET", "/jobs", params={k: v for k, v in params.items() if v})
+PAGE = 1000  # the API's default page, and `list`'s
+MAX_PAGE = 10000  # the API's largest
+
+
+def _get_json(client: Client, path: str, params: dict[str, str]) -> Any:
+    response = client.request("GET", path, params=params)
     if response.status_code >= 400:
         raise ClientError(
             f"error: scheduler returned {response.status_code}: {response.text.rstrip()}"
         )
     try:
-        jobs = response.json()
+        return response.json()
     except ValueError as exc:
         raise ClientError(f"decode: {exc}") from None
+
+
+def _next_page(args: argparse.Namespace, last: str) -> str:
+    """The command that lists the page after the one printed, ending at job `last`."""
+    words = ["scheduler", "list"]
+    if args.node_id:
+        words += ["--node-id", args.node_id]
+    if args.status:
+        words += ["--status", args.status]
+    if args.limit != PAGE:
+        words += ["--limit", str(args.limit)]
+    words += ["--newest", "--before", last] if args.newest else ["--after", last]
+    return shlex.join(words)
+
+
+def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    """A page of at most --limit jobs (oldest first, or --newest first); when more follow, a
+    last line on stderr says how to list them: `more: scheduler list --after job-1000`."""
+    newest = args.newest or bool(args.before)
+    args.newest = newest
+    if args.after and newest:
+        raise ClientError("error: --after pages oldest first: use --before with --newest")
+    base = {"node_id": args.node_id, "status": args.status}
+    if newest:
+        base["order"] = "newest"
+    bound = args.before if newest else args.after
+    # One more job than --limit, to know whether there are more; a page the API cut short
+    # (its byte budget) is followed by the next one.
+    jobs: list[dict[str, Any]] = []
+    while len(jobs) <= args.limit:
+        params = dict(base, limit=str(min(args.limit + 1 - len(jobs), MAX_PAGE)))
+        if bound:
+            params["before" if newest else "after"] = bound
+        page = _get_json(client, "/jobs", {k: v for k, v in params.items() if v})
+        if not isinstance(page, list):
+            raise ClientError("decode: the scheduler did not answer with a list of jobs")
+        if not page:
+            break
+        jobs += page
+        bound = str(page[-1].get("job_id", ""))
+    more = len(jobs) > args.limit
+    jobs = jobs[: args.limit]
     if args.json:
         _print_json(jobs, out)
+    else:
+        for job in jobs:
+            out.write(
+                format_job({k: job.get(k, "") for k in ("job_id", "node_id", "status", "command")})
+            )
+    if more:
+        out.flush()
+        err.write(f"more: {_next_page(args, str(jobs[-1].get('job_id', '')))}\n")
+    return 0
+
+
+def nodes(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    """GET /nodes as a table: id, role, status, last heartbeat."""
+    params = {"role": args.role} if args.role else {}
+    found = _get_json(client, "/nodes", params)
+    if not isinstance(found, dict):
+        raise ClientError("decode: the scheduler did not answer with the nodes")
+    if args.json:
+        _print_json(found, out)
         return 0
-    for job in jobs:
-        out.write(
-            format_job({k: job.get(k, "") for k in ("job_id", "node_id", "status", "command")})
-        )
+    rows: list[tuple[str, ...]] = [("ID", "ROLE", "STATUS", "LAST HEARTBEAT")]
+    for node_id in sorted(found):
+        node = found[node_id] if isinstance(found[node_id], dict) else {}
+        cells = (node_id, node.get("role", ""), node.get("status", ""), node.get("last_seen", ""))
+        rows.append(tuple(str(cell) or "-" for cell in cells))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)))
+        out.write(f"  {row[3]}\n")
     return 0
 
 
@@ -259,55 +372,93 @@ def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
         url = args.scheduler_url or settings.scheduler_url
         client = Client(url, settings.api_key, settings.http_timeout_secs)
         try:
-            return command(args, client, sys.stdout, sys.stderr)
+            code = command(args, client, sys.stdout, sys.stderr)
         except ClientError as exc:
             sys.stdout.flush()
             print(exc, file=sys.stderr)
-            return 1
+            code = 1
         except KeyboardInterrupt:
             return 130
         finally:
             client.close()
+        if client.unauthorized:
+            print(client.auth_hint(), file=sys.stderr)
+        return code
 
     return handle
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, poll: bool = True) -> None:
     parser.add_argument("--json", action="store_true", help="print the scheduler's JSON")
     parser.add_argument("--scheduler-url", default="", help="default: $SCHEDULER_URL")
-    parser.add_argument(
-        "--poll-secs", type=float, default=2.0, help="--wait polls this often (default 2)"
-    )
+    if poll:
+        parser.add_argument(
+            "--poll-secs", type=float, default=2.0, help="--wait polls this often (default 2)"
+        )
+
+
+def _job_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id", metavar="JOB_ID", help="the job's id, e.g. job-1")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("submit", help="submit a job: scheduler submit 'echo hello' --wait")
     p.add_argument("command", help="shell command, run with sh -c on the node")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="an env var (repeat)"
+    )
     p.add_argument("--instance", default="", metavar="ID", help="run on this instance's node")
     p.add_argument("--service", action="store_true", help="a long-running service job")
     p.add_argument("--port", type=int, default=0, help="the service's port")
-    p.add_argument("--wait", action="store_true", help="wait for the end, print its output")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the end (status changes on stderr), print its output",
+    )
     _common(p)
     p.set_defaults(handler=_handler(submit))
 
     p = sub.add_parser("status", help="show a job: scheduler status job-1 [--wait]")
-    p.add_argument("job_id")
-    p.add_argument("--wait", action="store_true", help="poll until done or failed")
+    _job_id(p)
+    p.add_argument(
+        "--wait", action="store_true", help="poll until it ends (status changes on stderr)"
+    )
     _common(p)
     p.set_defaults(handler=_handler(status))
 
     p = sub.add_parser(
         "cancel", help="cancel a job, or stop a service: scheduler cancel job-1 [--wait]"
     )
-    p.add_argument("job_id")
+    _job_id(p)
     p.add_argument("--wait", action="store_true", help="wait until the job is cancelled")
     _common(p)
     p.set_defaults(handler=_handler(cancel))
 
-    p = sub.add_parser("list", help="list jobs, oldest first")
-    p.add_argument("--node-id", default="")
-    p.add_argument("--status", default="", choices=["", *STATUSES])
-    p.add_argument("--limit", type=int, default=0, help="at most this many jobs")
+    p = sub.add_parser("list", help="list jobs, oldest first (--newest: newest first)")
+    p.add_argument("--node-id", default="", metavar="ID", help="only this node's jobs")
+    p.add_argument(
+        "--status", default="", choices=["", *STATUSES], help="only jobs with this status"
+    )
+    p.add_argument(
+        "--limit", type=_positive, default=PAGE, help=f"at most this many jobs (default {PAGE})"
+    )
+    p.add_argument("--newest", action="store_true", help="newest first")
+    p.add_argument("--after", default="", metavar="JOB_ID", help="oldest first, after this job")
+    p.add_argument("--before", default="", metavar="JOB_ID", help="newest first, before this job")
     _common(p)
     p.set_defaults(handler=_handler(list_jobs))
+
+    p = sub.add_parser("nodes", help="list the nodes: id, role, status, last heartbeat")
+    p.add_argument("--role", default="", help="only nodes with this role (compute, storage)")
+    _common(p, poll=False)
+    p.set_defaults(handler=_handler(nodes))

@@ -5,14 +5,49 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import logging.config
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from scheduler.config import ConfigError, Settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 GRACEFUL_SHUTDOWN_SECS = 5
+
+# One format for every process (serve, worker, agent, up): timestamp, level, logger, message.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def log_config(level: str = "INFO") -> dict[str, Any]:
+    """The logging dictConfig of every command; `serve` gives it to uvicorn too (its own
+    loggers, and those of each --workers process, then print in this format on stderr)."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"default": {"format": LOG_FORMAT}},
+        "handlers": {
+            "default": {
+                "class": "logging.StreamHandler",
+                "formatter": "default",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": level, "handlers": ["default"]},
+        # uvicorn's records reach the root's handler; rq's use it when the root has one.
+        "loggers": {
+            name: {"handlers": [], "propagate": True}
+            for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+        },
+    }
+
+
+def setup_logging() -> None:
+    """As logging.basicConfig: nothing when the root logger already has a handler (a
+    program, or pytest, that calls main() has set up its own)."""
+    if not logging.getLogger().handlers:
+        logging.config.dictConfig(log_config())
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -25,6 +60,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         "port": args.port,
         "log_level": args.log_level,
         "access_log": args.access_log,
+        "log_config": log_config(),
         # On SIGTERM uvicorn waits for running requests; a long-poll may run for up to a
         # minute, so requests still running after this are cut (clients poll again).
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECS,
@@ -64,9 +100,11 @@ def _default_port() -> int:
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP API (default port 9001, or $PORT)")
-    serve.add_argument("--host", default="0.0.0.0")
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, default=None, help="listen port (default $PORT or 9001)")
+    serve.add_argument(
+        "--log-level", default="info", help="uvicorn's log level (default info; up: warning)"
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument(
         "--workers",
@@ -98,16 +136,45 @@ COMMAND_MODULES = {
     "status": "scheduler.cli.client",
     "list": "scheduler.cli.client",
     "cancel": "scheduler.cli.client",
+    "nodes": "scheduler.cli.client",
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
 }
 
 
+def add_help(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("help", help="show this help, or a command's: scheduler help list")
+    p.add_argument("topic", nargs="?", default="", metavar="COMMAND", help="a command's name")
+    p.set_defaults(handler=None)
+
+
+def _help(args: argparse.Namespace) -> int:
+    """`scheduler help [COMMAND]`: the parser's help, as `scheduler [COMMAND] --help`."""
+    topic: str = args.topic
+    parser = build_parser(topic)
+    if not topic:
+        parser.print_help()
+        return 0
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and topic in action.choices:
+            action.choices[topic].print_help()
+            return 0
+    print(f"scheduler help: no command {topic!r}; `scheduler help` lists them", file=sys.stderr)
+    return 2
+
+
 def build_parser(command: str = "") -> argparse.ArgumentParser:
-    """The parser of every sub-command, or of `command` alone (and serve) when it is one."""
+    """The parser of every sub-command, or of `command` alone (and serve, help) when it is
+    one."""
     parser = argparse.ArgumentParser(prog="scheduler", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="one of these; `scheduler help COMMAND` shows its options",
+    )
     add_serve(sub)
+    add_help(sub)
     only = COMMAND_MODULES.get(command)
     for name in SUBCOMMAND_MODULES:
         if only is None or name == only:
@@ -116,9 +183,11 @@ def build_parser(command: str = "") -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv else "").parse_args(argv)
+    if args.command == "help":
+        return _help(args)
     try:
         settings = Settings.from_env()
         if getattr(args, "port", 0) is None:

@@ -49,7 +49,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "and raise the id counter to its highest job-N. Refuses when Redis already holds jobs, "
         "unless --force.",
     )
-    restore.add_argument("--from", dest="source", required=True, metavar="FILE")
+    restore.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="FILE",
+        help="the SQLite snapshot file (ours or the Go scheduler's)",
+    )
     restore.add_argument(
         "--force",
         action="store_true",

@@ -337,11 +337,18 @@ def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
     return env
 
 
+DEFAULT_URL = "http://127.0.0.1:9001"  # where the client looks without SCHEDULER_URL
+
+
 def _banner(out: IO[str], api_url: str, redis_url: str, embedded: bool, data_dir: Path) -> None:
+    """The URL and hints that work as printed: on another port than the client's default,
+    the try line sets SCHEDULER_URL to this one."""
     where = f"embedded, data in {data_dir / 'redis'}" if embedded else "REDIS_URL"
+    url_env = "" if api_url == DEFAULT_URL else f"SCHEDULER_URL={api_url} "
     out.write(f"scheduler is up at {api_url}\n")
     out.write(f"  redis: {redis_url} ({where})\n")
-    out.write("  try: ./dev submit 'echo hello' --wait    (Ctrl-C stops everything)\n")
+    out.write(f"  ui: {api_url}/ui\n")
+    out.write(f"  try: {url_env}./dev submit 'echo hello' --wait    (Ctrl-C stops everything)\n")
     out.flush()
 
 

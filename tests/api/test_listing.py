@@ -85,6 +85,16 @@ def spread(make_client: ClientFactory) -> TestClient:
         ("?limit=10000", [1, 2, 3, 4, 5, 6]),
         ("?limit=0002", [1, 2]),
         ("?after=job-9007199254740992", []),
+        ("?order=oldest&after=job-4", [5, 6]),
+        ("?order=newest", [6, 5, 4, 3, 2, 1]),
+        ("?order=newest&limit=2", [6, 5]),
+        ("?order=newest&before=job-5&limit=2", [4, 3]),
+        ("?order=newest&before=job-2", [1]),
+        ("?order=newest&before=job-1", []),
+        ("?order=newest&before=job-0", []),
+        ("?order=newest&before=job-9007199254740992", [6, 5, 4, 3, 2, 1]),
+        ("?order=newest&node_id=n1", [5, 3, 1]),
+        ("?order=newest&status=pending&before=job-6", [5, 4]),
     ],
 )
 def test_list_filters_and_pages(spread: TestClient, query: str, expected: list[int]) -> None:
@@ -109,6 +119,15 @@ def test_list_filters_and_pages(spread: TestClient, query: str, expected: list[i
         ("limit=" + "0" * 5000 + "1", "invalid limit"),
         ("after=job-" + "1" * 4301, "invalid after"),
         ("after=job-9007199254740993", "invalid after"),
+        ("order=latest", "invalid order"),
+        ("order=NEWEST", "invalid order"),
+        ("before=job-3", "invalid before"),
+        ("order=oldest&before=job-3", "invalid before"),
+        ("order=newest&after=job-3", "invalid after"),
+        ("order=newest&before=3", "invalid before"),
+        ("order=newest&before=job-x", "invalid before"),
+        ("order=newest&before=job-9007199254740993", "invalid before"),
+        ("order=newest&limit=0", "invalid limit"),
     ],
 )
 def test_list_rejects_bad_paging(api: TestClient, query: str, message: str) -> None:
@@ -142,6 +161,9 @@ def test_list_pages_default_to_1000(
     assert first == [f"job-{n}" for n in range(1, 1001)]
     assert ids(api.get("/jobs?after=job-1000")) == ["job-1001"]
     assert len(ids(api.get("/jobs?limit=10000"))) == 1001
+    newest = ids(api.get("/jobs?order=newest"))
+    assert newest == [f"job-{n}" for n in range(1001, 1, -1)]
+    assert ids(api.get("/jobs?order=newest&before=job-2")) == ["job-1"]
 
 
 def test_a_page_stops_at_its_byte_budget_and_after_resumes(make_client: ClientFactory) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -137,9 +138,12 @@ def test_submit_wait_prints_the_jobs_output(api: str, cli: Cli) -> None:
     thread.start()
     code, out, err = cli(api, "submit", "echo waited", "--wait", "--poll-secs", "0.05")
     thread.join()
-    assert code == 0 and err == ""
+    assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("submitted job-") and lines[1:] == ["waited"]
+    # stdout is the job's output; the status changes seen while waiting are on stderr.
+    job_id = lines[0].split()[1]
+    assert err.splitlines()[-1] == f"{job_id} done on node-1 (exit_code=0)"
 
 
 def test_submit_wait_long_polls_instead_of_sleeping(api: str, cli: Cli) -> None:
@@ -195,7 +199,17 @@ def test_list_prints_one_line_per_job_and_filters(api: str, cli: Cli) -> None:
 def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TINYAWS_API_KEY", raising=False)
     code, _, err = cli(secured, "submit", "echo hi")
-    assert code == 1 and err == "submit failed 401: unauthorized\n"
+    assert code == 1 and err == (
+        "submit failed 401: unauthorized\n"
+        "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
+    )
+    monkeypatch.setenv("TINYAWS_API_KEY", "wrong")
+    for argv in (["list"], ["status", "job-1"], ["nodes"], ["cancel", "job-1"]):
+        code, out, err = cli(secured, *argv)
+        assert (code, out) == (1, ""), argv
+        assert err.splitlines()[-1] == (
+            "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key"
+        )
     monkeypatch.setenv("TINYAWS_API_KEY", KEY)
     code, out, _ = cli(secured, "submit", "echo hi")
     assert code == 0 and out.startswith("submitted job-")
@@ -205,7 +219,7 @@ def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyP
 
 def test_an_unreachable_scheduler_is_a_clear_error(cli: Cli) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    for argv in (["submit", "echo hi"], ["status", "job-1"], ["list"]):
+    for argv in (["submit", "echo hi"], ["status", "job-1"], ["list"], ["nodes"]):
         code, out, err = cli(url, *argv)
         assert code == 1 and out == ""
         assert err.startswith(f"error: cannot reach the scheduler at {url}")
@@ -260,3 +274,190 @@ def test_cancel_wait_waits_for_the_agent(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "cancel", job["job_id"], "--wait", "--poll-secs", "5")
     agent.join()
     assert code == 0 and "status=cancelled" in out and "exit_code=-1" in out
+
+
+def _agent_steps(url: str, job_id: str, *steps: dict[str, object]) -> threading.Thread:
+    """Play the agent: each report half a second after the last (the client long-polls)."""
+
+    def run() -> None:
+        for step in steps:
+            time.sleep(0.5)
+            body = {"exit_code": None, "stdout": "", "stderr": ""} | step
+            assert httpx.patch(f"{url}/jobs/{job_id}", json=body).status_code == 200
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+RUNNING = {"status": "running"}
+DONE = {"status": "done", "exit_code": 0, "stdout": "ok\n"}
+
+
+def test_submit_wait_prints_each_status_change(api: str, cli: Cli) -> None:
+    def agent() -> None:
+        for _ in range(200):
+            for job in httpx.get(f"{api}/jobs", params={"status": "pending"}).json():
+                if job["command"] == "echo changes":
+                    _agent_steps(api, job["job_id"], RUNNING, DONE).join()
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    code, out, err = cli(api, "submit", "echo changes", "--wait", "--poll-secs", "5")
+    thread.join()
+    job_id = out.split()[1]
+    assert code == 0 and out.splitlines()[1:] == ["ok"]
+    assert err.splitlines() == [
+        f"{job_id} running on node-1",
+        f"{job_id} done on node-1 (exit_code=0)",
+    ]
+
+
+def test_status_wait_prints_each_status_change(api: str, cli: Cli) -> None:
+    job_id = httpx.post(f"{api}/jobs", json={"command": "true"}).json()["job_id"]
+    thread = _agent_steps(api, job_id, RUNNING, DONE)
+    code, out, err = cli(api, "status", job_id, "--wait", "--poll-secs", "5")
+    thread.join()
+    assert code == 0
+    assert err.splitlines() == [
+        f"{job_id} pending on node-1",
+        f"{job_id} running on node-1",
+        f"{job_id} done on node-1 (exit_code=0)",
+    ]
+    # stdout as the original: the job at every poll.
+    assert [line for line in out.splitlines() if line.startswith("job_id=")] == [
+        f'job_id={job_id} node_id=node-1 status={status} command="true"'
+        for status in ("pending", "running", "done")
+    ]
+    code, out, err = cli(api, "status", job_id)
+    assert (code, err) == (0, "")  # without --wait: no progress lines
+
+
+@pytest.fixture(scope="module")
+def lister(redis_url: str) -> Iterator[str]:
+    """An API of its own with five jobs of ~900 bytes each, and a 1 KiB page budget: a page
+    holds one or two of them, fewer than asked for."""
+    env = scheduler_env(redis_url, "client-list", MAX_PAGE_BYTES="1024")
+    with api_replicas(1, env) as urls:
+        register(urls[0], "node-1")
+        for n in range(1, 6):
+            body = {"command": f"echo {n} " + "x" * 900}
+            assert httpx.post(f"{urls[0]}/jobs", json=body).json()["job_id"] == f"job-{n}"
+        yield urls[0]
+
+
+def listed(out: str) -> list[int]:
+    return [int(line.split()[0].removeprefix("job_id=job-")) for line in out.splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("argv", "jobs", "more"),
+    [
+        ([], [1, 2, 3, 4, 5], ""),
+        (["--limit", "5"], [1, 2, 3, 4, 5], ""),
+        (["--limit", "3"], [1, 2, 3], "more: scheduler list --limit 3 --after job-3\n"),
+        (["--limit", "2", "--after", "job-3"], [4, 5], ""),
+        (
+            ["--limit", "1", "--after", "job-3"],
+            [4],
+            "more: scheduler list --limit 1 --after job-4\n",
+        ),
+        (["--newest"], [5, 4, 3, 2, 1], ""),
+        (
+            ["--newest", "--limit", "2"],
+            [5, 4],
+            "more: scheduler list --limit 2 --newest --before job-4\n",
+        ),
+        (
+            ["--newest", "--limit", "2", "--before", "job-4"],
+            [3, 2],
+            "more: scheduler list --limit 2 --newest --before job-2\n",
+        ),
+        (["--before", "job-3"], [2, 1], ""),
+        (
+            ["--status", "pending", "--limit", "4"],
+            [1, 2, 3, 4],
+            "more: scheduler list --status pending --limit 4 --after job-4\n",
+        ),
+        (
+            ["--node-id", "node-1", "--newest", "--limit", "1"],
+            [5],
+            "more: scheduler list --node-id node-1 --limit 1 --newest --before job-5\n",
+        ),
+        (["--status", "done"], [], ""),
+    ],
+)
+def test_list_pages_and_says_how_to_get_the_next_page(
+    lister: str, cli: Cli, argv: list[str], jobs: list[int], more: str
+) -> None:
+    code, out, err = cli(lister, "list", *argv)
+    assert code == 0
+    assert listed(out) == jobs
+    assert err == more  # the "more" line is on stderr: stdout stays one line per job
+
+
+def test_the_more_line_lists_the_next_page(lister: str, cli: Cli) -> None:
+    seen: list[int] = []
+    argv = ["list", "--newest", "--limit", "2"]
+    while True:
+        code, out, err = cli(lister, *argv)
+        assert code == 0
+        seen += listed(out)
+        if not err:
+            break
+        argv = shlex.split(err.removeprefix("more: "))[1:]
+    assert seen == [5, 4, 3, 2, 1]
+
+
+def test_list_json_is_the_page_and_more_goes_to_stderr(lister: str, cli: Cli) -> None:
+    code, out, err = cli(lister, "list", "--limit", "2", "--json")
+    assert code == 0 and [job["job_id"] for job in json.loads(out)] == ["job-1", "job-2"]
+    assert err == "more: scheduler list --limit 2 --after job-2\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["--newest", "--after", "job-1"], 1, "error: --after pages oldest first"),
+        (["--limit", "0"], 2, "--limit: must be at least 1"),
+        (["--limit", "many"], 2, "--limit: 'many' is not a whole number"),
+        (["--after", "5"], 1, "error: scheduler returned 400: invalid after"),
+        (["--before", "x"], 1, "error: scheduler returned 400: invalid before"),
+    ],
+)
+def test_list_refuses_bad_paging_clearly(
+    lister: str,
+    cli: Cli,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    code: int,
+    message: str,
+) -> None:
+    if code == 2:  # argparse exits
+        with pytest.raises(SystemExit) as exit_:
+            cli(lister, "list", *argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+    else:
+        got, out, err = cli(lister, "list", *argv)
+        assert (got, out) == (code, "")
+    assert message in err and "Traceback" not in err
+
+
+def test_nodes_prints_a_table(api: str, cli: Cli) -> None:
+    # A heartbeat now: the node is healthy however long this module has run.
+    assert httpx.post(f"{api}/nodes/heartbeat", json={"id": "node-1"}).status_code == 200
+    code, out, err = cli(api, "nodes")
+    assert (code, err) == (0, "")
+    header, *rows = out.splitlines()
+    assert header.split() == ["ID", "ROLE", "STATUS", "LAST", "HEARTBEAT"]
+    (row,) = [row for row in rows if row.startswith("node-1 ")]
+    node_id, role, status, seen = row.split()
+    assert (node_id, role, status) == ("node-1", "compute", "healthy")
+    assert seen == httpx.get(f"{api}/nodes").json()["node-1"]["last_seen"]
+    code, out, _ = cli(api, "nodes", "--role", "storage")
+    assert (code, out.splitlines()[1:]) == (0, [])
+    code, out, _ = cli(api, "nodes", "--json")
+    assert json.loads(out)["node-1"]["role"] == "compute"

@@ -4,11 +4,15 @@ core), each serving the same Redis; SIGTERM stops them all."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,6 +24,7 @@ from scheduler.cli.main import (
     GRACEFUL_SHUTDOWN_SECS,
     build_parser,
     default_workers,
+    setup_logging,
 )
 from tests.processes import scheduler_env, stop, wait_http
 from tests.redis_server import free_port
@@ -120,7 +125,7 @@ def _commands(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def test_every_command_is_in_its_module_and_a_command_loads_only_its_own() -> None:
-    assert _commands(build_parser()) == {"serve", *COMMAND_MODULES}
+    assert _commands(build_parser()) == {"serve", "help", *COMMAND_MODULES}
     for command in COMMAND_MODULES:
         assert command in _commands(build_parser(command))
     code = (
@@ -129,3 +134,108 @@ def test_every_command_is_in_its_module_and_a_command_loads_only_its_own() -> No
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    yield parser.prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def test_every_option_and_argument_has_help_text() -> None:
+    missing = [
+        f"{prog} {action.option_strings or action.dest}"
+        for prog, parser in _parsers(build_parser())
+        for action in parser._actions
+        if not action.help or action.help == argparse.SUPPRESS
+    ]
+    assert missing == []
+    commands = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert all(choice.help for choice in commands[0]._choices_actions)
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "scheduler", *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_help_prints_the_parsers_help() -> None:
+    result = _run("help")
+    assert result.returncode == 0 and result.stdout == _run("--help").stdout
+    assert "nodes" in result.stdout and "help" in result.stdout
+    result = _run("help", "list")
+    assert result.returncode == 0 and result.stdout == _run("list", "--help").stdout
+    assert "--newest" in result.stdout and "--before" in result.stdout
+    result = _run("help", "bogus")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert "no command 'bogus'" in result.stderr and "Traceback" not in result.stderr
+
+
+LOG_LINE = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+ \S"
+)
+
+
+def _log_lines(text: str) -> list[str]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines, "no log lines"
+    bad = [line for line in lines if not LOG_LINE.match(line)]
+    assert bad == [], text
+    return lines
+
+
+def _loggers(lines: list[str]) -> set[str]:
+    return {line.split()[3] for line in lines}
+
+
+def _run_briefly(cmd: list[str], env: dict[str, str], until: str) -> str:
+    """Run `cmd` until `until` is in its output (or 30 s), stop it, return its output."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and proc.poll() is None:
+                log.seek(0)
+                if until in log.read():
+                    break
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        return log.read()
+
+
+def test_serve_worker_and_agent_log_in_one_format(redis_url: str, prefix: str) -> None:
+    """timestamp, level, logger, message: uvicorn's lines (in each --workers process), rq's
+    and the scheduler's own alike."""
+    env = scheduler_env(redis_url, prefix)
+    scheduler = [sys.executable, "-m", "scheduler"]
+    port = str(free_port())
+    serve = [*scheduler, "serve", "--host", "127.0.0.1", "--port", port, "--workers", "2"]
+    lines = _log_lines(_run_briefly(serve, env, "Application startup complete"))
+    assert "uvicorn.error" in _loggers(lines)
+    assert sum("Started server process" in line for line in lines) >= 2
+
+    worker = [*scheduler, "worker", "--burst", "--rq-log-level", "INFO"]
+    lines = _log_lines(_run_briefly(worker, env, "this line never comes: burst mode exits"))
+    assert {"rq.worker", "workers.worker"} <= _loggers(lines)
+
+    env["SCHEDULER_URL"] = f"http://127.0.0.1:{free_port()}"  # nobody: it keeps trying
+    agent = [*scheduler, "agent", "--node-id", "log-test"]
+    lines = _log_lines(_run_briefly(agent, env, "failed"))
+    assert "scheduler.agent" in _loggers(lines)
+
+
+def test_setup_logging_leaves_a_configured_root_alone() -> None:
+    """As basicConfig: a program (here pytest) that set up logging and calls main() keeps it."""
+    root = logging.getLogger()
+    before = list(root.handlers)
+    assert before  # pytest's capture handlers
+    setup_logging()
+    assert root.handlers == before

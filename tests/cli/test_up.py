@@ -4,6 +4,7 @@ data survives a restart."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from scheduler.cli.agent import default_node_id
-from scheduler.cli.up import Supervisor, _child_env, restart_delay
+from scheduler.cli.up import Supervisor, _banner, _child_env, restart_delay
 from tests.redis_server import free_port
 
 BANNER = "scheduler is up at "
@@ -131,6 +132,8 @@ def test_up_runs_the_product_and_ctrl_c_stops_everything(tmp_path: Path, ups: li
     up = Up(data, tmp_path / "up.log")
     ups.append(up)
     assert up.url == f"http://127.0.0.1:{up.port}"
+    hint = f"  try: SCHEDULER_URL=http://127.0.0.1:{up.port} ./dev submit 'echo hello' --wait"
+    _wait_for(lambda: [1] if hint in up.log.read_text() else [], timeout=5)  # unbuffered
     children = _children(up.proc.pid)
     assert len(children) == 4  # redis, api, worker, agent
 
@@ -227,3 +230,21 @@ def test_a_dead_child_is_restarted_after_its_backoff() -> None:
     sup.check(t1 + 2.0)
     assert sup.children["broken"] is not second
     sup.children["broken"].wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("api_url", "try_line"),
+    [
+        ("http://127.0.0.1:9001", "  try: ./dev submit 'echo hello' --wait"),
+        ("http://127.0.0.1:9100", "  try: SCHEDULER_URL=http://127.0.0.1:9100 ./dev submit"),
+        ("http://10.0.0.5:9001", "  try: SCHEDULER_URL=http://10.0.0.5:9001 ./dev submit"),
+    ],
+)
+def test_the_banner_hints_use_the_api_url(api_url: str, try_line: str) -> None:
+    """`up --port N` (or --host): every hint points at that URL, so it works as printed."""
+    out = io.StringIO()
+    _banner(out, api_url, "redis://127.0.0.1:1/0", True, Path("/d"))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"scheduler is up at {api_url}"
+    assert f"  ui: {api_url}/ui" in lines
+    assert lines[-1].startswith(try_line)
