@@ -42,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
 NARROWER: dict[str, set[str]] = {
     # The client is the `scheduler submit/status/list` command: HTTP only, like the agent.
     "scheduler.cli.client": {"scheduler.models", "scheduler.config"},
+    "scheduler.cli.listing": {"scheduler.models", "scheduler.config"},
 }
 
 

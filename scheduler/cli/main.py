@@ -121,6 +121,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cli.agent",
     "scheduler.cli.snapshot",
     "scheduler.cli.client",
+    "scheduler.cli.listing",
     "scheduler.cli.up",
     "scheduler.cli.worker",
 )
@@ -134,9 +135,9 @@ COMMAND_MODULES = {
     "restore": "scheduler.cli.snapshot",
     "submit": "scheduler.cli.client",
     "status": "scheduler.cli.client",
-    "list": "scheduler.cli.client",
+    "list": "scheduler.cli.listing",
     "cancel": "scheduler.cli.client",
-    "nodes": "scheduler.cli.client",
+    "nodes": "scheduler.cli.listing",
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
 }
