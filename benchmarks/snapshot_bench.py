@@ -41,9 +41,10 @@ from scheduler.snapshot import db as snapshot_db  # noqa: E402
 from scheduler.snapshot.restore import restore_if_empty  # noqa: E402
 from scheduler.snapshot.writer import snapshot_once  # noqa: E402
 from scheduler.store import scripts, upkeep_scripts  # noqa: E402
-from scheduler.store.commands import create_job, finish_restore  # noqa: E402
+from scheduler.store.commands import create_job  # noqa: E402
 from scheduler.store.jobs import SyncJobStore  # noqa: E402
 from scheduler.store.keys import Keys  # noqa: E402
+from scheduler.store.upkeep_commands import finish_restore  # noqa: E402
 from tests.redis_server import redis_server  # noqa: E402
 
 NODES = [f"bench-node-{i}" for i in range(10)]

@@ -66,13 +66,12 @@ from scheduler.store.commands import (
     JobNotFound,
     NodeNotFound,
     Polled,
-    ServiceNotFound,
     StoreNotReady,
     TooManyNodes,
-    TooManyServices,
     Unauthorized,
 )
 from scheduler.store.jobs import JobStore
+from scheduler.store.node_commands import ServiceNotFound, TooManyServices
 
 log = logging.getLogger("scheduler.api")
 

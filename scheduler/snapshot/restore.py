@@ -32,7 +32,7 @@ from scheduler.snapshot.locking import (
     open_store,
     release,
 )
-from scheduler.store import commands
+from scheduler.store import upkeep_commands
 from scheduler.store.jobs import SyncJobStore
 
 log = logging.getLogger("scheduler.snapshot")
@@ -122,10 +122,10 @@ def _decide(
                     f"snapshot {path} holds job-{highest}: Redis lost its data and new jobs "
                     "were created since"
                 )
-            store.run(commands.finish_restore(keys, 0, "found jobs in Redis"))
+            store.run(upkeep_commands.finish_restore(keys, 0, "found jobs in Redis"))
             return False
         if not holds_jobs:
-            store.run(commands.finish_restore(keys, 0, "started empty"))
+            store.run(upkeep_commands.finish_restore(keys, 0, "started empty"))
             return False
         source = os.path.abspath(path)
         store.redis.set(keys.restoring, source)
@@ -179,7 +179,7 @@ def _load(
             if in_flight is not None:
                 count += in_flight.result()
                 lock.extend(lock_ttl, replace_ttl=True)
-            call = commands.restore_jobs(store.keys, jobs, mark_dirty)
+            call = upkeep_commands.restore_jobs(store.keys, jobs, mark_dirty)
             in_flight = sender.submit(store.run, call)
         if in_flight is not None:
             count += in_flight.result()
@@ -188,12 +188,14 @@ def _load(
     marker = f"restored {count} jobs from {source}"
     if expired:
         marker += f" ({expired} finished before JOB_RETENTION_SECS left in the file)"
-    store.run(commands.finish_restore(store.keys, highest, marker))
+    store.run(upkeep_commands.finish_restore(store.keys, highest, marker))
     log.info("%s in %.3f s (next id job-%d)", marker, time.monotonic() - started, highest + 1)
     return RestoreReport(jobs=count, highest_job_number=highest, source=source)
 
 
-def _convert(rows: list[tuple[Any, ...]], source: str, now: float) -> list[commands.RestoredJob]:
+def _convert(
+    rows: list[tuple[Any, ...]], source: str, now: float
+) -> list[upkeep_commands.RestoredJob]:
     jobs = []
     for row in rows:
         try:

@@ -18,7 +18,14 @@ import redis
 from scheduler.config import Settings
 from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration, Service, rfc3339
 from scheduler.nodes.placement import Placement, live_node_ids
-from scheduler.store import commands, scripts, upkeep_scripts
+from scheduler.store import (
+    commands,
+    node_commands,
+    node_scripts,
+    scripts,
+    upkeep_commands,
+    upkeep_scripts,
+)
 from scheduler.store.commands import Call, Created
 from scheduler.store.keys import Keys
 from scheduler.store.notify import Notifier, wait_until
@@ -40,7 +47,7 @@ T = TypeVar("T")
 # answers 503 (the Rust agent then runs the service untracked).
 MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
 DELETE_MOVES = 1000  # pending jobs a node deregistration moves in its own script
-Moves = list[commands.Requeued]  # (JobStore.list shadows the builtin in its class body)
+Moves = list[upkeep_commands.Requeued]  # (JobStore.list shadows the builtin in its class body)
 
 SCRIPT_NAMES = (
     "CREATE_JOB",
@@ -76,7 +83,8 @@ class _Source:
 
 
 def _source(name: str) -> _Source:
-    text: str = getattr(scripts, name, None) or getattr(upkeep_scripts, name)
+    modules = (scripts, node_scripts, upkeep_scripts)
+    text: str = next(getattr(m, name) for m in modules if hasattr(m, name))
     return _Source(text, hashlib.sha1(text.encode()).hexdigest())
 
 
@@ -182,13 +190,13 @@ class JobStore:
         """Raises as `report` would for an unknown job or a caller that may not report on it."""
         await self.run(commands.check_report(self.keys, job_id, caller))
 
-    async def overview(self) -> commands.Overview:
-        return await self.run(commands.overview(self.keys, STATUSES))
+    async def overview(self) -> node_commands.Overview:
+        return await self.run(node_commands.overview(self.keys, STATUSES))
 
     # The built-in registry (REGISTRY_URL unset).
 
     async def create_service(self, service: Service, caller: str) -> bytes:
-        call = commands.create_service(
+        call = node_commands.create_service(
             self.keys,
             service.node_id,
             msgspec.json.encode(service),
@@ -203,15 +211,15 @@ class JobStore:
         return blob
 
     async def set_service_status(self, service_id: str, status: str, caller: str) -> None:
-        await self.run(commands.set_service_status(self.keys, service_id, status, caller))
+        await self.run(node_commands.set_service_status(self.keys, service_id, status, caller))
 
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
-        return await self.run(commands.list_services(self.keys, node_id, status, caller))
+        return await self.run(node_commands.list_services(self.keys, node_id, status, caller))
 
     async def register_node(
-        self, reg: NodeRegistration, now: float, who: commands.Registration, token_hash: str
+        self, reg: NodeRegistration, now: float, who: node_commands.Registration, token_hash: str
     ) -> tuple[Node, str]:
-        """The node as registered, and what became of the token (commands.register_node)."""
+        """The node as registered, and what became of the token (node_commands.register_node)."""
         node = Node(
             id=reg.id,
             hostname=reg.hostname,
@@ -220,7 +228,7 @@ class JobStore:
             role=reg.role or "compute",
         )
         node_json = msgspec.json.encode(node)
-        call = commands.register_node(
+        call = node_commands.register_node(
             self.keys, node.id, node_json, node.role, now, who, token_hash
         )
         outcome = await self.run(call)
@@ -230,7 +238,7 @@ class JobStore:
         self, node_id: str, now: float, caller: str
     ) -> tuple[Node, builtins.list[str]]:
         """The node, and the ids of its jobs being cancelled."""
-        blob, cancels = await self.run(commands.heartbeat(self.keys, node_id, now, caller))
+        blob, cancels = await self.run(node_commands.heartbeat(self.keys, node_id, now, caller))
         node = _node_decoder.decode(blob)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 
@@ -241,7 +249,7 @@ class JobStore:
         """Deregister a node; its pending jobs move to live nodes (the first DELETE_MOVES
         here, any others at the next sweep)."""
         ttl = self.settings.node_ttl_secs
-        call = commands.delete_node(self.keys, node_id, now, ttl, DELETE_MOVES, caller)
+        call = node_commands.delete_node(self.keys, node_id, now, ttl, DELETE_MOVES, caller)
         return await self.run(call)
 
     async def nodes(self, now: float) -> dict[str, Node]:
@@ -297,7 +305,7 @@ class SyncJobStore:
         cutoff = now - self.settings.cancel_grace_secs
         ended: list[str] = []
         while True:
-            swept = self.run(commands.finish_cancels(self.keys, cutoff, now, batch))
+            swept = self.run(upkeep_commands.finish_cancels(self.keys, cutoff, now, batch))
             ended.extend(swept.ids)
             if swept.read < batch:
                 return ended
@@ -306,7 +314,9 @@ class SyncJobStore:
         """Fail every run job past JOB_TIMEOUT_SECS, `batch` per script call."""
         failed: list[str] = []
         while True:
-            call = commands.sweep_timeouts(self.keys, now, self.settings.job_timeout_secs, batch)
+            call = upkeep_commands.sweep_timeouts(
+                self.keys, now, self.settings.job_timeout_secs, batch
+            )
             swept = self.run(call)
             failed.extend(swept.ids)
             if swept.read < batch:
@@ -321,7 +331,7 @@ class SyncJobStore:
         removed: list[str] = []
         skip = 0
         while True:
-            pruned = self.run(commands.prune_finished(self.keys, cutoff, skip, batch))
+            pruned = self.run(upkeep_commands.prune_finished(self.keys, cutoff, skip, batch))
             removed.extend(pruned.ids)
             skip += pruned.kept
             if pruned.read < batch:
@@ -342,26 +352,28 @@ class SyncJobStore:
         """The sweep could not read the external registry: the unbroken stretch ends."""
         self.redis.delete(self.keys.registry_readable_since)
 
-    def requeue_lost(self, now: float, limit: int = 500) -> list[commands.Requeued]:
+    def requeue_lost(self, now: float, limit: int = 500) -> list[upkeep_commands.Requeued]:
         """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
         script call. Nodes are the built-in registry's, or the external registry's as the
         sweep saw them (`observe_nodes`)."""
-        moved: list[commands.Requeued] = []
+        moved: list[upkeep_commands.Requeued] = []
         s = self.settings
         while True:
-            call = commands.requeue_lost(self.keys, now, s.node_lost_after, s.node_ttl_secs, limit)
+            call = upkeep_commands.requeue_lost(
+                self.keys, now, s.node_lost_after, s.node_ttl_secs, limit
+            )
             batch = self.run(call)
             moved.extend(batch)
             if len(batch) < limit:
                 return moved
 
-    def lose_running(self, now: float, limit: int = 500) -> list[commands.Lost]:
+    def lose_running(self, now: float, limit: int = 500) -> list[upkeep_commands.Lost]:
         """The running jobs of nodes lost for NODE_LOST_SECS: run jobs fail as `node lost`
         (retried on a live node while retries are left), services are placed again."""
-        lost: list[commands.Lost] = []
+        lost: list[upkeep_commands.Lost] = []
         s = self.settings
         while True:
-            call = commands.lose_running(
+            call = upkeep_commands.lose_running(
                 self.keys, now, s.node_lost_after, s.node_ttl_secs, s.max_job_retries, limit
             )
             batch = self.run(call)
@@ -376,4 +388,4 @@ class SyncJobStore:
 
     def trim_outbox(self, handed_over: list[bytes]) -> int:
         """Remove these entries (an `outbox_head` read, now handed to rq) from the outbox."""
-        return self.run(commands.trim_outbox(self.keys, handed_over)) if handed_over else 0
+        return self.run(upkeep_commands.trim_outbox(self.keys, handed_over)) if handed_over else 0

@@ -19,7 +19,7 @@ from scheduler.models import JobUpdate, NewJob, encoder, rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once, write_snapshot
-from scheduler.store import commands
+from scheduler.store import commands, upkeep_commands
 from scheduler.store.jobs import SyncJobStore
 from tests.processes import api_replicas, scheduler_env
 from tests.snapshot_helpers import job_state, lose_redis_data, rows, stored_json
@@ -101,7 +101,7 @@ def create_jobs(store: SyncJobStore, count: int, now: float) -> None:
     new = NewJob(command="echo", status="pending", retry_count=0, created_at=rfc3339(now))
     job = encoder.encode(new)
     # As a starting serve or worker would: the restore question is settled before any create.
-    store.run(commands.finish_restore(store.keys, 0, "test"))
+    store.run(upkeep_commands.finish_restore(store.keys, 0, "test"))
     for _ in range(count):
         store.create(job, Placement.fixed("n1"), now, "", 0)
 

@@ -16,7 +16,7 @@ from scheduler.config import Settings
 from scheduler.models import rfc3339
 from scheduler.snapshot.restore import restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store import commands
+from scheduler.store import upkeep_commands
 from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
 from tests.conftest import ClientFactory, CtxFactory, SettingsFactory, register, report, submit
@@ -94,7 +94,7 @@ def test_a_job_the_snapshot_has_not_written_stays_until_it_has(
     later = time.time() + RETENTION + 1
     assert store.prune_finished(later) == []  # only in P:dirty
     keys = Keys(settings.redis_prefix)
-    store.run(commands.take_dirty(keys))  # a snapshot that died before its commit
+    store.run(upkeep_commands.take_dirty(keys))  # a snapshot that died before its commit
     assert rclient.sismember(keys.dirty_inflight, job_id)
     assert store.prune_finished(later) == []
     assert snapshot_once(settings) == 1
