@@ -43,7 +43,7 @@ OPS = {
 }
 
 
-def start_api(redis_url: str, metrics: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_api(redis_url: str, metrics: str, name: str = "") -> tuple[subprocess.Popen[bytes], str]:
     # Nodes registered once must stay healthy for the whole run: no heartbeats are sent.
     env = scheduler_env(redis_url, f"metrics-{metrics}", METRICS=metrics, NODE_TTL_SECS="36000")
     port = free_port()
@@ -79,33 +79,44 @@ def wrk(url: str, op: str, duration: int, connections: int) -> float:
     return float(match.group(1))
 
 
-def middleware_cpu_us(requests: int = 200_000) -> tuple[float, float]:
-    """CPU time (process time, so other processes on the machine do not count) per request
-    of a bare ASGI app answering 200, without and with RequestMetrics around it: the
-    middleware's own cost, free of the network, Redis and wrk."""
-    from scheduler.api.metrics import RequestMetrics, RequestStats
+def app_cpu_us(metrics: str, requests: int = 100_000) -> float:
+    """CPU time (process time: other processes on the machine do not count) per request of
+    the real app, called in-process as the server would, for GET /health (no Redis): the
+    app's own cost, which the setting changes, free of the network, Redis and wrk."""
+    from scheduler.api.app import create_app
+    from scheduler.config import Settings
 
-    async def bare(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
+    app = create_app(Settings.from_env({}, metrics=metrics))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/health",
+        "raw_path": b"/health",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
 
-    async def sink(message: Any) -> None:
-        return None
-
-    async def nothing() -> Any:
+    async def receive() -> Any:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    scope = {"type": "http", "method": "GET", "path": "/jobs/job-1", "headers": []}
+    async def send(message: Any) -> None:
+        return None
 
-    async def run(app: Any) -> float:
+    async def run() -> float:
+        for _ in range(2000):  # warm up
+            await app(dict(scope), receive, send)
         started = time.process_time()
         for _ in range(requests):
-            await app(scope, nothing, sink)
+            await app(dict(scope), receive, send)
         return (time.process_time() - started) / requests * 1e6
 
-    plain = asyncio.run(run(bare))
-    counted = asyncio.run(run(RequestMetrics(bare, RequestStats())))
-    return plain, counted
+    return asyncio.run(run())
 
 
 def main() -> None:
@@ -113,15 +124,23 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument(
+        "--same",
+        action="store_true",
+        help="both processes with metrics off: how far two processes of the same code differ",
+    )
     args = parser.parse_args()
     with redis_server() as redis_url:
-        procs = {m: start_api(redis_url, m) for m in ("on", "off")}
+        setting = {"on": "off" if args.same else "on", "off": "off"}
+        procs = {m: start_api(redis_url, setting[m], m) for m in ("on", "off")}
         try:
             rates: dict[tuple[str, str], list[float]] = {}
-            for _ in range(args.rounds):
+            for round_ in range(args.rounds):
+                # Which setting goes first alternates: neither gains from running second.
+                order = ("on", "off") if round_ % 2 == 0 else ("off", "on")
                 for op in OPS:
-                    for metrics, (_, url) in procs.items():
-                        rate = wrk(url, op, args.duration, args.connections)
+                    for metrics in order:
+                        rate = wrk(procs[metrics][1], op, args.duration, args.connections)
                         rates.setdefault((op, metrics), []).append(rate)
         finally:
             for proc, _ in procs.values():
@@ -130,9 +149,10 @@ def main() -> None:
     for op in OPS:
         on, off = (statistics.median(rates[(op, m)]) for m in ("on", "off"))
         print(f"{op:7s} metrics on {on:8.0f} req/s  off {off:8.0f} req/s  on/off {on / off:5.3f}")
-    plain, counted = middleware_cpu_us()
-    extra = counted - plain
-    print(f"middleware alone: {plain:.2f} -> {counted:.2f} us of CPU a request (+{extra:.2f} us)")
+    off_us = statistics.median(app_cpu_us("off") for _ in range(3))
+    on_us = statistics.median(app_cpu_us("on") for _ in range(3))
+    extra = on_us - off_us
+    print(f"the app in-process: {off_us:.2f} -> {on_us:.2f} us of CPU a request (+{extra:.2f} us)")
     for op in OPS:
         off = statistics.median(rates[(op, "off")])
         # One API process is CPU-bound under wrk: at R req/s a request costs 1/R of a core.
