@@ -35,6 +35,7 @@ from scheduler.api.http import (
     route,
     text_error,
     too_large,
+    whole_number,
 )
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
@@ -77,7 +78,6 @@ log = logging.getLogger("scheduler.api")
 
 HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})
 DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
-MAX_NUMBER_CHARS = 20  # a query-string number; 2**53, the highest job number, has 16 digits
 
 
 def query_first(request: Request, name: str) -> str:
@@ -119,20 +119,11 @@ async def submit_job(request: Request) -> Response:
     return json_bytes(blob, status=201)
 
 
-def _number(text: str, highest: int) -> int | None:
-    """`text` as a whole number in 0..highest, else None. Over-long text is refused before
-    int(): Python will not convert more than 4300 digits (a ValueError, which was a 500)."""
-    if len(text) > MAX_NUMBER_CHARS or not (text.isascii() and text.isdigit()):
-        return None
-    value = int(text)
-    return value if value <= highest else None
-
-
 def _page(request: Request) -> tuple[int, int, bool]:
     """(limit, bound, newest): the default order pages on with `after` (ascending, as the
     original); `order=newest` lists newest first and pages on with `before`."""
     raw_limit, raw_order = query_first(request, "limit"), query_first(request, "order")
-    limit = _number(raw_limit, MAX_PAGE)
+    limit = whole_number(raw_limit, MAX_PAGE)
     if raw_limit and (limit is None or limit < 1):
         raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")
     if raw_order not in ("", "oldest", "newest"):
@@ -143,7 +134,7 @@ def _page(request: Request) -> tuple[int, int, bool]:
         raise HTTPError(400, f"invalid {other}: use {name} with order={raw_order or 'oldest'}")
     raw_bound = query_first(request, name)
     # No job number is above MAX_JOB_NUMBER (it is the score, exact as a double).
-    bound = _number(raw_bound.removeprefix("job-"), MAX_JOB_NUMBER)
+    bound = whole_number(raw_bound.removeprefix("job-"), MAX_JOB_NUMBER)
     if raw_bound and (not raw_bound.startswith("job-") or bound is None):
         raise HTTPError(400, f"invalid {name}: use a job id like job-42")
     return (limit or DEFAULT_PAGE), (bound or 0), newest

@@ -43,6 +43,18 @@ def json_array(items: Iterable[bytes]) -> Response:
     return json_bytes(b"[" + b",".join(items) + b"]")
 
 
+MAX_NUMBER_CHARS = 20  # a query-string number; 2**53, the highest job number, has 16 digits
+
+
+def whole_number(text: str, highest: int) -> int | None:
+    """`text` as a whole number in 0..highest, else None. Over-long text is refused before
+    int(): Python will not convert more than 4300 digits (a ValueError, which was a 500)."""
+    if len(text) > MAX_NUMBER_CHARS or not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if value <= highest else None
+
+
 HUGE = 2**63  # a declared length past every limit
 
 

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from scheduler.api.http import UI_COOKIE, HTTPError, read_body, route, ui_secret
+from scheduler.api.http import UI_COOKIE, HTTPError, read_body, route, ui_secret, whole_number
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.models import (
@@ -32,11 +32,11 @@ from scheduler.models import (
     job_decoder,
     rfc3339,
 )
+from scheduler.snapshot.db import MAX_JOB_NUMBER, job_number
 
 PAGE_SIZE = 50
 service_decoder = msgspec.json.Decoder(Service)
 REFRESH_SECS = 5
-MAX_NUMBER_CHARS = 16  # job numbers are exact doubles: at most 2**53, 16 digits
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8fa}
@@ -77,17 +77,11 @@ def status_badge(status: str) -> str:
     return f'<span class="st {escape(status)}">{escape(status)}</span>'
 
 
-def _number(text: str) -> int | None:
-    if len(text) > MAX_NUMBER_CHARS or not (text.isascii() and text.isdigit()):
-        return None
-    return int(text)
-
-
 def _filters(request: Request) -> tuple[str, str, int]:
     status = request.query_params.get("status", "")
     node_id = request.query_params.get("node_id", "")
     raw_before = request.query_params.get("before", "")
-    before = _number(raw_before)
+    before = whole_number(raw_before, MAX_JOB_NUMBER)
     if status and status not in STATUSES:
         raise HTTPError(400, f"invalid status: use one of {', '.join(STATUSES)}")
     if node_id and not ID_RE.fullmatch(node_id):
@@ -125,11 +119,6 @@ def _job_row(job: Job) -> str:
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
-def job_number(job_id: str) -> int:
-    digits = job_id.removeprefix("job-")
-    return int(digits) if job_id.startswith("job-") and digits.isdigit() else 0
-
-
 async def jobs_page(request: Request) -> Response:
     status, node_id, before = _filters(request)
     blobs = await _store(request).list(node_id, status, before, PAGE_SIZE + 1, newest=True)
@@ -144,7 +133,7 @@ async def jobs_page(request: Request) -> Response:
     if before:
         links.append(f'<a id="newest" href="/ui/jobs?{urlencode(kept)}">Newest</a>')
     if len(jobs) > PAGE_SIZE:
-        older = urlencode({**kept, "before": job_number(shown[-1].job_id)})
+        older = urlencode({**kept, "before": job_number(shown[-1].job_id) or 0})
         links.append(f'<a id="older" href="/ui/jobs?{older}">Older</a>')
     body = (
         _filter_form(status, node_id)
