@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from scheduler.models import Job
+from scheduler.models import FINAL_STATUSES, Job
 from scheduler.store.keys import LUA_KEY_FUNCTIONS
 
 # Return codes shared by the scripts and commands.py.
@@ -38,6 +38,8 @@ local ALREADY_RUNNING, NOT_RUNNING, NO_NODES = {ALREADY_RUNNING}, {NOT_RUNNING},
 local NOT_READY, UNAUTHORIZED, FORBIDDEN = {NOT_READY}, {UNAUTHORIZED}, {FORBIDDEN}
 local TOO_MANY_NODES, ROLE_LOCKED, OTHER_NODE = {TOO_MANY_NODES}, {ROLE_LOCKED}, {OTHER_NODE}
 local CANCELLING, NOT_CANCELLING = {CANCELLING}, {NOT_CANCELLING}
+-- The final statuses (models.FINAL_STATUSES): FINAL[status] is true for them.
+local FINAL = {{{", ".join(f"{s} = true" for s in FINAL_STATUSES)}}}
 """
 
 # Who makes an agent call (AGENT_AUTH, README "Security"); the API works it out, in process,

@@ -131,7 +131,7 @@ if access ~= OK then return {access} end
 if reporter == "" and caller ~= "open" and caller ~= "key" then reporter = job.node_id end
 local old = job.status
 if reporter ~= "" and reporter ~= job.node_id then return {OTHER_NODE} end
-if old == "done" or old == "failed" or old == "cancelled" then
+if FINAL[old] then
   local function same(arg, stored) return arg == "" or arg == stored end
   if new == old and (ARGV[3] == "" or tonumber(ARGV[3]) == job.exit_code)
     and same(ARGV[4], job.stdout) and same(ARGV[5], job.stderr) then
@@ -206,7 +206,7 @@ local raw = redis.call("GET", KEYS[2])
 if not raw then return {NOT_FOUND} end
 local job = cjson.decode(raw)
 local old = job.status
-if old == "done" or old == "failed" or old == "cancelled" then return {FINISHED} end
+if FINAL[old] then return {FINISHED} end
 if old == "cancelling" then return {OK, raw} end
 local n = redis.call("ZSCORE", KEYS[3], id)
 if old == "pending" then

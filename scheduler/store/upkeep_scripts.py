@@ -128,10 +128,11 @@ return failed
 
 PRUNE_FINISHED = script(
     """
--- Retention: remove from Redis the done and failed jobs that finished before the cutoff, with
--- every index entry. Only jobs the snapshot already holds in their final state go: a job in
--- the changed set (or in a snapshot being written) stays until a snapshot has committed it,
--- so a pruned job is never lost, only moved out of Redis to the SQLite file.
+-- Retention: remove from Redis the finished jobs (done, failed, cancelled) that finished
+-- before the cutoff, with every index entry. Only jobs the snapshot already holds in their
+-- final state go: a job in the changed set (or in a snapshot being written) stays until a
+-- snapshot has committed it, so a pruned job is never lost, only moved out of Redis to the
+-- SQLite file.
 -- KEYS[1] root  KEYS[2] finished  KEYS[3] jobs  KEYS[4] dirty  KEYS[5] dirty in-flight
 -- ARGV[1] cutoff (epoch s; finished strictly before it)  ARGV[2] entries to skip (kept by
 -- earlier calls of this sweep)  ARGV[3] batch size
@@ -145,7 +146,7 @@ for _, id in ipairs(ids) do
     local raw = redis.call("GET", key_job(id))
     local job = raw and cjson.decode(raw)
     -- Only a final job is removed; an entry left stale (the job replaced by a restore) goes.
-    if job and (job.status == "done" or job.status == "failed") then
+    if job and FINAL[job.status] then
       redis.call("DEL", key_job(id))
       redis.call("ZREM", KEYS[3], id)
       redis.call("ZREM", key_status(job.status), id)

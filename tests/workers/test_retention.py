@@ -142,6 +142,19 @@ def test_timed_out_jobs_are_pruned_like_finished_ones(
     assert store.prune_finished(swept_at + RETENTION + 1) == [job_id]
 
 
+def test_cancelled_jobs_are_pruned_like_finished_ones(
+    api: TestClient, store: SyncJobStore, settings: Settings, rclient: redis.Redis, prefix: str
+) -> None:
+    register(api, "n1")
+    job_id = submit(api, command="never")["job_id"]
+    assert api.delete(f"/jobs/{job_id}").json()["status"] == "cancelled"
+    snapshot_once(settings)
+    now = time.time()
+    assert store.prune_finished(now + RETENTION - 1) == []
+    assert store.prune_finished(now + RETENTION + 1) == [job_id]
+    assert mentions(job_state(rclient, prefix), job_id) == []
+
+
 def test_the_restore_leaves_expired_jobs_in_the_file_and_keeps_the_id_counter(
     api: TestClient, make_client: ClientFactory, settings: Settings, rclient: redis.Redis, db: Path
 ) -> None:
