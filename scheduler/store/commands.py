@@ -201,24 +201,27 @@ def _transitioned(reply: list[Any]) -> bytes:
     return blob
 
 
+def _job_change_keys(keys: Keys, job_id: str) -> list[str]:
+    """KEYS[1..8] of the scripts that change one job's status (TRANSITION, CANCEL_JOB)."""
+    return [
+        keys.root,
+        keys.job(job_id),
+        keys.all_jobs,
+        keys.deadlines,
+        keys.dirty,
+        keys.outbox,
+        keys.event_seq,
+        keys.finished,
+    ]
+
+
 def transition(
     keys: Keys, job_id: str, update: JobUpdate, now: float, max_retries: int, caller: str
 ) -> Call[bytes]:
     exit_code = "" if update.exit_code is None else str(update.exit_code)
     return Call(
         "TRANSITION",
-        [
-            keys.root,
-            keys.job(job_id),
-            keys.all_jobs,
-            keys.deadlines,
-            keys.dirty,
-            keys.outbox,
-            keys.event_seq,
-            keys.finished,
-            keys.tokens,
-            keys.cancelling,
-        ],
+        [*_job_change_keys(keys, job_id), keys.tokens, keys.cancelling],
         [
             job_id,
             update.status,
@@ -245,17 +248,7 @@ def _cancelled(reply: list[Any]) -> bytes:
 
 
 def cancel_job(keys: Keys, job_id: str, now: float) -> Call[bytes]:
-    cancel_keys = [
-        keys.root,
-        keys.job(job_id),
-        keys.all_jobs,
-        keys.deadlines,
-        keys.dirty,
-        keys.outbox,
-        keys.event_seq,
-        keys.finished,
-        keys.cancelling,
-    ]
+    cancel_keys = [*_job_change_keys(keys, job_id), keys.cancelling]
     return Call("CANCEL_JOB", cancel_keys, [job_id, now, rfc3339(now)], _cancelled)
 
 
