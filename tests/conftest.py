@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 from scheduler.api.app import create_app
 from scheduler.config import Settings
 from scheduler.store.jobs import SyncJobStore
+from scheduler.store.keys import Keys
 from tests.redis_server import redis_server
 from workers import context
 from workers.context import Context
@@ -111,6 +112,13 @@ def make_client(make_settings: SettingsFactory) -> Iterator[ClientFactory]:
 def client(make_client: ClientFactory) -> TestClient:
     """The API with the built-in registry and default settings."""
     return make_client()
+
+
+def last_heard(rclient: redis.Redis, settings: Settings, node: str, at: float) -> None:
+    """Make the built-in registry's node `node` last heard from at `at` (epoch s)."""
+    keys = Keys(settings.redis_prefix)
+    rclient.zadd(keys.nodes_compute, {node: at})
+    rclient.zadd(keys.nodes_seen, {node: at})
 
 
 def register(client: TestClient, *node_ids: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -15,7 +15,15 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
-from tests.conftest import ClientFactory, CtxFactory, SettingsFactory, register, report, submit
+from tests.conftest import (
+    ClientFactory,
+    CtxFactory,
+    SettingsFactory,
+    last_heard,
+    register,
+    report,
+    submit,
+)
 from workers import tasks
 
 
@@ -29,14 +37,8 @@ def api(make_client: ClientFactory, settings: Settings) -> TestClient:
     return make_client(settings)
 
 
-def last_heard(rclient: redis.Redis, settings: Settings, node: str, at: float) -> None:
-    keys = Keys(settings.redis_prefix)
-    rclient.zadd(keys.nodes_compute, {node: at})
-    rclient.zadd(keys.nodes_seen, {node: at})
-
-
 def events(rclient: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
-    entries = rclient.lrange(Keys(settings.redis_prefix).outbox, 0, -1)
+    entries = cast(list[bytes], rclient.lrange(Keys(settings.redis_prefix).outbox, 0, -1))
     return [json.loads(entry.split(b" ", 1)[1]) for entry in entries]
 
 

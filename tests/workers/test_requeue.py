@@ -12,8 +12,15 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.store.jobs import SyncJobStore
-from scheduler.store.keys import Keys
-from tests.conftest import ClientFactory, CtxFactory, SettingsFactory, register, report, submit
+from tests.conftest import (
+    ClientFactory,
+    CtxFactory,
+    SettingsFactory,
+    last_heard,
+    register,
+    report,
+    submit,
+)
 from tests.fakes import FakeRegistry
 from workers import tasks
 from workers.context import Context
@@ -27,12 +34,6 @@ def settings(make_settings: SettingsFactory) -> Settings:
 @pytest.fixture
 def api(make_client: ClientFactory, settings: Settings) -> TestClient:
     return make_client(settings)
-
-
-def last_heard(rclient: redis.Redis, settings: Settings, node: str, at: float) -> None:
-    keys = Keys(settings.redis_prefix)
-    rclient.zadd(keys.nodes_compute, {node: at})
-    rclient.zadd(keys.nodes_seen, {node: at})
 
 
 def pending_ids(api: TestClient, node: str) -> list[str]:
