@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
+from urllib.parse import parse_qs, unquote, urlsplit
 
 T = TypeVar("T")
 
@@ -27,6 +28,15 @@ class ConfigError(ValueError):
 class Settings:
     redis_url: str = field(default="redis://127.0.0.1:6379/0", metadata={"env": "REDIS_URL"})
     redis_prefix: str = field(default="sched", metadata={"env": "REDIS_PREFIX"})
+    # Every state change waits (WAIT, in the same round trip) for this many replicas to hold
+    # it, so a failover loses no acknowledged change; fewer within the timeout is a 503.
+    redis_min_replicas_acked: int = field(
+        default=0, metadata={"env": "REDIS_MIN_REPLICAS_ACKED", "min": 0}
+    )
+    # At least 1: WAIT's 0 would block forever.
+    redis_replicas_ack_timeout_ms: int = field(
+        default=1000, metadata={"env": "REDIS_REPLICAS_ACK_TIMEOUT_MS", "min": 1}
+    )
     registry_url: str = field(default="", metadata={"env": "REGISTRY_URL"})
     registry_cache_secs: float = field(
         default=1.0, metadata={"env": "REGISTRY_CACHE_SECS", "min": 0}
@@ -127,6 +137,11 @@ class Settings:
         return self.node_lost_secs or 4 * self.node_ttl_secs
 
     @property
+    def redis_target(self) -> RedisTarget:
+        """Where Redis is: REDIS_URL parsed (validate has checked that it parses)."""
+        return parse_redis_url(self.redis_url)
+
+    @property
     def builtin_registry(self) -> bool:
         """With no REGISTRY_URL the scheduler is its own node registry."""
         return not self.registry_url
@@ -161,6 +176,7 @@ class Settings:
             )
         if not self.redis_prefix or any(c in self.redis_prefix for c in " {}"):
             raise ConfigError(f"REDIS_PREFIX: {self.redis_prefix!r} must be non-empty, no spaces")
+        parse_redis_url(self.redis_url)
         self._validate_agent()
 
     def _validate_agent(self) -> None:
@@ -182,6 +198,124 @@ class Settings:
             raise ConfigError(f"AGENT_POLL_WAIT_SECS: {self.agent_poll_wait_secs} is above 60")
         if not self.scheduler_url.startswith(("http://", "https://")):
             raise ConfigError(f"SCHEDULER_URL: {self.scheduler_url!r} is not an http(s) URL")
+
+
+# REDIS_URL. The forms (README, "Configuration"): redis://, rediss:// and unix:// as redis-py
+# reads them; redis+sentinel:// as rq-dashboard's redis-sentinel-url package reads it (so the
+# dashboard takes the same URL); redis+cluster:// with seed nodes.
+SENTINEL_PORT, REDIS_PORT = 26379, 6379
+
+
+@dataclass(frozen=True, slots=True)
+class DirectRedis:
+    """One Redis at a fixed address."""
+
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelRedis:
+    """The primary of `service`, as the sentinels name it (after a failover, the new one)."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_password: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRedis:
+    """A Redis Cluster, found from any of `seeds`; all keys of a deployment share one slot."""
+
+    seeds: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+
+
+RedisTarget = DirectRedis | SentinelRedis | ClusterRedis
+
+
+def parse_redis_url(url: str) -> RedisTarget:
+    """REDIS_URL as a typed target; ConfigError naming REDIS_URL when it does not parse."""
+    try:
+        return _parse_redis_url(url)
+    except ValueError as exc:  # urllib's own errors (a bad port, say) too
+        raise ConfigError(f"REDIS_URL: {_redact(url)!r}: {exc}") from None
+
+
+def _parse_redis_url(url: str) -> RedisTarget:
+    parts = urlsplit(url)
+    if parts.scheme in ("redis", "rediss", "unix"):
+        _direct_db(parts.scheme, parts.path, parts.query)
+        if parts.scheme != "unix":
+            parts.port  # noqa: B018 (raises ValueError on a bad port)
+        elif not parts.path:
+            raise ValueError("unix:// needs a socket path")
+        return DirectRedis(url)
+    if parts.scheme not in ("redis+sentinel", "redis+cluster"):
+        raise ValueError("use redis://, rediss://, unix://, redis+sentinel:// or redis+cluster://")
+    auth, _, hostspec = parts.netloc.rpartition("@")
+    user, _, password = auth.partition(":")
+    username = unquote(user) or None
+    secret = unquote(password) if ":" in auth else None
+    if parts.scheme == "redis+cluster":
+        if parts.path not in ("", "/", "/0") or parts.query:
+            raise ValueError("a cluster has only database 0, and takes no options")
+        return ClusterRedis(_hosts(hostspec, REDIS_PORT), username, secret)
+    names = [p for p in parts.path.split("/")[1:] if p]
+    if not 1 <= len(names) <= 2 or "" in parts.path.split("/")[1:-1]:
+        raise ValueError("the path is /service_name or /service_name/db")
+    db = _whole(names[1], "db") if len(names) == 2 else 0
+    options = parse_qs(parts.query, keep_blank_values=True)
+    unknown = set(options) - {"sentinel_password"}
+    if unknown:
+        raise ValueError(f"unknown option {sorted(unknown)[0]!r} (only sentinel_password)")
+    sentinel_password = options.get("sentinel_password", [None])[-1]
+    return SentinelRedis(
+        _hosts(hostspec, SENTINEL_PORT), unquote(names[0]), db, username, secret, sentinel_password
+    )
+
+
+def _direct_db(scheme: str, path: str, query: str) -> None:
+    db = parse_qs(query).get("db", [""])[-1] if scheme == "unix" else path.strip("/")
+    if db:
+        _whole(db, "db")
+
+
+def _hosts(hostspec: str, default_port: int) -> tuple[tuple[str, int], ...]:
+    hosts = []
+    for item in hostspec.split(","):
+        if item.startswith("["):  # an IPv6 address, [::1]:26379
+            host, _, rest = item[1:].partition("]")
+            if rest and not rest.startswith(":"):
+                raise ValueError(f"bad host {item!r}")
+            port = rest[1:]
+        else:
+            host, _, port = item.partition(":")
+        if not host:
+            raise ValueError(f"no host in {item!r}")
+        hosts.append((host, _whole(port, "port") if port else default_port))
+    return tuple(hosts)
+
+
+def _whole(text: str, what: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"{what} {text!r} is not a whole number")
+    value = int(text)
+    if what == "port" and not 0 < value < 65536:
+        raise ValueError(f"port {value} is out of range")
+    return value
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    auth, _, hostspec = parts.netloc.rpartition("@")
+    return parts._replace(netloc=f"{auth.partition(':')[0]}:***@{hostspec}").geturl()
 
 
 def _at_least(name: str, value: float, low: float) -> None:

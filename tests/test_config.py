@@ -6,8 +6,16 @@ from __future__ import annotations
 from dataclasses import fields
 
 import pytest
+from redis_sentinel_url import parse_sentinel_url  # type: ignore[import-untyped]
 
-from scheduler.config import ConfigError, Settings
+from scheduler.config import (
+    ClusterRedis,
+    ConfigError,
+    DirectRedis,
+    SentinelRedis,
+    Settings,
+    parse_redis_url,
+)
 
 ENV_NAMES = {f.name: f.metadata["env"] for f in fields(Settings)}
 
@@ -125,3 +133,87 @@ def test_token_mode_needs_the_builtin_registry() -> None:
     with pytest.raises(ConfigError, match="AGENT_AUTH"):
         Settings.from_env({"AGENT_AUTH": "token", "REGISTRY_URL": "http://reg:9000"})
     assert Settings.from_env({"AGENT_AUTH": "open", "REGISTRY_URL": "http://r:1"}).registry_url
+
+
+# REDIS_URL: the forms README lists, parsed into where Redis is.
+
+S = SentinelRedis
+
+
+@pytest.mark.parametrize(
+    "url, target",
+    [
+        ("redis://127.0.0.1:6379/0", DirectRedis("redis://127.0.0.1:6379/0")),
+        ("rediss://:pw@cache:6380/2", DirectRedis("rediss://:pw@cache:6380/2")),
+        ("unix:///run/redis.sock?db=1", DirectRedis("unix:///run/redis.sock?db=1")),
+        ("redis+sentinel://s1:26379/main", S((("s1", 26379),), "main")),
+        ("redis+sentinel://s1/main/3", S((("s1", 26379),), "main", 3)),
+        (
+            "redis+sentinel://s1:5000,s2:5001,s3/main/0",
+            S((("s1", 5000), ("s2", 5001), ("s3", 26379)), "main"),
+        ),
+        ("redis+sentinel://:p%40ss@s1/main", S((("s1", 26379),), "main", password="p@ss")),
+        (
+            "redis+sentinel://app:pw@s1/main/1?sentinel_password=sp",
+            S((("s1", 26379),), "main", 1, "app", "pw", "sp"),
+        ),
+        ("redis+sentinel://[::1]:5000/main", S((("::1", 5000),), "main")),
+        ("redis+cluster://n1:7000,n2:7001", ClusterRedis((("n1", 7000), ("n2", 7001)))),
+        ("redis+cluster://:pw@n1/0", ClusterRedis((("n1", 6379),), password="pw")),
+        ("redis+cluster://u:pw@n1:7000/", ClusterRedis((("n1", 7000),), "u", "pw")),
+    ],
+)
+def test_redis_url_forms(url: str, target: object) -> None:
+    assert parse_redis_url(url) == target
+    assert Settings.from_env({"REDIS_URL": url}).redis_target == target
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:6379",
+        "127.0.0.1:6379",
+        "redis://127.0.0.1:port/0",
+        "redis://127.0.0.1:6379/zero",
+        "unix://",
+        "redis+sentinel://s1:26379",  # no service
+        "redis+sentinel://s1:26379/",
+        "redis+sentinel://s1:26379/main/db",
+        "redis+sentinel://s1:26379/main/0/extra",
+        "redis+sentinel://s1:99999/main",
+        "redis+sentinel://s1:x/main",
+        "redis+sentinel://s1,/main",
+        "redis+sentinel://s1/main?socket_timeout=1",
+        "redis+cluster://n1:7000/1",  # a cluster has database 0 only
+        "redis+cluster://n1:7000?x=1",
+        "redis+cluster://",
+    ],
+)
+def test_bad_redis_urls_stop_the_start_naming_redis_url(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"^REDIS_URL: "):
+        Settings.from_env({"REDIS_URL": url})
+
+
+def test_a_bad_redis_url_message_hides_the_password() -> None:
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env({"REDIS_URL": "redis+sentinel://u:hunter2@s1/main/x"})
+    assert "hunter2" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://s1:5000,s2:5001/main/3",
+        "redis+sentinel://:pw@s1/main",
+        "redis+sentinel://s1/main",
+    ],
+)
+def test_the_dashboard_reads_a_sentinel_url_as_we_do(url: str) -> None:
+    # The Procfile passes REDIS_URL to rq-dashboard, which reads it with redis-sentinel-url.
+    ours = parse_redis_url(url)
+    assert isinstance(ours, SentinelRedis)
+    theirs = parse_sentinel_url(url)
+    assert tuple(theirs.hosts) == ours.sentinels
+    assert theirs.default_client.service == ours.service
+    assert theirs.client_options["db"] == ours.db
+    assert theirs.client_options.get("password") == ours.password
