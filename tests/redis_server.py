@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -105,3 +106,157 @@ class RestartableRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def _server_binary() -> str:
+    binary = shutil.which("redis-server") or shutil.which("valkey-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (.ci/run installs it)")
+    return binary
+
+
+def _sentinel_command(conf: str) -> list[str]:
+    # redis-sentinel is redis-server under another name: the same program with --sentinel.
+    sentinel = shutil.which("redis-sentinel")
+    return [sentinel, conf] if sentinel else [_server_binary(), conf, "--sentinel"]
+
+
+class SentinelGroup:
+    """A primary, its replicas and three sentinels watching them as `service`, every one a
+    real process on a free loopback port. Sentinel fails over within a few seconds."""
+
+    service = "sched-test"
+
+    def __init__(self, data_dir: str, replicas: int) -> None:
+        self.data_dir = data_dir
+        self.ports = [free_port() for _ in range(1 + replicas)]
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        self.url = f"redis+sentinel://{hosts}/{self.service}/0"
+
+    def _start_server(self, port: int, *extra: str) -> None:
+        data = os.path.join(self.data_dir, str(port))
+        os.makedirs(data, exist_ok=True)
+        self.procs[port] = subprocess.Popen(
+            [
+                _server_binary(),
+                *("--port", str(port), "--bind", "127.0.0.1", "--dir", data),
+                *("--save", "", "--appendonly", "no"),
+                # Replicas sync straight over the socket, at once.
+                *("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"),
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_ready(f"redis://127.0.0.1:{port}/0", self.procs[port])
+
+    def _start_sentinel(self, port: int) -> None:
+        conf = os.path.join(self.data_dir, f"sentinel-{port}.conf")
+        with open(conf, "w") as out:
+            out.write(
+                f"port {port}\nbind 127.0.0.1\ndir {self.data_dir}\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.ports[0]} 2\n"
+                f"sentinel down-after-milliseconds {self.service} 1000\n"
+                f"sentinel failover-timeout {self.service} 4000\n"
+                f"sentinel parallel-syncs {self.service} 2\n"
+            )
+        self.procs[port] = subprocess.Popen(
+            _sentinel_command(conf), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        _wait_ready(f"redis://127.0.0.1:{port}/0", self.procs[port])
+
+    def start(self) -> None:
+        primary, *replicas = self.ports
+        self._start_server(primary)
+        for port in replicas:
+            self._start_server(port, "--replicaof", "127.0.0.1", str(primary))
+        for port in self.sentinel_ports:
+            self._start_sentinel(port)
+        self.wait_settled(primary)
+
+    def wait_settled(self, primary: int, timeout: float = 30.0) -> None:
+        """Until every sentinel names `primary`, knows every live replica and the other two
+        sentinels (they find each other through the primary, every 2 s)."""
+        replicas = len([p for p in self.ports if p != primary and self.alive(p)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self._settled(port, primary, replicas) for port in self.sentinel_ports):
+                return
+            time.sleep(0.2)
+        raise RuntimeError("the sentinels did not settle within 30 s")
+
+    def _settled(self, sentinel: int, primary: int, replicas: int) -> bool:
+        client = redis.Redis(port=sentinel, socket_timeout=1)
+        try:
+            state = client.sentinel_master(self.service)  # type: ignore[no-untyped-call]
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+        return bool(
+            int(state["port"]) == primary
+            and state["num-slaves"] == replicas
+            and state["num-other-sentinels"] == 2
+            and "s_down" not in state["flags"]
+        )
+
+    def primary_port(self) -> int:
+        """The port of the primary as the first sentinel that answers names it."""
+        for port in self.sentinel_ports:
+            client = redis.Redis(port=port, socket_timeout=1)
+            try:
+                address = client.sentinel_get_master_addr_by_name(self.service)  # type: ignore[no-untyped-call]
+            except redis.RedisError:
+                continue
+            finally:
+                client.close()
+            if address:
+                return int(address[1])
+        raise RuntimeError("no sentinel answers")
+
+    def alive(self, port: int) -> bool:
+        return self.procs[port].poll() is None
+
+    def kill(self, port: int) -> None:
+        self.procs[port].kill()
+        self.procs[port].wait(timeout=10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextlib.contextmanager
+def sentinel_group(replicas: int = 2) -> Iterator[SentinelGroup]:
+    with tempfile.TemporaryDirectory(prefix="sched-sentinel-") as data:
+        group = SentinelGroup(data, replicas)
+        try:
+            group.start()
+            yield group
+        finally:
+            group.stop()
+
+
+@contextlib.contextmanager
+def replicated_pair() -> Iterator[tuple[str, str]]:
+    """A primary and one replica of it, in sync: yields (primary URL, replica URL)."""
+    with redis_server() as primary:
+        port = primary.rsplit(":", 1)[1].split("/")[0]
+        with redis_server("--replicaof", "127.0.0.1", port) as replica:
+            client = redis.Redis.from_url(replica)
+            deadline = time.monotonic() + 10
+            while client.info("replication").get("master_link_status") != "up":
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replica did not sync within 10 s")
+                time.sleep(0.05)
+            client.close()
+            yield primary, replica

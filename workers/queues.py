@@ -25,6 +25,7 @@ from rq.utils import as_text
 
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
+from scheduler.store.topology import sync_client
 
 PERIODIC = "periodic"
 EVENTS = "events"
@@ -77,7 +78,7 @@ class ClaimingQueue(Queue):
 
 
 def connect(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(settings.redis_url)
+    return sync_client(settings)
 
 
 def queue(connection: redis.Redis, settings: Settings, kind: str) -> Queue:

@@ -73,6 +73,7 @@ from scheduler.store.commands import (
 )
 from scheduler.store.jobs import JobStore
 from scheduler.store.node_commands import ServiceNotFound, TooManyServices
+from scheduler.store.topology import ReplicasNotAcked
 
 log = logging.getLogger("scheduler.api")
 
@@ -264,6 +265,12 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
     return text_error(400, "client disconnected")
 
 
+async def _not_acked(request: Request, exc: Exception) -> Response:
+    # REDIS_MIN_REPLICAS_ACKED: the change is on the primary, maybe not on enough replicas.
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    return text_error(503, str(exc))
+
+
 async def _unavailable(request: Request, exc: Exception) -> Response:
     log.error("redis error on %s %s: %s", request.method, request.url.path, exc)
     return text_error(503, "store unavailable")
@@ -284,6 +291,7 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Callable[..., object]] = {
     ServiceNotFound: _status(404),
     TooManyServices: _status(503),
     Conflict: _status(409),
+    ReplicasNotAcked: _not_acked,
     RedisError: _unavailable,
     ClientDisconnect: _client_gone,
 }

@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import redis
 from redis.exceptions import LockError
 from redis.lock import Lock
 
 from scheduler.config import Settings
 from scheduler.store.jobs import SyncJobStore
+from scheduler.store.topology import sync_client
 
 SNAPSHOT_LOCK, RESTORE_LOCK = "sqlite-snapshot", "sqlite-restore"
 # Lock lifetimes; each batch renews them, so these only bound how long a crashed holder
@@ -24,7 +24,7 @@ BATCH = 1000
 
 @contextlib.contextmanager
 def open_store(settings: Settings) -> Iterator[SyncJobStore]:
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=10)
+    client = sync_client(settings, socket_connect_timeout=10)
     try:
         yield SyncJobStore(client, settings)
     finally:

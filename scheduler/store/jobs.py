@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import msgspec
 import redis
+from redis.exceptions import NoScriptError
 
 from scheduler.config import Settings
 from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration, Service, rfc3339
@@ -30,6 +31,7 @@ from scheduler.store.commands import Call, Created
 from scheduler.store.keys import Keys
 from scheduler.store.notify import Notifier, wait_until
 from scheduler.store.redis_mux import MuxRedis
+from scheduler.store.topology import ReplicasNotAcked, sync_client
 
 _node_decoder = msgspec.json.Decoder(Node)
 
@@ -74,6 +76,9 @@ SCRIPT_NAMES = (
     "SET_SERVICE_STATUS",
     "LIST_SERVICES",
 )
+# The scripts that only read (tests/store/test_replicas_acked.py runs each under Redis' own
+# no-writes check). Every other call waits for REDIS_MIN_REPLICAS_ACKED replicas.
+READ_ONLY = frozenset(("POLL", "LIST", "CHECK_REPORT", "OVERVIEW", "LIST_SERVICES"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,13 @@ def _source(name: str) -> _Source:
 
 
 _SOURCES = {name: _source(name) for name in SCRIPT_NAMES}
+
+
+def _acks(settings: Settings, script: str) -> tuple[int, int]:
+    """(replicas to wait for, WAIT timeout in ms) for a call of `script`; 0: no WAIT."""
+    if script in READ_ONLY:
+        return 0, 0
+    return settings.redis_min_replicas_acked, settings.redis_replicas_ack_timeout_ms
 
 
 def index_key(keys: Keys, node_id: str, status: str) -> str:
@@ -110,11 +122,15 @@ class JobStore:
         self.settings = settings
         self.keys = Keys(settings.redis_prefix)
         # Long-polls wait here, never on `client` (notify.py).
-        self.notifier = Notifier(settings.redis_url)
+        self.notifier = Notifier(settings.redis_url, settings.redis_prefix)
 
     @classmethod
     def connect(cls, settings: Settings) -> JobStore:
-        return cls(MuxRedis(settings.redis_url), settings)
+        # A WAIT may hold a reply for its whole timeout: the stall watchdog must outlast it.
+        timeout = max(10.0, 2 * settings.redis_replicas_ack_timeout_ms / 1000)
+        return cls(
+            MuxRedis(settings.redis_url, timeout=timeout, prefix=settings.redis_prefix), settings
+        )
 
     async def aclose(self) -> None:
         await self.notifier.aclose()
@@ -122,7 +138,10 @@ class JobStore:
 
     async def run(self, call: Call[T]) -> T:
         source = _SOURCES[call.script]
-        reply = await self.redis.evalsha(source.sha, source.text, call.keys, call.args)
+        replicas, timeout_ms = _acks(self.settings, call.script)
+        reply = await self.redis.evalsha(
+            source.sha, source.text, call.keys, call.args, replicas, timeout_ms
+        )
         return call.parse(reply)
 
     async def create(self, job_json: bytes, placement: Placement, now: float) -> bytes:
@@ -283,13 +302,36 @@ class SyncJobStore:
 
     @classmethod
     def connect(cls, settings: Settings) -> SyncJobStore:
-        return cls(redis.Redis.from_url(settings.redis_url), settings)
+        return cls(sync_client(settings), settings)
 
     def close(self) -> None:
         self.redis.close()
 
     def run(self, call: Call[T]) -> T:
-        return call.parse(self._scripts[call.script](keys=call.keys, args=call.args))
+        replicas, timeout_ms = _acks(self.settings, call.script)
+        if not replicas:
+            return call.parse(self._scripts[call.script](keys=call.keys, args=call.args))
+        source = _SOURCES[call.script]
+        try:
+            reply = self._run_acked("EVALSHA", source.sha, call, replicas, timeout_ms)
+        except NoScriptError:
+            # A restarted or flushed Redis forgot the script: run its text, and WAIT still.
+            reply = self._run_acked("EVAL", source.text, call, replicas, timeout_ms)
+        return call.parse(reply)
+
+    def _run_acked(
+        self, how: str, script: str, call: Call[T], replicas: int, timeout_ms: int
+    ) -> object:
+        """The script and a WAIT for `replicas` in one round trip (no MULTI: WAIT may not
+        run inside one)."""
+        pipe = self.redis.pipeline(transaction=False)
+        run = pipe.evalsha if how == "EVALSHA" else pipe.eval
+        run(script, len(call.keys), *call.keys, *call.args)
+        pipe.wait(replicas, timeout_ms)
+        reply, acked = pipe.execute()
+        if acked < replicas:
+            raise ReplicasNotAcked(acked, replicas)
+        return reply
 
     def create(
         self, job_json: bytes, placement: Placement, now: float, dedup_key: str, dedup_ttl: int

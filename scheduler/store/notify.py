@@ -61,8 +61,8 @@ class _SubscriberProtocol(RedisProtocol):
 
 
 class _Subscriber(MuxRedis):
-    def __init__(self, url: str, notifier: Notifier) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, prefix: str, notifier: Notifier) -> None:
+        super().__init__(url, prefix=prefix)
         self.notifier = notifier
 
     def make_protocol(self) -> RedisProtocol:
@@ -72,8 +72,11 @@ class _Subscriber(MuxRedis):
 class Notifier:
     """The process's subscriber connection (opened on the first watch) and its watches."""
 
-    def __init__(self, url: str) -> None:
-        self.redis = _Subscriber(url, self)
+    def __init__(self, url: str, prefix: str = "") -> None:
+        # On a cluster, PUBLISH reaches every node: the slot's primary is as good as any.
+        # Under Sentinel, a failover loses this connection, which wakes every watch
+        # (on_lost); the next watch subscribes on the new primary.
+        self.redis = _Subscriber(url, prefix, self)
         self._watches: dict[bytes, set[Watch]] = {}
         self._subscribed: dict[bytes, asyncio.Future[Any]] = {}
         self.closing = False

@@ -8,6 +8,11 @@ replies arrive. No pool, no lock, and commands from concurrent requests are natu
 
 Only what the API needs: plain commands and EVALSHA with a NOSCRIPT fallback. Blocking commands
 and pub/sub must never be sent here (they would stall every caller behind them).
+
+REDIS_URL may name a Sentinel service or a cluster (store/topology.py): each (re)connect asks
+where the primary is, and a reply saying this node is not it drops the connection, so the
+next call connects afresh. With REDIS_MIN_REPLICAS_ACKED, a write is followed by WAIT in the
+same write (one round trip); the writes of one batch share one WAIT (`send_acked`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,16 @@ import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
+from scheduler.config import ClusterRedis, DirectRedis, SentinelRedis, parse_redis_url
+from scheduler.store.topology import (
+    DISCOVERY_TIMEOUT_SECS,
+    NotPrimary,
+    ReplicasNotAcked,
+    is_topology_error,
+    slot_owner,
+    tag_slot,
+)
+
 FLUSH_EVERY = 4
 
 
@@ -34,6 +49,11 @@ class RedisProtocol(asyncio.Protocol):
         # (when sent, future) in send order; Redis replies in the same order.
         self.waiters: collections.deque[tuple[float, asyncio.Future[Any]]] = collections.deque()
         self.outgoing: list[bytes] = []
+        # Futures for the replica count of the writes queued since the last flush: a WAIT
+        # after them answers for all of them (it waits for every earlier write of the
+        # connection), and costs Redis one replica round trip per batch, not per write.
+        self.unacked: list[asyncio.Future[int]] = []
+        self.wait_command = b""
         self.lost = False
         self.timeout = timeout
         self.loop = asyncio.get_running_loop()
@@ -44,7 +64,7 @@ class RedisProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         self.watchdog = self.loop.call_later(self.timeout / 4, self._check_stalled)
 
-    def send(self, command: bytes) -> asyncio.Future[Any]:
+    def queue(self, command: bytes) -> asyncio.Future[Any]:
         # Commands issued in one turn of the event loop leave together, a few per write
         # (syscall). Not all in one write at the end of the turn: a turn that handles 32
         # requests would keep Redis idle until its end, then the API idle while Redis runs
@@ -61,11 +81,50 @@ class RedisProtocol(asyncio.Protocol):
             self.loop.call_soon(self._flush)
         self.outgoing.append(command)
         self.waiters.append((time.monotonic(), waiter))
+        return waiter
+
+    def send(self, command: bytes) -> asyncio.Future[Any]:
+        waiter = self.queue(command)
         if len(self.outgoing) >= FLUSH_EVERY:
             self._flush()
         return waiter
 
+    def send_acked(
+        self, command: bytes, wait: bytes
+    ) -> tuple[asyncio.Future[Any], asyncio.Future[int]]:
+        """`command` (a write), and how many replicas hold it: the reply of the WAIT (packed
+        in `wait`) that the flush sends right after it, in the same write."""
+        reply = self.queue(command)
+        acked: asyncio.Future[int] = self.loop.create_future()
+        if reply.done():  # lost: nothing will be flushed
+            acked.set_result(0)
+            return reply, acked
+        self.unacked.append(acked)
+        self.wait_command = wait
+        if len(self.outgoing) >= FLUSH_EVERY:
+            self._flush()
+        return reply, acked
+
+    def _queue_wait(self) -> None:
+        unacked, self.unacked = self.unacked, []
+        self.outgoing.append(self.wait_command)
+        reply: asyncio.Future[Any] = self.loop.create_future()
+        self.waiters.append((time.monotonic(), reply))
+
+        def share(done: asyncio.Future[Any]) -> None:
+            for acked in unacked:
+                if acked.done():
+                    continue
+                if done.cancelled() or done.exception() is not None:
+                    acked.set_exception(done.exception() or RedisConnectionError("WAIT lost"))
+                else:
+                    acked.set_result(int(done.result()))
+
+        reply.add_done_callback(share)
+
     def _flush(self) -> None:
+        if self.unacked:
+            self._queue_wait()
         # Taken before the write, so a write that raised could never send them twice. Also
         # runs, scheduled, after an early flush emptied the buffer: nothing to write then.
         outgoing, self.outgoing = self.outgoing, []
@@ -99,15 +158,31 @@ class RedisProtocol(asyncio.Protocol):
         if waiter.done():  # its caller was cancelled; the reply is still consumed in order
             return True
         if isinstance(reply, hiredis.ReplyError):
-            waiter.set_exception(_reply_error(str(reply)))
+            message = str(reply)
+            if is_topology_error(message):
+                # This node is not (or no longer) the primary: whatever else is queued here
+                # fails as on a lost connection, and the next call connects afresh.
+                waiter.set_exception(NotPrimary(f"Redis is not the primary here: {message}"))
+                self.drop()
+                return False
+            waiter.set_exception(_reply_error(message))
         else:
             waiter.set_result(reply)
         return True
+
+    def drop(self) -> None:
+        self.lost = True
+        if self.transport is not None:
+            self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         if self.watchdog is not None:
             self.watchdog.cancel()
+        for acked in self.unacked:
+            if not acked.done():
+                acked.set_exception(RedisConnectionError(f"connection to Redis lost: {exc}"))
+        self.unacked.clear()
         while self.waiters:
             _, waiter = self.waiters.popleft()
             if not waiter.done():
@@ -121,12 +196,33 @@ def _reply_error(message: str) -> ResponseError:
 
 
 class MuxRedis:
-    """One multiplexed connection, reopened on demand after it is lost."""
+    """One multiplexed connection, reopened on demand after it is lost. `prefix` is the
+    deployment's REDIS_PREFIX: on a cluster, the connection goes to its slot's primary."""
 
-    def __init__(self, url: str, connect_timeout: float = 5.0, timeout: float = 10.0) -> None:
+    def __init__(
+        self, url: str, connect_timeout: float = 5.0, timeout: float = 10.0, prefix: str = ""
+    ) -> None:
+        self.target = parse_redis_url(url)
+        self.unix_path = ""
+        self.ssl: ssl.SSLContext | None = None
+        self.db = 0
+        self.username: str | None = None
+        self.password: str | None = None
+        self.host, self.port = "127.0.0.1", 6379
+        if isinstance(self.target, DirectRedis):
+            self._direct(url)
+        else:
+            self.username, self.password = self.target.username, self.target.password
+        if isinstance(self.target, SentinelRedis):
+            self.db = self.target.db
+        self.slot = tag_slot(prefix) if isinstance(self.target, ClusterRedis) else 0
+        self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self._protocol: RedisProtocol | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    def _direct(self, url: str) -> None:
         parsed = urlparse(url)
-        if parsed.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"REDIS_URL: use redis://, rediss:// or unix://, not {url!r}")
         self.unix_path = parsed.path if parsed.scheme == "unix" else ""
         self.ssl = ssl.create_default_context() if parsed.scheme == "rediss" else None
         self.host = parsed.hostname or "127.0.0.1"
@@ -135,10 +231,6 @@ class MuxRedis:
         self.db = int(db or 0)
         self.username = unquote(parsed.username) if parsed.username else None
         self.password = unquote(parsed.password) if parsed.password else None
-        self.connect_timeout = connect_timeout
-        self.timeout = timeout
-        self._protocol: RedisProtocol | None = None
-        self._connecting: asyncio.Lock | None = None
 
     async def _connected(self) -> RedisProtocol:
         protocol = self._protocol
@@ -155,34 +247,48 @@ class MuxRedis:
         return RedisProtocol(self.timeout)
 
     def _dial(
-        self, loop: asyncio.AbstractEventLoop
+        self, loop: asyncio.AbstractEventLoop, host: str, port: int
     ) -> Awaitable[tuple[asyncio.BaseTransport, RedisProtocol]]:
         def protocol() -> RedisProtocol:
             return self.make_protocol()
 
         if self.unix_path:
             return loop.create_unix_connection(protocol, self.unix_path)
-        return loop.create_connection(protocol, self.host, self.port, ssl=self.ssl)
+        return loop.create_connection(protocol, host, port, ssl=self.ssl)
+
+    async def _address(self) -> tuple[str, int]:
+        """Where to connect now: the fixed address, Sentinel's primary, or the owner of the
+        deployment's cluster slot."""
+        target = self.target
+        if isinstance(target, SentinelRedis):
+            return await _sentinel_primary(target)
+        if isinstance(target, ClusterRedis):
+            return await _cluster_owner(target, self.slot)
+        return self.host, self.port
 
     async def _open(self) -> RedisProtocol:
+        host, port = await self._address()
         loop = asyncio.get_running_loop()
         try:
-            _, protocol = await asyncio.wait_for(self._dial(loop), self.connect_timeout)
+            _, protocol = await asyncio.wait_for(self._dial(loop, host, port), self.connect_timeout)
         except (OSError, TimeoutError) as exc:
-            raise RedisConnectionError(
-                f"cannot connect to Redis at {self.host}:{self.port}"
-            ) from exc
+            raise RedisConnectionError(f"cannot connect to Redis at {host}:{port}") from exc
         setup: list[tuple[Any, ...]] = []
         if self.password is not None:
-            auth = (self.username, self.password) if self.username else (self.password,)
-            setup.append(("AUTH", *auth))
+            setup.append(("AUTH", *_auth(self.username, self.password)))
         if self.db:
             setup.append(("SELECT", self.db))
+        if isinstance(self.target, SentinelRedis):
+            # The sentinels may not have noticed a demotion yet: only a primary will do.
+            setup.append(("ROLE",))
+        reply: Any = None
         try:
             for command in setup:
-                await protocol.send(hiredis.pack_command(command))
+                reply = await protocol.send(hiredis.pack_command(command))
+            if isinstance(self.target, SentinelRedis) and reply[0] != b"master":
+                raise NotPrimary(f"{host}:{port} is a {reply[0].decode()}, not the primary")
         except BaseException:
-            # A refused AUTH or SELECT: do not leave the half-set-up connection open.
+            # A refused AUTH or SELECT, or not the primary: do not leave the connection open.
             if protocol.transport is not None:
                 protocol.transport.close()
             raise
@@ -197,14 +303,106 @@ class MuxRedis:
         protocol = await self._connected()
         return await protocol.send(hiredis.pack_command(args))
 
-    async def evalsha(self, sha: str, script: str, keys: list[Any], args: list[Any]) -> Any:
+    async def evalsha(
+        self,
+        sha: str,
+        script: str,
+        keys: list[Any],
+        args: list[Any],
+        replicas: int = 0,
+        timeout_ms: int = 0,
+    ) -> Any:
+        """The script's reply; with `replicas`, once that many replicas hold its writes
+        (else ReplicasNotAcked after `timeout_ms`)."""
         try:
-            return await self.execute("EVALSHA", sha, len(keys), *keys, *args)
+            return await self._run(("EVALSHA", sha, len(keys), *keys, *args), replicas, timeout_ms)
         except NoScriptError:
             # A restarted or flushed Redis forgot the script: load it and run it once.
-            return await self.execute("EVAL", script, len(keys), *keys, *args)
+            return await self._run(("EVAL", script, len(keys), *keys, *args), replicas, timeout_ms)
+
+    async def _run(self, command: tuple[Any, ...], replicas: int, timeout_ms: int) -> Any:
+        if not replicas:
+            return await self.execute(*command)
+        protocol = await self._connected()
+        wait: tuple[Any, ...] = ("WAIT", replicas, timeout_ms)
+        reply, acked = protocol.send_acked(
+            hiredis.pack_command(command), hiredis.pack_command(wait)
+        )
+        try:
+            result = await reply
+        finally:
+            # Read in any case, so an unread failure is never logged as never retrieved.
+            count = await asyncio.gather(acked, return_exceptions=True)
+        if isinstance(count[0], BaseException):
+            raise count[0]
+        if count[0] < replicas:
+            raise ReplicasNotAcked(count[0], replicas)
+        return result
 
     async def aclose(self) -> None:
         if self._protocol is not None and self._protocol.transport is not None:
             self._protocol.transport.close()
         self._protocol = None
+
+
+async def _ask(host: str, port: int, auth: tuple[str, ...], *command: Any) -> Any:
+    """One command on a short-lived connection (a sentinel or a cluster seed)."""
+    loop = asyncio.get_running_loop()
+    dial = loop.create_connection(lambda: RedisProtocol(DISCOVERY_TIMEOUT_SECS), host, port)
+    try:
+        _, protocol = await asyncio.wait_for(dial, DISCOVERY_TIMEOUT_SECS)
+    except (OSError, TimeoutError) as exc:
+        raise RedisConnectionError(f"cannot connect to {host}:{port}") from exc
+    try:
+        if auth:
+            login: tuple[Any, ...] = ("AUTH", *auth)
+            await protocol.send(hiredis.pack_command(login))
+        return await asyncio.wait_for(
+            protocol.send(hiredis.pack_command(command)), DISCOVERY_TIMEOUT_SECS
+        )
+    finally:
+        if protocol.transport is not None:
+            protocol.transport.close()
+
+
+def _auth(username: str | None, password: str | None) -> tuple[str, ...]:
+    if password is None:
+        return ()
+    return (username, password) if username else (password,)
+
+
+async def _sentinel_primary(target: SentinelRedis) -> tuple[str, int]:
+    errors = []
+    for host, port in target.sentinels:
+        try:
+            reply = await _ask(
+                host,
+                port,
+                _auth(None, target.sentinel_password),
+                "SENTINEL",
+                "get-master-addr-by-name",
+                target.service,
+            )
+        except (RedisConnectionError, ResponseError, TimeoutError) as exc:
+            errors.append(f"{host}:{port}: {exc}")
+            continue
+        if reply:
+            return reply[0].decode(), int(reply[1])
+        errors.append(f"{host}:{port}: no primary named {target.service!r}")
+    raise RedisConnectionError(f"no sentinel names a primary: {'; '.join(errors)}")
+
+
+async def _cluster_owner(target: ClusterRedis, slot: int) -> tuple[str, int]:
+    errors = []
+    for host, port in target.seeds:
+        try:
+            auth = _auth(target.username, target.password)
+            slots = await _ask(host, port, auth, "CLUSTER", "SLOTS")
+        except (RedisConnectionError, ResponseError, TimeoutError) as exc:
+            errors.append(f"{host}:{port}: {exc}")
+            continue
+        owner = slot_owner(slots, slot, host)
+        if owner is not None:
+            return owner
+        errors.append(f"{host}:{port}: slot {slot} is not served")
+    raise RedisConnectionError(f"no cluster node serves slot {slot}: {'; '.join(errors)}")

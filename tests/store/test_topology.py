@@ -1,0 +1,282 @@
+"""Where Redis is (store/topology.py, the mux's resolution) and REDIS_MIN_REPLICAS_ACKED: a
+node that is not the primary drops the connection as a lost one (503, never 500), and every
+state change waits for its replicas in the same round trip."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from scheduler.config import Settings
+from scheduler.models import STATUSES
+from scheduler.store import commands, node_commands
+from scheduler.store.jobs import _SOURCES, READ_ONLY, SCRIPT_NAMES, JobStore, SyncJobStore
+from scheduler.store.keys import Keys
+from scheduler.store.redis_mux import FLUSH_EVERY, MuxRedis
+from scheduler.store.topology import (
+    TOPOLOGY_ERRORS,
+    NotPrimary,
+    ReplicasNotAcked,
+    slot_owner,
+    tag_slot,
+)
+from tests.conftest import ClientFactory, SettingsFactory, assert_text_error, register, submit
+from tests.fakes import eventually
+from tests.redis_server import replicated_pair
+
+
+def run(coro: Awaitable[None]) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[str, str]]:
+    with replicated_pair() as urls:
+        yield urls
+
+
+# A node that is not the primary.
+
+
+def test_a_write_on_a_replica_drops_the_mux_connection_as_a_lost_one(
+    pair: tuple[str, str], prefix: str
+) -> None:
+    _, replica = pair
+
+    async def scenario() -> None:
+        mux = MuxRedis(replica)
+        assert await mux.execute("PING") == b"PONG"
+        first = mux.protocol
+        with pytest.raises(RedisConnectionError, match="READONLY"):
+            await mux.execute("SET", f"{prefix}:k", "v")
+        assert first is not None and first.lost
+        assert await mux.execute("GET", f"{prefix}:k") is None  # the next call reconnects
+        assert mux.protocol is not first
+        await mux.aclose()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("reply", sorted(TOPOLOGY_ERRORS))
+def test_every_topology_reply_drops_the_mux_connection(reply: str) -> None:
+    served: list[int] = []
+
+    async def moved(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.append(1)
+        while await reader.read(1 << 16):
+            writer.write(f"-{reply} 3999 127.0.0.1:1\r\n".encode())
+            await writer.drain()
+
+    async def scenario() -> None:
+        server = await asyncio.start_server(moved, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        mux = MuxRedis(f"redis://127.0.0.1:{port}/0")
+        for _ in range(2):
+            with pytest.raises(RedisConnectionError, match=reply):
+                await mux.execute("GET", "k")
+        assert mux.protocol is not None and mux.protocol.lost
+        assert len(served) == 2  # each call after the error connected afresh
+        await mux.aclose()
+        server.close()
+
+    run(scenario())
+
+
+def test_other_errors_keep_the_connection(redis_url: str, prefix: str) -> None:
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        await mux.execute("SET", f"{prefix}:s", "text")
+        with pytest.raises(ResponseError) as raised:
+            await mux.execute("INCR", f"{prefix}:s")
+        assert not isinstance(raised.value, RedisConnectionError)
+        assert mux.protocol is not None and not mux.protocol.lost
+        await mux.aclose()
+
+    run(scenario())
+
+
+def test_the_blocking_client_turns_a_replica_into_a_connection_error(
+    pair: tuple[str, str], make_settings: SettingsFactory
+) -> None:
+    _, replica = pair
+    store = SyncJobStore.connect(make_settings(redis_url=replica))
+    with pytest.raises(NotPrimary):
+        store.registry_unreadable()  # a DEL
+    store.close()
+
+
+def test_the_api_answers_503_on_a_replica_never_500(
+    pair: tuple[str, str], make_client: ClientFactory, make_settings: SettingsFactory
+) -> None:
+    primary, replica = pair
+    settings = make_settings(redis_url=primary)
+    register(make_client(settings), "n1")  # the restore marker and a node, replicated
+    copy = redis.Redis.from_url(replica)
+    eventually(lambda: copy.hexists(Keys(settings.redis_prefix).nodes, "n1"))
+    client = make_client(redis_url=replica)
+    response = client.post("/jobs", json={"command": "echo hi"})
+    assert_text_error(response, 503, "store unavailable")
+
+
+def test_the_cluster_slot_is_the_tag_s_and_its_owner_comes_from_cluster_slots() -> None:
+    slot = tag_slot("sched")
+    assert slot == redis.crc.key_slot(b"{sched}:job:job-1")  # any key under the tag
+    reply: list[Any] = [
+        [0, slot - 1, [b"10.0.0.1", 7000, b"a"]],
+        [slot, slot, [b"", 7001, b"b"], [b"10.0.0.9", 7009, b"r"]],
+    ]
+    assert slot_owner(reply, slot, "seed-host") == ("seed-host", 7001)  # "" = the seed
+    assert slot_owner(reply, slot - 1, "seed-host") == ("10.0.0.1", 7000)
+    assert slot_owner(reply[:1], slot, "seed-host") is None
+
+
+# REDIS_MIN_REPLICAS_ACKED.
+
+
+def _acked(make_settings: SettingsFactory, url: str, replicas: int) -> Settings:
+    return make_settings(
+        redis_url=url, redis_min_replicas_acked=replicas, redis_replicas_ack_timeout_ms=200
+    )
+
+
+def test_a_write_waits_for_the_replica_and_succeeds(
+    pair: tuple[str, str], make_client: ClientFactory, make_settings: SettingsFactory
+) -> None:
+    primary, replica = pair
+    client = make_client(_acked(make_settings, primary, 1))
+    register(client, "n1")
+    job = submit(client, command="echo hi")
+    # Acknowledged means on the replica already.
+    settings = make_settings(redis_url=replica)
+    assert redis.Redis.from_url(replica).exists(f"{settings.redis_prefix}:job:{job['job_id']}")
+
+
+def test_too_few_replicas_is_503_saying_the_change_may_have_been_applied(
+    pair: tuple[str, str], make_client: ClientFactory, make_settings: SettingsFactory
+) -> None:
+    primary, _ = pair
+    client = make_client(_acked(make_settings, primary, 2))
+    body = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
+    assert_text_error(
+        client.post("/nodes/register", json=body),
+        503,
+        "store unavailable: 1 of 2 replicas acknowledged the change in time"
+        " (REDIS_MIN_REPLICAS_ACKED); it may have been applied",
+    )
+    # Reads do not wait: the listing answers.
+    assert client.get("/jobs").status_code == 200
+
+
+def test_the_blocking_store_waits_too(
+    pair: tuple[str, str], make_settings: SettingsFactory
+) -> None:
+    primary, _ = pair
+    ok = SyncJobStore.connect(_acked(make_settings, primary, 1))
+    assert ok.finish_cancels(now=1.0) == []
+    strict = SyncJobStore.connect(_acked(make_settings, primary, 2))
+    with pytest.raises(ReplicasNotAcked):
+        strict.finish_cancels(now=1.0)
+    ok.close()
+    strict.close()
+
+
+@pytest.mark.parametrize("flavour", ["async", "sync"])
+def test_the_noscript_fallback_still_waits(
+    pair: tuple[str, str], make_settings: SettingsFactory, flavour: str
+) -> None:
+    primary, _ = pair
+    settings = _acked(make_settings, primary, 2)
+    call = commands.cancel_job(SyncJobStore.connect(settings).keys, "job-1", 1.0)
+    redis.Redis.from_url(primary).script_flush()
+    if flavour == "sync":
+        store = SyncJobStore.connect(settings)
+        with pytest.raises(ReplicasNotAcked):
+            store.run(call)
+        store.close()
+        return
+
+    async def scenario() -> None:
+        store = JobStore.connect(settings)
+        with pytest.raises(ReplicasNotAcked):
+            await store.run(call)
+        await store.aclose()
+
+    run(scenario())
+
+
+def test_concurrent_writes_share_one_wait_per_batch(
+    pair: tuple[str, str], make_settings: SettingsFactory
+) -> None:
+    primary, _ = pair
+    settings = _acked(make_settings, primary, 1)
+    admin = redis.Redis.from_url(primary)
+
+    def waits() -> int:
+        stats = admin.info("commandstats").get("cmdstat_wait", {"calls": 0})
+        return int(stats["calls"])
+
+    async def scenario() -> None:
+        store = JobStore.connect(settings)
+        with pytest.raises(commands.JobNotFound):  # connected, the script loaded
+            await store.cancel("job-0", 1.0)
+        before = waits()
+        cancels = (store.cancel(f"job-{i}", 1.0) for i in range(40))
+        answers = await asyncio.gather(*cancels, return_exceptions=True)
+        assert all(isinstance(a, commands.JobNotFound) for a in answers), answers
+        sent = waits() - before
+        assert 1 <= sent <= 40 // FLUSH_EVERY  # one WAIT per write of the batch, at most
+        await store.aclose()
+
+    run(scenario())
+
+
+def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobStore) -> None:
+    """Each script marked READ_ONLY runs under Redis' own no-writes check (a write in it would
+    fail), with the state its writes would need: nodes, jobs pending, running, cancelling,
+    and services."""
+    keys = store.keys
+    settings = store.settings
+    assert set(SCRIPT_NAMES) > READ_ONLY
+    calls = {
+        "POLL": commands.poll(keys, "n1", 5, "open"),
+        "LIST": commands.list_jobs(keys, keys.all_jobs, 0, 100, 1 << 20, False),
+        "CHECK_REPORT": commands.check_report(keys, "job-1", "open"),
+        "OVERVIEW": node_commands.overview(keys, STATUSES),
+        "LIST_SERVICES": node_commands.list_services(keys, "", "", "open"),
+    }
+    assert set(calls) == READ_ONLY
+    _populate(store, settings)
+    for name, call in calls.items():
+        text = "#!lua flags=no-writes\n" + _SOURCES[name].text
+        rclient.eval(text, len(call.keys), *call.keys, *call.args)
+
+
+def _populate(store: SyncJobStore, settings: Settings) -> None:
+    from starlette.testclient import TestClient
+
+    from scheduler.api.app import create_app
+
+    with TestClient(create_app(settings)) as client:
+        register(client, "n1")
+        for _ in range(3):
+            submit(client, command="echo hi")
+        assert client.patch("/jobs/job-1", json={"status": "running"}).status_code == 200
+        assert client.delete("/jobs/job-2").status_code in (200, 202)
+        service = {"node_id": "n1", "name": "web", "port": 8080}
+        client.post("/services", json=service)
+
+
+def test_a_missing_replica_count_is_a_config_error(tmp_path: Path) -> None:
+    from scheduler.config import ConfigError
+
+    with pytest.raises(ConfigError, match="REDIS_MIN_REPLICAS_ACKED"):
+        Settings.from_env({"REDIS_MIN_REPLICAS_ACKED": "-1"})
+    with pytest.raises(ConfigError, match="REDIS_REPLICAS_ACK_TIMEOUT_MS"):
+        Settings.from_env({"REDIS_REPLICAS_ACK_TIMEOUT_MS": "0"})
