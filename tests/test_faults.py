@@ -112,6 +112,9 @@ class Load:
         self.acknowledged: list[str] = []
         self.runs: Counter[str] = Counter()
         self.refused: list[tuple[str, int, str]] = []
+        # Every answer: (time.monotonic(), method, status), for tests that check what the
+        # API said while Redis was away.
+        self.answers: list[tuple[float, str, int]] = []
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self._submit, daemon=True)]
         for node in NODES:
@@ -122,6 +125,7 @@ class Load:
         for url in itertools.cycle(self.urls):
             try:
                 response = http.request(method, url + path, **kw)
+                self._answered(method, response.status_code)
                 if response.status_code < 500:
                     return response
             except httpx.HTTPError:
@@ -140,12 +144,17 @@ class Load:
                 try:
                     url = self.urls[i % len(self.urls)]
                     response = http.post(url + "/jobs", json={"command": f"echo {i}"})
+                    self._answered("POST", response.status_code)
                     if response.status_code == 201:
                         with self.lock:
                             self.acknowledged.append(response.json()["job_id"])
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.01)
+
+    def _answered(self, method: str, status: int) -> None:
+        with self.lock:
+            self.answers.append((time.monotonic(), method, status))
 
     def _agent(self, node: str) -> None:
         with httpx.Client(timeout=2) as http, contextlib.suppress(TimeoutError):
