@@ -260,3 +260,61 @@ def replicated_pair() -> Iterator[tuple[str, str]]:
                 time.sleep(0.05)
             client.close()
             yield primary, replica
+
+
+@contextlib.contextmanager
+def redis_cluster(primaries: int = 3) -> Iterator[list[str]]:
+    """A Redis Cluster of `primaries` primaries (no replicas), the slots spread evenly by
+    `redis-cli --cluster create`; yields each node's redis:// URL (any is a seed)."""
+    binary = _server_binary()
+    ports = [free_port() for _ in range(primaries)]
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="sched-cluster-") as data:
+        try:
+            for port in ports:
+                node_dir = os.path.join(data, str(port))
+                os.makedirs(node_dir)
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            binary,
+                            *("--port", str(port), "--bind", "127.0.0.1", "--dir", node_dir),
+                            *("--save", "", "--appendonly", "no"),
+                            *("--cluster-enabled", "yes", "--cluster-port", str(free_port())),
+                            *("--cluster-node-timeout", "2000"),
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+                _wait_ready(f"redis://127.0.0.1:{port}/0", procs[-1])
+            cli = shutil.which("redis-cli") or shutil.which("valkey-cli")
+            if cli is None:
+                raise RuntimeError("redis-cli is not installed (it comes with redis-server)")
+            nodes = [f"127.0.0.1:{port}" for port in ports]
+            subprocess.run(
+                [cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=30,
+            )
+            urls = [f"redis://{node}/0" for node in nodes]
+            _wait_cluster_ok(urls)
+            yield urls
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(timeout=10)
+
+
+def _wait_cluster_ok(urls: list[str]) -> None:
+    deadline = time.monotonic() + 20
+    for url in urls:
+        client = redis.Redis.from_url(url)
+        while client.cluster("INFO").get("cluster_state") != "ok":
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster did not come up within 20 s")
+            time.sleep(0.1)
+        client.close()

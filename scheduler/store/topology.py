@@ -115,7 +115,8 @@ class _DropOnTopologyError(Connection):
             return super().read_response(*args, **kwargs)
         except _TOPOLOGY_EXCEPTIONS as exc:
             self.disconnect()  # type: ignore[no-untyped-call]
-            raise NotPrimary(f"{self.host}:{self.port} is not the primary: {exc}") from exc
+            reply = f"{getattr(exc, 'status_code', None) or type(exc).__name__} {exc}"
+            raise NotPrimary(f"{self.host}:{self.port} is not the primary: {reply}") from exc
 
 
 class _UnixConnection(_DropOnTopologyError, UnixDomainSocketConnection):
