@@ -110,6 +110,9 @@ class Load:
         self.stop_submitting = threading.Event()
         self.stop_agents = threading.Event()
         self.acknowledged: list[str] = []
+        # job id -> (its command, when its 201 came), and when each refusal came.
+        self.created: dict[str, tuple[str, float]] = {}
+        self.refused_at: list[float] = []
         self.runs: Counter[str] = Counter()
         self.refused: list[tuple[str, int, str]] = []
         # Every answer: (time.monotonic(), method, status), for tests that check what the
@@ -146,8 +149,10 @@ class Load:
                     response = http.post(url + "/jobs", json={"command": f"echo {i}"})
                     self._answered("POST", response.status_code)
                     if response.status_code == 201:
+                        job_id = response.json()["job_id"]
                         with self.lock:
-                            self.acknowledged.append(response.json()["job_id"])
+                            self.acknowledged.append(job_id)
+                            self.created[job_id] = (f"echo {i}", time.monotonic())
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.01)
@@ -173,6 +178,7 @@ class Load:
         if answer.status_code != 200:
             with self.lock:
                 self.refused.append((job_id, answer.status_code, answer.text))
+                self.refused_at.append(time.monotonic())
             return
         with self.lock:
             self.runs[job_id] += 1
@@ -181,6 +187,7 @@ class Load:
         if answer.status_code != 200:
             with self.lock:
                 self.refused.append((job_id, answer.status_code, answer.text))
+                self.refused_at.append(time.monotonic())
 
     def diagnosis(self) -> str:
         alive = [thread.is_alive() for thread in self.threads]

@@ -29,7 +29,7 @@ from scheduler.store.topology import (
 )
 from tests.conftest import ClientFactory, SettingsFactory, assert_text_error, register, submit
 from tests.fakes import eventually
-from tests.redis_server import replicated_pair
+from tests.redis_server import free_port, replicated_pair
 
 
 def run(coro: Awaitable[None]) -> None:
@@ -280,3 +280,39 @@ def test_a_missing_replica_count_is_a_config_error(tmp_path: Path) -> None:
         Settings.from_env({"REDIS_MIN_REPLICAS_ACKED": "-1"})
     with pytest.raises(ConfigError, match="REDIS_REPLICAS_ACK_TIMEOUT_MS"):
         Settings.from_env({"REDIS_REPLICAS_ACK_TIMEOUT_MS": "0"})
+
+
+def _fake_sentinel(names: str) -> Any:
+    """A sentinel that names the node at `names` (host:port) as the primary of any service."""
+    host, port = names.split(":")
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(1 << 16):
+            writer.write(f"*2\r\n${len(host)}\r\n{host}\r\n${len(port)}\r\n{port}\r\n".encode())
+            await writer.drain()
+
+    return answer
+
+
+@pytest.mark.parametrize("named", ["primary", "replica"])
+def test_the_mux_connects_only_to_a_node_that_says_it_is_the_primary(
+    pair: tuple[str, str], named: str
+) -> None:
+    # The sentinels may name a demoted primary for a moment: ROLE is asked on each connect.
+    url = pair[0] if named == "primary" else pair[1]
+    address = url.removeprefix("redis://").removesuffix("/0")
+
+    async def scenario() -> None:
+        sentinel = await asyncio.start_server(_fake_sentinel(address), "127.0.0.1", 0)
+        port = sentinel.sockets[0].getsockname()[1]
+        dead = f"127.0.0.1:{free_port()}"  # asked first, skipped
+        mux = MuxRedis(f"redis+sentinel://{dead},127.0.0.1:{port}/svc/0")
+        if named == "primary":
+            assert await mux.execute("PING") == b"PONG"
+        else:
+            with pytest.raises(NotPrimary, match="slave, not the primary"):
+                await mux.execute("PING")
+        await mux.aclose()
+        sentinel.close()
+
+    run(scenario())
