@@ -216,6 +216,29 @@ class SentinelGroup:
                 return int(address[1])
         raise RuntimeError("no sentinel answers")
 
+    def promoted(self, old: int) -> bool:
+        """The failover from `old` is done: the sentinels name another primary, and that node
+        says it is one. (Sentinel names the replica it chose as soon as it chose it, before
+        the replica is told; an old primary restarted empty before then would be the
+        replica's primary again, and empty it.)"""
+        port = self.primary_port()
+        if port == old:
+            return False
+        client = redis.Redis(port=port, socket_timeout=1)
+        try:
+            role = client.execute_command("ROLE")  # type: ignore[no-untyped-call]
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+        return bool(role[0] in (b"master", "master"))
+
+    def restart(self, port: int) -> None:
+        """Start a killed server again, empty, as a replica of the primary now (as an
+        orchestrator would; the sentinels would make it one too, but only on their next
+        look at it, up to 10 s later)."""
+        self._start_server(port, "--replicaof", "127.0.0.1", str(self.primary_port()))
+
     def alive(self, port: int) -> bool:
         return self.procs[port].poll() is None
 

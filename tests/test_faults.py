@@ -110,8 +110,8 @@ class Load:
         self.stop_submitting = threading.Event()
         self.stop_agents = threading.Event()
         self.acknowledged: list[str] = []
-        # job id -> (its command, when its 201 came), and when each refusal came.
-        self.created: dict[str, tuple[str, float]] = {}
+        # (job id, its command, when its 201 came), and when each refusal came.
+        self.created: list[tuple[str, str, float]] = []
         self.refused_at: list[float] = []
         self.runs: Counter[str] = Counter()
         self.refused: list[tuple[str, int, str]] = []
@@ -152,7 +152,7 @@ class Load:
                         job_id = response.json()["job_id"]
                         with self.lock:
                             self.acknowledged.append(job_id)
-                            self.created[job_id] = (f"echo {i}", time.monotonic())
+                            self.created.append((job_id, f"echo {i}", time.monotonic()))
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.01)
