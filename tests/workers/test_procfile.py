@@ -16,15 +16,15 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-import redis
 from honcho import command as honcho_command
 
 from scheduler.cli.main import build_parser
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
+from scheduler.store.topology import sync_client
 from tests.fakes import FakeSNS, eventually
 from tests.processes import scheduler_env, wait_http
-from tests.redis_server import free_port
+from tests.redis_server import free_port, sentinel_group
 from workers import queues
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +84,18 @@ def sns() -> Iterator[FakeSNS]:
 
 
 def test_honcho_runs_web_worker_and_dashboard_together(
-    redis_url: str, prefix: str, tmp_path: Path, sns: FakeSNS, rclient: redis.Redis
+    redis_url: str, prefix: str, tmp_path: Path, sns: FakeSNS
 ) -> None:
+    run_procfile(redis_url, prefix, tmp_path, sns)
+
+
+def test_the_procfile_runs_unchanged_on_sentinel(prefix: str, tmp_path: Path, sns: FakeSNS) -> None:
+    # REDIS_URL=redis+sentinel://...: the API, the worker and rq-dashboard all find the primary.
+    with sentinel_group(replicas=1) as group:
+        run_procfile(group.url, prefix, tmp_path, sns)
+
+
+def run_procfile(redis_url: str, prefix: str, tmp_path: Path, sns: FakeSNS) -> None:
     web, dashboard = free_port(), free_port()
     env = scheduler_env(
         redis_url,
@@ -103,6 +113,7 @@ def test_honcho_runs_web_worker_and_dashboard_together(
         REGISTRY_URL="",
     )
     settings = Settings.from_env(env)
+    rclient = sync_client(settings)
     with honcho(env, "web", "worker", "dashboard", log=tmp_path / "honcho.log"):
         api = f"http://127.0.0.1:{web}"
         wait_http(f"{api}/health", timeout=30)
