@@ -11,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
@@ -43,7 +44,7 @@ class Cluster:
 
     def owner(self, slot: int) -> ClusterNode:
         """The primary serving `slot` now, as the cluster itself says."""
-        for first, last, primary, *_ in self.nodes[0].client().execute_command("CLUSTER SLOTS"):
+        for first, last, primary, *_ in command(self.nodes[0].client(), "CLUSTER SLOTS"):
             if first <= slot <= last:
                 port = int(primary[1])
                 return next(node for node in self.nodes if node.port == port)
@@ -56,16 +57,21 @@ class Cluster:
             return
         src, dst = source.client(), target.client()
         src_id, dst_id = _node_id(src), _node_id(dst)
-        dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
-        src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
-        while keys := src.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
-            src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        command(dst, "CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        command(src, "CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := command(src, "CLUSTER GETKEYSINSLOT", slot, 100):
+            command(src, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
         for node in self.nodes:
-            node.client().execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+            command(node.client(), "CLUSTER SETSLOT", slot, "NODE", dst_id)
+
+
+def command(client: redis.Redis, *args: Any) -> Any:
+    """A raw command (redis-py's execute_command is untyped)."""
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
 def _node_id(client: redis.Redis) -> str:
-    return str(client.execute_command("CLUSTER MYID").decode())
+    return str(command(client, "CLUSTER MYID").decode())
 
 
 def _free_node() -> ClusterNode:
@@ -103,9 +109,9 @@ def _form(nodes: list[ClusterNode]) -> None:
     share = SLOTS // len(nodes)
     for index, node in enumerate(nodes):
         last = SLOTS - 1 if index == len(nodes) - 1 else (index + 1) * share - 1
-        node.client().execute_command("CLUSTER ADDSLOTSRANGE", index * share, last)
+        command(node.client(), "CLUSTER ADDSLOTSRANGE", index * share, last)
     for node in nodes[1:]:
-        nodes[0].client().execute_command("CLUSTER MEET", "127.0.0.1", node.port, node.bus_port)
+        command(nodes[0].client(), "CLUSTER MEET", "127.0.0.1", node.port, node.bus_port)
 
     def formed() -> bool:
         return all(
