@@ -212,6 +212,16 @@ class Keys:
         """rq's RQ_KEY_PREFIX for this deployment: rq's keys in the deployment's slot."""
         return self._k("rq")
 
+    def rq_key(self, kind: str, name: str) -> str:
+        """One of rq's keys, as rq running with `rq_prefix` names it (queue, job, scheduled,
+        failed, wip, ...): for the upgrade and for tests, which may run another rq prefix."""
+        return f"{self.rq_prefix}:{kind}:{name}"
+
+    @property
+    def rq_queues(self) -> str:
+        """rq's set of every queue's key (what rq-dashboard lists)."""
+        return f"{self.rq_prefix}:queues"
+
     def rq_queue(self, kind: str) -> str:
         """Name of an rq queue of this deployment (rq prefixes it into its own keys)."""
         return f"{self.prefix}.{kind}"
@@ -249,15 +259,38 @@ class LegacyKeys:
     def pattern(self) -> str:
         return glob_escape(self.root) + "*"
 
+    def owns(self, key: str) -> bool:
+        """Whether the old key `key` is this deployment's: another one, with the prefix
+        "P:x", had its keys under "P:x:..." too."""
+        return key.removeprefix(self.root).split(":", 1)[0] in LAYOUT_ROOTS
+
     def renamed(self, key: str, new: Keys) -> str:
         """The new name of the old key `key` (which starts with this root)."""
         return new.root + key.removeprefix(self.root)
+
+    @staticmethod
+    def rq_prefix() -> str:
+        return LEGACY_RQ_PREFIX
 
     @staticmethod
     def rq(kind: str, name: str) -> str:
         """One of rq's old keys: rq:queue:<queue>, rq:job:<id>, rq:scheduled:<queue>, ..."""
         return f"{LEGACY_RQ_PREFIX}:{kind}:{name}"
 
+    @staticmethod
+    def rq_queues() -> str:
+        return f"{LEGACY_RQ_PREFIX}:queues"
+
+
+# The first part of every key after the root (the layout above, rq's aside): the upgrade
+# renames old keys with these only.
+LAYOUT_ROOTS = frozenset(
+    {
+        "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
+        "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
+        "lock", "stats", "runs",
+    }
+)  # fmt: skip
 
 # rq's RQ_KEY_PREFIX default, which the old layout ran with.
 LEGACY_RQ_PREFIX = "rq"
