@@ -26,7 +26,8 @@ _NOT_JOB_STATE = {
     "seq:event",
     "tokens",
 }
-_NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox")
+# rq: the workers' queues; runs, stats: their bookkeeping.
+_NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox", "rq:", "runs:", "stats")
 
 
 def stored_json(r: redis.Redis, key: str) -> Any:

@@ -37,6 +37,7 @@ from scheduler.config import Settings
 from workers import context
 from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, until_redis_answers
 from workers.queues import KINDS, ClaimingQueue, connect, queues
+from workers.rq_migrate import move_legacy_rq
 from workers.schedule import Trigger, redis_time
 
 log = logging.getLogger("workers.worker")
@@ -178,6 +179,17 @@ def restore_snapshot(settings: Settings) -> None:
         log.error("restore refused: %s", exc)
 
 
+def move_legacy_work(settings: Settings) -> None:
+    """Before working: rq's work left by the layout before the hash tag (rq_migrate.py)."""
+    connection = connect(settings)
+    try:
+        move_legacy_rq(connection, settings)
+    except RedisError as exc:
+        log.warning("rq upgrade check skipped, Redis unavailable: %s", exc)
+    finally:
+        connection.close()
+
+
 def run(
     settings: Settings,
     kinds: Sequence[str] = KINDS,
@@ -188,6 +200,7 @@ def run(
     fire the current periods once, work until the queues are empty, and return."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per SQS poll
     restore_snapshot(settings)
+    move_legacy_work(settings)
     context.configure(settings)
     # rq's Worker talks to Redis as it is built: a worker started while Redis is away waits.
     worker = until_redis_answers("start", functools.partial(build_worker, settings, kinds))
