@@ -46,21 +46,19 @@ class Moved:
     registered: int = 0
     dropped: int = 0  # ids whose job hash had expired
 
-    @property
-    def total(self) -> int:
-        return self.queued + self.requeued + self.registered + self.dropped
-
 
 def move_legacy_rq(client: redis.Redis, settings: Settings) -> Moved | None:
     """Move the old layout's rq work of this deployment under rq's new prefix; None when there
     is none (every start but the first after the upgrade: one EXISTS)."""
     keys = Keys(settings.redis_prefix)
     names = [keys.rq_queue(kind) for kind in KINDS]
-    if is_cluster(client) or not client.exists(*(k for n in names for k in _legacy_keys(n))):
+    if is_cluster(client) or not _has_legacy_work(client, names):
         return None
     moved = Moved()
     lock = client.lock(keys.lock(LOCK), timeout=LOCK_SECS, blocking_timeout=2 * LOCK_SECS)
-    with lock:  # workers starting together: one moves, the others then find nothing
+    with lock:
+        if not _has_legacy_work(client, names):
+            return None  # a worker starting at the same time moved it
         for name in names:
             _move_queue(client, keys, name, moved, lambda: lock.extend(LOCK_SECS, True))
     log.info(
@@ -74,6 +72,10 @@ def move_legacy_rq(client: redis.Redis, settings: Settings) -> Moved | None:
         moved.dropped,
     )
     return moved
+
+
+def _has_legacy_work(client: redis.Redis, queues: list[str]) -> bool:
+    return bool(client.exists(*(key for queue in queues for key in _legacy_keys(queue))))
 
 
 def _legacy_keys(queue: str) -> list[str]:
@@ -114,9 +116,10 @@ def _move_queue(
             moved.dropped += 1
         if done % RENEW_EVERY == 0:
             renew()
-    # rq's set of queues (what rq-dashboard lists).
+    # rq's set of queues: what rq-dashboard lists (the failed publishes among them).
     client.srem(LegacyKeys.rq_queues(), old_queue)
-    client.sadd(keys.rq_queues, new_queue)
+    if moves:
+        client.sadd(keys.rq_queues, new_queue)
 
 
 def _lrem(key: str, value: str) -> Step:
@@ -148,17 +151,22 @@ def _requeue(keys: Keys, queue: str, job_id: str) -> Step:
 def _move_job(client: redis.Redis, keys: Keys, job_id: str, detach: Step, attach: Step) -> bool:
     """Take `job_id` out of its old place and, with its hash renamed, into the new one, in
     one transaction; False if its hash had expired (then it is only taken out)."""
-    old_job = LegacyKeys.rq("job", job_id)
-    exists, has_result = client.exists(old_job), client.exists(LegacyKeys.rq("results", job_id))
+    old_job, new_job = LegacyKeys.rq("job", job_id), keys.rq_key("job", job_id)
+    old_result = LegacyKeys.rq("results", job_id)
+    # Read first: old workers are stopped and other starters wait for the lock, so only a
+    # TTL can change these meanwhile (then its RENAME fails alone, below).
+    has_job, has_result = bool(client.exists(old_job)), bool(client.exists(old_result))
+    moved_already = not has_job and bool(client.exists(new_job))  # it was in two places
     with client.pipeline(transaction=True) as pipe:
         detach(pipe)
-        if exists:
-            pipe.rename(old_job, keys.rq_key("job", job_id))
-            if has_result:
-                pipe.rename(LegacyKeys.rq("results", job_id), keys.rq_key("results", job_id))
+        if has_job:
+            pipe.rename(old_job, new_job)
+        if has_result:
+            pipe.rename(old_result, keys.rq_key("results", job_id))
+        if has_job or moved_already:
             attach(pipe)
-        pipe.execute()
-    return bool(exists)
+        pipe.execute(raise_on_error=False)
+    return has_job or moved_already
 
 
 def _texts(raw: Any) -> list[str]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.client import Pipeline
-from redis.exceptions import RedisError
+from redis.exceptions import LockError, RedisError
 from rq import worker_registration
 from rq.defaults import DEFAULT_WORKER_TTL
 from rq.exceptions import StopRequested
@@ -186,6 +186,8 @@ def move_legacy_work(settings: Settings) -> None:
         move_legacy_rq(connection, settings)
     except RedisError as exc:
         log.warning("rq upgrade check skipped, Redis unavailable: %s", exc)
+    except LockError:
+        log.warning("rq upgrade: another worker still moves rq's old work; the next start goes on")
     finally:
         connection.close()
 

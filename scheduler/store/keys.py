@@ -264,6 +264,10 @@ class LegacyKeys:
         "P:x", had its keys under "P:x:..." too."""
         return key.removeprefix(self.root).split(":", 1)[0] in LAYOUT_ROOTS
 
+    def of(self, key: str, new: Keys) -> str:
+        """The old name of the new key `key`."""
+        return self.root + key.removeprefix(new.root)
+
     def renamed(self, key: str, new: Keys) -> str:
         """The new name of the old key `key` (which starts with this root)."""
         return new.root + key.removeprefix(self.root)

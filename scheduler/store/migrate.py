@@ -36,8 +36,15 @@ def rename_legacy_keys(
     if is_cluster(client):
         return 0
     old = LegacyKeys(keys.prefix)
-    if client.exists(keys.initialised) or not client.exists(old.initialised):
+    if client.exists(keys.initialised):
         return 0
+    if not client.exists(old.initialised):
+        if not client.exists(old.of(keys.job_seq, keys), old.of(keys.all_jobs, keys)):
+            return 0
+        # A deployment older than the marker: the marker first, so a crash midway still
+        # leaves an old marker that says "unfinished". It holds jobs: settled, as _decide
+        # (snapshot/restore.py) would say.
+        client.set(old.initialised, "found jobs in Redis", nx=True)
     renamed = 0
     for raw in client.scan_iter(match=old.pattern(), count=1000):
         key = raw.decode() if isinstance(raw, bytes) else str(raw)

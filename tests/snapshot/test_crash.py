@@ -21,7 +21,7 @@ from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once, write_snapshot
 from scheduler.store import commands, upkeep_commands
 from scheduler.store.jobs import SyncJobStore
-from scheduler.store.keys import Keys, glob_escape
+from scheduler.store.keys import Keys, LegacyKeys, glob_escape
 from tests.processes import api_replicas, scheduler_env
 from tests.snapshot_helpers import job_state, lose_redis_data, rows, stored_json
 
@@ -71,6 +71,11 @@ elif point == "restore-mid":  # after the first batch reached Redis
                 pause()
             yield rows
     snapshot_db.read_batches = batches
+    import scheduler.snapshot.restore as restore
+    restore.restore_if_empty(settings, lock_ttl=1.0)
+elif point == "upgrade-mid":  # the old layout's keys half renamed (store/migrate.py)
+    import scheduler.store.migrate as migrate
+    wrap(migrate, "_rename", at_call=40)
     import scheduler.snapshot.restore as restore
     restore.restore_if_empty(settings, lock_ttl=1.0)
 """
@@ -191,6 +196,30 @@ def test_a_restore_killed_midway_is_started_again(
     assert restore_if_empty(settings) is True  # after the dead restorer's lock expires
     assert job_state(rclient, prefix) == before
     assert not rclient.exists(Keys(prefix).restoring)
+
+
+def test_an_upgrade_killed_midway_goes_on_at_the_next_start(
+    settings: Settings, store: SyncJobStore, rclient: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A deployment of the layout before the hash tag (P:...), with a snapshot older than its
+    state: a start killed midway through the renames leaves both layouts; the next start
+    finishes the renames and, finding the old marker, does not restore the snapshot."""
+    create_jobs(store, 20, time.time())
+    assert snapshot_once(settings) == 20
+    create_jobs(store, 80, time.time())
+    before = job_state(rclient, prefix)
+    keys, old = Keys(prefix), LegacyKeys(prefix)
+    for key in list(rclient.scan_iter(keys.pattern())):
+        rclient.rename(key, old.root + key.decode().removeprefix(keys.root))
+
+    kill_9(run_until_paused("upgrade-mid", settings, tmp_path))
+    assert rclient.exists(old.initialised) and not rclient.exists(keys.initialised)
+    assert 0 < len(list(rclient.scan_iter(keys.pattern()))) < 140  # some renamed, not all
+
+    assert restore_if_empty(settings) is False  # after the dead starter's lock expires
+    assert job_state(rclient, prefix) == before
+    assert list(rclient.scan_iter(old.pattern())) == []
+    assert rclient.zcard(keys.all_jobs) == 100
 
 
 def test_three_processes_starting_at_once_restore_once(

@@ -63,13 +63,25 @@ def test_a_new_deployment_is_not_touched(rclient: redis.Redis, prefix: str) -> N
 
 
 @pytest.mark.parametrize("marker", [False, True])
-def test_only_an_old_marker_starts_the_upgrade(
+def test_an_old_deployment_is_renamed_with_or_without_its_marker(
     rclient: redis.Redis, prefix: str, marker: bool
 ) -> None:
+    """The old version always set the marker at start; a deployment older than the marker
+    has jobs all the same, and gets one (renamed last, as always)."""
     keys, old = Keys(prefix), LegacyKeys(prefix)
-    rclient.set(old.root + "seq:job", 7)
+    rclient.set(old.of(keys.job_seq, keys), 7)
     if marker:
         rclient.set(old.initialised, "restored 7 jobs")
-    assert rename_legacy_keys(rclient, keys) == (2 if marker else 0)
-    assert rclient.get(keys.job_seq) == (b"7" if marker else None)
-    assert rclient.exists(keys.initialised) == int(marker)
+    assert rename_legacy_keys(rclient, keys) == 2
+    assert rclient.get(keys.job_seq) == b"7"
+    assert rclient.get(keys.initialised) == (
+        b"restored 7 jobs" if marker else b"found jobs in Redis"
+    )
+    assert not rclient.exists(old.of(keys.job_seq, keys), old.initialised)
+
+
+def test_old_keys_without_jobs_or_marker_are_left(rclient: redis.Redis, prefix: str) -> None:
+    keys, old = Keys(prefix), LegacyKeys(prefix)
+    rclient.set(old.of(keys.stats, keys), 1)
+    assert rename_legacy_keys(rclient, keys) == 0
+    assert rclient.exists(old.of(keys.stats, keys)) and not rclient.exists(keys.stats)

@@ -164,3 +164,31 @@ def test_an_old_deployment_is_renamed_at_start_and_loses_nothing(
     assert "upgrade" not in burst_worker(settings, redis_url, sns)
     assert job_state(rclient, prefix) == state
     assert len(sns.events()) == 2
+
+
+def test_started_jobs_are_queued_again_and_ids_without_a_job_dropped(
+    rclient: redis.Redis, make_settings: Any
+) -> None:
+    """Written by hand in the old layout: a publish an old worker had started (rq's wip
+    registry), one it had popped (the intermediate list), a queued id whose job expired."""
+    settings: Settings = make_settings()
+    keys = Keys(settings.redis_prefix)
+    queue = keys.rq_queue(queues.EVENTS)
+    started, popped, expired = (keys.rq_job_id("event", n) for n in (1, 2, 3))
+    for job_id in (started, popped):
+        rclient.hset(LegacyKeys.rq("job", job_id), mapping={"status": "started", "origin": queue})
+    rclient.zadd(LegacyKeys.rq("wip", queue), {f"{started}:execution-1": time.time() + 60})
+    rclient.rpush(LegacyKeys.rq("queue", queue) + ":intermediate", popped)
+    rclient.rpush(LegacyKeys.rq("queue", queue), expired)
+    rclient.sadd(LegacyKeys.rq_queues(), LegacyKeys.rq("queue", queue))
+
+    moved = move_legacy_rq(rclient, settings)
+
+    assert moved is not None
+    assert (moved.queued, moved.requeued, moved.registered, moved.dropped) == (0, 2, 0, 1)
+    assert rclient.lrange(keys.rq_key("queue", queue), 0, -1) == [popped.encode(), started.encode()]
+    for job_id in (started, popped):
+        assert rclient.hget(keys.rq_key("job", job_id), "status") == b"queued"
+    assert rclient.smembers(keys.rq_queues) == {keys.rq_key("queue", queue).encode()}
+    assert old_leftovers(rclient, settings.redis_prefix) == []
+    assert move_legacy_rq(rclient, settings) is None
