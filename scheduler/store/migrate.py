@@ -45,10 +45,13 @@ def rename_legacy_keys(
         # leaves an old marker that says "unfinished". It holds jobs: settled, as _decide
         # (snapshot/restore.py) would say.
         client.set(old.initialised, "found jobs in Redis", nx=True)
+    # An old lock belongs to a process that is gone (its TTL ends it); renamed, it would
+    # replace the restore lock this upgrade runs under.
+    old_locks = old.of(keys.lock(""), keys)
     renamed = 0
     for raw in client.scan_iter(match=old.pattern(), count=1000):
         key = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if key == old.initialised or not old.owns(key):
+        if key == old.initialised or not old.owns(key) or key.startswith(old_locks):
             continue
         if _rename(client, key, old.renamed(key, keys)):
             renamed += 1

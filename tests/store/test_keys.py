@@ -85,3 +85,12 @@ def test_old_keys_without_jobs_or_marker_are_left(rclient: redis.Redis, prefix: 
     rclient.set(old.of(keys.stats, keys), 1)
     assert rename_legacy_keys(rclient, keys) == 0
     assert rclient.exists(old.of(keys.stats, keys)) and not rclient.exists(keys.stats)
+
+
+def test_an_old_lock_does_not_replace_the_one_held(rclient: redis.Redis, prefix: str) -> None:
+    keys, old = Keys(prefix), LegacyKeys(prefix)
+    rclient.set(old.initialised, "started empty")
+    rclient.set(old.of(keys.lock("sqlite-restore"), keys), "a dead old process", px=5000)
+    rclient.set(keys.lock("sqlite-restore"), "this upgrade's token", px=5000)
+    assert rename_legacy_keys(rclient, keys) == 1
+    assert rclient.get(keys.lock("sqlite-restore")) == b"this upgrade's token"
