@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
@@ -17,6 +18,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 MiB = 1024 * 1024
+# What a REDIS_PREFIX may hold: no braces (store/keys.py wraps it in a hash tag), no glob
+# characters, and nothing rq refuses in its RQ_KEY_PREFIX (built from it).
+REDIS_PREFIX_CHARS = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 class ConfigError(ValueError):
@@ -159,8 +163,11 @@ class Settings:
                 "JOB_RETENTION_SECS: needs a SCHEDULER_DB file (pruned jobs live on only there),"
                 " not :memory:"
             )
-        if not self.redis_prefix or any(c in self.redis_prefix for c in " {}"):
-            raise ConfigError(f"REDIS_PREFIX: {self.redis_prefix!r} must be non-empty, no spaces")
+        if not REDIS_PREFIX_CHARS.fullmatch(self.redis_prefix):
+            raise ConfigError(
+                f"REDIS_PREFIX: {self.redis_prefix!r} must be letters, digits and _ . : - only "
+                "(the scheduler puts it in braces, a Redis Cluster hash tag)"
+            )
         self._validate_agent()
 
     def _validate_agent(self) -> None:
@@ -182,6 +189,12 @@ class Settings:
             raise ConfigError(f"AGENT_POLL_WAIT_SECS: {self.agent_poll_wait_secs} is above 60")
         if not self.scheduler_url.startswith(("http://", "https://")):
             raise ConfigError(f"SCHEDULER_URL: {self.scheduler_url!r} is not an http(s) URL")
+
+
+def redis_prefix_from_env(environ: Mapping[str, str]) -> str:
+    """REDIS_PREFIX exactly as `Settings.from_env` reads it, without the other settings (the
+    workers need it before they import rq). Raises ConfigError as from_env does."""
+    return Settings.from_env({"REDIS_PREFIX": environ.get("REDIS_PREFIX", "")}).redis_prefix
 
 
 def _at_least(name: str, value: float, low: float) -> None:
