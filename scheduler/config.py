@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
@@ -18,6 +19,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 T = TypeVar("T")
 
 MiB = 1024 * 1024
+# What a REDIS_PREFIX may hold: no braces (store/keys.py wraps it in a hash tag), no glob
+# characters, and nothing rq refuses in its RQ_KEY_PREFIX (built from it).
+REDIS_PREFIX_CHARS = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 class ConfigError(ValueError):
@@ -174,8 +178,11 @@ class Settings:
                 "JOB_RETENTION_SECS: needs a SCHEDULER_DB file (pruned jobs live on only there),"
                 " not :memory:"
             )
-        if not self.redis_prefix or any(c in self.redis_prefix for c in " {}"):
-            raise ConfigError(f"REDIS_PREFIX: {self.redis_prefix!r} must be non-empty, no spaces")
+        if not REDIS_PREFIX_CHARS.fullmatch(self.redis_prefix):
+            raise ConfigError(
+                f"REDIS_PREFIX: {self.redis_prefix!r} must be letters, digits and _ . : - only "
+                "(the scheduler puts it in braces, a Redis Cluster hash tag)"
+            )
         parse_redis_url(self.redis_url)
         self._validate_agent()
 
@@ -198,6 +205,12 @@ class Settings:
             raise ConfigError(f"AGENT_POLL_WAIT_SECS: {self.agent_poll_wait_secs} is above 60")
         if not self.scheduler_url.startswith(("http://", "https://")):
             raise ConfigError(f"SCHEDULER_URL: {self.scheduler_url!r} is not an http(s) URL")
+
+
+def redis_prefix_from_env(environ: Mapping[str, str]) -> str:
+    """REDIS_PREFIX exactly as `Settings.from_env` reads it, without the other settings (the
+    workers need it before they import rq). Raises ConfigError as from_env does."""
+    return Settings.from_env({"REDIS_PREFIX": environ.get("REDIS_PREFIX", "")}).redis_prefix
 
 
 # REDIS_URL. The forms (README, "Configuration"): redis://, rediss:// and unix:// as redis-py

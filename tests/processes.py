@@ -23,6 +23,7 @@ def scheduler_env(redis_url: str, prefix: str, **extra: str) -> dict[str, str]:
     # Never the working directory's scheduler.db (see conftest.make_settings).
     env["SCHEDULER_DB"] = os.path.join(tempfile.mkdtemp(prefix="sched-test-"), "scheduler.db")
     env.pop("TINYAWS_API_KEY", None)
+    env.pop("RQ_KEY_PREFIX", None)  # each scheduler process derives its own from REDIS_PREFIX
     env.update(extra)
     return env
 

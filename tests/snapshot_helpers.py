@@ -14,6 +14,7 @@ import redis
 from scheduler.snapshot import db as snapshot_db
 from scheduler.store import upkeep_commands
 from scheduler.store.jobs import SyncJobStore
+from scheduler.store.keys import Keys
 
 # Keys that are not job state (or are snapshot bookkeeping), left out of state comparisons.
 _NOT_JOB_STATE = {
@@ -25,7 +26,8 @@ _NOT_JOB_STATE = {
     "seq:event",
     "tokens",
 }
-_NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox")
+# rq: the workers' queues; runs, stats: their bookkeeping.
+_NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox", "rq:", "runs:", "stats")
 
 
 def stored_json(r: redis.Redis, key: str) -> Any:
@@ -38,8 +40,8 @@ def stored_json(r: redis.Redis, key: str) -> Any:
 def job_state(r: redis.Redis, prefix: str) -> dict[str, Any]:
     """Every job record and index under `prefix`, decoded for comparison."""
     state: dict[str, Any] = {}
-    for raw in r.scan_iter(f"{prefix}:*", count=1000):
-        name = raw.decode()[len(prefix) + 1 :]
+    for raw in r.scan_iter(Keys(prefix).pattern(), count=1000):
+        name = raw.decode().removeprefix(Keys(prefix).root)
         if name in _NOT_JOB_STATE or name.startswith(_NOT_JOB_PREFIXES):
             continue
         kind = r.type(raw)
@@ -59,7 +61,7 @@ def job_state(r: redis.Redis, prefix: str) -> dict[str, Any]:
 
 def lose_redis_data(r: redis.Redis, prefix: str) -> None:
     """What a Redis restart without persistence does to this deployment."""
-    keys = list(r.scan_iter(f"{prefix}:*", count=1000))
+    keys = list(r.scan_iter(Keys(prefix).pattern(), count=1000))
     if keys:
         r.delete(*keys)
 

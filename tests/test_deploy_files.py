@@ -4,8 +4,10 @@ structure is checked), the nginx upstream, the Dockerfile and the Procfile. Ever
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 import yaml
 
 from scheduler.cli.main import build_parser
+from scheduler.store.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
 API_PORT = 9001
@@ -132,13 +135,29 @@ def test_the_image_builds_from_this_tree(compose: dict[str, Any]) -> None:
         assert services(compose)[name]["build"] == "."
 
 
+def procfile() -> dict[str, str]:
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    return dict(line.split(":", 1) for line in lines if line)
+
+
 def test_procfile_runs_web_worker_dashboard_and_agent() -> None:
-    entries = dict(
-        line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line
-    )
+    entries = procfile()
     assert {"web", "worker", "dashboard", "agent"} <= set(entries)
     for name in ("web", "worker", "agent"):
         assert_valid_command(shlex.split(entries[name]))
+
+
+@pytest.mark.parametrize("redis_prefix, prefix", [("eu.prod-1", "eu.prod-1"), ("", "sched")])
+def test_the_dashboards_look_where_the_workers_keep_rqs_keys(
+    compose: dict[str, Any], redis_prefix: str, prefix: str
+) -> None:
+    """rq-dashboard is not ours: it must be given the RQ_KEY_PREFIX the workers derive."""
+    line = procfile()["dashboard"].replace("rq-dashboard", "printenv RQ_KEY_PREFIX #", 1)
+    env = {"PATH": os.environ["PATH"], "REDIS_PREFIX": redis_prefix}
+    shown = subprocess.run(["sh", "-c", line], env=env, capture_output=True, text=True)
+    assert shown.stdout.strip() == Keys(prefix).rq_prefix
+    composed = services(compose)["dashboard"]["environment"]["RQ_KEY_PREFIX"]
+    assert composed.replace("${REDIS_PREFIX:-sched}", "sched") == Keys("sched").rq_prefix
 
 
 def test_every_process_that_may_restore_sees_the_workers_snapshot(

@@ -26,11 +26,11 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from rq.job import Job as RqJob
 
 from scheduler.config import Settings
 from scheduler.snapshot import db as snapshot_db
 from scheduler.store.keys import Keys
+from tests import rq_state
 from tests.fakes import FakeSNS, eventually
 from tests.processes import scheduler_env, wait_http
 from tests.redis_server import RestartableRedis, free_port
@@ -230,22 +230,24 @@ def event_diagnosis(
     """Where the events SNS never got are: outbox, rq queue and registries, rq job status."""
     keys = Keys(settings.redis_prefix)
     missing = set(jobs) - {e["job_id"] for e in sns.events()}
-    events = queues.queue(r, settings, queues.EVENTS)
     where = {
         "outbox": r.llen(keys.outbox),
-        "queued": events.count,
-        "intermediate": r.llen(events.key + ":intermediate"),
-        "started": events.started_job_registry.count,
-        "scheduled": events.scheduled_job_registry.count,
-        "failed": events.failed_job_registry.count,
+        "queued": rq_state.queued(r, settings, queues.EVENTS),
+        "intermediate": rq_state.popped(r, settings, queues.EVENTS),
+        **{
+            registry: rq_state.registered(r, settings, queues.EVENTS, registry)
+            for registry in ("wip", "scheduled", "failed")
+        },
     }
     stuck = []
     for n in range(1, int(r.get(keys.event_seq) or 0) + 1):
-        rq_job = RqJob.fetch_many([keys.rq_job_id("event", n)], connection=r)[0]
-        if rq_job is None:
+        rq_job = keys.rq_job_id("event", n)
+        description = rq_state.job_field(r, settings, rq_job, "description")
+        status = rq_state.job_field(r, settings, rq_job, "status")
+        if description is None:
             stuck.append((n, "no rq job"))
-        elif any(job_id in rq_job.args[1] for job_id in missing):
-            stuck.append((n, f"{rq_job.get_status()} {rq_job.args[1]}"))
+        elif any(job_id in description for job_id in missing):
+            stuck.append((n, f"{status} {description}"))
     return f"no event for {sorted(missing)[:10]}: {where}; {stuck[:10]}"
 
 

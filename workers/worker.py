@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from redis.client import Pipeline
-from redis.exceptions import RedisError
+from redis.exceptions import LockError, RedisError
 from rq import worker_registration
 from rq.defaults import DEFAULT_WORKER_TTL
 from rq.exceptions import StopRequested
@@ -37,6 +37,7 @@ from scheduler.config import Settings
 from workers import context
 from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, until_redis_answers
 from workers.queues import KINDS, ClaimingQueue, connect, queues
+from workers.rq_migrate import move_legacy_rq
 from workers.schedule import Trigger, redis_time
 
 log = logging.getLogger("workers.worker")
@@ -178,6 +179,19 @@ def restore_snapshot(settings: Settings) -> None:
         log.error("restore refused: %s", exc)
 
 
+def move_legacy_work(settings: Settings) -> None:
+    """Before working: rq's work left by the layout before the hash tag (rq_migrate.py)."""
+    connection = connect(settings)
+    try:
+        move_legacy_rq(connection, settings)
+    except RedisError as exc:
+        log.warning("rq upgrade check skipped, Redis unavailable: %s", exc)
+    except LockError:
+        log.warning("rq upgrade: another worker still moves rq's old work; the next start goes on")
+    finally:
+        connection.close()
+
+
 def run(
     settings: Settings,
     kinds: Sequence[str] = KINDS,
@@ -188,6 +202,7 @@ def run(
     fire the current periods once, work until the queues are empty, and return."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per SQS poll
     restore_snapshot(settings)
+    move_legacy_work(settings)
     context.configure(settings)
     # rq's Worker talks to Redis as it is built: a worker started while Redis is away waits.
     worker = until_redis_answers("start", functools.partial(build_worker, settings, kinds))

@@ -65,6 +65,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         # minute, so requests still running after this are cut (clients poll again).
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECS,
     }
+    options["http"] = HTTP_PROTOCOLS[args.http]
     if args.workers == 1:
         uvicorn.run(create_app(settings), **options)
     else:
@@ -98,6 +99,15 @@ def _default_port() -> int:
         raise ConfigError(f"PORT: {raw!r} is not a valid int") from None
 
 
+# uvicorn's HTTP implementations by `serve --http`: one-write is httptools writing each
+# response in one syscall instead of two (scheduler/api/server.py).
+HTTP_PROTOCOLS = {
+    "one-write": "scheduler.api.server:OneWriteProtocol",
+    "httptools": "httptools",
+    "h11": "h11",
+}
+
+
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP API (default port 9001, or $PORT)")
     serve.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
@@ -111,6 +121,13 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=_workers,
         default=default_workers(),
         help="API processes sharing the port (default: one per core)",
+    )
+    serve.add_argument(
+        "--http",
+        choices=sorted(HTTP_PROTOCOLS),
+        default="one-write",
+        help="uvicorn's HTTP implementation (default one-write: httptools, each response in "
+        "one write)",
     )
     serve.set_defaults(handler=_serve)
 

@@ -35,7 +35,7 @@ from scheduler.cli.embedded import (
     data_dir_lock,
     embedded_redis,
 )
-from scheduler.config import Settings
+from scheduler.config import ConfigError, Settings
 
 log = logging.getLogger("scheduler.up")
 
@@ -172,6 +172,11 @@ def _wait_registered(
 def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(REDIS_URL=redis_url, SCHEDULER_URL=api_url, PYTHONUNBUFFERED="1")
+    # Each worker child derives it itself; set here, a conflicting one stops `up` at once
+    # instead of a worker child dying at every restart.
+    from workers.rq_prefix import ENV, wanted_rq_prefix
+
+    env[ENV] = wanted_rq_prefix(env)
     env.setdefault("SCHEDULER_DB", str(data_dir / "scheduler.db"))
     if not env["SCHEDULER_DB"]:
         env["SCHEDULER_DB"] = str(data_dir / "scheduler.db")
@@ -255,6 +260,9 @@ def _handler(args: argparse.Namespace, settings: Settings) -> int:
     except UpError as exc:
         print(f"scheduler up: {exc}", file=sys.stderr)
         return 1
+    except ConfigError as exc:
+        print(f"scheduler up: configuration error: {exc}", file=sys.stderr)
+        return 2
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -4,8 +4,9 @@ snapshot) as an rq worker; run as many as you like (workers/)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
-from scheduler.config import Settings
+from scheduler.config import ConfigError, Settings
 
 KINDS = ("periodic", "events")  # workers.queues.KINDS, without importing rq to build the CLI
 
@@ -19,7 +20,15 @@ def _kinds(raw: str) -> list[str]:
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
-    from workers.worker import run
+    try:
+        # Importing workers/ fixes rq's key prefix from REDIS_PREFIX (workers/rq_prefix.py).
+        from workers.rq_prefix import check_rq_prefix
+        from workers.worker import run
+
+        check_rq_prefix(settings)
+    except ConfigError as exc:
+        print(f"scheduler: configuration error: {exc}", file=sys.stderr)
+        return 2
 
     # run() settles the snapshot restore before taking any work (workers.worker).
     return run(settings, kinds=args.queues, burst=args.burst, rq_log_level=args.rq_log_level)

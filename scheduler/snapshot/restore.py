@@ -5,7 +5,8 @@ first process to find it missing takes the restore lock and decides: Redis alrea
 jobs: load them all with every index (RESTORE_JOBS, in batches), set the id counter to the
 highest job number, set the marker. Everyone else waits for the marker. A restore killed
 midway leaves the `restoring` flag, so whoever takes the lock next starts it again (loading a
-job twice is harmless: RESTORE_JOBS replaces it).
+job twice is harmless: RESTORE_JOBS replaces it). Before deciding, under the same lock, a
+deployment still in the layout before the hash tag is renamed into it (store/migrate.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from scheduler.snapshot.locking import (
 )
 from scheduler.store import upkeep_commands
 from scheduler.store.jobs import SyncJobStore
+from scheduler.store.migrate import rename_legacy_keys
 
 log = logging.getLogger("scheduler.snapshot")
 
@@ -106,6 +108,8 @@ def _decide(
 ) -> bool:
     """Under the restore lock: answer the restore question for this Redis, once."""
     keys, path = store.keys, settings.scheduler_db
+    # A deployment of the layout before the hash tag has its marker under the old name.
+    rename_legacy_keys(store.redis, keys, lambda: lock.extend(lock_ttl, replace_ttl=True))
     if store.redis.exists(keys.initialised):
         return False
     interrupted = store.redis.get(keys.restoring)

@@ -4,45 +4,54 @@ Python code builds keys through `Keys`; Lua scripts receive `Keys.root` as KEYS[
 per-job and per-node keys through the functions of `LUA_KEY_FUNCTIONS`, which are generated
 from the same templates below, so the two can never disagree.
 
-Layout (P = REDIS_PREFIX):
-  P:seq:job               counter, INCR gives the N of job-N
-  P:seq:rr                counter, INCR gives the round-robin ticket
-  P:seq:event             counter, INCR numbers the outbox events
-  P:job:{id}              string, the job's wire JSON (exactly what GET /jobs/{id} returns)
-  P:jobs                  zset of every job id, score N (listing, pagination)
-  P:status:{status}       zset per status, score N
-  P:node:{node}:jobs      zset of the node's jobs, score N
-  P:node:{node}:{status}  zset per node and status, score N; :pending is the node's queue
-  P:node:{node}:busy      set of the node's running run-jobs (MAX_JOBS_PER_NODE check)
-  P:deadlines             zset of running run-jobs, score = start time (timeout sweep)
-  P:finished              zset of finished jobs (done, failed, cancelled), score = finish time
-  P:cancelling            zset of jobs asked to stop while running, score = when (the grace)
-  P:dirty                 set of job ids changed since the last snapshot
-  P:dirty:inflight        set of job ids the current (or a crashed) snapshot is writing
-  P:initialised           marker: whether to restore from the SQLite snapshot is decided
-  P:restoring             path of the SQLite file a restore is loading (absent otherwise)
-  P:outbox                list of events to publish (SNS): "<event number> <message JSON>"
-  P:nodes                 hash node id -> node JSON (built-in registry)
-  P:nodes:seen            zset node id -> last heartbeat, epoch seconds
-  P:nodes:compute         zset, the same for the nodes with role compute (placement); with
+Every key and channel starts with the hash tag "{P}" (P = REDIS_PREFIX, which may hold no
+braces). Redis Cluster refuses a script whose keys lie in different slots, and ours derive keys
+inside Lua (the poll walks a node's queue, a transition finds the job's node); a key's slot is
+the hash of its tag alone, so the tag puts the whole deployment, rq's keys included, in one
+slot. The cost: one deployment cannot spread over several cluster primaries; spreading load is
+the sharding plan's job (several deployments, each its own tag). Before the tag, keys were
+"P:..." and rq's "rq:..."; store/migrate.py renames such a deployment at start.
+
+Layout (P = REDIS_PREFIX, T = the hash tag "{P}"):
+  T:seq:job               counter, INCR gives the N of job-N
+  T:seq:rr                counter, INCR gives the round-robin ticket
+  T:seq:event             counter, INCR numbers the outbox events
+  T:job:{id}              string, the job's wire JSON (exactly what GET /jobs/{id} returns)
+  T:jobs                  zset of every job id, score N (listing, pagination)
+  T:status:{status}       zset per status, score N
+  T:node:{node}:jobs      zset of the node's jobs, score N
+  T:node:{node}:{status}  zset per node and status, score N; :pending is the node's queue
+  T:node:{node}:busy      set of the node's running run-jobs (MAX_JOBS_PER_NODE check)
+  T:deadlines             zset of running run-jobs, score = start time (timeout sweep)
+  T:finished              zset of finished jobs (done, failed, cancelled), score = finish time
+  T:cancelling            zset of jobs asked to stop while running, score = when (the grace)
+  T:dirty                 set of job ids changed since the last snapshot
+  T:dirty:inflight        set of job ids the current (or a crashed) snapshot is writing
+  T:initialised           marker: whether to restore from the SQLite snapshot is decided
+  T:restoring             path of the SQLite file a restore is loading (absent otherwise)
+  T:outbox                list of events to publish (SNS): "<event number> <message JSON>"
+  T:nodes                 hash node id -> node JSON (built-in registry)
+  T:nodes:seen            zset node id -> last heartbeat, epoch seconds
+  T:nodes:compute         zset, the same for the nodes with role compute (placement); with
                           an external registry: when the sweep last saw each one healthy
-  P:services              hash service id (svc-N) -> service JSON (built-in registry)
-  P:seq:service           counter, INCR gives the N of svc-N
-  P:node:{node}:services  zset of the node's services, score N (its list, its cap)
-  P:nodes:token           hash node id -> SHA-256 (hex) of its agent token (built-in registry)
-  P:tokens                hash token SHA-256 -> node id (whose token a bearer is)
-  P:registry:readable-since  epoch s since the sweep has read the external registry without
+  T:services              hash service id (svc-N) -> service JSON (built-in registry)
+  T:seq:service           counter, INCR gives the N of svc-N
+  T:node:{node}:services  zset of the node's services, score N (its list, its cap)
+  T:nodes:token           hash node id -> SHA-256 (hex) of its agent token (built-in registry)
+  T:tokens                hash token SHA-256 -> node id (whose token a bearer is)
+  T:registry:readable-since  epoch s since the sweep has read the external registry without
                           a failure (deleted on a failure)
-  P:sqs:{msg}             string, the job a SQS message created (idempotency key)
-  P:lock:{name}           short-lived locks (restore, snapshot, worker promote)
-  P:stats                 hash of background-work counters (workers/: sqs_dropped, ...)
-  P:runs:{task}           list, the last runs of a periodic task: "<period> <epoch s>"
+  T:sqs:{msg}             string, the job a SQS message created (idempotency key)
+  T:lock:{name}           short-lived locks (restore, snapshot, worker promote)
+  T:stats                 hash of background-work counters (workers/: sqs_dropped, ...)
+  T:runs:{task}           list, the last runs of a periodic task: "<period> <epoch s>"
 Pub/sub channels (not keys; named here all the same), published by the scripts:
-  P:wake:node:{node}      the node may have work: a job was placed on it, or it has room again
-  P:wake:job:{id}         the job changed
-rq builds its own keys from the names below (rq:queue:<name>, rq:job:<id>, ...):
+  T:wake:node:{node}      the node may have work: a job was placed on it, or it has room again
+  T:wake:job:{id}         the job changed
+rq builds its own keys under RQ_KEY_PREFIX = T:rq (T:rq:queue:<name>, T:rq:job:<id>, ...;
+workers/rq_prefix.py sets it) from the names below:
   queue  P.<kind>         the workers' queues (periodic, events)
-  job id <tag>-<kind>-<n> tag = the prefix in rq's id alphabet (a periodic run, an event)
+  job id <p>-<kind>-<n>   p = the prefix in rq's id alphabet (a periodic run, an event)
 """
 
 from __future__ import annotations
@@ -68,11 +77,16 @@ class Keys:
     prefix: str
 
     @property
+    def tag(self) -> str:
+        """The hash tag every key of the deployment starts with: its Redis Cluster slot."""
+        return "{" + self.prefix + "}"
+
+    @property
     def root(self) -> str:
-        return f"{self.prefix}:"
+        return f"{self.tag}:"
 
     def _k(self, suffix: str) -> str:
-        return f"{self.prefix}:{suffix}"
+        return f"{self.root}{suffix}"
 
     @property
     def job_seq(self) -> str:
@@ -193,6 +207,21 @@ class Keys:
     def runs(self, task: str) -> str:
         return self._k(f"runs:{task}")
 
+    @property
+    def rq_prefix(self) -> str:
+        """rq's RQ_KEY_PREFIX for this deployment: rq's keys in the deployment's slot."""
+        return self._k("rq")
+
+    def rq_key(self, kind: str, name: str) -> str:
+        """One of rq's keys, as rq running with `rq_prefix` names it (queue, job, scheduled,
+        failed, wip, ...): for the upgrade and for tests, which may run another rq prefix."""
+        return f"{self.rq_prefix}:{kind}:{name}"
+
+    @property
+    def rq_queues(self) -> str:
+        """rq's set of every queue's key (what rq-dashboard lists)."""
+        return f"{self.rq_prefix}:queues"
+
     def rq_queue(self, kind: str) -> str:
         """Name of an rq queue of this deployment (rq prefixes it into its own keys)."""
         return f"{self.prefix}.{kind}"
@@ -202,8 +231,73 @@ class Keys:
         return f"{_rq_tag(self.prefix)}-{kind}-{number}"
 
     def pattern(self) -> str:
-        """SCAN pattern matching every key of this deployment."""
-        return self._k("*")
+        """SCAN pattern matching every key of this deployment (rq's included)."""
+        return glob_escape(self.root) + "*"
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal in a SCAN/KEYS pattern (the tag's braces are plain, but a prefix of
+    the old layout could hold any of *?[]\\)."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyKeys:
+    """The names of the layout before the hash tag ("P:..." and rq's default "rq:..."), which
+    only the upgrade (store/migrate.py, workers/rq_migrate.py) reads."""
+
+    prefix: str
+
+    @property
+    def root(self) -> str:
+        return f"{self.prefix}:"
+
+    @property
+    def initialised(self) -> str:
+        return f"{self.root}initialised"
+
+    def pattern(self) -> str:
+        return glob_escape(self.root) + "*"
+
+    def owns(self, key: str) -> bool:
+        """Whether the old key `key` is this deployment's: another one, with the prefix
+        "P:x", had its keys under "P:x:..." too."""
+        return key.removeprefix(self.root).split(":", 1)[0] in LAYOUT_ROOTS
+
+    def of(self, key: str, new: Keys) -> str:
+        """The old name of the new key `key`."""
+        return self.root + key.removeprefix(new.root)
+
+    def renamed(self, key: str, new: Keys) -> str:
+        """The new name of the old key `key` (which starts with this root)."""
+        return new.root + key.removeprefix(self.root)
+
+    @staticmethod
+    def rq_prefix() -> str:
+        return LEGACY_RQ_PREFIX
+
+    @staticmethod
+    def rq(kind: str, name: str) -> str:
+        """One of rq's old keys: rq:queue:<queue>, rq:job:<id>, rq:scheduled:<queue>, ..."""
+        return f"{LEGACY_RQ_PREFIX}:{kind}:{name}"
+
+    @staticmethod
+    def rq_queues() -> str:
+        return f"{LEGACY_RQ_PREFIX}:queues"
+
+
+# The first part of every key after the root (the layout above, rq's aside): the upgrade
+# renames old keys with these only.
+LAYOUT_ROOTS = frozenset(
+    {
+        "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
+        "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
+        "lock", "stats", "runs",
+    }
+)  # fmt: skip
+
+# rq's RQ_KEY_PREFIX default, which the old layout ran with.
+LEGACY_RQ_PREFIX = "rq"
 
 
 def _rq_tag(prefix: str) -> str:

@@ -21,6 +21,7 @@ from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once, write_snapshot
 from scheduler.store import commands, upkeep_commands
 from scheduler.store.jobs import SyncJobStore
+from scheduler.store.keys import Keys, LegacyKeys, glob_escape
 from tests.processes import api_replicas, scheduler_env
 from tests.snapshot_helpers import job_state, lose_redis_data, rows, stored_json
 
@@ -70,6 +71,11 @@ elif point == "restore-mid":  # after the first batch reached Redis
                 pause()
             yield rows
     snapshot_db.read_batches = batches
+    import scheduler.snapshot.restore as restore
+    restore.restore_if_empty(settings, lock_ttl=1.0)
+elif point == "upgrade-mid":  # the old layout's keys half renamed (store/migrate.py)
+    import scheduler.store.migrate as migrate
+    wrap(migrate, "_rename", at_call=40)
     import scheduler.snapshot.restore as restore
     restore.restore_if_empty(settings, lock_ttl=1.0)
 """
@@ -129,8 +135,8 @@ def kill_9(proc: subprocess.Popen[bytes]) -> None:
 def assert_snapshot_matches_redis(path: Path, r: redis.Redis, prefix: str) -> None:
     saved = rows(path)
     records = {
-        key.decode().removeprefix(f"{prefix}:job:"): stored_json(r, key)
-        for key in r.scan_iter(f"{prefix}:job:*", count=1000)
+        key.decode().removeprefix(Keys(prefix).job("")): stored_json(r, key)
+        for key in r.scan_iter(glob_escape(Keys(prefix).job("")) + "*", count=1000)
     }
     assert set(saved) == set(records)
     for job_id, record in records.items():
@@ -162,13 +168,13 @@ def test_kill_9_during_a_snapshot_forgets_no_change(
         assert not db.exists() or rows(db) == {}  # nothing committed
     else:
         assert len(rows(db)) == JOBS  # committed, but its ids are still in flight
-    assert rclient.scard(f"{prefix}:dirty:inflight") == JOBS
+    assert rclient.scard(Keys(prefix).dirty_inflight) == JOBS
 
     # The next snapshot (once the dead holder's lock has expired) writes every change.
     assert write_snapshot(settings, wait=True) == JOBS + 3
     assert_snapshot_matches_redis(db, rclient, prefix)
     assert rows(db)["job-5"]["status"] == "running"
-    assert not rclient.exists(f"{prefix}:dirty", f"{prefix}:dirty:inflight")
+    assert not rclient.exists(Keys(prefix).dirty, Keys(prefix).dirty_inflight)
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
@@ -184,12 +190,36 @@ def test_a_restore_killed_midway_is_started_again(
 
     proc = run_until_paused("restore-mid", settings, tmp_path)
     kill_9(proc)
-    assert 0 < rclient.zcard(f"{prefix}:jobs") < JOBS  # a partial restore is left behind
-    assert rclient.exists(f"{prefix}:restoring")
+    assert 0 < rclient.zcard(Keys(prefix).all_jobs) < JOBS  # a partial restore is left behind
+    assert rclient.exists(Keys(prefix).restoring)
 
     assert restore_if_empty(settings) is True  # after the dead restorer's lock expires
     assert job_state(rclient, prefix) == before
-    assert not rclient.exists(f"{prefix}:restoring")
+    assert not rclient.exists(Keys(prefix).restoring)
+
+
+def test_an_upgrade_killed_midway_goes_on_at_the_next_start(
+    settings: Settings, store: SyncJobStore, rclient: redis.Redis, prefix: str, tmp_path: Path
+) -> None:
+    """A deployment of the layout before the hash tag (P:...), with a snapshot older than its
+    state: a start killed midway through the renames leaves both layouts; the next start
+    finishes the renames and, finding the old marker, does not restore the snapshot."""
+    create_jobs(store, 20, time.time())
+    assert snapshot_once(settings) == 20
+    create_jobs(store, 80, time.time())
+    before = job_state(rclient, prefix)
+    keys, old = Keys(prefix), LegacyKeys(prefix)
+    for key in list(rclient.scan_iter(keys.pattern())):
+        rclient.rename(key, old.root + key.decode().removeprefix(keys.root))
+
+    kill_9(run_until_paused("upgrade-mid", settings, tmp_path))
+    assert rclient.exists(old.initialised) and not rclient.exists(keys.initialised)
+    assert 0 < len(list(rclient.scan_iter(keys.pattern()))) < 140  # some renamed, not all
+
+    assert restore_if_empty(settings) is False  # after the dead starter's lock expires
+    assert job_state(rclient, prefix) == before
+    assert list(rclient.scan_iter(old.pattern())) == []
+    assert rclient.zcard(keys.all_jobs) == 100
 
 
 def test_three_processes_starting_at_once_restore_once(
@@ -226,7 +256,7 @@ def test_three_processes_starting_at_once_restore_once(
     # Those that did not restore returned only once the restore was complete.
     assert [count for _, count in outputs] == [str(JOBS)] * 3
     assert job_state(rclient, prefix) == before
-    assert rclient.get(f"{prefix}:seq:job") == str(JOBS).encode()
+    assert rclient.get(Keys(prefix).job_seq) == str(JOBS).encode()
 
 
 def test_three_serve_processes_start_on_a_lost_redis(
@@ -240,6 +270,6 @@ def test_three_serve_processes_start_on_a_lost_redis(
         for url in urls:
             listing = httpx.get(f"{url}/jobs", timeout=10).json()
             assert [job["job_id"] for job in listing] == [f"job-{n}" for n in range(1, 51)]
-    marker = rclient.get(f"{prefix}:initialised")
+    marker = rclient.get(Keys(prefix).initialised)
     assert isinstance(marker, bytes) and marker.startswith(b"restored 50 jobs")
-    assert rclient.get(f"{prefix}:seq:job") == b"50"
+    assert rclient.get(Keys(prefix).job_seq) == b"50"

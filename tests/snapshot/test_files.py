@@ -15,6 +15,7 @@ from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
 from scheduler.store.jobs import SyncJobStore
+from scheduler.store.keys import Keys
 from tests.conftest import ClientFactory, SettingsFactory, register, submit
 from tests.snapshot_helpers import (
     columns,
@@ -95,7 +96,7 @@ def test_an_older_file_missing_columns_is_migrated_in_place(
 
     assert restore_if_empty(settings) is True  # read as it is, not modified by the restore
     assert "port" not in columns(path)
-    restored = stored_json(rclient, f"{prefix}:job:job-7")
+    restored = stored_json(rclient, Keys(prefix).job("job-7"))
     assert restored["created_at"] == "2025-06-01T06:00:00.000000Z"  # offsets become UTC
     assert (restored["exit_code"], restored["retry_count"], restored["stderr"]) == (2, 0, "err")
 
@@ -129,7 +130,7 @@ def test_cli_snapshot_and_restore(
     monkeypatch.setenv("REDIS_PREFIX", prefix)
     monkeypatch.setenv("SCHEDULER_DB", str(db))
     put_records(store, [full_record("job-1"), full_record("job-2")])
-    rclient.set(f"{prefix}:seq:job", 2)
+    rclient.set(Keys(prefix).job_seq, 2)
     assert cli_main(["snapshot"]) == 0
     assert "2 changed jobs written" in capsys.readouterr().out
     assert set(rows(db)) == {"job-1", "job-2"}
@@ -146,8 +147,8 @@ def test_cli_snapshot_and_restore(
 
     assert cli_main(["restore", "--from", str(other), "--force"]) == 0
     assert "restored 2 jobs" in capsys.readouterr().out
-    assert rclient.exists(f"{prefix}:job:job-1", f"{prefix}:job:job-99") == 2
-    assert rclient.get(f"{prefix}:seq:job") == b"99"
+    assert rclient.exists(Keys(prefix).job("job-1"), Keys(prefix).job("job-99")) == 2
+    assert rclient.get(Keys(prefix).job_seq) == b"99"
     # Jobs from another file reach SCHEDULER_DB with the next snapshot.
     assert cli_main(["snapshot"]) == 0
     assert set(rows(db)) == {"job-1", "job-2", "job-99", "not-a-job"}
@@ -166,7 +167,7 @@ def test_cli_restore_into_an_empty_redis(
     monkeypatch.setenv("REDIS_PREFIX", prefix)
     monkeypatch.setenv("SCHEDULER_DB", settings.scheduler_db)
     assert cli_main(["restore", "--from", str(source)]) == 0
-    assert rclient.zrange(f"{prefix}:jobs", 0, -1) == [b"not-a-job", b"job-99"]
-    assert rclient.get(f"{prefix}:initialised") is not None
-    assert not rclient.exists(f"{prefix}:restoring")
-    assert rclient.smembers(f"{prefix}:dirty") == {b"job-99", b"not-a-job"}
+    assert rclient.zrange(Keys(prefix).all_jobs, 0, -1) == [b"not-a-job", b"job-99"]
+    assert rclient.get(Keys(prefix).initialised) is not None
+    assert not rclient.exists(Keys(prefix).restoring)
+    assert rclient.smembers(Keys(prefix).dirty) == {b"job-99", b"not-a-job"}

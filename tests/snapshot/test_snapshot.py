@@ -17,6 +17,7 @@ from scheduler.snapshot.restore import RestoreRefused, restore_from_file, restor
 from scheduler.snapshot.writer import snapshot_once
 from scheduler.store import upkeep_commands
 from scheduler.store.jobs import SyncJobStore
+from scheduler.store.keys import Keys
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
 from tests.snapshot_helpers import (
     full_record,
@@ -56,7 +57,7 @@ def test_every_field_survives_snapshot_and_restore(
 
     assert job_state(rclient, prefix) == before
     for record in records:
-        assert stored_json(rclient, f"{prefix}:job:{record['job_id']}") == record
+        assert stored_json(rclient, Keys(prefix).job(record["job_id"])) == record
     saved = rows(db)["job-1"]
     assert saved["exit_code"] == 0
     assert json.loads(saved["env_vars"]) == {
@@ -165,7 +166,7 @@ def test_snapshot_writes_only_the_jobs_changed_since_the_last(
     assert saved["job-2"]["status"] == "running"
     assert saved["job-2"]["running_at"] == client.get("/jobs/job-2").json()["running_at"]
     assert {saved[j]["status"] for j in ("job-1", "job-3")} == {"pending"}
-    assert not rclient.exists(f"{prefix}:dirty", f"{prefix}:dirty:inflight")
+    assert not rclient.exists(Keys(prefix).dirty, Keys(prefix).dirty_inflight)
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -179,33 +180,33 @@ def test_a_leftover_in_flight_set_is_written_by_the_next_snapshot(
     put_records(store, [full_record("job-3")])
     assert snapshot_once(settings) == 3
     assert set(rows(db)) == {"job-1", "job-2", "job-3"}
-    assert not rclient.exists(f"{prefix}:dirty", f"{prefix}:dirty:inflight")
+    assert not rclient.exists(Keys(prefix).dirty, Keys(prefix).dirty_inflight)
 
 
 def test_an_unreadable_record_stays_in_flight_and_a_vanished_one_is_dropped(
     settings: Settings, store: SyncJobStore, rclient: redis.Redis, prefix: str, db: Path
 ) -> None:
     put_records(store, [full_record("job-1")])
-    rclient.set(f"{prefix}:job:job-2", b"{not json")
-    rclient.sadd(f"{prefix}:dirty", "job-2", "job-3")  # job-3 has no record at all
+    rclient.set(Keys(prefix).job("job-2"), b"{not json")
+    rclient.sadd(Keys(prefix).dirty, "job-2", "job-3")  # job-3 has no record at all
     assert snapshot_once(settings) == 1
     assert set(rows(db)) == {"job-1"}
-    assert rclient.smembers(f"{prefix}:dirty:inflight") == {b"job-2"}
+    assert rclient.smembers(Keys(prefix).dirty_inflight) == {b"job-2"}
     # Once readable again it is written, and the set empties.
     put_records(store, [full_record("job-2")])
     assert snapshot_once(settings) == 1
     assert set(rows(db)) == {"job-1", "job-2"}
-    assert not rclient.exists(f"{prefix}:dirty", f"{prefix}:dirty:inflight")
+    assert not rclient.exists(Keys(prefix).dirty, Keys(prefix).dirty_inflight)
 
 
 def test_two_snapshots_at_once_one_skips(
     settings: Settings, store: SyncJobStore, rclient: redis.Redis, prefix: str
 ) -> None:
     put_records(store, [full_record("job-1")])
-    rclient.set(f"{prefix}:lock:sqlite-snapshot", "someone else", px=60_000)
+    rclient.set(Keys(prefix).lock("sqlite-snapshot"), "someone else", px=60_000)
     assert snapshot_once(settings) == 0
-    assert rclient.scard(f"{prefix}:dirty") == 1  # nothing taken, nothing lost
-    rclient.delete(f"{prefix}:lock:sqlite-snapshot")
+    assert rclient.scard(Keys(prefix).dirty) == 1  # nothing taken, nothing lost
+    rclient.delete(Keys(prefix).lock("sqlite-snapshot"))
     assert snapshot_once(settings) == 1
 
 
@@ -217,19 +218,19 @@ def test_jobs_in_redis_are_kept_and_the_snapshot_not_loaded(
 ) -> None:
     put_records(store, [full_record("job-1"), full_record("job-2")])
     assert snapshot_once(settings) == 2
-    rclient.delete(f"{prefix}:initialised")  # e.g. a deployment that predates the marker
-    rclient.delete(f"{prefix}:job:job-2")
-    rclient.set(f"{prefix}:seq:job", 2)
+    rclient.delete(Keys(prefix).initialised)  # e.g. a deployment that predates the marker
+    rclient.delete(Keys(prefix).job("job-2"))
+    rclient.set(Keys(prefix).job_seq, 2)
     assert restore_if_empty(settings) is False
-    assert not rclient.exists(f"{prefix}:job:job-2")
-    assert rclient.get(f"{prefix}:initialised") == b"found jobs in Redis"
+    assert not rclient.exists(Keys(prefix).job("job-2"))
+    assert rclient.get(Keys(prefix).initialised) == b"found jobs in Redis"
 
 
 def test_no_snapshot_file_means_nothing_to_restore(
     settings: Settings, rclient: redis.Redis, prefix: str, db: Path
 ) -> None:
     assert restore_if_empty(settings) is False
-    assert rclient.get(f"{prefix}:initialised") == b"started empty"
+    assert rclient.get(Keys(prefix).initialised) == b"started empty"
     assert not db.exists()
 
 
@@ -248,12 +249,12 @@ def test_new_jobs_after_a_data_loss_do_not_overwrite_the_snapshot(
 ) -> None:
     store, settings = retained_store, retained_store.settings
     put_records(store, [full_record("job-1"), full_record("job-2")])
-    rclient.set(f"{prefix}:seq:job", 2)
+    rclient.set(Keys(prefix).job_seq, 2)
     assert snapshot_once(settings) == 2
     lose_redis_data(rclient, prefix)
     # An API process that kept running creates job-1 again before anything restored.
     put_records(store, [full_record("job-1", command="new")])
-    rclient.set(f"{prefix}:seq:job", 1)
+    rclient.set(Keys(prefix).job_seq, 1)
 
     with pytest.raises(RestoreRefused, match="lost its data"):
         restore_if_empty(settings)
@@ -261,8 +262,11 @@ def test_new_jobs_after_a_data_loss_do_not_overwrite_the_snapshot(
     assert rows(db)["job-1"]["command"] == full_record("job-1")["command"]
     # The operator's way out: load the snapshot over it.
     restore_from_file(settings, str(db), force=True)
-    assert stored_json(rclient, f"{prefix}:job:job-1")["command"] == full_record("job-1")["command"]
-    assert rclient.get(f"{prefix}:seq:job") == b"2"
+    assert (
+        stored_json(rclient, Keys(prefix).job("job-1"))["command"]
+        == full_record("job-1")["command"]
+    )
+    assert rclient.get(Keys(prefix).job_seq) == b"2"
     assert snapshot_once(settings) == 1  # settled: snapshots run again
     assert rows(db)["job-1"]["command"] == full_record("job-1")["command"]
 
@@ -288,7 +292,7 @@ def test_redis_emptied_under_a_running_api_gets_the_snapshot_back_before_new_ids
     first = [api.post("/jobs", json={"command": f"echo {i}"}).json() for i in range(3)]
     assert snapshot_once(settings) == 3
     # Redis loses everything (a restart without AOF) while the API keeps running.
-    rclient.delete(*rclient.keys(f"{settings.redis_prefix}:*"))
+    rclient.delete(*rclient.keys(Keys(settings.redis_prefix).pattern()))
     register(api, "n1")
 
     response = api.post("/jobs", json={"command": "echo after"})

@@ -9,6 +9,7 @@ from typing import Any
 
 import redis
 
+from scheduler.store.keys import Keys
 from scheduler.store.notify import Notifier, wait_until
 
 
@@ -20,7 +21,7 @@ def numsub(rclient: redis.Redis, channel: str) -> int:
 def test_watches_share_one_subscription_and_messages_fan_out(
     redis_url: str, rclient: redis.Redis, prefix: str
 ) -> None:
-    a, b = f"{prefix}:wake:a", f"{prefix}:wake:b"
+    a, b = Keys(prefix).node_channel("a"), Keys(prefix).node_channel("b")
 
     async def go() -> None:
         notifier = Notifier(redis_url)
@@ -45,7 +46,7 @@ def test_watches_share_one_subscription_and_messages_fan_out(
 def test_wait_until_answers_on_the_wake_up_or_when_time_runs_out(
     redis_url: str, rclient: redis.Redis, prefix: str
 ) -> None:
-    channel = f"{prefix}:wake:n"
+    channel = Keys(prefix).node_channel("n")
     state = {"value": 0}
 
     async def check() -> int:

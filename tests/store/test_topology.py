@@ -155,7 +155,7 @@ def test_a_write_waits_for_the_replica_and_succeeds(
     job = submit(client, command="echo hi")
     # Acknowledged means on the replica already.
     settings = make_settings(redis_url=replica)
-    assert redis.Redis.from_url(replica).exists(f"{settings.redis_prefix}:job:{job['job_id']}")
+    assert redis.Redis.from_url(replica).exists(Keys(settings.redis_prefix).job(job["job_id"]))
 
 
 def test_too_few_replicas_is_503_saying_the_change_may_have_been_applied(

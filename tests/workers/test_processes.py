@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 import redis
-from rq import Worker
-from rq.job import Job as RqJob
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
+from tests import rq_state
 from tests.conftest import ClientFactory, assert_json, register, report
 from tests.fakes import FakeSNS, FakeSQS, eventually
 from tests.processes import scheduler_env
@@ -143,12 +142,11 @@ def run_periods(rclient: redis.Redis, prefix: str, task: str) -> list[int]:
 def drained(rclient: redis.Redis, settings: Settings) -> bool:
     """Nothing left to publish: outbox empty, no publish queued, running or waiting."""
     keys = Keys(settings.redis_prefix)
-    events = queues.queue(rclient, settings, queues.EVENTS)
     return (
         rclient.llen(keys.outbox) == 0
-        and events.count == 0
-        and events.started_job_registry.count == 0
-        and events.scheduled_job_registry.count == 0
+        and rq_state.queued(rclient, settings, queues.EVENTS) == 0
+        and rq_state.registered(rclient, settings, queues.EVENTS, "wip") == 0
+        and rq_state.registered(rclient, settings, queues.EVENTS, "scheduled") == 0
     )
 
 
@@ -196,14 +194,14 @@ def test_three_workers_one_run_per_period_no_duplicate_jobs_or_events(
         periods = run_periods(rclient, prefix, task)
         assert len(periods) >= 2
         assert len(periods) == len(set(periods)), f"{task} ran twice in a period: {periods}"
-    live = Worker.all(queue=queues.queue(rclient, settings, queues.PERIODIC))
+    live = rq_state.worker_fields(rclient, settings, queues.PERIODIC, "successful_job_count")
     assert len(live) == 3
     print(
         f"MEASURED three workers: jobs={len(jobs)} events={len(events)} "
         f"sweeps={len(run_periods(rclient, prefix, 'sweep'))} "
         f"sqs_polls={len(run_periods(rclient, prefix, 'sqs'))} "
         f"redeliveries={redeliveries} duplicates=0 "
-        f"jobs_per_worker={[w.successful_job_count for w in live]}"
+        f"jobs_per_worker={live}"
     )
 
 
@@ -303,11 +301,11 @@ def test_a_worker_killed_mid_work_loses_nothing(
     else:
         # rq found the killed worker's publish abandoned and retried it, once.
         keys = Keys(settings.redis_prefix)
-        event_jobs = RqJob.fetch_many(
-            [keys.rq_job_id("event", n) for n in range(1, 6)], connection=rclient
-        )
-        retried = [job.id for job in event_jobs if job and job.retries_left == 59]
-        assert len(retried) == 1, [job and job.retries_left for job in event_jobs]
+        left = [
+            rq_state.job_field(rclient, settings, keys.rq_job_id("event", n), "retries_left")
+            for n in range(1, 6)
+        ]
+        assert left.count("59") == 1, left
     print(
         f"MEASURED SIGKILL during {kill_during}: jobs={sum(created[c] for c in commands)} "
         f"events={sum(published.values())} duplicates={sum(published.values()) - len(job_ids)}"

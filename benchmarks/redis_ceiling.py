@@ -1,0 +1,230 @@
+"""How far one Redis carries the scheduler: Redis CPU per request of every hot route, the
+ceiling of one Redis core in requests (and job lifecycles) per second, and how many API
+processes it takes to reach it.
+
+    .venv/bin/python benchmarks/redis_ceiling.py [--stored 10000] [--requests 20000]
+        [--connections 32]
+
+Starts its own redis-server and one `scheduler serve` process on free loopback ports, stores
+--stored pending jobs (the real create script), then sends exactly --requests requests of
+each operation over --connections keep-alive connections, from this process:
+
+  submit   POST /jobs
+  poll     GET /jobs?node_id=X&status=pending (the original agent's poll, no wait) of a
+           registered node with nothing pending: the common poll (an agent polls every 3 s)
+  get      GET /jobs/{id}
+  running  PATCH /jobs/{id} pending -> running (jobs 1..N, each once)
+  done     PATCH /jobs/{id} running -> done (the same jobs; outbox event, finished index)
+  beat     POST /nodes/heartbeat
+
+Every figure is a CPU time per request, not a rate: the Redis process' CPU (INFO cpu, all its
+threads) and the API process' CPU (/proc/PID/stat), each divided by the requests of that
+operation alone, plus Redis' own time inside the command (INFO commandstats, reset before
+each operation). Rates on this 2-core machine are set by whichever of the load generator, the
+API and Redis gets the cores; CPU per request is not, so the ceiling of one Redis core is
+1 / (Redis CPU per request), and the API processes one Redis core feeds is (API CPU per
+request) / (Redis CPU per request).
+
+What it cannot isolate: Redis' CPU includes its event loop's share of reading and writing
+the sockets, which depends on how many commands arrive per read (here up to FLUSH_EVERY per
+write from the API, as in production); the load generator shares the cores, so cache effects
+of contention land in both CPU figures; the stored count changes during submit (it grows by
+--requests) and the `running`/`done` runs need --stored >= --requests (checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_state import NODES, check, preload  # noqa: E402
+
+from tests.processes import scheduler_env, stop, wait_http  # noqa: E402
+from tests.redis_server import free_port, redis_server  # noqa: E402
+
+PREFIX = "ceiling"
+IDLE_NODES = [f"idle-node-{i}" for i in range(10)]
+Request = tuple[str, str, bytes]  # method, path, body
+
+
+@dataclass
+class Figures:
+    op: str
+    requests: int
+    seconds: float
+    redis_cpu_us: float  # Redis process CPU per request
+    redis_command_us: float  # time inside the commands (commandstats) per request
+    api_cpu_us: float  # API process CPU per request
+
+    def line(self) -> str:
+        ceiling = 1e6 / self.redis_cpu_us
+        feeds = self.api_cpu_us / self.redis_cpu_us
+        return (
+            f"{self.op:8s} {self.requests:7d} {self.requests / self.seconds:9.0f} "
+            f"{self.redis_cpu_us:9.1f} {self.redis_command_us:9.1f} {self.api_cpu_us:9.1f} "
+            f"{ceiling:10.0f} {feeds:7.1f}"
+        )
+
+
+HEADER = (
+    "op       requests  req/s*   redis µs  in-cmd µs   api µs  ceiling/s  APIs/core\n"
+    "         (* this machine, load generator included: not a ceiling)"
+)
+
+
+def requests_of(op: str, count: int) -> list[Request]:
+    json_patch = {
+        "running": b'{"status":"running"}',
+        "done": b'{"status":"done","exit_code":0,"stdout":"hello","stderr":""}',
+    }
+    if op == "submit":
+        return [("POST", "/jobs", b'{"command":"echo hello"}')] * count
+    if op == "poll":
+        nodes = IDLE_NODES
+        paths = [f"/jobs?node_id={nodes[i % len(nodes)]}&status=pending" for i in range(count)]
+        return [("GET", path, b"") for path in paths]
+    if op == "get":
+        return [("GET", f"/jobs/job-{i % 1000 + 1}", b"") for i in range(count)]
+    if op in json_patch:
+        return [("PATCH", f"/jobs/job-{i + 1}", json_patch[op]) for i in range(count)]
+    beats = [f'{{"id":"{NODES[i % len(NODES)]}"}}'.encode() for i in range(count)]
+    return [("POST", "/nodes/heartbeat", body) for body in beats]
+
+
+async def send_all(port: int, reqs: list[Request], connections: int) -> list[int]:
+    """Each request once, over `connections` keep-alive connections; returns the statuses."""
+    statuses = [0] * len(reqs)
+    next_index = iter(range(len(reqs)))
+
+    async def connection() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for i in next_index:
+            method, path, body = reqs[i]
+            head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}\r\n"
+            writer.write(head.encode() + b"Content-Type: application/json\r\n\r\n" + body)
+            statuses[i] = await _status(reader)
+        writer.close()
+
+    await asyncio.gather(*(connection() for _ in range(connections)))
+    return statuses
+
+
+async def _status(reader: asyncio.StreamReader) -> int:
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            length = int(value)
+    await reader.readexactly(length)
+    return status
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process (its threads included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def redis_cpu(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def command_usec(client: redis.Redis, op: str) -> float:
+    """Time inside the request's own command: commandstats also counts each command a script
+    calls, inside the script's own time, so only the top-level command is summed."""
+    stats = client.info("commandstats")
+    names = ["cmdstat_get"] if op == "get" else ["cmdstat_evalsha", "cmdstat_eval"]
+    return sum(float(stats[name]["usec"]) for name in names if name in stats)
+
+
+def measure(op: str, args: argparse.Namespace, client: redis.Redis, api_pid: int) -> Figures:
+    reqs = requests_of(op, args.requests)
+    client.config_resetstat()
+    redis_before, api_before = redis_cpu(client), process_cpu(api_pid)
+    started = time.monotonic()
+    statuses = asyncio.run(send_all(args.port, reqs, args.connections))
+    seconds = time.monotonic() - started
+    # INFO itself costs Redis a little CPU: a few µs against seconds.
+    redis_used, api_used = redis_cpu(client) - redis_before, process_cpu(api_pid) - api_before
+    in_commands = command_usec(client, op)
+    wanted = {"submit": 201}.get(op, 200)
+    wrong = [s for s in statuses if s != wanted]
+    if wrong:
+        raise SystemExit(f"{op}: {len(wrong)} answers were not {wanted}: {sorted(set(wrong))}")
+    n = len(reqs)
+    return Figures(op, n, seconds, redis_used / n * 1e6, in_commands / n, api_used / n * 1e6)
+
+
+def start_api(redis_url: str, port: int) -> subprocess.Popen[bytes]:
+    env = scheduler_env(
+        redis_url,
+        PREFIX,
+        NODE_TTL_SECS="3600",
+        MAX_JOBS_PER_NODE="1000000",
+        SWEEP_INTERVAL_SECS="3600",
+    )
+    cmd = [sys.executable, "-m", "scheduler", "serve", "--workers", "1", "--port", str(port)]
+    proc = subprocess.Popen([*cmd, "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL)
+    wait_http(f"http://127.0.0.1:{port}/health")
+    return proc
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stored", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+    if args.stored < args.requests:
+        parser.error("--stored must be at least --requests (each PATCH run moves distinct jobs)")
+    args.port = free_port()
+    with redis_server() as url:
+        client = redis.Redis.from_url(url)
+        api = start_api(url, args.port)
+        try:
+            for node in NODES + IDLE_NODES:
+                body = {"id": node, "hostname": node, "cpu_count": 1, "role": "compute"}
+                httpx.post(f"http://127.0.0.1:{args.port}/nodes/register", json=body)
+            preload(client, PREFIX, args.stored)
+            check(client, PREFIX, args.stored)
+            print(f"{args.stored} jobs stored, {args.connections} connections, one API process")
+            print(HEADER)
+            figures = {}
+            for op in ("get", "poll", "running", "done", "beat", "submit"):
+                figures[op] = measure(op, args, client, api.pid)
+                print(figures[op].line(), flush=True)
+            lifecycle(figures)
+        finally:
+            stop(api)
+    return 0
+
+
+def lifecycle(figures: dict[str, Figures]) -> None:
+    """A job's life as the Rust agent lives it: submit, one poll that finds it, running, done."""
+    steps = ("submit", "poll", "running", "done")
+    redis_us = sum(figures[op].redis_cpu_us for op in steps)
+    api_us = sum(figures[op].api_cpu_us for op in steps)
+    print(
+        f"job lifecycle ({' + '.join(steps)}): Redis {redis_us:.0f} µs, API {api_us:.0f} µs: "
+        f"one Redis core carries {1e6 / redis_us:.0f} jobs/s, fed by {api_us / redis_us:.1f} "
+        "API processes"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""A private Redis Cluster for the tests: three primaries on free loopback ports, built by
+hand with CLUSTER ADDSLOTSRANGE and CLUSTER MEET (no redis-cli needed), never the machine's
+own Redis."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from tests.redis_server import free_port
+
+SLOTS = 16384
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    port: int
+    bus_port: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=5)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: list[ClusterNode]
+
+    @property
+    def url(self) -> str:
+        """REDIS_URL of the cluster: every primary as a seed."""
+        return "redis+cluster://" + ",".join(node.address for node in self.nodes)
+
+    def owner(self, slot: int) -> ClusterNode:
+        """The primary serving `slot` now, as the cluster itself says."""
+        for first, last, primary, *_ in command(self.nodes[0].client(), "CLUSTER SLOTS"):
+            if first <= slot <= last:
+                port = int(primary[1])
+                return next(node for node in self.nodes if node.port == port)
+        raise LookupError(f"slot {slot} is not served")
+
+    def move_slot(self, slot: int, target: ClusterNode) -> None:
+        """Reshard one slot with its keys to `target`, as `redis-cli --cluster reshard` does."""
+        source = self.owner(slot)
+        if source == target:
+            return
+        src, dst = source.client(), target.client()
+        src_id, dst_id = _node_id(src), _node_id(dst)
+        command(dst, "CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        command(src, "CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := command(src, "CLUSTER GETKEYSINSLOT", slot, 100):
+            command(src, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        for node in self.nodes:
+            command(node.client(), "CLUSTER SETSLOT", slot, "NODE", dst_id)
+
+
+def command(client: redis.Redis, *args: Any) -> Any:
+    """A raw command (redis-py's execute_command is untyped)."""
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def _node_id(client: redis.Redis) -> str:
+    return str(command(client, "CLUSTER MYID").decode())
+
+
+def _free_node() -> ClusterNode:
+    # The bus port is set explicitly: the default (port + 10000) may be taken or out of range.
+    return ClusterNode(free_port(), free_port())
+
+
+def _wait(what: str, check: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if callable(check) and check():
+                return
+        except redis.ConnectionError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"redis cluster: {what} not within {timeout} s")
+
+
+def _start(binary: str, node: ClusterNode, data: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            binary,
+            *("--port", str(node.port), "--bind", "127.0.0.1", "--dir", data),
+            *("--cluster-enabled", "yes", "--cluster-port", str(node.bus_port)),
+            *("--cluster-config-file", f"nodes-{node.port}.conf"),
+            *("--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _form(nodes: list[ClusterNode]) -> None:
+    share = SLOTS // len(nodes)
+    for index, node in enumerate(nodes):
+        last = SLOTS - 1 if index == len(nodes) - 1 else (index + 1) * share - 1
+        command(node.client(), "CLUSTER ADDSLOTSRANGE", index * share, last)
+    for node in nodes[1:]:
+        command(nodes[0].client(), "CLUSTER MEET", "127.0.0.1", node.port, node.bus_port)
+
+    def formed() -> bool:
+        return all(
+            node.client().cluster("INFO")["cluster_state"] == "ok"
+            and len(node.client().cluster("NODES")) == len(nodes)
+            for node in nodes
+        )
+
+    _wait("cluster_state:ok on every node", formed)
+
+
+@contextlib.contextmanager
+def redis_cluster(primaries: int = 3) -> Iterator[Cluster]:
+    binary = shutil.which("redis-server") or shutil.which("valkey-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (.ci/run installs it)")
+    nodes = [_free_node() for _ in range(primaries)]
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="sched-cluster-") as data:
+        try:
+            for node in nodes:
+                procs.append(_start(binary, node, data))
+            for node, proc in zip(nodes, procs, strict=True):
+                _wait(f"port {node.port}", lambda n=node, p=proc: _ping(n, p))
+            _form(nodes)
+            yield Cluster(nodes)
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(timeout=10)
+
+
+def _ping(node: ClusterNode, proc: subprocess.Popen[bytes]) -> bool:
+    if proc.poll() is not None:
+        raise RuntimeError(f"redis-server (cluster node {node.port}) exited with {proc.returncode}")
+    return bool(node.client().ping())

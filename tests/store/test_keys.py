@@ -1,0 +1,96 @@
+"""The key layout (store/keys.py): one hash tag per deployment, and the old layout's names the
+upgrade (store/migrate.py) renames."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from scheduler.store.keys import Keys, LegacyKeys, glob_escape
+from scheduler.store.migrate import rename_legacy_keys
+
+
+def every_key(keys: Keys) -> dict[str, str]:
+    """Every key and channel `keys` builds, by helper name (methods called with "x")."""
+    built = {}
+    for name, member in inspect.getmembers(Keys):
+        if name.startswith("_") or name in ("prefix", "pattern", "rq_queue", "rq_job_id"):
+            continue
+        if isinstance(member, property):
+            built[name] = getattr(keys, name)
+        elif callable(member):
+            arity = len(inspect.signature(member).parameters) - 1
+            built[name] = getattr(keys, name)(*["x"] * arity)
+    return built
+
+
+def test_every_key_and_channel_starts_with_the_tag() -> None:
+    keys = Keys("eu.prod-1")
+    built = every_key(keys)
+    assert len(built) > 30
+    slot = key_slot(b"{eu.prod-1}")
+    for name, key in built.items():
+        assert key.startswith("{eu.prod-1}:") or key == "{eu.prod-1}", name
+        assert key_slot(key.encode()) == slot, name
+
+
+def test_the_upgrade_renames_every_family_of_keys() -> None:
+    """The upgrade renames only old keys whose first part is in LAYOUT_ROOTS: a key family
+    added to Keys but not there would be left behind by an upgrade."""
+    keys = Keys("p")
+    for name, key in every_key(keys).items():
+        if name in ("tag", "root") or name.startswith("rq_") or "channel" in name:
+            continue
+        old = "p:" + key.removeprefix(keys.root)
+        assert LegacyKeys("p").owns(old), name
+    assert not LegacyKeys("p").owns("p:x:jobs")  # the deployment "p:x" of the old layout
+
+
+def test_glob_escape() -> None:
+    assert glob_escape("a*b?[c]\\d{e}") == "a\\*b\\?\\[c\\]\\\\d{e}"
+
+
+def test_a_new_deployment_is_not_touched(rclient: redis.Redis, prefix: str) -> None:
+    keys = Keys(prefix)
+    rclient.set(keys.initialised, "started empty")
+    rclient.set(f"{prefix}:initialised", "an old marker")  # both: already upgraded
+    rclient.set(f"{prefix}:jobs", "x")
+    assert rename_legacy_keys(rclient, keys) == 0
+    assert rclient.get(f"{prefix}:jobs") == b"x"
+
+
+@pytest.mark.parametrize("marker", [False, True])
+def test_an_old_deployment_is_renamed_with_or_without_its_marker(
+    rclient: redis.Redis, prefix: str, marker: bool
+) -> None:
+    """The old version always set the marker at start; a deployment older than the marker
+    has jobs all the same, and gets one (renamed last, as always)."""
+    keys, old = Keys(prefix), LegacyKeys(prefix)
+    rclient.set(old.of(keys.job_seq, keys), 7)
+    if marker:
+        rclient.set(old.initialised, "restored 7 jobs")
+    assert rename_legacy_keys(rclient, keys) == 2
+    assert rclient.get(keys.job_seq) == b"7"
+    assert rclient.get(keys.initialised) == (
+        b"restored 7 jobs" if marker else b"found jobs in Redis"
+    )
+    assert not rclient.exists(old.of(keys.job_seq, keys), old.initialised)
+
+
+def test_old_keys_without_jobs_or_marker_are_left(rclient: redis.Redis, prefix: str) -> None:
+    keys, old = Keys(prefix), LegacyKeys(prefix)
+    rclient.set(old.of(keys.stats, keys), 1)
+    assert rename_legacy_keys(rclient, keys) == 0
+    assert rclient.exists(old.of(keys.stats, keys)) and not rclient.exists(keys.stats)
+
+
+def test_an_old_lock_does_not_replace_the_one_held(rclient: redis.Redis, prefix: str) -> None:
+    keys, old = Keys(prefix), LegacyKeys(prefix)
+    rclient.set(old.initialised, "started empty")
+    rclient.set(old.of(keys.lock("sqlite-restore"), keys), "a dead old process", px=5000)
+    rclient.set(keys.lock("sqlite-restore"), "this upgrade's token", px=5000)
+    assert rename_legacy_keys(rclient, keys) == 1
+    assert rclient.get(keys.lock("sqlite-restore")) == b"this upgrade's token"
