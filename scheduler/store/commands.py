@@ -109,10 +109,17 @@ def create_job(
             keys.all_jobs,
             keys.dirty,
             keys.nodes_compute,
-            keys.sqs_message(dedup_key) if dedup_key else "",
+            keys.sqs_message(dedup_key),
             keys.initialised,
         ],
-        [job_json, placement.mode, now, node_ttl, dedup_ttl, *placement.candidates],
+        [
+            job_json,
+            placement.mode,
+            now,
+            node_ttl,
+            dedup_ttl if dedup_key else 0,
+            *placement.candidates,
+        ],
         _created,
     )
 

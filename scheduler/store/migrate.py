@@ -20,6 +20,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from scheduler.store.keys import Keys, LegacyKeys
+from scheduler.store.topology import ClusterConnectionPool
 
 log = logging.getLogger("scheduler.store.migrate")
 
@@ -69,7 +70,8 @@ def rename_legacy_keys(
 
 def is_cluster(client: object) -> bool:
     """Whether `client` speaks to a Redis Cluster (nothing of the old layout can be there)."""
-    return isinstance(client, RedisCluster)
+    pool = getattr(client, "connection_pool", None)
+    return isinstance(client, RedisCluster) or isinstance(pool, ClusterConnectionPool)
 
 
 def _rename(client: redis.Redis, source: str, target: str) -> bool:

@@ -11,18 +11,19 @@ CREATE_JOB = script(
     WAKE,
     """
 -- KEYS[1] root  KEYS[2] seq:job  KEYS[3] seq:rr  KEYS[4] jobs  KEYS[5] dirty
--- KEYS[6] nodes:compute  KEYS[7] idempotency key (sqs:{msg}) or "" when none
+-- KEYS[6] nodes:compute  KEYS[7] idempotency key (sqs:{msg}; sqs: when none, as every key
+-- must be in the deployment's cluster slot)
 -- KEYS[8] initialised (the restore marker)
 -- ARGV[1] the job's JSON without job_id and node_id  ARGV[2] placement mode
--- ARGV[3] now (epoch s)  ARGV[4] node TTL (s)  ARGV[5] idempotency TTL (s)
+-- ARGV[3] now (epoch s)  ARGV[4] node TTL (s)  ARGV[5] idempotency TTL (s), 0: no key
 -- ARGV[6..] candidate node ids (modes "fixed" and "list")
 -- Returns {OK, job JSON} | {DUPLICATE, job JSON} | {NO_NODES} | {NOT_READY}
 -- Publishes wake:node:{node}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
 if redis.call("EXISTS", KEYS[8]) == 0 then return {NOT_READY} end
-local dedup = KEYS[7]
-if dedup ~= "" then
+local dedup = tonumber(ARGV[5]) > 0 and KEYS[7]
+if dedup then
   local seen = redis.call("GET", dedup)
   if seen then return {DUPLICATE, redis.call("GET", key_job(seen)) or ""} end
 end
@@ -38,7 +39,7 @@ redis.call("ZADD", key_status("pending"), n, id)
 redis.call("ZADD", key_node_jobs(node), n, id)
 redis.call("ZADD", key_node_status(node, "pending"), n, id)
 redis.call("SADD", KEYS[5], id)
-if dedup ~= "" then redis.call("SET", dedup, id, "EX", tonumber(ARGV[5])) end
+if dedup then redis.call("SET", dedup, id, "EX", tonumber(ARGV[5])) end
 wake_node(node)
 return {OK, job}
 """,
