@@ -13,6 +13,7 @@ from scheduler.api.app import create_app
 from scheduler.config import Settings
 from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from tests.fakes import FakeSNS
 from tests.redis_server import redis_server
 from workers import context
 from workers.context import Context
@@ -26,6 +27,13 @@ CtxFactory = Callable[..., Context]
 def redis_url() -> Iterator[str]:
     with redis_server() as url:
         yield url
+
+
+@pytest.fixture
+def sns() -> Iterator[FakeSNS]:
+    """A fake SNS (tests/fakes.py) on a free loopback port, recording every publish."""
+    with FakeSNS() as fake:
+        yield fake
 
 
 @pytest.fixture

@@ -28,6 +28,20 @@ def scheduler_env(redis_url: str, prefix: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def worker_burst(env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """`scheduler worker --burst`: one round of every periodic task and the queued work, then
+    exit; fails the test unless it exits 0."""
+    done = subprocess.run(
+        [sys.executable, "-m", "scheduler", "worker", "--burst"],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def wait_http(url: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

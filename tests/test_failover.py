@@ -32,9 +32,9 @@ from scheduler.store.keys import Keys
 from scheduler.store.notify import Notifier
 from scheduler.store.topology import sync_client
 from tests.fakes import FakeSNS, eventually
-from tests.processes import scheduler_env, wait_http
+from tests.processes import scheduler_env
 from tests.redis_server import SentinelGroup, free_port, sentinel_group
-from tests.test_faults import ENV, Fleet, Load, jobs_in_redis
+from tests.test_faults import ENV, Fleet, Load, start_product, wait_all_done
 
 pytestmark = pytest.mark.faults
 
@@ -45,12 +45,6 @@ RECOVERY_LIMIT_SECS = 15.0
 def group() -> Iterator[SentinelGroup]:
     with sentinel_group(replicas=1) as started:
         yield started
-
-
-@pytest.fixture
-def sns() -> Iterator[FakeSNS]:
-    with FakeSNS() as fake:
-        yield fake
 
 
 def test_a_failover_under_load_loses_no_acknowledged_job_and_runs_none_twice(
@@ -68,17 +62,10 @@ def test_a_failover_under_load_loses_no_acknowledged_job_and_runs_none_twice(
     keys = Keys(prefix)
     r = sync_client(settings)  # follows the failover too
     fleet = Fleet(env, tmp_path)
-    ports = [free_port(), free_port()]
-    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    urls = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     load = Load(urls)
     try:
-        for i, port in enumerate(ports):
-            fleet.start(f"api{i}", "serve", "--host", "127.0.0.1", "--port", str(port))
-        for url in urls:
-            wait_http(f"{url}/health")
-        fleet.start("worker0", "worker")
-        fleet.start("worker1", "worker")
-        load.start()
+        start_product(fleet, urls, load)
 
         time.sleep(2.0)
         old = group.primary_port()
@@ -101,17 +88,7 @@ def test_a_failover_under_load_loses_no_acknowledged_job_and_runs_none_twice(
         load.stop_submitting.set()
         acknowledged = set(load.acknowledged)
 
-        def all_done() -> bool:
-            jobs = jobs_in_redis(r, keys)
-            return bool(jobs) and r.zcard(keys.status("done")) == len(jobs)
-
-        try:
-            eventually(all_done, timeout=60)
-        except AssertionError:
-            statuses = {s: r.zcard(keys.status(s)) for s in ("pending", "running", "done")}
-            raise AssertionError(f"not all done: {statuses}; {load.diagnosis()}") from None
-        load.join()
-        jobs = jobs_in_redis(r, keys)
+        jobs = wait_all_done(r, keys, load)
 
         def published() -> bool:
             return {e["job_id"] for e in sns.events()} >= set(jobs)

@@ -205,12 +205,6 @@ class Load:
 
 
 @pytest.fixture
-def sns() -> Iterator[FakeSNS]:
-    with FakeSNS() as fake:
-        yield fake
-
-
-@pytest.fixture
 def server(tmp_path: Path) -> Iterator[RestartableRedis]:
     data = tmp_path / "redis"
     data.mkdir()
@@ -222,6 +216,34 @@ def jobs_in_redis(r: redis.Redis, keys: Keys) -> dict[str, bytes]:
     ids = [raw.decode() for raw in r.zrange(keys.all_jobs, 0, -1)]
     records = r.mget([keys.job(job_id) for job_id in ids]) if ids else []
     return {job_id: raw for job_id, raw in zip(ids, records, strict=True) if raw is not None}
+
+
+def start_product(fleet: Fleet, urls: list[str], load: Load) -> None:
+    """Two API processes on `urls`, two workers, then the load against the APIs."""
+    for i, url in enumerate(urls):
+        port = url.rsplit(":", 1)[1]
+        fleet.start(f"api{i}", "serve", "--host", "127.0.0.1", "--port", port)
+    for url in urls:
+        wait_http(f"{url}/health")
+    fleet.start("worker0", "worker")
+    fleet.start("worker1", "worker")
+    load.start()
+
+
+def wait_all_done(r: redis.Redis, keys: Keys, load: Load) -> dict[str, bytes]:
+    """Once the submitter has stopped: every job in Redis done, the agents stopped; the jobs."""
+
+    def all_done() -> bool:
+        jobs = jobs_in_redis(r, keys)
+        return bool(jobs) and r.zcard(keys.status("done")) == len(jobs)
+
+    try:
+        eventually(all_done, timeout=60)
+    except AssertionError:
+        statuses = {s: r.zcard(keys.status(s)) for s in ("pending", "running", "done")}
+        raise AssertionError(f"not all done: {statuses}; {load.diagnosis()}") from None
+    load.join()
+    return jobs_in_redis(r, keys)
 
 
 def event_diagnosis(
@@ -266,17 +288,10 @@ def test_kill_9_of_every_kind_and_a_redis_restart_lose_and_repeat_nothing(
     keys = Keys(prefix)
     r = redis.Redis.from_url(server.url)
     fleet = Fleet(env, tmp_path)
-    ports = [free_port(), free_port()]
-    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    urls = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     load = Load(urls)
     try:
-        for i, port in enumerate(ports):
-            fleet.start(f"api{i}", "serve", "--host", "127.0.0.1", "--port", str(port))
-        for url in urls:
-            wait_http(f"{url}/health")
-        fleet.start("worker0", "worker")
-        fleet.start("worker1", "worker")
-        load.start()
+        start_product(fleet, urls, load)
 
         time.sleep(1.5)
         fleet.restart("api0")  # kill -9, then start again
@@ -293,17 +308,7 @@ def test_kill_9_of_every_kind_and_a_redis_restart_lose_and_repeat_nothing(
         acknowledged = set(load.acknowledged)
         assert len(acknowledged) > 50
 
-        def all_done() -> bool:
-            jobs = jobs_in_redis(r, keys)
-            return bool(jobs) and r.zcard(keys.status("done")) == len(jobs)
-
-        try:
-            eventually(all_done, timeout=60)
-        except AssertionError:
-            statuses = {s: r.zcard(keys.status(s)) for s in ("pending", "running", "done")}
-            raise AssertionError(f"not all done: {statuses}; {load.diagnosis()}") from None
-        load.join()
-        jobs = jobs_in_redis(r, keys)
+        jobs = wait_all_done(r, keys, load)
 
         def published() -> bool:
             return {e["job_id"] for e in sns.events()} >= set(jobs)

@@ -4,27 +4,16 @@ worker process, then a SCAN of the whole test Redis for the deployment's keys.""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
-
-import pytest
 import redis
 from redis.crc import key_slot
 
 from scheduler.store.keys import Keys
 from tests.conftest import ClientFactory, assert_json
 from tests.fakes import FakeSNS
-from tests.processes import scheduler_env
+from tests.processes import scheduler_env, worker_burst
 
 KEY = "slot-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
-
-
-@pytest.fixture
-def sns() -> Iterator[FakeSNS]:
-    with FakeSNS() as fake:
-        yield fake
 
 
 def test_every_key_of_a_deployment_is_in_the_slot_of_its_tag(
@@ -56,14 +45,7 @@ def test_every_key_of_a_deployment_is_in_the_slot_of_its_tag(
     assert assert_json(api.post("/services", json=service, headers=agent), 201)["id"] == "svc-1"
     # A real worker: outbox -> rq -> SNS, the timeout sweep, the SQLite snapshot.
     env = scheduler_env(redis_url, prefix, SNS_URL=sns.url, TINYAWS_API_KEY=KEY)
-    worker = subprocess.run(
-        [sys.executable, "-m", "scheduler", "worker", "--burst"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert worker.returncode == 0, worker.stderr
+    worker_burst(env)
     assert len(sns.events()) == 2
 
     keys = Keys(prefix)

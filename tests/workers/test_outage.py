@@ -30,12 +30,6 @@ def server(tmp_path: Path) -> Iterator[RestartableRedis]:
 
 
 @pytest.fixture
-def sns() -> Iterator[FakeSNS]:
-    with FakeSNS() as fake:
-        yield fake
-
-
-@pytest.fixture
 def env(server: RestartableRedis, prefix: str, tmp_path: Path, sns: FakeSNS) -> dict[str, str]:
     return scheduler_env(
         server.url,

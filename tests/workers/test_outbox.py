@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -38,12 +37,6 @@ from workers.worker import build_worker, run
 @pytest.fixture
 def ctx_overrides() -> dict[str, Any]:
     return {"sns_retry_base_secs": 1, "sns_retry_cap_secs": 1}
-
-
-@pytest.fixture
-def sns() -> Iterator[FakeSNS]:
-    with FakeSNS() as fake:
-        yield fake
 
 
 def finish(api: TestClient, status: str = "done", **fields: Any) -> str:

@@ -91,12 +91,6 @@ def sqs() -> Iterator[FakeSQS]:
 
 
 @pytest.fixture
-def sns() -> Iterator[FakeSNS]:
-    with FakeSNS() as fake:
-        yield fake
-
-
-@pytest.fixture
 def env(redis_url: str, prefix: str, tmp_path: Path, sqs: FakeSQS, sns: FakeSNS) -> dict[str, str]:
     return scheduler_env(
         redis_url,

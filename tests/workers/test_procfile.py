@@ -78,12 +78,6 @@ def honcho(env: dict[str, str], *names: str, log: Path) -> Iterator[None]:
         print(log.read_text(errors="replace")[-4000:])
 
 
-@pytest.fixture
-def sns() -> Iterator[FakeSNS]:
-    with FakeSNS() as fake:
-        yield fake
-
-
 def test_honcho_runs_web_worker_and_dashboard_together(
     redis_url: str, prefix: str, tmp_path: Path, sns: FakeSNS
 ) -> None:

@@ -5,10 +5,7 @@ the older SQLite snapshot is not restored over it, and the next start changes no
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,16 +19,10 @@ from scheduler.store.keys import Keys, LegacyKeys, glob_escape
 from scheduler.store.migrate import rename_legacy_keys
 from tests.conftest import ClientFactory, CtxFactory, assert_json, register, report, submit
 from tests.fakes import FakeSNS
-from tests.processes import scheduler_env
+from tests.processes import scheduler_env, worker_burst
 from tests.snapshot_helpers import job_state
 from workers import queues, tasks
 from workers.rq_migrate import move_legacy_rq
-
-
-@pytest.fixture
-def sns() -> Iterator[FakeSNS]:
-    with FakeSNS() as fake:
-        yield fake
 
 
 def _text(raw: Any) -> str:
@@ -97,14 +88,7 @@ def burst_worker(settings: Settings, redis_url: str, sns: FakeSNS) -> str:
         SCHEDULER_DB=settings.scheduler_db,
         HTTP_TIMEOUT_SECS="2",
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "scheduler", "worker", "--burst"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = worker_burst(env)
     return done.stderr
 
 
