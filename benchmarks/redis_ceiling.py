@@ -3,7 +3,7 @@ ceiling of one Redis core in requests (and job lifecycles) per second, and how m
 processes it takes to reach it.
 
     .venv/bin/python benchmarks/redis_ceiling.py [--stored 10000] [--requests 20000]
-        [--connections 32]
+        [--connections 32] [--http one-write|httptools|h11]
 
 Starts its own redis-server and one `scheduler serve` process on free loopback ports, stores
 --stored pending jobs (the real create script), then sends exactly --requests requests of
@@ -170,7 +170,7 @@ def measure(op: str, args: argparse.Namespace, client: redis.Redis, api_pid: int
     return Figures(op, n, seconds, redis_used / n * 1e6, in_commands / n, api_used / n * 1e6)
 
 
-def start_api(redis_url: str, port: int) -> subprocess.Popen[bytes]:
+def start_api(redis_url: str, port: int, http: str) -> subprocess.Popen[bytes]:
     env = scheduler_env(
         redis_url,
         PREFIX,
@@ -179,6 +179,7 @@ def start_api(redis_url: str, port: int) -> subprocess.Popen[bytes]:
         SWEEP_INTERVAL_SECS="3600",
     )
     cmd = [sys.executable, "-m", "scheduler", "serve", "--workers", "1", "--port", str(port)]
+    cmd += ["--http", http]
     proc = subprocess.Popen([*cmd, "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL)
     wait_http(f"http://127.0.0.1:{port}/health")
     return proc
@@ -189,13 +190,14 @@ def main() -> int:
     parser.add_argument("--stored", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--http", default="one-write", help="scheduler serve --http")
     args = parser.parse_args()
     if args.stored < args.requests:
         parser.error("--stored must be at least --requests (each PATCH run moves distinct jobs)")
     args.port = free_port()
     with redis_server() as url:
         client = redis.Redis.from_url(url)
-        api = start_api(url, args.port)
+        api = start_api(url, args.port, args.http)
         try:
             for node in NODES + IDLE_NODES:
                 body = {"id": node, "hostname": node, "cpu_count": 1, "role": "compute"}
