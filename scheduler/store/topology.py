@@ -37,6 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from scheduler.config import ClusterRedis, DirectRedis, SentinelRedis, Settings
+from scheduler.store.keys import Keys
 
 # Replies from a node that is not the one to talk to now: a cluster slot moved or is being
 # moved (MOVED, ASK), a primary demoted (READONLY), a cluster or replica without its primary
@@ -76,7 +77,7 @@ def is_topology_error(message: str) -> bool:
 
 def tag_slot(prefix: str) -> int:
     """The cluster slot of every key of the deployment with this REDIS_PREFIX."""
-    return key_slot(f"{{{prefix}}}".encode())
+    return key_slot(Keys(prefix).tag.encode())
 
 
 def slot_owner(slots: Any, slot: int, asked: str) -> tuple[str, int] | None:
