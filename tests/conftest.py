@@ -14,7 +14,7 @@ from scheduler.config import Settings
 from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
 from tests.fakes import FakeSNS
-from tests.redis_server import redis_server
+from tests.redis_server import RestartableRedis, redis_server
 from workers import context
 from workers.context import Context
 
@@ -34,6 +34,16 @@ def sns() -> Iterator[FakeSNS]:
     """A fake SNS (tests/fakes.py) on a free loopback port, recording every publish."""
     with FakeSNS() as fake:
         yield fake
+
+
+@pytest.fixture
+def restartable_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
+    """A private redis-server with an fsynced append-only file, that a test can kill -9 and
+    start again on the same port without losing an acknowledged write."""
+    data = tmp_path / "redis"
+    data.mkdir()
+    with RestartableRedis(str(data)) as server:
+        yield server
 
 
 @pytest.fixture

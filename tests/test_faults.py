@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -204,14 +203,6 @@ class Load:
             thread.join(timeout=30)
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RestartableRedis]:
-    data = tmp_path / "redis"
-    data.mkdir()
-    with RestartableRedis(str(data)) as server:
-        yield server
-
-
 def jobs_in_redis(r: redis.Redis, keys: Keys) -> dict[str, bytes]:
     ids = [raw.decode() for raw in r.zrange(keys.all_jobs, 0, -1)]
     records = r.mget([keys.job(job_id) for job_id in ids]) if ids else []
@@ -279,14 +270,18 @@ def snapshot_rows(path: str) -> set[tuple[Any, ...]]:
 
 
 def test_kill_9_of_every_kind_and_a_redis_restart_lose_and_repeat_nothing(
-    server: RestartableRedis, sns: FakeSNS, prefix: str, tmp_path: Path
+    restartable_redis: RestartableRedis, sns: FakeSNS, prefix: str, tmp_path: Path
 ) -> None:
     env = scheduler_env(
-        server.url, prefix, **ENV, SNS_URL=sns.url, SCHEDULER_DB=str(tmp_path / "snap.db")
+        restartable_redis.url,
+        prefix,
+        **ENV,
+        SNS_URL=sns.url,
+        SCHEDULER_DB=str(tmp_path / "snap.db"),
     )
     settings = Settings.from_env(env)
     keys = Keys(prefix)
-    r = redis.Redis.from_url(server.url)
+    r = redis.Redis.from_url(restartable_redis.url)
     fleet = Fleet(env, tmp_path)
     urls = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     load = Load(urls)
@@ -299,9 +294,9 @@ def test_kill_9_of_every_kind_and_a_redis_restart_lose_and_repeat_nothing(
         time.sleep(1.0)
         fleet.restart("worker0")
         time.sleep(1.0)
-        server.kill()
+        restartable_redis.kill()
         time.sleep(2.0)
-        server.start()
+        restartable_redis.start()
         time.sleep(1.5)
         load.stop_submitting.set()
 

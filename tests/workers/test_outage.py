@@ -6,7 +6,6 @@ tasks run again soon after Redis returns."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,17 +21,11 @@ from workers.outage import until_redis_answers
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RestartableRedis]:
-    data = tmp_path / "redis"
-    data.mkdir()
-    with RestartableRedis(str(data)) as server:
-        yield server
-
-
-@pytest.fixture
-def env(server: RestartableRedis, prefix: str, tmp_path: Path, sns: FakeSNS) -> dict[str, str]:
+def env(
+    restartable_redis: RestartableRedis, prefix: str, tmp_path: Path, sns: FakeSNS
+) -> dict[str, str]:
     return scheduler_env(
-        server.url,
+        restartable_redis.url,
         prefix,
         **{**BASE_ENV, "HTTP_TIMEOUT_SECS": "10"},  # the held publish must not time out
         SNS_URL=sns.url,
@@ -41,18 +34,8 @@ def env(server: RestartableRedis, prefix: str, tmp_path: Path, sns: FakeSNS) -> 
     )
 
 
-@pytest.fixture
-def workers(env: dict[str, str], tmp_path: Path) -> Iterator[Workers]:
-    group = Workers(env, tmp_path)
-    try:
-        yield group
-    finally:
-        group.stop_all()
-        print(group.logs())  # shown by pytest for a failing test
-
-
 def test_workers_survive_a_redis_restart_mid_job(
-    server: RestartableRedis,
+    restartable_redis: RestartableRedis,
     env: dict[str, str],
     workers: Workers,
     sns: FakeSNS,
@@ -69,13 +52,13 @@ def test_workers_survive_a_redis_restart_mid_job(
     assert_json(report(api, job_id, "done", exit_code=0))
     eventually(lambda: sns.in_flight == 1, timeout=20)
 
-    server.kill()
+    restartable_redis.kill()
     time.sleep(2.5)
     assert all(proc.poll() is None for proc in procs), "a worker exited while Redis was down"
-    server.start()
+    restartable_redis.start()
     back = time.time()
 
-    client = redis.Redis.from_url(server.url)
+    client = redis.Redis.from_url(restartable_redis.url)
     eventually(lambda: len(sns.published) >= 1, timeout=20)
     eventually(lambda: drained(client, settings), timeout=30)
 

@@ -109,16 +109,6 @@ def settings(env: dict[str, str]) -> Settings:
 
 
 @pytest.fixture
-def workers(env: dict[str, str], tmp_path: Path) -> Iterator[Workers]:
-    group = Workers(env, tmp_path)
-    try:
-        yield group
-    finally:
-        group.stop_all()
-        print(group.logs())  # shown by pytest for a failing test
-
-
-@pytest.fixture
 def api(make_client: ClientFactory, settings: Settings) -> TestClient:
     client = make_client(settings)
     register(client, "n1", "n2")
