@@ -52,12 +52,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_state import NODES, check, preload  # noqa: E402
 
-from tests.processes import scheduler_env, stop, wait_http  # noqa: E402
+from tests.processes import HttpRequest, request_many, scheduler_env, stop, wait_http  # noqa: E402
 from tests.redis_server import free_port, redis_server  # noqa: E402
 
 PREFIX = "ceiling"
 IDLE_NODES = [f"idle-node-{i}" for i in range(10)]
-Request = tuple[str, str, bytes]  # method, path, body
 
 
 @dataclass
@@ -85,7 +84,7 @@ HEADER = (
 )
 
 
-def requests_of(op: str, count: int) -> list[Request]:
+def requests_of(op: str, count: int) -> list[HttpRequest]:
     json_patch = {
         "running": b'{"status":"running"}',
         "done": b'{"status":"done","exit_code":0,"stdout":"hello","stderr":""}',
@@ -102,35 +101,6 @@ def requests_of(op: str, count: int) -> list[Request]:
         return [("PATCH", f"/jobs/job-{i + 1}", json_patch[op]) for i in range(count)]
     beats = [f'{{"id":"{NODES[i % len(NODES)]}"}}'.encode() for i in range(count)]
     return [("POST", "/nodes/heartbeat", body) for body in beats]
-
-
-async def send_all(port: int, reqs: list[Request], connections: int) -> list[int]:
-    """Each request once, over `connections` keep-alive connections; returns the statuses."""
-    statuses = [0] * len(reqs)
-    next_index = iter(range(len(reqs)))
-
-    async def connection() -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        for i in next_index:
-            method, path, body = reqs[i]
-            head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(body)}\r\n"
-            writer.write(head.encode() + b"Content-Type: application/json\r\n\r\n" + body)
-            statuses[i] = await _status(reader)
-        writer.close()
-
-    await asyncio.gather(*(connection() for _ in range(connections)))
-    return statuses
-
-
-async def _status(reader: asyncio.StreamReader) -> int:
-    status = int((await reader.readline()).split()[1])
-    length = 0
-    while (line := await reader.readline()) not in (b"\r\n", b""):
-        name, _, value = line.partition(b":")
-        if name.lower() == b"content-length":
-            length = int(value)
-    await reader.readexactly(length)
-    return status
 
 
 def process_cpu(pid: int) -> float:
@@ -157,7 +127,8 @@ def measure(op: str, args: argparse.Namespace, client: redis.Redis, api_pid: int
     client.config_resetstat()
     redis_before, api_before = redis_cpu(client), process_cpu(api_pid)
     started = time.monotonic()
-    statuses = asyncio.run(send_all(args.port, reqs, args.connections))
+    answers = asyncio.run(request_many([f"http://127.0.0.1:{args.port}"], reqs, args.connections))
+    statuses = [status for status, _ in answers]
     seconds = time.monotonic() - started
     # INFO itself costs Redis a little CPU: a few µs against seconds.
     redis_used, api_used = redis_cpu(client) - redis_before, process_cpu(api_pid) - api_before

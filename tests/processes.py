@@ -91,28 +91,37 @@ def api_replicas(count: int, env: Mapping[str, str], workers: int = 1) -> Iterat
             stop(proc)
 
 
+HttpRequest = tuple[str, str, bytes]  # method, path, body
+
+
 async def post_json_many(
     base_urls: list[str], path: str, bodies: list[bytes], connections: int
 ) -> list[tuple[int, bytes]]:
-    """POST each body over `connections` keep-alive HTTP/1.1 connections spread over
-    `base_urls`; returns (status, body) in input order. A bare asyncio client: httpx's async
-    client is the bottleneck at thousands of requests per second."""
-    results: list[tuple[int, bytes]] = [(0, b"")] * len(bodies)
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(len(bodies)):
-        queue.put_nowait(i)
+    """POST each body as JSON (request_many)."""
+    return await request_many(base_urls, [("POST", path, body) for body in bodies], connections)
+
+
+async def request_many(
+    base_urls: list[str], requests: list[HttpRequest], connections: int
+) -> list[tuple[int, bytes]]:
+    """Send each request once, with a JSON content type, over `connections` keep-alive
+    HTTP/1.1 connections spread over `base_urls`; returns (status, body) in input order. A
+    bare asyncio client: httpx's async client is the bottleneck at thousands of requests per
+    second."""
+    results: list[tuple[int, bytes]] = [(0, b"")] * len(requests)
+    next_index = iter(range(len(requests)))
 
     async def worker(base_url: str) -> None:
         host, port = base_url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
-            while not queue.empty():
-                i = queue.get_nowait()
+            for i in next_index:
+                method, path, body = requests[i]
                 head = (
-                    f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(bodies[i])}\r\n\r\n"
+                    f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                 )
-                writer.write(head.encode() + bodies[i])
+                writer.write(head.encode() + body)
                 results[i] = await _read_response(reader)
         finally:
             writer.close()
