@@ -66,9 +66,14 @@ class Requeued:
     to_node: str
 
 
-def requeued(reply: list[bytes]) -> list[Requeued]:
+def _groups(reply: list[bytes], size: int) -> list[list[str]]:
+    """A flat script reply of records of `size` fields, as text, one list per record."""
     text = [str(part, "utf-8") for part in reply]
-    return [Requeued(*text[i : i + 3]) for i in range(0, len(text), 3)]
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def requeued(reply: list[bytes]) -> list[Requeued]:
+    return [Requeued(*fields) for fields in _groups(reply, 3)]
 
 
 def requeue_lost(
@@ -94,8 +99,7 @@ class Lost:
 
 
 def _lost(reply: list[bytes]) -> list[Lost]:
-    text = [str(part, "utf-8") for part in reply]
-    return [Lost(*text[i : i + 4]) for i in range(0, len(text), 4)]
+    return [Lost(*fields) for fields in _groups(reply, 4)]
 
 
 def lose_running(
