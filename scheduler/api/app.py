@@ -10,10 +10,9 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import msgspec
-from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -21,10 +20,11 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from scheduler.api import longpoll, services, ui
+from scheduler.api import hot, longpoll, services, ui
 from scheduler.api import metrics as metrics_api
 from scheduler.api import nodes as nodes_api
-from scheduler.api.agents import PRECHECK_OVER_BYTES, AgentAuth, ReportBudget
+from scheduler.api.agents import AgentAuth, ReportBudget
+from scheduler.api.errors import exception_handlers
 from scheduler.api.http import (
     BearerAuth,
     HTTPError,
@@ -34,46 +34,17 @@ from scheduler.api.http import (
     read_body,
     route,
     text_error,
-    too_large,
     whole_number,
 )
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
-from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.config import Settings
-from scheduler.models import (
-    ID_RE,
-    REPORT_STATUSES,
-    DecodeError,
-    InvalidInput,
-    JobCreate,
-    JobUpdate,
-    NewJob,
-    bound_output,
-    decode_go_style,
-    record_encoder,
-    rfc3339,
-    validate_create,
-    validate_update,
-)
-from scheduler.nodes.placement import NoHealthyNodes
-from scheduler.nodes.registry import NodeSource, RegistryError, node_source
+from scheduler.nodes.registry import NodeSource, node_source
 from scheduler.snapshot.db import MAX_JOB_NUMBER
 from scheduler.snapshot.restore import restore_at_start
-from scheduler.store.commands import (
-    Conflict,
-    Forbidden,
-    JobNotFound,
-    NodeNotFound,
-    Polled,
-    StoreNotReady,
-    TooManyNodes,
-    Unauthorized,
-)
+from scheduler.store.commands import Polled
 from scheduler.store.jobs import JobStore
-from scheduler.store.node_commands import ServiceNotFound, TooManyServices
-from scheduler.store.topology import ReplicasNotAcked
 
 log = logging.getLogger("scheduler.api")
 
@@ -98,26 +69,15 @@ async def schedule(request: Request) -> Response:
 
 
 async def submit_job(request: Request) -> Response:
-    body = await read_body(request, _settings(request).max_body_bytes)
-    try:
-        req = decode_go_style(body, JobCreate)
-    except DecodeError as exc:
-        raise HTTPError(400, "failed to decode job", {"X-Error-Detail": _header(exc)}) from None
-    if not req.command and not req.deploy_url:
-        raise HTTPError(400, "command or deploy_url is required")
-    validate_create(req)
-    placement = await _nodes(request).placement(req.instance_id)
-    now = time.time()
-    job_json = record_encoder.encode(NewJob.from_request(req, rfc3339(now)))
-    store = _store(request)
-    try:
-        blob = await store.create(job_json, placement, now)
-    except StoreNotReady:
-        # Redis lost its data under this running process: bring the snapshot back (or wait
-        # for the process doing it) before taking a new id, then try once more.
-        await restore_at_start(_settings(request))
-        blob = await store.create(job_json, placement, now)
+    blob = await hot.create_job(request.app.state, _body_of(request))
     return json_bytes(blob, status=201)
+
+
+def _body_of(request: Request) -> hot.BodyReader:
+    async def read(limit: int, charge: hot.Charge) -> bytes:
+        return await read_body(request, limit, charge)
+
+    return read
 
 
 def _page(request: Request) -> tuple[int, int, bool]:
@@ -142,18 +102,13 @@ def _page(request: Request) -> tuple[int, int, bool]:
 
 
 def _polled(polled: Polled) -> Response:
-    """The jobs, as the original; the ids of the node's jobs being cancelled ride in a
-    header, which the original agent ignores and the reference agent acts on."""
-    response = json_array(polled.jobs)
-    if polled.cancels:
-        response.headers["X-Cancel-Jobs"] = ",".join(polled.cancels)
-    return response
+    body, headers = hot.polled_reply(polled)
+    return Response(body + b"\n", media_type="application/json", headers=headers)
 
 
 async def list_jobs(request: Request) -> Response:
     node_id, status = query_first(request, "node_id"), query_first(request, "status")
-    if node_id and not ID_RE.fullmatch(node_id):
-        raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
+    hot.check_node_id(node_id)
     store = _store(request)
     wait = longpoll.wait_secs(request)
     if node_id and status == "pending":
@@ -171,46 +126,24 @@ async def list_jobs(request: Request) -> Response:
 
 
 def _job_id(request: Request) -> str:
-    job_id: str = request.path_params["job_id"]
-    if not ID_RE.fullmatch(job_id):
-        raise HTTPError(404, "job not found")
-    return job_id
+    return hot.job_id_or_404(request.path_params["job_id"])
 
 
 async def get_job(request: Request) -> Response:
     job_id, wait = _job_id(request), longpoll.wait_secs(request)
     if wait is None:
-        blob = await _store(request).get(job_id)
-    else:
-        waiting = _store(request).get_wait(job_id, longpoll.status_not(request), wait)
-        blob = await longpoll.unless_disconnected(request, waiting)
+        return json_bytes(await hot.read_job(_store(request), job_id))
+    waiting = _store(request).get_wait(job_id, longpoll.status_not(request), wait)
+    blob = await longpoll.unless_disconnected(request, waiting)
     if blob is None:
         raise HTTPError(404, "job not found")
     return json_bytes(blob)
 
 
 async def update_job(request: Request) -> Response:
-    """An agent's report. The job id, the body's declared size and (for a large or unsized
-    body, or in token mode) the job and the caller are checked before a byte of the body is
-    read, and the bytes held at once are bounded: a stranger's 64 MiB bodies cost nothing."""
-    settings = _settings(request)
-    job_id = _job_id(request)
-    caller = _auth(request).caller(request)
-    size = declared_length(request)
-    if size is not None and size > settings.max_report_bytes:
-        raise too_large(settings.max_report_bytes)
-    # A node token is checked before the body too: in token mode a stranger's body, however
-    # small, is never read.
-    if size is None or size > PRECHECK_OVER_BYTES or caller not in ("open", "key"):
-        await _store(request).check_report(job_id, caller)
-    budget: ReportBudget = request.app.state.report_budget
-    with budget.reading() as charge:
-        req = _decode_update(await read_body(request, settings.max_report_bytes, charge))
-        limit = settings.output_limit_bytes
-        req = msgspec.structs.replace(
-            req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)
-        )
-        return json_bytes(await _store(request).report(job_id, req, time.time(), caller))
+    """An agent's report (hot.report_job)."""
+    report = (_job_id(request), _auth(request).caller(request), declared_length(request))
+    return json_bytes(await hot.report_job(request.app.state, report, _body_of(request)))
 
 
 async def cancel_job(request: Request) -> Response:
@@ -219,28 +152,8 @@ async def cancel_job(request: Request) -> Response:
     return json_bytes(await _store(request).cancel(_job_id(request), time.time()))
 
 
-def _decode_update(body: bytes) -> JobUpdate:
-    try:
-        req = decode_go_style(body, JobUpdate)
-    except DecodeError as exc:
-        raise HTTPError(400, "failed to decode update", {"X-Error-Detail": _header(exc)}) from None
-    if req.status not in REPORT_STATUSES:
-        raise HTTPError(400, "invalid status")
-    validate_update(req)
-    return req
-
-
-def _header(exc: Exception) -> str:
-    """An exception's text made safe for a header value."""
-    return str(exc).encode("ascii", "replace").decode()[:300].replace("\n", " ")
-
-
-# Exceptions -> the original's plain-text errors.
-
-
-async def on_http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPError)
-    return text_error(exc.status, exc.message, exc.headers)
+# Starlette's own errors (no route, wrong method) and a client gone mid-body; the rest are
+# errors.REPLIES.
 
 
 async def on_starlette_error(request: Request, exc: Exception) -> Response:
@@ -248,13 +161,6 @@ async def on_starlette_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404:
         return text_error(404, "404 page not found")
     return text_error(exc.status_code, exc.detail, dict(exc.headers or {}))
-
-
-def _status(code: int) -> Callable[[Request, Exception], Awaitable[Response]]:
-    async def handler(request: Request, exc: Exception) -> Response:
-        return text_error(code, str(exc))
-
-    return handler
 
 
 async def _client_gone(request: Request, exc: Exception) -> Response:
@@ -265,34 +171,9 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
     return text_error(400, "client disconnected")
 
 
-async def _not_acked(request: Request, exc: Exception) -> Response:
-    # REDIS_MIN_REPLICAS_ACKED: the change is on the primary, maybe not on enough replicas.
-    log.warning("%s %s: %s", request.method, request.url.path, exc)
-    return text_error(503, str(exc))
-
-
-async def _unavailable(request: Request, exc: Exception) -> Response:
-    log.error("redis error on %s %s: %s", request.method, request.url.path, exc)
-    return text_error(503, "store unavailable")
-
-
 EXCEPTION_HANDLERS: dict[type[Exception] | int, Callable[..., object]] = {
-    HTTPError: on_http_error,
+    **exception_handlers(),
     HTTPException: on_starlette_error,
-    InvalidInput: _status(400),
-    RegistryError: _status(503),
-    StoreNotReady: _status(503),
-    NoHealthyNodes: _status(503),
-    JobNotFound: _status(404),
-    NodeNotFound: _status(404),
-    Unauthorized: _status(401),
-    Forbidden: _status(403),
-    TooManyNodes: _status(503),
-    ServiceNotFound: _status(404),
-    TooManyServices: _status(503),
-    Conflict: _status(409),
-    ReplicasNotAcked: _not_acked,
-    RedisError: _unavailable,
     ClientDisconnect: _client_gone,
 }
 

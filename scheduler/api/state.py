@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from starlette.requests import Request
 
-from scheduler.api.agents import AgentAuth
+from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource
 from scheduler.store.jobs import JobStore
@@ -28,3 +30,13 @@ def agent_auth(request: Request) -> AgentAuth:
 def node_source(request: Request) -> NodeSource:
     found: NodeSource = request.app.state.nodes
     return found
+
+
+class AppState(Protocol):
+    """app.state as the hot calls (hot.py) read it: the lifespan sets store and nodes."""
+
+    settings: Settings
+    store: JobStore
+    nodes: NodeSource
+    agent_auth: AgentAuth
+    report_budget: ReportBudget

@@ -16,10 +16,10 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.testclient import TestClient
 from starlette.types import ASGIApp
 
-from scheduler.api.app import create_app, on_http_error
+from scheduler.api.app import create_app
+from scheduler.api.errors import exception_handlers
 from scheduler.api.http import (
     BearerAuth,
-    HTTPError,
     is_open_route,
     json_array,
     json_bytes,
@@ -140,7 +140,7 @@ async def _echo_size(request: Request) -> Response:
 @pytest.fixture
 def bounded() -> Iterator[TestClient]:
     app = Starlette(
-        routes=[route("/b", POST=_echo_size)], exception_handlers={HTTPError: on_http_error}
+        routes=[route("/b", POST=_echo_size)], exception_handlers=exception_handlers()
     )
     with TestClient(app) as client:
         yield client
@@ -218,7 +218,7 @@ def _call(app: ASGIApp, method: str, path: str, parts: list[Message], headers: H
 
 def test_an_over_long_content_length_is_413_not_500() -> None:
     app = Starlette(
-        routes=[route("/b", POST=_echo_size)], exception_handlers={HTTPError: on_http_error}
+        routes=[route("/b", POST=_echo_size)], exception_handlers=exception_handlers()
     )
     body = [{"type": "http.request", "body": b"x", "more_body": False}]
     for declared in (b"9" * 5000, b"0" * 5000 + b"11", b"11"):

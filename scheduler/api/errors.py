@@ -1,0 +1,98 @@
+"""Exceptions -> the original's plain-text errors, in one table that the Starlette app's
+exception handlers and the hot lane (lane.py) both answer from, so the two cannot drift."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from scheduler.api.http import HTTPError, text_error
+from scheduler.models import InvalidInput
+from scheduler.nodes.placement import NoHealthyNodes
+from scheduler.nodes.registry import RegistryError
+from scheduler.store.commands import (
+    Conflict,
+    Forbidden,
+    JobNotFound,
+    NodeNotFound,
+    StoreNotReady,
+    TooManyNodes,
+    Unauthorized,
+)
+from scheduler.store.node_commands import ServiceNotFound, TooManyServices
+from scheduler.store.topology import ReplicasNotAcked
+
+log = logging.getLogger("scheduler.api")
+
+# status, message (a "\n" is added), extra headers
+Reply = tuple[int, str, dict[str, str]]
+# (the exception, "METHOD /path" for the log) -> its reply
+Replier = Callable[[Exception, str], Reply]
+
+
+def _http_error(exc: Exception, where: str) -> Reply:
+    assert isinstance(exc, HTTPError)
+    return exc.status, exc.message, exc.headers
+
+
+def _status(code: int) -> Replier:
+    def reply(exc: Exception, where: str) -> Reply:
+        return code, str(exc), {}
+
+    return reply
+
+
+def _not_acked(exc: Exception, where: str) -> Reply:
+    # REDIS_MIN_REPLICAS_ACKED: the change is on the primary, maybe not on enough replicas.
+    log.warning("%s: %s", where, exc)
+    return 503, str(exc), {}
+
+
+def _unavailable(exc: Exception, where: str) -> Reply:
+    log.error("redis error on %s: %s", where, exc)
+    return 503, "store unavailable", {}
+
+
+REPLIES: dict[type[Exception], Replier] = {
+    HTTPError: _http_error,
+    InvalidInput: _status(400),
+    RegistryError: _status(503),
+    StoreNotReady: _status(503),
+    NoHealthyNodes: _status(503),
+    JobNotFound: _status(404),
+    NodeNotFound: _status(404),
+    Unauthorized: _status(401),
+    Forbidden: _status(403),
+    TooManyNodes: _status(503),
+    ServiceNotFound: _status(404),
+    TooManyServices: _status(503),
+    Conflict: _status(409),
+    ReplicasNotAcked: _not_acked,
+    RedisError: _unavailable,
+}
+
+
+def reply_for(exc: Exception, where: str) -> Reply | None:
+    """The reply to `exc`, as Starlette picks a handler: the nearest class in its MRO that
+    has one. None for an exception nothing expects (a bug: the caller answers 500)."""
+    for cls in type(exc).__mro__:
+        replier = REPLIES.get(cls)
+        if replier is not None:
+            return replier(exc, where)
+    return None
+
+
+def _handler(replier: Replier) -> Callable[[Request, Exception], Awaitable[Response]]:
+    async def handle(request: Request, exc: Exception) -> Response:
+        return text_error(*replier(exc, f"{request.method} {request.url.path}"))
+
+    return handle
+
+
+def exception_handlers() -> dict[type[Exception] | int, Callable[..., object]]:
+    """REPLIES as Starlette exception handlers."""
+    return {cls: _handler(replier) for cls, replier in REPLIES.items()}

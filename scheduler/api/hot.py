@@ -1,0 +1,128 @@
+"""The hot calls: read a job, an agent's poll, submit, an agent's report. Each is written once
+over plain inputs (ids, the caller, the declared size, a body reader), so the Starlette routes
+(app.py) and the hot lane (lane.py) answer them alike: same checks, same order, same errors."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+
+from scheduler.api.agents import PRECHECK_OVER_BYTES
+from scheduler.api.http import HTTPError, too_large
+from scheduler.api.state import AppState
+from scheduler.models import (
+    ID_RE,
+    REPORT_STATUSES,
+    DecodeError,
+    JobCreate,
+    JobUpdate,
+    NewJob,
+    bound_output,
+    decode_go_style,
+    record_encoder,
+    rfc3339,
+    validate_create,
+    validate_update,
+)
+from scheduler.snapshot.restore import restore_at_start
+from scheduler.store.commands import Polled, StoreNotReady
+from scheduler.store.jobs import JobStore
+
+Charge = Callable[[int], None]
+# (limit, charge) -> the whole body; 413 past `limit`, each part's size told to `charge`
+BodyReader = Callable[[int, Charge], Awaitable[bytes]]
+
+
+def _no_charge(size: int) -> None:
+    return None
+
+
+def job_id_or_404(job_id: str) -> str:
+    if not ID_RE.fullmatch(job_id):
+        raise HTTPError(404, "job not found")
+    return job_id
+
+
+def check_node_id(node_id: str) -> None:
+    if node_id and not ID_RE.fullmatch(node_id):
+        raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
+
+
+async def read_job(store: JobStore, job_id: str) -> bytes:
+    blob = await store.get(job_id_or_404(job_id))
+    if blob is None:
+        raise HTTPError(404, "job not found")
+    return blob
+
+
+def polled_reply(polled: Polled) -> tuple[bytes, dict[str, str]]:
+    """The jobs, as the original; the ids of the node's jobs being cancelled ride in a
+    header, which the original agent ignores and the reference agent acts on."""
+    headers = {"X-Cancel-Jobs": ",".join(polled.cancels)} if polled.cancels else {}
+    return b"[" + b",".join(polled.jobs) + b"]", headers
+
+
+async def create_job(state: AppState, read: BodyReader) -> bytes:
+    """POST /jobs: the new job's record (201)."""
+    settings = state.settings
+    body = await read(settings.max_body_bytes, _no_charge)
+    try:
+        req = decode_go_style(body, JobCreate)
+    except DecodeError as exc:
+        raise HTTPError(400, "failed to decode job", {"X-Error-Detail": _header(exc)}) from None
+    if not req.command and not req.deploy_url:
+        raise HTTPError(400, "command or deploy_url is required")
+    validate_create(req)
+    placement = await state.nodes.placement(req.instance_id)
+    now = time.time()
+    job_json = record_encoder.encode(NewJob.from_request(req, rfc3339(now)))
+    store = state.store
+    try:
+        return await store.create(job_json, placement, now)
+    except StoreNotReady:
+        # Redis lost its data under this running process: bring the snapshot back (or wait
+        # for the process doing it) before taking a new id, then try once more.
+        await restore_at_start(settings)
+        return await store.create(job_json, placement, now)
+
+
+async def report_job(
+    state: AppState, report: tuple[str, str, int | None], read: BodyReader
+) -> bytes:
+    """PATCH /jobs/{id}, `report` being (job id, caller, declared size). The job id, the
+    declared size and (for a large or unsized body, or in token mode) the job and the caller
+    are checked before a byte of the body is read, and the bytes held at once are bounded: a
+    stranger's 64 MiB bodies cost nothing."""
+    job_id, caller, size = report
+    settings = state.settings
+    if size is not None and size > settings.max_report_bytes:
+        raise too_large(settings.max_report_bytes)
+    # A node token is checked before the body too: in token mode a stranger's body, however
+    # small, is never read.
+    if size is None or size > PRECHECK_OVER_BYTES or caller not in ("open", "key"):
+        await state.store.check_report(job_id, caller)
+    with state.report_budget.reading() as charge:
+        req = _decode_update(await read(settings.max_report_bytes, charge))
+        limit = settings.output_limit_bytes
+        req = msgspec.structs.replace(
+            req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)
+        )
+        return await state.store.report(job_id, req, time.time(), caller)
+
+
+def _decode_update(body: bytes) -> JobUpdate:
+    try:
+        req = decode_go_style(body, JobUpdate)
+    except DecodeError as exc:
+        raise HTTPError(400, "failed to decode update", {"X-Error-Detail": _header(exc)}) from None
+    if req.status not in REPORT_STATUSES:
+        raise HTTPError(400, "invalid status")
+    validate_update(req)
+    return req
+
+
+def _header(exc: Exception) -> str:
+    """An exception's text made safe for a header value."""
+    return str(exc).encode("ascii", "replace").decode()[:300].replace("\n", " ")
