@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from starlette.testclient import TestClient
@@ -15,6 +17,7 @@ from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
 from tests.fakes import FakeSNS
 from tests.redis_server import RestartableRedis, redis_server
+from tests.servers import serving
 from workers import context
 from workers.context import Context
 
@@ -112,18 +115,30 @@ def make_ctx(make_settings: SettingsFactory, ctx_overrides: dict[str, Any]) -> I
 
 
 @pytest.fixture
-def make_client(make_settings: SettingsFactory) -> Iterator[ClientFactory]:
-    opened: list[TestClient] = []
+def front(request: pytest.FixtureRequest) -> str:
+    """How make_client's clients reach the app: "asgi", in process through Starlette's
+    TestClient, or "lane", over a socket to uvicorn running `scheduler serve`'s protocol,
+    whose hot lane (scheduler/api/lane.py) answers the hot calls without ASGI. A module
+    whose tests must hold both ways sets `pytestmark = BOTH_FRONTS`."""
+    return str(getattr(request, "param", "asgi"))
 
-    def make(settings: Settings | None = None, **overrides: Any) -> TestClient:
-        client = TestClient(create_app(settings or make_settings(**overrides)))
-        client.__enter__()
-        opened.append(client)
-        return client
 
-    yield make
-    for client in opened:
-        client.__exit__(None, None, None)
+BOTH_FRONTS = pytest.mark.parametrize("front", ["asgi", "lane"], indirect=True)
+
+
+@pytest.fixture
+def make_client(make_settings: SettingsFactory, front: str) -> Iterator[ClientFactory]:
+    with contextlib.ExitStack() as opened:
+
+        def make(settings: Settings | None = None, **overrides: Any) -> TestClient:
+            app = create_app(settings or make_settings(**overrides))
+            if front == "lane":
+                port = opened.enter_context(serving(app))
+                url = f"http://127.0.0.1:{port}"
+                return opened.enter_context(httpx.Client(base_url=url))  # type: ignore[return-value]
+            return opened.enter_context(TestClient(app))
+
+        yield make
 
 
 @pytest.fixture

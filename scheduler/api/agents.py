@@ -37,8 +37,11 @@ def token_hash(token: str) -> str:
 
 def bearer(request: Request) -> str:
     """The bearer token of the first Authorization header, or ""."""
-    value = request.headers.get("authorization", "")
-    return value[len("Bearer ") :] if value.startswith("Bearer ") else ""
+    return bearer_of(request.headers.get("authorization", ""))
+
+
+def bearer_of(authorization: str) -> str:
+    return authorization[len("Bearer ") :] if authorization.startswith("Bearer ") else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,9 @@ class AgentAuth:
     def identify(self, request: Request) -> str:
         """The caller as the scripts take it (lua.CALLER), whatever the mode; "join" for the
         join key, which the scripts accept only to register a node."""
-        token = bearer(request)
+        return self.identify_token(bearer(request))
+
+    def identify_token(self, token: str) -> str:
         if not token:
             return ""
         if self.api_key and hmac.compare_digest(token.encode(), self.api_key.encode()):
@@ -81,9 +86,13 @@ class AgentAuth:
     def caller(self, request: Request) -> str:
         """The caller of a poll, heartbeat or report: anyone at all with AGENT_AUTH=open. With
         AGENT_AUTH=token a call without a bearer is refused here, before Redis or its body."""
+        return self.caller_of(request.headers.get("authorization", ""))
+
+    def caller_of(self, authorization: str) -> str:
+        """`caller` from the first Authorization header's value ("" without one)."""
         if self.mode == "open":
             return "open"
-        caller = self.identify(request)
+        caller = self.identify_token(bearer_of(authorization))
         if not caller:
             raise Unauthorized()
         return caller

@@ -16,7 +16,7 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -36,6 +36,7 @@ from scheduler.api.http import (
     text_error,
     whole_number,
 )
+from scheduler.api.lane import Lane
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
@@ -152,8 +153,7 @@ async def cancel_job(request: Request) -> Response:
     return json_bytes(await _store(request).cancel(_job_id(request), time.time()))
 
 
-# Starlette's own errors (no route, wrong method) and a client gone mid-body; the rest are
-# errors.REPLIES.
+# Starlette's own errors (no route, wrong method); the rest are errors.REPLIES.
 
 
 async def on_starlette_error(request: Request, exc: Exception) -> Response:
@@ -163,18 +163,9 @@ async def on_starlette_error(request: Request, exc: Exception) -> Response:
     return text_error(exc.status_code, exc.detail, dict(exc.headers or {}))
 
 
-async def _client_gone(request: Request, exc: Exception) -> Response:
-    # A client that hangs up mid-body is routine (agents restart, load balancers time out):
-    # one INFO line, no traceback. Nothing was decoded, so nothing changed; the answer goes
-    # nowhere (the server drops sends after a disconnect).
-    log.info("client went away during %s %s", request.method, request.url.path)
-    return text_error(400, "client disconnected")
-
-
 EXCEPTION_HANDLERS: dict[type[Exception] | int, Callable[..., object]] = {
     **exception_handlers(),
     HTTPException: on_starlette_error,
-    ClientDisconnect: _client_gone,
 }
 
 
@@ -245,4 +236,6 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.request_stats = request_stats
     app.state.agent_auth = AgentAuth.from_settings(settings)
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
+    stats = request_stats if settings.metrics == "on" else None
+    app.state.lane = Lane(app.state, settings.api_key, stats)  # served by server.LaneProtocol
     return app

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from scheduler.api.http import HTTPError, text_error
@@ -52,6 +52,14 @@ def _not_acked(exc: Exception, where: str) -> Reply:
     return 503, str(exc), {}
 
 
+def _client_gone(exc: Exception, where: str) -> Reply:
+    # A client that hangs up mid-body is routine (agents restart, load balancers time out):
+    # one INFO line, no traceback. Nothing was decoded, so nothing changed; the answer goes
+    # nowhere (the server drops sends after a disconnect).
+    log.info("client went away during %s", where)
+    return 400, "client disconnected", {}
+
+
 def _unavailable(exc: Exception, where: str) -> Reply:
     log.error("redis error on %s: %s", where, exc)
     return 503, "store unavailable", {}
@@ -73,6 +81,7 @@ REPLIES: dict[type[Exception], Replier] = {
     Conflict: _status(409),
     ReplicasNotAcked: _not_acked,
     RedisError: _unavailable,
+    ClientDisconnect: _client_gone,
 }
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
 from starlette.requests import ClientDisconnect, Request, cookie_parser
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+T = TypeVar("T")
 
 
 class HTTPError(Exception):
@@ -59,10 +62,13 @@ HUGE = 2**63  # a declared length past every limit
 
 
 def declared_length(request: Request) -> int | None:
+    return length_of(request.headers.get("content-length", ""))
+
+
+def length_of(declared: str) -> int | None:
     """Content-Length when it is a plain number, else None (chunked, or junk: "²" is a digit
     to str.isdigit). Its length is looked at before int(), which refuses more than 4300
     digits (a ValueError, a 500): past 18 significant digits it is HUGE."""
-    declared = request.headers.get("content-length", "")
     if not (declared.isascii() and declared.isdigit()):
         return None
     significant = declared.lstrip("0")
@@ -88,12 +94,19 @@ async def read_body(
     """The request body, or 413 as soon as it is known to exceed `limit` bytes, or 408 when
     it has not arrived within BODY_READ_SECS. `charge` is told each chunk's size as it
     arrives (and may refuse it by raising)."""
-    declared = declared_length(request)
+    reading = _read_chunks(request, limit, charge)
+    return await bounded_read(declared_length(request), limit, reading)
+
+
+async def bounded_read(declared: int | None, limit: int, reading: Coroutine[Any, Any, T]) -> T:
+    """`reading`'s result, or 413 at once when the `declared` size exceeds `limit`, or 408
+    when it has not finished within BODY_READ_SECS."""
     if declared is not None and declared > limit:
+        reading.close()
         raise too_large(limit)
     try:
         async with asyncio.timeout(BODY_READ_SECS):
-            return await _read_chunks(request, limit, charge)
+            return await reading
     except TimeoutError:
         raise HTTPError(408, f"request body not received within {BODY_READ_SECS:.0f} s") from None
 
@@ -153,6 +166,14 @@ def is_ui_path(path: str) -> bool:
     return path == "/ui" or path.startswith("/ui/")
 
 
+def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> bool:
+    """The first Authorization header is `expected` (compared in constant time)."""
+    for name, value in headers:
+        if name == b"authorization":
+            return hmac.compare_digest(value, expected)
+    return False
+
+
 class BearerAuth:
     """Pure ASGI middleware: `Authorization: Bearer <key>` on every route but the open ones,
     compared in constant time. The web UI's pages take the login cookie instead, and send a
@@ -176,10 +197,7 @@ class BearerAuth:
             return scope["path"] == "/ui/login" or self._ui_cookie_ok(scope)
         if is_open_route(scope["method"], scope["path"], scope.get("query_string", b"")):
             return True
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                return hmac.compare_digest(value, self.expected)
-        return False
+        return bearer_matches(scope["headers"], self.expected)
 
     def _ui_cookie_ok(self, scope: Scope) -> bool:
         for name, value in scope["headers"]:

@@ -9,9 +9,22 @@ httptools is installed (docs/ARCHITECTURE.md, Performance, has the figures).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+import httptools
+from starlette.requests import ClientDisconnect
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
+
+from scheduler.api.http import length_of
+from scheduler.api.lane import MAX_BODY, Answer, HotRequest, Lane, Route
+
+log = logging.getLogger("scheduler.api")
 
 
 class _HeadBuffer:
@@ -56,3 +69,168 @@ class OneWriteProtocol(HttpToolsProtocol):
         # overrides `send`, so the instance can take it on before its task starts.
         cycle.__class__ = OneWriteCycle
         super()._start_asgi_task(cycle, app)
+
+
+class _NoEvent:
+    """uvicorn's protocol sets its cycle's message event on body, end and disconnect: a lane
+    request without a body waits for none of them."""
+
+    def set(self) -> None:
+        return None
+
+
+_NO_EVENT = _NoEvent()
+
+
+class LaneCycle:
+    """A request the hot lane serves, as uvicorn's protocol sees a cycle: the attributes it
+    reads and sets (response_complete, disconnected, keep_alive, body, more_body,
+    message_event) keep their meaning, so keep-alive, pipelining, shutdown, disconnects and
+    the body's arrival work as they do for ASGI requests."""
+
+    __slots__ = (
+        "body",
+        "disconnected",
+        "keep_alive",
+        "message_event",
+        "more_body",
+        "protocol",
+        "request",
+        "response_complete",
+        "route",
+    )
+
+    def __init__(
+        self, protocol: LaneProtocol, route: Route, request: HotRequest, keep_alive: bool
+    ) -> None:
+        self.protocol, self.route, self.request = protocol, route, request
+        self.keep_alive = keep_alive
+        self.body = bytearray()
+        self.more_body = True
+        self.response_complete = self.disconnected = False
+        self.message_event: asyncio.Event | _NoEvent = _NO_EVENT
+        if route.has_body:
+            self.message_event = asyncio.Event()
+            request.whole_body = self.whole_body
+
+    def start(self) -> None:
+        """Answer in a task of its own, from the head on: the call reads the body if and
+        when it needs it (a stranger's report is refused before its body arrives)."""
+        tasks = self.protocol.tasks  # uvicorn's: a graceful shutdown waits for them
+        task = self.protocol.loop.create_task(self.run())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def whole_body(self) -> bytes:
+        event = self.message_event
+        assert isinstance(event, asyncio.Event)
+        while self.more_body and not self.disconnected:
+            await event.wait()
+            event.clear()
+        if self.disconnected:
+            raise ClientDisconnect()
+        return bytes(self.body)
+
+    async def run(self) -> None:
+        try:
+            answer = await self.protocol.lane.answer(self.route, self.request)
+        except Exception:
+            log.exception("Exception in the hot lane")
+            self.keep_alive = False
+            answer = (500, b"Internal Server Error", b"text/plain; charset=utf-8", [])
+        self.write(answer)
+
+    def write(self, answer: Answer) -> None:
+        status, body, content_type, headers = answer
+        transport = self.protocol.transport
+        self.response_complete = True
+        if self.disconnected or transport.is_closing():
+            return
+        head = [STATUS_LINE[status]]
+        for name, value in (*self.protocol.server_state.default_headers, *headers):
+            head += (name, b": ", value, b"\r\n")
+        head += (b"content-length: %d\r\ncontent-type: " % len(body), content_type, b"\r\n")
+        if not self.keep_alive:
+            head.append(b"connection: close\r\n")
+        transport.write(b"".join((*head, b"\r\n", body)))
+        if not self.keep_alive:
+            transport.close()
+        self.protocol.on_response_complete()
+
+
+def find_lane(app: Any) -> Lane | None:
+    """The Lane of the Starlette app inside uvicorn's wrappers (proxy headers, ...), if any."""
+    for _ in range(8):
+        state = getattr(app, "state", None)
+        if state is not None:
+            lane: Lane | None = getattr(state, "lane", None)
+            return lane
+        app = getattr(app, "app", None)
+    return None
+
+
+class LaneProtocol(OneWriteProtocol):
+    """OneWriteProtocol that serves the hot lane's requests itself (lane.py)."""
+
+    lane: Lane
+
+    def on_headers_complete(self) -> None:
+        cycle = self._lane_cycle()
+        if cycle is None:
+            super().on_headers_complete()
+            return
+        self.scope["method"] = cycle.request.method
+        self.cycle = cycle  # type: ignore[assignment]
+        cycle.start()
+
+    def _lane_cycle(self) -> LaneCycle | None:
+        lane = self._lane()
+        if lane is None or not self._lane_may_serve():
+            return None
+        url = httptools.parse_url(self.url)
+        if b"%" in url.path:
+            return None
+        found = lane.route(self.parser.get_method(), url.path.decode("ascii"), url.query or b"")
+        if found is None:
+            return None
+        route, request = found
+        request.headers = self.headers
+        if route.has_body and not self._small_sized_body():
+            return None
+        keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+        return LaneCycle(self, route, request, keep_alive)
+
+    def _lane(self) -> Lane | None:
+        try:
+            return self.lane
+        except AttributeError:
+            self.lane = find_lane(self.app)  # type: ignore[assignment]
+            return self.lane
+
+    def _lane_may_serve(self) -> bool:
+        """Only a request uvicorn would start at once, on a plain connection: the rest
+        (pipelined behind a running request, a full write buffer, an upgrade, `--access-log`
+        (the lane writes no access lines), a root path or a concurrency limit) is uvicorn's."""
+        previous = self.cycle
+        return (
+            (previous is None or previous.response_complete)
+            and not self.pipeline
+            and not self.flow.write_paused
+            and not self.expect_100_continue
+            and not self.config.access_log
+            and not self.root_path
+            and self.limit_concurrency is None
+            and not self.parser.should_upgrade()
+        )
+
+    def _small_sized_body(self) -> bool:
+        declared = ""
+        for name, value in self.headers:
+            if name == b"transfer-encoding":
+                return False
+            if name == b"content-length":
+                if declared:
+                    return False
+                declared = value.decode("latin-1")
+        size = length_of(declared)
+        return size is not None and size <= MAX_BODY

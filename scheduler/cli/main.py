@@ -99,9 +99,11 @@ def _default_port() -> int:
         raise ConfigError(f"PORT: {raw!r} is not a valid int") from None
 
 
-# uvicorn's HTTP implementations by `serve --http`: one-write is httptools writing each
-# response in one syscall instead of two (scheduler/api/server.py).
+# uvicorn's HTTP implementations by `serve --http` (scheduler/api/server.py): lane is
+# one-write serving the hot calls without ASGI (api/lane.py); one-write is httptools writing
+# each response in one syscall instead of two.
 HTTP_PROTOCOLS = {
+    "lane": "scheduler.api.server:LaneProtocol",
     "one-write": "scheduler.api.server:OneWriteProtocol",
     "httptools": "httptools",
     "h11": "h11",
@@ -125,9 +127,9 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument(
         "--http",
         choices=sorted(HTTP_PROTOCOLS),
-        default="one-write",
-        help="uvicorn's HTTP implementation (default one-write: httptools, each response in "
-        "one write)",
+        default="lane",
+        help="uvicorn's HTTP implementation (default lane: httptools, the hot calls served "
+        "without ASGI, each response in one write)",
     )
     serve.set_defaults(handler=_serve)
 

@@ -10,6 +10,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.conftest import (
+    BOTH_FRONTS,
     ClientFactory,
     assert_json,
     assert_text_error,
@@ -18,6 +19,9 @@ from tests.conftest import (
     submit,
 )
 from tests.redis_server import free_port
+
+# Each test runs through ASGI and through the hot lane (tests/conftest.py, front).
+pytestmark = BOTH_FRONTS
 
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z")
 ALWAYS = {"job_id", "node_id", "command", "status", "retry_count", "created_at"}

@@ -139,9 +139,7 @@ async def _echo_size(request: Request) -> Response:
 
 @pytest.fixture
 def bounded() -> Iterator[TestClient]:
-    app = Starlette(
-        routes=[route("/b", POST=_echo_size)], exception_handlers=exception_handlers()
-    )
+    app = Starlette(routes=[route("/b", POST=_echo_size)], exception_handlers=exception_handlers())
     with TestClient(app) as client:
         yield client
 
@@ -217,9 +215,7 @@ def _call(app: ASGIApp, method: str, path: str, parts: list[Message], headers: H
 
 
 def test_an_over_long_content_length_is_413_not_500() -> None:
-    app = Starlette(
-        routes=[route("/b", POST=_echo_size)], exception_handlers=exception_handlers()
-    )
+    app = Starlette(routes=[route("/b", POST=_echo_size)], exception_handlers=exception_handlers())
     body = [{"type": "http.request", "body": b"x", "more_body": False}]
     for declared in (b"9" * 5000, b"0" * 5000 + b"11", b"11"):
         assert _call(app, "POST", "/b", body, [(b"content-length", declared)]) == 413

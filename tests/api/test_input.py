@@ -10,7 +10,18 @@ import pytest
 from starlette.testclient import TestClient
 
 from scheduler.models import TRUNCATION_MARKER
-from tests.conftest import ClientFactory, assert_json, assert_text_error, register, report, submit
+from tests.conftest import (
+    BOTH_FRONTS,
+    ClientFactory,
+    assert_json,
+    assert_text_error,
+    register,
+    report,
+    submit,
+)
+
+# Each test runs through ASGI and through the hot lane (tests/conftest.py, front).
+pytestmark = BOTH_FRONTS
 
 LIMIT = 1024  # the smallest MAX_BODY_BYTES and OUTPUT_LIMIT_BYTES the settings allow
 

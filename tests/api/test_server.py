@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
@@ -20,7 +16,7 @@ from starlette.routing import Route
 from uvicorn.protocols.http.flow_control import FlowControl
 
 from scheduler.api.server import OneWriteCycle, OneWriteProtocol
-from tests.redis_server import free_port
+from tests.servers import exchange, serving
 
 
 class RecordingTransport:
@@ -153,31 +149,8 @@ async def boom(request: Request) -> Response:
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
     app = Starlette(routes=[Route("/hello", hello), Route("/stream", stream), Route("/boom", boom)])
-    port = free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=OneWriteProtocol, log_level="critical"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield port
-    srv.should_exit = True
-    thread.join(timeout=10)
-
-
-def exchange(port: int, raw: bytes, until: bytes, count: int = 1) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(raw)
-        received = b""
-        while received.count(until) < count:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            received += chunk
-        return received
+    with serving(app, OneWriteProtocol) as port:
+        yield port
 
 
 def test_pipelined_requests_on_one_connection_get_their_own_answers_in_order(

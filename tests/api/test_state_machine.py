@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from scheduler.models import STATUSES
 from scheduler.store.keys import Keys
 from tests.conftest import (
+    BOTH_FRONTS,
     ClientFactory,
     Json,
     assert_json,
@@ -23,6 +24,9 @@ from tests.conftest import (
     report,
     submit,
 )
+
+# Each test runs through ASGI and through the hot lane (tests/conftest.py, front).
+pytestmark = BOTH_FRONTS
 
 
 def job_in(api: TestClient, state: str) -> Json:

@@ -1,0 +1,191 @@
+"""The hot lane: GET /jobs/{id}, the agent's poll, POST /jobs and PATCH /jobs/{id} answered
+from `scheduler serve`'s HTTP protocol (server.LaneProtocol) without going through ASGI.
+
+Why: on this 2-core machine uvicorn's per-request ASGI cycle (scope, event, task, messages)
+and Starlette's routing, middleware and Request/Response objects were ~80 of the ~110 µs of
+API CPU a GET /jobs/{id} cost; the same call served here costs ~30 µs (docs/ARCHITECTURE.md,
+"The hot lane", has the figures).
+
+It answers exactly as the Starlette app does: the logic is hot.py's, the error replies
+errors.py's, the key rule is BearerAuth's, the request counts go to the same RequestStats.
+Whatever the lane does not take (another route or method, HEAD, `wait=`, a query it does not
+expect, a chunked or larger body, `Expect: 100-continue`) goes through ASGI as before, and
+tests/api/test_lane.py sends the same requests both ways and compares the answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from time import perf_counter
+from urllib.parse import parse_qs
+
+from scheduler.api import hot
+from scheduler.api.errors import reply_for
+from scheduler.api.http import bearer_matches, bounded_read, length_of, too_large
+from scheduler.api.metrics import RequestStats, route_label
+from scheduler.api.state import AppState
+
+log = logging.getLogger("scheduler.api")
+
+JSON = b"application/json"
+TEXT = b"text/plain; charset=utf-8"
+NOSNIFF = (b"x-content-type-options", b"nosniff")
+# Bodies up to this are read whole before the call starts (uvicorn buffers as much before
+# an ASGI app reads them); larger or unsized ones take the ASGI path and its flow control.
+MAX_BODY = 64 * 1024
+
+Headers = list[tuple[bytes, bytes]]
+# status, body, content type, headers written before content-length (as Starlette orders them)
+Answer = tuple[int, bytes, bytes, Headers]
+
+
+async def _no_body() -> bytes:
+    return b""
+
+
+@dataclass(slots=True)
+class HotRequest:
+    method: str
+    path: str
+    headers: Headers
+    params: dict[str, list[str]] = field(default_factory=dict)
+    # The whole body once it has arrived (ClientDisconnect if the client leaves first); the
+    # protocol sets it. The call decides when to wait for it, as an ASGI app does.
+    whole_body: Callable[[], Awaitable[bytes]] = _no_body
+
+    def header(self, name: bytes) -> str:
+        """The first `name` header's value, "" without one (as Starlette's headers.get)."""
+        for key, value in self.headers:
+            if key == name:
+                return value.decode("latin-1")
+        return ""
+
+    def param(self, name: str) -> str:
+        """The first value of a query parameter, as Go's URL.Query().Get."""
+        values = self.params.get(name)
+        return values[0] if values else ""
+
+
+Handler = Callable[[HotRequest], Awaitable[Answer]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    handler: Handler
+    # The API key is asked for (when set), as BearerAuth asks: the poll and a report are
+    # agent calls that stay open (http.is_open_route).
+    needs_key: bool
+    has_body: bool
+
+
+def text_answer(status: int, message: str, headers: dict[str, str]) -> Answer:
+    """http.text_error's answer."""
+    extra = [
+        NOSNIFF,
+        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
+    ]
+    return status, (message + "\n").encode(), TEXT, extra
+
+
+class Lane:
+    def __init__(self, state: AppState, api_key: str, stats: RequestStats | None) -> None:
+        self.state = state
+        self.expected = f"Bearer {api_key}".encode() if api_key else b""
+        self.stats = stats
+        self.served = 0  # requests answered here (the tests check the lane was taken)
+        self.get = Route(self.read_job, needs_key=True, has_body=False)
+        self.poll = Route(self.poll_node, needs_key=False, has_body=False)
+        self.submit = Route(self.create_job, needs_key=True, has_body=True)
+        self.report = Route(self.report_job, needs_key=False, has_body=True)
+
+    def route(self, method: bytes, path: str, query: bytes) -> tuple[Route, HotRequest] | None:
+        """The lane's route for a request line, or None: ASGI serves it."""
+        if path == "/jobs":
+            if method == b"POST":
+                return self.submit, HotRequest("POST", path, [])
+            if method == b"GET" and query:
+                params = parse_qs(query.decode("latin-1"), keep_blank_values=True)
+                request = HotRequest("GET", path, [], params)
+                if request.param("node_id") and request.param("status") == "pending":
+                    return None if "wait" in params else (self.poll, request)
+            return None
+        if not path.startswith("/jobs/") or "/" in path[6:] or len(path) == 6 or query:
+            return None
+        if method == b"GET":
+            return self.get, HotRequest("GET", path, [])
+        if method == b"PATCH":
+            return self.report, HotRequest("PATCH", path, [])
+        return None
+
+    async def answer(self, route: Route, request: HotRequest) -> Answer:
+        """The route's answer; an exception nothing expects (a bug) is raised to the caller."""
+        started = perf_counter()
+        self.served += 1
+        try:
+            if (
+                route.needs_key
+                and self.expected
+                and not bearer_matches(request.headers, self.expected)
+            ):
+                answer = text_answer(401, "unauthorized", {})
+            else:
+                answer = await route.handler(request)
+        except Exception as exc:
+            reply = reply_for(exc, f"{request.method} {request.path}")
+            if reply is None:
+                self.observe(request, 500, started)
+                raise
+            answer = text_answer(*reply)
+        self.observe(request, answer[0], started)
+        return answer
+
+    def observe(self, request: HotRequest, status: int, started: float) -> None:
+        if self.stats is not None:
+            label = route_label(request.path)
+            self.stats.observe(request.method, label, status, perf_counter() - started)
+
+    async def read_job(self, request: HotRequest) -> Answer:
+        return 200, await hot.read_job(self.state.store, request.path[6:]) + b"\n", JSON, []
+
+    async def poll_node(self, request: HotRequest) -> Answer:
+        node_id = request.param("node_id")
+        hot.check_node_id(node_id)
+        caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
+        body, headers = hot.polled_reply(await self.state.store.poll(node_id, caller))
+        return (
+            200,
+            body + b"\n",
+            JSON,
+            [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        )
+
+    async def create_job(self, request: HotRequest) -> Answer:
+        return 201, await hot.create_job(self.state, _reader(request)) + b"\n", JSON, []
+
+    async def report_job(self, request: HotRequest) -> Answer:
+        job_id = hot.job_id_or_404(request.path[6:])
+        caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
+        report = (job_id, caller, length_of(request.header(b"content-length")))
+        blob = await hot.report_job(self.state, report, _reader(request))
+        return 200, blob + b"\n", JSON, []
+
+
+def _reader(request: HotRequest) -> hot.BodyReader:
+    """The body as http.read_body gives it: 413 at once for a declared size over the limit,
+    408 when it is not whole within BODY_READ_SECS. The lane takes only bodies of a declared
+    MAX_BODY bytes at most, so it is charged whole, once it is in."""
+
+    async def whole(limit: int, charge: hot.Charge) -> bytes:
+        body = await request.whole_body()
+        if len(body) > limit:
+            raise too_large(limit)
+        charge(len(body))
+        return body
+
+    async def read(limit: int, charge: hot.Charge) -> bytes:
+        declared = length_of(request.header(b"content-length"))
+        return await bounded_read(declared, limit, whole(limit, charge))
+
+    return read

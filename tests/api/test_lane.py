@@ -1,0 +1,361 @@
+"""The hot lane (scheduler/api/lane.py, server.LaneProtocol): which requests it takes, that
+it answers them byte for byte as the ASGI path does, and how it behaves on the connection
+(pipelining, closing, a body late or never sent, a client gone, a bug). The contract tests
+run through it too (tests/conftest.py, BOTH_FRONTS)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from scheduler.api.app import create_app
+from scheduler.api.http import is_open_route
+from scheduler.api.lane import Lane
+from scheduler.api.metrics import RequestStats
+from scheduler.api.server import LaneProtocol, OneWriteProtocol
+from scheduler.store.jobs import JobStore
+from tests.conftest import SettingsFactory
+from tests.servers import exchange, serving
+
+KEY = "lane-key"
+OPERATOR = {"Authorization": f"Bearer {KEY}"}
+
+# (method, path, query) -> the lane's route, or None: ASGI answers.
+ROUTES = [
+    ("GET", "/jobs/job-1", "", "get"),
+    ("GET", "/jobs/anything.at_all-1", "", "get"),  # the id is checked by the call: 404
+    ("GET", "/jobs/job-1", "wait=5", None),  # a long-poll
+    ("GET", "/jobs/job-1", "x=1", None),
+    ("GET", "/jobs/", "", None),
+    ("GET", "/jobs/a/b", "", None),
+    ("HEAD", "/jobs/job-1", "", None),
+    ("DELETE", "/jobs/job-1", "", None),
+    ("PATCH", "/jobs/job-1", "", "report"),
+    ("POST", "/jobs", "", "submit"),
+    ("POST", "/jobs/job-1", "", None),
+    ("GET", "/jobs", "node_id=n1&status=pending", "poll"),
+    ("GET", "/jobs", "status=pending&node_id=n1&limit=5", "poll"),
+    ("GET", "/jobs", "node_id=n1&status=pending&node_id=n2", "poll"),
+    ("GET", "/jobs", "node_id=n1&status=pending&wait=20", None),
+    ("GET", "/jobs", "node_id=n1&status=pending&wait=", None),
+    ("GET", "/jobs", "node_id=n1&status=running", None),  # a listing: the key's
+    ("GET", "/jobs", "node_id=&status=pending", None),
+    ("GET", "/jobs", "status=pending", None),
+    ("GET", "/jobs", "", None),
+    ("GET", "/health", "", None),
+    ("GET", "/jobsx", "", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "query", "expected"), ROUTES)
+def test_what_the_lane_takes(method: str, path: str, query: str, expected: str | None) -> None:
+    lane = Lane(None, "", None)  # type: ignore[arg-type]
+    found = lane.route(method.encode(), path, query.encode())
+    names = {id(lane.get): "get", id(lane.poll): "poll", id(lane.submit): "submit"}
+    names[id(lane.report)] = "report"
+    assert (names[id(found[0])] if found else None) == expected
+
+
+@pytest.mark.parametrize(("method", "path", "query", "expected"), [r for r in ROUTES if r[3]])
+def test_the_lane_asks_for_the_key_exactly_where_the_middleware_does(
+    method: str, path: str, query: str, expected: str
+) -> None:
+    found = Lane(None, "", None).route(method.encode(), path, query.encode())  # type: ignore[arg-type]
+    assert found is not None
+    assert found[0].needs_key is not is_open_route(method, path, query.encode())
+
+
+# The same requests through the lane and through ASGI, compared byte for byte.
+
+DATE = re.compile(rb"date: [^\r]*\r\n")
+TIMES = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+
+
+def normalized(raw: bytes) -> bytes:
+    return TIMES.sub(b"<time>", DATE.sub(b"", raw))
+
+
+def request(method: str, target: str, body: bytes = b"", **headers: str) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", "Host: t"]
+    lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
+    if body or method in ("POST", "PATCH"):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def answer(port: int, raw: bytes) -> bytes:
+    """One request on its own connection; the whole answer (headers and sized body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(raw)
+        received = b""
+        while b"\r\n\r\n" not in received or len(received.split(b"\r\n\r\n", 1)[1]) < size_of(
+            received
+        ):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+        return received
+
+
+def size_of(raw: bytes) -> int:
+    found = re.search(rb"content-length: (\d+)", raw.split(b"\r\n\r\n", 1)[0])
+    return int(found.group(1)) if found else 0
+
+
+def scenario(port: int, token: str) -> list[bytes]:
+    """Every answer of the hot calls, good and bad, with the key set, in token mode."""
+    key, node = f"Bearer {KEY}", f"Bearer {token}"
+    job = b'{"command":"echo hi","env_vars":{"A":"b"}}'
+    calls = [
+        request("POST", "/jobs", job, Authorization=key, Content_Type="application/json"),
+        request("POST", "/jobs", job),  # no key
+        request("POST", "/jobs", job, Authorization="Bearer nope"),
+        request("POST", "/jobs", b'{"command": 5}', Authorization=key),
+        request("POST", "/jobs", b"{}", Authorization=key),
+        request("POST", "/jobs", b"[" * 3000, Authorization=key),
+        request("POST", "/jobs", b"x" * 2000, Authorization=key),  # over MAX_BODY_BYTES
+        request("POST", "/jobs", b'{"command":"x","instance_id":"i-1"}', Authorization=key),
+        request("GET", "/jobs/job-1", Authorization=key),
+        request("GET", "/jobs/job-1"),
+        request("GET", "/jobs/job-999", Authorization=key),
+        request("GET", "/jobs/bad!id", Authorization=key),
+        request("GET", "/jobs?node_id=n1&status=pending"),
+        request("GET", "/jobs?node_id=n1&status=pending", Authorization="Bearer stranger"),
+        request("GET", "/jobs?node_id=n1&status=pending", Authorization=node),
+        request("GET", "/jobs?node_id=n2&status=pending", Authorization=node),
+        request("GET", "/jobs?node_id=bad*id&status=pending", Authorization=node),
+        request("PATCH", "/jobs/job-1", b'{"status":"running"}'),
+        request("PATCH", "/jobs/job-1", b'{"status":"running"}', Authorization="Bearer x"),
+        request("PATCH", "/jobs/job-1", b'{"status":"nope"}', Authorization=node),
+        request("PATCH", "/jobs/job-1", b"{", Authorization=node),
+        request("PATCH", "/jobs/job-1", b'{"status":"done"}', Authorization=node),
+        request("PATCH", "/jobs/job-1", b'{"status":"running"}', Authorization=node),
+        request("PATCH", "/jobs/job-1", b'{"status":"running"}', Authorization=node),
+        request("PATCH", "/jobs/job-2", b'{"status":"running"}', Authorization=node),
+        request("PATCH", "/jobs/bad!id", b'{"status":"running"}', Authorization=node),
+        request("GET", "/jobs?node_id=n1&status=pending", Authorization=node),
+        request(
+            "PATCH",
+            "/jobs/job-1",
+            b'{"status":"done","exit_code":0,"stdout":"ok"}',
+            Authorization=node,
+        ),
+        request("GET", "/jobs/job-1", Authorization=key),
+        request("GET", "/metrics", Authorization=key),
+    ]
+    answers = [answer(port, raw) for raw in calls]
+    # The request counts of this process: the lane's calls are counted as ASGI's are.
+    metrics = answers.pop().split(b"\r\n\r\n", 1)[1]
+    # Counts only: the latency buckets depend on timing.
+    counts = (line for line in metrics.splitlines() if line.startswith(b"scheduler_http_requests"))
+    return answers + sorted(line for line in counts if b'route="/jobs' in line)
+
+
+@pytest.fixture
+def two_fronts(make_settings: SettingsFactory) -> Iterator[list[tuple[int, str]]]:
+    """The same settings (key, token mode), one API through the lane, one through ASGI,
+    each on a prefix of its own with node n1 registered: (port, n1's token) each."""
+    with contextlib.ExitStack() as stack:
+        fronts = []
+        for protocol, name in ((LaneProtocol, "lane"), (OneWriteProtocol, "asgi")):
+            prefix = f"{make_settings().redis_prefix}-{name}"
+            settings = make_settings(
+                api_key=KEY, agent_auth="token", max_body_bytes=1024, redis_prefix=prefix
+            )
+            port = stack.enter_context(serving(create_app(settings), protocol))
+            fronts.append((port, register_n1(port)))
+        yield fronts
+
+
+def register_n1(port: int) -> str:
+    registered = httpx.post(
+        f"http://127.0.0.1:{port}/nodes/register", json={"id": "n1"}, headers=OPERATOR
+    )
+    token: str = registered.json()["token"]
+    return token
+
+
+def test_the_lane_answers_byte_for_byte_as_asgi(two_fronts: list[tuple[int, str]]) -> None:
+    (lane_port, lane_token), (asgi_port, asgi_token) = two_fronts
+    through_lane = [normalized(a) for a in scenario(lane_port, lane_token)]
+    through_asgi = [normalized(a) for a in scenario(asgi_port, asgi_token)]
+    assert through_lane == through_asgi
+    statuses = [a.split(b" ", 2)[1] for a in through_lane if a.startswith(b"HTTP/1.1")]
+    # Every kind of answer was there to compare: created, read, refused, unknown, conflict.
+    assert {b"200", b"201", b"400", b"401", b"403", b"404", b"409", b"413", b"503"} <= set(statuses)
+    assert any(b"x-cancel-jobs" in a or b"x-error-detail" in a for a in through_lane)
+    assert any(b'code="401"' in line for line in through_lane)  # refusals are counted too
+
+
+# The lane on the connection.
+
+
+@dataclass(frozen=True)
+class LaneApi:
+    port: int
+    token: str  # node n1's
+
+
+@pytest.fixture
+def api(make_settings: SettingsFactory) -> Iterator[LaneApi]:
+    """The API behind the lane, key set, token mode; node n1 and its pending job-1."""
+    with serving(create_app(make_settings(agent_auth="token", api_key=KEY))) as port:
+        token = register_n1(port)
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.post(f"{url}/jobs", json={"command": "x"}, headers=OPERATOR).status_code == 201
+        yield LaneApi(port, token)
+
+
+def job_status(api: LaneApi) -> str:
+    got = httpx.get(f"http://127.0.0.1:{api.port}/jobs/job-1", headers=OPERATOR)
+    return str(got.json()["status"])
+
+
+def until_closed(port: int, raw: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(raw)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        return received
+
+
+def test_pipelined_lane_and_asgi_requests_are_answered_in_order(api: LaneApi) -> None:
+    key = f"Bearer {KEY}"
+    raw = b"".join(
+        [
+            request("GET", "/jobs/job-1", Authorization=key),  # lane
+            request("GET", "/health"),  # ASGI
+            request("GET", "/jobs/job-9", Authorization=key),  # lane, 404
+            request("HEAD", "/jobs/job-1", Authorization=key),  # ASGI
+            request("GET", "/jobs/job-1", Authorization=key, Connection="close"),  # lane
+        ]
+    )
+    received = until_closed(api.port, raw)
+    assert re.findall(rb"HTTP/1.1 (\d+)", received) == [b"200", b"200", b"404", b"200", b"200"]
+    assert received.index(b'"job_id":"job-1"') < received.index(b"healthy")
+    assert received.index(b"healthy") < received.index(b"job not found")
+    assert received.endswith(b"}\n")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GET /jobs/job-1 HTTP/1.0\r\nAuthorization: Bearer lane-key\r\n\r\n",
+        b"GET /jobs/job-1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+        b"Authorization: Bearer lane-key\r\n\r\n",
+    ],
+    ids=["http/1.0", "connection-close"],
+)
+def test_a_connection_that_asks_to_close_is_closed_after_its_answer(
+    api: LaneApi, raw: bytes
+) -> None:
+    received = until_closed(api.port, raw)
+    assert received.startswith(b"HTTP/1.1 200 OK")
+    assert b"connection: close" in received and received.endswith(b"}\n")
+
+
+def test_a_strangers_report_is_refused_before_its_body_is_sent(api: LaneApi) -> None:
+    head = b"PATCH /jobs/job-1 HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", api.port), timeout=5) as sock:
+        sock.sendall(head)  # and not a byte of the body
+        received = sock.recv(65536)
+    assert received.startswith(b"HTTP/1.1 401 Unauthorized")
+    assert job_status(api) == "pending"
+
+
+def test_a_body_that_never_arrives_is_408_and_changes_nothing(
+    api: LaneApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("scheduler.api.http.BODY_READ_SECS", 0.3)
+    token = api.token
+    head = (
+        b"PATCH /jobs/job-1 HTTP/1.1\r\nHost: t\r\nContent-Length: 30\r\n"
+        b"Authorization: Bearer " + token.encode() + b'\r\n\r\n{"status":"running"'
+    )
+    started = time.monotonic()
+    received = exchange(api.port, head, b"\n")
+    assert received.startswith(b"HTTP/1.1 408 Request Timeout")
+    assert time.monotonic() - started < 3
+    assert job_status(api) == "pending"
+
+
+def test_a_client_gone_mid_body_changes_nothing_and_the_lane_serves_on(
+    api: LaneApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = api.token
+    head = (
+        b"PATCH /jobs/job-1 HTTP/1.1\r\nHost: t\r\nContent-Length: 30\r\n"
+        b"Authorization: Bearer " + token.encode() + b'\r\n\r\n{"status":"run'
+    )
+    with caplog.at_level(logging.INFO, logger="scheduler.api"):
+        with socket.create_connection(("127.0.0.1", api.port), timeout=5) as sock:
+            sock.sendall(head)
+            time.sleep(0.2)  # the token is checked, the call waits for the body
+        deadline = time.monotonic() + 5
+        while "client went away" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert "client went away during PATCH /jobs/job-1" in caplog.text
+    assert job_status(api) == "pending"
+
+
+def test_a_bug_in_a_lane_call_is_a_logged_500_and_a_closed_connection(
+    api: LaneApi, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(self: JobStore, job_id: str) -> bytes:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(JobStore, "get", broken)
+    with caplog.at_level(logging.ERROR):
+        received = until_closed(
+            api.port, request("GET", "/jobs/job-1", Authorization=f"Bearer {KEY}")
+        )
+    assert received.startswith(b"HTTP/1.1 500 Internal Server Error")
+    assert b"connection: close" in received and received.endswith(b"Internal Server Error")
+    assert "Exception in the hot lane" in caplog.text and "a bug" in caplog.text
+
+
+def test_bodies_the_lane_does_not_take_still_reach_asgi(api: LaneApi) -> None:
+    key, token = f"Bearer {KEY}", api.token
+    chunked = (
+        b"POST /jobs HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+        b"Authorization: " + key.encode() + b'\r\n\r\n10\r\n{"command":"yo"}\r\n0\r\n\r\n'
+    )
+    assert exchange(api.port, chunked, b"}\n").startswith(b"HTTP/1.1 201 Created")
+    big = b'{"status":"running","stdout":"' + b"x" * (70 * 1024) + b'"}'
+    report = request("PATCH", "/jobs/job-1", big, Authorization=f"Bearer {token}")
+    assert exchange(api.port, report, b"}\n").startswith(b"HTTP/1.1 200 OK")
+    expect = request("POST", "/jobs", b'{"command":"z"}', Authorization=key, Expect="100-continue")
+    received = exchange(api.port, expect, b"}\n")
+    assert received.startswith(b"HTTP/1.1 100 Continue") and b"201 Created" in received
+
+
+def test_request_stats_count_the_lanes_calls() -> None:
+    stats = RequestStats()
+    lane = Lane(None, "", stats)  # type: ignore[arg-type]
+    found = lane.route(b"GET", "/jobs/job-1", b"")
+    assert found is not None
+    lane.observe(found[1], 404, 0.0)
+    assert stats.codes == {("GET", "/jobs/{id}", 404): 1}
+
+
+def test_the_lane_front_of_the_contract_tests_goes_through_the_lane(
+    make_settings: SettingsFactory,
+) -> None:
+    """BOTH_FRONTS' "lane" (tests/servers.py) must reach the lane, not fall back to ASGI."""
+    app = create_app(make_settings())
+    with serving(app) as port:
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{url}/jobs/job-1").status_code == 404
+        assert httpx.get(f"{url}/jobs?node_id=n1&status=pending").status_code == 200
+        assert httpx.get(f"{url}/health").status_code == 200
+    assert app.state.lane.served == 2
