@@ -1,22 +1,29 @@
-"""API throughput and latency (submit, poll, update) with 1 000, 100 000 and 1 000 000 jobs
-stored, against the ceiling of the stack (the same server answering constant JSON), and the
+"""API throughput and latency (GET /jobs/{id}, submit, poll, poll with every node at
+capacity, update) with 1 000, 100 000 and 1 000 000 jobs stored, against the ceiling of the
+stack (the same server and HTTP protocol answering constant JSON through Starlette), and the
 end-to-end dispatch latency (submit -> running -> done through the reference agent), and
 what 1 000 idle long-polling agents cost the API (GET /jobs/{id} throughput without and with).
 
     .venv/bin/python benchmarks/api_bench.py [--duration 5] [--connections 32] [--rounds 3]
-        [--stored 1000 100000 1000000] [--ops submit poll update] [--dispatch 20] [--idle 1000]
+        [--stored 1000 100000 1000000] [--ops get submit poll poll-full update]
+        [--http lane|one-write|httptools|h11] [--dispatch 20] [--idle 1000]
 
 Needs `wrk` (Debian: apt-get install wrk). Starts its own redis-server, one API process per
 stored size, the bare app, (for dispatch) one more API and a reference agent, and (for
 --idle) one more API and a process of N idle long-polling agents (idle.py), all on free
-loopback ports; touches nothing else.
+loopback ports; touches nothing else. `--http` is `scheduler serve --http` (default lane, what
+serve runs): the hot lane answers get, poll, submit and update without Starlette, so they
+can pass the ceiling, which is Starlette's.
 
 Every run starts from exactly the stored count it reports, all jobs pending
 (bench_state.check): a submit run's jobs are removed after it, and an update run's jobs are
-put back to pending. Submit and poll run for --duration. Update runs in bursts of exactly
-4 x W requests over jobs 1..W (W = min(stored, --update-window)): each job goes running,
-failed (the one retry of MAX_JOB_RETRIES=1, back to pending), running, done, so every cycle
-reaches done; bursts repeat, with a reset between them, until --update-requests were sent.
+put back to pending. Get, submit and the polls run for --duration. `poll` finds work (each
+answer carries one pending job); `poll-full` first makes one job per node running, so every
+node is at capacity (checked) and each answer is `[]`, then puts them back. Update runs in
+bursts of exactly 4 x W requests over jobs 1..W (W = min(stored, --update-window)): each job
+goes running, failed (the one retry of MAX_JOB_RETRIES=1, back to pending), running, done, so
+every cycle reaches done; bursts repeat, with a reset between them, until --update-requests
+were sent.
 
 What it cannot isolate: wrk, Redis and the API share the machine's cores (and, on a shared
 VM, other tenants' load), so figures drift between minutes; every round runs the ceiling and
@@ -47,6 +54,7 @@ from dispatch import measure_dispatch  # noqa: E402
 from idle import measure_idle, raise_file_limit  # noqa: E402
 from load import Result, run_burst, run_wrk  # noqa: E402
 
+from scheduler.cli.main import HTTP_PROTOCOLS  # noqa: E402
 from tests.processes import stop, wait_http  # noqa: E402
 from tests.redis_server import free_port, redis_server  # noqa: E402
 
@@ -54,6 +62,13 @@ SUBMIT_LUA = """
 wrk.method = "POST"
 wrk.body = '{"command":"echo hello","env_vars":{"GREETING":"hi"}}'
 wrk.headers["Content-Type"] = "application/json"
+"""
+GET_LUA = """
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", "/jobs/job-" .. ((i %% %(stored)d) + 1))
+end
 """
 POLL_LUA = """
 local i = 0
@@ -86,9 +101,14 @@ def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen[by
     return proc
 
 
-def uvicorn_cmd(app: str, port: int, workers: int, factory: bool = False) -> list[str]:
+def uvicorn_cmd(
+    app: str, port: int, workers: int, factory: bool = False, http: str = "lane"
+) -> list[str]:
+    """uvicorn as `scheduler serve --http <http>` runs it (default lane, serve's default). The
+    ceiling (bare_app) runs under the same protocol: with no lane there, it is one-write's."""
     cmd = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--log-level", "warning", "--no-access-log", "--workers", str(workers)]
+    cmd += ["--http", HTTP_PROTOCOLS[http]]
     return [*cmd, "--factory"] if factory else cmd
 
 
@@ -104,10 +124,10 @@ def api_env(redis_url: str, prefix: str) -> dict[str, str]:
     }
 
 
-def start_api(redis_url: str, prefix: str, workers: int) -> tuple[Any, str]:
+def start_api(redis_url: str, prefix: str, workers: int, http: str = "lane") -> tuple[Any, str]:
     port = free_port()
-    app = "scheduler.api.app:create_app"
-    proc = start(uvicorn_cmd(app, port, workers, factory=True), api_env(redis_url, prefix), port)
+    cmd = uvicorn_cmd("scheduler.api.app:create_app", port, workers, factory=True, http=http)
+    proc = start(cmd, api_env(redis_url, prefix), port)
     url = f"http://127.0.0.1:{port}"
     for node in NODES:
         httpx.post(f"{url}/nodes/register", json={"id": node}).raise_for_status()
@@ -134,6 +154,18 @@ def measure(
         return result
     if op == "poll":
         return run_wrk(url, POLL_LUA, args.duration, args.connections)
+    if op == "get":
+        return run_wrk(url, GET_LUA % {"stored": stored}, args.duration, args.connections)
+    if op == "poll-full":
+        # Every node at capacity (MAX_JOBS_PER_NODE=1 running job each): the state of the Go
+        # original's poll figure in the issue. Jobs 1..10 are one per node (preload places
+        # them round robin); they go back to pending after the run.
+        if client is not None:
+            claim_one_per_node(url)
+        result = run_wrk(url, POLL_LUA, args.duration, args.connections)
+        if client is not None:
+            reset_window(client, prefix, len(NODES))
+        return result
     window = min(stored, args.update_window)
     bursts: list[Result] = []
     while sum(b.requests for b in bursts) < args.update_requests:
@@ -148,6 +180,17 @@ def measure(
         p99_ms=statistics.median(b.p99_ms for b in bursts),
         errors=sum(b.errors for b in bursts),
     )
+
+
+def claim_one_per_node(url: str) -> None:
+    """Jobs 1..len(NODES) running, so every node is at capacity; checked by a poll each."""
+    with httpx.Client(base_url=url) as http:
+        for n in range(1, len(NODES) + 1):
+            http.patch(f"/jobs/job-{n}", json={"status": "running"}).raise_for_status()
+        for node in NODES:
+            polled = http.get("/jobs", params={"node_id": node, "status": "pending"}).json()
+            if polled:
+                raise RuntimeError(f"{node} is not at capacity: its poll gave {len(polled)} jobs")
 
 
 def median(results: list[Result]) -> Result:
@@ -169,19 +212,20 @@ def line(name: str, r: Result, ceiling: Result | None = None) -> str:
     )
 
 
-OPS = ("submit", "poll", "update")
+OPS = ("get", "submit", "poll", "poll-full", "update")
 
 
 def run_rounds(args: argparse.Namespace, redis_url: str) -> dict[tuple[str, str], list[Result]]:
     ceiling_port = free_port()
     bare_env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
-    procs = [start(uvicorn_cmd("bare_app:app", ceiling_port, args.workers), bare_env, ceiling_port)]
+    bare = uvicorn_cmd("bare_app:app", ceiling_port, args.workers, http=args.http)
+    procs = [start(bare, bare_env, ceiling_port)]
     client = redis.Redis.from_url(redis_url)
     runs: dict[tuple[str, str], list[Result]] = {}
     try:
         targets: list[tuple[str, str, int]] = []
         for stored in args.stored:
-            proc, url = start_api(redis_url, f"bench{stored}", args.workers)
+            proc, url = start_api(redis_url, f"bench{stored}", args.workers, args.http)
             procs.append(proc)
             preload(client, f"bench{stored}", stored)
             targets.append((str(stored), url, stored))
@@ -217,6 +261,9 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=5)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument(
+        "--http", choices=sorted(HTTP_PROTOCOLS), default="lane", help="as scheduler serve --http"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="medians over this many rounds")
     parser.add_argument("--stored", type=int, nargs="+", default=[1000, 100_000, 1_000_000])
     parser.add_argument("--ops", nargs="*", choices=OPS, default=list(OPS))
@@ -232,7 +279,7 @@ def main() -> int:
         f"# {args.connections} connections, {args.duration:g} s per submit/poll run, update in "
         f"bursts of 4 x min(stored, {args.update_window}) requests up to "
         f"{args.update_requests}, median of {args.rounds} interleaved rounds, "
-        f"{args.workers} uvicorn worker(s), {os.cpu_count()} cores"
+        f"{args.workers} uvicorn worker(s), --http {args.http}, {os.cpu_count()} cores"
     )
     raise_file_limit()
     with redis_server() as redis_url:

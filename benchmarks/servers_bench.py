@@ -1,7 +1,10 @@
 """The ASGI servers compared with the real app: GET /jobs/{id}, the agent poll, submit and
-update with 1 000 jobs stored, each against the same server's bare ceiling (bare_app.py).
+update with 1 000 jobs stored, each against the same server's bare ceiling (bare_app.py, a
+Starlette app answering constant JSON). scheduler-lane is `scheduler serve`'s default: its
+hot lane answers those four calls without Starlette, so the real app can pass that ceiling;
+scheduler-one-write is the same protocol with every request through ASGI.
 
-    .venv/bin/python benchmarks/servers_bench.py [--servers uvicorn-httptools ...]
+    .venv/bin/python benchmarks/servers_bench.py [--servers scheduler-lane ...]
         [--duration 5] [--rounds 3] [--connections 32]
 
 Servers not installed are skipped (granian and hypercorn are not dependencies: `pip install
@@ -46,6 +49,17 @@ end
 
 # name -> (the module that must be importable, the command; APP and PORT are filled in)
 SERVERS = {
+    # `scheduler serve`'s default: uvicorn with the hot lane (scheduler/api/lane.py)
+    "scheduler-lane": (
+        "httptools",
+        "uvicorn APP --port PORT --http scheduler.api.server:LaneProtocol --loop uvloop"
+        " --no-access-log --log-level warning",
+    ),
+    "scheduler-one-write": (
+        "httptools",
+        "uvicorn APP --port PORT --http scheduler.api.server:OneWriteProtocol --loop uvloop"
+        " --no-access-log --log-level warning",
+    ),
     "uvicorn-httptools": (
         "httptools",
         "uvicorn APP --port PORT --http httptools --loop uvloop --no-access-log"
