@@ -5,7 +5,8 @@ over plain inputs (ids, the caller, the declared size, a body reader), so the St
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import msgspec
 
@@ -32,7 +33,7 @@ from scheduler.store.jobs import JobStore
 
 Charge = Callable[[int], None]
 # (limit, charge) -> the whole body; 413 past `limit`, each part's size told to `charge`
-BodyReader = Callable[[int, Charge], Awaitable[bytes]]
+BodyReader = Callable[[int, Charge], Coroutine[Any, Any, bytes]]
 
 
 def _no_charge(size: int) -> None:

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs
 
 from scheduler.api import hot
 from scheduler.api.errors import reply_for
-from scheduler.api.http import bearer_matches, bounded_read, length_of, too_large
+from scheduler.api.http import bearer_matches, bounded_read, length_of
 from scheduler.api.metrics import RequestStats, route_label
 from scheduler.api.state import AppState
 
@@ -41,7 +41,7 @@ Headers = list[tuple[bytes, bytes]]
 Answer = tuple[int, bytes, bytes, Headers]
 
 
-async def _no_body() -> bytes:
+async def _no_body(limit: int, charge: hot.Charge) -> bytes:
     return b""
 
 
@@ -51,9 +51,10 @@ class HotRequest:
     path: str
     headers: Headers
     params: dict[str, list[str]] = field(default_factory=dict)
-    # The whole body once it has arrived (ClientDisconnect if the client leaves first); the
-    # protocol sets it. The call decides when to wait for it, as an ASGI app does.
-    whole_body: Callable[[], Awaitable[bytes]] = _no_body
+    # The body as http.read_body reads it: 413 past `limit`, each part's size told to
+    # `charge` as it arrives, ClientDisconnect if the client leaves first. The protocol sets
+    # it; the call decides when to read, as an ASGI app does.
+    read_body: hot.BodyReader = _no_body
 
     def header(self, name: bytes) -> str:
         """The first `name` header's value, "" without one (as Starlette's headers.get)."""
@@ -174,18 +175,10 @@ class Lane:
 
 def _reader(request: HotRequest) -> hot.BodyReader:
     """The body as http.read_body gives it: 413 at once for a declared size over the limit,
-    408 when it is not whole within BODY_READ_SECS. The lane takes only bodies of a declared
-    MAX_BODY bytes at most, so it is charged whole, once it is in."""
-
-    async def whole(limit: int, charge: hot.Charge) -> bytes:
-        body = await request.whole_body()
-        if len(body) > limit:
-            raise too_large(limit)
-        charge(len(body))
-        return body
+    408 when it is not whole within BODY_READ_SECS."""
 
     async def read(limit: int, charge: hot.Charge) -> bytes:
         declared = length_of(request.header(b"content-length"))
-        return await bounded_read(declared, limit, whole(limit, charge))
+        return await bounded_read(declared, limit, request.read_body(limit, charge))
 
     return read

@@ -21,7 +21,8 @@ from uvicorn.protocols.http.httptools_impl import (
     RequestResponseCycle,
 )
 
-from scheduler.api.http import length_of
+from scheduler.api.hot import Charge
+from scheduler.api.http import length_of, too_large
 from scheduler.api.lane import MAX_BODY, Answer, HotRequest, Lane, Route
 
 log = logging.getLogger("scheduler.api")
@@ -111,7 +112,7 @@ class LaneCycle:
         self.message_event: asyncio.Event | _NoEvent = _NO_EVENT
         if route.has_body:
             self.message_event = asyncio.Event()
-            request.whole_body = self.whole_body
+            request.read_body = self.read_body
 
     def start(self) -> None:
         """Answer in a task of its own, from the head on: the call reads the body if and
@@ -121,15 +122,23 @@ class LaneCycle:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    async def whole_body(self) -> bytes:
+    async def read_body(self, limit: int, charge: Charge) -> bytes:
+        """As http.read_body reads an ASGI body: each part charged as it arrives (the report
+        budget counts a trickled body's bytes, not its declared size), 413 past `limit`."""
         event = self.message_event
         assert isinstance(event, asyncio.Event)
-        while self.more_body and not self.disconnected:
+        seen = 0
+        while True:
+            if self.disconnected:
+                raise ClientDisconnect()
+            if len(self.body) > limit:
+                raise too_large(limit)
+            charge(len(self.body) - seen)
+            seen = len(self.body)
+            if not self.more_body:
+                return bytes(self.body)
             await event.wait()
             event.clear()
-        if self.disconnected:
-            raise ClientDisconnect()
-        return bytes(self.body)
 
     async def run(self) -> None:
         try:
