@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_state import NODES, check, preload, reset_window, truncate  # noqa: E402
 from dispatch import measure_dispatch  # noqa: E402
 from idle import measure_idle, raise_file_limit  # noqa: E402
-from load import Result, run_burst, run_wrk  # noqa: E402
+from load import GET_LUA, Result, run_burst, run_wrk  # noqa: E402
 
 from scheduler.cli.main import HTTP_PROTOCOLS  # noqa: E402
 from tests.processes import stop, wait_http  # noqa: E402
@@ -62,13 +62,6 @@ SUBMIT_LUA = """
 wrk.method = "POST"
 wrk.body = '{"command":"echo hello","env_vars":{"GREETING":"hi"}}'
 wrk.headers["Content-Type"] = "application/json"
-"""
-GET_LUA = """
-local i = 0
-request = function()
-  i = i + 1
-  return wrk.format("GET", "/jobs/job-" .. ((i %% %(stored)d) + 1))
-end
 """
 POLL_LUA = """
 local i = 0

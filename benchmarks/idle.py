@@ -17,16 +17,9 @@ from typing import Any
 
 import redis
 from bench_state import preload
-from load import Result, run_wrk
+from load import GET_LUA, Result, run_wrk
 
 HERE = Path(__file__).resolve().parent
-GET_LUA = """
-local i = 0
-request = function()
-  i = i + 1
-  return wrk.format("GET", "/jobs/job-" .. ((i %% %(stored)d) + 1))
-end
-"""
 STORED = 1000
 WAIT = "20"
 

@@ -16,6 +16,15 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+# GET /jobs/job-1 .. job-<stored>, round and round (`% {"stored": N}`).
+GET_LUA = """
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", "/jobs/job-" .. ((i %% %(stored)d) + 1))
+end
+"""
+
 
 @dataclass
 class Result:

@@ -33,19 +33,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from api_bench import api_env, measure, start  # noqa: E402
 from bench_state import NODES, preload  # noqa: E402
-from load import Result, run_wrk  # noqa: E402
+from load import GET_LUA, Result, run_wrk  # noqa: E402
 
 from tests.processes import stop  # noqa: E402
 from tests.redis_server import free_port, redis_server  # noqa: E402
 
 STORED = 1000
-GET_LUA = f"""
-local i = 0
-request = function()
-  i = i + 1
-  return wrk.format("GET", "/jobs/job-" .. ((i % {STORED}) + 1))
-end
-"""
 
 # name -> (the module that must be importable, the command; APP and PORT are filled in)
 SERVERS = {
@@ -93,7 +86,7 @@ def one_run(
     client: redis.Redis | None, url: str, op: str, args: argparse.Namespace, prefix: str
 ) -> Result:
     if op == "get":
-        return run_wrk(url, GET_LUA, args.duration, args.connections)
+        return run_wrk(url, GET_LUA % {"stored": STORED}, args.duration, args.connections)
     return measure(client, url, op, STORED, args, prefix)
 
 

@@ -17,7 +17,6 @@ import httpx
 import pytest
 
 from scheduler.api.app import create_app
-from scheduler.api.http import is_open_route
 from scheduler.api.lane import Lane
 from scheduler.api.metrics import RequestStats
 from scheduler.api.server import LaneProtocol, OneWriteProtocol
@@ -64,13 +63,7 @@ def test_what_the_lane_takes(method: str, path: str, query: str, expected: str |
     assert (names[id(found[0])] if found else None) == expected
 
 
-@pytest.mark.parametrize(("method", "path", "query", "expected"), [r for r in ROUTES if r[3]])
-def test_the_lane_asks_for_the_key_exactly_where_the_middleware_does(
-    method: str, path: str, query: str, expected: str
-) -> None:
-    found = Lane(None, "", None).route(method.encode(), path, query.encode())  # type: ignore[arg-type]
-    assert found is not None
-    assert found[0].needs_key is not is_open_route(method, path, query.encode())
+# The key rule: test_lane_hostile.test_the_lane_asks_for_the_key_where_bearer_auth_does.
 
 
 # The same requests through the lane and through ASGI, compared byte for byte.

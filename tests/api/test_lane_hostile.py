@@ -27,6 +27,7 @@ from scheduler.api.http import is_open_route
 from scheduler.api.lane import Lane
 from scheduler.api.server import LaneProtocol, OneWriteProtocol
 from scheduler.config import Settings
+from tests.api.test_lane import normalized
 from tests.conftest import SettingsFactory
 from tests.redis_server import free_port
 from tests.servers import serving
@@ -35,8 +36,6 @@ KEY = "lane-key"
 BEARER = f"Bearer {KEY}"
 KEYED = f"Authorization: {BEARER}"
 PROBE = b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n"
-DATE = re.compile(rb"date: [^\r]*\r\n")
-TIMES = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 CLOSED, SILENT = b"<closed>", b"<silent>"
 JOB = b'{"command":"hi"}'  # 16 bytes
 RUNNING = b'{"status":"running"}'  # 20 bytes
@@ -87,10 +86,6 @@ def fronts(
             httpx.post(f"{url}/nodes/register", json={"id": "n1"}, headers=auth)
             assert httpx.post(f"{url}/jobs", json={"command": "x"}, headers=auth).status_code == 201
         yield pair
-
-
-def normalized(raw: bytes) -> bytes:
-    return TIMES.sub(b"<time>", DATE.sub(b"", raw))
 
 
 def responses(sock: socket.socket, buffer: bytes, count: int) -> tuple[list[bytes], bytes]:
