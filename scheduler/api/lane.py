@@ -15,7 +15,6 @@ tests/api/test_lane.py sends the same requests both ways and compares the answer
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -27,13 +26,12 @@ from scheduler.api.http import bearer_matches, bounded_read, length_of
 from scheduler.api.metrics import RequestStats, route_label
 from scheduler.api.state import AppState
 
-log = logging.getLogger("scheduler.api")
-
 JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"
 NOSNIFF = (b"x-content-type-options", b"nosniff")
-# Bodies up to this are read whole before the call starts (uvicorn buffers as much before
-# an ASGI app reads them); larger or unsized ones take the ASGI path and its flow control.
+# Requests with a declared body of at most this take the lane (uvicorn buffers as much for an
+# ASGI app before pausing the socket); larger or unsized ones take the ASGI path, whose flow
+# control pauses the socket while the app does not read.
 MAX_BODY = 64 * 1024
 
 Headers = list[tuple[bytes, bytes]]
