@@ -1,16 +1,17 @@
 """The hot lane: GET /jobs/{id}, the agent's poll, POST /jobs and PATCH /jobs/{id} answered
 from `scheduler serve`'s HTTP protocol (server.LaneProtocol) without going through ASGI.
 
-Why: on this 2-core machine uvicorn's per-request ASGI cycle (scope, event, task, messages)
-and Starlette's routing, middleware and Request/Response objects were ~80 of the ~110 µs of
-API CPU a GET /jobs/{id} cost; the same call served here costs ~30 µs (docs/ARCHITECTURE.md,
-"The hot lane", has the figures).
+Why: uvicorn's per-request ASGI cycle (scope, event, task, messages) and Starlette's routing,
+middleware and Request/Response objects were most of the ~80-110 µs of API CPU a GET
+/jobs/{id} cost on this 2-core machine; served here it costs ~41-47 µs, about half of it the
+socket writes, and reads and submits run 1.5-2x faster (docs/ARCHITECTURE.md, Performance).
 
 It answers exactly as the Starlette app does: the logic is hot.py's, the error replies
 errors.py's, the key rule is BearerAuth's, the request counts go to the same RequestStats.
 Whatever the lane does not take (another route or method, HEAD, `wait=`, a query it does not
 expect, a chunked or larger body, `Expect: 100-continue`) goes through ASGI as before, and
-tests/api/test_lane.py sends the same requests both ways and compares the answers.
+tests/api/test_lane.py and test_lane_hostile.py send the same requests both ways and compare
+the answers byte for byte.
 """
 
 from __future__ import annotations

@@ -89,15 +89,18 @@ def answer(port: int, raw: bytes) -> bytes:
     """One request on its own connection; the whole answer (headers and sized body)."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(raw)
-        received = b""
-        while b"\r\n\r\n" not in received or len(received.split(b"\r\n\r\n", 1)[1]) < size_of(
-            received
-        ):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            received += chunk
-        return received
+        return receive_answer(sock)
+
+
+def receive_answer(sock: socket.socket) -> bytes:
+    """One whole answer (headers and sized body) off `sock`, or what came before it closed."""
+    received = b""
+    while b"\r\n\r\n" not in received or len(received.split(b"\r\n\r\n", 1)[1]) < size_of(received):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    return received
 
 
 def size_of(raw: bytes) -> int:
@@ -379,10 +382,3 @@ def test_lane_requests_leave_no_reference_cycles(api: LaneApi) -> None:
         finally:
             gc.enable()
     assert unreachable < 40  # 200 requests; with a cycle each, 715 were found
-
-
-def receive_answer(sock: socket.socket) -> bytes:
-    received = b""
-    while b"\r\n\r\n" not in received or len(received.split(b"\r\n\r\n", 1)[1]) < size_of(received):
-        received += sock.recv(65536)
-    return received
