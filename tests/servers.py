@@ -18,13 +18,12 @@ from tests.redis_server import free_port
 
 
 @contextmanager
-def serving(app: Any, http: type = LaneProtocol) -> Iterator[int]:
-    """`app` under uvicorn with the `http` protocol class; yields its port."""
+def serving(app: Any, http: type = LaneProtocol, access_log: bool = False) -> Iterator[int]:
+    """`app` under uvicorn with the `http` protocol class; yields its port. No access log by
+    default, as `scheduler serve`: with one the lane leaves every request to ASGI."""
     port = free_port()
-    # No access log, as `scheduler serve` by default: with one the lane leaves every request
-    # to ASGI (it does not write uvicorn's access lines).
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=http, log_level="critical", access_log=False
+        app, host="127.0.0.1", port=port, http=http, log_level="critical", access_log=access_log
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

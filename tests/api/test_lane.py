@@ -382,3 +382,13 @@ def test_lane_requests_leave_no_reference_cycles(api: LaneApi) -> None:
         finally:
             gc.enable()
     assert unreachable < 40  # 200 requests; with a cycle each, 715 were found
+
+
+def test_with_the_access_log_every_request_goes_through_asgi(
+    make_settings: SettingsFactory,
+) -> None:
+    """`scheduler serve --access-log`: the lane writes no access lines, so it stands aside."""
+    app = create_app(make_settings())
+    with serving(app, access_log=True) as port:
+        assert httpx.get(f"http://127.0.0.1:{port}/jobs/job-1").text == "job not found\n"
+    assert app.state.lane.served == 0
