@@ -6,16 +6,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import parse_qs
 
 from starlette.requests import ClientDisconnect, Request, cookie_parser
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-
-T = TypeVar("T")
 
 
 class HTTPError(Exception):
@@ -94,21 +91,22 @@ async def read_body(
     """The request body, or 413 as soon as it is known to exceed `limit` bytes, or 408 when
     it has not arrived within BODY_READ_SECS. `charge` is told each chunk's size as it
     arrives (and may refuse it by raising)."""
-    reading = _read_chunks(request, limit, charge)
-    return await bounded_read(declared_length(request), limit, reading)
-
-
-async def bounded_read(declared: int | None, limit: int, reading: Coroutine[Any, Any, T]) -> T:
-    """`reading`'s result, or 413 at once when the `declared` size exceeds `limit`, or 408
-    when it has not finished within BODY_READ_SECS."""
-    if declared is not None and declared > limit:
-        reading.close()
-        raise too_large(limit)
+    refuse_declared(declared_length(request), limit)
     try:
         async with asyncio.timeout(BODY_READ_SECS):
-            return await reading
+            return await _read_chunks(request, limit, charge)
     except TimeoutError:
-        raise HTTPError(408, f"request body not received within {BODY_READ_SECS:.0f} s") from None
+        raise body_late() from None
+
+
+def refuse_declared(declared: int | None, limit: int) -> None:
+    """413 at once when the declared size is over `limit`: not a byte is read."""
+    if declared is not None and declared > limit:
+        raise too_large(limit)
+
+
+def body_late() -> HTTPError:
+    return HTTPError(408, f"request body not received within {BODY_READ_SECS:.0f} s")
 
 
 async def _read_chunks(request: Request, limit: int, charge: Callable[[int], None]) -> bytes:

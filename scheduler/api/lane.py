@@ -23,7 +23,7 @@ from urllib.parse import parse_qs
 
 from scheduler.api import hot
 from scheduler.api.errors import reply_for
-from scheduler.api.http import bearer_matches, bounded_read, length_of
+from scheduler.api.http import bearer_matches, length_of, refuse_declared
 from scheduler.api.metrics import RequestStats, route_label
 from scheduler.api.state import AppState
 
@@ -174,10 +174,10 @@ class Lane:
 
 def _reader(request: HotRequest) -> hot.BodyReader:
     """The body as http.read_body gives it: 413 at once for a declared size over the limit,
-    408 when it is not whole within BODY_READ_SECS."""
+    408 when it is not whole within BODY_READ_SECS (server.LaneCycle.read_body)."""
 
     async def read(limit: int, charge: hot.Charge) -> bytes:
-        declared = length_of(request.header(b"content-length"))
-        return await bounded_read(declared, limit, request.read_body(limit, charge))
+        refuse_declared(length_of(request.header(b"content-length")), limit)
+        return await request.read_body(limit, charge)
 
     return read
