@@ -18,10 +18,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from scheduler.api.server import LaneProtocol, OneWriteProtocol
 from scheduler.cli.main import (
     COMMAND_MODULES,
     GRACEFUL_SHUTDOWN_SECS,
+    HTTP_PROTOCOLS,
     build_parser,
     default_workers,
     setup_logging,
@@ -47,6 +51,18 @@ def test_the_default_is_one_worker_per_core() -> None:
     assert default_workers() == len(os.sched_getaffinity(0))
     assert build_parser().parse_args(["serve"]).workers == default_workers()
     assert build_parser().parse_args(["serve", "--workers", "3"]).workers == 3
+
+
+@pytest.mark.parametrize(
+    ("choice", "protocol"),
+    [("lane", LaneProtocol), ("one-write", OneWriteProtocol), ("httptools", HttpToolsProtocol)],
+)
+def test_serve_runs_the_hot_lane_unless_told_otherwise(choice: str, protocol: type) -> None:
+    assert build_parser().parse_args(["serve"]).http == "lane"
+    args = build_parser().parse_args(["serve", "--http", choice])
+    config = uvicorn.Config("scheduler.api.app:create_app", http=HTTP_PROTOCOLS[args.http])
+    config.load()  # as uvicorn does at start: the protocol class from its import string
+    assert config.http_protocol_class is protocol
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "two"])
