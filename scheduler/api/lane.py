@@ -80,13 +80,14 @@ class Route:
     has_body: bool
 
 
+def raw_headers(headers: dict[str, str]) -> Headers:
+    """Headers as Starlette's Response writes them: names lowercased, latin-1."""
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+
 def text_answer(status: int, message: str, headers: dict[str, str]) -> Answer:
     """http.text_error's answer."""
-    extra = [
-        NOSNIFF,
-        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()),
-    ]
-    return status, (message + "\n").encode(), TEXT, extra
+    return status, (message + "\n").encode(), TEXT, [NOSNIFF, *raw_headers(headers)]
 
 
 class Lane:
@@ -154,12 +155,7 @@ class Lane:
         hot.check_node_id(node_id)
         caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
         body, headers = hot.polled_reply(await self.state.store.poll(node_id, caller))
-        return (
-            200,
-            body + b"\n",
-            JSON,
-            [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-        )
+        return 200, body + b"\n", JSON, raw_headers(headers)
 
     async def create_job(self, request: HotRequest) -> Answer:
         return 201, await hot.create_job(self.state, _reader(request)) + b"\n", JSON, []
