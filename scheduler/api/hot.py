@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from scheduler.api.agents import PRECHECK_OVER_BYTES
-from scheduler.api.http import HTTPError, too_large
+from scheduler.api.http import HTTPError, no_charge, too_large
 from scheduler.api.state import AppState
 from scheduler.models import (
     ID_RE,
@@ -34,10 +34,6 @@ from scheduler.store.jobs import JobStore
 Charge = Callable[[int], None]
 # (limit, charge) -> the whole body; 413 past `limit`, each part's size told to `charge`
 BodyReader = Callable[[int, Charge], Coroutine[Any, Any, bytes]]
-
-
-def _no_charge(size: int) -> None:
-    return None
 
 
 def job_id_or_404(job_id: str) -> str:
@@ -68,7 +64,7 @@ def polled_reply(polled: Polled) -> tuple[bytes, dict[str, str]]:
 async def create_job(state: AppState, read: BodyReader) -> bytes:
     """POST /jobs: the new job's record (201)."""
     settings = state.settings
-    body = await read(settings.max_body_bytes, _no_charge)
+    body = await read(settings.max_body_bytes, no_charge)
     try:
         req = decode_go_style(body, JobCreate)
     except DecodeError as exc:

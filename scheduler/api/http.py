@@ -81,12 +81,12 @@ def too_large(limit: int) -> HTTPError:
 BODY_READ_SECS = 60.0
 
 
-def _no_charge(size: int) -> None:
+def no_charge(size: int) -> None:
     return None
 
 
 async def read_body(
-    request: Request, limit: int, charge: Callable[[int], None] = _no_charge
+    request: Request, limit: int, charge: Callable[[int], None] = no_charge
 ) -> bytes:
     """The request body, or 413 as soon as it is known to exceed `limit` bytes, or 408 when
     it has not arrived within BODY_READ_SECS. `charge` is told each chunk's size as it

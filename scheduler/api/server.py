@@ -24,7 +24,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from scheduler.api import http
 from scheduler.api.hot import Charge
 from scheduler.api.http import body_late, length_of, too_large
-from scheduler.api.lane import MAX_BODY, Answer, HotRequest, Lane, Route
+from scheduler.api.lane import MAX_BODY, TEXT, Answer, HotRequest, Lane, Route
 
 log = logging.getLogger("scheduler.api")
 
@@ -154,7 +154,7 @@ class LaneCycle:
         except Exception:
             log.exception("Exception in the hot lane")
             self.keep_alive = False
-            answer = (500, b"Internal Server Error", b"text/plain; charset=utf-8", [])
+            answer = (500, b"Internal Server Error", TEXT, [])
         self.write(answer)
 
     def write(self, answer: Answer) -> None:
