@@ -48,7 +48,10 @@ def check_node_id(node_id: str) -> None:
 
 
 async def read_job(store: JobStore, job_id: str) -> bytes:
-    blob = await store.get(job_id_or_404(job_id))
+    return job_reply(await store.get(job_id_or_404(job_id)))
+
+
+def job_reply(blob: bytes | None) -> bytes:
     if blob is None:
         raise HTTPError(404, "job not found")
     return blob

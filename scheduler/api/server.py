@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import httptools
+from redis.exceptions import NoScriptError
 from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import (
     STATUS_LINE,
@@ -112,8 +115,19 @@ class LaneCycle:
         self.message_event: asyncio.Event | _NoEvent = _NO_EVENT
 
     def start(self, route: Route, request: HotRequest) -> None:
-        """Answer in a task of its own, from the head on: the call reads the body if and
-        when it needs it (a stranger's report is refused before its body arrives)."""
+        """Answer from the reply's callback when the call is one Redis command it could send
+        (Route.send), else in a task of its own, from the head on: the call reads the body if
+        and when it needs it (a stranger's report is refused before its body arrives)."""
+        lane = self.protocol.lane
+        lane.served += 1
+        sent = lane.send(route, request)
+        if sent is not None:
+            reply, finish = sent
+            reply.add_done_callback(partial(self.settle, route, request, finish))
+            return
+        self.run_task(route, request)
+
+    def run_task(self, route: Route, request: HotRequest) -> None:
         if route.has_body:
             self.message_event = asyncio.Event()
             request.read_body = self.read_body
@@ -121,6 +135,23 @@ class LaneCycle:
         task = self.protocol.loop.create_task(self.run(route, request))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+
+    def settle(
+        self,
+        route: Route,
+        request: HotRequest,
+        finish: Callable[[Any], Answer],
+        reply: asyncio.Future[Any],
+    ) -> None:
+        try:
+            answer = self.protocol.lane.settled(request, reply, finish)
+        except NoScriptError:
+            # Redis forgot the script (restarted, flushed): the handler loads it.
+            self.run_task(route, request)
+            return
+        except Exception:
+            answer = self.failed()
+        self.write(answer)
 
     async def read_body(self, limit: int, charge: Charge) -> bytes:
         """As http.read_body reads an ASGI body: each part charged as it arrives (the report
@@ -152,10 +183,14 @@ class LaneCycle:
         try:
             answer = await self.protocol.lane.answer(route, request)
         except Exception:
-            log.exception("Exception in the hot lane")
-            self.keep_alive = False
-            answer = (500, b"Internal Server Error", TEXT, [])
+            answer = self.failed()
         self.write(answer)
+
+    def failed(self) -> Answer:
+        """A bug's answer, after logging it (with the exception being handled)."""
+        log.exception("Exception in the hot lane")
+        self.keep_alive = False
+        return 500, b"Internal Server Error", TEXT, []
 
     def write(self, answer: Answer) -> None:
         status, body, content_type, headers = answer

@@ -158,7 +158,7 @@ class Polled:
         return bool(self.jobs or self.cancels)
 
 
-def _polled(reply: list[Any]) -> Polled:
+def polled(reply: list[Any]) -> Polled:
     check_access(reply[0])
     return Polled(jobs=_blobs(reply[2:]), cancels=ids(reply[1]))
 
@@ -174,7 +174,7 @@ def poll(keys: Keys, node_id: str, max_jobs_per_node: int, caller: str) -> Call[
             keys.node_status(node_id, "cancelling"),
         ],
         [max_jobs_per_node, node_id, caller],
-        _polled,
+        polled,
     )
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeAlias, TypeVar
 
+import hiredis
 import msgspec
 import redis
 from redis.exceptions import NoScriptError
@@ -43,6 +46,8 @@ class _Status(msgspec.Struct):
 _status_decoder = msgspec.json.Decoder(_Status)
 
 T = TypeVar("T")
+# A call sent without a coroutine (JobStore.send): the reply's future, and how to read it.
+Sending: TypeAlias = tuple[asyncio.Future[Any], Callable[[Any], T]]
 
 # Services the built-in registry keeps (each a few hundred bytes): a node's oldest finished
 # ones go past MAX_SERVICES_PER_NODE; past either limit with none to drop, POST /services
@@ -103,6 +108,22 @@ def _acks(settings: Settings, script: str) -> tuple[int, int]:
     return settings.redis_min_replicas_acked, settings.redis_replicas_ack_timeout_ms
 
 
+def _evalsha(call: Call[Any]) -> bytes:
+    source = _SOURCES[call.script]
+    packed: bytes = hiredis.pack_command(
+        ("EVALSHA", source.sha, len(call.keys), *call.keys, *call.args)
+    )
+    return packed
+
+
+@functools.lru_cache(maxsize=1024)
+def _poll_command(keys: Keys, node_id: str, limit: int, caller: str) -> bytes:
+    """The poll's EVALSHA, packed. An agent polls with the same node and token every few
+    seconds, and building and packing the command was a third of a poll's Python time. What
+    the cache holds decides nothing: the script checks the caller against Redis each time."""
+    return _evalsha(commands.poll(keys, node_id, limit, caller))
+
+
 def index_key(keys: Keys, node_id: str, status: str) -> str:
     """The index that answers GET /jobs with these filters (both optional)."""
     if node_id and status:
@@ -144,6 +165,19 @@ class JobStore:
         )
         return call.parse(reply)
 
+    def send(self, call: Call[T]) -> Sending[T] | None:
+        """`call` sent at once, for a caller that goes on in a callback (the hot lane): None
+        when it must be awaited through `run` instead, with no connection open yet or a write
+        that waits for replicas. The reply fails with NoScriptError when Redis forgot the
+        script, which `run` loads."""
+        if _acks(self.settings, call.script)[0]:
+            return None
+        return self._send_packed(_evalsha(call), call.parse)
+
+    def _send_packed(self, command: bytes, parse: Callable[[Any], T]) -> Sending[T] | None:
+        sent = self.redis.send_packed(command)
+        return None if sent is None else (sent, parse)
+
     async def create(self, job_json: bytes, placement: Placement, now: float) -> bytes:
         s = self.settings
         created = await self.run(
@@ -159,6 +193,11 @@ class JobStore:
     async def poll(self, node_id: str, caller: str) -> commands.Polled:
         limit = self.settings.max_jobs_per_node
         return await self.run(commands.poll(self.keys, node_id, limit, caller))
+
+    def send_poll(self, node_id: str, caller: str) -> Sending[commands.Polled] | None:
+        """`poll`, sent at once (`send`)."""
+        limit = self.settings.max_jobs_per_node
+        return self._send_packed(_poll_command(self.keys, node_id, limit, caller), commands.polled)
 
     async def poll_wait(self, node_id: str, caller: str, wait: float) -> commands.Polled:
         """The poll, answered once the node has work (or a job to cancel) or after `wait`
@@ -199,6 +238,10 @@ class JobStore:
     async def get(self, job_id: str) -> bytes | None:
         blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
         return blob
+
+    def send_get(self, job_id: str) -> asyncio.Future[bytes | None] | None:
+        """`get`, sent at once (`send`)."""
+        return self.redis.send_now("GET", self.keys.job(job_id))
 
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
         retries = self.settings.max_job_retries

@@ -303,6 +303,18 @@ class MuxRedis:
         protocol = await self._connected()
         return await protocol.send(hiredis.pack_command(args))
 
+    def send_now(self, *args: Any) -> asyncio.Future[Any] | None:
+        """The command sent on the open connection, for a caller that goes on in a callback
+        instead of a coroutine; None when no connection is open (await `execute`)."""
+        return self.send_packed(hiredis.pack_command(args))
+
+    def send_packed(self, command: bytes) -> asyncio.Future[Any] | None:
+        """`send_now` for a command packed already."""
+        protocol = self._protocol
+        if protocol is None or protocol.lost:
+            return None
+        return protocol.send(command)
+
     async def evalsha(
         self,
         sha: str,

@@ -8,19 +8,24 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import random
 import re
 import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 import pytest
+import redis
 
+from scheduler.api import hot
 from scheduler.api.app import create_app
-from scheduler.api.lane import Lane
+from scheduler.api.lane import Lane, query_params
 from scheduler.api.metrics import RequestStats
-from scheduler.api.server import LaneProtocol, OneWriteProtocol
+from scheduler.api.server import LaneCycle, LaneProtocol, OneWriteProtocol
 from scheduler.store.jobs import JobStore
 from tests.conftest import SettingsFactory
 from tests.servers import exchange, serving
@@ -62,6 +67,32 @@ def test_what_the_lane_takes(method: str, path: str, query: str, expected: str |
     names = {id(lane.get): "get", id(lane.poll): "poll", id(lane.submit): "submit"}
     names[id(lane.report)] = "report"
     assert (names[id(found[0])] if found else None) == expected
+
+
+QUERIES = [
+    "node_id=n1&status=pending",
+    "node_id=n1&&status=pending&",
+    "node_id&status=",
+    "=x&node_id==n1=&status",
+    "node_id=a;b&status=pending",
+    "node_id=n%31&status=pend+ing",
+    "node_id=%zz&status=%",
+    "a=1&a=2&a=&b",
+    "",
+    "&&&",
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_query_params_read_a_query_as_parse_qs(query: str) -> None:
+    assert query_params(query) == parse_qs(query, keep_blank_values=True)
+
+
+def test_query_params_agree_with_parse_qs_on_random_queries() -> None:
+    rng = random.Random(13)
+    for _ in range(2000):
+        query = "".join(rng.choice("ab=&;%+2 é") for _ in range(rng.randrange(12)))
+        assert query_params(query) == parse_qs(query, keep_blank_values=True), query
 
 
 # The key rule: test_lane_hostile.test_the_lane_asks_for_the_key_where_bearer_auth_does.
@@ -312,13 +343,58 @@ def test_a_client_gone_mid_body_changes_nothing_and_the_lane_serves_on(
     assert job_status(api) == "pending"
 
 
-def test_a_bug_in_a_lane_call_is_a_logged_500_and_a_closed_connection(
-    api: LaneApi, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+@pytest.fixture
+def tasks_started(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the lane requests answered in a task of their own (LaneCycle.run_task)."""
+    started: list[str] = []
+    run_task = LaneCycle.run_task
+
+    def recording(cycle: LaneCycle, route: Any, request: Any) -> None:
+        started.append(f"{request.method} {request.path}")
+        run_task(cycle, route, request)
+
+    monkeypatch.setattr(LaneCycle, "run_task", recording)
+    return started
+
+
+def test_a_read_and_a_poll_are_answered_from_the_replys_callback(
+    api: LaneApi, tasks_started: list[str]
 ) -> None:
-    async def broken(self: JobStore, job_id: str) -> bytes:
+    """One Redis command each: no task. A refusal is the handler's, in a task, as before."""
+    with httpx.Client(base_url=f"http://127.0.0.1:{api.port}") as http:
+        assert http.get("/jobs/job-1", headers=OPERATOR).json()["status"] == "pending"
+        node = {"Authorization": f"Bearer {api.token}"}
+        polled = http.get("/jobs", params={"node_id": "n1", "status": "pending"}, headers=node)
+        assert [job["job_id"] for job in polled.json()] == ["job-1"]
+        assert tasks_started == []
+        assert http.get("/jobs/job-1").status_code == 401
+        assert http.get("/jobs", params={"node_id": "n1", "status": "pending"}).status_code == 401
+    assert tasks_started == ["GET /jobs/job-1", "GET /jobs"]
+
+
+def test_a_poll_after_redis_forgot_its_scripts_is_answered(
+    api: LaneApi, rclient: redis.Redis, tasks_started: list[str]
+) -> None:
+    """EVALSHA's NOSCRIPT reply: the handler runs it again, loading the script."""
+    poll = request("GET", "/jobs?node_id=n1&status=pending", Authorization=f"Bearer {api.token}")
+    assert b'"job_id":"job-1"' in exchange(api.port, poll, b"]\n")
+    rclient.script_flush()
+    assert b'"job_id":"job-1"' in exchange(api.port, poll, b"]\n")
+    assert tasks_started == ["GET /jobs"]
+    assert b'"job_id":"job-1"' in exchange(api.port, poll, b"]\n")
+    assert tasks_started == ["GET /jobs"]
+
+
+@pytest.mark.parametrize("path", ["reply's callback", "task"])
+def test_a_bug_in_a_lane_call_is_a_logged_500_and_a_closed_connection(
+    api: LaneApi, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    def broken(blob: bytes | None) -> bytes:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(JobStore, "get", broken)
+    monkeypatch.setattr(hot, "job_reply", broken)
+    if path == "task":
+        monkeypatch.setattr(JobStore, "send_get", lambda self, job_id: None)
     with caplog.at_level(logging.ERROR):
         received = until_closed(
             api.port, request("GET", "/jobs/job-1", Authorization=f"Bearer {KEY}")
@@ -348,7 +424,7 @@ def test_request_stats_count_the_lanes_calls() -> None:
     lane = Lane(None, "", stats)  # type: ignore[arg-type]
     found = lane.route(b"GET", "/jobs/job-1", b"")
     assert found is not None
-    lane.observe(found[1], 404, 0.0)
+    lane.observe(found[1], 404)
     assert stats.codes == {("GET", "/jobs/{id}", 404): 1}
 
 
