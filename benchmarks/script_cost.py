@@ -1,5 +1,6 @@
 """Redis CPU per script call (INFO commandstats), the part of a request Redis spends: create,
-and the transitions running, retry, running, done, over N jobs.
+the poll (finding a job, then at capacity) and the transitions running, retry, running, done,
+over N jobs.
 
     .venv/bin/python benchmarks/script_cost.py [--jobs 20000]
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # after PYTHONPATH: another checkout can be measured
 
 from scheduler.models import JobUpdate  # noqa: E402
 from scheduler.nodes.placement import Placement  # noqa: E402
@@ -52,6 +53,12 @@ def run(client: redis.Redis, script: str, calls: list[commands.Call[object]]) ->
     return usec_per_call(client)
 
 
+def poll(client: redis.Redis, keys: Keys, count: int) -> float:
+    """The agent's poll (MAX_JOBS_PER_NODE 1) of the 10 nodes in turn, `count` times."""
+    calls = [commands.poll(keys, f"n{n % 10}", 1, "open") for n in range(count)]
+    return run(client, scripts.POLL, calls)  # type: ignore[arg-type]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
@@ -63,13 +70,19 @@ def main() -> int:
         now = time.time()
         placement = Placement.among([f"n{i}" for i in range(10)])
         create = [commands.create_job(keys, BODY, placement, now, 30) for _ in range(args.jobs)]
+        at_capacity = 0.0
         print(f"CREATE_JOB             {run(client, scripts.CREATE_JOB, create):6.2f} us/call")
+        print(f"POLL, finds a job      {poll(client, keys, args.jobs):6.2f} us/call")
         for step in STEPS:
             calls = [
-                commands.transition(keys, f"job-{n}", step, now, 1) for n in range(1, args.jobs + 1)
+                commands.transition(keys, f"job-{n}", step, now, 1, "open")
+                for n in range(1, args.jobs + 1)
             ]
             cost = run(client, scripts.TRANSITION, calls)
             print(f"TRANSITION -> {step.status:8s} {cost:6.2f} us/call")
+            if step.status == "running" and not at_capacity:
+                at_capacity = poll(client, keys, args.jobs)
+                print(f"POLL, node at capacity {at_capacity:6.2f} us/call")
         client.close()
     return 0
 

@@ -314,7 +314,7 @@ def _lua_function(name: str, template: str) -> str:
     return f"local function key_{name}(x) return {body} end"
 
 
-# Prepended to every script: KEYS[1] is Keys.root.
+# KEYS[1] is Keys.root; a function per line.
 LUA_KEY_FUNCTIONS = "\n".join(
     [
         "local ROOT = KEYS[1]",
@@ -323,3 +323,16 @@ LUA_KEY_FUNCTIONS = "\n".join(
         ".. status end",
     ]
 )
+
+
+def _lua_name(definition: str) -> str:
+    """The name a "local function NAME(...) ..." line defines."""
+    return definition.split()[2].split("(")[0]
+
+
+def lua_key_functions(body: str) -> str:
+    """What of LUA_KEY_FUNCTIONS a script's `body` needs: ROOT, and the functions it calls
+    (they do not call each other)."""
+    root, *functions = LUA_KEY_FUNCTIONS.splitlines()
+    called = [line for line in functions if re.search(rf"\b{_lua_name(line)}\(", body)]
+    return "\n".join((root, *called))

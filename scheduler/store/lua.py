@@ -10,10 +10,12 @@ Return codes are turned into exceptions by the typed wrappers in commands.py.
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
 from scheduler.models import FINAL_STATUSES, Job
-from scheduler.store.keys import LUA_KEY_FUNCTIONS
+from scheduler.store.keys import lua_key_functions
 
 # Return codes shared by the scripts and commands.py.
 OK = 1
@@ -38,9 +40,9 @@ local ALREADY_RUNNING, NOT_RUNNING, NO_NODES = {ALREADY_RUNNING}, {NOT_RUNNING},
 local NOT_READY, UNAUTHORIZED, FORBIDDEN = {NOT_READY}, {UNAUTHORIZED}, {FORBIDDEN}
 local TOO_MANY_NODES, ROLE_LOCKED, OTHER_NODE = {TOO_MANY_NODES}, {ROLE_LOCKED}, {OTHER_NODE}
 local CANCELLING, NOT_CANCELLING = {CANCELLING}, {NOT_CANCELLING}
--- The final statuses (models.FINAL_STATUSES): FINAL[status] is true for them.
-local FINAL = {{{", ".join(f"{s} = true" for s in FINAL_STATUSES)}}}
 """
+# The final statuses (models.FINAL_STATUSES): FINAL[status] is true for them.
+FINAL = "local FINAL = {" + ", ".join(f"{s} = true" for s in FINAL_STATUSES) + "}"
 
 # Who makes an agent call (AGENT_AUTH, README "Security"); the API works it out, in process,
 # from the Authorization header and passes it as one ARGV:
@@ -264,4 +266,9 @@ end
 
 
 def script(*parts: str) -> str:
-    return "\n".join((LUA_KEY_FUNCTIONS, CODES, *parts))
+    """The script of `parts`, after the codes and only the key functions and tables it uses:
+    Redis makes every definition again on each call, and the unused ones were ~1 µs of a
+    poll's ~6 µs of script time."""
+    body = "\n".join(parts)
+    final = FINAL if re.search(r"\bFINAL\[", body) else ""
+    return "\n".join((lua_key_functions(body), CODES, final, body))

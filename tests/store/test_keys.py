@@ -4,12 +4,14 @@ upgrade (store/migrate.py) renames."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 import redis
 from redis.crc import key_slot
 
-from scheduler.store.keys import Keys, LegacyKeys, glob_escape
+from scheduler.store.keys import Keys, LegacyKeys, glob_escape, lua_key_functions
+from scheduler.store.lua import script
 from scheduler.store.migrate import rename_legacy_keys
 
 
@@ -47,6 +49,32 @@ def test_the_upgrade_renames_every_family_of_keys() -> None:
         old = "p:" + key.removeprefix(keys.root)
         assert LegacyKeys("p").owns(old), name
     assert not LegacyKeys("p").owns("p:x:jobs")  # the deployment "p:x" of the old layout
+
+
+def defined(lua: str) -> list[str]:
+    """The names of the local functions and tables `lua` defines."""
+    return re.findall(r"local function (\w+)|local (FINAL) =", lua)
+
+
+@pytest.mark.parametrize(
+    ("body", "functions"),
+    [
+        ("return 1", []),
+        ('redis.call("GET", key_job(ARGV[1]))', ["key_job"]),
+        # key_node_status( holds "status(" but calls only itself
+        ("key_node_status(n, s) key_job_channel(id)", ["key_job_channel", "key_node_status"]),
+        ("local key_job = 1 -- key_status mentioned, not called", []),
+    ],
+)
+def test_a_script_defines_only_the_key_functions_it_calls(body: str, functions: list[str]) -> None:
+    lua = lua_key_functions(body)
+    assert lua.startswith("local ROOT = KEYS[1]")
+    assert [name for name, _ in defined(lua)] == functions
+
+
+@pytest.mark.parametrize(("body", "has_final"), [("if FINAL[old] then end", True), ("", False)])
+def test_a_script_defines_the_final_table_only_when_it_reads_it(body: str, has_final: bool) -> None:
+    assert (("", "FINAL") in defined(script(body))) is has_final
 
 
 def test_glob_escape() -> None:
