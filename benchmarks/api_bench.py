@@ -63,11 +63,17 @@ wrk.method = "POST"
 wrk.body = '{"command":"echo hello","env_vars":{"GREETING":"hi"}}'
 wrk.headers["Content-Type"] = "application/json"
 """
+# The 10 nodes' polls in turn, formatted once (wrk.format per request was ~1.5 µs of wrk's
+# ~14 µs per request, on the cores the API shares).
 POLL_LUA = """
+local polls = {}
+for n = 0, 9 do
+  polls[n] = wrk.format("GET", "/jobs?node_id=bench-node-" .. n .. "&status=pending")
+end
 local i = 0
 request = function()
   i = i + 1
-  return wrk.format("GET", "/jobs?node_id=bench-node-" .. (i % 10) .. "&status=pending")
+  return polls[i % 10]
 end
 """
 # next_request(n) for a burst of 4 x window requests: job (n mod window) + 1, its phase n div
