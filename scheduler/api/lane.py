@@ -3,8 +3,11 @@ from `scheduler serve`'s HTTP protocol (server.LaneProtocol) without going throu
 
 Why: uvicorn's per-request ASGI cycle (scope, event, task, messages) and Starlette's routing,
 middleware and Request/Response objects were most of the ~80-110 µs of API CPU a GET
-/jobs/{id} cost on this 2-core machine; served here it costs ~41-47 µs, about half of it the
+/jobs/{id} cost on this 2-core machine; served here it costs ~35-45 µs, about half of it the
 socket writes, and reads and submits run 1.5-2x faster (docs/ARCHITECTURE.md, Performance).
+A read and a poll, one Redis command each, are answered in the reply's callback, with no
+task (Route.send); a submit and a report, which read a body and may call Redis twice, in a
+task each.
 
 It answers exactly as the Starlette app does: the logic is hot.py's, the error replies
 errors.py's, the key rule is BearerAuth's, the request counts go to the same RequestStats.
@@ -87,9 +90,9 @@ class Route:
     needs_key: bool
     has_body: bool
     # For a call that is one Redis command: sends it and says how its reply is answered, so
-    # the protocol answers in the reply's callback, with no task or coroutine (a task and its
-    # chain of awaits were ~1/4 of a GET's API time). None whenever the handler should
-    # answer instead (no open Redis connection, or a refusal or error to answer).
+    # the protocol answers in the reply's callback, with no task or coroutine (a task and
+    # its chain of awaits cost a few µs of the ~40 a GET costs the API). None whenever the
+    # handler should answer instead (no open Redis connection, or a refusal or error).
     send: Callable[[HotRequest], Sent | None] | None = None
 
 

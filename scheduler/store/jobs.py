@@ -46,7 +46,7 @@ class _Status(msgspec.Struct):
 _status_decoder = msgspec.json.Decoder(_Status)
 
 T = TypeVar("T")
-# A call sent without a coroutine (JobStore.send): the reply's future, and how to read it.
+# A call sent without a coroutine (JobStore.send_poll): the reply's future, how to read it.
 Sending: TypeAlias = tuple[asyncio.Future[Any], Callable[[Any], T]]
 
 # Services the built-in registry keeps (each a few hundred bytes): a node's oldest finished
@@ -165,19 +165,6 @@ class JobStore:
         )
         return call.parse(reply)
 
-    def send(self, call: Call[T]) -> Sending[T] | None:
-        """`call` sent at once, for a caller that goes on in a callback (the hot lane): None
-        when it must be awaited through `run` instead, with no connection open yet or a write
-        that waits for replicas. The reply fails with NoScriptError when Redis forgot the
-        script, which `run` loads."""
-        if _acks(self.settings, call.script)[0]:
-            return None
-        return self._send_packed(_evalsha(call), call.parse)
-
-    def _send_packed(self, command: bytes, parse: Callable[[Any], T]) -> Sending[T] | None:
-        sent = self.redis.send_packed(command)
-        return None if sent is None else (sent, parse)
-
     async def create(self, job_json: bytes, placement: Placement, now: float) -> bytes:
         s = self.settings
         created = await self.run(
@@ -195,9 +182,13 @@ class JobStore:
         return await self.run(commands.poll(self.keys, node_id, limit, caller))
 
     def send_poll(self, node_id: str, caller: str) -> Sending[commands.Polled] | None:
-        """`poll`, sent at once (`send`)."""
+        """`poll` sent at once, for a caller that goes on in a callback (the hot lane): its
+        reply's future and how to read it, or None with no connection open yet (await `poll`).
+        The reply fails with NoScriptError when Redis forgot the script, which `poll` loads.
+        (A read: never a WAIT for replicas.)"""
         limit = self.settings.max_jobs_per_node
-        return self._send_packed(_poll_command(self.keys, node_id, limit, caller), commands.polled)
+        sent = self.redis.send_packed(_poll_command(self.keys, node_id, limit, caller))
+        return None if sent is None else (sent, commands.polled)
 
     async def poll_wait(self, node_id: str, caller: str, wait: float) -> commands.Polled:
         """The poll, answered once the node has work (or a job to cancel) or after `wait`
@@ -240,7 +231,7 @@ class JobStore:
         return blob
 
     def send_get(self, job_id: str) -> asyncio.Future[bytes | None] | None:
-        """`get`, sent at once (`send`)."""
+        """`get` sent at once (as `send_poll`)."""
         return self.redis.send_now("GET", self.keys.job(job_id))
 
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
