@@ -33,7 +33,7 @@ from scheduler.store import (
 from scheduler.store.commands import Call, Created
 from scheduler.store.keys import Keys
 from scheduler.store.notify import Notifier, wait_until
-from scheduler.store.redis_mux import MuxRedis
+from scheduler.store.redis_mux import READ_COST, WRITE_COST, MuxRedis
 from scheduler.store.topology import ReplicasNotAcked, sync_client
 
 _node_decoder = msgspec.json.Decoder(Node)
@@ -160,8 +160,9 @@ class JobStore:
     async def run(self, call: Call[T]) -> T:
         source = _SOURCES[call.script]
         replicas, timeout_ms = _acks(self.settings, call.script)
+        cost = READ_COST if call.script in READ_ONLY else WRITE_COST
         reply = await self.redis.evalsha(
-            source.sha, source.text, call.keys, call.args, replicas, timeout_ms
+            source.sha, source.text, call.keys, call.args, replicas, timeout_ms, cost
         )
         return call.parse(reply)
 

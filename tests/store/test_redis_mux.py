@@ -9,7 +9,13 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from scheduler.store.redis_mux import FLUSH_EVERY, MuxRedis, RedisProtocol
+from scheduler.store.redis_mux import (
+    FLUSH_COST,
+    READ_COST,
+    WRITE_COST,
+    MuxRedis,
+    RedisProtocol,
+)
 
 
 def run(coro: Awaitable[None]) -> None:
@@ -29,12 +35,12 @@ def test_concurrent_commands_each_get_their_own_reply(redis_url: str, prefix: st
 
 @pytest.mark.parametrize(
     "count",
-    [1, FLUSH_EVERY - 1, FLUSH_EVERY, FLUSH_EVERY + 1, 2 * FLUSH_EVERY, 3 * FLUSH_EVERY + 3],
+    [1, FLUSH_COST - 1, FLUSH_COST, FLUSH_COST + 1, 2 * FLUSH_COST, 3 * FLUSH_COST + 3],
 )
 def test_commands_around_the_early_flush_boundary_all_leave(
     redis_url: str, prefix: str, count: int
 ) -> None:
-    # A turn's commands leave in writes of FLUSH_EVERY plus the scheduled flush of the rest;
+    # A turn's commands leave in writes of FLUSH_COST plus the scheduled flush of the rest;
     # none may be held back or sent twice (a duplicate INCR would show).
     async def scenario() -> None:
         mux = MuxRedis(redis_url)
@@ -43,6 +49,50 @@ def test_commands_around_the_early_flush_boundary_all_leave(
         assert replies == list(range(1, count + 1))
         assert await mux.execute("GET", key) == str(count).encode()
         await mux.aclose()
+
+    run(scenario())
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
+READ, WRITE = b"r", b"w"
+
+
+@pytest.mark.parametrize(
+    ("commands", "early", "total"),
+    [
+        ([READ] * (FLUSH_COST - 1), 0, 1),
+        ([READ] * FLUSH_COST, 1, 1),
+        ([READ] * (2 * FLUSH_COST + 1), 2, 3),
+        ([WRITE] * (FLUSH_COST // WRITE_COST - 1), 0, 1),
+        ([WRITE] * (FLUSH_COST // WRITE_COST), 1, 1),
+        ([WRITE] * (2 * FLUSH_COST // WRITE_COST), 2, 2),
+        ([READ] * (FLUSH_COST - WRITE_COST) + [WRITE], 1, 1),
+    ],
+)
+def test_a_batch_is_written_once_it_weighs_flush_cost(
+    commands: list[bytes], early: int, total: int
+) -> None:
+    """Reads leave FLUSH_COST at a time, writes (each WRITE_COST) fewer at a time, at once
+    (`early` writes); what is left leaves at the end of the turn, each command once, in
+    order (`total` writes)."""
+
+    async def scenario() -> None:
+        protocol = RedisProtocol(timeout=10)
+        transport = RecordingTransport()
+        protocol.transport = transport  # type: ignore[assignment]
+        for command in commands:
+            protocol.send(command, WRITE_COST if command == WRITE else READ_COST)
+        assert len(transport.writes) == early
+        await asyncio.sleep(0)
+        assert len(transport.writes) == total
+        assert b"".join(transport.writes) == b"".join(commands)
 
     run(scenario())
 
@@ -166,7 +216,7 @@ def test_commands_on_a_closing_connection_fail_as_connection_errors(
     # never raise something else into the request (a 500), on either event loop.
     async def scenario() -> None:
         mux, protocol = await _aborted(redis_url)
-        waiters = [protocol.send(PING) for _ in range(2 * FLUSH_EVERY)]
+        waiters = [protocol.send(PING) for _ in range(2 * FLUSH_COST)]
         results = await asyncio.gather(*waiters, return_exceptions=True)
         assert all(isinstance(r, RedisConnectionError) for r in results), results
         assert await mux.execute("PING") == b"PONG"  # and the next call reconnects
