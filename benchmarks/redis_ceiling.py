@@ -26,8 +26,8 @@ API and Redis gets the cores; CPU per request is not, so the ceiling of one Redi
 request) / (Redis CPU per request).
 
 What it cannot isolate: Redis' CPU includes its event loop's share of reading and writing
-the sockets, which depends on how many commands arrive per read (here up to FLUSH_EVERY per
-write from the API, as in production); the load generator shares the cores, so cache effects
+the sockets, which depends on how many commands arrive per read (here up to FLUSH_COST's
+worth per write from the API, as in production); the load generator shares the cores, so cache effects
 of contention land in both CPU figures; the stored count changes during submit (it grows by
 --requests) and the `running`/`done` runs need --stored >= --requests (checked).
 """
