@@ -28,6 +28,7 @@ from scheduler.api.metrics import RequestStats
 from scheduler.api.server import LaneCycle, LaneProtocol, OneWriteProtocol
 from scheduler.store.jobs import JobStore
 from tests.conftest import SettingsFactory
+from tests.redis_server import RestartableRedis
 from tests.servers import exchange, serving
 
 KEY = "lane-key"
@@ -383,6 +384,32 @@ def test_a_poll_after_redis_forgot_its_scripts_is_answered(
     assert tasks_started == ["GET /jobs"]
     assert b'"job_id":"job-1"' in exchange(api.port, poll, b"]\n")
     assert tasks_started == ["GET /jobs"]
+
+
+def test_reads_and_polls_answer_503_while_redis_is_gone_and_recover(
+    make_settings: SettingsFactory, restartable_redis: RestartableRedis, tasks_started: list[str]
+) -> None:
+    """With Redis killed a read and a poll are the 503 of the task path; once it is back the
+    next read reconnects, the next poll loads its script again (a restart forgets scripts),
+    and the calls after them are answered from callbacks."""
+    settings = make_settings(redis_url=restartable_redis.url, api_key=KEY)
+    poll = {"node_id": "n1", "status": "pending"}
+    with (
+        serving(create_app(settings)) as port,
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=OPERATOR) as http,
+    ):
+        register_n1(port)
+        assert http.post("/jobs", json={"command": "x"}).status_code == 201
+        assert http.get("/jobs/job-1").status_code == 200
+        restartable_redis.kill()
+        for answer in (http.get("/jobs/job-1"), http.get("/jobs", params=poll)):
+            assert (answer.status_code, answer.text) == (503, "store unavailable\n")
+        restartable_redis.start()
+        for _ in range(2):
+            before = len(tasks_started)
+            assert http.get("/jobs/job-1").json()["job_id"] == "job-1"
+            assert [job["job_id"] for job in http.get("/jobs", params=poll).json()] == ["job-1"]
+        assert len(tasks_started) == before
 
 
 @pytest.mark.parametrize("path", ["reply's callback", "task"])
