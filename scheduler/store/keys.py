@@ -314,25 +314,20 @@ def _lua_function(name: str, template: str) -> str:
     return f"local function key_{name}(x) return {body} end"
 
 
-# KEYS[1] is Keys.root; a function per line.
-LUA_KEY_FUNCTIONS = "\n".join(
-    [
-        "local ROOT = KEYS[1]",
-        *(_lua_function(name, template) for name, template in _DERIVED.items()),
-        'local function key_node_status(node, status) return ROOT .. "node:" .. node .. ":" '
-        ".. status end",
-    ]
-)
-
-
-def _lua_name(definition: str) -> str:
-    """The name a "local function NAME(...) ..." line defines."""
-    return definition.split()[2].split("(")[0]
+# The Lua function of each derived key, by name; KEYS[1] is Keys.root.
+LUA_KEY_FUNCTIONS = {
+    **{f"key_{name}": _lua_function(name, template) for name, template in _DERIVED.items()},
+    "key_node_status": 'local function key_node_status(node, status) return ROOT .. "node:" '
+    '.. node .. ":" .. status end',
+}
 
 
 def lua_key_functions(body: str) -> str:
     """What of LUA_KEY_FUNCTIONS a script's `body` needs: ROOT, and the functions it calls
     (they do not call each other)."""
-    root, *functions = LUA_KEY_FUNCTIONS.splitlines()
-    called = [line for line in functions if re.search(rf"\b{_lua_name(line)}\(", body)]
-    return "\n".join((root, *called))
+    called = [
+        definition
+        for name, definition in LUA_KEY_FUNCTIONS.items()
+        if re.search(rf"\b{name}\(", body)
+    ]
+    return "\n".join(("local ROOT = KEYS[1]", *called))
