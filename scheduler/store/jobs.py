@@ -33,7 +33,7 @@ from scheduler.store import (
 from scheduler.store.commands import Call, Created
 from scheduler.store.keys import Keys
 from scheduler.store.notify import Notifier, wait_until
-from scheduler.store.redis_mux import READ_COST, WRITE_COST, MuxRedis
+from scheduler.store.redis_mux import READ_COST, WRITE_COST, MuxRedis, script_command
 from scheduler.store.topology import ReplicasNotAcked, sync_client
 
 _node_decoder = msgspec.json.Decoder(Node)
@@ -108,20 +108,15 @@ def _acks(settings: Settings, script: str) -> tuple[int, int]:
     return settings.redis_min_replicas_acked, settings.redis_replicas_ack_timeout_ms
 
 
-def _evalsha(call: Call[Any]) -> bytes:
-    source = _SOURCES[call.script]
-    packed: bytes = hiredis.pack_command(
-        ("EVALSHA", source.sha, len(call.keys), *call.keys, *call.args)
-    )
-    return packed
-
-
 @functools.lru_cache(maxsize=1024)
 def _poll_command(keys: Keys, node_id: str, limit: int, caller: str) -> bytes:
     """The poll's EVALSHA, packed. An agent polls with the same node and token every few
     seconds, and building and packing the command was a third of a poll's Python time. What
     the cache holds decides nothing: the script checks the caller against Redis each time."""
-    return _evalsha(commands.poll(keys, node_id, limit, caller))
+    call = commands.poll(keys, node_id, limit, caller)
+    command = script_command("EVALSHA", _SOURCES[call.script].sha, call.keys, call.args)
+    packed: bytes = hiredis.pack_command(command)
+    return packed
 
 
 def index_key(keys: Keys, node_id: str, status: str) -> str:

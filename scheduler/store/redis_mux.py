@@ -45,6 +45,11 @@ FLUSH_COST = 16
 READ_COST, WRITE_COST = 1, 4
 
 
+def script_command(how: str, script: str, keys: list[Any], args: list[Any]) -> tuple[Any, ...]:
+    """EVALSHA (`script` its SHA-1) or EVAL (its text) with these KEYS and ARGV."""
+    return (how, script, len(keys), *keys, *args)
+
+
 class RedisProtocol(asyncio.Protocol):
     def __init__(self, timeout: float) -> None:
         self.transport: asyncio.Transport | None = None
@@ -339,10 +344,10 @@ class MuxRedis:
         only reads (FLUSH_COST)."""
         acks = (replicas, timeout_ms)
         try:
-            return await self._run(("EVALSHA", sha, len(keys), *keys, *args), acks, cost)
+            return await self._run(script_command("EVALSHA", sha, keys, args), acks, cost)
         except NoScriptError:
             # A restarted or flushed Redis forgot the script: load it and run it once.
-            return await self._run(("EVAL", script, len(keys), *keys, *args), acks, cost)
+            return await self._run(script_command("EVAL", script, keys, args), acks, cost)
 
     async def _run(self, command: tuple[Any, ...], acks: tuple[int, int], cost: int) -> Any:
         replicas, timeout_ms = acks
