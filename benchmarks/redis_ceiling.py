@@ -27,9 +27,10 @@ request) / (Redis CPU per request).
 
 What it cannot isolate: Redis' CPU includes its event loop's share of reading and writing
 the sockets, which depends on how many commands arrive per read (here up to FLUSH_COST's
-worth per write from the API, as in production); the load generator shares the cores, so cache effects
-of contention land in both CPU figures; the stored count changes during submit (it grows by
---requests) and the `running`/`done` runs need --stored >= --requests (checked).
+worth per write from the API, as in production); the load generator shares the cores, so
+cache effects of contention land in both CPU figures; the stored count changes during
+submit (it grows by --requests) and the `running`/`done` runs need --stored >= --requests
+(checked).
 """
 
 from __future__ import annotations
