@@ -22,19 +22,23 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def redis_server(*extra: str) -> Iterator[str]:
+def redis_server(*extra: str, unix_socket: bool = False) -> Iterator[str]:
+    """Yields its URL: redis:// on a free loopback port, or with `unix_socket` unix:// on a
+    socket in its data directory and no TCP port at all."""
     binary = shutil.which("redis-server") or shutil.which("valkey-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed (.ci/run installs it)")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="sched-redis-") as data:
+        socket_path = os.path.join(data, "redis.sock")
+        if unix_socket:
+            listen = ["--port", "0", "--unixsocket", socket_path, "--unixsocketperm", "700"]
+        else:
+            listen = ["--port", str(port), "--bind", "127.0.0.1"]
         proc = subprocess.Popen(
             [
                 binary,
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
+                *listen,
                 "--save",
                 "",
                 "--appendonly",
@@ -46,7 +50,7 @@ def redis_server(*extra: str) -> Iterator[str]:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        url = f"redis://127.0.0.1:{port}/0"
+        url = f"unix://{socket_path}" if unix_socket else f"redis://127.0.0.1:{port}/0"
         try:
             _wait_ready(url, proc)
             yield url

@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 from redis.connection import (
+    AbstractConnection,
     Connection,
     ConnectionPool,
     SSLConnection,
@@ -108,8 +109,10 @@ def sync_client(settings: Settings, **options: Any) -> redis.Redis:
     return _cluster_client(target, tag_slot(settings.redis_prefix), options)
 
 
-class _DropOnTopologyError(Connection):
-    """Turns a topology reply into a dropped connection and a ConnectionError."""
+class _DropOnTopologyError(AbstractConnection):
+    """Turns a topology reply into a dropped connection and a ConnectionError. A mixin over
+    the abstract connection: over Connection it would put TCP's connect before a unix
+    socket's in _UnixConnection's MRO, and unix:// would reach localhost:6379 instead."""
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -117,7 +120,12 @@ class _DropOnTopologyError(Connection):
         except _TOPOLOGY_EXCEPTIONS as exc:
             self.disconnect()  # type: ignore[no-untyped-call]
             reply = f"{getattr(exc, 'status_code', None) or type(exc).__name__} {exc}"
-            raise NotPrimary(f"{self.host}:{self.port} is not the primary: {reply}") from exc
+            where = self._host_error()  # type: ignore[no-untyped-call]
+            raise NotPrimary(f"{where} is not the primary: {reply}") from exc
+
+
+class _TCPConnection(_DropOnTopologyError, Connection):
+    pass
 
 
 class _UnixConnection(_DropOnTopologyError, UnixDomainSocketConnection):
@@ -128,8 +136,8 @@ class _SSLConnection(_DropOnTopologyError, SSLConnection):
     pass
 
 
-_DIRECT: dict[str, type[Connection]] = {
-    "redis": _DropOnTopologyError,
+_DIRECT: dict[str, type[Connection | UnixDomainSocketConnection]] = {
+    "redis": _TCPConnection,
     "rediss": _SSLConnection,
     "unix": _UnixConnection,
 }
@@ -199,7 +207,7 @@ class _ClusterLocator:
         raise RedisConnectionError(f"no cluster node serves slot {self.slot}: {errors}")
 
 
-class _ClusterConnection(_DropOnTopologyError):
+class _ClusterConnection(_DropOnTopologyError, Connection):
     def __init__(self, **kwargs: Any) -> None:
         self.locator: _ClusterLocator = kwargs.pop("locator")
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
