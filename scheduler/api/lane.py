@@ -19,7 +19,6 @@ the answers byte for byte.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -34,6 +33,7 @@ from scheduler.api.http import bearer_matches, length_of, refuse_declared
 from scheduler.api.metrics import RequestStats, route_label
 from scheduler.api.state import AppState
 from scheduler.store.commands import Polled
+from scheduler.store.redis_mux import Reply
 
 JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"
@@ -78,8 +78,8 @@ class HotRequest:
 
 
 Handler = Callable[[HotRequest], Awaitable[Answer]]
-# A call sent to Redis without a task: the reply's future, and how the reply becomes the answer.
-Sent = tuple["asyncio.Future[Any]", Callable[[Any], Answer]]
+# A call sent to Redis without a task: its reply, and how the reply becomes the answer.
+Sent = tuple[Reply, Callable[[Any], Answer]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,9 +172,7 @@ class Lane:
             # every error of the route, in one place.
             return None
 
-    def settled(
-        self, request: HotRequest, reply: asyncio.Future[Any], finish: Callable[[Any], Answer]
-    ) -> Answer:
+    def settled(self, request: HotRequest, reply: Reply, finish: Callable[[Any], Answer]) -> Answer:
         """The answer of a call `send` sent, from its reply. NoScriptError (Redis forgot the
         script) and bugs are raised: the caller runs the handler, or answers 500."""
         try:

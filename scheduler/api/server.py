@@ -28,6 +28,7 @@ from scheduler.api import http
 from scheduler.api.hot import Charge
 from scheduler.api.http import body_late, length_of, too_large
 from scheduler.api.lane import MAX_BODY, TEXT, Answer, HotRequest, Lane, Route
+from scheduler.store.redis_mux import Reply
 
 log = logging.getLogger("scheduler.api")
 
@@ -123,7 +124,7 @@ class LaneCycle:
         sent = lane.send(route, request)
         if sent is not None:
             reply, finish = sent
-            reply.add_done_callback(partial(self.settle, route, request, finish))
+            reply.on_done(partial(self.settle, route, request, finish))
             return
         self.run_task(route, request)
 
@@ -141,7 +142,7 @@ class LaneCycle:
         route: Route,
         request: HotRequest,
         finish: Callable[[Any], Answer],
-        reply: asyncio.Future[Any],
+        reply: Reply,
     ) -> None:
         try:
             answer = self.protocol.lane.settled(request, reply, finish)

@@ -33,7 +33,7 @@ from scheduler.store import (
 from scheduler.store.commands import Call, Created
 from scheduler.store.keys import Keys
 from scheduler.store.notify import Notifier, wait_until
-from scheduler.store.redis_mux import READ_COST, WRITE_COST, MuxRedis, script_command
+from scheduler.store.redis_mux import READ_COST, WRITE_COST, MuxRedis, Reply, script_command
 from scheduler.store.topology import ReplicasNotAcked, sync_client
 
 _node_decoder = msgspec.json.Decoder(Node)
@@ -46,8 +46,8 @@ class _Status(msgspec.Struct):
 _status_decoder = msgspec.json.Decoder(_Status)
 
 T = TypeVar("T")
-# A call sent without a coroutine (JobStore.send_poll): the reply's future, how to read it.
-Sending: TypeAlias = tuple[asyncio.Future[Any], Callable[[Any], T]]
+# A call sent without a coroutine (JobStore.send_poll): its reply, how to read it.
+Sending: TypeAlias = tuple[Reply, Callable[[Any], T]]
 
 # Services the built-in registry keeps (each a few hundred bytes): a node's oldest finished
 # ones go past MAX_SERVICES_PER_NODE; past either limit with none to drop, POST /services
@@ -226,7 +226,7 @@ class JobStore:
         blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
         return blob
 
-    def send_get(self, job_id: str) -> asyncio.Future[bytes | None] | None:
+    def send_get(self, job_id: str) -> Reply | None:
         """`get` sent at once (as `send_poll`)."""
         return self.redis.send_now("GET", self.keys.job(job_id))
 

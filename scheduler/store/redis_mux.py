@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import ssl
 import time
-from collections.abc import Awaitable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, cast
 from urllib.parse import parse_qs, unquote, urlparse
 
 import hiredis
@@ -39,6 +40,8 @@ from scheduler.store.topology import (
     tag_slot,
 )
 
+log = logging.getLogger("scheduler.store")
+
 # The queued commands are written once they weigh FLUSH_COST: a read (a plain command, a
 # read-only script) weighs READ_COST, a write script WRITE_COST (RedisProtocol.queue).
 FLUSH_COST = 16
@@ -50,12 +53,67 @@ def script_command(how: str, script: str, keys: list[Any], args: list[Any]) -> t
     return (how, script, len(keys), *keys, *args)
 
 
+class Reply:
+    """A reply's future for a caller that goes on in a callback (`on_done`). An asyncio
+    Future runs its callbacks in the loop's next turn (call_soon): a Handle and one more
+    dispatch per call, ~2 µs of the ~45 a poll costs the API. A Reply runs its callback as
+    the protocol reads the reply, inside data_received, before the next reply is read."""
+
+    __slots__ = ("_callback", "_done", "_error", "_value")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[Reply], None] | None = None
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> Any:
+        """The reply, or the error it stands for raised (as Future.result)."""
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def set_result(self, value: Any) -> None:
+        self._value = value
+        self._settle()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._settle()
+
+    def on_done(self, callback: Callable[[Reply], None]) -> None:
+        """Calls `callback(self)` once the reply is in: at once if it is."""
+        self._callback = callback
+        if self._done:
+            self._run(callback)
+
+    def _settle(self) -> None:
+        self._done = True
+        if self._callback is not None:
+            self._run(self._callback)
+
+    def _run(self, callback: Callable[[Reply], None]) -> None:
+        # Raised here, a callback's bug would stop the protocol between two replies and
+        # leave the rest of the batch unanswered.
+        try:
+            callback(self)
+        except Exception:
+            log.exception("Exception in a Redis reply's callback")
+
+
+# What the protocol answers a queued command on, in send order.
+Waiter: TypeAlias = asyncio.Future[Any] | Reply
+
+
 class RedisProtocol(asyncio.Protocol):
     def __init__(self, timeout: float) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser = hiredis.Reader()
         # (when sent, future) in send order; Redis replies in the same order.
-        self.waiters: collections.deque[tuple[float, asyncio.Future[Any]]] = collections.deque()
+        self.waiters: collections.deque[tuple[float, Waiter]] = collections.deque()
         self.outgoing: list[bytes] = []
         self.queued_cost = 0  # of `outgoing` (FLUSH_COST)
         # Futures for the replica count of the writes queued since the last flush: a WAIT
@@ -73,7 +131,7 @@ class RedisProtocol(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         self.watchdog = self.loop.call_later(self.timeout / 4, self._check_stalled)
 
-    def queue(self, command: bytes, cost: int) -> asyncio.Future[Any]:
+    def queue(self, command: bytes, cost: int, waiter: Waiter | None = None) -> Waiter:
         # Commands issued in one turn of the event loop leave together, several per write
         # (syscall). Not all in one write at the end of the turn: a turn that handles 32
         # requests would keep Redis idle until its end, then the API idle while Redis runs
@@ -84,7 +142,8 @@ class RedisProtocol(asyncio.Protocol):
         # 15.5k req/s (the API 81% -> 99% busy); every 16 reads instead of every 4 took
         # GET /jobs/{id} from 29.2k to 34.9k (the API's CPU per GET 33 -> 28 µs) and the poll
         # at capacity from 24.4k to 27.2k, while every 16 submits instead of 4 lost 13%.
-        waiter: asyncio.Future[Any] = self.loop.create_future()
+        if waiter is None:
+            waiter = self.loop.create_future()
         if self.lost:
             # connection_lost has already failed the queue: nothing would ever answer this.
             waiter.set_exception(RedisConnectionError("connection to Redis lost"))
@@ -97,17 +156,23 @@ class RedisProtocol(asyncio.Protocol):
         return waiter
 
     def send(self, command: bytes, cost: int = READ_COST) -> asyncio.Future[Any]:
-        waiter = self.queue(command, cost)
+        waiter = self.loop.create_future()
+        self.send_to(command, waiter, cost)
+        return waiter
+
+    def send_to(self, command: bytes, waiter: Waiter, cost: int = READ_COST) -> None:
+        """`command`, its reply to be set on `waiter`."""
+        self.queue(command, cost, waiter)
         if self.queued_cost >= FLUSH_COST:
             self._flush()
-        return waiter
 
     def send_acked(
         self, command: bytes, wait: bytes
     ) -> tuple[asyncio.Future[Any], asyncio.Future[int]]:
         """`command` (a write), and how many replicas hold it: the reply of the WAIT (packed
         in `wait`) that the flush sends right after it, in the same write."""
-        reply = self.queue(command, WRITE_COST)
+        reply = self.loop.create_future()
+        self.queue(command, WRITE_COST, reply)
         acked: asyncio.Future[int] = self.loop.create_future()
         if reply.done():  # lost: nothing will be flushed
             acked.set_result(0)
@@ -317,17 +382,20 @@ class MuxRedis:
         protocol = await self._connected()
         return await protocol.send(hiredis.pack_command(args))
 
-    def send_now(self, *args: Any) -> asyncio.Future[Any] | None:
+    def send_now(self, *args: Any) -> Reply | None:
         """The command sent on the open connection, for a caller that goes on in a callback
-        instead of a coroutine; None when no connection is open (await `execute`)."""
+        (Reply.on_done) instead of a coroutine; None when no connection is open (await
+        `execute`). A read: it weighs READ_COST."""
         return self.send_packed(hiredis.pack_command(args))
 
-    def send_packed(self, command: bytes) -> asyncio.Future[Any] | None:
+    def send_packed(self, command: bytes) -> Reply | None:
         """`send_now` for a command packed already."""
         protocol = self._protocol
         if protocol is None or protocol.lost:
             return None
-        return protocol.send(command)
+        reply = Reply()
+        protocol.send_to(command, reply)
+        return reply
 
     async def evalsha(
         self,

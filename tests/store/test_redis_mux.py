@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -15,6 +16,7 @@ from scheduler.store.redis_mux import (
     WRITE_COST,
     MuxRedis,
     RedisProtocol,
+    Reply,
 )
 
 
@@ -239,6 +241,96 @@ def test_a_call_on_a_lost_connection_fails_at_once(redis_url: str) -> None:
             await asyncio.sleep(0.01)
         waiter = protocol.send(PING)
         assert waiter.done() and isinstance(waiter.exception(), RedisConnectionError)
+        await mux.aclose()
+
+    run(scenario())
+
+
+# Replies answered in a callback (Reply, MuxRedis.send_now): the hot lane's GET and poll.
+
+
+def test_reply_callbacks_run_as_each_reply_is_read_in_send_order(
+    redis_url: str, prefix: str
+) -> None:
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        await asyncio.gather(*(mux.execute("SET", f"{prefix}:k{i}", i) for i in range(40)))
+        seen: list[tuple[bytes, bool]] = []
+        sent = [mux.send_now("GET", f"{prefix}:k{i}") for i in range(40)]
+        replies = [reply for reply in sent if reply is not None]
+        assert len(replies) == 40 and not any(reply.done() for reply in replies)
+
+        def record(i: int, reply: Reply) -> None:
+            # The next reply is not read yet: the callback runs inside data_received, not in
+            # a later turn of the loop as a Future's callbacks do.
+            seen.append((reply.result(), i + 1 < 40 and replies[i + 1].done()))
+
+        for i, reply in enumerate(replies):
+            reply.on_done(functools.partial(record, i))
+        while len(seen) < 40:
+            await asyncio.sleep(0)
+        assert seen == [(str(i).encode(), False) for i in range(40)]
+        await mux.aclose()
+
+    run(scenario())
+
+
+def test_a_failing_callback_is_logged_and_the_next_replies_still_arrive(
+    redis_url: str, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        assert await mux.execute("SET", f"{prefix}:k", "v") == b"OK"
+        first, second = mux.send_now("GET", f"{prefix}:k"), mux.send_now("GET", f"{prefix}:k")
+        assert first is not None and second is not None
+
+        def broken(reply: Reply) -> None:
+            raise RuntimeError("a bug in the caller")
+
+        first.on_done(broken)
+        assert await mux.execute("PING") == b"PONG"  # read after both GETs
+        assert second.done() and second.result() == b"v"
+        assert mux.protocol is not None and not mux.protocol.lost
+        await mux.aclose()
+
+    run(scenario())
+    assert "a bug in the caller" in caplog.text
+
+
+def test_a_reply_carries_the_error_and_a_late_callback_runs_at_once(redis_url: str) -> None:
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        assert await mux.execute("PING") == b"PONG"
+        reply = mux.send_now("NOSUCHCOMMAND")
+        assert reply is not None
+        assert await mux.execute("PING") == b"PONG"
+        got: list[Reply] = []
+        reply.on_done(got.append)
+        assert got == [reply]
+        with pytest.raises(ResponseError, match="unknown command"):
+            reply.result()
+        await mux.aclose()
+
+    run(scenario())
+
+
+def test_replies_waiting_on_a_lost_connection_get_a_connection_error(
+    redis_url: str, prefix: str
+) -> None:
+    async def scenario() -> None:
+        mux = MuxRedis(redis_url)
+        assert await mux.execute("PING") == b"PONG"
+        reply = mux.send_now("BLPOP", f"{prefix}:never-pushed", 0)  # never answered: only lost
+        assert reply is not None and mux.protocol is not None
+        got: list[Reply] = []
+        reply.on_done(got.append)
+        assert mux.protocol.transport is not None
+        mux.protocol.transport.abort()
+        while not got:
+            await asyncio.sleep(0.01)
+        with pytest.raises(RedisConnectionError):
+            reply.result()
+        assert mux.send_now("PING") is None  # no open connection: the caller awaits instead
         await mux.aclose()
 
     run(scenario())
