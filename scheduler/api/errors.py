@@ -85,6 +85,11 @@ REPLIES: dict[type[Exception], Replier] = {
 }
 
 
+def is_expected(exc: Exception) -> bool:
+    """Whether `exc` has a reply (reply_for), without making it (a reply may log)."""
+    return any(cls in REPLIES for cls in type(exc).__mro__)
+
+
 def reply_for(exc: Exception, where: str) -> Reply | None:
     """The reply to `exc`, as Starlette picks a handler: the nearest class in its MRO that
     has one. None for an exception nothing expects (a bug: the caller answers 500)."""

@@ -28,7 +28,7 @@ from urllib.parse import parse_qs
 from redis.exceptions import NoScriptError
 
 from scheduler.api import hot
-from scheduler.api.errors import reply_for
+from scheduler.api.errors import is_expected, reply_for
 from scheduler.api.http import bearer_matches, length_of, refuse_declared
 from scheduler.api.metrics import RequestStats, route_label
 from scheduler.api.state import AppState
@@ -162,12 +162,16 @@ class Lane:
         return answer
 
     def send(self, route: Route, request: HotRequest) -> Sent | None:
-        """The call sent to Redis (route.send), or None: `answer` serves the request."""
+        """The call sent to Redis (route.send), or None: `answer` serves the request. An
+        exception nothing expects (a bug) is raised to the caller, counted as a 500."""
         if route.send is None or self.refused(route, request):
             return None
         try:
             return route.send(request)
-        except Exception:
+        except Exception as exc:
+            if not is_expected(exc):
+                self.observe(request, 500)
+                raise
             # A refusal (bad id, no token): the handler raises it again and answers it, as
             # every error of the route, in one place.
             return None

@@ -121,7 +121,11 @@ class LaneCycle:
         and when it needs it (a stranger's report is refused before its body arrives)."""
         lane = self.protocol.lane
         lane.served += 1
-        sent = lane.send(route, request)
+        try:
+            sent = lane.send(route, request)
+        except Exception:
+            self.write(self.failed())
+            return
         if sent is not None:
             reply, finish = sent
             reply.on_done(partial(self.settle, route, request, finish))

@@ -431,6 +431,31 @@ def test_a_bug_in_a_lane_call_is_a_logged_500_and_a_closed_connection(
     assert "Exception in the hot lane" in caplog.text and "a bug" in caplog.text
 
 
+@pytest.mark.parametrize("call", ["send_get", "send_poll"])
+def test_a_bug_sending_a_lane_call_is_a_500_not_a_quiet_retry_through_the_handler(
+    api: LaneApi, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, call: str
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug in sending")
+
+    monkeypatch.setattr(JobStore, call, broken)
+    key = f"Bearer {KEY}"
+    target = "/jobs/job-1" if call == "send_get" else "/jobs?node_id=n1&status=pending"
+    with caplog.at_level(logging.ERROR):
+        received = until_closed(api.port, request("GET", target, Authorization=key))
+    assert received.startswith(b"HTTP/1.1 500 Internal Server Error")
+    assert "a bug in sending" in caplog.text
+    # A refusal found while sending (an id no job can have) still reaches the handler,
+    # which answers it.
+    refused, status = (
+        ("/jobs/job:1", b"404 Not Found")
+        if call == "send_get"
+        else ("/jobs?node_id=n:1&status=pending", b"400 Bad Request")
+    )
+    answer = exchange(api.port, request("GET", refused, Authorization=key), b"\n")
+    assert answer.startswith(b"HTTP/1.1 " + status)
+
+
 def test_bodies_the_lane_does_not_take_still_reach_asgi(api: LaneApi) -> None:
     key, token = f"Bearer {KEY}", api.token
     chunked = (
