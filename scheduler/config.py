@@ -262,6 +262,8 @@ def _parse_redis_url(url: str) -> RedisTarget:
     parts = urlsplit(url)
     if parts.scheme in ("redis", "rediss", "unix"):
         _direct_db(parts.scheme, parts.path, parts.query)
+        if parts.scheme == "rediss":
+            _tls_options(parts.query)
         if parts.scheme != "unix":
             parts.port  # noqa: B018 (raises ValueError on a bad port)
         elif not parts.path:
@@ -295,6 +297,24 @@ def _direct_db(scheme: str, path: str, query: str) -> None:
     db = parse_qs(query).get("db", [""])[-1] if scheme == "unix" else path.strip("/")
     if db:
         _whole(db, "db")
+
+
+# rediss:// options read by the API's connection (redis_mux.tls_context) and by redis-py.
+TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+TLS_CERT_REQS = ("none", "optional", "required")
+TLS_BOOLEANS = ("true", "false", "1", "0", "yes", "no", "y", "n", "t", "f")
+
+
+def _tls_options(query: str) -> None:
+    """Checked at start: a wrong one would otherwise fail each connection to Redis."""
+    options = {name: values[-1] for name, values in parse_qs(query).items()}
+    for name in TLS_FILES:
+        if options.get(name) and not os.path.isfile(options[name]):
+            raise ValueError(f"{name}: no such file {options[name]!r}")
+    if options.get("ssl_cert_reqs", "required").lower() not in TLS_CERT_REQS:
+        raise ValueError(f"ssl_cert_reqs is one of {', '.join(TLS_CERT_REQS)}")
+    if options.get("ssl_check_hostname", "true").lower() not in TLS_BOOLEANS:
+        raise ValueError("ssl_check_hostname is true or false")
 
 
 def _hosts(hostspec: str, default_port: int) -> tuple[tuple[str, int], ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -10,6 +11,8 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlencode
 
 import redis
 
@@ -22,9 +25,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def redis_server(*extra: str, unix_socket: bool = False) -> Iterator[str]:
-    """Yields its URL: redis:// on a free loopback port, or with `unix_socket` unix:// on a
-    socket in its data directory and no TCP port at all."""
+def redis_server(
+    *extra: str, unix_socket: bool = False, tls: TlsFiles | None = None
+) -> Iterator[str]:
+    """Yields its URL: redis:// on a free loopback port; with `unix_socket` unix:// on a
+    socket in its data directory and no TCP port at all; with `tls` rediss:// (TLS only, and
+    a client certificate asked for), the URL carrying the CA and the client's certificate."""
     binary = shutil.which("redis-server") or shutil.which("valkey-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed (.ci/run installs it)")
@@ -33,6 +39,10 @@ def redis_server(*extra: str, unix_socket: bool = False) -> Iterator[str]:
         socket_path = os.path.join(data, "redis.sock")
         if unix_socket:
             listen = ["--port", "0", "--unixsocket", socket_path, "--unixsocketperm", "700"]
+        elif tls is not None:
+            listen = ["--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1"]
+            listen += ["--tls-cert-file", tls.server_cert, "--tls-key-file", tls.server_key]
+            listen += ["--tls-ca-cert-file", tls.ca]
         else:
             listen = ["--port", str(port), "--bind", "127.0.0.1"]
         proc = subprocess.Popen(
@@ -51,12 +61,101 @@ def redis_server(*extra: str, unix_socket: bool = False) -> Iterator[str]:
             stderr=subprocess.DEVNULL,
         )
         url = f"unix://{socket_path}" if unix_socket else f"redis://127.0.0.1:{port}/0"
+        if tls is not None:
+            url = f"rediss://127.0.0.1:{port}/0?{tls.client_query()}"
         try:
             _wait_ready(url, proc)
             yield url
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by it."""
+
+    ca: str
+    server_cert: str
+    server_key: str
+    client_cert: str
+    client_key: str
+
+    def client_query(self) -> str:
+        return urlencode(
+            {
+                "ssl_ca_certs": self.ca,
+                "ssl_certfile": self.client_cert,
+                "ssl_keyfile": self.client_key,
+            }
+        )
+
+
+def make_tls_files(directory: str) -> TlsFiles:
+    """Made with the openssl command (on Debian with the openssl package, as redis-server)."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    )
+    for name, san in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "")):
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+        )
+        extra = ["-extfile", _write(directory, f"{name}.ext", san)] if san else []
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            f"{name}.pem",
+            *extra,
+        )
+    path = functools.partial(os.path.join, directory)
+    return TlsFiles(
+        path("ca.pem"),
+        path("server.pem"),
+        path("server.key"),
+        path("client.pem"),
+        path("client.key"),
+    )
+
+
+def _write(directory: str, name: str, text: str) -> str:
+    with open(os.path.join(directory, name), "w") as file:
+        file.write(text + "\n")
+    return name
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:

@@ -192,6 +192,10 @@ def test_redis_url_forms(url: str, target: object) -> None:
         "redis+cluster://n1:7000/1",  # a cluster has database 0 only
         "redis+cluster://n1:7000?x=1",
         "redis+cluster://",
+        "rediss://cache:6380/0?ssl_ca_certs=/no/such/ca.pem",
+        "rediss://cache:6380/0?ssl_certfile=/no/such/client.pem",
+        "rediss://cache:6380/0?ssl_cert_reqs=sometimes",
+        "rediss://cache:6380/0?ssl_check_hostname=maybe",
     ],
 )
 def test_bad_redis_urls_stop_the_start_naming_redis_url(url: str) -> None:

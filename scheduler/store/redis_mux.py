@@ -53,6 +53,28 @@ def script_command(how: str, script: str, keys: list[Any], args: list[Any]) -> t
     return (how, script, len(keys), *keys, *args)
 
 
+CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+def tls_context(query: str) -> ssl.SSLContext:
+    """The TLS of a rediss:// URL, from the options of its query that redis-py reads too (the
+    workers' and the restore's connections), so every process verifies Redis alike:
+    ssl_ca_certs (a CA file: a private CA), ssl_certfile and ssl_keyfile (a client
+    certificate, which Redis asks for unless tls-auth-clients is no), ssl_cert_reqs
+    (required, the default; optional; none) and ssl_check_hostname (true, the default)."""
+    options = {name: values[-1] for name, values in parse_qs(query).items()}
+    context = ssl.create_default_context(cafile=options.get("ssl_ca_certs") or None)
+    if options.get("ssl_certfile"):
+        context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile") or None)
+    if options.get("ssl_check_hostname", "true").lower() in ("false", "0", "no", "n", "f"):
+        context.check_hostname = False
+    reqs = CERT_REQS[options.get("ssl_cert_reqs", "required").lower()]
+    if reqs != ssl.CERT_REQUIRED:
+        context.check_hostname = False
+        context.verify_mode = reqs
+    return context
+
+
 class Reply:
     """A reply's future for a caller that goes on in a callback (`on_done`). An asyncio
     Future runs its callbacks in the loop's next turn (call_soon): a Handle and one more
@@ -303,7 +325,7 @@ class MuxRedis:
     def _direct(self, url: str) -> None:
         parsed = urlparse(url)
         self.unix_path = parsed.path if parsed.scheme == "unix" else ""
-        self.ssl = ssl.create_default_context() if parsed.scheme == "rediss" else None
+        self.ssl = tls_context(parsed.query) if parsed.scheme == "rediss" else None
         self.host = parsed.hostname or "127.0.0.1"
         self.port = parsed.port or 6379
         db = parse_qs(parsed.query).get("db", [""])[0] if self.unix_path else parsed.path[1:]

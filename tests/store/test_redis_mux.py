@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 from collections.abc import Awaitable, Callable
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from scheduler.config import parse_redis_url
 from scheduler.store.redis_mux import (
     FLUSH_COST,
     READ_COST,
@@ -17,6 +19,7 @@ from scheduler.store.redis_mux import (
     MuxRedis,
     RedisProtocol,
     Reply,
+    tls_context,
 )
 
 
@@ -189,6 +192,26 @@ def test_an_unsolicited_reply_drops_the_connection() -> None:
         server.close()
 
     run(scenario())
+
+
+@pytest.mark.parametrize(
+    "query, verify, check_hostname",
+    [
+        ("", ssl.CERT_REQUIRED, True),
+        ("ssl_cert_reqs=required", ssl.CERT_REQUIRED, True),
+        ("ssl_cert_reqs=optional", ssl.CERT_OPTIONAL, False),
+        ("ssl_cert_reqs=NONE", ssl.CERT_NONE, False),
+        ("ssl_check_hostname=false", ssl.CERT_REQUIRED, False),
+        ("ssl_check_hostname=True", ssl.CERT_REQUIRED, True),
+    ],
+)
+def test_rediss_options_make_the_api_connections_tls(
+    query: str, verify: ssl.VerifyMode, check_hostname: bool
+) -> None:
+    url = f"rediss://cache:6380/0?{query}"
+    parse_redis_url(url)  # accepted at start (config.py checks the options)
+    context = tls_context(query)
+    assert (context.verify_mode, context.check_hostname) == (verify, check_hostname)
 
 
 def test_unsupported_url_schemes_are_refused() -> None:

@@ -1,0 +1,190 @@
+"""The product on a Redis reached over a unix socket only (REDIS_URL=unix://) and over TLS
+only (rediss://, a private CA and a client certificate), README "Configuration". These
+redis-servers listen on nothing else, so a client that loses the socket's path or the TLS
+options fails instead of quietly working against another Redis.
+
+Both were broken once, each in one of the two kinds of client (the API's multiplexed
+connection, redis_mux; the blocking redis-py clients of the restore at start, the workers
+and the snapshot, topology.sync_client):
+- unix://: the blocking clients' connection class put TCP's connect before the socket's, and
+  reached localhost:6379, the machine's own Redis. The socket's fixture checks, read-only,
+  that the blocking client is on the socket before any test writes anything;
+- rediss://: the API's connection ignored the URL's TLS options (a private CA, a client
+  certificate) that redis-py read, so the workers reached Redis and the API answered 503."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from scheduler.config import Settings
+from scheduler.store.jobs import SyncJobStore
+from scheduler.store.keys import Keys
+from scheduler.store.topology import NotPrimary, sync_client
+from tests.conftest import (
+    BOTH_FRONTS,
+    ClientFactory,
+    CtxFactory,
+    SettingsFactory,
+    assert_json,
+    assert_text_error,
+    register,
+    report,
+    submit,
+)
+from tests.processes import scheduler_env, wait_http, worker_burst
+from tests.redis_server import TlsFiles, free_port, make_tls_files, redis_server
+from tests.test_faults import Fleet
+from workers import tasks
+
+
+@pytest.fixture(scope="module")
+def unix_url() -> Iterator[str]:
+    with redis_server(unix_socket=True) as url:
+        path = url.removeprefix("unix://")
+        client = sync_client(Settings.from_env({}, redis_url=url))
+        try:
+            assert client.config_get("unixsocket") == {"unixsocket": path}
+            assert client.config_get("port") == {"port": "0"}
+        finally:
+            client.close()
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return make_tls_files(str(tmp_path_factory.mktemp("tls")))
+
+
+@pytest.fixture(scope="module")
+def tls_url(tls_files: TlsFiles) -> Iterator[str]:
+    with redis_server(tls=tls_files) as url:
+        yield url
+
+
+@pytest.fixture(params=["unix", "tls"])
+def url(request: pytest.FixtureRequest) -> str:
+    """The URL of the Redis over each transport."""
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+def direct(url: str, db: int = 0) -> redis.Redis:
+    """A plain redis-py client, not the product's."""
+    if url.startswith("unix://"):
+        return redis.Redis(unix_socket_path=url.removeprefix("unix://"), db=db)
+    return redis.Redis.from_url(url)
+
+
+@BOTH_FRONTS
+def test_a_job_goes_from_submit_to_done_and_into_the_snapshot(
+    url: str, prefix: str, make_client: ClientFactory, make_ctx: CtxFactory
+) -> None:
+    api = make_client(redis_url=url)
+    register(api, "n1")
+    job = submit(api, command="echo hello")
+    polled = assert_json(api.get("/jobs", params={"node_id": "n1", "status": "pending"}))
+    assert [j["job_id"] for j in polled] == [job["job_id"]]
+    assert report(api, job["job_id"], "running").status_code == 200
+    assert report(api, job["job_id"], "done", exit_code=0, stdout="hello").status_code == 200
+    assert assert_json(api.get(f"/jobs/{job['job_id']}"))["status"] == "done"
+    # The restore at start (a blocking client, in a thread) marked this Redis as settled.
+    assert direct(url).exists(Keys(prefix).initialised)
+    ctx = make_ctx(redis_url=url)
+    tasks.sweep(1)
+    assert tasks.snapshot(1) == 1
+    with sqlite3.connect(ctx.settings.scheduler_db) as db:
+        assert list(db.execute("SELECT id, status FROM jobs")) == [("job-1", "done")]
+
+
+def test_serve_and_a_worker_run_over_the_transport(url: str, prefix: str, tmp_path: Path) -> None:
+    env = scheduler_env(url, prefix, SCHEDULER_DB=str(tmp_path / "snap.db"))
+    fleet = Fleet(env, tmp_path)
+    port = free_port()
+    api = f"http://127.0.0.1:{port}"
+    try:
+        fleet.start("api", "serve", "--host", "127.0.0.1", "--port", str(port))
+        wait_http(f"{api}/health")
+        assert httpx.post(f"{api}/nodes/register", json={"id": "n1"}).status_code == 201
+        job_id = httpx.post(f"{api}/jobs", json={"command": "echo hi"}).json()["job_id"]
+        for status in ("running", "done"):
+            answer = httpx.patch(f"{api}/jobs/{job_id}", json={"status": status, "exit_code": 0})
+            assert answer.status_code == 200, answer.text
+    finally:
+        fleet.stop_all()
+    worker_burst(env)
+    with sqlite3.connect(tmp_path / "snap.db") as db:
+        assert list(db.execute("SELECT id, status FROM jobs")) == [(job_id, "done")]
+    assert (tmp_path / "api.log").read_text().count("Traceback") == 0
+    assert fleet.alive() == {"api": False}
+
+
+# unix://
+
+
+def test_the_blocking_client_reaches_the_socket_and_its_db(unix_url: str, prefix: str) -> None:
+    client = sync_client(Settings.from_env({}, redis_url=f"{unix_url}?db=3"))
+    try:
+        client.set(f"{prefix}:probe", "on db 3")
+    finally:
+        client.close()
+    assert direct(unix_url, db=3).get(f"{prefix}:probe") == b"on db 3"
+    assert direct(unix_url, db=0).get(f"{prefix}:probe") is None
+
+
+def test_a_replica_on_a_socket_is_refused_as_not_the_primary_naming_the_socket(
+    make_settings: SettingsFactory,
+) -> None:
+    with redis_server() as primary:
+        port = primary.rsplit(":", 1)[1].split("/")[0]
+        with redis_server("--replicaof", "127.0.0.1", port, unix_socket=True) as replica:
+            store = SyncJobStore.connect(make_settings(redis_url=replica))
+            try:
+                with pytest.raises(NotPrimary, match=f"{replica.removeprefix('unix://')} is not"):
+                    store.registry_unreadable()  # a DEL
+            finally:
+                store.close()
+
+
+# rediss://
+
+
+def without(url: str, *options: str) -> str:
+    base, _, query = url.partition("?")
+    kept = [pair for pair in query.split("&") if pair.split("=")[0] not in options]
+    return f"{base}?{'&'.join(kept)}"
+
+
+@pytest.mark.parametrize(
+    "dropped",
+    [("ssl_ca_certs",), ("ssl_certfile", "ssl_keyfile")],
+    ids=["no CA: the server is not trusted", "no client certificate: Redis refuses"],
+)
+def test_tls_that_fails_is_a_503_from_the_api_and_a_connection_error_for_the_workers(
+    tls_url: str, make_client: ClientFactory, make_settings: SettingsFactory, dropped: tuple[str]
+) -> None:
+    url = without(tls_url, *dropped)
+    api = make_client(redis_url=url)
+    assert_text_error(api.get("/jobs/job-1"), 503, "store unavailable")
+    client = sync_client(make_settings(redis_url=url))
+    try:
+        with pytest.raises(redis.ConnectionError):
+            client.ping()
+    finally:
+        client.close()
+
+
+def test_ssl_cert_reqs_none_skips_verification_on_both_kinds_of_client(
+    tls_url: str, make_client: ClientFactory, make_settings: SettingsFactory
+) -> None:
+    url = without(tls_url, "ssl_ca_certs") + "&ssl_cert_reqs=none"
+    register(make_client(redis_url=url), "n1")
+    client = sync_client(make_settings(redis_url=url))
+    try:
+        assert client.ping()
+    finally:
+        client.close()
