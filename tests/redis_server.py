@@ -167,6 +167,8 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
         try:
             client.ping()
             return
+        except redis.AuthenticationError:
+            return  # up, and asking for credentials the URL does not carry
         except redis.ConnectionError:
             time.sleep(0.05)
     raise RuntimeError("redis-server did not start within 10 s")

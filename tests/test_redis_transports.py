@@ -1,7 +1,8 @@
-"""The product on a Redis reached over a unix socket only (REDIS_URL=unix://) and over TLS
-only (rediss://, a private CA and a client certificate), README "Configuration". These
-redis-servers listen on nothing else, so a client that loses the socket's path or the TLS
-options fails instead of quietly working against another Redis.
+"""The product on a Redis reached over a unix socket only (REDIS_URL=unix://), over TLS only
+(rediss://, a private CA and a client certificate), and asking for a password or an ACL
+user's credentials (README "Configuration"). These redis-servers listen on nothing else and
+let nothing in without the credentials, so a client that loses the socket's path, the TLS
+options or the credentials fails instead of quietly working against another Redis.
 
 Both were broken once, each in one of the two kinds of client (the API's multiplexed
 connection, redis_mux; the blocking redis-py clients of the restore at start, the workers
@@ -17,6 +18,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -67,9 +69,30 @@ def tls_url(tls_files: TlsFiles) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["unix", "tls"])
+# A password and an ACL user of the deployment's own, with characters a URL must encode.
+PASSWORD = "pa:ss@w/rd%"
+ACL_USER = ("sched.uler", "us@r:pw")
+
+
+@pytest.fixture(scope="module")
+def password_url() -> Iterator[str]:
+    with redis_server("--requirepass", PASSWORD) as url:
+        yield url.replace("redis://", f"redis://:{quote(PASSWORD, safe='')}@")
+
+
+@pytest.fixture(scope="module")
+def acl_url() -> Iterator[str]:
+    name, password = ACL_USER
+    # The default user is off: only this user's credentials reach anything.
+    rule = [name, "on", f">{password}", "~*", "&*", "+@all"]
+    with redis_server("--user", *rule, "--user", "default", "off") as url:
+        userinfo = f"{quote(name, safe='')}:{quote(password, safe='')}"
+        yield url.replace("redis://", f"redis://{userinfo}@")
+
+
+@pytest.fixture(params=["unix", "tls", "password", "acl"])
 def url(request: pytest.FixtureRequest) -> str:
-    """The URL of the Redis over each transport."""
+    """The URL of the Redis over each transport, and with each kind of credentials."""
     return str(request.getfixturevalue(f"{request.param}_url"))
 
 
@@ -186,5 +209,33 @@ def test_ssl_cert_reqs_none_skips_verification_on_both_kinds_of_client(
     client = sync_client(make_settings(redis_url=url))
     try:
         assert client.ping()
+    finally:
+        client.close()
+
+
+# Credentials.
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    ["", ":wrong@", "nobody:x@"],
+    ids=["none (NOAUTH)", "a wrong password", "an unknown user"],
+)
+def test_refused_credentials_are_a_503_from_the_api_and_an_error_for_the_workers(
+    password_url: str,
+    make_client: ClientFactory,
+    make_settings: SettingsFactory,
+    credentials: str,
+) -> None:
+    url = "redis://" + credentials + password_url.rpartition("@")[2]
+    api = make_client(redis_url=url)
+    assert_text_error(api.get("/jobs/job-1"), 503, "store unavailable")
+    assert_text_error(
+        api.get("/jobs", params={"node_id": "n1", "status": "pending"}), 503, "store unavailable"
+    )
+    client = sync_client(make_settings(redis_url=url))
+    try:
+        with pytest.raises(redis.AuthenticationError):
+            client.ping()
     finally:
         client.close()
