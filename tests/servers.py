@@ -18,12 +18,20 @@ from tests.redis_server import free_port
 
 
 @contextmanager
-def serving(app: Any, http: type = LaneProtocol, access_log: bool = False) -> Iterator[int]:
+def serving(
+    app: Any, http: type = LaneProtocol, access_log: bool = False, timeout_keep_alive: int = 5
+) -> Iterator[int]:
     """`app` under uvicorn with the `http` protocol class; yields its port. No access log by
     default, as `scheduler serve`: with one the lane leaves every request to ASGI."""
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=http, log_level="critical", access_log=access_log
+        app,
+        host="127.0.0.1",
+        port=port,
+        http=http,
+        log_level="critical",
+        access_log=access_log,
+        timeout_keep_alive=timeout_keep_alive,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -265,6 +265,32 @@ def until_closed(port: int, raw: bytes) -> bytes:
         return received
 
 
+@pytest.mark.parametrize("last", ["lane", "asgi"])
+def test_an_idle_connection_is_closed_after_the_keep_alive_timeout_and_a_busy_one_is_not(
+    make_settings: SettingsFactory, last: str
+) -> None:
+    # The lane keeps the timeout lazily (LaneProtocol.on_lane_response_complete): one timer
+    # per connection, armed when none is, that looks at when the connection went idle.
+    lane_call = request("GET", "/jobs?node_id=n1&status=pending")
+    asgi_call = request("GET", "/health")
+    app = create_app(make_settings())
+    with (
+        serving(app, timeout_keep_alive=1) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=5) as sock,
+    ):
+        started = time.monotonic()
+        for _ in range(8):  # 2.4 s of requests 0.3 s apart, more than twice the timeout
+            sock.sendall(lane_call)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK")
+            time.sleep(0.3)
+        sock.sendall(lane_call if last == "lane" else asgi_call)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        idle = time.monotonic()
+        assert idle - started > 2.4
+        assert sock.recv(65536) == b""  # closed by the server
+        assert 0.9 < time.monotonic() - idle < 3
+
+
 def test_pipelined_lane_and_asgi_requests_are_answered_in_order(api: LaneApi) -> None:
     key = f"Bearer {KEY}"
     raw = b"".join(
