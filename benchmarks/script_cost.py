@@ -1,6 +1,6 @@
 """Redis CPU per script call (INFO commandstats), the part of a request Redis spends: create,
 the poll (finding a job, then at capacity) and the transitions running, retry, running, done,
-over N jobs.
+over N jobs; first, a script that only returns 1, what any script call costs.
 
     .venv/bin/python benchmarks/script_cost.py [--jobs 20000]
 
@@ -59,6 +59,15 @@ def poll(client: redis.Redis, keys: Keys, count: int) -> float:
     return run(client, scripts.POLL, calls)  # type: ignore[arg-type]
 
 
+# What any script call costs Redis, whatever it does: the floor under every row below.
+EMPTY_SCRIPT = "return 1"
+
+
+def empty(client: redis.Redis, keys: Keys, count: int) -> float:
+    calls = [commands.Call("EMPTY", [keys.root], [], bool) for _ in range(count)]
+    return run(client, EMPTY_SCRIPT, calls)  # type: ignore[arg-type]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
@@ -71,6 +80,7 @@ def main() -> int:
         placement = Placement.among([f"n{i}" for i in range(10)])
         create = [commands.create_job(keys, BODY, placement, now, 30) for _ in range(args.jobs)]
         at_capacity = 0.0
+        print(f"(a script: return 1)   {empty(client, keys, args.jobs):6.2f} us/call")
         print(f"CREATE_JOB             {run(client, scripts.CREATE_JOB, create):6.2f} us/call")
         print(f"POLL, finds a job      {poll(client, keys, args.jobs):6.2f} us/call")
         for step in STEPS:

@@ -1,0 +1,43 @@
+"""The benchmarks that need nothing but this machine still run (figures are not checked: a
+benchmark's figures are its output, not a test's). script_cost.py once broke unnoticed when
+a script gained an argument."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_benchmark(*args: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_lane_cost_prints_each_case() -> None:
+    lines = run_benchmark("benchmarks/lane_cost.py", "--requests", "50", "--repeats", "2")
+    assert [line.split("  ")[0] for line in lines] == [
+        "GET /jobs/{id}",
+        "poll, at capacity",
+        "poll, finds a job",
+    ]
+    assert all("µs of the API's Python per request" in line for line in lines)
+
+
+def test_script_cost_prints_each_script() -> None:
+    lines = run_benchmark("benchmarks/script_cost.py", "--jobs", "30")
+    assert [line.split("  ")[0].strip() for line in lines] == [
+        "(a script: return 1)",
+        "CREATE_JOB",
+        "POLL, finds a job",
+        "TRANSITION -> running",
+        "POLL, node at capacity",
+        "TRANSITION -> failed",
+        "TRANSITION -> running",
+        "TRANSITION -> done",
+    ]
