@@ -244,7 +244,13 @@ def _job_answer(blob: bytes | None) -> Answer:
     return 200, hot.job_reply(blob) + b"\n", JSON, []
 
 
+# Most polls find nothing: a node at capacity, or without work.
+_NOTHING_POLLED: Answer = (200, b"[]\n", JSON, [])
+
+
 def _polled_answer(polled: Polled) -> Answer:
+    if not polled:
+        return _NOTHING_POLLED
     body, headers = hot.polled_reply(polled)
     return 200, body + b"\n", JSON, raw_headers(headers)
 

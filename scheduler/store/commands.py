@@ -147,7 +147,7 @@ def _blobs(reply: list[bytes | None]) -> list[bytes]:
     return [blob for blob in reply if blob is not None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init is ~0.4 µs more per poll
 class Polled:
     """An agent's poll: the jobs to run, and the ids of its jobs being cancelled."""
 
