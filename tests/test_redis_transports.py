@@ -149,14 +149,22 @@ def test_serve_and_a_worker_run_over_the_transport(url: str, prefix: str, tmp_pa
 # unix://
 
 
-def test_the_blocking_client_reaches_the_socket_and_its_db(unix_url: str, prefix: str) -> None:
-    client = sync_client(Settings.from_env({}, redis_url=f"{unix_url}?db=3"))
+def test_both_kinds_of_client_reach_the_socket_and_its_db(
+    unix_url: str, prefix: str, make_client: ClientFactory
+) -> None:
+    url = f"{unix_url}?db=3"
+    client = sync_client(Settings.from_env({}, redis_url=url))
     try:
         client.set(f"{prefix}:probe", "on db 3")
     finally:
         client.close()
     assert direct(unix_url, db=3).get(f"{prefix}:probe") == b"on db 3"
     assert direct(unix_url, db=0).get(f"{prefix}:probe") is None
+    api = make_client(redis_url=url)
+    register(api, "n1")
+    submit(api, command="echo hello")
+    job_key = Keys(prefix).job("job-1")
+    assert direct(unix_url, db=3).exists(job_key) and not direct(unix_url, db=0).exists(job_key)
 
 
 def test_a_replica_on_a_socket_is_refused_as_not_the_primary_naming_the_socket(
