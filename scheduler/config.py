@@ -294,25 +294,44 @@ def _parse_redis_url(url: str) -> RedisTarget:
 
 
 def _direct_db(scheme: str, path: str, query: str) -> None:
-    db = parse_qs(query).get("db", [""])[-1] if scheme == "unix" else path.strip("/")
+    given = parse_qs(query).get("db", [])
+    if scheme != "unix" and given:
+        # redis-py would take it over the path, the API's connection the path.
+        raise ValueError("the database is the path (/N), not ?db=")
+    if len(given) > 1:
+        raise ValueError("db is given twice")
+    # Only unix:// has ?db= now; its path is the socket's.
+    db = given[0] if given else ("" if scheme == "unix" else path.strip("/"))
     if db:
         _whole(db, "db")
 
 
-# rediss:// options read by the API's connection (redis_mux.tls_context) and by redis-py.
+# rediss:// options read by the API's connection (redis_mux.tls_context) as by redis-py.
 TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+TLS_OPTIONS = (*TLS_FILES, "ssl_ca_path", "ssl_password", "ssl_cert_reqs", "ssl_check_hostname")
 TLS_CERT_REQS = ("none", "optional", "required")
 TLS_BOOLEANS = ("true", "false", "1", "0", "yes", "no", "y", "n", "t", "f")
 
 
 def _tls_options(query: str) -> None:
-    """Checked at start: a wrong one would otherwise fail each connection to Redis."""
-    options = {name: values[-1] for name, values in parse_qs(query).items()}
+    """Checked at start: a wrong one would otherwise fail each connection to Redis, or be
+    read differently by the API's connection and by redis-py."""
+    given = parse_qs(query, keep_blank_values=True)
+    for name, values in given.items():
+        if name.startswith("ssl_") and name not in TLS_OPTIONS:
+            raise ValueError(f"unknown option {name!r} (TLS: {', '.join(TLS_OPTIONS)})")
+        if name in TLS_OPTIONS and len(values) > 1:
+            raise ValueError(f"{name} is given twice")
+    options = {name: values[0] for name, values in given.items()}
     for name in TLS_FILES:
         if options.get(name) and not os.path.isfile(options[name]):
             raise ValueError(f"{name}: no such file {options[name]!r}")
-    if options.get("ssl_cert_reqs", "required").lower() not in TLS_CERT_REQS:
-        raise ValueError(f"ssl_cert_reqs is one of {', '.join(TLS_CERT_REQS)}")
+    if options.get("ssl_ca_path") and not os.path.isdir(options["ssl_ca_path"]):
+        raise ValueError(f"ssl_ca_path: no such directory {options['ssl_ca_path']!r}")
+    if options.get("ssl_keyfile") and not options.get("ssl_certfile"):
+        raise ValueError("ssl_keyfile needs ssl_certfile")
+    if options.get("ssl_cert_reqs", "required") not in TLS_CERT_REQS:
+        raise ValueError(f"ssl_cert_reqs is one of {', '.join(TLS_CERT_REQS)} (lowercase)")
     if options.get("ssl_check_hostname", "true").lower() not in TLS_BOOLEANS:
         raise ValueError("ssl_check_hostname is true or false")
 

@@ -195,7 +195,16 @@ def test_redis_url_forms(url: str, target: object) -> None:
         "rediss://cache:6380/0?ssl_ca_certs=/no/such/ca.pem",
         "rediss://cache:6380/0?ssl_certfile=/no/such/client.pem",
         "rediss://cache:6380/0?ssl_cert_reqs=sometimes",
+        "rediss://cache:6380/0?ssl_cert_reqs=NONE",  # redis-py takes only lowercase
+        "rediss://cache:6380/0?ssl_cert_reqs=required&ssl_cert_reqs=none",  # read apart
         "rediss://cache:6380/0?ssl_check_hostname=maybe",
+        "rediss://cache:6380/0?ssl_ca=/etc/ssl/certs/ca-certificates.crt",  # misspelt
+        "rediss://cache:6380/0?ssl_ciphers=HIGH",  # not read by the API's connection
+        "rediss://cache:6380/0?ssl_keyfile=/etc/hostname",  # a key without its certificate
+        "rediss://cache:6380/0?ssl_ca_path=/no/such/dir",
+        "redis://cache:6379/1?db=2",  # redis-py would take ?db=, the API the path
+        "redis://cache:6379?db=2",
+        "unix:///run/redis.sock?db=1&db=2",
     ],
 )
 def test_bad_redis_urls_stop_the_start_naming_redis_url(url: str) -> None:

@@ -15,6 +15,7 @@ and the snapshot, topology.sync_client):
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ import redis
 from scheduler.config import Settings
 from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from scheduler.store.redis_mux import MuxRedis
 from scheduler.store.topology import NotPrimary, sync_client
 from tests.conftest import (
     BOTH_FRONTS,
@@ -175,6 +177,8 @@ def test_a_replica_on_a_socket_is_refused_as_not_the_primary_naming_the_socket(
         with redis_server("--replicaof", "127.0.0.1", port, unix_socket=True) as replica:
             store = SyncJobStore.connect(make_settings(redis_url=replica))
             try:
+                socket = replica.removeprefix("unix://")  # on it before writing anything
+                assert store.redis.config_get("unixsocket") == {"unixsocket": socket}
                 with pytest.raises(NotPrimary, match=f"{replica.removeprefix('unix://')} is not"):
                     store.registry_unreadable()  # a DEL
             finally:
@@ -207,6 +211,64 @@ def test_tls_that_fails_is_a_503_from_the_api_and_a_connection_error_for_the_wor
             client.ping()
     finally:
         client.close()
+
+
+def mux_connects(url: str) -> bool:
+    async def ping() -> bool:
+        mux = MuxRedis(url, connect_timeout=5)
+        try:
+            return bool(await mux.execute("PING") == b"PONG")
+        except redis.RedisError:
+            return False
+        finally:
+            await mux.aclose()
+
+    return asyncio.run(ping())
+
+
+def redis_py_connects(url: str) -> bool:
+    client = sync_client(Settings.from_env({}, redis_url=url))
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+# (what changes in the test server's full URL, whether a connection is made). Its
+# certificate names 127.0.0.1 only, issued by the test CA; Redis asks for a client's.
+TLS_CASES = [
+    ("", True),
+    ("no CA", False),
+    ("no CA, ssl_cert_reqs=none", True),
+    ("no CA, ssl_cert_reqs=optional", False),  # a certificate presented is still checked
+    ("as localhost", False),  # not the name in the certificate
+    ("as localhost, ssl_check_hostname=false", True),
+    ("as localhost, ssl_cert_reqs=optional", False),  # the name is still checked
+    ("as localhost, ssl_cert_reqs=none", True),
+    ("no client certificate", False),
+]
+
+
+def tls_case(url: str, change: str) -> str:
+    if "no CA" in change:
+        url = without(url, "ssl_ca_certs")
+    if "no client certificate" in change:
+        url = without(url, "ssl_certfile", "ssl_keyfile")
+    if "as localhost" in change:
+        url = url.replace("127.0.0.1", "localhost")
+    for option in change.split(", ")[1:] if "," in change else []:
+        url += f"&{option}"
+    return url
+
+
+@pytest.mark.parametrize("change, connects", TLS_CASES, ids=[c or "as given" for c, _ in TLS_CASES])
+def test_the_api_and_the_workers_read_each_tls_url_alike(
+    tls_url: str, change: str, connects: bool
+) -> None:
+    url = tls_case(tls_url, change)
+    assert (mux_connects(url), redis_py_connects(url)) == (connects, connects)
 
 
 def test_ssl_cert_reqs_none_skips_verification_on_both_kinds_of_client(

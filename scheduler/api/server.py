@@ -310,10 +310,12 @@ class LaneProtocol(OneWriteProtocol):
     def _lane_may_serve(self) -> bool:
         """Only a request uvicorn would start at once, on a plain connection: the rest
         (pipelined behind a running request, a full write buffer, an upgrade, `--access-log`
-        (the lane writes no access lines), a root path or a concurrency limit) is uvicorn's."""
+        (the lane writes no access lines), a root path or a concurrency limit) is uvicorn's,
+        and so is what follows, in the same packet, an answer that closed the connection."""
         previous = self.cycle
         return (
             (previous is None or previous.response_complete)
+            and not self.transport.is_closing()
             and not self.pipeline
             and not self.flow.write_paused
             and not self.expect_100_continue

@@ -57,22 +57,31 @@ CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": s
 
 
 def tls_context(query: str) -> ssl.SSLContext:
-    """The TLS of a rediss:// URL, from the options of its query that redis-py reads too (the
-    workers' and the restore's connections), so every process verifies Redis alike:
-    ssl_ca_certs (a CA file: a private CA), ssl_certfile and ssl_keyfile (a client
-    certificate, which Redis asks for unless tls-auth-clients is no), ssl_cert_reqs
-    (required, the default; optional; none) and ssl_check_hostname (true, the default)."""
-    options = {name: values[-1] for name, values in parse_qs(query).items()}
-    context = ssl.create_default_context(cafile=options.get("ssl_ca_certs") or None)
+    """The TLS of a rediss:// URL, built from its query as redis-py builds it for the workers'
+    and the restore's connections (SSLConnection), so every process verifies Redis alike:
+    the system's CAs plus ssl_ca_certs (a file) or ssl_ca_path (a directory), a client
+    certificate from ssl_certfile, ssl_keyfile and ssl_password (Redis asks for one unless
+    tls-auth-clients is no), ssl_cert_reqs (required, the default; optional; none) and
+    ssl_check_hostname (true, the default; never checked with none). config.py refuses at
+    start any other ssl_ option, a value out of range and an option given twice."""
+    options = {name: values[0] for name, values in parse_qs(query).items()}
+    context = ssl.create_default_context()
+    reqs = CERT_REQS[options.get("ssl_cert_reqs", "required")]
+    context.check_hostname = reqs != ssl.CERT_NONE and _truthy(
+        options.get("ssl_check_hostname", "true")
+    )
+    context.verify_mode = reqs
     if options.get("ssl_certfile"):
-        context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile") or None)
-    if options.get("ssl_check_hostname", "true").lower() in ("false", "0", "no", "n", "f"):
-        context.check_hostname = False
-    reqs = CERT_REQS[options.get("ssl_cert_reqs", "required").lower()]
-    if reqs != ssl.CERT_REQUIRED:
-        context.check_hostname = False
-        context.verify_mode = reqs
+        certificate = (options.get("ssl_keyfile"), options.get("ssl_password"))
+        context.load_cert_chain(options["ssl_certfile"], *certificate)
+    if options.get("ssl_ca_certs") or options.get("ssl_ca_path"):
+        context.load_verify_locations(options.get("ssl_ca_certs"), options.get("ssl_ca_path"))
     return context
+
+
+def _truthy(value: str) -> bool:
+    """As redis-py's to_bool reads a URL's flag."""
+    return value.upper() not in ("0", "F", "FALSE", "N", "NO")
 
 
 class Reply:
@@ -263,8 +272,9 @@ class RedisProtocol(asyncio.Protocol):
             if is_topology_error(message):
                 # This node is not (or no longer) the primary: whatever else is queued here
                 # fails as on a lost connection, and the next call connects afresh.
-                waiter.set_exception(NotPrimary(f"Redis is not the primary here: {message}"))
+                # Dropped first: a callback that sends again must not reach this node.
                 self.drop()
+                waiter.set_exception(NotPrimary(f"Redis is not the primary here: {message}"))
                 return False
             waiter.set_exception(_reply_error(message))
         else:

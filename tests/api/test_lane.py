@@ -289,6 +289,27 @@ def test_an_idle_connection_is_closed_after_the_keep_alive_timeout_and_a_busy_on
         assert idle - started > 2.4
         assert sock.recv(65536) == b""  # closed by the server
         assert 0.9 < time.monotonic() - idle < 3
+    assert app.state.lane.served >= 8
+
+
+def test_a_request_in_progress_is_not_cut_by_the_keep_alive_timeout(
+    make_settings: SettingsFactory,
+) -> None:
+    # The timer armed by the first answer fires while the submit waits for its body.
+    app = create_app(make_settings())
+    with (
+        serving(app, timeout_keep_alive=1) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=5) as sock,
+    ):
+        httpx.post(f"http://127.0.0.1:{port}/nodes/register", json={"id": "n1"})
+        sock.sendall(request("GET", "/jobs?node_id=n1&status=pending"))
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        body = b'{"command":"echo late"}'
+        sock.sendall(request("POST", "/jobs", body)[: -len(body)])
+        time.sleep(1.6)
+        sock.sendall(body)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 201 Created")
+    assert app.state.lane.served == 2
 
 
 def test_pipelined_lane_and_asgi_requests_are_answered_in_order(api: LaneApi) -> None:
