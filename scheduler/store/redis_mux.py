@@ -103,6 +103,8 @@ class Reply:
 
     def result(self) -> Any:
         """The reply, or the error it stands for raised (as Future.result)."""
+        if not self._done:
+            raise asyncio.InvalidStateError("no reply yet")
         if self._error is not None:
             raise self._error
         return self._value
@@ -116,7 +118,8 @@ class Reply:
         self._settle()
 
     def on_done(self, callback: Callable[[Reply], None]) -> None:
-        """Calls `callback(self)` once the reply is in: at once if it is."""
+        """Calls `callback(self)` once the reply is in: at once if it is. One callback: the
+        one caller that sent the command goes on there."""
         self._callback = callback
         if self._done:
             self._run(callback)

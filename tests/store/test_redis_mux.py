@@ -334,6 +334,8 @@ def test_a_reply_carries_the_error_and_a_late_callback_runs_at_once(redis_url: s
         assert await mux.execute("PING") == b"PONG"
         reply = mux.send_now("NOSUCHCOMMAND")
         assert reply is not None
+        with pytest.raises(asyncio.InvalidStateError):
+            reply.result()  # not in yet
         assert await mux.execute("PING") == b"PONG"
         got: list[Reply] = []
         reply.on_done(got.append)
