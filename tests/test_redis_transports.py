@@ -19,6 +19,7 @@ import asyncio
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -203,11 +204,17 @@ def test_tls_that_fails_is_a_503_from_the_api_and_a_connection_error_for_the_wor
     tls_url: str, make_client: ClientFactory, make_settings: SettingsFactory, dropped: tuple[str]
 ) -> None:
     url = without(tls_url, *dropped)
-    api = make_client(redis_url=url)
+    assert_refused(make_client(redis_url=url), make_settings(redis_url=url), redis.ConnectionError)
+
+
+def assert_refused(api: Any, settings: Settings, error: type[redis.RedisError]) -> None:
+    """The API answers a read and a poll 503 (never 500); a worker's client raises `error`."""
     assert_text_error(api.get("/jobs/job-1"), 503, "store unavailable")
-    client = sync_client(make_settings(redis_url=url))
+    poll = api.get("/jobs", params={"node_id": "n1", "status": "pending"})
+    assert_text_error(poll, 503, "store unavailable")
+    client = sync_client(settings)
     try:
-        with pytest.raises(redis.ConnectionError):
+        with pytest.raises(error):
             client.ping()
     finally:
         client.close()
@@ -299,13 +306,4 @@ def test_refused_credentials_are_a_503_from_the_api_and_an_error_for_the_workers
 ) -> None:
     url = "redis://" + credentials + password_url.rpartition("@")[2]
     api = make_client(redis_url=url)
-    assert_text_error(api.get("/jobs/job-1"), 503, "store unavailable")
-    assert_text_error(
-        api.get("/jobs", params={"node_id": "n1", "status": "pending"}), 503, "store unavailable"
-    )
-    client = sync_client(make_settings(redis_url=url))
-    try:
-        with pytest.raises(redis.AuthenticationError):
-            client.ping()
-    finally:
-        client.close()
+    assert_refused(api, make_settings(redis_url=url), redis.AuthenticationError)
