@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import redis
 
@@ -232,13 +232,27 @@ class SentinelGroup:
 
     service = "sched-test"
 
-    def __init__(self, data_dir: str, replicas: int) -> None:
+    def __init__(
+        self, data_dir: str, replicas: int, password: str = "", sentinel_password: str = ""
+    ) -> None:
+        """With `password` the servers ask for it (replicas too, of each other); with
+        `sentinel_password` the sentinels ask for theirs."""
         self.data_dir = data_dir
         self.ports = [free_port() for _ in range(1 + replicas)]
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.password = password
+        self.sentinel_password = sentinel_password
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
-        self.url = f"redis+sentinel://{hosts}/{self.service}/0"
+        credentials = f":{quote(password, safe='')}@" if password else ""
+        query = f"?sentinel_password={quote(sentinel_password, safe='')}"
+        self.url = f"redis+sentinel://{credentials}{hosts}/{self.service}/0"
+        self.url += query if sentinel_password else ""
+
+    def _client(self, port: int) -> redis.Redis:
+        """A client of a sentinel or a server of the group, with its password."""
+        password = self.sentinel_password if port in self.sentinel_ports else self.password
+        return redis.Redis(port=port, password=password or None, socket_timeout=1)
 
     def _start_server(self, port: int, *extra: str) -> None:
         data = os.path.join(self.data_dir, str(port))
@@ -250,6 +264,11 @@ class SentinelGroup:
                 *("--save", "", "--appendonly", "no"),
                 # Replicas sync straight over the socket, at once.
                 *("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"),
+                *(
+                    ("--requirepass", self.password, "--masterauth", self.password)
+                    if self.password
+                    else ()
+                ),
                 *extra,
             ],
             stdout=subprocess.DEVNULL,
@@ -267,6 +286,12 @@ class SentinelGroup:
                 f"sentinel failover-timeout {self.service} 4000\n"
                 f"sentinel parallel-syncs {self.service} 2\n"
             )
+            if self.password:
+                out.write(f'sentinel auth-pass {self.service} "{self.password}"\n')
+            if self.sentinel_password:
+                # Asked of clients and of the other sentinels alike.
+                out.write(f'requirepass "{self.sentinel_password}"\n')
+                out.write(f'sentinel sentinel-pass "{self.sentinel_password}"\n')
         self.procs[port] = subprocess.Popen(
             _sentinel_command(conf), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -293,7 +318,7 @@ class SentinelGroup:
         raise RuntimeError("the sentinels did not settle within 30 s")
 
     def _settled(self, sentinel: int, primary: int, replicas: int) -> bool:
-        client = redis.Redis(port=sentinel, socket_timeout=1)
+        client = self._client(sentinel)
         try:
             state = client.sentinel_master(self.service)  # type: ignore[no-untyped-call]
         except redis.RedisError:
@@ -310,7 +335,7 @@ class SentinelGroup:
     def primary_port(self) -> int:
         """The port of the primary as the first sentinel that answers names it."""
         for port in self.sentinel_ports:
-            client = redis.Redis(port=port, socket_timeout=1)
+            client = self._client(port)
             try:
                 address = client.sentinel_get_master_addr_by_name(self.service)  # type: ignore[no-untyped-call]
             except redis.RedisError:
@@ -329,7 +354,7 @@ class SentinelGroup:
         port = self.primary_port()
         if port == old:
             return False
-        client = redis.Redis(port=port, socket_timeout=1)
+        client = self._client(port)
         try:
             role = client.execute_command("ROLE")  # type: ignore[no-untyped-call]
         except redis.RedisError:
@@ -364,9 +389,11 @@ class SentinelGroup:
 
 
 @contextlib.contextmanager
-def sentinel_group(replicas: int = 2) -> Iterator[SentinelGroup]:
+def sentinel_group(
+    replicas: int = 2, password: str = "", sentinel_password: str = ""
+) -> Iterator[SentinelGroup]:
     with tempfile.TemporaryDirectory(prefix="sched-sentinel-") as data:
-        group = SentinelGroup(data, replicas)
+        group = SentinelGroup(data, replicas, password, sentinel_password)
         try:
             group.start()
             yield group

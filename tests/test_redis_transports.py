@@ -1,6 +1,7 @@
 """The product on a Redis reached over a unix socket only (REDIS_URL=unix://), over TLS only
 (rediss://, a private CA and a client certificate), and asking for a password or an ACL
-user's credentials (README "Configuration"). These redis-servers listen on nothing else and
+user's credentials, directly or behind sentinels that ask for their own (README
+"Configuration"). These redis-servers listen on nothing else and
 let nothing in without the credentials, so a client that loses the socket's path, the TLS
 options or the credentials fails instead of quietly working against another Redis.
 
@@ -43,7 +44,13 @@ from tests.conftest import (
     submit,
 )
 from tests.processes import scheduler_env, wait_http, worker_burst
-from tests.redis_server import TlsFiles, free_port, make_tls_files, redis_server
+from tests.redis_server import (
+    TlsFiles,
+    free_port,
+    make_tls_files,
+    redis_server,
+    sentinel_group,
+)
 from tests.test_faults import Fleet
 from workers import tasks
 
@@ -291,6 +298,42 @@ def test_ssl_cert_reqs_none_skips_verification_on_both_kinds_of_client(
 
 
 # Credentials.
+
+
+@pytest.fixture(scope="module")
+def sentinel_url() -> Iterator[str]:
+    """A primary, a replica and three sentinels, the servers and the sentinels each asking
+    for their own password."""
+    with sentinel_group(replicas=1, password=PASSWORD, sentinel_password="sentinel:pw@") as g:
+        yield g.url
+
+
+@BOTH_FRONTS
+def test_a_sentinel_deployment_with_passwords_runs_a_job_end_to_end(
+    sentinel_url: str, prefix: str, make_client: ClientFactory, make_ctx: CtxFactory
+) -> None:
+    api = make_client(redis_url=sentinel_url)
+    register(api, "n1")
+    job = submit(api, command="echo hello")
+    assert report(api, job["job_id"], "running").status_code == 200
+    assert report(api, job["job_id"], "done", exit_code=0).status_code == 200
+    assert assert_json(api.get(f"/jobs/{job['job_id']}"))["status"] == "done"
+    make_ctx(redis_url=sentinel_url)
+    tasks.sweep(1)
+    assert tasks.snapshot(1) == 1
+
+
+@pytest.mark.parametrize("wrong", ["password", "sentinel_password"])
+def test_a_wrong_sentinel_or_server_password_is_a_503_and_a_worker_error(
+    sentinel_url: str, make_client: ClientFactory, make_settings: SettingsFactory, wrong: str
+) -> None:
+    if wrong == "password":
+        url = sentinel_url.replace(quote(PASSWORD, safe=""), "wrong", 1)
+        error: type[redis.RedisError] = redis.AuthenticationError
+    else:
+        url = sentinel_url.rpartition("?")[0] + "?sentinel_password=wrong"
+        error = redis.ConnectionError  # no sentinel answers: no primary to reach
+    assert_refused(make_client(redis_url=url), make_settings(redis_url=url), error)
 
 
 @pytest.mark.parametrize(
