@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import redis
 
@@ -24,13 +25,14 @@ SLOTS = 16384
 class ClusterNode:
     port: int
     bus_port: int
+    password: str = ""  # asked of clients and of the other nodes
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_timeout=5)
+        return redis.Redis(port=self.port, password=self.password or None, socket_timeout=5)
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,9 @@ class Cluster:
     @property
     def url(self) -> str:
         """REDIS_URL of the cluster: every primary as a seed."""
-        return "redis+cluster://" + ",".join(node.address for node in self.nodes)
+        password = self.nodes[0].password
+        credentials = f":{quote(password, safe='')}@" if password else ""
+        return f"redis+cluster://{credentials}" + ",".join(node.address for node in self.nodes)
 
     def owner(self, slot: int) -> ClusterNode:
         """The primary serving `slot` now, as the cluster itself says."""
@@ -60,7 +64,8 @@ class Cluster:
         command(dst, "CLUSTER SETSLOT", slot, "IMPORTING", src_id)
         command(src, "CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
         while keys := command(src, "CLUSTER GETKEYSINSLOT", slot, 100):
-            command(src, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            auth = ("AUTH", target.password) if target.password else ()
+            command(src, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, *auth, "KEYS", *keys)
         for node in self.nodes:
             command(node.client(), "CLUSTER SETSLOT", slot, "NODE", dst_id)
 
@@ -74,9 +79,9 @@ def _node_id(client: redis.Redis) -> str:
     return str(command(client, "CLUSTER MYID").decode())
 
 
-def _free_node() -> ClusterNode:
+def _free_node(password: str) -> ClusterNode:
     # The bus port is set explicitly: the default (port + 10000) may be taken or out of range.
-    return ClusterNode(free_port(), free_port())
+    return ClusterNode(free_port(), free_port(), password)
 
 
 def _wait(what: str, check: object, timeout: float = 20.0) -> None:
@@ -99,6 +104,11 @@ def _start(binary: str, node: ClusterNode, data: str) -> subprocess.Popen[bytes]
             *("--cluster-enabled", "yes", "--cluster-port", str(node.bus_port)),
             *("--cluster-config-file", f"nodes-{node.port}.conf"),
             *("--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no"),
+            *(
+                ("--requirepass", node.password, "--masterauth", node.password)
+                if node.password
+                else ()
+            ),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -124,11 +134,12 @@ def _form(nodes: list[ClusterNode]) -> None:
 
 
 @contextlib.contextmanager
-def redis_cluster(primaries: int = 3) -> Iterator[Cluster]:
+def redis_cluster(primaries: int = 3, password: str = "") -> Iterator[Cluster]:
+    """With `password`, every node asks for it."""
     binary = shutil.which("redis-server") or shutil.which("valkey-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed (.ci/run installs it)")
-    nodes = [_free_node() for _ in range(primaries)]
+    nodes = [_free_node(password) for _ in range(primaries)]
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="sched-cluster-") as data:
         try:

@@ -95,6 +95,26 @@ def test_a_job_goes_from_submit_to_done_on_the_primary_owning_the_slot(
     assert_in_one_slot_on(cluster, owner, prefix)
 
 
+def test_a_cluster_asking_for_a_password_runs_a_job_and_refuses_a_wrong_one(
+    make_client: ClientFactory, make_ctx: CtxFactory
+) -> None:
+    with redis_cluster(password="cl:uster@pw") as guarded:
+        owner = guarded.nodes[1]
+        prefix = prefix_owned_by(guarded, owner)
+        api = make_client(redis_url=guarded.url, redis_prefix=prefix)
+        register(api, "n1")
+        job = submit(api, command="echo hello")
+        assert report(api, job["job_id"], "running").status_code == 200
+        assert report(api, job["job_id"], "done", exit_code=0).status_code == 200
+        make_ctx(redis_url=guarded.url, redis_prefix=prefix)
+        assert tasks.snapshot(1) == 1
+        assert_in_one_slot_on(guarded, owner, prefix)
+        wrong = guarded.url.replace("cl%3Auster%40pw", "wrong")
+        assert wrong != guarded.url
+        refused = make_client(redis_url=wrong, redis_prefix=prefix).get(f"/jobs/{job['job_id']}")
+        assert (refused.status_code, refused.text) == (503, "store unavailable\n")
+
+
 def test_the_api_and_the_workers_follow_the_slot_to_another_primary(
     cluster: Cluster, make_client: ClientFactory, make_ctx: CtxFactory
 ) -> None:
