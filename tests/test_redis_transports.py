@@ -113,11 +113,8 @@ def direct(url: str, db: int = 0) -> redis.Redis:
     return redis.Redis.from_url(url)
 
 
-@BOTH_FRONTS
-def test_a_job_goes_from_submit_to_done_and_into_the_snapshot(
-    url: str, prefix: str, make_client: ClientFactory, make_ctx: CtxFactory
-) -> None:
-    api = make_client(redis_url=url)
+def run_one_job(api: Any) -> None:
+    """A node registers, a job is submitted, polled, run and done, as an agent would."""
     register(api, "n1")
     job = submit(api, command="echo hello")
     polled = assert_json(api.get("/jobs", params={"node_id": "n1", "status": "pending"}))
@@ -125,6 +122,13 @@ def test_a_job_goes_from_submit_to_done_and_into_the_snapshot(
     assert report(api, job["job_id"], "running").status_code == 200
     assert report(api, job["job_id"], "done", exit_code=0, stdout="hello").status_code == 200
     assert assert_json(api.get(f"/jobs/{job['job_id']}"))["status"] == "done"
+
+
+@BOTH_FRONTS
+def test_a_job_goes_from_submit_to_done_and_into_the_snapshot(
+    url: str, prefix: str, make_client: ClientFactory, make_ctx: CtxFactory
+) -> None:
+    run_one_job(make_client(redis_url=url))
     # The restore at start (a blocking client, in a thread) marked this Redis as settled.
     assert direct(url).exists(Keys(prefix).initialised)
     ctx = make_ctx(redis_url=url)
@@ -312,12 +316,7 @@ def sentinel_url() -> Iterator[str]:
 def test_a_sentinel_deployment_with_passwords_runs_a_job_end_to_end(
     sentinel_url: str, prefix: str, make_client: ClientFactory, make_ctx: CtxFactory
 ) -> None:
-    api = make_client(redis_url=sentinel_url)
-    register(api, "n1")
-    job = submit(api, command="echo hello")
-    assert report(api, job["job_id"], "running").status_code == 200
-    assert report(api, job["job_id"], "done", exit_code=0).status_code == 200
-    assert assert_json(api.get(f"/jobs/{job['job_id']}"))["status"] == "done"
+    run_one_job(make_client(redis_url=sentinel_url))
     make_ctx(redis_url=sentinel_url)
     tasks.sweep(1)
     assert tasks.snapshot(1) == 1
