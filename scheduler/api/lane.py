@@ -211,7 +211,7 @@ class Lane:
         return None if reply is None else (reply, _job_answer)
 
     async def read_job(self, request: HotRequest) -> Answer:
-        return _job_answer(await self.state.store.get(hot.job_id_or_404(request.path[6:])))
+        return 200, await hot.read_job(self.state.store, request.path[6:]) + b"\n", JSON, []
 
     def send_poll(self, request: HotRequest) -> Sent | None:
         sent = self.state.store.send_poll(*self._poller(request))

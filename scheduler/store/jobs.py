@@ -179,7 +179,7 @@ class JobStore:
 
     def send_poll(self, node_id: str, caller: str) -> Sending[commands.Polled] | None:
         """`poll` sent at once, for a caller that goes on in a callback (the hot lane): its
-        reply's future and how to read it, or None with no connection open yet (await `poll`).
+        Reply and how to read it, or None with no connection open yet (await `poll`).
         The reply fails with NoScriptError when Redis forgot the script, which `poll` loads.
         (A read: never a WAIT for replicas.)"""
         limit = self.settings.max_jobs_per_node
