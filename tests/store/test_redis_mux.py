@@ -27,6 +27,16 @@ def run(coro: Awaitable[None]) -> None:
     asyncio.run(coro)  # type: ignore[arg-type]
 
 
+async def until(check: Callable[[], object], timeout: float = 10) -> None:
+    """Let the loop run until `check()` is true; a failure instead of a hang after `timeout`."""
+
+    async def poll() -> None:
+        while not check():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
 def test_concurrent_commands_each_get_their_own_reply(redis_url: str, prefix: str) -> None:
     async def scenario() -> None:
         mux = MuxRedis(redis_url)
@@ -264,8 +274,7 @@ def test_a_call_on_a_lost_connection_fails_at_once(redis_url: str) -> None:
     # wait forever (say between the AUTH and SELECT of a reconnect).
     async def scenario() -> None:
         mux, protocol = await _aborted(redis_url)
-        while not protocol.lost:
-            await asyncio.sleep(0.01)
+        await until(lambda: protocol.lost)
         waiter = protocol.send(PING)
         assert waiter.done() and isinstance(waiter.exception(), RedisConnectionError)
         await mux.aclose()
@@ -294,12 +303,7 @@ def test_reply_callbacks_run_as_each_reply_is_read_in_send_order(
 
         for i, reply in enumerate(replies):
             reply.on_done(functools.partial(record, i))
-
-        async def all_seen() -> None:
-            while len(seen) < 40:
-                await asyncio.sleep(0)
-
-        await asyncio.wait_for(all_seen(), 10)
+        await until(lambda: len(seen) == 40)
         assert seen == [(str(i).encode(), False) for i in range(40)]
         await mux.aclose()
 
@@ -359,12 +363,7 @@ def test_replies_waiting_on_a_lost_connection_get_a_connection_error(
         reply.on_done(got.append)
         assert mux.protocol.transport is not None
         mux.protocol.transport.abort()
-
-        async def answered() -> None:
-            while not got:
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(answered(), 10)
+        await until(lambda: got)
         with pytest.raises(RedisConnectionError):
             reply.result()
         assert mux.send_now("PING") is None  # no open connection: the caller awaits instead
