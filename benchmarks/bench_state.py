@@ -16,8 +16,8 @@ import redis
 
 from scheduler.models import STATUSES, Job, NewJob, record_encoder, rfc3339
 from scheduler.nodes.placement import Placement
-from scheduler.store import commands, scripts
 from scheduler.store.keys import Keys
+from scheduler.store.scripts import jobs as job_scripts
 
 NODES = [f"bench-node-{i}" for i in range(10)]
 _CHUNK = 2000
@@ -26,7 +26,7 @@ _CHUNK = 2000
 def preload(client: redis.Redis, prefix: str, count: int) -> None:
     """Store `count` pending jobs through the real create script, pipelined."""
     keys = Keys(prefix)
-    sha = client.script_load(scripts.CREATE_JOB)
+    sha = client.script_load(job_scripts.CREATE_JOB.text)
     created_at = rfc3339(time.time())
     body = record_encoder.encode(
         NewJob(command="echo preloaded", status="pending", retry_count=0, created_at=created_at)
@@ -36,8 +36,8 @@ def preload(client: redis.Redis, prefix: str, count: int) -> None:
     while done < count:
         pipe = client.pipeline(transaction=False)
         for _ in range(min(_CHUNK, count - done)):
-            call = commands.create_job(keys, body, placement, time.time(), 30)
-            pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
+            call = job_scripts.create_job(body, placement, time.time(), 30)
+            pipe.evalsha(sha, 1, keys.root, *call.args)
         done += len(pipe.execute())
 
 

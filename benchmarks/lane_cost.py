@@ -35,8 +35,8 @@ sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH
 from scheduler.api.app import create_app
 from scheduler.api.server import LaneProtocol
 from scheduler.config import Settings
+from scheduler.store.connection.protocol import Reply
 from scheduler.store.jobs import JobStore
-from scheduler.store.redis_mux import Reply
 
 JOB = (
     b'{"job_id":"job-7","node_id":"n3","command":"echo hello","env_vars":{"GREETING":"hi"},'

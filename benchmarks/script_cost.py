@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -23,8 +24,9 @@ sys.path.append(str(ROOT))  # after PYTHONPATH: another checkout can be measured
 
 from scheduler.models import JobUpdate  # noqa: E402
 from scheduler.nodes.placement import Placement  # noqa: E402
-from scheduler.store import commands, scripts  # noqa: E402
 from scheduler.store.keys import Keys  # noqa: E402
+from scheduler.store.scripts import Call  # noqa: E402
+from scheduler.store.scripts import jobs as job_scripts  # noqa: E402
 from tests.redis_server import redis_server  # noqa: E402
 
 BODY = b'{"command":"echo hello","env_vars":{"GREETING":"hi"},"status":"pending","retry_count":0,"created_at":"2026-01-01T00:00:00.000000Z"}'  # noqa: E501
@@ -42,21 +44,21 @@ def usec_per_call(client: redis.Redis) -> float:
     return float(entry["usec_per_call"])
 
 
-def run(client: redis.Redis, script: str, calls: list[commands.Call[object]]) -> float:
-    sha = client.script_load(script)
+def run(client: redis.Redis, keys: Keys, text: str, calls: list[Call[Any]]) -> float:
+    sha = client.script_load(text)
     client.config_resetstat()
     for start in range(0, len(calls), 1000):
         pipe = client.pipeline(transaction=False)
         for call in calls[start : start + 1000]:
-            pipe.evalsha(sha, len(call.keys), *call.keys, *call.args)
+            pipe.evalsha(sha, 1, keys.root, *call.args)
         pipe.execute()
     return usec_per_call(client)
 
 
 def poll(client: redis.Redis, keys: Keys, count: int) -> float:
     """The agent's poll (MAX_JOBS_PER_NODE 1) of the 10 nodes in turn, `count` times."""
-    calls = [commands.poll(keys, f"n{n % 10}", 1, "open") for n in range(count)]
-    return run(client, scripts.POLL, calls)  # type: ignore[arg-type]
+    calls = [job_scripts.poll(f"n{n % 10}", 1, "open") for n in range(count)]
+    return run(client, keys, job_scripts.POLL.text, calls)
 
 
 # What any script call costs Redis, whatever it does: the floor under every row below.
@@ -64,8 +66,8 @@ EMPTY_SCRIPT = "return 1"
 
 
 def empty(client: redis.Redis, keys: Keys, count: int) -> float:
-    calls = [commands.Call("EMPTY", [keys.root], [], bool) for _ in range(count)]
-    return run(client, EMPTY_SCRIPT, calls)  # type: ignore[arg-type]
+    calls = [job_scripts.POLL.call(node="", max_jobs=0, caller="") for _ in range(count)]
+    return run(client, keys, EMPTY_SCRIPT, calls)
 
 
 def main() -> int:
@@ -78,17 +80,18 @@ def main() -> int:
         client.set(keys.initialised, "bench")
         now = time.time()
         placement = Placement.among([f"n{i}" for i in range(10)])
-        create = [commands.create_job(keys, BODY, placement, now, 30) for _ in range(args.jobs)]
+        create = [job_scripts.create_job(BODY, placement, now, 30) for _ in range(args.jobs)]
         at_capacity = 0.0
         print(f"(a script: return 1)   {empty(client, keys, args.jobs):6.2f} us/call")
-        print(f"CREATE_JOB             {run(client, scripts.CREATE_JOB, create):6.2f} us/call")
+        created = run(client, keys, job_scripts.CREATE_JOB.text, create)
+        print(f"CREATE_JOB             {created:6.2f} us/call")
         print(f"POLL, finds a job      {poll(client, keys, args.jobs):6.2f} us/call")
         for step in STEPS:
             calls = [
-                commands.transition(keys, f"job-{n}", step, now, 1, "open")
+                job_scripts.transition(f"job-{n}", step, now, 1, "open")
                 for n in range(1, args.jobs + 1)
             ]
-            cost = run(client, scripts.TRANSITION, calls)
+            cost = run(client, keys, job_scripts.TRANSITION.text, calls)
             print(f"TRANSITION -> {step.status:8s} {cost:6.2f} us/call")
             if step.status == "running" and not at_capacity:
                 at_capacity = poll(client, keys, args.jobs)

@@ -40,11 +40,12 @@ from scheduler.nodes.placement import Placement  # noqa: E402
 from scheduler.snapshot import db as snapshot_db  # noqa: E402
 from scheduler.snapshot.restore import restore_if_empty  # noqa: E402
 from scheduler.snapshot.writer import snapshot_once  # noqa: E402
-from scheduler.store import scripts, upkeep_scripts  # noqa: E402
-from scheduler.store.commands import create_job  # noqa: E402
-from scheduler.store.jobs import SyncJobStore  # noqa: E402
 from scheduler.store.keys import Keys  # noqa: E402
-from scheduler.store.upkeep_commands import finish_restore  # noqa: E402
+from scheduler.store.scripts import jobs as job_scripts  # noqa: E402
+from scheduler.store.scripts import snapshot as snapshot_scripts  # noqa: E402
+from scheduler.store.scripts.jobs import create_job  # noqa: E402
+from scheduler.store.scripts.snapshot import finish_restore  # noqa: E402
+from scheduler.store.sync_store import SyncJobStore  # noqa: E402
 from tests.redis_server import redis_server  # noqa: E402
 
 NODES = [f"bench-node-{i}" for i in range(10)]
@@ -53,12 +54,12 @@ CHUNK = 1000
 
 def create_jobs(client: redis.Redis, settings: Settings, count: int) -> None:
     """`count` jobs through the real create script (so they are in `dirty`), pipelined."""
-    script = client.register_script(scripts.CREATE_JOB)
+    script = client.register_script(job_scripts.CREATE_JOB.text)
     keys = Keys(settings.redis_prefix)
     now = time.time()
     # As a starting serve or worker does: settle the restore question before any create.
-    marker = finish_restore(keys, 0, "benchmark")
-    client.register_script(upkeep_scripts.FINISH_RESTORE)(keys=marker.keys, args=marker.args)
+    marker = finish_restore(0, "benchmark")
+    client.register_script(snapshot_scripts.FINISH_RESTORE.text)(keys=[keys.root], args=marker.args)
     body = encoder.encode(
         NewJob(
             command="python3 -c 'print(42)'",
@@ -71,8 +72,8 @@ def create_jobs(client: redis.Redis, settings: Settings, count: int) -> None:
     for start in range(0, count, CHUNK):
         with client.pipeline(transaction=False) as pipe:
             for i in range(start, min(start + CHUNK, count)):
-                call = create_job(keys, body, Placement.fixed(NODES[i % len(NODES)]), now, 30)
-                script(keys=call.keys, args=call.args, client=pipe)
+                call = create_job(body, Placement.fixed(NODES[i % len(NODES)]), now, 30)
+                script(keys=[keys.root], args=call.args, client=pipe)
             pipe.execute()
 
 

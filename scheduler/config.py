@@ -306,7 +306,8 @@ def _direct_db(scheme: str, path: str, query: str) -> None:
         _whole(db, "db")
 
 
-# rediss:// options read by the API's connection (redis_mux.tls_context) as by redis-py.
+# rediss:// options read by the API's connection (store/connection/mux.py, tls_context) as
+# by redis-py.
 TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 TLS_OPTIONS = (*TLS_FILES, "ssl_ca_path", "ssl_password", "ssl_cert_reqs", "ssl_check_hostname")
 TLS_CERT_REQS = ("none", "optional", "required")

@@ -13,8 +13,8 @@ from starlette.testclient import TestClient
 
 from scheduler.api.app import create_app
 from scheduler.config import Settings
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from scheduler.store.sync_store import SyncJobStore
 from tests.fakes import FakeSNS
 from tests.redis_server import RestartableRedis, redis_server
 from tests.servers import serving

@@ -12,9 +12,9 @@ from typing import Any, cast
 import redis
 
 from scheduler.snapshot import db as snapshot_db
-from scheduler.store import upkeep_commands
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.sync_store import SyncJobStore
 
 # Keys that are not job state (or are snapshot bookkeeping), left out of state comparisons.
 _NOT_JOB_STATE = {
@@ -113,7 +113,7 @@ def put_records(store: SyncJobStore, records: list[dict[str, Any]], now: float =
         blob = json.dumps(record).encode()
         job = snapshot_db.restored_job(snapshot_db.row_from_record(blob), now)
         jobs.append(dataclasses.replace(job, record=blob))
-    store.run(upkeep_commands.restore_jobs(store.keys, jobs, mark_dirty=True))
+    store.run(snapshot_scripts.restore_jobs(jobs, mark_dirty=True))
     # As if created: the id counter covers them.
     highest = max(snapshot_db.job_number(r["job_id"]) or 0 for r in records)
     if highest > int(store.redis.get(store.keys.job_seq) or 0):

@@ -28,9 +28,9 @@ import pytest
 import redis
 
 from scheduler.config import Settings
+from scheduler.store.connection.blocking import sync_client
+from scheduler.store.connection.notify import Notifier
 from scheduler.store.keys import Keys
-from scheduler.store.notify import Notifier
-from scheduler.store.topology import sync_client
 from tests.fakes import FakeSNS, eventually
 from tests.processes import scheduler_env
 from tests.redis_server import SentinelGroup, free_port, sentinel_group

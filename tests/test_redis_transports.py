@@ -6,7 +6,7 @@ let nothing in without the credentials, so a client that loses the socket's path
 options or the credentials fails instead of quietly working against another Redis.
 
 Both were broken once, each in one of the two kinds of client (the API's multiplexed
-connection, redis_mux; the blocking redis-py clients of the restore at start, the workers
+connection, connection/mux.py; the blocking redis-py clients of the restore at start, the workers
 and the snapshot, topology.sync_client):
 - unix://: the blocking clients' connection class put TCP's connect before the socket's, and
   reached localhost:6379, the machine's own Redis. The socket's fixture checks, read-only,
@@ -28,10 +28,11 @@ import pytest
 import redis
 
 from scheduler.config import Settings
-from scheduler.store.jobs import SyncJobStore
+from scheduler.store.connection.blocking import sync_client
+from scheduler.store.connection.discovery import NotPrimary
+from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.keys import Keys
-from scheduler.store.redis_mux import MuxRedis
-from scheduler.store.topology import NotPrimary, sync_client
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     BOTH_FRONTS,
     ClientFactory,

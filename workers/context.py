@@ -14,8 +14,8 @@ import httpx
 import redis
 
 from scheduler.config import Settings
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from scheduler.store.sync_store import SyncJobStore
 from workers.outage import until_redis_answers
 
 RUNS_KEPT = 1000

@@ -34,7 +34,7 @@ from scheduler.models import (
 )
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
-from scheduler.store.commands import StoreNotReady
+from scheduler.store.errors import StoreNotReady
 from workers.context import Context
 
 log = logging.getLogger("workers.sqs")

@@ -24,8 +24,8 @@ from rq.job import Job
 from rq.utils import as_text
 
 from scheduler.config import Settings
+from scheduler.store.connection.blocking import sync_client
 from scheduler.store.keys import Keys
-from scheduler.store.topology import sync_client
 
 PERIODIC = "periodic"
 EVENTS = "events"

@@ -19,7 +19,7 @@ from starlette.requests import Request
 
 from scheduler.api.http import HTTPError
 from scheduler.config import Settings
-from scheduler.store.commands import Unauthorized
+from scheduler.store.errors import Unauthorized
 
 # Report bodies up to this size are read before the script checks the caller and the job
 # (one round trip); larger or unsized ones are checked first (CHECK_REPORT), so a stranger's

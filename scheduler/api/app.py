@@ -44,8 +44,8 @@ from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource, node_source
 from scheduler.snapshot.db import MAX_JOB_NUMBER
 from scheduler.snapshot.restore import restore_at_start
-from scheduler.store.commands import Polled
 from scheduler.store.jobs import JobStore
+from scheduler.store.scripts.jobs import Polled
 
 log = logging.getLogger("scheduler.api")
 
@@ -149,7 +149,7 @@ async def update_job(request: Request) -> Response:
 
 async def cancel_job(request: Request) -> Response:
     """DELETE /jobs/{id} (the key): a pending job is cancelled at once, a running one is
-    cancelling until its agent has killed it (store/scripts.py, CANCEL_JOB)."""
+    cancelling until its agent has killed it (store/scripts/jobs.py, CANCEL_JOB)."""
     return json_bytes(await _store(request).cancel(_job_id(request), time.time()))
 
 

@@ -14,17 +14,18 @@ from scheduler.api.http import HTTPError, text_error
 from scheduler.models import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import RegistryError
-from scheduler.store.commands import (
+from scheduler.store.connection.discovery import ReplicasNotAcked
+from scheduler.store.errors import (
     Conflict,
     Forbidden,
     JobNotFound,
     NodeNotFound,
+    ServiceNotFound,
     StoreNotReady,
     TooManyNodes,
+    TooManyServices,
     Unauthorized,
 )
-from scheduler.store.node_commands import ServiceNotFound, TooManyServices
-from scheduler.store.topology import ReplicasNotAcked
 
 log = logging.getLogger("scheduler.api")
 

@@ -28,8 +28,9 @@ from scheduler.models import (
     validate_update,
 )
 from scheduler.snapshot.restore import restore_at_start
-from scheduler.store.commands import Polled, StoreNotReady
+from scheduler.store.errors import StoreNotReady
 from scheduler.store.jobs import JobStore
+from scheduler.store.scripts.jobs import Polled
 
 Charge = Callable[[int], None]
 # (limit, charge) -> the whole body; 413 past `limit`, each part's size told to `charge`

@@ -32,8 +32,8 @@ from scheduler.api.errors import is_expected, reply_for
 from scheduler.api.http import bearer_matches, length_of, refuse_declared
 from scheduler.api.metrics import RequestStats, route_label
 from scheduler.api.state import AppState
-from scheduler.store.commands import Polled
-from scheduler.store.redis_mux import Reply
+from scheduler.store.connection.protocol import Reply
+from scheduler.store.scripts.jobs import Polled
 
 JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"

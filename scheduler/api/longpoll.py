@@ -1,6 +1,7 @@
 """Long-poll parameters and the wait itself, as Nomad's blocking queries: `wait=S` holds the
 request up to S seconds (at most MAX_WAIT_SECS) until there is something to answer
-(store/notify.py). Without `wait` a request is answered at once, as the original's was."""
+(store/connection/notify.py). Without `wait` a request is answered at once, as the
+original's was."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from starlette.requests import Request
 
 from scheduler.api.http import HTTPError
 from scheduler.models import STATUSES
-from scheduler.store.notify import MAX_WAIT_SECS, Notifier
+from scheduler.store.connection.notify import MAX_WAIT_SECS, Notifier
 
 T = TypeVar("T")
 

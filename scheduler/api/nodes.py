@@ -25,8 +25,8 @@ from scheduler.models import (
     decode_go_style,
     validate_registration,
 )
-from scheduler.store.commands import NodeNotFound
-from scheduler.store.node_commands import Registration
+from scheduler.store.errors import NodeNotFound
+from scheduler.store.scripts.nodes import Registration
 
 # A registration or a heartbeat is a few hundred bytes; MAX_BODY_BYTES is for job requests.
 NODE_BODY_LIMIT = 16 * 1024

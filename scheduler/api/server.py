@@ -28,7 +28,7 @@ from scheduler.api import http
 from scheduler.api.hot import Charge
 from scheduler.api.http import body_late, length_of, too_large
 from scheduler.api.lane import MAX_BODY, TEXT, Answer, HotRequest, Lane, Route
-from scheduler.store.redis_mux import Reply
+from scheduler.store.connection.protocol import Reply
 
 log = logging.getLogger("scheduler.api")
 

@@ -25,7 +25,7 @@ from scheduler.models import (
     rfc3339,
     validate_service,
 )
-from scheduler.store.node_commands import ServiceNotFound
+from scheduler.store.errors import ServiceNotFound
 
 BODY_LIMIT = 16 * 1024  # a service is a few hundred bytes
 

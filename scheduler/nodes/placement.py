@@ -16,8 +16,8 @@ from scheduler.models import NodeStatus
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a new job may go: `mode` as in the create script's `pick_node` (store/lua.py),
-    with its candidates."""
+    """Where a new job may go: `mode` as in the create script's `pick_node`
+    (store/scripts/library.py), with its candidates."""
 
     mode: str
     candidates: tuple[str, ...] = ()

@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 
 from scheduler.models import FINAL_STATUSES, Job, parse_rfc3339, record_encoder, rfc3339
-from scheduler.store.upkeep_commands import RestoredJob
+from scheduler.store.scripts.snapshot import RestoredJob
 
 log = logging.getLogger("scheduler.snapshot")
 

@@ -10,8 +10,8 @@ from redis.exceptions import LockError
 from redis.lock import Lock
 
 from scheduler.config import Settings
-from scheduler.store.jobs import SyncJobStore
-from scheduler.store.topology import sync_client
+from scheduler.store.connection.blocking import sync_client
+from scheduler.store.sync_store import SyncJobStore
 
 SNAPSHOT_LOCK, RESTORE_LOCK = "sqlite-snapshot", "sqlite-restore"
 # Lock lifetimes; each batch renews them, so these only bound how long a crashed holder

@@ -33,9 +33,9 @@ from scheduler.snapshot.locking import (
     open_store,
     release,
 )
-from scheduler.store import upkeep_commands
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.migrate import rename_legacy_keys
+from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.sync_store import SyncJobStore
 
 log = logging.getLogger("scheduler.snapshot")
 
@@ -126,10 +126,10 @@ def _decide(
                     f"snapshot {path} holds job-{highest}: Redis lost its data and new jobs "
                     "were created since"
                 )
-            store.run(upkeep_commands.finish_restore(keys, 0, "found jobs in Redis"))
+            store.run(snapshot_scripts.finish_restore(0, "found jobs in Redis"))
             return False
         if not holds_jobs:
-            store.run(upkeep_commands.finish_restore(keys, 0, "started empty"))
+            store.run(snapshot_scripts.finish_restore(0, "started empty"))
             return False
         source = os.path.abspath(path)
         store.redis.set(keys.restoring, source)
@@ -183,7 +183,7 @@ def _load(
             if in_flight is not None:
                 count += in_flight.result()
                 lock.extend(lock_ttl, replace_ttl=True)
-            call = upkeep_commands.restore_jobs(store.keys, jobs, mark_dirty)
+            call = snapshot_scripts.restore_jobs(jobs, mark_dirty)
             in_flight = sender.submit(store.run, call)
         if in_flight is not None:
             count += in_flight.result()
@@ -192,14 +192,14 @@ def _load(
     marker = f"restored {count} jobs from {source}"
     if expired:
         marker += f" ({expired} finished before JOB_RETENTION_SECS left in the file)"
-    store.run(upkeep_commands.finish_restore(store.keys, highest, marker))
+    store.run(snapshot_scripts.finish_restore(highest, marker))
     log.info("%s in %.3f s (next id job-%d)", marker, time.monotonic() - started, highest + 1)
     return RestoreReport(jobs=count, highest_job_number=highest, source=source)
 
 
 def _convert(
     rows: list[tuple[Any, ...]], source: str, now: float
-) -> list[upkeep_commands.RestoredJob]:
+) -> list[snapshot_scripts.RestoredJob]:
     jobs = []
     for row in rows:
         try:

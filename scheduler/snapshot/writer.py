@@ -32,8 +32,8 @@ from scheduler.snapshot.locking import (
     release,
 )
 from scheduler.snapshot.restore import RestoreRefused, settle
-from scheduler.store import upkeep_commands
-from scheduler.store.jobs import SyncJobStore
+from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.sync_store import SyncJobStore
 
 log = logging.getLogger("scheduler.snapshot")
 
@@ -83,7 +83,7 @@ def write_snapshot(
 
 def _write_changes(store: SyncJobStore, path: str, lock: Lock, lock_ttl: float) -> int:
     started = time.monotonic()
-    if store.run(upkeep_commands.take_dirty(store.keys)) == 0:
+    if store.run(snapshot_scripts.take_dirty()) == 0:
         return 0
     written, settled = 0, []  # rows upserted; ids that may leave the in-flight set
     conn = snapshot_db.open_writer(path)

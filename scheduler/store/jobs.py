@@ -1,40 +1,26 @@
-"""The job store: owns the Redis client and the registered scripts, runs `commands.Call`s.
-
-`JobStore` is the asyncio flavour the API uses; `SyncJobStore` is the blocking one the rq
-workers use. Each runs every call as one EVALSHA (loading the script when Redis lacks it).
-"""
+"""The API's job store: owns its Redis connection (connection/mux.py) and runs script calls
+(scripts/) on it, each one EVALSHA against the deployment's root (loading the script when
+Redis lacks it). The blocking flavour of the workers is sync_store.py."""
 
 from __future__ import annotations
 
 import asyncio
 import builtins
 import functools
-import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 import hiredis
 import msgspec
-import redis
-from redis.exceptions import NoScriptError
 
 from scheduler.config import Settings
 from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration, Service, rfc3339
 from scheduler.nodes.placement import Placement, live_node_ids
-from scheduler.store import (
-    commands,
-    node_commands,
-    node_scripts,
-    scripts,
-    upkeep_commands,
-    upkeep_scripts,
-)
-from scheduler.store.commands import Call, Created
+from scheduler.store.connection.mux import MuxRedis
+from scheduler.store.connection.notify import Notifier, wait_until
+from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.keys import Keys
-from scheduler.store.notify import Notifier, wait_until
-from scheduler.store.redis_mux import READ_COST, WRITE_COST, MuxRedis, Reply, script_command
-from scheduler.store.topology import ReplicasNotAcked, sync_client
+from scheduler.store.scripts import Call, Script, jobs, nodes, upkeep
 
 _node_decoder = msgspec.json.Decoder(Node)
 
@@ -54,56 +40,13 @@ Sending: TypeAlias = tuple[Reply, Callable[[Any], T]]
 # answers 503 (the Rust agent then runs the service untracked).
 MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
 DELETE_MOVES = 1000  # pending jobs a node deregistration moves in its own script
-Moves = list[upkeep_commands.Requeued]  # (JobStore.list shadows the builtin in its class body)
-
-SCRIPT_NAMES = (
-    "CREATE_JOB",
-    "PICK_NODE",
-    "POLL",
-    "LIST",
-    "TRANSITION",
-    "CANCEL_JOB",
-    "FINISH_CANCELS",
-    "CHECK_REPORT",
-    "SWEEP_TIMEOUTS",
-    "PRUNE_FINISHED",
-    "REQUEUE_LOST",
-    "LOSE_RUNNING",
-    "REGISTER_NODE",
-    "HEARTBEAT",
-    "DELETE_NODE",
-    "TRIM_OUTBOX",
-    "TAKE_DIRTY",
-    "RESTORE_JOBS",
-    "FINISH_RESTORE",
-    "OVERVIEW",
-    "CREATE_SERVICE",
-    "SET_SERVICE_STATUS",
-    "LIST_SERVICES",
-)
-# The scripts that only read (tests/store/test_replicas_acked.py runs each under Redis' own
-# no-writes check). Every other call waits for REDIS_MIN_REPLICAS_ACKED replicas.
-READ_ONLY = frozenset(("POLL", "LIST", "CHECK_REPORT", "OVERVIEW", "LIST_SERVICES"))
+Moves = list[upkeep.Requeued]  # (JobStore.list shadows the builtin in its class body)
 
 
-@dataclass(frozen=True, slots=True)
-class _Source:
-    text: str
-    sha: str
-
-
-def _source(name: str) -> _Source:
-    modules = (scripts, node_scripts, upkeep_scripts)
-    text: str = next(getattr(m, name) for m in modules if hasattr(m, name))
-    return _Source(text, hashlib.sha1(text.encode()).hexdigest())
-
-
-_SOURCES = {name: _source(name) for name in SCRIPT_NAMES}
-
-
-def _acks(settings: Settings, script: str) -> tuple[int, int]:
-    """(replicas to wait for, WAIT timeout in ms) for a call of `script`; 0: no WAIT."""
-    if script in READ_ONLY:
+def acks(settings: Settings, script: Script[Any]) -> tuple[int, int]:
+    """(replicas to wait for, WAIT timeout in ms) for a call of `script`; 0: no WAIT. Every
+    script that may write waits for REDIS_MIN_REPLICAS_ACKED replicas."""
+    if script.read_only:
         return 0, 0
     return settings.redis_min_replicas_acked, settings.redis_replicas_ack_timeout_ms
 
@@ -113,25 +56,14 @@ def _poll_command(keys: Keys, node_id: str, limit: int, caller: str) -> bytes:
     """The poll's EVALSHA, packed. An agent polls with the same node and token every few
     seconds, and building and packing the command was a third of a poll's Python time. What
     the cache holds decides nothing: the script checks the caller against Redis each time."""
-    call = commands.poll(keys, node_id, limit, caller)
-    command = script_command("EVALSHA", _SOURCES[call.script].sha, call.keys, call.args)
+    call = jobs.poll(node_id, limit, caller)
+    command = script_command("EVALSHA", call.script.sha, [keys.root], call.args)
     packed: bytes = hiredis.pack_command(command)
     return packed
 
 
-def index_key(keys: Keys, node_id: str, status: str) -> str:
-    """The index that answers GET /jobs with these filters (both optional)."""
-    if node_id and status:
-        return keys.node_status(node_id, status)
-    if node_id:
-        return keys.node_jobs(node_id)
-    if status:
-        return keys.status(status)
-    return keys.all_jobs
-
-
 class JobStore:
-    """Asyncio store for the API processes, on one multiplexed connection (redis_mux)."""
+    """Asyncio store for the API processes, on one multiplexed connection (connection/mux.py)."""
 
     def __init__(self, client: MuxRedis, settings: Settings) -> None:
         self.redis = client
@@ -153,40 +85,37 @@ class JobStore:
         await self.redis.aclose()
 
     async def run(self, call: Call[T]) -> T:
-        source = _SOURCES[call.script]
-        replicas, timeout_ms = _acks(self.settings, call.script)
-        cost = READ_COST if call.script in READ_ONLY else WRITE_COST
+        script = call.script
+        replicas, timeout_ms = acks(self.settings, script)
+        cost = READ_COST if script.read_only else WRITE_COST
+        root = [self.keys.root]
         reply = await self.redis.evalsha(
-            source.sha, source.text, call.keys, call.args, replicas, timeout_ms, cost
+            script.sha, script.text, root, call.args, replicas, timeout_ms, cost
         )
         return call.parse(reply)
 
     async def create(self, job_json: bytes, placement: Placement, now: float) -> bytes:
         s = self.settings
-        created = await self.run(
-            commands.create_job(self.keys, job_json, placement, now, s.node_ttl_secs)
-        )
+        created = await self.run(jobs.create_job(job_json, placement, now, s.node_ttl_secs))
         return created.job
 
     async def pick(self, placement: Placement, now: float) -> str:
-        return await self.run(
-            commands.pick_node(self.keys, placement, now, self.settings.node_ttl_secs)
-        )
+        return await self.run(jobs.pick_node(placement, now, self.settings.node_ttl_secs))
 
-    async def poll(self, node_id: str, caller: str) -> commands.Polled:
+    async def poll(self, node_id: str, caller: str) -> jobs.Polled:
         limit = self.settings.max_jobs_per_node
-        return await self.run(commands.poll(self.keys, node_id, limit, caller))
+        return await self.run(jobs.poll(node_id, limit, caller))
 
-    def send_poll(self, node_id: str, caller: str) -> Sending[commands.Polled] | None:
+    def send_poll(self, node_id: str, caller: str) -> Sending[jobs.Polled] | None:
         """`poll` sent at once, for a caller that goes on in a callback (the hot lane): its
         Reply and how to read it, or None with no connection open yet (await `poll`).
         The reply fails with NoScriptError when Redis forgot the script, which `poll` loads.
         (A read: never a WAIT for replicas.)"""
         limit = self.settings.max_jobs_per_node
         sent = self.redis.send_packed(_poll_command(self.keys, node_id, limit, caller))
-        return None if sent is None else (sent, commands.polled)
+        return None if sent is None else (sent, jobs.polled)
 
-    async def poll_wait(self, node_id: str, caller: str, wait: float) -> commands.Polled:
+    async def poll_wait(self, node_id: str, caller: str, wait: float) -> jobs.Polled:
         """The poll, answered once the node has work (or a job to cancel) or after `wait`
         seconds."""
         channel = self.keys.node_channel(node_id)
@@ -214,13 +143,11 @@ class JobStore:
     async def list(
         self, node_id: str, status: str, bound: int, limit: int, newest: bool = False
     ) -> list[bytes]:
-        """A page of jobs (commands.list_jobs)."""
+        """A page of jobs (scripts.jobs.LIST)."""
         if status and status not in STATUSES:
             return []
-        index = index_key(self.keys, node_id, status)
         budget = self.settings.max_page_bytes
-        call = commands.list_jobs(self.keys, index, bound, limit, budget, newest)
-        return await self.run(call)
+        return await self.run(jobs.list_jobs(node_id, status, bound, limit, budget, newest))
 
     async def get(self, job_id: str) -> bytes | None:
         blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
@@ -232,21 +159,20 @@ class JobStore:
 
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
         retries = self.settings.max_job_retries
-        call = commands.transition(self.keys, job_id, update, now, retries, caller)
+        call = jobs.transition(job_id, update, now, retries, caller)
         return await self.run(call)
 
     async def check_report(self, job_id: str, caller: str) -> None:
         """Raises as `report` would for an unknown job or a caller that may not report on it."""
-        await self.run(commands.check_report(self.keys, job_id, caller))
+        await self.run(jobs.check_report(job_id, caller))
 
-    async def overview(self) -> node_commands.Overview:
-        return await self.run(node_commands.overview(self.keys, STATUSES))
+    async def overview(self) -> nodes.Overview:
+        return await self.run(nodes.overview(STATUSES))
 
     # The built-in registry (REGISTRY_URL unset).
 
     async def create_service(self, service: Service, caller: str) -> bytes:
-        call = node_commands.create_service(
-            self.keys,
+        call = nodes.create_service(
             service.node_id,
             msgspec.json.encode(service),
             caller,
@@ -260,15 +186,15 @@ class JobStore:
         return blob
 
     async def set_service_status(self, service_id: str, status: str, caller: str) -> None:
-        await self.run(node_commands.set_service_status(self.keys, service_id, status, caller))
+        await self.run(nodes.set_service_status(service_id, status, caller))
 
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
-        return await self.run(node_commands.list_services(self.keys, node_id, status, caller))
+        return await self.run(nodes.list_services(node_id, status, caller))
 
     async def register_node(
-        self, reg: NodeRegistration, now: float, who: node_commands.Registration, token_hash: str
+        self, reg: NodeRegistration, now: float, who: nodes.Registration, token_hash: str
     ) -> tuple[Node, str]:
-        """The node as registered, and what became of the token (node_commands.register_node)."""
+        """The node as registered, and what became of the token (scripts.nodes.register_node)."""
         node = Node(
             id=reg.id,
             hostname=reg.hostname,
@@ -277,9 +203,7 @@ class JobStore:
             role=reg.role or "compute",
         )
         node_json = msgspec.json.encode(node)
-        call = node_commands.register_node(
-            self.keys, node.id, node_json, node.role, now, who, token_hash
-        )
+        call = nodes.register_node(node.id, node_json, node.role, now, who, token_hash)
         outcome = await self.run(call)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), outcome
 
@@ -287,18 +211,18 @@ class JobStore:
         self, node_id: str, now: float, caller: str
     ) -> tuple[Node, builtins.list[str]]:
         """The node, and the ids of its jobs being cancelled."""
-        blob, cancels = await self.run(node_commands.heartbeat(self.keys, node_id, now, caller))
+        blob, cancels = await self.run(nodes.heartbeat(node_id, now, caller))
         node = _node_decoder.decode(blob)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 
     async def cancel(self, job_id: str, now: float) -> bytes:
-        return await self.run(commands.cancel_job(self.keys, job_id, now))
+        return await self.run(jobs.cancel_job(job_id, now))
 
     async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:
         """Deregister a node; its pending jobs move to live nodes (the first DELETE_MOVES
         here, any others at the next sweep)."""
         ttl = self.settings.node_ttl_secs
-        call = node_commands.delete_node(self.keys, node_id, now, ttl, DELETE_MOVES, caller)
+        call = nodes.delete_node(node_id, now, ttl, DELETE_MOVES, caller)
         return await self.run(call)
 
     async def nodes(self, now: float) -> dict[str, Node]:
@@ -319,145 +243,3 @@ class JobStore:
                 _node_decoder.decode(blob), status=status, last_seen=rfc3339(seen_at)
             )
         return nodes
-
-
-class SyncJobStore:
-    """Blocking store for the rq workers and the command line."""
-
-    def __init__(self, client: redis.Redis, settings: Settings) -> None:
-        self.redis = client
-        self.settings = settings
-        self.keys = Keys(settings.redis_prefix)
-        self._scripts = {name: client.register_script(src.text) for name, src in _SOURCES.items()}
-
-    @classmethod
-    def connect(cls, settings: Settings) -> SyncJobStore:
-        return cls(sync_client(settings), settings)
-
-    def close(self) -> None:
-        self.redis.close()
-
-    def run(self, call: Call[T]) -> T:
-        replicas, timeout_ms = _acks(self.settings, call.script)
-        if not replicas:
-            return call.parse(self._scripts[call.script](keys=call.keys, args=call.args))
-        source = _SOURCES[call.script]
-        try:
-            reply = self._run_acked("EVALSHA", source.sha, call, replicas, timeout_ms)
-        except NoScriptError:
-            # A restarted or flushed Redis forgot the script: run its text, and WAIT still.
-            reply = self._run_acked("EVAL", source.text, call, replicas, timeout_ms)
-        return call.parse(reply)
-
-    def _run_acked(
-        self, how: str, script: str, call: Call[T], replicas: int, timeout_ms: int
-    ) -> object:
-        """The script and a WAIT for `replicas` in one round trip (no MULTI: WAIT may not
-        run inside one)."""
-        pipe = self.redis.pipeline(transaction=False)
-        run = pipe.evalsha if how == "EVALSHA" else pipe.eval
-        run(script, len(call.keys), *call.keys, *call.args)
-        pipe.wait(replicas, timeout_ms)
-        reply, acked = pipe.execute()
-        if acked < replicas:
-            raise ReplicasNotAcked(acked, replicas)
-        return reply
-
-    def create(
-        self, job_json: bytes, placement: Placement, now: float, dedup_key: str, dedup_ttl: int
-    ) -> Created:
-        call = commands.create_job(
-            self.keys, job_json, placement, now, self.settings.node_ttl_secs, dedup_key, dedup_ttl
-        )
-        return self.run(call)
-
-    def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
-        """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not
-        reported them cancelled."""
-        cutoff = now - self.settings.cancel_grace_secs
-        ended: list[str] = []
-        while True:
-            swept = self.run(upkeep_commands.finish_cancels(self.keys, cutoff, now, batch))
-            ended.extend(swept.ids)
-            if swept.read < batch:
-                return ended
-
-    def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
-        """Fail every run job past JOB_TIMEOUT_SECS, `batch` per script call."""
-        failed: list[str] = []
-        while True:
-            call = upkeep_commands.sweep_timeouts(
-                self.keys, now, self.settings.job_timeout_secs, batch
-            )
-            swept = self.run(call)
-            failed.extend(swept.ids)
-            if swept.read < batch:
-                return failed
-
-    def prune_finished(self, now: float, batch: int = 500) -> list[str]:
-        """Remove from Redis the jobs finished more than JOB_RETENTION_SECS ago that the
-        snapshot already holds (none when the retention is 0: keep forever)."""
-        if not self.settings.job_retention_secs:
-            return []
-        cutoff = now - self.settings.job_retention_secs
-        removed: list[str] = []
-        skip = 0
-        while True:
-            pruned = self.run(upkeep_commands.prune_finished(self.keys, cutoff, skip, batch))
-            removed.extend(pruned.ids)
-            skip += pruned.kept
-            if pruned.read < batch:
-                return removed
-
-    def observe_nodes(self, node_ids: list[str], now: float) -> float:
-        """External registry: these compute nodes were seen healthy at `now` (the sweep's
-        record of them, which `requeue_lost` reads as the built-in registry's heartbeats).
-        Returns since when the registry has been read without a failure."""
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(self.keys.registry_readable_since, now, nx=True)
-        if node_ids:
-            pipe.zadd(self.keys.nodes_compute, dict.fromkeys(node_ids, now))
-        pipe.get(self.keys.registry_readable_since)
-        return float(pipe.execute()[-1])
-
-    def registry_unreadable(self) -> None:
-        """The sweep could not read the external registry: the unbroken stretch ends."""
-        self.redis.delete(self.keys.registry_readable_since)
-
-    def requeue_lost(self, now: float, limit: int = 500) -> list[upkeep_commands.Requeued]:
-        """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
-        script call. Nodes are the built-in registry's, or the external registry's as the
-        sweep saw them (`observe_nodes`)."""
-        moved: list[upkeep_commands.Requeued] = []
-        s = self.settings
-        while True:
-            call = upkeep_commands.requeue_lost(
-                self.keys, now, s.node_lost_after, s.node_ttl_secs, limit
-            )
-            batch = self.run(call)
-            moved.extend(batch)
-            if len(batch) < limit:
-                return moved
-
-    def lose_running(self, now: float, limit: int = 500) -> list[upkeep_commands.Lost]:
-        """The running jobs of nodes lost for NODE_LOST_SECS: run jobs fail as `node lost`
-        (retried on a live node while retries are left), services are placed again."""
-        lost: list[upkeep_commands.Lost] = []
-        s = self.settings
-        while True:
-            call = upkeep_commands.lose_running(
-                self.keys, now, s.node_lost_after, s.node_ttl_secs, s.max_job_retries, limit
-            )
-            batch = self.run(call)
-            lost.extend(batch)
-            if len(batch) < limit:
-                return lost
-
-    def outbox_head(self, limit: int) -> list[bytes]:
-        """The oldest `limit` outbox entries ("<event number> <message JSON>"), not removed."""
-        entries: list[bytes] = self.redis.lrange(self.keys.outbox, 0, limit - 1)  # type: ignore[assignment]
-        return entries
-
-    def trim_outbox(self, handed_over: list[bytes]) -> int:
-        """Remove these entries (an `outbox_head` read, now handed to rq) from the outbox."""
-        return self.run(upkeep_commands.trim_outbox(self.keys, handed_over)) if handed_over else 0

@@ -1,8 +1,9 @@
 """Every Redis key of the scheduler, in one place.
 
-Python code builds keys through `Keys`; Lua scripts receive `Keys.root` as KEYS[1] and derive
-per-job and per-node keys through the functions of `LUA_KEY_FUNCTIONS`, which are generated
-from the same templates below, so the two can never disagree.
+Python code builds keys through `Keys`; a Lua script receives `Keys.root` as KEYS[1], its only
+key, and names every other key `K.<name>` after the `Keys` member of that name (`K.deadlines`,
+`K.job(id)`, `K.node_status(node, status)`): `lua_keys` writes the Lua of each from the member
+itself, so the two can never disagree.
 
 Every key and channel starts with the hash tag "{P}" (P = REDIS_PREFIX, which may hold no
 braces). Redis Cluster refuses a script whose keys lie in different slots, and ours derive keys
@@ -57,19 +58,9 @@ workers/rq_prefix.py sets it) from the names below:
 from __future__ import annotations
 
 import hashlib
+import inspect
 import re
 from dataclasses import dataclass
-
-# Templates for keys that Lua derives; {0} is the single variable part.
-_DERIVED = {
-    "job": "job:{0}",
-    "status": "status:{0}",
-    "node_jobs": "node:{0}:jobs",
-    "node_busy": "node:{0}:busy",
-    "sqs_message": "sqs:{0}",
-    "node_channel": "wake:node:{0}",
-    "job_channel": "wake:job:{0}",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,33 +160,33 @@ class Keys:
         return self._k("registry:readable-since")
 
     def job(self, job_id: str) -> str:
-        return self._k(_DERIVED["job"].format(job_id))
+        return self._k(f"job:{job_id}")
 
     def status(self, status: str) -> str:
-        return self._k(_DERIVED["status"].format(status))
+        return self._k(f"status:{status}")
 
     def node_jobs(self, node_id: str) -> str:
-        return self._k(_DERIVED["node_jobs"].format(node_id))
+        return self._k(f"node:{node_id}:jobs")
 
     def node_status(self, node_id: str, status: str) -> str:
         return self._k(f"node:{node_id}:{status}")
 
     def node_busy(self, node_id: str) -> str:
-        return self._k(_DERIVED["node_busy"].format(node_id))
+        return self._k(f"node:{node_id}:busy")
 
     def node_services(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:services")
 
     def node_channel(self, node_id: str) -> str:
         """Published when the node may have work (long-polls of GET /jobs wait on it)."""
-        return self._k(_DERIVED["node_channel"].format(node_id))
+        return self._k(f"wake:node:{node_id}")
 
     def job_channel(self, job_id: str) -> str:
         """Published when the job changes (long-polls of GET /jobs/{id} wait on it)."""
-        return self._k(_DERIVED["job_channel"].format(job_id))
+        return self._k(f"wake:job:{job_id}")
 
     def sqs_message(self, dedup_key: str) -> str:
-        return self._k(_DERIVED["sqs_message"].format(dedup_key))
+        return self._k(f"sqs:{dedup_key}")
 
     def lock(self, name: str) -> str:
         return self._k(f"lock:{name}")
@@ -308,26 +299,42 @@ def _rq_tag(prefix: str) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_-]', '_', prefix)}-{digest}"
 
 
-def _lua_function(name: str, template: str) -> str:
-    head, _, tail = template.partition("{0}")
-    body = f'ROOT .. "{head}" .. x' + (f' .. "{tail}"' if tail else "")
-    return f"local function key_{name}(x) return {body} end"
+# Stand-ins for the variable parts of a key while its Lua is written (lua_keys): no key
+# holds these characters.
+_PROBE = Keys("\x02")
+_MARKS = ("\x00", "\x01")
+_LUA_PARAMS = ("a", "b")
 
 
-# The Lua function of each derived key, by name; KEYS[1] is Keys.root.
-LUA_KEY_FUNCTIONS = {
-    **{f"key_{name}": _lua_function(name, template) for name, template in _DERIVED.items()},
-    "key_node_status": 'local function key_node_status(node, status) return ROOT .. "node:" '
-    '.. node .. ":" .. status end',
-}
+def _lua_key(name: str) -> str:
+    """The Lua of the key `Keys.<name>`: a string, or a function of the variable parts."""
+    member = inspect.getattr_static(Keys, name, None)
+    if member is None or name.startswith(("_", "rq_")) or name in ("tag", "root", "pattern"):
+        raise KeyError(f"K.{name}: Keys has no key of that name for a script")
+    if isinstance(member, property):
+        return f'{name} = ROOT .. "{_lua_text(getattr(_PROBE, name))}"'
+    if not inspect.isfunction(member):
+        raise KeyError(f"K.{name}: Keys.{name} is not a key")
+    arity = len(inspect.signature(member).parameters) - 1
+    text = _lua_text(getattr(_PROBE, name)(*_MARKS[:arity]))
+    for mark, param in zip(_MARKS, _LUA_PARAMS, strict=False):
+        text = text.replace(mark, f'" .. {param} .. "')
+    params = ", ".join(_LUA_PARAMS[:arity])
+    body = f'ROOT .. "{text}"'.replace(' .. ""', "")
+    return f"{name} = function({params}) return {body} end"
 
 
-def lua_key_functions(body: str) -> str:
-    """What of LUA_KEY_FUNCTIONS a script's `body` needs: ROOT, and the functions it calls
-    (they do not call each other)."""
-    called = [
-        definition
-        for name, definition in LUA_KEY_FUNCTIONS.items()
-        if re.search(rf"\b{name}\(", body)
-    ]
-    return "\n".join(("local ROOT = KEYS[1]", *called))
+def _lua_text(key: str) -> str:
+    suffix = key.removeprefix(_PROBE.root)
+    if not re.fullmatch(r"[\x00\x01A-Za-z0-9:._-]*", suffix):
+        raise ValueError(f"{suffix!r} needs escaping in Lua")
+    return suffix
+
+
+def lua_keys(body: str) -> str:
+    """The Lua defining ROOT (KEYS[1], the deployment's root) and the table K of the keys
+    that `body` names as `K.<name>`: only those, as Redis builds every definition again on
+    each call."""
+    names = sorted(set(re.findall(r"(?<![\w.])K\.(\w+)", body)))
+    entries = "".join(f"\n  {_lua_key(name)}," for name in names)
+    return "local ROOT = KEYS[1]\n" + (f"local K = {{{entries}\n}}" if names else "")

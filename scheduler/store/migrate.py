@@ -19,8 +19,8 @@ from collections.abc import Callable
 import redis
 from redis.cluster import RedisCluster
 
+from scheduler.store.connection.blocking import LocatedPool
 from scheduler.store.keys import Keys, LegacyKeys
-from scheduler.store.topology import ClusterConnectionPool
 
 log = logging.getLogger("scheduler.store.migrate")
 
@@ -71,7 +71,7 @@ def rename_legacy_keys(
 def is_cluster(client: object) -> bool:
     """Whether `client` speaks to a Redis Cluster (nothing of the old layout can be there)."""
     pool = getattr(client, "connection_pool", None)
-    return isinstance(client, RedisCluster) or isinstance(pool, ClusterConnectionPool)
+    return isinstance(client, RedisCluster) or isinstance(pool, LocatedPool)
 
 
 def _rename(client: redis.Redis, source: str, target: str) -> bool:

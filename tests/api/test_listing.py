@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.models import NewJob, rfc3339
 from scheduler.nodes.placement import Placement
-from scheduler.store.jobs import SyncJobStore
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     ClientFactory,
     SettingsFactory,

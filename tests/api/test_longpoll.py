@@ -1,6 +1,7 @@
-"""Long-poll (api/longpoll.py, store/notify.py): `GET /jobs?node_id=X&status=pending&wait=S`
-answers once the node has work, `GET /jobs/{id}?wait=S[&status_not=X]` once the job changes,
-each at most S seconds later; without `wait` both answer at once, as the original did.
+"""Long-poll (api/longpoll.py, store/connection/notify.py): `GET
+/jobs?node_id=X&status=pending&wait=S` answers once the node has work, `GET
+/jobs/{id}?wait=S[&status_not=X]` once the job changes, each at most S seconds later;
+without `wait` both answer at once, as the original did.
 
 A test starts the change only once the API has subscribed to the channel it waits on (PUBSUB
 NUMSUB), so the answer can only come from the wake-up, never from the first check."""
@@ -18,8 +19,8 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     ClientFactory,
     SettingsFactory,

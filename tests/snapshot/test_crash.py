@@ -19,9 +19,10 @@ from scheduler.models import JobUpdate, NewJob, encoder, rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once, write_snapshot
-from scheduler.store import commands, upkeep_commands
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys, LegacyKeys, glob_escape
+from scheduler.store.scripts import jobs as job_scripts
+from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.sync_store import SyncJobStore
 from tests.processes import api_replicas, scheduler_env
 from tests.snapshot_helpers import job_state, lose_redis_data, rows, stored_json
 
@@ -107,7 +108,7 @@ def create_jobs(store: SyncJobStore, count: int, now: float) -> None:
     new = NewJob(command="echo", status="pending", retry_count=0, created_at=rfc3339(now))
     job = encoder.encode(new)
     # As a starting serve or worker would: the restore question is settled before any create.
-    store.run(upkeep_commands.finish_restore(store.keys, 0, "test"))
+    store.run(snapshot_scripts.finish_restore(0, "test"))
     for _ in range(count):
         store.create(job, Placement.fixed("n1"), now, "", 0)
 
@@ -159,7 +160,7 @@ def test_kill_9_during_a_snapshot_forgets_no_change(
     try:
         # Changes keep coming while the snapshot is stuck.
         update = JobUpdate(status="running")
-        store.run(commands.transition(store.keys, "job-5", update, time.time(), 1, "open"))
+        store.run(job_scripts.transition("job-5", update, time.time(), 1, "open"))
         create_jobs(store, 3, time.time())
     finally:
         kill_9(proc)

@@ -14,8 +14,8 @@ from scheduler.config import Settings
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, submit
 from tests.snapshot_helpers import (
     columns,

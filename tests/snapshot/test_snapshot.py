@@ -15,9 +15,9 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.snapshot.restore import RestoreRefused, restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store import upkeep_commands
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
 from tests.snapshot_helpers import (
     full_record,
@@ -176,7 +176,7 @@ def test_a_leftover_in_flight_set_is_written_by_the_next_snapshot(
 ) -> None:
     put_records(store, [full_record("job-1"), full_record("job-2")])
     # A snapshot that died after taking the changes: they sit in the in-flight set.
-    assert store.run(upkeep_commands.take_dirty(store.keys)) == 2
+    assert store.run(snapshot_scripts.take_dirty()) == 2
     put_records(store, [full_record("job-3")])
     assert snapshot_once(settings) == 3
     assert set(rows(db)) == {"job-1", "job-2", "job-3"}

@@ -13,10 +13,11 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from scheduler.config import Settings
+from scheduler.store.connection.blocking import sync_client
+from scheduler.store.connection.discovery import NotPrimary, tag_slot
+from scheduler.store.connection.mux import MuxRedis
+from scheduler.store.connection.notify import Notifier
 from scheduler.store.keys import Keys
-from scheduler.store.notify import Notifier
-from scheduler.store.redis_mux import MuxRedis
-from scheduler.store.topology import NotPrimary, sync_client, tag_slot
 from tests.redis_cluster import Cluster, ClusterNode, redis_cluster
 from tests.redis_server import free_port
 

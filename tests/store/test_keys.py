@@ -10,9 +10,9 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from scheduler.store.keys import Keys, LegacyKeys, glob_escape, lua_key_functions
-from scheduler.store.lua import script
+from scheduler.store.keys import Keys, LegacyKeys, glob_escape, lua_keys
 from scheduler.store.migrate import rename_legacy_keys
+from scheduler.store.scripts.library import assemble
 
 
 def every_key(keys: Keys) -> dict[str, str]:
@@ -52,29 +52,50 @@ def test_the_upgrade_renames_every_family_of_keys() -> None:
 
 
 def defined(lua: str) -> list[str]:
-    """The names of the local functions and tables `lua` defines."""
-    return re.findall(r"local function (\w+)|local (FINAL) =", lua)
+    """The names the K table of `lua` defines, and the library definitions it holds."""
+    return re.findall(r"^  (\w+) = |^local function (\w+)|^local (FINAL) =", lua, re.MULTILINE)
 
 
 @pytest.mark.parametrize(
-    ("body", "functions"),
+    ("body", "names"),
     [
         ("return 1", []),
-        ('redis.call("GET", key_job(ARGV[1]))', ["key_job"]),
-        # key_node_status( holds "status(" but calls only itself
-        ("key_node_status(n, s) key_job_channel(id)", ["key_job_channel", "key_node_status"]),
-        ("local key_job = 1 -- key_status mentioned, not called", []),
+        ('redis.call("GET", K.job(ARGV[1]))', ["job"]),
+        (
+            "K.node_status(n, s) K.job_channel(id) K.deadlines",
+            ["deadlines", "job_channel", "node_status"],
+        ),
+        ("local x = 1 -- K.status mentioned in a comment, cjson.K.job not a key", []),
     ],
 )
-def test_a_script_defines_only_the_key_functions_it_calls(body: str, functions: list[str]) -> None:
-    lua = lua_key_functions(body)
-    assert lua.startswith("local ROOT = KEYS[1]")
-    assert [name for name, _ in defined(lua)] == functions
+def test_a_script_defines_only_the_keys_it_names(body: str, names: list[str]) -> None:
+    text = assemble("T", (), "", body)
+    assert [entry[0] for entry in defined(text) if entry[0]] == names
+
+
+def test_a_key_in_lua_is_the_key_in_python(rclient: redis.Redis, prefix: str) -> None:
+    """Each Keys member a script may name, evaluated by Redis, is what Python builds."""
+    keys = Keys(prefix)
+    for name, expected in every_key(keys).items():
+        if name in ("tag", "root") or name.startswith("rq_"):
+            continue
+        member = inspect.getattr_static(Keys, name)
+        arity = 0 if isinstance(member, property) else len(inspect.signature(member).parameters) - 1
+        call = "" if isinstance(member, property) else "(" + ", ".join(["'x'"] * arity) + ")"
+        lua = lua_keys(f"K.{name}") + f"\nreturn K.{name}{call}"
+        assert rclient.eval(lua, 1, keys.root) == expected.encode(), name
+
+
+def test_an_unknown_key_name_fails_when_the_script_is_built() -> None:
+    with pytest.raises(KeyError, match=r"K\.nope"):
+        lua_keys("K.nope")
+    with pytest.raises(KeyError, match=r"K\.rq_prefix"):
+        lua_keys("K.rq_prefix")
 
 
 @pytest.mark.parametrize(("body", "has_final"), [("if FINAL[old] then end", True), ("", False)])
 def test_a_script_defines_the_final_table_only_when_it_reads_it(body: str, has_final: bool) -> None:
-    assert (("", "FINAL") in defined(script(body))) is has_final
+    assert (("", "", "FINAL") in defined(assemble("T", (), "", body))) is has_final
 
 
 def test_glob_escape() -> None:

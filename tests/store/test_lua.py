@@ -1,7 +1,7 @@
 """Job records keep the original's bytes whichever code wrote them last: fields in the Go
 struct's order (CONTRACT 2.2), empty optional ones omitted, env_vars keys sorted, "/" not
 escaped. Creation encodes in Python (msgspec); transitions, the timeout sweep and the requeue
-of lost nodes re-encode inside Lua (store/lua.py `encode`)."""
+of lost nodes re-encode inside Lua (store/scripts/library.py `encode`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.models import job_decoder, record_encoder
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
 
 # The original's Job struct, field by field (CONTRACT 2.2): written out here, not read from

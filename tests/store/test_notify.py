@@ -1,4 +1,4 @@
-"""The per-process notifier (store/notify.py): one subscription per channel however many
+"""The per-process notifier (store/connection/notify.py): one subscription per channel however many
 requests wait on it, released with the last; a message wakes every watch of its channel and
 no other; `wait_until` answers on the wake-up or when its time runs out."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import redis
 
+from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.keys import Keys
-from scheduler.store.notify import Notifier, wait_until
 
 
 def numsub(rclient: redis.Redis, channel: str) -> int:

@@ -12,14 +12,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from scheduler.config import parse_redis_url
-from scheduler.store.redis_mux import (
+from scheduler.store.connection.mux import MuxRedis, tls_context
+from scheduler.store.connection.protocol import (
     FLUSH_COST,
     READ_COST,
     WRITE_COST,
-    MuxRedis,
     RedisProtocol,
     Reply,
-    tls_context,
 )
 
 

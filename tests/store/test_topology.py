@@ -1,6 +1,6 @@
-"""Where Redis is (store/topology.py, the mux's resolution) and REDIS_MIN_REPLICAS_ACKED: a
-node that is not the primary drops the connection as a lost one (503, never 500), and every
-state change waits for its replicas in the same round trip."""
+"""Where Redis is (store/connection/: discovery, the mux and the blocking clients) and
+REDIS_MIN_REPLICAS_ACKED: a node that is not the primary drops the connection as a lost one
+(503, never 500), and every state change waits for its replicas in the same round trip."""
 
 from __future__ import annotations
 
@@ -16,17 +16,22 @@ from redis.exceptions import ResponseError
 
 from scheduler.config import Settings
 from scheduler.models import STATUSES
-from scheduler.store import commands, node_commands
-from scheduler.store.jobs import _SOURCES, READ_ONLY, SCRIPT_NAMES, JobStore, SyncJobStore
-from scheduler.store.keys import Keys
-from scheduler.store.redis_mux import FLUSH_COST, WRITE_COST, MuxRedis
-from scheduler.store.topology import (
+from scheduler.store.connection.discovery import (
     TOPOLOGY_ERRORS,
     NotPrimary,
     ReplicasNotAcked,
     slot_owner,
     tag_slot,
 )
+from scheduler.store.connection.mux import MuxRedis
+from scheduler.store.connection.protocol import FLUSH_COST, WRITE_COST
+from scheduler.store.errors import JobNotFound
+from scheduler.store.jobs import JobStore
+from scheduler.store.keys import Keys
+from scheduler.store.scripts import SCRIPTS
+from scheduler.store.scripts import jobs as job_scripts
+from scheduler.store.scripts import nodes as node_scripts
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_text_error, register, submit
 from tests.fakes import eventually
 from tests.redis_server import free_port, replicated_pair
@@ -193,7 +198,7 @@ def test_the_noscript_fallback_still_waits(
 ) -> None:
     primary, _ = pair
     settings = _acked(make_settings, primary, 2)
-    call = commands.cancel_job(SyncJobStore.connect(settings).keys, "job-1", 1.0)
+    call = job_scripts.cancel_job("job-1", 1.0)
     redis.Redis.from_url(primary).script_flush()
     if flavour == "sync":
         store = SyncJobStore.connect(settings)
@@ -224,12 +229,12 @@ def test_concurrent_writes_share_one_wait_per_batch(
 
     async def scenario() -> None:
         store = JobStore.connect(settings)
-        with pytest.raises(commands.JobNotFound):  # connected, the script loaded
+        with pytest.raises(JobNotFound):  # connected, the script loaded
             await store.cancel("job-0", 1.0)
         before = waits()
         cancels = (store.cancel(f"job-{i}", 1.0) for i in range(40))
         answers = await asyncio.gather(*cancels, return_exceptions=True)
-        assert all(isinstance(a, commands.JobNotFound) for a in answers), answers
+        assert all(isinstance(a, JobNotFound) for a in answers), answers
         sent = waits() - before
         # one WAIT per write of the batch, at most (a write leaves with FLUSH_COST's worth)
         assert 1 <= sent <= 40 // (FLUSH_COST // WRITE_COST)
@@ -239,24 +244,29 @@ def test_concurrent_writes_share_one_wait_per_batch(
 
 
 def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobStore) -> None:
-    """Each script marked READ_ONLY runs under Redis' own no-writes check (a write in it would
+    """Each script marked read_only runs under Redis' own no-writes check (a write in it would
     fail), with the state its writes would need: nodes, jobs pending, running, cancelling,
     and services."""
     keys = store.keys
     settings = store.settings
-    assert set(SCRIPT_NAMES) > READ_ONLY
-    calls = {
-        "POLL": commands.poll(keys, "n1", 5, "open"),
-        "LIST": commands.list_jobs(keys, keys.all_jobs, 0, 100, 1 << 20, False),
-        "CHECK_REPORT": commands.check_report(keys, "job-1", "open"),
-        "OVERVIEW": node_commands.overview(keys, STATUSES),
-        "LIST_SERVICES": node_commands.list_services(keys, "", "", "open"),
-    }
-    assert set(calls) == READ_ONLY
+    calls = [
+        job_scripts.poll("n1", 5, "open"),
+        job_scripts.list_jobs("", "", 0, 100, 1 << 20, False),
+        job_scripts.list_jobs("n1", "pending", 0, 100, 1 << 20, True),
+        job_scripts.list_jobs("n1", "", 0, 100, 1 << 20, False),
+        job_scripts.list_jobs("", "running", 0, 100, 1 << 20, False),
+        job_scripts.check_report("job-1", "open"),
+        node_scripts.overview(STATUSES),
+        node_scripts.list_services("", "", "open"),
+        node_scripts.list_services("n1", "", "open"),
+    ]
+    read_only = {name for name, script in SCRIPTS.items() if script.read_only}
+    assert {call.script.name for call in calls} == read_only
+    assert len(read_only) < len(SCRIPTS)
     _populate(store, settings)
-    for name, call in calls.items():
-        text = "#!lua flags=no-writes\n" + _SOURCES[name].text
-        rclient.eval(text, len(call.keys), *call.keys, *call.args)
+    for call in calls:
+        text = "#!lua flags=no-writes\n" + call.script.text
+        assert rclient.eval(text, 1, keys.root, *call.args) is not None
 
 
 def _populate(store: SyncJobStore, settings: Settings) -> None:

@@ -20,8 +20,8 @@ from honcho import command as honcho_command
 
 from scheduler.cli.main import build_parser
 from scheduler.config import Settings
+from scheduler.store.connection.blocking import sync_client
 from scheduler.store.keys import Keys
-from scheduler.store.topology import sync_client
 from tests.fakes import FakeSNS, eventually
 from tests.processes import scheduler_env, wait_http
 from tests.redis_server import free_port, sentinel_group

@@ -1,4 +1,4 @@
-"""Pending jobs of a lost node move to live nodes (upkeep_scripts.REQUEUE_LOST, run by the
+"""Pending jobs of a lost node move to live nodes (scripts/upkeep.py REQUEUE_LOST, run by the
 sweep)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.store.jobs import SyncJobStore
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     ClientFactory,
     CtxFactory,

@@ -1,5 +1,5 @@
 """Retention: done and failed jobs past JOB_RETENTION_SECS leave Redis once the snapshot holds
-them (upkeep_scripts.PRUNE_FINISHED, run by the sweep); the restore leaves them in the file."""
+them (scripts/upkeep.py PRUNE_FINISHED, run by the sweep); the restore leaves them in the file."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from scheduler.config import Settings
 from scheduler.models import rfc3339
 from scheduler.snapshot.restore import restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store import upkeep_commands
-from scheduler.store.jobs import SyncJobStore
 from scheduler.store.keys import Keys
+from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, CtxFactory, SettingsFactory, register, report, submit
 from tests.snapshot_helpers import job_state, lose_redis_data, rows
 from workers import tasks
@@ -94,7 +94,7 @@ def test_a_job_the_snapshot_has_not_written_stays_until_it_has(
     later = time.time() + RETENTION + 1
     assert store.prune_finished(later) == []  # only in P:dirty
     keys = Keys(settings.redis_prefix)
-    store.run(upkeep_commands.take_dirty(keys))  # a snapshot that died before its commit
+    store.run(snapshot_scripts.take_dirty())  # a snapshot that died before its commit
     assert rclient.sismember(keys.dirty_inflight, job_id)
     assert store.prune_finished(later) == []
     assert snapshot_once(settings) == 1

@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 
 from scheduler.config import ConfigError, Settings
 from scheduler.models import Job, job_decoder
-from scheduler.store import upkeep_commands
+from scheduler.store.scripts import upkeep
 from tests.conftest import (
     ClientFactory,
     CtxFactory,
@@ -111,7 +111,7 @@ def test_sweep_reads_only_the_expired_entries(
     for i in range(40):
         assert_json(report(api, submit(api, command=f"new {i}")["job_id"], "running"))
 
-    swept = ctx.store.run(upkeep_commands.sweep_timeouts(ctx.keys, time.time(), 1, 500))
+    swept = ctx.store.run(upkeep.sweep_timeouts(time.time(), 1, 500))
 
     assert swept.read == 3  # not 43: the cost follows the expired jobs, not all jobs
     assert sorted(swept.ids) == sorted(old)

@@ -1,10 +1,10 @@
 """Long-poll wake-ups: one pub/sub connection per API process, fanned out in memory.
 
 The scripts that make a node's work available or change a job PUBLISH on the node's or the
-job's channel (keys.py `node_channel`, `job_channel`; lua.py `WAKE`). A request that waits
-(`wait_until`) holds no Redis connection: it registers an in-memory watch, and the process's
-one subscriber connection SUBSCRIBEs the channel while at least one request of the process
-watches it. Nothing blocking is ever sent on the multiplexed connection (redis_mux): the
+job's channel (keys.py `node_channel`, `job_channel`; scripts/library.py `WAKE`). A request
+that waits (`wait_until`) holds no Redis connection: it registers an in-memory watch, and the
+process's one subscriber connection SUBSCRIBEs the channel while at least one request of the
+process watches it. Nothing blocking is ever sent on the multiplexed connection (mux.py): the
 checks a waiting request makes are the same one-script reads as an answer at once.
 
 Order makes it exact: a request subscribes (and waits for Redis' confirmation) before it
@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 import hiredis
 
-from scheduler.store.redis_mux import MuxRedis, RedisProtocol
+from scheduler.store.connection.mux import MuxRedis
+from scheduler.store.connection.protocol import RedisProtocol
 
 T = TypeVar("T")
 

@@ -1,0 +1,149 @@
+"""Where the Redis of REDIS_URL is right now.
+
+REDIS_URL names one Redis (`redis://`, `rediss://`, `unix://`), the primary of a Sentinel
+service (`redis+sentinel://`) or a Redis Cluster (`redis+cluster://`); config.parse_redis_url
+reads it. Every key of a deployment carries the hash tag `{REDIS_PREFIX}`, so on a cluster
+they all live in one slot and one connection to that slot's primary serves everything.
+
+A connection resolves its address when it connects, never per command: Sentinel's current
+primary (checked with ROLE), or the cluster node owning the tag's slot. A reply saying the
+node is not (or no longer) the one to talk to (`TOPOLOGY_ERRORS`) drops the connection and
+reaches the caller as a ConnectionError, the error a lost connection raises: the API turns it
+into 503, the workers wait it out (workers.outage), and the next connect resolves afresh.
+
+The question is asked here once, as steps (`locate`): each step names a node and the command
+to send it, and is given the reply, or the error, back. The API's asyncio connection (mux.py)
+and the blocking clients (blocking.py) each only carry the steps out on their own sockets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any, NamedTuple
+
+from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+
+from scheduler.config import ClusterRedis, SentinelRedis
+from scheduler.store.keys import Keys
+
+# Replies from a node that is not the one to talk to now: a cluster slot moved or is being
+# moved (MOVED, ASK), a primary demoted (READONLY), a cluster or replica without its primary
+# (CLUSTERDOWN, MASTERDOWN, TRYAGAIN), a node still loading its data (LOADING). None of them
+# ran the command.
+TOPOLOGY_ERRORS = frozenset(
+    ("MOVED", "ASK", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN")
+)
+# Sentinels and cluster seeds are asked with these bounds: a dead one must not hold up the
+# question to the next.
+DISCOVERY_TIMEOUT_SECS = 1.0
+
+
+class NotPrimary(RedisConnectionError):
+    """The node answered that it is not where this deployment's keys are written now."""
+
+
+class ReplicasNotAcked(RedisConnectionError):
+    """Fewer replicas than REDIS_MIN_REPLICAS_ACKED confirmed a change in time. The change
+    may well have been applied on the primary: only its survival of a failover is unsure."""
+
+    def __init__(self, acked: int, wanted: int) -> None:
+        super().__init__(
+            f"store unavailable: {acked} of {wanted} replicas acknowledged the change in time"
+            " (REDIS_MIN_REPLICAS_ACKED); it may have been applied"
+        )
+        self.acked = acked
+        self.wanted = wanted
+
+
+def is_topology_error(message: str) -> bool:
+    return message.split(" ", 1)[0] in TOPOLOGY_ERRORS
+
+
+def tag_slot(prefix: str) -> int:
+    """The cluster slot of every key of the deployment with this REDIS_PREFIX."""
+    return key_slot(Keys(prefix).tag.encode())
+
+
+def slot_owner(slots: Any, slot: int, asked: str) -> tuple[str, int] | None:
+    """The primary serving `slot` in a CLUSTER SLOTS reply (from node `asked`)."""
+    for entry in slots:
+        start, end, primary = int(entry[0]), int(entry[1]), entry[2]
+        if start <= slot <= end:
+            host = _text(primary[0])
+            # An empty or "?" endpoint means "the address you reached me on".
+            return (host if host not in ("", "?") else asked), int(primary[1])
+    return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Ask(NamedTuple):
+    """A step of `locate`: send `command` to the node at host:port (logged in as given)."""
+
+    host: str
+    port: int
+    username: str | None
+    password: str | None
+    command: tuple[str, ...]
+
+
+# What asking one node may end in; the next one is asked then.
+ASK_ERRORS = (RedisError, OSError, TimeoutError)
+
+Steps = Generator[Ask, Any, tuple[str, int]]
+
+
+def locate(target: SentinelRedis | ClusterRedis, prefix: str) -> Steps:
+    """Where the deployment's keys are written now: the primary Sentinel names, or the
+    primary serving the tag's cluster slot. Asks each sentinel or seed in turn; raises
+    RedisConnectionError when none answers."""
+    if isinstance(target, SentinelRedis):
+        return (yield from _sentinel_primary(target))
+    return (yield from _slot_owner(target, tag_slot(prefix)))
+
+
+def _sentinel_primary(target: SentinelRedis) -> Steps:
+    errors = []
+    command = ("SENTINEL", "get-master-addr-by-name", target.service)
+    for host, port in target.sentinels:
+        try:
+            reply = yield Ask(host, port, None, target.sentinel_password, command)
+        except ASK_ERRORS as exc:
+            errors.append(f"{host}:{port}: {exc}")
+            continue
+        if reply:
+            return _text(reply[0]), int(reply[1])
+        errors.append(f"{host}:{port}: no primary named {target.service!r}")
+    raise RedisConnectionError(f"no sentinel names a primary: {'; '.join(errors)}")
+
+
+def _slot_owner(target: ClusterRedis, slot: int) -> Steps:
+    errors = []
+    for host, port in target.seeds:
+        try:
+            reply = yield Ask(host, port, target.username, target.password, ("CLUSTER", "SLOTS"))
+        except ASK_ERRORS as exc:
+            errors.append(f"{host}:{port}: {exc}")
+            continue
+        owner = slot_owner(reply, slot, host)
+        if owner is not None:
+            return owner
+        errors.append(f"{host}:{port}: slot {slot} is not served")
+    raise RedisConnectionError(f"no cluster node serves slot {slot}: {'; '.join(errors)}")
+
+
+def checks_role(target: object) -> bool:
+    """Whether a connection asks its node's ROLE first: the sentinels may name a demoted
+    primary for a moment."""
+    return isinstance(target, SentinelRedis)
+
+
+def check_role(reply: Any, host: str, port: int) -> None:
+    """Raises NotPrimary unless a ROLE reply says the node is a primary."""
+    role = _text(reply[0])
+    if role != "master":
+        raise NotPrimary(f"{host}:{port} is a {role}, not the primary")

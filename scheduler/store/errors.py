@@ -1,0 +1,56 @@
+"""What a script's refusal becomes in Python: the exceptions its reply reader raises. The API
+turns each into its HTTP answer (api/errors.py)."""
+
+from __future__ import annotations
+
+
+class JobNotFound(LookupError):
+    def __str__(self) -> str:
+        return "job not found"
+
+
+class NodeNotFound(LookupError):
+    def __str__(self) -> str:
+        return "node not found"
+
+
+class ServiceNotFound(LookupError):
+    def __str__(self) -> str:
+        return "not found"  # the original registry's text
+
+
+class Conflict(Exception):
+    """A report the state machine refuses; the message is the API's 409 text."""
+
+
+class Unauthorized(Exception):
+    """An agent call without a valid node token or the API key (AGENT_AUTH=token)."""
+
+    def __str__(self) -> str:
+        return "unauthorized"
+
+
+class Forbidden(Exception):
+    """A valid node token used on another node, or a change it does not allow."""
+
+    def __init__(self, message: str = "forbidden: the node token is for another node") -> None:
+        super().__init__(message)
+
+
+class TooManyNodes(Exception):
+    """MAX_NODES nodes are registered; the operator deletes some first."""
+
+    def __str__(self) -> str:
+        return "too many nodes registered (MAX_NODES)"
+
+
+class TooManyServices(Exception):
+    def __str__(self) -> str:
+        return "too many services registered"
+
+
+class StoreNotReady(Exception):
+    """Redis holds no restore marker: it lost its data and the snapshot is not back yet."""
+
+    def __str__(self) -> str:
+        return "store not ready: restoring from the snapshot"

@@ -1,0 +1,39 @@
+"""The return codes of the scripts, shared by their Lua (CODES) and the Python that reads
+their replies; `check_access` turns node_access's refusals into exceptions."""
+
+from __future__ import annotations
+
+from scheduler.store.errors import Forbidden, Unauthorized
+
+# Return codes shared by the scripts and the readers of their replies.
+OK = 1
+NOT_FOUND = 0
+DUPLICATE = 2
+FINISHED = 3
+ALREADY_RUNNING = 4
+NOT_RUNNING = 5
+NO_NODES = 6
+NOT_READY = 7
+UNAUTHORIZED = 8
+FORBIDDEN = 9
+TOO_MANY_NODES = 10
+ROLE_LOCKED = 11
+OTHER_NODE = 12
+CANCELLING = 13
+NOT_CANCELLING = 14
+
+CODES = f"""
+local OK, NOT_FOUND, DUPLICATE, FINISHED = {OK}, {NOT_FOUND}, {DUPLICATE}, {FINISHED}
+local ALREADY_RUNNING, NOT_RUNNING, NO_NODES = {ALREADY_RUNNING}, {NOT_RUNNING}, {NO_NODES}
+local NOT_READY, UNAUTHORIZED, FORBIDDEN = {NOT_READY}, {UNAUTHORIZED}, {FORBIDDEN}
+local TOO_MANY_NODES, ROLE_LOCKED, OTHER_NODE = {TOO_MANY_NODES}, {ROLE_LOCKED}, {OTHER_NODE}
+local CANCELLING, NOT_CANCELLING = {CANCELLING}, {NOT_CANCELLING}
+"""
+
+
+def check_access(code: int) -> None:
+    """Raises for the refusals of the Lua `node_access`."""
+    if code == UNAUTHORIZED:
+        raise Unauthorized()
+    if code == FORBIDDEN:
+        raise Forbidden()

@@ -1,0 +1,69 @@
+"""A Lua script as one object: its name, its arguments by name, its Lua, whether it only
+reads, and how its reply is read (return codes become exceptions there). A store runs a
+`Call` of it; nothing here does I/O."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from scheduler.store.scripts.library import assemble
+
+T = TypeVar("T")
+
+# Every script, by name: registered once, when its module defines it.
+SCRIPTS: dict[str, Script[Any]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """A script with its arguments, ready to run against the deployment's root."""
+
+    script: Script[T]
+    args: list[Any]
+
+    def parse(self, reply: Any) -> T:
+        return self.script.reply(reply)
+
+
+class Script(Generic[T]):
+    """`argv` names the script's arguments in order, as the Lua sees them; a last name
+    starting with "*" takes the rest, a sequence. `read_only` scripts never wait for
+    replicas (REDIS_MIN_REPLICAS_ACKED) and weigh less in the API's batches."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: str,
+        lua: str,
+        reply: Callable[[Any], T],
+        *,
+        read_only: bool = False,
+    ) -> None:
+        names = argv.split()
+        self.rest = names.pop()[1:] if names and names[-1].startswith("*") else ""
+        self.argv = tuple(names)
+        self.name = name
+        self.reply = reply
+        self.read_only = read_only
+        self.text = assemble(name, self.argv, self.rest, lua)
+        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
+        if name in SCRIPTS:
+            raise ValueError(f"two scripts are named {name}")
+        SCRIPTS[name] = self
+
+    def call(self, **args: Any) -> Call[T]:
+        """A call with every argument by its name (the rest as a sequence)."""
+        expected = {*self.argv, self.rest} - {""}
+        if args.keys() != expected:
+            raise TypeError(f"{self.name} takes {sorted(expected)}, not {sorted(args)}")
+        values = [args[name] for name in self.argv]
+        if self.rest:
+            rest: Sequence[Any] = args[self.rest]
+            values.extend(rest)
+        return Call(self, values)
+
+    def __repr__(self) -> str:
+        return f"Script({self.name})"

@@ -1,0 +1,148 @@
+"""The scripts of the SQLite snapshot (scheduler/snapshot/): the dirty set a snapshot takes,
+and the restore. Each with its call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.store.scripts.script import Call, Script
+
+TAKE_DIRTY = Script(
+    "TAKE_DIRTY",
+    "",
+    """
+-- Start a snapshot: move the jobs changed since the last one into the in-flight set, which
+-- keeps them until the snapshot writing them has committed. A set left by a crashed snapshot
+-- is folded in, so its changes are written by this one. Returns the number in flight.
+if redis.call("EXISTS", K.dirty) == 1 then
+  if redis.call("EXISTS", K.dirty_inflight) == 1 then
+    redis.call("SUNIONSTORE", K.dirty_inflight, K.dirty_inflight, K.dirty)
+    redis.call("DEL", K.dirty)
+  else
+    redis.call("RENAME", K.dirty, K.dirty_inflight)
+  end
+end
+return redis.call("SCARD", K.dirty_inflight)
+""",
+    int,
+)
+
+
+def take_dirty() -> Call[int]:
+    return TAKE_DIRTY.call()
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredJob:
+    """A job to put back: its record and what its indexes need. `started` (epoch s) is set
+    for a running run-job only: those are the ones in the busy set and the deadlines.
+    `finished` (epoch s) is set for a done or failed job only (the retention index)."""
+
+    job_id: str
+    score: float
+    node_id: str
+    status: str
+    started: float | None
+    finished: float | None
+    record: bytes
+
+
+RESTORE_JOBS = Script(
+    "RESTORE_JOBS",
+    "mark_dirty *jobs",
+    """
+-- Put jobs back as the snapshot holds them, with every index their status needs (as the
+-- scripts maintain them). A job already present is first taken out of its old indexes.
+-- mark_dirty "1": the next snapshot writes them. jobs: 7 values each, at most 1000 jobs (Lua's
+-- unpack limit): id, score, node id, status, start time (epoch s) of a running run-job or "",
+-- finish time (epoch s) of a finished job or "", job JSON. A cancelling job is restored as
+-- asked long ago: the next sweep ends it. Each index gets one ZADD/SADD for the whole batch:
+-- far cheaper than one call per job. Returns the number of jobs restored.
+local function unindex(id, raw)
+  local ok, old = pcall(cjson.decode, raw)
+  if not ok or type(old) ~= "table" then return end
+  local node, status = old.node_id, old.status
+  if type(node) ~= "string" or type(status) ~= "string" then return end
+  redis.call("ZREM", K.status(status), id)
+  redis.call("ZREM", K.node_status(node, status), id)
+  redis.call("ZREM", K.node_jobs(node), id)
+  redis.call("SREM", K.node_busy(node), id)
+end
+local function push(groups, key, a, b)
+  local list = groups[key]
+  if not list then list = {}; groups[key] = list end
+  list[#list + 1] = a
+  if b then list[#list + 1] = b end
+end
+local restored, job_keys = {}, {}
+for i = 1, #jobs, 7 do
+  restored[#restored + 1] = jobs[i]
+  job_keys[#job_keys + 1] = K.job(jobs[i])
+end
+if #restored == 0 then return 0 end
+for i, old in ipairs(redis.call("MGET", unpack(job_keys))) do
+  if old then
+    unindex(restored[i], old)
+    redis.call("ZREM", K.deadlines, restored[i])
+    redis.call("ZREM", K.finished, restored[i])
+    redis.call("ZREM", K.cancelling, restored[i])
+  end
+end
+local records, zadds, sadds = {}, {}, {}
+for j, id in ipairs(restored) do
+  local i = 1 + (j - 1) * 7
+  local score, node, status, start = jobs[i + 1], jobs[i + 2], jobs[i + 3], jobs[i + 4]
+  local finish_time = jobs[i + 5]
+  records[#records + 1] = job_keys[j]
+  records[#records + 1] = jobs[i + 6]
+  push(zadds, K.all_jobs, score, id)
+  push(zadds, K.status(status), score, id)
+  push(zadds, K.node_jobs(node), score, id)
+  push(zadds, K.node_status(node, status), score, id)
+  if start ~= "" then
+    push(zadds, K.deadlines, start, id)
+    push(sadds, K.node_busy(node), id)
+  end
+  if finish_time ~= "" then push(zadds, K.finished, finish_time, id) end
+  if status == "cancelling" then push(zadds, K.cancelling, 0, id) end
+  if mark_dirty == "1" then push(sadds, K.dirty, id) end
+end
+redis.call("MSET", unpack(records))
+for key, list in pairs(zadds) do redis.call("ZADD", key, unpack(list)) end
+for key, list in pairs(sadds) do redis.call("SADD", key, unpack(list)) end
+return #restored
+""",
+    int,
+)
+
+
+def restore_jobs(jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
+    values: list[Any] = []
+    for job in jobs:
+        started = "" if job.started is None else job.started
+        finished = "" if job.finished is None else job.finished
+        values += [job.job_id, job.score, job.node_id, job.status, started, finished, job.record]
+    return RESTORE_JOBS.call(mark_dirty="1" if mark_dirty else "0", jobs=values)
+
+
+FINISH_RESTORE = Script(
+    "FINISH_RESTORE",
+    "highest marker",
+    """
+-- End the start-up decision (restored, or nothing to restore): raise the id counter to the
+-- highest job number restored ("0" when none; never lower it), set the marker (its text says
+-- how it was settled), clear the in-progress flag.
+local current = tonumber(redis.call("GET", K.job_seq) or "0") or 0
+if tonumber(highest) > current then redis.call("SET", K.job_seq, highest) end
+redis.call("SET", K.initialised, marker)
+redis.call("DEL", K.restoring)
+return OK
+""",
+    lambda _: None,
+)
+
+
+def finish_restore(highest_job_number: int, marker: str) -> Call[None]:
+    return FINISH_RESTORE.call(highest=highest_job_number, marker=marker)

@@ -1,0 +1,276 @@
+"""The scripts of the background work: the timeout sweep, cancels past their grace, pruning,
+the jobs of lost nodes and the event outbox (the snapshot's are in snapshot.py). Each with
+its call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.models import rfc3339
+from scheduler.store.scripts.jobs import ids
+from scheduler.store.scripts.script import Call, Script
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One call of a sweep over an index: how many entries it read, which jobs it changed,
+    and how many entries it left in the index for a later sweep."""
+
+    read: int
+    ids: list[str]
+    kept: int = 0
+
+
+def _batch(reply: list[Any]) -> Batch:
+    return Batch(read=reply[0], ids=ids(reply[1:]))
+
+
+SWEEP_TIMEOUTS = Script(
+    "SWEEP_TIMEOUTS",
+    "cutoff now stamp batch",
+    """
+-- Fail the running run-jobs that started before `cutoff` (strictly): exit -1, "job timed
+-- out", no retry, their event. Reads only the expired entries of the deadlines, `batch` of
+-- them. Returns {number of entries read, ids of the jobs it failed...}.
+local expired = redis.call("ZRANGEBYSCORE", K.deadlines, "-inf", "(" .. cutoff, "LIMIT", 0, batch)
+local failed = {#expired}
+for _, id in ipairs(expired) do
+  redis.call("ZREM", K.deadlines, id)
+  local job = load_job(id)
+  if job and job.status == "running" then
+    job.exit_code, job.stderr = -1, "job timed out"
+    finish(id, redis.call("ZSCORE", K.all_jobs, id), job, "failed", now, stamp)
+    failed[#failed + 1] = id
+  end
+end
+return failed
+""",
+    _batch,
+)
+
+
+def sweep_timeouts(now: float, timeout_secs: float, batch: int) -> Call[Batch]:
+    return SWEEP_TIMEOUTS.call(cutoff=now - timeout_secs, now=now, stamp=rfc3339(now), batch=batch)
+
+
+FINISH_CANCELS = Script(
+    "FINISH_CANCELS",
+    "cutoff now stamp batch",
+    """
+-- The cancelling jobs whose agent has not reported them cancelled within the grace (asked
+-- before `cutoff`; the original agent cannot be told): cancelled now, their node's slot
+-- free, their event. Returns {number of entries read, ids of the jobs it cancelled...}.
+local expired = redis.call("ZRANGEBYSCORE", K.cancelling, "-inf", "(" .. cutoff, "LIMIT", 0, batch)
+local ended = {#expired}
+for _, id in ipairs(expired) do
+  redis.call("ZREM", K.cancelling, id)
+  local job = load_job(id)
+  if job and job.status == "cancelling" then
+    if (job.stderr or "") == "" then
+      job.stderr = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
+    end
+    finish(id, redis.call("ZSCORE", K.all_jobs, id), job, "cancelled", now, stamp)
+    ended[#ended + 1] = id
+  end
+end
+return ended
+""",
+    _batch,
+)
+
+
+def finish_cancels(cutoff: float, now: float, batch: int) -> Call[Batch]:
+    return FINISH_CANCELS.call(cutoff=cutoff, now=now, stamp=rfc3339(now), batch=batch)
+
+
+def _pruned(reply: list[Any]) -> Batch:
+    return Batch(read=reply[0], kept=reply[1], ids=ids(reply[2:]))
+
+
+PRUNE_FINISHED = Script(
+    "PRUNE_FINISHED",
+    "cutoff skip batch",
+    """
+-- Retention: remove from Redis the finished jobs (done, failed, cancelled) that finished
+-- before `cutoff`, with every index entry, reading `batch` entries after the `skip` that
+-- earlier calls of this sweep kept. Only jobs the snapshot already holds in their final
+-- state go: a job in the changed set (or in a snapshot being written) stays until a snapshot
+-- has committed it, so a pruned job is never lost, only moved out of Redis to the SQLite
+-- file. Returns {number of entries read, number of entries kept, ids of the jobs removed...}.
+local expired = redis.call("ZRANGEBYSCORE", K.finished, "-inf", "(" .. cutoff, "LIMIT", skip, batch)
+local kept, removed = 0, {}
+for _, id in ipairs(expired) do
+  local unwritten = redis.call("SISMEMBER", K.dirty, id) == 1
+    or redis.call("SISMEMBER", K.dirty_inflight, id) == 1
+  if unwritten then
+    kept = kept + 1
+  else
+    local job = load_job(id)
+    -- Only a final job is removed; an entry left stale (the job replaced by a restore) goes.
+    if job and FINAL[job.status] then
+      redis.call("DEL", K.job(id))
+      redis.call("ZREM", K.all_jobs, id)
+      redis.call("ZREM", K.status(job.status), id)
+      redis.call("ZREM", K.node_jobs(job.node_id), id)
+      redis.call("ZREM", K.node_status(job.node_id, job.status), id)
+      removed[#removed + 1] = id
+    end
+    redis.call("ZREM", K.finished, id)
+  end
+end
+return {#expired, kept, unpack(removed)}
+""",
+    _pruned,
+)
+
+
+def prune_finished(cutoff: float, skip: int, batch: int) -> Call[Batch]:
+    """Remove jobs finished before `cutoff` that the snapshot holds; `skip` entries at the
+    head of the index are passed over (jobs a snapshot has not written yet)."""
+    return PRUNE_FINISHED.call(cutoff=cutoff, skip=skip, batch=batch)
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    job_id: str
+    from_node: str
+    to_node: str
+
+
+def _groups(reply: list[bytes], size: int) -> list[list[str]]:
+    """A flat script reply of records of `size` fields, as text, one list per record."""
+    text = [str(part, "utf-8") for part in reply]
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def requeued(reply: list[bytes]) -> list[Requeued]:
+    return [Requeued(*fields) for fields in _groups(reply, 3)]
+
+
+REQUEUE_LOST = Script(
+    "REQUEUE_LOST",
+    "lost_cutoff live_cutoff limit",
+    """
+-- Move the pending jobs of lost nodes (not heard from since lost_cutoff: built-in registry;
+-- not seen healthy: external) to live ones (heard from since live_cutoff), round-robin,
+-- keeping their place in the queue, at most `limit`. Running jobs are LOSE_RUNNING's.
+-- Instance-bound jobs stay: they belong to their node.
+-- Returns {job id, from node, to node, ...} for each job moved.
+local lost = redis.call("ZRANGEBYSCORE", K.nodes_compute, "-inf", "(" .. lost_cutoff)
+if #lost == 0 then return {} end
+local live = live_nodes(live_cutoff)
+local most, moved = tonumber(limit), {}
+for _, node in ipairs(lost) do
+  move_pending(node, live, most, moved)
+  if #moved >= 3 * most then break end
+end
+return moved
+""",
+    requeued,
+)
+
+
+def requeue_lost(now: float, lost_secs: float, node_ttl: float, limit: int) -> Call[list[Requeued]]:
+    return REQUEUE_LOST.call(lost_cutoff=now - lost_secs, live_cutoff=now - node_ttl, limit=limit)
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A running job of a lost node, after LOSE_RUNNING: `status` is `pending` (retried or
+    a service placed again, on `to_node`) or `failed` (no retry left)."""
+
+    job_id: str
+    from_node: str
+    to_node: str
+    status: str
+
+
+def _lost(reply: list[bytes]) -> list[Lost]:
+    return [Lost(*fields) for fields in _groups(reply, 4)]
+
+
+LOSE_RUNNING = Script(
+    "LOSE_RUNNING",
+    "lost_cutoff live_cutoff limit now stamp max_retries",
+    """
+-- The running jobs of lost nodes (as REQUEUE_LOST's): the agent is gone, and what it ran
+-- with it (Nomad's lost allocations). A run job fails with stderr "node lost" under the
+-- retry rule: with retries left it is pending again (retry_count + 1, no event) on a live
+-- node, else it ends failed (exit -1, its event). A service is placed again, pending on a
+-- live node (its retry count unchanged, no event). An instance-bound job stays on its node.
+-- With no live node, a job waits pending on its node (REQUEUE_LOST moves it once one is).
+-- At most `limit` jobs. Returns {job id, from node, to node, new status, ...}.
+local lost = redis.call("ZRANGEBYSCORE", K.nodes_compute, "-inf", "(" .. lost_cutoff)
+if #lost == 0 then return {} end
+local live = live_nodes(live_cutoff)
+local most, out = tonumber(limit), {}
+for _, node in ipairs(lost) do
+  -- Each job handled leaves the node's running index, so the head is always the next one.
+  local running = K.node_status(node, "running")
+  for _, id in ipairs(redis.call("ZRANGE", running, 0, most - #out / 4 - 1)) do
+    local job = load_job(id)
+    local n = redis.call("ZSCORE", K.all_jobs, id)
+    if not job or job.status ~= "running" or not n then
+      redis.call("SREM", K.node_busy(node), id)  -- a stale entry
+      redis.call("ZREM", K.deadlines, id)
+      redis.call("ZREM", running, id)
+    else
+      local service = job.job_type == "service"
+      job.stderr = "node lost"
+      if service or (job.retry_count or 0) < tonumber(max_retries) then
+        local target = node
+        if (job.instance_id or "") == "" then target = next_live(live) or node end
+        requeue(id, n, job, target, not service)
+      else
+        job.exit_code = -1
+        finish(id, n, job, "failed", now, stamp)
+      end
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, node, job.node_id, job.status
+    end
+  end
+  if #out >= 4 * most then break end
+end
+return out
+""",
+    _lost,
+)
+
+
+def lose_running(
+    now: float, lost_secs: float, node_ttl: float, max_retries: int, limit: int
+) -> Call[list[Lost]]:
+    return LOSE_RUNNING.call(
+        lost_cutoff=now - lost_secs,
+        live_cutoff=now - node_ttl,
+        limit=limit,
+        now=now,
+        stamp=rfc3339(now),
+        max_retries=max_retries,
+    )
+
+
+TRIM_OUTBOX = Script(
+    "TRIM_OUTBOX",
+    "*entries",
+    """
+-- Remove from the head of the outbox the entries a flush has handed to rq, and only those:
+-- a concurrent flush that read the same head has already removed them, and then this
+-- removes nothing (the head no longer matches), so no entry is dropped unhanded.
+-- Returns the number of entries removed.
+local removed = 0
+for _, entry in ipairs(entries) do
+  if redis.call("LINDEX", K.outbox, 0) ~= entry then break end
+  redis.call("LPOP", K.outbox)
+  removed = removed + 1
+end
+return removed
+""",
+    int,
+)
+
+
+def trim_outbox(handed_over: Sequence[bytes]) -> Call[int]:
+    """Drop the outbox entries `handed_over` (read from its head, in order) to rq."""
+    return TRIM_OUTBOX.call(entries=handed_over)

@@ -1,0 +1,160 @@
+"""The blocking job store of the rq workers, the snapshot and the command line: owns a
+redis-py client (connection/blocking.py) and runs script calls (scripts/) with it, each
+against the deployment's root. The API's asyncio flavour is jobs.py."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import redis
+from redis.exceptions import NoScriptError
+
+from scheduler.config import Settings
+from scheduler.nodes.placement import Placement
+from scheduler.store.connection.blocking import sync_client
+from scheduler.store.connection.discovery import ReplicasNotAcked
+from scheduler.store.jobs import acks
+from scheduler.store.keys import Keys
+from scheduler.store.scripts import SCRIPTS, Call, jobs, upkeep
+from scheduler.store.scripts.jobs import Created
+
+T = TypeVar("T")
+
+
+class SyncJobStore:
+    """Blocking store for the rq workers and the command line."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.keys = Keys(settings.redis_prefix)
+        self._scripts = {name: client.register_script(s.text) for name, s in SCRIPTS.items()}
+
+    @classmethod
+    def connect(cls, settings: Settings) -> SyncJobStore:
+        return cls(sync_client(settings), settings)
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def run(self, call: Call[T]) -> T:
+        script = call.script
+        replicas, timeout_ms = acks(self.settings, script)
+        if not replicas:
+            registered = self._scripts[script.name]
+            return call.parse(registered(keys=[self.keys.root], args=call.args))
+        try:
+            reply = self._run_acked("EVALSHA", script.sha, call, replicas, timeout_ms)
+        except NoScriptError:
+            # A restarted or flushed Redis forgot the script: run its text, and WAIT still.
+            reply = self._run_acked("EVAL", script.text, call, replicas, timeout_ms)
+        return call.parse(reply)
+
+    def _run_acked(
+        self, how: str, script: str, call: Call[T], replicas: int, timeout_ms: int
+    ) -> Any:
+        """The script and a WAIT for `replicas` in one round trip (no MULTI: WAIT may not
+        run inside one)."""
+        pipe = self.redis.pipeline(transaction=False)
+        run = pipe.evalsha if how == "EVALSHA" else pipe.eval
+        run(script, 1, self.keys.root, *call.args)
+        pipe.wait(replicas, timeout_ms)
+        reply, acked = pipe.execute()
+        if acked < replicas:
+            raise ReplicasNotAcked(acked, replicas)
+        return reply
+
+    def create(
+        self, job_json: bytes, placement: Placement, now: float, dedup_key: str, dedup_ttl: int
+    ) -> Created:
+        call = jobs.create_job(
+            job_json, placement, now, self.settings.node_ttl_secs, dedup_key, dedup_ttl
+        )
+        return self.run(call)
+
+    def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
+        """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not
+        reported them cancelled."""
+        cutoff = now - self.settings.cancel_grace_secs
+        ended: list[str] = []
+        while True:
+            swept = self.run(upkeep.finish_cancels(cutoff, now, batch))
+            ended.extend(swept.ids)
+            if swept.read < batch:
+                return ended
+
+    def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
+        """Fail every run job past JOB_TIMEOUT_SECS, `batch` per script call."""
+        failed: list[str] = []
+        while True:
+            call = upkeep.sweep_timeouts(now, self.settings.job_timeout_secs, batch)
+            swept = self.run(call)
+            failed.extend(swept.ids)
+            if swept.read < batch:
+                return failed
+
+    def prune_finished(self, now: float, batch: int = 500) -> list[str]:
+        """Remove from Redis the jobs finished more than JOB_RETENTION_SECS ago that the
+        snapshot already holds (none when the retention is 0: keep forever)."""
+        if not self.settings.job_retention_secs:
+            return []
+        cutoff = now - self.settings.job_retention_secs
+        removed: list[str] = []
+        skip = 0
+        while True:
+            pruned = self.run(upkeep.prune_finished(cutoff, skip, batch))
+            removed.extend(pruned.ids)
+            skip += pruned.kept
+            if pruned.read < batch:
+                return removed
+
+    def observe_nodes(self, node_ids: list[str], now: float) -> float:
+        """External registry: these compute nodes were seen healthy at `now` (the sweep's
+        record of them, which `requeue_lost` reads as the built-in registry's heartbeats).
+        Returns since when the registry has been read without a failure."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.registry_readable_since, now, nx=True)
+        if node_ids:
+            pipe.zadd(self.keys.nodes_compute, dict.fromkeys(node_ids, now))
+        pipe.get(self.keys.registry_readable_since)
+        return float(pipe.execute()[-1])
+
+    def registry_unreadable(self) -> None:
+        """The sweep could not read the external registry: the unbroken stretch ends."""
+        self.redis.delete(self.keys.registry_readable_since)
+
+    def requeue_lost(self, now: float, limit: int = 500) -> list[upkeep.Requeued]:
+        """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
+        script call. Nodes are the built-in registry's, or the external registry's as the
+        sweep saw them (`observe_nodes`)."""
+        moved: list[upkeep.Requeued] = []
+        s = self.settings
+        while True:
+            call = upkeep.requeue_lost(now, s.node_lost_after, s.node_ttl_secs, limit)
+            batch = self.run(call)
+            moved.extend(batch)
+            if len(batch) < limit:
+                return moved
+
+    def lose_running(self, now: float, limit: int = 500) -> list[upkeep.Lost]:
+        """The running jobs of nodes lost for NODE_LOST_SECS: run jobs fail as `node lost`
+        (retried on a live node while retries are left), services are placed again."""
+        lost: list[upkeep.Lost] = []
+        s = self.settings
+        while True:
+            call = upkeep.lose_running(
+                now, s.node_lost_after, s.node_ttl_secs, s.max_job_retries, limit
+            )
+            batch = self.run(call)
+            lost.extend(batch)
+            if len(batch) < limit:
+                return lost
+
+    def outbox_head(self, limit: int) -> list[bytes]:
+        """The oldest `limit` outbox entries ("<event number> <message JSON>"), not removed."""
+        entries: list[bytes] = self.redis.lrange(self.keys.outbox, 0, limit - 1)  # type: ignore[assignment]
+        return entries
+
+    def trim_outbox(self, handed_over: list[bytes]) -> int:
+        """Remove these entries (an `outbox_head` read, now handed to rq) from the outbox."""
+        return self.run(upkeep.trim_outbox(handed_over)) if handed_over else 0

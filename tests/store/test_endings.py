@@ -1,0 +1,189 @@
+"""Every way a job ends goes through one Lua helper (scripts/library.py `finish`): whoever ends
+it, the job leaves every index of its old status, holds nothing on its node, is in the
+finished index, and exactly one event is published, with its final status. A retry (a failed
+report with retries left, a lost node) is not an ending: no event (the original published
+only `done` and `failed`, CONTRACT 2.10, and subscribers take every event for an ending)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+from scheduler.config import Settings
+from scheduler.models import STATUSES
+from scheduler.store.keys import Keys
+from scheduler.store.sync_store import SyncJobStore
+from tests.conftest import ClientFactory, SettingsFactory, last_heard, register, report, submit
+
+TIMEOUT, GRACE, TTL, LOST = 60, 30, 30, 60
+
+
+@pytest.fixture
+def settings(make_settings: SettingsFactory) -> Settings:
+    return make_settings(
+        max_job_retries=1,
+        job_timeout_secs=TIMEOUT,
+        cancel_grace_secs=GRACE,
+        node_ttl_secs=TTL,
+        node_lost_secs=LOST,
+    )
+
+
+class Run:
+    """One job on node "a" (node "b" stands by), with the ways to move it."""
+
+    def __init__(self, api: TestClient, store: SyncJobStore, rclient: redis.Redis) -> None:
+        self.api, self.store, self.rclient = api, store, rclient
+        register(api, "a", "b")
+        self.job_id = ""
+        while not self.job_id:
+            job = submit(api, command="sleep 100")
+            if job["node_id"] == "a":
+                self.job_id = str(job["job_id"])
+            else:  # the other node's job ends at once, with its own event
+                assert api.delete(f"/jobs/{job['job_id']}").status_code == 200
+        self.skipped = len(self.events())
+
+    def report(self, status: str, **fields: Any) -> None:
+        response = report(self.api, self.job_id, status, **fields)
+        assert response.status_code == 200, response.text
+
+    def cancel(self) -> None:
+        assert self.api.delete(f"/jobs/{self.job_id}").status_code == 200
+
+    def time_out(self) -> None:
+        assert self.store.sweep_timeouts(time.time() + TIMEOUT + 1) == [self.job_id]
+
+    def pass_grace(self) -> None:
+        assert self.store.finish_cancels(time.time() + GRACE + 1) == [self.job_id]
+
+    def lose_node(self) -> None:
+        node = self.job()["node_id"]
+        now = time.time()
+        for other in {"a", "b"} - {node}:
+            last_heard(self.rclient, self.store.settings, other, now)
+        last_heard(self.rclient, self.store.settings, node, now - LOST - 1)
+        assert [lost.job_id for lost in self.store.lose_running(now)] == [self.job_id]
+        last_heard(self.rclient, self.store.settings, node, now)  # back, for what follows
+
+    def job(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.api.get(f"/jobs/{self.job_id}").json()
+        return found
+
+    def events(self) -> list[dict[str, Any]]:
+        outbox = Keys(self.store.settings.redis_prefix).outbox
+        entries = cast(list[bytes], self.rclient.lrange(outbox, 0, -1))
+        return [json.loads(entry.split(b" ", 1)[1]) for entry in entries]
+
+    def own_events(self) -> list[str]:
+        return [e["status"] for e in self.events()[self.skipped :] if e["job_id"] == self.job_id]
+
+
+Step = Callable[[Run], None]
+
+
+def claim(run: Run) -> None:
+    run.report("running", node_id=run.job()["node_id"])
+
+
+def done(run: Run) -> None:
+    run.report("done", exit_code=0)
+
+
+def fail(run: Run) -> None:
+    run.report("failed", exit_code=3)
+
+
+def cancel(run: Run) -> None:
+    run.cancel()
+
+
+def confirm_cancel(run: Run) -> None:
+    run.report("cancelled")
+
+
+def time_out(run: Run) -> None:
+    run.time_out()
+
+
+def pass_grace(run: Run) -> None:
+    run.pass_grace()
+
+
+def lose_node(run: Run) -> None:
+    run.lose_node()
+
+
+# (the steps, the final status, the statuses seen after each step)
+ENDINGS: dict[str, tuple[list[Step], str]] = {
+    "done": ([claim, done], "done"),
+    "retried, then done": ([claim, fail, claim, done], "done"),
+    "failed after its retry": ([claim, fail, claim, fail], "failed"),
+    "timed out": ([claim, time_out], "failed"),
+    "retried, then timed out": ([claim, fail, claim, time_out], "failed"),
+    "cancelled while pending": ([cancel], "cancelled"),
+    "cancelled while running, the agent confirms": ([claim, cancel, confirm_cancel], "cancelled"),
+    "cancelled while running, past the grace": ([claim, cancel, pass_grace], "cancelled"),
+    "its node lost, retried, then done": ([claim, lose_node, claim, done], "done"),
+    "its node lost twice": ([claim, lose_node, claim, lose_node], "failed"),
+    "failed, then its node lost": ([claim, fail, claim, lose_node], "failed"),
+    "retried, then cancelled": ([claim, fail, cancel], "cancelled"),
+}
+
+
+@pytest.mark.parametrize("name", list(ENDINGS))
+def test_a_job_ends_once_with_one_event(
+    name: str,
+    make_client: ClientFactory,
+    settings: Settings,
+    store: SyncJobStore,
+    rclient: redis.Redis,
+) -> None:
+    steps, final = ENDINGS[name]
+    run = Run(make_client(settings), store, rclient)
+    for step in steps[:-1]:
+        step(run)
+        assert run.own_events() == [], f"an event before the end, after {step.__name__}"
+    steps[-1](run)
+
+    job = run.job()
+    assert job["status"] == final
+    assert run.own_events() == [final]
+    assert "finished_at" in job
+    assert_indexed_as_ended(rclient, settings, job)
+
+
+def assert_indexed_as_ended(rclient: redis.Redis, settings: Settings, job: dict[str, Any]) -> None:
+    keys, job_id, node = Keys(settings.redis_prefix), job["job_id"], job["node_id"]
+    for status in STATUSES:
+        ended = status == job["status"]
+        assert (rclient.zscore(keys.status(status), job_id) is not None) is ended, status
+        assert (rclient.zscore(keys.node_status(node, status), job_id) is not None) is ended
+    assert rclient.zscore(keys.finished, job_id) is not None
+    assert rclient.zscore(keys.deadlines, job_id) is None
+    assert rclient.zscore(keys.cancelling, job_id) is None
+    for other in ("a", "b"):
+        assert not rclient.sismember(keys.node_busy(other), job_id)
+    assert rclient.sismember(keys.dirty, job_id)
+
+
+def test_an_ended_job_frees_its_nodes_slot_and_wakes_it(
+    make_client: ClientFactory, make_settings: SettingsFactory, store: SyncJobStore
+) -> None:
+    """With one slot per node, the next job is handed out the moment the first ends, by any
+    of the ways it can end while running."""
+    api = make_client(make_settings(max_jobs_per_node=1, job_timeout_secs=TIMEOUT))
+    register(api, "a")
+    first, second = submit(api, command="one"), submit(api, command="two")
+    poll = {"node_id": "a", "status": "pending"}
+    assert [j["job_id"] for j in api.get("/jobs", params=poll).json()] == [first["job_id"]]
+    assert report(api, first["job_id"], "running").status_code == 200
+    assert api.get("/jobs", params=poll).json() == []
+    assert store.sweep_timeouts(time.time() + TIMEOUT + 1) == [first["job_id"]]
+    assert [j["job_id"] for j in api.get("/jobs", params=poll).json()] == [second["job_id"]]
