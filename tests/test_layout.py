@@ -61,15 +61,26 @@ def modules() -> list[tuple[str, Path]]:
     return found
 
 
-def imported(path: Path) -> set[str]:
-    """Every project module named by an import in the file, at any depth (lazy ones too)."""
+def imported(module: str, path: Path) -> set[str]:
+    """Every project module named by an import in the file, at any depth (lazy ones too),
+    relative imports resolved against `module`'s package."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            out |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+        elif isinstance(node, ast.ImportFrom):
+            base = absolute(package, node.module, node.level)
+            out |= {f"{base}.{alias.name}" for alias in node.names} | {base}
     return {name for name in out if name.split(".")[0] in ("scheduler", "workers")}
+
+
+def absolute(package: list[str], name: str | None, level: int) -> str:
+    """The module `from {"." * level}{name} import ...` names, written in `package`."""
+    if level == 0:
+        return name or ""
+    base = package[: len(package) - (level - 1)]
+    return ".".join([*base, name] if name else base)
 
 
 @pytest.mark.parametrize("module, path", modules(), ids=[m for m, _ in modules()])
@@ -80,7 +91,7 @@ def test_imports_point_one_way(module: str, path: Path) -> None:
         return
     wrong = sorted(
         name
-        for name in imported(path)
+        for name in imported(module, path)
         if part_of(name) != own and part_of(name) not in allowed and name != "scheduler"
     )
     assert not wrong, f"{module} ({own}) may import only {sorted(allowed)}, not {wrong}"
@@ -93,3 +104,39 @@ def test_the_rule_covers_every_part() -> None:
 def test_the_top_of_scheduler_stays_small() -> None:
     entries = [p.name for p in (ROOT / "scheduler").iterdir() if p.name != "__pycache__"]
     assert len(entries) <= 11, sorted(entries)
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "found"),
+    [
+        ("scheduler.agent.loop", "from ..store import jobs", "scheduler.store.jobs"),
+        ("scheduler.agent.loop", "from . import remote", "scheduler.agent.remote"),
+        ("scheduler.agent", "from .loop import run", "scheduler.agent.loop.run"),
+        ("scheduler.agent.loop", "from ...workers import tasks", "workers.tasks"),
+        ("scheduler.agent.loop", "import scheduler.store.keys", "scheduler.store.keys"),
+    ],
+)
+def test_relative_imports_are_resolved(
+    module: str, source: str, found: str, tmp_path: Path
+) -> None:
+    path = tmp_path / ("__init__.py" if module == "scheduler.agent" else "loop.py")
+    path.write_text(source + "\n")
+    assert found in imported(module, path)
+
+
+def test_a_planted_relative_import_breaks_the_rule(tmp_path: Path) -> None:
+    """The agent importing the store through a relative import is caught like an absolute one."""
+    path = tmp_path / "loop.py"
+    path.write_text("from ..store import jobs\n")
+    wrong = [n for n in imported("scheduler.agent.loop", path) if part_of(n) == "scheduler.store"]
+    assert wrong and "scheduler.store" not in ALLOWED["scheduler.agent"]
+
+
+# Past this a module is doing more than one job (house rule: about 400 lines).
+MAX_MODULE_LINES = 400
+
+
+@pytest.mark.parametrize("module, path", modules(), ids=[m for m, _ in modules()])
+def test_modules_stay_small(module: str, path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines: split it by job"
