@@ -87,6 +87,8 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class JobField:
+    """A field of Job, as JOB_FIELDS reads it from the declaration."""
+
     name: str
     annotation: Any  # as declared (with its Annotated metadata), for derived structs
     kind: Kind
