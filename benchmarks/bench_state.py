@@ -14,7 +14,15 @@ import time
 
 import redis
 
-from scheduler.models import STATUSES, Job, NewJob, record_encoder, rfc3339
+from scheduler.models import (
+    STATUSES,
+    Job,
+    JobCreate,
+    creation_json,
+    new_job,
+    record_encoder,
+    rfc3339,
+)
 from scheduler.nodes.placement import Placement
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs as job_scripts
@@ -28,9 +36,7 @@ def preload(client: redis.Redis, prefix: str, count: int) -> None:
     keys = Keys(prefix)
     sha = client.script_load(job_scripts.CREATE_JOB.text)
     created_at = rfc3339(time.time())
-    body = record_encoder.encode(
-        NewJob(command="echo preloaded", status="pending", retry_count=0, created_at=created_at)
-    )
+    body = creation_json(new_job(JobCreate(command="echo preloaded"), created_at))
     placement = Placement.among(NODES)
     done = 0
     while done < count:

@@ -31,11 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scheduler.config import Settings  # noqa: E402
-from scheduler.models import (  # noqa: E402
-    NewJob,
-    encoder,
-    rfc3339,
-)
+from scheduler.models import JobCreate, creation_json, new_job, rfc3339  # noqa: E402
 from scheduler.nodes.placement import Placement  # noqa: E402
 from scheduler.snapshot import db as snapshot_db  # noqa: E402
 from scheduler.snapshot.restore import restore_if_empty  # noqa: E402
@@ -60,15 +56,8 @@ def create_jobs(client: redis.Redis, settings: Settings, count: int) -> None:
     # As a starting serve or worker does: settle the restore question before any create.
     marker = finish_restore(0, "benchmark")
     client.register_script(snapshot_scripts.FINISH_RESTORE.text)(keys=[keys.root], args=marker.args)
-    body = encoder.encode(
-        NewJob(
-            command="python3 -c 'print(42)'",
-            status="pending",
-            retry_count=0,
-            created_at=rfc3339(now),
-            env_vars={"GREETING": "hi", "EMPTY": ""},
-        )
-    )
+    request = JobCreate(command="python3 -c 'print(42)'", env_vars={"GREETING": "hi", "EMPTY": ""})
+    body = creation_json(new_job(request, rfc3339(now)))
     for start in range(0, count, CHUNK):
         with client.pipeline(transaction=False) as pipe:
             for i in range(start, min(start + CHUNK, count)):

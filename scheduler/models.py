@@ -4,16 +4,24 @@ Request bodies are decoded the way the original's Go `encoding/json` did, becaus
 rely on that: keys match case-insensitively, unknown keys are ignored, `null` for a field means
 "absent", a literal `null` body is an empty request, and anything after the first JSON value is
 ignored. Then our own validation runs, which the original did not have.
+
+`Job` is the one declaration of a job's fields. Everything else that handles every field
+reads them from it through `JOB_FIELDS`: the request struct `JobCreate`, the snapshot's
+columns and restore (snapshot/db.py), the Lua record encoder (store/scripts/library.py), the
+UI's job page (api/ui.py), and the tests' sample records.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import msgspec
+import msgspec.inspect as mi
 
 # "." and ".." are excluded: ids end up in URL paths (the registry's /instances/{id}).
 ID_RE = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}")
@@ -28,6 +36,12 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Go decodes into int (64 bits): a larger number is a decode error there, and here.
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
+# Facts about a Job field beyond its name, type and default, read back by JOB_FIELDS.
+# A client may set the field on submit (the POST /jobs body, an SQS message).
+SUBMITTED = msgspec.Meta(extra={"submitted": True})
+# RFC 3339 UTC text (see rfc3339 below).
+Timestamp = Annotated[str, msgspec.Meta(extra={"timestamp": True})]
+
 
 class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     """A job as the API returns it. Required fields are always emitted; the others are omitted
@@ -36,64 +50,142 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     The fields are in the order of the original's Go struct (CONTRACT 2.2), which is the order
     its encoder wrote them: every encoder of a record (msgspec here, the Lua `encode` of the
     scripts, generated from this class) keeps it, so a record's bytes do not depend on which
-    code wrote it last."""
+    code wrote it last.
+
+    A new field goes here and nowhere else (docs/ARCHITECTURE.md, "A job's fields"). It
+    needs a default, since records in Redis and rows of older snapshot files lack it: its
+    type's zero, or None for `X | None` (the wire omits a field at it, as Go's omitempty).
+    Its type is one of Kind's; `read_fields` refuses anything else at import."""
 
     job_id: str
     node_id: str
-    instance_id: str = ""
-    command: str
-    deploy_url: str = ""
-    env_vars: dict[str, str] = {}
-    job_type: str = ""
-    port: int = 0
+    instance_id: Annotated[str, SUBMITTED] = ""
+    command: Annotated[str, SUBMITTED]
+    deploy_url: Annotated[str, SUBMITTED] = ""
+    env_vars: Annotated[dict[str, str], SUBMITTED] = {}
+    job_type: Annotated[str, SUBMITTED] = ""
+    port: Annotated[int, SUBMITTED] = 0
     status: str
     retry_count: int
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
-    created_at: str
-    running_at: str | None = None
-    finished_at: str | None = None
+    created_at: Timestamp
+    running_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
 
 
-class JobCreate(msgspec.Struct, omit_defaults=True):
-    """POST /jobs body, also the body of an SQS message."""
+class Kind(enum.Enum):
+    """What a Job field holds: it decides the field's snapshot column and how the restore
+    reads it back. The values name the annotations that give each kind."""
 
-    command: str = ""
-    instance_id: str = ""
-    deploy_url: str = ""
-    env_vars: dict[str, str] = {}
-    job_type: str = ""
-    port: int = 0
+    TEXT = "str"
+    INT = "int"
+    TIMESTAMP = "Timestamp"
+    OBJECT = "dict[str, str]"
 
 
-class NewJob(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """A job as the create script receives it: the wire fields but job_id and node_id, which
-    the script fills in (it draws the id and the round-robin node), in Job's order."""
+@dataclass(frozen=True, slots=True)
+class JobField:
+    """A field of Job, as JOB_FIELDS reads it from the declaration."""
 
-    instance_id: str = ""
-    command: str
-    deploy_url: str = ""
-    env_vars: dict[str, str] = {}
-    job_type: str = ""
-    port: int = 0
-    status: str
-    retry_count: int
-    created_at: str
+    name: str
+    annotation: Any  # as declared (with its Annotated metadata), for derived structs
+    kind: Kind
+    nullable: bool  # `X | None`: None is "absent", unlike the zero (exit_code 0 is emitted)
+    required: bool  # no default: always on the wire, even when empty
+    submitted: bool
 
-    @classmethod
-    def from_request(cls, req: JobCreate, created_at: str) -> NewJob:
-        return cls(
-            command=req.command,
-            status="pending",
-            retry_count=0,
-            created_at=created_at,
-            instance_id=req.instance_id,
-            deploy_url=req.deploy_url,
-            job_type=req.job_type,
-            port=req.port,
-            env_vars=req.env_vars,
-        )
+    @property
+    def empty(self) -> Any:
+        """The field's default (None, or its type's zero for a field without one): what a
+        record or snapshot row lacking the field holds."""
+        if self.nullable:
+            return None
+        return {Kind.INT: 0, Kind.OBJECT: {}}.get(self.kind, "")
+
+
+def _strip(t: mi.Type, extra: dict[str, Any]) -> mi.Type:
+    while isinstance(t, mi.Metadata):
+        extra.update(t.extra or {})
+        t = t.type
+    return t
+
+
+def _kind(t: mi.Type, extra: dict[str, Any]) -> Kind | None:
+    if isinstance(t, mi.StrType):
+        return Kind.TIMESTAMP if extra.get("timestamp") else Kind.TEXT
+    if isinstance(t, mi.IntType):
+        return Kind.INT
+    if isinstance(t, mi.DictType) and t.key_type == t.value_type == mi.StrType():
+        return Kind.OBJECT
+    return None
+
+
+def _job_field(name: str, info: mi.Field, annotation: Any) -> JobField:
+    extra: dict[str, Any] = {}
+    t = _strip(info.type, extra)
+    members = t.types if isinstance(t, mi.UnionType) else (t,)
+    kept = [m for m in members if not isinstance(m, mi.NoneType)]
+    kind = _kind(_strip(kept[0], extra), extra) if len(kept) == 1 else None
+    if kind is None:
+        kinds = ", ".join(k.value for k in Kind)
+        raise TypeError(f"{name}: use one of {kinds}, or one of them | None")
+    nullable = len(kept) < len(members)
+    submitted = bool(extra.get("submitted"))
+    field = JobField(info.name, annotation, kind, nullable, info.required, submitted)
+    factory = info.default_factory
+    default = info.default if factory is msgspec.NODEFAULT else factory()
+    # msgspec omits a field at its default, the Lua encoder at its type's zero (as Go's
+    # omitempty did): they agree only when the two are the same. And a null is never
+    # written, so an `X | None` field cannot be required.
+    if (nullable or not info.required) and default != field.empty:
+        raise TypeError(f"{name}: the default must be {field.empty!r}")
+    return field
+
+
+def read_fields(cls: type[msgspec.Struct]) -> tuple[JobField, ...]:
+    """The fields of `cls` (Job), in order; TypeError for one that breaks the rules above."""
+    info = mi.type_info(cls)
+    assert isinstance(info, mi.StructType)
+    declared = msgspec.structs.fields(cls)
+    return tuple(
+        _job_field(f"{cls.__name__}.{f.name}", f, d.type)
+        for f, d in zip(info.fields, declared, strict=True)
+    )
+
+
+JOB_FIELDS = read_fields(Job)
+
+# The POST /jobs body, also the body of an SQS message: Job's submitted fields, each optional
+# (a field Job requires, such as command, defaults to its zero here).
+JobCreate = msgspec.defstruct(
+    "JobCreate",
+    [(f.name, f.annotation, f.empty) for f in JOB_FIELDS if f.submitted],
+    omit_defaults=True,
+    module=__name__,
+)
+
+
+def new_job(request: msgspec.Struct, created_at: str = "") -> Job:
+    """A JobCreate as the job it asks for, as the original made it (CONTRACT 2.4): pending,
+    no retry yet. job_id and node_id are placeholders the create script fills in (it draws
+    both); created_at may be set later, when the job is stored."""
+    fields = msgspec.structs.asdict(request)
+    return Job(
+        job_id="", node_id="", status="pending", retry_count=0, created_at=created_at, **fields
+    )
+
+
+_PLACEHOLDERS = b'{"job_id":"","node_id":"",'
+
+
+def creation_json(job: Job) -> bytes:
+    """ARGV[1] of the create script (store/scripts.py CREATE_JOB): the job's record without
+    job_id and node_id, in Job's order; the script writes those two in front of the rest."""
+    record = record_encoder.encode(job)
+    assert record.startswith(_PLACEHOLDERS), record[: len(_PLACEHOLDERS)]
+    return b"{" + record[len(_PLACEHOLDERS) :]
 
 
 class JobUpdate(msgspec.Struct):
@@ -247,18 +339,20 @@ def check_id(field: str, value: str) -> None:
         raise InvalidInput(f"invalid {field}: use 1 to 128 of A-Z a-z 0-9 . _ -")
 
 
-def validate_create(req: JobCreate) -> None:
-    """Our checks on a job request, beyond the original's (CONTRACT 8.15)."""
-    if req.job_type not in JOB_TYPES:
-        raise InvalidInput(f'invalid job_type {req.job_type!r}: use "run" or "service"')
-    if not 0 <= req.port <= 65535:
-        raise InvalidInput(f"invalid port {req.port}: use 0 to 65535")
-    for name in req.env_vars:
+def validate_create(job: Job) -> None:
+    """The original's check on a requested job (`new_job`), then ours (CONTRACT 8.15)."""
+    if not job.command and not job.deploy_url:
+        raise InvalidInput("command or deploy_url is required")
+    if job.job_type not in JOB_TYPES:
+        raise InvalidInput(f'invalid job_type {job.job_type!r}: use "run" or "service"')
+    if not 0 <= job.port <= 65535:
+        raise InvalidInput(f"invalid port {job.port}: use 0 to 65535")
+    for name in job.env_vars:
         if not ENV_NAME_RE.fullmatch(name):
             raise InvalidInput(f"invalid env_vars name {name!r}: use [A-Za-z_][A-Za-z0-9_]*")
-    if req.instance_id:
-        check_id("instance_id", req.instance_id)
-    if req.deploy_url and not req.deploy_url.lower().startswith(("http://", "https://")):
+    if job.instance_id:
+        check_id("instance_id", job.instance_id)
+    if job.deploy_url and not job.deploy_url.lower().startswith(("http://", "https://")):
         raise InvalidInput("invalid deploy_url: use an http:// or https:// URL")
 
 

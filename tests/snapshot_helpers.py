@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import redis
 
+from scheduler.models import JOB_FIELDS, JobField, Kind
 from scheduler.snapshot import db as snapshot_db
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
@@ -77,26 +78,30 @@ def columns(path: Path) -> list[str]:
         return [row[1] for row in conn.execute("PRAGMA table_info(jobs)")]
 
 
+# Values the scheduler reads (indexes, deadlines, retention) must be real ones; every other
+# field gets an awkward value of its kind, its own (a column swapped for another shows), so a
+# field added to models.Job is covered too.
+_MEANINGFUL = {"node_id": "n1", "status": "done", "job_type": "run"}
+_STAMPS = [f.name for f in JOB_FIELDS if f.kind is Kind.TIMESTAMP]
+_FRACTIONS = (".123456", ".5", "")  # the precisions a timestamp comes in
+
+
+def _awkward(field: JobField, position: int) -> Any:
+    if field.kind is Kind.TIMESTAMP:  # later fields later: created, running, finished
+        fraction = _FRACTIONS[_STAMPS.index(field.name) % len(_FRACTIONS)]
+        return f"2026-01-01T10:00:{position:02d}{fraction}Z"
+    if field.kind is Kind.INT:
+        return 0 if field.nullable else 8000 + position  # exit code 0 is set, not "none"
+    if field.kind is Kind.OBJECT:
+        return {"PATH_LIKE": "/usr/bin:/bin", "EMPTY": "", "UNI": "\u2603", "FIELD": field.name}
+    return f"{field.name}: 'a/b' \u00e9 \"q\" \\ \u2603\n\ttab"
+
+
 def full_record(job_id: str, **fields: Any) -> dict[str, Any]:
-    """A record with every field the wire has set, including the awkward values."""
-    record = {
-        "job_id": job_id,
-        "node_id": "n1",
-        "instance_id": "i-7",
-        "command": "echo 'a/b' \u00e9",
-        "deploy_url": "http://store:7001/buckets/deployments/objects/app.zip",
-        "env_vars": {"EMPTY": "", "PATH_LIKE": "/usr/bin:/bin", "UNI": "\u2603"},
-        "job_type": "run",
-        "port": 8080,
-        "status": "done",
-        "retry_count": 1,
-        "exit_code": 0,
-        "stdout": "line 1\nline 2\n",
-        "stderr": "warn\ttab",
-        "created_at": "2026-01-01T10:00:00.123456Z",
-        "running_at": "2026-01-01T10:00:01.5Z",
-        "finished_at": "2026-01-01T10:00:02Z",
-    }
+    """A record with every field of models.Job set, with awkward values: "/", quotes,
+    non-ASCII, control characters, exit code 0, env vars with an empty value."""
+    record = {f.name: _MEANINGFUL.get(f.name) or _awkward(f, i) for i, f in enumerate(JOB_FIELDS)}
+    record["job_id"] = job_id
     record.update(fields)
     return record
 

@@ -25,10 +25,11 @@ from scheduler.models import (
     ID_RE,
     DecodeError,
     InvalidInput,
+    Job,
     JobCreate,
-    NewJob,
+    creation_json,
     decode_go_style,
-    record_encoder,
+    new_job,
     rfc3339,
     validate_create,
 )
@@ -71,27 +72,26 @@ def parse_message(reply: bytes) -> Message | None:
     return Message(message_id, value.get("body"))
 
 
-def parse_request(body: Any, max_bytes: int) -> JobCreate:
-    """The job request in a message body, checked exactly as POST /jobs checks its body."""
+def parse_request(body: Any, max_bytes: int) -> Job:
+    """The job a message body asks for (`new_job`), checked exactly as POST /jobs checks its
+    body."""
     if not isinstance(body, str):
         raise BadMessage("body is not a JSON string")
     raw = body.encode()
     if len(raw) > max_bytes:
         raise BadMessage(f"body is larger than MAX_BODY_BYTES ({max_bytes})")
     try:
-        req = decode_go_style(raw, JobCreate)
+        job = new_job(decode_go_style(raw, JobCreate))
     except DecodeError as exc:
         raise BadMessage(f"failed to decode job: {exc}") from None
     except RecursionError:
         # Not acking would bring this body back forever; no job request nests this deep.
         raise BadMessage("failed to decode job: nested too deeply") from None
-    if not req.command and not req.deploy_url:
-        raise BadMessage("command or deploy_url is required")
     try:
-        validate_create(req)
+        validate_create(job)
     except InvalidInput as exc:
         raise BadMessage(str(exc)) from None
-    return req
+    return job
 
 
 def dedup_key(message: Message) -> str:
@@ -147,7 +147,7 @@ class Ingestion:
         try:
             placement = await self.nodes.placement(req.instance_id)
             now = time.time()
-            job_json = record_encoder.encode(NewJob.from_request(req, rfc3339(now)))
+            job_json = creation_json(msgspec.structs.replace(req, created_at=rfc3339(now)))
             created = self.ctx.store.create(
                 job_json, placement, now, key, self.ctx.settings.sqs_dedup_ttl_secs
             )

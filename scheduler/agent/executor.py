@@ -15,12 +15,14 @@ import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
+import msgspec
 
 from scheduler.agent.deploy import DeployError, download, extract
 from scheduler.agent.limits import Backend, Confinement, Limits, wrapper_command
-from scheduler.models import JobCreate
+from scheduler.models import JOB_FIELDS, Job
 
 log = logging.getLogger("scheduler.agent")
 
@@ -32,11 +34,18 @@ DRAIN_SECS = 2.0
 EXIT_POLL_SECS = 0.05
 
 
-class AgentJob(JobCreate, kw_only=True):
-    """The fields of a polled job the agent uses (a job request plus its id); the rest of
-    the wire job is ignored."""
-
-    job_id: str
+# A polled job as the agent reads it: a Job of which only job_id must be there (agents treat
+# every other field as optional, CONTRACT 2.2); fields it does not know are ignored.
+if TYPE_CHECKING:
+    AgentJob = Job
+else:
+    AgentJob = msgspec.defstruct(
+        "AgentJob",
+        [(f.name, f.annotation, f.empty) for f in JOB_FIELDS if f.required and f.name != "job_id"],
+        bases=(Job,),
+        kw_only=True,
+        module=__name__,
+    )
 
 
 @dataclass(frozen=True, slots=True)

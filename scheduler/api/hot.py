@@ -19,10 +19,10 @@ from scheduler.models import (
     DecodeError,
     JobCreate,
     JobUpdate,
-    NewJob,
     bound_output,
+    creation_json,
     decode_go_style,
-    record_encoder,
+    new_job,
     rfc3339,
     validate_create,
     validate_update,
@@ -70,15 +70,13 @@ async def create_job(state: AppState, read: BodyReader) -> bytes:
     settings = state.settings
     body = await read(settings.max_body_bytes, no_charge)
     try:
-        req = decode_go_style(body, JobCreate)
+        job = new_job(decode_go_style(body, JobCreate))
     except DecodeError as exc:
         raise HTTPError(400, "failed to decode job", {"X-Error-Detail": _header(exc)}) from None
-    if not req.command and not req.deploy_url:
-        raise HTTPError(400, "command or deploy_url is required")
-    validate_create(req)
-    placement = await state.nodes.placement(req.instance_id)
+    validate_create(job)
+    placement = await state.nodes.placement(job.instance_id)
     now = time.time()
-    job_json = record_encoder.encode(NewJob.from_request(req, rfc3339(now)))
+    job_json = creation_json(msgspec.structs.replace(job, created_at=rfc3339(now)))
     store = state.store
     try:
         return await store.create(job_json, placement, now)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from collections.abc import Callable
 from html import escape
+from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 import msgspec
@@ -26,8 +28,10 @@ from scheduler.api.state import store as _store
 from scheduler.models import (
     FINAL_STATUSES,
     ID_RE,
+    JOB_FIELDS,
     STATUSES,
     Job,
+    JobField,
     Service,
     job_decoder,
     rfc3339,
@@ -143,29 +147,40 @@ async def jobs_page(request: Request) -> Response:
     return page(request, "Jobs", body, refresh=not before)
 
 
+def _env_names(env: dict[str, str]) -> str:
+    # Names only: values are often secrets, and a screen is easy to look over.
+    names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(env))
+    return f'{names} <span class="muted">(values hidden)</span>' if env else ""
+
+
+# How a field's value shows, where it is not its plain text; the rest of the page's layout:
+# status comes right after job_id (what a look at the page is for), the outputs go below.
+_SHOWN_AS: dict[str, Callable[[Any], str]] = {
+    "status": status_badge,
+    "node_id": lambda node: f'<a href="/ui/jobs?node_id={escape(node)}">{escape(node)}</a>',
+    "command": lambda command: f"<code>{escape(command)}</code>",
+    "job_type": lambda job_type: escape(job_type or "run"),
+    "env_vars": _env_names,
+}
+_FIRST = ("job_id", "status")
+_BELOW = ("stdout", "stderr")
+_ROWS = sorted(
+    (f for f in JOB_FIELDS if f.name not in _BELOW),
+    key=lambda f: _FIRST.index(f.name) if f.name in _FIRST else len(_FIRST),
+)
+
+
+def _cell(field: JobField, value: Any) -> str:
+    if field.name in _SHOWN_AS:
+        return _SHOWN_AS[field.name](value)
+    if not field.required and value == field.empty:
+        return ""  # what the API leaves out
+    return escape(value if isinstance(value, str) else msgspec.json.encode(value).decode())
+
+
 def _job_fields(job: Job) -> list[tuple[str, str]]:
-    fields = [
-        ("job_id", escape(job.job_id)),
-        ("status", status_badge(job.status)),
-        ("node_id", f'<a href="/ui/jobs?node_id={escape(job.node_id)}">{escape(job.node_id)}</a>'),
-        ("command", f"<code>{escape(job.command)}</code>"),
-        ("job_type", escape(job.job_type or "run")),
-        ("retry_count", str(job.retry_count)),
-        ("created_at", escape(job.created_at)),
-        ("running_at", escape(job.running_at or "")),
-        ("finished_at", escape(job.finished_at or "")),
-        ("exit_code", "" if job.exit_code is None else str(job.exit_code)),
-    ]
-    for name, value in (("instance_id", job.instance_id), ("deploy_url", job.deploy_url)):
-        if value:
-            fields.append((name, escape(value)))
-    if job.port:
-        fields.append(("port", str(job.port)))
-    if job.env_vars:
-        # Names only: values are often secrets, and a screen is easy to look over.
-        names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(job.env_vars))
-        fields.append(("env_vars", f'{names} <span class="muted">(values hidden)</span>'))
-    return fields
+    """(field, cell HTML) of every field of Job, with a row even when empty."""
+    return [(f.name, _cell(f, getattr(job, f.name))) for f in _ROWS]
 
 
 async def job_page(request: Request) -> Response:
@@ -183,8 +198,8 @@ async def job_page(request: Request) -> Response:
             f'<input type="hidden" name="csrf" value="{token}">'
             '<button id="cancel">Cancel this job</button></form>'
         )
-    for name, text in (("stdout", job.stdout), ("stderr", job.stderr)):
-        body += f'<h2>{name}</h2><pre id="{name}">{escape(text)}</pre>'
+    for name in _BELOW:
+        body += f'<h2>{name}</h2><pre id="{name}">{escape(getattr(job, name))}</pre>'
     return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES)
 
 

@@ -2,26 +2,26 @@
 rows and the job records kept in Redis.
 
 The table is the original's (CONTRACT 2.11) plus our columns, so a file the Go scheduler wrote
-restores here, and a file we wrote still opens in the Go scheduler. Column formats:
+restores here, and a file we wrote still opens in the Go scheduler (it names its columns in
+every statement). The columns follow from models.Job: `id` (the original's name for job_id),
+then one per other field in Job's order, by the field's kind:
 
-  id, node_id, instance_id, command, deploy_url, status, stdout, stderr: TEXT, '' when empty
-  exit_code      INTEGER, NULL when the job has none (0 is a real exit code)
-  created_at, running_at, finished_at
-                 TEXT, RFC 3339 in UTC. Our rows keep the record's full precision
+  str            TEXT NOT NULL DEFAULT ''
+  int            INTEGER NOT NULL DEFAULT 0
+  int | None     INTEGER, NULL when the job has none (0 is a real exit code)
+  Timestamp      TEXT NOT NULL DEFAULT ''; `Timestamp | None`: TEXT, NULL when unset.
+                 RFC 3339 in UTC. Our rows keep the record's full precision
                  (2026-01-01T10:00:00.123456Z); the original wrote seconds
                  (2026-01-01T10:00:00Z). Both are read; Go's time.Parse reads both too.
-                 running_at and finished_at are NULL when unset.
-  retry_count, port
-                 INTEGER, 0 when unset
-  env_vars       TEXT, a JSON object of strings; '{}' when empty (NULL, '' and 'null' read as
-                 empty: the original's nil map)
-  job_type       TEXT, as submitted: '', 'run' or 'service'
-  extra          TEXT, a JSON object of any record field this table has no column for, so a
-                 field added to the job record later survives a restore without a migration
+  dict[str, str] TEXT NOT NULL DEFAULT '{}', a JSON object (NULL, '' and 'null' read as
+                 empty: the original's nil map for env_vars)
+
+and last `extra`: TEXT, a JSON object of any record field this version has no column for (one
+a newer version added), so it survives a snapshot and restore here.
 
 A file missing any of these columns is migrated in place when the snapshot writer opens it
-(ALTER TABLE ... ADD COLUMN, one transaction); the restore reads such a file as it is, using
-each missing column's default.
+(ALTER TABLE ... ADD COLUMN, one transaction); the restore reads such a file as it is, a
+missing column reading as its field's default. So a field added to Job needs no code here.
 """
 
 from __future__ import annotations
@@ -36,7 +36,16 @@ from typing import Any
 
 import msgspec
 
-from scheduler.models import FINAL_STATUSES, Job, parse_rfc3339, record_encoder, rfc3339
+from scheduler.models import (
+    FINAL_STATUSES,
+    JOB_FIELDS,
+    Job,
+    JobField,
+    Kind,
+    parse_rfc3339,
+    record_encoder,
+    rfc3339,
+)
 from scheduler.store.scripts.snapshot import RestoredJob
 
 log = logging.getLogger("scheduler.snapshot")
@@ -50,6 +59,9 @@ MAX_JOB_NUMBER = 2**53
 # sorts first and never collides with a real number.
 NON_JOB_SCORE = 0.5
 
+_any_decoder = msgspec.json.Decoder(dict[str, Any])
+_encoder = msgspec.json.Encoder()
+
 
 @dataclass(frozen=True, slots=True)
 class Column:
@@ -58,23 +70,30 @@ class Column:
     missing: str  # SQL value read for this column from a file that lacks it
 
 
+def _literal(value: str | int) -> str:
+    return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
+
+
+def _stored(field: JobField, value: Any) -> Any:
+    """A record's value as its column holds it."""
+    if field.kind is Kind.OBJECT:
+        return _encoder.encode(value or {}).decode()
+    return value
+
+
+def _column(field: JobField) -> Column:
+    sql_type = "INTEGER" if field.kind is Kind.INT else "TEXT"
+    if field.nullable:
+        return Column(field.name, sql_type, "NULL")
+    default = _literal(_stored(field, field.empty))
+    return Column(field.name, f"{sql_type} NOT NULL DEFAULT {default}", default)
+
+
+# job_id is the original's `id`; the others keep their field's name.
+_FIELDS = tuple(f for f in JOB_FIELDS if f.name != "job_id")
 COLUMNS = (
     Column("id", "TEXT PRIMARY KEY", "NULL"),
-    Column("node_id", "TEXT NOT NULL DEFAULT ''", "''"),
-    Column("instance_id", "TEXT NOT NULL DEFAULT ''", "''"),
-    Column("command", "TEXT NOT NULL DEFAULT ''", "''"),
-    Column("deploy_url", "TEXT NOT NULL DEFAULT ''", "''"),
-    Column("status", "TEXT NOT NULL DEFAULT ''", "''"),
-    Column("exit_code", "INTEGER", "NULL"),
-    Column("stdout", "TEXT NOT NULL DEFAULT ''", "''"),
-    Column("stderr", "TEXT NOT NULL DEFAULT ''", "''"),
-    Column("created_at", "TEXT NOT NULL DEFAULT ''", "''"),
-    Column("running_at", "TEXT", "NULL"),
-    Column("finished_at", "TEXT", "NULL"),
-    Column("retry_count", "INTEGER NOT NULL DEFAULT 0", "0"),
-    Column("env_vars", "TEXT NOT NULL DEFAULT '{}'", "'{}'"),
-    Column("job_type", "TEXT NOT NULL DEFAULT ''", "''"),
-    Column("port", "INTEGER NOT NULL DEFAULT 0", "0"),
+    *(_column(field) for field in _FIELDS),
     Column("extra", "TEXT NOT NULL DEFAULT '{}'", "'{}'"),
 )
 NAMES = tuple(c.name for c in COLUMNS)
@@ -87,27 +106,11 @@ UPSERT = "INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT(id) DO UPDATE SET {}".fo
     ", ".join("?" for _ in NAMES),
     ", ".join(f"{name} = excluded.{name}" for name in NAMES[1:]),
 )
-
-# Record fields stored in their own column, in column order after id, with their defaults.
-_RECORD_FIELDS: tuple[tuple[str, Any], ...] = (
-    ("node_id", ""),
-    ("instance_id", ""),
-    ("command", ""),
-    ("deploy_url", ""),
-    ("status", ""),
-    ("exit_code", None),
-    ("stdout", ""),
-    ("stderr", ""),
-    ("created_at", ""),
-    ("running_at", None),
-    ("finished_at", None),
-    ("retry_count", 0),
-)
-_KNOWN_FIELDS = frozenset(Job.__struct_fields__)
-
-_any_decoder = msgspec.json.Decoder(dict[str, Any])
-_env_decoder = msgspec.json.Decoder(dict[str, str])
-_encoder = msgspec.json.Encoder()
+_KNOWN_FIELDS = frozenset(f.name for f in JOB_FIELDS)
+# A JSON-object column is read back with its field's own decoder.
+_object_decoders = {
+    f.name: msgspec.json.Decoder(f.annotation) for f in _FIELDS if f.kind is Kind.OBJECT
+}
 _UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z")
 _JOB_N = re.compile(r"job-([0-9]+)")
 
@@ -174,12 +177,9 @@ def row_from_record(blob: bytes) -> tuple[Any, ...]:
     Raises msgspec.DecodeError for a record that is not a JSON object, KeyError without id."""
     job = _any_decoder.decode(blob)
     job_id = job.pop("job_id")
-    values = [job.pop(name, default) for name, default in _RECORD_FIELDS]
-    env = job.pop("env_vars", None) or {}
-    job_type = job.pop("job_type", "")
-    port = job.pop("port", 0)
+    values = [_stored(field, job.pop(field.name, field.empty)) for field in _FIELDS]
     extra = _encoder.encode(job).decode() if job else "{}"
-    return (job_id, *values, _encoder.encode(env).decode(), job_type, port, extra)
+    return (job_id, *values, extra)
 
 
 def upsert(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -274,19 +274,36 @@ def _timestamp(value: Any, job_id: str, column: str) -> str | None:
         return text
 
 
-def _json_object(value: Any, job_id: str, column: str) -> dict[str, Any]:
+def _json_object(
+    value: Any, job_id: str, column: str, decoder: msgspec.json.Decoder[Any]
+) -> dict[str, Any]:
     text = _text(value).strip()
     if text in ("", "null"):
         return {}
     try:
-        if column == "env_vars":
-            return dict(_env_decoder.decode(text))
-        return _any_decoder.decode(text)
+        return dict(decoder.decode(text))
     except msgspec.DecodeError as exc:
         log.warning(
             "restore: job %s: %s is not a JSON object (%s); left empty", job_id, column, exc
         )
         return {}
+
+
+def _read(field: JobField, value: Any, job_id: str) -> Any:
+    """A column's value as the record holds it: the field's default for NULL, and for a
+    value that cannot be read (logged); an unparsable timestamp is kept as written."""
+    if value is None:
+        return field.empty
+    read: Any
+    if field.kind is Kind.TEXT:
+        read = _text(value)
+    elif field.kind is Kind.INT:
+        read = _int(value, job_id, field.name)
+    elif field.kind is Kind.TIMESTAMP:
+        read = _timestamp(value, job_id, field.name)
+    else:
+        read = _json_object(value, job_id, field.name, _object_decoders[field.name])
+    return field.empty if read is None else read
 
 
 def _first_readable(*stamps: str | None) -> float | None:
@@ -325,28 +342,11 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
     job_id = _text(values["id"])
     if not job_id:
         raise ValueError("a row has no id")
-    job = Job(
-        job_id=job_id,
-        node_id=_text(values["node_id"]),
-        command=_text(values["command"]),
-        status=_text(values["status"]),
-        retry_count=_int(values["retry_count"], job_id, "retry_count") or 0,
-        created_at=_timestamp(values["created_at"], job_id, "created_at") or "",
-        instance_id=_text(values["instance_id"]),
-        deploy_url=_text(values["deploy_url"]),
-        job_type=_text(values["job_type"]),
-        port=_int(values["port"], job_id, "port") or 0,
-        env_vars=_json_object(values["env_vars"], job_id, "env_vars"),
-        exit_code=_int(values["exit_code"], job_id, "exit_code"),
-        stdout=_text(values["stdout"]),
-        stderr=_text(values["stderr"]),
-        running_at=_timestamp(values["running_at"], job_id, "running_at"),
-        finished_at=_timestamp(values["finished_at"], job_id, "finished_at"),
-    )
+    job = Job(job_id=job_id, **{f.name: _read(f, values[f.name], job_id) for f in _FIELDS})
     record = record_encoder.encode(job)
     extra = {
         k: v
-        for k, v in _json_object(values["extra"], job_id, "extra").items()
+        for k, v in _json_object(values["extra"], job_id, "extra", _any_decoder).items()
         if k not in _KNOWN_FIELDS
     }
     if extra:

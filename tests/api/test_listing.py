@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.models import NewJob, rfc3339
+from scheduler.models import JobCreate, creation_json, new_job, rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
@@ -142,9 +142,7 @@ def _seed(settings: Settings, node_id: str, count: int) -> None:
     store = SyncJobStore.connect(settings)
     try:
         now = time.time()
-        job = msgspec.json.encode(
-            NewJob(command="seeded", status="pending", retry_count=0, created_at=rfc3339(now))
-        )
+        job = creation_json(new_job(JobCreate(command="seeded"), rfc3339(now)))
         for _ in range(count):
             store.create(job, Placement.fixed(node_id), now, "", 0)
     finally:

@@ -11,19 +11,22 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
+import redis
 
 from scheduler.cli.client import format_job, go_quote
 from scheduler.cli.main import main
+from scheduler.store.keys import Keys
 from tests.processes import api_replicas, scheduler_env
 from tests.redis_server import free_port
 
 KEY = "s3cret-key"
+OPEN_PREFIX = "client-open"  # the open API's Redis prefix
 
 
 @pytest.fixture(scope="module")
 def api(redis_url: str) -> Iterator[str]:
     """One API process, open (no key)."""
-    with api_replicas(1, scheduler_env(redis_url, "client-open")) as urls:
+    with api_replicas(1, scheduler_env(redis_url, OPEN_PREFIX)) as urls:
         register(urls[0], "node-1")
         yield urls[0]
 
@@ -113,6 +116,26 @@ def test_status_of_a_pending_job_has_no_exit_code(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "status", job["job_id"])
     assert code == 0
     assert out == f'job_id={job["job_id"]} node_id=node-1 status=pending command="true"\n'
+
+
+def test_json_prints_every_field_the_api_returns(api: str, cli: Cli, redis_url: str) -> None:
+    """Fields the client knows nothing about too (a newer scheduler's): the client prints
+    the API's JSON, it does not pick fields from it."""
+    job_id = httpx.post(f"{api}/jobs", json={"command": "true"}).json()["job_id"]
+    key, r = Keys(OPEN_PREFIX).job(job_id), redis.Redis.from_url(redis_url)
+    try:
+        raw = r.get(key)
+        assert isinstance(raw, bytes)
+        r.set(key, raw[:-1] + b',"zz_newer":{"a":[1,"b"]}}')
+    finally:
+        r.close()
+    served = httpx.get(f"{api}/jobs/{job_id}").json()
+    assert served["zz_newer"] == {"a": [1, "b"]}
+    code, out, _ = cli(api, "status", job_id, "--json")
+    assert code == 0 and json.loads(out) == served
+    # The original's format stays the original's.
+    code, out, _ = cli(api, "status", job_id)
+    assert out == f'job_id={job_id} node_id=node-1 status=pending command="true"\n'
 
 
 def test_status_of_an_unknown_job_is_an_error(api: str, cli: Cli) -> None:

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from scheduler.config import Settings
-from scheduler.models import JobUpdate, NewJob, encoder, rfc3339
+from scheduler.models import JobCreate, JobUpdate, creation_json, new_job, rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once, write_snapshot
@@ -105,8 +105,7 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 def create_jobs(store: SyncJobStore, count: int, now: float) -> None:
     """`count` jobs through the create script, as POST /jobs makes them (all marked changed)."""
-    new = NewJob(command="echo", status="pending", retry_count=0, created_at=rfc3339(now))
-    job = encoder.encode(new)
+    job = creation_json(new_job(JobCreate(command="echo"), rfc3339(now)))
     # As a starting serve or worker would: the restore question is settled before any create.
     store.run(snapshot_scripts.finish_restore(0, "test"))
     for _ in range(count):

@@ -12,32 +12,23 @@ import pytest
 from scheduler.models import parse_rfc3339
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.db import NAMES, NON_JOB_SCORE, job_number, restored_job, row_from_record
+from tests.snapshot_helpers import GO_SCHEMA, full_record
 
 NOW = 1_800_000_000.0
 
 
 def row(**values: Any) -> tuple[Any, ...]:
-    """A row as the restore reads it, with the Go scheduler's defaults for what is not given."""
-    base: dict[str, Any] = {
-        "id": "job-1",
+    """A row as the restore reads it: as the Go scheduler wrote it (env_vars NULL, job_type
+    'run'), each column it did not have at its default, then `values`."""
+    record = {
+        "job_id": "job-1",
         "node_id": "n1",
-        "instance_id": "",
         "command": "true",
-        "deploy_url": "",
         "status": "pending",
-        "exit_code": None,
-        "stdout": "",
-        "stderr": "",
         "created_at": "2026-01-01T10:00:00Z",
-        "running_at": None,
-        "finished_at": None,
-        "retry_count": 0,
-        "env_vars": None,
-        "job_type": "run",
-        "port": 0,
-        "extra": "{}",
     }
-    base.update(values)
+    base = dict(zip(NAMES, row_from_record(json.dumps(record).encode()), strict=True))
+    base.update({"env_vars": None, "job_type": "run", **values})
     return tuple(base[name] for name in NAMES)
 
 
@@ -138,25 +129,7 @@ def test_odd_column_types_are_coerced_not_fatal() -> None:
 
 
 def test_record_to_row_and_back_is_exact() -> None:
-    record = {
-        "job_id": "job-12",
-        "node_id": "n2",
-        "instance_id": "i-1",
-        "command": "echo /",
-        "deploy_url": "http://h/x.zip",
-        "env_vars": {"E": ""},
-        "job_type": "service",
-        "port": 80,
-        "status": "failed",
-        "retry_count": 1,
-        "exit_code": 0,
-        "stdout": "o",
-        "stderr": "e",
-        "created_at": "2026-01-01T10:00:00.000001Z",
-        "running_at": "2026-01-01T10:00:01.000002Z",
-        "finished_at": "2026-01-01T10:00:02.000003Z",
-        "new_field": [1, {"x": None}],
-    }
+    record = full_record("job-12", new_field=[1, {"x": None}])
     stored = row_from_record(json.dumps(record).encode())
     assert dict(zip(NAMES, stored, strict=True))["extra"] == '{"new_field":[1,{"x":null}]}'
     assert json.loads(restored_job(stored, NOW).record) == record
@@ -196,3 +169,54 @@ def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
     with pytest.raises(snapshot_db.SnapshotFileError, match="no id column"):
         snapshot_db.open_writer(str(tmp_path / "other.db"))
     assert snapshot_db.snapshot_summary(str(tmp_path / "missing.db")) == (False, 0)
+
+
+# The columns the Go scheduler's statements name (its store.go: Save and LoadAll).
+GO_STATEMENT_COLUMNS = (
+    "id",
+    "node_id",
+    "instance_id",
+    "command",
+    "deploy_url",
+    "status",
+    "retry_count",
+    "exit_code",
+    "stdout",
+    "stderr",
+    "created_at",
+    "finished_at",
+)
+
+
+def _types(path: Path) -> dict[str, str]:
+    with sqlite3.connect(path) as conn:
+        found = {str(r[1]): str(r[2]) for r in conn.execute("PRAGMA table_info(jobs)")}
+    conn.close()
+    return found
+
+
+def test_the_originals_columns_keep_their_names_and_types(tmp_path: Path) -> None:
+    """The columns derive from models.Job; the original's keep their names and types, so a
+    Go file restores here and ours opens in the Go scheduler."""
+    go, ours = tmp_path / "go.db", tmp_path / "ours.db"
+    with sqlite3.connect(go) as conn:
+        conn.execute(GO_SCHEMA)
+    conn.close()
+    snapshot_db.open_writer(str(ours)).close()
+    go_types, our_types = _types(go), _types(ours)
+    assert {name: our_types.get(name) for name in go_types} == go_types
+
+    # The Go scheduler's own statements, on our file.
+    names = ", ".join(GO_STATEMENT_COLUMNS)
+    marks = ", ".join("?" for _ in GO_STATEMENT_COLUMNS)
+    values = ("job-1", "n1", "", "echo", "", "done", 0, 0, "", "", "2026-01-01T10:00:00Z", None)
+    with sqlite3.connect(ours) as conn:
+        conn.execute(f"INSERT INTO jobs ({names}) VALUES ({marks})", values)
+        assert conn.execute(f"SELECT {names} FROM jobs").fetchall() == [values]
+    conn.close()
+    reader = snapshot_db.open_reader(str(ours))
+    try:
+        (only,) = [r for batch in snapshot_db.read_batches(reader, 10) for r in batch]
+    finally:
+        reader.close()
+    assert json.loads(restored_job(only, NOW).record)["exit_code"] == 0

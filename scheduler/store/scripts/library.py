@@ -16,9 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 
-import msgspec
-
-from scheduler.models import FINAL_STATUSES, Job
+from scheduler.models import FINAL_STATUSES, JOB_FIELDS
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 
@@ -26,15 +24,10 @@ from scheduler.store.scripts.codes import CODES
 def _record_fields() -> str:
     """The Lua table of Job's fields in Go's order, each with its omission rule: "always"
     (no default), "null" (omitted only when absent: exit_code 0 is written) or "empty"."""
-    fields = Job.__struct_fields__
-    defaults = Job.__struct_defaults__
-    # The defaults belong to the last len(defaults) fields; a required one among them
-    # (kw_only lets them interleave) is NODEFAULT.
-    padded = [msgspec.NODEFAULT] * (len(fields) - len(defaults)) + list(defaults)
     rows = []
-    for name, default in zip(fields, padded, strict=True):
-        rule = "always" if default is msgspec.NODEFAULT else "null" if default is None else "empty"
-        rows.append(f'{{"{name}", "{rule}"}}')
+    for field in JOB_FIELDS:
+        rule = "always" if field.required else "null" if field.nullable else "empty"
+        rows.append(f'{{"{field.name}", "{rule}"}}')
     return "{" + ", ".join(rows) + "}"
 
 
