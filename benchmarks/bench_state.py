@@ -14,15 +14,8 @@ import time
 
 import redis
 
-from scheduler.models import (
-    STATUSES,
-    Job,
-    JobCreate,
-    creation_json,
-    new_job,
-    record_encoder,
-    rfc3339,
-)
+from scheduler.models.job import STATUSES, Job, JobCreate, creation_json, new_job, record_encoder
+from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs as job_scripts

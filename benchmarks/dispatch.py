@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from scheduler.models import parse_rfc3339
+from scheduler.models.wire import parse_rfc3339
 from tests.processes import stop, wait_http
 from tests.redis_server import free_port
 

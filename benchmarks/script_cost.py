@@ -22,7 +22,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # after PYTHONPATH: another checkout can be measured
 
-from scheduler.models import JobUpdate  # noqa: E402
+from scheduler.models.job import JobUpdate  # noqa: E402
 from scheduler.nodes.placement import Placement  # noqa: E402
 from scheduler.store.keys import Keys  # noqa: E402
 from scheduler.store.scripts import Call  # noqa: E402

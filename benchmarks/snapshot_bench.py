@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from scheduler.config import Settings  # noqa: E402
-from scheduler.models import JobCreate, creation_json, new_job, rfc3339  # noqa: E402
+from scheduler.models.job import JobCreate, creation_json, new_job  # noqa: E402
+from scheduler.models.wire import rfc3339  # noqa: E402
 from scheduler.nodes.placement import Placement  # noqa: E402
 from scheduler.snapshot import db as snapshot_db  # noqa: E402
 from scheduler.snapshot.restore import restore_if_empty  # noqa: E402

@@ -11,7 +11,8 @@ from typing import Any, cast
 
 import redis
 
-from scheduler.models import JOB_FIELDS, JobField, Kind
+from scheduler.models.fields import JobField, Kind
+from scheduler.models.job import JOB_FIELDS
 from scheduler.snapshot import db as snapshot_db
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
@@ -80,7 +81,7 @@ def columns(path: Path) -> list[str]:
 
 # Values the scheduler reads (indexes, deadlines, retention) must be real ones; every other
 # field gets an awkward value of its kind, its own (a column swapped for another shows), so a
-# field added to models.Job is covered too.
+# field added to models.job.Job is covered too.
 _MEANINGFUL = {"node_id": "n1", "status": "done", "job_type": "run"}
 _STAMPS = [f.name for f in JOB_FIELDS if f.kind is Kind.TIMESTAMP]
 _FRACTIONS = (".123456", ".5", "")  # the precisions a timestamp comes in
@@ -98,7 +99,7 @@ def _awkward(field: JobField, position: int) -> Any:
 
 
 def full_record(job_id: str, **fields: Any) -> dict[str, Any]:
-    """A record with every field of models.Job set, with awkward values: "/", quotes,
+    """A record with every field of models.job.Job set, with awkward values: "/", quotes,
     non-ASCII, control characters, exit code 0, env vars with an empty value."""
     record = {f.name: _MEANINGFUL.get(f.name) or _awkward(f, i) for i, f in enumerate(JOB_FIELDS)}
     record["job_id"] = job_id

@@ -1,4 +1,4 @@
-"""Wire models and timestamps (models.py): Go-style decoding, our validation, the
+"""Wire models and timestamps (scheduler/models/): Go-style decoding, our validation, the
 output bound and RFC 3339 round trips."""
 
 from __future__ import annotations
@@ -8,23 +8,25 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from scheduler.models import (
+from scheduler.models.fields import read_fields
+from scheduler.models.job import (
     TRUNCATION_MARKER,
-    DecodeError,
-    InvalidInput,
     Job,
     JobCreate,
     JobUpdate,
     bound_output,
-    check_id,
     creation_json,
-    decode_go_style,
     new_job,
-    parse_rfc3339,
-    read_fields,
-    rfc3339,
     validate_create,
     validate_update,
+)
+from scheduler.models.wire import (
+    DecodeError,
+    InvalidInput,
+    check_id,
+    decode_go_style,
+    parse_rfc3339,
+    rfc3339,
 )
 
 

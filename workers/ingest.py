@@ -21,18 +21,8 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from scheduler.models import (
-    ID_RE,
-    DecodeError,
-    InvalidInput,
-    Job,
-    JobCreate,
-    creation_json,
-    decode_go_style,
-    new_job,
-    rfc3339,
-    validate_create,
-)
+from scheduler.models.job import Job, JobCreate, creation_json, new_job, validate_create
+from scheduler.models.wire import ID_RE, DecodeError, InvalidInput, decode_go_style, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
 from scheduler.store.errors import StoreNotReady

@@ -22,7 +22,7 @@ import msgspec
 
 from scheduler.agent.deploy import DeployError, download, extract
 from scheduler.agent.limits import Backend, Confinement, Limits, wrapper_command
-from scheduler.models import JOB_FIELDS, Job
+from scheduler.models.job import JOB_FIELDS, Job
 
 log = logging.getLogger("scheduler.agent")
 

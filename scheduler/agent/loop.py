@@ -30,7 +30,7 @@ import httpx
 
 from scheduler.agent.executor import AgentJob, Executor, Outcome, Service
 from scheduler.agent.remote import AgentConfig, AgentError, Remote
-from scheduler.models import ID_RE
+from scheduler.models.wire import ID_RE
 
 log = logging.getLogger("scheduler.agent")
 

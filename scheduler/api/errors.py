@@ -11,7 +11,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from scheduler.api.http import HTTPError, text_error
-from scheduler.models import InvalidInput
+from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import RegistryError
 from scheduler.store.connection.discovery import ReplicasNotAcked

@@ -13,20 +13,17 @@ import msgspec
 from scheduler.api.agents import PRECHECK_OVER_BYTES
 from scheduler.api.http import HTTPError, no_charge, too_large
 from scheduler.api.state import AppState
-from scheduler.models import (
-    ID_RE,
+from scheduler.models.job import (
     REPORT_STATUSES,
-    DecodeError,
     JobCreate,
     JobUpdate,
     bound_output,
     creation_json,
-    decode_go_style,
     new_job,
-    rfc3339,
     validate_create,
     validate_update,
 )
+from scheduler.models.wire import ID_RE, DecodeError, decode_go_style, rfc3339
 from scheduler.snapshot.restore import restore_at_start
 from scheduler.store.errors import StoreNotReady
 from scheduler.store.jobs import JobStore

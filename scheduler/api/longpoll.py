@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 
 from scheduler.api.http import HTTPError
-from scheduler.models import STATUSES
+from scheduler.models.job import STATUSES
 from scheduler.store.connection.notify import MAX_WAIT_SECS, Notifier
 
 T = TypeVar("T")

@@ -17,14 +17,8 @@ from scheduler.api.http import HTTPError, json_bytes, read_body, route
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import store as _store
 from scheduler.config import Settings
-from scheduler.models import (
-    ID_RE,
-    DecodeError,
-    Heartbeat,
-    NodeRegistration,
-    decode_go_style,
-    validate_registration,
-)
+from scheduler.models.registry import Heartbeat, NodeRegistration, validate_registration
+from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
 from scheduler.store.errors import NodeNotFound
 from scheduler.store.scripts.nodes import Registration
 

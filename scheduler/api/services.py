@@ -13,18 +13,14 @@ from starlette.routing import Route
 from scheduler.api.http import HTTPError, json_array, json_bytes, read_body, route
 from scheduler.api.state import agent_auth
 from scheduler.api.state import store as _store
-from scheduler.models import (
-    ID_RE,
+from scheduler.models.registry import (
     SERVICE_STATUS_RE,
-    DecodeError,
     Service,
     ServiceCreate,
     ServiceUpdate,
-    check_id,
-    decode_go_style,
-    rfc3339,
     validate_service,
 )
+from scheduler.models.wire import ID_RE, DecodeError, check_id, decode_go_style, rfc3339
 from scheduler.store.errors import ServiceNotFound
 
 BODY_LIMIT = 16 * 1024  # a service is a few hundred bytes

@@ -25,17 +25,10 @@ from starlette.routing import Route
 from scheduler.api.http import UI_COOKIE, HTTPError, read_body, route, ui_secret, whole_number
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
-from scheduler.models import (
-    FINAL_STATUSES,
-    ID_RE,
-    JOB_FIELDS,
-    STATUSES,
-    Job,
-    JobField,
-    Service,
-    job_decoder,
-    rfc3339,
-)
+from scheduler.models.fields import JobField
+from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, STATUSES, Job, job_decoder
+from scheduler.models.registry import Service
+from scheduler.models.wire import ID_RE, rfc3339
 from scheduler.snapshot.db import MAX_JOB_NUMBER, job_number
 
 PAGE_SIZE = 50

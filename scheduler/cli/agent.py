@@ -20,7 +20,7 @@ from scheduler.agent.limits import Limits, detect
 from scheduler.agent.loop import Agent
 from scheduler.agent.remote import AgentConfig, AgentError
 from scheduler.config import ConfigError, Settings
-from scheduler.models import ID_RE
+from scheduler.models.wire import ID_RE
 
 log = logging.getLogger("scheduler.agent")
 

@@ -16,7 +16,7 @@ from scheduler.cli.client import (
     _print_json,
     format_job,
 )
-from scheduler.models import STATUSES
+from scheduler.models.job import STATUSES
 
 PAGE = 1000  # the API's default page, and `list`'s
 MAX_PAGE = 10000  # the API's largest

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from scheduler.models import NodeStatus
+from scheduler.models.registry import NodeStatus
 
 
 @dataclass(frozen=True, slots=True)

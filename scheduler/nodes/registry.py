@@ -15,7 +15,7 @@ import httpx
 import msgspec
 
 from scheduler.config import Settings
-from scheduler.models import Instance, NodeStatus
+from scheduler.models.registry import Instance, NodeStatus
 from scheduler.nodes.placement import NoHealthyNodes, Placement, healthy_compute_nodes
 
 T = TypeVar("T")

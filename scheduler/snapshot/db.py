@@ -3,7 +3,7 @@ rows and the job records kept in Redis.
 
 The table is the original's (CONTRACT 2.11) plus our columns, so a file the Go scheduler wrote
 restores here, and a file we wrote still opens in the Go scheduler (it names its columns in
-every statement). The columns follow from models.Job: `id` (the original's name for job_id),
+every statement). The columns follow from models.job.Job: `id` (the original's name for job_id),
 then one per other field in Job's order, by the field's kind:
 
   str            TEXT NOT NULL DEFAULT ''
@@ -36,16 +36,9 @@ from typing import Any
 
 import msgspec
 
-from scheduler.models import (
-    FINAL_STATUSES,
-    JOB_FIELDS,
-    Job,
-    JobField,
-    Kind,
-    parse_rfc3339,
-    record_encoder,
-    rfc3339,
-)
+from scheduler.models.fields import JobField, Kind
+from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, Job, record_encoder
+from scheduler.models.wire import parse_rfc3339, rfc3339
 from scheduler.store.scripts.snapshot import RestoredJob
 
 log = logging.getLogger("scheduler.snapshot")

@@ -14,7 +14,9 @@ import hiredis
 import msgspec
 
 from scheduler.config import Settings
-from scheduler.models import STATUSES, JobUpdate, Node, NodeRegistration, Service, rfc3339
+from scheduler.models.job import STATUSES, JobUpdate
+from scheduler.models.registry import Node, NodeRegistration, Service
+from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement, live_node_ids
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until

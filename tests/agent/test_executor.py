@@ -28,7 +28,7 @@ from scheduler.agent.executor import (
     job_env,
 )
 from scheduler.agent.limits import Confinement, Limits, RlimitBackend
-from scheduler.models import bound_output
+from scheduler.models.job import bound_output
 
 MiB = 1024 * 1024
 

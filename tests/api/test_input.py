@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from scheduler.models import TRUNCATION_MARKER
+from scheduler.models.job import TRUNCATION_MARKER
 from tests.conftest import (
     BOTH_FRONTS,
     ClientFactory,

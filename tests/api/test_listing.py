@@ -11,7 +11,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.models import JobCreate, creation_json, new_job, rfc3339
+from scheduler.models.job import JobCreate, creation_json, new_job
+from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (

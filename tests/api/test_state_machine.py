@@ -12,7 +12,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from scheduler.models import STATUSES
+from scheduler.models.job import STATUSES
 from scheduler.store.keys import Keys
 from tests.conftest import (
     BOTH_FRONTS,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from starlette.testclient import TestClient
 
-from scheduler.models import NodeStatus
+from scheduler.models.registry import NodeStatus
 from scheduler.nodes.placement import NoHealthyNodes, choose, healthy_compute_nodes, live_node_ids
 from tests.conftest import ClientFactory, assert_json, register, submit
 

@@ -1,5 +1,5 @@
 """Run by test_added_field.py in a subprocess whose PYTHONPATH starts at a copy of scheduler/
-and workers/ where models.Job has one more field, `priority`: what that code does with it,
+and workers/ where models.job.Job has one more field, `priority`: what that code does with it,
 printed as JSON for the test to judge. Not a test module itself (it must not import the
 unmodified code)."""
 
@@ -15,7 +15,7 @@ import httpx
 import redis
 from starlette.testclient import TestClient
 
-import scheduler.models
+import scheduler.models.job
 from scheduler.api.app import create_app
 from scheduler.cli.main import main as cli_main
 from scheduler.config import Settings
@@ -83,7 +83,7 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "models": scheduler.models.__file__,
+                "models": scheduler.models.job.__file__,
                 "new": submitted_and_restored(redis_url, new_prefix, new_db),
                 "old": older_file(redis_url, old_prefix, old_db),
             }

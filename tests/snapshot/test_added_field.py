@@ -1,4 +1,4 @@
-"""A field added to models.Job, and nowhere else, goes everywhere a job goes (issue 21): submit,
+"""A field added to models.job.Job, and nowhere else, goes everywhere a job goes (issue 21): submit,
 snapshot, a Redis that lost its data, restore, GET, `status --json`, the UI's job page. A
 snapshot file written before the field existed restores with the field at its default, and the
 next snapshot gives the file the field's column.
@@ -30,7 +30,7 @@ def copy_with_priority(dest: Path) -> None:
     """scheduler/ and workers/ into `dest`, with `priority` added to Job after `port`."""
     for part in ("scheduler", "workers"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
-    models = dest / "scheduler" / "models.py"
+    models = dest / "scheduler" / "models" / "job.py"
     source = models.read_text()
     assert source.count(ANCHOR) == 1, "Job's port line moved: update ANCHOR"
     models.write_text(source.replace(ANCHOR, ANCHOR + ADDED))
@@ -52,7 +52,7 @@ def probe(code: Path, settings: Settings, new_db: Path, old_db: Path) -> dict[st
     )
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
-    assert result["models"] == str(code / "scheduler" / "models.py")
+    assert result["models"] == str(code / "scheduler" / "models" / "job.py")
     return result
 
 

@@ -15,7 +15,8 @@ import pytest
 import redis
 
 from scheduler.config import Settings
-from scheduler.models import JobCreate, JobUpdate, creation_json, new_job, rfc3339
+from scheduler.models.job import JobCreate, JobUpdate, creation_json, new_job
+from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once, write_snapshot

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.models import parse_rfc3339
+from scheduler.models.wire import parse_rfc3339
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.db import NAMES, NON_JOB_SCORE, job_number, restored_job, row_from_record
 from tests.snapshot_helpers import GO_SCHEMA, full_record
@@ -196,7 +196,7 @@ def _types(path: Path) -> dict[str, str]:
 
 
 def test_the_originals_columns_keep_their_names_and_types(tmp_path: Path) -> None:
-    """The columns derive from models.Job; the original's keep their names and types, so a
+    """The columns derive from models.job.Job; the original's keep their names and types, so a
     Go file restores here and ours opens in the Go scheduler."""
     go, ours = tmp_path / "go.db", tmp_path / "ours.db"
     with sqlite3.connect(go) as conn:

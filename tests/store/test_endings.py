@@ -16,7 +16,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.models import STATUSES
+from scheduler.models.job import STATUSES
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, last_heard, register, report, submit

@@ -13,13 +13,13 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.models import job_decoder, record_encoder
+from scheduler.models.job import job_decoder, record_encoder
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
 
 # The original's Job struct, field by field (CONTRACT 2.2): written out here, not read from
-# models.Job, so a reordering of the model fails this test.
+# models.job.Job, so a reordering of the model fails this test.
 GO_ORDER = [
     "job_id",
     "node_id",

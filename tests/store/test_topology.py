@@ -15,7 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from scheduler.config import Settings
-from scheduler.models import STATUSES
+from scheduler.models.job import STATUSES
 from scheduler.store.connection.discovery import (
     TOPOLOGY_ERRORS,
     NotPrimary,

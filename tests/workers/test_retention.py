@@ -13,7 +13,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.models import rfc3339
+from scheduler.models.wire import rfc3339
 from scheduler.snapshot.restore import restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
 from scheduler.store.keys import Keys

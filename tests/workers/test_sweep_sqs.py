@@ -12,7 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from scheduler.config import ConfigError, Settings
-from scheduler.models import Job, job_decoder
+from scheduler.models.job import Job, job_decoder
 from scheduler.store.scripts import upkeep
 from tests.conftest import (
     ClientFactory,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.models import JobUpdate, rfc3339
+from scheduler.models.job import JobUpdate
+from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import Conflict, JobNotFound, StoreNotReady
 from scheduler.store.scripts import codes as lua

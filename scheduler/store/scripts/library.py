@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from scheduler.models import FINAL_STATUSES, JOB_FIELDS
+from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.models import rfc3339
+from scheduler.models.wire import rfc3339
 from scheduler.store.scripts.jobs import ids
 from scheduler.store.scripts.script import Call, Script
 

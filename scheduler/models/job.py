@@ -1,0 +1,148 @@
+"""A job on the wire (CONTRACT 2.2): `Job`, the one declaration of a job's fields, the
+request and report bodies, and their validation.
+
+Everything else that handles every field reads them from `Job` through `JOB_FIELDS`: the
+request struct `JobCreate`, the snapshot's columns and restore (snapshot/db.py), the Lua
+record encoder (store/scripts/library.py), the UI's job page (api/ui.py), and the tests'
+sample records.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import msgspec
+
+from scheduler.models.fields import SUBMITTED, Timestamp, read_fields
+from scheduler.models.wire import InvalidInput, check_id
+
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+JOB_TYPES = ("", "run", "service")
+# cancelling: a running job asked to stop (DELETE /jobs/{id}); its agent kills it and reports
+# cancelled, or the sweep cancels it CANCEL_GRACE_SECS later.
+STATUSES = ("pending", "running", "done", "failed", "cancelling", "cancelled")
+REPORT_STATUSES = ("running", "done", "failed", "cancelled")
+FINAL_STATUSES = ("done", "failed", "cancelled")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A job as the API returns it. Required fields are always emitted; the others are omitted
+    when empty, so the JSON never holds a null (the Rust agent drops a poll response with one).
+
+    The fields are in the order of the original's Go struct (CONTRACT 2.2), which is the order
+    its encoder wrote them: every encoder of a record (msgspec here, the Lua `encode` of the
+    scripts, generated from this class) keeps it, so a record's bytes do not depend on which
+    code wrote it last.
+
+    A new field goes here and nowhere else (docs/ARCHITECTURE.md, "A job's fields"). It
+    needs a default, since records in Redis and rows of older snapshot files lack it: its
+    type's zero, or None for `X | None` (the wire omits a field at it, as Go's omitempty).
+    Its type is one of Kind's; `read_fields` refuses anything else at import."""
+
+    job_id: str
+    node_id: str
+    instance_id: Annotated[str, SUBMITTED] = ""
+    command: Annotated[str, SUBMITTED]
+    deploy_url: Annotated[str, SUBMITTED] = ""
+    env_vars: Annotated[dict[str, str], SUBMITTED] = {}
+    job_type: Annotated[str, SUBMITTED] = ""
+    port: Annotated[int, SUBMITTED] = 0
+    status: str
+    retry_count: int
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    created_at: Timestamp
+    running_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
+
+
+JOB_FIELDS = read_fields(Job)
+
+# The POST /jobs body, also the body of an SQS message: Job's submitted fields, each optional
+# (a field Job requires, such as command, defaults to its zero here).
+JobCreate = msgspec.defstruct(
+    "JobCreate",
+    [(f.name, f.annotation, f.empty) for f in JOB_FIELDS if f.submitted],
+    omit_defaults=True,
+    module=__name__,
+)
+
+
+def new_job(request: msgspec.Struct, created_at: str = "") -> Job:
+    """A JobCreate as the job it asks for, as the original made it (CONTRACT 2.4): pending,
+    no retry yet. job_id and node_id are placeholders the create script fills in (it draws
+    both); created_at may be set later, when the job is stored."""
+    fields = msgspec.structs.asdict(request)
+    return Job(
+        job_id="", node_id="", status="pending", retry_count=0, created_at=created_at, **fields
+    )
+
+
+_PLACEHOLDERS = b'{"job_id":"","node_id":"",'
+
+
+def creation_json(job: Job) -> bytes:
+    """ARGV[1] of the create script (store/scripts/jobs.py CREATE_JOB): the job's record without
+    job_id and node_id, in Job's order; the script writes those two in front of the rest."""
+    record = record_encoder.encode(job)
+    assert record.startswith(_PLACEHOLDERS), record[: len(_PLACEHOLDERS)]
+    return b"{" + record[len(_PLACEHOLDERS) :]
+
+
+class JobUpdate(msgspec.Struct):
+    """PATCH /jobs/{id} body, as the agent sends it. `node_id` is ours (the Rust agent sends
+    none): the reporting node, which makes a repeated claim idempotent and a report from
+    another node a conflict."""
+
+    status: str = ""
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    node_id: str = ""
+
+
+def validate_create(job: Job) -> None:
+    """The original's check on a requested job (`new_job`), then ours (CONTRACT 8.15)."""
+    if not job.command and not job.deploy_url:
+        raise InvalidInput("command or deploy_url is required")
+    if job.job_type not in JOB_TYPES:
+        raise InvalidInput(f'invalid job_type {job.job_type!r}: use "run" or "service"')
+    if not 0 <= job.port <= 65535:
+        raise InvalidInput(f"invalid port {job.port}: use 0 to 65535")
+    for name in job.env_vars:
+        if not ENV_NAME_RE.fullmatch(name):
+            raise InvalidInput(f"invalid env_vars name {name!r}: use [A-Za-z_][A-Za-z0-9_]*")
+    if job.instance_id:
+        check_id("instance_id", job.instance_id)
+    if job.deploy_url and not job.deploy_url.lower().startswith(("http://", "https://")):
+        raise InvalidInput("invalid deploy_url: use an http:// or https:// URL")
+
+
+def validate_update(req: JobUpdate) -> None:
+    if req.exit_code is not None and not INT32_MIN <= req.exit_code <= INT32_MAX:
+        raise InvalidInput(f"invalid exit_code {req.exit_code}: must fit in 32 bits")
+    if req.node_id:
+        check_id("node_id", req.node_id)
+
+
+TRUNCATION_MARKER = "\n[output truncated by the scheduler: {dropped} bytes dropped]\n"
+
+
+def bound_output(text: str, limit: int) -> str:
+    """Keep at most `limit` bytes of UTF-8, plus a visible marker saying how much was cut."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    kept = raw[:limit].decode(errors="ignore")
+    return kept + TRUNCATION_MARKER.format(dropped=len(raw) - len(kept.encode()))
+
+
+job_decoder = msgspec.json.Decoder(Job)
+jobs_decoder = msgspec.json.Decoder(list[Job])
+encoder = msgspec.json.Encoder()
+# Job records: Go's encoder writes a map's keys sorted (env_vars), and struct fields in
+# declaration order, which "deterministic" keeps.
+record_encoder = msgspec.json.Encoder(order="deterministic")

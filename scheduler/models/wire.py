@@ -1,0 +1,106 @@
+"""The wire's rules: request bodies decoded as the original's Go `encoding/json` did, ids,
+and the wire format of timestamps.
+
+Request bodies are decoded the way the original's Go `encoding/json` did, because its clients
+rely on that: keys match case-insensitively, unknown keys are ignored, `null` for a field means
+"absent", a literal `null` body is an empty request, and anything after the first JSON value is
+ignored. Then our own validation runs, which the original did not have.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+# "." and ".." are excluded: ids end up in URL paths (the registry's /instances/{id}).
+ID_RE = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}")
+# Go decodes into int (64 bits): a larger number is a decode error there, and here.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+
+
+class DecodeError(ValueError):
+    """The body is not what the route expects; `detail` says where."""
+
+
+class InvalidInput(ValueError):
+    """The body decoded but a value is not acceptable; the message names the field."""
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+_any_json = msgspec.json.Decoder()
+_go_fallback = json.JSONDecoder()
+
+
+def _first_value(body: bytes) -> Any:
+    try:
+        return _any_json.decode(body)
+    except RecursionError:
+        raise DecodeError("JSON nested too deeply") from None
+    except msgspec.DecodeError as exc:
+        if "trailing characters" not in str(exc):
+            raise DecodeError(str(exc)) from None
+    # Go's json.Decoder reads one value and leaves the rest; only this rare path pays for it.
+    try:
+        text = body.decode()
+        value, _ = _go_fallback.raw_decode(text, len(text) - len(text.lstrip()))
+    except RecursionError:
+        raise DecodeError("JSON nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DecodeError(str(exc)) from None
+    return value
+
+
+def decode_go_style(body: bytes, kind: type[S]) -> S:
+    """Decode a request body into `kind` with the original's Go leniency (see module doc)."""
+    value = _first_value(body)
+    if value is None:
+        return kind()
+    if not isinstance(value, dict):
+        raise DecodeError(f"expected a JSON object, got {type(value).__name__}")
+    folded = {str(k).lower(): v for k, v in value.items() if v is not None}
+    try:
+        return msgspec.convert(folded, kind, strict=True)
+    except RecursionError:
+        raise DecodeError("JSON nested too deeply") from None
+    except msgspec.ValidationError as exc:
+        raise DecodeError(str(exc)) from None
+
+
+def check_id(field: str, value: str) -> None:
+    if not ID_RE.fullmatch(value):
+        raise InvalidInput(f"invalid {field}: use 1 to 128 of A-Z a-z 0-9 . _ -")
+
+
+encoder = msgspec.json.Encoder()
+
+
+# Timestamps on the wire: RFC 3339, UTC, `Z` suffix (CONTRACT 2.2).
+# (second, its formatted text): one tuple, swapped whole, so threads never see half of it.
+_last_second: list[tuple[int, str]] = [(-1, "")]
+
+
+def rfc3339(epoch: float) -> str:
+    """Microsecond precision; the original's clients accept any fraction, or none."""
+    second, micros = divmod(round(epoch * 1_000_000), 1_000_000)
+    # strftime is a visible share of a submit's CPU; the seconds part changes once a second.
+    cached = _last_second[0]
+    if cached[0] != second:
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        cached = _last_second[0] = (second, text)
+    return f"{cached[1]}.{micros:06d}Z"
+
+
+def parse_rfc3339(text: str) -> float:
+    """Epoch seconds of a timestamp in any RFC 3339 form the original wrote (with or without a
+    fraction, `Z` or an offset, up to nanoseconds)."""
+    head, dot, rest = text.partition(".")
+    if dot:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        frac, zone = rest[:digits], rest[digits:]
+        text = f"{head}.{frac[:6].ljust(6, '0')}{zone}"
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
