@@ -41,3 +41,19 @@ def test_script_cost_prints_each_script() -> None:
         "TRANSITION -> running",
         "TRANSITION -> done",
     ]
+
+
+def test_script_instructions_prints_each_phase() -> None:
+    """The deterministic count (callgrind) of the same phases as script_cost.py."""
+    lines = run_benchmark("benchmarks/script_instructions.py", "--jobs", "5")
+    assert [line.split("  ")[0].strip() for line in lines] == [
+        "CREATE_JOB",
+        "POLL, finds a job",
+        "TRANSITION, running",
+        "POLL, at capacity",
+        "TRANSITION, failed, retried",
+        "TRANSITION, running again",
+        "TRANSITION, done",
+        "CANCEL_JOB, finished",
+    ]
+    assert all(float(line.split()[-2]) > 0 for line in lines)
