@@ -8,9 +8,8 @@ import time
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-from scheduler.api.http import HTTPError, json_array, json_bytes, read_body, route
+from scheduler.api.http import HTTPError, json_array, json_bytes, read_body
 from scheduler.api.state import agent_auth
 from scheduler.api.state import store as _store
 from scheduler.models import (
@@ -101,10 +100,3 @@ async def stop(request: Request) -> Response:
     """The operator's stop (the key): the agent kills it at its next look (CONTRACT 3.5)."""
     await _store(request).set_service_status(_service_id(request), "stopped", "key")
     return Response(status_code=204)
-
-
-def routes() -> list[Route]:
-    return [
-        route("/services", GET=list_services, POST=create),
-        route("/services/{service_id}", GET=get_service, PATCH=update, DELETE=stop),
-    ]

@@ -23,8 +23,9 @@ import redis
 
 from scheduler.api import hot
 from scheduler.api.app import create_app
-from scheduler.api.lane import Lane, query_params
+from scheduler.api.lane import Lane
 from scheduler.api.metrics import RequestStats
+from scheduler.api.routing import Hot, query_params
 from scheduler.api.server import LaneCycle, LaneProtocol, OneWriteProtocol
 from scheduler.store.jobs import JobStore
 from tests.conftest import SettingsFactory
@@ -65,9 +66,8 @@ ROUTES = [
 def test_what_the_lane_takes(method: str, path: str, query: str, expected: str | None) -> None:
     lane = Lane(None, "", None)  # type: ignore[arg-type]
     found = lane.route(method.encode(), path, query.encode())
-    names = {id(lane.get): "get", id(lane.poll): "poll", id(lane.submit): "submit"}
-    names[id(lane.report)] = "report"
-    assert (names[id(found[0])] if found else None) == expected
+    names = {Hot.READ: "get", Hot.POLL: "poll", Hot.SUBMIT: "submit", Hot.REPORT: "report"}
+    assert (names[found[0].hot] if found else None) == expected
 
 
 QUERIES = [
