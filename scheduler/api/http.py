@@ -43,6 +43,13 @@ def json_array(items: Iterable[bytes]) -> Response:
     return json_bytes(b"[" + b",".join(items) + b"]")
 
 
+def query_first(request: Request, name: str) -> str:
+    """The first value of a query parameter, as Go's URL.Query().Get and the route table's
+    access rule read it (Starlette's query_params.get gives the last)."""
+    values = request.query_params.getlist(name)
+    return values[0] if values else ""
+
+
 MAX_NUMBER_CHARS = 20  # a query-string number; 2**53, the highest job number, has 16 digits
 
 

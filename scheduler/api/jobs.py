@@ -19,6 +19,7 @@ from scheduler.api.http import (
     declared_length,
     json_array,
     json_bytes,
+    query_first,
     read_body,
     whole_number,
 )
@@ -31,12 +32,6 @@ from scheduler.store.commands import Polled
 
 HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})
 DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
-
-
-def query_first(request: Request, name: str) -> str:
-    """The first value of a query parameter, as Go's URL.Query().Get."""
-    values = request.query_params.getlist(name)
-    return values[0] if values else ""
 
 
 async def health(request: Request) -> Response:
