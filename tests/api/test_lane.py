@@ -30,7 +30,7 @@ from scheduler.api.server import LaneCycle, LaneProtocol, OneWriteProtocol
 from scheduler.store.jobs import JobStore
 from tests.conftest import SettingsFactory
 from tests.redis_server import RestartableRedis
-from tests.servers import exchange, serving
+from tests.servers import exchange, lane_checked_client, serving
 
 KEY = "lane-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
@@ -574,3 +574,20 @@ def test_with_the_access_log_every_request_goes_through_asgi(
     with serving(app, access_log=True) as port:
         assert httpx.get(f"http://127.0.0.1:{port}/jobs/job-1").text == "job not found\n"
     assert app.state.lane.served == 0
+
+
+def test_the_both_fronts_client_fails_a_request_served_by_the_wrong_path(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/servers.lane_checked_client, under BOTH_FRONTS' lane: a lane request that ASGI
+    answered, and an ASGI request that the lane answered, each fail the test."""
+    app = create_app(make_settings())
+    with serving(app) as port, lane_checked_client(app, f"http://127.0.0.1:{port}") as client:
+        assert client.get("/jobs/job-1").status_code == 404  # the lane's, and it served
+        assert client.get("/health").status_code == 200  # ASGI's, and the lane did not
+        monkeypatch.setattr("tests.servers.lane_takes", lambda request: False)
+        with pytest.raises(AssertionError, match="lane served 1"):
+            client.get("/jobs/job-1")
+        monkeypatch.setattr("tests.servers.lane_takes", lambda request: True)
+        with pytest.raises(AssertionError, match="lane served 0"):
+            client.get("/health")
