@@ -22,10 +22,15 @@ from tests.redis_server import free_port
 
 @contextmanager
 def serving(
-    app: Any, http: type = LaneProtocol, access_log: bool = False, timeout_keep_alive: int = 5
+    app: Any,
+    http: type = LaneProtocol,
+    access_log: bool = False,
+    timeout_keep_alive: int = 5,
+    **options: Any,
 ) -> Iterator[int]:
-    """`app` under uvicorn with the `http` protocol class; yields its port. No access log by
-    default, as `scheduler serve`: with one the lane leaves every request to ASGI."""
+    """`app` under uvicorn with the `http` protocol class (and uvicorn.Config `options`);
+    yields its port. No access log by default, as `scheduler serve`: with one the lane
+    leaves every request to ASGI."""
     port = free_port()
     config = uvicorn.Config(
         app,
@@ -35,6 +40,7 @@ def serving(
         log_level="critical",
         access_log=access_log,
         timeout_keep_alive=timeout_keep_alive,
+        **options,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

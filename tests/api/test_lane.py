@@ -566,14 +566,22 @@ def test_lane_requests_leave_no_reference_cycles(api: LaneApi) -> None:
     assert unreachable < 40  # 200 requests; with a cycle each, 715 were found
 
 
-def test_with_the_access_log_every_request_goes_through_asgi(
-    make_settings: SettingsFactory,
+@pytest.mark.parametrize(
+    "options",
+    [{"access_log": True}, {"root_path": "/api"}, {"limit_concurrency": 100}],
+    ids=["access-log", "root-path", "limit-concurrency"],
+)
+def test_with_these_settings_every_request_goes_through_asgi(
+    make_settings: SettingsFactory, options: dict[str, Any]
 ) -> None:
-    """`scheduler serve --access-log`: the lane writes no access lines, so it stands aside."""
+    """The lane writes no access lines, and leaves a root path and a concurrency limit to
+    uvicorn (server.lane_off_because, which `scheduler serve` logs at start)."""
     app = create_app(make_settings())
-    with serving(app, access_log=True) as port:
+    with serving(app, **options) as port:
         assert httpx.get(f"http://127.0.0.1:{port}/jobs/job-1").text == "job not found\n"
-    assert app.state.lane.served == 0
+        with serving(app) as plain:  # the same app without them: the lane
+            assert httpx.get(f"http://127.0.0.1:{plain}/jobs/job-1").status_code == 404
+    assert app.state.lane.served == 1
 
 
 def test_the_both_fronts_client_fails_a_request_served_by_the_wrong_path(
