@@ -153,9 +153,11 @@ def main() -> int:
             bare = statistics.median(r.rps for r in runs[(op, name, "bare")])
             real = statistics.median(r.rps for r in runs[(op, name, "real")])
             p50 = statistics.median(r.p50_ms for r in runs[(op, name, "real")])
+            errors = sum(r.errors for kind in ("bare", "real") for r in runs[(op, name, kind)])
             print(
                 f"{op:7s} {name:18s} ceiling {bare:8.0f} req/s  app {real:8.0f} req/s"
                 f"  p50 {p50:6.2f} ms  {real / bare:5.2f} of ceiling"
+                + (f"  NON-2XX {errors}" if errors else "")
             )
     medians = {
         (op, name): statistics.median(r.rps for r in runs[(op, name, "real")])
