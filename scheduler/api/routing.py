@@ -139,6 +139,7 @@ class RouteTable:
 
     def __init__(self, entries: Iterable[Entry]) -> None:
         self.entries = tuple(entries)
+        self._position = {id(entry): i for i, entry in enumerate(self.entries)}
         self._exact: dict[str, list[Entry]] = {}
         self._templated: dict[str, list[Entry]] = {}
         for entry in self.entries:
@@ -164,7 +165,8 @@ class RouteTable:
         matching = [e for e in templated if e.pattern and e.pattern.fullmatch(path)]
         if not exact or not matching:
             return exact or matching
-        return sorted([*exact, *matching], key=self.entries.index)
+        # /nodes/register is also /nodes/{node_id}: the table's order decides.
+        return sorted([*exact, *matching], key=lambda entry: self._position[id(entry)])
 
     def resolve(self, method: str, path: str) -> tuple[Entry, Method | None] | None:
         """As Starlette's router: (the first entry matching path and method, its method), else
