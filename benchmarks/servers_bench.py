@@ -12,6 +12,12 @@ granian hypercorn` into the venv to measure them). One process per server and ap
 prefix per server; rounds interleave every server and both apps, medians reported. Every
 run starts from exactly 1 000 pending jobs (api_bench.measure). What it cannot isolate: wrk,
 Redis and the server share the cores (and other tenants' load).
+
+Last it prints the lane against plain ASGI, from the same run: for each operation the
+lane's median over uvicorn-httptools' and over granian's (the real app), and for reads (GET
+and the poll) and writes (submit, update) the lane over the best ASGI server of each
+operation. docs/PERFORMANCE.md ("The hot lane") keeps the lane only while that read ratio is
+above KEEP_LANE_ABOVE.
 """
 
 from __future__ import annotations
@@ -72,6 +78,12 @@ SERVERS = {
     ),
 }
 REAL_APP = "real_app:app"
+LANE = "scheduler-lane"
+PLAIN_ASGI = ("uvicorn-httptools", "granian")  # the ratios printed for each operation
+READS, WRITES = ("get", "poll"), ("submit", "update")
+# The lane (a uvicorn protocol reaching into its internals, tests/api/test_uvicorn_guard.py)
+# is kept only while it beats the best ASGI server on reads by more than this.
+KEEP_LANE_ABOVE = 1.15
 BARE_APP = "bare_app:app"
 
 
@@ -141,11 +153,64 @@ def main() -> int:
             bare = statistics.median(r.rps for r in runs[(op, name, "bare")])
             real = statistics.median(r.rps for r in runs[(op, name, "real")])
             p50 = statistics.median(r.p50_ms for r in runs[(op, name, "real")])
+            errors = sum(r.errors for kind in ("bare", "real") for r in runs[(op, name, kind)])
             print(
                 f"{op:7s} {name:18s} ceiling {bare:8.0f} req/s  app {real:8.0f} req/s"
                 f"  p50 {p50:6.2f} ms  {real / bare:5.2f} of ceiling"
+                + (f"  NON-2XX {errors}" if errors else "")
             )
+    medians = {
+        (op, name): statistics.median(r.rps for r in runs[(op, name, "real")])
+        for op in args.ops
+        for name in servers
+    }
+    print("\n".join(lane_ratios(medians)))
     return 0
+
+
+def lane_ratios(medians: dict[tuple[str, str], float]) -> list[str]:
+    """The lane against plain ASGI, from one run's medians of the real app ((op, server) ->
+    req/s): per operation over each of PLAIN_ASGI, then reads and writes over the best
+    non-lane server of each operation, and whether the lane is worth keeping."""
+    ops = sorted({op for op, _ in medians}, key=[*READS, *WRITES].index)
+    lines = []
+    for op in ops:
+        lane = medians.get((op, LANE))
+        if lane is None:
+            continue
+        over = [
+            f"/ {name} {lane / medians[(op, name)]:5.2f}"
+            for name in PLAIN_ASGI
+            if (op, name) in medians
+        ]
+        lines.append(f"{op:7s} lane {lane:8.0f} req/s  " + "  ".join(over))
+    for kind, kind_ops in (("reads", READS), ("writes", WRITES)):
+        worst = worst_ratio(medians, [op for op in kind_ops if op in ops])
+        if worst is not None:
+            ratio, op, best = worst
+            lines.append(
+                f"{kind}: lane / best ASGI server at least {ratio:.2f} ({op}, over {best})"
+            )
+            if kind == "reads":
+                keep = "keep" if ratio > KEEP_LANE_ABOVE else "REMOVE"
+                lines.append(
+                    f"decision: {keep} the lane (kept above {KEEP_LANE_ABOVE:.2f} on reads)"
+                )
+    return lines
+
+
+def worst_ratio(
+    medians: dict[tuple[str, str], float], ops: list[str]
+) -> tuple[float, str, str] | None:
+    """(the lowest lane / best-other ratio over `ops`, that op, that server), or None when the
+    lane or every other server is missing."""
+    found = []
+    for op in ops:
+        others = {name: rps for (o, name), rps in medians.items() if o == op and name != LANE}
+        if (op, LANE) in medians and others:
+            best = max(others, key=others.__getitem__)
+            found.append((medians[(op, LANE)] / others[best], op, best))
+    return min(found) if found else None
 
 
 if __name__ == "__main__":

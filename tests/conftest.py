@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from starlette.testclient import TestClient
@@ -17,7 +16,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.fakes import FakeSNS
 from tests.redis_server import RestartableRedis, redis_server
-from tests.servers import serving
+from tests.servers import lane_checked_client, serving
 from workers import context
 from workers.context import Context
 
@@ -134,8 +133,8 @@ def make_client(make_settings: SettingsFactory, front: str) -> Iterator[ClientFa
             app = create_app(settings or make_settings(**overrides))
             if front == "lane":
                 port = opened.enter_context(serving(app))
-                url = f"http://127.0.0.1:{port}"
-                return opened.enter_context(httpx.Client(base_url=url))  # type: ignore[return-value]
+                client = lane_checked_client(app, f"http://127.0.0.1:{port}")
+                return opened.enter_context(client)  # type: ignore[return-value]
             return opened.enter_context(TestClient(app))
 
         yield make

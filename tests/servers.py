@@ -11,18 +11,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import uvicorn
 
+from scheduler.api.lane import MAX_BODY
+from scheduler.api.routes import TABLE
 from scheduler.api.server import LaneProtocol
 from tests.redis_server import free_port
 
 
 @contextmanager
 def serving(
-    app: Any, http: type = LaneProtocol, access_log: bool = False, timeout_keep_alive: int = 5
+    app: Any,
+    http: type = LaneProtocol,
+    access_log: bool = False,
+    timeout_keep_alive: int = 5,
+    **options: Any,
 ) -> Iterator[int]:
-    """`app` under uvicorn with the `http` protocol class; yields its port. No access log by
-    default, as `scheduler serve`: with one the lane leaves every request to ASGI."""
+    """`app` under uvicorn with the `http` protocol class (and uvicorn.Config `options`);
+    yields its port. No access log by default, as `scheduler serve`: with one the lane
+    leaves every request to ASGI."""
     port = free_port()
     config = uvicorn.Config(
         app,
@@ -32,6 +40,7 @@ def serving(
         log_level="critical",
         access_log=access_log,
         timeout_keep_alive=timeout_keep_alive,
+        **options,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
@@ -60,3 +69,52 @@ def exchange(port: int, raw: bytes, until: bytes, count: int = 1) -> bytes:
                 break
             received += chunk
         return received
+
+
+def lane_takes(request: httpx.Request) -> bool:
+    """Whether the hot lane must serve `request` (one at a time on a connection, as httpx
+    sends them): the route table says the lane serves its method and path with its query,
+    its path is not percent-encoded, and a body it reads has one Content-Length of at most
+    lane.MAX_BODY and no `Expect: 100-continue`."""
+    path, _, query = request.url.raw_path.partition(b"?")
+    resolved = TABLE.resolve(request.method, path.decode("ascii"))
+    spec = resolved[0].methods.get(request.method) if resolved else None
+    if b"%" in path or spec is None or spec.hot is None or spec.hot.takes(query) is None:
+        return False
+    if request.headers.get("expect", "").lower() == "100-continue":
+        return False
+    if request.method in ("GET", "HEAD"):
+        return True
+    sizes = request.headers.get_list("content-length")
+    chunked = "transfer-encoding" in request.headers
+    return len(sizes) == 1 and sizes[0].isdigit() and int(sizes[0]) <= MAX_BODY and not chunked
+
+
+def lane_checked_client(app: Any, url: str) -> httpx.Client:
+    """An httpx client of `app` served through the lane (`serving`) that checks, on every
+    answer, that the lane served the request if and only if lane_takes says it must: a test
+    through the lane cannot pass by falling back to ASGI, nor the lane take what it must
+    not. Requests sent from several threads at once are not told apart (one counter)."""
+    lane = app.state.lane
+    lock = threading.Lock()
+    flight = {"in": 0, "started": 0}
+
+    def on_request(request: httpx.Request) -> None:
+        with lock:
+            flight["in"] += 1
+            flight["started"] += 1
+            request.extensions["lane_check"] = (lane.served, flight["started"], flight["in"])
+
+    def on_response(response: httpx.Response) -> None:
+        request = response.request
+        served_before, started, in_flight = request.extensions["lane_check"]
+        with lock:
+            alone = in_flight == 1 and flight["started"] == started
+            flight["in"] -= 1
+        if alone:
+            expected = 1 if lane_takes(request) else 0
+            served = lane.served - served_before
+            assert served == expected, f"{request.method} {request.url}: lane served {served}"
+
+    hooks = {"request": [on_request], "response": [on_response]}
+    return httpx.Client(base_url=url, event_hooks=hooks)

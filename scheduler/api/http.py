@@ -1,18 +1,18 @@
 """HTTP plumbing shared by the routes: responses shaped like the original's, bounded bodies,
-the auth rule and its middleware."""
+and the middleware asking for the key where the route table says so."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import hmac
-from collections.abc import Awaitable, Callable, Iterable
-from urllib.parse import parse_qs
+from collections.abc import Callable, Iterable
 
 from starlette.requests import ClientDisconnect, Request, cookie_parser
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from scheduler.api.routing import Access, RouteTable
 
 
 class HTTPError(Exception):
@@ -41,6 +41,13 @@ def json_bytes(body: bytes, status: int = 200) -> Response:
 
 def json_array(items: Iterable[bytes]) -> Response:
     return json_bytes(b"[" + b",".join(items) + b"]")
+
+
+def query_first(request: Request, name: str) -> str:
+    """The first value of a query parameter, as Go's URL.Query().Get and the route table's
+    access rule read it (Starlette's query_params.get gives the last)."""
+    values = request.query_params.getlist(name)
+    return values[0] if values else ""
 
 
 MAX_NUMBER_CHARS = 20  # a query-string number; 2**53, the highest job number, has 16 digits
@@ -128,29 +135,6 @@ async def _read_chunks(request: Request, limit: int, charge: Callable[[int], Non
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def is_open_route(method: str, path: str, query: bytes) -> bool:
-    """The calls that stay open when TINYAWS_API_KEY is set: what an agent must do without a
-    key (the original Rust agent sends none; AGENT_AUTH=token checks these calls' node tokens
-    in the scripts) and the health check. Unlike the original, a
-    GET /jobs that is not an agent poll needs the key: it exposes env_vars and output."""
-    if path == "/health":
-        return method in ("GET", "HEAD")
-    if method == "PATCH":
-        return any(path.startswith(p) and len(path) > len(p) for p in ("/jobs/", "/services/"))
-    if method == "DELETE" and path.startswith("/nodes/"):
-        return True  # the key, or in token mode the node's own token: nodes.delete_node
-    if method == "POST":
-        return path in ("/nodes/register", "/nodes/heartbeat", "/services")
-    if method in ("GET", "HEAD") and path in ("/jobs", "/services"):
-        params = parse_qs(query.decode("latin-1"), keep_blank_values=True)
-        first = {name: values[0] for name, values in params.items()}  # as Go's Query().Get
-        # The agent's own: its poll, and which of its services were stopped (any status).
-        return bool(first.get("node_id")) and (
-            path == "/services" or first.get("status") == "pending"
-        )
-    return False
-
-
 UI_COOKIE = "tinyaws_ui"
 
 
@@ -158,10 +142,6 @@ def ui_secret(api_key: str, purpose: str) -> str:
     """What the web UI's cookie (purpose "session") or its forms ("csrf") carry instead of
     the key: an HMAC of the key, so neither reveals it."""
     return hmac.new(api_key.encode(), f"tinyaws-ui-{purpose}".encode(), hashlib.sha256).hexdigest()
-
-
-def is_ui_path(path: str) -> bool:
-    return path == "/ui" or path.startswith("/ui/")
 
 
 def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> bool:
@@ -173,46 +153,40 @@ def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> b
 
 
 class BearerAuth:
-    """Pure ASGI middleware: `Authorization: Bearer <key>` on every route but the open ones,
-    compared in constant time. The web UI's pages take the login cookie instead, and send a
-    browser without one to the login form."""
+    """Pure ASGI middleware: who may make each call is the route table's (routing.Access):
+    `Authorization: Bearer <key>`, compared in constant time, on every call but the open ones
+    (the health check, the agent calls); the web UI's pages take the login cookie instead,
+    and send a browser without one to the login form."""
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_key: str, routes: RouteTable) -> None:
         self.app = app
+        self.routes = routes
         self.expected = f"Bearer {api_key}".encode()
         self.ui_session = ui_secret(api_key, "session")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self._allowed(scope):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
-        elif is_ui_path(scope["path"]):
+            return
+        query = scope.get("query_string", b"")
+        access = self.routes.access(scope["method"], scope["path"], query)
+        if self._allowed(access, scope["headers"]):
+            await self.app(scope, receive, send)
+        elif access is Access.UI:
             await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
         else:
             await text_error(401, "unauthorized")(scope, receive, send)
 
-    def _allowed(self, scope: Scope) -> bool:
-        if is_ui_path(scope["path"]):
-            return scope["path"] == "/ui/login" or self._ui_cookie_ok(scope)
-        if is_open_route(scope["method"], scope["path"], scope.get("query_string", b"")):
+    def _allowed(self, access: Access, headers: list[tuple[bytes, bytes]]) -> bool:
+        if access is Access.ANYONE or access is Access.AGENT:
             return True
-        return bearer_matches(scope["headers"], self.expected)
+        if access is Access.UI:
+            return self._ui_cookie_ok(headers)
+        return bearer_matches(headers, self.expected)
 
-    def _ui_cookie_ok(self, scope: Scope) -> bool:
-        for name, value in scope["headers"]:
+    def _ui_cookie_ok(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        for name, value in headers:
             if name == b"cookie":
                 cookie = cookie_parser(value.decode("latin-1")).get(UI_COOKIE, "")
                 return hmac.compare_digest(cookie.encode(), self.ui_session.encode())
         return False
-
-
-Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-def route(path: str, **by_method: Endpoint) -> Route:
-    """One route per path, so a wrong method gets a 405 whose Allow header lists them all."""
-
-    async def dispatch(request: Request) -> Response:
-        method = "GET" if request.method == "HEAD" else request.method
-        return await by_method[method](request)
-
-    return Route(path, dispatch, methods=list(by_method))

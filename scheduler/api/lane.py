@@ -23,14 +23,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
-from urllib.parse import parse_qs
 
 from redis.exceptions import NoScriptError
 
 from scheduler.api import hot
 from scheduler.api.errors import is_expected, reply_for
 from scheduler.api.http import bearer_matches, length_of, refuse_declared
-from scheduler.api.metrics import RequestStats, route_label
+from scheduler.api.metrics import RequestStats
+from scheduler.api.routes import TABLE
+from scheduler.api.routing import Access, Hot, Params, RouteTable
 from scheduler.api.state import AppState
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.scripts.jobs import Polled
@@ -57,7 +58,9 @@ class HotRequest:
     method: str
     path: str
     headers: Headers
-    params: dict[str, list[str]] = field(default_factory=dict)
+    params: Params = field(default_factory=dict)
+    label: str = ""  # its route's metrics label
+    id: str = ""  # the path's parameter (the job id), for a route that has one
     # The body as http.read_body reads it: 413 past `limit`, each part's size told to
     # `charge` as it arrives, ClientDisconnect if the client leaves first. The protocol sets
     # it; the call decides when to read, as an ASGI app does.
@@ -72,7 +75,8 @@ class HotRequest:
         return ""
 
     def param(self, name: str) -> str:
-        """The first value of a query parameter, as Go's URL.Query().Get."""
+        """The first value of a query parameter, as Go's URL.Query().Get (routing.first,
+        inlined: the poll reads its node id here)."""
         values = self.params.get(name)
         return values[0] if values else ""
 
@@ -84,29 +88,22 @@ Sent = tuple[Reply, Callable[[Any], Answer]]
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    handler: Handler
-    # The API key is asked for (when set), as BearerAuth asks: the poll and a report are
-    # agent calls that stay open (http.is_open_route).
+    """A method of a route table entry that the lane serves, and the call serving it."""
+
+    method: str
+    hot: Hot  # the call
+    takes: Callable[[bytes], Params | None]  # hot.takes: which requests of the route it takes
+    label: str
+    # The API key is asked for (when set), as BearerAuth asks: the table's access rule. The
+    # poll (Access.POLL, of which the lane takes only polls) and a report are agent calls.
     needs_key: bool
+    handler: Handler
     has_body: bool
     # For a call that is one Redis command: sends it and says how its reply is answered, so
     # the protocol answers in the reply's callback, with no task or coroutine (a task and
     # its chain of awaits cost a few µs of the ~40 a GET costs the API). None whenever the
     # handler should answer instead (no open Redis connection, or a refusal or error).
     send: Callable[[HotRequest], Sent | None] | None = None
-
-
-def query_params(query: str) -> dict[str, list[str]]:
-    """parse_qs(query, keep_blank_values=True), without its cost (a tenth of a poll's Python
-    time) for the agents' plain queries: with no "%" or "+" there is nothing to decode."""
-    if "%" in query or "+" in query:
-        return parse_qs(query, keep_blank_values=True)
-    params: dict[str, list[str]] = {}
-    for pair in query.split("&"):
-        if pair:
-            name, _, value = pair.partition("=")
-            params.setdefault(name, []).append(value)
-    return params
 
 
 def raw_headers(headers: dict[str, str]) -> Headers:
@@ -120,34 +117,58 @@ def text_answer(status: int, message: str, headers: dict[str, str]) -> Answer:
 
 
 class Lane:
-    def __init__(self, state: AppState, api_key: str, stats: RequestStats | None) -> None:
+    def __init__(
+        self,
+        state: AppState,
+        api_key: str,
+        stats: RequestStats | None,
+        routes: RouteTable = TABLE,
+    ) -> None:
         self.state = state
         self.expected = f"Bearer {api_key}".encode() if api_key else b""
         self.stats = stats
         self.served = 0  # requests answered here (the tests check the lane was taken)
-        self.get = Route(self.read_job, needs_key=True, has_body=False, send=self.send_get)
-        self.poll = Route(self.poll_node, needs_key=False, has_body=False, send=self.send_poll)
-        self.submit = Route(self.create_job, needs_key=True, has_body=True)
-        self.report = Route(self.report_job, needs_key=False, has_body=True)
+        # Each call: its handler, whether it reads a body, how it sends its one Redis command.
+        calls: dict[Hot, tuple[Handler, bool, Callable[[HotRequest], Sent | None] | None]] = {
+            Hot.READ: (self.read_job, False, self.send_get),
+            Hot.POLL: (self.poll_node, False, self.send_poll),
+            Hot.SUBMIT: (self.create_job, True, None),
+            Hot.REPORT: (self.report_job, True, None),
+        }
+        # The table's lane routes by dict: (method, path) for a path without parameters,
+        # (method, the path before its last "/") for a template whose one parameter is its
+        # last segment.
+        self.exact: dict[tuple[bytes, str], Route] = {}
+        self.last: dict[tuple[bytes, str], Route] = {}
+        for method, entry, found, hot_call in routes.hot():
+            # The lane asks for the key or nothing: what it takes of a POLL route is polls.
+            if found.access not in (Access.KEY, Access.AGENT) and not (
+                found.access is Access.POLL and hot_call is Hot.POLL
+            ):
+                raise ValueError(f"the lane cannot serve {method} {entry.path}: {found.access}")
+            needs_key = found.access is Access.KEY
+            takes = hot_call.takes
+            route = Route(method, hot_call, takes, entry.label, needs_key, *calls[hot_call])
+            if entry.pattern is None:
+                self.exact[(method.encode(), entry.path)] = route
+            else:
+                parent, _, param = entry.path.rpartition("/")
+                if "{" in parent or not (param.startswith("{") and param.endswith("}")):
+                    raise ValueError(f"the lane serves one last parameter: {entry.path}")
+                self.last[(method.encode(), parent)] = route
 
     def route(self, method: bytes, path: str, query: bytes) -> tuple[Route, HotRequest] | None:
         """The lane's route for a request line, or None: ASGI serves it."""
-        if path == "/jobs":
-            if method == b"POST":
-                return self.submit, HotRequest("POST", path, [])
-            if method == b"GET" and query:
-                params = query_params(query.decode("latin-1"))
-                request = HotRequest("GET", path, [], params)
-                if request.param("node_id") and request.param("status") == "pending":
-                    return None if "wait" in params else (self.poll, request)
+        route, segment = self.exact.get((method, path)), ""
+        if route is None:
+            parent, _, segment = path.rpartition("/")
+            route = self.last.get((method, parent)) if segment else None
+            if route is None:
+                return None
+        params = route.takes(query)
+        if params is None:
             return None
-        if not path.startswith("/jobs/") or "/" in path[6:] or len(path) == 6 or query:
-            return None
-        if method == b"GET":
-            return self.get, HotRequest("GET", path, [])
-        if method == b"PATCH":
-            return self.report, HotRequest("PATCH", path, [])
-        return None
+        return route, HotRequest(route.method, path, [], params, route.label, segment)
 
     async def answer(self, route: Route, request: HotRequest) -> Answer:
         """The route's answer; an exception nothing expects (a bug) is raised to the caller."""
@@ -203,15 +224,15 @@ class Lane:
 
     def observe(self, request: HotRequest, status: int) -> None:
         if self.stats is not None:
-            label = route_label(request.path)
-            self.stats.observe(request.method, label, status, perf_counter() - request.started)
+            seconds = perf_counter() - request.started
+            self.stats.observe(request.method, request.label, status, seconds)
 
     def send_get(self, request: HotRequest) -> Sent | None:
-        reply = self.state.store.send_get(hot.job_id_or_404(request.path[6:]))
+        reply = self.state.store.send_get(hot.job_id_or_404(request.id))
         return None if reply is None else (reply, _job_answer)
 
     async def read_job(self, request: HotRequest) -> Answer:
-        return 200, await hot.read_job(self.state.store, request.path[6:]) + b"\n", JSON, []
+        return 200, await hot.read_job(self.state.store, request.id) + b"\n", JSON, []
 
     def send_poll(self, request: HotRequest) -> Sent | None:
         sent = self.state.store.send_poll(*self._poller(request))
@@ -233,7 +254,7 @@ class Lane:
         return 201, await hot.create_job(self.state, _reader(request)) + b"\n", JSON, []
 
     async def report_job(self, request: HotRequest) -> Answer:
-        job_id = hot.job_id_or_404(request.path[6:])
+        job_id = hot.job_id_or_404(request.id)
         caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
         report = (job_id, caller, length_of(request.header(b"content-length")))
         blob = await hot.report_job(self.state, report, _reader(request))

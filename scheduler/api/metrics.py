@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from time import perf_counter
 
@@ -34,28 +34,6 @@ from scheduler.store.scripts.nodes import Overview
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-# Path prefix -> the route's label: a fixed, small set, whatever paths clients send.
-_PREFIXES = (
-    ("/jobs/", "/jobs/{id}"),
-    ("/nodes/register", "/nodes/register"),
-    ("/nodes/heartbeat", "/nodes/heartbeat"),
-    ("/nodes/", "/nodes/{id}"),
-    ("/services/", "/services/{id}"),
-    ("/ui", "/ui"),
-)
-_EXACT = frozenset(
-    ("/jobs", "/nodes", "/services", "/instances", "/health", "/schedule", "/metrics")
-)
-
-
-def route_label(path: str) -> str:
-    if path in _EXACT:
-        return path
-    for prefix, label in _PREFIXES:
-        if path.startswith(prefix):
-            return label
-    return "other"
 
 
 @dataclass
@@ -97,11 +75,13 @@ class RequestStats:
 
 
 class RequestMetrics:
-    """Pure ASGI middleware, outermost, so refusals (401, 413, 503) are counted too."""
+    """Pure ASGI middleware, outermost, so refusals (401, 413, 503) are counted too. `label`
+    is the route table's (routing.RouteTable.label): a request's route label."""
 
-    def __init__(self, app: ASGIApp, stats: RequestStats) -> None:
+    def __init__(self, app: ASGIApp, stats: RequestStats, label: Callable[[str], str]) -> None:
         self.app = app
         self.stats = stats
+        self.label = label
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -117,7 +97,7 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = route_label(scope["path"])
+            route = self.label(scope["path"])
             self.stats.observe(scope["method"], route, status[0], perf_counter() - started)
 
 

@@ -10,10 +10,9 @@ from typing import TypeVar
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from scheduler.api.agents import bearer, new_token, token_hash
-from scheduler.api.http import HTTPError, json_bytes, read_body, route
+from scheduler.api.http import HTTPError, json_bytes, read_body
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import store as _store
 from scheduler.config import Settings
@@ -103,13 +102,3 @@ async def list_instances(request: Request) -> Response:
     # The built-in registry runs no instances. The agent reads this list every tick and
     # only polls for jobs when it is empty or has a running instance.
     return json_bytes(b"[]")
-
-
-def routes() -> list[Route]:
-    return [
-        route("/nodes/register", POST=register),
-        route("/nodes/heartbeat", POST=heartbeat),
-        route("/nodes", GET=list_nodes),
-        route("/nodes/{node_id}", DELETE=delete_node),
-        route("/instances", GET=list_instances),
-    ]

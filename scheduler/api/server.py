@@ -215,6 +215,19 @@ class LaneCycle:
         self.protocol.on_lane_response_complete()
 
 
+def lane_off_because(access_log: bool, root_path: str, limit_concurrency: int | None) -> str:
+    """Why the server's settings keep every request off the hot lane ("" when they do not):
+    the lane writes no access lines, and leaves a root path and a concurrency limit (whose
+    503s uvicorn answers) to uvicorn. `scheduler serve` logs it at start."""
+    if access_log:
+        return "--access-log (the lane writes no access lines)"
+    if root_path:
+        return "--root-path"
+    if limit_concurrency is not None:
+        return "--limit-concurrency"
+    return ""
+
+
 def find_lane(app: Any) -> Lane | None:
     """The Lane of the Starlette app inside uvicorn's wrappers (proxy headers, ...), if any."""
     for _ in range(8):
@@ -301,16 +314,20 @@ class LaneProtocol(OneWriteProtocol):
         return route, request
 
     def _lane(self) -> Lane | None:
+        """The app's Lane, found once per connection; None when the server's settings keep
+        every request off the lane (lane_off_because)."""
         try:
             return self.lane
         except AttributeError:
-            self.lane = find_lane(self.app)  # type: ignore[assignment]
+            off = lane_off_because(
+                self.config.access_log, self.config.root_path, self.config.limit_concurrency
+            )
+            self.lane = None if off else find_lane(self.app)  # type: ignore[assignment]
             return self.lane
 
     def _lane_may_serve(self) -> bool:
         """Only a request uvicorn would start at once, on a plain connection: the rest
-        (pipelined behind a running request, a full write buffer, an upgrade, `--access-log`
-        (the lane writes no access lines), a root path or a concurrency limit) is uvicorn's,
+        (pipelined behind a running request, a full write buffer, an upgrade) is uvicorn's,
         and so is what follows, in the same packet, an answer that closed the connection."""
         previous = self.cycle
         return (
@@ -319,9 +336,6 @@ class LaneProtocol(OneWriteProtocol):
             and not self.pipeline
             and not self.flow.write_paused
             and not self.expect_100_continue
-            and not self.config.access_log
-            and not self.root_path
-            and self.limit_concurrency is None
             and not self.parser.should_upgrade()
         )
 

@@ -8,9 +8,8 @@ import time
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-from scheduler.api.http import HTTPError, json_array, json_bytes, read_body, route
+from scheduler.api.http import HTTPError, json_array, json_bytes, query_first, read_body
 from scheduler.api.state import agent_auth
 from scheduler.api.state import store as _store
 from scheduler.models.registry import (
@@ -59,8 +58,10 @@ async def create(request: Request) -> Response:
 
 
 async def list_services(request: Request) -> Response:
-    node_id = request.query_params.get("node_id", "")
-    status = request.query_params.get("status", "")
+    # The first values, as the door (routes.TABLE, Access.OWN_SERVICES) reads them: with the
+    # last, `node_id=n1&node_id=` passed the door as n1's list and was answered as the
+    # operator's list of every service.
+    node_id, status = query_first(request, "node_id"), query_first(request, "status")
     # An agent's own list: its caller is checked first. Without a node it is the operator's
     # (the key, when one is set, was checked on the way in).
     caller = _caller(request) if node_id else "key"
@@ -97,10 +98,3 @@ async def stop(request: Request) -> Response:
     """The operator's stop (the key): the agent kills it at its next look (CONTRACT 3.5)."""
     await _store(request).set_service_status(_service_id(request), "stopped", "key")
     return Response(status_code=204)
-
-
-def routes() -> list[Route]:
-    return [
-        route("/services", GET=list_services, POST=create),
-        route("/services/{service_id}", GET=get_service, PATCH=update, DELETE=stop),
-    ]

@@ -20,9 +20,8 @@ from urllib.parse import parse_qs, urlencode
 import msgspec
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
 
-from scheduler.api.http import UI_COOKIE, HTTPError, read_body, route, ui_secret, whole_number
+from scheduler.api.http import UI_COOKIE, HTTPError, read_body, ui_secret, whole_number
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.models.fields import JobField
@@ -310,15 +309,3 @@ async def _form(request: Request) -> dict[str, str]:
 
 async def home(request: Request) -> Response:
     return RedirectResponse("/ui/jobs", status_code=302)
-
-
-def routes() -> list[Route]:
-    return [
-        route("/ui", GET=home),
-        route("/ui/login", GET=login_page, POST=login),
-        route("/ui/logout", POST=logout),
-        route("/ui/jobs", GET=jobs_page),
-        route("/ui/jobs/{job_id}", GET=job_page),
-        route("/ui/jobs/{job_id}/cancel", POST=cancel),
-        route("/ui/nodes", GET=nodes_page),
-    ]

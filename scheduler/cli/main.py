@@ -50,10 +50,26 @@ def setup_logging() -> None:
         logging.config.dictConfig(log_config())
 
 
+def hot_lane_line(http: str, access_log: bool) -> str:
+    """Which path serves the hot calls, and why: logged once at start."""
+    from scheduler.api.server import lane_off_because
+
+    # serve sets neither a root path nor a concurrency limit.
+    off = f"--http {http}" if http != "lane" else lane_off_because(access_log, "", None)
+    if off:
+        return f"hot lane off: {off}; every request goes through Starlette"
+    return (
+        "hot lane on: GET /jobs/{id}, the poll, POST /jobs and PATCH /jobs/{id} are served "
+        "by the lane, the rest through Starlette"
+    )
+
+
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from scheduler.api.app import create_app
+
+    logging.getLogger("scheduler.api").info(hot_lane_line(args.http, args.access_log))
 
     options = {
         "host": args.host,

@@ -18,15 +18,9 @@ from starlette.types import ASGIApp
 
 from scheduler.api.app import create_app
 from scheduler.api.errors import exception_handlers
-from scheduler.api.http import (
-    BearerAuth,
-    is_open_route,
-    json_array,
-    json_bytes,
-    read_body,
-    route,
-    text_error,
-)
+from scheduler.api.http import BearerAuth, json_array, json_bytes, read_body, text_error
+from scheduler.api.routes import TABLE
+from scheduler.api.routing import route
 from scheduler.config import Settings
 
 Headers = list[tuple[bytes, bytes]]
@@ -87,7 +81,7 @@ def test_json_array(items: list[bytes], body: bytes) -> None:
     ],
 )
 def test_is_open_route(method: str, path: str, query: bytes, is_open: bool) -> None:
-    assert is_open_route(method, path, query) is is_open
+    assert TABLE.is_open(method, path, query) is is_open
 
 
 async def _ok(request: Request) -> Response:
@@ -98,7 +92,7 @@ async def _ok(request: Request) -> Response:
 def guarded() -> Iterator[TestClient]:
     app = Starlette(
         routes=[route("/jobs", GET=_ok, POST=_ok), route("/health", GET=_ok)],
-        middleware=[Middleware(BearerAuth, api_key="k")],
+        middleware=[Middleware(BearerAuth, api_key="k", routes=TABLE)],
     )
     with TestClient(app) as client:
         yield client

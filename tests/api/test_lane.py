@@ -23,13 +23,14 @@ import redis
 
 from scheduler.api import hot
 from scheduler.api.app import create_app
-from scheduler.api.lane import Lane, query_params
+from scheduler.api.lane import Lane
 from scheduler.api.metrics import RequestStats
+from scheduler.api.routing import Hot, query_params
 from scheduler.api.server import LaneCycle, LaneProtocol, OneWriteProtocol
 from scheduler.store.jobs import JobStore
 from tests.conftest import SettingsFactory
 from tests.redis_server import RestartableRedis
-from tests.servers import exchange, serving
+from tests.servers import exchange, lane_checked_client, serving
 
 KEY = "lane-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
@@ -65,9 +66,8 @@ ROUTES = [
 def test_what_the_lane_takes(method: str, path: str, query: str, expected: str | None) -> None:
     lane = Lane(None, "", None)  # type: ignore[arg-type]
     found = lane.route(method.encode(), path, query.encode())
-    names = {id(lane.get): "get", id(lane.poll): "poll", id(lane.submit): "submit"}
-    names[id(lane.report)] = "report"
-    assert (names[id(found[0])] if found else None) == expected
+    names = {Hot.READ: "get", Hot.POLL: "poll", Hot.SUBMIT: "submit", Hot.REPORT: "report"}
+    assert (names[found[0].hot] if found else None) == expected
 
 
 QUERIES = [
@@ -566,11 +566,36 @@ def test_lane_requests_leave_no_reference_cycles(api: LaneApi) -> None:
     assert unreachable < 40  # 200 requests; with a cycle each, 715 were found
 
 
-def test_with_the_access_log_every_request_goes_through_asgi(
-    make_settings: SettingsFactory,
+@pytest.mark.parametrize(
+    "options",
+    [{"access_log": True}, {"root_path": "/api"}, {"limit_concurrency": 100}],
+    ids=["access-log", "root-path", "limit-concurrency"],
+)
+def test_with_these_settings_every_request_goes_through_asgi(
+    make_settings: SettingsFactory, options: dict[str, Any]
 ) -> None:
-    """`scheduler serve --access-log`: the lane writes no access lines, so it stands aside."""
+    """The lane writes no access lines, and leaves a root path and a concurrency limit to
+    uvicorn (server.lane_off_because, which `scheduler serve` logs at start)."""
     app = create_app(make_settings())
-    with serving(app, access_log=True) as port:
+    with serving(app, **options) as port:
         assert httpx.get(f"http://127.0.0.1:{port}/jobs/job-1").text == "job not found\n"
-    assert app.state.lane.served == 0
+        with serving(app) as plain:  # the same app without them: the lane
+            assert httpx.get(f"http://127.0.0.1:{plain}/jobs/job-1").status_code == 404
+    assert app.state.lane.served == 1
+
+
+def test_the_both_fronts_client_fails_a_request_served_by_the_wrong_path(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/servers.lane_checked_client, under BOTH_FRONTS' lane: a lane request that ASGI
+    answered, and an ASGI request that the lane answered, each fail the test."""
+    app = create_app(make_settings())
+    with serving(app) as port, lane_checked_client(app, f"http://127.0.0.1:{port}") as client:
+        assert client.get("/jobs/job-1").status_code == 404  # the lane's, and it served
+        assert client.get("/health").status_code == 200  # ASGI's, and the lane did not
+        monkeypatch.setattr("tests.servers.lane_takes", lambda request: False)
+        with pytest.raises(AssertionError, match="lane served 1"):
+            client.get("/jobs/job-1")
+        monkeypatch.setattr("tests.servers.lane_takes", lambda request: True)
+        with pytest.raises(AssertionError, match="lane served 0"):
+            client.get("/health")

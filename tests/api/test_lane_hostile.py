@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from scheduler.api.app import create_app
-from scheduler.api.http import is_open_route
 from scheduler.api.lane import Lane
+from scheduler.api.routes import TABLE
 from scheduler.api.server import LaneProtocol, OneWriteProtocol
 from scheduler.config import Settings
 from tests.api.test_lane import normalized
@@ -65,17 +65,15 @@ def two_servers(base: Settings, **overrides: Any) -> Iterator[tuple[Front, Front
         yield made[0], made[1]
 
 
-@pytest.fixture(scope="module")
-def fronts(
-    redis_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Front, Front]]:
-    """Key set, token mode, 1 KiB submits; node n1 registered and its pending job-1. One pair
-    for the module: every case runs on both, so both keep the same state."""
+@contextlib.contextmanager
+def keyed_pair(redis_url: str, data: Path) -> Iterator[tuple[Front, Front]]:
+    """Key set, token mode, 1 KiB submits; node n1 registered and its pending job-1, through
+    the lane and through ASGI: (lane, asgi)."""
     base = Settings.from_env(
         {},
         redis_url=redis_url,
         redis_prefix=f"t{uuid.uuid4().hex[:12]}",
-        scheduler_db=str(Path(tmp_path_factory.mktemp("lane")) / "scheduler.db"),
+        scheduler_db=str(data / "scheduler.db"),
         api_key=KEY,
         agent_auth="token",
         max_body_bytes=1024,
@@ -85,6 +83,16 @@ def fronts(
             url, auth = f"http://127.0.0.1:{front.port}", {"Authorization": BEARER}
             httpx.post(f"{url}/nodes/register", json={"id": "n1"}, headers=auth)
             assert httpx.post(f"{url}/jobs", json={"command": "x"}, headers=auth).status_code == 201
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def fronts(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Front, Front]]:
+    """keyed_pair, one for the module: every case runs on both, so both keep the same
+    state."""
+    with keyed_pair(redis_url, Path(tmp_path_factory.mktemp("lane"))) as pair:
         yield pair
 
 
@@ -497,7 +505,7 @@ def test_concurrent_clients_on_the_lane(fronts: tuple[Front, Front]) -> None:
 
 
 # The key rule: wherever the lane takes a request, it asks for the key exactly when
-# BearerAuth would (http.is_open_route), over hostile queries too.
+# BearerAuth would (the route table's access rule), over hostile queries too.
 KEY_RULE = [
     ("GET", "/jobs", "node_id=n1&status=pending"),
     ("GET", "/jobs", "node%5Fid=n1&status=pending"),
@@ -519,4 +527,4 @@ def test_the_lane_asks_for_the_key_where_bearer_auth_does(
 ) -> None:
     found = Lane(None, KEY, None).route(method.encode(), path, query.encode())  # type: ignore[arg-type]
     assert found is not None
-    assert found[0].needs_key is not is_open_route(method, path, query.encode())
+    assert found[0].needs_key is not TABLE.is_open(method, path, query.encode())

@@ -10,7 +10,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from scheduler.api.metrics import route_label
+from scheduler.api.routes import TABLE
 from scheduler.store.keys import Keys
 from tests.conftest import ClientFactory, register, report, submit
 
@@ -89,4 +89,4 @@ def test_metrics_off(make_client: ClientFactory) -> None:
     ],
 )
 def test_route_labels_stay_a_small_set(path: str, label: str) -> None:
-    assert route_label(path) == label
+    assert TABLE.label(path) == label

@@ -123,3 +123,26 @@ def test_a_node_keeps_a_bounded_number_of_services(
     assert on_n1 == ["svc-1", "svc-3", "svc-5"]
     assert client.get("/services/svc-2").status_code == 404
     assert [s["id"] for s in assert_json(client.get("/services?node_id=n2"))] == ["svc-4"]
+
+
+@pytest.mark.parametrize("mode", ["open", "token"])
+@pytest.mark.parametrize(
+    "query", ["node_id=n1&node_id=", "node_id=n1&node_id=&status=running", "node_id=n1&node_id=n2"]
+)
+def test_a_repeated_node_id_does_not_turn_a_nodes_list_into_everyones(
+    make_client: ClientFactory, mode: str, query: str
+) -> None:
+    """The door reads the first node_id (an agent's own list), so the handler must too: it
+    read the last, and `node_id=n1&node_id=` listed every node's services to anyone."""
+    api = make_client(api_key="k", agent_auth=mode)
+    operator = {"Authorization": "Bearer k"}
+    for node in ("n1", "n2"):
+        assert api.post("/nodes/register", json={"id": node}, headers=operator).status_code == 201
+    service = {"node_id": "n2", "port": 9, "deploy_url": "http://secret"}
+    assert api.post("/services", json=service, headers=operator).status_code == 201
+    answer = api.get(f"/services?{query}")
+    assert "secret" not in answer.text
+    if mode == "token":
+        assert_text_error(answer, 401, "unauthorized")
+    else:
+        assert assert_json(answer) == []  # n1's own list: it runs no service

@@ -28,6 +28,7 @@ from scheduler.cli.main import (
     HTTP_PROTOCOLS,
     build_parser,
     default_workers,
+    main,
     setup_logging,
 )
 from tests.processes import scheduler_env, stop, wait_http
@@ -63,6 +64,26 @@ def test_serve_runs_the_hot_lane_unless_told_otherwise(choice: str, protocol: ty
     config = uvicorn.Config("scheduler.api.app:create_app", http=HTTP_PROTOCOLS[args.http])
     config.load()  # as uvicorn does at start: the protocol class from its import string
     assert config.http_protocol_class is protocol
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        ([], "hot lane on: GET /jobs/{id}, the poll, POST /jobs and PATCH /jobs/{id}"),
+        (["--access-log"], "hot lane off: --access-log (the lane writes no access lines);"),
+        (["--http", "one-write"], "hot lane off: --http one-write;"),
+        (["--http", "httptools"], "hot lane off: --http httptools;"),
+        (["--http", "h11"], "hot lane off: --http h11;"),
+    ],
+)
+def test_serve_says_at_start_which_path_serves_the_hot_calls(
+    argv: list[str], line: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
+    with caplog.at_level(logging.INFO, logger="scheduler.api"):
+        assert main(["serve", "--workers", "2", *argv]) == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "scheduler.api"]
+    assert len(said) == 1 and said[0].startswith(line), said
 
 
 @pytest.mark.parametrize("bad", ["0", "-1", "two"])

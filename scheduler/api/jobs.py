@@ -1,0 +1,128 @@
+"""The /jobs API of CONTRACT 2.3 (and /health, /schedule) as Starlette endpoints; routes.TABLE
+says which path and method each serves and who may call it.
+
+Handlers are thin: decode and validate, call the store (one script, one round trip), send the
+bytes the store returns. The hot calls' logic is hot.py's, which the hot lane calls too.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from scheduler.api import hot, longpoll
+from scheduler.api.http import (
+    HTTPError,
+    declared_length,
+    json_array,
+    json_bytes,
+    query_first,
+    read_body,
+    whole_number,
+)
+from scheduler.api.routing import polls
+from scheduler.api.state import agent_auth as _auth
+from scheduler.api.state import node_source as _nodes
+from scheduler.api.state import store as _store
+from scheduler.snapshot.db import MAX_JOB_NUMBER
+from scheduler.store.scripts.jobs import Polled
+
+HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})
+DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
+
+
+async def health(request: Request) -> Response:
+    return json_bytes(HEALTH)
+
+
+async def schedule(request: Request) -> Response:
+    placement = await _nodes(request).placement("")
+    node_id = await _store(request).pick(placement, time.time())
+    return json_bytes(msgspec.json.encode({"node_id": node_id}))
+
+
+async def submit_job(request: Request) -> Response:
+    blob = await hot.create_job(request.app.state, _body_of(request))
+    return json_bytes(blob, status=201)
+
+
+def _body_of(request: Request) -> hot.BodyReader:
+    async def read(limit: int, charge: hot.Charge) -> bytes:
+        return await read_body(request, limit, charge)
+
+    return read
+
+
+def _page(request: Request) -> tuple[int, int, bool]:
+    """(limit, bound, newest): the default order pages on with `after` (ascending, as the
+    original); `order=newest` lists newest first and pages on with `before`."""
+    raw_limit, raw_order = query_first(request, "limit"), query_first(request, "order")
+    limit = whole_number(raw_limit, MAX_PAGE)
+    if raw_limit and (limit is None or limit < 1):
+        raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")
+    if raw_order not in ("", "oldest", "newest"):
+        raise HTTPError(400, "invalid order: use oldest or newest")
+    newest = raw_order == "newest"
+    name, other = ("before", "after") if newest else ("after", "before")
+    if query_first(request, other):
+        raise HTTPError(400, f"invalid {other}: use {name} with order={raw_order or 'oldest'}")
+    raw_bound = query_first(request, name)
+    # No job number is above MAX_JOB_NUMBER (it is the score, exact as a double).
+    bound = whole_number(raw_bound.removeprefix("job-"), MAX_JOB_NUMBER)
+    if raw_bound and (not raw_bound.startswith("job-") or bound is None):
+        raise HTTPError(400, f"invalid {name}: use a job id like job-42")
+    return (limit or DEFAULT_PAGE), (bound or 0), newest
+
+
+def _polled(polled: Polled) -> Response:
+    body, headers = hot.polled_reply(polled)
+    return Response(body + b"\n", media_type="application/json", headers=headers)
+
+
+async def list_jobs(request: Request) -> Response:
+    node_id, status = query_first(request, "node_id"), query_first(request, "status")
+    hot.check_node_id(node_id)
+    store = _store(request)
+    wait = longpoll.wait_secs(request)
+    if polls(node_id, status):
+        caller = _auth(request).caller(request)
+        if wait is None:
+            return _polled(await store.poll(node_id, caller))
+        polled = await longpoll.unless_disconnected(request, store.poll_wait(node_id, caller, wait))
+        return _polled(polled or Polled([], []))
+    if wait is not None:
+        raise HTTPError(400, "wait needs node_id and status=pending")
+    limit, bound, newest = _page(request)
+    if newest and bound == 0 and query_first(request, "before"):
+        return json_array([])  # before=job-0: nothing is older
+    return json_array(await store.list(node_id, status, bound, limit, newest))
+
+
+def _job_id(request: Request) -> str:
+    return hot.job_id_or_404(request.path_params["job_id"])
+
+
+async def get_job(request: Request) -> Response:
+    job_id, wait = _job_id(request), longpoll.wait_secs(request)
+    if wait is None:
+        return json_bytes(await hot.read_job(_store(request), job_id))
+    waiting = _store(request).get_wait(job_id, longpoll.status_not(request), wait)
+    blob = await longpoll.unless_disconnected(request, waiting)
+    if blob is None:
+        raise HTTPError(404, "job not found")
+    return json_bytes(blob)
+
+
+async def update_job(request: Request) -> Response:
+    """An agent's report (hot.report_job)."""
+    report = (_job_id(request), _auth(request).caller(request), declared_length(request))
+    return json_bytes(await hot.report_job(request.app.state, report, _body_of(request)))
+
+
+async def cancel_job(request: Request) -> Response:
+    """DELETE /jobs/{id} (the key): a pending job is cancelled at once, a running one is
+    cancelling until its agent has killed it (store/scripts/jobs.py, CANCEL_JOB)."""
+    return json_bytes(await _store(request).cancel(_job_id(request), time.time()))

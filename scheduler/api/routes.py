@@ -1,0 +1,74 @@
+"""The route table: every path and method the API serves, its endpoint, who may call it
+(README, Security), when it is served and whether the hot lane serves it. Starlette's routes,
+the key rule (http.BearerAuth), the metrics labels and the hot lane (lane.Lane) all read this
+one table (routing.py says how); so do the tests (tests/api/test_routes.py).
+
+The order is Starlette's: the first entry matching path and method serves it
+(`/nodes/register` before `/nodes/{node_id}`).
+"""
+
+from __future__ import annotations
+
+from scheduler.api import jobs, metrics, nodes, services, ui
+from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
+
+ANYONE, AGENT, KEY, UI = Access.ANYONE, Access.AGENT, Access.KEY, Access.UI
+
+TABLE = RouteTable(
+    [
+        Entry("/health", {"GET": Method(jobs.health, ANYONE)}),
+        Entry("/schedule", {"GET": Method(jobs.schedule)}),
+        Entry(
+            "/jobs",
+            {
+                "GET": Method(jobs.list_jobs, Access.POLL, Hot.POLL),
+                "POST": Method(jobs.submit_job, KEY, Hot.SUBMIT),
+            },
+        ),
+        Entry(
+            "/jobs/{job_id}",
+            {
+                "GET": Method(jobs.get_job, KEY, Hot.READ),
+                "PATCH": Method(jobs.update_job, AGENT, Hot.REPORT),  # the agent's report
+                "DELETE": Method(jobs.cancel_job),
+            },
+        ),
+        # The web UI: every page behind the login cookie but the login form.
+        Entry("/ui", {"GET": Method(ui.home, UI)}, other_methods=UI),
+        Entry(
+            "/ui/login",
+            {"GET": Method(ui.login_page, ANYONE), "POST": Method(ui.login, ANYONE)},
+            other_methods=ANYONE,
+        ),
+        Entry("/ui/logout", {"POST": Method(ui.logout, UI)}, other_methods=UI),
+        Entry("/ui/jobs", {"GET": Method(ui.jobs_page, UI)}, other_methods=UI),
+        Entry("/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI)}, other_methods=UI),
+        Entry("/ui/jobs/{job_id}/cancel", {"POST": Method(ui.cancel, UI)}, other_methods=UI),
+        Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI)}, other_methods=UI),
+        # The built-in registry (REGISTRY_URL unset): what the Rust agent calls.
+        Entry("/nodes/register", {"POST": Method(nodes.register, AGENT)}, "registry"),
+        Entry("/nodes/heartbeat", {"POST": Method(nodes.heartbeat, AGENT)}, "registry"),
+        Entry("/nodes", {"GET": Method(nodes.list_nodes)}, "registry"),
+        # The key, or in token mode a node's own token (nodes.delete_node decides).
+        Entry("/nodes/{node_id}", {"DELETE": Method(nodes.delete_node, AGENT)}, "registry"),
+        Entry("/instances", {"GET": Method(nodes.list_instances)}, "registry"),
+        Entry(
+            "/services",
+            {
+                "GET": Method(services.list_services, Access.OWN_SERVICES),
+                "POST": Method(services.create, AGENT),
+            },
+            "registry",
+        ),
+        Entry(
+            "/services/{service_id}",
+            {
+                "GET": Method(services.get_service),
+                "PATCH": Method(services.update, AGENT),
+                "DELETE": Method(services.stop),  # the operator's stop
+            },
+            "registry",
+        ),
+        Entry("/metrics", {"GET": Method(metrics.metrics)}, "metrics"),
+    ]
+)

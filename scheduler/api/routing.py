@@ -1,0 +1,248 @@
+"""What a route table entry says, and how a request finds its entry.
+
+An entry is a path template (Starlette's: `{name}` is one non-empty segment), the methods it
+serves with their endpoints, who may call each (`Access`), when it is served, and which call
+of the hot lane serves it (`Hot`); its metrics label is derived from the template. The table
+itself is routes.TABLE; from it come Starlette's routes (`RouteTable.starlette_routes`), the
+key rule (http.BearerAuth, `RouteTable.access`), the metrics labels (`RouteTable.label`) and
+the lane's dict (lane.Lane). A request finds its entry as Starlette's router finds its route
+(`RouteTable.resolve`): the first entry whose template matches the path and serves the
+method, else the first whose template matches (405), else none (404).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Literal
+from urllib.parse import parse_qs
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+Params = dict[str, list[str]]
+# When an entry is served: always; with the built-in registry (REGISTRY_URL unset); with
+# METRICS=on. The key rule and the labels read every entry, served or not, so neither
+# changes with the configuration (a registry route is open and 404s with REGISTRY_URL set).
+Served = Literal["always", "registry", "metrics"]
+UI_PREFIX = "/ui"  # the web UI's pages: one label, and behind the login cookie
+OTHER_LABEL = "other"  # the label of a path no entry matches
+
+
+class Access(Enum):
+    """Who may make a call when TINYAWS_API_KEY is set (README, Security). Without a key
+    nothing is asked at the door (BearerAuth is not installed)."""
+
+    ANYONE = "anyone"
+    # Open at the door: the handler decides by AGENT_AUTH (agents.AgentAuth): anyone in open
+    # mode (the original Rust agent sends no key), a node token or the key in token mode.
+    AGENT = "agent"
+    # GET /jobs: AGENT as the agent's poll (`node_id=N&status=pending`, the first value of
+    # each, as Go's Query().Get), else KEY: a listing exposes env_vars and output.
+    POLL = "poll"
+    # GET /services: AGENT as an agent's own list (`node_id=N`, any status), else KEY.
+    OWN_SERVICES = "own services"
+    KEY = "key"
+    # The web UI's login cookie (an HMAC of the key); a browser without one is sent to the
+    # login form.
+    UI = "ui"
+
+
+class Hot(Enum):
+    """The hot lane's call (lane.Lane) serving an entry's method, and which of its requests
+    it takes (`takes`); the others go through ASGI."""
+
+    READ = "read"  # no query: `wait=` and `status_not=` (long-polls) are ASGI's
+    POLL = "poll"  # the poll only (Access.POLL's), without `wait`
+    SUBMIT = "submit"  # any query (the call reads none)
+    REPORT = "report"  # no query
+
+    @property
+    def takes(self) -> Callable[[bytes], Params | None]:
+        """query -> the request's parameters when the lane takes it with that query, else
+        None. A plain function, looked up once per route: it runs on every lane request."""
+        return _TAKES[self]
+
+
+def _no_query(query: bytes) -> Params | None:
+    return None if query else {}
+
+
+def _any_query(query: bytes) -> Params | None:
+    return {}
+
+
+def _poll_without_wait(query: bytes) -> Params | None:
+    params = query_params(query.decode("latin-1")) if query else {}
+    return params if is_poll(params) and "wait" not in params else None
+
+
+_TAKES = {
+    Hot.READ: _no_query,
+    Hot.POLL: _poll_without_wait,
+    Hot.SUBMIT: _any_query,
+    Hot.REPORT: _no_query,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    endpoint: Endpoint
+    access: Access = Access.KEY
+    hot: Hot | None = None  # None: through ASGI only
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    path: str
+    methods: Mapping[str, Method]
+    served: Served = "always"
+    # Who may send a method the entry does not serve (a 405): the key, so a stranger does not
+    # learn the Allow list; a UI page's own access, as every path of the UI.
+    other_methods: Access = Access.KEY
+    label: str = field(init=False)
+    pattern: re.Pattern[str] | None = field(init=False)  # None: a path without parameters
+
+    def __post_init__(self) -> None:
+        ui = self.path == UI_PREFIX or self.path.startswith(UI_PREFIX + "/")
+        label = UI_PREFIX if ui else re.sub(r"\{\w+\}", "{id}", self.path)
+        params = "{" in self.path
+        # Starlette's default convertor: a parameter is one non-empty segment.
+        pattern = re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(self.path)) if params else None
+        object.__setattr__(self, "label", label)
+        object.__setattr__(self, "pattern", re.compile(pattern) if pattern else None)
+
+    def method(self, method: str) -> Method | None:
+        """The method's entry; HEAD is GET's, as Starlette serves it."""
+        found = self.methods.get(method)
+        return self.methods.get("GET") if found is None and method == "HEAD" else found
+
+
+def route(path: str, **by_method: Endpoint) -> Route:
+    """One Starlette route per path, so a wrong method gets a 405 whose Allow header lists
+    them all."""
+
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await by_method[method](request)
+
+    return Route(path, dispatch, methods=list(by_method))
+
+
+class RouteTable:
+    """The entries in Starlette's order, indexed: paths without parameters by a dict, the
+    rest by their first segment."""
+
+    def __init__(self, entries: Iterable[Entry]) -> None:
+        self.entries = tuple(entries)
+        self._position = {id(entry): i for i, entry in enumerate(self.entries)}
+        self._exact: dict[str, list[Entry]] = {}
+        self._templated: dict[str, list[Entry]] = {}
+        for entry in self.entries:
+            if entry.pattern is None:
+                self._exact.setdefault(entry.path, []).append(entry)
+            else:
+                self._templated.setdefault(_first_segment(entry.path), []).append(entry)
+
+    def starlette_routes(self, registry: bool, metrics: bool) -> list[Route]:
+        served = {"always": True, "registry": registry, "metrics": metrics}
+        return [
+            route(entry.path, **{name: m.endpoint for name, m in entry.methods.items()})
+            for entry in self.entries
+            if served[entry.served]
+        ]
+
+    def matching(self, path: str) -> list[Entry]:
+        """The entries whose template matches `path`, in the table's order."""
+        exact = self._exact.get(path, [])
+        templated = self._templated.get(_first_segment(path))
+        if not templated:
+            return exact
+        matching = [e for e in templated if e.pattern and e.pattern.fullmatch(path)]
+        if not exact or not matching:
+            return exact or matching
+        # /nodes/register is also /nodes/{node_id}: the table's order decides.
+        return sorted([*exact, *matching], key=lambda entry: self._position[id(entry)])
+
+    def resolve(self, method: str, path: str) -> tuple[Entry, Method | None] | None:
+        """As Starlette's router: (the first entry matching path and method, its method), else
+        (the first matching the path, None): a 405; None: no entry matches (404)."""
+        candidates = self.matching(path)
+        for entry in candidates:
+            found = entry.method(method)
+            if found is not None:
+                return entry, found
+        return (candidates[0], None) if candidates else None
+
+    def access(self, method: str, path: str, query: bytes) -> Access:
+        """Who may make this call: ANYONE, AGENT, KEY or UI (POLL and OWN_SERVICES are decided
+        here by the query). A path no entry matches needs the key, or under the UI's prefix
+        the UI's cookie (the login form for a browser)."""
+        resolved = self.resolve(method, path)
+        if resolved is None:
+            return Access.UI if path.startswith(UI_PREFIX + "/") else Access.KEY
+        entry, found = resolved
+        access = entry.other_methods if found is None else found.access
+        if access is Access.POLL or access is Access.OWN_SERVICES:
+            params = query_params(query.decode("latin-1"))
+            agents = is_poll(params) if access is Access.POLL else bool(first(params, "node_id"))
+            return Access.AGENT if agents else Access.KEY
+        return access
+
+    def is_open(self, method: str, path: str, query: bytes) -> bool:
+        """Whether the call needs nothing at the door (neither the key nor the UI's cookie)."""
+        return self.access(method, path, query) in (Access.ANYONE, Access.AGENT)
+
+    def label(self, path: str) -> str:
+        """The metrics label: the first matching entry's (its template with `{id}` for each
+        parameter; one for the UI's pages), whatever the method: a fixed, small set whatever
+        paths clients send."""
+        candidates = self.matching(path)
+        if candidates:
+            return candidates[0].label
+        return UI_PREFIX if path.startswith(UI_PREFIX + "/") else OTHER_LABEL
+
+    def hot(self) -> Iterable[tuple[str, Entry, Method, Hot]]:
+        """(method, entry, its Method, the lane's call) of what the hot lane serves."""
+        for entry in self.entries:
+            for name, found in entry.methods.items():
+                if found.hot is not None:
+                    yield name, entry, found, found.hot
+
+
+def _first_segment(path: str) -> str:
+    return path[1:].partition("/")[0]
+
+
+def query_params(query: str) -> Params:
+    """parse_qs(query, keep_blank_values=True), without its cost (a tenth of a poll's Python
+    time) for the agents' plain queries: with no "%" or "+" there is nothing to decode."""
+    if "%" in query or "+" in query:
+        return parse_qs(query, keep_blank_values=True)
+    params: Params = {}
+    for pair in query.split("&"):
+        if pair:
+            name, _, value = pair.partition("=")
+            params.setdefault(name, []).append(value)
+    return params
+
+
+def first(params: Params, name: str) -> str:
+    """The first value of a query parameter, "" without one, as Go's URL.Query().Get."""
+    values = params.get(name)
+    return values[0] if values else ""
+
+
+def is_poll(params: Params) -> bool:
+    """The agent's poll: a GET /jobs for one node's pending jobs (not a listing)."""
+    node_id, status = params.get("node_id"), params.get("status")  # first() inlined: hot
+    return polls(node_id[0] if node_id else "", status[0] if status else "")
+
+
+def polls(node_id: str, status: str) -> bool:
+    """is_poll from the first values of node_id and status."""
+    return bool(node_id) and status == "pending"

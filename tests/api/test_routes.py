@@ -1,0 +1,318 @@
+"""The route table (scheduler/api/routes.py): each entry is served by Starlette as the table
+says, resolved as Starlette's router resolves it, asked for what its access rule says through
+ASGI and through the hot lane, labelled as before, and each hot-lane route answers through
+the lane as through ASGI, byte for byte."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+from starlette.routing import Match
+from starlette.testclient import TestClient
+
+from scheduler.api.app import create_app
+from scheduler.api.http import UI_COOKIE, ui_secret
+from scheduler.api.lane import Lane
+from scheduler.api.routes import TABLE
+from scheduler.api.routing import Access, Entry, Hot
+from tests.api.test_lane_hostile import KEY, KEYED, Front, converse, keyed_pair, raw
+from tests.conftest import BOTH_FRONTS, ClientFactory, SettingsFactory
+
+METHODS = ["GET", "HEAD", "POST", "PATCH", "DELETE", "PUT", "OPTIONS"]
+TEMPLATES = [entry.path for entry in TABLE.entries]
+# Paths around every template: its own, deeper, trailing slashes, dot segments, empty ids.
+PATHS = sorted(
+    {
+        re.sub(r"\{\w+\}", value, template) + suffix
+        for template in [*TEMPLATES, "", "/jobsx", "/uix", "/nope"]
+        for value in ("x", "register", "")
+        for suffix in ("", "/", "x", "/x", "/x/y", "//", "/..", "/.")
+    }
+)
+QUERIES = [
+    b"",
+    b"node_id=n1&status=pending",
+    b"status=pending&node_id=n1&limit=5",
+    b"node_id=n1",
+    b"node_id=n1&status=running",
+    b"node_id=&node_id=n1&status=pending",
+    b"node_id=n1&node_id=&status=pending",
+    b"node_id=n1&status=&status=pending",
+    b"node%5Fid=n1&status=pend%69ng",
+    b"node_id=n1&status=pending&wait=5",
+    b"status=pending",
+]
+
+
+# The rule and the labels as they were before the table (a frozen copy: the reference the
+# table is checked against).
+
+
+def rule_before(method: str, path: str, query: bytes) -> str:
+    if path == "/ui" or path.startswith("/ui/"):
+        return "open" if path == "/ui/login" else "ui"
+    if path == "/health":
+        return "open" if method in ("GET", "HEAD") else "key"
+    if method == "PATCH":
+        prefixes = ("/jobs/", "/services/")
+        return "open" if any(path.startswith(p) and len(path) > len(p) for p in prefixes) else "key"
+    if method == "DELETE" and path.startswith("/nodes/"):
+        return "open"
+    if method == "POST":
+        return "open" if path in ("/nodes/register", "/nodes/heartbeat", "/services") else "key"
+    if method in ("GET", "HEAD") and path in ("/jobs", "/services"):
+        params = parse_qs(query.decode("latin-1"), keep_blank_values=True)
+        first = {name: values[0] for name, values in params.items()}
+        agents = bool(first.get("node_id")) and (
+            path == "/services" or first.get("status") == "pending"
+        )
+        return "open" if agents else "key"
+    return "key"
+
+
+def rule_now(method: str, path: str, query: bytes) -> str:
+    access = TABLE.access(method, path, query)
+    return {Access.ANYONE: "open", Access.AGENT: "open", Access.UI: "ui"}.get(access, "key")
+
+
+LABELS_BEFORE = {
+    "/jobs",
+    "/jobs/{id}",
+    "/nodes",
+    "/nodes/register",
+    "/nodes/heartbeat",
+    "/nodes/{id}",
+    "/services",
+    "/services/{id}",
+    "/instances",
+    "/health",
+    "/schedule",
+    "/metrics",
+    "/ui",
+    "other",
+}
+
+
+def test_the_key_rule_is_unchanged_for_every_request_a_route_matches() -> None:
+    """Where no route matches (a 404 whatever the credentials) the old prefix test let some
+    PATCH and DELETE paths through the door (`PATCH /jobs/job-1/x`, `DELETE /nodes/`); the
+    table asks for the key there: stricter, never more open."""
+    stricter = []
+    for method, path, query in itertools.product(METHODS, PATHS, QUERIES):
+        before, now = rule_before(method, path, query), rule_now(method, path, query)
+        if TABLE.resolve(method, path) is not None:
+            assert now == before, (method, path, query)
+        elif now != before:
+            assert (before, now) == ("open", "key"), (method, path, query)
+            stricter.append((method, path))
+    assert stricter and {m for m, _ in stricter} == {"PATCH", "DELETE"}
+
+
+def test_labels_are_the_set_they_were_and_each_routes_own() -> None:
+    assert {entry.label for entry in TABLE.entries} | {"other"} == LABELS_BEFORE
+    for path in PATHS:
+        matching = TABLE.matching(path)
+        label = TABLE.label(path)
+        if matching:
+            assert label == matching[0].label
+        else:
+            assert label == ("/ui" if path.startswith("/ui/") else "other"), path
+
+
+@pytest.mark.parametrize(
+    ("registry", "metrics"), [(True, True), (False, True), (True, False), (False, False)]
+)
+def test_starlettes_routes_are_the_tables_in_its_order(
+    make_settings: SettingsFactory, registry: bool, metrics: bool
+) -> None:
+    registry_url = "" if registry else "http://registry.invalid"
+    app = create_app(make_settings(registry_url=registry_url, metrics="on" if metrics else "off"))
+    served = {"always": True, "registry": registry, "metrics": metrics}
+    expected = [(e.path, set(e.methods)) for e in TABLE.entries if served[e.served]]
+    routes = [(r.path, r.methods) for r in app.routes]  # type: ignore[attr-defined]
+    assert [(path, methods - {"HEAD"}) for path, methods in routes] == expected
+    assert app.router.redirect_slashes is False
+
+
+def test_the_table_resolves_as_starlettes_router(make_settings: SettingsFactory) -> None:
+    routes = create_app(make_settings()).router.routes
+    for method, path in itertools.product(METHODS, PATHS):
+        scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+        matches = [(route, route.matches(scope)[0]) for route in routes]
+        full = [r.path for r, m in matches if m is Match.FULL]  # type: ignore[attr-defined]
+        partial = [r.path for r, m in matches if m is Match.PARTIAL]  # type: ignore[attr-defined]
+        resolved = TABLE.resolve(method, path)
+        if full:
+            assert resolved is not None and resolved[1] is not None, (method, path)
+            assert resolved[0].path == full[0]
+        elif partial:
+            assert resolved is not None and resolved[1] is None, (method, path)
+            assert resolved[0].path == partial[0]
+        else:
+            assert resolved is None, (method, path)
+
+
+def test_the_lanes_dict_finds_what_the_table_says_the_lane_serves() -> None:
+    lane = Lane(None, KEY, None)  # type: ignore[arg-type]
+    hot_routes = 0
+    for method, path, query in itertools.product(METHODS, PATHS, QUERIES):
+        resolved = TABLE.resolve(method, path)
+        # The method itself (a HEAD is GET's for Starlette, never the lane's).
+        spec = resolved[0].methods.get(method) if resolved and resolved[1] else None
+        takes = spec is not None and spec.hot is not None and spec.hot.takes(query) is not None
+        found = lane.route(method.encode(), path, query)
+        assert (found is not None) is takes, (method, path, query)
+        if found is not None:
+            assert spec is not None and resolved is not None
+            route, request = found
+            assert route.hot is spec.hot and request.label == resolved[0].label
+            assert route.needs_key is (spec.access is Access.KEY)
+            hot_routes += 1
+    assert hot_routes
+
+
+def test_the_lane_serves_the_four_hot_calls() -> None:
+    served = {(method, entry.path, hot) for method, entry, _, hot in TABLE.hot()}
+    assert served == {
+        ("GET", "/jobs/{job_id}", Hot.READ),
+        ("GET", "/jobs", Hot.POLL),
+        ("POST", "/jobs", Hot.SUBMIT),
+        ("PATCH", "/jobs/{job_id}", Hot.REPORT),
+    }
+
+
+# Every entry and method over HTTP, through ASGI and through the lane.
+
+IDS = {"job_id": "job-1", "node_id": "n1", "service_id": "svc-1"}
+BODIES: dict[tuple[str, str], Any] = {
+    ("POST", "/jobs"): {"command": "x"},
+    ("PATCH", "/jobs/{job_id}"): {"status": "running"},
+    ("POST", "/nodes/register"): {"id": "n1", "hostname": "n1", "role": "compute"},
+    ("POST", "/nodes/heartbeat"): {"id": "n1"},
+    ("POST", "/services"): {"node_id": "n1", "port": 1},
+    ("PATCH", "/services/{service_id}"): {"status": "done"},
+}
+# (query, whether the agents' part of the rule applies) for the query-dependent rules.
+QUERIES_OF = {
+    Access.POLL: [("node_id=n1&status=pending", True), ("node_id=n1&status=running", False)],
+    Access.OWN_SERVICES: [("node_id=n1", True), ("status=running", False)],
+}
+
+
+def calls() -> Iterator[tuple[str, str, Any, Access, Entry]]:
+    """(method, target, JSON body, the access it must meet, its entry) for every entry and
+    method of the table, HEAD beside every GET; the query-dependent ones both ways."""
+    for entry in TABLE.entries:
+        path = entry.path.format(**IDS)
+        for method, found in [*entry.methods.items(), ("HEAD", entry.method("HEAD"))]:
+            if found is None:
+                continue
+            body = BODIES.get((method, entry.path))
+            if found.access in QUERIES_OF:
+                for query, agents in QUERIES_OF[found.access]:
+                    access = Access.AGENT if agents else Access.KEY
+                    yield method, f"{path}?{query}", body, access, entry
+            else:
+                yield method, path, body, found.access, entry
+
+
+CALLS = list(calls())
+
+
+def refused(response: Any) -> str:
+    """ "key" (a plain 401, as BearerAuth's), "ui" (the redirect to the login form that is
+    not the logout's), or "" (answered)."""
+    plain = response.headers.get("content-type", "").startswith("text/plain")
+    if response.status_code == 401 and plain and response.content in (b"unauthorized\n", b""):
+        return "key"
+    if (
+        response.status_code == 303
+        and response.headers.get("location") == "/ui/login"
+        and "set-cookie" not in response.headers
+    ):
+        return "ui"
+    return ""
+
+
+@pytest.fixture
+def keyed(make_client: ClientFactory) -> TestClient:
+    """A key set, open agents: node n1, its pending job-1 and its service svc-1."""
+    api = make_client(api_key=KEY, agent_auth="open")
+    headers = {"Authorization": f"Bearer {KEY}"}
+    assert api.post("/nodes/register", json={"id": "n1"}, headers=headers).status_code == 201
+    assert api.post("/jobs", json={"command": "x"}, headers=headers).status_code == 201
+    service = {"node_id": "n1", "port": 8080}
+    assert api.post("/services", json=service, headers=headers).status_code == 201
+    return api
+
+
+@BOTH_FRONTS
+@pytest.mark.parametrize(
+    ("method", "target", "body", "access"),
+    [call[:4] for call in CALLS],
+    ids=[f"{c[0]} {c[1]}" for c in CALLS],
+)
+def test_every_entry_asks_at_the_door_what_the_table_says(
+    keyed: TestClient, method: str, target: str, body: Any, access: Access
+) -> None:
+    stranger = keyed.request(method, target, json=body, follow_redirects=False)
+    expected = {Access.KEY: "key", Access.UI: "ui"}.get(access, "")
+    if (method, target) == ("DELETE", "/nodes/n1"):
+        expected = "key"  # open at the door; its handler asks for the key in open mode
+    assert refused(stranger) == expected, stranger.text
+    # The key (and for the UI the login cookie) gets past the door.
+    cookie = {"Cookie": f"{UI_COOKIE}={ui_secret(KEY, 'session')}"}
+    credentials = {"Authorization": f"Bearer {KEY}", **cookie}
+    answered = keyed.request(method, target, json=body, headers=credentials, follow_redirects=False)
+    assert refused(answered) == "", answered.text
+    assert answered.status_code < 500
+
+
+@BOTH_FRONTS
+@pytest.mark.parametrize(
+    ("method", "target", "body"),
+    [call[:3] for call in CALLS if call[3] is Access.AGENT],
+    ids=[f"{c[0]} {c[1]}" for c in CALLS if c[3] is Access.AGENT],
+)
+def test_in_token_mode_every_agent_call_refuses_a_stranger(
+    make_client: ClientFactory, method: str, target: str, body: Any
+) -> None:
+    """AGENT calls are open at the door; in token mode their handlers refuse a caller with
+    neither a node token nor the key."""
+    api = make_client(api_key=KEY, agent_auth="token")
+    assert refused(api.request(method, target, json=body)) == "key"
+
+
+# Each lane route through the lane and through ASGI.
+
+HOT_REQUESTS = {
+    Hot.READ: raw("GET /jobs/job-1 HTTP/1.1", KEYED),
+    Hot.POLL: raw("GET /jobs?node_id=n1&status=pending HTTP/1.1", f"Authorization: Bearer {KEY}"),
+    Hot.SUBMIT: raw("POST /jobs HTTP/1.1", KEYED, "Content-Length: 16", body=b'{"command":"hi"}'),
+    Hot.REPORT: raw(
+        "PATCH /jobs/job-1 HTTP/1.1", KEYED, "Content-Length: 20", body=b'{"status":"running"}'
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def lane_and_asgi(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Front, Front]]:
+    with keyed_pair(redis_url, tmp_path_factory.mktemp("routes")) as pair:
+        yield pair
+
+
+@pytest.mark.parametrize("hot", [hot for _, _, _, hot in TABLE.hot()], ids=lambda h: h.value)
+def test_each_lane_route_answers_as_asgi_and_is_served_by_the_lane(
+    lane_and_asgi: tuple[Front, Front], hot: Hot
+) -> None:
+    lane, asgi = lane_and_asgi
+    before = lane.served, asgi.served
+    assert converse(lane.port, [HOT_REQUESTS[hot]]) == converse(asgi.port, [HOT_REQUESTS[hot]])
+    assert (lane.served - before[0], asgi.served - before[1]) == (1, 0)

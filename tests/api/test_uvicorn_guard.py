@@ -1,0 +1,386 @@
+"""scheduler/api/server.py builds on uvicorn's httptools protocol beyond what uvicorn documents
+(it subclasses HttpToolsProtocol and RequestResponseCycle, overrides private methods, copies
+`on_response_complete`, and its LaneCycle stands in for uvicorn's cycle). pyproject.toml caps
+uvicorn to the minor version this was written against; this test fails when the installed
+uvicorn differs in anything server.py relies on, naming the member and what to re-check.
+
+How complete: GUARDED holds every uvicorn member server.py overrides, calls, copies, reads
+or sets, each with a sha256 of its source as in uvicorn 0.55.0 (a method: its source; an
+attribute: the source of every method of its uvicorn class that mentions it, so a change in
+how uvicorn sets or reads it shows; a constant: its value). Kept complete by an AST scan of
+server.py: every `self.X`, `super().X` and `self.protocol.X` in its classes, and the next
+attribute on `flow`, `server_state`, `config` and `parser`, that names something a uvicorn
+class defines (a method, or an attribute one of its methods assigns) must be listed; so must
+every name server.py imports from uvicorn, and every attribute uvicorn's protocol reads off
+its cycle must be one LaneCycle has. What it cannot see: a name reached through a variable
+or getattr (server.py uses none), and behaviour uvicorn changes outside these members (its
+Server, its event loop set-up); the lane's tests (test_lane*.py) exercise that.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import httptools
+import pytest
+from uvicorn.config import Config
+from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.server import ServerState
+
+from scheduler.api import server
+
+UVICORN_CLASSES: dict[str, type] = {
+    "HttpToolsProtocol": httptools_impl.HttpToolsProtocol,
+    "RequestResponseCycle": httptools_impl.RequestResponseCycle,
+    "FlowControl": FlowControl,
+    "ServerState": ServerState,
+    "Config": Config,
+}
+# Our classes and the uvicorn class each stands on (LaneCycle stands in for uvicorn's cycle;
+# its `self.protocol` is the protocol).
+OURS = {
+    "OneWriteCycle": "RequestResponseCycle",
+    "OneWriteProtocol": "HttpToolsProtocol",
+    "LaneProtocol": "HttpToolsProtocol",
+}
+# An attribute of the protocol (or cycle) holding another uvicorn object: its class.
+HOLDS = {"flow": "FlowControl", "server_state": "ServerState", "config": "Config"}
+
+# member -> (sha256 as in uvicorn 0.55.0, what to re-check in server.py when it changes)
+GUARDED: dict[str, tuple[str, str]] = {
+    "Config.access_log": (
+        "5c140f2cc72092e3a5911fc7f56a093ac32bb2844aca48f512aacccff9bc8085",
+        "lane_off_because (with the access log, all to ASGI) and serve's start-up line",
+    ),
+    "Config.limit_concurrency": (
+        "98e927ea97a70725a66de76e76e0ccfc06dd26ea7603d68e4b88e57b78ebc81a",
+        "lane_off_because (with a concurrency limit, all to ASGI, whose 503s uvicorn answers)",
+    ),
+    "Config.root_path": (
+        "98e927ea97a70725a66de76e76e0ccfc06dd26ea7603d68e4b88e57b78ebc81a",
+        "lane_off_because (with a root path, all to ASGI)",
+    ),
+    "FlowControl.resume_reading": (
+        "a0429d30857e8488e04dd7a9e23d464874e5c7e97d29ecc7876f6dad1545c088",
+        "on_lane_response_complete",
+    ),
+    "FlowControl.write_paused": (
+        "a2371c7b24ce59cc35662348137ca230a084329127264f339124474933ad44c6",
+        "_lane_may_serve (a full write buffer goes to ASGI)",
+    ),
+    "HttpToolsProtocol._start_asgi_task": (
+        "8d0189e65525db4252cf68afc4d089cafa6a7065d1d39c3877354c0a0a7d504c",
+        "OneWriteProtocol's override (the class swap); on_lane_response_complete's call",
+    ),
+    "HttpToolsProtocol._unset_keepalive_if_required": (
+        "00a6a4e47214e68edef469a2a8f21ade722e9c6dfb2eb6c25855fbd9941cec32",
+        "LaneProtocol's override and the lazy keep-alive timeout",
+    ),
+    "HttpToolsProtocol.app": (
+        "193088f1a20f78f2b8c184403e5e6b4b6f43bb54aa796225bc33ce1264a8ee5a",
+        "LaneProtocol._lane (find_lane over the loaded app)",
+    ),
+    "HttpToolsProtocol.config": (
+        "b2330ff3035f7658a17943f638584d5b29966f2d19fddf0d808e60b736ccafdc",
+        "LaneProtocol._lane_may_serve (config.access_log)",
+    ),
+    "HttpToolsProtocol.connection_lost": (
+        "c91a4c9bf2e29c554a97418b5f3064e97f6e0ceaba3b90fc35a3460076c705ab",
+        "LaneProtocol.connection_lost (idle timer) and LaneCycle's disconnected/message_event",
+    ),
+    "HttpToolsProtocol.cycle": (
+        "f7a4f49e5064c66ca3e8f4a53c8a60389b0b7e70d34f250a1dfd4abbaf279b2b",
+        "LaneCycle as the protocol's cycle: what the protocol reads or sets on it",
+    ),
+    "HttpToolsProtocol.data_received": (
+        "010a7ae59a5d3b1a5e7326ce246878568629d126a076d8af5ba10cab040fae43",
+        "LaneProtocol._unset_keepalive_if_required (idle_since reset on each request's data)",
+    ),
+    "HttpToolsProtocol.expect_100_continue": (
+        "787abe29a0b766bfc1e14e52ff22bf2a4e1f05970dd24a5627447e755067d46b",
+        "_lane_may_serve (100-continue goes to ASGI)",
+    ),
+    "HttpToolsProtocol.flow": (
+        "e74dc8b447d738d4d76dc3093b52d741fcef68e840ac65cf5656f61eb9ce87ea",
+        "_lane_may_serve (write_paused) and on_lane_response_complete (resume_reading)",
+    ),
+    "HttpToolsProtocol.headers": (
+        "2b36b71ac79e3bd6aaca016431c691acb4e23611e6e758b716e6e1898af667fa",
+        "_lane_request and _small_sized_body (the headers, lowercased, rstripped)",
+    ),
+    "HttpToolsProtocol.loop": (
+        "7c90a3a4d5a341f478e7cc936c46a29224bc8b74d61c14c5a2d6c66649b6df30",
+        "LaneCycle.run_task, read_body's deadline, the idle timer",
+    ),
+    "HttpToolsProtocol.on_headers_complete": (
+        "1ea8589acfad92d8ff9182775f337d98fc469e0fa39642a83195fca920f5ca96",
+        "LaneProtocol.on_headers_complete: what uvicorn does there, which the lane skips",
+    ),
+    "HttpToolsProtocol.on_response_complete": (
+        "64e254f28e389e7614f2c828176d639174e66aa9d814a4b06624ec86ec0a5b95",
+        "LaneProtocol.on_lane_response_complete, a copy of it: copy the change",
+    ),
+    "HttpToolsProtocol.parser": (
+        "1319f3145ee36c78b73652031ad7a74ed8c08c9fb6631eb886ff59cef4f2840c",
+        "LaneProtocol (get_method, get_http_version, should_keep_alive, should_upgrade)",
+    ),
+    "HttpToolsProtocol.pipeline": (
+        "90229d7d5705172d1d6d52790e0b07b9219b6d88209dfb3b1a05e4fe954d1f33",
+        "_lane_may_serve and on_lane_response_complete (pipelined requests in order)",
+    ),
+    "HttpToolsProtocol.scope": (
+        "ebcd00f02a2da79abb0cc94b50fe1a7e525c385611a5f376092cde892ce3e1c0",
+        "LaneProtocol.on_headers_complete (scope['method'], read by uvicorn after the response)",
+    ),
+    "HttpToolsProtocol.server_state": (
+        "128f74e034f24e9857ff9bab3d4114c9b9e55f48c1ecff9cc0509595af52cd39",
+        "LaneCycle.write (default_headers) and on_lane_response_complete (total_requests)",
+    ),
+    "HttpToolsProtocol.tasks": (
+        "01fef5ae7fb94ee2336072648ca2475d6f3b11fb8c562d224a7023a0ca86d8cd",
+        "LaneCycle.run_task (a graceful shutdown waits for the lane's tasks)",
+    ),
+    "HttpToolsProtocol.timeout_keep_alive": (
+        "fe1c14d7b731e8746f21e06a8f8ccf3e6e1065d370dfc000793f63799bc62b52",
+        "the lazy keep-alive timer (_idle_check)",
+    ),
+    "HttpToolsProtocol.timeout_keep_alive_handler": (
+        "8b53bf5f2e202970f6f6c0338a5c381c66efce4e9c673b05175d858eef5fd888",
+        "_idle_check, which calls it",
+    ),
+    "HttpToolsProtocol.transport": (
+        "e888c6deca76621bdc6bf7a82f8be59b1fb8d13399ab31a24c1dc0379b3e99f8",
+        "LaneCycle.write, _lane_may_serve, on_lane_response_complete",
+    ),
+    "HttpToolsProtocol.url": (
+        "e5287101a13759b5510a2dcbade3c827c57347e6f0e8a96d54c2ae5004c30518",
+        "LaneProtocol._lane_request (the raw target, parsed with httptools.parse_url)",
+    ),
+    "RequestResponseCycle.body": (
+        "bf2945bb1e5edb7a7459a76b8733b2c9dd5f3b4624f205cba2c32e08ce0cd29c",
+        "LaneCycle.body (the protocol appends to it) and LaneCycle.read_body",
+    ),
+    "RequestResponseCycle.chunked_encoding": (
+        "c12f7709bbeac8857b43f0e6cfc846a9eaf407881a16cb39b583723c3af7e989",
+        "OneWriteCycle.send (a sized, non-chunked body takes the held head)",
+    ),
+    "RequestResponseCycle.disconnected": (
+        "8b8de25e0c963009b4481cd36d0656cdbfc3a779045c0afcf29f04b7a72e7f80",
+        "OneWriteCycle.send and LaneCycle.disconnected",
+    ),
+    "RequestResponseCycle.expected_content_length": (
+        "c12f7709bbeac8857b43f0e6cfc846a9eaf407881a16cb39b583723c3af7e989",
+        "OneWriteCycle.send (the head counted into the Content-Length check)",
+    ),
+    "RequestResponseCycle.keep_alive": (
+        "c12f7709bbeac8857b43f0e6cfc846a9eaf407881a16cb39b583723c3af7e989",
+        "LaneCycle.keep_alive (the protocol's shutdown sets it)",
+    ),
+    "RequestResponseCycle.message_event": (
+        "5bd7672e3075032059806e9cb88973fddb8a120350d33b07bb6b06853b34b5b1",
+        "LaneCycle.message_event (_NoEvent for a bodiless request) and read_body",
+    ),
+    "RequestResponseCycle.more_body": (
+        "bf2945bb1e5edb7a7459a76b8733b2c9dd5f3b4624f205cba2c32e08ce0cd29c",
+        "LaneCycle.more_body (the protocol clears it on message complete)",
+    ),
+    "RequestResponseCycle.response_complete": (
+        "8b8de25e0c963009b4481cd36d0656cdbfc3a779045c0afcf29f04b7a72e7f80",
+        "LaneCycle.response_complete (the protocol's pipelining and shutdown read it)",
+    ),
+    "RequestResponseCycle.response_started": (
+        "a8579bec4cd2a1781a053a6263be4e7be6203441bfa0cb9c8d33b7dbfe392fe8",
+        "OneWriteCycle.send (the head is held only at the start)",
+    ),
+    "RequestResponseCycle.scope": (
+        "a8579bec4cd2a1781a053a6263be4e7be6203441bfa0cb9c8d33b7dbfe392fe8",
+        "OneWriteCycle.send (HEAD is written as uvicorn writes it)",
+    ),
+    "RequestResponseCycle.send": (
+        "abdd8601b326a8da972436918d3a954e1ef39c6bf0cd9e1c1954c2e798d0bb9c",
+        "OneWriteCycle.send: the head written to a stand-in transport, then the body",
+    ),
+    "RequestResponseCycle.transport": (
+        "8b8de25e0c963009b4481cd36d0656cdbfc3a779045c0afcf29f04b7a72e7f80",
+        "OneWriteCycle.send swaps it for _HeadBuffer during the start",
+    ),
+    "STATUS_LINE": (
+        "4736834f2615eee997d37ecc45d4973517ea6cacf060ceb95e4de26259d01366",
+        "LaneCycle.write's status lines (byte-identical answers, test_lane.py)",
+    ),
+    "ServerState.default_headers": (
+        "8daf3a9b4e4e424520b5f7fd00df3eeb4eed5cb7bdcd17a8a2e15fbe89c06ea8",
+        "LaneCycle.write (server and date headers)",
+    ),
+    "ServerState.total_requests": (
+        "8daf3a9b4e4e424520b5f7fd00df3eeb4eed5cb7bdcd17a8a2e15fbe89c06ea8",
+        "on_lane_response_complete (--limit-max-requests counts lane requests)",
+    ),
+}
+
+
+def digest(member: str) -> str:
+    """sha256 of a member's source: a method's, an attribute's (every method of its class
+    mentioning it), a module constant's value."""
+    owner, _, name = member.rpartition(".")
+    if not owner:
+        value = getattr(httptools_impl, name)
+        return hashlib.sha256(repr(value).encode()).hexdigest()
+    cls = UVICORN_CLASSES[owner]
+    found = cls.__dict__.get(name)
+    if inspect.isfunction(found):
+        return hashlib.sha256(inspect.getsource(found).encode()).hexdigest()
+    using = [
+        inspect.getsource(method)
+        for method in vars(cls).values()
+        if inspect.isfunction(method) and name in _self_attributes(method)
+    ]
+    if not using:
+        raise KeyError(f"{member}: uvicorn defines no such member")
+    return hashlib.sha256("".join(using).encode()).hexdigest()
+
+
+def _self_attributes(function: Any) -> set[str]:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    }
+
+
+def owned(owner: str) -> set[str]:
+    """What a uvicorn class defines: its methods and class attributes, and every attribute
+    its methods assign on self."""
+    cls = UVICORN_CLASSES[owner]
+    names = {name for klass in cls.__mro__[:-1] for name in vars(klass)}
+    for method in vars(cls).values():
+        if inspect.isfunction(method):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+            names |= {
+                node.attr
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            }
+    return names - {"__module__", "__doc__", "__dict__", "__weakref__", "__qualname__"}
+
+
+def used_by_server() -> set[str]:
+    """Every uvicorn member server.py reaches, as "Class.name" (or "NAME" for a constant of
+    httptools_impl)."""
+    tree = ast.parse(Path(server.__file__).read_text())
+    used: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("uvicorn"):
+            for alias in node.names:
+                used.add(alias.name if alias.name not in UVICORN_CLASSES else "")
+        if isinstance(node, ast.ClassDef):
+            used |= _used_in_class(node)
+    return used - {""}
+
+
+def _used_in_class(node: ast.ClassDef) -> set[str]:
+    base = OURS.get(node.name)
+    used: set[str] = set()
+    for attr in ast.walk(node):
+        if not isinstance(attr, ast.Attribute):
+            continue
+        owner = _owner_of(attr.value, base, node.name)
+        if owner is not None and attr.attr in owned(owner):
+            used.add(f"{owner}.{attr.attr}")
+    return used
+
+
+def _owner_of(value: ast.expr, base: str | None, cls: str) -> str | None:
+    """The uvicorn class whose member `value.<attr>` is, if any."""
+    if isinstance(value, ast.Name) and value.id == "self":
+        return base
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        return base if value.func.id == "super" else None
+    if isinstance(value, ast.Attribute):
+        if value.attr == "protocol" and cls == "LaneCycle":
+            return "HttpToolsProtocol"
+        holder = _owner_of(value.value, base, cls) or (
+            "HttpToolsProtocol" if cls == "LaneCycle" else None
+        )
+        if holder is not None and value.attr in HOLDS:
+            return HOLDS[value.attr]
+    return None
+
+
+def test_uvicorn_is_the_version_the_lane_was_written_against() -> None:
+    changed = [
+        f"{member}: changed in this uvicorn; re-check {what}"
+        for member, (expected, what) in sorted(GUARDED.items())
+        if digest(member) != expected
+    ]
+    assert not changed, "\n".join(changed)
+
+
+def test_every_uvicorn_member_server_py_uses_is_guarded() -> None:
+    missing = sorted(used_by_server() - set(GUARDED))
+    assert not missing, f"add to GUARDED (with what to re-check): {missing}"
+
+
+def test_lane_cycle_has_every_attribute_uvicorns_protocol_reads_off_its_cycle() -> None:
+    source = textwrap.dedent(inspect.getsource(httptools_impl.HttpToolsProtocol))
+    read = {
+        node.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "cycle"
+    }
+    assert read <= set(server.LaneCycle.__slots__)
+    assert {f"RequestResponseCycle.{name}" for name in read} <= set(GUARDED)
+
+
+def test_the_httptools_parser_calls_are_its_documented_api() -> None:
+    """httptools is used through its README's API only (parse_url, HttpRequestParser's
+    get_method, get_http_version, should_keep_alive, should_upgrade): no cap needed."""
+    parser = httptools.HttpRequestParser(object())
+    for name in ("get_method", "get_http_version", "should_keep_alive", "should_upgrade"):
+        assert callable(getattr(parser, name))
+    assert httptools.parse_url(b"/jobs?a=1").query == b"a=1"
+
+
+@pytest.mark.parametrize("member", ["HttpToolsProtocol.nothing_like_this", "NO_SUCH_CONSTANT"])
+def test_a_member_uvicorn_does_not_have_is_an_error_not_a_pass(member: str) -> None:
+    with pytest.raises((KeyError, AttributeError)):
+        digest(member)
+
+
+def test_a_changed_member_is_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    def on_response_complete(self: Any) -> None:
+        self.server_state.total_requests += 2
+
+    protocol = httptools_impl.HttpToolsProtocol
+    monkeypatch.setattr(protocol, "on_response_complete", on_response_complete)
+    assert (
+        digest("HttpToolsProtocol.on_response_complete")
+        != GUARDED["HttpToolsProtocol.on_response_complete"][0]
+    )
+
+
+def test_the_scan_sees_what_server_py_reaches() -> None:
+    used = used_by_server()
+    assert {
+        "STATUS_LINE",
+        "HttpToolsProtocol.pipeline",  # self.pipeline in LaneProtocol
+        "HttpToolsProtocol._start_asgi_task",  # super()._start_asgi_task
+        "HttpToolsProtocol.tasks",  # self.protocol.tasks in LaneCycle
+        "ServerState.default_headers",  # self.protocol.server_state.default_headers
+        "FlowControl.write_paused",  # self.flow.write_paused
+        "RequestResponseCycle.expected_content_length",  # in OneWriteCycle
+    } <= used
