@@ -221,6 +221,25 @@ local function finish(id, n, job, status, now, stamp)
   return store_job(id, job)
 end
 
+-- The jobs that entered `index` (a sorted set scored by when) before `cutoff`, `batch` of
+-- them: each leaves the index, and one still `held` ends with `status`, after `mark(job)`
+-- says why (the timeout sweep, the cancels past their grace). Returns {entries read, the
+-- ids ended...}: fewer entries than `batch` means the index holds no more expired ones.
+local function end_expired(index, cutoff, batch, held, status, mark, now, stamp)
+  local expired = redis.call("ZRANGEBYSCORE", index, "-inf", "(" .. cutoff, "LIMIT", 0, batch)
+  local ended = {#expired}
+  for _, id in ipairs(expired) do
+    redis.call("ZREM", index, id)
+    local job = load_job(id)
+    if job and job.status == held then
+      mark(job)
+      finish(id, redis.call("ZSCORE", K.all_jobs, id), job, status, now, stamp)
+      ended[#ended + 1] = id
+    end
+  end
+  return ended
+end
+
 -- A running job's next attempt (a failed report, its node lost): pending again on node `to`.
 -- It has not ended, so no event. `counted`: the attempt uses one of its retries (a service
 -- placed again after its node was lost does not). Returns the stored record.

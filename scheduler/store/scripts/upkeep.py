@@ -34,18 +34,8 @@ SWEEP_TIMEOUTS = Script(
 -- Fail the running run-jobs that started before `cutoff` (strictly): exit -1, "job timed
 -- out", no retry, their event. Reads only the expired entries of the deadlines, `batch` of
 -- them. Returns {number of entries read, ids of the jobs it failed...}.
-local expired = redis.call("ZRANGEBYSCORE", K.deadlines, "-inf", "(" .. cutoff, "LIMIT", 0, batch)
-local failed = {#expired}
-for _, id in ipairs(expired) do
-  redis.call("ZREM", K.deadlines, id)
-  local job = load_job(id)
-  if job and job.status == "running" then
-    job.exit_code, job.stderr = -1, "job timed out"
-    finish(id, redis.call("ZSCORE", K.all_jobs, id), job, "failed", now, stamp)
-    failed[#failed + 1] = id
-  end
-end
-return failed
+local function timed_out(job) job.exit_code, job.stderr = -1, "job timed out" end
+return end_expired(K.deadlines, cutoff, batch, "running", "failed", timed_out, now, stamp)
 """,
     _batch,
 )
@@ -62,20 +52,12 @@ FINISH_CANCELS = Script(
 -- The cancelling jobs whose agent has not reported them cancelled within the grace (asked
 -- before `cutoff`; the original agent cannot be told): cancelled now, their node's slot
 -- free, their event. Returns {number of entries read, ids of the jobs it cancelled...}.
-local expired = redis.call("ZRANGEBYSCORE", K.cancelling, "-inf", "(" .. cutoff, "LIMIT", 0, batch)
-local ended = {#expired}
-for _, id in ipairs(expired) do
-  redis.call("ZREM", K.cancelling, id)
-  local job = load_job(id)
-  if job and job.status == "cancelling" then
-    if (job.stderr or "") == "" then
-      job.stderr = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
-    end
-    finish(id, redis.call("ZSCORE", K.all_jobs, id), job, "cancelled", now, stamp)
-    ended[#ended + 1] = id
+local function unconfirmed(job)
+  if (job.stderr or "") == "" then
+    job.stderr = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
   end
 end
-return ended
+return end_expired(K.cancelling, cutoff, batch, "cancelling", "cancelled", unconfirmed, now, stamp)
 """,
     _batch,
 )
