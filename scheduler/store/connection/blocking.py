@@ -96,19 +96,16 @@ def _ask(ask: discovery.Ask) -> Any:
 
 def locate(target: SentinelRedis | ClusterRedis, prefix: str) -> tuple[str, int]:
     """discovery.locate's steps carried out with blocking connections."""
-    steps = discovery.locate(target, prefix)
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
+    locating = discovery.Locating(target, prefix)
+    while (ask := locating.ask) is not None:
         try:
-            ask = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as located:
-            address: tuple[str, int] = located.value
-            return address
-        try:
-            reply, error = _ask(ask), None
+            reply = _ask(ask)
         except discovery.ASK_ERRORS as exc:
-            reply, error = None, exc
+            locating.fail(exc)
+        else:
+            locating.answer(reply)
+    assert locating.address is not None
+    return locating.address
 
 
 class _Locator:

@@ -18,7 +18,7 @@ and the blocking clients (blocking.py) each only carry the steps out on their ow
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, NamedTuple
 
 from redis.crc import key_slot
@@ -104,6 +104,30 @@ def locate(target: SentinelRedis | ClusterRedis, prefix: str) -> Steps:
     if isinstance(target, SentinelRedis):
         return (yield from _sentinel_primary(target))
     return (yield from _slot_owner(target, tag_slot(prefix)))
+
+
+class Locating:
+    """`locate` being carried out: `ask` is the step to take next, None once `address` is
+    known. A client sends each step's command and gives back the reply (`answer`) or the
+    error (`fail`); the question itself is only asked here."""
+
+    def __init__(self, target: SentinelRedis | ClusterRedis, prefix: str) -> None:
+        self._steps = locate(target, prefix)
+        self.address: tuple[str, int] | None = None
+        self.ask: Ask | None = self._advance(lambda: next(self._steps))
+
+    def answer(self, reply: Any) -> None:
+        self.ask = self._advance(lambda: self._steps.send(reply))
+
+    def fail(self, error: BaseException) -> None:
+        self.ask = self._advance(lambda: self._steps.throw(error))
+
+    def _advance(self, step: Callable[[], Ask]) -> Ask | None:
+        try:
+            return step()
+        except StopIteration as located:
+            self.address = located.value
+            return None
 
 
 def _sentinel_primary(target: SentinelRedis) -> Steps:

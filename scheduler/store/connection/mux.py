@@ -234,19 +234,16 @@ class MuxRedis:
 
 async def _locate(target: SentinelRedis | ClusterRedis, prefix: str) -> tuple[str, int]:
     """discovery.locate's steps, each asked on a short-lived connection."""
-    steps = discovery.locate(target, prefix)
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
+    locating = discovery.Locating(target, prefix)
+    while (ask := locating.ask) is not None:
         try:
-            ask = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as located:
-            address: tuple[str, int] = located.value
-            return address
-        try:
-            reply, error = await _ask(ask), None
+            reply = await _ask(ask)
         except discovery.ASK_ERRORS as exc:
-            reply, error = None, exc
+            locating.fail(exc)
+        else:
+            locating.answer(reply)
+    assert locating.address is not None
+    return locating.address
 
 
 async def _ask(ask: discovery.Ask) -> Any:
