@@ -20,7 +20,6 @@ Server, its event loop set-up); the lane's tests (test_lane*.py) exercise that.
 from __future__ import annotations
 
 import ast
-import hashlib
 import inspect
 import textwrap
 from pathlib import Path
@@ -34,6 +33,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.server import ServerState
 
 from scheduler.api import server
+from tests.guards import member_digest, owned, value_digest
 
 UVICORN_CLASSES: dict[str, type] = {
     "HttpToolsProtocol": httptools_impl.HttpToolsProtocol,
@@ -226,54 +226,17 @@ GUARDED: dict[str, tuple[str, str]] = {
 
 
 def digest(member: str) -> str:
-    """sha256 of a member's source: a method's, an attribute's (every method of its class
-    mentioning it), a module constant's value."""
+    """sha256 of a member's source (tests/guards.py), or a module constant's value."""
     owner, _, name = member.rpartition(".")
     if not owner:
-        value = getattr(httptools_impl, name)
-        return hashlib.sha256(repr(value).encode()).hexdigest()
+        return value_digest(getattr(httptools_impl, name))
+    return member_digest(UVICORN_CLASSES[owner], name)
+
+
+def owned_by(owner: str) -> set[str]:
+    """What a uvicorn class owns, its bases' members included."""
     cls = UVICORN_CLASSES[owner]
-    found = cls.__dict__.get(name)
-    if inspect.isfunction(found):
-        return hashlib.sha256(inspect.getsource(found).encode()).hexdigest()
-    using = [
-        inspect.getsource(method)
-        for method in vars(cls).values()
-        if inspect.isfunction(method) and name in _self_attributes(method)
-    ]
-    if not using:
-        raise KeyError(f"{member}: uvicorn defines no such member")
-    return hashlib.sha256("".join(using).encode()).hexdigest()
-
-
-def _self_attributes(function: Any) -> set[str]:
-    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    return {
-        node.attr
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-    }
-
-
-def owned(owner: str) -> set[str]:
-    """What a uvicorn class defines: its methods and class attributes, and every attribute
-    its methods assign on self."""
-    cls = UVICORN_CLASSES[owner]
-    names = {name for klass in cls.__mro__[:-1] for name in vars(klass)}
-    for method in vars(cls).values():
-        if inspect.isfunction(method):
-            tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
-            names |= {
-                node.attr
-                for node in ast.walk(tree)
-                if isinstance(node, ast.Attribute)
-                and isinstance(node.ctx, ast.Store)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "self"
-            }
-    return names - {"__module__", "__doc__", "__dict__", "__weakref__", "__qualname__"}
+    return {name for klass in cls.__mro__[:-1] for name in owned(klass)}
 
 
 def used_by_server() -> set[str]:
@@ -297,7 +260,7 @@ def _used_in_class(node: ast.ClassDef) -> set[str]:
         if not isinstance(attr, ast.Attribute):
             continue
         owner = _owner_of(attr.value, base, node.name)
-        if owner is not None and attr.attr in owned(owner):
+        if owner is not None and attr.attr in owned_by(owner):
             used.add(f"{owner}.{attr.attr}")
     return used
 
