@@ -3,7 +3,7 @@ idempotent, so a run repeated after a crash (or abandoned by a killed worker and
 the next period's run) loses and duplicates nothing.
 
 Periodic tasks take their period number (the trigger's job id carries it too) and log the run
-under P:runs:<task>.
+under {P}:runs:<task>.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How the agent runs a job: the process, its limits, its bounded output, and deploy archives.
 
-The protocol side (register, poll, claim, report) is in agent.py; this module only turns a job
-into an `Outcome` (exit code, stdout, stderr), or into a running `Service`.
+The protocol side (register, poll, claim, report) is in loop.py and remote.py; this module only
+turns a job into an `Outcome` (exit code, stdout, stderr), or into a running `Service`.
 """
 
 from __future__ import annotations

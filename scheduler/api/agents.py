@@ -2,8 +2,8 @@
 who the caller is under AGENT_AUTH, and how many report bytes a process reads at once.
 
 Node tokens are random, handed out once by POST /nodes/register; Redis holds only their
-SHA-256, and the scripts decide (lua.CALLER), so a token works on every replica and stops
-working everywhere the moment its node is deleted.
+SHA-256, and the scripts decide (store/scripts/library.py, node_access), so a token works on
+every replica and stops working everywhere the moment its node is deleted.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ class AgentAuth:
         return self.mode == "token" and bool(self.api_key or self.join_key)
 
     def identify(self, request: Request) -> str:
-        """The caller as the scripts take it (lua.CALLER), whatever the mode; "join" for the
-        join key, which the scripts accept only to register a node."""
+        """The caller as the scripts take it (library.py, node_access), whatever the mode;
+        "join" for the join key, which the scripts accept only to register a node."""
         return self.identify_token(bearer(request))
 
     def identify_token(self, token: str) -> str:

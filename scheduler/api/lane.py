@@ -4,7 +4,7 @@ from `scheduler serve`'s HTTP protocol (server.LaneProtocol) without going throu
 Why: uvicorn's per-request ASGI cycle (scope, event, task, messages) and Starlette's routing,
 middleware and Request/Response objects were most of the ~80-110 µs of API CPU a GET
 /jobs/{id} cost on this 2-core machine; served here it costs ~35-45 µs, about half of it the
-socket writes, and reads and submits run 1.5-2x faster (docs/ARCHITECTURE.md, Performance).
+socket writes, and reads and submits run 1.5-2x faster (docs/PERFORMANCE.md, The hot lane).
 A read and a poll, one Redis command each, are answered in the reply's callback, with no
 task (Route.send); a submit and a report, which read a body and may call Redis twice, in a
 task each.

@@ -4,7 +4,7 @@ Why: uvicorn writes the status line and headers when the app sends `http.respons
 then the body when it sends `http.response.body`: two writes, so two send() syscalls, for
 every response. The API's responses are whole bodies with a Content-Length, so holding the
 head until the body comes makes it one write. `scheduler serve` uses this protocol when
-httptools is installed (docs/ARCHITECTURE.md, Performance, has the figures).
+httptools is installed (docs/PERFORMANCE.md has the figures).
 """
 
 from __future__ import annotations

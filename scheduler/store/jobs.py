@@ -22,7 +22,7 @@ from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, Script, jobs, nodes, upkeep
+from scheduler.store.scripts import Call, jobs, nodes, upkeep
 
 _node_decoder = msgspec.json.Decoder(Node)
 
@@ -43,14 +43,6 @@ Sending: TypeAlias = tuple[Reply, Callable[[Any], T]]
 MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
 DELETE_MOVES = 1000  # pending jobs a node deregistration moves in its own script
 Moves = list[upkeep.Requeued]  # (JobStore.list shadows the builtin in its class body)
-
-
-def acks(settings: Settings, script: Script[Any]) -> tuple[int, int]:
-    """(replicas to wait for, WAIT timeout in ms) for a call of `script`; 0: no WAIT. Every
-    script that may write waits for REDIS_MIN_REPLICAS_ACKED replicas."""
-    if script.read_only:
-        return 0, 0
-    return settings.redis_min_replicas_acked, settings.redis_replicas_ack_timeout_ms
 
 
 @functools.lru_cache(maxsize=1024)
@@ -88,7 +80,7 @@ class JobStore:
 
     async def run(self, call: Call[T]) -> T:
         script = call.script
-        replicas, timeout_ms = acks(self.settings, script)
+        replicas, timeout_ms = script.acks(self.settings)
         cost = READ_COST if script.read_only else WRITE_COST
         root = [self.keys.root]
         reply = await self.redis.evalsha(

@@ -13,7 +13,6 @@ from scheduler.config import Settings
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.connection.discovery import ReplicasNotAcked
-from scheduler.store.jobs import acks
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, Call, jobs, upkeep
 from scheduler.store.scripts.jobs import Created
@@ -39,7 +38,7 @@ class SyncJobStore:
 
     def run(self, call: Call[T]) -> T:
         script = call.script
-        replicas, timeout_ms = acks(self.settings, script)
+        replicas, timeout_ms = script.acks(self.settings)
         if not replicas:
             registered = self._scripts[script.name]
             return call.parse(registered(keys=[self.keys.root], args=call.args))

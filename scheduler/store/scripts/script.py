@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from scheduler.config import Settings
 from scheduler.store.scripts.library import assemble
 
 T = TypeVar("T")
@@ -64,6 +65,13 @@ class Script(Generic[T]):
             rest: Sequence[Any] = args[self.rest]
             values.extend(rest)
         return Call(self, values)
+
+    def acks(self, settings: Settings) -> tuple[int, int]:
+        """(replicas to wait for, WAIT timeout in ms) after a call; 0: no WAIT. Every script
+        that may write waits for REDIS_MIN_REPLICAS_ACKED replicas."""
+        if self.read_only:
+            return 0, 0
+        return settings.redis_min_replicas_acked, settings.redis_replicas_ack_timeout_ms
 
     def __repr__(self) -> str:
         return f"Script({self.name})"
