@@ -11,6 +11,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     ClientFactory,
@@ -204,3 +205,31 @@ def test_node_lost_secs_defaults_to_four_ttls(make_settings: SettingsFactory) ->
     assert make_settings(node_ttl_secs=600).node_lost_after == 2400
     assert make_settings().node_lost_after == 120
     assert make_settings(node_ttl_secs=30, node_lost_secs=45).node_lost_after == 45
+
+
+@pytest.mark.parametrize("stale", ["another node's job", "a running job", "no record"])
+def test_a_stale_queue_entry_is_dropped_not_moved_for_ever(
+    stale: str, api: TestClient, store: SyncJobStore, rclient: redis.Redis, settings: Settings
+) -> None:
+    """An entry in a lost node's queue whose job is not pending there (left by a crash or a
+    restore over older state) leaves the queue; it used to be moved again on every call, so
+    the sweep's loop (a full batch: call again) never ended."""
+    register(api, "a", "b")
+    job_id = next(j["job_id"] for j in (submit(api, command="x") for _ in range(2)))
+    keys = Keys(settings.redis_prefix)
+    node = api.get(f"/jobs/{job_id}").json()["node_id"]
+    other = "b" if node == "a" else "a"
+    if stale == "a running job":
+        assert report(api, job_id, "running").status_code == 200
+        other = node
+    elif stale == "no record":
+        job_id = "job-999"
+    rclient.zadd(keys.node_status(other, "pending"), {job_id: 1})
+    now = time.time()
+    last_heard(rclient, settings, "a" if other == "a" else "b", now - 61)
+    last_heard(rclient, settings, "b" if other == "a" else "a", now)
+
+    moved = store.requeue_lost(now, limit=1)
+
+    assert job_id not in [m.job_id for m in moved]
+    assert rclient.zscore(keys.node_status(other, "pending"), job_id) is None

@@ -209,6 +209,7 @@ end
 -- (retention reads it), and its event is published: exactly one per job, here and nowhere
 -- else. The caller has set the job's other fields. Returns the stored record.
 local function finish(id, n, job, status, now, stamp)
+  if FINAL[job.status] then error("finish: " .. id .. " has ended already") end
   if job.status == "running" or job.status == "cancelling" then
     release(id, job)
     wake_node(job.node_id)
@@ -262,7 +263,9 @@ local function move_pending(node, live, limit, moved)
     if #ids == 0 then return end
     for _, id in ipairs(ids) do
       local job = load_job(id)
-      if not job or (job.instance_id or "") ~= "" then
+      if not job or job.node_id ~= node or job.status ~= "pending" then
+        redis.call("ZREM", queue, id)  -- a stale entry: the job is not pending here
+      elseif (job.instance_id or "") ~= "" then
         skipped = skipped + 1
       else
         local target = next_live(live)
