@@ -34,15 +34,17 @@ DRAIN_SECS = 2.0
 EXIT_POLL_SECS = 0.05
 
 
-# A polled job as the agent reads it: a Job of which only job_id must be there (agents treat
-# every other field as optional, CONTRACT 2.2); fields it does not know are ignored.
+# A polled job as the agent reads it: its id and what a client may submit (the Job fields
+# marked SUBMITTED), each optional (agents treat every field but job_id and command as
+# optional, CONTRACT 2.2). Every other field of the wire job is ignored, whatever its type:
+# the agent may poll a scheduler that writes them otherwise. For the type checker it is a Job,
+# whose fields it reads with the same types.
 if TYPE_CHECKING:
     AgentJob = Job
 else:
     AgentJob = msgspec.defstruct(
         "AgentJob",
-        [(f.name, f.annotation, f.empty) for f in JOB_FIELDS if f.required and f.name != "job_id"],
-        bases=(Job,),
+        [("job_id", str), *((f.name, f.annotation, f.empty) for f in JOB_FIELDS if f.submitted)],
         kw_only=True,
         module=__name__,
     )

@@ -148,3 +148,18 @@ def test_an_agent_with_only_the_join_key_registers_and_works(api: str, tmp_path:
         return registered, jobs.status_code
 
     assert asyncio.run(go()) == (True, 200)
+
+
+def test_a_polled_job_is_read_for_what_the_agent_uses_only() -> None:
+    """The agent reads a polled job's id and what a client submits; the other fields of the
+    wire job are not its business, whatever their types (another scheduler may write them
+    otherwise), so they never make it drop a poll."""
+    from scheduler.agent.remote import _jobs_decoder
+
+    body = (
+        b'[{"job_id":"job-1","node_id":7,"command":"echo hi","env_vars":{"A":"1"},'
+        b'"status":null,"retry_count":"1","created_at":1700000000,"stdout":null,"extra":[1]}]'
+    )
+    (job,) = _jobs_decoder.decode(body)
+    assert (job.job_id, job.command, job.env_vars) == ("job-1", "echo hi", {"A": "1"})
+    assert not hasattr(job, "created_at") and not hasattr(job, "stdout")
