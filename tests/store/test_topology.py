@@ -5,10 +5,14 @@ REDIS_MIN_REPLICAS_ACKED: a node that is not the primary drops the connection as
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socketserver
+import threading
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
+import hiredis
 import pytest
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -16,16 +20,11 @@ from redis.exceptions import ResponseError
 
 from scheduler.config import Settings
 from scheduler.models.job import STATUSES
-from scheduler.store.connection.discovery import (
-    TOPOLOGY_ERRORS,
-    NotPrimary,
-    ReplicasNotAcked,
-    slot_owner,
-    tag_slot,
-)
+from scheduler.store.connection.blocking import sync_client
+from scheduler.store.connection.discovery import TOPOLOGY_ERRORS, NotPrimary, slot_owner, tag_slot
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.protocol import FLUSH_COST, WRITE_COST
-from scheduler.store.errors import JobNotFound
+from scheduler.store.errors import JobNotFound, ReplicasNotAcked
 from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS
@@ -327,3 +326,53 @@ def test_the_mux_connects_only_to_a_node_that_says_it_is_the_primary(
         sentinel.close()
 
     run(scenario())
+
+
+@contextlib.contextmanager
+def blocking_fake_sentinel(names: str) -> Iterator[int]:
+    """`_fake_sentinel` for blocking clients: a thread answering every command with the
+    address `names` (host:port). Yields its port."""
+    host, port = names.split(":")
+    address = f"*2\r\n${len(host)}\r\n{host}\r\n${len(port)}\r\n{port}\r\n".encode()
+
+    class Answer(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            # redis-py also says HELLO (RESP3) and CLIENT SETINFO on connect.
+            commands = hiredis.Reader()
+            while data := self.request.recv(1 << 16):
+                commands.feed(data)
+                while (command := commands.gets()) is not False:
+                    name = command[0].upper()
+                    hello = b"%1\r\n+proto\r\n:3\r\n"
+                    answer = address if name == b"SENTINEL" else b"+OK\r\n"
+                    self.request.sendall(hello if name == b"HELLO" else answer)
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Answer) as server:
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield server.server_address[1]
+        finally:
+            server.shutdown()
+
+
+@pytest.mark.parametrize("named", ["primary", "replica"])
+def test_the_blocking_client_connects_only_to_a_node_that_says_it_is_the_primary(
+    pair: tuple[str, str], named: str, make_settings: SettingsFactory
+) -> None:
+    """As the mux: the workers' and the CLI's connections ask ROLE after the sentinels."""
+    url = pair[0] if named == "primary" else pair[1]
+    address = url.removeprefix("redis://").removesuffix("/0")
+    with blocking_fake_sentinel(address) as port:
+        dead = f"127.0.0.1:{free_port()}"  # asked first, skipped
+        settings = make_settings(redis_url=f"redis+sentinel://{dead},127.0.0.1:{port}/svc/0")
+        client = sync_client(settings)
+        try:
+            if named == "primary":
+                assert client.ping() is True
+            else:
+                with pytest.raises(NotPrimary, match="slave, not the primary"):
+                    client.ping()
+        finally:
+            client.close()

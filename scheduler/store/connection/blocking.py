@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
 from redis.connection import (
     AbstractConnection,
     Connection,
@@ -24,6 +25,7 @@ from redis.connection import (
     UnixDomainSocketConnection,
 )
 from redis.exceptions import AskError, ClusterDownError, ReadOnlyError, TryAgainError
+from redis.retry import Retry
 
 from scheduler.config import ClusterRedis, DirectRedis, SentinelRedis, Settings
 from scheduler.store.connection import discovery
@@ -87,6 +89,9 @@ def _ask(ask: discovery.Ask) -> Any:
         password=ask.password,
         socket_timeout=discovery.DISCOVERY_TIMEOUT_SECS,
         socket_connect_timeout=discovery.DISCOVERY_TIMEOUT_SECS,
+        # One try: a dead sentinel or seed costs DISCOVERY_TIMEOUT_SECS, then the next is
+        # asked (redis-py's default retry made it ~3.6 s).
+        retry=Retry(NoBackoff(), 0),
     )
     try:
         return node.execute_command(*ask.command)  # type: ignore[no-untyped-call]

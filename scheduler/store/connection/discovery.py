@@ -11,6 +11,14 @@ node is not (or no longer) the one to talk to (`TOPOLOGY_ERRORS`) drops the conn
 reaches the caller as a ConnectionError, the error a lost connection raises: the API turns it
 into 503, the workers wait it out (workers.outage), and the next connect resolves afresh.
 
+Sentinel is asked only for the primary's address (SENTINEL get-master-addr-by-name), and the
+node itself then for its ROLE: a primary the sentinels still name while cut off from them, or
+already demoted, is refused on connect or on its first write (READONLY). That ROLE needs an
+ACL user allowed it (it is an @admin command) under Sentinel. redis-py's Sentinel client also
+read the sentinels' down flags; the ROLE check covers what they catch but a primary cut off
+with a sentinel that still names it, whose writes may be lost at the failover unless
+REDIS_MIN_REPLICAS_ACKED has replicas hold them (README, Redis with replicas).
+
 The question is asked here once, as steps (`locate`): each step names a node and the command
 to send it, and is given the reply, or the error, back. The API's asyncio connection (mux.py)
 and the blocking clients (blocking.py) each only carry the steps out on their own sockets.
@@ -42,19 +50,6 @@ DISCOVERY_TIMEOUT_SECS = 1.0
 
 class NotPrimary(RedisConnectionError):
     """The node answered that it is not where this deployment's keys are written now."""
-
-
-class ReplicasNotAcked(RedisConnectionError):
-    """Fewer replicas than REDIS_MIN_REPLICAS_ACKED confirmed a change in time. The change
-    may well have been applied on the primary: only its survival of a failover is unsure."""
-
-    def __init__(self, acked: int, wanted: int) -> None:
-        super().__init__(
-            f"store unavailable: {acked} of {wanted} replicas acknowledged the change in time"
-            " (REDIS_MIN_REPLICAS_ACKED); it may have been applied"
-        )
-        self.acked = acked
-        self.wanted = wanted
 
 
 def is_topology_error(message: str) -> bool:
@@ -123,6 +118,8 @@ class Locating:
         self.ask = self._advance(lambda: self._steps.throw(error))
 
     def _advance(self, step: Callable[[], Ask]) -> Ask | None:
+        if self.address is not None:
+            raise RuntimeError("located already: no step is waiting for an answer")
         try:
             return step()
         except StopIteration as located:

@@ -26,13 +26,13 @@ from redis.exceptions import NoScriptError
 
 from scheduler.config import ClusterRedis, DirectRedis, SentinelRedis, parse_redis_url
 from scheduler.store.connection import discovery
-from scheduler.store.connection.discovery import ReplicasNotAcked
 from scheduler.store.connection.protocol import (
     WRITE_COST,
     RedisProtocol,
     Reply,
     script_command,
 )
+from scheduler.store.errors import ReplicasNotAcked
 
 CERT_REQS = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
 
