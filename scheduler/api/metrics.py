@@ -4,7 +4,7 @@ Request counts and latencies are this process's own, counted by a pure ASGI midd
 plain integers (a dict lookup, a bisect and three additions a request: measured in
 benchmarks/metrics_cost.py), and turned into Prometheus families only when scraped. Job,
 node, outbox and background-work figures are the deployment's, read from Redis at scrape
-time in one round trip (scripts.OVERVIEW), so any replica answers them alike.
+time in one round trip (store/scripts/nodes.py, OVERVIEW), so any replica answers them alike.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from scheduler.nodes.placement import is_live
 from scheduler.store.jobs import JobStore
 from scheduler.store.scripts.nodes import Overview
 
@@ -149,7 +150,7 @@ class _Scrape(Collector):
             queued.add_metric([node, "pending"], pending)
             queued.add_metric([node, "running"], running)
             seen = self.view.last_seen.get(node, 0.0)
-            healthy.add_metric([node], 1 if self.now - seen <= self.node_ttl else 0)
+            healthy.add_metric([node], 1 if is_live(seen, self.now, self.node_ttl) else 0)
         yield queued
         yield healthy
 

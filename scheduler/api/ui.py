@@ -24,10 +24,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from scheduler.api.http import UI_COOKIE, HTTPError, read_body, ui_secret, whole_number
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
-from scheduler.models.fields import JobField
+from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, STATUSES, Job, job_decoder
 from scheduler.models.registry import Service
 from scheduler.models.wire import ID_RE, rfc3339
+from scheduler.nodes.placement import is_live
 from scheduler.snapshot.db import MAX_JOB_NUMBER, job_number
 
 PAGE_SIZE = 50
@@ -139,10 +140,10 @@ async def jobs_page(request: Request) -> Response:
     return page(request, "Jobs", body, refresh=not before)
 
 
-def _env_names(env: dict[str, str]) -> str:
-    # Names only: values are often secrets, and a screen is easy to look over.
-    names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(env))
-    return f'{names} <span class="muted">(values hidden)</span>' if env else ""
+def _names_only(mapping: dict[str, str]) -> str:
+    # Names only: values are often secrets (env_vars), and a screen is easy to look over.
+    names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(mapping))
+    return f'{names} <span class="muted">(values hidden)</span>' if mapping else ""
 
 
 # How a field's value shows, where it is not its plain text; the rest of the page's layout:
@@ -152,7 +153,6 @@ _SHOWN_AS: dict[str, Callable[[Any], str]] = {
     "node_id": lambda node: f'<a href="/ui/jobs?node_id={escape(node)}">{escape(node)}</a>',
     "command": lambda command: f"<code>{escape(command)}</code>",
     "job_type": lambda job_type: escape(job_type or "run"),
-    "env_vars": _env_names,
 }
 _FIRST = ("job_id", "status")
 _BELOW = ("stdout", "stderr")
@@ -165,6 +165,8 @@ _ROWS = sorted(
 def _cell(field: JobField, value: Any) -> str:
     if field.name in _SHOWN_AS:
         return _SHOWN_AS[field.name](value)
+    if field.kind is Kind.OBJECT:  # env_vars, and any map a later field holds
+        return _names_only(value or {})
     if not field.required and value == field.empty:
         return ""  # what the API leaves out
     return escape(value if isinstance(value, str) else msgspec.json.encode(value).decode())
@@ -243,7 +245,7 @@ async def nodes_page(request: Request) -> Response:
     for node_id in sorted(view.queues):
         pending, running = view.queues[node_id]
         seen = view.last_seen.get(node_id, 0.0)
-        health = "healthy" if now - seen <= ttl else "unhealthy"
+        health = "healthy" if is_live(seen, now, ttl) else "unhealthy"
         link = f'<a href="/ui/jobs?node_id={escape(node_id)}">{escape(node_id)}</a>'
         cells = (link, status_badge(health), _ago(seen, now), str(pending), str(running))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")

@@ -49,13 +49,22 @@ def healthy_compute_nodes(nodes: Mapping[str, NodeStatus]) -> list[str]:
     )
 
 
+def is_live(seen: float, now: float, ttl: float) -> bool:
+    """A node heard from (or seen healthy) at `seen` is live at `now` for `ttl` seconds: the
+    rule of GET /nodes, the UI and /metrics, and of the scripts' `live_nodes` (a score of at
+    least now - ttl), which place jobs by it."""
+    return now - seen <= ttl
+
+
 def live_node_ids(last_seen: Mapping[str, float], now: float, ttl: float) -> list[str]:
     """Ids of the built-in registry's nodes heard from within `ttl` seconds, sorted."""
-    return sorted(node_id for node_id, seen in last_seen.items() if now - seen <= ttl)
+    return sorted(node_id for node_id, seen in last_seen.items() if is_live(seen, now, ttl))
 
 
 def choose(candidates: Sequence[str], ticket: int) -> str:
-    """The node for round-robin ticket `ticket` (1, 2, 3, ... from INCR)."""
+    """The node for round-robin ticket `ticket` (1, 2, 3, ... from INCR). The scripts place
+    jobs by the same rule in Lua (store/scripts/library.py, next_live); this is its model,
+    which the placement tests hold both to."""
     if not candidates:
         raise NoHealthyNodes()
     return candidates[(ticket - 1) % len(candidates)]

@@ -81,3 +81,14 @@ def test_the_cancel_form_needs_its_token(make_client: ClientFactory) -> None:
     done = api.post("/ui/jobs/job-1/cancel", data={"csrf": token}, follow_redirects=False)
     assert (done.status_code, done.headers["location"]) == (303, "/ui/jobs/job-1")
     assert api.get("/jobs/job-1", headers=key).json()["status"] == "cancelled"
+
+
+def test_a_map_field_shows_its_names_never_its_values() -> None:
+    """env_vars' values stay off the job page, and so would those of any map a field added
+    to Job later holds (secrets are the usual values of a map of strings)."""
+    from scheduler.api.ui import _cell
+    from scheduler.models.fields import JobField, Kind
+
+    labels = JobField("labels", dict[str, str], Kind.OBJECT, False, False, True)
+    html = _cell(labels, {"SECRET_NAME": "hunter2"})
+    assert "SECRET_NAME" in html and "hunter2" not in html
