@@ -245,7 +245,7 @@ def test_a_request_becomes_the_create_scripts_json() -> None:
         b'{"command":"c","port":80,"status":"pending","retry_count":0,'
         b'"created_at":"2026-01-01T00:00:00Z"}'
     )
-    with pytest.raises(AssertionError):
+    with pytest.raises(ValueError):
         creation_json(msgspec.structs.replace(new, job_id="job-1"))
 
 

@@ -14,12 +14,12 @@ from scheduler.api.http import HTTPError, text_error
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import RegistryError
-from scheduler.store.connection.discovery import ReplicasNotAcked
 from scheduler.store.errors import (
     Conflict,
     Forbidden,
     JobNotFound,
     NodeNotFound,
+    ReplicasNotAcked,
     ServiceNotFound,
     StoreNotReady,
     TooManyNodes,

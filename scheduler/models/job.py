@@ -85,10 +85,12 @@ _PLACEHOLDERS = b'{"job_id":"","node_id":"",'
 
 
 def creation_json(job: Job) -> bytes:
-    """ARGV[1] of the create script (store/scripts/jobs.py CREATE_JOB): the job's record without
-    job_id and node_id, in Job's order; the script writes those two in front of the rest."""
+    """The create script's `record` (store/scripts/jobs.py CREATE_JOB): the job's record
+    without job_id and node_id, in Job's order; the script writes those two in front of the
+    rest. ValueError for a job whose id or node is set already."""
     record = record_encoder.encode(job)
-    assert record.startswith(_PLACEHOLDERS), record[: len(_PLACEHOLDERS)]
+    if not record.startswith(_PLACEHOLDERS):
+        raise ValueError(f"not a new job's record: {record[: len(_PLACEHOLDERS)]!r}")
     return b"{" + record[len(_PLACEHOLDERS) :]
 
 
@@ -141,7 +143,6 @@ def bound_output(text: str, limit: int) -> str:
 
 
 job_decoder = msgspec.json.Decoder(Job)
-jobs_decoder = msgspec.json.Decoder(list[Job])
 encoder = msgspec.json.Encoder()
 # Job records: Go's encoder writes a map's keys sorted (env_vars), and struct fields in
 # declaration order, which "deterministic" keeps.

@@ -1,10 +1,11 @@
 """The SQLite snapshot file (SCHEDULER_DB): its `jobs` table, and the conversions between its
 rows and the job records kept in Redis.
 
-The table is the original's (CONTRACT 2.11) plus our columns, so a file the Go scheduler wrote
-restores here, and a file we wrote still opens in the Go scheduler (it names its columns in
-every statement). The columns follow from models.job.Job: `id` (the original's name for job_id),
-then one per other field in Job's order, by the field's kind:
+The table holds the original's columns (CONTRACT 2.11, same names and types) plus ours, so a
+file the Go scheduler wrote restores here, and a file we wrote still opens in the Go scheduler
+(it names its columns in every statement; a file we create orders them as Job does, not as
+the Go schema, which matters only to a `SELECT *`). The columns follow from models.job.Job:
+`id` (the original's name for job_id), then one per other field in Job's order, by its kind:
 
   str            TEXT NOT NULL DEFAULT ''
   int            INTEGER NOT NULL DEFAULT 0

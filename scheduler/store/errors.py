@@ -1,7 +1,10 @@
-"""What a script's refusal becomes in Python: the exceptions its reply reader raises. The API
-turns each into its HTTP answer (api/errors.py)."""
+"""What a script's refusal becomes in Python: the exceptions its reply reader raises, and
+ReplicasNotAcked, a write the replicas did not confirm. The API turns each into its HTTP
+answer (api/errors.py)."""
 
 from __future__ import annotations
+
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 
 class JobNotFound(LookupError):
@@ -54,3 +57,16 @@ class StoreNotReady(Exception):
 
     def __str__(self) -> str:
         return "store not ready: restoring from the snapshot"
+
+
+class ReplicasNotAcked(RedisConnectionError):
+    """Fewer replicas than REDIS_MIN_REPLICAS_ACKED confirmed a change in time. The change
+    may well have been applied on the primary: only its survival of a failover is unsure."""
+
+    def __init__(self, acked: int, wanted: int) -> None:
+        super().__init__(
+            f"store unavailable: {acked} of {wanted} replicas acknowledged the change in time"
+            " (REDIS_MIN_REPLICAS_ACKED); it may have been applied"
+        )
+        self.acked = acked
+        self.wanted = wanted

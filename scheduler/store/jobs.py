@@ -22,7 +22,8 @@ from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, jobs, nodes, upkeep
+from scheduler.store.scripts import Call, jobs, nodes
+from scheduler.store.scripts.replies import Requeued
 
 _node_decoder = msgspec.json.Decoder(Node)
 
@@ -42,7 +43,7 @@ Sending: TypeAlias = tuple[Reply, Callable[[Any], T]]
 # answers 503 (the Rust agent then runs the service untracked).
 MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
 DELETE_MOVES = 1000  # pending jobs a node deregistration moves in its own script
-Moves = list[upkeep.Requeued]  # (JobStore.list shadows the builtin in its class body)
+Moves = list[Requeued]  # (JobStore.list shadows the builtin in its class body)
 
 
 @functools.lru_cache(maxsize=1024)

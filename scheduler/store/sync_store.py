@@ -12,10 +12,11 @@ from redis.exceptions import NoScriptError
 from scheduler.config import Settings
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
-from scheduler.store.connection.discovery import ReplicasNotAcked
+from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, Call, jobs, upkeep
 from scheduler.store.scripts.jobs import Created
+from scheduler.store.scripts.replies import Requeued
 
 T = TypeVar("T")
 
@@ -122,11 +123,11 @@ class SyncJobStore:
         """The sweep could not read the external registry: the unbroken stretch ends."""
         self.redis.delete(self.keys.registry_readable_since)
 
-    def requeue_lost(self, now: float, limit: int = 500) -> list[upkeep.Requeued]:
+    def requeue_lost(self, now: float, limit: int = 500) -> list[Requeued]:
         """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
         script call. Nodes are the built-in registry's, or the external registry's as the
         sweep saw them (`observe_nodes`)."""
-        moved: list[upkeep.Requeued] = []
+        moved: list[Requeued] = []
         s = self.settings
         while True:
             call = upkeep.requeue_lost(now, s.node_lost_after, s.node_ttl_secs, limit)

@@ -80,7 +80,9 @@ def test_json_array(items: list[bytes], body: bytes) -> None:
         ("GET", "/schedule", b"", False),
     ],
 )
-def test_is_open_route(method: str, path: str, query: bytes, is_open: bool) -> None:
+def test_the_table_says_which_calls_stay_open(
+    method: str, path: str, query: bytes, is_open: bool
+) -> None:
     assert TABLE.is_open(method, path, query) is is_open
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import pytest
@@ -120,7 +121,7 @@ def lose_node(run: Run) -> None:
     run.lose_node()
 
 
-# (the steps, the final status, the statuses seen after each step)
+# (the steps, the final status)
 ENDINGS: dict[str, tuple[list[Step], str]] = {
     "done": ([claim, done], "done"),
     "retried, then done": ([claim, fail, claim, done], "done"),
@@ -173,17 +174,85 @@ def assert_indexed_as_ended(rclient: redis.Redis, settings: Settings, job: dict[
     assert rclient.sismember(keys.dirty, job_id)
 
 
-def test_an_ended_job_frees_its_nodes_slot_and_wakes_it(
-    make_client: ClientFactory, make_settings: SettingsFactory, store: SyncJobStore
+# The endings of a running job on a node whose one slot it holds, each after claim.
+RUNNING_ENDINGS: dict[str, list[Step]] = {
+    "done": [done],
+    "failed, no retry left": [fail, claim, fail],
+    "timed out": [time_out],
+    "cancelled, the agent confirms": [cancel, confirm_cancel],
+    "cancelled, past the grace": [cancel, pass_grace],
+}
+
+
+@pytest.mark.parametrize("name", list(RUNNING_ENDINGS))
+def test_an_ended_job_frees_its_nodes_slot_and_wakes_its_long_poll(
+    name: str,
+    make_client: ClientFactory,
+    make_settings: SettingsFactory,
+    rclient: redis.Redis,
 ) -> None:
-    """With one slot per node, the next job is handed out the moment the first ends, by any
-    of the ways it can end while running."""
-    api = make_client(make_settings(max_jobs_per_node=1, job_timeout_secs=TIMEOUT))
-    register(api, "a")
-    first, second = submit(api, command="one"), submit(api, command="two")
-    poll = {"node_id": "a", "status": "pending"}
-    assert [j["job_id"] for j in api.get("/jobs", params=poll).json()] == [first["job_id"]]
-    assert report(api, first["job_id"], "running").status_code == 200
-    assert api.get("/jobs", params=poll).json() == []
-    assert store.sweep_timeouts(time.time() + TIMEOUT + 1) == [first["job_id"]]
-    assert [j["job_id"] for j in api.get("/jobs", params=poll).json()] == [second["job_id"]]
+    """With one slot per node, a poll waiting on the node (long-poll) is answered with the
+    next job the moment the first ends, whichever way it ends while running (a cancelling
+    job's poll never waits: it answers with the job to stop)."""
+    settings = make_settings(
+        max_jobs_per_node=1,
+        max_job_retries=1,
+        job_timeout_secs=TIMEOUT,
+        cancel_grace_secs=GRACE,
+        node_ttl_secs=TTL,
+        node_lost_secs=LOST,
+    )
+    store = SyncJobStore.connect(settings)
+    try:
+        run = Run(make_client(settings), store, rclient)
+        claim(run)
+        nxt = submit(run.api, command="next")
+        while nxt["node_id"] != "a":
+            nxt = submit(run.api, command="next")
+        poll = {"node_id": "a", "status": "pending", "wait": 30}
+        channel = Keys(settings.redis_prefix).node_channel("a")
+        steps = RUNNING_ENDINGS[name]
+        for step in steps[:-1]:
+            step(run)
+        if run.job()["status"] == "cancelling":
+            # The node's poll answers at once while it has a job to stop (X-Cancel-Jobs):
+            # nothing waits; the next poll after the end gets the next job.
+            steps[-1](run)
+            answered = run.api.get("/jobs", params=poll).json()
+        else:
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                waiting = pool.submit(run.api.get, "/jobs", params=poll)
+                until_subscribed(rclient, channel)
+                steps[-1](run)
+                answered = waiting.result(timeout=20).json()
+        assert [j["job_id"] for j in answered] == [nxt["job_id"]]
+    finally:
+        store.close()
+
+
+def until_subscribed(rclient: redis.Redis, channel: str) -> None:
+    """Until the API waits on `channel`, so only the ending's wake-up can answer the poll."""
+    deadline = time.monotonic() + 10
+    while cast(Any, rclient.pubsub_numsub(channel))[0][1] < 1:
+        assert time.monotonic() < deadline, f"nobody waits on {channel}"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("how", ["its node deregisters", "its node is lost"])
+def test_a_pending_job_moved_off_its_node_has_no_event(
+    how: str,
+    make_client: ClientFactory,
+    settings: Settings,
+    store: SyncJobStore,
+    rclient: redis.Redis,
+) -> None:
+    run = Run(make_client(settings), store, rclient)
+    if how == "its node deregisters":
+        assert run.api.delete("/nodes/a").status_code == 204
+    else:
+        now = time.time()
+        last_heard(rclient, settings, "a", now - LOST - 1)
+        last_heard(rclient, settings, "b", now)
+        assert [m.job_id for m in store.requeue_lost(now)] == [run.job_id]
+    assert (run.job()["status"], run.job()["node_id"]) == ("pending", "b")
+    assert run.own_events() == []

@@ -118,9 +118,10 @@ def redis_owner(base: type, name: str) -> type | None:
     return None
 
 
-def used_by_blocking() -> set[str]:
-    """Every redis-py member blocking.py's classes reach, as "Class.name"."""
-    tree = ast.parse(Path(blocking.__file__).read_text())
+def used_by_blocking(source: str = "") -> set[str]:
+    """Every redis-py member blocking.py's classes reach, as "Class.name" (of `source`, when
+    given, instead of the file)."""
+    tree = ast.parse(source or Path(blocking.__file__).read_text())
     used: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name in OURS:
@@ -170,3 +171,9 @@ def test_the_guard_sees_a_change_and_a_new_member() -> None:
     assert sha256(source + "\n") != expected
     assert "AbstractConnection.read_response" in used_by_blocking()
     assert redis_owner(Connection, "locator") is None  # ours, not redis-py's
+    planted = (
+        "class LocatedPool(ConnectionPool):\n"
+        "    def make(self):\n"
+        "        return self.make_connection()\n"
+    )
+    assert used_by_blocking(planted) - set(GUARDED) == {"ConnectionPool.make_connection"}

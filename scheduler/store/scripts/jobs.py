@@ -10,8 +10,9 @@ from scheduler.models.job import JobUpdate
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import Conflict, JobNotFound, StoreNotReady
-from scheduler.store.scripts import codes as lua
+from scheduler.store.scripts import codes
 from scheduler.store.scripts.codes import check_access
+from scheduler.store.scripts.replies import blobs, ids
 from scheduler.store.scripts.script import Call, Script
 
 
@@ -22,11 +23,11 @@ class Created:
 
 
 def _created(reply: list[Any]) -> Created:
-    if reply[0] == lua.NOT_READY:
+    if reply[0] == codes.NOT_READY:
         raise StoreNotReady()
-    if reply[0] == lua.NO_NODES:
+    if reply[0] == codes.NO_NODES:
         raise NoHealthyNodes()
-    return Created(job=reply[1], duplicate=reply[0] == lua.DUPLICATE)
+    return Created(job=reply[1], duplicate=reply[0] == codes.DUPLICATE)
 
 
 CREATE_JOB = Script(
@@ -34,7 +35,7 @@ CREATE_JOB = Script(
     "record mode now node_ttl dedup_key dedup_ttl *candidates",
     """
 -- record: the job's JSON without job_id and node_id, which this fills in (the id drawn here,
--- the node placed here: lua.PLACEMENT). dedup_key: the idempotency key (an SQS message) when
+-- the node placed here: library.py PLACEMENT). dedup_key: the idempotency key (an SQS message) when
 -- dedup_ttl > 0. Returns {OK, job JSON} | {DUPLICATE, job JSON} | {NO_NODES} | {NOT_READY}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
@@ -85,7 +86,7 @@ def create_job(
 
 
 def _picked(reply: list[Any]) -> str:
-    if reply[0] == lua.NO_NODES:
+    if reply[0] == codes.NO_NODES:
         raise NoHealthyNodes()
     return str(reply[1], "utf-8")
 
@@ -110,14 +111,6 @@ def pick_node(placement: Placement, now: float, node_ttl: float) -> Call[str]:
     )
 
 
-def ids(raw: list[bytes]) -> list[str]:
-    return [str(job_id, "utf-8") for job_id in raw]
-
-
-def _blobs(reply: list[bytes | None]) -> list[bytes]:
-    return [blob for blob in reply if blob is not None]
-
-
 @dataclass(slots=True)  # not frozen: a frozen init is ~0.4 µs more per poll
 class Polled:
     """An agent's poll: the jobs to run, and the ids of its jobs being cancelled."""
@@ -131,7 +124,7 @@ class Polled:
 
 def polled(reply: list[Any]) -> Polled:
     check_access(reply[0])
-    return Polled(jobs=_blobs(reply[2:]), cancels=ids(reply[1]))
+    return Polled(jobs=blobs(reply[2:]), cancels=ids(reply[1]))
 
 
 POLL = Script(
@@ -184,7 +177,7 @@ else
 end
 return get_jobs(ids, tonumber(budget))
 """,
-    _blobs,
+    blobs,
     read_only=True,
 )
 
@@ -205,18 +198,18 @@ def list_jobs(
 
 
 _CONFLICTS = {
-    lua.FINISHED: "job already finished",
-    lua.ALREADY_RUNNING: "job already running",
-    lua.NOT_RUNNING: "job is not running",
-    lua.OTHER_NODE: "job is bound to another node",
-    lua.CANCELLING: "job is being cancelled",
-    lua.NOT_CANCELLING: "job is not being cancelled",
+    codes.FINISHED: "job already finished",
+    codes.ALREADY_RUNNING: "job already running",
+    codes.NOT_RUNNING: "job is not running",
+    codes.OTHER_NODE: "job is bound to another node",
+    codes.CANCELLING: "job is being cancelled",
+    codes.NOT_CANCELLING: "job is not being cancelled",
 }
 
 
 def _changed(reply: list[Any]) -> bytes:
     code = reply[0]
-    if code == lua.NOT_FOUND:
+    if code == codes.NOT_FOUND:
         raise JobNotFound()
     check_access(code)
     if code in _CONFLICTS:
@@ -310,7 +303,7 @@ CANCEL_JOB = Script(
     "CANCEL_JOB",
     "job_id now stamp",
     """
--- DELETE /jobs/{id}. A pending job is cancelled at once (it ends: lua.finish). A running one
+-- DELETE /jobs/{id}. A pending job is cancelled at once (it ends: library.py finish). A running one
 -- becomes cancelling: it keeps its node's slot, its timeout no longer applies, and its agent
 -- learns it (the poll's X-Cancel-Jobs, the heartbeat's answer), kills it and reports
 -- cancelled; an agent that cannot be told (the original) gets 409 on its late report, and
@@ -339,7 +332,7 @@ def cancel_job(job_id: str, now: float) -> Call[bytes]:
 
 
 def _report_allowed(code: int) -> None:
-    if code == lua.NOT_FOUND:
+    if code == codes.NOT_FOUND:
         raise JobNotFound()
     check_access(code)
 

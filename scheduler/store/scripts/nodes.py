@@ -15,11 +15,10 @@ from scheduler.store.errors import (
     TooManyServices,
     Unauthorized,
 )
-from scheduler.store.scripts import codes as lua
+from scheduler.store.scripts import codes
 from scheduler.store.scripts.codes import check_access
-from scheduler.store.scripts.jobs import ids
+from scheduler.store.scripts.replies import Requeued, ids, requeued
 from scheduler.store.scripts.script import Call, Script
-from scheduler.store.scripts.upkeep import Requeued, requeued
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +34,11 @@ class Registration:
 
 def _registered(reply: list[Any]) -> str:
     code = reply[0]
-    if code == lua.UNAUTHORIZED:
+    if code == codes.UNAUTHORIZED:
         raise Unauthorized()
-    if code == lua.TOO_MANY_NODES:
+    if code == codes.TOO_MANY_NODES:
         raise TooManyNodes()
-    if code == lua.ROLE_LOCKED:
+    if code == codes.ROLE_LOCKED:
         raise Forbidden("forbidden: changing a node's role needs its token or the API key")
     return str(reply[1], "utf-8")
 
@@ -123,7 +122,7 @@ def register_node(
 
 
 def _heartbeat(reply: list[Any]) -> tuple[bytes, list[str]]:
-    if reply[0] == lua.NOT_FOUND:
+    if reply[0] == codes.NOT_FOUND:
         raise NodeNotFound()
     check_access(reply[0])
     blob: bytes = reply[1]
@@ -155,7 +154,7 @@ def heartbeat(node_id: str, now: float, caller: str) -> Call[tuple[bytes, list[s
 
 
 def _deleted(reply: list[Any]) -> list[Requeued]:
-    if reply[0] == lua.NOT_FOUND:
+    if reply[0] == codes.NOT_FOUND:
         raise NodeNotFound()
     check_access(reply[0])
     return requeued(reply[1:])
@@ -273,7 +272,7 @@ def overview(statuses: Sequence[str]) -> Call[Overview]:
 
 def _service_created(reply: list[Any]) -> bytes:
     check_access(reply[0])
-    if reply[0] == lua.TOO_MANY_NODES:
+    if reply[0] == codes.TOO_MANY_NODES:
         raise TooManyServices()
     blob: bytes = reply[1]
     return blob
@@ -324,7 +323,7 @@ def create_service(
 
 
 def _service_set(code: int) -> None:
-    if code == lua.NOT_FOUND:
+    if code == codes.NOT_FOUND:
         raise ServiceNotFound()
     check_access(code)
 

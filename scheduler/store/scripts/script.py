@@ -5,12 +5,14 @@ reads, and how its reply is read (return codes become exceptions there). A store
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from scheduler.config import Settings
-from scheduler.store.scripts.library import assemble
+from scheduler.store.scripts.codes import CODES
+from scheduler.store.scripts.library import LIBRARY, assemble
 
 T = TypeVar("T")
 
@@ -46,6 +48,7 @@ class Script(Generic[T]):
         names = argv.split()
         self.rest = names.pop()[1:] if names and names[-1].startswith("*") else ""
         self.argv = tuple(names)
+        _check_names(name, [*self.argv, self.rest] if self.rest else list(self.argv))
         self.name = name
         self.reply = reply
         self.read_only = read_only
@@ -63,6 +66,8 @@ class Script(Generic[T]):
         values = [args[name] for name in self.argv]
         if self.rest:
             rest: Sequence[Any] = args[self.rest]
+            if isinstance(rest, str | bytes):
+                raise TypeError(f"{self.name}: {self.rest} takes a sequence of values")
             values.extend(rest)
         return Call(self, values)
 
@@ -75,3 +80,26 @@ class Script(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Script({self.name})"
+
+
+# Names a script's arguments may not take: Lua's own words, and the names its text already
+# gives (the return codes, the library's definitions, ROOT and K), which they would shadow.
+LUA_WORDS = frozenset(
+    {
+        "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in",
+        "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
+        "redis", "cjson", "table", "string", "math", "unpack", "tonumber", "tostring", "type",
+        "pairs", "ipairs", "next", "error", "pcall",
+    }
+)  # fmt: skip
+
+
+def _check_names(script: str, names: list[str]) -> None:
+    taken = LUA_WORDS | set(LIBRARY) | set(re.findall(r"\b[A-Z_]+\b", CODES))
+    for name in names:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or name in taken:
+            raise ValueError(f"{script}: {name!r} cannot name an argument")
+    if len(set(names)) < len(names):
+        raise ValueError(f"{script}: an argument is named twice")
+    if any(name.startswith("*") for name in names):
+        raise ValueError(f"{script}: only the last argument takes the rest")

@@ -38,7 +38,8 @@ def take_dirty() -> Call[int]:
 class RestoredJob:
     """A job to put back: its record and what its indexes need. `started` (epoch s) is set
     for a running run-job only: those are the ones in the busy set and the deadlines.
-    `finished` (epoch s) is set for a done or failed job only (the retention index)."""
+    `finished` (epoch s) is set for a finished job only (done, failed, cancelled: the retention
+    index)."""
 
     job_id: str
     score: float

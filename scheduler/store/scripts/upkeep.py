@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.models.wire import rfc3339
-from scheduler.store.scripts.jobs import ids
+from scheduler.store.scripts.replies import Requeued, groups, ids, requeued
 from scheduler.store.scripts.script import Call, Script
 
 
@@ -114,23 +114,6 @@ def prune_finished(cutoff: float, skip: int, batch: int) -> Call[Batch]:
     return PRUNE_FINISHED.call(cutoff=cutoff, skip=skip, batch=batch)
 
 
-@dataclass(frozen=True, slots=True)
-class Requeued:
-    job_id: str
-    from_node: str
-    to_node: str
-
-
-def _groups(reply: list[bytes], size: int) -> list[list[str]]:
-    """A flat script reply of records of `size` fields, as text, one list per record."""
-    text = [str(part, "utf-8") for part in reply]
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def requeued(reply: list[bytes]) -> list[Requeued]:
-    return [Requeued(*fields) for fields in _groups(reply, 3)]
-
-
 REQUEUE_LOST = Script(
     "REQUEUE_LOST",
     "lost_cutoff live_cutoff limit",
@@ -170,7 +153,7 @@ class Lost:
 
 
 def _lost(reply: list[bytes]) -> list[Lost]:
-    return [Lost(*fields) for fields in _groups(reply, 4)]
+    return [Lost(*fields) for fields in groups(reply, 4)]
 
 
 LOSE_RUNNING = Script(

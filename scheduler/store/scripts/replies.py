@@ -1,0 +1,34 @@
+"""How the scripts' replies are read where several scripts share a shape: ids, job records,
+and the jobs a script moved between nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def ids(raw: list[bytes]) -> list[str]:
+    return [str(job_id, "utf-8") for job_id in raw]
+
+
+def blobs(reply: list[bytes | None]) -> list[bytes]:
+    """The records of a reply, those that were missing left out."""
+    return [blob for blob in reply if blob is not None]
+
+
+def groups(reply: list[bytes], size: int) -> list[list[str]]:
+    """A flat script reply of records of `size` fields, as text, one list per record."""
+    text = [str(part, "utf-8") for part in reply]
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """A pending job moved off a lost or leaving node."""
+
+    job_id: str
+    from_node: str
+    to_node: str
+
+
+def requeued(reply: list[bytes]) -> list[Requeued]:
+    return [Requeued(*fields) for fields in groups(reply, 3)]
