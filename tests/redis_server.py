@@ -226,6 +226,12 @@ def _sentinel_command(conf: str) -> list[str]:
     return [sentinel, conf] if sentinel else [_server_binary(), conf, "--sentinel"]
 
 
+# How long the sentinels wait for a silent primary: short, so the failover tests are quick,
+# but not so short that a primary starved of CPU for a moment on this 2-core machine (under
+# a test's load) is failed over (1000 ms once was, in a full run).
+DOWN_AFTER_MS = 2000
+
+
 class SentinelGroup:
     """A primary, its replicas and three sentinels watching them as `service`, every one a
     real process on a free loopback port. Sentinel fails over within a few seconds."""
@@ -282,7 +288,7 @@ class SentinelGroup:
             out.write(
                 f"port {port}\nbind 127.0.0.1\ndir {self.data_dir}\n"
                 f"sentinel monitor {self.service} 127.0.0.1 {self.ports[0]} 2\n"
-                f"sentinel down-after-milliseconds {self.service} 1000\n"
+                f"sentinel down-after-milliseconds {self.service} {DOWN_AFTER_MS}\n"
                 f"sentinel failover-timeout {self.service} 4000\n"
                 f"sentinel parallel-syncs {self.service} 2\n"
             )

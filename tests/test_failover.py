@@ -106,8 +106,12 @@ def test_a_failover_under_load_loses_no_acknowledged_job_and_runs_none_twice(
     # Back: the first read answered, and the first change acknowledged, after the promotion.
     reads_back = min(t for t, m, c in answers if t > promoted and m == "GET" and c == 200)
     first_back = min(t for t, m, c in answers if t > promoted and m == "POST" and c == 201)
-    # Sentinel really failed over: another process is the primary now.
-    assert group.primary_port() != old
+    # Sentinel really failed over (group.promoted saw another process named and serving as
+    # the primary), in time. Not "the primary is still another process now": on this 2-core
+    # machine under the test's load the sentinels may, rarely, find the new primary silent for
+    # down-after-milliseconds and fail over again, back to the old one, by then a synced
+    # replica; what this test holds (nothing acknowledged lost, nothing run twice) holds then.
+    assert promoted - killed < RECOVERY_LIMIT_SECS
     # 0 acknowledged jobs lost: each exists, is done, and is the job that was acknowledged
     # (an id can be given twice: below).
     assert acknowledged <= set(jobs)
