@@ -14,6 +14,7 @@ from scheduler.api.app import create_app
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
+from tests import servers
 from tests.fakes import FakeSNS
 from tests.redis_server import RestartableRedis, redis_server
 from tests.servers import lane_checked_client, serving
@@ -29,6 +30,8 @@ CtxFactory = Callable[..., Context]
 def redis_url() -> Iterator[str]:
     with redis_server() as url:
         yield url
+        for thread in servers.STOPPING:  # before their Redis goes
+            thread.join(timeout=10)
 
 
 @pytest.fixture

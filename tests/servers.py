@@ -53,8 +53,15 @@ def serving(
     try:
         yield port
     finally:
+        # Not joined: uvicorn notices should_exit at its next tick (0.1 s) and then shuts
+        # down, ~0.15 s a server, ~1 min of the suite's time if waited for each time. The
+        # server's port, prefix and app are its own, so the next test does not meet it.
         server.should_exit = True
-        thread.join(timeout=10)
+        STOPPING.append(thread)
+
+
+# Servers told to stop and still shutting down: conftest waits for them at the session's end.
+STOPPING: list[threading.Thread] = []
 
 
 def exchange(port: int, raw: bytes, until: bytes, count: int = 1) -> bytes:
