@@ -44,7 +44,11 @@ if TYPE_CHECKING:
 else:
     AgentJob = msgspec.defstruct(
         "AgentJob",
-        [("job_id", str), *((f.name, f.annotation, f.empty) for f in JOB_FIELDS if f.submitted)],
+        [
+            (f.name, f.annotation) if f.name == "job_id" else (f.name, f.annotation, f.empty)
+            for f in JOB_FIELDS
+            if f.name == "job_id" or f.submitted
+        ],
         kw_only=True,
         module=__name__,
     )

@@ -22,7 +22,10 @@ from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, jobs, nodes
+from scheduler.store.scripts import Call, jobs
+
+# Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
+from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts.replies import Requeued
 
 _node_decoder = msgspec.json.Decoder(Node)
@@ -161,13 +164,13 @@ class JobStore:
         """Raises as `report` would for an unknown job or a caller that may not report on it."""
         await self.run(jobs.check_report(job_id, caller))
 
-    async def overview(self) -> nodes.Overview:
-        return await self.run(nodes.overview(STATUSES))
+    async def overview(self) -> node_scripts.Overview:
+        return await self.run(node_scripts.overview(STATUSES))
 
     # The built-in registry (REGISTRY_URL unset).
 
     async def create_service(self, service: Service, caller: str) -> bytes:
-        call = nodes.create_service(
+        call = node_scripts.create_service(
             service.node_id,
             msgspec.json.encode(service),
             caller,
@@ -181,13 +184,13 @@ class JobStore:
         return blob
 
     async def set_service_status(self, service_id: str, status: str, caller: str) -> None:
-        await self.run(nodes.set_service_status(service_id, status, caller))
+        await self.run(node_scripts.set_service_status(service_id, status, caller))
 
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
-        return await self.run(nodes.list_services(node_id, status, caller))
+        return await self.run(node_scripts.list_services(node_id, status, caller))
 
     async def register_node(
-        self, reg: NodeRegistration, now: float, who: nodes.Registration, token_hash: str
+        self, reg: NodeRegistration, now: float, who: node_scripts.Registration, token_hash: str
     ) -> tuple[Node, str]:
         """The node as registered, and what became of the token (scripts.nodes.register_node)."""
         node = Node(
@@ -198,7 +201,7 @@ class JobStore:
             role=reg.role or "compute",
         )
         node_json = msgspec.json.encode(node)
-        call = nodes.register_node(node.id, node_json, node.role, now, who, token_hash)
+        call = node_scripts.register_node(node.id, node_json, node.role, now, who, token_hash)
         outcome = await self.run(call)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), outcome
 
@@ -206,7 +209,7 @@ class JobStore:
         self, node_id: str, now: float, caller: str
     ) -> tuple[Node, builtins.list[str]]:
         """The node, and the ids of its jobs being cancelled."""
-        blob, cancels = await self.run(nodes.heartbeat(node_id, now, caller))
+        blob, cancels = await self.run(node_scripts.heartbeat(node_id, now, caller))
         node = _node_decoder.decode(blob)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 
@@ -217,7 +220,7 @@ class JobStore:
         """Deregister a node; its pending jobs move to live nodes (the first DELETE_MOVES
         here, any others at the next sweep)."""
         ttl = self.settings.node_ttl_secs
-        call = nodes.delete_node(node_id, now, ttl, DELETE_MOVES, caller)
+        call = node_scripts.delete_node(node_id, now, ttl, DELETE_MOVES, caller)
         return await self.run(call)
 
     async def nodes(self, now: float) -> dict[str, Node]:

@@ -3,6 +3,8 @@ their replies; `check_access` turns node_access's refusals into exceptions."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from scheduler.store.errors import Forbidden, Unauthorized
 
 # Return codes shared by the scripts and the readers of their replies.
@@ -37,3 +39,11 @@ def check_access(code: int) -> None:
         raise Unauthorized()
     if code == FORBIDDEN:
         raise Forbidden()
+
+
+def check_found(code: int, missing: Callable[[], Exception]) -> None:
+    """Raises `missing()` for NOT_FOUND, else as check_access: the refusals of a script that
+    looks a job, node or service up, then asks who may touch it."""
+    if code == NOT_FOUND:
+        raise missing()
+    check_access(code)

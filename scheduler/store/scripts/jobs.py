@@ -11,7 +11,7 @@ from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import Conflict, JobNotFound, StoreNotReady
 from scheduler.store.scripts import codes
-from scheduler.store.scripts.codes import check_access
+from scheduler.store.scripts.codes import check_access, check_found
 from scheduler.store.scripts.replies import blobs, ids
 from scheduler.store.scripts.script import Call, Script
 
@@ -209,9 +209,7 @@ _CONFLICTS = {
 
 def _changed(reply: list[Any]) -> bytes:
     code = reply[0]
-    if code == codes.NOT_FOUND:
-        raise JobNotFound()
-    check_access(code)
+    check_found(code, JobNotFound)
     if code in _CONFLICTS:
         raise Conflict(_CONFLICTS[code])
     blob: bytes = reply[1]
@@ -332,9 +330,7 @@ def cancel_job(job_id: str, now: float) -> Call[bytes]:
 
 
 def _report_allowed(code: int) -> None:
-    if code == codes.NOT_FOUND:
-        raise JobNotFound()
-    check_access(code)
+    check_found(code, JobNotFound)
 
 
 CHECK_REPORT = Script(

@@ -16,7 +16,7 @@ from scheduler.store.errors import (
     Unauthorized,
 )
 from scheduler.store.scripts import codes
-from scheduler.store.scripts.codes import check_access
+from scheduler.store.scripts.codes import check_access, check_found
 from scheduler.store.scripts.replies import Requeued, ids, requeued
 from scheduler.store.scripts.script import Call, Script
 
@@ -122,9 +122,7 @@ def register_node(
 
 
 def _heartbeat(reply: list[Any]) -> tuple[bytes, list[str]]:
-    if reply[0] == codes.NOT_FOUND:
-        raise NodeNotFound()
-    check_access(reply[0])
+    check_found(reply[0], NodeNotFound)
     blob: bytes = reply[1]
     return blob, ids(reply[2])
 
@@ -154,9 +152,7 @@ def heartbeat(node_id: str, now: float, caller: str) -> Call[tuple[bytes, list[s
 
 
 def _deleted(reply: list[Any]) -> list[Requeued]:
-    if reply[0] == codes.NOT_FOUND:
-        raise NodeNotFound()
-    check_access(reply[0])
+    check_found(reply[0], NodeNotFound)
     return requeued(reply[1:])
 
 
@@ -323,9 +319,7 @@ def create_service(
 
 
 def _service_set(code: int) -> None:
-    if code == codes.NOT_FOUND:
-        raise ServiceNotFound()
-    check_access(code)
+    check_found(code, ServiceNotFound)
 
 
 SET_SERVICE_STATUS = Script(

@@ -48,6 +48,8 @@ class Script(Generic[T]):
         names = argv.split()
         self.rest = names.pop()[1:] if names and names[-1].startswith("*") else ""
         self.argv = tuple(names)
+        # Every argument's name, checked once here: a call compares against it.
+        self.names = frozenset((*self.argv, self.rest) if self.rest else self.argv)
         _check_names(name, [*self.argv, self.rest] if self.rest else list(self.argv))
         self.name = name
         self.reply = reply
@@ -60,9 +62,8 @@ class Script(Generic[T]):
 
     def call(self, **args: Any) -> Call[T]:
         """A call with every argument by its name (the rest as a sequence)."""
-        expected = {*self.argv, self.rest} - {""}
-        if args.keys() != expected:
-            raise TypeError(f"{self.name} takes {sorted(expected)}, not {sorted(args)}")
+        if args.keys() != self.names:
+            raise TypeError(f"{self.name} takes {sorted(self.names)}, not {sorted(args)}")
         values = [args[name] for name in self.argv]
         if self.rest:
             rest: Sequence[Any] = args[self.rest]
@@ -94,12 +95,13 @@ LUA_WORDS = frozenset(
 )  # fmt: skip
 
 
+_TAKEN = LUA_WORDS | set(LIBRARY) | set(re.findall(r"\b[A-Z_]+\b", CODES))
+
+
 def _check_names(script: str, names: list[str]) -> None:
-    taken = LUA_WORDS | set(LIBRARY) | set(re.findall(r"\b[A-Z_]+\b", CODES))
+    # A "*" anywhere but last fails the pattern: only the last argument takes the rest.
     for name in names:
-        if not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or name in taken:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or name in _TAKEN:
             raise ValueError(f"{script}: {name!r} cannot name an argument")
     if len(set(names)) < len(names):
         raise ValueError(f"{script}: an argument is named twice")
-    if any(name.startswith("*") for name in names):
-        raise ValueError(f"{script}: only the last argument takes the rest")
