@@ -97,6 +97,17 @@ class Fleet:
     def alive(self) -> dict[str, bool]:
         return {name: proc.poll() is None for name, proc in self.procs.items()}
 
+    def deaths(self) -> str:
+        """The exit code and the end of the log of each process that is no longer running."""
+        return "\n".join(
+            f"{name} exited {proc.returncode}:\n{self.log_tail(name)}"
+            for name, proc in self.procs.items()
+            if proc.poll() is not None
+        )
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")[-chars:]
+
 
 class Load:
     """A submitter and simulated agents, each a thread, against any live API process.
@@ -320,6 +331,7 @@ def test_kill_9_of_every_kind_and_a_redis_restart_lose_and_repeat_nothing(
         eventually(snapshot_caught_up, timeout=90)
         rows = snapshot_rows(settings.scheduler_db)
         alive = fleet.alive()
+        deaths = fleet.deaths()
     finally:
         load.join()
         fleet.stop_all()
@@ -337,7 +349,7 @@ def test_kill_9_of_every_kind_and_a_redis_restart_lose_and_repeat_nothing(
     # The snapshot equals Redis.
     assert rows == {snapshot_db.row_from_record(raw) for raw in jobs.values()}
     # Every process still runs (the workers rode out the Redis restart).
-    assert alive == dict.fromkeys(alive, True)
+    assert alive == dict.fromkeys(alive, True), deaths
     print(
         f"MEASURED faults: jobs={len(jobs)} acknowledged={len(acknowledged)} "
         f"events={sum(events.values())} duplicate_events={sum(events.values()) - len(events)}"
