@@ -332,6 +332,12 @@ def test_kill_9_of_every_kind_and_a_redis_restart_lose_and_repeat_nothing(
         rows = snapshot_rows(settings.scheduler_db)
         alive = fleet.alive()
         deaths = fleet.deaths()
+        # rq's loop quitting on an error it did not expect: the worker starts a new one
+        # (workers/worker.py); counted, and its traceback is in the worker's log.
+        rq_restarts = sum(
+            fleet.log_tail(name, 10**6).count("rq's loop quit on an unexpected error")
+            for name in fleet.procs
+        )
     finally:
         load.join()
         fleet.stop_all()
@@ -352,5 +358,6 @@ def test_kill_9_of_every_kind_and_a_redis_restart_lose_and_repeat_nothing(
     assert alive == dict.fromkeys(alive, True), deaths
     print(
         f"MEASURED faults: jobs={len(jobs)} acknowledged={len(acknowledged)} "
-        f"events={sum(events.values())} duplicate_events={sum(events.values()) - len(events)}"
+        f"events={sum(events.values())} duplicate_events={sum(events.values()) - len(events)} "
+        f"rq_restarts={rq_restarts}"
     )

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any, TypeVar
 
 from redis.client import Pipeline
@@ -45,6 +47,7 @@ log = logging.getLogger("workers.worker")
 T = TypeVar("T")
 
 MAINTENANCE_LOCK_SECS = 30  # cleaning takes well under a second
+RESTART_PAUSE_SECS = 1.0  # before a new rq worker, after rq's loop quit on an error
 
 
 class SchedulerWorker(SimpleWorker):
@@ -57,6 +60,18 @@ class SchedulerWorker(SimpleWorker):
     # rq's own dequeue loop already retries a lost Redis, but backs off up to 60 s.
     max_connection_wait_time = BACKOFF_CAP_SECS
 
+    stop_signalled = False
+
+    @property
+    def stop_requested(self) -> bool:
+        """A stop was asked for (SIGTERM, SIGINT, rq's shutdown command): rq's loop ending is
+        then the end. rq's own flag is set only when the stop comes during a job."""
+        return self.stop_signalled or bool(self._stop_requested)
+
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop_signalled = True
+        super().request_stop(signum, frame)  # type: ignore[no-untyped-call]
+
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         if job.timeout == -1:
             return DEFAULT_WORKER_TTL
@@ -66,7 +81,7 @@ class SchedulerWorker(SimpleWorker):
         """`call()` retried while Redis is down; a stop requested meanwhile (SIGTERM) ends the
         wait as a stop, which rq's loop handles quietly."""
         try:
-            return until_redis_answers(what, call, give_up=lambda: bool(self._stop_requested))
+            return until_redis_answers(what, call, give_up=lambda: self.stop_requested)
         except REDIS_DOWN as exc:
             raise StopRequested() from exc
 
@@ -214,7 +229,25 @@ def run(
         else:
             trigger.start()
         worker.work(burst=burst, with_scheduler=False, logging_level=rq_log_level)
+        while not burst and not worker.stop_requested:
+            worker = _start_again(worker, settings, kinds)
+            worker.work(with_scheduler=False, logging_level=rq_log_level)
+    except StopRequested:  # a SIGTERM between two runs of rq's loop
+        pass
     finally:
         trigger.stop()
         context.close()
     return 0
+
+
+def _start_again(old: SchedulerWorker, settings: Settings, kinds: Sequence[str]) -> SchedulerWorker:
+    """A new rq worker after rq's loop quit with no stop requested: that is an error rq did
+    not expect (it logged it, with its traceback, and tore the worker down). A worker process
+    that ends on one leaves its deployment without periodic tasks until someone restarts it.
+    rq's signal handlers stay installed until the new worker's: a SIGTERM in the pause
+    raises StopRequested (rq's)."""
+    log.error("worker %s: rq's loop quit on an unexpected error; starting a new worker", old.name)
+    time.sleep(RESTART_PAUSE_SECS)
+    if old.stop_requested:
+        raise StopRequested()
+    return until_redis_answers("start", functools.partial(build_worker, settings, kinds))

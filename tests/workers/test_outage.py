@@ -5,19 +5,25 @@ tasks run again soon after Redis returns."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from scheduler.config import Settings
-from tests.conftest import ClientFactory, assert_json, register, report
+from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, report
 from tests.fakes import FakeSNS, eventually
 from tests.processes import scheduler_env
 from tests.redis_server import RestartableRedis
 from tests.workers.test_processes import BASE_ENV, Workers, drained, run_periods
+from workers import worker as worker_module
 from workers.outage import until_redis_answers
+from workers.worker import SchedulerWorker
 
 
 @pytest.fixture
@@ -97,3 +103,52 @@ def test_until_redis_answers_backs_off_to_its_cap_and_can_give_up() -> None:
 
     with pytest.raises(redis.ResponseError):
         until_redis_answers("test", broken, sleep=waits.append)
+
+
+def test_rq_quitting_on_an_unexpected_error_is_not_the_end_of_the_worker(
+    make_settings: SettingsFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """rq's loop quits on any error it does not expect (it logs it and tears the worker
+    down); the process starts a new rq worker instead of ending, and only a stop ends it."""
+    seen: list[str] = []
+
+    def dequeue(self: SchedulerWorker, *args: Any, **kwargs: Any) -> None:
+        seen.append(self.name)
+        if len(seen) == 1:
+            raise RuntimeError("planted: an error rq does not expect")
+        self.request_stop(signal.SIGTERM, None)  # idle: rq raises StopRequested
+
+    monkeypatch.setattr(SchedulerWorker, "dequeue_job_and_maintain_ttl", dequeue)
+    monkeypatch.setattr(worker_module, "RESTART_PAUSE_SECS", 0.0)
+    with restored_signals():
+        assert worker_module.run(make_settings()) == 0
+    assert len(seen) == 2 and seen[0] != seen[1]  # a new rq worker, then the stop ended it
+    assert "rq's loop quit on an unexpected error" in caplog.text
+
+
+def test_a_stop_while_idle_ends_the_worker(
+    make_settings: SettingsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+
+    def dequeue(self: SchedulerWorker, *args: Any, **kwargs: Any) -> None:
+        seen.append(self.name)
+        self.request_stop(signal.SIGTERM, None)
+
+    monkeypatch.setattr(SchedulerWorker, "dequeue_job_and_maintain_ttl", dequeue)
+    with restored_signals():
+        assert worker_module.run(make_settings()) == 0
+    assert len(seen) == 1
+
+
+@contextlib.contextmanager
+def restored_signals() -> Iterator[None]:
+    """rq installs its handlers of SIGINT and SIGTERM in the test process: put pytest's back."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
