@@ -86,7 +86,7 @@ def test_a_job_goes_from_submit_to_done_on_the_primary_owning_the_slot(
     listed = assert_json(api.get("/jobs"))
     assert [(j["job_id"], j["status"]) for j in listed] == [
         (job["job_id"], "done"),
-        (other["job_id"], "cancelled"),
+        (other["job_id"], "failed"),
     ]
     # The workers' side (redis-py, sync): a sweep, the snapshot and the outbox.
     make_ctx(redis_url=cluster.url, redis_prefix=prefix)

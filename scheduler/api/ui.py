@@ -48,7 +48,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-heigh
 .st{padding:1px 6px;border-radius:8px;background:#eaeef2}
 .pending{background:#fff8c5}.running{background:#ddf4ff}.done{background:#dafbe1}
 .failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
-.cancelled{background:#eaeef2;text-decoration:line-through}.cancelling{background:#fff1e5}
+.reason{background:#fff}.cancelled{text-decoration:line-through}.cancelling{background:#fff1e5}
 form.filters{margin-bottom:12px;display:flex;gap:8px;align-items:center}
 nav.pages{margin-top:12px;display:flex;gap:16px}
 .muted{color:#57606a}
@@ -72,6 +72,15 @@ def page(request: Request, title: str, body: str, *, refresh: bool = False) -> H
 
 def status_badge(status: str) -> str:
     return f'<span class="st {escape(status)}">{escape(status)}</span>'
+
+
+def job_status(job: Job) -> str:
+    """The status badge, and why the scheduler failed the job if it did (`failed
+    cancelled`): the wire status stays done or failed for the original clients."""
+    if not job.failure_reason:
+        return status_badge(job.status)
+    reason = escape(job.failure_reason)
+    return f'{status_badge(job.status)} <span class="st reason {reason}">{reason}</span>'
 
 
 def _filters(request: Request) -> tuple[str, str, int]:
@@ -108,7 +117,7 @@ def _job_row(job: Job) -> str:
     cells = (
         link,
         escape(job.node_id),
-        status_badge(job.status),
+        job_status(job),
         f"<code>{escape(short)}</code>",
         escape(job.created_at),
         escape(job.finished_at or ""),
@@ -154,7 +163,7 @@ _SHOWN_AS: dict[str, Callable[[Any], str]] = {
     "command": lambda command: f"<code>{escape(command)}</code>",
     "job_type": lambda job_type: escape(job_type or "run"),
 }
-_FIRST = ("job_id", "status")
+_FIRST = ("job_id", "status", "failure_reason")
 _BELOW = ("stdout", "stderr")
 _ROWS = sorted(
     (f for f in JOB_FIELDS if f.name not in _BELOW),

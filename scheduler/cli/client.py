@@ -25,8 +25,8 @@ from urllib.parse import quote
 import httpx
 
 from scheduler.config import Settings
+from scheduler.models.job import FINAL_STATUSES as FINAL
 
-FINAL = ("done", "failed", "cancelled")
 _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ESCAPES |= {"\v": "\\v", '"': '\\"', "\\": "\\\\"}
 
@@ -53,10 +53,11 @@ def go_quote(text: str) -> str:
 
 
 def format_job(job: dict[str, Any]) -> str:
-    """The original's printJob."""
+    """The original's printJob, and why the scheduler failed the job if it did."""
+    reason = f" failure_reason={job['failure_reason']}" if job.get("failure_reason") else ""
     text = (
         f"job_id={job.get('job_id', '')} node_id={job.get('node_id', '')} "
-        f"status={job.get('status', '')} command={go_quote(job.get('command', ''))}\n"
+        f"status={job.get('status', '')}{reason} command={go_quote(job.get('command', ''))}\n"
     )
     if job.get("exit_code") is not None:
         text += f"exit_code={job['exit_code']}\n"
@@ -150,9 +151,15 @@ def _json_object(response: httpx.Response) -> dict[str, Any]:
 def progress(job: dict[str, Any]) -> str:
     """One line for a status change seen while waiting: `job-3 running on node-1`."""
     line = f"{job.get('job_id', '')} {job.get('status', '')} on {job.get('node_id', '')}"
+    return line + _why(job) + "\n"
+
+
+def _why(job: dict[str, Any]) -> str:
+    """` (timed_out, exit_code=-1)`: why it failed, if the scheduler says, and its exit code."""
+    parts = [job["failure_reason"]] if job.get("failure_reason") else []
     if job.get("exit_code") is not None:
-        line += f" (exit_code={job['exit_code']})"
-    return line + "\n"
+        parts.append(f"exit_code={job['exit_code']}")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 class _Changes:
@@ -220,7 +227,7 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         out.write(job.get("stdout", ""))
         err.write(job.get("stderr", ""))
         if job.get("status") != "done":
-            err.write(f"{job['job_id']} failed (exit_code={job.get('exit_code')})\n")
+            err.write(f"{job['job_id']} failed{_why(job)}\n")
     return 0 if job.get("status") == "done" else 1
 
 

@@ -21,9 +21,28 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 JOB_TYPES = ("", "run", "service")
 # cancelling: a running job asked to stop (DELETE /jobs/{id}); its agent kills it and reports
 # cancelled, or the sweep cancels it CANCEL_GRACE_SECS later.
-STATUSES = ("pending", "running", "done", "failed", "cancelling", "cancelled")
+STATUSES = ("pending", "running", "done", "failed", "cancelling")
+# The original's clients (the Go CLI's and the lambda service's waits, SNS subscribers) know
+# two final statuses, done and failed (CONTRACT 2.2, 2.10), and would wait forever on any
+# other. So every way a job ends is one of them on the wire, and a failure the scheduler
+# decided says which in `failure_reason`, a field they ignore. ENDINGS: an ending's name (as
+# a report, a sweep or a cancel says it) -> (status, failure_reason). The agent's own failure
+# (a non-zero exit, a failed deploy) has no reason: its exit code and stderr say why.
+ENDINGS: dict[str, tuple[str, str]] = {
+    "done": ("done", ""),
+    "failed": ("failed", ""),
+    "cancelled": ("failed", "cancelled"),
+    "timed_out": ("failed", "timed_out"),
+    "node_lost": ("failed", "node_lost"),
+}
+FINAL_STATUSES = ("done", "failed")
+# Final statuses an earlier version stored -> the ending they are now (records in Redis and
+# rows of older snapshot files are upgraded: store/scripts/snapshot.py, snapshot/db.py).
+RETIRED_STATUSES = {"cancelled": "cancelled"}
+FAILURE_REASONS = tuple(reason for _, reason in ENDINGS.values() if reason)
+# What an agent may report: a claim, or its ending of the job (ours reports cancelled once it
+# has stopped a cancelled job).
 REPORT_STATUSES = ("running", "done", "failed", "cancelled")
-FINAL_STATUSES = ("done", "failed", "cancelled")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -57,6 +76,8 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     created_at: Timestamp
     running_at: Timestamp | None = None
     finished_at: Timestamp | None = None
+    # Ours, after the original's fields: why the scheduler failed the job (ENDINGS).
+    failure_reason: str = ""
 
 
 JOB_FIELDS = read_fields(Job)

@@ -38,7 +38,14 @@ from typing import Any
 import msgspec
 
 from scheduler.models.fields import JobField, Kind
-from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, Job, record_encoder
+from scheduler.models.job import (
+    ENDINGS,
+    FINAL_STATUSES,
+    JOB_FIELDS,
+    RETIRED_STATUSES,
+    Job,
+    record_encoder,
+)
 from scheduler.models.wire import parse_rfc3339, rfc3339
 from scheduler.store.scripts.snapshot import RestoredJob
 
@@ -329,6 +336,15 @@ def _finish(job: Job, now: float) -> float:
     return now if finished is None else finished
 
 
+def _upgraded(job: Job) -> Job:
+    """A job an earlier version ended with a status of its own: as it ends now."""
+    ending = RETIRED_STATUSES.get(job.status)
+    if ending is None:
+        return job
+    status, reason = ENDINGS[ending]
+    return msgspec.structs.replace(job, status=status, failure_reason=reason)
+
+
 def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
     """A row of `jobs` (NAMES order) as the record and index entries the restore writes.
     Raises ValueError for a row without id. `now` (epoch s) is the restore time."""
@@ -336,7 +352,9 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
     job_id = _text(values["id"])
     if not job_id:
         raise ValueError("a row has no id")
-    job = Job(job_id=job_id, **{f.name: _read(f, values[f.name], job_id) for f in _FIELDS})
+    job = _upgraded(
+        Job(job_id=job_id, **{f.name: _read(f, values[f.name], job_id) for f in _FIELDS})
+    )
     record = record_encoder.encode(job)
     extra = {
         k: v

@@ -66,7 +66,11 @@ def restore_if_empty(
     starting together restores; the others wait until it is done. Returns whether this call
     restored. Raises RestoreRefused (see there)."""
     with open_store(settings) as store:
-        return settle(store, settings, lock_ttl, time.time() if now is None else now)
+        restored = settle(store, settings, lock_ttl, time.time() if now is None else now)
+        upgraded = store.upgrade_retired()
+        if upgraded:
+            log.info("upgraded %d job(s) ended under a status this version retired", upgraded)
+        return restored
 
 
 async def restore_at_start(settings: Settings) -> bool:

@@ -24,7 +24,7 @@ Layout (P = REDIS_PREFIX, T = the hash tag "{P}"):
   T:node:{node}:{status}  zset per node and status, score N; :pending is the node's queue
   T:node:{node}:busy      set of the node's running run-jobs (MAX_JOBS_PER_NODE check)
   T:deadlines             zset of running run-jobs, score = start time (timeout sweep)
-  T:finished              zset of finished jobs (done, failed, cancelled), score = finish time
+  T:finished              zset of finished jobs (done or failed), score = finish time
   T:cancelling            zset of jobs asked to stop while running, score = when (the grace)
   T:dirty                 set of job ids changed since the last snapshot
   T:dirty:inflight        set of job ids the current (or a crashed) snapshot is writing

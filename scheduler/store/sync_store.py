@@ -10,11 +10,12 @@ import redis
 from redis.exceptions import NoScriptError
 
 from scheduler.config import Settings
+from scheduler.models.job import RETIRED_STATUSES
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import SCRIPTS, Call, jobs, upkeep
+from scheduler.store.scripts import SCRIPTS, Call, jobs, snapshot, upkeep
 from scheduler.store.scripts.jobs import Created
 from scheduler.store.scripts.replies import Requeued
 
@@ -82,6 +83,19 @@ class SyncJobStore:
             ended.extend(swept.ids)
             if swept.read < batch:
                 return ended
+
+    def upgrade_retired(self, batch: int = 500) -> int:
+        """Change the jobs an earlier version ended with a status of its own to how they end
+        now (models.RETIRED_STATUSES); returns how many. One call finding none when there
+        are none, so every start can run it."""
+        changed = 0
+        for status, ending in RETIRED_STATUSES.items():
+            while True:
+                read = self.run(snapshot.upgrade_retired(status, ending, batch))
+                changed += read
+                if read < batch:
+                    break
+        return changed
 
     def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
         """Fail every run job past JOB_TIMEOUT_SECS, `batch` per script call."""

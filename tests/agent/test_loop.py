@@ -368,6 +368,7 @@ def test_a_cancelled_job_is_killed_and_reported_cancelled(
         return job
 
     job = run(go)
-    assert job["status"] == "cancelled" and job["stdout"] == "started\n"
+    assert (job["status"], job["failure_reason"]) == ("failed", "cancelled")
+    assert job["stdout"] == "started\n"
     time.sleep(0.5)
     assert not marker.exists()  # the whole group was killed, not only the shell

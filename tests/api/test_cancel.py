@@ -44,12 +44,13 @@ def api(client: TestClient) -> TestClient:
 def test_a_pending_job_is_cancelled_at_once(api: TestClient, rclient: Any, prefix: str) -> None:
     job = submit(api, command="never runs")
     cancelled = assert_json(api.delete(f"/jobs/{job['job_id']}"))
-    assert cancelled["status"] == "cancelled" and "finished_at" in cancelled
+    assert cancelled["status"] == "failed" and "finished_at" in cancelled
+    assert cancelled["failure_reason"] == "cancelled"
     assert assert_json(api.get(f"/jobs/{job['job_id']}")) == cancelled
     assert assert_json(poll(api)) == []  # it left its node's queue
-    listed = assert_json(api.get("/jobs?status=cancelled"))
+    listed = assert_json(api.get("/jobs?status=failed"))
     assert [j["job_id"] for j in listed] == [job["job_id"]]
-    assert outbox(api, rclient, prefix) == [f'{{"job_id":"{job["job_id"]}","status":"cancelled"}}']
+    assert outbox(api, rclient, prefix) == [f'{{"job_id":"{job["job_id"]}","status":"failed"}}']
     # Final: a second cancel, a claim, a report are all refused and change nothing.
     assert_text_error(api.delete(f"/jobs/{job['job_id']}"), 409, "job already finished")
     assert report(api, job["job_id"], "running").status_code == 409
@@ -78,11 +79,12 @@ def test_a_running_job_is_cancelling_until_its_agent_reports(
     assert assert_json(api.get(f"/jobs/{job['job_id']}")) == cancelling
     # The agent killed it and says so: final, with its output, one event, the slot free.
     ended = assert_json(report(api, job["job_id"], "cancelled", exit_code=-1, stdout="partial"))
-    assert ended["status"] == "cancelled" and ended["stdout"] == "partial"
+    assert (ended["status"], ended["failure_reason"]) == ("failed", "cancelled")
+    assert ended["stdout"] == "partial"
     assert ended["retry_count"] == 0
     assert [j["command"] for j in assert_json(poll(api))] == ["next"]
     assert "x-cancel-jobs" not in poll(api).headers
-    assert outbox(api, rclient, prefix) == [f'{{"job_id":"{job["job_id"]}","status":"cancelled"}}']
+    assert outbox(api, rclient, prefix) == [f'{{"job_id":"{job["job_id"]}","status":"failed"}}']
 
 
 def test_cancelled_is_reported_only_for_a_cancelling_job(api: TestClient) -> None:
@@ -102,7 +104,8 @@ def test_cancel_needs_the_key_and_a_known_job(make_client: ClientFactory) -> Non
     assert assert_json(api.get(f"/jobs/{job['job_id']}", headers=key))["status"] == "pending"
     assert_text_error(api.delete("/jobs/job-404", headers=key), 404, "job not found")
     assert api.delete("/jobs/bad%20id", headers=key).status_code == 404
-    assert assert_json(api.delete(f"/jobs/{job['job_id']}", headers=key))["status"] == "cancelled"
+    cancelled = assert_json(api.delete(f"/jobs/{job['job_id']}", headers=key))
+    assert (cancelled["status"], cancelled["failure_reason"]) == ("failed", "cancelled")
 
 
 def test_the_sweep_cancels_what_no_agent_confirmed_after_the_grace(
@@ -119,9 +122,9 @@ def test_the_sweep_cancels_what_no_agent_confirmed_after_the_grace(
     time.sleep(1.2)  # past the grace (and past JOB_TIMEOUT_SECS, which no longer applies)
     assert tasks.sweep(period=2) == 0  # no timeout
     ended = assert_json(api.get(f"/jobs/{job['job_id']}"))
-    assert ended["status"] == "cancelled"
+    assert (ended["status"], ended["failure_reason"]) == ("failed", "cancelled")
     assert "CANCEL_GRACE_SECS" in ended["stderr"]
-    assert outbox(api, rclient, prefix) == [f'{{"job_id":"{job["job_id"]}","status":"cancelled"}}']
+    assert outbox(api, rclient, prefix) == [f'{{"job_id":"{job["job_id"]}","status":"failed"}}']
     tasks.sweep(period=3)
     assert len(outbox(api, rclient, prefix)) == 1  # nothing twice
     submit(api, command="next")
@@ -142,4 +145,5 @@ def test_a_cancelling_job_restored_from_the_snapshot_is_ended_by_the_sweep(
     assert restore_if_empty(ctx.settings)
     assert assert_json(api.get(f"/jobs/{job['job_id']}"))["status"] == "cancelling"
     tasks.sweep(period=1)  # the grace counts from before the loss: it is over
-    assert assert_json(api.get(f"/jobs/{job['job_id']}"))["status"] == "cancelled"
+    ended = assert_json(api.get(f"/jobs/{job['job_id']}"))
+    assert (ended["status"], ended["failure_reason"]) == ("failed", "cancelled")

@@ -167,10 +167,14 @@ def test_a_cancel_from_the_ui_cancels(api: str, ui: WebDriver) -> None:
     click(ui, By.ID, "cancel")
     assert ui.current_url == f"{api}/ui/jobs/job-3"
     status = ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(2) td").text
-    assert status == "cancelled"
+    why = ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(3)").text
+    assert (status, why) == ("failed", "failure_reason cancelled")
     assert not ui.find_elements(By.ID, "cancel")  # a final job has no button
     job = httpx.get(f"{api}/jobs/job-3", headers=OPERATOR).json()
-    assert job["status"] == "cancelled"
+    assert (job["status"], job["failure_reason"]) == ("failed", "cancelled")
+    ui.get(f"{api}/ui/jobs?status=failed")  # the list says why too
+    row = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2)").text
+    assert row.startswith("job-3 ") and " failed cancelled " in row
 
 
 def test_logging_out_locks_the_ui_again(api: str, browser: WebDriver) -> None:

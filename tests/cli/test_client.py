@@ -274,7 +274,8 @@ def test_cancel_prints_the_cancelled_job(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "true"}).json()
     code, out, err = cli(api, "cancel", job["job_id"])
     assert (code, err) == (0, "")
-    assert out == f'job_id={job["job_id"]} node_id=node-1 status=cancelled command="true"\n'
+    reason = "status=failed failure_reason=cancelled"
+    assert out == f'job_id={job["job_id"]} node_id=node-1 {reason} command="true"\n'
     code, out, err = cli(api, "cancel", job["job_id"])
     assert (code, out) == (1, "")
     assert err == "cancel failed 409: job already finished\n"
@@ -296,7 +297,7 @@ def test_cancel_wait_waits_for_the_agent(api: str, cli: Cli) -> None:
     agent.start()
     code, out, _ = cli(api, "cancel", job["job_id"], "--wait", "--poll-secs", "5")
     agent.join()
-    assert code == 0 and "status=cancelled" in out and "exit_code=-1" in out
+    assert code == 0 and "status=failed failure_reason=cancelled" in out and "exit_code=-1" in out
 
 
 def _agent_steps(url: str, job_id: str, *steps: dict[str, object]) -> threading.Thread:

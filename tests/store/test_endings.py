@@ -1,6 +1,8 @@
 """Every way a job ends goes through one Lua helper (scripts/library.py `finish`): whoever ends
 it, the job leaves every index of its old status, holds nothing on its node, is in the
-finished index, and exactly one event is published, with its final status. A retry (a failed
+finished index, and exactly one event is published, with its final status: done or failed,
+the only two the original's clients end a wait on, with `failure_reason` saying why the
+scheduler failed it. A retry (a failed
 report with retries left, a lost node) is not an ending: no event (the original published
 only `done` and `failed`, CONTRACT 2.10, and subscribers take every event for an ending)."""
 
@@ -17,6 +19,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.models import job as job_model
 from scheduler.models.job import STATUSES
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
@@ -121,21 +124,71 @@ def lose_node(run: Run) -> None:
     run.lose_node()
 
 
-# (the steps, the final status)
-ENDINGS: dict[str, tuple[list[Step], str]] = {
-    "done": ([claim, done], "done"),
-    "retried, then done": ([claim, fail, claim, done], "done"),
-    "failed after its retry": ([claim, fail, claim, fail], "failed"),
-    "timed out": ([claim, time_out], "failed"),
-    "retried, then timed out": ([claim, fail, claim, time_out], "failed"),
-    "cancelled while pending": ([cancel], "cancelled"),
-    "cancelled while running, the agent confirms": ([claim, cancel, confirm_cancel], "cancelled"),
-    "cancelled while running, past the grace": ([claim, cancel, pass_grace], "cancelled"),
-    "its node lost, retried, then done": ([claim, lose_node, claim, done], "done"),
-    "its node lost twice": ([claim, lose_node, claim, lose_node], "failed"),
-    "failed, then its node lost": ([claim, fail, claim, lose_node], "failed"),
-    "retried, then cancelled": ([claim, fail, cancel], "cancelled"),
+# (the steps, the final status, the failure_reason)
+ENDINGS: dict[str, tuple[list[Step], str, str]] = {
+    "done": ([claim, done], "done", ""),
+    "retried, then done": ([claim, fail, claim, done], "done", ""),
+    "failed after its retry": ([claim, fail, claim, fail], "failed", ""),
+    "timed out": ([claim, time_out], "failed", "timed_out"),
+    "retried, then timed out": ([claim, fail, claim, time_out], "failed", "timed_out"),
+    "cancelled while pending": ([cancel], "failed", "cancelled"),
+    "cancelled while running, the agent confirms": (
+        [claim, cancel, confirm_cancel],
+        "failed",
+        "cancelled",
+    ),
+    "cancelled while running, past the grace": ([claim, cancel, pass_grace], "failed", "cancelled"),
+    "its node lost, retried, then done": ([claim, lose_node, claim, done], "done", ""),
+    "its node lost twice": ([claim, lose_node, claim, lose_node], "failed", "node_lost"),
+    "failed, then its node lost": ([claim, fail, claim, lose_node], "failed", "node_lost"),
+    "retried, then cancelled": ([claim, fail, cancel], "failed", "cancelled"),
 }
+
+# What the original's clients take for an ending (CONTRACT 5: the Go CLI's and the lambda
+# service's waits, SNS subscribers): anything else, they wait on forever.
+ORIGINAL_FINAL = ("done", "failed")
+
+
+# The original's statuses (CONTRACT 2.2).
+ORIGINAL_STATUSES = ("pending", "running", "done", "failed")
+# Each status of ours before the end: the steps that bring a job to it, and the step of the
+# scheduler alone (no client, no agent: the original agent cannot be told) that ends it.
+ENDED_BY_THE_SCHEDULER: dict[str, tuple[list[Step], Step]] = {
+    "cancelling": ([claim, cancel], pass_grace),
+}
+
+
+def test_no_status_leaves_an_original_client_waiting_forever() -> None:
+    """The original's clients end a wait on done or failed only: every final status is one
+    of them, and a status of ours before the end is one the scheduler ends by itself (a new
+    status needs its row in ENDED_BY_THE_SCHEDULER, and the walk below)."""
+    assert set(job_model.FINAL_STATUSES) <= set(ORIGINAL_FINAL)
+    assert {status for status, _ in job_model.ENDINGS.values()} <= set(ORIGINAL_FINAL)
+    ours = set(STATUSES) - set(ORIGINAL_STATUSES)
+    assert ours == set(ENDED_BY_THE_SCHEDULER)
+
+
+@pytest.mark.parametrize("status", list(ENDED_BY_THE_SCHEDULER))
+def test_a_status_of_ours_ends_without_any_client(
+    status: str,
+    make_client: ClientFactory,
+    settings: Settings,
+    store: SyncJobStore,
+    rclient: redis.Redis,
+) -> None:
+    reach, end = ENDED_BY_THE_SCHEDULER[status]
+    run = Run(make_client(settings), store, rclient)
+    for step in reach:
+        step(run)
+    assert run.job()["status"] == status
+    end(run)
+    assert run.job()["status"] in ORIGINAL_FINAL
+
+
+def test_every_ending_is_walked() -> None:
+    """Each ending the scheduler has (models.ENDINGS) is one of the walks above."""
+    walked = {(status, reason) for _, status, reason in ENDINGS.values()}
+    assert set(job_model.ENDINGS.values()) == walked
 
 
 @pytest.mark.parametrize("name", list(ENDINGS))
@@ -146,7 +199,7 @@ def test_a_job_ends_once_with_one_event(
     store: SyncJobStore,
     rclient: redis.Redis,
 ) -> None:
-    steps, final = ENDINGS[name]
+    steps, final, reason = ENDINGS[name]
     run = Run(make_client(settings), store, rclient)
     for step in steps[:-1]:
         step(run)
@@ -154,8 +207,8 @@ def test_a_job_ends_once_with_one_event(
     steps[-1](run)
 
     job = run.job()
-    assert job["status"] == final
-    assert run.own_events() == [final]
+    assert (job["status"], job.get("failure_reason", "")) == (final, reason)
+    assert job["status"] in ORIGINAL_FINAL and run.own_events() == [job["status"]]
     assert "finished_at" in job
     assert_indexed_as_ended(rclient, settings, job)
 

@@ -147,7 +147,7 @@ def test_cancelled_jobs_are_pruned_like_finished_ones(
 ) -> None:
     register(api, "n1")
     job_id = submit(api, command="never")["job_id"]
-    assert api.delete(f"/jobs/{job_id}").json()["status"] == "cancelled"
+    assert api.delete(f"/jobs/{job_id}").json()["failure_reason"] == "cancelled"
     snapshot_once(settings)
     now = time.time()
     assert store.prune_finished(now + RETENTION - 1) == []

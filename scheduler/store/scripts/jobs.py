@@ -222,7 +222,8 @@ TRANSITION = Script(
     """
 -- An agent's report (PATCH /jobs/{id}), under the state machine:
 --   pending -> running; running -> done | failed; failed with retries left -> pending;
---   cancelling -> cancelled (the agent killed it: nothing else is taken from a cancelling job).
+--   cancelling -> cancelled (the agent killed it: nothing else is taken from a cancelling job),
+--   which ends it failed with failure_reason cancelled (library.py finish).
 -- exit_code "" = none; stdout, stderr "" = not sent; now: epoch s, stamp: the same in RFC
 -- 3339; reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
 -- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN} | {FINISHED}
@@ -239,7 +240,9 @@ if reporter ~= "" and reporter ~= job.node_id then return {OTHER_NODE} end
 local old = job.status
 if FINAL[old] then
   local function same(sent, stored) return sent == "" or sent == stored end
-  if status == old and (exit_code == "" or tonumber(exit_code) == job.exit_code)
+  local ending = ENDINGS[status]  -- nil for a claim
+  if ending and ending[1] == old and ending[2] == (job.failure_reason or "")
+    and (exit_code == "" or tonumber(exit_code) == job.exit_code)
     and same(stdout, job.stdout) and same(stderr, job.stderr) then
     return {OK, raw}
   end
@@ -301,11 +304,12 @@ CANCEL_JOB = Script(
     "CANCEL_JOB",
     "job_id now stamp",
     """
--- DELETE /jobs/{id}. A pending job is cancelled at once (it ends: library.py finish). A running one
--- becomes cancelling: it keeps its node's slot, its timeout no longer applies, and its agent
--- learns it (the poll's X-Cancel-Jobs, the heartbeat's answer), kills it and reports
--- cancelled; an agent that cannot be told (the original) gets 409 on its late report, and
--- the sweep cancels the job CANCEL_GRACE_SECS later (FINISH_CANCELS).
+-- DELETE /jobs/{id}. A pending job is cancelled at once (it ends failed, failure_reason
+-- cancelled: library.py finish). A running one becomes cancelling: it keeps its node's
+-- slot, its timeout no longer applies, and its agent learns it (the poll's X-Cancel-Jobs,
+-- the heartbeat's answer), kills it and reports cancelled; an agent that cannot be told
+-- (the original) gets 409 on its late report, and the sweep cancels the job
+-- CANCEL_GRACE_SECS later (FINISH_CANCELS).
 -- Returns {OK, job JSON} (a cancelling job: as it is) | {NOT_FOUND} | {FINISHED}
 local job, raw = load_job(job_id)
 if not job then return {NOT_FOUND} end

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS
+from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 
@@ -204,18 +204,22 @@ local function release(id, job)
   redis.call("ZREM", K.cancelling, id)
 end
 
--- The one way a job ends (done, failed or cancelled), whoever ends it: it gives back what
--- it held (its node may take work again), moves to its final indexes with its finish time
--- (retention reads it), and its event is published: exactly one per job, here and nowhere
--- else. The caller has set the job's other fields. Returns the stored record.
-local function finish(id, n, job, status, now, stamp)
+-- The one way a job ends, whoever ends it: `ending` names how (models.ENDINGS: done, failed,
+-- cancelled, timed_out, node_lost), which sets its status (done or failed: all the original's
+-- clients know) and its failure_reason. It gives back what the job held (its node may take
+-- work again), moves it to its final indexes with its finish time (retention reads it), and
+-- publishes its event: exactly one per job, here and nowhere else. The caller has set the
+-- job's other fields. Returns the stored record.
+local function finish(id, n, job, ending, now, stamp)
   if FINAL[job.status] then error("finish: " .. id .. " has ended already") end
+  local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
   if job.status == "running" or job.status == "cancelling" then
     release(id, job)
     wake_node(job.node_id)
   end
   move(id, n, job.node_id, job.status, status)
   job.status, job.finished_at = status, stamp
+  if reason ~= "" then job.failure_reason = reason end
   redis.call("ZADD", K.finished, now, id)
   publish(id, status)
   wake_job(id)
@@ -223,10 +227,10 @@ local function finish(id, n, job, status, now, stamp)
 end
 
 -- The jobs that entered `index` (a sorted set scored by when) before `cutoff`, `batch` of
--- them: each leaves the index, and one still `held` ends with `status`, after `mark(job)`
+-- them: each leaves the index, and one still `held` ends as `ending`, after `mark(job)`
 -- says why (the timeout sweep, the cancels past their grace). Returns {entries read, the
 -- ids ended...}: fewer entries than `batch` means the index holds no more expired ones.
-local function end_expired(index, cutoff, batch, held, status, mark, now, stamp)
+local function end_expired(index, cutoff, batch, held, ending, mark, now, stamp)
   local expired = redis.call("ZRANGEBYSCORE", index, "-inf", "(" .. cutoff, "LIMIT", 0, batch)
   local ended = {#expired}
   for _, id in ipairs(expired) do
@@ -234,7 +238,7 @@ local function end_expired(index, cutoff, batch, held, status, mark, now, stamp)
     local job = load_job(id)
     if job and job.status == held then
       mark(job)
-      finish(id, redis.call("ZSCORE", K.all_jobs, id), job, status, now, stamp)
+      finish(id, redis.call("ZSCORE", K.all_jobs, id), job, ending, now, stamp)
       ended[#ended + 1] = id
     end
   end
@@ -247,7 +251,7 @@ end
 local function requeue(id, n, job, to, counted)
   release(id, job)
   if counted then job.retry_count = (job.retry_count or 0) + 1 end
-  job.exit_code, job.stdout, job.finished_at = nil, nil, nil
+  job.exit_code, job.stdout, job.finished_at, job.failure_reason = nil, nil, nil, nil
   rebind(id, n, job, "pending", to)
   return store_job(id, job)
 end
@@ -279,8 +283,14 @@ local function move_pending(node, live, limit, moved)
 end
 """
 
-# The final statuses (models.FINAL_STATUSES): FINAL[status] is true for them.
+# The final statuses (models.FINAL_STATUSES): FINAL[status] is true for them. ENDINGS[name]
+# is {status, failure_reason} (models.ENDINGS).
 FINAL = "local FINAL = {" + ", ".join(f"{s} = true" for s in FINAL_STATUSES) + "}"
+ENDING_TABLE = (
+    "local ENDINGS = {"
+    + ", ".join(f'{name} = {{"{status}", "{why}"}}' for name, (status, why) in ENDINGS.items())
+    + "}"
+)
 
 # Every definition of the library, by name, in an order where each comes after those it uses
 # (a Lua local is seen only by the code after it). A definition starts at its comment.
@@ -298,7 +308,7 @@ def _split(chunk: str) -> list[tuple[str, str]]:
 
 LIBRARY: dict[str, str] = dict(
     pair
-    for chunk in (FINAL, NODE_ACCESS, PLACEMENT, READ, ENCODE, WAKE, LIFE)
+    for chunk in (FINAL, ENDING_TABLE, NODE_ACCESS, PLACEMENT, READ, ENCODE, WAKE, LIFE)
     for pair in _split(chunk)
 )
 

@@ -38,7 +38,7 @@ def take_dirty() -> Call[int]:
 class RestoredJob:
     """A job to put back: its record and what its indexes need. `started` (epoch s) is set
     for a running run-job only: those are the ones in the busy set and the deadlines.
-    `finished` (epoch s) is set for a finished job only (done, failed, cancelled: the retention
+    `finished` (epoch s) is set for a finished job only (done or failed: the retention
     index)."""
 
     job_id: str
@@ -147,3 +147,35 @@ return OK
 
 def finish_restore(highest_job_number: int, marker: str) -> Call[None]:
     return FINISH_RESTORE.call(highest=highest_job_number, marker=marker)
+
+
+UPGRADE_RETIRED = Script(
+    "UPGRADE_RETIRED",
+    "status ending batch",
+    """
+-- Jobs an earlier version ended with `status`, a final status of its own then
+-- (models.RETIRED_STATUSES), changed to how they end now, `ending` (ENDINGS): the status and
+-- failure_reason, and its indexes. They keep their finish time, and had their event. `batch`
+-- of them; returns how many entries it read (fewer than `batch`: none are left).
+local index, new, reason = K.status(status), ENDINGS[ending][1], ENDINGS[ending][2]
+local entries = redis.call("ZRANGE", index, 0, batch - 1, "WITHSCORES")
+for i = 1, #entries, 2 do
+  local id = entries[i]
+  local job = load_job(id)
+  if job and job.status == status then
+    move(id, entries[i + 1], job.node_id, status, new)
+    job.status = new
+    if reason ~= "" then job.failure_reason = reason end
+    store_job(id, job)
+  else
+    redis.call("ZREM", index, id)  -- a stale entry
+  end
+end
+return #entries / 2
+""",
+    int,
+)
+
+
+def upgrade_retired(status: str, ending: str, batch: int) -> Call[int]:
+    return UPGRADE_RETIRED.call(status=status, ending=ending, batch=batch)

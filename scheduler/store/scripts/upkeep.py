@@ -32,10 +32,10 @@ SWEEP_TIMEOUTS = Script(
     "cutoff now stamp batch",
     """
 -- Fail the running run-jobs that started before `cutoff` (strictly): exit -1, "job timed
--- out", no retry, their event. Reads only the expired entries of the deadlines, `batch` of
--- them. Returns {number of entries read, ids of the jobs it failed...}.
+-- out", failure_reason timed_out, no retry, their event. Reads only the expired entries of
+-- the deadlines, `batch` of them. Returns {number of entries read, ids of the jobs it failed...}.
 local function timed_out(job) job.exit_code, job.stderr = -1, "job timed out" end
-return end_expired(K.deadlines, cutoff, batch, "running", "failed", timed_out, now, stamp)
+return end_expired(K.deadlines, cutoff, batch, "running", "timed_out", timed_out, now, stamp)
 """,
     _batch,
 )
@@ -50,8 +50,9 @@ FINISH_CANCELS = Script(
     "cutoff now stamp batch",
     """
 -- The cancelling jobs whose agent has not reported them cancelled within the grace (asked
--- before `cutoff`; the original agent cannot be told): cancelled now, their node's slot
--- free, their event. Returns {number of entries read, ids of the jobs it cancelled...}.
+-- before `cutoff`; the original agent cannot be told): ended now as cancelled (failed,
+-- failure_reason cancelled), their node's slot free, their event. Returns {number of
+-- entries read, ids of the jobs it cancelled...}.
 local function unconfirmed(job)
   if (job.stderr or "") == "" then
     job.stderr = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
@@ -75,8 +76,8 @@ PRUNE_FINISHED = Script(
     "PRUNE_FINISHED",
     "cutoff skip batch",
     """
--- Retention: remove from Redis the finished jobs (done, failed, cancelled) that finished
--- before `cutoff`, with every index entry, reading `batch` entries after the `skip` that
+-- Retention: remove from Redis the finished jobs (done or failed) that finished before
+-- `cutoff`, with every index entry, reading `batch` entries after the `skip` that
 -- earlier calls of this sweep kept. Only jobs the snapshot already holds in their final
 -- state go: a job in the changed set (or in a snapshot being written) stays until a snapshot
 -- has committed it, so a pruned job is never lost, only moved out of Redis to the SQLite
@@ -163,9 +164,10 @@ LOSE_RUNNING = Script(
 -- The running jobs of lost nodes (as REQUEUE_LOST's): the agent is gone, and what it ran
 -- with it (Nomad's lost allocations). A run job fails with stderr "node lost" under the
 -- retry rule: with retries left it is pending again (retry_count + 1, no event) on a live
--- node, else it ends failed (exit -1, its event). A service is placed again, pending on a
--- live node (its retry count unchanged, no event). An instance-bound job stays on its node.
--- With no live node, a job waits pending on its node (REQUEUE_LOST moves it once one is).
+-- node, else it ends failed (exit -1, failure_reason node_lost, its event). A service is
+-- placed again, pending on a live node (its retry count unchanged, no event). An
+-- instance-bound job stays on its node. With no live node, a job waits pending on its node
+-- (REQUEUE_LOST moves it once one is).
 -- At most `limit` jobs. Returns {job id, from node, to node, new status, ...}.
 local lost = redis.call("ZRANGEBYSCORE", K.nodes_compute, "-inf", "(" .. lost_cutoff)
 if #lost == 0 then return {} end
@@ -190,7 +192,7 @@ for _, node in ipairs(lost) do
         requeue(id, n, job, target, not service)
       else
         job.exit_code = -1
-        finish(id, n, job, "failed", now, stamp)
+        finish(id, n, job, "node_lost", now, stamp)
       end
       out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, node, job.node_id, job.status
     end
