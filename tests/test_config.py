@@ -8,14 +8,8 @@ from dataclasses import fields
 import pytest
 from redis_sentinel_url import parse_sentinel_url  # type: ignore[import-untyped]
 
-from scheduler.config import (
-    ClusterRedis,
-    ConfigError,
-    DirectRedis,
-    SentinelRedis,
-    Settings,
-    parse_redis_url,
-)
+from scheduler.config import ConfigError, Settings, parse_redis_url
+from scheduler.config.redis_url import ClusterRedis, DirectRedis, SentinelRedis
 
 ENV_NAMES = {f.name: f.metadata["env"] for f in fields(Settings)}
 

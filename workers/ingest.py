@@ -26,6 +26,7 @@ from scheduler.models.wire import ID_RE, DecodeError, InvalidInput, decode_go_st
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
 from scheduler.store.errors import StoreNotReady
+from scheduler.store.scripts.jobs import Dedup
 from workers.context import Context
 
 log = logging.getLogger("workers.sqs")
@@ -138,9 +139,8 @@ class Ingestion:
             placement = await self.nodes.placement(req.instance_id)
             now = time.time()
             job_json = creation_json(msgspec.structs.replace(req, created_at=rfc3339(now)))
-            created = self.ctx.store.create(
-                job_json, placement, now, key, self.ctx.settings.sqs_dedup_ttl_secs
-            )
+            dedup = Dedup("sqs", key, self.ctx.settings.sqs_dedup_ttl_secs)
+            created = self.ctx.store.create(job_json, placement, now, dedup)
         except (RegistryError, NoHealthyNodes) as exc:
             if self.ctx.redis.exists(self.ctx.keys.sqs_message(key)):
                 self.counts["sqs_duplicates"] += 1

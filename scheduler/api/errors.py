@@ -17,6 +17,7 @@ from scheduler.nodes.registry import RegistryError
 from scheduler.store.errors import (
     Conflict,
     Forbidden,
+    IdempotencyMismatch,
     JobNotFound,
     NodeNotFound,
     ReplicasNotAcked,
@@ -80,6 +81,7 @@ REPLIES: dict[type[Exception], Replier] = {
     ServiceNotFound: _status(404),
     TooManyServices: _status(503),
     Conflict: _status(409),
+    IdempotencyMismatch: _status(422),
     ReplicasNotAcked: _not_acked,
     RedisError: _unavailable,
     ClientDisconnect: _client_gone,

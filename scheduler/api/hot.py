@@ -4,6 +4,8 @@ over plain inputs (ids, the caller, the declared size, a body reader), so the St
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -15,19 +17,21 @@ from scheduler.api.http import HTTPError, no_charge, too_large
 from scheduler.api.state import AppState
 from scheduler.models.job import (
     REPORT_STATUSES,
+    Job,
     JobCreate,
     JobUpdate,
     bound_output,
     creation_json,
     new_job,
+    record_encoder,
     validate_create,
     validate_update,
 )
 from scheduler.models.wire import ID_RE, DecodeError, decode_go_style, rfc3339
 from scheduler.snapshot.restore import restore_at_start
-from scheduler.store.errors import StoreNotReady
+from scheduler.store.errors import Conflict, StoreNotReady
 from scheduler.store.jobs import JobStore
-from scheduler.store.scripts.jobs import Polled
+from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled
 
 Charge = Callable[[int], None]
 # (limit, charge) -> the whole body; 413 past `limit`, each part's size told to `charge`
@@ -62,26 +66,51 @@ def polled_reply(polled: Polled) -> tuple[bytes, dict[str, str]]:
     return b"[" + b",".join(polled.jobs) + b"]", headers
 
 
-async def create_job(state: AppState, read: BodyReader) -> bytes:
-    """POST /jobs: the new job's record (201)."""
+async def create_job(state: AppState, read: BodyReader, idempotency_key: str) -> Created:
+    """POST /jobs: the new job (201), or with an Idempotency-Key already used for the same
+    request, the job that request made (200)."""
     settings = state.settings
+    check_idempotency_key(idempotency_key)
     body = await read(settings.max_body_bytes, no_charge)
     try:
         job = new_job(decode_go_style(body, JobCreate))
     except DecodeError as exc:
         raise HTTPError(400, "failed to decode job", {"X-Error-Detail": _header(exc)}) from None
     validate_create(job)
+    dedup = _dedup(idempotency_key, job, settings.idempotency_ttl_secs)
     placement = await state.nodes.placement(job.instance_id)
     now = time.time()
     job_json = creation_json(msgspec.structs.replace(job, created_at=rfc3339(now)))
     store = state.store
     try:
-        return await store.create(job_json, placement, now)
+        created = await store.create(job_json, placement, now, dedup)
     except StoreNotReady:
         # Redis lost its data under this running process: bring the snapshot back (or wait
         # for the process doing it) before taking a new id, then try once more.
         await restore_at_start(settings)
-        return await store.create(job_json, placement, now)
+        created = await store.create(job_json, placement, now, dedup)
+    if created.duplicate and not created.job:
+        raise Conflict("the job of this Idempotency-Key has been removed")
+    return created
+
+
+IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def check_idempotency_key(key: str) -> None:
+    if key and not IDEMPOTENCY_KEY_RE.fullmatch(key):
+        raise HTTPError(400, "invalid Idempotency-Key: use 1 to 255 visible ASCII characters")
+
+
+def _dedup(key: str, job: Job, ttl: int) -> Dedup:
+    """A submission's idempotency: its key (hashed: any client text makes a bounded Redis key)
+    and the fingerprint of what it asks for, the job as decoded (so formatting and field
+    order do not count as another request)."""
+    if not key:
+        return NO_DEDUP
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+    fingerprint = hashlib.sha256(record_encoder.encode(job)).hexdigest()[:32]
+    return Dedup("submit", digest, ttl, fingerprint)
 
 
 async def report_job(

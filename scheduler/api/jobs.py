@@ -45,8 +45,9 @@ async def schedule(request: Request) -> Response:
 
 
 async def submit_job(request: Request) -> Response:
-    blob = await hot.create_job(request.app.state, _body_of(request))
-    return json_bytes(blob, status=201)
+    key = request.headers.get("idempotency-key", "")
+    created = await hot.create_job(request.app.state, _body_of(request), key)
+    return json_bytes(created.job, status=200 if created.duplicate else 201)
 
 
 def _body_of(request: Request) -> hot.BodyReader:

@@ -251,7 +251,9 @@ class Lane:
         return node_id, self.state.agent_auth.caller_of(request.header(b"authorization"))
 
     async def create_job(self, request: HotRequest) -> Answer:
-        return 201, await hot.create_job(self.state, _reader(request)) + b"\n", JSON, []
+        key = request.header(b"idempotency-key")
+        created = await hot.create_job(self.state, _reader(request), key)
+        return 200 if created.duplicate else 201, created.job + b"\n", JSON, []
 
     async def report_job(self, request: HotRequest) -> Answer:
         job_id = hot.job_id_or_404(request.id)

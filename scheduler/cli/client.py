@@ -18,6 +18,7 @@ import json
 import logging
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TextIO
 from urllib.parse import quote
@@ -69,13 +70,22 @@ def format_job(job: dict[str, Any]) -> str:
 
 
 MAX_WAIT_SECS = 60.0  # the API's bound on `wait`
+SUBMIT_RETRY_PAUSES = (0.5, 1.0, 2.0)  # before each new try of a submit that got no answer
 
 
 class Client:
-    def __init__(self, url: str, api_key: str = "", timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: str = "",
+        timeout: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
         self.has_key = bool(api_key)
         self.unauthorized = False  # some answer was 401: the command ends with a hint
 
@@ -99,6 +109,17 @@ class Client:
         if response.status_code == 401:
             self.unauthorized = True
         return response
+
+    def submit(self, body: dict[str, Any], key: str) -> httpx.Response:
+        """POST /jobs under an Idempotency-Key: a POST whose answer was lost (the network, a
+        restarting API) is sent again, and finds the job it made instead of a second one."""
+        headers = {"Idempotency-Key": key}
+        for pause in SUBMIT_RETRY_PAUSES:
+            try:
+                return self.request("POST", "/jobs", json=body, headers=headers)
+            except ClientError:
+                time.sleep(pause)
+        return self.request("POST", "/jobs", json=body, headers=headers)
 
     def job(self, job_id: str, status_not: str = "", wait: float = 0) -> dict[str, Any]:
         """The job; with `wait`, answered once its status is not `status_not` (long-poll),
@@ -198,7 +219,7 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         body["job_type"] = "service"
     if args.port:
         body["port"] = args.port
-    response = client.request("POST", "/jobs", json=body)
+    response = client.submit(body, args.idempotency_key or str(uuid.uuid4()))
     if response.status_code >= 400:
         err.write(f"submit failed {response.status_code}: {response.text.rstrip(chr(10))}\n")
         return 1
@@ -335,6 +356,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--instance", default="", metavar="ID", help="run on this instance's node")
     p.add_argument("--service", action="store_true", help="a long-running service job")
     p.add_argument("--port", type=int, default=0, help="the service's port")
+    p.add_argument(
+        "--idempotency-key",
+        default="",
+        metavar="KEY",
+        help="the submit's Idempotency-Key (default: a new one): the same key and job again "
+        "answer the job already made",
+    )
     p.add_argument(
         "--wait",
         action="store_true",

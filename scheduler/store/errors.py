@@ -26,6 +26,13 @@ class Conflict(Exception):
     """A report the state machine refuses; the message is the API's 409 text."""
 
 
+class IdempotencyMismatch(Exception):
+    """An Idempotency-Key used again with another request body: nothing was created."""
+
+    def __str__(self) -> str:
+        return "Idempotency-Key already used with another request"
+
+
 class Unauthorized(Exception):
     """An agent call without a valid node token or the API key (AGENT_AUTH=token)."""
 

@@ -26,6 +26,7 @@ from scheduler.store.scripts import Call, jobs
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
+from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
 
 _node_decoder = msgspec.json.Decoder(Node)
@@ -92,10 +93,11 @@ class JobStore:
         )
         return call.parse(reply)
 
-    async def create(self, job_json: bytes, placement: Placement, now: float) -> bytes:
-        s = self.settings
-        created = await self.run(jobs.create_job(job_json, placement, now, s.node_ttl_secs))
-        return created.job
+    async def create(
+        self, job_json: bytes, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
+    ) -> Created:
+        ttl = self.settings.node_ttl_secs
+        return await self.run(jobs.create_job(job_json, placement, now, ttl, dedup))
 
     async def pick(self, placement: Placement, now: float) -> str:
         return await self.run(jobs.pick_node(placement, now, self.settings.node_ttl_secs))

@@ -43,6 +43,8 @@ Layout (P = REDIS_PREFIX, T = the hash tag "{P}"):
   T:registry:readable-since  epoch s since the sweep has read the external registry without
                           a failure (deleted on a failure)
   T:sqs:{msg}             string, the job a SQS message created (idempotency key)
+  T:submit:{key}          string, "<job id> <request fingerprint>": the job a POST /jobs
+                          with this Idempotency-Key (its SHA-256) created
   T:lock:{name}           short-lived locks (restore, snapshot, worker promote)
   T:stats                 hash of background-work counters (workers/: sqs_dropped, ...)
   T:runs:{task}           list, the last runs of a periodic task: "<period> <epoch s>"
@@ -188,6 +190,9 @@ class Keys:
     def sqs_message(self, dedup_key: str) -> str:
         return self._k(f"sqs:{dedup_key}")
 
+    def submission(self, idempotency_key: str) -> str:
+        return self._k(f"submit:{idempotency_key}")
+
     def lock(self, name: str) -> str:
         return self._k(f"lock:{name}")
 
@@ -283,7 +288,7 @@ LAYOUT_ROOTS = frozenset(
     {
         "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
-        "lock", "stats", "runs",
+        "submit", "lock", "stats", "runs",
     }
 )  # fmt: skip
 

@@ -16,7 +16,7 @@ from scheduler.store.connection.blocking import sync_client
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, Call, jobs, snapshot, upkeep
-from scheduler.store.scripts.jobs import Created
+from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
 
 T = TypeVar("T")
@@ -66,12 +66,11 @@ class SyncJobStore:
         return reply
 
     def create(
-        self, job_json: bytes, placement: Placement, now: float, dedup_key: str, dedup_ttl: int
+        self, job_json: bytes, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
-        call = jobs.create_job(
-            job_json, placement, now, self.settings.node_ttl_secs, dedup_key, dedup_ttl
+        return self.run(
+            jobs.create_job(job_json, placement, now, self.settings.node_ttl_secs, dedup)
         )
-        return self.run(call)
 
     def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
         """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not

@@ -145,7 +145,7 @@ def _seed(settings: Settings, node_id: str, count: int) -> None:
         now = time.time()
         job = creation_json(new_job(JobCreate(command="seeded"), rfc3339(now)))
         for _ in range(count):
-            store.create(job, Placement.fixed(node_id), now, "", 0)
+            store.create(job, Placement.fixed(node_id), now)
     finally:
         store.close()
 

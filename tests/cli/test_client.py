@@ -13,7 +13,8 @@ import httpx
 import pytest
 import redis
 
-from scheduler.cli.client import format_job, go_quote
+from scheduler.cli import client as client_module
+from scheduler.cli.client import Client, format_job, go_quote
 from scheduler.cli.main import main
 from scheduler.store.keys import Keys
 from tests.processes import api_replicas, scheduler_env
@@ -240,7 +241,10 @@ def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyP
     assert code == 0 and len(json.loads(out)) == 1
 
 
-def test_an_unreachable_scheduler_is_a_clear_error(cli: Cli) -> None:
+def test_an_unreachable_scheduler_is_a_clear_error(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(client_module, "SUBMIT_RETRY_PAUSES", (0.0, 0.0))
     url = f"http://127.0.0.1:{free_port()}"
     for argv in (["submit", "echo hi"], ["status", "job-1"], ["list"], ["nodes"]):
         code, out, err = cli(url, *argv)
@@ -485,3 +489,42 @@ def test_nodes_prints_a_table(api: str, cli: Cli) -> None:
     assert (code, out.splitlines()[1:]) == (0, [])
     code, out, _ = cli(api, "nodes", "--json")
     assert json.loads(out)["node-1"]["role"] == "compute"
+
+
+def test_a_submit_whose_answer_was_lost_is_sent_again_and_makes_one_job(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's submit carries an Idempotency-Key: sent again after its answer was lost (the
+    job was made), it gets that job back instead of making a second."""
+    monkeypatch.setattr(client_module, "SUBMIT_RETRY_PAUSES", (0.0, 0.0))
+    wire = httpx.HTTPTransport()
+    keys: list[str | None] = []
+
+    class LosesTheFirstAnswer(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            response = wire.handle_request(request)
+            keys.append(request.headers.get("idempotency-key"))
+            if len(keys) == 1:
+                response.close()
+                raise httpx.ReadError("connection reset", request=request)
+            return response
+
+    before = len(httpx.get(f"{api}/jobs").json())
+    client = Client(api, transport=LosesTheFirstAnswer())
+    answer = client.submit({"command": "echo once"}, "cli-key-1")
+    assert answer.status_code == 200  # the replay: the job the lost answer carried
+    assert keys == ["cli-key-1", "cli-key-1"]
+    jobs = httpx.get(f"{api}/jobs").json()
+    assert len(jobs) == before + 1 and jobs[-1]["job_id"] == answer.json()["job_id"]
+
+
+def test_submit_sends_a_key_and_takes_one(api: str, cli: Cli) -> None:
+    code, first, _ = cli(api, "submit", "echo keyed", "--idempotency-key", "cli-key-2")
+    assert code == 0
+    code, again, _ = cli(api, "submit", "echo keyed", "--idempotency-key", "cli-key-2")
+    assert (code, again) == (0, first)
+    code, _, err = cli(api, "submit", "echo other", "--idempotency-key", "cli-key-2")
+    assert code == 1 and err.startswith("submit failed 422: Idempotency-Key already used")
+    _, one, _ = cli(api, "submit", "echo keyed")
+    _, two, _ = cli(api, "submit", "echo keyed")
+    assert one != two  # a new key each time by default: two submits, two jobs

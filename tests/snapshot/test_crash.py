@@ -110,7 +110,7 @@ def create_jobs(store: SyncJobStore, count: int, now: float) -> None:
     # As a starting serve or worker would: the restore question is settled before any create.
     store.run(snapshot_scripts.finish_restore(0, "test"))
     for _ in range(count):
-        store.create(job, Placement.fixed("n1"), now, "", 0)
+        store.create(job, Placement.fixed("n1"), now)
 
 
 def run_until_paused(point: str, settings: Settings, tmp_path: Path) -> subprocess.Popen[bytes]:

@@ -9,7 +9,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from scheduler.config import ClusterRedis, SentinelRedis
+from scheduler.config.redis_url import ClusterRedis, SentinelRedis
 from scheduler.store.connection.discovery import Ask, Locating, check_role, tag_slot
 
 SENTINELS = SentinelRedis(

@@ -27,7 +27,8 @@ from redis.connection import (
 from redis.exceptions import AskError, ClusterDownError, ReadOnlyError, TryAgainError
 from redis.retry import Retry
 
-from scheduler.config import ClusterRedis, DirectRedis, SentinelRedis, Settings
+from scheduler.config import Settings
+from scheduler.config.redis_url import ClusterRedis, DirectRedis, SentinelRedis
 from scheduler.store.connection import discovery
 from scheduler.store.connection.discovery import NotPrimary
 

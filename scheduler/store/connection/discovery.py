@@ -33,7 +33,7 @@ from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from scheduler.config import ClusterRedis, SentinelRedis
+from scheduler.config.redis_url import ClusterRedis, SentinelRedis
 from scheduler.store.keys import Keys
 
 # Replies from a node that is not the one to talk to now: a cluster slot moved or is being

@@ -24,7 +24,8 @@ import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
-from scheduler.config import ClusterRedis, DirectRedis, SentinelRedis, parse_redis_url
+from scheduler.config import parse_redis_url
+from scheduler.config.redis_url import ClusterRedis, DirectRedis, SentinelRedis
 from scheduler.store.connection import discovery
 from scheduler.store.connection.protocol import (
     WRITE_COST,

@@ -9,7 +9,7 @@ from typing import Any
 from scheduler.models.job import JobUpdate
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
-from scheduler.store.errors import Conflict, JobNotFound, StoreNotReady
+from scheduler.store.errors import Conflict, IdempotencyMismatch, JobNotFound, StoreNotReady
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.codes import check_access, check_found
 from scheduler.store.scripts.replies import blobs, ids
@@ -27,23 +27,48 @@ def _created(reply: list[Any]) -> Created:
         raise StoreNotReady()
     if reply[0] == codes.NO_NODES:
         raise NoHealthyNodes()
+    if reply[0] == codes.MISMATCH:
+        raise IdempotencyMismatch()
     return Created(job=reply[1], duplicate=reply[0] == codes.DUPLICATE)
 
 
+@dataclass(frozen=True, slots=True)
+class Dedup:
+    """What makes a creation idempotent: the job made under `key` (in `space`: "sqs", an SQS
+    message; "submit", a POST /jobs Idempotency-Key) for `ttl` seconds, and the fingerprint
+    of the request that made it ("" for SQS, whose key covers the body already)."""
+
+    space: str
+    key: str
+    ttl: int
+    fingerprint: str = ""
+
+
+NO_DEDUP = Dedup("", "", 0)
+
 CREATE_JOB = Script(
     "CREATE_JOB",
-    "record mode now node_ttl dedup_key dedup_ttl *candidates",
+    "record mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint *candidates",
     """
 -- record: the job's JSON without job_id and node_id, which this fills in (the id drawn here,
--- the node placed here: library.py PLACEMENT). dedup_key: the idempotency key (an SQS message) when
--- dedup_ttl > 0. Returns {OK, job JSON} | {DUPLICATE, job JSON} | {NO_NODES} | {NOT_READY}.
+-- the node placed here: library.py PLACEMENT). With dedup_ttl > 0, dedup_key is an idempotency
+-- key (dedup_space "sqs": an SQS message, else a POST /jobs Idempotency-Key) remembered with
+-- the job's id and the request's fingerprint: a replay answers the job it made, a replay with
+-- another fingerprint MISMATCH, and neither creates anything.
+-- Returns {OK, job JSON} | {DUPLICATE, job JSON, "" if the job is gone} | {MISMATCH}
+--   | {NO_NODES} | {NOT_READY}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
 if redis.call("EXISTS", K.initialised) == 0 then return {NOT_READY} end
-local dedup = tonumber(dedup_ttl) > 0 and K.sqs_message(dedup_key)
-if dedup then
+local dedup = false
+if tonumber(dedup_ttl) > 0 then
+  dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
   local seen = redis.call("GET", dedup)
-  if seen then return {DUPLICATE, redis.call("GET", K.job(seen)) or ""} end
+  if seen then
+    local id, made_by = string.match(seen, "^(%S+) ?(.*)$")
+    if made_by ~= fingerprint then return {MISMATCH} end
+    return {DUPLICATE, redis.call("GET", K.job(id)) or ""}
+  end
 end
 local node = pick_node(mode, candidates, tonumber(now), tonumber(node_ttl))
 if not node then return {NO_NODES} end
@@ -57,7 +82,10 @@ redis.call("ZADD", K.status("pending"), n, id)
 redis.call("ZADD", K.node_jobs(node), n, id)
 redis.call("ZADD", K.node_status(node, "pending"), n, id)
 redis.call("SADD", K.dirty, id)
-if dedup then redis.call("SET", dedup, id, "EX", tonumber(dedup_ttl)) end
+if dedup then
+  local value = fingerprint == "" and id or id .. " " .. fingerprint
+  redis.call("SET", dedup, value, "EX", tonumber(dedup_ttl))
+end
 wake_node(node)
 return {OK, job}
 """,
@@ -70,8 +98,7 @@ def create_job(
     placement: Placement,
     now: float,
     node_ttl: float,
-    dedup_key: str = "",
-    dedup_ttl: int = 0,
+    dedup: Dedup = NO_DEDUP,
 ) -> Call[Created]:
     """`record` is the new job's JSON object without job_id and node_id."""
     return CREATE_JOB.call(
@@ -79,8 +106,10 @@ def create_job(
         mode=placement.mode,
         now=now,
         node_ttl=node_ttl,
-        dedup_key=dedup_key,
-        dedup_ttl=dedup_ttl if dedup_key else 0,
+        dedup_space=dedup.space,
+        dedup_key=dedup.key,
+        dedup_ttl=dedup.ttl if dedup.key else 0,
+        fingerprint=dedup.fingerprint,
         candidates=placement.candidates,
     )
 
