@@ -1,5 +1,5 @@
 """Riding out a Redis outage: retry a Redis call with capped exponential backoff until Redis
-answers again.
+answers again. And what an outage of an outside service (SNS) raises in a task rq retries.
 
 A worker that exits on the first ConnectionError turns a 2-second Redis restart into a dead
 process (and, under `scheduler up` or honcho, a stopped deployment). The cap keeps the wait
@@ -61,3 +61,11 @@ def until_redis_answers(
         if failures:
             log.info("Redis is back: %s went through after %d attempt(s)", what, failures + 1)
         return result
+
+
+class RoutineFailure(Exception):
+    """An outside service failed as it routinely does (down, or answering an error), and rq
+    retries the job. The worker logs it as one line, its message, with no traceback: a WARNING
+    per attempt, an ERROR once out of retries (SchedulerWorker.handle_exception). So its
+    message names what failed and why; anything else a task raises is a bug, logged by rq
+    with its traceback."""

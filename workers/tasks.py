@@ -22,6 +22,7 @@ from scheduler.nodes.registry import RegistryError, RemoteRegistry
 from scheduler.snapshot.writer import snapshot_once
 from workers import context
 from workers.context import Context
+from workers.outage import RoutineFailure
 from workers.queues import enqueue_publish
 
 log = logging.getLogger("workers.tasks")
@@ -33,8 +34,8 @@ SNS_TOPIC_PATH = "/topics/job-status/publish"
 _encoder = msgspec.json.Encoder()
 
 
-class PublishFailed(Exception):
-    """SNS did not take the event; rq retries the job with backoff."""
+class PublishFailed(RoutineFailure):
+    """SNS did not take the event; rq retries the job with backoff, a WARNING line each time."""
 
 
 def sweep(period: int) -> int:

@@ -30,6 +30,7 @@ from rq.defaults import DEFAULT_WORKER_TTL
 from rq.exceptions import StopRequested
 from rq.executions import Execution
 from rq.job import Job
+from rq.job_lifecycle import call_exception_handlers
 from rq.queue import Queue
 from rq.registry import clean_registries
 from rq.utils import now as rq_now
@@ -37,7 +38,7 @@ from rq.worker import SimpleWorker
 
 from scheduler.config import Settings
 from workers import context
-from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, until_redis_answers
+from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, RoutineFailure, until_redis_answers
 from workers.queues import KINDS, ClaimingQueue, connect, queues
 from workers.rq_migrate import move_legacy_rq
 from workers.schedule import Trigger, redis_time
@@ -150,6 +151,26 @@ class SchedulerWorker(SimpleWorker):
 
     def handle_job_retry(self, *args: Any, **kwargs: Any) -> None:
         self._ride("job retry", functools.partial(super().handle_job_retry, *args, **kwargs))
+
+    def handle_exception(self, job: Job, *exc_info: Any) -> None:
+        """A job raised. rq logs an ERROR with the traceback, then runs the exception handlers;
+        for a RoutineFailure (SNS down: retried, expected) that is one line instead, a WARNING
+        while retries are left (rq retries it after this, in handle_job_failure), an ERROR
+        once out of them. Anything else (a bug) keeps rq's ERROR and traceback."""
+        failure = exc_info[1]
+        if not isinstance(failure, RoutineFailure):
+            super().handle_exception(job, *exc_info)
+            return
+        if job.should_retry:
+            delay = job.get_retry_interval()
+            remaining = (job.retries_left or 1) - 1  # after this one, as rq counts them
+            log.warning(
+                "job %s: %s; retrying in %d s, %d retries remaining",
+                *(job.id, failure, delay, remaining),
+            )
+        else:
+            log.error("job %s: %s; out of retries, given up", job.id, failure)
+        call_exception_handlers(self._exc_handlers, job, *exc_info)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         try:

@@ -5,13 +5,14 @@ in-process against the real redis-server, a real HTTP fake of SNS and rq's own w
 from __future__ import annotations
 
 import itertools
+import logging
 import signal
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import redis
-from rq import Queue
+from rq import Queue, Retry
 from rq.job import Job as RqJob
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 from starlette.testclient import TestClient
@@ -56,11 +57,14 @@ def events_queue(ctx: Context) -> Queue:
     return queues.queue(ctx.redis, ctx.settings, queues.EVENTS)
 
 
-def work_burst(settings: Settings) -> None:
+def work_burst(settings: Settings, exception_handlers: list[Any] | None = None) -> None:
     """Run our rq worker until its queues are empty, in this process."""
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        build_worker(settings).work(burst=True, with_scheduler=False, logging_level="WARNING")
+        worker = build_worker(settings)
+        for handler in exception_handlers or []:
+            worker.push_exc_handler(handler)
+        worker.work(burst=True, with_scheduler=False, logging_level="WARNING")
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -208,6 +212,75 @@ def test_a_publish_out_of_retries_stays_in_the_failed_registry(
     assert result is not None
     assert "SNS answered 503" in (result.exc_string or "")
     assert sns.refused == 2  # the first try and its one retry
+
+
+def noted(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    """The messages of the records of exactly `level`."""
+    return [r.getMessage() for r in caplog.records if r.levelno == level]
+
+
+@pytest.mark.parametrize("outage", ["500", "down"])
+def test_a_retried_publish_logs_one_warning_per_attempt_and_no_traceback(
+    make_ctx: CtxFactory,
+    make_client: ClientFactory,
+    sns: FakeSNS,
+    outage: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ctx = make_ctx(sns_url=sns.url, sns_retry_max=2)
+    finish(api_for(make_client, ctx))
+    if outage == "500":
+        sns.failing = 500
+    else:
+        sns.stop()
+    tasks.flush_outbox(period=1)
+    trigger = Trigger(ctx.redis, ctx.settings)
+    failed = FailedJobRegistry(queue=events_queue(ctx))
+    handled: list[type[BaseException]] = []
+    caplog.set_level(logging.WARNING)
+
+    def exhausted() -> list[str]:
+        trigger.promote()
+        work_burst(ctx.settings, exception_handlers=[lambda job, kind, *_: handled.append(kind)])
+        return failed.get_job_ids()
+
+    eventually(exhausted)
+    trigger.stop()
+    job_id = ctx.keys.rq_job_id("event", 1)
+    error = "SNS answered 500: sns is failing" if outage == "500" else "SNS unreachable: "
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    warnings = noted(caplog, logging.WARNING)
+    assert len(warnings) == 2, warnings  # the first attempt and the first retry
+    for line, remaining in zip(warnings, [1, 0], strict=True):
+        assert line.startswith(f"job {job_id}: event 1: {error}"), line
+        assert line.endswith(f"; retrying in 1 s, {remaining} retries remaining"), line
+    [given_up] = noted(caplog, logging.ERROR)  # the second retry, the last
+    assert given_up.startswith(f"job {job_id}: event 1: {error}"), given_up
+    assert given_up.endswith("; out of retries, given up"), given_up
+    assert noted(caplog, logging.CRITICAL) == []
+    assert "\n" not in given_up + "".join(warnings)
+    # rq's exception handlers still see every failure; the failure keeps its traceback in
+    # rq's result, for rq-dashboard.
+    assert handled == [tasks.PublishFailed] * 3
+    result = RqJob.fetch(job_id, connection=ctx.redis).latest_result()
+    assert result is not None and "Traceback" in (result.exc_string or "")
+
+
+def test_an_unexpected_exception_in_a_task_is_logged_with_its_traceback(
+    make_ctx: CtxFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx = make_ctx()
+    caplog.set_level(logging.WARNING)
+    retried = Retry(max=1, interval=0)  # retried or not, a bug shows its traceback each time
+    events_queue(ctx).enqueue("json.loads", args=("not json",), job_id="bug", retry=retried)
+    work_burst(ctx.settings)
+    errors = noted(caplog, logging.ERROR)
+    assert len(errors) == 2, errors
+    for line in errors:
+        assert "job bug: exception raised while executing (json.loads)" in line
+        assert "Traceback (most recent call last)" in line
+        assert "json.decoder.JSONDecodeError: Expecting value" in line
+    assert noted(caplog, logging.WARNING) == []
 
 
 def test_triggers_in_many_processes_fire_each_period_once(make_ctx: CtxFactory) -> None:

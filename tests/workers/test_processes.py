@@ -25,7 +25,7 @@ from scheduler.store.keys import Keys
 from tests import rq_state
 from tests.conftest import ClientFactory, assert_json, register, report
 from tests.fakes import FakeSNS, FakeSQS, eventually
-from tests.processes import scheduler_env
+from tests.processes import scheduler_env, worker_burst
 from workers import queues
 
 BASE_ENV = {
@@ -80,8 +80,18 @@ class Workers:
             except subprocess.TimeoutExpired:
                 self.kill(proc)
 
-    def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:] for p in self.log_dir.glob("*.log"))
+    def logs(self, tail: int = 3000) -> str:
+        """The end of each worker's log (with tail=0: all of it)."""
+        logs = (p.read_text(errors="replace") for p in self.log_dir.glob("*.log"))
+        return "\n".join(text[-tail:] if tail else text for text in logs)
+
+
+def log_lines(log: str, level: str, logger: str, containing: str) -> list[str]:
+    """The lines of `log` (the CLI's format: time, level, logger, message) at `level` from
+    `logger` that contain `containing`."""
+    return [
+        line for line in log.splitlines() if f" {level} {logger} " in line and containing in line
+    ]
 
 
 @pytest.fixture
@@ -221,11 +231,54 @@ def test_sns_outage_then_recovery_delivers_every_event_once(
     eventually(lambda: len(sns.published) >= 6, timeout=30)
     eventually(lambda: drained(rclient, settings), timeout=20)
     assert Counter(e["job_id"] for e in sns.events()) == Counter(job_ids)
+    # Each failed attempt is one WARNING line of the worker that made it, without traceback.
+    log = workers.logs(tail=0)
+    failed_attempts = int(rclient.hget(failures, "publish_failures") or 0)
+    refused = log_lines(log, "WARNING", "workers.worker", ": SNS answered 500: ")
+    unreachable = log_lines(log, "WARNING", "workers.worker", ": SNS unreachable: ")
+    assert refused and unreachable
+    assert len(refused) + len(unreachable) == failed_attempts
+    assert "Traceback" not in log
+    assert " ERROR " not in log
     print(
         f"MEASURED SNS outage: refused={sns.refused} "
         f"failed_attempts={int(rclient.hget(failures, 'publish_failures') or 0)} "
         f"delivered={len(sns.published)} duplicates=0"
     )
+
+
+def test_a_burst_worker_logs_sns_sqs_and_registry_outages_as_one_line_each(
+    api: TestClient, env: dict[str, str], rclient: redis.Redis, settings: Settings
+) -> None:
+    job_id = api.post("/jobs", json={"command": "published later"}).json()["job_id"]
+    assert_json(report(api, job_id, "running"))
+    assert_json(report(api, job_id, "done", exit_code=0))
+    down = "http://127.0.0.1:9"  # nothing listens: connection refused
+    outage = {**env, "SNS_URL": down, "SQS_URL": down, "REGISTRY_URL": down, "SNS_RETRY_MAX": "1"}
+    event_job = Keys(settings.redis_prefix).rq_job_id("event", 1)
+
+    first = worker_burst(outage).stderr  # each periodic task once, and the first publish
+    assert "Traceback" not in first
+    assert " ERROR " not in first
+    assert len(log_lines(first, "WARNING", "workers.tasks", "registry not readable")) == 1
+    assert len(log_lines(first, "WARNING", "workers.sqs", "receive failed")) == 1
+    [attempt] = log_lines(first, "WARNING", "workers.worker", f"job {event_job}: ")
+    assert f"job {event_job}: event 1: SNS unreachable: " in attempt
+    assert attempt.endswith("; retrying in 1 s, 0 retries remaining")
+
+    later: list[str] = []
+
+    def retried() -> bool:  # the retry is due 1 s later; a burst promotes it once it is
+        later.append(worker_burst(outage).stderr)
+        return "out of retries" in later[-1]
+
+    eventually(retried, timeout=60, interval=0.2)
+    assert not any("Traceback" in log for log in later)
+    [given_up] = log_lines(later[-1], "ERROR", "workers.worker", f"job {event_job}: ")
+    assert f"job {event_job}: event 1: SNS unreachable: " in given_up
+    assert given_up.endswith("; out of retries, given up")
+    assert "".join(later).count(" ERROR ") == 1
+    assert not log_lines("".join(later), "WARNING", "workers.worker", "")
 
 
 @pytest.mark.parametrize("kill_during", ["sqs", "sns"])
