@@ -68,7 +68,8 @@ class BuiltinRegistry:
 
 class TTLCache(Generic[T]):
     """Per-process cache with single flight: concurrent misses on one key load it once.
-    Failures are not cached. ttl <= 0 disables it."""
+    Failures are not cached. ttl <= 0 disables it. An entry is as old as its load's start:
+    nothing is served that was asked for more than `ttl` ago (`scheduler up` counts on it)."""
 
     MAX_ENTRIES = 10_000
 
@@ -98,11 +99,12 @@ class TTLCache(Generic[T]):
             fresh, value = self._fresh(key)
             if fresh:
                 return value  # type: ignore[return-value]
+            started = self.clock()
             loaded = await load()
             if len(self._entries) >= self.MAX_ENTRIES:
                 self._entries.clear()
                 self._locks = {key: self._locks[key]}
-            self._entries[key] = (self.clock() + self.ttl, loaded)
+            self._entries[key] = (started + self.ttl, loaded)
             return loaded
 
     def forget(self, key: str) -> None:
