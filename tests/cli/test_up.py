@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from scheduler.cli.agent import default_node_id
-from scheduler.cli.up import Supervisor, _banner, _child_env, restart_delay
+from scheduler.cli.embedded import UpError
+from scheduler.cli.up import Supervisor, _banner, _child_env, _wait_registered, restart_delay
+from tests.fakes import FakeRegistry, FakeService
 from tests.redis_server import free_port
 
 BANNER = "scheduler is up at "
@@ -81,24 +83,31 @@ def _alive(pid: int) -> bool:
 
 
 class Up:
-    def __init__(self, data_dir: Path, log: Path) -> None:
+    def __init__(self, data_dir: Path, log: Path, wait: bool = True, **env: str) -> None:
         self.port = free_port()
         self.log = log
+        self.env = env
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 _up_command(self.port, data_dir),
-                env=_env(),
+                env=_env(**env),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        self.url = self._wait_banner()
+        self.url = self.wait_banner() if wait else ""
 
-    def _wait_banner(self, timeout: float = 90) -> str:
+    def banner(self) -> str:
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith(BANNER):
+                return line.removeprefix(BANNER).strip()
+        return ""
+
+    def wait_banner(self, timeout: float = 90) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for line in self.log.read_text(errors="replace").splitlines():
-                if line.startswith(BANNER):
-                    return line.removeprefix(BANNER).strip()
+            if url := self.banner():
+                self.url = url
+                return url
             assert self.proc.poll() is None, self.log.read_text()
             time.sleep(0.1)
         raise AssertionError(f"no banner within {timeout} s:\n{self.log.read_text()}")
@@ -106,7 +115,7 @@ class Up:
     def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "scheduler", *argv],
-            env=_env(SCHEDULER_URL=self.url),
+            env=_env(SCHEDULER_URL=self.url, **self.env),
             capture_output=True,
             text=True,
             timeout=60,
@@ -176,6 +185,100 @@ def test_up_runs_the_product_and_ctrl_c_stops_everything(tmp_path: Path, ups: li
         "exit_code=0",
     ]
     assert again.interrupt() == 0
+
+
+def test_up_with_an_external_registry_is_up_once_its_agent_is_listed_there(
+    tmp_path: Path, ups: list[Up]
+) -> None:
+    """With REGISTRY_URL, `up` said it was up before its agent had registered there: a
+    submission right after the banner got 503 `no healthy compute nodes`. The fake registry
+    lists the agent's node only when the test says so. The API runs a process per core, each
+    with its own cache of the registry's answer (kept 2 s here): every one must place."""
+    with FakeRegistry() as registry:
+        registry.listing = False
+        env = {"REGISTRY_URL": registry.url, "REGISTRY_CACHE_SECS": "2"}
+        up = Up(tmp_path / "data", tmp_path / "up.log", wait=False, **env)
+        ups.append(up)
+        node_id = default_node_id()
+        _wait_for(lambda: [1] if node_id in registry.registered else [])
+        assert up.proc.poll() is None, up.log.read_text()
+        # Registered, not yet listed: no submission would be placed, so no banner.
+        assert not up.banner(), up.log.read_text()
+        registry.listing = True
+        up.wait_banner()
+        for _ in range(3):  # each a new connection, to any of the API's processes
+            placed = up.cli("submit", "true")
+            assert placed.returncode == 0, placed.stderr
+        result = up.cli("submit", "echo hello", "--wait", "--poll-secs", "0.2")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines()[-1] == "hello"
+        nodes = up.cli("nodes")
+        assert nodes.returncode == 0, nodes.stderr
+        assert nodes.stdout.splitlines()[1].split()[:3] == [node_id, "compute", "healthy"]
+        assert up.interrupt() == 0, up.log.read_text()
+        assert ("DELETE", f"/nodes/{node_id}") in registry.seen  # the agent left cleanly
+    assert "Traceback" not in up.log.read_text()
+
+
+class FakeApi(FakeService):
+    """An API whose GET /nodes?role=compute gives this answer."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__()
+        self.answer = status, body
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+        return self.answer if path == "/nodes?role=compute" else (404, b"404 page not found\n")
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "registry_url", "said"),
+    [
+        (
+            503,
+            b"cannot list the nodes of the registry at REGISTRY_URL: registry answered 401\n",
+            "http://registry.invalid",
+            " at the registry (REGISTRY_URL) within 0.5 s (GET /nodes?role=compute: 503 "
+            "cannot list the nodes of the registry at REGISTRY_URL: registry answered 401)",
+        ),
+        (
+            200,
+            b'{"n1":{"id":"n1","status":"unhealthy"}}',
+            "",
+            " within 0.5 s (GET /nodes?role=compute: node n1 unhealthy)",
+        ),
+        (200, b"{}", "", " within 0.5 s (GET /nodes?role=compute: node n1 not listed)"),
+    ],
+)
+def test_an_agent_that_never_shows_up_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, status: int, body: bytes, registry_url: str, said: str
+) -> None:
+    monkeypatch.setenv("REGISTRY_URL", registry_url)
+    monkeypatch.delenv("TINYAWS_API_KEY", raising=False)
+    sup = Supervisor(_env())
+    agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # waiting
+    try:
+        with FakeApi(status, body) as api, pytest.raises(UpError) as raised:
+            _wait_registered(api.url, "n1", agent, sup, timeout=0.5)
+    finally:
+        agent.kill()
+        agent.wait()
+    assert str(raised.value) == "the agent did not register node n1" + said
+
+
+def test_with_a_registry_up_waits_out_the_api_processes_caches() -> None:
+    """Listed healthy by one API process, the node may be missing from another's cached
+    answer: `up` waits REGISTRY_CACHE_SECS more (a lower bound: a slow machine only waits
+    longer)."""
+    agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with FakeApi(200, b'{"n1":{"id":"n1","status":"healthy"}}') as api:
+            started = time.monotonic()
+            _wait_registered(api.url, "n1", agent, Supervisor(_env()), cache_secs=1.0)
+            assert time.monotonic() - started >= 1.0
+    finally:
+        agent.kill()
+        agent.wait()
 
 
 def test_up_refuses_a_port_in_use(tmp_path: Path, ups: list[Up]) -> None:

@@ -150,10 +150,10 @@ def test_trailing_slash_in_registry_url(make_client: ClientFactory, registry: Fa
 
 
 def test_registry_routes_are_not_served(api: TestClient) -> None:
+    """The agents' calls go to the registry; GET /nodes reads it (tests/api/test_nodes_external)."""
     for method, path in [
         ("POST", "/nodes/register"),
         ("POST", "/nodes/heartbeat"),
-        ("GET", "/nodes"),
         ("DELETE", "/nodes/n-1"),
         ("GET", "/instances"),
     ]:
@@ -310,6 +310,29 @@ def test_cached_nodes_expire(make_client: ClientFactory, registry: FakeRegistry)
         assert time.monotonic() < deadline, "the cached node list never expired"
         time.sleep(0.05)
     assert_text_error(post_job(api), 503, "no healthy compute nodes")
+
+
+def test_an_entry_is_as_old_as_its_loads_start() -> None:
+    """An answer asked for before a node registered must not outlive `ttl` from the asking,
+    however long it took to come: `scheduler up` waits REGISTRY_CACHE_SECS after the API
+    first lists its agent's node, for every API process's cache to have let go of older ones."""
+    now = [0.0]
+    cache: TTLCache[int] = TTLCache(10.0, clock=lambda: now[0])
+    loads = []
+
+    async def slow_load() -> int:
+        now[0] += 4.0  # the registry took 4 s to answer
+        loads.append(now[0])
+        return len(loads)
+
+    async def main() -> list[int]:
+        first = await cache.get("compute", slow_load)  # asked at 0, answered at 4
+        now[0] = 9.9
+        cached = await cache.get("compute", slow_load)
+        now[0] = 10.0  # 10 s after the asking: stale, though answered only 6 s ago
+        return [first, cached, await cache.get("compute", slow_load)]
+
+    assert asyncio.run(main()) == [1, 1, 2]
 
 
 def test_cache_locks_stay_bounded_when_loads_fail(monkeypatch: pytest.MonkeyPatch) -> None:
