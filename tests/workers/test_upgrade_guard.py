@@ -7,6 +7,7 @@ into them nor numbers a job; what an old process writes afterwards is reported b
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 
+from scheduler.api import upgrade as api_upgrade
 from scheduler.config import Settings
 from scheduler.models.job import JobCreate, creation_json, new_job
 from scheduler.models.wire import rfc3339
@@ -27,7 +29,7 @@ from scheduler.store.keys import Keys, LegacyKeys
 from scheduler.store.migrate import RQ_KINDS, OldLayoutAlive, old_layout_findings
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
-from tests.conftest import SettingsFactory
+from tests.conftest import ClientFactory, SettingsFactory, assert_json
 from tests.processes import scheduler_env, stop
 from workers import queues
 from workers.rq_migrate import move_legacy_rq
@@ -241,6 +243,46 @@ def test_a_starting_worker_waits_for_the_old_worker_to_stop_then_upgrades(
         stop(proc)
     assert "upgrade: renamed" in worker_log.read_text()
     assert rclient.zcard(Keys(prefix).all_jobs) == JOBS
+
+
+def test_old_keys_after_the_upgrade_are_reported_by_health_metrics_and_log(
+    settings: Settings,
+    store: SyncJobStore,
+    rclient: redis.Redis,
+    prefix: str,
+    make_client: ClientFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    keys, old = Keys(prefix), LegacyKeys(prefix)
+    old_deployment(store, rclient, prefix)
+    assert restore_if_empty(settings) is False
+    monkeypatch.setattr(api_upgrade, "CHECK_SECS", 0.05)
+    api = make_client(settings)
+    assert api.get("/health").content == b'{"service":"scheduler","status":"healthy"}\n'
+
+    # An old API started again takes a heartbeat, an old worker registers.
+    rclient.zadd(old.of(keys.nodes_seen, keys), {"n1": time.time()})
+    worker = register_old_worker(rclient, prefix)
+
+    def reported() -> list[str]:
+        found: list[str] = assert_json(api.get("/health")).get("old_layout", [])
+        return found
+
+    with caplog.at_level(logging.ERROR, logger="scheduler.api.upgrade"):
+        wait_for(lambda: len(reported()) == 2, "both findings in /health", timeout=30)
+    health = assert_json(api.get("/health"))
+    assert (health["service"], health["status"]) == ("scheduler", "healthy")
+    assert worker in health["old_layout"][0]
+    assert health["old_layout"][1] == f"keys of the old layout: {old.of(keys.nodes_seen, keys)}"
+    assert "scheduler_old_layout_findings 2.0" in api.get("/metrics").text
+    assert any("the layout before the hash tag is in use" in r.message for r in caplog.records)
+    # The new version reads none of it: its own state is untouched.
+    assert api.get("/jobs").json().__len__() == JOBS
+
+    rclient.delete(old.of(keys.nodes_seen, keys), worker)
+    wait_for(lambda: "old_layout" not in api.get("/health").text, "the findings cleared", 30)
+    assert "scheduler_old_layout_findings 0.0" in api.get("/metrics").text
 
 
 def test_a_killed_upgrade_leaves_a_lock_that_ends_within_seconds(
