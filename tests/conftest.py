@@ -73,6 +73,8 @@ def make_settings(redis_url: str, prefix: str, tmp_path: Path) -> SettingsFactor
             "redis_url": redis_url,
             "redis_prefix": prefix,
             "scheduler_db": str(tmp_path / "scheduler.db"),
+            # An upgrade watches the old keys this long (tests of the watch set their own).
+            "upgrade_watch_secs": 0.2,
         }
         return Settings.from_env({}, **{**base, **overrides})
 

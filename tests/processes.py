@@ -20,6 +20,7 @@ from tests.redis_server import free_port
 def scheduler_env(redis_url: str, prefix: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "REGISTRY_"))}
     env.update({"REDIS_URL": redis_url, "REDIS_PREFIX": prefix, "PYTHONUNBUFFERED": "1"})
+    env["UPGRADE_WATCH_SECS"] = "0.2"  # an upgrade's watch of the old keys (store/migrate.py)
     # Never the working directory's scheduler.db (see conftest.make_settings).
     env["SCHEDULER_DB"] = os.path.join(tempfile.mkdtemp(prefix="sched-test-"), "scheduler.db")
     env.pop("TINYAWS_API_KEY", None)

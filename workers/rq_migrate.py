@@ -7,9 +7,10 @@ At a worker's start, before it takes work: queued jobs move to the new queue, in
 scheduled, failed, finished, ... registries move with their scores; each job's hash (and rq
 result) with them. Jobs an old worker had started (rq's wip registry, or popped into the
 intermediate list) are queued again, so old workers must all be stopped first (README,
-"Upgrading"); a publish that ran half-way is made again: at least once, as ever. Each job
-moves in one MULTI/EXEC, so after a crash every job is in the old place or the new one, and
-the next start moves the rest. rq's other old keys (workers, locks, executions) expire.
+"Upgrading"; while one is registered, this refuses: OldLayoutAlive); a publish that ran
+half-way is made again: at least once, as ever. Each job moves in one MULTI/EXEC, so after a
+crash every job is in the old place or the new one, and the next start moves the rest. rq's
+other old keys (workers, locks, executions) expire.
 """
 
 from __future__ import annotations
@@ -23,15 +24,13 @@ import redis
 from redis.client import Pipeline
 
 from scheduler.config import Settings
-from scheduler.store.keys import Keys, LegacyKeys
-from scheduler.store.migrate import is_cluster
+from scheduler.store.keys import RQ_REGISTRIES, RQ_STARTED, Keys, LegacyKeys
+from scheduler.store.migrate import OldLayoutAlive, is_cluster, old_processes
 from workers.queues import KINDS
 
 log = logging.getLogger("workers.upgrade")
 
-# rq's registries (rq/registry.py) whose jobs keep their place and score.
-REGISTRIES = ("scheduled", "failed", "finished", "canceled", "deferred")
-STARTED = "wip"  # members are "<job id>:<execution id>"
+REGISTRIES, STARTED = RQ_REGISTRIES, RQ_STARTED
 LOCK = "rq-upgrade"
 LOCK_SECS = 60
 RENEW_EVERY = 500  # jobs between renewals of the lock
@@ -59,6 +58,11 @@ def move_legacy_rq(client: redis.Redis, settings: Settings) -> Moved | None:
     with lock:
         if not _has_legacy_work(client, names):
             return None  # a worker starting at the same time moved it
+        # An old worker still running would go on taking this work, and its started jobs
+        # would be queued again here while it runs them.
+        alive = old_processes(client, settings.redis_prefix)
+        if alive:
+            raise OldLayoutAlive(alive)
         for name in names:
             _move_queue(client, keys, name, moved, lambda: lock.extend(LOCK_SECS, True))
     log.info(
@@ -75,13 +79,7 @@ def move_legacy_rq(client: redis.Redis, settings: Settings) -> Moved | None:
 
 
 def _has_legacy_work(client: redis.Redis, queues: list[str]) -> bool:
-    return bool(client.exists(*(key for queue in queues for key in _legacy_keys(queue))))
-
-
-def _legacy_keys(queue: str) -> list[str]:
-    old_queue = LegacyKeys.rq("queue", queue)
-    registries = [LegacyKeys.rq(kind, queue) for kind in (*REGISTRIES, STARTED)]
-    return [old_queue, _intermediate(old_queue), *registries]
+    return bool(client.exists(*(key for queue in queues for key in LegacyKeys.rq_work(queue))))
 
 
 def _intermediate(queue_key: str) -> str:

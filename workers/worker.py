@@ -37,6 +37,8 @@ from rq.utils import now as rq_now
 from rq.worker import SimpleWorker
 
 from scheduler.config import Settings
+from scheduler.snapshot.restore import OLD_LAYOUT_RETRY_SECS, restore_at_process_start
+from scheduler.store.migrate import OldLayoutAlive
 from workers import context
 from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, RoutineFailure, until_redis_answers
 from workers.queues import KINDS, ClaimingQueue, connect, queues
@@ -203,23 +205,30 @@ def build_worker(settings: Settings, kinds: Sequence[str] = KINDS) -> SchedulerW
 
 def restore_snapshot(settings: Settings) -> None:
     """Before working: a Redis that lost its data gets the SQLite snapshot back (as serve does
-    at start; scheduler.snapshot.writer decides, and only one starting process restores)."""
-    from scheduler.snapshot.restore import RestoreRefused, restore_if_empty
-
-    try:
-        if restore_if_empty(settings):
-            log.info("restored the jobs of %s", settings.scheduler_db)
-    except RedisError as exc:
-        log.warning("restore check skipped, Redis unavailable: %s", exc)
-    except RestoreRefused as exc:
-        log.error("restore refused: %s", exc)
+    at start; scheduler.snapshot.writer decides, and only one starting process restores). An
+    upgrade from the layout before the hash tag waits until its old processes are stopped."""
+    if restore_at_process_start(settings):
+        log.info("restored the jobs of %s", settings.scheduler_db)
 
 
-def move_legacy_work(settings: Settings) -> None:
-    """Before working: rq's work left by the layout before the hash tag (rq_migrate.py)."""
+def move_legacy_work(settings: Settings, retry_secs: float = OLD_LAYOUT_RETRY_SECS) -> None:
+    """Before working: rq's work left by the layout before the hash tag (rq_migrate.py), not
+    while an old rq worker may still be running some of it (then this waits, as the restore)."""
     connection = connect(settings)
     try:
-        move_legacy_rq(connection, settings)
+        while True:
+            try:
+                move_legacy_rq(connection, settings)
+                return
+            except OldLayoutAlive as exc:
+                log.error(
+                    "rq upgrade refused: processes of the version before the hash tag are "
+                    "running (%s). Stop every one of them (README, Upgrading); trying again "
+                    "in %.0f s",
+                    exc,
+                    retry_secs,
+                )
+                time.sleep(retry_secs)
     except RedisError as exc:
         log.warning("rq upgrade check skipped, Redis unavailable: %s", exc)
     except LockError:

@@ -22,6 +22,7 @@ from scheduler.api.errors import exception_handlers
 from scheduler.api.http import BearerAuth, text_error
 from scheduler.api.lane import Lane
 from scheduler.api.routes import TABLE
+from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource, node_source
 from scheduler.snapshot.restore import restore_at_start
@@ -78,10 +79,12 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         app.state.nodes = nodes or node_source(settings, app.state.store.nodes)
         tune_gc()
         undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifier)
+        app.state.old_layout.start()
         try:
             yield
         finally:
             undo_signals()
+            await app.state.old_layout.aclose()
             await app.state.nodes.aclose()
             await app.state.store.aclose()
 
@@ -104,6 +107,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.request_stats = request_stats
     app.state.agent_auth = AgentAuth.from_settings(settings)
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
+    app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
     app.state.lane = Lane(app.state, settings.api_key, stats)  # served by server.LaneProtocol
     return app

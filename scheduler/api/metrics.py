@@ -5,6 +5,7 @@ plain integers (a dict lookup, a bisect and three additions a request: measured 
 benchmarks/metrics_cost.py), and turned into Prometheus families only when scraped. Job,
 node, outbox and background-work figures are the deployment's, read from Redis at scrape
 time in one round trip (store/scripts/nodes.py, OVERVIEW), so any replica answers them alike.
+The old-layout gauge is the process's last periodic check (api/upgrade.py): no round trip.
 """
 
 from __future__ import annotations
@@ -105,8 +106,11 @@ class RequestMetrics:
 class _Scrape(Collector):
     """One scrape's families: this process's requests, the deployment's state."""
 
-    def __init__(self, stats: RequestStats, view: Overview, node_ttl: float, now: float) -> None:
+    def __init__(
+        self, stats: RequestStats, view: Overview, node_ttl: float, now: float, old_layout: int
+    ) -> None:
         self.stats, self.view, self.node_ttl, self.now = stats, view, node_ttl, now
+        self.old_layout = old_layout
 
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
@@ -170,6 +174,12 @@ class _Scrape(Collector):
         yield GaugeMetricFamily(
             "scheduler_outbox_events", "Events not yet handed to SNS", value=self.view.outbox
         )
+        yield GaugeMetricFamily(
+            "scheduler_old_layout_findings",
+            "Signs of the layout before the hash tag in use (old processes, old keys), as this "
+            "process last checked; 0 once the upgrade is done and the old version gone",
+            value=self.old_layout,
+        )
 
 
 async def metrics(request: Request) -> Response:
@@ -177,6 +187,7 @@ async def metrics(request: Request) -> Response:
     stats: RequestStats = request.app.state.request_stats
     view = await store.overview()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Scrape(stats, view, store.settings.node_ttl_secs, time.time()))
+    old_layout = len(request.app.state.old_layout.findings)
+    registry.register(_Scrape(stats, view, store.settings.node_ttl_secs, time.time(), old_layout))
     ProcessCollector(registry=registry, pid=lambda: os.getpid())
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)

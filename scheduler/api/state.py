@@ -7,6 +7,7 @@ from typing import Protocol
 from starlette.requests import Request
 
 from scheduler.api.agents import AgentAuth, ReportBudget
+from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource
 from scheduler.store.jobs import JobStore
@@ -29,6 +30,11 @@ def agent_auth(request: Request) -> AgentAuth:
 
 def node_source(request: Request) -> NodeSource:
     found: NodeSource = request.app.state.nodes
+    return found
+
+
+def old_layout(request: Request) -> OldLayoutWatch:
+    found: OldLayoutWatch = request.app.state.old_layout
     return found
 
 

@@ -68,6 +68,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from scheduler.api.app import create_app
+    from scheduler.snapshot.restore import restore_at_process_start
 
     logging.getLogger("scheduler.api").info(hot_lane_line(args.http, args.access_log))
 
@@ -82,6 +83,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECS,
     }
     options["http"] = HTTP_PROTOCOLS[args.http]
+    # Before listening (and with signals still default, so SIGTERM ends a wait): the restore
+    # question, and an upgrade from the layout before the hash tag, which waits while
+    # processes of the old version run. Each app's lifespan then finds it answered.
+    restore_at_process_start(settings)
     if args.workers == 1:
         uvicorn.run(create_app(settings), **options)
     else:

@@ -115,6 +115,12 @@ class Settings:
         default=60, metadata={"env": "WORKER_ABANDON_GRACE_SECS", "min": 1}
     )
     worker_lock_secs: float = field(default=5.0, metadata={"env": "WORKER_LOCK_SECS", "min": 1})
+    # The upgrade from the layout before the hash tag (store/migrate.py) first watches the
+    # old keys this long: a process of the old version still writing them (an agent's
+    # heartbeat every 10 s, a job) stops it. 0 = look once, at the rq workers and long-polls.
+    upgrade_watch_secs: float = field(
+        default=12.0, metadata={"env": "UPGRADE_WATCH_SECS", "min": 0}
+    )
     # The reference agent (`scheduler agent`) and the command-line client.
     scheduler_url: str = field(default="http://127.0.0.1:9001", metadata={"env": "SCHEDULER_URL"})
     agent_node_id: str = field(default="", metadata={"env": "AGENT_NODE_ID"})

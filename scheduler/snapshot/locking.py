@@ -4,9 +4,10 @@ the Redis locks that keep each of them to one process at a time."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
-from redis.exceptions import LockError
+from redis.exceptions import LockError, RedisError
 from redis.lock import Lock
 
 from scheduler.config import Settings
@@ -15,9 +16,11 @@ from scheduler.store.sync_store import SyncJobStore
 
 SNAPSHOT_LOCK, RESTORE_LOCK = "sqlite-snapshot", "sqlite-restore"
 # Lock lifetimes; each batch renews them, so these only bound how long a crashed holder
-# blocks the others.
+# blocks the others. The restore lock is also kept alive by a thread while held (`kept`), so
+# its lifetime can be short: every start waits on it, and an upgrade watches the old keys
+# under it for seconds between two batches.
 SNAPSHOT_LOCK_SECS = 60.0
-RESTORE_LOCK_SECS = 30.0
+RESTORE_LOCK_SECS = 6.0
 # Rows per batch, for the snapshot's reads and the restore's writes.
 BATCH = 1000
 
@@ -39,3 +42,28 @@ def named_lock(store: SyncJobStore, name: str, ttl: float) -> Lock:
 def release(lock: Lock) -> None:
     with contextlib.suppress(LockError):
         lock.release()
+
+
+@contextlib.contextmanager
+def kept(lock: Lock, ttl: float) -> Iterator[None]:
+    """Renew the held `lock` to `ttl` every third of it from a thread while the block runs:
+    a holder killed -9 stops blocking the others within `ttl`, however long its work. A lost
+    lock is not renewed again (the holder's own checks, `lock.owned()`, see it)."""
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(ttl / 3):
+            try:
+                lock.extend(ttl, replace_ttl=True)
+            except LockError:
+                return
+            except RedisError:
+                continue  # the holder's own next call meets the outage too
+
+    keeper = threading.Thread(target=renew, name=f"keep {lock.name!r}", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()

@@ -6,7 +6,13 @@ jobs: load them all with every index (RESTORE_JOBS, in batches), set the id coun
 highest job number, set the marker. Everyone else waits for the marker. A restore killed
 midway leaves the `restoring` flag, so whoever takes the lock next starts it again (loading a
 job twice is harmless: RESTORE_JOBS replaces it). Before deciding, under the same lock, a
-deployment still in the layout before the hash tag is renamed into it (store/migrate.py).
+deployment still in the layout before the hash tag is renamed into it (store/migrate.py),
+which is refused (OldLayoutAlive) while a process of the old layout runs: `serve` and
+`worker` then wait for it to stop (`restore_at_process_start`).
+
+The lock's TTL is short (locking.RESTORE_LOCK_SECS) and a thread renews it while its holder
+works (locking.kept): a start killed midway blocks the next one for seconds, not the time
+its whole restore or upgrade would have taken.
 """
 
 from __future__ import annotations
@@ -29,17 +35,19 @@ from scheduler.snapshot.locking import (
     BATCH,
     RESTORE_LOCK,
     RESTORE_LOCK_SECS,
+    kept,
     named_lock,
     open_store,
     release,
 )
-from scheduler.store.migrate import rename_legacy_keys
+from scheduler.store.migrate import OldLayoutAlive, rename_legacy_keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
 
 log = logging.getLogger("scheduler.snapshot")
 
 WAIT_POLL_SECS = 0.1
+OLD_LAYOUT_RETRY_SECS = 5.0  # a start that found the old layout alive tries again after this
 
 
 class RestoreRefused(RuntimeError):
@@ -76,14 +84,46 @@ def restore_if_empty(
 async def restore_at_start(settings: Settings) -> bool:
     """`restore_if_empty` for the API's lifespan, in a thread so the event loop stays free.
     Redis being down is not fatal: the API answers 503 until it is back, and the worker's next
-    snapshot settles the restore then. A refused restore is logged; the API still starts."""
+    snapshot settles the restore then. A refused restore is logged; the API still starts.
+    An upgrade refused because a process of the old layout runs (OldLayoutAlive) is raised:
+    the API does not serve beside it (`scheduler serve` waits for it before, in
+    `restore_at_process_start`)."""
     try:
         return await asyncio.to_thread(restore_if_empty, settings)
     except RedisError as exc:
         log.warning("restore check skipped, Redis unavailable: %s", exc)
     except RestoreRefused as exc:
         log.error("restore refused: %s", exc)
+    except OldLayoutAlive as exc:
+        log.error("upgrade refused, not serving: %s", exc)
+        raise
     return False
+
+
+def restore_at_process_start(settings: Settings, retry_secs: float = OLD_LAYOUT_RETRY_SECS) -> bool:
+    """`restore_if_empty` at the start of `scheduler serve` and `scheduler worker`, before
+    they serve or work. While processes of the layout before the hash tag run, the upgrade is
+    refused: this logs an ERROR naming them and tries again every `retry_secs`, until they
+    are stopped (a supervisor restarting a process that exits would only retry the same way,
+    with growing delays or giving up, while this goes on the moment they stop). Redis
+    unavailable and a refused restore are logged, as in restore_at_start."""
+    while True:
+        try:
+            return restore_if_empty(settings)
+        except RedisError as exc:
+            log.warning("restore check skipped, Redis unavailable: %s", exc)
+        except RestoreRefused as exc:
+            log.error("restore refused: %s", exc)
+        except OldLayoutAlive as exc:
+            log.error(
+                "upgrade refused: processes of the version before the hash tag are running "
+                "(%s). Stop every one of them (README, Upgrading); trying again in %.0f s",
+                exc,
+                retry_secs,
+            )
+            time.sleep(retry_secs)
+            continue
+        return False
 
 
 def settle(store: SyncJobStore, settings: Settings, lock_ttl: float, now: float) -> bool:
@@ -94,7 +134,8 @@ def settle(store: SyncJobStore, settings: Settings, lock_ttl: float, now: float)
         lock = named_lock(store, RESTORE_LOCK, lock_ttl)
         if lock.acquire(blocking=False):
             try:
-                return _decide(store, settings, lock, lock_ttl, now)
+                with kept(lock, lock_ttl):
+                    return _decide(store, settings, lock, lock_ttl, now)
             finally:
                 release(lock)
         if time.monotonic() - waited > 10:
@@ -113,7 +154,7 @@ def _decide(
     """Under the restore lock: answer the restore question for this Redis, once."""
     keys, path = store.keys, settings.scheduler_db
     # A deployment of the layout before the hash tag has its marker under the old name.
-    rename_legacy_keys(store.redis, keys, lambda: lock.extend(lock_ttl, replace_ttl=True))
+    rename_legacy_keys(store.redis, keys, watch_secs=settings.upgrade_watch_secs, lock=lock)
     if store.redis.exists(keys.initialised):
         return False
     interrupted = store.redis.get(keys.restoring)
@@ -231,17 +272,18 @@ def restore_from_file(
         lock = named_lock(store, RESTORE_LOCK, lock_ttl)
         lock.acquire(blocking=True)
         try:
-            # Jobs left by an interrupted restore do not count: this one starts it again.
-            holds_jobs = _has_jobs(store) and not store.redis.exists(store.keys.restoring)
-            if holds_jobs and not force:
-                raise RestoreRefused(
-                    f"Redis (prefix {store.keys.prefix!r}) already holds jobs; "
-                    "use --force to load the file over them"
-                )
-            if not holds_jobs:
-                store.redis.set(store.keys.restoring, source)
-            mark = _mark_dirty(source, settings.scheduler_db)
-            at = time.time() if now is None else now
-            return _load(store, source, mark, lock, lock_ttl, at, into_empty=not holds_jobs)
+            with kept(lock, lock_ttl):
+                # Jobs left by an interrupted restore do not count: this one starts it again.
+                holds_jobs = _has_jobs(store) and not store.redis.exists(store.keys.restoring)
+                if holds_jobs and not force:
+                    raise RestoreRefused(
+                        f"Redis (prefix {store.keys.prefix!r}) already holds jobs; "
+                        "use --force to load the file over them"
+                    )
+                if not holds_jobs:
+                    store.redis.set(store.keys.restoring, source)
+                mark = _mark_dirty(source, settings.scheduler_db)
+                at = time.time() if now is None else now
+                return _load(store, source, mark, lock, lock_ttl, at, into_empty=not holds_jobs)
         finally:
             release(lock)

@@ -281,6 +281,26 @@ class LegacyKeys:
     def rq_queues() -> str:
         return f"{LEGACY_RQ_PREFIX}:queues"
 
+    @staticmethod
+    def rq_workers(queue: str) -> str:
+        """rq's set of the workers listening on `queue`: each member the key of a worker's
+        hash (rq:worker:<name>), which lives while the worker does (its TTL, renewed by
+        its heartbeat) and gets a `death` field when it stops."""
+        return f"{LEGACY_RQ_PREFIX}:workers:{queue}"
+
+    @staticmethod
+    def rq_work(queue: str) -> list[str]:
+        """rq's keys that hold work of `queue`: the queue, the list of jobs a worker popped
+        (rq/intermediate_queue.py) and the registries (the started ones in `wip`)."""
+        old_queue = LegacyKeys.rq("queue", queue)
+        registries = [LegacyKeys.rq(kind, queue) for kind in (*RQ_REGISTRIES, RQ_STARTED)]
+        return [old_queue, f"{old_queue}:intermediate", *registries]
+
+    def channels(self) -> str:
+        """PUBSUB pattern of the old layout's wake-up channels: an old API process subscribes
+        one while a long-poll waits on it."""
+        return glob_escape(self.root) + "wake:*"
+
 
 # The first part of every key after the root (the layout above, rq's aside): the upgrade
 # renames old keys with these only.
@@ -294,6 +314,10 @@ LAYOUT_ROOTS = frozenset(
 
 # rq's RQ_KEY_PREFIX default, which the old layout ran with.
 LEGACY_RQ_PREFIX = "rq"
+# rq's registries (rq/registry.py) whose jobs keep their place and score when moved, and the
+# one of started jobs (members "<job id>:<execution id>").
+RQ_REGISTRIES = ("scheduled", "failed", "finished", "canceled", "deferred")
+RQ_STARTED = "wip"
 
 
 def _rq_tag(prefix: str) -> str:

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.store.keys import Keys, LegacyKeys, glob_escape
-from scheduler.store.migrate import rename_legacy_keys
+from scheduler.store.migrate import RETIRED, rename_legacy_keys
 from tests.conftest import ClientFactory, CtxFactory, assert_json, register, report, submit
 from tests.fakes import FakeSNS
 from tests.processes import scheduler_env, worker_burst
@@ -73,10 +73,20 @@ def build_old_deployment(
 
 
 def old_leftovers(r: redis.Redis, prefix: str) -> list[str]:
+    """The old layout's keys of the deployment, but the two the upgrade leaves retired."""
     old = LegacyKeys(prefix)
     ours = [_text(k) for k in r.scan_iter(match=old.pattern()) if old.owns(_text(k))]
     rqs = [_text(k) for k in r.scan_iter(match=LegacyKeys.rq_prefix() + ":*")]
-    return sorted(ours + [k for k in rqs if prefix in k])
+    return sorted(
+        [k for k in ours if k not in retired(r, prefix)] + [k for k in rqs if prefix in k]
+    )
+
+
+def retired(r: redis.Redis, prefix: str) -> list[str]:
+    """The old marker and job counter, where they hold the upgrade's tombstone."""
+    keys, old = Keys(prefix), LegacyKeys(prefix)
+    names = [old.initialised, old.of(keys.job_seq, keys)]
+    return [name for name in names if _text(r.get(name) or b"").startswith(RETIRED)]
 
 
 def burst_worker(settings: Settings, redis_url: str, sns: FakeSNS) -> str:
@@ -125,6 +135,7 @@ def test_an_old_deployment_is_renamed_at_start_and_loses_nothing(
     log = burst_worker(settings, redis_url, sns)
 
     assert old_leftovers(rclient, prefix) == []
+    assert len(retired(rclient, prefix)) == 2  # what an old process would find
     assert rclient.exists(f"{prefix}:x:jobs")  # another deployment's key is not ours
     # Every job readable through the API; the pending one still waits for its node.
     api = make_client(settings)
