@@ -47,7 +47,7 @@ def old_deployment(store: SyncJobStore, r: redis.Redis, prefix: str, jobs: int =
     job = creation_json(new_job(JobCreate(command="echo"), rfc3339(time.time())))
     store.run(snapshot_scripts.finish_restore(0, "started empty"))
     for _ in range(jobs):
-        store.create(job, Placement.fixed("n1"), time.time(), "", 0)
+        store.create(job, Placement.fixed("n1"), time.time())
     for raw in list(r.scan_iter(match=keys.pattern())):
         r.rename(raw, old.root + _text(raw).removeprefix(keys.root))
 
