@@ -27,6 +27,7 @@ from scheduler.nodes.placement import Placement  # noqa: E402
 from scheduler.store.keys import Keys  # noqa: E402
 from scheduler.store.scripts import Call  # noqa: E402
 from scheduler.store.scripts import jobs as job_scripts  # noqa: E402
+from scheduler.store.scripts.retry import RetryPolicy  # noqa: E402
 from tests.redis_server import redis_server  # noqa: E402
 
 BODY = b'{"command":"echo hello","env_vars":{"GREETING":"hi"},"status":"pending","retry_count":0,"created_at":"2026-01-01T00:00:00.000000Z"}'  # noqa: E501
@@ -88,7 +89,7 @@ def main() -> int:
         print(f"POLL, finds a job      {poll(client, keys, args.jobs):6.2f} us/call")
         for step in STEPS:
             calls = [
-                job_scripts.transition(f"job-{n}", step, now, 1, "open")
+                job_scripts.transition(f"job-{n}", step, now, RetryPolicy(1, 0, 3600), "open")
                 for n in range(1, args.jobs + 1)
             ]
             cost = run(client, keys, job_scripts.TRANSITION.text, calls)

@@ -95,11 +95,18 @@ class Scripts:
 
             self.calls: Any = jobs
             self.front: tuple[Any, ...] = ()
+            try:  # the retry rule as one object, since issue 23
+                from scheduler.store.scripts.retry import RetryPolicy
+
+                self.retries: Any = RetryPolicy(1, 0, 3600)
+            except ImportError:
+                self.retries = 1
         except ImportError:  # the layout before: commands.py, scripts.py
             from scheduler.models import JobUpdate  # type: ignore[no-redef]
             from scheduler.store import commands, scripts
 
             self.calls, self.front, self.texts = commands, (self.keys,), scripts
+            self.retries = 1
         self.update = JobUpdate
 
     def parts(self, call: Any) -> tuple[str, list[Any], list[Any]]:
@@ -135,7 +142,9 @@ def measure(jobs: int) -> dict[str, float]:
         phases.append(
             (
                 f"TRANSITION, {name}",
-                lambda step=step: [s.transition(f"job-{n}", step, 2.0, 1, "open") for n in numbers],
+                lambda step=step: [
+                    s.transition(f"job-{n}", step, 2.0, s.retries, "open") for n in numbers
+                ],
             )
         )
         if i == 0:

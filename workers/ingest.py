@@ -21,8 +21,16 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from scheduler.models.job import Job, JobCreate, creation_json, new_job, validate_create
-from scheduler.models.wire import ID_RE, DecodeError, InvalidInput, decode_go_style, rfc3339
+from scheduler.models.job import (
+    Job,
+    JobCreate,
+    creation_json,
+    due_of,
+    new_job,
+    stamped,
+    validate_create,
+)
+from scheduler.models.wire import ID_RE, DecodeError, InvalidInput, decode_go_style
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
 from scheduler.store.errors import StoreNotReady
@@ -63,26 +71,27 @@ def parse_message(reply: bytes) -> Message | None:
     return Message(message_id, value.get("body"))
 
 
-def parse_request(body: Any, max_bytes: int) -> Job:
+def parse_request(body: Any, max_bytes: int, now: float) -> Job:
     """The job a message body asks for (`new_job`), checked exactly as POST /jobs checks its
-    body."""
+    body, as created at `now` (`stamped`: delayed when it asks for a delay)."""
     if not isinstance(body, str):
         raise BadMessage("body is not a JSON string")
     raw = body.encode()
     if len(raw) > max_bytes:
         raise BadMessage(f"body is larger than MAX_BODY_BYTES ({max_bytes})")
     try:
-        job = new_job(decode_go_style(raw, JobCreate))
+        request = decode_go_style(raw, JobCreate)
     except DecodeError as exc:
         raise BadMessage(f"failed to decode job: {exc}") from None
     except RecursionError:
         # Not acking would bring this body back forever; no job request nests this deep.
         raise BadMessage("failed to decode job: nested too deeply") from None
     try:
+        job = new_job(request)
         validate_create(job)
+        return stamped(job, request, now)
     except InvalidInput as exc:
         raise BadMessage(str(exc)) from None
-    return job
 
 
 def dedup_key(message: Message) -> str:
@@ -127,8 +136,9 @@ class Ingestion:
 
     async def handle(self, message: Message) -> bool:
         """Create the message's job and ack it. False: stop draining for this poll."""
+        now = time.time()
         try:
-            req = parse_request(message.body, self.ctx.settings.max_body_bytes)
+            req = parse_request(message.body, self.ctx.settings.max_body_bytes, now)
         except BadMessage as exc:
             log.warning("sqs: bad message body in %s, dropped: %s", message.id, exc)
             self.counts["sqs_dropped"] += 1
@@ -137,10 +147,9 @@ class Ingestion:
         key = dedup_key(message)
         try:
             placement = await self.nodes.placement(req.instance_id)
-            now = time.time()
-            job_json = creation_json(msgspec.structs.replace(req, created_at=rfc3339(now)))
+            job_json = creation_json(req)
             dedup = Dedup("sqs", key, self.ctx.settings.sqs_dedup_ttl_secs)
-            created = self.ctx.store.create(job_json, placement, now, dedup)
+            created = self.ctx.store.create(job_json, placement, now, dedup, due_of(req))
         except (RegistryError, NoHealthyNodes) as exc:
             if self.ctx.redis.exists(self.ctx.keys.sqs_message(key)):
                 self.counts["sqs_duplicates"] += 1

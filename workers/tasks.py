@@ -74,6 +74,19 @@ def sweep(period: int) -> int:
     return len(failed)
 
 
+def promote(period: int) -> int:
+    """The delayed jobs now due become pending (a submitted delay, a retry's backoff), on a
+    live node. Returns how many."""
+    ctx = context.current()
+    now = time.time()
+    promoted = ctx.store.promote_due(now)
+    if promoted:
+        log.info("promote: %d delayed job(s) now pending: %s", len(promoted), " ".join(promoted))
+        ctx.count(Counter(promoted=len(promoted)))
+    ctx.record_run("promote", period, now)
+    return len(promoted)
+
+
 def _observe_registry(ctx: Context, now: float) -> bool:
     """With an external registry, record its healthy compute nodes as seen now, so the lost
     node rule of the built-in registry (NODE_LOST_SECS) applies to its nodes too. True when

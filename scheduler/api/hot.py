@@ -17,17 +17,17 @@ from scheduler.api.http import HTTPError, no_charge, too_large
 from scheduler.api.state import AppState
 from scheduler.models.job import (
     REPORT_STATUSES,
-    Job,
     JobCreate,
     JobUpdate,
     bound_output,
     creation_json,
+    due_of,
     new_job,
-    record_encoder,
+    stamped,
     validate_create,
     validate_update,
 )
-from scheduler.models.wire import ID_RE, DecodeError, decode_go_style, rfc3339
+from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
 from scheduler.snapshot.restore import restore_at_start
 from scheduler.store.errors import Conflict, StoreNotReady
 from scheduler.store.jobs import JobStore
@@ -73,22 +73,24 @@ async def create_job(state: AppState, read: BodyReader, idempotency_key: str) ->
     check_idempotency_key(idempotency_key)
     body = await read(settings.max_body_bytes, no_charge)
     try:
-        job = new_job(decode_go_style(body, JobCreate))
+        request = decode_go_style(body, JobCreate)
     except DecodeError as exc:
         raise HTTPError(400, "failed to decode job", {"X-Error-Detail": _header(exc)}) from None
+    job = new_job(request)
     validate_create(job)
-    dedup = _dedup(idempotency_key, job, settings.idempotency_ttl_secs)
-    placement = await state.nodes.placement(job.instance_id)
+    dedup = _dedup(idempotency_key, request, settings.idempotency_ttl_secs)
     now = time.time()
-    job_json = creation_json(msgspec.structs.replace(job, created_at=rfc3339(now)))
+    job = stamped(job, request, now)
+    placement = await state.nodes.placement(job.instance_id)
+    job_json = creation_json(job)
     store = state.store
     try:
-        created = await store.create(job_json, placement, now, dedup)
+        created = await store.create(job_json, placement, now, dedup, due_of(job))
     except StoreNotReady:
         # Redis lost its data under this running process: bring the snapshot back (or wait
         # for the process doing it) before taking a new id, then try once more.
         await restore_at_start(settings)
-        created = await store.create(job_json, placement, now, dedup)
+        created = await store.create(job_json, placement, now, dedup, due_of(job))
     if created.duplicate and not created.job:
         raise Conflict("the job of this Idempotency-Key has been removed")
     return created
@@ -102,14 +104,15 @@ def check_idempotency_key(key: str) -> None:
         raise HTTPError(400, "invalid Idempotency-Key: use 1 to 255 visible ASCII characters")
 
 
-def _dedup(key: str, job: Job, ttl: int) -> Dedup:
+def _dedup(key: str, request: msgspec.Struct, ttl: int) -> Dedup:
     """A submission's idempotency: its key (hashed: any client text makes a bounded Redis key)
-    and the fingerprint of what it asks for, the job as decoded (so formatting and field
+    and the fingerprint of what it asks for, the request as decoded (so formatting and field
     order do not count as another request)."""
     if not key:
         return NO_DEDUP
     digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-    fingerprint = hashlib.sha256(record_encoder.encode(job)).hexdigest()[:32]
+    canonical = msgspec.json.encode(request, order="deterministic")
+    fingerprint = hashlib.sha256(canonical).hexdigest()[:32]
     return Dedup("submit", digest, ttl, fingerprint)
 
 

@@ -46,7 +46,7 @@ th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:to
 th{background:#eaeef2}
 pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-height:40em}
 .st{padding:1px 6px;border-radius:8px;background:#eaeef2}
-.pending{background:#fff8c5}.running{background:#ddf4ff}.done{background:#dafbe1}
+.pending{background:#fff8c5}.delayed{background:#fbefff}.running{background:#ddf4ff}.done{background:#dafbe1}
 .failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
 .reason{background:#fff}.cancelled{text-decoration:line-through}.cancelling{background:#fff1e5}
 form.filters{margin-bottom:12px;display:flex;gap:8px;align-items:center}

@@ -219,6 +219,9 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         body["job_type"] = "service"
     if args.port:
         body["port"] = args.port
+    for name in ("delay_secs", "run_at", "max_retries", "retry_backoff_secs"):
+        if getattr(args, name) is not None:
+            body[name] = getattr(args, name)
     response = client.submit(body, args.idempotency_key or str(uuid.uuid4()))
     if response.status_code >= 400:
         err.write(f"submit failed {response.status_code}: {response.text.rstrip(chr(10))}\n")
@@ -356,12 +359,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--instance", default="", metavar="ID", help="run on this instance's node")
     p.add_argument("--service", action="store_true", help="a long-running service job")
     p.add_argument("--port", type=int, default=0, help="the service's port")
+    p.add_argument("--delay", dest="delay_secs", type=float, metavar="SECS", help="run later")
+    p.add_argument("--run-at", metavar="TIME", help="run at this RFC 3339 time")
+    p.add_argument("--max-retries", type=int, metavar="N", help="retries after a failure")
     p.add_argument(
-        "--idempotency-key",
-        default="",
-        metavar="KEY",
-        help="the submit's Idempotency-Key (default: a new one): the same key and job again "
-        "answer the job already made",
+        "--retry-backoff",
+        dest="retry_backoff_secs",
+        type=int,
+        metavar="SECS",
+        help="wait before a retry, doubled each time (with jitter)",
+    )
+    p.add_argument(
+        "--idempotency-key", default="", metavar="KEY", help="the same key: the same job"
     )
     p.add_argument(
         "--wait",

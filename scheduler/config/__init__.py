@@ -61,6 +61,15 @@ class Settings:
     metrics: str = field(default="on", metadata={"env": "METRICS"})
     max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE", "min": 1})
     max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES", "min": 0})
+    # A retry waits this, doubled per retry made, up to the cap, with jitter (0: at once).
+    retry_backoff_secs: int = field(default=0, metadata={"env": "RETRY_BACKOFF_SECS", "min": 0})
+    retry_backoff_cap_secs: int = field(
+        default=3600, metadata={"env": "RETRY_BACKOFF_CAP_SECS", "min": 1}
+    )
+    # How often the worker makes the due delayed jobs pending.
+    promote_interval_secs: float = field(
+        default=1.0, metadata={"env": "PROMOTE_INTERVAL_SECS", "min": 0.1}
+    )
     job_timeout_secs: int = field(default=3600, metadata={"env": "JOB_TIMEOUT_SECS", "min": 1})
     # A cancelled running job's agent has this long to kill it and say so; then it is
     # cancelled anyway (the original agent cannot be told) and its node's slot is free.

@@ -15,13 +15,14 @@ from typing import Annotated
 import msgspec
 
 from scheduler.models.fields import SUBMITTED, Timestamp, read_fields
-from scheduler.models.wire import InvalidInput, check_id
+from scheduler.models.wire import InvalidInput, check_id, parse_rfc3339, rfc3339
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 JOB_TYPES = ("", "run", "service")
-# cancelling: a running job asked to stop (DELETE /jobs/{id}); its agent kills it and reports
-# cancelled, or the sweep cancels it CANCEL_GRACE_SECS later.
-STATUSES = ("pending", "running", "done", "failed", "cancelling")
+# delayed: not due yet (run_at: a delay asked for, or a retry's backoff); the worker makes it
+# pending when due. cancelling: a running job asked to stop (DELETE /jobs/{id}); its agent
+# kills it and reports cancelled, or the sweep cancels it CANCEL_GRACE_SECS later.
+STATUSES = ("pending", "delayed", "running", "done", "failed", "cancelling")
 # The original's clients (the Go CLI's and the lambda service's waits, SNS subscribers) know
 # two final statuses, done and failed (CONTRACT 2.2, 2.10), and would wait forever on any
 # other. So every way a job ends is one of them on the wire, and a failure the scheduler
@@ -44,6 +45,8 @@ FAILURE_REASONS = tuple(reason for _, reason in ENDINGS.values() if reason)
 # has stopped a cancelled job).
 REPORT_STATUSES = ("running", "done", "failed", "cancelled")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]
+BackoffSecs = Annotated[int, msgspec.Meta(ge=0, le=86400)]
 
 
 class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -78,15 +81,26 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     finished_at: Timestamp | None = None
     # Ours, after the original's fields: why the scheduler failed the job (ENDINGS).
     failure_reason: str = ""
+    # When the job is due: it waits `delayed` until then (a submitted delay, a retry's
+    # backoff). Kept once due, as when its last wait ended.
+    run_at: Annotated[Timestamp | None, SUBMITTED] = None
+    # Its retry policy; None: the deployment's (MAX_JOB_RETRIES, RETRY_BACKOFF_SECS). With
+    # max_retries set, a timeout is retried too (the original never retried one).
+    max_retries: Annotated[Retries | None, SUBMITTED] = None
+    retry_backoff_secs: Annotated[BackoffSecs | None, SUBMITTED] = None
 
 
 JOB_FIELDS = read_fields(Job)
 
+MAX_DELAY_SECS = 366 * 86400
+# What a request may say that the job does not keep as such: a delay becomes its run_at.
+REQUEST_ONLY = [("delay_secs", Annotated[float, msgspec.Meta(ge=0, le=MAX_DELAY_SECS)], 0.0)]
+
 # The POST /jobs body, also the body of an SQS message: Job's submitted fields, each optional
-# (a field Job requires, such as command, defaults to its zero here).
+# (a field Job requires, such as command, defaults to its zero here), and REQUEST_ONLY's.
 JobCreate = msgspec.defstruct(
     "JobCreate",
-    [(f.name, f.annotation, f.empty) for f in JOB_FIELDS if f.submitted],
+    [(f.name, f.annotation, f.empty) for f in JOB_FIELDS if f.submitted] + REQUEST_ONLY,
     omit_defaults=True,
     module=__name__,
 )
@@ -95,11 +109,42 @@ JobCreate = msgspec.defstruct(
 def new_job(request: msgspec.Struct, created_at: str = "") -> Job:
     """A JobCreate as the job it asks for, as the original made it (CONTRACT 2.4): pending,
     no retry yet. job_id and node_id are placeholders the create script fills in (it draws
-    both); created_at may be set later, when the job is stored."""
+    both); created_at may be set later, when the job is stored (`stamped`)."""
     fields = msgspec.structs.asdict(request)
+    for name, _, _ in REQUEST_ONLY:
+        fields.pop(name)
     return Job(
         job_id="", node_id="", status="pending", retry_count=0, created_at=created_at, **fields
     )
+
+
+def stamped(job: Job, request: msgspec.Struct, now: float) -> Job:
+    """The new job as it is stored at `now`: its creation time, and, due later (a delay_secs
+    or run_at in the future), delayed until its run_at. A run_at already past is due now.
+    InvalidInput for a run_at that is not RFC 3339, or both ways of saying when."""
+    delay: float = getattr(request, "delay_secs", 0.0)
+    if delay and job.run_at:
+        raise InvalidInput("use run_at or delay_secs, not both")
+    due = now + delay if delay else _due(job.run_at) if job.run_at else now
+    if due - now > MAX_DELAY_SECS:
+        raise InvalidInput("invalid run_at: at most 366 days ahead")
+    if due <= now:
+        return msgspec.structs.replace(job, created_at=rfc3339(now), run_at=None)
+    return msgspec.structs.replace(
+        job, created_at=rfc3339(now), run_at=rfc3339(due), status="delayed"
+    )
+
+
+def due_of(job: Job) -> float | None:
+    """When a delayed job is due (epoch s); None for a job due already."""
+    return parse_rfc3339(job.run_at) if job.status == "delayed" and job.run_at else None
+
+
+def _due(run_at: str) -> float:
+    try:
+        return parse_rfc3339(run_at)
+    except ValueError:
+        raise InvalidInput(f"invalid run_at {run_at!r}: use RFC 3339 with a zone") from None
 
 
 _PLACEHOLDERS = b'{"job_id":"","node_id":"",'

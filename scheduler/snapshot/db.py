@@ -336,6 +336,12 @@ def _finish(job: Job, now: float) -> float:
     return now if finished is None else finished
 
 
+def _due(job: Job, now: float) -> float:
+    """When a delayed job is due: its run_at, else now (an unreadable stamp runs it)."""
+    due = _first_readable(job.run_at)
+    return now if due is None else due
+
+
 def _upgraded(job: Job) -> Job:
     """A job an earlier version ended with a status of its own: as it ends now."""
     ending = RETIRED_STATUSES.get(job.status)
@@ -373,4 +379,5 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
         started=_start(job, now) if running_run_job else None,
         finished=_finish(job, now) if job.status in FINAL_STATUSES else None,
         record=record,
+        due=_due(job, now) if job.status == "delayed" else None,
     )

@@ -22,12 +22,13 @@ from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, jobs
+from scheduler.store.scripts import Call, jobs, listing
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
+from scheduler.store.scripts.retry import RetryPolicy
 
 _node_decoder = msgspec.json.Decoder(Node)
 
@@ -94,10 +95,15 @@ class JobStore:
         return call.parse(reply)
 
     async def create(
-        self, job_json: bytes, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
+        self,
+        job_json: bytes,
+        placement: Placement,
+        now: float,
+        dedup: Dedup = NO_DEDUP,
+        due: float | None = None,
     ) -> Created:
         ttl = self.settings.node_ttl_secs
-        return await self.run(jobs.create_job(job_json, placement, now, ttl, dedup))
+        return await self.run(jobs.create_job(job_json, placement, now, ttl, dedup, due))
 
     async def pick(self, placement: Placement, now: float) -> str:
         return await self.run(jobs.pick_node(placement, now, self.settings.node_ttl_secs))
@@ -143,11 +149,11 @@ class JobStore:
     async def list(
         self, node_id: str, status: str, bound: int, limit: int, newest: bool = False
     ) -> list[bytes]:
-        """A page of jobs (scripts.jobs.LIST)."""
+        """A page of jobs (scripts.listing.LIST)."""
         if status and status not in STATUSES:
             return []
         budget = self.settings.max_page_bytes
-        return await self.run(jobs.list_jobs(node_id, status, bound, limit, budget, newest))
+        return await self.run(listing.list_jobs(node_id, status, bound, limit, budget, newest))
 
     async def get(self, job_id: str) -> bytes | None:
         blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
@@ -158,8 +164,7 @@ class JobStore:
         return self.redis.send_now("GET", self.keys.job(job_id))
 
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
-        retries = self.settings.max_job_retries
-        call = jobs.transition(job_id, update, now, retries, caller)
+        call = jobs.transition(job_id, update, now, RetryPolicy.of(self.settings), caller)
         return await self.run(call)
 
     async def check_report(self, job_id: str, caller: str) -> None:

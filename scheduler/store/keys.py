@@ -26,6 +26,7 @@ Layout (P = REDIS_PREFIX, T = the hash tag "{P}"):
   T:deadlines             zset of running run-jobs, score = start time (timeout sweep)
   T:finished              zset of finished jobs (done or failed), score = finish time
   T:cancelling            zset of jobs asked to stop while running, score = when (the grace)
+  T:delayed               zset of delayed jobs, score = when due (epoch s); PROMOTE_DUE
   T:dirty                 set of job ids changed since the last snapshot
   T:dirty:inflight        set of job ids the current (or a crashed) snapshot is writing
   T:initialised           marker: whether to restore from the SQLite snapshot is decided
@@ -104,6 +105,10 @@ class Keys:
     @property
     def cancelling(self) -> str:
         return self._k("cancelling")
+
+    @property
+    def delayed(self) -> str:
+        return self._k("delayed")
 
     @property
     def finished(self) -> str:
@@ -308,7 +313,7 @@ LAYOUT_ROOTS = frozenset(
     {
         "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
-        "submit", "lock", "stats", "runs",
+        "submit", "lock", "stats", "runs", "delayed",
     }
 )  # fmt: skip
 

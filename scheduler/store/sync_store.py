@@ -4,6 +4,7 @@ against the deployment's root. The API's asyncio flavour is jobs.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
@@ -18,6 +19,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, Call, jobs, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
+from scheduler.store.scripts.retry import RetryPolicy
 
 T = TypeVar("T")
 
@@ -66,22 +68,21 @@ class SyncJobStore:
         return reply
 
     def create(
-        self, job_json: bytes, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
+        self,
+        job_json: bytes,
+        placement: Placement,
+        now: float,
+        dedup: Dedup = NO_DEDUP,
+        due: float | None = None,
     ) -> Created:
-        return self.run(
-            jobs.create_job(job_json, placement, now, self.settings.node_ttl_secs, dedup)
-        )
+        ttl = self.settings.node_ttl_secs
+        return self.run(jobs.create_job(job_json, placement, now, ttl, dedup, due))
 
     def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
         """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not
         reported them cancelled."""
         cutoff = now - self.settings.cancel_grace_secs
-        ended: list[str] = []
-        while True:
-            swept = self.run(upkeep.finish_cancels(cutoff, now, batch))
-            ended.extend(swept.ids)
-            if swept.read < batch:
-                return ended
+        return self._drain(lambda: upkeep.finish_cancels(cutoff, now, batch), batch)
 
     def upgrade_retired(self, batch: int = 500) -> int:
         """Change the jobs an earlier version ended with a status of its own to how they end
@@ -97,14 +98,29 @@ class SyncJobStore:
         return changed
 
     def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
-        """Fail every run job past JOB_TIMEOUT_SECS, `batch` per script call."""
-        failed: list[str] = []
+        """Every run job past JOB_TIMEOUT_SECS timed out: failed, or retried under its own
+        policy. `batch` per script call."""
+        return self._drain(
+            lambda: upkeep.sweep_timeouts(
+                now, self.settings.job_timeout_secs, batch, RetryPolicy.of(self.settings)
+            ),
+            batch,
+        )
+
+    def promote_due(self, now: float, batch: int = 500) -> list[str]:
+        """The delayed jobs due by `now` become pending (on a live node)."""
+        return self._drain(
+            lambda: upkeep.promote_due(now, self.settings.node_ttl_secs, batch), batch
+        )
+
+    def _drain(self, call: Callable[[], Call[upkeep.Batch]], batch: int) -> list[str]:
+        """`call()`'s script run until a run reads fewer entries than `batch`; the ids."""
+        done: list[str] = []
         while True:
-            call = upkeep.sweep_timeouts(now, self.settings.job_timeout_secs, batch)
-            swept = self.run(call)
-            failed.extend(swept.ids)
+            swept = self.run(call())
+            done.extend(swept.ids)
             if swept.read < batch:
-                return failed
+                return done
 
     def prune_finished(self, now: float, batch: int = 500) -> list[str]:
         """Remove from Redis the jobs finished more than JOB_RETENTION_SECS ago that the
@@ -156,7 +172,7 @@ class SyncJobStore:
         s = self.settings
         while True:
             call = upkeep.lose_running(
-                now, s.node_lost_after, s.node_ttl_secs, s.max_job_retries, limit
+                now, s.node_lost_after, s.node_ttl_secs, RetryPolicy.of(s), limit
             )
             batch = self.run(call)
             lost.extend(batch)

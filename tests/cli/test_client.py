@@ -528,3 +528,15 @@ def test_submit_sends_a_key_and_takes_one(api: str, cli: Cli) -> None:
     _, one, _ = cli(api, "submit", "echo keyed")
     _, two, _ = cli(api, "submit", "echo keyed")
     assert one != two  # a new key each time by default: two submits, two jobs
+
+
+def test_submit_takes_a_delay_and_a_retry_policy(api: str, cli: Cli) -> None:
+    argv = ["submit", "echo later", "--delay", "3600", "--max-retries", "4"]
+    code, out, _ = cli(api, *argv, "--retry-backoff", "30", "--json")
+    job = json.loads(out)
+    assert code == 0 and job["status"] == "delayed" and "run_at" in job
+    assert (job["max_retries"], job["retry_backoff_secs"]) == (4, 30)
+    code, out, _ = cli(api, "submit", "echo then", "--run-at", "2000-01-01T00:00:00Z")
+    assert code == 0 and out.endswith("(status=pending)\n")  # a time past: due now
+    code, _, err = cli(api, "submit", "x", "--run-at", "soon")
+    assert code == 1 and "invalid run_at 'soon'" in err

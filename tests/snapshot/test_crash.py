@@ -23,6 +23,7 @@ from scheduler.snapshot.writer import snapshot_once, write_snapshot
 from scheduler.store.keys import Keys, LegacyKeys, glob_escape
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.sync_store import SyncJobStore
 from tests.processes import api_replicas, scheduler_env
 from tests.snapshot_helpers import job_state, lose_redis_data, rows, stored_json
@@ -165,7 +166,8 @@ def test_kill_9_during_a_snapshot_forgets_no_change(
     try:
         # Changes keep coming while the snapshot is stuck.
         update = JobUpdate(status="running")
-        store.run(job_scripts.transition("job-5", update, time.time(), 1, "open"))
+        retries = RetryPolicy.of(settings)
+        store.run(job_scripts.transition("job-5", update, time.time(), retries, "open"))
         create_jobs(store, 3, time.time())
     finally:
         kill_9(proc)

@@ -42,12 +42,14 @@ def settings(make_settings: SettingsFactory) -> Settings:
 class Run:
     """One job on node "a" (node "b" stands by), with the ways to move it."""
 
-    def __init__(self, api: TestClient, store: SyncJobStore, rclient: redis.Redis) -> None:
+    def __init__(
+        self, api: TestClient, store: SyncJobStore, rclient: redis.Redis, **fields: Any
+    ) -> None:
         self.api, self.store, self.rclient = api, store, rclient
         register(api, "a", "b")
         self.job_id = ""
         while not self.job_id:
-            job = submit(api, command="sleep 100")
+            job = submit(api, command="sleep 100", **fields)
             if job["node_id"] == "a":
                 self.job_id = str(job["job_id"])
             else:  # the other node's job ends at once, with its own event
@@ -151,38 +153,46 @@ ORIGINAL_FINAL = ("done", "failed")
 
 # The original's statuses (CONTRACT 2.2).
 ORIGINAL_STATUSES = ("pending", "running", "done", "failed")
-# Each status of ours before the end: the steps that bring a job to it, and the step of the
-# scheduler alone (no client, no agent: the original agent cannot be told) that ends it.
-ENDED_BY_THE_SCHEDULER: dict[str, tuple[list[Step], Step]] = {
-    "cancelling": ([claim, cancel], pass_grace),
+
+
+def promote_when_due(run: Run) -> None:
+    assert run.store.promote_due(time.time() + 3601) == [run.job_id]
+
+
+# Each status of ours before the end: what the job is submitted with and the steps that
+# bring it there, and the step of the scheduler alone (no client, no agent: the original
+# agent cannot be told) that takes it out, to a status the original's clients know.
+LEFT_BY_THE_SCHEDULER: dict[str, tuple[dict[str, Any], list[Step], Step]] = {
+    "cancelling": ({}, [claim, cancel], pass_grace),
+    "delayed": ({"delay_secs": 3600}, [], promote_when_due),
 }
 
 
 def test_no_status_leaves_an_original_client_waiting_forever() -> None:
     """The original's clients end a wait on done or failed only: every final status is one
-    of them, and a status of ours before the end is one the scheduler ends by itself (a new
-    status needs its row in ENDED_BY_THE_SCHEDULER, and the walk below)."""
+    of them, and a status of ours before the end is one the scheduler leaves by itself (a
+    new status needs its row in LEFT_BY_THE_SCHEDULER, and the walk below)."""
     assert set(job_model.FINAL_STATUSES) <= set(ORIGINAL_FINAL)
     assert {status for status, _ in job_model.ENDINGS.values()} <= set(ORIGINAL_FINAL)
     ours = set(STATUSES) - set(ORIGINAL_STATUSES)
-    assert ours == set(ENDED_BY_THE_SCHEDULER)
+    assert ours == set(LEFT_BY_THE_SCHEDULER)
 
 
-@pytest.mark.parametrize("status", list(ENDED_BY_THE_SCHEDULER))
-def test_a_status_of_ours_ends_without_any_client(
+@pytest.mark.parametrize("status", list(LEFT_BY_THE_SCHEDULER))
+def test_a_status_of_ours_is_left_without_any_client(
     status: str,
     make_client: ClientFactory,
     settings: Settings,
     store: SyncJobStore,
     rclient: redis.Redis,
 ) -> None:
-    reach, end = ENDED_BY_THE_SCHEDULER[status]
-    run = Run(make_client(settings), store, rclient)
+    fields, reach, leave = LEFT_BY_THE_SCHEDULER[status]
+    run = Run(make_client(settings), store, rclient, **fields)
     for step in reach:
         step(run)
     assert run.job()["status"] == status
-    end(run)
-    assert run.job()["status"] in ORIGINAL_FINAL
+    leave(run)
+    assert run.job()["status"] in ORIGINAL_STATUSES
 
 
 def test_every_ending_is_walked() -> None:

@@ -27,7 +27,7 @@ from scheduler.store.connection.protocol import FLUSH_COST, WRITE_COST
 from scheduler.store.errors import JobNotFound, ReplicasNotAcked
 from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import SCRIPTS
+from scheduler.store.scripts import SCRIPTS, listing
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.sync_store import SyncJobStore
@@ -250,10 +250,10 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
     settings = store.settings
     calls = [
         job_scripts.poll("n1", 5, "open"),
-        job_scripts.list_jobs("", "", 0, 100, 1 << 20, False),
-        job_scripts.list_jobs("n1", "pending", 0, 100, 1 << 20, True),
-        job_scripts.list_jobs("n1", "", 0, 100, 1 << 20, False),
-        job_scripts.list_jobs("", "running", 0, 100, 1 << 20, False),
+        listing.list_jobs("", "", 0, 100, 1 << 20, False),
+        listing.list_jobs("n1", "pending", 0, 100, 1 << 20, True),
+        listing.list_jobs("n1", "", 0, 100, 1 << 20, False),
+        listing.list_jobs("", "running", 0, 100, 1 << 20, False),
         job_scripts.check_report("job-1", "open"),
         node_scripts.overview(STATUSES),
         node_scripts.list_services("", "", "open"),

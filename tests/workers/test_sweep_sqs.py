@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 from scheduler.config import ConfigError, Settings
 from scheduler.models.job import Job, job_decoder
 from scheduler.store.scripts import upkeep
+from scheduler.store.scripts.retry import RetryPolicy
 from tests.conftest import (
     ClientFactory,
     CtxFactory,
@@ -111,7 +112,7 @@ def test_sweep_reads_only_the_expired_entries(
     for i in range(40):
         assert_json(report(api, submit(api, command=f"new {i}")["job_id"], "running"))
 
-    swept = ctx.store.run(upkeep.sweep_timeouts(time.time(), 1, 500))
+    swept = ctx.store.run(upkeep.sweep_timeouts(time.time(), 1, 500, RetryPolicy.of(ctx.settings)))
 
     assert swept.read == 3  # not 43: the cost follows the expired jobs, not all jobs
     assert sorted(swept.ids) == sorted(old)

@@ -10,9 +10,10 @@ from scheduler.models.job import JobUpdate
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import Conflict, IdempotencyMismatch, JobNotFound, StoreNotReady
-from scheduler.store.scripts import codes
+from scheduler.store.scripts import codes, retry
 from scheduler.store.scripts.codes import check_access, check_found
 from scheduler.store.scripts.replies import blobs, ids
+from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.script import Call, Script
 
 
@@ -48,13 +49,15 @@ NO_DEDUP = Dedup("", "", 0)
 
 CREATE_JOB = Script(
     "CREATE_JOB",
-    "record mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint *candidates",
+    "record due mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint *candidates",
     """
 -- record: the job's JSON without job_id and node_id, which this fills in (the id drawn here,
--- the node placed here: library.py PLACEMENT). With dedup_ttl > 0, dedup_key is an idempotency
--- key (dedup_space "sqs": an SQS message, else a POST /jobs Idempotency-Key) remembered with
--- the job's id and the request's fingerprint: a replay answers the job it made, a replay with
--- another fingerprint MISMATCH, and neither creates anything.
+-- the node placed here: library.py PLACEMENT). due: "" for a job pending now, else the epoch
+-- its run_at says: it is delayed until then (its record says so too). With dedup_ttl > 0,
+-- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
+-- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
+-- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
+-- anything.
 -- Returns {OK, job JSON} | {DUPLICATE, job JSON, "" if the job is gone} | {MISMATCH}
 --   | {NO_NODES} | {NOT_READY}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
@@ -76,17 +79,19 @@ local n = redis.call("INCR", K.job_seq)
 local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)
+local status = due == "" and "pending" or "delayed"
 redis.call("SET", K.job(id), job)
 redis.call("ZADD", K.all_jobs, n, id)
-redis.call("ZADD", K.status("pending"), n, id)
+redis.call("ZADD", K.status(status), n, id)
 redis.call("ZADD", K.node_jobs(node), n, id)
-redis.call("ZADD", K.node_status(node, "pending"), n, id)
+redis.call("ZADD", K.node_status(node, status), n, id)
+if status == "delayed" then redis.call("ZADD", K.delayed, due, id) end
 redis.call("SADD", K.dirty, id)
 if dedup then
   local value = fingerprint == "" and id or id .. " " .. fingerprint
   redis.call("SET", dedup, value, "EX", tonumber(dedup_ttl))
 end
-wake_node(node)
+if status == "pending" then wake_node(node) end
 return {OK, job}
 """,
     _created,
@@ -99,10 +104,13 @@ def create_job(
     now: float,
     node_ttl: float,
     dedup: Dedup = NO_DEDUP,
+    due: float | None = None,
 ) -> Call[Created]:
-    """`record` is the new job's JSON object without job_id and node_id."""
+    """`record` is the new job's JSON object without job_id and node_id; `due`, when it is
+    delayed, the epoch of its run_at."""
     return CREATE_JOB.call(
         record=record,
+        due="" if due is None else due,
         mode=placement.mode,
         now=now,
         node_ttl=node_ttl,
@@ -182,50 +190,6 @@ def poll(node_id: str, max_jobs_per_node: int, caller: str) -> Call[Polled]:
     return POLL.call(node=node_id, max_jobs=max_jobs_per_node, caller=caller)
 
 
-LIST = Script(
-    "LIST",
-    "node status bound limit budget order",
-    """
--- A page of the index that answers GET /jobs with these filters (each may be ""), in job
--- number order ("asc": numbers above `bound`), or newest first ("desc": below `bound`, 0 from
--- the newest). A page stops at `limit` jobs or `budget` bytes. Returns job JSON strings.
-local index = K.all_jobs
-if node ~= "" and status ~= "" then
-  index = K.node_status(node, status)
-elseif node ~= "" then
-  index = K.node_jobs(node)
-elseif status ~= "" then
-  index = K.status(status)
-end
-local ids
-if order == "desc" then
-  local top = bound == "0" and "+inf" or "(" .. bound
-  ids = redis.call("ZREVRANGEBYSCORE", index, top, "-inf", "LIMIT", 0, limit)
-else
-  ids = redis.call("ZRANGEBYSCORE", index, "(" .. bound, "+inf", "LIMIT", 0, limit)
-end
-return get_jobs(ids, tonumber(budget))
-""",
-    blobs,
-    read_only=True,
-)
-
-
-def list_jobs(
-    node_id: str, status: str, bound: int, limit: int, budget_bytes: int, newest: bool = False
-) -> Call[list[bytes]]:
-    """Oldest first from after job-`bound`, or with `newest` newest first from before it
-    (0: from the newest)."""
-    return LIST.call(
-        node=node_id,
-        status=status,
-        bound=bound,
-        limit=limit,
-        budget=budget_bytes,
-        order="desc" if newest else "asc",
-    )
-
-
 _CONFLICTS = {
     codes.FINISHED: "job already finished",
     codes.ALREADY_RUNNING: "job already running",
@@ -233,6 +197,7 @@ _CONFLICTS = {
     codes.OTHER_NODE: "job is bound to another node",
     codes.CANCELLING: "job is being cancelled",
     codes.NOT_CANCELLING: "job is not being cancelled",
+    codes.NOT_DUE: "job is not due yet",
 }
 
 
@@ -247,16 +212,18 @@ def _changed(reply: list[Any]) -> bytes:
 
 TRANSITION = Script(
     "TRANSITION",
-    "job_id status exit_code stdout stderr now stamp max_retries caller reporter",
+    f"job_id status exit_code stdout stderr now stamp caller reporter {retry.ARGV}",
     """
 -- An agent's report (PATCH /jobs/{id}), under the state machine:
---   pending -> running; running -> done | failed; failed with retries left -> pending;
+--   pending -> running; running -> done | failed; failed with retries left -> pending, or
+--   delayed by its backoff (library.py requeue; the retry policy: retry.py);
 --   cancelling -> cancelled (the agent killed it: nothing else is taken from a cancelling job),
 --   which ends it failed with failure_reason cancelled (library.py finish).
 -- exit_code "" = none; stdout, stderr "" = not sent; now: epoch s, stamp: the same in RFC
 -- 3339; reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
 -- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN} | {FINISHED}
 --   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
+--   | {NOT_DUE} (a claim of a delayed job)
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
 -- holding the job (only a known node: a bare claim stays a conflict), and a final report
 -- that the stored job already reflects. A node token names its node as well as the body.
@@ -284,6 +251,7 @@ elseif status == "cancelled" then
 end
 if status == "running" then
   if old == "running" and reporter ~= "" then return {OK, raw} end
+  if old == "delayed" then return {NOT_DUE} end
   if old ~= "pending" then return {ALREADY_RUNNING} end
 elseif old ~= "running" and old ~= "cancelling" then
   return {NOT_RUNNING}
@@ -293,8 +261,9 @@ if stdout ~= "" then job.stdout = stdout end
 if stderr ~= "" then job.stderr = stderr end
 local n = redis.call("ZSCORE", K.all_jobs, job_id)
 if status ~= "running" then
-  if status == "failed" and (job.retry_count or 0) < tonumber(max_retries) then
-    return {OK, requeue(job_id, n, job, job.node_id, true)}
+  if status == "failed" and retries_left(job, max_retries) then
+    local wait = retry_wait(job, n, backoff, backoff_cap, seed)
+    return {OK, requeue(job_id, n, job, job.node_id, true, wait, tonumber(now))}
   end
   return {OK, finish(job_id, n, job, status, now, stamp)}
 end
@@ -313,7 +282,7 @@ return {OK, store_job(job_id, job)}
 
 
 def transition(
-    job_id: str, update: JobUpdate, now: float, max_retries: int, caller: str
+    job_id: str, update: JobUpdate, now: float, retries: RetryPolicy, caller: str
 ) -> Call[bytes]:
     return TRANSITION.call(
         job_id=job_id,
@@ -323,9 +292,9 @@ def transition(
         stderr=update.stderr,
         now=now,
         stamp=rfc3339(now),
-        max_retries=max_retries,
         caller=caller,
         reporter=update.node_id,
+        **retries.args(),
     )
 
 
@@ -333,11 +302,11 @@ CANCEL_JOB = Script(
     "CANCEL_JOB",
     "job_id now stamp",
     """
--- DELETE /jobs/{id}. A pending job is cancelled at once (it ends failed, failure_reason
--- cancelled: library.py finish). A running one becomes cancelling: it keeps its node's
--- slot, its timeout no longer applies, and its agent learns it (the poll's X-Cancel-Jobs,
--- the heartbeat's answer), kills it and reports cancelled; an agent that cannot be told
--- (the original) gets 409 on its late report, and the sweep cancels the job
+-- DELETE /jobs/{id}. A pending or delayed job is cancelled at once (it ends failed,
+-- failure_reason cancelled: library.py finish). A running one becomes cancelling: it keeps
+-- its node's slot, its timeout no longer applies, and its agent learns it (the poll's
+-- X-Cancel-Jobs, the heartbeat's answer), kills it and reports cancelled; an agent that
+-- cannot be told (the original) gets 409 on its late report, and the sweep cancels the job
 -- CANCEL_GRACE_SECS later (FINISH_CANCELS).
 -- Returns {OK, job JSON} (a cancelling job: as it is) | {NOT_FOUND} | {FINISHED}
 local job, raw = load_job(job_id)
@@ -345,7 +314,9 @@ if not job then return {NOT_FOUND} end
 if FINAL[job.status] then return {FINISHED} end
 if job.status == "cancelling" then return {OK, raw} end
 local n = redis.call("ZSCORE", K.all_jobs, job_id)
-if job.status == "pending" then return {OK, finish(job_id, n, job, "cancelled", now, stamp)} end
+if job.status == "pending" or job.status == "delayed" then
+  return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
+end
 move(job_id, n, job.node_id, job.status, "cancelling")
 job.status = "cancelling"
 redis.call("ZREM", K.deadlines, job_id)

@@ -6,9 +6,9 @@ Redis Cluster routes the call to the deployment's slot); it names every other ke
 after the `Keys` member of that name (keys.lua_keys). Its arguments are named once, where the
 script is defined (script.Script), and bound to Lua locals of those names at its top.
 
-The library below is a list of definitions. A script gets only those its body uses, and
-those they use in turn: Redis builds every definition again on each call, and unused ones
-cost about 1 µs of a poll's 6 µs of script time.
+The library below (and a job's life, life.py) is a list of definitions. A script gets only
+those its body uses, and those they use in turn: Redis builds every definition again on each
+call, and unused ones cost about 1 µs of a poll's 6 µs of script time.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import re
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
+from scheduler.store.scripts.life import LIFE
 
 
 def _record_fields() -> str:
@@ -59,6 +60,11 @@ local function live_nodes(cutoff)
   local live = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
   table.sort(live)
   return live
+end
+
+local function is_live(node, cutoff)
+  local seen = redis.call("ZSCORE", K.nodes_compute, node)
+  return seen ~= false and tonumber(seen) >= cutoff
 end
 
 local function next_live(nodes)
@@ -149,138 +155,35 @@ local function encode(job)
 end
 """
 
+# wire.rfc3339 in Lua, for a time a script computes (a retry's run_at): epoch seconds as UTC
+# with microseconds (the civil date from days since 1970: Howard Hinnant's algorithm).
+TIME = """
+local function rfc3339(epoch)
+  local micros = math.floor(epoch * 1000000 + 0.5)
+  local secs = math.floor(micros / 1000000)
+  micros = micros - secs * 1000000
+  local days = math.floor(secs / 86400)
+  local rest = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format("%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", year, month, day,
+    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, micros)
+end
+"""
+
 # Long-polls (connection/notify.py) wait on these channels; a PUBLISH nobody listens to
 # costs Redis one hash lookup.
 WAKE = """
 local function wake_node(node) redis.call("PUBLISH", K.node_channel(node), "") end
 local function wake_job(id) redis.call("PUBLISH", K.job_channel(id), "") end
-"""
-
-# A job's life. Every index a job is in follows from its status and node (docs/ARCHITECTURE.md,
-# "Redis keys"); these are the only code that moves a job between them.
-LIFE = """
-local function move(id, n, node, from, to)
-  redis.call("ZREM", K.status(from), id)
-  redis.call("ZADD", K.status(to), n, id)
-  redis.call("ZREM", K.node_status(node, from), id)
-  redis.call("ZADD", K.node_status(node, to), n, id)
-end
-
--- The changed job stored and marked for the next snapshot; returns what was stored.
-local function store_job(id, job)
-  local out = encode(job)
-  redis.call("SET", K.job(id), out)
-  redis.call("SADD", K.dirty, id)
-  return out
-end
-
-local function publish(id, status)
-  local n = redis.call("INCR", K.event_seq)
-  local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
-  redis.call("RPUSH", K.outbox, n .. " " .. message)
-end
-
--- Job `id` (number n) from its status on its node to status `new` on node `to`, in every
--- index that names the node or the status. The caller stores the record.
-local function rebind(id, n, job, new, to)
-  local from = job.node_id
-  move(id, n, from, job.status, new)
-  if to ~= from then
-    redis.call("ZREM", K.node_status(from, new), id)
-    redis.call("ZADD", K.node_status(to, new), n, id)
-    redis.call("ZREM", K.node_jobs(from), id)
-    redis.call("ZADD", K.node_jobs(to), n, id)
-  end
-  job.node_id, job.status = to, new
-  wake_job(id)
-  if new == "pending" then wake_node(to) end
-end
-
--- What a running (or cancelling) job holds, given back: its node's slot, its deadline, its
--- cancel grace.
-local function release(id, job)
-  redis.call("SREM", K.node_busy(job.node_id), id)
-  redis.call("ZREM", K.deadlines, id)
-  redis.call("ZREM", K.cancelling, id)
-end
-
--- The one way a job ends, whoever ends it: `ending` names how (models.ENDINGS: done, failed,
--- cancelled, timed_out, node_lost), which sets its status (done or failed: all the original's
--- clients know) and its failure_reason. It gives back what the job held (its node may take
--- work again), moves it to its final indexes with its finish time (retention reads it), and
--- publishes its event: exactly one per job, here and nowhere else. The caller has set the
--- job's other fields. Returns the stored record.
-local function finish(id, n, job, ending, now, stamp)
-  if FINAL[job.status] then error("finish: " .. id .. " has ended already") end
-  local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
-  if job.status == "running" or job.status == "cancelling" then
-    release(id, job)
-    wake_node(job.node_id)
-  end
-  move(id, n, job.node_id, job.status, status)
-  job.status, job.finished_at = status, stamp
-  if reason ~= "" then job.failure_reason = reason end
-  redis.call("ZADD", K.finished, now, id)
-  publish(id, status)
-  wake_job(id)
-  return store_job(id, job)
-end
-
--- The jobs that entered `index` (a sorted set scored by when) before `cutoff`, `batch` of
--- them: each leaves the index, and one still `held` ends as `ending`, after `mark(job)`
--- says why (the timeout sweep, the cancels past their grace). Returns {entries read, the
--- ids ended...}: fewer entries than `batch` means the index holds no more expired ones.
-local function end_expired(index, cutoff, batch, held, ending, mark, now, stamp)
-  local expired = redis.call("ZRANGEBYSCORE", index, "-inf", "(" .. cutoff, "LIMIT", 0, batch)
-  local ended = {#expired}
-  for _, id in ipairs(expired) do
-    redis.call("ZREM", index, id)
-    local job = load_job(id)
-    if job and job.status == held then
-      mark(job)
-      finish(id, redis.call("ZSCORE", K.all_jobs, id), job, ending, now, stamp)
-      ended[#ended + 1] = id
-    end
-  end
-  return ended
-end
-
--- A running job's next attempt (a failed report, its node lost): pending again on node `to`.
--- It has not ended, so no event. `counted`: the attempt uses one of its retries (a service
--- placed again after its node was lost does not). Returns the stored record.
-local function requeue(id, n, job, to, counted)
-  release(id, job)
-  if counted then job.retry_count = (job.retry_count or 0) + 1 end
-  job.exit_code, job.stdout, job.finished_at, job.failure_reason = nil, nil, nil, nil
-  rebind(id, n, job, "pending", to)
-  return store_job(id, job)
-end
-
--- The pending jobs of `node` that are not instance-bound, moved to `live` nodes round-robin,
--- keeping their number (their place in the queue), until `moved` holds `limit` triples
--- {id, from node, to node}. Instance-bound jobs belong to their node and stay.
-local function move_pending(node, live, limit, moved)
-  if #live == 0 then return end
-  local queue, skipped = K.node_status(node, "pending"), 0
-  while #moved < 3 * limit do
-    local ids = redis.call("ZRANGE", queue, skipped, skipped + 99)
-    if #ids == 0 then return end
-    for _, id in ipairs(ids) do
-      local job = load_job(id)
-      if not job or job.node_id ~= node or job.status ~= "pending" then
-        redis.call("ZREM", queue, id)  -- a stale entry: the job is not pending here
-      elseif (job.instance_id or "") ~= "" then
-        skipped = skipped + 1
-      else
-        local target = next_live(live)
-        rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, "pending", target)
-        store_job(id, job)
-        moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
-        if #moved >= 3 * limit then return end
-      end
-    end
-  end
-end
 """
 
 # The final statuses (models.FINAL_STATUSES): FINAL[status] is true for them. ENDINGS[name]
@@ -308,7 +211,7 @@ def _split(chunk: str) -> list[tuple[str, str]]:
 
 LIBRARY: dict[str, str] = dict(
     pair
-    for chunk in (FINAL, ENDING_TABLE, NODE_ACCESS, PLACEMENT, READ, ENCODE, WAKE, LIFE)
+    for chunk in (FINAL, ENDING_TABLE, NODE_ACCESS, PLACEMENT, READ, ENCODE, TIME, WAKE, LIFE)
     for pair in _split(chunk)
 )
 

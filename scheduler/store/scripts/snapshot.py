@@ -39,7 +39,7 @@ class RestoredJob:
     """A job to put back: its record and what its indexes need. `started` (epoch s) is set
     for a running run-job only: those are the ones in the busy set and the deadlines.
     `finished` (epoch s) is set for a finished job only (done or failed: the retention
-    index)."""
+    index). `due` (epoch s) for a delayed job only (the delayed index)."""
 
     job_id: str
     score: float
@@ -48,6 +48,7 @@ class RestoredJob:
     started: float | None
     finished: float | None
     record: bytes
+    due: float | None = None
 
 
 RESTORE_JOBS = Script(
@@ -57,10 +58,11 @@ RESTORE_JOBS = Script(
 -- Put jobs back as the snapshot holds them, with every index their status needs (as the
 -- scripts maintain them). A job already present is first taken out of its old indexes.
 -- mark_dirty "1": the next snapshot writes them. jobs: 7 values each, at most 1000 jobs (Lua's
--- unpack limit): id, score, node id, status, start time (epoch s) of a running run-job or "",
--- finish time (epoch s) of a finished job or "", job JSON. A cancelling job is restored as
--- asked long ago: the next sweep ends it. Each index gets one ZADD/SADD for the whole batch:
--- far cheaper than one call per job. Returns the number of jobs restored.
+-- unpack limit): id, score, node id, status, start time (epoch s) of a running run-job or
+-- due time of a delayed job or "", finish time (epoch s) of a finished job or "", job JSON.
+-- A cancelling job is restored as asked long ago: the next sweep ends it. Each index gets one
+-- ZADD/SADD for the whole batch: far cheaper than one call per job. Returns the number of
+-- jobs restored.
 local function unindex(id, raw)
   local ok, old = pcall(cjson.decode, raw)
   if not ok or type(old) ~= "table" then return end
@@ -89,6 +91,7 @@ for i, old in ipairs(redis.call("MGET", unpack(job_keys))) do
     redis.call("ZREM", K.deadlines, restored[i])
     redis.call("ZREM", K.finished, restored[i])
     redis.call("ZREM", K.cancelling, restored[i])
+    redis.call("ZREM", K.delayed, restored[i])
   end
 end
 local records, zadds, sadds = {}, {}, {}
@@ -102,7 +105,9 @@ for j, id in ipairs(restored) do
   push(zadds, K.status(status), score, id)
   push(zadds, K.node_jobs(node), score, id)
   push(zadds, K.node_status(node, status), score, id)
-  if start ~= "" then
+  if start ~= "" and status == "delayed" then
+    push(zadds, K.delayed, start, id)
+  elseif start ~= "" then
     push(zadds, K.deadlines, start, id)
     push(sadds, K.node_busy(node), id)
   end
@@ -122,7 +127,8 @@ return #restored
 def restore_jobs(jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
     values: list[Any] = []
     for job in jobs:
-        started = "" if job.started is None else job.started
+        when = job.due if job.status == "delayed" else job.started
+        started = "" if when is None else when
         finished = "" if job.finished is None else job.finished
         values += [job.job_id, job.score, job.node_id, job.status, started, finished, job.record]
     return RESTORE_JOBS.call(mark_dirty="1" if mark_dirty else "0", jobs=values)

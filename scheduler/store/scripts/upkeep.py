@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.models.wire import rfc3339
+from scheduler.store.scripts import retry
 from scheduler.store.scripts.replies import Requeued, groups, ids, requeued
+from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.script import Call, Script
 
 
@@ -29,20 +31,34 @@ def _batch(reply: list[Any]) -> Batch:
 
 SWEEP_TIMEOUTS = Script(
     "SWEEP_TIMEOUTS",
-    "cutoff now stamp batch",
+    f"cutoff now stamp batch {retry.ARGV}",
     """
--- Fail the running run-jobs that started before `cutoff` (strictly): exit -1, "job timed
--- out", failure_reason timed_out, no retry, their event. Reads only the expired entries of
--- the deadlines, `batch` of them. Returns {number of entries read, ids of the jobs it failed...}.
-local function timed_out(job) job.exit_code, job.stderr = -1, "job timed out" end
-return end_expired(K.deadlines, cutoff, batch, "running", "timed_out", timed_out, now, stamp)
+-- The running run-jobs that started before `cutoff` (strictly) timed out: exit -1, "job
+-- timed out". One with a max_retries of its own and retries left is tried again (requeue,
+-- after its backoff); any other ends failed, failure_reason timed_out, with its event (the
+-- original never retried a timeout). Reads only the expired entries of the deadlines,
+-- `batch` of them. Returns {number of entries read, ids of the jobs that timed out...}.
+local function timed_out(id, n, job)
+  job.exit_code, job.stderr = -1, "job timed out"
+  if job.max_retries and retries_left(job, max_retries) then
+    local wait = retry_wait(job, n, backoff, backoff_cap, seed)
+    requeue(id, n, job, job.node_id, true, wait, tonumber(now))
+  else
+    finish(id, n, job, "timed_out", now, stamp)
+  end
+end
+return settle_expired(K.deadlines, cutoff, batch, "running", timed_out)
 """,
     _batch,
 )
 
 
-def sweep_timeouts(now: float, timeout_secs: float, batch: int) -> Call[Batch]:
-    return SWEEP_TIMEOUTS.call(cutoff=now - timeout_secs, now=now, stamp=rfc3339(now), batch=batch)
+def sweep_timeouts(
+    now: float, timeout_secs: float, batch: int, retries: RetryPolicy
+) -> Call[Batch]:
+    return SWEEP_TIMEOUTS.call(
+        cutoff=now - timeout_secs, now=now, stamp=rfc3339(now), batch=batch, **retries.args()
+    )
 
 
 FINISH_CANCELS = Script(
@@ -53,12 +69,13 @@ FINISH_CANCELS = Script(
 -- before `cutoff`; the original agent cannot be told): ended now as cancelled (failed,
 -- failure_reason cancelled), their node's slot free, their event. Returns {number of
 -- entries read, ids of the jobs it cancelled...}.
-local function unconfirmed(job)
+local function unconfirmed(id, n, job)
   if (job.stderr or "") == "" then
     job.stderr = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
   end
+  finish(id, n, job, "cancelled", now, stamp)
 end
-return end_expired(K.cancelling, cutoff, batch, "cancelling", "cancelled", unconfirmed, now, stamp)
+return settle_expired(K.cancelling, cutoff, batch, "cancelling", unconfirmed)
 """,
     _batch,
 )
@@ -145,7 +162,8 @@ def requeue_lost(now: float, lost_secs: float, node_ttl: float, limit: int) -> C
 @dataclass(frozen=True, slots=True)
 class Lost:
     """A running job of a lost node, after LOSE_RUNNING: `status` is `pending` (retried or
-    a service placed again, on `to_node`) or `failed` (no retry left)."""
+    a service placed again, on `to_node`), `delayed` (retried after its backoff) or `failed`
+    (no retry left)."""
 
     job_id: str
     from_node: str
@@ -159,15 +177,15 @@ def _lost(reply: list[bytes]) -> list[Lost]:
 
 LOSE_RUNNING = Script(
     "LOSE_RUNNING",
-    "lost_cutoff live_cutoff limit now stamp max_retries",
+    f"lost_cutoff live_cutoff limit now stamp {retry.ARGV}",
     """
 -- The running jobs of lost nodes (as REQUEUE_LOST's): the agent is gone, and what it ran
 -- with it (Nomad's lost allocations). A run job fails with stderr "node lost" under the
 -- retry rule: with retries left it is pending again (retry_count + 1, no event) on a live
--- node, else it ends failed (exit -1, failure_reason node_lost, its event). A service is
--- placed again, pending on a live node (its retry count unchanged, no event). An
--- instance-bound job stays on its node. With no live node, a job waits pending on its node
--- (REQUEUE_LOST moves it once one is).
+-- node (or delayed there by its backoff), else it ends failed (exit -1, failure_reason
+-- node_lost, its event). A service is placed again, pending on a live node (its retry count
+-- unchanged, no event). An instance-bound job stays on its node. With no live node, a job
+-- waits pending on its node (REQUEUE_LOST moves it once one is).
 -- At most `limit` jobs. Returns {job id, from node, to node, new status, ...}.
 local lost = redis.call("ZRANGEBYSCORE", K.nodes_compute, "-inf", "(" .. lost_cutoff)
 if #lost == 0 then return {} end
@@ -186,10 +204,11 @@ for _, node in ipairs(lost) do
     else
       local service = job.job_type == "service"
       job.stderr = "node lost"
-      if service or (job.retry_count or 0) < tonumber(max_retries) then
+      if service or retries_left(job, max_retries) then
         local target = node
         if (job.instance_id or "") == "" then target = next_live(live) or node end
-        requeue(id, n, job, target, not service)
+        local wait = service and 0 or retry_wait(job, n, backoff, backoff_cap, seed)
+        requeue(id, n, job, target, not service, wait, tonumber(now))
       else
         job.exit_code = -1
         finish(id, n, job, "node_lost", now, stamp)
@@ -206,7 +225,7 @@ return out
 
 
 def lose_running(
-    now: float, lost_secs: float, node_ttl: float, max_retries: int, limit: int
+    now: float, lost_secs: float, node_ttl: float, retries: RetryPolicy, limit: int
 ) -> Call[list[Lost]]:
     return LOSE_RUNNING.call(
         lost_cutoff=now - lost_secs,
@@ -214,8 +233,43 @@ def lose_running(
         limit=limit,
         now=now,
         stamp=rfc3339(now),
-        max_retries=max_retries,
+        **retries.args(),
     )
+
+
+PROMOTE_DUE = Script(
+    "PROMOTE_DUE",
+    "now live_cutoff batch",
+    """
+-- The delayed jobs due by `now`, `batch` of them, become pending: on their node while it is
+-- live (heard from since `live_cutoff`: the built-in registry's heartbeats, or the sweep's
+-- sightings of an external registry's nodes) or bound to an instance, else on a live node,
+-- round-robin, as a new job is placed. With no live node a job waits pending on its node
+-- (REQUEUE_LOST moves it once one is). Returns {entries read, ids of the jobs now pending...}.
+local due = redis.call("ZRANGEBYSCORE", K.delayed, "-inf", now, "LIMIT", 0, batch)
+local promoted, live = {#due}, nil
+for _, id in ipairs(due) do
+  redis.call("ZREM", K.delayed, id)
+  local job = load_job(id)
+  if job and job.status == "delayed" then
+    local target = job.node_id
+    if (job.instance_id or "") == "" and not is_live(target, tonumber(live_cutoff)) then
+      live = live or live_nodes(live_cutoff)
+      target = next_live(live) or target
+    end
+    rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, "pending", target)
+    store_job(id, job)
+    promoted[#promoted + 1] = id
+  end
+end
+return promoted
+""",
+    _batch,
+)
+
+
+def promote_due(now: float, node_ttl: float, batch: int) -> Call[Batch]:
+    return PROMOTE_DUE.call(now=now, live_cutoff=now - node_ttl, batch=batch)
 
 
 TRIM_OUTBOX = Script(

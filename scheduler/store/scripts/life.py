@@ -1,0 +1,156 @@
+"""A job's life in Lua: the only code that moves a job between its indexes, ends it
+(`finish`) or tries it again (`requeue`). Part of the scripts' library (library.py), which
+gives each script the definitions it uses."""
+
+# A job's life. Every index a job is in follows from its status and node (docs/ARCHITECTURE.md,
+# "Redis keys"); these are the only code that moves a job between them.
+LIFE = """
+local function move(id, n, node, from, to)
+  redis.call("ZREM", K.status(from), id)
+  redis.call("ZADD", K.status(to), n, id)
+  redis.call("ZREM", K.node_status(node, from), id)
+  redis.call("ZADD", K.node_status(node, to), n, id)
+end
+
+-- The changed job stored and marked for the next snapshot; returns what was stored.
+local function store_job(id, job)
+  local out = encode(job)
+  redis.call("SET", K.job(id), out)
+  redis.call("SADD", K.dirty, id)
+  return out
+end
+
+local function publish(id, status)
+  local n = redis.call("INCR", K.event_seq)
+  local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
+  redis.call("RPUSH", K.outbox, n .. " " .. message)
+end
+
+-- Job `id` (number n) from its status on its node to status `new` on node `to`, in every
+-- index that names the node or the status. The caller stores the record.
+local function rebind(id, n, job, new, to)
+  local from = job.node_id
+  move(id, n, from, job.status, new)
+  if to ~= from then
+    redis.call("ZREM", K.node_status(from, new), id)
+    redis.call("ZADD", K.node_status(to, new), n, id)
+    redis.call("ZREM", K.node_jobs(from), id)
+    redis.call("ZADD", K.node_jobs(to), n, id)
+  end
+  job.node_id, job.status = to, new
+  wake_job(id)
+  if new == "pending" then wake_node(to) end
+end
+
+-- What a running (or cancelling) job holds, given back: its node's slot, its deadline, its
+-- cancel grace.
+local function release(id, job)
+  redis.call("SREM", K.node_busy(job.node_id), id)
+  redis.call("ZREM", K.deadlines, id)
+  redis.call("ZREM", K.cancelling, id)
+end
+
+-- The one way a job ends, whoever ends it: `ending` names how (models.ENDINGS: done, failed,
+-- cancelled, timed_out, node_lost), which sets its status (done or failed: all the original's
+-- clients know) and its failure_reason. It gives back what the job held (its node may take
+-- work again), moves it to its final indexes with its finish time (retention reads it), and
+-- publishes its event: exactly one per job, here and nowhere else. The caller has set the
+-- job's other fields. Returns the stored record.
+local function finish(id, n, job, ending, now, stamp)
+  if FINAL[job.status] then error("finish: " .. id .. " has ended already") end
+  local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
+  if job.status == "running" or job.status == "cancelling" then
+    release(id, job)
+    wake_node(job.node_id)
+  elseif job.status == "delayed" then
+    redis.call("ZREM", K.delayed, id)
+  end
+  move(id, n, job.node_id, job.status, status)
+  job.status, job.finished_at = status, stamp
+  if reason ~= "" then job.failure_reason = reason end
+  redis.call("ZADD", K.finished, now, id)
+  publish(id, status)
+  wake_job(id)
+  return store_job(id, job)
+end
+
+-- The jobs that entered `index` (a sorted set scored by when) before `cutoff`, `batch` of
+-- them: each leaves the index, and `settle(id, n, job)` ends (or retries) one still `held`
+-- (the timeout sweep, the cancels past their grace). Returns {entries read, the ids
+-- settled...}: fewer entries than `batch` means the index holds no more expired ones.
+local function settle_expired(index, cutoff, batch, held, settle)
+  local expired = redis.call("ZRANGEBYSCORE", index, "-inf", "(" .. cutoff, "LIMIT", 0, batch)
+  local settled = {#expired}
+  for _, id in ipairs(expired) do
+    redis.call("ZREM", index, id)
+    local job = load_job(id)
+    if job and job.status == held then
+      settle(id, redis.call("ZSCORE", K.all_jobs, id), job)
+      settled[#settled + 1] = id
+    end
+  end
+  return settled
+end
+
+-- Whether a job may be tried again: its own max_retries, or the deployment's.
+local function retries_left(job, max_retries)
+  return (job.retry_count or 0) < (job.max_retries or tonumber(max_retries))
+end
+
+-- Seconds to wait before the job's next attempt: its own retry_backoff_secs or the
+-- deployment's `backoff`, doubled per retry already made, at most `cap`, with equal jitter
+-- (half of it fixed, half spread by the job's share of `seed`, so jobs retried together do
+-- not come back together). 0: at once, the original's retry.
+local function retry_wait(job, n, backoff, cap, seed)
+  local base = job.retry_backoff_secs or tonumber(backoff)
+  if base <= 0 then return 0 end
+  local wait = math.min(tonumber(cap), base * 2 ^ (job.retry_count or 0))
+  local jitter = (tonumber(seed) + n * 0.6180339887498949) % 1
+  return wait / 2 + wait / 2 * jitter
+end
+
+-- A running job's next attempt (a failed report, its node lost, a timeout under its own
+-- policy): pending again on node `to`, or delayed `wait` seconds (its run_at says when). It
+-- has not ended, so no event. `counted`: the attempt uses one of its retries (a service
+-- placed again after its node was lost does not). Returns the stored record.
+local function requeue(id, n, job, to, counted, wait, now)
+  release(id, job)
+  if counted then job.retry_count = (job.retry_count or 0) + 1 end
+  job.exit_code, job.stdout, job.finished_at, job.failure_reason = nil, nil, nil, nil
+  if wait > 0 then
+    local due = math.floor((now + wait) * 1000000 + 0.5) / 1000000  -- as run_at writes it
+    job.run_at = rfc3339(due)
+    rebind(id, n, job, "delayed", to)
+    redis.call("ZADD", K.delayed, due, id)
+  else
+    rebind(id, n, job, "pending", to)
+  end
+  return store_job(id, job)
+end
+
+-- The pending jobs of `node` that are not instance-bound, moved to `live` nodes round-robin,
+-- keeping their number (their place in the queue), until `moved` holds `limit` triples
+-- {id, from node, to node}. Instance-bound jobs belong to their node and stay.
+local function move_pending(node, live, limit, moved)
+  if #live == 0 then return end
+  local queue, skipped = K.node_status(node, "pending"), 0
+  while #moved < 3 * limit do
+    local ids = redis.call("ZRANGE", queue, skipped, skipped + 99)
+    if #ids == 0 then return end
+    for _, id in ipairs(ids) do
+      local job = load_job(id)
+      if not job or job.node_id ~= node or job.status ~= "pending" then
+        redis.call("ZREM", queue, id)  -- a stale entry: the job is not pending here
+      elseif (job.instance_id or "") ~= "" then
+        skipped = skipped + 1
+      else
+        local target = next_live(live)
+        rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, "pending", target)
+        store_job(id, job)
+        moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
+        if #moved >= 3 * limit then return end
+      end
+    end
+  end
+end
+"""
