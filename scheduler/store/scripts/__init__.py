@@ -1,10 +1,11 @@
 """Every Lua script of the scheduler, each one `Script` object (script.py) defined once with
-its call: the request path's (jobs.py), the built-in registry's (nodes.py) and the background
-work's (upkeep.py) and the snapshot's (snapshot.py), on the shared Lua of library.py.
+its call: the request path's (jobs.py), the built-in registry's (nodes.py), the background
+work's (upkeep.py), the snapshot's (snapshot.py) and the schedules' (schedules.py), on the
+shared Lua of library.py.
 
 `SCRIPTS` holds them all, by name, once this package is imported."""
 
-from scheduler.store.scripts import jobs, nodes, snapshot, upkeep
+from scheduler.store.scripts import jobs, nodes, schedules, snapshot, upkeep
 from scheduler.store.scripts.script import SCRIPTS, Call, Script
 
-__all__ = ["SCRIPTS", "Call", "Script", "jobs", "nodes", "snapshot", "upkeep"]
+__all__ = ["SCRIPTS", "Call", "Script", "jobs", "nodes", "schedules", "snapshot", "upkeep"]
