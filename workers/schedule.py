@@ -50,6 +50,7 @@ def periodic_tasks(settings: Settings) -> list[Periodic]:
         Periodic("sweep", "workers.tasks.sweep", settings.sweep_interval_secs, 120),
         Periodic("outbox", "workers.tasks.flush_outbox", settings.outbox_flush_secs, 120),
         Periodic("snapshot", "workers.tasks.snapshot", settings.snapshot_interval_secs, 600),
+        Periodic("schedules", "workers.tasks.fire_schedules", settings.schedule_tick_secs, 60),
     ]
     if settings.sqs_url:
         # A drain stops taking messages after 30 s; the last message may then make up to
