@@ -129,7 +129,12 @@ def _seconds(text: str) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("schedule", help="named schedules: scheduler schedule add|list|pause ...")
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = p.add_subparsers(
+        dest="action",
+        required=True,
+        metavar="ACTION",
+        help="add, list, show, pause, resume, delete",
+    )
 
     a = actions.add_parser(
         "add", help="scheduler schedule add NAME (--cron EXPR | --every SECS) COMMAND"
@@ -165,6 +170,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         ("delete", delete, "delete it (its jobs stay)"),
     ):
         a = actions.add_parser(name, help=text)
-        a.add_argument("name", metavar="NAME")
+        a.add_argument("name", metavar="NAME", help="the schedule's name")
         _common(a, poll=False)
         a.set_defaults(handler=_handler(command))
