@@ -57,3 +57,15 @@ def test_script_instructions_prints_each_phase() -> None:
         "CANCEL_JOB, finished",
     ]
     assert all(float(line.split()[-2]) > 0 for line in lines)
+
+
+def test_schedules_bench_prints_each_case() -> None:
+    lines = run_benchmark("benchmarks/schedules_bench.py", "--stored", "50", "--runs", "2")
+    assert [line.split(",")[0].split(":")[0].strip() for line in lines] == [
+        "nothing due",
+        "nothing due",
+        "nothing due",
+        "10 due",
+        "10 due",
+        "10 due",
+    ]

@@ -51,6 +51,7 @@ def periodic_tasks(settings: Settings) -> list[Periodic]:
         Periodic("outbox", "workers.tasks.flush_outbox", settings.outbox_flush_secs, 120),
         Periodic("snapshot", "workers.tasks.snapshot", settings.snapshot_interval_secs, 600),
         Periodic("promote", "workers.tasks.promote", settings.promote_interval_secs, 60),
+        Periodic("schedules", "workers.tasks.fire_schedules", settings.schedule_tick_secs, 60),
     ]
     if settings.sqs_url:
         # A drain stops taking messages after 30 s; the last message may then make up to

@@ -9,7 +9,7 @@ The order is Starlette's: the first entry matching path and method serves it
 
 from __future__ import annotations
 
-from scheduler.api import jobs, metrics, nodes, services, ui
+from scheduler.api import jobs, metrics, nodes, schedules, services, ui, ui_schedules
 from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
 
 ANYONE, AGENT, KEY, UI = Access.ANYONE, Access.AGENT, Access.KEY, Access.UI
@@ -33,6 +33,17 @@ TABLE = RouteTable(
                 "DELETE": Method(jobs.cancel_job),
             },
         ),
+        # Schedules (README, Schedules): the operator's, behind the key.
+        Entry(
+            "/schedules",
+            {"GET": Method(schedules.list_schedules), "POST": Method(schedules.create)},
+        ),
+        Entry(
+            "/schedules/{name}",
+            {"GET": Method(schedules.get_schedule), "DELETE": Method(schedules.delete_schedule)},
+        ),
+        Entry("/schedules/{name}/pause", {"POST": Method(schedules.pause)}),
+        Entry("/schedules/{name}/resume", {"POST": Method(schedules.resume)}),
         # The web UI: every page behind the login cookie but the login form.
         Entry("/ui", {"GET": Method(ui.home, UI)}, other_methods=UI),
         Entry(
@@ -45,6 +56,12 @@ TABLE = RouteTable(
         Entry("/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI)}, other_methods=UI),
         Entry("/ui/jobs/{job_id}/cancel", {"POST": Method(ui.cancel, UI)}, other_methods=UI),
         Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI)}, other_methods=UI),
+        Entry("/ui/schedules", {"GET": Method(ui_schedules.page, UI)}, other_methods=UI),
+        Entry(
+            "/ui/schedules/{name}/{action}",
+            {"POST": Method(ui_schedules.pause_or_resume, UI)},
+            other_methods=UI,
+        ),
         # The built-in registry (REGISTRY_URL unset): what the Rust agent calls.
         Entry("/nodes/register", {"POST": Method(nodes.register, AGENT)}, "registry"),
         Entry("/nodes/heartbeat", {"POST": Method(nodes.heartbeat, AGENT)}, "registry"),

@@ -48,6 +48,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-heigh
 .st{padding:1px 6px;border-radius:8px;background:#eaeef2}
 .pending{background:#fff8c5}.delayed{background:#fbefff}.running{background:#ddf4ff}.done{background:#dafbe1}
 .failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
+.paused{background:#fff1e5}.active{background:#dafbe1}
 .reason{background:#fff}.cancelled{text-decoration:line-through}.cancelling{background:#fff1e5}
 form.filters{margin-bottom:12px;display:flex;gap:8px;align-items:center}
 nav.pages{margin-top:12px;display:flex;gap:16px}
@@ -64,7 +65,8 @@ def page(request: Request, title: str, body: str, *, refresh: bool = False) -> H
     html = (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
         f"<title>{escape(title)} · scheduler</title><style>{STYLE}</style></head><body>"
-        f'<header><a href="/ui/jobs">Jobs</a><a href="/ui/nodes">Nodes</a>{logout}</header>'
+        f'<header><a href="/ui/jobs">Jobs</a><a href="/ui/nodes">Nodes</a>'
+        f'<a href="/ui/schedules">Schedules</a>{logout}</header>'
         f"<main><h1>{escape(title)}</h1>{body}</main></body></html>"
     )
     return HTMLResponse(html, headers={"Cache-Control": "no-store"})

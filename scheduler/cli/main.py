@@ -162,6 +162,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cli.snapshot",
     "scheduler.cli.client",
     "scheduler.cli.listing",
+    "scheduler.cli.schedules",
     "scheduler.cli.up",
     "scheduler.cli.worker",
 )
@@ -178,6 +179,7 @@ COMMAND_MODULES = {
     "list": "scheduler.cli.listing",
     "cancel": "scheduler.cli.client",
     "nodes": "scheduler.cli.listing",
+    "schedule": "scheduler.cli.schedules",
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
 }

@@ -114,6 +114,16 @@ class Settings:
     )
     sqs_max_per_poll: int = field(default=1000, metadata={"env": "SQS_MAX_PER_POLL", "min": 1})
     outbox_flush_secs: float = field(default=1.0, metadata={"env": "OUTBOX_FLUSH_SECS", "min": 0.1})
+    # Schedules (README, Schedules): how often a worker fires the due ones; how late a tick
+    # may fire before it counts as missed (the schedule's catchup policy then decides); how
+    # many schedules a deployment may hold.
+    schedule_tick_secs: float = field(
+        default=1.0, metadata={"env": "SCHEDULE_TICK_SECS", "min": 0.1}
+    )
+    schedule_grace_secs: float = field(
+        default=60.0, metadata={"env": "SCHEDULE_GRACE_SECS", "min": 0}
+    )
+    max_schedules: int = field(default=100_000, metadata={"env": "MAX_SCHEDULES", "min": 1})
     sns_retry_max: int = field(default=15, metadata={"env": "SNS_RETRY_MAX", "min": 1})
     sns_retry_base_secs: int = field(default=1, metadata={"env": "SNS_RETRY_BASE_SECS", "min": 1})
     sns_retry_cap_secs: int = field(default=300, metadata={"env": "SNS_RETRY_CAP_SECS"})

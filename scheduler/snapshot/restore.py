@@ -31,6 +31,7 @@ from redis.lock import Lock
 
 from scheduler.config import Settings
 from scheduler.snapshot import db as snapshot_db
+from scheduler.snapshot import schedules
 from scheduler.snapshot.locking import (
     BATCH,
     RESTORE_LOCK,
@@ -174,7 +175,9 @@ def _decide(
             store.run(snapshot_scripts.finish_restore(0, "found jobs in Redis"))
             return False
         if not holds_jobs:
-            store.run(snapshot_scripts.finish_restore(0, "started empty"))
+            count = schedules.restore(store, path, mark_dirty=False)
+            marker = f"restored {count} schedules from {path}" if count else "started empty"
+            store.run(snapshot_scripts.finish_restore(0, marker))
             return False
         source = os.path.abspath(path)
         store.redis.set(keys.restoring, source)
@@ -232,9 +235,12 @@ def _load(
             in_flight = sender.submit(store.run, call)
         if in_flight is not None:
             count += in_flight.result()
+    restored_schedules = schedules.restore(store, source, mark_dirty)
     if not lock.owned():
         raise LockError("restore lock lost before the restore finished")
     marker = f"restored {count} jobs from {source}"
+    if restored_schedules:
+        marker += f" and {restored_schedules} schedules"
     if expired:
         marker += f" ({expired} finished before JOB_RETENTION_SECS left in the file)"
     store.run(snapshot_scripts.finish_restore(highest, marker))

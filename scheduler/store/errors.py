@@ -22,6 +22,16 @@ class ServiceNotFound(LookupError):
         return "not found"  # the original registry's text
 
 
+class ScheduleNotFound(LookupError):
+    def __str__(self) -> str:
+        return "schedule not found"
+
+
+class TooManySchedules(Exception):
+    def __str__(self) -> str:
+        return "too many schedules (MAX_SCHEDULES)"
+
+
 class Conflict(Exception):
     """A report the state machine refuses; the message is the API's 409 text."""
 

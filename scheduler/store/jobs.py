@@ -16,13 +16,15 @@ import msgspec
 from scheduler.config import Settings
 from scheduler.models.job import STATUSES, JobUpdate
 from scheduler.models.registry import Node, NodeRegistration, Service
+from scheduler.models.schedule import Schedule, schedule_decoder, schedule_encoder
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement, live_node_ids
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
+from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, jobs, listing
+from scheduler.store.scripts import Call, jobs, listing, schedules
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
@@ -48,6 +50,7 @@ Sending: TypeAlias = tuple[Reply, Callable[[Any], T]]
 # answers 503 (the Rust agent then runs the service untracked).
 MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
 DELETE_MOVES = 1000  # pending jobs a node deregistration moves in its own script
+CHANGE_TRIES = 5  # a pause or resume racing the firing of the same schedule tries again
 Moves = list[Requeued]  # (JobStore.list shadows the builtin in its class body)
 
 
@@ -248,3 +251,35 @@ class JobStore:
                 _node_decoder.decode(blob), status=status, last_seen=rfc3339(seen_at)
             )
         return nodes
+
+    # Schedules (scripts/schedules.py).
+
+    async def create_schedule(self, schedule: Schedule) -> None:
+        record = schedule_encoder.encode(schedule)
+        limit = self.settings.max_schedules
+        await self.run(schedules.create_schedule(schedule.name, record, schedule.next_tick, limit))
+
+    async def schedule(self, name: str) -> bytes | None:
+        blob: bytes | None = await self.redis.execute("HGET", self.keys.schedules, name)
+        return blob
+
+    async def list_schedules(self, after: str, limit: int) -> builtins.list[schedules.Stored]:
+        return await self.run(schedules.list_schedules(after, limit))
+
+    async def delete_schedule(self, name: str) -> None:
+        await self.run(schedules.delete_schedule(name))
+
+    async def change_schedule(self, name: str, change: Callable[[Schedule], Schedule]) -> Schedule:
+        """`change` applied to the schedule as a compare-and-set: read, change, write if it
+        is still what was read (a firing may settle a tick in between), tried again then."""
+        for _ in range(CHANGE_TRIES):
+            old = await self.schedule(name)
+            if old is None:
+                raise ScheduleNotFound()
+            new = change(schedule_decoder.decode(old))
+            call = schedules.replace_schedule(
+                name, old, schedule_encoder.encode(new), new.next_tick
+            )
+            if await self.run(call):
+                return new
+        raise Conflict("the schedule kept changing; try again")

@@ -46,6 +46,11 @@ Layout (P = REDIS_PREFIX, T = the hash tag "{P}"):
   T:sqs:{msg}             string, the job a SQS message created (idempotency key)
   T:submit:{key}          string, "<job id> <request fingerprint>": the job a POST /jobs
                           with this Idempotency-Key (its SHA-256) created
+  T:schedules             hash schedule name -> schedule JSON (models/schedule.py Schedule)
+  T:schedules:names       zset of every schedule name, score 0 (listing by name, paged)
+  T:schedules:due         zset of the active schedules, score = next tick (epoch s)
+  T:schedules:dirty       set of schedule names changed (or deleted) since the last snapshot
+  T:schedules:dirty:inflight  the same, being written by the current (or a crashed) snapshot
   T:lock:{name}           short-lived locks (restore, snapshot, worker promote)
   T:stats                 hash of background-work counters (workers/: sqs_dropped, ...)
   T:runs:{task}           list, the last runs of a periodic task: "<period> <epoch s>"
@@ -165,6 +170,26 @@ class Keys:
     @property
     def registry_readable_since(self) -> str:
         return self._k("registry:readable-since")
+
+    @property
+    def schedules(self) -> str:
+        return self._k("schedules")
+
+    @property
+    def schedule_names(self) -> str:
+        return self._k("schedules:names")
+
+    @property
+    def schedules_due(self) -> str:
+        return self._k("schedules:due")
+
+    @property
+    def schedules_dirty(self) -> str:
+        return self._k("schedules:dirty")
+
+    @property
+    def schedules_dirty_inflight(self) -> str:
+        return self._k("schedules:dirty:inflight")
 
     def job(self, job_id: str) -> str:
         return self._k(f"job:{job_id}")
@@ -313,7 +338,7 @@ LAYOUT_ROOTS = frozenset(
     {
         "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
-        "submit", "lock", "stats", "runs", "delayed",
+        "submit", "lock", "stats", "runs", "delayed", "schedules",
     }
 )  # fmt: skip
 

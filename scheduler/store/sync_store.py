@@ -16,7 +16,7 @@ from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import SCRIPTS, Call, jobs, snapshot, upkeep
+from scheduler.store.scripts import SCRIPTS, Call, jobs, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
 from scheduler.store.scripts.retry import RetryPolicy
@@ -187,3 +187,11 @@ class SyncJobStore:
     def trim_outbox(self, handed_over: list[bytes]) -> int:
         """Remove these entries (an `outbox_head` read, now handed to rq) from the outbox."""
         return self.run(upkeep.trim_outbox(handed_over)) if handed_over else 0
+
+    def due_schedules(self, now: float, skip: int, limit: int) -> list[schedules.Stored]:
+        """The schedules due at `now`, `limit` after the first `skip` (scripts/schedules.py)."""
+        return self.run(schedules.due_schedules(now, skip, limit))
+
+    def replace_schedule(self, name: str, old: bytes, new: bytes, next_tick: int) -> bool:
+        """Compare-and-set of a schedule's record; False when it was no longer `old`."""
+        return self.run(schedules.replace_schedule(name, old, new, next_tick))

@@ -39,6 +39,12 @@ PROTECTED = [
     ("DELETE", "/nodes/n1", None, 204),
     ("DELETE", "/nodes/ghost", None, 404),
     ("GET", "/instances?node_id=n1", None, 200),
+    ("GET", "/schedules", None, 200),
+    ("POST", "/schedules", {"name": "s1", "every_secs": 60, "job": {"command": "x"}}, 201),
+    ("GET", "/schedules/ghost", None, 404),
+    ("DELETE", "/schedules/ghost", None, 404),
+    ("POST", "/schedules/ghost/pause", None, 404),
+    ("POST", "/schedules/ghost/resume", None, 404),
     ("GET", "/nope", None, 404),
 ]
 BAD_HEADERS = [

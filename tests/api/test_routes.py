@@ -95,6 +95,11 @@ LABELS_BEFORE = {
     "/metrics",
     "/ui",
     "other",
+    # Schedules (issue 23): the operator's, behind the key.
+    "/schedules",
+    "/schedules/{id}",
+    "/schedules/{id}/pause",
+    "/schedules/{id}/resume",
 }
 
 
@@ -188,7 +193,7 @@ def test_the_lane_serves_the_four_hot_calls() -> None:
 
 # Every entry and method over HTTP, through ASGI and through the lane.
 
-IDS = {"job_id": "job-1", "node_id": "n1", "service_id": "svc-1"}
+IDS = {"job_id": "job-1", "node_id": "n1", "service_id": "svc-1", "name": "s1", "action": "pause"}
 BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/jobs"): {"command": "x"},
     ("PATCH", "/jobs/{job_id}"): {"status": "running"},
@@ -196,6 +201,7 @@ BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/nodes/heartbeat"): {"id": "n1"},
     ("POST", "/services"): {"node_id": "n1", "port": 1},
     ("PATCH", "/services/{service_id}"): {"status": "done"},
+    ("POST", "/schedules"): {"name": "s1", "every_secs": 60, "job": {"command": "x"}},
 }
 # (query, whether the agents' part of the rule applies) for the query-dependent rules.
 QUERIES_OF = {

@@ -1,6 +1,6 @@
 """The web UI in a real headless Chromium (Debian's chromium and chromium-driver; .ci/run
 installs them) against a real API process with a key: login, the jobs list newest first, its
-filters and paging, a job's page, the nodes page."""
+filters and paging, a job's page, the nodes page, the schedules page and its pause button."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+from scheduler.api.http import UI_COOKIE, ui_secret
 from tests.processes import api_replicas, scheduler_env
 
 KEY = "ui-test-key"
@@ -175,6 +176,39 @@ def test_a_cancel_from_the_ui_cancels(api: str, ui: WebDriver) -> None:
     ui.get(f"{api}/ui/jobs?status=failed")  # the list says why too
     row = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2)").text
     assert row.startswith("job-3 ") and " failed cancelled " in row
+
+
+def test_the_schedules_page_lists_them_and_pauses_and_resumes(api: str, ui: WebDriver) -> None:
+    for body in (
+        {"name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Paris",
+         "job": {"command": "backup", "env_vars": {"DB_PASSWORD": "hunter2"}}},
+        {"name": "ticker", "every_secs": 3600, "catchup": "once", "job": {"command": "tick"}},
+    ):  # fmt: skip
+        assert httpx.post(f"{api}/schedules", json=body, headers=OPERATOR).status_code == 201
+    ui.get(f"{api}/ui/jobs")
+    click(ui, By.LINK_TEXT, "Schedules")
+    assert ui.current_url == f"{api}/ui/schedules"
+    names = [e.text for e in ui.find_elements(By.CSS_SELECTOR, "#schedules tr td:first-child")]
+    assert names == ["nightly", "ticker"]
+    nightly = ui.find_element(By.ID, "row-nightly").text
+    assert "0 3 * * * Europe/Paris" in nightly and "active" in nightly
+    assert "DB_PASSWORD" in nightly and "hunter2" not in ui.page_source  # names only
+    assert "every 3600 s" in ui.find_element(By.ID, "row-ticker").text
+
+    click(ui, By.ID, "pause-ticker")
+    assert ui.current_url == f"{api}/ui/schedules"
+    assert "paused" in ui.find_element(By.ID, "row-ticker").text
+    shown = httpx.get(f"{api}/schedules/ticker", headers=OPERATOR).json()
+    assert shown["paused"] is True and "next_run_at" not in shown
+    click(ui, By.ID, "resume-ticker")
+    assert "active" in ui.find_element(By.ID, "row-ticker").text
+    assert httpx.get(f"{api}/schedules/ticker", headers=OPERATOR).json()["paused"] is False
+
+    # A form without the page's token (another site's) changes nothing.
+    cookie = {"Cookie": f"{UI_COOKIE}={ui_secret(KEY, 'session')}"}
+    forged = httpx.post(f"{api}/ui/schedules/ticker/pause", data={"csrf": "x"}, headers=cookie)
+    assert forged.status_code == 403
+    assert httpx.get(f"{api}/schedules/ticker", headers=OPERATOR).json()["paused"] is False
 
 
 def test_logging_out_locks_the_ui_again(api: str, browser: WebDriver) -> None:

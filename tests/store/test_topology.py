@@ -30,6 +30,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, listing
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import nodes as node_scripts
+from scheduler.store.scripts import schedules as schedule_scripts
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_text_error, register, submit
 from tests.fakes import eventually
@@ -258,6 +259,9 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         node_scripts.overview(STATUSES),
         node_scripts.list_services("", "", "open"),
         node_scripts.list_services("n1", "", "open"),
+        schedule_scripts.due_schedules(2**40, 0, 100),
+        schedule_scripts.list_schedules("", 100),
+        schedule_scripts.list_schedules("a", 100),
     ]
     read_only = {name for name, script in SCRIPTS.items() if script.read_only}
     assert {call.script.name for call in calls} == read_only
@@ -281,6 +285,8 @@ def _populate(store: SyncJobStore, settings: Settings) -> None:
         assert client.delete("/jobs/job-2").status_code in (200, 202)
         service = {"node_id": "n1", "name": "web", "port": 8080}
         client.post("/services", json=service)
+        schedule = {"name": "s", "every_secs": 1, "job": {"command": "x"}}
+        assert client.post("/schedules", json=schedule).status_code == 201
 
 
 def test_a_missing_replica_count_is_a_config_error(tmp_path: Path) -> None:

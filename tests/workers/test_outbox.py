@@ -291,7 +291,7 @@ def test_triggers_in_many_processes_fire_each_period_once(make_ctx: CtxFactory) 
         trigger.tick(now)
     periodic = queues.queue(ctx.redis, ctx.settings, queues.PERIODIC)
     names = sorted(job_id.split("-")[1] for job_id in periodic.job_ids)
-    assert names == ["outbox", "promote", "snapshot", "sqs", "sweep"]
+    assert names == ["outbox", "promote", "schedules", "snapshot", "sqs", "sweep"]
 
     # A trigger that comes late, after the run finished, still finds the run's record.
     sweep = next(t for t in periodic_tasks(ctx.settings) if t.name == "sweep")

@@ -1,0 +1,113 @@
+"""The /schedules API (README, Schedules): create, list, read, pause, resume and delete named
+schedules; routes.TABLE holds them behind the key, as the other operator routes.
+
+A schedule's job template is shown in full, env_vars values included: the key that reads it
+also reads every job the schedule makes (GET /jobs/{id} shows their env_vars), so hiding
+them here would protect nothing. The web UI shows names only, as on a job's page.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from scheduler.api.http import (
+    HTTPError,
+    json_array,
+    json_bytes,
+    query_first,
+    read_body,
+    whole_number,
+)
+from scheduler.api.state import settings as _settings
+from scheduler.api.state import store as _store
+from scheduler.models.schedule import (
+    ScheduleRequest,
+    new_schedule,
+    paused,
+    resumed,
+    schedule_decoder,
+    view,
+)
+from scheduler.models.wire import ID_RE
+from scheduler.store.errors import ScheduleNotFound
+
+DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
+_request_decoder = msgspec.json.Decoder(ScheduleRequest)
+_encoder = msgspec.json.Encoder()
+
+
+def _shown(shown: dict[str, Any], status: int = 200) -> Response:
+    return json_bytes(_encoder.encode(shown), status=status)
+
+
+def _name(request: Request) -> str:
+    name: str = request.path_params["name"]
+    if not ID_RE.fullmatch(name):
+        raise ScheduleNotFound()
+    return name
+
+
+def decode_request(body: bytes) -> ScheduleRequest:
+    """The body as a ScheduleRequest; 400 naming the field that is wrong."""
+    try:
+        return _request_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise HTTPError(400, f"invalid schedule: {exc}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise HTTPError(400, f"invalid schedule: the body is not JSON: {exc}") from None
+
+
+async def create(request: Request) -> Response:
+    """POST /schedules: 201 and the schedule; 409 if the name is taken (delete it first)."""
+    body = await read_body(request, _settings(request).max_body_bytes)
+    schedule = new_schedule(decode_request(body), uuid.uuid4().hex, time.time())
+    await _store(request).create_schedule(schedule)
+    return _shown(view(schedule), status=201)
+
+
+async def list_schedules(request: Request) -> Response:
+    """GET /schedules[?after=NAME&limit=N]: a page by name (at most `limit`, default 1000)."""
+    after, raw_limit = query_first(request, "after"), query_first(request, "limit")
+    limit = whole_number(raw_limit, MAX_PAGE)
+    if raw_limit and (limit is None or limit < 1):
+        raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")
+    if after and not ID_RE.fullmatch(after):
+        raise HTTPError(400, "invalid after: use a schedule name")
+    page = await _store(request).list_schedules(after, limit or DEFAULT_PAGE)
+    shown = (_encoder.encode(view(schedule_decoder.decode(s.record))) for s in page)
+    return json_array(shown)
+
+
+async def get_schedule(request: Request) -> Response:
+    blob = await _store(request).schedule(_name(request))
+    if blob is None:
+        raise ScheduleNotFound()
+    return _shown(view(schedule_decoder.decode(blob)))
+
+
+async def delete_schedule(request: Request) -> Response:
+    """DELETE /schedules/{name}: 204; the jobs it made stay."""
+    await _store(request).delete_schedule(_name(request))
+    return Response(status_code=204)
+
+
+async def pause(request: Request) -> Response:
+    """POST /schedules/{name}/pause: no tick fires until resumed (idempotent)."""
+    changed = await _store(request).change_schedule(_name(request), paused)
+    return _shown(view(changed))
+
+
+async def resume(request: Request) -> Response:
+    """POST /schedules/{name}/resume: active again from now; ticks while paused are not made
+    up. Resuming an active schedule changes nothing."""
+    now = time.time()
+    changed = await _store(request).change_schedule(
+        _name(request), lambda s: resumed(s, now) if s.paused else s
+    )
+    return _shown(view(changed))

@@ -1,0 +1,98 @@
+"""The web UI's schedules page (/ui/schedules): every schedule by name (paged), when it runs,
+its next run, its last job, and a pause or resume button carrying the UI's CSRF token. The
+job template's env_vars show by name only, as on a job's page."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from html import escape
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from scheduler.api.http import HTTPError
+from scheduler.api.state import store as _store
+from scheduler.api.ui import _csrf, _form, _names_only, status_badge
+from scheduler.api.ui import page as ui_page
+from scheduler.models.schedule import Schedule, paused, resumed, schedule_decoder
+from scheduler.models.wire import ID_RE, rfc3339
+
+PAGE_SIZE = 100
+HEADINGS = ("schedule", "runs", "missed ticks", "state", "next run", "last run", "job", "")
+
+
+def _when(schedule: Schedule) -> str:
+    if schedule.cron:
+        return f"<code>{escape(schedule.cron)}</code> {escape(schedule.timezone)}"
+    return f"every {schedule.every_secs} s"
+
+
+def _button(schedule: Schedule, token: str) -> str:
+    action = "resume" if schedule.paused else "pause"
+    name = escape(schedule.name)
+    return (
+        f'<form method="post" action="/ui/schedules/{name}/{action}">'
+        f'<input type="hidden" name="csrf" value="{token}">'
+        f'<button id="{action}-{name}">{action.capitalize()}</button></form>'
+    )
+
+
+def _row(schedule: Schedule, token: str) -> str:
+    job = schedule.job
+    command = str(job.get("command") or job.get("deploy_url") or "")
+    short = command if len(command) <= 60 else command[:59] + "…"
+    template = f"<code>{escape(short)}</code> {_names_only(job.get('env_vars') or {})}"
+    last = ""
+    if schedule.last_job_id:
+        last_id = escape(schedule.last_job_id)
+        last = f'<a href="/ui/jobs/{last_id}">{last_id}</a> {escape(schedule.last_run_at)}'
+    cells = (
+        f'<span id="name-{escape(schedule.name)}">{escape(schedule.name)}</span>',
+        _when(schedule),
+        escape(schedule.catchup),
+        status_badge("paused" if schedule.paused else "active"),
+        escape(rfc3339(schedule.next_tick)) if schedule.next_tick else "",
+        last,
+        template,
+        _button(schedule, token),
+    )
+    return (
+        f'<tr id="row-{escape(schedule.name)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+    )
+
+
+async def page(request: Request) -> Response:
+    after = request.query_params.get("after", "")
+    if after and not ID_RE.fullmatch(after):
+        raise HTTPError(400, "invalid after: use a schedule name")
+    stored = await _store(request).list_schedules(after, PAGE_SIZE + 1)
+    schedules = [schedule_decoder.decode(s.record) for s in stored]
+    token = _csrf(request)
+    rows = "".join(_row(s, token) for s in schedules[:PAGE_SIZE])
+    head = "".join(f"<th>{h}</th>" for h in HEADINGS)
+    body = f'<table id="schedules"><tr>{head}</tr>'
+    body += rows or f'<tr><td colspan="{len(HEADINGS)}">no schedules</td></tr>'
+    body += "</table>"
+    if len(schedules) > PAGE_SIZE:
+        more = urlencode({"after": schedules[PAGE_SIZE - 1].name})
+        body += f'<nav class="pages"><a id="next" href="/ui/schedules?{more}">Next</a></nav>'
+    return ui_page(request, "Schedules", body, refresh=True)
+
+
+async def pause_or_resume(request: Request) -> Response:
+    """The page's buttons: POST /schedules/{name}/pause or /resume, then back to the page."""
+    name: str = request.path_params["name"]
+    action: str = request.path_params["action"]
+    if action not in ("pause", "resume") or not ID_RE.fullmatch(name):
+        raise HTTPError(404, "404 page not found")
+    form = await _form(request)
+    if not hmac.compare_digest(form.get("csrf", "").encode(), _csrf(request).encode()):
+        raise HTTPError(403, "forbidden: the form's token is missing or stale")
+    now = time.time()
+    if action == "pause":
+        await _store(request).change_schedule(name, paused)
+    else:
+        await _store(request).change_schedule(name, lambda s: resumed(s, now) if s.paused else s)
+    return RedirectResponse("/ui/schedules", status_code=303)

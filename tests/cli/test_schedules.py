@@ -1,0 +1,107 @@
+"""`scheduler schedule add|list|show|pause|resume|delete` against a running API process, with
+the key set: output lines, --json, errors as the API says them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from scheduler.cli import schedules as schedules_cli
+from scheduler.cli.main import main
+from tests.cli.test_client import KEY, Cli
+from tests.processes import api_replicas, scheduler_env
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str) -> Iterator[str]:
+    env = scheduler_env(redis_url, f"cli-sched-{uuid.uuid4().hex[:8]}", TINYAWS_API_KEY=KEY)
+    with api_replicas(1, env) as urls:
+        yield urls[0]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """`scheduler ARGV...` in-process against `url`: (exit status, stdout, stderr)."""
+
+    def run(url: str, *argv: str) -> tuple[int, str, str]:
+        monkeypatch.setenv("SCHEDULER_URL", url)
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINYAWS_API_KEY", KEY)
+
+
+def test_add_list_show_pause_resume_delete(api: str, cli: Cli) -> None:
+    code, out, err = cli(
+        api, "schedule", "add", "nightly", "--cron", "0 3 * * *", "--tz", "Europe/Paris",
+        "--catchup", "once", "--env", "TOKEN=t0p", "pg_dump db",
+    )  # fmt: skip
+    assert (code, err) == (0, "")
+    assert out.startswith('added schedule nightly: cron "0 3 * * *" Europe/Paris, next run 20')
+    assert cli(api, "schedule", "add", "ticker", "--every", "30", "echo tick")[0] == 0
+
+    code, out, _ = cli(api, "schedule", "list")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["NAME", "WHEN", "STATE", "NEXT", "RUN", "LAST",
+                                               "JOB", "COMMAND"]  # fmt: skip
+    assert lines[1].startswith("nightly ") and lines[1].endswith("  pg_dump db")
+    assert lines[2].startswith("ticker ") and "every 30s" in lines[2] and " active " in lines[2]
+
+    shown = json.loads(cli(api, "schedule", "show", "nightly")[1])
+    assert shown["job"] == {"command": "pg_dump db", "env_vars": {"TOKEN": "t0p"}}
+    assert shown["catchup"] == "once"
+
+    code, out, _ = cli(api, "schedule", "pause", "ticker")
+    assert (code, out) == (0, "paused schedule ticker, next run -\n")
+    assert " paused " in cli(api, "schedule", "list")[1].splitlines()[2]
+    code, out, _ = cli(api, "schedule", "resume", "ticker")
+    assert code == 0 and out.startswith("resumed schedule ticker, next run 20")
+
+    listed = json.loads(cli(api, "schedule", "list", "--json")[1])
+    assert [s["name"] for s in listed] == ["nightly", "ticker"]
+
+    assert cli(api, "schedule", "delete", "ticker") == (0, "deleted schedule ticker\n", "")
+    code, _, err = cli(api, "schedule", "delete", "ticker")
+    assert (code, err) == (1, "schedule delete failed 404: schedule not found\n")
+
+
+def test_errors_say_what_the_api_said(api: str, cli: Cli) -> None:
+    code, out, err = cli(api, "schedule", "add", "bad", "--cron", "61 * * * *", "x")
+    assert (code, out) == (1, "")
+    assert err.startswith("schedule add failed 400: invalid cron '61 * * * *'")
+    code, _, err = cli(api, "schedule", "add", "dup", "--every", "5", "x")
+    assert code == 0
+    code, _, err = cli(api, "schedule", "add", "dup", "--every", "5", "x")
+    assert (code, err) == (1, "schedule add failed 409: schedule already exists\n")
+
+
+def test_without_the_key_the_hint_names_it(
+    api: str,
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TINYAWS_API_KEY")
+    code, _, err = cli(api, "schedule", "list")
+    assert code == 1 and "401" in err and "TINYAWS_API_KEY" in err
+
+
+def test_the_list_pages_through_every_schedule(
+    api: str,
+    cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(schedules_cli, "PAGE", 2)
+    for name in ("p1", "p2", "p3", "p4", "p5"):
+        assert cli(api, "schedule", "add", name, "--every", "60", "--paused", "x")[0] == 0
+    listed = json.loads(cli(api, "schedule", "list", "--json")[1])
+    assert [s["name"] for s in listed if s["name"].startswith("p")] == ["p1", "p2", "p3", "p4",
+                                                                         "p5"]  # fmt: skip
