@@ -43,6 +43,7 @@ NARROWER: dict[str, set[str]] = {
     # The client is the `scheduler submit/status/list` command: HTTP only, like the agent.
     "scheduler.cli.client": {"scheduler.models", "scheduler.config"},
     "scheduler.cli.listing": {"scheduler.models", "scheduler.config"},
+    "scheduler.cli.retry": {"scheduler.models", "scheduler.config"},
     "scheduler.cli.schedules": {"scheduler.models", "scheduler.config"},
 }
 

@@ -9,7 +9,7 @@ The order is Starlette's: the first entry matching path and method serves it
 
 from __future__ import annotations
 
-from scheduler.api import jobs, metrics, nodes, schedules, services, ui, ui_schedules
+from scheduler.api import jobs, metrics, nodes, retries, schedules, services, ui, ui_schedules
 from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
 
 ANYONE, AGENT, KEY, UI = Access.ANYONE, Access.AGENT, Access.KEY, Access.UI
@@ -25,6 +25,9 @@ TABLE = RouteTable(
                 "POST": Method(jobs.submit_job, KEY, Hot.SUBMIT),
             },
         ),
+        # Retry by hand (README, Delays and retries): the operator's, behind the key.
+        Entry("/jobs/retry", {"POST": Method(retries.retry_jobs)}),
+        Entry("/jobs/{job_id}/retry", {"POST": Method(retries.retry_job)}),
         Entry(
             "/jobs/{job_id}",
             {
@@ -55,6 +58,7 @@ TABLE = RouteTable(
         Entry("/ui/jobs", {"GET": Method(ui.jobs_page, UI)}, other_methods=UI),
         Entry("/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI)}, other_methods=UI),
         Entry("/ui/jobs/{job_id}/cancel", {"POST": Method(ui.cancel, UI)}, other_methods=UI),
+        Entry("/ui/jobs/{job_id}/retry", {"POST": Method(ui.retry, UI)}, other_methods=UI),
         Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI)}, other_methods=UI),
         Entry("/ui/schedules", {"GET": Method(ui_schedules.page, UI)}, other_methods=UI),
         Entry(

@@ -21,6 +21,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from scheduler.api import retries
 from scheduler.api.http import UI_COOKIE, HTTPError, read_body, ui_secret, whole_number
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
@@ -196,12 +197,12 @@ async def job_page(request: Request) -> Response:
     job = job_decoder.decode(blob)
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _job_fields(job))
     body = f'<table id="job">{rows}</table>'
-    if job.status in ("pending", "running"):
-        token = _csrf(request)
+    action = _ACTIONS.get(job.status)
+    if action is not None:
         body += (
-            f'<form method="post" action="/ui/jobs/{escape(job.job_id)}/cancel">'
-            f'<input type="hidden" name="csrf" value="{token}">'
-            '<button id="cancel">Cancel this job</button></form>'
+            f'<form method="post" action="/ui/jobs/{escape(job.job_id)}/{action}">'
+            f'<input type="hidden" name="csrf" value="{_csrf(request)}">'
+            f'<button id="{action}">{action.capitalize()} this job</button></form>'
         )
     for name in _BELOW:
         body += f'<h2>{name}</h2><pre id="{name}">{escape(getattr(job, name))}</pre>'
@@ -215,15 +216,32 @@ def _csrf(request: Request) -> str:
     return ui_secret(key, "csrf") if key else ""
 
 
-async def cancel(request: Request) -> Response:
-    """The job page's cancel button: DELETE /jobs/{id}, then back to the job."""
+# The job page's button: what a job in each status offers (posted with the form's token).
+_ACTIONS = {"pending": "cancel", "delayed": "cancel", "running": "cancel", "failed": "retry"}
+
+
+async def _posted_job_id(request: Request) -> str:
+    """The job of a button's POST, once its form's token is checked."""
     job_id: str = request.path_params["job_id"]
     if not ID_RE.fullmatch(job_id):
         raise HTTPError(404, "job not found")
     form = await _form(request)
     if not hmac.compare_digest(form.get("csrf", "").encode(), _csrf(request).encode()):
         raise HTTPError(403, "forbidden: the form's token is missing or stale")
+    return job_id
+
+
+async def cancel(request: Request) -> Response:
+    """The job page's cancel button: DELETE /jobs/{id}, then back to the job."""
+    job_id = await _posted_job_id(request)
     await _store(request).cancel(job_id, time.time())
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
+
+
+async def retry(request: Request) -> Response:
+    """The job page's retry button: POST /jobs/{id}/retry, then back to the job."""
+    job_id = await _posted_job_id(request)
+    await retries.retry_one(request, job_id)
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
 
 

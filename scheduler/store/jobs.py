@@ -24,13 +24,13 @@ from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, jobs, listing, schedules
+from scheduler.store.scripts import Call, jobs, listing, retry, schedules
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
-from scheduler.store.scripts.retry import RetryPolicy
+from scheduler.store.scripts.retry import Retried, RetryPolicy
 
 _node_decoder = msgspec.json.Decoder(Node)
 
@@ -225,6 +225,13 @@ class JobStore:
 
     async def cancel(self, job_id: str, now: float) -> bytes:
         return await self.run(jobs.cancel_job(job_id, now))
+
+    async def retry(
+        self, job_ids: builtins.list[str], placement: Placement, now: float
+    ) -> builtins.list[Retried]:
+        """Failed jobs started over (scripts.retry.RETRY_JOBS), placed as new jobs are."""
+        ttl = self.settings.node_ttl_secs
+        return await self.run(retry.retry_jobs(job_ids, placement, now, ttl))
 
     async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:
         """Deregister a node; its pending jobs move to live nodes (the first DELETE_MOVES

@@ -83,6 +83,27 @@ def test_the_cancel_form_needs_its_token(make_client: ClientFactory) -> None:
     assert api.get("/jobs/job-1", headers=key).json()["failure_reason"] == "cancelled"
 
 
+def test_a_failed_job_offers_a_retry_that_needs_the_token(make_client: ClientFactory) -> None:
+    api = make_client(api_key=KEY)
+    key = {"Authorization": f"Bearer {KEY}"}
+    api.post("/nodes/register", json={"id": "n1"})
+    api.post("/jobs", json={"command": "x", "max_retries": 0}, headers=key)
+    api.patch("/jobs/job-1", json={"status": "running"})
+    api.patch("/jobs/job-1", json={"status": "failed", "exit_code": 2})
+    api.post("/ui/login", data={"key": KEY})
+    page = api.get("/ui/jobs/job-1").text
+    assert 'id="retry"' in page and 'id="cancel"' not in page
+    assert api.post("/ui/jobs/job-1/retry", data={"csrf": "x"}).status_code == 403
+    assert api.get("/jobs/job-1", headers=key).json()["status"] == "failed"
+    token = page.split('name="csrf" value="')[1].split('"')[0]
+    done = api.post("/ui/jobs/job-1/retry", data={"csrf": token}, follow_redirects=False)
+    assert (done.status_code, done.headers["location"]) == (303, "/ui/jobs/job-1")
+    assert api.get("/jobs/job-1", headers=key).json()["status"] == "pending"
+    assert 'id="cancel"' in api.get("/ui/jobs/job-1").text  # pending: it may be cancelled
+    again = api.post("/ui/jobs/job-1/retry", data={"csrf": token})
+    assert again.status_code == 409  # not failed any more: nothing changes
+
+
 def test_a_map_field_shows_its_names_never_its_values() -> None:
     """env_vars' values stay off the job page, and so would those of any map a field added
     to Job later holds (secrets are the usual values of a map of strings)."""

@@ -176,6 +176,12 @@ def test_a_cancel_from_the_ui_cancels(api: str, ui: WebDriver) -> None:
     ui.get(f"{api}/ui/jobs?status=failed")  # the list says why too
     row = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2)").text
     assert row.startswith("job-3 ") and " failed cancelled " in row
+    # A failed job offers a retry: it starts over, pending.
+    ui.get(f"{api}/ui/jobs/job-3")
+    click(ui, By.ID, "retry")
+    assert ui.current_url == f"{api}/ui/jobs/job-3"
+    assert ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(2) td").text == "pending"
+    assert ui.find_elements(By.ID, "cancel")  # and it may be cancelled again
 
 
 def test_the_schedules_page_lists_them_and_pauses_and_resumes(api: str, ui: WebDriver) -> None:

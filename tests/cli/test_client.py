@@ -540,3 +540,18 @@ def test_submit_takes_a_delay_and_a_retry_policy(api: str, cli: Cli) -> None:
     assert code == 0 and out.endswith("(status=pending)\n")  # a time past: due now
     code, _, err = cli(api, "submit", "x", "--run-at", "soon")
     assert code == 1 and "invalid run_at 'soon'" in err
+
+
+def test_retry_starts_failed_jobs_over(api: str, cli: Cli) -> None:
+    job = httpx.post(f"{api}/jobs", json={"command": "exit 3", "max_retries": 0}).json()
+    finish(api, job["job_id"], "failed", 3, "")
+    code, out, _ = cli(api, "retry", job["job_id"])
+    assert (code, out) == (0, f"retried: {job['job_id']}\n")
+    assert httpx.get(f"{api}/jobs/{job['job_id']}").json()["status"] == "pending"
+    code, out, _ = cli(api, "retry", job["job_id"], "job-999999")
+    assert code == 1 and out == f"not found: job-999999\nnot failed: {job['job_id']}\n"
+    finish(api, job["job_id"], "failed", 3, "")
+    code, out, _ = cli(api, "retry", "--failed", "--json")
+    assert code == 0 and job["job_id"] in json.loads(out)["retried"]
+    failed = httpx.get(f"{api}/jobs", params={"status": "failed"}).json()
+    assert failed == []  # the dead set is empty

@@ -1,14 +1,18 @@
-"""The deployment's retry rule, as the scripts that retry a job take it (ARGV `max_retries
-backoff backoff_cap seed`; library.py `retries_left`, `retry_wait`). A job may carry its own
-max_retries and retry_backoff_secs, which the scripts read first."""
+"""Retries: the deployment's automatic retry rule, as the scripts that retry a job take it
+(ARGV `max_retries backoff backoff_cap seed`; life.py `retries_left`, `retry_wait`; a job may
+carry its own max_retries and retry_backoff_secs, which the scripts read first), and the
+operator's retry by hand of failed jobs (RETRY_JOBS)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.config import Settings
+from scheduler.nodes.placement import Placement
+from scheduler.store.scripts.script import Call, Script
 
 ARGV = "max_retries backoff backoff_cap seed"
 
@@ -34,3 +38,79 @@ class RetryPolicy:
             "backoff_cap": self.backoff_cap_secs,
             "seed": random.random() if seed is None else seed,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Retried:
+    """One job of a retry by hand: `code` OK (its record in `job`), NOT_FOUND, NOT_FAILED or
+    NO_NODES."""
+
+    job_id: str
+    code: int
+    job: bytes
+
+
+def _retried(reply: list[Any]) -> list[Retried]:
+    return [
+        Retried(str(reply[i], "utf-8"), int(reply[i + 1]), reply[i + 2])
+        for i in range(0, len(reply), 3)
+    ]
+
+
+RETRY_JOBS = Script(
+    "RETRY_JOBS",
+    "mode now node_ttl count *rest",
+    """
+-- POST /jobs/{id}/retry and POST /jobs/retry (the key): each failed job of the `count` ids
+-- that open `rest` (whatever failed it: its command, a timeout, a lost node, a cancel)
+-- starts over: pending on a node placed as a new job is (the candidates are the rest of
+-- `rest`; an instance-bound job stays on its node), its retry count, outputs and failure
+-- cleared, out of the finished index. It has not ended, so no event. Returns {id, code, job
+-- JSON or ""} per id, code OK | NOT_FOUND | NOT_FAILED | NO_NODES.
+local ids, candidates = {}, {}
+for i, value in ipairs(rest) do
+  if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
+end
+local out = {}
+for _, id in ipairs(ids) do
+  local job = load_job(id)
+  local code, stored = OK, ""
+  if not job then
+    code = NOT_FOUND
+  elseif job.status ~= "failed" then
+    code = NOT_FAILED
+  else
+    local target = job.node_id
+    if (job.instance_id or "") == "" then
+      target = pick_node(mode, candidates, tonumber(now), tonumber(node_ttl))
+    end
+    if not target then
+      code = NO_NODES
+    else
+      redis.call("ZREM", K.finished, id)
+      job.retry_count = 0
+      job.exit_code, job.stdout, job.stderr, job.failure_reason = nil, nil, nil, nil
+      job.running_at, job.finished_at, job.run_at = nil, nil, nil
+      rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, "pending", target)
+      stored = store_job(id, job)
+    end
+  end
+  out[#out + 1], out[#out + 2], out[#out + 3] = id, code, stored
+end
+return out
+""",
+    _retried,
+)
+
+
+def retry_jobs(
+    job_ids: Sequence[str], placement: Placement, now: float, node_ttl: float
+) -> Call[list[Retried]]:
+    """The failed jobs of `job_ids` pending again, placed by `placement` (a new job's)."""
+    return RETRY_JOBS.call(
+        mode=placement.mode,
+        now=now,
+        node_ttl=node_ttl,
+        count=len(job_ids),
+        rest=[*job_ids, *placement.candidates],
+    )

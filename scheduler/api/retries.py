@@ -1,0 +1,81 @@
+"""Retry by hand (the key): POST /jobs/{id}/retry starts a failed job over, POST /jobs/retry
+does so for a list of ids (the dead set: GET /jobs?status=failed). store/scripts/retry.py,
+RETRY_JOBS, says what a retry changes."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from scheduler.api import hot
+from scheduler.api.http import HTTPError, json_bytes, read_body
+from scheduler.api.state import node_source as _nodes
+from scheduler.api.state import store as _store
+from scheduler.models.wire import ID_RE
+from scheduler.store.scripts import codes
+from scheduler.store.scripts.retry import Retried
+
+MAX_IDS = 1000  # one script call; a bigger dead set goes in several requests
+
+
+class RetryRequest(msgspec.Struct, forbid_unknown_fields=True):
+    job_ids: list[str]
+
+
+class RetryAnswer(msgspec.Struct):
+    retried: list[str]
+    not_found: list[str]
+    not_failed: list[str]
+    unplaced: list[str]
+
+
+_decoder = msgspec.json.Decoder(RetryRequest)
+_ANSWER_LISTS = {
+    codes.OK: "retried",
+    codes.NOT_FOUND: "not_found",
+    codes.NOT_FAILED: "not_failed",
+    codes.NO_NODES: "unplaced",
+}
+
+
+async def _retry(request: Request, job_ids: list[str]) -> list[Retried]:
+    placement = await _nodes(request).placement("")
+    return await _store(request).retry(job_ids, placement, time.time())
+
+
+async def retry_one(request: Request, job_id: str) -> bytes:
+    """The job, pending again; 404, 409 or 503 when it cannot be."""
+    [done] = await _retry(request, [job_id])
+    if done.code == codes.NOT_FOUND:
+        raise HTTPError(404, "job not found")
+    if done.code == codes.NOT_FAILED:
+        raise HTTPError(409, "job is not failed")
+    if done.code == codes.NO_NODES:
+        raise HTTPError(503, "no healthy compute nodes")
+    return done.job
+
+
+async def retry_job(request: Request) -> Response:
+    """POST /jobs/{id}/retry: the job, pending again (200)."""
+    return json_bytes(await retry_one(request, hot.job_id_or_404(request.path_params["job_id"])))
+
+
+async def retry_jobs(request: Request) -> Response:
+    """POST /jobs/retry {"job_ids": [...]}: which were retried, and why the others were not."""
+    body = await read_body(request, request.app.state.settings.max_body_bytes)
+    try:
+        job_ids = _decoder.decode(body).job_ids
+    except msgspec.DecodeError as exc:
+        raise HTTPError(400, f"invalid body: {exc}") from None
+    if not 1 <= len(job_ids) <= MAX_IDS:
+        raise HTTPError(400, f"invalid job_ids: give 1 to {MAX_IDS} job ids")
+    bad = next((job_id for job_id in job_ids if not ID_RE.fullmatch(job_id)), None)
+    if bad is not None:
+        raise HTTPError(400, f"invalid job_ids: {bad[:64]!r} is not a job id")
+    answer = RetryAnswer([], [], [], [])
+    for done in await _retry(request, list(dict.fromkeys(job_ids))):
+        getattr(answer, _ANSWER_LISTS[done.code]).append(done.job_id)
+    return json_bytes(msgspec.json.encode(answer))
