@@ -4,6 +4,7 @@ the Redis locks that keep each of them to one process at a time."""
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 from collections.abc import Iterator
 
@@ -11,6 +12,7 @@ from redis.exceptions import LockError, RedisError
 from redis.lock import Lock
 
 from scheduler.config import Settings
+from scheduler.snapshot import db as snapshot_db
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.sync_store import SyncJobStore
 
@@ -23,6 +25,25 @@ SNAPSHOT_LOCK_SECS = 60.0
 RESTORE_LOCK_SECS = 6.0
 # Rows per batch, for the snapshot's reads and the restore's writes.
 BATCH = 1000
+
+
+@contextlib.contextmanager
+def fenced_transaction(path: str, lock: Lock) -> Iterator[sqlite3.Connection]:
+    """A write transaction on the snapshot file that commits only while `lock` is still held:
+    a holder whose lock expired must not commit over its successor. Any error rolls it back."""
+    conn = snapshot_db.open_writer(path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            if not lock.owned():
+                raise LockError("snapshot lock lost before commit")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
 
 
 @contextlib.contextmanager

@@ -19,12 +19,11 @@ import sqlite3
 from collections.abc import Iterator
 
 import msgspec
-from redis.exceptions import LockError
 from redis.lock import Lock
 
 from scheduler.models.schedule import schedule_decoder
 from scheduler.snapshot import db as snapshot_db
-from scheduler.snapshot.locking import BATCH
+from scheduler.snapshot.locking import BATCH, fenced_transaction
 from scheduler.store.scripts import schedules as schedule_scripts
 from scheduler.store.scripts.schedules import RestoredSchedule
 from scheduler.store.sync_store import SyncJobStore
@@ -45,27 +44,16 @@ def write_changes(store: SyncJobStore, path: str, lock: Lock, lock_ttl: float) -
         return 0
     keys = store.keys
     names = sorted({n.decode() for n in store.redis.sscan_iter(keys.schedules_dirty_inflight)})
-    conn = snapshot_db.open_writer(path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(CREATE_TABLE)
-            for start in range(0, len(names), BATCH):
-                batch = names[start : start + BATCH]
-                records: list[bytes | None] = store.redis.hmget(keys.schedules, batch)  # type: ignore[assignment]
-                upserts = [(n, r.decode()) for n, r in zip(batch, records, strict=True) if r]
-                gone = [(n,) for n, r in zip(batch, records, strict=True) if r is None]
-                conn.executemany(UPSERT, upserts)
-                conn.executemany("DELETE FROM schedules WHERE name = ?", gone)
-                lock.extend(lock_ttl, replace_ttl=True)
-            if not lock.owned():
-                raise LockError("snapshot lock lost before commit")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    finally:
-        conn.close()
+    with fenced_transaction(path, lock) as conn:
+        conn.execute(CREATE_TABLE)
+        for start in range(0, len(names), BATCH):
+            batch = names[start : start + BATCH]
+            records: list[bytes | None] = store.redis.hmget(keys.schedules, batch)  # type: ignore[assignment]
+            upserts = [(n, r.decode()) for n, r in zip(batch, records, strict=True) if r]
+            gone = [(n,) for n, r in zip(batch, records, strict=True) if r is None]
+            conn.executemany(UPSERT, upserts)
+            conn.executemany("DELETE FROM schedules WHERE name = ?", gone)
+            lock.extend(lock_ttl, replace_ttl=True)
     with store.redis.pipeline(transaction=False) as pipe:
         for start in range(0, len(names), BATCH):
             pipe.srem(keys.schedules_dirty_inflight, *names[start : start + BATCH])

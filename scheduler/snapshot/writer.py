@@ -28,6 +28,7 @@ from scheduler.snapshot.locking import (
     RESTORE_LOCK_SECS,
     SNAPSHOT_LOCK,
     SNAPSHOT_LOCK_SECS,
+    fenced_transaction,
     named_lock,
     open_store,
     release,
@@ -91,25 +92,13 @@ def _write_changes(store: SyncJobStore, path: str, lock: Lock, lock_ttl: float) 
     if store.run(snapshot_scripts.take_dirty()) == 0:
         return 0
     written, settled = 0, []  # rows upserted; ids that may leave the in-flight set
-    conn = snapshot_db.open_writer(path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for ids in _batches(store.redis.sscan_iter(store.keys.dirty_inflight, count=BATCH)):
-                rows, done = _read_batch(store, ids)
-                snapshot_db.upsert(conn, rows)
-                written += len(rows)
-                settled += done
-                lock.extend(lock_ttl, replace_ttl=True)
-            # Fencing: a holder whose lock expired must not commit over its successor.
-            if not lock.owned():
-                raise LockError("snapshot lock lost before commit")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    finally:
-        conn.close()
+    with fenced_transaction(path, lock) as conn:
+        for ids in _batches(store.redis.sscan_iter(store.keys.dirty_inflight, count=BATCH)):
+            rows, done = _read_batch(store, ids)
+            snapshot_db.upsert(conn, rows)
+            written += len(rows)
+            settled += done
+            lock.extend(lock_ttl, replace_ttl=True)
     # Only now may the changes be forgotten: a crash before this leaves them in flight.
     _forget(store, settled)
     log.info("snapshot: %d jobs written in %.3f s", written, time.monotonic() - started)

@@ -13,7 +13,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.models.job import job_decoder, record_encoder
+from scheduler.models.job import JOB_FIELDS, job_decoder, record_encoder
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
@@ -39,7 +39,7 @@ GO_ORDER = [
     "finished_at",
 ]
 # Fields of ours, after the original's, in Job's order.
-OURS = ["failure_reason"]
+OURS = [f.name for f in JOB_FIELDS if f.name not in GO_ORDER]
 
 ENV = {"ZED": "1", "ALPHA": "a/b", "MIDDLE": "é"}
 

@@ -100,6 +100,21 @@ local function get_jobs(ids, budget)
   return out
 end
 
+-- Each schedule of `names` with its record, {name, record, ...}; a name without one (deleted
+-- meanwhile) is left out.
+local function schedule_pairs(names)
+  if #names == 0 then return {} end
+  local records = redis.call("HMGET", K.schedules, unpack(names))
+  local out = {}
+  for i, name in ipairs(names) do
+    if records[i] then
+      out[#out + 1] = name
+      out[#out + 1] = records[i]
+    end
+  end
+  return out
+end
+
 local function load_job(id)
   local raw = redis.call("GET", K.job(id))
   return raw and cjson.decode(raw), raw

@@ -133,16 +133,7 @@ DUE_SCHEDULES = Script(
 -- `skip` first (those a firing left due this time: no node for them). Reads only the due
 -- entries of the index. Returns {name, record, name, record, ...}.
 local names = redis.call("ZRANGEBYSCORE", K.schedules_due, "-inf", now, "LIMIT", skip, limit)
-if #names == 0 then return {} end
-local records = redis.call("HMGET", K.schedules, unpack(names))
-local out = {}
-for i, name in ipairs(names) do
-  if records[i] then
-    out[#out + 1] = name
-    out[#out + 1] = records[i]
-  end
-end
-return out
+return schedule_pairs(names)
 """,
     _pairs,
     read_only=True,
@@ -161,16 +152,7 @@ LIST_SCHEDULES = Script(
 -- first). Returns {name, record, ...}.
 local from = after == "" and "-" or "(" .. after
 local names = redis.call("ZRANGE", K.schedule_names, from, "+", "BYLEX", "LIMIT", 0, limit)
-if #names == 0 then return {} end
-local records = redis.call("HMGET", K.schedules, unpack(names))
-local out = {}
-for i, name in ipairs(names) do
-  if records[i] then
-    out[#out + 1] = name
-    out[#out + 1] = records[i]
-  end
-end
-return out
+return schedule_pairs(names)
 """,
     _pairs,
     read_only=True,
