@@ -125,6 +125,12 @@ async def get_job(request: Request) -> Response:
     return json_bytes(blob)
 
 
+async def get_attempts(request: Request) -> Response:
+    """The job's ended attempts, oldest first (models/attempt.py): kept apart from the
+    record, which GET /jobs/{id} answers as the original's clients know it."""
+    return json_array(await _store(request).attempts(_job_id(request)))
+
+
 async def update_job(request: Request) -> Response:
     """An agent's report (hot.report_job)."""
     report = (_job_id(request), _auth(request).caller(request), declared_length(request))

@@ -36,6 +36,8 @@ TABLE = RouteTable(
                 "DELETE": Method(jobs.cancel_job),
             },
         ),
+        # Each attempt of a job (models/attempt.py), apart from its record: as GET /jobs/{id}.
+        Entry("/jobs/{job_id}/attempts", {"GET": Method(jobs.get_attempts, KEY)}),
         # Schedules (README, Schedules): the operator's, behind the key.
         Entry(
             "/schedules",

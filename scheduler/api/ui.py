@@ -25,12 +25,14 @@ from scheduler.api import retries
 from scheduler.api.http import UI_COOKIE, HTTPError, read_body, ui_secret, whole_number
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
+from scheduler.api.ui_attempts import attempts_section
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, STATUSES, Job, job_decoder
 from scheduler.models.registry import Service
 from scheduler.models.wire import ID_RE, rfc3339
 from scheduler.nodes.placement import is_live
 from scheduler.snapshot.db import MAX_JOB_NUMBER, job_number
+from scheduler.store.errors import JobNotFound
 
 PAGE_SIZE = 50
 service_decoder = msgspec.json.Decoder(Service)
@@ -191,8 +193,16 @@ def _job_fields(job: Job) -> list[tuple[str, str]]:
 
 async def job_page(request: Request) -> Response:
     job_id: str = request.path_params["job_id"]
-    blob = await _store(request).get(job_id) if ID_RE.fullmatch(job_id) else None
-    if blob is None:
+    if not ID_RE.fullmatch(job_id):
+        raise HTTPError(404, "job not found")
+    store = _store(request)
+    # Sent together on the one connection: one round trip.
+    found = await asyncio.gather(store.get(job_id), store.attempts(job_id), return_exceptions=True)
+    for failed in found:  # the attempts raise JobNotFound without the job: the 404 below
+        if isinstance(failed, BaseException) and not isinstance(failed, JobNotFound):
+            raise failed
+    blob, attempts = found
+    if not isinstance(blob, bytes) or not isinstance(attempts, list):
         raise HTTPError(404, "job not found")
     job = job_decoder.decode(blob)
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _job_fields(job))
@@ -204,6 +214,7 @@ async def job_page(request: Request) -> Response:
             f'<input type="hidden" name="csrf" value="{_csrf(request)}">'
             f'<button id="{action}">{action.capitalize()} this job</button></form>'
         )
+    body += attempts_section(attempts)
     for name in _BELOW:
         body += f'<h2>{name}</h2><pre id="{name}">{escape(getattr(job, name))}</pre>'
     return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES)

@@ -158,6 +158,10 @@ class JobStore:
         budget = self.settings.max_page_bytes
         return await self.run(listing.list_jobs(node_id, status, bound, limit, budget, newest))
 
+    async def attempts(self, job_id: str) -> builtins.list[bytes]:
+        """The job's ended attempts, oldest first (scripts.listing.ATTEMPTS)."""
+        return await self.run(listing.attempts(job_id))
+
     async def get(self, job_id: str) -> bytes | None:
         blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
         return blob

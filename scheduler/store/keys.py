@@ -18,6 +18,7 @@ Layout (P = REDIS_PREFIX, T = the hash tag "{P}"):
   T:seq:rr                counter, INCR gives the round-robin ticket
   T:seq:event             counter, INCR numbers the outbox events
   T:job:{id}              string, the job's wire JSON (exactly what GET /jobs/{id} returns)
+  T:attempts:{id}         list, the job's ended attempts (JSON each, the last 50): life.py
   T:jobs                  zset of every job id, score N (listing, pagination)
   T:status:{status}       zset per status, score N
   T:node:{node}:jobs      zset of the node's jobs, score N
@@ -194,6 +195,9 @@ class Keys:
     def job(self, job_id: str) -> str:
         return self._k(f"job:{job_id}")
 
+    def attempts(self, job_id: str) -> str:
+        return self._k(f"attempts:{job_id}")
+
     def status(self, status: str) -> str:
         return self._k(f"status:{status}")
 
@@ -286,8 +290,7 @@ class LegacyKeys:
         return glob_escape(self.root) + "*"
 
     def owns(self, key: str) -> bool:
-        """Whether the old key `key` is this deployment's: another one, with the prefix
-        "P:x", had its keys under "P:x:..." too."""
+        """Whether old key `key` is this deployment's (prefix "P:x" had keys "P:x:...")."""
         return key.removeprefix(self.root).split(":", 1)[0] in LAYOUT_ROOTS
 
     def of(self, key: str, new: Keys) -> str:
@@ -313,9 +316,8 @@ class LegacyKeys:
 
     @staticmethod
     def rq_workers(queue: str) -> str:
-        """rq's set of the workers listening on `queue`: each member the key of a worker's
-        hash (rq:worker:<name>), which lives while the worker does (its TTL, renewed by
-        its heartbeat) and gets a `death` field when it stops."""
+        """rq's set of the workers on `queue`: each a worker's hash key (rq:worker:<name>),
+        alive while the worker is (its TTL) and given a `death` field when it stops."""
         return f"{LEGACY_RQ_PREFIX}:workers:{queue}"
 
     @staticmethod
@@ -327,8 +329,7 @@ class LegacyKeys:
         return [old_queue, f"{old_queue}:intermediate", *registries]
 
     def channels(self) -> str:
-        """PUBSUB pattern of the old layout's wake-up channels: an old API process subscribes
-        one while a long-poll waits on it."""
+        """PUBSUB pattern of the old layout's wake-ups (an old API's long-polls wait there)."""
         return glob_escape(self.root) + "wake:*"
 
 
@@ -338,7 +339,7 @@ LAYOUT_ROOTS = frozenset(
     {
         "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
-        "submit", "lock", "stats", "runs", "delayed", "schedules",
+        "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts",
     }
 )  # fmt: skip
 

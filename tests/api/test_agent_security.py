@@ -385,3 +385,36 @@ def test_the_join_key_registers_nodes_and_does_nothing_else(make_client: ClientF
     time.sleep(1.2)  # n1 is now silent past NODE_TTL_SECS: its id may be taken again
     again = register_node(api, "n1", join)
     assert again != token and poll_as(api, "n1", token).status_code == 401
+
+
+def test_a_jobs_attempts_are_read_as_its_record(cluster: Cluster) -> None:
+    """GET /jobs/{id}/attempts is declared as GET /jobs/{id} (the key): whoever may not read
+    the record (a stranger, a node's own token, another node's) may not read its attempts,
+    which hold its output too."""
+    own = bearer(cluster.tokens["n1"])
+    for headers in (STRANGER, own, other_node(cluster), OPERATOR):
+        record = cluster.api.get("/jobs/job-1", headers=headers)
+        attempts = cluster.api.get("/jobs/job-1/attempts", headers=headers)
+        assert attempts.status_code == record.status_code, headers
+        assert (record.status_code == 200) is (headers is OPERATOR)
+    assert assert_json(cluster.api.get("/jobs/job-1/attempts", headers=OPERATOR)) == []
+
+
+def test_without_a_key_anyone_reads_attempts(make_client: ClientFactory) -> None:
+    """No key set (the original's open API): the attempts are as open as the record."""
+    api = make_client()
+    api.post("/nodes/register", json={"id": "n1", "hostname": "n1", "role": "compute"})
+    assert api.post("/jobs", json={"command": "x"}).status_code == 201
+    assert api.patch("/jobs/job-1", json={"status": "running"}).status_code == 200
+    done = {"status": "done", "exit_code": 0, "stdout": "hi"}
+    assert api.patch("/jobs/job-1", json=done).status_code == 200
+    (attempt,) = assert_json(api.get("/jobs/job-1/attempts"))
+    assert {k: attempt[k] for k in ("attempt", "node_id", "reason", "exit_code", "stdout")} == {
+        "attempt": 1,
+        "node_id": "n1",
+        "reason": "done",
+        "exit_code": 0,
+        "stdout": "hi",
+    }
+    assert api.get("/jobs/job-404/attempts").status_code == 404
+    assert api.get("/jobs/bad%20id/attempts").status_code == 404

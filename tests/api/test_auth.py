@@ -32,6 +32,8 @@ PROTECTED = [
     ("GET", "/jobs?node_id=&status=pending", None, 200),
     ("HEAD", "/jobs", None, 200),
     ("GET", "/jobs/job-1", None, 200),
+    ("GET", "/jobs/job-1/attempts", None, 200),
+    ("GET", "/jobs/job-404/attempts", None, 404),
     ("POST", "/jobs", {"command": "x"}, 201),
     ("GET", "/schedule", None, 200),
     ("GET", "/nodes", None, 200),

@@ -58,8 +58,8 @@ def rule_before(method: str, path: str, query: bytes) -> str:
         return "open" if path == "/ui/login" else "ui"
     if path == "/health":
         return "open" if method in ("GET", "HEAD") else "key"
-    if re.fullmatch(r"/jobs/[^/]*/retry", path):
-        return "key"  # retry by hand (issue 23): the operator's, whatever the method
+    if re.fullmatch(r"/jobs/[^/]*/(retry|attempts)", path):
+        return "key"  # a job's retry and attempts (issue 23): the operator's, any method
     if method == "PATCH":
         prefixes = ("/jobs/", "/services/")
         return "open" if any(path.startswith(p) and len(path) > len(p) for p in prefixes) else "key"
@@ -105,6 +105,8 @@ LABELS_BEFORE = {
     # Retry by hand (issue 23): the operator's, behind the key.
     "/jobs/retry",
     "/jobs/{id}/retry",
+    # A job's attempts (issue 23): as GET /jobs/{id}, behind the key.
+    "/jobs/{id}/attempts",
 }
 
 

@@ -217,6 +217,34 @@ def test_the_schedules_page_lists_them_and_pauses_and_resumes(api: str, ui: WebD
     assert httpx.get(f"{api}/schedules/ticker", headers=OPERATOR).json()["paused"] is False
 
 
+def test_a_jobs_page_shows_its_attempts(api: str, ui: WebDriver) -> None:
+    """job-5 (node-a) fails once (its output holding markup, shown as text), is retried and
+    is done: two attempts below its fields, each with its output tail."""
+    for report in (
+        {"status": "running"},
+        {"status": "failed", "exit_code": 3, "stdout": "<b>one</b>", "stderr": "boom"},
+        {"status": "running"},
+        {"status": "done", "exit_code": 0, "stdout": "two"},
+    ):
+        assert httpx.patch(f"{api}/jobs/job-5", json=report, headers=OPERATOR).is_success
+    ui.get(f"{api}/ui/jobs/job-5")
+    rows = [
+        [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        for row in ui.find_elements(By.CSS_SELECTOR, '#attempts tr[id^="attempt-"]')
+    ]
+    assert [row[:2] + row[4:] for row in rows] == [
+        ["1", "node-a", "3", "failed"],
+        ["2", "node-a", "0", "done"],
+    ]
+    assert all(row[2] and row[3] and row[2] <= row[3] for row in rows)  # started, ended
+    tails = [pre.text for pre in ui.find_elements(By.CSS_SELECTOR, "#attempts pre")]
+    # The record keeps a retried attempt's stderr (as it did): the second attempt, whose
+    # report sent none, ends with it.
+    assert tails == ["<b>one</b>", "boom", "two", "boom"]
+    assert not ui.find_elements(By.CSS_SELECTOR, "#attempts b")  # escaped, not markup
+    assert ui.find_element(By.ID, "stdout").text == "two"  # the job's own output, as before
+
+
 def test_logging_out_locks_the_ui_again(api: str, browser: WebDriver) -> None:
     browser.get(f"{api}/ui/jobs")
     click(browser, By.CSS_SELECTOR, "header form button")

@@ -256,6 +256,7 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         listing.list_jobs("n1", "", 0, 100, 1 << 20, False),
         listing.list_jobs("", "running", 0, 100, 1 << 20, False),
         job_scripts.check_report("job-1", "open"),
+        listing.attempts("job-1"),
         node_scripts.overview(STATUSES),
         node_scripts.list_services("", "", "open"),
         node_scripts.list_services("n1", "", "open"),

@@ -263,7 +263,8 @@ local n = redis.call("ZSCORE", K.all_jobs, job_id)
 if status ~= "running" then
   if status == "failed" and retries_left(job, max_retries) then
     local wait = retry_wait(job, n, backoff, backoff_cap, seed)
-    return {OK, requeue(job_id, n, job, job.node_id, true, wait, tonumber(now))}
+    local again = requeue(job_id, n, job, job.node_id, true, wait, tonumber(now), stamp, "failed")
+    return {OK, again}
   end
   return {OK, finish(job_id, n, job, status, now, stamp)}
 end

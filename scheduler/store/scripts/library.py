@@ -19,7 +19,7 @@ import re
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
-from scheduler.store.scripts.life import LIFE
+from scheduler.store.scripts.life import ATTEMPTS, LIFE
 
 
 def _record_fields() -> str:
@@ -226,7 +226,18 @@ def _split(chunk: str) -> list[tuple[str, str]]:
 
 LIBRARY: dict[str, str] = dict(
     pair
-    for chunk in (FINAL, ENDING_TABLE, NODE_ACCESS, PLACEMENT, READ, ENCODE, TIME, WAKE, LIFE)
+    for chunk in (
+        FINAL,
+        ENDING_TABLE,
+        NODE_ACCESS,
+        PLACEMENT,
+        READ,
+        ENCODE,
+        TIME,
+        WAKE,
+        ATTEMPTS,
+        LIFE,
+    )
     for pair in _split(chunk)
 )
 

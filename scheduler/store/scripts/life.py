@@ -1,6 +1,50 @@
 """A job's life in Lua: the only code that moves a job between its indexes, ends it
-(`finish`) or tries it again (`requeue`). Part of the scripts' library (library.py), which
-gives each script the definitions it uses."""
+(`finish`) or tries it again (`requeue`), and records each attempt as it ends (ATTEMPTS).
+Part of the scripts' library (library.py), which gives each script the definitions it
+uses."""
+
+from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, ATTEMPTS_KEPT
+
+# An attempt's end, kept apart from the record (models/attempt.py says what, and why): one
+# JSON entry pushed on the job's attempts list, which keeps the last ATTEMPTS_KEPT. Called
+# by finish and requeue only, before they change the job: its status says whether the
+# attempt ran (running or cancelling: started at running_at; pending or delayed: never).
+ATTEMPTS = f"""
+-- The last ATTEMPT_TAIL_BYTES of `text`, from a character's first byte (valid UTF-8 stays so).
+local function output_tail(text)
+  if #text <= {ATTEMPT_TAIL_BYTES} then return text end
+  local first = #text - {ATTEMPT_TAIL_BYTES} + 1
+  while first < #text do
+    local byte = string.byte(text, first)
+    if byte < 128 or byte >= 192 then break end
+    first = first + 1
+  end
+  return string.sub(text, first)
+end
+
+local function record_attempt(id, job, reason, stamp)
+  local out = {{'{{"attempt":' .. ((job.retry_count or 0) + 1),
+    '"node_id":' .. cjson.encode(job.node_id)}}
+  local ran = job.status == "running" or job.status == "cancelling"
+  if ran and type(job.running_at) == "string" then
+    out[#out + 1] = '"started_at":' .. cjson.encode(job.running_at)
+  end
+  out[#out + 1] = '"ended_at":' .. cjson.encode(stamp)
+  if type(job.exit_code) == "number" then
+    out[#out + 1] = '"exit_code":' .. cjson.encode(job.exit_code)
+  end
+  out[#out + 1] = '"reason":' .. cjson.encode(reason)
+  for _, name in ipairs({{"stdout", "stderr"}}) do
+    local text = job[name]
+    if type(text) == "string" and text ~= "" then
+      out[#out + 1] = '"' .. name .. '":' .. cjson.encode(output_tail(text))
+    end
+  end
+  local key = K.attempts(id)
+  redis.call("RPUSH", key, (string.gsub(table.concat(out, ",") .. "}}", "\\\\/", "/")))
+  redis.call("LTRIM", key, -{ATTEMPTS_KEPT}, -1)
+end
+"""
 
 # A job's life. Every index a job is in follows from its status and node (docs/ARCHITECTURE.md,
 # "Redis keys"); these are the only code that moves a job between them.
@@ -58,6 +102,7 @@ end
 -- job's other fields. Returns the stored record.
 local function finish(id, n, job, ending, now, stamp)
   if FINAL[job.status] then error("finish: " .. id .. " has ended already") end
+  record_attempt(id, job, ending, stamp)
   local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
   if job.status == "running" or job.status == "cancelling" then
     release(id, job)
@@ -111,9 +156,12 @@ end
 
 -- A running job's next attempt (a failed report, its node lost, a timeout under its own
 -- policy): pending again on node `to`, or delayed `wait` seconds (its run_at says when). It
--- has not ended, so no event. `counted`: the attempt uses one of its retries (a service
--- placed again after its node was lost does not). Returns the stored record.
-local function requeue(id, n, job, to, counted, wait, now)
+-- has not ended, so no event; the attempt that ended is recorded, `reason` (an ending's
+-- name: failed, node_lost, timed_out) saying how, at `stamp`. `counted`: the attempt uses
+-- one of its retries (a service placed again after its node was lost does not). Returns
+-- the stored record.
+local function requeue(id, n, job, to, counted, wait, now, stamp, reason)
+  record_attempt(id, job, reason, stamp)
   release(id, job)
   if counted then job.retry_count = (job.retry_count or 0) + 1 end
   job.exit_code, job.stdout, job.finished_at, job.failure_reason = nil, nil, nil, nil

@@ -1,7 +1,11 @@
-"""The listing script of GET /jobs, with its call."""
+"""The listing scripts, each with its call: GET /jobs, and GET /jobs/{id}/attempts."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from scheduler.store.errors import JobNotFound
+from scheduler.store.scripts.codes import check_found
 from scheduler.store.scripts.replies import blobs
 from scheduler.store.scripts.script import Call, Script
 
@@ -47,3 +51,30 @@ def list_jobs(
         budget=budget_bytes,
         order="desc" if newest else "asc",
     )
+
+
+def _attempts(reply: list[Any]) -> list[bytes]:
+    check_found(reply[0], JobNotFound)
+    return blobs(reply[1:])
+
+
+ATTEMPTS = Script(
+    "ATTEMPTS",
+    "job_id",
+    """
+-- GET /jobs/{id}/attempts: the job's ended attempts, oldest first, as life.py's
+-- record_attempt wrote them (the last ATTEMPTS_KEPT). Returns {OK, attempt JSON, ...}
+--   | {NOT_FOUND}
+if redis.call("EXISTS", K.job(job_id)) == 0 then return {NOT_FOUND} end
+local out = redis.call("LRANGE", K.attempts(job_id), 0, -1)
+table.insert(out, 1, OK)
+return out
+""",
+    _attempts,
+    read_only=True,
+)
+
+
+def attempts(job_id: str) -> Call[list[bytes]]:
+    """The job's attempts (JSON each, models.attempt.Attempt); JobNotFound without the job."""
+    return ATTEMPTS.call(job_id=job_id)

@@ -42,7 +42,7 @@ local function timed_out(id, n, job)
   job.exit_code, job.stderr = -1, "job timed out"
   if job.max_retries and retries_left(job, max_retries) then
     local wait = retry_wait(job, n, backoff, backoff_cap, seed)
-    requeue(id, n, job, job.node_id, true, wait, tonumber(now))
+    requeue(id, n, job, job.node_id, true, wait, tonumber(now), stamp, "timed_out")
   else
     finish(id, n, job, "timed_out", now, stamp)
   end
@@ -94,8 +94,8 @@ PRUNE_FINISHED = Script(
     "cutoff skip batch",
     """
 -- Retention: remove from Redis the finished jobs (done or failed) that finished before
--- `cutoff`, with every index entry, reading `batch` entries after the `skip` that
--- earlier calls of this sweep kept. Only jobs the snapshot already holds in their final
+-- `cutoff`, with every index entry and their attempts, reading `batch` entries after the
+-- `skip` that earlier calls of this sweep kept. Only jobs the snapshot already holds in their final
 -- state go: a job in the changed set (or in a snapshot being written) stays until a snapshot
 -- has committed it, so a pruned job is never lost, only moved out of Redis to the SQLite
 -- file. Returns {number of entries read, number of entries kept, ids of the jobs removed...}.
@@ -110,7 +110,7 @@ for _, id in ipairs(expired) do
     local job = load_job(id)
     -- Only a final job is removed; an entry left stale (the job replaced by a restore) goes.
     if job and FINAL[job.status] then
-      redis.call("DEL", K.job(id))
+      redis.call("DEL", K.job(id), K.attempts(id))
       redis.call("ZREM", K.all_jobs, id)
       redis.call("ZREM", K.status(job.status), id)
       redis.call("ZREM", K.node_jobs(job.node_id), id)
@@ -208,7 +208,7 @@ for _, node in ipairs(lost) do
         local target = node
         if (job.instance_id or "") == "" then target = next_live(live) or node end
         local wait = service and 0 or retry_wait(job, n, backoff, backoff_cap, seed)
-        requeue(id, n, job, target, not service, wait, tonumber(now))
+        requeue(id, n, job, target, not service, wait, tonumber(now), stamp, "node_lost")
       else
         job.exit_code = -1
         finish(id, n, job, "node_lost", now, stamp)

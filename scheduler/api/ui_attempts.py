@@ -1,0 +1,40 @@
+"""The job page's attempts (GET /jobs/{id}/attempts, models/attempt.py): a table below the
+job's fields, one row per ended attempt (node, started, ended, exit code, reason), its
+output tails below it as the page shows the job's output. Every value escaped."""
+
+from __future__ import annotations
+
+from html import escape
+
+from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, attempts_decoder
+
+HEADINGS = ("attempt", "node", "started", "ended", "exit code", "reason")
+
+
+def attempts_section(blobs: list[bytes]) -> str:
+    """The "Attempts" heading and table of the attempts `blobs` (JSON each), oldest first."""
+    attempts = attempts_decoder.decode(b"[" + b",".join(blobs) + b"]")
+    head = "".join(f"<th>{h}</th>" for h in HEADINGS)
+    rows = []
+    for a in attempts:
+        exit_code = "" if a.exit_code is None else str(a.exit_code)
+        started = a.started_at or "never started"
+        plain = (str(a.attempt), a.node_id, started, a.ended_at, exit_code)
+        cells = "".join(f"<td>{escape(text)}</td>" for text in plain)
+        reason = f'<td><span class="st {escape(a.reason)}">{escape(a.reason)}</span></td>'
+        rows.append(f'<tr id="attempt-{a.attempt}">{cells}{reason}</tr>')
+        tails = [
+            (name, text) for name, text in (("stdout", a.stdout), ("stderr", a.stderr)) if text
+        ]
+        if tails:
+            pres = "".join(
+                f'<div class="muted">{name}</div><pre class="{name}">{escape(text)}</pre>'
+                for name, text in tails
+            )
+            rows.append(f'<tr class="output"><td colspan="{len(HEADINGS)}">{pres}</td></tr>')
+    body = "".join(rows) or f'<tr><td colspan="{len(HEADINGS)}">none ended yet</td></tr>'
+    note = (
+        f'<p class="muted">The last {ATTEMPT_TAIL_BYTES} bytes of each output; '
+        "the job's own output is below.</p>"
+    )
+    return f'<h2>Attempts</h2><table id="attempts"><tr>{head}</tr>{body}</table>{note}'
