@@ -25,48 +25,13 @@ from urllib.parse import quote
 
 import httpx
 
+from scheduler.cli.output import attempt_line, exit_status, format_job, progress, why
 from scheduler.config import Settings
 from scheduler.models.job import FINAL_STATUSES as FINAL
-
-_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_ESCAPES |= {"\v": "\\v", '"': '\\"', "\\": "\\\\"}
 
 
 class ClientError(Exception):
     """Ends the command with this message on stderr and exit status 1."""
-
-
-def go_quote(text: str) -> str:
-    """Go's %q (strconv.Quote), which the original CLI used for the command."""
-    out = []
-    for ch in text:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ch.isprintable():
-            out.append(ch)
-        elif ord(ch) < 0x80:
-            out.append(f"\\x{ord(ch):02x}")
-        elif ord(ch) < 0x10000:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(f"\\U{ord(ch):08x}")
-    return '"' + "".join(out) + '"'
-
-
-def format_job(job: dict[str, Any]) -> str:
-    """The original's printJob, and why the scheduler failed the job if it did."""
-    reason = f" failure_reason={job['failure_reason']}" if job.get("failure_reason") else ""
-    text = (
-        f"job_id={job.get('job_id', '')} node_id={job.get('node_id', '')} "
-        f"status={job.get('status', '')}{reason} command={go_quote(job.get('command', ''))}\n"
-    )
-    if job.get("exit_code") is not None:
-        text += f"exit_code={job['exit_code']}\n"
-    if job.get("stdout"):
-        text += f"stdout:\n{job['stdout']}"
-    if job.get("stderr"):
-        text += f"stderr:\n{job['stderr']}"
-    return text
 
 
 MAX_WAIT_SECS = 60.0  # the API's bound on `wait`
@@ -121,6 +86,12 @@ class Client:
                 time.sleep(pause)
         return self.request("POST", "/jobs", json=body, headers=headers)
 
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's ended attempts, oldest first ([] from a scheduler that keeps none)."""
+        response = self.request("GET", "/jobs/" + quote(job_id, safe="") + "/attempts")
+        ended = response.json() if response.status_code == 200 else []
+        return ended if isinstance(ended, list) else []
+
     def job(self, job_id: str, status_not: str = "", wait: float = 0) -> dict[str, Any]:
         """The job; with `wait`, answered once its status is not `status_not` (long-poll),
         or after `wait` seconds."""
@@ -169,29 +140,21 @@ def _json_object(response: httpx.Response) -> dict[str, Any]:
     return value
 
 
-def progress(job: dict[str, Any]) -> str:
-    """One line for a status change seen while waiting: `job-3 running on node-1`."""
-    line = f"{job.get('job_id', '')} {job.get('status', '')} on {job.get('node_id', '')}"
-    return line + _why(job) + "\n"
-
-
-def _why(job: dict[str, Any]) -> str:
-    """` (timed_out, exit_code=-1)`: why it failed, if the scheduler says, and its exit code."""
-    parts = [job["failure_reason"]] if job.get("failure_reason") else []
-    if job.get("exit_code") is not None:
-        parts.append(f"exit_code={job['exit_code']}")
-    return f" ({', '.join(parts)})" if parts else ""
-
-
 class _Changes:
-    """Writes a progress line each time the waited job's status differs from the last seen."""
+    """Writes a progress line each time the waited job's status differs from the last seen,
+    after a line for each attempt that ended since (with a `client` to read them from)."""
 
-    def __init__(self, err: TextIO, status: str = "") -> None:
-        self.err, self.status = err, status
+    def __init__(self, err: TextIO, status: str = "", client: Client | None = None) -> None:
+        self.err, self.status, self.client, self.shown = err, status, client, 0
 
     def __call__(self, job: dict[str, Any]) -> None:
         if job.get("status") != self.status:
             self.status = str(job.get("status", ""))
+            if self.client is not None:
+                ended = self.client.attempts(str(job.get("job_id", "")))
+                for attempt in ended[self.shown :]:
+                    _echo(attempt_line(str(job.get("job_id", "")), attempt), self.err)
+                self.shown = len(ended)
             _echo(progress(job), self.err)
 
 
@@ -235,7 +198,7 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
             _print_json(job, out)
         return 0
     out.flush()
-    changes = _Changes(err, str(job.get("status", "")))
+    changes = _Changes(err, str(job.get("status", "")), client)
     if args.service:  # a service runs until stopped: wait until it has started (or ended)
         started = lambda j: j.get("status") != "pending"  # noqa: E731
         job = client.wait(job["job_id"], args.poll_secs, started, changes)
@@ -251,8 +214,8 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         out.write(job.get("stdout", ""))
         err.write(job.get("stderr", ""))
         if job.get("status") != "done":
-            err.write(f"{job['job_id']} failed{_why(job)}\n")
-    return 0 if job.get("status") == "done" else 1
+            err.write(f"{job['job_id']} failed{why(job)}\n")
+    return exit_status(job)  # the command's own
 
 
 def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
@@ -277,6 +240,8 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     client.wait(
         args.job_id, args.poll_secs, lambda j: not args.wait or j.get("status") in FINAL, each
     )
+    for attempt in client.attempts(args.job_id) if args.attempts else []:
+        out.write(attempt_line(args.job_id, attempt))
     return 0
 
 
@@ -385,6 +350,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--wait", action="store_true", help="poll until it ends (status changes on stderr)"
     )
+    p.add_argument("--attempts", action="store_true", help="then each attempt, as it ended")
     _common(p)
     p.set_defaults(handler=_handler(status))
 

@@ -14,8 +14,8 @@ from scheduler.cli.client import (
     _handler,
     _positive,
     _print_json,
-    format_job,
 )
+from scheduler.cli.output import format_job
 from scheduler.models.job import STATUSES
 
 PAGE = 1000  # the API's default page, and `list`'s

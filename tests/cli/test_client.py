@@ -14,8 +14,9 @@ import pytest
 import redis
 
 from scheduler.cli import client as client_module
-from scheduler.cli.client import Client, format_job, go_quote
+from scheduler.cli.client import Client
 from scheduler.cli.main import main
+from scheduler.cli.output import format_job, go_quote
 from scheduler.store.keys import Keys
 from tests.processes import api_replicas, scheduler_env
 from tests.redis_server import free_port
@@ -339,8 +340,40 @@ def test_submit_wait_prints_each_status_change(api: str, cli: Cli) -> None:
     assert code == 0 and out.splitlines()[1:] == ["ok"]
     assert err.splitlines() == [
         f"{job_id} running on node-1",
+        f"{job_id} attempt 1 on node-1: done (exit_code=0)",
         f"{job_id} done on node-1 (exit_code=0)",
     ]
+
+
+def test_submit_wait_prints_each_attempt_and_exits_with_the_commands_code(
+    api: str, cli: Cli
+) -> None:
+    """A failure retried, then the last attempt's failure: each attempt on stderr, and the
+    exit status is the command's own (3), not a bare 1."""
+
+    def agent() -> None:
+        for _ in range(400):
+            for job in httpx.get(f"{api}/jobs", params={"status": "pending"}).json():
+                if job["command"] == "exit 3":
+                    failed = {**DONE, "status": "failed", "exit_code": 3}
+                    _agent_steps(api, job["job_id"], RUNNING, failed).join()
+                    if job["retry_count"] == 1:
+                        return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    code, out, err = cli(api, "submit", "exit 3", "--max-retries", "1", "--wait")
+    thread.join()
+    job_id = out.split()[1]
+    assert code == 3
+    attempts = [line for line in err.splitlines() if " attempt " in line]
+    assert attempts == [
+        f"{job_id} attempt 1 on node-1: failed (exit_code=3)",
+        f"{job_id} attempt 2 on node-1: failed (exit_code=3)",
+    ]
+    code, out, _ = cli(api, "status", job_id, "--attempts")
+    assert code == 0 and out.splitlines()[-2:] == attempts
 
 
 def test_status_wait_prints_each_status_change(api: str, cli: Cli) -> None:

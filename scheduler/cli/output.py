@@ -1,0 +1,76 @@
+"""What the command-line client prints of a job: the original CLI's lines (CONTRACT 7:
+`job_id=… node_id=… status=… command="…"`, Go's %q for the command), a status change seen
+while waiting, and a job's attempts (GET /jobs/{id}/attempts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPES |= {"\v": "\\v", '"': '\\"', "\\": "\\\\"}
+
+
+def go_quote(text: str) -> str:
+    """Go's %q (strconv.Quote), which the original CLI used for the command."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(out) + '"'
+
+
+def format_job(job: dict[str, Any]) -> str:
+    """The original's printJob, and why the scheduler failed the job if it did."""
+    reason = f" failure_reason={job['failure_reason']}" if job.get("failure_reason") else ""
+    text = (
+        f"job_id={job.get('job_id', '')} node_id={job.get('node_id', '')} "
+        f"status={job.get('status', '')}{reason} command={go_quote(job.get('command', ''))}\n"
+    )
+    if job.get("exit_code") is not None:
+        text += f"exit_code={job['exit_code']}\n"
+    if job.get("stdout"):
+        text += f"stdout:\n{job['stdout']}"
+    if job.get("stderr"):
+        text += f"stderr:\n{job['stderr']}"
+    return text
+
+
+def progress(job: dict[str, Any]) -> str:
+    """One line for a status change seen while waiting: `job-3 running on node-1`."""
+    line = f"{job.get('job_id', '')} {job.get('status', '')} on {job.get('node_id', '')}"
+    return line + why(job) + "\n"
+
+
+def why(job: dict[str, Any]) -> str:
+    """` (timed_out, exit_code=-1)`: why it failed, if the scheduler says, and its exit code."""
+    parts = [job["failure_reason"]] if job.get("failure_reason") else []
+    if job.get("exit_code") is not None:
+        parts.append(f"exit_code={job['exit_code']}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def attempt_line(job_id: str, attempt: dict[str, Any]) -> str:
+    """`job-3 attempt 2 on node-1: failed (exit_code=3)`: one ended attempt."""
+    code = attempt.get("exit_code")
+    detail = "" if code is None else f" (exit_code={code})"
+    where = f" on {attempt['node_id']}" if attempt.get("node_id") else ""
+    return (
+        f"{job_id} attempt {attempt.get('attempt', '?')}{where}: {attempt.get('reason')}{detail}\n"
+    )
+
+
+def exit_status(job: dict[str, Any]) -> int:
+    """The command's own exit code for a job that ended (0 when done; a failure that never
+    got one from its command, a cancel say, or one out of a shell's 1..255, is 1)."""
+    if job.get("status") == "done":
+        return 0
+    code = job.get("exit_code")
+    return code if isinstance(code, int) and 0 < code < 256 else 1
