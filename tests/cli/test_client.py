@@ -540,3 +540,10 @@ def test_submit_takes_a_delay_and_a_retry_policy(api: str, cli: Cli) -> None:
     assert code == 0 and out.endswith("(status=pending)\n")  # a time past: due now
     code, _, err = cli(api, "submit", "x", "--run-at", "soon")
     assert code == 1 and "invalid run_at 'soon'" in err
+
+
+def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
+    code, out, _ = cli(api, "submit", "echo urgent", "--priority", "-7", "--json")
+    assert code == 0 and json.loads(out)["priority"] == -7
+    code, _, err = cli(api, "submit", "x", "--priority", "1001")
+    assert code == 1 and err.startswith("submit failed 400: failed to decode job")
