@@ -59,6 +59,27 @@ def test_script_instructions_prints_each_phase() -> None:
     assert all(float(line.split()[-2]) > 0 for line in lines)
 
 
+def test_stored_state_bench_prints_each_phase_and_ratio() -> None:
+    argv = ["--delayed", "200", "--schedules", "20", "--calls", "20", "--runs", "2"]
+    lines = run_benchmark("benchmarks/stored_state_bench.py", *argv)
+    phases = [
+        "CREATE_JOB, pending",
+        "CREATE_JOB, delayed",
+        "POLL, finds a job",
+        "PROMOTE_DUE, none due",
+        "PROMOTE_DUE, 10 due",
+        "DUE_SCHEDULES, none due",
+    ]
+    assert [line.split("  ")[0].strip() for line in lines] == [p for p in phases for _ in "ers"]
+    for name, empty, stored, ratio in zip(
+        phases, lines[::3], lines[1::3], lines[2::3], strict=True
+    ):
+        assert empty.endswith("empty store") and stored.endswith("200 delayed + 20 schedules")
+        assert "stored / empty:" in ratio, name
+        # The same Redis commands per call whatever is stored: the work is bounded.
+        assert empty.split("µs/call")[1].split()[0] == stored.split("µs/call")[1].split()[0], name
+
+
 def test_schedules_bench_prints_each_case() -> None:
     lines = run_benchmark("benchmarks/schedules_bench.py", "--stored", "50", "--runs", "2")
     assert [line.split(",")[0].split(":")[0].strip() for line in lines] == [

@@ -121,7 +121,9 @@ async def _make_job(
     try:
         placement = await nodes.placement(job.instance_id)
         dedup = Dedup("submit", key, TICK_KEY_TTL_SECS)
-        created = ctx.store.create(creation_json(job), placement, now, dedup, due_of(job))
+        created = ctx.store.create(
+            creation_json(job), placement, now, dedup, due_of(job), job.priority
+        )
     except (RegistryError, NoHealthyNodes) as exc:
         # The registry may fail before the create looks at the key: a tick made already
         # (its firer died before the advance) needs no node.

@@ -149,7 +149,9 @@ class Ingestion:
             placement = await self.nodes.placement(req.instance_id)
             job_json = creation_json(req)
             dedup = Dedup("sqs", key, self.ctx.settings.sqs_dedup_ttl_secs)
-            created = self.ctx.store.create(job_json, placement, now, dedup, due_of(req))
+            created = self.ctx.store.create(
+                job_json, placement, now, dedup, due_of(req), req.priority
+            )
         except (RegistryError, NoHealthyNodes) as exc:
             if self.ctx.redis.exists(self.ctx.keys.sqs_message(key)):
                 self.counts["sqs_duplicates"] += 1

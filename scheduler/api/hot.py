@@ -85,12 +85,12 @@ async def create_job(state: AppState, read: BodyReader, idempotency_key: str) ->
     job_json = creation_json(job)
     store = state.store
     try:
-        created = await store.create(job_json, placement, now, dedup, due_of(job))
+        created = await store.create(job_json, placement, now, dedup, due_of(job), job.priority)
     except StoreNotReady:
         # Redis lost its data under this running process: bring the snapshot back (or wait
         # for the process doing it) before taking a new id, then try once more.
         await restore_at_start(settings)
-        created = await store.create(job_json, placement, now, dedup, due_of(job))
+        created = await store.create(job_json, placement, now, dedup, due_of(job), job.priority)
     if created.duplicate and not created.job:
         raise Conflict("the job of this Idempotency-Key has been removed")
     return created

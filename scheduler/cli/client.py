@@ -182,7 +182,7 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         body["job_type"] = "service"
     if args.port:
         body["port"] = args.port
-    for name in ("delay_secs", "run_at", "max_retries", "retry_backoff_secs"):
+    for name in ("delay_secs", "run_at", "max_retries", "retry_backoff_secs", "priority"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
     response = client.submit(body, args.idempotency_key or str(uuid.uuid4()))
@@ -327,6 +327,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--delay", dest="delay_secs", type=float, metavar="SECS", help="run later")
     p.add_argument("--run-at", metavar="TIME", help="run at this RFC 3339 time")
     p.add_argument("--max-retries", type=int, metavar="N", help="retries after a failure")
+    p.add_argument("--priority", type=int, metavar="N", help="higher runs first (default 0)")
     p.add_argument(
         "--retry-backoff",
         dest="retry_backoff_secs",

@@ -47,6 +47,10 @@ REPORT_STATUSES = ("running", "done", "failed", "cancelled")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]
 BackoffSecs = Annotated[int, msgspec.Meta(ge=0, le=86400)]
+# A node's queue is scored N - priority * 2**42 (store/scripts/life.py queue_score): exact as
+# a double while |priority| <= 1000 and the job number N < 2**42.
+MAX_PRIORITY = 1000
+Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
 
 
 class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -88,6 +92,9 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # max_retries set, a timeout is retried too (the original never retried one).
     max_retries: Annotated[Retries | None, SUBMITTED] = None
     retry_backoff_secs: Annotated[BackoffSecs | None, SUBMITTED] = None
+    # Its place in its node's queue: a poll answers higher priorities first, in submission
+    # order within one. 0 (the original's clients never set it) keeps the original's FIFO.
+    priority: Annotated[Priority, SUBMITTED] = 0
 
 
 JOB_FIELDS = read_fields(Job)

@@ -380,4 +380,5 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
         finished=_finish(job, now) if job.status in FINAL_STATUSES else None,
         record=record,
         due=_due(job, now) if job.status == "delayed" else None,
+        priority=job.priority,
     )

@@ -104,9 +104,10 @@ class JobStore:
         now: float,
         dedup: Dedup = NO_DEDUP,
         due: float | None = None,
+        priority: int = 0,
     ) -> Created:
         ttl = self.settings.node_ttl_secs
-        return await self.run(jobs.create_job(job_json, placement, now, ttl, dedup, due))
+        return await self.run(jobs.create_job(job_json, placement, now, ttl, dedup, due, priority))
 
     async def pick(self, placement: Placement, now: float) -> str:
         return await self.run(jobs.pick_node(placement, now, self.settings.node_ttl_secs))

@@ -74,9 +74,10 @@ class SyncJobStore:
         now: float,
         dedup: Dedup = NO_DEDUP,
         due: float | None = None,
+        priority: int = 0,
     ) -> Created:
         ttl = self.settings.node_ttl_secs
-        return self.run(jobs.create_job(job_json, placement, now, ttl, dedup, due))
+        return self.run(jobs.create_job(job_json, placement, now, ttl, dedup, due, priority))
 
     def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
         """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not

@@ -588,3 +588,10 @@ def test_retry_starts_failed_jobs_over(api: str, cli: Cli) -> None:
     assert code == 0 and job["job_id"] in json.loads(out)["retried"]
     failed = httpx.get(f"{api}/jobs", params={"status": "failed"}).json()
     assert failed == []  # the dead set is empty
+
+
+def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
+    code, out, _ = cli(api, "submit", "echo urgent", "--priority", "-7", "--json")
+    assert code == 0 and json.loads(out)["priority"] == -7
+    code, _, err = cli(api, "submit", "x", "--priority", "1001")
+    assert code == 1 and err.startswith("submit failed 400: failed to decode job")

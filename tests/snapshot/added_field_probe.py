@@ -1,5 +1,5 @@
 """Run by test_added_field.py in a subprocess whose PYTHONPATH starts at a copy of scheduler/
-and workers/ where models.job.Job has one more field, `priority`: what that code does with it,
+and workers/ where models.job.Job has one more field, `weight`: what that code does with it,
 printed as JSON for the test to judge. Not a test module itself (it must not import the
 unmodified code)."""
 
@@ -51,9 +51,9 @@ def submit(config: Settings, body: dict[str, Any]) -> tuple[int, Any]:
 
 
 def submitted_and_restored(redis_url: str, prefix: str, db: str) -> dict[str, Any]:
-    """Submit with priority 7, snapshot, lose Redis, restore."""
+    """Submit with weight 7, snapshot, lose Redis, restore."""
     config = settings(redis_url, prefix, db)
-    created = submit(config, {"command": "echo hi", "priority": 7})
+    created = submit(config, {"command": "echo hi", "weight": 7})
     written = snapshot_once(config)
     r = redis.Redis.from_url(redis_url)
     lose_redis_data(r, prefix)
@@ -69,11 +69,11 @@ def submitted_and_restored(redis_url: str, prefix: str, db: str) -> dict[str, An
 
 def older_file(redis_url: str, prefix: str, db: str) -> dict[str, Any]:
     """A file the unmodified code wrote, restored into an empty Redis; then a new job with
-    priority 3 and the snapshot that writes it into that file."""
+    weight 3 and the snapshot that writes it into that file."""
     config = settings(redis_url, prefix, db)
     restored = restore_if_empty(config)
     result = {"restored": restored, **served(config, "job-1")}
-    result["next"] = submit(config, {"command": "echo next", "priority": 3})
+    result["next"] = submit(config, {"command": "echo next", "weight": 3})
     result["written"] = snapshot_once(config)
     return result
 

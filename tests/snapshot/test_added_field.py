@@ -23,11 +23,11 @@ from tests.snapshot_helpers import columns, rows
 
 ROOT = Path(__file__).resolve().parents[2]
 ANCHOR = "    port: Annotated[int, SUBMITTED] = 0\n"
-ADDED = "    priority: Annotated[int, SUBMITTED] = 0\n"
+ADDED = "    weight: Annotated[int, SUBMITTED] = 0\n"
 
 
-def copy_with_priority(dest: Path) -> None:
-    """scheduler/ and workers/ into `dest`, with `priority` added to Job after `port`."""
+def copy_with_weight(dest: Path) -> None:
+    """scheduler/ and workers/ into `dest`, with `weight` added to Job after `port`."""
     for part in ("scheduler", "workers"):
         shutil.copytree(ROOT / part, dest / part, ignore=shutil.ignore_patterns("__pycache__"))
     models = dest / "scheduler" / "models" / "job.py"
@@ -66,29 +66,29 @@ def test_a_field_added_to_job_goes_everywhere(
     register(client, "n1")
     assert submit(client, command="echo old")["job_id"] == "job-1"
     assert snapshot_once(settings) == 1
-    assert "priority" not in columns(old_db)
+    assert "weight" not in columns(old_db)
 
-    copy_with_priority(tmp_path / "code")
+    copy_with_weight(tmp_path / "code")
     result = probe(tmp_path / "code", settings, new_db, old_db)
 
     new = result["new"]
-    assert new["created"][0] == 201 and new["created"][1]["priority"] == 7
+    assert new["created"][0] == 201 and new["created"][1]["weight"] == 7
     assert (new["written"], new["restored"]) == (1, True)
     job = new["get"]
-    assert job["priority"] == 7 and job == new["created"][1]
+    assert job["weight"] == 7 and job == new["created"][1]
     # In the record, in Job's order: after port, before status.
-    assert list(job)[list(job).index("priority") + 1] == "status"
+    assert list(job)[list(job).index("weight") + 1] == "status"
     assert new["cli"] == [0, job]
-    assert "<tr><th>priority</th><td>7</td></tr>" in new["ui"]
-    assert "priority" in columns(new_db) and rows(new_db)["job-1"]["priority"] == 7
+    assert "<tr><th>weight</th><td>7</td></tr>" in new["ui"]
+    assert "weight" in columns(new_db) and rows(new_db)["job-1"]["weight"] == 7
 
     old = result["old"]
     assert old["restored"] is True
     assert old["get"]["command"] == "echo old"
-    assert "priority" not in old["get"]  # its default, 0, which the wire omits
+    assert "weight" not in old["get"]  # its default, 0, which the wire omits
     assert old["cli"] == [0, old["get"]]
-    assert "<tr><th>priority</th><td></td></tr>" in old["ui"]
+    assert "<tr><th>weight</th><td></td></tr>" in old["ui"]
     # The modified code's snapshot migrated the older file: the old row at the default.
     assert old["next"][1]["job_id"] == "job-2" and old["written"] == 1
     saved = rows(old_db)
-    assert (saved["job-1"]["priority"], saved["job-2"]["priority"]) == (0, 3)
+    assert (saved["job-1"]["weight"], saved["job-2"]["weight"]) == (0, 3)

@@ -49,11 +49,12 @@ NO_DEDUP = Dedup("", "", 0)
 
 CREATE_JOB = Script(
     "CREATE_JOB",
-    "record due mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint *candidates",
+    "record due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint *candidates",
     """
 -- record: the job's JSON without job_id and node_id, which this fills in (the id drawn here,
 -- the node placed here: library.py PLACEMENT). due: "" for a job pending now, else the epoch
--- its run_at says: it is delayed until then (its record says so too). With dedup_ttl > 0,
+-- its run_at says: it is delayed until then (its record says so too). priority: the
+-- record's, its place in the node's queue (life.py queue_score). With dedup_ttl > 0,
 -- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
 -- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
 -- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
@@ -84,7 +85,8 @@ redis.call("SET", K.job(id), job)
 redis.call("ZADD", K.all_jobs, n, id)
 redis.call("ZADD", K.status(status), n, id)
 redis.call("ZADD", K.node_jobs(node), n, id)
-redis.call("ZADD", K.node_status(node, status), n, id)
+local score = status == "pending" and queue_score(n, priority) or n
+redis.call("ZADD", K.node_status(node, status), score, id)
 if status == "delayed" then redis.call("ZADD", K.delayed, due, id) end
 redis.call("SADD", K.dirty, id)
 if dedup then
@@ -105,12 +107,14 @@ def create_job(
     node_ttl: float,
     dedup: Dedup = NO_DEDUP,
     due: float | None = None,
+    priority: int = 0,
 ) -> Call[Created]:
     """`record` is the new job's JSON object without job_id and node_id; `due`, when it is
-    delayed, the epoch of its run_at."""
+    delayed, the epoch of its run_at; `priority`, the record's."""
     return CREATE_JOB.call(
         record=record,
         due="" if due is None else due,
+        priority=priority,
         mode=placement.mode,
         now=now,
         node_ttl=node_ttl,
@@ -168,8 +172,9 @@ POLL = Script(
     "POLL",
     "node max_jobs caller",
     """
--- The agent's poll: the node's oldest pending jobs, at most its free capacity, and the ids
--- of its jobs being cancelled (the API sends them in a header the original agent ignores).
+-- The agent's poll: the head of the node's queue (higher priority first, oldest first within
+-- one: life.py queue_score), at most its free capacity, and the ids of its jobs being
+-- cancelled (the API sends them in a header the original agent ignores).
 -- Returns {OK, {cancelling id, ...}, job JSON, ...} | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end

@@ -49,11 +49,21 @@ end
 # A job's life. Every index a job is in follows from its status and node (docs/ARCHITECTURE.md,
 # "Redis keys"); these are the only code that moves a job between them.
 LIFE = """
-local function move(id, n, node, from, to)
+-- Job number n's score in a node's queue (its pending index, which POLL reads from the
+-- lowest): higher priority first, by number within one. Every entry of a node's queue is
+-- scored here. Exact as a double for |priority| <= 1000 (models.MAX_PRIORITY) and n < 2^42;
+-- priority 0 (nil: none) scores n itself, the original's FIFO. The node's other indexes and
+-- the status indexes are scored by n.
+local function queue_score(n, priority)
+  return n - (tonumber(priority) or 0) * 4398046511104
+end
+
+-- `score`: the job's score in the node's index of `to` (queue_score for a queue), n without.
+local function move(id, n, node, from, to, score)
   redis.call("ZREM", K.status(from), id)
   redis.call("ZADD", K.status(to), n, id)
   redis.call("ZREM", K.node_status(node, from), id)
-  redis.call("ZADD", K.node_status(node, to), n, id)
+  redis.call("ZADD", K.node_status(node, to), score or n, id)
 end
 
 -- The changed job stored and marked for the next snapshot; returns what was stored.
@@ -74,10 +84,11 @@ end
 -- index that names the node or the status. The caller stores the record.
 local function rebind(id, n, job, new, to)
   local from = job.node_id
-  move(id, n, from, job.status, new)
+  local score = new == "pending" and queue_score(n, job.priority) or n
+  move(id, n, from, job.status, new, score)
   if to ~= from then
     redis.call("ZREM", K.node_status(from, new), id)
-    redis.call("ZADD", K.node_status(to, new), n, id)
+    redis.call("ZADD", K.node_status(to, new), score, id)
     redis.call("ZREM", K.node_jobs(from), id)
     redis.call("ZADD", K.node_jobs(to), n, id)
   end
@@ -177,8 +188,9 @@ local function requeue(id, n, job, to, counted, wait, now, stamp, reason)
 end
 
 -- The pending jobs of `node` that are not instance-bound, moved to `live` nodes round-robin,
--- keeping their number (their place in the queue), until `moved` holds `limit` triples
--- {id, from node, to node}. Instance-bound jobs belong to their node and stay.
+-- in queue order, keeping their number and priority (their place in the queue), until
+-- `moved` holds `limit` triples {id, from node, to node}. Instance-bound jobs belong to
+-- their node and stay.
 local function move_pending(node, live, limit, moved)
   if #live == 0 then return end
   local queue, skipped = K.node_status(node, "pending"), 0

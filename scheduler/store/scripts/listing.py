@@ -15,7 +15,11 @@ LIST = Script(
     """
 -- A page of the index that answers GET /jobs with these filters (each may be ""), in job
 -- number order ("asc": numbers above `bound`), or newest first ("desc": below `bound`, 0 from
--- the newest). A page stops at `limit` jobs or `budget` bytes. Returns job JSON strings.
+-- the newest). A node's pending jobs are listed in its queue's order instead (life.py
+-- queue_score: higher priority first, oldest first within one; "desc" from the back), from
+-- the place of job-`bound` in it (its number and priority: priority 0 for a job not stored),
+-- so a page starts just after the last job of the one before. A page stops at `limit` jobs
+-- or `budget` bytes. Returns job JSON strings.
 local index = K.all_jobs
 if node ~= "" and status ~= "" then
   index = K.node_status(node, status)
@@ -24,12 +28,18 @@ elseif node ~= "" then
 elseif status ~= "" then
   index = K.status(status)
 end
+local from = "(" .. bound
+if bound == "0" then
+  from = order == "desc" and "+inf" or "-inf"
+elseif node ~= "" and status == "pending" then
+  local job = load_job("job-" .. bound)
+  from = string.format("(%.17g", queue_score(tonumber(bound), job and job.priority))
+end
 local ids
 if order == "desc" then
-  local top = bound == "0" and "+inf" or "(" .. bound
-  ids = redis.call("ZREVRANGEBYSCORE", index, top, "-inf", "LIMIT", 0, limit)
+  ids = redis.call("ZREVRANGEBYSCORE", index, from, "-inf", "LIMIT", 0, limit)
 else
-  ids = redis.call("ZRANGEBYSCORE", index, "(" .. bound, "+inf", "LIMIT", 0, limit)
+  ids = redis.call("ZRANGEBYSCORE", index, from, "+inf", "LIMIT", 0, limit)
 end
 return get_jobs(ids, tonumber(budget))
 """,
@@ -42,7 +52,7 @@ def list_jobs(
     node_id: str, status: str, bound: int, limit: int, budget_bytes: int, newest: bool = False
 ) -> Call[list[bytes]]:
     """Oldest first from after job-`bound`, or with `newest` newest first from before it
-    (0: from the newest)."""
+    (0: from the newest); a node's pending jobs in queue order from job-`bound`'s place."""
     return LIST.call(
         node=node_id,
         status=status,

@@ -49,6 +49,7 @@ class RestoredJob:
     finished: float | None
     record: bytes
     due: float | None = None
+    priority: int = 0  # the record's: its place in its node's queue while pending
 
 
 RESTORE_JOBS = Script(
@@ -57,9 +58,10 @@ RESTORE_JOBS = Script(
     """
 -- Put jobs back as the snapshot holds them, with every index their status needs (as the
 -- scripts maintain them). A job already present is first taken out of its old indexes.
--- mark_dirty "1": the next snapshot writes them. jobs: 7 values each, at most 1000 jobs (Lua's
+-- mark_dirty "1": the next snapshot writes them. jobs: 8 values each, at most 1000 jobs (Lua's
 -- unpack limit): id, score, node id, status, start time (epoch s) of a running run-job or
--- due time of a delayed job or "", finish time (epoch s) of a finished job or "", job JSON.
+-- due time of a delayed job or "", finish time (epoch s) of a finished job or "", job JSON,
+-- priority (a pending job's place in its node's queue: life.py queue_score).
 -- A cancelling job is restored as asked long ago: the next sweep ends it. Each index gets one
 -- ZADD/SADD for the whole batch: far cheaper than one call per job. Returns the number of
 -- jobs restored.
@@ -80,7 +82,7 @@ local function push(groups, key, a, b)
   if b then list[#list + 1] = b end
 end
 local restored, job_keys = {}, {}
-for i = 1, #jobs, 7 do
+for i = 1, #jobs, 8 do
   restored[#restored + 1] = jobs[i]
   job_keys[#job_keys + 1] = K.job(jobs[i])
 end
@@ -96,7 +98,7 @@ for i, old in ipairs(redis.call("MGET", unpack(job_keys))) do
 end
 local records, zadds, sadds = {}, {}, {}
 for j, id in ipairs(restored) do
-  local i = 1 + (j - 1) * 7
+  local i = 1 + (j - 1) * 8
   local score, node, status, start = jobs[i + 1], jobs[i + 2], jobs[i + 3], jobs[i + 4]
   local finish_time = jobs[i + 5]
   records[#records + 1] = job_keys[j]
@@ -104,7 +106,8 @@ for j, id in ipairs(restored) do
   push(zadds, K.all_jobs, score, id)
   push(zadds, K.status(status), score, id)
   push(zadds, K.node_jobs(node), score, id)
-  push(zadds, K.node_status(node, status), score, id)
+  local queued = status == "pending" and queue_score(score, jobs[i + 7]) or score
+  push(zadds, K.node_status(node, status), queued, id)
   if start ~= "" and status == "delayed" then
     push(zadds, K.delayed, start, id)
   elseif start ~= "" then
@@ -130,7 +133,8 @@ def restore_jobs(jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
         when = job.due if job.status == "delayed" else job.started
         started = "" if when is None else when
         finished = "" if job.finished is None else job.finished
-        values += [job.job_id, job.score, job.node_id, job.status, started, finished, job.record]
+        values += [job.job_id, job.score, job.node_id, job.status, started, finished]
+        values += [job.record, job.priority]
     return RESTORE_JOBS.call(mark_dirty="1" if mark_dirty else "0", jobs=values)
 
 
