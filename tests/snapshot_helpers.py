@@ -29,7 +29,8 @@ _NOT_JOB_STATE = {
     "tokens",
 }
 # rq: the workers' queues; runs, stats: their bookkeeping.
-_NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox", "rq:", "runs:", "stats")
+# attempts: Redis-only, by design (a restore brings jobs back without them).
+_NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox", "rq:", "runs:", "stats", "attempts:")
 
 
 def stored_json(r: redis.Redis, key: str) -> Any:
@@ -95,6 +96,8 @@ def _awkward(field: JobField, position: int) -> Any:
         return 0 if field.nullable else 8000 + position  # exit code 0 is set, not "none"
     if field.kind is Kind.OBJECT:
         return {"PATH_LIKE": "/usr/bin:/bin", "EMPTY": "", "UNI": "\u2603", "FIELD": field.name}
+    if field.kind is Kind.LIST:
+        return ["job-1", "a/b \u2603", field.name]
     return f"{field.name}: 'a/b' \u00e9 \"q\" \\ \u2603\n\ttab"
 
 

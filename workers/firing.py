@@ -26,7 +26,7 @@ from collections import Counter
 
 import msgspec
 
-from scheduler.models.job import JobCreate, creation_json, due_of, new_job, stamped
+from scheduler.models.job import JobCreate, new_job, stamped
 from scheduler.models.schedule import (
     Plan,
     Schedule,
@@ -121,9 +121,7 @@ async def _make_job(
     try:
         placement = await nodes.placement(job.instance_id)
         dedup = Dedup("submit", key, TICK_KEY_TTL_SECS)
-        created = ctx.store.create(
-            creation_json(job), placement, now, dedup, due_of(job), job.priority
-        )
+        created = ctx.store.create(job, placement, now, dedup)
     except (RegistryError, NoHealthyNodes) as exc:
         # The registry may fail before the create looks at the key: a tick made already
         # (its firer died before the advance) needs no node.

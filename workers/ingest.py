@@ -24,8 +24,6 @@ import msgspec
 from scheduler.models.job import (
     Job,
     JobCreate,
-    creation_json,
-    due_of,
     new_job,
     stamped,
     validate_create,
@@ -147,11 +145,8 @@ class Ingestion:
         key = dedup_key(message)
         try:
             placement = await self.nodes.placement(req.instance_id)
-            job_json = creation_json(req)
             dedup = Dedup("sqs", key, self.ctx.settings.sqs_dedup_ttl_secs)
-            created = self.ctx.store.create(
-                job_json, placement, now, dedup, due_of(req), req.priority
-            )
+            created = self.ctx.store.create(req, placement, now, dedup)
         except (RegistryError, NoHealthyNodes) as exc:
             if self.ctx.redis.exists(self.ctx.keys.sqs_message(key)):
                 self.counts["sqs_duplicates"] += 1

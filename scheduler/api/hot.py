@@ -20,8 +20,6 @@ from scheduler.models.job import (
     JobCreate,
     JobUpdate,
     bound_output,
-    creation_json,
-    due_of,
     new_job,
     stamped,
     validate_create,
@@ -82,15 +80,14 @@ async def create_job(state: AppState, read: BodyReader, idempotency_key: str) ->
     now = time.time()
     job = stamped(job, request, now)
     placement = await state.nodes.placement(job.instance_id)
-    job_json = creation_json(job)
     store = state.store
     try:
-        created = await store.create(job_json, placement, now, dedup, due_of(job), job.priority)
+        created = await store.create(job, placement, now, dedup)
     except StoreNotReady:
         # Redis lost its data under this running process: bring the snapshot back (or wait
         # for the process doing it) before taking a new id, then try once more.
         await restore_at_start(settings)
-        created = await store.create(job_json, placement, now, dedup, due_of(job), job.priority)
+        created = await store.create(job, placement, now, dedup)
     if created.duplicate and not created.job:
         raise Conflict("the job of this Idempotency-Key has been removed")
     return created

@@ -49,7 +49,7 @@ th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:to
 th{background:#eaeef2}
 pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-height:40em}
 .st{padding:1px 6px;border-radius:8px;background:#eaeef2}
-.pending{background:#fff8c5}.delayed{background:#fbefff}.running{background:#ddf4ff}.done{background:#dafbe1}
+.pending{background:#fff8c5}.delayed,.waiting{background:#fbefff}.running{background:#ddf4ff}.done{background:#dafbe1}
 .failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
 .paused{background:#fff1e5}.active{background:#dafbe1}
 .reason{background:#fff}.cancelled{text-decoration:line-through}.cancelling{background:#fff1e5}
@@ -181,6 +181,8 @@ def _cell(field: JobField, value: Any) -> str:
         return _SHOWN_AS[field.name](value)
     if field.kind is Kind.OBJECT:  # env_vars, and any map a later field holds
         return _names_only(value or {})
+    if field.kind is Kind.LIST:  # the ids a job waits for
+        return ", ".join(f'<a href="/ui/jobs/{escape(v)}">{escape(v)}</a>' for v in value or [])
     if not field.required and value == field.empty:
         return ""  # what the API leaves out
     return escape(value if isinstance(value, str) else msgspec.json.encode(value).decode())
@@ -228,7 +230,8 @@ def _csrf(request: Request) -> str:
 
 
 # The job page's button: what a job in each status offers (posted with the form's token).
-_ACTIONS = {"pending": "cancel", "delayed": "cancel", "running": "cancel", "failed": "retry"}
+_ACTIONS = {"pending": "cancel", "delayed": "cancel", "waiting": "cancel", "running": "cancel"}
+_ACTIONS["failed"] = "retry"
 
 
 async def _posted_job_id(request: Request) -> str:

@@ -26,6 +26,7 @@ class Kind(enum.Enum):
     INT = "int"
     TIMESTAMP = "Timestamp"
     OBJECT = "dict[str, str]"
+    LIST = "list[str]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class JobField:
         record or snapshot row lacking the field holds."""
         if self.nullable:
             return None
-        return {Kind.INT: 0, Kind.OBJECT: {}}.get(self.kind, "")
+        return {Kind.INT: 0, Kind.OBJECT: {}, Kind.LIST: []}.get(self.kind, "")
 
 
 def _strip(t: mi.Type, extra: dict[str, Any]) -> mi.Type:
@@ -62,6 +63,8 @@ def _kind(t: mi.Type, extra: dict[str, Any]) -> Kind | None:
         return Kind.INT
     if isinstance(t, mi.DictType) and t.key_type == t.value_type == mi.StrType():
         return Kind.OBJECT
+    if isinstance(t, mi.ListType) and _strip(t.item_type, {}) == mi.StrType():
+        return Kind.LIST
     return None
 
 

@@ -18,11 +18,14 @@ from scheduler.models.fields import SUBMITTED, Timestamp, read_fields
 from scheduler.models.wire import InvalidInput, check_id, parse_rfc3339, rfc3339
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+JOB_ID_RE = re.compile(r"job-[1-9][0-9]{0,15}")
 JOB_TYPES = ("", "run", "service")
 # delayed: not due yet (run_at: a delay asked for, or a retry's backoff); the worker makes it
-# pending when due. cancelling: a running job asked to stop (DELETE /jobs/{id}); its agent
-# kills it and reports cancelled, or the sweep cancels it CANCEL_GRACE_SECS later.
-STATUSES = ("pending", "delayed", "running", "done", "failed", "cancelling")
+# pending when due. waiting: some job it runs `after` has not ended yet; the last one done
+# makes it pending, one failed fails it (dependency_failed). cancelling: a running job asked
+# to stop (DELETE /jobs/{id}); its agent kills it and reports cancelled, or the sweep cancels
+# it CANCEL_GRACE_SECS later.
+STATUSES = ("pending", "delayed", "waiting", "running", "done", "failed", "cancelling")
 # The original's clients (the Go CLI's and the lambda service's waits, SNS subscribers) know
 # two final statuses, done and failed (CONTRACT 2.2, 2.10), and would wait forever on any
 # other. So every way a job ends is one of them on the wire, and a failure the scheduler
@@ -35,7 +38,9 @@ ENDINGS: dict[str, tuple[str, str]] = {
     "cancelled": ("failed", "cancelled"),
     "timed_out": ("failed", "timed_out"),
     "node_lost": ("failed", "node_lost"),
+    "dependency_failed": ("failed", "dependency_failed"),
 }
+MAX_AFTER = 100  # the jobs one job may wait for
 FINAL_STATUSES = ("done", "failed")
 # Final statuses an earlier version stored -> the ending they are now (records in Redis and
 # rows of older snapshot files are upgraded: store/scripts/snapshot.py, snapshot/db.py).
@@ -95,6 +100,8 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # Its place in its node's queue: a poll answers higher priorities first, in submission
     # order within one. 0 (the original's clients never set it) keeps the original's FIFO.
     priority: Annotated[Priority, SUBMITTED] = 0
+    # The jobs this one runs after: it waits until every one is done (README, Dependencies).
+    after: Annotated[list[str], SUBMITTED, msgspec.Meta(max_length=MAX_AFTER)] = []
 
 
 JOB_FIELDS = read_fields(Job)
@@ -132,6 +139,8 @@ def stamped(job: Job, request: msgspec.Struct, now: float) -> Job:
     delay: float = getattr(request, "delay_secs", 0.0)
     if delay and job.run_at:
         raise InvalidInput("use run_at or delay_secs, not both")
+    if job.after and (delay or job.run_at):
+        raise InvalidInput("use after or a delay (run_at, delay_secs), not both")
     due = now + delay if delay else _due(job.run_at) if job.run_at else now
     if due - now > MAX_DELAY_SECS:
         raise InvalidInput("invalid run_at: at most 366 days ahead")
@@ -194,6 +203,11 @@ def validate_create(job: Job) -> None:
         check_id("instance_id", job.instance_id)
     if job.deploy_url and not job.deploy_url.lower().startswith(("http://", "https://")):
         raise InvalidInput("invalid deploy_url: use an http:// or https:// URL")
+    for job_id in job.after:
+        if not JOB_ID_RE.fullmatch(job_id):
+            raise InvalidInput(f"invalid after: {job_id[:64]!r} is not a job id like job-42")
+    if len(set(job.after)) < len(job.after):
+        raise InvalidInput("invalid after: a job is named twice")
 
 
 def validate_update(req: JobUpdate) -> None:

@@ -71,14 +71,17 @@ class Column:
     missing: str  # SQL value read for this column from a file that lacks it
 
 
+JSON_KINDS = (Kind.OBJECT, Kind.LIST)  # held as JSON text in their column
+
+
 def _literal(value: str | int) -> str:
     return str(value) if isinstance(value, int) else "'" + value.replace("'", "''") + "'"
 
 
 def _stored(field: JobField, value: Any) -> Any:
     """A record's value as its column holds it."""
-    if field.kind is Kind.OBJECT:
-        return _encoder.encode(value or {}).decode()
+    if field.kind in JSON_KINDS:
+        return _encoder.encode(value or field.empty).decode()
     return value
 
 
@@ -108,9 +111,9 @@ UPSERT = "INSERT INTO jobs ({}) VALUES ({}) ON CONFLICT(id) DO UPDATE SET {}".fo
     ", ".join(f"{name} = excluded.{name}" for name in NAMES[1:]),
 )
 _KNOWN_FIELDS = frozenset(f.name for f in JOB_FIELDS)
-# A JSON-object column is read back with its field's own decoder.
+# A JSON column (an object, a list) is read back with its field's own decoder.
 _object_decoders = {
-    f.name: msgspec.json.Decoder(f.annotation) for f in _FIELDS if f.kind is Kind.OBJECT
+    f.name: msgspec.json.Decoder(f.annotation) for f in _FIELDS if f.kind in JSON_KINDS
 }
 _UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z")
 _JOB_N = re.compile(r"job-([0-9]+)")
@@ -275,19 +278,29 @@ def _timestamp(value: Any, job_id: str, column: str) -> str | None:
         return text
 
 
+_LIST: type[list[Any]] = list
+_DICT: type[dict[str, Any]] = dict
+
+
 def _json_object(
-    value: Any, job_id: str, column: str, decoder: msgspec.json.Decoder[Any]
-) -> dict[str, Any]:
+    value: Any,
+    job_id: str,
+    column: str,
+    decoder: msgspec.json.Decoder[Any],
+    into: type[dict[str, Any]] | type[list[Any]] = dict,
+) -> Any:
+    """A JSON column as `into` (an object, or a list); empty when it cannot be read."""
     text = _text(value).strip()
     if text in ("", "null"):
-        return {}
+        return into()
     try:
-        return dict(decoder.decode(text))
-    except msgspec.DecodeError as exc:
+        return into(decoder.decode(text))
+    except (msgspec.DecodeError, TypeError, ValueError) as exc:
+        kind = into.__name__
         log.warning(
-            "restore: job %s: %s is not a JSON object (%s); left empty", job_id, column, exc
+            "restore: job %s: %s is not a JSON %s (%s); left empty", job_id, column, kind, exc
         )
-        return {}
+        return into()
 
 
 def _read(field: JobField, value: Any, job_id: str) -> Any:
@@ -303,7 +316,8 @@ def _read(field: JobField, value: Any, job_id: str) -> Any:
     elif field.kind is Kind.TIMESTAMP:
         read = _timestamp(value, job_id, field.name)
     else:
-        read = _json_object(value, job_id, field.name, _object_decoders[field.name])
+        into = _LIST if field.kind is Kind.LIST else _DICT
+        read = _json_object(value, job_id, field.name, _object_decoders[field.name], into)
     return field.empty if read is None else read
 
 

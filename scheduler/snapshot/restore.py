@@ -235,6 +235,7 @@ def _load(
             in_flight = sender.submit(store.run, call)
         if in_flight is not None:
             count += in_flight.result()
+    store.rebuild_waiting(now)  # a waiting job's count depends on the others restored
     restored_schedules = schedules.restore(store, source, mark_dirty)
     if not lock.owned():
         raise LockError("restore lock lost before the restore finished")

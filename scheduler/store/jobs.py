@@ -14,7 +14,7 @@ import hiredis
 import msgspec
 
 from scheduler.config import Settings
-from scheduler.models.job import STATUSES, JobUpdate
+from scheduler.models.job import STATUSES, Job, JobUpdate
 from scheduler.models.registry import Node, NodeRegistration, Service
 from scheduler.models.schedule import Schedule, schedule_decoder, schedule_encoder
 from scheduler.models.wire import rfc3339
@@ -98,16 +98,11 @@ class JobStore:
         return call.parse(reply)
 
     async def create(
-        self,
-        job_json: bytes,
-        placement: Placement,
-        now: float,
-        dedup: Dedup = NO_DEDUP,
-        due: float | None = None,
-        priority: int = 0,
+        self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
+        """A new job (models.job.stamped), placed by `placement`."""
         ttl = self.settings.node_ttl_secs
-        return await self.run(jobs.create_job(job_json, placement, now, ttl, dedup, due, priority))
+        return await self.run(jobs.create_job_of(job, placement, now, ttl, dedup))
 
     async def pick(self, placement: Placement, now: float) -> str:
         return await self.run(jobs.pick_node(placement, now, self.settings.node_ttl_secs))

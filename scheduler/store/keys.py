@@ -13,55 +13,9 @@ slot. The cost: one deployment cannot spread over several cluster primaries; spr
 the sharding plan's job (several deployments, each its own tag). Before the tag, keys were
 "P:..." and rq's "rq:..."; store/migrate.py renames such a deployment at start.
 
-Layout (P = REDIS_PREFIX, T = the hash tag "{P}"):
-  T:seq:job               counter, INCR gives the N of job-N
-  T:seq:rr                counter, INCR gives the round-robin ticket
-  T:seq:event             counter, INCR numbers the outbox events
-  T:job:{id}              string, the job's wire JSON (exactly what GET /jobs/{id} returns)
-  T:attempts:{id}         list, the job's ended attempts (JSON each, the last 50): life.py
-  T:jobs                  zset of every job id, score N (listing, pagination)
-  T:status:{status}       zset per status, score N
-  T:node:{node}:jobs      zset of the node's jobs, score N
-  T:node:{node}:{status}  zset per node and status, score N; :pending is the node's queue
-  T:node:{node}:busy      set of the node's running run-jobs (MAX_JOBS_PER_NODE check)
-  T:deadlines             zset of running run-jobs, score = start time (timeout sweep)
-  T:finished              zset of finished jobs (done or failed), score = finish time
-  T:cancelling            zset of jobs asked to stop while running, score = when (the grace)
-  T:delayed               zset of delayed jobs, score = when due (epoch s); PROMOTE_DUE
-  T:dirty                 set of job ids changed since the last snapshot
-  T:dirty:inflight        set of job ids the current (or a crashed) snapshot is writing
-  T:initialised           marker: whether to restore from the SQLite snapshot is decided
-  T:restoring             path of the SQLite file a restore is loading (absent otherwise)
-  T:outbox                list of events to publish (SNS): "<event number> <message JSON>"
-  T:nodes                 hash node id -> node JSON (built-in registry)
-  T:nodes:seen            zset node id -> last heartbeat, epoch seconds
-  T:nodes:compute         zset, the same for the nodes with role compute (placement); with
-                          an external registry: when the sweep last saw each one healthy
-  T:services              hash service id (svc-N) -> service JSON (built-in registry)
-  T:seq:service           counter, INCR gives the N of svc-N
-  T:node:{node}:services  zset of the node's services, score N (its list, its cap)
-  T:nodes:token           hash node id -> SHA-256 (hex) of its agent token (built-in registry)
-  T:tokens                hash token SHA-256 -> node id (whose token a bearer is)
-  T:registry:readable-since  epoch s since the sweep has read the external registry without
-                          a failure (deleted on a failure)
-  T:sqs:{msg}             string, the job a SQS message created (idempotency key)
-  T:submit:{key}          string, "<job id> <request fingerprint>": the job a POST /jobs
-                          with this Idempotency-Key (its SHA-256) created
-  T:schedules             hash schedule name -> schedule JSON (models/schedule.py Schedule)
-  T:schedules:names       zset of every schedule name, score 0 (listing by name, paged)
-  T:schedules:due         zset of the active schedules, score = next tick (epoch s)
-  T:schedules:dirty       set of schedule names changed (or deleted) since the last snapshot
-  T:schedules:dirty:inflight  the same, being written by the current (or a crashed) snapshot
-  T:lock:{name}           short-lived locks (restore, snapshot, worker promote)
-  T:stats                 hash of background-work counters (workers/: sqs_dropped, ...)
-  T:runs:{task}           list, the last runs of a periodic task: "<period> <epoch s>"
-Pub/sub channels (not keys; named here all the same), published by the scripts:
-  T:wake:node:{node}      the node may have work: a job was placed on it, or it has room again
-  T:wake:job:{id}         the job changed
-rq builds its own keys under RQ_KEY_PREFIX = T:rq (T:rq:queue:<name>, T:rq:job:<id>, ...;
-workers/rq_prefix.py sets it) from the names below:
-  queue  P.<kind>         the workers' queues (periodic, events)
-  job id <p>-<kind>-<n>   p = the prefix in rq's id alphabet (a periodic run, an event)
+The layout, each key with its helper here, is docs/ARCHITECTURE.md's "Redis keys" table (one
+copy: a key added here gets its row there). rq builds its own keys under RQ_KEY_PREFIX = T:rq
+(workers/rq_prefix.py sets it).
 """
 
 from __future__ import annotations
@@ -115,6 +69,15 @@ class Keys:
     @property
     def delayed(self) -> str:
         return self._k("delayed")
+
+    @property
+    def waiting(self) -> str:
+        """Hash: a waiting job's id -> how many of the jobs it runs after are not done."""
+        return self._k("waiting")
+
+    def dependents(self, job_id: str) -> str:
+        """Set: the waiting jobs that run after `job_id`."""
+        return self._k(f"dependents:{job_id}")
 
     @property
     def finished(self) -> str:
@@ -339,7 +302,8 @@ LAYOUT_ROOTS = frozenset(
     {
         "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
-        "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts",
+        "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts", "waiting",
+        "dependents",
     }
 )  # fmt: skip
 

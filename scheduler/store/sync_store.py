@@ -11,7 +11,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from scheduler.config import Settings
-from scheduler.models.job import RETIRED_STATUSES
+from scheduler.models.job import RETIRED_STATUSES, Job
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.errors import ReplicasNotAcked
@@ -68,22 +68,25 @@ class SyncJobStore:
         return reply
 
     def create(
-        self,
-        job_json: bytes,
-        placement: Placement,
-        now: float,
-        dedup: Dedup = NO_DEDUP,
-        due: float | None = None,
-        priority: int = 0,
+        self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
+        """A new job (models.job.stamped), placed by `placement`."""
         ttl = self.settings.node_ttl_secs
-        return self.run(jobs.create_job(job_json, placement, now, ttl, dedup, due, priority))
+        return self.run(jobs.create_job_of(job, placement, now, ttl, dedup))
 
     def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
         """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not
         reported them cancelled."""
         cutoff = now - self.settings.cancel_grace_secs
         return self._drain(lambda: upkeep.finish_cancels(cutoff, now, batch), batch)
+
+    def rebuild_waiting(self, now: float, batch: int = 500) -> None:
+        """After a restore: the waiting jobs' counters and dependents (REBUILD_WAITING)."""
+        above = 0.0
+        while True:
+            read, above = self.run(snapshot.rebuild_waiting(above, batch, now))
+            if read < batch:
+                return
 
     def upgrade_retired(self, batch: int = 500) -> int:
         """Change the jobs an earlier version ended with a status of its own to how they end

@@ -11,7 +11,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.models.job import JobCreate, creation_json, new_job
+from scheduler.models.job import JobCreate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.store.sync_store import SyncJobStore
@@ -143,7 +143,7 @@ def _seed(settings: Settings, node_id: str, count: int) -> None:
     store = SyncJobStore.connect(settings)
     try:
         now = time.time()
-        job = creation_json(new_job(JobCreate(command="seeded"), rfc3339(now)))
+        job = new_job(JobCreate(command="seeded"), rfc3339(now))
         for _ in range(count):
             store.create(job, Placement.fixed(node_id), now)
     finally:

@@ -186,7 +186,7 @@ def test_a_bad_status_not_and_a_wait_on_a_listing_are_400(api: TestClient) -> No
     assert_text_error(
         response,
         400,
-        "invalid status_not: use pending, delayed, running, done, failed, cancelling",
+        "invalid status_not: use pending, delayed, waiting, running, done, failed, cancelling",
     )
     response = api.get("/jobs", params={"status": "pending", "wait": 1})
     assert_text_error(response, 400, "wait needs node_id and status=pending")

@@ -56,7 +56,7 @@ def test_bad_filters_are_400_and_unknown_jobs_404(client: TestClient) -> None:
     assert_text_error(
         client.get("/ui/jobs?status=nope"),
         400,
-        "invalid status: use one of pending, delayed, running, done, failed, cancelling",
+        "invalid status: use one of pending, delayed, waiting, running, done, failed, cancelling",
     )
     assert client.get("/ui/jobs?node_id=a%20b").status_code == 400
     assert client.get("/ui/jobs?before=" + "9" * 5000).status_code == 400

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from scheduler.config import Settings
-from scheduler.models.job import JobCreate, JobUpdate, creation_json, new_job
+from scheduler.models.job import JobCreate, JobUpdate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
@@ -112,7 +112,7 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 def create_jobs(store: SyncJobStore, count: int, now: float) -> None:
     """`count` jobs through the create script, as POST /jobs makes them (all marked changed)."""
-    job = creation_json(new_job(JobCreate(command="echo"), rfc3339(now)))
+    job = new_job(JobCreate(command="echo"), rfc3339(now))
     # As a starting serve or worker would: the restore question is settled before any create.
     store.run(snapshot_scripts.finish_restore(0, "test"))
     for _ in range(count):

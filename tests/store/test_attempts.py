@@ -24,6 +24,7 @@ from tests.store.test_endings import (
     ENDINGS,
     LOST,
     TIMEOUT,
+    WALK_FIELDS,
     Run,
     Step,
     claim,
@@ -48,6 +49,7 @@ ATTEMPTS: dict[str, list[tuple[str, int | None, bool]]] = {
     "its node lost twice": [("node_lost", None, True), ("node_lost", -1, True)],
     "failed, then its node lost": [("failed", 3, True), ("node_lost", -1, True)],
     "retried, then cancelled": [("failed", 3, True), ("cancelled", None, False)],
+    "its dependency timed out": [("dependency_failed", None, False)],
 }
 # Walks with a retry policy of the job's own (a timeout is retried only under one).
 OWN_POLICY: dict[str, tuple[list[Step], list[tuple[str, int | None, bool]]]] = {
@@ -101,7 +103,8 @@ def test_each_attempt_is_kept_as_it_ends_and_the_record_is_unchanged(
         run = Run(make_client(settings), store, rclient, max_retries=1)
     else:
         steps, expected = ENDINGS[name][0], ATTEMPTS[name]
-        run = Run(make_client(settings), store, rclient)
+        api = make_client(settings)
+        run = Run(api, store, rclient, **WALK_FIELDS.get(name, lambda api: {})(api))
     assert attempts(store, run.job_id) == []
 
     assert walk(run, steps) == expected

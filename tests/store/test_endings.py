@@ -159,12 +159,32 @@ def promote_when_due(run: Run) -> None:
     assert run.store.promote_due(time.time() + 3601) == [run.job_id]
 
 
+def after_a_running_job(api: TestClient) -> dict[str, Any]:
+    """Fields of a job that waits for another, running one (on either node)."""
+    register(api, "a", "b")
+    dep = submit(api, command="first")["job_id"]
+    assert report(api, dep, "running").status_code == 200
+    return {"after": [dep]}
+
+
+def its_dependency_times_out(run: Run) -> None:
+    assert run.store.sweep_timeouts(time.time() + TIMEOUT + 1)
+
+
+# A job that waits for another ends when that one fails: the walk's job is submitted with
+# the fields WALK_FIELDS makes.
+ENDINGS["its dependency timed out"] = ([its_dependency_times_out], "failed", "dependency_failed")
+WALK_FIELDS = {"its dependency timed out": after_a_running_job}
+
+
 # Each status of ours before the end: what the job is submitted with and the steps that
 # bring it there, and the step of the scheduler alone (no client, no agent: the original
 # agent cannot be told) that takes it out, to a status the original's clients know.
-LEFT_BY_THE_SCHEDULER: dict[str, tuple[dict[str, Any], list[Step], Step]] = {
-    "cancelling": ({}, [claim, cancel], pass_grace),
-    "delayed": ({"delay_secs": 3600}, [], promote_when_due),
+Fields = Callable[[TestClient], dict[str, Any]]
+LEFT_BY_THE_SCHEDULER: dict[str, tuple[Fields, list[Step], Step]] = {
+    "cancelling": (lambda api: {}, [claim, cancel], pass_grace),
+    "delayed": (lambda api: {"delay_secs": 3600}, [], promote_when_due),
+    "waiting": (after_a_running_job, [], its_dependency_times_out),
 }
 
 
@@ -187,7 +207,8 @@ def test_a_status_of_ours_is_left_without_any_client(
     rclient: redis.Redis,
 ) -> None:
     fields, reach, leave = LEFT_BY_THE_SCHEDULER[status]
-    run = Run(make_client(settings), store, rclient, **fields)
+    api = make_client(settings)
+    run = Run(api, store, rclient, **fields(api))
     for step in reach:
         step(run)
     assert run.job()["status"] == status
@@ -210,7 +231,8 @@ def test_a_job_ends_once_with_one_event(
     rclient: redis.Redis,
 ) -> None:
     steps, final, reason = ENDINGS[name]
-    run = Run(make_client(settings), store, rclient)
+    api = make_client(settings)
+    run = Run(api, store, rclient, **WALK_FIELDS.get(name, lambda api: {})(api))
     for step in steps[:-1]:
         step(run)
         assert run.own_events() == [], f"an event before the end, after {step.__name__}"

@@ -145,3 +145,23 @@ def test_an_old_lock_does_not_replace_the_one_held(rclient: redis.Redis, prefix:
     rclient.set(keys.lock("sqlite-restore"), "this upgrade's token", px=5000)
     assert rename_legacy_keys(rclient, keys) == 1
     assert rclient.get(keys.lock("sqlite-restore")) == b"this upgrade's token"
+
+
+def test_every_key_has_its_row_in_the_architecture_table() -> None:
+    """docs/ARCHITECTURE.md's "Redis keys" table is the one description of the layout: each
+    helper of Keys is named in its last column."""
+    import inspect
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "ARCHITECTURE.md").read_text()
+    table = doc.split("## Redis keys", 1)[1].split("\n## ", 1)[0]
+    helper_cells = [row.split("|")[-2] for row in table.splitlines() if row.startswith("| `{P}")]
+    named = {name for cell in helper_cells for name in re.findall(r"`(\w+)", cell)}
+    helpers = {
+        name
+        for name, member in inspect.getmembers(Keys)
+        if not name.startswith("_") and (isinstance(member, property) or inspect.isfunction(member))
+    }
+    structural = {"root", "tag", "pattern"}  # the deployment's root, its tag, a SCAN match
+    rq_names = {name for name in helpers if name.startswith("rq_")}  # rq's (its paragraph)
+    assert helpers - structural - rq_names <= named, sorted(helpers - named)

@@ -14,7 +14,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.models.job import JobCreate, JobUpdate, creation_json, new_job
+from scheduler.models.job import JobCreate, JobUpdate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.store.keys import Keys
@@ -222,7 +222,7 @@ def create(store: SyncJobStore, node: str, priority: int) -> str:
     now = time.time()
     request = JobCreate(command=f"p{priority}", priority=priority)  # type: ignore[call-arg]
     job = new_job(request, rfc3339(now))
-    created = store.create(creation_json(job), Placement.fixed(node), now, priority=priority)
+    created = store.create(job, Placement.fixed(node), now)
     return job_id(created.job)
 
 

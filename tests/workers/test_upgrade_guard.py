@@ -20,7 +20,7 @@ import redis
 
 from scheduler.api import upgrade as api_upgrade
 from scheduler.config import Settings
-from scheduler.models.job import JobCreate, creation_json, new_job
+from scheduler.models.job import JobCreate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
@@ -44,7 +44,7 @@ def _text(raw: Any) -> str:
 def old_deployment(store: SyncJobStore, r: redis.Redis, prefix: str, jobs: int = JOBS) -> None:
     """`jobs` jobs made by the create script, then every key renamed to the old layout."""
     keys, old = Keys(prefix), LegacyKeys(prefix)
-    job = creation_json(new_job(JobCreate(command="echo"), rfc3339(time.time())))
+    job = new_job(JobCreate(command="echo"), rfc3339(time.time()))
     store.run(snapshot_scripts.finish_restore(0, "started empty"))
     for _ in range(jobs):
         store.create(job, Placement.fixed("n1"), time.time())

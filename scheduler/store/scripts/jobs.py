@@ -3,11 +3,13 @@ built-in registry's are in nodes.py), each with its call."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.models.job import JobUpdate
-from scheduler.models.wire import rfc3339
+from scheduler.models.job import Job, JobUpdate, creation_json, due_of
+from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import Conflict, IdempotencyMismatch, JobNotFound, StoreNotReady
 from scheduler.store.scripts import codes, retry
@@ -30,6 +32,8 @@ def _created(reply: list[Any]) -> Created:
         raise NoHealthyNodes()
     if reply[0] == codes.MISMATCH:
         raise IdempotencyMismatch()
+    if reply[0] == codes.UNKNOWN_AFTER:
+        raise InvalidInput(f"invalid after: {str(reply[1], 'utf-8')} is not a job")
     return Created(job=reply[1], duplicate=reply[0] == codes.DUPLICATE)
 
 
@@ -49,18 +53,21 @@ NO_DEDUP = Dedup("", "", 0)
 
 CREATE_JOB = Script(
     "CREATE_JOB",
-    "record due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint *candidates",
+    "record due priority after stamp mode now node_ttl dedup_space dedup_key dedup_ttl"
+    " fingerprint *candidates",
     """
 -- record: the job's JSON without job_id and node_id, which this fills in (the id drawn here,
 -- the node placed here: library.py PLACEMENT). due: "" for a job pending now, else the epoch
 -- its run_at says: it is delayed until then (its record says so too). priority: the
--- record's, its place in the node's queue (life.py queue_score). With dedup_ttl > 0,
+-- record's, its place in the node's queue (life.py queue_score). after: "" or the JSON list
+-- of the jobs it runs after (each must exist): it is `waiting` until they are done, and
+-- fails at once (dependency_failed, its event) if one has failed. With dedup_ttl > 0,
 -- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
 -- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
 -- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
 -- anything.
 -- Returns {OK, job JSON} | {DUPLICATE, job JSON, "" if the job is gone} | {MISMATCH}
---   | {NO_NODES} | {NOT_READY}.
+--   | {NO_NODES} | {NOT_READY} | {UNKNOWN_AFTER, the id not found}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
 if redis.call("EXISTS", K.initialised) == 0 then return {NOT_READY} end
@@ -74,13 +81,23 @@ if tonumber(dedup_ttl) > 0 then
     return {DUPLICATE, redis.call("GET", K.job(id)) or ""}
   end
 end
+local deps = after == "" and {} or cjson.decode(after)
+for _, dep in ipairs(deps) do
+  if not redis.call("ZSCORE", K.all_jobs, dep) then return {UNKNOWN_AFTER, dep} end
+end
 local node = pick_node(mode, candidates, tonumber(now), tonumber(node_ttl))
 if not node then return {NO_NODES} end
 local n = redis.call("INCR", K.job_seq)
 local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)
-local status = due == "" and "pending" or "delayed"
+local waits, failed = wait_for(id, deps)
+local status = (waits > 0 or failed) and "waiting" or due == "" and "pending" or "delayed"
+if status == "waiting" then
+  local decoded = cjson.decode(job)
+  decoded.status = "waiting"
+  job = encode(decoded)
+end
 redis.call("SET", K.job(id), job)
 redis.call("ZADD", K.all_jobs, n, id)
 redis.call("ZADD", K.status(status), n, id)
@@ -94,6 +111,11 @@ if dedup then
   redis.call("SET", dedup, value, "EX", tonumber(dedup_ttl))
 end
 if status == "pending" then wake_node(node) end
+if failed then
+  local decoded = cjson.decode(job)
+  decoded.stderr = "dependency " .. failed .. " ended failed"
+  job = finish(id, n, decoded, "dependency_failed", now, stamp)
+end
 return {OK, job}
 """,
     _created,
@@ -108,13 +130,16 @@ def create_job(
     dedup: Dedup = NO_DEDUP,
     due: float | None = None,
     priority: int = 0,
+    after: Sequence[str] = (),
 ) -> Call[Created]:
     """`record` is the new job's JSON object without job_id and node_id; `due`, when it is
-    delayed, the epoch of its run_at; `priority`, the record's."""
+    delayed, the epoch of its run_at; `priority` and `after`, the record's."""
     return CREATE_JOB.call(
         record=record,
         due="" if due is None else due,
         priority=priority,
+        after=json.dumps(list(after)) if after else "",
+        stamp=rfc3339(now),
         mode=placement.mode,
         now=now,
         node_ttl=node_ttl,
@@ -123,6 +148,15 @@ def create_job(
         dedup_ttl=dedup.ttl if dedup.key else 0,
         fingerprint=dedup.fingerprint,
         candidates=placement.candidates,
+    )
+
+
+def create_job_of(
+    job: Job, placement: Placement, now: float, node_ttl: float, dedup: Dedup = NO_DEDUP
+) -> Call[Created]:
+    """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it."""
+    return create_job(
+        creation_json(job), placement, now, node_ttl, dedup, due_of(job), job.priority, job.after
     )
 
 
@@ -256,7 +290,7 @@ elseif status == "cancelled" then
 end
 if status == "running" then
   if old == "running" and reporter ~= "" then return {OK, raw} end
-  if old == "delayed" then return {NOT_DUE} end
+  if old == "delayed" or old == "waiting" then return {NOT_DUE} end
   if old ~= "pending" then return {ALREADY_RUNNING} end
 elseif old ~= "running" and old ~= "cancelling" then
   return {NOT_RUNNING}
@@ -320,7 +354,7 @@ if not job then return {NOT_FOUND} end
 if FINAL[job.status] then return {FINISHED} end
 if job.status == "cancelling" then return {OK, raw} end
 local n = redis.call("ZSCORE", K.all_jobs, job_id)
-if job.status == "pending" or job.status == "delayed" then
+if job.status == "pending" or job.status == "delayed" or job.status == "waiting" then
   return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
 end
 move(job_id, n, job.node_id, job.status, "cancelling")

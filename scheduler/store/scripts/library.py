@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 
+from scheduler.models.fields import Kind
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
@@ -28,7 +29,8 @@ def _record_fields() -> str:
     rows = []
     for field in JOB_FIELDS:
         rule = "always" if field.required else "null" if field.nullable else "empty"
-        rows.append(f'{{"{field.name}", "{rule}"}}')
+        shape = "list" if field.kind is Kind.LIST else "value"
+        rows.append(f'{{"{field.name}", "{rule}", "{shape}"}}')
     return "{" + ", ".join(rows) + "}"
 
 
@@ -154,7 +156,8 @@ local function encode(job)
   for _, field in ipairs(RECORD_FIELDS) do
     local name, value = field[1], job[field[1]]
     if not omitted(value, field[2]) then
-      local text = type(value) == "table" and encode_sorted(value) or cjson.encode(value)
+      local text = (type(value) ~= "table" or field[3] == "list") and cjson.encode(value)
+        or encode_sorted(value)
       out[#out + 1] = '"' .. name .. '":' .. text
     end
   end

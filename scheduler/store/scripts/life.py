@@ -120,6 +120,8 @@ local function finish(id, n, job, ending, now, stamp)
     wake_node(job.node_id)
   elseif job.status == "delayed" then
     redis.call("ZREM", K.delayed, id)
+  elseif job.status == "waiting" then
+    redis.call("HDEL", K.waiting, id)
   end
   move(id, n, job.node_id, job.status, status)
   job.status, job.finished_at = status, stamp
@@ -127,7 +129,45 @@ local function finish(id, n, job, ending, now, stamp)
   redis.call("ZADD", K.finished, now, id)
   publish(id, status)
   wake_job(id)
-  return store_job(id, job)
+  local stored = store_job(id, job)
+  -- The jobs waiting for this one: done, one fewer to wait for (the last makes a job
+  -- pending); any other ending fails them, and theirs in turn.
+  local waiters = redis.call("SMEMBERS", K.dependents(id))
+  for _, w in ipairs(waiters) do
+    local waiter = load_job(w)
+    if waiter and waiter.status == "waiting" then
+      local wn = redis.call("ZSCORE", K.all_jobs, w)
+      if status ~= "done" then
+        waiter.stderr = "dependency " .. id .. " ended " .. (reason ~= "" and reason or status)
+        finish(w, wn, waiter, "dependency_failed", now, stamp)
+      elseif redis.call("HINCRBY", K.waiting, w, -1) <= 0 then
+        redis.call("HDEL", K.waiting, w)
+        rebind(w, wn, waiter, "pending", waiter.node_id)
+        store_job(w, waiter)
+      end
+    end
+  end
+  if #waiters > 0 then redis.call("DEL", K.dependents(id)) end
+  return stored
+end
+
+-- What a new (or restored) job that runs `after` others must do: {waits, failed}: how many
+-- of them are not done yet (each then counts it among its dependents), and the first that
+-- failed, if any. A job not in Redis (pruned once it ended) counts as done.
+local function wait_for(id, after)
+  local failed, pending = nil, {}
+  for _, dep in ipairs(after) do
+    if redis.call("ZSCORE", K.status("failed"), dep) then
+      failed = failed or dep
+    elseif redis.call("ZSCORE", K.all_jobs, dep)
+      and not redis.call("ZSCORE", K.status("done"), dep) then
+      pending[#pending + 1] = dep
+    end
+  end
+  if failed then return 0, failed end
+  for _, dep in ipairs(pending) do redis.call("SADD", K.dependents(dep), id) end
+  if #pending > 0 then redis.call("HSET", K.waiting, id, #pending) end
+  return #pending, nil
 end
 
 -- The jobs that entered `index` (a sorted set scored by when) before `cutoff`, `batch` of

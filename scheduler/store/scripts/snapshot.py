@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.models.wire import rfc3339
 from scheduler.store.scripts.script import Call, Script
 
 TAKE_DIRTY = Script(
@@ -189,3 +190,40 @@ return #entries / 2
 
 def upgrade_retired(status: str, ending: str, batch: int) -> Call[int]:
     return UPGRADE_RETIRED.call(status=status, ending=ending, batch=batch)
+
+
+REBUILD_WAITING = Script(
+    "REBUILD_WAITING",
+    "above batch now stamp",
+    """
+-- After a restore (which writes records and indexes only): each waiting job's count and its
+-- place among its dependencies' dependents, rebuilt from its `after` and the statuses now in
+-- Redis (life.py wait_for): one whose dependency failed fails, one with nothing left to
+-- wait for is pending. `batch` waiting jobs numbered above `above`.
+-- Returns {entries read, the last job number read}.
+local entries = redis.call(
+  "ZRANGEBYSCORE", K.status("waiting"), "(" .. above, "+inf", "WITHSCORES", "LIMIT", 0, batch)
+local last = above
+for i = 1, #entries, 2 do
+  local id, n = entries[i], entries[i + 1]
+  last = n
+  local job = load_job(id)
+  if job and job.status == "waiting" then
+    local waits, failed = wait_for(id, job.after or {})
+    if failed then
+      job.stderr = "dependency " .. failed .. " ended failed"
+      finish(id, n, job, "dependency_failed", now, stamp)
+    elseif waits == 0 then
+      rebind(id, n, job, "pending", job.node_id)
+      store_job(id, job)
+    end
+  end
+end
+return {#entries / 2, last}
+""",
+    lambda reply: (int(reply[0]), float(reply[1])),
+)
+
+
+def rebuild_waiting(above: float, batch: int, now: float) -> Call[tuple[int, float]]:
+    return REBUILD_WAITING.call(above=above, batch=batch, now=now, stamp=rfc3339(now))
