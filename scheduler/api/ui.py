@@ -26,6 +26,7 @@ from scheduler.api.http import UI_COOKIE, HTTPError, ui_secret, whole_number
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
+from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
 from scheduler.api.ui_forms import checked_form, form_lists
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.models.fields import JobField, Kind
@@ -36,7 +37,7 @@ from scheduler.nodes.placement import is_live
 from scheduler.snapshot.db import MAX_JOB_NUMBER, job_number
 from scheduler.store.errors import JobNotFound
 
-PAGE_SIZE = 50
+PAGE_SIZE = MAX_IDS  # 50: the failed list retries at most one page at once
 service_decoder = msgspec.json.Decoder(Service)
 REFRESH_SECS = 5
 
@@ -58,6 +59,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-heigh
 form.filters{margin-bottom:12px;display:flex;gap:8px;align-items:center}
 nav.pages{margin-top:12px;display:flex;gap:16px}
 .muted{color:#57606a}
+.notice{background:#ddf4ff;border:1px solid #54aeff;padding:8px}
 table.narrow{width:auto;min-width:20em}
 """
 
@@ -148,8 +150,11 @@ async def jobs_page(request: Request) -> Response:
     if len(jobs) > PAGE_SIZE:
         older = urlencode({**kept, "before": job_number(shown[-1].job_id) or 0})
         links.append(f'<a id="older" href="/ui/jobs?{older}">Older</a>')
+    dead = retry_form(shown, _csrf(request), node_id) if status == "failed" else ""
     body = (
-        _filter_form(status, node_id)
+        notice(request)
+        + _filter_form(status, node_id)
+        + dead
         + f'<table id="jobs"><tr>{head}</tr>{rows}</table>'
         + f'<nav class="pages">{"".join(links)}</nav>'
     )
