@@ -9,7 +9,17 @@ The order is Starlette's: the first entry matching path and method serves it
 
 from __future__ import annotations
 
-from scheduler.api import jobs, metrics, nodes, retries, schedules, services, ui, ui_schedules
+from scheduler.api import (
+    jobs,
+    metrics,
+    nodes,
+    retries,
+    schedules,
+    services,
+    ui,
+    ui_dead,
+    ui_schedules,
+)
 from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
 
 ANYONE, AGENT, KEY, UI = Access.ANYONE, Access.AGENT, Access.KEY, Access.UI
@@ -58,6 +68,8 @@ TABLE = RouteTable(
         ),
         Entry("/ui/logout", {"POST": Method(ui.logout, UI)}, other_methods=UI),
         Entry("/ui/jobs", {"GET": Method(ui.jobs_page, UI)}, other_methods=UI),
+        # The failed list's bulk retry (before /ui/jobs/{job_id}, as /jobs/retry).
+        Entry("/ui/jobs/retry", {"POST": Method(ui_dead.retry_failed, UI)}, other_methods=UI),
         Entry("/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI)}, other_methods=UI),
         Entry("/ui/jobs/{job_id}/cancel", {"POST": Method(ui.cancel, UI)}, other_methods=UI),
         Entry("/ui/jobs/{job_id}/retry", {"POST": Method(ui.retry, UI)}, other_methods=UI),

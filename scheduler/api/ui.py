@@ -15,17 +15,20 @@ import time
 from collections.abc import Callable
 from html import escape
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import urlencode
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from scheduler.api import retries
-from scheduler.api.http import UI_COOKIE, HTTPError, read_body, ui_secret, whole_number
+from scheduler.api.http import UI_COOKIE, HTTPError, ui_secret, whole_number
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
+from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
+from scheduler.api.ui_forms import checked_form, form_lists
+from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, STATUSES, Job, job_decoder
 from scheduler.models.registry import Service
@@ -34,7 +37,7 @@ from scheduler.nodes.placement import is_live
 from scheduler.snapshot.db import MAX_JOB_NUMBER, job_number
 from scheduler.store.errors import JobNotFound
 
-PAGE_SIZE = 50
+PAGE_SIZE = MAX_IDS  # 50: the failed list retries at most one page at once
 service_decoder = msgspec.json.Decoder(Service)
 REFRESH_SECS = 5
 
@@ -56,6 +59,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-heigh
 form.filters{margin-bottom:12px;display:flex;gap:8px;align-items:center}
 nav.pages{margin-top:12px;display:flex;gap:16px}
 .muted{color:#57606a}
+.notice{background:#ddf4ff;border:1px solid #54aeff;padding:8px}
 table.narrow{width:auto;min-width:20em}
 """
 
@@ -146,8 +150,11 @@ async def jobs_page(request: Request) -> Response:
     if len(jobs) > PAGE_SIZE:
         older = urlencode({**kept, "before": job_number(shown[-1].job_id) or 0})
         links.append(f'<a id="older" href="/ui/jobs?{older}">Older</a>')
+    dead = retry_form(shown, _csrf(request), node_id) if status == "failed" else ""
     body = (
-        _filter_form(status, node_id)
+        notice(request)
+        + _filter_form(status, node_id)
+        + dead
         + f'<table id="jobs"><tr>{head}</tr>{rows}</table>'
         + f'<nav class="pages">{"".join(links)}</nav>'
     )
@@ -222,13 +229,6 @@ async def job_page(request: Request) -> Response:
     return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES)
 
 
-def _csrf(request: Request) -> str:
-    """The token a form that changes something must carry: an HMAC of the key (none needed
-    without a key, when the API itself is open)."""
-    key = _settings(request).api_key
-    return ui_secret(key, "csrf") if key else ""
-
-
 # The job page's button: what a job in each status offers (posted with the form's token).
 _ACTIONS = {"pending": "cancel", "delayed": "cancel", "waiting": "cancel", "running": "cancel"}
 _ACTIONS["failed"] = "retry"
@@ -239,9 +239,7 @@ async def _posted_job_id(request: Request) -> str:
     job_id: str = request.path_params["job_id"]
     if not ID_RE.fullmatch(job_id):
         raise HTTPError(404, "job not found")
-    form = await _form(request)
-    if not hmac.compare_digest(form.get("csrf", "").encode(), _csrf(request).encode()):
-        raise HTTPError(403, "forbidden: the form's token is missing or stale")
+    await checked_form(request)
     return job_id
 
 
@@ -346,10 +344,8 @@ async def logout(request: Request) -> Response:
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """A small urlencoded form (4 KiB at most: a key, a token)."""
-    body = await read_body(request, 4096)
-    pairs = parse_qs(body.decode("latin-1"), keep_blank_values=True)
-    return {name: values[0] for name, values in pairs.items()}
+    """A small urlencoded form (4 KiB at most: a key, a token): each name's first value."""
+    return {name: values[0] for name, values in (await form_lists(request)).items()}
 
 
 async def home(request: Request) -> Response:

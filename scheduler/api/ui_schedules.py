@@ -4,7 +4,6 @@ job template's env_vars show by name only, as on a job's page."""
 
 from __future__ import annotations
 
-import hmac
 import time
 from html import escape
 from urllib.parse import urlencode
@@ -14,8 +13,10 @@ from starlette.responses import RedirectResponse, Response
 
 from scheduler.api.http import HTTPError
 from scheduler.api.state import store as _store
-from scheduler.api.ui import _csrf, _form, _names_only, status_badge
+from scheduler.api.ui import _names_only, status_badge
 from scheduler.api.ui import page as ui_page
+from scheduler.api.ui_forms import checked_form
+from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.models.schedule import Schedule, paused, resumed, schedule_decoder
 from scheduler.models.wire import ID_RE, rfc3339
 
@@ -87,9 +88,7 @@ async def pause_or_resume(request: Request) -> Response:
     action: str = request.path_params["action"]
     if action not in ("pause", "resume") or not ID_RE.fullmatch(name):
         raise HTTPError(404, "404 page not found")
-    form = await _form(request)
-    if not hmac.compare_digest(form.get("csrf", "").encode(), _csrf(request).encode()):
-        raise HTTPError(403, "forbidden: the form's token is missing or stale")
+    await checked_form(request)
     now = time.time()
     if action == "pause":
         await _store(request).change_schedule(name, paused)

@@ -113,3 +113,124 @@ def test_a_map_field_shows_its_names_never_its_values() -> None:
     labels = JobField("labels", dict[str, str], Kind.OBJECT, False, False, True)
     html = _cell(labels, {"SECRET_NAME": "hunter2"})
     assert "SECRET_NAME" in html and "hunter2" not in html
+
+
+# The dead set's bulk retry (issue 23, item 8): the failed list's button, POST /ui/jobs/retry.
+
+
+def failed_jobs(api: TestClient, key: dict[str, str], count: int) -> list[str]:
+    """`count` jobs on n1 out of retries and failed (newest first, as the list shows them)."""
+    ids = []
+    for _ in range(count):
+        job = api.post("/jobs", json={"command": "x", "max_retries": 0}, headers=key).json()
+        api.patch(f"/jobs/{job['job_id']}", json={"status": "running"})
+        api.patch(f"/jobs/{job['job_id']}", json={"status": "failed", "exit_code": 2})
+        ids.insert(0, job["job_id"])
+    return ids
+
+
+def statuses(api: TestClient, key: dict[str, str], ids: list[str]) -> list[str]:
+    return [api.get(f"/jobs/{job_id}", headers=key).json()["status"] for job_id in ids]
+
+
+def test_the_failed_list_retries_its_page_with_the_token(make_client: ClientFactory) -> None:
+    api = make_client(api_key=KEY)
+    key = {"Authorization": f"Bearer {KEY}"}
+    api.post("/nodes/register", json={"id": "n1"})
+    dead = failed_jobs(api, key, 2)
+    alive = api.post("/jobs", json={"command": "x"}, headers=key).json()["job_id"]
+    api.post("/ui/login", data={"key": KEY})
+    for other in ("/ui/jobs", "/ui/jobs?status=pending", "/ui/jobs?status=done"):
+        assert 'id="retry-failed"' not in api.get(other).text  # the failed list's only
+    page = api.get("/ui/jobs?status=failed").text
+    assert ">Retry these 2 failed jobs</button>" in page
+    form = page.split('action="/ui/jobs/retry">')[1].split("</form>")[0]
+    assert form.count('type="hidden" name="job_id"') == 2
+    assert all(f'name="job_id" value="{job_id}"' in form for job_id in dead)
+    token = form.split('name="csrf" value="')[1].split('"')[0]
+    assert token and KEY not in token
+
+    # Another site's form: no token, a wrong one, the token under another name.
+    for forged in ({}, {"csrf": "x"}, {"csrf": ""}, {"token": token}):
+        answer = api.post("/ui/jobs/retry", data={**forged, "job_id": dead})
+        assert answer.status_code == 403, forged
+    assert statuses(api, key, dead) == ["failed", "failed"]
+    # Without the login cookie (cross-site, SameSite=Strict keeps it back): the login form.
+    stranger = make_client(api_key=KEY)
+    away = stranger.post(
+        "/ui/jobs/retry", data={"csrf": token, "job_id": dead}, follow_redirects=False
+    )
+    assert (away.status_code, away.headers["location"]) == (303, "/ui/login")
+    assert statuses(api, key, dead) == ["failed", "failed"]
+
+    # The page's form, plus a job that is not failed and one that does not exist.
+    posted = {"csrf": token, "job_id": [*dead, alive, "job-99", dead[0]]}
+    done = api.post("/ui/jobs/retry", data=posted, follow_redirects=False)
+    assert done.status_code == 303
+    assert done.headers["location"] == "/ui/jobs?status=failed&retried=2&skipped=2"
+    assert statuses(api, key, [*dead, alive]) == ["pending", "pending", "pending"]
+    assert api.get("/jobs/job-99", headers=key).status_code == 404
+    back = api.get(done.headers["location"]).text
+    assert '<p class="notice" id="notice">Retried 2 failed job(s). 2 not retried' in back
+    assert "no jobs" in back and 'id="retry-failed"' not in back  # the dead set is empty
+    # Again: nothing is failed any more, nothing changes.
+    again = api.post("/ui/jobs/retry", data={"csrf": token, "job_id": dead})
+    assert again.url.query == b"status=failed&retried=0&skipped=2"
+
+
+def test_the_bulk_retry_bounds_its_ids_and_changes_nothing_on_bad_input(
+    make_client: ClientFactory,
+) -> None:
+    api = make_client(api_key=KEY)
+    key = {"Authorization": f"Bearer {KEY}"}
+    api.post("/nodes/register", json={"id": "n1"})
+    [dead] = failed_jobs(api, key, 1)
+    api.post("/ui/login", data={"key": KEY})
+    page = api.get("/ui/jobs?status=failed").text
+    assert ">Retry these 1 failed job</button>" in page
+    token = page.split('name="csrf" value="')[1].split('"')[0]
+    many = [dead] * 51  # past a page (50), even repeated
+    for job_ids, message in (
+        ([], "invalid job_id: give 1 to 50 job ids"),
+        (many, "invalid job_id: give 1 to 50 job ids"),
+        ([dead, "a b"], "invalid job_id: 'a b' is not a job id"),
+        ([dead, ".."], "invalid job_id: '..' is not a job id"),
+        ([dead, ""], "invalid job_id: '' is not a job id"),
+        ([dead, "x" * 129], f"invalid job_id: {'x' * 64!r} is not a job id"),
+        ([dead, "<script>"], "invalid job_id: '<script>' is not a job id"),
+    ):
+        answer = api.post("/ui/jobs/retry", data={"csrf": token, "job_id": job_ids})
+        assert_text_error(answer, 400, message)
+    bad_node = {"csrf": token, "job_id": dead, "node_id": "../x"}
+    assert api.post("/ui/jobs/retry", data=bad_node).status_code == 400
+    huge = {"csrf": token, "job_id": [dead] * 50, "pad": "x" * 20000}
+    assert api.post("/ui/jobs/retry", data=huge).status_code == 413
+    assert statuses(api, key, [dead]) == ["failed"]
+    # The largest page the form can hold fits: 50 ids of 128 characters.
+    longest = [f"{n:03d}" + "x" * 125 for n in range(50)]
+    full = api.post("/ui/jobs/retry", data={"csrf": token, "job_id": longest})
+    assert full.url.query == b"status=failed&retried=0&skipped=50"
+    # The notice takes whole numbers only, up to a page: nothing else reaches the page.
+    for query in ("retried=x", "retried=-1", "retried=51", "skipped=1e3", "retried=<b>"):
+        assert api.get(f"/ui/jobs?status=failed&{query}").status_code == 400, query
+    assert statuses(api, key, [dead]) == ["failed"]
+
+
+def test_the_bulk_retry_keeps_the_node_filter_and_reports_unplaced_jobs(
+    make_client: ClientFactory,
+) -> None:
+    api = make_client(api_key=KEY)
+    key = {"Authorization": f"Bearer {KEY}"}
+    api.post("/nodes/register", json={"id": "n1"})
+    [dead] = failed_jobs(api, key, 1)
+    api.post("/ui/login", data={"key": KEY})
+    page = api.get("/ui/jobs?status=failed&node_id=n1").text
+    assert 'name="node_id" value="n1"' in page.split('action="/ui/jobs/retry">')[1]
+    token = page.split('name="csrf" value="')[1].split('"')[0]
+    assert api.delete("/nodes/n1", headers=key).status_code == 204  # no node to run it on
+    posted = {"csrf": token, "job_id": dead, "node_id": "n1"}
+    done = api.post("/ui/jobs/retry", data=posted, follow_redirects=False)
+    location = "/ui/jobs?status=failed&node_id=n1&retried=0&unplaced=1"
+    assert (done.status_code, done.headers["location"]) == (303, location)
+    assert "no healthy compute node" in api.get(location).text
+    assert statuses(api, key, [dead]) == ["failed"]

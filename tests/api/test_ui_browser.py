@@ -1,6 +1,7 @@
 """The web UI in a real headless Chromium (Debian's chromium and chromium-driver; .ci/run
 installs them) against a real API process with a key: login, the jobs list newest first, its
-filters and paging, a job's page, the nodes page, the schedules page and its pause button."""
+filters and paging, a job's page, the nodes page, the schedules page and its pause button,
+the failed list's bulk retry."""
 
 from __future__ import annotations
 
@@ -243,6 +244,31 @@ def test_a_jobs_page_shows_its_attempts(api: str, ui: WebDriver) -> None:
     assert tails == ["<b>one</b>", "boom", "two", "boom"]
     assert not ui.find_elements(By.CSS_SELECTOR, "#attempts b")  # escaped, not markup
     assert ui.find_element(By.ID, "stdout").text == "two"  # the job's own output, as before
+
+
+def test_the_failed_list_retries_its_dead_set(api: str, ui: WebDriver) -> None:
+    """Three jobs out of retries fail; the failed list's button retries all three at once
+    and the list comes back empty, saying so."""
+    dead = []
+    for _ in range(3):
+        job = {"command": "exit 1", "max_retries": 0}
+        job_id = httpx.post(f"{api}/jobs", json=job, headers=OPERATOR).json()["job_id"]
+        for report in ({"status": "running"}, {"status": "failed", "exit_code": 1}):
+            assert httpx.patch(f"{api}/jobs/{job_id}", json=report, headers=OPERATOR).is_success
+        dead.insert(0, job_id)
+    for node in ("node-a", "node-b"):  # live now, however long the tests before took
+        beat = httpx.post(f"{api}/nodes/heartbeat", json={"id": node}, headers=OPERATOR)
+        assert beat.is_success
+    ui.get(f"{api}/ui/jobs?status=failed")
+    assert job_ids(ui) == dead
+    assert ui.find_element(By.ID, "retry-failed").text == "Retry these 3 failed jobs"
+    click(ui, By.ID, "retry-failed")
+    assert ui.current_url == f"{api}/ui/jobs?status=failed&retried=3"
+    assert ui.find_element(By.ID, "notice").text == "Retried 3 failed job(s)."
+    assert job_ids(ui) == [] and ui.find_element(By.ID, "jobs").text.endswith("no jobs")
+    assert not ui.find_elements(By.ID, "retry-failed")
+    for job_id in dead:
+        assert httpx.get(f"{api}/jobs/{job_id}", headers=OPERATOR).json()["status"] == "pending"
 
 
 def test_logging_out_locks_the_ui_again(api: str, browser: WebDriver) -> None:

@@ -1,0 +1,86 @@
+"""The dead set in the web UI: /ui/jobs?status=failed offers to retry the failed jobs it
+shows in one go. The form (the page's job ids, its CSRF token) posts to /ui/jobs/retry,
+which retries them in one Redis call as POST /jobs/retry does and goes back to the failed
+list, saying how many were retried and how many could not be."""
+
+from __future__ import annotations
+
+from collections import Counter
+from html import escape
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from scheduler.api import retries
+from scheduler.api.http import HTTPError, whole_number
+from scheduler.api.ui_forms import FORM_BYTES, checked_form
+from scheduler.models.job import Job
+from scheduler.models.wire import ID_RE
+from scheduler.store.scripts import codes
+
+MAX_IDS = 50  # one page of the jobs list (ui.PAGE_SIZE)
+# The page's ids at their longest, beside the token and the node filter.
+BODY_BYTES = FORM_BYTES + MAX_IDS * len("&job_id=" + "x" * 128)
+
+# What the failed list says on its way back: (query parameter, sentence).
+NOTICES = (
+    ("retried", "Retried {} failed job(s)."),
+    ("skipped", "{} not retried: no longer failed, or gone."),
+    ("unplaced", "{} not retried: no healthy compute node to run on."),
+)
+
+
+def retry_form(jobs: list[Job], token: str, node_id: str) -> str:
+    """The failed list's button: retry the jobs this page shows (none: no button)."""
+    if not jobs:
+        return ""
+    ids = "".join(
+        f'<input type="hidden" name="job_id" value="{escape(job.job_id)}">' for job in jobs
+    )
+    if node_id:
+        ids += f'<input type="hidden" name="node_id" value="{escape(node_id)}">'
+    noun = "job" if len(jobs) == 1 else "jobs"
+    return (
+        '<form class="filters" method="post" action="/ui/jobs/retry">'
+        f'<input type="hidden" name="csrf" value="{escape(token)}">{ids}'
+        f'<button id="retry-failed">Retry these {len(jobs)} failed {noun}</button></form>'
+    )
+
+
+def notice(request: Request) -> str:
+    """What the bulk retry did, from its redirect's query (whole numbers only, else 400)."""
+    said = []
+    for name, sentence in NOTICES:
+        raw = request.query_params.get(name)
+        if raw is None:
+            continue
+        count = whole_number(raw, MAX_IDS)
+        if count is None:
+            raise HTTPError(400, f"invalid {name}: use a whole number")
+        said.append(escape(sentence.format(count)))
+    return f'<p class="notice" id="notice">{" ".join(said)}</p>' if said else ""
+
+
+async def retry_failed(request: Request) -> Response:
+    """POST /ui/jobs/retry: retry the posted jobs (1 to MAX_IDS ids, the page's token), then
+    back to the failed list (303). Bad ids are a 400 and nothing is retried."""
+    form = await checked_form(request, BODY_BYTES)
+    job_ids = form.get("job_id", [])
+    node_id = (form.get("node_id") or [""])[0]
+    if not 1 <= len(job_ids) <= MAX_IDS:
+        raise HTTPError(400, f"invalid job_id: give 1 to {MAX_IDS} job ids")
+    bad = next((job_id for job_id in job_ids if not ID_RE.fullmatch(job_id)), None)
+    if bad is not None:
+        raise HTTPError(400, f"invalid job_id: {bad[:64]!r} is not a job id")
+    if node_id and not ID_RE.fullmatch(node_id):
+        raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
+    done = Counter(r.code for r in await retries._retry(request, list(dict.fromkeys(job_ids))))
+    query: dict[str, str | int] = {"status": "failed"}
+    if node_id:
+        query["node_id"] = node_id
+    query["retried"] = done[codes.OK]
+    counts = {"skipped": done[codes.NOT_FOUND] + done[codes.NOT_FAILED]}
+    counts["unplaced"] = done[codes.NO_NODES]
+    query.update((name, count) for name, count in counts.items() if count)
+    return RedirectResponse(f"/ui/jobs?{urlencode(query)}", status_code=303)
