@@ -230,8 +230,9 @@ async def job_page(request: Request) -> Response:
 
 
 # The job page's button: what a job in each status offers (posted with the form's token).
-_ACTIONS = {"pending": "cancel", "delayed": "cancel", "waiting": "cancel", "running": "cancel"}
-_ACTIONS["failed"] = "retry"
+_ACTIONS = dict.fromkeys(("pending", "delayed", "waiting", "running"), "cancel") | {
+    "failed": "retry"
+}
 
 
 async def _posted_job_id(request: Request) -> str:
