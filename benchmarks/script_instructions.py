@@ -19,6 +19,7 @@ import contextlib
 import glob
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,10 +38,17 @@ BODY = (
 )
 
 
+def _free_port() -> int:
+    """A port no one listens on now (the suite's own redis-servers take random ones)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @contextlib.contextmanager
 def callgrind_redis(workdir: str) -> Iterator[tuple[redis.Redis, int]]:
     """A redis-server under callgrind, and its pid (for callgrind_control)."""
-    port = 20000 + os.getpid() % 20000
+    port = _free_port()
     server = subprocess.Popen(
         [
             *("valgrind", "--tool=callgrind", f"--callgrind-out-file={workdir}/cg.%p"),
@@ -52,6 +60,8 @@ def callgrind_redis(workdir: str) -> Iterator[tuple[redis.Redis, int]]:
     client = redis.Redis(port=port)
     try:
         for _ in range(600):
+            if server.poll() is not None:
+                raise RuntimeError(f"redis-server under callgrind exited ({server.returncode})")
             with contextlib.suppress(redis.ConnectionError):
                 client.ping()
                 break
@@ -65,10 +75,11 @@ def callgrind_redis(workdir: str) -> Iterator[tuple[redis.Redis, int]]:
 
 def counted(pid: int, workdir: str, work: Callable[[], None]) -> int:
     """Redis's instructions while `work` runs."""
-    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    control = {"check": True, "capture_output": True, "timeout": 60}
+    subprocess.run(["callgrind_control", "-z", str(pid)], **control)  # type: ignore[call-overload]
     work()
     before = set(glob.glob(f"{workdir}/cg.*"))
-    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-d", str(pid)], **control)  # type: ignore[call-overload]
     for _ in range(100):
         dumped = sorted(set(glob.glob(f"{workdir}/cg.*")) - before)
         if dumped:

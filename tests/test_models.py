@@ -277,7 +277,7 @@ class _Bool(msgspec.Struct):
 
 
 class _List(msgspec.Struct):
-    x: list[str] = []
+    x: list[int] = []  # a list holds strings (job ids) only
 
 
 @pytest.mark.parametrize(
