@@ -36,10 +36,10 @@ from scheduler.models.schedule import (
     schedule_encoder,
     tick_key,
 )
-from scheduler.models.wire import rfc3339
+from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
-from scheduler.store.errors import StoreNotReady
+from scheduler.store.errors import ScheduleNotFound, StoreNotReady
 from scheduler.store.scripts.jobs import Dedup
 from scheduler.store.scripts.schedules import Stored
 from workers.context import Context
@@ -71,8 +71,10 @@ async def fire_due(ctx: Context, now: float, nodes: NodeSource, batch: int = BAT
                 counts["schedule_unplaced"] += 1
                 skip += 1
                 continue
-            except msgspec.DecodeError as exc:
-                log.error("schedules: %s: unreadable record (%s); not fired", stored.name, exc)
+            except (msgspec.DecodeError, InvalidInput) as exc:
+                # A record this version cannot read, or a template the store refuses (its
+                # `after` job gone, say): logged, and read past, so the others still fire.
+                log.error("schedules: %s: not fired: %s", stored.name, exc)
                 counts["schedule_unreadable"] += 1
                 skip += 1
                 continue
@@ -94,7 +96,10 @@ async def fire_one(ctx: Context, stored: Stored, now: float, nodes: NodeSource) 
         job_id, duplicate = await _make_job(ctx, schedule, step, now, nodes)
     new = fired(schedule, step, job_id, now)
     record = schedule_encoder.encode(new)
-    advanced = ctx.store.replace_schedule(schedule.name, stored.record, record, new.next_tick)
+    try:
+        advanced = ctx.store.replace_schedule(schedule.name, stored.record, record, new.next_tick)
+    except ScheduleNotFound:  # deleted since it was read
+        advanced = False
     if step.fire and not duplicate:
         # Made here (even if another firer advanced the schedule first): counted once.
         late = " (missed ticks caught up once)" if step.missed else ""

@@ -157,6 +157,11 @@ class Ingestion:
             # Without an instance, a failed placement means no node for anyone (or no
             # registry): the other messages stay visible for the next poll.
             return bool(req.instance_id)
+        except InvalidInput as exc:  # what only the store can tell (an `after` job not found)
+            log.warning("sqs: message %s refused, dropped: %s", message.id, exc)
+            self.counts["sqs_dropped"] += 1
+            await self.ack(message)
+            return True
         except StoreNotReady:
             # Redis came back empty; the snapshot task restores it within one interval.
             log.warning("sqs: store not restored yet; %s left for redelivery", message.id)

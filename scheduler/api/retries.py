@@ -15,6 +15,7 @@ from scheduler.api.http import HTTPError, json_bytes, read_body
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models.wire import ID_RE
+from scheduler.snapshot.db import job_number
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.retry import Retried
 
@@ -30,6 +31,7 @@ class RetryAnswer(msgspec.Struct):
     not_found: list[str]
     not_failed: list[str]
     unplaced: list[str]
+    blocked: list[str]  # a job it runs after is failed: retry that one too
 
 
 _decoder = msgspec.json.Decoder(RetryRequest)
@@ -38,12 +40,20 @@ _ANSWER_LISTS = {
     codes.NOT_FOUND: "not_found",
     codes.NOT_FAILED: "not_failed",
     codes.NO_NODES: "unplaced",
+    codes.BLOCKED: "blocked",
 }
 
 
 async def _retry(request: Request, job_ids: list[str]) -> list[Retried]:
     placement = await _nodes(request).placement("")
     return await _store(request).retry(job_ids, placement, time.time())
+
+
+async def retry_ids(request: Request, job_ids: list[str]) -> list[Retried]:
+    """Each once, oldest first: a job's dependencies are older, so they start over before it
+    looks at them."""
+    ordered = sorted(dict.fromkeys(job_ids), key=lambda job_id: job_number(job_id) or 0)
+    return await _retry(request, ordered)
 
 
 async def retry_one(request: Request, job_id: str) -> bytes:
@@ -55,6 +65,8 @@ async def retry_one(request: Request, job_id: str) -> bytes:
         raise HTTPError(409, "job is not failed")
     if done.code == codes.NO_NODES:
         raise HTTPError(503, "no healthy compute nodes")
+    if done.code == codes.BLOCKED:
+        raise HTTPError(409, "a job it runs after has failed: retry that one first")
     return done.job
 
 
@@ -75,7 +87,7 @@ async def retry_jobs(request: Request) -> Response:
     bad = next((job_id for job_id in job_ids if not ID_RE.fullmatch(job_id)), None)
     if bad is not None:
         raise HTTPError(400, f"invalid job_ids: {bad[:64]!r} is not a job id")
-    answer = RetryAnswer([], [], [], [])
-    for done in await _retry(request, list(dict.fromkeys(job_ids))):
+    answer = RetryAnswer([], [], [], [], [])
+    for done in await retry_ids(request, job_ids):
         getattr(answer, _ANSWER_LISTS[done.code]).append(done.job_id)
     return json_bytes(msgspec.json.encode(answer))

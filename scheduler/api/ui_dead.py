@@ -28,6 +28,7 @@ NOTICES = (
     ("retried", "Retried {} failed job(s)."),
     ("skipped", "{} not retried: no longer failed, or gone."),
     ("unplaced", "{} not retried: no healthy compute node to run on."),
+    ("blocked", "{} not retried: a job it runs after is failed (retry that one too)."),
 )
 
 
@@ -75,12 +76,13 @@ async def retry_failed(request: Request) -> Response:
         raise HTTPError(400, f"invalid job_id: {bad[:64]!r} is not a job id")
     if node_id and not ID_RE.fullmatch(node_id):
         raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
-    done = Counter(r.code for r in await retries._retry(request, list(dict.fromkeys(job_ids))))
+    done = Counter(r.code for r in await retries.retry_ids(request, job_ids))
     query: dict[str, str | int] = {"status": "failed"}
     if node_id:
         query["node_id"] = node_id
     query["retried"] = done[codes.OK]
     counts = {"skipped": done[codes.NOT_FOUND] + done[codes.NOT_FAILED]}
     counts["unplaced"] = done[codes.NO_NODES]
+    counts["blocked"] = done[codes.BLOCKED]
     query.update((name, count) for name, count in counts.items() if count)
     return RedirectResponse(f"/ui/jobs?{urlencode(query)}", status_code=303)

@@ -156,7 +156,12 @@ def due_of(job: Job) -> float | None:
     return parse_rfc3339(job.run_at) if job.status == "delayed" and job.run_at else None
 
 
+_ZONE = re.compile(r".*T.*(Z|z|[+-]\d\d:\d\d)")
+
+
 def _due(run_at: str) -> float:
+    if not _ZONE.fullmatch(run_at):  # a time without a zone would be the server's local time
+        raise InvalidInput(f"invalid run_at {run_at!r}: use RFC 3339 with a zone")
     try:
         return parse_rfc3339(run_at)
     except ValueError:

@@ -97,8 +97,11 @@ def _template(job: dict[str, Any] | None) -> dict[str, Any]:
         validate_create(new_job(request))
     except (DecodeError, InvalidInput) as exc:
         raise InvalidInput(f"invalid job: {exc}") from None
+    # A fixed time or fixed jobs to wait for mean nothing for a job made at every tick.
     if getattr(request, "run_at", None):
         raise InvalidInput("invalid job: a template has no run_at (delay_secs delays each job)")
+    if getattr(request, "after", None):
+        raise InvalidInput("invalid job: a template has no after (each tick's job runs alone)")
     template: dict[str, Any] = msgspec.to_builtins(request)
     return template
 

@@ -140,6 +140,7 @@ def test_the_dead_set_is_retried_in_bulk(api: TestClient) -> None:
         "not_found": ["job-999"],
         "not_failed": [alive],
         "unplaced": [],
+        "blocked": [],
     }
     assert assert_json(api.get("/jobs", params={"status": "failed"})) == []
 

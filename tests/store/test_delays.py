@@ -291,3 +291,9 @@ def test_the_lua_rfc3339_writes_what_python_writes(
     text = assemble("T", ("epoch",), "", "return rfc3339(tonumber(epoch))")
     lua = rclient.eval(text, 1, Keys(settings.redis_prefix).root, repr(epoch))
     assert lua.decode() == rfc3339(epoch)
+
+
+def test_a_run_at_without_a_zone_is_400(api: TestClient) -> None:
+    for run_at in ("2030-01-01T00:00:00", "2030-01-01"):
+        response = api.post("/jobs", json={"command": "x", "run_at": run_at})
+        assert response.status_code == 400 and "use RFC 3339 with a zone" in response.text

@@ -166,3 +166,37 @@ def test_waiting_jobs_survive_a_snapshot_and_restore(
     assert rclient.hget(keys.waiting, child["job_id"]) == b"1"  # only root is not done
     run(api, root["job_id"])
     assert job(api, child["job_id"])["status"] == "pending"
+
+
+def test_a_long_chain_fails_in_one_ending_without_recursion(
+    api: TestClient, rclient: redis.Redis, settings: Settings
+) -> None:
+    """A chain fails whole in the one script that ends its root: finish settles waiters
+    from a worklist, so a chain's length is not bounded by Lua's stack."""
+    root = submit(api, command="root")["job_id"]
+    previous = root
+    for _ in range(300):
+        body = {"command": "link", "after": [previous]}
+        previous = assert_json(api.post("/jobs", json=body), 201)["job_id"]
+    assert_json(api.delete(f"/jobs/{root}"))
+    assert job(api, previous)["failure_reason"] == "dependency_failed"
+    keys = Keys(settings.redis_prefix)
+    assert rclient.zcard(keys.status("waiting")) == 0 and rclient.hlen(keys.waiting) == 0
+    assert rclient.llen(keys.outbox) == 301  # one event per job
+
+
+def test_a_retry_by_hand_waits_again_for_what_it_runs_after(api: TestClient) -> None:
+    first = submit(api, command="first")["job_id"]
+    after = {"command": "then", "after": [first]}
+    then = assert_json(api.post("/jobs", json=after), 201)["job_id"]
+    run(api, first, "failed", 1)
+    assert job(api, then)["failure_reason"] == "dependency_failed"
+    # Alone, while its dependency is still failed: refused, nothing changes.
+    refused = api.post(f"/jobs/{then}/retry")
+    assert_text_error(refused, 409, "a job it runs after has failed: retry that one first")
+    # Both, in any order: the dependency first, then the job waits for it again.
+    answer = assert_json(api.post("/jobs/retry", json={"job_ids": [then, first]}))
+    assert answer["retried"] == [first, then]
+    assert (job(api, first)["status"], job(api, then)["status"]) == ("pending", "waiting")
+    run(api, first)
+    assert job(api, then)["status"] == "pending"

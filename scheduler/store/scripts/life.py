@@ -105,14 +105,10 @@ local function release(id, job)
   redis.call("ZREM", K.cancelling, id)
 end
 
--- The one way a job ends, whoever ends it: `ending` names how (models.ENDINGS: done, failed,
--- cancelled, timed_out, node_lost), which sets its status (done or failed: all the original's
--- clients know) and its failure_reason. It gives back what the job held (its node may take
--- work again), moves it to its final indexes with its finish time (retention reads it), and
--- publishes its event: exactly one per job, here and nowhere else. The caller has set the
--- job's other fields. Returns the stored record.
-local function finish(id, n, job, ending, now, stamp)
-  if FINAL[job.status] then error("finish: " .. id .. " has ended already") end
+-- One job's ending (finish, below, ends the jobs waiting for it through this too); `ended`
+-- collects {id, status, reason} of the jobs whose waiters must then be settled.
+local function end_one(id, n, job, ending, now, stamp, ended)
+  if FINAL[job.status] then error("ending " .. id .. ": it has ended already") end
   record_attempt(id, job, ending, stamp)
   local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
   if job.status == "running" or job.status == "cancelling" then
@@ -129,25 +125,42 @@ local function finish(id, n, job, ending, now, stamp)
   redis.call("ZADD", K.finished, now, id)
   publish(id, status)
   wake_job(id)
-  local stored = store_job(id, job)
-  -- The jobs waiting for this one: done, one fewer to wait for (the last makes a job
-  -- pending); any other ending fails them, and theirs in turn.
-  local waiters = redis.call("SMEMBERS", K.dependents(id))
-  for _, w in ipairs(waiters) do
-    local waiter = load_job(w)
-    if waiter and waiter.status == "waiting" then
-      local wn = redis.call("ZSCORE", K.all_jobs, w)
-      if status ~= "done" then
-        waiter.stderr = "dependency " .. id .. " ended " .. (reason ~= "" and reason or status)
-        finish(w, wn, waiter, "dependency_failed", now, stamp)
-      elseif redis.call("HINCRBY", K.waiting, w, -1) <= 0 then
-        redis.call("HDEL", K.waiting, w)
-        rebind(w, wn, waiter, "pending", waiter.node_id)
-        store_job(w, waiter)
+  ended[#ended + 1] = {id, status, reason}
+  return store_job(id, job)
+end
+
+-- The one way a job ends, whoever ends it: `ending` names how (models.ENDINGS: done, failed,
+-- cancelled, timed_out, node_lost, dependency_failed), which sets its status (done or
+-- failed: all the original's clients know) and its failure_reason. It gives back what the
+-- job held (its node may take work again), moves it to its final indexes with its finish
+-- time (retention reads it), and publishes its event: exactly one per job, here and nowhere
+-- else. Then the jobs waiting for it: done, one fewer to wait for (the last makes a job
+-- pending); any other ending fails them, and theirs in turn (a worklist, not recursion: a
+-- chain of any length). The caller has set the job's other fields. Returns the stored record.
+local function finish(id, n, job, ending, now, stamp)
+  local ended = {}
+  local stored = end_one(id, n, job, ending, now, stamp, ended)
+  local next_one = 1
+  while next_one <= #ended do
+    local dep, status, reason = ended[next_one][1], ended[next_one][2], ended[next_one][3]
+    next_one = next_one + 1
+    local waiters = redis.call("SMEMBERS", K.dependents(dep))
+    for _, w in ipairs(waiters) do
+      local waiter = load_job(w)
+      if waiter and waiter.status == "waiting" then
+        local wn = redis.call("ZSCORE", K.all_jobs, w)
+        if status ~= "done" then
+          waiter.stderr = "dependency " .. dep .. " ended " .. (reason ~= "" and reason or status)
+          end_one(w, wn, waiter, "dependency_failed", now, stamp, ended)
+        elseif redis.call("HINCRBY", K.waiting, w, -1) <= 0 then
+          redis.call("HDEL", K.waiting, w)
+          rebind(w, wn, waiter, "pending", waiter.node_id)
+          store_job(w, waiter)
+        end
       end
     end
+    if #waiters > 0 then redis.call("DEL", K.dependents(dep)) end
   end
-  if #waiters > 0 then redis.call("DEL", K.dependents(id)) end
   return stored
 end
 

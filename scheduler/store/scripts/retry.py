@@ -65,13 +65,16 @@ RETRY_JOBS = Script(
 -- that open `rest` (whatever failed it: its command, a timeout, a lost node, a cancel)
 -- starts over: pending on a node placed as a new job is (the candidates are the rest of
 -- `rest`; an instance-bound job stays on its node), its retry count, outputs and failure
--- cleared, out of the finished index. It has not ended, so no event. Returns {id, code, job
--- JSON or ""} per id, code OK | NOT_FOUND | NOT_FAILED | NO_NODES.
+-- cleared, out of the finished index. It has not ended, so no event. A job that runs after
+-- others waits again for those not done (waiting); while one of them is failed it stays
+-- failed (BLOCKED: retry that one first, in the same call before it). Returns {id, code, job
+-- JSON or ""} per id, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED.
 local ids, candidates = {}, {}
 for i, value in ipairs(rest) do
   if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
 end
-local out = {}
+local out, live = {}, nil
+if mode == "live" then live = live_nodes(tonumber(now) - tonumber(node_ttl)) end
 for _, id in ipairs(ids) do
   local job = load_job(id)
   local code, stored = OK, ""
@@ -81,17 +84,22 @@ for _, id in ipairs(ids) do
     code = NOT_FAILED
   else
     local target = job.node_id
-    if (job.instance_id or "") == "" then
-      target = pick_node(mode, candidates, tonumber(now), tonumber(node_ttl))
+    if (job.instance_id or "") == "" then target = next_live(live or candidates) end
+    local blocked = false
+    for _, dep in ipairs(job.after or {}) do
+      blocked = blocked or redis.call("ZSCORE", K.status("failed"), dep) ~= false
     end
-    if not target then
+    if blocked then
+      code = BLOCKED
+    elseif not target then
       code = NO_NODES
     else
       redis.call("ZREM", K.finished, id)
       job.retry_count = 0
       job.exit_code, job.stdout, job.stderr, job.failure_reason = nil, nil, nil, nil
       job.running_at, job.finished_at, job.run_at = nil, nil, nil
-      rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, "pending", target)
+      local status = wait_for(id, job.after or {}) > 0 and "waiting" or "pending"
+      rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, status, target)
       stored = store_job(id, job)
     end
   end

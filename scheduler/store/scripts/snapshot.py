@@ -95,6 +95,7 @@ for i, old in ipairs(redis.call("MGET", unpack(job_keys))) do
     redis.call("ZREM", K.finished, restored[i])
     redis.call("ZREM", K.cancelling, restored[i])
     redis.call("ZREM", K.delayed, restored[i])
+    redis.call("HDEL", K.waiting, restored[i])
   end
 end
 local records, zadds, sadds = {}, {}, {}
