@@ -41,6 +41,8 @@ ENDINGS: dict[str, tuple[str, str]] = {
     "dependency_failed": ("failed", "dependency_failed"),
 }
 MAX_AFTER = 100  # the jobs one job may wait for
+# The jobs that may wait for one job: its ending settles them all in one script.
+MAX_WAITERS = 1000
 FINAL_STATUSES = ("done", "failed")
 # Final statuses an earlier version stored -> the ending they are now (records in Redis and
 # rows of older snapshot files are upgraded: store/scripts/snapshot.py, snapshot/db.py).

@@ -105,7 +105,7 @@ class JobStore:
         return await self.run(jobs.create_job_of(job, placement, now, ttl, dedup))
 
     async def pick(self, placement: Placement, now: float) -> str:
-        return await self.run(jobs.pick_node(placement, now, self.settings.node_ttl_secs))
+        return await self.run(listing.pick_node(placement, now, self.settings.node_ttl_secs))
 
     async def poll(self, node_id: str, caller: str) -> jobs.Polled:
         limit = self.settings.max_jobs_per_node

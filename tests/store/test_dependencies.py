@@ -200,3 +200,18 @@ def test_a_retry_by_hand_waits_again_for_what_it_runs_after(api: TestClient) -> 
     assert (job(api, first)["status"], job(api, then)["status"]) == ("pending", "waiting")
     run(api, first)
     assert job(api, then)["status"] == "pending"
+
+
+def test_a_job_waited_for_by_too_many_is_refused(
+    api: TestClient, rclient: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its ending settles every waiter in one script: their number is bounded."""
+    from scheduler.store.scripts import jobs as job_scripts
+
+    monkeypatch.setattr(job_scripts, "MAX_WAITERS", 2)
+    root = submit(api, command="root")["job_id"]
+    for _ in range(2):
+        assert_json(api.post("/jobs", json={"command": "w", "after": [root]}), 201)
+    refused = api.post("/jobs", json={"command": "w", "after": [root]})
+    assert_text_error(refused, 400, f"invalid after: 2 jobs already wait for {root}")
+    assert rclient.scard(Keys(settings.redis_prefix).dependents(root)) == 2

@@ -114,10 +114,10 @@ def test_the_scripts_place_by_the_rule_of_placement_choose(
     ticket after ticket."""
     from scheduler.nodes.placement import Placement, choose
     from scheduler.store.keys import Keys
-    from scheduler.store.scripts import jobs
+    from scheduler.store.scripts import listing
 
     script = SCRIPTS["PICK_NODE"]
     for ticket in range(1, 2 * len(candidates) + 2):
-        call = jobs.pick_node(Placement.among(candidates), 0.0, 30)
+        call = listing.pick_node(Placement.among(candidates), 0.0, 30)
         picked = call.parse(rclient.eval(script.text, 1, Keys(prefix).root, *call.args))
         assert picked == choose(sorted(candidates), ticket)

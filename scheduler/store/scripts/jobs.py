@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.models.job import Job, JobUpdate, creation_json, due_of
+from scheduler.models.job import MAX_WAITERS, Job, JobUpdate, creation_json, due_of
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import Conflict, IdempotencyMismatch, JobNotFound, StoreNotReady
@@ -34,6 +34,9 @@ def _created(reply: list[Any]) -> Created:
         raise IdempotencyMismatch()
     if reply[0] == codes.UNKNOWN_AFTER:
         raise InvalidInput(f"invalid after: {str(reply[1], 'utf-8')} is not a job")
+    if reply[0] == codes.TOO_MANY:
+        dep = str(reply[1], "utf-8")
+        raise InvalidInput(f"invalid after: {MAX_WAITERS} jobs already wait for {dep}")
     return Created(job=reply[1], duplicate=reply[0] == codes.DUPLICATE)
 
 
@@ -53,21 +56,24 @@ NO_DEDUP = Dedup("", "", 0)
 
 CREATE_JOB = Script(
     "CREATE_JOB",
-    "record due priority after stamp mode now node_ttl dedup_space dedup_key dedup_ttl"
+    "record due priority after max_waiters stamp mode now node_ttl dedup_space dedup_key"
+    " dedup_ttl"
     " fingerprint *candidates",
     """
 -- record: the job's JSON without job_id and node_id, which this fills in (the id drawn here,
 -- the node placed here: library.py PLACEMENT). due: "" for a job pending now, else the epoch
 -- its run_at says: it is delayed until then (its record says so too). priority: the
 -- record's, its place in the node's queue (life.py queue_score). after: "" or the JSON list
--- of the jobs it runs after (each must exist): it is `waiting` until they are done, and
+-- of the jobs it runs after (each must exist, with fewer than max_waiters waiting for it
+-- already: their ending settles them all): it is `waiting` until they are done, and
 -- fails at once (dependency_failed, its event) if one has failed. With dedup_ttl > 0,
 -- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
 -- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
 -- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
 -- anything.
 -- Returns {OK, job JSON} | {DUPLICATE, job JSON, "" if the job is gone} | {MISMATCH}
---   | {NO_NODES} | {NOT_READY} | {UNKNOWN_AFTER, the id not found}.
+--   | {NO_NODES} | {NOT_READY} | {UNKNOWN_AFTER, the id not found}
+--   | {TOO_MANY, the id with max_waiters waiting for it}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
 if redis.call("EXISTS", K.initialised) == 0 then return {NOT_READY} end
@@ -84,6 +90,9 @@ end
 local deps = after == "" and {} or cjson.decode(after)
 for _, dep in ipairs(deps) do
   if not redis.call("ZSCORE", K.all_jobs, dep) then return {UNKNOWN_AFTER, dep} end
+  if redis.call("SCARD", K.dependents(dep)) >= tonumber(max_waiters) then
+    return {TOO_MANY, dep}
+  end
 end
 local node = pick_node(mode, candidates, tonumber(now), tonumber(node_ttl))
 if not node then return {NO_NODES} end
@@ -139,6 +148,7 @@ def create_job(
         due="" if due is None else due,
         priority=priority,
         after=json.dumps(list(after)) if after else "",
+        max_waiters=MAX_WAITERS,
         stamp=rfc3339(now),
         mode=placement.mode,
         now=now,
@@ -157,32 +167,6 @@ def create_job_of(
     """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it."""
     return create_job(
         creation_json(job), placement, now, node_ttl, dedup, due_of(job), job.priority, job.after
-    )
-
-
-def _picked(reply: list[Any]) -> str:
-    if reply[0] == codes.NO_NODES:
-        raise NoHealthyNodes()
-    return str(reply[1], "utf-8")
-
-
-PICK_NODE = Script(
-    "PICK_NODE",
-    "mode now node_ttl *candidates",
-    """
--- GET /schedule: the node the next job would go to (the ticket advances, as the original's).
--- Returns {OK, node id} | {NO_NODES}
-local node = pick_node(mode, candidates, tonumber(now), tonumber(node_ttl))
-if not node then return {NO_NODES} end
-return {OK, node}
-""",
-    _picked,
-)
-
-
-def pick_node(placement: Placement, now: float, node_ttl: float) -> Call[str]:
-    return PICK_NODE.call(
-        mode=placement.mode, now=now, node_ttl=node_ttl, candidates=placement.candidates
     )
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import JobNotFound
+from scheduler.store.scripts import codes
 from scheduler.store.scripts.codes import check_found
 from scheduler.store.scripts.replies import blobs
 from scheduler.store.scripts.script import Call, Script
@@ -88,3 +90,29 @@ return out
 def attempts(job_id: str) -> Call[list[bytes]]:
     """The job's attempts (JSON each, models.attempt.Attempt); JobNotFound without the job."""
     return ATTEMPTS.call(job_id=job_id)
+
+
+def _picked(reply: list[Any]) -> str:
+    if reply[0] == codes.NO_NODES:
+        raise NoHealthyNodes()
+    return str(reply[1], "utf-8")
+
+
+PICK_NODE = Script(
+    "PICK_NODE",
+    "mode now node_ttl *candidates",
+    """
+-- GET /schedule: the node the next job would go to (the ticket advances, as the original's).
+-- Returns {OK, node id} | {NO_NODES}
+local node = pick_node(mode, candidates, tonumber(now), tonumber(node_ttl))
+if not node then return {NO_NODES} end
+return {OK, node}
+""",
+    _picked,
+)
+
+
+def pick_node(placement: Placement, now: float, node_ttl: float) -> Call[str]:
+    return PICK_NODE.call(
+        mode=placement.mode, now=now, node_ttl=node_ttl, candidates=placement.candidates
+    )
