@@ -15,6 +15,7 @@ from scheduler.cli.client import (
     _env_vars,
     _handler,
     _json_object,
+    _positive,
     _print_json,
 )
 
@@ -117,16 +118,6 @@ def delete(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     return 0
 
 
-def _seconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("schedule", help="named schedules: scheduler schedule add|list|pause ...")
     actions = p.add_subparsers(
@@ -143,7 +134,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     a.add_argument("command", help="shell command of each job, run with sh -c on the node")
     how = a.add_mutually_exclusive_group(required=True)
     how.add_argument("--cron", default="", metavar="EXPR", help='5 fields, e.g. "0 3 * * *"')
-    how.add_argument("--every", type=_seconds, default=0, metavar="SECS", help="fixed interval")
+    how.add_argument("--every", type=_positive, default=0, metavar="SECS", help="fixed interval")
     a.add_argument("--tz", default="", metavar="TZ", help="the cron's IANA time zone (UTC)")
     a.add_argument(
         "--catchup",
