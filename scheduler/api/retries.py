@@ -49,6 +49,15 @@ async def _retry(request: Request, job_ids: list[str]) -> list[Retried]:
     return await _store(request).retry(job_ids, placement, time.time())
 
 
+def check_job_ids(field: str, job_ids: list[str], limit: int) -> None:
+    """A list of ids to retry, as a request gives it: 1 to `limit` ids, each an id (400)."""
+    if not 1 <= len(job_ids) <= limit:
+        raise HTTPError(400, f"invalid {field}: give 1 to {limit} job ids")
+    bad = next((job_id for job_id in job_ids if not ID_RE.fullmatch(job_id)), None)
+    if bad is not None:
+        raise HTTPError(400, f"invalid {field}: {bad[:64]!r} is not a job id")
+
+
 async def retry_ids(request: Request, job_ids: list[str]) -> list[Retried]:
     """Each once, oldest first: a job's dependencies are older, so they start over before it
     looks at them."""
@@ -82,11 +91,7 @@ async def retry_jobs(request: Request) -> Response:
         job_ids = _decoder.decode(body).job_ids
     except msgspec.DecodeError as exc:
         raise HTTPError(400, f"invalid body: {exc}") from None
-    if not 1 <= len(job_ids) <= MAX_IDS:
-        raise HTTPError(400, f"invalid job_ids: give 1 to {MAX_IDS} job ids")
-    bad = next((job_id for job_id in job_ids if not ID_RE.fullmatch(job_id)), None)
-    if bad is not None:
-        raise HTTPError(400, f"invalid job_ids: {bad[:64]!r} is not a job id")
+    check_job_ids("job_ids", job_ids, MAX_IDS)
     answer = RetryAnswer([], [], [], [], [])
     for done in await retry_ids(request, job_ids):
         getattr(answer, _ANSWER_LISTS[done.code]).append(done.job_id)

@@ -30,7 +30,14 @@ from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
 from scheduler.api.ui_forms import checked_form, form_lists
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.models.fields import JobField, Kind
-from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, STATUSES, Job, job_decoder
+from scheduler.models.job import (
+    FINAL_STATUSES,
+    JOB_FIELDS,
+    NOT_STARTED,
+    STATUSES,
+    Job,
+    job_decoder,
+)
 from scheduler.models.registry import Service
 from scheduler.models.wire import ID_RE, rfc3339
 from scheduler.nodes.placement import is_live
@@ -230,9 +237,7 @@ async def job_page(request: Request) -> Response:
 
 
 # The job page's button: what a job in each status offers (posted with the form's token).
-_ACTIONS = dict.fromkeys(("pending", "delayed", "waiting", "running"), "cancel") | {
-    "failed": "retry"
-}
+_ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry"}
 
 
 async def _posted_job_id(request: Request) -> str:

@@ -16,7 +16,7 @@ from scheduler.api import retries
 from scheduler.api.http import HTTPError, whole_number
 from scheduler.api.ui_forms import FORM_BYTES, checked_form
 from scheduler.models.job import Job
-from scheduler.models.wire import ID_RE
+from scheduler.models.wire import check_id
 from scheduler.store.scripts import codes
 
 MAX_IDS = 50  # one page of the jobs list (ui.PAGE_SIZE)
@@ -69,13 +69,9 @@ async def retry_failed(request: Request) -> Response:
     form = await checked_form(request, BODY_BYTES)
     job_ids = form.get("job_id", [])
     node_id = (form.get("node_id") or [""])[0]
-    if not 1 <= len(job_ids) <= MAX_IDS:
-        raise HTTPError(400, f"invalid job_id: give 1 to {MAX_IDS} job ids")
-    bad = next((job_id for job_id in job_ids if not ID_RE.fullmatch(job_id)), None)
-    if bad is not None:
-        raise HTTPError(400, f"invalid job_id: {bad[:64]!r} is not a job id")
-    if node_id and not ID_RE.fullmatch(node_id):
-        raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
+    retries.check_job_ids("job_id", job_ids, MAX_IDS)
+    if node_id:
+        check_id("node_id", node_id)
     done = Counter(r.code for r in await retries.retry_ids(request, job_ids))
     query: dict[str, str | int] = {"status": "failed"}
     if node_id:

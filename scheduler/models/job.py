@@ -44,6 +44,8 @@ MAX_AFTER = 100  # the jobs one job may wait for
 # The jobs that may wait for one job: its ending settles them all in one script.
 MAX_WAITERS = 1000
 FINAL_STATUSES = ("done", "failed")
+# Before a run: a cancel ends such a job at once, and only a pending one may be claimed.
+NOT_STARTED = ("pending", "delayed", "waiting")
 # Final statuses an earlier version stored -> the ending they are now (records in Redis and
 # rows of older snapshot files are upgraded: store/scripts/snapshot.py, snapshot/db.py).
 RETIRED_STATUSES = {"cancelled": "cancelled"}

@@ -290,7 +290,7 @@ elseif status == "cancelled" then
 end
 if status == "running" then
   if old == "running" and reporter ~= "" then return {OK, raw} end
-  if old == "delayed" or old == "waiting" then return {NOT_DUE} end
+  if NOT_STARTED[old] and old ~= "pending" then return {NOT_DUE} end
   if old ~= "pending" then return {ALREADY_RUNNING} end
 elseif old ~= "running" and old ~= "cancelling" then
   return {NOT_RUNNING}
@@ -354,7 +354,7 @@ if not job then return {NOT_FOUND} end
 if FINAL[job.status] then return {FINISHED} end
 if job.status == "cancelling" then return {OK, raw} end
 local n = redis.call("ZSCORE", K.all_jobs, job_id)
-if job.status == "pending" or job.status == "delayed" or job.status == "waiting" then
+if NOT_STARTED[job.status] then
   return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
 end
 move(job_id, n, job.node_id, job.status, "cancelling")

@@ -17,7 +17,7 @@ import itertools
 import re
 
 from scheduler.models.fields import Kind
-from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS
+from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS, NOT_STARTED
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE
@@ -207,6 +207,7 @@ local function wake_job(id) redis.call("PUBLISH", K.job_channel(id), "") end
 # The final statuses (models.FINAL_STATUSES): FINAL[status] is true for them. ENDINGS[name]
 # is {status, failure_reason} (models.ENDINGS).
 FINAL = "local FINAL = {" + ", ".join(f"{s} = true" for s in FINAL_STATUSES) + "}"
+NOT_STARTED_TABLE = "local NOT_STARTED = {" + ", ".join(f"{s} = true" for s in NOT_STARTED) + "}"
 ENDING_TABLE = (
     "local ENDINGS = {"
     + ", ".join(f'{name} = {{"{status}", "{why}"}}' for name, (status, why) in ENDINGS.items())
@@ -231,6 +232,7 @@ LIBRARY: dict[str, str] = dict(
     pair
     for chunk in (
         FINAL,
+        NOT_STARTED_TABLE,
         ENDING_TABLE,
         NODE_ACCESS,
         PLACEMENT,

@@ -164,23 +164,31 @@ local function finish(id, n, job, ending, now, stamp)
   return stored
 end
 
+-- The first job of `after` that has failed, or nil. Reads only.
+local function failed_dependency(after)
+  for _, dep in ipairs(after) do
+    if redis.call("ZSCORE", K.status("failed"), dep) then return dep end
+  end
+  return nil
+end
+
 -- What a new (or restored) job that runs `after` others must do: {waits, failed}: how many
 -- of them are not done yet (each then counts it among its dependents), and the first that
--- failed, if any. A job not in Redis (pruned once it ended) counts as done.
+-- failed, if any (then nothing is written). A job not in Redis (pruned once it ended)
+-- counts as done.
 local function wait_for(id, after)
-  local failed, pending = nil, {}
+  local failed = failed_dependency(after)
+  if failed then return 0, failed end
+  local waits = 0
   for _, dep in ipairs(after) do
-    if redis.call("ZSCORE", K.status("failed"), dep) then
-      failed = failed or dep
-    elseif redis.call("ZSCORE", K.all_jobs, dep)
+    if redis.call("ZSCORE", K.all_jobs, dep)
       and not redis.call("ZSCORE", K.status("done"), dep) then
-      pending[#pending + 1] = dep
+      waits = waits + 1
+      redis.call("SADD", K.dependents(dep), id)
     end
   end
-  if failed then return 0, failed end
-  for _, dep in ipairs(pending) do redis.call("SADD", K.dependents(dep), id) end
-  if #pending > 0 then redis.call("HSET", K.waiting, id, #pending) end
-  return #pending, nil
+  if waits > 0 then redis.call("HSET", K.waiting, id, waits) end
+  return waits, nil
 end
 
 -- The jobs that entered `index` (a sorted set scored by when) before `cutoff`, `batch` of

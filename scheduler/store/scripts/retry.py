@@ -85,11 +85,7 @@ for _, id in ipairs(ids) do
   else
     local target = job.node_id
     if (job.instance_id or "") == "" then target = next_live(live or candidates) end
-    local blocked = false
-    for _, dep in ipairs(job.after or {}) do
-      blocked = blocked or redis.call("ZSCORE", K.status("failed"), dep) ~= false
-    end
-    if blocked then
+    if failed_dependency(job.after or {}) then
       code = BLOCKED
     elseif not target then
       code = NO_NODES
