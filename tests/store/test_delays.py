@@ -203,29 +203,37 @@ def test_a_retry_waits_out_its_backoff_doubling_with_jitter(
     api: TestClient, store: SyncJobStore, rclient: redis.Redis, settings: Settings
 ) -> None:
     job = submit(api, command="flaky", max_retries=3, retry_backoff_secs=10)
-    waits = []
     for attempt in range(3):
-        failed_at = time.time()
-        retried = claim_and_fail(api, job["job_id"], code=7)
+        retried, (low, high) = timed_retry(api, job["job_id"])
         assert retried["status"] == "delayed" and "exit_code" not in retried
-        wait = parse_rfc3339(retried["run_at"]) - failed_at
         base = 10 * 2**attempt
-        assert base / 2 - 1 <= wait <= base + 1  # equal jitter: half fixed, half spread
-        waits.append(wait)
+        # Equal jitter: half fixed, half spread, in [base/2, base] (5, 10, 20, ... to 40):
+        # each retry waits at least as long as the last.
+        assert high >= base / 2 - 0.001 and low <= base + 0.001, (low, high)
         assert poll(api) == []
         # Due at its run_at (to the microsecond its text holds).
         assert store.promote_due(parse_rfc3339(retried["run_at"]) + 1e-6) == [job["job_id"]]
-    assert waits[0] < waits[2]
     assert claim_and_fail(api, job["job_id"])["status"] == "failed"
+
+
+def timed_retry(api: TestClient, job_id: str) -> tuple[dict[str, Any], tuple[float, float]]:
+    """A failed attempt retried with a backoff, and the bounds of the wait it was given: the
+    scheduler read its clock between `before` and `after`, so the wait (run_at minus that
+    reading) lies in [due - after, due - before], however slow the machine."""
+    before = time.time()
+    retried = claim_and_fail(api, job_id, code=7)
+    after = time.time()
+    due = parse_rfc3339(retried["run_at"])
+    return retried, (due - after, due - before)
 
 
 def test_the_backoff_is_capped(make_client: ClientFactory, make_settings: SettingsFactory) -> None:
     api = make_client(make_settings(retry_backoff_secs=100, retry_backoff_cap_secs=30))
     register(api, "a")
     job = submit(api, command="x")
-    retried = claim_and_fail(api, job["job_id"])
-    wait = parse_rfc3339(retried["run_at"]) - time.time()
-    assert 14 <= wait <= 31  # the deployment's backoff, within its cap
+    _, (low, high) = timed_retry(api, job["job_id"])
+    # The deployment's backoff (100 s), within its cap (30 s), equal jitter: 15 to 30 s.
+    assert high >= 15 - 0.001 and low <= 30 + 0.001, (low, high)
 
 
 def test_a_timeout_is_retried_only_under_a_jobs_own_policy(
