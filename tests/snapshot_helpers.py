@@ -12,7 +12,7 @@ from typing import Any, cast
 import redis
 
 from scheduler.models.fields import JobField, Kind
-from scheduler.models.job import JOB_FIELDS
+from scheduler.models.job import JOB_FIELDS, job_number
 from scheduler.snapshot import db as snapshot_db
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
@@ -124,7 +124,7 @@ def put_records(store: SyncJobStore, records: list[dict[str, Any]], now: float =
         jobs.append(dataclasses.replace(job, record=blob))
     store.run(snapshot_scripts.restore_jobs(jobs, mark_dirty=True))
     # As if created: the id counter covers them.
-    highest = max(snapshot_db.job_number(r["job_id"]) or 0 for r in records)
+    highest = max(job_number(r["job_id"]) or 0 for r in records)
     if highest > int(store.redis.get(store.keys.job_seq) or 0):
         store.redis.set(store.keys.job_seq, highest)
 

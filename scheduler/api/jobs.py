@@ -28,7 +28,7 @@ from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import old_layout as _old_layout
 from scheduler.api.state import store as _store
-from scheduler.snapshot.db import MAX_JOB_NUMBER
+from scheduler.models.job import MAX_JOB_NUMBER
 from scheduler.store.scripts.jobs import Polled
 
 HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})

@@ -14,8 +14,8 @@ from scheduler.api import hot
 from scheduler.api.http import HTTPError, json_bytes, read_body
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
+from scheduler.models.job import job_number
 from scheduler.models.wire import ID_RE
-from scheduler.snapshot.db import job_number
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.retry import Retried
 

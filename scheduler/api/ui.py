@@ -33,15 +33,16 @@ from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import (
     FINAL_STATUSES,
     JOB_FIELDS,
+    MAX_JOB_NUMBER,
     NOT_STARTED,
     STATUSES,
     Job,
     job_decoder,
+    job_number,
 )
 from scheduler.models.registry import Service
 from scheduler.models.wire import ID_RE, rfc3339
 from scheduler.nodes.placement import is_live
-from scheduler.snapshot.db import MAX_JOB_NUMBER, job_number
 from scheduler.store.errors import JobNotFound
 
 PAGE_SIZE = MAX_IDS  # 50: the failed list retries at most one page at once

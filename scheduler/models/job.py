@@ -18,7 +18,9 @@ from scheduler.models.fields import SUBMITTED, Timestamp, read_fields
 from scheduler.models.wire import InvalidInput, check_id, parse_rfc3339, rfc3339
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-JOB_ID_RE = re.compile(r"job-[1-9][0-9]{0,15}")
+_JOB_N = re.compile(r"job-([0-9]+)")
+# Job numbers above this are not exact as Redis sorted-set scores (doubles).
+MAX_JOB_NUMBER = 2**53
 JOB_TYPES = ("", "run", "service")
 # delayed: not due yet (run_at: a delay asked for, or a retry's backoff); the worker makes it
 # pending when due. waiting: some job it runs `after` has not ended yet; the last one done
@@ -197,6 +199,16 @@ class JobUpdate(msgspec.Struct):
     node_id: str = ""
 
 
+def job_number(job_id: str) -> int | None:
+    """N of an id `job-N` under the original's rule (CONTRACT 2.11: `job-` then an unsigned
+    base-10 integer), or None. Numbers beyond MAX_JOB_NUMBER count as no number."""
+    match = _JOB_N.fullmatch(job_id)
+    if match is None:
+        return None
+    number = int(match.group(1))
+    return number if number <= MAX_JOB_NUMBER else None
+
+
 def validate_create(job: Job) -> None:
     """The original's check on a requested job (`new_job`), then ours (CONTRACT 8.15)."""
     if not job.command and not job.deploy_url:
@@ -213,7 +225,7 @@ def validate_create(job: Job) -> None:
     if job.deploy_url and not job.deploy_url.lower().startswith(("http://", "https://")):
         raise InvalidInput("invalid deploy_url: use an http:// or https:// URL")
     for job_id in job.after:
-        if not JOB_ID_RE.fullmatch(job_id):
+        if job_number(job_id) is None:
             raise InvalidInput(f"invalid after: {job_id[:64]!r} is not a job id like job-42")
     if len(set(job.after)) < len(job.after):
         raise InvalidInput("invalid after: a job is named twice")

@@ -44,6 +44,7 @@ from scheduler.models.job import (
     JOB_FIELDS,
     RETIRED_STATUSES,
     Job,
+    job_number,
     record_encoder,
 )
 from scheduler.models.wire import parse_rfc3339, rfc3339
@@ -53,8 +54,6 @@ log = logging.getLogger("scheduler.snapshot")
 
 # Seconds a connection waits for another writer's lock before failing.
 BUSY_TIMEOUT_SECS = 30.0
-# Job numbers above this are not exact as Redis sorted-set scores (doubles).
-MAX_JOB_NUMBER = 2**53
 # The listing score of a job whose id is not job-N (e.g. a row "not-a-job" of an old file):
 # above 0, so the default listing (numbers above 0) includes it, and below job-1, so it
 # sorts first and never collides with a real number.
@@ -116,21 +115,10 @@ _object_decoders = {
     f.name: msgspec.json.Decoder(f.annotation) for f in _FIELDS if f.kind in JSON_KINDS
 }
 _UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z")
-_JOB_N = re.compile(r"job-([0-9]+)")
 
 
 class SnapshotFileError(RuntimeError):
     """The file cannot be used as a snapshot (not SQLite, or a `jobs` table without `id`)."""
-
-
-def job_number(job_id: str) -> int | None:
-    """N of an id `job-N` under the original's rule (CONTRACT 2.11: `job-` then an unsigned
-    base-10 integer), or None. Numbers beyond MAX_JOB_NUMBER count as no number."""
-    match = _JOB_N.fullmatch(job_id)
-    if match is None:
-        return None
-    number = int(match.group(1))
-    return number if number <= MAX_JOB_NUMBER else None
 
 
 # Writing (the snapshot).

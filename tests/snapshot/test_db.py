@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from scheduler.models.job import job_number
 from scheduler.models.wire import parse_rfc3339
 from scheduler.snapshot import db as snapshot_db
-from scheduler.snapshot.db import NAMES, NON_JOB_SCORE, job_number, restored_job, row_from_record
+from scheduler.snapshot.db import NAMES, NON_JOB_SCORE, restored_job, row_from_record
 from tests.snapshot_helpers import GO_SCHEMA, full_record
 
 NOW = 1_800_000_000.0

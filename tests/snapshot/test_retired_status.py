@@ -10,8 +10,7 @@ from typing import Any
 
 import redis
 
-from scheduler.models.job import STATUSES
-from scheduler.snapshot import db as snapshot_db
+from scheduler.models.job import STATUSES, job_number
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
 from scheduler.store.keys import Keys
@@ -36,7 +35,7 @@ def old_cancelled(store: SyncJobStore, job_id: str, node: str) -> None:
             "finished_at": FINISHED,
         }
     ).encode()
-    number = snapshot_db.job_number(job_id) or 0
+    number = job_number(job_id) or 0
     restored = snapshot_scripts.RestoredJob(
         job_id=job_id,
         score=number,
