@@ -68,6 +68,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from scheduler.api.app import create_app
+    from scheduler.cli.lifeline import SERVE_PID_ENV
     from scheduler.snapshot.restore import restore_at_process_start
 
     logging.getLogger("scheduler.api").info(hot_lane_line(args.http, args.access_log))
@@ -91,8 +92,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         uvicorn.run(create_app(settings), **options)
     else:
         # Several processes on one port: uvicorn's supervisor starts each from the factory,
-        # which reads the same environment these settings came from.
-        app = "scheduler.api.app:create_app"
+        # which reads the same environment these settings came from, in a process that ends
+        # with this one (lifeline.py).
+        os.environ[SERVE_PID_ENV] = str(os.getpid())
+        app = "scheduler.cli.lifeline:serve_worker_app"
         uvicorn.run(app, factory=True, workers=args.workers, **options)
     return 0
 
