@@ -4,6 +4,7 @@ and the start-up (snapshot restore, Redis, the node source)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -80,10 +81,21 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         tune_gc()
         undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifier)
         app.state.old_layout.start()
+        flusher = None
+        if settings.metrics == "on":
+            flusher = asyncio.create_task(
+                metrics_api.keep_flushing(
+                    app.state.store, app.state.request_stats, settings.metrics_flush_secs
+                )
+            )
         try:
             yield
         finally:
             undo_signals()
+            if flusher is not None:
+                flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await flusher
             await app.state.old_layout.aclose()
             await app.state.nodes.aclose()
             await app.state.store.aclose()

@@ -59,6 +59,10 @@ class Settings:
     max_nodes: int = field(default=10_000, metadata={"env": "MAX_NODES", "min": 1})
     # Prometheus metrics at /metrics and the request counting behind them: "on" or "off".
     metrics: str = field(default="on", metadata={"env": "METRICS"})
+    # How often each API process adds its request counts to the deployment's (in Redis).
+    metrics_flush_secs: float = field(
+        default=1.0, metadata={"env": "METRICS_FLUSH_SECS", "min": 0.1}
+    )
     max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE", "min": 1})
     max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES", "min": 0})
     # A retry waits this, doubled per retry made, up to the cap, with jitter (0: at once).

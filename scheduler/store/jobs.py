@@ -24,7 +24,7 @@ from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, jobs, listing, retry, schedules
+from scheduler.store.scripts import Call, jobs, listing, metrics, retry, schedules
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
@@ -176,6 +176,11 @@ class JobStore:
 
     async def overview(self) -> node_scripts.Overview:
         return await self.run(node_scripts.overview(STATUSES))
+
+    async def add_request_stats(self, deltas: dict[str, float], read: bool) -> dict[str, float]:
+        """Adds this process's request metrics since its last call to the deployment's; with
+        `read`, returns the deployment's sums."""
+        return await self.run(metrics.add_request_stats(deltas, read))
 
     # The built-in registry (REGISTRY_URL unset).
 

@@ -5,7 +5,7 @@ background work's (upkeep.py), the snapshot's (snapshot.py) and the schedules'
 
 `SCRIPTS` holds them all, by name, once this package is imported."""
 
-from scheduler.store.scripts import jobs, listing, nodes, schedules, snapshot, upkeep
+from scheduler.store.scripts import jobs, listing, metrics, nodes, schedules, snapshot, upkeep
 from scheduler.store.scripts.script import SCRIPTS, Call, Script
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Script",
     "jobs",
     "listing",
+    "metrics",
     "nodes",
     "schedules",
     "snapshot",
