@@ -15,7 +15,8 @@ limits allow: MAX_BODY_BYTES, OUTPUT_LIMIT_BYTES). Nodes n1 and n2 hold tokens.
 
 Each case is a refused report: a stranger's token (not a node's) and n2's token, on job-1
 and on a job that does not exist, through CHECK_REPORT (what the API runs first in token
-mode: the refusal is there) and TRANSITION (which checks again). Prints, per script and
+mode: the refusal is there) and TRANSITION (which checks again); then n1's own report on its
+job for comparison (TRANSITION answers FINISHED: the job is done). Prints, per script and
 case, the median over --runs of Redis' own time per call (INFO commandstats usec_per_call of
 EVALSHA; --calls calls pipelined), before and after, and their ratio; and each version's
 answers, which must not tell an existing job from a missing one after the change.
@@ -65,6 +66,7 @@ CASES = [
     ("stranger, no such job", "job-999999", STRANGER),
     ("n2's token, n1's job", "job-1", TOKENS["n2"]),
     ("n2's token, no such job", "job-999999", TOKENS["n2"]),
+    ("n1's token, its job (allowed)", "job-1", TOKENS["n1"]),
 ]
 CLAIM = JobUpdate(status="running")
 CODE_NAMES = {v: k for k, v in vars(codes).items() if k.isupper() and isinstance(v, int)}

@@ -104,6 +104,7 @@ def test_refused_report_cost_prints_each_case() -> None:
             "stranger, no such job",
             "n2's token, n1's job",
             "n2's token, no such job",
+            "n1's token, its job (allowed)",
         )
     ]
     assert all("before / after: " in line for line in lines)
