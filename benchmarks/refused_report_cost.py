@@ -147,7 +147,10 @@ def store_job(client: redis.Redis, keys: Keys, record: bytes, output_bytes: int)
 
 
 def measure(client: redis.Redis, keys: Keys, text: str, args: list[Any], calls: int) -> float:
-    """Redis µs per call of `calls` calls of the script, pipelined."""
+    """Redis µs per call of `calls` calls of the script, pipelined. A fresh Lua state first:
+    the garbage of the calls before (MBs of a decoded job) would otherwise be collected, and
+    counted, during these."""
+    client.script_flush("SYNC")
     sha = client.script_load(text)
     client.config_resetstat()
     pipe = client.pipeline(transaction=False)
