@@ -55,7 +55,7 @@ def deployment(make_client: ClientFactory) -> tuple[TestClient, dict[str, str]]:
     )
     tokens = {node: register(api, node) for node in ("n1", "n2", "n3")}
     assert api.delete("/nodes/n3", headers=OPERATOR).status_code == 204
-    job = {"command": "deploy", "env_vars": HUGE_ENV, "instance_id": ""}
+    job = {"command": "deploy", "env_vars": HUGE_ENV}
     assert assert_json(api.post("/jobs", json=job, headers=OPERATOR), 201)["node_id"] == "n1"
     claim = {"status": "running", "node_id": "n1"}
     assert api.patch("/jobs/job-1", json=claim, headers=bearer(tokens["n1"])).status_code == 200
