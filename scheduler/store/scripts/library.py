@@ -51,6 +51,22 @@ local function node_access(caller, node)
   if owner ~= node then return FORBIDDEN end
   return OK
 end
+
+-- Whether `caller` may act on job `id` for a node (its report), decided before the record is
+-- read: from the token and its node's index of jobs alone (one HGET, one ZSCORE), so a
+-- refusal costs the same small work whatever the job holds (a record of MiBs is never copied
+-- or decoded for a stranger). A caller without a valid token gets UNAUTHORIZED, a node token
+-- NOT_FOUND for a job that is not its node's: each the same answer for an id that exists and
+-- one that does not, so neither learns which jobs exist. Returns OK and the token's node
+-- (nil for "open" and "key", who may act on any job: whether it exists is the caller's
+-- business, the original's 404).
+local function job_access(caller, id)
+  if caller == "open" or caller == "key" then return OK end
+  local owner = caller ~= "" and redis.call("HGET", K.tokens, caller)
+  if not owner then return UNAUTHORIZED end
+  if not redis.call("ZSCORE", K.node_jobs(owner), id) then return NOT_FOUND end
+  return OK, owner
+end
 """
 
 # Placement, the rule of placement.choose: candidates sorted by id, the ticket from one INCR
