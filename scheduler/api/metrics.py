@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scheduler.nodes.placement import is_live
 from scheduler.store.jobs import JobStore
-from scheduler.store.scripts.nodes import Overview
+from scheduler.store.scripts.overview import Overview
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
