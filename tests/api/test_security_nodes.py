@@ -228,3 +228,47 @@ def test_open_mode_the_original_agents_restart_keeps_its_queue(
     restarted = register(api, "rust-1", {})
     assert restarted.status_code == 201 and "token" not in restarted.json()
     assert [j["job_id"] for j in assert_json(poll(api, "rust-1", {}))] == [job["job_id"]]
+
+
+def on_n1(api: TestClient, **fields: Any) -> Json:
+    """A job placed on n1 (the round-robin over n1 and n2 puts every other one there)."""
+    job = submit(api, **fields)
+    return job if job["node_id"] == "n1" else submit(api, **fields)
+
+
+def test_the_takeover_moves_waiting_and_delayed_jobs_too(make_client: ClientFactory) -> None:
+    """A job waiting for another, or delayed, becomes pending on its node later: bound to n1
+    for its old holder, it goes to placement at the takeover as a queued one does."""
+    api = make_client(api_key=KEY, agent_auth="token", agent_join_key=JOIN, max_jobs_per_node=5)
+    for node in ("n1", "n2"):
+        registered(api, node, bearer(JOIN))
+    first = submit(api, command="sleep 100")
+    waiting = on_n1(api, command="x", env_vars=SECRET, after=[first["job_id"]])
+    delayed = on_n1(api, command="y", env_vars=SECRET, delay_secs=3600)
+    assert (waiting["status"], delayed["status"]) == ("waiting", "delayed")
+
+    registered(api, "n1", OPERATOR)
+
+    for job in (waiting, delayed):
+        now = assert_json(api.get(f"/jobs/{job['job_id']}", headers=OPERATOR))
+        assert (now["status"], now["node_id"]) == (job["status"], "n2")
+
+
+def test_a_takeover_past_the_limit_is_refused_and_changes_nothing(
+    make_client: ClientFactory, rclient: Any, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More jobs than one script hands back (DELETE_MOVES, 1000; 2 here): 409, nothing
+    changed, the old holder's token still the node's."""
+    monkeypatch.setattr("scheduler.store.jobs.DELETE_MOVES", 2)
+    api = make_client(api_key=KEY, agent_auth="token", agent_join_key=JOIN)
+    old = registered(api, "n1", bearer(JOIN))
+    registered(api, "n2", bearer(JOIN))
+    for i in range(3):
+        on_n1(api, command=f"echo {i}", env_vars=SECRET)
+    before = _state(api, rclient, Keys(prefix))
+
+    response = register(api, "n1", OPERATOR)
+
+    assert response.status_code == 409 and "delete it" in response.text
+    assert _state(api, rclient, Keys(prefix)) == before
+    assert len(assert_json(poll(api, "n1", bearer(old)))) == 1
