@@ -38,7 +38,7 @@ def _record_fields() -> str:
 # from the Authorization header and passes it as one argument, `caller`:
 #   "open"  AGENT_AUTH=open: agent calls need nothing (the original Rust agent sends no key)
 #   "key"   the request carries TINYAWS_API_KEY: the operator, allowed everywhere
-#   "join"  the request carries AGENT_JOIN_KEY: may register a node (REGISTER_NODE), no more
+#   "join"  the request carries AGENT_JOIN_KEY: may register a new id (REGISTER_NODE), no more
 #   ""      no bearer token
 #   else    the SHA-256 (hex) of the bearer token; Redis never sees a token itself
 # A node token reaches its own node only: its poll, its heartbeat, the jobs bound to it.
