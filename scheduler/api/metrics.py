@@ -40,7 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scheduler.nodes.placement import is_live
 from scheduler.store.jobs import JobStore
-from scheduler.store.scripts.nodes import Overview
+from scheduler.store.scripts.overview import Overview
 
 log = logging.getLogger("scheduler.api")
 

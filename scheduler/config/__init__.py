@@ -54,7 +54,7 @@ class Settings:
     # Who may make the agent calls (README, "Security"): "open" as the original (its Rust
     # agent sends no key), or "token": a node token from POST /nodes/register, or the key.
     agent_auth: str = field(default="open", metadata={"env": "AGENT_AUTH"})
-    # A secret that only registers nodes (token mode): agents hold it instead of the key.
+    # A secret that only registers new node ids (token mode): agents hold it instead of the key.
     agent_join_key: str = field(default="", metadata={"env": "AGENT_JOIN_KEY"})
     max_nodes: int = field(default=10_000, metadata={"env": "MAX_NODES", "min": 1})
     # Prometheus metrics at /metrics and the request counting behind them: "on" or "off".

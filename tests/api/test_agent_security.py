@@ -370,8 +370,8 @@ def test_token_mode_without_a_key_lets_a_silent_nodes_id_be_taken_again(
 
 
 def test_the_join_key_registers_nodes_and_does_nothing_else(make_client: ClientFactory) -> None:
-    """Agents can hold AGENT_JOIN_KEY instead of the operator's key: it adds a node, or takes
-    over a dead node's id, and opens nothing else."""
+    """Agents can hold AGENT_JOIN_KEY instead of the operator's key: it adds a node, and
+    opens nothing else: not even a dead node's id (tests/api/test_security_nodes.py)."""
     api = make_client(api_key=KEY, agent_auth="token", agent_join_key="join-me", node_ttl_secs=1.0)
     join = bearer("join-me")
     assert register_fake(Cluster(api, "token", {}), {}).status_code == 401
@@ -383,7 +383,11 @@ def test_the_join_key_registers_nodes_and_does_nothing_else(make_client: ClientF
     for path in ("/jobs", "/nodes", "/metrics"):
         assert api.get(path, headers=join).status_code == 401
     assert hijack_role(Cluster(api, "token", {}), join).status_code == 401  # n1 is live
-    time.sleep(1.2)  # n1 is now silent past NODE_TTL_SECS: its id may be taken again
+    time.sleep(1.2)  # n1 is now silent past NODE_TTL_SECS: still n1's own
+    assert hijack_role(Cluster(api, "token", {}), join).status_code == 401
+    assert poll_as(api, "n1", token).status_code == 200
+    # Once the operator has deleted it, the id is a new one, which the join key may add.
+    assert api.delete("/nodes/n1", headers=OPERATOR).status_code == 204
     again = register_node(api, "n1", join)
     assert again != token and poll_as(api, "n1", token).status_code == 401
 
