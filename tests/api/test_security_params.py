@@ -25,7 +25,7 @@ from scheduler.api.http import UI_COOKIE, ui_secret
 from scheduler.api.routes import TABLE
 from scheduler.api.routing import Access
 from scheduler.config import Settings
-from tests.conftest import assert_json, assert_text_error
+from tests.conftest import BOTH_FRONTS, ClientFactory, assert_json, assert_text_error
 from tests.servers import lane_checked_client, serving
 
 KEY = "params-key"
@@ -239,3 +239,17 @@ def test_an_encoded_node_id_is_one_node_for_the_rule_and_the_handler(cluster: Cl
         assert cluster.send("GET", poll, STRANGER).status_code == 401
     twice = cluster.send("GET", "/jobs?node_id=%256e1&status=pending", own)
     assert twice.status_code == 400 and "node_id" in twice.text
+
+
+@BOTH_FRONTS
+def test_without_a_key_a_repeated_parameter_is_400_too(make_client: ClientFactory) -> None:
+    """The door is no part of the key's middleware: with no key set (everything open) a
+    repeated parameter is refused all the same, the poll's through the lane too."""
+    api = make_client()
+    name = "node_id"
+    for query in ("node_id=n1&node_id=", "node_id=n1&status=pending&node_id=n2"):
+        response = api.get(f"/jobs?{query}")
+        assert_text_error(response, 400, f'parameter "{name}" given more than once')
+    assert_text_error(
+        api.get("/services?status=a&status="), 400, 'parameter "status" given more than once'
+    )
