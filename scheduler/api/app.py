@@ -20,7 +20,7 @@ from scheduler.api import longpoll
 from scheduler.api import metrics as metrics_api
 from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.errors import exception_handlers
-from scheduler.api.http import BearerAuth, text_error
+from scheduler.api.http import BearerAuth, ParamsDoor, text_error
 from scheduler.api.lane import Lane
 from scheduler.api.routes import TABLE
 from scheduler.api.upgrade import OldLayoutWatch
@@ -102,7 +102,8 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
 
     metrics_on = settings.metrics == "on"
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
-    middleware = []
+    # The door first: the key rule reads the parameters it parsed.
+    middleware = [Middleware(ParamsDoor, routes=TABLE)]
     if settings.api_key:
         middleware.append(Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE))
     request_stats = metrics_api.RequestStats()

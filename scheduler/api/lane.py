@@ -30,8 +30,9 @@ from scheduler.api import hot
 from scheduler.api.errors import is_expected, reply_for
 from scheduler.api.http import bearer_matches, length_of, refuse_declared
 from scheduler.api.metrics import RequestStats
+from scheduler.api.params import Params
 from scheduler.api.routes import TABLE
-from scheduler.api.routing import Access, Hot, Params, RouteTable
+from scheduler.api.routing import Access, Hot, RouteTable
 from scheduler.api.state import AppState
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.scripts.jobs import Polled
@@ -75,8 +76,8 @@ class HotRequest:
         return ""
 
     def param(self, name: str) -> str:
-        """The first value of a query parameter, as Go's URL.Query().Get (routing.first,
-        inlined: the poll reads its node id here)."""
+        """A query parameter's value, "" without one (params.Query.get, inlined: the poll
+        reads its node id here; the lane takes no query with a repeated name)."""
         values = self.params.get(name)
         return values[0] if values else ""
 
@@ -146,6 +147,10 @@ class Lane:
                 found.access is Access.POLL and hot_call is Hot.POLL
             ):
                 raise ValueError(f"the lane cannot serve {method} {entry.path}: {found.access}")
+            # A call that takes any query must read none: the lane does not look for a
+            # repeated one (the door's 400, params.py).
+            if hot_call is Hot.SUBMIT and found.reads:
+                raise ValueError(f"the lane's {method} {entry.path} reads no parameter")
             needs_key = found.access is Access.KEY
             takes = hot_call.takes
             route = Route(method, hot_call, takes, entry.label, needs_key, *calls[hot_call])

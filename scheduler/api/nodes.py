@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from scheduler.api.agents import bearer, new_token, token_hash
 from scheduler.api.http import HTTPError, json_bytes, read_body
+from scheduler.api.params import param
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _node_source
 from scheduler.api.state import store as _store
@@ -91,7 +92,7 @@ async def heartbeat(request: Request) -> Response:
 
 async def list_nodes(request: Request) -> Response:
     """The built-in registry's nodes, or with REGISTRY_URL the registry's, in one shape."""
-    role = request.query_params.get("role", "")
+    role = param(request, "role")
     return json_bytes(msgspec.json.encode(await _node_source(request).nodes(role)))
 
 
