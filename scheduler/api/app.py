@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from scheduler.api import longpoll
 from scheduler.api import metrics as metrics_api
+from scheduler.api.agent_networks import AgentNetworks, AgentNetworksGate
 from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.errors import exception_handlers
 from scheduler.api.http import BearerAuth, text_error
@@ -91,6 +92,9 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     metrics_on = settings.metrics == "on"
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
     middleware = []
+    networks = AgentNetworks.from_settings(settings)
+    if networks is not None:
+        middleware.append(Middleware(AgentNetworksGate, networks=networks, routes=TABLE))
     if settings.api_key:
         middleware.append(Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE))
     request_stats = metrics_api.RequestStats()
@@ -109,5 +113,6 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
-    app.state.lane = Lane(app.state, settings.api_key, stats)  # served by server.LaneProtocol
+    # Served by server.LaneProtocol.
+    app.state.lane = Lane(app.state, settings.api_key, stats, networks=networks)
     return app
