@@ -26,9 +26,10 @@ from scheduler.config.networks import Networks
 
 FORBIDDEN = "forbidden: agent calls are open to AGENT_NETWORKS only"
 # Decisions remembered by (peer, X-Forwarded-For): parsing an address costs more than the
-# rest of a poll's check (~1.3 of ~8 µs of the lane's Python). Bounded, so a client varying
-# its header only costs its own recomputation.
-CACHED_DECISIONS = 4096
+# rest of a poll's check (~1.3 of ~8 µs of the lane's Python). Room for MAX_NODES' default
+# of agents polling in turn (an LRU smaller than its cycle misses every time); bounded, so a
+# client varying its header only costs its own recomputation.
+CACHED_DECISIONS = 16384
 
 
 class AgentNetworks:

@@ -7,15 +7,19 @@ token, and no script ran in Redis. X-Forwarded-For counts only from TRUSTED_PROX
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from ipaddress import ip_address, ip_network
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import redis
+import yaml
 
 from scheduler.api.agent_networks import FORBIDDEN
 from scheduler.api.app import create_app
@@ -303,6 +307,28 @@ def test_serve_believes_no_forwarded_address_but_from_trusted_proxies(
         assert assert_json(httpx.get(f"{url}/nodes")) == {}
     finally:
         stop(proc)
+
+
+def test_the_compose_deployment_believes_its_balancer_only() -> None:
+    """docker-compose.yml: TRUSTED_PROXIES is lb's fixed address, in the fixed subnet, and the
+    nginx in front appends the client's address to X-Forwarded-For."""
+    root = Path(__file__).resolve().parent.parent.parent
+    compose = yaml.safe_load((root / "docker-compose.yml").read_text())
+    expanded = {
+        name: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+        for name, value in compose["x-env"].items()
+    }
+    settings = Settings.from_env(expanded)
+    (subnet,) = compose["networks"]["default"]["ipam"]["config"]
+    lb = ip_address(compose["services"]["lb"]["networks"]["default"]["ipv4_address"])
+    assert settings.trusted_proxy_list == (ip_network(f"{lb}/32"),)
+    assert lb in ip_network(subnet["subnet"])
+    assert settings.agent_network_list == ()  # unset: any network, as the original
+    for api in ("api1", "api2", "api3"):
+        environment = compose["services"][api]["environment"]
+        assert environment["TRUSTED_PROXIES"] == compose["x-env"]["TRUSTED_PROXIES"]
+    nginx = (root / "deploy" / "nginx.conf").read_text()
+    assert "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;" in nginx
 
 
 BAD_LISTS = [
