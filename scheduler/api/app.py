@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from scheduler.api import longpoll
 from scheduler.api import metrics as metrics_api
+from scheduler.api.agent_networks import AgentNetworks, AgentNetworksGate
 from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.errors import exception_handlers
 from scheduler.api.http import BearerAuth, ParamsDoor, text_error
@@ -102,8 +103,11 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
 
     metrics_on = settings.metrics == "on"
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
-    # The door first: the key rule reads the parameters it parsed.
+    # The door first: the agents' networks and the key rule read the parameters it parsed.
     middleware = [Middleware(ParamsDoor, routes=TABLE)]
+    networks = AgentNetworks.from_settings(settings)
+    if networks is not None:
+        middleware.append(Middleware(AgentNetworksGate, networks=networks, routes=TABLE))
     if settings.api_key:
         middleware.append(Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE))
     request_stats = metrics_api.RequestStats()
@@ -122,5 +126,6 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
-    app.state.lane = Lane(app.state, settings.api_key, stats)  # served by server.LaneProtocol
+    # Served by server.LaneProtocol.
+    app.state.lane = Lane(app.state, settings.api_key, stats, networks=networks)
     return app

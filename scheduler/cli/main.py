@@ -82,6 +82,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         # On SIGTERM uvicorn waits for running requests; a long-poll may run for up to a
         # minute, so requests still running after this are cut (clients poll again).
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECS,
+        # The client's address is api/client_address.py's, from the socket's peer and
+        # TRUSTED_PROXIES, on the lane and through ASGI alike: uvicorn's proxy headers (on by
+        # default, trusting 127.0.0.1) would rewrite it for ASGI requests only.
+        "proxy_headers": False,
     }
     options["http"] = HTTP_PROTOCOLS[args.http]
     # Before listening (and with signals still default, so SIGTERM ends a wait): the restore
