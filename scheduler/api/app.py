@@ -19,9 +19,11 @@ from scheduler.api import longpoll
 from scheduler.api import metrics as metrics_api
 from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.errors import exception_handlers
+from scheduler.api.guesses import Guesses
 from scheduler.api.http import BearerAuth, text_error
 from scheduler.api.lane import Lane
 from scheduler.api.routes import TABLE
+from scheduler.api.ui_headers import UIHeaders
 from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource, node_source
@@ -90,7 +92,8 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
 
     metrics_on = settings.metrics == "on"
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
-    middleware = []
+    # The UI's headers outside the key's rule: its redirects to the login form carry them too.
+    middleware = [Middleware(UIHeaders)]
     if settings.api_key:
         middleware.append(Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE))
     request_stats = metrics_api.RequestStats()
@@ -107,6 +110,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.request_stats = request_stats
     app.state.agent_auth = AgentAuth.from_settings(settings)
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
+    app.state.guesses = Guesses(settings.auth_failures_max, settings.auth_failures_window_secs)
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
     app.state.lane = Lane(app.state, settings.api_key, stats)  # served by server.LaneProtocol

@@ -4,15 +4,18 @@ and the middleware asking for the key where the route table says so."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 from collections.abc import Callable, Iterable
 
-from starlette.requests import ClientDisconnect, Request, cookie_parser
+from redis.exceptions import RedisError
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from scheduler.api.guesses import Guesses, client_address, too_many
 from scheduler.api.routing import Access, RouteTable
+from scheduler.api.ui_session import UI_COOKIE as UI_COOKIE
+from scheduler.api.ui_session import cookie_session, session_alive
 
 
 class HTTPError(Exception):
@@ -34,9 +37,15 @@ def text_error(status: int, message: str, headers: dict[str, str] | None = None)
     )
 
 
+NO_STORE = {"Cache-Control": "no-store"}  # an answer that may carry env_vars or output
+
+
 def json_bytes(body: bytes, status: int = 200) -> Response:
-    """`body` is JSON already (msgspec or straight from Redis); Go's encoder ends with \\n."""
-    return Response(body + b"\n", status_code=status, media_type="application/json")
+    """`body` is JSON already (msgspec or straight from Redis); Go's encoder ends with \\n.
+    Never cached: a job carries its env_vars and output (the lane's answers say it too)."""
+    return Response(
+        body + b"\n", status_code=status, media_type="application/json", headers=NO_STORE
+    )
 
 
 def json_array(items: Iterable[bytes]) -> Response:
@@ -135,15 +144,6 @@ async def _read_chunks(request: Request, limit: int, charge: Callable[[int], Non
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-UI_COOKIE = "tinyaws_ui"
-
-
-def ui_secret(api_key: str, purpose: str) -> str:
-    """What the web UI's cookie (purpose "session") or its forms ("csrf") carry instead of
-    the key: an HMAC of the key, so neither reveals it."""
-    return hmac.new(api_key.encode(), f"tinyaws-ui-{purpose}".encode(), hashlib.sha256).hexdigest()
-
-
 def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> bool:
     """The first Authorization header is `expected` (compared in constant time)."""
     for name, value in headers:
@@ -155,14 +155,14 @@ def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> b
 class BearerAuth:
     """Pure ASGI middleware: who may make each call is the route table's (routing.Access):
     `Authorization: Bearer <key>`, compared in constant time, on every call but the open ones
-    (the health check, the agent calls); the web UI's pages take the login cookie instead,
-    and send a browser without one to the login form."""
+    (the health check, the agent calls); a wrong key is counted against the client's address
+    (guesses.py: 429 past the limit). The web UI's pages take a live session's cookie
+    instead (ui_session.py), and send a browser without one to the login form."""
 
     def __init__(self, app: ASGIApp, api_key: str, routes: RouteTable) -> None:
         self.app = app
         self.routes = routes
         self.expected = f"Bearer {api_key}".encode()
-        self.ui_session = ui_secret(api_key, "session")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -170,23 +170,34 @@ class BearerAuth:
             return
         query = scope.get("query_string", b"")
         access = self.routes.access(scope["method"], scope["path"], query)
-        if self._allowed(access, scope["headers"]):
+        if access is Access.ANYONE or access is Access.AGENT:
             await self.app(scope, receive, send)
         elif access is Access.UI:
-            await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
+            await self._ui(scope, receive, send)
         else:
-            await text_error(401, "unauthorized")(scope, receive, send)
+            await self._key(scope, receive, send)
 
-    def _allowed(self, access: Access, headers: list[tuple[bytes, bytes]]) -> bool:
-        if access is Access.ANYONE or access is Access.AGENT:
-            return True
-        if access is Access.UI:
-            return self._ui_cookie_ok(headers)
-        return bearer_matches(headers, self.expected)
+    async def _ui(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            alive = await session_alive(scope["app"].state.store, cookie_session(scope["headers"]))
+        except RedisError:
+            await text_error(503, "store unavailable")(scope, receive, send)
+            return
+        if alive:
+            await self.app(scope, receive, send)
+        else:
+            await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
 
-    def _ui_cookie_ok(self, headers: list[tuple[bytes, bytes]]) -> bool:
-        for name, value in headers:
-            if name == b"cookie":
-                cookie = cookie_parser(value.decode("latin-1")).get(UI_COOKIE, "")
-                return hmac.compare_digest(cookie.encode(), self.ui_session.encode())
-        return False
+    async def _key(self, scope: Scope, receive: Receive, send: Send) -> None:
+        guesses: Guesses = scope["app"].state.guesses
+        address = client_address(scope)
+        if bearer_matches(scope["headers"], self.expected):
+            barred = guesses.barred(address) if guesses.barred_until else 0.0
+            if not barred:
+                await self.app(scope, receive, send)
+                return
+            refusal = too_many(barred)
+        else:
+            store = scope["app"].state.store
+            refusal = await guesses.failed(store, address, (401, "unauthorized", {}))
+        await text_error(*refusal)(scope, receive, send)

@@ -28,6 +28,7 @@ from redis.exceptions import NoScriptError
 
 from scheduler.api import hot
 from scheduler.api.errors import is_expected, reply_for
+from scheduler.api.guesses import too_many
 from scheduler.api.http import bearer_matches, length_of, refuse_declared
 from scheduler.api.metrics import RequestStats
 from scheduler.api.routes import TABLE
@@ -39,6 +40,8 @@ from scheduler.store.scripts.jobs import Polled
 JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"
 NOSNIFF = (b"x-content-type-options", b"nosniff")
+# A JSON answer's headers, as http.json_bytes writes them: a job carries env_vars and output.
+JOB_HEADERS = [(b"cache-control", b"no-store")]
 # Requests with a declared body of at most this take the lane (uvicorn buffers as much for an
 # ASGI app before pausing the socket); larger or unsized ones take the ASGI path, whose flow
 # control pauses the socket while the app does not read.
@@ -61,6 +64,7 @@ class HotRequest:
     params: Params = field(default_factory=dict)
     label: str = ""  # its route's metrics label
     id: str = ""  # the path's parameter (the job id), for a route that has one
+    client: str = ""  # the peer's address (guesses.client_address's, for the lane)
     # The body as http.read_body reads it: 413 past `limit`, each part's size told to
     # `charge` as it arrives, ClientDisconnect if the client leaves first. The protocol sets
     # it; the call decides when to read, as an ASGI app does.
@@ -174,7 +178,7 @@ class Lane:
         """The route's answer; an exception nothing expects (a bug) is raised to the caller."""
         try:
             if self.refused(route, request):
-                answer = text_answer(401, "unauthorized", {})
+                answer = text_answer(*await self.refusal(request))
             else:
                 answer = await route.handler(request)
         except Exception as exc:
@@ -210,9 +214,22 @@ class Lane:
         return answer
 
     def refused(self, route: Route, request: HotRequest) -> bool:
-        return bool(
-            route.needs_key and self.expected and not bearer_matches(request.headers, self.expected)
-        )
+        """BearerAuth's rule: a wrong key, or the right one from an address this process
+        has answered 429 (checked only while there is one: a dict's truth is ~free)."""
+        if not (route.needs_key and self.expected):
+            return False
+        if not bearer_matches(request.headers, self.expected):
+            return True
+        guesses = self.state.guesses
+        return bool(guesses.barred_until) and bool(guesses.barred(request.client))
+
+    async def refusal(self, request: HotRequest) -> tuple[int, str, dict[str, str]]:
+        """A refused request's answer, as BearerAuth's: a wrong key is counted (401, or 429
+        past the limit), the right one from a barred address is 429."""
+        guesses = self.state.guesses
+        if bearer_matches(request.headers, self.expected):
+            return too_many(guesses.barred(request.client))
+        return await guesses.failed(self.state.store, request.client, (401, "unauthorized", {}))
 
     def failed(self, request: HotRequest, exc: Exception) -> Answer:
         """errors.py's answer to `exc`; raised again when it has none (a bug)."""
@@ -232,7 +249,7 @@ class Lane:
         return None if reply is None else (reply, _job_answer)
 
     async def read_job(self, request: HotRequest) -> Answer:
-        return 200, await hot.read_job(self.state.store, request.id) + b"\n", JSON, []
+        return 200, await hot.read_job(self.state.store, request.id) + b"\n", JSON, JOB_HEADERS
 
     def send_poll(self, request: HotRequest) -> Sent | None:
         sent = self.state.store.send_poll(*self._poller(request))
@@ -253,29 +270,30 @@ class Lane:
     async def create_job(self, request: HotRequest) -> Answer:
         key = request.header(b"idempotency-key")
         created = await hot.create_job(self.state, _reader(request), key)
-        return 200 if created.duplicate else 201, created.job + b"\n", JSON, []
+        return 200 if created.duplicate else 201, created.job + b"\n", JSON, JOB_HEADERS
 
     async def report_job(self, request: HotRequest) -> Answer:
         job_id = hot.job_id_or_404(request.id)
         caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
         report = (job_id, caller, length_of(request.header(b"content-length")))
         blob = await hot.report_job(self.state, report, _reader(request))
-        return 200, blob + b"\n", JSON, []
+        return 200, blob + b"\n", JSON, JOB_HEADERS
 
 
 def _job_answer(blob: bytes | None) -> Answer:
-    return 200, hot.job_reply(blob) + b"\n", JSON, []
+    return 200, hot.job_reply(blob) + b"\n", JSON, JOB_HEADERS
 
 
 # Most polls find nothing: a node at capacity, or without work.
-_NOTHING_POLLED: Answer = (200, b"[]\n", JSON, [])
+_NOTHING_POLLED: Answer = (200, b"[]\n", JSON, JOB_HEADERS)
 
 
 def _polled_answer(polled: Polled) -> Answer:
     if not polled:
         return _NOTHING_POLLED
     body, headers = hot.polled_reply(polled)
-    return 200, body + b"\n", JSON, raw_headers(headers)
+    # Without cancels the headers are no-store alone: the constant, not encoded each time.
+    return 200, body + b"\n", JSON, raw_headers(headers) if polled.cancels else JOB_HEADERS
 
 
 def _reader(request: HotRequest) -> hot.BodyReader:

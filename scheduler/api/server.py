@@ -309,6 +309,8 @@ class LaneProtocol(OneWriteProtocol):
             return None
         route, request = found
         request.headers = self.headers
+        if self.client:  # uvicorn's peer address (tests/api/test_uvicorn_guard.py)
+            request.client = self.client[0]
         if route.has_body and not self._small_sized_body():
             return None
         return route, request

@@ -1,0 +1,98 @@
+"""Failed credentials, counted per client address: the login form's wrong keys and the
+API's wrong bearer keys. Past AUTH_FAILURES_MAX in AUTH_FAILURES_WINDOW_SECS (a window
+starting at the address's first failure) the address is answered 429 with Retry-After.
+
+The count is in Redis (scripts/access.py), so every replica adds to and reads the same one.
+A right key is never counted and costs no Redis call: a key route checks it first, and only
+a wrong one goes to Redis. So that guessing stops too, a replica that has answered an
+address 429 remembers it until the window ends and refuses it the right key as well (a
+dict lookup); the login form asks Redis before comparing the key.
+
+Why not the `limits` package: its Redis storage opens its own redis-py client from a URL,
+outside the API's one multiplexed connection (store/connection/mux.py), with our Sentinel,
+Cluster and TLS forms of REDIS_URL to map onto its own, and its keys outside the
+deployment's hash tag; the count is two Redis commands in one script here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from starlette.types import Scope
+
+from scheduler.store.jobs import JobStore
+from scheduler.store.scripts import access
+
+log = logging.getLogger("scheduler.api")
+
+TOO_MANY = "too many failed attempts from this address: try again later"
+# status, message, headers: a refusal as errors.Reply has it
+Refusal = tuple[int, str, dict[str, str]]
+
+
+def too_many(seconds: float) -> Refusal:
+    return 429, TOO_MANY, {"Retry-After": str(max(1, math.ceil(seconds)))}
+
+
+class Guesses:
+    """The failed-credential counts of one API process's door (shared through Redis)."""
+
+    def __init__(self, limit: int, window_secs: float) -> None:
+        self.limit = limit
+        self.window_secs = window_secs
+        # address -> time.monotonic() its window ends: the addresses this process has
+        # answered 429 (bounded: one entry per address refused, dropped once stale).
+        self.barred_until: dict[str, float] = {}
+
+    def barred(self, address: str) -> float:
+        """Seconds left of a 429 this process gave `address`, 0 without one (no Redis)."""
+        until = self.barred_until.get(address)
+        if until is None:
+            return 0.0
+        left = until - time.monotonic()
+        if left <= 0:
+            del self.barred_until[address]
+            return 0.0
+        return left
+
+    async def failed(self, store: JobStore, address: str, refusal: Refusal) -> Refusal:
+        """A wrong credential from `address`: counted; `refusal`, or 429 past the limit.
+        When Redis cannot count it, the refusal stands (and the failure is logged)."""
+        try:
+            failures, left = await store.run(access.count_failure(address, self.window_secs))
+        except Exception as exc:
+            log.warning("failed credential from %s not counted: %s", address, exc)
+            return refusal
+        if failures <= self.limit:
+            return refusal
+        self._bar(address, left)
+        return too_many(left)
+
+    async def wait_left(self, store: JobStore, address: str) -> float:
+        """Seconds `address` must wait before trying a key again (0: it may now), as Redis
+        counts its failures: the login form asks before comparing."""
+        left = self.barred(address)
+        if left:
+            return left
+        failures, left = await store.run(access.failures(address))
+        if failures < self.limit:
+            return 0.0
+        self._bar(address, left)
+        return left
+
+    def _bar(self, address: str, left: float) -> None:
+        now = time.monotonic()
+        stale = [a for a, until in self.barred_until.items() if until <= now]
+        for gone in stale:
+            del self.barred_until[gone]
+        self.barred_until[address] = now + left
+
+
+def client_address(scope: Scope) -> str:
+    """Whose failures a request's count: the peer's address (uvicorn's, from
+    X-Forwarded-For only when its FORWARDED_ALLOW_IPS trusts the peer). The seam for a
+    trusted-proxies rule: the lane (lane.HotRequest.client) reads the raw peer."""
+    client = scope.get("client")
+    return str(client[0]) if client else ""
