@@ -94,8 +94,11 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
     # The UI's headers outside the key's rule: its redirects to the login form carry them too.
     middleware = [Middleware(UIHeaders)]
+    # One count of failed keys for the middleware and the lane (which reads app.state's).
+    guesses = Guesses(settings.auth_failures_max, settings.auth_failures_window_secs)
     if settings.api_key:
-        middleware.append(Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE))
+        door = Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE, guesses=guesses)
+        middleware.append(door)
     request_stats = metrics_api.RequestStats()
     if metrics_on:
         labels = Middleware(metrics_api.RequestMetrics, stats=request_stats, label=TABLE.label)
@@ -110,7 +113,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.request_stats = request_stats
     app.state.agent_auth = AgentAuth.from_settings(settings)
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
-    app.state.guesses = Guesses(settings.auth_failures_max, settings.auth_failures_window_secs)
+    app.state.guesses = guesses
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
     app.state.lane = Lane(app.state, settings.api_key, stats)  # served by server.LaneProtocol

@@ -12,7 +12,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from scheduler.api.guesses import Guesses, client_address, too_many
+from scheduler.api.guesses import Guesses, Refusal, client_address, too_many
 from scheduler.api.routing import Access, RouteTable
 from scheduler.api.ui_session import UI_COOKIE as UI_COOKIE
 from scheduler.api.ui_session import cookie_session, session_alive
@@ -159,10 +159,13 @@ class BearerAuth:
     (guesses.py: 429 past the limit). The web UI's pages take a live session's cookie
     instead (ui_session.py), and send a browser without one to the login form."""
 
-    def __init__(self, app: ASGIApp, api_key: str, routes: RouteTable) -> None:
+    def __init__(
+        self, app: ASGIApp, api_key: str, routes: RouteTable, guesses: Guesses | None = None
+    ) -> None:
         self.app = app
         self.routes = routes
         self.expected = f"Bearer {api_key}".encode()
+        self.guesses = guesses  # None: wrong keys are not counted (a bare app's tests)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -189,15 +192,14 @@ class BearerAuth:
             await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
 
     async def _key(self, scope: Scope, receive: Receive, send: Send) -> None:
-        guesses: Guesses = scope["app"].state.guesses
-        address = client_address(scope)
+        guesses, address = self.guesses, client_address(scope)
+        refusal: Refusal = (401, "unauthorized", {})
         if bearer_matches(scope["headers"], self.expected):
-            barred = guesses.barred(address) if guesses.barred_until else 0.0
+            barred = guesses.barred(address) if guesses and guesses.barred_until else 0.0
             if not barred:
                 await self.app(scope, receive, send)
                 return
             refusal = too_many(barred)
-        else:
-            store = scope["app"].state.store
-            refusal = await guesses.failed(store, address, (401, "unauthorized", {}))
+        elif guesses is not None:
+            refusal = await guesses.failed(scope["app"].state.store, address, refusal)
         await text_error(*refusal)(scope, receive, send)
