@@ -20,6 +20,7 @@ import logging
 import math
 import time
 
+from redis.exceptions import RedisError
 from starlette.types import Scope
 
 from scheduler.store.jobs import JobStore
@@ -62,7 +63,7 @@ class Guesses:
         When Redis cannot count it, the refusal stands (and the failure is logged)."""
         try:
             failures, left = await store.run(access.count_failure(address, self.window_secs))
-        except Exception as exc:
+        except RedisError as exc:  # ReplicasNotAcked too: the count may be on the primary
             log.warning("failed credential from %s not counted: %s", address, exc)
             return refusal
         if failures <= self.limit:
