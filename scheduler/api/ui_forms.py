@@ -31,7 +31,8 @@ async def checked_form(request: Request, limit: int = FORM_BYTES) -> dict[str, l
 
 
 async def check_token(request: Request, token: str) -> None:
-    """403 unless `token` is the page's (the no-key secret is read again once before)."""
+    """403 unless `token` is the page's. Without a key, the deployment's secret is read
+    from Redis again before refusing: another replica may have made a new one."""
     if hmac.compare_digest(token.encode(), (await csrf(request)).encode()):
         return
     again = not request.app.state.settings.api_key and await csrf(request, fresh=True)

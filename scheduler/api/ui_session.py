@@ -29,9 +29,9 @@ from scheduler.config import Settings
 from scheduler.store.jobs import JobStore
 from scheduler.store.scripts import access
 
+UI_COOKIE = "tinyaws_ui"  # its value: the session's id
 # secrets.token_urlsafe(32): 43 characters. Anything else (an old HMAC cookie, junk) is not
 # a session, and costs no Redis call.
-UI_COOKIE = "tinyaws_ui"
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
