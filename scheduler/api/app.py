@@ -21,9 +21,11 @@ from scheduler.api import metrics as metrics_api
 from scheduler.api.agent_networks import AgentNetworks, AgentNetworksGate
 from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.errors import exception_handlers
+from scheduler.api.guesses import Guesses
 from scheduler.api.http import BearerAuth, ParamsDoor, text_error
 from scheduler.api.lane import Lane
 from scheduler.api.routes import TABLE
+from scheduler.api.ui_headers import UIHeaders
 from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource, node_source
@@ -103,13 +105,22 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
 
     metrics_on = settings.metrics == "on"
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
-    # The door first: the agents' networks and the key rule read the parameters it parsed.
-    middleware = [Middleware(ParamsDoor, routes=TABLE)]
+    # The UI's headers outside every door: its redirects and refusals carry them too.
+    middleware = [Middleware(UIHeaders)]
+    # Then the door: the agents' networks and the key rule read the parameters it parsed.
+    middleware.append(Middleware(ParamsDoor, routes=TABLE))
     networks = AgentNetworks.from_settings(settings)
     if networks is not None:
         middleware.append(Middleware(AgentNetworksGate, networks=networks, routes=TABLE))
+    # One count of failed keys for the middleware and the lane (which reads app.state's).
+    guesses = Guesses(
+        settings.auth_failures_max,
+        settings.auth_failures_window_secs,
+        settings.trusted_proxy_list,
+    )
     if settings.api_key:
-        middleware.append(Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE))
+        door = Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE, guesses=guesses)
+        middleware.append(door)
     request_stats = metrics_api.RequestStats()
     if metrics_on:
         labels = Middleware(metrics_api.RequestMetrics, stats=request_stats, label=TABLE.label)
@@ -124,6 +135,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.request_stats = request_stats
     app.state.agent_auth = AgentAuth.from_settings(settings)
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
+    app.state.guesses = guesses
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
     # Served by server.LaneProtocol.

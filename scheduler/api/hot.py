@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from scheduler.api.agents import PRECHECK_OVER_BYTES
-from scheduler.api.http import HTTPError, no_charge, too_large
+from scheduler.api.http import NO_STORE, HTTPError, no_charge, too_large
 from scheduler.api.state import AppState
 from scheduler.models.job import (
     REPORT_STATUSES,
@@ -60,7 +60,9 @@ def job_reply(blob: bytes | None) -> bytes:
 def polled_reply(polled: Polled) -> tuple[bytes, dict[str, str]]:
     """The jobs, as the original; the ids of the node's jobs being cancelled ride in a
     header, which the original agent ignores and the reference agent acts on."""
-    headers = {"X-Cancel-Jobs": ",".join(polled.cancels)} if polled.cancels else {}
+    headers = (
+        {"X-Cancel-Jobs": ",".join(polled.cancels), **NO_STORE} if polled.cancels else NO_STORE
+    )
     return b"[" + b",".join(polled.jobs) + b"]", headers
 
 

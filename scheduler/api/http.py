@@ -5,16 +5,19 @@ the route table says so."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 from collections.abc import Callable, Iterable
 
-from starlette.requests import ClientDisconnect, Request, cookie_parser
+from redis.exceptions import RedisError
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from scheduler.api.guesses import Guesses, Refusal, too_many
 from scheduler.api.params import PARAMS, Query, given_twice, parse_query, repeated
 from scheduler.api.routing import Access, RouteTable, route_path
+from scheduler.api.ui_session import UI_COOKIE as UI_COOKIE
+from scheduler.api.ui_session import cookie_session, session_alive
 
 
 class HTTPError(Exception):
@@ -36,9 +39,15 @@ def text_error(status: int, message: str, headers: dict[str, str] | None = None)
     )
 
 
+NO_STORE = {"Cache-Control": "no-store"}  # an answer that may carry env_vars or output
+
+
 def json_bytes(body: bytes, status: int = 200) -> Response:
-    """`body` is JSON already (msgspec or straight from Redis); Go's encoder ends with \\n."""
-    return Response(body + b"\n", status_code=status, media_type="application/json")
+    """`body` is JSON already (msgspec or straight from Redis); Go's encoder ends with \\n.
+    Never cached: a job carries its env_vars and output (the lane's answers say it too)."""
+    return Response(
+        body + b"\n", status_code=status, media_type="application/json", headers=NO_STORE
+    )
 
 
 def json_array(items: Iterable[bytes]) -> Response:
@@ -130,21 +139,18 @@ async def _read_chunks(request: Request, limit: int, charge: Callable[[int], Non
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-UI_COOKIE = "tinyaws_ui"
-
-
-def ui_secret(api_key: str, purpose: str) -> str:
-    """What the web UI's cookie (purpose "session") or its forms ("csrf") carry instead of
-    the key: an HMAC of the key, so neither reveals it."""
-    return hmac.new(api_key.encode(), f"tinyaws-ui-{purpose}".encode(), hashlib.sha256).hexdigest()
-
-
 def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> bool:
     """The first Authorization header is `expected` (compared in constant time)."""
     for name, value in headers:
         if name == b"authorization":
             return hmac.compare_digest(value, expected)
     return False
+
+
+def presents_credential(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether the request sends an Authorization header: a wrong one is a guess, counted
+    (guesses.py); none at all guesses nothing, and costs Redis nothing."""
+    return any(name == b"authorization" for name, _ in headers)
 
 
 class ParamsDoor:
@@ -174,15 +180,18 @@ class ParamsDoor:
 class BearerAuth:
     """Pure ASGI middleware: who may make each call is the route table's (routing.Access):
     `Authorization: Bearer <key>`, compared in constant time, on every call but the open ones
-    (the health check, the agent calls); the web UI's pages take the login cookie instead,
-    and send a browser without one to the login form. It reads the parameters the door
-    (ParamsDoor) parsed."""
+    (the health check, the agent calls); a wrong key is counted against the client's address
+    (guesses.py: 429 past the limit). The web UI's pages take a live session's cookie
+    instead (ui_session.py), and send a browser without one to the login form. It reads the
+    parameters the door (ParamsDoor) parsed."""
 
-    def __init__(self, app: ASGIApp, api_key: str, routes: RouteTable) -> None:
+    def __init__(
+        self, app: ASGIApp, api_key: str, routes: RouteTable, guesses: Guesses | None = None
+    ) -> None:
         self.app = app
         self.routes = routes
         self.expected = f"Bearer {api_key}".encode()
-        self.ui_session = ui_secret(api_key, "session")
+        self.guesses = guesses  # None: wrong keys are not counted (a bare app's tests)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -190,23 +199,36 @@ class BearerAuth:
             return
         query: Query = scope[PARAMS]
         access = self.routes.access(scope["method"], scope["path"], query.values)
-        if self._allowed(access, scope["headers"]):
+        if access is Access.ANYONE or access is Access.AGENT:
             await self.app(scope, receive, send)
         elif access is Access.UI:
-            await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
+            await self._ui(scope, receive, send)
         else:
-            await text_error(401, "unauthorized")(scope, receive, send)
+            await self._key(scope, receive, send)
 
-    def _allowed(self, access: Access, headers: list[tuple[bytes, bytes]]) -> bool:
-        if access is Access.ANYONE or access is Access.AGENT:
-            return True
-        if access is Access.UI:
-            return self._ui_cookie_ok(headers)
-        return bearer_matches(headers, self.expected)
+    async def _ui(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            alive = await session_alive(scope["app"].state.store, cookie_session(scope["headers"]))
+        except RedisError:
+            await text_error(503, "store unavailable")(scope, receive, send)
+            return
+        if alive:
+            await self.app(scope, receive, send)
+        else:
+            await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
 
-    def _ui_cookie_ok(self, headers: list[tuple[bytes, bytes]]) -> bool:
-        for name, value in headers:
-            if name == b"cookie":
-                cookie = cookie_parser(value.decode("latin-1")).get(UI_COOKIE, "")
-                return hmac.compare_digest(cookie.encode(), self.ui_session.encode())
-        return False
+    async def _key(self, scope: Scope, receive: Receive, send: Send) -> None:
+        guesses = self.guesses
+        address = guesses.address_in(scope) if guesses is not None else ""
+        refusal: Refusal = (401, "unauthorized", {})
+        if bearer_matches(scope["headers"], self.expected):
+            barred = guesses.barred(address) if guesses and guesses.barred_until else 0.0
+            if not barred:
+                await self.app(scope, receive, send)
+                return
+            refusal = too_many(barred)
+        elif guesses is not None and presents_credential(scope["headers"]):
+            refusal = await guesses.failed(scope["app"].state.store, address, refusal)
+        elif guesses is not None and guesses.barred_until:
+            refusal = guesses.refusal_of(address, refusal)
+        await text_error(*refusal)(scope, receive, send)

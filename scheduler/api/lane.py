@@ -30,7 +30,8 @@ from redis.exceptions import NoScriptError
 from scheduler.api import hot
 from scheduler.api.agent_networks import FORBIDDEN, AgentNetworks
 from scheduler.api.errors import is_expected, reply_for
-from scheduler.api.http import bearer_matches, length_of, refuse_declared
+from scheduler.api.guesses import too_many
+from scheduler.api.http import bearer_matches, length_of, presents_credential, refuse_declared
 from scheduler.api.metrics import RequestStats
 from scheduler.api.params import Params
 from scheduler.api.routes import TABLE
@@ -42,6 +43,8 @@ from scheduler.store.scripts.jobs import Polled
 JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"
 NOSNIFF = (b"x-content-type-options", b"nosniff")
+# A JSON answer's headers, as http.json_bytes writes them: a job carries env_vars and output.
+JOB_HEADERS = [(b"cache-control", b"no-store")]
 # Requests with a declared body of at most this take the lane (uvicorn buffers as much for an
 # ASGI app before pausing the socket); larger or unsized ones take the ASGI path, whose flow
 # control pauses the socket while the app does not read.
@@ -121,7 +124,6 @@ def text_answer(status: int, message: str, headers: dict[str, str]) -> Answer:
     return status, (message + "\n").encode(), TEXT, [NOSNIFF, *raw_headers(headers)]
 
 
-UNAUTHORIZED = text_answer(401, "unauthorized", {})
 OUTSIDE_AGENT_NETWORKS = text_answer(403, FORBIDDEN, {})
 
 
@@ -188,8 +190,10 @@ class Lane:
     async def answer(self, route: Route, request: HotRequest) -> Answer:
         """The route's answer; an exception nothing expects (a bug) is raised to the caller."""
         try:
-            refusal = self.refusal(route, request)
-            answer = await route.handler(request) if refusal is None else refusal
+            if self.refused(route, request):
+                answer = await self.refusal(route, request)
+            else:
+                answer = await route.handler(request)
         except Exception as exc:
             answer = self.failed(request, exc)
         self.observe(request, answer[0])
@@ -198,7 +202,7 @@ class Lane:
     def send(self, route: Route, request: HotRequest) -> Sent | None:
         """The call sent to Redis (route.send), or None: `answer` serves the request. An
         exception nothing expects (a bug) is raised to the caller, counted as a 500."""
-        if route.send is None or self.refusal(route, request) is not None:
+        if route.send is None or self.refused(route, request):
             return None
         try:
             return route.send(request)
@@ -222,16 +226,37 @@ class Lane:
         self.observe(request, answer[0])
         return answer
 
-    def refusal(self, route: Route, request: HotRequest) -> Answer | None:
-        """The door's answer, before any Redis work or body read: 401 without the key where
-        it is needed (BearerAuth's), 403 for an agent call from outside AGENT_NETWORKS
-        (AgentNetworksGate's); None: the call goes on."""
-        if route.needs_key:
-            if self.expected and not bearer_matches(request.headers, self.expected):
-                return UNAUTHORIZED
-        elif self.networks is not None and not self.networks.allows(request.peer, request.headers):
+    def refused(self, route: Route, request: HotRequest) -> bool:
+        """Whether the door refuses the call, before any Redis work or body read:
+        BearerAuth's rule where the key is needed (a wrong key, or the right one from an
+        address this process has answered 429: checked only while there is one, a dict's
+        truth is ~free), AgentNetworksGate's for an agent call (from outside AGENT_NETWORKS)."""
+        if not route.needs_key:
+            networks = self.networks
+            return networks is not None and not networks.allows(request.peer, request.headers)
+        if not self.expected:
+            return False
+        if not bearer_matches(request.headers, self.expected):
+            return True
+        guesses = self.state.guesses
+        return bool(guesses.barred_until) and bool(guesses.barred(self._address(request)))
+
+    async def refusal(self, route: Route, request: HotRequest) -> Answer:
+        """A refused call's answer: 403 outside AGENT_NETWORKS; else as BearerAuth's, a
+        wrong key counted (401, or 429 past the limit), the right one from a barred address
+        429."""
+        if not route.needs_key:
             return OUTSIDE_AGENT_NETWORKS
-        return None
+        guesses, address = self.state.guesses, self._address(request)
+        if bearer_matches(request.headers, self.expected):
+            return text_answer(*too_many(guesses.barred(address)))
+        if not presents_credential(request.headers):
+            return text_answer(*guesses.refusal_of(address, (401, "unauthorized", {})))
+        refusal = await guesses.failed(self.state.store, address, (401, "unauthorized", {}))
+        return text_answer(*refusal)
+
+    def _address(self, request: HotRequest) -> str:
+        return self.state.guesses.address_of(request.peer, request.headers)
 
     def failed(self, request: HotRequest, exc: Exception) -> Answer:
         """errors.py's answer to `exc`; raised again when it has none (a bug)."""
@@ -251,7 +276,7 @@ class Lane:
         return None if reply is None else (reply, _job_answer)
 
     async def read_job(self, request: HotRequest) -> Answer:
-        return 200, await hot.read_job(self.state.store, request.id) + b"\n", JSON, []
+        return 200, await hot.read_job(self.state.store, request.id) + b"\n", JSON, JOB_HEADERS
 
     def send_poll(self, request: HotRequest) -> Sent | None:
         sent = self.state.store.send_poll(*self._poller(request))
@@ -272,29 +297,30 @@ class Lane:
     async def create_job(self, request: HotRequest) -> Answer:
         key = request.header(b"idempotency-key")
         created = await hot.create_job(self.state, _reader(request), key)
-        return 200 if created.duplicate else 201, created.job + b"\n", JSON, []
+        return 200 if created.duplicate else 201, created.job + b"\n", JSON, JOB_HEADERS
 
     async def report_job(self, request: HotRequest) -> Answer:
         job_id = hot.job_id_or_404(request.id)
         caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
         report = (job_id, caller, length_of(request.header(b"content-length")))
         blob = await hot.report_job(self.state, report, _reader(request))
-        return 200, blob + b"\n", JSON, []
+        return 200, blob + b"\n", JSON, JOB_HEADERS
 
 
 def _job_answer(blob: bytes | None) -> Answer:
-    return 200, hot.job_reply(blob) + b"\n", JSON, []
+    return 200, hot.job_reply(blob) + b"\n", JSON, JOB_HEADERS
 
 
 # Most polls find nothing: a node at capacity, or without work.
-_NOTHING_POLLED: Answer = (200, b"[]\n", JSON, [])
+_NOTHING_POLLED: Answer = (200, b"[]\n", JSON, JOB_HEADERS)
 
 
 def _polled_answer(polled: Polled) -> Answer:
     if not polled:
         return _NOTHING_POLLED
     body, headers = hot.polled_reply(polled)
-    return 200, body + b"\n", JSON, raw_headers(headers)
+    # Without cancels the headers are no-store alone: the constant, not encoded each time.
+    return 200, body + b"\n", JSON, raw_headers(headers) if polled.cancels else JOB_HEADERS
 
 
 def _reader(request: HotRequest) -> hot.BodyReader:

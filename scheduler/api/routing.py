@@ -49,8 +49,8 @@ class Access(Enum):
     # GET /services: AGENT as an agent's own list (`node_id=N`, any status), else KEY.
     OWN_SERVICES = "own services"
     KEY = "key"
-    # The web UI's login cookie (an HMAC of the key); a browser without one is sent to the
-    # login form.
+    # The web UI's login cookie (a live session's id, api/ui_session.py); a browser
+    # without one is sent to the login form.
     UI = "ui"
 
 

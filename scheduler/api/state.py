@@ -7,6 +7,7 @@ from typing import Protocol
 from starlette.requests import Request
 
 from scheduler.api.agents import AgentAuth, ReportBudget
+from scheduler.api.guesses import Guesses
 from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource
@@ -28,6 +29,11 @@ def agent_auth(request: Request) -> AgentAuth:
     return found
 
 
+def guesses(request: Request) -> Guesses:
+    found: Guesses = request.app.state.guesses
+    return found
+
+
 def node_source(request: Request) -> NodeSource:
     found: NodeSource = request.app.state.nodes
     return found
@@ -46,3 +52,4 @@ class AppState(Protocol):
     nodes: NodeSource
     agent_auth: AgentAuth
     report_budget: ReportBudget
+    guesses: Guesses

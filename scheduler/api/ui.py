@@ -2,9 +2,10 @@
 page with its output, and the nodes with their queues and the background counters.
 
 Server-rendered HTML: no script, no build step, nothing from a CDN; list pages refresh
-themselves. With TINYAWS_API_KEY set it sits behind the key: the login form sets a cookie
-holding an HMAC of the key (never the key itself), HttpOnly and SameSite=Strict, and every
-form that changes something carries a CSRF token derived from the key too.
+themselves. With TINYAWS_API_KEY set it sits behind the key: the login form starts a
+session (ui_session.py: a random id in Redis with a TTL, ended by logout), wrong keys are
+counted per address (guesses.py), and every form that changes something carries a CSRF
+token bound to the session, or without a key to the deployment's secret.
 """
 
 from __future__ import annotations
@@ -21,14 +22,16 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from scheduler.api import retries
-from scheduler.api.http import UI_COOKIE, HTTPError, ui_secret, whole_number
+from scheduler.api import retries, ui_session
+from scheduler.api.guesses import too_many
+from scheduler.api.http import HTTPError, whole_number
 from scheduler.api.params import param
+from scheduler.api.state import guesses as _guesses
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
 from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
-from scheduler.api.ui_forms import checked_form, form_lists
+from scheduler.api.ui_forms import check_origin, checked_form, form_lists
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import (
@@ -85,7 +88,7 @@ def page(request: Request, title: str, body: str, *, refresh: bool = False) -> H
         f'<a href="/ui/schedules">Schedules</a>{logout}</header>'
         f"<main><h1>{escape(title)}</h1>{body}</main></body></html>"
     )
-    return HTMLResponse(html, headers={"Cache-Control": "no-store"})
+    return HTMLResponse(html)  # no-store and the frame denial: ui_headers.py
 
 
 def status_badge(status: str) -> str:
@@ -158,7 +161,7 @@ async def jobs_page(request: Request) -> Response:
     if len(jobs) > PAGE_SIZE:
         older = urlencode({**kept, "before": job_number(shown[-1].job_id) or 0})
         links.append(f'<a id="older" href="/ui/jobs?{older}">Older</a>')
-    dead = retry_form(shown, _csrf(request), node_id) if status == "failed" else ""
+    dead = retry_form(shown, await _csrf(request), node_id) if status == "failed" else ""
     body = (
         notice(request)
         + _filter_form(status, node_id)
@@ -228,7 +231,7 @@ async def job_page(request: Request) -> Response:
     if action is not None:
         body += (
             f'<form method="post" action="/ui/jobs/{escape(job.job_id)}/{action}">'
-            f'<input type="hidden" name="csrf" value="{_csrf(request)}">'
+            f'<input type="hidden" name="csrf" value="{await _csrf(request)}">'
             f'<button id="{action}">{action.capitalize()} this job</button></form>'
         )
     body += attempts_section(attempts)
@@ -330,23 +333,32 @@ async def login_page(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    settings = _settings(request)
-    form = await _form(request)
-    key = form.get("key", "")
+    """The login form's POST: a session for the right key; 401 for a wrong one, counted
+    against the address, which past AUTH_FAILURES_MAX is 429 whatever key it sends."""
+    check_origin(request)
+    settings, store, guesses = _settings(request), _store(request), _guesses(request)
+    address = guesses.address_in(request.scope)
+    wait = await guesses.wait_left(store, address)
+    if wait:
+        raise HTTPError(*too_many(wait))
+    key = (await _form(request)).get("key", "")
     if not settings.api_key or not hmac.compare_digest(key.encode(), settings.api_key.encode()):
+        status, message, headers = await guesses.failed(store, address, (401, "", {}))
+        if status != 401:
+            raise HTTPError(status, message, headers)
         response = await login_page(request)
         response.status_code = 401
         return response
     response = RedirectResponse("/ui/jobs", status_code=303)
-    response.set_cookie(
-        UI_COOKIE, ui_secret(settings.api_key, "session"), httponly=True, samesite="strict"
-    )
+    await ui_session.start(request, response)
     return response
 
 
 async def logout(request: Request) -> Response:
+    """Ends the session in Redis, so its cookie stops working wherever it is kept."""
+    check_origin(request)
     response = RedirectResponse("/ui/login", status_code=303)
-    response.delete_cookie(UI_COOKIE)
+    await ui_session.end(request, response)
     return response
 
 

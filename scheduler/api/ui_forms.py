@@ -1,25 +1,18 @@
-"""The web UI's posted forms: the CSRF token every form that changes something carries (an
-HMAC of the key, never the key), and reading a small urlencoded body with that token
-checked. A page on another site can post a form here; without the token it changes nothing."""
+"""The web UI's posted forms: reading a small urlencoded body once its Origin and its CSRF
+token (ui_session.py: bound to the session, never the key) are checked. A page on another
+site can post a form here; without the token, or from its own Origin, it changes nothing."""
 
 from __future__ import annotations
 
 import hmac
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from starlette.requests import Request
 
-from scheduler.api.http import HTTPError, read_body, ui_secret
-from scheduler.api.state import settings as _settings
+from scheduler.api.http import HTTPError, read_body
+from scheduler.api.ui_session import csrf as csrf
 
 FORM_BYTES = 4096  # a key, a token
-
-
-def csrf(request: Request) -> str:
-    """The token a form that changes something must carry: an HMAC of the key (none needed
-    without a key, when the API itself is open)."""
-    key = _settings(request).api_key
-    return ui_secret(key, "csrf") if key else ""
 
 
 async def form_lists(request: Request, limit: int = FORM_BYTES) -> dict[str, list[str]]:
@@ -29,9 +22,46 @@ async def form_lists(request: Request, limit: int = FORM_BYTES) -> dict[str, lis
 
 
 async def checked_form(request: Request, limit: int = FORM_BYTES) -> dict[str, list[str]]:
-    """The posted form, once its token is checked (403 without the page's token)."""
+    """The posted form, once its Origin (403 from another site) and its token (403 without
+    the page's) are checked; from another site, not a byte of it is read."""
+    check_origin(request)
     form = await form_lists(request, limit)
-    token = (form.get("csrf") or [""])[0]
-    if not hmac.compare_digest(token.encode(), csrf(request).encode()):
-        raise HTTPError(403, "forbidden: the form's token is missing or stale")
+    await check_token(request, (form.get("csrf") or [""])[0])
     return form
+
+
+async def check_token(request: Request, token: str) -> None:
+    """403 unless `token` is the page's. Without a key, the deployment's secret is read
+    from Redis again before refusing: another replica may have made a new one."""
+    if hmac.compare_digest(token.encode(), (await csrf(request)).encode()):
+        return
+    again = not request.app.state.settings.api_key and await csrf(request, fresh=True)
+    if not again or not hmac.compare_digest(token.encode(), again.encode()):
+        raise HTTPError(403, "forbidden: the form's token is missing or stale")
+
+
+def check_origin(request: Request) -> None:
+    """403 for a form posted from another site: its Origin, when the browser sends one,
+    must name this host (the Host header; http or https alike, a TLS proxy in front)."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    host = request.headers.get("host", "")
+    if not host or _netloc(origin) not in (host.lower(), _without_default_port(host.lower())):
+        raise HTTPError(403, "forbidden: the form was posted from another site")
+
+
+def _netloc(origin: str) -> str:
+    """An Origin's host[:port], its scheme's default port left out ("null": "")."""
+    try:
+        parts = urlsplit(origin.lower())
+    except ValueError:  # "http://[x": no host of ours
+        return ""
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return ""
+    default = {"http": ":80", "https": ":443"}[parts.scheme]
+    return parts.netloc.removesuffix(default)
+
+
+def _without_default_port(host: str) -> str:
+    return host.removesuffix(":80").removesuffix(":443")

@@ -71,7 +71,7 @@ async def page(request: Request) -> Response:
         raise HTTPError(400, "invalid after: use a schedule name")
     stored = await _store(request).list_schedules(after, PAGE_SIZE + 1)
     schedules = [schedule_decoder.decode(s.record) for s in stored]
-    token = _csrf(request)
+    token = await _csrf(request)
     rows = "".join(_row(s, token) for s in schedules[:PAGE_SIZE])
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
     body = f'<table id="schedules"><tr>{head}</tr>'

@@ -63,6 +63,18 @@ class Settings:
     # peer is the client (api/client_address.py).
     trusted_proxies: str = field(default="", metadata={"env": "TRUSTED_PROXIES"})
     max_nodes: int = field(default=10_000, metadata={"env": "MAX_NODES", "min": 1})
+    # A web UI login lasts this long from the login form (not renewed by use); logout ends
+    # it at once.
+    ui_session_secs: float = field(
+        default=12 * 3600.0, metadata={"env": "UI_SESSION_SECS", "min": 1}
+    )
+    # Failed logins and bearer keys one client address may make in a window starting at its
+    # first failure; past them, 429 Retry-After until the window ends (a right key never
+    # counts).
+    auth_failures_max: int = field(default=10, metadata={"env": "AUTH_FAILURES_MAX", "min": 1})
+    auth_failures_window_secs: float = field(
+        default=300.0, metadata={"env": "AUTH_FAILURES_WINDOW_SECS", "min": 1}
+    )
     # Prometheus metrics at /metrics and the request counting behind them: "on" or "off".
     metrics: str = field(default="on", metadata={"env": "METRICS"})
     # How often each API process adds its request counts to the deployment's (in Redis).

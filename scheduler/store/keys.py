@@ -193,6 +193,19 @@ class Keys:
     def lock(self, name: str) -> str:
         return self._k(f"lock:{name}")
 
+    def ui_session(self, session_hash: str) -> str:
+        """String, with the session's TTL: a web UI login (the SHA-256 of its cookie)."""
+        return self._k(f"ui:session:{session_hash}")
+
+    @property
+    def ui_secret(self) -> str:
+        """String: the deployment's random secret, the no-key UI's CSRF tokens' HMAC key."""
+        return self._k("ui:secret")
+
+    def auth_failures(self, address: str) -> str:
+        """Counter, with the window's TTL: failed logins and bearer keys from one address."""
+        return self._k(f"authfail:{address}")
+
     @property
     def stats(self) -> str:
         return self._k("stats")
@@ -307,7 +320,7 @@ LAYOUT_ROOTS = frozenset(
         "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
         "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts", "waiting",
-        "dependents",
+        "dependents", "ui", "authfail",
     }
 )  # fmt: skip
 

@@ -21,15 +21,16 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.api.app import create_app
-from scheduler.api.http import UI_COOKIE, ui_secret
+from scheduler.api.http import UI_COOKIE
 from scheduler.api.routes import TABLE
 from scheduler.api.routing import Access
 from scheduler.config import Settings
+from scheduler.store.keys import Keys
 from tests.conftest import BOTH_FRONTS, ClientFactory, assert_json, assert_text_error
 from tests.servers import lane_checked_client, serving
 
 KEY = "params-key"
-OPERATOR = {"Authorization": f"Bearer {KEY}", "Cookie": f"{UI_COOKIE}={ui_secret(KEY, 'session')}"}
+KEY_HOLDER = {"Authorization": f"Bearer {KEY}"}
 STRANGER: dict[str, str] = {}
 SECRET = "hunter2"  # job-1's env var, on n1: the open poll of n1 shows it in open mode
 CANARY = "canary-7f3"  # on n2 and in the listings only: no stranger's answer may hold it
@@ -58,11 +59,20 @@ class Cluster:
     tokens: dict[str, str]
     redis: redis.Redis
     prefix: str
+    operator: dict[str, str]  # the key, and a UI session's cookie
 
     def state(self) -> dict[bytes, Any]:
-        """Every key of the deployment, dumped: what any request could have changed."""
+        """Every key of the deployment, dumped: what any request could have changed (but
+        the request metrics, which every request adds to, and the failed logins' counters,
+        which a stranger's login form adds to)."""
         keys = sorted(self.redis.scan_iter(match=f"{{{self.prefix}}}*", count=1000))
-        return {key: self.redis.dump(key) for key in keys}
+        counts = Keys(self.prefix).request_stats.encode()
+        failures = Keys(self.prefix).auth_failures("").encode()
+        return {
+            key: self.redis.dump(key)
+            for key in keys
+            if key != counts and not key.startswith(failures)
+        }
 
     def send(self, method: str, target: str, headers: dict[str, str]) -> httpx.Response:
         response: httpx.Response = self.api.request(
@@ -72,7 +82,7 @@ class Cluster:
 
 
 def build(api: httpx.Client | TestClient, mode: str, rclient: redis.Redis, prefix: str) -> Cluster:
-    join = OPERATOR if mode == "token" else {}
+    join = KEY_HOLDER if mode == "token" else {}
     tokens = {}
     for node in ("n1", "n2"):
         body = {"id": node, "hostname": node, "cpu_count": 2, "role": "compute"}
@@ -80,14 +90,18 @@ def build(api: httpx.Client | TestClient, mode: str, rclient: redis.Redis, prefi
             "token"
         ]
     jobs = [{"command": "deploy", "env_vars": {"PASSWORD": SECRET}}, {"command": CANARY}]
-    placed = [assert_json(api.post("/jobs", json=j, headers=OPERATOR), 201) for j in jobs]
+    placed = [assert_json(api.post("/jobs", json=j, headers=KEY_HOLDER), 201) for j in jobs]
     assert [job["node_id"] for job in placed] == ["n1", "n2"]
     for node, url in (("n1", "http://n1.example/app"), ("n2", f"http://{CANARY}.example/app")):
         service = {"node_id": node, "port": 8080, "pid": 7, "deploy_url": url}
-        assert api.post("/services", json=service, headers=OPERATOR).status_code == 201
+        assert api.post("/services", json=service, headers=KEY_HOLDER).status_code == 201
     schedule = {"name": "s1", "every_secs": 3600, "job": {"command": CANARY}}
-    assert api.post("/schedules", json=schedule, headers=OPERATOR).status_code == 201
-    return Cluster(api, mode, tokens, rclient, prefix)
+    assert api.post("/schedules", json=schedule, headers=KEY_HOLDER).status_code == 201
+    login = api.post("/ui/login", data={"key": KEY}, follow_redirects=False)
+    assert login.status_code == 303, login.text
+    operator = {**KEY_HOLDER, "Cookie": f"{UI_COOKIE}={login.cookies[UI_COOKIE]}"}
+    api.cookies.clear()  # the operator's session goes only where `operator` is sent
+    return Cluster(api, mode, tokens, rclient, prefix, operator)
 
 
 @pytest.fixture(
@@ -168,7 +182,7 @@ def test_a_repeated_parameter_is_400_on_every_route_for_everyone(
 ) -> None:
     before = cluster.state()
     for query in repeats(name):
-        for who in (STRANGER, OPERATOR):
+        for who in (STRANGER, cluster.operator):
             response = cluster.send(method, f"{path}?{query}", who)
             if method == "HEAD":
                 assert response.status_code == 400, query
@@ -218,7 +232,7 @@ def test_the_key_holder_reads_every_parameter_a_route_declares(cluster: Cluster)
         if method not in ("GET", "HEAD") or not reads:
             continue
         for query in stranger_queries(reads):
-            response = cluster.send(method, f"{path}?{query}", OPERATOR)
+            response = cluster.send(method, f"{path}?{query}", cluster.operator)
             assert response.status_code < 500, (method, path, query, response.text)
     assert cluster.state() == before
 

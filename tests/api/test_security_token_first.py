@@ -80,8 +80,10 @@ def answer(response: Any) -> tuple[int, bytes, list[tuple[str, str]]]:
 
 
 def stored(client: redis.Redis, keys: Keys) -> dict[bytes, Any]:
-    """Every key of the deployment with its value (DUMP): what an attack could change."""
-    return {key: client.dump(key) for key in client.scan_iter(match=keys.pattern(), count=1000)}
+    """Every key of the deployment with its value (DUMP): what an attack could change (but
+    the request metrics, which every request adds to)."""
+    found = client.scan_iter(match=keys.pattern(), count=1000)
+    return {key: client.dump(key) for key in found if key != keys.request_stats.encode()}
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from scheduler.api.http import UI_COOKIE, ui_secret
+from scheduler.api.http import UI_COOKIE
 from tests.processes import api_replicas, scheduler_env
 
 KEY = "ui-test-key"
@@ -212,7 +212,7 @@ def test_the_schedules_page_lists_them_and_pauses_and_resumes(api: str, ui: WebD
     assert httpx.get(f"{api}/schedules/ticker", headers=OPERATOR).json()["paused"] is False
 
     # A form without the page's token (another site's) changes nothing.
-    cookie = {"Cookie": f"{UI_COOKIE}={ui_secret(KEY, 'session')}"}
+    cookie = {"Cookie": f"{UI_COOKIE}={session_of(ui)}"}
     forged = httpx.post(f"{api}/ui/schedules/ticker/pause", data={"csrf": "x"}, headers=cookie)
     assert forged.status_code == 403
     assert httpx.get(f"{api}/schedules/ticker", headers=OPERATOR).json()["paused"] is False
@@ -271,8 +271,18 @@ def test_the_failed_list_retries_its_dead_set(api: str, ui: WebDriver) -> None:
         assert httpx.get(f"{api}/jobs/{job_id}", headers=OPERATOR).json()["status"] == "pending"
 
 
+def session_of(browser: WebDriver) -> str:
+    found: dict[str, str] = browser.get_cookie(UI_COOKIE) or {}
+    return found.get("value", "")
+
+
 def test_logging_out_locks_the_ui_again(api: str, browser: WebDriver) -> None:
     browser.get(f"{api}/ui/jobs")
+    session = session_of(browser)
+    assert httpx.get(f"{api}/ui/jobs", cookies={UI_COOKIE: session}).status_code == 200
     click(browser, By.CSS_SELECTOR, "header form button")
     browser.get(f"{api}/ui/nodes")
     assert browser.current_url == f"{api}/ui/login"
+    # The session ended in Redis: its cookie, kept elsewhere, opens nothing either.
+    kept = httpx.get(f"{api}/ui/jobs", cookies={UI_COOKIE: session}, follow_redirects=False)
+    assert (kept.status_code, kept.headers["location"]) == (303, "/ui/login")

@@ -88,7 +88,8 @@ GUARDED: dict[str, tuple[str, str]] = {
     ),
     "HttpToolsProtocol.client": (
         "c0842422c8451d2d377296004bcc52e6c33e723ef099c47f3172d51a37b07542",
-        "LaneProtocol._lane_request (the peer's host, which AGENT_NETWORKS checks)",
+        "LaneProtocol._lane_request (the peer's host: HotRequest.peer, which AGENT_NETWORKS "
+        "checks and failed keys are counted against)",
     ),
     "HttpToolsProtocol.config": (
         "b2330ff3035f7658a17943f638584d5b29966f2d19fddf0d808e60b736ccafdc",

@@ -1,0 +1,123 @@
+"""The door's scripts, each with its call: the web UI's sessions (a login's random id, kept
+by its SHA-256 with a TTL), the no-key UI's CSRF secret (one per deployment, shared by
+every replica), and the failed credentials counted per client address (a fixed window)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from scheduler.store.scripts.script import Call, Script
+
+START_SESSION = Script(
+    "START_SESSION",
+    "session ttl_ms",
+    """
+-- A login: the session (its id's SHA-256) lives `ttl_ms` from now, not renewed by use.
+redis.call("SET", K.ui_session(session), "1", "PX", ttl_ms)
+return 1
+""",
+    lambda reply: None,
+)
+
+SESSION_ALIVE = Script(
+    "SESSION_ALIVE",
+    "session",
+    """
+-- Whether the session exists (logged in, not logged out, not past its TTL).
+return redis.call("EXISTS", K.ui_session(session))
+""",
+    lambda reply: bool(reply),
+    read_only=True,
+)
+
+END_SESSION = Script(
+    "END_SESSION",
+    "session",
+    """
+-- A logout: the session stops working on every replica at once.
+return redis.call("DEL", K.ui_session(session))
+""",
+    lambda reply: None,
+)
+
+UI_SECRET = Script(
+    "UI_SECRET",
+    "fresh",
+    """
+-- The deployment's UI secret: the one stored, or `fresh` stored now when there is none
+-- (the first replica to ask makes it; every other reads the same).
+local secret = redis.call("GET", K.ui_secret)
+if not secret then
+  redis.call("SET", K.ui_secret, fresh)
+  secret = fresh
+end
+return secret
+""",
+    lambda reply: bytes(reply).decode(),
+)
+
+COUNT_FAILURE = Script(
+    "COUNT_FAILURE",
+    "address window_ms",
+    """
+-- A failed login or bearer key from `address`: counted in a window of `window_ms` that
+-- starts with the first failure. Returns {failures in the window, ms the window has left}.
+local key = K.auth_failures(address)
+local failures = redis.call("INCR", key)
+local left = redis.call("PTTL", key)
+if left < 0 then
+  redis.call("PEXPIRE", key, window_ms)
+  left = tonumber(window_ms)
+end
+return {failures, left}
+""",
+    lambda reply: _failures(reply),
+)
+
+FAILURES = Script(
+    "FAILURES",
+    "address",
+    """
+-- {failures from `address` in its window, ms the window has left} (0s without one).
+local key = K.auth_failures(address)
+local failures = tonumber(redis.call("GET", key) or "0")
+local left = redis.call("PTTL", key)
+return {failures, math.max(left, 0)}
+""",
+    lambda reply: _failures(reply),
+    read_only=True,
+)
+
+
+def _failures(reply: Any) -> tuple[int, float]:
+    """(failures, seconds the window has left)."""
+    return int(reply[0]), int(reply[1]) / 1000
+
+
+def _ms(seconds: float) -> int:
+    return max(1, math.ceil(seconds * 1000))
+
+
+def start_session(session_hash: str, ttl_secs: float) -> Call[None]:
+    return START_SESSION.call(session=session_hash, ttl_ms=_ms(ttl_secs))
+
+
+def session_alive(session_hash: str) -> Call[bool]:
+    return SESSION_ALIVE.call(session=session_hash)
+
+
+def end_session(session_hash: str) -> Call[None]:
+    return END_SESSION.call(session=session_hash)
+
+
+def ui_secret(fresh: str) -> Call[str]:
+    return UI_SECRET.call(fresh=fresh)
+
+
+def count_failure(address: str, window_secs: float) -> Call[tuple[int, float]]:
+    return COUNT_FAILURE.call(address=address, window_ms=_ms(window_secs))
+
+
+def failures(address: str) -> Call[tuple[int, float]]:
+    return FAILURES.call(address=address)
