@@ -110,4 +110,5 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
     app.state.lane = Lane(app.state, settings.api_key, stats)  # served by server.LaneProtocol
+    app.state.head_timeout_secs = settings.head_timeout_secs  # read by api/deadline.py
     return app
