@@ -140,4 +140,5 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     stats = request_stats if metrics_on else None
     # Served by server.LaneProtocol.
     app.state.lane = Lane(app.state, settings.api_key, stats, networks=networks)
+    app.state.head_timeout_secs = settings.head_timeout_secs  # read by api/deadline.py
     return app

@@ -18,13 +18,10 @@ from typing import Any
 import httptools
 from redis.exceptions import NoScriptError
 from starlette.requests import ClientDisconnect
-from uvicorn.protocols.http.httptools_impl import (
-    STATUS_LINE,
-    HttpToolsProtocol,
-    RequestResponseCycle,
-)
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from scheduler.api import http
+from scheduler.api.deadline import IN_BODY, HeadDeadline, find_state
 from scheduler.api.hot import Charge
 from scheduler.api.http import body_late, length_of, too_large
 from scheduler.api.lane import MAX_BODY, TEXT, Answer, HotRequest, Lane, Route
@@ -69,7 +66,7 @@ class OneWriteCycle(RequestResponseCycle):
         await super().send(message)
 
 
-class OneWriteProtocol(HttpToolsProtocol):
+class OneWriteProtocol(HeadDeadline):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         # uvicorn builds the cycle itself (no hook for its class); the subclass only
         # overrides `send`, so the instance can take it on before its task starts.
@@ -230,13 +227,8 @@ def lane_off_because(access_log: bool, root_path: str, limit_concurrency: int | 
 
 def find_lane(app: Any) -> Lane | None:
     """The Lane of the Starlette app inside uvicorn's wrappers (proxy headers, ...), if any."""
-    for _ in range(8):
-        state = getattr(app, "state", None)
-        if state is not None:
-            lane: Lane | None = getattr(state, "lane", None)
-            return lane
-        app = getattr(app, "app", None)
-    return None
+    lane: Lane | None = getattr(find_state(app), "lane", None)
+    return lane
 
 
 class LaneProtocol(OneWriteProtocol):
@@ -290,11 +282,12 @@ class LaneProtocol(OneWriteProtocol):
         if found is None:
             super().on_headers_complete()
             return
+        self.head_due = IN_BODY  # the head is whole (HeadDeadline's, which the lane skips)
         route, request = found
         self.scope["method"] = request.method
         keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
         cycle = LaneCycle(self, keep_alive)
-        self.cycle = cycle  # type: ignore[assignment]
+        self.cycle = cycle
         cycle.start(route, request)
 
     def _lane_request(self) -> tuple[Route, HotRequest] | None:

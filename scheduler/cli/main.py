@@ -129,12 +129,13 @@ def _default_port() -> int:
 
 # uvicorn's HTTP implementations by `serve --http` (scheduler/api/server.py): lane is
 # one-write serving the hot calls without ASGI (api/lane.py); one-write is httptools writing
-# each response in one syscall instead of two.
+# each response in one syscall instead of two. Each with the head deadline (api/deadline.py):
+# uvicorn's own protocols hold a connection that never sends a whole head for ever.
 HTTP_PROTOCOLS = {
     "lane": "scheduler.api.server:LaneProtocol",
     "one-write": "scheduler.api.server:OneWriteProtocol",
-    "httptools": "httptools",
-    "h11": "h11",
+    "httptools": "scheduler.api.deadline:HeadDeadline",
+    "h11": "scheduler.api.deadline:H11HeadDeadline",
 }
 
 

@@ -115,6 +115,11 @@ class Settings:
         default=128 * MiB, metadata={"env": "REPORT_BYTES_IN_FLIGHT"}
     )
     max_page_bytes: int = field(default=32 * MiB, metadata={"env": "MAX_PAGE_BYTES", "min": 1024})
+    # A request's head must be whole within this (api/deadline.py): a connection that sends
+    # nothing, or half a head, is closed then, so strangers cannot hold sockets open for ever.
+    head_timeout_secs: float = field(
+        default=10.0, metadata={"env": "HEAD_TIMEOUT_SECS", "min": 0.1}
+    )
     scheduler_db: str = field(default="scheduler.db", metadata={"env": "SCHEDULER_DB"})
     sqs_url: str = field(default="", metadata={"env": "SQS_URL"})
     sns_url: str = field(default="", metadata={"env": "SNS_URL"})

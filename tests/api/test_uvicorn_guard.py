@@ -3,6 +3,7 @@
 `on_response_complete`, and its LaneCycle stands in for uvicorn's cycle). pyproject.toml caps
 uvicorn to the minor version this was written against; this test fails when the installed
 uvicorn differs in anything server.py relies on, naming the member and what to re-check.
+deadline.py (the head deadline, on httptools and h11) is scanned and guarded the same way.
 
 How complete: GUARDED holds every uvicorn member server.py overrides, calls, copies, reads
 or sets, each with a sha256 of its source as in uvicorn 0.55.0 (a method: its source; an
@@ -28,27 +29,33 @@ from typing import Any
 import httptools
 import pytest
 from uvicorn.config import Config
-from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.http import h11_impl, httptools_impl
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.server import ServerState
 
-from scheduler.api import server
+from scheduler.api import deadline, server
 from tests.guards import member_digest, owned, value_digest
 
 UVICORN_CLASSES: dict[str, type] = {
     "HttpToolsProtocol": httptools_impl.HttpToolsProtocol,
+    "H11Protocol": h11_impl.H11Protocol,
     "RequestResponseCycle": httptools_impl.RequestResponseCycle,
     "FlowControl": FlowControl,
     "ServerState": ServerState,
     "Config": Config,
 }
-# Our classes and the uvicorn class each stands on (LaneCycle stands in for uvicorn's cycle;
-# its `self.protocol` is the protocol).
+# Our classes and the uvicorn classes each stands on (LaneCycle stands in for uvicorn's cycle;
+# its `self.protocol` is the protocol; deadline.HeadClock is mixed into both protocols).
 OURS = {
-    "OneWriteCycle": "RequestResponseCycle",
-    "OneWriteProtocol": "HttpToolsProtocol",
-    "LaneProtocol": "HttpToolsProtocol",
+    "OneWriteCycle": ("RequestResponseCycle",),
+    "OneWriteProtocol": ("HttpToolsProtocol",),
+    "LaneProtocol": ("HttpToolsProtocol",),
+    "HeadClock": ("HttpToolsProtocol", "H11Protocol"),
+    "HeadDeadline": ("HttpToolsProtocol",),
+    "H11HeadDeadline": ("H11Protocol",),
 }
+# The modules that build on uvicorn's protocols.
+SCANNED = (server, deadline)
 # An attribute of the protocol (or cycle) holding another uvicorn object: its class.
 HOLDS = {"flow": "FlowControl", "server_state": "ServerState", "config": "Config"}
 
@@ -74,6 +81,51 @@ GUARDED: dict[str, tuple[str, str]] = {
         "a2371c7b24ce59cc35662348137ca230a084329127264f339124474933ad44c6",
         "_lane_may_serve (a full write buffer goes to ASGI)",
     ),
+    "H11Protocol.app": (
+        "54db383455848c47d85bbada0a7c908482a9cd704b088364880ddb1f2f56b75d",
+        "deadline.H11HeadDeadline.connection_made (head_timeout_of over the loaded app)",
+    ),
+    "H11Protocol.conn": (
+        "36147c4edf1397131673d3424230941791c6991374383f0858e7b4ef263cbacb",
+        "deadline.H11HeadDeadline.data_received (their_state IDLE until a head is whole; "
+        "trailing_data: a pipelined head kept unparsed)",
+    ),
+    "H11Protocol.connection_lost": (
+        "dbb688fa2b3860005b4f7c53af5c33be1a7ac139184665008984d8935d261e91",
+        "deadline.H11HeadDeadline.connection_lost (the head timer)",
+    ),
+    "H11Protocol.connection_made": (
+        "6efb565ff3d36b916c29bd42330a2b99b601b48932389e396e5ac53dbef6b91c",
+        "deadline.H11HeadDeadline.connection_made (the first head's clock starts)",
+    ),
+    "H11Protocol.cycle": (
+        "39d36327c157a307bf75c27010a393d2aa6723fed80da7dee432a9e70db12bb0",
+        "deadline.HeadClock.head_check (no 408 while a request is being answered)",
+    ),
+    "H11Protocol.data_received": (
+        "e03b145518ca44aafc84f6f11655e54570ce724fa24854ae1287771166316a16",
+        "deadline.H11HeadDeadline.data_received (every byte passes here, parsed at once)",
+    ),
+    "H11Protocol.handle_events": (
+        "278f2d7efca279a36863817b83a4a31c0c3cff6c65bfcc28dd48dfd83d887495",
+        "deadline.H11HeadDeadline: a head is parsed in data_received (their_state after it)",
+    ),
+    "H11Protocol.loop": (
+        "dd19168f4caf6a79e15bcdbde56b00c5a3c023d67fa668097e54935145021bfa",
+        "deadline.HeadClock's timer",
+    ),
+    "H11Protocol.on_response_complete": (
+        "1fbb8f48c6a1afc4cb655ddc746495c68608d12be775ea25c9debfd1e232a96a",
+        "deadline.H11HeadDeadline: the keep-alive timer bounds a pipelined half head",
+    ),
+    "H11Protocol.server_state": (
+        "cb6919e84e3652fa2623e119e568cbd7f25565b012d1cda356b61b2c55519f8a",
+        "deadline.HeadClock.head_check (default_headers of the 408)",
+    ),
+    "H11Protocol.transport": (
+        "7c07294dbd97d8377aa6338f4587e77c2ce722dbb66595eaf1fa2560ea79f37a",
+        "deadline.HeadClock.head_check (write the 408, close)",
+    ),
     "HttpToolsProtocol._start_asgi_task": (
         "8d0189e65525db4252cf68afc4d089cafa6a7065d1d39c3877354c0a0a7d504c",
         "OneWriteProtocol's override (the class swap); on_lane_response_complete's call",
@@ -95,17 +147,24 @@ GUARDED: dict[str, tuple[str, str]] = {
         "b2330ff3035f7658a17943f638584d5b29966f2d19fddf0d808e60b736ccafdc",
         "LaneProtocol._lane_may_serve (config.access_log)",
     ),
+    "HttpToolsProtocol.connection_made": (
+        "6efb565ff3d36b916c29bd42330a2b99b601b48932389e396e5ac53dbef6b91c",
+        "deadline.HeadDeadline.connection_made (the first head's clock starts)",
+    ),
     "HttpToolsProtocol.connection_lost": (
         "c91a4c9bf2e29c554a97418b5f3064e97f6e0ceaba3b90fc35a3460076c705ab",
-        "LaneProtocol.connection_lost (idle timer) and LaneCycle's disconnected/message_event",
+        "LaneProtocol.connection_lost (idle timer), LaneCycle's disconnected/message_event, "
+        "deadline.HeadDeadline.connection_lost (head timer)",
     ),
     "HttpToolsProtocol.cycle": (
         "f7a4f49e5064c66ca3e8f4a53c8a60389b0b7e70d34f250a1dfd4abbaf279b2b",
-        "LaneCycle as the protocol's cycle: what the protocol reads or sets on it",
+        "LaneCycle as the protocol's cycle: what the protocol reads or sets on it; "
+        "deadline.HeadClock.head_check (no 408 while a request is being answered)",
     ),
     "HttpToolsProtocol.data_received": (
         "010a7ae59a5d3b1a5e7326ce246878568629d126a076d8af5ba10cab040fae43",
-        "LaneProtocol._unset_keepalive_if_required (idle_since reset on each request's data)",
+        "LaneProtocol._unset_keepalive_if_required (idle_since reset on each request's data), "
+        "deadline.HeadDeadline.data_received (a byte between requests starts a head)",
     ),
     "HttpToolsProtocol.expect_100_continue": (
         "787abe29a0b766bfc1e14e52ff22bf2a4e1f05970dd24a5627447e755067d46b",
@@ -121,11 +180,20 @@ GUARDED: dict[str, tuple[str, str]] = {
     ),
     "HttpToolsProtocol.loop": (
         "7c90a3a4d5a341f478e7cc936c46a29224bc8b74d61c14c5a2d6c66649b6df30",
-        "LaneCycle.run_task, read_body's deadline, the idle timer",
+        "LaneCycle.run_task, read_body's deadline, the idle timer, deadline.HeadClock's timer",
     ),
     "HttpToolsProtocol.on_headers_complete": (
         "1ea8589acfad92d8ff9182775f337d98fc469e0fa39642a83195fca920f5ca96",
-        "LaneProtocol.on_headers_complete: what uvicorn does there, which the lane skips",
+        "LaneProtocol.on_headers_complete: what uvicorn does there, which the lane skips; "
+        "deadline.HeadDeadline.on_headers_complete (the head is whole)",
+    ),
+    "HttpToolsProtocol.on_message_begin": (
+        "96d377fdc7c2baef943c2bd245003abc53566ddb35777e0f4c7bc754198b5457",
+        "deadline.HeadDeadline.on_message_begin (a pipelined request's head clock starts)",
+    ),
+    "HttpToolsProtocol.on_message_complete": (
+        "1fbad42dc31fc01fd4106a9885b2a2e0f6ce8d38241a3df0f615c6a8663493e0",
+        "deadline.HeadDeadline.on_message_complete (the next byte starts a head)",
     ),
     "HttpToolsProtocol.on_response_complete": (
         "64e254f28e389e7614f2c828176d639174e66aa9d814a4b06624ec86ec0a5b95",
@@ -245,21 +313,22 @@ def owned_by(owner: str) -> set[str]:
 
 
 def used_by_server() -> set[str]:
-    """Every uvicorn member server.py reaches, as "Class.name" (or "NAME" for a constant of
-    httptools_impl)."""
-    tree = ast.parse(Path(server.__file__).read_text())
+    """Every uvicorn member server.py and deadline.py reach, as "Class.name" (or "NAME" for
+    a constant of httptools_impl)."""
     used: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("uvicorn"):
-            for alias in node.names:
-                used.add(alias.name if alias.name not in UVICORN_CLASSES else "")
-        if isinstance(node, ast.ClassDef):
-            used |= _used_in_class(node)
+    for module in SCANNED:
+        tree = ast.parse(Path(module.__file__ or "").read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("uvicorn"):
+                for alias in node.names:
+                    used.add(alias.name if alias.name not in UVICORN_CLASSES else "")
+            if isinstance(node, ast.ClassDef):
+                for base in OURS.get(node.name, (None,)):
+                    used |= _used_in_class(node, base)
     return used - {""}
 
 
-def _used_in_class(node: ast.ClassDef) -> set[str]:
-    base = OURS.get(node.name)
+def _used_in_class(node: ast.ClassDef, base: str | None) -> set[str]:
     used: set[str] = set()
     for attr in ast.walk(node):
         if not isinstance(attr, ast.Attribute):

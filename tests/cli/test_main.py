@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from scheduler.api.deadline import H11HeadDeadline, HeadDeadline
 from scheduler.api.server import LaneProtocol, OneWriteProtocol
 from scheduler.cli.main import (
     COMMAND_MODULES,
@@ -56,7 +56,12 @@ def test_the_default_is_one_worker_per_core() -> None:
 
 @pytest.mark.parametrize(
     ("choice", "protocol"),
-    [("lane", LaneProtocol), ("one-write", OneWriteProtocol), ("httptools", HttpToolsProtocol)],
+    [
+        ("lane", LaneProtocol),
+        ("one-write", OneWriteProtocol),
+        ("httptools", HeadDeadline),
+        ("h11", H11HeadDeadline),
+    ],
 )
 def test_serve_runs_the_hot_lane_unless_told_otherwise(choice: str, protocol: type) -> None:
     assert build_parser().parse_args(["serve"]).http == "lane"
