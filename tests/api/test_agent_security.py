@@ -137,7 +137,7 @@ TABLE: list[tuple[str, Attack, str, int, int]] = [
     ("register a service on a node", register_service, "stranger", 201, 401),
     ("register a service on a node", register_service, "other node", 201, 403),
     ("mark a node's service ended", end_service, "stranger", 204, 401),
-    ("mark a node's service ended", end_service, "other node", 204, 403),
+    ("mark a node's service ended", end_service, "other node", 204, 404),
     ("list a node's services", list_services, "stranger", 200, 401),
     ("list a node's services", list_services, "other node", 200, 403),
 ]

@@ -8,7 +8,7 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from tests.conftest import ClientFactory, assert_json, assert_text_error
+from tests.conftest import BOTH_FRONTS, ClientFactory, assert_json, assert_text_error
 
 KEY = "svc-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
@@ -97,7 +97,9 @@ def test_token_mode_keeps_each_nodes_services_its_own(make_client: ClientFactory
     assert assert_json(api.post("/services", json=body, headers=n1), 201)["id"] == "svc-1"
     before = assert_json(api.get("/services", headers=OPERATOR))
     assert api.patch("/services/svc-1", json={"status": "done"}).status_code == 401
-    assert api.patch("/services/svc-1", json={"status": "done"}, headers=n2).status_code == 403
+    # Another node's service is answered as a missing one (the token is checked against
+    # the node's index of services before the record is read).
+    assert api.patch("/services/svc-1", json={"status": "done"}, headers=n2).status_code == 404
     assert api.get("/services?node_id=n1&status=stopped").status_code == 401
     assert api.get("/services?node_id=n1&status=stopped", headers=n2).status_code == 403
     assert assert_json(api.get("/services", headers=OPERATOR)) == before
@@ -144,3 +146,22 @@ def test_a_repeated_node_id_does_not_turn_a_nodes_list_into_everyones(
     answer = api.get(f"/services?{query}")
     assert "secret" not in answer.text
     assert_text_error(answer, 400, 'parameter "node_id" given more than once')
+
+
+@BOTH_FRONTS
+def test_a_stranger_learns_nothing_of_which_services_exist(make_client: ClientFactory) -> None:
+    """PATCH /services/{id} answers a garbage token 401 and another node's token 404, the
+    same for a service that exists and one that does not (it was 401 against 404)."""
+    api = make_client(api_key=KEY, agent_auth="token")
+    n1 = {"Authorization": f"Bearer {register(api, 'n1', OPERATOR)}"}
+    n2 = {"Authorization": f"Bearer {register(api, 'n2', OPERATOR)}"}
+    assert api.post("/services", json={"node_id": "n1", "port": 80}, headers=n1).status_code == 201
+    before = assert_json(api.get("/services", headers=OPERATOR))
+    for headers, status in (({"Authorization": "Bearer garbage"}, 401), (n2, 404)):
+        answers = [
+            api.patch(f"/services/{sid}", json={"status": "done"}, headers=headers)
+            for sid in ("svc-1", "svc-404")
+        ]
+        existing, missing = ((a.status_code, a.text) for a in answers)
+        assert existing == missing and existing[0] == status
+    assert assert_json(api.get("/services", headers=OPERATOR)) == before

@@ -60,12 +60,22 @@ end
 -- one that does not, so neither learns which jobs exist. Returns OK and the token's node
 -- (nil for "open" and "key", who may act on any job: whether it exists is the caller's
 -- business, the original's 404).
-local function job_access(caller, id)
+local function owned_access(caller, id, kind)
   if caller == "open" or caller == "key" then return OK end
   local owner = caller ~= "" and redis.call("HGET", K.tokens, caller)
   if not owner then return UNAUTHORIZED end
-  if not redis.call("ZSCORE", K.node_jobs(owner), id) then return NOT_FOUND end
+  local index = kind == "job" and K.node_jobs(owner) or K.node_services(owner)
+  if not redis.call("ZSCORE", index, id) then return NOT_FOUND end
   return OK, owner
+end
+
+local function job_access(caller, id)
+  return owned_access(caller, id, "job")
+end
+
+-- The same for a service (PATCH /services/{id}): its node's index of services.
+local function service_access(caller, id)
+  return owned_access(caller, id, "service")
 end
 """
 
