@@ -136,13 +136,15 @@ def test_a_revoked_token_is_dropped_and_the_node_registered_again(api: str, tmp_
     assert nodes["tok-3"]["status"] == "healthy"
 
 
-def test_a_report_refused_for_a_replaced_token_is_delivered_after_registering_again(
+def test_a_report_refused_for_a_revoked_token_is_delivered_after_registering_again(
     redis_url: str, tmp_path: Path
 ) -> None:
-    """The operator re-registers the node with the key while its job runs: the node gets a
-    fresh token and the agent's stops working. The agent's report is refused (401); rather
-    than drop a result it can still deliver, it registers again and reports with its new
-    token. (A token that may not report on the job gets 404: there is nothing to deliver.)"""
+    """The operator deletes the node while its job runs: its token stops working. The agent's
+    report is refused (401); rather than drop a result it can still deliver, it registers
+    again and reports with its new token (the running job waits for the sweep's node-loss
+    rule, still the node's). A token that may not report on the job gets 404: nothing to
+    deliver. (A re-register by the operator, by contrast, gives the id to a new holder: the
+    old holder's running job is retried at once, and its late report is 409.)"""
     env = scheduler_env(redis_url, "agent-report", AGENT_AUTH="token", TINYAWS_API_KEY=KEY)
     with api_replicas(1, env) as (url,):
 
@@ -154,8 +156,7 @@ def test_a_report_refused_for_a_replaced_token_is_delivered_after_registering_ag
             claim = {"status": "running", "node_id": "tok-5"}
             running = httpx.patch(f"{url}/jobs/{job['job_id']}", json=claim, headers=agent._auth())
             assert running.status_code == 200
-            body = {"id": "tok-5", "hostname": "tok-5", "role": "compute"}
-            httpx.post(f"{url}/nodes/register", json=body, headers=OPERATOR).raise_for_status()
+            httpx.delete(f"{url}/nodes/tok-5", headers=OPERATOR).raise_for_status()
             await agent.report(job["job_id"], Outcome(exit_code=0, stdout="hi\n"))
             await agent.http.aclose()
             return old, agent.token

@@ -28,6 +28,7 @@ from scheduler.store.errors import JobNotFound, ReplicasNotAcked
 from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, listing
+from scheduler.store.scripts import access as access_scripts
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_script
@@ -264,6 +265,8 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         schedule_scripts.due_schedules(2**40, 0, 100),
         schedule_scripts.list_schedules("", 100),
         schedule_scripts.list_schedules("a", 100),
+        access_scripts.session_alive("0" * 64),
+        access_scripts.failures("127.0.0.1"),
     ]
     read_only = {name for name, script in SCRIPTS.items() if script.read_only}
     assert {call.script.name for call in calls} == read_only
