@@ -18,6 +18,7 @@ from starlette.responses import Response
 from scheduler.api import longpoll
 from scheduler.api import metrics as metrics_api
 from scheduler.api.agents import AgentAuth, ReportBudget
+from scheduler.api.boundary import Boundary, BrowserBoundary
 from scheduler.api.errors import exception_handlers
 from scheduler.api.http import BearerAuth, text_error
 from scheduler.api.lane import Lane
@@ -90,7 +91,10 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
 
     metrics_on = settings.metrics == "on"
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
-    middleware = []
+    # The browser boundary first (boundary.py): a rebound Host or a page's POST is refused
+    # before the key is asked for or a route is found, with a key or without.
+    boundary = Boundary(settings.allowed_hosts)
+    middleware = [Middleware(BrowserBoundary, boundary=boundary)]
     if settings.api_key:
         middleware.append(Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE))
     request_stats = metrics_api.RequestStats()
@@ -109,5 +113,6 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
-    app.state.lane = Lane(app.state, settings.api_key, stats)  # served by server.LaneProtocol
+    # served by server.LaneProtocol
+    app.state.lane = Lane(app.state, settings.api_key, stats, boundary=boundary)
     return app

@@ -27,6 +27,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from scheduler.api import hot
+from scheduler.api.boundary import Boundary
 from scheduler.api.errors import is_expected, reply_for
 from scheduler.api.http import bearer_matches, length_of, refuse_declared
 from scheduler.api.metrics import RequestStats
@@ -123,8 +124,11 @@ class Lane:
         api_key: str,
         stats: RequestStats | None,
         routes: RouteTable = TABLE,
+        boundary: Boundary | None = None,
     ) -> None:
         self.state = state
+        # The ASGI path's BrowserBoundary, asked first as there (boundary.py).
+        self.boundary = boundary or Boundary("")
         self.expected = f"Bearer {api_key}".encode() if api_key else b""
         self.stats = stats
         self.served = 0  # requests answered here (the tests check the lane was taken)
@@ -173,7 +177,10 @@ class Lane:
     async def answer(self, route: Route, request: HotRequest) -> Answer:
         """The route's answer; an exception nothing expects (a bug) is raised to the caller."""
         try:
-            if self.refused(route, request):
+            stopped = self.boundary.refusal(request.method, request.path, request.headers)
+            if stopped is not None:
+                answer = text_answer(*stopped, {})
+            elif self.refused(route, request):
                 answer = text_answer(401, "unauthorized", {})
             else:
                 answer = await route.handler(request)
@@ -187,6 +194,8 @@ class Lane:
         exception nothing expects (a bug) is raised to the caller, counted as a 500."""
         if route.send is None or self.refused(route, request):
             return None
+        if self.boundary.refusal(request.method, request.path, request.headers) is not None:
+            return None  # `answer` answers it
         try:
             return route.send(request)
         except Exception as exc:

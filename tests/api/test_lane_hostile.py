@@ -77,6 +77,7 @@ def keyed_pair(redis_url: str, data: Path) -> Iterator[tuple[Front, Front]]:
         api_key=KEY,
         agent_auth="token",
         max_body_bytes=1024,
+        allowed_hosts="t",  # the raw requests' Host
     )
     with two_servers(base) as pair:
         for front in pair:
