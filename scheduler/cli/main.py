@@ -238,6 +238,17 @@ COMMAND_MODULES = {
 }
 
 
+# The command-line client's modules: they send the key.
+CLIENT_MODULES = frozenset(
+    {
+        "scheduler.cli.client",
+        "scheduler.cli.listing",
+        "scheduler.cli.retry",
+        "scheduler.cli.schedules",
+    }
+)
+
+
 def add_help(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("help", help="show this help, or a command's: scheduler help list")
     p.add_argument("topic", nargs="?", default="", metavar="COMMAND", help="a command's name")
@@ -291,6 +302,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"scheduler: configuration error: {exc}", file=sys.stderr)
         return 2
+    # argv[0], not args.command: `submit`'s own argument is named command.
+    if argv and COMMAND_MODULES.get(argv[0], "") in CLIENT_MODULES:
+        from scheduler.cli.session import with_session_key
+
+        # The key of a `scheduler up` session at that address, when TINYAWS_API_KEY is unset.
+        url = getattr(args, "scheduler_url", "") or settings.scheduler_url
+        settings = with_session_key(settings, url)
     handler: Handler = args.handler
     return handler(args, settings)
 
