@@ -17,6 +17,8 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.api.boundary import with_listen_address
+from scheduler.config import ConfigError, Settings
 from tests.conftest import BOTH_FRONTS, ClientFactory, assert_text_error, register
 from tests.redis_server import free_port
 
@@ -287,3 +289,23 @@ def test_serve_beyond_loopback_without_a_key_when_told_it_is_insecure(
         proc.terminate()
         _, stderr = proc.communicate(timeout=30)
     assert "without a key (--insecure-no-key)" in stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "listen", "applied"),
+    [
+        ("", "127.0.0.1", "127.0.0.1"),
+        ("", "192.168.1.5", "192.168.1.5"),
+        ("api.example", "[::1]", "::1,api.example"),
+        ("", "0.0.0.0", "*"),  # every interface: reached by names it cannot know
+        ("lb,api.example", "0.0.0.0", "lb,api.example"),
+    ],
+)
+def test_serve_adds_its_listen_address(setting: str, listen: str, applied: str) -> None:
+    assert with_listen_address(setting, listen) == applied
+
+
+@pytest.mark.parametrize("bad", ["http://api.example", "api.example:9001", "a/b", "*.example"])
+def test_allowed_hosts_that_are_no_host_stop_the_process(bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"^ALLOWED_HOSTS: "):
+        Settings.from_env({"ALLOWED_HOSTS": f"localhost,{bad}"})
