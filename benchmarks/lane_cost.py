@@ -6,8 +6,10 @@ command at once with what Redis would reply, through the same `Reply` the real o
     .venv/bin/python benchmarks/lane_cost.py [--requests 5000] [--repeats 25]
 
 Prints µs per request for GET /jobs/{id}, the poll at capacity (the answer `[]`) and the
-poll finding a job, with the default settings (request metrics on). Each figure is the
-fastest of --repeats runs of --requests requests: on a shared machine noise only adds time.
+poll finding a job, with the default settings (request metrics on); `--agent-networks
+127.0.0.0/8` measures them with AGENT_NETWORKS checking the poll (the peer is 127.0.0.1).
+Each figure is the fastest of --repeats runs of --requests requests: on a shared machine
+noise only adds time.
 Set PYTHONPATH to another checkout to measure that one instead.
 
 What it cannot isolate: everything outside Python. The socket reads and writes, the event
@@ -91,9 +93,10 @@ class Transport:
     def close(self) -> None: ...
 
 
-def protocol_for(redis: AnsweringRedis) -> tuple[LaneProtocol, Transport]:
+def protocol_for(redis: AnsweringRedis, agent_networks: str) -> tuple[LaneProtocol, Transport]:
     settings = Settings.from_env(
         {},
+        agent_networks=agent_networks,
         redis_prefix="cost",
         scheduler_db=os.path.join(tempfile.mkdtemp(), "scheduler.db"),
     )
@@ -125,7 +128,7 @@ def run(
 
 async def measure(args: argparse.Namespace) -> None:
     redis = AnsweringRedis()
-    protocol, transport = protocol_for(redis)
+    protocol, transport = protocol_for(redis, args.agent_networks)
     best = {name: float("inf") for name, _, _ in CASES}
     for _ in range(args.repeats):
         for case in CASES:
@@ -139,6 +142,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--agent-networks", default="", help="AGENT_NETWORKS (default: unset)")
     uvloop.run(measure(parser.parse_args()))
     return 0
 

@@ -26,11 +26,13 @@ def serving(
     http: type = LaneProtocol,
     access_log: bool = False,
     timeout_keep_alive: int = 5,
+    proxy_headers: bool = False,
     **options: Any,
 ) -> Iterator[int]:
     """`app` under uvicorn with the `http` protocol class (and uvicorn.Config `options`);
-    yields its port. No access log by default, as `scheduler serve`: with one the lane
-    leaves every request to ASGI."""
+    yields its port. No access log and no proxy headers by default, as `scheduler serve`:
+    with an access log the lane leaves every request to ASGI; the client's address is the
+    app's (api/client_address.py), not uvicorn's."""
     port = free_port()
     config = uvicorn.Config(
         app,
@@ -40,6 +42,7 @@ def serving(
         log_level="critical",
         access_log=access_log,
         timeout_keep_alive=timeout_keep_alive,
+        proxy_headers=proxy_headers,
         **options,
     )
     server = uvicorn.Server(config)
@@ -97,11 +100,12 @@ def lane_takes(request: httpx.Request) -> bool:
     return len(sizes) == 1 and sizes[0].isdigit() and int(sizes[0]) <= MAX_BODY and not chunked
 
 
-def lane_checked_client(app: Any, url: str) -> httpx.Client:
+def lane_checked_client(app: Any, url: str, **options: Any) -> httpx.Client:
     """An httpx client of `app` served through the lane (`serving`) that checks, on every
     answer, that the lane served the request if and only if lane_takes says it must: a test
     through the lane cannot pass by falling back to ASGI, nor the lane take what it must
-    not. Requests sent from several threads at once are not told apart (one counter)."""
+    not. Requests sent from several threads at once are not told apart (one counter).
+    `options` go to httpx.Client (a transport bound to another local address, say)."""
     lane = app.state.lane
     lock = threading.Lock()
     flight = {"in": 0, "started": 0}
@@ -124,4 +128,4 @@ def lane_checked_client(app: Any, url: str) -> httpx.Client:
             assert served == expected, f"{request.method} {request.url}: lane served {served}"
 
     hooks = {"request": [on_request], "response": [on_response]}
-    return httpx.Client(base_url=url, event_hooks=hooks)
+    return httpx.Client(base_url=url, event_hooks=hooks, **options)

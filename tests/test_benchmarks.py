@@ -90,3 +90,21 @@ def test_schedules_bench_prints_each_case() -> None:
         "10 due",
         "10 due",
     ]
+
+
+def test_refused_report_cost_prints_each_case() -> None:
+    """Against HEAD as "before": the smoke run checks it runs, not what it finds."""
+    argv = ["--env-bytes", "20000", "--output-bytes", "1000", "--calls", "2", "--runs", "1"]
+    lines = run_benchmark("benchmarks/refused_report_cost.py", *argv, "--before", "HEAD")
+    assert [line.split("  ")[0] for line in lines] == [
+        f"{script}, {case}"
+        for script in ("CHECK_REPORT", "TRANSITION")
+        for case in (
+            "stranger, the job",
+            "stranger, no such job",
+            "n2's token, n1's job",
+            "n2's token, no such job",
+            "n1's token, its job (allowed)",
+        )
+    ]
+    assert all("before / after: " in line for line in lines)

@@ -54,6 +54,13 @@ else:
     )
 
 
+# What a job's stderr ends with when it was stopped before it ended: by the agent stopping
+# (or, for a service, its stop), or by the operator's cancel (the loop's, which knows why).
+ABORTED_NOTE = "agent stopped before the job finished\n"
+SERVICE_ABORTED_NOTE = "agent stopped the service\n"
+CANCELLED_NOTE = "cancelled by operator\n"
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     exit_code: int
@@ -233,7 +240,7 @@ def _notes(ended: str, conf: Confinement) -> str:
     if ended == "timeout":
         return "job timed out\n"
     if ended == "aborted":
-        return "agent stopped before the job finished\n"
+        return ABORTED_NOTE
     if conf.oom_killed():
         return "agent: the job was killed for exceeding its memory limit\n"
     return ""
@@ -260,7 +267,7 @@ class Service:
         logged = tail(self.run_dir / "service.log", max(1024, self.output_limit - 200))
         if self.owns_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-        note = "agent stopped the service\n" if ended == "aborted" else ""
+        note = SERVICE_ABORTED_NOTE if ended == "aborted" else ""
         return Outcome(exit_code(code) if not note else -1, logged, note)
 
 

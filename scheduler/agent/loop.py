@@ -28,7 +28,15 @@ from pathlib import Path
 
 import httpx
 
-from scheduler.agent.executor import AgentJob, Executor, Outcome, Service
+from scheduler.agent.executor import (
+    ABORTED_NOTE,
+    CANCELLED_NOTE,
+    SERVICE_ABORTED_NOTE,
+    AgentJob,
+    Executor,
+    Outcome,
+    Service,
+)
 from scheduler.agent.remote import AgentConfig, AgentError, Remote
 from scheduler.models.wire import ID_RE
 
@@ -98,7 +106,8 @@ class Agent:
         self.stops.pop(job_id, None)
         if job_id in self.cancelled:
             self.cancelled.discard(job_id)
-            return dataclasses.replace(outcome, cancelled=True)
+            stopped = outcome.stderr.removesuffix(ABORTED_NOTE).removesuffix(SERVICE_ABORTED_NOTE)
+            return dataclasses.replace(outcome, cancelled=True, stderr=stopped + CANCELLED_NOTE)
         return outcome
 
     async def _run(self, job: AgentJob, workspace: Path | None) -> None:
@@ -141,7 +150,10 @@ class Agent:
         """One poll; True when the next one should follow at once: with long-poll on, it
         started a job or the scheduler held it (no work came for a while). A scheduler that
         answers at once (the original) is polled every poll_secs as before."""
-        if len(self.runs) >= self.config.max_jobs:
+        # At capacity the poll claims nothing, but with long-poll on it is still sent: the
+        # scheduler holds it until a job of this node is cancelled (X-Cancel-Jobs, within
+        # milliseconds, instead of the next heartbeat's answer) or there is room again.
+        if len(self.runs) >= self.config.max_jobs and not self.config.poll_wait_secs:
             return False
         spaces = await self.workspaces()
         began = asyncio.get_running_loop().time()

@@ -104,6 +104,12 @@ class Remote:
             log.warning("the node token of %s was refused: registering again", self.config.node_id)
             self._keep_token("")
 
+    async def _register_again(self) -> bool:
+        """After a refused token, as after a refused heartbeat: drop it and register; True
+        when that gave the node a token to call with."""
+        self._forget_token()
+        return await self.register() and bool(self.token)
+
     def _auth(self, joining: bool = False) -> dict[str, str]:
         """The node token once there is one; before, to register, the join key if set."""
         secret = self.token or (joining and self.config.join_key) or self.config.api_key
@@ -259,7 +265,10 @@ class Remote:
 
     async def report(self, job_id: str, outcome: Outcome) -> None:
         """PATCH the result; network errors and 5xx are retried with backoff (a repeat of a
-        report that was applied answers 200: it is identical to the stored one)."""
+        report that was applied answers 200: it is identical to the stored one). A refused
+        token (401: revoked, or replaced by the operator's re-register) is not the result's
+        fault: the node registers again and the report is made with its new token. Any other
+        4xx is final (404: no job of this node's by that id, 409: the job moved on)."""
         body = {
             "status": outcome.status,
             "exit_code": outcome.exit_code,
@@ -272,6 +281,8 @@ class Remote:
                 response = await self.http.patch(
                     self._job_url(job_id), json=body, headers=self._auth()
                 )
+                if response.status_code == 401 and await self._register_again():
+                    continue
                 if response.status_code < 500:
                     if not response.is_success:
                         log.warning(

@@ -4,6 +4,7 @@ and the start-up (snapshot restore, Redis, the node source)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -17,10 +18,11 @@ from starlette.responses import Response
 
 from scheduler.api import longpoll
 from scheduler.api import metrics as metrics_api
+from scheduler.api.agent_networks import AgentNetworks, AgentNetworksGate
 from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.boundary import Boundary, BrowserBoundary
 from scheduler.api.errors import exception_handlers
-from scheduler.api.http import BearerAuth, text_error
+from scheduler.api.http import BearerAuth, ParamsDoor, text_error
 from scheduler.api.lane import Lane
 from scheduler.api.routes import TABLE
 from scheduler.api.upgrade import OldLayoutWatch
@@ -81,10 +83,21 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         tune_gc()
         undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifier)
         app.state.old_layout.start()
+        flusher = None
+        if settings.metrics == "on":
+            flusher = asyncio.create_task(
+                metrics_api.keep_flushing(
+                    app.state.store, app.state.request_stats, settings.metrics_flush_secs
+                )
+            )
         try:
             yield
         finally:
             undo_signals()
+            if flusher is not None:
+                flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await flusher
             await app.state.old_layout.aclose()
             await app.state.nodes.aclose()
             await app.state.store.aclose()
@@ -92,9 +105,16 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     metrics_on = settings.metrics == "on"
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
     # The browser boundary first (boundary.py): a rebound Host or a page's POST is refused
-    # before the key is asked for or a route is found, with a key or without.
+    # before anything else looks at the request, with a key or without. Then the door: the
+    # agents' networks and the key rule read the parameters it parsed.
     boundary = Boundary(settings.allowed_hosts)
-    middleware = [Middleware(BrowserBoundary, boundary=boundary)]
+    middleware = [
+        Middleware(BrowserBoundary, boundary=boundary),
+        Middleware(ParamsDoor, routes=TABLE),
+    ]
+    networks = AgentNetworks.from_settings(settings)
+    if networks is not None:
+        middleware.append(Middleware(AgentNetworksGate, networks=networks, routes=TABLE))
     if settings.api_key:
         middleware.append(Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE))
     request_stats = metrics_api.RequestStats()
@@ -113,6 +133,6 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
-    # served by server.LaneProtocol
-    app.state.lane = Lane(app.state, settings.api_key, stats, boundary=boundary)
+    # Served by server.LaneProtocol.
+    app.state.lane = Lane(app.state, settings.api_key, stats, networks=networks, boundary=boundary)
     return app

@@ -1,5 +1,6 @@
 """HTTP plumbing shared by the routes: responses shaped like the original's, bounded bodies,
-and the middleware asking for the key where the route table says so."""
+the door reading each request's parameters once, and the middleware asking for the key where
+the route table says so."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from starlette.requests import ClientDisconnect, Request, cookie_parser
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from scheduler.api.routing import Access, RouteTable
+from scheduler.api.params import PARAMS, Query, given_twice, parse_query, repeated
+from scheduler.api.routing import Access, RouteTable, route_path
 
 
 class HTTPError(Exception):
@@ -41,13 +43,6 @@ def json_bytes(body: bytes, status: int = 200) -> Response:
 
 def json_array(items: Iterable[bytes]) -> Response:
     return json_bytes(b"[" + b",".join(items) + b"]")
-
-
-def query_first(request: Request, name: str) -> str:
-    """The first value of a query parameter, as Go's URL.Query().Get and the route table's
-    access rule read it (Starlette's query_params.get gives the last)."""
-    values = request.query_params.getlist(name)
-    return values[0] if values else ""
 
 
 MAX_NUMBER_CHARS = 20  # a query-string number; 2**53, the highest job number, has 16 digits
@@ -152,11 +147,36 @@ def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> b
     return False
 
 
+class ParamsDoor:
+    """Pure ASGI middleware, outside the key's: parses the request's query once
+    (params.parse_query) into the scope (params.PARAMS), which the key rule and the handler
+    both read, and answers 400 to a parameter the route reads given more than once, before
+    anything else looks at the request. The hot lane hands such a request to ASGI, so this
+    one answer serves both paths."""
+
+    def __init__(self, app: ASGIApp, routes: RouteTable) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            values = parse_query(scope.get("query_string", b""))
+            path = route_path(scope["path"], scope.get("root_path", ""))
+            reads = self.routes.reads(scope["method"], path)
+            name = repeated(values, reads)
+            if name:
+                await text_error(400, given_twice(name))(scope, receive, send)
+                return
+            scope[PARAMS] = Query(values, reads)
+        await self.app(scope, receive, send)
+
+
 class BearerAuth:
     """Pure ASGI middleware: who may make each call is the route table's (routing.Access):
     `Authorization: Bearer <key>`, compared in constant time, on every call but the open ones
     (the health check, the agent calls); the web UI's pages take the login cookie instead,
-    and send a browser without one to the login form."""
+    and send a browser without one to the login form. It reads the parameters the door
+    (ParamsDoor) parsed."""
 
     def __init__(self, app: ASGIApp, api_key: str, routes: RouteTable) -> None:
         self.app = app
@@ -168,8 +188,8 @@ class BearerAuth:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        query = scope.get("query_string", b"")
-        access = self.routes.access(scope["method"], scope["path"], query)
+        query: Query = scope[PARAMS]
+        access = self.routes.access(scope["method"], scope["path"], query.values)
         if self._allowed(access, scope["headers"]):
             await self.app(scope, receive, send)
         elif access is Access.UI:

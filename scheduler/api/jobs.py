@@ -19,10 +19,10 @@ from scheduler.api.http import (
     declared_length,
     json_array,
     json_bytes,
-    query_first,
     read_body,
     whole_number,
 )
+from scheduler.api.params import param
 from scheduler.api.routing import polls
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
@@ -68,7 +68,7 @@ def _body_of(request: Request) -> hot.BodyReader:
 def _page(request: Request) -> tuple[int, int, bool]:
     """(limit, bound, newest): the default order pages on with `after` (ascending, as the
     original); `order=newest` lists newest first and pages on with `before`."""
-    raw_limit, raw_order = query_first(request, "limit"), query_first(request, "order")
+    raw_limit, raw_order = param(request, "limit"), param(request, "order")
     limit = whole_number(raw_limit, MAX_PAGE)
     if raw_limit and (limit is None or limit < 1):
         raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")
@@ -76,9 +76,9 @@ def _page(request: Request) -> tuple[int, int, bool]:
         raise HTTPError(400, "invalid order: use oldest or newest")
     newest = raw_order == "newest"
     name, other = ("before", "after") if newest else ("after", "before")
-    if query_first(request, other):
+    if param(request, other):
         raise HTTPError(400, f"invalid {other}: use {name} with order={raw_order or 'oldest'}")
-    raw_bound = query_first(request, name)
+    raw_bound = param(request, name)
     # No job number is above MAX_JOB_NUMBER (it is the score, exact as a double).
     bound = whole_number(raw_bound.removeprefix("job-"), MAX_JOB_NUMBER)
     if raw_bound and (not raw_bound.startswith("job-") or bound is None):
@@ -92,7 +92,7 @@ def _polled(polled: Polled) -> Response:
 
 
 async def list_jobs(request: Request) -> Response:
-    node_id, status = query_first(request, "node_id"), query_first(request, "status")
+    node_id, status = param(request, "node_id"), param(request, "status")
     hot.check_node_id(node_id)
     store = _store(request)
     wait = longpoll.wait_secs(request)
@@ -105,7 +105,7 @@ async def list_jobs(request: Request) -> Response:
     if wait is not None:
         raise HTTPError(400, "wait needs node_id and status=pending")
     limit, bound, newest = _page(request)
-    if newest and bound == 0 and query_first(request, "before"):
+    if newest and bound == 0 and param(request, "before"):
         return json_array([])  # before=job-0: nothing is older
     return json_array(await store.list(node_id, status, bound, limit, newest))
 

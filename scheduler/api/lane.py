@@ -10,7 +10,8 @@ task (Route.send); a submit and a report, which read a body and may call Redis t
 task each.
 
 It answers exactly as the Starlette app does: the logic is hot.py's, the error replies
-errors.py's, the key rule is BearerAuth's, the request counts go to the same RequestStats.
+errors.py's, the key rule is BearerAuth's, the agent networks' AgentNetworksGate's, the
+request counts go to the same RequestStats.
 Whatever the lane does not take (another route or method, HEAD, `wait=`, a query it does not
 expect, a chunked or larger body, `Expect: 100-continue`) goes through ASGI as before, and
 tests/api/test_lane.py and test_lane_hostile.py send the same requests both ways and compare
@@ -27,12 +28,14 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from scheduler.api import hot
+from scheduler.api.agent_networks import FORBIDDEN, AgentNetworks
 from scheduler.api.boundary import Boundary
 from scheduler.api.errors import is_expected, reply_for
 from scheduler.api.http import bearer_matches, length_of, refuse_declared
 from scheduler.api.metrics import RequestStats
+from scheduler.api.params import Params
 from scheduler.api.routes import TABLE
-from scheduler.api.routing import Access, Hot, Params, RouteTable
+from scheduler.api.routing import Access, Hot, RouteTable
 from scheduler.api.state import AppState
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.scripts.jobs import Polled
@@ -62,6 +65,7 @@ class HotRequest:
     params: Params = field(default_factory=dict)
     label: str = ""  # its route's metrics label
     id: str = ""  # the path's parameter (the job id), for a route that has one
+    peer: str | None = None  # the socket's peer address (None on a Unix socket)
     # The body as http.read_body reads it: 413 past `limit`, each part's size told to
     # `charge` as it arrives, ClientDisconnect if the client leaves first. The protocol sets
     # it; the call decides when to read, as an ASGI app does.
@@ -76,8 +80,8 @@ class HotRequest:
         return ""
 
     def param(self, name: str) -> str:
-        """The first value of a query parameter, as Go's URL.Query().Get (routing.first,
-        inlined: the poll reads its node id here)."""
+        """A query parameter's value, "" without one (params.Query.get, inlined: the poll
+        reads its node id here; the lane takes no query with a repeated name)."""
         values = self.params.get(name)
         return values[0] if values else ""
 
@@ -96,7 +100,8 @@ class Route:
     takes: Callable[[bytes], Params | None]  # hot.takes: which requests of the route it takes
     label: str
     # The API key is asked for (when set), as BearerAuth asks: the table's access rule. The
-    # poll (Access.POLL, of which the lane takes only polls) and a report are agent calls.
+    # poll (Access.POLL, of which the lane takes only polls) and a report are agent calls,
+    # which AGENT_NETWORKS narrows instead (AgentNetworksGate).
     needs_key: bool
     handler: Handler
     has_body: bool
@@ -117,6 +122,10 @@ def text_answer(status: int, message: str, headers: dict[str, str]) -> Answer:
     return status, (message + "\n").encode(), TEXT, [NOSNIFF, *raw_headers(headers)]
 
 
+UNAUTHORIZED = text_answer(401, "unauthorized", {})
+OUTSIDE_AGENT_NETWORKS = text_answer(403, FORBIDDEN, {})
+
+
 class Lane:
     def __init__(
         self,
@@ -124,12 +133,14 @@ class Lane:
         api_key: str,
         stats: RequestStats | None,
         routes: RouteTable = TABLE,
+        networks: AgentNetworks | None = None,
         boundary: Boundary | None = None,
     ) -> None:
         self.state = state
         # The ASGI path's BrowserBoundary, asked first as there (boundary.py).
         self.boundary = boundary or Boundary("")
         self.expected = f"Bearer {api_key}".encode() if api_key else b""
+        self.networks = networks  # AGENT_NETWORKS; None: agent calls from anywhere
         self.stats = stats
         self.served = 0  # requests answered here (the tests check the lane was taken)
         # Each call: its handler, whether it reads a body, how it sends its one Redis command.
@@ -150,6 +161,10 @@ class Lane:
                 found.access is Access.POLL and hot_call is Hot.POLL
             ):
                 raise ValueError(f"the lane cannot serve {method} {entry.path}: {found.access}")
+            # A call that takes any query must read none: the lane does not look for a
+            # repeated one (the door's 400, params.py).
+            if hot_call is Hot.SUBMIT and found.reads:
+                raise ValueError(f"the lane's {method} {entry.path} reads no parameter")
             needs_key = found.access is Access.KEY
             takes = hot_call.takes
             route = Route(method, hot_call, takes, entry.label, needs_key, *calls[hot_call])
@@ -177,13 +192,8 @@ class Lane:
     async def answer(self, route: Route, request: HotRequest) -> Answer:
         """The route's answer; an exception nothing expects (a bug) is raised to the caller."""
         try:
-            stopped = self.boundary.refusal(request.method, request.path, request.headers)
-            if stopped is not None:
-                answer = text_answer(*stopped, {})
-            elif self.refused(route, request):
-                answer = text_answer(401, "unauthorized", {})
-            else:
-                answer = await route.handler(request)
+            refusal = self.refusal(route, request)
+            answer = await route.handler(request) if refusal is None else refusal
         except Exception as exc:
             answer = self.failed(request, exc)
         self.observe(request, answer[0])
@@ -192,10 +202,8 @@ class Lane:
     def send(self, route: Route, request: HotRequest) -> Sent | None:
         """The call sent to Redis (route.send), or None: `answer` serves the request. An
         exception nothing expects (a bug) is raised to the caller, counted as a 500."""
-        if route.send is None or self.refused(route, request):
+        if route.send is None or self.refusal(route, request) is not None:
             return None
-        if self.boundary.refusal(request.method, request.path, request.headers) is not None:
-            return None  # `answer` answers it
         try:
             return route.send(request)
         except Exception as exc:
@@ -218,10 +226,20 @@ class Lane:
         self.observe(request, answer[0])
         return answer
 
-    def refused(self, route: Route, request: HotRequest) -> bool:
-        return bool(
-            route.needs_key and self.expected and not bearer_matches(request.headers, self.expected)
-        )
+    def refusal(self, route: Route, request: HotRequest) -> Answer | None:
+        """The door's answer, before any Redis work or body read: 401 without the key where
+        it is needed (BearerAuth's), 403 for an agent call from outside AGENT_NETWORKS
+        (AgentNetworksGate's), and before them the browser boundary's (BrowserBoundary's);
+        None: the call goes on."""
+        stopped = self.boundary.refusal(request.method, request.path, request.headers)
+        if stopped is not None:
+            return text_answer(*stopped, {})
+        if route.needs_key:
+            if self.expected and not bearer_matches(request.headers, self.expected):
+                return UNAUTHORIZED
+        elif self.networks is not None and not self.networks.allows(request.peer, request.headers):
+            return OUTSIDE_AGENT_NETWORKS
+        return None
 
     def failed(self, request: HotRequest, exc: Exception) -> Answer:
         """errors.py's answer to `exc`; raised again when it has none (a bug)."""

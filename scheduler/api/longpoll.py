@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 
 from scheduler.api.http import HTTPError
+from scheduler.api.params import query_of
 from scheduler.models.job import STATUSES
 from scheduler.store.connection.notify import MAX_WAIT_SECS, Notifier
 
@@ -26,20 +27,21 @@ _SECONDS = re.compile(r"[0-9]{1,3}(\.[0-9]{1,6})?")
 
 def wait_secs(request: Request) -> float | None:
     """The `wait` parameter: None when absent, else 0 to MAX_WAIT_SECS seconds (400 else)."""
-    values = request.query_params.getlist("wait")
-    if not values:
+    query = query_of(request)
+    if not query.given("wait"):
         return None
-    raw = values[0]
+    raw = query.get("wait")  # `wait=` too: a bad wait, not no wait
     if not _SECONDS.fullmatch(raw) or float(raw) > MAX_WAIT_SECS:
         raise HTTPError(400, f"invalid wait: use 0 to {MAX_WAIT_SECS:g} seconds")
     return float(raw)
 
 
 def status_not(request: Request) -> str:
-    values = request.query_params.getlist("status_not")
-    if values and values[0] not in STATUSES:
+    query = query_of(request)
+    raw = query.get("status_not")
+    if query.given("status_not") and raw not in STATUSES:
         raise HTTPError(400, "invalid status_not: use " + ", ".join(STATUSES))
-    return values[0] if values else ""
+    return raw
 
 
 async def unless_disconnected(request: Request, waiting: Coroutine[Any, Any, T]) -> T | None:

@@ -1,17 +1,26 @@
-"""Prometheus metrics at /metrics (behind the key when one is set).
+"""Prometheus metrics at /metrics (behind the key when one is set): the deployment's, whichever
+API process answers.
 
-Request counts and latencies are this process's own, counted by a pure ASGI middleware in
-plain integers (a dict lookup, a bisect and three additions a request: measured in
-benchmarks/metrics_cost.py), and turned into Prometheus families only when scraped. Job,
-node, outbox and background-work figures are the deployment's, read from Redis at scrape
-time in one round trip (store/scripts/nodes.py, OVERVIEW), so any replica answers them alike.
-The old-layout gauge is the process's last periodic check (api/upgrade.py): no round trip.
+Request counts and latencies are counted in each process by a pure ASGI middleware (and the
+hot lane) in plain integers (a dict lookup, a bisect and three additions a request: measured
+in benchmarks/metrics_cost.py). Every METRICS_FLUSH_SECS a process adds what it counted since
+to one Redis hash (`{P}:stats:requests`), and a scrape adds its own and reads the sums back in
+the same call: successive scrapes of any process, or of a load balancer in front of many,
+read one set of counters that only grow (a process counted but not yet flushed shows on the
+next scrape). Before, each process answered its own, and a scrape through a load balancer
+read counters that went 25, 8, 25. Job, node, outbox and background-work figures are read
+from Redis at scrape time in one round trip (store/scripts/nodes.py, OVERVIEW). The
+old-layout gauge is the process's last periodic check (api/upgrade.py): no round trip.
+Per-process figures (CPU, memory, start time) are left to the host's own exporter: from a
+load balancer they alternate between processes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
-import os
+import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,7 +33,6 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,8 +40,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from scheduler.nodes.placement import is_live
 from scheduler.store.jobs import JobStore
-from scheduler.store.scripts.nodes import Overview
+from scheduler.store.scripts.overview import Overview
 
+log = logging.getLogger("scheduler.api")
+
+FINAL_FLUSH_SECS = 2.0  # a stopping process's last flush waits no longer for Redis
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -45,12 +56,42 @@ class _Series:
     buckets: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
 
 
+RowKey = tuple[str, str, int]  # method, route label, status code
+# A row's columns, as named in Redis: count, total seconds, one count per bucket.
+COLUMNS = ("count", "sum", *map(str, BUCKETS), "+Inf")
+
+
 class RequestStats:
     """Per (method, route, code) one flat row: count, total seconds, one count per bucket.
     One dict lookup a request; the families are summed from the rows only when scraped."""
 
-    def __init__(self) -> None:
-        self.rows: dict[tuple[str, str, int], list[float]] = {}
+    def __init__(self, rows: dict[RowKey, list[float]] | None = None) -> None:
+        self.rows: dict[RowKey, list[float]] = rows if rows is not None else {}
+
+    @classmethod
+    def from_sums(cls, sums: dict[str, float]) -> RequestStats:
+        """The rows of the deployment's hash (`deltas`' fields); a column this version does
+        not know (a bucket of another version) is left out."""
+        rows: dict[RowKey, list[float]] = {}
+        index = {name: i for i, name in enumerate(COLUMNS)}
+        for name, value in sums.items():
+            method, route, code, column = name.split(" ")
+            if column in index and code.isdigit():
+                row = rows.setdefault((method, route, int(code)), [0.0] * len(COLUMNS))
+                row[index[column]] = value
+        return cls(rows)
+
+    def take(self) -> dict[RowKey, list[float]]:
+        """The rows counted since the last take; counting starts again from nothing."""
+        taken, self.rows = self.rows, {}
+        return taken
+
+    def give_back(self, taken: dict[RowKey, list[float]]) -> None:
+        """Rows taken but not stored (Redis did not answer): counted again with the next."""
+        for key, row in taken.items():
+            mine = self.rows.setdefault(key, [0.0] * len(COLUMNS))
+            for i, value in enumerate(row):
+                mine[i] += value
 
     def observe(self, method: str, route: str, code: int, seconds: float) -> None:
         key = (method, route, code)
@@ -74,6 +115,45 @@ class RequestStats:
             summed.total += row[1]
             summed.buckets = [a + int(b) for a, b in zip(summed.buckets, row[2:], strict=True)]
         return series
+
+
+def deltas(rows: dict[RowKey, list[float]]) -> dict[str, float]:
+    """The rows as the hash's fields, `"<method> <route> <code> <column>"`: the zeros left out."""
+    return {
+        f"{method} {route} {code} {column}": value
+        for (method, route, code), row in rows.items()
+        for column, value in zip(COLUMNS, row, strict=True)
+        if value
+    }
+
+
+async def flush(store: JobStore, stats: RequestStats, read: bool = False) -> RequestStats:
+    """Adds this process's counts since its last flush to the deployment's; with `read`, the
+    deployment's sums. Counts Redis did not take are kept for the next flush (a reply lost
+    after Redis ran the script counts them twice: the rarer and smaller error)."""
+    taken = stats.take()
+    try:
+        sums = await store.add_request_stats(deltas(taken), read)
+    except BaseException:
+        stats.give_back(taken)
+        raise
+    return RequestStats.from_sums(sums)
+
+
+async def keep_flushing(store: JobStore, stats: RequestStats, every: float) -> None:
+    """The API process's flush every METRICS_FLUSH_SECS, until cancelled (then once more)."""
+    try:
+        while True:
+            await asyncio.sleep(every)
+            if stats.rows:
+                try:
+                    await flush(store, stats)
+                except Exception as exc:  # Redis away: kept, and tried again next time
+                    log.debug("request metrics not flushed: %s", exc)
+    finally:
+        if stats.rows:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(flush(store, stats), FINAL_FLUSH_SECS)
 
 
 class RequestMetrics:
@@ -126,7 +206,7 @@ class _Scrape(Collector):
         yield counts
         latency = HistogramMetricFamily(
             "scheduler_http_request_duration_seconds",
-            "Time from request to response, this process",
+            "Time from request to response, every API process of the deployment",
             labels=["method", "route"],
         )
         for (method, route), series in sorted(self.stats.latency.items()):
@@ -185,9 +265,10 @@ class _Scrape(Collector):
 async def metrics(request: Request) -> Response:
     store: JobStore = request.app.state.store
     stats: RequestStats = request.app.state.request_stats
-    view = await store.overview()
+    # Sent together, so one round trip on the connection.
+    view, totals = await asyncio.gather(store.overview(), flush(store, stats, read=True))
     registry = CollectorRegistry(auto_describe=False)
     old_layout = len(request.app.state.old_layout.findings)
-    registry.register(_Scrape(stats, view, store.settings.node_ttl_secs, time.time(), old_layout))
-    ProcessCollector(registry=registry, pid=lambda: os.getpid())
+    now = time.time()
+    registry.register(_Scrape(totals, view, store.settings.node_ttl_secs, now, old_layout))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)

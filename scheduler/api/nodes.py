@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from scheduler.api.agents import bearer, new_token, token_hash
 from scheduler.api.http import HTTPError, json_bytes, read_body
+from scheduler.api.params import param
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _node_source
 from scheduler.api.state import store as _store
@@ -22,6 +23,7 @@ from scheduler.models.registry import Heartbeat, NodeRegistration, validate_regi
 from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
 from scheduler.store.errors import NodeNotFound
 from scheduler.store.scripts.nodes import Registration
+from scheduler.store.scripts.retry import RetryPolicy
 
 # A registration or a heartbeat is a few hundred bytes; MAX_BODY_BYTES is for job requests.
 NODE_BODY_LIMIT = 16 * 1024
@@ -49,6 +51,7 @@ def _registration(request: Request) -> Registration:
         key_required=auth.key_required,
         max_nodes=settings.max_nodes,
         node_ttl=settings.node_ttl_secs,
+        retries=RetryPolicy.of(settings),
     )
 
 
@@ -59,12 +62,19 @@ async def register(request: Request) -> Response:
     validate_registration(reg)
     token = new_token()
     store = _store(request)
-    node, outcome = await store.register_node(
+    node, done = await store.register_node(
         reg, time.time(), _registration(request), token_hash(token)
     )
+    if done.moved or done.lost:
+        log.info(
+            "node %s has a new holder: %d queued and %d running job(s) of the old one put back",
+            node.id,
+            len(done.moved),
+            len(done.lost),
+        )
     answer = msgspec.structs.asdict(node)
-    if outcome != "none":
-        answer["token"] = token if outcome == "issued" else bearer(request)
+    if done.outcome != "none":
+        answer["token"] = token if done.outcome == "issued" else bearer(request)
     return json_bytes(msgspec.json.encode(answer), status=201)
 
 
@@ -82,7 +92,7 @@ async def heartbeat(request: Request) -> Response:
 
 async def list_nodes(request: Request) -> Response:
     """The built-in registry's nodes, or with REGISTRY_URL the registry's, in one shape."""
-    role = request.query_params.get("role", "")
+    role = param(request, "role")
     return json_bytes(msgspec.json.encode(await _node_source(request).nodes(role)))
 
 

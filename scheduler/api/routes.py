@@ -1,7 +1,8 @@
 """The route table: every path and method the API serves, its endpoint, who may call it
 (README, Security), when it is served and whether the hot lane serves it. Starlette's routes,
 the key rule (http.BearerAuth), the metrics labels and the hot lane (lane.Lane) all read this
-one table (routing.py says how); so do the tests (tests/api/test_routes.py).
+one table (routing.py says how); so do the tests (tests/api/test_routes.py). Each method names
+the query parameters its endpoint reads (`reads`): the only ones it can read, one value each.
 
 The order is Starlette's: the first entry matching path and method serves it
 (`/nodes/register` before `/nodes/{node_id}`).
@@ -23,6 +24,8 @@ from scheduler.api import (
 from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
 
 ANYONE, AGENT, KEY, UI = Access.ANYONE, Access.AGENT, Access.KEY, Access.UI
+LISTING = ("node_id", "status", "wait", "limit", "order", "after", "before")
+NOTICES = tuple(name for name, _ in ui_dead.NOTICES)  # retried=N&skipped=N...
 
 TABLE = RouteTable(
     [
@@ -31,7 +34,8 @@ TABLE = RouteTable(
         Entry(
             "/jobs",
             {
-                "GET": Method(jobs.list_jobs, Access.POLL, Hot.POLL),
+                # The poll's node_id and status, a listing's filters and page, a long-poll's wait.
+                "GET": Method(jobs.list_jobs, Access.POLL, Hot.POLL, LISTING),
                 "POST": Method(jobs.submit_job, KEY, Hot.SUBMIT),
             },
         ),
@@ -41,7 +45,7 @@ TABLE = RouteTable(
         Entry(
             "/jobs/{job_id}",
             {
-                "GET": Method(jobs.get_job, KEY, Hot.READ),
+                "GET": Method(jobs.get_job, KEY, Hot.READ, ("wait", "status_not")),
                 "PATCH": Method(jobs.update_job, AGENT, Hot.REPORT),  # the agent's report
                 "DELETE": Method(jobs.cancel_job),
             },
@@ -51,7 +55,10 @@ TABLE = RouteTable(
         # Schedules (README, Schedules): the operator's, behind the key.
         Entry(
             "/schedules",
-            {"GET": Method(schedules.list_schedules), "POST": Method(schedules.create)},
+            {
+                "GET": Method(schedules.list_schedules, reads=("after", "limit")),
+                "POST": Method(schedules.create),
+            },
         ),
         Entry(
             "/schedules/{name}",
@@ -67,14 +74,23 @@ TABLE = RouteTable(
             other_methods=ANYONE,
         ),
         Entry("/ui/logout", {"POST": Method(ui.logout, UI)}, other_methods=UI),
-        Entry("/ui/jobs", {"GET": Method(ui.jobs_page, UI)}, other_methods=UI),
+        # Its filters and page, and what the bulk retry's redirect says it did.
+        Entry(
+            "/ui/jobs",
+            {"GET": Method(ui.jobs_page, UI, reads=("status", "node_id", "before", *NOTICES))},
+            other_methods=UI,
+        ),
         # The failed list's bulk retry (before /ui/jobs/{job_id}, as /jobs/retry).
         Entry("/ui/jobs/retry", {"POST": Method(ui_dead.retry_failed, UI)}, other_methods=UI),
         Entry("/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI)}, other_methods=UI),
         Entry("/ui/jobs/{job_id}/cancel", {"POST": Method(ui.cancel, UI)}, other_methods=UI),
         Entry("/ui/jobs/{job_id}/retry", {"POST": Method(ui.retry, UI)}, other_methods=UI),
         Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI)}, other_methods=UI),
-        Entry("/ui/schedules", {"GET": Method(ui_schedules.page, UI)}, other_methods=UI),
+        Entry(
+            "/ui/schedules",
+            {"GET": Method(ui_schedules.page, UI, reads=("after",))},
+            other_methods=UI,
+        ),
         Entry(
             "/ui/schedules/{name}/{action}",
             {"POST": Method(ui_schedules.pause_or_resume, UI)},
@@ -84,14 +100,16 @@ TABLE = RouteTable(
         Entry("/nodes/register", {"POST": Method(nodes.register, AGENT)}, "registry"),
         Entry("/nodes/heartbeat", {"POST": Method(nodes.heartbeat, AGENT)}, "registry"),
         # Either registry's nodes: with REGISTRY_URL, read from it (nodes/registry.py).
-        Entry("/nodes", {"GET": Method(nodes.list_nodes)}),
+        Entry("/nodes", {"GET": Method(nodes.list_nodes, reads=("role",))}),
         # The key, or in token mode a node's own token (nodes.delete_node decides).
         Entry("/nodes/{node_id}", {"DELETE": Method(nodes.delete_node, AGENT)}, "registry"),
         Entry("/instances", {"GET": Method(nodes.list_instances)}, "registry"),
         Entry(
             "/services",
             {
-                "GET": Method(services.list_services, Access.OWN_SERVICES),
+                "GET": Method(
+                    services.list_services, Access.OWN_SERVICES, reads=("node_id", "status")
+                ),
                 "POST": Method(services.create, AGENT),
             },
             "registry",

@@ -7,24 +7,26 @@ itself is routes.TABLE; from it come Starlette's routes (`RouteTable.starlette_r
 key rule (http.BearerAuth, `RouteTable.access`), the metrics labels (`RouteTable.label`) and
 the lane's dict (lane.Lane). A request finds its entry as Starlette's router finds its route
 (`RouteTable.resolve`): the first entry whose template matches the path and serves the
-method, else the first whose template matches (405), else none (404).
+method, else the first whose template matches (405), else none (404). Each method declares
+the query parameters it reads (`Method.reads`): one value each, so the door (http.ParamsDoor)
+refuses one given twice (params.py).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal
-from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from scheduler.api.params import Params, parse_query
+
 Endpoint = Callable[[Request], Awaitable[Response]]
-Params = dict[str, list[str]]
 # When an entry is served: always; with the built-in registry (REGISTRY_URL unset); with
 # METRICS=on. The key rule and the labels read every entry, served or not, so neither
 # changes with the configuration (a registry route is open and 404s with REGISTRY_URL set).
@@ -41,8 +43,8 @@ class Access(Enum):
     # Open at the door: the handler decides by AGENT_AUTH (agents.AgentAuth): anyone in open
     # mode (the original Rust agent sends no key), a node token or the key in token mode.
     AGENT = "agent"
-    # GET /jobs: AGENT as the agent's poll (`node_id=N&status=pending`, the first value of
-    # each, as Go's Query().Get), else KEY: a listing exposes env_vars and output.
+    # GET /jobs: AGENT as the agent's poll (`node_id=N&status=pending`), else KEY: a listing
+    # exposes env_vars and output.
     POLL = "poll"
     # GET /services: AGENT as an agent's own list (`node_id=N`, any status), else KEY.
     OWN_SERVICES = "own services"
@@ -77,7 +79,12 @@ def _any_query(query: bytes) -> Params | None:
 
 
 def _poll_without_wait(query: bytes) -> Params | None:
-    params = query_params(query.decode("latin-1")) if query else {}
+    params = parse_query(query)
+    # A name given twice goes through ASGI, whose door refuses it when the route reads it
+    # (400) and answers as here when not: one place decides, and counting is cheaper here
+    # than asking which names the route reads.
+    if sum(map(len, params.values())) != len(params):
+        return None
     return params if is_poll(params) and "wait" not in params else None
 
 
@@ -94,6 +101,12 @@ class Method:
     endpoint: Endpoint
     access: Access = Access.KEY
     hot: Hot | None = None  # None: through ASGI only
+    # The query parameters the endpoint reads, one value each (params.Query.get refuses any
+    # other name): one given twice is a 400 at the door, on every path to the endpoint.
+    reads: Collection[str] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reads", frozenset(self.reads))
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,24 +191,29 @@ class RouteTable:
                 return entry, found
         return (candidates[0], None) if candidates else None
 
-    def access(self, method: str, path: str, query: bytes) -> Access:
+    def reads(self, method: str, path: str) -> Collection[str]:
+        """The query parameters the call's endpoint reads (none for a 404 or a 405)."""
+        resolved = self.resolve(method, path)
+        return resolved[1].reads if resolved is not None and resolved[1] is not None else ()
+
+    def access(self, method: str, path: str, params: Params) -> Access:
         """Who may make this call: ANYONE, AGENT, KEY or UI (POLL and OWN_SERVICES are decided
-        here by the query). A path no entry matches needs the key, or under the UI's prefix
-        the UI's cookie (the login form for a browser)."""
+        here by the request's parameters, params.parse_query's). A path no entry matches
+        needs the key, or under the UI's prefix the UI's cookie (the login form for a
+        browser)."""
         resolved = self.resolve(method, path)
         if resolved is None:
             return Access.UI if path.startswith(UI_PREFIX + "/") else Access.KEY
         entry, found = resolved
         access = entry.other_methods if found is None else found.access
         if access is Access.POLL or access is Access.OWN_SERVICES:
-            params = query_params(query.decode("latin-1"))
             agents = is_poll(params) if access is Access.POLL else bool(first(params, "node_id"))
             return Access.AGENT if agents else Access.KEY
         return access
 
-    def is_open(self, method: str, path: str, query: bytes) -> bool:
+    def is_open(self, method: str, path: str, params: Params) -> bool:
         """Whether the call needs nothing at the door (neither the key nor the UI's cookie)."""
-        return self.access(method, path, query) in (Access.ANYONE, Access.AGENT)
+        return self.access(method, path, params) in (Access.ANYONE, Access.AGENT)
 
     def label(self, path: str) -> str:
         """The metrics label: the first matching entry's (its template with `{id}` for each
@@ -214,25 +232,23 @@ class RouteTable:
                     yield name, entry, found, found.hot
 
 
+def route_path(path: str, root_path: str) -> str:
+    """The path a route matches, as Starlette's router reads a scope: ASGI's `path` includes
+    the `root_path` (uvicorn's --root-path), which a mounted app's routes do not name."""
+    if not root_path or not path.startswith(root_path):
+        return path
+    if path == root_path:
+        return ""
+    return path[len(root_path) :] if path[len(root_path)] == "/" else path
+
+
 def _first_segment(path: str) -> str:
     return path[1:].partition("/")[0]
 
 
-def query_params(query: str) -> Params:
-    """parse_qs(query, keep_blank_values=True), without its cost (a tenth of a poll's Python
-    time) for the agents' plain queries: with no "%" or "+" there is nothing to decode."""
-    if "%" in query or "+" in query:
-        return parse_qs(query, keep_blank_values=True)
-    params: Params = {}
-    for pair in query.split("&"):
-        if pair:
-            name, _, value = pair.partition("=")
-            params.setdefault(name, []).append(value)
-    return params
-
-
 def first(params: Params, name: str) -> str:
-    """The first value of a query parameter, "" without one, as Go's URL.Query().Get."""
+    """The first value of a query parameter, "" without one, as Go's URL.Query().Get (the
+    only one where the door let the request in: a repeated one it reads is a 400)."""
     values = params.get(name)
     return values[0] if values else ""
 

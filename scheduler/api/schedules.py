@@ -20,10 +20,10 @@ from scheduler.api.http import (
     HTTPError,
     json_array,
     json_bytes,
-    query_first,
     read_body,
     whole_number,
 )
+from scheduler.api.params import param
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.models.schedule import (
@@ -73,7 +73,7 @@ async def create(request: Request) -> Response:
 
 async def list_schedules(request: Request) -> Response:
     """GET /schedules[?after=NAME&limit=N]: a page by name (at most `limit`, default 1000)."""
-    after, raw_limit = query_first(request, "after"), query_first(request, "limit")
+    after, raw_limit = param(request, "after"), param(request, "limit")
     limit = whole_number(raw_limit, MAX_PAGE)
     if raw_limit and (limit is None or limit < 1):
         raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")

@@ -309,6 +309,8 @@ class LaneProtocol(OneWriteProtocol):
             return None
         route, request = found
         request.headers = self.headers
+        client = self.client  # uvicorn's: the transport's peer, None on a Unix socket
+        request.peer = client[0] if client else None
         if route.has_body and not self._small_sized_body():
             return None
         return route, request

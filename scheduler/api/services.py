@@ -9,7 +9,8 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from scheduler.api.http import HTTPError, json_array, json_bytes, query_first, read_body
+from scheduler.api.http import HTTPError, json_array, json_bytes, read_body
+from scheduler.api.params import param
 from scheduler.api.state import agent_auth
 from scheduler.api.state import store as _store
 from scheduler.models.registry import (
@@ -58,10 +59,9 @@ async def create(request: Request) -> Response:
 
 
 async def list_services(request: Request) -> Response:
-    # The first values, as the door (routes.TABLE, Access.OWN_SERVICES) reads them: with the
-    # last, `node_id=n1&node_id=` passed the door as n1's list and was answered as the
-    # operator's list of every service.
-    node_id, status = query_first(request, "node_id"), query_first(request, "status")
+    # The values the door read (params.py): `node_id=n1&node_id=` once passed the door as
+    # n1's list and was answered here as the operator's list of every service.
+    node_id, status = param(request, "node_id"), param(request, "status")
     # An agent's own list: its caller is checked first. Without a node it is the operator's
     # (the key, when one is set, was checked on the way in).
     caller = _caller(request) if node_id else "key"

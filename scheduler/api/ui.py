@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from scheduler.api import retries
 from scheduler.api.http import UI_COOKIE, HTTPError, ui_secret, whole_number
+from scheduler.api.params import param
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
@@ -101,9 +102,8 @@ def job_status(job: Job) -> str:
 
 
 def _filters(request: Request) -> tuple[str, str, int]:
-    status = request.query_params.get("status", "")
-    node_id = request.query_params.get("node_id", "")
-    raw_before = request.query_params.get("before", "")
+    status, node_id = param(request, "status"), param(request, "node_id")
+    raw_before = param(request, "before")
     before = whole_number(raw_before, MAX_JOB_NUMBER)
     if status and status not in STATUSES:
         raise HTTPError(400, f"invalid status: use one of {', '.join(STATUSES)}")

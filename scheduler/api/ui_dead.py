@@ -14,6 +14,7 @@ from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import retries
 from scheduler.api.http import HTTPError, whole_number
+from scheduler.api.params import query_of
 from scheduler.api.ui_forms import FORM_BYTES, checked_form
 from scheduler.models.job import Job
 from scheduler.models.wire import check_id
@@ -52,11 +53,11 @@ def retry_form(jobs: list[Job], token: str, node_id: str) -> str:
 def notice(request: Request) -> str:
     """What the bulk retry did, from its redirect's query (whole numbers only, else 400)."""
     said = []
+    query = query_of(request)
     for name, sentence in NOTICES:
-        raw = request.query_params.get(name)
-        if raw is None:
+        if not query.given(name):
             continue
-        count = whole_number(raw, MAX_IDS)
+        count = whole_number(query.get(name), MAX_IDS)
         if count is None:
             raise HTTPError(400, f"invalid {name}: use a whole number")
         said.append(escape(sentence.format(count)))

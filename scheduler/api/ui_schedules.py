@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from scheduler.api.http import HTTPError
+from scheduler.api.params import param
 from scheduler.api.state import store as _store
 from scheduler.api.ui import _names_only, status_badge
 from scheduler.api.ui import page as ui_page
@@ -65,7 +66,7 @@ def _row(schedule: Schedule, token: str) -> str:
 
 
 async def page(request: Request) -> Response:
-    after = request.query_params.get("after", "")
+    after = param(request, "after")
     if after and not ID_RE.fullmatch(after):
         raise HTTPError(400, "invalid after: use a schedule name")
     stored = await _store(request).list_schedules(after, PAGE_SIZE + 1)

@@ -5,50 +5,33 @@ in <data-dir>/redis) and what every child process of `up` shares: dying with `up
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import fcntl
 import logging
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import redis
 
-log = logging.getLogger("scheduler.up")
+from scheduler.cli.lifeline import end_with_parent
 
-PR_SET_PDEATHSIG = 1
+log = logging.getLogger("scheduler.up")
 
 
 class UpError(Exception):
     """`scheduler up` cannot start; the message says why and what to do."""
 
 
-def _libc_prctl() -> Any:
-    name = ctypes.util.find_library("c")
-    if not name or not sys.platform.startswith("linux"):
-        return None
-    with contextlib.suppress(OSError):
-        return ctypes.CDLL(name, use_errno=True).prctl
-    return None
-
-
-_prctl = _libc_prctl()
-
-
 def child_setup() -> None:
     """In each child, before exec: its own process group (so the terminal's Ctrl-C reaches only
     `up`, which stops the children in order) and SIGTERM if `up` itself dies."""
     os.setpgid(0, 0)
-    if _prctl is not None:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    end_with_parent()
 
 
 @contextlib.contextmanager

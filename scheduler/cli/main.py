@@ -93,6 +93,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from scheduler.api.app import create_app
     from scheduler.api.boundary import with_listen_address
+    from scheduler.cli.lifeline import SERVE_PID_ENV
     from scheduler.snapshot.restore import restore_at_process_start
 
     log = logging.getLogger("scheduler.api")
@@ -121,6 +122,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         # On SIGTERM uvicorn waits for running requests; a long-poll may run for up to a
         # minute, so requests still running after this are cut (clients poll again).
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECS,
+        # The client's address is api/client_address.py's, from the socket's peer and
+        # TRUSTED_PROXIES, on the lane and through ASGI alike: uvicorn's proxy headers (on by
+        # default, trusting 127.0.0.1) would rewrite it for ASGI requests only.
+        "proxy_headers": False,
     }
     options["http"] = HTTP_PROTOCOLS[args.http]
     # Before listening (and with signals still default, so SIGTERM ends a wait): the restore
@@ -131,8 +136,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         uvicorn.run(create_app(settings), **options)
     else:
         # Several processes on one port: uvicorn's supervisor starts each from the factory,
-        # which reads the same environment these settings came from.
-        app = "scheduler.api.app:create_app"
+        # which reads the same environment these settings came from, in a process that ends
+        # with this one (lifeline.py).
+        os.environ[SERVE_PID_ENV] = str(os.getpid())
+        app = "scheduler.cli.lifeline:serve_worker_app"
         uvicorn.run(app, factory=True, workers=args.workers, **options)
     return 0
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from scheduler.config.networks import NetworkListError, Networks, parse_networks
 from scheduler.config.redis_url import RedisTarget, redact
 from scheduler.config.redis_url import parse as parse_url
 
@@ -63,11 +64,20 @@ class Settings:
     # Who may make the agent calls (README, "Security"): "open" as the original (its Rust
     # agent sends no key), or "token": a node token from POST /nodes/register, or the key.
     agent_auth: str = field(default="open", metadata={"env": "AGENT_AUTH"})
-    # A secret that only registers nodes (token mode): agents hold it instead of the key.
+    # A secret that only registers new node ids (token mode): agents hold it instead of the key.
     agent_join_key: str = field(default="", metadata={"env": "AGENT_JOIN_KEY"})
+    # Callers the agent routes answer (README, Security): comma-separated CIDRs; empty: any.
+    agent_networks: str = field(default="", metadata={"env": "AGENT_NETWORKS"})
+    # Load balancers whose X-Forwarded-For is believed (CIDRs); empty: none, the socket's
+    # peer is the client (api/client_address.py).
+    trusted_proxies: str = field(default="", metadata={"env": "TRUSTED_PROXIES"})
     max_nodes: int = field(default=10_000, metadata={"env": "MAX_NODES", "min": 1})
     # Prometheus metrics at /metrics and the request counting behind them: "on" or "off".
     metrics: str = field(default="on", metadata={"env": "METRICS"})
+    # How often each API process adds its request counts to the deployment's (in Redis).
+    metrics_flush_secs: float = field(
+        default=1.0, metadata={"env": "METRICS_FLUSH_SECS", "min": 0.1}
+    )
     max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE", "min": 1})
     max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES", "min": 0})
     # A retry waits this, doubled per retry made, up to the cap, with jitter (0: at once).
@@ -186,6 +196,16 @@ class Settings:
         return parse_redis_url(self.redis_url)
 
     @property
+    def agent_network_list(self) -> Networks:
+        """AGENT_NETWORKS parsed (validate has checked that it parses); empty: any caller."""
+        return parse_network_setting("AGENT_NETWORKS", self.agent_networks)
+
+    @property
+    def trusted_proxy_list(self) -> Networks:
+        """TRUSTED_PROXIES parsed (validate has checked that it parses)."""
+        return parse_network_setting("TRUSTED_PROXIES", self.trusted_proxies)
+
+    @property
     def builtin_registry(self) -> bool:
         """With no REGISTRY_URL the scheduler is its own node registry."""
         return not self.registry_url
@@ -228,6 +248,8 @@ class Settings:
         if self.serve_insecure_no_key not in (0, 1):
             raise ConfigError(f"SERVE_INSECURE_NO_KEY: {self.serve_insecure_no_key} is not 0 or 1")
         self._validate_agent()
+        parse_network_setting("AGENT_NETWORKS", self.agent_networks)
+        parse_network_setting("TRUSTED_PROXIES", self.trusted_proxies)
 
     def _validate_agent(self) -> None:
         if self.metrics not in ("on", "off"):
@@ -288,6 +310,15 @@ def parse_redis_url(url: str) -> RedisTarget:
         return parse_url(url)
     except ValueError as exc:  # urllib's own errors (a bad port, say) too
         raise ConfigError(f"REDIS_URL: {redact(url)!r}: {exc}") from None
+
+
+def parse_network_setting(name: str, raw: str) -> Networks:
+    """A list of CIDRs (config/networks.py); ConfigError naming the variable when an item is
+    not one."""
+    try:
+        return parse_networks(raw)
+    except NetworkListError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _at_least(name: str, value: float, low: float) -> None:

@@ -24,10 +24,11 @@ from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, jobs, listing, retry, schedules
+from scheduler.store.scripts import Call, jobs, listing, metrics, retry, schedules
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
+from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
 from scheduler.store.scripts.retry import Retried, RetryPolicy
@@ -49,7 +50,9 @@ Sending: TypeAlias = tuple[Reply, Callable[[Any], T]]
 # ones go past MAX_SERVICES_PER_NODE; past either limit with none to drop, POST /services
 # answers 503 (the Rust agent then runs the service untracked).
 MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
-DELETE_MOVES = 1000  # pending jobs a node deregistration moves in its own script
+# Jobs a node's deregistration moves in its own script (the sweep moves any others), and
+# that an id passing to a new holder hands back (more: the registration is refused).
+DELETE_MOVES = 1000
 CHANGE_TRIES = 5  # a pause or resume racing the firing of the same schedule tries again
 Moves = list[Requeued]  # (JobStore.list shadows the builtin in its class body)
 
@@ -174,8 +177,13 @@ class JobStore:
         """Raises as `report` would for an unknown job or a caller that may not report on it."""
         await self.run(jobs.check_report(job_id, caller))
 
-    async def overview(self) -> node_scripts.Overview:
-        return await self.run(node_scripts.overview(STATUSES))
+    async def overview(self) -> overview_scripts.Overview:
+        return await self.run(overview_scripts.overview(STATUSES))
+
+    async def add_request_stats(self, deltas: dict[str, float], read: bool) -> dict[str, float]:
+        """Adds this process's request metrics since its last call to the deployment's; with
+        `read`, returns the deployment's sums."""
+        return await self.run(metrics.add_request_stats(deltas, read))
 
     # The built-in registry (REGISTRY_URL unset).
 
@@ -201,8 +209,9 @@ class JobStore:
 
     async def register_node(
         self, reg: NodeRegistration, now: float, who: node_scripts.Registration, token_hash: str
-    ) -> tuple[Node, str]:
-        """The node as registered, and what became of the token (scripts.nodes.register_node)."""
+    ) -> tuple[Node, node_scripts.Registered]:
+        """The node as registered, what became of the token and the jobs handed back
+        (scripts.nodes.register_node)."""
         node = Node(
             id=reg.id,
             hostname=reg.hostname,
@@ -211,9 +220,11 @@ class JobStore:
             role=reg.role or "compute",
         )
         node_json = msgspec.json.encode(node)
-        call = node_scripts.register_node(node.id, node_json, node.role, now, who, token_hash)
-        outcome = await self.run(call)
-        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), outcome
+        call = node_scripts.register_node(
+            node.id, node_json, node.role, now, who, token_hash, DELETE_MOVES
+        )
+        registered = await self.run(call)
+        return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), registered
 
     async def heartbeat(
         self, node_id: str, now: float, caller: str

@@ -197,6 +197,10 @@ class Keys:
     def stats(self) -> str:
         return self._k("stats")
 
+    @property
+    def request_stats(self) -> str:
+        return self._k("stats:requests")
+
     def runs(self, task: str) -> str:
         return self._k(f"runs:{task}")
 

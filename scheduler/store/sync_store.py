@@ -18,7 +18,7 @@ from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, Call, jobs, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
-from scheduler.store.scripts.replies import Requeued
+from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
 
 T = TypeVar("T")
@@ -163,16 +163,18 @@ class SyncJobStore:
         moved: list[Requeued] = []
         s = self.settings
         while True:
-            call = upkeep.requeue_lost(now, s.node_lost_after, s.node_ttl_secs, limit)
+            call = upkeep.requeue_lost(
+                now, s.node_lost_after, s.node_ttl_secs, limit, s.builtin_registry
+            )
             batch = self.run(call)
             moved.extend(batch)
             if len(batch) < limit:
                 return moved
 
-    def lose_running(self, now: float, limit: int = 500) -> list[upkeep.Lost]:
+    def lose_running(self, now: float, limit: int = 500) -> list[Lost]:
         """The running jobs of nodes lost for NODE_LOST_SECS: run jobs fail as `node lost`
         (retried on a live node while retries are left), services are placed again."""
-        lost: list[upkeep.Lost] = []
+        lost: list[Lost] = []
         s = self.settings
         while True:
             call = upkeep.lose_running(

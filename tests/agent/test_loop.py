@@ -372,3 +372,44 @@ def test_a_cancelled_job_is_killed_and_reported_cancelled(
     assert job["stdout"] == "started\n"
     time.sleep(0.5)
     assert not marker.exists()  # the whole group was killed, not only the shell
+    assert job["stderr"] == "cancelled by operator\n"
+
+
+def test_a_cancel_reaches_an_agent_at_capacity_through_its_held_poll(
+    api: str, tmp_path: Path, redis_url: str
+) -> None:
+    """With every slot taken the agent still long-polls: the scheduler holds the poll and
+    answers it as soon as a job of the node is cancelled, so the cancel does not wait for the
+    next heartbeat (never sent here). Before, a full agent did not poll at all."""
+    node = "proto-cancel-full"
+    only_node(api, node)
+    channel = Keys("agent-proto").node_channel(node)
+    client = redis.Redis.from_url(redis_url)
+    marker = tmp_path / "survived"
+
+    async def go() -> dict[str, Any]:
+        agent = make_agent(api, tmp_path, node, max_jobs=1, poll_wait_secs=20)
+        begun = tmp_path / "begun"
+        command = f"echo started; touch {begun}; sleep 30; touch {marker}"
+        job_id = httpx.post(f"{api}/jobs", json={"command": command}).json()["job_id"]
+        await agent.poll_once()
+        assert list(agent.runs) == [job_id]
+        running = agent.runs[job_id]
+        held = asyncio.ensure_future(agent.poll_once())  # at capacity: held by the scheduler
+        deadline = time.monotonic() + 15
+        while not client.pubsub_numsub(channel)[0][1] or not begun.exists():  # type: ignore[index]
+            assert not held.done() and time.monotonic() < deadline, "the full agent sent no poll"
+            await asyncio.sleep(0.01)
+        assert httpx.delete(f"{api}/jobs/{job_id}").json()["status"] == "cancelling"
+        await asyncio.wait_for(held, 15)
+        await asyncio.wait_for(running, 15)
+        await agent.remote.http.aclose()
+        job: dict[str, Any] = httpx.get(f"{api}/jobs/{job_id}").json()
+        return job
+
+    job = run(go)
+    client.close()
+    assert (job["status"], job["failure_reason"]) == ("failed", "cancelled")
+    assert (job["stdout"], job["stderr"]) == ("started\n", "cancelled by operator\n")
+    time.sleep(0.5)
+    assert not marker.exists()

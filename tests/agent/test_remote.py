@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from scheduler.agent.executor import Outcome
 from scheduler.agent.remote import AgentConfig, Remote
 from tests.agent.test_loop import make_agent
 from tests.processes import api_replicas, scheduler_env
@@ -133,6 +134,36 @@ def test_a_revoked_token_is_dropped_and_the_node_registered_again(api: str, tmp_
     assert new and new != old and token_path.read_text() == new
     nodes = httpx.get(f"{api}/nodes", headers=OPERATOR).json()
     assert nodes["tok-3"]["status"] == "healthy"
+
+
+def test_a_report_refused_for_a_replaced_token_is_delivered_after_registering_again(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The operator re-registers the node with the key while its job runs: the node gets a
+    fresh token and the agent's stops working. The agent's report is refused (401); rather
+    than drop a result it can still deliver, it registers again and reports with its new
+    token. (A token that may not report on the job gets 404: there is nothing to deliver.)"""
+    env = scheduler_env(redis_url, "agent-report", AGENT_AUTH="token", TINYAWS_API_KEY=KEY)
+    with api_replicas(1, env) as (url,):
+
+        async def go() -> tuple[str, str]:
+            agent = remote(url, "tok-5", tmp_path / "node-token")
+            assert await agent.register()
+            old = agent.token
+            job = httpx.post(f"{url}/jobs", json={"command": "x"}, headers=OPERATOR).json()
+            claim = {"status": "running", "node_id": "tok-5"}
+            running = httpx.patch(f"{url}/jobs/{job['job_id']}", json=claim, headers=agent._auth())
+            assert running.status_code == 200
+            body = {"id": "tok-5", "hostname": "tok-5", "role": "compute"}
+            httpx.post(f"{url}/nodes/register", json=body, headers=OPERATOR).raise_for_status()
+            await agent.report(job["job_id"], Outcome(exit_code=0, stdout="hi\n"))
+            await agent.http.aclose()
+            return old, agent.token
+
+        old, new = asyncio.run(go())
+        assert new and new != old
+        done = httpx.get(f"{url}/jobs/job-1", headers=OPERATOR).json()
+        assert (done["status"], done["stdout"]) == ("done", "hi\n")
 
 
 def test_an_agent_with_only_the_join_key_registers_and_works(api: str, tmp_path: Path) -> None:

@@ -126,7 +126,7 @@ Attack = Callable[[Cluster, dict[str, str]], Any]
 # keeps for the Rust agent (README lists them as what a stranger can do in that mode).
 TABLE: list[tuple[str, Attack, str, int, int]] = [
     ("claim a pending job", claim, "stranger", 200, 401),
-    ("claim a pending job", claim, "other node", 200, 403),
+    ("claim a pending job", claim, "other node", 200, 404),
     ("poll a node's jobs (env_vars)", poll, "stranger", 200, 401),
     ("poll a node's jobs (env_vars)", poll, "other node", 200, 403),
     ("heartbeat a node", heartbeat, "stranger", 200, 401),
@@ -169,7 +169,7 @@ def test_a_forged_result_for_a_running_job(cluster: Cluster) -> None:
         if cluster.mode == "open":
             assert response.status_code == 200
             return
-        assert response.status_code == (401 if headers is STRANGER else 403)
+        assert response.status_code == (401 if headers is STRANGER else 404)
         assert cluster.state() == before
     done = {"status": "done", "exit_code": 0, "stdout": "real"}
     assert cluster.api.patch("/jobs/job-1", json=done, headers=own).status_code == 200
@@ -279,13 +279,14 @@ def test_the_key_reaches_every_node(token_api: TestClient) -> None:
     assert heartbeat_as(token_api, "n1", KEY).status_code == 200
 
 
-def test_a_garbage_token_is_401_and_a_job_of_another_node_403(token_api: TestClient) -> None:
+def test_a_garbage_token_is_401_and_a_job_of_another_node_404(token_api: TestClient) -> None:
     register_node(token_api, "n1", OPERATOR)
     n2 = register_node(token_api, "n2", OPERATOR)
     token_api.post("/jobs", json={"command": "x"}, headers=OPERATOR)  # job-1 on n1
     assert poll_as(token_api, "n1", "not-a-token").status_code == 401
     patch = {"status": "running"}
-    assert token_api.patch("/jobs/job-1", json=patch, headers=bearer(n2)).status_code == 403
+    # Another node's job is answered as a missing one (test_security_token_first.py).
+    assert token_api.patch("/jobs/job-1", json=patch, headers=bearer(n2)).status_code == 404
     assert token_api.patch("/jobs/job-404", json=patch, headers=bearer(n2)).status_code == 404
 
 
@@ -369,8 +370,8 @@ def test_token_mode_without_a_key_lets_a_silent_nodes_id_be_taken_again(
 
 
 def test_the_join_key_registers_nodes_and_does_nothing_else(make_client: ClientFactory) -> None:
-    """Agents can hold AGENT_JOIN_KEY instead of the operator's key: it adds a node, or takes
-    over a dead node's id, and opens nothing else."""
+    """Agents can hold AGENT_JOIN_KEY instead of the operator's key: it adds a node, and
+    opens nothing else: not even a dead node's id (tests/api/test_security_nodes.py)."""
     api = make_client(api_key=KEY, agent_auth="token", agent_join_key="join-me", node_ttl_secs=1.0)
     join = bearer("join-me")
     assert register_fake(Cluster(api, "token", {}), {}).status_code == 401
@@ -382,7 +383,11 @@ def test_the_join_key_registers_nodes_and_does_nothing_else(make_client: ClientF
     for path in ("/jobs", "/nodes", "/metrics"):
         assert api.get(path, headers=join).status_code == 401
     assert hijack_role(Cluster(api, "token", {}), join).status_code == 401  # n1 is live
-    time.sleep(1.2)  # n1 is now silent past NODE_TTL_SECS: its id may be taken again
+    time.sleep(1.2)  # n1 is now silent past NODE_TTL_SECS: still n1's own
+    assert hijack_role(Cluster(api, "token", {}), join).status_code == 401
+    assert poll_as(api, "n1", token).status_code == 200
+    # Once the operator has deleted it, the id is a new one, which the join key may add.
+    assert api.delete("/nodes/n1", headers=OPERATOR).status_code == 204
     again = register_node(api, "n1", join)
     assert again != token and poll_as(api, "n1", token).status_code == 401
 

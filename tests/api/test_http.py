@@ -18,7 +18,15 @@ from starlette.types import ASGIApp
 
 from scheduler.api.app import create_app
 from scheduler.api.errors import exception_handlers
-from scheduler.api.http import BearerAuth, json_array, json_bytes, read_body, text_error
+from scheduler.api.http import (
+    BearerAuth,
+    ParamsDoor,
+    json_array,
+    json_bytes,
+    read_body,
+    text_error,
+)
+from scheduler.api.params import parse_query
 from scheduler.api.routes import TABLE
 from scheduler.api.routing import route
 from scheduler.config import Settings
@@ -83,7 +91,7 @@ def test_json_array(items: list[bytes], body: bytes) -> None:
 def test_the_table_says_which_calls_stay_open(
     method: str, path: str, query: bytes, is_open: bool
 ) -> None:
-    assert TABLE.is_open(method, path, query) is is_open
+    assert TABLE.is_open(method, path, parse_query(query)) is is_open
 
 
 async def _ok(request: Request) -> Response:
@@ -94,7 +102,10 @@ async def _ok(request: Request) -> Response:
 def guarded() -> Iterator[TestClient]:
     app = Starlette(
         routes=[route("/jobs", GET=_ok, POST=_ok), route("/health", GET=_ok)],
-        middleware=[Middleware(BearerAuth, api_key="k", routes=TABLE)],
+        middleware=[
+            Middleware(ParamsDoor, routes=TABLE),
+            Middleware(BearerAuth, api_key="k", routes=TABLE),
+        ],
     )
     with TestClient(app) as client:
         yield client

@@ -24,6 +24,7 @@ import pytest
 
 from scheduler.api.app import create_app
 from scheduler.api.lane import Lane
+from scheduler.api.params import parse_query
 from scheduler.api.routes import TABLE
 from scheduler.api.server import LaneProtocol, OneWriteProtocol
 from scheduler.config import Settings
@@ -158,6 +159,7 @@ def sized(line: str, body: bytes) -> bytes:
 
 GET1 = "GET /jobs/job-1 HTTP/1.1"
 POLL = "GET /jobs?node_id=n1&status=pending HTTP/1.1"
+MANY = "".join(f"&a{i}" for i in range(5000))  # parameters no route reads
 
 # (id, request bytes, answers before the probe, requests the lane must serve)
 SINGLE: list[tuple[str, bytes, int, int]] = [
@@ -182,11 +184,13 @@ SINGLE: list[tuple[str, bytes, int, int]] = [
     ("poll-semicolon", raw("GET /jobs?node_id=n1;status=pending HTTP/1.1"), 1, 0),
     ("poll-encoded", raw("GET /jobs?node%5Fid=n%31&status=pend%69ng HTTP/1.1"), 1, 1),
     ("poll-empty-params", raw("GET /jobs?&&node_id=n1&&status=pending&& HTTP/1.1"), 1, 1),
-    ("poll-repeated", raw("GET /jobs?node_id=n1&status=pending&status=done HTTP/1.1"), 1, 1),
+    # A repeated name: ASGI's door answers (400 for a parameter the route reads, params.py).
+    ("poll-repeated", raw("GET /jobs?node_id=n1&status=pending&status=done HTTP/1.1"), 1, 0),
+    ("poll-repeated-unread", raw("GET /jobs?node_id=n1&status=pending&x&x HTTP/1.1"), 1, 0),
     ("poll-blank-first", raw("GET /jobs?node_id=&node_id=n1&status=pending HTTP/1.1"), 1, 0),
     ("poll-wait-encoded", raw("GET /jobs?node_id=n1&status=pending&w%61it=x HTTP/1.1"), 1, 0),
     ("poll-nul-node", raw("GET /jobs?node_id=n1%00&status=pending HTTP/1.1"), 1, 1),
-    ("poll-5000-params", raw(POLL.replace(" HTTP", "&a" * 5000 + " HTTP")), 1, 1),
+    ("poll-5000-params", raw(POLL.replace(" HTTP", MANY + " HTTP")), 1, 1),
     ("poll-with-key", raw(POLL, KEYED), 1, 1),
     ("http10-keep-alive", raw("GET /jobs/job-1 HTTP/1.0", KEYED, "Connection: keep-alive"), 1, 1),
     ("get-with-body", raw(GET1, KEYED, "Content-Length: 5", body=b"hello"), 1, 1),
@@ -510,7 +514,6 @@ def test_concurrent_clients_on_the_lane(fronts: tuple[Front, Front]) -> None:
 KEY_RULE = [
     ("GET", "/jobs", "node_id=n1&status=pending"),
     ("GET", "/jobs", "node%5Fid=n1&status=pending"),
-    ("GET", "/jobs", "node_id=n1&status=pending&status=running"),
     ("GET", "/jobs", "node_id=+&status=pending"),
     ("GET", "/jobs", "node_id=n1&status=pendin%67"),
     ("GET", "/jobs", "node_id=n1&&status=pending&=x"),
@@ -528,4 +531,4 @@ def test_the_lane_asks_for_the_key_where_bearer_auth_does(
 ) -> None:
     found = Lane(None, KEY, None).route(method.encode(), path, query.encode())  # type: ignore[arg-type]
     assert found is not None
-    assert found[0].needs_key is not TABLE.is_open(method, path, query.encode())
+    assert found[0].needs_key is not TABLE.is_open(method, path, parse_query(query.encode()))

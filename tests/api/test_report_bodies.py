@@ -101,7 +101,7 @@ def test_a_strangers_big_report_is_refused_unread(cluster: Cluster) -> None:
     portal = cluster.api.portal
     assert portal is not None
     before = cluster.state()
-    for headers, refused in ((STRANGER, 401), (other_node(cluster), 403)):
+    for headers, refused in ((STRANGER, 401), (other_node(cluster), 404)):
         status, _, asked = portal.call(
             call_app, cluster.api, "/jobs/job-1", headers, report_body(BIG)
         )

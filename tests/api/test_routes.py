@@ -18,6 +18,7 @@ from starlette.testclient import TestClient
 from scheduler.api.app import create_app
 from scheduler.api.http import UI_COOKIE, ui_secret
 from scheduler.api.lane import Lane
+from scheduler.api.params import parse_query
 from scheduler.api.routes import TABLE
 from scheduler.api.routing import Access, Entry, Hot
 from tests.api.test_lane_hostile import KEY, KEYED, Front, converse, keyed_pair, raw
@@ -78,7 +79,7 @@ def rule_before(method: str, path: str, query: bytes) -> str:
 
 
 def rule_now(method: str, path: str, query: bytes) -> str:
-    access = TABLE.access(method, path, query)
+    access = TABLE.access(method, path, parse_query(query))
     return {Access.ANYONE: "open", Access.AGENT: "open", Access.UI: "ui"}.get(access, "key")
 
 

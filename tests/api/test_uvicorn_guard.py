@@ -86,6 +86,10 @@ GUARDED: dict[str, tuple[str, str]] = {
         "193088f1a20f78f2b8c184403e5e6b4b6f43bb54aa796225bc33ce1264a8ee5a",
         "LaneProtocol._lane (find_lane over the loaded app)",
     ),
+    "HttpToolsProtocol.client": (
+        "c0842422c8451d2d377296004bcc52e6c33e723ef099c47f3172d51a37b07542",
+        "LaneProtocol._lane_request (the peer's host, which AGENT_NETWORKS checks)",
+    ),
     "HttpToolsProtocol.config": (
         "b2330ff3035f7658a17943f638584d5b29966f2d19fddf0d808e60b736ccafdc",
         "LaneProtocol._lane_may_serve (config.access_log)",

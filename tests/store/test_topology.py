@@ -30,6 +30,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, listing
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import nodes as node_scripts
+from scheduler.store.scripts import overview as overview_script
 from scheduler.store.scripts import schedules as schedule_scripts
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_text_error, register, submit
@@ -257,7 +258,7 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         listing.list_jobs("", "running", 0, 100, 1 << 20, False),
         job_scripts.check_report("job-1", "open"),
         listing.attempts("job-1"),
-        node_scripts.overview(STATUSES),
+        overview_script.overview(STATUSES),
         node_scripts.list_services("", "", "open"),
         node_scripts.list_services("n1", "", "open"),
         schedule_scripts.due_schedules(2**40, 0, 100),

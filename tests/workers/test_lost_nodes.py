@@ -165,3 +165,29 @@ def test_a_node_that_deregisters_gets_no_job_and_its_queue_moves_at_once(
         (bound_running, "b")
     ]
     assert api.delete("/nodes/a").status_code == 404
+    # Once the sweep has handled it, nothing is bound to the deleted node: it leaves the index.
+    assert store.requeue_lost(time.time()) == []
+    assert rclient.zscore(Keys(settings.redis_prefix).nodes_compute, "a") is None
+
+
+def test_the_sweep_forgets_deleted_nodes_an_older_version_left(
+    api: TestClient, make_ctx: CtxFactory, rclient: redis.Redis, settings: Settings
+) -> None:
+    """Before issue 22 a deleted node stayed in nodes:compute with score 0 for good: the
+    sweep removes such entries once no job is bound to them, and keeps registered nodes,
+    however silent, and a deleted node that still has a job to hand on."""
+    ctx = make_ctx(node_ttl_secs=30, node_lost_secs=60, max_jobs_per_node=5)
+    keys = Keys(settings.redis_prefix)
+    register(api, "a", "silent")
+    last_heard(rclient, settings, "silent", time.time() - 600)
+    rclient.zadd(keys.nodes_compute, {f"ghost-{i}": 0 for i in range(50)})
+    job_id = running_on(api, "a", command="sleep 100")
+    rclient.hdel(keys.nodes, "a")  # deleted with a running job, as a crash mid-stop leaves it
+    rclient.zadd(keys.nodes_compute, {"a": 0})
+    register(api, "b")
+
+    tasks.sweep(period=1)
+
+    assert rclient.zrange(keys.nodes_compute, 0, -1) == [b"silent", b"b"]
+    assert job(api, job_id)["node_id"] == "b"
+    assert ctx.redis.hget(ctx.keys.stats, "lost") == b"1"

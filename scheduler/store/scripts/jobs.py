@@ -260,17 +260,18 @@ TRANSITION = Script(
 --   which ends it failed with failure_reason cancelled (library.py finish).
 -- exit_code "" = none; stdout, stderr "" = not sent; now: epoch s, stamp: the same in RFC
 -- 3339; reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
--- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN} | {FINISHED}
+-- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FINISHED}
 --   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
 --   | {NOT_DUE} (a claim of a delayed job)
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
 -- holding the job (only a known node: a bare claim stays a conflict), and a final report
 -- that the stored job already reflects. A node token names its node as well as the body.
-local job, raw = load_job(job_id)
-if not job then return {NOT_FOUND} end
-local access = node_access(caller, job.node_id)
+-- Who may report is settled before the record is read (library.py job_access).
+local access, owner = job_access(caller, job_id)
 if access ~= OK then return {access} end
-if reporter == "" and caller ~= "open" and caller ~= "key" then reporter = job.node_id end
+local job, raw = load_job(job_id)
+if not job or (owner and job.node_id ~= owner) then return {NOT_FOUND} end
+if reporter == "" and owner then reporter = owner end
 if reporter ~= "" and reporter ~= job.node_id then return {OTHER_NODE} end
 local old = job.status
 if FINAL[old] then
@@ -382,12 +383,13 @@ CHECK_REPORT = Script(
     "job_id caller",
     """
 -- Before the body of an agent's report is read (PATCH /jobs/{id} with a large or unsized
--- body, or in token mode): the job exists and this caller may report on it. TRANSITION
--- checks again. Returns OK | NOT_FOUND | UNAUTHORIZED | FORBIDDEN
-local raw = redis.call("GET", K.job(job_id))
-if not raw then return NOT_FOUND end
-if caller == "open" or caller == "key" then return OK end
-return node_access(caller, cjson.decode(raw).node_id)
+-- body, or in token mode): this caller may report on the job, which exists; neither reads
+-- the record (library.py job_access). TRANSITION checks again.
+-- Returns OK | NOT_FOUND | UNAUTHORIZED
+if caller == "open" or caller == "key" then
+  return redis.call("EXISTS", K.job(job_id)) == 1 and OK or NOT_FOUND
+end
+return (job_access(caller, job_id))
 """,
     _report_allowed,
     read_only=True,

@@ -17,7 +17,7 @@ import itertools
 import re
 
 from scheduler.models.fields import Kind
-from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS, NOT_STARTED
+from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS, NOT_STARTED, STATUSES
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE
@@ -38,7 +38,7 @@ def _record_fields() -> str:
 # from the Authorization header and passes it as one argument, `caller`:
 #   "open"  AGENT_AUTH=open: agent calls need nothing (the original Rust agent sends no key)
 #   "key"   the request carries TINYAWS_API_KEY: the operator, allowed everywhere
-#   "join"  the request carries AGENT_JOIN_KEY: may register a node (REGISTER_NODE), no more
+#   "join"  the request carries AGENT_JOIN_KEY: may register a new id (REGISTER_NODE), no more
 #   ""      no bearer token
 #   else    the SHA-256 (hex) of the bearer token; Redis never sees a token itself
 # A node token reaches its own node only: its poll, its heartbeat, the jobs bound to it.
@@ -50,6 +50,22 @@ local function node_access(caller, node)
   if not owner then return UNAUTHORIZED end
   if owner ~= node then return FORBIDDEN end
   return OK
+end
+
+-- Whether `caller` may act on job `id` for a node (its report), decided before the record is
+-- read: from the token and its node's index of jobs alone (one HGET, one ZSCORE), so a
+-- refusal costs the same small work whatever the job holds (a record of MiBs is never copied
+-- or decoded for a stranger). A caller without a valid token gets UNAUTHORIZED, a node token
+-- NOT_FOUND for a job that is not its node's: each the same answer for an id that exists and
+-- one that does not, so neither learns which jobs exist. Returns OK and the token's node
+-- (nil for "open" and "key", who may act on any job: whether it exists is the caller's
+-- business, the original's 404).
+local function job_access(caller, id)
+  if caller == "open" or caller == "key" then return OK end
+  local owner = caller ~= "" and redis.call("HGET", K.tokens, caller)
+  if not owner then return UNAUTHORIZED end
+  if not redis.call("ZSCORE", K.node_jobs(owner), id) then return NOT_FOUND end
+  return OK, owner
 end
 """
 
@@ -214,6 +230,24 @@ ENDING_TABLE = (
     + "}"
 )
 
+# A compute node deleted from the built-in registry stays in nodes:compute, as lost long ago,
+# only while jobs not ended are bound to it, for the node-loss rule to find them (LOSE_RUNNING,
+# REQUEUE_LOST; a waiting or delayed job becomes pending on its node later). Then it leaves,
+# so placement, the UI, /metrics and the sweep know only the nodes that exist.
+GONE = (
+    "local UNFINISHED = {"
+    + ", ".join(f'"{s}"' for s in STATUSES if s not in FINAL_STATUSES)
+    + """}
+local function forget_if_gone(node)
+  if redis.call("HEXISTS", K.nodes, node) == 1 then return end
+  for _, status in ipairs(UNFINISHED) do
+    if redis.call("EXISTS", K.node_status(node, status)) == 1 then return end
+  end
+  redis.call("ZREM", K.nodes_compute, node)
+end
+"""
+)
+
 # Every definition of the library, by name, in an order where each comes after those it uses
 # (a Lua local is seen only by the code after it). A definition starts at its comment.
 _DEFINITION = re.compile(r"^(?:--[^\n]*\n)*local (?:function )?(\w+)", re.MULTILINE)
@@ -242,6 +276,7 @@ LIBRARY: dict[str, str] = dict(
         WAKE,
         ATTEMPTS,
         LIFE,
+        GONE,
     )
     for pair in _split(chunk)
 )

@@ -248,29 +248,72 @@ local function requeue(id, n, job, to, counted, wait, now, stamp, reason)
   return store_job(id, job)
 end
 
--- The pending jobs of `node` that are not instance-bound, moved to `live` nodes round-robin,
--- in queue order, keeping their number and priority (their place in the queue), until
--- `moved` holds `limit` triples {id, from node, to node}. Instance-bound jobs belong to
--- their node and stay.
-local function move_pending(node, live, limit, moved)
+-- The jobs of `node` in `status` (pending; or waiting or delayed, which become pending on
+-- their node later) that are not instance-bound, moved to `live` nodes round-robin, in
+-- queue order, keeping their number and priority (their place in the queue) and their
+-- status, until `moved` holds `limit` triples {id, from node, to node}. Instance-bound jobs
+-- belong to their node and stay.
+local function move_jobs(node, status, live, limit, moved)
   if #live == 0 then return end
-  local queue, skipped = K.node_status(node, "pending"), 0
+  local queue, skipped = K.node_status(node, status), 0
   while #moved < 3 * limit do
     local ids = redis.call("ZRANGE", queue, skipped, skipped + 99)
     if #ids == 0 then return end
     for _, id in ipairs(ids) do
       local job = load_job(id)
-      if not job or job.node_id ~= node or job.status ~= "pending" then
-        redis.call("ZREM", queue, id)  -- a stale entry: the job is not pending here
+      if not job or job.node_id ~= node or job.status ~= status then
+        redis.call("ZREM", queue, id)  -- a stale entry: the job is not here in that status
       elseif (job.instance_id or "") ~= "" then
         skipped = skipped + 1
       else
         local target = next_live(live)
-        rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, "pending", target)
+        rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, status, target)
         store_job(id, job)
         moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
         if #moved >= 3 * limit then return end
       end
+    end
+  end
+end
+
+local function move_pending(node, live, limit, moved)
+  move_jobs(node, "pending", live, limit, moved)
+end
+
+-- The running jobs of `node`, whose agent is gone (its node lost, or its id passed to a new
+-- holder), under the node-loss rule (Nomad's lost allocations): a run job fails with stderr
+-- "node lost" under the retry rule (`policy`: {max_retries, backoff, backoff_cap, seed}):
+-- with retries left it is pending again (retry_count + 1, no event) on a `live` node (or
+-- delayed there by its backoff), else it ends failed (exit -1, failure_reason node_lost,
+-- its event). A service is placed again, pending on a live node (its retry count unchanged,
+-- no event). An instance-bound job stays on its node, and with no live node a job waits
+-- pending on its node. Until `out` holds `limit` quadruples {id, from, to, new status}.
+local function lose_running(node, live, limit, out, now, stamp, policy)
+  local max_retries, backoff, backoff_cap, seed = unpack(policy)
+  local room = limit - #out / 4
+  if room <= 0 then return end
+  -- Each job handled leaves the node's running index, so the head is always the next one.
+  local running = K.node_status(node, "running")
+  for _, id in ipairs(redis.call("ZRANGE", running, 0, room - 1)) do
+    local job = load_job(id)
+    local n = redis.call("ZSCORE", K.all_jobs, id)
+    if not job or job.status ~= "running" or not n then
+      redis.call("SREM", K.node_busy(node), id)  -- a stale entry
+      redis.call("ZREM", K.deadlines, id)
+      redis.call("ZREM", running, id)
+    else
+      local service = job.job_type == "service"
+      job.stderr = "node lost"
+      if service or retries_left(job, max_retries) then
+        local target = node
+        if (job.instance_id or "") == "" then target = next_live(live) or node end
+        local wait = service and 0 or retry_wait(job, n, backoff, backoff_cap, seed)
+        requeue(id, n, job, target, not service, wait, now, stamp, "node_lost")
+      else
+        job.exit_code = -1
+        finish(id, n, job, "node_lost", now, stamp)
+      end
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, node, job.node_id, job.status
     end
   end
 end

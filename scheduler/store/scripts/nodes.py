@@ -1,13 +1,14 @@
 """The built-in registry's scripts (REGISTRY_URL unset): nodes register, heartbeat and leave;
-their services; the overview the UI and /metrics read. Each with its call."""
+their services. Each with its call. (The overview the UI and /metrics read: overview.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.models.wire import rfc3339
 from scheduler.store.errors import (
+    Conflict,
     Forbidden,
     NodeNotFound,
     ServiceNotFound,
@@ -15,24 +16,38 @@ from scheduler.store.errors import (
     TooManyServices,
     Unauthorized,
 )
-from scheduler.store.scripts import codes
+from scheduler.store.scripts import codes, retry
 from scheduler.store.scripts.codes import check_access, check_found
-from scheduler.store.scripts.replies import Requeued, ids, requeued
+from scheduler.store.scripts.replies import Lost, Requeued, ids, lost_jobs, requeued
+from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.script import Call, Script
 
 
 @dataclass(frozen=True, slots=True)
 class Registration:
-    """Who registers a node and under which rules (REGISTER_NODE)."""
+    """Who registers a node and under which rules (REGISTER_NODE), and the retry rule that the
+    running jobs of an id passed to a new holder follow (the node-loss rule)."""
 
     caller: str
     agent_auth: str
     key_required: bool
     max_nodes: int
     node_ttl: float
+    retries: RetryPolicy
 
 
-def _registered(reply: list[Any]) -> str:
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """What REGISTER_NODE did: `outcome` "issued" (the fresh token is now the node's), "kept"
+    (the caller's own token stays the node's) or "none" (an anonymous re-register: no token
+    for it); the jobs of the old holder put back when the id passed to a new holder."""
+
+    outcome: str
+    moved: list[Requeued]
+    lost: list[Lost]
+
+
+def _registered(reply: list[Any]) -> Registered:
     code = reply[0]
     if code == codes.UNAUTHORIZED:
         raise Unauthorized()
@@ -40,24 +55,32 @@ def _registered(reply: list[Any]) -> str:
         raise TooManyNodes()
     if code == codes.ROLE_LOCKED:
         raise Forbidden("forbidden: changing a node's role needs its token or the API key")
-    return str(reply[1], "utf-8")
+    if code == codes.TOO_MANY:
+        raise Conflict(
+            "the node holds more jobs than a registration hands back at once: delete it, and "
+            "register it again once the sweep has moved its jobs"
+        )
+    return Registered(str(reply[1], "utf-8"), requeued(reply[2]), lost_jobs(reply[3]))
 
 
 REGISTER_NODE = Script(
     "REGISTER_NODE",
-    "node record role now caller agent_auth key_required token_hash max_nodes node_ttl",
+    "node record role now caller agent_auth key_required token_hash max_nodes node_ttl limit "
+    f"stamp {retry.ARGV}",
     """
 -- POST /nodes/register. Who may (README, "Security"): a new id, anyone, or with key_required
 -- only the key or the join key (caller "join"); an existing id, the operator's key or the
 -- node's own token; otherwise, with AGENT_AUTH=open, anyone but without changing the node's
--- role; with AGENT_AUTH=token, only for a node silent for NODE_TTL_SECS, and with
--- key_required only the join key. caller is never "open"; token_hash: a fresh token's.
--- Returns {OK, "issued" | "kept" | "none"} (the fresh token became the node's; the caller's
--- token stays the node's; no token for this caller) | {UNAUTHORIZED} | {TOO_MANY_NODES}
--- | {ROLE_LOCKED}
+-- role; with AGENT_AUTH=token, no one, but with neither key set (anyone may add a node) anyone
+-- once the node is silent for NODE_TTL_SECS. caller is never "open"; token_hash: a fresh
+-- token's. An existing id given a fresh token passes to a new holder (hand_over).
+-- Returns {OK, "issued" | "kept" | "none", {job moved}, {job lost}} (the fresh token became
+-- the node's; the caller's token stays the node's; no token for this caller) | {UNAUTHORIZED}
+-- | {TOO_MANY_NODES} | {ROLE_LOCKED} | {TOO_MANY}
 local stored = redis.call("HGET", K.nodes, node)
 local held = redis.call("HGET", K.node_tokens, node)
 local seen_at = tonumber(now)
+local moved, lost = {}, {}
 local function save()
   redis.call("HSET", K.nodes, node, record)
   redis.call("ZADD", K.nodes_seen, seen_at, node)
@@ -71,42 +94,70 @@ local function issue()
   if held then redis.call("HDEL", K.tokens, held) end
   redis.call("HSET", K.node_tokens, node, token_hash)
   redis.call("HSET", K.tokens, token_hash, node)
-  return {OK, "issued"}
+  save()
+  return {OK, "issued", moved, lost}
+end
+-- The id passes to a new holder: what was queued for the old one goes back to placement, as
+-- when a node is lost: its pending, waiting and delayed jobs to the other live nodes, its
+-- running ones under the node-loss rule. With no other live node they stay, as they would go
+-- to the next node up. Returns TOO_MANY, changing nothing, past `limit` jobs.
+local function hand_over()
+  if not stored or not redis.call("ZSCORE", K.nodes_compute, node) then return nil end
+  local statuses, count = {"pending", "waiting", "delayed", "running"}, 0
+  for _, status in ipairs(statuses) do
+    count = count + redis.call("ZCARD", K.node_status(node, status))
+  end
+  if count > tonumber(limit) then return TOO_MANY end
+  local live = {}
+  for _, other in ipairs(live_nodes(seen_at - tonumber(node_ttl))) do
+    if other ~= node then live[#live + 1] = other end
+  end
+  for i = 1, 3 do move_jobs(node, statuses[i], live, tonumber(limit), moved) end
+  local policy = {max_retries, backoff, backoff_cap, seed}
+  lose_running(node, live, tonumber(limit), lost, seen_at, stamp, policy)
+  return nil
 end
 if caller == "key" then
-  save()
+  local refused = hand_over()
+  if refused then return {refused} end
   return issue()
 end
 if held and caller == held then
   save()
-  return {OK, "kept"}
+  return {OK, "kept", moved, lost}
 end
 local joining = key_required ~= "1" or caller == "join"
 if not stored then
   if not joining then return {UNAUTHORIZED} end
   if redis.call("HLEN", K.nodes) >= tonumber(max_nodes) then return {TOO_MANY_NODES} end
-  save()
   return issue()
 end
 if agent_auth == "token" then
   local seen = tonumber(redis.call("ZSCORE", K.nodes_seen, node) or "-inf")
-  if not joining or seen >= seen_at - tonumber(node_ttl) then return {UNAUTHORIZED} end
-  save()
+  if key_required == "1" or seen >= seen_at - tonumber(node_ttl) then return {UNAUTHORIZED} end
+  local refused = hand_over()
+  if refused then return {refused} end
   return issue()
 end
 if cjson.decode(stored).role ~= role then return {ROLE_LOCKED} end
 save()
-return {OK, "none"}
+return {OK, "none", moved, lost}
 """,
     _registered,
 )
 
 
 def register_node(
-    node_id: str, node_json: bytes, role: str, now: float, who: Registration, token_hash: str
-) -> Call[str]:
-    """Returns "issued" (the token of `token_hash` is now the node's), "kept" (the caller's
-    own token stays the node's) or "none" (an anonymous re-register: no token for it)."""
+    node_id: str,
+    node_json: bytes,
+    role: str,
+    now: float,
+    who: Registration,
+    token_hash: str,
+    limit: int,
+) -> Call[Registered]:
+    """Register (or re-register) a node; an id passing to a new holder hands its old holder's
+    jobs back, at most `limit` of them (more: TOO_MANY, nothing changed)."""
     return REGISTER_NODE.call(
         node=node_id,
         record=node_json,
@@ -118,6 +169,9 @@ def register_node(
         token_hash=token_hash,
         max_nodes=who.max_nodes,
         node_ttl=who.node_ttl,
+        limit=limit,
+        stamp=rfc3339(now),
+        **who.retries.args(),
     )
 
 
@@ -162,9 +216,11 @@ DELETE_NODE = Script(
     """
 -- A node leaves (its agent stopping cleanly, or the operator's key): no job is placed on it
 -- from now on, its token stops working at once, and its pending jobs (not instance-bound)
--- move to live nodes at once, up to `limit`. A compute node stays in nodes:compute as lost
--- long ago (score 0), so the sweep treats it as a lost node: its running jobs (none after a
--- clean stop) and any pending jobs beyond `limit` follow. caller: "key" or the node's token.
+-- move to live nodes at once, up to `limit`. A compute node that still has jobs not ended
+-- bound to it stays in nodes:compute as lost long ago (score 0), so the sweep treats it as a
+-- lost node: its running jobs (none after a clean stop) and any pending jobs beyond `limit`
+-- follow, and it leaves once none is left (forget_if_gone); one with none leaves at once.
+-- caller: "key" or the node's token.
 -- Returns {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
 --   | {OK, job id, from node, to node, ...} for each job moved.
 local access = node_access(caller, node)
@@ -178,6 +234,7 @@ local moved = {}
 if redis.call("ZSCORE", K.nodes_compute, node) then
   redis.call("ZADD", K.nodes_compute, 0, node)
   move_pending(node, live_nodes(live_cutoff), tonumber(limit), moved)
+  forget_if_gone(node)
 end
 return {OK, unpack(moved)}
 """,
@@ -190,76 +247,6 @@ def delete_node(
 ) -> Call[list[Requeued]]:
     """Deregister a node; its pending jobs (up to `limit`) move to live nodes now."""
     return DELETE_NODE.call(node=node_id, live_cutoff=now - node_ttl, limit=limit, caller=caller)
-
-
-@dataclass(frozen=True, slots=True)
-class Overview:
-    """The web UI's nodes page and /metrics (OVERVIEW)."""
-
-    nodes: dict[str, bytes]  # node id -> node JSON (built-in registry)
-    last_seen: dict[str, float]
-    queues: dict[str, tuple[int, int]]  # node id -> (pending, running)
-    by_status: dict[str, int]
-    stats: dict[str, int]
-    outbox: int
-
-
-def _pairs(flat: list[Any]) -> dict[str, Any]:
-    return {str(flat[i], "utf-8"): flat[i + 1] for i in range(0, len(flat), 2)}
-
-
-def _overview(reply: list[Any]) -> Overview:
-    nodes, seen, counts, by_status, stats, outbox = reply
-    queues = {
-        str(counts[i], "utf-8"): (counts[i + 1], counts[i + 2]) for i in range(0, len(counts), 3)
-    }
-    return Overview(
-        nodes=_pairs(nodes),
-        last_seen={k: float(v) for k, v in _pairs(seen).items()},
-        queues=queues,
-        by_status=_pairs(by_status),
-        stats={k: int(v) for k, v in _pairs(stats).items()},
-        outbox=outbox,
-    )
-
-
-OVERVIEW = Script(
-    "OVERVIEW",
-    "*statuses",
-    """
--- What the web UI's nodes page shows, read in one round trip: every node (the built-in
--- registry's, and those the sweep saw in an external one), each with its pending and running
--- jobs, the jobs by status, the background counters and the outbox length.
--- Returns {nodes hash (flat), last heartbeats (flat), {id, pending, running, ...},
---   {status, count, ...}, stats hash (flat), outbox length}
-local nodes = redis.call("HGETALL", K.nodes)
-local seen = redis.call("ZRANGE", K.nodes_seen, 0, -1, "WITHSCORES")
-local listed, known = {}, {}
-for i = 1, #nodes, 2 do listed[#listed + 1] = nodes[i]; known[nodes[i]] = true end
-for _, id in ipairs(redis.call("ZRANGE", K.nodes_compute, 0, -1)) do
-  if not known[id] then listed[#listed + 1] = id; known[id] = true end
-end
-local counts = {}
-for _, id in ipairs(listed) do
-  counts[#counts + 1] = id
-  counts[#counts + 1] = redis.call("ZCARD", K.node_status(id, "pending"))
-  counts[#counts + 1] = redis.call("ZCARD", K.node_status(id, "running"))
-end
-local by_status = {}
-for _, status in ipairs(statuses) do
-  by_status[#by_status + 1] = status
-  by_status[#by_status + 1] = redis.call("ZCARD", K.status(status))
-end
-return {nodes, seen, counts, by_status, redis.call("HGETALL", K.stats),
-  redis.call("LLEN", K.outbox)}
-""",
-    _overview,
-    read_only=True,
-)
-
-
-def overview(statuses: Sequence[str]) -> Call[Overview]:
-    return OVERVIEW.call(statuses=statuses)
 
 
 # Services (built-in registry): what the Rust agent registers for each service job it runs,

@@ -1,5 +1,5 @@
 """How the scripts' replies are read where several scripts share a shape: ids, job records,
-and the jobs a script moved between nodes."""
+and the jobs a script moved between nodes or handled as a lost node's."""
 
 from __future__ import annotations
 
@@ -32,3 +32,19 @@ class Requeued:
 
 def requeued(reply: list[bytes]) -> list[Requeued]:
     return [Requeued(*fields) for fields in groups(reply, 3)]
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A running job of a lost node (or of an id passed to a new holder), after the node-loss
+    rule (life.py, lose_running): `status` is `pending` (retried or a service placed again, on
+    `to_node`), `delayed` (retried after its backoff) or `failed` (no retry left)."""
+
+    job_id: str
+    from_node: str
+    to_node: str
+    status: str
+
+
+def lost_jobs(reply: list[bytes]) -> list[Lost]:
+    return [Lost(*fields) for fields in groups(reply, 4)]

@@ -10,7 +10,7 @@ from typing import Any
 
 from scheduler.models.wire import rfc3339
 from scheduler.store.scripts import retry
-from scheduler.store.scripts.replies import Requeued, groups, ids, requeued
+from scheduler.store.scripts.replies import Lost, Requeued, ids, lost_jobs, requeued
 from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.script import Call, Script
 
@@ -134,12 +134,14 @@ def prune_finished(cutoff: float, skip: int, batch: int) -> Call[Batch]:
 
 REQUEUE_LOST = Script(
     "REQUEUE_LOST",
-    "lost_cutoff live_cutoff limit",
+    "lost_cutoff live_cutoff limit builtin",
     """
 -- Move the pending jobs of lost nodes (not heard from since lost_cutoff: built-in registry;
 -- not seen healthy: external) to live ones (heard from since live_cutoff), round-robin,
 -- keeping their place in the queue, at most `limit`. Running jobs are LOSE_RUNNING's.
--- Instance-bound jobs stay: they belong to their node.
+-- Instance-bound jobs stay: they belong to their node. With the built-in registry
+-- (`builtin` "1"), a deleted node with no job left bound to it leaves nodes:compute
+-- (forget_if_gone): what a delete left for the sweep, or a deployment before this rule.
 -- Returns {job id, from node, to node, ...} for each job moved.
 local lost = redis.call("ZRANGEBYSCORE", K.nodes_compute, "-inf", "(" .. lost_cutoff)
 if #lost == 0 then return {} end
@@ -147,6 +149,7 @@ local live = live_nodes(live_cutoff)
 local most, moved = tonumber(limit), {}
 for _, node in ipairs(lost) do
   move_pending(node, live, most, moved)
+  if builtin == "1" then forget_if_gone(node) end
   if #moved >= 3 * most then break end
 end
 return moved
@@ -155,24 +158,15 @@ return moved
 )
 
 
-def requeue_lost(now: float, lost_secs: float, node_ttl: float, limit: int) -> Call[list[Requeued]]:
-    return REQUEUE_LOST.call(lost_cutoff=now - lost_secs, live_cutoff=now - node_ttl, limit=limit)
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """A running job of a lost node, after LOSE_RUNNING: `status` is `pending` (retried or
-    a service placed again, on `to_node`), `delayed` (retried after its backoff) or `failed`
-    (no retry left)."""
-
-    job_id: str
-    from_node: str
-    to_node: str
-    status: str
-
-
-def _lost(reply: list[bytes]) -> list[Lost]:
-    return [Lost(*fields) for fields in groups(reply, 4)]
+def requeue_lost(
+    now: float, lost_secs: float, node_ttl: float, limit: int, builtin: bool
+) -> Call[list[Requeued]]:
+    return REQUEUE_LOST.call(
+        lost_cutoff=now - lost_secs,
+        live_cutoff=now - node_ttl,
+        limit=limit,
+        builtin="1" if builtin else "0",
+    )
 
 
 LOSE_RUNNING = Script(
@@ -180,47 +174,21 @@ LOSE_RUNNING = Script(
     f"lost_cutoff live_cutoff limit now stamp {retry.ARGV}",
     """
 -- The running jobs of lost nodes (as REQUEUE_LOST's): the agent is gone, and what it ran
--- with it (Nomad's lost allocations). A run job fails with stderr "node lost" under the
--- retry rule: with retries left it is pending again (retry_count + 1, no event) on a live
--- node (or delayed there by its backoff), else it ends failed (exit -1, failure_reason
--- node_lost, its event). A service is placed again, pending on a live node (its retry count
--- unchanged, no event). An instance-bound job stays on its node. With no live node, a job
--- waits pending on its node (REQUEUE_LOST moves it once one is).
+-- with it: the node-loss rule (life.py, lose_running). With no live node, a job waits
+-- pending on its node (REQUEUE_LOST moves it once one is).
 -- At most `limit` jobs. Returns {job id, from node, to node, new status, ...}.
 local lost = redis.call("ZRANGEBYSCORE", K.nodes_compute, "-inf", "(" .. lost_cutoff)
 if #lost == 0 then return {} end
 local live = live_nodes(live_cutoff)
 local most, out = tonumber(limit), {}
+local policy = {max_retries, backoff, backoff_cap, seed}
 for _, node in ipairs(lost) do
-  -- Each job handled leaves the node's running index, so the head is always the next one.
-  local running = K.node_status(node, "running")
-  for _, id in ipairs(redis.call("ZRANGE", running, 0, most - #out / 4 - 1)) do
-    local job = load_job(id)
-    local n = redis.call("ZSCORE", K.all_jobs, id)
-    if not job or job.status ~= "running" or not n then
-      redis.call("SREM", K.node_busy(node), id)  -- a stale entry
-      redis.call("ZREM", K.deadlines, id)
-      redis.call("ZREM", running, id)
-    else
-      local service = job.job_type == "service"
-      job.stderr = "node lost"
-      if service or retries_left(job, max_retries) then
-        local target = node
-        if (job.instance_id or "") == "" then target = next_live(live) or node end
-        local wait = service and 0 or retry_wait(job, n, backoff, backoff_cap, seed)
-        requeue(id, n, job, target, not service, wait, tonumber(now), stamp, "node_lost")
-      else
-        job.exit_code = -1
-        finish(id, n, job, "node_lost", now, stamp)
-      end
-      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, node, job.node_id, job.status
-    end
-  end
+  lose_running(node, live, most, out, tonumber(now), stamp, policy)
   if #out >= 4 * most then break end
 end
 return out
 """,
-    _lost,
+    lost_jobs,
 )
 
 

@@ -1,0 +1,90 @@
+"""AGENT_NETWORKS: the agent routes answer only callers from these networks (README,
+Security), so an original Rust agent, which sends no credentials, can keep open mode in a
+private network without its routes being open to everyone who reaches the API.
+
+The agent routes are the route table's agent calls (`RouteTable.access` says AGENT: the
+report, register, heartbeat, a node's own services and DELETE /nodes/{id}, the poll). A
+caller outside the networks gets 403 before any Redis work or body read, from this
+middleware on the ASGI path and from the lane (lane.Lane.refusal), with the same answer. The
+rule holds in token mode too (defence in depth: a leaked node token or join key is worth
+nothing outside the agents' networks). The operator's key passes anywhere: it opens every job
+and node through the operator's routes already, and DELETE /nodes/{id} is the operator's call
+as much as a node's.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from scheduler.api.client_address import Headers, client_address, within
+from scheduler.api.http import bearer_matches, text_error
+from scheduler.api.params import PARAMS, Query
+from scheduler.api.routing import Access, RouteTable
+from scheduler.config import Settings
+from scheduler.config.networks import Networks
+
+FORBIDDEN = "forbidden: agent calls are open to AGENT_NETWORKS only"
+# Decisions remembered by (peer, X-Forwarded-For): parsing an address costs more than the
+# rest of a poll's check (~1.3 of ~8 µs of the lane's Python). Room for MAX_NODES' default
+# of agents polling in turn (an LRU smaller than its cycle misses every time); bounded, so a
+# client varying its header only costs its own recomputation.
+CACHED_DECISIONS = 16384
+
+
+class AgentNetworks:
+    def __init__(self, networks: Networks, trusted: Networks, api_key: str) -> None:
+        self.networks = networks
+        self.trusted = trusted
+        self.expected = f"Bearer {api_key}".encode() if api_key else b""
+        self._decide = functools.lru_cache(maxsize=CACHED_DECISIONS)(self._from_networks)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AgentNetworks | None:
+        """The rule, or None when AGENT_NETWORKS is empty (any caller, as the original)."""
+        networks = settings.agent_network_list
+        if not networks:
+            return None
+        return cls(networks, settings.trusted_proxy_list, settings.api_key)
+
+    def allows(self, peer: str | None, headers: list[tuple[bytes, bytes]]) -> bool:
+        """Whether a caller may make an agent call: its address (client_address) is in the
+        networks, or it holds the operator's key."""
+        # The header matters only behind a trusted proxy; otherwise the peer decides alone.
+        forwarded = _forwarded(headers) if self.trusted else ()
+        if self._decide(peer, forwarded):
+            return True
+        return bool(self.expected) and bearer_matches(headers, self.expected)
+
+    def _from_networks(self, peer: str | None, forwarded: tuple[bytes, ...]) -> bool:
+        headers = [(b"x-forwarded-for", value) for value in forwarded]
+        address = client_address(peer, headers, self.trusted)
+        return address is not None and within(address, self.networks)
+
+
+def _forwarded(headers: Headers) -> tuple[bytes, ...]:
+    return tuple(value for name, value in headers if name == b"x-forwarded-for")
+
+
+class AgentNetworksGate:
+    """Pure ASGI middleware: the agent calls of a caller outside AGENT_NETWORKS get 403
+    before the app sees them (nothing read, nothing asked of Redis)."""
+
+    def __init__(self, app: ASGIApp, networks: AgentNetworks, routes: RouteTable) -> None:
+        self.app = app
+        self.networks = networks
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._allowed(scope):
+            await text_error(403, FORBIDDEN)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _allowed(self, scope: Scope) -> bool:
+        query: Query = scope[PARAMS]  # the door's (http.ParamsDoor), which runs first
+        if self.routes.access(scope["method"], scope["path"], query.values) is not Access.AGENT:
+            return True
+        client = scope.get("client")
+        return self.networks.allows(client[0] if client else None, scope["headers"])

@@ -1,0 +1,36 @@
+"""The request metrics every API process adds to the deployment's (api/metrics.py): one
+script, which adds a process's counts since its last call and may read the sums back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.store.scripts.script import Call, Script
+
+
+def _sums(reply: list[Any]) -> dict[str, float]:
+    return {str(reply[i], "utf-8"): float(reply[i + 1]) for i in range(0, len(reply), 2)}
+
+
+ADD_REQUEST_STATS = Script(
+    "ADD_REQUEST_STATS",
+    "read *deltas",
+    """
+-- Adds each (field, delta) pair of deltas to the deployment's request metrics, then, when
+-- read is "1", returns them all (flat field, value pairs; else an empty table). Floats: a
+-- latency sum is one, and a count stays exact in one far past any process's lifetime.
+for i = 1, #deltas, 2 do
+  redis.call("HINCRBYFLOAT", K.request_stats, deltas[i], deltas[i + 1])
+end
+if read == "1" then return redis.call("HGETALL", K.request_stats) end
+return {}
+""",
+    _sums,
+)
+
+
+def add_request_stats(deltas: dict[str, float], read: bool) -> Call[dict[str, float]]:
+    flat: list[Any] = []
+    for name, delta in deltas.items():
+        flat += [name, repr(delta)]
+    return ADD_REQUEST_STATS.call(read="1" if read else "0", deltas=flat)

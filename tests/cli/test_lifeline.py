@@ -1,0 +1,113 @@
+"""Processes that end with their supervisor, kill -9 included (cli/lifeline.py): `scheduler
+serve --workers N`'s API processes, and every process `scheduler up` starts (issue 25)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from scheduler.cli.lifeline import orphaned
+from tests.cli.test_up import Up, _alive, _children
+from tests.processes import scheduler_env, stop, wait_http
+from tests.redis_server import free_port
+
+
+def descendants(pid: int) -> list[int]:
+    found = []
+    for child in _children(pid):
+        found += [child, *descendants(child)]
+    return found
+
+
+def wait_gone(pids: list[int], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive, f"still running {timeout} s after their supervisor died: {alive}"
+
+
+def serve(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "scheduler", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    return subprocess.Popen(
+        [*cmd, "--workers", "2", "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        stop(proc)
+
+
+def open_long_poll(port: int) -> socket.socket:
+    """A poll held open by the server (it waits up to 20 s for work): a request still running
+    when the supervisor dies."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+    conn.sendall(
+        b"GET /jobs?node_id=n-held&status=pending&wait=20 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    )
+    return conn
+
+
+def test_serve_killed_with_sigkill_takes_its_api_processes_and_the_port_is_free_at_once(
+    redis_url: str, prefix: str, procs: list[subprocess.Popen[bytes]]
+) -> None:
+    env = scheduler_env(redis_url, prefix)
+    port = free_port()
+    first = serve(env, port)
+    procs.append(first)
+    wait_http(f"http://127.0.0.1:{port}/health", timeout=60)
+    workers = descendants(first.pid)
+    assert len(workers) >= 2
+    held = open_long_poll(port)
+    try:
+        first.kill()
+        first.wait()
+        # Before the fix the orphans listened on for good: this serve could not bind (and
+        # the orphans answered in its place). It binds before it starts its API processes.
+        again = serve(env, port)
+        procs.append(again)
+        deadline = time.monotonic() + 60
+        while len(descendants(again.pid)) < 2 and again.poll() is None:
+            assert time.monotonic() < deadline, "the new serve started no API process"
+            time.sleep(0.1)
+        wait_gone(workers)
+        wait_http(f"http://127.0.0.1:{port}/health", timeout=60)
+        assert again.poll() is None
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+    finally:
+        held.close()
+
+
+def test_up_killed_with_sigkill_takes_every_process_it_started(tmp_path: Path) -> None:
+    up = Up(tmp_path / "data", tmp_path / "up.log")
+    try:
+        started = descendants(up.proc.pid)
+        # redis, the API (its supervisor and a process per core), the worker, the agent
+        assert len(started) >= 5, started
+        up.proc.kill()
+        up.proc.wait()
+        wait_gone(started)
+    finally:
+        if up.proc.poll() is None:
+            up.proc.kill()
+            up.proc.wait()
+
+
+@pytest.mark.parametrize(("parent", "expected"), [(0, False), (1 << 30, True)])
+def test_an_api_process_whose_supervisor_is_gone_already_is_an_orphan(
+    parent: int, expected: bool
+) -> None:
+    assert orphaned(parent) is expected
