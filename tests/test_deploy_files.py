@@ -4,6 +4,7 @@ structure is checked), the nginx upstream, the Dockerfile and the Procfile. Ever
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler.cli.main import build_parser
+from scheduler.cli.main import build_parser, open_to_the_network
+from scheduler.config import Settings
 from scheduler.store.keys import Keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,13 +46,28 @@ def api_services(compose: dict[str, Any]) -> list[str]:
     )
 
 
-def assert_valid_command(argv: list[str]) -> None:
-    """`scheduler ...` parses with our own command line (so a renamed flag breaks this test)."""
+def unset(arg: str) -> str:
+    """`${VAR:-default}` as the shell expands it with VAR unset."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", arg)
+
+
+def assert_valid_command(argv: list[str]) -> argparse.Namespace:
+    """`scheduler ...` parses with our own command line (so a renamed flag breaks this test);
+    the parsed arguments."""
     assert argv[0] == "scheduler", argv
-    # `${VAR:-default}` as the shell expands it with VAR unset.
-    expanded = [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", arg) for arg in argv[1:]]
-    args = build_parser().parse_args(expanded)
+    args = build_parser().parse_args([unset(arg) for arg in argv[1:]])
     assert callable(args.handler)
+    return args
+
+
+def assignments(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """A Procfile line's leading `NAME=value` words (as the shell expands them with NAME
+    unset), and the command after them."""
+    env = {}
+    while argv and re.fullmatch(r"[A-Z_]+=.*", argv[0]):
+        name, _, value = argv.pop(0).partition("=")
+        env[name] = unset(value)
+    return env, argv
 
 
 def test_compose_has_every_process_of_the_product(compose: dict[str, Any]) -> None:
@@ -144,7 +161,45 @@ def test_procfile_runs_web_worker_dashboard_and_agent() -> None:
     entries = procfile()
     assert {"web", "worker", "dashboard", "agent"} <= set(entries)
     for name in ("web", "worker", "agent"):
-        assert_valid_command(shlex.split(entries[name]))
+        assert_valid_command(assignments(shlex.split(entries[name]))[1])
+
+
+# What each deploy file exposes (README, Security, "Deploy files"): a key wherever the API
+# listens beyond loopback, and node tokens wherever the reference agent runs.
+
+REQUIRED_KEY = re.compile(r"\$\{TINYAWS_API_KEY:\?[^}]+\}")
+
+
+def test_compose_requires_a_key_and_runs_the_agent_calls_in_token_mode(
+    compose: dict[str, Any],
+) -> None:
+    for name, svc in services(compose).items():
+        if svc.get("build") == ".":  # every scheduler process: api, worker, agent, dashboard
+            assert REQUIRED_KEY.fullmatch(svc["environment"]["TINYAWS_API_KEY"]), name
+    for name in api_services(compose):
+        assert unset(services(compose)[name]["environment"]["AGENT_AUTH"]) == "token", name
+    # The API replicas listen on every interface: without the key they would not start.
+    command = services(compose)["api1"]["command"]
+    host = command[command.index("--host") + 1]
+    assert open_to_the_network(host, Settings(), insecure=False)
+
+
+def test_the_procfile_serves_with_a_key_and_node_tokens() -> None:
+    env, argv = assignments(shlex.split(procfile()["web"]))
+    assert env["AGENT_AUTH"] == "token"
+    args = assert_valid_command(argv)
+    # On every interface (HOST unset) it starts only with TINYAWS_API_KEY, which the agent
+    # line registers with.
+    assert open_to_the_network(args.host, Settings(), insecure=False)
+    assert not open_to_the_network(args.host, Settings(api_key="k"), insecure=False)
+    assert shlex.split(procfile()["agent"]) == ["scheduler", "agent"]
+
+
+def test_the_balancer_passes_the_clients_host_port_included() -> None:
+    """The API compares a form's Origin with the Host, name and port; nginx's $host would
+    drop the port and every UI form through the balancer would be refused."""
+    conf = (ROOT / "deploy" / "nginx.conf").read_text()
+    assert re.search(r"^\s*proxy_set_header Host \$http_host;", conf, re.M)
 
 
 @pytest.mark.parametrize("redis_prefix, prefix", [("eu.prod-1", "eu.prod-1"), ("", "sched")])

@@ -20,6 +20,7 @@ from scheduler.api import longpoll
 from scheduler.api import metrics as metrics_api
 from scheduler.api.agent_networks import AgentNetworks, AgentNetworksGate
 from scheduler.api.agents import AgentAuth, ReportBudget
+from scheduler.api.boundary import Boundary, BrowserBoundary
 from scheduler.api.errors import exception_handlers
 from scheduler.api.guesses import Guesses
 from scheduler.api.http import BearerAuth, ParamsDoor, text_error
@@ -105,10 +106,16 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
 
     metrics_on = settings.metrics == "on"
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
-    # The UI's headers outside every door: its redirects and refusals carry them too.
-    middleware = [Middleware(UIHeaders)]
-    # Then the door: the agents' networks and the key rule read the parameters it parsed.
-    middleware.append(Middleware(ParamsDoor, routes=TABLE))
+    # The UI's headers outside every door: its redirects and refusals carry them too. Then
+    # the browser boundary (boundary.py): a rebound Host or a page's POST is refused before
+    # anything else looks at the request, with a key or without. Then the door: the agents'
+    # networks and the key rule read the parameters it parsed.
+    boundary = Boundary(settings.allowed_hosts)
+    middleware = [
+        Middleware(UIHeaders),
+        Middleware(BrowserBoundary, boundary=boundary),
+        Middleware(ParamsDoor, routes=TABLE),
+    ]
     networks = AgentNetworks.from_settings(settings)
     if networks is not None:
         middleware.append(Middleware(AgentNetworksGate, networks=networks, routes=TABLE))
@@ -139,6 +146,6 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
     # Served by server.LaneProtocol.
-    app.state.lane = Lane(app.state, settings.api_key, stats, networks=networks)
+    app.state.lane = Lane(app.state, settings.api_key, stats, networks=networks, boundary=boundary)
     app.state.head_timeout_secs = settings.head_timeout_secs  # read by api/deadline.py
     return app

@@ -29,6 +29,7 @@ from redis.exceptions import NoScriptError
 
 from scheduler.api import hot
 from scheduler.api.agent_networks import FORBIDDEN, AgentNetworks
+from scheduler.api.boundary import Boundary
 from scheduler.api.errors import is_expected, reply_for
 from scheduler.api.guesses import too_many
 from scheduler.api.http import bearer_matches, length_of, presents_credential, refuse_declared
@@ -135,8 +136,11 @@ class Lane:
         stats: RequestStats | None,
         routes: RouteTable = TABLE,
         networks: AgentNetworks | None = None,
+        boundary: Boundary | None = None,
     ) -> None:
         self.state = state
+        # The ASGI path's BrowserBoundary, asked first as there (boundary.py).
+        self.boundary = boundary or Boundary("")
         self.expected = f"Bearer {api_key}".encode() if api_key else b""
         self.networks = networks  # AGENT_NETWORKS; None: agent calls from anywhere
         self.stats = stats
@@ -227,10 +231,13 @@ class Lane:
         return answer
 
     def refused(self, route: Route, request: HotRequest) -> bool:
-        """Whether the door refuses the call, before any Redis work or body read:
-        BearerAuth's rule where the key is needed (a wrong key, or the right one from an
-        address this process has answered 429: checked only while there is one, a dict's
-        truth is ~free), AgentNetworksGate's for an agent call (from outside AGENT_NETWORKS)."""
+        """Whether the door refuses the call, before any Redis work or body read: the
+        browser boundary's rule first (BrowserBoundary's), then BearerAuth's where the key is
+        needed (a wrong key, or the right one from an address this process has answered 429:
+        checked only while there is one, a dict's truth is ~free), AgentNetworksGate's for an
+        agent call (from outside AGENT_NETWORKS)."""
+        if self.boundary.refusal(request.method, request.path, request.headers) is not None:
+            return True
         if not route.needs_key:
             networks = self.networks
             return networks is not None and not networks.allows(request.peer, request.headers)
@@ -242,9 +249,12 @@ class Lane:
         return bool(guesses.barred_until) and bool(guesses.barred(self._address(request)))
 
     async def refusal(self, route: Route, request: HotRequest) -> Answer:
-        """A refused call's answer: 403 outside AGENT_NETWORKS; else as BearerAuth's, a
-        wrong key counted (401, or 429 past the limit), the right one from a barred address
-        429."""
+        """A refused call's answer: the browser boundary's; 403 outside AGENT_NETWORKS; else
+        as BearerAuth's, a wrong key counted (401, or 429 past the limit), the right one from
+        a barred address 429."""
+        stopped = self.boundary.refusal(request.method, request.path, request.headers)
+        if stopped is not None:
+            return text_answer(*stopped, {})
         if not route.needs_key:
             return OUTSIDE_AGENT_NETWORKS
         guesses, address = self.state.guesses, self._address(request)

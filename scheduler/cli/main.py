@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
+import ipaddress
 import logging
 import logging.config
 import os
@@ -64,14 +66,52 @@ def hot_lane_line(http: str, access_log: bool) -> str:
     )
 
 
+def loopback(host: str) -> bool:
+    """Whether `serve --host` listens on this machine only."""
+    name = host.strip("[]").lower()
+    try:
+        return name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def open_to_the_network(host: str, settings: Settings, insecure: bool) -> str:
+    """Why serve must not start (""): listening beyond loopback without a key lets anyone
+    who reaches it submit commands that the agents run (README, Security)."""
+    if settings.api_key or loopback(host) or insecure:
+        return ""
+    return (
+        f"refusing to listen on {host} without TINYAWS_API_KEY: anyone who reaches it could "
+        "submit commands for the agents to run. Set TINYAWS_API_KEY (and AGENT_AUTH=token), "
+        "listen on 127.0.0.1, or say --insecure-no-key (SERVE_INSECURE_NO_KEY=1) to serve "
+        "without a key anyway"
+    )
+
+
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from scheduler.api.app import create_app
+    from scheduler.api.boundary import with_listen_address
     from scheduler.cli.lifeline import SERVE_PID_ENV
     from scheduler.snapshot.restore import restore_at_process_start
 
-    logging.getLogger("scheduler.api").info(hot_lane_line(args.http, args.access_log))
+    log = logging.getLogger("scheduler.api")
+    insecure = args.insecure_no_key or bool(settings.serve_insecure_no_key)
+    refused = open_to_the_network(args.host, settings, insecure)
+    if refused:
+        print(f"scheduler serve: {refused}", file=sys.stderr)
+        return 2
+    if insecure and not settings.api_key and not loopback(args.host):
+        log.warning(
+            "serving %s without a key (--insecure-no-key): anyone can run commands", args.host
+        )
+    # The Host names it answers (api/boundary.py), its listen address among them; in the
+    # environment too, which each --workers process reads its settings from.
+    allowed = with_listen_address(settings.allowed_hosts, args.host)
+    os.environ["ALLOWED_HOSTS"] = allowed
+    settings = dataclasses.replace(settings, allowed_hosts=allowed)
+    log.info(hot_lane_line(args.http, args.access_log))
 
     options = {
         "host": args.host,
@@ -141,7 +181,18 @@ HTTP_PROTOCOLS = {
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the HTTP API (default port 9001, or $PORT)")
-    serve.add_argument("--host", default="0.0.0.0", help="listen address (default 0.0.0.0)")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="listen address (default 127.0.0.1; another needs TINYAWS_API_KEY or "
+        "--insecure-no-key)",
+    )
+    serve.add_argument(
+        "--insecure-no-key",
+        action="store_true",
+        help="listen beyond loopback without TINYAWS_API_KEY: anyone who reaches it runs "
+        "commands (also SERVE_INSECURE_NO_KEY=1)",
+    )
     serve.add_argument("--port", type=int, default=None, help="listen port (default $PORT or 9001)")
     serve.add_argument(
         "--log-level", default="info", help="uvicorn's log level (default info; up: warning)"
@@ -193,6 +244,17 @@ COMMAND_MODULES = {
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
 }
+
+
+# The command-line client's modules: they send the key.
+CLIENT_MODULES = frozenset(
+    {
+        "scheduler.cli.client",
+        "scheduler.cli.listing",
+        "scheduler.cli.retry",
+        "scheduler.cli.schedules",
+    }
+)
 
 
 def add_help(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -248,6 +310,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"scheduler: configuration error: {exc}", file=sys.stderr)
         return 2
+    # argv[0], not args.command: `submit`'s own argument is named command.
+    if argv and COMMAND_MODULES.get(argv[0], "") in CLIENT_MODULES:
+        from scheduler.cli.session import with_session_key
+
+        # The key of a `scheduler up` session at that address, when TINYAWS_API_KEY is unset.
+        url = getattr(args, "scheduler_url", "") or settings.scheduler_url
+        settings = with_session_key(settings, url)
     handler: Handler = args.handler
     return handler(args, settings)
 

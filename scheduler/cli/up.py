@@ -30,6 +30,7 @@ from typing import IO
 
 import httpx
 
+from scheduler.cli import session
 from scheduler.cli.embedded import (
     UpError,
     child_setup,
@@ -179,7 +180,7 @@ def _wait_registered(
     placement's cache (nodes/registry.py). That cache is per API process (`serve` runs one per
     core) and another process may hold an answer from before the node was listed: then wait
     `cache_secs` (REGISTRY_CACHE_SECS) more, after which none is older than the listing."""
-    key = os.environ.get("TINYAWS_API_KEY", "").strip()
+    key = sup.env.get("TINYAWS_API_KEY", "").strip()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     last = "no answer"
     deadline = time.monotonic() + timeout
@@ -229,7 +230,28 @@ def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
 DEFAULT_URL = "http://127.0.0.1:9001"  # where the client looks without SCHEDULER_URL
 
 
-def _banner(out: IO[str], api_url: str, redis_url: str, embedded: bool, data_dir: Path) -> None:
+def session_key(api_url: str) -> tuple[str, Path | None]:
+    """The API's key: TINYAWS_API_KEY, or without it one made for this session (cli/
+    session.py) and its file; none when it cannot be kept safely (then the browser boundary
+    alone keeps web pages out, and any local user may submit)."""
+    key = os.environ.get("TINYAWS_API_KEY", "").strip()
+    if key:
+        return key, None
+    try:
+        return session.create(api_url)
+    except OSError as exc:
+        log.warning("running without a key: cannot keep the session's key: %s", exc)
+        return "", None
+
+
+def _banner(
+    out: IO[str],
+    api_url: str,
+    redis_url: str,
+    embedded: bool,
+    data_dir: Path,
+    key_file: Path | None,
+) -> None:
     """The URL and hints that work as printed: on another port than the client's default,
     the try line sets SCHEDULER_URL to this one."""
     where = f"embedded, data in {data_dir / 'redis'}" if embedded else "REDIS_URL"
@@ -237,6 +259,8 @@ def _banner(out: IO[str], api_url: str, redis_url: str, embedded: bool, data_dir
     out.write(f"scheduler is up at {api_url}\n")
     out.write(f"  redis: {redis_url} ({where})\n")
     out.write(f"  ui: {api_url}/ui\n")
+    if key_file is not None:
+        out.write(f"  key: in {key_file} (the UI's login; the CLI reads it there)\n")
     out.write(f"  try: {url_env}./dev submit 'echo hello' --wait    (Ctrl-C stops everything)\n")
     out.flush()
 
@@ -261,7 +285,11 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
             raise UpError(f"port {args.port} is in use (another scheduler?): try --port")
         server = None if external else stack.enter_context(embedded_redis(data_dir))
         redis_url = server.url if server else external
-        sup = Supervisor(_child_env(redis_url, api_url, data_dir), settings.agent_grace_secs)
+        key, key_file = session_key(api_url)
+        stack.callback(session.remove, key_file)
+        env = _child_env(redis_url, api_url, data_dir)
+        env["TINYAWS_API_KEY"] = key
+        sup = Supervisor(env, settings.agent_grace_secs)
         if server is not None and server.proc is not None:
             sup.watch("redis", server.proc, server.launch)
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -279,7 +307,7 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
             _wait_registered(api_url, node_id, agent, sup, cache_secs=cache_secs)
             if sup.signals:
                 return 0
-            _banner(sys.stdout, api_url, redis_url, not external, data_dir)
+            _banner(sys.stdout, api_url, redis_url, not external, data_dir, key_file)
             return supervise(sup)
         finally:
             sup.stop_all()

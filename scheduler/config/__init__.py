@@ -52,6 +52,15 @@ class Settings:
         default=3.0, metadata={"env": "REGISTRY_TIMEOUT_SECS", "min": 0.1}
     )
     api_key: str = field(default="", metadata={"env": "TINYAWS_API_KEY"})
+    # The Host names the API answers, comma-separated (README, Security), besides the
+    # loopback names and `serve`'s listen address: any other Host is 400, so a web page on a
+    # name rebound to this machine's address (DNS rebinding) reads nothing. "*": any Host.
+    allowed_hosts: str = field(default="", metadata={"env": "ALLOWED_HOSTS"})
+    # 1: `scheduler serve` listens on a non-loopback address without TINYAWS_API_KEY, where
+    # anyone who reaches it runs commands. Refused without it (the name says why).
+    serve_insecure_no_key: int = field(
+        default=0, metadata={"env": "SERVE_INSECURE_NO_KEY", "min": 0}
+    )
     # Who may make the agent calls (README, "Security"): "open" as the original (its Rust
     # agent sends no key), or "token": a node token from POST /nodes/register, or the key.
     agent_auth: str = field(default="open", metadata={"env": "AGENT_AUTH"})
@@ -252,6 +261,9 @@ class Settings:
                 "(the scheduler puts it in braces, a Redis Cluster hash tag)"
             )
         parse_redis_url(self.redis_url)
+        host_names(self.allowed_hosts)
+        if self.serve_insecure_no_key not in (0, 1):
+            raise ConfigError(f"SERVE_INSECURE_NO_KEY: {self.serve_insecure_no_key} is not 0 or 1")
         self._validate_agent()
         parse_network_setting("AGENT_NETWORKS", self.agent_networks)
         parse_network_setting("TRUSTED_PROXIES", self.trusted_proxies)
@@ -281,6 +293,32 @@ def redis_prefix_from_env(environ: Mapping[str, str]) -> str:
     """REDIS_PREFIX exactly as `Settings.from_env` reads it, without the other settings (the
     workers need it before they import rq). Raises ConfigError as from_env does."""
     return Settings.from_env({"REDIS_PREFIX": environ.get("REDIS_PREFIX", "")}).redis_prefix
+
+
+# Always allowed Host names: a page elsewhere cannot make a browser send them (a name it
+# controls rebound to 127.0.0.1 is still sent as that name).
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+ANY_HOST = "*"
+# A host name or IPv4 address, or an IPv6 address (brackets optional): the host part of a
+# Host header, lowercased, without its port.
+HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?|\[?[0-9a-f:.]*:[0-9a-f:.]*\]?")
+
+
+def host_names(setting: str) -> frozenset[str]:
+    """ALLOWED_HOSTS as the names it allows ("*" for any), lowercased, IPv6 addresses
+    without brackets; ConfigError naming ALLOWED_HOSTS for an entry that is not a host."""
+    names = set()
+    for entry in setting.lower().split(","):
+        name = entry.strip()
+        if not name:
+            continue
+        if name != ANY_HOST and not HOST_NAME.fullmatch(name):
+            raise ConfigError(
+                f"ALLOWED_HOSTS: {entry.strip()!r} is not a host name or address (no scheme, "
+                "port or path; * for any)"
+            )
+        names.add(name.strip("[]"))
+    return frozenset(names)
 
 
 def parse_redis_url(url: str) -> RedisTarget:

@@ -81,6 +81,7 @@ def keyed_pair(redis_url: str, data: Path) -> Iterator[tuple[Front, Front]]:
         # The cases send hundreds of wrong keys from 127.0.0.1: none of them is about the
         # limit on those (tests/api/test_security_ui.py is).
         auth_failures_max=1_000_000,
+        allowed_hosts="t",  # the raw requests' Host
     )
     with two_servers(base) as pair:
         for front in pair:

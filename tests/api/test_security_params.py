@@ -125,6 +125,7 @@ def cluster(
         upgrade_watch_secs=0.2,
         api_key=KEY,
         agent_auth=mode,
+        allowed_hosts="testserver",  # Starlette's TestClient's Host
     )
     app = create_app(settings)
     with contextlib.ExitStack() as opened:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from scheduler.cli.agent import default_node_id
@@ -137,12 +138,18 @@ def ups(tmp_path: Path) -> Iterator[list[Up]]:
 
 
 def test_up_runs_the_product_and_ctrl_c_stops_everything(tmp_path: Path, ups: list[Up]) -> None:
-    data = tmp_path / "data"
-    up = Up(data, tmp_path / "up.log")
+    data, state = tmp_path / "data", tmp_path / "state"
+    up = Up(data, tmp_path / "up.log", XDG_STATE_HOME=str(state))
     ups.append(up)
     assert up.url == f"http://127.0.0.1:{up.port}"
     hint = f"  try: SCHEDULER_URL=http://127.0.0.1:{up.port} ./dev submit 'echo hello' --wait"
     _wait_for(lambda: [1] if hint in up.log.read_text() else [], timeout=5)  # unbuffered
+    # A key of the session (issue 22): only this user's client finds it, in a private file.
+    key_file = state / "tinyaws-scheduler" / f"127.0.0.1-{up.port}" / "api-key"
+    assert f"  key: in {key_file} " in up.log.read_text()
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    stranger = httpx.post(f"{up.url}/jobs", json={"command": "id"}, timeout=10)
+    assert stranger.status_code == 401
     children = _children(up.proc.pid)
     assert len(children) == 4  # redis, api, worker, agent
 
@@ -175,9 +182,10 @@ def test_up_runs_the_product_and_ctrl_c_stops_everything(tmp_path: Path, ups: li
     assert not [pid for pid in children if _alive(pid)]
     assert b"Traceback" not in up.log.read_bytes()[logged:]
     assert list((data / "redis").glob("appendonlydir/*.aof"))
+    assert not key_file.exists()  # the session is over
 
     # The data folder keeps the jobs: a second `up` on it still knows job-1.
-    again = Up(data, tmp_path / "up2.log")
+    again = Up(data, tmp_path / "up2.log", XDG_STATE_HOME=str(state))
     ups.append(again)
     status = again.cli("status", "job-1")
     assert status.stdout.splitlines()[:2] == [
@@ -346,8 +354,30 @@ def test_a_dead_child_is_restarted_after_its_backoff() -> None:
 def test_the_banner_hints_use_the_api_url(api_url: str, try_line: str) -> None:
     """`up --port N` (or --host): every hint points at that URL, so it works as printed."""
     out = io.StringIO()
-    _banner(out, api_url, "redis://127.0.0.1:1/0", True, Path("/d"))
+    _banner(out, api_url, "redis://127.0.0.1:1/0", True, Path("/d"), Path("/k/api-key"))
     lines = out.getvalue().splitlines()
     assert lines[0] == f"scheduler is up at {api_url}"
     assert f"  ui: {api_url}/ui" in lines
+    assert "  key: in /k/api-key (the UI's login; the CLI reads it there)" in lines
     assert lines[-1].startswith(try_line)
+
+
+def test_the_client_takes_a_session_key_only_for_its_address_from_a_private_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scheduler.cli import session
+    from scheduler.config import Settings
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    key, path = session.create("http://127.0.0.1:9001")
+    assert path == tmp_path / "tinyaws-scheduler" / "127.0.0.1-9001" / "api-key"
+    for url in ("http://127.0.0.1:9001", "http://localhost:9001/", "http://[::1]:9001"):
+        assert session.with_session_key(Settings(), url).api_key == key, url
+    for url in ("http://127.0.0.1:9002", "http://127.evil.example:9001", "http://10.0.0.5:9001"):
+        assert session.with_session_key(Settings(), url).api_key == "", url
+    own = Settings(api_key="mine")  # TINYAWS_API_KEY wins
+    assert session.with_session_key(own, "http://127.0.0.1:9001").api_key == "mine"
+    path.chmod(0o644)  # readable by others: not trusted
+    assert session.with_session_key(Settings(), "http://127.0.0.1:9001").api_key == ""
+    session.remove(path)
+    assert not path.exists()

@@ -26,7 +26,9 @@ from tests.snapshot_helpers import lose_redis_data
 
 
 def settings(redis_url: str, prefix: str, db: str) -> Settings:
-    return Settings.from_env({}, redis_url=redis_url, redis_prefix=prefix, scheduler_db=db)
+    return Settings.from_env(
+        {}, redis_url=redis_url, redis_prefix=prefix, scheduler_db=db, allowed_hosts="testserver"
+    )
 
 
 def served(config: Settings, job_id: str) -> dict[str, Any]:

@@ -113,13 +113,17 @@ def run_procfile(redis_url: str, prefix: str, tmp_path: Path, sns: FakeSNS) -> N
         api = f"http://127.0.0.1:{web}"
         wait_http(f"{api}/health", timeout=30)
         node = {"id": "n1", "hostname": "n1", "cpu_count": 1, "role": "compute"}
-        assert httpx.post(f"{api}/nodes/register", json=node).status_code == 201
+        registered = httpx.post(f"{api}/nodes/register", json=node)
+        assert registered.status_code == 201
+        # The web line runs the agent calls in token mode: the node reports with its token.
+        token = {"Authorization": f"Bearer {registered.json()['token']}"}
 
         def finish() -> str:
             job_id: str = httpx.post(f"{api}/jobs", json={"command": "x"}).json()["job_id"]
             for status in ("running", "done"):
                 body = {"status": status, "exit_code": 0}
-                assert httpx.patch(f"{api}/jobs/{job_id}", json=body).status_code == 200
+                answer = httpx.patch(f"{api}/jobs/{job_id}", json=body, headers=token)
+                assert answer.status_code == 200
             return job_id
 
         delivered = finish()

@@ -1,0 +1,66 @@
+"""The key `scheduler up` makes for its session when TINYAWS_API_KEY is unset (README,
+Security): without one, any local user could submit commands that its agent runs as the
+operator. It is kept where only the operator's user can read it, named by the API's address,
+and the command-line client sends it when TINYAWS_API_KEY is unset and SCHEDULER_URL is that
+address: `./dev submit 'echo hello' --wait` works as before, nobody types the key. The web
+UI's login asks for it: the banner says where it is.
+
+The file is kept as the agent keeps its node token (agent/token_file.py: 0600, in a 0700
+directory of this user, never through a link; a file another user could have written or read
+is ignored). It is removed when `up` stops; a new session makes a new key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from scheduler.agent import token_file
+from scheduler.config import LOOPBACK_HOSTS, Settings
+
+
+def key_path(url: str) -> Path | None:
+    """Where the session key of the API at `url` is kept (the loopback names are one
+    address), or None for a URL with no host."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    host = "127.0.0.1" if host in LOOPBACK_HOSTS else host
+    port = port or (443 if parts.scheme == "https" else 80)
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "tinyaws-scheduler" / f"{host}-{port}" / "api-key"
+
+
+def create(url: str) -> tuple[str, Path]:
+    """A new key for the session of the API at `url`, kept for the client: (key, file).
+    Raises OSError when it cannot be kept safely."""
+    path = key_path(url)
+    if path is None:
+        raise OSError(f"no host in {url}")
+    key = secrets.token_urlsafe(32)
+    token_file.save(path, key)
+    return key, path
+
+
+def remove(path: Path | None) -> None:
+    if path is not None:
+        with contextlib.suppress(OSError):
+            token_file.save(path, "")
+
+
+def with_session_key(settings: Settings, url: str) -> Settings:
+    """`settings` with the key of the `up` session at `url` when TINYAWS_API_KEY is unset
+    and one is kept there."""
+    if settings.api_key:
+        return settings
+    path = key_path(url)
+    key = token_file.load(path) if path is not None else ""
+    return dataclasses.replace(settings, api_key=key) if key else settings
