@@ -8,20 +8,12 @@ from starlette.requests import Request
 
 from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.guesses import Guesses
+from scheduler.api.stores import settings as settings
+from scheduler.api.stores import store as store
 from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource
 from scheduler.store.jobs import JobStore
-
-
-def store(request: Request) -> JobStore:
-    found: JobStore = request.app.state.store
-    return found
-
-
-def settings(request: Request) -> Settings:
-    found: Settings = request.app.state.settings
-    return found
 
 
 def agent_auth(request: Request) -> AgentAuth:

@@ -26,7 +26,8 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from scheduler.api.client_address import parse_address, within
-from scheduler.config import Settings
+from scheduler.api.stores import settings as _settings
+from scheduler.api.stores import store as _store
 from scheduler.config.networks import Networks
 from scheduler.store.jobs import JobStore
 from scheduler.store.scripts import access
@@ -117,14 +118,3 @@ async def _deployment_secret(request: Request, fresh: bool) -> str:
         secret = await _store(request).run(access.ui_secret(secrets.token_hex(32)))
         state.ui_secret = secret
     return secret
-
-
-# app.state read here directly: api/state.py imports what imports this module.
-def _settings(request: Request) -> Settings:
-    found: Settings = request.app.state.settings
-    return found
-
-
-def _store(request: Request) -> JobStore:
-    found: JobStore = request.app.state.store
-    return found
