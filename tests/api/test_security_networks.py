@@ -92,9 +92,10 @@ def serve(
     with contextlib.ExitStack() as opened:
 
         def make(**overrides: Any) -> Api:
-            # No background flush of the request metrics (a script): scripts_run counts
-            # the scripts the attacks make Redis run.
-            app = create_app(make_settings(**{"metrics_flush_secs": 3600, **overrides}))
+            # No request metrics: their flush is a script (a last one when an app stops,
+            # which a lane server's thread may do during the next test), and scripts_run
+            # counts the scripts the attacks make Redis run.
+            app = create_app(make_settings(**{"metrics": "off", **overrides}))
             protocol = LaneProtocol if front == "lane" else OneWriteProtocol
             port = opened.enter_context(serving(app, protocol))
             return Api(app, port, front, opened, Keys(prefix), rclient)
