@@ -16,6 +16,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests import servers
 from tests.fakes import FakeSNS
+from tests.processes import TEST_HOSTS
 from tests.redis_server import RestartableRedis, redis_server
 from tests.servers import lane_checked_client, serving
 from workers import context
@@ -75,10 +76,7 @@ def make_settings(redis_url: str, prefix: str, tmp_path: Path) -> SettingsFactor
             "scheduler_db": str(tmp_path / "scheduler.db"),
             # An upgrade watches the old keys this long (tests of the watch set their own).
             "upgrade_watch_secs": 0.2,
-            # Starlette's TestClient sends `Host: testserver`, the raw requests of the
-            # server tests `Host: t`: the tests allow them, the product does not
-            # (api/boundary.py).
-            "allowed_hosts": "testserver,t",
+            "allowed_hosts": TEST_HOSTS,
         }
         return Settings.from_env({}, **{**base, **overrides})
 

@@ -16,6 +16,10 @@ import httpx
 
 from tests.redis_server import free_port
 
+# Starlette's TestClient sends `Host: testserver`, the raw requests of the server tests
+# `Host: t`: the tests' settings allow them, the product does not (api/boundary.py).
+TEST_HOSTS = "testserver,t"
+
 
 def scheduler_env(redis_url: str, prefix: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "REGISTRY_"))}
@@ -25,6 +29,8 @@ def scheduler_env(redis_url: str, prefix: str, **extra: str) -> dict[str, str]:
     env["SCHEDULER_DB"] = os.path.join(tempfile.mkdtemp(prefix="sched-test-"), "scheduler.db")
     env.pop("TINYAWS_API_KEY", None)
     env.pop("RQ_KEY_PREFIX", None)  # each scheduler process derives its own from REDIS_PREFIX
+    # Settings built from this environment serve in-process apps too (TEST_HOSTS).
+    env["ALLOWED_HOSTS"] = TEST_HOSTS
     env.update(extra)
     return env
 
