@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +28,29 @@ from workers.context import Context
 SettingsFactory = Callable[..., Settings]
 ClientFactory = Callable[..., TestClient]
 CtxFactory = Callable[..., Context]
+
+
+# Everything the suite and the processes it starts write to a temporary folder (the
+# scheduler's `sched-test-*` databases, agents' work folders, chromium's profiles, redis'
+# files) goes under one folder of its own, removed when the run ends: a run leaves nothing in
+# /tmp. pytest's own tmp_path folders are kept only for failed tests (pyproject.toml).
+_SUITE_TMP = ""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _SUITE_TMP
+    # pytest's tmp_path folders stay where pytest keeps them (failed tests' survive the run).
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    _SUITE_TMP = tempfile.mkdtemp(prefix="scheduler-suite-")
+    os.environ["TMPDIR"] = _SUITE_TMP
+    tempfile.tempdir = _SUITE_TMP
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _SUITE_TMP:
+        tempfile.tempdir = None
+        os.environ.pop("TMPDIR", None)
+        shutil.rmtree(_SUITE_TMP, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
