@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.testclient import TestClient
 
 from scheduler.api.http import UI_COOKIE
-from tests.conftest import ClientFactory, assert_text_error, register, submit
+from tests.conftest import ClientFactory, assert_ui_error, register, submit
 
 KEY = "ui-key"
 
@@ -53,7 +53,7 @@ def test_what_a_job_holds_is_escaped(client: TestClient) -> None:
 
 
 def test_bad_filters_are_400_and_unknown_jobs_404(client: TestClient) -> None:
-    assert_text_error(
+    assert_ui_error(
         client.get("/ui/jobs?status=nope"),
         400,
         "invalid status: use one of pending, delayed, waiting, running, done, failed, cancelling",
@@ -200,7 +200,7 @@ def test_the_bulk_retry_bounds_its_ids_and_changes_nothing_on_bad_input(
         ([dead, "<script>"], "invalid job_id: '<script>' is not a job id"),
     ):
         answer = api.post("/ui/jobs/retry", data={"csrf": token, "job_id": job_ids})
-        assert_text_error(answer, 400, message)
+        assert_ui_error(answer, 400, message)
     bad_node = {"csrf": token, "job_id": dead, "node_id": "../x"}
     assert api.post("/ui/jobs/retry", data=bad_node).status_code == 400
     huge = {"csrf": token, "job_id": [dead] * 50, "pad": "x" * 20000}
