@@ -197,7 +197,7 @@ async def _searched(
     older, more = 0, ""
     if len(jobs) > PAGE_SIZE:
         older = _number_of(shown[-1])
-    elif found.looked >= SEARCH_SCAN and found.last:
+    elif found.more:
         href = view.href("/ui/jobs", **f.kept(), before=found.last)
         more = f' <a id="search-older" href="{href}">Search older jobs →</a>'
     place = f" before job-{f.before}" if f.before else ""

@@ -103,7 +103,10 @@ class View:
 
 
 def span(secs: float) -> str:
-    """A length of time in its two largest units: 42 s, 3 min 5 s, 2 h 10 min, 3 d 4 h."""
+    """A length of time in its two largest units: 250 ms, 1.5 s, 42 s, 3 min 5 s, 2 h 10 min,
+    3 d 4 h."""
+    if secs < 1:
+        return f"{secs * 1000:.0f} ms"
     whole = int(secs)
     if secs < 10 and whole != secs:
         return f"{secs:.1f} s"

@@ -102,17 +102,19 @@ SEARCH_HEAD_BYTES = 2048
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """A search's page (SEARCH): the jobs found, how many jobs were looked through, and the
-    number of the last one looked at (0: none), where a search of older jobs goes on."""
+    """A search's page (SEARCH): the jobs found, how many jobs were looked through, the
+    number of the last one looked at (0: none), where a search of older jobs goes on, and
+    whether the listing holds older jobs than those looked through."""
 
     jobs: list[bytes]
     looked: int
     last: int
+    more: bool
 
 
 def _found(reply: list[Any]) -> Found:
-    looked, last, *jobs = reply
-    return Found(blobs(jobs), int(looked), int(last))
+    looked, last, more, *jobs = reply
+    return Found(blobs(jobs), int(looked), int(last), bool(more))
 
 
 SEARCH = Script(
@@ -125,7 +127,8 @@ SEARCH = Script(
 -- a record's head is read: in a record's JSON a `,"` never falls inside a string (each quote
 -- in one is escaped), so the first after the command's opening quote ends it; a command
 -- longer than the head costs a whole GET. The cost is bounded by `scan`, not by the jobs
--- stored. Returns {{jobs looked at, number of the last, job JSON, ...}}
+-- stored. Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0),
+-- job JSON, ...}}
 local function command_of(key)
   local head = redis.call("GETRANGE", key, 0, {SEARCH_HEAD_BYTES - 1})
   local from = string.find(head, '"command":"', 1, true)
@@ -141,7 +144,9 @@ local function command_of(key)
 end
 
 local found, looked, last = {{}}, 0, "job-0"
-for _, id in ipairs(listing_ids(node, status, bound, "desc", scan)) do
+local ids = listing_ids(node, status, bound, "desc", tonumber(scan) + 1)
+for i, id in ipairs(ids) do
+  if i > tonumber(scan) then break end
   looked = looked + 1
   last = id
   if string.find(string.lower(command_of(K.job(id))), needle, 1, true) then
@@ -150,6 +155,7 @@ for _, id in ipairs(listing_ids(node, status, bound, "desc", scan)) do
   end
 end
 local out = get_jobs(found, tonumber(budget))
+table.insert(out, 1, #ids > looked and 1 or 0)
 table.insert(out, 1, tonumber(string.sub(last, 5)))
 table.insert(out, 1, looked)
 return out
