@@ -126,21 +126,26 @@ SEARCH = Script(
 -- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. Only
 -- a record's head is read: in a record's JSON a `,"` never falls inside a string (each quote
 -- in one is escaped), so the first after the command's opening quote ends it; a command
--- longer than the head costs a whole GET. The cost is bounded by `scan`, not by the jobs
--- stored. Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0),
--- job JSON, ...}}
+-- longer than the head is read with a head 8 times larger, until it ends. The cost is
+-- bounded by `scan` (and the commands' length), not by the jobs stored or their output.
+-- Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0), job JSON,
+-- ...}}
 local function command_of(key)
-  local head = redis.call("GETRANGE", key, 0, {SEARCH_HEAD_BYTES - 1})
+  local size = {SEARCH_HEAD_BYTES}
+  local head = redis.call("GETRANGE", key, 0, size - 1)
   local from = string.find(head, '"command":"', 1, true)
   if not from then return "" end
   from = from + 11
   local stop = string.find(head, ',"', from, true)
-  if not stop and #head == {SEARCH_HEAD_BYTES} then
-    head = redis.call("GET", key) or ""
+  while not stop and #head == size do  -- a longer command: a head 8 times larger
+    size = size * 8
+    head = redis.call("GETRANGE", key, 0, size - 1)
     stop = string.find(head, ',"', from, true)
   end
   if not stop then return "" end
-  return cjson.decode('"' .. string.sub(head, from, stop - 2) .. '"')
+  local raw = string.sub(head, from, stop - 2)
+  if not string.find(raw, "\\92", 1, true) then return raw end  -- no backslash: no escape
+  return cjson.decode('"' .. raw .. '"')
 end
 
 local found, looked, last = {{}}, 0, "job-0"
