@@ -107,7 +107,7 @@ async def job_page(request: Request) -> Response:
         raise HTTPError(404, "job not found")
     job = job_decoder.decode(blob)
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _job_fields(job, view))
-    body = f'<table id="job">{rows}</table>'
+    body = f'<div class="scroll"><table id="job">{rows}</table></div>'
     action = _ACTIONS.get(job.status)
     if action is not None:
         body += (

@@ -41,4 +41,5 @@ def attempts_section(blobs: list[bytes], view: View | None = None) -> str:
         f'<p class="muted">The last {ATTEMPT_TAIL_BYTES} bytes of each output; '
         "the job's own output is below.</p>"
     )
-    return f'<h2>Attempts</h2><table id="attempts"><tr>{head}</tr>{body}</table>{note}'
+    table = f'<div class="scroll"><table id="attempts"><tr>{head}</tr>{body}</table></div>'
+    return f"<h2>Attempts</h2>{table}{note}"

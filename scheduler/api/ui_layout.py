@@ -34,16 +34,20 @@ STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8fa}
 header{background:#24292f;color:#fff;padding:8px 16px;display:flex;flex-wrap:wrap;gap:8px 16px;
 align-items:center}
+header nav{display:flex;gap:16px}
 header a{color:#fff;text-decoration:none;font-weight:600}
 header .end{margin-left:auto;display:flex;gap:12px;align-items:center}
 header .end a{font-weight:400;color:#d0d7de}
 main{padding:16px}
+main form{margin:8px 0}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;background:#fff;width:100%}
 th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#eaeef2}
 td.num{text-align:right;white-space:nowrap}
-td.cmd code{word-break:break-all}
+#jobs td{white-space:nowrap}
+#jobs td.cmd{white-space:normal;min-width:12em;max-width:40em}
+#job td code,pre{overflow-wrap:anywhere}
 time,.nowrap{white-space:nowrap}
 time[title]{text-decoration:underline dotted #8c959f}
 pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-height:40em}
