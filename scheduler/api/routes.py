@@ -83,12 +83,25 @@ TABLE = RouteTable(
             other_methods=UI,
         ),
         # The failed list's bulk retry (before /ui/jobs/{job_id}, as /jobs/retry).
-        Entry("/ui/jobs/retry", {"POST": Method(ui_dead.retry_failed, UI)}, other_methods=UI),
+        Entry(
+            "/ui/jobs/retry",
+            {"POST": Method(ui_dead.retry_failed, UI, reads=REFRESH)},
+            other_methods=UI,
+        ),
         Entry(
             "/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI, reads=REFRESH)}, other_methods=UI
         ),
-        Entry("/ui/jobs/{job_id}/cancel", {"POST": Method(ui.cancel, UI)}, other_methods=UI),
-        Entry("/ui/jobs/{job_id}/retry", {"POST": Method(ui.retry, UI)}, other_methods=UI),
+        # The buttons: back to their page, its refresh paused if it was.
+        Entry(
+            "/ui/jobs/{job_id}/cancel",
+            {"POST": Method(ui.cancel, UI, reads=REFRESH)},
+            other_methods=UI,
+        ),
+        Entry(
+            "/ui/jobs/{job_id}/retry",
+            {"POST": Method(ui.retry, UI, reads=REFRESH)},
+            other_methods=UI,
+        ),
         Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI, reads=REFRESH)}, other_methods=UI),
         Entry(
             "/ui/schedules",
@@ -97,7 +110,7 @@ TABLE = RouteTable(
         ),
         Entry(
             "/ui/schedules/{name}/{action}",
-            {"POST": Method(ui_schedules.pause_or_resume, UI)},
+            {"POST": Method(ui_schedules.pause_or_resume, UI, reads=REFRESH)},
             other_methods=UI,
         ),
         # The built-in registry (REGISTRY_URL unset): what the Rust agent calls.

@@ -111,7 +111,7 @@ async def job_page(request: Request) -> Response:
     action = _ACTIONS.get(job.status)
     if action is not None:
         body += (
-            f'<form method="post" action="/ui/jobs/{escape(job.job_id)}/{action}">'
+            f'<form method="post" action="{view.href(f"/ui/jobs/{job.job_id}/{action}")}">'
             f'<input type="hidden" name="csrf" value="{await _csrf(request)}">'
             f'<button id="{action}">{action.capitalize()} this job</button></form>'
         )
@@ -125,27 +125,29 @@ async def job_page(request: Request) -> Response:
 _ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry"}
 
 
-async def _posted_job_id(request: Request) -> str:
-    """The job of a button's POST, once its form's token is checked."""
+async def _posted_job_id(request: Request) -> tuple[str, str]:
+    """The job of a button's POST, once its form's token is checked, and the job's page to
+    go back to (its refresh paused if it was): every check before anything changes."""
     job_id: str = request.path_params["job_id"]
     if not ID_RE.fullmatch(job_id):
         raise HTTPError(404, "job not found")
+    back = view_of(request).url(f"/ui/jobs/{job_id}")
     await checked_form(request)
-    return job_id
+    return job_id, back
 
 
 async def cancel(request: Request) -> Response:
     """The job page's cancel button: DELETE /jobs/{id}, then back to the job."""
-    job_id = await _posted_job_id(request)
+    job_id, back = await _posted_job_id(request)
     await _store(request).cancel(job_id, time.time())
-    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
+    return RedirectResponse(back, status_code=303)
 
 
 async def retry(request: Request) -> Response:
     """The job page's retry button: POST /jobs/{id}/retry, then back to the job."""
-    job_id = await _posted_job_id(request)
+    job_id, back = await _posted_job_id(request)
     await retries.retry_one(request, job_id)
-    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
+    return RedirectResponse(back, status_code=303)
 
 
 def _services_table(blobs: list[bytes], view: View) -> str:
@@ -243,5 +245,5 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 async def home(request: Request) -> Response:
-    paused = view_of(request).paused  # kept: /ui?refresh=off stays paused
-    return RedirectResponse("/ui/jobs?refresh=off" if paused else "/ui/jobs", status_code=302)
+    # /ui?refresh=off stays paused
+    return RedirectResponse(view_of(request).url("/ui/jobs"), status_code=302)

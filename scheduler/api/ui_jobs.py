@@ -218,7 +218,8 @@ async def jobs_page(request: Request) -> Response:
         newer = 0
     else:
         shown, counts, newer, older = await _listed(request, f)
-    dead = retry_form(shown, await _csrf(request), f.node_id) if f.status == "failed" else ""
+    token = await _csrf(request) if f.status == "failed" else ""
+    dead = retry_form(shown, token, f.node_id, view) if token else ""
     body = (
         notice(request)
         + _counts(f, counts, view)

@@ -77,10 +77,15 @@ class View:
 
     def href(self, path: str, **params: str | int) -> str:
         """A link to one of our pages, escaped for an attribute, keeping the pause."""
+        return escape(self.url(path, **params))
+
+    def url(self, path: str, **params: str | int) -> str:
+        """One of our pages with these parameters (those "" or 0 left out), keeping the
+        pause: a link's, or where a form's POST sends the browser back to."""
         query = {name: value for name, value in params.items() if value not in ("", 0)}
         if self.paused:
             query[REFRESH] = "off"
-        return escape(f"{path}?{urlencode(query)}" if query else path)
+        return f"{path}?{urlencode(query)}" if query else path
 
     def hidden(self) -> str:
         """A GET form's hidden field keeping the pause."""

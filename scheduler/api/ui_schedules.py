@@ -31,11 +31,11 @@ def _when(schedule: Schedule) -> str:
     return f"every {schedule.every_secs} s"
 
 
-def _button(schedule: Schedule, token: str) -> str:
+def _button(schedule: Schedule, token: str, view: View) -> str:
     action = "resume" if schedule.paused else "pause"
     name = escape(schedule.name)
     return (
-        f'<form method="post" action="/ui/schedules/{name}/{action}">'
+        f'<form method="post" action="{view.href(f"/ui/schedules/{schedule.name}/{action}")}">'
         f'<input type="hidden" name="csrf" value="{token}">'
         f'<button id="{action}-{name}">{action.capitalize()}</button></form>'
     )
@@ -59,7 +59,7 @@ def _row(schedule: Schedule, token: str, view: View) -> str:
         view.moment(schedule.next_tick),
         last,
         template,
-        _button(schedule, token),
+        _button(schedule, token, view),
     )
     return (
         f'<tr id="row-{escape(schedule.name)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
@@ -90,10 +90,11 @@ async def pause_or_resume(request: Request) -> Response:
     action: str = request.path_params["action"]
     if action not in ("pause", "resume") or not ID_RE.fullmatch(name):
         raise HTTPError(404, "404 page not found")
+    back = view_of(request).url("/ui/schedules")  # checked before anything changes
     await checked_form(request)
     now = time.time()
     if action == "pause":
         await _store(request).change_schedule(name, paused)
     else:
         await _store(request).change_schedule(name, lambda s: resumed(s, now) if s.paused else s)
-    return RedirectResponse("/ui/schedules", status_code=303)
+    return RedirectResponse(back, status_code=303)

@@ -451,6 +451,17 @@ def test_the_refresh_pauses_and_stays_paused_across_pages(client: TestClient) ->
         assert 'http-equiv="refresh"' not in still and 'id="resume"' in still, path
     home = client.get("/ui?refresh=off", follow_redirects=False)
     assert home.headers["location"] == "/ui/jobs?refresh=off"
+    # A button of a paused page goes back to it paused; a bad value changes nothing.
+    job = client.get("/ui/jobs/job-1?refresh=off").text
+    assert 'action="/ui/jobs/job-1/cancel?refresh=off"' in job
+    token = job.split('name="csrf" value="')[1].split('"')[0]
+    bad = client.post("/ui/jobs/job-1/cancel?refresh=x", data={"csrf": token})
+    assert bad.status_code == 400 and client.get("/jobs/job-1").json()["status"] == "pending"
+    done = client.post(
+        "/ui/jobs/job-1/cancel?refresh=off", data={"csrf": token}, follow_redirects=False
+    )
+    assert (done.status_code, done.headers["location"]) == (303, "/ui/jobs/job-1?refresh=off")
+    assert client.get("/jobs/job-1").json()["failure_reason"] == "cancelled"
     assert_ui_error(
         client.get("/ui/jobs?refresh=on"),
         400,
