@@ -21,7 +21,7 @@ from scheduler.models.job import Job
 from scheduler.models.wire import check_id
 from scheduler.store.scripts import codes
 
-MAX_IDS = 50  # one page of the jobs list (ui.PAGE_SIZE)
+MAX_IDS = 50  # one page of the jobs list (ui_jobs.PAGE_SIZE)
 # The page's ids at their longest, beside the token and the node filter.
 BODY_BYTES = FORM_BYTES + MAX_IDS * len("&job_id=" + "x" * 128)
 
