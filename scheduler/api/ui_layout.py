@@ -48,6 +48,7 @@ td.num{text-align:right;white-space:nowrap}
 #jobs td{white-space:nowrap}
 #jobs td.cmd{white-space:normal;min-width:12em;max-width:40em}
 #job td code,pre{overflow-wrap:anywhere}
+#job th{width:12em;white-space:nowrap}
 time,.nowrap{white-space:nowrap}
 time[title]{text-decoration:underline dotted #8c959f}
 pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-height:40em}
