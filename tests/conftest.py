@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import os
 import shutil
 import tempfile
@@ -216,6 +217,15 @@ def assert_text_error(response: Any, status: int, message: str) -> None:
     assert response.text == message + "\n"
     assert response.headers["content-type"] == "text/plain; charset=utf-8"
     assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def assert_ui_error(response: Any, status: int, message: str) -> None:
+    """An error under /ui (api/ui_errors.py): a page of the UI, with its navigation and the
+    message escaped."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "text/html; charset=utf-8"
+    assert f'<p class="error" id="error">{html.escape(message)}</p>' in response.text
+    assert '<a href="/ui/jobs">Jobs</a>' in response.text
 
 
 def assert_json(response: Any, status: int = 200) -> Any:

@@ -26,6 +26,7 @@ from scheduler.api.guesses import Guesses
 from scheduler.api.http import BearerAuth, ParamsDoor, text_error
 from scheduler.api.lane import Lane
 from scheduler.api.routes import TABLE
+from scheduler.api.ui_errors import UIErrors
 from scheduler.api.ui_headers import UIHeaders
 from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
@@ -106,13 +107,15 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
 
     metrics_on = settings.metrics == "on"
     routes = TABLE.starlette_routes(registry=settings.builtin_registry, metrics=metrics_on)
-    # The UI's headers outside every door: its redirects and refusals carry them too. Then
-    # the browser boundary (boundary.py): a rebound Host or a page's POST is refused before
-    # anything else looks at the request, with a key or without. Then the door: the agents'
-    # networks and the key rule read the parameters it parsed.
+    # The UI's headers outside every door: its redirects and refusals carry them too; its
+    # refusals are pages of the UI (ui_errors.py), whoever made them. Then the browser
+    # boundary (boundary.py): a rebound Host or a page's POST is refused before anything
+    # else looks at the request, with a key or without. Then the door: the agents' networks
+    # and the key rule read the parameters it parsed.
     boundary = Boundary(settings.allowed_hosts)
     middleware = [
         Middleware(UIHeaders),
+        Middleware(UIErrors),
         Middleware(BrowserBoundary, boundary=boundary),
         Middleware(ParamsDoor, routes=TABLE),
     ]

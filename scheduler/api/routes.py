@@ -19,6 +19,7 @@ from scheduler.api import (
     services,
     ui,
     ui_dead,
+    ui_jobs,
     ui_schedules,
 )
 from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
@@ -26,6 +27,7 @@ from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
 ANYONE, AGENT, KEY, UI = Access.ANYONE, Access.AGENT, Access.KEY, Access.UI
 LISTING = ("node_id", "status", "wait", "limit", "order", "after", "before")
 NOTICES = tuple(name for name, _ in ui_dead.NOTICES)  # retried=N&skipped=N...
+REFRESH = ("refresh",)  # refresh=off: a UI page's refresh paused (ui_layout.py)
 
 TABLE = RouteTable(
     [
@@ -67,33 +69,48 @@ TABLE = RouteTable(
         Entry("/schedules/{name}/pause", {"POST": Method(schedules.pause)}),
         Entry("/schedules/{name}/resume", {"POST": Method(schedules.resume)}),
         # The web UI: every page behind the login cookie but the login form.
-        Entry("/ui", {"GET": Method(ui.home, UI)}, other_methods=UI),
+        Entry("/ui", {"GET": Method(ui.home, UI, reads=REFRESH)}, other_methods=UI),
         Entry(
             "/ui/login",
             {"GET": Method(ui.login_page, ANYONE), "POST": Method(ui.login, ANYONE)},
             other_methods=ANYONE,
         ),
         Entry("/ui/logout", {"POST": Method(ui.logout, UI)}, other_methods=UI),
-        # Its filters and page, and what the bulk retry's redirect says it did.
+        # Its filters, page and search, and what the bulk retry's redirect says it did.
         Entry(
             "/ui/jobs",
-            {"GET": Method(ui.jobs_page, UI, reads=("status", "node_id", "before", *NOTICES))},
+            {"GET": Method(ui_jobs.jobs_page, UI, reads=(*ui_jobs.READS, *NOTICES))},
             other_methods=UI,
         ),
         # The failed list's bulk retry (before /ui/jobs/{job_id}, as /jobs/retry).
-        Entry("/ui/jobs/retry", {"POST": Method(ui_dead.retry_failed, UI)}, other_methods=UI),
-        Entry("/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI)}, other_methods=UI),
-        Entry("/ui/jobs/{job_id}/cancel", {"POST": Method(ui.cancel, UI)}, other_methods=UI),
-        Entry("/ui/jobs/{job_id}/retry", {"POST": Method(ui.retry, UI)}, other_methods=UI),
-        Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI)}, other_methods=UI),
+        Entry(
+            "/ui/jobs/retry",
+            {"POST": Method(ui_dead.retry_failed, UI, reads=REFRESH)},
+            other_methods=UI,
+        ),
+        Entry(
+            "/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI, reads=REFRESH)}, other_methods=UI
+        ),
+        # The buttons: back to their page, its refresh paused if it was.
+        Entry(
+            "/ui/jobs/{job_id}/cancel",
+            {"POST": Method(ui.cancel, UI, reads=REFRESH)},
+            other_methods=UI,
+        ),
+        Entry(
+            "/ui/jobs/{job_id}/retry",
+            {"POST": Method(ui.retry, UI, reads=REFRESH)},
+            other_methods=UI,
+        ),
+        Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI, reads=REFRESH)}, other_methods=UI),
         Entry(
             "/ui/schedules",
-            {"GET": Method(ui_schedules.page, UI, reads=("after",))},
+            {"GET": Method(ui_schedules.page, UI, reads=("after", *REFRESH))},
             other_methods=UI,
         ),
         Entry(
             "/ui/schedules/{name}/{action}",
-            {"POST": Method(ui_schedules.pause_or_resume, UI)},
+            {"POST": Method(ui_schedules.pause_or_resume, UI, reads=REFRESH)},
             other_methods=UI,
         ),
         # The built-in registry (REGISTRY_URL unset): what the Rust agent calls.

@@ -1,11 +1,12 @@
-"""The web UI at /ui: the jobs (newest first, filtered by status and node, paged), a job's
-page with its output, and the nodes with their queues and the background counters.
+"""The web UI at /ui: a job's page with its output, the nodes with their queues and the
+background counters, the login; the jobs list is ui_jobs.py's, the layout ui_layout.py's.
 
-Server-rendered HTML: no script, no build step, nothing from a CDN; list pages refresh
-themselves. With TINYAWS_API_KEY set it sits behind the key: the login form starts a
-session (ui_session.py: a random id in Redis with a TTL, ended by logout), wrong keys are
-counted per address (guesses.py), and every form that changes something carries a CSRF
-token bound to the session, or without a key to the deployment's secret.
+Server-rendered HTML: no script, no build step, nothing from a CDN; pages that change
+refresh themselves (ui_layout.py: paused with `refresh=off`). With TINYAWS_API_KEY set it
+sits behind the key: the login form starts a session (ui_session.py: a random id in Redis
+with a TTL, ended by logout), wrong keys are counted per address (guesses.py), and every form
+that changes something carries a CSRF token bound to the session, or without a key to the
+deployment's secret.
 """
 
 from __future__ import annotations
@@ -16,160 +17,29 @@ import time
 from collections.abc import Callable
 from html import escape
 from typing import Any
-from urllib.parse import urlencode
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import retries, ui_session
 from scheduler.api.guesses import too_many
-from scheduler.api.http import HTTPError, whole_number
-from scheduler.api.params import param
+from scheduler.api.http import HTTPError
 from scheduler.api.state import guesses as _guesses
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
-from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
 from scheduler.api.ui_forms import check_origin, checked_form, form_lists
 from scheduler.api.ui_forms import csrf as _csrf
+from scheduler.api.ui_layout import View, duration, page, status_badge, view_of
 from scheduler.models.fields import JobField, Kind
-from scheduler.models.job import (
-    FINAL_STATUSES,
-    JOB_FIELDS,
-    MAX_JOB_NUMBER,
-    NOT_STARTED,
-    STATUSES,
-    Job,
-    job_decoder,
-    job_number,
-)
+from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, NOT_STARTED, STATUSES, Job, job_decoder
 from scheduler.models.registry import Service
-from scheduler.models.wire import ID_RE, rfc3339
+from scheduler.models.wire import ID_RE
 from scheduler.nodes.placement import is_live
 from scheduler.store.errors import JobNotFound
 
-PAGE_SIZE = MAX_IDS  # 50: the failed list retries at most one page at once
 service_decoder = msgspec.json.Decoder(Service)
-REFRESH_SECS = 5
-
-STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8fa}
-header{background:#24292f;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center}
-header a{color:#fff;text-decoration:none;font-weight:600}
-header form{margin-left:auto}
-main{padding:16px}
-table{border-collapse:collapse;background:#fff;width:100%}
-th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#eaeef2}
-pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-height:40em}
-.st{padding:1px 6px;border-radius:8px;background:#eaeef2}
-.pending{background:#fff8c5}.delayed,.waiting{background:#fbefff}.running{background:#ddf4ff}.done{background:#dafbe1}
-.failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
-.paused{background:#fff1e5}.active{background:#dafbe1}
-.reason{background:#fff}.cancelled{text-decoration:line-through}.cancelling{background:#fff1e5}
-form.filters{margin-bottom:12px;display:flex;gap:8px;align-items:center}
-nav.pages{margin-top:12px;display:flex;gap:16px}
-.muted{color:#57606a}
-.notice{background:#ddf4ff;border:1px solid #54aeff;padding:8px}
-table.narrow{width:auto;min-width:20em}
-"""
-
-
-def page(request: Request, title: str, body: str, *, refresh: bool = False) -> HTMLResponse:
-    meta = f'<meta http-equiv="refresh" content="{REFRESH_SECS}">' if refresh else ""
-    logout = ""
-    if _settings(request).api_key:
-        logout = '<form method="post" action="/ui/logout"><button>Log out</button></form>'
-    html = (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{meta}'
-        f"<title>{escape(title)} · scheduler</title><style>{STYLE}</style></head><body>"
-        f'<header><a href="/ui/jobs">Jobs</a><a href="/ui/nodes">Nodes</a>'
-        f'<a href="/ui/schedules">Schedules</a>{logout}</header>'
-        f"<main><h1>{escape(title)}</h1>{body}</main></body></html>"
-    )
-    return HTMLResponse(html)  # no-store and the frame denial: ui_headers.py
-
-
-def status_badge(status: str) -> str:
-    return f'<span class="st {escape(status)}">{escape(status)}</span>'
-
-
-def job_status(job: Job) -> str:
-    """The status badge, and why the scheduler failed the job if it did (`failed
-    cancelled`): the wire status stays done or failed for the original clients."""
-    if not job.failure_reason:
-        return status_badge(job.status)
-    reason = escape(job.failure_reason)
-    return f'{status_badge(job.status)} <span class="st reason {reason}">{reason}</span>'
-
-
-def _filters(request: Request) -> tuple[str, str, int]:
-    status, node_id = param(request, "status"), param(request, "node_id")
-    raw_before = param(request, "before")
-    before = whole_number(raw_before, MAX_JOB_NUMBER)
-    if status and status not in STATUSES:
-        raise HTTPError(400, f"invalid status: use one of {', '.join(STATUSES)}")
-    if node_id and not ID_RE.fullmatch(node_id):
-        raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
-    if raw_before and before is None:
-        raise HTTPError(400, "invalid before: use a job number")
-    return status, node_id, before or 0
-
-
-def _filter_form(status: str, node_id: str) -> str:
-    options = "".join(
-        f'<option value="{s}"{" selected" if s == status else ""}>{s or "any status"}</option>'
-        for s in ("", *STATUSES)
-    )
-    return (
-        '<form class="filters" method="get" action="/ui/jobs">'
-        f'<select name="status" id="status">{options}</select>'
-        f'<input name="node_id" id="node_id" placeholder="node id" value="{escape(node_id)}">'
-        '<button id="filter">Filter</button></form>'
-    )
-
-
-def _job_row(job: Job) -> str:
-    link = f'<a href="/ui/jobs/{escape(job.job_id)}">{escape(job.job_id)}</a>'
-    command = job.command or job.deploy_url
-    short = command if len(command) <= 80 else command[:79] + "…"
-    cells = (
-        link,
-        escape(job.node_id),
-        job_status(job),
-        f"<code>{escape(short)}</code>",
-        escape(job.created_at),
-        escape(job.finished_at or ""),
-    )
-    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
-
-
-async def jobs_page(request: Request) -> Response:
-    status, node_id, before = _filters(request)
-    blobs = await _store(request).list(node_id, status, before, PAGE_SIZE + 1, newest=True)
-    jobs = [job_decoder.decode(blob) for blob in blobs]
-    shown = jobs[:PAGE_SIZE]
-    head = "".join(
-        f"<th>{h}</th>" for h in ("job", "node", "status", "command", "created", "finished")
-    )
-    rows = "".join(_job_row(job) for job in shown) or '<tr><td colspan="6">no jobs</td></tr>'
-    links = []
-    kept = {k: v for k, v in (("status", status), ("node_id", node_id)) if v}
-    if before:
-        links.append(f'<a id="newest" href="/ui/jobs?{urlencode(kept)}">Newest</a>')
-    if len(jobs) > PAGE_SIZE:
-        older = urlencode({**kept, "before": job_number(shown[-1].job_id) or 0})
-        links.append(f'<a id="older" href="/ui/jobs?{older}">Older</a>')
-    dead = retry_form(shown, await _csrf(request), node_id) if status == "failed" else ""
-    body = (
-        notice(request)
-        + _filter_form(status, node_id)
-        + dead
-        + f'<table id="jobs"><tr>{head}</tr>{rows}</table>'
-        + f'<nav class="pages">{"".join(links)}</nav>'
-    )
-    return page(request, "Jobs", body, refresh=not before)
 
 
 def _names_only(mapping: dict[str, str]) -> str:
@@ -182,7 +52,6 @@ def _names_only(mapping: dict[str, str]) -> str:
 # status comes right after job_id (what a look at the page is for), the outputs go below.
 _SHOWN_AS: dict[str, Callable[[Any], str]] = {
     "status": status_badge,
-    "node_id": lambda node: f'<a href="/ui/jobs?node_id={escape(node)}">{escape(node)}</a>',
     "command": lambda command: f"<code>{escape(command)}</code>",
     "job_type": lambda job_type: escape(job_type or "run"),
 }
@@ -194,27 +63,39 @@ _ROWS = sorted(
 )
 
 
-def _cell(field: JobField, value: Any) -> str:
+def _cell(field: JobField, value: Any, view: View | None = None) -> str:
+    view = view or View(paused=False, now=time.time())
     if field.name in _SHOWN_AS:
         return _SHOWN_AS[field.name](value)
+    if field.name == "node_id":
+        return f'<a href="{view.href("/ui/jobs", node_id=value)}">{escape(value)}</a>'
     if field.kind is Kind.OBJECT:  # env_vars, and any map a later field holds
         return _names_only(value or {})
     if field.kind is Kind.LIST:  # the ids a job waits for
-        return ", ".join(f'<a href="/ui/jobs/{escape(v)}">{escape(v)}</a>' for v in value or [])
+        return ", ".join(
+            f'<a href="{view.href(f"/ui/jobs/{v}")}">{escape(v)}</a>' for v in value or []
+        )
+    if field.kind is Kind.TIMESTAMP:
+        return view.when(value)
     if not field.required and value == field.empty:
         return ""  # what the API leaves out
     return escape(value if isinstance(value, str) else msgspec.json.encode(value).decode())
 
 
-def _job_fields(job: Job) -> list[tuple[str, str]]:
-    """(field, cell HTML) of every field of Job, with a row even when empty."""
-    return [(f.name, _cell(f, getattr(job, f.name))) for f in _ROWS]
+def _job_fields(job: Job, view: View) -> list[tuple[str, str]]:
+    """(field, cell HTML) of every field of Job, with a row even when empty, and how long
+    it ran after finished_at."""
+    rows = [(f.name, _cell(f, getattr(job, f.name), view)) for f in _ROWS]
+    at = next(i for i, (name, _) in enumerate(rows) if name == "finished_at") + 1
+    rows.insert(at, ("ran for", escape(duration(job, view.now))))
+    return rows
 
 
 async def job_page(request: Request) -> Response:
     job_id: str = request.path_params["job_id"]
     if not ID_RE.fullmatch(job_id):
         raise HTTPError(404, "job not found")
+    view = view_of(request)
     store = _store(request)
     # Sent together on the one connection: one round trip.
     found = await asyncio.gather(store.get(job_id), store.attempts(job_id), return_exceptions=True)
@@ -225,101 +106,97 @@ async def job_page(request: Request) -> Response:
     if not isinstance(blob, bytes) or not isinstance(attempts, list):
         raise HTTPError(404, "job not found")
     job = job_decoder.decode(blob)
-    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _job_fields(job))
-    body = f'<table id="job">{rows}</table>'
+    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _job_fields(job, view))
+    body = f'<div class="scroll"><table id="job">{rows}</table></div>'
     action = _ACTIONS.get(job.status)
     if action is not None:
         body += (
-            f'<form method="post" action="/ui/jobs/{escape(job.job_id)}/{action}">'
+            f'<form method="post" action="{view.href(f"/ui/jobs/{job.job_id}/{action}")}">'
             f'<input type="hidden" name="csrf" value="{await _csrf(request)}">'
             f'<button id="{action}">{action.capitalize()} this job</button></form>'
         )
-    body += attempts_section(attempts)
+    body += attempts_section(attempts, view)
     for name in _BELOW:
         body += f'<h2>{name}</h2><pre id="{name}">{escape(getattr(job, name))}</pre>'
-    return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES)
+    return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES, view=view)
 
 
 # The job page's button: what a job in each status offers (posted with the form's token).
 _ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry"}
 
 
-async def _posted_job_id(request: Request) -> str:
-    """The job of a button's POST, once its form's token is checked."""
+async def _posted_job_id(request: Request) -> tuple[str, str]:
+    """The job of a button's POST, once its form's token is checked, and the job's page to
+    go back to (its refresh paused if it was): every check before anything changes."""
     job_id: str = request.path_params["job_id"]
     if not ID_RE.fullmatch(job_id):
         raise HTTPError(404, "job not found")
+    back = view_of(request).url(f"/ui/jobs/{job_id}")
     await checked_form(request)
-    return job_id
+    return job_id, back
 
 
 async def cancel(request: Request) -> Response:
     """The job page's cancel button: DELETE /jobs/{id}, then back to the job."""
-    job_id = await _posted_job_id(request)
+    job_id, back = await _posted_job_id(request)
     await _store(request).cancel(job_id, time.time())
-    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
+    return RedirectResponse(back, status_code=303)
 
 
 async def retry(request: Request) -> Response:
     """The job page's retry button: POST /jobs/{id}/retry, then back to the job."""
-    job_id = await _posted_job_id(request)
+    job_id, back = await _posted_job_id(request)
     await retries.retry_one(request, job_id)
-    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
+    return RedirectResponse(back, status_code=303)
 
 
-def _ago(seen: float, now: float) -> str:
-    if not seen:
-        return ""
-    return f'{escape(rfc3339(seen))} <span class="muted">({max(0, now - seen):.0f} s ago)</span>'
-
-
-def _services_table(blobs: list[bytes]) -> str:
+def _services_table(blobs: list[bytes], view: View) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("service", "node", "status", "port", "pid", "since"))
     rows = []
     for blob in blobs:
         svc = service_decoder.decode(blob)
-        plain = (svc.id, svc.node_id, svc.status, str(svc.port), str(svc.pid), svc.created_at)
+        plain = (svc.id, svc.node_id, svc.status, str(svc.port), str(svc.pid))
         cells = [escape(text) for text in plain]
         cells[2] = status_badge(svc.status)
+        cells.append(view.when(svc.created_at))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     body = "".join(rows) or '<tr><td colspan="6">no services</td></tr>'
-    return f'<table id="services"><tr>{head}</tr>{body}</table>'
+    return f'<div class="scroll"><table id="services"><tr>{head}</tr>{body}</table></div>'
 
 
 async def nodes_page(request: Request) -> Response:
-    store = _store(request)
+    store, view = _store(request), view_of(request)
     # Sent together on the one connection: one round trip.
-    view, services = await asyncio.gather(store.overview(), store.services("", "", "key"))
-    now = time.time()
+    seen_all, services = await asyncio.gather(store.overview(), store.services("", "", "key"))
     ttl = _settings(request).node_ttl_secs
     rows = []
-    for node_id in sorted(view.queues):
-        pending, running = view.queues[node_id]
-        seen = view.last_seen.get(node_id, 0.0)
-        health = "healthy" if is_live(seen, now, ttl) else "unhealthy"
-        link = f'<a href="/ui/jobs?node_id={escape(node_id)}">{escape(node_id)}</a>'
-        cells = (link, status_badge(health), _ago(seen, now), str(pending), str(running))
+    for node_id in sorted(seen_all.queues):
+        pending, running = seen_all.queues[node_id]
+        seen = seen_all.last_seen.get(node_id, 0.0)
+        health = "healthy" if is_live(seen, view.now, ttl) else "unhealthy"
+        link = f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
+        cells = (link, status_badge(health), view.moment(seen), str(pending), str(running))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(
         f"<th>{h}</th>" for h in ("node", "health", "last heartbeat", "pending", "running")
     )
     nodes = "".join(rows) or '<tr><td colspan="5">no nodes</td></tr>'
     counts = "".join(
-        f'<tr><th><a href="/ui/jobs?status={s}">{s}</a></th><td>{view.by_status.get(s, 0)}</td>'
-        "</tr>"
+        f'<tr><th><a href="{view.href("/ui/jobs", status=s)}">{s}</a></th>'
+        f"<td>{seen_all.by_status.get(s, 0)}</td></tr>"
         for s in STATUSES
     )
-    stats = {**view.stats, "outbox (events not yet handed to SNS)": view.outbox}
+    stats = {**seen_all.stats, "outbox (events not yet handed to SNS)": seen_all.outbox}
     counters = "".join(
         f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in sorted(stats.items())
     )
     body = (
-        f'<table id="nodes"><tr>{head}</tr>{nodes}</table>'
-        f"<h2>Services</h2>{_services_table(services)}"
+        f'<div class="scroll"><table id="nodes"><tr>{head}</tr>{nodes}</table></div>'
+        f"<h2>Services</h2>{_services_table(services, view)}"
         f'<h2>Jobs by status</h2><table class="narrow" id="by-status">{counts}</table>'
         f'<h2>Background work</h2><table class="narrow" id="counters">{counters}</table>'
     )
-    return page(request, "Nodes", body, refresh=True)
+    return page(request, "Nodes", body, refresh=True, view=view)
 
 
 async def login_page(request: Request) -> Response:
@@ -368,4 +245,5 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 async def home(request: Request) -> Response:
-    return RedirectResponse("/ui/jobs", status_code=302)
+    # /ui?refresh=off stays paused
+    return RedirectResponse(view_of(request).url("/ui/jobs"), status_code=302)

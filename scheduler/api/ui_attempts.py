@@ -4,23 +4,27 @@ output tails below it as the page shows the job's output. Every value escaped.""
 
 from __future__ import annotations
 
+import time
 from html import escape
 
+from scheduler.api.ui_layout import View
 from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, attempts_decoder
 
 HEADINGS = ("attempt", "node", "started", "ended", "exit code", "reason")
 
 
-def attempts_section(blobs: list[bytes]) -> str:
+def attempts_section(blobs: list[bytes], view: View | None = None) -> str:
     """The "Attempts" heading and table of the attempts `blobs` (JSON each), oldest first."""
+    view = view or View(paused=False, now=time.time())
     attempts = attempts_decoder.decode(b"[" + b",".join(blobs) + b"]")
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
     rows = []
     for a in attempts:
         exit_code = "" if a.exit_code is None else str(a.exit_code)
-        started = a.started_at or "never started"
-        plain = (str(a.attempt), a.node_id, started, a.ended_at, exit_code)
-        cells = "".join(f"<td>{escape(text)}</td>" for text in plain)
+        plain = (escape(str(a.attempt)), escape(a.node_id))
+        started = view.when(a.started_at) if a.started_at else "never started"
+        shown = (*plain, started, view.when(a.ended_at), escape(exit_code))
+        cells = "".join(f"<td>{html}</td>" for html in shown)
         reason = f'<td><span class="st {escape(a.reason)}">{escape(a.reason)}</span></td>'
         rows.append(f'<tr id="attempt-{a.attempt}">{cells}{reason}</tr>')
         tails = [
@@ -37,4 +41,5 @@ def attempts_section(blobs: list[bytes]) -> str:
         f'<p class="muted">The last {ATTEMPT_TAIL_BYTES} bytes of each output; '
         "the job's own output is below.</p>"
     )
-    return f'<h2>Attempts</h2><table id="attempts"><tr>{head}</tr>{body}</table>{note}'
+    table = f'<div class="scroll"><table id="attempts"><tr>{head}</tr>{body}</table></div>'
+    return f"<h2>Attempts</h2>{table}{note}"

@@ -16,11 +16,12 @@ from scheduler.api import retries
 from scheduler.api.http import HTTPError, whole_number
 from scheduler.api.params import query_of
 from scheduler.api.ui_forms import FORM_BYTES, checked_form
+from scheduler.api.ui_layout import REFRESH, View, view_of
 from scheduler.models.job import Job
 from scheduler.models.wire import check_id
 from scheduler.store.scripts import codes
 
-MAX_IDS = 50  # one page of the jobs list (ui.PAGE_SIZE)
+MAX_IDS = 50  # one page of the jobs list (ui_jobs.PAGE_SIZE)
 # The page's ids at their longest, beside the token and the node filter.
 BODY_BYTES = FORM_BYTES + MAX_IDS * len("&job_id=" + "x" * 128)
 
@@ -33,7 +34,7 @@ NOTICES = (
 )
 
 
-def retry_form(jobs: list[Job], token: str, node_id: str) -> str:
+def retry_form(jobs: list[Job], token: str, node_id: str, view: View) -> str:
     """The failed list's button: retry the jobs this page shows (none: no button)."""
     if not jobs:
         return ""
@@ -44,7 +45,7 @@ def retry_form(jobs: list[Job], token: str, node_id: str) -> str:
         ids += f'<input type="hidden" name="node_id" value="{escape(node_id)}">'
     noun = "job" if len(jobs) == 1 else "jobs"
     return (
-        '<form class="filters" method="post" action="/ui/jobs/retry">'
+        f'<form class="filters" method="post" action="{view.href("/ui/jobs/retry")}">'
         f'<input type="hidden" name="csrf" value="{escape(token)}">{ids}'
         f'<button id="retry-failed">Retry these {len(jobs)} failed {noun}</button></form>'
     )
@@ -67,6 +68,7 @@ def notice(request: Request) -> str:
 async def retry_failed(request: Request) -> Response:
     """POST /ui/jobs/retry: retry the posted jobs (1 to MAX_IDS ids, the page's token), then
     back to the failed list (303). Bad ids are a 400 and nothing is retried."""
+    paused = view_of(request).paused  # checked before anything changes
     form = await checked_form(request, BODY_BYTES)
     job_ids = form.get("job_id", [])
     node_id = (form.get("node_id") or [""])[0]
@@ -82,4 +84,6 @@ async def retry_failed(request: Request) -> Response:
     counts["unplaced"] = done[codes.NO_NODES]
     counts["blocked"] = done[codes.BLOCKED]
     query.update((name, count) for name, count in counts.items() if count)
+    if paused:
+        query[REFRESH] = "off"
     return RedirectResponse(f"/ui/jobs?{urlencode(query)}", status_code=303)

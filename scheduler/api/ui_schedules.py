@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from html import escape
-from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -14,12 +13,13 @@ from starlette.responses import RedirectResponse, Response
 from scheduler.api.http import HTTPError
 from scheduler.api.params import param
 from scheduler.api.state import store as _store
-from scheduler.api.ui import _names_only, status_badge
-from scheduler.api.ui import page as ui_page
+from scheduler.api.ui import _names_only
 from scheduler.api.ui_forms import checked_form
 from scheduler.api.ui_forms import csrf as _csrf
+from scheduler.api.ui_layout import View, status_badge, view_of
+from scheduler.api.ui_layout import page as ui_page
 from scheduler.models.schedule import Schedule, paused, resumed, schedule_decoder
-from scheduler.models.wire import ID_RE, rfc3339
+from scheduler.models.wire import ID_RE
 
 PAGE_SIZE = 100
 HEADINGS = ("schedule", "runs", "missed ticks", "state", "next run", "last run", "job", "")
@@ -31,17 +31,17 @@ def _when(schedule: Schedule) -> str:
     return f"every {schedule.every_secs} s"
 
 
-def _button(schedule: Schedule, token: str) -> str:
+def _button(schedule: Schedule, token: str, view: View) -> str:
     action = "resume" if schedule.paused else "pause"
     name = escape(schedule.name)
     return (
-        f'<form method="post" action="/ui/schedules/{name}/{action}">'
+        f'<form method="post" action="{view.href(f"/ui/schedules/{schedule.name}/{action}")}">'
         f'<input type="hidden" name="csrf" value="{token}">'
         f'<button id="{action}-{name}">{action.capitalize()}</button></form>'
     )
 
 
-def _row(schedule: Schedule, token: str) -> str:
+def _row(schedule: Schedule, token: str, view: View) -> str:
     job = schedule.job
     command = str(job.get("command") or job.get("deploy_url") or "")
     short = command if len(command) <= 60 else command[:59] + "…"
@@ -49,16 +49,17 @@ def _row(schedule: Schedule, token: str) -> str:
     last = ""
     if schedule.last_job_id:
         last_id = escape(schedule.last_job_id)
-        last = f'<a href="/ui/jobs/{last_id}">{last_id}</a> {escape(schedule.last_run_at)}'
+        href = view.href(f"/ui/jobs/{schedule.last_job_id}")
+        last = f'<a href="{href}">{last_id}</a> {view.when(schedule.last_run_at)}'
     cells = (
         f'<span id="name-{escape(schedule.name)}">{escape(schedule.name)}</span>',
         _when(schedule),
         escape(schedule.catchup),
         status_badge("paused" if schedule.paused else "active"),
-        escape(rfc3339(schedule.next_tick)) if schedule.next_tick else "",
+        view.moment(schedule.next_tick),
         last,
         template,
-        _button(schedule, token),
+        _button(schedule, token, view),
     )
     return (
         f'<tr id="row-{escape(schedule.name)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
@@ -66,21 +67,21 @@ def _row(schedule: Schedule, token: str) -> str:
 
 
 async def page(request: Request) -> Response:
-    after = param(request, "after")
+    after, view = param(request, "after"), view_of(request)
     if after and not ID_RE.fullmatch(after):
         raise HTTPError(400, "invalid after: use a schedule name")
     stored = await _store(request).list_schedules(after, PAGE_SIZE + 1)
     schedules = [schedule_decoder.decode(s.record) for s in stored]
     token = await _csrf(request)
-    rows = "".join(_row(s, token) for s in schedules[:PAGE_SIZE])
+    rows = "".join(_row(s, token, view) for s in schedules[:PAGE_SIZE])
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
-    body = f'<table id="schedules"><tr>{head}</tr>'
+    body = f'<div class="scroll"><table id="schedules"><tr>{head}</tr>'
     body += rows or f'<tr><td colspan="{len(HEADINGS)}">no schedules</td></tr>'
-    body += "</table>"
+    body += "</table></div>"
     if len(schedules) > PAGE_SIZE:
-        more = urlencode({"after": schedules[PAGE_SIZE - 1].name})
-        body += f'<nav class="pages"><a id="next" href="/ui/schedules?{more}">Next</a></nav>'
-    return ui_page(request, "Schedules", body, refresh=True)
+        more = view.href("/ui/schedules", after=schedules[PAGE_SIZE - 1].name)
+        body += f'<nav class="pages"><a id="next" href="{more}">Next</a></nav>'
+    return ui_page(request, "Schedules", body, refresh=True, view=view)
 
 
 async def pause_or_resume(request: Request) -> Response:
@@ -89,10 +90,11 @@ async def pause_or_resume(request: Request) -> Response:
     action: str = request.path_params["action"]
     if action not in ("pause", "resume") or not ID_RE.fullmatch(name):
         raise HTTPError(404, "404 page not found")
+    back = view_of(request).url("/ui/schedules")  # checked before anything changes
     await checked_form(request)
     now = time.time()
     if action == "pause":
         await _store(request).change_schedule(name, paused)
     else:
         await _store(request).change_schedule(name, lambda s: resumed(s, now) if s.paused else s)
-    return RedirectResponse("/ui/schedules", status_code=303)
+    return RedirectResponse(back, status_code=303)

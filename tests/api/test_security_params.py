@@ -26,7 +26,13 @@ from scheduler.api.routes import TABLE
 from scheduler.api.routing import Access
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
-from tests.conftest import BOTH_FRONTS, ClientFactory, assert_json, assert_text_error
+from tests.conftest import (
+    BOTH_FRONTS,
+    ClientFactory,
+    assert_json,
+    assert_text_error,
+    assert_ui_error,
+)
 from tests.servers import lane_checked_client, serving
 
 KEY = "params-key"
@@ -46,6 +52,8 @@ VALUES = {
     "before": "job-9",
     "status_not": "running",
     "role": "compute",
+    "refresh": "off",
+    "q": "echo",
 }
 
 
@@ -187,6 +195,8 @@ def test_a_repeated_parameter_is_400_on_every_route_for_everyone(
             response = cluster.send(method, f"{path}?{query}", who)
             if method == "HEAD":
                 assert response.status_code == 400, query
+            elif path.startswith("/ui"):  # a page of the UI (api/ui_errors.py)
+                assert_ui_error(response, 400, f'parameter "{name}" given more than once')
             else:
                 assert_text_error(response, 400, f'parameter "{name}" given more than once')
     assert cluster.state() == before

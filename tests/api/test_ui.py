@@ -3,10 +3,22 @@ who may see them, that what they show is escaped, and that bad filters are 400s.
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from starlette.testclient import TestClient
 
+from scheduler.api import ui_jobs
 from scheduler.api.http import UI_COOKIE
-from tests.conftest import ClientFactory, assert_text_error, register, submit
+from scheduler.models.job import STATUSES
+from tests.conftest import (
+    ClientFactory,
+    assert_text_error,
+    assert_ui_error,
+    register,
+    report,
+    submit,
+)
 
 KEY = "ui-key"
 
@@ -53,7 +65,7 @@ def test_what_a_job_holds_is_escaped(client: TestClient) -> None:
 
 
 def test_bad_filters_are_400_and_unknown_jobs_404(client: TestClient) -> None:
-    assert_text_error(
+    assert_ui_error(
         client.get("/ui/jobs?status=nope"),
         400,
         "invalid status: use one of pending, delayed, waiting, running, done, failed, cancelling",
@@ -200,7 +212,7 @@ def test_the_bulk_retry_bounds_its_ids_and_changes_nothing_on_bad_input(
         ([dead, "<script>"], "invalid job_id: '<script>' is not a job id"),
     ):
         answer = api.post("/ui/jobs/retry", data={"csrf": token, "job_id": job_ids})
-        assert_text_error(answer, 400, message)
+        assert_ui_error(answer, 400, message)
     bad_node = {"csrf": token, "job_id": dead, "node_id": "../x"}
     assert api.post("/ui/jobs/retry", data=bad_node).status_code == 400
     huge = {"csrf": token, "job_id": [dead] * 50, "pad": "x" * 20000}
@@ -234,3 +246,249 @@ def test_the_bulk_retry_keeps_the_node_filter_and_reports_unplaced_jobs(
     assert (done.status_code, done.headers["location"]) == (303, location)
     assert "no healthy compute node" in api.get(location).text
     assert statuses(api, key, [dead]) == ["failed"]
+
+
+# The jobs page for operators (issue 25, item 6): what each row says, counts per status,
+# newer and older pages, the search, the refresh's pause, errors inside the layout.
+
+
+def rows_of(page: str) -> list[str]:
+    """The jobs table's rows (HTML), header left out."""
+    table = page.split('<table id="jobs">', 1)[1].split("</table>", 1)[0]
+    return table.split("<tr>")[2:]
+
+
+def ids_of(page: str) -> list[str]:
+    return re.findall(r'<td><a href="/ui/jobs/(job-\d+)[?"]', page)
+
+
+def cells_of(row: str) -> list[str]:
+    return re.findall(r"<td[^>]*>(.*?)</td>", row)
+
+
+def test_a_row_says_attempt_exit_code_run_time_and_times_on_hover(client: TestClient) -> None:
+    register(client, "n1")
+    done = submit(client, command="echo done")["job_id"]
+    retried = submit(client, command="echo again", max_retries=1)["job_id"]
+    submit(client, command="echo waits")
+    report(client, done, "running")
+    report(client, done, "done", exit_code=0)
+    report(client, retried, "running")
+    report(client, retried, "failed", exit_code=3)  # retried: pending again, attempt 2
+    report(client, retried, "running")
+    page = client.get("/ui/jobs").text
+    heads = re.findall(r"<th>(.*?)</th>", page.split('<table id="jobs">')[1].split("</tr>")[0])
+    assert heads == [
+        "job", "node", "status", "command", "attempt", "exit code", "created", "ran for",
+        "finished",
+    ]  # fmt: skip
+    waits, again, first = (cells_of(row) for row in rows_of(page))
+    assert first[4:6] == ["1", "0"] and 'title="0 retries"' in rows_of(page)[2]
+    assert again[4:6] == ["2", ""] and 'title="1 retry"' in rows_of(page)[1]
+    assert waits[4:] == ["1", "", waits[6], "", ""]  # never ran: no exit, no run time
+    assert re.fullmatch(r"\d+ ms|[\d.]+ s", first[7]), first[7]
+    assert first[8].endswith(("ago</time>", "just now</time>"))
+    assert again[7].endswith(" so far")  # running: how long so far
+    # A time is relative, the exact one in its title (a hover shows it): no microseconds.
+    created = re.fullmatch(r'<time datetime="([^"]+)" title="([^"]+)">(.*)</time>', first[6])
+    assert created is not None
+    stamp, exact, said = created.groups()
+    assert stamp == client.get(f"/jobs/{done}").json()["created_at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", exact)
+    assert said == "just now" or said.endswith(" ago")
+    assert ".0" not in said and stamp not in page.split("</time>")[-1]
+
+
+def test_span_reads_as_people_say_it() -> None:
+    from scheduler.api.ui_layout import span
+
+    cases = {
+        0.25: "250 ms",
+        0.0: "0 ms",
+        1.5: "1.5 s",
+        3.0: "3 s",
+        42.0: "42 s",
+        185.0: "3 min 5 s",
+        3600.0: "1 h",
+    }
+    cases |= {7830.0: "2 h 10 min", 3 * 86400 + 4 * 3600 + 5: "3 d 4 h", 86400 + 59: "1 d"}
+    assert {secs: span(secs) for secs in cases} == cases
+
+
+def test_counts_per_status_link_to_their_lists(client: TestClient) -> None:
+    register(client, "n1", "n2")
+    for _ in range(3):
+        submit(client, command="x")  # job-1, job-3 on n1; job-2 on n2
+    report(client, "job-1", "running")
+    page = client.get("/ui/jobs").text
+    counts = dict(re.findall(r'id="count-(\w+)"[^>]*>\w+ (\d+)</a>', page))
+    assert counts == {
+        "all": "3", "pending": "2", "delayed": "0", "waiting": "0", "running": "1",
+        "done": "0", "failed": "0", "cancelling": "0",
+    }  # fmt: skip
+    assert '<a id="count-running" href="/ui/jobs?status=running">running 1</a>' in page
+    # One node's counts, its filter kept on every link; the list shown is marked.
+    node = client.get("/ui/jobs?node_id=n1&status=pending").text
+    assert '<a id="count-all" href="/ui/jobs?node_id=n1">all 2</a>' in node
+    assert (
+        'id="count-pending" class="current" href="/ui/jobs?status=pending&amp;node_id=n1"' in node
+    )
+    assert "pending 1</a>" in node and "running 1</a>" in node
+
+
+def test_pages_go_older_and_newer(client: TestClient) -> None:
+    register(client, "n1")
+    for n in range(120):
+        submit(client, command=f"echo {n}")
+    first = client.get("/ui/jobs").text
+    assert ids_of(first) == [f"job-{n}" for n in range(120, 70, -1)]
+    assert 'id="newer"' not in first and 'id="newest"' not in first
+    older = re.search(r'id="older" href="([^"]+)"', first)
+    assert older and older.group(1) == "/ui/jobs?before=71"
+    second = client.get(older.group(1)).text
+    assert ids_of(second) == [f"job-{n}" for n in range(70, 20, -1)]
+    assert 'id="newer" href="/ui/jobs?after=70"' in second
+    third = client.get("/ui/jobs?before=21").text
+    assert ids_of(third) == [f"job-{n}" for n in range(20, 0, -1)] and 'id="older"' not in third
+    back = client.get("/ui/jobs?after=20").text
+    assert ids_of(back) == ids_of(second)
+    assert (
+        'id="newer" href="/ui/jobs?after=70"' in back
+        and 'id="older" href="/ui/jobs?before=21"' in back
+    )
+    top = client.get("/ui/jobs?after=70").text
+    assert ids_of(top) == ids_of(first) and 'id="newer"' not in top
+    assert 'id="older" href="/ui/jobs?before=71"' in top
+    # The filters stay on the links; a page not the newest does not refresh itself.
+    filtered = client.get("/ui/jobs?status=pending&before=71").text
+    assert 'id="newer" href="/ui/jobs?status=pending&amp;after=70"' in filtered
+    assert 'http-equiv="refresh"' in first and 'http-equiv="refresh"' not in second
+    for bad in ("before=1&after=2", "after=x", "after=-1", "after=job-", "q=x&after=3"):
+        assert client.get(f"/ui/jobs?{bad}").status_code == 400, bad
+
+
+def test_search_finds_commands_by_substring(client: TestClient) -> None:
+    register(client, "n1")
+    commands = [
+        "echo alpha",
+        'say "hi" \\ there',
+        "printf 'caf\u00e9\\n'",
+        "backup --db=Alpha",
+        "x" * 3000 + " needle-at-the-end",
+        "50%d done",
+    ]
+    for command in commands:
+        submit(client, command=command, env_vars={"V": "alpha-in-env"})
+    submit(client, command="echo plain", env_vars={"ALPHA": "1"})
+    report(client, "job-7", "running")
+    report(client, "job-7", "done", exit_code=0, stdout="alpha in the output")
+
+    def found(query: str) -> list[str]:
+        page = client.get("/ui/jobs", params={"q": query})
+        assert page.status_code == 200, page.text
+        return ids_of(page.text)
+
+    assert found("alpha") == ["job-4", "job-1"]  # ASCII case ignored; env and output not
+    assert found('"hi" \\') == ["job-2"]  # quotes and backslashes as typed
+    assert found("caf\u00e9\\n") == ["job-3"]
+    assert found("needle-at-the-end") == ["job-5"]  # past the head read first
+    assert found("%d") == ["job-6"] and found(".") == []  # plain text, not a Lua pattern
+    assert found("nowhere") == []
+    page = client.get("/ui/jobs?q=alpha&status=pending").text
+    assert ids_of(page) == ["job-4", "job-1"]
+    assert "Searched the 6 most recent jobs of this list (at most 5,000 a page)" in page
+    assert 'id="q" type="search"' in page and 'value="alpha"' in page
+    assert 'http-equiv="refresh"' not in page  # a search does not run again every 5 s
+    assert client.get("/ui/jobs", params={"q": "x" * 201}).status_code == 400
+    assert client.get("/ui/jobs", params={"q": "a\tb"}).status_code == 400
+
+
+def test_a_search_looks_through_a_bounded_number_of_jobs(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At most SEARCH_SCAN jobs a page, newest first; "Search older jobs" goes on from the
+    last one looked at, and a full page pages on from its last job."""
+    monkeypatch.setattr(ui_jobs, "SEARCH_SCAN", 10)
+    register(client, "n1")
+    for n in range(1, 31):
+        submit(client, command="hit" if n in (3, 25) else "miss")
+    first = client.get("/ui/jobs?q=hit").text
+    assert ids_of(first) == ["job-25"]
+    assert "Searched the 10 most recent jobs of this list (at most 10 a page)" in first
+    assert 'id="search-older" href="/ui/jobs?q=hit&amp;before=21"' in first
+    second = client.get("/ui/jobs?q=hit&before=21").text
+    assert ids_of(second) == [] and "Searched the 10 most recent jobs before job-21" in second
+    third = client.get("/ui/jobs?q=hit&before=11").text
+    assert ids_of(third) == ["job-3"] and 'id="search-older"' not in third
+    assert "Searched the 10 most recent jobs before job-11" in third
+    monkeypatch.setattr(ui_jobs, "PAGE_SIZE", 1)  # a full page: Older, from its last job
+    monkeypatch.setattr(ui_jobs, "SEARCH_SCAN", 100)
+    full = client.get("/ui/jobs?q=hit").text
+    assert ids_of(full) == ["job-25"] and 'id="older" href="/ui/jobs?q=hit&amp;before=25"' in full
+
+
+def test_the_refresh_pauses_and_stays_paused_across_pages(client: TestClient) -> None:
+    register(client, "n1")
+    submit(client, command="x")
+    live = client.get("/ui/jobs?status=pending").text
+    assert '<meta http-equiv="refresh" content="5">' in live
+    assert '<a id="pause" href="/ui/jobs?status=pending&amp;refresh=off">' in live
+    paused = client.get("/ui/jobs?status=pending&refresh=off").text
+    assert 'http-equiv="refresh"' not in paused
+    assert '<a id="resume" href="/ui/jobs?status=pending">Resume refresh</a>' in paused
+    for kept in (
+        '<a href="/ui/jobs?refresh=off">Jobs</a>',
+        '<a href="/ui/nodes?refresh=off">Nodes</a>',
+        '<a href="/ui/schedules?refresh=off">Schedules</a>',
+        '<a href="/ui/jobs/job-1?refresh=off">job-1</a>',
+        '<input type="hidden" name="refresh" value="off">',
+        'href="/ui/jobs?status=running&amp;refresh=off"',
+    ):
+        assert kept in paused, kept
+    for path in ("/ui/jobs/job-1", "/ui/nodes", "/ui/schedules"):
+        assert 'http-equiv="refresh"' in client.get(path).text, path
+        still = client.get(f"{path}?refresh=off").text
+        assert 'http-equiv="refresh"' not in still and 'id="resume"' in still, path
+    home = client.get("/ui?refresh=off", follow_redirects=False)
+    assert home.headers["location"] == "/ui/jobs?refresh=off"
+    # A button of a paused page goes back to it paused; a bad value changes nothing.
+    job = client.get("/ui/jobs/job-1?refresh=off").text
+    assert 'action="/ui/jobs/job-1/cancel?refresh=off"' in job
+    token = job.split('name="csrf" value="')[1].split('"')[0]
+    bad = client.post("/ui/jobs/job-1/cancel?refresh=x", data={"csrf": token})
+    assert bad.status_code == 400 and client.get("/jobs/job-1").json()["status"] == "pending"
+    done = client.post(
+        "/ui/jobs/job-1/cancel?refresh=off", data={"csrf": token}, follow_redirects=False
+    )
+    assert (done.status_code, done.headers["location"]) == (303, "/ui/jobs/job-1?refresh=off")
+    assert client.get("/jobs/job-1").json()["failure_reason"] == "cancelled"
+    assert_ui_error(
+        client.get("/ui/jobs?refresh=on"),
+        400,
+        "invalid refresh: use refresh=off to pause, or leave it out",
+    )
+
+
+def test_errors_are_pages_of_the_ui_with_the_navigation(make_client: ClientFactory) -> None:
+    api = make_client(api_key=KEY, auth_failures_max=1)
+    api.post("/nodes/register", json={"id": "n1"})
+    assert api.post("/ui/login", data={"key": KEY}).status_code == 200
+    assert_ui_error(api.get("/ui/jobs/job-404"), 404, "job not found")
+    bad = api.get("/ui/jobs?status=nope")
+    assert_ui_error(bad, 400, "invalid status: use one of " + ", ".join(STATUSES))
+    assert_ui_error(api.get("/ui/nothing-here"), 404, "404 page not found")
+    forged = api.post("/ui/jobs/job-1/cancel", data={"csrf": "x"})
+    assert_ui_error(forged, 403, "forbidden: the form's token is missing or stale")
+    assert "Log out" in forged.text
+    page = api.get("/ui/jobs/job-404").text
+    assert "<title>404 Not Found · scheduler</title>" in page
+    assert '<a href="/ui/jobs">Back to the jobs</a>' in page
+    # The login's throttle: its Retry-After kept, the page in the layout.
+    other = make_client(api_key=KEY, auth_failures_max=1)
+    assert other.post("/ui/login", data={"key": "wrong"}).status_code == 401
+    throttled = other.post("/ui/login", data={"key": "wrong"})
+    assert throttled.status_code == 429 and int(throttled.headers["retry-after"]) >= 1
+    assert 'id="error"' in throttled.text and "<header>" in throttled.text
+    # The API's own errors stay the original's plain text.
+    operator = {"Authorization": f"Bearer {KEY}"}
+    assert_text_error(api.get("/jobs/job-404", headers=operator), 404, "job not found")

@@ -5,8 +5,10 @@ the failed list's bulk retry."""
 
 from __future__ import annotations
 
+import base64
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -155,7 +157,7 @@ def test_the_nodes_page_shows_health_and_queues(api: str, ui: WebDriver) -> None
     }
     assert set(rows) == {"node-a", "node-b"}
     health, seen, pending, running = rows["node-a"]
-    assert health == "healthy" and "s ago" in seen
+    assert health == "healthy" and (seen == "just now" or seen.endswith(" ago"))
     assert (pending, running) == (str((JOBS + 1) // 2 - 1), "0")  # job-1 is done
     assert rows["node-b"][2] == str(JOBS // 2)
     services = ui.find_element(By.ID, "services").text
@@ -237,7 +239,11 @@ def test_a_jobs_page_shows_its_attempts(api: str, ui: WebDriver) -> None:
         ["1", "node-a", "3", "failed"],
         ["2", "node-a", "0", "done"],
     ]
-    assert all(row[2] and row[3] and row[2] <= row[3] for row in rows)  # started, ended
+    times = [
+        [t.get_attribute("datetime") for t in row.find_elements(By.TAG_NAME, "time")]
+        for row in ui.find_elements(By.CSS_SELECTOR, '#attempts tr[id^="attempt-"]')
+    ]
+    assert all(len(row) == 2 and row[0] <= row[1] for row in times)  # started, ended
     tails = [pre.text for pre in ui.find_elements(By.CSS_SELECTOR, "#attempts pre")]
     # The record keeps a retried attempt's stderr (as it did): the second attempt, whose
     # report sent none, ends with it.
@@ -269,6 +275,150 @@ def test_the_failed_list_retries_its_dead_set(api: str, ui: WebDriver) -> None:
     assert not ui.find_elements(By.ID, "retry-failed")
     for job_id in dead:
         assert httpx.get(f"{api}/jobs/{job_id}", headers=OPERATOR).json()["status"] == "pending"
+
+
+# Screenshots of each page at a desktop's and a phone's width, kept after the run for a
+# look (the repository ignores the directory).
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
+WIDTHS = {"desktop": 1280, "phone": 390}
+
+
+def ran(api: str, job: dict[str, str], *reports: dict[str, object]) -> None:
+    """The agent's reports on `job`, one after the other."""
+    for body in reports:
+        answer = httpx.patch(f"{api}/jobs/{job['job_id']}", json=body, headers=OPERATOR)
+        assert answer.is_success, answer.text
+
+
+def load(browser: WebDriver, url: str) -> None:
+    browser.get(url)
+    WebDriverWait(browser, 20).until(
+        lambda d: d.execute_script("return document.readyState") == "complete"
+    )
+
+
+def shoot(browser: WebDriver, name: str, width: int) -> None:
+    """A screenshot of the whole page (Chromium's DevTools: beyond the window's height) at
+    `width`, and no page wider than the screen: wide tables scroll inside their box."""
+    layout = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": width, "height": min(layout["height"], 6000), "scale": 1}
+    shot = browser.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / f"{name}-{width}.png").write_bytes(base64.b64decode(shot["data"]))
+    wide = browser.execute_script("return document.documentElement.scrollWidth")
+    assert wide <= width, (name, width, wide)
+
+
+def cells(browser: WebDriver, job_id: str) -> dict[str, str]:
+    """The jobs table's row of `job_id`, by heading."""
+    heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#jobs tr th")]
+    for row in browser.find_elements(By.CSS_SELECTOR, "#jobs tr"):
+        tds = row.find_elements(By.TAG_NAME, "td")
+        if tds and tds[0].text == job_id:
+            return dict(zip(heads, [td.text for td in tds], strict=True))
+    raise AssertionError(f"{job_id} not listed")
+
+
+def test_each_page_shows_what_operators_read_at_both_widths(api: str, ui: WebDriver) -> None:
+    """A job done with its exit code, one failed after a retry, one running: the jobs list
+    (attempt, exit code, run time, times on hover, counts), a search, a job's page, the failed
+    list, the nodes, the schedules and a 404 inside the layout, each screenshot at 1280 and
+    390 px (ARTIFACTS)."""
+    post = lambda body: httpx.post(f"{api}/jobs", json=body, headers=OPERATOR).json()  # noqa: E731
+    done = post({"command": "python3 train.py --epochs 3 <fast>"})
+    ran(api, done, {"status": "running"}, {"status": "done", "exit_code": 0, "stdout": "ok\n"})
+    failed = post({"command": "./flaky.sh", "max_retries": 1})
+    ran(api, failed, {"status": "running"}, {"status": "failed", "exit_code": 3})
+    ran(api, failed, {"status": "running"}, {"status": "failed", "exit_code": 4, "stderr": "boom"})
+    running = post({"command": "sleep 600"})
+    ran(api, running, {"status": "running"})
+    nightly = {"name": "ops-nightly", "cron": "0 3 * * *", "job": {"command": "backup"}}
+    assert httpx.post(f"{api}/schedules", json=nightly, headers=OPERATOR).status_code == 201
+    for node in ("node-a", "node-b"):  # live now, however long the tests before took
+        beat = httpx.post(f"{api}/nodes/heartbeat", json={"id": node}, headers=OPERATOR)
+        assert beat.is_success
+
+    pages = {
+        "jobs": "/ui/jobs?refresh=off",
+        "search": "/ui/jobs?q=TRAIN&refresh=off",
+        "job": f"/ui/jobs/{failed['job_id']}?refresh=off",
+        "failed": "/ui/jobs?status=failed&refresh=off",
+        "nodes": "/ui/nodes?refresh=off",
+        "schedules": "/ui/schedules?refresh=off",
+        "not-found": "/ui/jobs/job-999999",
+    }
+    for width in WIDTHS.values():
+        browser_width(ui, width)
+        for name, path in pages.items():
+            load(ui, f"{api}{path}")
+            check_page(ui, name, done, failed, running)
+            shoot(ui, name, width)
+
+
+def browser_width(browser: WebDriver, width: int) -> None:
+    browser.set_window_size(width, 900)
+
+
+def check_page(
+    ui: WebDriver, name: str, done: dict[str, str], failed: dict[str, str], running: dict[str, str]
+) -> None:
+    """What each page of the tour must show (the DOM, as the browser built it)."""
+    assert [a.text for a in ui.find_elements(By.CSS_SELECTOR, "header nav a")] == [
+        "Jobs",
+        "Nodes",
+        "Schedules",
+    ]
+    if name == "jobs":
+        row = cells(ui, done["job_id"])
+        assert (row["status"], row["attempt"], row["exit code"]) == ("done", "1", "0")
+        assert row["ran for"].endswith(("ms", " s")) and row["command"].endswith("<fast>")
+        again = cells(ui, failed["job_id"])
+        assert (again["status"], again["attempt"], again["exit code"]) == ("failed", "2", "4")
+        now = cells(ui, running["job_id"])
+        assert now["status"] == "running" and now["ran for"].endswith(" so far")
+        assert now["exit code"] == "" and now["finished"] == ""
+        created = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2) time")
+        assert created.text == "just now" or created.text.endswith(" ago")
+        assert created.get_attribute("title").endswith(" UTC")  # the exact time, on hover
+        counts = ui.find_element(By.ID, "counts").text
+        assert "running 1" in counts and "failed" in counts and "all" in counts
+        assert ui.find_element(By.ID, "resume").text == "Resume refresh"
+        assert not ui.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
+        assert ui.find_element(By.ID, "older").get_attribute("href").endswith("refresh=off")
+    elif name == "search":
+        assert [a.text for a in ui.find_elements(By.CSS_SELECTOR, "#jobs td:first-child a")] == [
+            done["job_id"]
+        ]
+        assert "most recent jobs" in ui.find_element(By.ID, "searched").text
+    elif name == "job":
+        fields = {
+            row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
+            for row in ui.find_elements(By.CSS_SELECTOR, "#job tr")
+        }
+        assert (fields["status"], fields["exit_code"], fields["retry_count"]) == (
+            "failed",
+            "4",
+            "1",
+        )
+        assert fields["ran for"] and fields["finished_at"].endswith(("ago", "just now"))
+        attempts = ui.find_elements(By.CSS_SELECTOR, '#attempts tr[id^="attempt-"]')
+        assert [a.find_elements(By.TAG_NAME, "td")[4].text for a in attempts] == ["3", "4"]
+    elif name == "failed":
+        assert cells(ui, failed["job_id"])["attempt"] == "2"
+        assert ui.find_element(By.ID, "retry-failed").is_displayed()
+    elif name == "nodes":
+        assert "healthy" in ui.find_element(By.ID, "nodes").text
+        seen = ui.find_element(By.CSS_SELECTOR, "#nodes time")
+        assert seen.get_attribute("title").endswith(" UTC")
+    elif name == "schedules":
+        nightly = ui.find_element(By.ID, "row-ops-nightly")
+        assert "0 3 * * * UTC" in nightly.text and " in " in nightly.text  # its next run
+        assert nightly.find_element(By.TAG_NAME, "time").get_attribute("title").endswith(" UTC")
+    elif name == "not-found":
+        assert ui.find_element(By.ID, "error").text == "job not found"
+        assert ui.find_element(By.TAG_NAME, "h1").text == "404 Not Found"
 
 
 def session_of(browser: WebDriver) -> str:

@@ -240,6 +240,37 @@ ENDING_TABLE = (
     + "}"
 )
 
+# The ids of the index answering GET /jobs with these filters (each may be ""): LIST's page,
+# and the jobs the UI's search looks through (SEARCH). In job number order ("asc": numbers
+# above `bound`), or newest first ("desc": below `bound`, 0 from the newest). A node's pending
+# jobs are listed in its queue's order instead (life.py queue_score: higher priority first,
+# oldest first within one; "desc" from the back), from the place of job-`bound` in it (its
+# number and priority: priority 0 for a job not stored), so a page starts just after the
+# last job of the one before. At most `limit` ids.
+LISTING = """
+local function listing_ids(node, status, bound, order, limit)
+  local index = K.all_jobs
+  if node ~= "" and status ~= "" then
+    index = K.node_status(node, status)
+  elseif node ~= "" then
+    index = K.node_jobs(node)
+  elseif status ~= "" then
+    index = K.status(status)
+  end
+  local from = "(" .. bound
+  if bound == "0" then
+    from = order == "desc" and "+inf" or "-inf"
+  elseif node ~= "" and status == "pending" then
+    local job = load_job("job-" .. bound)
+    from = string.format("(%.17g", queue_score(tonumber(bound), job and job.priority))
+  end
+  if order == "desc" then
+    return redis.call("ZREVRANGEBYSCORE", index, from, "-inf", "LIMIT", 0, limit)
+  end
+  return redis.call("ZRANGEBYSCORE", index, from, "+inf", "LIMIT", 0, limit)
+end
+"""
+
 # A compute node deleted from the built-in registry stays in nodes:compute, as lost long ago,
 # only while jobs not ended are bound to it, for the node-loss rule to find them (LOSE_RUNNING,
 # REQUEUE_LOST; a waiting or delayed job becomes pending on its node later). Then it leaves,
@@ -286,6 +317,7 @@ LIBRARY: dict[str, str] = dict(
         WAKE,
         ATTEMPTS,
         LIFE,
+        LISTING,
         GONE,
     )
     for pair in _split(chunk)

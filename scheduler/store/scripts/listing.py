@@ -1,7 +1,10 @@
-"""The listing scripts, each with its call: GET /jobs, and GET /jobs/{id}/attempts."""
+"""The listing scripts, each with its call: GET /jobs, GET /jobs/{id}/attempts, and the web
+UI's jobs page (its search, its counts per status)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.nodes.placement import NoHealthyNodes, Placement
@@ -15,35 +18,9 @@ LIST = Script(
     "LIST",
     "node status bound limit budget order",
     """
--- A page of the index that answers GET /jobs with these filters (each may be ""), in job
--- number order ("asc": numbers above `bound`), or newest first ("desc": below `bound`, 0 from
--- the newest). A node's pending jobs are listed in its queue's order instead (life.py
--- queue_score: higher priority first, oldest first within one; "desc" from the back), from
--- the place of job-`bound` in it (its number and priority: priority 0 for a job not stored),
--- so a page starts just after the last job of the one before. A page stops at `limit` jobs
--- or `budget` bytes. Returns job JSON strings.
-local index = K.all_jobs
-if node ~= "" and status ~= "" then
-  index = K.node_status(node, status)
-elseif node ~= "" then
-  index = K.node_jobs(node)
-elseif status ~= "" then
-  index = K.status(status)
-end
-local from = "(" .. bound
-if bound == "0" then
-  from = order == "desc" and "+inf" or "-inf"
-elseif node ~= "" and status == "pending" then
-  local job = load_job("job-" .. bound)
-  from = string.format("(%.17g", queue_score(tonumber(bound), job and job.priority))
-end
-local ids
-if order == "desc" then
-  ids = redis.call("ZREVRANGEBYSCORE", index, from, "-inf", "LIMIT", 0, limit)
-else
-  ids = redis.call("ZRANGEBYSCORE", index, from, "+inf", "LIMIT", 0, limit)
-end
-return get_jobs(ids, tonumber(budget))
+-- A page of GET /jobs (library.py listing_ids says which jobs, in which order); it stops at
+-- `limit` jobs or `budget` bytes. Returns job JSON strings.
+return get_jobs(listing_ids(node, status, bound, order, limit), tonumber(budget))
 """,
     blobs,
     read_only=True,
@@ -116,3 +93,117 @@ def pick_node(placement: Placement, now: float, node_ttl: float) -> Call[str]:
     return PICK_NODE.call(
         mode=placement.mode, now=now, node_ttl=node_ttl, candidates=placement.candidates
     )
+
+
+# How much of a record SEARCH reads first: its command comes after job_id, node_id and
+# instance_id (ids of 128 characters at most), so a short one ends within it.
+SEARCH_HEAD_BYTES = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A search's page (SEARCH): the jobs found, how many jobs were looked through, the
+    number of the last one looked at (0: none), where a search of older jobs goes on, and
+    whether the listing holds older jobs than those looked through."""
+
+    jobs: list[bytes]
+    looked: int
+    last: int
+    more: bool
+
+
+def _found(reply: list[Any]) -> Found:
+    looked, last, more, *jobs = reply
+    return Found(blobs(jobs), int(looked), int(last), bool(more))
+
+
+SEARCH = Script(
+    "SEARCH",
+    "node status bound needle scan limit budget",
+    f"""
+-- The web UI's search: of the `scan` jobs the newest-first listing with these filters holds
+-- from `bound` (library.py listing_ids), those whose command holds `needle` (given in lower
+-- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. Only
+-- a record's head is read: in a record's JSON a `,"` never falls inside a string (each quote
+-- in one is escaped), so the first after the command's opening quote ends it; a command
+-- longer than the head is read with a head 8 times larger, until it ends. The cost is
+-- bounded by `scan` (and the commands' length), not by the jobs stored or their output.
+-- Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0), job JSON,
+-- ...}}
+local function command_of(key)
+  local size = {SEARCH_HEAD_BYTES}
+  local head = redis.call("GETRANGE", key, 0, size - 1)
+  local from = string.find(head, '"command":"', 1, true)
+  if not from then return "" end
+  from = from + 11
+  local stop = string.find(head, ',"', from, true)
+  while not stop and #head == size do  -- a longer command: a head 8 times larger
+    size = size * 8
+    head = redis.call("GETRANGE", key, 0, size - 1)
+    stop = string.find(head, ',"', from, true)
+  end
+  if not stop then return "" end
+  local raw = string.sub(head, from, stop - 2)
+  if not string.find(raw, "\\92", 1, true) then return raw end  -- no backslash: no escape
+  return cjson.decode('"' .. raw .. '"')
+end
+
+local found, looked, last = {{}}, 0, "job-0"
+local ids = listing_ids(node, status, bound, "desc", tonumber(scan) + 1)
+for i, id in ipairs(ids) do
+  if i > tonumber(scan) then break end
+  looked = looked + 1
+  last = id
+  if string.find(string.lower(command_of(K.job(id))), needle, 1, true) then
+    found[#found + 1] = id
+    if #found >= tonumber(limit) then break end
+  end
+end
+local out = get_jobs(found, tonumber(budget))
+table.insert(out, 1, #ids > looked and 1 or 0)
+table.insert(out, 1, tonumber(string.sub(last, 5)))
+table.insert(out, 1, looked)
+return out
+""",
+    _found,
+    read_only=True,
+)
+
+
+def search(
+    node_id: str, status: str, bound: int, needle: str, scan: int, limit: int, budget: int
+) -> Call[Found]:
+    """Up to `limit` of the `scan` newest jobs before job-`bound` (0: from the newest) with
+    these filters whose command holds `needle`, ignoring ASCII case."""
+    return SEARCH.call(
+        node=node_id,
+        status=status,
+        bound=bound,
+        needle=needle.encode().lower().decode(),  # ASCII only, as Lua's string.lower
+        scan=scan,
+        limit=limit,
+        budget=budget,
+    )
+
+
+COUNTS = Script(
+    "COUNTS",
+    "node *statuses",
+    """
+-- The web UI's jobs page: how many jobs each status holds, of one node or of all, and how
+-- many in all. Returns {all, count of each of `statuses`, ...}
+local out = {redis.call("ZCARD", node == "" and K.all_jobs or K.node_jobs(node))}
+for _, status in ipairs(statuses) do
+  local index = node == "" and K.status(status) or K.node_status(node, status)
+  out[#out + 1] = redis.call("ZCARD", index)
+end
+return out
+""",
+    lambda reply: [int(count) for count in reply],
+    read_only=True,
+)
+
+
+def counts(node_id: str, statuses: Sequence[str]) -> Call[list[int]]:
+    """[all jobs, then each status's] of `node_id`'s jobs ("": every node's)."""
+    return COUNTS.call(node=node_id, statuses=statuses)

@@ -1,0 +1,234 @@
+"""The web UI's jobs page (/ui/jobs): the jobs newest first, filtered by status and node, with
+their counts per status, paged newer and older, and searched by command.
+
+One Redis round trip a page whatever the number of jobs: the page (LIST, or SEARCH) and the
+counts (COUNTS) are sent together on the one connection. A search looks through at most
+SEARCH_SCAN jobs of the filtered listing, newest first from the page's place, reading only
+each record's head (store/scripts/listing.py SEARCH), and says how many it looked through;
+"search older jobs" goes on from the last one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from html import escape
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from scheduler.api.http import HTTPError, whole_number
+from scheduler.api.params import param
+from scheduler.api.state import settings as _settings
+from scheduler.api.state import store as _store
+from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
+from scheduler.api.ui_forms import csrf as _csrf
+from scheduler.api.ui_layout import View, duration, job_status, page, view_of
+from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, Job, job_decoder, job_number
+from scheduler.models.wire import ID_RE
+from scheduler.store.scripts import listing
+
+PAGE_SIZE = MAX_IDS  # 50: the failed list retries at most one page at once
+# The jobs one search looks through: 8 to 10 ms of Redis time with usual commands (28
+# characters; 3000-character ones: ~45 ms), whatever the jobs' output (docs/PERFORMANCE.md,
+# The UI's search): a bound on what one page may cost, whatever the number of jobs stored.
+SEARCH_SCAN = 5000
+SEARCH_MAX_CHARS = 200
+HEADINGS = (
+    "job", "node", "status", "command", "attempt", "exit code", "created", "ran for", "finished",
+)  # fmt: skip
+READS = ("status", "node_id", "before", "after", "q", "refresh")  # with ui_dead's notices
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """The page's query: its filters, its place (before or after a job number, 0: the
+    newest) and its search."""
+
+    status: str
+    node_id: str
+    before: int
+    after: int
+    search: str
+
+    def kept(self) -> dict[str, str | int]:
+        return {"status": self.status, "node_id": self.node_id, "q": self.search}
+
+
+def _number(request: Request, name: str) -> int:
+    raw = param(request, name)
+    number = whole_number(raw.removeprefix("job-"), MAX_JOB_NUMBER)
+    if raw and number is None:
+        raise HTTPError(400, f"invalid {name}: use a job number")
+    return number or 0
+
+
+def filters_of(request: Request) -> Filters:
+    """The page's query, or 400 naming what is wrong (nothing is read from Redis first)."""
+    status, node_id, search = (
+        param(request, "status"),
+        param(request, "node_id"),
+        param(request, "q"),
+    )
+    if status and status not in STATUSES:
+        raise HTTPError(400, f"invalid status: use one of {', '.join(STATUSES)}")
+    if node_id and not ID_RE.fullmatch(node_id):
+        raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
+    if len(search) > SEARCH_MAX_CHARS or not search.isprintable():
+        raise HTTPError(400, f"invalid q: use at most {SEARCH_MAX_CHARS} printable characters")
+    before, after = _number(request, "before"), _number(request, "after")
+    if before and after:
+        raise HTTPError(400, "invalid after: use before or after, not both")
+    if search and after:
+        raise HTTPError(400, "invalid after: a search pages older only (before=)")
+    return Filters(status, node_id, before, after, search)
+
+
+def _filter_form(f: Filters, view: View) -> str:
+    options = "".join(
+        f'<option value="{s}"{" selected" if s == f.status else ""}>{s or "any status"}</option>'
+        for s in ("", *STATUSES)
+    )
+    return (
+        '<form class="filters" method="get" action="/ui/jobs">'
+        f'<select name="status" id="status">{options}</select>'
+        f'<input name="node_id" id="node_id" placeholder="node id" value="{escape(f.node_id)}">'
+        f'<input name="q" id="q" type="search" placeholder="command contains…" '
+        f'maxlength="{SEARCH_MAX_CHARS}" value="{escape(f.search)}">'
+        f'{view.hidden()}<button id="filter">Filter</button></form>'
+    )
+
+
+def _counts(f: Filters, counts: list[int], view: View) -> str:
+    """ "all 55 · pending 3 · ...": each a link to its list (the node filter kept)."""
+    links = []
+    for status, count in zip(("", *STATUSES), counts, strict=True):
+        current = ' class="current"' if status == f.status else ""
+        href = view.href("/ui/jobs", status=status, node_id=f.node_id)
+        name = status or "all"
+        links.append(f'<a id="count-{name}"{current} href="{href}">{name} {count}</a>')
+    return f'<nav class="counts" id="counts">{"".join(links)}</nav>'
+
+
+def job_row(job: Job, view: View) -> str:
+    command = job.command or job.deploy_url
+    short = command if len(command) <= 80 else command[:79] + "…"
+    exit_code = "" if job.exit_code is None else str(job.exit_code)
+    retries = f"{job.retry_count} retr{'y' if job.retry_count == 1 else 'ies'}"
+    cells = (
+        ("", f'<a href="{view.href(f"/ui/jobs/{job.job_id}")}">{escape(job.job_id)}</a>'),
+        ("", escape(job.node_id)),
+        ("", job_status(job)),
+        (' class="cmd"', f'<code title="{escape(command)}">{escape(short)}</code>'),
+        (f' class="num" title="{retries}"', str(job.retry_count + 1)),
+        (' class="num"', exit_code),
+        ("", view.when(job.created_at)),
+        (' class="num"', duration(job, view.now)),
+        ("", view.when(job.finished_at)),
+    )
+    return "<tr>" + "".join(f"<td{attrs}>{html}</td>" for attrs, html in cells) + "</tr>"
+
+
+def _table(jobs: list[Job], view: View) -> str:
+    head = "".join(f"<th>{h}</th>" for h in HEADINGS)
+    empty = f'<tr><td colspan="{len(HEADINGS)}">no jobs</td></tr>'
+    rows = "".join(job_row(job, view) for job in jobs) or empty
+    return f'<div class="scroll"><table id="jobs"><tr>{head}</tr>{rows}</table></div>'
+
+
+def _pages(f: Filters, view: View, newer: int, older: int) -> str:
+    """The paging links: Newest (off the first page), Newer (after job-`newer`), Older
+    (before job-`older`); 0 for none."""
+    links = []
+    if f.before or f.after:
+        links.append(f'<a id="newest" href="{view.href("/ui/jobs", **f.kept())}">Newest</a>')
+    if newer:
+        href = view.href("/ui/jobs", **f.kept(), after=newer)
+        links.append(f'<a id="newer" href="{href}">← Newer</a>')
+    if older:
+        href = view.href("/ui/jobs", **f.kept(), before=older)
+        links.append(f'<a id="older" href="{href}">Older →</a>')
+    return f'<nav class="pages">{"".join(links)}</nav>'
+
+
+def _count(number: int) -> str:
+    return f"{number:,}"
+
+
+def _number_of(job: Job) -> int:
+    return job_number(job.job_id) or 0
+
+
+async def _listed(request: Request, f: Filters) -> tuple[list[Job], list[int], int, int]:
+    """(jobs shown, counts, newer bound, older bound) of a plain listing's page."""
+    store, budget = _store(request), _settings(request).max_page_bytes
+    if f.after:  # oldest first from after job-N: the page just newer than the one seen
+        page_call = listing.list_jobs(f.node_id, f.status, f.after, PAGE_SIZE + 1, budget)
+    else:
+        page_call = listing.list_jobs(f.node_id, f.status, f.before, PAGE_SIZE + 1, budget, True)
+    blobs, counts = await asyncio.gather(
+        store.run(page_call), store.run(listing.counts(f.node_id, STATUSES))
+    )
+    jobs = [job_decoder.decode(blob) for blob in blobs]
+    more = len(jobs) > PAGE_SIZE
+    shown = jobs[:PAGE_SIZE]
+    if f.after:
+        shown.reverse()  # newest first, as every page
+        newer = _number_of(shown[0]) if more else 0
+        older = _number_of(shown[-1]) if shown else 0
+    else:
+        newer = _number_of(shown[0]) if f.before and shown else 0
+        older = _number_of(shown[-1]) if more else 0
+    return shown, counts, newer, older
+
+
+async def _searched(
+    request: Request, f: Filters, view: View
+) -> tuple[list[Job], list[int], int, str]:
+    """(jobs shown, counts, older bound, what was searched) of a search's page."""
+    store, budget = _store(request), _settings(request).max_page_bytes
+    call = listing.search(
+        f.node_id, f.status, f.before, f.search, SEARCH_SCAN, PAGE_SIZE + 1, budget
+    )
+    found, counts = await asyncio.gather(
+        store.run(call), store.run(listing.counts(f.node_id, STATUSES))
+    )
+    jobs = [job_decoder.decode(blob) for blob in found.jobs]
+    shown = jobs[:PAGE_SIZE]
+    older, more = 0, ""
+    if len(jobs) > PAGE_SIZE:
+        older = _number_of(shown[-1])
+    elif found.more:
+        href = view.href("/ui/jobs", **f.kept(), before=found.last)
+        more = f' <a id="search-older" href="{href}">Search older jobs →</a>'
+    place = f" before job-{f.before}" if f.before else ""
+    which = "job" if found.looked == 1 else "jobs"
+    said = (
+        f'<p class="muted" id="searched">Searched the {_count(found.looked)} most recent {which}'
+        f"{place} of this list (at most {_count(SEARCH_SCAN)} a page) for commands holding "
+        f"<code>{escape(f.search)}</code>: {len(shown)}{'+' if older else ''} found.{more}</p>"
+    )
+    return shown, counts, older, said
+
+
+async def jobs_page(request: Request) -> Response:
+    f, view = filters_of(request), view_of(request)
+    said = ""
+    if f.search:
+        shown, counts, older, said = await _searched(request, f, view)
+        newer = 0
+    else:
+        shown, counts, newer, older = await _listed(request, f)
+    token = await _csrf(request) if f.status == "failed" else ""
+    dead = retry_form(shown, token, f.node_id, view) if token else ""
+    body = (
+        notice(request)
+        + _counts(f, counts, view)
+        + _filter_form(f, view)
+        + said
+        + dead
+        + _table(shown, view)
+        + _pages(f, view, newer, older)
+    )
+    first = not (f.before or f.after or f.search)
+    return page(request, "Jobs", body, refresh=first, view=view)

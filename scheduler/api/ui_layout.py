@@ -1,0 +1,219 @@
+"""The web UI's layout: every page (errors too) in one frame with the navigation, the
+style, the 5 s refresh and its pause, status badges, and times as people read them.
+
+No script may run (ui_headers.py's CSP), so all of it is rendered here: a time shows as
+"3 min ago" with the absolute one in its `title` (a hover shows it), and the refresh is a
+`<meta http-equiv="refresh">` that `?refresh=off` leaves out. A paused page keeps
+`refresh=off` on every link and form of ours (`View.href`, `View.hidden`), so it stays
+paused as the operator moves around, until "Resume refresh".
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from html import escape
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from scheduler.api.http import HTTPError
+from scheduler.api.params import query_of
+from scheduler.api.state import settings as _settings
+from scheduler.models.job import Job
+from scheduler.models.wire import parse_rfc3339
+
+REFRESH_SECS = 5
+REFRESH = "refresh"  # the query parameter: "off" pauses the refresh
+# What the pause and resume links keep of a page's query: its filters and place. Not the
+# bulk retry's notice (ui_dead.py): it was said once.
+KEPT = ("status", "node_id", "q", "before", "after")
+
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8fa}
+header{background:#24292f;color:#fff;padding:8px 16px;display:flex;flex-wrap:wrap;gap:8px 16px;
+align-items:center}
+header nav{display:flex;gap:16px}
+header a{color:#fff;text-decoration:none;font-weight:600}
+header .end{margin-left:auto;display:flex;gap:12px;align-items:center}
+header .end a{font-weight:400;color:#d0d7de}
+main{padding:16px}
+main form{margin:8px 0}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;background:#fff;width:100%}
+th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#eaeef2}
+td.num{text-align:right;white-space:nowrap}
+#jobs td{white-space:nowrap}
+#jobs td.cmd{white-space:normal;min-width:12em;max-width:40em}
+#job td code,pre{overflow-wrap:anywhere}
+#job th{width:12em;white-space:nowrap}
+time,.nowrap{white-space:nowrap}
+time[title]{text-decoration:underline dotted #8c959f}
+pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-height:40em}
+.st{padding:1px 6px;border-radius:8px;background:#eaeef2;white-space:nowrap}
+.pending{background:#fff8c5}.delayed,.waiting{background:#fbefff}.running{background:#ddf4ff}
+.done{background:#dafbe1}.failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
+.paused{background:#fff1e5}.active{background:#dafbe1}
+.reason{background:#fff}.cancelled{text-decoration:line-through}.cancelling{background:#fff1e5}
+form.filters{margin-bottom:12px;display:flex;flex-wrap:wrap;gap:8px;align-items:center}
+nav.counts{margin-bottom:12px;display:flex;flex-wrap:wrap;gap:6px 12px}
+nav.counts a.current{font-weight:700;color:#1b1f24;text-decoration:none}
+nav.pages{margin-top:12px;display:flex;flex-wrap:wrap;gap:16px}
+.muted{color:#57606a}
+.notice{background:#ddf4ff;border:1px solid #54aeff;padding:8px}
+.error{background:#ffebe9;border:1px solid #ff8182;padding:8px;white-space:pre-wrap}
+table.narrow{width:auto;min-width:20em}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """How a page is being looked at: whether its refresh is paused (kept on every link of
+    ours), and the time its relative times count from."""
+
+    paused: bool
+    now: float
+
+    def href(self, path: str, **params: str | int) -> str:
+        """A link to one of our pages, escaped for an attribute, keeping the pause."""
+        return escape(self.url(path, **params))
+
+    def url(self, path: str, **params: str | int) -> str:
+        """One of our pages with these parameters (those "" or 0 left out), keeping the
+        pause: a link's, or where a form's POST sends the browser back to."""
+        query = {name: value for name, value in params.items() if value not in ("", 0)}
+        if self.paused:
+            query[REFRESH] = "off"
+        return f"{path}?{urlencode(query)}" if query else path
+
+    def hidden(self) -> str:
+        """A GET form's hidden field keeping the pause."""
+        return f'<input type="hidden" name="{REFRESH}" value="off">' if self.paused else ""
+
+    def when(self, stamp: str | None) -> str:
+        """A stored RFC 3339 time as "3 min ago" ("in 5 s" ahead), the exact one on hover."""
+        if not stamp:
+            return ""
+        try:
+            at = parse_rfc3339(stamp)
+        except ValueError:  # not a time of ours: shown as it is
+            return escape(stamp)
+        return self.moment(at, stamp)
+
+    def moment(self, at: float, stamp: str = "") -> str:
+        """An epoch time, as `when` shows one."""
+        if not at:
+            return ""
+        ago = self.now - at
+        said = "just now" if abs(ago) < 1 else f"{span(ago)} ago" if ago > 0 else f"in {span(-ago)}"
+        exact = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+        return f'<time datetime="{escape(stamp or exact)}" title="{exact}">{said}</time>'
+
+
+def span(secs: float) -> str:
+    """A length of time in its two largest units: 250 ms, 1.5 s, 42 s, 3 min 5 s, 2 h 10 min,
+    3 d 4 h."""
+    if secs < 1:
+        return f"{secs * 1000:.0f} ms"
+    whole = int(secs)
+    if secs < 10 and whole != secs:
+        return f"{secs:.1f} s"
+    units = [("d", 86400), ("h", 3600), ("min", 60), ("s", 1)]
+    parts: list[str] = []
+    for name, size in units:
+        if whole >= size or (name == "s" and not parts):
+            parts.append(f"{whole // size} {name}")
+            whole %= size
+        elif parts:
+            break
+        if len(parts) == 2:
+            break
+    return " ".join(parts)
+
+
+def duration(job: Job, now: float) -> str:
+    """How long the job ran (finished - running_at), or has been running so far; "" for one
+    that never ran."""
+    if not job.running_at:
+        return ""
+    try:
+        start = parse_rfc3339(job.running_at)
+        end = parse_rfc3339(job.finished_at) if job.finished_at else now
+    except ValueError:
+        return ""
+    so_far = "" if job.finished_at else " so far"
+    return f"{span(max(0.0, end - start))}{so_far}"
+
+
+def view_of(request: Request) -> View:
+    """The page's View: `refresh=off` (when the route reads it, routes.TABLE) pauses; any
+    other value is a 400."""
+    query = query_of(request)
+    raw = query.get(REFRESH) if REFRESH in query.reads else ""
+    if raw not in ("", "off"):
+        raise HTTPError(400, "invalid refresh: use refresh=off to pause, or leave it out")
+    return View(paused=raw == "off", now=time.time())
+
+
+def page(
+    request: Request,
+    title: str,
+    body: str,
+    *,
+    refresh: bool = False,
+    view: View | None = None,
+    status: int = 200,
+) -> HTMLResponse:
+    """The page in the layout; `refresh` (a page that changes by itself) reloads it every
+    REFRESH_SECS unless the View is paused, and offers the pause or the resume."""
+    view = view or View(paused=False, now=time.time())
+    meta, toggle = "", ""
+    if refresh:
+        toggle = _toggle(request, view)
+        if not view.paused:
+            meta = f'<meta http-equiv="refresh" content="{REFRESH_SECS}">'
+    logout = ""
+    if _settings(request).api_key:
+        logout = '<form method="post" action="/ui/logout"><button>Log out</button></form>'
+    nav = "".join(
+        f'<a href="{view.href(path)}">{name}</a>'
+        for name, path in (
+            ("Jobs", "/ui/jobs"),
+            ("Nodes", "/ui/nodes"),
+            ("Schedules", "/ui/schedules"),
+        )
+    )
+    html = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"{meta}<title>{escape(title)} · scheduler</title><style>{STYLE}</style></head><body>"
+        f'<header><nav>{nav}</nav><span class="end">{toggle}{logout}</span></header>'
+        f"<main><h1>{escape(title)}</h1>{body}</main></body></html>"
+    )
+    return HTMLResponse(html, status_code=status)  # no-store, frame denial: ui_headers.py
+
+
+def _toggle(request: Request, view: View) -> str:
+    """The link pausing or resuming the refresh: this page, its query kept but the pause."""
+    query = query_of(request)
+    kept = {name: query.get(name) for name in KEPT if name in query.reads and query.get(name)}
+    if view.paused:
+        link = View(paused=False, now=view.now).href(request.url.path, **kept)
+        return f'<a id="resume" href="{link}">Resume refresh</a>'
+    link = View(paused=True, now=view.now).href(request.url.path, **kept)
+    return f'<a id="pause" href="{link}">Pause refresh ({REFRESH_SECS} s)</a>'
+
+
+def status_badge(status: str) -> str:
+    return f'<span class="st {escape(status)}">{escape(status)}</span>'
+
+
+def job_status(job: Job) -> str:
+    """The status badge, and why the scheduler failed the job if it did (`failed
+    cancelled`): the wire status stays done or failed for the original clients."""
+    if not job.failure_reason:
+        return status_badge(job.status)
+    reason = escape(job.failure_reason)
+    return f'{status_badge(job.status)} <span class="st reason {reason}">{reason}</span>'
