@@ -77,6 +77,11 @@ def test_the_agent_uses_its_node_token_on_every_call(api: str, tmp_path: Path) -
             if done["status"] == "done":
                 break
             await asyncio.sleep(0.05)
+        # A heartbeat too (every 0.2 s; the job may be done before the first).
+        for _ in range(300):
+            if any(path == "/nodes/heartbeat" for _, path, _ in recorder.seen):
+                break
+            await asyncio.sleep(0.05)
         agent.stop()
         await runner
         return done
