@@ -29,6 +29,7 @@ from scheduler.store.scripts import Call, jobs, listing, metrics, retry, schedul
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_scripts
+from scheduler.store.scripts import series as series_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
 from scheduler.store.scripts.retry import Retried, RetryPolicy
@@ -179,6 +180,15 @@ class JobStore:
 
     async def overview(self) -> overview_scripts.Overview:
         return await self.run(overview_scripts.overview(STATUSES))
+
+    async def series(self, first: int, count: int) -> builtins.list[series_scripts.Minute]:
+        """The dashboard's `count` minutes from minute number `first` (models/series.py)."""
+        return await self.run(series_scripts.read_series(first, count))
+
+    async def keep_series(self) -> None:
+        """SERIES_RETENTION_SECS where the scripts setting a minute's expiry read it."""
+        keep = str(int(self.settings.series_retention_secs))
+        await self.redis.execute("SET", self.keys.series_retention, keep)
 
     async def add_request_stats(self, deltas: dict[str, float], read: bool) -> dict[str, float]:
         """Adds this process's request metrics since its last call to the deployment's; with

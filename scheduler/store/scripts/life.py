@@ -4,6 +4,7 @@ Part of the scripts' library (library.py), which gives each script the definitio
 uses."""
 
 from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, ATTEMPTS_KEPT
+from scheduler.models.series import WAIT_BOUNDS
 
 # An attempt's end, kept apart from the record (models/attempt.py says what, and why): one
 # JSON entry pushed on the job's attempts list, which keeps the last ATTEMPTS_KEPT. Called
@@ -123,6 +124,7 @@ local function end_one(id, n, job, ending, now, stamp, ended)
   job.status, job.finished_at = status, stamp
   if reason ~= "" then job.failure_reason = reason end
   redis.call("ZADD", K.finished, now, id)
+  count_minute(now, status)
   publish(id, status)
   wake_job(id)
   ended[#ended + 1] = {id, status, reason}
@@ -316,5 +318,74 @@ local function lose_running(node, live, limit, out, now, stamp, policy)
       out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, node, job.node_id, job.status
     end
   end
+end
+"""
+
+# The dashboard's series (models/series.py, ui_dashboard.py): per minute of `now`, one hash
+# counting what the job-changing scripts did in it, one HINCRBY each: submitted, done,
+# failed, and the claims (a first attempt's in the bucket of its wait from submit, or
+# run_at, to running: WAIT_BOUNDS; the others apart: started = their sum). The worker's
+# promotion tick (upkeep.py PROMOTE_DUE, every second) samples the gauges: the minute keeps
+# the last value it saw, off the request path. A minute's first write of a field sets its
+# expiry: SERIES_RETENTION_SECS, which the API writes at start (2 days without it).
+SERIES = f"""
+local function expire_minute(key)
+  redis.call("EXPIRE", key, tonumber(redis.call("GET", K.series_retention)) or 172800)
+end
+
+local function count_minute(now, field)
+  local key = K.series(math.floor(tonumber(now) / 60))
+  if redis.call("HINCRBY", key, field, 1) == 1 then expire_minute(key) end
+  return key
+end
+
+local function sample_gauges(now)
+  local key = K.series(math.floor(tonumber(now) / 60))
+  local waiting = redis.call("ZCARD", K.status("pending")) + redis.call("ZCARD", K.delayed)
+  local running = redis.call("ZCARD", K.status("running"))
+  if redis.call("HSET", key, "waiting", waiting, "running", running) > 0 then
+    expire_minute(key)
+  end
+end
+
+-- Epoch seconds of an RFC 3339 UTC stamp as ours are written (nil for any other form).
+local function epoch_of(stamp)
+  local y, mo, d, h, mi, s = string.match(stamp, "^(%d+)-(%d+)-(%d+)T(%d+):(%d+):([%d.]+)Z$")
+  if not y then return nil end
+  y, mo = tonumber(y) - (tonumber(mo) <= 2 and 1 or 0), tonumber(mo)
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * ((mo + 9) % 12) + 2) / 5) + tonumber(d) - 1
+  local days = era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return (days - 719468) * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(s)
+end
+
+-- Seconds from `from` (an RFC 3339 stamp) to `now` (epoch s; `stamp` the same as ours), nil
+-- for a `from` not ours. The same day's (nearly every claim) from its time of day alone: a
+-- third of the full parse's cost.
+local function seconds_since(from, now, stamp)
+  if #from ~= 27 or string.sub(from, 11, 11) ~= "T" or string.sub(from, 27) ~= "Z" then
+    return nil
+  end
+  if string.sub(from, 1, 10) ~= string.sub(stamp, 1, 10) then
+    local at = epoch_of(from)
+    return at and now - at
+  end
+  local h, mi, s = tonumber(string.sub(from, 12, 13)), tonumber(string.sub(from, 15, 16)),
+    tonumber(string.sub(from, 18, 26))
+  return h and mi and s and now % 86400 - (h * 3600 + mi * 60 + s)
+end
+
+-- A claim, one HINCRBY: a first attempt's wait in its bucket ("wait:<i>", i from 0); any
+-- other claim (a retry's, or one whose times are not ours) in "started:other". The wait
+-- runs from submit, or from run_at when later (a delayed job's); ours compare as text.
+local function count_started(job, now, stamp)
+  local from = type(job.created_at) == "string" and job.created_at
+  if type(job.run_at) == "string" and from and job.run_at > from then from = job.run_at end
+  local wait = from and (job.retry_count or 0) == 0 and seconds_since(from, tonumber(now), stamp)
+  if not wait then return count_minute(now, "started:other") end
+  local bounds, i = {{{", ".join(str(b) for b in WAIT_BOUNDS)}}}, 1
+  while i <= #bounds and wait > bounds[i] do i = i + 1 end
+  count_minute(now, "wait:" .. (i - 1))
 end
 """
