@@ -14,10 +14,11 @@ from scheduler.api.ui_charts import HEIGHT, nice_top, runs, x_of, y_of
 from scheduler.config import Settings
 from scheduler.models.job import JobUpdate
 from scheduler.models.series import BUCKETS, column, columns, filled, minute_of, percentile
-from scheduler.models.wire import rfc3339
+from scheduler.models.wire import parse_rfc3339, rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs
+from scheduler.store.scripts.library import LIBRARY
 from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.series import read_series
 from scheduler.store.sync_store import SyncJobStore
@@ -196,3 +197,27 @@ def test_a_retried_claim_counts_as_started_without_a_wait(
     move(store, retrying, job, "running", T0 + 2)
     (minute,) = store.run(read_series(minute_of(T0), 1))
     assert minute == {"submitted": 1, "wait:2": 1, "started:other": 1}
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "1970-01-01T00:00:00.000000Z",
+        "2026-01-01T00:00:00.000000Z",
+        "2026-02-28T23:59:59.999999Z",
+        "2028-02-29T12:34:56.789000Z",  # a leap day
+        "2026-03-01T00:00:00.100000Z",
+        "2099-12-31T23:59:59.050000Z",
+    ],
+)
+def test_the_claims_reading_of_a_stamp_is_its_epoch_to_the_millisecond(
+    rclient: redis.Redis, stamp: str
+) -> None:
+    lua = LIBRARY["epoch_of"] + "\nreturn tostring(epoch_of(ARGV[1]))"
+    assert float(rclient.eval(lua, 0, stamp)) == pytest.approx(parse_rfc3339(stamp), abs=0.001)
+
+
+@pytest.mark.parametrize("stamp", ["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.000000+00:00", ""])
+def test_a_stamp_not_ours_has_no_reading(rclient: redis.Redis, stamp: str) -> None:
+    lua = LIBRARY["epoch_of"] + "\nreturn epoch_of(ARGV[1]) == nil and 1 or 0"
+    assert rclient.eval(lua, 0, stamp) == 1

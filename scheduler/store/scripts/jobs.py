@@ -315,7 +315,7 @@ if job.job_type ~= "service" then
   redis.call("ZADD", K.deadlines, now, job_id)
 end
 move(job_id, n, job.node_id, old, "running")
-count_started(job, now, stamp)
+count_started(job, now)
 job.status = "running"
 wake_job(job_id)
 return {OK, store_job(job_id, job)}
