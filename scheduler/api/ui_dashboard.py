@@ -102,12 +102,17 @@ def _label(col: Column) -> str:
     return f"{start}-{time.strftime('%H:%M', time.gmtime((col.first + col.minutes) * 60))}"
 
 
-def _axis(labels: Sequence[str]) -> str:
-    """The times under a chart, in HTML (readable at any width): its first, middle and last
-    column's."""
+def _axis(drawn: Sequence[Column], labels: Sequence[str]) -> str:
+    """The times under a chart, in HTML (readable at any width): its first column's (UTC),
+    and how long ago the window starts and its middle is."""
     if not labels:
         return ""
-    shown = (f"{labels[0]} UTC", labels[len(labels) // 2], labels[-1])
+    minutes = sum(c.minutes for c in drawn)
+    shown = (
+        f"{span(minutes * 60)} ago ({labels[0]} UTC)",
+        f"{span(minutes * 30)} ago",
+        "now",
+    )
     return '<div class="axis">' + "".join(f"<span>{escape(t)}</span>" for t in shown) + "</div>"
 
 
@@ -128,7 +133,7 @@ def _flow(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str:
         + legend(lines, figures)
         + _top(f"{top:g} per {'minute' if drawn and drawn[0].minutes == 1 else '15 min'}")
         + chart("flow", labels, lines, top)
-        + _axis(labels)
+        + _axis(drawn, labels)
     )
 
 
@@ -148,7 +153,7 @@ def _queue(drawn: Sequence[Column], labels: Sequence[str], live: Overview) -> st
         + legend(lines, figures)
         + _top(f"{top:g} jobs")
         + chart("queue", labels, lines, top)
-        + _axis(labels)
+        + _axis(drawn, labels)
     )
 
 
@@ -182,7 +187,7 @@ def _waits(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str
         + legend(lines, figures)
         + _top(f"{_bound(math.inf)} (a bucket a step: 0.1 s, 0.25 s, ... 30 min)")
         + chart("waits", labels, lines, float(BUCKETS))
-        + _axis(labels)
+        + _axis(drawn, labels)
     )
 
 
