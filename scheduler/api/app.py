@@ -10,6 +10,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 
+from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -72,6 +73,15 @@ def warn_if_agents_open(settings: Settings) -> None:
         )
 
 
+async def keep_series(store: JobStore) -> None:
+    """SERIES_RETENTION_SECS for the scripts, best effort: Redis down at start only leaves
+    the minutes' 2-day default (life.py SERIES) until the next start."""
+    try:
+        await store.keep_series()
+    except (RedisError, OSError) as exc:
+        log.warning("series retention not written, Redis unavailable: %s", exc)
+
+
 def create_app(settings: Settings | None = None, nodes: NodeSource | None = None) -> Starlette:
     settings = settings or Settings.from_env()
 
@@ -82,6 +92,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         # Before serving: a Redis that lost its data gets the snapshot back first (snapshot.py).
         await restore_at_start(settings)
         app.state.store = JobStore.connect(settings)
+        await keep_series(app.state.store)
         app.state.nodes = nodes or node_source(settings, app.state.store.nodes)
         tune_gc()
         undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifier)

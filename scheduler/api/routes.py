@@ -18,6 +18,7 @@ from scheduler.api import (
     schedules,
     services,
     ui,
+    ui_dashboard,
     ui_dead,
     ui_jobs,
     ui_schedules,
@@ -69,7 +70,12 @@ TABLE = RouteTable(
         Entry("/schedules/{name}/pause", {"POST": Method(schedules.pause)}),
         Entry("/schedules/{name}/resume", {"POST": Method(schedules.resume)}),
         # The web UI: every page behind the login cookie but the login form.
-        Entry("/ui", {"GET": Method(ui.home, UI, reads=REFRESH)}, other_methods=UI),
+        # The dashboard, the UI's home: its window (hour or day).
+        Entry(
+            "/ui",
+            {"GET": Method(ui_dashboard.dashboard, UI, reads=(*ui_dashboard.READS, *REFRESH))},
+            other_methods=UI,
+        ),
         Entry(
             "/ui/login",
             {"GET": Method(ui.login_page, ANYONE), "POST": Method(ui.login, ANYONE)},

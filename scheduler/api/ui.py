@@ -1,5 +1,6 @@
-"""The web UI at /ui: a job's page with its output, the nodes with their queues and the
-background counters, the login; the jobs list is ui_jobs.py's, the layout ui_layout.py's.
+"""The web UI: a job's page with its output, the nodes with their queues and the
+background counters, the login; the dashboard at /ui (the home) is ui_dashboard.py's, the
+jobs list ui_jobs.py's, the layout ui_layout.py's.
 
 Server-rendered HTML: no script, no build step, nothing from a CDN; pages that change
 refresh themselves (ui_layout.py: paused with `refresh=off`). With TINYAWS_API_KEY set it
@@ -226,7 +227,7 @@ async def login(request: Request) -> Response:
         response = await login_page(request)
         response.status_code = 401
         return response
-    response = RedirectResponse("/ui/jobs", status_code=303)
+    response = RedirectResponse("/ui", status_code=303)
     await ui_session.start(request, response)
     return response
 
@@ -242,8 +243,3 @@ async def logout(request: Request) -> Response:
 async def _form(request: Request) -> dict[str, str]:
     """A small urlencoded form (4 KiB at most: a key, a token): each name's first value."""
     return {name: values[0] for name, values in (await form_lists(request)).items()}
-
-
-async def home(request: Request) -> Response:
-    # /ui?refresh=off stays paused
-    return RedirectResponse(view_of(request).url("/ui/jobs"), status_code=302)

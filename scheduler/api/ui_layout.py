@@ -28,7 +28,7 @@ REFRESH_SECS = 5
 REFRESH = "refresh"  # the query parameter: "off" pauses the refresh
 # What the pause and resume links keep of a page's query: its filters and place. Not the
 # bulk retry's notice (ui_dead.py): it was said once.
-KEPT = ("status", "node_id", "q", "before", "after")
+KEPT = ("status", "node_id", "q", "before", "after", "window")
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8fa}
@@ -65,6 +65,11 @@ nav.pages{margin-top:12px;display:flex;flex-wrap:wrap;gap:16px}
 .notice{background:#ddf4ff;border:1px solid #54aeff;padding:8px}
 .error{background:#ffebe9;border:1px solid #ff8182;padding:8px;white-space:pre-wrap}
 table.narrow{width:auto;min-width:20em}
+svg.chart{display:block;width:100%;height:160px;background:#fff;border:1px solid #d0d7de}
+svg.chart rect.col:hover{fill:rgba(0,0,0,.06)}
+.axis{display:flex;justify-content:space-between;font-size:12px;color:#57606a}
+.legend{display:flex;flex-wrap:wrap;gap:4px 16px;margin:4px 0}.key{white-space:nowrap}
+svg.bar{width:5em;height:10px;vertical-align:middle}#node-load td{white-space:nowrap}
 """
 
 
@@ -180,6 +185,7 @@ def page(
     nav = "".join(
         f'<a href="{view.href(path)}">{name}</a>'
         for name, path in (
+            ("Dashboard", "/ui"),
             ("Jobs", "/ui/jobs"),
             ("Nodes", "/ui/nodes"),
             ("Schedules", "/ui/schedules"),

@@ -90,6 +90,10 @@ class Settings:
     metrics_flush_secs: float = field(
         default=1.0, metadata={"env": "METRICS_FLUSH_SECS", "min": 0.1}
     )
+    # How long the dashboard's per-minute counts stay in Redis (its day view needs 86400).
+    series_retention_secs: int = field(
+        default=172800, metadata={"env": "SERIES_RETENTION_SECS", "min": 3600}
+    )
     max_jobs_per_node: int = field(default=1, metadata={"env": "MAX_JOBS_PER_NODE", "min": 1})
     max_job_retries: int = field(default=1, metadata={"env": "MAX_JOB_RETRIES", "min": 0})
     # A retry waits this, doubled per retry made, up to the cap, with jitter (0: at once).

@@ -206,6 +206,15 @@ class Keys:
         """Counter, with the window's TTL: failed logins and bearer keys from one address."""
         return self._k(f"authfail:{address}")
 
+    def series(self, minute: int) -> str:
+        """Hash, with SERIES_RETENTION_SECS' TTL: the dashboard's counts of one minute."""
+        return self._k(f"series:{minute}")
+
+    @property
+    def series_retention(self) -> str:
+        """String: SERIES_RETENTION_SECS, for the scripts that set a minute's expiry."""
+        return self._k("series-retention")
+
     @property
     def stats(self) -> str:
         return self._k("stats")
@@ -320,7 +329,7 @@ LAYOUT_ROOTS = frozenset(
         "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
         "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts", "waiting",
-        "dependents", "ui", "authfail",
+        "dependents", "ui", "authfail", "series", "series-retention",
     }
 )  # fmt: skip
 

@@ -80,7 +80,7 @@ def ui(api: str, browser: WebDriver) -> WebDriver:
     assert "wrong key" in browser.page_source
     browser.find_element(By.ID, "key").send_keys(KEY)
     click(browser, By.ID, "login")
-    assert browser.current_url == f"{api}/ui/jobs"
+    assert browser.current_url == f"{api}/ui"  # the home: the dashboard
     return browser
 
 
@@ -341,6 +341,8 @@ def test_each_page_shows_what_operators_read_at_both_widths(api: str, ui: WebDri
         assert beat.is_success
 
     pages = {
+        "dashboard": "/ui?refresh=off",
+        "dashboard-day": "/ui?window=day&refresh=off",
         "jobs": "/ui/jobs?refresh=off",
         "search": "/ui/jobs?q=TRAIN&refresh=off",
         "job": f"/ui/jobs/{failed['job_id']}?refresh=off",
@@ -366,11 +368,14 @@ def check_page(
 ) -> None:
     """What each page of the tour must show (the DOM, as the browser built it)."""
     assert [a.text for a in ui.find_elements(By.CSS_SELECTOR, "header nav a")] == [
+        "Dashboard",
         "Jobs",
         "Nodes",
         "Schedules",
     ]
-    if name == "jobs":
+    if name.startswith("dashboard"):
+        check_dashboard(ui, 60 if name == "dashboard" else 96)
+    elif name == "jobs":
         row = cells(ui, done["job_id"])
         assert (row["status"], row["attempt"], row["exit code"]) == ("done", "1", "0")
         assert row["ran for"].endswith(("ms", " s")) and row["command"].endswith("<fast>")
@@ -419,6 +424,30 @@ def check_page(
     elif name == "not-found":
         assert ui.find_element(By.ID, "error").text == "job not found"
         assert ui.find_element(By.TAG_NAME, "h1").text == "404 Not Found"
+
+
+def check_dashboard(ui: WebDriver, columns: int) -> None:
+    """The charts as drawn: a column per minute (the day: per 15), their values summed to the
+    figures beside the chart, the tour's done, failed and running jobs among them."""
+
+    def drawn(chart: str, name: str) -> list[str]:
+        boxes = ui.find_elements(By.CSS_SELECTOR, f"#{chart} rect.col")
+        assert len(boxes) == columns, chart
+        return [box.get_attribute(f"data-{name}") or "" for box in boxes]
+
+    def figure(name: str) -> str:
+        return ui.find_element(By.ID, f"fig-{name}").text
+
+    for name in ("submitted", "started", "done", "failed"):
+        assert sum(int(v) for v in drawn("flow", name)) == int(figure(name)), name
+    assert int(figure("submitted")) >= JOBS and int(figure("done")) >= 1
+    assert int(figure("failed")) >= 1 and int(figure("started")) >= 3
+    assert int(drawn("queue", "running")[-1]) >= 1 and figure("running").endswith(" now")
+    assert any(v for v in drawn("waits", "p95")) and figure("p50").startswith("≤")
+    title = ui.find_element(By.CSS_SELECTOR, "#flow rect.col:last-of-type title")
+    assert "submitted" in title.get_attribute("textContent")
+    load = ui.find_element(By.ID, "node-load").text
+    assert "node-a" in load and "node-b" in load and "healthy" in load
 
 
 def session_of(browser: WebDriver) -> str:

@@ -1,8 +1,8 @@
 """Every Lua script of the scheduler, each one `Script` object (script.py) defined once with
 its call: the request path's (jobs.py, listing.py), the built-in registry's (nodes.py), the
-UI's and /metrics' (overview.py, metrics.py), the background work's (upkeep.py), the
-snapshot's (snapshot.py), the schedules' (schedules.py) and the door's (access.py: UI
-sessions, failed credentials), on the shared Lua of library.py and life.py.
+UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
+work's (upkeep.py), the snapshot's (snapshot.py), the schedules' (schedules.py) and the
+door's (access.py: UI sessions, failed credentials), on the shared Lua of library.py and life.py.
 
 `SCRIPTS` holds them all, by name, once this package is imported."""
 
@@ -14,6 +14,7 @@ from scheduler.store.scripts import (
     nodes,
     overview,
     schedules,
+    series,
     snapshot,
     upkeep,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "nodes",
     "overview",
     "schedules",
+    "series",
     "snapshot",
     "upkeep",
 ]

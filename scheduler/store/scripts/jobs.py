@@ -96,6 +96,7 @@ local score = status == "pending" and queue_score(n, priority) or n
 redis.call("ZADD", K.node_status(node, status), score, id)
 if status == "delayed" then redis.call("ZADD", K.delayed, due, id) end
 redis.call("SADD", K.dirty, id)
+count_minute(now, "submitted")
 if dedup then
   local value = fingerprint == "" and id or id .. " " .. fingerprint
   redis.call("SET", dedup, value, "EX", tonumber(dedup_ttl))
@@ -314,6 +315,7 @@ if job.job_type ~= "service" then
   redis.call("ZADD", K.deadlines, now, job_id)
 end
 move(job_id, n, job.node_id, old, "running")
+count_started(job, now)
 job.status = "running"
 wake_job(job_id)
 return {OK, store_job(job_id, job)}
@@ -374,10 +376,6 @@ def cancel_job(job_id: str, now: float) -> Call[bytes]:
     return CANCEL_JOB.call(job_id=job_id, now=now, stamp=rfc3339(now))
 
 
-def _report_allowed(code: int) -> None:
-    check_found(code, JobNotFound)
-
-
 CHECK_REPORT = Script(
     "CHECK_REPORT",
     "job_id caller",
@@ -391,7 +389,7 @@ if caller == "open" or caller == "key" then
 end
 return (job_access(caller, job_id))
 """,
-    _report_allowed,
+    lambda code: check_found(code, JobNotFound),
     read_only=True,
 )
 

@@ -20,7 +20,7 @@ from scheduler.models.fields import Kind
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS, NOT_STARTED, STATUSES
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
-from scheduler.store.scripts.life import ATTEMPTS, LIFE
+from scheduler.store.scripts.life import ATTEMPTS, LIFE, SERIES
 
 
 def _record_fields() -> str:
@@ -315,6 +315,7 @@ LIBRARY: dict[str, str] = dict(
         ENCODE,
         TIME,
         WAKE,
+        SERIES,
         ATTEMPTS,
         LIFE,
         LISTING,

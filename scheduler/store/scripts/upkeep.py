@@ -213,7 +213,8 @@ PROMOTE_DUE = Script(
 -- live (heard from since `live_cutoff`: the built-in registry's heartbeats, or the sweep's
 -- sightings of an external registry's nodes) or bound to an instance, else on a live node,
 -- round-robin, as a new job is placed. With no live node a job waits pending on its node
--- (REQUEUE_LOST moves it once one is). Returns {entries read, ids of the jobs now pending...}.
+-- (REQUEUE_LOST moves it once one is). Then the dashboard's gauges of now's minute (life.py
+-- SERIES). Returns {entries read, ids of the jobs now pending...}.
 local due = redis.call("ZRANGEBYSCORE", K.delayed, "-inf", now, "LIMIT", 0, batch)
 local promoted, live = {#due}, nil
 for _, id in ipairs(due) do
@@ -230,6 +231,7 @@ for _, id in ipairs(due) do
     promoted[#promoted + 1] = id
   end
 end
+sample_gauges(now)
 return promoted
 """,
     _batch,

@@ -1,0 +1,220 @@
+"""The web UI's home, /ui: is work flowing? Over the last hour (a column a minute) or the
+last day (`window=day`: a column per 15 minutes), the jobs submitted, started, done and
+failed; the jobs waiting and running; the time from submit to running (p50, p95); and per
+node, its running jobs against its capacity and its heartbeat's age.
+
+Drawn from the per-minute hashes the job-changing scripts keep (models/series.py, life.py
+SERIES) and the live counts (OVERVIEW), both read in one round trip: any API replica draws
+the same picture. The charts are ui_charts.py's inline SVG."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Sequence
+from html import escape
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from scheduler.api.http import HTTPError
+from scheduler.api.params import param
+from scheduler.api.state import settings as _settings
+from scheduler.api.state import store as _store
+from scheduler.api.ui_charts import (
+    BLUE,
+    GREEN,
+    ORANGE,
+    PURPLE,
+    SKY,
+    VERMILLION,
+    Line,
+    chart,
+    legend,
+    nice_top,
+)
+from scheduler.api.ui_layout import View, page, span, status_badge, view_of
+from scheduler.models.series import (
+    BUCKETS,
+    WAIT_BOUNDS,
+    Column,
+    column,
+    columns,
+    filled,
+    minute_of,
+)
+from scheduler.nodes.placement import is_live
+from scheduler.store.scripts.overview import Overview
+
+WINDOW = "window"  # the query parameter: "day", or none for the hour
+# A window: its minutes, and the minutes drawn as one column.
+WINDOWS = {"hour": (60, 1), "day": (1440, 15)}
+READS = (WINDOW,)
+
+FLOW = (("submitted", BLUE, ""), ("started", ORANGE, "6 3"), ("done", GREEN, "2 2"))
+FAILED = ("failed", VERMILLION, "8 3 2 3")
+
+
+def window_of(request: Request) -> str:
+    raw = param(request, WINDOW)
+    if raw not in ("", "hour", "day"):
+        raise HTTPError(400, "invalid window: use window=day, or leave it out for the hour")
+    return raw or "hour"
+
+
+async def dashboard(request: Request) -> Response:
+    view, window = view_of(request), window_of(request)
+    minutes, width = WINDOWS[window]
+    first = minute_of(view.now) - minutes + 1
+    store = _store(request)
+    # Sent together on the one connection: one round trip.
+    live, rows = await asyncio.gather(store.overview(), store.series(first, minutes))
+    drawn = columns(first, rows, width)
+    labels = [_label(c) for c in drawn]
+    whole = column(first, rows)
+    body = (
+        _windows(view, window)
+        + _flow(drawn, labels, whole)
+        + _queue(drawn, labels, live)
+        + _waits(drawn, labels, whole)
+        + _nodes(live, view, _settings(request).max_jobs_per_node, _settings(request).node_ttl_secs)
+    )
+    return page(request, "Dashboard", body, refresh=True, view=view)
+
+
+def _windows(view: View, window: str) -> str:
+    links = []
+    for name, said in (("hour", "Last hour"), ("day", "Last day")):
+        if name == window:
+            links.append(f'<a class="current" id="window-{name}">{said}</a>')
+        else:
+            target = view.href("/ui", window="" if name == "hour" else name)
+            links.append(f'<a id="window-{name}" href="{target}">{said}</a>')
+    return f'<nav class="counts">{"".join(links)}</nav>'
+
+
+def _label(col: Column) -> str:
+    """A column's time as UTC "HH:MM" (and its span when it is several minutes)."""
+    start = time.strftime("%H:%M", time.gmtime(col.first * 60))
+    if col.minutes == 1:
+        return start
+    return f"{start}-{time.strftime('%H:%M', time.gmtime((col.first + col.minutes) * 60))}"
+
+
+def _axis(drawn: Sequence[Column], labels: Sequence[str]) -> str:
+    """The times under a chart, in HTML (readable at any width): its first column's (UTC),
+    and how long ago the window starts and its middle is."""
+    if not labels:
+        return ""
+    minutes = sum(c.minutes for c in drawn)
+    shown = (
+        f"{span(minutes * 60)} ago ({labels[0]} UTC)",
+        f"{span(minutes * 30)} ago",
+        "now",
+    )
+    return '<div class="axis">' + "".join(f"<span>{escape(t)}</span>" for t in shown) + "</div>"
+
+
+def _top(said: str) -> str:
+    """The chart's top value, above it."""
+    return f'<div class="axis"><span>{escape(said)}</span></div>'
+
+
+def _flow(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str:
+    lines = [
+        Line(name, colour, dash, [c.counts[name] for c in drawn])
+        for name, colour, dash in (*FLOW, FAILED)
+    ]
+    top = nice_top(max((v or 0 for line in lines for v in line.values), default=0))
+    figures = {name: str(whole.counts[name]) for name in whole.counts}
+    return (
+        "<h2>Throughput</h2>"
+        + legend(lines, figures)
+        + _top(f"{top:g} per {'minute' if drawn and drawn[0].minutes == 1 else '15 min'}")
+        + chart("flow", labels, lines, top)
+        + _axis(drawn, labels)
+    )
+
+
+def _queue(drawn: Sequence[Column], labels: Sequence[str], live: Overview) -> str:
+    now = {
+        "waiting": live.by_status.get("pending", 0) + live.by_status.get("delayed", 0),
+        "running": live.by_status.get("running", 0),
+    }
+    lines = [
+        Line(name, colour, dash, filled([c.gauges[name] for c in drawn], now[name]))
+        for name, colour, dash in (("waiting", PURPLE, "6 3"), ("running", SKY, ""))
+    ]
+    top = nice_top(max((v or 0 for line in lines for v in line.values), default=0))
+    figures = {name: f"{value} now" for name, value in now.items()}
+    return (
+        "<h2>Waiting and running</h2>"
+        + legend(lines, figures)
+        + _top(f"{top:g} jobs")
+        + chart("queue", labels, lines, top)
+        + _axis(drawn, labels)
+    )
+
+
+def _bound(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return f"> {span(WAIT_BOUNDS[-1])}"
+    return f"≤ {span(value)}"
+
+
+def _rank(value: float | None) -> float | None:
+    """A wait's bucket bound as its height on the chart: the buckets evenly spaced (a log
+    scale, near enough), the longest at the top."""
+    if value is None:
+        return None
+    return float(BUCKETS if math.isinf(value) else WAIT_BOUNDS.index(value) + 1)
+
+
+def _waits(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str:
+    quantiles = (("p50", BLUE, "", 0.5), ("p95", ORANGE, "6 3", 0.95))
+    lines, figures = [], {}
+    for name, colour, dash, q in quantiles:
+        bounds = [c.percentile(q) for c in drawn]
+        data = ["" if b is None else "inf" if math.isinf(b) else f"{b:g}" for b in bounds]
+        said = [_bound(b) for b in bounds]
+        lines.append(Line(name, colour, dash, [_rank(b) for b in bounds], data, said))
+        figures[name] = _bound(whole.percentile(q))
+    return (
+        "<h2>Time from submit to running</h2>"
+        + legend(lines, figures)
+        + _top(f"{_bound(math.inf)} (a bucket a step: 0.1 s, 0.25 s, ... 30 min)")
+        + chart("waits", labels, lines, float(BUCKETS))
+        + _axis(drawn, labels)
+    )
+
+
+def _nodes(live: Overview, view: View, capacity: int, ttl: float) -> str:
+    rows = []
+    for node_id in sorted(live.queues):
+        _, running = live.queues[node_id]
+        seen = live.last_seen.get(node_id, 0.0)
+        health = "healthy" if is_live(seen, view.now, ttl) else "unhealthy"
+        share = min(running / capacity, 1.0)
+        bar = (
+            f'<svg class="bar" viewBox="0 0 100 10" preserveAspectRatio="none" '
+            f'data-running="{running}" data-capacity="{capacity}"><rect width="100" height="10" '
+            f'fill="#eaeef2"/><rect width="{share * 100:.1f}" height="10" fill="{SKY}"/>'
+            f"<title>{running} of {capacity} running</title></svg>"
+        )
+        age = span(max(0.0, view.now - seen)) if seen else "never"
+        link = f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
+        cells = (link, f"{bar} {running} / {capacity}", status_badge(health), escape(age))
+        rows.append(
+            f'<tr data-node="{escape(node_id)}">'
+            + "".join(f"<td>{c}</td>" for c in cells)
+            + "</tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>" for h in ("node", "running / capacity", "health", "heartbeat age")
+    )
+    nodes = "".join(rows) or '<tr><td colspan="4">no nodes</td></tr>'
+    table = f'<table id="node-load"><tr>{head}</tr>{nodes}</table>'
+    return f'<h2>Nodes</h2><div class="scroll">{table}</div>'

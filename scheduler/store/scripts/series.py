@@ -1,0 +1,37 @@
+"""READ_SERIES: the dashboard's minutes (life.py SERIES writes them), read in one round trip,
+with its call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler.store.scripts.script import Call, Script
+
+Minute = dict[str, int]
+
+
+def _minutes(reply: list[Any]) -> list[Minute]:
+    return [
+        {str(flat[i], "utf-8"): int(flat[i + 1]) for i in range(0, len(flat), 2)} for flat in reply
+    ]
+
+
+READ_SERIES = Script(
+    "READ_SERIES",
+    "first count",
+    """
+-- `count` minutes from minute number `first` (epoch seconds / 60), oldest first: each its
+-- hash, flat ({} for a minute nothing changed in, or one expired).
+local out = {}
+for minute = tonumber(first), tonumber(first) + tonumber(count) - 1 do
+  out[#out + 1] = redis.call("HGETALL", K.series(string.format("%d", minute)))
+end
+return out
+""",
+    _minutes,
+    read_only=True,
+)
+
+
+def read_series(first: int, count: int) -> Call[list[Minute]]:
+    return READ_SERIES.call(first=first, count=count)

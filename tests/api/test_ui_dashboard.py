@@ -1,0 +1,76 @@
+"""The dashboard, /ui (issue 28), through the API: a known sequence of jobs (submitted,
+claimed, done, failed) drawn in its charts, each column's values in data attributes and a
+<title>, the window's totals beside each chart; the day's window; the nodes' load."""
+
+from __future__ import annotations
+
+import re
+
+from starlette.testclient import TestClient
+
+from tests.conftest import ClientFactory, register, report, submit
+
+
+def attributes(page: str, chart: str, name: str) -> list[str]:
+    """data-<name> of every column of the chart `chart`, in order."""
+    svg = re.search(rf'<svg id="{chart}".*?</svg>', page, re.S)
+    assert svg, chart
+    return re.findall(rf' data-{name}="([^"]*)"', svg.group(0))
+
+
+def figure(page: str, name: str) -> str:
+    found = re.search(rf'<b id="fig-{name}">([^<]*)</b>', page)
+    assert found, name
+    return found.group(1)
+
+
+def drive(api: TestClient) -> None:
+    """Three jobs on n1 (capacity 2): one done, one failed, one running; one waiting."""
+    register(api, "n1")
+    ids = [submit(api, command=f"echo {i}")["job_id"] for i in range(4)]
+    for job_id, ending in zip(ids, ("done", "failed", None), strict=False):
+        assert report(api, job_id, "running").status_code == 200
+        if ending:
+            assert report(api, job_id, ending, exit_code=int(ending == "failed")).status_code == 200
+
+
+def test_the_dashboard_draws_a_known_sequence_of_jobs(make_client: ClientFactory) -> None:
+    api = make_client(max_jobs_per_node=2, max_job_retries=0)
+    drive(api)
+    page = api.get("/ui").text
+    # Summed over the columns (the steps may straddle a minute), and the window's figures.
+    for name, count in (("submitted", 4), ("started", 3), ("done", 1), ("failed", 1)):
+        assert sum(int(v) for v in attributes(page, "flow", name)) == count, name
+        assert figure(page, name) == str(count)
+    assert len(attributes(page, "flow", "submitted")) == 60  # a column a minute
+    # The gauges' last column is now's live count: 1 pending (waiting), 1 running.
+    assert attributes(page, "queue", "waiting")[-1] == "1"
+    assert attributes(page, "queue", "running")[-1] == "1"
+    assert (figure(page, "waiting"), figure(page, "running")) == ("1 now", "1 now")
+    # Three first claims, each within a generous bound of its submit; p50 <= p95.
+    p50 = [v for v in attributes(page, "waits", "p50") if v]
+    p95 = [v for v in attributes(page, "waits", "p95") if v]
+    assert p50 and p95 and float(p50[-1]) <= float(p95[-1]) <= 300
+    assert figure(page, "p50").startswith("≤ ")
+    # Each column says its values on hover.
+    assert re.search(r"<title>\d\d:\d\d: submitted \d+, started \d+, done \d+, failed \d+", page)
+    # n1 runs 1 of its 2.
+    assert re.search(r'data-running="1" data-capacity="2"', page)
+    assert "1 / 2" in page
+
+
+def test_the_day_draws_a_column_per_quarter_hour(client: TestClient) -> None:
+    drive(client)
+    page = client.get("/ui", params={"window": "day"}).text
+    assert len(attributes(page, "flow", "submitted")) == 96
+    assert sum(int(v) for v in attributes(page, "flow", "submitted")) == 4
+    assert 'id="window-day"' in page and 'class="current" id="window-day"' in page
+    # The pause keeps the window.
+    assert 'href="/ui?window=day&amp;refresh=off"' in page
+
+
+def test_an_empty_deployment_draws_empty_charts(client: TestClient) -> None:
+    page = client.get("/ui").text
+    assert set(attributes(page, "flow", "failed")) == {"0"}
+    assert set(attributes(page, "waits", "p95")) == {""}
+    assert figure(page, "p95") == "-" and "no nodes" in page
