@@ -30,7 +30,9 @@ _NOT_JOB_STATE = {
 }
 # rq: the workers' queues; runs, stats: their bookkeeping.
 # attempts: Redis-only, by design (a restore brings jobs back without them).
-_NOT_JOB_PREFIXES = ("lock:", "nodes", "outbox", "rq:", "runs:", "stats", "attempts:")
+_NOT_JOB_PREFIXES = (
+    "lock:", "nodes", "outbox", "rq:", "runs:", "stats", "attempts:", "series", "ui:", "authfail:",
+)  # fmt: skip
 
 
 def stored_json(r: redis.Redis, key: str) -> Any:

@@ -76,8 +76,11 @@ def test_stored_state_bench_prints_each_phase_and_ratio() -> None:
     ):
         assert empty.endswith("empty store") and stored.endswith("200 delayed + 20 schedules")
         assert "stored / empty:" in ratio, name
-        # The same Redis commands per call whatever is stored: the work is bounded.
-        assert empty.split("µs/call")[1].split()[0] == stored.split("µs/call")[1].split()[0], name
+        # The same Redis commands per call whatever is stored: the work is bounded. (Up to
+        # one more in the run: the dashboard's series sets a minute's expiry on its first
+        # write, and a run may cross a minute.)
+        commands = [float(line.split("µs/call")[1].split()[0]) for line in (empty, stored)]
+        assert abs(commands[0] - commands[1]) < 0.5, (name, commands)
 
 
 def test_schedules_bench_prints_each_case() -> None:

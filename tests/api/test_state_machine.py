@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -266,6 +267,10 @@ def named_keys(keys: Keys, words: list[str]) -> set[str]:
             if all(p.annotation in ("str", str) for p in params):
                 for args in itertools.product(words, repeat=len(params)):
                     named.add(attr(keys, *args))
+            elif [p.annotation for p in params] in (["int"], [int]):
+                # A minute's series (Keys.series): the minutes around the test's run.
+                minute = int(time.time()) // 60
+                named.update(attr(keys, m) for m in range(minute - 60, minute + 61))
     return {key for key in named if key.startswith(keys.root)}
 
 
