@@ -20,12 +20,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from scheduler.agent import token_file
-from scheduler.config import LOOPBACK_HOSTS, Settings
+from scheduler.config import Settings
 
 
 def key_path(url: str) -> Path | None:
-    """Where the session key of the API at `url` is kept (the loopback names are one
-    address), or None for a URL with no host."""
+    """Where the session key of the API at `url` is kept, or None for a URL with no host.
+    The host is taken as written: `localhost`, `::1` and `127.0.0.1` are three addresses
+    (127.0.0.1:P and [::1]:P are two sockets, and another local user may listen on the one
+    `up` did not bind: the key is sent only to the address `up` gave)."""
     try:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port
@@ -33,7 +35,6 @@ def key_path(url: str) -> Path | None:
         return None
     if not host:
         return None
-    host = "127.0.0.1" if host in LOOPBACK_HOSTS else host
     port = port or (443 if parts.scheme == "https" else 80)
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state) / "tinyaws-scheduler" / f"{host}-{port}" / "api-key"
