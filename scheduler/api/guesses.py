@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from ipaddress import ip_network
 
 from redis.exceptions import RedisError
 from starlette.types import Scope
@@ -104,7 +105,13 @@ class Guesses:
         socket's peer, or behind a TRUSTED_PROXIES load balancer the address it forwarded);
         "" when it is not known (a Unix socket)."""
         found = client_address(peer, headers, self.trusted)
-        return str(found) if found is not None else ""
+        if found is None:
+            return ""
+        if found.version == 6:
+            # One host commonly holds a whole /64: counted per address, it would never be
+            # limited.
+            return str(ip_network((found, 64), strict=False))
+        return str(found)
 
     def address_in(self, scope: Scope) -> str:
         """`address_of` an ASGI request."""

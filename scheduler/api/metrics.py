@@ -57,6 +57,7 @@ class _Series:
 
 
 RowKey = tuple[str, str, int]  # method, route label, status code
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # A row's columns, as named in Redis: count, total seconds, one count per bucket.
 COLUMNS = ("count", "sum", *map(str, BUCKETS), "+Inf")
 
@@ -94,7 +95,9 @@ class RequestStats:
                 mine[i] += value
 
     def observe(self, method: str, route: str, code: int, seconds: float) -> None:
-        key = (method, route, code)
+        # A fixed set of labels whatever clients send: h11 takes any token as a method, and
+        # each would be a series kept for good (in Redis too).
+        key = (method if method in METHODS else "other", route, code)
         row = self.rows.get(key)
         if row is None:
             row = self.rows[key] = [0.0] * (len(BUCKETS) + 3)

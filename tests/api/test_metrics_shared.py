@@ -131,3 +131,12 @@ def test_scrapes_of_serve_with_two_processes_never_go_back(serve_two: str) -> No
         seen.append(health_count(httpx.get(f"{serve_two}/metrics", timeout=10).text))
     assert seen == sorted(seen), seen
     assert seen[-1] >= sent
+
+
+def test_a_method_of_its_own_is_counted_as_other() -> None:
+    """h11 takes any token as a method: the labels stay a fixed set whatever clients send."""
+    stats = RequestStats()
+    for n in range(100):
+        stats.observe(f"X{n}", "/health", 405, 0.001)
+    stats.observe("GET", "/health", 200, 0.001)
+    assert stats.codes == {("other", "/health", 405): 100, ("GET", "/health", 200): 1}

@@ -238,3 +238,14 @@ def test_every_answer_carrying_env_vars_or_output_is_no_store(serve: Serve) -> N
     for answer in answers:
         assert answer.status_code in (200, 201), (answer.url, answer.text)
         assert answer.headers["cache-control"] == "no-store", answer.url
+
+
+def test_wrong_keys_from_one_ipv6_slash_64_count_as_one_address() -> None:
+    from scheduler.api.guesses import Guesses
+
+    guesses = Guesses(10, 300.0)
+    spread = {guesses.address_of(f"2001:db8:1:2::{n:x}", []) for n in range(1, 200)}
+    assert spread == {"2001:db8:1:2::/64"}
+    assert guesses.address_of("2001:db8:1:3::1", []) == "2001:db8:1:3::/64"
+    assert guesses.address_of("::ffff:10.0.0.7", []) == "10.0.0.7"  # IPv4, mapped
+    assert guesses.address_of("10.0.0.7", []) == "10.0.0.7"
