@@ -84,7 +84,7 @@ class AgentNetworksGate:
 
     def _allowed(self, scope: Scope) -> bool:
         query: Query = scope[PARAMS]  # the door's (http.ParamsDoor), which runs first
-        if self.routes.access(scope["method"], scope["path"], query.values) is not Access.AGENT:
+        if self.routes.access(scope["method"], query.path, query.values) is not Access.AGENT:
             return True
         client = scope.get("client")
         return self.networks.allows(client[0] if client else None, scope["headers"])

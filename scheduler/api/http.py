@@ -173,7 +173,7 @@ class ParamsDoor:
             if name:
                 await text_error(400, given_twice(name))(scope, receive, send)
                 return
-            scope[PARAMS] = Query(values, reads)
+            scope[PARAMS] = Query(values, reads, path)
         await self.app(scope, receive, send)
 
 
@@ -198,7 +198,7 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         query: Query = scope[PARAMS]
-        access = self.routes.access(scope["method"], scope["path"], query.values)
+        access = self.routes.access(scope["method"], query.path, query.values)
         if access is Access.ANYONE or access is Access.AGENT:
             await self.app(scope, receive, send)
         elif access is Access.UI:

@@ -81,6 +81,9 @@ class Query:
 
     values: Params
     reads: Collection[str] = ()
+    # The path the route table matches (routing.route_path: uvicorn's root path taken off),
+    # which every door after ParamsDoor decides on.
+    path: str = ""
 
     def get(self, name: str) -> str:
         """The parameter's value, "" without one (Go's Query().Get: empty is as absent)."""

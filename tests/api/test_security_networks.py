@@ -20,6 +20,7 @@ import httpx
 import pytest
 import redis
 import yaml
+from starlette.testclient import TestClient
 
 from scheduler.api.agent_networks import FORBIDDEN
 from scheduler.api.app import create_app
@@ -375,3 +376,14 @@ def test_lists_are_parsed() -> None:
         "192.168.0.0/16",
     ]
     assert settings.trusted_proxy_list == ()
+
+
+def test_the_rule_holds_under_a_root_path(make_settings: SettingsFactory) -> None:
+    """Mounted under a root path (uvicorn's --root-path), ASGI's `path` starts with it: the
+    gate decided on that path, matched no route, and let the poll through (found by the
+    review). It decides on the route's path, as the router does."""
+    app = create_app(make_settings(agent_networks=OUTSIDE))
+    with TestClient(app, root_path="/api") as api:
+        poll = api.get("/api/jobs", params={"node_id": "n1", "status": "pending"})
+        assert_text_error(poll, 403, FORBIDDEN)
+        assert api.get("/api/health").status_code == 200
