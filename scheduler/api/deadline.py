@@ -14,8 +14,16 @@ closes (a client that just sent a request on that connection would take an unask
 for its answer), and behind a pipelined request still running (it would read the 408 as that
 request's answer).
 
+Once the head is whole, the same clock bounds the body: a request must be whole within
+BODY_SECS of its head, or the connection is closed (without a word: an answer may have gone
+already). Where the app reads the body, its own deadline (http.BODY_READ_SECS, shorter)
+answers 408 first; this one holds where no app reads: a request answered without its body
+(a 404, /health with a Content-Length), whose body a client then trickles a byte at a time,
+each byte cancelling uvicorn's keep-alive timer.
+
 Cheap: one timer per connection, armed only when none is; a request notes the time its head
-is due, and the timer, when it fires, looks at that and arms itself again for what is left.
+(then its body) is due, and the timer, when it fires, looks at that and arms itself again
+for what is left.
 """
 
 from __future__ import annotations
@@ -28,13 +36,15 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from scheduler.api.http import BODY_READ_SECS
 from scheduler.api.lane import TEXT
 from scheduler.config import Settings
 
 # For an app that does not say (create_app's does): Settings' default.
 HEAD_TIMEOUT_SECS = Settings().head_timeout_secs
 NO_HEAD = 0.0  # no head is being waited for: the next byte starts one
-IN_BODY = -1.0  # the head is whole; the rest of the request is its body
+# A request's body must be whole this long after its head: after the app's own deadline.
+BODY_SECS = BODY_READ_SECS + 10.0
 
 
 def find_state(app: Any) -> Any:
@@ -73,6 +83,7 @@ class HeadClock:
     head_due = NO_HEAD  # > 0: when the head being read must be whole
     head_timer: asyncio.TimerHandle | None = None
     heard = True  # a byte has come since the connection opened
+    in_body = False  # head_due is the body's deadline (the head is whole)
 
     def open_head_clock(self, app: Any) -> None:
         self.head_timeout = head_timeout_of(app)
@@ -83,6 +94,15 @@ class HeadClock:
         self.head_due = self.loop.time() + self.head_timeout
         if self.head_timer is None:
             self.arm_head_timer()
+
+    def body_begins(self) -> None:
+        """The head is whole: the rest of the request, its body, is due within BODY_SECS."""
+        self.in_body = True
+        self.head_due = self.loop.time() + BODY_SECS
+
+    def request_whole(self) -> None:
+        self.in_body = False
+        self.head_due = NO_HEAD
 
     def arm_head_timer(self) -> None:
         self.head_timer = self.loop.call_later(self.head_timeout, self.head_check)
@@ -95,7 +115,8 @@ class HeadClock:
         if left > 0:
             self.head_timer = self.loop.call_later(left, self.head_check)
         elif not self.transport.is_closing():
-            if self.heard and (self.cycle is None or self.cycle.response_complete):
+            answered = self.cycle is None or self.cycle.response_complete
+            if not self.in_body and self.heard and answered:
                 answer = late_head_answer(self.server_state.default_headers, self.head_timeout)
                 self.transport.write(answer)
             self.transport.close()
@@ -132,11 +153,11 @@ class HeadDeadline(HeadClock, HttpToolsProtocol):
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
-        self.head_due = IN_BODY
+        self.body_begins()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self.head_due = NO_HEAD
+        self.request_whole()
         super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -157,8 +178,15 @@ class H11HeadDeadline(HeadClock, H11Protocol):
         if self.head_due == NO_HEAD and self.conn.their_state is h11.IDLE:
             self.head_begins()
         super().data_received(data)
-        if self.conn.their_state is h11.IDLE:
+        state = self.conn.their_state
+        if state is h11.IDLE:
             return  # a head is still coming (or none has begun)
+        if state is h11.SEND_BODY:
+            if not self.in_body:
+                self.body_begins()
+            return
+        if self.in_body:
+            self.request_whole()
         pipelined, _ = self.conn.trailing_data  # kept unparsed until this request is answered
         if self.conn.their_state is h11.DONE and pipelined and b"\r\n\r\n" not in pipelined:
             if self.head_due <= NO_HEAD:

@@ -21,7 +21,7 @@ from starlette.requests import ClientDisconnect
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
 from scheduler.api import http
-from scheduler.api.deadline import IN_BODY, HeadDeadline, find_state
+from scheduler.api.deadline import HeadDeadline, find_state
 from scheduler.api.hot import Charge
 from scheduler.api.http import body_late, length_of, too_large
 from scheduler.api.lane import MAX_BODY, TEXT, Answer, HotRequest, Lane, Route
@@ -282,7 +282,7 @@ class LaneProtocol(OneWriteProtocol):
         if found is None:
             super().on_headers_complete()
             return
-        self.head_due = IN_BODY  # the head is whole (HeadDeadline's, which the lane skips)
+        self.body_begins()  # the head is whole (HeadDeadline's, which the lane skips)
         route, request = found
         self.scope["method"] = request.method
         keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()

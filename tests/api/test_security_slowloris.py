@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from scheduler.api import deadline
 from scheduler.api.deadline import H11HeadDeadline, HeadDeadline
 from scheduler.api.server import LaneProtocol, OneWriteProtocol
 from scheduler.store.keys import Keys
@@ -225,3 +226,32 @@ def test_no_408_is_written_while_a_pipelined_request_is_being_answered(protocol:
             assert time.monotonic() < deadline, "a half head behind a running request is held"
             time.sleep(0.1)
     assert received.get(sock, b"") == b""
+
+
+async def answered(request: Request) -> Response:
+    return PlainTextResponse("answered without reading the body")
+
+
+@pytest.mark.parametrize(
+    "protocol", [LaneProtocol, OneWriteProtocol, HeadDeadline, H11HeadDeadline]
+)
+def test_a_body_trickled_after_the_answer_is_cut(
+    protocol: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request answered without its body (a 404, /health with a Content-Length), whose
+    body then comes a byte at a time: each byte cancels uvicorn's keep-alive timer, and the
+    head is whole, so only the body's deadline (deadline.BODY_SECS, short here) ends it
+    (found by the review: it was held for as long as the trickle went on)."""
+    monkeypatch.setattr(deadline, "BODY_SECS", 1.0)
+    app = Starlette(routes=[Route("/answered", answered, methods=["POST"])])
+    app.state.head_timeout_secs = 0.5
+    head = b"POST /answered HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\nx"
+    with serving(app, protocol) as port, sockets(port, [head]) as (sock,):
+        received: dict[socket.socket, bytes] = {}
+        deadline_at = time.monotonic() + PATIENCE
+        while not closed_by_server(sock, received):
+            assert time.monotonic() < deadline_at, "a trickled body held the connection"
+            with contextlib.suppress(OSError):
+                sock.sendall(b"x")
+            time.sleep(0.1)
+    assert received.get(sock, b"").startswith(b"HTTP/1.1 200 OK\r\n")
