@@ -21,7 +21,7 @@ from scheduler.cli.main import main as cli_main
 from scheduler.config import Settings
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
-from tests.servers import serving
+from tests.servers import STOPPING, serving
 from tests.snapshot_helpers import lose_redis_data
 
 
@@ -91,6 +91,10 @@ def main() -> None:
             }
         )
     )
+    # The servers `serving` left shutting down, joined before the interpreter ends: one
+    # still in its event loop then can crash the process (SIGSEGV) as it exits.
+    for thread in STOPPING:
+        thread.join(timeout=30)
 
 
 if __name__ == "__main__":
