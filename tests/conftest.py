@@ -174,6 +174,22 @@ def make_client(make_settings: SettingsFactory, front: str) -> Iterator[ClientFa
         yield make
 
 
+Serve = Callable[..., str]
+
+
+@pytest.fixture
+def serve(make_settings: SettingsFactory) -> Iterator[Serve]:
+    """Settings overrides -> the URL of an API served over a real socket (the lane's
+    protocol, as `scheduler serve`)."""
+    with contextlib.ExitStack() as stack:
+
+        def start(**overrides: Any) -> str:
+            app = create_app(make_settings(**overrides))
+            return f"http://127.0.0.1:{stack.enter_context(serving(app))}"
+
+        yield start
+
+
 @pytest.fixture
 def client(make_client: ClientFactory) -> TestClient:
     """The API with the built-in registry and default settings."""

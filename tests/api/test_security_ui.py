@@ -11,36 +11,19 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import pytest
 import redis
 
-from scheduler.api.app import create_app
 from scheduler.api.http import UI_COOKIE
 from scheduler.store.keys import Keys
-from tests.conftest import SettingsFactory
-from tests.servers import serving
+from tests.conftest import Serve
 
 KEY = "ui-operator-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
 EVIL = "http://evil.example"
-Serve = Callable[..., str]
-
-
-@pytest.fixture
-def serve(make_settings: SettingsFactory) -> Iterator[Serve]:
-    """Settings overrides -> the URL of an API served over a real socket."""
-    with ExitStack() as stack:
-
-        def start(**overrides: Any) -> str:
-            app = create_app(make_settings(**overrides))
-            return f"http://127.0.0.1:{stack.enter_context(serving(app))}"
-
-        yield start
 
 
 def client(url: str, address: str = "127.0.0.1") -> httpx.Client:

@@ -9,38 +9,22 @@ metrics, sessions and the UI's secret aside: the test's own calls add to them)."
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
-from typing import Any
+from collections.abc import Iterator
 
 import httpx
 import pytest
 import redis
 
 from scheduler.api import ui_jobs
-from scheduler.api.app import create_app
 from scheduler.store.keys import Keys
-from tests.conftest import SettingsFactory
-from tests.servers import serving
+from tests.conftest import Serve
 
-Serve = Callable[..., str]
 MARKUP = '<script>alert("x")</script>\'"><svg onload=alert(1)>'
 # What an attacker's markup would look like unescaped in the page.
 RAW = ("<script>alert", "<svg onload", '"><svg')
 # Written by the test's own calls, not by an attack: the request metrics, the no-key UI's
 # secret (made on first use).
 OWN_KEYS = re.compile(rb":(stats:requests|ui:secret|ui:session:.*|authfail:.*)$")
-
-
-@pytest.fixture
-def serve(make_settings: SettingsFactory) -> Iterator[Serve]:
-    with ExitStack() as stack:
-
-        def start(**overrides: Any) -> str:
-            app = create_app(make_settings(**overrides))
-            return f"http://127.0.0.1:{stack.enter_context(serving(app))}"
-
-        yield start
 
 
 @pytest.fixture
