@@ -139,14 +139,14 @@ def redis_cluster(primaries: int = 3, password: str = "") -> Iterator[Cluster]:
     binary = shutil.which("redis-server") or shutil.which("valkey-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed (.ci/run installs it)")
-    nodes = [_free_node(password) for _ in range(primaries)]
+    nodes: list[ClusterNode] = []
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="sched-cluster-") as data:
         try:
-            for node in nodes:
-                procs.append(_start(binary, node, data))
-            for node, proc in zip(nodes, procs, strict=True):
-                _wait(f"port {node.port}", lambda n=node, p=proc: _ping(n, p))
+            for _ in range(primaries):
+                node, proc = _start_node(binary, password, data, nodes)
+                nodes.append(node)
+                procs.append(proc)
             _form(nodes)
             yield Cluster(nodes)
         finally:
@@ -156,7 +156,36 @@ def redis_cluster(primaries: int = 3, password: str = "") -> Iterator[Cluster]:
                 proc.wait(timeout=10)
 
 
+NODE_START_TRIES = 5
+
+
+def _start_node(
+    binary: str, password: str, data: str, others: list[ClusterNode]
+) -> tuple[ClusterNode, subprocess.Popen[bytes]]:
+    """A node on free ports, started and answering. A free port can be taken between
+    free_port() and the server's bind (another test's server or client): a node that exits
+    at start is tried again on other ports."""
+    taken = {port for other in others for port in (other.port, other.bus_port)}
+    for attempt in range(NODE_START_TRIES):
+        node = _free_node(password)
+        if {node.port, node.bus_port} & taken or node.port == node.bus_port:
+            continue
+        proc = _start(binary, node, data)
+        try:
+            _wait(f"port {node.port}", lambda n=node, p=proc: _ping(n, p))
+        except NodeExited:
+            if attempt + 1 == NODE_START_TRIES:
+                raise
+            continue
+        return node, proc
+    raise RuntimeError(f"no cluster node started in {NODE_START_TRIES} tries")
+
+
+class NodeExited(RuntimeError):
+    """A cluster node's redis-server ended while starting (its port was taken)."""
+
+
 def _ping(node: ClusterNode, proc: subprocess.Popen[bytes]) -> bool:
     if proc.poll() is not None:
-        raise RuntimeError(f"redis-server (cluster node {node.port}) exited with {proc.returncode}")
+        raise NodeExited(f"redis-server (cluster node {node.port}) exited with {proc.returncode}")
     return bool(node.client().ping())

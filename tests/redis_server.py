@@ -34,41 +34,59 @@ def redis_server(
     binary = shutil.which("redis-server") or shutil.which("valkey-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed (.ci/run installs it)")
-    port = free_port()
     with tempfile.TemporaryDirectory(prefix="sched-redis-") as data:
-        socket_path = os.path.join(data, "redis.sock")
-        if unix_socket:
-            listen = ["--port", "0", "--unixsocket", socket_path, "--unixsocketperm", "700"]
-        elif tls is not None:
-            listen = ["--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1"]
-            listen += ["--tls-cert-file", tls.server_cert, "--tls-key-file", tls.server_key]
-            listen += ["--tls-ca-cert-file", tls.ca]
-        else:
-            listen = ["--port", str(port), "--bind", "127.0.0.1"]
-        proc = subprocess.Popen(
-            [
-                binary,
-                *listen,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                data,
-                *extra,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"unix://{socket_path}" if unix_socket else f"redis://127.0.0.1:{port}/0"
-        if tls is not None:
-            url = f"rediss://127.0.0.1:{port}/0?{tls.client_query()}"
+        # A free port can be taken between free_port() and the server's bind (another
+        # test's server or client): a server that exits at start is tried on another.
+        for attempt in range(START_TRIES):
+            port = free_port()
+            proc, url = _start_server(binary, data, port, extra, unix_socket, tls)
+            try:
+                _wait_ready(url, proc)
+            except ServerExited:
+                if attempt + 1 == START_TRIES:
+                    raise
+                continue
+            break
         try:
-            _wait_ready(url, proc)
             yield url
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+START_TRIES = 5
+
+
+class ServerExited(RuntimeError):
+    """redis-server ended while starting."""
+
+
+def _start_server(
+    binary: str,
+    data: str,
+    port: int,
+    extra: tuple[str, ...],
+    unix_socket: bool,
+    tls: TlsFiles | None,
+) -> tuple[subprocess.Popen[bytes], str]:
+    socket_path = os.path.join(data, "redis.sock")
+    if unix_socket:
+        listen = ["--port", "0", "--unixsocket", socket_path, "--unixsocketperm", "700"]
+    elif tls is not None:
+        listen = ["--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1"]
+        listen += ["--tls-cert-file", tls.server_cert, "--tls-key-file", tls.server_key]
+        listen += ["--tls-ca-cert-file", tls.ca]
+    else:
+        listen = ["--port", str(port), "--bind", "127.0.0.1"]
+    proc = subprocess.Popen(
+        [binary, *listen, "--save", "", "--appendonly", "no", "--dir", data, *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"unix://{socket_path}" if unix_socket else f"redis://127.0.0.1:{port}/0"
+    if tls is not None:
+        url = f"rediss://127.0.0.1:{port}/0?{tls.client_query()}"
+    return proc, url
 
 
 @dataclass(frozen=True)
@@ -163,7 +181,7 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {proc.returncode}")
+            raise ServerExited(f"redis-server exited with {proc.returncode}")
         try:
             client.ping()
             return
