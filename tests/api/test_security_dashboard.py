@@ -14,9 +14,8 @@ import pytest
 import redis
 
 from scheduler.api.http import UI_COOKIE
-from tests.api.test_security_ui_pages import MARKUP, Serve, redis_state, serve, shown_as_text
-
-__all__ = ["serve"]  # the fixture, shared
+from tests.api.test_security_ui_pages import MARKUP, redis_state, shown_as_text
+from tests.conftest import Serve
 
 KEY = "dashboard-key"
 
