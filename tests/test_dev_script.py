@@ -30,15 +30,16 @@ def checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_dev(checkout: Path, *args: str) -> tuple[list[str], str]:
+def run_dev(checkout: Path, *args: str, env: dict[str, str] | None = None) -> tuple[list[str], str]:
     log = checkout / "calls.log"
     log.unlink(missing_ok=True)
+    inherited = {k: v for k, v in os.environ.items() if k != "TEST_PROCESSES"}
     done = subprocess.run(
         [str(checkout / "dev"), *args],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PATH": os.environ.get("PATH", "")},
+        env={**inherited, **(env or {})},
         check=True,
     )
     return log.read_text().splitlines(), done.stderr
@@ -67,9 +68,15 @@ def test_test_installs_the_test_tools_then_up_needs_nothing_more(checkout: Path)
     assert installs(calls) == [
         f"python -m pip install --progress-bar off -e {checkout}[test,dashboard,embedded]"
     ]
-    assert calls[-1] == "python -m pytest -q"
+    # The suite in two processes (pytest-xdist); arguments come after, so `-n 0` overrides.
+    assert calls[-1] == "python -m pytest -n 2 --dist worksteal -q"
     calls, _ = run_dev(checkout, "up")
     assert calls == ["scheduler up"]
+
+
+def test_test_processes_sets_how_many_run_the_suite(checkout: Path) -> None:
+    calls, _ = run_dev(checkout, "test", "-x", env={"TEST_PROCESSES": "0"})
+    assert calls[-1] == "python -m pytest -n 0 --dist worksteal -x"
 
 
 def test_a_changed_pyproject_installs_again(checkout: Path) -> None:
