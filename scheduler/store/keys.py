@@ -116,6 +116,46 @@ class Keys:
         return self._k("nodes:compute")
 
     @property
+    def nodes_load(self) -> str:
+        """Zset: the placeable nodes (registered compute, not drained, not found dead), scored
+        by how many jobs each holds: the common submit takes the least loaded from here."""
+        return self._k("nodes:load")
+
+    @property
+    def nodes_room(self) -> str:
+        """Hash: `<node>:cpus`, `<node>:memory_mb` (offered; 0 = not checked) and
+        `<node>:held_cpus`, `<node>:held_memory_mb` (what its jobs hold): one hash, so a
+        placement reads many nodes' room in one HMGET."""
+        return self._k("nodes:room")
+
+    @property
+    def drained_nodes(self) -> str:
+        """Hash: a drained node's id -> who drained it ("operator" or "stopping"); such a node
+        is never a placement candidate."""
+        return self._k("nodes:drained")
+
+    def node_held(self, node_id: str) -> str:
+        """Set: the jobs the node holds (bound to it, not ended: pending, running,
+        cancelling), each counted once in its room and load."""
+        return self._k(f"node:{node_id}:held")
+
+    def label_nodes(self, label: str) -> str:
+        """Set: the compute nodes with label `key=value` (their registered and implicit
+        labels, models/labels.py)."""
+        return self._k(f"label:{label}")
+
+    @property
+    def unplaced(self) -> str:
+        """Zset: pending jobs no node could take yet, in queue order (queue_score)."""
+        return self._k("unplaced")
+
+    @property
+    def unplaced_retry(self) -> str:
+        """String: set when room may have appeared; PLACE_UNPLACED's next pass starts after
+        this score ("-inf": from the head) and deletes it at the end."""
+        return self._k("unplaced:retry")
+
+    @property
     def services(self) -> str:
         return self._k("services")
 
@@ -329,7 +369,7 @@ LAYOUT_ROOTS = frozenset(
         "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
         "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts", "waiting",
-        "dependents", "ui", "authfail", "series", "series-retention",
+        "dependents", "ui", "authfail", "series", "series-retention", "label", "unplaced",
     }
 )  # fmt: skip
 

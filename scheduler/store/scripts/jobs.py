@@ -4,8 +4,8 @@ built-in registry's are in nodes.py), each with its call."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.models.job import MAX_WAITERS, Job, JobUpdate, creation_json, due_of
@@ -54,11 +54,28 @@ class Dedup:
 
 NO_DEDUP = Dedup("", "", 0)
 
+
+@dataclass(frozen=True, slots=True)
+class Asks:
+    """What a new job asks of its node (README, Placement): the record's cpus, memory_mb and
+    node_selector, passed apart so the create script need not decode the record."""
+
+    cpus: int = 0
+    memory_mb: int = 0
+    node_selector: Mapping[str, str | list[str]] = field(default_factory=dict)
+
+
+NO_ASKS = Asks()
+
 # A new job's script, shared by CREATE_JOB and CREATE_AFTER (one that runs after others): two
 # scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
 _NEW_JOB = """
 -- record: the job's JSON without job_id and node_id, which this fills in (the id drawn here,
--- the node placed here: library.py PLACEMENT). due: "" for a job pending now, else the epoch
+-- the node placed here: place.py pick_node, by mode and the job's asks: cpus, memory_mb and
+-- selector, the record's, its node_selector as JSON or ""). A job no node can take now is
+-- still made, pending unplaced (node_id "", place.py) with its pending_reason; only one
+-- that asks nothing answers NO_NODES when no compute node is live (the original's 503). A
+-- delayed job that asks a fit is placed when due. due: "" for a job pending now, else the epoch
 -- its run_at says: it is delayed until then (its record says so too). priority: the
 -- record's, its place in the node's queue (life.py queue_score). With dedup_ttl > 0,
 -- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
@@ -80,20 +97,36 @@ if tonumber(dedup_ttl) > 0 then
     return {DUPLICATE, redis.call("GET", K.job(id)) or ""}
   end
 end
-{AFTER_CHECKS}local node = pick_node(mode, candidates, tonumber(now), tonumber(node_ttl))
-if not node then return {NO_NODES} end
+{AFTER_CHECKS}local ask = {cpus = tonumber(cpus), memory_mb = tonumber(memory_mb),
+  node_selector = selector ~= "" and cjson.decode(selector) or nil}
+local node, reason = nil, nil
+if due == "" or not needs_fit(ask) then
+  node, reason = pick_node(mode, candidates, ask, tonumber(now) - tonumber(node_ttl))
+  if not node and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)) then
+    return {NO_NODES}
+  end
+end
+node = node or ""
 local n = redis.call("INCR", K.job_seq)
 local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)
 """
 _STORE_NEW = """
+local score = status == "pending" and queue_score(n, priority) or n
+if status == "pending" and node == "" then  -- the last field (models.job): appended
+  job = string.sub(job, 1, -2) .. ',"pending_reason":' .. cjson.encode(reason) .. "}"
+end
 redis.call("SET", K.job(id), job)
 redis.call("ZADD", K.all_jobs, n, id)
 redis.call("ZADD", K.status(status), n, id)
-redis.call("ZADD", K.node_jobs(node), n, id)
-local score = status == "pending" and queue_score(n, priority) or n
-redis.call("ZADD", K.node_status(node, status), score, id)
+if node ~= "" then
+  redis.call("ZADD", K.node_jobs(node), n, id)
+  redis.call("ZADD", K.node_status(node, status), score, id)
+  if status == "pending" then hold(node, id, ask) end
+elseif status == "pending" then
+  redis.call("ZADD", K.unplaced, score, id)
+end
 if status == "delayed" then redis.call("ZADD", K.delayed, due, id) end
 redis.call("SADD", K.dirty, id)
 count_minute(now, "submitted")
@@ -101,9 +134,12 @@ if dedup then
   local value = fingerprint == "" and id or id .. " " .. fingerprint
   redis.call("SET", dedup, value, "EX", tonumber(dedup_ttl))
 end
-if status == "pending" then wake_node(node) end
+if status == "pending" and node ~= "" then wake_node(node) end
 """
-_ARGV = "record due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint"
+_ARGV = (
+    "record due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
+    "cpus memory_mb selector"
+)
 
 CREATE_JOB = Script(
     "CREATE_JOB",
@@ -140,6 +176,7 @@ if waits > 0 or failed then
   status = "waiting"
   local decoded = cjson.decode(job)
   decoded.status = "waiting"
+  if needs_fit(ask) then node, decoded.node_id = "", "" end  -- placed once its wait ends
   job = encode(decoded)
 end"""
     + _STORE_NEW
@@ -163,14 +200,16 @@ def create_job(
     due: float | None = None,
     priority: int = 0,
     after: Sequence[str] = (),
+    asks: Asks = NO_ASKS,
 ) -> Call[Created]:
     """`record` is the new job's JSON object without job_id and node_id; `due`, when it is
-    delayed, the epoch of its run_at; `priority` and `after`, the record's."""
+    delayed, the epoch of its run_at; `priority`, `after` and `asks`, the record's."""
     args: dict[str, Any] = dict(
         record=record, due="" if due is None else due, priority=priority, mode=placement.mode,
         now=now, node_ttl=node_ttl, dedup_space=dedup.space, dedup_key=dedup.key,
         dedup_ttl=dedup.ttl if dedup.key else 0, fingerprint=dedup.fingerprint,
-        candidates=placement.candidates,
+        candidates=placement.candidates, cpus=asks.cpus, memory_mb=asks.memory_mb,
+        selector=json.dumps(asks.node_selector) if asks.node_selector else "",
     )  # fmt: skip
     if not after:
         return CREATE_JOB.call(**args)
@@ -182,8 +221,17 @@ def create_job_of(
     job: Job, placement: Placement, now: float, node_ttl: float, dedup: Dedup = NO_DEDUP
 ) -> Call[Created]:
     """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it."""
+    asks = Asks(job.cpus, job.memory_mb, job.node_selector)
     return create_job(
-        creation_json(job), placement, now, node_ttl, dedup, due_of(job), job.priority, job.after
+        creation_json(job),
+        placement,
+        now,
+        node_ttl,
+        dedup,
+        due_of(job),
+        job.priority,
+        job.after,
+        asks,
     )
 
 
@@ -238,10 +286,11 @@ _CONFLICTS = {
     codes.CANCELLING: "job is being cancelled",
     codes.NOT_CANCELLING: "job is not being cancelled",
     codes.NOT_DUE: "job is not due yet",
+    codes.NOT_PLACED: "job is not placed on a node yet",
 }
 
 
-def _changed(reply: list[Any]) -> bytes:
+def changed(reply: list[Any]) -> bytes:
     code = reply[0]
     check_found(code, JobNotFound)
     if code in _CONFLICTS:
@@ -263,7 +312,7 @@ TRANSITION = Script(
 -- 3339; reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
 -- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FINISHED}
 --   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
---   | {NOT_DUE} (a claim of a delayed job)
+--   | {NOT_DUE} (a claim of a delayed job) | {NOT_PLACED} (of a job on no node yet)
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
 -- holding the job (only a known node: a bare claim stays a conflict), and a final report
 -- that the stored job already reflects. A node token names its node as well as the body.
@@ -293,6 +342,7 @@ end
 if status == "running" then
   if old == "running" and reporter ~= "" then return {OK, raw} end
   if NOT_STARTED[old] and old ~= "pending" then return {NOT_DUE} end
+  if old == "pending" and job.node_id == "" then return {NOT_PLACED} end
   if old ~= "pending" then return {ALREADY_RUNNING} end
 elseif old ~= "running" and old ~= "cancelling" then
   return {NOT_RUNNING}
@@ -320,7 +370,7 @@ job.status = "running"
 wake_job(job_id)
 return {OK, store_job(job_id, job)}
 """,
-    _changed,
+    changed,
 )
 
 
@@ -339,60 +389,3 @@ def transition(
         reporter=update.node_id,
         **retries.args(),
     )
-
-
-CANCEL_JOB = Script(
-    "CANCEL_JOB",
-    "job_id now stamp",
-    """
--- DELETE /jobs/{id}. A pending or delayed job is cancelled at once (it ends failed,
--- failure_reason cancelled: library.py finish). A running one becomes cancelling: it keeps
--- its node's slot, its timeout no longer applies, and its agent learns it (the poll's
--- X-Cancel-Jobs, the heartbeat's answer), kills it and reports cancelled; an agent that
--- cannot be told (the original) gets 409 on its late report, and the sweep cancels the job
--- CANCEL_GRACE_SECS later (FINISH_CANCELS).
--- Returns {OK, job JSON} (a cancelling job: as it is) | {NOT_FOUND} | {FINISHED}
-local job, raw = load_job(job_id)
-if not job then return {NOT_FOUND} end
-if FINAL[job.status] then return {FINISHED} end
-if job.status == "cancelling" then return {OK, raw} end
-local n = redis.call("ZSCORE", K.all_jobs, job_id)
-if NOT_STARTED[job.status] then
-  return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
-end
-move(job_id, n, job.node_id, job.status, "cancelling")
-job.status = "cancelling"
-redis.call("ZREM", K.deadlines, job_id)
-redis.call("ZADD", K.cancelling, now, job_id)
-wake_node(job.node_id)
-wake_job(job_id)
-return {OK, store_job(job_id, job)}
-""",
-    _changed,
-)
-
-
-def cancel_job(job_id: str, now: float) -> Call[bytes]:
-    return CANCEL_JOB.call(job_id=job_id, now=now, stamp=rfc3339(now))
-
-
-CHECK_REPORT = Script(
-    "CHECK_REPORT",
-    "job_id caller",
-    """
--- Before the body of an agent's report is read (PATCH /jobs/{id} with a large or unsized
--- body, or in token mode): this caller may report on the job, which exists; neither reads
--- the record (library.py job_access). TRANSITION checks again.
--- Returns OK | NOT_FOUND | UNAUTHORIZED
-if caller == "open" or caller == "key" then
-  return redis.call("EXISTS", K.job(job_id)) == 1 and OK or NOT_FOUND
-end
-return (job_access(caller, job_id))
-""",
-    lambda code: check_found(code, JobNotFound),
-    read_only=True,
-)
-
-
-def check_report(job_id: str, caller: str) -> Call[None]:
-    return CHECK_REPORT.call(job_id=job_id, caller=caller)

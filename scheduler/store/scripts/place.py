@@ -1,0 +1,319 @@
+"""Placement in Lua (README, Placement; nodes/placement.py is its model, which the tests hold
+it to). Part of the scripts' library (library.py), in two parts: NODES, before a job's life
+(life.py uses it: what a node holds, `hold` and `unhold`, and the round-robin moves), and
+PLACE, after it (`place` binds a job through life.py's `rebind`).
+
+What placement reads, each kept by the scripts that change it:
+- `{P}:nodes:load`, the placeable nodes (registered compute, not drained, not found dead)
+  scored by the jobs each holds: a job that asks nothing takes the least loaded, ties broken
+  round-robin by the shared ticket, in O(log n) whatever the number of nodes;
+- `{P}:node:{n}:held` (the jobs a node holds: bound to it and pending, running or
+  cancelling) and `{P}:nodes:room` (`<n>:cpus`, `<n>:memory_mb` offered, `<n>:held_cpus`,
+  `<n>:held_memory_mb` held), changed only by `hold` and `unhold`, which `rebind` and
+  `finish` call: every bind and unbind of a job goes through them;
+- `{P}:label:<key>=<value>`, the compute nodes with each label (REGISTER_NODE,
+  DELETE_NODE);
+- `{P}:nodes:drained` (drain's): a node there is never a candidate;
+- `{P}:unplaced`, the pending jobs no node could take (node_id ""), in queue order, and
+  `{P}:unplaced:retry`, set when room may have appeared: PLACE_UNPLACED (the worker's
+  promote tick, every second) then tries them again, from the head.
+"""
+
+from scheduler.models.job import PENDING_REASONS
+
+NODES = """
+-- The live compute nodes (heard from since `cutoff`) that are not drained, sorted by id:
+-- the round-robin moves' candidates (a lost node's jobs, a due job whose node is gone, an
+-- external registry's retries).
+local function live_nodes(cutoff)
+  local live = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
+  if #live > 0 and redis.call("EXISTS", K.drained_nodes) == 1 then
+    local kept = {}
+    for _, node in ipairs(live) do
+      if redis.call("HEXISTS", K.drained_nodes, node) == 0 then kept[#kept + 1] = node end
+    end
+    live = kept
+  end
+  table.sort(live)
+  return live
+end
+
+local function is_live(node, cutoff)
+  local seen = redis.call("ZSCORE", K.nodes_compute, node)
+  return seen ~= false and tonumber(seen) >= cutoff
+end
+
+-- A node a job may be put on now: live and not drained.
+local function placeable(node, cutoff)
+  return is_live(node, cutoff) and redis.call("HEXISTS", K.drained_nodes, node) == 0
+end
+
+-- Round-robin (placement.choose): the ticket from one INCR shared by every replica.
+local function next_live(nodes)
+  if #nodes == 0 then return nil end
+  local ticket = redis.call("INCR", K.rr_seq)
+  return nodes[((ticket - 1) % #nodes) + 1]
+end
+
+-- The statuses in which a job holds what it asks on its node.
+local HOLDS = {pending = true, running = true, cancelling = true}
+
+-- Whether a job asks anything of its node beyond a slot (models.asks_fit): such a job is
+-- placed by fit, and one that must leave its node waits unplaced for the next placement
+-- pass rather than going round-robin.
+local function needs_fit(job)
+  local selector = job.node_selector
+  return (tonumber(job.cpus) or 0) > 0 or (tonumber(job.memory_mb) or 0) > 0
+    or (type(selector) == "table" and next(selector) ~= nil)
+end
+
+-- Room may have appeared (a job ended or left a node, a node registered, came back or was
+-- undrained): the next PLACE_UNPLACED pass starts from the head of the unplaced jobs.
+local function flag_unplaced()
+  if redis.call("EXISTS", K.unplaced) == 1 then redis.call("SET", K.unplaced_retry, "-inf") end
+end
+
+-- Job `id`'s asks held on `node` while it is bound there (HOLDS): its cpus and memory_mb in
+-- the node's room, one job in its load. The set of held jobs makes both idempotent: a job
+-- counts once, and only a job counted is given back (jobs bound before this version, or
+-- given back already, change nothing).
+local function hold(node, id, job)
+  if node == "" or redis.call("SADD", K.node_held(node), id) == 0 then return end
+  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
+  if cpus > 0 then redis.call("HINCRBY", K.nodes_room, node .. ":held_cpus", cpus) end
+  if memory > 0 then redis.call("HINCRBY", K.nodes_room, node .. ":held_memory_mb", memory) end
+  redis.call("ZADD", K.nodes_load, "XX", "INCR", 1, node)
+end
+
+local function unhold(node, id, job)
+  if node == "" or redis.call("SREM", K.node_held(node), id) == 0 then return end
+  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
+  if cpus > 0 then redis.call("HINCRBY", K.nodes_room, node .. ":held_cpus", -cpus) end
+  if memory > 0 then redis.call("HINCRBY", K.nodes_room, node .. ":held_memory_mb", -memory) end
+  redis.call("ZADD", K.nodes_load, "XX", "INCR", -1, node)
+  flag_unplaced()
+end
+
+-- The node's place among the placeable nodes (nodes:load): there, scored by the jobs it
+-- holds, while it is a registered compute node and not drained; else out. Called when one
+-- of those changes (a registration, a delete, a heartbeat after silence; drain's drain and
+-- undrain); whether it is live is checked as it is picked.
+local function refresh_load(node)
+  if redis.call("HEXISTS", K.nodes, node) == 1 and redis.call("ZSCORE", K.nodes_compute, node)
+    and redis.call("HEXISTS", K.drained_nodes, node) == 0 then
+    redis.call("ZADD", K.nodes_load, redis.call("SCARD", K.node_held(node)), node)
+  else
+    redis.call("ZREM", K.nodes_load, node)
+  end
+end
+
+-- A node's labels as "key=value", from its record: its registered ones and the scheduler's
+-- node.id and node.hostname (models/labels.py node_labels).
+local function node_labels(node, record)
+  local out = {"node.id=" .. node}
+  if type(record.hostname) == "string" and record.hostname ~= "" then
+    out[2] = "node.hostname=" .. record.hostname
+  end
+  if type(record.labels) == "table" then
+    for key, value in pairs(record.labels) do out[#out + 1] = key .. "=" .. value end
+  end
+  return out
+end
+
+-- What placement reads of node `node` (its label sets, its offer in nodes:room, its place
+-- in nodes:load) from its record `new` (JSON; nil once deleted), replacing what its record
+-- `old` said (JSON or nil); then the unplaced jobs may fit. Only compute nodes are indexed.
+local function index_node(node, old, new)
+  if old then
+    for _, label in ipairs(node_labels(node, cjson.decode(old))) do
+      redis.call("SREM", K.label_nodes(label), node)
+    end
+  end
+  local record = new and cjson.decode(new)
+  if record and record.role == "compute" then
+    for _, label in ipairs(node_labels(node, record)) do
+      redis.call("SADD", K.label_nodes(label), node)
+    end
+    redis.call("HSET", K.nodes_room, node .. ":cpus", tonumber(record.cpu_count) or 0,
+      node .. ":memory_mb", tonumber(record.memory_mb) or 0)
+  else
+    redis.call("HDEL", K.nodes_room, node .. ":cpus", node .. ":memory_mb")
+  end
+  refresh_load(node)
+  flag_unplaced()
+end
+"""
+
+REASONS = "local REASON = {" + ", ".join(f'{r} = "{r}"' for r in PENDING_REASONS) + "}"
+
+PLACE = (
+    REASONS
+    + """
+
+-- The compute nodes whose labels satisfy `selector` (models.labels.matches), sorted by id;
+-- nil without a selector (any node will do). From the label sets: the nodes of the key with
+-- the fewest, each checked against the other keys (for a list of values, any of them), so
+-- no temporary key is written.
+local function selector_nodes(selector)
+  if type(selector) ~= "table" or next(selector) == nil then return nil end
+  local wanted, smallest, size = {}, 1, math.huge
+  for key, values in pairs(selector) do
+    if type(values) ~= "table" then values = {values} end
+    local count = 0
+    for _, value in ipairs(values) do
+      count = count + redis.call("SCARD", K.label_nodes(key .. "=" .. value))
+    end
+    wanted[#wanted + 1] = {key, values}
+    if count < size then smallest, size = #wanted, count end
+  end
+  local found, seen = {}, {}
+  for _, value in ipairs(wanted[smallest][2]) do
+    local key = wanted[smallest][1]
+    for _, node in ipairs(redis.call("SMEMBERS", K.label_nodes(key .. "=" .. value))) do
+      local fits = not seen[node]
+      seen[node] = true
+      for i = 1, #wanted do
+        if fits and i ~= smallest then
+          local any = false
+          for _, other in ipairs(wanted[i][2]) do
+            local label = wanted[i][1] .. "=" .. other
+            if redis.call("SISMEMBER", K.label_nodes(label), node) == 1 then
+              any = true
+              break
+            end
+          end
+          fits = any
+        end
+      end
+      if fits then found[#found + 1] = node end
+    end
+  end
+  table.sort(found)
+  return found
+end
+
+-- The least loaded of `loads` ({node, jobs held} pairs sorted by id), ties broken by the
+-- round-robin ticket (placement.spread).
+local function spread(loads)
+  local low, group = math.huge, {}
+  for _, pair in ipairs(loads) do
+    if pair[2] < low then low, group = pair[2], {} end
+    if pair[2] == low then group[#group + 1] = pair[1] end
+  end
+  local ticket = redis.call("INCR", K.rr_seq)
+  return group[((ticket - 1) % #group) + 1]
+end
+
+-- spread over nodes:load, for a job that asks nothing: equal scores sort by id there, so the
+-- lowest ones are the group, read by rank: O(log n) whatever the number of nodes. A node
+-- found dead or drained leaves it (refresh_load brings it back), so each is skipped once.
+local function least_loaded(cutoff)
+  local ticket
+  while true do
+    local head = redis.call("ZRANGE", K.nodes_load, 0, 0, "WITHSCORES")
+    if #head == 0 then return nil end
+    local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
+    ticket = ticket or redis.call("INCR", K.rr_seq)
+    local at = (ticket - 1) % count
+    local node = redis.call("ZRANGE", K.nodes_load, at, at)[1]
+    if placeable(node, cutoff) then return node end
+    redis.call("ZREM", K.nodes_load, node)
+  end
+end
+
+-- Whether `ask` fits in `offered` once `held` is counted (nil or 0 offered: not checked).
+local function within(ask, held, offered)
+  return (offered or 0) == 0 or (held or 0) + ask <= offered
+end
+
+-- A job that asks resources or labels: of the live compute nodes that match its selector
+-- and offer enough (0 offered: not checked), those not drained with room for it now (what
+-- it asks and what their jobs hold, within the offer); the least loaded of them (spread).
+-- Else nil and why: no live compute node (no_nodes), none matching (no_fit), only drained
+-- ones (drained), none with room (full). Reads every candidate, 200 at a time: the
+-- selector's nodes, or every live node when only resources are asked.
+local function fitting_node(job, cutoff)
+  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
+  local ids = selector_nodes(job.node_selector)
+  if not ids then
+    ids = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
+    table.sort(ids)
+  end
+  local matched, open, fits = 0, 0, {}
+  for first = 1, #ids, 200 do
+    local chunk, fields = {}, {}
+    for i = first, math.min(first + 199, #ids) do
+      local node = ids[i]
+      chunk[#chunk + 1] = node
+      fields[#fields + 1], fields[#fields + 2] = node .. ":cpus", node .. ":memory_mb"
+      fields[#fields + 1], fields[#fields + 2] = node .. ":held_cpus", node .. ":held_memory_mb"
+    end
+    local seen = redis.call("ZMSCORE", K.nodes_compute, unpack(chunk))
+    local drained = redis.call("HMGET", K.drained_nodes, unpack(chunk))
+    local room = redis.call("HMGET", K.nodes_room, unpack(fields))
+    local loads = redis.call("ZMSCORE", K.nodes_load, unpack(chunk))
+    for i, node in ipairs(chunk) do
+      local cpus_offered, memory_offered = tonumber(room[4 * i - 3]), tonumber(room[4 * i - 2])
+      local cpus_held, memory_held = tonumber(room[4 * i - 1]), tonumber(room[4 * i])
+      if seen[i] and tonumber(seen[i]) >= cutoff
+        and within(cpus, 0, cpus_offered) and within(memory, 0, memory_offered) then
+        matched = matched + 1
+        if not drained[i] then
+          open = open + 1
+          local room_now = within(cpus, cpus_held, cpus_offered)
+            and within(memory, memory_held, memory_offered)
+          if room_now then
+            fits[#fits + 1] = {node, tonumber(loads[i]) or redis.call("SCARD", K.node_held(node))}
+          end
+        end
+      end
+    end
+  end
+  if #fits > 0 then return spread(fits) end
+  if matched == 0 then
+    local any = redis.call("ZCOUNT", K.nodes_compute, cutoff, "+inf") > 0
+    return nil, any and REASON.no_fit or REASON.no_nodes
+  end
+  return nil, open == 0 and REASON.drained or REASON.full
+end
+
+-- Where a job goes now (README, Placement; placement.find_node): a node, or nil and why.
+-- Reads only the job's asks (cpus, memory_mb, node_selector); draws the ticket only when
+-- it finds a node. A job that asks nothing takes the least loaded placeable node; with none
+-- there, the reason is found as for any job.
+local function find_node(job, cutoff)
+  if not needs_fit(job) then
+    local node = least_loaded(cutoff)
+    if node then return node end
+  end
+  return fitting_node(job, cutoff)
+end
+
+-- The node of a new job (CREATE_JOB; GET /schedule's PICK_NODE) by the registry's mode:
+-- "fixed", the one given (an instance's node); "list", round-robin over an external
+-- registry's healthy nodes (it knows no labels nor room); "live", the built-in registry's,
+-- by find_node. nil and why when there is none.
+local function pick_node(mode, candidates, job, cutoff)
+  if mode == "fixed" then return candidates[1] end
+  if mode == "list" then return next_live(candidates), REASON.no_nodes end
+  return find_node(job, cutoff)
+end
+
+-- THE placement of a stored job: job `id` (number n, decoded; any status, on a node or
+-- unplaced; not instance-bound) pending now on the node find_node gives, holding its asks
+-- there (life.py rebind); with none, pending unplaced (node_id "", in {P}:unplaced) with
+-- its pending_reason. PLACE_UNPLACED, PROMOTE_DUE, RETRY_JOBS and a drained node's
+-- pending jobs (drain's DRAIN_NODE) call it; nodes are live since `cutoff`. The caller
+-- stores the record (store_job). Returns the node or nil, and the reason.
+local function place(id, n, job, cutoff)
+  local node, reason = find_node(job, cutoff)
+  if node then
+    rebind(id, n, job, "pending", node)
+  else
+    if job.node_id ~= "" or job.status ~= "pending" then rebind(id, n, job, "pending", "") end
+    job.pending_reason = reason
+  end
+  return node, reason
+end
+"""
+)
