@@ -27,11 +27,13 @@ _NOT_JOB_STATE = {
     "seq:rr",
     "seq:event",
     "tokens",
+    "unplaced:retry",  # placement's flag: whether a pass is due, not a job's state
 }
 # rq: the workers' queues; runs, stats: their bookkeeping.
 # attempts: Redis-only, by design (a restore brings jobs back without them).
 _NOT_JOB_PREFIXES = (
     "lock:", "nodes", "outbox", "rq:", "runs:", "stats", "attempts:", "series", "ui:", "authfail:",
+    "label:",
 )  # fmt: skip
 
 
@@ -100,6 +102,8 @@ def _awkward(field: JobField, position: int) -> Any:
         return {"PATH_LIKE": "/usr/bin:/bin", "EMPTY": "", "UNI": "\u2603", "FIELD": field.name}
     if field.kind is Kind.LIST:
         return ["job-1", "a/b \u2603", field.name]
+    if field.kind is Kind.SELECTOR:
+        return {"zone/x": ["a/b", "\u2603", field.name], "EMPTY": "", "one": "a/b"}
     return f"{field.name}: 'a/b' \u00e9 \"q\" \\ \u2603\n\ttab"
 
 

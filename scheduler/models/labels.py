@@ -75,3 +75,11 @@ def matches(selector: Mapping[str, str | list[str]], labels: Mapping[str, str]) 
         if key not in labels or labels[key] not in allowed:
             return False
     return True
+
+
+def selector_text(selector: Mapping[str, str | list[str]]) -> str:
+    """`zone=a|b, node.id=n1`: a selector for people (the web UI's job page)."""
+    return ", ".join(
+        f"{key}={value if isinstance(value, str) else '|'.join(value)}"
+        for key, value in sorted(selector.items())
+    )

@@ -103,8 +103,8 @@ class NodeRoom:
 
 def within(ask: int, held: int, offered: int) -> bool:
     """`ask` fits in `offered` once `held` is counted; 0 offered is not checked (a node that
-    sends no memory, the Rust agent, keeps the original's behaviour)."""
-    return offered == 0 or held + ask <= offered
+    sends no memory, the Rust agent, keeps the original's behaviour), nor is 0 asked."""
+    return ask == 0 or offered == 0 or held + ask <= offered
 
 
 def offers(node: NodeRoom, ask: Ask) -> bool:

@@ -221,9 +221,10 @@ local function least_loaded(cutoff)
   end
 end
 
--- Whether `ask` fits in `offered` once `held` is counted (nil or 0 offered: not checked).
+-- Whether `ask` fits in `offered` once `held` is counted (placement.within: nil or 0
+-- offered, or 0 asked, is not checked).
 local function within(ask, held, offered)
-  return (offered or 0) == 0 or (held or 0) + ask <= offered
+  return ask == 0 or (offered or 0) == 0 or (held or 0) + ask <= offered
 end
 
 -- A job that asks resources or labels: of the live compute nodes that match its selector
