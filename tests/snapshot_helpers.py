@@ -51,6 +51,8 @@ def job_state(r: redis.Redis, prefix: str) -> dict[str, Any]:
         name = raw.decode().removeprefix(Keys(prefix).root)
         if name in _NOT_JOB_STATE or name.startswith(_NOT_JOB_PREFIXES):
             continue
+        if name.startswith("node:") and name.endswith(":room"):
+            continue  # a node's offer (its registration's) and what it holds, a sum
         kind = r.type(raw)
         if kind == b"string":
             state[name] = stored_json(r, raw) if name.startswith("job:") else r.get(raw)

@@ -104,12 +104,12 @@ def assert_holds_match_jobs(rclient: redis.Redis, prefix: str) -> None:
             cpus[record["node_id"]] += record.get("cpus", 0)
             memory[record["node_id"]] += record.get("memory_mb", 0)
     assert {m.decode() for m in rclient.zrange(keys.unplaced, 0, -1)} == unplaced
-    room = {k.decode(): int(v) for k, v in rclient.hgetall(keys.nodes_room).items()}
     loads = {m.decode(): int(s) for m, s in rclient.zrange(keys.nodes_load, 0, -1, withscores=True)}
-    for node_id in set(held) | {k.split(":")[0] for k in room}:
+    for node_id in set(held) | {n.decode() for n in rclient.hkeys(keys.nodes)}:
+        room = {k.decode(): int(v) for k, v in rclient.hgetall(keys.node_room(node_id)).items()}
         assert {m.decode() for m in rclient.smembers(keys.node_held(node_id))} == held[node_id]
-        assert room.get(f"{node_id}:held_cpus", 0) == cpus[node_id], node_id
-        assert room.get(f"{node_id}:held_memory_mb", 0) == memory[node_id], node_id
+        assert room.get("held_cpus", 0) == cpus[node_id], node_id
+        assert room.get("held_memory_mb", 0) == memory[node_id], node_id
         if node_id in loads:
             assert loads[node_id] == len(held[node_id]), node_id
 

@@ -3,7 +3,7 @@
 Every state change of a job or node is one script, atomic and one round trip. A script's
 only key is KEYS[1], the deployment's root (`Keys.root`, which carries the hash tag, so a
 Redis Cluster routes the call to the deployment's slot); it names every other key `K.<name>`
-after the `Keys` member of that name (keys.lua_keys). Its arguments are named once, where the
+after the `Keys` member of that name (lua_keys.lua_keys). Its arguments are named once, where the
 script is defined (script.Script), and bound to Lua locals of those names at its top.
 
 The library below (and a job's life, life.py) is a list of definitions. A script gets only
@@ -18,7 +18,7 @@ import re
 
 from scheduler.models.fields import Kind
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS, NOT_STARTED, STATUSES
-from scheduler.store.keys import lua_keys
+from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE
 from scheduler.store.scripts.minutes import SERIES
@@ -258,7 +258,7 @@ local function forget_if_gone(node)
     if redis.call("EXISTS", K.node_status(node, status)) == 1 then return end
   end
   redis.call("ZREM", K.nodes_compute, node)
-  redis.call("HDEL", K.nodes_room, node .. ":held_cpus", node .. ":held_memory_mb")
+  redis.call("DEL", K.node_room(node), K.node_held(node))
 end
 """
 )

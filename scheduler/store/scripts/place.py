@@ -8,9 +8,10 @@ What placement reads, each kept by the scripts that change it:
   scored by the jobs each holds: a job that asks nothing takes the least loaded, ties broken
   round-robin by the shared ticket, in O(log n) whatever the number of nodes;
 - `{P}:node:{n}:held` (the jobs a node holds: bound to it and pending, running or
-  cancelling) and `{P}:nodes:room` (`<n>:cpus`, `<n>:memory_mb` offered, `<n>:held_cpus`,
-  `<n>:held_memory_mb` held), changed only by `hold` and `unhold`, which `rebind` and
-  `finish` call: every bind and unbind of a job goes through them;
+  cancelling) and `{P}:node:{n}:room` (`cpus`, `memory_mb` offered, `held_cpus`,
+  `held_memory_mb` held: a small hash, read whole), changed only by `hold` and `unhold`,
+  which `rebind` and `finish` call (the offer: `index_node`): every bind and unbind of a
+  job goes through them;
 - `{P}:label:<key>=<value>`, the compute nodes with each label (REGISTER_NODE,
   DELETE_NODE);
 - `{P}:nodes:drained` (drain's): a node there is never a candidate;
@@ -80,16 +81,16 @@ end
 local function hold(node, id, job)
   if node == "" or redis.call("SADD", K.node_held(node), id) == 0 then return end
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
-  if cpus > 0 then redis.call("HINCRBY", K.nodes_room, node .. ":held_cpus", cpus) end
-  if memory > 0 then redis.call("HINCRBY", K.nodes_room, node .. ":held_memory_mb", memory) end
+  if cpus > 0 then redis.call("HINCRBY", K.node_room(node), "held_cpus", cpus) end
+  if memory > 0 then redis.call("HINCRBY", K.node_room(node), "held_memory_mb", memory) end
   redis.call("ZADD", K.nodes_load, "XX", "INCR", 1, node)
 end
 
 local function unhold(node, id, job)
   if node == "" or redis.call("SREM", K.node_held(node), id) == 0 then return end
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
-  if cpus > 0 then redis.call("HINCRBY", K.nodes_room, node .. ":held_cpus", -cpus) end
-  if memory > 0 then redis.call("HINCRBY", K.nodes_room, node .. ":held_memory_mb", -memory) end
+  if cpus > 0 then redis.call("HINCRBY", K.node_room(node), "held_cpus", -cpus) end
+  if memory > 0 then redis.call("HINCRBY", K.node_room(node), "held_memory_mb", -memory) end
   redis.call("ZADD", K.nodes_load, "XX", "INCR", -1, node)
   flag_unplaced()
 end
@@ -134,10 +135,10 @@ local function index_node(node, old, new)
     for _, label in ipairs(node_labels(node, record)) do
       redis.call("SADD", K.label_nodes(label), node)
     end
-    redis.call("HSET", K.nodes_room, node .. ":cpus", tonumber(record.cpu_count) or 0,
-      node .. ":memory_mb", tonumber(record.memory_mb) or 0)
+    redis.call("HSET", K.node_room(node), "cpus", tonumber(record.cpu_count) or 0,
+      "memory_mb", tonumber(record.memory_mb) or 0)
   else
-    redis.call("HDEL", K.nodes_room, node .. ":cpus", node .. ":memory_mb")
+    redis.call("HDEL", K.node_room(node), "cpus", "memory_mb")
   end
   refresh_load(node)
   flag_unplaced()
@@ -242,28 +243,22 @@ local function fitting_node(job, cutoff)
   end
   local matched, open, fits = 0, 0, {}
   for first = 1, #ids, 200 do
-    local chunk, fields = {}, {}
-    for i = first, math.min(first + 199, #ids) do
-      local node = ids[i]
-      chunk[#chunk + 1] = node
-      fields[#fields + 1], fields[#fields + 2] = node .. ":cpus", node .. ":memory_mb"
-      fields[#fields + 1], fields[#fields + 2] = node .. ":held_cpus", node .. ":held_memory_mb"
-    end
+    local chunk = {}
+    for i = first, math.min(first + 199, #ids) do chunk[#chunk + 1] = ids[i] end
     local seen = redis.call("ZMSCORE", K.nodes_compute, unpack(chunk))
     local drained = redis.call("HMGET", K.drained_nodes, unpack(chunk))
-    local room = redis.call("HMGET", K.nodes_room, unpack(fields))
     local loads = redis.call("ZMSCORE", K.nodes_load, unpack(chunk))
     for i, node in ipairs(chunk) do
-      local cpus_offered, memory_offered = tonumber(room[4 * i - 3]), tonumber(room[4 * i - 2])
-      local cpus_held, memory_held = tonumber(room[4 * i - 1]), tonumber(room[4 * i])
-      if seen[i] and tonumber(seen[i]) >= cutoff
-        and within(cpus, 0, cpus_offered) and within(memory, 0, memory_offered) then
-        matched = matched + 1
-        if not drained[i] then
-          open = open + 1
-          local room_now = within(cpus, cpus_held, cpus_offered)
-            and within(memory, memory_held, memory_offered)
-          if room_now then
+      if seen[i] and tonumber(seen[i]) >= cutoff then
+        local room = redis.call(
+          "HMGET", K.node_room(node), "cpus", "memory_mb", "held_cpus", "held_memory_mb")
+        local cpus_offered, memory_offered = tonumber(room[1]), tonumber(room[2])
+        if within(cpus, 0, cpus_offered) and within(memory, 0, memory_offered) then
+          matched = matched + 1
+          local room_now = within(cpus, tonumber(room[3]), cpus_offered)
+            and within(memory, tonumber(room[4]), memory_offered)
+          if not drained[i] then open = open + 1 end
+          if not drained[i] and room_now then
             fits[#fits + 1] = {node, tonumber(loads[i]) or redis.call("SCARD", K.node_held(node))}
           end
         end
