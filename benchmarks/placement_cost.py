@@ -80,6 +80,10 @@ def _submits(now: float, count: int, **asks: Any) -> list[Any]:
     return [jobs.create_job(BODY, Placement.live(), now, 30.0, **extra) for _ in range(count)]
 
 
+def _named_submits(now: float, count: int) -> list[Any]:
+    return _submits(now, count, node_selector={"node.id": "n3"})
+
+
 def measure(jobs: int, calls: int) -> dict[str, float]:
     """This checkout's figures (the one on sys.path), against a redis-server of its own."""
     from scheduler.store.keys import Keys
@@ -110,10 +114,7 @@ def measure(jobs: int, calls: int) -> dict[str, float]:
             ]
             if asks_fit:
                 cases.append(("submit, asks 1 cpu", lambda: _submits(now, calls, cpus=1)))
-                named = {"node.id": "n3"}
-                cases.append(
-                    ("submit, names a node", lambda: _submits(now, calls, node_selector=named))
-                )
+                cases.append(("submit, names a node", lambda: _named_submits(now, calls)))
             for name, build in cases:
                 figures[f"{name}, {count} nodes"] = _script_time(client, keys.root, build())
         client.close()
