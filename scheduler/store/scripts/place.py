@@ -237,21 +237,26 @@ end
 local function fitting_node(job, cutoff)
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
   local ids = selector_nodes(job.node_selector)
+  local checked = ids ~= nil  -- the label sets' nodes: whether each is live is read below
   if not ids then
     ids = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
     table.sort(ids)
   end
+  local any_drained = redis.call("EXISTS", K.drained_nodes) == 1
   local matched, open, fits = 0, 0, {}
   for first = 1, #ids, 200 do
     local chunk = {}
     for i = first, math.min(first + 199, #ids) do chunk[#chunk + 1] = ids[i] end
-    local seen = redis.call("ZMSCORE", K.nodes_compute, unpack(chunk))
-    local drained = redis.call("HMGET", K.drained_nodes, unpack(chunk))
+    local seen = checked and redis.call("ZMSCORE", K.nodes_compute, unpack(chunk)) or {}
+    local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(chunk)) or {}
     local loads = redis.call("ZMSCORE", K.nodes_load, unpack(chunk))
     for i, node in ipairs(chunk) do
-      if seen[i] and tonumber(seen[i]) >= cutoff then
-        local room = redis.call(
-          "HMGET", K.node_room(node), "cpus", "memory_mb", "held_cpus", "held_memory_mb")
+      if not checked or seen[i] and tonumber(seen[i]) >= cutoff then
+        local room = {}  -- read only when it asks resources: nothing else needs it
+        if cpus > 0 or memory > 0 then
+          room = redis.call(
+            "HMGET", K.node_room(node), "cpus", "memory_mb", "held_cpus", "held_memory_mb")
+        end
         local cpus_offered, memory_offered = tonumber(room[1]), tonumber(room[2])
         if within(cpus, 0, cpus_offered) and within(memory, 0, memory_offered) then
           matched = matched + 1
