@@ -13,7 +13,7 @@ robin" random).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.models.labels import Selector, matches
@@ -133,14 +133,25 @@ def spread(loads: Mapping[str, int], ticket: int) -> str:
     return choose(sorted(node for node, load in loads.items() if load == low), ticket)
 
 
+def rotate(group: Sequence[str], ticket: int, fitting: Collection[str]) -> str | None:
+    """Round-robin among ties: of `group` (nodes holding as many jobs, sorted by id), the
+    first in `fitting` from the ticket's place on (with every node fitting: `choose`)."""
+    start = (ticket - 1) % len(group)
+    return next((n for n in group[start:] + group[:start] if n in fitting), None)
+
+
 def find_node(ask: Ask, nodes: Sequence[NodeRoom], ticket: int) -> tuple[str | None, str]:
-    """(the node the job goes to, "") or (None, why: a key of PENDING_REASONS)."""
+    """(the node the job goes to, "") or (None, why: a key of PENDING_REASONS). Of the live,
+    undrained nodes its selector matches, those with room for it now; the least loaded of
+    them, ties rotated from the ticket over every such node holding as many (`rotate`)."""
     live = [node for node in nodes if node.live]
+    open_ = [n for n in live if not n.drained and matches(ask.node_selector, n.labels)]
+    fitting = {node.id for node in open_ if fits(node, ask)}
+    if fitting:
+        low = min(node.held_jobs for node in open_ if node.id in fitting)
+        group = sorted(node.id for node in open_ if node.held_jobs == low)
+        return rotate(group, ticket, fitting), ""
     matching = [node for node in live if offers(node, ask)]
-    open_ = [node for node in matching if not node.drained]
-    room = {node.id: node.held_jobs for node in open_ if fits(node, ask)}
-    if room:
-        return spread(room, ticket), ""
     if not matching:
         return None, "no_fit" if live else "no_nodes"
-    return None, "full" if open_ else "drained"
+    return None, "full" if any(not node.drained for node in matching) else "drained"

@@ -19,6 +19,7 @@ from scheduler.nodes.placement import (
     find_node,
     fits,
     offers,
+    rotate,
     spread,
     within,
 )
@@ -112,6 +113,20 @@ def test_spread(loads: dict[str, int], ticket: int, expected: str) -> None:
     assert spread(loads, ticket) == expected
 
 
+@pytest.mark.parametrize(
+    "group, ticket, fitting, expected",
+    [
+        (["a", "b", "c"], 1, {"a", "b", "c"}, "a"),
+        (["a", "b", "c"], 2, {"a", "b", "c"}, "b"),
+        (["a", "b", "c"], 1, {"b", "c"}, "b"),  # a has no room: the next from a's place
+        (["a", "b", "c"], 3, {"a", "b"}, "a"),  # from c's place, round to a
+        (["a", "b", "c"], 2, set(), None),
+    ],
+)
+def test_rotate(group: list[str], ticket: int, fitting: set[str], expected: str | None) -> None:
+    assert rotate(group, ticket, fitting) == expected
+
+
 def test_spread_without_nodes() -> None:
     with pytest.raises(NoHealthyNodes):
         spread({}, 1)
@@ -146,6 +161,13 @@ def room(node_id: str, **fields: Any) -> NodeRoom:
         (Ask(node_selector={"zone": ["x", "y"]}), [room("a", labels={"zone": "y"})], ("a", "")),
         (Ask(memory_mb=512), [room("a", memory_mb=256), room("b")], ("b", "")),  # b: unknown
         (Ask(cpus=1), [room("a", cpus=2, held_jobs=3), room("b", cpus=2, held_jobs=1)], ("b", "")),
+        # Ties rotate from the ticket's place over every open node holding as many.
+        (Ask(cpus=4), [room("a", cpus=2), room("b", cpus=8), room("c", cpus=8)], ("b", "")),
+        (
+            Ask(cpus=4),
+            [room("a", cpus=8, held_jobs=1), room("b", cpus=2), room("c", cpus=8, held_jobs=1)],
+            ("a", ""),
+        ),
     ],
 )
 def test_find_node(ask: Ask, nodes: list[NodeRoom], expected: tuple[str | None, str]) -> None:

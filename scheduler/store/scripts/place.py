@@ -193,21 +193,26 @@ local function selector_nodes(selector)
   return found
 end
 
--- The least loaded of `loads` ({node, jobs held} pairs sorted by id), ties broken by the
--- round-robin ticket (placement.spread).
-local function spread(loads)
-  local low, group = math.huge, {}
-  for _, pair in ipairs(loads) do
-    if pair[2] < low then low, group = pair[2], {} end
-    if pair[2] == low then group[#group + 1] = pair[1] end
+-- Round-robin among ties (placement.rotate): of `group` (the nodes holding one number of
+-- jobs, sorted by id), the first that `fits`, from the ticket's place on.
+local function rotate(group, ticket, fits)
+  local start = (ticket - 1) % #group
+  for k = 0, #group - 1 do
+    local node = group[((start + k) % #group) + 1]
+    if fits(node) then return node end
   end
-  local ticket = redis.call("INCR", K.rr_seq)
-  return group[((ticket - 1) % #group) + 1]
+  return nil
 end
 
--- spread over nodes:load, for a job that asks nothing: equal scores sort by id there, so the
--- lowest ones are the group, read by rank: O(log n) whatever the number of nodes. A node
--- found dead or drained leaves it (refresh_load brings it back), so each is skipped once.
+-- The next round-robin ticket, drawn (INCR) only by the placement that uses it.
+local function next_ticket()
+  return (tonumber(redis.call("GET", K.rr_seq)) or 0) + 1
+end
+
+-- A job that asks nothing: the least loaded placeable node from nodes:load, by rank (equal
+-- scores sort by id there, so the lowest ones are the ties), O(log n) whatever the number
+-- of nodes. A node found dead or drained leaves it (refresh_load brings it back), so each
+-- is skipped once.
 local function least_loaded(cutoff)
   local ticket
   while true do
@@ -228,49 +233,96 @@ local function within(ask, held, offered)
   return ask == 0 or (offered or 0) == 0 or (held or 0) + ask <= offered
 end
 
--- A job that asks resources or labels: of the live compute nodes that match its selector
--- and offer enough (0 offered: not checked), those not drained with room for it now (what
--- it asks and what their jobs hold, within the offer); the least loaded of them (spread).
--- Else nil and why: no live compute node (no_nodes), none matching (no_fit), only drained
--- ones (drained), none with room (full). Reads every candidate, 200 at a time: the
--- selector's nodes, or every live node when only resources are asked.
+-- What node `node` can give `cpus` and `memory`: whether it offers that much at all, and
+-- whether it has room for it now (its jobs' holds counted). Reads its room only for an ask.
+local function room_for(node, cpus, memory)
+  if cpus == 0 and memory == 0 then return true, true end
+  local room = redis.call(
+    "HMGET", K.node_room(node), "cpus", "memory_mb", "held_cpus", "held_memory_mb")
+  local cpus_offered, memory_offered = tonumber(room[1]), tonumber(room[2])
+  local offers = within(cpus, 0, cpus_offered) and within(memory, 0, memory_offered)
+  return offers, offers and within(cpus, tonumber(room[3]), cpus_offered)
+    and within(memory, tonumber(room[4]), memory_offered)
+end
+
+-- A job that asks only resources, while nodes have room: nodes:load walked from its least
+-- loaded nodes, a load at a time, each tie rotated from the ticket's place (rotate), read 32
+-- at a time: the work is the nodes passed over before one with room, not the fleet.
+local function walk_load(cutoff, cpus, memory, ticket)
+  local function fits(node)
+    return placeable(node, cutoff) and select(2, room_for(node, cpus, memory))
+  end
+  local rank = 0
+  while true do
+    local head = redis.call("ZRANGE", K.nodes_load, rank, rank, "WITHSCORES")
+    if #head == 0 then return nil end
+    local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
+    local start, seen = (ticket - 1) % count, 0
+    while seen < count do
+      local from = (start + seen) % count
+      local upto = math.min(count - 1, from + 31, from + count - seen - 1)
+      for _, node in ipairs(redis.call("ZRANGE", K.nodes_load, rank + from, rank + upto)) do
+        if fits(node) then return node end
+      end
+      seen = seen + upto - from + 1
+    end
+    rank = rank + count
+  end
+end
+
+-- A job that asks resources or labels (placement.find_node): of the live, undrained
+-- compute nodes its selector matches (the label sets' nodes, or every live node), those with
+-- room for what it asks now (0 offered: not checked); the least loaded of them, ties
+-- rotated from the ticket (rotate over every such node of that load). Else nil and why: no
+-- live compute node (no_nodes), none matching its labels and offering enough (no_fit),
+-- only drained ones (drained), none with room now (full). A job that asks only resources
+-- first walks nodes:load (walk_load); this reads every candidate, 200 at a time, when it
+-- names labels or when no node has room (to say why).
 local function fitting_node(job, cutoff)
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
+  local ticket = next_ticket()
   local ids = selector_nodes(job.node_selector)
-  local checked = ids ~= nil  -- the label sets' nodes: whether each is live is read below
   if not ids then
+    local node = walk_load(cutoff, cpus, memory, ticket)
+    if node then
+      redis.call("INCR", K.rr_seq)
+      return node
+    end
     ids = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
     table.sort(ids)
   end
   local any_drained = redis.call("EXISTS", K.drained_nodes) == 1
-  local matched, open, fits = 0, 0, {}
+  local matched, open, loads, fitting, low = 0, 0, {}, {}, math.huge
   for first = 1, #ids, 200 do
     local chunk = {}
     for i = first, math.min(first + 199, #ids) do chunk[#chunk + 1] = ids[i] end
-    local seen = checked and redis.call("ZMSCORE", K.nodes_compute, unpack(chunk)) or {}
+    local seen = redis.call("ZMSCORE", K.nodes_compute, unpack(chunk))
     local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(chunk)) or {}
-    local loads = redis.call("ZMSCORE", K.nodes_load, unpack(chunk))
+    local held = redis.call("ZMSCORE", K.nodes_load, unpack(chunk))
     for i, node in ipairs(chunk) do
-      if not checked or seen[i] and tonumber(seen[i]) >= cutoff then
-        local room = {}  -- read only when it asks resources: nothing else needs it
-        if cpus > 0 or memory > 0 then
-          room = redis.call(
-            "HMGET", K.node_room(node), "cpus", "memory_mb", "held_cpus", "held_memory_mb")
-        end
-        local cpus_offered, memory_offered = tonumber(room[1]), tonumber(room[2])
-        if within(cpus, 0, cpus_offered) and within(memory, 0, memory_offered) then
-          matched = matched + 1
-          local room_now = within(cpus, tonumber(room[3]), cpus_offered)
-            and within(memory, tonumber(room[4]), memory_offered)
-          if not drained[i] then open = open + 1 end
-          if not drained[i] and room_now then
-            fits[#fits + 1] = {node, tonumber(loads[i]) or redis.call("SCARD", K.node_held(node))}
+      if seen[i] and tonumber(seen[i]) >= cutoff then
+        local offers, room_now = room_for(node, cpus, memory)
+        if offers then matched = matched + 1 end
+        if offers and not drained[i] then open = open + 1 end
+        if not drained[i] then
+          local load = tonumber(held[i]) or redis.call("SCARD", K.node_held(node))
+          loads[#loads + 1] = {node, load}
+          if room_now then
+            fitting[node] = true
+            if load < low then low = load end
           end
         end
       end
     end
   end
-  if #fits > 0 then return spread(fits) end
+  if low < math.huge then
+    local group = {}
+    for _, pair in ipairs(loads) do
+      if pair[2] == low then group[#group + 1] = pair[1] end
+    end
+    redis.call("INCR", K.rr_seq)
+    return rotate(group, ticket, function(node) return fitting[node] end)
+  end
   if matched == 0 then
     local any = redis.call("ZCOUNT", K.nodes_compute, cutoff, "+inf") > 0
     return nil, any and REASON.no_fit or REASON.no_nodes
