@@ -70,6 +70,8 @@ def _cell(field: JobField, value: Any, view: View | None = None) -> str:
     if field.name in _SHOWN_AS:
         return _SHOWN_AS[field.name](value)
     if field.name == "node_id":
+        if not value:  # unplaced: pending_reason says why
+            return '<span class="muted">none yet</span>'
         return f'<a href="{view.href("/ui/jobs", node_id=value)}">{escape(value)}</a>'
     if field.kind is Kind.OBJECT:  # env_vars, and any map a later field holds
         return _names_only(value or {})

@@ -363,3 +363,17 @@ def test_a_restore_rebuilds_holds_and_the_unplaced_jobs(
     finish(restarted, held["job_id"])
     assert store.place_unplaced(time.time()) == [waiting["job_id"]]
     assert_holds_match_jobs(rclient, prefix)
+
+
+def test_a_node_registered_before_placement_by_fit_is_indexed_at_its_heartbeat(
+    api: TestClient, rclient: redis.Redis, prefix: str
+) -> None:
+    """An upgrade: the node's record is there, but not what placement reads of it."""
+    keys = Keys(prefix)
+    node(api, "a", cpus=2, zone="x")
+    rclient.delete(keys.nodes_load, keys.node_room("a"), *rclient.keys(keys.label_nodes("*")))
+    assert api.post("/nodes/heartbeat", json={"id": "a"}).status_code == 200
+    assert rclient.zscore(keys.nodes_load, "a") == 0
+    assert job(api, cpus=2, node_selector={"zone": "x"})["node_id"] == "a"
+    assert job(api, cpus=1)["pending_reason"] == "full"
+    assert_holds_match_jobs(rclient, prefix)

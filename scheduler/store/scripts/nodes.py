@@ -187,7 +187,9 @@ HEARTBEAT = Script(
     "node now caller live_cutoff",
     """
 -- A compute node heard from again after NODE_TTL_SECS of silence (not live since
--- live_cutoff) is placeable again (place.py refresh_load), and the unplaced jobs may fit.
+-- live_cutoff) may take the unplaced jobs (flagged); one not among the placeable nodes
+-- (found dead while away, or registered by a version before placement by fit) and not
+-- drained is indexed again from its record (place.py index_node), which flags them too.
 -- Returns {OK, node JSON, {cancelling id, ...}} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
@@ -197,8 +199,10 @@ redis.call("ZADD", K.nodes_seen, now, node)
 local seen = redis.call("ZSCORE", K.nodes_compute, node)
 if seen then
   redis.call("ZADD", K.nodes_compute, now, node)
-  if tonumber(seen) < tonumber(live_cutoff) then
-    refresh_load(node)
+  if not redis.call("ZSCORE", K.nodes_load, node)
+    and redis.call("HEXISTS", K.drained_nodes, node) == 0 then
+    index_node(node, nil, record)  -- found dead while away, or registered before placement
+  elseif tonumber(seen) < tonumber(live_cutoff) then
     flag_unplaced()
   end
 end
