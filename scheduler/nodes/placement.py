@@ -137,7 +137,7 @@ def rotate(group: Sequence[str], ticket: int, fitting: Collection[str]) -> str |
     """Round-robin among ties: of `group` (nodes holding as many jobs, sorted by id), the
     first in `fitting` from the ticket's place on (with every node fitting: `choose`)."""
     start = (ticket - 1) % len(group)
-    return next((n for n in group[start:] + group[:start] if n in fitting), None)
+    return next((n for n in [*group[start:], *group[:start]] if n in fitting), None)
 
 
 def find_node(ask: Ask, nodes: Sequence[NodeRoom], ticket: int) -> tuple[str | None, str]:

@@ -24,7 +24,7 @@ from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, cancel, jobs, listing, metrics, precheck, retry, schedules
+from scheduler.store.scripts import Call, jobs, listing, metrics, retry, schedules
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
@@ -178,7 +178,7 @@ class JobStore:
 
     async def check_report(self, job_id: str, caller: str) -> None:
         """Raises as `report` would for an unknown job or a caller that may not report on it."""
-        await self.run(precheck.check_report(job_id, caller))
+        await self.run(jobs.check_report(job_id, caller))
 
     async def overview(self) -> overview_scripts.Overview:
         return await self.run(overview_scripts.overview(STATUSES))
@@ -256,7 +256,7 @@ class JobStore:
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 
     async def cancel(self, job_id: str, now: float) -> bytes:
-        return await self.run(cancel.cancel_job(job_id, now))
+        return await self.run(jobs.cancel_job(job_id, now))
 
     async def retry(
         self, job_ids: builtins.list[str], placement: Placement, now: float

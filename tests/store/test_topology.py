@@ -29,10 +29,8 @@ from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, listing
 from scheduler.store.scripts import access as access_scripts
-from scheduler.store.scripts import cancel as cancel_scripts
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import overview as overview_script
-from scheduler.store.scripts import precheck as precheck_scripts
 from scheduler.store.scripts import schedules as schedule_scripts
 from scheduler.store.scripts import series as series_scripts
 from scheduler.store.scripts import services as service_scripts
@@ -203,7 +201,7 @@ def test_the_noscript_fallback_still_waits(
 ) -> None:
     primary, _ = pair
     settings = _acked(make_settings, primary, 2)
-    call = cancel_scripts.cancel_job("job-1", 1.0)
+    call = job_scripts.cancel_job("job-1", 1.0)
     redis.Redis.from_url(primary).script_flush()
     if flavour == "sync":
         store = SyncJobStore.connect(settings)
@@ -260,7 +258,7 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         listing.list_jobs("n1", "pending", 0, 100, 1 << 20, True),
         listing.list_jobs("n1", "", 0, 100, 1 << 20, False),
         listing.list_jobs("", "running", 0, 100, 1 << 20, False),
-        precheck_scripts.check_report("job-1", "open"),
+        job_scripts.check_report("job-1", "open"),
         listing.attempts("job-1"),
         listing.search("", "", 0, "echo", 5000, 51, 1 << 20),
         listing.search("n1", "pending", 2, "x", 10, 5, 1 << 20),

@@ -1,5 +1,5 @@
 """Every Lua script of the scheduler, each one `Script` object (script.py) defined once with
-its call: the request path's (jobs.py, cancel.py, precheck.py, listing.py), the built-in registry's
+its call: the request path's (create.py, jobs.py, listing.py), the built-in registry's
 (nodes.py, services.py), the
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
 work's (upkeep.py), the snapshot's (snapshot.py), the schedules' (schedules.py) and the
@@ -10,13 +10,12 @@ door's (access.py: UI sessions, failed credentials), on the shared Lua of librar
 
 from scheduler.store.scripts import (
     access,
-    cancel,
+    create,
     jobs,
     listing,
     metrics,
     nodes,
     overview,
-    precheck,
     schedules,
     series,
     services,
@@ -30,13 +29,12 @@ __all__ = [
     "Call",
     "Script",
     "access",
-    "cancel",
+    "create",
     "jobs",
     "listing",
     "metrics",
     "nodes",
     "overview",
-    "precheck",
     "schedules",
     "series",
     "services",
