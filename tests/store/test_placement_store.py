@@ -84,6 +84,26 @@ def run_lua(rclient: redis.Redis, prefix: str, body: str, *args: Any) -> Any:
     return rclient.eval(text, 1, Keys(prefix).root, *args)
 
 
+# Drain's side of the contract (its scripts are the drain branch's): a drained node is in
+# {P}:nodes:drained; its undrain calls refresh_load and flag_unplaced; moving its pending
+# jobs calls place for each.
+UNDRAIN = """
+redis.call("HDEL", K.drained_nodes, node)
+refresh_load(node)
+flag_unplaced()
+"""
+MOVE_PENDING = """
+local moved = {}
+for _, id in ipairs(redis.call("ZRANGE", K.node_status(node, "pending"), 0, -1)) do
+  local job = load_job(id)
+  local to = place(id, redis.call("ZSCORE", K.all_jobs, id), job, tonumber(now) - 30)
+  store_job(id, job)
+  moved[#moved + 1] = to or ""
+end
+return moved
+"""
+
+
 def assert_holds_match_jobs(rclient: redis.Redis, prefix: str) -> None:
     """What each node holds (its held set, its room's held cpus and memory, its load) is
     what the jobs bound to it and not ended ask; the unplaced index is the pending jobs on
@@ -186,7 +206,7 @@ def test_each_pending_reason(
     rclient.hset(keys.drained_nodes, mapping={"a": "operator", "b": "operator"})
     assert job(api, cpus=2)["pending_reason"] == "drained"
     assert job(api)["pending_reason"] == "drained"
-    rclient.hdel(keys.drained_nodes, "b")
+    run_lua(rclient, prefix, UNDRAIN, "b", time.time())
     assert job(api, cpus=2)["pending_reason"] == "drained"  # b is too small anyway
     assert job(api, cpus=1)["node_id"] == "b"
     assert job(api, cpus=1)["pending_reason"] == "full"
@@ -217,26 +237,6 @@ def test_a_node_registering_or_coming_back_places_waiting_jobs(
     assert store.place_unplaced(time.time()) == [later]
     assert get(api, later)["node_id"] == "a"
     assert_holds_match_jobs(rclient, prefix)
-
-
-# Drain's side of the contract (its scripts are the drain branch's): a drained node is in
-# {P}:nodes:drained; its undrain calls refresh_load and flag_unplaced; moving its pending
-# jobs calls place for each.
-UNDRAIN = """
-redis.call("HDEL", K.drained_nodes, node)
-refresh_load(node)
-flag_unplaced()
-"""
-MOVE_PENDING = """
-local moved = {}
-for _, id in ipairs(redis.call("ZRANGE", K.node_status(node, "pending"), 0, -1)) do
-  local job = load_job(id)
-  local to = place(id, redis.call("ZSCORE", K.all_jobs, id), job, tonumber(now) - 30)
-  store_job(id, job)
-  moved[#moved + 1] = to or ""
-end
-return moved
-"""
 
 
 def test_an_undrain_places_waiting_jobs_and_a_drain_moves_them(

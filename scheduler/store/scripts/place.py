@@ -245,24 +245,29 @@ local function room_for(node, cpus, memory)
     and within(memory, tonumber(room[4]), memory_offered)
 end
 
--- A job that asks only resources, while nodes have room: nodes:load walked from its least
--- loaded nodes, a load at a time, each tie rotated from the ticket's place (rotate), read 32
--- at a time: the work is the nodes passed over before one with room, not the fleet.
+-- A job that asks only resources: nodes:load walked from its least loaded nodes, a load at
+-- a time, each tie rotated from the ticket's place (rotate), 32 nodes a read; the first live,
+-- undrained node with room. The work is the nodes passed over before it, not the fleet.
+-- Returns that node, or nil and whether a node passed over offers enough (then it is full).
 local function walk_load(cutoff, cpus, memory, ticket)
-  local function fits(node)
-    return placeable(node, cutoff) and select(2, room_for(node, cpus, memory))
-  end
-  local rank = 0
+  local rank, any_drained, offered = 0, redis.call("EXISTS", K.drained_nodes) == 1, false
   while true do
     local head = redis.call("ZRANGE", K.nodes_load, rank, rank, "WITHSCORES")
-    if #head == 0 then return nil end
+    if #head == 0 then return nil, offered end
     local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
     local start, seen = (ticket - 1) % count, 0
     while seen < count do
       local from = (start + seen) % count
       local upto = math.min(count - 1, from + 31, from + count - seen - 1)
-      for _, node in ipairs(redis.call("ZRANGE", K.nodes_load, rank + from, rank + upto)) do
-        if fits(node) then return node end
+      local window = redis.call("ZRANGE", K.nodes_load, rank + from, rank + upto)
+      local alive = redis.call("ZMSCORE", K.nodes_compute, unpack(window))
+      local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(window)) or {}
+      for i, node in ipairs(window) do
+        if alive[i] and tonumber(alive[i]) >= cutoff and not drained[i] then
+          local offers, room_now = room_for(node, cpus, memory)
+          if room_now then return node, true end
+          offered = offered or offers
+        end
       end
       seen = seen + upto - from + 1
     end
@@ -270,26 +275,36 @@ local function walk_load(cutoff, cpus, memory, ticket)
   end
 end
 
+-- Why no node takes a job that asks only resources, when none of the placeable nodes
+-- offers enough (walk_load): a live drained node that does (drained), else a live compute
+-- node at all (no_fit) or none (no_nodes). Reads the drained nodes only.
+local function why_not(cutoff, cpus, memory)
+  for _, node in ipairs(redis.call("HKEYS", K.drained_nodes)) do
+    if is_live(node, cutoff) and room_for(node, cpus, memory) then return REASON.drained end
+  end
+  local any = redis.call("ZCOUNT", K.nodes_compute, cutoff, "+inf") > 0
+  return any and REASON.no_fit or REASON.no_nodes
+end
+
 -- A job that asks resources or labels (placement.find_node): of the live, undrained
--- compute nodes its selector matches (the label sets' nodes, or every live node), those with
--- room for what it asks now (0 offered: not checked); the least loaded of them, ties
--- rotated from the ticket (rotate over every such node of that load). Else nil and why: no
--- live compute node (no_nodes), none matching its labels and offering enough (no_fit),
--- only drained ones (drained), none with room now (full). A job that asks only resources
--- first walks nodes:load (walk_load); this reads every candidate, 200 at a time, when it
--- names labels or when no node has room (to say why).
+-- compute nodes its selector matches, those with room for what it asks now (0 offered: not
+-- checked); the least loaded of them, ties rotated from the ticket (rotate over every such
+-- node of that load). Else nil and why: no live compute node (no_nodes), none matching its
+-- labels and offering enough (no_fit), only drained ones (drained), none with room now
+-- (full). A job that asks only resources walks nodes:load (walk_load, why_not); one that
+-- names labels reads its selector's nodes, 200 at a time.
 local function fitting_node(job, cutoff)
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
   local ticket = next_ticket()
   local ids = selector_nodes(job.node_selector)
   if not ids then
-    local node = walk_load(cutoff, cpus, memory, ticket)
+    local node, offered = walk_load(cutoff, cpus, memory, ticket)
     if node then
       redis.call("INCR", K.rr_seq)
       return node
     end
-    ids = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
-    table.sort(ids)
+    if offered then return nil, REASON.full end
+    return nil, why_not(cutoff, cpus, memory)
   end
   local any_drained = redis.call("EXISTS", K.drained_nodes) == 1
   local matched, open, loads, fitting, low = 0, 0, {}, {}, math.huge
