@@ -118,6 +118,7 @@ def test_placement_cost_prints_each_case() -> None:
     argv = ["--jobs", "50", "--calls", "10", "--against", "HEAD"]
     lines = run_benchmark("benchmarks/placement_cost.py", *argv)
     cases = ["submit", "poll", "submit, asks 1 cpu", "submit, names a node", "submit, fits no node"]
+    cases.append("placement pass, 200 waiting")
     assert [line.split("  ")[0].strip() for line in lines] == [
         f"{case}, {count} nodes" for count in (10, 100, 1000) for case in cases
     ]
