@@ -27,11 +27,13 @@ _NOT_JOB_STATE = {
     "seq:rr",
     "seq:event",
     "tokens",
+    "unplaced:retry",  # placement's flag: whether a pass is due, not a job's state
 }
 # rq: the workers' queues; runs, stats: their bookkeeping.
 # attempts: Redis-only, by design (a restore brings jobs back without them).
 _NOT_JOB_PREFIXES = (
     "lock:", "nodes", "outbox", "rq:", "runs:", "stats", "attempts:", "series", "ui:", "authfail:",
+    "label:",
 )  # fmt: skip
 
 
@@ -49,6 +51,8 @@ def job_state(r: redis.Redis, prefix: str) -> dict[str, Any]:
         name = raw.decode().removeprefix(Keys(prefix).root)
         if name in _NOT_JOB_STATE or name.startswith(_NOT_JOB_PREFIXES):
             continue
+        if name.startswith("node:") and name.endswith(":room"):
+            continue  # a node's offer (its registration's) and what it holds, a sum
         kind = r.type(raw)
         if kind == b"string":
             state[name] = stored_json(r, raw) if name.startswith("job:") else r.get(raw)
@@ -100,6 +104,8 @@ def _awkward(field: JobField, position: int) -> Any:
         return {"PATH_LIKE": "/usr/bin:/bin", "EMPTY": "", "UNI": "\u2603", "FIELD": field.name}
     if field.kind is Kind.LIST:
         return ["job-1", "a/b \u2603", field.name]
+    if field.kind is Kind.SELECTOR:
+        return {"zone/x": ["a/b", "\u2603", field.name], "EMPTY": "", "one": "a/b"}
     return f"{field.name}: 'a/b' \u00e9 \"q\" \\ \u2603\n\ttab"
 
 

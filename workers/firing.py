@@ -26,7 +26,7 @@ from collections import Counter
 
 import msgspec
 
-from scheduler.models.job import JobCreate, new_job, stamped
+from scheduler.models.job import JobCreate, asks_fit, new_job, stamped
 from scheduler.models.schedule import (
     Plan,
     Schedule,
@@ -124,7 +124,7 @@ async def _make_job(
     job = stamped(new_job(request), request, now)  # a template's delay_secs delays each job
     key = tick_key(schedule, step.tick)
     try:
-        placement = await nodes.placement(job.instance_id)
+        placement = await nodes.placement(job.instance_id, asks_fit(job))
         dedup = Dedup("submit", key, TICK_KEY_TTL_SECS)
         created = ctx.store.create(job, placement, now, dedup)
     except (RegistryError, NoHealthyNodes) as exc:

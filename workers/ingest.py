@@ -24,6 +24,7 @@ import msgspec
 from scheduler.models.job import (
     Job,
     JobCreate,
+    asks_fit,
     new_job,
     stamped,
     validate_create,
@@ -144,7 +145,7 @@ class Ingestion:
             return True
         key = dedup_key(message)
         try:
-            placement = await self.nodes.placement(req.instance_id)
+            placement = await self.nodes.placement(req.instance_id, asks_fit(req))
             dedup = Dedup("sqs", key, self.ctx.settings.sqs_dedup_ttl_secs)
             created = self.ctx.store.create(req, placement, now, dedup)
         except (RegistryError, NoHealthyNodes) as exc:

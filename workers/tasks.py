@@ -76,15 +76,20 @@ def sweep(period: int) -> int:
 
 def promote(period: int) -> int:
     """The delayed jobs now due become pending (a submitted delay, a retry's backoff), on a
-    live node. Returns how many."""
+    live node; then, when room may have appeared, the unplaced jobs that fit are placed
+    (README, Placement). Returns how many became pending."""
     ctx = context.current()
     now = time.time()
     promoted = ctx.store.promote_due(now)
     if promoted:
         log.info("promote: %d delayed job(s) now pending: %s", len(promoted), " ".join(promoted))
         ctx.count(Counter(promoted=len(promoted)))
+    placed = ctx.store.place_unplaced(now)
+    if placed:
+        log.info("promote: %d unplaced job(s) placed: %s", len(placed), " ".join(placed[:20]))
+        ctx.count(Counter(placed=len(placed)))
     ctx.record_run("promote", period, now)
-    return len(promoted)
+    return len(promoted) + len(placed)
 
 
 def _observe_registry(ctx: Context, now: float) -> bool:

@@ -75,7 +75,7 @@ def warn_if_agents_open(settings: Settings) -> None:
 
 async def keep_series(store: JobStore) -> None:
     """SERIES_RETENTION_SECS for the scripts, best effort: Redis down at start only leaves
-    the minutes' 2-day default (life.py SERIES) until the next start."""
+    the minutes' 2-day default (minutes.py SERIES) until the next start."""
     try:
         await store.keep_series()
     except (RedisError, OSError) as exc:

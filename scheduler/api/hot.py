@@ -19,6 +19,7 @@ from scheduler.models.job import (
     REPORT_STATUSES,
     JobCreate,
     JobUpdate,
+    asks_fit,
     bound_output,
     new_job,
     stamped,
@@ -81,7 +82,7 @@ async def create_job(state: AppState, read: BodyReader, idempotency_key: str) ->
     dedup = _dedup(idempotency_key, request, settings.idempotency_ttl_secs)
     now = time.time()
     job = stamped(job, request, now)
-    placement = await state.nodes.placement(job.instance_id)
+    placement = await state.nodes.placement(job.instance_id, asks_fit(job))
     store = state.store
     try:
         created = await store.create(job, placement, now, dedup)

@@ -35,6 +35,7 @@ from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_layout import View, duration, page, status_badge, view_of
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, NOT_STARTED, STATUSES, Job, job_decoder
+from scheduler.models.labels import selector_text
 from scheduler.models.registry import Service
 from scheduler.models.wire import ID_RE
 from scheduler.nodes.placement import is_live
@@ -56,7 +57,7 @@ _SHOWN_AS: dict[str, Callable[[Any], str]] = {
     "command": lambda command: f"<code>{escape(command)}</code>",
     "job_type": lambda job_type: escape(job_type or "run"),
 }
-_FIRST = ("job_id", "status", "failure_reason")
+_FIRST = ("job_id", "status", "failure_reason", "pending_reason")
 _BELOW = ("stdout", "stderr")
 _ROWS = sorted(
     (f for f in JOB_FIELDS if f.name not in _BELOW),
@@ -69,9 +70,13 @@ def _cell(field: JobField, value: Any, view: View | None = None) -> str:
     if field.name in _SHOWN_AS:
         return _SHOWN_AS[field.name](value)
     if field.name == "node_id":
+        if not value:  # unplaced: pending_reason says why
+            return '<span class="muted">none yet</span>'
         return f'<a href="{view.href("/ui/jobs", node_id=value)}">{escape(value)}</a>'
     if field.kind is Kind.OBJECT:  # env_vars, and any map a later field holds
         return _names_only(value or {})
+    if field.kind is Kind.SELECTOR:  # node_selector: zone=a|b, node.id=n1
+        return escape(selector_text(value or {}))
     if field.kind is Kind.LIST:  # the ids a job waits for
         return ", ".join(
             f'<a href="{view.href(f"/ui/jobs/{v}")}">{escape(v)}</a>' for v in value or []

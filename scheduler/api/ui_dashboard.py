@@ -3,7 +3,7 @@ last day (`window=day`: a column per 15 minutes), the jobs submitted, started, d
 failed; the jobs waiting and running; the time from submit to running (p50, p95); and per
 node, its running jobs against its capacity and its heartbeat's age.
 
-Drawn from the per-minute hashes the job-changing scripts keep (models/series.py, life.py
+Drawn from the per-minute hashes the job-changing scripts keep (models/series.py, minutes.py
 SERIES) and the live counts (OVERVIEW), both read in one round trip: any API replica draws
 the same picture. The charts are ui_charts.py's inline SVG."""
 

@@ -218,8 +218,9 @@ def status_badge(status: str) -> str:
 
 def job_status(job: Job) -> str:
     """The status badge, and why the scheduler failed the job if it did (`failed
-    cancelled`): the wire status stays done or failed for the original clients."""
-    if not job.failure_reason:
+    cancelled`; the wire status stays done or failed for the original clients), or why a
+    pending job has no node yet (`pending full`)."""
+    if not job.failure_reason and not job.pending_reason:
         return status_badge(job.status)
-    reason = escape(job.failure_reason)
+    reason = escape(job.failure_reason or job.pending_reason)
     return f'{status_badge(job.status)} <span class="st reason {reason}">{reason}</span>'

@@ -172,6 +172,18 @@ def _env_vars(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def _selector(pairs: list[str]) -> dict[str, str | list[str]]:
+    """--select KEY=VALUE[,VALUE...] (repeated): the node_selector; several values, any."""
+    selector: dict[str, str | list[str]] = {}
+    for pair in pairs:
+        key, sep, values = pair.partition("=")
+        if not sep or not key:
+            raise ClientError(f"error: --select {pair!r}: use KEY=VALUE or KEY=VALUE,VALUE")
+        allowed = values.split(",")
+        selector[key] = allowed if len(allowed) > 1 else values
+    return selector
+
+
 def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     body: dict[str, Any] = {"command": args.command}
     if args.instance:
@@ -182,17 +194,24 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         body["job_type"] = "service"
     if args.port:
         body["port"] = args.port
-    for name in ("delay_secs", "run_at", "max_retries", "retry_backoff_secs", "priority"):
+    names = ("delay_secs", "run_at", "max_retries", "retry_backoff_secs", "priority")
+    for name in (*names, "cpus", "memory_mb"):
         if getattr(args, name) is not None:
             body[name] = getattr(args, name)
+    selector = _selector(args.select)
+    if args.node:
+        selector["node.id"] = args.node
+    if selector:
+        body["node_selector"] = selector
     response = client.submit(body, args.idempotency_key or str(uuid.uuid4()))
     if response.status_code >= 400:
         err.write(f"submit failed {response.status_code}: {response.text.rstrip(chr(10))}\n")
         return 1
     job = _json_object(response)
     if not args.json:
-        out.write(f"submitted {job.get('job_id')} on node {job.get('node_id')} ")
-        out.write(f"(status={job.get('status')})\n")
+        where = f"on node {job.get('node_id')}" if job.get("node_id") else "on no node yet"
+        reason = f", pending_reason={job['pending_reason']}" if job.get("pending_reason") else ""
+        out.write(f"submitted {job.get('job_id')} {where} (status={job.get('status')}{reason})\n")
     if not args.wait:
         if args.json:
             _print_json(job, out)
@@ -328,6 +347,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--run-at", metavar="TIME", help="run at this RFC 3339 time")
     p.add_argument("--max-retries", type=int, metavar="N", help="retries after a failure")
     p.add_argument("--priority", type=int, metavar="N", help="higher runs first (default 0)")
+    p.add_argument("--cpus", type=int, metavar="N", help="cpus it needs of its node")
+    p.add_argument("--memory-mb", dest="memory_mb", type=int, metavar="MB", help="memory it needs")
+    p.add_argument("--node", default="", metavar="ID", help="run on this node (node.id)")
+    p.add_argument(
+        "--select",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a node label it needs; KEY=A,B: either (repeat)",
+    )
     p.add_argument(
         "--retry-backoff",
         dest="retry_backoff_secs",

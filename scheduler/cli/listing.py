@@ -47,6 +47,10 @@ def _next_page(args: argparse.Namespace, last: str) -> str:
     return shlex.join(words)
 
 
+# A job's fields a listing line shows: the original's, and why a pending job has no node.
+_LISTED = ("job_id", "node_id", "status", "pending_reason", "command")
+
+
 def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """A page of at most --limit jobs (oldest first, or --newest first); when more follow, a
     last line on stderr says how to list them: `more: scheduler list --after job-1000`."""
@@ -78,9 +82,7 @@ def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
         _print_json(jobs, out)
     else:
         for job in jobs:
-            out.write(
-                format_job({k: job.get(k, "") for k in ("job_id", "node_id", "status", "command")})
-            )
+            out.write(format_job({k: job.get(k, "") for k in _LISTED}))
     if more:
         out.flush()
         err.write(f"more: {_next_page(args, str(jobs[-1].get('job_id', '')))}\n")

@@ -28,8 +28,11 @@ def go_quote(text: str) -> str:
 
 
 def format_job(job: dict[str, Any]) -> str:
-    """The original's printJob, and why the scheduler failed the job if it did."""
-    reason = f" failure_reason={job['failure_reason']}" if job.get("failure_reason") else ""
+    """The original's printJob, and why the scheduler failed the job, or why it waits for a
+    node, if it says."""
+    reason = "".join(
+        f" {name}={job[name]}" for name in ("pending_reason", "failure_reason") if job.get(name)
+    )
     text = (
         f"job_id={job.get('job_id', '')} node_id={job.get('node_id', '')} "
         f"status={job.get('status', '')}{reason} command={go_quote(job.get('command', ''))}\n"
@@ -44,14 +47,16 @@ def format_job(job: dict[str, Any]) -> str:
 
 
 def progress(job: dict[str, Any]) -> str:
-    """One line for a status change seen while waiting: `job-3 running on node-1`."""
-    line = f"{job.get('job_id', '')} {job.get('status', '')} on {job.get('node_id', '')}"
+    """One line for a status change seen while waiting: `job-3 running on node-1`, or
+    `job-4 pending on no node (full)`."""
+    line = f"{job.get('job_id', '')} {job.get('status', '')} on {job.get('node_id') or 'no node'}"
     return line + why(job) + "\n"
 
 
 def why(job: dict[str, Any]) -> str:
-    """` (timed_out, exit_code=-1)`: why it failed, if the scheduler says, and its exit code."""
-    parts = [job["failure_reason"]] if job.get("failure_reason") else []
+    """` (timed_out, exit_code=-1)`: why it failed (or why it waits for a node), if the
+    scheduler says, and its exit code."""
+    parts = [job[name] for name in ("pending_reason", "failure_reason") if job.get(name)]
     if job.get("exit_code") is not None:
         parts.append(f"exit_code={job['exit_code']}")
     return f" ({', '.join(parts)})" if parts else ""

@@ -27,6 +27,8 @@ class Kind(enum.Enum):
     TIMESTAMP = "Timestamp"
     OBJECT = "dict[str, str]"
     LIST = "list[str]"
+    # A map whose values are a str or a list of them (a node selector): JSON like OBJECT.
+    SELECTOR = "dict[str, str | list[str]]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,7 @@ class JobField:
         record or snapshot row lacking the field holds."""
         if self.nullable:
             return None
-        return {Kind.INT: 0, Kind.OBJECT: {}, Kind.LIST: []}.get(self.kind, "")
+        return {Kind.INT: 0, Kind.OBJECT: {}, Kind.LIST: [], Kind.SELECTOR: {}}.get(self.kind, "")
 
 
 def _strip(t: mi.Type, extra: dict[str, Any]) -> mi.Type:
@@ -65,7 +67,17 @@ def _kind(t: mi.Type, extra: dict[str, Any]) -> Kind | None:
         return Kind.OBJECT
     if isinstance(t, mi.ListType) and _strip(t.item_type, {}) == mi.StrType():
         return Kind.LIST
+    if isinstance(t, mi.DictType) and t.key_type == mi.StrType() and _is_str_or_list(t.value_type):
+        return Kind.SELECTOR
     return None
+
+
+def _is_str_or_list(t: mi.Type) -> bool:
+    members = t.types if isinstance(t, mi.UnionType) else ()
+    return set(map(type, members)) == {mi.StrType, mi.ListType} and all(
+        isinstance(m, mi.StrType) or _strip(m.item_type, {}) == mi.StrType()  # type: ignore[attr-defined]
+        for m in members
+    )
 
 
 def _job_field(name: str, info: mi.Field, annotation: Any) -> JobField:

@@ -15,6 +15,8 @@ from typing import Annotated
 import msgspec
 
 from scheduler.models.fields import SUBMITTED, Timestamp, read_fields
+from scheduler.models.labels import Selector, check_selector
+from scheduler.models.registry import MEMORY_MB_MAX, NODE_CPUS_MAX
 from scheduler.models.wire import InvalidInput, check_id, parse_rfc3339, rfc3339
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -62,6 +64,14 @@ BackoffSecs = Annotated[int, msgspec.Meta(ge=0, le=86400)]
 # a double while |priority| <= 1000 and the job number N < 2**42.
 MAX_PRIORITY = 1000
 Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
+# Why a pending job has no node yet (README, Placement): set by placement (store/scripts/
+# place.py, whose Lua table is generated from this), cleared once it is placed.
+PENDING_REASONS = {
+    "no_nodes": "no healthy compute node",
+    "no_fit": "no live node matches its node_selector and resources",
+    "full": "the nodes that fit have no room for it now",
+    "drained": "the only nodes that fit are drained",
+}
 
 
 class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -108,9 +118,21 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     priority: Annotated[Priority, SUBMITTED] = 0
     # The jobs this one runs after: it waits until every one is done (README, Dependencies).
     after: Annotated[list[str], SUBMITTED, msgspec.Meta(max_length=MAX_AFTER)] = []
+    # What it needs of its node (README, Placement): it goes only to a node with that much
+    # room, counting what the node's other jobs hold; 0: nothing asked (today's placement).
+    cpus: Annotated[int, SUBMITTED] = 0
+    memory_mb: Annotated[int, SUBMITTED] = 0
+    # Where it may run: each label key with its value, or a list of allowed values
+    # (models/labels.py); `node.id` names one node.
+    node_selector: Annotated[Selector, SUBMITTED] = {}
+    # Why it is pending without a node (PENDING_REASONS); "" once placed. Last: the create
+    # script appends it to a record it does not decode (store/scripts/jobs.py).
+    pending_reason: str = ""
 
 
 JOB_FIELDS = read_fields(Job)
+if JOB_FIELDS[-1].name != "pending_reason":
+    raise TypeError("Job.pending_reason must stay the last field (the create script appends it)")
 
 MAX_DELAY_SECS = 366 * 86400
 # What a request may say that the job does not keep as such: a delay becomes its run_at.
@@ -229,6 +251,19 @@ def validate_create(job: Job) -> None:
             raise InvalidInput(f"invalid after: {job_id[:64]!r} is not a job id like job-42")
     if len(set(job.after)) < len(job.after):
         raise InvalidInput("invalid after: a job is named twice")
+    if not 0 <= job.cpus <= NODE_CPUS_MAX:
+        raise InvalidInput(f"invalid cpus {job.cpus}: use 0 to {NODE_CPUS_MAX}")
+    if not 0 <= job.memory_mb <= MEMORY_MB_MAX:
+        raise InvalidInput(f"invalid memory_mb {job.memory_mb}: use 0 to {MEMORY_MB_MAX}")
+    check_selector(job.node_selector)
+    if job.instance_id and asks_fit(job):
+        raise InvalidInput("invalid node_selector: an instance's job runs on its instance's node")
+
+
+def asks_fit(job: Job) -> bool:
+    """Whether the job asks anything of its node beyond a slot (resources, labels): such a
+    job is placed by fit (README, Placement), with the built-in registry only."""
+    return bool(job.cpus or job.memory_mb or job.node_selector)
 
 
 def validate_update(req: JobUpdate) -> None:

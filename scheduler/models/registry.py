@@ -7,6 +7,7 @@ import re
 
 import msgspec
 
+from scheduler.models.labels import check_labels
 from scheduler.models.wire import Int64, InvalidInput, check_id
 
 
@@ -16,6 +17,10 @@ class NodeRegistration(msgspec.Struct):
     cpu_count: Int64 = 0
     role: str = ""
     addr: str = ""
+    # Ours (README, Placement): what the node offers beyond its cpus, and its labels. The
+    # Rust agent sends neither: 0 memory is "unknown", not checked.
+    memory_mb: Int64 = 0
+    labels: dict[str, str] = {}
 
 
 class Heartbeat(msgspec.Struct):
@@ -32,6 +37,8 @@ class Node(msgspec.Struct):
     role: str = ""
     status: str = ""
     last_seen: str = ""
+    memory_mb: int = 0
+    labels: dict[str, str] = {}
 
 
 class NodeStatus(msgspec.Struct):
@@ -98,6 +105,7 @@ def validate_service(req: ServiceCreate) -> None:
 NODE_ROLES = ("", "compute", "storage")
 # Every field of a registration is bounded: nodes live in Redis and in every GET /nodes.
 NODE_TEXT_MAX, NODE_CPUS_MAX = 255, 65_536
+MEMORY_MB_MAX = 2**24  # 16 TiB
 
 
 def validate_registration(reg: NodeRegistration) -> None:
@@ -109,3 +117,6 @@ def validate_registration(reg: NodeRegistration) -> None:
             raise InvalidInput(f"invalid {field}: at most {NODE_TEXT_MAX} printable characters")
     if not 0 <= reg.cpu_count <= NODE_CPUS_MAX:
         raise InvalidInput(f"invalid cpu_count {reg.cpu_count}: use 0 to {NODE_CPUS_MAX}")
+    if not 0 <= reg.memory_mb <= MEMORY_MB_MAX:
+        raise InvalidInput(f"invalid memory_mb {reg.memory_mb}: use 0 to {MEMORY_MB_MAX}")
+    check_labels(reg.labels)

@@ -1,16 +1,22 @@
-"""Which node gets a job: round-robin over the healthy compute nodes, in a stable order.
+"""Which node gets a job (README, Placement): the model of the scripts' Lua (store/scripts/
+place.py), which the tests hold both to.
 
-Pure functions. The ticket comes from one Redis INCR shared by every replica, and the
-candidates are sorted by id, so all replicas agree on the rotation (the original iterated a
-Go map, which made its "round robin" random). The create script applies the same rule in Lua;
-tests check that the two agree.
+Pure functions. With the built-in registry a job goes to a live, undrained compute node that
+matches its node_selector and has room for what it asks (`fits`), the least loaded of them
+(fewest jobs held), ties broken round-robin (`spread`); with none, it waits unplaced and
+`find_node` says why (models.job.PENDING_REASONS). An external registry's nodes carry no
+labels nor room: there a job goes round-robin over the healthy ones (`choose`). The ticket
+comes from one Redis INCR shared by every replica, and the candidates are sorted by id, so
+all replicas agree on the rotation (the original iterated a Go map, which made its "round
+robin" random).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
+from scheduler.models.labels import Selector, matches
 from scheduler.models.registry import NodeStatus
 
 
@@ -68,3 +74,84 @@ def choose(candidates: Sequence[str], ticket: int) -> str:
     if not candidates:
         raise NoHealthyNodes()
     return candidates[(ticket - 1) % len(candidates)]
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What a job asks of its node: models.job.Job's cpus, memory_mb and node_selector."""
+
+    cpus: int = 0
+    memory_mb: int = 0
+    node_selector: Selector = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRoom:
+    """A compute node as placement sees it: its labels (models.labels.node_labels), what it
+    offers (0: not checked), what its jobs hold, and whether it is live and drained."""
+
+    id: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cpus: int = 0
+    memory_mb: int = 0
+    held_cpus: int = 0
+    held_memory_mb: int = 0
+    held_jobs: int = 0
+    live: bool = True
+    drained: bool = False
+
+
+def within(ask: int, held: int, offered: int) -> bool:
+    """`ask` fits in `offered` once `held` is counted; 0 offered is not checked (a node that
+    sends no memory, the Rust agent, keeps the original's behaviour), nor is 0 asked."""
+    return ask == 0 or offered == 0 or held + ask <= offered
+
+
+def offers(node: NodeRoom, ask: Ask) -> bool:
+    """The node matches the job's labels and offers enough, whatever it holds now."""
+    return (
+        matches(ask.node_selector, node.labels)
+        and within(ask.cpus, 0, node.cpus)
+        and within(ask.memory_mb, 0, node.memory_mb)
+    )
+
+
+def fits(node: NodeRoom, ask: Ask) -> bool:
+    """The node has room for the job now: what it asks and what its jobs hold."""
+    return within(ask.cpus, node.held_cpus, node.cpus) and within(
+        ask.memory_mb, node.held_memory_mb, node.memory_mb
+    )
+
+
+def spread(loads: Mapping[str, int], ticket: int) -> str:
+    """The least loaded node of `loads` (node id -> jobs held), ties broken round-robin by
+    `ticket` over the tied ones sorted by id: a slow node, holding its backlog, gets no more
+    until the others hold as much."""
+    if not loads:
+        raise NoHealthyNodes()
+    low = min(loads.values())
+    return choose(sorted(node for node, load in loads.items() if load == low), ticket)
+
+
+def rotate(group: Sequence[str], ticket: int, fitting: Collection[str]) -> str | None:
+    """Round-robin among ties: of `group` (nodes holding as many jobs, sorted by id), the
+    first in `fitting` from the ticket's place on (with every node fitting: `choose`)."""
+    start = (ticket - 1) % len(group)
+    return next((n for n in [*group[start:], *group[:start]] if n in fitting), None)
+
+
+def find_node(ask: Ask, nodes: Sequence[NodeRoom], ticket: int) -> tuple[str | None, str]:
+    """(the node the job goes to, "") or (None, why: a key of PENDING_REASONS). Of the live,
+    undrained nodes its selector matches, those with room for it now; the least loaded of
+    them, ties rotated from the ticket over every such node holding as many (`rotate`)."""
+    live = [node for node in nodes if node.live]
+    open_ = [n for n in live if not n.drained and matches(ask.node_selector, n.labels)]
+    fitting = {node.id for node in open_ if fits(node, ask)}
+    if fitting:
+        low = min(node.held_jobs for node in open_ if node.id in fitting)
+        group = sorted(node.id for node in open_ if node.held_jobs == low)
+        return rotate(group, ticket, fitting), ""
+    matching = [node for node in live if offers(node, ask)]
+    if not matching:
+        return None, "no_fit" if live else "no_nodes"
+    return None, "full" if any(not node.drained for node in matching) else "drained"

@@ -18,6 +18,7 @@ import msgspec
 
 from scheduler.config import Settings
 from scheduler.models.registry import Instance, Node, NodeStatus
+from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement, healthy_compute_nodes
 
 T = TypeVar("T")
@@ -30,7 +31,9 @@ class RegistryError(Exception):
 
 
 class NodeSource(Protocol):
-    async def placement(self, instance_id: str) -> Placement: ...
+    async def placement(self, instance_id: str, fit: bool = False) -> Placement:
+        """Where a job may go; `fit`: it asks resources or labels (models.job.asks_fit)."""
+        ...
 
     async def nodes(self, role: str) -> dict[str, Node]:
         """GET /nodes: the nodes by id, only those of `role` unless it is empty."""
@@ -52,7 +55,7 @@ class BuiltinRegistry:
         # None: a source that only places jobs (the SQS ingestion's); the API passes its store's.
         self._read_nodes = read_nodes
 
-    async def placement(self, instance_id: str) -> Placement:
+    async def placement(self, instance_id: str, fit: bool = False) -> Placement:
         if instance_id:
             raise RegistryError("instance not found")
         return Placement.live()
@@ -229,7 +232,12 @@ class RemoteRegistry:
             self._instances.forget(instance_id)
         return inst
 
-    async def placement(self, instance_id: str) -> Placement:
+    async def placement(self, instance_id: str, fit: bool = False) -> Placement:
+        if fit:  # its nodes carry neither labels nor room (README, Placement)
+            raise InvalidInput(
+                "invalid node_selector: cpus, memory_mb and node_selector need the built-in "
+                "registry (REGISTRY_URL unset)"
+            )
         if not instance_id:
             healthy = healthy_compute_nodes(await self.compute_nodes())
             if not healthy:

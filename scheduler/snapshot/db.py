@@ -70,7 +70,7 @@ class Column:
     missing: str  # SQL value read for this column from a file that lacks it
 
 
-JSON_KINDS = (Kind.OBJECT, Kind.LIST)  # held as JSON text in their column
+JSON_KINDS = (Kind.OBJECT, Kind.LIST, Kind.SELECTOR)  # held as JSON text in their column
 
 
 def _literal(value: str | int) -> str:
@@ -383,4 +383,6 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
         record=record,
         due=_due(job, now) if job.status == "delayed" else None,
         priority=job.priority,
+        cpus=job.cpus,
+        memory_mb=job.memory_mb,
     )

@@ -30,6 +30,7 @@ from scheduler.store.scripts import Call, jobs, listing, metrics, retry, schedul
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts import series as series_scripts
+from scheduler.store.scripts import services as service_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
 from scheduler.store.scripts.retry import Retried, RetryPolicy
@@ -205,7 +206,7 @@ class JobStore:
     # The built-in registry (REGISTRY_URL unset).
 
     async def create_service(self, service: Service, caller: str) -> bytes:
-        call = node_scripts.create_service(
+        call = service_scripts.create_service(
             service.node_id,
             msgspec.json.encode(service),
             caller,
@@ -219,10 +220,10 @@ class JobStore:
         return blob
 
     async def set_service_status(self, service_id: str, status: str, caller: str) -> None:
-        await self.run(node_scripts.set_service_status(service_id, status, caller))
+        await self.run(service_scripts.set_service_status(service_id, status, caller))
 
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
-        return await self.run(node_scripts.list_services(node_id, status, caller))
+        return await self.run(service_scripts.list_services(node_id, status, caller))
 
     async def register_node(
         self, reg: NodeRegistration, now: float, who: node_scripts.Registration, token_hash: str
@@ -235,6 +236,8 @@ class JobStore:
             addr=reg.addr,
             cpu_count=reg.cpu_count,
             role=reg.role or "compute",
+            memory_mb=reg.memory_mb,
+            labels=reg.labels,
         )
         node_json = msgspec.json.encode(node)
         call = node_scripts.register_node(
@@ -247,7 +250,8 @@ class JobStore:
         self, node_id: str, now: float, caller: str
     ) -> tuple[Node, builtins.list[str]]:
         """The node, and the ids of its jobs being cancelled."""
-        blob, cancels = await self.run(node_scripts.heartbeat(node_id, now, caller))
+        ttl = self.settings.node_ttl_secs
+        blob, cancels = await self.run(node_scripts.heartbeat(node_id, now, caller, ttl))
         node = _node_decoder.decode(blob)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 

@@ -2,8 +2,8 @@
 
 Python code builds keys through `Keys`; a Lua script receives `Keys.root` as KEYS[1], its only
 key, and names every other key `K.<name>` after the `Keys` member of that name (`K.deadlines`,
-`K.job(id)`, `K.node_status(node, status)`): `lua_keys` writes the Lua of each from the member
-itself, so the two can never disagree.
+`K.job(id)`, `K.node_status(node, status)`): `lua_keys` (lua_keys.py) writes the Lua of each
+from the member itself, so the two can never disagree.
 
 Every key and channel starts with the hash tag "{P}" (P = REDIS_PREFIX, which may hold no
 braces). Redis Cluster refuses a script whose keys lie in different slots, and ours derive keys
@@ -21,7 +21,6 @@ copy: a key added here gets its row there). rq builds its own keys under RQ_KEY_
 from __future__ import annotations
 
 import hashlib
-import inspect
 import re
 from dataclasses import dataclass
 
@@ -114,6 +113,32 @@ class Keys:
     @property
     def nodes_compute(self) -> str:
         return self._k("nodes:compute")
+
+    @property
+    def nodes_load(self) -> str:
+        return self._k("nodes:load")
+
+    @property
+    def drained_nodes(self) -> str:
+        return self._k("nodes:drained")
+
+    def node_room(self, node_id: str) -> str:
+        return self._k(f"node:{node_id}:room")
+
+    def node_held(self, node_id: str) -> str:
+        return self._k(f"node:{node_id}:held")
+
+    def label_nodes(self, label: str) -> str:
+        """Set: the compute nodes with label `key=value`."""
+        return self._k(f"label:{label}")
+
+    @property
+    def unplaced(self) -> str:
+        return self._k("unplaced")
+
+    @property
+    def unplaced_retry(self) -> str:
+        return self._k("unplaced:retry")
 
     @property
     def services(self) -> str:
@@ -329,7 +354,7 @@ LAYOUT_ROOTS = frozenset(
         "seq", "job", "jobs", "status", "node", "deadlines", "finished", "cancelling", "dirty",
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
         "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts", "waiting",
-        "dependents", "ui", "authfail", "series", "series-retention",
+        "dependents", "ui", "authfail", "series", "series-retention", "label", "unplaced",
     }
 )  # fmt: skip
 
@@ -347,44 +372,3 @@ def _rq_tag(prefix: str) -> str:
     # Two prefixes that only differ in characters rq refuses must not share job ids.
     digest = hashlib.sha1(prefix.encode()).hexdigest()[:8]
     return f"{re.sub(r'[^A-Za-z0-9_-]', '_', prefix)}-{digest}"
-
-
-# Stand-ins for the variable parts of a key while its Lua is written (lua_keys): no key
-# holds these characters.
-_PROBE = Keys("\x02")
-_MARKS = ("\x00", "\x01")
-_LUA_PARAMS = ("a", "b")
-
-
-def _lua_key(name: str) -> str:
-    """The Lua of the key `Keys.<name>`: a string, or a function of the variable parts."""
-    member = inspect.getattr_static(Keys, name, None)
-    if member is None or name.startswith(("_", "rq_")) or name in ("tag", "root", "pattern"):
-        raise KeyError(f"K.{name}: Keys has no key of that name for a script")
-    if isinstance(member, property):
-        return f'{name} = ROOT .. "{_lua_text(getattr(_PROBE, name))}"'
-    if not inspect.isfunction(member):
-        raise KeyError(f"K.{name}: Keys.{name} is not a key")
-    arity = len(inspect.signature(member).parameters) - 1
-    text = _lua_text(getattr(_PROBE, name)(*_MARKS[:arity]))
-    for mark, param in zip(_MARKS, _LUA_PARAMS, strict=False):
-        text = text.replace(mark, f'" .. {param} .. "')
-    params = ", ".join(_LUA_PARAMS[:arity])
-    body = f'ROOT .. "{text}"'.replace(' .. ""', "")
-    return f"{name} = function({params}) return {body} end"
-
-
-def _lua_text(key: str) -> str:
-    suffix = key.removeprefix(_PROBE.root)
-    if not re.fullmatch(r"[\x00\x01A-Za-z0-9:._-]*", suffix):
-        raise ValueError(f"{suffix!r} needs escaping in Lua")
-    return suffix
-
-
-def lua_keys(body: str) -> str:
-    """The Lua defining ROOT (KEYS[1], the deployment's root) and the table K of the keys
-    that `body` names as `K.<name>`: only those, as Redis builds every definition again on
-    each call."""
-    names = sorted(set(re.findall(r"(?<![\w.])K\.(\w+)", body)))
-    entries = "".join(f"\n  {_lua_key(name)}," for name in names)
-    return "local ROOT = KEYS[1]\n" + (f"local K = {{{entries}\n}}" if names else "")

@@ -117,6 +117,18 @@ class SyncJobStore:
             lambda: upkeep.promote_due(now, self.settings.node_ttl_secs, batch), batch
         )
 
+    def place_unplaced(self, now: float, batch: int = 200, calls: int = 10) -> list[str]:
+        """The unplaced jobs placed where a node fits now, once room may have appeared (a
+        flagged pass, PLACE_UNPLACED): `batch` per script call, at most `calls` calls, so a
+        tick holds Redis for bounded slices; the pass goes on at the next tick. The ids."""
+        placed: list[str] = []
+        for _ in range(calls):
+            step = self.run(upkeep.place_unplaced(now, self.settings.node_ttl_secs, batch))
+            placed.extend(step.ids)
+            if step.read < batch:
+                break
+        return placed
+
     def _drain(self, call: Callable[[], Call[upkeep.Batch]], batch: int) -> list[str]:
         """`call()`'s script run until a run reads fewer entries than `batch`; the ids."""
         done: list[str] = []

@@ -20,7 +20,17 @@ from tests.conftest import (
 )
 
 RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z")
-NODE_FIELDS = {"id", "hostname", "addr", "cpu_count", "role", "status", "last_seen"}
+NODE_FIELDS = {
+    "id",
+    "hostname",
+    "addr",
+    "cpu_count",
+    "role",
+    "status",
+    "last_seen",
+    "memory_mb",
+    "labels",
+}
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:

@@ -62,6 +62,8 @@ def test_get_nodes_lists_the_registrys_nodes_as_the_builtin_does(api: TestClient
         "role": "compute",
         "status": "healthy",
         "last_seen": "2026-01-01T10:00:00Z",
+        "memory_mb": 0,  # ours: the original registry knows neither
+        "labels": {},
     }
     assert listed["n2"]["status"] == "unhealthy"
     assert SECRET.encode() not in response.content  # only a node's fields are passed on

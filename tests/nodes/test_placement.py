@@ -1,5 +1,6 @@
 """Placement: the pure rules (placement.py) and the create script's Lua copy of them, which
-must agree; round-robin over the built-in registry's nodes, shared with GET /schedule."""
+must agree; spread over the built-in registry's nodes, shared with GET /schedule. The fit
+rules' tables are test_fit.py's."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import pytest
 from starlette.testclient import TestClient
 
 from scheduler.models.registry import NodeStatus
-from scheduler.nodes.placement import NoHealthyNodes, choose, healthy_compute_nodes, live_node_ids
+from scheduler.nodes.placement import (
+    NoHealthyNodes,
+    choose,
+    healthy_compute_nodes,
+    live_node_ids,
+    spread,
+)
 from tests.conftest import ClientFactory, assert_json, register, submit
 
 
@@ -73,31 +80,41 @@ def test_live_node_ids(
     assert live_node_ids(last_seen, now, ttl) == expected
 
 
-# The Lua placement against placement.choose.
+# The Lua placement against placement.spread: the least loaded node, ties round-robin.
+
+
+def spread_model(node_ids: list[str], plan: list[bool]) -> list[str]:
+    """Where placement.spread sends each step of `plan` (True: a job, which then holds its
+    node; False: GET /schedule, which only draws a ticket), with nothing ending between."""
+    loads = dict.fromkeys(node_ids, 0)
+    seen = []
+    for ticket, holds in enumerate(plan, start=1):
+        node = spread(loads, ticket)
+        loads[node] += holds
+        seen.append(node)
+    return seen
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
-def test_lua_placement_agrees_with_choose(make_client: ClientFactory, count: int) -> None:
+def test_lua_placement_agrees_with_spread(make_client: ClientFactory, count: int) -> None:
     api = make_client()
     node_ids = [f"node-{c}" for c in "qazxsw"[:count]]
     register(api, *node_ids)  # registered out of order on purpose
     placed = [submit(api, command=f"c{i}")["node_id"] for i in range(3 * count + 1)]
-    candidates = sorted(node_ids)
-    assert placed == [choose(candidates, t) for t in range(1, len(placed) + 1)]
+    assert placed == spread_model(node_ids, [True] * len(placed))
 
 
 def test_schedule_advances_the_same_counter(make_client: ClientFactory) -> None:
     api = make_client()
     node_ids = ["n3", "n1", "n2", "n10"]
     register(api, *node_ids)
-    candidates = sorted(node_ids)
     seen = []
     for i in range(8):
         if i % 3 == 1:
             seen.append(assert_json(api.get("/schedule"))["node_id"])
         else:
             seen.append(submit(api, command=f"c{i}")["node_id"])
-    assert seen == [choose(candidates, t) for t in range(1, 9)]
+    assert seen == spread_model(node_ids, [i % 3 != 1 for i in range(8)])
 
 
 def test_round_robin_hits_each_node_once_per_round(make_client: ClientFactory) -> None:

@@ -47,13 +47,12 @@ class Run:
     ) -> None:
         self.api, self.store, self.rclient = api, store, rclient
         register(api, "a", "b")
-        self.job_id = ""
-        while not self.job_id:
-            job = submit(api, command="sleep 100", **fields)
-            if job["node_id"] == "a":
-                self.job_id = str(job["job_id"])
-            else:  # the other node's job ends at once, with its own event
-                assert api.delete(f"/jobs/{job['job_id']}").status_code == 200
+        # "b" silent for a moment: the job goes to "a" whichever node is less loaded.
+        last_heard(rclient, store.settings, "b", time.time() - TTL - 1)
+        job = submit(api, command="sleep 100", **fields)
+        assert job["node_id"] == "a"
+        self.job_id = str(job["job_id"])
+        register(api, "b")
         self.skipped = len(self.events())
 
     def report(self, status: str, **fields: Any) -> None:

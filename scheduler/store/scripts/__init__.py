@@ -1,13 +1,16 @@
 """Every Lua script of the scheduler, each one `Script` object (script.py) defined once with
-its call: the request path's (jobs.py, listing.py), the built-in registry's (nodes.py), the
+its call: the request path's (create.py, jobs.py, listing.py), the built-in registry's
+(nodes.py, services.py), the
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
 work's (upkeep.py), the snapshot's (snapshot.py), the schedules' (schedules.py) and the
-door's (access.py: UI sessions, failed credentials), on the shared Lua of library.py and life.py.
+door's (access.py: UI sessions, failed credentials), on the shared Lua of library.py
+(life.py, place.py, minutes.py).
 
 `SCRIPTS` holds them all, by name, once this package is imported."""
 
 from scheduler.store.scripts import (
     access,
+    create,
     jobs,
     listing,
     metrics,
@@ -15,6 +18,7 @@ from scheduler.store.scripts import (
     overview,
     schedules,
     series,
+    services,
     snapshot,
     upkeep,
 )
@@ -25,6 +29,7 @@ __all__ = [
     "Call",
     "Script",
     "access",
+    "create",
     "jobs",
     "listing",
     "metrics",
@@ -32,6 +37,7 @@ __all__ = [
     "overview",
     "schedules",
     "series",
+    "services",
     "snapshot",
     "upkeep",
 ]

@@ -3,7 +3,7 @@
 Every state change of a job or node is one script, atomic and one round trip. A script's
 only key is KEYS[1], the deployment's root (`Keys.root`, which carries the hash tag, so a
 Redis Cluster routes the call to the deployment's slot); it names every other key `K.<name>`
-after the `Keys` member of that name (keys.lua_keys). Its arguments are named once, where the
+after the `Keys` member of that name (lua_keys.lua_keys). Its arguments are named once, where the
 script is defined (script.Script), and bound to Lua locals of those names at its top.
 
 The library below (and a job's life, life.py) is a list of definitions. A script gets only
@@ -18,9 +18,11 @@ import re
 
 from scheduler.models.fields import Kind
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS, NOT_STARTED, STATUSES
-from scheduler.store.keys import lua_keys
+from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
-from scheduler.store.scripts.life import ATTEMPTS, LIFE, SERIES
+from scheduler.store.scripts.life import ATTEMPTS, LIFE
+from scheduler.store.scripts.minutes import SERIES
+from scheduler.store.scripts.place import NODES, PLACE
 
 
 def _record_fields() -> str:
@@ -76,35 +78,6 @@ end
 -- The same for a service (PATCH /services/{id}): its node's index of services.
 local function service_access(caller, id)
   return owned_access(caller, id, "service")
-end
-"""
-
-# Placement, the rule of placement.choose: candidates sorted by id, the ticket from one INCR
-# shared by every replica. Mode "fixed": `candidates` holds the one node (instance-bound, no
-# ticket); "list": the sorted healthy nodes of an external registry; "live": the built-in
-# registry's compute nodes heard from within the TTL.
-PLACEMENT = """
-local function live_nodes(cutoff)
-  local live = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
-  table.sort(live)
-  return live
-end
-
-local function is_live(node, cutoff)
-  local seen = redis.call("ZSCORE", K.nodes_compute, node)
-  return seen ~= false and tonumber(seen) >= cutoff
-end
-
-local function next_live(nodes)
-  if #nodes == 0 then return nil end
-  local ticket = redis.call("INCR", K.rr_seq)
-  return nodes[((ticket - 1) % #nodes) + 1]
-end
-
-local function pick_node(mode, candidates, now, ttl)
-  if mode == "fixed" then return candidates[1] end
-  if mode == "live" then candidates = live_nodes(now - ttl) end
-  return next_live(candidates)
 end
 """
 
@@ -285,6 +258,7 @@ local function forget_if_gone(node)
     if redis.call("EXISTS", K.node_status(node, status)) == 1 then return end
   end
   redis.call("ZREM", K.nodes_compute, node)
+  redis.call("DEL", K.node_room(node), K.node_held(node))
 end
 """
 )
@@ -310,7 +284,7 @@ LIBRARY: dict[str, str] = dict(
         NOT_STARTED_TABLE,
         ENDING_TABLE,
         NODE_ACCESS,
-        PLACEMENT,
+        NODES,
         READ,
         ENCODE,
         TIME,
@@ -318,6 +292,7 @@ LIBRARY: dict[str, str] = dict(
         SERIES,
         ATTEMPTS,
         LIFE,
+        PLACE,
         LISTING,
         GONE,
     )

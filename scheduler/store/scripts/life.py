@@ -4,7 +4,6 @@ Part of the scripts' library (library.py), which gives each script the definitio
 uses."""
 
 from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, ATTEMPTS_KEPT
-from scheduler.models.series import WAIT_BOUNDS
 
 # An attempt's end, kept apart from the record (models/attempt.py says what, and why): one
 # JSON entry pushed on the job's attempts list, which keeps the last ATTEMPTS_KEPT. Called
@@ -60,9 +59,14 @@ local function queue_score(n, priority)
 end
 
 -- `score`: the job's score in the node's index of `to` (queue_score for a queue), n without.
+-- A job on no node (node "": unplaced, place.py) is in no node's index.
 local function move(id, n, node, from, to, score)
   redis.call("ZREM", K.status(from), id)
   redis.call("ZADD", K.status(to), n, id)
+  if node == "" then
+    if from == "pending" then redis.call("ZREM", K.unplaced, id) end
+    return
+  end
   redis.call("ZREM", K.node_status(node, from), id)
   redis.call("ZADD", K.node_status(node, to), score or n, id)
 end
@@ -82,20 +86,39 @@ local function publish(id, status)
 end
 
 -- Job `id` (number n) from its status on its node to status `new` on node `to`, in every
--- index that names the node or the status. The caller stores the record.
+-- index that names the node or the status, and what it holds with it (place.py hold,
+-- unhold). `to` "" with `new` pending: unplaced (place.py), the next placement pass
+-- flagged. The caller stores the record.
 local function rebind(id, n, job, new, to)
-  local from = job.node_id
+  local from, old = job.node_id, job.status
   local score = new == "pending" and queue_score(n, job.priority) or n
-  move(id, n, from, job.status, new, score)
+  if HOLDS[old] and (to ~= from or not HOLDS[new]) then unhold(from, id, job) end
+  move(id, n, from, old, new, score)
   if to ~= from then
-    redis.call("ZREM", K.node_status(from, new), id)
-    redis.call("ZADD", K.node_status(to, new), score, id)
-    redis.call("ZREM", K.node_jobs(from), id)
-    redis.call("ZADD", K.node_jobs(to), n, id)
+    if from ~= "" then
+      redis.call("ZREM", K.node_status(from, new), id)
+      redis.call("ZREM", K.node_jobs(from), id)
+    end
+    if to ~= "" then
+      redis.call("ZADD", K.node_status(to, new), score, id)
+      redis.call("ZADD", K.node_jobs(to), n, id)
+    end
+  end
+  if to == "" and new == "pending" then
+    redis.call("ZADD", K.unplaced, score, id)
+    redis.call("SET", K.unplaced_retry, "-inf")
   end
   job.node_id, job.status = to, new
+  if HOLDS[new] then hold(to, id, job) end
+  if to ~= "" or new ~= "pending" then job.pending_reason = nil end
   wake_job(id)
-  if new == "pending" then wake_node(to) end
+  if new == "pending" and to ~= "" then wake_node(to) end
+end
+
+-- A waiting job whose wait is over: pending on its node, or, asking a fit (or on none),
+-- unplaced for the next placement pass (its node was chosen before it had to wait).
+local function release_waiter(id, n, job)
+  rebind(id, n, job, "pending", needs_fit(job) and "" or job.node_id)
 end
 
 -- What a running (or cancelling) job holds, given back: its node's slot, its deadline, its
@@ -112,6 +135,8 @@ local function end_one(id, n, job, ending, now, stamp, ended)
   if FINAL[job.status] then error("ending " .. id .. ": it has ended already") end
   record_attempt(id, job, ending, stamp)
   local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
+  if HOLDS[job.status] then unhold(job.node_id, id, job) end
+  job.pending_reason = nil
   if job.status == "running" or job.status == "cancelling" then
     release(id, job)
     wake_node(job.node_id)
@@ -156,7 +181,7 @@ local function finish(id, n, job, ending, now, stamp)
           end_one(w, wn, waiter, "dependency_failed", now, stamp, ended)
         elseif redis.call("HINCRBY", K.waiting, w, -1) <= 0 then
           redis.call("HDEL", K.waiting, w)
-          rebind(w, wn, waiter, "pending", waiter.node_id)
+          release_waiter(w, wn, waiter)
           store_job(w, waiter)
         end
       end
@@ -268,7 +293,7 @@ local function move_jobs(node, status, live, limit, moved)
       elseif (job.instance_id or "") ~= "" then
         skipped = skipped + 1
       else
-        local target = next_live(live)
+        local target = needs_fit(job) and "" or next_live(live)
         rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, status, target)
         store_job(id, job)
         moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
@@ -308,7 +333,9 @@ local function lose_running(node, live, limit, out, now, stamp, policy)
       job.stderr = "node lost"
       if service or retries_left(job, max_retries) then
         local target = node
-        if (job.instance_id or "") == "" then target = next_live(live) or node end
+        if (job.instance_id or "") == "" then
+          target = needs_fit(job) and "" or next_live(live) or node
+        end
         local wait = service and 0 or retry_wait(job, n, backoff, backoff_cap, seed)
         requeue(id, n, job, target, not service, wait, now, stamp, "node_lost")
       else
@@ -318,65 +345,5 @@ local function lose_running(node, live, limit, out, now, stamp, policy)
       out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, node, job.node_id, job.status
     end
   end
-end
-"""
-
-# The dashboard's series (models/series.py, ui_dashboard.py): per minute of `now`, one hash
-# counting what the job-changing scripts did in it, one HINCRBY each: submitted, done,
-# failed, and the claims (a first attempt's in the bucket of its wait from submit, or
-# run_at, to running: WAIT_BOUNDS; the others apart: started = their sum). The worker's
-# promotion tick (upkeep.py PROMOTE_DUE, every second) samples the gauges: the minute keeps
-# the last value it saw, off the request path. A minute's first write of a field sets its
-# expiry: SERIES_RETENTION_SECS, which the API writes at start (2 days without it).
-SERIES = f"""
-local function expire_minute(key)
-  redis.call("EXPIRE", key, tonumber(redis.call("GET", K.series_retention)) or 172800)
-end
-
-local function count_minute(now, field)
-  local key = K.series(math.floor(tonumber(now) / 60))
-  if redis.call("HINCRBY", key, field, 1) == 1 then expire_minute(key) end
-  return key
-end
-
-local function sample_gauges(now)
-  local key = K.series(math.floor(tonumber(now) / 60))
-  local waiting = redis.call("ZCARD", K.status("pending")) + redis.call("ZCARD", K.delayed)
-  local running = redis.call("ZCARD", K.status("running"))
-  if redis.call("HSET", key, "waiting", waiting, "running", running) > 0 then
-    expire_minute(key)
-  end
-end
-
--- Epoch seconds of an RFC 3339 UTC stamp as ours are written ("2026-01-02T03:04:05.678901Z",
--- to the millisecond), nil for any other length or zone: its digits read as bytes (one call,
--- no string made or parsed: a claim's cost), the date by Howard Hinnant's days_from_civil.
-local function epoch_of(stamp)
-  if type(stamp) ~= "string" or #stamp ~= 27 or string.byte(stamp, 27) ~= 90 then return nil end
-  local y1, y2, y3, y4, _, m1, m2, _, d1, d2, _, h1, h2, _, i1, i2, _, s1, s2, _, f1, f2, f3 =
-    string.byte(stamp, 1, 23)
-  local mo = m1 * 10 + m2 - 528  -- each digit's byte is 48 more than it
-  local y = y1 * 1000 + y2 * 100 + y3 * 10 + y4 - 53328 - (mo <= 2 and 1 or 0)
-  local era = math.floor(y / 400)
-  local yoe = y - era * 400
-  local doy = math.floor((153 * ((mo + 9) % 12) + 2) / 5) + d1 * 10 + d2 - 529
-  local days = era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
-  return (days - 719468) * 86400 + (h1 * 10 + h2 - 528) * 3600 + (i1 * 10 + i2 - 528) * 60
-    + s1 * 10 + s2 - 528 + (f1 * 100 + f2 * 10 + f3 - 5328) / 1000
-end
-
--- A claim, one HINCRBY: a first attempt's wait in its bucket ("wait:<i>", i from 0); any
--- other claim (a retry's, or one whose times are not ours) in "started:other". The wait
--- runs from submit, or from run_at when later (a delayed job's); ours compare as text.
-local function count_started(job, now)
-  local from = job.created_at
-  if type(job.run_at) == "string" and type(from) == "string" and job.run_at > from then
-    from = job.run_at
-  end
-  local at = (job.retry_count or 0) == 0 and epoch_of(from)
-  if not at then return count_minute(now, "started:other") end
-  local wait, bounds, i = tonumber(now) - at, {{{", ".join(str(b) for b in WAIT_BOUNDS)}}}, 1
-  while i <= #bounds and wait > bounds[i] do i = i + 1 end
-  count_minute(now, ({{{", ".join(f'"wait:{i}"' for i in range(len(WAIT_BOUNDS) + 1))}}})[i])
 end
 """

@@ -79,9 +79,10 @@ PICK_NODE = Script(
     "PICK_NODE",
     "mode now node_ttl *candidates",
     """
--- GET /schedule: the node the next job would go to (the ticket advances, as the original's).
+-- GET /schedule: the node the next job that asks nothing would go to (the ticket advances,
+-- as the original's).
 -- Returns {OK, node id} | {NO_NODES}
-local node = pick_node(mode, candidates, tonumber(now), tonumber(node_ttl))
+local node = pick_node(mode, candidates, {}, tonumber(now) - tonumber(node_ttl))
 if not node then return {NO_NODES} end
 return {OK, node}
 """,

@@ -11,13 +11,11 @@ from scheduler.store.errors import (
     Conflict,
     Forbidden,
     NodeNotFound,
-    ServiceNotFound,
     TooManyNodes,
-    TooManyServices,
     Unauthorized,
 )
 from scheduler.store.scripts import codes, retry
-from scheduler.store.scripts.codes import check_access, check_found
+from scheduler.store.scripts.codes import check_found
 from scheduler.store.scripts.replies import Lost, Requeued, ids, lost_jobs, requeued
 from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.script import Call, Script
@@ -73,7 +71,9 @@ REGISTER_NODE = Script(
 -- node's own token; otherwise, with AGENT_AUTH=open, anyone but without changing the node's
 -- role; with AGENT_AUTH=token, no one, but with neither key set (anyone may add a node) anyone
 -- once the node is silent for NODE_TTL_SECS. caller is never "open"; token_hash: a fresh
--- token's. An existing id given a fresh token passes to a new holder (hand_over).
+-- token's. An existing id given a fresh token passes to a new holder (hand_over). A compute
+-- node's labels, offer (cpu_count, memory_mb) and load are indexed from its record for
+-- placement (place.py index_node), and the unplaced jobs may fit it.
 -- Returns {OK, "issued" | "kept" | "none", {job moved}, {job lost}} (the fresh token became
 -- the node's; the caller's token stays the node's; no token for this caller) | {UNAUTHORIZED}
 -- | {TOO_MANY_NODES} | {ROLE_LOCKED} | {TOO_MANY}
@@ -89,6 +89,7 @@ local function save()
   else
     redis.call("ZREM", K.nodes_compute, node)
   end
+  index_node(node, stored, record)
 end
 local function issue()
   if held then redis.call("HDEL", K.tokens, held) end
@@ -183,16 +184,27 @@ def _heartbeat(reply: list[Any]) -> tuple[bytes, list[str]]:
 
 HEARTBEAT = Script(
     "HEARTBEAT",
-    "node now caller",
+    "node now caller live_cutoff",
     """
+-- A compute node heard from again after NODE_TTL_SECS of silence (not live since
+-- live_cutoff) may take the unplaced jobs (flagged); one not among the placeable nodes
+-- (found dead while away, or registered by a version before placement by fit) and not
+-- drained is indexed again from its record (place.py index_node), which flags them too.
 -- Returns {OK, node JSON, {cancelling id, ...}} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
 local record = redis.call("HGET", K.nodes, node)
 if not record then return {NOT_FOUND} end
 redis.call("ZADD", K.nodes_seen, now, node)
-if redis.call("ZSCORE", K.nodes_compute, node) then
+local seen = redis.call("ZSCORE", K.nodes_compute, node)
+if seen then
   redis.call("ZADD", K.nodes_compute, now, node)
+  if not redis.call("ZSCORE", K.nodes_load, node)
+    and redis.call("HEXISTS", K.drained_nodes, node) == 0 then
+    index_node(node, nil, record)  -- found dead while away, or registered before placement
+  elseif tonumber(seen) < tonumber(live_cutoff) then
+    flag_unplaced()
+  end
 end
 return {OK, record, redis.call("ZRANGE", K.node_status(node, "cancelling"), 0, 99)}
 """,
@@ -200,9 +212,11 @@ return {OK, record, redis.call("ZRANGE", K.node_status(node, "cancelling"), 0, 9
 )
 
 
-def heartbeat(node_id: str, now: float, caller: str) -> Call[tuple[bytes, list[str]]]:
+def heartbeat(
+    node_id: str, now: float, caller: str, node_ttl: float
+) -> Call[tuple[bytes, list[str]]]:
     """The node's record, and the ids of its jobs being cancelled."""
-    return HEARTBEAT.call(node=node_id, now=now, caller=caller)
+    return HEARTBEAT.call(node=node_id, now=now, caller=caller, live_cutoff=now - node_ttl)
 
 
 def _deleted(reply: list[Any]) -> list[Requeued]:
@@ -215,11 +229,13 @@ DELETE_NODE = Script(
     "node live_cutoff limit caller",
     """
 -- A node leaves (its agent stopping cleanly, or the operator's key): no job is placed on it
--- from now on, its token stops working at once, and its pending jobs (not instance-bound)
--- move to live nodes at once, up to `limit`. A compute node that still has jobs not ended
--- bound to it stays in nodes:compute as lost long ago (score 0), so the sweep treats it as a
--- lost node: its running jobs (none after a clean stop) and any pending jobs beyond `limit`
--- follow, and it leaves once none is left (forget_if_gone); one with none leaves at once.
+-- from now on (its labels and offer go: place.py index_node), its token stops working at
+-- once, and its pending jobs (not instance-bound) move to live nodes at once, up to `limit`
+-- (one that asks a fit waits unplaced for the next placement pass). A compute node that
+-- still has jobs not ended bound to it stays in nodes:compute as lost long ago (score 0),
+-- so the sweep treats it as a lost node: its running jobs (none after a clean stop) and any
+-- pending jobs beyond `limit` follow, and it leaves once none is left (forget_if_gone); one
+-- with none leaves at once.
 -- caller: "key" or the node's token.
 -- Returns {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
 --   | {OK, job id, from node, to node, ...} for each job moved.
@@ -228,11 +244,14 @@ if access ~= OK then return {access} end
 local held = redis.call("HGET", K.node_tokens, node)
 if held then redis.call("HDEL", K.tokens, held) end
 redis.call("HDEL", K.node_tokens, node)
-if redis.call("HDEL", K.nodes, node) == 0 then return {NOT_FOUND} end
+local stored = redis.call("HGET", K.nodes, node)
+if not stored then return {NOT_FOUND} end
+redis.call("HDEL", K.nodes, node)
 redis.call("ZREM", K.nodes_seen, node)
 local moved = {}
 if redis.call("ZSCORE", K.nodes_compute, node) then
   redis.call("ZADD", K.nodes_compute, 0, node)
+  index_node(node, stored, nil)
   move_pending(node, live_nodes(live_cutoff), tonumber(limit), moved)
   forget_if_gone(node)
 end
@@ -247,132 +266,3 @@ def delete_node(
 ) -> Call[list[Requeued]]:
     """Deregister a node; its pending jobs (up to `limit`) move to live nodes now."""
     return DELETE_NODE.call(node=node_id, live_cutoff=now - node_ttl, limit=limit, caller=caller)
-
-
-# Services (built-in registry): what the Rust agent registers for each service job it runs,
-# and reads back to learn which to stop (CONTRACT 3.4, 3.5).
-
-
-def _service_created(reply: list[Any]) -> bytes:
-    check_access(reply[0])
-    if reply[0] == codes.TOO_MANY_NODES:
-        raise TooManyServices()
-    blob: bytes = reply[1]
-    return blob
-
-
-CREATE_SERVICE = Script(
-    "CREATE_SERVICE",
-    "node record caller most most_per_node",
-    """
--- record: the service's JSON, starting {"id":"" (the id is drawn here). A node keeps at most
--- most_per_node services: past it, its oldest one that is not running goes; `most` in all.
--- Returns {OK, service JSON} | {UNAUTHORIZED} | {FORBIDDEN} | {TOO_MANY_NODES}
-local access = node_access(caller, node)
-if access ~= OK then return {access} end
-local own = K.node_services(node)
-if redis.call("ZCARD", own) >= tonumber(most_per_node) then
-  local evicted = false
-  for _, old in ipairs(redis.call("ZRANGE", own, 0, -1)) do
-    local kept = redis.call("HGET", K.services, old)
-    if not kept or cjson.decode(kept).status ~= "running" then
-      redis.call("HDEL", K.services, old)
-      redis.call("ZREM", own, old)
-      evicted = true
-      break
-    end
-  end
-  if not evicted then return {TOO_MANY_NODES} end
-end
-if redis.call("HLEN", K.services) >= tonumber(most) then return {TOO_MANY_NODES} end
-local n = redis.call("INCR", K.service_seq)
-local id = "svc-" .. n
-local service = '{"id":"' .. id .. '"' .. string.sub(record, 9)
-redis.call("HSET", K.services, id, service)
-redis.call("ZADD", own, n, id)
-return {OK, service}
-""",
-    _service_created,
-)
-
-
-def create_service(
-    node_id: str, service_json: bytes, caller: str, most: int, most_per_node: int
-) -> Call[bytes]:
-    """`service_json` starts with `{"id":""` (models.Service, id first); the script fills it."""
-    return CREATE_SERVICE.call(
-        node=node_id, record=service_json, caller=caller, most=most, most_per_node=most_per_node
-    )
-
-
-def _service_set(code: int) -> None:
-    check_found(code, ServiceNotFound)
-
-
-SET_SERVICE_STATUS = Script(
-    "SET_SERVICE_STATUS",
-    "service_id status caller",
-    """
--- PATCH /services/{id} (the agent, on its service's exit) or DELETE (the operator: stopped).
--- status: a plain word (models.SERVICE_STATUS_RE).
--- A node's token is checked against its node's index of services before the record is read
--- (library.py, service_access): a stranger's token is 401 and another node's 404, for an
--- existing and a missing service alike.
--- Returns OK | NOT_FOUND | UNAUTHORIZED
-local access = service_access(caller, service_id)
-if access ~= OK then return access end
-local service = redis.call("HGET", K.services, service_id)
-if not service then return NOT_FOUND end
-local updated = string.gsub(service, '"status":"[%w_%-]*"', '"status":"' .. status .. '"', 1)
-redis.call("HSET", K.services, service_id, updated)
-return OK
-""",
-    _service_set,
-)
-
-
-def set_service_status(service_id: str, status: str, caller: str) -> Call[None]:
-    return SET_SERVICE_STATUS.call(service_id=service_id, status=status, caller=caller)
-
-
-def _services(reply: list[Any]) -> list[bytes]:
-    check_access(reply[0])
-    return list(reply[1:])
-
-
-LIST_SERVICES = Script(
-    "LIST_SERVICES",
-    "node status caller",
-    """
--- GET /services?node_id=&status= (either filter optional, ""), in id order. A node's list
--- reads only its own services; the operator's list without a node reads them all. caller
--- is checked when a node is named. Returns {OK, service JSON, ...} | {UNAUTHORIZED}
--- | {FORBIDDEN}
-local blobs = {}
-if node ~= "" then
-  local access = node_access(caller, node)
-  if access ~= OK then return {access} end
-  local listed = redis.call("ZRANGE", K.node_services(node), 0, -1)
-  if #listed > 0 then blobs = redis.call("HMGET", K.services, unpack(listed)) end
-else
-  local all = redis.call("HGETALL", K.services)
-  local found = {}
-  for i = 1, #all, 2 do found[#found + 1] = {tonumber(string.sub(all[i], 5)), all[i + 1]} end
-  table.sort(found, function(a, b) return a[1] < b[1] end)
-  for _, entry in ipairs(found) do blobs[#blobs + 1] = entry[2] end
-end
-local out = {OK}
-for _, blob in ipairs(blobs) do
-  if blob and (status == "" or cjson.decode(blob).status == status) then
-    out[#out + 1] = blob
-  end
-end
-return out
-""",
-    _services,
-    read_only=True,
-)
-
-
-def list_services(node_id: str, status: str, caller: str) -> Call[list[bytes]]:
-    return LIST_SERVICES.call(node=node_id, status=status, caller=caller)

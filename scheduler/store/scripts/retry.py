@@ -63,8 +63,9 @@ RETRY_JOBS = Script(
     """
 -- POST /jobs/{id}/retry and POST /jobs/retry (the key): each failed job of the `count` ids
 -- that open `rest` (whatever failed it: its command, a timeout, a lost node, a cancel)
--- starts over: pending on a node placed as a new job is (the candidates are the rest of
--- `rest`; an instance-bound job stays on its node), its retry count, outputs and failure
+-- starts over: pending on a node placed as a new job is (place.py pick_node; the candidates
+-- are the rest of `rest`; an instance-bound job stays on its node; one no node takes now
+-- waits unplaced with its pending_reason), its retry count, outputs and failure
 -- cleared, out of the finished index. It has not ended, so no event. A job that runs after
 -- others waits again for those not done (waiting); while one of them is failed it stays
 -- failed (BLOCKED: retry that one first, in the same call before it). Returns {id, code, job
@@ -73,8 +74,7 @@ local ids, candidates = {}, {}
 for i, value in ipairs(rest) do
   if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
 end
-local out, live = {}, nil
-if mode == "live" then live = live_nodes(tonumber(now) - tonumber(node_ttl)) end
+local out, cutoff = {}, tonumber(now) - tonumber(node_ttl)
 for _, id in ipairs(ids) do
   local job = load_job(id)
   local code, stored = OK, ""
@@ -83,11 +83,13 @@ for _, id in ipairs(ids) do
   elseif job.status ~= "failed" then
     code = NOT_FAILED
   else
-    local target = job.node_id
-    if (job.instance_id or "") == "" then target = next_live(live or candidates) end
+    local target, reason = job.node_id, nil
+    if (job.instance_id or "") == "" then
+      target, reason = pick_node(mode, candidates, job, cutoff)
+    end
     if failed_dependency(job.after or {}) then
       code = BLOCKED
-    elseif not target then
+    elseif not target and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(job)) then
       code = NO_NODES
     else
       redis.call("ZREM", K.finished, id)
@@ -95,7 +97,9 @@ for _, id in ipairs(ids) do
       job.exit_code, job.stdout, job.stderr, job.failure_reason = nil, nil, nil, nil
       job.running_at, job.finished_at, job.run_at = nil, nil, nil
       local status = wait_for(id, job.after or {}) > 0 and "waiting" or "pending"
-      rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, status, target)
+      if status == "waiting" and needs_fit(job) then target = "" end  -- placed when done
+      rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, status, target or "")
+      if status == "pending" and not target then job.pending_reason = reason end
       stored = store_job(id, job)
     end
   end

@@ -1,4 +1,4 @@
-"""READ_SERIES: the dashboard's minutes (life.py SERIES writes them), read in one round trip,
+"""READ_SERIES: the dashboard's minutes (minutes.py SERIES writes them), read in one round trip,
 with its call."""
 
 from __future__ import annotations

@@ -51,6 +51,8 @@ class RestoredJob:
     record: bytes
     due: float | None = None
     priority: int = 0  # the record's: its place in its node's queue while pending
+    cpus: int = 0  # the record's asks, held on its node while bound there (place.py hold)
+    memory_mb: int = 0
 
 
 RESTORE_JOBS = Script(
@@ -59,10 +61,12 @@ RESTORE_JOBS = Script(
     """
 -- Put jobs back as the snapshot holds them, with every index their status needs (as the
 -- scripts maintain them). A job already present is first taken out of its old indexes.
--- mark_dirty "1": the next snapshot writes them. jobs: 8 values each, at most 1000 jobs (Lua's
--- unpack limit): id, score, node id, status, start time (epoch s) of a running run-job or
--- due time of a delayed job or "", finish time (epoch s) of a finished job or "", job JSON,
--- priority (a pending job's place in its node's queue: life.py queue_score).
+-- mark_dirty "1": the next snapshot writes them. jobs: 10 values each, at most 1000 jobs
+-- (Lua's unpack limit): id, score, node id, status, start time (epoch s) of a running run-job
+-- or due time of a delayed job or "", finish time (epoch s) of a finished job or "", job
+-- JSON, priority (a pending job's place in its node's queue: life.py queue_score), cpus and
+-- memory_mb (what it holds on its node: place.py hold). A pending job on no node is
+-- unplaced again, and the next placement pass is flagged.
 -- A cancelling job is restored as asked long ago: the next sweep ends it. Each index gets one
 -- ZADD/SADD for the whole batch: far cheaper than one call per job. Returns the number of
 -- jobs restored.
@@ -72,9 +76,12 @@ local function unindex(id, raw)
   local node, status = old.node_id, old.status
   if type(node) ~= "string" or type(status) ~= "string" then return end
   redis.call("ZREM", K.status(status), id)
+  redis.call("ZREM", K.unplaced, id)
+  if node == "" then return end
   redis.call("ZREM", K.node_status(node, status), id)
   redis.call("ZREM", K.node_jobs(node), id)
   redis.call("SREM", K.node_busy(node), id)
+  unhold(node, id, old)
 end
 local function push(groups, key, a, b)
   local list = groups[key]
@@ -83,7 +90,7 @@ local function push(groups, key, a, b)
   if b then list[#list + 1] = b end
 end
 local restored, job_keys = {}, {}
-for i = 1, #jobs, 8 do
+for i = 1, #jobs, 10 do
   restored[#restored + 1] = jobs[i]
   job_keys[#job_keys + 1] = K.job(jobs[i])
 end
@@ -100,16 +107,21 @@ for i, old in ipairs(redis.call("MGET", unpack(job_keys))) do
 end
 local records, zadds, sadds = {}, {}, {}
 for j, id in ipairs(restored) do
-  local i = 1 + (j - 1) * 8
+  local i = 1 + (j - 1) * 10
   local score, node, status, start = jobs[i + 1], jobs[i + 2], jobs[i + 3], jobs[i + 4]
   local finish_time = jobs[i + 5]
   records[#records + 1] = job_keys[j]
   records[#records + 1] = jobs[i + 6]
   push(zadds, K.all_jobs, score, id)
   push(zadds, K.status(status), score, id)
-  push(zadds, K.node_jobs(node), score, id)
   local queued = status == "pending" and queue_score(score, jobs[i + 7]) or score
-  push(zadds, K.node_status(node, status), queued, id)
+  if node ~= "" then
+    push(zadds, K.node_jobs(node), score, id)
+    push(zadds, K.node_status(node, status), queued, id)
+    if HOLDS[status] then hold(node, id, {cpus = jobs[i + 8], memory_mb = jobs[i + 9]}) end
+  elseif status == "pending" then
+    push(zadds, K.unplaced, queued, id)
+  end
   if start ~= "" and status == "delayed" then
     push(zadds, K.delayed, start, id)
   elseif start ~= "" then
@@ -123,6 +135,7 @@ end
 redis.call("MSET", unpack(records))
 for key, list in pairs(zadds) do redis.call("ZADD", key, unpack(list)) end
 for key, list in pairs(sadds) do redis.call("SADD", key, unpack(list)) end
+flag_unplaced()
 return #restored
 """,
     int,
@@ -136,7 +149,7 @@ def restore_jobs(jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
         started = "" if when is None else when
         finished = "" if job.finished is None else job.finished
         values += [job.job_id, job.score, job.node_id, job.status, started, finished]
-        values += [job.record, job.priority]
+        values += [job.record, job.priority, job.cpus, job.memory_mb]
     return RESTORE_JOBS.call(mark_dirty="1" if mark_dirty else "0", jobs=values)
 
 
@@ -215,7 +228,7 @@ for i = 1, #entries, 2 do
       job.stderr = "dependency " .. failed .. " ended failed"
       finish(id, n, job, "dependency_failed", now, stamp)
     elseif waits == 0 then
-      rebind(id, n, job, "pending", job.node_id)
+      release_waiter(id, n, job)
       store_job(id, job)
     end
   end

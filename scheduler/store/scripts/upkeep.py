@@ -211,22 +211,30 @@ PROMOTE_DUE = Script(
     """
 -- The delayed jobs due by `now`, `batch` of them, become pending: on their node while it is
 -- live (heard from since `live_cutoff`: the built-in registry's heartbeats, or the sweep's
--- sightings of an external registry's nodes) or bound to an instance, else on a live node,
--- round-robin, as a new job is placed. With no live node a job waits pending on its node
--- (REQUEUE_LOST moves it once one is). Then the dashboard's gauges of now's minute (life.py
--- SERIES). Returns {entries read, ids of the jobs now pending...}.
+-- sightings of an external registry's nodes) and not drained, or bound to an instance, else
+-- on a live node, round-robin. With no live node a job waits pending on its node
+-- (REQUEUE_LOST moves it once one is). A job that asks a fit (or has no node) is placed as
+-- a new one is (place.py place): pending on a node that fits, or unplaced. Then the
+-- dashboard's gauges of now's minute (minutes.py SERIES). Returns {entries read, ids of the
+-- jobs now pending...}.
 local due = redis.call("ZRANGEBYSCORE", K.delayed, "-inf", now, "LIMIT", 0, batch)
-local promoted, live = {#due}, nil
+local promoted, live, cutoff = {#due}, nil, tonumber(live_cutoff)
 for _, id in ipairs(due) do
   redis.call("ZREM", K.delayed, id)
   local job = load_job(id)
   if job and job.status == "delayed" then
-    local target = job.node_id
-    if (job.instance_id or "") == "" and not is_live(target, tonumber(live_cutoff)) then
-      live = live or live_nodes(live_cutoff)
-      target = next_live(live) or target
+    local n, target = redis.call("ZSCORE", K.all_jobs, id), job.node_id
+    if (job.instance_id or "") ~= "" then
+      rebind(id, n, job, "pending", target)
+    elseif needs_fit(job) or target == "" then
+      place(id, n, job, cutoff)
+    else
+      if not placeable(target, cutoff) then
+        live = live or live_nodes(cutoff)
+        target = next_live(live) or target
+      end
+      rebind(id, n, job, "pending", target)
     end
-    rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, "pending", target)
     store_job(id, job)
     promoted[#promoted + 1] = id
   end
@@ -240,6 +248,60 @@ return promoted
 
 def promote_due(now: float, node_ttl: float, batch: int) -> Call[Batch]:
     return PROMOTE_DUE.call(now=now, live_cutoff=now - node_ttl, batch=batch)
+
+
+PLACE_UNPLACED = Script(
+    "PLACE_UNPLACED",
+    "live_cutoff batch",
+    """
+-- A pass over the unplaced jobs (place.py), only once room may have appeared: while
+-- {P}:unplaced:retry is set (flag_unplaced, by the events that make room), `batch` of them
+-- after the score it holds ("-inf": from the head), in queue order, each placed if a node
+-- fits now (place.py place: pending on it, its node woken) or its pending_reason brought up
+-- to date (stored only when it changed). The flag then holds where the next call goes on,
+-- or is deleted at the end. Returns {entries read, ids of the jobs placed...}; fewer
+-- entries than `batch`: the pass is over.
+local from = redis.call("GET", K.unplaced_retry)
+if not from then return {0} end
+local entries = redis.call(
+  "ZRANGEBYSCORE", K.unplaced, from, "+inf", "WITHSCORES", "LIMIT", 0, batch)
+local placed, cutoff, failed = {#entries / 2}, tonumber(live_cutoff), {}
+for i = 1, #entries, 2 do
+  local id = entries[i]
+  local job = load_job(id)
+  if job and job.status == "pending" and job.node_id == "" then
+    local before = job.pending_reason
+    -- Placing a job only takes room, so an ask that found no node in this call finds none
+    -- again: each distinct ask reads its candidates once a call.
+    local ask = (job.cpus or 0) .. " " .. (job.memory_mb or 0) .. " "
+      .. cjson.encode(job.node_selector or {})
+    local node = nil
+    if failed[ask] then
+      job.pending_reason = failed[ask]
+    else
+      node = place(id, redis.call("ZSCORE", K.all_jobs, id), job, cutoff)
+      if not node then failed[ask] = job.pending_reason end
+    end
+    if node then placed[#placed + 1] = id end
+    if node or job.pending_reason ~= before then store_job(id, job) end
+  else
+    redis.call("ZREM", K.unplaced, id)  -- a stale entry
+  end
+end
+if #entries < 2 * tonumber(batch) then
+  redis.call("DEL", K.unplaced_retry)
+else
+  redis.call("SET", K.unplaced_retry, "(" .. entries[#entries])
+end
+return placed
+""",
+    _batch,
+)
+
+
+def place_unplaced(now: float, node_ttl: float, batch: int) -> Call[Batch]:
+    """One step of a pass over the unplaced jobs, when one is flagged (else nothing)."""
+    return PLACE_UNPLACED.call(live_cutoff=now - node_ttl, batch=batch)
 
 
 TRIM_OUTBOX = Script(

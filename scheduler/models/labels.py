@@ -1,0 +1,85 @@
+"""Node labels and a job's node selector (README, Placement): their syntax and bounds, and
+the labels every node has without registering them.
+
+A label is `key=value`, with Kubernetes' characters: a key of 1 to 63 and a value of 0 to
+255 of `A-Z a-z 0-9 . _ / -` (a value may name a hostname, which is up to 255). Keys under
+`node.` are the scheduler's: every node has `node.id=<its id>` and `node.hostname=<its
+hostname>` (like Kubernetes' kubernetes.io/hostname), so a job names a node with
+`node_selector: {"node.id": "n1"}` (`scheduler submit --node n1`). Both are bounded, since
+they live in Redis and every placement may read them: at most MAX_LABELS keys, and a
+selector at most MAX_LABELS values per key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from scheduler.models.wire import InvalidInput
+
+MAX_LABELS = 16
+LABEL_KEY_RE = re.compile(r"[A-Za-z0-9._/-]{1,63}")
+LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9._/-]{0,255}")
+RESERVED_PREFIX = "node."
+NODE_ID_LABEL, NODE_HOSTNAME_LABEL = "node.id", "node.hostname"
+SYNTAX = "use 1 to 63 (key) and 0 to 255 (value) of A-Z a-z 0-9 . _ / -"
+
+Selector = dict[str, str | list[str]]
+
+
+def _check_pair(field: str, key: str, value: str) -> None:
+    if not LABEL_KEY_RE.fullmatch(key):
+        raise InvalidInput(f"invalid {field} key {key[:64]!r}: {SYNTAX}")
+    if not LABEL_VALUE_RE.fullmatch(value):
+        raise InvalidInput(f"invalid {field} value {value[:64]!r} for {key}: {SYNTAX}")
+
+
+def check_labels(labels: Mapping[str, str]) -> None:
+    """A registration's labels: bounded, Kubernetes' syntax, none under `node.`."""
+    if len(labels) > MAX_LABELS:
+        raise InvalidInput(f"invalid labels: at most {MAX_LABELS}")
+    for key, value in labels.items():
+        _check_pair("labels", key, value)
+        if key.startswith(RESERVED_PREFIX):
+            raise InvalidInput(f"invalid labels key {key!r}: {RESERVED_PREFIX}* is the scheduler's")
+
+
+def check_selector(selector: Mapping[str, str | list[str]]) -> None:
+    """A job's node_selector: each key a label, its value one allowed value or a list of
+    1 to MAX_LABELS of them (any of which will do)."""
+    if len(selector) > MAX_LABELS:
+        raise InvalidInput(f"invalid node_selector: at most {MAX_LABELS} keys")
+    for key, wanted in selector.items():
+        values = [wanted] if isinstance(wanted, str) else wanted
+        if not 1 <= len(values) <= MAX_LABELS:
+            raise InvalidInput(
+                f"invalid node_selector: {key[:64]!r} needs 1 to {MAX_LABELS} values"
+            )
+        for value in values:
+            _check_pair("node_selector", key, value)
+
+
+def node_labels(node_id: str, hostname: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """Every label of a node: its registered ones and the scheduler's."""
+    implicit = {NODE_ID_LABEL: node_id}
+    if hostname:
+        implicit[NODE_HOSTNAME_LABEL] = hostname
+    return {**labels, **implicit}
+
+
+def matches(selector: Mapping[str, str | list[str]], labels: Mapping[str, str]) -> bool:
+    """Whether a node with `labels` (node_labels) satisfies `selector`: every key present
+    with one of its allowed values."""
+    for key, wanted in selector.items():
+        allowed = [wanted] if isinstance(wanted, str) else wanted
+        if key not in labels or labels[key] not in allowed:
+            return False
+    return True
+
+
+def selector_text(selector: Mapping[str, str | list[str]]) -> str:
+    """`zone=a|b, node.id=n1`: a selector for people (the web UI's job page)."""
+    return ", ".join(
+        f"{key}={value if isinstance(value, str) else '|'.join(value)}"
+        for key, value in sorted(selector.items())
+    )

@@ -1,0 +1,233 @@
+"""A new job's scripts, each with its call: CREATE_JOB, and CREATE_AFTER for one that runs
+after others (two scripts, so a plain submit's holds none of the dependencies' Lua). jobs.py,
+the request path's module, names them too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.models.job import MAX_WAITERS, Job, creation_json, due_of
+from scheduler.models.wire import InvalidInput, rfc3339
+from scheduler.nodes.placement import NoHealthyNodes, Placement
+from scheduler.store.errors import IdempotencyMismatch, StoreNotReady
+from scheduler.store.scripts import codes
+from scheduler.store.scripts.script import Call, Script
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    job: bytes
+    duplicate: bool
+
+
+def _created(reply: list[Any]) -> Created:
+    if reply[0] == codes.NOT_READY:
+        raise StoreNotReady()
+    if reply[0] == codes.NO_NODES:
+        raise NoHealthyNodes()
+    if reply[0] == codes.MISMATCH:
+        raise IdempotencyMismatch()
+    if reply[0] == codes.UNKNOWN_AFTER:
+        raise InvalidInput(f"invalid after: {str(reply[1], 'utf-8')} is not a job")
+    if reply[0] == codes.TOO_MANY:
+        dep = str(reply[1], "utf-8")
+        raise InvalidInput(f"invalid after: {MAX_WAITERS} jobs already wait for {dep}")
+    return Created(job=reply[1], duplicate=reply[0] == codes.DUPLICATE)
+
+
+@dataclass(frozen=True, slots=True)
+class Dedup:
+    """What makes a creation idempotent: the job made under `key` (in `space`: "sqs", an SQS
+    message; "submit", a POST /jobs Idempotency-Key) for `ttl` seconds, and the fingerprint
+    of the request that made it ("" for SQS, whose key covers the body already)."""
+
+    space: str
+    key: str
+    ttl: int
+    fingerprint: str = ""
+
+
+NO_DEDUP = Dedup("", "", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Asks:
+    """What a new job asks of its node (README, Placement): the record's cpus, memory_mb and
+    node_selector, passed apart so the create script need not decode the record."""
+
+    cpus: int = 0
+    memory_mb: int = 0
+    node_selector: Mapping[str, str | list[str]] = field(default_factory=dict)
+
+
+NO_ASKS = Asks()
+
+# A new job's script, shared by CREATE_JOB and CREATE_AFTER (one that runs after others): two
+# scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
+_NEW_JOB = """
+-- record: the job's JSON without job_id and node_id, which this fills in (the id drawn here,
+-- the node placed here: place.py pick_node, by mode and the job's asks: cpus, memory_mb and
+-- selector, the record's, its node_selector as JSON or ""). A job no node can take now is
+-- still made, pending unplaced (node_id "", place.py) with its pending_reason; only one
+-- that asks nothing answers NO_NODES when no compute node is live (the original's 503). A
+-- delayed job that asks a fit is placed when due. due: "" for a job pending now, else the epoch
+-- its run_at says: it is delayed until then (its record says so too). priority: the
+-- record's, its place in the node's queue (life.py queue_score). With dedup_ttl > 0,
+-- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
+-- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
+-- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
+-- anything.
+-- Returns {OK, job JSON} | {DUPLICATE, job JSON, "" if the job is gone} | {MISMATCH}
+--   | {NO_NODES} | {NOT_READY}{AFTER_CODES}.
+-- A Redis that came back empty must get its snapshot back before a new job takes an id the
+-- snapshot already holds (snapshot.restore_if_empty sets the marker).
+if redis.call("EXISTS", K.initialised) == 0 then return {NOT_READY} end
+local dedup = false
+if tonumber(dedup_ttl) > 0 then
+  dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
+  local seen = redis.call("GET", dedup)
+  if seen then
+    local id, made_by = string.match(seen, "^(%S+) ?(.*)$")
+    if made_by ~= fingerprint then return {MISMATCH} end
+    return {DUPLICATE, redis.call("GET", K.job(id)) or ""}
+  end
+end
+{AFTER_CHECKS}local ask = {cpus = tonumber(cpus), memory_mb = tonumber(memory_mb),
+  node_selector = selector ~= "" and cjson.decode(selector) or nil}
+local node, reason = nil, nil
+if due == "" or not needs_fit(ask) then
+  node, reason = pick_node(mode, candidates, ask, tonumber(now) - tonumber(node_ttl))
+  if not node and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)) then
+    return {NO_NODES}
+  end
+end
+node = node or ""
+local n = redis.call("INCR", K.job_seq)
+local id = "job-" .. n
+local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
+  .. string.sub(record, 2)
+"""
+_STORE_NEW = """
+local score = status == "pending" and queue_score(n, priority) or n
+if status == "pending" and node == "" then  -- the last field (models.job): appended
+  job = string.sub(job, 1, -2) .. ',"pending_reason":' .. cjson.encode(reason) .. "}"
+end
+redis.call("SET", K.job(id), job)
+redis.call("ZADD", K.all_jobs, n, id)
+redis.call("ZADD", K.status(status), n, id)
+if node ~= "" then
+  redis.call("ZADD", K.node_jobs(node), n, id)
+  redis.call("ZADD", K.node_status(node, status), score, id)
+  if status == "pending" then hold(node, id, ask) end
+elseif status == "pending" then
+  redis.call("ZADD", K.unplaced, score, id)
+end
+if status == "delayed" then redis.call("ZADD", K.delayed, due, id) end
+redis.call("SADD", K.dirty, id)
+count_minute(now, "submitted")
+if dedup then
+  local value = fingerprint == "" and id or id .. " " .. fingerprint
+  redis.call("SET", dedup, value, "EX", tonumber(dedup_ttl))
+end
+if status == "pending" and node ~= "" then wake_node(node) end
+"""
+_ARGV = (
+    "record due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
+    "cpus memory_mb selector"
+)
+
+CREATE_JOB = Script(
+    "CREATE_JOB",
+    f"{_ARGV} *candidates",
+    _NEW_JOB.replace("{AFTER_CODES}", "").replace("{AFTER_CHECKS}", "")
+    + 'local status = due == "" and "pending" or "delayed"'
+    + _STORE_NEW
+    + "return {OK, job}\n",
+    _created,
+)
+
+CREATE_AFTER = Script(
+    "CREATE_AFTER",
+    f"{_ARGV} after max_waiters stamp *candidates",
+    _NEW_JOB.replace(
+        "{AFTER_CODES}",
+        " | {UNKNOWN_AFTER, id} | {TOO_MANY, id waited for by max_waiters already}\n-- after:"
+        " the jobs it runs after (JSON): `waiting` until they are done; failed at once"
+        " (dependency_failed) if one has failed",
+    ).replace(
+        "{AFTER_CHECKS}",
+        """local deps = cjson.decode(after)
+for _, dep in ipairs(deps) do
+  if not redis.call("ZSCORE", K.all_jobs, dep) then return {UNKNOWN_AFTER, dep} end
+  if redis.call("SCARD", K.dependents(dep)) >= tonumber(max_waiters) then
+    return {TOO_MANY, dep}
+  end
+end
+""",
+    )
+    + """local waits, failed = wait_for(id, deps)
+local status = "pending"
+if waits > 0 or failed then
+  status = "waiting"
+  local decoded = cjson.decode(job)
+  decoded.status = "waiting"
+  if needs_fit(ask) then node, decoded.node_id = "", "" end  -- placed once its wait ends
+  job = encode(decoded)
+end"""
+    + _STORE_NEW
+    + """if failed then
+  local decoded = cjson.decode(job)
+  decoded.stderr = "dependency " .. failed .. " ended failed"
+  job = finish(id, n, decoded, "dependency_failed", now, stamp)
+end
+return {OK, job}
+""",
+    _created,
+)
+
+
+def create_job(
+    record: bytes,
+    placement: Placement,
+    now: float,
+    node_ttl: float,
+    dedup: Dedup = NO_DEDUP,
+    due: float | None = None,
+    priority: int = 0,
+    after: Sequence[str] = (),
+    asks: Asks = NO_ASKS,
+) -> Call[Created]:
+    """`record` is the new job's JSON object without job_id and node_id; `due`, when it is
+    delayed, the epoch of its run_at; `priority`, `after` and `asks`, the record's."""
+    args: dict[str, Any] = dict(
+        record=record, due="" if due is None else due, priority=priority, mode=placement.mode,
+        now=now, node_ttl=node_ttl, dedup_space=dedup.space, dedup_key=dedup.key,
+        dedup_ttl=dedup.ttl if dedup.key else 0, fingerprint=dedup.fingerprint,
+        candidates=placement.candidates, cpus=asks.cpus, memory_mb=asks.memory_mb,
+        selector=json.dumps(asks.node_selector) if asks.node_selector else "",
+    )  # fmt: skip
+    if not after:
+        return CREATE_JOB.call(**args)
+    after_args = {"after": json.dumps(list(after)), "max_waiters": MAX_WAITERS}
+    return CREATE_AFTER.call(**args, **after_args, stamp=rfc3339(now))
+
+
+def create_job_of(
+    job: Job, placement: Placement, now: float, node_ttl: float, dedup: Dedup = NO_DEDUP
+) -> Call[Created]:
+    """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it."""
+    asks = Asks(job.cpus, job.memory_mb, job.node_selector)
+    return create_job(
+        creation_json(job),
+        placement,
+        now,
+        node_ttl,
+        dedup,
+        due_of(job),
+        job.priority,
+        job.after,
+        asks,
+    )

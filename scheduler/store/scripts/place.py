@@ -1,0 +1,387 @@
+"""Placement in Lua (README, Placement; nodes/placement.py is its model, which the tests hold
+it to). Part of the scripts' library (library.py), in two parts: NODES, before a job's life
+(life.py uses it: what a node holds, `hold` and `unhold`, and the round-robin moves), and
+PLACE, after it (`place` binds a job through life.py's `rebind`).
+
+What placement reads, each kept by the scripts that change it:
+- `{P}:nodes:load`, the placeable nodes (registered compute, not drained, not found dead)
+  scored by the jobs each holds: a job that asks nothing takes the least loaded, ties broken
+  round-robin by the shared ticket, in O(log n) whatever the number of nodes;
+- `{P}:node:{n}:held` (the jobs a node holds: bound to it and pending, running or
+  cancelling) and `{P}:node:{n}:room` (`cpus`, `memory_mb` offered, `held_cpus`,
+  `held_memory_mb` held: a small hash, read whole), changed only by `hold` and `unhold`,
+  which `rebind` and `finish` call (the offer: `index_node`): every bind and unbind of a
+  job goes through them;
+- `{P}:label:<key>=<value>`, the compute nodes with each label (REGISTER_NODE,
+  DELETE_NODE);
+- `{P}:nodes:drained` (drain's): a node there is never a candidate;
+- `{P}:unplaced`, the pending jobs no node could take (node_id ""), in queue order, and
+  `{P}:unplaced:retry`, set when room may have appeared: PLACE_UNPLACED (the worker's
+  promote tick, every second) then tries them again, from the head.
+"""
+
+from scheduler.models.job import PENDING_REASONS
+
+NODES = """
+-- The live compute nodes (heard from since `cutoff`) that are not drained, sorted by id:
+-- the round-robin moves' candidates (a lost node's jobs, a due job whose node is gone, an
+-- external registry's retries).
+local function live_nodes(cutoff)
+  local live = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
+  if #live > 0 and redis.call("EXISTS", K.drained_nodes) == 1 then
+    local kept = {}
+    for _, node in ipairs(live) do
+      if redis.call("HEXISTS", K.drained_nodes, node) == 0 then kept[#kept + 1] = node end
+    end
+    live = kept
+  end
+  table.sort(live)
+  return live
+end
+
+local function is_live(node, cutoff)
+  local seen = redis.call("ZSCORE", K.nodes_compute, node)
+  return seen ~= false and tonumber(seen) >= cutoff
+end
+
+-- A node a job may be put on now: live and not drained.
+local function placeable(node, cutoff)
+  return is_live(node, cutoff) and redis.call("HEXISTS", K.drained_nodes, node) == 0
+end
+
+-- Round-robin (placement.choose): the ticket from one INCR shared by every replica.
+local function next_live(nodes)
+  if #nodes == 0 then return nil end
+  local ticket = redis.call("INCR", K.rr_seq)
+  return nodes[((ticket - 1) % #nodes) + 1]
+end
+
+-- The statuses in which a job holds what it asks on its node.
+local HOLDS = {pending = true, running = true, cancelling = true}
+
+-- Whether a job asks anything of its node beyond a slot (models.asks_fit): such a job is
+-- placed by fit, and one that must leave its node waits unplaced for the next placement
+-- pass rather than going round-robin.
+local function needs_fit(job)
+  local selector = job.node_selector
+  return (tonumber(job.cpus) or 0) > 0 or (tonumber(job.memory_mb) or 0) > 0
+    or (type(selector) == "table" and next(selector) ~= nil)
+end
+
+-- Room may have appeared (a job ended or left a node, a node registered, came back or was
+-- undrained): the next PLACE_UNPLACED pass starts from the head of the unplaced jobs.
+local function flag_unplaced()
+  if redis.call("EXISTS", K.unplaced) == 1 then redis.call("SET", K.unplaced_retry, "-inf") end
+end
+
+-- Job `id`'s asks held on `node` while it is bound there (HOLDS): its cpus and memory_mb in
+-- the node's room, one job in its load. The set of held jobs makes both idempotent: a job
+-- counts once, and only a job counted is given back (jobs bound before this version, or
+-- given back already, change nothing).
+local function hold(node, id, job)
+  if node == "" or redis.call("SADD", K.node_held(node), id) == 0 then return end
+  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
+  if cpus > 0 then redis.call("HINCRBY", K.node_room(node), "held_cpus", cpus) end
+  if memory > 0 then redis.call("HINCRBY", K.node_room(node), "held_memory_mb", memory) end
+  redis.call("ZADD", K.nodes_load, "XX", "INCR", 1, node)
+end
+
+local function unhold(node, id, job)
+  if node == "" or redis.call("SREM", K.node_held(node), id) == 0 then return end
+  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
+  if cpus > 0 then redis.call("HINCRBY", K.node_room(node), "held_cpus", -cpus) end
+  if memory > 0 then redis.call("HINCRBY", K.node_room(node), "held_memory_mb", -memory) end
+  redis.call("ZADD", K.nodes_load, "XX", "INCR", -1, node)
+  flag_unplaced()
+end
+
+-- The node's place among the placeable nodes (nodes:load): there, scored by the jobs it
+-- holds, while it is a registered compute node and not drained; else out. Called when one
+-- of those changes (a registration, a delete, a heartbeat after silence; drain's drain and
+-- undrain); whether it is live is checked as it is picked.
+local function refresh_load(node)
+  if redis.call("HEXISTS", K.nodes, node) == 1 and redis.call("ZSCORE", K.nodes_compute, node)
+    and redis.call("HEXISTS", K.drained_nodes, node) == 0 then
+    redis.call("ZADD", K.nodes_load, redis.call("SCARD", K.node_held(node)), node)
+  else
+    redis.call("ZREM", K.nodes_load, node)
+  end
+end
+
+-- A node's labels as "key=value", from its record: its registered ones and the scheduler's
+-- node.id and node.hostname (models/labels.py node_labels).
+local function node_labels(node, record)
+  local out = {"node.id=" .. node}
+  if type(record.hostname) == "string" and record.hostname ~= "" then
+    out[2] = "node.hostname=" .. record.hostname
+  end
+  if type(record.labels) == "table" then
+    for key, value in pairs(record.labels) do out[#out + 1] = key .. "=" .. value end
+  end
+  return out
+end
+
+-- What placement reads of node `node` (its label sets, its offer in nodes:room, its place
+-- in nodes:load) from its record `new` (JSON; nil once deleted), replacing what its record
+-- `old` said (JSON or nil); then the unplaced jobs may fit. Only compute nodes are indexed.
+local function index_node(node, old, new)
+  if old then
+    for _, label in ipairs(node_labels(node, cjson.decode(old))) do
+      redis.call("SREM", K.label_nodes(label), node)
+    end
+  end
+  local record = new and cjson.decode(new)
+  if record and record.role == "compute" then
+    for _, label in ipairs(node_labels(node, record)) do
+      redis.call("SADD", K.label_nodes(label), node)
+    end
+    redis.call("HSET", K.node_room(node), "cpus", tonumber(record.cpu_count) or 0,
+      "memory_mb", tonumber(record.memory_mb) or 0)
+  else
+    redis.call("HDEL", K.node_room(node), "cpus", "memory_mb")
+  end
+  refresh_load(node)
+  flag_unplaced()
+end
+"""
+
+REASONS = "local REASON = {" + ", ".join(f'{r} = "{r}"' for r in PENDING_REASONS) + "}"
+
+PLACE = (
+    REASONS
+    + """
+
+-- The compute nodes whose labels satisfy `selector` (models.labels.matches), sorted by id;
+-- nil without a selector (any node will do). From the label sets: the nodes of the key with
+-- the fewest, each checked against the other keys (for a list of values, any of them), so
+-- no temporary key is written.
+local function selector_nodes(selector)
+  if type(selector) ~= "table" or next(selector) == nil then return nil end
+  local wanted, smallest, size = {}, 1, math.huge
+  for key, values in pairs(selector) do
+    if type(values) ~= "table" then values = {values} end
+    local count = 0
+    for _, value in ipairs(values) do
+      count = count + redis.call("SCARD", K.label_nodes(key .. "=" .. value))
+    end
+    wanted[#wanted + 1] = {key, values}
+    if count < size then smallest, size = #wanted, count end
+  end
+  local found, seen = {}, {}
+  for _, value in ipairs(wanted[smallest][2]) do
+    local key = wanted[smallest][1]
+    for _, node in ipairs(redis.call("SMEMBERS", K.label_nodes(key .. "=" .. value))) do
+      local fits = not seen[node]
+      seen[node] = true
+      for i = 1, #wanted do
+        if fits and i ~= smallest then
+          local any = false
+          for _, other in ipairs(wanted[i][2]) do
+            local label = wanted[i][1] .. "=" .. other
+            if redis.call("SISMEMBER", K.label_nodes(label), node) == 1 then
+              any = true
+              break
+            end
+          end
+          fits = any
+        end
+      end
+      if fits then found[#found + 1] = node end
+    end
+  end
+  table.sort(found)
+  return found
+end
+
+-- Round-robin among ties (placement.rotate): of `group` (the nodes holding one number of
+-- jobs, sorted by id), the first that `fits`, from the ticket's place on.
+local function rotate(group, ticket, fits)
+  local start = (ticket - 1) % #group
+  for k = 0, #group - 1 do
+    local node = group[((start + k) % #group) + 1]
+    if fits(node) then return node end
+  end
+  return nil
+end
+
+-- The next round-robin ticket, drawn (INCR) only by the placement that uses it.
+local function next_ticket()
+  return (tonumber(redis.call("GET", K.rr_seq)) or 0) + 1
+end
+
+-- A job that asks nothing: the least loaded placeable node from nodes:load, by rank (equal
+-- scores sort by id there, so the lowest ones are the ties), O(log n) whatever the number
+-- of nodes. A node found dead or drained leaves it (refresh_load brings it back), so each
+-- is skipped once.
+local function least_loaded(cutoff)
+  local ticket
+  while true do
+    local head = redis.call("ZRANGE", K.nodes_load, 0, 0, "WITHSCORES")
+    if #head == 0 then return nil end
+    local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
+    ticket = ticket or redis.call("INCR", K.rr_seq)
+    local at = (ticket - 1) % count
+    local node = redis.call("ZRANGE", K.nodes_load, at, at)[1]
+    if placeable(node, cutoff) then return node end
+    redis.call("ZREM", K.nodes_load, node)
+  end
+end
+
+-- Whether `ask` fits in `offered` once `held` is counted (placement.within: nil or 0
+-- offered, or 0 asked, is not checked).
+local function within(ask, held, offered)
+  return ask == 0 or (offered or 0) == 0 or (held or 0) + ask <= offered
+end
+
+-- What node `node` can give `cpus` and `memory`: whether it offers that much at all, and
+-- whether it has room for it now (its jobs' holds counted). Reads its room only for an ask.
+local function room_for(node, cpus, memory)
+  if cpus == 0 and memory == 0 then return true, true end
+  local room = redis.call(
+    "HMGET", K.node_room(node), "cpus", "memory_mb", "held_cpus", "held_memory_mb")
+  local cpus_offered, memory_offered = tonumber(room[1]), tonumber(room[2])
+  local offers = within(cpus, 0, cpus_offered) and within(memory, 0, memory_offered)
+  return offers, offers and within(cpus, tonumber(room[3]), cpus_offered)
+    and within(memory, tonumber(room[4]), memory_offered)
+end
+
+-- A job that asks only resources: nodes:load walked from its least loaded nodes, a load at
+-- a time, each tie rotated from the ticket's place (rotate), 32 nodes a read; the first live,
+-- undrained node with room. The work is the nodes passed over before it, not the fleet.
+-- Returns that node, or nil and whether a node passed over offers enough (then it is full).
+local function walk_load(cutoff, cpus, memory, ticket)
+  local rank, any_drained, offered = 0, redis.call("EXISTS", K.drained_nodes) == 1, false
+  while true do
+    local head = redis.call("ZRANGE", K.nodes_load, rank, rank, "WITHSCORES")
+    if #head == 0 then return nil, offered end
+    local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
+    local start, seen = (ticket - 1) % count, 0
+    while seen < count do
+      local from = (start + seen) % count
+      local upto = math.min(count - 1, from + 31, from + count - seen - 1)
+      local window = redis.call("ZRANGE", K.nodes_load, rank + from, rank + upto)
+      local alive = redis.call("ZMSCORE", K.nodes_compute, unpack(window))
+      local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(window)) or {}
+      for i, node in ipairs(window) do
+        if alive[i] and tonumber(alive[i]) >= cutoff and not drained[i] then
+          local offers, room_now = room_for(node, cpus, memory)
+          if room_now then return node, true end
+          offered = offered or offers
+        end
+      end
+      seen = seen + upto - from + 1
+    end
+    rank = rank + count
+  end
+end
+
+-- Why no node takes a job that asks only resources, when none of the placeable nodes
+-- offers enough (walk_load): a live drained node that does (drained), else a live compute
+-- node at all (no_fit) or none (no_nodes). Reads the drained nodes only.
+local function why_not(cutoff, cpus, memory)
+  for _, node in ipairs(redis.call("HKEYS", K.drained_nodes)) do
+    if is_live(node, cutoff) and room_for(node, cpus, memory) then return REASON.drained end
+  end
+  local any = redis.call("ZCOUNT", K.nodes_compute, cutoff, "+inf") > 0
+  return any and REASON.no_fit or REASON.no_nodes
+end
+
+-- A job that asks resources or labels (placement.find_node): of the live, undrained
+-- compute nodes its selector matches, those with room for what it asks now (0 offered: not
+-- checked); the least loaded of them, ties rotated from the ticket (rotate over every such
+-- node of that load). Else nil and why: no live compute node (no_nodes), none matching its
+-- labels and offering enough (no_fit), only drained ones (drained), none with room now
+-- (full). A job that asks only resources walks nodes:load (walk_load, why_not); one that
+-- names labels reads its selector's nodes, 200 at a time.
+local function fitting_node(job, cutoff)
+  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
+  local ticket = next_ticket()
+  local ids = selector_nodes(job.node_selector)
+  if not ids then
+    local node, offered = walk_load(cutoff, cpus, memory, ticket)
+    if node then
+      redis.call("INCR", K.rr_seq)
+      return node
+    end
+    if offered then return nil, REASON.full end
+    return nil, why_not(cutoff, cpus, memory)
+  end
+  local any_drained = redis.call("EXISTS", K.drained_nodes) == 1
+  local matched, open, loads, fitting, low = 0, 0, {}, {}, math.huge
+  for first = 1, #ids, 200 do
+    local chunk = {}
+    for i = first, math.min(first + 199, #ids) do chunk[#chunk + 1] = ids[i] end
+    local seen = redis.call("ZMSCORE", K.nodes_compute, unpack(chunk))
+    local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(chunk)) or {}
+    local held = redis.call("ZMSCORE", K.nodes_load, unpack(chunk))
+    for i, node in ipairs(chunk) do
+      if seen[i] and tonumber(seen[i]) >= cutoff then
+        local offers, room_now = room_for(node, cpus, memory)
+        if offers then matched = matched + 1 end
+        if offers and not drained[i] then open = open + 1 end
+        if not drained[i] then
+          local load = tonumber(held[i]) or redis.call("SCARD", K.node_held(node))
+          loads[#loads + 1] = {node, load}
+          if room_now then
+            fitting[node] = true
+            if load < low then low = load end
+          end
+        end
+      end
+    end
+  end
+  if low < math.huge then
+    local group = {}
+    for _, pair in ipairs(loads) do
+      if pair[2] == low then group[#group + 1] = pair[1] end
+    end
+    redis.call("INCR", K.rr_seq)
+    return rotate(group, ticket, function(node) return fitting[node] end)
+  end
+  if matched == 0 then
+    local any = redis.call("ZCOUNT", K.nodes_compute, cutoff, "+inf") > 0
+    return nil, any and REASON.no_fit or REASON.no_nodes
+  end
+  return nil, open == 0 and REASON.drained or REASON.full
+end
+
+-- Where a job goes now (README, Placement; placement.find_node): a node, or nil and why.
+-- Reads only the job's asks (cpus, memory_mb, node_selector); draws the ticket only when
+-- it finds a node. A job that asks nothing takes the least loaded placeable node; with none
+-- there, the reason is found as for any job.
+local function find_node(job, cutoff)
+  if not needs_fit(job) then
+    local node = least_loaded(cutoff)
+    if node then return node end
+  end
+  return fitting_node(job, cutoff)
+end
+
+-- The node of a new job (CREATE_JOB; GET /schedule's PICK_NODE) by the registry's mode:
+-- "fixed", the one given (an instance's node); "list", round-robin over an external
+-- registry's healthy nodes (it knows no labels nor room); "live", the built-in registry's,
+-- by find_node. nil and why when there is none.
+local function pick_node(mode, candidates, job, cutoff)
+  if mode == "fixed" then return candidates[1] end
+  if mode == "list" then return next_live(candidates), REASON.no_nodes end
+  return find_node(job, cutoff)
+end
+
+-- THE placement of a stored job: job `id` (number n, decoded; any status, on a node or
+-- unplaced; not instance-bound) pending now on the node find_node gives, holding its asks
+-- there (life.py rebind); with none, pending unplaced (node_id "", in {P}:unplaced) with
+-- its pending_reason. PLACE_UNPLACED, PROMOTE_DUE, RETRY_JOBS and a drained node's
+-- pending jobs (drain's DRAIN_NODE) call it; nodes are live since `cutoff`. The caller
+-- stores the record (store_job). Returns the node or nil, and the reason.
+local function place(id, n, job, cutoff)
+  local node, reason = find_node(job, cutoff)
+  if node then
+    rebind(id, n, job, "pending", node)
+  else
+    if job.node_id ~= "" or job.status ~= "pending" then rebind(id, n, job, "pending", "") end
+    job.pending_reason = reason
+  end
+  return node, reason
+end
+"""
+)
