@@ -115,7 +115,7 @@ def after_calls() -> Calls:
     for _, job_id, caller in CASES:
         calls = (
             job_scripts.check_report(job_id, caller),
-            job_scripts.transition(job_id, CLAIM, 1.0, POLICY, caller),
+            job_scripts.transition(job_id, CLAIM, 1.0, POLICY, caller, node_ttl=30),
         )
         out.append([(call.script.text, call.args) for call in calls])
     return out
@@ -139,8 +139,8 @@ def store_job(client: redis.Redis, keys: Keys, record: bytes, output_bytes: int)
     )
     for call in (
         job_scripts.create_job(record, Placement.fixed("n1"), time.time(), 30.0),
-        job_scripts.transition("job-1", CLAIM, time.time(), POLICY, "key"),
-        job_scripts.transition("job-1", done, time.time(), POLICY, "key"),
+        job_scripts.transition("job-1", CLAIM, time.time(), POLICY, "key", node_ttl=30),
+        job_scripts.transition("job-1", done, time.time(), POLICY, "key", node_ttl=30),
     ):
         client.eval(call.script.text, 1, keys.root, *call.args)
     return int(client.strlen(keys.job("job-1")))

@@ -30,6 +30,7 @@ from scheduler.store.scripts import Call, jobs, listing, metrics, retry, schedul
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts import series as series_scripts
+from scheduler.store.scripts import services as service_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
 from scheduler.store.scripts.retry import Retried, RetryPolicy
@@ -172,7 +173,8 @@ class JobStore:
         return self.redis.send_now("GET", self.keys.job(job_id))
 
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
-        call = jobs.transition(job_id, update, now, RetryPolicy.of(self.settings), caller)
+        policy, ttl = RetryPolicy.of(self.settings), self.settings.node_ttl_secs
+        call = jobs.transition(job_id, update, now, policy, caller, node_ttl=ttl)
         return await self.run(call)
 
     async def check_report(self, job_id: str, caller: str) -> None:
@@ -205,7 +207,7 @@ class JobStore:
     # The built-in registry (REGISTRY_URL unset).
 
     async def create_service(self, service: Service, caller: str) -> bytes:
-        call = node_scripts.create_service(
+        call = service_scripts.create_service(
             service.node_id,
             msgspec.json.encode(service),
             caller,
@@ -219,10 +221,10 @@ class JobStore:
         return blob
 
     async def set_service_status(self, service_id: str, status: str, caller: str) -> None:
-        await self.run(node_scripts.set_service_status(service_id, status, caller))
+        await self.run(service_scripts.set_service_status(service_id, status, caller))
 
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
-        return await self.run(node_scripts.list_services(node_id, status, caller))
+        return await self.run(service_scripts.list_services(node_id, status, caller))
 
     async def register_node(
         self, reg: NodeRegistration, now: float, who: node_scripts.Registration, token_hash: str
@@ -267,6 +269,33 @@ class JobStore:
         ttl = self.settings.node_ttl_secs
         call = node_scripts.delete_node(node_id, now, ttl, DELETE_MOVES, caller)
         return await self.run(call)
+
+    async def drain_node(
+        self,
+        node_id: str,
+        now: float,
+        by: str = "operator",
+        *,
+        caller: str = "key",
+        listed: bool = False,
+    ) -> node_scripts.Drained:
+        """Drain a node (scripts.nodes.DRAIN_NODE): nothing new goes to it or starts there,
+        its jobs not running move to other nodes (the first DELETE_MOVES; a drain again moves
+        more). `listed`: the external registry lists it (REGISTRY_URL)."""
+        ttl = self.settings.node_ttl_secs
+        call = node_scripts.drain_node(node_id, by, caller, listed, now, ttl, DELETE_MOVES)
+        return await self.run(call)
+
+    async def undrain_node(
+        self, node_id: str, *, caller: str = "key", listed: bool = False
+    ) -> bool:
+        """Lift a node's drain; whether it was drained."""
+        return await self.run(node_scripts.undrain_node(node_id, caller, listed))
+
+    async def drains(self) -> dict[str, str]:
+        """The drained nodes: id -> who drained it ("operator" or "stopping")."""
+        flat = await self.redis.execute("HGETALL", self.keys.drained_nodes)
+        return {str(flat[i], "utf-8"): str(flat[i + 1], "utf-8") for i in range(0, len(flat), 2)}
 
     async def nodes(self, now: float) -> dict[str, Node]:
         """Every registered node, healthy while heard from within NODE_TTL_SECS."""

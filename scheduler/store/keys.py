@@ -116,6 +116,14 @@ class Keys:
         return self._k("nodes:compute")
 
     @property
+    def drained_nodes(self) -> str:
+        return self._k("nodes:drained")
+
+    @property
+    def drained_changes(self) -> str:
+        return self._k("nodes:drained:changes")
+
+    @property
     def services(self) -> str:
         return self._k("services")
 

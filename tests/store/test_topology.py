@@ -30,10 +30,10 @@ from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, listing
 from scheduler.store.scripts import access as access_scripts
 from scheduler.store.scripts import jobs as job_scripts
-from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_script
 from scheduler.store.scripts import schedules as schedule_scripts
 from scheduler.store.scripts import series as series_scripts
+from scheduler.store.scripts import services as service_scripts
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_text_error, register, submit
 from tests.fakes import eventually
@@ -266,8 +266,8 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         listing.counts("n1", STATUSES),
         overview_script.overview(STATUSES),
         series_scripts.read_series(29_453_760, 1440),
-        node_scripts.list_services("", "", "open"),
-        node_scripts.list_services("n1", "", "open"),
+        service_scripts.list_services("", "", "open"),
+        service_scripts.list_services("n1", "", "open"),
         schedule_scripts.due_schedules(2**40, 0, 100),
         schedule_scripts.list_schedules("", 100),
         schedule_scripts.list_schedules("a", 100),

@@ -1,5 +1,6 @@
 """Every Lua script of the scheduler, each one `Script` object (script.py) defined once with
-its call: the request path's (jobs.py, listing.py), the built-in registry's (nodes.py), the
+its call: the request path's (jobs.py, listing.py), the built-in registry's (nodes.py: nodes
+and their drains; services.py), the
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
 work's (upkeep.py), the snapshot's (snapshot.py), the schedules' (schedules.py) and the
 door's (access.py: UI sessions, failed credentials), on the shared Lua of library.py and life.py.
@@ -15,6 +16,7 @@ from scheduler.store.scripts import (
     overview,
     schedules,
     series,
+    services,
     snapshot,
     upkeep,
 )
@@ -32,6 +34,7 @@ __all__ = [
     "overview",
     "schedules",
     "series",
+    "services",
     "snapshot",
     "upkeep",
 ]

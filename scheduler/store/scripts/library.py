@@ -16,23 +16,11 @@ from __future__ import annotations
 import itertools
 import re
 
-from scheduler.models.fields import Kind
-from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS, NOT_STARTED, STATUSES
+from scheduler.models.job import ENDINGS, FINAL_STATUSES, NOT_STARTED, STATUSES
 from scheduler.store.keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE, SERIES
-
-
-def _record_fields() -> str:
-    """The Lua table of Job's fields in Go's order, each with its omission rule: "always"
-    (no default), "null" (omitted only when absent: exit_code 0 is written) or "empty"."""
-    rows = []
-    for field in JOB_FIELDS:
-        rule = "always" if field.required else "null" if field.nullable else "empty"
-        shape = "list" if field.kind is Kind.LIST else "value"
-        rows.append(f'{{"{field.name}", "{rule}", "{shape}"}}')
-    return "{" + ", ".join(rows) + "}"
-
+from scheduler.store.scripts.record import ENCODE, TIME
 
 # Who makes an agent call (AGENT_AUTH, README "Security"); the API works it out, in process,
 # from the Authorization header and passes it as one argument, `caller`:
@@ -79,20 +67,52 @@ local function service_access(caller, id)
 end
 """
 
+# Drains (POST /nodes/{id}/drain): a node in the drained hash is never a placement
+# candidate and starts nothing new (POLL); who drained it ("operator" or "stopping") says
+# whether its next registration lifts it. Every change is counted, so the snapshot writes
+# the hash only when it changed (snapshot/drains.py).
+DRAINS = """
+local function is_drained(node)
+  return redis.call("HEXISTS", K.drained_nodes, node) == 1
+end
+
+local function set_drain(node, by)
+  redis.call("HSET", K.drained_nodes, node, by)
+  redis.call("HINCRBY", K.drained_changes, "made", 1)
+end
+
+local function lift_drain(node)
+  if redis.call("HDEL", K.drained_nodes, node) == 1 then
+    redis.call("HINCRBY", K.drained_changes, "made", 1)
+    wake_node(node)  -- the jobs that stayed in its queue may start again
+  end
+end
+
+-- `nodes` without the drained ones (one HLEN when none is, the usual case).
+local function undrained(nodes)
+  if redis.call("HLEN", K.drained_nodes) == 0 then return nodes end
+  local out = {}
+  for _, node in ipairs(nodes) do
+    if not is_drained(node) then out[#out + 1] = node end
+  end
+  return out
+end
+"""
+
 # Placement, the rule of placement.choose: candidates sorted by id, the ticket from one INCR
 # shared by every replica. Mode "fixed": `candidates` holds the one node (instance-bound, no
 # ticket); "list": the sorted healthy nodes of an external registry; "live": the built-in
-# registry's compute nodes heard from within the TTL.
+# registry's compute nodes heard from within the TTL. A drained node is never a candidate.
 PLACEMENT = """
 local function live_nodes(cutoff)
-  local live = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
+  local live = undrained(redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf"))
   table.sort(live)
   return live
 end
 
 local function is_live(node, cutoff)
   local seen = redis.call("ZSCORE", K.nodes_compute, node)
-  return seen ~= false and tonumber(seen) >= cutoff
+  return seen ~= false and tonumber(seen) >= cutoff and not is_drained(node)
 end
 
 local function next_live(nodes)
@@ -102,9 +122,19 @@ local function next_live(nodes)
 end
 
 local function pick_node(mode, candidates, now, ttl)
+  if mode == "live" then return next_live(live_nodes(now - ttl)) end
+  candidates = undrained(candidates)
   if mode == "fixed" then return candidates[1] end
-  if mode == "live" then candidates = live_nodes(now - ttl) end
   return next_live(candidates)
+end
+
+-- The node a job tried again goes to (a failed report or a timeout with retries left): its
+-- own, unless that is drained; then a live one by the round robin (its own still when none
+-- is, or when the job is bound to an instance there).
+local function retry_node(job, now, ttl)
+  local node = job.node_id
+  if (job.instance_id or "") ~= "" or not is_drained(node) then return node end
+  return next_live(live_nodes(now - ttl)) or node
 end
 """
 
@@ -146,80 +176,6 @@ end
 local function load_job(id)
   local raw = redis.call("GET", K.job(id))
   return raw and cjson.decode(raw), raw
-end
-"""
-
-# A record written field by field, as Go's encoder wrote it: struct fields in Job's order,
-# empty optional ones omitted, map keys sorted. cjson.encode(table) would write them in hash
-# order, so the bytes of a job would change with every script that touched it. Fields a
-# record holds beyond Job's (kept from a newer version through a restore) follow, sorted.
-# cjson escapes "/" as "\\/"; Go does not, and since cjson escapes every "/", undoing it is
-# exact.
-ENCODE = f"""
-local RECORD_FIELDS = {_record_fields()}
-local RECORD_KNOWN = {{}}
-for _, field in ipairs(RECORD_FIELDS) do RECORD_KNOWN[field[1]] = true end
-
-local function encode_sorted(map)
-  local names, out = {{}}, {{}}
-  for name in pairs(map) do names[#names + 1] = name end
-  table.sort(names)
-  for i, name in ipairs(names) do
-    out[i] = cjson.encode(name) .. ":" .. cjson.encode(map[name])
-  end
-  return "{{" .. table.concat(out, ",") .. "}}"
-end
-
-local function omitted(value, rule)
-  if value == nil or value == cjson.null then return rule ~= "always" end
-  if rule ~= "empty" then return false end
-  if type(value) == "table" then return next(value) == nil end
-  return value == "" or value == 0
-end
-
-local function encode(job)
-  local out = {{}}
-  for _, field in ipairs(RECORD_FIELDS) do
-    local name, value = field[1], job[field[1]]
-    if not omitted(value, field[2]) then
-      local text = (type(value) ~= "table" or field[3] == "list") and cjson.encode(value)
-        or encode_sorted(value)
-      out[#out + 1] = '"' .. name .. '":' .. text
-    end
-  end
-  local extra = {{}}
-  for name in pairs(job) do
-    if not RECORD_KNOWN[name] then extra[#extra + 1] = name end
-  end
-  table.sort(extra)
-  for _, name in ipairs(extra) do
-    out[#out + 1] = cjson.encode(name) .. ":" .. cjson.encode(job[name])
-  end
-  return (string.gsub("{{" .. table.concat(out, ",") .. "}}", "\\\\/", "/"))
-end
-"""
-
-# wire.rfc3339 in Lua, for a time a script computes (a retry's run_at): epoch seconds as UTC
-# with microseconds (the civil date from days since 1970: Howard Hinnant's algorithm).
-TIME = """
-local function rfc3339(epoch)
-  local micros = math.floor(epoch * 1000000 + 0.5)
-  local secs = math.floor(micros / 1000000)
-  micros = micros - secs * 1000000
-  local days = math.floor(secs / 86400)
-  local rest = secs - days * 86400
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
-    - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local day = doy - math.floor((153 * mp + 2) / 5) + 1
-  local month = mp < 10 and mp + 3 or mp - 9
-  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
-  return string.format("%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", year, month, day,
-    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, micros)
 end
 """
 
@@ -271,6 +227,28 @@ local function listing_ids(node, status, bound, order, limit)
 end
 """
 
+# Where a drained node's jobs go (DRAIN_NODE): the one place that says so, so that placement
+# by resources can take it over (its inside becomes that placement's). Its pending, waiting
+# and delayed jobs that are not instance-bound move, keeping their status and their place in
+# the queue, to the other live, undrained compute nodes by today's rule (the round robin),
+# as a lost node's do (life.py move_jobs), up to `limit`: the moved as {id, from, to, ...},
+# and how many stayed (no node could take them, instance-bound, or past `limit`).
+MOVE_OFF = """
+local OFF_STATUSES = {"pending", "waiting", "delayed"}
+
+local function move_off(node, now, ttl, limit)
+  local live, moved, stayed = {}, {}, 0
+  for _, other in ipairs(live_nodes(now - ttl)) do
+    if other ~= node then live[#live + 1] = other end
+  end
+  for _, status in ipairs(OFF_STATUSES) do move_jobs(node, status, live, limit, moved) end
+  for _, status in ipairs(OFF_STATUSES) do
+    stayed = stayed + redis.call("ZCARD", K.node_status(node, status))
+  end
+  return moved, stayed
+end
+"""
+
 # A compute node deleted from the built-in registry stays in nodes:compute, as lost long ago,
 # only while jobs not ended are bound to it, for the node-loss rule to find them (LOSE_RUNNING,
 # REQUEUE_LOST; a waiting or delayed job becomes pending on its node later). Then it leaves,
@@ -310,14 +288,16 @@ LIBRARY: dict[str, str] = dict(
         NOT_STARTED_TABLE,
         ENDING_TABLE,
         NODE_ACCESS,
+        WAKE,
+        DRAINS,
         PLACEMENT,
         READ,
         ENCODE,
         TIME,
-        WAKE,
         SERIES,
         ATTEMPTS,
         LIFE,
+        MOVE_OFF,
         LISTING,
         GONE,
     )

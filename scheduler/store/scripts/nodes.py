@@ -1,5 +1,6 @@
-"""The built-in registry's scripts (REGISTRY_URL unset): nodes register, heartbeat and leave;
-their services. Each with its call. (The overview the UI and /metrics read: overview.py.)"""
+"""The built-in registry's node scripts (REGISTRY_URL unset): nodes register, heartbeat and
+leave; and the drains of either registry's nodes. Each with its call. (Services:
+services.py; the overview the UI and /metrics read: overview.py.)"""
 
 from __future__ import annotations
 
@@ -11,13 +12,11 @@ from scheduler.store.errors import (
     Conflict,
     Forbidden,
     NodeNotFound,
-    ServiceNotFound,
     TooManyNodes,
-    TooManyServices,
     Unauthorized,
 )
 from scheduler.store.scripts import codes, retry
-from scheduler.store.scripts.codes import check_access, check_found
+from scheduler.store.scripts.codes import check_found
 from scheduler.store.scripts.replies import Lost, Requeued, ids, lost_jobs, requeued
 from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.script import Call, Script
@@ -82,6 +81,8 @@ local held = redis.call("HGET", K.node_tokens, node)
 local seen_at = tonumber(now)
 local moved, lost = {}, {}
 local function save()
+  -- Registered again: a drain of its own clean stop is over; an operator's stays.
+  if redis.call("HGET", K.drained_nodes, node) == "stopping" then lift_drain(node) end
   redis.call("HSET", K.nodes, node, record)
   redis.call("ZADD", K.nodes_seen, seen_at, node)
   if role == "compute" then
@@ -220,6 +221,8 @@ DELETE_NODE = Script(
 -- bound to it stays in nodes:compute as lost long ago (score 0), so the sweep treats it as a
 -- lost node: its running jobs (none after a clean stop) and any pending jobs beyond `limit`
 -- follow, and it leaves once none is left (forget_if_gone); one with none leaves at once.
+-- A drain of its own clean stop ends with it; an operator's stays, so the id comes back
+-- drained (its agent restarting after maintenance) until the operator undrains it.
 -- caller: "key" or the node's token.
 -- Returns {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
 --   | {OK, job id, from node, to node, ...} for each job moved.
@@ -230,6 +233,7 @@ if held then redis.call("HDEL", K.tokens, held) end
 redis.call("HDEL", K.node_tokens, node)
 if redis.call("HDEL", K.nodes, node) == 0 then return {NOT_FOUND} end
 redis.call("ZREM", K.nodes_seen, node)
+if redis.call("HGET", K.drained_nodes, node) == "stopping" then lift_drain(node) end
 local moved = {}
 if redis.call("ZSCORE", K.nodes_compute, node) then
   redis.call("ZADD", K.nodes_compute, 0, node)
@@ -249,130 +253,97 @@ def delete_node(
     return DELETE_NODE.call(node=node_id, live_cutoff=now - node_ttl, limit=limit, caller=caller)
 
 
-# Services (built-in registry): what the Rust agent registers for each service job it runs,
-# and reads back to learn which to stop (CONTRACT 3.4, 3.5).
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """What DRAIN_NODE did: who holds the node's drain now ("operator" or "stopping"), the
+    jobs it moved off the node, and how many stayed bound to it (no other node could take
+    them, bound to an instance there, or past the call's limit: a drain again moves more)."""
+
+    moved: list[Requeued]
+    stayed: int
+    by: str
 
 
-def _service_created(reply: list[Any]) -> bytes:
-    check_access(reply[0])
-    if reply[0] == codes.TOO_MANY_NODES:
-        raise TooManyServices()
-    blob: bytes = reply[1]
-    return blob
+def _drained(reply: list[Any]) -> Drained:
+    check_found(reply[0], NodeNotFound)
+    return Drained(requeued(reply[3:]), int(reply[2]), str(reply[1], "utf-8"))
 
 
-CREATE_SERVICE = Script(
-    "CREATE_SERVICE",
-    "node record caller most most_per_node",
+DRAIN_NODE = Script(
+    "DRAIN_NODE",
+    "node by caller listed now node_ttl limit",
     """
--- record: the service's JSON, starting {"id":"" (the id is drawn here). A node keeps at most
--- most_per_node services: past it, its oldest one that is not running goes; `most` in all.
--- Returns {OK, service JSON} | {UNAUTHORIZED} | {FORBIDDEN} | {TOO_MANY_NODES}
+-- POST /nodes/{id}/drain: no job is placed on the node from now on and it starts none
+-- (POLL); its jobs not running move off it (library.py move_off, up to `limit`); its running
+-- jobs finish there. by: "operator" (the key's) or "stopping" (its own agent's, stopping
+-- cleanly: its next registration lifts it). An operator's drain never becomes a stopping
+-- one, so the agent's restart does not undo it. caller: "key" or the node's token. listed:
+-- "1" when the external registry lists the node (the API asked it), else the node must be
+-- the built-in registry's: nothing is written for an unknown id.
+-- Returns {OK, by, stayed, job id, from node, to node, ...} | {NOT_FOUND} | {UNAUTHORIZED}
+--   | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
-local own = K.node_services(node)
-if redis.call("ZCARD", own) >= tonumber(most_per_node) then
-  local evicted = false
-  for _, old in ipairs(redis.call("ZRANGE", own, 0, -1)) do
-    local kept = redis.call("HGET", K.services, old)
-    if not kept or cjson.decode(kept).status ~= "running" then
-      redis.call("HDEL", K.services, old)
-      redis.call("ZREM", own, old)
-      evicted = true
-      break
-    end
-  end
-  if not evicted then return {TOO_MANY_NODES} end
+if listed ~= "1" and redis.call("HEXISTS", K.nodes, node) == 0 then return {NOT_FOUND} end
+local held = redis.call("HGET", K.drained_nodes, node)
+if held ~= "operator" and held ~= by then
+  set_drain(node, by)
+  held = by
 end
-if redis.call("HLEN", K.services) >= tonumber(most) then return {TOO_MANY_NODES} end
-local n = redis.call("INCR", K.service_seq)
-local id = "svc-" .. n
-local service = '{"id":"' .. id .. '"' .. string.sub(record, 9)
-redis.call("HSET", K.services, id, service)
-redis.call("ZADD", own, n, id)
-return {OK, service}
+local moved, stayed = move_off(node, tonumber(now), tonumber(node_ttl), tonumber(limit))
+return {OK, held, stayed, unpack(moved)}
 """,
-    _service_created,
+    _drained,
 )
 
 
-def create_service(
-    node_id: str, service_json: bytes, caller: str, most: int, most_per_node: int
-) -> Call[bytes]:
-    """`service_json` starts with `{"id":""` (models.Service, id first); the script fills it."""
-    return CREATE_SERVICE.call(
-        node=node_id, record=service_json, caller=caller, most=most, most_per_node=most_per_node
+def drain_node(
+    node_id: str, by: str, caller: str, listed: bool, now: float, node_ttl: float, limit: int
+) -> Call[Drained]:
+    return DRAIN_NODE.call(
+        node=node_id,
+        by=by,
+        caller=caller,
+        listed="1" if listed else "0",
+        now=now,
+        node_ttl=node_ttl,
+        limit=limit,
     )
 
 
-def _service_set(code: int) -> None:
-    check_found(code, ServiceNotFound)
+def _undrained(reply: list[Any]) -> bool:
+    if reply[0] == codes.FORBIDDEN and len(reply) > 1:
+        raise Forbidden("forbidden: the operator drained this node; only the key undrains it")
+    check_found(reply[0], NodeNotFound)
+    return bool(reply[1])
 
 
-SET_SERVICE_STATUS = Script(
-    "SET_SERVICE_STATUS",
-    "service_id status caller",
+UNDRAIN_NODE = Script(
+    "UNDRAIN_NODE",
+    "node caller listed",
     """
--- PATCH /services/{id} (the agent, on its service's exit) or DELETE (the operator: stopped).
--- status: a plain word (models.SERVICE_STATUS_RE).
--- A node's token is checked against its node's index of services before the record is read
--- (library.py, service_access): a stranger's token is 401 and another node's 404, for an
--- existing and a missing service alike.
--- Returns OK | NOT_FOUND | UNAUTHORIZED
-local access = service_access(caller, service_id)
-if access ~= OK then return access end
-local service = redis.call("HGET", K.services, service_id)
-if not service then return NOT_FOUND end
-local updated = string.gsub(service, '"status":"[%w_%-]*"', '"status":"' .. status .. '"', 1)
-redis.call("HSET", K.services, service_id, updated)
-return OK
+-- POST /nodes/{id}/undrain: the node is a placement candidate again, and its poll hands out
+-- what stayed in its queue (woken). The key lifts any drain; a node's token only the one of
+-- its own clean stop. A drain left on an id no registry lists any more (the operator's, on
+-- a deleted node) can be lifted; an unknown id without one is NOT_FOUND. listed: as
+-- DRAIN_NODE's.
+-- Returns {OK, 1 (it was drained) | 0} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
+--   | {FORBIDDEN, "operator"} (a node's token and the operator's drain)
+local access = node_access(caller, node)
+if access ~= OK then return {access} end
+local held = redis.call("HGET", K.drained_nodes, node)
+if not held then
+  if listed ~= "1" and redis.call("HEXISTS", K.nodes, node) == 0 then return {NOT_FOUND} end
+  return {OK, 0}
+end
+if caller ~= "key" and held ~= "stopping" then return {FORBIDDEN, held} end
+lift_drain(node)
+return {OK, 1}
 """,
-    _service_set,
+    _undrained,
 )
 
 
-def set_service_status(service_id: str, status: str, caller: str) -> Call[None]:
-    return SET_SERVICE_STATUS.call(service_id=service_id, status=status, caller=caller)
-
-
-def _services(reply: list[Any]) -> list[bytes]:
-    check_access(reply[0])
-    return list(reply[1:])
-
-
-LIST_SERVICES = Script(
-    "LIST_SERVICES",
-    "node status caller",
-    """
--- GET /services?node_id=&status= (either filter optional, ""), in id order. A node's list
--- reads only its own services; the operator's list without a node reads them all. caller
--- is checked when a node is named. Returns {OK, service JSON, ...} | {UNAUTHORIZED}
--- | {FORBIDDEN}
-local blobs = {}
-if node ~= "" then
-  local access = node_access(caller, node)
-  if access ~= OK then return {access} end
-  local listed = redis.call("ZRANGE", K.node_services(node), 0, -1)
-  if #listed > 0 then blobs = redis.call("HMGET", K.services, unpack(listed)) end
-else
-  local all = redis.call("HGETALL", K.services)
-  local found = {}
-  for i = 1, #all, 2 do found[#found + 1] = {tonumber(string.sub(all[i], 5)), all[i + 1]} end
-  table.sort(found, function(a, b) return a[1] < b[1] end)
-  for _, entry in ipairs(found) do blobs[#blobs + 1] = entry[2] end
-end
-local out = {OK}
-for _, blob in ipairs(blobs) do
-  if blob and (status == "" or cjson.decode(blob).status == status) then
-    out[#out + 1] = blob
-  end
-end
-return out
-""",
-    _services,
-    read_only=True,
-)
-
-
-def list_services(node_id: str, status: str, caller: str) -> Call[list[bytes]]:
-    return LIST_SERVICES.call(node=node_id, status=status, caller=caller)
+def undrain_node(node_id: str, caller: str, listed: bool) -> Call[bool]:
+    """Whether the node was drained (and is no longer)."""
+    return UNDRAIN_NODE.call(node=node_id, caller=caller, listed="1" if listed else "0")

@@ -73,7 +73,7 @@ local ids, candidates = {}, {}
 for i, value in ipairs(rest) do
   if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
 end
-local out, live = {}, nil
+local out, live = {}, undrained(candidates)
 if mode == "live" then live = live_nodes(tonumber(now) - tonumber(node_ttl)) end
 for _, id in ipairs(ids) do
   local job = load_job(id)
@@ -84,7 +84,7 @@ for _, id in ipairs(ids) do
     code = NOT_FAILED
   else
     local target = job.node_id
-    if (job.instance_id or "") == "" then target = next_live(live or candidates) end
+    if (job.instance_id or "") == "" then target = next_live(live) end
     if failed_dependency(job.after or {}) then
       code = BLOCKED
     elseif not target then
