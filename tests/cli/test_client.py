@@ -595,3 +595,24 @@ def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
     assert code == 0 and json.loads(out)["priority"] == -7
     code, _, err = cli(api, "submit", "x", "--priority", "1001")
     assert code == 1 and err.startswith("submit failed 400: failed to decode job")
+
+
+def test_drain_and_undrain_print_what_moved(api: str, cli: Cli) -> None:
+    register(api, "drain-a")
+    try:
+        for _ in range(2):  # round robin: one lands on drain-a
+            assert httpx.post(f"{api}/jobs", json={"command": "x"}).status_code == 201
+        code, out, _ = cli(api, "drain", "drain-a")
+        assert code == 0 and out == "drained drain-a (by operator): 1 job(s) moved, 0 stayed\n"
+        code, out, _ = cli(api, "nodes")
+        assert code == 0 and "healthy (drained by operator)" in out
+        code, out, _ = cli(api, "drain", "drain-a", "--json")
+        assert code == 0 and json.loads(out)["moved"] == 0
+        code, out, _ = cli(api, "undrain", "drain-a")
+        assert (code, out) == (0, "undrained drain-a: it takes new jobs again\n")
+        code, out, _ = cli(api, "undrain", "drain-a")
+        assert (code, out) == (0, "drain-a was not drained\n")
+        code, _, err = cli(api, "drain", "nobody")
+        assert (code, err) == (1, "drain failed 404: node not found\n")
+    finally:
+        assert httpx.delete(f"{api}/nodes/drain-a").status_code == 204
