@@ -22,6 +22,7 @@ from tests.conftest import (
     report,
     submit,
 )
+from tests.fakes import FakeRegistry
 
 
 def drain(api: TestClient, node: str, **body: Any) -> Any:
@@ -237,3 +238,27 @@ def test_metrics_and_overview_show_the_drain(make_client: ClientFactory) -> None
     text = api.get("/metrics").text
     assert 'scheduler_node_drained{node="n1"} 1.0' in text
     assert 'scheduler_node_drained{node="n2"} 0.0' in text
+
+
+def test_with_an_external_registry_its_node_ids_are_drained(
+    make_client: ClientFactory, rclient: Any, prefix: str
+) -> None:
+    """REGISTRY_URL: a node the registry lists may be drained (the drains are ours, whatever
+    the registry says of them); one it does not list is 404 and nothing is written."""
+    with FakeRegistry() as registry:
+        registry.nodes.update({"n1": "healthy", "n2": "healthy"})
+        registry.fields["n1"] = {"hostname": "h1", "drained": True, "drained_by": "registry"}
+        api = make_client(registry_url=registry.url, registry_cache_secs=60)
+        assert "drained" not in assert_json(api.get("/nodes"))["n1"]
+        # The sweep's sightings of the registry's healthy nodes: where moved jobs may go.
+        rclient.zadd(Keys(prefix).nodes_compute, {"n1": time.time(), "n2": time.time()})
+        jobs = [submit(api, command="x") for _ in range(2)]
+        assert sorted(nodes_of(api, jobs)) == ["n1", "n2"]
+        answer = drained(api, "n1")
+        assert (answer["hostname"], answer["moved"], answer["drained_by"]) == ("h1", 1, "operator")
+        assert set(nodes_of(api, jobs)) == {"n2"}
+        assert {submit(api, command="y")["node_id"] for _ in range(4)} == {"n2"}
+        assert assert_json(api.get("/nodes"))["n1"]["drained_by"] == "operator"
+        assert_text_error(api.post("/nodes/ghost/drain"), 404, "node not found")
+        assert rclient.hkeys(Keys(prefix).drained_nodes) == [b"n1"]
+        assert undrained(api, "n1")["undrained"] is True
