@@ -74,15 +74,17 @@ CODE_NAMES = {v: k for k, v in vars(codes).items() if k.isupper() and isinstance
 # Run by the version measured as "before" (its tree first on sys.path): each case's calls as
 # [script text, args] pairs, CHECK_REPORT's then TRANSITION's.
 DUMP = """
-import json, sys
+import inspect, json, sys
 from scheduler.models.job import JobUpdate
 from scheduler.store.scripts import jobs
 from scheduler.store.scripts.retry import RetryPolicy
 policy, cases = RetryPolicy(1, 0, 3600), json.loads(sys.argv[1])
+# Where a retry goes off a drained node needs NODE_TTL_SECS (since issue 24).
+ttl = (30,) if "node_ttl" in inspect.signature(jobs.transition).parameters else ()
 out = []
 for job_id, caller in cases:
     calls = (jobs.check_report(job_id, caller),
-             jobs.transition(job_id, JobUpdate(status="running"), 1.0, policy, caller))
+             jobs.transition(job_id, JobUpdate(status="running"), 1.0, policy, caller, *ttl))
     out.append([[call.script.text, call.args] for call in calls])
 print(json.dumps(out))
 """
@@ -115,7 +117,7 @@ def after_calls() -> Calls:
     for _, job_id, caller in CASES:
         calls = (
             job_scripts.check_report(job_id, caller),
-            job_scripts.transition(job_id, CLAIM, 1.0, POLICY, caller),
+            job_scripts.transition(job_id, CLAIM, 1.0, POLICY, caller, node_ttl=30),
         )
         out.append([(call.script.text, call.args) for call in calls])
     return out
@@ -139,8 +141,8 @@ def store_job(client: redis.Redis, keys: Keys, record: bytes, output_bytes: int)
     )
     for call in (
         job_scripts.create_job(record, Placement.fixed("n1"), time.time(), 30.0),
-        job_scripts.transition("job-1", CLAIM, time.time(), POLICY, "key"),
-        job_scripts.transition("job-1", done, time.time(), POLICY, "key"),
+        job_scripts.transition("job-1", CLAIM, time.time(), POLICY, "key", node_ttl=30),
+        job_scripts.transition("job-1", done, time.time(), POLICY, "key", node_ttl=30),
     ):
         client.eval(call.script.text, 1, keys.root, *call.args)
     return int(client.strlen(keys.job("job-1")))

@@ -89,7 +89,9 @@ def main() -> int:
         print(f"POLL, finds a job      {poll(client, keys, args.jobs):6.2f} us/call")
         for step in STEPS:
             calls = [
-                job_scripts.transition(f"job-{n}", step, now, RetryPolicy(1, 0, 3600), "open")
+                job_scripts.transition(
+                    f"job-{n}", step, now, RetryPolicy(1, 0, 3600), "open", node_ttl=30
+                )
                 for n in range(1, args.jobs + 1)
             ]
             cost = run(client, keys, job_scripts.TRANSITION.text, calls)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import glob
+import inspect
 import json
 import os
 import socket
@@ -121,6 +122,9 @@ class Scripts:
             self.calls, self.front, self.texts = commands, (self.keys,), scripts
             self.retries = 1
         self.update = JobUpdate
+        # Where a retry goes off a drained node needs NODE_TTL_SECS (since issue 24).
+        takes_ttl = "node_ttl" in inspect.signature(self.calls.transition).parameters
+        self.ttl: dict[str, Any] = {"node_ttl": 30.0} if takes_ttl else {}
 
     def parts(self, call: Any) -> tuple[str, list[Any], list[Any]]:
         """(script text, KEYS, ARGV) of a call."""
@@ -130,7 +134,7 @@ class Scripts:
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         build = getattr(self.calls, name)
-        return lambda *args: build(*self.front, *args)
+        return lambda *args, **kwargs: build(*self.front, *args, **kwargs)
 
 
 def measure(jobs: int) -> dict[str, float]:
@@ -156,7 +160,7 @@ def measure(jobs: int) -> dict[str, float]:
             (
                 f"TRANSITION, {name}",
                 lambda step=step: [
-                    s.transition(f"job-{n}", step, 2.0, s.retries, "open") for n in numbers
+                    s.transition(f"job-{n}", step, 2.0, s.retries, "open", **s.ttl) for n in numbers
                 ],
             )
         )

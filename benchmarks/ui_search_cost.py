@@ -66,7 +66,7 @@ def store_jobs(client: redis.Redis, keys: Keys, count: int, command: str, out: i
         JobUpdate(status="done", exit_code=0, stdout="x" * out),
     ):
         calls = [
-            job_scripts.transition(f"job-{n}", update, now, policy, "open")
+            job_scripts.transition(f"job-{n}", update, now, policy, "open", node_ttl=30)
             for n in range(1, count + 1)
         ]
         pipelined(client, keys, calls)

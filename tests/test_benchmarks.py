@@ -123,3 +123,12 @@ def test_placement_cost_prints_each_case() -> None:
         f"{case}, {count} nodes" for count in (10, 100, 1000) for case in cases
     ]
     assert all("ratio" in line for line in lines)
+
+
+def test_drain_cost_prints_each_case() -> None:
+    lines = run_benchmark("benchmarks/drain_cost.py", "--queued", "0", "5", "--nodes", "2")
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "0 queued on the node",
+        "5 queued on the node",
+    ]
+    assert "5 moved, 0 stayed" in lines[1]

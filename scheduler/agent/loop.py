@@ -13,9 +13,11 @@ original is weak it does better (CONTRACT 8):
   checked (executor.py);
 - it keeps polling when its instances are not running (the original stopped entirely), and a
   failed report is retried;
-- SIGTERM/SIGINT: stop polling, let running jobs finish within AGENT_GRACE_SECS, kill and
-  report the rest, stop the services it started, deregister the node (its pending jobs move
-  to live nodes at once), exit 0.
+- SIGTERM/SIGINT: drain its own node (README, Drain: no new job is bound to it, its queue
+  moves to the other nodes; a call of at most 2 s that an older scheduler may refuse), stop
+  polling, let running jobs finish within AGENT_GRACE_SECS, kill and report the rest, stop
+  the services it started, deregister the node (its pending jobs move to live nodes at
+  once), exit 0. Its next registration lifts the drain.
 """
 
 from __future__ import annotations
@@ -219,10 +221,13 @@ class Agent:
             asyncio.create_task(self._poll_loop()),
         ]
         await self.stopping.wait()
+        # Beside the grace, not before it: the drain is bounded and never delays the stop.
+        draining = asyncio.create_task(self.remote.drain_self())
         for task in loops:
             task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self.shutdown()
+        await draining
         # Only now: the node's jobs are reported, so none is left running on a node the
         # scheduler treats as gone.
         await self.remote.deregister()

@@ -40,6 +40,17 @@ class _Beat(msgspec.Struct):
 _beat_decoder = msgspec.json.Decoder(_Beat)
 
 
+class _Drained(msgspec.Struct):
+    moved: int = 0
+    unplaced: int = 0  # left the node for no node yet (an older scheduler: absent)
+
+
+_drain_decoder = msgspec.json.Decoder(_Drained)
+# A clean stop's drain waits at most this long: a scheduler that does not answer must not
+# delay the stop (AGENT_GRACE_SECS is for the running jobs).
+DRAIN_SECS = 2.0
+
+
 class Instance(msgspec.Struct):
     id: str = ""
     status: str = ""
@@ -167,6 +178,35 @@ class Remote:
                 cancels = _beat_decoder.decode(response.content).cancel
                 if cancels:
                     self.on_cancel(cancels)
+
+    async def drain_self(self) -> None:
+        """A clean stop's first step: the scheduler drains this node ("stopping"), so no new
+        job is bound to it while its running jobs finish, and its queue moves to the other
+        nodes now; its next registration lifts the drain. Never holds the stop: the call is
+        bounded by DRAIN_SECS, and any failure is logged and passed over (an older scheduler
+        without drains answers 404 or 405: nothing to say)."""
+        path = "/nodes/" + quote(self.config.node_id, safe="") + "/drain"
+        url = self._url(self.config.scheduler_url, path)
+        try:
+            response = await asyncio.wait_for(
+                self.http.post(url, json={"by": "stopping"}, headers=self._auth()), DRAIN_SECS
+            )
+        except (httpx.HTTPError, TimeoutError) as exc:
+            log.warning("drain at %s failed: %s", url, str(exc) or type(exc).__name__)
+            return
+        if response.status_code in (404, 405):
+            log.info("the scheduler at %s has no drain for this node", self.config.scheduler_url)
+        elif not response.is_success:
+            log.warning("drain: HTTP %d %s", response.status_code, response.text.strip())
+        else:
+            with contextlib.suppress(msgspec.DecodeError):
+                done = _drain_decoder.decode(response.content)
+                log.info(
+                    "drained node %s: %d queued job(s) moved, %d unplaced",
+                    self.config.node_id,
+                    done.moved,
+                    done.unplaced,
+                )
 
     async def deregister(self) -> None:
         """A clean stop: the registry forgets the node, so no job is placed on it and its

@@ -233,13 +233,20 @@ class _Scrape(Collector):
         healthy = GaugeMetricFamily(
             "scheduler_node_healthy", "1 while heard from within NODE_TTL_SECS", labels=["node"]
         )
+        drained = GaugeMetricFamily(
+            "scheduler_node_drained",
+            "1 while drained (POST /nodes/{id}/drain): no new job goes to the node",
+            labels=["node"],
+        )
         for node, (pending, running) in sorted(self.view.queues.items()):
             queued.add_metric([node, "pending"], pending)
             queued.add_metric([node, "running"], running)
             seen = self.view.last_seen.get(node, 0.0)
             healthy.add_metric([node], 1 if is_live(seen, self.now, self.node_ttl) else 0)
+            drained.add_metric([node], 1 if node in self.view.drained else 0)
         yield queued
         yield healthy
+        yield drained
 
     def _background(self) -> Iterator[Metric]:
         events = CounterMetricFamily(

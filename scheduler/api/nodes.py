@@ -1,9 +1,11 @@
 """The built-in registry's routes, served when REGISTRY_URL is unset: what the Rust agent calls
-(register, heartbeat, instances); and what an operator or load balancer reads (GET /nodes),
-served with either registry."""
+(register, heartbeat, instances); and, with either registry, what an operator or load
+balancer reads (GET /nodes) and the drains (POST /nodes/{id}/drain and /undrain: README,
+Drain)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TypeVar
@@ -19,9 +21,19 @@ from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _node_source
 from scheduler.api.state import store as _store
 from scheduler.config import Settings
-from scheduler.models.registry import Heartbeat, NodeRegistration, validate_registration
+from scheduler.models.registry import (
+    DrainRequest,
+    Heartbeat,
+    Node,
+    NodeDrained,
+    NodeRegistration,
+    NodeUndrained,
+    validate_drain,
+    validate_registration,
+    with_drain,
+)
 from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
-from scheduler.store.errors import NodeNotFound
+from scheduler.store.errors import Forbidden, NodeNotFound
 from scheduler.store.scripts.nodes import Registration
 from scheduler.store.scripts.retry import RetryPolicy
 
@@ -72,7 +84,7 @@ async def register(request: Request) -> Response:
             len(done.moved),
             len(done.lost),
         )
-    answer = msgspec.structs.asdict(node)
+    answer = msgspec.to_builtins(node)
     if done.outcome != "none":
         answer["token"] = token if done.outcome == "issued" else bearer(request)
     return json_bytes(msgspec.json.encode(answer), status=201)
@@ -84,16 +96,25 @@ async def heartbeat(request: Request) -> Response:
     if not ID_RE.fullmatch(beat.id):
         raise NodeNotFound()
     node, cancels = await _store(request).heartbeat(beat.id, time.time(), caller)
-    answer = msgspec.structs.asdict(node)
+    answer = msgspec.to_builtins(node)
     if cancels:  # its jobs being cancelled: an extra field, which the original agent ignores
         answer["cancel"] = cancels
     return json_bytes(msgspec.json.encode(answer))
 
 
+async def _listing(request: Request, role: str) -> dict[str, Node]:
+    """GET /nodes's nodes: the node source's, each with its drain (the drains are ours with
+    either registry). Sent together: with the built-in registry, one round trip."""
+    nodes, drains = await asyncio.gather(
+        _node_source(request).nodes(role), _store(request).drains()
+    )
+    return {node_id: with_drain(node, drains.get(node_id)) for node_id, node in nodes.items()}
+
+
 async def list_nodes(request: Request) -> Response:
     """The built-in registry's nodes, or with REGISTRY_URL the registry's, in one shape."""
     role = param(request, "role")
-    return json_bytes(msgspec.json.encode(await _node_source(request).nodes(role)))
+    return json_bytes(msgspec.json.encode(await _listing(request, role)))
 
 
 async def delete_node(request: Request) -> Response:
@@ -113,3 +134,61 @@ async def list_instances(request: Request) -> Response:
     # The built-in registry runs no instances. The agent reads this list every tick and
     # only polls for jobs when it is empty or has a running instance.
     return json_bytes(b"[]")
+
+
+async def _drain_target(request: Request) -> tuple[str, str, bool]:
+    """The node of a drain or undrain, its caller (the operator's "key", or in token mode a
+    node token, which the scripts let act on its own node only) and whether REGISTRY_URL's
+    registry lists it. A caller is refused before anything else is read."""
+    node_id: str = request.path_params["node_id"]
+    caller = _auth(request).operator_or_node(request)
+    if not ID_RE.fullmatch(node_id):
+        raise NodeNotFound()
+    return node_id, caller, await listed(request, node_id)
+
+
+async def listed(request: Request, node_id: str) -> bool:
+    """Whether REGISTRY_URL's registry lists the node. Its node ids are the ones its jobs
+    are bound to (and the sweep's sightings), so a node it lists may be drained; without
+    one, the drain scripts check the built-in registry's nodes themselves."""
+    settings = request.app.state.settings
+    assert isinstance(settings, Settings)
+    return not settings.builtin_registry and node_id in await _node_source(request).nodes("")
+
+
+async def _shown(request: Request, node_id: str) -> Node:
+    """The node as GET /nodes shows it (an id no registry lists: its id only)."""
+    return (await _listing(request, "")).get(node_id) or Node(id=node_id)
+
+
+async def drain(request: Request) -> Response:
+    """No new job goes to the node; its jobs not running move to nodes that may take them;
+    its running ones finish. The key's drain (`by` operator, the default), or its own
+    agent's as it stops cleanly (`by` stopping: the only one a node's token may ask)."""
+    node_id, caller, listed = await _drain_target(request)
+    body = await read_body(request, NODE_BODY_LIMIT)
+    try:
+        ask = decode_go_style(body, DrainRequest) if body.strip() else DrainRequest()
+    except DecodeError:
+        raise HTTPError(400, "failed to decode drain") from None
+    validate_drain(ask)
+    if caller != "key" and ask.by != "stopping":
+        raise Forbidden("forbidden: a node's token drains its own node as stopping only")
+    done = await _store(request).drain_node(
+        node_id, time.time(), ask.by, caller=caller, listed=listed
+    )
+    moved, unplaced = len(done.moved) - done.unplaced, done.unplaced
+    if done.moved:
+        log.info("node %s drained: %d job(s) moved, %d unplaced", node_id, moved, unplaced)
+    node = msgspec.to_builtins(await _shown(request, node_id))
+    answer = NodeDrained(**node | {"moved": moved, "unplaced": unplaced, "stayed": done.stayed})
+    return json_bytes(msgspec.json.encode(answer))
+
+
+async def undrain(request: Request) -> Response:
+    """The node is a placement candidate again. The key lifts any drain; a node's token
+    only the one of its own clean stop."""
+    node_id, caller, listed = await _drain_target(request)
+    was = await _store(request).undrain_node(node_id, caller=caller, listed=listed)
+    node = msgspec.to_builtins(await _shown(request, node_id))
+    return json_bytes(msgspec.json.encode(NodeUndrained(**node | {"undrained": was})))

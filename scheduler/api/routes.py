@@ -109,6 +109,12 @@ TABLE = RouteTable(
             other_methods=UI,
         ),
         Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI, reads=REFRESH)}, other_methods=UI),
+        # The nodes page's Drain and Undrain buttons.
+        Entry(
+            "/ui/nodes/{node_id}/{action}",
+            {"POST": Method(ui.drain_or_undrain, UI, reads=REFRESH)},
+            other_methods=UI,
+        ),
         Entry(
             "/ui/schedules",
             {"GET": Method(ui_schedules.page, UI, reads=("after", *REFRESH))},
@@ -126,6 +132,10 @@ TABLE = RouteTable(
         Entry("/nodes", {"GET": Method(nodes.list_nodes, reads=("role",))}),
         # The key, or in token mode a node's own token (nodes.delete_node decides).
         Entry("/nodes/{node_id}", {"DELETE": Method(nodes.delete_node, AGENT)}, "registry"),
+        # Drains (README, Drain), with either registry: the key, or in token mode a node's
+        # own token for its own node as it stops (nodes.drain and nodes.undrain decide).
+        Entry("/nodes/{node_id}/drain", {"POST": Method(nodes.drain, AGENT)}),
+        Entry("/nodes/{node_id}/undrain", {"POST": Method(nodes.undrain, AGENT)}),
         Entry("/instances", {"GET": Method(nodes.list_instances)}, "registry"),
         Entry(
             "/services",

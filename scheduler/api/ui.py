@@ -23,7 +23,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from scheduler.api import retries, ui_session
+from scheduler.api import nodes, retries, ui_session
 from scheduler.api.guesses import too_many
 from scheduler.api.http import HTTPError
 from scheduler.api.state import guesses as _guesses
@@ -170,11 +170,43 @@ def _services_table(blobs: list[bytes], view: View) -> str:
     return f'<div class="scroll"><table id="services"><tr>{head}</tr>{body}</table></div>'
 
 
+NODE_HEADINGS = ("node", "health", "last heartbeat", "pending", "running", "drain")
+
+
+def _drain_cell(node_id: str, by: str | None, token: str, view: View) -> str:
+    """Who drained the node, if anyone, and the button that drains or undrains it (posted
+    with the page's CSRF token, as the job page's buttons)."""
+    action = "drain" if by is None else "undrain"
+    badge = "" if by is None else f"{status_badge('drained')} by {escape(by)} "
+    return (
+        f'{badge}<form method="post" action="{view.href(f"/ui/nodes/{node_id}/{action}")}">'
+        f'<input type="hidden" name="csrf" value="{token}">'
+        f'<button id="{action}-{escape(node_id)}">{action.capitalize()}</button></form>'
+    )
+
+
+async def drain_or_undrain(request: Request) -> Response:
+    """The nodes page's buttons: the operator's POST /nodes/{id}/drain or /undrain, then
+    back to the page (its refresh paused if it was). Every check before anything changes."""
+    node_id: str = request.path_params["node_id"]
+    action: str = request.path_params["action"]
+    if action not in ("drain", "undrain") or not ID_RE.fullmatch(node_id):
+        raise HTTPError(404, "404 page not found")
+    back = view_of(request).url("/ui/nodes")
+    await checked_form(request)
+    listed = await nodes.listed(request, node_id)
+    if action == "drain":
+        await _store(request).drain_node(node_id, time.time(), listed=listed)
+    else:
+        await _store(request).undrain_node(node_id, listed=listed)
+    return RedirectResponse(back, status_code=303)
+
+
 async def nodes_page(request: Request) -> Response:
     store, view = _store(request), view_of(request)
     # Sent together on the one connection: one round trip.
     seen_all, services = await asyncio.gather(store.overview(), store.services("", "", "key"))
-    ttl = _settings(request).node_ttl_secs
+    ttl, token = _settings(request).node_ttl_secs, await _csrf(request)
     rows = []
     for node_id in sorted(seen_all.queues):
         pending, running = seen_all.queues[node_id]
@@ -182,11 +214,14 @@ async def nodes_page(request: Request) -> Response:
         health = "healthy" if is_live(seen, view.now, ttl) else "unhealthy"
         link = f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
         cells = (link, status_badge(health), view.moment(seen), str(pending), str(running))
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    head = "".join(
-        f"<th>{h}</th>" for h in ("node", "health", "last heartbeat", "pending", "running")
-    )
-    nodes = "".join(rows) or '<tr><td colspan="5">no nodes</td></tr>'
+        drain = _drain_cell(node_id, seen_all.drained.get(node_id), token, view)
+        rows.append(
+            f'<tr id="node-{escape(node_id)}">'
+            + "".join(f"<td>{c}</td>" for c in (*cells, drain))
+            + "</tr>"
+        )
+    head = "".join(f"<th>{h}</th>" for h in NODE_HEADINGS)
+    nodes = "".join(rows) or f'<tr><td colspan="{len(NODE_HEADINGS)}">no nodes</td></tr>'
     counts = "".join(
         f'<tr><th><a href="{view.href("/ui/jobs", status=s)}">{s}</a></th>'
         f"<td>{seen_all.by_status.get(s, 0)}</td></tr>"

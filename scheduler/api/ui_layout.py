@@ -55,7 +55,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-heigh
 .st{padding:1px 6px;border-radius:8px;background:#eaeef2;white-space:nowrap}
 .pending{background:#fff8c5}.delayed,.waiting{background:#fbefff}.running{background:#ddf4ff}
 .done{background:#dafbe1}.failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
-.paused{background:#fff1e5}.active{background:#dafbe1}
+.paused,.drained{background:#fff1e5}.active{background:#dafbe1}
 .reason{background:#fff}.cancelled{text-decoration:line-through}.cancelling{background:#fff1e5}
 form.filters{margin-bottom:12px;display:flex;flex-wrap:wrap;gap:8px;align-items:center}
 nav.counts{margin-bottom:12px;display:flex;flex-wrap:wrap;gap:6px 12px}

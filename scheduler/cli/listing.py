@@ -101,7 +101,10 @@ def nodes(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) ->
     rows: list[tuple[str, ...]] = [("ID", "ROLE", "STATUS", "LAST HEARTBEAT")]
     for node_id in sorted(found):
         node = found[node_id] if isinstance(found[node_id], dict) else {}
-        cells = (node_id, node.get("role", ""), node.get("status", ""), node.get("last_seen", ""))
+        status = str(node.get("status", ""))
+        if node.get("drained"):
+            status += f" (drained by {node.get('drained_by', '')})"
+        cells = (node_id, node.get("role", ""), status, node.get("last_seen", ""))
         rows.append(tuple(str(cell) or "-" for cell in cells))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:

@@ -222,6 +222,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cli.client",
     "scheduler.cli.listing",
     "scheduler.cli.retry",
+    "scheduler.cli.drain",
     "scheduler.cli.schedules",
     "scheduler.cli.up",
     "scheduler.cli.worker",
@@ -240,6 +241,8 @@ COMMAND_MODULES = {
     "cancel": "scheduler.cli.client",
     "nodes": "scheduler.cli.listing",
     "retry": "scheduler.cli.retry",
+    "drain": "scheduler.cli.drain",
+    "undrain": "scheduler.cli.drain",
     "schedule": "scheduler.cli.schedules",
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
@@ -252,6 +255,7 @@ CLIENT_MODULES = frozenset(
         "scheduler.cli.client",
         "scheduler.cli.listing",
         "scheduler.cli.retry",
+        "scheduler.cli.drain",
         "scheduler.cli.schedules",
     }
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from scheduler.models.labels import check_labels
 from scheduler.models.wire import Int64, InvalidInput, check_id
@@ -28,7 +29,9 @@ class Heartbeat(msgspec.Struct):
 
 
 class Node(msgspec.Struct):
-    """A node as the registry reports it (GET /nodes values); every field is emitted."""
+    """A node as the registry reports it (GET /nodes values); every field is emitted, but the
+    drain's, which only a drained node has (`with_drain`: clients that do not know drains
+    see the node as before, and nothing is ever null)."""
 
     id: str
     hostname: str = ""
@@ -39,6 +42,50 @@ class Node(msgspec.Struct):
     last_seen: str = ""
     memory_mb: int = 0
     labels: dict[str, str] = {}
+    drained: bool | UnsetType = UNSET
+    drained_by: str | UnsetType = UNSET
+
+
+# Who drains a node (POST /nodes/{id}/drain, README "Drain"): the operator (the key), for
+# maintenance; or its own agent stopping cleanly, whose next registration lifts it.
+DRAINERS = ("operator", "stopping")
+
+
+def with_drain(node: Node, by: str | None) -> Node:
+    """The node as GET /nodes shows it, drained by `by` (None: not drained). Whatever an
+    external registry says of drains is replaced: the drains are the scheduler's."""
+    if by is None:
+        return msgspec.structs.replace(node, drained=UNSET, drained_by=UNSET)
+    return msgspec.structs.replace(node, drained=True, drained_by=by)
+
+
+class DrainRequest(msgspec.Struct):
+    """POST /nodes/{id}/drain's body, optional: who drains it (DRAINERS)."""
+
+    by: str = "operator"
+
+
+def validate_drain(req: DrainRequest) -> None:
+    if req.by not in DRAINERS:
+        raise InvalidInput(f"invalid by {req.by!r}: use operator or stopping")
+
+
+class NodeDrained(Node):
+    """POST /nodes/{id}/drain's answer: the node as GET /nodes shows it, and what became of
+    its jobs not running: `moved` to other nodes, `unplaced` (left it for no node yet: each
+    waits, its pending_reason saying why, until placement finds it one), `stayed` bound to it
+    (an instance's, or past the call's limit: a drain again moves them)."""
+
+    moved: int = 0
+    unplaced: int = 0
+    stayed: int = 0
+
+
+class NodeUndrained(Node):
+    """POST /nodes/{id}/undrain's answer: the node as GET /nodes shows it, and whether it
+    was drained."""
+
+    undrained: bool = False
 
 
 class NodeStatus(msgspec.Struct):

@@ -31,7 +31,7 @@ from redis.lock import Lock
 
 from scheduler.config import Settings
 from scheduler.snapshot import db as snapshot_db
-from scheduler.snapshot import schedules
+from scheduler.snapshot import drains, schedules
 from scheduler.snapshot.locking import (
     BATCH,
     RESTORE_LOCK,
@@ -175,6 +175,7 @@ def _decide(
             store.run(snapshot_scripts.finish_restore(0, "found jobs in Redis"))
             return False
         if not holds_jobs:
+            drains.restore(store, path)
             count = schedules.restore(store, path, mark_dirty=False)
             marker = f"restored {count} schedules from {path}" if count else "started empty"
             store.run(snapshot_scripts.finish_restore(0, marker))
@@ -237,6 +238,7 @@ def _load(
             count += in_flight.result()
     store.rebuild_waiting(now)  # a waiting job's count depends on the others restored
     restored_schedules = schedules.restore(store, source, mark_dirty)
+    drains.restore(store, source)
     if not lock.owned():
         raise LockError("restore lock lost before the restore finished")
     marker = f"restored {count} jobs from {source}"

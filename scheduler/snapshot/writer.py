@@ -22,7 +22,7 @@ from redis.lock import Lock
 
 from scheduler.config import Settings
 from scheduler.snapshot import db as snapshot_db
-from scheduler.snapshot import schedules
+from scheduler.snapshot import drains, schedules
 from scheduler.snapshot.locking import (
     BATCH,
     RESTORE_LOCK_SECS,
@@ -67,7 +67,7 @@ def write_snapshot(
     lock_ttl: float = SNAPSHOT_LOCK_SECS,
     now: float | None = None,
 ) -> int:
-    """Write the changed schedules and jobs to SCHEDULER_DB (returns the jobs written); with
+    """Write the changed schedules, drains and jobs to SCHEDULER_DB (returns the jobs written); with
     `wait`, wait for a running snapshot to end instead of raising SnapshotBusy. A Redis whose
     restore question is open (it lost its data since this process started) is settled first,
     so the snapshot never writes a fresh job-1 over the file's job-1. Raises RestoreRefused
@@ -82,6 +82,7 @@ def write_snapshot(
             # Schedules first: a tick the file holds as fired has its job in the file too
             # (snapshot/schedules.py).
             schedules.write_changes(store, settings.scheduler_db, lock, lock_ttl)
+            drains.write_changes(store, settings.scheduler_db, lock)
             return _write_changes(store, settings.scheduler_db, lock, lock_ttl)
         finally:
             release(lock)

@@ -173,7 +173,9 @@ class JobStore:
         return self.redis.send_now("GET", self.keys.job(job_id))
 
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
-        call = jobs.transition(job_id, update, now, RetryPolicy.of(self.settings), caller)
+        s = self.settings
+        policy, ttl, builtin = RetryPolicy.of(s), s.node_ttl_secs, s.builtin_registry
+        call = jobs.transition(job_id, update, now, policy, caller, ttl, builtin)
         return await self.run(call)
 
     async def check_report(self, job_id: str, caller: str) -> None:
@@ -271,6 +273,33 @@ class JobStore:
         ttl = self.settings.node_ttl_secs
         call = node_scripts.delete_node(node_id, now, ttl, DELETE_MOVES, caller)
         return await self.run(call)
+
+    async def drain_node(
+        self,
+        node_id: str,
+        now: float,
+        by: str = "operator",
+        *,
+        caller: str = "key",
+        listed: bool = False,
+    ) -> node_scripts.Drained:
+        """Drain a node (scripts.nodes.DRAIN_NODE): nothing new goes to it or starts there,
+        its jobs not running move to other nodes (the first DELETE_MOVES; a drain again moves
+        more). `listed`: the external registry lists it (REGISTRY_URL)."""
+        ttl = self.settings.node_ttl_secs
+        call = node_scripts.drain_node(node_id, by, caller, listed, now, ttl, DELETE_MOVES)
+        return await self.run(call)
+
+    async def undrain_node(
+        self, node_id: str, *, caller: str = "key", listed: bool = False
+    ) -> bool:
+        """Lift a node's drain; whether it was drained."""
+        return await self.run(node_scripts.undrain_node(node_id, caller, listed))
+
+    async def drains(self) -> dict[str, str]:
+        """The drained nodes: id -> who drained it ("operator" or "stopping")."""
+        flat = await self.redis.execute("HGETALL", self.keys.drained_nodes)
+        return {str(flat[i], "utf-8"): str(flat[i + 1], "utf-8") for i in range(0, len(flat), 2)}
 
     async def nodes(self, now: float) -> dict[str, Node]:
         """Every registered node, healthy while heard from within NODE_TTL_SECS."""

@@ -141,6 +141,10 @@ class Keys:
         return self._k("unplaced:retry")
 
     @property
+    def drained_changes(self) -> str:
+        return self._k("nodes:drained:changes")
+
+    @property
     def services(self) -> str:
         return self._k("services")
 

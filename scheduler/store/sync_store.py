@@ -106,7 +106,12 @@ class SyncJobStore:
         policy. `batch` per script call."""
         return self._drain(
             lambda: upkeep.sweep_timeouts(
-                now, self.settings.job_timeout_secs, batch, RetryPolicy.of(self.settings)
+                now,
+                self.settings.job_timeout_secs,
+                batch,
+                RetryPolicy.of(self.settings),
+                node_ttl=self.settings.node_ttl_secs,
+                builtin=self.settings.builtin_registry,
             ),
             batch,
         )

@@ -112,6 +112,82 @@ def test_a_clean_stop_deregisters_and_the_nodes_queue_moves(api: str, tmp_path: 
     run(go)
 
 
+async def until(check: Callable[[], bool], what: str, deadline_secs: float = 30.0) -> None:
+    """Wait for a condition, with a generous deadline (never a sleep as synchronisation)."""
+    give_up = time.monotonic() + deadline_secs
+    while not check():
+        assert time.monotonic() < give_up, f"still waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def test_a_clean_stop_drains_the_node_while_its_running_job_finishes(
+    api: str, tmp_path: Path
+) -> None:
+    """Issue 24: stopping, the agent first drains its own node ("stopping"): no new job goes
+    to it while its running job finishes and reports; then it deregisters (the drain goes
+    with the node)."""
+    only_node(api, "proto-busy")
+    release = tmp_path / "release"
+    command = f"while [ ! -e {release} ]; do sleep 0.02; done; echo finished"
+
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, "proto-drain", max_jobs=1)
+        running = asyncio.create_task(agent.run())
+        await until(lambda: nodes(api).get("proto-drain", {}).get("status") == "healthy", "up")
+        placed = [httpx.post(f"{api}/jobs", json={"command": command}).json() for _ in range(2)]
+        (job,) = [j for j in placed if j["node_id"] == "proto-drain"]
+        url = f"{api}/jobs/{job['job_id']}"
+        await until(lambda: httpx.get(url).json()["status"] == "running", "the job to start")
+        agent.stop()
+        await until(lambda: nodes(api)["proto-drain"].get("drained_by") == "stopping", "drain")
+        later = [httpx.post(f"{api}/jobs", json={"command": "x"}).json() for _ in range(4)]
+        assert {j["node_id"] for j in later} == {"proto-busy"}
+        release.touch()
+        await running
+        await agent.remote.http.aclose()
+        done = httpx.get(url).json()
+        assert (done["status"], done["node_id"], done["stdout"]) == (
+            "done",
+            "proto-drain",
+            "finished\n",
+        )
+        assert "proto-drain" not in nodes(api)
+
+    run(go)
+
+
+@pytest.mark.parametrize("answer", [404, 405, 500, "hang"])
+def test_a_drain_the_scheduler_refuses_or_holds_never_stops_the_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: int | str
+) -> None:
+    """An older scheduler (no drain route), a failing one or one that never answers: the
+    agent stops all the same and deregisters."""
+    monkeypatch.setattr("scheduler.agent.remote.DRAIN_SECS", 0.2)
+    seen: list[str] = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if request.url.path.endswith("/drain"):
+            if answer == "hang":
+                await asyncio.Event().wait()
+            return httpx.Response(int(answer), text="no")
+        if request.url.path == "/nodes/register":
+            return httpx.Response(201, json={"id": "n"})
+        if request.url.path == "/jobs":
+            return httpx.Response(200, json=[])
+        return httpx.Response(204 if request.method == "DELETE" else 200, json=[])
+
+    async def go() -> None:
+        agent = make_agent("http://sched", tmp_path, "n", httpx.MockTransport(handle))
+        running = asyncio.create_task(agent.run())
+        await until(lambda: "GET /jobs" in seen, "a poll")
+        agent.stop()
+        await asyncio.wait_for(running, 30)
+
+    run(go)
+    assert "POST /nodes/n/drain" in seen and seen[-1] == "DELETE /nodes/n"
+
+
 def test_registration_gives_up_after_its_attempts(tmp_path: Path) -> None:
     calls = []
 
@@ -138,7 +214,7 @@ def only_node(url: str, node: str) -> None:
 
 async def _finish(agent: Agent) -> list[str]:
     """The jobs the agent has started, once they are over (a test must not abandon them)."""
-    started = sorted(agent.runs)
+    started = sorted(agent.runs, key=lambda job_id: int(job_id.removeprefix("job-")))
     await asyncio.gather(*agent.runs.values())
     return started
 

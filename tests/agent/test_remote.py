@@ -95,7 +95,9 @@ def test_the_agent_uses_its_node_token_on_every_call(api: str, tmp_path: Path) -
     paths = {path for _, path, _ in calls}
     assert paths >= {"/nodes/heartbeat", "/jobs", "/jobs/job-1", "/nodes/tok-1"}
     assert all(auth == f"Bearer {token}" for _, _, auth in calls)
-    # It stopped cleanly: its node deregistered itself with its own token, which is now gone.
+    # It stopped cleanly: it drained its node, then deregistered it, with its own token,
+    # which is now gone.
+    assert ("POST", "/nodes/tok-1/drain", f"Bearer {token}") in calls
     assert calls[-1] == ("DELETE", "/nodes/tok-1", f"Bearer {token}")
     assert not token_path.exists()
     assert "tok-1" not in httpx.get(f"{api}/nodes", headers=OPERATOR).json()

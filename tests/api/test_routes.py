@@ -59,6 +59,10 @@ def rule_before(method: str, path: str, query: bytes) -> str:
         return "open" if path == "/ui/login" else "ui"
     if path == "/health":
         return "open" if method in ("GET", "HEAD") else "key"
+    if re.fullmatch(r"/nodes/[^/]+/(drain|undrain)", path):
+        # A node's drain (issue 24): open at the door, as DELETE /nodes/{id}; another method
+        # (a 405) needs the key, as every entry's.
+        return "open" if method == "POST" else "key"
     if re.fullmatch(r"/jobs/[^/]*/(retry|attempts)", path):
         return "key"  # a job's retry and attempts (issue 23): the operator's, any method
     if method == "PATCH":
@@ -108,6 +112,9 @@ LABELS_BEFORE = {
     "/jobs/{id}/retry",
     # A job's attempts (issue 23): as GET /jobs/{id}, behind the key.
     "/jobs/{id}/attempts",
+    # Drains (issue 24): the key, or a node's own token for its own node.
+    "/nodes/{id}/drain",
+    "/nodes/{id}/undrain",
 }
 
 
@@ -284,7 +291,11 @@ def test_every_entry_asks_at_the_door_what_the_table_says(
 ) -> None:
     stranger = keyed.request(method, target, json=body, follow_redirects=False)
     expected = {Access.KEY: "key", Access.UI: "ui"}.get(access, "")
-    if (method, target) == ("DELETE", "/nodes/n1"):
+    if (method, target) in (
+        ("DELETE", "/nodes/n1"),
+        ("POST", "/nodes/n1/drain"),
+        ("POST", "/nodes/n1/undrain"),
+    ):
         expected = "key"  # open at the door; its handler asks for the key in open mode
     assert refused(stranger) == expected, stranger.text
     # The key (and for the UI a session's cookie) gets past the door.

@@ -141,7 +141,7 @@ def test_the_token_check_reads_no_record_even_in_the_state_machine(
             for job_id in (EXISTING, MISSING):
                 for status in REPORT_STATUSES:
                     update = JobUpdate(status=status)
-                    call = job_scripts.transition(job_id, update, 1.0, POLICY, caller)
+                    call = job_scripts.transition(job_id, update, 1.0, POLICY, caller, node_ttl=30)
                     replies.append(rclient.eval(call.script.text, 1, keys.root, *call.args))
         assert not [c for c in seen if keys.job(EXISTING) in c]
         assert len({repr(reply) for reply in replies}) == 1, replies

@@ -156,8 +156,9 @@ def test_the_nodes_page_shows_health_and_queues(api: str, ui: WebDriver) -> None
         if (cells := row.find_elements(By.TAG_NAME, "td"))
     }
     assert set(rows) == {"node-a", "node-b"}
-    health, seen, pending, running = rows["node-a"]
+    health, seen, pending, running, drain = rows["node-a"]
     assert health == "healthy" and (seen == "just now" or seen.endswith(" ago"))
+    assert drain == "Drain" and ui.find_element(By.ID, "drain-node-a").is_displayed()
     assert (pending, running) == (str((JOBS + 1) // 2 - 1), "0")  # job-1 is done
     assert rows["node-b"][2] == str(JOBS // 2)
     services = ui.find_element(By.ID, "services").text

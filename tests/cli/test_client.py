@@ -595,3 +595,34 @@ def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
     assert code == 0 and json.loads(out)["priority"] == -7
     code, _, err = cli(api, "submit", "x", "--priority", "1001")
     assert code == 1 and err.startswith("submit failed 400: failed to decode job")
+
+
+def test_drain_and_undrain_print_what_moved(api: str, cli: Cli) -> None:
+    register(api, "drain-a")
+    pinned = ""
+    try:
+        made = [httpx.post(f"{api}/jobs", json={"command": "x"}).json() for _ in range(2)]
+        on_a = sum(1 for job in made if job["node_id"] == "drain-a")  # the least loaded's
+        pin = {"command": "x", "node_selector": {"node.id": "drain-a"}}  # fits drain-a only
+        pinned = httpx.post(f"{api}/jobs", json=pin).json()["job_id"]
+        code, out, _ = cli(api, "drain", "drain-a")
+        assert code == 0
+        assert out == (
+            f"drained drain-a (by operator): {on_a} job(s) moved, 1 unplaced, 0 stayed\n"
+            "the unplaced jobs wait for a node that fits them (scheduler status shows their "
+            "pending_reason); they are placed as soon as one has room\n"
+        )
+        code, out, _ = cli(api, "nodes")
+        assert code == 0 and "healthy (drained by operator)" in out
+        code, out, _ = cli(api, "drain", "drain-a", "--json")
+        assert code == 0 and json.loads(out)["moved"] == 0
+        code, out, _ = cli(api, "undrain", "drain-a")
+        assert (code, out) == (0, "undrained drain-a: it takes new jobs again\n")
+        code, out, _ = cli(api, "undrain", "drain-a")
+        assert (code, out) == (0, "drain-a was not drained\n")
+        code, _, err = cli(api, "drain", "nobody")
+        assert (code, err) == (1, "drain failed 404: node not found\n")
+    finally:
+        if pinned:
+            assert httpx.delete(f"{api}/jobs/{pinned}").status_code == 200
+        assert httpx.delete(f"{api}/nodes/drain-a").status_code == 204

@@ -167,7 +167,9 @@ def test_kill_9_during_a_snapshot_forgets_no_change(
         # Changes keep coming while the snapshot is stuck.
         update = JobUpdate(status="running")
         retries = RetryPolicy.of(settings)
-        store.run(job_scripts.transition("job-5", update, time.time(), retries, "open"))
+        store.run(
+            job_scripts.transition("job-5", update, time.time(), retries, "open", node_ttl=30)
+        )
         create_jobs(store, 3, time.time())
     finally:
         kill_9(proc)

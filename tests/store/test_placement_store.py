@@ -20,7 +20,6 @@ from scheduler.nodes.placement import Ask, NodeRoom, find_node
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
 from scheduler.store.keys import Keys
-from scheduler.store.scripts.library import assemble
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     ClientFactory,
@@ -77,31 +76,13 @@ def finish(api: TestClient, job_id: str) -> None:
     assert report(api, job_id, "done", exit_code=0).status_code == 200
 
 
-def run_lua(rclient: redis.Redis, prefix: str, body: str, *args: Any) -> Any:
-    """A script of the library's definitions that is not ours to write (drain's): `body`
-    with ARGV[1] bound to `node`."""
-    text = assemble("TEST", ("node", "now"), "", body)
-    return rclient.eval(text, 1, Keys(prefix).root, *args)
+def drain(api: TestClient, node_id: str) -> dict[str, Any]:
+    answer: dict[str, Any] = api.post(f"/nodes/{node_id}/drain").json()
+    return answer
 
 
-# Drain's side of the contract (its scripts are the drain branch's): a drained node is in
-# {P}:nodes:drained; its undrain calls refresh_load and flag_unplaced; moving its pending
-# jobs calls place for each.
-UNDRAIN = """
-redis.call("HDEL", K.drained_nodes, node)
-refresh_load(node)
-flag_unplaced()
-"""
-MOVE_PENDING = """
-local moved = {}
-for _, id in ipairs(redis.call("ZRANGE", K.node_status(node, "pending"), 0, -1)) do
-  local job = load_job(id)
-  local to = place(id, redis.call("ZSCORE", K.all_jobs, id), job, tonumber(now) - 30)
-  store_job(id, job)
-  moved[#moved + 1] = to or ""
-end
-return moved
-"""
+def undrain(api: TestClient, node_id: str) -> None:
+    assert api.post(f"/nodes/{node_id}/undrain").json()["undrained"] is True
 
 
 def assert_holds_match_jobs(rclient: redis.Redis, prefix: str) -> None:
@@ -196,17 +177,17 @@ def test_a_busy_node_collects_no_backlog(
 def test_each_pending_reason(
     api: TestClient, store: SyncJobStore, rclient: redis.Redis, prefix: str, settings: Settings
 ) -> None:
-    keys = Keys(prefix)
     # No node at all: a job asking nothing is the original's 503; one asking waits.
     assert_text_error(api.post("/jobs", json={"command": "x"}), 503, "no healthy compute nodes")
     assert job(api, cpus=1)["pending_reason"] == "no_nodes"
     node(api, "a", cpus=2)
     node(api, "b", cpus=1)
-    # The only node that fits is drained (drain's key): it waits, and so does a plain job.
-    rclient.hset(keys.drained_nodes, mapping={"a": "operator", "b": "operator"})
+    # The only node that fits is drained: it waits, and so does a plain job.
+    drain(api, "a")
+    drain(api, "b")
     assert job(api, cpus=2)["pending_reason"] == "drained"
     assert job(api)["pending_reason"] == "drained"
-    run_lua(rclient, prefix, UNDRAIN, "b", time.time())
+    undrain(api, "b")
     assert job(api, cpus=2)["pending_reason"] == "drained"  # b is too small anyway
     assert job(api, cpus=1)["node_id"] == "b"
     assert job(api, cpus=1)["pending_reason"] == "full"
@@ -242,21 +223,36 @@ def test_a_node_registering_or_coming_back_places_waiting_jobs(
 def test_an_undrain_places_waiting_jobs_and_a_drain_moves_them(
     api: TestClient, store: SyncJobStore, rclient: redis.Redis, prefix: str
 ) -> None:
-    keys = Keys(prefix)
     node(api, "a", cpus=2)
     node(api, "b", cpus=1)
     on_a = [job(api, cpus=2)["job_id"], job(api, node_selector={"node.id": "a"})["job_id"]]
     plain = job(api)["job_id"]
     assert [get(api, j)["node_id"] for j in (*on_a, plain)] == ["a", "a", "b"]
-    rclient.hset(keys.drained_nodes, "a", "operator")
-    moved = run_lua(rclient, prefix, MOVE_PENDING, "a", time.time())
-    assert [m.decode() for m in moved] == ["", ""]  # nothing else fits them
+    answer = drain(api, "a")
+    assert (answer["moved"], answer["unplaced"], answer["stayed"]) == (0, 2, 0)  # none fits
     assert [get(api, j)["pending_reason"] for j in on_a] == ["drained", "drained"]
     assert poll(api, "a") == []
     assert_holds_match_jobs(rclient, prefix)
-    run_lua(rclient, prefix, UNDRAIN, "a", time.time())
+    undrain(api, "a")
     assert sorted(store.place_unplaced(time.time())) == sorted(on_a)
     assert [get(api, j)["node_id"] for j in on_a] == ["a", "a"]
+    assert_holds_match_jobs(rclient, prefix)
+
+
+def test_a_drained_nodes_jobs_go_to_nodes_that_fit(
+    api: TestClient, rclient: redis.Redis, prefix: str
+) -> None:
+    node(api, "a", cpus=4, zone="x")
+    zoned = job(api, cpus=1, node_selector={"zone": "x"})["job_id"]
+    big = job(api, cpus=2)["job_id"]
+    plain = job(api)["job_id"]
+    node(api, "b", cpus=1, zone="y")
+    node(api, "c", cpus=1, zone="x")
+    answer = drain(api, "a")
+    assert (answer["moved"], answer["unplaced"], answer["stayed"]) == (2, 1, 0)
+    # The zoned job to the one other node of its zone; the plain one to the least loaded.
+    assert [get(api, j)["node_id"] for j in (zoned, big, plain)] == ["c", "", "b"]
+    assert get(api, big)["pending_reason"] == "drained"  # only a offers 2 cpus
     assert_holds_match_jobs(rclient, prefix)
 
 

@@ -231,7 +231,8 @@ def job_id(blob: bytes) -> str:
 
 
 def _claim(job: str) -> Call[bytes]:
-    return transition(job, JobUpdate(status="running"), time.time(), RetryPolicy(1, 0, 0), "key")
+    claim, policy = JobUpdate(status="running"), RetryPolicy(1, 0, 0)
+    return transition(job, claim, time.time(), policy, "key", node_ttl=30)
 
 
 def test_a_bound_not_stored_pages_from_a_priority_0_jobs_place(

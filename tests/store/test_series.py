@@ -141,7 +141,8 @@ def create(store: SyncJobStore, now: float, run_at: float | None = None) -> str:
 
 def move(store: SyncJobStore, settings: Settings, job_id: str, status: str, now: float) -> None:
     update = JobUpdate(status=status)
-    store.run(jobs.transition(job_id, update, now, RetryPolicy.of(settings), "open"))
+    policy, ttl = RetryPolicy.of(settings), settings.node_ttl_secs
+    store.run(jobs.transition(job_id, update, now, policy, "open", node_ttl=ttl))
 
 
 @pytest.fixture

@@ -112,7 +112,8 @@ def test_sweep_reads_only_the_expired_entries(
     for i in range(40):
         assert_json(report(api, submit(api, command=f"new {i}")["job_id"], "running"))
 
-    swept = ctx.store.run(upkeep.sweep_timeouts(time.time(), 1, 500, RetryPolicy.of(ctx.settings)))
+    policy, ttl = RetryPolicy.of(ctx.settings), ctx.settings.node_ttl_secs
+    swept = ctx.store.run(upkeep.sweep_timeouts(time.time(), 1, 500, policy, node_ttl=ttl))
 
     assert swept.read == 3  # not 43: the cost follows the expired jobs, not all jobs
     assert sorted(swept.ids) == sorted(old)

@@ -1,6 +1,6 @@
 """Every Lua script of the scheduler, each one `Script` object (script.py) defined once with
 its call: the request path's (create.py, jobs.py, listing.py), the built-in registry's
-(nodes.py, services.py), the
+(nodes.py: nodes and their drains; services.py), the
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
 work's (upkeep.py), the snapshot's (snapshot.py), the schedules' (schedules.py) and the
 door's (access.py: UI sessions, failed credentials), on the shared Lua of library.py

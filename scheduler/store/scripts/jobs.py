@@ -57,13 +57,14 @@ POLL = Script(
     """
 -- The agent's poll: the head of the node's queue (higher priority first, oldest first within
 -- one: life.py queue_score), at most its free capacity, and the ids of its jobs being
--- cancelled (the API sends them in a header the original agent ignores).
+-- cancelled (the API sends them in a header the original agent ignores). A drained node
+-- starts nothing new: its running jobs finish, what stayed in its queue waits.
 -- Returns {OK, {cancelling id, ...}, job JSON, ...} | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
 local cancels = redis.call("ZRANGE", K.node_status(node, "cancelling"), 0, 99)
 local free = tonumber(max_jobs) - redis.call("SCARD", K.node_busy(node))
-if free <= 0 then return {OK, cancels} end
+if free <= 0 or is_drained(node) then return {OK, cancels} end
 local jobs = get_jobs(redis.call("ZRANGE", K.node_status(node, "pending"), 0, free - 1), math.huge)
 table.insert(jobs, 1, cancels)
 table.insert(jobs, 1, OK)
@@ -101,15 +102,18 @@ def changed(reply: list[Any]) -> bytes:
 
 TRANSITION = Script(
     "TRANSITION",
-    f"job_id status exit_code stdout stderr now stamp caller reporter {retry.ARGV}",
+    "job_id status exit_code stdout stderr now stamp caller reporter node_ttl builtin "
+    + retry.ARGV,
     """
 -- An agent's report (PATCH /jobs/{id}), under the state machine:
 --   pending -> running; running -> done | failed; failed with retries left -> pending, or
---   delayed by its backoff (library.py requeue; the retry policy: retry.py);
+--   delayed by its backoff (library.py requeue, retry_node; the retry policy: retry.py);
 --   cancelling -> cancelled (the agent killed it: nothing else is taken from a cancelling job),
 --   which ends it failed with failure_reason cancelled (library.py finish).
 -- exit_code "" = none; stdout, stderr "" = not sent; now: epoch s, stamp: the same in RFC
 -- 3339; reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
+-- A retry off a drained node goes to placement (library.py retry_node; builtin "1": the
+-- built-in registry's, which places it at the next pass, else an external one's live nodes).
 -- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FINISHED}
 --   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
 --   | {NOT_DUE} (a claim of a delayed job) | {NOT_PLACED} (of a job on no node yet)
@@ -154,8 +158,8 @@ local n = redis.call("ZSCORE", K.all_jobs, job_id)
 if status ~= "running" then
   if status == "failed" and retries_left(job, max_retries) then
     local wait = retry_wait(job, n, backoff, backoff_cap, seed)
-    local again = requeue(job_id, n, job, job.node_id, true, wait, tonumber(now), stamp, "failed")
-    return {OK, again}
+    local to = retry_node(job, builtin == "1", tonumber(now) - tonumber(node_ttl))
+    return {OK, requeue(job_id, n, job, to, true, wait, tonumber(now), stamp, "failed")}
   end
   return {OK, finish(job_id, n, job, status, now, stamp)}
 end
@@ -175,7 +179,13 @@ return {OK, store_job(job_id, job)}
 
 
 def transition(
-    job_id: str, update: JobUpdate, now: float, retries: RetryPolicy, caller: str
+    job_id: str,
+    update: JobUpdate,
+    now: float,
+    retries: RetryPolicy,
+    caller: str,
+    node_ttl: float,
+    builtin: bool = True,
 ) -> Call[bytes]:
     return TRANSITION.call(
         job_id=job_id,
@@ -187,6 +197,8 @@ def transition(
         stamp=rfc3339(now),
         caller=caller,
         reporter=update.node_id,
+        node_ttl=node_ttl,
+        builtin="1" if builtin else "0",
         **retries.args(),
     )
 

@@ -16,25 +16,13 @@ from __future__ import annotations
 import itertools
 import re
 
-from scheduler.models.fields import Kind
-from scheduler.models.job import ENDINGS, FINAL_STATUSES, JOB_FIELDS, NOT_STARTED, STATUSES
+from scheduler.models.job import ENDINGS, FINAL_STATUSES, NOT_STARTED, STATUSES
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE
 from scheduler.store.scripts.minutes import SERIES
 from scheduler.store.scripts.place import NODES, PLACE
-
-
-def _record_fields() -> str:
-    """The Lua table of Job's fields in Go's order, each with its omission rule: "always"
-    (no default), "null" (omitted only when absent: exit_code 0 is written) or "empty"."""
-    rows = []
-    for field in JOB_FIELDS:
-        rule = "always" if field.required else "null" if field.nullable else "empty"
-        shape = "list" if field.kind is Kind.LIST else "value"
-        rows.append(f'{{"{field.name}", "{rule}", "{shape}"}}')
-    return "{" + ", ".join(rows) + "}"
-
+from scheduler.store.scripts.record import ENCODE, TIME
 
 # Who makes an agent call (AGENT_AUTH, README "Security"); the API works it out, in process,
 # from the Authorization header and passes it as one argument, `caller`:
@@ -122,80 +110,6 @@ local function load_job(id)
 end
 """
 
-# A record written field by field, as Go's encoder wrote it: struct fields in Job's order,
-# empty optional ones omitted, map keys sorted. cjson.encode(table) would write them in hash
-# order, so the bytes of a job would change with every script that touched it. Fields a
-# record holds beyond Job's (kept from a newer version through a restore) follow, sorted.
-# cjson escapes "/" as "\\/"; Go does not, and since cjson escapes every "/", undoing it is
-# exact.
-ENCODE = f"""
-local RECORD_FIELDS = {_record_fields()}
-local RECORD_KNOWN = {{}}
-for _, field in ipairs(RECORD_FIELDS) do RECORD_KNOWN[field[1]] = true end
-
-local function encode_sorted(map)
-  local names, out = {{}}, {{}}
-  for name in pairs(map) do names[#names + 1] = name end
-  table.sort(names)
-  for i, name in ipairs(names) do
-    out[i] = cjson.encode(name) .. ":" .. cjson.encode(map[name])
-  end
-  return "{{" .. table.concat(out, ",") .. "}}"
-end
-
-local function omitted(value, rule)
-  if value == nil or value == cjson.null then return rule ~= "always" end
-  if rule ~= "empty" then return false end
-  if type(value) == "table" then return next(value) == nil end
-  return value == "" or value == 0
-end
-
-local function encode(job)
-  local out = {{}}
-  for _, field in ipairs(RECORD_FIELDS) do
-    local name, value = field[1], job[field[1]]
-    if not omitted(value, field[2]) then
-      local text = (type(value) ~= "table" or field[3] == "list") and cjson.encode(value)
-        or encode_sorted(value)
-      out[#out + 1] = '"' .. name .. '":' .. text
-    end
-  end
-  local extra = {{}}
-  for name in pairs(job) do
-    if not RECORD_KNOWN[name] then extra[#extra + 1] = name end
-  end
-  table.sort(extra)
-  for _, name in ipairs(extra) do
-    out[#out + 1] = cjson.encode(name) .. ":" .. cjson.encode(job[name])
-  end
-  return (string.gsub("{{" .. table.concat(out, ",") .. "}}", "\\\\/", "/"))
-end
-"""
-
-# wire.rfc3339 in Lua, for a time a script computes (a retry's run_at): epoch seconds as UTC
-# with microseconds (the civil date from days since 1970: Howard Hinnant's algorithm).
-TIME = """
-local function rfc3339(epoch)
-  local micros = math.floor(epoch * 1000000 + 0.5)
-  local secs = math.floor(micros / 1000000)
-  micros = micros - secs * 1000000
-  local days = math.floor(secs / 86400)
-  local rest = secs - days * 86400
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
-    - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local day = doy - math.floor((153 * mp + 2) / 5) + 1
-  local month = mp < 10 and mp + 3 or mp - 9
-  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
-  return string.format("%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", year, month, day,
-    math.floor(rest / 3600), math.floor(rest % 3600 / 60), rest % 60, micros)
-end
-"""
-
 # Long-polls (connection/notify.py) wait on these channels; a PUBLISH nobody listens to
 # costs Redis one hash lookup.
 WAKE = """
@@ -241,6 +155,73 @@ local function listing_ids(node, status, bound, order, limit)
     return redis.call("ZREVRANGEBYSCORE", index, from, "-inf", "LIMIT", 0, limit)
   end
   return redis.call("ZRANGEBYSCORE", index, from, "+inf", "LIMIT", 0, limit)
+end
+"""
+
+# Drains (README, Drain): a node in {P}:nodes:drained, by "operator" (the key's, for
+# maintenance) or "stopping" (its own agent's clean stop, which its next registration lifts),
+# is never a placement candidate (place.py is_drained) and starts nothing new (POLL). Every
+# change is counted, so the snapshot writes the hash only when it changed (snapshot/drains.py).
+# Its jobs not running, and a retry of one that ran there, leave it through placement.
+DRAINS = """
+local function set_drain(node, by)
+  redis.call("HSET", K.drained_nodes, node, by)
+  redis.call("HINCRBY", K.drained_changes, "made", 1)
+  refresh_load(node)  -- out of the placeable nodes
+end
+
+-- A candidate again: among the placeable nodes, the unplaced jobs flagged for the next pass
+-- (it may fit them), its poll woken (what stayed in its queue starts again).
+local function lift_drain(node)
+  if redis.call("HDEL", K.drained_nodes, node) == 1 then
+    redis.call("HINCRBY", K.drained_changes, "made", 1)
+    refresh_load(node)
+    flag_unplaced()
+    wake_node(node)
+  end
+end
+
+-- Where a job leaving a drained node goes (not bound yet): with the built-in registry
+-- (`builtin`) to placement, i.e. to no node yet (""), placed as an unplaced job is (a
+-- pending one by the next PLACE_UNPLACED pass, a delayed one when due, a waiting one when
+-- its wait ends: place.py place); an external registry's nodes carry no room nor load, so
+-- the next live one, round-robin, or nil (none: it stays).
+local function off_drained(builtin, cutoff)
+  if builtin then return "" end
+  return next_live(live_nodes(cutoff))
+end
+
+local OFF_STATUSES = {"pending", "waiting", "delayed"}
+
+-- DRAIN_NODE's move: the drained node's jobs not running and not instance-bound leave it
+-- (off_drained; a pending one is placed at once, so the answer says where: place), keeping
+-- their status, in queue order, up to `limit`: {id, from, to ("": none yet), ...}, and how
+-- many stayed bound to it (instance-bound, past `limit`, or no live node of an external
+-- registry: a drain again moves them).
+local function move_off(node, builtin, cutoff, limit)
+  local moved, stayed = {}, 0
+  for _, status in ipairs(OFF_STATUSES) do
+    move_each(node, status, limit, moved, function(id, n, job)
+      if builtin and status == "pending" then return place(id, n, job, cutoff) or "" end
+      local to = off_drained(builtin, cutoff)
+      if to then rebind(id, n, job, status, to) end
+      return to
+    end)
+  end
+  for _, status in ipairs(OFF_STATUSES) do
+    stayed = stayed + redis.call("ZCARD", K.node_status(node, status))
+  end
+  return moved, stayed
+end
+
+-- The node a job tried again goes to (a failed report; a timeout under its own policy): its
+-- own, unless that is drained; then off_drained (placed by the next pass, about a tick
+-- later: a report's script carries none of find_node's Lua), its own still when an external
+-- registry has no live node, or when it is bound to an instance there.
+local function retry_node(job, builtin, cutoff)
+  local node = job.node_id
+  if (job.instance_id or "") ~= "" or not is_drained(node) then return node end
+  return off_drained(builtin, cutoff) or node
 end
 """
 
@@ -293,6 +274,7 @@ LIBRARY: dict[str, str] = dict(
         ATTEMPTS,
         LIFE,
         PLACE,
+        DRAINS,
         LISTING,
         GONE,
     )

@@ -275,13 +275,11 @@ local function requeue(id, n, job, to, counted, wait, now, stamp, reason)
   return store_job(id, job)
 end
 
--- The jobs of `node` in `status` (pending; or waiting or delayed, which become pending on
--- their node later) that are not instance-bound, moved to `live` nodes round-robin, in
--- queue order, keeping their number and priority (their place in the queue) and their
--- status, until `moved` holds `limit` triples {id, from node, to node}. Instance-bound jobs
--- belong to their node and stay.
-local function move_jobs(node, status, live, limit, moved)
-  if #live == 0 then return end
+-- The jobs of `node` in `status` (pending; or waiting or delayed, which become pending
+-- later) that are not instance-bound (they belong to their node and stay), in queue order,
+-- each moved off it by `relocate(id, n, job)`, which rebinds it and answers its node ("":
+-- none yet), or nil when it stays; until `moved` holds `limit` triples {id, from, to}.
+local function move_each(node, status, limit, moved, relocate)
   local queue, skipped = K.node_status(node, status), 0
   while #moved < 3 * limit do
     local ids = redis.call("ZRANGE", queue, skipped, skipped + 99)
@@ -290,17 +288,31 @@ local function move_jobs(node, status, live, limit, moved)
       local job = load_job(id)
       if not job or job.node_id ~= node or job.status ~= status then
         redis.call("ZREM", queue, id)  -- a stale entry: the job is not here in that status
-      elseif (job.instance_id or "") ~= "" then
-        skipped = skipped + 1
       else
-        local target = needs_fit(job) and "" or next_live(live)
-        rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, status, target)
-        store_job(id, job)
-        moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
-        if #moved >= 3 * limit then return end
+        local target = (job.instance_id or "") == ""
+          and relocate(id, redis.call("ZSCORE", K.all_jobs, id), job) or nil
+        if target == nil then
+          skipped = skipped + 1  -- it stays
+        else
+          store_job(id, job)
+          moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
+          if #moved >= 3 * limit then return end
+        end
       end
     end
   end
+end
+
+-- move_each to `live` nodes round-robin (a lost or deleted node's jobs, a new holder's),
+-- keeping their number and priority (their place in the queue) and their status; one that
+-- asks a fit waits unplaced for the next placement pass (place.py).
+local function move_jobs(node, status, live, limit, moved)
+  if #live == 0 then return end
+  move_each(node, status, limit, moved, function(id, n, job)
+    local target = needs_fit(job) and "" or next_live(live)
+    rebind(id, n, job, status, target)
+    return target
+  end)
 end
 
 local function move_pending(node, live, limit, moved)

@@ -19,6 +19,7 @@ class Overview:
     by_status: dict[str, int]
     stats: dict[str, int]
     outbox: int
+    drained: dict[str, str]  # node id -> who drained it
 
 
 def _pairs(flat: list[Any]) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def _pairs(flat: list[Any]) -> dict[str, Any]:
 
 
 def _overview(reply: list[Any]) -> Overview:
-    nodes, seen, counts, by_status, stats, outbox = reply
+    nodes, seen, counts, by_status, stats, outbox, drained = reply
     queues = {
         str(counts[i], "utf-8"): (counts[i + 1], counts[i + 2]) for i in range(0, len(counts), 3)
     }
@@ -37,6 +38,7 @@ def _overview(reply: list[Any]) -> Overview:
         by_status=_pairs(by_status),
         stats={k: int(v) for k, v in _pairs(stats).items()},
         outbox=outbox,
+        drained={k: str(v, "utf-8") for k, v in _pairs(drained).items()},
     )
 
 
@@ -46,9 +48,9 @@ OVERVIEW = Script(
     """
 -- What the web UI's nodes page shows, read in one round trip: every node (the built-in
 -- registry's, and those the sweep saw in an external one), each with its pending and running
--- jobs, the jobs by status, the background counters and the outbox length.
+-- jobs, the jobs by status, the background counters, the outbox length and the drains.
 -- Returns {nodes hash (flat), last heartbeats (flat), {id, pending, running, ...},
---   {status, count, ...}, stats hash (flat), outbox length}
+--   {status, count, ...}, stats hash (flat), outbox length, drained hash (flat)}
 local nodes = redis.call("HGETALL", K.nodes)
 local seen = redis.call("ZRANGE", K.nodes_seen, 0, -1, "WITHSCORES")
 local listed, known = {}, {}
@@ -68,7 +70,7 @@ for _, status in ipairs(statuses) do
   by_status[#by_status + 1] = redis.call("ZCARD", K.status(status))
 end
 return {nodes, seen, counts, by_status, redis.call("HGETALL", K.stats),
-  redis.call("LLEN", K.outbox)}
+  redis.call("LLEN", K.outbox), redis.call("HGETALL", K.drained_nodes)}
 """,
     _overview,
     read_only=True,

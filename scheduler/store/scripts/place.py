@@ -14,7 +14,7 @@ What placement reads, each kept by the scripts that change it:
   job goes through them;
 - `{P}:label:<key>=<value>`, the compute nodes with each label (REGISTER_NODE,
   DELETE_NODE);
-- `{P}:nodes:drained` (drain's): a node there is never a candidate;
+- `{P}:nodes:drained` (library.py DRAINS): a node there is never a candidate;
 - `{P}:unplaced`, the pending jobs no node could take (node_id ""), in queue order, and
   `{P}:unplaced:retry`, set when room may have appeared: PLACE_UNPLACED (the worker's
   promote tick, every second) then tries them again, from the head.
@@ -23,18 +23,26 @@ What placement reads, each kept by the scripts that change it:
 from scheduler.models.job import PENDING_REASONS
 
 NODES = """
+-- A drained node (library.py DRAINS, README "Drain") is never a candidate.
+local function is_drained(node)
+  return redis.call("HEXISTS", K.drained_nodes, node) == 1
+end
+
+-- `nodes` without the drained ones (one EXISTS when none is, the usual case).
+local function undrained(nodes)
+  if #nodes == 0 or redis.call("EXISTS", K.drained_nodes) == 0 then return nodes end
+  local kept = {}
+  for _, node in ipairs(nodes) do
+    if not is_drained(node) then kept[#kept + 1] = node end
+  end
+  return kept
+end
+
 -- The live compute nodes (heard from since `cutoff`) that are not drained, sorted by id:
 -- the round-robin moves' candidates (a lost node's jobs, a due job whose node is gone, an
 -- external registry's retries).
 local function live_nodes(cutoff)
-  local live = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
-  if #live > 0 and redis.call("EXISTS", K.drained_nodes) == 1 then
-    local kept = {}
-    for _, node in ipairs(live) do
-      if redis.call("HEXISTS", K.drained_nodes, node) == 0 then kept[#kept + 1] = node end
-    end
-    live = kept
-  end
+  local live = undrained(redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf"))
   table.sort(live)
   return live
 end
@@ -46,7 +54,7 @@ end
 
 -- A node a job may be put on now: live and not drained.
 local function placeable(node, cutoff)
-  return is_live(node, cutoff) and redis.call("HEXISTS", K.drained_nodes, node) == 0
+  return is_live(node, cutoff) and not is_drained(node)
 end
 
 -- Round-robin (placement.choose): the ticket from one INCR shared by every replica.
@@ -101,7 +109,7 @@ end
 -- undrain); whether it is live is checked as it is picked.
 local function refresh_load(node)
   if redis.call("HEXISTS", K.nodes, node) == 1 and redis.call("ZSCORE", K.nodes_compute, node)
-    and redis.call("HEXISTS", K.drained_nodes, node) == 0 then
+    and not is_drained(node) then
     redis.call("ZADD", K.nodes_load, redis.call("SCARD", K.node_held(node)), node)
   else
     redis.call("ZREM", K.nodes_load, node)
@@ -357,22 +365,23 @@ local function find_node(job, cutoff)
   return fitting_node(job, cutoff)
 end
 
--- The node of a new job (CREATE_JOB; GET /schedule's PICK_NODE) by the registry's mode:
--- "fixed", the one given (an instance's node); "list", round-robin over an external
--- registry's healthy nodes (it knows no labels nor room); "live", the built-in registry's,
--- by find_node. nil and why when there is none.
+-- The node of a new job (CREATE_JOB; GET /schedule's PICK_NODE; RETRY_JOBS) by the
+-- registry's mode: "fixed", the one given (an instance's node); "list", round-robin over an
+-- external registry's healthy nodes (it knows no labels nor room); "live", the built-in
+-- registry's, by find_node. A drained node is none of them. nil and why when there is none.
 local function pick_node(mode, candidates, job, cutoff)
-  if mode == "fixed" then return candidates[1] end
-  if mode == "list" then return next_live(candidates), REASON.no_nodes end
-  return find_node(job, cutoff)
+  if mode == "live" then return find_node(job, cutoff) end
+  candidates = undrained(candidates)
+  if mode == "fixed" then return candidates[1], REASON.drained end
+  return next_live(candidates), REASON.no_nodes
 end
 
 -- THE placement of a stored job: job `id` (number n, decoded; any status, on a node or
 -- unplaced; not instance-bound) pending now on the node find_node gives, holding its asks
 -- there (life.py rebind); with none, pending unplaced (node_id "", in {P}:unplaced) with
--- its pending_reason. PLACE_UNPLACED, PROMOTE_DUE, RETRY_JOBS and a drained node's
--- pending jobs (drain's DRAIN_NODE) call it; nodes are live since `cutoff`. The caller
--- stores the record (store_job). Returns the node or nil, and the reason.
+-- its pending_reason. PLACE_UNPLACED, PROMOTE_DUE, RETRY_JOBS and DRAIN_NODE (a drained
+-- node's pending jobs: library.py move_off) call it; nodes are live since `cutoff`. The
+-- caller stores the record (store_job). Returns the node or nil, and the reason.
 local function place(id, n, job, cutoff)
   local node, reason = find_node(job, cutoff)
   if node then

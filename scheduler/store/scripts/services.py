@@ -1,5 +1,5 @@
-"""The built-in registry's services (REGISTRY_URL unset): what the Rust agent registers for
-each service job it runs, and reads back to learn which to stop. Each with its call."""
+"""The built-in registry's service scripts: what the Rust agent registers for each service job
+it runs, and reads back to learn which to stop (CONTRACT 3.4, 3.5). Each with its call."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ from scheduler.store.errors import ServiceNotFound, TooManyServices
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.codes import check_access, check_found
 from scheduler.store.scripts.script import Call, Script
-
-# Services (built-in registry): what the Rust agent registers for each service job it runs,
-# and reads back to learn which to stop (CONTRACT 3.4, 3.5).
 
 
 def _service_created(reply: list[Any]) -> bytes:

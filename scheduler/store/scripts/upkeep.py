@@ -31,18 +31,20 @@ def _batch(reply: list[Any]) -> Batch:
 
 SWEEP_TIMEOUTS = Script(
     "SWEEP_TIMEOUTS",
-    f"cutoff now stamp batch {retry.ARGV}",
+    f"cutoff now stamp batch node_ttl builtin {retry.ARGV}",
     """
 -- The running run-jobs that started before `cutoff` (strictly) timed out: exit -1, "job
 -- timed out". One with a max_retries of its own and retries left is tried again (requeue,
--- after its backoff); any other ends failed, failure_reason timed_out, with its event (the
+-- after its backoff; on its node unless drained: library.py retry_node, builtin "1" with the
+-- built-in registry); any other ends failed, failure_reason timed_out, with its event (the
 -- original never retried a timeout). Reads only the expired entries of the deadlines,
 -- `batch` of them. Returns {number of entries read, ids of the jobs that timed out...}.
 local function timed_out(id, n, job)
   job.exit_code, job.stderr = -1, "job timed out"
   if job.max_retries and retries_left(job, max_retries) then
     local wait = retry_wait(job, n, backoff, backoff_cap, seed)
-    requeue(id, n, job, job.node_id, true, wait, tonumber(now), stamp, "timed_out")
+    local to = retry_node(job, builtin == "1", tonumber(now) - tonumber(node_ttl))
+    requeue(id, n, job, to, true, wait, tonumber(now), stamp, "timed_out")
   else
     finish(id, n, job, "timed_out", now, stamp)
   end
@@ -54,10 +56,22 @@ return settle_expired(K.deadlines, cutoff, batch, "running", timed_out)
 
 
 def sweep_timeouts(
-    now: float, timeout_secs: float, batch: int, retries: RetryPolicy
+    now: float,
+    timeout_secs: float,
+    batch: int,
+    retries: RetryPolicy,
+    *,
+    node_ttl: float,
+    builtin: bool = True,
 ) -> Call[Batch]:
     return SWEEP_TIMEOUTS.call(
-        cutoff=now - timeout_secs, now=now, stamp=rfc3339(now), batch=batch, **retries.args()
+        cutoff=now - timeout_secs,
+        now=now,
+        stamp=rfc3339(now),
+        batch=batch,
+        node_ttl=node_ttl,
+        builtin="1" if builtin else "0",
+        **retries.args(),
     )
 
 

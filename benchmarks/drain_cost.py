@@ -1,0 +1,83 @@
+"""How long one drain holds Redis (README, Drain): DRAIN_NODE on a node with N pending jobs,
+which it moves to the other live nodes, up to 1000 a call (the rest stay for a drain
+again), and the drain of a node with nothing queued. Redis' own time per call
+(INFO commandstats), so the machine's load moves it little.
+
+    .venv/bin/python benchmarks/drain_cost.py [--queued 1000 5000] [--nodes 10]
+
+Starts its own redis-server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))
+
+from scheduler.nodes.placement import Placement  # noqa: E402
+from scheduler.store.keys import Keys  # noqa: E402
+from scheduler.store.scripts import jobs as job_scripts  # noqa: E402
+from scheduler.store.scripts import nodes as node_scripts  # noqa: E402
+from tests.redis_server import redis_server  # noqa: E402
+
+BODY = b'{"command":"echo hello","env_vars":{"GREETING":"hi"},"status":"pending","retry_count":0,"created_at":"2026-01-01T00:00:00.000000Z"}'  # noqa: E501
+LIMIT = 1000  # the API's moves per call (store/jobs.py DELETE_MOVES)
+
+
+def setup(client: redis.Redis, keys: Keys, nodes: int, queued: int, now: float) -> None:
+    client.flushall()
+    client.set(keys.initialised, "benchmark")
+    for n in range(nodes):
+        node = f"n{n}"
+        client.hset(keys.nodes, node, b'{"id":"%s","role":"compute"}' % node.encode())
+        client.zadd(keys.nodes_compute, {node: now})
+    text = job_scripts.CREATE_JOB.text
+    sha = client.script_load(text)
+    on_n0 = Placement.fixed("n0")
+    for start in range(0, queued, 1000):
+        pipe = client.pipeline(transaction=False)
+        for _ in range(start, min(queued, start + 1000)):
+            call = job_scripts.create_job(BODY, on_n0, now, 30)
+            pipe.evalsha(sha, 1, keys.root, *call.args)
+        pipe.execute()
+
+
+def drain_ms(client: redis.Redis, keys: Keys, now: float) -> tuple[float, int, int]:
+    """Redis' time for one drain of n0 (ms), the jobs it moved and those that stayed."""
+    call = node_scripts.drain_node("n0", "operator", "key", False, now, 30, LIMIT)
+    sha = client.script_load(call.script.text)
+    client.config_resetstat()
+    reply = client.evalsha(sha, 1, keys.root, *call.args)
+    done = call.parse(reply)
+    usec = float(client.info("commandstats")["cmdstat_evalsha"]["usec"])
+    return usec / 1000, len(done.moved), done.stayed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queued", type=int, nargs="+", default=[0, 100, 1000, 5000])
+    parser.add_argument("--nodes", type=int, default=10)
+    args = parser.parse_args()
+    keys = Keys("drain")
+    now = time.time()
+    with redis_server() as url:
+        client = redis.Redis.from_url(url)
+        for queued in args.queued:
+            setup(client, keys, args.nodes, queued, now)
+            ms, moved, stayed = drain_ms(client, keys, now)
+            again, _, left = drain_ms(client, keys, now)
+            print(
+                f"{queued:6d} queued on the node: {ms:8.2f} ms in Redis, {moved} moved, "
+                f"{stayed} stayed; a drain again {again:6.2f} ms ({left} stayed)"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
