@@ -11,10 +11,10 @@ own: it registers 10 nodes, submits `--jobs` jobs (they stay pending: no agent t
 then measures, registers nodes up to 100 and measures, then up to 1 000. Calls are pipelined
 from one client, so a figure is Redis's own time per call, not a latency. Besides the plain
 submit (CREATE_JOB of a job that asks nothing) and the poll (POLL, a node's head), this
-version's submits that ask cpus (placed), name a node (the label sets) or ask more than any
-node offers (no_fit: every live node is read to say why) are measured too; the version
-before has no such figure (no ratio). Each figure is the median of 3 measures. The machine
-is shared: figures move by 10 to 30% between runs (the poll, whose script is unchanged,
+version's submits that ask cpus (placed), name a node (the label sets), ask more than any
+node offers (no_fit) or more than any has free (full) are measured too, and a placement
+pass over 200 waiting jobs; the version before has no such figure (no ratio). Each figure
+is the median of 3 measures. The machine is shared: figures move by 10 to 30% between runs (the poll, whose script is unchanged,
 shows how much), so compare the versions of one run, or count instructions
 (script_instructions.py).
 """
@@ -142,6 +142,8 @@ def measure(jobs: int, calls: int, counts: list[int]) -> dict[str, float]:
                 cases.append(("submit, asks 1 cpu", lambda: _submits(now, calls, cpus=1)))
                 cases.append(("submit, names a node", lambda: _named_submits(now, calls)))
                 cases.append(("submit, fits no node", lambda: _submits(now, calls, cpus=2048)))
+                # Every node offers 1024 and holds some of the 1-cpu jobs: none has room.
+                cases.append(("submit, nodes full", lambda: _submits(now, calls, cpus=1024)))
             for name, build in cases:
                 runs = sorted(_script_time(client, keys.root, build()) for _ in range(RUNS))
                 figures[f"{name}, {count} nodes"] = runs[RUNS // 2]

@@ -130,6 +130,10 @@ def assert_holds_match_jobs(rclient: redis.Redis, prefix: str) -> None:
         assert {m.decode() for m in rclient.smembers(keys.node_held(node_id))} == held[node_id]
         assert room.get("held_cpus", 0) == cpus[node_id], node_id
         assert room.get("held_memory_mb", 0) == memory[node_id], node_id
+        for what, held_sum in (("cpus", cpus[node_id]), ("memory_mb", memory[node_id])):
+            offered = rclient.zscore(keys.nodes_offer(what), node_id)
+            if offered is not None:  # its free room is what it offers less what it holds
+                assert rclient.zscore(keys.nodes_free(what), node_id) == offered - held_sum
         if node_id in loads:
             assert loads[node_id] == len(held[node_id]), node_id
 

@@ -74,24 +74,36 @@ local function flag_unplaced()
   if redis.call("EXISTS", K.unplaced) == 1 then redis.call("SET", K.unplaced_retry, "-inf") end
 end
 
--- Job `id`'s asks held on `node` while it is bound there (HOLDS): its cpus and memory_mb in
--- the node's room, one job in its load. The set of held jobs makes both idempotent: a job
--- counts once, and only a job counted is given back (jobs bound before this version, or
--- given back already, change nothing).
+-- What a node offers and holds, per what a job may ask (its record's field names). A node
+-- that offers 0 (unknown, as the Rust agent's memory) is not checked: it offers UNCHECKED,
+-- more than any ask, in the offer and free indexes (exact as a double minus any ask).
+local ROOM = {"cpus", "memory_mb"}
+local UNCHECKED = 4503599627370496
+
+-- Job `id`'s asks held on `node` while it is bound there (HOLDS): its cpus and memory_mb
+-- taken from the node's free room (and added to its room hash's held sums, from which the
+-- free room is made again when its offer changes), one job in its load. The set of held
+-- jobs makes both idempotent: a job counts once, and only a job counted is given back (jobs
+-- bound before this version, or given back already, change nothing).
+local function take_room(node, job, sign)
+  local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
+  for i, what in ipairs(ROOM) do
+    if asks[i] > 0 then
+      redis.call("HINCRBY", K.node_room(node), "held_" .. what, sign * asks[i])
+      redis.call("ZADD", K.nodes_free(what), "XX", "INCR", -sign * asks[i], node)
+    end
+  end
+  redis.call("ZADD", K.nodes_load, "XX", "INCR", sign, node)
+end
+
 local function hold(node, id, job)
   if node == "" or redis.call("SADD", K.node_held(node), id) == 0 then return end
-  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
-  if cpus > 0 then redis.call("HINCRBY", K.node_room(node), "held_cpus", cpus) end
-  if memory > 0 then redis.call("HINCRBY", K.node_room(node), "held_memory_mb", memory) end
-  redis.call("ZADD", K.nodes_load, "XX", "INCR", 1, node)
+  take_room(node, job, 1)
 end
 
 local function unhold(node, id, job)
   if node == "" or redis.call("SREM", K.node_held(node), id) == 0 then return end
-  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
-  if cpus > 0 then redis.call("HINCRBY", K.node_room(node), "held_cpus", -cpus) end
-  if memory > 0 then redis.call("HINCRBY", K.node_room(node), "held_memory_mb", -memory) end
-  redis.call("ZADD", K.nodes_load, "XX", "INCR", -1, node)
+  take_room(node, job, -1)
   flag_unplaced()
 end
 
@@ -121,7 +133,7 @@ local function node_labels(node, record)
   return out
 end
 
--- What placement reads of node `node` (its label sets, its offer in nodes:room, its place
+-- What placement reads of node `node` (its label sets, its offer and free room, its place
 -- in nodes:load) from its record `new` (JSON; nil once deleted), replacing what its record
 -- `old` said (JSON or nil); then the unplaced jobs may fit. Only compute nodes are indexed.
 local function index_node(node, old, new)
@@ -135,10 +147,18 @@ local function index_node(node, old, new)
     for _, label in ipairs(node_labels(node, record)) do
       redis.call("SADD", K.label_nodes(label), node)
     end
-    redis.call("HSET", K.node_room(node), "cpus", tonumber(record.cpu_count) or 0,
-      "memory_mb", tonumber(record.memory_mb) or 0)
+    local offers = {tonumber(record.cpu_count) or 0, tonumber(record.memory_mb) or 0}
+    for i, what in ipairs(ROOM) do
+      local offered = offers[i] > 0 and offers[i] or UNCHECKED
+      local held = tonumber(redis.call("HGET", K.node_room(node), "held_" .. what)) or 0
+      redis.call("ZADD", K.nodes_offer(what), offered, node)
+      redis.call("ZADD", K.nodes_free(what), offered - held, node)
+    end
   else
-    redis.call("HDEL", K.node_room(node), "cpus", "memory_mb")
+    for _, what in ipairs(ROOM) do
+      redis.call("ZREM", K.nodes_offer(what), node)
+      redis.call("ZREM", K.nodes_free(what), node)
+    end
   end
   refresh_load(node)
   flag_unplaced()
@@ -227,33 +247,46 @@ local function least_loaded(cutoff)
   end
 end
 
--- Whether `ask` fits in `offered` once `held` is counted (placement.within: nil or 0
--- offered, or 0 asked, is not checked).
-local function within(ask, held, offered)
-  return ask == 0 or (offered or 0) == 0 or (held or 0) + ask <= offered
+-- Of `nodes`, which offer `cpus` and `memory` at all, and which have room for them now
+-- (placement.offers, fits): two lists of booleans, read from the offer and free indexes a
+-- dimension at a time, only for what is asked. A node missing there (registered by a
+-- version before this one) is not checked, as one offering 0.
+local function rooms(nodes, cpus, memory)
+  local offers, room = {}, {}
+  for i = 1, #nodes do offers[i], room[i] = true, true end
+  for d, ask in ipairs({cpus, memory}) do
+    if ask > 0 and #nodes > 0 then
+      local offered = redis.call("ZMSCORE", K.nodes_offer(ROOM[d]), unpack(nodes))
+      local free = redis.call("ZMSCORE", K.nodes_free(ROOM[d]), unpack(nodes))
+      for i = 1, #nodes do
+        offers[i] = offers[i] and (tonumber(offered[i]) or UNCHECKED) >= ask
+        room[i] = room[i] and (tonumber(free[i]) or UNCHECKED) >= ask
+      end
+    end
+  end
+  return offers, room
 end
 
--- What node `node` can give `cpus` and `memory`: whether it offers that much at all, and
--- whether it has room for it now (its jobs' holds counted). Reads its room only for an ask.
-local function room_for(node, cpus, memory)
-  if cpus == 0 and memory == 0 then return true, true end
-  local room = redis.call(
-    "HMGET", K.node_room(node), "cpus", "memory_mb", "held_cpus", "held_memory_mb")
-  local cpus_offered, memory_offered = tonumber(room[1]), tonumber(room[2])
-  local offers = within(cpus, 0, cpus_offered) and within(memory, 0, memory_offered)
-  return offers, offers and within(cpus, tonumber(room[3]), cpus_offered)
-    and within(memory, tonumber(room[4]), memory_offered)
+-- Whether some node has room for `cpus` and `memory` now, live or not, by the free
+-- indexes alone (O(log n)): when none has, no walk is needed to know it.
+local function any_room(cpus, memory)
+  for d, ask in ipairs({cpus, memory}) do
+    if ask > 0 and redis.call("ZCOUNT", K.nodes_free(ROOM[d]), ask, "+inf") == 0 then
+      return false
+    end
+  end
+  return true
 end
 
 -- A job that asks only resources: nodes:load walked from its least loaded nodes, a load at
 -- a time, each tie rotated from the ticket's place (rotate), 32 nodes a read; the first live,
--- undrained node with room. The work is the nodes passed over before it, not the fleet.
--- Returns that node, or nil and whether a node passed over offers enough (then it is full).
+-- undrained node with room. The work is the nodes passed over before it, read in batches,
+-- not the fleet.
 local function walk_load(cutoff, cpus, memory, ticket)
-  local rank, any_drained, offered = 0, redis.call("EXISTS", K.drained_nodes) == 1, false
+  local rank, any_drained = 0, redis.call("EXISTS", K.drained_nodes) == 1
   while true do
     local head = redis.call("ZRANGE", K.nodes_load, rank, rank, "WITHSCORES")
-    if #head == 0 then return nil, offered end
+    if #head == 0 then return nil end
     local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
     local start, seen = (ticket - 1) % count, 0
     while seen < count do
@@ -262,11 +295,10 @@ local function walk_load(cutoff, cpus, memory, ticket)
       local window = redis.call("ZRANGE", K.nodes_load, rank + from, rank + upto)
       local alive = redis.call("ZMSCORE", K.nodes_compute, unpack(window))
       local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(window)) or {}
+      local _, room = rooms(window, cpus, memory)
       for i, node in ipairs(window) do
-        if alive[i] and tonumber(alive[i]) >= cutoff and not drained[i] then
-          local offers, room_now = room_for(node, cpus, memory)
-          if room_now then return node, true end
-          offered = offered or offers
+        if room[i] and not drained[i] and alive[i] and tonumber(alive[i]) >= cutoff then
+          return node
         end
       end
       seen = seen + upto - from + 1
@@ -275,13 +307,36 @@ local function walk_load(cutoff, cpus, memory, ticket)
   end
 end
 
--- Why no node takes a job that asks only resources, when none of the placeable nodes
--- offers enough (walk_load): a live drained node that does (drained), else a live compute
--- node at all (no_fit) or none (no_nodes). Reads the drained nodes only.
+-- Why no node takes a job that asks only resources: of the live compute nodes that offer
+-- what it asks (read from the offer index of the dimension fewer nodes offer enough of, 32
+-- at a time, until one answers), an undrained one (full: it has no room now) or only
+-- drained ones (drained); none (no_fit), or no live compute node at all (no_nodes).
 local function why_not(cutoff, cpus, memory)
-  for _, node in ipairs(redis.call("HKEYS", K.drained_nodes)) do
-    if is_live(node, cutoff) and room_for(node, cpus, memory) then return REASON.drained end
+  local asks, by = {cpus, memory}, cpus > 0 and 1 or 2
+  if cpus > 0 and memory > 0 and redis.call("ZCOUNT", K.nodes_offer(ROOM[2]), memory, "+inf")
+    < redis.call("ZCOUNT", K.nodes_offer(ROOM[1]), cpus, "+inf") then
+    by = 2
   end
+  local other, any_drained = 3 - by, redis.call("EXISTS", K.drained_nodes) == 1
+  local drained_only, read = false, 0
+  while true do
+    local chunk = redis.call(
+      "ZRANGEBYSCORE", K.nodes_offer(ROOM[by]), asks[by], "+inf", "LIMIT", read, 32)
+    if #chunk == 0 then break end
+    read = read + #chunk
+    local alive = redis.call("ZMSCORE", K.nodes_compute, unpack(chunk))
+    local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(chunk)) or {}
+    local offered = asks[other] > 0
+      and redis.call("ZMSCORE", K.nodes_offer(ROOM[other]), unpack(chunk)) or {}
+    for i = 1, #chunk do
+      local offers = asks[other] == 0 or (tonumber(offered[i]) or UNCHECKED) >= asks[other]
+      if offers and alive[i] and tonumber(alive[i]) >= cutoff then
+        if not drained[i] then return REASON.full end
+        drained_only = true
+      end
+    end
+  end
+  if drained_only then return REASON.drained end
   local any = redis.call("ZCOUNT", K.nodes_compute, cutoff, "+inf") > 0
   return any and REASON.no_fit or REASON.no_nodes
 end
@@ -291,19 +346,19 @@ end
 -- checked); the least loaded of them, ties rotated from the ticket (rotate over every such
 -- node of that load). Else nil and why: no live compute node (no_nodes), none matching its
 -- labels and offering enough (no_fit), only drained ones (drained), none with room now
--- (full). A job that asks only resources walks nodes:load (walk_load, why_not); one that
--- names labels reads its selector's nodes, 200 at a time.
+-- (full). A job that asks only resources walks nodes:load (walk_load) unless the free
+-- indexes say no node has room, then finds why (why_not); one that names labels reads its
+-- selector's nodes, 200 at a time.
 local function fitting_node(job, cutoff)
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
   local ticket = next_ticket()
   local ids = selector_nodes(job.node_selector)
   if not ids then
-    local node, offered = walk_load(cutoff, cpus, memory, ticket)
+    local node = any_room(cpus, memory) and walk_load(cutoff, cpus, memory, ticket)
     if node then
       redis.call("INCR", K.rr_seq)
       return node
     end
-    if offered then return nil, REASON.full end
     return nil, why_not(cutoff, cpus, memory)
   end
   local any_drained = redis.call("EXISTS", K.drained_nodes) == 1
@@ -314,15 +369,15 @@ local function fitting_node(job, cutoff)
     local seen = redis.call("ZMSCORE", K.nodes_compute, unpack(chunk))
     local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(chunk)) or {}
     local held = redis.call("ZMSCORE", K.nodes_load, unpack(chunk))
+    local offers, room = rooms(chunk, cpus, memory)
     for i, node in ipairs(chunk) do
       if seen[i] and tonumber(seen[i]) >= cutoff then
-        local offers, room_now = room_for(node, cpus, memory)
-        if offers then matched = matched + 1 end
-        if offers and not drained[i] then open = open + 1 end
+        if offers[i] then matched = matched + 1 end
+        if offers[i] and not drained[i] then open = open + 1 end
         if not drained[i] then
           local load = tonumber(held[i]) or redis.call("SCARD", K.node_held(node))
           loads[#loads + 1] = {node, load}
-          if room_now then
+          if room[i] then
             fitting[node] = true
             if load < low then low = load end
           end
