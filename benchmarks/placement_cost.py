@@ -14,9 +14,9 @@ submit (CREATE_JOB of a job that asks nothing) and the poll (POLL, a node's head
 version's submits that ask cpus (placed), name a node (the label sets), ask more than any
 node offers (no_fit) or more than any has free (full) are measured too, and a placement
 pass over 200 waiting jobs; the version before has no such figure (no ratio). Each figure
-is the median of 3 measures. The machine is shared: figures move by 10 to 30% between runs (the poll, whose script is unchanged,
-shows how much), so compare the versions of one run, or count instructions
-(script_instructions.py).
+is the median of 3 measures. The machine is shared: figures move by 10 to 30% between
+runs (the poll, whose script is unchanged, shows how much), so compare the versions of one
+run, or count instructions (script_instructions.py).
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE
 from scheduler.store.scripts.minutes import SERIES
-from scheduler.store.scripts.place import NODES, PLACE
+from scheduler.store.scripts.place import PLACE
+from scheduler.store.scripts.room import NODES
 
 
 def _record_fields() -> str:

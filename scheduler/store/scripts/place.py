@@ -1,17 +1,19 @@
 """Placement in Lua (README, Placement; nodes/placement.py is its model, which the tests hold
-it to). Part of the scripts' library (library.py), in two parts: NODES, before a job's life
-(life.py uses it: what a node holds, `hold` and `unhold`, and the round-robin moves), and
-PLACE, after it (`place` binds a job through life.py's `rebind`).
+it to). Part of the scripts' library (library.py), in two parts: room.py's NODES, before a job's
+life (life.py uses it: what a node offers and holds, `hold` and `unhold`, and the
+round-robin moves), and PLACE here, after it (`place` binds a job through life.py's
+`rebind`).
 
 What placement reads, each kept by the scripts that change it:
 - `{P}:nodes:load`, the placeable nodes (registered compute, not drained, not found dead)
   scored by the jobs each holds: a job that asks nothing takes the least loaded, ties broken
   round-robin by the shared ticket, in O(log n) whatever the number of nodes;
 - `{P}:node:{n}:held` (the jobs a node holds: bound to it and pending, running or
-  cancelling) and `{P}:node:{n}:room` (`cpus`, `memory_mb` offered, `held_cpus`,
-  `held_memory_mb` held: a small hash, read whole), changed only by `hold` and `unhold`,
-  which `rebind` and `finish` call (the offer: `index_node`): every bind and unbind of a
-  job goes through them;
+  cancelling), `{P}:node:{n}:room` (what they hold: `held_cpus`, `held_memory_mb`) and
+  `{P}:nodes:free:{cpus,memory_mb}` (each node's offer less that), changed only by `hold`
+  and `unhold`, which `rebind` and `finish` call: every bind and unbind of a job goes
+  through them; `{P}:nodes:offer:{cpus,memory_mb}` (what each offers) and the free room
+  are set again from a registration (`index_node`);
 - `{P}:label:<key>=<value>`, the compute nodes with each label (REGISTER_NODE,
   DELETE_NODE);
 - `{P}:nodes:drained` (drain's): a node there is never a candidate;
@@ -21,149 +23,6 @@ What placement reads, each kept by the scripts that change it:
 """
 
 from scheduler.models.job import PENDING_REASONS
-
-NODES = """
--- The live compute nodes (heard from since `cutoff`) that are not drained, sorted by id:
--- the round-robin moves' candidates (a lost node's jobs, a due job whose node is gone, an
--- external registry's retries).
-local function live_nodes(cutoff)
-  local live = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf")
-  if #live > 0 and redis.call("EXISTS", K.drained_nodes) == 1 then
-    local kept = {}
-    for _, node in ipairs(live) do
-      if redis.call("HEXISTS", K.drained_nodes, node) == 0 then kept[#kept + 1] = node end
-    end
-    live = kept
-  end
-  table.sort(live)
-  return live
-end
-
-local function is_live(node, cutoff)
-  local seen = redis.call("ZSCORE", K.nodes_compute, node)
-  return seen ~= false and tonumber(seen) >= cutoff
-end
-
--- A node a job may be put on now: live and not drained.
-local function placeable(node, cutoff)
-  return is_live(node, cutoff) and redis.call("HEXISTS", K.drained_nodes, node) == 0
-end
-
--- Round-robin (placement.choose): the ticket from one INCR shared by every replica.
-local function next_live(nodes)
-  if #nodes == 0 then return nil end
-  local ticket = redis.call("INCR", K.rr_seq)
-  return nodes[((ticket - 1) % #nodes) + 1]
-end
-
--- The statuses in which a job holds what it asks on its node.
-local HOLDS = {pending = true, running = true, cancelling = true}
-
--- Whether a job asks anything of its node beyond a slot (models.asks_fit): such a job is
--- placed by fit, and one that must leave its node waits unplaced for the next placement
--- pass rather than going round-robin.
-local function needs_fit(job)
-  local selector = job.node_selector
-  return (tonumber(job.cpus) or 0) > 0 or (tonumber(job.memory_mb) or 0) > 0
-    or (type(selector) == "table" and next(selector) ~= nil)
-end
-
--- Room may have appeared (a job ended or left a node, a node registered, came back or was
--- undrained): the next PLACE_UNPLACED pass starts from the head of the unplaced jobs.
-local function flag_unplaced()
-  if redis.call("EXISTS", K.unplaced) == 1 then redis.call("SET", K.unplaced_retry, "-inf") end
-end
-
--- What a node offers and holds, per what a job may ask (its record's field names). A node
--- that offers 0 (unknown, as the Rust agent's memory) is not checked: it offers UNCHECKED,
--- more than any ask, in the offer and free indexes (exact as a double minus any ask).
-local ROOM = {"cpus", "memory_mb"}
-local UNCHECKED = 4503599627370496
-
--- Job `id`'s asks held on `node` while it is bound there (HOLDS): its cpus and memory_mb
--- taken from the node's free room (and added to its room hash's held sums, from which the
--- free room is made again when its offer changes), one job in its load. The set of held
--- jobs makes both idempotent: a job counts once, and only a job counted is given back (jobs
--- bound before this version, or given back already, change nothing).
-local function take_room(node, job, sign)
-  local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
-  for i, what in ipairs(ROOM) do
-    if asks[i] > 0 then
-      redis.call("HINCRBY", K.node_room(node), "held_" .. what, sign * asks[i])
-      redis.call("ZADD", K.nodes_free(what), "XX", "INCR", -sign * asks[i], node)
-    end
-  end
-  redis.call("ZADD", K.nodes_load, "XX", "INCR", sign, node)
-end
-
-local function hold(node, id, job)
-  if node == "" or redis.call("SADD", K.node_held(node), id) == 0 then return end
-  take_room(node, job, 1)
-end
-
-local function unhold(node, id, job)
-  if node == "" or redis.call("SREM", K.node_held(node), id) == 0 then return end
-  take_room(node, job, -1)
-  flag_unplaced()
-end
-
--- The node's place among the placeable nodes (nodes:load): there, scored by the jobs it
--- holds, while it is a registered compute node and not drained; else out. Called when one
--- of those changes (a registration, a delete, a heartbeat after silence; drain's drain and
--- undrain); whether it is live is checked as it is picked.
-local function refresh_load(node)
-  if redis.call("HEXISTS", K.nodes, node) == 1 and redis.call("ZSCORE", K.nodes_compute, node)
-    and redis.call("HEXISTS", K.drained_nodes, node) == 0 then
-    redis.call("ZADD", K.nodes_load, redis.call("SCARD", K.node_held(node)), node)
-  else
-    redis.call("ZREM", K.nodes_load, node)
-  end
-end
-
--- A node's labels as "key=value", from its record: its registered ones and the scheduler's
--- node.id and node.hostname (models/labels.py node_labels).
-local function node_labels(node, record)
-  local out = {"node.id=" .. node}
-  if type(record.hostname) == "string" and record.hostname ~= "" then
-    out[2] = "node.hostname=" .. record.hostname
-  end
-  if type(record.labels) == "table" then
-    for key, value in pairs(record.labels) do out[#out + 1] = key .. "=" .. value end
-  end
-  return out
-end
-
--- What placement reads of node `node` (its label sets, its offer and free room, its place
--- in nodes:load) from its record `new` (JSON; nil once deleted), replacing what its record
--- `old` said (JSON or nil); then the unplaced jobs may fit. Only compute nodes are indexed.
-local function index_node(node, old, new)
-  if old then
-    for _, label in ipairs(node_labels(node, cjson.decode(old))) do
-      redis.call("SREM", K.label_nodes(label), node)
-    end
-  end
-  local record = new and cjson.decode(new)
-  if record and record.role == "compute" then
-    for _, label in ipairs(node_labels(node, record)) do
-      redis.call("SADD", K.label_nodes(label), node)
-    end
-    local offers = {tonumber(record.cpu_count) or 0, tonumber(record.memory_mb) or 0}
-    for i, what in ipairs(ROOM) do
-      local offered = offers[i] > 0 and offers[i] or UNCHECKED
-      local held = tonumber(redis.call("HGET", K.node_room(node), "held_" .. what)) or 0
-      redis.call("ZADD", K.nodes_offer(what), offered, node)
-      redis.call("ZADD", K.nodes_free(what), offered - held, node)
-    end
-  else
-    for _, what in ipairs(ROOM) do
-      redis.call("ZREM", K.nodes_offer(what), node)
-      redis.call("ZREM", K.nodes_free(what), node)
-    end
-  end
-  refresh_load(node)
-  flag_unplaced()
-end
-"""
 
 REASONS = "local REASON = {" + ", ".join(f'{r} = "{r}"' for r in PENDING_REASONS) + "}"
 
