@@ -2,7 +2,8 @@
 registered compute nodes and 100 000 pending jobs, for this version and another (--against
 REF, the version before placement by fit, say), side by side in one run, with the ratios.
 
-    .venv/bin/python benchmarks/placement_cost.py [--jobs 100000] [--calls 2000] [--against REF]
+    .venv/bin/python benchmarks/placement_cost.py [--jobs 100000] [--calls 2000]
+        [--nodes 10,100,1000] [--against REF]
 
 Each version runs in a process of its own (the checkout first on its path; REF checked out
 in a temporary git worktree, as script_instructions.py does) against a redis-server of its
@@ -10,12 +11,12 @@ own: it registers 10 nodes, submits `--jobs` jobs (they stay pending: no agent t
 then measures, registers nodes up to 100 and measures, then up to 1 000. Calls are pipelined
 from one client, so a figure is Redis's own time per call, not a latency. Besides the plain
 submit (CREATE_JOB of a job that asks nothing) and the poll (POLL, a node's head), this
-version's submits that ask cpus (placed), name a node (the label sets) or ask more than any
-node offers (no_fit: every live node is read to say why) are measured too; the version
-before has no such figure (no ratio). Each figure is the median of 3 measures. The machine
-is shared: figures move by 10 to 30% between runs (the poll, whose script is unchanged,
-shows how much), so compare the versions of one run, or count instructions
-(script_instructions.py).
+version's submits that ask cpus (placed), name a node (the label sets), ask more than any
+node offers (no_fit) or more than any has free (full) are measured too, and a placement
+pass over 200 waiting jobs; the version before has no such figure (no ratio). Each figure
+is the median of 3 measures. The machine is shared: figures move by 10 to 30% between
+runs (the poll, whose script is unchanged, shows how much), so compare the versions of one
+run, or count instructions (script_instructions.py).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
-NODE_COUNTS = (10, 100, 1000)
+NODE_COUNTS = "10,100,1000"
 RUNS = 3  # each case measured so often; its median is the figure
 BODY = (
     b'{"command":"echo hello","status":"pending","retry_count":0,'
@@ -109,7 +110,7 @@ def _pass_time(client: redis.Redis, now: float) -> float:
     return sorted(runs)[RUNS // 2]
 
 
-def measure(jobs: int, calls: int) -> dict[str, float]:
+def measure(jobs: int, calls: int, counts: list[int]) -> dict[str, float]:
     """This checkout's figures (the one on sys.path), against a redis-server of its own."""
     from scheduler.store.keys import Keys
     from scheduler.store.scripts import jobs as job_scripts
@@ -123,10 +124,10 @@ def measure(jobs: int, calls: int) -> dict[str, float]:
         client = redis.Redis.from_url(url)
         client.set(keys.initialised, "benchmark")
         registered = 0
-        for count in NODE_COUNTS:
+        for count in counts:
             _register(client, keys.root, registered, count, now)
             registered = count
-            if count == NODE_COUNTS[0]:
+            if count == counts[0]:
                 _script_time(client, keys.root, _submits(now, jobs))
             cases: list[tuple[str, Callable[[], list[Any]]]] = [
                 ("submit", lambda: _submits(now, calls)),
@@ -141,6 +142,8 @@ def measure(jobs: int, calls: int) -> dict[str, float]:
                 cases.append(("submit, asks 1 cpu", lambda: _submits(now, calls, cpus=1)))
                 cases.append(("submit, names a node", lambda: _named_submits(now, calls)))
                 cases.append(("submit, fits no node", lambda: _submits(now, calls, cpus=2048)))
+                # Every node offers 1024 and holds some of the 1-cpu jobs: none has room.
+                cases.append(("submit, nodes full", lambda: _submits(now, calls, cpus=1024)))
             for name, build in cases:
                 runs = sorted(_script_time(client, keys.root, build()) for _ in range(RUNS))
                 figures[f"{name}, {count} nodes"] = runs[RUNS // 2]
@@ -150,10 +153,11 @@ def measure(jobs: int, calls: int) -> dict[str, float]:
     return figures
 
 
-def measured(code: Path, jobs: int, calls: int) -> dict[str, float]:
+def measured(code: Path, jobs: int, calls: int, counts: str) -> dict[str, float]:
     """`measure` in a process of its own with the checkout at `code` first on its path."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     argv = [sys.executable, __file__, "--measure", "--jobs", str(jobs), "--calls", str(calls)]
+    argv += ["--nodes", counts]
     done = subprocess.run(argv, env=env, cwd=code, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(done.stderr)
@@ -180,17 +184,18 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=100_000, help="pending jobs stored")
     parser.add_argument("--calls", type=int, default=2000, help="calls measured per case")
     parser.add_argument("--against", default="", metavar="REF", help="a commit to compare")
+    parser.add_argument("--nodes", default=NODE_COUNTS, help="node counts, ascending")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         sys.path.append(str(Path.cwd()))  # the checkout's tests/ (its redis_server)
-        print(json.dumps(measure(args.jobs, args.calls)))
+        print(json.dumps(measure(args.jobs, args.calls, [int(n) for n in args.nodes.split(",")])))
         return 0
-    ours = measured(ROOT, args.jobs, args.calls)
+    ours = measured(ROOT, args.jobs, args.calls, args.nodes)
     theirs: dict[str, float] = {}
     if args.against:
         with checkout(args.against) as other:
-            theirs = measured(other, args.jobs, args.calls)
+            theirs = measured(other, args.jobs, args.calls, args.nodes)
     for label, figure in ours.items():
         line = f"{label:32s} {figure:8.2f} µs/call"
         if label in theirs:

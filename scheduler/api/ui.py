@@ -34,7 +34,15 @@ from scheduler.api.ui_forms import check_origin, checked_form, form_lists
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_layout import View, duration, page, status_badge, view_of
 from scheduler.models.fields import JobField, Kind
-from scheduler.models.job import FINAL_STATUSES, JOB_FIELDS, NOT_STARTED, STATUSES, Job, job_decoder
+from scheduler.models.job import (
+    FINAL_STATUSES,
+    JOB_FIELDS,
+    NOT_STARTED,
+    PENDING_REASONS,
+    STATUSES,
+    Job,
+    job_decoder,
+)
 from scheduler.models.labels import selector_text
 from scheduler.models.registry import Service
 from scheduler.models.wire import ID_RE
@@ -56,6 +64,11 @@ _SHOWN_AS: dict[str, Callable[[Any], str]] = {
     "status": status_badge,
     "command": lambda command: f"<code>{escape(command)}</code>",
     "job_type": lambda job_type: escape(job_type or "run"),
+    "pending_reason": lambda reason: (
+        f'{escape(reason)} <span class="muted">({escape(PENDING_REASONS[reason])})</span>'
+        if reason in PENDING_REASONS
+        else escape(reason)
+    ),
 }
 _FIRST = ("job_id", "status", "failure_reason", "pending_reason")
 _BELOW = ("stdout", "stderr")

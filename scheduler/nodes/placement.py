@@ -1,5 +1,5 @@
 """Which node gets a job (README, Placement): the model of the scripts' Lua (store/scripts/
-place.py), which the tests hold both to.
+place.py, room.py), which the tests hold both to.
 
 Pure functions. With the built-in registry a job goes to a live, undrained compute node that
 matches its node_selector and has room for what it asks (`fits`), the least loaded of them

@@ -125,6 +125,14 @@ class Keys:
     def node_room(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:room")
 
+    def nodes_offer(self, what: str) -> str:
+        """Zset: each compute node's offer of `what` (cpus, memory_mb)."""
+        return self._k(f"nodes:offer:{what}")
+
+    def nodes_free(self, what: str) -> str:
+        """Zset: each compute node's free `what`: its offer less what its jobs hold."""
+        return self._k(f"nodes:free:{what}")
+
     def node_held(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:held")
 

@@ -141,3 +141,15 @@ def test_an_unplaced_job_reads_with_its_reason_and_no_null(client: TestClient) -
     assert got == created
     listed = assert_json(client.get("/jobs", params={"status": "pending"}))
     assert [j["job_id"] for j in listed] == [created["job_id"]]
+
+
+def test_the_ui_says_why_a_job_waits(client: TestClient) -> None:
+    assert register(client, "n1", labels={"zone": "a"}).status_code == 201
+    placed = submit(client, command="x", cpus=2, node_selector={"zone": ["a", "b"]})
+    waiting = submit(client, command="y", cpus=2)
+    page = client.get(f"/ui/jobs/{waiting['job_id']}").text
+    assert 'full <span class="muted">(the nodes that fit have no room for it now)</span>' in page
+    assert '<span class="muted">none yet</span>' in page
+    assert "zone=a|b" in client.get(f"/ui/jobs/{placed['job_id']}").text
+    listing = client.get("/ui/jobs").text
+    assert '<span class="st reason full">full</span>' in listing

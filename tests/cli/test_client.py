@@ -626,3 +626,22 @@ def test_drain_and_undrain_print_what_moved(api: str, cli: Cli) -> None:
         if pinned:
             assert httpx.delete(f"{api}/jobs/{pinned}").status_code == 200
         assert httpx.delete(f"{api}/nodes/drain-a").status_code == 204
+
+
+def test_submit_says_what_a_job_needs_and_why_it_waits(api: str, cli: Cli) -> None:
+    argv = ["--cpus", "2", "--memory-mb", "512", "--select", "zone=a,b", "--node", "cli-absent"]
+    code, out, _ = cli(api, "submit", "make", *argv, "--json")
+    job = json.loads(out)
+    assert code == 0
+    assert (job["cpus"], job["memory_mb"]) == (2, 512)
+    assert job["node_selector"] == {"zone": ["a", "b"], "node.id": "cli-absent"}
+    assert (job["node_id"], job["pending_reason"]) == ("", "no_fit")
+    code, out, _ = cli(api, "status", job["job_id"])
+    assert out.startswith(f"job_id={job['job_id']} node_id= status=pending pending_reason=no_fit")
+    code, out, _ = cli(api, "submit", "make", "--node", "cli-absent")
+    assert out.endswith("on no node yet (status=pending, pending_reason=no_fit)\n")
+    code, _, err = cli(api, "submit", "make", "--select", "zone")
+    assert code == 1 and "--select 'zone': use KEY=VALUE" in err
+    for waiting in httpx.get(f"{api}/jobs", params={"status": "pending"}).json():
+        if waiting["node_id"] == "":
+            httpx.delete(f"{api}/jobs/{waiting['job_id']}")

@@ -206,9 +206,9 @@ def test_a_job_waited_for_by_too_many_is_refused(
     api: TestClient, rclient: redis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its ending settles every waiter in one script: their number is bounded."""
-    from scheduler.store.scripts import jobs as job_scripts
+    from scheduler.store.scripts import create as create_scripts
 
-    monkeypatch.setattr(job_scripts, "MAX_WAITERS", 2)
+    monkeypatch.setattr(create_scripts, "MAX_WAITERS", 2)
     root = submit(api, command="root")["job_id"]
     for _ in range(2):
         assert_json(api.post("/jobs", json={"command": "w", "after": [root]}), 201)

@@ -111,6 +111,10 @@ def assert_holds_match_jobs(rclient: redis.Redis, prefix: str) -> None:
         assert {m.decode() for m in rclient.smembers(keys.node_held(node_id))} == held[node_id]
         assert room.get("held_cpus", 0) == cpus[node_id], node_id
         assert room.get("held_memory_mb", 0) == memory[node_id], node_id
+        for what, held_sum in (("cpus", cpus[node_id]), ("memory_mb", memory[node_id])):
+            offered = rclient.zscore(keys.nodes_offer(what), node_id)
+            if offered is not None:  # its free room is what it offers less what it holds
+                assert rclient.zscore(keys.nodes_free(what), node_id) == offered - held_sum
         if node_id in loads:
             assert loads[node_id] == len(held[node_id]), node_id
 
@@ -372,4 +376,51 @@ def test_a_node_registered_before_placement_by_fit_is_indexed_at_its_heartbeat(
     assert rclient.zscore(keys.nodes_load, "a") == 0
     assert job(api, cpus=2, node_selector={"zone": "x"})["node_id"] == "a"
     assert job(api, cpus=1)["pending_reason"] == "full"
+    assert_holds_match_jobs(rclient, prefix)
+
+
+def test_the_lua_agrees_with_find_node_on_a_seeded_mix(
+    api: TestClient, rclient: redis.Redis, prefix: str
+) -> None:
+    """Random offers, labels, asks and endings (seeded: the same each run), each submit
+    compared with the model fed the state the scripts keep."""
+    import random
+
+    rng = random.Random(24)
+    keys = Keys(prefix)
+    model: dict[str, NodeRoom] = {}
+    for i in range(6):
+        node_id, cpus, memory = f"n{i}", rng.choice([0, 2, 4, 8]), rng.choice([0, 512, 2048])
+        zone = rng.choice(["a", "b"])
+        node(api, node_id, cpus=cpus, memory_mb=memory, zone=zone)
+        labels = node_labels(node_id, f"host-{node_id}", {"zone": zone})
+        model[node_id] = NodeRoom(node_id, labels, cpus, memory)
+    held: dict[str, tuple[str, Ask]] = {}
+    for _ in range(60):
+        if held and rng.random() < 0.3:  # a job ends: its node's room comes back
+            job_id = rng.choice(sorted(held))
+            on, ask = held.pop(job_id)
+            finish(api, job_id)
+            was = model[on]
+            model[on] = NodeRoom(
+                on, was.labels, was.cpus, was.memory_mb, was.held_cpus - ask.cpus,
+                was.held_memory_mb - ask.memory_mb, was.held_jobs - 1,
+            )  # fmt: skip
+            continue
+        selector = rng.choice([{}, {}, {"zone": "a"}, {"zone": ["a", "b"]}, {"node.id": "n2"}])
+        ask = Ask(rng.choice([0, 0, 1, 2, 3]), rng.choice([0, 0, 256, 1024]), selector)
+        ticket = int(rclient.get(keys.rr_seq) or 0) + 1
+        expected = find_node(ask, list(model.values()), ticket)
+        fields = {"cpus": ask.cpus, "memory_mb": ask.memory_mb, "node_selector": ask.node_selector}
+        made = job(api, **fields)
+        assert (made["node_id"] or None, made.get("pending_reason", "")) == expected, ask
+        if made["node_id"]:
+            held[made["job_id"]] = (made["node_id"], ask)
+            was = model[made["node_id"]]
+            model[was.id] = NodeRoom(
+                was.id, was.labels, was.cpus, was.memory_mb, was.held_cpus + ask.cpus,
+                was.held_memory_mb + ask.memory_mb, was.held_jobs + 1,
+            )  # fmt: skip
+        else:
+            assert api.delete(f"/jobs/{made['job_id']}").status_code == 200
     assert_holds_match_jobs(rclient, prefix)

@@ -4,7 +4,7 @@ its call: the request path's (create.py, jobs.py, listing.py), the built-in regi
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
 work's (upkeep.py), the snapshot's (snapshot.py), the schedules' (schedules.py) and the
 door's (access.py: UI sessions, failed credentials), on the shared Lua of library.py
-(life.py, place.py, minutes.py).
+(life.py, room.py, place.py, minutes.py).
 
 `SCRIPTS` holds them all, by name, once this package is imported."""
 

@@ -21,8 +21,9 @@ from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE
 from scheduler.store.scripts.minutes import SERIES
-from scheduler.store.scripts.place import NODES, PLACE
+from scheduler.store.scripts.place import PLACE
 from scheduler.store.scripts.record import ENCODE, TIME
+from scheduler.store.scripts.room import NODES
 
 # Who makes an agent call (AGENT_AUTH, README "Security"); the API works it out, in process,
 # from the Authorization header and passes it as one argument, `caller`:

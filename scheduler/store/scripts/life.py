@@ -86,7 +86,7 @@ local function publish(id, status)
 end
 
 -- Job `id` (number n) from its status on its node to status `new` on node `to`, in every
--- index that names the node or the status, and what it holds with it (place.py hold,
+-- index that names the node or the status, and what it holds with it (room.py hold,
 -- unhold). `to` "" with `new` pending: unplaced (place.py), the next placement pass
 -- flagged. The caller stores the record.
 local function rebind(id, n, job, new, to)

@@ -74,7 +74,7 @@ REGISTER_NODE = Script(
 -- once the node is silent for NODE_TTL_SECS. caller is never "open"; token_hash: a fresh
 -- token's. An existing id given a fresh token passes to a new holder (hand_over). A compute
 -- node's labels, offer (cpu_count, memory_mb) and load are indexed from its record for
--- placement (place.py index_node), and the unplaced jobs may fit it.
+-- placement (room.py index_node), and the unplaced jobs may fit it.
 -- Returns {OK, "issued" | "kept" | "none", {job moved}, {job lost}} (the fresh token became
 -- the node's; the caller's token stays the node's; no token for this caller) | {UNAUTHORIZED}
 -- | {TOO_MANY_NODES} | {ROLE_LOCKED} | {TOO_MANY}
@@ -192,7 +192,7 @@ HEARTBEAT = Script(
 -- A compute node heard from again after NODE_TTL_SECS of silence (not live since
 -- live_cutoff) may take the unplaced jobs (flagged); one not among the placeable nodes
 -- (found dead while away, or registered by a version before placement by fit) and not
--- drained is indexed again from its record (place.py index_node), which flags them too.
+-- drained is indexed again from its record (room.py index_node), which flags them too.
 -- Returns {OK, node JSON, {cancelling id, ...}} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
@@ -231,7 +231,7 @@ DELETE_NODE = Script(
     "node live_cutoff limit caller",
     """
 -- A node leaves (its agent stopping cleanly, or the operator's key): no job is placed on it
--- from now on (its labels and offer go: place.py index_node), its token stops working at
+-- from now on (its labels and offer go: room.py index_node), its token stops working at
 -- once, and its pending jobs (not instance-bound) move to live nodes at once, up to `limit`
 -- (one that asks a fit waits unplaced for the next placement pass). A compute node that
 -- still has jobs not ended bound to it stays in nodes:compute as lost long ago (score 0),

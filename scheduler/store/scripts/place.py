@@ -1,17 +1,19 @@
 """Placement in Lua (README, Placement; nodes/placement.py is its model, which the tests hold
-it to). Part of the scripts' library (library.py), in two parts: NODES, before a job's life
-(life.py uses it: what a node holds, `hold` and `unhold`, and the round-robin moves), and
-PLACE, after it (`place` binds a job through life.py's `rebind`).
+it to). Part of the scripts' library (library.py), in two parts: room.py's NODES, before a job's
+life (life.py uses it: what a node offers and holds, `hold` and `unhold`, and the
+round-robin moves), and PLACE here, after it (`place` binds a job through life.py's
+`rebind`).
 
 What placement reads, each kept by the scripts that change it:
 - `{P}:nodes:load`, the placeable nodes (registered compute, not drained, not found dead)
   scored by the jobs each holds: a job that asks nothing takes the least loaded, ties broken
   round-robin by the shared ticket, in O(log n) whatever the number of nodes;
 - `{P}:node:{n}:held` (the jobs a node holds: bound to it and pending, running or
-  cancelling) and `{P}:node:{n}:room` (`cpus`, `memory_mb` offered, `held_cpus`,
-  `held_memory_mb` held: a small hash, read whole), changed only by `hold` and `unhold`,
-  which `rebind` and `finish` call (the offer: `index_node`): every bind and unbind of a
-  job goes through them;
+  cancelling), `{P}:node:{n}:room` (what they hold: `held_cpus`, `held_memory_mb`) and
+  `{P}:nodes:free:{cpus,memory_mb}` (each node's offer less that), changed only by `hold`
+  and `unhold`, which `rebind` and `finish` call: every bind and unbind of a job goes
+  through them; `{P}:nodes:offer:{cpus,memory_mb}` (what each offers) and the free room
+  are set again from a registration (`index_node`);
 - `{P}:label:<key>=<value>`, the compute nodes with each label (REGISTER_NODE,
   DELETE_NODE);
 - `{P}:nodes:drained` (library.py DRAINS): a node there is never a candidate;
@@ -21,137 +23,6 @@ What placement reads, each kept by the scripts that change it:
 """
 
 from scheduler.models.job import PENDING_REASONS
-
-NODES = """
--- A drained node (library.py DRAINS, README "Drain") is never a candidate.
-local function is_drained(node)
-  return redis.call("HEXISTS", K.drained_nodes, node) == 1
-end
-
--- `nodes` without the drained ones (one EXISTS when none is, the usual case).
-local function undrained(nodes)
-  if #nodes == 0 or redis.call("EXISTS", K.drained_nodes) == 0 then return nodes end
-  local kept = {}
-  for _, node in ipairs(nodes) do
-    if not is_drained(node) then kept[#kept + 1] = node end
-  end
-  return kept
-end
-
--- The live compute nodes (heard from since `cutoff`) that are not drained, sorted by id:
--- the round-robin moves' candidates (a lost node's jobs, a due job whose node is gone, an
--- external registry's retries).
-local function live_nodes(cutoff)
-  local live = undrained(redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf"))
-  table.sort(live)
-  return live
-end
-
-local function is_live(node, cutoff)
-  local seen = redis.call("ZSCORE", K.nodes_compute, node)
-  return seen ~= false and tonumber(seen) >= cutoff
-end
-
--- A node a job may be put on now: live and not drained.
-local function placeable(node, cutoff)
-  return is_live(node, cutoff) and not is_drained(node)
-end
-
--- Round-robin (placement.choose): the ticket from one INCR shared by every replica.
-local function next_live(nodes)
-  if #nodes == 0 then return nil end
-  local ticket = redis.call("INCR", K.rr_seq)
-  return nodes[((ticket - 1) % #nodes) + 1]
-end
-
--- The statuses in which a job holds what it asks on its node.
-local HOLDS = {pending = true, running = true, cancelling = true}
-
--- Whether a job asks anything of its node beyond a slot (models.asks_fit): such a job is
--- placed by fit, and one that must leave its node waits unplaced for the next placement
--- pass rather than going round-robin.
-local function needs_fit(job)
-  local selector = job.node_selector
-  return (tonumber(job.cpus) or 0) > 0 or (tonumber(job.memory_mb) or 0) > 0
-    or (type(selector) == "table" and next(selector) ~= nil)
-end
-
--- Room may have appeared (a job ended or left a node, a node registered, came back or was
--- undrained): the next PLACE_UNPLACED pass starts from the head of the unplaced jobs.
-local function flag_unplaced()
-  if redis.call("EXISTS", K.unplaced) == 1 then redis.call("SET", K.unplaced_retry, "-inf") end
-end
-
--- Job `id`'s asks held on `node` while it is bound there (HOLDS): its cpus and memory_mb in
--- the node's room, one job in its load. The set of held jobs makes both idempotent: a job
--- counts once, and only a job counted is given back (jobs bound before this version, or
--- given back already, change nothing).
-local function hold(node, id, job)
-  if node == "" or redis.call("SADD", K.node_held(node), id) == 0 then return end
-  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
-  if cpus > 0 then redis.call("HINCRBY", K.node_room(node), "held_cpus", cpus) end
-  if memory > 0 then redis.call("HINCRBY", K.node_room(node), "held_memory_mb", memory) end
-  redis.call("ZADD", K.nodes_load, "XX", "INCR", 1, node)
-end
-
-local function unhold(node, id, job)
-  if node == "" or redis.call("SREM", K.node_held(node), id) == 0 then return end
-  local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
-  if cpus > 0 then redis.call("HINCRBY", K.node_room(node), "held_cpus", -cpus) end
-  if memory > 0 then redis.call("HINCRBY", K.node_room(node), "held_memory_mb", -memory) end
-  redis.call("ZADD", K.nodes_load, "XX", "INCR", -1, node)
-  flag_unplaced()
-end
-
--- The node's place among the placeable nodes (nodes:load): there, scored by the jobs it
--- holds, while it is a registered compute node and not drained; else out. Called when one
--- of those changes (a registration, a delete, a heartbeat after silence; drain's drain and
--- undrain); whether it is live is checked as it is picked.
-local function refresh_load(node)
-  if redis.call("HEXISTS", K.nodes, node) == 1 and redis.call("ZSCORE", K.nodes_compute, node)
-    and not is_drained(node) then
-    redis.call("ZADD", K.nodes_load, redis.call("SCARD", K.node_held(node)), node)
-  else
-    redis.call("ZREM", K.nodes_load, node)
-  end
-end
-
--- A node's labels as "key=value", from its record: its registered ones and the scheduler's
--- node.id and node.hostname (models/labels.py node_labels).
-local function node_labels(node, record)
-  local out = {"node.id=" .. node}
-  if type(record.hostname) == "string" and record.hostname ~= "" then
-    out[2] = "node.hostname=" .. record.hostname
-  end
-  if type(record.labels) == "table" then
-    for key, value in pairs(record.labels) do out[#out + 1] = key .. "=" .. value end
-  end
-  return out
-end
-
--- What placement reads of node `node` (its label sets, its offer in nodes:room, its place
--- in nodes:load) from its record `new` (JSON; nil once deleted), replacing what its record
--- `old` said (JSON or nil); then the unplaced jobs may fit. Only compute nodes are indexed.
-local function index_node(node, old, new)
-  if old then
-    for _, label in ipairs(node_labels(node, cjson.decode(old))) do
-      redis.call("SREM", K.label_nodes(label), node)
-    end
-  end
-  local record = new and cjson.decode(new)
-  if record and record.role == "compute" then
-    for _, label in ipairs(node_labels(node, record)) do
-      redis.call("SADD", K.label_nodes(label), node)
-    end
-    redis.call("HSET", K.node_room(node), "cpus", tonumber(record.cpu_count) or 0,
-      "memory_mb", tonumber(record.memory_mb) or 0)
-  else
-    redis.call("HDEL", K.node_room(node), "cpus", "memory_mb")
-  end
-  refresh_load(node)
-  flag_unplaced()
-end
-"""
 
 REASONS = "local REASON = {" + ", ".join(f'{r} = "{r}"' for r in PENDING_REASONS) + "}"
 
@@ -235,46 +106,59 @@ local function least_loaded(cutoff)
   end
 end
 
--- Whether `ask` fits in `offered` once `held` is counted (placement.within: nil or 0
--- offered, or 0 asked, is not checked).
-local function within(ask, held, offered)
-  return ask == 0 or (offered or 0) == 0 or (held or 0) + ask <= offered
+-- Of `nodes`, which offer `cpus` and `memory` at all, and which have room for them now
+-- (placement.offers, fits): two lists of booleans, read from the offer and free indexes a
+-- dimension at a time, only for what is asked. A node missing there (registered by a
+-- version before this one) is not checked, as one offering 0.
+local function rooms(nodes, cpus, memory)
+  local offers, room = {}, {}
+  for i = 1, #nodes do offers[i], room[i] = true, true end
+  for d, ask in ipairs({cpus, memory}) do
+    if ask > 0 and #nodes > 0 then
+      local offered = redis.call("ZMSCORE", K.nodes_offer(ROOM[d]), unpack(nodes))
+      local free = redis.call("ZMSCORE", K.nodes_free(ROOM[d]), unpack(nodes))
+      for i = 1, #nodes do
+        offers[i] = offers[i] and (tonumber(offered[i]) or UNCHECKED) >= ask
+        room[i] = room[i] and (tonumber(free[i]) or UNCHECKED) >= ask
+      end
+    end
+  end
+  return offers, room
 end
 
--- What node `node` can give `cpus` and `memory`: whether it offers that much at all, and
--- whether it has room for it now (its jobs' holds counted). Reads its room only for an ask.
-local function room_for(node, cpus, memory)
-  if cpus == 0 and memory == 0 then return true, true end
-  local room = redis.call(
-    "HMGET", K.node_room(node), "cpus", "memory_mb", "held_cpus", "held_memory_mb")
-  local cpus_offered, memory_offered = tonumber(room[1]), tonumber(room[2])
-  local offers = within(cpus, 0, cpus_offered) and within(memory, 0, memory_offered)
-  return offers, offers and within(cpus, tonumber(room[3]), cpus_offered)
-    and within(memory, tonumber(room[4]), memory_offered)
+-- Whether some node has room for `cpus` and `memory` now, live or not, by the free
+-- indexes alone (O(log n)): when none has, no walk is needed to know it.
+local function any_room(cpus, memory)
+  for d, ask in ipairs({cpus, memory}) do
+    if ask > 0 and redis.call("ZCOUNT", K.nodes_free(ROOM[d]), ask, "+inf") == 0 then
+      return false
+    end
+  end
+  return true
 end
 
 -- A job that asks only resources: nodes:load walked from its least loaded nodes, a load at
--- a time, each tie rotated from the ticket's place (rotate), 32 nodes a read; the first live,
--- undrained node with room. The work is the nodes passed over before it, not the fleet.
--- Returns that node, or nil and whether a node passed over offers enough (then it is full).
+-- a time, each tie rotated from the ticket's place (rotate), 4 nodes a read doubling to 32;
+-- the first live, undrained node with room. The work is the nodes passed over before it,
+-- read in batches, not the fleet.
 local function walk_load(cutoff, cpus, memory, ticket)
-  local rank, any_drained, offered = 0, redis.call("EXISTS", K.drained_nodes) == 1, false
+  local rank, any_drained, size = 0, redis.call("EXISTS", K.drained_nodes) == 1, 4
   while true do
     local head = redis.call("ZRANGE", K.nodes_load, rank, rank, "WITHSCORES")
-    if #head == 0 then return nil, offered end
+    if #head == 0 then return nil end
     local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
     local start, seen = (ticket - 1) % count, 0
     while seen < count do
       local from = (start + seen) % count
-      local upto = math.min(count - 1, from + 31, from + count - seen - 1)
+      local upto = math.min(count - 1, from + size - 1, from + count - seen - 1)
+      size = math.min(size * 2, 32)  -- the first node usually has room: read few first
       local window = redis.call("ZRANGE", K.nodes_load, rank + from, rank + upto)
       local alive = redis.call("ZMSCORE", K.nodes_compute, unpack(window))
       local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(window)) or {}
+      local _, room = rooms(window, cpus, memory)
       for i, node in ipairs(window) do
-        if alive[i] and tonumber(alive[i]) >= cutoff and not drained[i] then
-          local offers, room_now = room_for(node, cpus, memory)
-          if room_now then return node, true end
-          offered = offered or offers
+        if room[i] and not drained[i] and alive[i] and tonumber(alive[i]) >= cutoff then
+          return node
         end
       end
       seen = seen + upto - from + 1
@@ -283,13 +167,36 @@ local function walk_load(cutoff, cpus, memory, ticket)
   end
 end
 
--- Why no node takes a job that asks only resources, when none of the placeable nodes
--- offers enough (walk_load): a live drained node that does (drained), else a live compute
--- node at all (no_fit) or none (no_nodes). Reads the drained nodes only.
+-- Why no node takes a job that asks only resources: of the live compute nodes that offer
+-- what it asks (read from the offer index of the dimension fewer nodes offer enough of, 32
+-- at a time, until one answers), an undrained one (full: it has no room now) or only
+-- drained ones (drained); none (no_fit), or no live compute node at all (no_nodes).
 local function why_not(cutoff, cpus, memory)
-  for _, node in ipairs(redis.call("HKEYS", K.drained_nodes)) do
-    if is_live(node, cutoff) and room_for(node, cpus, memory) then return REASON.drained end
+  local asks, by = {cpus, memory}, cpus > 0 and 1 or 2
+  if cpus > 0 and memory > 0 and redis.call("ZCOUNT", K.nodes_offer(ROOM[2]), memory, "+inf")
+    < redis.call("ZCOUNT", K.nodes_offer(ROOM[1]), cpus, "+inf") then
+    by = 2
   end
+  local other, any_drained = 3 - by, redis.call("EXISTS", K.drained_nodes) == 1
+  local drained_only, read = false, 0
+  while true do
+    local chunk = redis.call(
+      "ZRANGEBYSCORE", K.nodes_offer(ROOM[by]), asks[by], "+inf", "LIMIT", read, 32)
+    if #chunk == 0 then break end
+    read = read + #chunk
+    local alive = redis.call("ZMSCORE", K.nodes_compute, unpack(chunk))
+    local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(chunk)) or {}
+    local offered = asks[other] > 0
+      and redis.call("ZMSCORE", K.nodes_offer(ROOM[other]), unpack(chunk)) or {}
+    for i = 1, #chunk do
+      local offers = asks[other] == 0 or (tonumber(offered[i]) or UNCHECKED) >= asks[other]
+      if offers and alive[i] and tonumber(alive[i]) >= cutoff then
+        if not drained[i] then return REASON.full end
+        drained_only = true
+      end
+    end
+  end
+  if drained_only then return REASON.drained end
   local any = redis.call("ZCOUNT", K.nodes_compute, cutoff, "+inf") > 0
   return any and REASON.no_fit or REASON.no_nodes
 end
@@ -299,19 +206,19 @@ end
 -- checked); the least loaded of them, ties rotated from the ticket (rotate over every such
 -- node of that load). Else nil and why: no live compute node (no_nodes), none matching its
 -- labels and offering enough (no_fit), only drained ones (drained), none with room now
--- (full). A job that asks only resources walks nodes:load (walk_load, why_not); one that
--- names labels reads its selector's nodes, 200 at a time.
+-- (full). A job that asks only resources walks nodes:load (walk_load) unless the free
+-- indexes say no node has room, then finds why (why_not); one that names labels reads its
+-- selector's nodes, 200 at a time.
 local function fitting_node(job, cutoff)
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
   local ticket = next_ticket()
   local ids = selector_nodes(job.node_selector)
   if not ids then
-    local node, offered = walk_load(cutoff, cpus, memory, ticket)
+    local node = any_room(cpus, memory) and walk_load(cutoff, cpus, memory, ticket)
     if node then
       redis.call("INCR", K.rr_seq)
       return node
     end
-    if offered then return nil, REASON.full end
     return nil, why_not(cutoff, cpus, memory)
   end
   local any_drained = redis.call("EXISTS", K.drained_nodes) == 1
@@ -322,15 +229,15 @@ local function fitting_node(job, cutoff)
     local seen = redis.call("ZMSCORE", K.nodes_compute, unpack(chunk))
     local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(chunk)) or {}
     local held = redis.call("ZMSCORE", K.nodes_load, unpack(chunk))
+    local offers, room = rooms(chunk, cpus, memory)
     for i, node in ipairs(chunk) do
       if seen[i] and tonumber(seen[i]) >= cutoff then
-        local offers, room_now = room_for(node, cpus, memory)
-        if offers then matched = matched + 1 end
-        if offers and not drained[i] then open = open + 1 end
+        if offers[i] then matched = matched + 1 end
+        if offers[i] and not drained[i] then open = open + 1 end
         if not drained[i] then
           local load = tonumber(held[i]) or redis.call("SCARD", K.node_held(node))
           loads[#loads + 1] = {node, load}
-          if room_now then
+          if room[i] then
             fitting[node] = true
             if load < low then low = load end
           end

@@ -1,0 +1,157 @@
+"""What a node offers and holds, in Lua: the part of placement (place.py) that a job's life
+(life.py) uses, so it comes before it in the scripts' library (library.py): whether a node
+is drained (`is_drained`, `undrained`: the one check), the live nodes and the round-robin
+moves, `hold` and `unhold` (every bind and unbind of a job), a node's
+place among the placeable ones (`refresh_load`), its labels and offer (`index_node`), and
+the flag that room may have appeared (`flag_unplaced`)."""
+
+NODES = """
+-- A drained node (library.py DRAINS, README "Drain") is never a candidate.
+local function is_drained(node)
+  return redis.call("HEXISTS", K.drained_nodes, node) == 1
+end
+
+-- `nodes` without the drained ones (one EXISTS when none is, the usual case).
+local function undrained(nodes)
+  if #nodes == 0 or redis.call("EXISTS", K.drained_nodes) == 0 then return nodes end
+  local kept = {}
+  for _, node in ipairs(nodes) do
+    if not is_drained(node) then kept[#kept + 1] = node end
+  end
+  return kept
+end
+
+-- The live compute nodes (heard from since `cutoff`) that are not drained, sorted by id:
+-- the round-robin moves' candidates (a lost node's jobs, a due job whose node is gone, an
+-- external registry's retries).
+local function live_nodes(cutoff)
+  local live = undrained(redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf"))
+  table.sort(live)
+  return live
+end
+
+local function is_live(node, cutoff)
+  local seen = redis.call("ZSCORE", K.nodes_compute, node)
+  return seen ~= false and tonumber(seen) >= cutoff
+end
+
+-- A node a job may be put on now: live and not drained.
+local function placeable(node, cutoff)
+  return is_live(node, cutoff) and not is_drained(node)
+end
+
+-- Round-robin (placement.choose): the ticket from one INCR shared by every replica.
+local function next_live(nodes)
+  if #nodes == 0 then return nil end
+  local ticket = redis.call("INCR", K.rr_seq)
+  return nodes[((ticket - 1) % #nodes) + 1]
+end
+
+-- The statuses in which a job holds what it asks on its node.
+local HOLDS = {pending = true, running = true, cancelling = true}
+
+-- Whether a job asks anything of its node beyond a slot (models.asks_fit): such a job is
+-- placed by fit, and one that must leave its node waits unplaced for the next placement
+-- pass rather than going round-robin.
+local function needs_fit(job)
+  local selector = job.node_selector
+  return (tonumber(job.cpus) or 0) > 0 or (tonumber(job.memory_mb) or 0) > 0
+    or (type(selector) == "table" and next(selector) ~= nil)
+end
+
+-- Room may have appeared (a job ended or left a node, a node registered, came back or was
+-- undrained): the next PLACE_UNPLACED pass starts from the head of the unplaced jobs.
+local function flag_unplaced()
+  if redis.call("EXISTS", K.unplaced) == 1 then redis.call("SET", K.unplaced_retry, "-inf") end
+end
+
+-- What a node offers and holds, per what a job may ask (its record's field names). A node
+-- that offers 0 (unknown, as the Rust agent's memory) is not checked: it offers UNCHECKED,
+-- more than any ask, in the offer and free indexes (exact as a double minus any ask).
+local ROOM = {"cpus", "memory_mb"}
+local UNCHECKED = 4503599627370496
+
+-- Job `id`'s asks held on `node` while it is bound there (HOLDS): its cpus and memory_mb
+-- taken from the node's free room (and added to its room hash's held sums, from which the
+-- free room is made again when its offer changes), one job in its load. The set of held
+-- jobs makes both idempotent: a job counts once, and only a job counted is given back (jobs
+-- bound before this version, or given back already, change nothing).
+local function take_room(node, job, sign)
+  local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
+  for i, what in ipairs(ROOM) do
+    if asks[i] > 0 then
+      redis.call("HINCRBY", K.node_room(node), "held_" .. what, sign * asks[i])
+      redis.call("ZADD", K.nodes_free(what), "XX", "INCR", -sign * asks[i], node)
+    end
+  end
+  redis.call("ZADD", K.nodes_load, "XX", "INCR", sign, node)
+end
+
+local function hold(node, id, job)
+  if node == "" or redis.call("SADD", K.node_held(node), id) == 0 then return end
+  take_room(node, job, 1)
+end
+
+local function unhold(node, id, job)
+  if node == "" or redis.call("SREM", K.node_held(node), id) == 0 then return end
+  take_room(node, job, -1)
+  flag_unplaced()
+end
+
+-- The node's place among the placeable nodes (nodes:load): there, scored by the jobs it
+-- holds, while it is a registered compute node and not drained; else out. Called when one
+-- of those changes (a registration, a delete, a heartbeat after silence, a drain and an
+-- undrain: library.py set_drain, lift_drain); whether it is live is checked as it is picked.
+local function refresh_load(node)
+  if redis.call("HEXISTS", K.nodes, node) == 1 and redis.call("ZSCORE", K.nodes_compute, node)
+    and not is_drained(node) then
+    redis.call("ZADD", K.nodes_load, redis.call("SCARD", K.node_held(node)), node)
+  else
+    redis.call("ZREM", K.nodes_load, node)
+  end
+end
+
+-- A node's labels as "key=value", from its record: its registered ones and the scheduler's
+-- node.id and node.hostname (models/labels.py node_labels).
+local function node_labels(node, record)
+  local out = {"node.id=" .. node}
+  if type(record.hostname) == "string" and record.hostname ~= "" then
+    out[2] = "node.hostname=" .. record.hostname
+  end
+  if type(record.labels) == "table" then
+    for key, value in pairs(record.labels) do out[#out + 1] = key .. "=" .. value end
+  end
+  return out
+end
+
+-- What placement reads of node `node` (its label sets, its offer and free room, its place
+-- in nodes:load) from its record `new` (JSON; nil once deleted), replacing what its record
+-- `old` said (JSON or nil); then the unplaced jobs may fit. Only compute nodes are indexed.
+local function index_node(node, old, new)
+  if old then
+    for _, label in ipairs(node_labels(node, cjson.decode(old))) do
+      redis.call("SREM", K.label_nodes(label), node)
+    end
+  end
+  local record = new and cjson.decode(new)
+  if record and record.role == "compute" then
+    for _, label in ipairs(node_labels(node, record)) do
+      redis.call("SADD", K.label_nodes(label), node)
+    end
+    local offers = {tonumber(record.cpu_count) or 0, tonumber(record.memory_mb) or 0}
+    for i, what in ipairs(ROOM) do
+      local offered = offers[i] > 0 and offers[i] or UNCHECKED
+      local held = tonumber(redis.call("HGET", K.node_room(node), "held_" .. what)) or 0
+      redis.call("ZADD", K.nodes_offer(what), offered, node)
+      redis.call("ZADD", K.nodes_free(what), offered - held, node)
+    end
+  else
+    for _, what in ipairs(ROOM) do
+      redis.call("ZREM", K.nodes_offer(what), node)
+      redis.call("ZREM", K.nodes_free(what), node)
+    end
+  end
+  refresh_load(node)
+  flag_unplaced()
+end
+"""
