@@ -132,4 +132,4 @@ def test_drain_cost_prints_each_case() -> None:
         "0 queued on the node",
         "5 queued on the node",
     ]
-    assert "5 moved, 0 stayed" in lines[1]
+    assert "5 moved, 0 unplaced, 0 stayed" in lines[1]

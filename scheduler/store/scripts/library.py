@@ -200,10 +200,12 @@ local OFF_STATUSES = {"pending", "waiting", "delayed"}
 -- many stayed bound to it (instance-bound, past `limit`, or no live node of an external
 -- registry: a drain again moves them).
 local function move_off(node, builtin, cutoff, limit)
-  local moved, stayed = {}, 0
+  local moved, stayed, failed = {}, 0, {}
   for _, status in ipairs(OFF_STATUSES) do
     move_each(node, status, limit, moved, function(id, n, job)
-      if builtin and status == "pending" then return place(id, n, job, cutoff) or "" end
+      if builtin and status == "pending" then
+        return place(id, n, job, cutoff, failed) or ""  -- an ask none took: read once
+      end
       local to = off_drained(builtin, cutoff)
       if to then rebind(id, n, job, status, to) end
       return to

@@ -288,14 +288,21 @@ end
 -- there (life.py rebind); with none, pending unplaced (node_id "", in {P}:unplaced) with
 -- its pending_reason. PLACE_UNPLACED, PROMOTE_DUE, RETRY_JOBS and DRAIN_NODE (a drained
 -- node's pending jobs: library.py move_off) call it; nodes are live since `cutoff`. The
--- caller stores the record (store_job). Returns the node or nil, and the reason.
-local function place(id, n, job, cutoff)
-  local node, reason = find_node(job, cutoff)
+-- caller stores the record (store_job). `failed` (optional, kept through one script's
+-- jobs): the asks that found no node, with why; placing jobs only takes room, so such an
+-- ask finds none again and each distinct ask reads its candidates once a script. Returns
+-- the node or nil, and the reason.
+local function place(id, n, job, cutoff, failed)
+  local ask = failed and (job.cpus or 0) .. " " .. (job.memory_mb or 0) .. " "
+    .. cjson.encode(job.node_selector or {})
+  local node, reason = nil, ask and failed[ask]
+  if not reason then node, reason = find_node(job, cutoff) end
   if node then
     rebind(id, n, job, "pending", node)
   else
     if job.node_id ~= "" or job.status ~= "pending" then rebind(id, n, job, "pending", "") end
     job.pending_reason = reason
+    if ask then failed[ask] = reason end
   end
   return node, reason
 end

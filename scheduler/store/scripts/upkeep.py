@@ -285,17 +285,8 @@ for i = 1, #entries, 2 do
   local job = load_job(id)
   if job and job.status == "pending" and job.node_id == "" then
     local before = job.pending_reason
-    -- Placing a job only takes room, so an ask that found no node in this call finds none
-    -- again: each distinct ask reads its candidates once a call.
-    local ask = (job.cpus or 0) .. " " .. (job.memory_mb or 0) .. " "
-      .. cjson.encode(job.node_selector or {})
-    local node = nil
-    if failed[ask] then
-      job.pending_reason = failed[ask]
-    else
-      node = place(id, redis.call("ZSCORE", K.all_jobs, id), job, cutoff)
-      if not node then failed[ask] = job.pending_reason end
-    end
+    -- An ask that found no node in this call is not looked for again (place's `failed`).
+    local node = place(id, redis.call("ZSCORE", K.all_jobs, id), job, cutoff, failed)
     if node then placed[#placed + 1] = id end
     if node or job.pending_reason ~= before then store_job(id, job) end
   else
