@@ -108,6 +108,10 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     priority: Annotated[Priority, SUBMITTED] = 0
     # The jobs this one runs after: it waits until every one is done (README, Dependencies).
     after: Annotated[list[str], SUBMITTED, msgspec.Meta(max_length=MAX_AFTER)] = []
+    # What the job asks of its node (issue 24): CPUs, and memory in MiB; 0 = not asked (it
+    # runs under the agent's defaults). The reference agent sets its limits to them.
+    cpus: Annotated[int, SUBMITTED] = 0
+    memory_mb: Annotated[int, SUBMITTED] = 0
 
 
 JOB_FIELDS = read_fields(Job)

@@ -16,6 +16,10 @@ class NodeRegistration(msgspec.Struct):
     cpu_count: Int64 = 0
     role: str = ""
     addr: str = ""
+    # What the node offers jobs besides cpu_count (issue 24): memory in MiB (0 = not said,
+    # as the Rust agent), and labels that jobs' node_selector matches.
+    memory_mb: Int64 = 0
+    labels: dict[str, str] = {}
 
 
 class Heartbeat(msgspec.Struct):
