@@ -354,7 +354,7 @@ def _apply(args: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     try:
         command = _apply(argv)
-    except (OSError, ValueError, IndexError) as exc:
+    except (OSError, ValueError, IndexError, OverflowError) as exc:  # a huge limit too
         print(f"agent: cannot apply resource limits: {exc}", file=sys.stderr)
         return 126
     if not command:

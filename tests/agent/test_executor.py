@@ -386,3 +386,11 @@ def test_what_a_job_asked_is_really_its_limit(tmp_path: Path) -> None:
         for a, _, b in (part.partition("-") for part in allowed.split()[-1].split(","))
     )
     assert cores == min(2, len(os.sched_getaffinity(0)))
+
+
+def test_an_impossible_ask_fails_the_job_clearly(tmp_path: Path) -> None:
+    """Only reachable when the node offers no memory figure (else it is refused first)."""
+    job = AgentJob(job_id="job-8", command="echo ran", memory_mb=2**60)
+    out = _run(tmp_path, job, lambda r: httpx.Response(404))
+    assert (out.exit_code, out.stdout) == (126, "")
+    assert out.stderr.startswith("agent: cannot apply resource limits")
