@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import httpx
 import msgspec
 
+from scheduler.agent.capacity import Ask, limits_for
 from scheduler.agent.deploy import DeployError, download, extract
 from scheduler.agent.limits import Backend, Confinement, Limits, wrapper_command
 from scheduler.models.job import JOB_FIELDS, Job
@@ -287,9 +288,10 @@ class Executor:
         await asyncio.to_thread(extract, archive, into, 10 * self.config.deploy_max_bytes)
         archive.unlink()
 
-    def _confine(self, job: AgentJob, limits: Limits) -> Confinement:
+    def _confine(self, job: AgentJob, default: Limits) -> Confinement:
+        """The job's limits applied: what it asked, else `default` (capacity.limits_for)."""
         try:
-            return self.config.backend.confine(job.job_id, limits)
+            return self.config.backend.confine(job.job_id, limits_for(Ask.of(job), default))
         except OSError as exc:
             raise DeployError(f"agent: cannot set resource limits: {exc}") from None
 

@@ -218,7 +218,7 @@ def own_cgroups(proc_cgroup: str) -> dict[str, str]:
     return paths
 
 
-def _inside(mount: Mount, path: str) -> Path | None:
+def inside(mount: Mount, path: str) -> Path | None:
     """The directory of cgroup `path` under `mount`, if the mount shows it."""
     root = mount.root.rstrip("/")
     if path != root and not path.startswith(root + "/"):
@@ -271,7 +271,7 @@ def detect_cgroup2(mounts: list[Mount], paths: dict[str, str]) -> Backend | None
     if "" not in paths:
         return None
     for mount in (m for m in mounts if m.fstype == "cgroup2"):
-        own = _inside(mount, paths[""])
+        own = inside(mount, paths[""])
         if own is None:
             continue
         try:
@@ -287,7 +287,7 @@ def detect_cgroup2(mounts: list[Mount], paths: dict[str, str]) -> Backend | None
 def _v1_dir(mounts: list[Mount], paths: dict[str, str], controller: str) -> Path | None:
     for mount in mounts:
         if mount.fstype == "cgroup" and controller in mount.options and controller in paths:
-            directory = _inside(mount, paths[controller])
+            directory = inside(mount, paths[controller])
             if directory is not None and directory.is_dir():
                 return directory
     return None
@@ -354,7 +354,7 @@ def _apply(args: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     try:
         command = _apply(argv)
-    except (OSError, ValueError, IndexError) as exc:
+    except (OSError, ValueError, IndexError, OverflowError) as exc:  # a huge limit too
         print(f"agent: cannot apply resource limits: {exc}", file=sys.stderr)
         return 126
     if not command:

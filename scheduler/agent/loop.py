@@ -8,6 +8,9 @@ original is weak it does better (CONTRACT 8):
 - a 404 heartbeat (the registry forgot the node) re-registers instead of being ignored;
 - it runs up to --max-jobs jobs at once and polls again as soon as one ends;
 - a 409 on the `running` PATCH means another agent claimed the job: it is skipped;
+- a job runs with the cpus and memory it asked as its limits, one asking more than the node
+  offers is refused with a report, one that does not fit beside the running jobs waits
+  (capacity.py);
 - output is bounded, limits are enforced (limits.py), run jobs are killed once the
   scheduler has timed them out (JOB_TIMEOUT_SECS plus two sweeps), deploy archives are
   checked (executor.py);
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import httpx
 
+from scheduler.agent.capacity import Ask, fits_now, refusal
 from scheduler.agent.executor import (
     ABORTED_NOTE,
     CANCELLED_NOTE,
@@ -59,6 +63,11 @@ class Agent:
         self.remote.on_cancel = self.cancel
         self.runs: dict[str, asyncio.Task[None]] = {}
         self.services: dict[str, asyncio.Task[None]] = {}
+        # What each running job and service asked (capacity.py): given back as soon as it
+        # ends, before its report, so the agent never counts a job the scheduler has let go.
+        self.held: dict[str, Ask] = {}
+        # Jobs polled that do not fit beside the running ones, logged once while they wait.
+        self.waiting: set[str] = set()
 
     def stop(self) -> None:
         if not self.stopping.is_set():
@@ -106,6 +115,7 @@ class Agent:
 
     def _ended(self, job_id: str, outcome: Outcome) -> Outcome:
         self.stops.pop(job_id, None)
+        self.held.pop(job_id, None)
         if job_id in self.cancelled:
             self.cancelled.discard(job_id)
             stopped = outcome.stderr.removesuffix(ABORTED_NOTE).removesuffix(SERVICE_ABORTED_NOTE)
@@ -142,7 +152,7 @@ class Agent:
             return
         started = await self.executor.start_service(job, workspace)
         if isinstance(started, Outcome):
-            await self.remote.report(job.job_id, started)
+            await self.remote.report(job.job_id, self._ended(job.job_id, started))
             return
         log.info("service %s started (pid %d)", job.job_id, started.proc.pid)
         self.stops[job.job_id] = asyncio.Event()
@@ -168,11 +178,39 @@ class Agent:
                 return False
             if job.job_type != "service" and len(self.runs) >= self.config.max_jobs:
                 continue
-            if await self.remote.claim(job):
-                log.info("claimed %s: %s", job.job_id, job.command or job.deploy_url)
-                await self._start(job, spaces.get(job.instance_id))
-                started = True
+            ask = Ask.of(job)
+            refused = refusal(ask, self.config.offer, self.config.node_id)
+            if not refused and not self._fits_now(job.job_id, ask):
+                continue
+            if not await self.remote.claim(job):
+                continue
+            if refused:
+                await self._refuse(job.job_id, refused)
+                continue
+            log.info("claimed %s: %s", job.job_id, job.command or job.deploy_url)
+            self.held[job.job_id] = ask
+            await self._start(job, spaces.get(job.instance_id))
+            started = True
+        self.waiting &= {job.job_id for job in jobs}
         return held or (wait > 0 and started)
+
+    def _fits_now(self, job_id: str, ask: Ask) -> bool:
+        """Whether the job fits beside the running ones; if not it stays pending here, as on
+        a full node, and is polled again once a job ends."""
+        if fits_now(ask, self.config.offer, self.held.values()):
+            self.waiting.discard(job_id)
+            return True
+        if job_id not in self.waiting:
+            self.waiting.add(job_id)
+            log.info("%s waits for room: it asks %s, the running jobs hold the rest", job_id, ask)
+        return False
+
+    async def _refuse(self, job_id: str, reason: str) -> None:
+        """A job that can never run here, claimed only to say so: reported failed (exit -1)
+        with the reason as its stderr. (A report of failed needs the job running; the
+        scheduler's retry, if any, comes back and is refused the same way.)"""
+        log.warning("refused %s: %s", job_id, reason.strip().replace("\n", "; "))
+        await self.remote.report(job_id, Outcome(-1, "", reason))
 
     async def _poll_loop(self) -> None:
         while not self.stopping.is_set():

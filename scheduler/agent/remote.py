@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,6 +18,7 @@ import httpx
 import msgspec
 
 from scheduler.agent import token_file
+from scheduler.agent.capacity import Offer
 from scheduler.agent.executor import AgentJob, Outcome
 
 log = logging.getLogger("scheduler.agent")
@@ -84,6 +84,8 @@ class AgentConfig:
     # re-registers its live node with it (with AGENT_AUTH=token only the token or the API
     # key may).
     token_path: str = ""
+    # What the node offers its jobs, sent at registration (capacity.py).
+    offer: Offer = field(default_factory=Offer)
 
 
 class Remote:
@@ -132,11 +134,15 @@ class Remote:
     # Registry.
 
     async def register(self) -> bool:
+        offer = self.config.offer
         body = {
             "id": self.config.node_id,
             "hostname": socket.gethostname(),
-            "cpu_count": os.cpu_count() or 1,
+            "cpu_count": offer.cpus,
             "role": "compute",
+            # Ours (issue 24); registries that do not know them ignore them, as Go does.
+            "memory_mb": offer.memory_mb,
+            "labels": dict(offer.labels),
         }
         url = self._url(self.config.registry_url, "/nodes/register")
         try:

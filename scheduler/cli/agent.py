@@ -15,12 +15,14 @@ from pathlib import Path
 import httpx
 
 from scheduler.agent import token_file
+from scheduler.agent.capacity import Offer, memory_offer_mb
 from scheduler.agent.executor import ExecConfig, Executor
 from scheduler.agent.limits import Limits, detect
 from scheduler.agent.loop import Agent
 from scheduler.agent.remote import AgentConfig, AgentError
 from scheduler.config import ConfigError, Settings
-from scheduler.models.wire import ID_RE
+from scheduler.models.labels import parse_labels
+from scheduler.models.wire import ID_RE, InvalidInput
 
 log = logging.getLogger("scheduler.agent")
 
@@ -30,6 +32,17 @@ MiB = 1024 * 1024
 def default_node_id() -> str:
     host = socket.gethostname()
     return host if ID_RE.fullmatch(host) else "local-agent"
+
+
+def offer(settings: Settings) -> Offer:
+    """What the node offers its jobs: every CPU, AGENT_MEMORY_MB or the memory found
+    (capacity.memory_offer_mb), AGENT_LABELS."""
+    try:
+        labels = parse_labels(settings.agent_labels)
+    except InvalidInput as exc:
+        raise ConfigError(f"AGENT_LABELS: {exc}") from None
+    memory_mb = memory_offer_mb(settings.agent_memory_mb)
+    return Offer(cpus=os.cpu_count() or 1, memory_mb=memory_mb, labels=labels)
 
 
 def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, ExecConfig]:
@@ -51,6 +64,7 @@ def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, Ex
         max_jobs=args.max_jobs or settings.max_jobs_per_node,
         http_timeout_secs=settings.http_timeout_secs,
         token_path=str(token_file.default_path(settings.agent_work_dir, node_id)),
+        offer=offer(settings),
     )
     try:
         backend = detect(settings.agent_limits)
@@ -82,12 +96,16 @@ async def run_agent(config: AgentConfig, exec_config: ExecConfig) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, agent.stop)
         log.info(
-            "agent %s: scheduler %s, registry %s, limits %s, up to %d jobs",
+            "agent %s: scheduler %s, registry %s, limits %s, up to %d jobs, offers %d cpus "
+            "and %d MiB, labels %s",
             config.node_id,
             config.scheduler_url,
             config.registry_url,
             exec_config.backend.name,
             config.max_jobs,
+            config.offer.cpus,
+            config.offer.memory_mb,
+            ",".join(f"{k}={v}" for k, v in config.offer.labels.items()) or "none",
         )
         try:
             await agent.run()

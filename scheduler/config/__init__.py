@@ -202,6 +202,12 @@ class Settings:
         default=1024, metadata={"env": "AGENT_SERVICE_MEMORY_MB", "min": 16}
     )
     agent_service_cpus: int = field(default=2, metadata={"env": "AGENT_SERVICE_CPUS", "min": 1})
+    # What the node offers jobs, sent at registration (issue 24): memory in MiB, 0 = the
+    # machine's, or the cgroup limit the agent runs under when lower (agent/capacity.py); and
+    # labels, `key=value,key2=value2`, checked as the agent starts (cli/agent.py: the label
+    # rule is the wire's, models/labels.py, which config does not import).
+    agent_memory_mb: int = field(default=0, metadata={"env": "AGENT_MEMORY_MB", "min": 0})
+    agent_labels: str = field(default="", metadata={"env": "AGENT_LABELS"})
     agent_deploy_max_bytes: int = field(
         default=100 * MiB, metadata={"env": "AGENT_DEPLOY_MAX_BYTES", "min": 1024}
     )

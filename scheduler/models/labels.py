@@ -83,3 +83,22 @@ def selector_text(selector: Mapping[str, str | list[str]]) -> str:
         f"{key}={value if isinstance(value, str) else '|'.join(value)}"
         for key, value in sorted(selector.items())
     )
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """`zone=eu-1, gpu=a100` (AGENT_LABELS) as labels: spaces around keys and values ignored,
+    empty items skipped, checked as `check_labels` does; a key given twice is refused, not
+    overwritten."""
+    labels: dict[str, str] = {}
+    for item in text.split(","):
+        entry = item.strip()
+        if not entry:
+            continue
+        key, sep, value = (part.strip() for part in entry.partition("="))
+        if not sep:
+            raise InvalidInput(f"{entry!r} is not key=value")
+        if key in labels:
+            raise InvalidInput(f"label key {key!r} given twice")
+        labels[key] = value
+    check_labels(labels)
+    return labels

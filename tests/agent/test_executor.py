@@ -27,7 +27,7 @@ from scheduler.agent.executor import (
     capture,
     job_env,
 )
-from scheduler.agent.limits import Confinement, Limits, RlimitBackend
+from scheduler.agent.limits import Backend, Confinement, Limits, RlimitBackend
 from scheduler.models.job import bound_output
 
 MiB = 1024 * 1024
@@ -238,11 +238,13 @@ def test_download_stops_at_the_size_cap(tmp_path: Path) -> None:
         _download(lambda r: declared, tmp_path / "b.zip", max_bytes=200_000)
 
 
-def _executor(tmp_path: Path, handler: Handler) -> tuple[Executor, httpx.AsyncClient]:
+def _executor(
+    tmp_path: Path, handler: Handler, backend: Backend | None = None
+) -> tuple[Executor, httpx.AsyncClient]:
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     config = ExecConfig(
         work_dir=tmp_path / "work",
-        backend=RlimitBackend(),
+        backend=backend or RlimitBackend(),
         run_limits=Limits(512 * MiB, 1),
         service_limits=Limits(1024 * MiB, 2),
         output_limit=4096,
@@ -326,3 +328,69 @@ def test_a_service_without_command_or_start_script_fails(tmp_path: Path) -> None
             return await executor.start_service(AgentJob(job_id="job-7", job_type="service"), None)
 
     assert asyncio.run(go()) == Outcome(-1, "", "no start script")
+
+
+class Recording(Backend):
+    """Confines nothing (cgroups may not be writable here); records each job's limits."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.given: list[tuple[str, Limits]] = []
+
+    def confine(self, tag: str, limits: Limits) -> Confinement:
+        self.given.append((tag, limits))
+        return Confinement([])
+
+
+@pytest.mark.parametrize(
+    "job_type, cpus, memory_mb, limits",
+    [
+        ("", 0, 0, Limits(512 * MiB, 1)),  # asks nothing: AGENT_RUN_* as before
+        ("", 0, 2048, Limits(2048 * MiB, 1)),
+        ("", 2, 64, Limits(64 * MiB, 2)),
+        ("service", 0, 0, Limits(1024 * MiB, 2)),  # AGENT_SERVICE_* as before
+        ("service", 1, 0, Limits(1024 * MiB, 1)),
+        ("service", 3, 300, Limits(300 * MiB, 3)),
+    ],
+)
+def test_each_job_is_confined_to_what_it_asked(
+    tmp_path: Path, job_type: str, cpus: int, memory_mb: int, limits: Limits
+) -> None:
+    backend = Recording()
+    job = AgentJob(
+        job_id="job-4", command="exit 0", job_type=job_type, cpus=cpus, memory_mb=memory_mb
+    )
+
+    async def go() -> Outcome:
+        executor, http = _executor(tmp_path, lambda r: httpx.Response(404), backend)
+        async with http:
+            if job_type != "service":
+                return await executor.run(job, None, asyncio.Event())
+            started = await executor.start_service(job, None)
+            assert isinstance(started, Service)
+            return await started.wait(asyncio.Event())
+
+    assert asyncio.run(go()).exit_code == 0
+    assert backend.given == [("job-4", limits)]
+
+
+def test_what_a_job_asked_is_really_its_limit(tmp_path: Path) -> None:
+    command = "ulimit -v; grep Cpus_allowed_list /proc/self/status"
+    job = AgentJob(job_id="job-8", command=command, cpus=2, memory_mb=64)
+    out = _run(tmp_path, job, lambda r: httpx.Response(404))  # rlimits: work everywhere
+    address_space, allowed = out.stdout.splitlines()
+    assert int(address_space) * 1024 == 64 * MiB
+    cores = sum(
+        int(b) - int(a) + 1 if b else 1
+        for a, _, b in (part.partition("-") for part in allowed.split()[-1].split(","))
+    )
+    assert cores == min(2, len(os.sched_getaffinity(0)))
+
+
+def test_an_impossible_ask_fails_the_job_clearly(tmp_path: Path) -> None:
+    """Only reachable when the node offers no memory figure (else it is refused first)."""
+    job = AgentJob(job_id="job-8", command="echo ran", memory_mb=2**60)
+    out = _run(tmp_path, job, lambda r: httpx.Response(404))
+    assert (out.exit_code, out.stdout) == (126, "")
+    assert out.stderr.startswith("agent: cannot apply resource limits")

@@ -178,8 +178,8 @@ def test_mounts_and_own_cgroups_are_parsed() -> None:
     paths = own_cgroups(PROC_CGROUP)
     assert paths == {"memory": "/docker/abc/sub", "cpu": "/", "cpuacct": "/", "": "/user.slice"}
     # A mount showing a sub-tree: the path is taken relative to the mount's root.
-    assert agent_limits._inside(mounts[1], paths["memory"]) == Path("/sys/fs/cgroup/memory/sub")
-    assert agent_limits._inside(mounts[1], "/other") is None
+    assert agent_limits.inside(mounts[1], paths["memory"]) == Path("/sys/fs/cgroup/memory/sub")
+    assert agent_limits.inside(mounts[1], "/other") is None
 
 
 def test_the_wrapper_reports_bad_options_and_missing_commands() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import httpx
 import pytest
 import redis
 
+from scheduler.agent.capacity import Offer
 from scheduler.agent.executor import AgentJob, ExecConfig, Executor, Outcome
 from scheduler.agent.limits import Limits, RlimitBackend
 from scheduler.agent.loop import Agent
@@ -489,3 +491,88 @@ def test_a_cancel_reaches_an_agent_at_capacity_through_its_held_poll(
     assert (job["stdout"], job["stderr"]) == ("started\n", "cancelled by operator\n")
     time.sleep(0.5)
     assert not marker.exists()
+
+
+# What the node offers (issue 24): sent at registration, the last guard on what runs.
+
+
+def test_the_registration_says_what_the_node_offers(api: str, tmp_path: Path) -> None:
+    seen: list[Any] = []
+
+    def registry(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        return httpx.Response(201, json={})
+
+    offer = Offer(cpus=3, memory_mb=4096, labels={"zone": "eu-1", "gpu": "a100"})
+
+    async def go() -> None:
+        mocked = make_agent("http://reg", tmp_path, "n", httpx.MockTransport(registry), offer=offer)
+        assert await mocked.remote.register()
+        real = make_agent(api, tmp_path, "proto-offer", offer=offer)
+        assert await real.remote.register()  # the scheduler takes it
+        await real.remote.http.aclose()
+
+    run(go)
+    assert seen == [
+        {
+            "id": "n",
+            "hostname": socket.gethostname(),
+            "cpu_count": 3,
+            "role": "compute",
+            "memory_mb": 4096,
+            "labels": {"zone": "eu-1", "gpu": "a100"},
+        }
+    ]
+    assert nodes(api)["proto-offer"]["cpu_count"] == 3
+
+
+def test_a_job_asking_more_than_the_node_offers_is_refused_with_a_report(
+    api: str, tmp_path: Path
+) -> None:
+    """Claimed only to be reported failed, saying why; the scheduler's one retry comes back
+    and is refused alike, so the job ends failed instead of waiting for ever."""
+    node = "proto-refuse"
+    only_node(api, node)
+
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, node, offer=Offer(cpus=2, memory_mb=4096))
+        body = {"command": "echo never", "memory_mb": 8192}
+        job_id = httpx.post(f"{api}/jobs", json=body).json()["job_id"]
+        for retry in (0, 1):
+            await agent.poll_once()
+            assert not agent.runs and not agent.held  # nothing started
+            job = httpx.get(f"{api}/jobs/{job_id}").json()
+            assert (job["status"], job["retry_count"]) == (("pending", 1), ("failed", 1))[retry]
+        await agent.remote.http.aclose()
+        assert (job["exit_code"], job.get("stdout"), job["memory_mb"]) == (-1, None, 8192)
+        assert job["stderr"] == f"agent: job asks memory_mb=8192, node {node} offers 4096\n"
+
+    run(go)
+
+
+def test_a_job_that_does_not_fit_beside_the_running_ones_waits_for_them(
+    api: str, tmp_path: Path
+) -> None:
+    node = "proto-room"
+    only_node(api, node)
+    release = tmp_path / "release"
+
+    async def go() -> None:
+        agent = make_agent(api, tmp_path, node, max_jobs=2, offer=Offer(memory_mb=1000))
+        holder = {"command": f"until [ -e {release} ]; do sleep 0.02; done", "memory_mb": 800}
+        first = httpx.post(f"{api}/jobs", json=holder).json()["job_id"]
+        second = httpx.post(f"{api}/jobs", json={"command": "echo later", "memory_mb": 500})
+        later = second.json()["job_id"]
+        await agent.poll_once()
+        assert list(agent.runs) == [first] and agent.waiting == {later}
+        await agent.poll_once()  # polled again while the first runs: still waiting
+        assert httpx.get(f"{api}/jobs/{later}").json()["status"] == "pending"
+        release.touch()
+        await asyncio.wait_for(agent.runs[first], 30)
+        assert not agent.held  # given back before the report
+        await agent.poll_once()
+        assert await _finish(agent) == [later] and not agent.waiting
+        await agent.remote.http.aclose()
+        assert httpx.get(f"{api}/jobs/{later}").json()["stdout"] == "later\n"
+
+    run(go)

@@ -1,0 +1,68 @@
+"""`scheduler agent`'s settings of what the node offers: AGENT_LABELS read into labels (the
+wire's rule, models/labels.py) and AGENT_MEMORY_MB, checked at start with an error naming
+the setting."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+
+from scheduler.cli.agent import build, offer
+from scheduler.config import ConfigError, Settings
+
+
+@pytest.mark.parametrize(
+    "raw, labels",
+    [
+        ("", {}),
+        ("zone=eu-1", {"zone": "eu-1"}),
+        (" zone = eu-1 , gpu=a100,", {"zone": "eu-1", "gpu": "a100"}),
+        ("example.com/tier=gold_2,os=linux", {"example.com/tier": "gold_2", "os": "linux"}),
+        ("k=" + "v" * 255, {"k": "v" * 255}),
+        ("zone=", {"zone": ""}),  # an empty value, as Kubernetes allows
+        (",".join(f"k{i}=v" for i in range(16)), {f"k{i}": "v" for i in range(16)}),
+    ],
+)
+def test_agent_labels_are_read(raw: str, labels: dict[str, str]) -> None:
+    assert offer(Settings.from_env({"AGENT_LABELS": raw})).labels == labels
+
+
+@pytest.mark.parametrize(
+    "raw, problem",
+    [
+        ("zone", "'zone' is not key=value"),
+        ("zone=eu-1,zone=eu-2", "label key 'zone' given twice"),
+        ("=eu-1", "invalid labels key ''"),
+        ("zo ne=eu", "invalid labels key 'zo ne'"),
+        ("zone=eu 1", "invalid labels value 'eu 1' for zone"),
+        ("zone=eu=1", "invalid labels value 'eu=1' for zone"),
+        ("zône=eu", "invalid labels key 'zône'"),
+        ("k" * 64 + "=v", "use 1 to 63 (key)"),
+        ("k=" + "v" * 256, "0 to 255 (value)"),
+        (",".join(f"k{i}=v" for i in range(17)), "invalid labels: at most 16"),
+        ("node.id=other", "node.* is the scheduler's"),
+        ("node.hostname=h", "node.* is the scheduler's"),
+    ],
+)
+def test_bad_agent_labels_stop_the_start_naming_the_setting(raw: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        offer(Settings.from_env({"AGENT_LABELS": raw}))
+    assert str(err.value).startswith("AGENT_LABELS: ")
+    assert problem in str(err.value)
+
+
+def test_agent_memory_mb_is_what_the_node_offers_and_every_cpu_is() -> None:
+    offered = offer(Settings.from_env({"AGENT_MEMORY_MB": "6000"}))
+    assert (offered.memory_mb, offered.cpus) == (6000, os.cpu_count())
+    assert offer(Settings.from_env({})).memory_mb > 0  # found on this machine
+    with pytest.raises(ConfigError, match="AGENT_MEMORY_MB"):
+        Settings.from_env({"AGENT_MEMORY_MB": "-1"})
+
+
+def test_the_agents_configuration_carries_the_offer() -> None:
+    args = argparse.Namespace(node_id="n1", scheduler_url="", registry_url="", max_jobs=0)
+    env = {"AGENT_LABELS": "zone=eu-1", "AGENT_MEMORY_MB": "2048", "AGENT_LIMITS": "off"}
+    config, _ = build(args, Settings.from_env(env))
+    assert (config.offer.memory_mb, dict(config.offer.labels)) == (2048, {"zone": "eu-1"})
