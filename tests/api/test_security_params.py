@@ -33,6 +33,7 @@ from tests.conftest import (
     assert_text_error,
     assert_ui_error,
 )
+from tests.deployment_state import deployment_state
 from tests.servers import lane_checked_client, serving
 
 KEY = "params-key"
@@ -73,14 +74,8 @@ class Cluster:
         """Every key of the deployment, dumped: what any request could have changed (but
         the request metrics, which every request adds to, and the failed logins' counters,
         which a stranger's login form adds to)."""
-        keys = sorted(self.redis.scan_iter(match=f"{{{self.prefix}}}*", count=1000))
-        counts = Keys(self.prefix).request_stats.encode()
         failures = Keys(self.prefix).auth_failures("").encode()
-        return {
-            key: self.redis.dump(key)
-            for key in keys
-            if key != counts and not key.startswith(failures)
-        }
+        return deployment_state(self.redis, self.prefix, lambda key: key.startswith(failures))
 
     def send(self, method: str, target: str, headers: dict[str, str]) -> httpx.Response:
         response: httpx.Response = self.api.request(

@@ -23,6 +23,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts.retry import RetryPolicy
 from tests.conftest import BOTH_FRONTS, ClientFactory, assert_json, assert_text_error
+from tests.deployment_state import deployment_state
 
 pytestmark = BOTH_FRONTS
 
@@ -82,8 +83,7 @@ def answer(response: Any) -> tuple[int, bytes, list[tuple[str, str]]]:
 def stored(client: redis.Redis, keys: Keys) -> dict[bytes, Any]:
     """Every key of the deployment with its value (DUMP): what an attack could change (but
     the request metrics, which every request adds to)."""
-    found = client.scan_iter(match=keys.pattern(), count=1000)
-    return {key: client.dump(key) for key in found if key != keys.request_stats.encode()}
+    return deployment_state(client, keys.prefix)
 
 
 @contextlib.contextmanager

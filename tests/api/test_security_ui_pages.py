@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from scheduler.api import ui_jobs
-from scheduler.store.keys import Keys
 from tests.conftest import Serve
+from tests.deployment_state import deployment_state
 
 MARKUP = '<script>alert("x")</script>\'"><svg onload=alert(1)>'
 # What an attacker's markup would look like unescaped in the page.
@@ -36,9 +36,7 @@ def api(serve: Serve) -> Iterator[httpx.Client]:
 
 def redis_state(rclient: redis.Redis, prefix: str) -> dict[bytes, bytes]:
     """Every key of the deployment with its value (DUMP), those of OWN_KEYS left out."""
-    keys = Keys(prefix)
-    found = rclient.scan_iter(match=keys.root.replace("{", "[{]").replace("}", "[}]") + "*")
-    return {k: rclient.dump(k) for k in sorted(found) if not OWN_KEYS.search(k)}  # type: ignore[misc]
+    return deployment_state(rclient, prefix, lambda key: OWN_KEYS.search(key) is not None)
 
 
 def shown_as_text(answer: httpx.Response) -> None:
