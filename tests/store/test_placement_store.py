@@ -5,6 +5,7 @@ the jobs after each scenario. The pure rules' tables are tests/nodes/test_fit.py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections import defaultdict
@@ -23,6 +24,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     ClientFactory,
+    Json,
     SettingsFactory,
     assert_text_error,
     last_heard,
@@ -297,8 +299,32 @@ def test_retries_delays_and_waits_are_placed_by_fit(
     assert_holds_match_jobs(rclient, prefix)
 
 
+def holding(room: NodeRoom, ask: Ask, jobs: int = 1) -> NodeRoom:
+    """`room` once `jobs` more jobs asking `ask` are held there (-1: one given back)."""
+    return dataclasses.replace(
+        room,
+        held_cpus=room.held_cpus + jobs * ask.cpus,
+        held_memory_mb=room.held_memory_mb + jobs * ask.memory_mb,
+        held_jobs=room.held_jobs + jobs,
+    )
+
+
+def submit_as_modelled(
+    api: TestClient, rclient: redis.Redis, prefix: str, model: dict[str, NodeRoom], ask: Ask
+) -> Json:
+    """Submits a job asking `ask`, checks the scripts placed it where find_node says (with
+    the ticket the submit draws), and holds it in `model` as the scripts did."""
+    ticket = int(rclient.get(Keys(prefix).rr_seq) or 0) + 1
+    expected = find_node(ask, list(model.values()), ticket)
+    fields = {"cpus": ask.cpus, "memory_mb": ask.memory_mb, "node_selector": ask.node_selector}
+    made = job(api, **fields)
+    assert (made["node_id"] or None, made.get("pending_reason", "")) == expected, ask
+    if made["node_id"]:
+        model[made["node_id"]] = holding(model[made["node_id"]], ask)
+    return made
+
+
 def test_the_lua_agrees_with_find_node(api: TestClient, rclient: redis.Redis, prefix: str) -> None:
-    keys = Keys(prefix)
     offers = {"a": (4, 1000, {"zone": "x"}), "b": (8, 0, {"zone": "y"}), "c": (0, 0, {"zone": "x"})}
     for node_id, (cpus, memory, labels) in offers.items():
         node(api, node_id, cpus=cpus, memory_mb=memory, **labels)
@@ -321,22 +347,7 @@ def test_the_lua_agrees_with_find_node(api: TestClient, rclient: redis.Redis, pr
         Ask(node_selector={"zone": "q"}),
     ]
     for ask in asks:
-        ticket = int(rclient.get(keys.rr_seq) or 0) + 1
-        expected = find_node(ask, list(model.values()), ticket)
-        fields = {"cpus": ask.cpus, "memory_mb": ask.memory_mb, "node_selector": ask.node_selector}
-        made = job(api, **fields)
-        assert (made["node_id"] or None, made.get("pending_reason", "")) == expected, ask
-        if made["node_id"]:
-            was = model[made["node_id"]]
-            model[was.id] = NodeRoom(
-                was.id,
-                was.labels,
-                was.cpus,
-                was.memory_mb,
-                was.held_cpus + ask.cpus,
-                was.held_memory_mb + ask.memory_mb,
-                was.held_jobs + 1,
-            )
+        submit_as_modelled(api, rclient, prefix, model, ask)
     assert_holds_match_jobs(rclient, prefix)
 
 
@@ -388,7 +399,6 @@ def test_the_lua_agrees_with_find_node_on_a_seeded_mix(
     import random
 
     rng = random.Random(24)
-    keys = Keys(prefix)
     model: dict[str, NodeRoom] = {}
     for i in range(6):
         node_id, cpus, memory = f"n{i}", rng.choice([0, 2, 4, 8]), rng.choice([0, 512, 2048])
@@ -402,26 +412,13 @@ def test_the_lua_agrees_with_find_node_on_a_seeded_mix(
             job_id = rng.choice(sorted(held))
             on, ask = held.pop(job_id)
             finish(api, job_id)
-            was = model[on]
-            model[on] = NodeRoom(
-                on, was.labels, was.cpus, was.memory_mb, was.held_cpus - ask.cpus,
-                was.held_memory_mb - ask.memory_mb, was.held_jobs - 1,
-            )  # fmt: skip
+            model[on] = holding(model[on], ask, -1)
             continue
         selector = rng.choice([{}, {}, {"zone": "a"}, {"zone": ["a", "b"]}, {"node.id": "n2"}])
         ask = Ask(rng.choice([0, 0, 1, 2, 3]), rng.choice([0, 0, 256, 1024]), selector)
-        ticket = int(rclient.get(keys.rr_seq) or 0) + 1
-        expected = find_node(ask, list(model.values()), ticket)
-        fields = {"cpus": ask.cpus, "memory_mb": ask.memory_mb, "node_selector": ask.node_selector}
-        made = job(api, **fields)
-        assert (made["node_id"] or None, made.get("pending_reason", "")) == expected, ask
+        made = submit_as_modelled(api, rclient, prefix, model, ask)
         if made["node_id"]:
             held[made["job_id"]] = (made["node_id"], ask)
-            was = model[made["node_id"]]
-            model[was.id] = NodeRoom(
-                was.id, was.labels, was.cpus, was.memory_mb, was.held_cpus + ask.cpus,
-                was.held_memory_mb + ask.memory_mb, was.held_jobs + 1,
-            )  # fmt: skip
         else:
             assert api.delete(f"/jobs/{made['job_id']}").status_code == 200
     assert_holds_match_jobs(rclient, prefix)
