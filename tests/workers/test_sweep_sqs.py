@@ -108,12 +108,16 @@ def test_sweep_reads_only_the_expired_entries(
     old = [submit(api, command=f"old {i}")["job_id"] for i in range(3)]
     for job_id in old:
         assert_json(report(api, job_id, "running"))
-    time.sleep(1.2)
+    # The sweep runs at a `now` of the test's: 1 s after a moment between the old claims and
+    # the new ones (the pause only keeps the two apart), so however long the 40 take, only
+    # the old ones have run past their timeout by then.
+    between = time.time()
+    time.sleep(0.05)
     for i in range(40):
         assert_json(report(api, submit(api, command=f"new {i}")["job_id"], "running"))
 
     policy, ttl = RetryPolicy.of(ctx.settings), ctx.settings.node_ttl_secs
-    swept = ctx.store.run(upkeep.sweep_timeouts(time.time(), 1, 500, policy, node_ttl=ttl))
+    swept = ctx.store.run(upkeep.sweep_timeouts(between + 1, 1, 500, policy, node_ttl=ttl))
 
     assert swept.read == 3  # not 43: the cost follows the expired jobs, not all jobs
     assert sorted(swept.ids) == sorted(old)
