@@ -38,6 +38,7 @@ from scheduler.api.params import Params
 from scheduler.api.routes import TABLE
 from scheduler.api.routing import Access, Hot, RouteTable
 from scheduler.api.state import AppState
+from scheduler.models.record import record
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.scripts.jobs import Polled
 
@@ -317,8 +318,8 @@ class Lane:
         return 200, blob + b"\n", JSON, JOB_HEADERS
 
 
-def _job_answer(blob: bytes | None) -> Answer:
-    return 200, hot.job_reply(blob) + b"\n", JSON, JOB_HEADERS
+def _job_answer(parts: list[bytes | None]) -> Answer:
+    return 200, hot.job_reply(record(parts)) + b"\n", JSON, JOB_HEADERS
 
 
 # Most polls find nothing: a node at capacity, or without work.

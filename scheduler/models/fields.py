@@ -14,6 +14,11 @@ import msgspec.inspect as mi
 # Facts about a Job field beyond its name, type and default, read back by read_fields.
 # A client may set the field on submit (the POST /jobs body, an SQS message).
 SUBMITTED = msgspec.Meta(extra={"submitted": True})
+# Kept apart from the job's record (models/record.py): written once at submit (SPEC: the
+# command and what it runs with), or an output an agent reports (OUTPUT), any size up to the
+# limits. The scripts never decode either, so a transition costs the same for any job.
+SPEC = msgspec.Meta(extra={"part": "spec"})
+OUTPUT = msgspec.Meta(extra={"part": "output"})
 # RFC 3339 UTC text (wire.rfc3339).
 Timestamp = Annotated[str, msgspec.Meta(extra={"timestamp": True})]
 
@@ -41,6 +46,7 @@ class JobField:
     nullable: bool  # `X | None`: None is "absent", unlike the zero (exit_code 0 is emitted)
     required: bool  # no default: always on the wire, even when empty
     submitted: bool
+    part: str = ""  # "spec" or "output" (SPEC, OUTPUT), "" for the record's head
 
     @property
     def empty(self) -> Any:
@@ -91,7 +97,8 @@ def _job_field(name: str, info: mi.Field, annotation: Any) -> JobField:
         raise TypeError(f"{name}: use one of {kinds}, or one of them | None")
     nullable = len(kept) < len(members)
     submitted = bool(extra.get("submitted"))
-    field = JobField(info.name, annotation, kind, nullable, info.required, submitted)
+    part = str(extra.get("part", ""))
+    field = JobField(info.name, annotation, kind, nullable, info.required, submitted, part)
     factory = info.default_factory
     default = info.default if factory is msgspec.NODEFAULT else factory()
     # msgspec omits a field at its default, the Lua encoder at its type's zero (as Go's

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import msgspec
 
-from scheduler.models.fields import SUBMITTED, Timestamp, read_fields
+from scheduler.models.fields import OUTPUT, SPEC, SUBMITTED, Timestamp, read_fields
 from scheduler.models.labels import Selector, check_selector
 from scheduler.models.registry import MEMORY_MB_MAX, NODE_CPUS_MAX
 from scheduler.models.wire import InvalidInput, check_id, parse_rfc3339, rfc3339
@@ -91,16 +91,16 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     job_id: str
     node_id: str
     instance_id: Annotated[str, SUBMITTED] = ""
-    command: Annotated[str, SUBMITTED]
-    deploy_url: Annotated[str, SUBMITTED] = ""
-    env_vars: Annotated[dict[str, str], SUBMITTED] = {}
+    command: Annotated[str, SUBMITTED, SPEC]
+    deploy_url: Annotated[str, SUBMITTED, SPEC] = ""
+    env_vars: Annotated[dict[str, str], SUBMITTED, SPEC] = {}
     job_type: Annotated[str, SUBMITTED] = ""
     port: Annotated[int, SUBMITTED] = 0
     status: str
     retry_count: int
     exit_code: int | None = None
-    stdout: str = ""
-    stderr: str = ""
+    stdout: Annotated[str, OUTPUT] = ""
+    stderr: Annotated[str, OUTPUT] = ""
     created_at: Timestamp
     running_at: Timestamp | None = None
     finished_at: Timestamp | None = None
@@ -194,19 +194,6 @@ def _due(run_at: str) -> float:
         return parse_rfc3339(run_at)
     except ValueError:
         raise InvalidInput(f"invalid run_at {run_at!r}: use RFC 3339 with a zone") from None
-
-
-_PLACEHOLDERS = b'{"job_id":"","node_id":"",'
-
-
-def creation_json(job: Job) -> bytes:
-    """The create script's `record` (store/scripts/jobs.py CREATE_JOB): the job's record
-    without job_id and node_id, in Job's order; the script writes those two in front of the
-    rest. ValueError for a job whose id or node is set already."""
-    record = record_encoder.encode(job)
-    if not record.startswith(_PLACEHOLDERS):
-        raise ValueError(f"not a new job's record: {record[: len(_PLACEHOLDERS)]!r}")
-    return b"{" + record[len(_PLACEHOLDERS) :]
 
 
 class JobUpdate(msgspec.Struct):

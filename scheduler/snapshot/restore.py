@@ -79,6 +79,9 @@ def restore_if_empty(
         upgraded = store.upgrade_retired()
         if upgraded:
             log.info("upgraded %d job(s) ended under a status this version retired", upgraded)
+        split = store.split_records()
+        if split:
+            log.info("upgraded %d job record(s) to records in parts", split)
         return restored
 
 

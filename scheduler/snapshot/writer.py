@@ -21,6 +21,7 @@ from redis.exceptions import LockError
 from redis.lock import Lock
 
 from scheduler.config import Settings
+from scheduler.models.record import PART_COUNT, record
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot import drains, schedules
 from scheduler.snapshot.locking import (
@@ -126,14 +127,16 @@ def _batches(members: Iterable[bytes]) -> Iterator[list[str]]:
 def _read_batch(store: SyncJobStore, ids: list[str]) -> tuple[list[tuple[Any, ...]], list[str]]:
     """The rows to upsert for these ids, and the ids that may leave the in-flight set once
     they are committed."""
-    blobs: list[Any] = store.redis.mget([store.keys.job(job_id) for job_id in ids])
+    keys = [key for job_id in ids for key in store.keys.job_parts(job_id)]
+    parts: list[Any] = store.redis.mget(keys)
     rows, settled = [], []
-    for job_id, blob in zip(ids, blobs, strict=True):
-        if blob is None:
+    for i, job_id in enumerate(ids):
+        if parts[i * PART_COUNT] is None:
             settled.append(job_id)  # no longer in Redis: nothing to write
             continue
         try:
-            rows.append(snapshot_db.row_from_record(blob))
+            blob = record(parts[i * PART_COUNT : (i + 1) * PART_COUNT])
+            rows.append(snapshot_db.row_from_record(blob or b""))
         except (ValueError, KeyError) as exc:
             # Kept in flight (retried by every snapshot) rather than silently dropped.
             log.error("snapshot: job %s: unreadable record (%s); not written", job_id, exc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar
@@ -15,6 +16,7 @@ import msgspec
 
 from scheduler.config import Settings
 from scheduler.models.job import STATUSES, Job, JobUpdate
+from scheduler.models.record import assemble, record
 from scheduler.models.registry import Node, NodeRegistration, Service
 from scheduler.models.schedule import Schedule, schedule_decoder, schedule_encoder
 from scheduler.models.wire import rfc3339
@@ -165,18 +167,27 @@ class JobStore:
         return await self.run(listing.attempts(job_id))
 
     async def get(self, job_id: str) -> bytes | None:
-        blob: bytes | None = await self.redis.execute("GET", self.keys.job(job_id))
-        return blob
+        """The job's record (models/record.py: its parts, one MGET), None when it is not."""
+        return record(await self.redis.execute("MGET", *self.keys.job_parts(job_id)))
 
     def send_get(self, job_id: str) -> Reply | None:
-        """`get` sent at once (as `send_poll`)."""
-        return self.redis.send_now("GET", self.keys.job(job_id))
+        """`get` sent at once (as `send_poll`); its reply is read by models.record.record."""
+        return self.redis.send_now("MGET", *self.keys.job_parts(job_id))
+
+    async def _changed(self, call: Call[bytes], job_id: str) -> bytes:
+        """A script that changes a job and answers its head, and the job's other parts read
+        right behind it on the same connection (sent together: one round trip), so no script
+        copies a job's large parts to answer a change."""
+        head, parts = await asyncio.gather(
+            self.run(call), self.redis.execute("MGET", *self.keys.job_parts(job_id)[1:])
+        )
+        return assemble(head, parts[0], parts[1:])
 
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
         s = self.settings
         policy, ttl, builtin = RetryPolicy.of(s), s.node_ttl_secs, s.builtin_registry
         call = jobs.transition(job_id, update, now, policy, caller, ttl, builtin)
-        return await self.run(call)
+        return await self._changed(call, job_id)
 
     async def check_report(self, job_id: str, caller: str) -> None:
         """Raises as `report` would for an unknown job or a caller that may not report on it."""
@@ -258,14 +269,22 @@ class JobStore:
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 
     async def cancel(self, job_id: str, now: float) -> bytes:
-        return await self.run(jobs.cancel_job(job_id, now))
+        return await self._changed(jobs.cancel_job(job_id, now), job_id)
 
     async def retry(
         self, job_ids: builtins.list[str], placement: Placement, now: float
     ) -> builtins.list[Retried]:
         """Failed jobs started over (scripts.retry.RETRY_JOBS), placed as new jobs are."""
         ttl = self.settings.node_ttl_secs
-        return await self.run(retry.retry_jobs(job_ids, placement, now, ttl))
+        retried = await self.run(retry.retry_jobs(job_ids, placement, now, ttl))
+        started = [entry for entry in retried if entry.job]
+        if not started:
+            return retried
+        # Their outputs are cleared: a record is its head and its spec.
+        specs = await self.redis.execute("MGET", *(self.keys.job_spec(r.job_id) for r in started))
+        pairs = zip(started, specs, strict=True)
+        whole = {r.job_id: assemble(r.job, spec, (None, None)) for r, spec in pairs}
+        return [dataclasses.replace(r, job=whole.get(r.job_id, r.job)) for r in retried]
 
     async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:
         """Deregister a node; its pending jobs move to live nodes (the first DELETE_MOVES

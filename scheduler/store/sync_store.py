@@ -12,6 +12,7 @@ from redis.exceptions import NoScriptError
 
 from scheduler.config import Settings
 from scheduler.models.job import RETIRED_STATUSES, Job
+from scheduler.models.record import is_whole
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.errors import ReplicasNotAcked
@@ -100,6 +101,31 @@ class SyncJobStore:
                 if read < batch:
                     break
         return changed
+
+    def split_records(self, batch: int = 500) -> int:
+        """The upgrade from the whole records of earlier versions: each job's record put in
+        parts (models/record.py), once (Keys.records_split marks it done; readers and the
+        scripts take a whole record meanwhile). Returns how many were split."""
+        if self.redis.exists(self.keys.records_split):
+            return 0
+        split, missed, above = 0, 0, "-inf"
+        while True:
+            entries: list[tuple[bytes, float]] = self.redis.zrangebyscore(  # type: ignore[assignment]
+                self.keys.all_jobs, above, "+inf", start=0, num=batch, withscores=True
+            )
+            ids = [str(member, "utf-8") for member, _ in entries]
+            heads = self.redis.mget([self.keys.job(job_id) for job_id in ids]) if ids else []
+            for job_id, head in zip(ids, heads, strict=True):
+                # Every whole record holds its command: a head without the text is not one.
+                if isinstance(head, bytes) and b'"command":' in head and is_whole(head):
+                    done = self.run(snapshot.split_record(job_id, head))
+                    split, missed = split + done, missed + 1 - done
+            if len(entries) < batch:
+                break
+            above = f"({entries[-1][1]!r}"
+        if not missed:  # one changed while read is split at the next start
+            self.redis.set(self.keys.records_split, "1")
+        return split
 
     def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
         """Every run job past JOB_TIMEOUT_SECS timed out: failed, or retried under its own

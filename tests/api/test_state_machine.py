@@ -25,6 +25,7 @@ from tests.conftest import (
     report,
     submit,
 )
+from tests.records import stored_record
 
 # Each test runs through ASGI and through the hot lane (tests/conftest.py, front).
 pytestmark = BOTH_FRONTS
@@ -302,6 +303,7 @@ def test_scripts_use_the_keys_that_keys_py_names(
             k.job_seq: "string",
             k.rr_seq: "string",
             k.job("job-1"): "string",
+            k.job_spec("job-1"): "string",
             k.all_jobs: "zset",
             k.status("pending"): "zset",
             k.node_jobs("n1"): "zset",
@@ -337,7 +339,7 @@ def test_scripts_use_the_keys_that_keys_py_names(
     assert members(k.node_busy("n1")) == members(k.deadlines) == []
     assert members(k.status("running")) == members(k.node_status("n1", "running")) == []
     assert members(k.node_status("n1", "done")) == members(k.status("done")) == ["job-1"]
-    assert rclient.get(k.job("job-1")) == api.get("/jobs/job-1").content.rstrip(b"\n")
+    assert stored_record(rclient, k, "job-1") == api.get("/jobs/job-1").content.rstrip(b"\n")
     assert rclient.zrange(k.all_jobs, 0, -1, withscores=True) == [(b"job-1", 1.0)]
     assert b"job-1" in rclient.smembers(k.dirty)
 

@@ -26,7 +26,8 @@ from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.sync_store import SyncJobStore
 from tests.processes import api_replicas, scheduler_env
-from tests.snapshot_helpers import job_state, lose_redis_data, rows, stored_json
+from tests.records import stored_job
+from tests.snapshot_helpers import job_state, lose_redis_data, rows
 
 JOBS = 2500  # several snapshot and restore batches of 1000
 
@@ -141,10 +142,12 @@ def kill_9(proc: subprocess.Popen[bytes]) -> None:
 
 def assert_snapshot_matches_redis(path: Path, r: redis.Redis, prefix: str) -> None:
     saved = rows(path)
-    records = {
-        key.decode().removeprefix(Keys(prefix).job("")): stored_json(r, key)
+    heads = (
+        key.decode().removeprefix(Keys(prefix).job(""))
         for key in r.scan_iter(glob_escape(Keys(prefix).job("")) + "*", count=1000)
-    }
+    )
+    # A record's other parts are keys job:<id>:<part> (models/record.py), read with its head.
+    records = {job_id: stored_job(r, Keys(prefix), job_id) for job_id in heads if ":" not in job_id}
     assert set(saved) == set(records)
     for job_id, record in records.items():
         row = saved[job_id]

@@ -17,6 +17,7 @@ from scheduler.snapshot.writer import snapshot_once
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, submit
+from tests.records import stored_job
 from tests.snapshot_helpers import (
     columns,
     full_record,
@@ -24,7 +25,6 @@ from tests.snapshot_helpers import (
     job_state,
     put_records,
     rows,
-    stored_json,
 )
 
 
@@ -96,7 +96,7 @@ def test_an_older_file_missing_columns_is_migrated_in_place(
 
     assert restore_if_empty(settings) is True  # read as it is, not modified by the restore
     assert "port" not in columns(path)
-    restored = stored_json(rclient, Keys(prefix).job("job-7"))
+    restored = stored_job(rclient, Keys(prefix), "job-7")
     assert restored["created_at"] == "2025-06-01T06:00:00.000000Z"  # offsets become UTC
     assert (restored["exit_code"], restored["retry_count"], restored["stderr"]) == (2, 0, "err")
 

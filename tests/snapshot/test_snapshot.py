@@ -19,13 +19,13 @@ from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
+from tests.records import stored_job
 from tests.snapshot_helpers import (
     full_record,
     job_state,
     lose_redis_data,
     put_records,
     rows,
-    stored_json,
     without,
 )
 
@@ -57,7 +57,7 @@ def test_every_field_survives_snapshot_and_restore(
 
     assert job_state(rclient, prefix) == before
     for record in records:
-        assert stored_json(rclient, Keys(prefix).job(record["job_id"])) == record
+        assert stored_job(rclient, Keys(prefix), record["job_id"]) == record
     saved, full = rows(db)["job-1"], full_record("job-1")
     assert saved["exit_code"] == 0
     assert json.loads(saved["env_vars"]) == full["env_vars"]
@@ -259,10 +259,7 @@ def test_new_jobs_after_a_data_loss_do_not_overwrite_the_snapshot(
     assert rows(db)["job-1"]["command"] == full_record("job-1")["command"]
     # The operator's way out: load the snapshot over it.
     restore_from_file(settings, str(db), force=True)
-    assert (
-        stored_json(rclient, Keys(prefix).job("job-1"))["command"]
-        == full_record("job-1")["command"]
-    )
+    assert stored_job(rclient, Keys(prefix), "job-1")["command"] == full_record("job-1")["command"]
     assert rclient.get(Keys(prefix).job_seq) == b"2"
     assert snapshot_once(settings) == 1  # settled: snapshots run again
     assert rows(db)["job-1"]["command"] == full_record("job-1")["command"]

@@ -17,6 +17,7 @@ from scheduler.models.job import JOB_FIELDS, job_decoder, record_encoder
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
+from tests.records import stored_record
 
 # The original's Job struct, field by field (CONTRACT 2.2): written out here, not read from
 # models.job.Job, so a reordering of the model fails this test.
@@ -45,7 +46,7 @@ ENV = {"ZED": "1", "ALPHA": "a/b", "MIDDLE": "é"}
 
 
 def stored(rclient: redis.Redis, settings: Settings, job_id: str) -> bytes:
-    raw = rclient.get(Keys(settings.redis_prefix).job(job_id))
+    raw = stored_record(rclient, Keys(settings.redis_prefix), job_id)
     assert isinstance(raw, bytes)
     return raw
 

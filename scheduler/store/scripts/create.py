@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.models.job import MAX_WAITERS, Job, creation_json, due_of
+from scheduler.models.job import MAX_WAITERS, Job, due_of
+from scheduler.models.record import assemble, creation_parts, record
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import IdempotencyMismatch, StoreNotReady
@@ -23,19 +24,29 @@ class Created:
     duplicate: bool
 
 
-def _created(reply: list[Any]) -> Created:
-    if reply[0] == codes.NOT_READY:
+def _created(reply: list[Any], spec: bytes) -> Created:
+    """A create's reply: {OK, head[, stderr]} of the new job, whose `spec` the caller sent,
+    or {DUPLICATE, head, spec, outputs...} of the job made before (no head: gone)."""
+    code = reply[0]
+    if code == codes.NOT_READY:
         raise StoreNotReady()
-    if reply[0] == codes.NO_NODES:
+    if code == codes.NO_NODES:
         raise NoHealthyNodes()
-    if reply[0] == codes.MISMATCH:
+    if code == codes.MISMATCH:
         raise IdempotencyMismatch()
-    if reply[0] == codes.UNKNOWN_AFTER:
+    if code == codes.UNKNOWN_AFTER:
         raise InvalidInput(f"invalid after: {str(reply[1], 'utf-8')} is not a job")
-    if reply[0] == codes.TOO_MANY:
+    if code == codes.TOO_MANY:
         dep = str(reply[1], "utf-8")
         raise InvalidInput(f"invalid after: {MAX_WAITERS} jobs already wait for {dep}")
-    return Created(job=reply[1], duplicate=reply[0] == codes.DUPLICATE)
+    if code == codes.DUPLICATE:
+        return Created(job=record(reply[1:]) or b"", duplicate=True)
+    stderr = reply[2] if len(reply) > 2 else None
+    return Created(job=assemble(reply[1], spec, (None, stderr)), duplicate=False)
+
+
+def _unread(reply: list[Any]) -> Created:
+    raise TypeError("a create's reply is read by its call (create_job), which knows its spec")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +79,8 @@ NO_ASKS = Asks()
 # A new job's script, shared by CREATE_JOB and CREATE_AFTER (one that runs after others): two
 # scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
 _NEW_JOB = """
--- record: the job's JSON without job_id and node_id, which this fills in (the id drawn here,
+-- record: the head of the job's record (models/record.py) without job_id and node_id,
+-- which this fills in; spec: its spec's JSON ("": none), stored as it is (the id drawn here,
 -- the node placed here: place.py pick_node, by mode and the job's asks: cpus, memory_mb and
 -- selector, the record's, its node_selector as JSON or ""). A job no node can take now is
 -- still made, pending unplaced (node_id "", place.py) with its pending_reason; only one
@@ -80,7 +92,7 @@ _NEW_JOB = """
 -- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
 -- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
 -- anything.
--- Returns {OK, job JSON} | {DUPLICATE, job JSON, "" if the job is gone} | {MISMATCH}
+-- Returns {OK, head} | {DUPLICATE, the parts of the job made (no head: gone)} | {MISMATCH}
 --   | {NO_NODES} | {NOT_READY}{AFTER_CODES}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
@@ -92,7 +104,11 @@ if tonumber(dedup_ttl) > 0 then
   if seen then
     local id, made_by = string.match(seen, "^(%S+) ?(.*)$")
     if made_by ~= fingerprint then return {MISMATCH} end
-    return {DUPLICATE, redis.call("GET", K.job(id)) or ""}
+    local keys = {}
+    part_keys(id, keys)
+    local parts = redis.call("MGET", unpack(keys))
+    table.insert(parts, 1, DUPLICATE)
+    return parts
   end
 end
 {AFTER_CHECKS}local ask = {cpus = tonumber(cpus), memory_mb = tonumber(memory_mb),
@@ -116,6 +132,7 @@ if status == "pending" and node == "" then  -- the last field (models.job): appe
   job = string.sub(job, 1, -2) .. ',"pending_reason":' .. cjson.encode(reason) .. "}"
 end
 redis.call("SET", K.job(id), job)
+if spec ~= "" then redis.call("SET", K.job_spec(id), spec) end
 redis.call("ZADD", K.all_jobs, n, id)
 redis.call("ZADD", K.status(status), n, id)
 if node ~= "" then
@@ -135,7 +152,7 @@ end
 if status == "pending" and node ~= "" then wake_node(node) end
 """
 _ARGV = (
-    "record due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
+    "record spec due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
     "cpus memory_mb selector"
 )
 
@@ -146,7 +163,7 @@ CREATE_JOB = Script(
     + 'local status = due == "" and "pending" or "delayed"'
     + _STORE_NEW
     + "return {OK, job}\n",
-    _created,
+    _unread,
 )
 
 CREATE_AFTER = Script(
@@ -179,18 +196,19 @@ if waits > 0 or failed then
 end"""
     + _STORE_NEW
     + """if failed then
-  local decoded = cjson.decode(job)
-  decoded.stderr = "dependency " .. failed .. " ended failed"
-  job = finish(id, n, decoded, "dependency_failed", now, stamp)
+  local decoded, why = cjson.decode(job), "dependency " .. failed .. " ended failed"
+  set_output(id, decoded, "stderr", why)
+  return {OK, finish(id, n, decoded, "dependency_failed", now, stamp), why}
 end
 return {OK, job}
 """,
-    _created,
+    _unread,
 )
 
 
 def create_job(
     record: bytes,
+    spec: bytes,
     placement: Placement,
     now: float,
     node_ttl: float,
@@ -200,19 +218,23 @@ def create_job(
     after: Sequence[str] = (),
     asks: Asks = NO_ASKS,
 ) -> Call[Created]:
-    """`record` is the new job's JSON object without job_id and node_id; `due`, when it is
-    delayed, the epoch of its run_at; `priority`, `after` and `asks`, the record's."""
+    """`record` is the new job's head (models/record.py) without job_id and node_id, `spec`
+    its spec's JSON (b"": none); `due`, when it is delayed, the epoch of its run_at;
+    `priority`, `after` and `asks`, the record's."""
     args: dict[str, Any] = dict(
-        record=record, due="" if due is None else due, priority=priority, mode=placement.mode,
-        now=now, node_ttl=node_ttl, dedup_space=dedup.space, dedup_key=dedup.key,
-        dedup_ttl=dedup.ttl if dedup.key else 0, fingerprint=dedup.fingerprint,
-        candidates=placement.candidates, cpus=asks.cpus, memory_mb=asks.memory_mb,
+        record=record, spec=spec, due="" if due is None else due, priority=priority,
+        mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
+        dedup_key=dedup.key, dedup_ttl=dedup.ttl if dedup.key else 0,
+        fingerprint=dedup.fingerprint, candidates=placement.candidates, cpus=asks.cpus,
+        memory_mb=asks.memory_mb,
         selector=json.dumps(asks.node_selector) if asks.node_selector else "",
     )  # fmt: skip
     if not after:
-        return CREATE_JOB.call(**args)
-    after_args = {"after": json.dumps(list(after)), "max_waiters": MAX_WAITERS}
-    return CREATE_AFTER.call(**args, **after_args, stamp=rfc3339(now))
+        call = CREATE_JOB.call(**args)
+    else:
+        after_args = {"after": json.dumps(list(after)), "max_waiters": MAX_WAITERS}
+        call = CREATE_AFTER.call(**args, **after_args, stamp=rfc3339(now))
+    return Call(call.script, call.args, lambda reply: _created(reply, spec))
 
 
 def create_job_of(
@@ -220,8 +242,10 @@ def create_job_of(
 ) -> Call[Created]:
     """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it."""
     asks = Asks(job.cpus, job.memory_mb, job.node_selector)
+    parts = creation_parts(job)
     return create_job(
-        creation_json(job),
+        parts.head,
+        parts.spec,
         placement,
         now,
         node_ttl,

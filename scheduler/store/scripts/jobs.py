@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.models.job import JobUpdate
+from scheduler.models.record import records
 from scheduler.models.wire import rfc3339
 from scheduler.store.errors import Conflict, JobNotFound
 from scheduler.store.scripts import codes, retry
@@ -22,7 +23,7 @@ from scheduler.store.scripts.create import (
     create_job,
     create_job_of,
 )
-from scheduler.store.scripts.replies import blobs, ids
+from scheduler.store.scripts.replies import ids
 from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.script import Call, Script
 
@@ -48,7 +49,7 @@ class Polled:
 
 def polled(reply: list[Any]) -> Polled:
     check_access(reply[0])
-    return Polled(jobs=blobs(reply[2:]), cancels=ids(reply[1]))
+    return Polled(jobs=records(reply[2:]), cancels=ids(reply[1]))
 
 
 POLL = Script(
@@ -59,7 +60,8 @@ POLL = Script(
 -- one: life.py queue_score), at most its free capacity, and the ids of its jobs being
 -- cancelled (the API sends them in a header the original agent ignores). A drained node
 -- starts nothing new: its running jobs finish, what stayed in its queue waits.
--- Returns {OK, {cancelling id, ...}, job JSON, ...} | {UNAUTHORIZED} | {FORBIDDEN}
+-- Returns {OK, {cancelling id, ...}, each job's parts (library.py get_jobs)...}
+--   | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
 local cancels = redis.call("ZRANGE", K.node_status(node, "cancelling"), 0, 99)
@@ -92,6 +94,7 @@ _CONFLICTS = {
 
 
 def changed(reply: list[Any]) -> bytes:
+    """The changed job's head (the store reads its other parts beside the call)."""
     code = reply[0]
     check_found(code, JobNotFound)
     if code in _CONFLICTS:
@@ -114,7 +117,7 @@ TRANSITION = Script(
 -- 3339; reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
 -- A retry off a drained node goes to placement (library.py retry_node; builtin "1": the
 -- built-in registry's, which places it at the next pass, else an external one's live nodes).
--- Returns {OK, job JSON} | {NOT_FOUND} | {UNAUTHORIZED} | {FINISHED}
+-- Returns {OK, the job's head} | {NOT_FOUND} | {UNAUTHORIZED} | {FINISHED}
 --   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
 --   | {NOT_DUE} (a claim of a delayed job) | {NOT_PLACED} (of a job on no node yet)
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
@@ -129,11 +132,11 @@ if reporter == "" and owner then reporter = owner end
 if reporter ~= "" and reporter ~= job.node_id then return {OTHER_NODE} end
 local old = job.status
 if FINAL[old] then
-  local function same(sent, stored) return sent == "" or sent == stored end
   local ending = ENDINGS[status]  -- nil for a claim
   if ending and ending[1] == old and ending[2] == (job.failure_reason or "")
     and (exit_code == "" or tonumber(exit_code) == job.exit_code)
-    and same(stdout, job.stdout) and same(stderr, job.stderr) then
+    and (stdout == "" or output_is(job_id, job, "stdout", stdout))
+    and (stderr == "" or output_is(job_id, job, "stderr", stderr)) then
     return {OK, raw}
   end
   return {FINISHED}
@@ -152,8 +155,8 @@ elseif old ~= "running" and old ~= "cancelling" then
   return {NOT_RUNNING}
 end
 if exit_code ~= "" then job.exit_code = tonumber(exit_code) end
-if stdout ~= "" then job.stdout = stdout end
-if stderr ~= "" then job.stderr = stderr end
+if stdout ~= "" then set_output(job_id, job, "stdout", stdout) end
+if stderr ~= "" then set_output(job_id, job, "stderr", stderr) end
 local n = redis.call("ZSCORE", K.all_jobs, job_id)
 if status ~= "running" then
   if status == "failed" and retries_left(job, max_retries) then
@@ -213,7 +216,7 @@ CANCEL_JOB = Script(
 -- X-Cancel-Jobs, the heartbeat's answer), kills it and reports cancelled; an agent that
 -- cannot be told (the original) gets 409 on its late report, and the sweep cancels the job
 -- CANCEL_GRACE_SECS later (FINISH_CANCELS).
--- Returns {OK, job JSON} (a cancelling job: as it is) | {NOT_FOUND} | {FINISHED}
+-- Returns {OK, the job's head} (a cancelling job: as it is) | {NOT_FOUND} | {FINISHED}
 local job, raw = load_job(job_id)
 if not job then return {NOT_FOUND} end
 if FINAL[job.status] then return {FINISHED} end

@@ -17,6 +17,7 @@ import itertools
 import re
 
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, NOT_STARTED, STATUSES
+from scheduler.models.record import OUTPUT_FIELDS
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE
@@ -70,20 +71,32 @@ local function service_access(caller, id)
 end
 """
 
+# A job's record is in parts (models/record.py): its head, its spec and its outputs. A
+# reader gets each job's parts, PART_COUNT values (false: absent; the API puts them
+# together), so a script copies the large ones but never decodes them.
 # MGET in chunks: Lua's unpack() fails beyond a few thousand values (a 10 000-job page).
 # A page also stops once it holds `budget` bytes (at least one job): 10 000 jobs with outputs
 # near OUTPUT_LIMIT_BYTES would otherwise build gigabytes in Redis and in the API process.
 READ = """
+local OUTPUTS = {OUTPUTS}
+
+local function part_keys(id, keys)
+  keys[#keys + 1] = K.job(id)
+  keys[#keys + 1] = K.job_spec(id)
+  for _, stream in ipairs(OUTPUTS) do keys[#keys + 1] = K.job_output(id, stream) end
+end
+
 local function get_jobs(ids, budget)
-  local out, size = {}, 0
-  for i = 1, #ids, 100 do
+  local out, size, width = {}, 0, 2 + #OUTPUTS
+  for i = 1, #ids, 25 do
     local chunk = {}
-    for j = i, math.min(i + 99, #ids) do chunk[#chunk + 1] = K.job(ids[j]) end
-    for _, job in ipairs(redis.call("MGET", unpack(chunk))) do
-      if job then
-        size = size + #job
+    for j = i, math.min(i + 24, #ids) do part_keys(ids[j], chunk) end
+    local values = redis.call("MGET", unpack(chunk))
+    for j = 1, #values, width do
+      if values[j] then
+        for k = j, j + width - 1 do size = size + (values[k] and #values[k] or 0) end
         if size > budget and #out > 0 then return out end
-        out[#out + 1] = job
+        for k = j, j + width - 1 do out[#out + 1] = values[k] end
       end
     end
   end
@@ -108,6 +121,28 @@ end
 local function load_job(id)
   local raw = redis.call("GET", K.job(id))
   return raw and cjson.decode(raw), raw
+end
+""".replace("{OUTPUTS}", "{" + ", ".join(f'"{name}"' for name in OUTPUT_FIELDS) + "}")
+
+OUTPUT = """
+-- The job's output `name` (stdout, stderr) set to `text` (nil or "": none). A head written
+-- before the split (models/record.py) may hold it itself: it goes from there.
+local function set_output(id, job, name, text)
+  job[name] = nil
+  if text == nil or text == "" then
+    redis.call("DEL", K.job_output(id, name))
+  else
+    redis.call("SET", K.job_output(id, name), text)
+  end
+end
+
+-- Whether the job's output `name` is `text` (a repeated report's check): its length first,
+-- so only a report that may be the same reads what is stored.
+local function output_is(id, job, name, text)
+  if type(job[name]) == "string" then return job[name] == text end
+  local key = K.job_output(id, name)
+  if redis.call("STRLEN", key) ~= #text then return false end
+  return #text == 0 or redis.call("GET", key) == text
 end
 """
 
@@ -270,6 +305,7 @@ LIBRARY: dict[str, str] = dict(
         NODE_ACCESS,
         NODES,
         READ,
+        OUTPUT,
         ENCODE,
         TIME,
         WAKE,

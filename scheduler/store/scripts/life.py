@@ -10,10 +10,22 @@ from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, ATTEMPTS_KEPT
 # by finish and requeue only, before they change the job: its status says whether the
 # attempt ran (running or cancelling: started at running_at; pending or delayed: never).
 ATTEMPTS = f"""
--- The last ATTEMPT_TAIL_BYTES of `text`, from a character's first byte (valid UTF-8 stays so).
-local function output_tail(text)
-  if #text <= {ATTEMPT_TAIL_BYTES} then return text end
-  local first = #text - {ATTEMPT_TAIL_BYTES} + 1
+-- The last ATTEMPT_TAIL_BYTES of the job's output `name` (stdout, stderr), from a character's
+-- first byte (valid UTF-8 stays so): read with GETRANGE, so the cost is the tail's, not the
+-- output's. A head written before the split (models/record.py) holds its outputs itself.
+local function output_tail(id, job, name)
+  local text = job[name]
+  if type(text) ~= "string" then
+    local key = K.job_output(id, name)
+    local size = redis.call("STRLEN", key)
+    if size <= {ATTEMPT_TAIL_BYTES} then return size > 0 and redis.call("GET", key) or "" end
+    text = redis.call("GETRANGE", key, size - {ATTEMPT_TAIL_BYTES}, -1)
+  elseif #text > {ATTEMPT_TAIL_BYTES} then
+    text = string.sub(text, #text - {ATTEMPT_TAIL_BYTES} + 1)
+  else
+    return text
+  end
+  local first = 1
   while first < #text do
     local byte = string.byte(text, first)
     if byte < 128 or byte >= 192 then break end
@@ -35,9 +47,9 @@ local function record_attempt(id, job, reason, stamp)
   end
   out[#out + 1] = '"reason":' .. cjson.encode(reason)
   for _, name in ipairs({{"stdout", "stderr"}}) do
-    local text = job[name]
-    if type(text) == "string" and text ~= "" then
-      out[#out + 1] = '"' .. name .. '":' .. cjson.encode(output_tail(text))
+    local text = output_tail(id, job, name)
+    if text ~= "" then
+      out[#out + 1] = '"' .. name .. '":' .. cjson.encode(text)
     end
   end
   local key = K.attempts(id)
@@ -71,7 +83,7 @@ local function move(id, n, node, from, to, score)
   redis.call("ZADD", K.node_status(node, to), score or n, id)
 end
 
--- The changed job stored and marked for the next snapshot; returns what was stored.
+-- The changed job's head stored and marked for the next snapshot; returns what was stored.
 local function store_job(id, job)
   local out = encode(job)
   redis.call("SET", K.job(id), out)
@@ -177,7 +189,8 @@ local function finish(id, n, job, ending, now, stamp)
       if waiter and waiter.status == "waiting" then
         local wn = redis.call("ZSCORE", K.all_jobs, w)
         if status ~= "done" then
-          waiter.stderr = "dependency " .. dep .. " ended " .. (reason ~= "" and reason or status)
+          local why = "dependency " .. dep .. " ended " .. (reason ~= "" and reason or status)
+          set_output(w, waiter, "stderr", why)
           end_one(w, wn, waiter, "dependency_failed", now, stamp, ended)
         elseif redis.call("HINCRBY", K.waiting, w, -1) <= 0 then
           redis.call("HDEL", K.waiting, w)
@@ -263,7 +276,8 @@ local function requeue(id, n, job, to, counted, wait, now, stamp, reason)
   record_attempt(id, job, reason, stamp)
   release(id, job)
   if counted then job.retry_count = (job.retry_count or 0) + 1 end
-  job.exit_code, job.stdout, job.finished_at, job.failure_reason = nil, nil, nil, nil
+  job.exit_code, job.finished_at, job.failure_reason = nil, nil, nil
+  set_output(id, job, "stdout", nil)
   if wait > 0 then
     local due = math.floor((now + wait) * 1000000 + 0.5) / 1000000  -- as run_at writes it
     job.run_at = rfc3339(due)
@@ -342,7 +356,7 @@ local function lose_running(node, live, limit, out, now, stamp, policy)
       redis.call("ZREM", running, id)
     else
       local service = job.job_type == "service"
-      job.stderr = "node lost"
+      set_output(id, job, "stderr", "node lost")
       if service or retries_left(job, max_retries) then
         local target = node
         if (job.instance_id or "") == "" then

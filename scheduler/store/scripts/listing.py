@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.models.record import records
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import JobNotFound
 from scheduler.store.scripts import codes
@@ -19,10 +20,10 @@ LIST = Script(
     "node status bound limit budget order",
     """
 -- A page of GET /jobs (library.py listing_ids says which jobs, in which order); it stops at
--- `limit` jobs or `budget` bytes. Returns job JSON strings.
+-- `limit` jobs or `budget` bytes. Returns each job's parts (library.py get_jobs).
 return get_jobs(listing_ids(node, status, bound, order, limit), tonumber(budget))
 """,
-    blobs,
+    records,
     read_only=True,
 )
 
@@ -96,8 +97,8 @@ def pick_node(placement: Placement, now: float, node_ttl: float) -> Call[str]:
     )
 
 
-# How much of a record SEARCH reads first: its command comes after job_id, node_id and
-# instance_id (ids of 128 characters at most), so a short one ends within it.
+# How much of a job's spec SEARCH reads first: its command comes first (models/record.py), so
+# a short one ends within it.
 SEARCH_HEAD_BYTES = 2048
 
 
@@ -115,7 +116,7 @@ class Found:
 
 def _found(reply: list[Any]) -> Found:
     looked, last, more, *jobs = reply
-    return Found(blobs(jobs), int(looked), int(last), bool(more))
+    return Found(records(jobs), int(looked), int(last), bool(more))
 
 
 SEARCH = Script(
@@ -125,12 +126,13 @@ SEARCH = Script(
 -- The web UI's search: of the `scan` jobs the newest-first listing with these filters holds
 -- from `bound` (library.py listing_ids), those whose command holds `needle` (given in lower
 -- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. Only
--- a record's head is read: in a record's JSON a `,"` never falls inside a string (each quote
+-- the start of a job's spec is read (or of its head, written before the split: models/
+-- record.py): in a record's JSON a `,"` never falls inside a string (each quote
 -- in one is escaped), so the first after the command's opening quote ends it; a command
 -- longer than the head is read with a head 8 times larger, until it ends. The cost is
 -- bounded by `scan` (and the commands' length), not by the jobs stored or their output.
--- Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0), job JSON,
--- ...}}
+-- Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0), each
+-- job's parts (library.py get_jobs)...}}
 local function command_of(key)
   local size = {SEARCH_HEAD_BYTES}
   local head = redis.call("GETRANGE", key, 0, size - 1)
@@ -155,7 +157,9 @@ for i, id in ipairs(ids) do
   if i > tonumber(scan) then break end
   looked = looked + 1
   last = id
-  if string.find(string.lower(command_of(K.job(id))), needle, 1, true) then
+  local command = command_of(K.job_spec(id))
+  if command == "" then command = command_of(K.job(id)) end
+  if string.find(string.lower(command), needle, 1, true) then
     found[#found + 1] = id
     if #found >= tonumber(limit) then break end
   end

@@ -42,8 +42,8 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Retried:
-    """One job of a retry by hand: `code` OK (its record in `job`), NOT_FOUND, NOT_FAILED or
-    NO_NODES."""
+    """One job of a retry by hand: `code` OK (its record's head in `job`: the store puts its
+    record together), NOT_FOUND, NOT_FAILED or NO_NODES."""
 
     job_id: str
     code: int
@@ -68,8 +68,8 @@ RETRY_JOBS = Script(
 -- waits unplaced with its pending_reason), its retry count, outputs and failure
 -- cleared, out of the finished index. It has not ended, so no event. A job that runs after
 -- others waits again for those not done (waiting); while one of them is failed it stays
--- failed (BLOCKED: retry that one first, in the same call before it). Returns {id, code, job
--- JSON or ""} per id, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED.
+-- failed (BLOCKED: retry that one first, in the same call before it). Returns {id, code, the
+-- job's head or ""} per id, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED.
 local ids, candidates = {}, {}
 for i, value in ipairs(rest) do
   if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
@@ -94,7 +94,9 @@ for _, id in ipairs(ids) do
     else
       redis.call("ZREM", K.finished, id)
       job.retry_count = 0
-      job.exit_code, job.stdout, job.stderr, job.failure_reason = nil, nil, nil, nil
+      job.exit_code, job.failure_reason = nil, nil
+      set_output(id, job, "stdout", nil)
+      set_output(id, job, "stderr", nil)
       job.running_at, job.finished_at, job.run_at = nil, nil, nil
       local status = wait_for(id, job.after or {}) > 0 and "waiting" or "pending"
       if status == "waiting" and needs_fit(job) then target = "" end  -- placed when done

@@ -26,9 +26,12 @@ class Call(Generic[T]):
 
     script: Script[T]
     args: list[Any]
+    # How this call's reply is read, when it needs what only the caller knows (a new job's
+    # spec, which the create script never echoes): else the script's own reader.
+    reader: Callable[[Any], T] | None = None
 
     def parse(self, reply: Any) -> T:
-        return self.script.reply(reply)
+        return (self.reader or self.script.reply)(reply)
 
 
 class Script(Generic[T]):

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.models.record import split
 from scheduler.models.wire import rfc3339
 from scheduler.store.scripts.script import Call, Script
 
@@ -37,7 +38,8 @@ def take_dirty() -> Call[int]:
 
 @dataclass(frozen=True, slots=True)
 class RestoredJob:
-    """A job to put back: its record and what its indexes need. `started` (epoch s) is set
+    """A job to put back: its record (whole: the restore puts it in parts, models/record.py)
+    and what its indexes need. `started` (epoch s) is set
     for a running run-job only: those are the ones in the busy set and the deadlines.
     `finished` (epoch s) is set for a finished job only (done or failed: the retention
     index). `due` (epoch s) for a delayed job only (the delayed index)."""
@@ -61,11 +63,12 @@ RESTORE_JOBS = Script(
     """
 -- Put jobs back as the snapshot holds them, with every index their status needs (as the
 -- scripts maintain them). A job already present is first taken out of its old indexes.
--- mark_dirty "1": the next snapshot writes them. jobs: 10 values each, at most 1000 jobs
--- (Lua's unpack limit): id, score, node id, status, start time (epoch s) of a running run-job
--- or due time of a delayed job or "", finish time (epoch s) of a finished job or "", job
--- JSON, priority (a pending job's place in its node's queue: life.py queue_score), cpus and
--- memory_mb (what it holds on its node: place.py hold). A pending job on no node is
+-- mark_dirty "1": the next snapshot writes them. jobs: 13 values each, at most 1000 jobs:
+-- id, score, node id, status, start time (epoch s) of a running run-job or due time of a
+-- delayed job or "", finish time (epoch s) of a finished job or "", priority (a pending
+-- job's place in its node's queue: life.py queue_score), cpus and memory_mb (what it holds
+-- on its node: place.py hold), then its record's parts (models/record.py): head, spec,
+-- stdout, stderr ("": none). A pending job on no node is
 -- unplaced again, and the next placement pass is flagged.
 -- A cancelling job is restored as asked long ago: the next sweep ends it. Each index gets one
 -- ZADD/SADD for the whole batch: far cheaper than one call per job. Returns the number of
@@ -89,8 +92,15 @@ local function push(groups, key, a, b)
   list[#list + 1] = a
   if b then list[#list + 1] = b end
 end
+-- MSET or DEL of `values`, in calls small enough for Lua's unpack().
+local function in_chunks(command, values, step)
+  for i = 1, #values, step do
+    redis.call(command, unpack(values, i, math.min(i + step - 1, #values)))
+  end
+end
+local WIDTH = 13
 local restored, job_keys = {}, {}
-for i = 1, #jobs, 10 do
+for i = 1, #jobs, WIDTH do
   restored[#restored + 1] = jobs[i]
   job_keys[#job_keys + 1] = K.job(jobs[i])
 end
@@ -105,20 +115,28 @@ for i, old in ipairs(redis.call("MGET", unpack(job_keys))) do
     redis.call("HDEL", K.waiting, restored[i])
   end
 end
-local records, zadds, sadds = {}, {}, {}
+local records, absent, zadds, sadds = {}, {}, {}, {}
 for j, id in ipairs(restored) do
-  local i = 1 + (j - 1) * 10
+  local i = 1 + (j - 1) * WIDTH
   local score, node, status, start = jobs[i + 1], jobs[i + 2], jobs[i + 3], jobs[i + 4]
   local finish_time = jobs[i + 5]
-  records[#records + 1] = job_keys[j]
-  records[#records + 1] = jobs[i + 6]
+  local keys = {}
+  part_keys(id, keys)
+  for k, key in ipairs(keys) do
+    local value = jobs[i + 8 + k]
+    if value ~= "" then
+      records[#records + 1], records[#records + 2] = key, value
+    else
+      absent[#absent + 1] = key  -- an older record of the id may have had it
+    end
+  end
   push(zadds, K.all_jobs, score, id)
   push(zadds, K.status(status), score, id)
-  local queued = status == "pending" and queue_score(score, jobs[i + 7]) or score
+  local queued = status == "pending" and queue_score(score, jobs[i + 6]) or score
   if node ~= "" then
     push(zadds, K.node_jobs(node), score, id)
     push(zadds, K.node_status(node, status), queued, id)
-    if HOLDS[status] then hold(node, id, {cpus = jobs[i + 8], memory_mb = jobs[i + 9]}) end
+    if HOLDS[status] then hold(node, id, {cpus = jobs[i + 7], memory_mb = jobs[i + 8]}) end
   elseif status == "pending" then
     push(zadds, K.unplaced, queued, id)
   end
@@ -132,7 +150,8 @@ for j, id in ipairs(restored) do
   if status == "cancelling" then push(zadds, K.cancelling, 0, id) end
   if mark_dirty == "1" then push(sadds, K.dirty, id) end
 end
-redis.call("MSET", unpack(records))
+in_chunks("DEL", absent, 1000)
+in_chunks("MSET", records, 1000)
 for key, list in pairs(zadds) do redis.call("ZADD", key, unpack(list)) end
 for key, list in pairs(sadds) do redis.call("SADD", key, unpack(list)) end
 flag_unplaced()
@@ -149,7 +168,9 @@ def restore_jobs(jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
         started = "" if when is None else when
         finished = "" if job.finished is None else job.finished
         values += [job.job_id, job.score, job.node_id, job.status, started, finished]
-        values += [job.record, job.priority, job.cpus, job.memory_mb]
+        values += [job.priority, job.cpus, job.memory_mb]
+        parts = split(job.record)
+        values += [parts.head, parts.spec, *parts.outputs]
     return RESTORE_JOBS.call(mark_dirty="1" if mark_dirty else "0", jobs=values)
 
 
@@ -206,6 +227,43 @@ def upgrade_retired(status: str, ending: str, batch: int) -> Call[int]:
     return UPGRADE_RETIRED.call(status=status, ending=ending, batch=batch)
 
 
+SPLIT_RECORD = Script(
+    "SPLIT_RECORD",
+    "job_id whole head spec stdout stderr",
+    """
+-- The upgrade from whole records (models/record.py): job `job_id`'s record, `whole` when
+-- it was read, put in parts (head, spec, stdout, stderr; "": none), unless a script changed
+-- it meanwhile (the next pass reads it again). Returns 1 if it was split, else 0.
+if redis.call("GET", K.job(job_id)) ~= whole then return 0 end
+redis.call("SET", K.job(job_id), head)
+local parts = {spec, stdout, stderr}
+local keys = {}
+part_keys(job_id, keys)
+for i = 2, #keys do
+  if parts[i - 1] ~= "" then
+    redis.call("SET", keys[i], parts[i - 1])
+  else
+    redis.call("DEL", keys[i])
+  end
+end
+return 1
+""",
+    int,
+)
+
+
+def split_record(job_id: str, whole: bytes) -> Call[int]:
+    parts = split(whole)
+    return SPLIT_RECORD.call(
+        job_id=job_id,
+        whole=whole,
+        head=parts.head,
+        spec=parts.spec,
+        stdout=parts.outputs[0],
+        stderr=parts.outputs[1],
+    )
+
+
 REBUILD_WAITING = Script(
     "REBUILD_WAITING",
     "above batch now stamp",
@@ -225,7 +283,7 @@ for i = 1, #entries, 2 do
   if job and job.status == "waiting" then
     local waits, failed = wait_for(id, job.after or {})
     if failed then
-      job.stderr = "dependency " .. failed .. " ended failed"
+      set_output(id, job, "stderr", "dependency " .. failed .. " ended failed")
       finish(id, n, job, "dependency_failed", now, stamp)
     elseif waits == 0 then
       release_waiter(id, n, job)

@@ -40,7 +40,8 @@ SWEEP_TIMEOUTS = Script(
 -- original never retried a timeout). Reads only the expired entries of the deadlines,
 -- `batch` of them. Returns {number of entries read, ids of the jobs that timed out...}.
 local function timed_out(id, n, job)
-  job.exit_code, job.stderr = -1, "job timed out"
+  job.exit_code = -1
+  set_output(id, job, "stderr", "job timed out")
   if job.max_retries and retries_left(job, max_retries) then
     local wait = retry_wait(job, n, backoff, backoff_cap, seed)
     local to = retry_node(job, builtin == "1", tonumber(now) - tonumber(node_ttl))
@@ -84,8 +85,9 @@ FINISH_CANCELS = Script(
 -- failure_reason cancelled), their node's slot free, their event. Returns {number of
 -- entries read, ids of the jobs it cancelled...}.
 local function unconfirmed(id, n, job)
-  if (job.stderr or "") == "" then
-    job.stderr = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
+  if output_is(id, job, "stderr", "") then
+    local why = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
+    set_output(id, job, "stderr", why)
   end
   finish(id, n, job, "cancelled", now, stamp)
 end
@@ -124,7 +126,9 @@ for _, id in ipairs(expired) do
     local job = load_job(id)
     -- Only a final job is removed; an entry left stale (the job replaced by a restore) goes.
     if job and FINAL[job.status] then
-      redis.call("DEL", K.job(id), K.attempts(id))
+      local keys = {K.attempts(id)}
+      part_keys(id, keys)
+      redis.call("DEL", unpack(keys))
       redis.call("ZREM", K.all_jobs, id)
       redis.call("ZREM", K.status(job.status), id)
       redis.call("ZREM", K.node_jobs(job.node_id), id)
