@@ -13,8 +13,9 @@ import json
 import time
 
 import redis
+from new_jobs import creation
 
-from scheduler.models.job import STATUSES, Job, JobCreate, creation_json, new_job, record_encoder
+from scheduler.models.job import STATUSES, Job, JobCreate, new_job, record_encoder
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.store.keys import Keys
@@ -29,13 +30,13 @@ def preload(client: redis.Redis, prefix: str, count: int) -> None:
     keys = Keys(prefix)
     sha = client.script_load(job_scripts.CREATE_JOB.text)
     created_at = rfc3339(time.time())
-    body = creation_json(new_job(JobCreate(command="echo preloaded"), created_at))
+    body, extra = creation(new_job(JobCreate(command="echo preloaded"), created_at))
     placement = Placement.among(NODES)
     done = 0
     while done < count:
         pipe = client.pipeline(transaction=False)
         for _ in range(min(_CHUNK, count - done)):
-            call = job_scripts.create_job(body, placement, time.time(), 30)
+            call = job_scripts.create_job(body, placement, time.time(), 30, **extra)
             pipe.evalsha(sha, 1, keys.root, *call.args)
         done += len(pipe.execute())
 

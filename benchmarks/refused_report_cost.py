@@ -47,7 +47,9 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scheduler.models.job import JobCreate, JobUpdate, creation_json, new_job  # noqa: E402
+from new_jobs import creation  # noqa: E402
+
+from scheduler.models.job import JobCreate, JobUpdate, new_job  # noqa: E402
 from scheduler.nodes.placement import Placement  # noqa: E402
 from scheduler.store.keys import Keys  # noqa: E402
 from scheduler.store.scripts import codes  # noqa: E402
@@ -123,15 +125,17 @@ def after_calls() -> Calls:
     return out
 
 
-def big_job(env_bytes: int) -> bytes:
-    """A new job's record with about `env_bytes` of env_vars."""
+def big_job(env_bytes: int) -> tuple[bytes, dict[str, Any]]:
+    """A new job's create arguments (new_jobs.py) with about `env_bytes` of env_vars."""
     count = max(1, env_bytes // 64)
     env = {f"VAR_{i:06}": "v" * 50 for i in range(count)}
     request = msgspec.convert({"command": "deploy", "env_vars": env}, JobCreate)
-    return creation_json(new_job(request, "2026-01-01T00:00:00.000000Z"))
+    return creation(new_job(request, "2026-01-01T00:00:00.000000Z"))
 
 
-def store_job(client: redis.Redis, keys: Keys, record: bytes, output_bytes: int) -> int:
+def store_job(
+    client: redis.Redis, keys: Keys, created: tuple[bytes, dict[str, Any]], output_bytes: int
+) -> int:
     """Nodes n1, n2 with their tokens, and job-1 of n1 run and done with its output, through
     the scripts the API runs; returns the stored record's size."""
     client.set(keys.initialised, "benchmark")
@@ -140,12 +144,14 @@ def store_job(client: redis.Redis, keys: Keys, record: bytes, output_bytes: int)
         status="done", exit_code=0, stdout="o" * output_bytes, stderr="e" * output_bytes
     )
     for call in (
-        job_scripts.create_job(record, Placement.fixed("n1"), time.time(), 30.0),
+        job_scripts.create_job(created[0], Placement.fixed("n1"), time.time(), 30.0, **created[1]),
         job_scripts.transition("job-1", CLAIM, time.time(), POLICY, "key", node_ttl=30),
         job_scripts.transition("job-1", done, time.time(), POLICY, "key", node_ttl=30),
     ):
         client.eval(call.script.text, 1, keys.root, *call.args)
-    return int(client.strlen(keys.job("job-1")))
+    # Every part of its record (models/record.py; one value in versions before).
+    parts = [keys.job("job-1") + part for part in ("", ":spec", ":stdout", ":stderr")]
+    return sum(int(client.strlen(key)) for key in parts)
 
 
 def measure(client: redis.Redis, keys: Keys, text: str, args: list[Any], calls: int) -> float:

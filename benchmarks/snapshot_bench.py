@@ -30,8 +30,10 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from new_jobs import creation  # noqa: E402
+
 from scheduler.config import Settings  # noqa: E402
-from scheduler.models.job import JobCreate, creation_json, new_job  # noqa: E402
+from scheduler.models.job import JobCreate, new_job  # noqa: E402
 from scheduler.models.wire import rfc3339  # noqa: E402
 from scheduler.nodes.placement import Placement  # noqa: E402
 from scheduler.snapshot import db as snapshot_db  # noqa: E402
@@ -58,11 +60,11 @@ def create_jobs(client: redis.Redis, settings: Settings, count: int) -> None:
     marker = finish_restore(0, "benchmark")
     client.register_script(snapshot_scripts.FINISH_RESTORE.text)(keys=[keys.root], args=marker.args)
     request = JobCreate(command="python3 -c 'print(42)'", env_vars={"GREETING": "hi", "EMPTY": ""})
-    body = creation_json(new_job(request, rfc3339(now)))
+    body, extra = creation(new_job(request, rfc3339(now)))
     for start in range(0, count, CHUNK):
         with client.pipeline(transaction=False) as pipe:
             for i in range(start, min(start + CHUNK, count)):
-                call = create_job(body, Placement.fixed(NODES[i % len(NODES)]), now, 30)
+                call = create_job(body, Placement.fixed(NODES[i % len(NODES)]), now, 30, **extra)
                 script(keys=[keys.root], args=call.args, client=pipe)
             pipe.execute()
 

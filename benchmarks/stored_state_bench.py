@@ -37,9 +37,10 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from new_jobs import creation  # noqa: E402
+
 from scheduler.models.job import (  # noqa: E402
     JobCreate,
-    creation_json,
     due_of,
     new_job,
     stamped,
@@ -59,10 +60,10 @@ DAY = 86400.0
 PROMOTED = 10  # jobs made due per PROMOTE_DUE call of the "10 due" phase
 
 
-def _record(now: float, delay: float) -> tuple[bytes, float | None]:
+def _record(now: float, delay: float) -> tuple[tuple[bytes, dict[str, Any]], float | None]:
     request = msgspec.convert({"command": "echo hello", "delay_secs": delay}, JobCreate)
     job = stamped(new_job(request), request, now)
-    return creation_json(job), due_of(job)
+    return creation(job), due_of(job)
 
 
 class Deployment:
@@ -106,7 +107,9 @@ class Deployment:
             # Due tomorrow, spread over an hour: a real delayed index, not one score.
             self.send(
                 [
-                    job_scripts.create_job(record, placement, self.now, TTL, due=(due or 0) + i)
+                    job_scripts.create_job(
+                        record[0], placement, self.now, TTL, due=(due or 0) + i, **record[1]
+                    )
                     for i in range(start % 3600, start % 3600 + count)
                 ]
             )
@@ -130,10 +133,16 @@ def phases(calls: int, now: float) -> list[tuple[str, Callable[[Deployment], lis
     placement = Placement.among(NODES)
 
     def create_pending(_: Deployment) -> list[Call[Any]]:
-        return [job_scripts.create_job(pending, placement, now, TTL) for _ in range(calls)]
+        return [
+            job_scripts.create_job(pending[0], placement, now, TTL, **pending[1])
+            for _ in range(calls)
+        ]
 
     def create_delayed(_: Deployment) -> list[Call[Any]]:
-        return [job_scripts.create_job(delayed, placement, now, TTL, due=due) for _ in range(calls)]
+        return [
+            job_scripts.create_job(delayed[0], placement, now, TTL, due=due, **delayed[1])
+            for _ in range(calls)
+        ]
 
     def poll(_: Deployment) -> list[Call[Any]]:
         return [job_scripts.poll(NODES[i % len(NODES)], 1, "open") for i in range(calls)]
@@ -146,7 +155,7 @@ def phases(calls: int, now: float) -> list[tuple[str, Callable[[Deployment], lis
         # PROMOTED jobs due in an hour per call to come, made now (not measured).
         d.send(
             [
-                job_scripts.create_job(delayed, placement, now, TTL, due=due)
+                job_scripts.create_job(delayed[0], placement, now, TTL, due=due, **delayed[1])
                 for _ in range(calls * PROMOTED)
             ]
         )

@@ -10,10 +10,11 @@ import redis
 
 from scheduler.models.record import record
 from scheduler.store.keys import Keys
+from scheduler.store.records import job_parts
 
 
 def stored_record(r: redis.Redis, keys: Keys, job_id: str) -> bytes | None:
-    return record(r.mget(keys.job_parts(job_id)))  # type: ignore[arg-type]
+    return record(r.mget(job_parts(keys, job_id)))  # type: ignore[arg-type]
 
 
 def stored_job(r: redis.Redis, keys: Keys, job_id: str) -> Any:

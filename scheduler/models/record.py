@@ -1,7 +1,7 @@
 """A job's record as Redis keeps it: in parts, so no script ever decodes what may be large.
 
 The wire's job (`Job`) is one JSON object; Redis holds it as up to four values
-(store/keys.py `Keys.job_parts`):
+(store/records.py `job_parts`):
 
 - the head: every field but the parts below, as JSON in Job's order (what the scripts
   decode and re-encode, a few hundred bytes whatever the job holds);
@@ -101,7 +101,8 @@ def creation_parts(job: Job) -> Parts:
     return Parts(head, parts.spec, parts.outputs)
 
 
-PART_COUNT = 2 + len(OUTPUT_FIELDS)  # the values a job's parts are read as (Keys.job_parts)
+# The values a job's parts are read as (store/records.py job_parts).
+PART_COUNT = 2 + len(OUTPUT_FIELDS)
 
 
 def records(flat: Sequence[bytes | None]) -> list[bytes]:
@@ -116,6 +117,7 @@ def records(flat: Sequence[bytes | None]) -> list[bytes]:
 
 
 def record(parts: Sequence[bytes | None]) -> bytes | None:
-    """The record of one job's parts as read (Keys.job_parts), None when it has no head."""
+    """The record of one job's parts as read (store/records.py job_parts), None when it has
+    no head."""
     found = records(parts)
     return found[0] if found else None

@@ -35,6 +35,7 @@ from scheduler.snapshot.locking import (
     release,
 )
 from scheduler.snapshot.restore import RestoreRefused, settle
+from scheduler.store.records import job_parts
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
 
@@ -127,7 +128,7 @@ def _batches(members: Iterable[bytes]) -> Iterator[list[str]]:
 def _read_batch(store: SyncJobStore, ids: list[str]) -> tuple[list[tuple[Any, ...]], list[str]]:
     """The rows to upsert for these ids, and the ids that may leave the in-flight set once
     they are committed."""
-    keys = [key for job_id in ids for key in store.keys.job_parts(job_id)]
+    keys = [key for job_id in ids for key in job_parts(store.keys, job_id)]
     parts: list[Any] = store.redis.mget(keys)
     rows, settled = [], []
     for i, job_id in enumerate(ids):

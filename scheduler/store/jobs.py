@@ -26,6 +26,7 @@ from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.keys import Keys
+from scheduler.store.records import job_parts
 from scheduler.store.scripts import Call, jobs, listing, metrics, retry, schedules
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
@@ -168,18 +169,18 @@ class JobStore:
 
     async def get(self, job_id: str) -> bytes | None:
         """The job's record (models/record.py: its parts, one MGET), None when it is not."""
-        return record(await self.redis.execute("MGET", *self.keys.job_parts(job_id)))
+        return record(await self.redis.execute("MGET", *job_parts(self.keys, job_id)))
 
     def send_get(self, job_id: str) -> Reply | None:
         """`get` sent at once (as `send_poll`); its reply is read by models.record.record."""
-        return self.redis.send_now("MGET", *self.keys.job_parts(job_id))
+        return self.redis.send_now("MGET", *job_parts(self.keys, job_id))
 
     async def _changed(self, call: Call[bytes], job_id: str) -> bytes:
         """A script that changes a job and answers its head, and the job's other parts read
         right behind it on the same connection (sent together: one round trip), so no script
         copies a job's large parts to answer a change."""
         head, parts = await asyncio.gather(
-            self.run(call), self.redis.execute("MGET", *self.keys.job_parts(job_id)[1:])
+            self.run(call), self.redis.execute("MGET", *job_parts(self.keys, job_id)[1:])
         )
         return assemble(head, parts[0], parts[1:])
 

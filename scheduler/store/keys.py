@@ -24,8 +24,6 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from scheduler.models.record import OUTPUT_FIELDS
-
 
 @dataclass(frozen=True, slots=True)
 class Keys:
@@ -196,26 +194,18 @@ class Keys:
 
     @property
     def records_split(self) -> str:
-        """String: set once every record is in parts (models/record.py; the upgrade from the
-        whole records of earlier versions, SyncJobStore.split_records)."""
+        """String: set once every record is in parts (SyncJobStore.split_records)."""
         return self._k("records:split")
 
     def job(self, job_id: str) -> str:
-        """String: the job's record head (models/record.py), the JSON the scripts decode."""
+        """String: the head of the job's record; its other parts: job_parts (records.py)."""
         return self._k(f"job:{job_id}")
 
     def job_spec(self, job_id: str) -> str:
-        """String: the job's spec (command, deploy_url, env_vars) as JSON, written once."""
         return self._k(f"job:{job_id}:spec")
 
     def job_output(self, job_id: str, stream: str) -> str:
-        """String: the job's `stream` (stdout, stderr) as plain text."""
         return self._k(f"job:{job_id}:{stream}")
-
-    def job_parts(self, job_id: str) -> list[str]:
-        """The keys of the job's record, in the order models.record.assemble reads them."""
-        streams = [self.job_output(job_id, stream) for stream in OUTPUT_FIELDS]
-        return [self.job(job_id), self.job_spec(job_id), *streams]
 
     def attempts(self, job_id: str) -> str:
         return self._k(f"attempts:{job_id}")

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from scheduler.store.keys import Keys
+from scheduler.store.records import job_parts
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
 from tests.records import stored_job, stored_record
@@ -77,7 +78,7 @@ def test_a_jobs_life_never_reads_its_large_parts_whole(big_job: Any, rclient: re
         assert api.delete(f"/jobs/{job_id}").status_code == 200
 
     commands = script_commands(rclient, life)
-    parts = keys.job_parts(job_id)[1:]
+    parts = job_parts(keys, job_id)[1:]
     assert commands, "MONITOR saw no script command"
     touched = list(touching(commands, parts))
     assert touched, "the scripts wrote no part"
@@ -116,11 +117,11 @@ def test_a_retry_clears_both_outputs_and_a_new_attempt_clears_stdout(
     keys = Keys(settings.redis_prefix)
     report(api, job_id, "running")
     report(api, job_id, "failed", exit_code=2, stdout="o", stderr="e")
-    assert rclient.exists(*keys.job_parts(job_id)) == 4
+    assert rclient.exists(*job_parts(keys, job_id)) == 4
     retried = api.post(f"/jobs/{job_id}/retry").json()
     assert "stdout" not in retried and "stderr" not in retried
     assert retried["env_vars"] == BIG_ENV
-    assert rclient.exists(*keys.job_parts(job_id)) == 2  # the head and the spec
+    assert rclient.exists(*job_parts(keys, job_id)) == 2  # the head and the spec
 
 
 def whole_record(job: dict[str, Any]) -> bytes:
@@ -135,7 +136,7 @@ def test_a_whole_record_is_read_changed_and_split_once(
     keys = Keys(settings.redis_prefix)
     before = stored_job(rclient, keys, job_id)
     before["stderr"] = "from an earlier attempt"
-    rclient.delete(*keys.job_parts(job_id), keys.records_split)  # as an earlier version left it
+    rclient.delete(*job_parts(keys, job_id), keys.records_split)  # as an earlier version left it
     rclient.set(keys.job(job_id), whole_record(before))
     assert api.get(f"/jobs/{job_id}").json() == before
 
@@ -161,7 +162,7 @@ def test_the_split_leaves_a_record_changed_while_it_read_it(
 ) -> None:
     from scheduler.store.scripts import snapshot
 
-    api, settings, job_id = big_job
+    _, settings, job_id = big_job
     keys = Keys(settings.redis_prefix)
     whole = whole_record(stored_job(rclient, keys, job_id))
     rclient.set(keys.job(job_id), whole)
@@ -191,4 +192,4 @@ def test_parts_go_with_the_job_at_retention(
         assert store.prune_finished(now=10**10) == [job_id]
     finally:
         store.close()
-    assert rclient.exists(*keys.job_parts(job_id)) == 0
+    assert rclient.exists(*job_parts(keys, job_id)) == 0

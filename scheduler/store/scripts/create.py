@@ -208,7 +208,6 @@ return {OK, job}
 
 def create_job(
     record: bytes,
-    spec: bytes,
     placement: Placement,
     now: float,
     node_ttl: float,
@@ -217,10 +216,12 @@ def create_job(
     priority: int = 0,
     after: Sequence[str] = (),
     asks: Asks = NO_ASKS,
+    spec: bytes = b"",
 ) -> Call[Created]:
     """`record` is the new job's head (models/record.py) without job_id and node_id, `spec`
-    its spec's JSON (b"": none); `due`, when it is delayed, the epoch of its run_at;
-    `priority`, `after` and `asks`, the record's."""
+    its spec's JSON (b"": none; a `record` holding them whole is read as it is); `due`,
+    when it is delayed, the epoch of its run_at; `priority`, `after` and `asks`, the
+    record's."""
     args: dict[str, Any] = dict(
         record=record, spec=spec, due="" if due is None else due, priority=priority,
         mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
@@ -245,7 +246,6 @@ def create_job_of(
     parts = creation_parts(job)
     return create_job(
         parts.head,
-        parts.spec,
         placement,
         now,
         node_ttl,
@@ -254,4 +254,5 @@ def create_job_of(
         job.priority,
         job.after,
         asks,
+        parts.spec,
     )

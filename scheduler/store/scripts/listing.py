@@ -128,7 +128,8 @@ SEARCH = Script(
 -- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. Only
 -- the start of a job's spec is read (or of its head, written before the split: models/
 -- record.py): in a record's JSON a `,"` never falls inside a string (each quote
--- in one is escaped), so the first after the command's opening quote ends it; a command
+-- in one is escaped), so the first after the command's opening quote ends it (or the
+-- spec's closing `"}}`, when the command is its only field); a command
 -- longer than the head is read with a head 8 times larger, until it ends. The cost is
 -- bounded by `scan` (and the commands' length), not by the jobs stored or their output.
 -- Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0), each
@@ -145,6 +146,8 @@ local function command_of(key)
     head = redis.call("GETRANGE", key, 0, size - 1)
     stop = string.find(head, ',"', from, true)
   end
+  -- The spec's last field (it has no other): its closing quote just before the final "}}".
+  if not stop and #head < size and string.sub(head, -2) == '"}}' then stop = #head end
   if not stop then return "" end
   local raw = string.sub(head, from, stop - 2)
   if not string.find(raw, "\\92", 1, true) then return raw end  -- no backslash: no escape
