@@ -241,12 +241,13 @@ def test_a_request_becomes_the_create_scripts_json() -> None:
     new = new_job(JobCreate(command="c", port=80), "2026-01-01T00:00:00Z")
     assert (new.job_id, new.node_id, new.status, new.retry_count) == ("", "", "pending", 0)
     # The script writes job_id and node_id in front: Job's order, as Go's encoder.
-    # The command is the spec's, apart from the head (models/record.py).
+    # A small spec stays in the head (models/record.py).
     parts = creation_parts(new)
     assert parts.head == (
-        b'{"port":80,"status":"pending","retry_count":0,"created_at":"2026-01-01T00:00:00Z"}'
+        b'{"command":"c","port":80,"status":"pending","retry_count":0,'
+        b'"created_at":"2026-01-01T00:00:00Z"}'
     )
-    assert (parts.spec, parts.outputs) == (b'{"command":"c"}', ("", ""))
+    assert (parts.spec, parts.outputs) == (b"", ("", ""))
     with pytest.raises(ValueError):
         creation_parts(msgspec.structs.replace(new, job_id="job-1"))
 

@@ -40,6 +40,7 @@ from scheduler.api.routing import Access, Hot, RouteTable
 from scheduler.api.state import AppState
 from scheduler.models.record import record
 from scheduler.store.connection.protocol import Reply
+from scheduler.store.errors import PartsApart
 from scheduler.store.scripts.jobs import Polled
 
 JSON = b"application/json"
@@ -221,10 +222,11 @@ class Lane:
 
     def settled(self, request: HotRequest, reply: Reply, finish: Callable[[Any], Answer]) -> Answer:
         """The answer of a call `send` sent, from its reply. NoScriptError (Redis forgot the
-        script) and bugs are raised: the caller runs the handler, or answers 500."""
+        script), PartsApart (a job's parts need a second read) and bugs are raised: the
+        caller runs the handler, or answers 500."""
         try:
             answer = finish(reply.result())
-        except NoScriptError:
+        except (NoScriptError, PartsApart):
             raise
         except Exception as exc:
             answer = self.failed(request, exc)

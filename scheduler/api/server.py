@@ -26,6 +26,7 @@ from scheduler.api.hot import Charge
 from scheduler.api.http import body_late, length_of, too_large
 from scheduler.api.lane import MAX_BODY, TEXT, Answer, HotRequest, Lane, Route
 from scheduler.store.connection.protocol import Reply
+from scheduler.store.errors import PartsApart
 
 log = logging.getLogger("scheduler.api")
 
@@ -147,8 +148,9 @@ class LaneCycle:
     ) -> None:
         try:
             answer = self.protocol.lane.settled(request, reply, finish)
-        except NoScriptError:
-            # Redis forgot the script (restarted, flushed): the handler loads it.
+        except (NoScriptError, PartsApart):
+            # Redis forgot the script (restarted, flushed): the handler loads it. A job that
+            # keeps parts apart: the handler reads them (models/record.py).
             self.run_task(route, request)
             return
         except Exception:

@@ -169,7 +169,7 @@ async def _listed(request: Request, f: Filters) -> tuple[list[Job], list[int], i
     blobs, counts = await asyncio.gather(
         store.run(page_call), store.run(listing.counts(f.node_id, STATUSES))
     )
-    jobs = [job_decoder.decode(blob) for blob in blobs]
+    jobs = [job_decoder.decode(blob) for blob in await store.whole(blobs)]
     more = len(jobs) > PAGE_SIZE
     shown = jobs[:PAGE_SIZE]
     if f.after:
@@ -193,7 +193,7 @@ async def _searched(
     found, counts = await asyncio.gather(
         store.run(call), store.run(listing.counts(f.node_id, STATUSES))
     )
-    jobs = [job_decoder.decode(blob) for blob in found.jobs]
+    jobs = [job_decoder.decode(blob) for blob in await store.whole(found.jobs)]
     shown = jobs[:PAGE_SIZE]
     older, more = 0, ""
     if len(jobs) > PAGE_SIZE:

@@ -1,24 +1,24 @@
-"""A job's record as Redis keeps it: in parts, so no script ever decodes what may be large.
+"""A job's record as Redis keeps it: whole while small, its large parts apart, so no script
+ever reads bytes in proportion to what a job holds.
 
-The wire's job (`Job`) is one JSON object; Redis holds it as up to four values
-(store/records.py `job_parts`):
+Redis copies and hashes every byte of a string that enters or leaves a Lua script (about
+1.25 µs a KiB: benchmarks/large_job_cost.py), so a script may only ever see a bounded record.
+A job's *parts* are its spec (the SPEC fields: command, deploy_url, env_vars, written once at
+submit) and each OUTPUT field (stdout, stderr, written by reports). A part of at most
+INLINE_BYTES stays in the record, the *head* `{P}:job:{id}` (store/records.py), which is then
+the wire's JSON itself, as before; a larger one is stored apart, in a key of its own (the spec
+as JSON, an output as its plain text), and the head names it in its `_parts` list. The
+scripts decode the head only; a part apart reaches Redis by plain commands (written to a
+staged key the script renames, read by an MGET of its key), never through a script.
 
-- the head: every field but the parts below, as JSON in Job's order (what the scripts
-  decode and re-encode, a few hundred bytes whatever the job holds);
-- the spec: the SPEC fields (command, deploy_url, env_vars) as one JSON object, written once
-  at submit and never changed (absent when all are empty);
-- stdout and stderr: each OUTPUT field as its plain text (absent when empty), written by a
-  report or a script as they come, read in part by the scripts (GETRANGE, a tail).
-
-`split` cuts a whole record into those parts (the submit, the restore); `assemble` puts them
-back into the wire's bytes (every read), in Job's order with empty fields omitted, as one
-record was written before. A head written before the split holds every field itself:
-`assemble` reads it as it is, a part present overriding its field (docs/ARCHITECTURE.md,
-Records).
+`split` cuts a whole record into head and parts apart (the submit, the restore); `assemble`
+puts them back into the wire's bytes (every reader), in Job's order with empty fields
+omitted, as one encoder of the whole job writes them.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,16 +30,26 @@ SPEC_FIELDS = tuple(f.name for f in JOB_FIELDS if f.part == "spec")
 OUTPUT_FIELDS = tuple(f.name for f in JOB_FIELDS if f.part == "output")
 WIRE_ORDER = tuple(f.name for f in JOB_FIELDS)
 _KNOWN = frozenset(WIRE_ORDER)
+# The largest part kept in the head: what a script may copy, at most ~5 µs of Redis each.
+INLINE_BYTES = 4096
+# The head's map of its parts stored apart ("spec", "stdout", "stderr") to the SHA-1 of each
+# output's text ("" for the spec): a repeated report is compared by it, never read. Not a Job
+# field, never on the wire.
+APART = "_parts"
+_APART_MARK = b'"_parts":'
+# The values a job's parts are read as (store/records.py job_parts): head, spec, outputs.
+PART_COUNT = 2 + len(OUTPUT_FIELDS)
 
 _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_apart_decoder = msgspec.json.Decoder(dict[str, str])
 _text_decoder = msgspec.json.Decoder(str)
 _encoder = msgspec.json.Encoder()
 
 
 @dataclass(frozen=True, slots=True)
 class Parts:
-    """A record in its parts: the head's JSON, the spec's JSON (b"" when it has no field),
-    and each output's text ("" when empty), in OUTPUT_FIELDS' order."""
+    """A record as stored: its head's JSON, its spec's JSON when stored apart (else b""),
+    and each output's text when stored apart (else ""), in OUTPUT_FIELDS' order."""
 
     head: bytes
     spec: bytes
@@ -47,34 +57,63 @@ class Parts:
 
 
 def split(record: bytes) -> Parts:
-    """The parts of a whole record (the wire's JSON of a job, as msgspec or an earlier
-    version wrote it). ValueError for one that is not a JSON object."""
+    """The head and parts apart of a whole record (the wire's JSON of a job, as msgspec or
+    an earlier version wrote it). ValueError for one that is not a JSON object."""
     try:
         fields = _fields_decoder.decode(record)
     except msgspec.DecodeError as exc:
         raise ValueError(f"not a job record: {exc}") from None
-    spec = {name: fields.pop(name) for name in SPEC_FIELDS if name in fields}
-    outputs = tuple(_text(fields.pop(name, None)) for name in OUTPUT_FIELDS)
-    return Parts(_encoder.encode(fields), _encoder.encode(spec) if spec else b"", outputs)
+    apart: dict[str, str] = {}
+    spec_fields = {name: fields[name] for name in SPEC_FIELDS if name in fields}
+    spec = _encoder.encode(spec_fields) if spec_fields else b""
+    if len(spec) > INLINE_BYTES:
+        apart["spec"] = ""
+        for name in spec_fields:
+            del fields[name]
+    else:
+        spec = b""
+    outputs = []
+    for name in OUTPUT_FIELDS:
+        raw = fields.get(name)
+        text = "" if raw is None or len(raw) <= INLINE_BYTES else _text_decoder.decode(raw)
+        # By its text's size, as a report's is staged (store/records.py large_outputs).
+        if len(text.encode()) > INLINE_BYTES:
+            apart[name] = digest(text)
+            del fields[name]
+            outputs.append(text)
+        else:
+            outputs.append("")
+    if apart:
+        fields[APART] = msgspec.Raw(_encoder.encode(apart))
+    head = _encoder.encode(fields) if apart else record
+    return Parts(head, spec, tuple(outputs))
 
 
-def is_whole(head: bytes) -> bool:
-    """Whether a stored head is a whole record, as versions before the split wrote it (it
-    holds a part's field: every whole record holds its command)."""
-    try:
-        fields = _fields_decoder.decode(head)
-    except msgspec.DecodeError:
-        return False  # not a record: the snapshot reports it
-    return any(name in fields for name in (*SPEC_FIELDS, *OUTPUT_FIELDS))
+def digest(text: str) -> str:
+    """How a head names an output stored apart: the SHA-1 of its text (store/records.py
+    computes it for a staged one)."""
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
-def _text(raw: msgspec.Raw | None) -> str:
-    return "" if raw is None else _text_decoder.decode(raw)
+def has_apart(head: bytes) -> bool:
+    """Whether a stored head names parts stored apart (its readers must read them too). May
+    say yes for a head that does not (the text inside a value): `assemble` reads it right."""
+    return _APART_MARK in head
+
+
+def apart_of(head: bytes) -> list[str]:
+    """The parts the head says are stored apart."""
+    raw = _fields_decoder.decode(head).get(APART)
+    return [] if raw is None else list(_apart_decoder.decode(raw))
 
 
 def assemble(head: bytes, spec: bytes | None, outputs: Sequence[bytes | None]) -> bytes:
-    """The wire's JSON of a job from its parts as Redis returns them (None: absent)."""
+    """The wire's JSON of a job from its head and its parts apart as Redis returns them
+    (None: absent). A head that names none is the wire's JSON already."""
+    if not has_apart(head):
+        return head
     fields = _fields_decoder.decode(head)
+    fields.pop(APART, None)
     if spec:
         fields.update(_fields_decoder.decode(spec))
     for name, text in zip(OUTPUT_FIELDS, outputs, strict=True):
@@ -85,24 +124,6 @@ def assemble(head: bytes, spec: bytes | None, outputs: Sequence[bytes | None]) -
     for name in sorted(fields.keys() - _KNOWN):
         ordered[name] = fields[name]
     return _encoder.encode(ordered)
-
-
-_PLACEHOLDERS = b'{"job_id":"","node_id":"",'
-
-
-def creation_parts(job: Job) -> Parts:
-    """The create script's parts of a new job (store/scripts/create.py CREATE_JOB): its head
-    without job_id and node_id, which the script writes in front of the rest, and its spec.
-    ValueError for a job whose id or node is set already."""
-    parts = split(record_encoder.encode(job))
-    if not parts.head.startswith(_PLACEHOLDERS):
-        raise ValueError(f"not a new job's record: {parts.head[: len(_PLACEHOLDERS)]!r}")
-    head = b"{" + parts.head[len(_PLACEHOLDERS) :]
-    return Parts(head, parts.spec, parts.outputs)
-
-
-# The values a job's parts are read as (store/records.py job_parts).
-PART_COUNT = 2 + len(OUTPUT_FIELDS)
 
 
 def records(flat: Sequence[bytes | None]) -> list[bytes]:
@@ -121,3 +142,26 @@ def record(parts: Sequence[bytes | None]) -> bytes | None:
     no head."""
     found = records(parts)
     return found[0] if found else None
+
+
+def is_whole(head: bytes) -> bool:
+    """Whether a stored head holds a part larger than INLINE_BYTES, as versions before parts
+    were kept apart wrote it (the upgrade splits it: SyncJobStore.split_records)."""
+    try:
+        return split(head).head != head
+    except ValueError:
+        return False  # not a record: the snapshot reports it
+
+
+_PLACEHOLDERS = b'{"job_id":"","node_id":"",'
+
+
+def creation_parts(job: Job) -> Parts:
+    """The create script's parts of a new job (store/scripts/create.py CREATE_JOB): its head
+    without job_id and node_id, which the script writes in front of the rest, and its spec
+    when stored apart. ValueError for a job whose id or node is set already."""
+    parts = split(record_encoder.encode(job))
+    if not parts.head.startswith(_PLACEHOLDERS):
+        raise ValueError(f"not a new job's record: {parts.head[: len(_PLACEHOLDERS)]!r}")
+    head = b"{" + parts.head[len(_PLACEHOLDERS) :]
+    return Parts(head, parts.spec, parts.outputs)

@@ -76,6 +76,20 @@ class StoreNotReady(Exception):
         return "store not ready: restoring from the snapshot"
 
 
+class PartsApart(Exception):
+    """A reply read in a callback (the hot lane's poll) holds a job that keeps parts apart
+    (models/record.py), which only a second read gets: the caller runs the coroutine path."""
+
+
+class StagedPartLost(Exception):
+    """A large part of a job's record, staged for a script (models/record.py), was gone when
+    the script ran (it expired, or Redis lost it): nothing was changed; the request may be
+    sent again."""
+
+    def __str__(self) -> str:
+        return "a large part of the request was lost on its way into Redis: try again"
+
+
 class ReplicasNotAcked(RedisConnectionError):
     """Fewer replicas than REDIS_MIN_REPLICAS_ACKED confirmed a change in time. The change
     may well have been applied on the primary: only its survival of a failover is unsure."""

@@ -16,7 +16,7 @@ import msgspec
 
 from scheduler.config import Settings
 from scheduler.models.job import STATUSES, Job, JobUpdate
-from scheduler.models.record import assemble, record
+from scheduler.models.record import creation_parts, has_apart, record
 from scheduler.models.registry import Node, NodeRegistration, Service
 from scheduler.models.schedule import Schedule, schedule_decoder, schedule_encoder
 from scheduler.models.wire import rfc3339
@@ -24,9 +24,17 @@ from scheduler.nodes.placement import Placement, live_node_ids
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
-from scheduler.store.errors import Conflict, ScheduleNotFound
+from scheduler.store.errors import Conflict, PartsApart, ScheduleNotFound
 from scheduler.store.keys import Keys
-from scheduler.store.records import job_parts
+from scheduler.store.records import (
+    STAGED_SECS,
+    Staged,
+    apart_keys,
+    complete,
+    job_parts,
+    large_outputs,
+    stage,
+)
 from scheduler.store.scripts import Call, jobs, listing, metrics, retry, schedules
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
@@ -74,6 +82,15 @@ def _poll_command(keys: Keys, node_id: str, limit: int, caller: str) -> bytes:
     return packed
 
 
+def _polled_whole(reply: list[Any]) -> jobs.Polled:
+    """A poll's reply read in the lane's callback: PartsApart (the handler's path reads
+    them) when a job keeps parts apart (models/record.py)."""
+    polled = jobs.polled(reply)
+    if any(has_apart(head) for head in polled.jobs):
+        raise PartsApart()
+    return polled
+
+
 class JobStore:
     """Asyncio store for the API processes, on one multiplexed connection (connection/mux.py)."""
 
@@ -111,14 +128,42 @@ class JobStore:
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
         ttl = self.settings.node_ttl_secs
-        return await self.run(jobs.create_job_of(job, placement, now, ttl, dedup))
+        spec = creation_parts(job).spec
+        if not spec:
+            created = await self.run(jobs.create_job_of(job, placement, now, ttl, dedup))
+        else:
+            staged = stage(self.keys, {"spec": spec})
+            call = jobs.create_job_of(job, placement, now, ttl, dedup, staged.tokens["spec"])
+            created = await self._after(staged, call)
+        if created.duplicate and created.job:
+            return dataclasses.replace(created, job=(await self.whole([created.job]))[0])
+        return created
+
+    async def _after(self, staged: Staged, call: Call[T]) -> T:
+        """`call` run right behind the SETs of its staged parts (sent together)."""
+        sets = [
+            self.redis.execute("SET", key, value, "EX", STAGED_SECS)
+            for key, value in staged.values.items()
+        ]
+        *_, reply = await asyncio.gather(*sets, self.run(call))
+        return reply  # type: ignore[no-any-return]
+
+    async def whole(self, heads: builtins.list[bytes]) -> builtins.list[bytes]:
+        """The records of heads a script answered, with the parts they keep apart (one MGET
+        for them all, only when one does: models/record.py)."""
+        places, wanted = apart_keys(self.keys, heads)
+        if not places:
+            return heads
+        return complete(heads, places, await self.redis.execute("MGET", *wanted))
 
     async def pick(self, placement: Placement, now: float) -> str:
         return await self.run(listing.pick_node(placement, now, self.settings.node_ttl_secs))
 
     async def poll(self, node_id: str, caller: str) -> jobs.Polled:
         limit = self.settings.max_jobs_per_node
-        return await self.run(jobs.poll(node_id, limit, caller))
+        polled = await self.run(jobs.poll(node_id, limit, caller))
+        polled.jobs = await self.whole(polled.jobs)
+        return polled
 
     def send_poll(self, node_id: str, caller: str) -> Sending[jobs.Polled] | None:
         """`poll` sent at once, for a caller that goes on in a callback (the hot lane): its
@@ -127,7 +172,7 @@ class JobStore:
         (A read: never a WAIT for replicas.)"""
         limit = self.settings.max_jobs_per_node
         sent = self.redis.send_packed(_poll_command(self.keys, node_id, limit, caller))
-        return None if sent is None else (sent, jobs.polled)
+        return None if sent is None else (sent, _polled_whole)
 
     async def poll_wait(self, node_id: str, caller: str, wait: float) -> jobs.Polled:
         """The poll, answered once the node has work (or a job to cancel) or after `wait`
@@ -161,7 +206,8 @@ class JobStore:
         if status and status not in STATUSES:
             return []
         budget = self.settings.max_page_bytes
-        return await self.run(listing.list_jobs(node_id, status, bound, limit, budget, newest))
+        call = listing.list_jobs(node_id, status, bound, limit, budget, newest)
+        return await self.whole(await self.run(call))
 
     async def attempts(self, job_id: str) -> builtins.list[bytes]:
         """The job's ended attempts, oldest first (scripts.listing.ATTEMPTS)."""
@@ -175,20 +221,20 @@ class JobStore:
         """`get` sent at once (as `send_poll`); its reply is read by models.record.record."""
         return self.redis.send_now("MGET", *job_parts(self.keys, job_id))
 
-    async def _changed(self, call: Call[bytes], job_id: str) -> bytes:
-        """A script that changes a job and answers its head, and the job's other parts read
-        right behind it on the same connection (sent together: one round trip), so no script
-        copies a job's large parts to answer a change."""
-        head, parts = await asyncio.gather(
-            self.run(call), self.redis.execute("MGET", *job_parts(self.keys, job_id)[1:])
-        )
-        return assemble(head, parts[0], parts[1:])
+    async def _changed(self, call: Call[bytes]) -> bytes:
+        """A script that changes a job and answers its head, made whole."""
+        return (await self.whole([await self.run(call)]))[0]
 
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
         s = self.settings
         policy, ttl, builtin = RetryPolicy.of(s), s.node_ttl_secs, s.builtin_registry
-        call = jobs.transition(job_id, update, now, policy, caller, ttl, builtin)
-        return await self._changed(call, job_id)
+        large = large_outputs(update)
+        if not large:
+            call = jobs.transition(job_id, update, now, policy, caller, ttl, builtin)
+            return await self._changed(call)
+        staged = stage(self.keys, large)
+        call = jobs.transition(job_id, update, now, policy, caller, ttl, builtin, staged.tokens)
+        return (await self.whole([await self._after(staged, call)]))[0]
 
     async def check_report(self, job_id: str, caller: str) -> None:
         """Raises as `report` would for an unknown job or a caller that may not report on it."""
@@ -270,7 +316,7 @@ class JobStore:
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 
     async def cancel(self, job_id: str, now: float) -> bytes:
-        return await self._changed(jobs.cancel_job(job_id, now), job_id)
+        return await self._changed(jobs.cancel_job(job_id, now))
 
     async def retry(
         self, job_ids: builtins.list[str], placement: Placement, now: float
@@ -278,13 +324,8 @@ class JobStore:
         """Failed jobs started over (scripts.retry.RETRY_JOBS), placed as new jobs are."""
         ttl = self.settings.node_ttl_secs
         retried = await self.run(retry.retry_jobs(job_ids, placement, now, ttl))
-        started = [entry for entry in retried if entry.job]
-        if not started:
-            return retried
-        # Their outputs are cleared: a record is its head and its spec.
-        specs = await self.redis.execute("MGET", *(self.keys.job_spec(r.job_id) for r in started))
-        pairs = zip(started, specs, strict=True)
-        whole = {r.job_id: assemble(r.job, spec, (None, None)) for r, spec in pairs}
+        heads = await self.whole([r.job for r in retried if r.job])
+        whole = dict(zip([r.job_id for r in retried if r.job], heads, strict=True))
         return [dataclasses.replace(r, job=whole.get(r.job_id, r.job)) for r in retried]
 
     async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:

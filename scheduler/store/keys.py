@@ -194,12 +194,13 @@ class Keys:
 
     @property
     def records_split(self) -> str:
-        """String: set once every record is in parts (SyncJobStore.split_records)."""
         return self._k("records:split")
 
     def job(self, job_id: str) -> str:
-        """String: the head of the job's record; its other parts: job_parts (records.py)."""
         return self._k(f"job:{job_id}")
+
+    def staged(self, token: str) -> str:
+        return self._k(f"staged:{token}")
 
     def job_spec(self, job_id: str) -> str:
         return self._k(f"job:{job_id}:spec")
@@ -379,7 +380,7 @@ LAYOUT_ROOTS = frozenset(
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
         "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts", "waiting",
         "dependents", "ui", "authfail", "series", "series-retention", "label", "unplaced",
-        "records",
+        "records", "staged",
     }
 )  # fmt: skip
 

@@ -1,12 +1,85 @@
-"""The keys of a job's record in parts (models/record.py), in the order `assemble` reads
-them: its head, its spec, its outputs."""
+"""A job's record in Redis from the stores' side (models/record.py says what is where): the
+keys of its parts, the large parts staged on their way into a script, and the heads a script
+answers made whole with their parts apart. Shared by the API's store (jobs.py) and the
+workers' (sync_store.py), which each send the commands."""
 
 from __future__ import annotations
 
-from scheduler.models.record import OUTPUT_FIELDS
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from scheduler.models.job import JobUpdate
+from scheduler.models.record import INLINE_BYTES, OUTPUT_FIELDS, PART_COUNT, assemble, has_apart
 from scheduler.store.keys import Keys
+
+# How long a staged part waits for its script (sent right behind it: a stale one is a
+# request that died between the two).
+STAGED_SECS = 300
+
+
+class _Id(msgspec.Struct):
+    job_id: str = ""
+
+
+_id_decoder = msgspec.json.Decoder(_Id)
 
 
 def job_parts(keys: Keys, job_id: str) -> list[str]:
+    """The keys of the job's record, in the order `assemble` reads them: head, spec,
+    outputs."""
     streams = [keys.job_output(job_id, stream) for stream in OUTPUT_FIELDS]
     return [keys.job(job_id), keys.job_spec(job_id), *streams]
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """Parts staged for a script: SET each of `values` (key -> value) with STAGED_SECS' TTL,
+    then pass `tokens` (name -> token)."""
+
+    values: dict[str, bytes | str]
+    tokens: dict[str, str]
+
+
+def stage(keys: Keys, parts: dict[str, bytes | str]) -> Staged:
+    """Each of `parts` (name -> value) staged under a token of its own."""
+    values, tokens = {}, {}
+    for name, value in parts.items():
+        tokens[name] = token = uuid.uuid4().hex
+        values[keys.staged(token)] = value
+    return Staged(values, tokens)
+
+
+def large_outputs(update: JobUpdate) -> dict[str, bytes | str]:
+    """The outputs of a report too large for the head (models/record.py): staged instead."""
+    large: dict[str, bytes | str] = {}
+    for name in OUTPUT_FIELDS:
+        text: str = getattr(update, name)
+        if len(text) > INLINE_BYTES // 4 and len(text.encode()) > INLINE_BYTES:
+            large[name] = text
+    return large
+
+
+def apart_keys(keys: Keys, heads: Sequence[bytes]) -> tuple[list[int], list[str]]:
+    """Of a script's heads, which name parts apart (their places), and the keys to MGET for
+    them: the spec and outputs of each (`complete` puts them in)."""
+    places = [i for i, head in enumerate(heads) if has_apart(head)]
+    wanted = [
+        key for i in places for key in job_parts(keys, _id_decoder.decode(heads[i]).job_id)[1:]
+    ]
+    return places, wanted
+
+
+def complete(
+    heads: Sequence[bytes], places: Sequence[int], values: Sequence[bytes | None]
+) -> list[bytes]:
+    """The records of `heads`, those at `places` with their parts apart (`values`, as
+    `apart_keys`' MGET answers them)."""
+    out = list(heads)
+    width = PART_COUNT - 1
+    for n, i in enumerate(places):
+        part = values[n * width : (n + 1) * width]
+        out[i] = assemble(heads[i], part[0], part[1:])
+    return out

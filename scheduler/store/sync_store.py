@@ -4,6 +4,7 @@ against the deployment's root. The API's asyncio flavour is jobs.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -12,11 +13,12 @@ from redis.exceptions import NoScriptError
 
 from scheduler.config import Settings
 from scheduler.models.job import RETIRED_STATUSES, Job
-from scheduler.models.record import is_whole
+from scheduler.models.record import INLINE_BYTES, creation_parts, is_whole
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
+from scheduler.store.records import STAGED_SECS, apart_keys, complete, stage
 from scheduler.store.scripts import SCRIPTS, Call, jobs, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
@@ -73,7 +75,25 @@ class SyncJobStore:
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
         ttl = self.settings.node_ttl_secs
-        return self.run(jobs.create_job_of(job, placement, now, ttl, dedup))
+        spec = creation_parts(job).spec
+        if not spec:
+            created = self.run(jobs.create_job_of(job, placement, now, ttl, dedup))
+        else:  # staged: its bytes never enter the script (models/record.py)
+            staged = stage(self.keys, {"spec": spec})
+            for key, value in staged.values.items():
+                self.redis.set(key, value, ex=STAGED_SECS)
+            token = staged.tokens["spec"]
+            created = self.run(jobs.create_job_of(job, placement, now, ttl, dedup, token))
+        if created.duplicate and created.job:
+            return dataclasses.replace(created, job=self.whole([created.job])[0])
+        return created
+
+    def whole(self, heads: list[bytes]) -> list[bytes]:
+        """As JobStore.whole: the records of heads a script answered."""
+        places, wanted = apart_keys(self.keys, heads)
+        if not places:
+            return heads
+        return complete(heads, places, self.redis.mget(wanted))  # type: ignore[arg-type]
 
     def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
         """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not
@@ -103,9 +123,10 @@ class SyncJobStore:
         return changed
 
     def split_records(self, batch: int = 500) -> int:
-        """The upgrade from the whole records of earlier versions: each job's record put in
-        parts (models/record.py), once (Keys.records_split marks it done; readers and the
-        scripts take a whole record meanwhile). Returns how many were split."""
+        """The upgrade from the whole records of earlier versions: each record holding a part
+        too large for its head put in parts (models/record.py), once (Keys.records_split
+        marks it done; readers and the scripts take a whole record meanwhile). Returns how
+        many were split."""
         if self.redis.exists(self.keys.records_split):
             return 0
         split, missed, above = 0, 0, "-inf"
@@ -116,8 +137,8 @@ class SyncJobStore:
             ids = [str(member, "utf-8") for member, _ in entries]
             heads = self.redis.mget([self.keys.job(job_id) for job_id in ids]) if ids else []
             for job_id, head in zip(ids, heads, strict=True):
-                # Every whole record holds its command: a head without the text is not one.
-                if isinstance(head, bytes) and b'"command":' in head and is_whole(head):
+                # Only a record larger than a head keeps may hold a part too large for one.
+                if isinstance(head, bytes) and len(head) > INLINE_BYTES and is_whole(head):
                     done = self.run(snapshot.split_record(job_id, head))
                     split, missed = split + done, missed + 1 - done
             if len(entries) < batch:

@@ -1,10 +1,11 @@
-"""A job's record in parts in a real Redis (models/record.py): the scripts of a job's life
-never read its spec or outputs whole, so a transition costs the same for any job; every
-reader gets the record as before; a whole record of an earlier version is read as it is and
-split once at start (SyncJobStore.split_records)."""
+"""A job's record in a real Redis (models/record.py): its large parts kept apart, so no
+script's arguments, reads or answers carry them and a transition costs the same for any job;
+every reader gets the record as before; a whole record of an earlier version is read as it
+is and split once at start (SyncJobStore.split_records)."""
 
 from __future__ import annotations
 
+import codecs
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from scheduler.models.record import INLINE_BYTES
 from scheduler.store.keys import Keys
 from scheduler.store.records import job_parts
 from scheduler.store.sync_store import SyncJobStore
@@ -21,14 +23,16 @@ from tests.records import stored_job, stored_record
 
 BIG_ENV = {f"VAR_{i}": "v" * 100 for i in range(2000)}  # ~220 KB
 BIG_OUT = "é" * 200_000  # 400 KB of two-byte characters
-# What a script may do with a part: write it, drop it, or read its length or its tail.
-PART_WRITES = {"SET", "DEL", "STRLEN", "GETRANGE"}
+# What a script may do with a part apart: rename a staged one into place, drop it, or read
+# its length or its tail.
+PART_COMMANDS = {"RENAME", "PERSIST", "DEL", "STRLEN", "GETRANGE"}
 
 
-def script_commands(r: redis.Redis, act: Callable[[], Any]) -> list[list[str]]:
-    """The commands scripts ran (MONITOR's "lua" entries) while `act` ran."""
+def monitored(r: redis.Redis, act: Callable[[], Any]) -> list[tuple[str, list[str]]]:
+    """The commands Redis ran while `act` ran (MONITOR), each with its client's kind
+    ("lua": a script's)."""
     marker = "end-of-act"
-    seen: list[list[str]] = []
+    seen: list[tuple[str, list[str]]] = []
     with r.monitor() as monitor:
         ready = threading.Event()
 
@@ -38,8 +42,7 @@ def script_commands(r: redis.Redis, act: Callable[[], Any]) -> list[list[str]]:
                 words = str(entry["command"]).split()
                 if marker in words:
                     return
-                if entry.get("client_type") == "lua":
-                    seen.append(words)
+                seen.append((str(entry.get("client_type")), words))
 
         thread = threading.Thread(target=listen)
         thread.start()
@@ -50,9 +53,14 @@ def script_commands(r: redis.Redis, act: Callable[[], Any]) -> list[list[str]]:
     return seen
 
 
+def unescaped(word: str) -> bytes:
+    """A MONITOR argument's bytes (it shows them quoted, with \\xHH escapes)."""
+    return codecs.escape_decode(word.strip('"'))[0]  # type: ignore[attr-defined,no-any-return]
+
+
 def touching(commands: list[list[str]], keys: list[str]) -> Iterator[list[str]]:
     for words in commands:
-        if any(key in words[1:] for key in keys):
+        if any(key.strip('"') in (w.strip('"') for w in words[1:]) for key in keys):
             yield words
 
 
@@ -65,26 +73,36 @@ def big_job(make_client: ClientFactory, make_settings: SettingsFactory) -> Any:
     return api, settings, job["job_id"]
 
 
-def test_a_jobs_life_never_reads_its_large_parts_whole(big_job: Any, rclient: redis.Redis) -> None:
+def test_no_script_sees_a_large_part(big_job: Any, rclient: redis.Redis) -> None:
     api, settings, job_id = big_job
     keys = Keys(settings.redis_prefix)
 
     def life() -> None:
+        polled = api.get("/jobs", params={"node_id": "n1", "status": "pending"}).json()
+        assert [job["env_vars"] for job in polled] == [BIG_ENV]
         assert report(api, job_id, "running").status_code == 200
         done = report(api, job_id, "failed", exit_code=1, stdout=BIG_OUT, stderr=BIG_OUT)
-        assert done.status_code == 200
-        assert api.post(f"/jobs/{job_id}/retry").status_code == 200
+        assert done.json()["stdout"] == BIG_OUT
+        assert report(api, job_id, "failed", exit_code=1, stdout=BIG_OUT).status_code == 200
+        assert api.get(f"/jobs/{job_id}/attempts").json()[-1]["stdout"]
+        assert api.post(f"/jobs/{job_id}/retry").json()["env_vars"] == BIG_ENV
         assert report(api, job_id, "running").status_code == 200
-        assert api.delete(f"/jobs/{job_id}").status_code == 200
+        assert api.delete(f"/jobs/{job_id}").json()["status"] == "cancelling"
 
-    commands = script_commands(rclient, life)
-    parts = job_parts(keys, job_id)[1:]
-    assert commands, "MONITOR saw no script command"
-    touched = list(touching(commands, parts))
-    assert touched, "the scripts wrote no part"
-    assert {words[0].strip('"').upper() for words in touched} <= PART_WRITES, touched
-    # The head the scripts decode stays small, whatever the job holds.
-    assert len(rclient.get(keys.job(job_id)) or b"") < 1000
+    seen = monitored(rclient, life)
+    scripts = [words for kind, words in seen if kind == "lua"]
+    calls = [words for kind, words in seen if words[0].strip('"').upper().startswith("EVAL")]
+    assert scripts and calls, "MONITOR saw no script"
+    # No script was sent, read or wrote a value larger than a head keeps (an attempt holds
+    # both outputs' tails: up to twice that).
+    arguments = [words[2:] for words in calls] + scripts  # not an EVAL's script text
+    largest = max(len(unescaped(word)) for words in arguments for word in words)
+    assert largest < 2 * INLINE_BYTES
+    touched = list(touching(scripts, job_parts(keys, job_id)[1:]))
+    assert touched, "the scripts placed no part"
+    assert {words[0].strip('"').upper() for words in touched} <= PART_COMMANDS, touched
+    assert len(rclient.get(keys.job(job_id)) or b"") < 2 * INLINE_BYTES
+    assert not list(rclient.scan_iter(keys.staged("*")))  # every staged part was placed
 
 
 def test_every_reader_gets_the_whole_record(big_job: Any, rclient: redis.Redis) -> None:
@@ -116,7 +134,7 @@ def test_a_retry_clears_both_outputs_and_a_new_attempt_clears_stdout(
     api, settings, job_id = big_job
     keys = Keys(settings.redis_prefix)
     report(api, job_id, "running")
-    report(api, job_id, "failed", exit_code=2, stdout="o", stderr="e")
+    report(api, job_id, "failed", exit_code=2, stdout=BIG_OUT, stderr=BIG_OUT)
     assert rclient.exists(*job_parts(keys, job_id)) == 4
     retried = api.post(f"/jobs/{job_id}/retry").json()
     assert "stdout" not in retried and "stderr" not in retried
@@ -150,7 +168,8 @@ def test_a_whole_record_is_read_changed_and_split_once(
         assert store.split_records() == 1
         assert stored_job(rclient, keys, job_id) == ran
         head = json.loads(rclient.get(keys.job(job_id)) or b"")
-        assert "env_vars" not in head and "stderr" not in head
+        assert "env_vars" not in head and head["_parts"] == {"spec": ""}
+        assert head["stderr"] == "from an earlier attempt"  # small: kept in the head
         assert rclient.exists(keys.records_split)
         assert store.split_records() == 0
     finally:
@@ -184,8 +203,9 @@ def test_parts_go_with_the_job_at_retention(
     register(api, "n1")
     job_id = submit(api, command="c")["job_id"]
     report(api, job_id, "running")
-    report(api, job_id, "done", exit_code=0, stdout="o", stderr="e")
+    report(api, job_id, "done", exit_code=0, stdout=BIG_OUT, stderr=BIG_OUT)
     keys = Keys(settings.redis_prefix)
+    assert rclient.exists(*job_parts(keys, job_id)) == 3  # the spec is small: in the head
     store = SyncJobStore.connect(settings)
     try:
         rclient.delete(keys.dirty)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.store.errors import Forbidden, Unauthorized
+from scheduler.store.errors import Forbidden, StagedPartLost, Unauthorized
 
 # Return codes shared by the scripts and the readers of their replies.
 OK = 1
@@ -30,6 +30,7 @@ NOT_FAILED = 18
 UNKNOWN_AFTER = 19
 BLOCKED = 20
 NOT_PLACED = 21
+NOT_STAGED = 22
 
 CODES = f"""
 local OK, NOT_FOUND, DUPLICATE, FINISHED = {OK}, {NOT_FOUND}, {DUPLICATE}, {FINISHED}
@@ -39,6 +40,7 @@ local TOO_MANY_NODES, ROLE_LOCKED, OTHER_NODE = {TOO_MANY_NODES}, {ROLE_LOCKED},
 local CANCELLING, NOT_CANCELLING, MISMATCH = {CANCELLING}, {NOT_CANCELLING}, {MISMATCH}
 local NOT_DUE, TOO_MANY, NOT_FAILED = {NOT_DUE}, {TOO_MANY}, {NOT_FAILED}
 local UNKNOWN_AFTER, BLOCKED, NOT_PLACED = {UNKNOWN_AFTER}, {BLOCKED}, {NOT_PLACED}
+local NOT_STAGED = {NOT_STAGED}
 """
 
 
@@ -48,6 +50,13 @@ def check_access(code: int) -> None:
         raise Unauthorized()
     if code == FORBIDDEN:
         raise Forbidden()
+
+
+def check_staged(code: int) -> None:
+    """Raises StagedPartLost for NOT_STAGED: a large part the API staged for the script was
+    gone when it ran (models/record.py)."""
+    if code == NOT_STAGED:
+        raise StagedPartLost()
 
 
 def check_found(code: int, missing: Callable[[], Exception]) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.models.job import MAX_WAITERS, Job, due_of
-from scheduler.models.record import assemble, creation_parts, record
+from scheduler.models.record import assemble, creation_parts
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import IdempotencyMismatch, StoreNotReady
@@ -25,9 +25,11 @@ class Created:
 
 
 def _created(reply: list[Any], spec: bytes) -> Created:
-    """A create's reply: {OK, head[, stderr]} of the new job, whose `spec` the caller sent,
-    or {DUPLICATE, head, spec, outputs...} of the job made before (no head: gone)."""
+    """A create's reply: {OK, head} of the new job, whose `spec` apart (b"": none) the
+    caller staged, or {DUPLICATE, head} of the job made before ("": gone; its parts apart
+    are the store's to read: JobStore.create)."""
     code = reply[0]
+    codes.check_staged(code)
     if code == codes.NOT_READY:
         raise StoreNotReady()
     if code == codes.NO_NODES:
@@ -40,9 +42,8 @@ def _created(reply: list[Any], spec: bytes) -> Created:
         dep = str(reply[1], "utf-8")
         raise InvalidInput(f"invalid after: {MAX_WAITERS} jobs already wait for {dep}")
     if code == codes.DUPLICATE:
-        return Created(job=record(reply[1:]) or b"", duplicate=True)
-    stderr = reply[2] if len(reply) > 2 else None
-    return Created(job=assemble(reply[1], spec, (None, stderr)), duplicate=False)
+        return Created(job=reply[1], duplicate=True)
+    return Created(job=assemble(reply[1], spec, (None, None)), duplicate=False)
 
 
 def _unread(reply: list[Any]) -> Created:
@@ -80,7 +81,8 @@ NO_ASKS = Asks()
 # scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
 _NEW_JOB = """
 -- record: the head of the job's record (models/record.py) without job_id and node_id,
--- which this fills in; spec: its spec's JSON ("": none), stored as it is (the id drawn here,
+-- which this fills in; spec_staged: the token of its spec staged apart ("": none, the head
+-- holds it), renamed into place, or dropped when nothing is made (the id drawn here,
 -- the node placed here: place.py pick_node, by mode and the job's asks: cpus, memory_mb and
 -- selector, the record's, its node_selector as JSON or ""). A job no node can take now is
 -- still made, pending unplaced (node_id "", place.py) with its pending_reason; only one
@@ -92,23 +94,27 @@ _NEW_JOB = """
 -- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
 -- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
 -- anything.
--- Returns {OK, head} | {DUPLICATE, the parts of the job made (no head: gone)} | {MISMATCH}
+-- Returns {OK, head} | {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH}
+--   | {NOT_STAGED} (the staged spec is gone)
 --   | {NO_NODES} | {NOT_READY}{AFTER_CODES}.
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
-if redis.call("EXISTS", K.initialised) == 0 then return {NOT_READY} end
+local function unmade(reply)
+  if spec_staged ~= "" then redis.call("DEL", K.staged(spec_staged)) end
+  return reply
+end
+if redis.call("EXISTS", K.initialised) == 0 then return unmade({NOT_READY}) end
+if spec_staged ~= "" and redis.call("EXISTS", K.staged(spec_staged)) == 0 then
+  return {NOT_STAGED}
+end
 local dedup = false
 if tonumber(dedup_ttl) > 0 then
   dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
   local seen = redis.call("GET", dedup)
   if seen then
     local id, made_by = string.match(seen, "^(%S+) ?(.*)$")
-    if made_by ~= fingerprint then return {MISMATCH} end
-    local keys = {}
-    part_keys(id, keys)
-    local parts = redis.call("MGET", unpack(keys))
-    table.insert(parts, 1, DUPLICATE)
-    return parts
+    if made_by ~= fingerprint then return unmade({MISMATCH}) end
+    return unmade({DUPLICATE, redis.call("GET", K.job(id)) or ""})
   end
 end
 {AFTER_CHECKS}local ask = {cpus = tonumber(cpus), memory_mb = tonumber(memory_mb),
@@ -117,7 +123,7 @@ local node, reason = nil, nil
 if due == "" or not needs_fit(ask) then
   node, reason = pick_node(mode, candidates, ask, tonumber(now) - tonumber(node_ttl))
   if not node and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)) then
-    return {NO_NODES}
+    return unmade({NO_NODES})
   end
 end
 node = node or ""
@@ -132,7 +138,10 @@ if status == "pending" and node == "" then  -- the last field (models.job): appe
   job = string.sub(job, 1, -2) .. ',"pending_reason":' .. cjson.encode(reason) .. "}"
 end
 redis.call("SET", K.job(id), job)
-if spec ~= "" then redis.call("SET", K.job_spec(id), spec) end
+if spec_staged ~= "" then
+  redis.call("RENAME", K.staged(spec_staged), K.job_spec(id))
+  redis.call("PERSIST", K.job_spec(id))
+end
 redis.call("ZADD", K.all_jobs, n, id)
 redis.call("ZADD", K.status(status), n, id)
 if node ~= "" then
@@ -152,7 +161,7 @@ end
 if status == "pending" and node ~= "" then wake_node(node) end
 """
 _ARGV = (
-    "record spec due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
+    "record spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
     "cpus memory_mb selector"
 )
 
@@ -178,9 +187,9 @@ CREATE_AFTER = Script(
         "{AFTER_CHECKS}",
         """local deps = cjson.decode(after)
 for _, dep in ipairs(deps) do
-  if not redis.call("ZSCORE", K.all_jobs, dep) then return {UNKNOWN_AFTER, dep} end
+  if not redis.call("ZSCORE", K.all_jobs, dep) then return unmade({UNKNOWN_AFTER, dep}) end
   if redis.call("SCARD", K.dependents(dep)) >= tonumber(max_waiters) then
-    return {TOO_MANY, dep}
+    return unmade({TOO_MANY, dep})
   end
 end
 """,
@@ -196,9 +205,9 @@ if waits > 0 or failed then
 end"""
     + _STORE_NEW
     + """if failed then
-  local decoded, why = cjson.decode(job), "dependency " .. failed .. " ended failed"
-  set_output(id, decoded, "stderr", why)
-  return {OK, finish(id, n, decoded, "dependency_failed", now, stamp), why}
+  local decoded = cjson.decode(job)
+  set_output(id, decoded, "stderr", "dependency " .. failed .. " ended failed")
+  return {OK, finish(id, n, decoded, "dependency_failed", now, stamp)}
 end
 return {OK, job}
 """,
@@ -217,13 +226,14 @@ def create_job(
     after: Sequence[str] = (),
     asks: Asks = NO_ASKS,
     spec: bytes = b"",
+    spec_staged: str = "",
 ) -> Call[Created]:
-    """`record` is the new job's head (models/record.py) without job_id and node_id, `spec`
-    its spec's JSON (b"": none; a `record` holding them whole is read as it is); `due`,
-    when it is delayed, the epoch of its run_at; `priority`, `after` and `asks`, the
-    record's."""
+    """`record` is the new job's head (models/record.py) without job_id and node_id; `spec`
+    its spec stored apart (b"": in the head), staged under the token `spec_staged` (the
+    store stages it: JobStore.create); `due`, when it is delayed, the epoch of its run_at;
+    `priority`, `after` and `asks`, the record's."""
     args: dict[str, Any] = dict(
-        record=record, spec=spec, due="" if due is None else due, priority=priority,
+        record=record, spec_staged=spec_staged, due="" if due is None else due, priority=priority,
         mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
         dedup_key=dedup.key, dedup_ttl=dedup.ttl if dedup.key else 0,
         fingerprint=dedup.fingerprint, candidates=placement.candidates, cpus=asks.cpus,
@@ -239,11 +249,19 @@ def create_job(
 
 
 def create_job_of(
-    job: Job, placement: Placement, now: float, node_ttl: float, dedup: Dedup = NO_DEDUP
+    job: Job,
+    placement: Placement,
+    now: float,
+    node_ttl: float,
+    dedup: Dedup = NO_DEDUP,
+    spec_staged: str = "",
 ) -> Call[Created]:
-    """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it."""
+    """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it; its
+    spec, when stored apart (`creation_parts(job).spec`), staged under `spec_staged`."""
     asks = Asks(job.cpus, job.memory_mb, job.node_selector)
     parts = creation_parts(job)
+    if parts.spec and not spec_staged:
+        raise ValueError("a spec stored apart must be staged (JobStore.create)")
     return create_job(
         parts.head,
         placement,
@@ -255,4 +273,5 @@ def create_job_of(
         job.after,
         asks,
         parts.spec,
+        spec_staged,
     )

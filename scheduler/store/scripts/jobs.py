@@ -3,11 +3,12 @@ cancel jobs (the built-in registry's are in nodes.py), each with its call."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.models.job import JobUpdate
-from scheduler.models.record import records
+from scheduler.models.record import digest
 from scheduler.models.wire import rfc3339
 from scheduler.store.errors import Conflict, JobNotFound
 from scheduler.store.scripts import codes, retry
@@ -40,7 +41,7 @@ __all__ = [
 class Polled:
     """An agent's poll: the jobs to run, and the ids of its jobs being cancelled."""
 
-    jobs: list[bytes]
+    jobs: list[bytes]  # their heads (models/record.py): JobStore reads their parts apart
     cancels: list[str]
 
     def __bool__(self) -> bool:
@@ -49,7 +50,7 @@ class Polled:
 
 def polled(reply: list[Any]) -> Polled:
     check_access(reply[0])
-    return Polled(jobs=records(reply[2:]), cancels=ids(reply[1]))
+    return Polled(jobs=reply[2:], cancels=ids(reply[1]))
 
 
 POLL = Script(
@@ -60,7 +61,7 @@ POLL = Script(
 -- one: life.py queue_score), at most its free capacity, and the ids of its jobs being
 -- cancelled (the API sends them in a header the original agent ignores). A drained node
 -- starts nothing new: its running jobs finish, what stayed in its queue waits.
--- Returns {OK, {cancelling id, ...}, each job's parts (library.py get_jobs)...}
+-- Returns {OK, {cancelling id, ...}, each job's head (library.py get_jobs)...}
 --   | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
@@ -96,6 +97,7 @@ _CONFLICTS = {
 def changed(reply: list[Any]) -> bytes:
     """The changed job's head (the store reads its other parts beside the call)."""
     code = reply[0]
+    codes.check_staged(code)
     check_found(code, JobNotFound)
     if code in _CONFLICTS:
         raise Conflict(_CONFLICTS[code])
@@ -105,58 +107,83 @@ def changed(reply: list[Any]) -> bytes:
 
 TRANSITION = Script(
     "TRANSITION",
-    "job_id status exit_code stdout stderr now stamp caller reporter node_ttl builtin "
-    + retry.ARGV,
+    "job_id status exit_code stdout stderr stdout_staged stderr_staged stdout_digest "
+    "stderr_digest now stamp caller reporter node_ttl builtin " + retry.ARGV,
     """
 -- An agent's report (PATCH /jobs/{id}), under the state machine:
 --   pending -> running; running -> done | failed; failed with retries left -> pending, or
 --   delayed by its backoff (library.py requeue, retry_node; the retry policy: retry.py);
 --   cancelling -> cancelled (the agent killed it: nothing else is taken from a cancelling job),
 --   which ends it failed with failure_reason cancelled (library.py finish).
--- exit_code "" = none; stdout, stderr "" = not sent; now: epoch s, stamp: the same in RFC
+-- exit_code "" = none; stdout, stderr "" = not sent; an output larger than a record keeps
+-- (models/record.py) comes staged instead, its token in stdout_staged, stderr_staged ("":
+-- none) and its SHA-1 in stdout_digest, stderr_digest, and is renamed into place, or
+-- dropped with any answer but a change; now: epoch s,
+-- stamp: the same in RFC
 -- 3339; reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
 -- A retry off a drained node goes to placement (library.py retry_node; builtin "1": the
 -- built-in registry's, which places it at the next pass, else an external one's live nodes).
 -- Returns {OK, the job's head} | {NOT_FOUND} | {UNAUTHORIZED} | {FINISHED}
 --   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
 --   | {NOT_DUE} (a claim of a delayed job) | {NOT_PLACED} (of a job on no node yet)
+--   | {NOT_STAGED} (a staged output is gone)
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
 -- holding the job (only a known node: a bare claim stays a conflict), and a final report
 -- that the stored job already reflects. A node token names its node as well as the body.
 -- Who may report is settled before the record is read (library.py job_access).
+local sent = {
+  {"stdout", stdout, stdout_staged, stdout_digest}, {"stderr", stderr, stderr_staged, stderr_digest}
+}
+local function unchanged(reply)
+  for _, output in ipairs(sent) do
+    if output[3] ~= "" then redis.call("DEL", K.staged(output[3])) end
+  end
+  return reply
+end
 local access, owner = job_access(caller, job_id)
-if access ~= OK then return {access} end
+if access ~= OK then return unchanged({access}) end
+for _, output in ipairs(sent) do
+  if output[3] ~= "" and redis.call("EXISTS", K.staged(output[3])) == 0 then
+    return unchanged({NOT_STAGED})
+  end
+end
 local job, raw = load_job(job_id)
-if not job or (owner and job.node_id ~= owner) then return {NOT_FOUND} end
+if not job or (owner and job.node_id ~= owner) then return unchanged({NOT_FOUND}) end
 if reporter == "" and owner then reporter = owner end
-if reporter ~= "" and reporter ~= job.node_id then return {OTHER_NODE} end
+if reporter ~= "" and reporter ~= job.node_id then return unchanged({OTHER_NODE}) end
 local old = job.status
 if FINAL[old] then
   local ending = ENDINGS[status]  -- nil for a claim
-  if ending and ending[1] == old and ending[2] == (job.failure_reason or "")
+  local same = ending and ending[1] == old and ending[2] == (job.failure_reason or "")
     and (exit_code == "" or tonumber(exit_code) == job.exit_code)
-    and (stdout == "" or output_is(job_id, job, "stdout", stdout))
-    and (stderr == "" or output_is(job_id, job, "stderr", stderr)) then
-    return {OK, raw}
+  for _, output in ipairs(sent) do
+    local name, text, token, digest = unpack(output)
+    same = same and (text == "" and token == "" or output_is(job, name, text, digest))
   end
-  return {FINISHED}
+  return unchanged(same and {OK, raw} or {FINISHED})
 end
 if old == "cancelling" then
-  if status ~= "cancelled" then return {CANCELLING} end
+  if status ~= "cancelled" then return unchanged({CANCELLING}) end
 elseif status == "cancelled" then
-  return {NOT_CANCELLING}
+  return unchanged({NOT_CANCELLING})
 end
 if status == "running" then
-  if old == "running" and reporter ~= "" then return {OK, raw} end
-  if NOT_STARTED[old] and old ~= "pending" then return {NOT_DUE} end
-  if old == "pending" and job.node_id == "" then return {NOT_PLACED} end
-  if old ~= "pending" then return {ALREADY_RUNNING} end
+  if old == "running" and reporter ~= "" then return unchanged({OK, raw}) end
+  if NOT_STARTED[old] and old ~= "pending" then return unchanged({NOT_DUE}) end
+  if old == "pending" and job.node_id == "" then return unchanged({NOT_PLACED}) end
+  if old ~= "pending" then return unchanged({ALREADY_RUNNING}) end
 elseif old ~= "running" and old ~= "cancelling" then
-  return {NOT_RUNNING}
+  return unchanged({NOT_RUNNING})
 end
 if exit_code ~= "" then job.exit_code = tonumber(exit_code) end
-if stdout ~= "" then set_output(job_id, job, "stdout", stdout) end
-if stderr ~= "" then set_output(job_id, job, "stderr", stderr) end
+for _, output in ipairs(sent) do
+  local name, text, token, digest = unpack(output)
+  if token ~= "" then
+    adopt_output(job_id, job, name, token, digest)
+  elseif text ~= "" then
+    set_output(job_id, job, name, text)
+  end
+end
 local n = redis.call("ZSCORE", K.all_jobs, job_id)
 if status ~= "running" then
   if status == "failed" and retries_left(job, max_retries) then
@@ -189,13 +216,22 @@ def transition(
     caller: str,
     node_ttl: float,
     builtin: bool = True,
+    staged: Mapping[str, str] | None = None,
 ) -> Call[bytes]:
+    """`staged`: the outputs of `update` that were staged (JobStore.report), by name, with
+    their tokens; the update's text of those is not sent, their digest is."""
+    staged = staged or {}
+    digests = {name: digest(getattr(update, name)) for name in staged}
     return TRANSITION.call(
         job_id=job_id,
         status=update.status,
         exit_code="" if update.exit_code is None else str(update.exit_code),
-        stdout=update.stdout,
-        stderr=update.stderr,
+        stdout="" if "stdout" in staged else update.stdout,
+        stderr="" if "stderr" in staged else update.stderr,
+        stdout_staged=staged.get("stdout", ""),
+        stderr_staged=staged.get("stderr", ""),
+        stdout_digest=digests.get("stdout", ""),
+        stderr_digest=digests.get("stderr", ""),
         now=now,
         stamp=rfc3339(now),
         caller=caller,

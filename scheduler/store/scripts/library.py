@@ -71,32 +71,22 @@ local function service_access(caller, id)
 end
 """
 
-# A job's record is in parts (models/record.py): its head, its spec and its outputs. A
-# reader gets each job's parts, PART_COUNT values (false: absent; the API puts them
-# together), so a script copies the large ones but never decodes them.
+# A job's record is its head, whole unless a part of it is large (models/record.py): a
+# reader gets the heads and the API reads the parts stored apart that a head names (never
+# through a script: Redis copies and hashes every byte that enters or leaves one).
 # MGET in chunks: Lua's unpack() fails beyond a few thousand values (a 10 000-job page).
-# A page also stops once it holds `budget` bytes (at least one job): 10 000 jobs with outputs
-# near OUTPUT_LIMIT_BYTES would otherwise build gigabytes in Redis and in the API process.
+# A page also stops once it holds `budget` bytes (at least one job).
 READ = """
-local OUTPUTS = {OUTPUTS}
-
-local function part_keys(id, keys)
-  keys[#keys + 1] = K.job(id)
-  keys[#keys + 1] = K.job_spec(id)
-  for _, stream in ipairs(OUTPUTS) do keys[#keys + 1] = K.job_output(id, stream) end
-end
-
 local function get_jobs(ids, budget)
-  local out, size, width = {}, 0, 2 + #OUTPUTS
-  for i = 1, #ids, 25 do
+  local out, size = {}, 0
+  for i = 1, #ids, 100 do
     local chunk = {}
-    for j = i, math.min(i + 24, #ids) do part_keys(ids[j], chunk) end
-    local values = redis.call("MGET", unpack(chunk))
-    for j = 1, #values, width do
-      if values[j] then
-        for k = j, j + width - 1 do size = size + (values[k] and #values[k] or 0) end
+    for j = i, math.min(i + 99, #ids) do chunk[#chunk + 1] = K.job(ids[j]) end
+    for _, job in ipairs(redis.call("MGET", unpack(chunk))) do
+      if job then
+        size = size + #job
         if size > budget and #out > 0 then return out end
-        for k = j, j + width - 1 do out[#out + 1] = values[k] end
+        out[#out + 1] = job
       end
     end
   end
@@ -122,29 +112,62 @@ local function load_job(id)
   local raw = redis.call("GET", K.job(id))
   return raw and cjson.decode(raw), raw
 end
-""".replace("{OUTPUTS}", "{" + ", ".join(f'"{name}"' for name in OUTPUT_FIELDS) + "}")
+"""
 
-OUTPUT = """
--- The job's output `name` (stdout, stderr) set to `text` (nil or "": none). A head written
--- before the split (models/record.py) may hold it itself: it goes from there.
-local function set_output(id, job, name, text)
-  job[name] = nil
-  if text == nil or text == "" then
-    redis.call("DEL", K.job_output(id, name))
-  else
-    redis.call("SET", K.job_output(id, name), text)
-  end
+# The parts of a job's record (models/record.py): kept in its head while small, stored apart
+# (named in the head's `_parts`) while large; a large one reaches its key staged (the API
+# SETs it, a script renames it), so its bytes never enter a script.
+PARTS = (
+    "local OUTPUTS = {"
+    + ", ".join(f'"{name}"' for name in OUTPUT_FIELDS)
+    + """}
+
+-- The keys of a job's record, as models/record.assemble reads them (store/records.py).
+local function part_keys(id, keys)
+  keys[#keys + 1] = K.job(id)
+  keys[#keys + 1] = K.job_spec(id)
+  for _, stream in ipairs(OUTPUTS) do keys[#keys + 1] = K.job_output(id, stream) end
 end
 
--- Whether the job's output `name` is `text` (a repeated report's check): its length first,
--- so only a report that may be the same reads what is stored.
-local function output_is(id, job, name, text)
-  if type(job[name]) == "string" then return job[name] == text end
+local function is_apart(job, name)
+  return type(job._parts) == "table" and job._parts[name] ~= nil
+end
+
+-- `name` marked apart with its digest (nil: not apart).
+local function mark_apart(job, name, digest)
+  local parts = type(job._parts) == "table" and job._parts or {}
+  parts[name] = digest
+  job._parts = next(parts) ~= nil and parts or nil
+end
+
+-- The job's output `name` (stdout, stderr) set to `text`, kept in its head (nil or "": none).
+local function set_output(id, job, name, text)
+  if is_apart(job, name) then
+    redis.call("DEL", K.job_output(id, name))
+    mark_apart(job, name, nil)
+  end
+  job[name] = text ~= "" and text or nil
+end
+
+-- The job's output `name` from the staged key `token` (a large one, whose SHA-1 is
+-- `digest`), renamed into its key.
+local function adopt_output(id, job, name, token, digest)
   local key = K.job_output(id, name)
-  if redis.call("STRLEN", key) ~= #text then return false end
-  return #text == 0 or redis.call("GET", key) == text
+  redis.call("RENAME", K.staged(token), key)
+  redis.call("PERSIST", key)
+  job[name] = nil
+  mark_apart(job, name, digest)
+end
+
+-- Whether the job's output `name` is the one a report sends (`text`, or a large one staged
+-- with this `digest`: a repeated report's check). Small and large ones never match
+-- (models/record.py puts each by its size); large ones are compared by their digests.
+local function output_is(job, name, text, digest)
+  if digest == "" then return not is_apart(job, name) and (job[name] or "") == text end
+  return is_apart(job, name) and job._parts[name] == digest
 end
 """
+)
 
 # Long-polls (connection/notify.py) wait on these channels; a PUBLISH nobody listens to
 # costs Redis one hash lookup.
@@ -305,7 +328,7 @@ LIBRARY: dict[str, str] = dict(
         NODE_ACCESS,
         NODES,
         READ,
-        OUTPUT,
+        PARTS,
         ENCODE,
         TIME,
         WAKE,

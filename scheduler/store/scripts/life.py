@@ -11,15 +11,15 @@ from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, ATTEMPTS_KEPT
 # attempt ran (running or cancelling: started at running_at; pending or delayed: never).
 ATTEMPTS = f"""
 -- The last ATTEMPT_TAIL_BYTES of the job's output `name` (stdout, stderr), from a character's
--- first byte (valid UTF-8 stays so): read with GETRANGE, so the cost is the tail's, not the
--- output's. A head written before the split (models/record.py) holds its outputs itself.
+-- first byte (valid UTF-8 stays so). One stored apart (models/record.py) is read with
+-- GETRANGE: the cost is the tail's, not the output's.
 local function output_tail(id, job, name)
-  local text = job[name]
-  if type(text) ~= "string" then
+  local text = job[name] or ""
+  if is_apart(job, name) then
     local key = K.job_output(id, name)
     local size = redis.call("STRLEN", key)
-    if size <= {ATTEMPT_TAIL_BYTES} then return size > 0 and redis.call("GET", key) or "" end
-    text = redis.call("GETRANGE", key, size - {ATTEMPT_TAIL_BYTES}, -1)
+    text = redis.call("GETRANGE", key, math.max(0, size - {ATTEMPT_TAIL_BYTES}), -1)
+    if size <= {ATTEMPT_TAIL_BYTES} then return text end
   elseif #text > {ATTEMPT_TAIL_BYTES} then
     text = string.sub(text, #text - {ATTEMPT_TAIL_BYTES} + 1)
   else

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.models.record import records
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import JobNotFound
 from scheduler.store.scripts import codes
@@ -20,10 +19,10 @@ LIST = Script(
     "node status bound limit budget order",
     """
 -- A page of GET /jobs (library.py listing_ids says which jobs, in which order); it stops at
--- `limit` jobs or `budget` bytes. Returns each job's parts (library.py get_jobs).
+-- `limit` jobs or `budget` bytes. Returns each job's head (library.py get_jobs).
 return get_jobs(listing_ids(node, status, bound, order, limit), tonumber(budget))
 """,
-    records,
+    blobs,
     read_only=True,
 )
 
@@ -116,7 +115,7 @@ class Found:
 
 def _found(reply: list[Any]) -> Found:
     looked, last, more, *jobs = reply
-    return Found(records(jobs), int(looked), int(last), bool(more))
+    return Found(blobs(jobs), int(looked), int(last), bool(more))
 
 
 SEARCH = Script(
@@ -133,7 +132,7 @@ SEARCH = Script(
 -- longer than the head is read with a head 8 times larger, until it ends. The cost is
 -- bounded by `scan` (and the commands' length), not by the jobs stored or their output.
 -- Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0), each
--- job's parts (library.py get_jobs)...}}
+-- job's head (library.py get_jobs)...}}
 local function command_of(key)
   local size = {SEARCH_HEAD_BYTES}
   local head = redis.call("GETRANGE", key, 0, size - 1)

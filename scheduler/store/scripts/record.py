@@ -7,13 +7,10 @@ from scheduler.models.job import JOB_FIELDS
 
 
 def _record_fields() -> str:
-    """The Lua table of the head's fields (models/record.py: Job's but its parts) in Go's
-    order, each with its omission rule: "always" (no default), "null" (omitted only when
-    absent: exit_code 0 is written) or "empty"."""
+    """The Lua table of Job's fields in Go's order, each with its omission rule: "always"
+    (no default), "null" (omitted only when absent: exit_code 0 is written) or "empty"."""
     rows = []
     for field in JOB_FIELDS:
-        if field.part:
-            continue
         rule = "always" if field.required else "null" if field.nullable else "empty"
         shape = "list" if field.kind is Kind.LIST else "value"
         rows.append(f'{{"{field.name}", "{rule}", "{shape}"}}')
@@ -23,9 +20,9 @@ def _record_fields() -> str:
 # A record's head (models/record.py) written field by field, as Go's encoder wrote a job:
 # struct fields in Job's order, empty optional ones omitted, map keys sorted.
 # cjson.encode(table) would write them in hash order, so the bytes of a job would change
-# with every script that touched it. Fields a head holds beyond its own (kept from a newer
-# version through a restore, or the parts of a head written before the split: readers take
-# them from it) follow, sorted.
+# with every script that touched it. Fields a head holds beyond Job's (kept from a newer
+# version through a restore; `_parts`, the parts stored apart: models/record.py) follow,
+# sorted.
 # cjson escapes "/" as "\\/"; Go does not, and since cjson escapes every "/", undoing it is
 # exact.
 ENCODE = f"""

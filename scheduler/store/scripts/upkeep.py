@@ -85,7 +85,7 @@ FINISH_CANCELS = Script(
 -- failure_reason cancelled), their node's slot free, their event. Returns {number of
 -- entries read, ids of the jobs it cancelled...}.
 local function unconfirmed(id, n, job)
-  if output_is(id, job, "stderr", "") then
+  if output_is(job, "stderr", "", "") then
     local why = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
     set_output(id, job, "stderr", why)
   end
