@@ -3,7 +3,7 @@
 should stay one command; with --against REF, the same against the version REF, side by side.
 
     .venv/bin/python benchmarks/large_job_cost.py [--lives 2] [--rounds 2] [--scale 1.0]
-        [--small-lives 100] [--against REF]
+        [--small-lives 100] [--against REF] [--no-pin]
 
 The big job is as large as scheduler/config's limits allow: a submit body just under
 MAX_BODY_BYTES, nine tenths of it env_vars (about 9 000 variables of 90 bytes: a table of
@@ -19,7 +19,9 @@ job, over HTTP, on a node of their own (node_selector):
 
 A round starts its own redis-server (free loopback port, no persistence) and one `scheduler
 serve` process (AGENT_AUTH=open; METRICS=off, whose flush, a script a second, would land among
-the measured calls) from the checkout measured, and runs two phases of --lives pairs of lives:
+the measured calls) from the checkout measured; Redis gets the last CPU to itself, this
+process and the API the others (not with --no-pin). After one pair of lives unmeasured (every
+script loaded), it runs two phases of --lives pairs of lives:
 
   alone:  nothing else runs; SLOWLOG (at 0 µs) and INFO commandstats are reset before each
           call and read after it. The call's Redis time is the sum of its top-level commands'
@@ -29,7 +31,9 @@ the measured calls) from the checkout measured, and runs two phases of --lives p
   mixed:  the same lives while a second asyncio task runs small jobs' lives (submit, poll,
           running, done, GET, heartbeat) on four other nodes, at least --small-lives and on
           until the big lives end; SLOWLOG at 1 ms (slowlog-max-len 1024) reset before. Each
-          entry is a command that held Redis over 1 ms, printed: the target is none.
+          entry is a command that held Redis over 1 ms, printed, and told as the big jobs'
+          (it names their node or one of them, or carries an argument over 10 kB: a submit)
+          or a small one's: the target is none.
 
 With --against REF, REF is checked out in a temporary git worktree and every other round's API
 process runs from it (ours, REF, ours, REF...), with the same sizes; a call kind's figure is
@@ -37,10 +41,11 @@ the median over its rounds and lives, and the ratio REF / ours is printed beside
 
 What it cannot isolate: a command's time in SLOWLOG leaves out reading its request and writing
 its reply (2 MiB each way for a report or a GET of the big job: Redis's event loop pays them,
-outside any figure here; redis_ceiling.py counts Redis's CPU instead); the machine is shared,
-so a figure of tens of µs moves by tens of % between runs (compare the versions of one run);
-the slow entries of the mixed phase may come from the small traffic too (their arguments tell
-whose job).
+outside any figure here; redis_ceiling.py counts Redis's CPU instead); it is wall time, so a
+command that lost its CPU to another process logs longer than it ran (the pinning keeps this
+benchmark's own processes off Redis's CPU, not the machine's other users: a small call over
+1 ms beside the big ones may be that, or the big ones' aftermath); the machine is shared, so a
+figure of tens of µs moves by tens of % between runs (compare the versions of one run).
 """
 
 from __future__ import annotations
@@ -49,12 +54,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +71,9 @@ import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from placement_cost import checkout  # noqa: E402
 
 from scheduler.config import Settings  # noqa: E402
 from tests.processes import scheduler_env, stop, wait_http  # noqa: E402
@@ -127,7 +137,8 @@ class Round:
     evalsha: dict[str, list[float]] = field(default_factory=dict)
     commands: dict[str, str] = field(default_factory=dict)
     get_commands: list[dict[str, int]] = field(default_factory=list)
-    slow: list[str] = field(default_factory=list)
+    slow: list[tuple[str, str]] = field(default_factory=list)  # whose ("big", "small"), entry
+    big_ids: set[str] = field(default_factory=set)
     small_lives: int = 0
     mixed_secs: float = 0.0
 
@@ -170,6 +181,7 @@ class Calls:
 async def submit(calls: Calls, job: BigJob) -> str:
     answer = await calls.send("POST /jobs", "POST", "/jobs", job.submit)
     job_id: str = answer.json()["job_id"]
+    calls.got.big_ids.add(job_id)
     return job_id
 
 
@@ -260,8 +272,23 @@ async def phases(base: str, watch: redis.Redis, job: BigJob, args: argparse.Name
         got.mixed_secs = time.monotonic() - started
     for entry in top_level(watch.slowlog_get(1024)):
         shown = repr(entry["command"].decode(errors="replace")[:100])[1:-1]
-        got.slow.append(f"{entry['duration']:8d} µs  {shown}")
+        got.slow.append(
+            (whose(entry["command"], got.big_ids), f"{entry['duration']:8d} µs  {shown}")
+        )
     return got
+
+
+LARGE_ARG = re.compile(rb"\((\d+) more bytes\)")  # SLOWLOG's cut of a long argument
+
+
+def whose(command: bytes, big_ids: set[str]) -> str:
+    """ "big" for a command on the big jobs: naming their node or one of them, or carrying
+    an argument of over 10 kB (a submit, whose job has no id yet); else "small"."""
+    words = set(re.split(rb"[\s:]", command))
+    named = {BIG_NODE, *big_ids} & {w.decode(errors="replace") for w in words}
+    if named or any(int(n) > 10_000 for n in LARGE_ARG.findall(command)):
+        return "big"
+    return "small"
 
 
 def top_level(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -275,10 +302,26 @@ def top_level(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+@contextlib.contextmanager
+def pinned(on: bool) -> Iterator[Callable[[int], None]]:
+    """With `on` and two CPUs or more: this process and what it starts on all CPUs but the
+    last, and a way to give a process (Redis) the last to itself. Restored at the end."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not on or len(cpus) < 2:
+        yield lambda pid: None
+        return
+    os.sched_setaffinity(0, cpus[:-1])
+    try:
+        yield lambda pid: os.sched_setaffinity(pid, cpus[-1:])
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
 def run_round(code: Path, job: BigJob, args: argparse.Namespace) -> Round:
     """One round against a redis-server of its own, the API process running from `code`."""
-    with redis_server() as url:
+    with pinned(args.pin) as own_cpu, redis_server() as url:
         watch = redis.Redis.from_url(url, client_name=WATCHER)
+        own_cpu(int(watch.info("server")["process_id"]))
         watch.config_set("slowlog-max-len", 1024)
         port = free_port()
         env = scheduler_env(url, PREFIX, PYTHONPATH=str(code), AGENT_AUTH="open", METRICS="off")
@@ -301,18 +344,6 @@ def run_round(code: Path, job: BigJob, args: argparse.Namespace) -> Round:
                 watch.close()
 
 
-@contextlib.contextmanager
-def checkout(ref: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory() as parent:
-        path = Path(parent) / "checkout"
-        git = ["git", "-C", str(ROOT)]
-        subprocess.run([*git, "worktree", "add", "--detach", "-q", str(path), ref], check=True)
-        try:
-            yield path
-        finally:
-            subprocess.run([*git, "worktree", "remove", "--force", str(path)], check=True)
-
-
 def merged(rounds: list[Round]) -> Round:
     """The rounds of one version as one: their samples together, their slow entries all."""
     out = Round()
@@ -325,6 +356,7 @@ def merged(rounds: list[Round]) -> Round:
             out.commands.setdefault(kind, names)
         out.get_commands += got.get_commands
         out.slow += got.slow
+        out.big_ids |= got.big_ids
         out.small_lives += got.small_lives
         out.mixed_secs += got.mixed_secs
     return out
@@ -361,13 +393,14 @@ def report(versions: dict[str, Round], job: BigJob, args: argparse.Namespace) ->
             f"{len(got.get_commands)} GETs (commandstats: {', '.join(seen)})"
         )
     for name, got in versions.items():
-        said = f"{len(got.slow)}" if got.slow else "none"
+        big = sum(1 for who, _ in got.slow if who == "big")
+        said = f"{len(got.slow)}: {big} on the big jobs, {len(got.slow) - big} on small ones"
         print(
-            f"slow calls (over 1 ms) among normal traffic, {name}: {said} "
+            f"slow calls (over 1 ms) among normal traffic, {name}: {said if got.slow else 'none'} "
             f"({got.small_lives} small lives beside the big ones, {got.mixed_secs:.1f} s)"
         )
-        for entry in got.slow:
-            print(f"  {entry}")
+        for who, entry in got.slow:
+            print(f"  {who:5s} {entry}")
 
 
 def main() -> int:
@@ -377,6 +410,9 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="of every size the limits allow")
     parser.add_argument("--small-lives", type=int, default=100, help="at least, beside")
     parser.add_argument("--against", default="", metavar="REF", help="a commit to compare")
+    parser.add_argument(
+        "--no-pin", dest="pin", action="store_false", help="Redis shares the CPUs with the rest"
+    )
     args = parser.parse_args()
     job = big_job(Settings.from_env(), args.scale)
     codes = {OURS: ROOT}
