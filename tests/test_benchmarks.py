@@ -133,3 +133,44 @@ def test_drain_cost_prints_each_case() -> None:
         "5 queued on the node",
     ]
     assert "5 moved, 0 unplaced, 0 stayed" in lines[1]
+
+
+def test_large_job_cost_prints_each_call_and_the_slow_ones() -> None:
+    """Tiny and against HEAD as "before": the smoke run checks it runs, not what it finds
+    (whether a call is over 1 ms depends on the machine's load)."""
+    argv = ["--scale", "0.01", "--small-lives", "5", "--lives", "1", "--rounds", "1"]
+    lines = run_benchmark("benchmarks/large_job_cost.py", *argv, "--against", "HEAD")
+    kinds = [
+        "POST /jobs",
+        "poll",
+        "PATCH running",
+        "PATCH done, outputs",
+        "GET /jobs/{id}",
+        "GET /jobs/{id}/attempts",
+        "PATCH failed, requeued",
+        "poll, requeued",
+        "PATCH running, requeued",
+        "PATCH failed, no retry left",
+        "POST /jobs/{id}/retry",
+        "poll, retried",
+        "PATCH running, retried",
+        "DELETE /jobs/{id}, running",
+    ]
+    assert lines[0].startswith("big job: submit body ")
+    assert lines[1].startswith("Redis time of each call on the big job, alone")
+    table = lines[2 : 2 + len(kinds)]
+    assert [line.split("  ")[0] for line in table] == kinds
+    assert all(" µs " in line and "HEAD / ours " in line for line in table)
+    rest = lines[2 + len(kinds) :]
+    assert rest[0].startswith("INFO commandstats")
+    for name in ("ours", "HEAD"):
+        gets = [
+            line for line in rest if line.startswith(f"GET /jobs/{{id}} on the big job, {name}:")
+        ]
+        assert len(gets) == 1 and "one Redis command in " in gets[0]
+        slow = [
+            line
+            for line in rest
+            if line.startswith(f"slow calls (over 1 ms) among normal traffic, {name}: ")
+        ]
+        assert len(slow) == 1 and "small lives beside the big ones" in slow[0]
