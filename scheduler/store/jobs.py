@@ -1,6 +1,7 @@
 """The API's job store: owns its Redis connection (connection/mux.py) and runs script calls
-(scripts/) on it, each one EVALSHA against the deployment's root (loading the script when
-Redis lacks it). The blocking flavour of the workers is sync_store.py."""
+(scripts/) on it, each one FCALL of the scripts' function library against the deployment's
+root (loading the library when Redis lacks it: scripts/functions.py). The blocking flavour
+of the workers is sync_store.py."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from scheduler.store.records import (
     large_outputs,
     stage,
 )
-from scheduler.store.scripts import Call, jobs, listing, metrics, retry, schedules
+from scheduler.store.scripts import Call, functions, jobs, listing, metrics, retry, schedules
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
@@ -73,11 +74,11 @@ Moves = list[Requeued]  # (JobStore.list shadows the builtin in its class body)
 
 @functools.lru_cache(maxsize=1024)
 def _poll_command(keys: Keys, node_id: str, limit: int, caller: str) -> bytes:
-    """The poll's EVALSHA, packed. An agent polls with the same node and token every few
+    """The poll's FCALL, packed. An agent polls with the same node and token every few
     seconds, and building and packing the command was a third of a poll's Python time. What
     the cache holds decides nothing: the script checks the caller against Redis each time."""
     call = jobs.poll(node_id, limit, caller)
-    command = script_command("EVALSHA", call.script.sha, [keys.root], call.args)
+    command = script_command("FCALL", call.script.function, [keys.root], call.args)
     packed: bytes = hiredis.pack_command(command)
     return packed
 
@@ -118,8 +119,8 @@ class JobStore:
         replicas, timeout_ms = script.acks(self.settings)
         cost = READ_COST if script.read_only else WRITE_COST
         root = [self.keys.root]
-        reply = await self.redis.evalsha(
-            script.sha, script.text, root, call.args, replicas, timeout_ms, cost
+        reply = await self.redis.fcall(
+            script.function, functions.LIBRARY_CODE, root, call.args, replicas, timeout_ms, cost
         )
         return call.parse(reply)
 

@@ -40,6 +40,29 @@ def _lua_text(key: str) -> str:
     return suffix
 
 
+def library_keys(names: set[str]) -> str:
+    """The keys `names` for a function library (functions.py), whose definitions outlive a
+    call: K's functions read ROOT when called; its fixed keys are set by `at_root(root)`,
+    which each call runs first (a change of root, another deployment, rebuilds them)."""
+    functions, fixed = [], []
+    for name in sorted(names):
+        entry = _lua_key(name)
+        if "function(" in entry:
+            functions.append(f"\n  {entry},")
+        else:
+            fixed.append(f'\n  {name} = "{_lua_text(getattr(_PROBE, name))}",')
+    return (
+        'local ROOT = ""\n'
+        f"local K = {{{''.join(functions)}\n}}\n"
+        f"local K_FIXED = {{{''.join(fixed)}\n}}\n"
+        "local function at_root(root)\n"
+        "  if root == ROOT then return end\n"
+        "  ROOT = root\n"
+        "  for name, suffix in pairs(K_FIXED) do K[name] = root .. suffix end\n"
+        "end"
+    )
+
+
 def lua_keys(body: str) -> str:
     """The Lua defining ROOT (KEYS[1], the deployment's root) and the table K of the keys
     that `body` names as `K.<name>`: only those, as Redis builds every definition again on

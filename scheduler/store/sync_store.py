@@ -9,17 +9,18 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import ResponseError
 
 from scheduler.config import Settings
 from scheduler.models.job import RETIRED_STATUSES, Job
 from scheduler.models.record import INLINE_BYTES, creation_parts, is_whole
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
+from scheduler.store.connection.protocol import is_no_function
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.records import STAGED_SECS, apart_keys, complete, stage
-from scheduler.store.scripts import SCRIPTS, Call, jobs, schedules, snapshot, upkeep
+from scheduler.store.scripts import Call, functions, jobs, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
@@ -34,7 +35,6 @@ class SyncJobStore:
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.redis_prefix)
-        self._scripts = {name: client.register_script(s.text) for name, s in SCRIPTS.items()}
 
     @classmethod
     def connect(cls, settings: Settings) -> SyncJobStore:
@@ -44,28 +44,31 @@ class SyncJobStore:
         self.redis.close()
 
     def run(self, call: Call[T]) -> T:
+        """The call as a FCALL of the scripts' function library (scripts/functions.py),
+        loaded first when this Redis lacks it; with REDIS_MIN_REPLICAS_ACKED, a WAIT for
+        the replicas in the same round trip (no MULTI: WAIT may not run inside one)."""
+        try:
+            reply = self._fcall(call)
+        except ResponseError as exc:
+            if not is_no_function(exc):
+                raise
+            self.redis.function_load(functions.LIBRARY_CODE, replace=True)
+            reply = self._fcall(call)
+        return call.parse(reply)
+
+    def _fcall(self, call: Call[T]) -> Any:
         script = call.script
         replicas, timeout_ms = script.acks(self.settings)
         if not replicas:
-            registered = self._scripts[script.name]
-            return call.parse(registered(keys=[self.keys.root], args=call.args))
-        try:
-            reply = self._run_acked("EVALSHA", script.sha, call, replicas, timeout_ms)
-        except NoScriptError:
-            # A restarted or flushed Redis forgot the script: run its text, and WAIT still.
-            reply = self._run_acked("EVAL", script.text, call, replicas, timeout_ms)
-        return call.parse(reply)
-
-    def _run_acked(
-        self, how: str, script: str, call: Call[T], replicas: int, timeout_ms: int
-    ) -> Any:
-        """The script and a WAIT for `replicas` in one round trip (no MULTI: WAIT may not
-        run inside one)."""
+            return self.redis.fcall(script.function, 1, self.keys.root, *call.args)
         pipe = self.redis.pipeline(transaction=False)
-        run = pipe.evalsha if how == "EVALSHA" else pipe.eval
-        run(script, 1, self.keys.root, *call.args)
+        pipe.fcall(script.function, 1, self.keys.root, *call.args)
         pipe.wait(replicas, timeout_ms)
-        reply, acked = pipe.execute()
+        reply, acked = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(acked, Exception):
+            raise acked
         if acked < replicas:
             raise ReplicasNotAcked(acked, replicas)
         return reply

@@ -410,10 +410,11 @@ def test_a_read_and_a_poll_are_answered_from_the_replys_callback(
 def test_a_poll_after_redis_forgot_its_scripts_is_answered(
     api: LaneApi, rclient: redis.Redis, tasks_started: list[str]
 ) -> None:
-    """EVALSHA's NOSCRIPT reply: the handler runs it again, loading the script."""
+    """FCALL's missing function (a Redis that forgot the library): the handler runs it
+    again, loading the library."""
     poll = request("GET", "/jobs?node_id=n1&status=pending", Authorization=f"Bearer {api.token}")
     assert b'"job_id":"job-1"' in exchange(api.port, poll, b"]\n")
-    rclient.script_flush()
+    rclient.function_flush()
     assert b'"job_id":"job-1"' in exchange(api.port, poll, b"]\n")
     assert tasks_started == ["GET /jobs"]
     assert b'"job_id":"job-1"' in exchange(api.port, poll, b"]\n")

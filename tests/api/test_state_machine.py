@@ -303,7 +303,6 @@ def test_scripts_use_the_keys_that_keys_py_names(
             k.job_seq: "string",
             k.rr_seq: "string",
             k.job("job-1"): "string",
-            k.job_spec("job-1"): "string",
             k.all_jobs: "zset",
             k.status("pending"): "zset",
             k.node_jobs("n1"): "zset",

@@ -203,7 +203,7 @@ def test_the_noscript_fallback_still_waits(
     primary, _ = pair
     settings = _acked(make_settings, primary, 2)
     call = job_scripts.cancel_job("job-1", 1.0)
-    redis.Redis.from_url(primary).script_flush()
+    redis.Redis.from_url(primary).function_flush()
     if flavour == "sync":
         store = SyncJobStore.connect(settings)
         with pytest.raises(ReplicasNotAcked):

@@ -207,6 +207,26 @@ class MuxRedis:
             # A restarted or flushed Redis forgot the script: load it and run it once.
             return await self._run(script_command("EVAL", script, keys, args), acks, cost)
 
+    async def fcall(
+        self,
+        function: str,
+        library: str,
+        keys: list[Any],
+        args: list[Any],
+        replicas: int = 0,
+        timeout_ms: int = 0,
+        cost: int = WRITE_COST,
+    ) -> Any:
+        """As `evalsha`, for a function of the library `library` (its code): loaded when
+        this Redis lacks it, then called again."""
+        acks = (replicas, timeout_ms)
+        command = script_command("FCALL", function, keys, args)
+        try:
+            return await self._run(command, acks, cost)
+        except NoScriptError:
+            await self.execute("FUNCTION", "LOAD", "REPLACE", library)
+            return await self._run(command, acks, cost)
+
     async def _run(self, command: tuple[Any, ...], acks: tuple[int, int], cost: int) -> Any:
         replicas, timeout_ms = acks
         protocol = await self._connected()

@@ -31,7 +31,8 @@ READ_COST, WRITE_COST = 1, 4
 
 
 def script_command(how: str, script: str, keys: list[Any], args: list[Any]) -> tuple[Any, ...]:
-    """EVALSHA (`script` its SHA-1) or EVAL (its text) with these KEYS and ARGV."""
+    """EVALSHA (`script` its SHA-1), EVAL (its text) or FCALL (`script` a function's name)
+    with these KEYS and ARGV."""
     return (how, script, len(keys), *keys, *args)
 
 
@@ -254,7 +255,21 @@ class RedisProtocol(asyncio.Protocol):
                 waiter.set_exception(RedisConnectionError(f"connection to Redis lost: {exc}"))
 
 
+class NoFunctionError(NoScriptError):
+    """FCALL of a function this Redis has not loaded: as NOSCRIPT for a script, the caller
+    loads the library (store/scripts/functions.py) and calls again."""
+
+
+def is_no_function(exc: BaseException) -> bool:
+    return isinstance(exc, ResponseError) and str(exc).startswith(NO_FUNCTION)
+
+
+NO_FUNCTION = "ERR Function not found"
+
+
 def _reply_error(message: str) -> ResponseError:
     if message.startswith("NOSCRIPT"):
         return NoScriptError(message)
+    if message.startswith(NO_FUNCTION):
+        return NoFunctionError(message)
     return ResponseError(message)

@@ -11,6 +11,7 @@ door's (access.py: UI sessions, failed credentials), on the shared Lua of librar
 from scheduler.store.scripts import (
     access,
     create,
+    functions,
     jobs,
     listing,
     metrics,
@@ -30,6 +31,7 @@ __all__ = [
     "Script",
     "access",
     "create",
+    "functions",
     "jobs",
     "listing",
     "metrics",

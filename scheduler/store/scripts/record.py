@@ -28,7 +28,8 @@ def _record_fields() -> str:
 ENCODE = f"""
 local RECORD_FIELDS = {_record_fields()}
 local RECORD_KNOWN = {{}}
-for _, field in ipairs(RECORD_FIELDS) do RECORD_KNOWN[field[1]] = true end
+-- Not ipairs: a function library runs this when loaded, where Lua's globals are not set.
+for i = 1, #RECORD_FIELDS do RECORD_KNOWN[RECORD_FIELDS[i][1]] = true end
 
 local function encode_sorted(map)
   local names, out = {{}}, {{}}

@@ -59,6 +59,9 @@ class Script(Generic[T]):
         self.read_only = read_only
         self.text = assemble(name, self.argv, self.rest, lua)
         self.sha = hashlib.sha1(self.text.encode()).hexdigest()
+        self.lua = lua
+        # Its name in the deployment's Redis function library (functions.py sets it).
+        self.function = ""
         if name in SCRIPTS:
             raise ValueError(f"two scripts are named {name}")
         SCRIPTS[name] = self
