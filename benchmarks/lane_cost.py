@@ -44,19 +44,18 @@ JOB = (
     b'{"job_id":"job-7","node_id":"n3","command":"echo hello","env_vars":{"GREETING":"hi"},'
     b'"status":"pending","retry_count":0,"created_at":"2026-01-01T00:00:00.000000Z"}'
 )
-try:  # Redis holds a record in parts (models/record.py), its readers MGET them
-    from scheduler.models.record import split
+try:  # GET reads a record's parts (models/record.py) with one MGET
+    from scheduler.models.record import PART_COUNT
 
-    _parts = split(JOB)
-    STORED: list[Any] = [_parts.head, _parts.spec or None, None, None]
-except ImportError:  # a checkout from before: one value, the record
-    STORED = [JOB]
+    READ: Any = [JOB] + [None] * (PART_COUNT - 1)
+except ImportError:  # a checkout from before: one GET, the record
+    READ = JOB
 HEAD = b" HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: bench\r\n\r\n"
 # (name, request, what Redis replies)
 CASES: list[tuple[str, bytes, Any]] = [
-    ("GET /jobs/{id}", b"GET /jobs/job-7" + HEAD, STORED if len(STORED) > 1 else JOB),
+    ("GET /jobs/{id}", b"GET /jobs/job-7" + HEAD, READ),
     ("poll, at capacity", b"GET /jobs?node_id=n3&status=pending" + HEAD, [1, []]),
-    ("poll, finds a job", b"GET /jobs?node_id=n3&status=pending" + HEAD, [1, [], *STORED]),
+    ("poll, finds a job", b"GET /jobs?node_id=n3&status=pending" + HEAD, [1, [], JOB]),
 ]
 
 

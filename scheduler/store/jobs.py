@@ -17,25 +17,17 @@ import msgspec
 
 from scheduler.config import Settings
 from scheduler.models.job import STATUSES, Job, JobUpdate
-from scheduler.models.record import creation_parts, has_apart, record
+from scheduler.models.record import creation_parts, record
 from scheduler.models.registry import Node, NodeRegistration, Service
 from scheduler.models.schedule import Schedule, schedule_decoder, schedule_encoder
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement, live_node_ids
+from scheduler.store import records
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
-from scheduler.store.errors import Conflict, PartsApart, ScheduleNotFound
+from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.keys import Keys
-from scheduler.store.records import (
-    STAGED_SECS,
-    Staged,
-    apart_keys,
-    complete,
-    job_parts,
-    large_outputs,
-    stage,
-)
 from scheduler.store.scripts import Call, functions, jobs, listing, metrics, retry, schedules
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
@@ -83,15 +75,6 @@ def _poll_command(keys: Keys, node_id: str, limit: int, caller: str) -> bytes:
     return packed
 
 
-def _polled_whole(reply: list[Any]) -> jobs.Polled:
-    """A poll's reply read in the lane's callback: PartsApart (the handler's path reads
-    them) when a job keeps parts apart (models/record.py)."""
-    polled = jobs.polled(reply)
-    if any(has_apart(head) for head in polled.jobs):
-        raise PartsApart()
-    return polled
-
-
 class JobStore:
     """Asyncio store for the API processes, on one multiplexed connection (connection/mux.py)."""
 
@@ -128,22 +111,22 @@ class JobStore:
         self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
+        parts = creation_parts(job)
+        staged = records.stage(self.keys, {"spec": parts.spec} if parts.spec else {})
+        token = staged.tokens.get("spec", "")
         ttl = self.settings.node_ttl_secs
-        spec = creation_parts(job).spec
-        if not spec:
-            created = await self.run(jobs.create_job_of(job, placement, now, ttl, dedup))
-        else:
-            staged = stage(self.keys, {"spec": spec})
-            call = jobs.create_job_of(job, placement, now, ttl, dedup, staged.tokens["spec"])
-            created = await self._after(staged, call)
+        call = jobs.create_job_of(job, placement, now, ttl, dedup, token, parts)
+        created = await self._after(staged, call)
         if created.duplicate and created.job:
             return dataclasses.replace(created, job=(await self.whole([created.job]))[0])
         return created
 
-    async def _after(self, staged: Staged, call: Call[T]) -> T:
+    async def _after(self, staged: records.Staged, call: Call[T]) -> T:
         """`call` run right behind the SETs of its staged parts (sent together)."""
+        if not staged.values:
+            return await self.run(call)
         sets = [
-            self.redis.execute("SET", key, value, "EX", STAGED_SECS)
+            self.redis.execute("SET", key, value, "EX", records.STAGED_SECS)
             for key, value in staged.values.items()
         ]
         *_, reply = await asyncio.gather(*sets, self.run(call))
@@ -152,10 +135,10 @@ class JobStore:
     async def whole(self, heads: builtins.list[bytes]) -> builtins.list[bytes]:
         """The records of heads a script answered, with the parts they keep apart (one MGET
         for them all, only when one does: models/record.py)."""
-        places, wanted = apart_keys(self.keys, heads)
+        places, wanted = records.apart_keys(self.keys, heads)
         if not places:
             return heads
-        return complete(heads, places, await self.redis.execute("MGET", *wanted))
+        return records.complete(heads, places, await self.redis.execute("MGET", *wanted))
 
     async def pick(self, placement: Placement, now: float) -> str:
         return await self.run(listing.pick_node(placement, now, self.settings.node_ttl_secs))
@@ -173,7 +156,7 @@ class JobStore:
         (A read: never a WAIT for replicas.)"""
         limit = self.settings.max_jobs_per_node
         sent = self.redis.send_packed(_poll_command(self.keys, node_id, limit, caller))
-        return None if sent is None else (sent, _polled_whole)
+        return None if sent is None else (sent, records.polled_whole)
 
     async def poll_wait(self, node_id: str, caller: str, wait: float) -> jobs.Polled:
         """The poll, answered once the node has work (or a job to cancel) or after `wait`
@@ -216,11 +199,11 @@ class JobStore:
 
     async def get(self, job_id: str) -> bytes | None:
         """The job's record (models/record.py: its parts, one MGET), None when it is not."""
-        return record(await self.redis.execute("MGET", *job_parts(self.keys, job_id)))
+        return record(await self.redis.execute("MGET", *records.job_parts(self.keys, job_id)))
 
     def send_get(self, job_id: str) -> Reply | None:
         """`get` sent at once (as `send_poll`); its reply is read by models.record.record."""
-        return self.redis.send_now("MGET", *job_parts(self.keys, job_id))
+        return self.redis.send_now("MGET", *records.job_parts(self.keys, job_id))
 
     async def _changed(self, call: Call[bytes]) -> bytes:
         """A script that changes a job and answers its head, made whole."""
@@ -229,11 +212,7 @@ class JobStore:
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
         s = self.settings
         policy, ttl, builtin = RetryPolicy.of(s), s.node_ttl_secs, s.builtin_registry
-        large = large_outputs(update)
-        if not large:
-            call = jobs.transition(job_id, update, now, policy, caller, ttl, builtin)
-            return await self._changed(call)
-        staged = stage(self.keys, large)
+        staged = records.stage(self.keys, records.large_outputs(update))
         call = jobs.transition(job_id, update, now, policy, caller, ttl, builtin, staged.tokens)
         return (await self.whole([await self._after(staged, call)]))[0]
 

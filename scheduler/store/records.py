@@ -8,12 +8,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
 from scheduler.models.job import JobUpdate
 from scheduler.models.record import INLINE_BYTES, OUTPUT_FIELDS, PART_COUNT, assemble, has_apart
+from scheduler.store.errors import PartsApart
 from scheduler.store.keys import Keys
+from scheduler.store.scripts import jobs
+from scheduler.store.scripts.jobs import Polled
 
 # How long a staged part waits for its script (sent right behind it: a stale one is a
 # request that died between the two).
@@ -83,3 +87,12 @@ def complete(
         part = values[n * width : (n + 1) * width]
         out[i] = assemble(heads[i], part[0], part[1:])
     return out
+
+
+def polled_whole(reply: list[Any]) -> Polled:
+    """A poll's reply read in the hot lane's callback: PartsApart (the handler's path reads
+    them: JobStore.poll) when a job keeps parts apart."""
+    polled = jobs.polled(reply)
+    if any(has_apart(head) for head in polled.jobs):
+        raise PartsApart()
+    return polled

@@ -78,15 +78,13 @@ class SyncJobStore:
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
         ttl = self.settings.node_ttl_secs
-        spec = creation_parts(job).spec
-        if not spec:
-            created = self.run(jobs.create_job_of(job, placement, now, ttl, dedup))
-        else:  # staged: its bytes never enter the script (models/record.py)
-            staged = stage(self.keys, {"spec": spec})
-            for key, value in staged.values.items():
-                self.redis.set(key, value, ex=STAGED_SECS)
-            token = staged.tokens["spec"]
-            created = self.run(jobs.create_job_of(job, placement, now, ttl, dedup, token))
+        parts = creation_parts(job)
+        # A large spec is staged: its bytes never enter the script (models/record.py).
+        staged = stage(self.keys, {"spec": parts.spec} if parts.spec else {})
+        for key, value in staged.values.items():
+            self.redis.set(key, value, ex=STAGED_SECS)
+        token = staged.tokens.get("spec", "")
+        created = self.run(jobs.create_job_of(job, placement, now, ttl, dedup, token, parts))
         if created.duplicate and created.job:
             return dataclasses.replace(created, job=self.whole([created.job])[0])
         return created

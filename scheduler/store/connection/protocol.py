@@ -261,15 +261,17 @@ class NoFunctionError(NoScriptError):
 
 
 def is_no_function(exc: BaseException) -> bool:
-    return isinstance(exc, ResponseError) and str(exc).startswith(NO_FUNCTION)
+    """Whether `exc` is Redis's answer to FCALL of a function it has not loaded (redis-py
+    drops the reply's "ERR " prefix)."""
+    return isinstance(exc, ResponseError) and str(exc).removeprefix("ERR ").startswith(NO_FUNCTION)
 
 
-NO_FUNCTION = "ERR Function not found"
+NO_FUNCTION = "Function not found"
 
 
 def _reply_error(message: str) -> ResponseError:
     if message.startswith("NOSCRIPT"):
         return NoScriptError(message)
-    if message.startswith(NO_FUNCTION):
+    if message.removeprefix("ERR ").startswith(NO_FUNCTION):
         return NoFunctionError(message)
     return ResponseError(message)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.models.job import MAX_WAITERS, Job, due_of
-from scheduler.models.record import assemble, creation_parts
+from scheduler.models.record import Parts, assemble, creation_parts
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import IdempotencyMismatch, StoreNotReady
@@ -255,11 +255,13 @@ def create_job_of(
     node_ttl: float,
     dedup: Dedup = NO_DEDUP,
     spec_staged: str = "",
+    parts: Parts | None = None,
 ) -> Call[Created]:
     """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it; its
-    spec, when stored apart (`creation_parts(job).spec`), staged under `spec_staged`."""
+    spec, when stored apart (`creation_parts(job).spec`, `parts` if the caller has them),
+    staged under `spec_staged`."""
     asks = Asks(job.cpus, job.memory_mb, job.node_selector)
-    parts = creation_parts(job)
+    parts = parts or creation_parts(job)
     if parts.spec and not spec_staged:
         raise ValueError("a spec stored apart must be staged (JobStore.create)")
     return create_job(

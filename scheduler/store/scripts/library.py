@@ -17,13 +17,12 @@ import itertools
 import re
 
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, NOT_STARTED, STATUSES
-from scheduler.models.record import OUTPUT_FIELDS
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE
 from scheduler.store.scripts.minutes import SERIES
 from scheduler.store.scripts.place import PLACE
-from scheduler.store.scripts.record import ENCODE, TIME
+from scheduler.store.scripts.record import ENCODE, PARTS, TIME
 from scheduler.store.scripts.room import NODES
 
 # Who makes an agent call (AGENT_AUTH, README "Security"); the API works it out, in process,
@@ -113,61 +112,6 @@ local function load_job(id)
   return raw and cjson.decode(raw), raw
 end
 """
-
-# The parts of a job's record (models/record.py): kept in its head while small, stored apart
-# (named in the head's `_parts`) while large; a large one reaches its key staged (the API
-# SETs it, a script renames it), so its bytes never enter a script.
-PARTS = (
-    "local OUTPUTS = {"
-    + ", ".join(f'"{name}"' for name in OUTPUT_FIELDS)
-    + """}
-
--- The keys of a job's record, as models/record.assemble reads them (store/records.py).
-local function part_keys(id, keys)
-  keys[#keys + 1] = K.job(id)
-  keys[#keys + 1] = K.job_spec(id)
-  for _, stream in ipairs(OUTPUTS) do keys[#keys + 1] = K.job_output(id, stream) end
-end
-
-local function is_apart(job, name)
-  return type(job._parts) == "table" and job._parts[name] ~= nil
-end
-
--- `name` marked apart with its digest (nil: not apart).
-local function mark_apart(job, name, digest)
-  local parts = type(job._parts) == "table" and job._parts or {}
-  parts[name] = digest
-  job._parts = next(parts) ~= nil and parts or nil
-end
-
--- The job's output `name` (stdout, stderr) set to `text`, kept in its head (nil or "": none).
-local function set_output(id, job, name, text)
-  if is_apart(job, name) then
-    redis.call("DEL", K.job_output(id, name))
-    mark_apart(job, name, nil)
-  end
-  job[name] = text ~= "" and text or nil
-end
-
--- The job's output `name` from the staged key `token` (a large one, whose SHA-1 is
--- `digest`), renamed into its key.
-local function adopt_output(id, job, name, token, digest)
-  local key = K.job_output(id, name)
-  redis.call("RENAME", K.staged(token), key)
-  redis.call("PERSIST", key)
-  job[name] = nil
-  mark_apart(job, name, digest)
-end
-
--- Whether the job's output `name` is the one a report sends (`text`, or a large one staged
--- with this `digest`: a repeated report's check). Small and large ones never match
--- (models/record.py puts each by its size); large ones are compared by their digests.
-local function output_is(job, name, text, digest)
-  if digest == "" then return not is_apart(job, name) and (job[name] or "") == text end
-  return is_apart(job, name) and job._parts[name] == digest
-end
-"""
-)
 
 # Long-polls (connection/notify.py) wait on these channels; a PUBLISH nobody listens to
 # costs Redis one hash lookup.

@@ -159,8 +159,8 @@ for i, id in ipairs(ids) do
   if i > tonumber(scan) then break end
   looked = looked + 1
   last = id
-  local command = command_of(K.job_spec(id))
-  if command == "" then command = command_of(K.job(id)) end
+  local command = command_of(K.job(id))
+  if command == "" then command = command_of(K.job_spec(id)) end  -- a large one: apart
   if string.find(string.lower(command), needle, 1, true) then
     found[#found + 1] = id
     if #found >= tonumber(limit) then break end
