@@ -29,26 +29,37 @@ memory_mb 64, max_retries 2, retry_backoff_secs 5 and the node_selector {"pool":
 that only M's labels match. Every submit's answer is checked to name M, every poll to find
 exactly its job: a version placing elsewhere stops the run rather than measuring another life.
 
-Rounds interleave the subjects (this version, REF, the floor: their order turns each round)
-phase by phase (the lives, the heartbeats, the polls), with CONFIG RESETSTAT before each, and
-each figure is per life (or heartbeat, or poll):
+Rounds interleave the subjects (this version, REF, the floor) phase by phase (the lives,
+the heartbeats, the polls), and within a phase in turns of a tenth of it each (with --lives
+2000, 200 lives of each subject, then 200 of the next, in an order that turns at every
+turn), with CONFIG RESETSTAT before each turn: a subject and its floor are measured seconds
+apart, so the load of other tenants of this machine moves both. Each figure is per life (or
+heartbeat, or poll):
   in scripts          usec of every eval*, evalsha* and fcall* entry of INFO commandstats
                       (the commands a script calls run inside its time)
-  Redis CPU           the change of INFO cpu used_cpu_user + used_cpu_sys (every thread)
+  Redis CPU           the change of INFO cpu used_cpu_user + used_cpu_sys (every thread),
+                      less Redis's idle draw over the turn's time (below)
   Redis CPU, main     the same of the main thread (used_cpu_*_main_thread), where Redis has it
   all commands        usec of every commandstats entry but INFO and CONFIG (the benchmark's):
                       a script's inner commands count twice, in its time and their own, for
                       the floor as for the API; commands sent outside scripts count once
 The table prints the median of the rounds of each, the median of the rounds' ratios (each
-round's subject / its floor, measured minutes apart at most), the bar and pass or over.
+round's subject / its floor), the bar and pass or over; with REF, REF's figure, its ratio to
+the same floor and verdict, and this version / REF.
 
-What it cannot isolate: an API's phase waits its metrics flush (METRICS_FLUSH_SECS, 1 s)
-before the counters are read, so the flush of the phase's request counts is counted in it,
-and with it Redis's idle work of that second (its cron, the API's check of the old layout
-every 10 s): tens of µs, against the phase's seconds. The Redis CPU figures include reading
-and answering the sockets, which a busy Redis amortises over more commands per read than one
-caller at a time gives it, for the API and the floor alike; the API and this client share the
-machine's 2 cores with Redis. The stored count grows by --lives a round (done jobs are kept).
+An idle redis-server draws CPU (its cron: about 1.5 ms a second here), which a turn of the
+API, slower per life than the floor's calls, would count several times over: each round
+first measures every Redis doing nothing for 2 s (the APIs connected, quiet), and the median
+of those rates times a turn's duration is taken off its CPU figures.
+
+What it cannot isolate: the API's work by the second rather than by the request. Its request
+metrics' flush (a script of about 200 µs each METRICS_FLUSH_SECS while there were requests:
+about 1 µs a life at this pace) is put off past the run (METRICS_FLUSH_SECS=3600), since it
+would land in whichever turn runs then; its check of the old layout (a few commands every
+10 s) lands where it falls. The Redis CPU figures include reading and answering the sockets,
+which a busy Redis amortises over more commands per read than one caller at a time gives it,
+for the API and the floor alike; the API and this client share the machine's 2 cores with
+Redis. The stored count grows by --lives a round (done jobs are kept).
 """
 
 from __future__ import annotations
@@ -59,7 +70,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -77,13 +88,13 @@ PHASES = ("life", "heartbeat", "poll")
 BARS = {"life": 2.0, "heartbeat": 1.5, "poll": 1.5}
 METRICS = ("in scripts", "Redis CPU", "Redis CPU, main", "all commands")
 IDLE_SECS = 2.0  # each Redis's idle draw, measured once a round
+CHUNKS = 10  # a round's phase of each subject, in this many turns
 
 
 class Subject(Protocol):
     name: str
     stats: redis.Redis  # the Redis whose counters are its figures
     redis_name: str  # which Redis that is (the floor shares this version's)
-    settle: float  # seconds waited after a phase, before the counters are read
 
     def lives(self, count: int) -> None: ...
     def heartbeats(self, count: int) -> None: ...
@@ -96,7 +107,6 @@ class FloorSubject:
     stats: redis.Redis
     redis_name: str
     floor: Floor
-    settle: float = 0.0
 
     def lives(self, count: int) -> None:
         self.floor.lives(count)
@@ -110,14 +120,18 @@ class FloorSubject:
 
 @dataclass(frozen=True)
 class Sample:
-    """One phase of one subject, per operation: µs in scripts, in every command, of Redis
-    CPU (all threads; the main one), idle included, and the seconds the phase lasted."""
+    """`count` operations of one subject: µs in scripts, in every command, of Redis CPU
+    (all threads; the main one), idle included, and the seconds they lasted."""
 
+    count: int
     scripts: float
     every: float
     cpu: float
     main: float
     wall: float
+
+    def __add__(self, other: Sample) -> Sample:
+        return Sample(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 def cpu(client: redis.Redis) -> tuple[float, float]:
@@ -139,7 +153,6 @@ def measure(subject: Subject, phase: str, count: int) -> Sample:
     subject.stats.config_resetstat()
     started, before = time.monotonic(), cpu(subject.stats)
     run(count)
-    time.sleep(subject.settle)
     after, wall = cpu(subject.stats), time.monotonic() - started
     stats = subject.stats.info("commandstats")
     scripts = sum(
@@ -152,22 +165,20 @@ def measure(subject: Subject, phase: str, count: int) -> Sample:
         for name, entry in stats.items()
         if not name.startswith(("cmdstat_info", "cmdstat_config"))
     )
-    per = 1e6 / count
-    return Sample(
-        scripts / count,
-        every / count,
-        (after[0] - before[0]) * per,
-        (after[1] - before[1]) * per,
-        wall / count,
-    )
+    used = ((after[0] - before[0]) * 1e6, (after[1] - before[1]) * 1e6)
+    return Sample(count, scripts, every, *used, wall)
 
 
-def idle(client: redis.Redis) -> tuple[float, float]:
-    """Redis's CPU seconds a second with nothing sent (its cron, the idle APIs' checks)."""
-    before = cpu(client)
+def idle(clients: dict[str, redis.Redis]) -> dict[str, tuple[float, float]]:
+    """Each Redis's CPU seconds a second with nothing sent (its cron, the quiet APIs'
+    checks), all over the same seconds."""
+    before = {name: cpu(client) for name, client in clients.items()}
     time.sleep(IDLE_SECS)
-    after = cpu(client)
-    return (after[0] - before[0]) / IDLE_SECS, (after[1] - before[1]) / IDLE_SECS
+    after = {name: cpu(client) for name, client in clients.items()}
+    return {
+        name: ((after[name][0] - b[0]) / IDLE_SECS, (after[name][1] - b[1]) / IDLE_SECS)
+        for name, b in before.items()
+    }
 
 
 @dataclass
@@ -190,26 +201,45 @@ class Figures:
             "Redis CPU, main": lambda s: s.main - main_rate * s.wall * 1e6,
             "all commands": lambda s: s.every,
         }
-        return [pick[metric](s) for s in self.samples[subject][phase]]
+        return [pick[metric](s) / s.count for s in self.samples[subject][phase]]
+
+
+def chunks(total: int) -> list[int]:
+    """`total` in CHUNKS near-equal parts, none empty."""
+    parts = [total // CHUNKS + (1 if i < total % CHUNKS else 0) for i in range(CHUNKS)]
+    return [part for part in parts if part]
+
+
+def one_round(subjects: list[Subject], phase: str, lives: int, turn: int) -> list[Sample]:
+    """Each subject's `lives` operations of `phase`, the subjects taking turns a chunk at a
+    time (in an order that turns each chunk): one Sample each."""
+    parts: list[list[Sample]] = [[] for _ in subjects]
+    for i, size in enumerate(chunks(lives)):
+        first = (turn + i) % len(subjects)
+        for k in [*range(first, len(subjects)), *range(first)]:
+            parts[k].append(measure(subjects[k], phase, size))
+    return [sum(samples[1:], samples[0]) for samples in parts]
 
 
 def rounds(subjects: list[Subject], lives: int, count: int) -> Figures:
     redises = {s.redis_name: s.stats for s in subjects}
     for subject in subjects:  # unmeasured: scripts loaded, connections open, caches warm
-        for phase in PHASES:
-            measure(subject, phase, min(lives, 20))
+        subject.lives(min(lives, 20))
+        subject.heartbeats(min(lives, 20))
+        subject.polls(min(lives, 20))
     figures = Figures(
         {s.name: {p: [] for p in PHASES} for s in subjects},
         {name: [] for name in redises},
         {s.name: s.redis_name for s in subjects},
     )
     for turn in range(count):
-        for name, client in redises.items():
-            figures.idles[name].append(idle(client))
-        order = subjects[turn % len(subjects) :] + subjects[: turn % len(subjects)]
+        for name, rates in idle(redises).items():
+            figures.idles[name].append(rates)
         for phase in PHASES:
-            for subject in order:
-                figures.samples[subject.name][phase].append(measure(subject, phase, lives))
+            for subject, sample in zip(
+                subjects, one_round(subjects, phase, lives, turn), strict=True
+            ):
+                figures.samples[subject.name][phase].append(sample)
     return figures
 
 
