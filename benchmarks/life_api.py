@@ -25,8 +25,9 @@ PREFIX = "life"
 NODE = "measured-node"
 OTHERS = [f"stored-node-{i}" for i in range(4)]
 DRAINED = [f"drained-node-{i}" for i in range(2)]
-# The request metrics' flush, a script a second whatever the load, is put off past the run:
-# it would land in whichever subject's turn runs then (life_cost.py, what it cannot isolate).
+# The request metrics' flush (a script each METRICS_FLUSH_SECS after requests came) is put
+# off past the run: it would land in whichever subject's turn runs then (life_cost.py, what
+# it cannot isolate).
 FLUSH_SECS = 3600
 LIFE_FEATURES = {
     "priority": 5,

@@ -20,14 +20,16 @@ this version, under keys of its own ({floor}). Its figures serve as the floor of
 
 Where the jobs land: --stored jobs are submitted first (over HTTP, 32 connections) while
 only the other compute nodes are registered, so they are queued there; the measured node M
-registers after them and holds nothing. Plain: a job that asks nothing goes to the live node
-holding the fewest jobs (README, Placement), which is M (it holds at most the one job of the
-life in progress). Features: the stored jobs mix plain ones, delayed ones (a day ahead) and
-ones asking cpus, memory, a priority, a retry policy and a node_selector of the other nodes;
-besides, two nodes are drained and a schedule exists; the lives' jobs ask priority 5, cpus 1,
-memory_mb 64, max_retries 2, retry_backoff_secs 5 and the node_selector {"pool": "measured"}
-that only M's labels match. Every submit's answer is checked to name M, every poll to find
-exactly its job: a version placing elsewhere stops the run rather than measuring another life.
+registers after them and holds nothing (NODE_TTL_SECS is a day: every node stays live
+without heartbeats but M's measured ones). Plain: a job that asks nothing goes to the live
+node holding the fewest jobs (README, Placement), which is M (it holds at most the one job
+of the life in progress). Features: the stored jobs mix plain ones, delayed ones (a day
+ahead) and ones asking cpus, memory, a priority, a retry policy and a node_selector of the
+other nodes; besides, two nodes are drained and a schedule exists; the lives' jobs ask
+priority 5, cpus 1, memory_mb 64, max_retries 2, retry_backoff_secs 5 and the node_selector
+{"pool": "measured"} that only M's labels match. Every submit's answer is checked to name M,
+every poll to find exactly its job: a version placing elsewhere stops the run rather than
+measuring another life.
 
 Rounds interleave the subjects (this version, REF, the floor) phase by phase (the lives,
 the heartbeats, the polls), and within a phase in turns of a tenth of it each (with --lives
