@@ -174,3 +174,24 @@ def test_large_job_cost_prints_each_call_and_the_slow_ones() -> None:
             if line.startswith(f"slow calls (over 1 ms) among normal traffic, {name}: ")
         ]
         assert len(slow) == 1 and "small lives beside the big ones" in slow[0]
+
+
+def test_life_cost_prints_each_row() -> None:
+    """Against HEAD as "before", both sections: the smoke run checks it runs, not what it
+    finds (a job's life, a heartbeat and a poll, each against its floor)."""
+    argv = ["--stored", "50", "--lives", "20", "--rounds", "1", "--against", "HEAD"]
+    lines = run_benchmark("benchmarks/life_cost.py", *argv)
+    metrics = ["in scripts", "Redis CPU", "Redis CPU, main", "all commands"]
+    rows = [f"{phase}, {metric}" for phase in ("life", "heartbeat", "poll") for metric in metrics]
+    for section in ("plain", "features"):
+        start = next(i for i, line in enumerate(lines) if line.startswith(f"{section}: 50 stored"))
+        assert "ours µs" in lines[start + 1] and "HEAD µs" in lines[start + 1]
+        table = lines[start + 2 : start + 2 + len(rows)]
+        assert [line.split("  ")[0].strip() for line in table] == rows
+        for line in table:
+            # ours, floor, ratio, bar, verdict; HEAD's figure, ratio, verdict; ours / HEAD
+            *figures, ours_verdict, head, head_ratio, head_verdict, ours_head = line.split()[-9:]
+            assert ours_verdict in ("pass", "over") and head_verdict in ("pass", "over")
+            for figure in (*figures, head, head_ratio, ours_head):
+                float(figure)  # a number, whatever it is
+    assert len(lines) == 2 * (2 + len(rows))

@@ -1,0 +1,173 @@
+"""The API side of life_cost.py: one version's `scheduler serve` on a redis-server of its
+own, the deployment a section measures (its nodes, its stored jobs, its schedule and drains)
+and a job's life, a heartbeat and a poll over HTTP. Only the HTTP API and plain Redis commands
+are used, so any version of the scheduler can be measured."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from tests.processes import request_many, scheduler_env, stop, wait_http
+from tests.redis_server import free_port, redis_server
+
+PREFIX = "life"
+NODE = "measured-node"
+OTHERS = [f"stored-node-{i}" for i in range(4)]
+DRAINED = [f"drained-node-{i}" for i in range(2)]
+# The request metrics' flush (a script each METRICS_FLUSH_SECS after requests came) is put
+# off past the run: it would land in whichever subject's turn runs then (life_cost.py, what
+# it cannot isolate).
+FLUSH_SECS = 3600
+LIFE_FEATURES = {
+    "priority": 5,
+    "cpus": 1,
+    "memory_mb": 64,
+    "node_selector": {"pool": "measured"},
+    "max_retries": 2,
+    "retry_backoff_secs": 5,
+}
+
+
+@dataclass
+class Api:
+    """One version's API and Redis, measured through HTTP."""
+
+    name: str
+    stats: redis.Redis
+    url: str  # the Redis's
+    base: str
+    features: bool
+    redis_name: str = field(init=False)  # a Redis of its own
+    http: httpx.Client = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.redis_name = self.name
+        self.http = httpx.Client(base_url=self.base, timeout=30.0)
+        body: dict[str, Any] = {"command": "echo hi"}
+        self.submit = {**body, **LIFE_FEATURES} if self.features else body
+
+    def _ok(self, answer: httpx.Response, status: int = 200) -> Any:
+        if answer.status_code != status:
+            raise SystemExit(f"{self.name}: {answer.request.url.path}: {answer.status_code}")
+        return answer.json()
+
+    def lives(self, count: int) -> None:
+        poll = {"node_id": NODE, "status": "pending"}
+        for _ in range(count):
+            job = self._ok(self.http.post("/jobs", json=self.submit), 201)
+            if job["node_id"] != NODE:
+                raise SystemExit(f"{self.name}: a life's job went to {job['node_id']!r}")
+            found = [j["job_id"] for j in self._ok(self.http.get("/jobs", params=poll))]
+            if found != [job["job_id"]]:
+                raise SystemExit(f"{self.name}: the poll found {found}, not {job['job_id']}")
+            path = f"/jobs/{job['job_id']}"
+            self._ok(self.http.patch(path, json={"status": "running"}))
+            done = {"status": "done", "exit_code": 0, "stdout": "hi\n"}
+            self._ok(self.http.patch(path, json=done))
+
+    def heartbeats(self, count: int) -> None:
+        for _ in range(count):
+            self._ok(self.http.post("/nodes/heartbeat", json={"id": NODE}))
+
+    def polls(self, count: int) -> None:
+        poll = {"node_id": NODE, "status": "pending"}
+        for _ in range(count):
+            if self._ok(self.http.get("/jobs", params=poll)) != []:
+                raise SystemExit(f"{self.name}: the idle poll found a job")
+
+
+def start_api(code: Path, redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
+    """The API of the checkout at `code` (first on its path), and its base URL."""
+    env = scheduler_env(
+        redis_url,
+        PREFIX,
+        AGENT_AUTH="open",
+        # Nodes stay live without heartbeats between the phases; no worker runs anyway.
+        NODE_TTL_SECS="86400",
+        METRICS_FLUSH_SECS=str(FLUSH_SECS),
+        PYTHONPATH=str(code),
+    )
+    port = free_port()
+    cmd = [sys.executable, "-m", "scheduler", "serve", "--workers", "1", "--port", str(port)]
+    proc = subprocess.Popen(
+        [*cmd, "--log-level", "warning"], env=env, cwd=code, stdout=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/health")
+    except TimeoutError:
+        stop(proc)
+        raise
+    return proc, base
+
+
+def register(http: httpx.Client, node: str, features: bool, pool: str, cpus: int) -> None:
+    body: dict[str, Any] = {"id": node, "hostname": node, "cpu_count": cpus, "role": "compute"}
+    if features:
+        memory = min(cpus * 1024, 2**24)  # MEMORY_MB_MAX
+        body |= {"memory_mb": memory, "labels": {"pool": pool, "zone": "bench"}}
+    answer = http.post("/nodes/register", json=body)
+    if answer.status_code != 201:
+        raise SystemExit(f"register {node}: {answer.status_code} {answer.text}")
+
+
+def stored_body(i: int, features: bool) -> bytes:
+    """The i-th stored job: plain; with the features a quarter delayed a day, a quarter
+    asking resources, a priority, a retry policy and the other nodes' pool."""
+    job: dict[str, Any] = {"command": f"echo stored {i}"}
+    if features and i % 4 == 1:
+        job["delay_secs"] = 86400
+    elif features and i % 4 == 2:
+        job |= {**LIFE_FEATURES, "priority": i % 7 - 3, "node_selector": {"pool": "stored"}}
+    return json.dumps(job).encode()
+
+
+def prepare(base: str, stored: int, features: bool) -> None:
+    """The nodes, the stored jobs (on the other nodes), the schedule and drains; then M."""
+    with httpx.Client(base_url=base, timeout=30.0) as http:
+        # Room for every stored job that asks (NODE_CPUS_MAX is 65 536).
+        for node in OTHERS:
+            register(http, node, features, "stored", 65_536)
+        if features:
+            for node in DRAINED:
+                register(http, node, features, "stored", 64)
+                if http.post(f"/nodes/{node}/drain", json={}).status_code != 200:
+                    raise SystemExit(f"drain {node} refused")
+            template = {"command": "echo tick", "node_selector": {"pool": "stored"}}
+            schedule = {"name": "hourly", "every_secs": 3600, "job": template}
+            if http.post("/schedules", json=schedule).status_code != 201:
+                raise SystemExit("the schedule was refused")
+        reqs = [("POST", "/jobs", stored_body(i, features)) for i in range(stored)]
+        answers = asyncio.run(request_many([base], reqs, 32))
+        wrong = sorted({status for status, _ in answers if status != 201})
+        if wrong:
+            raise SystemExit(f"storing: answers {wrong}")
+        register(http, NODE, features, "measured", 4)
+        if http.get("/jobs", params={"node_id": NODE, "status": "pending"}).json() != []:
+            raise SystemExit("the measured node has jobs before the first life")
+
+
+@contextlib.contextmanager
+def deployment(code: Path, name: str, stored: int, features: bool) -> Iterator[Api]:
+    with redis_server() as url:
+        client = redis.Redis.from_url(url)
+        api, base = start_api(code, url)
+        try:
+            prepare(base, stored, features)
+            subject = Api(name, client, url, base, features)
+            yield subject
+            subject.http.close()
+        finally:
+            stop(api)
+            client.close()

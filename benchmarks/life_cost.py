@@ -1,0 +1,324 @@
+"""What a job's life costs Redis against the floor (issue 26, item 2: at most 2x; a heartbeat
+and a poll at most 1.5x their own floors), plain and with the scheduling and placement
+features on, at --stored jobs stored; with --against REF, the version REF beside this one.
+
+    .venv/bin/python benchmarks/life_cost.py [--stored 100000] [--lives 2000] [--rounds 5]
+        [--sections plain,features] [--against REF]
+
+Each version runs as a real `scheduler serve` process (one worker, AGENT_AUTH=open, its code
+checked out in a temporary git worktree for REF, as placement_cost.py does) against a
+redis-server of its own (free loopback port, no persistence), started afresh per section. A
+life is four requests, one at a time from one keep-alive httpx client: POST /jobs, the
+agent's poll GET /jobs?node_id=M&status=pending (which must answer exactly that job), PATCH
+running, PATCH done (exit 0, "hi" on stdout). A heartbeat is POST /nodes/heartbeat of M, a
+poll alone the same poll finding nothing. Only the HTTP API and plain Redis commands (INFO,
+CONFIG RESETSTAT) are used, so any version runs.
+
+The floor (life_floor.py) is the least Redis work of the same: four Lua scripts per life,
+one for a heartbeat and one for an empty poll, by EVALSHA over one connection to the Redis of
+this version, under keys of its own ({floor}). Its figures serve as the floor of REF too.
+
+Where the jobs land: --stored jobs are submitted first (over HTTP, 32 connections) while
+only the other compute nodes are registered, so they are queued there; the measured node M
+registers after them and holds nothing (NODE_TTL_SECS is a day: every node stays live
+without heartbeats but M's measured ones). Plain: a job that asks nothing goes to the live
+node holding the fewest jobs (README, Placement), which is M (it holds at most the one job
+of the life in progress). Features: the stored jobs mix plain ones, delayed ones (a day
+ahead) and ones asking cpus, memory, a priority, a retry policy and a node_selector of the
+other nodes; besides, two nodes are drained and a schedule exists; the lives' jobs ask
+priority 5, cpus 1, memory_mb 64, max_retries 2, retry_backoff_secs 5 and the node_selector
+{"pool": "measured"} that only M's labels match. Every submit's answer is checked to name M,
+every poll to find exactly its job: a version placing elsewhere stops the run rather than
+measuring another life.
+
+Rounds interleave the subjects (this version, REF, the floor) phase by phase (the lives,
+the heartbeats, the polls), and within a phase in turns of a tenth of it each (with --lives
+2000, 200 lives of each subject, then 200 of the next, in an order that turns at every
+turn), with CONFIG RESETSTAT before each turn: a subject and its floor are measured seconds
+apart, so the load of other tenants of this machine moves both. Each figure is per life (or
+heartbeat, or poll):
+  in scripts          usec of every eval*, evalsha* and fcall* entry of INFO commandstats
+                      (the commands a script calls run inside its time)
+  Redis CPU           the change of INFO cpu used_cpu_user + used_cpu_sys (every thread),
+                      less Redis's idle draw over the turn's time (below)
+  Redis CPU, main     the same of the main thread (used_cpu_*_main_thread), where Redis has it
+  all commands        usec of every commandstats entry but INFO and CONFIG (the benchmark's):
+                      a script's inner commands count twice, in its time and their own, for
+                      the floor as for the API; commands sent outside scripts count once
+The table prints the median of the rounds of each, the median of the rounds' ratios (each
+round's subject / its floor), the bar and pass or over; with REF, REF's figure, its ratio to
+the same floor and verdict, and this version / REF.
+
+An idle redis-server draws CPU (its cron: about 1.5 ms a second here), which a turn of the
+API, slower per life than the floor's calls, would count several times over: each round
+first measures every Redis doing nothing for 2 s (the APIs connected, quiet), and the median
+of those rates times a turn's duration is taken off its CPU figures.
+
+What it cannot isolate: the API's work by the second rather than by the request. Its request
+metrics' flush (a script of about 200 µs each METRICS_FLUSH_SECS while there were requests:
+about 1 µs a life at this pace) is put off past the run (METRICS_FLUSH_SECS=3600), since it
+would land in whichever turn runs then; its check of the old layout (a few commands every
+10 s) lands where it falls. The Redis CPU figures include reading and answering the sockets,
+which a busy Redis amortises over more commands per read than one caller at a time gives it,
+for the API and the floor alike; the API and this client share the machine's 2 cores with
+Redis. The stored count grows by --lives a round (done jobs are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import astuple, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from life_api import deployment  # noqa: E402
+from life_floor import Floor  # noqa: E402
+from placement_cost import checkout  # noqa: E402
+
+PHASES = ("life", "heartbeat", "poll")
+BARS = {"life": 2.0, "heartbeat": 1.5, "poll": 1.5}
+METRICS = ("in scripts", "Redis CPU", "Redis CPU, main", "all commands")
+IDLE_SECS = 2.0  # each Redis's idle draw, measured once a round
+CHUNKS = 10  # a round's phase of each subject, in this many turns
+
+
+class Subject(Protocol):
+    name: str
+    stats: redis.Redis  # the Redis whose counters are its figures
+    redis_name: str  # which Redis that is (the floor shares this version's)
+
+    def lives(self, count: int) -> None: ...
+    def heartbeats(self, count: int) -> None: ...
+    def polls(self, count: int) -> None: ...
+
+
+@dataclass
+class FloorSubject:
+    name: str
+    stats: redis.Redis
+    redis_name: str
+    floor: Floor
+
+    def lives(self, count: int) -> None:
+        self.floor.lives(count)
+
+    def heartbeats(self, count: int) -> None:
+        self.floor.heartbeats(count)
+
+    def polls(self, count: int) -> None:
+        self.floor.polls(count)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """`count` operations of one subject: µs in scripts, in every command, of Redis CPU
+    (all threads; the main one), idle included, and the seconds they lasted."""
+
+    count: int
+    scripts: float
+    every: float
+    cpu: float
+    main: float
+    wall: float
+
+    def __add__(self, other: Sample) -> Sample:
+        return Sample(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+
+def cpu(client: redis.Redis) -> tuple[float, float]:
+    """Redis's CPU seconds: every thread's, the main thread's (nan where not reported)."""
+    info = client.info("cpu")
+    total = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    if "used_cpu_user_main_thread" not in info:
+        return total, float("nan")
+    main = float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
+    return total, main
+
+
+def measure(subject: Subject, phase: str, count: int) -> Sample:
+    run: Callable[[int], None] = {
+        "life": subject.lives,
+        "heartbeat": subject.heartbeats,
+        "poll": subject.polls,
+    }[phase]
+    subject.stats.config_resetstat()
+    started, before = time.monotonic(), cpu(subject.stats)
+    run(count)
+    after, wall = cpu(subject.stats), time.monotonic() - started
+    stats = subject.stats.info("commandstats")
+    scripts = sum(
+        float(entry["usec"])
+        for name, entry in stats.items()
+        if name.startswith(("cmdstat_eval", "cmdstat_fcall"))
+    )
+    every = sum(
+        float(entry["usec"])
+        for name, entry in stats.items()
+        if not name.startswith(("cmdstat_info", "cmdstat_config"))
+    )
+    used = ((after[0] - before[0]) * 1e6, (after[1] - before[1]) * 1e6)
+    return Sample(count, scripts, every, *used, wall)
+
+
+def idle(clients: dict[str, redis.Redis]) -> dict[str, tuple[float, float]]:
+    """Each Redis's CPU seconds a second with nothing sent (its cron, the quiet APIs'
+    checks), all over the same seconds."""
+    before = {name: cpu(client) for name, client in clients.items()}
+    time.sleep(IDLE_SECS)
+    after = {name: cpu(client) for name, client in clients.items()}
+    return {
+        name: ((after[name][0] - b[0]) / IDLE_SECS, (after[name][1] - b[1]) / IDLE_SECS)
+        for name, b in before.items()
+    }
+
+
+@dataclass
+class Figures:
+    samples: dict[str, dict[str, list[Sample]]]  # subject -> phase -> one a round
+    idles: dict[str, list[tuple[float, float]]]  # Redis -> one a round
+    redis_of: dict[str, str]  # subject -> its Redis
+
+    def idle_rate(self, redis_name: str) -> tuple[float, float]:
+        rates = self.idles[redis_name]
+        return statistics.median(r[0] for r in rates), statistics.median(r[1] for r in rates)
+
+    def values(self, subject: str, phase: str, metric: str) -> list[float]:
+        """µs per operation of each round; the CPU less the Redis's idle draw over the
+        phase's time (the median of the rounds' idle rates)."""
+        rate, main_rate = self.idle_rate(self.redis_of[subject])
+        pick: dict[str, Callable[[Sample], float]] = {
+            "in scripts": lambda s: s.scripts,
+            "Redis CPU": lambda s: s.cpu - rate * s.wall * 1e6,
+            "Redis CPU, main": lambda s: s.main - main_rate * s.wall * 1e6,
+            "all commands": lambda s: s.every,
+        }
+        return [pick[metric](s) / s.count for s in self.samples[subject][phase]]
+
+
+def chunks(total: int) -> list[int]:
+    """`total` in CHUNKS near-equal parts, none empty."""
+    parts = [total // CHUNKS + (1 if i < total % CHUNKS else 0) for i in range(CHUNKS)]
+    return [part for part in parts if part]
+
+
+def one_round(subjects: list[Subject], phase: str, lives: int, turn: int) -> list[Sample]:
+    """Each subject's `lives` operations of `phase`, the subjects taking turns a chunk at a
+    time (in an order that turns each chunk): one Sample each."""
+    parts: list[list[Sample]] = [[] for _ in subjects]
+    for i, size in enumerate(chunks(lives)):
+        first = (turn + i) % len(subjects)
+        for k in [*range(first, len(subjects)), *range(first)]:
+            parts[k].append(measure(subjects[k], phase, size))
+    return [sum(samples[1:], samples[0]) for samples in parts]
+
+
+def rounds(subjects: list[Subject], lives: int, count: int) -> Figures:
+    redises = {s.redis_name: s.stats for s in subjects}
+    for subject in subjects:  # unmeasured: scripts loaded, connections open, caches warm
+        subject.lives(min(lives, 20))
+        subject.heartbeats(min(lives, 20))
+        subject.polls(min(lives, 20))
+    figures = Figures(
+        {s.name: {p: [] for p in PHASES} for s in subjects},
+        {name: [] for name in redises},
+        {s.name: s.redis_name for s in subjects},
+    )
+    for turn in range(count):
+        for name, rates in idle(redises).items():
+            figures.idles[name].append(rates)
+        for phase in PHASES:
+            for subject, sample in zip(
+                subjects, one_round(subjects, phase, lives, turn), strict=True
+            ):
+                figures.samples[subject.name][phase].append(sample)
+    return figures
+
+
+def median_ratio(ours: list[float], floor: list[float]) -> float:
+    return statistics.median(a / b if b else float("nan") for a, b in zip(ours, floor, strict=True))
+
+
+def verdict(ratio: float, bar: float) -> str:
+    return "pass" if ratio <= bar else "over"
+
+
+def table(section: str, figures: Figures, args: argparse.Namespace) -> None:
+    against = "before" in figures.samples
+    idles = ", ".join(
+        f"{name} {figures.idle_rate(name)[0] * 1e3:.1f} ms/s" for name in figures.idles
+    )
+    print(
+        f"{section}: {args.stored} stored, {args.lives} lives, heartbeats and polls a round, "
+        f"{args.rounds} rounds; medians, the ratio of each round's / the floor's. Redis idle "
+        f"({idles}) is taken off the CPU figures"
+    )
+    head = f"{'':28s}  {'ours µs':>9s}  {'floor µs':>9s}  {'ratio':>6s}  {'bar':>4s}  verdict"
+    if against:
+        head += f"  {args.against + ' µs':>12s}  {'ratio':>6s}  verdict  ours/before"
+    print(head)
+    for phase in PHASES:
+        bar = BARS[phase]
+        for metric in METRICS:
+            ours, floor = (figures.values(s, phase, metric) for s in ("ours", "floor"))
+            ratio = median_ratio(ours, floor)
+            line = (
+                f"{phase + ', ' + metric:28s}  {statistics.median(ours):9.1f}  "
+                f"{statistics.median(floor):9.1f}  {ratio:6.2f}  {bar:4.1f}  "
+                f"{verdict(ratio, bar)}"
+            )
+            if against:
+                before = figures.values("before", phase, metric)
+                theirs = median_ratio(before, floor)
+                line += (
+                    f"     {statistics.median(before):12.1f}  {theirs:6.2f}  "
+                    f"{verdict(theirs, bar)}     {median_ratio(ours, before):11.2f}"
+                )
+            print(line, flush=True)
+
+
+def section(name: str, args: argparse.Namespace, before: Path | None) -> None:
+    features = name == "features"
+    with contextlib.ExitStack() as stack:
+        ours = stack.enter_context(deployment(ROOT, "ours", args.stored, features))
+        floor = stack.enter_context(contextlib.closing(Floor(ours.url)))
+        subjects: list[Subject] = [ours]
+        if before is not None:
+            subjects.append(
+                stack.enter_context(deployment(before, "before", args.stored, features))
+            )
+        subjects.append(FloorSubject("floor", ours.stats, ours.redis_name, floor))
+        figures = rounds(subjects, args.lives, args.rounds)
+    table(name, figures, args)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stored", type=int, default=100_000, help="jobs stored first")
+    parser.add_argument("--lives", type=int, default=2000, help="lives, beats, polls a round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sections", default="plain,features", help="plain, features or both")
+    parser.add_argument("--against", default="", metavar="REF", help="a commit to compare")
+    args = parser.parse_args()
+    sections = args.sections.split(",")
+    if not set(sections) <= {"plain", "features"}:
+        parser.error("--sections: plain, features, or plain,features")
+    with contextlib.ExitStack() as stack:
+        before = stack.enter_context(checkout(args.against)) if args.against else None
+        for name in sections:
+            section(name, args, before)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
