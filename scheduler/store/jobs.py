@@ -103,7 +103,7 @@ class JobStore:
         cost = READ_COST if script.read_only else WRITE_COST
         root = [self.keys.root]
         reply = await self.redis.fcall(
-            script.function, functions.LIBRARY_CODE, root, call.args, replicas, timeout_ms, cost
+            script.function, functions.library().code, root, call.args, replicas, timeout_ms, cost
         )
         return call.parse(reply)
 

@@ -52,7 +52,7 @@ class SyncJobStore:
         except ResponseError as exc:
             if not is_no_function(exc):
                 raise
-            self.redis.function_load(functions.LIBRARY_CODE, replace=True)
+            self.redis.function_load(functions.library().code, replace=True)
             reply = self._fcall(call)
         return call.parse(reply)
 

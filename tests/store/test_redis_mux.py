@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ssl
+import uuid
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -127,12 +128,17 @@ def test_errors_reach_their_caller_only(redis_url: str, prefix: str) -> None:
     run(scenario())
 
 
-def test_evalsha_of_an_unknown_script_falls_back_to_eval(redis_url: str) -> None:
+def test_fcall_of_a_function_redis_lacks_loads_its_library(redis_url: str) -> None:
     async def scenario() -> None:
         mux = MuxRedis(redis_url)
-        script = "return ARGV[1] .. KEYS[1]"
-        sha = "0" * 40  # not loaded: NOSCRIPT, then EVAL
-        assert await mux.evalsha(sha, script, ["k"], ["v"]) == b"vk"
+        name = f"probe_{uuid.uuid4().hex}"
+        library = (
+            f"#!lua name={name}\nredis.register_function('{name}_f', "
+            "function(keys, args) return args[1] .. keys[1] end)"
+        )
+        assert await mux.fcall(f"{name}_f", library, ["k"], ["v"]) == b"vk"
+        assert await mux.fcall(f"{name}_f", "not loaded again", ["k"], ["w"]) == b"wk"
+        await mux.execute("FUNCTION", "DELETE", name)
         await mux.aclose()
 
     run(scenario())

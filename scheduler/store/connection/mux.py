@@ -3,7 +3,7 @@
 Why: profiling the API showed redis-py's asyncio client (pool checkout, retry wrapper, per-call
 locks) costing more CPU per request than Starlette itself. One connection per process carries
 every request's commands, pipelined (protocol.py). Only what the API needs: plain commands and
-EVALSHA with a NOSCRIPT fallback. Blocking commands and pub/sub must never be sent here (they
+FCALL with a library load fallback. Blocking commands and pub/sub must never be sent here (they
 would stall every caller behind them).
 
 REDIS_URL may name a Sentinel service or a cluster (discovery.py): each (re)connect asks
@@ -187,26 +187,6 @@ class MuxRedis:
         protocol.send_to(command, reply)
         return reply
 
-    async def evalsha(
-        self,
-        sha: str,
-        script: str,
-        keys: list[Any],
-        args: list[Any],
-        replicas: int = 0,
-        timeout_ms: int = 0,
-        cost: int = WRITE_COST,
-    ) -> Any:
-        """The script's reply; with `replicas`, once that many replicas hold its writes
-        (else ReplicasNotAcked after `timeout_ms`). `cost`: READ_COST for a script that
-        only reads (FLUSH_COST)."""
-        acks = (replicas, timeout_ms)
-        try:
-            return await self._run(script_command("EVALSHA", sha, keys, args), acks, cost)
-        except NoScriptError:
-            # A restarted or flushed Redis forgot the script: load it and run it once.
-            return await self._run(script_command("EVAL", script, keys, args), acks, cost)
-
     async def fcall(
         self,
         function: str,
@@ -217,8 +197,10 @@ class MuxRedis:
         timeout_ms: int = 0,
         cost: int = WRITE_COST,
     ) -> Any:
-        """As `evalsha`, for a function of the library `library` (its code): loaded when
-        this Redis lacks it, then called again."""
+        """The function's reply (`library`: the code of its library, loaded when this Redis
+        lacks it, then called again); with `replicas`, once that many replicas hold its
+        writes (else ReplicasNotAcked after `timeout_ms`). `cost`: READ_COST for a
+        function that only reads (FLUSH_COST)."""
         acks = (replicas, timeout_ms)
         command = script_command("FCALL", function, keys, args)
         try:

@@ -25,6 +25,8 @@ from scheduler.store.scripts import (
 )
 from scheduler.store.scripts.script import SCRIPTS, Call, Script
 
+functions.library()  # names every script's function, once all are defined
+
 __all__ = [
     "SCRIPTS",
     "Call",

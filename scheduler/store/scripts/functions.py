@@ -18,25 +18,12 @@ as a script's NOSCRIPT)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+from dataclasses import dataclass
 
-# Every module that defines scripts, so the library holds them all whoever imports it first.
 from scheduler.store.lua_keys import library_keys
-from scheduler.store.scripts import (  # noqa: F401
-    access,
-    create,
-    jobs,
-    listing,
-    metrics,
-    nodes,
-    overview,
-    schedules,
-    series,
-    services,
-    snapshot,
-    upkeep,
-)
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.library import LIBRARY, _argv, _code
 from scheduler.store.scripts.script import SCRIPTS, Script
@@ -56,18 +43,26 @@ def _registration(script: Script[object], suffix: str) -> str:
     )
 
 
-def _build() -> tuple[str, str]:
+@dataclass(frozen=True, slots=True)
+class Library:
+    name: str
+    code: str  # FUNCTION LOAD's argument
+
+
+@functools.cache
+def library() -> Library:
+    """The library of every script, built once the package has defined them all (its
+    __init__ calls this last), naming each script's function (`Script.function`)."""
     scripts = [SCRIPTS[name] for name in sorted(SCRIPTS)]
     names = set()
     for script in scripts:
         names |= set(re.findall(r"(?<![\w.])K\.(\w+)", _code(script.text)))
     definitions = "\n".join(LIBRARY.values())
     shared = "\n".join((CODES, library_keys(names), definitions))
-    suffix = hashlib.sha1((shared + "".join(s.lua for s in scripts)).encode()).hexdigest()[:12]
+    text = shared + "".join(script.lua for script in scripts)
+    suffix = hashlib.sha1(text.encode()).hexdigest()[:12]
     registrations = "\n".join(_registration(script, suffix) for script in scripts)
     for script in scripts:
         script.function = f"{script.name}_{suffix}"
-    return f"sched_{suffix}", f"#!lua name=sched_{suffix}\n{shared}\n{registrations}\n"
-
-
-LIBRARY_NAME, LIBRARY_CODE = _build()
+    name = f"sched_{suffix}"
+    return Library(name, f"#!lua name={name}\n{shared}\n{registrations}\n")
