@@ -184,7 +184,7 @@ for _, output in ipairs(sent) do
     set_output(job_id, job, name, text)
   end
 end
-local n = redis.call("ZSCORE", K.all_jobs, job_id)
+local n = number_of(job_id)
 if status ~= "running" then
   if status == "failed" and retries_left(job, max_retries) then
     local wait = retry_wait(job, n, backoff, backoff_cap, seed)
@@ -257,7 +257,7 @@ local job, raw = load_job(job_id)
 if not job then return {NOT_FOUND} end
 if FINAL[job.status] then return {FINISHED} end
 if job.status == "cancelling" then return {OK, raw} end
-local n = redis.call("ZSCORE", K.all_jobs, job_id)
+local n = number_of(job_id)
 if NOT_STARTED[job.status] then
   return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
 end

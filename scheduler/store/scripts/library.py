@@ -107,6 +107,12 @@ local function schedule_pairs(names)
   return out
 end
 
+-- A job's number N, its score in every index but a queue (job-N: models.job_number), read
+-- from its id rather than from the index.
+local function number_of(id)
+  return tonumber(string.sub(id, 5))
+end
+
 local function load_job(id)
   local raw = redis.call("GET", K.job(id))
   return raw and cjson.decode(raw), raw

@@ -53,8 +53,8 @@ local function record_attempt(id, job, reason, stamp)
     end
   end
   local key = K.attempts(id)
-  redis.call("RPUSH", key, (string.gsub(table.concat(out, ",") .. "}}", "\\\\/", "/")))
-  redis.call("LTRIM", key, -{ATTEMPTS_KEPT}, -1)
+  local kept = redis.call("RPUSH", key, (string.gsub(table.concat(out, ",") .. "}}", "\\\\/", "/")))
+  if kept > {ATTEMPTS_KEPT} then redis.call("LTRIM", key, -{ATTEMPTS_KEPT}, -1) end
 end
 """
 
@@ -134,11 +134,11 @@ local function release_waiter(id, n, job)
 end
 
 -- What a running (or cancelling) job holds, given back: its node's slot, its deadline, its
--- cancel grace.
+-- cancel grace (only a cancelling job is in the cancelling index: CANCEL_JOB, a restore).
 local function release(id, job)
   redis.call("SREM", K.node_busy(job.node_id), id)
   redis.call("ZREM", K.deadlines, id)
-  redis.call("ZREM", K.cancelling, id)
+  if job.status == "cancelling" then redis.call("ZREM", K.cancelling, id) end
 end
 
 -- One job's ending (finish, below, ends the jobs waiting for it through this too); `ended`
