@@ -214,3 +214,27 @@ def test_parts_go_with_the_job_at_retention(
     finally:
         store.close()
     assert rclient.exists(*job_parts(keys, job_id)) == 0
+
+
+def test_a_large_record_survives_the_snapshot_and_a_restore_in_parts(
+    big_job: Any, rclient: redis.Redis
+) -> None:
+    from scheduler.snapshot.restore import restore_if_empty
+    from scheduler.snapshot.writer import snapshot_once
+    from tests.snapshot_helpers import lose_redis_data
+
+    api, settings, job_id = big_job
+    keys = Keys(settings.redis_prefix)
+    report(api, job_id, "running")
+    report(api, job_id, "done", exit_code=0, stdout=BIG_OUT, stderr="small")
+    before = stored_record(rclient, keys, job_id)
+    assert snapshot_once(settings) == 1
+    lose_redis_data(rclient, settings.redis_prefix)
+    assert restore_if_empty(settings) is True
+    assert stored_record(rclient, keys, job_id) == before
+    head = json.loads(rclient.get(keys.job(job_id)) or b"")
+    assert set(head["_parts"]) == {"spec", "stdout"} and head["stderr"] == "small"
+    # A repeated report of the same large output is still told from its digest.
+    repeated = report(api, job_id, "done", exit_code=0, stdout=BIG_OUT, stderr="small")
+    assert repeated.status_code == 200
+    assert report(api, job_id, "done", exit_code=0, stdout=BIG_OUT + "!").status_code == 409
