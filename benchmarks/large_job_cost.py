@@ -25,9 +25,9 @@ script loaded), it runs two phases of --lives pairs of lives:
 
   alone:  nothing else runs; SLOWLOG (at 0 µs) and INFO commandstats are reset before each
           call and read after it. The call's Redis time is the sum of its top-level commands'
-          own time as SLOWLOG logs them (a script's inner commands are inside its EVALSHA;
+          own time as SLOWLOG logs them (a script's inner commands are inside its EVALSHA or FCALL;
           commandstats counts them under their own names too, so it cannot tell a reader's
-          MGET from a script's: it gives EVALSHA's time, and the commands a GET made).
+          MGET from a script's: it gives the scripts' time, and the commands a GET made).
   mixed:  the same lives while a second asyncio task runs small jobs' lives (submit, poll,
           running, done, GET, heartbeat) on four other nodes, at least --small-lives and on
           until the big lives end; SLOWLOG at 1 ms (slowlog-max-len 1024) reset before. Each
@@ -166,7 +166,8 @@ class Calls:
         self.got.times.setdefault(kind, []).append(sum(e["duration"] for e in entries))
         self.got.commands.setdefault(kind, "+".join(names))
         stats = watch.info("commandstats")
-        scripts = [stats[n] for n in ("cmdstat_evalsha", "cmdstat_eval") if n in stats]
+        names = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall", "cmdstat_fcall_ro")
+        scripts = [stats[n] for n in names if n in stats]
         if scripts:
             self.got.evalsha.setdefault(kind, []).append(sum(s["usec"] for s in scripts))
         if kind == GET_ONE:
@@ -377,7 +378,7 @@ def report(versions: dict[str, Round], job: BigJob, args: argparse.Namespace) ->
             line += f" {args.against} {before:9.0f} µs {other.commands[kind]:14s}"
             line += f" {args.against} / {OURS} {before / max(statistics.median(values), 1):.1f}"
         print(line)
-    print("INFO commandstats, EVALSHA's µs a call, alone:")
+    print("INFO commandstats, the scripts' µs a call (EVALSHA or FCALL), alone:")
     for kind, values in ours.evalsha.items():
         line = f"{kind:30s} {OURS} {statistics.median(values):9.0f} µs"
         if other is not None and kind in other.evalsha:
