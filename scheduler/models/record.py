@@ -5,22 +5,28 @@ Redis copies and hashes every byte of a string that enters or leaves a Lua scrip
 1.25 µs a KiB: benchmarks/large_job_cost.py), so a script may only ever see a bounded record.
 A job's *parts* are its spec (the SPEC fields: command, deploy_url, env_vars, written once at
 submit) and each OUTPUT field (stdout, stderr, written by reports). A part of at most
-INLINE_BYTES stays in the record, the *head* `{P}:job:{id}` (store/records.py), which is then
-the wire's JSON itself, as before; a larger one is stored apart, in a key of its own (the spec
-as JSON, an output as its plain text), and the head names it in its `_parts` list. The
+INLINE_BYTES stays in the record, the *head* `{P}:job:{id}` (store/records.py); a larger
+one is stored apart, in a key of its own (the spec as JSON, an output as its plain text),
+and the head names it in its `_parts` map (with the output's SHA-1). The
 scripts decode the head only; a part apart reaches Redis by plain commands (written to a
 staged key the script renames, read by an MGET of its key), never through a script.
 
 `split` cuts a whole record into head and parts apart (the submit, the restore); `assemble`
 puts them back into the wire's bytes (every reader), in Job's order with empty fields
-omitted, as one encoder of the whole job writes them.
+omitted, as one encoder of the whole job writes them: a head a script wrote is cjson's, in
+no order (store/scripts/record.py says why).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import operator
+import types
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -107,23 +113,62 @@ def apart_of(head: bytes) -> list[str]:
     return [] if raw is None else list(_apart_decoder.decode(raw))
 
 
+def _plain(annotation: Any) -> Any:
+    """A field's type without its constraints: a stored record is read as it is (an earlier
+    or later version may have allowed other values)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _plain(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, (_plain(arg) for arg in args))
+    if origin in (list, dict):
+        return origin[tuple(_plain(arg) for arg in args)]
+    return annotation
+
+
+# Job's fields as a record holds them, refusing a field Job lacks (a newer version's, the
+# parts apart): such a head takes the slower path of `assemble`. Encoded as Job is.
+_WireJob = msgspec.defstruct(
+    "_WireJob",
+    [
+        (f.name, _plain(f.annotation)) if f.required else (f.name, _plain(f.annotation), f.empty)
+        for f in JOB_FIELDS
+    ],
+    kw_only=True,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+)
+_strict_decoder = msgspec.json.Decoder(_WireJob)
+_values_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
 def assemble(head: bytes, spec: bytes | None, outputs: Sequence[bytes | None]) -> bytes:
-    """The wire's JSON of a job from its head and its parts apart as Redis returns them
-    (None: absent). A head that names none is the wire's JSON already."""
-    if not has_apart(head):
-        return head
-    fields = _fields_decoder.decode(head)
+    """The wire's JSON of a job from its head (as msgspec or a script's cjson wrote it: any
+    order) and its parts apart as Redis returns them (None: absent): Job's fields in Job's
+    order, empty ones omitted, map keys sorted, then any fields beyond Job's, sorted."""
+    if spec is None and not any(outputs):
+        try:
+            return record_encoder.encode(_strict_decoder.decode(head))
+        except msgspec.ValidationError:
+            pass  # a field Job lacks
+    fields = _values_decoder.decode(head)
     fields.pop(APART, None)
     if spec:
-        fields.update(_fields_decoder.decode(spec))
+        fields.update(_values_decoder.decode(spec))
     for name, text in zip(OUTPUT_FIELDS, outputs, strict=True):
         if text:
-            fields[name] = msgspec.Raw(_encoder.encode(str(text, "utf-8")))
-    ordered = {name: fields[name] for name in WIRE_ORDER if name in fields}
-    # Fields beyond Job's (a newer version's, kept through a restore) follow, sorted.
-    for name in sorted(fields.keys() - _KNOWN):
-        ordered[name] = fields[name]
-    return _encoder.encode(ordered)
+            fields[name] = str(text, "utf-8")
+    known = {name: value for name, value in fields.items() if name in _KNOWN}
+    record = record_encoder.encode(msgspec.convert(known, _WireJob))
+    extra = {name: fields[name] for name in sorted(fields.keys() - _KNOWN)}
+    if not extra:
+        return record
+    return record[:-1] + b"," + record_encoder.encode(extra)[1:]
+
+
+def wire(head: bytes) -> bytes:
+    """The wire's JSON of a job whose head names no part apart."""
+    return assemble(head, None, (None,) * len(OUTPUT_FIELDS))
 
 
 def records(flat: Sequence[bytes | None]) -> list[bytes]:

@@ -136,9 +136,8 @@ class JobStore:
         """The records of heads a script answered, with the parts they keep apart (one MGET
         for them all, only when one does: models/record.py)."""
         places, wanted = records.apart_keys(self.keys, heads)
-        if not places:
-            return heads
-        return records.complete(heads, places, await self.redis.execute("MGET", *wanted))
+        values = await self.redis.execute("MGET", *wanted) if places else []
+        return records.complete(heads, places, values)
 
     async def pick(self, placement: Placement, now: float) -> str:
         return await self.run(listing.pick_node(placement, now, self.settings.node_ttl_secs))

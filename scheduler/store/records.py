@@ -13,7 +13,14 @@ from typing import Any
 import msgspec
 
 from scheduler.models.job import JobUpdate
-from scheduler.models.record import INLINE_BYTES, OUTPUT_FIELDS, PART_COUNT, assemble, has_apart
+from scheduler.models.record import (
+    INLINE_BYTES,
+    OUTPUT_FIELDS,
+    PART_COUNT,
+    assemble,
+    has_apart,
+    wire,
+)
 from scheduler.store.errors import PartsApart
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs
@@ -81,12 +88,12 @@ def complete(
 ) -> list[bytes]:
     """The records of `heads`, those at `places` with their parts apart (`values`, as
     `apart_keys`' MGET answers them)."""
-    out = list(heads)
     width = PART_COUNT - 1
-    for n, i in enumerate(places):
-        part = values[n * width : (n + 1) * width]
-        out[i] = assemble(heads[i], part[0], part[1:])
-    return out
+    apart = {i: values[n * width : (n + 1) * width] for n, i in enumerate(places)}
+    return [
+        assemble(head, apart[i][0], apart[i][1:]) if i in apart else wire(head)
+        for i, head in enumerate(heads)
+    ]
 
 
 def polled_whole(reply: list[Any]) -> Polled:
@@ -95,4 +102,5 @@ def polled_whole(reply: list[Any]) -> Polled:
     polled = jobs.polled(reply)
     if any(has_apart(head) for head in polled.jobs):
         raise PartsApart()
+    polled.jobs = [wire(head) for head in polled.jobs]
     return polled

@@ -92,9 +92,8 @@ class SyncJobStore:
     def whole(self, heads: list[bytes]) -> list[bytes]:
         """As JobStore.whole: the records of heads a script answered."""
         places, wanted = apart_keys(self.keys, heads)
-        if not places:
-            return heads
-        return complete(heads, places, self.redis.mget(wanted))  # type: ignore[arg-type]
+        values = self.redis.mget(wanted) if places else []
+        return complete(heads, places, values)  # type: ignore[arg-type]
 
     def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
         """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not

@@ -1,75 +1,31 @@
-"""The job record in Lua, as Go's encoder wrote it (`ENCODE`: docs/ARCHITECTURE.md,
-Records), its parts kept apart (`PARTS`: models/record.py), and wire.rfc3339 (`TIME`). Part
-of the scripts' library (library.py), which gives each script the definitions it uses."""
+"""The job record in Lua (`ENCODE`: docs/ARCHITECTURE.md, Records), its parts kept apart
+(`PARTS`: models/record.py), and wire.rfc3339 (`TIME`). Part of the scripts' library
+(library.py), which gives each script the definitions it uses."""
 
 from scheduler.models.fields import Kind
 from scheduler.models.job import JOB_FIELDS
 from scheduler.models.record import OUTPUT_FIELDS
 
-
-def _record_fields() -> str:
-    """The Lua table of Job's fields in Go's order, each with its omission rule: "always"
-    (no default), "null" (omitted only when absent: exit_code 0 is written) or "empty"."""
-    rows = []
-    for field in JOB_FIELDS:
-        rule = "always" if field.required else "null" if field.nullable else "empty"
-        shape = "list" if field.kind is Kind.LIST else "value"
-        rows.append(f'{{"{field.name}", "{rule}", "{shape}"}}')
-    return "{" + ", ".join(rows) + "}"
-
-
-# A record's head (models/record.py) written field by field, as Go's encoder wrote a job:
-# struct fields in Job's order, empty optional ones omitted, map keys sorted.
-# cjson.encode(table) would write them in hash order, so the bytes of a job would change
-# with every script that touched it. Fields a head holds beyond Job's (kept from a newer
-# version through a restore; `_parts`, the parts stored apart: models/record.py) follow,
-# sorted.
-# cjson escapes "/" as "\\/"; Go does not, and since cjson escapes every "/", undoing it is
-# exact.
-ENCODE = f"""
-local RECORD_FIELDS = {_record_fields()}
-local RECORD_KNOWN = {{}}
--- Not ipairs: a function library runs this when loaded, where Lua's globals are not set.
-for i = 1, #RECORD_FIELDS do RECORD_KNOWN[RECORD_FIELDS[i][1]] = true end
-
-local function encode_sorted(map)
-  local names, out = {{}}, {{}}
-  for name in pairs(map) do names[#names + 1] = name end
-  table.sort(names)
-  for i, name in ipairs(names) do
-    out[i] = cjson.encode(name) .. ":" .. cjson.encode(map[name])
-  end
-  return "{{" .. table.concat(out, ",") .. "}}"
-end
-
-local function omitted(value, rule)
-  if value == nil or value == cjson.null then return rule ~= "always" end
-  if rule ~= "empty" then return false end
-  if type(value) == "table" then return next(value) == nil end
-  return value == "" or value == 0
-end
+# A record's head (models/record.py) as a script writes it: cjson.encode of the decoded
+# table, in hash order, "/" escaped as "\\/". Its readers put every record into the wire's
+# order and form in the API (models/record.py assemble), so Redis does not: writing one field
+# by field in Go's order cost a script ~110 000 instructions a record, a third of a report's
+# (benchmarks/script_instructions.py). A list field emptied in Lua must go, as cjson writes an
+# empty table as an object.
+ENCODE = (
+    "local LIST_FIELDS = {"
+    + ", ".join(f'"{field.name}"' for field in JOB_FIELDS if field.kind is Kind.LIST)
+    + """}
 
 local function encode(job)
-  local out = {{}}
-  for _, field in ipairs(RECORD_FIELDS) do
-    local name, value = field[1], job[field[1]]
-    if not omitted(value, field[2]) then
-      local text = (type(value) ~= "table" or field[3] == "list") and cjson.encode(value)
-        or encode_sorted(value)
-      out[#out + 1] = '"' .. name .. '":' .. text
-    end
+  for i = 1, #LIST_FIELDS do
+    local value = job[LIST_FIELDS[i]]
+    if type(value) == "table" and next(value) == nil then job[LIST_FIELDS[i]] = nil end
   end
-  local extra = {{}}
-  for name in pairs(job) do
-    if not RECORD_KNOWN[name] then extra[#extra + 1] = name end
-  end
-  table.sort(extra)
-  for _, name in ipairs(extra) do
-    out[#out + 1] = cjson.encode(name) .. ":" .. cjson.encode(job[name])
-  end
-  return (string.gsub("{{" .. table.concat(out, ",") .. "}}", "\\\\/", "/"))
+  return cjson.encode(job)
 end
 """
+)
 
 # wire.rfc3339 in Lua, for a time a script computes (a retry's run_at): epoch seconds as UTC
 # with microseconds (the civil date from days since 1970: Howard Hinnant's algorithm).
