@@ -101,9 +101,9 @@ def _job_field(name: str, info: mi.Field, annotation: Any) -> JobField:
     field = JobField(info.name, annotation, kind, nullable, info.required, submitted, part)
     factory = info.default_factory
     default = info.default if factory is msgspec.NODEFAULT else factory()
-    # msgspec omits a field at its default, the Lua encoder at its type's zero (as Go's
-    # omitempty did): they agree only when the two are the same. And a null is never
-    # written, so an `X | None` field cannot be required.
+    # msgspec omits a field at its default, and Go's omitempty at its type's zero: the wire
+    # is Go's only when the two are the same. And a null is never written, so an `X | None`
+    # field cannot be required.
     if (nullable or not info.required) and default != field.empty:
         raise TypeError(f"{name}: the default must be {field.empty!r}")
     return field

@@ -2,9 +2,9 @@
 request and report bodies, and their validation.
 
 Everything else that handles every field reads them from `Job` through `JOB_FIELDS`: the
-request struct `JobCreate`, the snapshot's columns and restore (snapshot/db.py), the Lua
-record encoder (store/scripts/library.py), the UI's job page (api/ui.py), and the tests'
-sample records.
+request struct `JobCreate`, the snapshot's columns and restore (snapshot/db.py), the record
+as Redis keeps it and its readers put it together (models/record.py), the UI's job page
+(api/ui.py), and the tests' sample records.
 """
 
 from __future__ import annotations
@@ -79,9 +79,8 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     when empty, so the JSON never holds a null (the Rust agent drops a poll response with one).
 
     The fields are in the order of the original's Go struct (CONTRACT 2.2), which is the order
-    its encoder wrote them: every encoder of a record (msgspec here, the Lua `encode` of the
-    scripts, generated from this class) keeps it, so a record's bytes do not depend on which
-    code wrote it last.
+    its encoder wrote them: every record the API answers is encoded from this class (or one
+    like it without its constraints: models/record.py), whichever code stored it last.
 
     A new field goes here and nowhere else (docs/ARCHITECTURE.md, "A job's fields"). It
     needs a default, since records in Redis and rows of older snapshot files lack it: its
