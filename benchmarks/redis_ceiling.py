@@ -119,7 +119,10 @@ def command_usec(client: redis.Redis, op: str) -> float:
     """Time inside the request's own command: commandstats also counts each command a script
     calls, inside the script's own time, so only the top-level command is summed."""
     stats = client.info("commandstats")
-    names = ["cmdstat_get"] if op == "get" else ["cmdstat_evalsha", "cmdstat_eval"]
+    # GET /jobs/{id} is one GET, or one MGET of a record's parts (since issue 26); a script
+    # is an EVALSHA, or an FCALL of the function library (since issue 26).
+    reads = ["cmdstat_get", "cmdstat_mget"]
+    names = reads if op == "get" else ["cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall"]
     return sum(float(stats[name]["usec"]) for name in names if name in stats)
 
 
