@@ -49,16 +49,55 @@ def worker_burst(env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def wait_http(url: str, timeout: float = 20.0) -> None:
+def wait_http(url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Until `url` answers. With `proc`: until `proc` (or a child of it) is the one listening
+    on the URL's port. A free port is only free when drawn: another test's server may take it
+    first, answer here, and `proc` fail to bind (PortTaken, for the caller to start again)."""
     deadline = time.monotonic() + timeout
+    port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise PortTaken(f"the server for {url} exited ({proc.returncode})")
         try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
+            answered = httpx.get(url, timeout=1.0).status_code < 500
+            if answered and (proc is None or listens(proc.pid, port)):
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
     raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+class PortTaken(RuntimeError):
+    """A server's port was taken by another process between drawing and binding it."""
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process `pid` or a child of it listens on loopback TCP `port` (/proc)."""
+    inodes = set()
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.split(":")[1], 16) == port:
+                inodes.add(f"socket:[{inode}]")
+    for member in (pid, *_children(pid)):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{member}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{member}/fd/{fd}") in inodes:
+                        return True
+    return False
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                for child in children.read().split():
+                    found += [int(child), *_children(int(child))]
+    return found
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

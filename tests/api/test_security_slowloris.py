@@ -31,7 +31,7 @@ from scheduler.api import deadline
 from scheduler.api.deadline import H11HeadDeadline, HeadDeadline
 from scheduler.api.server import LaneProtocol, OneWriteProtocol
 from scheduler.store.keys import Keys
-from tests.processes import scheduler_env, stop, wait_http
+from tests.processes import PortTaken, scheduler_env, stop, wait_http
 from tests.redis_server import free_port
 from tests.servers import serving
 
@@ -54,21 +54,28 @@ def api(request: pytest.FixtureRequest, redis_url: str) -> Iterator[tuple[str, s
     descriptors; yields its URL and its Redis prefix."""
     prefix = f"slow{request.param.replace('-', '')}{free_port()}"
     env = scheduler_env(redis_url, prefix, HEAD_TIMEOUT_SECS=str(HEAD_TIMEOUT))
-    port = free_port()
-    cmd = [sys.executable, "-m", "scheduler", "serve", "--host", "127.0.0.1", "--port"]
-    cmd += [str(port), "--workers", "1", "--http", request.param, "--log-level", "warning"]
-    proc = subprocess.Popen(
-        cmd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FDS, FDS)),
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(f"{url}/health")
-        yield url, prefix
-    finally:
-        stop(proc)
+    for _ in range(3):  # a port another test's server took first: another one
+        port = free_port()
+        cmd = [sys.executable, "-m", "scheduler", "serve", "--host", "127.0.0.1", "--port"]
+        cmd += [str(port), "--workers", "1", "--http", request.param, "--log-level", "warning"]
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FDS, FDS)),
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_http(f"{url}/health", proc=proc)
+        except PortTaken:
+            stop(proc)
+            continue
+        try:
+            yield url, prefix
+        finally:
+            stop(proc)
+        return
+    raise RuntimeError("no free port for the server in three tries")
 
 
 def state(redis_url: str, prefix: str) -> dict[bytes, bytes]:
