@@ -426,6 +426,24 @@ def test_a_search_looks_through_a_bounded_number_of_jobs(
     assert ids_of(full) == ["job-25"] and 'id="older" href="/ui/jobs?q=hit&amp;before=25"' in full
 
 
+def test_a_search_reads_the_jobs_own_command_wherever_its_record_puts_it(
+    client: TestClient,
+) -> None:
+    """A script writes a record's head in no order (store/scripts/record.py): the command may
+    follow kilobytes of env_vars, among them a variable named `command`; a large spec is kept
+    apart (models/record.py)."""
+    register(client, "n1")
+    env = {"command": "decoy", **{f"V{i}": "x" * 60 for i in range(50)}}  # ~3.5 KB: inline
+    # With a priority, once running, cjson writes env_vars before the command.
+    small = submit(client, command="the-real-one", env_vars=env, priority=5)["job_id"]
+    large = submit(client, command="apart-one", env_vars={"V": "y" * 5000})["job_id"]
+    for job_id in (small, large):  # written again by a script
+        assert client.patch(f"/jobs/{job_id}", json={"status": "running"}).status_code == 200
+    assert ids_of(client.get("/ui/jobs?q=the-real").text) == [small]
+    assert ids_of(client.get("/ui/jobs?q=decoy").text) == []
+    assert ids_of(client.get("/ui/jobs?q=apart-one").text) == [large]
+
+
 def test_the_refresh_pauses_and_stays_paused_across_pages(client: TestClient) -> None:
     register(client, "n1")
     submit(client, command="x")

@@ -96,8 +96,8 @@ def pick_node(placement: Placement, now: float, node_ttl: float) -> Call[str]:
     )
 
 
-# How much of a job's spec SEARCH reads first: its command comes first (models/record.py), so
-# a short one ends within it.
+# How much of a job's spec kept apart SEARCH reads first: its command comes first
+# (models/record.py), so a short one ends within it.
 SEARCH_HEAD_BYTES = 2048
 
 
@@ -124,33 +124,40 @@ SEARCH = Script(
     f"""
 -- The web UI's search: of the `scan` jobs the newest-first listing with these filters holds
 -- from `bound` (library.py listing_ids), those whose command holds `needle` (given in lower
--- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. Only
--- the start of a job's spec is read (or of its head, written before the split: models/
--- record.py): in a record's JSON a `,"` never falls inside a string (each quote
--- in one is escaped), so the first after the command's opening quote ends it (or the
--- spec's closing `"}}`, when the command is its only field); a command
--- longer than the head is read with a head 8 times larger, until it ends. The cost is
+-- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. A
+-- job's command is its head's, decoded (a head is a few KiB at most, its fields in no order:
+-- models/record.py), or, when its spec is kept apart, read from the start of the spec,
+-- which msgspec writes in Job's order, the command first: in its JSON a `,"` never falls
+-- inside a string (each quote in one is escaped), so the first after the command's opening
+-- quote ends it (or the spec's closing `"}}`, when the command is its only field); a command
+-- longer than what was read is read again 8 times larger, until it ends. The cost is
 -- bounded by `scan` (and the commands' length), not by the jobs stored or their output.
 -- Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0), each
 -- job's head (library.py get_jobs)...}}
-local function command_of(key)
+local function spec_command(key)
   local size = {SEARCH_HEAD_BYTES}
   local head = redis.call("GETRANGE", key, 0, size - 1)
   local from = string.find(head, '"command":"', 1, true)
-  if not from then return "" end
+  if from ~= 2 then return "" end  -- none: a deploy_url's job
   from = from + 11
   local stop = string.find(head, ',"', from, true)
-  while not stop and #head == size do  -- a longer command: a head 8 times larger
+  while not stop and #head == size do  -- a longer command: 8 times more of it
     size = size * 8
     head = redis.call("GETRANGE", key, 0, size - 1)
     stop = string.find(head, ',"', from, true)
   end
-  -- The spec's last field (it has no other): its closing quote just before the final "}}".
   if not stop and #head < size and string.sub(head, -2) == '"}}' then stop = #head end
   if not stop then return "" end
   local raw = string.sub(head, from, stop - 2)
   if not string.find(raw, "\\92", 1, true) then return raw end  -- no backslash: no escape
   return cjson.decode('"' .. raw .. '"')
+end
+
+local function command_of(id)
+  local job = load_job(id)
+  if not job then return "" end
+  if type(job.command) == "string" then return job.command end
+  return is_apart(job, "spec") and spec_command(K.job_spec(id)) or ""
 end
 
 local found, looked, last = {{}}, 0, "job-0"
@@ -159,9 +166,7 @@ for i, id in ipairs(ids) do
   if i > tonumber(scan) then break end
   looked = looked + 1
   last = id
-  local command = command_of(K.job(id))
-  if command == "" then command = command_of(K.job_spec(id)) end  -- a large one: apart
-  if string.find(string.lower(command), needle, 1, true) then
+  if string.find(string.lower(command_of(id)), needle, 1, true) then
     found[#found + 1] = id
     if #found >= tonumber(limit) then break end
   end
