@@ -16,7 +16,7 @@ from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
-from tests.conftest import ClientFactory, SettingsFactory, register, submit
+from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
 from tests.records import stored_job
 from tests.snapshot_helpers import (
     columns,
@@ -73,6 +73,9 @@ def test_a_file_of_the_go_scheduler_restores(
     saved = rows(path)
     assert set(saved) == {"job-99", "not-a-job", "job-100"}
     assert saved["job-99"]["created_at"] == "2026-01-01T10:00:00Z"
+    # A job whose id is no job-N still lives its life (its number is its listing score).
+    assert report(client, "not-a-job", "running").status_code == 200
+    assert report(client, "not-a-job", "done", exit_code=0).json()["status"] == "done"
 
 
 OLDEST_SCHEMA = """CREATE TABLE jobs (

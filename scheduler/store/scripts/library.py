@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from scheduler.models.job import ENDINGS, FINAL_STATUSES, NOT_STARTED, STATUSES
+from scheduler.models.job import ENDINGS, FINAL_STATUSES, MAX_JOB_NUMBER, NOT_STARTED, STATUSES
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.life import ATTEMPTS, LIFE
@@ -75,7 +75,7 @@ end
 # through a script: Redis copies and hashes every byte that enters or leaves one).
 # MGET in chunks: Lua's unpack() fails beyond a few thousand values (a 10 000-job page).
 # A page also stops once it holds `budget` bytes (at least one job).
-READ = """
+READ = f"local MAX_JOB_NUMBER = {MAX_JOB_NUMBER}\n" + """
 local function get_jobs(ids, budget)
   local out, size = {}, 0
   for i = 1, #ids, 100 do
@@ -107,10 +107,13 @@ local function schedule_pairs(names)
   return out
 end
 
--- A job's number N, its score in every index but a queue (job-N: models.job_number), read
--- from its id rather than from the index.
+-- A job's number N, its score in every index but a queue: read from its id job-N
+-- (models.job_number) rather than from the index, which keeps it for any other id (a row of
+-- an old snapshot file: snapshot/db.py NON_JOB_SCORE).
 local function number_of(id)
-  return tonumber(string.sub(id, 5))
+  local n = tonumber(string.match(id, "^job%-(%d+)$"))
+  if n and n <= MAX_JOB_NUMBER then return n end
+  return tonumber(redis.call("ZSCORE", K.all_jobs, id))
 end
 
 local function load_job(id)
