@@ -187,7 +187,7 @@ local function finish(id, n, job, ending, now, stamp)
     for _, w in ipairs(waiters) do
       local waiter = load_job(w)
       if waiter and waiter.status == "waiting" then
-        local wn = redis.call("ZSCORE", K.all_jobs, w)
+        local wn = number_of(w)
         if status ~= "done" then
           local why = "dependency " .. dep .. " ended " .. (reason ~= "" and reason or status)
           set_output(w, waiter, "stderr", why)
@@ -242,7 +242,7 @@ local function settle_expired(index, cutoff, batch, held, settle)
     redis.call("ZREM", index, id)
     local job = load_job(id)
     if job and job.status == held then
-      settle(id, redis.call("ZSCORE", K.all_jobs, id), job)
+      settle(id, number_of(id), job)
       settled[#settled + 1] = id
     end
   end
@@ -304,7 +304,7 @@ local function move_each(node, status, limit, moved, relocate)
         redis.call("ZREM", queue, id)  -- a stale entry: the job is not here in that status
       else
         local target = (job.instance_id or "") == ""
-          and relocate(id, redis.call("ZSCORE", K.all_jobs, id), job) or nil
+          and relocate(id, number_of(id), job) or nil
         if target == nil then
           skipped = skipped + 1  -- it stays
         else

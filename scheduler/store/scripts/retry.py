@@ -100,7 +100,7 @@ for _, id in ipairs(ids) do
       job.running_at, job.finished_at, job.run_at = nil, nil, nil
       local status = wait_for(id, job.after or {}) > 0 and "waiting" or "pending"
       if status == "waiting" and needs_fit(job) then target = "" end  -- placed when done
-      rebind(id, redis.call("ZSCORE", K.all_jobs, id), job, status, target or "")
+      rebind(id, number_of(id), job, status, target or "")
       if status == "pending" and not target then job.pending_reason = reason end
       stored = store_job(id, job)
     end

@@ -241,7 +241,7 @@ for _, id in ipairs(due) do
   redis.call("ZREM", K.delayed, id)
   local job = load_job(id)
   if job and job.status == "delayed" then
-    local n, target = redis.call("ZSCORE", K.all_jobs, id), job.node_id
+    local n, target = number_of(id), job.node_id
     if (job.instance_id or "") ~= "" then
       rebind(id, n, job, "pending", target)
     elseif needs_fit(job) or target == "" then
@@ -290,7 +290,7 @@ for i = 1, #entries, 2 do
   if job and job.status == "pending" and job.node_id == "" then
     local before = job.pending_reason
     -- An ask that found no node in this call is not looked for again (place's `failed`).
-    local node = place(id, redis.call("ZSCORE", K.all_jobs, id), job, cutoff, failed)
+    local node = place(id, number_of(id), job, cutoff, failed)
     if node then placed[#placed + 1] = id end
     if node or job.pending_reason ~= before then store_job(id, job) end
   else
