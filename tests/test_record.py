@@ -16,7 +16,6 @@ from scheduler.models.record import (
     OUTPUT_FIELDS,
     PART_COUNT,
     SPEC_FIELDS,
-    apart_of,
     assemble,
     creation_parts,
     has_apart,
@@ -75,6 +74,12 @@ APART_OF = {
     "every part, large": ["spec", "stdout", "stderr"],
     "only stderr large, stdout at the edge": ["stderr"],
 }
+
+
+def apart_of(head: bytes) -> list[str]:
+    """The parts a head says are kept apart."""
+    named: dict[str, str] = json.loads(head).get(APART, {})
+    return list(named)
 
 
 def stored_parts(raw: bytes) -> list[bytes | None]:

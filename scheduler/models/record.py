@@ -45,9 +45,9 @@ APART = "_parts"
 _APART_MARK = b'"_parts":'
 # The values a job's parts are read as (store/records.py job_parts): head, spec, outputs.
 PART_COUNT = 2 + len(OUTPUT_FIELDS)
+NO_OUTPUTS: tuple[None, ...] = (None,) * len(OUTPUT_FIELDS)
 
 _fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_apart_decoder = msgspec.json.Decoder(dict[str, str])
 _text_decoder = msgspec.json.Decoder(str)
 _encoder = msgspec.json.Encoder()
 
@@ -82,8 +82,7 @@ def split(record: bytes) -> Parts:
     for name in OUTPUT_FIELDS:
         raw = fields.get(name)
         text = "" if raw is None or len(raw) <= INLINE_BYTES else _text_decoder.decode(raw)
-        # By its text's size, as a report's is staged (store/records.py large_outputs).
-        if len(text.encode()) > INLINE_BYTES:
+        if is_large(text):
             apart[name] = digest(text)
             del fields[name]
             outputs.append(text)
@@ -93,6 +92,12 @@ def split(record: bytes) -> Parts:
         fields[APART] = msgspec.Raw(_encoder.encode(apart))
     head = _encoder.encode(fields) if apart else record
     return Parts(head, spec, tuple(outputs))
+
+
+def is_large(text: str) -> bool:
+    """Whether an output is kept apart: its UTF-8 text is over INLINE_BYTES (a report's is
+    staged by the same rule: store/records.py large_outputs)."""
+    return len(text) > INLINE_BYTES // 4 and len(text.encode()) > INLINE_BYTES
 
 
 def digest(text: str) -> str:
@@ -105,12 +110,6 @@ def has_apart(head: bytes) -> bool:
     """Whether a stored head names parts stored apart (its readers must read them too). May
     say yes for a head that does not (the text inside a value): `assemble` reads it right."""
     return _APART_MARK in head
-
-
-def apart_of(head: bytes) -> list[str]:
-    """The parts the head says are stored apart."""
-    raw = _fields_decoder.decode(head).get(APART)
-    return [] if raw is None else list(_apart_decoder.decode(raw))
 
 
 def _plain(annotation: Any) -> Any:
@@ -166,9 +165,10 @@ def assemble(head: bytes, spec: bytes | None, outputs: Sequence[bytes | None]) -
     return record[:-1] + b"," + record_encoder.encode(extra)[1:]
 
 
-def wire(head: bytes) -> bytes:
-    """The wire's JSON of a job whose head names no part apart."""
-    return assemble(head, None, (None,) * len(OUTPUT_FIELDS))
+def wire(head: bytes, spec: bytes | None = None) -> bytes:
+    """The wire's JSON of a job whose head names no output apart (a new job's: its spec
+    apart, if any, is `spec`)."""
+    return assemble(head, spec, NO_OUTPUTS)
 
 
 def records(flat: Sequence[bytes | None]) -> list[bytes]:

@@ -17,7 +17,7 @@ import msgspec
 
 from scheduler.config import Settings
 from scheduler.models.job import STATUSES, Job, JobUpdate
-from scheduler.models.record import creation_parts, record
+from scheduler.models.record import record
 from scheduler.models.registry import Node, NodeRegistration, Service
 from scheduler.models.schedule import Schedule, schedule_decoder, schedule_encoder
 from scheduler.models.wire import rfc3339
@@ -111,11 +111,8 @@ class JobStore:
         self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
-        parts = creation_parts(job)
-        staged = records.stage(self.keys, {"spec": parts.spec} if parts.spec else {})
-        token = staged.tokens.get("spec", "")
         ttl = self.settings.node_ttl_secs
-        call = jobs.create_job_of(job, placement, now, ttl, dedup, token, parts)
+        staged, call = records.creation(self.keys, job, placement, now, ttl, dedup)
         created = await self._after(staged, call)
         if created.duplicate and created.job:
             return dataclasses.replace(created, job=(await self.whole([created.job]))[0])

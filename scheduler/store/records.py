@@ -12,19 +12,22 @@ from typing import Any
 
 import msgspec
 
-from scheduler.models.job import JobUpdate
+from scheduler.models.job import Job, JobUpdate
 from scheduler.models.record import (
-    INLINE_BYTES,
     OUTPUT_FIELDS,
     PART_COUNT,
     assemble,
+    creation_parts,
     has_apart,
+    is_large,
     wire,
 )
+from scheduler.nodes.placement import Placement
 from scheduler.store.errors import PartsApart
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs
-from scheduler.store.scripts.jobs import Polled
+from scheduler.store.scripts.jobs import Created, Dedup, Polled
+from scheduler.store.scripts.script import Call
 
 # How long a staged part waits for its script (sent right behind it: a stale one is a
 # request that died between the two).
@@ -63,14 +66,20 @@ def stage(keys: Keys, parts: dict[str, bytes | str]) -> Staged:
     return Staged(values, tokens)
 
 
+def creation(
+    keys: Keys, job: Job, placement: Placement, now: float, node_ttl: float, dedup: Dedup
+) -> tuple[Staged, Call[Created]]:
+    """A new job's create call (jobs.create_job_of), and its spec staged when kept apart."""
+    parts = creation_parts(job)
+    staged = stage(keys, {"spec": parts.spec} if parts.spec else {})
+    token = staged.tokens.get("spec", "")
+    return staged, jobs.create_job_of(job, placement, now, node_ttl, dedup, token, parts)
+
+
 def large_outputs(update: JobUpdate) -> dict[str, bytes | str]:
     """The outputs of a report too large for the head (models/record.py): staged instead."""
-    large: dict[str, bytes | str] = {}
-    for name in OUTPUT_FIELDS:
-        text: str = getattr(update, name)
-        if len(text) > INLINE_BYTES // 4 and len(text.encode()) > INLINE_BYTES:
-            large[name] = text
-    return large
+    texts: dict[str, str] = {name: getattr(update, name) for name in OUTPUT_FIELDS}
+    return {name: text for name, text in texts.items() if is_large(text)}
 
 
 def apart_keys(keys: Keys, heads: Sequence[bytes]) -> tuple[list[int], list[str]]:

@@ -13,14 +13,14 @@ from redis.exceptions import ResponseError
 
 from scheduler.config import Settings
 from scheduler.models.job import RETIRED_STATUSES, Job
-from scheduler.models.record import INLINE_BYTES, creation_parts, is_whole
+from scheduler.models.record import INLINE_BYTES, is_whole
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.connection.protocol import is_no_function
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
-from scheduler.store.records import STAGED_SECS, apart_keys, complete, stage
-from scheduler.store.scripts import Call, functions, jobs, schedules, snapshot, upkeep
+from scheduler.store.records import STAGED_SECS, apart_keys, complete, creation
+from scheduler.store.scripts import Call, functions, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
@@ -64,6 +64,8 @@ class SyncJobStore:
         pipe = self.redis.pipeline(transaction=False)
         pipe.fcall(script.function, 1, self.keys.root, *call.args)
         pipe.wait(replicas, timeout_ms)
+        # Not raised by execute: it rewrites an error's text ("Command # 1 ... of pipeline
+        # caused error: ..."), and `run` must read a missing function's.
         reply, acked = pipe.execute(raise_on_error=False)
         if isinstance(reply, Exception):
             raise reply
@@ -78,13 +80,11 @@ class SyncJobStore:
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
         ttl = self.settings.node_ttl_secs
-        parts = creation_parts(job)
+        staged, call = creation(self.keys, job, placement, now, ttl, dedup)
         # A large spec is staged: its bytes never enter the script (models/record.py).
-        staged = stage(self.keys, {"spec": parts.spec} if parts.spec else {})
         for key, value in staged.values.items():
             self.redis.set(key, value, ex=STAGED_SECS)
-        token = staged.tokens.get("spec", "")
-        created = self.run(jobs.create_job_of(job, placement, now, ttl, dedup, token, parts))
+        created = self.run(call)
         if created.duplicate and created.job:
             return dataclasses.replace(created, job=self.whole([created.job])[0])
         return created

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.models.job import MAX_WAITERS, Job, due_of
-from scheduler.models.record import Parts, assemble, creation_parts
+from scheduler.models.record import Parts, creation_parts, wire
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import IdempotencyMismatch, StoreNotReady
@@ -43,7 +43,7 @@ def _created(reply: list[Any], spec: bytes) -> Created:
         raise InvalidInput(f"invalid after: {MAX_WAITERS} jobs already wait for {dep}")
     if code == codes.DUPLICATE:
         return Created(job=reply[1], duplicate=True)
-    return Created(job=assemble(reply[1], spec, (None, None)), duplicate=False)
+    return Created(job=wire(reply[1], spec or None), duplicate=False)
 
 
 def _unread(reply: list[Any]) -> Created:

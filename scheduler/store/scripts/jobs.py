@@ -118,9 +118,8 @@ TRANSITION = Script(
 -- exit_code "" = none; stdout, stderr "" = not sent; an output larger than a record keeps
 -- (models/record.py) comes staged instead, its token in stdout_staged, stderr_staged ("":
 -- none) and its SHA-1 in stdout_digest, stderr_digest, and is renamed into place, or
--- dropped with any answer but a change; now: epoch s,
--- stamp: the same in RFC
--- 3339; reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
+-- dropped with any answer but a change; now: epoch s, stamp: the same in RFC 3339;
+-- reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
 -- A retry off a drained node goes to placement (library.py retry_node; builtin "1": the
 -- built-in registry's, which places it at the next pass, else an external one's live nodes).
 -- Returns {OK, the job's head} | {NOT_FOUND} | {UNAUTHORIZED} | {FINISHED}

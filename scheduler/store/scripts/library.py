@@ -75,7 +75,9 @@ end
 # through a script: Redis copies and hashes every byte that enters or leaves one).
 # MGET in chunks: Lua's unpack() fails beyond a few thousand values (a 10 000-job page).
 # A page also stops once it holds `budget` bytes (at least one job).
-READ = f"local MAX_JOB_NUMBER = {MAX_JOB_NUMBER}\n" + """
+READ = (
+    f"local MAX_JOB_NUMBER = {MAX_JOB_NUMBER}\n"
+    + """
 local function get_jobs(ids, budget)
   local out, size = {}, 0
   for i = 1, #ids, 100 do
@@ -121,6 +123,7 @@ local function load_job(id)
   return raw and cjson.decode(raw), raw
 end
 """
+)
 
 # Long-polls (connection/notify.py) wait on these channels; a PUBLISH nobody listens to
 # costs Redis one hash lookup.

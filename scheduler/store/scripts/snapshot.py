@@ -39,8 +39,8 @@ def take_dirty() -> Call[int]:
 @dataclass(frozen=True, slots=True)
 class RestoredJob:
     """A job to put back: its record (whole: the restore puts it in parts, models/record.py)
-    and what its indexes need. `started` (epoch s) is set
-    for a running run-job only: those are the ones in the busy set and the deadlines.
+    and what its indexes need. `started` (epoch s) is set for a running run-job only: those
+    are the ones in the busy set and the deadlines.
     `finished` (epoch s) is set for a finished job only (done or failed: the retention
     index). `due` (epoch s) for a delayed job only (the delayed index)."""
 
