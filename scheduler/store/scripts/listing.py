@@ -96,8 +96,8 @@ def pick_node(placement: Placement, now: float, node_ttl: float) -> Call[str]:
     )
 
 
-# How much of a job's spec kept apart SEARCH reads first: its command comes first
-# (models/record.py), so a short one ends within it.
+# How much of a job's head (or spec kept apart) SEARCH reads first: its command comes before
+# any large field, so a short one ends within it.
 SEARCH_HEAD_BYTES = 2048
 
 
@@ -124,21 +124,23 @@ SEARCH = Script(
     f"""
 -- The web UI's search: of the `scan` jobs the newest-first listing with these filters holds
 -- from `bound` (library.py listing_ids), those whose command holds `needle` (given in lower
--- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. A
--- job's command is its head's, decoded (a head is a few KiB at most, its fields in no order:
--- models/record.py), or, when its spec is kept apart, read from the start of the spec,
--- which msgspec writes in Job's order, the command first: in its JSON a `,"` never falls
--- inside a string (each quote in one is escaped), so the first after the command's opening
--- quote ends it (or the spec's closing `"}}`, when the command is its only field); a command
--- longer than what was read is read again 8 times larger, until it ends. The cost is
--- bounded by `scan` (and the commands' length), not by the jobs stored or their output.
+-- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. Only
+-- the start of a job's head is read, or of its spec when that is kept apart
+-- (models/record.py): each is written with the command at its top level before any object
+-- (msgspec after the ids, in Job's order; a script first: record.py ENCODE), so the first
+-- `"command":"` with no brace before it is the command's (one after a brace is a key of
+-- env_vars or a selector). In a record's JSON a `,"` never falls inside a string (each quote
+-- in one is escaped), so the first after the command's opening quote ends it (or the
+-- closing `"}}`, when the command is a spec's only field); a command longer than what was
+-- read is read again 8 times larger, until it ends. The cost is bounded by `scan` (and the
+-- commands' length), not by the jobs stored or their output.
 -- Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0), each
 -- job's head (library.py get_jobs)...}}
-local function spec_command(key)
+local function command_in(key)
   local size = {SEARCH_HEAD_BYTES}
   local head = redis.call("GETRANGE", key, 0, size - 1)
   local from = string.find(head, '"command":"', 1, true)
-  if from ~= 2 then return "" end  -- none: a deploy_url's job
+  if not from or string.find(string.sub(head, 2, from - 1), "{{", 1, true) then return nil end
   from = from + 11
   local stop = string.find(head, ',"', from, true)
   while not stop and #head == size do  -- a longer command: 8 times more of it
@@ -147,17 +149,14 @@ local function spec_command(key)
     stop = string.find(head, ',"', from, true)
   end
   if not stop and #head < size and string.sub(head, -2) == '"}}' then stop = #head end
-  if not stop then return "" end
+  if not stop then return nil end
   local raw = string.sub(head, from, stop - 2)
   if not string.find(raw, "\\92", 1, true) then return raw end  -- no backslash: no escape
   return cjson.decode('"' .. raw .. '"')
 end
 
 local function command_of(id)
-  local job = load_job(id)
-  if not job then return "" end
-  if type(job.command) == "string" then return job.command end
-  return is_apart(job, "spec") and spec_command(K.job_spec(id)) or ""
+  return command_in(K.job(id)) or command_in(K.job_spec(id)) or ""
 end
 
 local found, looked, last = {{}}, 0, "job-0"
