@@ -4,7 +4,7 @@
 
 from scheduler.models.fields import Kind
 from scheduler.models.job import JOB_FIELDS
-from scheduler.models.record import OUTPUT_FIELDS
+from scheduler.models.record import APART, OUTPUT_FIELDS
 
 # A record's head (models/record.py) as a script writes it: cjson.encode of the decoded
 # table, in hash order, "/" escaped as "\\/". Its readers put every record into the wire's
@@ -60,10 +60,11 @@ end
 
 
 # The parts of a job's record (models/record.py): kept in its head while small, stored apart
-# (named in the head's `_parts`) while large; a large one reaches its key staged (the API
+# (named in the head's APART, `_parts`) while large; a large one reaches its key staged (the API
 # SETs it, a script renames it), so its bytes never enter a script.
 PARTS = (
-    "local OUTPUTS = {"
+    f'local APART = "{APART}"\n'
+    + "local OUTPUTS = {"
     + ", ".join(f'"{name}"' for name in OUTPUT_FIELDS)
     + """}
 
@@ -75,14 +76,14 @@ local function part_keys(id, keys)
 end
 
 local function is_apart(job, name)
-  return type(job._parts) == "table" and job._parts[name] ~= nil
+  return type(job[APART]) == "table" and job[APART][name] ~= nil
 end
 
 -- `name` marked apart with its digest (nil: not apart).
 local function mark_apart(job, name, digest)
-  local parts = type(job._parts) == "table" and job._parts or {}
+  local parts = type(job[APART]) == "table" and job[APART] or {}
   parts[name] = digest
-  job._parts = next(parts) ~= nil and parts or nil
+  job[APART] = next(parts) ~= nil and parts or nil
 end
 
 -- The job's output `name` (stdout, stderr) set to `text`, kept in its head (nil or "": none).
@@ -109,7 +110,7 @@ end
 -- (models/record.py puts each by its size); large ones are compared by their digests.
 local function output_is(job, name, text, digest)
   if digest == "" then return not is_apart(job, name) and (job[name] or "") == text end
-  return is_apart(job, name) and job._parts[name] == digest
+  return is_apart(job, name) and job[APART][name] == digest
 end
 """
 )
