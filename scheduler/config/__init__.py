@@ -12,12 +12,13 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from scheduler.config.networks import NetworkListError, Networks, parse_networks
 from scheduler.config.redis_url import RedisTarget, redact
 from scheduler.config.redis_url import parse as parse_url
+from scheduler.store.shards import MAX_SHARDS, shard_db, shard_prefixes
 
 T = TypeVar("T")
 
@@ -35,6 +36,11 @@ class ConfigError(ValueError):
 class Settings:
     redis_url: str = field(default="redis://127.0.0.1:6379/0", metadata={"env": "REDIS_URL"})
     redis_prefix: str = field(default="sched", metadata={"env": "REDIS_PREFIX"})
+    # The deployment's shards (store/shards.py, docs/ARCHITECTURE.md "Shards"): 1 is one
+    # hash tag, the layout of every version before; more spread it over a Redis Cluster.
+    shards: int = field(default=1, metadata={"env": "SCHEDULER_SHARDS", "min": 1})
+    # The shard a worker serves (`scheduler worker` runs one per shard); set by for_shard.
+    shard: int = field(default=0, metadata={"env": "SCHEDULER_SHARD", "min": 0})
     # Every state change waits (WAIT, in the same round trip) for this many replicas to hold
     # it, so a failover loses no acknowledged change; fewer within the timeout is a 503.
     redis_min_replicas_acked: int = field(
@@ -237,6 +243,14 @@ class Settings:
         """With no REGISTRY_URL the scheduler is its own node registry."""
         return not self.registry_url
 
+    def for_shard(self, shard: int) -> Settings:
+        """The settings of shard `shard` of this (unsharded: shard 0's) deployment: its prefix
+        (store/shards.py) and its own snapshot file, `scheduler-1.db` beside `scheduler.db`."""
+        prefix = shard_prefixes(self.redis_prefix, self.shards)[shard]
+        return replace(
+            self, redis_prefix=prefix, scheduler_db=shard_db(self.scheduler_db, shard), shard=shard
+        )
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         env = os.environ if environ is None else environ
@@ -264,6 +278,12 @@ class Settings:
             raise ConfigError(
                 "JOB_RETENTION_SECS: needs a SCHEDULER_DB file (pruned jobs live on only there),"
                 " not :memory:"
+            )
+        if self.shards > MAX_SHARDS:
+            raise ConfigError(f"SCHEDULER_SHARDS: {self.shards} is above {MAX_SHARDS}")
+        if self.shard >= self.shards:
+            raise ConfigError(
+                f"SCHEDULER_SHARD: {self.shard} is not below SCHEDULER_SHARDS ({self.shards})"
             )
         if not REDIS_PREFIX_CHARS.fullmatch(self.redis_prefix):
             raise ConfigError(

@@ -111,8 +111,7 @@ class JobStore:
         self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
-        ttl = self.settings.node_ttl_secs
-        staged, call = records.creation(self.keys, job, placement, now, ttl, dedup)
+        staged, call = records.creation(self.keys, job, placement, self.settings, now, dedup)
         created = await self._after(staged, call)
         if created.duplicate and created.job:
             return dataclasses.replace(created, job=(await self.whole([created.job]))[0])

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from scheduler.config import Settings
 from scheduler.models.job import Job, JobUpdate
 from scheduler.models.record import (
     OUTPUT_FIELDS,
@@ -67,13 +68,14 @@ def stage(keys: Keys, parts: dict[str, bytes | str]) -> Staged:
 
 
 def creation(
-    keys: Keys, job: Job, placement: Placement, now: float, node_ttl: float, dedup: Dedup
+    keys: Keys, job: Job, placement: Placement, settings: Settings, now: float, dedup: Dedup
 ) -> tuple[Staged, Call[Created]]:
     """A new job's create call (jobs.create_job_of), and its spec staged when kept apart."""
     parts = creation_parts(job)
     staged = stage(keys, {"spec": parts.spec} if parts.spec else {})
     token = staged.tokens.get("spec", "")
-    return staged, jobs.create_job_of(job, placement, now, node_ttl, dedup, token, parts)
+    ttl, numbering = settings.node_ttl_secs, (settings.shards, settings.shard)
+    return staged, jobs.create_job_of(job, placement, now, ttl, dedup, token, parts, numbering)
 
 
 def large_outputs(update: JobUpdate) -> dict[str, bytes | str]:

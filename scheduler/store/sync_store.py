@@ -79,8 +79,7 @@ class SyncJobStore:
         self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
-        ttl = self.settings.node_ttl_secs
-        staged, call = creation(self.keys, job, placement, now, ttl, dedup)
+        staged, call = creation(self.keys, job, placement, self.settings, now, dedup)
         # A large spec is staged: its bytes never enter the script (models/record.py).
         for key, value in staged.values.items():
             self.redis.set(key, value, ex=STAGED_SECS)

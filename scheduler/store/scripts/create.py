@@ -127,7 +127,8 @@ if due == "" or not needs_fit(ask) then
   end
 end
 node = node or ""
-local n = redis.call("INCR", K.job_seq)
+-- A shard draws every shards-th number, its own (store/shards.py): N mod shards is its index.
+local n = redis.call("INCR", K.job_seq) * tonumber(shards) + tonumber(shard)
 local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)
@@ -162,7 +163,7 @@ if status == "pending" and node ~= "" then wake_node(node) end
 """
 _ARGV = (
     "record spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
-    "cpus memory_mb selector"
+    "cpus memory_mb selector shards shard"
 )
 
 CREATE_JOB = Script(
@@ -227,11 +228,13 @@ def create_job(
     asks: Asks = NO_ASKS,
     spec: bytes = b"",
     spec_staged: str = "",
+    numbering: tuple[int, int] = (1, 0),
 ) -> Call[Created]:
     """`record` is the new job's head (models/record.py) without job_id and node_id; `spec`
     its spec stored apart (b"": in the head), staged under the token `spec_staged` (the
     store stages it: JobStore.create); `due`, when it is delayed, the epoch of its run_at;
-    `priority`, `after` and `asks`, the record's."""
+    `priority`, `after` and `asks`, the record's; `numbering`, the deployment's shards and
+    the index of the one it is made on (store/shards.py)."""
     args: dict[str, Any] = dict(
         record=record, spec_staged=spec_staged, due="" if due is None else due, priority=priority,
         mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
@@ -239,6 +242,7 @@ def create_job(
         fingerprint=dedup.fingerprint, candidates=placement.candidates, cpus=asks.cpus,
         memory_mb=asks.memory_mb,
         selector=json.dumps(asks.node_selector) if asks.node_selector else "",
+        shards=numbering[0], shard=numbering[1],
     )  # fmt: skip
     if not after:
         call = CREATE_JOB.call(**args)
@@ -256,6 +260,7 @@ def create_job_of(
     dedup: Dedup = NO_DEDUP,
     spec_staged: str = "",
     parts: Parts | None = None,
+    numbering: tuple[int, int] = (1, 0),
 ) -> Call[Created]:
     """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it; its
     spec, when stored apart (`creation_parts(job).spec`, `parts` if the caller has them),
@@ -276,4 +281,5 @@ def create_job_of(
         asks,
         parts.spec,
         spec_staged,
+        numbering,
     )
