@@ -27,6 +27,7 @@ from scheduler.api.guesses import Guesses
 from scheduler.api.http import BearerAuth, ParamsDoor, text_error
 from scheduler.api.lane import Lane
 from scheduler.api.routes import TABLE
+from scheduler.api.stores import Store
 from scheduler.api.ui_errors import UIErrors
 from scheduler.api.ui_headers import UIHeaders
 from scheduler.api.upgrade import OldLayoutWatch
@@ -34,6 +35,7 @@ from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource, node_source
 from scheduler.snapshot.restore import restore_at_start
 from scheduler.store.jobs import JobStore
+from scheduler.store.sharded import ShardedStore
 
 log = logging.getLogger("scheduler.api")
 
@@ -51,6 +53,9 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Callable[..., object]] = {
     **exception_handlers(),
     HTTPException: on_starlette_error,
 }
+
+
+LAYOUT_RETRY_SECS = 1.0
 
 
 def tune_gc() -> None:
@@ -73,13 +78,29 @@ def warn_if_agents_open(settings: Settings) -> None:
         )
 
 
-async def keep_series(store: JobStore) -> None:
+async def keep_series(store: Store) -> None:
     """SERIES_RETENTION_SECS for the scripts, best effort: Redis down at start only leaves
     the minutes' 2-day default (minutes.py SERIES) until the next start."""
     try:
         await store.keep_series()
     except (RedisError, OSError) as exc:
         log.warning("series retention not written, Redis unavailable: %s", exc)
+
+
+async def open_store(settings: Settings) -> Store:
+    """The store of one shard's layout, or with SCHEDULER_SHARDS > 1 of every shard, once the
+    deployment's layout is read (store/sharded.py; tried again while Redis is unreachable:
+    without it no job id can be routed)."""
+    if settings.shards == 1:
+        return JobStore.connect(settings)
+    store = ShardedStore.connect(settings)
+    while True:
+        try:
+            await store.start()
+            return store
+        except (RedisError, OSError) as exc:
+            log.warning("the shards' layout not read, Redis unavailable (retrying): %s", exc)
+            await asyncio.sleep(LAYOUT_RETRY_SECS)
 
 
 def create_app(settings: Settings | None = None, nodes: NodeSource | None = None) -> Starlette:
@@ -90,12 +111,13 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         app.state.settings = settings
         warn_if_agents_open(settings)
         # Before serving: a Redis that lost its data gets the snapshot back first (snapshot.py).
-        await restore_at_start(settings)
-        app.state.store = JobStore.connect(settings)
+        for shard in range(settings.shards):
+            await restore_at_start(settings.for_shard(shard))
+        app.state.store = await open_store(settings)
         await keep_series(app.state.store)
         app.state.nodes = nodes or node_source(settings, app.state.store.nodes)
         tune_gc()
-        undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifier)
+        undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifiers)
         app.state.old_layout.start()
         flusher = None
         if settings.metrics == "on":

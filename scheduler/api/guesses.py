@@ -25,8 +25,8 @@ from redis.exceptions import RedisError
 from starlette.types import Scope
 
 from scheduler.api.client_address import Headers, client_address
+from scheduler.api.stores import Store
 from scheduler.config.networks import Networks
-from scheduler.store.jobs import JobStore
 from scheduler.store.scripts import access
 
 log = logging.getLogger("scheduler.api")
@@ -68,7 +68,7 @@ class Guesses:
         left = self.barred(address)
         return too_many(left) if left else refusal
 
-    async def failed(self, store: JobStore, address: str, refusal: Refusal) -> Refusal:
+    async def failed(self, store: Store, address: str, refusal: Refusal) -> Refusal:
         """A wrong credential from `address`: counted; `refusal`, or 429 past the limit.
         When Redis cannot count it, the refusal stands (and the failure is logged)."""
         try:
@@ -81,7 +81,7 @@ class Guesses:
         self._bar(address, left)
         return too_many(left)
 
-    async def wait_left(self, store: JobStore, address: str) -> float:
+    async def wait_left(self, store: Store, address: str) -> float:
         """Seconds `address` must wait before trying a key again (0: it may now), as Redis
         counts its failures: the login form asks before comparing."""
         left = self.barred(address)

@@ -15,6 +15,7 @@ import msgspec
 from scheduler.api.agents import PRECHECK_OVER_BYTES
 from scheduler.api.http import NO_STORE, HTTPError, no_charge, too_large
 from scheduler.api.state import AppState
+from scheduler.api.stores import Store
 from scheduler.models.job import (
     REPORT_STATUSES,
     JobCreate,
@@ -29,7 +30,6 @@ from scheduler.models.job import (
 from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
 from scheduler.snapshot.restore import restore_at_start
 from scheduler.store.errors import Conflict, StoreNotReady
-from scheduler.store.jobs import JobStore
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled
 
 Charge = Callable[[int], None]
@@ -48,7 +48,7 @@ def check_node_id(node_id: str) -> None:
         raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
 
 
-async def read_job(store: JobStore, job_id: str) -> bytes:
+async def read_job(store: Store, job_id: str) -> bytes:
     return job_reply(await store.get(job_id_or_404(job_id)))
 
 

@@ -9,7 +9,7 @@ import asyncio
 import re
 import signal
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -58,7 +58,7 @@ async def unless_disconnected(request: Request, waiting: Coroutine[Any, Any, T])
     return task.result() if task in finished else None
 
 
-def answer_waits_on_exit(notifier: Notifier) -> Callable[[], None]:
+def answer_waits_on_exit(notifiers: Sequence[Notifier]) -> Callable[[], None]:
     """On SIGTERM or SIGINT uvicorn stops accepting, then waits for the running requests: a
     long-poll would hold the shutdown up to its wait, then be cut with a 500. Chained before
     uvicorn's own handler, this answers every waiting request at once. Returns the undo.
@@ -69,7 +69,8 @@ def answer_waits_on_exit(notifier: Notifier) -> Callable[[], None]:
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
     def handler(sig: int, frame: FrameType | None) -> None:
-        loop.call_soon_threadsafe(notifier.close_waits)
+        for notifier in notifiers:
+            loop.call_soon_threadsafe(notifier.close_waits)
         chained = previous[signal.Signals(sig)]
         if callable(chained):
             chained(sig, frame)

@@ -38,8 +38,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from scheduler.api.stores import Store
 from scheduler.nodes.placement import is_live
-from scheduler.store.jobs import JobStore
 from scheduler.store.scripts.overview import Overview
 
 log = logging.getLogger("scheduler.api")
@@ -130,7 +130,7 @@ def deltas(rows: dict[RowKey, list[float]]) -> dict[str, float]:
     }
 
 
-async def flush(store: JobStore, stats: RequestStats, read: bool = False) -> RequestStats:
+async def flush(store: Store, stats: RequestStats, read: bool = False) -> RequestStats:
     """Adds this process's counts since its last flush to the deployment's; with `read`, the
     deployment's sums. Counts Redis did not take are kept for the next flush (a reply lost
     after Redis ran the script counts them twice: the rarer and smaller error)."""
@@ -143,7 +143,7 @@ async def flush(store: JobStore, stats: RequestStats, read: bool = False) -> Req
     return RequestStats.from_sums(sums)
 
 
-async def keep_flushing(store: JobStore, stats: RequestStats, every: float) -> None:
+async def keep_flushing(store: Store, stats: RequestStats, every: float) -> None:
     """The API process's flush every METRICS_FLUSH_SECS, until cancelled (then once more)."""
     try:
         while True:
@@ -273,7 +273,7 @@ class _Scrape(Collector):
 
 
 async def metrics(request: Request) -> Response:
-    store: JobStore = request.app.state.store
+    store: Store = request.app.state.store
     stats: RequestStats = request.app.state.request_stats
     # Sent together, so one round trip on the connection.
     view, totals = await asyncio.gather(store.overview(), flush(store, stats, read=True))

@@ -8,12 +8,12 @@ from starlette.requests import Request
 
 from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.guesses import Guesses
+from scheduler.api.stores import Store
 from scheduler.api.stores import settings as settings
 from scheduler.api.stores import store as store
 from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource
-from scheduler.store.jobs import JobStore
 
 
 def agent_auth(request: Request) -> AgentAuth:
@@ -40,7 +40,7 @@ class AppState(Protocol):
     """app.state as the hot calls (hot.py) read it: the lifespan sets store and nodes."""
 
     settings: Settings
-    store: JobStore
+    store: Store
     nodes: NodeSource
     agent_auth: AgentAuth
     report_budget: ReportBudget

@@ -8,10 +8,15 @@ from starlette.requests import Request
 
 from scheduler.config import Settings
 from scheduler.store.jobs import JobStore
+from scheduler.store.sharded import ShardedStore
+
+# The store of the API: one shard's, or the sharded deployment's (store/sharded.py), which
+# has the same methods: typed as this union, mypy holds every call to both.
+Store = JobStore | ShardedStore
 
 
-def store(request: Request) -> JobStore:
-    found: JobStore = request.app.state.store
+def store(request: Request) -> Store:
+    found: Store = request.app.state.store
     return found
 
 

@@ -19,14 +19,12 @@ from starlette.responses import Response
 
 from scheduler.api.http import HTTPError, whole_number
 from scheduler.api.params import param
-from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_layout import View, duration, job_status, page, view_of
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, Job, job_decoder, job_number
 from scheduler.models.wire import ID_RE
-from scheduler.store.scripts import listing
 
 PAGE_SIZE = MAX_IDS  # 50: the failed list retries at most one page at once
 # The jobs one search looks through: 8 to 10 ms of Redis time with usual commands (28
@@ -161,15 +159,14 @@ def _number_of(job: Job) -> int:
 
 async def _listed(request: Request, f: Filters) -> tuple[list[Job], list[int], int, int]:
     """(jobs shown, counts, newer bound, older bound) of a plain listing's page."""
-    store, budget = _store(request), _settings(request).max_page_bytes
-    if f.after:  # oldest first from after job-N: the page just newer than the one seen
-        page_call = listing.list_jobs(f.node_id, f.status, f.after, PAGE_SIZE + 1, budget)
-    else:
-        page_call = listing.list_jobs(f.node_id, f.status, f.before, PAGE_SIZE + 1, budget, True)
+    store = _store(request)
+    # The page is oldest first from after job-N (the page just newer than the one seen), else
+    # newest first; sent together with the counts on the one connection: one round trip.
+    bound, newest = (f.after, False) if f.after else (f.before, True)
     blobs, counts = await asyncio.gather(
-        store.run(page_call), store.run(listing.counts(f.node_id, STATUSES))
+        store.list(f.node_id, f.status, bound, PAGE_SIZE + 1, newest), store.counts(f.node_id)
     )
-    jobs = [job_decoder.decode(blob) for blob in await store.whole(blobs)]
+    jobs = [job_decoder.decode(blob) for blob in blobs]
     more = len(jobs) > PAGE_SIZE
     shown = jobs[:PAGE_SIZE]
     if f.after:
@@ -186,14 +183,12 @@ async def _searched(
     request: Request, f: Filters, view: View
 ) -> tuple[list[Job], list[int], int, str]:
     """(jobs shown, counts, older bound, what was searched) of a search's page."""
-    store, budget = _store(request), _settings(request).max_page_bytes
-    call = listing.search(
-        f.node_id, f.status, f.before, f.search, SEARCH_SCAN, PAGE_SIZE + 1, budget
-    )
+    store = _store(request)
     found, counts = await asyncio.gather(
-        store.run(call), store.run(listing.counts(f.node_id, STATUSES))
+        store.search(f.node_id, f.status, f.before, f.search, SEARCH_SCAN, PAGE_SIZE + 1),
+        store.counts(f.node_id),
     )
-    jobs = [job_decoder.decode(blob) for blob in await store.whole(found.jobs)]
+    jobs = [job_decoder.decode(blob) for blob in found.jobs]
     shown = jobs[:PAGE_SIZE]
     older, more = 0, ""
     if len(jobs) > PAGE_SIZE:

@@ -26,10 +26,10 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from scheduler.api.client_address import parse_address, within
+from scheduler.api.stores import Store
 from scheduler.api.stores import settings as _settings
 from scheduler.api.stores import store as _store
 from scheduler.config.networks import Networks
-from scheduler.store.jobs import JobStore
 from scheduler.store.scripts import access
 
 UI_COOKIE = "tinyaws_ui"  # its value: the session's id
@@ -52,7 +52,7 @@ def cookie_session(headers: list[tuple[bytes, bytes]]) -> str:
     return ""
 
 
-async def session_alive(store: JobStore, session_id: str) -> bool:
+async def session_alive(store: Store, session_id: str) -> bool:
     """Whether the session is one Redis holds (BearerAuth's rule for the UI's pages)."""
     return bool(session_id) and await store.run(access.session_alive(session_hash(session_id)))
 

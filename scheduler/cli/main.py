@@ -131,7 +131,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     # Before listening (and with signals still default, so SIGTERM ends a wait): the restore
     # question, and an upgrade from the layout before the hash tag, which waits while
     # processes of the old version run. Each app's lifespan then finds it answered.
-    restore_at_process_start(settings)
+    for shard in range(settings.shards):
+        restore_at_process_start(settings.for_shard(shard))
     if args.workers == 1:
         uvicorn.run(create_app(settings), **options)
     else:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from scheduler.config.networks import NetworkListError, Networks, parse_networks
 from scheduler.config.redis_url import RedisTarget, redact
 from scheduler.config.redis_url import parse as parse_url
-from scheduler.store.shards import MAX_SHARDS, shard_db, shard_prefixes
+from scheduler.config.shards import MAX_SHARDS, shard_db, shard_prefixes
 
 T = TypeVar("T")
 

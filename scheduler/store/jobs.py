@@ -19,16 +19,15 @@ from scheduler.config import Settings
 from scheduler.models.job import STATUSES, Job, JobUpdate
 from scheduler.models.record import record
 from scheduler.models.registry import Node, NodeRegistration, Service
-from scheduler.models.schedule import Schedule, schedule_decoder, schedule_encoder
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement, live_node_ids
 from scheduler.store import records
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
-from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, functions, jobs, listing, metrics, retry, schedules
+from scheduler.store.schedule_calls import ScheduleCalls
+from scheduler.store.scripts import Call, functions, jobs, listing, metrics, retry
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
@@ -60,7 +59,6 @@ MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
 # that an id passing to a new holder hands back (more: the registration is refused).
 DELETE_MOVES = 1000
 SERIES_CHUNK = 60  # the dashboard's minutes one script reads (JobStore.series)
-CHANGE_TRIES = 5  # a pause or resume racing the firing of the same schedule tries again
 Moves = list[Requeued]  # (JobStore.list shadows the builtin in its class body)
 
 
@@ -75,7 +73,7 @@ def _poll_command(keys: Keys, node_id: str, limit: int, caller: str) -> bytes:
     return packed
 
 
-class JobStore:
+class JobStore(ScheduleCalls):
     """Asyncio store for the API processes, on one multiplexed connection (connection/mux.py)."""
 
     def __init__(self, client: MuxRedis, settings: Settings) -> None:
@@ -84,6 +82,10 @@ class JobStore:
         self.keys = Keys(settings.redis_prefix)
         # Long-polls wait here, never on `client` (notify.py).
         self.notifier = Notifier(settings.redis_url, settings.redis_prefix)
+
+    @property
+    def notifiers(self) -> builtins.list[Notifier]:
+        return [self.notifier]
 
     @classmethod
     def connect(cls, settings: Settings) -> JobStore:
@@ -188,6 +190,24 @@ class JobStore:
         call = listing.list_jobs(node_id, status, bound, limit, budget, newest)
         return await self.whole(await self.run(call))
 
+    async def counts(self, node_id: str) -> builtins.list[int]:
+        """[all jobs, then each status's] of `node_id`'s jobs ("": every node's)."""
+        return await self.run(listing.counts(node_id, STATUSES))
+
+    async def search(
+        self, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
+    ) -> listing.Found:
+        """The UI's search (scripts.listing.SEARCH), its jobs' records whole."""
+        budget = self.settings.max_page_bytes
+        found = await self.run(listing.search(node_id, status, bound, needle, scan, limit, budget))
+        return dataclasses.replace(found, jobs=await self.whole(found.jobs))
+
+    async def live_compute(self, now: float) -> int:
+        """How many compute nodes are live (heard from within NODE_TTL_SECS)."""
+        cutoff = now - self.settings.node_ttl_secs
+        live: int = await self.redis.execute("ZCOUNT", self.keys.nodes_compute, cutoff, "+inf")
+        return live
+
     async def attempts(self, job_id: str) -> builtins.list[bytes]:
         """The job's ended attempts, oldest first (scripts.listing.ATTEMPTS)."""
         return await self.run(listing.attempts(job_id))
@@ -247,6 +267,7 @@ class JobStore:
             caller,
             MAX_SERVICES,
             MAX_SERVICES_PER_NODE,
+            (self.settings.shards, self.settings.shard),
         )
         return await self.run(call)
 
@@ -355,35 +376,3 @@ class JobStore:
                 _node_decoder.decode(blob), status=status, last_seen=rfc3339(seen_at)
             )
         return nodes
-
-    # Schedules (scripts/schedules.py).
-
-    async def create_schedule(self, schedule: Schedule) -> None:
-        record = schedule_encoder.encode(schedule)
-        limit = self.settings.max_schedules
-        await self.run(schedules.create_schedule(schedule.name, record, schedule.next_tick, limit))
-
-    async def schedule(self, name: str) -> bytes | None:
-        blob: bytes | None = await self.redis.execute("HGET", self.keys.schedules, name)
-        return blob
-
-    async def list_schedules(self, after: str, limit: int) -> builtins.list[schedules.Stored]:
-        return await self.run(schedules.list_schedules(after, limit))
-
-    async def delete_schedule(self, name: str) -> None:
-        await self.run(schedules.delete_schedule(name))
-
-    async def change_schedule(self, name: str, change: Callable[[Schedule], Schedule]) -> Schedule:
-        """`change` applied to the schedule as a compare-and-set: read, change, write if it
-        is still what was read (a firing may settle a tick in between), tried again then."""
-        for _ in range(CHANGE_TRIES):
-            old = await self.schedule(name)
-            if old is None:
-                raise ScheduleNotFound()
-            new = change(schedule_decoder.decode(old))
-            call = schedules.replace_schedule(
-                name, old, schedule_encoder.encode(new), new.next_tick
-            )
-            if await self.run(call):
-                return new
-        raise Conflict("the schedule kept changing; try again")

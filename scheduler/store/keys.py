@@ -8,14 +8,12 @@ from the member itself, so the two can never disagree.
 Every key and channel starts with the hash tag "{P}" (P = REDIS_PREFIX, which may hold no
 braces). Redis Cluster refuses a script whose keys lie in different slots, and ours derive keys
 inside Lua (the poll walks a node's queue, a transition finds the job's node); a key's slot is
-the hash of its tag alone, so the tag puts the whole deployment, rq's keys included, in one
-slot. The cost: one deployment cannot spread over several cluster primaries; spreading load is
-the sharding plan's job (several deployments, each its own tag). Before the tag, keys were
-"P:..." and rq's "rq:..."; store/migrate.py renames such a deployment at start.
+the hash of its tag alone, so the tag puts a shard, rq's keys included, in one slot; a
+deployment spreads over primaries as shards, each a `Keys` of its own (shards.py). Before the
+tag, keys were "P:..." and rq's "rq:..."; store/migrate.py renames such a layout at start.
 
-The layout, each key with its helper here, is docs/ARCHITECTURE.md's "Redis keys" table (one
-copy: a key added here gets its row there). rq builds its own keys under RQ_KEY_PREFIX = T:rq
-(workers/rq_prefix.py sets it).
+The layout is docs/ARCHITECTURE.md's "Redis keys" table (a key added here gets its row there);
+rq builds its own keys under RQ_KEY_PREFIX = T:rq (workers/rq_prefix.py sets it).
 """
 
 from __future__ import annotations
@@ -193,6 +191,10 @@ class Keys:
         return self._k("schedules:dirty:inflight")
 
     @property
+    def shards(self) -> str:  # on shard 0: the shard count and the upgrade's floors (shards.py)
+        return self._k("shards")
+
+    @property
     def records_split(self) -> str:
         return self._k("records:split")
 
@@ -282,8 +284,7 @@ class Keys:
         return self._k("rq")
 
     def rq_key(self, kind: str, name: str) -> str:
-        """One of rq's keys, as rq running with `rq_prefix` names it (queue, job, scheduled,
-        failed, wip, ...): for the upgrade and for tests, which may run another rq prefix."""
+        """One of rq's keys as rq names it under `rq_prefix` (for the upgrade and tests)."""
         return f"{self.rq_prefix}:{kind}:{name}"
 
     @property
@@ -305,8 +306,7 @@ class Keys:
 
 
 def glob_escape(text: str) -> str:
-    """`text` as a literal in a SCAN/KEYS pattern (the tag's braces are plain, but a prefix of
-    the old layout could hold any of *?[]\\)."""
+    """`text` as a literal in a SCAN/KEYS pattern (an old layout's prefix may hold *?[]\\)."""
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 

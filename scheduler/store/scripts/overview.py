@@ -79,3 +79,25 @@ return {nodes, seen, counts, by_status, redis.call("HGETALL", K.stats),
 
 def overview(statuses: Sequence[str]) -> Call[Overview]:
     return OVERVIEW.call(statuses=statuses)
+
+
+def _added(counts: Sequence[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in counts:
+        for name, count in part.items():
+            total[name] = total.get(name, 0) + count
+    return total
+
+
+def merged(shards: Sequence[Overview]) -> Overview:
+    """The overviews of a deployment's shards (store/sharded.py) as one: each node is on one
+    shard; the counts add up."""
+    return Overview(
+        nodes={k: v for part in shards for k, v in part.nodes.items()},
+        last_seen={k: v for part in shards for k, v in part.last_seen.items()},
+        queues={k: v for part in shards for k, v in part.queues.items()},
+        by_status=_added([part.by_status for part in shards]),
+        stats=_added([part.stats for part in shards]),
+        outbox=sum(part.outbox for part in shards),
+        drained={k: v for part in shards for k, v in part.drained.items()},
+    )

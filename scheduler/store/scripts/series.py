@@ -3,6 +3,7 @@ with its call."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from scheduler.store.scripts.script import Call, Script
@@ -35,3 +36,13 @@ return out
 
 def read_series(first: int, count: int) -> Call[list[Minute]]:
     return READ_SERIES.call(first=first, count=count)
+
+
+def merged(shards: Sequence[list[Minute]]) -> list[Minute]:
+    """The same minutes read from each of a deployment's shards, their counts added up."""
+    whole: list[Minute] = [{} for _ in shards[0]] if shards else []
+    for minutes in shards:
+        for total, minute in zip(whole, minutes, strict=True):
+            for name, count in minute.items():
+                total[name] = total.get(name, 0) + count
+    return whole

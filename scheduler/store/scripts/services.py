@@ -21,7 +21,7 @@ def _service_created(reply: list[Any]) -> bytes:
 
 CREATE_SERVICE = Script(
     "CREATE_SERVICE",
-    "node record caller most most_per_node",
+    "node record caller most most_per_node shards shard",
     """
 -- record: the service's JSON, starting {"id":"" (the id is drawn here). A node keeps at most
 -- most_per_node services: past it, its oldest one that is not running goes; `most` in all.
@@ -43,7 +43,8 @@ if redis.call("ZCARD", own) >= tonumber(most_per_node) then
   if not evicted then return {TOO_MANY_NODES} end
 end
 if redis.call("HLEN", K.services) >= tonumber(most) then return {TOO_MANY_NODES} end
-local n = redis.call("INCR", K.service_seq)
+-- A shard draws every shards-th number, as a job's (create.py): N mod shards is its index.
+local n = redis.call("INCR", K.service_seq) * tonumber(shards) + tonumber(shard)
 local id = "svc-" .. n
 local service = '{"id":"' .. id .. '"' .. string.sub(record, 9)
 redis.call("HSET", K.services, id, service)
@@ -55,11 +56,23 @@ return {OK, service}
 
 
 def create_service(
-    node_id: str, service_json: bytes, caller: str, most: int, most_per_node: int
+    node_id: str,
+    service_json: bytes,
+    caller: str,
+    most: int,
+    most_per_node: int,
+    numbering: tuple[int, int] = (1, 0),
 ) -> Call[bytes]:
-    """`service_json` starts with `{"id":""` (models.Service, id first); the script fills it."""
+    """`service_json` starts with `{"id":""` (models.Service, id first); the script fills it.
+    `numbering`: the deployment's shards and the index of the node's (store/shards.py)."""
     return CREATE_SERVICE.call(
-        node=node_id, record=service_json, caller=caller, most=most, most_per_node=most_per_node
+        node=node_id,
+        record=service_json,
+        caller=caller,
+        most=most,
+        most_per_node=most_per_node,
+        shards=numbering[0],
+        shard=numbering[1],
     )
 
 

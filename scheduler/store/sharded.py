@@ -1,0 +1,384 @@
+"""The API's store of a deployment spread over SCHEDULER_SHARDS > 1 shards (shards.py): one
+JobStore per shard, each on its own connection (a Redis Cluster routes each shard's slot to
+its primary), and every call sent to the shard that holds what it is about. A job's calls go
+to the shard its id names, a node's (its poll, heartbeat, registration, drain) to the node's;
+listings, /metrics, the UI's overview and GET /nodes ask every shard at once and merge.
+What is the deployment's alone (UI sessions, failed logins, request metrics, schedules)
+lives on shard 0, which `run` reaches. Placement: a new job goes to a shard with live
+compute nodes, in turn; one with an Idempotency-Key to the key's shard (so a replay finds
+it); one that runs after others to theirs; one placed by the external registry among the
+shard's candidates."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import heapq
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+
+from scheduler.config import Settings
+from scheduler.models.job import Job, JobUpdate, job_number
+from scheduler.models.registry import Node, NodeRegistration, Service
+from scheduler.models.schedule import Schedule
+from scheduler.models.wire import InvalidInput
+from scheduler.nodes.placement import NoHealthyNodes, Placement
+from scheduler.store.connection.notify import Notifier
+from scheduler.store.errors import ServiceNotFound
+from scheduler.store.jobs import JobStore, Moves, Sending
+from scheduler.store.scripts import Call, jobs, layout, listing, schedules
+from scheduler.store.scripts import nodes as node_scripts
+from scheduler.store.scripts import overview as overview_scripts
+from scheduler.store.scripts import series as series_scripts
+from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
+from scheduler.store.scripts.retry import Retried
+from scheduler.store.shards import Layout, key_shard, node_shard
+
+T = TypeVar("T")
+LIVE_CACHE_SECS = 1.0  # how long a process trusts what it learnt of the shards' live nodes
+
+
+class _Id(msgspec.Struct):
+    job_id: str = ""
+
+
+_id_decoder = msgspec.json.Decoder(_Id)
+
+
+class LayoutChanged(RuntimeError):
+    """SCHEDULER_SHARDS differs from the count the deployment was first started with."""
+
+
+def number_of(head: bytes) -> int:
+    return job_number(_id_decoder.decode(head).job_id) or 0
+
+
+class ShardedStore:
+    """JobStore's methods, over the shards (module docstring)."""
+
+    def __init__(self, shards: list[JobStore], settings: Settings) -> None:
+        self.shards = shards
+        self.settings = settings
+        self.layout = Layout(len(shards))
+        self.service_floor = 0
+        self._turn = itertools.count()
+        self._live: tuple[float, list[int]] = (0.0, [])
+
+    @property
+    def notifiers(self) -> builtins.list[Notifier]:
+        return [shard.notifier for shard in self.shards]
+
+    @classmethod
+    def connect(cls, settings: Settings) -> ShardedStore:
+        count = settings.shards
+        return cls([JobStore.connect(settings.for_shard(k)) for k in range(count)], settings)
+
+    async def start(self) -> None:
+        """Records the layout at the deployment's first sharded start, or checks it; then
+        raises every shard's counters above the floors (scripts/layout.py)."""
+        count, floor, service_floor = await self.shards[0].run(
+            layout.record_shards(len(self.shards))
+        )
+        if count != len(self.shards):
+            raise LayoutChanged(
+                f"SCHEDULER_SHARDS: {len(self.shards)}, but this deployment was started with "
+                f"{count} shards; changing the count is not supported"
+            )
+        self.layout, self.service_floor = Layout(count, floor), service_floor
+        await self._each(lambda s: s.run(layout.raise_counters(floor, service_floor)))
+
+    async def aclose(self) -> None:
+        await self._each(lambda s: s.aclose())
+
+    async def _each(self, call: Callable[[JobStore], Awaitable[T]]) -> builtins.list[T]:
+        return list(await asyncio.gather(*(call(s) for s in self.shards)))
+
+    def of_job(self, job_id: str) -> JobStore:
+        return self.shards[self.layout.job_shard(job_id)]
+
+    def of_node(self, node_id: str) -> JobStore:
+        return self.shards[node_shard(node_id, len(self.shards))]
+
+    async def run(self, call: Call[T]) -> T:
+        """A call of the deployment's own state (sessions, logins, request metrics): shard 0."""
+        return await self.shards[0].run(call)
+
+    # Placement of new jobs.
+
+    async def _live_shards(self) -> builtins.list[int]:
+        """The shards with a live compute node (cached LIVE_CACHE_SECS); all when none is."""
+        now = time.monotonic()
+        if now - self._live[0] > LIVE_CACHE_SECS:
+            # A shard that does not answer (its primary failing over) counts as none live,
+            # so new jobs go to the others meanwhile.
+            asked = (s.live_compute(time.time()) for s in self.shards)
+            counts = await asyncio.gather(*asked, return_exceptions=True)
+            live = [k for k, n in enumerate(counts) if isinstance(n, int) and n]
+            self._live = (now, live or list(range(len(self.shards))))
+        return self._live[1]
+
+    async def _order(self, job: Job | None, dedup: Dedup) -> builtins.list[int]:
+        """The shards to try a new job on, best first."""
+        count = len(self.shards)
+        if job is not None and job.after:
+            homes = {self.layout.job_shard(dep) for dep in job.after}
+            if len(homes) > 1:
+                raise InvalidInput("after: the jobs it runs after are on different shards")
+            return [homes.pop()]
+        if dedup.key:
+            first = key_shard(f"{dedup.space}:{dedup.key}", count)
+            return [(first + i) % count for i in range(count)]
+        live = await self._live_shards()
+        first = next(self._turn) % len(live)
+        return live[first:] + live[:first]
+
+    def _among(self, placement: Placement, shard: int) -> Placement | None:
+        """`placement` on one shard: its candidates that are the shard's nodes (None: none)."""
+        if placement.mode == "live":
+            return placement
+        count = len(self.shards)
+        mine = tuple(n for n in placement.candidates if node_shard(n, count) == shard)
+        return Placement(placement.mode, mine) if mine else None
+
+    async def _placed(
+        self, job: Job | None, placement: Placement, dedup: Dedup, make: Callable[..., Any]
+    ) -> Any:
+        """`make(shard store, placement)` on the first shard that has a node for it."""
+        for shard in await self._order(job, dedup):
+            here = self._among(placement, shard)
+            if here is None:
+                continue
+            try:
+                return await make(self.shards[shard], here)
+            except NoHealthyNodes:
+                continue
+        raise NoHealthyNodes()
+
+    async def create(
+        self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
+    ) -> Created:
+        async def make(store: JobStore, here: Placement) -> Created:
+            return await store.create(job, here, now, dedup)
+
+        created: Created = await self._placed(job, placement, dedup, make)
+        return created
+
+    async def pick(self, placement: Placement, now: float) -> str:
+        async def make(store: JobStore, here: Placement) -> str:
+            return await store.pick(here, now)
+
+        picked: str = await self._placed(None, placement, NO_DEDUP, make)
+        return picked
+
+    async def whole(self, heads: builtins.list[bytes]) -> builtins.list[bytes]:
+        """As JobStore.whole; a head's parts apart are on its job's shard."""
+        if not heads:
+            return []
+        by_shard: dict[int, builtins.list[int]] = {}
+        for i, head in enumerate(heads):
+            by_shard.setdefault(self.layout.number_shard(number_of(head)), []).append(i)
+        done = list(heads)
+        wholes = await asyncio.gather(
+            *(self.shards[k].whole([heads[i] for i in at]) for k, at in by_shard.items())
+        )
+        for at, records in zip(by_shard.values(), wholes, strict=True):
+            for i, record in zip(at, records, strict=True):
+                done[i] = record
+        return done
+
+    # A node's calls: its shard.
+
+    async def poll(self, node_id: str, caller: str) -> jobs.Polled:
+        return await self.of_node(node_id).poll(node_id, caller)
+
+    def send_poll(self, node_id: str, caller: str) -> Sending[jobs.Polled] | None:
+        return self.of_node(node_id).send_poll(node_id, caller)
+
+    async def poll_wait(self, node_id: str, caller: str, wait: float) -> jobs.Polled:
+        return await self.of_node(node_id).poll_wait(node_id, caller, wait)
+
+    async def register_node(
+        self, reg: NodeRegistration, now: float, who: node_scripts.Registration, token_hash: str
+    ) -> tuple[Node, node_scripts.Registered]:
+        return await self.of_node(reg.id).register_node(reg, now, who, token_hash)
+
+    async def heartbeat(
+        self, node_id: str, now: float, caller: str
+    ) -> tuple[Node, builtins.list[str]]:
+        return await self.of_node(node_id).heartbeat(node_id, now, caller)
+
+    async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:
+        return await self.of_node(node_id).delete_node(node_id, now, caller)
+
+    async def drain_node(
+        self,
+        node_id: str,
+        now: float,
+        by: str = "operator",
+        *,
+        caller: str = "key",
+        listed: bool = False,
+    ) -> node_scripts.Drained:
+        store = self.of_node(node_id)
+        return await store.drain_node(node_id, now, by, caller=caller, listed=listed)
+
+    async def undrain_node(
+        self, node_id: str, *, caller: str = "key", listed: bool = False
+    ) -> bool:
+        return await self.of_node(node_id).undrain_node(node_id, caller=caller, listed=listed)
+
+    async def create_service(self, service: Service, caller: str) -> bytes:
+        return await self.of_node(service.node_id).create_service(service, caller)
+
+    async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
+        if node_id:
+            return await self.of_node(node_id).services(node_id, status, caller)
+        found = await self._each(lambda s: s.services("", status, caller))
+        return [service for page in found for service in page]
+
+    def _of_service(self, service_id: str) -> JobStore:
+        number = job_number("job-" + service_id.removeprefix("svc-")) or 0
+        if number <= self.service_floor:
+            return self.shards[0]
+        return self.shards[number % len(self.shards)]
+
+    async def service(self, service_id: str) -> bytes | None:
+        return await self._of_service(service_id).service(service_id)
+
+    async def set_service_status(self, service_id: str, status: str, caller: str) -> None:
+        if not service_id.startswith("svc-"):
+            raise ServiceNotFound()
+        await self._of_service(service_id).set_service_status(service_id, status, caller)
+
+    # A job's calls: the shard its id names.
+
+    async def get(self, job_id: str) -> bytes | None:
+        return await self.of_job(job_id).get(job_id)
+
+    def send_get(self, job_id: str) -> Any:
+        return self.of_job(job_id).send_get(job_id)
+
+    async def get_wait(self, job_id: str, status_not: str, wait: float) -> bytes | None:
+        return await self.of_job(job_id).get_wait(job_id, status_not, wait)
+
+    async def attempts(self, job_id: str) -> builtins.list[bytes]:
+        return await self.of_job(job_id).attempts(job_id)
+
+    async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
+        return await self.of_job(job_id).report(job_id, update, now, caller)
+
+    async def check_report(self, job_id: str, caller: str) -> None:
+        await self.of_job(job_id).check_report(job_id, caller)
+
+    async def cancel(self, job_id: str, now: float) -> bytes:
+        return await self.of_job(job_id).cancel(job_id, now)
+
+    async def retry(
+        self, job_ids: builtins.list[str], placement: Placement, now: float
+    ) -> builtins.list[Retried]:
+        by_shard: dict[int, builtins.list[str]] = {}
+        for job_id in job_ids:
+            by_shard.setdefault(self.layout.job_shard(job_id), []).append(job_id)
+        done: dict[str, Retried] = {}
+        for shard, ids in by_shard.items():
+            here = self._among(placement, shard) or Placement(placement.mode, ("",))
+            for retried in await self.shards[shard].retry(ids, here, now):
+                done[retried.job_id] = retried
+        return [done[job_id] for job_id in job_ids]
+
+    # Listings: every shard's page, merged.
+
+    async def list(
+        self, node_id: str, status: str, bound: int, limit: int, newest: bool = False
+    ) -> builtins.list[bytes]:
+        if node_id:
+            return await self.of_node(node_id).list(node_id, status, bound, limit, newest)
+        pages = await self._each(lambda s: s.list("", status, bound, limit, newest))
+        return merged(pages, limit, newest, self.settings.max_page_bytes)
+
+    async def counts(self, node_id: str) -> builtins.list[int]:
+        if node_id:
+            return await self.of_node(node_id).counts(node_id)
+        found = await self._each(lambda s: s.counts(""))
+        return [sum(column) for column in zip(*found, strict=True)]
+
+    async def search(
+        self, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
+    ) -> listing.Found:
+        if node_id:
+            return await self.of_node(node_id).search(node_id, status, bound, needle, scan, limit)
+        found = await self._each(lambda s: s.search("", status, bound, needle, scan, limit))
+        return merged_search(found, limit, self.settings.max_page_bytes)
+
+    async def overview(self) -> overview_scripts.Overview:
+        return overview_scripts.merged(await self._each(lambda s: s.overview()))
+
+    async def series(self, first: int, count: int) -> builtins.list[series_scripts.Minute]:
+        return series_scripts.merged(await self._each(lambda s: s.series(first, count)))
+
+    async def keep_series(self) -> None:
+        await self._each(lambda s: s.keep_series())
+
+    async def nodes(self, now: float) -> dict[str, Node]:
+        return {
+            k: v for found in await self._each(lambda s: s.nodes(now)) for k, v in found.items()
+        }
+
+    async def drains(self) -> dict[str, str]:
+        return {k: v for found in await self._each(lambda s: s.drains()) for k, v in found.items()}
+
+    # The deployment's own: shard 0.
+
+    async def add_request_stats(self, deltas: dict[str, float], read: bool) -> dict[str, float]:
+        return await self.shards[0].add_request_stats(deltas, read)
+
+    async def create_schedule(self, schedule: Schedule) -> None:
+        await self.shards[0].create_schedule(schedule)
+
+    async def schedule(self, name: str) -> bytes | None:
+        return await self.shards[0].schedule(name)
+
+    async def list_schedules(self, after: str, limit: int) -> builtins.list[schedules.Stored]:
+        return await self.shards[0].list_schedules(after, limit)
+
+    async def delete_schedule(self, name: str) -> None:
+        await self.shards[0].delete_schedule(name)
+
+    async def change_schedule(self, name: str, change: Callable[[Schedule], Schedule]) -> Schedule:
+        return await self.shards[0].change_schedule(name, change)
+
+
+def merged(
+    pages: Sequence[Sequence[bytes]], limit: int, newest: bool, budget: int
+) -> builtins.list[bytes]:
+    """The shards' pages of one listing as one page: by job number (newest: descending), at
+    most `limit` jobs and `budget` bytes (at least one job), as one shard's would be."""
+    sign = -1 if newest else 1
+    keyed = heapq.merge(*([(sign * number_of(h), h) for h in page] for page in pages))
+    page: builtins.list[bytes] = []
+    size = 0
+    for _, head in itertools.islice(keyed, limit):
+        size += len(head)
+        if page and size > budget:
+            break
+        page.append(head)
+    return page
+
+
+def merged_search(found: Sequence[listing.Found], limit: int, budget: int) -> listing.Found:
+    """The shards' search pages as one. A shard that looked further back than another found
+    jobs the other has not looked at yet: only those newer than the highest point a shard
+    with more to look through stopped at are shown, so the next page (from there) skips none
+    and repeats none."""
+    stops = [f.last for f in found if f.more]
+    stop = max(stops, default=0)
+    pages = [[h for h in f.jobs if number_of(h) > stop] for f in found]
+    jobs_found = merged(pages, limit, True, budget)
+    last = stop or min((f.last for f in found if f.last), default=0)
+    return listing.Found(
+        jobs=jobs_found, looked=sum(f.looked for f in found), last=last, more=bool(stops)
+    )
