@@ -74,7 +74,10 @@ def configure(settings: Settings) -> Context:
 
 
 def current() -> Context:
-    return _current if _current is not None else configure(Settings.from_env())
+    if _current is not None:
+        return _current
+    settings = Settings.from_env()
+    return configure(settings.for_shard(settings.shard))  # as the worker serves (worker.py)
 
 
 def close() -> None:

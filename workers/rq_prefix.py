@@ -1,4 +1,6 @@
-"""rq's keys in the deployment's hash tag: RQ_KEY_PREFIX = "{REDIS_PREFIX}:rq" (store/keys.py).
+"""rq's keys in the deployment's hash tag: RQ_KEY_PREFIX = "{REDIS_PREFIX}:rq" (store/keys.py);
+in a sharded deployment, the hash tag of the shard the worker serves (SCHEDULER_SHARD), so a
+shard's rq work lives on its own Redis Cluster primary with the rest of the shard.
 
 rq reads RQ_KEY_PREFIX once, when rq.defaults is first imported, and builds every key from it
 (queues, jobs, registries, workers). So `workers/__init__.py` calls `pin_rq_prefix` before any
@@ -15,16 +17,25 @@ import os
 import sys
 from collections.abc import Mapping, MutableMapping
 
-from scheduler.config import ConfigError, Settings, redis_prefix_from_env
+from scheduler.config import ConfigError, Settings
 from scheduler.store.keys import Keys
 
 ENV = "RQ_KEY_PREFIX"
+# What names the served shard's prefix (Settings.for_shard), read before the other settings.
+SHARD_ENV = ("REDIS_PREFIX", "SCHEDULER_SHARDS", "SCHEDULER_SHARD")
+
+
+def served_prefix(environ: Mapping[str, str]) -> str:
+    """The REDIS_PREFIX of the shard the environment's worker serves (REDIS_PREFIX itself
+    unsharded), read as `Settings.from_env` reads it; ConfigError as from_env raises."""
+    settings = Settings.from_env({name: environ.get(name, "") for name in SHARD_ENV})
+    return settings.for_shard(settings.shard).redis_prefix
 
 
 def wanted_rq_prefix(environ: Mapping[str, str]) -> str:
-    """The RQ_KEY_PREFIX the environment's REDIS_PREFIX gives; ConfigError when the environment
-    sets RQ_KEY_PREFIX to anything else (or REDIS_PREFIX is invalid)."""
-    wanted = Keys(redis_prefix_from_env(environ)).rq_prefix
+    """The RQ_KEY_PREFIX the environment's REDIS_PREFIX (and shard) gives; ConfigError when the
+    environment sets RQ_KEY_PREFIX to anything else (or REDIS_PREFIX is invalid)."""
+    wanted = Keys(served_prefix(environ)).rq_prefix
     given = environ.get(ENV, "")
     if given not in ("", wanted):
         raise ConfigError(
@@ -55,7 +66,8 @@ def pin_rq_prefix(environ: MutableMapping[str, str] = os.environ) -> str:
 
 
 def check_rq_prefix(settings: Settings) -> None:
-    """At a worker process's start: rq keeps its keys where the settings' deployment does."""
+    """At a worker process's start: rq keeps its keys where the settings' deployment (the
+    served shard's settings, Settings.for_shard) does."""
     from rq.defaults import RQ_KEY_PREFIX
 
     wanted = Keys(settings.redis_prefix).rq_prefix

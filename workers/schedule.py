@@ -44,7 +44,21 @@ class Periodic:
     timeout: int  # rq's time limit for one run
 
 
+# Tasks of shard 0's workers alone in a sharded deployment (README, Shards): schedules are
+# kept on shard 0, and two shards draining one SQS queue would each dedup a message on their
+# own, so a message could make a job on each.
+SHARD_ZERO_TASKS = frozenset({"schedules", "sqs"})
+
+
 def periodic_tasks(settings: Settings) -> list[Periodic]:
+    """The periodic tasks of a worker serving `settings` (a shard's, Settings.for_shard)."""
+    tasks = _every_task(settings)
+    if settings.shard == 0:
+        return tasks
+    return [task for task in tasks if task.name not in SHARD_ZERO_TASKS]
+
+
+def _every_task(settings: Settings) -> list[Periodic]:
     http = math.ceil(settings.http_timeout_secs)
     tasks = [
         Periodic("sweep", "workers.tasks.sweep", settings.sweep_interval_secs, 120),

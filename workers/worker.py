@@ -192,6 +192,13 @@ class SchedulerWorker(SimpleWorker):
             log.warning("worker %s: stop not recorded, Redis unavailable: %s", self.name, exc)
 
 
+def served_settings(settings: Settings) -> Settings:
+    """The settings of the one shard a worker process serves (SCHEDULER_SHARD): its rq
+    queues, periodic tasks, snapshot file, restore and outbox are that shard's. Applied once,
+    at start: for_shard of a shard's own settings would derive another prefix from its."""
+    return settings.for_shard(settings.shard)
+
+
 def build_worker(settings: Settings, kinds: Sequence[str] = KINDS) -> SchedulerWorker:
     connection = connect(settings)
     worker = SchedulerWorker(
@@ -244,15 +251,20 @@ def run(
     rq_log_level: str = "WARNING",
 ) -> int:
     """Work until stopped (SIGTERM/SIGINT: rq finishes the current job first); with `burst`,
-    fire the current periods once, work until the queues are empty, and return."""
+    fire the current periods once, work until the queues are empty, and return. `settings`
+    are the deployment's: the worker serves shard `settings.shard` (served_settings)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per SQS poll
+    settings = served_settings(settings)
     restore_snapshot(settings)
     move_legacy_work(settings)
     context.configure(settings)
     # rq's Worker talks to Redis as it is built: a worker started while Redis is away waits.
     worker = until_redis_answers("start", functools.partial(build_worker, settings, kinds))
     trigger = Trigger(worker.connection, settings)
-    log.info("worker %s: queues %s", worker.name, ", ".join(worker.queue_names()))
+    log.info(
+        "worker %s: shard %d of %d, queues %s",
+        *(worker.name, settings.shard, settings.shards, ", ".join(worker.queue_names())),
+    )
     try:
         if burst:
             trigger.tick(redis_time(worker.connection))

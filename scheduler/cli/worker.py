@@ -1,9 +1,12 @@
 """`scheduler worker`: the background work (timeout sweep, SQS ingestion, SNS publishing,
-snapshot) as an rq worker; run as many as you like (workers/)."""
+snapshot) as an rq worker; run as many as you like (workers/), in a sharded deployment at
+least one for each shard (--shard or SCHEDULER_SHARD)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 
 from scheduler.config import ConfigError, Settings
@@ -19,13 +22,26 @@ def _kinds(raw: str) -> list[str]:
     return kinds
 
 
+def _shard(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be at least 0")
+    return value
+
+
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        # Importing workers/ fixes rq's key prefix from REDIS_PREFIX (workers/rq_prefix.py).
+        if args.shard is not None:
+            settings = dataclasses.replace(settings, shard=args.shard)
+            settings.validate()
+            # Where workers/ reads it, as it fixes rq's key prefix below.
+            os.environ["SCHEDULER_SHARD"] = str(args.shard)
+        # Importing workers/ fixes rq's key prefix from REDIS_PREFIX and the shard's
+        # (workers/rq_prefix.py).
         from workers.rq_prefix import check_rq_prefix
-        from workers.worker import run
+        from workers.worker import run, served_settings
 
-        check_rq_prefix(settings)
+        check_rq_prefix(served_settings(settings))
     except ConfigError as exc:
         print(f"scheduler: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -41,6 +57,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=_kinds,
         default=list(KINDS),
         help="which of the queues to work on (default: periodic,events; periodic first)",
+    )
+    worker.add_argument(
+        "--shard",
+        type=_shard,
+        default=None,
+        help="the shard this worker serves, below SCHEDULER_SHARDS (default $SCHEDULER_SHARD "
+        "or 0; README, Shards)",
     )
     worker.add_argument(
         "--burst", action="store_true", help="fire the current periods once, work, then exit"

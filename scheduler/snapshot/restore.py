@@ -168,7 +168,7 @@ def _decide(
     else:
         holds_jobs, highest = snapshot_db.snapshot_summary(path)
         if _has_jobs(store):
-            counter = int(store.redis.get(keys.job_seq) or 0)
+            counter = drawn_up_to(int(store.redis.get(keys.job_seq) or 0), settings)
             if highest > counter:
                 raise RestoreRefused(
                     f"Redis (prefix {keys.prefix!r}) counts jobs up to job-{counter} but the "
@@ -187,6 +187,12 @@ def _decide(
         store.redis.set(keys.restoring, source)
     _load(store, source, _mark_dirty(source, path), lock, lock_ttl, now, into_empty=True)
     return True
+
+
+def drawn_up_to(counter: int, settings: Settings) -> int:
+    """The highest job number a shard whose id counter is `counter` has made: shard k of S
+    draws counter x S + k (store/shards.py); the counter itself, unsharded."""
+    return counter * settings.shards + settings.shard if counter else 0
 
 
 def _mark_dirty(source: str, scheduler_db: str) -> bool:
