@@ -39,7 +39,8 @@ class ClusterNode:
 @dataclass(frozen=True)
 class Cluster:
     nodes: list[ClusterNode]  # the primaries as formed (a failover may change that)
-    replicas: list[ClusterNode] = field(default_factory=list)  # replicas[i] of nodes[i]
+    # replicas[i] replicates nodes[i % len(nodes)] as formed
+    replicas: list[ClusterNode] = field(default_factory=list)
     # Each node's redis-server by port, and how to start it again (kill, restart).
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, compare=False)
     start: Callable[[ClusterNode], subprocess.Popen[bytes]] | None = field(
