@@ -19,12 +19,14 @@ from typing import Any
 
 import pytest
 
+from scheduler.config import Settings
 from scheduler.store.keys import Keys
-from scheduler.store.shards import Layout, key_slot, node_shard, shard_prefixes
+from scheduler.store.shards import Layout, node_shard
 from tests.fakes import eventually
 from tests.processes import PortTaken, request_many, scheduler_env, wait_http
 from tests.redis_cluster import Cluster, ClusterNode, redis_cluster
 from tests.redis_server import free_port
+from tests.test_cluster import slot_of
 from tests.test_faults import Fleet
 
 pytestmark = pytest.mark.cluster
@@ -64,6 +66,12 @@ def sharded_api(cluster: Cluster, prefix: str, tmp_path: Path, **extra: str) -> 
         fleet.stop_all()
     # Reached when the test's body passed: a refusal is a 503 the API answers, not a crash.
     assert "Traceback" not in fleet.log_tail("api", 10**6), fleet.log_tail("api")
+
+
+def shard_prefixes(prefix: str) -> list[str]:
+    """Each shard's REDIS_PREFIX, as the deployment's settings name them."""
+    settings = Settings.from_env({"REDIS_PREFIX": prefix, "SCHEDULER_SHARDS": str(SHARDS)})
+    return [settings.for_shard(k).redis_prefix for k in range(SHARDS)]
 
 
 def send(url: str, requests: list[tuple[str, str, Any]]) -> list[tuple[int, bytes]]:
@@ -145,8 +153,8 @@ def cluster() -> Iterator[Cluster]:
 def test_jobs_and_nodes_spread_evenly_over_the_three_primaries(
     cluster: Cluster, prefix: str, tmp_path: Path
 ) -> None:
-    prefixes = shard_prefixes(prefix, SHARDS)
-    owners = [cluster.owner(key_slot(p)) for p in prefixes]
+    prefixes = shard_prefixes(prefix)
+    owners = [cluster.owner(slot_of(p)) for p in prefixes]
     assert len(set(owners)) == SHARDS, "each shard's tag on a primary of its own"
     # Rendezvous hashing of these fixed ids (600: enough for a tenth's spread).
     node_ids = [f"node-{i}" for i in range(600)]
@@ -219,7 +227,7 @@ def test_a_primary_failover_stops_only_its_shard_and_loses_and_repeats_nothing(
     replicated: Cluster, prefix: str, tmp_path: Path
 ) -> None:
     cluster = replicated
-    dead_slot = key_slot(shard_prefixes(prefix, SHARDS)[1])
+    dead_slot = slot_of(shard_prefixes(prefix)[1])
     dead, others = {1}, {0, 2}  # shard 1's primary dies
     primary = cluster.owner(dead_slot)
     replica = cluster.replicas[cluster.nodes.index(primary)]
