@@ -16,13 +16,13 @@ import pytest
 import redis
 
 from scheduler.config import Settings
+from scheduler.config.shards import shard_prefixes
 from scheduler.models.job import JobCreate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
-from scheduler.store.shards import shard_prefixes
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import SettingsFactory, last_heard
 from tests.processes import scheduler_env
