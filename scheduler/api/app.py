@@ -34,6 +34,7 @@ from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource, node_source
 from scheduler.snapshot.restore import restore_at_start
+from scheduler.store.errors import LayoutChanged
 from scheduler.store.jobs import JobStore
 from scheduler.store.sharded import ShardedStore
 
@@ -53,9 +54,6 @@ EXCEPTION_HANDLERS: dict[type[Exception] | int, Callable[..., object]] = {
     **exception_handlers(),
     HTTPException: on_starlette_error,
 }
-
-
-LAYOUT_RETRY_SECS = 1.0
 
 
 def tune_gc() -> None:
@@ -88,19 +86,20 @@ async def keep_series(store: Store) -> None:
 
 
 async def open_store(settings: Settings) -> Store:
-    """The store of one shard's layout, or with SCHEDULER_SHARDS > 1 of every shard, once the
-    deployment's layout is read (store/sharded.py; tried again while Redis is unreachable:
-    without it no job id can be routed)."""
+    """The store of one shard's layout, or with SCHEDULER_SHARDS > 1 of every shard, with the
+    deployment's layout read (store/sharded.py: while Redis is unreachable, on first use)."""
     if settings.shards == 1:
-        return JobStore.connect(settings)
+        single = JobStore.connect(settings)
+        with contextlib.suppress(RedisError, OSError):
+            if (recorded := await single.recorded_shards()) != 1:
+                raise LayoutChanged(1, recorded)
+        return single
     store = ShardedStore.connect(settings)
-    while True:
-        try:
-            await store.start()
-            return store
-        except (RedisError, OSError) as exc:
-            log.warning("the shards' layout not read, Redis unavailable (retrying): %s", exc)
-            await asyncio.sleep(LAYOUT_RETRY_SECS)
+    try:
+        await store.start()
+    except (RedisError, OSError) as exc:
+        log.warning("the shards' layout not read yet, Redis unavailable: %s", exc)
+    return store
 
 
 def create_app(settings: Settings | None = None, nodes: NodeSource | None = None) -> Starlette:

@@ -101,3 +101,13 @@ class ReplicasNotAcked(RedisConnectionError):
         )
         self.acked = acked
         self.wanted = wanted
+
+
+class LayoutChanged(RuntimeError):
+    """SCHEDULER_SHARDS is not the shard count the deployment was first started with."""
+
+    def __init__(self, configured: int, recorded: int) -> None:
+        super().__init__(
+            f"SCHEDULER_SHARDS is {configured}, but this deployment was started with {recorded} "
+            "shard(s); changing the count is not supported (docs/ARCHITECTURE.md, Shards)"
+        )

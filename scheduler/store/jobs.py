@@ -95,6 +95,10 @@ class JobStore(ScheduleCalls):
             MuxRedis(settings.redis_url, timeout=timeout, prefix=settings.redis_prefix), settings
         )
 
+    async def recorded_shards(self) -> int:
+        """The shard count this deployment was first started with (1: never sharded)."""
+        return int(await self.redis.execute("HGET", self.keys.shards, "count") or 1)
+
     async def aclose(self) -> None:
         await self.notifier.aclose()
         await self.redis.aclose()

@@ -28,7 +28,8 @@ from scheduler.models.schedule import Schedule
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.connection.notify import Notifier
-from scheduler.store.errors import ServiceNotFound
+from scheduler.store.connection.protocol import Reply
+from scheduler.store.errors import LayoutChanged, ServiceNotFound
 from scheduler.store.jobs import JobStore, Moves, Sending
 from scheduler.store.scripts import Call, jobs, layout, listing, schedules
 from scheduler.store.scripts import nodes as node_scripts
@@ -49,10 +50,6 @@ class _Id(msgspec.Struct):
 _id_decoder = msgspec.json.Decoder(_Id)
 
 
-class LayoutChanged(RuntimeError):
-    """SCHEDULER_SHARDS differs from the count the deployment was first started with."""
-
-
 def number_of(head: bytes) -> int:
     return job_number(_id_decoder.decode(head).job_id) or 0
 
@@ -65,6 +62,7 @@ class ShardedStore:
         self.settings = settings
         self.layout = Layout(len(shards))
         self.service_floor = 0
+        self.started = False
         self._turn = itertools.count()
         self._live: tuple[float, list[int]] = (0.0, [])
 
@@ -79,17 +77,22 @@ class ShardedStore:
 
     async def start(self) -> None:
         """Records the layout at the deployment's first sharded start, or checks it; then
-        raises every shard's counters above the floors (scripts/layout.py)."""
+        raises every shard's counters above the floors (scripts/layout.py). Run at the app's
+        start and, while it has not succeeded (Redis unreachable then), before any call that
+        routes a job or service id or makes one: such calls answer 503 until it has."""
         count, floor, service_floor = await self.shards[0].run(
             layout.record_shards(len(self.shards))
         )
         if count != len(self.shards):
-            raise LayoutChanged(
-                f"SCHEDULER_SHARDS: {len(self.shards)}, but this deployment was started with "
-                f"{count} shards; changing the count is not supported"
-            )
+            raise LayoutChanged(len(self.shards), count)
         self.layout, self.service_floor = Layout(count, floor), service_floor
         await self._each(lambda s: s.run(layout.raise_counters(floor, service_floor)))
+        self.started = True
+
+    async def ready(self) -> Layout:
+        if not self.started:
+            await self.start()
+        return self.layout
 
     async def aclose(self) -> None:
         await self._each(lambda s: s.aclose())
@@ -97,8 +100,8 @@ class ShardedStore:
     async def _each(self, call: Callable[[JobStore], Awaitable[T]]) -> builtins.list[T]:
         return list(await asyncio.gather(*(call(s) for s in self.shards)))
 
-    def of_job(self, job_id: str) -> JobStore:
-        return self.shards[self.layout.job_shard(job_id)]
+    async def of_job(self, job_id: str) -> JobStore:
+        return self.shards[(await self.ready()).job_shard(job_id)]
 
     def of_node(self, node_id: str) -> JobStore:
         return self.shards[node_shard(node_id, len(self.shards))]
@@ -123,9 +126,9 @@ class ShardedStore:
 
     async def _order(self, job: Job | None, dedup: Dedup) -> builtins.list[int]:
         """The shards to try a new job on, best first."""
-        count = len(self.shards)
+        count, where = len(self.shards), await self.ready()
         if job is not None and job.after:
-            homes = {self.layout.job_shard(dep) for dep in job.after}
+            homes = {where.job_shard(dep) for dep in job.after}
             if len(homes) > 1:
                 raise InvalidInput("after: the jobs it runs after are on different shards")
             return [homes.pop()]
@@ -179,8 +182,9 @@ class ShardedStore:
         if not heads:
             return []
         by_shard: dict[int, builtins.list[int]] = {}
+        where = await self.ready()
         for i, head in enumerate(heads):
-            by_shard.setdefault(self.layout.number_shard(number_of(head)), []).append(i)
+            by_shard.setdefault(where.number_shard(number_of(head)), []).append(i)
         done = list(heads)
         wholes = await asyncio.gather(
             *(self.shards[k].whole([heads[i] for i in at]) for k, at in by_shard.items())
@@ -240,49 +244,55 @@ class ShardedStore:
         found = await self._each(lambda s: s.services("", status, caller))
         return [service for page in found for service in page]
 
-    def _of_service(self, service_id: str) -> JobStore:
+    async def _of_service(self, service_id: str) -> JobStore:
+        await self.ready()
         number = job_number("job-" + service_id.removeprefix("svc-")) or 0
         if number <= self.service_floor:
             return self.shards[0]
         return self.shards[number % len(self.shards)]
 
     async def service(self, service_id: str) -> bytes | None:
-        return await self._of_service(service_id).service(service_id)
+        return await (await self._of_service(service_id)).service(service_id)
 
     async def set_service_status(self, service_id: str, status: str, caller: str) -> None:
         if not service_id.startswith("svc-"):
             raise ServiceNotFound()
-        await self._of_service(service_id).set_service_status(service_id, status, caller)
+        store = await self._of_service(service_id)
+        await store.set_service_status(service_id, status, caller)
 
     # A job's calls: the shard its id names.
 
     async def get(self, job_id: str) -> bytes | None:
-        return await self.of_job(job_id).get(job_id)
+        return await (await self.of_job(job_id)).get(job_id)
 
-    def send_get(self, job_id: str) -> Any:
-        return self.of_job(job_id).send_get(job_id)
+    def send_get(self, job_id: str) -> Reply | None:
+        """As JobStore.send_get; None before the layout is read (the caller awaits `get`)."""
+        if not self.started:
+            return None
+        return self.shards[self.layout.job_shard(job_id)].send_get(job_id)
 
     async def get_wait(self, job_id: str, status_not: str, wait: float) -> bytes | None:
-        return await self.of_job(job_id).get_wait(job_id, status_not, wait)
+        return await (await self.of_job(job_id)).get_wait(job_id, status_not, wait)
 
     async def attempts(self, job_id: str) -> builtins.list[bytes]:
-        return await self.of_job(job_id).attempts(job_id)
+        return await (await self.of_job(job_id)).attempts(job_id)
 
     async def report(self, job_id: str, update: JobUpdate, now: float, caller: str) -> bytes:
-        return await self.of_job(job_id).report(job_id, update, now, caller)
+        return await (await self.of_job(job_id)).report(job_id, update, now, caller)
 
     async def check_report(self, job_id: str, caller: str) -> None:
-        await self.of_job(job_id).check_report(job_id, caller)
+        await (await self.of_job(job_id)).check_report(job_id, caller)
 
     async def cancel(self, job_id: str, now: float) -> bytes:
-        return await self.of_job(job_id).cancel(job_id, now)
+        return await (await self.of_job(job_id)).cancel(job_id, now)
 
     async def retry(
         self, job_ids: builtins.list[str], placement: Placement, now: float
     ) -> builtins.list[Retried]:
         by_shard: dict[int, builtins.list[str]] = {}
+        where = await self.ready()
         for job_id in job_ids:
-            by_shard.setdefault(self.layout.job_shard(job_id), []).append(job_id)
+            by_shard.setdefault(where.job_shard(job_id), []).append(job_id)
         done: dict[str, Retried] = {}
         for shard, ids in by_shard.items():
             here = self._among(placement, shard) or Placement(placement.mode, ("",))

@@ -17,10 +17,10 @@ from scheduler.models.record import INLINE_BYTES, is_whole
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.connection.protocol import is_no_function
-from scheduler.store.errors import ReplicasNotAcked
+from scheduler.store.errors import LayoutChanged, ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.records import STAGED_SECS, apart_keys, complete, creation
-from scheduler.store.scripts import Call, functions, schedules, snapshot, upkeep
+from scheduler.store.scripts import Call, functions, layout, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
@@ -42,6 +42,16 @@ class SyncJobStore:
 
     def close(self) -> None:
         self.redis.close()
+
+    def settle_layout(self, count: int) -> None:
+        """On shard 0 (the deployment's own settings): refuses a shard count other than the
+        recorded one (RECORD_SHARDS records it at the first sharded start, as the API does)."""
+        if count == 1:
+            recorded = int(self.redis.hget(self.keys.shards, "count") or 1)
+        else:
+            recorded = self.run(layout.record_shards(count))[0]
+        if recorded != count:
+            raise LayoutChanged(count, recorded)
 
     def run(self, call: Call[T]) -> T:
         """The call as a FCALL of the scripts' function library (scripts/functions.py),
