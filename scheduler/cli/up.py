@@ -274,6 +274,11 @@ def supervise(sup: Supervisor) -> int:
 
 
 def run_up(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.shards > 1:
+        raise ConfigError(
+            f"SCHEDULER_SHARDS={settings.shards}: `up` runs one shard, on one machine; a "
+            "sharded deployment runs a worker per shard on a Redis Cluster (README, Shards)"
+        )
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     connect_host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host

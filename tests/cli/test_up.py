@@ -306,6 +306,21 @@ def test_up_refuses_a_port_in_use(tmp_path: Path, ups: list[Up]) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_up_refuses_shards_clearly(tmp_path: Path) -> None:
+    env = {**_env(), "SCHEDULER_SHARDS": "3"}
+    result = subprocess.run(
+        _up_command(free_port(), tmp_path / "d"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "SCHEDULER_SHARDS=3: `up` runs one shard" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "d").exists()  # refused before it made or started anything
+
+
 def test_up_runs_its_agents_with_node_tokens(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
