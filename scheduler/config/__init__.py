@@ -245,7 +245,7 @@ class Settings:
 
     def for_shard(self, shard: int) -> Settings:
         """The settings of shard `shard` of this (unsharded: shard 0's) deployment: its prefix
-        (store/shards.py) and its own snapshot file, `scheduler-1.db` beside `scheduler.db`."""
+        (config/shards.py) and its own snapshot file, `scheduler-1.db` beside `scheduler.db`."""
         prefix = shard_prefixes(self.redis_prefix, self.shards)[shard]
         return replace(
             self, redis_prefix=prefix, scheduler_db=shard_db(self.scheduler_db, shard), shard=shard

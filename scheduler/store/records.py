@@ -42,6 +42,11 @@ class _Id(msgspec.Struct):
 _id_decoder = msgspec.json.Decoder(_Id)
 
 
+def head_id(head: bytes) -> str:
+    """The job id of a record's head (models/record.py)."""
+    return _id_decoder.decode(head).job_id
+
+
 def job_parts(keys: Keys, job_id: str) -> list[str]:
     """The keys of the job's record, in the order `assemble` reads them: head, spec,
     outputs."""
@@ -88,9 +93,7 @@ def apart_keys(keys: Keys, heads: Sequence[bytes]) -> tuple[list[int], list[str]
     """Of a script's heads, which name parts apart (their places), and the keys to MGET for
     them: the spec and outputs of each (`complete` puts them in)."""
     places = [i for i, head in enumerate(heads) if has_apart(head)]
-    wanted = [
-        key for i in places for key in job_parts(keys, _id_decoder.decode(heads[i]).job_id)[1:]
-    ]
+    wanted = [key for i in places for key in job_parts(keys, head_id(heads[i]))[1:]]
     return places, wanted
 
 

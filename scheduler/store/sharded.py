@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import heapq
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
-
-import msgspec
 
 from scheduler.config import Settings
 from scheduler.models.job import Job, JobUpdate, job_number
@@ -31,27 +29,17 @@ from scheduler.store.connection.notify import Notifier
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.errors import LayoutChanged, ServiceNotFound
 from scheduler.store.jobs import JobStore, Moves, Sending
+from scheduler.store.merging import merged, merged_search, number_of
 from scheduler.store.scripts import Call, jobs, layout, listing, schedules
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts import series as series_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.retry import Retried
-from scheduler.store.shards import Layout, key_shard, node_shard
+from scheduler.store.shards import Layout, key_order, node_shard
 
 T = TypeVar("T")
 LIVE_CACHE_SECS = 1.0  # how long a process trusts what it learnt of the shards' live nodes
-
-
-class _Id(msgspec.Struct):
-    job_id: str = ""
-
-
-_id_decoder = msgspec.json.Decoder(_Id)
-
-
-def number_of(head: bytes) -> int:
-    return job_number(_id_decoder.decode(head).job_id) or 0
 
 
 class ShardedStore:
@@ -125,7 +113,10 @@ class ShardedStore:
         return self._live[1]
 
     async def _order(self, job: Job | None, dedup: Dedup) -> builtins.list[int]:
-        """The shards to try a new job on, best first."""
+        """The shards to try a new job on, best first: the shard of the jobs it runs after;
+        for an idempotency key, the same order at every replay (a shard that passed the job
+        on marks the key, so the replay passes on to the shard that made it: create.py); else
+        the shards with live nodes in turn, then the others."""
         count, where = len(self.shards), await self.ready()
         if job is not None and job.after:
             homes = {where.job_shard(dep) for dep in job.after}
@@ -133,11 +124,11 @@ class ShardedStore:
                 raise InvalidInput("after: the jobs it runs after are on different shards")
             return [homes.pop()]
         if dedup.key:
-            first = key_shard(f"{dedup.space}:{dedup.key}", count)
-            return [(first + i) % count for i in range(count)]
+            return key_order(f"{dedup.space}:{dedup.key}", count)
         live = await self._live_shards()
         first = next(self._turn) % len(live)
-        return live[first:] + live[:first]
+        rest = [k for k in range(count) if k not in live]
+        return live[first:] + live[:first] + rest
 
     def _among(self, placement: Placement, shard: int) -> Placement | None:
         """`placement` on one shard: its candidates that are the shard's nodes (None: none)."""
@@ -150,13 +141,16 @@ class ShardedStore:
     async def _placed(
         self, job: Job | None, placement: Placement, dedup: Dedup, make: Callable[..., Any]
     ) -> Any:
-        """`make(shard store, placement)` on the first shard that has a node for it."""
-        for shard in await self._order(job, dedup):
+        """`make(shard store, placement)` on the first shard that has a node for it; the
+        last one tried makes it even without (waiting unplaced, as unsharded)."""
+        order = await self._order(job, dedup)
+        for i, shard in enumerate(order):
             here = self._among(placement, shard)
             if here is None:
                 continue
             try:
-                return await make(self.shards[shard], here)
+                elsewhere = i < len(order) - 1
+                return await make(self.shards[shard], replace(here, elsewhere=elsewhere))
             except NoHealthyNodes:
                 continue
         raise NoHealthyNodes()
@@ -360,35 +354,3 @@ class ShardedStore:
 
     async def change_schedule(self, name: str, change: Callable[[Schedule], Schedule]) -> Schedule:
         return await self.shards[0].change_schedule(name, change)
-
-
-def merged(
-    pages: Sequence[Sequence[bytes]], limit: int, newest: bool, budget: int
-) -> builtins.list[bytes]:
-    """The shards' pages of one listing as one page: by job number (newest: descending), at
-    most `limit` jobs and `budget` bytes (at least one job), as one shard's would be."""
-    sign = -1 if newest else 1
-    keyed = heapq.merge(*([(sign * number_of(h), h) for h in page] for page in pages))
-    page: builtins.list[bytes] = []
-    size = 0
-    for _, head in itertools.islice(keyed, limit):
-        size += len(head)
-        if page and size > budget:
-            break
-        page.append(head)
-    return page
-
-
-def merged_search(found: Sequence[listing.Found], limit: int, budget: int) -> listing.Found:
-    """The shards' search pages as one. A shard that looked further back than another found
-    jobs the other has not looked at yet: only those newer than the highest point a shard
-    with more to look through stopped at are shown, so the next page (from there) skips none
-    and repeats none."""
-    stops = [f.last for f in found if f.more]
-    stop = max(stops, default=0)
-    pages = [[h for h in f.jobs if number_of(h) > stop] for f in found]
-    jobs_found = merged(pages, limit, True, budget)
-    last = stop or min((f.last for f in found if f.last), default=0)
-    return listing.Found(
-        jobs=jobs_found, looked=sum(f.looked for f in found), last=last, more=bool(stops)
-    )

@@ -19,21 +19,21 @@ from dataclasses import dataclass
 from scheduler.models.job import job_number
 
 
+def _rank(name: str, shard: int) -> bytes:
+    return hashlib.blake2b(f"{shard}:{name}".encode(), digest_size=8).digest()
+
+
 def node_shard(node_id: str, count: int) -> int:
     """The shard that holds node `node_id`: the one that ranks it highest (rendezvous)."""
     if count == 1:
         return 0
-
-    def rank(k: int) -> bytes:
-        return hashlib.blake2b(f"{k}:{node_id}".encode(), digest_size=8).digest()
-
-    return max(range(count), key=rank)
+    return max(range(count), key=lambda k: _rank(node_id, k))
 
 
-def key_shard(key: str, count: int) -> int:
-    """The shard an idempotency key's job is made on, so a replay finds what it made."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % count
+def key_order(key: str, count: int) -> list[int]:
+    """The shards an idempotency key's job is tried on, in an order of the key's own (the
+    same at every replay) that spreads keys evenly over the shards."""
+    return sorted(range(count), key=lambda k: _rank(key, k), reverse=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,9 @@ _NEW_JOB = """
 -- Returns {OK, head} | {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH}
 --   | {NOT_STAGED} (the staged spec is gone)
 --   | {NO_NODES} | {NOT_READY}{AFTER_CODES}.
+-- elsewhere = 1: another shard may take the job (store/sharded.py): with no node for it,
+-- NO_NODES rather than made unplaced, its idempotency key then marked ELSEWHERE.
+local ELSEWHERE = "-"
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
 local function unmade(reply)
@@ -111,6 +114,7 @@ local dedup = false
 if tonumber(dedup_ttl) > 0 then
   dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
   local seen = redis.call("GET", dedup)
+  if seen == ELSEWHERE then return unmade({NO_NODES}) end  -- made on a later shard
   if seen then
     local id, made_by = string.match(seen, "^(%S+) ?(.*)$")
     if made_by ~= fingerprint then return unmade({MISMATCH}) end
@@ -122,7 +126,12 @@ end
 local node, reason = nil, nil
 if due == "" or not needs_fit(ask) then
   node, reason = pick_node(mode, candidates, ask, tonumber(now) - tonumber(node_ttl))
-  if not node and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)) then
+  if not node and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)
+      or elsewhere == "1") then
+    -- a replay of the key passes on here to the shard that made it (store/sharded.py)
+    if dedup and elsewhere == "1" then
+      redis.call("SET", dedup, ELSEWHERE, "EX", tonumber(dedup_ttl))
+    end
     return unmade({NO_NODES})
   end
 end
@@ -163,7 +172,7 @@ if status == "pending" and node ~= "" then wake_node(node) end
 """
 _ARGV = (
     "record spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
-    "cpus memory_mb selector shards shard"
+    "cpus memory_mb selector shards shard elsewhere"
 )
 
 CREATE_JOB = Script(
@@ -242,7 +251,7 @@ def create_job(
         fingerprint=dedup.fingerprint, candidates=placement.candidates, cpus=asks.cpus,
         memory_mb=asks.memory_mb,
         selector=json.dumps(asks.node_selector) if asks.node_selector else "",
-        shards=numbering[0], shard=numbering[1],
+        shards=numbering[0], shard=numbering[1], elsewhere=int(placement.elsewhere),
     )  # fmt: skip
     if not after:
         call = CREATE_JOB.call(**args)

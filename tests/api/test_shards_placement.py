@@ -1,0 +1,85 @@
+"""Placement over the shards of a sharded deployment (store/sharded.py): a job that asks for
+a node goes to the shard holding one, not to whichever shard's turn it is, and an
+Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from scheduler.store.keys import Keys
+from scheduler.store.shards import Layout, key_order, node_shard
+from tests.conftest import ClientFactory, SettingsFactory, assert_json, register
+
+SHARDS = 3
+
+
+def node_on(shard: int, stem: str) -> str:
+    """The first id `stem`-i that lands on `shard`."""
+    return next(f"{stem}-{i}" for i in range(1000) if node_shard(f"{stem}-{i}", SHARDS) == shard)
+
+
+def register_labelled(api: TestClient, node_id: str, **labels: str) -> None:
+    body = {"id": node_id, "hostname": node_id, "cpu_count": 2, "labels": labels}
+    assert api.post("/nodes/register", json=body).status_code == 201
+
+
+def every_job(api: TestClient) -> list[dict[str, Any]]:
+    jobs: list[dict[str, Any]] = assert_json(api.get("/jobs"))
+    return jobs
+
+
+def test_a_job_asking_a_label_goes_to_the_one_shard_that_has_it(
+    make_client: ClientFactory,
+) -> None:
+    api = make_client(shards=SHARDS)
+    gpu = node_on(2, "gpu")
+    register(api, node_on(0, "cpu"), node_on(1, "cpu"))
+    register_labelled(api, gpu, kind="gpu")
+    made = [
+        assert_json(api.post("/jobs", json={"command": "x", "node_selector": {"kind": "gpu"}}), 201)
+        for _ in range(6)
+    ]
+    assert {job["node_id"] for job in made} == {gpu}
+    assert {Layout(SHARDS).job_shard(job["job_id"]) for job in made} == {2}
+    plain = [assert_json(api.post("/jobs", json={"command": "y"}), 201) for _ in range(6)]
+    assert {Layout(SHARDS).job_shard(job["job_id"]) for job in plain} == {0, 1, 2}
+
+
+def test_a_job_no_node_can_take_is_made_once_and_waits(make_client: ClientFactory) -> None:
+    api = make_client(shards=SHARDS)
+    register(api, *(node_on(k, "n") for k in range(SHARDS)))
+    job = assert_json(
+        api.post("/jobs", json={"command": "x", "node_selector": {"kind": "tpu"}}), 201
+    )
+    assert (job["status"], job["node_id"], job["pending_reason"]) == ("pending", "", "no_fit")
+    assert [j["job_id"] for j in every_job(api)] == [job["job_id"]]
+
+
+def test_a_replay_finds_its_job_on_a_later_shard_after_an_earlier_one_can_take_it(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: Any
+) -> None:
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    key = "replay-1"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]  # as api/hot.py keeps a key
+    first, _, last = key_order(f"submit:{digest}", SHARDS)
+    register(api, *(node_on(k, "n") for k in range(SHARDS)))
+    register_labelled(api, node_on(last, "gpu"), kind="gpu")
+    body = {"command": "x", "node_selector": {"kind": "gpu"}}
+    headers = {"Idempotency-Key": key}
+    made = assert_json(api.post("/jobs", json=body, headers=headers), 201)
+    assert Layout(SHARDS).job_shard(made["job_id"]) == last
+    # Now the key's first shard has a node for it too: the replay must not make a second job.
+    register_labelled(api, node_on(first, "gpu2"), kind="gpu")
+    again = assert_json(api.post("/jobs", json=body, headers=headers), 200)
+    assert again["job_id"] == made["job_id"]
+    assert [j["job_id"] for j in every_job(api)] == [made["job_id"]]
+    refused = api.post("/jobs", json={**body, "command": "other"}, headers=headers)
+    assert refused.status_code == 422
+    assert [j["job_id"] for j in every_job(api)] == [made["job_id"]]
+    # The shards it passed through hold the key's mark, not a job.
+    first_keys = Keys(settings.for_shard(first).redis_prefix)
+    assert rclient.get(first_keys.submission(digest)) == b"-"
