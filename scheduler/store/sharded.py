@@ -289,7 +289,7 @@ class ShardedStore:
             by_shard.setdefault(where.job_shard(job_id), []).append(job_id)
         done: dict[str, Retried] = {}
         for shard, ids in by_shard.items():
-            here = self._among(placement, shard) or Placement(placement.mode, ("",))
+            here = self._among(placement, shard) or Placement(placement.mode)
             for retried in await self.shards[shard].retry(ids, here, now):
                 done[retried.job_id] = retried
         return [done[job_id] for job_id in job_ids]
