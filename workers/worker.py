@@ -39,7 +39,7 @@ from rq.worker import SimpleWorker
 from scheduler.config import Settings
 from scheduler.snapshot.restore import OLD_LAYOUT_RETRY_SECS, restore_at_process_start
 from scheduler.store.migrate import OldLayoutAlive
-from scheduler.store.sync_store import SyncJobStore
+from scheduler.store.sync_store import check_layout
 from workers import context
 from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, RoutineFailure, until_redis_answers
 from workers.queues import KINDS, ClaimingQueue, connect, queues
@@ -200,15 +200,6 @@ def served_settings(settings: Settings) -> Settings:
     return settings.for_shard(settings.shard)
 
 
-def settle_layout(settings: Settings) -> None:
-    """The deployment's shard count checked against the recorded one (SyncJobStore)."""
-    store = SyncJobStore.connect(settings)
-    try:
-        store.settle_layout(settings.shards)
-    finally:
-        store.close()
-
-
 def build_worker(settings: Settings, kinds: Sequence[str] = KINDS) -> SchedulerWorker:
     connection = connect(settings)
     worker = SchedulerWorker(
@@ -264,7 +255,7 @@ def run(
     fire the current periods once, work until the queues are empty, and return. `settings`
     are the deployment's: the worker serves shard `settings.shard` (served_settings)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per SQS poll
-    until_redis_answers("layout", functools.partial(settle_layout, settings))
+    until_redis_answers("layout", functools.partial(check_layout, settings))
     settings = served_settings(settings)
     restore_snapshot(settings)
     move_legacy_work(settings)

@@ -86,19 +86,27 @@ async def keep_series(store: Store) -> None:
 
 
 async def open_store(settings: Settings) -> Store:
-    """The store of one shard's layout, or with SCHEDULER_SHARDS > 1 of every shard, with the
-    deployment's layout read (store/sharded.py: while Redis is unreachable, on first use)."""
-    if settings.shards == 1:
-        single = JobStore.connect(settings)
-        with contextlib.suppress(RedisError, OSError):
-            if (recorded := await single.recorded_shards()) != 1:
-                raise LayoutChanged(1, recorded)
-        return single
-    store = ShardedStore.connect(settings)
+    """The store of one shard's layout, or with SCHEDULER_SHARDS > 1 of every shard: the shard
+    count checked against the recorded one (before any restore, which would fill another
+    layout's shards), each shard's snapshot restored into a Redis that lost its data
+    (snapshot.py), then a sharded deployment's layout read (store/sharded.py; while Redis is
+    unreachable, on first use)."""
+    store = JobStore.connect(settings) if settings.shards == 1 else ShardedStore.connect(settings)
+    zero = store if isinstance(store, JobStore) else store.shards[0]
     try:
-        await store.start()
+        await zero.check_layout(settings.shards)
+    except LayoutChanged:
+        await store.aclose()
+        raise
     except (RedisError, OSError) as exc:
-        log.warning("the shards' layout not read yet, Redis unavailable: %s", exc)
+        log.warning("the shard count not checked, Redis unavailable: %s", exc)
+    for shard in range(settings.shards):
+        await restore_at_start(settings.for_shard(shard))
+    if isinstance(store, ShardedStore):
+        try:
+            await store.start()
+        except (RedisError, OSError) as exc:
+            log.warning("the shards' layout not read yet, Redis unavailable: %s", exc)
     return store
 
 
@@ -110,8 +118,6 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         app.state.settings = settings
         warn_if_agents_open(settings)
         # Before serving: a Redis that lost its data gets the snapshot back first (snapshot.py).
-        for shard in range(settings.shards):
-            await restore_at_start(settings.for_shard(shard))
         app.state.store = await open_store(settings)
         await keep_series(app.state.store)
         app.state.nodes = nodes or node_source(settings, app.state.store.nodes)

@@ -90,11 +90,14 @@ def open_to_the_network(host: str, settings: Settings, insecure: bool) -> str:
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
+    from redis.exceptions import RedisError
 
     from scheduler.api.app import create_app
     from scheduler.api.boundary import with_listen_address
     from scheduler.cli.lifeline import SERVE_PID_ENV
     from scheduler.snapshot.restore import restore_at_process_start
+    from scheduler.store.errors import LayoutChanged
+    from scheduler.store.sync_store import check_layout
 
     log = logging.getLogger("scheduler.api")
     insecure = args.insecure_no_key or bool(settings.serve_insecure_no_key)
@@ -131,6 +134,14 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     # Before listening (and with signals still default, so SIGTERM ends a wait): the restore
     # question, and an upgrade from the layout before the hash tag, which waits while
     # processes of the old version run. Each app's lifespan then finds it answered.
+    # The shard count first: a restore into another count's shards would scatter copies.
+    try:
+        check_layout(settings)
+    except LayoutChanged as exc:
+        print(f"scheduler serve: {exc}", file=sys.stderr)
+        return 2
+    except (RedisError, OSError) as exc:
+        log.warning("the shard count not checked, Redis unavailable: %s", exc)
     for shard in range(settings.shards):
         restore_at_process_start(settings.for_shard(shard))
     if args.workers == 1:

@@ -10,6 +10,7 @@ import os
 import sys
 
 from scheduler.config import ConfigError, Settings
+from scheduler.store.errors import LayoutChanged
 
 KINDS = ("periodic", "events")  # workers.queues.KINDS, without importing rq to build the CLI
 
@@ -46,8 +47,12 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
         print(f"scheduler: configuration error: {exc}", file=sys.stderr)
         return 2
 
-    # run() settles the snapshot restore before taking any work (workers.worker).
-    return run(settings, kinds=args.queues, burst=args.burst, rq_log_level=args.rq_log_level)
+    # run() checks the shard count and settles the snapshot restore before taking any work.
+    try:
+        return run(settings, kinds=args.queues, burst=args.burst, rq_log_level=args.rq_log_level)
+    except LayoutChanged as exc:
+        print(f"scheduler worker: {exc}", file=sys.stderr)
+        return 2
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -25,6 +25,7 @@ from scheduler.store import records
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
+from scheduler.store.errors import LayoutChanged
 from scheduler.store.keys import Keys
 from scheduler.store.schedule_calls import ScheduleCalls
 from scheduler.store.scripts import Call, functions, jobs, listing, metrics, retry
@@ -95,9 +96,12 @@ class JobStore(ScheduleCalls):
             MuxRedis(settings.redis_url, timeout=timeout, prefix=settings.redis_prefix), settings
         )
 
-    async def recorded_shards(self) -> int:
-        """The shard count this deployment was first started with (1: never sharded)."""
-        return int(await self.redis.execute("HGET", self.keys.shards, "count") or 1)
+    async def check_layout(self, count: int) -> None:
+        """On shard 0: refuses a shard count other than the one recorded at the deployment's
+        first sharded start (store/sharded.py; none recorded: never sharded)."""
+        recorded = int(await self.redis.execute("HGET", self.keys.shards, "count") or 0)
+        if recorded not in (0, count):
+            raise LayoutChanged(count, recorded)
 
     async def aclose(self) -> None:
         await self.notifier.aclose()

@@ -50,6 +50,7 @@ class ShardedStore:
         self.settings = settings
         self.layout = Layout(len(shards))
         self.service_floor = 0
+        self.pinned: frozenset[str] = frozenset()
         self.started = False
         self._turn = itertools.count()
         self._live: tuple[float, list[int]] = (0.0, [])
@@ -68,14 +69,38 @@ class ShardedStore:
         raises every shard's counters above the floors (scripts/layout.py). Run at the app's
         start and, while it has not succeeded (Redis unreachable then), before any call that
         routes a job or service id or makes one: such calls answer 503 until it has."""
-        count, floor, service_floor = await self.shards[0].run(
-            layout.record_shards(len(self.shards))
-        )
-        if count != len(self.shards):
-            raise LayoutChanged(len(self.shards), count)
+        zero, count = self.shards[0], len(self.shards)
+        recorded = layout.recorded_of(await zero.redis.execute("HGETALL", zero.keys.shards))
+        if not recorded.count:
+            recorded = await zero.run(layout.record_shards(count, *await self._floors()))
+        if recorded.count != count:
+            raise LayoutChanged(count, recorded.count)
+        floor, service_floor = recorded.floor, recorded.service_floor
         self.layout, self.service_floor = Layout(count, floor), service_floor
+        self.pinned = recorded.pinned
         await self._each(lambda s: s.run(layout.raise_counters(floor, service_floor)))
         self.started = True
+
+    async def _floors(self) -> tuple[int, int]:
+        """Shard 0's highest job and service numbers that are not a multiple of the count: the
+        floors (Layout). At the first sharded start every number is shard 0's and those
+        above them are multiples, shard 0's by N mod S too; after a restore into an empty
+        Redis (the record lost) the same rule finds the floors again from shard 0's jobs,
+        whose numbers since the upgrade are all multiples."""
+        zero, count = self.shards[0], len(self.shards)
+        job_floor, start = 0, 0
+        while not job_floor:
+            page = await zero.redis.execute(
+                "ZREVRANGE", zero.keys.all_jobs, start, start + 999, "WITHSCORES"
+            )
+            if not page:
+                break
+            job_floor = next((n for n in map(int, page[1::2]) if n % count), 0)
+            start += 1000
+        names = await zero.redis.execute("HKEYS", zero.keys.services)
+        numbers = (job_number("job-" + str(n, "utf-8").removeprefix("svc-")) for n in names)
+        service_floor = max((n for n in numbers if n and n % count), default=0)
+        return job_floor, service_floor
 
     async def ready(self) -> Layout:
         if not self.started:
@@ -91,8 +116,13 @@ class ShardedStore:
     async def of_job(self, job_id: str) -> JobStore:
         return self.shards[(await self.ready()).job_shard(job_id)]
 
-    def of_node(self, node_id: str) -> JobStore:
-        return self.shards[node_shard(node_id, len(self.shards))]
+    def node_shard(self, node_id: str) -> int:
+        """A node's shard: shard 0 for one registered before the deployment was sharded."""
+        return 0 if node_id in self.pinned else node_shard(node_id, len(self.shards))
+
+    async def of_node(self, node_id: str) -> JobStore:
+        await self.ready()
+        return self.shards[self.node_shard(node_id)]
 
     async def run(self, call: Call[T]) -> T:
         """A call of the deployment's own state (sessions, logins, request metrics): shard 0."""
@@ -134,8 +164,7 @@ class ShardedStore:
         """`placement` on one shard: its candidates that are the shard's nodes (None: none)."""
         if placement.mode == "live":
             return placement
-        count = len(self.shards)
-        mine = tuple(n for n in placement.candidates if node_shard(n, count) == shard)
+        mine = tuple(n for n in placement.candidates if self.node_shard(n) == shard)
         return Placement(placement.mode, mine) if mine else None
 
     async def _placed(
@@ -191,26 +220,29 @@ class ShardedStore:
     # A node's calls: its shard.
 
     async def poll(self, node_id: str, caller: str) -> jobs.Polled:
-        return await self.of_node(node_id).poll(node_id, caller)
+        return await (await self.of_node(node_id)).poll(node_id, caller)
 
     def send_poll(self, node_id: str, caller: str) -> Sending[jobs.Polled] | None:
-        return self.of_node(node_id).send_poll(node_id, caller)
+        """As JobStore.send_poll; None before the layout is read (the caller awaits `poll`)."""
+        if not self.started:
+            return None
+        return self.shards[self.node_shard(node_id)].send_poll(node_id, caller)
 
     async def poll_wait(self, node_id: str, caller: str, wait: float) -> jobs.Polled:
-        return await self.of_node(node_id).poll_wait(node_id, caller, wait)
+        return await (await self.of_node(node_id)).poll_wait(node_id, caller, wait)
 
     async def register_node(
         self, reg: NodeRegistration, now: float, who: node_scripts.Registration, token_hash: str
     ) -> tuple[Node, node_scripts.Registered]:
-        return await self.of_node(reg.id).register_node(reg, now, who, token_hash)
+        return await (await self.of_node(reg.id)).register_node(reg, now, who, token_hash)
 
     async def heartbeat(
         self, node_id: str, now: float, caller: str
     ) -> tuple[Node, builtins.list[str]]:
-        return await self.of_node(node_id).heartbeat(node_id, now, caller)
+        return await (await self.of_node(node_id)).heartbeat(node_id, now, caller)
 
     async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:
-        return await self.of_node(node_id).delete_node(node_id, now, caller)
+        return await (await self.of_node(node_id)).delete_node(node_id, now, caller)
 
     async def drain_node(
         self,
@@ -221,20 +253,21 @@ class ShardedStore:
         caller: str = "key",
         listed: bool = False,
     ) -> node_scripts.Drained:
-        store = self.of_node(node_id)
+        store = await self.of_node(node_id)
         return await store.drain_node(node_id, now, by, caller=caller, listed=listed)
 
     async def undrain_node(
         self, node_id: str, *, caller: str = "key", listed: bool = False
     ) -> bool:
-        return await self.of_node(node_id).undrain_node(node_id, caller=caller, listed=listed)
+        store = await self.of_node(node_id)
+        return await store.undrain_node(node_id, caller=caller, listed=listed)
 
     async def create_service(self, service: Service, caller: str) -> bytes:
-        return await self.of_node(service.node_id).create_service(service, caller)
+        return await (await self.of_node(service.node_id)).create_service(service, caller)
 
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
         if node_id:
-            return await self.of_node(node_id).services(node_id, status, caller)
+            return await (await self.of_node(node_id)).services(node_id, status, caller)
         found = await self._each(lambda s: s.services("", status, caller))
         return [service for page in found for service in page]
 
@@ -300,13 +333,13 @@ class ShardedStore:
         self, node_id: str, status: str, bound: int, limit: int, newest: bool = False
     ) -> builtins.list[bytes]:
         if node_id:
-            return await self.of_node(node_id).list(node_id, status, bound, limit, newest)
+            return await (await self.of_node(node_id)).list(node_id, status, bound, limit, newest)
         pages = await self._each(lambda s: s.list("", status, bound, limit, newest))
         return merged(pages, limit, newest, self.settings.max_page_bytes)
 
     async def counts(self, node_id: str) -> builtins.list[int]:
         if node_id:
-            return await self.of_node(node_id).counts(node_id)
+            return await (await self.of_node(node_id)).counts(node_id)
         found = await self._each(lambda s: s.counts(""))
         return [sum(column) for column in zip(*found, strict=True)]
 
@@ -314,7 +347,8 @@ class ShardedStore:
         self, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
     ) -> listing.Found:
         if node_id:
-            return await self.of_node(node_id).search(node_id, status, bound, needle, scan, limit)
+            store = await self.of_node(node_id)
+            return await store.search(node_id, status, bound, needle, scan, limit)
         found = await self._each(lambda s: s.search("", status, bound, needle, scan, limit))
         return merged_search(found, limit, self.settings.max_page_bytes)
 

@@ -20,7 +20,7 @@ from scheduler.store.connection.protocol import is_no_function
 from scheduler.store.errors import LayoutChanged, ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.records import STAGED_SECS, apart_keys, complete, creation
-from scheduler.store.scripts import Call, functions, layout, schedules, snapshot, upkeep
+from scheduler.store.scripts import Call, functions, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
@@ -43,14 +43,11 @@ class SyncJobStore:
     def close(self) -> None:
         self.redis.close()
 
-    def settle_layout(self, count: int) -> None:
+    def check_layout(self, count: int) -> None:
         """On shard 0 (the deployment's own settings): refuses a shard count other than the
-        recorded one (RECORD_SHARDS records it at the first sharded start, as the API does)."""
-        if count == 1:
-            recorded = int(self.redis.hget(self.keys.shards, "count") or 1)
-        else:
-            recorded = self.run(layout.record_shards(count))[0]
-        if recorded != count:
+        one recorded at the first sharded start (the API records it: store/sharded.py)."""
+        recorded = int(self.redis.hget(self.keys.shards, "count") or 0)
+        if recorded not in (0, count):
             raise LayoutChanged(count, recorded)
 
     def run(self, call: Call[T]) -> T:
@@ -274,3 +271,13 @@ class SyncJobStore:
     def replace_schedule(self, name: str, old: bytes, new: bytes, next_tick: int) -> bool:
         """Compare-and-set of a schedule's record; False when it was no longer `old`."""
         return self.run(schedules.replace_schedule(name, old, new, next_tick))
+
+
+def check_layout(settings: Settings) -> None:
+    """The deployment's shard count checked against the recorded one, before a process
+    restores or works (SyncJobStore.check_layout), on a connection of its own."""
+    store = SyncJobStore.connect(settings)
+    try:
+        store.check_layout(settings.shards)
+    finally:
+        store.close()

@@ -11,9 +11,12 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.api.app import create_app
+from scheduler.config import Settings
 from scheduler.models.job import job_number
 from scheduler.snapshot.restore import restore_if_empty
-from scheduler.store.sharded import LayoutChanged
+from scheduler.store.errors import LayoutChanged
+from scheduler.store.keys import Keys
 from tests.api.test_shards import (
     LAYOUT,
     SHARDS,
@@ -36,6 +39,8 @@ from tests.conftest import (
 )
 from tests.fakes import eventually
 from tests.redis_server import RestartableRedis
+from tests.snapshot_helpers import lose_redis_data
+from workers import context, tasks
 
 KEY = "ui-key"
 
@@ -155,3 +160,62 @@ def test_the_ui_lists_and_searches_every_shards_jobs(make_client: ClientFactory)
     pending = api.get("/ui/jobs", params={"status": "pending", "q": "echo"})
     assert ids_of(pending.text) == ids[::-1]
     assert api.get(f"/ui/jobs/{on_two['job_id']}").status_code == 200
+
+
+def snapshot_every_shard(settings: Settings) -> None:
+    """What each shard's worker does each period: its jobs into its own file."""
+    for shard in range(SHARDS):
+        context.configure(settings.for_shard(shard))
+        try:
+            tasks.snapshot(period=1)
+        finally:
+            context.close()
+
+
+def test_an_upgraded_deployment_that_loses_redis_comes_back_whole_from_its_files(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    """The layout's record is lost with Redis: the floor is found again from shard 0's jobs
+    (store/sharded.py _floors), so every job, made before the upgrade or after on any shard,
+    is found again, and new ids collide with none."""
+    unsharded = make_client()
+    register(unsharded, *shard_nodes(0)[:1])
+    old = [submit(unsharded, command=f"old {i}")["job_id"] for i in range(5)]
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    new = [submit(api, command=f"new {i}")["job_id"] for i in range(9)]
+    assert {LAYOUT.job_shard(job_id) for job_id in new} == {0, 1, 2}
+    snapshot_every_shard(settings)
+    for shard in range(SHARDS):
+        lose_redis_data(rclient, settings.for_shard(shard).redis_prefix)
+
+    back = make_client(settings)  # its start restores each shard from its own file
+    for job_id in old + new:
+        assert assert_json(back.get(f"/jobs/{job_id}"))["job_id"] == job_id
+    assert listed(back, "") == by_number(old + new)
+    register(back, *(shard_nodes(k)[0] for k in range(SHARDS)))  # nodes live in Redis only
+    later = [submit(back, command=f"later {i}")["job_id"] for i in range(6)]
+    assert not set(later) & set(old + new)
+    for job_id in later:
+        assert assert_json(back.get(f"/jobs/{job_id}"))["job_id"] == job_id
+
+
+def test_a_start_with_another_count_restores_nothing_into_that_counts_shards(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    """Shards 1 and 2 lost their data, shard 0 (with the record) did not: a start with 2
+    shards is refused before it restores a file into a shard of its own layout."""
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    [submit(api, command=f"c{i}") for i in range(6)]
+    snapshot_every_shard(settings)  # scheduler-1.db and scheduler-2.db now exist
+    for shard in (1, 2):
+        lose_redis_data(rclient, settings.for_shard(shard).redis_prefix)
+    two = make_settings(shards=2)
+    with pytest.raises(LayoutChanged), TestClient(create_app(two)):
+        pass
+    for shard in (1, 2):
+        assert not rclient.exists(Keys(settings.for_shard(shard).redis_prefix).all_jobs)
+    assert not rclient.exists(Keys(two.for_shard(1).redis_prefix).all_jobs)

@@ -187,6 +187,19 @@ def test_a_shard_beyond_the_deployments_is_refused(redis_url: str, prefix: str) 
     assert "SCHEDULER_SHARD: 2 is not below SCHEDULER_SHARDS (2)" in done.stderr
 
 
+@pytest.mark.parametrize("count", ["1", "3"])
+def test_a_worker_of_another_shard_count_is_refused_before_it_restores(
+    count: str, redis_url: str, prefix: str, db: Path, rclient: redis.Redis
+) -> None:
+    rclient.hset(Keys(prefix).shards, "count", "2")  # as a 2-shard deployment's start records
+    env = scheduler_env(redis_url, prefix, SCHEDULER_SHARDS=count, SCHEDULER_DB=str(db))
+    done = _worker(env, "--burst")
+    assert done.returncode == 2
+    assert f"SCHEDULER_SHARDS is {count}, but this deployment was started with 2" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not rclient.exists(Keys(prefix).initialised)  # no restore question settled
+
+
 def _worker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "scheduler", "worker", *args],

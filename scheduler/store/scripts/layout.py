@@ -2,37 +2,57 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.store.scripts.script import Call, Script
 
 
-def _numbers(reply: list[Any]) -> tuple[int, int, int]:
-    count, floor, service_floor = (int(value or 0) for value in reply)
-    return count, floor, service_floor
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A sharded deployment's layout as recorded on shard 0 (store/shards.py Layout): its
+    shard count, its floors, and the nodes registered before it was sharded (kept on shard 0
+    with their queues, tokens and jobs)."""
+
+    count: int
+    floor: int
+    service_floor: int
+    pinned: frozenset[str]
+
+
+_NUMBERS = ("count", "floor", "service_floor")
+
+
+def recorded_of(reply: list[Any]) -> Recorded:
+    """The record from its hash, flat (HGETALL; empty: not sharded yet, count 0)."""
+    fields = {str(reply[i], "utf-8"): reply[i + 1] for i in range(0, len(reply), 2)}
+    pinned = frozenset(name[5:] for name in fields if name.startswith("node:"))
+    count, floor, service_floor = (int(fields.get(name) or 0) for name in _NUMBERS)
+    return Recorded(count, floor, service_floor, pinned)
 
 
 RECORD_SHARDS = Script(
     "RECORD_SHARDS",
-    "count",
+    "count floor service_floor",
     """
--- On shard 0, at every start of a sharded deployment: the first records its shard count, and
--- as its floors the job and service numbers drawn so far (all of them shard 0's: ids up to a
--- floor stay there, store/shards.py Layout). Every later start reads what was recorded.
--- Returns {count, floor, service_floor} as recorded
+-- On shard 0, at every start of a sharded deployment: the first records its shard count, its
+-- floors (store/sharded.py finds them: ids up to one are shard 0's) and, as fields
+-- "node:<id>", the nodes registered then, which stay on shard 0. Every later start reads it.
+-- Returns the record, flat
 if redis.call("HSETNX", K.shards, "count", count) == 1 then
-  local jobs = redis.call("GET", K.job_seq) or "0"
-  local services = redis.call("GET", K.service_seq) or "0"
-  redis.call("HSET", K.shards, "floor", jobs, "service_floor", services)
+  redis.call("HSET", K.shards, "floor", floor, "service_floor", service_floor)
+  for _, node in ipairs(redis.call("HKEYS", K.nodes)) do
+    redis.call("HSET", K.shards, "node:" .. node, 1)
+  end
 end
-return redis.call("HMGET", K.shards, "count", "floor", "service_floor")
+return redis.call("HGETALL", K.shards)
 """,
-    _numbers,
+    recorded_of,
 )
 
 
-def record_shards(count: int) -> Call[tuple[int, int, int]]:
-    return RECORD_SHARDS.call(count=count)
+def record_shards(count: int, floor: int, service_floor: int) -> Call[Recorded]:
+    return RECORD_SHARDS.call(count=count, floor=floor, service_floor=service_floor)
 
 
 RAISE_COUNTERS = Script(
