@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -195,3 +197,24 @@ def test_life_cost_prints_each_row() -> None:
             for figure in (*figures, head, head_ratio, ours_head):
                 float(figure)  # a number, whatever it is
     assert len(lines) == 2 * (2 + len(rows))
+
+
+@pytest.mark.cluster
+def test_shard_cost_prints_each_primary() -> None:
+    """On its own three-primary cluster: the smoke run checks it runs, not what it finds
+    (a life's cost on each primary, sharded, in turn and alone)."""
+    lines = run_benchmark("benchmarks/shard_cost.py", "--lives", "20", "--rounds", "1")
+    assert lines[0].startswith("3-primary Redis Cluster, 20 lives of each subject a round")
+    assert lines[1].startswith("sharded: shard 0 on p")
+    assert "in scripts: sharded" in lines[2] and "Redis CPU: sharded" in lines[2]
+    table = lines[3:7]
+    labels = [f"p{i}, its own lives" for i in range(3)] + ["sum of the primaries"]
+    assert [line.split("  ")[0].strip() for line in table] == labels
+    for line in table:
+        # share; then of each metric: sharded, in turn, ratio, alone, ratio
+        figures = line.split()[-11:]
+        assert figures[0].endswith("%")
+        for figure in figures[1:]:
+            float(figure)  # a number, whatever it is
+    assert lines[7].startswith("Redis CPU ceiling: sharded ")
+    assert len(lines) == 8
