@@ -48,6 +48,9 @@ class Api:
     url: str  # the Redis's
     base: str
     features: bool
+    # The nodes a life's job may be placed on (each job's own node is polled): M alone here,
+    # any of a sharded deployment's nodes in shard_cost.py.
+    nodes: tuple[str, ...] = (NODE,)
     redis_name: str = field(init=False)  # a Redis of its own
     http: httpx.Client = field(init=False)
 
@@ -62,12 +65,14 @@ class Api:
             raise SystemExit(f"{self.name}: {answer.request.url.path}: {answer.status_code}")
         return answer.json()
 
-    def lives(self, count: int) -> None:
-        poll = {"node_id": NODE, "status": "pending"}
+    def lives(self, count: int) -> list[str]:
+        """`count` lives, one after another: their jobs' ids."""
+        made = []
         for _ in range(count):
             job = self._ok(self.http.post("/jobs", json=self.submit), 201)
-            if job["node_id"] != NODE:
+            if job["node_id"] not in self.nodes:
                 raise SystemExit(f"{self.name}: a life's job went to {job['node_id']!r}")
+            poll = {"node_id": job["node_id"], "status": "pending"}
             found = [j["job_id"] for j in self._ok(self.http.get("/jobs", params=poll))]
             if found != [job["job_id"]]:
                 raise SystemExit(f"{self.name}: the poll found {found}, not {job['job_id']}")
@@ -75,6 +80,8 @@ class Api:
             self._ok(self.http.patch(path, json={"status": "running"}))
             done = {"status": "done", "exit_code": 0, "stdout": "hi\n"}
             self._ok(self.http.patch(path, json=done))
+            made.append(job["job_id"])
+        return made
 
     def heartbeats(self, count: int) -> None:
         for _ in range(count):
@@ -87,16 +94,20 @@ class Api:
                 raise SystemExit(f"{self.name}: the idle poll found a job")
 
 
-def start_api(code: Path, redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
-    """The API of the checkout at `code` (first on its path), and its base URL."""
+def start_api(
+    code: Path, redis_url: str, prefix: str = PREFIX, **extra: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """The API of the checkout at `code` (first on its path) under `prefix`, `extra` added to
+    its environment, and its base URL."""
     env = scheduler_env(
         redis_url,
-        PREFIX,
+        prefix,
         AGENT_AUTH="open",
         # Nodes stay live without heartbeats between the phases; no worker runs anyway.
         NODE_TTL_SECS="86400",
         METRICS_FLUSH_SECS=str(FLUSH_SECS),
         PYTHONPATH=str(code),
+        **extra,
     )
     port = free_port()
     cmd = [sys.executable, "-m", "scheduler", "serve", "--workers", "1", "--port", str(port)]

@@ -70,9 +70,8 @@ import argparse
 import contextlib
 import statistics
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -84,13 +83,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from life_api import deployment  # noqa: E402
 from life_floor import Floor  # noqa: E402
+from life_stats import Figures, Sample, chunks, idle, median_ratio, sampled  # noqa: E402
 from placement_cost import checkout  # noqa: E402
 
 PHASES = ("life", "heartbeat", "poll")
 BARS = {"life": 2.0, "heartbeat": 1.5, "poll": 1.5}
 METRICS = ("in scripts", "Redis CPU", "Redis CPU, main", "all commands")
-IDLE_SECS = 2.0  # each Redis's idle draw, measured once a round
-CHUNKS = 10  # a round's phase of each subject, in this many turns
 
 
 class Subject(Protocol):
@@ -98,7 +96,7 @@ class Subject(Protocol):
     stats: redis.Redis  # the Redis whose counters are its figures
     redis_name: str  # which Redis that is (the floor shares this version's)
 
-    def lives(self, count: int) -> None: ...
+    def lives(self, count: int) -> object: ...
     def heartbeats(self, count: int) -> None: ...
     def polls(self, count: int) -> None: ...
 
@@ -120,96 +118,18 @@ class FloorSubject:
         self.floor.polls(count)
 
 
-@dataclass(frozen=True)
-class Sample:
-    """`count` operations of one subject: µs in scripts, in every command, of Redis CPU
-    (all threads; the main one), idle included, and the seconds they lasted."""
-
-    count: int
-    scripts: float
-    every: float
-    cpu: float
-    main: float
-    wall: float
-
-    def __add__(self, other: Sample) -> Sample:
-        return Sample(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
-
-
-def cpu(client: redis.Redis) -> tuple[float, float]:
-    """Redis's CPU seconds: every thread's, the main thread's (nan where not reported)."""
-    info = client.info("cpu")
-    total = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-    if "used_cpu_user_main_thread" not in info:
-        return total, float("nan")
-    main = float(info["used_cpu_user_main_thread"]) + float(info["used_cpu_sys_main_thread"])
-    return total, main
-
-
 def measure(subject: Subject, phase: str, count: int) -> Sample:
-    run: Callable[[int], None] = {
+    run: Callable[[int], object] = {
         "life": subject.lives,
         "heartbeat": subject.heartbeats,
         "poll": subject.polls,
     }[phase]
-    subject.stats.config_resetstat()
-    started, before = time.monotonic(), cpu(subject.stats)
-    run(count)
-    after, wall = cpu(subject.stats), time.monotonic() - started
-    stats = subject.stats.info("commandstats")
-    scripts = sum(
-        float(entry["usec"])
-        for name, entry in stats.items()
-        if name.startswith(("cmdstat_eval", "cmdstat_fcall"))
-    )
-    every = sum(
-        float(entry["usec"])
-        for name, entry in stats.items()
-        if not name.startswith(("cmdstat_info", "cmdstat_config"))
-    )
-    used = ((after[0] - before[0]) * 1e6, (after[1] - before[1]) * 1e6)
-    return Sample(count, scripts, every, *used, wall)
 
+    def operations() -> int:
+        run(count)
+        return count
 
-def idle(clients: dict[str, redis.Redis]) -> dict[str, tuple[float, float]]:
-    """Each Redis's CPU seconds a second with nothing sent (its cron, the quiet APIs'
-    checks), all over the same seconds."""
-    before = {name: cpu(client) for name, client in clients.items()}
-    time.sleep(IDLE_SECS)
-    after = {name: cpu(client) for name, client in clients.items()}
-    return {
-        name: ((after[name][0] - b[0]) / IDLE_SECS, (after[name][1] - b[1]) / IDLE_SECS)
-        for name, b in before.items()
-    }
-
-
-@dataclass
-class Figures:
-    samples: dict[str, dict[str, list[Sample]]]  # subject -> phase -> one a round
-    idles: dict[str, list[tuple[float, float]]]  # Redis -> one a round
-    redis_of: dict[str, str]  # subject -> its Redis
-
-    def idle_rate(self, redis_name: str) -> tuple[float, float]:
-        rates = self.idles[redis_name]
-        return statistics.median(r[0] for r in rates), statistics.median(r[1] for r in rates)
-
-    def values(self, subject: str, phase: str, metric: str) -> list[float]:
-        """µs per operation of each round; the CPU less the Redis's idle draw over the
-        phase's time (the median of the rounds' idle rates)."""
-        rate, main_rate = self.idle_rate(self.redis_of[subject])
-        pick: dict[str, Callable[[Sample], float]] = {
-            "in scripts": lambda s: s.scripts,
-            "Redis CPU": lambda s: s.cpu - rate * s.wall * 1e6,
-            "Redis CPU, main": lambda s: s.main - main_rate * s.wall * 1e6,
-            "all commands": lambda s: s.every,
-        }
-        return [pick[metric](s) / s.count for s in self.samples[subject][phase]]
-
-
-def chunks(total: int) -> list[int]:
-    """`total` in CHUNKS near-equal parts, none empty."""
-    parts = [total // CHUNKS + (1 if i < total % CHUNKS else 0) for i in range(CHUNKS)]
-    return [part for part in parts if part]
+    return sampled({subject.redis_name: subject.stats}, operations)[subject.redis_name]
 
 
 def one_round(subjects: list[Subject], phase: str, lives: int, turn: int) -> list[Sample]:
@@ -243,10 +163,6 @@ def rounds(subjects: list[Subject], lives: int, count: int) -> Figures:
             ):
                 figures.samples[subject.name][phase].append(sample)
     return figures
-
-
-def median_ratio(ours: list[float], floor: list[float]) -> float:
-    return statistics.median(a / b if b else float("nan") for a, b in zip(ours, floor, strict=True))
 
 
 def verdict(ratio: float, bar: float) -> str:

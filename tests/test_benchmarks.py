@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -197,6 +199,7 @@ def test_life_cost_prints_each_row() -> None:
     assert len(lines) == 2 * (2 + len(rows))
 
 
+@pytest.mark.cluster
 def test_shard_cost_prints_each_primary() -> None:
     """On its own three-primary cluster: the smoke run checks it runs, not what it finds
     (a life's cost on each primary, sharded, in turn and alone)."""

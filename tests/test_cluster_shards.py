@@ -36,6 +36,7 @@ LAYOUT = Layout(SHARDS)
 RECORD = re.compile(r"^\{(?P<tag>[^}]+)\}:job:(?P<id>job-\d+)$")
 # Sent in parallel: the test's time is Redis' and the API's, not one round trip after another.
 CONNECTIONS = 8
+API_PROCESSES = 2  # `serve --workers`: every one of them started before the test goes on
 
 
 @contextlib.contextmanager
@@ -54,18 +55,29 @@ def sharded_api(cluster: Cluster, prefix: str, tmp_path: Path, **extra: str) -> 
     try:
         for attempt in range(3):
             url = f"http://127.0.0.1:{free_port()}"
-            fleet.start("api", "serve", "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1])
+            port = url.rsplit(":", 1)[1]
+            workers = ("--workers", str(API_PROCESSES))
+            fleet.start("api", "serve", *workers, "--host", "127.0.0.1", "--port", port)
             try:
                 wait_http(f"{url}/health", timeout=30, proc=fleet.procs["api"])
                 break
             except PortTaken:
                 if attempt == 2:
                     raise
+        # /health answers once one process has started. One still starting when a shard's
+        # primary dies waits for it (its start raises every shard's counters): the outage
+        # would be served by one process or all, as the machine's speed has it.
+        eventually(lambda: started(fleet) == API_PROCESSES, timeout=30)
         yield url
     finally:
         fleet.stop_all()
     # Reached when the test's body passed: a refusal is a 503 the API answers, not a crash.
     assert "Traceback" not in fleet.log_tail("api", 10**6), fleet.log_tail("api")
+
+
+def started(fleet: Fleet) -> int:
+    """The API processes that have started (a port taken fails in the parent, before any)."""
+    return fleet.log_tail("api", 10**6).count("Application startup complete.")
 
 
 def shard_prefixes(prefix: str) -> list[str]:
@@ -188,8 +200,12 @@ def test_jobs_and_nodes_spread_evenly_over_the_three_primaries(
 def replicated() -> Iterator[Cluster]:
     """One replica per primary. A cluster that keeps serving the slots it still has while a
     primary is down (by default every node refuses every slot once one is unserved): what a
-    sharded deployment runs on for its other shards to carry on."""
-    with redis_cluster(replicas=1, extra=("--cluster-require-full-coverage", "no")) as c:
+    sharded deployment runs on for its other shards to carry on. A replica takes over however
+    long its primary has been down: by default one whose link went down more than about 30 s
+    ago (10 node timeouts and the ping period) never does, and hold_failover's outage lasts
+    as long as the machine takes to run the test's requests."""
+    extra = ("--cluster-require-full-coverage", "no", "--cluster-replica-validity-factor", "0")
+    with redis_cluster(replicas=1, extra=extra) as c:
         yield c
 
 
