@@ -64,9 +64,8 @@ def sharded_api(cluster: Cluster, prefix: str, tmp_path: Path, **extra: str) -> 
             except PortTaken:
                 if attempt == 2:
                     raise
-        # /health answers once one process has started. One still starting when a shard's
-        # primary dies waits for it (its start raises every shard's counters): the outage
-        # would be served by one process or all, as the machine's speed has it.
+        # /health answers once one process has started: every one has, before the test goes
+        # on, so which processes serve what follows does not depend on the machine's speed.
         eventually(lambda: started(fleet) == API_PROCESSES, timeout=30)
         yield url
     finally:
@@ -279,6 +278,15 @@ def test_a_primary_failover_stops_only_its_shard_and_loses_and_repeats_nothing(
         assert on(during, others) == during, during
         assert all(by_shard(during)[k] for k in others), answers
         run_lives(url, during)
+        # An API process started during the outage (a restart, a scale-up) serves the other
+        # shards too: its start needs shard 0 alone.
+        (tmp_path / "late").mkdir()
+        with sharded_api(cluster, prefix, tmp_path / "late", **extra) as late:
+            answers = submit(late, [f"late {i}" for i in range(3 * SHARDS)])
+            later = [job for code, job in answers if code == 201]
+            assert later and on(later, others) == later, answers
+            run_lives(late, later)
+        during += later
         report(url, on(running, others), "done")
         # All of it while the shard was down: its slot still the dead primary's.
         assert cluster.owner(dead_slot) == primary and cluster.failed(primary)

@@ -4,10 +4,8 @@ its primary), and every call sent to the shard that holds what it is about. A jo
 to the shard its id names, a node's (its poll, heartbeat, registration, drain) to the node's;
 listings, /metrics, the UI's overview and GET /nodes ask every shard at once and merge.
 What is the deployment's alone (UI sessions, failed logins, request metrics, schedules)
-lives on shard 0, which `run` reaches. Placement: a new job goes to a shard with live
-compute nodes, in turn; one with an Idempotency-Key to the key's shard (so a replay finds
-it); one that runs after others to theirs; one placed by the external registry among the
-shard's candidates."""
+lives on shard 0, which `run` reaches. Where a new job goes: `_order` (docs/ARCHITECTURE.md,
+Shards)."""
 
 from __future__ import annotations
 
@@ -52,6 +50,7 @@ class ShardedStore:
         self.service_floor = 0
         self.pinned: frozenset[str] = frozenset()
         self.started = False
+        self._raised: set[int] = set()  # shards whose counters this process raised
         self._turn = itertools.count()
         self._live: tuple[float, list[int]] = (0.0, [])
 
@@ -65,10 +64,10 @@ class ShardedStore:
         return cls([JobStore.connect(settings.for_shard(k)) for k in range(count)], settings)
 
     async def start(self) -> None:
-        """Records the layout at the deployment's first sharded start, or checks it; then
-        raises every shard's counters above the floors (scripts/layout.py). Run at the app's
-        start and, while it has not succeeded (Redis unreachable then), before any call that
-        routes a job or service id or makes one: such calls answer 503 until it has."""
+        """Records the layout on shard 0 at the deployment's first sharded start, or reads
+        it (scripts/layout.py). Run at the app's start and, while it has not succeeded (Redis
+        unreachable then), before any call that routes an id: such calls answer 503 until it
+        has. Only shard 0 must answer: another shard's outage stops only its own calls."""
         zero, count = self.shards[0], len(self.shards)
         recorded = layout.recorded_of(await zero.redis.execute("HGETALL", zero.keys.shards))
         if not recorded.count:
@@ -78,8 +77,17 @@ class ShardedStore:
         floor, service_floor = recorded.floor, recorded.service_floor
         self.layout, self.service_floor = Layout(count, floor), service_floor
         self.pinned = recorded.pinned
-        await self._each(lambda s: s.run(layout.raise_counters(floor, service_floor)))
         self.started = True
+
+    async def _raise(self, shard: int) -> JobStore:
+        """Shard `shard`, its counters raised above the floors (once a process), so each
+        number it draws routes to it: before it makes a job or a service."""
+        store = self.shards[shard]
+        if shard not in self._raised:
+            await self.ready()
+            await store.run(layout.raise_counters(self.layout.floor, self.service_floor))
+            self._raised.add(shard)
+        return store
 
     async def _floors(self) -> tuple[int, int]:
         """Shard 0's highest job and service numbers that are not a multiple of the count: the
@@ -179,7 +187,7 @@ class ShardedStore:
                 continue
             try:
                 elsewhere = i < len(order) - 1
-                return await make(self.shards[shard], replace(here, elsewhere=elsewhere))
+                return await make(await self._raise(shard), replace(here, elsewhere=elsewhere))
             except NoHealthyNodes:
                 continue
         raise NoHealthyNodes()
@@ -263,7 +271,9 @@ class ShardedStore:
         return await store.undrain_node(node_id, caller=caller, listed=listed)
 
     async def create_service(self, service: Service, caller: str) -> bytes:
-        return await (await self.of_node(service.node_id)).create_service(service, caller)
+        await self.ready()
+        store = await self._raise(self.node_shard(service.node_id))
+        return await store.create_service(service, caller)
 
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
         if node_id:
