@@ -17,18 +17,23 @@ def number_of(head: bytes) -> int:
 
 
 def merged(pages: Sequence[Sequence[bytes]], limit: int, newest: bool, budget: int) -> list[bytes]:
-    """The shards' pages of one listing as one page: by job number (newest: descending), at
-    most `limit` jobs and `budget` bytes (at least one job), as one shard's would be."""
+    """The shards' pages of one listing (each asked for `limit` jobs and `budget` bytes) as
+    one page, by job number (newest: descending), of at most `limit` jobs. A shard whose page
+    may have stopped short of its jobs (it holds `limit` of them, or its bytes reached
+    `budget`) bounds the page at its last job: a job of its past that would be skipped, as
+    the next page goes on from the merged page's last."""
     sign = -1 if newest else 1
-    keyed = heapq.merge(*([(sign * number_of(h), h) for h in page] for page in pages))
-    page: list[bytes] = []
-    size = 0
-    for _, head in itertools.islice(keyed, limit):
-        size += len(head)
-        if page and size > budget:
-            break
-        page.append(head)
-    return page
+    keyed = [[(sign * number_of(h), h) for h in page] for page in pages]
+    cut = [p[-1][0] for p, raw in zip(keyed, pages, strict=True) if p and _full(raw, limit, budget)]
+    bound = min(cut, default=None)
+    ordered = heapq.merge(*keyed)
+    return [head for key, head in itertools.islice(ordered, limit) if bound is None or key <= bound]
+
+
+def _full(page: Sequence[bytes], limit: int, budget: int) -> bool:
+    """Whether a shard's page may have stopped before its last job (a record made whole
+    weighs more than the head the script counted: at worst a page shorter than it could)."""
+    return len(page) >= limit or sum(map(len, page)) >= budget
 
 
 def merged_search(found: Sequence[listing.Found], limit: int, budget: int) -> listing.Found:

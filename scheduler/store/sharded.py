@@ -344,8 +344,10 @@ class ShardedStore:
     ) -> builtins.list[bytes]:
         if node_id:
             return await (await self.of_node(node_id)).list(node_id, status, bound, limit, newest)
-        pages = await self._each(lambda s: s.list("", status, bound, limit, newest))
-        return merged(pages, limit, newest, self.settings.max_page_bytes)
+        # A share of the budget each, so a page holds about MAX_PAGE_BYTES whatever S.
+        budget = max(1, self.settings.max_page_bytes // len(self.shards))
+        pages = await self._each(lambda s: s.list("", status, bound, limit, newest, budget))
+        return merged(pages, limit, newest, budget)
 
     async def counts(self, node_id: str) -> builtins.list[int]:
         if node_id:

@@ -112,7 +112,9 @@ def numbers(heads: list[bytes]) -> list[int]:
     "pages, limit, newest, expected",
     [
         ([[3, 6, 9], [4, 7], [5, 8]], 10, False, [3, 4, 5, 6, 7, 8, 9]),
-        ([[3, 6, 9], [4, 7], [5, 8]], 4, False, [3, 4, 5, 6]),
+        ([[3, 6], [4, 7], [5, 8]], 2, False, [3, 4]),
+        ([[1, 4, 7], [2, 5], [3]], 3, False, [1, 2, 3]),
+        ([[1, 4, 7], [2, 5, 8], [10]], 3, False, [1, 2, 4]),
         ([[9, 6, 3], [7, 4], [8, 5]], 3, True, [9, 8, 7]),
         ([[], [], []], 5, False, []),
         ([[12], [], [1, 2]], 5, False, [1, 2, 12]),
@@ -125,10 +127,49 @@ def test_the_shards_pages_merge_in_job_number_order(
     assert numbers(got) == expected
 
 
-def test_a_merged_page_keeps_the_byte_budget_with_at_least_one_job() -> None:
-    pages = [[head(3, 500), head(6, 500)], [head(4, 500)]]
-    assert numbers(merged(pages, 10, False, 1100)) == [3, 4]
-    assert numbers(merged(pages, 10, False, 10)) == [3]
+def test_a_page_stops_where_a_shard_cut_by_its_budget_stopped() -> None:
+    # Shard 0 stopped at job-6 for its bytes: job-9 of its may follow, so nothing past 6.
+    pages = [[head(3, 500), head(6, 500)], [head(4), head(7), head(8)]]
+    assert numbers(merged(pages, 10, False, 1000)) == [3, 4, 6]
+
+
+def shard_page(
+    jobs: list[int], sizes: dict[int, int], bound: int, limit: int, budget: int, newest: bool
+) -> list[bytes]:
+    """A shard's LIST, as its script pages: after (newest: before) `bound`, `limit` jobs,
+    stopping once it holds `budget` bytes (at least one job)."""
+    if newest:
+        after = [n for n in sorted(jobs, reverse=True) if not bound or n < bound]
+    else:
+        after = [n for n in sorted(jobs) if n > bound]
+    page: list[bytes] = []
+    for n in after[:limit]:
+        page.append(head(n, sizes[n]))
+        if sum(map(len, page)) >= budget:
+            break
+    return page
+
+
+@pytest.mark.parametrize("newest", [False, True])
+@pytest.mark.parametrize("limit, budget", [(1, 10**6), (3, 10**6), (7, 10**6), (50, 400), (5, 90)])
+def test_paging_through_merged_pages_sees_every_job_once(
+    newest: bool, limit: int, budget: int
+) -> None:
+    count = 3
+    jobs = {k: [n for n in range(1, 120) if n % count == k and n % 7 != 3] for k in range(count)}
+    sizes = {n: (n * 37) % 300 for n in range(1, 120)}
+    seen: list[int] = []
+    bound = 0
+    for _ in range(500):
+        pages = [shard_page(jobs[k], sizes, bound, limit, budget, newest) for k in range(count)]
+        page = numbers(merged(pages, limit, newest, budget))
+        if not page:
+            break
+        assert len(page) <= limit
+        seen += page
+        bound = page[-1]
+    every = sorted(n for k in jobs for n in jobs[k])
+    assert seen == (every[::-1] if newest else every)
 
 
 def test_a_merged_search_goes_on_from_where_no_shard_skips_a_job() -> None:
