@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 from scheduler.config import Settings
 from scheduler.models.job import Job, JobUpdate, job_number
 from scheduler.models.registry import Node, NodeRegistration, Service
-from scheduler.models.schedule import Schedule
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.connection.notify import Notifier
@@ -28,7 +27,8 @@ from scheduler.store.connection.protocol import Reply
 from scheduler.store.errors import LayoutChanged, ServiceNotFound
 from scheduler.store.jobs import JobStore, Moves, Sending
 from scheduler.store.merging import merged, merged_search, number_of
-from scheduler.store.scripts import Call, jobs, layout, listing, schedules
+from scheduler.store.schedule_calls import ScheduleCalls
+from scheduler.store.scripts import Call, jobs, layout, listing
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts import series as series_scripts
@@ -40,12 +40,14 @@ T = TypeVar("T")
 LIVE_CACHE_SECS = 1.0  # how long a process trusts what it learnt of the shards' live nodes
 
 
-class ShardedStore:
-    """JobStore's methods, over the shards (module docstring)."""
+class ShardedStore(ScheduleCalls):
+    """JobStore's methods, over the shards (module docstring); the schedules' are shard 0's
+    (ScheduleCalls on its connection and keys)."""
 
     def __init__(self, shards: list[JobStore], settings: Settings) -> None:
         self.shards = shards
         self.settings = settings
+        self.redis, self.keys = shards[0].redis, shards[0].keys  # the schedules' (shard 0)
         self.layout = Layout(len(shards))
         self.service_floor = 0
         self.pinned: frozenset[str] = frozenset()
@@ -385,18 +387,3 @@ class ShardedStore:
 
     async def add_request_stats(self, deltas: dict[str, float], read: bool) -> dict[str, float]:
         return await self.shards[0].add_request_stats(deltas, read)
-
-    async def create_schedule(self, schedule: Schedule) -> None:
-        await self.shards[0].create_schedule(schedule)
-
-    async def schedule(self, name: str) -> bytes | None:
-        return await self.shards[0].schedule(name)
-
-    async def list_schedules(self, after: str, limit: int) -> builtins.list[schedules.Stored]:
-        return await self.shards[0].list_schedules(after, limit)
-
-    async def delete_schedule(self, name: str) -> None:
-        await self.shards[0].delete_schedule(name)
-
-    async def change_schedule(self, name: str, change: Callable[[Schedule], Schedule]) -> Schedule:
-        return await self.shards[0].change_schedule(name, change)

@@ -1,4 +1,5 @@
-"""Placement over the shards of a sharded deployment (store/sharded.py): a job that asks for
+"""Placement over the shards of a sharded deployment (store/sharded.py), and its schedules, kept on
+shard 0: a job that asks for
 a node goes to the shard holding one, not to whichever shard's turn it is, and an
 Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE)."""
 
@@ -83,3 +84,20 @@ def test_a_replay_finds_its_job_on_a_later_shard_after_an_earlier_one_can_take_i
     # The shards it passed through hold the key's mark, not a job.
     first_keys = Keys(settings.for_shard(first).redis_prefix)
     assert rclient.get(first_keys.submission(digest)) == b"-"
+
+
+def test_schedules_live_on_shard_zero(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: Any
+) -> None:
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    body = {"name": "nightly", "cron": "0 3 * * *", "job": {"command": "backup"}}
+    assert api.post("/schedules", json=body).status_code == 201
+    assert api.post("/schedules/nightly/pause").status_code == 200
+    assert assert_json(api.get("/schedules/nightly"))["paused"] is True
+    assert [s["name"] for s in assert_json(api.get("/schedules"))] == ["nightly"]
+    assert rclient.hexists(Keys(settings.redis_prefix).schedules, "nightly")
+    for shard in range(1, SHARDS):
+        assert not rclient.exists(Keys(settings.for_shard(shard).redis_prefix).schedules)
+    assert api.delete("/schedules/nightly").status_code in (200, 204)
+    assert api.get("/schedules/nightly").status_code == 404
