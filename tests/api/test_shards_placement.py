@@ -1,7 +1,7 @@
-"""Placement over the shards of a sharded deployment (store/sharded.py), and its schedules, kept on
-shard 0: a job that asks for
+"""Placement over the shards of a sharded deployment (store/sharded.py): a job that asks for
 a node goes to the shard holding one, not to whichever shard's turn it is, and an
-Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE)."""
+Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE). And
+its schedules, kept on shard 0."""
 
 from __future__ import annotations
 
