@@ -9,6 +9,7 @@ shards on each primary, with no configuration.
 from __future__ import annotations
 
 import binascii
+import functools
 
 SLOTS = 16384  # Redis Cluster's hash slots
 MAX_SHARDS = 256
@@ -25,7 +26,8 @@ def _distance(a: int, b: int) -> int:
     return min(gap, SLOTS - gap)
 
 
-def shard_prefixes(prefix: str, count: int) -> list[str]:
+@functools.lru_cache(maxsize=64)
+def shard_prefixes(prefix: str, count: int) -> tuple[str, ...]:
     """Each shard's REDIS_PREFIX: `prefix` for shard 0, `prefix-i` for the others (module
     docstring)."""
     width = SLOTS // count
@@ -41,7 +43,7 @@ def shard_prefixes(prefix: str, count: int) -> list[str]:
                 found.append(candidate)
                 taken.add(slot)
                 break
-    return found
+    return tuple(found)
 
 
 def shard_db(path: str, shard: int) -> str:

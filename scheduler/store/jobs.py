@@ -38,6 +38,7 @@ from scheduler.store.scripts import services as service_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
 from scheduler.store.scripts.retry import Retried, RetryPolicy
+from scheduler.store.shards import Numbering
 
 _node_decoder = msgspec.json.Decoder(Node)
 
@@ -81,6 +82,8 @@ class JobStore(ScheduleCalls):
         self.redis = client
         self.settings = settings
         self.keys = Keys(settings.redis_prefix)
+        # How this shard draws job and service numbers; a sharded store sets the floors.
+        self.numbering = self.service_numbering = Numbering(settings.shards, settings.shard)
         # Long-polls wait here, never on `client` (notify.py).
         self.notifier = Notifier(settings.redis_url, settings.redis_prefix)
 
@@ -121,7 +124,8 @@ class JobStore(ScheduleCalls):
         self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
-        staged, call = records.creation(self.keys, job, placement, self.settings, now, dedup)
+        ttl = self.settings.node_ttl_secs
+        staged, call = records.creation(self.keys, job, placement, now, ttl, dedup, self.numbering)
         created = await self._after(staged, call)
         if created.duplicate and created.job:
             return dataclasses.replace(created, job=(await self.whole([created.job]))[0])
@@ -203,7 +207,7 @@ class JobStore(ScheduleCalls):
             return []
         budget = budget or self.settings.max_page_bytes
         call = listing.list_jobs(node_id, status, bound, limit, budget, newest)
-        return await self.whole(await self.run(call))
+        return await self.whole((await self.run(call)).jobs)
 
     async def counts(self, node_id: str) -> builtins.list[int]:
         """[all jobs, then each status's] of `node_id`'s jobs ("": every node's)."""
@@ -282,7 +286,7 @@ class JobStore(ScheduleCalls):
             caller,
             MAX_SERVICES,
             MAX_SERVICES_PER_NODE,
-            (self.settings.shards, self.settings.shard),
+            self.service_numbering,
         )
         return await self.run(call)
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import msgspec
 
-from scheduler.config import Settings
 from scheduler.models.job import Job, JobUpdate
 from scheduler.models.record import (
     OUTPUT_FIELDS,
@@ -29,6 +28,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs
 from scheduler.store.scripts.jobs import Created, Dedup, Polled
 from scheduler.store.scripts.script import Call
+from scheduler.store.shards import Numbering
 
 # How long a staged part waits for its script (sent right behind it: a stale one is a
 # request that died between the two).
@@ -73,14 +73,20 @@ def stage(keys: Keys, parts: dict[str, bytes | str]) -> Staged:
 
 
 def creation(
-    keys: Keys, job: Job, placement: Placement, settings: Settings, now: float, dedup: Dedup
+    keys: Keys,
+    job: Job,
+    placement: Placement,
+    now: float,
+    node_ttl: float,
+    dedup: Dedup,
+    numbering: Numbering,
 ) -> tuple[Staged, Call[Created]]:
     """A new job's create call (jobs.create_job_of), and its spec staged when kept apart."""
     parts = creation_parts(job)
     staged = stage(keys, {"spec": parts.spec} if parts.spec else {})
     token = staged.tokens.get("spec", "")
-    ttl, numbering = settings.node_ttl_secs, (settings.shards, settings.shard)
-    return staged, jobs.create_job_of(job, placement, now, ttl, dedup, token, parts, numbering)
+    call = jobs.create_job_of(job, placement, now, node_ttl, dedup, token, parts, numbering)
+    return staged, call
 
 
 def large_outputs(update: JobUpdate) -> dict[str, bytes | str]:

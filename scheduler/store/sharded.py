@@ -11,33 +11,30 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import itertools
-import time
+import dataclasses
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from scheduler.config import Settings
-from scheduler.models.job import Job, JobUpdate, job_number
+from scheduler.models.job import STATUSES, Job, JobUpdate
 from scheduler.models.registry import Node, NodeRegistration, Service
-from scheduler.models.wire import InvalidInput
-from scheduler.nodes.placement import NoHealthyNodes, Placement
+from scheduler.nodes.placement import Placement
 from scheduler.store.connection.notify import Notifier
 from scheduler.store.connection.protocol import Reply
-from scheduler.store.errors import LayoutChanged, ServiceNotFound
+from scheduler.store.errors import ServiceNotFound
 from scheduler.store.jobs import JobStore, Moves, Sending
 from scheduler.store.merging import merged, merged_search, number_of
 from scheduler.store.schedule_calls import ScheduleCalls
-from scheduler.store.scripts import Call, jobs, layout, listing
+from scheduler.store.scripts import Call, jobs, listing
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts import series as series_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.retry import Retried
-from scheduler.store.shards import Layout, key_order, node_shard
+from scheduler.store.shard_layout import ShardLayout
+from scheduler.store.shard_placement import ShardPlacement
 
 T = TypeVar("T")
-LIVE_CACHE_SECS = 1.0  # how long a process trusts what it learnt of the shards' live nodes
 
 
 class ShardedStore(ScheduleCalls):
@@ -48,13 +45,8 @@ class ShardedStore(ScheduleCalls):
         self.shards = shards
         self.settings = settings
         self.redis, self.keys = shards[0].redis, shards[0].keys  # the schedules' (shard 0)
-        self.layout = Layout(len(shards))
-        self.service_floor = 0
-        self.pinned: frozenset[str] = frozenset()
-        self.started = False
-        self._raised: set[int] = set()  # shards whose counters this process raised
-        self._turn = itertools.count()
-        self._live: tuple[float, list[int]] = (0.0, [])
+        self.where = ShardLayout(shards)
+        self.placement = ShardPlacement(shards, self.where)
 
     @property
     def notifiers(self) -> builtins.list[Notifier]:
@@ -66,56 +58,8 @@ class ShardedStore(ScheduleCalls):
         return cls([JobStore.connect(settings.for_shard(k)) for k in range(count)], settings)
 
     async def start(self) -> None:
-        """Records the layout on shard 0 at the deployment's first sharded start, or reads
-        it (scripts/layout.py). Run at the app's start and, while it has not succeeded (Redis
-        unreachable then), before any call that routes an id: such calls answer 503 until it
-        has. Only shard 0 must answer: another shard's outage stops only its own calls."""
-        zero, count = self.shards[0], len(self.shards)
-        recorded = layout.recorded_of(await zero.redis.execute("HGETALL", zero.keys.shards))
-        if not recorded.count:
-            recorded = await zero.run(layout.record_shards(count, *await self._floors()))
-        if recorded.count != count:
-            raise LayoutChanged(count, recorded.count)
-        floor, service_floor = recorded.floor, recorded.service_floor
-        self.layout, self.service_floor = Layout(count, floor), service_floor
-        self.pinned = recorded.pinned
-        self.started = True
-
-    async def _raise(self, shard: int) -> JobStore:
-        """Shard `shard`, its counters raised above the floors (once a process), so each
-        number it draws routes to it: before it makes a job or a service."""
-        store = self.shards[shard]
-        if shard not in self._raised:
-            await self.ready()
-            await store.run(layout.raise_counters(self.layout.floor, self.service_floor))
-            self._raised.add(shard)
-        return store
-
-    async def _floors(self) -> tuple[int, int]:
-        """Shard 0's highest job and service numbers that are not a multiple of the count: the
-        floors (Layout). At the first sharded start every number is shard 0's and those
-        above them are multiples, shard 0's by N mod S too; after a restore into an empty
-        Redis (the record lost) the same rule finds the floors again from shard 0's jobs,
-        whose numbers since the upgrade are all multiples."""
-        zero, count = self.shards[0], len(self.shards)
-        job_floor, start = 0, 0
-        while not job_floor:
-            page = await zero.redis.execute(
-                "ZREVRANGE", zero.keys.all_jobs, start, start + 999, "WITHSCORES"
-            )
-            if not page:
-                break
-            job_floor = next((n for n in map(int, page[1::2]) if n % count), 0)
-            start += 1000
-        names = await zero.redis.execute("HKEYS", zero.keys.services)
-        numbers = (job_number("job-" + str(n, "utf-8").removeprefix("svc-")) for n in names)
-        service_floor = max((n for n in numbers if n and n % count), default=0)
-        return job_floor, service_floor
-
-    async def ready(self) -> Layout:
-        if not self.started:
-            await self.start()
-        return self.layout
+        """The layout read (shard_layout.py), at the app's start; else on first use."""
+        await self.where.start()
 
     async def aclose(self) -> None:
         await self._each(lambda s: s.aclose())
@@ -124,75 +68,14 @@ class ShardedStore(ScheduleCalls):
         return list(await asyncio.gather(*(call(s) for s in self.shards)))
 
     async def of_job(self, job_id: str) -> JobStore:
-        return self.shards[(await self.ready()).job_shard(job_id)]
-
-    def node_shard(self, node_id: str) -> int:
-        """A node's shard: shard 0 for one registered before the deployment was sharded."""
-        return 0 if node_id in self.pinned else node_shard(node_id, len(self.shards))
+        return self.shards[(await self.where.ready()).job_shard(job_id)]
 
     async def of_node(self, node_id: str) -> JobStore:
-        await self.ready()
-        return self.shards[self.node_shard(node_id)]
+        return self.shards[(await self.where.ready()).node_shard(node_id)]
 
     async def run(self, call: Call[T]) -> T:
         """A call of the deployment's own state (sessions, logins, request metrics): shard 0."""
         return await self.shards[0].run(call)
-
-    # Placement of new jobs.
-
-    async def _live_shards(self) -> builtins.list[int]:
-        """The shards with a live compute node (cached LIVE_CACHE_SECS); all when none is."""
-        now = time.monotonic()
-        if now - self._live[0] > LIVE_CACHE_SECS:
-            # A shard that does not answer (its primary failing over) counts as none live,
-            # so new jobs go to the others meanwhile.
-            asked = (s.live_compute(time.time()) for s in self.shards)
-            counts = await asyncio.gather(*asked, return_exceptions=True)
-            live = [k for k, n in enumerate(counts) if isinstance(n, int) and n]
-            self._live = (now, live or list(range(len(self.shards))))
-        return self._live[1]
-
-    async def _order(self, job: Job | None, dedup: Dedup) -> builtins.list[int]:
-        """The shards to try a new job on, best first: the shard of the jobs it runs after;
-        for an idempotency key, the same order at every replay (a shard that passed the job
-        on marks the key, so the replay passes on to the shard that made it: create.py); else
-        the shards with live nodes in turn, then the others."""
-        count, where = len(self.shards), await self.ready()
-        if job is not None and job.after:
-            homes = {where.job_shard(dep) for dep in job.after}
-            if len(homes) > 1:
-                raise InvalidInput("after: the jobs it runs after are on different shards")
-            return [homes.pop()]
-        if dedup.key:
-            return key_order(f"{dedup.space}:{dedup.key}", count)
-        live = await self._live_shards()
-        first = next(self._turn) % len(live)
-        rest = [k for k in range(count) if k not in live]
-        return live[first:] + live[:first] + rest
-
-    def _among(self, placement: Placement, shard: int) -> Placement | None:
-        """`placement` on one shard: its candidates that are the shard's nodes (None: none)."""
-        if placement.mode == "live":
-            return placement
-        mine = tuple(n for n in placement.candidates if self.node_shard(n) == shard)
-        return Placement(placement.mode, mine) if mine else None
-
-    async def _placed(
-        self, job: Job | None, placement: Placement, dedup: Dedup, make: Callable[..., Any]
-    ) -> Any:
-        """`make(shard store, placement)` on the first shard that has a node for it; the
-        last one tried makes it even without (waiting unplaced, as unsharded)."""
-        order = await self._order(job, dedup)
-        for i, shard in enumerate(order):
-            here = self._among(placement, shard)
-            if here is None:
-                continue
-            try:
-                elsewhere = i < len(order) - 1
-                return await make(await self._raise(shard), replace(here, elsewhere=elsewhere))
-            except NoHealthyNodes:
-                continue
-        raise NoHealthyNodes()
 
     async def create(
         self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
@@ -200,22 +83,20 @@ class ShardedStore(ScheduleCalls):
         async def make(store: JobStore, here: Placement) -> Created:
             return await store.create(job, here, now, dedup)
 
-        created: Created = await self._placed(job, placement, dedup, make)
-        return created
+        return await self.placement.placed(job, placement, dedup, make)
 
     async def pick(self, placement: Placement, now: float) -> str:
         async def make(store: JobStore, here: Placement) -> str:
             return await store.pick(here, now)
 
-        picked: str = await self._placed(None, placement, NO_DEDUP, make)
-        return picked
+        return await self.placement.placed(None, placement, NO_DEDUP, make)
 
     async def whole(self, heads: builtins.list[bytes]) -> builtins.list[bytes]:
         """As JobStore.whole; a head's parts apart are on its job's shard."""
         if not heads:
             return []
         by_shard: dict[int, builtins.list[int]] = {}
-        where = await self.ready()
+        where = await self.where.ready()
         for i, head in enumerate(heads):
             by_shard.setdefault(where.number_shard(number_of(head)), []).append(i)
         done = list(heads)
@@ -234,9 +115,9 @@ class ShardedStore(ScheduleCalls):
 
     def send_poll(self, node_id: str, caller: str) -> Sending[jobs.Polled] | None:
         """As JobStore.send_poll; None before the layout is read (the caller awaits `poll`)."""
-        if not self.started:
+        if not self.where.started:
             return None
-        return self.shards[self.node_shard(node_id)].send_poll(node_id, caller)
+        return self.shards[self.where.node_shard(node_id)].send_poll(node_id, caller)
 
     async def poll_wait(self, node_id: str, caller: str, wait: float) -> jobs.Polled:
         return await (await self.of_node(node_id)).poll_wait(node_id, caller, wait)
@@ -273,9 +154,7 @@ class ShardedStore(ScheduleCalls):
         return await store.undrain_node(node_id, caller=caller, listed=listed)
 
     async def create_service(self, service: Service, caller: str) -> bytes:
-        await self.ready()
-        store = await self._raise(self.node_shard(service.node_id))
-        return await store.create_service(service, caller)
+        return await (await self.of_node(service.node_id)).create_service(service, caller)
 
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
         if node_id:
@@ -284,11 +163,7 @@ class ShardedStore(ScheduleCalls):
         return [service for page in found for service in page]
 
     async def _of_service(self, service_id: str) -> JobStore:
-        await self.ready()
-        number = job_number("job-" + service_id.removeprefix("svc-")) or 0
-        if number <= self.service_floor:
-            return self.shards[0]
-        return self.shards[number % len(self.shards)]
+        return self.shards[(await self.where.ready()).service_shard(service_id)]
 
     async def service(self, service_id: str) -> bytes | None:
         return await (await self._of_service(service_id)).service(service_id)
@@ -306,9 +181,9 @@ class ShardedStore(ScheduleCalls):
 
     def send_get(self, job_id: str) -> Reply | None:
         """As JobStore.send_get; None before the layout is read (the caller awaits `get`)."""
-        if not self.started:
+        if not self.where.started:
             return None
-        return self.shards[self.layout.job_shard(job_id)].send_get(job_id)
+        return self.shards[self.where.job_shard(job_id)].send_get(job_id)
 
     async def get_wait(self, job_id: str, status_not: str, wait: float) -> bytes | None:
         return await (await self.of_job(job_id)).get_wait(job_id, status_not, wait)
@@ -329,12 +204,12 @@ class ShardedStore(ScheduleCalls):
         self, job_ids: builtins.list[str], placement: Placement, now: float
     ) -> builtins.list[Retried]:
         by_shard: dict[int, builtins.list[str]] = {}
-        where = await self.ready()
+        where = await self.where.ready()
         for job_id in job_ids:
             by_shard.setdefault(where.job_shard(job_id), []).append(job_id)
         done: dict[str, Retried] = {}
         for shard, ids in by_shard.items():
-            here = self._among(placement, shard) or Placement(placement.mode)
+            here = self.placement.among(placement, shard) or Placement(placement.mode)
             for retried in await self.shards[shard].retry(ids, here, now):
                 done[retried.job_id] = retried
         return [done[job_id] for job_id in job_ids]
@@ -346,10 +221,13 @@ class ShardedStore(ScheduleCalls):
     ) -> builtins.list[bytes]:
         if node_id:
             return await (await self.of_node(node_id)).list(node_id, status, bound, limit, newest)
-        # A share of the budget each, so a page holds about MAX_PAGE_BYTES whatever S.
+        if status and status not in STATUSES:
+            return []
+        # Each shard's heads, a share of the bytes each (a page about MAX_PAGE_BYTES whatever
+        # S), merged, then only the jobs kept made whole.
         budget = max(1, self.settings.max_page_bytes // len(self.shards))
-        pages = await self._each(lambda s: s.list("", status, bound, limit, newest, budget))
-        return merged(pages, limit, newest, budget)
+        call = listing.list_jobs("", status, bound, limit, budget, newest)
+        return await self.whole(merged(await self._each(lambda s: s.run(call)), limit, newest))
 
     async def counts(self, node_id: str) -> builtins.list[int]:
         if node_id:
@@ -363,8 +241,10 @@ class ShardedStore(ScheduleCalls):
         if node_id:
             store = await self.of_node(node_id)
             return await store.search(node_id, status, bound, needle, scan, limit)
-        found = await self._each(lambda s: s.search("", status, bound, needle, scan, limit))
-        return merged_search(found, limit, self.settings.max_page_bytes)
+        budget = max(1, self.settings.max_page_bytes // len(self.shards))
+        call = listing.search("", status, bound, needle, scan, limit, budget)
+        found = merged_search(await self._each(lambda s: s.run(call)), limit)
+        return dataclasses.replace(found, jobs=await self.whole(found.jobs))
 
     async def overview(self) -> overview_scripts.Overview:
         return overview_scripts.merged(await self._each(lambda s: s.overview()))

@@ -37,6 +37,20 @@ def key_order(key: str, count: int) -> list[int]:
 
 
 @dataclass(frozen=True, slots=True)
+class Numbering:
+    """How a shard draws job (or service) numbers: N = counter x `count` + `index`, its
+    counter kept above `floor` in the same script (so a shard whose Redis came back empty
+    still draws numbers above every id made before, and never one another shard's)."""
+
+    count: int = 1
+    index: int = 0
+    floor: int = 0
+
+
+UNSHARDED = Numbering()
+
+
+@dataclass(frozen=True, slots=True)
 class Layout:
     """How a deployment is sharded: `count` shards; job numbers up to `floor` (made before it
     was sharded) are shard 0's."""

@@ -24,6 +24,7 @@ from scheduler.store.scripts import Call, functions, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
+from scheduler.store.shards import Numbering
 
 T = TypeVar("T")
 
@@ -86,7 +87,10 @@ class SyncJobStore:
         self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
-        staged, call = creation(self.keys, job, placement, self.settings, now, dedup)
+        ttl, s = self.settings.node_ttl_secs, self.settings
+        staged, call = creation(
+            self.keys, job, placement, now, ttl, dedup, Numbering(s.shards, s.shard)
+        )
         # A large spec is staged: its bytes never enter the script (models/record.py).
         for key, value in staged.values.items():
             self.redis.set(key, value, ex=STAGED_SECS)

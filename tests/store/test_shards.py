@@ -11,7 +11,7 @@ from redis.crc import key_slot as redis_key_slot
 
 from scheduler.config.shards import SLOTS, key_slot, shard_db, shard_prefixes
 from scheduler.store.merging import merged, merged_search
-from scheduler.store.scripts.listing import Found
+from scheduler.store.scripts.listing import Found, Page
 from scheduler.store.scripts.overview import Overview
 from scheduler.store.scripts.overview import merged as merged_overview
 from scheduler.store.scripts.series import merged as merged_series
@@ -123,31 +123,34 @@ def numbers(heads: list[bytes]) -> list[int]:
 def test_the_shards_pages_merge_in_job_number_order(
     pages: list[list[int]], limit: int, newest: bool, expected: list[int]
 ) -> None:
-    got = merged([[head(n) for n in page] for page in pages], limit, newest, 1 << 20)
+    got = merged([Page([head(n) for n in page], cut=False) for page in pages], limit, newest)
     assert numbers(got) == expected
 
 
-def test_a_page_stops_where_a_shard_cut_by_its_budget_stopped() -> None:
-    # Shard 0 stopped at job-6 for its bytes: job-9 of its may follow, so nothing past 6.
-    pages = [[head(3, 500), head(6, 500)], [head(4), head(7), head(8)]]
-    assert numbers(merged(pages, 10, False, 1000)) == [3, 4, 6]
+def test_a_page_stops_where_a_shard_that_left_jobs_out_stopped() -> None:
+    # Shard 0 left jobs out after job-6 for its bytes: nothing past 6, or they would be skipped.
+    pages = [Page([head(3), head(6)], cut=True), Page([head(4), head(7), head(8)], cut=False)]
+    assert numbers(merged(pages, 10, False)) == [3, 4, 6]
 
 
 def shard_page(
     jobs: list[int], sizes: dict[int, int], bound: int, limit: int, budget: int, newest: bool
-) -> list[bytes]:
-    """A shard's LIST, as its script pages: after (newest: before) `bound`, `limit` jobs,
-    stopping once it holds `budget` bytes (at least one job)."""
+) -> Page:
+    """A shard's LIST, as its script (library.py get_jobs) pages: after (newest: before)
+    `bound`, `limit` jobs, leaving out the first that would take it past `budget` bytes and
+    those after it (at least one job)."""
     if newest:
-        after = [n for n in sorted(jobs, reverse=True) if not bound or n < bound]
+        ids = [n for n in sorted(jobs, reverse=True) if not bound or n < bound][:limit]
     else:
-        after = [n for n in sorted(jobs) if n > bound]
+        ids = [n for n in sorted(jobs) if n > bound][:limit]
     page: list[bytes] = []
-    for n in after[:limit]:
-        page.append(head(n, sizes[n]))
-        if sum(map(len, page)) >= budget:
+    size = 0
+    for n in ids:
+        size += len(head(n, sizes[n]))
+        if size > budget and page:
             break
-    return page
+        page.append(head(n, sizes[n]))
+    return Page(page, cut=len(page) < len(ids))
 
 
 @pytest.mark.parametrize("newest", [False, True])
@@ -162,7 +165,7 @@ def test_paging_through_merged_pages_sees_every_job_once(
     bound = 0
     for _ in range(500):
         pages = [shard_page(jobs[k], sizes, bound, limit, budget, newest) for k in range(count)]
-        page = numbers(merged(pages, limit, newest, budget))
+        page = numbers(merged(pages, limit, newest))
         if not page:
             break
         assert len(page) <= limit
@@ -178,11 +181,11 @@ def test_a_merged_search_goes_on_from_where_no_shard_skips_a_job() -> None:
         Found(jobs=[head(28), head(13)], looked=10, last=13, more=True),
         Found(jobs=[head(26)], looked=4, last=2, more=False),
     ]
-    page = merged_search(found, 10, 1 << 20)
+    page = merged_search(found, 10)
     # Shard 0 stopped at 21: the others' finds below it wait for the next page, from 21.
     assert numbers(page.jobs) == [30, 28, 26]
     assert (page.looked, page.last, page.more) == (24, 21, True)
-    done = merged_search([Found([head(5)], 3, 1, False), Found([], 2, 2, False)], 10, 1 << 20)
+    done = merged_search([Found([head(5)], 3, 1, False), Found([], 2, 2, False)], 10)
     assert (numbers(done.jobs), done.last, done.more) == ([5], 1, False)
 
 

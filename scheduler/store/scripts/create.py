@@ -16,6 +16,7 @@ from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import IdempotencyMismatch, StoreNotReady
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.script import Call, Script
+from scheduler.store.shards import UNSHARDED, Numbering
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,9 @@ NO_ASKS = Asks()
 
 # A new job's script, shared by CREATE_JOB and CREATE_AFTER (one that runs after others): two
 # scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
+# The mark of an idempotency key a shard passed on to a later shard (store/shard_placement.py).
+ELSEWHERE = "-"
+
 _NEW_JOB = """
 -- record: the head of the job's record (models/record.py) without job_id and node_id,
 -- which this fills in; spec_staged: the token of its spec staged apart ("": none, the head
@@ -99,7 +103,7 @@ _NEW_JOB = """
 --   | {NO_NODES} | {NOT_READY}{AFTER_CODES}.
 -- elsewhere = 1: another shard may take the job (store/sharded.py): with no node for it,
 -- NO_NODES rather than made unplaced, its idempotency key then marked ELSEWHERE.
-local ELSEWHERE = "-"
+local ELSEWHERE = "{ELSEWHERE}"
 -- A Redis that came back empty must get its snapshot back before a new job takes an id the
 -- snapshot already holds (snapshot.restore_if_empty sets the marker).
 local function unmade(reply)
@@ -136,12 +140,17 @@ if due == "" or not needs_fit(ask) then
   end
 end
 node = node or ""
--- A shard draws every shards-th number, its own (store/shards.py): N mod shards is its index.
-local n = redis.call("INCR", K.job_seq) * tonumber(shards) + tonumber(shard)
+-- A shard draws every shards-th number, its own, above id_floor (store/shards.py Numbering).
+local drawn = redis.call("INCR", K.job_seq)
+if drawn <= tonumber(id_floor) then
+  drawn = tonumber(id_floor) + 1
+  redis.call("SET", K.job_seq, drawn)
+end
+local n = drawn * tonumber(shards) + tonumber(shard)
 local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)
-"""
+""".replace("{ELSEWHERE}", ELSEWHERE)
 _STORE_NEW = """
 local score = status == "pending" and queue_score(n, priority) or n
 if status == "pending" and node == "" then  -- the last field (models.job): appended
@@ -172,7 +181,7 @@ if status == "pending" and node ~= "" then wake_node(node) end
 """
 _ARGV = (
     "record spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
-    "cpus memory_mb selector shards shard elsewhere"
+    "cpus memory_mb selector shards shard id_floor elsewhere"
 )
 
 CREATE_JOB = Script(
@@ -237,13 +246,13 @@ def create_job(
     asks: Asks = NO_ASKS,
     spec: bytes = b"",
     spec_staged: str = "",
-    numbering: tuple[int, int] = (1, 0),
+    numbering: Numbering = UNSHARDED,
 ) -> Call[Created]:
     """`record` is the new job's head (models/record.py) without job_id and node_id; `spec`
     its spec stored apart (b"": in the head), staged under the token `spec_staged` (the
     store stages it: JobStore.create); `due`, when it is delayed, the epoch of its run_at;
-    `priority`, `after` and `asks`, the record's; `numbering`, the deployment's shards and
-    the index of the one it is made on (store/shards.py)."""
+    `priority`, `after` and `asks`, the record's; `numbering`, how the shard it is made on
+    draws its number (store/shards.py)."""
     args: dict[str, Any] = dict(
         record=record, spec_staged=spec_staged, due="" if due is None else due, priority=priority,
         mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
@@ -251,7 +260,8 @@ def create_job(
         fingerprint=dedup.fingerprint, candidates=placement.candidates, cpus=asks.cpus,
         memory_mb=asks.memory_mb,
         selector=json.dumps(asks.node_selector) if asks.node_selector else "",
-        shards=numbering[0], shard=numbering[1], elsewhere=int(placement.elsewhere),
+        shards=numbering.count, shard=numbering.index, id_floor=numbering.floor,
+        elsewhere=int(placement.elsewhere),
     )  # fmt: skip
     if not after:
         call = CREATE_JOB.call(**args)
@@ -269,7 +279,7 @@ def create_job_of(
     dedup: Dedup = NO_DEDUP,
     spec_staged: str = "",
     parts: Parts | None = None,
-    numbering: tuple[int, int] = (1, 0),
+    numbering: Numbering = UNSHARDED,
 ) -> Call[Created]:
     """CREATE_JOB for a new job (models.job.stamped): its record and what indexes it; its
     spec, when stored apart (`creation_parts(job).spec`, `parts` if the caller has them),

@@ -5,75 +5,79 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.store.errors import StoreNotReady
+from scheduler.store.scripts.codes import NOT_READY
 from scheduler.store.scripts.script import Call, Script
 
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
-    """A sharded deployment's layout as recorded on shard 0 (store/shards.py Layout): its
-    shard count, its floors, and the nodes registered before it was sharded (kept on shard 0
-    with their queues, tokens and jobs)."""
+    """A sharded deployment's layout as recorded on shard 0 (store/shards.py): its shard
+    count; its floors: ids up to `floor` (services: `service_floor`) are shard 0's, and every
+    shard draws its numbers above `counters` (services: `service_counters`), shard 0's
+    counters when it was first sharded (ids of jobs pruned since are never made again); when
+    (`since`, epoch seconds); and the nodes registered then (kept on shard 0 with their
+    queues, tokens and jobs)."""
 
-    count: int
-    floor: int
-    service_floor: int
-    pinned: frozenset[str]
+    count: int = 0
+    floor: int = 0
+    service_floor: int = 0
+    counters: int = 0
+    service_counters: int = 0
+    since: float = 0.0
+    pinned: frozenset[str] = frozenset()
 
 
-_NUMBERS = ("count", "floor", "service_floor")
+_NUMBERS = ("count", "floor", "service_floor", "counters", "service_counters")
 
 
-def recorded_of(reply: list[Any]) -> Recorded:
+def recorded_of(flat: list[Any]) -> Recorded:
     """The record from its hash, flat (HGETALL; empty: not sharded yet, count 0)."""
-    fields = {str(reply[i], "utf-8"): reply[i + 1] for i in range(0, len(reply), 2)}
+    fields = {str(flat[i], "utf-8"): flat[i + 1] for i in range(0, len(flat), 2)}
     pinned = frozenset(name[5:] for name in fields if name.startswith("node:"))
-    count, floor, service_floor = (int(fields.get(name) or 0) for name in _NUMBERS)
-    return Recorded(count, floor, service_floor, pinned)
+    count, floor, service_floor, counters, service_counters = (
+        int(fields.get(name) or 0) for name in _NUMBERS
+    )
+    since = float(fields.get("since") or 0)
+    return Recorded(count, floor, service_floor, counters, service_counters, since, pinned)
+
+
+def _recorded(reply: list[Any]) -> Recorded:
+    if reply[0] == NOT_READY:
+        raise StoreNotReady()
+    return recorded_of(reply[1])
 
 
 RECORD_SHARDS = Script(
     "RECORD_SHARDS",
-    "count floor service_floor",
+    "count floor service_floor now",
     """
--- On shard 0, at every start of a sharded deployment: the first records its shard count, its
--- floors (store/sharded.py finds them: ids up to one are shard 0's) and, as fields
--- "node:<id>", the nodes registered then, which stay on shard 0. Every later start reads it.
--- Returns the record, flat
+-- On shard 0, at a sharded deployment's first start once shard 0 holds its data (restored
+-- from its snapshot first, if it lost it: else the floors would be found in an empty
+-- shard): its shard count, its floors (store/sharded.py finds them), shard 0's counters
+-- then, when, and as fields "node:<id>" its nodes then (registered, or seen in an external
+-- registry), which stay on shard 0. Every later start reads it.
+-- Returns {OK, the record, flat} | {NOT_READY}
+if redis.call("EXISTS", K.initialised) == 0 then return {NOT_READY} end
 if redis.call("HSETNX", K.shards, "count", count) == 1 then
-  redis.call("HSET", K.shards, "floor", floor, "service_floor", service_floor)
+  local function at_least(key, least)
+    return math.max(tonumber(redis.call("GET", key) or "0"), tonumber(least))
+  end
+  redis.call("HSET", K.shards, "floor", floor, "service_floor", service_floor, "since", now,
+    "counters", at_least(K.job_seq, floor),
+    "service_counters", at_least(K.service_seq, service_floor))
   for _, node in ipairs(redis.call("HKEYS", K.nodes)) do
     redis.call("HSET", K.shards, "node:" .. node, 1)
   end
-end
-return redis.call("HGETALL", K.shards)
-""",
-    recorded_of,
-)
-
-
-def record_shards(count: int, floor: int, service_floor: int) -> Call[Recorded]:
-    return RECORD_SHARDS.call(count=count, floor=floor, service_floor=service_floor)
-
-
-RAISE_COUNTERS = Script(
-    "RAISE_COUNTERS",
-    "floor service_floor",
-    """
--- On every shard, at every start of a sharded deployment: its counters at least the floors,
--- so each number it draws (counter x shards + index) lies above them and routes to it.
--- Returns OK
-local function raise(key, least)
-  if tonumber(redis.call("GET", key) or "0") < tonumber(least) then
-    redis.call("SET", key, least)
+  for _, node in ipairs(redis.call("ZRANGE", K.nodes_compute, 0, -1)) do
+    redis.call("HSET", K.shards, "node:" .. node, 1)
   end
 end
-raise(K.job_seq, floor)
-raise(K.service_seq, service_floor)
-return OK
+return {OK, redis.call("HGETALL", K.shards)}
 """,
-    lambda reply: None,
+    _recorded,
 )
 
 
-def raise_counters(floor: int, service_floor: int) -> Call[None]:
-    return RAISE_COUNTERS.call(floor=floor, service_floor=service_floor)
+def record_shards(count: int, floor: int, service_floor: int, now: float) -> Call[Recorded]:
+    return RECORD_SHARDS.call(count=count, floor=floor, service_floor=service_floor, now=now)

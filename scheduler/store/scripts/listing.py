@@ -14,22 +14,41 @@ from scheduler.store.scripts.codes import check_found
 from scheduler.store.scripts.replies import blobs
 from scheduler.store.scripts.script import Call, Script
 
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of GET /jobs: its jobs' heads, and whether it left out jobs it was asked for
+    (for its bytes, or a record gone meanwhile): a sharded listing's merge must not page
+    past its last (store/merging.py)."""
+
+    jobs: list[bytes]
+    cut: bool
+
+
+def _page(reply: list[Any]) -> Page:
+    return Page(jobs=blobs(reply[1:]), cut=bool(reply[0]))
+
+
 LIST = Script(
     "LIST",
     "node status bound limit budget order",
     """
 -- A page of GET /jobs (library.py listing_ids says which jobs, in which order); it stops at
--- `limit` jobs or `budget` bytes. Returns each job's head (library.py get_jobs).
-return get_jobs(listing_ids(node, status, bound, order, limit), tonumber(budget))
+-- `limit` jobs or `budget` bytes.
+-- Returns {1 if it left out jobs it was asked for, else 0; each job's head (get_jobs)...}
+local ids = listing_ids(node, status, bound, order, limit)
+local page = get_jobs(ids, tonumber(budget))
+table.insert(page, 1, #page < #ids and 1 or 0)
+return page
 """,
-    blobs,
+    _page,
     read_only=True,
 )
 
 
 def list_jobs(
     node_id: str, status: str, bound: int, limit: int, budget_bytes: int, newest: bool = False
-) -> Call[list[bytes]]:
+) -> Call[Page]:
     """Oldest first from after job-`bound`, or with `newest` newest first from before it
     (0: from the newest); a node's pending jobs in queue order from job-`bound`'s place."""
     return LIST.call(

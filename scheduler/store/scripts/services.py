@@ -9,6 +9,7 @@ from scheduler.store.errors import ServiceNotFound, TooManyServices
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.codes import check_access, check_found
 from scheduler.store.scripts.script import Call, Script
+from scheduler.store.shards import UNSHARDED, Numbering
 
 
 def _service_created(reply: list[Any]) -> bytes:
@@ -21,7 +22,7 @@ def _service_created(reply: list[Any]) -> bytes:
 
 CREATE_SERVICE = Script(
     "CREATE_SERVICE",
-    "node record caller most most_per_node shards shard",
+    "node record caller most most_per_node shards shard id_floor",
     """
 -- record: the service's JSON, starting {"id":"" (the id is drawn here). A node keeps at most
 -- most_per_node services: past it, its oldest one that is not running goes; `most` in all.
@@ -43,8 +44,13 @@ if redis.call("ZCARD", own) >= tonumber(most_per_node) then
   if not evicted then return {TOO_MANY_NODES} end
 end
 if redis.call("HLEN", K.services) >= tonumber(most) then return {TOO_MANY_NODES} end
--- A shard draws every shards-th number, as a job's (create.py): N mod shards is its index.
-local n = redis.call("INCR", K.service_seq) * tonumber(shards) + tonumber(shard)
+-- A shard draws every shards-th number above id_floor, as a job's (create.py).
+local drawn = redis.call("INCR", K.service_seq)
+if drawn <= tonumber(id_floor) then
+  drawn = tonumber(id_floor) + 1
+  redis.call("SET", K.service_seq, drawn)
+end
+local n = drawn * tonumber(shards) + tonumber(shard)
 local id = "svc-" .. n
 local service = '{"id":"' .. id .. '"' .. string.sub(record, 9)
 redis.call("HSET", K.services, id, service)
@@ -61,18 +67,19 @@ def create_service(
     caller: str,
     most: int,
     most_per_node: int,
-    numbering: tuple[int, int] = (1, 0),
+    numbering: Numbering = UNSHARDED,
 ) -> Call[bytes]:
     """`service_json` starts with `{"id":""` (models.Service, id first); the script fills it.
-    `numbering`: the deployment's shards and the index of the node's (store/shards.py)."""
+    `numbering`: how the node's shard draws service numbers (store/shards.py)."""
     return CREATE_SERVICE.call(
         node=node_id,
         record=service_json,
         caller=caller,
         most=most,
         most_per_node=most_per_node,
-        shards=numbering[0],
-        shard=numbering[1],
+        shards=numbering.count,
+        shard=numbering.index,
+        id_floor=numbering.floor,
     )
 
 

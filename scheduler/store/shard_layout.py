@@ -1,0 +1,97 @@
+"""What a sharded store knows of its deployment's layout (store/shards.py): read from shard 0,
+recorded there at the first sharded start (scripts/layout.py), and read again when the record
+changes (made again after shard 0 lost its data)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from scheduler.models.job import job_number
+from scheduler.store.errors import LayoutChanged
+from scheduler.store.jobs import JobStore
+from scheduler.store.scripts import layout
+from scheduler.store.scripts.layout import Recorded
+from scheduler.store.shards import Layout, Numbering, node_shard
+
+
+class ShardLayout:
+    """The layout of `shards` (shard 0 first), once `ready`."""
+
+    def __init__(self, shards: list[JobStore]) -> None:
+        self.shards = shards
+        self.recorded = Recorded()
+        self.layout = Layout(len(shards))
+        self.started = False
+
+    async def ready(self) -> ShardLayout:
+        """Reads the layout if it was not yet (Redis unreachable at the start): until it is,
+        a call that routes an id answers 503. Only shard 0 must answer."""
+        if not self.started:
+            await self.start()
+        return self
+
+    async def start(self) -> None:
+        """Reads the record, or makes it at the deployment's first sharded start; refuses
+        another shard count; gives each shard its numbering (store/shards.py Numbering)."""
+        zero, count = self.shards[0], len(self.shards)
+        recorded = layout.recorded_of(await zero.redis.execute("HGETALL", zero.keys.shards))
+        if not recorded.count:
+            floors = await self._floors()
+            recorded = await zero.run(layout.record_shards(count, *floors, now=time.time()))
+        if recorded.count != count:
+            raise LayoutChanged(count, recorded.count)
+        self.recorded, self.layout = recorded, Layout(count, recorded.floor)
+        for k, shard in enumerate(self.shards):
+            shard.numbering = Numbering(count, k, recorded.counters)
+            shard.service_numbering = Numbering(count, k, recorded.service_counters)
+        self.started = True
+
+    async def refresh(self) -> None:
+        """Reads the record again if it is not the one read (one HGET; the live-node check
+        calls it once a second): every process then routes the same way after shard 0 lost
+        its data and a start recorded it again."""
+        zero = self.shards[0]
+        since = await zero.redis.execute("HGET", zero.keys.shards, "since")
+        if self.started and float(since or 0) != self.recorded.since:
+            await self.start()
+
+    async def _floors(self) -> tuple[int, int]:
+        """Shard 0's highest job and service numbers that are not a multiple of the count: the
+        floors (Layout). At the first sharded start every number is shard 0's and those
+        above them are multiples, shard 0's by N mod S too; after a restore into an empty
+        Redis (the record lost) the same rule finds the floors again from shard 0's jobs,
+        whose numbers since the upgrade are all multiples."""
+        zero, count = self.shards[0], len(self.shards)
+        job_floor, start = 0, 0
+        while not job_floor:
+            page = await zero.redis.execute(
+                "ZREVRANGE", zero.keys.all_jobs, start, start + 999, "WITHSCORES"
+            )
+            if not page:
+                break
+            job_floor = next((n for n in map(int, page[1::2]) if n % count), 0)
+            start += 1000
+        names = await zero.redis.execute("HKEYS", zero.keys.services)
+        numbers = (job_number("job-" + str(n, "utf-8").removeprefix("svc-")) for n in names)
+        service_floor = max((n for n in numbers if n and n % count), default=0)
+        return job_floor, service_floor
+
+    def job_shard(self, job_id: str) -> int:
+        return self.layout.job_shard(job_id)
+
+    def number_shard(self, number: int) -> int:
+        return self.layout.number_shard(number)
+
+    def node_shard(self, node_id: str) -> int:
+        """A node's shard: shard 0 for one registered before the deployment was sharded."""
+        return 0 if node_id in self.recorded.pinned else node_shard(node_id, len(self.shards))
+
+    def service_shard(self, service_id: str) -> int:
+        number = job_number("job-" + service_id.removeprefix("svc-")) or 0
+        services = dataclasses.replace(self.layout, floor=self.recorded.service_floor)
+        return services.number_shard(number)
+
+    def upgraded_since(self) -> float:
+        """When an unsharded deployment was sharded (0: it was sharded from its start)."""
+        return self.recorded.since if self.recorded.floor else 0.0

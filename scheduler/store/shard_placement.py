@@ -1,0 +1,112 @@
+"""Which shard of a sharded deployment a new job is made on (docs/ARCHITECTURE.md, Shards):
+the shard of the jobs it runs after; for an idempotency key, the shards in an order of the
+key's own; else the shards with live compute nodes in turn, then the others. Each shard
+tried but the last answers NO_NODES rather than making the job wait unplaced
+(Placement.elsewhere), and a shard that passes a keyed job on marks the key (create.py
+ELSEWHERE) so a replay passes on to the shard that made it."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TypeVar
+
+from scheduler.models.job import Job
+from scheduler.models.wire import InvalidInput
+from scheduler.nodes.placement import NoHealthyNodes, Placement
+from scheduler.store.jobs import JobStore
+from scheduler.store.scripts.create import ELSEWHERE
+from scheduler.store.scripts.jobs import Dedup
+from scheduler.store.shard_layout import ShardLayout
+from scheduler.store.shards import key_order
+
+T = TypeVar("T")
+LIVE_CACHE_SECS = 1.0  # how long a process trusts what it learnt of the shards' live nodes
+
+
+class ShardPlacement:
+    def __init__(self, shards: list[JobStore], where: ShardLayout) -> None:
+        self.shards, self.where = shards, where
+        self._turn = itertools.count()
+        self._live: tuple[float, list[int]] = (0.0, [])
+
+    async def live_shards(self) -> list[int]:
+        """The shards with a live compute node (cached LIVE_CACHE_SECS); all when none is.
+        A shard that does not answer (its primary failing over) counts as none live, so new
+        jobs go to the others meanwhile. The layout's record is checked with them."""
+        now = time.monotonic()
+        if now - self._live[0] > LIVE_CACHE_SECS:
+            asked = (s.live_compute(time.time()) for s in self.shards)
+            counts, _ = await asyncio.gather(
+                asyncio.gather(*asked, return_exceptions=True), self.where.refresh()
+            )
+            live = [k for k, n in enumerate(counts) if isinstance(n, int) and n]
+            self._live = (now, live or list(range(len(self.shards))))
+        return self._live[1]
+
+    async def order(self, job: Job | None, dedup: Dedup) -> list[int]:
+        """The shards to try a new job on, best first (module docstring)."""
+        count, where = len(self.shards), await self.where.ready()
+        if job is not None and job.after:
+            homes = {where.job_shard(dep) for dep in job.after}
+            if len(homes) > 1:
+                raise InvalidInput("after: the jobs it runs after are on different shards")
+            return [homes.pop()]
+        if dedup.key:
+            if await self._made_unsharded(dedup):
+                return [0]
+            return key_order(f"{dedup.space}:{dedup.key}", count)
+        live = await self.live_shards()
+        first = next(self._turn) % len(live)
+        return live[first:] + live[:first] + [k for k in range(count) if k not in live]
+
+    async def _made_unsharded(self, dedup: Dedup) -> bool:
+        """Whether the key made a job before the deployment was sharded (on shard 0 then):
+        asked for a key's lifetime after the upgrade, one GET more per keyed create."""
+        since = self.where.upgraded_since()
+        if not since or time.time() > since + dedup.ttl:
+            return False
+        seen = await self.shards[0].redis.execute("GET", self._key(0, dedup))
+        return seen is not None and seen != ELSEWHERE.encode()
+
+    def among(self, placement: Placement, shard: int) -> Placement | None:
+        """`placement` on one shard: its candidates that are the shard's nodes (None: none)."""
+        if placement.mode == "live":
+            return placement
+        mine = tuple(n for n in placement.candidates if self.where.node_shard(n) == shard)
+        return Placement(placement.mode, mine) if mine else None
+
+    async def placed(
+        self,
+        job: Job | None,
+        placement: Placement,
+        dedup: Dedup,
+        make: Callable[[JobStore, Placement], Awaitable[T]],
+    ) -> T:
+        """`make(shard store, placement)` on the first shard that has a node for it; the
+        last one tried makes it even without (waiting unplaced, as unsharded). When none made
+        it, the marks it left are taken back: a retry must not pass on to shards that made
+        nothing, for the key's lifetime."""
+        tried = [
+            (shard, here)
+            for shard in await self.order(job, dedup)
+            if (here := self.among(placement, shard)) is not None
+        ]
+        passed: list[int] = []
+        for i, (shard, here) in enumerate(tried):
+            try:
+                return await make(self.shards[shard], replace(here, elsewhere=i < len(tried) - 1))
+            except NoHealthyNodes:
+                passed.append(shard)
+        if dedup.key:
+            await asyncio.gather(
+                *(self.shards[k].redis.execute("DEL", self._key(k, dedup)) for k in passed[:-1])
+            )
+        raise NoHealthyNodes()
+
+    def _key(self, shard: int, dedup: Dedup) -> str:
+        keys = self.shards[shard].keys
+        return keys.sqs_message(dedup.key) if dedup.space == "sqs" else keys.submission(dedup.key)

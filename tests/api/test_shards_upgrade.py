@@ -1,0 +1,124 @@
+"""The edges of a sharded deployment's ids and keys (store/shard_layout.py, shard_placement.py,
+create.py): Idempotency-Keys of before the upgrade, a key no shard could take a job for, a
+shard whose counter came back empty, jobs pruned before the upgrade, and a layout read before
+shard 0 got its snapshot back."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+
+import pytest
+import redis
+
+from scheduler.snapshot.restore import restore_if_empty
+from scheduler.store.errors import StoreNotReady
+from scheduler.store.keys import Keys
+from scheduler.store.sharded import ShardedStore
+from scheduler.store.shards import key_order
+from tests.api.test_shards import LAYOUT, SHARDS, shard_nodes
+from tests.api.test_shards_start import snapshot_every_shard
+from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, submit
+from tests.snapshot_helpers import lose_redis_data
+
+
+def numbers(job_ids: list[str]) -> list[int]:
+    return [int(job_id.removeprefix("job-")) for job_id in job_ids]
+
+
+def test_a_replay_of_a_key_used_before_the_upgrade_finds_its_job(
+    make_client: ClientFactory, rclient: redis.Redis, make_settings: SettingsFactory
+) -> None:
+    unsharded = make_client()
+    register(unsharded, shard_nodes(0)[0])
+    keys = [f"key-{i}" for i in range(12)]
+    made = {}
+    for key in keys:
+        answer = unsharded.post("/jobs", json={"command": key}, headers={"Idempotency-Key": key})
+        made[key] = assert_json(answer, 201)["job_id"]
+    api = make_client(shards=SHARDS)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    for key in keys:
+        again = api.post("/jobs", json={"command": key}, headers={"Idempotency-Key": key})
+        assert assert_json(again, 200)["job_id"] == made[key]
+    assert sorted(j["job_id"] for j in assert_json(api.get("/jobs"))) == sorted(made.values())
+
+
+def test_a_key_no_shard_took_a_job_for_is_free_again_once_one_can(
+    make_client: ClientFactory,
+) -> None:
+    api = make_client(shards=SHARDS)
+    key, body = "early", {"command": "x"}
+    assert api.post("/jobs", json=body, headers={"Idempotency-Key": key}).status_code == 503
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]  # as api/hot.py keeps a key
+    first = key_order(f"submit:{digest}", SHARDS)[0]
+    register(api, shard_nodes(first)[0])
+    made = assert_json(api.post("/jobs", json=body, headers={"Idempotency-Key": key}), 201)
+    assert LAYOUT.job_shard(made["job_id"]) == first
+
+
+def test_a_shard_whose_counter_came_back_empty_draws_above_every_earlier_id(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    unsharded = make_client()
+    register(unsharded, shard_nodes(0)[0])
+    old = [submit(unsharded, command=f"old {i}")["job_id"] for i in range(5)]
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    [submit(api, command=f"a {i}") for i in range(3)]
+    # Shard 2's Redis came back empty, with no snapshot file yet: its counter starts over.
+    lose_redis_data(rclient, settings.for_shard(2).redis_prefix)
+    register(api, shard_nodes(2)[0])
+    later = [submit(api, command=f"b {i}")["job_id"] for i in range(6)]
+    assert min(numbers(later)) > 5 and not set(later) & set(old)
+    for job_id in later:
+        assert assert_json(api.get(f"/jobs/{job_id}"))["command"].startswith("b ")
+
+
+def test_ids_of_jobs_pruned_before_the_upgrade_are_not_made_again(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    settings = make_settings()
+    unsharded = make_client(settings)
+    register(unsharded, shard_nodes(0)[0])
+    [submit(unsharded, command=f"old {i}") for i in range(5)]
+    keys = Keys(settings.redis_prefix)
+    rclient.delete(keys.all_jobs, *(keys.job(f"job-{n}") for n in range(1, 6)))  # pruned
+    api = make_client(shards=SHARDS)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    new = [submit(api, command=f"new {i}")["job_id"] for i in range(9)]
+    assert min(numbers(new)) > 5
+
+
+def test_the_layout_is_not_recorded_before_shard_zero_has_its_snapshot_back(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    unsharded = make_client()
+    register(unsharded, shard_nodes(0)[0])
+    old = [submit(unsharded, command=f"old {i}")["job_id"] for i in range(5)]
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    [submit(api, command=f"new {i}") for i in range(6)]
+    snapshot_every_shard(settings)
+    for shard in range(SHARDS):
+        lose_redis_data(rclient, settings.for_shard(shard).redis_prefix)
+
+    async def start() -> ShardedStore:
+        store = ShardedStore.connect(settings)
+        try:
+            await store.start()
+        finally:
+            await store.aclose()
+        return store
+
+    with pytest.raises(StoreNotReady):  # shard 0 not restored yet: no floor found in it
+        asyncio.run(start())
+    assert not rclient.exists(Keys(settings.redis_prefix).shards)
+    for shard in range(SHARDS):
+        restore_if_empty(settings.for_shard(shard))
+    assert asyncio.run(start()).where.layout.floor == 5
+    back = make_client(settings)
+    for job_id in old:
+        assert assert_json(back.get(f"/jobs/{job_id}"))["job_id"] == job_id
