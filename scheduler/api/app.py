@@ -34,7 +34,7 @@ from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource, node_source
 from scheduler.snapshot.restore import restore_at_start
-from scheduler.store.errors import LayoutChanged
+from scheduler.store.errors import LayoutChanged, StoreNotReady
 from scheduler.store.jobs import JobStore
 from scheduler.store.sharded import ShardedStore
 
@@ -105,8 +105,8 @@ async def open_store(settings: Settings) -> Store:
     if isinstance(store, ShardedStore):
         try:
             await store.start()
-        except (RedisError, OSError) as exc:
-            log.warning("the shards' layout not read yet, Redis unavailable: %s", exc)
+        except (RedisError, OSError, StoreNotReady) as exc:
+            log.warning("the shards' layout not read yet: %s", exc)
     return store
 
 

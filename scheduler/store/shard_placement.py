@@ -40,9 +40,8 @@ class ShardPlacement:
         now = time.monotonic()
         if now - self._live[0] > LIVE_CACHE_SECS:
             asked = (s.live_compute(time.time()) for s in self.shards)
-            counts, _ = await asyncio.gather(
-                asyncio.gather(*asked, return_exceptions=True), self.where.refresh()
-            )
+            # The record's check may fail too (shard 0 failing over): it is tried again then.
+            *counts, _ = await asyncio.gather(*asked, self.where.refresh(), return_exceptions=True)
             live = [k for k, n in enumerate(counts) if isinstance(n, int) and n]
             self._live = (now, live or list(range(len(self.shards))))
         return self._live[1]
