@@ -140,13 +140,7 @@ if due == "" or not needs_fit(ask) then
   end
 end
 node = node or ""
--- A shard draws every shards-th number, its own, above id_floor (store/shards.py Numbering).
-local drawn = redis.call("INCR", K.job_seq)
-if drawn <= tonumber(id_floor) then
-  drawn = tonumber(id_floor) + 1
-  redis.call("SET", K.job_seq, drawn)
-end
-local n = drawn * tonumber(shards) + tonumber(shard)
+local n = draw_number(K.job_seq, shards, shard, id_floor)
 local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)

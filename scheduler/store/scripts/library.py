@@ -275,6 +275,19 @@ def _split(chunk: str) -> list[tuple[str, str]]:
     return [(m.group(1), chunk[m.start() : end].strip()) for m, end in pairs]
 
 
+# A shard's next job or service number (store/shards.py Numbering): its counter `key` kept
+# above `floor`, times the shard count, plus its index (unsharded: the counter itself).
+NUMBERING = """
+local function draw_number(key, shards, shard, floor)
+  local drawn = redis.call("INCR", key)
+  if drawn <= tonumber(floor) then
+    drawn = tonumber(floor) + 1
+    redis.call("SET", key, drawn)
+  end
+  return drawn * tonumber(shards) + tonumber(shard)
+end
+"""
+
 LIBRARY: dict[str, str] = dict(
     pair
     for chunk in (
@@ -295,6 +308,7 @@ LIBRARY: dict[str, str] = dict(
         DRAINS,
         LISTING,
         GONE,
+        NUMBERING,
     )
     for pair in _split(chunk)
 )

@@ -44,13 +44,7 @@ if redis.call("ZCARD", own) >= tonumber(most_per_node) then
   if not evicted then return {TOO_MANY_NODES} end
 end
 if redis.call("HLEN", K.services) >= tonumber(most) then return {TOO_MANY_NODES} end
--- A shard draws every shards-th number above id_floor, as a job's (create.py).
-local drawn = redis.call("INCR", K.service_seq)
-if drawn <= tonumber(id_floor) then
-  drawn = tonumber(id_floor) + 1
-  redis.call("SET", K.service_seq, drawn)
-end
-local n = drawn * tonumber(shards) + tonumber(shard)
+local n = draw_number(K.service_seq, shards, shard, id_floor)
 local id = "svc-" .. n
 local service = '{"id":"' .. id .. '"' .. string.sub(record, 9)
 redis.call("HSET", K.services, id, service)
