@@ -10,7 +10,9 @@ import hashlib
 
 import pytest
 import redis
+from starlette.testclient import TestClient
 
+from scheduler.config import Settings
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.store.errors import StoreNotReady
 from scheduler.store.keys import Keys
@@ -24,6 +26,20 @@ from tests.snapshot_helpers import lose_redis_data
 
 def numbers(job_ids: list[str]) -> list[int]:
     return [int(job_id.removeprefix("job-")) for job_id in job_ids]
+
+
+def upgraded(
+    make_client: ClientFactory, make_settings: SettingsFactory
+) -> tuple[list[str], Settings, TestClient]:
+    """job-1 to job-5 made unsharded, then the deployment's API with SHARDS shards and a node
+    on each: the old ids, the settings and the client."""
+    unsharded = make_client()
+    register(unsharded, shard_nodes(0)[0])
+    old = [submit(unsharded, command=f"old {i}")["job_id"] for i in range(5)]
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    return old, settings, api
 
 
 def test_a_replay_of_a_key_used_before_the_upgrade_finds_its_job(
@@ -60,12 +76,7 @@ def test_a_key_no_shard_took_a_job_for_is_free_again_once_one_can(
 def test_a_shard_whose_counter_came_back_empty_draws_above_every_earlier_id(
     make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
 ) -> None:
-    unsharded = make_client()
-    register(unsharded, shard_nodes(0)[0])
-    old = [submit(unsharded, command=f"old {i}")["job_id"] for i in range(5)]
-    settings = make_settings(shards=SHARDS)
-    api = make_client(settings)
-    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    old, settings, api = upgraded(make_client, make_settings)
     [submit(api, command=f"a {i}") for i in range(3)]
     # Shard 2's Redis came back empty, with no snapshot file yet: its counter starts over.
     lose_redis_data(rclient, settings.for_shard(2).redis_prefix)
@@ -94,12 +105,7 @@ def test_ids_of_jobs_pruned_before_the_upgrade_are_not_made_again(
 def test_the_layout_is_not_recorded_before_shard_zero_has_its_snapshot_back(
     make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
 ) -> None:
-    unsharded = make_client()
-    register(unsharded, shard_nodes(0)[0])
-    old = [submit(unsharded, command=f"old {i}")["job_id"] for i in range(5)]
-    settings = make_settings(shards=SHARDS)
-    api = make_client(settings)
-    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    old, settings, api = upgraded(make_client, make_settings)
     [submit(api, command=f"new {i}") for i in range(6)]
     snapshot_every_shard(settings)
     for shard in range(SHARDS):
