@@ -102,7 +102,11 @@ class Cluster:
         while keys := command(src, "CLUSTER GETKEYSINSLOT", slot, 100):
             auth = ("AUTH", target.password) if target.password else ()
             command(src, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, *auth, "KEYS", *keys)
-        for node in self.nodes:
+        # The target first (it bumps its config epoch, so gossip carries the new owner
+        # everywhere), then the source, then the others, as the cluster specification's
+        # resharding does: another order lets a node briefly take the old owner back.
+        rest = [node for node in self.nodes if node not in (target, source)]
+        for node in (target, source, *rest):
             command(node.client(), "CLUSTER SETSLOT", slot, "NODE", dst_id)
 
 
