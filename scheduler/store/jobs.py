@@ -193,19 +193,12 @@ class JobStore(ScheduleCalls):
         return await wait_until(self.notifier, channel, lambda: self.get(job_id), done, wait)
 
     async def list(
-        self,
-        node_id: str,
-        status: str,
-        bound: int,
-        limit: int,
-        newest: bool = False,
-        budget: int = 0,
+        self, node_id: str, status: str, bound: int, limit: int, newest: bool = False
     ) -> list[bytes]:
-        """A page of jobs (scripts.listing.LIST) of at most `budget` bytes (0: MAX_PAGE_BYTES;
-        at least one job)."""
+        """A page of jobs (scripts.listing.LIST)."""
         if status and status not in STATUSES:
             return []
-        budget = budget or self.settings.max_page_bytes
+        budget = self.settings.max_page_bytes
         call = listing.list_jobs(node_id, status, bound, limit, budget, newest)
         return await self.whole((await self.run(call)).jobs)
 
