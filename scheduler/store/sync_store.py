@@ -17,10 +17,10 @@ from scheduler.models.record import INLINE_BYTES, is_whole
 from scheduler.nodes.placement import Placement
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.connection.protocol import is_no_function
-from scheduler.store.errors import LayoutChanged, ReplicasNotAcked
+from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.records import STAGED_SECS, apart_keys, complete, creation
-from scheduler.store.scripts import Call, functions, schedules, snapshot, upkeep
+from scheduler.store.scripts import Call, functions, layout, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
@@ -47,9 +47,7 @@ class SyncJobStore:
     def check_layout(self, count: int) -> None:
         """On shard 0 (the deployment's own settings): refuses a shard count other than the
         one recorded at the first sharded start (the API records it: store/sharded.py)."""
-        recorded = int(self.redis.hget(self.keys.shards, "count") or 0)
-        if recorded not in (0, count):
-            raise LayoutChanged(count, recorded)
+        layout.check_count(self.redis.hget(self.keys.shards, "count"), count)  # type: ignore[arg-type]
 
     def run(self, call: Call[T]) -> T:
         """The call as a FCALL of the scripts' function library (scripts/functions.py),

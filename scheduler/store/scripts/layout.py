@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.store.errors import StoreNotReady
+from scheduler.store.errors import LayoutChanged, StoreNotReady
 from scheduler.store.scripts.codes import NOT_READY
 from scheduler.store.scripts.script import Call, Script
 
@@ -40,6 +40,14 @@ def recorded_of(flat: list[Any]) -> Recorded:
     )
     since = float(fields.get("since") or 0)
     return Recorded(count, floor, service_floor, counters, service_counters, since, pinned)
+
+
+def check_count(recorded: bytes | None, count: int) -> None:
+    """Refuses the shard count `count` when the deployment recorded (its `count` field, as
+    HGET answers it) another one at its first sharded start; none recorded: never sharded."""
+    was = int(recorded or 0)
+    if was not in (0, count):
+        raise LayoutChanged(count, was)
 
 
 def _recorded(reply: list[Any]) -> Recorded:
