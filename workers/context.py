@@ -77,7 +77,7 @@ def current() -> Context:
     if _current is not None:
         return _current
     settings = Settings.from_env()
-    return configure(settings.for_shard(settings.shard))  # as the worker serves (worker.py)
+    return configure(settings.served())  # as the worker serves (worker.py)
 
 
 def close() -> None:

@@ -29,7 +29,7 @@ def served_prefix(environ: Mapping[str, str]) -> str:
     """The REDIS_PREFIX of the shard the environment's worker serves (REDIS_PREFIX itself
     unsharded), read as `Settings.from_env` reads it; ConfigError as from_env raises."""
     settings = Settings.from_env({name: environ.get(name, "") for name in SHARD_ENV})
-    return settings.for_shard(settings.shard).redis_prefix
+    return settings.served().redis_prefix
 
 
 def wanted_rq_prefix(environ: Mapping[str, str]) -> str:

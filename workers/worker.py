@@ -193,13 +193,6 @@ class SchedulerWorker(SimpleWorker):
             log.warning("worker %s: stop not recorded, Redis unavailable: %s", self.name, exc)
 
 
-def served_settings(settings: Settings) -> Settings:
-    """The settings of the one shard a worker process serves (SCHEDULER_SHARD): its rq
-    queues, periodic tasks, snapshot file, restore and outbox are that shard's. Applied once,
-    at start: for_shard of a shard's own settings would derive another prefix from its."""
-    return settings.for_shard(settings.shard)
-
-
 def build_worker(settings: Settings, kinds: Sequence[str] = KINDS) -> SchedulerWorker:
     connection = connect(settings)
     worker = SchedulerWorker(
@@ -253,10 +246,11 @@ def run(
 ) -> int:
     """Work until stopped (SIGTERM/SIGINT: rq finishes the current job first); with `burst`,
     fire the current periods once, work until the queues are empty, and return. `settings`
-    are the deployment's: the worker serves shard `settings.shard` (served_settings)."""
+    are the deployment's: the worker serves shard `settings.shard` (Settings.served)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per SQS poll
     until_redis_answers("layout", functools.partial(check_layout, settings))
-    settings = served_settings(settings)
+    # Its rq queues, periodic tasks, snapshot file, restore and outbox are that shard's.
+    settings = settings.served()
     restore_snapshot(settings)
     move_legacy_work(settings)
     context.configure(settings)

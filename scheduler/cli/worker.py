@@ -40,9 +40,9 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
         # Importing workers/ fixes rq's key prefix from REDIS_PREFIX and the shard's
         # (workers/rq_prefix.py).
         from workers.rq_prefix import check_rq_prefix
-        from workers.worker import run, served_settings
+        from workers.worker import run
 
-        check_rq_prefix(served_settings(settings))
+        check_rq_prefix(settings.served())
     except ConfigError as exc:
         print(f"scheduler: configuration error: {exc}", file=sys.stderr)
         return 2

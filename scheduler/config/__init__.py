@@ -244,12 +244,15 @@ class Settings:
         return not self.registry_url
 
     def for_shard(self, shard: int) -> Settings:
-        """The settings of shard `shard` of this (unsharded: shard 0's) deployment: its prefix
-        (config/shards.py) and its own snapshot file, `scheduler-1.db` beside `scheduler.db`."""
+        """Shard `shard` of this deployment: its prefix and snapshot file (config/shards.py)."""
         prefix = shard_prefixes(self.redis_prefix, self.shards)[shard]
         return replace(
             self, redis_prefix=prefix, scheduler_db=shard_db(self.scheduler_db, shard), shard=shard
         )
+
+    def served(self) -> Settings:
+        """The shard a worker serves (SCHEDULER_SHARD): of the deployment's settings, once."""
+        return self.for_shard(self.shard)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

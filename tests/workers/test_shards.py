@@ -30,7 +30,7 @@ from tests.snapshot_helpers import lose_redis_data, rows
 from workers import context, queues, tasks
 from workers.rq_prefix import wanted_rq_prefix
 from workers.schedule import Trigger, periodic_tasks, redis_time
-from workers.worker import restore_snapshot, served_settings
+from workers.worker import restore_snapshot
 
 EVERY_SHARD = {"sweep", "outbox", "snapshot", "promote"}
 
@@ -55,17 +55,17 @@ def make_jobs(settings: Settings, count: int) -> list[str]:
 
 
 def test_a_workers_settings_are_its_shards(deployment: Settings, prefix: str, db: Path) -> None:
-    served = served_settings(deployment)
+    served = deployment.served()
     assert served.redis_prefix == shard_prefixes(prefix, 2)[1] != prefix
     assert served.scheduler_db == str(db.with_name("scheduler-1.db"))
     assert (served.shard, served.shards) == (1, 2)
-    first = served_settings(dataclasses.replace(deployment, shard=0))
+    first = dataclasses.replace(deployment, shard=0).served()
     assert (first.redis_prefix, first.scheduler_db) == (prefix, str(db))
 
 
 def test_unsharded_settings_are_served_as_they_are(make_settings: SettingsFactory) -> None:
     settings = make_settings()
-    assert served_settings(settings) == settings
+    assert settings.served() == settings
 
 
 def test_the_rq_prefix_is_the_served_shards() -> None:
@@ -75,8 +75,8 @@ def test_the_rq_prefix_is_the_served_shards() -> None:
 
 
 def test_ingestion_and_schedules_are_shard_zeros(deployment: Settings) -> None:
-    zero = served_settings(dataclasses.replace(deployment, shard=0))
-    one = served_settings(deployment)
+    zero = dataclasses.replace(deployment, shard=0).served()
+    one = deployment.served()
     assert {t.name for t in periodic_tasks(zero)} == EVERY_SHARD | {"sqs", "schedules"}
     assert {t.name for t in periodic_tasks(one)} == EVERY_SHARD
 
@@ -84,7 +84,7 @@ def test_ingestion_and_schedules_are_shard_zeros(deployment: Settings) -> None:
 def test_a_shard_ones_trigger_fires_on_its_own_queue(
     deployment: Settings, rclient: redis.Redis, prefix: str
 ) -> None:
-    served = served_settings(deployment)
+    served = deployment.served()
     trigger = Trigger(rclient, served)
     try:
         now = redis_time(rclient)
@@ -102,7 +102,7 @@ def test_a_shard_ones_trigger_fires_on_its_own_queue(
 def test_a_shard_ones_sweep_and_snapshot_handle_its_jobs(
     deployment: Settings, rclient: redis.Redis, prefix: str, db: Path
 ) -> None:
-    served = served_settings(deployment)
+    served = deployment.served()
     made = make_jobs(served, 2)
     assert made == ["job-3", "job-5"]  # shard 1 of 2 draws the odd numbers
     now = time.time()
@@ -124,7 +124,7 @@ def test_a_shard_ones_sweep_and_snapshot_handle_its_jobs(
 def test_a_shard_restores_from_its_own_file(
     deployment: Settings, rclient: redis.Redis, db: Path
 ) -> None:
-    served = served_settings(deployment)
+    served = deployment.served()
     made = make_jobs(served, 2)
     context.configure(served)
     try:
@@ -146,7 +146,7 @@ def test_a_shards_counter_is_not_mistaken_for_lost_data(
 ) -> None:
     """Shard 1's counter of 2 has made job-5: a snapshot holding job-5 is no sign that Redis
     lost data (which a restore must refuse) when the start-up marker is missing."""
-    served = served_settings(deployment)
+    served = deployment.served()
     make_jobs(served, 2)
     context.configure(served)
     try:
@@ -169,7 +169,7 @@ def test_the_worker_command_serves_the_shard_it_is_given(
     rclient: redis.Redis,
 ) -> None:
     """The shard in the environment, or in --shard."""
-    served = served_settings(deployment)
+    served = deployment.served()
     made = make_jobs(served, 1)
     env = scheduler_env(redis_url, prefix, SCHEDULER_SHARDS="2", SCHEDULER_DB=str(db), **given)
     done = _worker(env, "--burst", *([] if given else ["--shard", "1"]))
