@@ -7,6 +7,7 @@ from typing import Any
 
 from scheduler.store.errors import LayoutChanged, StoreNotReady
 from scheduler.store.scripts.codes import NOT_READY
+from scheduler.store.scripts.replies import pairs
 from scheduler.store.scripts.script import Call, Script
 
 
@@ -33,7 +34,7 @@ _NUMBERS = ("count", "floor", "service_floor", "counters", "service_counters")
 
 def recorded_of(flat: list[Any]) -> Recorded:
     """The record from its hash, flat (HGETALL; empty: not sharded yet, count 0)."""
-    fields = {str(flat[i], "utf-8"): flat[i + 1] for i in range(0, len(flat), 2)}
+    fields = pairs(flat)
     pinned = frozenset(name[5:] for name in fields if name.startswith("node:"))
     count, floor, service_floor, counters, service_counters = (
         int(fields.get(name) or 0) for name in _NUMBERS

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.store.scripts.replies import pairs
 from scheduler.store.scripts.script import Call, Script
 
 
@@ -22,23 +23,19 @@ class Overview:
     drained: dict[str, str]  # node id -> who drained it
 
 
-def _pairs(flat: list[Any]) -> dict[str, Any]:
-    return {str(flat[i], "utf-8"): flat[i + 1] for i in range(0, len(flat), 2)}
-
-
 def _overview(reply: list[Any]) -> Overview:
     nodes, seen, counts, by_status, stats, outbox, drained = reply
     queues = {
         str(counts[i], "utf-8"): (counts[i + 1], counts[i + 2]) for i in range(0, len(counts), 3)
     }
     return Overview(
-        nodes=_pairs(nodes),
-        last_seen={k: float(v) for k, v in _pairs(seen).items()},
+        nodes=pairs(nodes),
+        last_seen={k: float(v) for k, v in pairs(seen).items()},
         queues=queues,
-        by_status=_pairs(by_status),
-        stats={k: int(v) for k, v in _pairs(stats).items()},
+        by_status=pairs(by_status),
+        stats={k: int(v) for k, v in pairs(stats).items()},
         outbox=outbox,
-        drained={k: str(v, "utf-8") for k, v in _pairs(drained).items()},
+        drained={k: str(v, "utf-8") for k, v in pairs(drained).items()},
     )
 
 

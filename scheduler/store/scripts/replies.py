@@ -4,10 +4,16 @@ and the jobs a script moved between nodes or handled as a lost node's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 def ids(raw: list[bytes]) -> list[str]:
     return [str(job_id, "utf-8") for job_id in raw]
+
+
+def pairs(flat: list[Any]) -> dict[str, Any]:
+    """A hash as HGETALL (or a script) answers it, flat: field (as text) -> value."""
+    return {str(flat[i], "utf-8"): flat[i + 1] for i in range(0, len(flat), 2)}
 
 
 def blobs(reply: list[bytes | None]) -> list[bytes]:
