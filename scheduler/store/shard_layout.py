@@ -4,14 +4,13 @@ changes (made again after shard 0 lost its data)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
-from scheduler.models.job import job_number
 from scheduler.store.errors import LayoutChanged
 from scheduler.store.jobs import JobStore
 from scheduler.store.scripts import layout
 from scheduler.store.scripts.layout import Recorded
+from scheduler.store.scripts.services import service_number
 from scheduler.store.shards import Layout, Numbering, node_shard
 
 
@@ -21,7 +20,7 @@ class ShardLayout:
     def __init__(self, shards: list[JobStore]) -> None:
         self.shards = shards
         self.recorded = Recorded()
-        self.layout = Layout(len(shards))
+        self.layout = self.services = Layout(len(shards))
         self.started = False
 
     async def ready(self) -> ShardLayout:
@@ -42,6 +41,7 @@ class ShardLayout:
         if recorded.count != count:
             raise LayoutChanged(count, recorded.count)
         self.recorded, self.layout = recorded, Layout(count, recorded.floor)
+        self.services = Layout(count, recorded.service_floor)
         for k, shard in enumerate(self.shards):
             shard.numbering = Numbering(count, k, recorded.counters)
             shard.service_numbering = Numbering(count, k, recorded.service_counters)
@@ -73,7 +73,7 @@ class ShardLayout:
             job_floor = next((n for n in map(int, page[1::2]) if n % count), 0)
             start += 1000
         names = await zero.redis.execute("HKEYS", zero.keys.services)
-        numbers = (job_number("job-" + str(n, "utf-8").removeprefix("svc-")) for n in names)
+        numbers = (service_number(str(name, "utf-8")) for name in names)
         service_floor = max((n for n in numbers if n and n % count), default=0)
         return job_floor, service_floor
 
@@ -88,9 +88,7 @@ class ShardLayout:
         return 0 if node_id in self.recorded.pinned else node_shard(node_id, len(self.shards))
 
     def service_shard(self, service_id: str) -> int:
-        number = job_number("job-" + service_id.removeprefix("svc-")) or 0
-        services = dataclasses.replace(self.layout, floor=self.recorded.service_floor)
-        return services.number_shard(number)
+        return self.services.number_shard(service_number(service_id) or 0)
 
     def upgraded_since(self) -> float:
         """When an unsharded deployment was sharded (0: it was sharded from its start)."""

@@ -31,6 +31,7 @@ from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts import series as series_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.retry import Retried
+from scheduler.store.scripts.services import SERVICE_ID_PREFIX
 from scheduler.store.shard_layout import ShardLayout
 from scheduler.store.shard_placement import ShardPlacement
 
@@ -169,7 +170,7 @@ class ShardedStore(ScheduleCalls):
         return await (await self._of_service(service_id)).service(service_id)
 
     async def set_service_status(self, service_id: str, status: str, caller: str) -> None:
-        if not service_id.startswith("svc-"):
+        if not service_id.startswith(SERVICE_ID_PREFIX):
             raise ServiceNotFound()
         store = await self._of_service(service_id)
         await store.set_service_status(service_id, status, caller)

@@ -5,10 +5,10 @@ unsharded layout, so S=1 is the layout of every version before and an upgrade to
 nothing).
 
 Job ids stay `job-N`: shard k draws N = counter x S + k, so N mod S names the shard. Jobs
-made before the upgrade to S > 1 keep their ids: those up to the recorded `floor` (the
-counter of the unsharded deployment then) are shard 0's. A node belongs to the shard its id
-ranks first for (rendezvous hashing): nodes spread evenly, and a node's shard depends on its
-id and S alone.
+made before the upgrade to S > 1 keep their ids: those up to the recorded `floor` (shard 0's
+highest number not a multiple of S then: store/shard_layout.py) are shard 0's. A node
+belongs to the shard its id ranks first for (rendezvous hashing): nodes spread evenly, and a
+node's shard depends on its id and S alone (but for the nodes kept on shard 0 at the upgrade).
 """
 
 from __future__ import annotations
@@ -61,10 +61,7 @@ class Layout:
     def job_shard(self, job_id: str) -> int:
         """The shard holding `job_id`; shard 0 for an id that is not `job-N` (which none but
         a row of an old snapshot file has: they were all made unsharded)."""
-        number = job_number(job_id)
-        if number is None or number <= self.floor:
-            return 0
-        return number % self.count
+        return self.number_shard(job_number(job_id) or 0)
 
     def number_shard(self, number: int) -> int:
         return 0 if number <= self.floor else number % self.count

@@ -30,12 +30,13 @@ class Recorded:
 
 
 _NUMBERS = ("count", "floor", "service_floor", "counters", "service_counters")
+PINNED = "node:"  # the record's field of a node kept on shard 0: node:<id>
 
 
 def recorded_of(flat: list[Any]) -> Recorded:
     """The record from its hash, flat (HGETALL; empty: not sharded yet, count 0)."""
     fields = pairs(flat)
-    pinned = frozenset(name[5:] for name in fields if name.startswith("node:"))
+    pinned = frozenset(name.removeprefix(PINNED) for name in fields if name.startswith(PINNED))
     count, floor, service_floor, counters, service_counters = (
         int(fields.get(name) or 0) for name in _NUMBERS
     )
@@ -64,7 +65,7 @@ RECORD_SHARDS = Script(
 -- On shard 0, at a sharded deployment's first start once shard 0 holds its data (restored
 -- from its snapshot first, if it lost it: else the floors would be found in an empty
 -- shard): its shard count, its floors (store/sharded.py finds them), shard 0's counters
--- then, when, and as fields "node:<id>" its nodes then (registered, or seen in an external
+-- then, when, and as fields PINNED<id> its nodes then (registered, or seen in an external
 -- registry), which stay on shard 0. Every later start reads it.
 -- Returns {OK, the record, flat} | {NOT_READY}
 if redis.call("EXISTS", K.initialised) == 0 then return {NOT_READY} end
@@ -76,14 +77,14 @@ if redis.call("HSETNX", K.shards, "count", count) == 1 then
     "counters", at_least(K.job_seq, floor),
     "service_counters", at_least(K.service_seq, service_floor))
   for _, node in ipairs(redis.call("HKEYS", K.nodes)) do
-    redis.call("HSET", K.shards, "node:" .. node, 1)
+    redis.call("HSET", K.shards, PINNED .. node, 1)
   end
   for _, node in ipairs(redis.call("ZRANGE", K.nodes_compute, 0, -1)) do
-    redis.call("HSET", K.shards, "node:" .. node, 1)
+    redis.call("HSET", K.shards, PINNED .. node, 1)
   end
 end
 return {OK, redis.call("HGETALL", K.shards)}
-""",
+""".replace("PINNED", f'"{PINNED}"'),
     _recorded,
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler.models.job import job_number
 from scheduler.store.errors import ServiceNotFound, TooManyServices
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.codes import check_access, check_found
@@ -18,6 +19,17 @@ def _service_created(reply: list[Any]) -> bytes:
         raise TooManyServices()
     blob: bytes = reply[1]
     return blob
+
+
+# A service's id: svc-N, N drawn as a job's (store/shards.py Numbering).
+SERVICE_ID_PREFIX = "svc-"
+
+
+def service_number(service_id: str) -> int | None:
+    """N of a service id svc-N, or None (as models.job.job_number reads job-N)."""
+    if not service_id.startswith(SERVICE_ID_PREFIX):
+        return None
+    return job_number("job-" + service_id.removeprefix(SERVICE_ID_PREFIX))
 
 
 CREATE_SERVICE = Script(
@@ -45,12 +57,12 @@ if redis.call("ZCARD", own) >= tonumber(most_per_node) then
 end
 if redis.call("HLEN", K.services) >= tonumber(most) then return {TOO_MANY_NODES} end
 local n = draw_number(K.service_seq, shards, shard, id_floor)
-local id = "svc-" .. n
+local id = "{SERVICE_ID_PREFIX}" .. n
 local service = '{"id":"' .. id .. '"' .. string.sub(record, 9)
 redis.call("HSET", K.services, id, service)
 redis.call("ZADD", own, n, id)
 return {OK, service}
-""",
+""".replace("{SERVICE_ID_PREFIX}", SERVICE_ID_PREFIX),
     _service_created,
 )
 
