@@ -100,8 +100,7 @@ async def open_store(settings: Settings) -> Store:
         raise
     except (RedisError, OSError) as exc:
         log.warning("the shard count not checked, Redis unavailable: %s", exc)
-    for shard in range(settings.shards):
-        await restore_at_start(settings.for_shard(shard))
+    await restore_at_start(settings)
     if isinstance(store, ShardedStore):
         try:
             await store.start()

@@ -90,8 +90,7 @@ async def create_job(state: AppState, read: BodyReader, idempotency_key: str) ->
         # Redis lost its data under this running process: bring the snapshot back (or wait
         # for the process doing it) before taking a new id, then try once more. Every shard's:
         # the one that answered is not known here, and the others' check costs an EXISTS.
-        for shard in range(settings.shards):
-            await restore_at_start(settings.for_shard(shard))
+        await restore_at_start(settings)
         created = await store.create(job, placement, now, dedup)
     if created.duplicate and not created.job:
         raise Conflict("the job of this Idempotency-Key has been removed")

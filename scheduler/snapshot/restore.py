@@ -86,6 +86,15 @@ def restore_if_empty(
 
 
 async def restore_at_start(settings: Settings) -> bool:
+    """`restore_if_empty` of every shard of the deployment (Settings.for_shard), for the API,
+    which serves them all: whether one was restored."""
+    restored = [
+        await _restore_shard_at_start(settings.for_shard(k)) for k in range(settings.shards)
+    ]
+    return any(restored)
+
+
+async def _restore_shard_at_start(settings: Settings) -> bool:
     """`restore_if_empty` for the API's lifespan, in a thread so the event loop stays free.
     Redis being down is not fatal: the API answers 503 until it is back, and the worker's next
     snapshot settles the restore then. A refused restore is logged; the API still starts.
