@@ -82,7 +82,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from life_api import deployment  # noqa: E402
-from life_floor import Floor  # noqa: E402
+from life_floor import Floor, Tight  # noqa: E402
 from life_stats import Figures, Sample, chunks, idle, median_ratio, sampled  # noqa: E402
 from placement_cost import checkout  # noqa: E402
 
@@ -106,7 +106,7 @@ class FloorSubject:
     name: str
     stats: redis.Redis
     redis_name: str
-    floor: Floor
+    floor: Tight
 
     def lives(self, count: int) -> None:
         self.floor.lives(count)
@@ -207,7 +207,7 @@ def section(name: str, args: argparse.Namespace, before: Path | None) -> None:
     features = name == "features"
     with contextlib.ExitStack() as stack:
         ours = stack.enter_context(deployment(ROOT, "ours", args.stored, features))
-        floor = stack.enter_context(contextlib.closing(Floor(ours.url)))
+        floor = stack.enter_context(contextlib.closing(Tight(Floor(), ours.url)))
         subjects: list[Subject] = [ours]
         if before is not None:
             subjects.append(
