@@ -1,13 +1,15 @@
 """The API side of life_cost.py: one version's `scheduler serve` on a redis-server of its
 own, the deployment a section measures (its nodes, its stored jobs, its schedule and drains)
 and a job's life, a heartbeat and a poll over HTTP. Only the HTTP API and plain Redis commands
-are used, so any version of the scheduler can be measured."""
+are used, so any version of the scheduler can be measured. Beside it, the floors served one
+call per request by floor_app.py, driven the same way (HttpFloor)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,10 +19,12 @@ from typing import Any
 
 import httpx
 import redis
+from life_floor import FLOORS, Floor
 
 from tests.processes import request_many, scheduler_env, stop, wait_http
 from tests.redis_server import free_port, redis_server
 
+BENCHMARKS = Path(__file__).resolve().parent
 PREFIX = "life"
 NODE = "measured-node"
 OTHERS = [f"stored-node-{i}" for i in range(4)]
@@ -182,3 +186,73 @@ def deployment(code: Path, name: str, stored: int, features: bool) -> Iterator[A
         finally:
             stop(api)
             client.close()
+
+
+@dataclass
+class HttpFloor:
+    """A floor served by floor_app.py, driven as Api drives the API: one keep-alive client,
+    one request at a time, the same four requests a life (the PATCHes naming the job's node,
+    which the floor's scripts take as an argument), a heartbeat and a poll of the floor's
+    node with no queue."""
+
+    name: str
+    stats: redis.Redis
+    redis_name: str
+    base: str  # the app's, with the floor's path prefix
+    floor: Floor  # its nodes' names
+    http: httpx.Client = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.http = httpx.Client(base_url=self.base, timeout=30.0)
+
+    def _ok(self, answer: httpx.Response, status: int = 200) -> Any:
+        if answer.status_code != status:
+            raise SystemExit(f"{self.name}: {answer.request.url.path}: {answer.status_code}")
+        return answer.json()
+
+    def lives(self, count: int) -> None:
+        for _ in range(count):
+            job = self._ok(self.http.post("/jobs", json={"command": "echo hi"}), 201)
+            poll = {"node_id": job["node_id"], "status": "pending"}
+            found = [j["job_id"] for j in self._ok(self.http.get("/jobs", params=poll))]
+            if found != [job["job_id"]]:
+                raise SystemExit(f"{self.name}: the poll found {found}, not {job['job_id']}")
+            path = f"/jobs/{job['job_id']}"
+            self._ok(self.http.patch(path, json={"status": "running", "node_id": job["node_id"]}))
+            done = {"status": "done", "exit_code": 0, "stdout": "hi\n", "node_id": job["node_id"]}
+            self._ok(self.http.patch(path, json=done))
+
+    def heartbeats(self, count: int) -> None:
+        for _ in range(count):
+            self._ok(self.http.post("/nodes/heartbeat", json={"id": self.floor.node}))
+
+    def polls(self, count: int) -> None:
+        poll = {"node_id": self.floor.idle_node, "status": "pending"}
+        for _ in range(count):
+            if self._ok(self.http.get("/jobs", params=poll)) != []:
+                raise SystemExit(f"{self.name}: the idle poll found a job")
+
+
+@contextlib.contextmanager
+def http_floors(redis_url: str, stats: redis.Redis, redis_name: str) -> Iterator[list[HttpFloor]]:
+    """floor_app.py on `redis_url` (uvicorn, one worker, its defaults: uvloop and httptools as
+    far as installed), and a subject of each of its floors ("floor http", "featured http")."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", "floor_app:app", "--app-dir", str(BENCHMARKS)]
+    cmd += ["--port", str(port), "--workers", "1", "--log-level", "warning", "--no-access-log"]
+    proc = subprocess.Popen(
+        cmd, env={**os.environ, "FLOOR_REDIS_URL": redis_url}, stdout=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}"
+    subjects = []
+    try:
+        wait_http(f"{base}/health")
+        subjects = [
+            HttpFloor(f"{name} http", stats, redis_name, f"{base}/{name}", kind())
+            for name, kind in FLOORS.items()
+        ]
+        yield subjects
+    finally:
+        for subject in subjects:
+            subject.http.close()
+        stop(proc)

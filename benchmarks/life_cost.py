@@ -3,7 +3,7 @@ and a poll at most 1.5x their own floors), plain and with the scheduling and pla
 features on, at --stored jobs stored; with --against REF, the version REF beside this one.
 
     .venv/bin/python benchmarks/life_cost.py [--stored 100000] [--lives 2000] [--rounds 5]
-        [--sections plain,features] [--against REF]
+        [--sections plain,features] [--against REF] [--no-http-floors]
 
 Each version runs as a real `scheduler serve` process (one worker, AGENT_AUTH=open, its code
 checked out in a temporary git worktree for REF, as placement_cost.py does) against a
@@ -17,6 +17,25 @@ CONFIG RESETSTAT) are used, so any version runs.
 The floor (life_floor.py) is the least Redis work of the same: four Lua scripts per life,
 one for a heartbeat and one for an empty poll, by EVALSHA over one connection to the Redis of
 this version, under keys of its own ({floor}). Its figures serve as the floor of REF too.
+The verdict is ours / that floor, as the issue states it. Besides what our scripts do in
+excess, two things widen that gap, and each section's second table splits them out with
+three more floors, in the same rounds, on the same Redis:
+  featured        the floor plus one least command for each feature this scheduler keeps
+                  exact at every change (placement, the listings by status and node, the
+                  snapshot's changed set, the dashboard, long-polls, cancels, capacity, the
+                  timeout sweep, attempts): 41 commands a life against 15, a heartbeat 4
+                  against 2, an empty poll 2 against 1 (life_floor.py, FeaturedFloor)
+  floor http,     each floor's scripts one call per HTTP request (floor_app.py, Starlette on
+  featured http   uvicorn, one worker, one connection), driven as the API is: the pace. A
+                  tight loop keeps Redis busy and its caches hot; the API's calls come one a
+                  request, Redis idle (its caches cold) between them, and the same script
+                  costs more (--no-http-floors leaves these out)
+with the ratios ours / featured and featured / floor (tight), ours / featured http and
+featured http / floor http (both at the API's pace), and floor http / floor (what pace alone
+does to the issue's floor). ours / featured http is what our scripts cost beyond the least the
+features need at the same pace; featured http / floor http is what the features themselves
+cost. The floor app's Python is far less than the API's per request, so its Redis is idle a
+little less between calls: its pace is the API's request by request, a little faster.
 
 Where the jobs land: --stored jobs are submitted first (over HTTP, 32 connections) while
 only the other compute nodes are registered, so they are queued there; the measured node M
@@ -31,7 +50,7 @@ priority 5, cpus 1, memory_mb 64, max_retries 2, retry_backoff_secs 5 and the no
 every poll to find exactly its job: a version placing elsewhere stops the run rather than
 measuring another life.
 
-Rounds interleave the subjects (this version, REF, the floor) phase by phase (the lives,
+Rounds interleave the subjects (this version, REF, the floors) phase by phase (the lives,
 the heartbeats, the polls), and within a phase in turns of a tenth of it each (with --lives
 2000, 200 lives of each subject, then 200 of the next, in an order that turns at every
 turn), with CONFIG RESETSTAT before each turn: a subject and its floor are measured seconds
@@ -47,7 +66,8 @@ heartbeat, or poll):
                       the floor as for the API; commands sent outside scripts count once
 The table prints the median of the rounds of each, the median of the rounds' ratios (each
 round's subject / its floor), the bar and pass or over; with REF, REF's figure, its ratio to
-the same floor and verdict, and this version / REF.
+the same floor and verdict, and this version / REF. The split's table, the featured floor's
+and the HTTP floors' medians and the medians of the rounds' ratios above.
 
 An idle redis-server draws CPU (its cron: about 1.5 ms a second here), which a turn of the
 API, slower per life than the floor's calls, would count several times over: each round
@@ -81,8 +101,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from life_api import deployment  # noqa: E402
-from life_floor import Floor  # noqa: E402
+from life_api import deployment, http_floors  # noqa: E402
+from life_floor import FLOORS, Tight  # noqa: E402
 from life_stats import Figures, Sample, chunks, idle, median_ratio, sampled  # noqa: E402
 from placement_cost import checkout  # noqa: E402
 
@@ -106,7 +126,7 @@ class FloorSubject:
     name: str
     stats: redis.Redis
     redis_name: str
-    floor: Floor
+    floor: Tight
 
     def lives(self, count: int) -> None:
         self.floor.lives(count)
@@ -203,19 +223,56 @@ def table(section: str, figures: Figures, args: argparse.Namespace) -> None:
             print(line, flush=True)
 
 
+def split(section: str, figures: Figures) -> None:
+    """The gap's parts: the featured floor and the floors over HTTP beside ours, tight and at
+    the API's pace (without the HTTP floors, their columns left out)."""
+    http = "floor http" in figures.samples
+    print(
+        f"{section}, the gap split: features (featured: the floor and one least command a "
+        "feature) and pace (http: a floor's calls one per HTTP request, as the API's)"
+    )
+    head = f"{'':28s}  {'featured µs':>11s}  {'ours/feat':>9s}  {'feat/floor':>10s}"
+    if http:
+        head += f"  {'floor http µs':>13s}  {'feat http µs':>12s}  {'ours/feat http':>14s}"
+        head += f"  {'feat/floor http':>15s}  {'floor http/tight':>16s}"
+    print(head)
+    for phase in PHASES:
+        for metric in METRICS:
+            value = {s: figures.values(s, phase, metric) for s in figures.samples}
+            ours, floor, featured = value["ours"], value["floor"], value["featured"]
+            line = (
+                f"{phase + ', ' + metric:28s}  {statistics.median(featured):11.1f}  "
+                f"{median_ratio(ours, featured):9.2f}  {median_ratio(featured, floor):10.2f}"
+            )
+            if http:
+                floor_http, featured_http = value["floor http"], value["featured http"]
+                line += (
+                    f"  {statistics.median(floor_http):13.1f}  "
+                    f"{statistics.median(featured_http):12.1f}  "
+                    f"{median_ratio(ours, featured_http):14.2f}  "
+                    f"{median_ratio(featured_http, floor_http):15.2f}  "
+                    f"{median_ratio(floor_http, floor):16.2f}"
+                )
+            print(line, flush=True)
+
+
 def section(name: str, args: argparse.Namespace, before: Path | None) -> None:
     features = name == "features"
     with contextlib.ExitStack() as stack:
         ours = stack.enter_context(deployment(ROOT, "ours", args.stored, features))
-        floor = stack.enter_context(contextlib.closing(Floor(ours.url)))
         subjects: list[Subject] = [ours]
         if before is not None:
             subjects.append(
                 stack.enter_context(deployment(before, "before", args.stored, features))
             )
-        subjects.append(FloorSubject("floor", ours.stats, ours.redis_name, floor))
+        for floor_name, kind in FLOORS.items():  # "floor", "featured": tight
+            floor = stack.enter_context(contextlib.closing(Tight(kind(), ours.url)))
+            subjects.append(FloorSubject(floor_name, ours.stats, ours.redis_name, floor))
+        if args.http_floors:  # "floor http", "featured http"
+            subjects += stack.enter_context(http_floors(ours.url, ours.stats, ours.redis_name))
         figures = rounds(subjects, args.lives, args.rounds)
     table(name, figures, args)
+    split(name, figures)
 
 
 def main() -> int:
@@ -225,6 +282,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sections", default="plain,features", help="plain, features or both")
     parser.add_argument("--against", default="", metavar="REF", help="a commit to compare")
+    parser.add_argument(
+        "--no-http-floors",
+        dest="http_floors",
+        action="store_false",
+        help="leave out the floors over HTTP (floor_app.py) and their columns",
+    )
     args = parser.parse_args()
     sections = args.sections.split(",")
     if not set(sections) <= {"plain", "features"}:

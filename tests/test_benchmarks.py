@@ -180,7 +180,8 @@ def test_large_job_cost_prints_each_call_and_the_slow_ones() -> None:
 
 def test_life_cost_prints_each_row() -> None:
     """Against HEAD as "before", both sections: the smoke run checks it runs, not what it
-    finds (a job's life, a heartbeat and a poll, each against its floor)."""
+    finds (a job's life, a heartbeat and a poll, each against its floor; then the gap split
+    by the featured floor and the floors over HTTP)."""
     argv = ["--stored", "50", "--lives", "20", "--rounds", "1", "--against", "HEAD"]
     lines = run_benchmark("benchmarks/life_cost.py", *argv)
     metrics = ["in scripts", "Redis CPU", "Redis CPU, main", "all commands"]
@@ -196,7 +197,17 @@ def test_life_cost_prints_each_row() -> None:
             assert ours_verdict in ("pass", "over") and head_verdict in ("pass", "over")
             for figure in (*figures, head, head_ratio, ours_head):
                 float(figure)  # a number, whatever it is
-    assert len(lines) == 2 * (2 + len(rows))
+        split = start + 2 + len(rows)
+        assert lines[split].startswith(f"{section}, the gap split: ")
+        assert "featured µs" in lines[split + 1] and "feat http µs" in lines[split + 1]
+        table = lines[split + 2 : split + 2 + len(rows)]
+        assert [line.split("  ")[0].strip() for line in table] == rows
+        for line in table:
+            # featured, ours/featured, featured/floor; floor http, featured http,
+            # ours/featured http, featured http/floor http, floor http/floor
+            for figure in line.split()[-8:]:
+                float(figure)
+    assert len(lines) == 2 * 2 * (2 + len(rows))
 
 
 @pytest.mark.cluster
