@@ -82,7 +82,7 @@ class JobStore(ScheduleCalls):
         self.settings = settings
         self.keys = Keys(settings.redis_prefix)
         # How this shard draws job and service numbers; a sharded store sets the floors.
-        self.numbering = self.service_numbering = Numbering(settings.shards, settings.shard)
+        self.numbering = self.service_numbering = Numbering.served(settings)
         # Long-polls wait here, never on `client` (notify.py).
         self.notifier = Notifier(settings.redis_url, settings.redis_prefix)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from scheduler.config import Settings
 from scheduler.models.job import job_number
 
 
@@ -45,6 +46,12 @@ class Numbering:
     count: int = 1
     index: int = 0
     floor: int = 0
+
+    @classmethod
+    def served(cls, settings: Settings) -> Numbering:
+        """The numbering of the shard a process serves (SCHEDULER_SHARD), its floor not
+        known yet (a sharded store sets it from the layout record: shard_layout.py)."""
+        return cls(settings.shards, settings.shard)
 
 
 UNSHARDED = Numbering()

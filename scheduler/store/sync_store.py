@@ -85,10 +85,8 @@ class SyncJobStore:
         self, job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP
     ) -> Created:
         """A new job (models.job.stamped), placed by `placement`."""
-        ttl, s = self.settings.node_ttl_secs, self.settings
-        staged, call = creation(
-            self.keys, job, placement, now, ttl, dedup, Numbering(s.shards, s.shard)
-        )
+        ttl, numbering = self.settings.node_ttl_secs, Numbering.served(self.settings)
+        staged, call = creation(self.keys, job, placement, now, ttl, dedup, numbering)
         # A large spec is staged: its bytes never enter the script (models/record.py).
         for key, value in staged.values.items():
             self.redis.set(key, value, ex=STAGED_SECS)
