@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from pathlib import Path
 
 import pytest
 import redis
@@ -21,7 +22,7 @@ from scheduler.store.shards import key_order
 from tests.api.test_shards import LAYOUT, SHARDS, shard_nodes
 from tests.api.test_shards_start import snapshot_every_shard
 from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, submit
-from tests.snapshot_helpers import lose_redis_data
+from tests.snapshot_helpers import go_file, lose_redis_data
 
 
 def numbers(job_ids: list[str]) -> list[int]:
@@ -128,3 +129,21 @@ def test_the_layout_is_not_recorded_before_shard_zero_has_its_snapshot_back(
     back = make_client(settings)
     for job_id in old:
         assert assert_json(back.get(f"/jobs/{job_id}"))["job_id"] == job_id
+
+
+def test_an_old_snapshots_rows_that_are_not_job_n_upgrade_too(
+    make_client: ClientFactory, make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """A Go scheduler's file holds `not-a-job` and job-99, a multiple of 3: the floor's
+    search reads past job-99 to the row with no number (it once read its score, 0.5, as an
+    int and the sharded start failed), finds no floor, and every job is found where it is."""
+    go_file(path := tmp_path / "go.db")
+    settings = make_settings(scheduler_db=str(path), shards=SHARDS)
+    api = make_client(settings)
+    for job_id in ("not-a-job", "job-99"):
+        assert assert_json(api.get(f"/jobs/{job_id}"))["job_id"] == job_id
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    new = [submit(api, command=f"new {i}")["job_id"] for i in range(3)]
+    assert min(numbers(new)) > 99
+    listed = [job["job_id"] for job in assert_json(api.get("/jobs"))]
+    assert listed == ["not-a-job", "job-99", *sorted(new, key=lambda j: numbers([j]))]
