@@ -32,12 +32,13 @@ def merged(pages: Sequence[listing.Page], limit: int, newest: bool) -> list[byte
 
 def merged_search(found: Sequence[listing.Found], limit: int) -> listing.Found:
     """The shards' search pages as one. A shard that looked further back than another found
-    jobs the other has not looked at yet: only those newer than the highest point a shard
-    with more to look through stopped at are shown, so the next page (from there) skips none
-    and repeats none."""
+    jobs the other has not looked at yet: only those from the highest point a shard with more
+    to look through stopped at are shown (that job too: every shard looked at it or past
+    it, and the next page goes on from before it), so the next page skips none and repeats
+    none; with no shard stopped, all of them (rows that are not job-N, numbered 0, too)."""
     stops = [f.last for f in found if f.more]
     stop = max(stops, default=0)
-    pages = [[h for h in f.jobs if number_of(h) > stop] for f in found]
+    pages = [[h for h in f.jobs if number_of(h) >= stop] for f in found]
     jobs_found = merged([listing.Page(page, cut=False) for page in pages], limit, True)
     last = stop or min((f.last for f in found if f.last), default=0)
     return listing.Found(
