@@ -84,13 +84,15 @@ class ShardedStore(ScheduleCalls):
         async def make(store: JobStore, here: Placement) -> Created:
             return await store.create(job, here, now, dedup)
 
-        return await self.placement.placed(job, placement, dedup, make)
+        if dedup.key:
+            return await self.placement.keyed(job, placement, dedup, make)
+        return await self.placement.placed(job, placement, make)
 
     async def pick(self, placement: Placement, now: float) -> str:
         async def make(store: JobStore, here: Placement) -> str:
             return await store.pick(here, now)
 
-        return await self.placement.placed(None, placement, NO_DEDUP, make)
+        return await self.placement.placed(None, placement, make)
 
     async def whole(self, heads: builtins.list[bytes]) -> builtins.list[bytes]:
         """As JobStore.whole; a head's parts apart are on its job's shard."""
