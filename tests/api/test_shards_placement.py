@@ -6,13 +6,16 @@ its schedules, kept on shard 0."""
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
+from scheduler.models.wire import rfc3339
 from scheduler.store.keys import Keys
 from scheduler.store.shards import Layout, key_order, node_shard
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_json, register
 from tests.fakes import FakeRegistry
 
@@ -49,6 +52,31 @@ def test_a_job_asking_a_label_goes_to_the_one_shard_that_has_it(
     assert {Layout(SHARDS).job_shard(job["job_id"]) for job in made} == {2}
     plain = [assert_json(api.post("/jobs", json={"command": "y"}), 201) for _ in range(6)]
     assert {Layout(SHARDS).job_shard(job["job_id"]) for job in plain} == {0, 1, 2}
+
+
+def test_a_delayed_job_asking_a_label_waits_on_the_shard_that_has_it(
+    make_client: ClientFactory, make_settings: SettingsFactory
+) -> None:
+    """A delayed job that asks a fit is placed when due, by its own shard's nodes: it is made
+    on a shard with a node that matches it, so when due it runs there, as on one shard (it
+    was made on whichever shard's turn it was, and waited there for a node none had)."""
+    settings = make_settings(shards=SHARDS, node_ttl_secs=3600)
+    api = make_client(settings)
+    gpu = node_on(2, "gpu")
+    register(api, node_on(0, "cpu"), node_on(1, "cpu"))
+    register_labelled(api, gpu, kind="gpu")
+    due = time.time() + 60
+    body = {"command": "x", "node_selector": {"kind": "gpu"}, "run_at": rfc3339(due)}
+    made = [assert_json(api.post("/jobs", json=body), 201)["job_id"] for _ in range(SHARDS)]
+    assert {Layout(SHARDS).job_shard(job_id) for job_id in made} == {2}
+    store = SyncJobStore.connect(settings.for_shard(2))
+    try:
+        assert sorted(store.promote_due(due + 1)) == sorted(made)
+    finally:
+        store.close()
+    for job_id in made:
+        job = assert_json(api.get(f"/jobs/{job_id}"))
+        assert (job["status"], job["node_id"]) == ("pending", gpu)
 
 
 def test_a_job_no_node_can_take_is_made_once_and_waits(make_client: ClientFactory) -> None:
