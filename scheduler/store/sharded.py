@@ -219,33 +219,36 @@ class ShardedStore(ScheduleCalls):
 
     # Listings: every shard's page, merged.
 
+    # A node's jobs are its shard's, but for those made before it came there: on shard 0
+    # before the upgrade (a node gone then, or one the record lost, is not kept on shard 0).
+    # So a node's listings ask every shard too, but for its queue (its pending jobs, in
+    # queue order, not by number), which is its shard's alone.
+
     async def list(
         self, node_id: str, status: str, bound: int, limit: int, newest: bool = False
     ) -> builtins.list[bytes]:
-        if node_id:
+        if node_id and status == "pending":
             return await (await self.of_node(node_id)).list(node_id, status, bound, limit, newest)
         if status and status not in STATUSES:
             return []
         # Each shard's heads, a share of the bytes each (a page about MAX_PAGE_BYTES whatever
         # S), merged, then only the jobs kept made whole.
         budget = max(1, self.settings.max_page_bytes // len(self.shards))
-        call = listing.list_jobs("", status, bound, limit, budget, newest)
+        call = listing.list_jobs(node_id, status, bound, limit, budget, newest)
         return await self.whole(merged(await self._each(lambda s: s.run(call)), limit, newest))
 
     async def counts(self, node_id: str) -> builtins.list[int]:
-        if node_id:
-            return await (await self.of_node(node_id)).counts(node_id)
-        found = await self._each(lambda s: s.counts(""))
+        found = await self._each(lambda s: s.counts(node_id))
         return [sum(column) for column in zip(*found, strict=True)]
 
     async def search(
         self, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
     ) -> listing.Found:
-        if node_id:
+        if node_id and status == "pending":
             store = await self.of_node(node_id)
             return await store.search(node_id, status, bound, needle, scan, limit)
         budget = max(1, self.settings.max_page_bytes // len(self.shards))
-        call = listing.search("", status, bound, needle, scan, limit, budget)
+        call = listing.search(node_id, status, bound, needle, scan, limit, budget)
         found = merged_search(await self._each(lambda s: s.run(call)), limit)
         return dataclasses.replace(found, jobs=await self.whole(found.jobs))
 

@@ -19,9 +19,16 @@ from scheduler.store.errors import StoreNotReady
 from scheduler.store.keys import Keys
 from scheduler.store.sharded import ShardedStore
 from scheduler.store.shards import key_order
-from tests.api.test_shards import LAYOUT, SHARDS, shard_nodes
-from tests.api.test_shards_start import snapshot_every_shard
-from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, submit
+from tests.api.test_shards import LAYOUT, SHARDS, listed, shard_nodes
+from tests.api.test_shards_start import ids_of, snapshot_every_shard
+from tests.conftest import (
+    ClientFactory,
+    SettingsFactory,
+    assert_json,
+    register,
+    report,
+    submit,
+)
 from tests.snapshot_helpers import go_file, lose_redis_data
 
 
@@ -145,5 +152,32 @@ def test_an_old_snapshots_rows_that_are_not_job_n_upgrade_too(
     register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
     new = [submit(api, command=f"new {i}")["job_id"] for i in range(3)]
     assert min(numbers(new)) > 99
-    listed = [job["job_id"] for job in assert_json(api.get("/jobs"))]
-    assert listed == ["not-a-job", "job-99", *sorted(new, key=lambda j: numbers([j]))]
+    every = [job["job_id"] for job in assert_json(api.get("/jobs"))]
+    assert every == ["not-a-job", "job-99", *sorted(new, key=lambda j: numbers([j]))]
+
+
+def test_a_node_gone_before_the_upgrade_still_lists_the_jobs_it_ran_then(
+    make_client: ClientFactory,
+) -> None:
+    """A node deleted before the upgrade is not kept on shard 0: it registers again on its
+    own shard, and its listings (GET /jobs?node_id=, the UI's counts and search) show the
+    jobs it ran before, kept on shard 0, as one shard does (they showed its shard's only)."""
+    unsharded = make_client()
+    node = shard_nodes(1)[0]
+    register(unsharded, node)
+    old = [submit(unsharded, command=f"old {i}")["job_id"] for i in range(2)]
+    for job_id in old:
+        assert_json(report(unsharded, job_id, "running"))
+        assert_json(report(unsharded, job_id, "done", exit_code=0))
+    assert unsharded.delete(f"/nodes/{node}").status_code == 204
+    api = make_client(shards=SHARDS)
+    register(api, node)
+    new = submit(api, command="new")["job_id"]
+    assert LAYOUT.job_shard(new) == 1
+    assert listed(api, f"?node_id={node}") == [*old, new]
+    assert listed(api, f"?node_id={node}&status=done&order=newest") == old[::-1]
+    assert listed(api, f"?node_id={node}&status=pending&limit=1") == [new]  # its poll
+    page = api.get(f"/ui/jobs?node_id={node}").text
+    assert ids_of(page) == [new, *old[::-1]]
+    assert "all 3</a>" in page and "done 2</a>" in page and "pending 1</a>" in page
+    assert ids_of(api.get(f"/ui/jobs?node_id={node}&q=old").text) == old[::-1]
