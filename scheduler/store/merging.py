@@ -7,9 +7,12 @@ import heapq
 import itertools
 from collections.abc import Sequence
 
+import msgspec
+
 from scheduler.models.job import job_number
 from scheduler.store.records import head_id
 from scheduler.store.scripts import listing
+from scheduler.store.scripts.services import service_number
 
 
 def number_of(head: bytes) -> int:
@@ -44,3 +47,20 @@ def merged_search(found: Sequence[listing.Found], limit: int) -> listing.Found:
     return listing.Found(
         jobs=jobs_found, looked=sum(f.looked for f in found), last=last, more=bool(stops)
     )
+
+
+class _ServiceId(msgspec.Struct):
+    id: str
+
+
+_service_id = msgspec.json.Decoder(_ServiceId)
+
+
+def service_order(service: bytes) -> int:
+    return service_number(_service_id.decode(service).id) or 0
+
+
+def merged_services(lists: Sequence[list[bytes]]) -> list[bytes]:
+    """The shards' lists of services (LIST_SERVICES: each in id order) as one, in id order,
+    as one shard lists them."""
+    return list(heapq.merge(*lists, key=service_order))

@@ -23,7 +23,7 @@ from scheduler.store.connection.notify import Notifier
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.errors import ServiceNotFound
 from scheduler.store.jobs import JobStore, Moves, Sending
-from scheduler.store.merging import merged, merged_search, number_of
+from scheduler.store.merging import merged, merged_search, merged_services, number_of
 from scheduler.store.schedule_calls import ScheduleCalls
 from scheduler.store.scripts import Call, jobs, listing
 from scheduler.store.scripts import nodes as node_scripts
@@ -162,8 +162,7 @@ class ShardedStore(ScheduleCalls):
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
         if node_id:
             return await (await self.of_node(node_id)).services(node_id, status, caller)
-        found = await self._each(lambda s: s.services("", status, caller))
-        return [service for page in found for service in page]
+        return merged_services(await self._each(lambda s: s.services("", status, caller)))
 
     async def _of_service(self, service_id: str) -> JobStore:
         return self.shards[(await self.where.ready()).service_shard(service_id)]
