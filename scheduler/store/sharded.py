@@ -128,7 +128,16 @@ class ShardedStore(ScheduleCalls):
     async def register_node(
         self, reg: NodeRegistration, now: float, who: node_scripts.Registration, token_hash: str
     ) -> tuple[Node, node_scripts.Registered]:
-        return await (await self.of_node(reg.id)).register_node(reg, now, who, token_hash)
+        """MAX_NODES bounds the deployment's nodes, not each shard's: the node's shard may
+        hold what the others leave (their counts read now, sent together: a registration is
+        rare). A shard that does not answer counts none, so a failover stops no other's."""
+        store = await self.of_node(reg.id)
+        others = (s.redis.execute("HLEN", s.keys.nodes) for s in self.shards if s is not store)
+        held = await asyncio.gather(*others, return_exceptions=True)
+        left = who.max_nodes - sum(n for n in held if isinstance(n, int))
+        return await store.register_node(
+            reg, now, dataclasses.replace(who, max_nodes=left), token_hash
+        )
 
     async def heartbeat(
         self, node_id: str, now: float, caller: str
