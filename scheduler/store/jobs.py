@@ -34,6 +34,7 @@ from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts import series as series_scripts
 from scheduler.store.scripts import services as service_scripts
+from scheduler.store.scripts.create import pass_key
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Requeued
 from scheduler.store.scripts.retry import Retried, RetryPolicy
@@ -124,9 +125,18 @@ class JobStore(ScheduleCalls):
         ttl = self.settings.node_ttl_secs
         staged, call = records.creation(self.keys, job, placement, now, ttl, dedup, self.numbering)
         created = await self._after(staged, call)
-        if created.duplicate and created.job:
-            return dataclasses.replace(created, job=(await self.whole([created.job]))[0])
-        return created
+        return await self._made_whole(created) if created.duplicate and created.job else created
+
+    async def pass_key(self, dedup: Dedup) -> Created:
+        """A keyed create's pass over this shard, which may not make its job (create.py
+        PASS_KEY): the job the key made here (duplicate), IdempotencyMismatch for another
+        request's, else NoHealthyNodes, the key marked as passed on."""
+        created = await self.run(pass_key(dedup))
+        return await self._made_whole(created) if created.job else created
+
+    async def _made_whole(self, created: Created) -> Created:
+        """A duplicate's job with its parts apart (a script answers its head)."""
+        return dataclasses.replace(created, job=(await self.whole([created.job]))[0])
 
     async def _after(self, staged: records.Staged, call: Call[T]) -> T:
         """`call` run right behind the SETs of its staged parts (sent together)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from scheduler.models.job import job_number
 from scheduler.store.errors import LayoutChanged
 from scheduler.store.jobs import JobStore
 from scheduler.store.scripts import layout
@@ -65,12 +66,13 @@ class ShardLayout:
         zero, count = self.shards[0], len(self.shards)
         job_floor, start = 0, 0
         while not job_floor:
-            page = await zero.redis.execute(
-                "ZREVRANGE", zero.keys.all_jobs, start, start + 999, "WITHSCORES"
-            )
+            page = await zero.redis.execute("ZREVRANGE", zero.keys.all_jobs, start, start + 999)
             if not page:
                 break
-            job_floor = next((n for n in map(int, page[1::2]) if n % count), 0)
+            # Numbers read from the ids: an old snapshot's row that is not job-N (listed
+            # first, its score below job-1's) has none, and no shard to floor.
+            found = (job_number(str(job_id, "utf-8")) or 0 for job_id in page)
+            job_floor = next((n for n in found if n % count), 0)
             start += 1000
         names = await zero.redis.execute("HKEYS", zero.keys.services)
         numbers = (service_number(str(name, "utf-8")) for name in names)

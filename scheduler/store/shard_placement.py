@@ -1,9 +1,10 @@
 """Which shard of a sharded deployment a new job is made on (docs/ARCHITECTURE.md, Shards):
-the shard of the jobs it runs after; for an idempotency key, the shards in an order of the
-key's own; else the shards with live compute nodes in turn, then the others. Each shard
-tried but the last answers NO_NODES rather than making the job wait unplaced
-(Placement.elsewhere), and a shard that passes a keyed job on marks the key (create.py
-ELSEWHERE) so a replay passes on to the shard that made it."""
+the shard of the jobs it runs after; else the shards with live compute nodes in turn, then
+the others. Each shard tried but the last answers NO_NODES rather than making the job wait
+unplaced (Placement.elsewhere). A job with an idempotency key walks the shards in an order of
+the key's own, and each shard it leaves marks the key (create.py ELSEWHERE), even one that
+may not hold the job (passed over: PASS_KEY), so a replay passes on to the shard that made
+it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.jobs import JobStore
 from scheduler.store.scripts.create import ELSEWHERE
-from scheduler.store.scripts.jobs import Dedup
+from scheduler.store.scripts.jobs import Created, Dedup
 from scheduler.store.shard_layout import ShardLayout
 from scheduler.store.shards import key_order
 
@@ -46,21 +47,33 @@ class ShardPlacement:
             self._live = (now, live or list(range(len(self.shards))))
         return self._live[1]
 
-    async def order(self, job: Job | None, dedup: Dedup) -> list[int]:
-        """The shards to try a new job on, best first (module docstring)."""
-        count, where = len(self.shards), await self.where.ready()
-        if job is not None and job.after:
-            homes = {where.job_shard(dep) for dep in job.after}
-            if len(homes) > 1:
-                raise InvalidInput("after: the jobs it runs after are on different shards")
-            return [homes.pop()]
-        if dedup.key:
-            if await self._made_unsharded(dedup):
-                return [0]
-            return key_order(f"{dedup.space}:{dedup.key}", count)
+    async def order(self, job: Job | None) -> list[int]:
+        """The shards to try a new job without an idempotency key on, best first (module
+        docstring; a keyed one's: `keyed`)."""
+        count = len(self.shards)
+        home = await self._home(job)
+        if home is not None:
+            return [home]
         live = await self.live_shards()
         first = next(self._turn) % len(live)
         return live[first:] + live[:first] + [k for k in range(count) if k not in live]
+
+    async def _home(self, job: Job | None) -> int | None:
+        """The shard of the jobs `job` runs after, the only one it may be made on (None: it
+        runs after none)."""
+        if job is None or not job.after:
+            return None
+        where = await self.where.ready()
+        homes = {where.job_shard(dep) for dep in job.after}
+        if len(homes) > 1:
+            raise InvalidInput("after: the jobs it runs after are on different shards")
+        return homes.pop()
+
+    async def _key_walk(self, dedup: Dedup) -> list[int]:
+        """The shards an idempotency key's job is looked for and made on, in order."""
+        if await self._made_unsharded(dedup):
+            return [0]
+        return key_order(f"{dedup.space}:{dedup.key}", len(self.shards))
 
     async def _made_unsharded(self, dedup: Dedup) -> bool:
         """Whether the key made a job before the deployment was sharded (on shard 0 then):
@@ -82,28 +95,56 @@ class ShardPlacement:
         self,
         job: Job | None,
         placement: Placement,
-        dedup: Dedup,
         make: Callable[[JobStore, Placement], Awaitable[T]],
     ) -> T:
         """`make(shard store, placement)` on the first shard that has a node for it; the
-        last one tried makes it even without (waiting unplaced, as unsharded). When none made
-        it, the marks it left are taken back: a retry must not pass on to shards that made
-        nothing, for the key's lifetime."""
+        last one tried makes it even without (waiting unplaced, as unsharded)."""
         tried = [
             (shard, here)
-            for shard in await self.order(job, dedup)
+            for shard in await self.order(job)
             if (here := self.among(placement, shard)) is not None
         ]
-        passed: list[int] = []
         for i, (shard, here) in enumerate(tried):
             try:
                 return await make(self.shards[shard], replace(here, elsewhere=i < len(tried) - 1))
             except NoHealthyNodes:
-                passed.append(shard)
-        if dedup.key:
-            await asyncio.gather(
-                *(self.shards[k].redis.execute("DEL", self._key(k, dedup)) for k in passed[:-1])
-            )
+                pass
+        raise NoHealthyNodes()
+
+    async def keyed(
+        self,
+        job: Job,
+        placement: Placement,
+        dedup: Dedup,
+        make: Callable[[JobStore, Placement], Awaitable[Created]],
+    ) -> Created:
+        """`placed` for a job with an idempotency key: every shard of the key's walk in turn
+        until one holds the key (its job, or a mismatch) or makes the job. Only a shard that
+        may hold the job (its home when it runs after others; one with a candidate of
+        `placement`) makes it; the others are passed over (PASS_KEY: the key looked up, and
+        marked as by a shard with no node for it). So a replay finds the job, and a reuse of
+        the key for another request its mismatch, whichever shards may take it then (an
+        external registry's nodes changed, another request runs after another shard's
+        jobs), as one shard would. Nothing made: no shard holds the key, and every mark is
+        taken back (a retry must not pass on to shards that made nothing)."""
+        walk, home = await self._key_walk(dedup), await self._home(job)
+        makers = {
+            shard: here
+            for shard in walk
+            if home in (None, shard) and (here := self.among(placement, shard)) is not None
+        }
+        last = max((i for i, shard in enumerate(walk) if shard in makers), default=-1)
+        for i, shard in enumerate(walk):
+            store = self.shards[shard]
+            try:
+                if shard not in makers:
+                    return await store.pass_key(dedup)
+                return await make(store, replace(makers[shard], elsewhere=i < last))
+            except NoHealthyNodes:
+                continue
+        await asyncio.gather(
+            *(self.shards[k].redis.execute("DEL", self._key(k, dedup)) for k in walk)
+        )
         raise NoHealthyNodes()
 
     def _key(self, shard: int, dedup: Dedup) -> str:

@@ -23,7 +23,7 @@ from scheduler.store.connection.notify import Notifier
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.errors import ServiceNotFound
 from scheduler.store.jobs import JobStore, Moves, Sending
-from scheduler.store.merging import merged, merged_search, number_of
+from scheduler.store.merging import merged, merged_search, merged_services, number_of
 from scheduler.store.schedule_calls import ScheduleCalls
 from scheduler.store.scripts import Call, jobs, listing
 from scheduler.store.scripts import nodes as node_scripts
@@ -84,13 +84,15 @@ class ShardedStore(ScheduleCalls):
         async def make(store: JobStore, here: Placement) -> Created:
             return await store.create(job, here, now, dedup)
 
-        return await self.placement.placed(job, placement, dedup, make)
+        if dedup.key:
+            return await self.placement.keyed(job, placement, dedup, make)
+        return await self.placement.placed(job, placement, make)
 
     async def pick(self, placement: Placement, now: float) -> str:
         async def make(store: JobStore, here: Placement) -> str:
             return await store.pick(here, now)
 
-        return await self.placement.placed(None, placement, NO_DEDUP, make)
+        return await self.placement.placed(None, placement, make)
 
     async def whole(self, heads: builtins.list[bytes]) -> builtins.list[bytes]:
         """As JobStore.whole; a head's parts apart are on its job's shard."""
@@ -126,7 +128,16 @@ class ShardedStore(ScheduleCalls):
     async def register_node(
         self, reg: NodeRegistration, now: float, who: node_scripts.Registration, token_hash: str
     ) -> tuple[Node, node_scripts.Registered]:
-        return await (await self.of_node(reg.id)).register_node(reg, now, who, token_hash)
+        """MAX_NODES bounds the deployment's nodes, not each shard's: the node's shard may
+        hold what the others leave (their counts read now, sent together: a registration is
+        rare). A shard that does not answer counts none, so a failover stops no other's."""
+        store = await self.of_node(reg.id)
+        others = (s.redis.execute("HLEN", s.keys.nodes) for s in self.shards if s is not store)
+        held = await asyncio.gather(*others, return_exceptions=True)
+        left = who.max_nodes - sum(n for n in held if isinstance(n, int))
+        return await store.register_node(
+            reg, now, dataclasses.replace(who, max_nodes=left), token_hash
+        )
 
     async def heartbeat(
         self, node_id: str, now: float, caller: str
@@ -160,8 +171,7 @@ class ShardedStore(ScheduleCalls):
     async def services(self, node_id: str, status: str, caller: str) -> builtins.list[bytes]:
         if node_id:
             return await (await self.of_node(node_id)).services(node_id, status, caller)
-        found = await self._each(lambda s: s.services("", status, caller))
-        return [service for page in found for service in page]
+        return merged_services(await self._each(lambda s: s.services("", status, caller)))
 
     async def _of_service(self, service_id: str) -> JobStore:
         return self.shards[(await self.where.ready()).service_shard(service_id)]
@@ -217,33 +227,36 @@ class ShardedStore(ScheduleCalls):
 
     # Listings: every shard's page, merged.
 
+    # A node's jobs are its shard's, but for those made before it came there: on shard 0
+    # before the upgrade (a node gone then, or one the record lost, is not kept on shard 0).
+    # So a node's listings ask every shard too, but for its queue (its pending jobs, in
+    # queue order, not by number), which is its shard's alone.
+
     async def list(
         self, node_id: str, status: str, bound: int, limit: int, newest: bool = False
     ) -> builtins.list[bytes]:
-        if node_id:
+        if node_id and status == "pending":
             return await (await self.of_node(node_id)).list(node_id, status, bound, limit, newest)
         if status and status not in STATUSES:
             return []
         # Each shard's heads, a share of the bytes each (a page about MAX_PAGE_BYTES whatever
         # S), merged, then only the jobs kept made whole.
         budget = max(1, self.settings.max_page_bytes // len(self.shards))
-        call = listing.list_jobs("", status, bound, limit, budget, newest)
+        call = listing.list_jobs(node_id, status, bound, limit, budget, newest)
         return await self.whole(merged(await self._each(lambda s: s.run(call)), limit, newest))
 
     async def counts(self, node_id: str) -> builtins.list[int]:
-        if node_id:
-            return await (await self.of_node(node_id)).counts(node_id)
-        found = await self._each(lambda s: s.counts(""))
+        found = await self._each(lambda s: s.counts(node_id))
         return [sum(column) for column in zip(*found, strict=True)]
 
     async def search(
         self, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
     ) -> listing.Found:
-        if node_id:
+        if node_id and status == "pending":
             store = await self.of_node(node_id)
             return await store.search(node_id, status, bound, needle, scan, limit)
         budget = max(1, self.settings.max_page_bytes // len(self.shards))
-        call = listing.search("", status, bound, needle, scan, limit, budget)
+        call = listing.search(node_id, status, bound, needle, scan, limit, budget)
         found = merged_search(await self._each(lambda s: s.run(call)), limit)
         return dataclasses.replace(found, jobs=await self.whole(found.jobs))
 

@@ -296,6 +296,23 @@ def test_nodes_of_every_shard_are_listed_and_answer(
         assert job["job_id"] in offered
 
 
+def test_max_nodes_bounds_the_deployments_nodes_not_each_shards(
+    make_client: ClientFactory,
+) -> None:
+    api = make_client(shards=SHARDS, max_nodes=3)
+    first = [shard_nodes(k)[0] for k in range(SHARDS)]
+    register(api, *first)
+    late = shard_nodes(1, 2)[1]  # its shard holds one node: it was let in, the fourth
+    body = {"id": late, "hostname": late, "cpu_count": 2, "role": "compute"}
+    assert_text_error(
+        api.post("/nodes/register", json=body), 503, "too many nodes registered (MAX_NODES)"
+    )
+    register(api, *first)  # known ids may always register again
+    assert api.delete(f"/nodes/{first[0]}").status_code == 204
+    register(api, late)
+    assert set(assert_json(api.get("/nodes"))) == {*first[1:], late}
+
+
 def test_services_of_every_shards_nodes(sharded: Deployment) -> None:
     api, made = sharded.api, {}
     for node in sharded.all_nodes * 2:
@@ -304,7 +321,8 @@ def test_services_of_every_shards_nodes(sharded: Deployment) -> None:
         assert number is not None and number % SHARDS == node_shard(node, SHARDS), service
         made[service["id"]] = service
     assert len(made) == 2 * len(sharded.all_nodes)
-    assert {s["id"] for s in assert_json(api.get("/services"))} == set(made)
+    in_id_order = sorted(made, key=lambda sid: int(sid.removeprefix("svc-")))
+    assert [s["id"] for s in assert_json(api.get("/services"))] == in_id_order  # as one shard
     for node in sharded.all_nodes:
         mine = {s["id"] for s in assert_json(api.get(f"/services?node_id={node}"))}
         assert mine == {sid for sid, s in made.items() if s["node_id"] == node}

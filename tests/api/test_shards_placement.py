@@ -6,13 +6,18 @@ its schedules, kept on shard 0."""
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 
+from scheduler.models.wire import rfc3339
 from scheduler.store.keys import Keys
 from scheduler.store.shards import Layout, key_order, node_shard
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_json, register
+from tests.fakes import FakeRegistry
 
 SHARDS = 3
 
@@ -47,6 +52,31 @@ def test_a_job_asking_a_label_goes_to_the_one_shard_that_has_it(
     assert {Layout(SHARDS).job_shard(job["job_id"]) for job in made} == {2}
     plain = [assert_json(api.post("/jobs", json={"command": "y"}), 201) for _ in range(6)]
     assert {Layout(SHARDS).job_shard(job["job_id"]) for job in plain} == {0, 1, 2}
+
+
+def test_a_delayed_job_asking_a_label_waits_on_the_shard_that_has_it(
+    make_client: ClientFactory, make_settings: SettingsFactory
+) -> None:
+    """A delayed job that asks a fit is placed when due, by its own shard's nodes: it is made
+    on a shard with a node that matches it, so when due it runs there, as on one shard (it
+    was made on whichever shard's turn it was, and waited there for a node none had)."""
+    settings = make_settings(shards=SHARDS, node_ttl_secs=3600)
+    api = make_client(settings)
+    gpu = node_on(2, "gpu")
+    register(api, node_on(0, "cpu"), node_on(1, "cpu"))
+    register_labelled(api, gpu, kind="gpu")
+    due = time.time() + 60
+    body = {"command": "x", "node_selector": {"kind": "gpu"}, "run_at": rfc3339(due)}
+    made = [assert_json(api.post("/jobs", json=body), 201)["job_id"] for _ in range(SHARDS)]
+    assert {Layout(SHARDS).job_shard(job_id) for job_id in made} == {2}
+    store = SyncJobStore.connect(settings.for_shard(2))
+    try:
+        assert sorted(store.promote_due(due + 1)) == sorted(made)
+    finally:
+        store.close()
+    for job_id in made:
+        job = assert_json(api.get(f"/jobs/{job_id}"))
+        assert (job["status"], job["node_id"]) == ("pending", gpu)
 
 
 def test_a_job_no_node_can_take_is_made_once_and_waits(make_client: ClientFactory) -> None:
@@ -84,6 +114,62 @@ def test_a_replay_finds_its_job_on_a_later_shard_after_an_earlier_one_can_take_i
     # The shards it passed through hold the key's mark, not a job.
     first_keys = Keys(settings.for_shard(first).redis_prefix)
     assert rclient.get(first_keys.submission(digest)) == b"-"
+
+
+def order_of(key: str) -> list[int]:
+    """The shards a POST /jobs Idempotency-Key walks, in order (as api/hot.py keeps a key)."""
+    return key_order(f"submit:{hashlib.sha256(key.encode()).hexdigest()[:32]}", SHARDS)
+
+
+@pytest.mark.parametrize(
+    "first, then", [("after", "plain"), ("plain", "after"), ("after", "after another")]
+)
+def test_a_key_reused_for_a_job_of_another_shard_is_refused_as_unsharded(
+    make_client: ClientFactory, first: str, then: str
+) -> None:
+    """A job that runs after others is made on their shard, not the key's: the key's reuse
+    for another request that would go to another shard is the 422 of one shard, and makes
+    nothing (it made a second job)."""
+    api = make_client(shards=SHARDS)
+    register(api, *(node_on(k, "n") for k in range(SHARDS)))
+    deps: dict[int, str] = {}
+    while len(deps) < SHARDS:
+        job_id = assert_json(api.post("/jobs", json={"command": "dep"}), 201)["job_id"]
+        deps.setdefault(Layout(SHARDS).job_shard(job_id), job_id)
+    key = f"reuse-{first}-{then}".replace(" ", "-")
+    order = order_of(key)  # a plain request goes to order[0], every shard having a node
+    bodies = {
+        "plain": {"command": "x"},
+        "after": {"command": "x", "after": [deps[order[-1]]]},
+        "after another": {"command": "x", "after": [deps[order[1]]]},
+    }
+    headers = {"Idempotency-Key": key}
+    made = assert_json(api.post("/jobs", json=bodies[first], headers=headers), 201)
+    before = every_job(api)
+    refused = api.post("/jobs", json=bodies[then], headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert every_job(api) == before
+    assert assert_json(api.post("/jobs", json=bodies[first], headers=headers)) == made
+
+
+def test_a_replay_finds_its_job_after_the_registrys_nodes_move_to_another_shard(
+    make_client: ClientFactory,
+) -> None:
+    """With REGISTRY_URL, a job goes to a shard holding one of the registry's healthy nodes.
+    The replay after a node of the key's first shard turned healthy answers the job made,
+    as one shard does, and makes none there."""
+    key = "registry-replay"
+    first, second, _ = order_of(key)
+    with FakeRegistry() as registry:
+        registry.nodes[node_on(second, "n")] = "healthy"
+        api = make_client(shards=SHARDS, registry_url=registry.url, registry_cache_secs=0)
+        headers = {"Idempotency-Key": key}
+        made = assert_json(api.post("/jobs", json={"command": "x"}, headers=headers), 201)
+        assert Layout(SHARDS).job_shard(made["job_id"]) == second
+        registry.nodes[node_on(first, "n")] = "healthy"
+        again = assert_json(api.post("/jobs", json={"command": "x"}, headers=headers))
+        assert again == made
+        assert [job["job_id"] for job in every_job(api)] == [made["job_id"]]
 
 
 def test_schedules_live_on_shard_zero(

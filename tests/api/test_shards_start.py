@@ -6,11 +6,13 @@ answers. And the UI's jobs page, which lists and searches every shard."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.api import ui_jobs
 from scheduler.api.app import create_app
 from scheduler.config import Settings
 from scheduler.models.job import job_number
@@ -39,7 +41,7 @@ from tests.conftest import (
 )
 from tests.fakes import eventually
 from tests.redis_server import RestartableRedis
-from tests.snapshot_helpers import lose_redis_data
+from tests.snapshot_helpers import go_file, lose_redis_data
 from workers import context, tasks
 
 KEY = "ui-key"
@@ -160,6 +162,43 @@ def test_the_ui_lists_and_searches_every_shards_jobs(make_client: ClientFactory)
     pending = api.get("/ui/jobs", params={"status": "pending", "q": "echo"})
     assert ids_of(pending.text) == ids[::-1]
     assert api.get(f"/ui/jobs/{on_two['job_id']}").status_code == 200
+
+
+def searched_through(api: TestClient, query: str) -> list[str]:
+    """Every page of the UI's search for `query`, following Older and Search older."""
+    seen, url = [], f"/ui/jobs?q={query}"
+    while url:
+        page = api.get(url)
+        assert page.status_code == 200, page.text
+        seen += ids_of(page.text)
+        more = re.search(r'id="(?:older|search-older)" href="([^"]+)"', page.text)
+        url = more.group(1).replace("&amp;", "&") if more else ""
+    return seen
+
+
+@pytest.mark.parametrize("on", [[1], [0, 1, 2]])
+def test_the_ui_search_pages_through_every_shard_skipping_none(
+    make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch, on: list[int]
+) -> None:
+    """A page ends where a shard with more to look through stopped: the job it stopped at,
+    found, is on that page (it was left out, and the next page went on from before it)."""
+    monkeypatch.setattr(ui_jobs, "PAGE_SIZE", 5)
+    monkeypatch.setattr(ui_jobs, "SEARCH_SCAN", 4)
+    api = make_client(shards=SHARDS)
+    register(api, *(shard_nodes(k)[0] for k in on))
+    made = [submit(api, command=f"hit {i}" if i % 5 else "miss")["job_id"] for i in range(24)]
+    hits = by_number(job for i, job in enumerate(made) if i % 5)[::-1]
+    assert searched_through(api, "hit") == hits
+
+
+def test_the_ui_search_of_three_shards_reaches_an_old_snapshots_rows(
+    make_client: ClientFactory, make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    go_file(path := tmp_path / "go.db")
+    api = make_client(make_settings(scheduler_db=str(path), shards=SHARDS))
+    page = api.get("/ui/jobs?q=echo")
+    assert page.status_code == 200, page.text
+    assert ids_of(page.text) == ["job-99"] and 'href="/ui/jobs/not-a-job"' in page.text
 
 
 def snapshot_every_shard(settings: Settings) -> None:

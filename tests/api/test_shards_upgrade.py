@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from pathlib import Path
 
 import pytest
 import redis
@@ -18,10 +19,17 @@ from scheduler.store.errors import StoreNotReady
 from scheduler.store.keys import Keys
 from scheduler.store.sharded import ShardedStore
 from scheduler.store.shards import key_order
-from tests.api.test_shards import LAYOUT, SHARDS, shard_nodes
-from tests.api.test_shards_start import snapshot_every_shard
-from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, submit
-from tests.snapshot_helpers import lose_redis_data
+from tests.api.test_shards import LAYOUT, SHARDS, listed, shard_nodes
+from tests.api.test_shards_start import ids_of, snapshot_every_shard
+from tests.conftest import (
+    ClientFactory,
+    SettingsFactory,
+    assert_json,
+    register,
+    report,
+    submit,
+)
+from tests.snapshot_helpers import go_file, lose_redis_data
 
 
 def numbers(job_ids: list[str]) -> list[int]:
@@ -128,3 +136,48 @@ def test_the_layout_is_not_recorded_before_shard_zero_has_its_snapshot_back(
     back = make_client(settings)
     for job_id in old:
         assert assert_json(back.get(f"/jobs/{job_id}"))["job_id"] == job_id
+
+
+def test_an_old_snapshots_rows_that_are_not_job_n_upgrade_too(
+    make_client: ClientFactory, make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """A Go scheduler's file holds `not-a-job` and job-99, a multiple of 3: the floor's
+    search reads past job-99 to the row with no number (it once read its score, 0.5, as an
+    int and the sharded start failed), finds no floor, and every job is found where it is."""
+    go_file(path := tmp_path / "go.db")
+    settings = make_settings(scheduler_db=str(path), shards=SHARDS)
+    api = make_client(settings)
+    for job_id in ("not-a-job", "job-99"):
+        assert assert_json(api.get(f"/jobs/{job_id}"))["job_id"] == job_id
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    new = [submit(api, command=f"new {i}")["job_id"] for i in range(3)]
+    assert min(numbers(new)) > 99
+    every = [job["job_id"] for job in assert_json(api.get("/jobs"))]
+    assert every == ["not-a-job", "job-99", *sorted(new, key=lambda j: numbers([j]))]
+
+
+def test_a_node_gone_before_the_upgrade_still_lists_the_jobs_it_ran_then(
+    make_client: ClientFactory,
+) -> None:
+    """A node deleted before the upgrade is not kept on shard 0: it registers again on its
+    own shard, and its listings (GET /jobs?node_id=, the UI's counts and search) show the
+    jobs it ran before, kept on shard 0, as one shard does (they showed its shard's only)."""
+    unsharded = make_client()
+    node = shard_nodes(1)[0]
+    register(unsharded, node)
+    old = [submit(unsharded, command=f"old {i}")["job_id"] for i in range(2)]
+    for job_id in old:
+        assert_json(report(unsharded, job_id, "running"))
+        assert_json(report(unsharded, job_id, "done", exit_code=0))
+    assert unsharded.delete(f"/nodes/{node}").status_code == 204
+    api = make_client(shards=SHARDS)
+    register(api, node)
+    new = submit(api, command="new")["job_id"]
+    assert LAYOUT.job_shard(new) == 1
+    assert listed(api, f"?node_id={node}") == [*old, new]
+    assert listed(api, f"?node_id={node}&status=done&order=newest") == old[::-1]
+    assert listed(api, f"?node_id={node}&status=pending&limit=1") == [new]  # its poll
+    page = api.get(f"/ui/jobs?node_id={node}").text
+    assert ids_of(page) == [new, *old[::-1]]
+    assert "all 3</a>" in page and "done 2</a>" in page and "pending 1</a>" in page
+    assert ids_of(api.get(f"/ui/jobs?node_id={node}&q=old").text) == old[::-1]

@@ -4,6 +4,7 @@ who may see them, that what they show is escaped, and that bad filters are 400s.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -13,12 +14,14 @@ from scheduler.api.http import UI_COOKIE
 from scheduler.models.job import STATUSES
 from tests.conftest import (
     ClientFactory,
+    SettingsFactory,
     assert_text_error,
     assert_ui_error,
     register,
     report,
     submit,
 )
+from tests.snapshot_helpers import go_file
 
 KEY = "ui-key"
 
@@ -424,6 +427,20 @@ def test_a_search_looks_through_a_bounded_number_of_jobs(
     monkeypatch.setattr(ui_jobs, "SEARCH_SCAN", 100)
     full = client.get("/ui/jobs?q=hit").text
     assert ids_of(full) == ["job-25"] and 'id="older" href="/ui/jobs?q=hit&amp;before=25"' in full
+
+
+def test_a_search_reaches_an_old_snapshots_row_that_is_not_job_n(
+    make_client: ClientFactory, make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """A Go scheduler's file restored: its row `not-a-job` lists oldest, so a search through
+    every job looks at it last (its number, read from its id, was nil: a 500)."""
+    go_file(path := tmp_path / "go.db")
+    client = make_client(make_settings(scheduler_db=str(path)))
+    page = client.get("/ui/jobs?q=echo")
+    assert page.status_code == 200, page.text
+    assert ids_of(page.text) == ["job-99"] and 'href="/ui/jobs/not-a-job"' in page.text
+    assert "Searched the 2 most recent jobs" in page.text
+    assert 'id="search-older"' not in page.text
 
 
 def test_a_search_reads_the_jobs_own_command_wherever_its_record_puts_it(

@@ -182,11 +182,16 @@ def test_a_merged_search_goes_on_from_where_no_shard_skips_a_job() -> None:
         Found(jobs=[head(26)], looked=4, last=2, more=False),
     ]
     page = merged_search(found, 10)
-    # Shard 0 stopped at 21: the others' finds below it wait for the next page, from 21.
-    assert numbers(page.jobs) == [30, 28, 26]
+    # Shard 0 stopped at 21, a job it found: shown (the next page goes on from before it),
+    # the others' finds below it wait for that page.
+    assert numbers(page.jobs) == [30, 28, 26, 21]
     assert (page.looked, page.last, page.more) == (24, 21, True)
     done = merged_search([Found([head(5)], 3, 1, False), Found([], 2, 2, False)], 10)
     assert (numbers(done.jobs), done.last, done.more) == ([5], 1, False)
+    # An old snapshot's row that is not job-N (numbered 0) is shown once no shard stopped.
+    legacy = msgspec.json.encode({"job_id": "not-a-job"})
+    rows = merged_search([Found([head(3), legacy], 2, 0, False), Found([], 1, 1, False)], 10)
+    assert rows.jobs == [head(3), legacy]
 
 
 def test_the_overviews_and_series_of_shards_add_up() -> None:

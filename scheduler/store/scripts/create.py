@@ -5,6 +5,7 @@ the request path's module, names them too."""
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,16 @@ NO_ASKS = Asks()
 # The mark of an idempotency key a shard passed on to a later shard (store/shard_placement.py).
 ELSEWHERE = "-"
 
+# A key seen before (`seen`, the value of its key `dedup`): the job it made, MISMATCH for
+# another request, or passed on to a later shard. CREATE_JOB's and PASS_KEY's check.
+_KEY_SEEN = """  if seen == ELSEWHERE then return unmade({NO_NODES}) end  -- made on a later shard
+  if seen then
+    local id, made_by = string.match(seen, "^(%S+) ?(.*)$")
+    if made_by ~= fingerprint then return unmade({MISMATCH}) end
+    return unmade({DUPLICATE, redis.call("GET", K.job(id)) or ""})
+  end
+"""
+
 _NEW_JOB = """
 -- record: the head of the job's record (models/record.py) without job_id and node_id,
 -- which this fills in; spec_staged: the token of its spec staged apart ("": none, the head
@@ -118,33 +129,33 @@ local dedup = false
 if tonumber(dedup_ttl) > 0 then
   dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
   local seen = redis.call("GET", dedup)
-  if seen == ELSEWHERE then return unmade({NO_NODES}) end  -- made on a later shard
-  if seen then
-    local id, made_by = string.match(seen, "^(%S+) ?(.*)$")
-    if made_by ~= fingerprint then return unmade({MISMATCH}) end
-    return unmade({DUPLICATE, redis.call("GET", K.job(id)) or ""})
-  end
-end
+{KEY_SEEN}end
 {AFTER_CHECKS}local ask = {cpus = tonumber(cpus), memory_mb = tonumber(memory_mb),
   node_selector = selector ~= "" and cjson.decode(selector) or nil}
 local node, reason = nil, nil
 if due == "" or not needs_fit(ask) then
   node, reason = pick_node(mode, candidates, ask, tonumber(now) - tonumber(node_ttl))
-  if not node and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)
-      or elsewhere == "1") then
-    -- a replay of the key passes on here to the shard that made it (store/sharded.py)
-    if dedup and elsewhere == "1" then
-      redis.call("SET", dedup, ELSEWHERE, "EX", tonumber(dedup_ttl))
-    end
-    return unmade({NO_NODES})
+elseif elsewhere == "1" then
+  -- A delayed job that asks a fit is placed when due. Where other shards may take it, it
+  -- still needs a node here that matches it (room or not): with none it passes on, as one
+  -- due now does, rather than wait where no node may ever take it.
+  local _, why = pick_node(mode, candidates, ask, tonumber(now) - tonumber(node_ttl))
+  if why == REASON.no_fit or why == REASON.no_nodes then reason = why end
+end
+if not node and reason and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)
+    or elsewhere == "1") then
+  -- a replay of the key passes on here to the shard that made it (store/sharded.py)
+  if dedup and elsewhere == "1" then
+    redis.call("SET", dedup, ELSEWHERE, "EX", tonumber(dedup_ttl))
   end
+  return unmade({NO_NODES})
 end
 node = node or ""
 local n = draw_number(K.job_seq, shards, shard, id_floor)
 local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)
-""".replace("{ELSEWHERE}", ELSEWHERE)
+""".replace("{KEY_SEEN}", _KEY_SEEN).replace("{ELSEWHERE}", ELSEWHERE)
 _STORE_NEW = """
 local score = status == "pending" and queue_score(n, priority) or n
 if status == "pending" and node == "" then  -- the last field (models.job): appended
@@ -226,6 +237,34 @@ return {OK, job}
 """,
     _unread,
 )
+
+
+PASS_KEY = Script(
+    "PASS_KEY",
+    "dedup_space dedup_key dedup_ttl fingerprint",
+    """
+-- A keyed create's pass over a shard that may not make its job (store/shard_placement.py
+-- keyed): the key checked as CREATE_JOB checks it, and where it is new, marked ELSEWHERE as
+-- a shard with no node for the job marks it, so a replay passes on from here too.
+-- Returns {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH} | {NO_NODES}
+local ELSEWHERE = "{ELSEWHERE}"
+local function unmade(reply) return reply end
+local dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
+local seen = redis.call("GET", dedup)
+{KEY_SEEN}redis.call("SET", dedup, ELSEWHERE, "EX", tonumber(dedup_ttl))
+return {NO_NODES}
+""".replace("{KEY_SEEN}", textwrap.dedent(_KEY_SEEN)).replace("{ELSEWHERE}", ELSEWHERE),
+    lambda reply: _created(reply, b""),
+)
+
+
+def pass_key(dedup: Dedup) -> Call[Created]:
+    return PASS_KEY.call(
+        dedup_space=dedup.space,
+        dedup_key=dedup.key,
+        dedup_ttl=dedup.ttl,
+        fingerprint=dedup.fingerprint,
+    )
 
 
 def create_job(

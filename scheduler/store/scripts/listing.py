@@ -189,9 +189,12 @@ for i, id in ipairs(ids) do
     if #found >= tonumber(limit) then break end
   end
 end
+-- The last one's number; 0 for an old snapshot's row that is not job-N (its score is below
+-- job-1's, so only such rows follow it): no number bound reaches them, none is said left.
+local stop = math.floor(number_of(last))
 local out = get_jobs(found, tonumber(budget))
-table.insert(out, 1, #ids > looked and 1 or 0)
-table.insert(out, 1, tonumber(string.sub(last, 5)))
+table.insert(out, 1, #ids > looked and stop > 0 and 1 or 0)
+table.insert(out, 1, stop)
 table.insert(out, 1, looked)
 return out
 """,
