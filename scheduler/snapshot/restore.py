@@ -31,7 +31,7 @@ from redis.lock import Lock
 
 from scheduler.config import Settings
 from scheduler.snapshot import db as snapshot_db
-from scheduler.snapshot import drains, schedules
+from scheduler.snapshot import drains, layout, schedules
 from scheduler.snapshot.locking import (
     BATCH,
     RESTORE_LOCK,
@@ -187,6 +187,7 @@ def _decide(
             store.run(snapshot_scripts.finish_restore(0, "found jobs in Redis"))
             return False
         if not holds_jobs:
+            layout.restore(store, path)
             drains.restore(store, path)
             count = schedules.restore(store, path, mark_dirty=False)
             marker = f"restored {count} schedules from {path}" if count else "started empty"
@@ -225,6 +226,8 @@ def _load(
     """Load every row of `source` (batches of RESTORE_JOBS), then finish: counter, marker."""
     started = time.monotonic()
     count, highest, expired = 0, 0, 0
+    # The layout first: an API that reads it meanwhile finds the deployment's own.
+    layout.restore(store, source)
     # Jobs past JOB_RETENTION_SECS stay in the file they come from and out of Redis, as the
     # sweep would prune them next. Only when that file is the snapshot: jobs from another
     # file must reach the snapshot first (mark_dirty), so they are loaded and pruned later.

@@ -1,0 +1,112 @@
+"""A sharded deployment when one shard's Redis comes back empty (README, Durability; docs/
+ARCHITECTURE.md, Shards), against real redis-server processes: the shard restored from its
+own file `scheduler-k.db`, the layout's record kept when shard 0 is the one lost (its count,
+floors and the nodes kept on shard 0), and another shard count refused before anything is
+restored or written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+from scheduler.api.app import create_app
+from scheduler.store.errors import LayoutChanged
+from scheduler.store.keys import Keys
+from tests.api.test_shards import SHARDS, by_number, listed, polled, shard_nodes, stored
+from tests.api.test_shards_start import snapshot_every_shard
+from tests.conftest import ClientFactory, SettingsFactory, register, submit
+from tests.processes import scheduler_env
+from tests.snapshot_helpers import lose_redis_data
+
+
+def come_back(api: TestClient, node: str) -> None:
+    """What an agent does when its heartbeat finds its node gone: register again."""
+    if api.post("/nodes/heartbeat", json={"id": node}).status_code == 404:
+        register(api, node)
+
+
+def test_a_node_kept_on_shard_zero_keeps_its_queue_when_shard_zero_lost_its_data(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    """A node of before the upgrade whose id ranks shard 1 first stays on shard 0 with its
+    queue. Shard 0 loses its data: the restore brings the layout's record back from the file
+    with the jobs, so the node registers on shard 0 again and is offered its queue (found
+    again from the nodes shard 0 knew after the loss, it went to shard 1, its queue never
+    offered again)."""
+    unsharded = make_client(max_jobs_per_node=10)
+    node = shard_nodes(1)[0]
+    register(unsharded, node)
+    old = [submit(unsharded, command=f"old {i}")["job_id"] for i in range(3)]
+    settings = make_settings(shards=SHARDS, max_jobs_per_node=10)
+    api = make_client(settings)
+    new = [submit(api, command=f"new {i}")["job_id"] for i in range(2)]
+    assert polled(api, node) == old + new
+    record = rclient.hgetall(Keys(settings.redis_prefix).shards)
+    snapshot_every_shard(settings)
+    lose_redis_data(rclient, settings.redis_prefix)
+
+    back = make_client(settings)
+    come_back(back, node)
+    assert polled(back, node) == old + new
+    assert polled(api, node) == old + new  # a process that served through the loss too
+    kept = rclient.hgetall(Keys(settings.redis_prefix).shards)
+    assert {k: v for k, v in kept.items() if k != b"filed"} == record
+    later = submit(back, command="later")["job_id"]
+    assert later not in old + new and listed(back) == by_number([*old, *new, later])
+
+
+def run_scheduler(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scheduler", *args],
+        env=env,
+        cwd=os.path.dirname(env["SCHEDULER_DB"]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_another_count_is_refused_everywhere_when_shard_zero_lost_its_data(
+    make_client: ClientFactory,
+    make_settings: SettingsFactory,
+    rclient: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    db: Path,
+) -> None:
+    """Shard 0 held the count; once it lost its data, a start with 2 shards found none and
+    restored scheduler-1.db (shard 1 of 3's jobs) into its own shard 1, then recorded 2:
+    copies of jobs, and the deployment's own processes refused. The count is read from shard
+    0's file then: the API, a worker and serve refuse before they restore or write anything."""
+    settings = make_settings(shards=SHARDS)
+    with TestClient(create_app(settings)) as api:  # stopped: it would flush its metrics
+        register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+        made = [submit(api, command=f"c{i}")["job_id"] for i in range(6)]
+    snapshot_every_shard(settings)
+    lose_redis_data(rclient, settings.redis_prefix)
+    before = everything(rclient, prefix)
+
+    two = make_settings(shards=2)
+    with pytest.raises(LayoutChanged), TestClient(create_app(two)):
+        pass
+    env = scheduler_env(redis_url, prefix, SCHEDULER_SHARDS="2", SCHEDULER_DB=str(db))
+    for command in (["worker", "--burst"], ["serve", "--port", "1"]):
+        done = run_scheduler(env, *command)
+        assert done.returncode == 2, (command, done.stderr)
+        assert "SCHEDULER_SHARDS is 2, but this deployment was started with 3" in done.stderr
+    assert everything(rclient, prefix) == before  # shard 0 as it was lost, the others as they were
+
+    back = make_client(settings)
+    assert listed(back) == by_number(made)
+    assert stored(rclient, settings)[1] == {j for j in made if int(j[4:]) % SHARDS == 1}
+
+
+def everything(rclient: redis.Redis, prefix: str) -> dict[bytes, bytes]:
+    """Every key of every shard of the deployment `prefix` (any count's: `{prefix-i}`), dumped."""
+    return {key: rclient.dump(key) for key in rclient.scan_iter(f"{{{prefix}*")}  # type: ignore[misc]
