@@ -6,6 +6,7 @@ restored or written."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -16,11 +17,18 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.api.app import create_app
-from scheduler.store.errors import LayoutChanged
+from scheduler.config import Settings
+from scheduler.snapshot import db as snapshot_db
+from scheduler.snapshot.locking import open_store
+from scheduler.snapshot.restore import restore_if_empty
+from scheduler.snapshot.writer import write_snapshot
+from scheduler.store.errors import LayoutChanged, StoreNotReady
 from scheduler.store.keys import Keys
+from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.sharded import ShardedStore
 from tests.api.test_shards import SHARDS, by_number, listed, polled, shard_nodes, stored
 from tests.api.test_shards_start import snapshot_every_shard
-from tests.conftest import ClientFactory, SettingsFactory, register, submit
+from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, submit
 from tests.processes import scheduler_env
 from tests.snapshot_helpers import lose_redis_data
 
@@ -110,3 +118,61 @@ def test_another_count_is_refused_everywhere_when_shard_zero_lost_its_data(
 def everything(rclient: redis.Redis, prefix: str) -> dict[bytes, bytes]:
     """Every key of every shard of the deployment `prefix` (any count's: `{prefix-i}`), dumped."""
     return {key: rclient.dump(key) for key in rclient.scan_iter(f"{{{prefix}*")}  # type: ignore[misc]
+
+
+def test_the_floor_is_not_read_from_a_restore_half_done(
+    make_client: ClientFactory,
+    make_settings: SettingsFactory,
+    rclient: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unsharded deployment lost its Redis and comes back sharded: its worker restores
+    job-1 to job-5 into shard 0 while the first sharded API starts. The floor (store/
+    shard_layout.py) is read from shard 0's jobs: read while only job-1 and job-2 were back,
+    it was 2, and job-4 and job-5 (N mod 3 = 1, 2) were looked for on shards 1 and 2."""
+    unsharded = make_settings()
+    api = make_client(unsharded)
+    register(api, shard_nodes(0)[0])
+    old = [submit(api, command=f"old {i}")["job_id"] for i in range(5)]
+    write_snapshot(unsharded)
+    lose_redis_data(rclient, unsharded.redis_prefix)
+    half_restored(unsharded, ["job-1", "job-2"])
+
+    settings = make_settings(shards=SHARDS)
+    store = ShardedStore.connect(settings)
+    floors = store.where._floors
+
+    async def floors_then_restored() -> tuple[int, int]:
+        found = await floors()
+        restore_if_empty(settings)  # the worker's restore ends before the record is made
+        return found
+
+    monkeypatch.setattr(store.where, "_floors", floors_then_restored)
+
+    async def start() -> None:
+        try:
+            await store.start()
+        except StoreNotReady:  # refused until the restore is done
+            restore_if_empty(settings)
+            await store.start()
+        finally:
+            await store.aclose()
+
+    asyncio.run(start())
+    assert store.where.layout.floor == 5
+    back = make_client(settings)
+    for job_id in old:
+        assert assert_json(back.get(f"/jobs/{job_id}"))["job_id"] == job_id
+
+
+def half_restored(settings: Settings, job_ids: list[str]) -> None:
+    """Where a restore killed midway leaves Redis: these rows of the file back, the flag
+    that a restore is under way (snapshot/restore.py), no marker."""
+    with open_store(settings) as store:
+        store.redis.set(store.keys.restoring, os.path.abspath(settings.scheduler_db))
+        reader = snapshot_db.open_reader(settings.scheduler_db)
+        rows = [row for batch in snapshot_db.read_batches(reader, 1000) for row in batch]
+        reader.close()
+        jobs = [snapshot_db.restored_job(row, 0.0) for row in rows]
+        chosen = [job for job in jobs if job.job_id in job_ids]
+        store.run(snapshot_scripts.restore_jobs(chosen, mark_dirty=False))
