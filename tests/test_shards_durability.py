@@ -17,6 +17,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.api.app import create_app
+from scheduler.cli.main import main as cli_main
 from scheduler.config import Settings
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.locking import open_store
@@ -30,7 +31,7 @@ from tests.api.test_shards import SHARDS, by_number, listed, polled, shard_nodes
 from tests.api.test_shards_start import snapshot_every_shard
 from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, submit
 from tests.processes import scheduler_env
-from tests.snapshot_helpers import lose_redis_data
+from tests.snapshot_helpers import lose_redis_data, rows
 
 
 def come_back(api: TestClient, node: str) -> None:
@@ -176,3 +177,70 @@ def half_restored(settings: Settings, job_ids: list[str]) -> None:
         jobs = [snapshot_db.restored_job(row, 0.0) for row in rows]
         chosen = [job for job in jobs if job.job_id in job_ids]
         store.run(snapshot_scripts.restore_jobs(chosen, mark_dirty=False))
+
+
+@pytest.fixture
+def cli_env(
+    make_settings: SettingsFactory, prefix: str, db: Path, monkeypatch: pytest.MonkeyPatch
+) -> Settings:
+    """The environment of the operator's commands (cli_main): the deployment's, 3 shards."""
+    settings = make_settings(shards=SHARDS)
+    for name, value in {
+        "REDIS_URL": settings.redis_url,
+        "REDIS_PREFIX": prefix,
+        "SCHEDULER_DB": str(db),
+        "SCHEDULER_SHARDS": str(SHARDS),
+    }.items():
+        monkeypatch.setenv(name, value)
+    return settings
+
+
+def test_the_operator_snapshots_and_restores_one_shard(
+    cli_env: Settings, make_client: ClientFactory, rclient: redis.Redis, db: Path
+) -> None:
+    """`scheduler snapshot --shard k` and `scheduler restore --shard k --from FILE`: without
+    --shard they knew shard 0 alone, so a shard k's file could only be loaded into shard 0,
+    where no process looks for its jobs."""
+    api = make_client(cli_env)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    made = [submit(api, command=f"c{i}")["job_id"] for i in range(6)]
+    one = {job_id for job_id in made if int(job_id.removeprefix("job-")) % SHARDS == 1}
+    assert cli_main(["snapshot", "--shard", "1"]) == 0
+    assert set(rows(db.with_name("scheduler-1.db"))) == one and not db.exists()
+
+    lose_redis_data(rclient, cli_env.for_shard(1).redis_prefix)
+    file = str(db.with_name("scheduler-1.db"))
+    assert cli_main(["restore", "--shard", "1", "--from", file]) == 0
+    zero, back, _ = stored(rclient, cli_env)
+    assert back == one and not zero & one
+    assert listed(api) == by_number(made)
+    assert cli_main(["restore", "--shard", "3", "--from", file]) == 2  # beyond the deployment's
+
+
+def test_the_operators_commands_refuse_another_count(
+    cli_env: Settings,
+    rclient: redis.Redis,
+    prefix: str,
+    db: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With SCHEDULER_SHARDS=2 on a deployment of 3, `scheduler snapshot` wrote shard 0's
+    jobs and `scheduler restore --force` loaded a file into shard 0: both exit 2 now, and
+    write nothing, in Redis or in a file."""
+    with TestClient(create_app(cli_env)) as api:  # stopped: it would flush its metrics
+        register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+        [submit(api, command=f"c{i}") for i in range(6)]
+        snapshot_every_shard(cli_env)
+        [submit(api, command=f"d{i}") for i in range(6)]  # changes no file has yet
+    monkeypatch.setenv("SCHEDULER_SHARDS", "2")
+    files = {path: path.read_bytes() for path in db.parent.glob("scheduler*")}
+    before = everything(rclient, prefix)
+    file = str(db.with_name("scheduler-1.db"))
+    for command in (["snapshot"], ["restore", "--from", file, "--force"]):
+        assert cli_main(command) == 2, command
+        assert "SCHEDULER_SHARDS is 2, but this deployment was started with 3" in (
+            capsys.readouterr().err
+        )
+    assert everything(rclient, prefix) == before
+    assert {path: path.read_bytes() for path in db.parent.glob("scheduler*")} == files
