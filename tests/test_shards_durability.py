@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from starlette.testclient import TestClient
 from scheduler.api.app import create_app
 from scheduler.cli.main import main as cli_main
 from scheduler.config import Settings
+from scheduler.nodes.registry import BuiltinRegistry
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.locking import open_store
 from scheduler.snapshot.restore import restore_if_empty
@@ -29,9 +32,20 @@ from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sharded import ShardedStore
 from tests.api.test_shards import SHARDS, by_number, listed, polled, shard_nodes, stored
 from tests.api.test_shards_start import snapshot_every_shard
-from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, submit
+from tests.conftest import (
+    ClientFactory,
+    SettingsFactory,
+    assert_json,
+    last_heard,
+    register,
+    report,
+    submit,
+)
+from tests.deployment_state import deployment_state
+from tests.fakes import eventually
 from tests.processes import scheduler_env
 from tests.snapshot_helpers import lose_redis_data, rows
+from workers import context, firing
 
 
 def come_back(api: TestClient, node: str) -> None:
@@ -244,3 +258,151 @@ def test_the_operators_commands_refuse_another_count(
         )
     assert everything(rclient, prefix) == before
     assert {path: path.read_bytes() for path in db.parent.glob("scheduler*")} == files
+
+
+# A worker of one shard, its sweep paused between the running jobs of a lost node (handled)
+# and its pending ones (not yet), so the test can kill -9 it there. Writes `paused` to argv[1].
+SWEEP_PAUSED = """
+import sys, time
+from pathlib import Path
+from scheduler.config import Settings
+from scheduler.store.sync_store import SyncJobStore
+from workers import context, tasks
+
+def paused(*args, **kwargs):
+    Path(sys.argv[1]).write_text("paused")
+    time.sleep(600)
+
+SyncJobStore.requeue_lost = paused
+context.configure(Settings.from_env().served())
+tasks.sweep(period=1)
+"""
+
+
+def test_a_shards_worker_killed_mid_sweep_loses_and_repeats_nothing(
+    make_client: ClientFactory,
+    make_settings: SettingsFactory,
+    rclient: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    db: Path,
+) -> None:
+    """Shard 1's node `lost` has running and pending jobs; its worker is killed -9 after its
+    sweep retried the running ones and before it moved the pending ones. Another worker of
+    shard 1 (`scheduler worker --burst --shard 1`) finishes: every job once, on the live
+    node, retried once, in shard 1's file; shards 0 and 2 untouched."""
+    limits = {"max_jobs_per_node": 10, "node_lost_secs": 60, "max_job_retries": 1}
+    settings = make_settings(shards=SHARDS, **limits)
+    api = make_client(settings)
+    lost, live = shard_nodes(1, 2)
+    register(api, lost, shard_nodes(0)[0], shard_nodes(2)[0])
+    made = {job["job_id"]: job for job in (submit(api, command=f"j{i}") for i in range(12))}
+    on_lost = [job_id for job_id, job in made.items() if job["node_id"] == lost]
+    running, pending = on_lost[:2], on_lost[2:]
+    assert pending, made
+    for job_id in running:
+        assert_json(report(api, job_id, "running"))
+    register(api, live)
+    last_heard(rclient, settings.for_shard(1), lost, time.time() - 600)
+    others = {k: deployment_state(rclient, settings.for_shard(k).redis_prefix) for k in (0, 2)}
+
+    env = scheduler_env(redis_url, prefix, SCHEDULER_SHARDS=str(SHARDS), SCHEDULER_DB=str(db))
+    env.update(SCHEDULER_SHARD="1", NODE_LOST_SECS="60", MAX_JOBS_PER_NODE="10")
+    marker = db.with_name("sweep.paused")
+    child = subprocess.Popen([sys.executable, "-c", SWEEP_PAUSED, str(marker)], env=env)
+    eventually(lambda: marker.exists() or child.poll() is not None, timeout=60)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    for job_id in running:  # retried on the live node, once
+        job = assert_json(api.get(f"/jobs/{job_id}"))
+        assert (job["status"], job["node_id"], job["retry_count"]) == ("pending", live, 1)
+    assert polled(api, lost) == pending  # not moved yet
+
+    done = run_scheduler(env, "worker", "--burst", "--shard", "1")
+    assert done.returncode == 0, done.stderr
+    for job_id in on_lost:
+        job = assert_json(api.get(f"/jobs/{job_id}"))
+        retries = 1 if job_id in running else 0
+        assert (job["status"], job["node_id"], job["retry_count"]) == ("pending", live, retries)
+    assert sorted(polled(api, live)) == sorted(on_lost) and polled(api, lost) == []
+    assert listed(api) == by_number(made)
+    shard_one = {job_id for job_id in made if int(job_id.removeprefix("job-")) % SHARDS == 1}
+    assert stored(rclient, settings)[1] == shard_one
+    saved = rows(db.with_name("scheduler-1.db"))
+    assert set(saved) == shard_one
+    assert {job_id: saved[job_id]["node_id"] for job_id in on_lost} == dict.fromkeys(on_lost, live)
+    assert rclient.llen(Keys(settings.for_shard(1).redis_prefix).outbox) == 0  # no ending
+    for k, state in others.items():
+        assert deployment_state(rclient, settings.for_shard(k).redis_prefix) == state
+
+
+def test_an_upgrade_to_three_shards_keeps_what_was_in_flight(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    """An unsharded deployment stopped with a job running, one waiting for it, one delayed,
+    one queued, one made under an Idempotency-Key, a service and a schedule, then started
+    with SCHEDULER_SHARDS=3 (README, Shards): each goes on where it was, new ids collide with
+    none, and the whole comes back from the files after every shard lost its data."""
+    with TestClient(create_app(make_settings(max_jobs_per_node=10))) as old:  # all stopped
+        node = shard_nodes(1)[0]  # kept on shard 0, with its queue
+        register(old, node)
+        keyed = {"Idempotency-Key": "order-1"}
+        made = assert_json(old.post("/jobs", json={"command": "keyed"}, headers=keyed), 201)
+        first = submit(old, command="first")["job_id"]
+        assert_json(report(old, first, "running"))
+        after = submit(old, command="after first", after=[first])["job_id"]
+        later = submit(old, command="later", delay_secs=3600)["job_id"]
+        queued = submit(old, command="queued")["job_id"]
+        service = assert_json(old.post("/services", json={"node_id": node, "port": 80}), 201)
+        body = {"name": "s", "every_secs": 10, "job": {"command": "tick"}}
+        assert old.post("/schedules", json=body).status_code == 201
+        before = {j["job_id"]: j for j in assert_json(old.get("/jobs"))}
+    settings = make_settings(shards=SHARDS, max_jobs_per_node=10)
+    api = make_client(settings)
+
+    assert {j["job_id"]: j for j in assert_json(api.get("/jobs"))} == before
+    assert assert_json(api.post("/nodes/heartbeat", json={"id": node}))["id"] == node
+    assert polled(api, node) == [made["job_id"], queued]
+    replay = api.post("/jobs", json={"command": "keyed"}, headers=keyed)
+    assert assert_json(replay, 200) == made
+    assert_json(report(api, first, "done", exit_code=0))
+    assert assert_json(api.get(f"/jobs/{after}"))["status"] == "pending"
+    assert polled(api, node) == by_number([made["job_id"], queued, after])
+    again = submit(api, command="after queued", after=[queued])
+    assert again["status"] == "waiting" and stored(rclient, settings)[0] >= {again["job_id"]}
+
+    assert assert_json(api.get(f"/services/{service['id']}")) == service
+    assert api.patch(f"/services/{service['id']}", json={"status": "crashed"}).status_code == 204
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    services = [
+        assert_json(api.post("/services", json={"node_id": n, "port": 81}), 201)["id"]
+        for n in (node, shard_nodes(2)[0])
+    ]
+    assert len({service["id"], *services}) == 3
+    assert sorted(s["id"] for s in assert_json(api.get("/services"))) == sorted(
+        [service["id"], *services]
+    )
+
+    zero = settings.for_shard(0)
+    with open_store(zero) as store:
+        now = time.time()
+        assert store.promote_due(now + 3601) == [later]  # shard 0's worker, once it is due
+        context.configure(zero)
+        try:
+            fired = asyncio.run(firing.fire_due(context.current(), now + 11, BuiltinRegistry()))
+        finally:
+            context.close()
+    assert fired["schedule_fired"] + fired["schedule_caught_up"] == 1
+    new = [submit(api, command=f"new {i}")["job_id"] for i in range(6)]
+    everyone = listed(api)
+    assert len(everyone) == len(set(everyone)) == len(before) + 1 + 1 + 6  # after, a tick
+    assert set(before) | set(new) | {again["job_id"]} < set(everyone)
+
+    snapshot_every_shard(settings)
+    whole = {j["job_id"]: j for j in assert_json(api.get("/jobs"))}
+    for k in range(SHARDS):
+        lose_redis_data(rclient, settings.for_shard(k).redis_prefix)
+    back = make_client(settings)
+    assert {j["job_id"]: j for j in assert_json(back.get("/jobs"))} == whole
+    come_back(back, node)
+    assert polled(back, node) == polled(api, node) != []
