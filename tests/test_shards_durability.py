@@ -7,6 +7,7 @@ restored or written."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.api.agents import PRECHECK_OVER_BYTES
 from scheduler.api.app import create_app
 from scheduler.cli.main import main as cli_main
 from scheduler.config import Settings
@@ -33,6 +35,7 @@ from scheduler.store.sharded import ShardedStore
 from tests.api.test_shards import SHARDS, by_number, listed, polled, shard_nodes, stored
 from tests.api.test_shards_start import snapshot_every_shard
 from tests.conftest import (
+    BOTH_FRONTS,
     ClientFactory,
     SettingsFactory,
     assert_json,
@@ -406,3 +409,29 @@ def test_an_upgrade_to_three_shards_keeps_what_was_in_flight(
     assert {j["job_id"]: j for j in assert_json(back.get("/jobs"))} == whole
     come_back(back, node)
     assert polled(back, node) == polled(api, node) != []
+
+
+@BOTH_FRONTS
+@pytest.mark.parametrize("stdout", ["ok", "o" * (PRECHECK_OVER_BYTES + 1)])  # checked first
+def test_a_report_to_a_shard_that_lost_its_data_lands_once_it_is_restored(
+    stdout: str, make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    """Shard 1's Redis came back empty while its agent ran a job: the agent's report, before
+    any worker restored the shard, answered 404 and was dropped (neither agent retries a
+    404; the Rust agent retries nothing), and the job, restored running, timed out an hour
+    later. The API restores the shard then (as for a new job) and the report lands."""
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    made = [submit(api, command=f"c{i}")["job_id"] for i in range(6)]
+    ran, claimed = [j for j in made if int(j.removeprefix("job-")) % SHARDS == 1][:2]
+    assert_json(report(api, ran, "running"))
+    snapshot_every_shard(settings)
+    lose_redis_data(rclient, settings.for_shard(1).redis_prefix)
+
+    done = assert_json(report(api, ran, "done", exit_code=0, stdout=stdout))
+    assert (done["status"], done["stdout"]) == ("done", stdout)
+    assert assert_json(report(api, claimed, "running"))["status"] == "running"
+    outbox = rclient.lrange(Keys(settings.for_shard(1).redis_prefix).outbox, 0, -1)
+    assert [json.loads(e.split(b" ", 1)[1]) for e in outbox] == [{"job_id": ran, "status": "done"}]
+    assert listed(api) == by_number(made)
