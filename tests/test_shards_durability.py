@@ -46,7 +46,7 @@ from tests.conftest import (
 )
 from tests.deployment_state import deployment_state
 from tests.fakes import eventually
-from tests.processes import scheduler_env
+from tests.processes import scheduler_env, stop
 from tests.snapshot_helpers import lose_redis_data, rows
 from workers import context, firing
 
@@ -435,3 +435,45 @@ def test_a_report_to_a_shard_that_lost_its_data_lands_once_it_is_restored(
     outbox = rclient.lrange(Keys(settings.for_shard(1).redis_prefix).outbox, 0, -1)
     assert [json.loads(e.split(b" ", 1)[1]) for e in outbox] == [{"job_id": ran, "status": "done"}]
     assert listed(api) == by_number(made)
+
+
+def test_a_running_worker_of_a_shard_that_restarted_empty_restores_it_and_goes_on(
+    make_client: ClientFactory,
+    make_settings: SettingsFactory,
+    rclient: redis.Redis,
+    redis_url: str,
+    prefix: str,
+    db: Path,
+) -> None:
+    """Every key of shard 1 goes, its rq queues and the worker's own registration with them:
+    the shard's running `scheduler worker --shard 1` restores it from scheduler-1.db at its
+    next snapshot, and goes on snapshotting the shard's new jobs."""
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    first = [submit(api, command=f"a{i}")["job_id"] for i in range(6)]
+    env = scheduler_env(redis_url, prefix, SCHEDULER_SHARDS=str(SHARDS), SCHEDULER_DB=str(db))
+    env.update(SNAPSHOT_INTERVAL_SECS="1")
+    file = db.with_name("scheduler-1.db")
+    with (db.parent / "worker.log").open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "scheduler", "worker", "--shard", "1"],
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
+    try:
+        eventually(lambda: file.exists() and set(rows(file)) == on_shard(first, 1), timeout=60)
+        lose_redis_data(rclient, settings.for_shard(1).redis_prefix)
+        eventually(lambda: stored(rclient, settings)[1] == on_shard(first, 1), timeout=60)
+        later = [submit(api, command=f"b{i}")["job_id"] for i in range(6)]
+        assert not set(later) & set(first)
+        eventually(lambda: set(rows(file)) == on_shard(first + later, 1), timeout=60)
+    finally:
+        stop(worker)
+    assert listed(api) == by_number(first + later)
+    assert "Traceback" not in (db.parent / "worker.log").read_text()
+
+
+def on_shard(job_ids: list[str], shard: int) -> set[str]:
+    return {job_id for job_id in job_ids if int(job_id.removeprefix("job-")) % SHARDS == shard}
