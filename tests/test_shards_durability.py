@@ -234,6 +234,38 @@ def test_the_operator_snapshots_and_restores_one_shard(
     assert cli_main(["restore", "--shard", "3", "--from", file]) == 2  # beyond the deployment's
 
 
+def test_a_file_holding_a_layout_is_restored_into_its_own_shard_and_count_only(
+    cli_env: Settings,
+    make_client: ClientFactory,
+    rclient: redis.Redis,
+    db: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Only shard 0's file holds the layout: `scheduler restore --from` it into shard 1, or
+    into a deployment of another count (whose shard count the file's record would have
+    replaced), is refused before anything is written."""
+    api = make_client(cli_env)
+    register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
+    [submit(api, command=f"c{i}") for i in range(6)]
+    assert cli_main(["snapshot"]) == 0  # shard 0's, with the layout
+    before = everything(rclient, cli_env.redis_prefix)
+    assert cli_main(["restore", "--shard", "1", "--from", str(db), "--force"]) == 1
+    assert "it is shard 0's file, not shard 1's" in capsys.readouterr().err
+    assert everything(rclient, cli_env.redis_prefix) == before
+
+    other = f"{cli_env.redis_prefix}x"  # an unsharded deployment, empty
+    monkeypatch.setenv("REDIS_PREFIX", other)
+    monkeypatch.setenv("SCHEDULER_DB", str(tmp_path / "other.db"))
+    monkeypatch.delenv("SCHEDULER_SHARDS")
+    assert cli_main(["restore", "--from", str(db)]) == 2
+    assert "SCHEDULER_SHARDS is 1, but this deployment was started with 3" in (
+        capsys.readouterr().err
+    )
+    assert everything(rclient, other) == {}
+
+
 def test_the_operators_commands_refuse_another_count(
     cli_env: Settings,
     rclient: redis.Redis,

@@ -49,6 +49,9 @@ def _restore(args: argparse.Namespace, settings: Settings) -> int:
         if served is None:
             return 2
         report = restore_from_file(served, args.source, force=args.force)
+    except LayoutChanged as exc:  # the file is another count's
+        print(f"scheduler restore: {exc}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, SnapshotFileError, RestoreRefused, RedisError) as exc:
         print(f"scheduler restore: {exc}", file=sys.stderr)
         return 1

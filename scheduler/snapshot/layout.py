@@ -48,6 +48,11 @@ def write_changes(store: SyncJobStore, path: str, lock: Lock) -> int:
     return len(record)
 
 
+def filed(path: str) -> dict[str, str]:
+    """The record the file `path` holds (none: not shard 0's file of a sharded deployment)."""
+    return dict(_rows(path))
+
+
 def _rows(path: str) -> list[tuple[str, str]]:
     """The file's record; none for a file without the table (unsharded, or from before)."""
     if path == ":memory:" or not os.path.isfile(path):
@@ -81,4 +86,4 @@ def check_layout(settings: Settings) -> None:
     deployment's (shard 0's prefix and file)."""
     with open_store(settings) as store:
         recorded = store.redis.hget(store.keys.shards, "count")
-    check_count(recorded or dict(_rows(settings.scheduler_db)).get("count"), settings.shards)
+    check_count(recorded or filed(settings.scheduler_db).get("count"), settings.shards)

@@ -43,6 +43,7 @@ from scheduler.snapshot.locking import (
 )
 from scheduler.store.migrate import OldLayoutAlive, rename_legacy_keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.scripts.layout import check_count
 from scheduler.store.sync_store import SyncJobStore
 
 log = logging.getLogger("scheduler.snapshot")
@@ -272,6 +273,21 @@ def _load(
     return RestoreReport(jobs=count, highest_job_number=highest, source=source)
 
 
+def _check_file_layout(source: str, settings: Settings) -> None:
+    """A file holding a sharded deployment's layout is that deployment's shard 0's: refused
+    into a deployment of another count (LayoutChanged) or into another shard, before anything
+    is written (its jobs would be looked for on the shards their ids name)."""
+    record = layout.filed(source)
+    if not record:
+        return
+    check_count(record.get("count"), settings.shards)
+    if settings.shard:
+        raise RestoreRefused(
+            f"{source} holds the layout of a sharded deployment: it is shard 0's file, not "
+            f"shard {settings.shard}'s"
+        )
+
+
 def _convert(
     rows: list[tuple[Any, ...]], source: str, now: float
 ) -> list[snapshot_scripts.RestoredJob]:
@@ -298,6 +314,7 @@ def restore_from_file(
     SCHEDULER_DB are marked changed, so the next snapshot writes them there too."""
     source = os.path.abspath(source)
     snapshot_db.open_reader(source).close()  # fail early, before any lock, if it is missing
+    _check_file_layout(source, settings)
     with open_store(settings) as store:
         lock = named_lock(store, RESTORE_LOCK, lock_ttl)
         lock.acquire(blocking=True)
