@@ -1,8 +1,10 @@
-"""A sharded deployment when one shard's Redis comes back empty (README, Durability; docs/
-ARCHITECTURE.md, Shards), against real redis-server processes: the shard restored from its
-own file `scheduler-k.db`, the layout's record kept when shard 0 is the one lost (its count,
-floors and the nodes kept on shard 0), and another shard count refused before anything is
-restored or written."""
+"""A sharded deployment's failures (README, Durability; docs/ARCHITECTURE.md, Shards), against
+real redis-server processes: a shard whose Redis comes back empty, restored from its own file
+`scheduler-k.db` (by its running worker, by the API for an agent's report, by the operator's
+`scheduler restore --shard k`); the layout's record kept when shard 0 is the one lost (its
+count, floors and the nodes kept on shard 0); another shard count refused by every command
+before anything is restored or written; a shard's worker killed -9 mid-sweep; and the
+upgrade from one shard to three with work in flight."""
 
 from __future__ import annotations
 
