@@ -135,9 +135,8 @@ async def report_job(
     if size is not None and size > settings.max_report_bytes:
         raise too_large(settings.max_report_bytes)
     # A node token is checked before the body too: in token mode a stranger's body, however
-    # small, is never read.
-    # A job not found in a Redis that lost its data may be in the snapshot: restored, the
-    # report lands (neither agent retries a 404, and the job would time out).
+    # small, is never read. Here and below, a job not found in a Redis that lost its data may
+    # be in its snapshot: restored, the report lands (neither agent retries a 404).
     if size is None or size > PRECHECK_OVER_BYTES or caller not in ("open", "key"):
         await once_restored(state, lambda: state.store.check_report(job_id, caller))
     with state.report_budget.reading() as charge:
