@@ -5,6 +5,7 @@ Spread: each shard's hash tag lands on a primary of its own (store/shards.py pic
 prefix in its own third of the slots), and the jobs and nodes split evenly between them, as
 each primary's own keys show. Failover: a primary dies; the other two shards keep creating and
 serving jobs throughout; its replica takes over and nothing acknowledged is lost or run twice.
+A primary with no replica restarted empty: its shard comes back from its own snapshot file.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import asyncio
 import contextlib
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -320,3 +323,66 @@ def test_a_primary_failover_stops_only_its_shard_and_loses_and_repeats_nothing(
         run_lives(url, pending)
         run_lives(url, on_every_shard(url))
         assert polled(url, node_ids) == {n: [] for n in node_ids}
+
+
+@pytest.fixture
+def uncovered() -> Iterator[Cluster]:
+    """No replica: a primary that dies loses its data. The others serve meanwhile."""
+    with redis_cluster(extra=("--cluster-require-full-coverage", "no")) as c:
+        yield c
+
+
+def test_a_primary_restarted_empty_gets_its_shard_back_from_its_file(
+    uncovered: Cluster, prefix: str, tmp_path: Path
+) -> None:
+    """Shard 1's primary, with no replica, is killed and starts again empty. The shard comes
+    back from its own file (`scheduler snapshot --shard 1` wrote it before): its jobs as
+    they were, its running jobs' reports land, its nodes register again, new ids collide
+    with none; nothing is answered 500, the other shards serve throughout."""
+    cluster = uncovered
+    lost_slot = slot_of(shard_prefixes(prefix)[1])
+    primary = cluster.owner(lost_slot)
+    node_ids = [f"node-{i}" for i in range(30)]
+    ones = [n for n in node_ids if node_shard(n, SHARDS) == 1]
+    env = scheduler_env(
+        cluster.url, prefix, SCHEDULER_SHARDS=str(SHARDS), SCHEDULER_DB=str(tmp_path / "snap.db")
+    )
+    with sharded_api(cluster, prefix, tmp_path, MAX_JOBS_PER_NODE="100") as url:
+        register(url, node_ids)
+        jobs = created(url, [f"before {i}" for i in range(9 * SHARDS)])
+        lost = by_shard(jobs)[1]
+        assert len(lost) >= 6, jobs
+        done, running = lost[:2], lost[2:4]
+        run_lives(url, done)
+        report(url, running, "running")
+        snap = subprocess.run(
+            [sys.executable, "-m", "scheduler", "snapshot", "--shard", "1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert snap.returncode == 0, snap.stderr
+
+        cluster.kill(primary)
+        others = [j["job_id"] for j in on(jobs, {0, 2})]
+        assert {code for code, _ in fetched(url, others)} == {200}
+        answers = submit(url, [f"during {i}" for i in range(3 * SHARDS)])
+        assert {code for code, _ in answers} <= {201, 503}, answers
+        during = [job for code, job in answers if code == 201]
+        cluster.restart(primary)
+        assert cluster.owner(lost_slot) == primary and primary.client().dbsize() == 0
+        # Until it has met the others again it answers CLUSTERDOWN (a 503, retried).
+        eventually(lambda: primary.client().cluster("INFO")["cluster_state"] == "ok")
+
+        report(url, running, "done")  # before any worker: the API restores the shard
+        register(url, ones)  # their agents, whose heartbeat found them gone
+        answers_now = fetched(url, [j["job_id"] for j in jobs + during])
+        assert {code for code, _ in answers_now} == {200}, answers_now
+        now = {job["job_id"]: job for _, job in answers_now}
+        expected = {j["job_id"]: "pending" for j in jobs + during}
+        expected |= {j["job_id"]: "done" for j in done + running}
+        assert {i: job["status"] for i, job in now.items()} == expected
+        later = on_every_shard(url)
+        assert not {j["job_id"] for j in later} & set(now)
+        run_lives(url, on(jobs, {1})[4:] + later)

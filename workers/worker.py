@@ -37,9 +37,9 @@ from rq.utils import now as rq_now
 from rq.worker import SimpleWorker
 
 from scheduler.config import Settings
+from scheduler.snapshot.layout import check_layout
 from scheduler.snapshot.restore import OLD_LAYOUT_RETRY_SECS, restore_at_process_start
 from scheduler.store.migrate import OldLayoutAlive
-from scheduler.store.sync_store import check_layout
 from workers import context
 from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, RoutineFailure, until_redis_answers
 from workers.queues import KINDS, ClaimingQueue, connect, queues

@@ -7,8 +7,8 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -32,6 +32,7 @@ from scheduler.snapshot.restore import restore_at_start
 from scheduler.store.errors import Conflict, StoreNotReady
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled
 
+T = TypeVar("T")
 Charge = Callable[[int], None]
 # (limit, charge) -> the whole body; 413 past `limit`, each part's size told to `charge`
 BodyReader = Callable[[int, Charge], Coroutine[Any, Any, bytes]]
@@ -83,18 +84,23 @@ async def create_job(state: AppState, read: BodyReader, idempotency_key: str) ->
     now = time.time()
     job = stamped(job, request, now)
     placement = await state.nodes.placement(job.instance_id, asks_fit(job))
-    store = state.store
-    try:
-        created = await store.create(job, placement, now, dedup)
-    except StoreNotReady:
-        # Redis lost its data under this running process: bring the snapshot back (or wait
-        # for the process doing it) before taking a new id, then try once more. Every shard's:
-        # the one that answered is not known here, and the others' check costs an EXISTS.
-        await restore_at_start(settings)
-        created = await store.create(job, placement, now, dedup)
+    # Before taking a new id: an id the snapshot holds is never made again.
+    created = await once_restored(state, lambda: state.store.create(job, placement, now, dedup))
     if created.duplicate and not created.job:
         raise Conflict("the job of this Idempotency-Key has been removed")
     return created
+
+
+async def once_restored(state: AppState, call: Callable[[], Awaitable[T]]) -> T:
+    """`call()`; when it met a Redis that lost its data under this running process (store
+    not ready), the snapshot brought back first (or waited for, from the process doing it),
+    then `call()` once more. Every shard's: the one that answered is not known here, and the
+    others' check costs an EXISTS."""
+    try:
+        return await call()
+    except StoreNotReady:
+        await restore_at_start(state.settings)
+        return await call()
 
 
 IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
@@ -129,16 +135,18 @@ async def report_job(
     if size is not None and size > settings.max_report_bytes:
         raise too_large(settings.max_report_bytes)
     # A node token is checked before the body too: in token mode a stranger's body, however
-    # small, is never read.
+    # small, is never read. Here and below, a job not found in a Redis that lost its data may
+    # be in its snapshot: restored, the report lands (neither agent retries a 404).
     if size is None or size > PRECHECK_OVER_BYTES or caller not in ("open", "key"):
-        await state.store.check_report(job_id, caller)
+        await once_restored(state, lambda: state.store.check_report(job_id, caller))
     with state.report_budget.reading() as charge:
         req = _decode_update(await read(settings.max_report_bytes, charge))
         limit = settings.output_limit_bytes
         req = msgspec.structs.replace(
             req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)
         )
-        return await state.store.report(job_id, req, time.time(), caller)
+        now = time.time()
+        return await once_restored(state, lambda: state.store.report(job_id, req, now, caller))
 
 
 def _decode_update(body: bytes) -> JobUpdate:

@@ -95,9 +95,9 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from scheduler.api.app import create_app
     from scheduler.api.boundary import with_listen_address
     from scheduler.cli.lifeline import SERVE_PID_ENV
+    from scheduler.snapshot.layout import check_layout
     from scheduler.snapshot.restore import restore_at_process_start
     from scheduler.store.errors import LayoutChanged
-    from scheduler.store.sync_store import check_layout
 
     log = logging.getLogger("scheduler.api")
     insecure = args.insecure_no_key or bool(settings.serve_insecure_no_key)

@@ -1,4 +1,5 @@
-"""`scheduler snapshot` and `scheduler restore --from FILE`: the SQLite snapshot by hand."""
+"""`scheduler snapshot` and `scheduler restore --from FILE`: the SQLite snapshot by hand, of
+one shard (`--shard`) of a sharded deployment."""
 
 from __future__ import annotations
 
@@ -7,31 +8,56 @@ import sys
 
 from redis.exceptions import RedisError
 
-from scheduler.config import Settings
+from scheduler.cli.shard import add_shard_option, with_shard
+from scheduler.config import ConfigError, Settings
 from scheduler.snapshot.db import SnapshotFileError
+from scheduler.snapshot.layout import check_layout
 from scheduler.snapshot.restore import RestoreRefused, restore_from_file
 from scheduler.snapshot.writer import write_snapshot
+from scheduler.store.errors import LayoutChanged
+
+
+def _served(args: argparse.Namespace, settings: Settings, command: str) -> Settings | None:
+    """The shard's settings, once the deployment's shard count is checked (as a worker's
+    start checks it: another count's shards are not this deployment's); None after telling
+    why not (exit 2)."""
+    try:
+        settings = with_shard(settings, args.shard)
+        check_layout(settings)
+    except (ConfigError, LayoutChanged) as exc:
+        print(f"scheduler {command}: {exc}", file=sys.stderr)
+        return None
+    return settings.served()
 
 
 def _snapshot(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        written = write_snapshot(settings, wait=True)
+        served = _served(args, settings, "snapshot")
+        if served is None:
+            return 2
+        written = write_snapshot(served, wait=True)
     except (RestoreRefused, RedisError, SnapshotFileError) as exc:
         print(f"scheduler snapshot: not written: {exc}", file=sys.stderr)
         return 1
-    print(f"snapshot: {written} changed jobs written to {settings.scheduler_db}")
+    print(f"snapshot: {written} changed jobs written to {served.scheduler_db}")
     return 0
 
 
 def _restore(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        report = restore_from_file(settings, args.source, force=args.force)
+        served = _served(args, settings, "restore")
+        if served is None:
+            return 2
+        report = restore_from_file(served, args.source, force=args.force)
+    except LayoutChanged as exc:  # the file is another count's
+        print(f"scheduler restore: {exc}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, SnapshotFileError, RestoreRefused, RedisError) as exc:
         print(f"scheduler restore: {exc}", file=sys.stderr)
         return 1
     print(
         f"restored {report.jobs} jobs from {report.source} "
-        f"(prefix {settings.redis_prefix!r}, next id job-{report.highest_job_number + 1} "
+        f"(prefix {served.redis_prefix!r}, next id job-{report.highest_job_number + 1} "
         "or above)"
     )
     return 0
@@ -41,6 +67,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     snap = sub.add_parser(
         "snapshot", help="write the jobs changed since the last snapshot to SCHEDULER_DB now"
     )
+    add_shard_option(snap, "whose changed jobs are written, to its own file")
     snap.set_defaults(handler=_snapshot)
     restore = sub.add_parser(
         "restore",
@@ -62,4 +89,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="load even if Redis holds jobs: the file's jobs replace those with the same id, "
         "the others stay, the id counter never goes down",
     )
+    add_shard_option(restore, "the file's jobs are loaded into (the file must be its)")
     restore.set_defaults(handler=_restore)

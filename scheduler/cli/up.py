@@ -38,6 +38,7 @@ from scheduler.cli.embedded import (
     embedded_redis,
 )
 from scheduler.config import ConfigError, Settings
+from scheduler.store.errors import LayoutChanged
 
 log = logging.getLogger("scheduler.up")
 
@@ -279,11 +280,13 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
             f"SCHEDULER_SHARDS={settings.shards}: `up` runs one shard, on one machine; a "
             "sharded deployment runs a worker per shard on a Redis Cluster (README, Shards)"
         )
+    external = os.environ.get("REDIS_URL", "").strip()
+    if external:
+        _check_layout(settings)
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     connect_host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
     api_url = f"http://{connect_host}:{args.port}"
-    external = os.environ.get("REDIS_URL", "").strip()
     with contextlib.ExitStack() as stack:
         stack.enter_context(data_dir_lock(data_dir))
         if not _port_free(args.host, args.port):
@@ -320,6 +323,20 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _check_layout(settings: Settings) -> None:
+    """An external Redis's deployment sharded since (its count recorded, README Shards) is
+    refused before anything is made or started (LayoutChanged), as serve and worker refuse
+    it; Redis unavailable is the API's to report, as without this check."""
+    from redis.exceptions import RedisError
+
+    from scheduler.snapshot.layout import check_layout
+
+    try:
+        check_layout(settings)
+    except (RedisError, OSError) as exc:
+        log.warning("the shard count not checked, Redis unavailable: %s", exc)
+
+
 def _node_id() -> str:
     from scheduler.cli.agent import default_node_id
 
@@ -335,6 +352,9 @@ def _handler(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     except ConfigError as exc:
         print(f"scheduler up: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except LayoutChanged as exc:
+        print(f"scheduler up: {exc}", file=sys.stderr)
         return 2
 
 

@@ -5,10 +5,10 @@ least one for each shard (--shard or SCHEDULER_SHARD)."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 
+from scheduler.cli.shard import add_shard_option, with_shard
 from scheduler.config import ConfigError, Settings
 from scheduler.store.errors import LayoutChanged
 
@@ -23,18 +23,10 @@ def _kinds(raw: str) -> list[str]:
     return kinds
 
 
-def _shard(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be at least 0")
-    return value
-
-
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     try:
+        settings = with_shard(settings, args.shard)
         if args.shard is not None:
-            settings = dataclasses.replace(settings, shard=args.shard)
-            settings.validate()
             # Where workers/ reads it, as it fixes rq's key prefix below.
             os.environ["SCHEDULER_SHARD"] = str(args.shard)
         # Importing workers/ fixes rq's key prefix from REDIS_PREFIX and the shard's
@@ -63,13 +55,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=list(KINDS),
         help="which of the queues to work on (default: periodic,events; periodic first)",
     )
-    worker.add_argument(
-        "--shard",
-        type=_shard,
-        default=None,
-        help="the shard this worker serves, below SCHEDULER_SHARDS (default $SCHEDULER_SHARD "
-        "or 0; README, Shards)",
-    )
+    add_shard_option(worker, "this worker serves")
     worker.add_argument(
         "--burst", action="store_true", help="fire the current periods once, work, then exit"
     )

@@ -31,7 +31,7 @@ from redis.lock import Lock
 
 from scheduler.config import Settings
 from scheduler.snapshot import db as snapshot_db
-from scheduler.snapshot import drains, schedules
+from scheduler.snapshot import drains, layout, schedules
 from scheduler.snapshot.locking import (
     BATCH,
     RESTORE_LOCK,
@@ -43,6 +43,7 @@ from scheduler.snapshot.locking import (
 )
 from scheduler.store.migrate import OldLayoutAlive, rename_legacy_keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.scripts.layout import check_count
 from scheduler.store.sync_store import SyncJobStore
 
 log = logging.getLogger("scheduler.snapshot")
@@ -187,6 +188,7 @@ def _decide(
             store.run(snapshot_scripts.finish_restore(0, "found jobs in Redis"))
             return False
         if not holds_jobs:
+            layout.restore(store, path)
             drains.restore(store, path)
             count = schedules.restore(store, path, mark_dirty=False)
             marker = f"restored {count} schedules from {path}" if count else "started empty"
@@ -225,6 +227,8 @@ def _load(
     """Load every row of `source` (batches of RESTORE_JOBS), then finish: counter, marker."""
     started = time.monotonic()
     count, highest, expired = 0, 0, 0
+    # The layout first: an API that reads it meanwhile finds the deployment's own.
+    layout.restore(store, source)
     # Jobs past JOB_RETENTION_SECS stay in the file they come from and out of Redis, as the
     # sweep would prune them next. Only when that file is the snapshot: jobs from another
     # file must reach the snapshot first (mark_dirty), so they are loaded and pruned later.
@@ -269,6 +273,21 @@ def _load(
     return RestoreReport(jobs=count, highest_job_number=highest, source=source)
 
 
+def _check_file_layout(source: str, settings: Settings) -> None:
+    """A file holding a sharded deployment's layout is that deployment's shard 0's: refused
+    into a deployment of another count (LayoutChanged) or into another shard, before anything
+    is written (its jobs would be looked for on the shards their ids name)."""
+    record = layout.filed(source)
+    if not record:
+        return
+    check_count(record.get("count"), settings.shards)
+    if settings.shard:
+        raise RestoreRefused(
+            f"{source} holds the layout of a sharded deployment: it is shard 0's file, not "
+            f"shard {settings.shard}'s"
+        )
+
+
 def _convert(
     rows: list[tuple[Any, ...]], source: str, now: float
 ) -> list[snapshot_scripts.RestoredJob]:
@@ -295,6 +314,7 @@ def restore_from_file(
     SCHEDULER_DB are marked changed, so the next snapshot writes them there too."""
     source = os.path.abspath(source)
     snapshot_db.open_reader(source).close()  # fail early, before any lock, if it is missing
+    _check_file_layout(source, settings)
     with open_store(settings) as store:
         lock = named_lock(store, RESTORE_LOCK, lock_ttl)
         lock.acquire(blocking=True)

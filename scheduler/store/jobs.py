@@ -27,7 +27,7 @@ from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.keys import Keys
 from scheduler.store.schedule_calls import ScheduleCalls
-from scheduler.store.scripts import Call, functions, jobs, layout, listing, metrics, retry
+from scheduler.store.scripts import Call, functions, jobs, listing, metrics, retry
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
@@ -98,11 +98,6 @@ class JobStore(ScheduleCalls):
         return cls(
             MuxRedis(settings.redis_url, timeout=timeout, prefix=settings.redis_prefix), settings
         )
-
-    async def check_layout(self, count: int) -> None:
-        """On shard 0: refuses a shard count other than the one recorded at the deployment's
-        first sharded start (store/sharded.py; none recorded: never sharded)."""
-        layout.check_count(await self.redis.execute("HGET", self.keys.shards, "count"), count)
 
     async def aclose(self) -> None:
         await self.notifier.aclose()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from scheduler.models.job import job_number
-from scheduler.store.errors import LayoutChanged
+from scheduler.store.errors import LayoutChanged, StoreNotReady
 from scheduler.store.jobs import JobStore
 from scheduler.store.scripts import layout
 from scheduler.store.scripts.layout import Recorded
@@ -37,6 +37,10 @@ class ShardLayout:
         zero, count = self.shards[0], len(self.shards)
         recorded = layout.recorded_of(await zero.redis.execute("HGETALL", zero.keys.shards))
         if not recorded.count:
+            # A restore under way has put back part of shard 0's jobs (its marker comes
+            # last): floors found in them could be too low, and RECORD_SHARDS would keep them.
+            if not await zero.redis.execute("EXISTS", zero.keys.initialised):
+                raise StoreNotReady()
             floors = await self._floors()
             recorded = await zero.run(layout.record_shards(count, *floors, now=time.time()))
         if recorded.count != count:

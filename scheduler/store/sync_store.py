@@ -20,7 +20,7 @@ from scheduler.store.connection.protocol import is_no_function
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.records import STAGED_SECS, apart_keys, complete, creation
-from scheduler.store.scripts import Call, functions, layout, schedules, snapshot, upkeep
+from scheduler.store.scripts import Call, functions, schedules, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
@@ -43,11 +43,6 @@ class SyncJobStore:
 
     def close(self) -> None:
         self.redis.close()
-
-    def check_layout(self, count: int) -> None:
-        """On shard 0 (the deployment's own settings): refuses a shard count other than the
-        one recorded at the first sharded start (the API records it: store/sharded.py)."""
-        layout.check_count(self.redis.hget(self.keys.shards, "count"), count)  # type: ignore[arg-type]
 
     def run(self, call: Call[T]) -> T:
         """The call as a FCALL of the scripts' function library (scripts/functions.py),
@@ -271,13 +266,3 @@ class SyncJobStore:
     def replace_schedule(self, name: str, old: bytes, new: bytes, next_tick: int) -> bool:
         """Compare-and-set of a schedule's record; False when it was no longer `old`."""
         return self.run(schedules.replace_schedule(name, old, new, next_tick))
-
-
-def check_layout(settings: Settings) -> None:
-    """The deployment's shard count checked against the recorded one, before a process
-    restores or works (SyncJobStore.check_layout), on a connection of its own."""
-    store = SyncJobStore.connect(settings)
-    try:
-        store.check_layout(settings.shards)
-    finally:
-        store.close()

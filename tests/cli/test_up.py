@@ -16,10 +16,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from scheduler.cli.agent import default_node_id
 from scheduler.cli.embedded import UpError
 from scheduler.cli.up import Supervisor, _banner, _child_env, _wait_registered, restart_delay
+from scheduler.store.keys import Keys
 from tests.fakes import FakeRegistry, FakeService
 from tests.redis_server import free_port
 
@@ -404,3 +406,23 @@ def test_the_client_takes_a_session_key_only_for_its_address_from_a_private_file
     assert session.with_session_key(Settings(), "http://127.0.0.1:9001").api_key == ""
     session.remove(path)
     assert not path.exists()
+
+
+def test_up_refuses_an_external_deployment_of_another_shard_count(
+    tmp_path: Path, redis_url: str, prefix: str, rclient: redis.Redis
+) -> None:
+    """As serve and worker refuse it: exit 2, before it makes or starts anything (it said
+    "the API exited with status 2 while starting" and exited 1)."""
+    rclient.hset(Keys(prefix).shards, "count", "3")  # as a 3-shard deployment's start records
+    result = subprocess.run(
+        _up_command(free_port(), tmp_path / "d"),
+        env=_env(REDIS_URL=redis_url, REDIS_PREFIX=prefix),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "SCHEDULER_SHARDS is 1, but this deployment was started with 3" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "d").exists()
+    assert list(rclient.scan_iter(Keys(prefix).pattern())) == [Keys(prefix).shards.encode()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.store.errors import Forbidden, StagedPartLost, Unauthorized
+from scheduler.store.errors import Forbidden, StagedPartLost, StoreNotReady, Unauthorized
 
 # Return codes shared by the scripts and the readers of their replies.
 OK = 1
@@ -60,8 +60,11 @@ def check_staged(code: int) -> None:
 
 
 def check_found(code: int, missing: Callable[[], Exception]) -> None:
-    """Raises `missing()` for NOT_FOUND, else as check_access: the refusals of a script that
-    looks a job, node or service up, then asks who may touch it."""
+    """Raises `missing()` for NOT_FOUND, StoreNotReady for NOT_READY (not found in a Redis that
+    lost its data, its snapshot not back yet), else as check_access: the refusals of a script
+    that looks a job, node or service up, then asks who may touch it."""
     if code == NOT_FOUND:
         raise missing()
+    if code == NOT_READY:
+        raise StoreNotReady()
     check_access(code)

@@ -127,8 +127,9 @@ TRANSITION = Script(
 -- reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
 -- A retry off a drained node goes to placement (library.py retry_node; builtin "1": the
 -- built-in registry's, which places it at the next pass, else an external one's live nodes).
--- Returns {OK, the job's head} | {NOT_FOUND} | {UNAUTHORIZED} | {FINISHED}
---   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
+-- Returns {OK, the job's head} | {NOT_FOUND} | {NOT_READY} (no such job in a Redis that lost
+--   its data: it may be in the snapshot) | {UNAUTHORIZED} | {FINISHED} | {ALREADY_RUNNING}
+--   | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
 --   | {NOT_DUE} (a claim of a delayed job) | {NOT_PLACED} (of a job on no node yet)
 --   | {NOT_STAGED} (a staged output is gone)
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
@@ -152,6 +153,7 @@ for _, output in ipairs(sent) do
   end
 end
 local job, raw = load_job(job_id)
+if not job and redis.call("EXISTS", K.initialised) == 0 then return unchanged({NOT_READY}) end
 if not job or (owner and job.node_id ~= owner) then return unchanged({NOT_FOUND}) end
 if reporter == "" and owner then reporter = owner end
 if reporter ~= "" and reporter ~= job.node_id then return unchanged({OTHER_NODE}) end
@@ -288,9 +290,10 @@ CHECK_REPORT = Script(
 -- Before the body of an agent's report is read (PATCH /jobs/{id} with a large or unsized
 -- body, or in token mode): this caller may report on the job, which exists; neither reads
 -- the record (library.py job_access). TRANSITION checks again.
--- Returns OK | NOT_FOUND | UNAUTHORIZED
+-- Returns OK | NOT_FOUND | NOT_READY (as TRANSITION's) | UNAUTHORIZED
 if caller == "open" or caller == "key" then
-  return redis.call("EXISTS", K.job(job_id)) == 1 and OK or NOT_FOUND
+  if redis.call("EXISTS", K.job(job_id)) == 1 then return OK end
+  return redis.call("EXISTS", K.initialised) == 0 and NOT_READY or NOT_FOUND
 end
 return (job_access(caller, job_id))
 """,

@@ -31,6 +31,7 @@ class Recorded:
 
 _NUMBERS = ("count", "floor", "service_floor", "counters", "service_counters")
 PINNED = "node:"  # the record's field of a node kept on shard 0: node:<id>
+FILED = "filed"  # the record's `since` that shard 0's snapshot file holds (snapshot/layout.py)
 
 
 def recorded_of(flat: list[Any]) -> Recorded:
@@ -44,9 +45,10 @@ def recorded_of(flat: list[Any]) -> Recorded:
     return Recorded(count, floor, service_floor, counters, service_counters, since, pinned)
 
 
-def check_count(recorded: bytes | None, count: int) -> None:
+def check_count(recorded: bytes | str | None, count: int) -> None:
     """Refuses the shard count `count` when the deployment recorded (its `count` field, as
-    HGET answers it) another one at its first sharded start; none recorded: never sharded."""
+    HGET answers it or the snapshot file holds it) another one at its first sharded start;
+    none recorded: never sharded."""
     was = int(recorded or 0)
     if was not in (0, count):
         raise LayoutChanged(count, was)

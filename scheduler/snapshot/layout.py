@@ -1,0 +1,89 @@
+"""A sharded deployment's layout in shard 0's snapshot file (store/scripts/layout.py Recorded):
+table `shards` (field, value), the record `{P}:shards` as Redis holds it, written by a
+snapshot once it is not the one the file holds and put back by a restore before the jobs.
+Without it a shard 0 that lost its data would lose what only the record knew: the shard count
+(a start with another one would restore the shards' files into its own shards and record
+its count), and the nodes kept on shard 0 (they would move to the shard their id ranks first,
+away from their queues).
+
+The record never changes once made: whether the file holds it is its `since` against the
+record's `filed` field (the `since` a snapshot wrote), one HMGET a snapshot."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+
+from redis.lock import Lock
+
+from scheduler.config import Settings
+from scheduler.snapshot import db as snapshot_db
+from scheduler.snapshot.locking import fenced_transaction, open_store
+from scheduler.store.scripts.layout import FILED, check_count
+from scheduler.store.sync_store import SyncJobStore
+
+log = logging.getLogger("scheduler.snapshot")
+
+CREATE_TABLE = "CREATE TABLE IF NOT EXISTS shards (field TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
+
+def write_changes(store: SyncJobStore, path: str, lock: Lock) -> int:
+    """Write the layout's record when the file does not hold it yet; returns how many fields
+    it wrote (0: none to write, or not sharded)."""
+    keys = store.keys
+    since, filed = store.redis.hmget(keys.shards, ["since", FILED])
+    if since is None or since == filed:
+        return 0
+    stored: dict[bytes, bytes] = store.redis.hgetall(keys.shards)  # type: ignore[assignment]
+    record = {name.decode(): value.decode() for name, value in stored.items()}
+    record.pop(FILED, None)
+    with fenced_transaction(path, lock) as conn:
+        conn.execute(CREATE_TABLE)
+        conn.execute("DELETE FROM shards")
+        conn.executemany("INSERT INTO shards (field, value) VALUES (?, ?)", record.items())
+    store.redis.hset(keys.shards, FILED, record["since"])
+    log.info("snapshot: the layout of %s shards written", record.get("count"))
+    return len(record)
+
+
+def filed(path: str) -> dict[str, str]:
+    """The record the file `path` holds (none: not shard 0's file of a sharded deployment)."""
+    return dict(_rows(path))
+
+
+def _rows(path: str) -> list[tuple[str, str]]:
+    """The file's record; none for a file without the table (unsharded, or from before)."""
+    if path == ":memory:" or not os.path.isfile(path):
+        return []
+    with contextlib.closing(snapshot_db.open_reader(path)) as conn:
+        try:
+            rows = conn.execute("SELECT field, value FROM shards").fetchall()
+        except sqlite3.OperationalError:
+            return []
+    return [(str(field), str(value)) for field, value in rows]
+
+
+def restore(store: SyncJobStore, path: str) -> bool:
+    """Put the file's record back into a Redis that has none (a record there is the
+    deployment's own: never replaced); returns whether it did."""
+    rows = _rows(path)
+    keys = store.keys
+    # Nothing else writes it meanwhile: RECORD_SHARDS waits for the restore's marker.
+    if not rows or store.redis.exists(keys.shards):
+        return False
+    record = dict(rows)
+    store.redis.hset(keys.shards, mapping=dict([*rows, (FILED, record.get("since", ""))]))
+    log.info("restore: the layout of %s shards from %s", record.get("count"), path)
+    return True
+
+
+def check_layout(settings: Settings) -> None:
+    """The deployment's shard count checked against the one recorded at its first sharded
+    start (check_count), before a process restores or works: shard 0's record, in Redis or,
+    when that Redis lost its data, in shard 0's snapshot file. `settings` are the
+    deployment's (shard 0's prefix and file)."""
+    with open_store(settings) as store:
+        recorded = store.redis.hget(store.keys.shards, "count")
+    check_count(recorded or filed(settings.scheduler_db).get("count"), settings.shards)
