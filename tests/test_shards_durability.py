@@ -1,10 +1,11 @@
 """A sharded deployment's failures (README, Durability; docs/ARCHITECTURE.md, Shards), against
 real redis-server processes: a shard whose Redis comes back empty, restored from its own file
-`scheduler-k.db` (by its running worker, by the API for an agent's report, by the operator's
-`scheduler restore --shard k`); the layout's record kept when shard 0 is the one lost (its
-count, floors and the nodes kept on shard 0); another shard count refused by every command
-before anything is restored or written; a shard's worker killed -9 mid-sweep; and the
-upgrade from one shard to three with work in flight."""
+`scheduler-k.db` (by its running worker, by the API for an agent's report, in token mode too,
+where the agent registers again, by the operator's `scheduler restore --shard k`); the
+layout's record kept when shard 0 is the one lost (its count, floors and the nodes kept on
+shard 0); another shard count refused by every command before anything is restored or
+written; a shard's worker killed -9 mid-sweep; and the upgrade from one shard to three with
+work in flight."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.agent.executor import Outcome
+from scheduler.agent.remote import AgentConfig, Remote
 from scheduler.api.agents import PRECHECK_OVER_BYTES
 from scheduler.api.app import create_app
 from scheduler.cli.main import main as cli_main
@@ -39,6 +43,7 @@ from tests.api.test_shards_start import snapshot_every_shard
 from tests.conftest import (
     BOTH_FRONTS,
     ClientFactory,
+    Serve,
     SettingsFactory,
     assert_json,
     last_heard,
@@ -51,6 +56,9 @@ from tests.fakes import eventually
 from tests.processes import scheduler_env, stop
 from tests.snapshot_helpers import lose_redis_data, rows
 from workers import context, firing
+
+KEY = "operator-key"
+OPERATOR = {"Authorization": f"Bearer {KEY}"}
 
 
 def come_back(api: TestClient, node: str) -> None:
@@ -469,6 +477,44 @@ def test_a_report_to_a_shard_that_lost_its_data_lands_once_it_is_restored(
     outbox = rclient.lrange(Keys(settings.for_shard(1).redis_prefix).outbox, 0, -1)
     assert [json.loads(e.split(b" ", 1)[1]) for e in outbox] == [{"job_id": ran, "status": "done"}]
     assert listed(api) == by_number(made)
+
+
+@pytest.mark.parametrize("shards", [1, SHARDS])
+def test_a_token_agents_report_to_a_redis_that_lost_its_data_lands_once_it_registers_again(
+    shards: int, serve: Serve, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    """AGENT_AUTH=token: the node's token and its index of jobs went with the data, so the
+    report's check of the caller refused it (401) before it could find the Redis not ready:
+    the API never restored it, and the agent, registered again, got 404 for its job and
+    dropped the result. A refusal in a Redis that lost its data is NOT_READY now: the API
+    restores it, the agent's 401 makes it register again (tokens are not in the snapshot),
+    and its retry lands. The reference agent's own calls (agent/remote.py), each step."""
+    options = {"shards": shards, "api_key": KEY, "agent_auth": "token"}
+    settings, url = make_settings(**options), serve(**options)
+    lost = shards - 1
+    node = shard_nodes(lost)[0]
+    outcome = Outcome(exit_code=0, stdout="hi\n")
+
+    async def agent_runs_a_job_through_the_loss() -> tuple[str, str, str]:
+        config = AgentConfig(node_id=node, scheduler_url=url, registry_url=url, api_key=KEY)
+        async with httpx.AsyncClient(timeout=60) as http:
+            agent = Remote(config, http)
+            assert await agent.register()
+            first = agent.token
+            made = await http.post(f"{url}/jobs", json={"command": "x"}, headers=OPERATOR)
+            assert made.status_code == 201, made.text
+            [job] = await agent.pending()
+            assert await agent.claim(job)
+            for k in range(shards):  # each shard's worker, its period come
+                write_snapshot(settings.for_shard(k))
+            lose_redis_data(rclient, settings.for_shard(lost).redis_prefix)
+            await agent.report(job.job_id, outcome)
+            return job.job_id, first, agent.token
+
+    job_id, first, token = asyncio.run(agent_runs_a_job_through_the_loss())
+    assert token and token != first  # registered again: the old token went with the data
+    done = assert_json(httpx.get(f"{url}/jobs/{job_id}", headers=OPERATOR, timeout=60))
+    assert (done["status"], done["exit_code"], done["stdout"]) == ("done", 0, outcome.stdout)
 
 
 def test_a_running_worker_of_a_shard_that_restarted_empty_restores_it_and_goes_on(
