@@ -1,11 +1,11 @@
 """A sharded deployment's failures (README, Durability; docs/ARCHITECTURE.md, Shards), against
 real redis-server processes: a shard whose Redis comes back empty, restored from its own file
-`scheduler-k.db` (by its running worker, by the API for an agent's report, in token mode too,
-where the agent registers again, by the operator's `scheduler restore --shard k`); the
-layout's record kept when shard 0 is the one lost (its count, floors and the nodes kept on
-shard 0); another shard count refused by every command before anything is restored or
-written; a shard's worker killed -9 mid-sweep; and the upgrade from one shard to three with
-work in flight."""
+`scheduler-k.db` (by its running worker, by the API for an agent's report, stamped after the
+restore, in token mode too, where the agent registers again, by the operator's `scheduler
+restore --shard k`); the layout's record kept when shard 0 is the one lost (its count,
+floors and the nodes kept on shard 0); another shard count refused by every command before
+anything is restored or written; a shard's worker killed -9 mid-sweep; and the upgrade from
+one shard to three with work in flight."""
 
 from __future__ import annotations
 
@@ -25,10 +25,12 @@ from starlette.testclient import TestClient
 
 from scheduler.agent.executor import Outcome
 from scheduler.agent.remote import AgentConfig, Remote
+from scheduler.api import hot
 from scheduler.api.agents import PRECHECK_OVER_BYTES
 from scheduler.api.app import create_app
 from scheduler.cli.main import main as cli_main
 from scheduler.config import Settings
+from scheduler.models.wire import parse_rfc3339
 from scheduler.nodes.registry import BuiltinRegistry
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.locking import open_store
@@ -477,6 +479,49 @@ def test_a_report_to_a_shard_that_lost_its_data_lands_once_it_is_restored(
     outbox = rclient.lrange(Keys(settings.for_shard(1).redis_prefix).outbox, 0, -1)
     assert [json.loads(e.split(b" ", 1)[1]) for e in outbox] == [{"job_id": ran, "status": "done"}]
     assert listed(api) == by_number(made)
+
+
+@pytest.mark.parametrize(
+    ("before", "status", "stamp"),
+    [("pending", "running", "running_at"), ("running", "done", "finished_at")],
+)
+def test_a_report_that_waited_for_a_restore_is_stamped_after_it(
+    before: str,
+    status: str,
+    stamp: str,
+    make_client: ClientFactory,
+    make_settings: SettingsFactory,
+    rclient: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report's time was read before the API restored the shard, so a report that waited
+    for a long restore was stamped (running_at, finished_at, the timeout's start) with the
+    time from before it: a job ran for longer than it had, or ended before it was known to."""
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, shard_nodes(1)[0])  # the only node: every job is shard 1's
+    job_id = submit(api, command="x")["job_id"]
+    if before == "running":
+        assert_json(report(api, job_id, "running"))
+    snapshot_every_shard(settings)
+    lose_redis_data(rclient, settings.for_shard(1).redis_prefix)
+    restored: list[float] = []
+    restore = hot.restore_at_start
+
+    async def slow_restore(settings: Settings) -> bool:
+        await asyncio.sleep(0.05)  # a restore takes its time
+        done = await restore(settings)
+        restored.append(time.time())
+        return done
+
+    monkeypatch.setattr(hot, "restore_at_start", slow_restore)
+    ended = {"exit_code": 0} if status == "done" else {}
+    job = assert_json(report(api, job_id, status, **ended))
+    assert job["status"] == status and len(restored) == 1
+    assert parse_rfc3339(job[stamp]) >= restored[0] - 0.001  # rfc3339 keeps microseconds
+    if status == "running":
+        started = rclient.zscore(Keys(settings.for_shard(1).redis_prefix).deadlines, job_id)
+        assert started is not None and started >= restored[0] - 0.001
 
 
 @pytest.mark.parametrize("shards", [1, SHARDS])

@@ -146,8 +146,10 @@ async def report_job(
         req = msgspec.structs.replace(
             req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)
         )
-        now = time.time()
-        return await once_restored(state, lambda: state.store.report(job_id, req, now, caller))
+        # The time is read in the call: a retry after a restore stamps the report with its own.
+        return await once_restored(
+            state, lambda: state.store.report(job_id, req, time.time(), caller)
+        )
 
 
 def _decode_update(body: bytes) -> JobUpdate:
