@@ -1,10 +1,11 @@
 """A sharded deployment's failures (README, Durability; docs/ARCHITECTURE.md, Shards), against
 real redis-server processes: a shard whose Redis comes back empty, restored from its own file
-`scheduler-k.db` (by its running worker, by the API for an agent's report, by the operator's
-`scheduler restore --shard k`); the layout's record kept when shard 0 is the one lost (its
-count, floors and the nodes kept on shard 0); another shard count refused by every command
-before anything is restored or written; a shard's worker killed -9 mid-sweep; and the
-upgrade from one shard to three with work in flight."""
+`scheduler-k.db` (by its running worker, by the API for an agent's report, stamped after the
+restore, in token mode too, where the agent registers again, by the operator's `scheduler
+restore --shard k`); the layout's record kept when shard 0 is the one lost (its count,
+floors and the nodes kept on shard 0); another shard count refused by every command before
+anything is restored or written; a shard's worker killed -9 mid-sweep; and the upgrade from
+one shard to three with work in flight."""
 
 from __future__ import annotations
 
@@ -12,19 +13,25 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.agent.executor import Outcome
+from scheduler.agent.remote import AgentConfig, Remote
+from scheduler.api import hot
 from scheduler.api.agents import PRECHECK_OVER_BYTES
 from scheduler.api.app import create_app
 from scheduler.cli.main import main as cli_main
 from scheduler.config import Settings
+from scheduler.models.wire import parse_rfc3339
 from scheduler.nodes.registry import BuiltinRegistry
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.locking import open_store
@@ -39,6 +46,7 @@ from tests.api.test_shards_start import snapshot_every_shard
 from tests.conftest import (
     BOTH_FRONTS,
     ClientFactory,
+    Serve,
     SettingsFactory,
     assert_json,
     last_heard,
@@ -51,6 +59,15 @@ from tests.fakes import eventually
 from tests.processes import scheduler_env, stop
 from tests.snapshot_helpers import lose_redis_data, rows
 from workers import context, firing
+
+KEY = "operator-key"
+OPERATOR = {"Authorization": f"Bearer {KEY}"}
+
+
+# NODE_TTL_SECS of the tests whose waits (up to 60 s each) the nodes they registered at the
+# start must outlive, however slow the run: the default 30 s did not.
+NODE_TTL = 600
+LOST = 2 * NODE_TTL  # NODE_LOST_SECS: at least NODE_TTL_SECS
 
 
 def come_back(api: TestClient, node: str) -> None:
@@ -328,7 +345,12 @@ def test_a_shards_worker_killed_mid_sweep_loses_and_repeats_nothing(
     sweep retried the running ones and before it moved the pending ones. Another worker of
     shard 1 (`scheduler worker --burst --shard 1`) finishes: every job once, on the live
     node, retried once, in shard 1's file; shards 0 and 2 untouched."""
-    limits = {"max_jobs_per_node": 10, "node_lost_secs": 60, "max_job_retries": 1}
+    limits = {
+        "max_jobs_per_node": 10,
+        "node_ttl_secs": NODE_TTL,
+        "node_lost_secs": LOST,
+        "max_job_retries": 1,
+    }
     settings = make_settings(shards=SHARDS, **limits)
     api = make_client(settings)
     lost, live = shard_nodes(1, 2)
@@ -340,11 +362,11 @@ def test_a_shards_worker_killed_mid_sweep_loses_and_repeats_nothing(
     for job_id in running:
         assert_json(report(api, job_id, "running"))
     register(api, live)
-    last_heard(rclient, settings.for_shard(1), lost, time.time() - 600)
+    last_heard(rclient, settings.for_shard(1), lost, time.time() - 2 * LOST)
     others = {k: deployment_state(rclient, settings.for_shard(k).redis_prefix) for k in (0, 2)}
 
     env = scheduler_env(redis_url, prefix, SCHEDULER_SHARDS=str(SHARDS), SCHEDULER_DB=str(db))
-    env.update(SCHEDULER_SHARD="1", NODE_LOST_SECS="60", MAX_JOBS_PER_NODE="10")
+    env.update(SCHEDULER_SHARD="1", **{name.upper(): str(v) for name, v in limits.items()})
     marker = db.with_name("sweep.paused")
     child = subprocess.Popen([sys.executable, "-c", SWEEP_PAUSED, str(marker)], env=env)
     eventually(lambda: marker.exists() or child.poll() is not None, timeout=60)
@@ -471,6 +493,87 @@ def test_a_report_to_a_shard_that_lost_its_data_lands_once_it_is_restored(
     assert listed(api) == by_number(made)
 
 
+@pytest.mark.parametrize(
+    ("before", "status", "stamp"),
+    [("pending", "running", "running_at"), ("running", "done", "finished_at")],
+)
+def test_a_report_that_waited_for_a_restore_is_stamped_after_it(
+    before: str,
+    status: str,
+    stamp: str,
+    make_client: ClientFactory,
+    make_settings: SettingsFactory,
+    rclient: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report's time was read before the API restored the shard, so a report that waited
+    for a long restore was stamped (running_at, finished_at, the timeout's start) with the
+    time from before it: a job ran for longer than it had, or ended before it was known to."""
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, shard_nodes(1)[0])  # the only node: every job is shard 1's
+    job_id = submit(api, command="x")["job_id"]
+    if before == "running":
+        assert_json(report(api, job_id, "running"))
+    snapshot_every_shard(settings)
+    lose_redis_data(rclient, settings.for_shard(1).redis_prefix)
+    restored: list[float] = []
+    restore = hot.restore_at_start
+
+    async def slow_restore(settings: Settings) -> bool:
+        await asyncio.sleep(0.05)  # a restore takes its time
+        done = await restore(settings)
+        restored.append(time.time())
+        return done
+
+    monkeypatch.setattr(hot, "restore_at_start", slow_restore)
+    ended = {"exit_code": 0} if status == "done" else {}
+    job = assert_json(report(api, job_id, status, **ended))
+    assert job["status"] == status and len(restored) == 1
+    assert parse_rfc3339(job[stamp]) >= restored[0] - 0.001  # rfc3339 keeps microseconds
+    if status == "running":
+        started = rclient.zscore(Keys(settings.for_shard(1).redis_prefix).deadlines, job_id)
+        assert started is not None and started >= restored[0] - 0.001
+
+
+@pytest.mark.parametrize("shards", [1, SHARDS])
+def test_a_token_agents_report_to_a_redis_that_lost_its_data_lands_once_it_registers_again(
+    shards: int, serve: Serve, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    """AGENT_AUTH=token: the node's token and its index of jobs went with the data, so the
+    report's check of the caller refused it (401) before it could find the Redis not ready:
+    the API never restored it, and the agent, registered again, got 404 for its job and
+    dropped the result. A refusal in a Redis that lost its data is NOT_READY now: the API
+    restores it, the agent's 401 makes it register again (tokens are not in the snapshot),
+    and its retry lands. The reference agent's own calls (agent/remote.py), each step."""
+    options = {"shards": shards, "api_key": KEY, "agent_auth": "token"}
+    settings, url = make_settings(**options), serve(**options)
+    lost = shards - 1
+    node = shard_nodes(lost)[0]
+    outcome = Outcome(exit_code=0, stdout="hi\n")
+
+    async def agent_runs_a_job_through_the_loss() -> tuple[str, str, str]:
+        config = AgentConfig(node_id=node, scheduler_url=url, registry_url=url, api_key=KEY)
+        async with httpx.AsyncClient(timeout=60) as http:
+            agent = Remote(config, http)
+            assert await agent.register()
+            first = agent.token
+            made = await http.post(f"{url}/jobs", json={"command": "x"}, headers=OPERATOR)
+            assert made.status_code == 201, made.text
+            [job] = await agent.pending()
+            assert await agent.claim(job)
+            for k in range(shards):  # each shard's worker, its period come
+                write_snapshot(settings.for_shard(k))
+            lose_redis_data(rclient, settings.for_shard(lost).redis_prefix)
+            await agent.report(job.job_id, outcome)
+            return job.job_id, first, agent.token
+
+    job_id, first, token = asyncio.run(agent_runs_a_job_through_the_loss())
+    assert token and token != first  # registered again: the old token went with the data
+    done = assert_json(httpx.get(f"{url}/jobs/{job_id}", headers=OPERATOR, timeout=60))
+    assert (done["status"], done["exit_code"], done["stdout"]) == ("done", 0, outcome.stdout)
+
+
 def test_a_running_worker_of_a_shard_that_restarted_empty_restores_it_and_goes_on(
     make_client: ClientFactory,
     make_settings: SettingsFactory,
@@ -482,12 +585,12 @@ def test_a_running_worker_of_a_shard_that_restarted_empty_restores_it_and_goes_o
     """Every key of shard 1 goes, its rq queues and the worker's own registration with them:
     the shard's running `scheduler worker --shard 1` restores it from scheduler-1.db at its
     next snapshot, and goes on snapshotting the shard's new jobs."""
-    settings = make_settings(shards=SHARDS)
+    settings = make_settings(shards=SHARDS, node_ttl_secs=NODE_TTL)
     api = make_client(settings)
     register(api, *(shard_nodes(k)[0] for k in range(SHARDS)))
     first = [submit(api, command=f"a{i}")["job_id"] for i in range(6)]
     env = scheduler_env(redis_url, prefix, SCHEDULER_SHARDS=str(SHARDS), SCHEDULER_DB=str(db))
-    env.update(SNAPSHOT_INTERVAL_SECS="1")
+    env.update(SNAPSHOT_INTERVAL_SECS="1", NODE_TTL_SECS=str(NODE_TTL))
     file = db.with_name("scheduler-1.db")
     with (db.parent / "worker.log").open("wb") as log:
         worker = subprocess.Popen(
@@ -497,16 +600,28 @@ def test_a_running_worker_of_a_shard_that_restarted_empty_restores_it_and_goes_o
             stderr=log,
         )
     try:
-        eventually(lambda: file.exists() and set(rows(file)) == on_shard(first, 1), timeout=60)
+        eventually(lambda: saved(file) == on_shard(first, 1), timeout=60)
         lose_redis_data(rclient, settings.for_shard(1).redis_prefix)
         eventually(lambda: stored(rclient, settings)[1] == on_shard(first, 1), timeout=60)
         later = [submit(api, command=f"b{i}")["job_id"] for i in range(6)]
         assert not set(later) & set(first)
-        eventually(lambda: set(rows(file)) == on_shard(first + later, 1), timeout=60)
+        eventually(lambda: saved(file) == on_shard(first + later, 1), timeout=60)
     finally:
         stop(worker)
     assert listed(api) == by_number(first + later)
     assert "Traceback" not in (db.parent / "worker.log").read_text()
+
+
+def saved(file: Path) -> set[str]:
+    """The ids in a snapshot file a running worker writes: none yet while the file is not
+    there, or is but without its jobs table (the writer's sqlite3.connect makes the file, its
+    migration's transaction the table: rows() raised "no such table: jobs" in between)."""
+    if not file.exists():
+        return set()  # rows() would make it
+    try:
+        return set(rows(file))
+    except sqlite3.OperationalError:  # not set up yet: asked again
+        return set()
 
 
 def on_shard(job_ids: list[str], shard: int) -> set[str]:

@@ -136,7 +136,8 @@ async def report_job(
         raise too_large(settings.max_report_bytes)
     # A node token is checked before the body too: in token mode a stranger's body, however
     # small, is never read. Here and below, a job not found in a Redis that lost its data may
-    # be in its snapshot: restored, the report lands (neither agent retries a 404).
+    # be in its snapshot: restored, the report lands (neither agent retries a 404). A token
+    # refused there went with the data: restored, its 401 has the agent register and retry.
     if size is None or size > PRECHECK_OVER_BYTES or caller not in ("open", "key"):
         await once_restored(state, lambda: state.store.check_report(job_id, caller))
     with state.report_budget.reading() as charge:
@@ -145,8 +146,10 @@ async def report_job(
         req = msgspec.structs.replace(
             req, stdout=bound_output(req.stdout, limit), stderr=bound_output(req.stderr, limit)
         )
-        now = time.time()
-        return await once_restored(state, lambda: state.store.report(job_id, req, now, caller))
+        # The time is read in the call: a retry after a restore stamps the report with its own.
+        return await once_restored(
+            state, lambda: state.store.report(job_id, req, time.time(), caller)
+        )
 
 
 def _decode_update(body: bytes) -> JobUpdate:

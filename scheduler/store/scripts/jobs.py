@@ -127,9 +127,9 @@ TRANSITION = Script(
 -- reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
 -- A retry off a drained node goes to placement (library.py retry_node; builtin "1": the
 -- built-in registry's, which places it at the next pass, else an external one's live nodes).
--- Returns {OK, the job's head} | {NOT_FOUND} | {NOT_READY} (no such job in a Redis that lost
---   its data: it may be in the snapshot) | {UNAUTHORIZED} | {FINISHED} | {ALREADY_RUNNING}
---   | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
+-- Returns {OK, the job's head} | {NOT_FOUND} | {NOT_READY} (no such job, or a caller refused,
+--   in a Redis that lost its data: it may be in the snapshot) | {UNAUTHORIZED} | {FINISHED}
+--   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
 --   | {NOT_DUE} (a claim of a delayed job) | {NOT_PLACED} (of a job on no node yet)
 --   | {NOT_STAGED} (a staged output is gone)
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node

@@ -60,8 +60,15 @@ local function owned_access(caller, id, kind)
   return OK, owner
 end
 
+-- Whether `caller` may report on job `id` (CHECK_REPORT, TRANSITION). In a Redis that lost its
+-- data (no `initialised` marker) a refusal is NOT_READY instead, as a job not found there is:
+-- the token and the node's index went with the data, and the job may be in the snapshot.
+-- Restored, the report is checked again (the token, never in the snapshot, is refused then:
+-- its agent registers again and retries). Only a refusal pays the EXISTS.
 local function job_access(caller, id)
-  return owned_access(caller, id, "job")
+  local access, owner = owned_access(caller, id, "job")
+  if access ~= OK and redis.call("EXISTS", K.initialised) == 0 then return NOT_READY end
+  return access, owner
 end
 
 -- The same for a service (PATCH /services/{id}): its node's index of services.
