@@ -7,7 +7,8 @@ its count), and the nodes kept on shard 0 (they would move to the shard their id
 away from their queues).
 
 The record never changes once made: whether the file holds it is its `since` against the
-record's `filed` field (the `since` a snapshot wrote), one HMGET a snapshot."""
+record's `filed` field (the `since` a snapshot wrote, or a restore from SCHEDULER_DB found),
+one HMGET a snapshot."""
 
 from __future__ import annotations
 
@@ -65,16 +66,19 @@ def _rows(path: str) -> list[tuple[str, str]]:
     return [(str(field), str(value)) for field, value in rows]
 
 
-def restore(store: SyncJobStore, path: str) -> bool:
+def restore(store: SyncJobStore, path: str, mark_dirty: bool) -> bool:
     """Put the file's record back into a Redis that has none (a record there is the
-    deployment's own: never replaced); returns whether it did."""
+    deployment's own: never replaced); returns whether it did. With `mark_dirty` (a file
+    other than SCHEDULER_DB, as the jobs restored with it) it is not marked as filed, so the
+    next snapshot writes it to SCHEDULER_DB too."""
     rows = _rows(path)
     keys = store.keys
     # Nothing else writes it meanwhile: RECORD_SHARDS waits for the restore's marker.
     if not rows or store.redis.exists(keys.shards):
         return False
     record = dict(rows)
-    store.redis.hset(keys.shards, mapping=dict([*rows, (FILED, record.get("since", ""))]))
+    filed_as = [] if mark_dirty else [(FILED, record.get("since", ""))]
+    store.redis.hset(keys.shards, mapping=dict([*rows, *filed_as]))
     log.info("restore: the layout of %s shards from %s", record.get("count"), path)
     return True
 
