@@ -326,15 +326,20 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
 def _check_layout(settings: Settings) -> None:
     """An external Redis's deployment sharded since (its count recorded, README Shards) is
     refused before anything is made or started (LayoutChanged), as serve and worker refuse
-    it; Redis unavailable is the API's to report, as without this check."""
+    it, and so is a snapshot file that is not SQLite when the count is looked for in it
+    (Redis lost its data: the API's restore would die on it); Redis unavailable is the API's
+    to report, as without this check."""
     from redis.exceptions import RedisError
 
+    from scheduler.snapshot.db import SnapshotFileError
     from scheduler.snapshot.layout import check_layout
 
     try:
         check_layout(settings)
     except (RedisError, OSError) as exc:
         log.warning("the shard count not checked, Redis unavailable: %s", exc)
+    except SnapshotFileError as exc:
+        raise UpError(str(exc)) from None
 
 
 def _node_id() -> str:

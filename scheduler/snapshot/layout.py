@@ -55,7 +55,8 @@ def filed(path: str) -> dict[str, str]:
 
 
 def _rows(path: str) -> list[tuple[str, str]]:
-    """The file's record; none for a file without the table (unsharded, or from before)."""
+    """The file's record; none for a file without the table (unsharded, or from before).
+    Raises SnapshotFileError for a file that is not SQLite."""
     if path == ":memory:" or not os.path.isfile(path):
         return []
     with contextlib.closing(snapshot_db.open_reader(path)) as conn:
@@ -63,6 +64,8 @@ def _rows(path: str) -> list[tuple[str, str]]:
             rows = conn.execute("SELECT field, value FROM shards").fetchall()
         except sqlite3.OperationalError:
             return []
+        except sqlite3.DatabaseError as exc:
+            raise snapshot_db.SnapshotFileError(f"{path}: not a SQLite snapshot: {exc}") from None
     return [(str(field), str(value)) for field, value in rows]
 
 
@@ -87,7 +90,21 @@ def check_layout(settings: Settings) -> None:
     """The deployment's shard count checked against the one recorded at its first sharded
     start (check_count), before a process restores or works: shard 0's record, in Redis or,
     when that Redis lost its data, in shard 0's snapshot file. `settings` are the
-    deployment's (shard 0's prefix and file)."""
+    deployment's (shard 0's prefix and file). Raises SnapshotFileError when that file is
+    not SQLite (as the restore that follows would)."""
     with open_store(settings) as store:
-        recorded = store.redis.hget(store.keys.shards, "count")
-    check_count(recorded or filed(settings.scheduler_db).get("count"), settings.shards)
+        recorded, lost = _recorded_count(store)
+    in_file = recorded is None and lost
+    check_count(filed(settings.scheduler_db).get("count") if in_file else recorded, settings.shards)
+
+
+def _recorded_count(store: SyncJobStore) -> tuple[bytes | None, bool]:
+    """Shard 0's recorded count, and whether that Redis lost its data (no `initialised`
+    marker: its restore question is open, restore.py). Read together (MULTI): a restore puts
+    the record back before it sets the marker, so a marker seen means the record is too."""
+    keys = store.keys
+    with store.redis.pipeline(transaction=True) as pipe:
+        pipe.hget(keys.shards, "count")
+        pipe.exists(keys.initialised)
+        recorded, initialised = pipe.execute()
+    return recorded, not initialised

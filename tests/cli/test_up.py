@@ -426,3 +426,23 @@ def test_up_refuses_an_external_deployment_of_another_shard_count(
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "d").exists()
     assert list(rclient.scan_iter(Keys(prefix).pattern())) == [Keys(prefix).shards.encode()]
+
+
+def test_up_refuses_a_snapshot_file_that_is_not_sqlite_when_redis_lost_its_data(
+    tmp_path: Path, redis_url: str, prefix: str
+) -> None:
+    """The shard count is looked for in the file then: up says it cannot be read, before it
+    makes or starts anything (sqlite3's traceback, or its API dying at the restore)."""
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not a database, " * 64)
+    result = subprocess.run(
+        _up_command(free_port(), tmp_path / "d"),
+        env=_env(REDIS_URL=redis_url, REDIS_PREFIX=prefix, SCHEDULER_DB=str(bad)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"{bad}: not a SQLite snapshot" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "d").exists()

@@ -1,6 +1,7 @@
 """Shard 0's snapshot file and the sharded layout's record in it (snapshot/layout.py): a
 restore from another file than SCHEDULER_DB leaves the record for the next snapshot to write
-there."""
+there; the file is read for the shard count only when Redis lost its data, a file that is not
+SQLite then refused as the rest of the snapshot refuses it."""
 
 from __future__ import annotations
 
@@ -12,15 +13,19 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.api.app import create_app
+from scheduler.cli.main import main as cli_main
 from scheduler.config import Settings
 from scheduler.snapshot import layout
+from scheduler.snapshot.db import SnapshotFileError
 from scheduler.snapshot.restore import restore_from_file
 from scheduler.snapshot.writer import write_snapshot
 from scheduler.store.errors import LayoutChanged
 from scheduler.store.keys import Keys
 from tests.api.test_shards import SHARDS, shard_nodes
-from tests.conftest import SettingsFactory, register, submit
+from tests.conftest import ClientFactory, SettingsFactory, register, submit
 from tests.snapshot_helpers import lose_redis_data
+
+NOT_SQLITE = b"not a database, " * 64
 
 
 def sharded(settings: Settings) -> None:
@@ -81,3 +86,43 @@ def test_a_restore_from_scheduler_db_leaves_nothing_to_write(
     restore_from_file(zero, str(db))
     keys = Keys(zero.redis_prefix)
     assert rclient.hget(keys.shards, "filed") == rclient.hget(keys.shards, "since")
+
+
+def test_a_file_that_is_not_sqlite_is_not_read_while_redis_holds_its_data(
+    make_client: ClientFactory, make_settings: SettingsFactory, db: Path
+) -> None:
+    """Every start of a never-sharded deployment read the file for a count: one that is not
+    SQLite raised sqlite3's DatabaseError out of serve, the worker and the API, which read
+    nothing of the file at start once Redis answered the restore question."""
+    settings = make_settings()
+    make_client(settings)  # the restore question answered: started empty
+    db.write_bytes(NOT_SQLITE)
+
+    layout.check_layout(settings)  # serve's and the worker's
+    make_client(settings)  # the API's
+
+
+def test_a_file_that_is_not_sqlite_is_refused_when_redis_lost_its_data(
+    make_settings: SettingsFactory,
+    db: Path,
+    tmp_path: Path,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Then the count is looked for in it: a snapshot file error, as the restore's that
+    follows; `scheduler snapshot` and `scheduler restore --from` it say so (they died with
+    sqlite3's traceback)."""
+    settings = make_settings()
+    db.write_bytes(NOT_SQLITE)
+    with pytest.raises(SnapshotFileError, match="not a SQLite snapshot"):
+        layout.check_layout(settings)
+
+    for name, value in {"REDIS_URL": settings.redis_url, "REDIS_PREFIX": prefix}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SCHEDULER_DB", str(db))
+    assert cli_main(["snapshot"]) == 1
+    assert "not written: " in capsys.readouterr().err
+    monkeypatch.setenv("SCHEDULER_DB", str(tmp_path / "other.db"))
+    assert cli_main(["restore", "--from", str(db)]) == 1
+    assert "not a SQLite snapshot" in capsys.readouterr().err
