@@ -81,7 +81,7 @@ class ShardPlacement:
         since = self.where.upgraded_since()
         if not since or time.time() > since + dedup.ttl:
             return False
-        seen = await self.shards[0].redis.execute("GET", self._key(0, dedup))
+        seen = await self.shards[0].redis.execute("GET", dedup.redis_key(self.shards[0].keys))
         return seen is not None and seen != ELSEWHERE.encode()
 
     def among(self, placement: Placement, shard: int) -> Placement | None:
@@ -143,10 +143,9 @@ class ShardPlacement:
             except NoHealthyNodes:
                 continue
         await asyncio.gather(
-            *(self.shards[k].redis.execute("DEL", self._key(k, dedup)) for k in walk)
+            *(
+                self.shards[k].redis.execute("DEL", dedup.redis_key(self.shards[k].keys))
+                for k in walk
+            )
         )
         raise NoHealthyNodes()
-
-    def _key(self, shard: int, dedup: Dedup) -> str:
-        keys = self.shards[shard].keys
-        return keys.sqs_message(dedup.key) if dedup.space == "sqs" else keys.submission(dedup.key)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ from scheduler.models.record import Parts, creation_parts, wire
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import IdempotencyMismatch, StoreNotReady
+from scheduler.store.keys import Keys
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.script import Call, Script
 from scheduler.store.shards import UNSHARDED, Numbering
@@ -63,8 +64,25 @@ class Dedup:
     ttl: int
     fingerprint: str = ""
 
+    def redis_key(self, keys: Keys) -> str:
+        """The key that remembers what `key` made (the scripts': _DEDUP_KEY)."""
+        return _SPACE_KEYS.get(self.space, _OTHER_SPACES)(keys, self.key)
+
 
 NO_DEDUP = Dedup("", "", 0)
+
+# The Keys member that remembers an idempotency key of each space (Dedup.space); any other
+# space's is a POST /jobs Idempotency-Key's. Dedup.redis_key reads it, and the scripts' Lua
+# (_DEDUP_KEY, of dedup_space and dedup_key) is written from it: one choice for both.
+_SPACE_KEYS: dict[str, Callable[[Keys, str], str]] = {"sqs": Keys.sqs_message}
+_OTHER_SPACES = Keys.submission
+_DEDUP_KEY = (
+    "".join(
+        f'dedup_space == "{space}" and K.{of.__name__}(dedup_key) or '
+        for space, of in _SPACE_KEYS.items()
+    )
+    + f"K.{_OTHER_SPACES.__name__}(dedup_key)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +145,7 @@ if spec_staged ~= "" and redis.call("EXISTS", K.staged(spec_staged)) == 0 then
 end
 local dedup = false
 if tonumber(dedup_ttl) > 0 then
-  dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
+  dedup = {DEDUP_KEY}
   local seen = redis.call("GET", dedup)
 {KEY_SEEN}end
 {AFTER_CHECKS}local ask = {cpus = tonumber(cpus), memory_mb = tonumber(memory_mb),
@@ -155,7 +173,9 @@ local n = draw_number(K.job_seq, shards, shard, id_floor)
 local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)
-""".replace("{KEY_SEEN}", _KEY_SEEN).replace("{ELSEWHERE}", ELSEWHERE)
+"""
+_NEW_JOB = _NEW_JOB.replace("{DEDUP_KEY}", _DEDUP_KEY)
+_NEW_JOB = _NEW_JOB.replace("{KEY_SEEN}", _KEY_SEEN).replace("{ELSEWHERE}", ELSEWHERE)
 _STORE_NEW = """
 local score = status == "pending" and queue_score(n, priority) or n
 if status == "pending" and node == "" then  -- the last field (models.job): appended
@@ -249,11 +269,13 @@ PASS_KEY = Script(
 -- Returns {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH} | {NO_NODES}
 local ELSEWHERE = "{ELSEWHERE}"
 local function unmade(reply) return reply end
-local dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
+local dedup = {DEDUP_KEY}
 local seen = redis.call("GET", dedup)
 {KEY_SEEN}redis.call("SET", dedup, ELSEWHERE, "EX", tonumber(dedup_ttl))
 return {NO_NODES}
-""".replace("{KEY_SEEN}", textwrap.dedent(_KEY_SEEN)).replace("{ELSEWHERE}", ELSEWHERE),
+""".replace("{DEDUP_KEY}", _DEDUP_KEY)
+    .replace("{KEY_SEEN}", textwrap.dedent(_KEY_SEEN))
+    .replace("{ELSEWHERE}", ELSEWHERE),
     lambda reply: _created(reply, b""),
 )
 
