@@ -1,7 +1,8 @@
 """Placement over the shards of a sharded deployment (store/sharded.py): a job that asks for
 a node goes to the shard holding one, not to whichever shard's turn it is, and an
-Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE). And
-its schedules, kept on shard 0."""
+Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE), a shard
+that lost its data being restored before a key is marked in it. And its schedules, kept on
+shard 0."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from scheduler.config import Settings
 from scheduler.models.wire import rfc3339
 from scheduler.store.keys import Keys
 from scheduler.store.shards import Layout, key_order, node_shard
 from scheduler.store.sync_store import SyncJobStore
+from tests.api.test_shards_start import snapshot_every_shard
 from tests.conftest import ClientFactory, SettingsFactory, assert_json, register
 from tests.fakes import FakeRegistry
+from tests.snapshot_helpers import lose_redis_data
 
 SHARDS = 3
 
@@ -95,7 +99,7 @@ def test_a_replay_finds_its_job_on_a_later_shard_after_an_earlier_one_can_take_i
     settings = make_settings(shards=SHARDS)
     api = make_client(settings)
     key = "replay-1"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:32]  # as api/hot.py keeps a key
+    digest = digest_of(key)
     first, _, last = key_order(f"submit:{digest}", SHARDS)
     register(api, *(node_on(k, "n") for k in range(SHARDS)))
     register_labelled(api, node_on(last, "gpu"), kind="gpu")
@@ -116,9 +120,31 @@ def test_a_replay_finds_its_job_on_a_later_shard_after_an_earlier_one_can_take_i
     assert rclient.get(first_keys.submission(digest)) == b"-"
 
 
+def digest_of(key: str) -> str:
+    """A POST /jobs Idempotency-Key as api/hot.py keeps it."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
 def order_of(key: str) -> list[int]:
-    """The shards a POST /jobs Idempotency-Key walks, in order (as api/hot.py keeps a key)."""
-    return key_order(f"submit:{hashlib.sha256(key.encode()).hexdigest()[:32]}", SHARDS)
+    """The shards a POST /jobs Idempotency-Key walks, in order."""
+    return key_order(f"submit:{digest_of(key)}", SHARDS)
+
+
+def marks(rclient: Any, settings: Settings, key: str) -> list[bytes | None]:
+    """What each shard holds under a POST /jobs Idempotency-Key, by shard."""
+    held = (
+        Keys(settings.for_shard(k).redis_prefix).submission(digest_of(key)) for k in range(SHARDS)
+    )
+    return [rclient.get(name) for name in held]
+
+
+def deps_on_every_shard(api: TestClient) -> dict[int, str]:
+    """A job on each shard (by shard), for a new job to run after."""
+    deps: dict[int, str] = {}
+    while len(deps) < SHARDS:
+        job_id = assert_json(api.post("/jobs", json={"command": "dep"}), 201)["job_id"]
+        deps.setdefault(Layout(SHARDS).job_shard(job_id), job_id)
+    return deps
 
 
 @pytest.mark.parametrize(
@@ -132,10 +158,7 @@ def test_a_key_reused_for_a_job_of_another_shard_is_refused_as_unsharded(
     nothing (it made a second job)."""
     api = make_client(shards=SHARDS)
     register(api, *(node_on(k, "n") for k in range(SHARDS)))
-    deps: dict[int, str] = {}
-    while len(deps) < SHARDS:
-        job_id = assert_json(api.post("/jobs", json={"command": "dep"}), 201)["job_id"]
-        deps.setdefault(Layout(SHARDS).job_shard(job_id), job_id)
+    deps = deps_on_every_shard(api)
     key = f"reuse-{first}-{then}".replace(" ", "-")
     order = order_of(key)  # a plain request goes to order[0], every shard having a node
     bodies = {
@@ -150,6 +173,28 @@ def test_a_key_reused_for_a_job_of_another_shard_is_refused_as_unsharded(
     assert refused.status_code == 422, refused.text
     assert every_job(api) == before
     assert assert_json(api.post("/jobs", json=bodies[first], headers=headers)) == made
+
+
+def test_a_keyed_create_passing_over_a_shard_that_lost_its_data_restores_it_first(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: Any
+) -> None:
+    """The key's first shard lost its data and the job is bound to its last (it runs after a
+    job there). PASS_KEY marked the key in the empty Redis and the walk went on, where the
+    create script answers NOT_READY first: the shard is restored before anything is written
+    to it, and its jobs are found again."""
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    register(api, *(node_on(k, "n") for k in range(SHARDS)))
+    deps = deps_on_every_shard(api)
+    key = "lost-first"
+    order = order_of(key)
+    snapshot_every_shard(settings)
+    lose_redis_data(rclient, settings.for_shard(order[0]).redis_prefix)
+    body = {"command": "x", "after": [deps[order[-1]]]}
+    made = assert_json(api.post("/jobs", json=body, headers={"Idempotency-Key": key}), 201)
+    assert Layout(SHARDS).job_shard(made["job_id"]) == order[-1]
+    assert assert_json(api.get(f"/jobs/{deps[order[0]]}"))["job_id"] == deps[order[0]]
+    assert marks(rclient, settings, key)[order[0]] == b"-"
 
 
 def test_a_replay_finds_its_job_after_the_registrys_nodes_move_to_another_shard(

@@ -102,6 +102,12 @@ NO_ASKS = Asks()
 # The mark of an idempotency key a shard passed on to a later shard (store/shard_placement.py).
 ELSEWHERE = "-"
 
+# A Redis that came back empty must get its snapshot back before a new job takes an id the
+# snapshot already holds, or a key is marked in it (snapshot.restore_if_empty sets the
+# marker). CREATE_JOB's and PASS_KEY's first check.
+_READY = """if redis.call("EXISTS", K.initialised) == 0 then return unmade({NOT_READY}) end
+"""
+
 # A key seen before (`seen`, the value of its key `dedup`): the job it made, MISMATCH for
 # another request, or passed on to a later shard. CREATE_JOB's and PASS_KEY's check.
 _KEY_SEEN = """  if seen == ELSEWHERE then return unmade({NO_NODES}) end  -- made on a later shard
@@ -133,14 +139,11 @@ _NEW_JOB = """
 -- elsewhere = 1: another shard may take the job (store/sharded.py): with no node for it,
 -- NO_NODES rather than made unplaced, its idempotency key then marked ELSEWHERE.
 local ELSEWHERE = "{ELSEWHERE}"
--- A Redis that came back empty must get its snapshot back before a new job takes an id the
--- snapshot already holds (snapshot.restore_if_empty sets the marker).
 local function unmade(reply)
   if spec_staged ~= "" then redis.call("DEL", K.staged(spec_staged)) end
   return reply
 end
-if redis.call("EXISTS", K.initialised) == 0 then return unmade({NOT_READY}) end
-if spec_staged ~= "" and redis.call("EXISTS", K.staged(spec_staged)) == 0 then
+{READY}if spec_staged ~= "" and redis.call("EXISTS", K.staged(spec_staged)) == 0 then
   return {NOT_STAGED}
 end
 local dedup = false
@@ -174,7 +177,7 @@ local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)
 """
-_NEW_JOB = _NEW_JOB.replace("{DEDUP_KEY}", _DEDUP_KEY)
+_NEW_JOB = _NEW_JOB.replace("{READY}", _READY).replace("{DEDUP_KEY}", _DEDUP_KEY)
 _NEW_JOB = _NEW_JOB.replace("{KEY_SEEN}", _KEY_SEEN).replace("{ELSEWHERE}", ELSEWHERE)
 _STORE_NEW = """
 local score = status == "pending" and queue_score(n, priority) or n
@@ -264,16 +267,19 @@ PASS_KEY = Script(
     "dedup_space dedup_key dedup_ttl fingerprint",
     """
 -- A keyed create's pass over a shard that may not make its job (store/shard_placement.py
--- keyed): the key checked as CREATE_JOB checks it, and where it is new, marked ELSEWHERE as
--- a shard with no node for the job marks it, so a replay passes on from here too.
+-- keyed): the Redis and the key checked as CREATE_JOB checks them, and where the key is new,
+-- marked ELSEWHERE as a shard with no node for the job marks it, so a replay passes on from
+-- here too.
 -- Returns {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH} | {NO_NODES}
+--   | {NOT_READY}
 local ELSEWHERE = "{ELSEWHERE}"
 local function unmade(reply) return reply end
-local dedup = {DEDUP_KEY}
+{READY}local dedup = {DEDUP_KEY}
 local seen = redis.call("GET", dedup)
 {KEY_SEEN}redis.call("SET", dedup, ELSEWHERE, "EX", tonumber(dedup_ttl))
 return {NO_NODES}
-""".replace("{DEDUP_KEY}", _DEDUP_KEY)
+""".replace("{READY}", _READY)
+    .replace("{DEDUP_KEY}", _DEDUP_KEY)
     .replace("{KEY_SEEN}", textwrap.dedent(_KEY_SEEN))
     .replace("{ELSEWHERE}", ELSEWHERE),
     lambda reply: _created(reply, b""),
