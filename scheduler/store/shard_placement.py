@@ -19,7 +19,7 @@ from scheduler.models.job import Job
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.jobs import JobStore
-from scheduler.store.scripts.create import ELSEWHERE
+from scheduler.store.scripts.create import ELSEWHERE, unmark_key
 from scheduler.store.scripts.jobs import Created, Dedup
 from scheduler.store.shard_layout import ShardLayout
 from scheduler.store.shards import key_order
@@ -125,8 +125,8 @@ class ShardPlacement:
         marked as by a shard with no node for it). So a replay finds the job, and a reuse of
         the key for another request its mismatch, whichever shards may take it then (an
         external registry's nodes changed, another request runs after another shard's
-        jobs), as one shard would. Nothing made: no shard holds the key, and every mark is
-        taken back (a retry must not pass on to shards that made nothing)."""
+        jobs), as one shard would. Nothing made: the marks this call wrote are taken back (a
+        retry must not pass on to shards that made nothing)."""
         walk, home = await self._key_walk(dedup), await self._home(job)
         makers = {
             shard: here
@@ -142,10 +142,19 @@ class ShardPlacement:
                 return await make(store, replace(makers[shard], elsewhere=i < last))
             except NoHealthyNodes:
                 continue
-        await asyncio.gather(
-            *(
-                self.shards[k].redis.execute("DEL", dedup.redis_key(self.shards[k].keys))
-                for k in walk
-            )
-        )
+        await self._take_back(dedup, _marked(walk, last))
         raise NoHealthyNodes()
+
+    async def _take_back(self, dedup: Dedup, shards: list[int]) -> None:
+        """The key's marks on `shards` deleted while they read ELSEWHERE (UNMARK_KEY): a
+        request under the key may have made its job on one since. Best effort, the caller's
+        error being the answer: a shard that does not answer keeps its mark (the key's TTL)."""
+        unmarks = (self.shards[k].run(unmark_key(dedup)) for k in shards)
+        await asyncio.gather(*unmarks, return_exceptions=True)
+
+
+def _marked(walk: list[int], last: int) -> list[int]:
+    """The shards a keyed create marked walking all of `walk`: each but the last that may
+    make the job (index `last`), which runs without Placement.elsewhere and so never marks
+    (what its key holds is another request's)."""
+    return [shard for i, shard in enumerate(walk) if i != last]

@@ -1,8 +1,8 @@
 """Placement over the shards of a sharded deployment (store/sharded.py): a job that asks for
 a node goes to the shard holding one, not to whichever shard's turn it is, and an
 Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE), a shard
-that lost its data being restored before a key is marked in it. And its schedules, kept on
-shard 0."""
+that lost its data being restored before a key is marked in it, and a request that made no
+job takes back its own marks only. And its schedules, kept on shard 0."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.models.job import Job
 from scheduler.models.wire import rfc3339
+from scheduler.nodes.placement import NoHealthyNodes, Placement
+from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
+from scheduler.store.scripts.create import Created, Dedup
 from scheduler.store.shards import Layout, key_order, node_shard
 from scheduler.store.sync_store import SyncJobStore
 from tests.api.test_shards_start import snapshot_every_shard
@@ -173,6 +177,42 @@ def test_a_key_reused_for_a_job_of_another_shard_is_refused_as_unsharded(
     assert refused.status_code == 422, refused.text
     assert every_job(api) == before
     assert assert_json(api.post("/jobs", json=bodies[first], headers=headers)) == made
+
+
+def test_a_keyed_create_no_shard_makes_leaves_the_last_shards_key_alone(
+    make_client: ClientFactory,
+    make_settings: SettingsFactory,
+    rclient: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No shard has a node: every shard answers NO_NODES, the last without marking the key
+    (it may make the job: Placement.elsewhere is off). Another request under the key makes
+    its job there meanwhile (a node came up): the 503's cleanup took its key too (a DEL on
+    every shard), and that request's replay made a second job. Only the marks the refused
+    request wrote are taken back."""
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    key = "last-maker"
+    made_meanwhile = b"job-7 " + b"f" * 32  # the other request's job and fingerprint
+    create = JobStore.create
+
+    async def racing(
+        store: JobStore, job: Job, here: Placement, now: float, dedup: Dedup
+    ) -> Created:
+        try:
+            return await create(store, job, here, now, dedup)
+        except NoHealthyNodes:
+            if not here.elsewhere:  # the walk's last shard answered: the other request runs
+                await store.redis.execute("SET", store.keys.submission(dedup.key), made_meanwhile)
+            raise
+
+    monkeypatch.setattr(JobStore, "create", racing)
+    refused = api.post("/jobs", json={"command": "x"}, headers={"Idempotency-Key": key})
+    assert refused.status_code == 503, refused.text
+    *passed, last = order_of(key)
+    held = marks(rclient, settings, key)
+    assert held[last] == made_meanwhile
+    assert [held[k] for k in passed] == [None] * len(passed)
 
 
 def test_a_keyed_create_passing_over_a_shard_that_lost_its_data_restores_it_first(

@@ -295,6 +295,27 @@ def pass_key(dedup: Dedup) -> Call[Created]:
     )
 
 
+UNMARK_KEY = Script(
+    "UNMARK_KEY",
+    "dedup_space dedup_key",
+    """
+-- A keyed create's mark taken back when no shard made its job (store/shard_placement.py
+-- keyed): only while it reads ELSEWHERE, never the job another request under the key made
+-- here since.
+-- Returns 1 (taken back) | 0 (no mark: left as it is)
+local dedup = {DEDUP_KEY}
+if redis.call("GET", dedup) ~= "{ELSEWHERE}" then return 0 end
+redis.call("DEL", dedup)
+return 1
+""".replace("{DEDUP_KEY}", _DEDUP_KEY).replace("{ELSEWHERE}", ELSEWHERE),
+    lambda reply: reply == 1,
+)
+
+
+def unmark_key(dedup: Dedup) -> Call[bool]:
+    return UNMARK_KEY.call(dedup_space=dedup.space, dedup_key=dedup.key)
+
+
 def create_job(
     record: bytes,
     placement: Placement,
