@@ -2,7 +2,8 @@
 a node goes to the shard holding one, not to whichever shard's turn it is, and an
 Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE), a shard
 that lost its data being restored before a key is marked in it, and a request that made no
-job takes back its own marks only. And its schedules, kept on shard 0."""
+job (every shard answered NO_NODES, or one refused it) takes back its own marks only. And
+its schedules, kept on shard 0."""
 
 from __future__ import annotations
 
@@ -213,6 +214,50 @@ def test_a_keyed_create_no_shard_makes_leaves_the_last_shards_key_alone(
     held = marks(rclient, settings, key)
     assert held[last] == made_meanwhile
     assert [held[k] for k in passed] == [None] * len(passed)
+
+
+def test_a_keyed_create_refused_as_invalid_takes_back_its_marks(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: Any
+) -> None:
+    """A job that runs after a job of no such number, on the key's last shard: the shards
+    before it, passed over (PASS_KEY), marked the key, and the 400 left the marks, so the
+    key's next request passed over shards that could take its job (and a replay of one in
+    the gap could make a second job)."""
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    key = "invalid-after"
+    order = order_of(key)
+    missing = next(
+        f"job-{n}" for n in range(1000, 2000) if Layout(SHARDS).job_shard(f"job-{n}") == order[-1]
+    )
+    headers = {"Idempotency-Key": key}
+    refused = api.post("/jobs", json={"command": "x", "after": [missing]}, headers=headers)
+    assert refused.status_code == 400, refused.text
+    assert marks(rclient, settings, key) == [None] * SHARDS
+    register(api, *(node_on(k, "n") for k in range(SHARDS)))
+    made = assert_json(api.post("/jobs", json={"command": "x"}, headers=headers), 201)
+    assert Layout(SHARDS).job_shard(made["job_id"]) == order[0]
+
+
+def test_a_refused_reuse_of_a_key_keeps_the_marks_its_job_relies_on(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: Any
+) -> None:
+    """A 422 for another request under a key that made a job is no refusal that made nothing:
+    the key's job is on a later shard, and the marks before it send its replay there."""
+    settings = make_settings(shards=SHARDS)
+    api = make_client(settings)
+    key = "mismatch-keeps"
+    first, second, _ = order_of(key)
+    register(api, node_on(second, "n"))
+    headers = {"Idempotency-Key": key}
+    made = assert_json(api.post("/jobs", json={"command": "x"}, headers=headers), 201)
+    assert Layout(SHARDS).job_shard(made["job_id"]) == second
+    refused = api.post("/jobs", json={"command": "other"}, headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert marks(rclient, settings, key)[first] == b"-"
+    register(api, node_on(first, "n"))
+    assert assert_json(api.post("/jobs", json={"command": "x"}, headers=headers)) == made
+    assert [job["job_id"] for job in every_job(api)] == [made["job_id"]]
 
 
 def test_a_keyed_create_passing_over_a_shard_that_lost_its_data_restores_it_first(

@@ -14,7 +14,7 @@ from scheduler.models.job import MAX_WAITERS, Job, due_of
 from scheduler.models.record import Parts, creation_parts, wire
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
-from scheduler.store.errors import IdempotencyMismatch, StoreNotReady
+from scheduler.store.errors import IdempotencyMismatch, StagedPartLost, StoreNotReady
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.script import Call, Script
@@ -47,6 +47,12 @@ def _created(reply: list[Any], spec: bytes) -> Created:
     if code == codes.DUPLICATE:
         return Created(job=reply[1], duplicate=True)
     return Created(job=wire(reply[1], spec or None), duplicate=False)
+
+
+# What a create (or a pass: PASS_KEY) raises when it made nothing and the key holds no job:
+# NOT_READY, NO_NODES, NOT_STAGED and the refusals of `after`. Not IdempotencyMismatch: the
+# key holds another request's job there.
+UNMADE: tuple[type[Exception], ...] = (StoreNotReady, NoHealthyNodes, StagedPartLost, InvalidInput)
 
 
 def _unread(reply: list[Any]) -> Created:
