@@ -18,8 +18,9 @@ from typing import TypeVar
 from scheduler.models.job import Job
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement
+from scheduler.store.errors import IdempotencyMismatch
 from scheduler.store.jobs import JobStore
-from scheduler.store.scripts.create import ELSEWHERE
+from scheduler.store.scripts.create import ELSEWHERE, UNMADE, unmark_key
 from scheduler.store.scripts.jobs import Created, Dedup
 from scheduler.store.shard_layout import ShardLayout
 from scheduler.store.shards import key_order
@@ -81,7 +82,7 @@ class ShardPlacement:
         since = self.where.upgraded_since()
         if not since or time.time() > since + dedup.ttl:
             return False
-        seen = await self.shards[0].redis.execute("GET", self._key(0, dedup))
+        seen = await self.shards[0].redis.execute("GET", dedup.redis_key(self.shards[0].keys))
         return seen is not None and seen != ELSEWHERE.encode()
 
     def among(self, placement: Placement, shard: int) -> Placement | None:
@@ -125,8 +126,9 @@ class ShardPlacement:
         marked as by a shard with no node for it). So a replay finds the job, and a reuse of
         the key for another request its mismatch, whichever shards may take it then (an
         external registry's nodes changed, another request runs after another shard's
-        jobs), as one shard would. Nothing made: no shard holds the key, and every mark is
-        taken back (a retry must not pass on to shards that made nothing)."""
+        jobs), as one shard would. Nothing made (every shard answered NO_NODES, or one refused
+        the request: `_made_nothing`): the marks this call wrote are taken back (a retry must
+        not pass on to shards that made nothing)."""
         walk, home = await self._key_walk(dedup), await self._home(job)
         makers = {
             shard: here
@@ -142,11 +144,32 @@ class ShardPlacement:
                 return await make(store, replace(makers[shard], elsewhere=i < last))
             except NoHealthyNodes:
                 continue
-        await asyncio.gather(
-            *(self.shards[k].redis.execute("DEL", self._key(k, dedup)) for k in walk)
-        )
+            except Exception as exc:
+                if _made_nothing(exc, passed=shard not in makers):
+                    await self._take_back(dedup, _marked(walk, last, i))
+                raise
+        await self._take_back(dedup, _marked(walk, last, len(walk)))
         raise NoHealthyNodes()
 
-    def _key(self, shard: int, dedup: Dedup) -> str:
-        keys = self.shards[shard].keys
-        return keys.sqs_message(dedup.key) if dedup.space == "sqs" else keys.submission(dedup.key)
+    async def _take_back(self, dedup: Dedup, shards: list[int]) -> None:
+        """The key's marks on `shards` deleted while they read ELSEWHERE (UNMARK_KEY): a
+        request under the key may have made its job on one since. Best effort, the caller's
+        error being the answer: a shard that does not answer keeps its mark (the key's TTL)."""
+        unmarks = (self.shards[k].run(unmark_key(dedup)) for k in shards)
+        await asyncio.gather(*unmarks, return_exceptions=True)
+
+
+def _marked(walk: list[int], last: int, before: int) -> list[int]:
+    """The shards a keyed create marked among the first `before` of its `walk`: each but the
+    last that may make the job (index `last`), which runs without Placement.elsewhere and so
+    never marks (what its key holds is another request's)."""
+    return [shard for i, shard in enumerate(walk[:before]) if i != last]
+
+
+def _made_nothing(exc: Exception, passed: bool) -> bool:
+    """Whether a keyed create that failed with `exc` on a shard (`passed`: passed over, PASS_KEY)
+    made no job: a refusal that makes nothing (create.py UNMADE), or any failure of a pass,
+    which never makes one (every shard before it answered NO_NODES). Not IdempotencyMismatch:
+    the key's job is there, and the marks before it send its replays on to it. Any other
+    failure of a create (Redis gone mid-call) may have made the job: its replay needs them."""
+    return not isinstance(exc, IdempotencyMismatch) and (passed or isinstance(exc, UNMADE))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +14,8 @@ from scheduler.models.job import MAX_WAITERS, Job, due_of
 from scheduler.models.record import Parts, creation_parts, wire
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
-from scheduler.store.errors import IdempotencyMismatch, StoreNotReady
+from scheduler.store.errors import IdempotencyMismatch, StagedPartLost, StoreNotReady
+from scheduler.store.keys import Keys
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.script import Call, Script
 from scheduler.store.shards import UNSHARDED, Numbering
@@ -48,6 +49,12 @@ def _created(reply: list[Any], spec: bytes) -> Created:
     return Created(job=wire(reply[1], spec or None), duplicate=False)
 
 
+# What a create (or a pass: PASS_KEY) raises when it made nothing and the key holds no job:
+# NOT_READY, NO_NODES, NOT_STAGED and the refusals of `after`. Not IdempotencyMismatch: the
+# key holds another request's job there.
+UNMADE: tuple[type[Exception], ...] = (StoreNotReady, NoHealthyNodes, StagedPartLost, InvalidInput)
+
+
 def _unread(reply: list[Any]) -> Created:
     raise TypeError("a create's reply is read by its call (create_job), which knows its spec")
 
@@ -63,8 +70,25 @@ class Dedup:
     ttl: int
     fingerprint: str = ""
 
+    def redis_key(self, keys: Keys) -> str:
+        """The key that remembers what `key` made (the scripts': _DEDUP_KEY)."""
+        return _SPACE_KEYS.get(self.space, _OTHER_SPACES)(keys, self.key)
+
 
 NO_DEDUP = Dedup("", "", 0)
+
+# The Keys member that remembers an idempotency key of each space (Dedup.space); any other
+# space's is a POST /jobs Idempotency-Key's. Dedup.redis_key reads it, and the scripts' Lua
+# (_DEDUP_KEY, of dedup_space and dedup_key) is written from it: one choice for both.
+_SPACE_KEYS: dict[str, Callable[[Keys, str], str]] = {"sqs": Keys.sqs_message}
+_OTHER_SPACES = Keys.submission
+_DEDUP_KEY = (
+    "".join(
+        f'dedup_space == "{space}" and K.{of.__name__}(dedup_key) or '
+        for space, of in _SPACE_KEYS.items()
+    )
+    + f"K.{_OTHER_SPACES.__name__}(dedup_key)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +107,12 @@ NO_ASKS = Asks()
 # scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
 # The mark of an idempotency key a shard passed on to a later shard (store/shard_placement.py).
 ELSEWHERE = "-"
+
+# A Redis that came back empty must get its snapshot back before a new job takes an id the
+# snapshot already holds, or a key is marked in it (snapshot.restore_if_empty sets the
+# marker). CREATE_JOB's and PASS_KEY's first check.
+_READY = """if redis.call("EXISTS", K.initialised) == 0 then return unmade({NOT_READY}) end
+"""
 
 # A key seen before (`seen`, the value of its key `dedup`): the job it made, MISMATCH for
 # another request, or passed on to a later shard. CREATE_JOB's and PASS_KEY's check.
@@ -115,19 +145,16 @@ _NEW_JOB = """
 -- elsewhere = 1: another shard may take the job (store/sharded.py): with no node for it,
 -- NO_NODES rather than made unplaced, its idempotency key then marked ELSEWHERE.
 local ELSEWHERE = "{ELSEWHERE}"
--- A Redis that came back empty must get its snapshot back before a new job takes an id the
--- snapshot already holds (snapshot.restore_if_empty sets the marker).
 local function unmade(reply)
   if spec_staged ~= "" then redis.call("DEL", K.staged(spec_staged)) end
   return reply
 end
-if redis.call("EXISTS", K.initialised) == 0 then return unmade({NOT_READY}) end
-if spec_staged ~= "" and redis.call("EXISTS", K.staged(spec_staged)) == 0 then
+{READY}if spec_staged ~= "" and redis.call("EXISTS", K.staged(spec_staged)) == 0 then
   return {NOT_STAGED}
 end
 local dedup = false
 if tonumber(dedup_ttl) > 0 then
-  dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
+  dedup = {DEDUP_KEY}
   local seen = redis.call("GET", dedup)
 {KEY_SEEN}end
 {AFTER_CHECKS}local ask = {cpus = tonumber(cpus), memory_mb = tonumber(memory_mb),
@@ -155,7 +182,9 @@ local n = draw_number(K.job_seq, shards, shard, id_floor)
 local id = "job-" .. n
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
   .. string.sub(record, 2)
-""".replace("{KEY_SEEN}", _KEY_SEEN).replace("{ELSEWHERE}", ELSEWHERE)
+"""
+_NEW_JOB = _NEW_JOB.replace("{READY}", _READY).replace("{DEDUP_KEY}", _DEDUP_KEY)
+_NEW_JOB = _NEW_JOB.replace("{KEY_SEEN}", _KEY_SEEN).replace("{ELSEWHERE}", ELSEWHERE)
 _STORE_NEW = """
 local score = status == "pending" and queue_score(n, priority) or n
 if status == "pending" and node == "" then  -- the last field (models.job): appended
@@ -244,16 +273,21 @@ PASS_KEY = Script(
     "dedup_space dedup_key dedup_ttl fingerprint",
     """
 -- A keyed create's pass over a shard that may not make its job (store/shard_placement.py
--- keyed): the key checked as CREATE_JOB checks it, and where it is new, marked ELSEWHERE as
--- a shard with no node for the job marks it, so a replay passes on from here too.
+-- keyed): the Redis and the key checked as CREATE_JOB checks them, and where the key is new,
+-- marked ELSEWHERE as a shard with no node for the job marks it, so a replay passes on from
+-- here too.
 -- Returns {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH} | {NO_NODES}
+--   | {NOT_READY}
 local ELSEWHERE = "{ELSEWHERE}"
 local function unmade(reply) return reply end
-local dedup = dedup_space == "sqs" and K.sqs_message(dedup_key) or K.submission(dedup_key)
+{READY}local dedup = {DEDUP_KEY}
 local seen = redis.call("GET", dedup)
 {KEY_SEEN}redis.call("SET", dedup, ELSEWHERE, "EX", tonumber(dedup_ttl))
 return {NO_NODES}
-""".replace("{KEY_SEEN}", textwrap.dedent(_KEY_SEEN)).replace("{ELSEWHERE}", ELSEWHERE),
+""".replace("{READY}", _READY)
+    .replace("{DEDUP_KEY}", _DEDUP_KEY)
+    .replace("{KEY_SEEN}", textwrap.dedent(_KEY_SEEN))
+    .replace("{ELSEWHERE}", ELSEWHERE),
     lambda reply: _created(reply, b""),
 )
 
@@ -265,6 +299,27 @@ def pass_key(dedup: Dedup) -> Call[Created]:
         dedup_ttl=dedup.ttl,
         fingerprint=dedup.fingerprint,
     )
+
+
+UNMARK_KEY = Script(
+    "UNMARK_KEY",
+    "dedup_space dedup_key",
+    """
+-- A keyed create's mark taken back when no shard made its job (store/shard_placement.py
+-- keyed): only while it reads ELSEWHERE, never the job another request under the key made
+-- here since.
+-- Returns 1 (taken back) | 0 (no mark: left as it is)
+local dedup = {DEDUP_KEY}
+if redis.call("GET", dedup) ~= "{ELSEWHERE}" then return 0 end
+redis.call("DEL", dedup)
+return 1
+""".replace("{DEDUP_KEY}", _DEDUP_KEY).replace("{ELSEWHERE}", ELSEWHERE),
+    lambda reply: reply == 1,
+)
+
+
+def unmark_key(dedup: Dedup) -> Call[bool]:
+    return UNMARK_KEY.call(dedup_space=dedup.space, dedup_key=dedup.key)
 
 
 def create_job(
