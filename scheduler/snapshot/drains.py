@@ -11,10 +11,7 @@ so the next one writes again."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import sqlite3
 
 from redis.lock import Lock
 
@@ -53,23 +50,11 @@ def write_changes(store: SyncJobStore, path: str, lock: Lock) -> int:
     return len(rows)
 
 
-def _rows(path: str) -> list[tuple[str, str]]:
-    """Every row of `drains`; none for a file without the table (older than drains)."""
-    if path == ":memory:" or not os.path.isfile(path):
-        return []
-    with contextlib.closing(snapshot_db.open_reader(path)) as conn:
-        try:
-            found = conn.execute("SELECT node, drained_by FROM drains").fetchall()
-        except sqlite3.OperationalError:
-            return []
-    return [(str(node), str(by)) for node, by in found]
-
-
 def restore(store: SyncJobStore, path: str) -> int:
     """Put back the drains of the file `path` (beside any Redis holds); returns how many.
     They count as a change, so the next snapshot writes the table again: the same rows, or,
     from another file, into SCHEDULER_DB."""
-    rows = _rows(path)
+    rows = snapshot_db.table_rows(path, "SELECT node, drained_by FROM drains")
     if rows:
         keys = store.keys
         with store.redis.pipeline(transaction=True) as pipe:

@@ -12,10 +12,7 @@ one HMGET a snapshot."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import sqlite3
 
 from redis.lock import Lock
 
@@ -51,22 +48,7 @@ def write_changes(store: SyncJobStore, path: str, lock: Lock) -> int:
 
 def filed(path: str) -> dict[str, str]:
     """The record the file `path` holds (none: not shard 0's file of a sharded deployment)."""
-    return dict(_rows(path))
-
-
-def _rows(path: str) -> list[tuple[str, str]]:
-    """The file's record; none for a file without the table (unsharded, or from before).
-    Raises SnapshotFileError for a file that is not SQLite."""
-    if path == ":memory:" or not os.path.isfile(path):
-        return []
-    with contextlib.closing(snapshot_db.open_reader(path)) as conn:
-        try:
-            rows = conn.execute("SELECT field, value FROM shards").fetchall()
-        except sqlite3.OperationalError:
-            return []
-        except sqlite3.DatabaseError as exc:
-            raise snapshot_db.SnapshotFileError(f"{path}: not a SQLite snapshot: {exc}") from None
-    return [(str(field), str(value)) for field, value in rows]
+    return dict(snapshot_db.table_rows(path, "SELECT field, value FROM shards"))
 
 
 def restore(store: SyncJobStore, path: str, mark_dirty: bool) -> bool:
@@ -74,14 +56,13 @@ def restore(store: SyncJobStore, path: str, mark_dirty: bool) -> bool:
     deployment's own: never replaced); returns whether it did. With `mark_dirty` (a file
     other than SCHEDULER_DB, as the jobs restored with it) it is not marked as filed, so the
     next snapshot writes it to SCHEDULER_DB too."""
-    rows = _rows(path)
-    keys = store.keys
+    record, keys = filed(path), store.keys
     # Nothing else writes it meanwhile: RECORD_SHARDS waits for the restore's marker.
-    if not rows or store.redis.exists(keys.shards):
+    if not record or store.redis.exists(keys.shards):
         return False
-    record = dict(rows)
-    filed_as = [] if mark_dirty else [(FILED, record.get("since", ""))]
-    store.redis.hset(keys.shards, mapping=dict([*rows, *filed_as]))
+    if not mark_dirty:
+        record[FILED] = record.get("since", "")
+    store.redis.hset(keys.shards, mapping=dict(record.items()))
     log.info("restore: the layout of %s shards from %s", record.get("count"), path)
     return True
 
