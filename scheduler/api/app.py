@@ -33,7 +33,7 @@ from scheduler.api.ui_headers import UIHeaders
 from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
 from scheduler.nodes.registry import NodeSource, node_source
-from scheduler.snapshot.layout import check_layout
+from scheduler.snapshot.layout import check_layout_if_reachable
 from scheduler.snapshot.restore import restore_at_start
 from scheduler.store.errors import StoreNotReady
 from scheduler.store.jobs import JobStore
@@ -92,10 +92,7 @@ async def open_store(settings: Settings) -> Store:
     layout's shards), each shard's snapshot restored into a Redis that lost its data
     (snapshot.py), then a sharded deployment's layout read (store/sharded.py; while Redis is
     unreachable, on first use)."""
-    try:
-        await asyncio.to_thread(check_layout, settings)
-    except (RedisError, OSError) as exc:
-        log.warning("the shard count not checked, Redis unavailable: %s", exc)
+    await asyncio.to_thread(check_layout_if_reachable, settings, log)
     store = JobStore.connect(settings) if settings.shards == 1 else ShardedStore.connect(settings)
     await restore_at_start(settings)
     if isinstance(store, ShardedStore):

@@ -90,12 +90,11 @@ def open_to_the_network(host: str, settings: Settings, insecure: bool) -> str:
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
-    from redis.exceptions import RedisError
 
     from scheduler.api.app import create_app
     from scheduler.api.boundary import with_listen_address
     from scheduler.cli.lifeline import SERVE_PID_ENV
-    from scheduler.snapshot.layout import check_layout
+    from scheduler.snapshot.layout import check_layout_if_reachable
     from scheduler.snapshot.restore import restore_at_process_start
     from scheduler.store.errors import LayoutChanged
 
@@ -136,12 +135,10 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     # processes of the old version run. Each app's lifespan then finds it answered.
     # The shard count first: a restore into another count's shards would scatter copies.
     try:
-        check_layout(settings)
+        check_layout_if_reachable(settings, log)
     except LayoutChanged as exc:
         print(f"scheduler serve: {exc}", file=sys.stderr)
         return 2
-    except (RedisError, OSError) as exc:
-        log.warning("the shard count not checked, Redis unavailable: %s", exc)
     for shard in range(settings.shards):
         restore_at_process_start(settings.for_shard(shard))
     if args.workers == 1:

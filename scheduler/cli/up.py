@@ -335,15 +335,11 @@ def _check_layout(settings: Settings) -> None:
     it, and so is a snapshot file that is not SQLite when the count is looked for in it
     (Redis lost its data: the API's restore would die on it); Redis unavailable is the API's
     to report, as without this check."""
-    from redis.exceptions import RedisError
-
     from scheduler.snapshot.db import SnapshotFileError
-    from scheduler.snapshot.layout import check_layout
+    from scheduler.snapshot.layout import check_layout_if_reachable
 
     try:
-        check_layout(settings)
-    except (RedisError, OSError) as exc:
-        log.warning("the shard count not checked, Redis unavailable: %s", exc)
+        check_layout_if_reachable(settings, log)
     except SnapshotFileError as exc:
         raise UpError(str(exc)) from None
 

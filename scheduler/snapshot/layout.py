@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 
+from redis.exceptions import RedisError
 from redis.lock import Lock
 
 from scheduler.config import Settings
@@ -77,6 +78,15 @@ def check_layout(settings: Settings) -> None:
         recorded, lost = _recorded_count(store)
     in_file = recorded is None and lost
     check_count(filed(settings.scheduler_db).get("count") if in_file else recorded, settings.shards)
+
+
+def check_layout_if_reachable(settings: Settings, log: logging.Logger) -> None:
+    """check_layout, save that a Redis not answering is told to `log` rather than raised: the
+    caller's own start meets that Redis next, and reports or waits for it."""
+    try:
+        check_layout(settings)
+    except (RedisError, OSError) as exc:
+        log.warning("the shard count not checked, Redis unavailable: %s", exc)
 
 
 def _recorded_count(store: SyncJobStore) -> tuple[bytes | None, bool]:
