@@ -103,8 +103,6 @@ class Asks:
 
 NO_ASKS = Asks()
 
-# A new job's script, shared by CREATE_JOB and CREATE_AFTER (one that runs after others): two
-# scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
 # The mark of an idempotency key a shard passed on to a later shard (store/shard_placement.py).
 ELSEWHERE = "-"
 
@@ -124,6 +122,8 @@ _KEY_SEEN = """  if seen == ELSEWHERE then return unmade({NO_NODES}) end  -- mad
   end
 """
 
+# A new job's script, shared by CREATE_JOB and CREATE_AFTER (one that runs after others): two
+# scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
 _NEW_JOB = """
 -- record: the head of the job's record (models/record.py) without job_id and node_id,
 -- which this fills in; spec_staged: the token of its spec staged apart ("": none, the head
