@@ -414,7 +414,8 @@ def test_an_upgrade_to_three_shards_keeps_what_was_in_flight(
         queued = submit(old, command="queued")["job_id"]
         service = assert_json(old.post("/services", json={"node_id": node, "port": 80}), 201)
         body = {"name": "s", "every_secs": 10, "job": {"command": "tick"}}
-        assert old.post("/schedules", json=body).status_code == 201
+        # Fired at its first tick exactly: one tick due, wherever the clock stands.
+        tick = parse_rfc3339(assert_json(old.post("/schedules", json=body), 201)["next_run_at"])
         before = {j["job_id"]: j for j in assert_json(old.get("/jobs"))}
     settings = make_settings(shards=SHARDS, max_jobs_per_node=10)
     api = make_client(settings)
@@ -448,7 +449,7 @@ def test_an_upgrade_to_three_shards_keeps_what_was_in_flight(
         assert store.promote_due(now + 3601) == [later]  # shard 0's worker, once it is due
         context.configure(zero)
         try:
-            fired = asyncio.run(firing.fire_due(context.current(), now + 11, BuiltinRegistry()))
+            fired = asyncio.run(firing.fire_due(context.current(), tick, BuiltinRegistry()))
         finally:
             context.close()
     assert fired["schedule_fired"] + fired["schedule_caught_up"] == 1

@@ -188,24 +188,6 @@ def open_reader(path: str) -> sqlite3.Connection:
     return sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None)
 
 
-def table_rows(path: str, query: str) -> list[tuple[str, str]]:
-    """The rows `query` reads from the snapshot file `path`, as text; none when there is no
-    file, or it lacks the table (a file from before that table was added). Raises
-    SnapshotFileError for a file that is not SQLite."""
-    if path == ":memory:" or not os.path.isfile(path):
-        return []
-    conn = open_reader(path)
-    try:
-        rows = conn.execute(query).fetchall()
-    except sqlite3.OperationalError:
-        return []
-    except sqlite3.DatabaseError as exc:
-        raise SnapshotFileError(f"{path}: not a SQLite snapshot: {exc}") from None
-    finally:
-        conn.close()
-    return [(str(a), str(b)) for a, b in rows]
-
-
 def _select(conn: sqlite3.Connection) -> str | None:
     """The query reading every row in NAMES order, or None if the file has no jobs table."""
     try:

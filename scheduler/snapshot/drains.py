@@ -15,8 +15,8 @@ import logging
 
 from redis.lock import Lock
 
-from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.locking import fenced_transaction
+from scheduler.snapshot.tables import table_rows
 from scheduler.store.sync_store import SyncJobStore
 
 log = logging.getLogger("scheduler.snapshot")
@@ -54,7 +54,7 @@ def restore(store: SyncJobStore, path: str) -> int:
     """Put back the drains of the file `path` (beside any Redis holds); returns how many.
     They count as a change, so the next snapshot writes the table again: the same rows, or,
     from another file, into SCHEDULER_DB."""
-    rows = snapshot_db.table_rows(path, "SELECT node, drained_by FROM drains")
+    rows = table_rows(path, "SELECT node, drained_by FROM drains")
     if rows:
         keys = store.keys
         with store.redis.pipeline(transaction=True) as pipe:

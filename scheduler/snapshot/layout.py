@@ -18,8 +18,8 @@ from redis.exceptions import RedisError
 from redis.lock import Lock
 
 from scheduler.config import Settings
-from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.locking import fenced_transaction, open_store
+from scheduler.snapshot.tables import table_rows
 from scheduler.store.scripts.layout import FILED, check_count
 from scheduler.store.sync_store import SyncJobStore
 
@@ -49,7 +49,7 @@ def write_changes(store: SyncJobStore, path: str, lock: Lock) -> int:
 
 def filed(path: str) -> dict[str, str]:
     """The record the file `path` holds (none: not shard 0's file of a sharded deployment)."""
-    return dict(snapshot_db.table_rows(path, "SELECT field, value FROM shards"))
+    return dict(table_rows(path, "SELECT field, value FROM shards"))
 
 
 def restore(store: SyncJobStore, path: str, mark_dirty: bool) -> bool:
