@@ -69,7 +69,7 @@ def test_a_delayed_job_asking_a_label_waits_on_the_shard_that_has_it(
     """A delayed job that asks a fit is placed when due, by its own shard's nodes: it is made
     on a shard with a node that matches it, so when due it runs there, as on one shard (it
     was made on whichever shard's turn it was, and waited there for a node none had)."""
-    settings = make_settings(shards=SHARDS, node_ttl_secs=3600)
+    settings = make_settings(shards=SHARDS, node_ttl_secs=86_400)
     api = make_client(settings)
     gpu = node_on(2, "gpu")
     register(api, node_on(0, "cpu"), node_on(1, "cpu"))
