@@ -331,9 +331,13 @@ class JobStore(ScheduleCalls):
     async def retry(
         self, job_ids: builtins.list[str], placement: Placement, now: float
     ) -> builtins.list[Retried]:
-        """Failed jobs started over (scripts.retry.RETRY_JOBS), placed as new jobs are."""
-        ttl = self.settings.node_ttl_secs
-        retried = await self.run(retry.retry_jobs(job_ids, placement, now, ttl))
+        """Failed jobs started over (scripts.retry.RETRY_JOBS), placed as new jobs are: in
+        calls of bounded work, each taking the ids the one before left, in order."""
+        ttl, retried = self.settings.node_ttl_secs, builtins.list[Retried]()
+        while len(retried) < len(job_ids):
+            call = retry.retry_jobs(job_ids[len(retried) :], placement, now, ttl)
+            taken: builtins.list[Retried] = await self.run(call)
+            retried += taken
         heads = await self.whole([r.job for r in retried if r.job])
         whole = dict(zip([r.job_id for r in retried if r.job], heads, strict=True))
         return [dataclasses.replace(r, job=whole.get(r.job_id, r.job)) for r in retried]

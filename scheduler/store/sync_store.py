@@ -5,6 +5,7 @@ against the deployment's root. The API's asyncio flavour is jobs.py."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,7 +21,7 @@ from scheduler.store.connection.protocol import is_no_function
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.records import STAGED_SECS, apart_keys, complete, creation
-from scheduler.store.scripts import Call, functions, schedules, snapshot, upkeep
+from scheduler.store.scripts import Call, functions, schedules, settling, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
@@ -103,12 +104,27 @@ class SyncJobStore:
         return self._drain(lambda: upkeep.finish_cancels(cutoff, now, batch), batch)
 
     def rebuild_waiting(self, now: float, batch: int = 500) -> None:
-        """After a restore: the waiting jobs' counters and dependents (REBUILD_WAITING)."""
-        above = 0.0
+        """After a restore: the waiting jobs' counters and dependents (REBUILD_WAITING), from
+        the statuses restored, which the endings left to settle from before would count
+        again: those go first (CLEAR_ENDINGS)."""
+        while self.run(settling.clear_endings(batch)) == batch:
+            pass
+        above, more = 0.0, True
+        while more:
+            more, above = self.run(snapshot.rebuild_waiting(above, batch, now))
+
+    def settle_endings(
+        self, clock: Callable[[], float] = time.time, budget_secs: float = 30.0
+    ) -> settling.Settling:
+        """The waiters of the endings left to settle (SETTLE_ENDINGS), one bounded call after
+        another, each at `clock()`, until none is left or `budget_secs` have passed (the next
+        run goes on). Only a call that found an ending counts."""
+        calls, deadline = 0, time.monotonic() + budget_secs
         while True:
-            read, above = self.run(snapshot.rebuild_waiting(above, batch, now))
-            if read < batch:
-                return
+            settled = self.run(settling.settle_endings(clock()))
+            calls += settled.units > 0
+            if not settled.left or time.monotonic() > deadline:
+                return settling.Settling(calls, settled.left)
 
     def upgrade_retired(self, batch: int = 500) -> int:
         """Change the jobs an earlier version ended with a status of its own to how they end
