@@ -15,13 +15,17 @@ action runs and is measured:
                   of all of them
   retry crowded   a job 1000 others wait for, and 1000 failed ones after it: their retry
                   would make 2000 wait for it (MAX_WAITERS is 1000)
-  drain           DRAIN_NODE of a node with 1000 pending jobs (10 nodes, all live)
+  drain           POST /nodes/{id}/drain of a node with 1000 pending jobs (10 nodes, all live)
+  delete node     DELETE /nodes/{id} of a node with 1000 pending jobs (the sweep moves the
+                  rest)
   create after    POST /jobs of a job `after` 100 pending ones (the worst of 10)
   ui search       the UI's search through 5000 jobs of 2 KiB commands, none matching
   sweep timeouts  500 running jobs past JOB_TIMEOUT_SECS, each waited for by 10 jobs
   promote due     500 delayed jobs come due
   restore rebuild after a restore, the counts of 1000 jobs each waiting for 100 (and the
                   endings left to settle from before dropped)
+  restore         the restore of 3000 jobs of 2 KiB commands from the snapshot into an empty
+                  Redis (its longest call from SLOWLOG: 0 when none took 1 ms)
 Per scenario: the longest single call in Redis (INFO commandstats around each script call
 of the action), the calls it took, their Redis time in all, and the wall time from the
 action's start until its work is complete (for this version, the endings left to settle
@@ -37,6 +41,7 @@ scripts (it needs no file of this version).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -56,6 +61,8 @@ from scheduler.config import Settings
 from scheduler.models.job import MAX_WAITERS, JobCreate, JobUpdate, new_job, stamped
 from scheduler.models.registry import Node
 from scheduler.nodes.placement import Placement
+from scheduler.snapshot.restore import restore_if_empty
+from scheduler.snapshot.writer import snapshot_once
 from scheduler.store import jobs as store_jobs
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs as job_scripts
@@ -63,6 +70,11 @@ from scheduler.store.scripts import listing
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts.retry import RetryPolicy, retry_jobs
 from scheduler.store.sync_store import SyncJobStore
+
+try:  # the calls this version sends in pieces; REF may have none
+    from scheduler.store import pieces
+except ImportError:
+    pieces = None  # type: ignore[assignment]
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "bounds"
@@ -98,6 +110,7 @@ class Measured:
     def __init__(self, store: SyncJobStore) -> None:
         self.store, self.usec, self.on = store, [], False
         self.since = 0.0
+        self.counted: tuple[int, int] | None = None  # (calls, usec), when not from `usec`
         run = store.run
 
         def timed(call: Any) -> Any:
@@ -225,23 +238,57 @@ def retry_crowded(store: SyncJobStore, make: Builder, measured: Measured, scale:
 
 def drain(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
     now = time.time()
+    register(store, now)
+    for _ in range(max(2, round(1000 * scale))):
+        make.job()
+    measured.begin()
+    if pieces is None:  # one call
+        done = store.run(node_scripts.drain_node("n0", "operator", "key", False, now, 3600, 1000))
+    else:
+        done = asyncio.run(pieces.drained(_async(store), "n0", "operator", "key", False, now, 3600))
+    return f"{len(done.moved)} moved"
+
+
+def delete_node(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    now = time.time()
+    register(store, now)
+    for _ in range(max(2, round(1000 * scale))):
+        make.job()
+    measured.begin()
+    step = pieces.MOVE_STEP if pieces else store_jobs.DELETE_MOVES
+    moved = store.run(node_scripts.delete_node("n0", now, 3600, step, "key"))
+    return f"{len(moved)} moved at once"
+
+
+def register(store: SyncJobStore, now: float) -> None:
+    """10 compute nodes, n0 to n9, each with 8 cpus."""
     who = node_scripts.Registration("key", "open", False, 100_000, 3600.0, NO_RETRY)
     for n in range(10):
         node = Node(id=f"n{n}", hostname=f"h{n}", cpu_count=8, role="compute")
         blob = msgspec.json.encode(node)
         store.run(node_scripts.register_node(f"n{n}", blob, "compute", now, who, f"t{n}", 1000))
-    for _ in range(max(2, round(1000 * scale))):
-        make.job()
+
+
+def restore(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    """Its calls from the slowest entries of SLOWLOG: the restore runs on its own store."""
+    for i in range(max(2, round(3000 * scale))):
+        make.job(command=f"echo {i} " + "x" * 2000)
+    assert snapshot_once(store.settings) > 0
+    store.redis.flushall()
+    store.redis.config_set("slowlog-log-slower-than", 1000)
+    store.redis.config_set("slowlog-max-len", 10_000)
+    store.redis.slowlog_reset()
+    before = store.redis.info("commandstats").get("cmdstat_fcall", {})
     measured.begin()
-    step = getattr(store_jobs, "MOVES_PER_CALL", store_jobs.DELETE_MOVES)
-    moved = 0
-    while moved < store_jobs.DELETE_MOVES:
-        call = node_scripts.drain_node("n0", "operator", "key", False, now, 3600, step)
-        drained = store.run(call)
-        moved += len(drained.moved)
-        if len(drained.moved) < step:
-            break
-    return f"{moved} moved"
+    restore_if_empty(store.settings)
+    after = store.redis.info("commandstats").get("cmdstat_fcall", {})
+    slow = [e["duration"] for e in store.redis.slowlog_get(10_000) if e["command"][:5] == b"FCALL"]
+    measured.usec = slow  # those of 1 ms or more
+    measured.counted = (
+        after["calls"] - before.get("calls", 0),
+        after["usec"] - before.get("usec", 0),
+    )
+    return f"{count(store, 'pending')} restored"
 
 
 def create_after(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
@@ -256,8 +303,19 @@ def ui_search(store: SyncJobStore, make: Builder, measured: Measured, scale: flo
     for i in range(max(2, round(5000 * scale))):
         make.job(command=f"echo {i} " + "x" * 2000)
     measured.begin()
-    found = store.run(listing.search("", "", 0, "no such text", 5000, 50, 32 << 20))
-    return f"{len(found.jobs)} found"
+    args = ("", "", 0, "no such text", 5000, 50, 32 << 20)
+    if pieces is None:  # one call
+        found = store.run(listing.search(*args))
+    else:
+        found = asyncio.run(pieces.searched(_async(store), *args))
+    return f"{found.looked} looked at, {len(found.jobs)} found"
+
+
+def _async(store: SyncJobStore) -> Callable[[Any], Any]:
+    async def run(call: Any) -> Any:
+        return store.run(call)
+
+    return run
 
 
 def sweep_timeouts(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
@@ -297,30 +355,34 @@ SCENARIOS: dict[str, Scenario] = {
     "bulk retry": bulk_retry,
     "retry crowded": retry_crowded,
     "drain": drain,
+    "delete node": delete_node,
     "create after": create_after,
     "ui search": ui_search,
     "sweep timeouts": sweep_timeouts,
     "promote due": promote_due,
     "restore rebuild": restore_rebuild,
+    "restore": restore,
 }
 
 
 def run_scenario(name: str, scale: float) -> dict[str, Any]:
-    with redis_server() as url:
+    with redis_server() as url, tempfile.TemporaryDirectory(prefix="bounds-db-") as data:
         settings = Settings.from_env(
-            {}, redis_url=url, redis_prefix=PREFIX, scheduler_db=":memory:", max_job_retries=0
-        )
+            {}, redis_url=url, redis_prefix=PREFIX, scheduler_db=f"{data}/bounds.db",
+            max_job_retries=0,
+        )  # fmt: skip
         store = SyncJobStore.connect(settings)
         store.redis.set(Keys(PREFIX).initialised, "benchmark")
         measured = Measured(store)
         outcome = SCENARIOS[name](store, Builder(store), measured, scale)
         usec, wall = measured.usec, time.monotonic() - measured.since
+        calls, total = measured.counted or (len(usec), sum(usec))
         store.close()
     return {
         "scenario": name,
         "longest_ms": max(usec, default=0) / 1000,
-        "calls": len(usec),
-        "redis_ms": sum(usec) / 1000,
+        "calls": calls,
+        "redis_ms": total / 1000,
         "until_done_ms": wall * 1000,
         "outcome": outcome,
     }

@@ -29,6 +29,11 @@ from scheduler.store.shards import Numbering
 
 T = TypeVar("T")
 
+# The jobs one call of the background work handles, each call ~5 ms of Redis at most
+# (benchmarks/script_bounds.py): ending a job (with its event, its attempt, its waiters'
+# capture) costs about twice moving or promoting one.
+ENDINGS_BATCH, MOVES_BATCH = 50, 200
+
 
 class SyncJobStore:
     """Blocking store for the rq workers and the command line."""
@@ -97,7 +102,7 @@ class SyncJobStore:
         values = self.redis.mget(wanted) if places else []
         return complete(heads, places, values)  # type: ignore[arg-type]
 
-    def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
+    def finish_cancels(self, now: float, batch: int = ENDINGS_BATCH) -> list[str]:
         """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not
         reported them cancelled."""
         cutoff = now - self.settings.cancel_grace_secs
@@ -165,7 +170,7 @@ class SyncJobStore:
             self.redis.set(self.keys.records_split, "1")
         return split
 
-    def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
+    def sweep_timeouts(self, now: float, batch: int = ENDINGS_BATCH) -> list[str]:
         """Every run job past JOB_TIMEOUT_SECS timed out: failed, or retried under its own
         policy. `batch` per script call."""
         return self._drain(
@@ -180,7 +185,7 @@ class SyncJobStore:
             batch,
         )
 
-    def promote_due(self, now: float, batch: int = 500) -> list[str]:
+    def promote_due(self, now: float, batch: int = MOVES_BATCH) -> list[str]:
         """The delayed jobs due by `now` become pending (on a live node)."""
         return self._drain(
             lambda: upkeep.promote_due(now, self.settings.node_ttl_secs, batch), batch
@@ -207,7 +212,7 @@ class SyncJobStore:
             if swept.read < batch:
                 return done
 
-    def prune_finished(self, now: float, batch: int = 500) -> list[str]:
+    def prune_finished(self, now: float, batch: int = MOVES_BATCH) -> list[str]:
         """Remove from Redis the jobs finished more than JOB_RETENTION_SECS ago that the
         snapshot already holds (none when the retention is 0: keep forever)."""
         if not self.settings.job_retention_secs:
@@ -237,7 +242,7 @@ class SyncJobStore:
         """The sweep could not read the external registry: the unbroken stretch ends."""
         self.redis.delete(self.keys.registry_readable_since)
 
-    def requeue_lost(self, now: float, limit: int = 500) -> list[Requeued]:
+    def requeue_lost(self, now: float, limit: int = MOVES_BATCH) -> list[Requeued]:
         """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
         script call. Nodes are the built-in registry's, or the external registry's as the
         sweep saw them (`observe_nodes`)."""
@@ -252,7 +257,7 @@ class SyncJobStore:
             if len(batch) < limit:
                 return moved
 
-    def lose_running(self, now: float, limit: int = 500) -> list[Lost]:
+    def lose_running(self, now: float, limit: int = ENDINGS_BATCH) -> list[Lost]:
         """The running jobs of nodes lost for NODE_LOST_SECS: run jobs fail as `node lost`
         (retried on a live node while retries are left), services are placed again."""
         lost: list[Lost] = []
