@@ -83,25 +83,37 @@ NO_RETRY = RetryPolicy(0, 0, 3600)
 
 @contextlib.contextmanager
 def redis_server() -> Iterator[str]:
-    """A redis-server on a free loopback port, no persistence; yields its URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    """A redis-server on a free loopback port, no persistence; yields its URL. A port taken
+    between our check and its bind (another process's server) is tried again elsewhere."""
     with tempfile.TemporaryDirectory(prefix="bounds-redis-") as data:
-        args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", data]
-        args += ["--save", "", "--appendonly", "no"]
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
-        url = f"redis://127.0.0.1:{port}"
+        for _ in range(5):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", data]
+            proc = subprocess.Popen([*args, "--save", "", "--appendonly", "no"],
+                                    stdout=subprocess.DEVNULL)  # fmt: skip
+            url = f"redis://127.0.0.1:{port}"
+            if _ready(url, proc):
+                break
+            proc.kill()
+            proc.wait()
+        else:
+            raise RuntimeError("redis-server did not start")
         try:
-            for _ in range(200):
-                with contextlib.suppress(redis.ConnectionError):
-                    if redis.Redis.from_url(url).ping():
-                        break
-                time.sleep(0.05)
             yield url
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+
+def _ready(url: str, proc: subprocess.Popen[bytes]) -> bool:
+    while proc.poll() is None:
+        with contextlib.suppress(redis.ConnectionError):
+            if redis.Redis.from_url(url).ping():
+                return True
+        time.sleep(0.05)
+    return False
 
 
 class Measured:
@@ -402,7 +414,9 @@ def against(ref: str, names: list[str], scale: float) -> list[dict[str, Any]]:
             env = {**os.environ, "PYTHONPATH": tree}
             args = [sys.executable, __file__, "--json", "--scale", str(scale)]
             args += ["--only", ",".join(names)]
-            done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
+            done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+            if done.returncode:
+                raise RuntimeError(f"{ref}'s run failed:\n{done.stderr}")
             return [json.loads(line) for line in done.stdout.splitlines()]
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=ROOT, check=False)
