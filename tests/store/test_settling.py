@@ -109,7 +109,7 @@ def test_a_cascade_larger_than_a_call_ends_every_waiter_once_in_bounded_pieces(
     assert not list(rclient.scan_iter(keys.endings + "*"))
 
 
-def test_the_workers_promote_task_settles_every_piece_in_one_run(
+def test_settling_goes_on_piece_after_piece_until_none_is_left(
     api: TestClient, store: SyncJobStore, settings: Settings
 ) -> None:
     root = submit(api, command="root")["job_id"]
