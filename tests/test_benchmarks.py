@@ -231,7 +231,6 @@ def test_shard_cost_prints_each_primary() -> None:
     assert len(lines) == 8
 
 
-
 def test_script_bounds_prints_each_scenario() -> None:
     """Each worst case the API accepts, tiny (issue 36): its longest call, and its work done."""
     lines = run_benchmark("benchmarks/script_bounds.py", "--scale", "0.005")
