@@ -229,3 +229,25 @@ def test_shard_cost_prints_each_primary() -> None:
             float(figure)  # a number, whatever it is
     assert lines[7].startswith("Redis CPU ceiling: sharded ")
     assert len(lines) == 8
+
+
+def test_script_bounds_prints_each_scenario() -> None:
+    """Each worst case the API accepts, tiny (issue 36): its longest call, and its work done."""
+    lines = run_benchmark("benchmarks/script_bounds.py", "--scale", "0.005")
+    assert [line.split("  ")[0].strip() for line in lines] == [
+        "graph cancel",
+        "graph failed",
+        "chain cancel",
+        "bulk retry",
+        "retry crowded",
+        "drain",
+        "delete node",
+        "create after",
+        "ui search",
+        "sweep timeouts",
+        "promote due",
+        "restore rebuild",
+        "restore",
+    ]
+    assert all(" longest " in line for line in lines)
+    assert "26 of 26 failed" in lines[0] and "last link failed" in lines[2]

@@ -29,6 +29,7 @@ log = logging.getLogger("workers.tasks")
 
 OUTBOX_BATCH = 500
 FLUSH_BUDGET_SECS = 30.0
+SETTLE_BUDGET_SECS = 10.0  # within promote's rq time limit, its next run a few s late at most
 SNS_TOPIC_PATH = "/topics/job-status/publish"
 
 _encoder = msgspec.json.Encoder()
@@ -77,7 +78,10 @@ def sweep(period: int) -> int:
 def promote(period: int) -> int:
     """The delayed jobs now due become pending (a submitted delay, a retry's backoff), on a
     live node; then, when room may have appeared, the unplaced jobs that fit are placed
-    (README, Placement). Returns how many became pending."""
+    (README, Placement); then the waiters of the endings too large for the script that
+    ended their job are settled (README, Dependencies), one bounded call after another
+    until none is left (or SETTLE_BUDGET_SECS: the next run goes on). Returns how many
+    became pending by the first two."""
     ctx = context.current()
     now = time.time()
     promoted = ctx.store.promote_due(now)
@@ -88,6 +92,10 @@ def promote(period: int) -> int:
     if placed:
         log.info("promote: %d unplaced job(s) placed: %s", len(placed), " ".join(placed[:20]))
         ctx.count(Counter(placed=len(placed)))
+    settled = ctx.store.settle_endings(budget_secs=SETTLE_BUDGET_SECS)
+    if settled.calls:
+        log.info("promote: waiters settled in %d call(s), %d left", settled.calls, settled.left)
+        ctx.count(Counter(settle_calls=settled.calls))
     ctx.record_run("promote", period, now)
     return len(promoted) + len(placed)
 

@@ -32,6 +32,9 @@ class RetryAnswer(msgspec.Struct):
     not_failed: list[str]
     unplaced: list[str]
     blocked: list[str]  # a job it runs after is failed: retry that one too
+    # A job it runs after is waited for by MAX_WAITERS jobs already (a new job's `after`
+    # too). Absent when none is: the answer of earlier versions otherwise.
+    too_many_waiters: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 _decoder = msgspec.json.Decoder(RetryRequest)
@@ -41,6 +44,7 @@ _ANSWER_LISTS = {
     codes.NOT_FAILED: "not_failed",
     codes.NO_NODES: "unplaced",
     codes.BLOCKED: "blocked",
+    codes.TOO_MANY: "too_many_waiters",
 }
 
 
@@ -76,6 +80,8 @@ async def retry_one(request: Request, job_id: str) -> bytes:
         raise HTTPError(503, "no healthy compute nodes")
     if done.code == codes.BLOCKED:
         raise HTTPError(409, "a job it runs after has failed: retry that one first")
+    if done.code == codes.TOO_MANY:
+        raise HTTPError(409, "a job it runs after is waited for by too many jobs already")
     return done.job
 
 
@@ -94,5 +100,7 @@ async def retry_jobs(request: Request) -> Response:
     check_job_ids("job_ids", job_ids, MAX_IDS)
     answer = RetryAnswer([], [], [], [], [])
     for done in await retry_ids(request, job_ids):
+        if done.code == codes.TOO_MANY and answer.too_many_waiters is msgspec.UNSET:
+            answer.too_many_waiters = []
         getattr(answer, _ANSWER_LISTS[done.code]).append(done.job_id)
     return json_bytes(msgspec.json.encode(answer))

@@ -31,6 +31,7 @@ NOTICES = (
     ("skipped", "{} not retried: no longer failed, or gone."),
     ("unplaced", "{} not retried: no healthy compute node to run on."),
     ("blocked", "{} not retried: a job it runs after is failed (retry that one too)."),
+    ("crowded", "{} not retried: a job it runs after has too many jobs waiting for it."),
 )
 
 
@@ -83,6 +84,7 @@ async def retry_failed(request: Request) -> Response:
     counts = {"skipped": done[codes.NOT_FOUND] + done[codes.NOT_FAILED]}
     counts["unplaced"] = done[codes.NO_NODES]
     counts["blocked"] = done[codes.BLOCKED]
+    counts["crowded"] = done[codes.TOO_MANY]
     query.update((name, count) for name, count in counts.items() if count)
     if paused:
         query[REFRESH] = "off"

@@ -41,7 +41,14 @@ def retry(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) ->
     if args.json:
         _print_json(answer, out)
     else:
-        for name in ("retried", "not_found", "not_failed", "unplaced", "blocked"):
+        for name in (
+            "retried",
+            "not_found",
+            "not_failed",
+            "unplaced",
+            "blocked",
+            "too_many_waiters",
+        ):
             if answer.get(name):
                 out.write(f"{name.replace('_', ' ')}: {' '.join(answer[name])}\n")
     return 0 if len(answer.get("retried", [])) == len(set(ids)) else 1

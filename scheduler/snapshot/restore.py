@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -251,11 +252,12 @@ def _load(
             if expire_before is not None:
                 kept = [j for j in jobs if j.finished is None or j.finished >= expire_before]
                 expired, jobs = expired + len(jobs) - len(kept), kept
-            if in_flight is not None:
-                count += in_flight.result()
-                lock.extend(lock_ttl, replace_ttl=True)
-            call = snapshot_scripts.restore_jobs(jobs, mark_dirty)
-            in_flight = sender.submit(store.run, call)
+            for piece in _pieces(jobs):
+                if in_flight is not None:
+                    count += in_flight.result()
+                    lock.extend(lock_ttl, replace_ttl=True)
+                call = snapshot_scripts.restore_jobs(piece, mark_dirty)
+                in_flight = sender.submit(store.run, call)
         if in_flight is not None:
             count += in_flight.result()
     store.rebuild_waiting(now)  # a waiting job's count depends on the others restored
@@ -271,6 +273,26 @@ def _load(
     store.run(snapshot_scripts.finish_restore(highest, marker))
     log.info("%s in %.3f s (next id job-%d)", marker, time.monotonic() - started, highest + 1)
     return RestoreReport(jobs=count, highest_job_number=highest, source=source)
+
+
+# What one RESTORE_JOBS call puts back: about 5 ms of Redis (benchmarks/script_bounds.py),
+# so a restore never holds Redis long, whatever the file holds (a piece has one job at least).
+PIECE_JOBS, PIECE_BYTES = 250, 1 << 20
+
+
+def _pieces(
+    jobs: list[snapshot_scripts.RestoredJob],
+) -> Iterator[list[snapshot_scripts.RestoredJob]]:
+    piece: list[snapshot_scripts.RestoredJob] = []
+    size = 0
+    for job in jobs:
+        if piece and (len(piece) == PIECE_JOBS or size + len(job.record) > PIECE_BYTES):
+            yield piece
+            piece, size = [], 0
+        piece.append(job)
+        size += len(job.record)
+    if piece:
+        yield piece
 
 
 def _check_file_layout(source: str, settings: Settings) -> None:

@@ -26,8 +26,9 @@ from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
 from scheduler.store.keys import Keys
+from scheduler.store.pieces import MOVE_STEP, drained, retried, searched
 from scheduler.store.schedule_calls import ScheduleCalls
-from scheduler.store.scripts import Call, functions, jobs, listing, metrics, retry
+from scheduler.store.scripts import Call, functions, jobs, listing, metrics
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
@@ -57,8 +58,7 @@ Sending: TypeAlias = tuple[Reply, Callable[[Any], T]]
 # ones go past MAX_SERVICES_PER_NODE; past either limit with none to drop, POST /services
 # answers 503 (the Rust agent then runs the service untracked).
 MAX_SERVICES, MAX_SERVICES_PER_NODE = 100_000, 100
-# Jobs a node's deregistration moves in its own script (the sweep moves any others), and
-# that an id passing to a new holder hands back (more: the registration is refused).
+# Jobs an id passing to a new holder hands back (more: the registration is refused).
 DELETE_MOVES = 1000
 SERIES_CHUNK = 60  # the dashboard's minutes one script reads (JobStore.series)
 Moves = list[Requeued]  # (JobStore.list shadows the builtin in its class body)
@@ -211,9 +211,10 @@ class JobStore(ScheduleCalls):
     async def search(
         self, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
     ) -> listing.Found:
-        """The UI's search (scripts.listing.SEARCH), its jobs' records whole."""
+        """The UI's search (scripts.listing.SEARCH, in pieces: search.py), its jobs' records
+        whole."""
         budget = self.settings.max_page_bytes
-        found = await self.run(listing.search(node_id, status, bound, needle, scan, limit, budget))
+        found = await searched(self.run, node_id, status, bound, needle, scan, limit, budget)
         return dataclasses.replace(found, jobs=await self.whole(found.jobs))
 
     async def live_compute(self, now: float) -> int:
@@ -331,18 +332,19 @@ class JobStore(ScheduleCalls):
     async def retry(
         self, job_ids: builtins.list[str], placement: Placement, now: float
     ) -> builtins.list[Retried]:
-        """Failed jobs started over (scripts.retry.RETRY_JOBS), placed as new jobs are."""
+        """Failed jobs started over (scripts.retry.RETRY_JOBS), placed as new jobs are: in
+        calls of bounded work (pieces.py)."""
         ttl = self.settings.node_ttl_secs
-        retried = await self.run(retry.retry_jobs(job_ids, placement, now, ttl))
-        heads = await self.whole([r.job for r in retried if r.job])
-        whole = dict(zip([r.job_id for r in retried if r.job], heads, strict=True))
-        return [dataclasses.replace(r, job=whole.get(r.job_id, r.job)) for r in retried]
+        done = await retried(self.run, job_ids, placement, now, ttl)
+        heads = await self.whole([r.job for r in done if r.job])
+        whole = dict(zip([r.job_id for r in done if r.job], heads, strict=True))
+        return [dataclasses.replace(r, job=whole.get(r.job_id, r.job)) for r in done]
 
     async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:
-        """Deregister a node; its pending jobs move to live nodes (the first DELETE_MOVES
-        here, any others at the next sweep)."""
+        """Deregister a node; its pending jobs move to live nodes (the first MOVE_STEP here,
+        any others at the next sweep: pieces.py)."""
         ttl = self.settings.node_ttl_secs
-        call = node_scripts.delete_node(node_id, now, ttl, DELETE_MOVES, caller)
+        call = node_scripts.delete_node(node_id, now, ttl, MOVE_STEP, caller)
         return await self.run(call)
 
     async def drain_node(
@@ -355,11 +357,11 @@ class JobStore(ScheduleCalls):
         listed: bool = False,
     ) -> node_scripts.Drained:
         """Drain a node (scripts.nodes.DRAIN_NODE): nothing new goes to it or starts there,
-        its jobs not running move to other nodes (the first DELETE_MOVES; a drain again moves
-        more). `listed`: the external registry lists it (REGISTRY_URL)."""
+        its jobs not running move to other nodes (the first DRAIN_MOVES, in calls of
+        MOVE_STEP: pieces.py; a drain again moves more). `listed`: the external registry
+        lists it (REGISTRY_URL)."""
         ttl = self.settings.node_ttl_secs
-        call = node_scripts.drain_node(node_id, by, caller, listed, now, ttl, DELETE_MOVES)
-        return await self.run(call)
+        return await drained(self.run, node_id, by, caller, listed, now, ttl)
 
     async def undrain_node(
         self, node_id: str, *, caller: str = "key", listed: bool = False

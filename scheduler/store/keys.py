@@ -10,10 +10,9 @@ braces). Redis Cluster refuses a script whose keys lie in different slots, and o
 inside Lua (the poll walks a node's queue, a transition finds the job's node); a key's slot is
 the hash of its tag alone, so the tag puts a shard, rq's keys included, in one slot; a
 deployment spreads over primaries as shards, each a `Keys` of its own (shards.py). Before the
-tag, keys were "P:..." and rq's "rq:..."; store/migrate.py renames such a layout at start.
-
-The layout is docs/ARCHITECTURE.md's "Redis keys" table (a key added here gets its row there);
-rq builds its own keys under RQ_KEY_PREFIX = T:rq (workers/rq_prefix.py sets it).
+tag, keys were "P:..." and rq's "rq:..."; store/migrate.py renames such a layout at start. The
+layout is docs/ARCHITECTURE.md's "Redis keys" table (a key added here gets its row there); rq
+builds its own keys under RQ_KEY_PREFIX = T:rq (workers/rq_prefix.py sets it).
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ class Keys:
     prefix: str
 
     @property
-    def tag(self) -> str:
-        """The hash tag every key of the deployment starts with: its Redis Cluster slot."""
+    def tag(self) -> str:  # the hash tag every key of the deployment starts with: its slot
         return "{" + self.prefix + "}"
 
     @property
@@ -68,13 +66,18 @@ class Keys:
         return self._k("delayed")
 
     @property
-    def waiting(self) -> str:
-        """Hash: a waiting job's id -> how many of the jobs it runs after are not done."""
+    def waiting(self) -> str:  # hash: a waiting job's id -> how many it waits for, not done
         return self._k("waiting")
 
-    def dependents(self, job_id: str) -> str:
-        """Set: the waiting jobs that run after `job_id`."""
+    def dependents(self, job_id: str) -> str:  # set: the waiting jobs that run after it
         return self._k(f"dependents:{job_id}")
+
+    @property
+    def endings(self) -> str:  # zset, scores 0: the endings whose waiters are still to settle
+        return self._k("endings")
+
+    def ending_waiters(self, number: str) -> str:  # set: those of the ending of event `number`
+        return self._k(f"endings:{number}")
 
     @property
     def finished(self) -> str:
@@ -123,19 +126,16 @@ class Keys:
     def node_room(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:room")
 
-    def nodes_offer(self, what: str) -> str:
-        """Zset: each compute node's offer of `what` (cpus, memory_mb)."""
+    def nodes_offer(self, what: str) -> str:  # zset: each compute node's offer of cpus, memory_mb
         return self._k(f"nodes:offer:{what}")
 
-    def nodes_free(self, what: str) -> str:
-        """Zset: each compute node's free `what`: its offer less what its jobs hold."""
+    def nodes_free(self, what: str) -> str:  # zset: its offer less what its jobs hold, per node
         return self._k(f"nodes:free:{what}")
 
     def node_held(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:held")
 
-    def label_nodes(self, label: str) -> str:
-        """Set: the compute nodes with label `key=value`."""
+    def label_nodes(self, label: str) -> str:  # set: the compute nodes with label `key=value`
         return self._k(f"label:{label}")
 
     @property
@@ -380,7 +380,7 @@ LAYOUT_ROOTS = frozenset(
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
         "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts", "waiting",
         "dependents", "ui", "authfail", "series", "series-retention", "label", "unplaced",
-        "records", "staged", "shards",
+        "records", "staged", "shards", "endings",
     }
 )  # fmt: skip
 

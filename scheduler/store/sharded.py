@@ -24,6 +24,7 @@ from scheduler.store.connection.protocol import Reply
 from scheduler.store.errors import ServiceNotFound
 from scheduler.store.jobs import JobStore, Moves, Sending
 from scheduler.store.merging import merged, merged_search, merged_services, number_of
+from scheduler.store.pieces import searched
 from scheduler.store.schedule_calls import ScheduleCalls
 from scheduler.store.scripts import Call, jobs, listing
 from scheduler.store.scripts import nodes as node_scripts
@@ -256,8 +257,10 @@ class ShardedStore(ScheduleCalls):
             store = await self.of_node(node_id)
             return await store.search(node_id, status, bound, needle, scan, limit)
         budget = max(1, self.settings.max_page_bytes // len(self.shards))
-        call = listing.search(node_id, status, bound, needle, scan, limit, budget)
-        found = merged_search(await self._each(lambda s: s.run(call)), limit)
+        pages = await self._each(
+            lambda s: searched(s.run, node_id, status, bound, needle, scan, limit, budget)
+        )
+        found = merged_search(pages, limit)
         return dataclasses.replace(found, jobs=await self.whole(found.jobs))
 
     async def overview(self) -> overview_scripts.Overview:

@@ -5,6 +5,7 @@ against the deployment's root. The API's asyncio flavour is jobs.py."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -20,13 +21,18 @@ from scheduler.store.connection.protocol import is_no_function
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.records import STAGED_SECS, apart_keys, complete, creation
-from scheduler.store.scripts import Call, functions, schedules, snapshot, upkeep
+from scheduler.store.scripts import Call, functions, schedules, settling, snapshot, upkeep
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 from scheduler.store.scripts.replies import Lost, Requeued
 from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.shards import Numbering
 
 T = TypeVar("T")
+
+# The jobs one call of the background work handles, each call ~5 ms of Redis at most
+# (benchmarks/script_bounds.py): ending a job (with its event, its attempt, its waiters'
+# capture) costs about twice moving or promoting one.
+ENDINGS_BATCH, MOVES_BATCH = 50, 200
 
 
 class SyncJobStore:
@@ -96,19 +102,34 @@ class SyncJobStore:
         values = self.redis.mget(wanted) if places else []
         return complete(heads, places, values)  # type: ignore[arg-type]
 
-    def finish_cancels(self, now: float, batch: int = 500) -> list[str]:
+    def finish_cancels(self, now: float, batch: int = ENDINGS_BATCH) -> list[str]:
         """Cancel the jobs asked to stop more than CANCEL_GRACE_SECS ago whose agent has not
         reported them cancelled."""
         cutoff = now - self.settings.cancel_grace_secs
         return self._drain(lambda: upkeep.finish_cancels(cutoff, now, batch), batch)
 
     def rebuild_waiting(self, now: float, batch: int = 500) -> None:
-        """After a restore: the waiting jobs' counters and dependents (REBUILD_WAITING)."""
-        above = 0.0
+        """After a restore: the waiting jobs' counters and dependents (REBUILD_WAITING), from
+        the statuses restored, which the endings left to settle from before would count
+        again: those go first (CLEAR_ENDINGS)."""
+        while self.run(settling.clear_endings(batch)) == batch:
+            pass
+        above, more = 0.0, True
+        while more:
+            more, above = self.run(snapshot.rebuild_waiting(above, batch, now))
+
+    def settle_endings(
+        self, clock: Callable[[], float] = time.time, budget_secs: float = 30.0
+    ) -> settling.Settling:
+        """The waiters of the endings left to settle (SETTLE_ENDINGS), one bounded call after
+        another, each at `clock()`, until none is left or `budget_secs` have passed (the next
+        run goes on). Only a call that found an ending counts."""
+        calls, deadline = 0, time.monotonic() + budget_secs
         while True:
-            read, above = self.run(snapshot.rebuild_waiting(above, batch, now))
-            if read < batch:
-                return
+            settled = self.run(settling.settle_endings(clock()))
+            calls += settled.units > 0
+            if not settled.left or time.monotonic() > deadline:
+                return settling.Settling(calls, settled.left)
 
     def upgrade_retired(self, batch: int = 500) -> int:
         """Change the jobs an earlier version ended with a status of its own to how they end
@@ -149,7 +170,7 @@ class SyncJobStore:
             self.redis.set(self.keys.records_split, "1")
         return split
 
-    def sweep_timeouts(self, now: float, batch: int = 500) -> list[str]:
+    def sweep_timeouts(self, now: float, batch: int = ENDINGS_BATCH) -> list[str]:
         """Every run job past JOB_TIMEOUT_SECS timed out: failed, or retried under its own
         policy. `batch` per script call."""
         return self._drain(
@@ -164,7 +185,7 @@ class SyncJobStore:
             batch,
         )
 
-    def promote_due(self, now: float, batch: int = 500) -> list[str]:
+    def promote_due(self, now: float, batch: int = MOVES_BATCH) -> list[str]:
         """The delayed jobs due by `now` become pending (on a live node)."""
         return self._drain(
             lambda: upkeep.promote_due(now, self.settings.node_ttl_secs, batch), batch
@@ -191,7 +212,7 @@ class SyncJobStore:
             if swept.read < batch:
                 return done
 
-    def prune_finished(self, now: float, batch: int = 500) -> list[str]:
+    def prune_finished(self, now: float, batch: int = MOVES_BATCH) -> list[str]:
         """Remove from Redis the jobs finished more than JOB_RETENTION_SECS ago that the
         snapshot already holds (none when the retention is 0: keep forever)."""
         if not self.settings.job_retention_secs:
@@ -221,7 +242,7 @@ class SyncJobStore:
         """The sweep could not read the external registry: the unbroken stretch ends."""
         self.redis.delete(self.keys.registry_readable_since)
 
-    def requeue_lost(self, now: float, limit: int = 500) -> list[Requeued]:
+    def requeue_lost(self, now: float, limit: int = MOVES_BATCH) -> list[Requeued]:
         """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
         script call. Nodes are the built-in registry's, or the external registry's as the
         sweep saw them (`observe_nodes`)."""
@@ -236,7 +257,7 @@ class SyncJobStore:
             if len(batch) < limit:
                 return moved
 
-    def lose_running(self, now: float, limit: int = 500) -> list[Lost]:
+    def lose_running(self, now: float, limit: int = ENDINGS_BATCH) -> list[Lost]:
         """The running jobs of nodes lost for NODE_LOST_SECS: run jobs fail as `node lost`
         (retried on a live node while retries are left), services are placed again."""
         lost: list[Lost] = []

@@ -168,17 +168,19 @@ def test_waiting_jobs_survive_a_snapshot_and_restore(
     assert job(api, child["job_id"])["status"] == "pending"
 
 
-def test_a_long_chain_fails_in_one_ending_without_recursion(
-    api: TestClient, rclient: redis.Redis, settings: Settings
+def test_a_long_chain_fails_whole_without_recursion(
+    api: TestClient, rclient: redis.Redis, settings: Settings, store: SyncJobStore
 ) -> None:
-    """A chain fails whole in the one script that ends its root: finish settles waiters
-    from a worklist, so a chain's length is not bounded by Lua's stack."""
+    """A chain fails whole, its waiters settled from a worklist, so a chain's length is not
+    bounded by Lua's stack: the request's script settles the first links, the workers' task
+    the rest (tests/store/test_settling.py)."""
     root = submit(api, command="root")["job_id"]
     previous = root
     for _ in range(300):
         body = {"command": "link", "after": [previous]}
         previous = assert_json(api.post("/jobs", json=body), 201)["job_id"]
     assert_json(api.delete(f"/jobs/{root}"))
+    assert store.settle_endings().left == 0
     assert job(api, previous)["failure_reason"] == "dependency_failed"
     keys = Keys(settings.redis_prefix)
     assert rclient.zcard(keys.status("waiting")) == 0 and rclient.hlen(keys.waiting) == 0

@@ -2,9 +2,9 @@
 its call: the request path's (create.py, jobs.py, listing.py), the built-in registry's
 (nodes.py: nodes and their drains; services.py), the
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
-work's (upkeep.py), the snapshot's (snapshot.py), the schedules' (schedules.py) and the
-door's (access.py: UI sessions, failed credentials), on the shared Lua of library.py
-(life.py, room.py, place.py, minutes.py).
+work's (upkeep.py; settling.py, the endings left to settle), the snapshot's (snapshot.py),
+the schedules' (schedules.py) and the door's (access.py: UI sessions, failed credentials),
+on the shared Lua of library.py (life.py, endings.py, room.py, place.py, minutes.py).
 
 `SCRIPTS` holds them all, by name, once this package is imported."""
 
@@ -21,6 +21,7 @@ from scheduler.store.scripts import (
     schedules,
     series,
     services,
+    settling,
     snapshot,
     upkeep,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "schedules",
     "series",
     "services",
+    "settling",
     "snapshot",
     "upkeep",
 ]

@@ -241,10 +241,9 @@ CREATE_AFTER = Script(
         """local deps = cjson.decode(after)
 for _, dep in ipairs(deps) do
   if not redis.call("ZSCORE", K.all_jobs, dep) then return unmade({UNKNOWN_AFTER, dep}) end
-  if redis.call("SCARD", K.dependents(dep)) >= tonumber(max_waiters) then
-    return unmade({TOO_MANY, dep})
-  end
 end
+local crowded = crowded_dependency(deps, max_waiters)
+if crowded then return unmade({TOO_MANY, crowded}) end
 """,
     )
     + """local waits, failed = wait_for(id, deps)

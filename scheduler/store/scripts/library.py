@@ -19,7 +19,8 @@ import re
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, MAX_JOB_NUMBER, NOT_STARTED, STATUSES
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
-from scheduler.store.scripts.life import ATTEMPTS, LIFE
+from scheduler.store.scripts.endings import SETTLE
+from scheduler.store.scripts.life import ATTEMPTS, LIFE, NODE_LOSS
 from scheduler.store.scripts.minutes import SERIES
 from scheduler.store.scripts.place import PLACE
 from scheduler.store.scripts.record import ENCODE, PARTS, TIME
@@ -311,6 +312,8 @@ LIBRARY: dict[str, str] = dict(
         SERIES,
         ATTEMPTS,
         LIFE,
+        SETTLE,
+        NODE_LOSS,
         PLACE,
         DRAINS,
         LISTING,

@@ -1,7 +1,8 @@
-"""A job's life in Lua: the only code that moves a job between its indexes, ends it
-(`finish`) or tries it again (`requeue`), and records each attempt as it ends (ATTEMPTS).
-Part of the scripts' library (library.py), which gives each script the definitions it
-uses."""
+"""A job's life in Lua: the only code that moves a job between its indexes (LIFE), tries it
+again (`requeue`), records each attempt as it ends (ATTEMPTS) and applies the node-loss rule
+(NODE_LOSS); how a job ends is endings.py's (`finish`), which LIFE comes before and
+NODE_LOSS after. Part of the scripts' library (library.py), which gives each script the
+definitions it uses."""
 
 from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, ATTEMPTS_KEPT
 
@@ -91,10 +92,12 @@ local function store_job(id, job)
   return out
 end
 
+-- The job's event, in the outbox (workers/tasks.py hands it to SNS); returns its number.
 local function publish(id, status)
   local n = redis.call("INCR", K.event_seq)
   local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
   redis.call("RPUSH", K.outbox, n .. " " .. message)
+  return n
 end
 
 -- Job `id` (number n) from its status on its node to status `new` on node `to`, in every
@@ -127,108 +130,12 @@ local function rebind(id, n, job, new, to)
   if new == "pending" and to ~= "" then wake_node(to) end
 end
 
--- A waiting job whose wait is over: pending on its node, or, asking a fit (or on none),
--- unplaced for the next placement pass (its node was chosen before it had to wait).
-local function release_waiter(id, n, job)
-  rebind(id, n, job, "pending", needs_fit(job) and "" or job.node_id)
-end
-
 -- What a running (or cancelling) job holds, given back: its node's slot, its deadline, its
 -- cancel grace (only a cancelling job is in the cancelling index: CANCEL_JOB, a restore).
 local function release(id, job)
   redis.call("SREM", K.node_busy(job.node_id), id)
   redis.call("ZREM", K.deadlines, id)
   if job.status == "cancelling" then redis.call("ZREM", K.cancelling, id) end
-end
-
--- One job's ending (finish, below, ends the jobs waiting for it through this too); `ended`
--- collects {id, status, reason} of the jobs whose waiters must then be settled.
-local function end_one(id, n, job, ending, now, stamp, ended)
-  if FINAL[job.status] then error("ending " .. id .. ": it has ended already") end
-  record_attempt(id, job, ending, stamp)
-  local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
-  if HOLDS[job.status] then unhold(job.node_id, id, job) end
-  job.pending_reason = nil
-  if job.status == "running" or job.status == "cancelling" then
-    release(id, job)
-    wake_node(job.node_id)
-  elseif job.status == "delayed" then
-    redis.call("ZREM", K.delayed, id)
-  elseif job.status == "waiting" then
-    redis.call("HDEL", K.waiting, id)
-  end
-  move(id, n, job.node_id, job.status, status)
-  job.status, job.finished_at = status, stamp
-  if reason ~= "" then job.failure_reason = reason end
-  redis.call("ZADD", K.finished, now, id)
-  count_minute(now, status)
-  publish(id, status)
-  wake_job(id)
-  ended[#ended + 1] = {id, status, reason}
-  return store_job(id, job)
-end
-
--- The one way a job ends, whoever ends it: `ending` names how (models.ENDINGS: done, failed,
--- cancelled, timed_out, node_lost, dependency_failed), which sets its status (done or
--- failed: all the original's clients know) and its failure_reason. It gives back what the
--- job held (its node may take work again), moves it to its final indexes with its finish
--- time (retention reads it), and publishes its event: exactly one per job, here and nowhere
--- else. Then the jobs waiting for it: done, one fewer to wait for (the last makes a job
--- pending); any other ending fails them, and theirs in turn (a worklist, not recursion: a
--- chain of any length). The caller has set the job's other fields. Returns the stored record.
-local function finish(id, n, job, ending, now, stamp)
-  local ended = {}
-  local stored = end_one(id, n, job, ending, now, stamp, ended)
-  local next_one = 1
-  while next_one <= #ended do
-    local dep, status, reason = ended[next_one][1], ended[next_one][2], ended[next_one][3]
-    next_one = next_one + 1
-    local waiters = redis.call("SMEMBERS", K.dependents(dep))
-    for _, w in ipairs(waiters) do
-      local waiter = load_job(w)
-      if waiter and waiter.status == "waiting" then
-        local wn = number_of(w)
-        if status ~= "done" then
-          local why = "dependency " .. dep .. " ended " .. (reason ~= "" and reason or status)
-          set_output(w, waiter, "stderr", why)
-          end_one(w, wn, waiter, "dependency_failed", now, stamp, ended)
-        elseif redis.call("HINCRBY", K.waiting, w, -1) <= 0 then
-          redis.call("HDEL", K.waiting, w)
-          release_waiter(w, wn, waiter)
-          store_job(w, waiter)
-        end
-      end
-    end
-    if #waiters > 0 then redis.call("DEL", K.dependents(dep)) end
-  end
-  return stored
-end
-
--- The first job of `after` that has failed, or nil. Reads only.
-local function failed_dependency(after)
-  for _, dep in ipairs(after) do
-    if redis.call("ZSCORE", K.status("failed"), dep) then return dep end
-  end
-  return nil
-end
-
--- What a new (or restored) job that runs `after` others must do: {waits, failed}: how many
--- of them are not done yet (each then counts it among its dependents), and the first that
--- failed, if any (then nothing is written). A job not in Redis (pruned once it ended)
--- counts as done.
-local function wait_for(id, after)
-  local failed = failed_dependency(after)
-  if failed then return 0, failed end
-  local waits = 0
-  for _, dep in ipairs(after) do
-    if redis.call("ZSCORE", K.all_jobs, dep)
-      and not redis.call("ZSCORE", K.status("done"), dep) then
-      waits = waits + 1
-      redis.call("SADD", K.dependents(dep), id)
-    end
-  end
-  if waits > 0 then redis.call("HSET", K.waiting, id, waits) end
-  return waits, nil
 end
 
 -- The jobs that entered `index` (a sorted set scored by when) before `cutoff`, `batch` of
@@ -332,7 +239,10 @@ end
 local function move_pending(node, live, limit, moved)
   move_jobs(node, "pending", live, limit, moved)
 end
+"""
 
+# The node-loss rule, which ends jobs: after endings.py's SETTLE in the library.
+NODE_LOSS = """
 -- The running jobs of `node`, whose agent is gone (its node lost, or its id passed to a new
 -- holder), under the node-loss rule (Nomad's lost allocations): a run job fails with stderr
 -- "node lost" under the retry rule (`policy`: {max_retries, backoff, backoff_cap, seed}):
@@ -340,8 +250,9 @@ end
 -- delayed there by its backoff), else it ends failed (exit -1, failure_reason node_lost,
 -- its event). A service is placed again, pending on a live node (its retry count unchanged,
 -- no event). An instance-bound job stays on its node, and with no live node a job waits
--- pending on its node. Until `out` holds `limit` quadruples {id, from, to, new status}.
-local function lose_running(node, live, limit, out, now, stamp, policy)
+-- pending on its node. Until `out` holds `limit` quadruples {id, from, to, new status}. The
+-- endings share `pace` (endings.py; nil: one of their own).
+local function lose_running(node, live, limit, out, now, stamp, policy, pace)
   local max_retries, backoff, backoff_cap, seed = unpack(policy)
   local room = limit - #out / 4
   if room <= 0 then return end
@@ -366,7 +277,8 @@ local function lose_running(node, live, limit, out, now, stamp, policy)
         requeue(id, n, job, target, not service, wait, now, stamp, "node_lost")
       else
         job.exit_code = -1
-        finish(id, n, job, "node_lost", now, stamp)
+        pace = pace or pace_of(SETTLE_UNITS)
+        finish(id, n, job, "node_lost", now, stamp, pace)
       end
       out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, node, job.node_id, job.status
     end

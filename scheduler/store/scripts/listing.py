@@ -118,6 +118,8 @@ def pick_node(placement: Placement, now: float, node_ttl: float) -> Call[str]:
 # How much of a job's head (or spec kept apart) SEARCH reads first: its command comes before
 # any large field, so a short one ends within it.
 SEARCH_HEAD_BYTES = 2048
+# The record bytes one SEARCH call reads: about 5 ms of Redis (benchmarks/script_bounds.py).
+SEARCH_READ_BYTES = 512 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +141,7 @@ def _found(reply: list[Any]) -> Found:
 
 SEARCH = Script(
     "SEARCH",
-    "node status bound needle scan limit budget",
+    "node status bound needle scan limit budget read",
     f"""
 -- The web UI's search: of the `scan` jobs the newest-first listing with these filters holds
 -- from `bound` (library.py listing_ids), those whose command holds `needle` (given in lower
@@ -151,13 +153,17 @@ SEARCH = Script(
 -- env_vars or a selector). In a record's JSON a `,"` never falls inside a string (each quote
 -- in one is escaped), so the first after the command's opening quote ends it (or the
 -- closing `"}}`, when the command is a spec's only field); a command longer than what was
--- read is read again 8 times larger, until it ends. The cost is bounded by `scan` (and the
--- commands' length), not by the jobs stored or their output.
+-- read is read again 8 times larger, until it ends. The cost is bounded by `scan` and by
+-- `read`, the bytes of records read (it stops before a job once past it, the first one
+-- always read: the store goes on from the last one, store/search.py), not by the jobs
+-- stored or their output.
 -- Returns {{jobs looked at, number of the last, 1 if older jobs are left (else 0), each
 -- job's head (library.py get_jobs)...}}
+local read_bytes = 0
 local function command_in(key)
   local size = {SEARCH_HEAD_BYTES}
   local head = redis.call("GETRANGE", key, 0, size - 1)
+  read_bytes = read_bytes + #head
   local from = string.find(head, '"command":"', 1, true)
   if not from or string.find(string.sub(head, 2, from - 1), "{{", 1, true) then return nil end
   from = from + 11
@@ -165,6 +171,7 @@ local function command_in(key)
   while not stop and #head == size do  -- a longer command: 8 times more of it
     size = size * 8
     head = redis.call("GETRANGE", key, 0, size - 1)
+    read_bytes = read_bytes + #head
     stop = string.find(head, ',"', from, true)
   end
   if not stop and #head < size and string.sub(head, -2) == '"}}' then stop = #head end
@@ -181,7 +188,7 @@ end
 local found, looked, last = {{}}, 0, "job-0"
 local ids = listing_ids(node, status, bound, "desc", tonumber(scan) + 1)
 for i, id in ipairs(ids) do
-  if i > tonumber(scan) then break end
+  if i > tonumber(scan) or read_bytes >= tonumber(read) then break end
   looked = looked + 1
   last = id
   if string.find(string.lower(command_of(id)), needle, 1, true) then
@@ -204,10 +211,18 @@ return out
 
 
 def search(
-    node_id: str, status: str, bound: int, needle: str, scan: int, limit: int, budget: int
+    node_id: str,
+    status: str,
+    bound: int,
+    needle: str,
+    scan: int,
+    limit: int,
+    budget: int,
+    read: int = SEARCH_READ_BYTES,
 ) -> Call[Found]:
     """Up to `limit` of the `scan` newest jobs before job-`bound` (0: from the newest) with
-    these filters whose command holds `needle`, ignoring ASCII case."""
+    these filters whose command holds `needle`, ignoring ASCII case; at most about `read`
+    bytes of records read (store/search.py goes on from the last job looked at)."""
     return SEARCH.call(
         node=node_id,
         status=status,
@@ -216,6 +231,7 @@ def search(
         scan=scan,
         limit=limit,
         budget=budget,
+        read=read,
     )
 
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.config import Settings
+from scheduler.models.job import MAX_WAITERS
 from scheduler.nodes.placement import Placement
+from scheduler.store.scripts.endings import SETTLE_UNITS
 from scheduler.store.scripts.script import Call, Script
 
 ARGV = "max_retries backoff backoff_cap seed"
@@ -59,7 +61,7 @@ def _retried(reply: list[Any]) -> list[Retried]:
 
 RETRY_JOBS = Script(
     "RETRY_JOBS",
-    "mode now node_ttl count *rest",
+    "mode now node_ttl max_waiters units count *rest",
     """
 -- POST /jobs/{id}/retry and POST /jobs/retry (the key): each failed job of the `count` ids
 -- that open `rest` (whatever failed it: its command, a timeout, a lost node, a cancel)
@@ -67,28 +69,39 @@ RETRY_JOBS = Script(
 -- are the rest of `rest`; an instance-bound job stays on its node; one no node takes now
 -- waits unplaced with its pending_reason), its retry count, outputs and failure
 -- cleared, out of the finished index. It has not ended, so no event. A job that runs after
--- others waits again for those not done (waiting); while one of them is failed it stays
--- failed (BLOCKED: retry that one first, in the same call before it). Returns {id, code, the
--- job's head or ""} per id, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED.
+-- others waits again for those not done (waiting), out of the unsettled endings of its
+-- earlier wait (endings.py forget_earlier_waits); while one of them is failed it stays
+-- failed (BLOCKED: retry that one first, in the same call before it), and while one is
+-- waited for by `max_waiters` jobs already (TOO_MANY), as a new job would be refused.
+-- The ids are taken in order while `units` last (a job costs ENDED_UNITS, and
+-- DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the caller sends
+-- the others again (store/jobs.py JobStore.retry). Returns {id, code, the job's head or ""}
+-- per id taken, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED | TOO_MANY.
 local ids, candidates = {}, {}
 for i, value in ipairs(rest) do
   if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
 end
-local out, cutoff = {}, tonumber(now) - tonumber(node_ttl)
+local out, cutoff, left = {}, tonumber(now) - tonumber(node_ttl), tonumber(units)
 for _, id in ipairs(ids) do
+  if left <= 0 then break end
   local job = load_job(id)
   local code, stored = OK, ""
+  left = left - ENDED_UNITS
   if not job then
     code = NOT_FOUND
   elseif job.status ~= "failed" then
     code = NOT_FAILED
   else
+    local after = job.after or {}
+    left = left - DEPENDENCY_UNITS * #after
     local target, reason = job.node_id, nil
     if (job.instance_id or "") == "" then
       target, reason = pick_node(mode, candidates, job, cutoff)
     end
-    if failed_dependency(job.after or {}) then
+    if failed_dependency(after) then
       code = BLOCKED
+    elseif crowded_dependency(after, max_waiters, id) then
+      code = TOO_MANY
     elseif not target and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(job)) then
       code = NO_NODES
     else
@@ -98,7 +111,8 @@ for _, id in ipairs(ids) do
       set_output(id, job, "stdout", nil)
       set_output(id, job, "stderr", nil)
       job.running_at, job.finished_at, job.run_at = nil, nil, nil
-      local status = wait_for(id, job.after or {}) > 0 and "waiting" or "pending"
+      forget_earlier_waits(id, after)
+      local status = wait_for(id, after) > 0 and "waiting" or "pending"
       if status == "waiting" and needs_fit(job) then target = "" end  -- placed when done
       rebind(id, number_of(id), job, status, target or "")
       if status == "pending" and not target then job.pending_reason = reason end
@@ -116,11 +130,15 @@ return out
 def retry_jobs(
     job_ids: Sequence[str], placement: Placement, now: float, node_ttl: float
 ) -> Call[list[Retried]]:
-    """The failed jobs of `job_ids` pending again, placed by `placement` (a new job's)."""
+    """The failed jobs of the first of `job_ids` pending again, placed by `placement` (a new
+    job's): as many as one call's bounded work takes (at least one), in order; the answer
+    says which, and the caller sends the others again."""
     return RETRY_JOBS.call(
         mode=placement.mode,
         now=now,
         node_ttl=node_ttl,
+        max_waiters=MAX_WAITERS,
+        units=SETTLE_UNITS,
         count=len(job_ids),
         rest=[*job_ids, *placement.candidates],
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 from scheduler.models.record import split
 from scheduler.models.wire import rfc3339
+from scheduler.store.scripts.endings import SETTLE_UNITS
 from scheduler.store.scripts.script import Call, Script
 
 TAKE_DIRTY = Script(
@@ -266,36 +267,42 @@ def split_record(job_id: str, whole: bytes) -> Call[int]:
 
 REBUILD_WAITING = Script(
     "REBUILD_WAITING",
-    "above batch now stamp",
+    "above batch units now stamp",
     """
 -- After a restore (which writes records and indexes only): each waiting job's count and its
 -- place among its dependencies' dependents, rebuilt from its `after` and the statuses now in
 -- Redis (life.py wait_for): one whose dependency failed fails, one with nothing left to
--- wait for is pending. `batch` waiting jobs numbered above `above`.
--- Returns {entries read, the last job number read}.
+-- wait for is pending. Up to `batch` waiting jobs numbered above `above`, while `units`
+-- last (endings.py: DEPENDENCY_UNITS a job it runs after; the endings share them, the rest
+-- left to SETTLE_ENDINGS). Returns {1 when waiting jobs may be left, the last number read}.
 local entries = redis.call(
   "ZRANGEBYSCORE", K.status("waiting"), "(" .. above, "+inf", "WITHSCORES", "LIMIT", 0, batch)
-local last = above
+local last, pace = above, pace_of(tonumber(units))
 for i = 1, #entries, 2 do
+  if pace.left <= 0 then return {1, last} end
   local id, n = entries[i], entries[i + 1]
   last = n
   local job = load_job(id)
   if job and job.status == "waiting" then
-    local waits, failed = wait_for(id, job.after or {})
+    local after = job.after or {}
+    pace.left = pace.left - VISIT_UNITS - DEPENDENCY_UNITS * #after
+    local waits, failed = wait_for(id, after)
     if failed then
       set_output(id, job, "stderr", "dependency " .. failed .. " ended failed")
-      finish(id, n, job, "dependency_failed", now, stamp)
+      finish(id, n, job, "dependency_failed", now, stamp, pace)
     elseif waits == 0 then
       release_waiter(id, n, job)
       store_job(id, job)
     end
   end
 end
-return {#entries / 2, last}
+return {#entries == 2 * tonumber(batch) and 1 or 0, last}
 """,
-    lambda reply: (int(reply[0]), float(reply[1])),
+    lambda reply: (bool(reply[0]), float(reply[1])),
 )
 
 
-def rebuild_waiting(above: float, batch: int, now: float) -> Call[tuple[int, float]]:
-    return REBUILD_WAITING.call(above=above, batch=batch, now=now, stamp=rfc3339(now))
+def rebuild_waiting(above: float, batch: int, now: float) -> Call[tuple[bool, float]]:
+    return REBUILD_WAITING.call(
+        above=above, batch=batch, units=SETTLE_UNITS, now=now, stamp=rfc3339(now)
+    )

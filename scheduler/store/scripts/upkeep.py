@@ -38,7 +38,9 @@ SWEEP_TIMEOUTS = Script(
 -- after its backoff; on its node unless drained: library.py retry_node, builtin "1" with the
 -- built-in registry); any other ends failed, failure_reason timed_out, with its event (the
 -- original never retried a timeout). Reads only the expired entries of the deadlines,
--- `batch` of them. Returns {number of entries read, ids of the jobs that timed out...}.
+-- `batch` of them; their waiters as far as one pace goes (endings.py), the rest left to
+-- SETTLE_ENDINGS. Returns {number of entries read, ids of the jobs that timed out...}.
+local pace = pace_of(SETTLE_UNITS)
 local function timed_out(id, n, job)
   job.exit_code = -1
   set_output(id, job, "stderr", "job timed out")
@@ -47,7 +49,7 @@ local function timed_out(id, n, job)
     local to = retry_node(job, builtin == "1", tonumber(now) - tonumber(node_ttl))
     requeue(id, n, job, to, true, wait, tonumber(now), stamp, "timed_out")
   else
-    finish(id, n, job, "timed_out", now, stamp)
+    finish(id, n, job, "timed_out", now, stamp, pace)
   end
 end
 return settle_expired(K.deadlines, cutoff, batch, "running", timed_out)
@@ -82,14 +84,15 @@ FINISH_CANCELS = Script(
     """
 -- The cancelling jobs whose agent has not reported them cancelled within the grace (asked
 -- before `cutoff`; the original agent cannot be told): ended now as cancelled (failed,
--- failure_reason cancelled), their node's slot free, their event. Returns {number of
--- entries read, ids of the jobs it cancelled...}.
+-- failure_reason cancelled), their node's slot free, their event; their waiters as
+-- SWEEP_TIMEOUTS'. Returns {number of entries read, ids of the jobs it cancelled...}.
+local pace = pace_of(SETTLE_UNITS)
 local function unconfirmed(id, n, job)
   if output_is(job, "stderr", "", "") then
     local why = "cancelled: the agent did not confirm within CANCEL_GRACE_SECS"
     set_output(id, job, "stderr", why)
   end
-  finish(id, n, job, "cancelled", now, stamp)
+  finish(id, n, job, "cancelled", now, stamp, pace)
 end
 return settle_expired(K.cancelling, cutoff, batch, "cancelling", unconfirmed)
 """,
@@ -193,15 +196,15 @@ LOSE_RUNNING = Script(
     """
 -- The running jobs of lost nodes (as REQUEUE_LOST's): the agent is gone, and what it ran
 -- with it: the node-loss rule (life.py, lose_running). With no live node, a job waits
--- pending on its node (REQUEUE_LOST moves it once one is).
+-- pending on its node (REQUEUE_LOST moves it once one is). The endings share one pace.
 -- At most `limit` jobs. Returns {job id, from node, to node, new status, ...}.
 local lost = redis.call("ZRANGEBYSCORE", K.nodes_compute, "-inf", "(" .. lost_cutoff)
 if #lost == 0 then return {} end
 local live = live_nodes(live_cutoff)
-local most, out = tonumber(limit), {}
+local most, out, pace = tonumber(limit), {}, pace_of(SETTLE_UNITS)
 local policy = {max_retries, backoff, backoff_cap, seed}
 for _, node in ipairs(lost) do
-  lose_running(node, live, most, out, tonumber(now), stamp, policy)
+  lose_running(node, live, most, out, tonumber(now), stamp, policy, pace)
   if #out >= 4 * most then break end
 end
 return out

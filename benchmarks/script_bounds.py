@@ -1,0 +1,458 @@
+"""The longest single script call of each worst case the API accepts (issue 36: no script over
+about 10 ms whatever a user built), and the time until its work is complete; with --against
+REF, the version REF beside this one.
+
+    .venv/bin/python benchmarks/script_bounds.py [--scale 1] [--against REF] [--only NAME,...]
+
+Each scenario is built on a fresh redis-server of its own (free loopback port, no
+persistence) through the store's scripts, as the API and the workers call them, then its
+action runs and is measured:
+  graph cancel    a root and 5 layers of 1000 jobs, each `after` 100 of the layer before;
+                  DELETE of the root (the issue's 16 s call)
+  graph failed    the same graph; the root's own failed report (no retry left)
+  chain cancel    a chain of 10 000 jobs, each `after` the one before; DELETE of its root
+  bulk retry      1000 failed jobs, each `after` the same 100 pending ones: POST /jobs/retry
+                  of all of them
+  retry crowded   a job 1000 others wait for, and 1000 failed ones after it: their retry
+                  would make 2000 wait for it (MAX_WAITERS is 1000)
+  drain           POST /nodes/{id}/drain of a node with 1000 pending jobs (10 nodes, all live)
+  delete node     DELETE /nodes/{id} of a node with 1000 pending jobs (the sweep moves the
+                  rest)
+  create after    POST /jobs of a job `after` 100 pending ones (the worst of 10)
+  ui search       the UI's search through 5000 jobs of 2 KiB commands, none matching
+  sweep timeouts  500 running jobs past JOB_TIMEOUT_SECS, each waited for by 10 jobs
+  promote due     500 delayed jobs come due
+  restore rebuild after a restore, the counts of 1000 jobs each waiting for 100 (and the
+                  endings left to settle from before dropped)
+  restore         the restore of 3000 jobs of 2 KiB commands from the snapshot into an empty
+                  Redis (its longest call from SLOWLOG: 0 when none took 1 ms)
+Per scenario: the longest single call in Redis (INFO commandstats around each script call
+of the action), the calls it took, their Redis time in all, and the wall time from the
+action's start until its work is complete (for this version, the endings left to settle
+settled as the workers' task settles them, SyncJobStore.settle_endings), and what the
+scenario checks at the end. --scale shrinks every size (tests/test_benchmarks.py runs it
+tiny).
+
+--against REF: REF's code is checked out in a temporary git worktree and this file runs as
+a child process with that checkout first on PYTHONPATH, so the same scenarios drive REF's
+scripts (it needs no file of this version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import redis
+
+from scheduler.config import Settings
+from scheduler.models.job import MAX_WAITERS, JobCreate, JobUpdate, new_job, stamped
+from scheduler.models.registry import Node
+from scheduler.nodes.placement import Placement
+from scheduler.snapshot.restore import restore_if_empty
+from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import jobs as store_jobs
+from scheduler.store.keys import Keys
+from scheduler.store.scripts import jobs as job_scripts
+from scheduler.store.scripts import listing
+from scheduler.store.scripts import nodes as node_scripts
+from scheduler.store.scripts.retry import RetryPolicy, retry_jobs
+from scheduler.store.sync_store import SyncJobStore
+
+try:  # the calls this version sends in pieces; REF may have none
+    from scheduler.store import pieces
+except ImportError:
+    pieces = None  # type: ignore[assignment]
+
+ROOT = Path(__file__).resolve().parent.parent
+PREFIX = "bounds"
+NO_RETRY = RetryPolicy(0, 0, 3600)
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A redis-server on a free loopback port, no persistence; yields its URL. A port taken
+    between our check and its bind (another process's server) is tried again elsewhere."""
+    with tempfile.TemporaryDirectory(prefix="bounds-redis-") as data:
+        for _ in range(5):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", data]
+            proc = subprocess.Popen([*args, "--save", "", "--appendonly", "no"],
+                                    stdout=subprocess.DEVNULL)  # fmt: skip
+            url = f"redis://127.0.0.1:{port}"
+            if _ready(url, proc):
+                break
+            proc.kill()
+            proc.wait()
+        else:
+            raise RuntimeError("redis-server did not start")
+        try:
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def _ready(url: str, proc: subprocess.Popen[bytes]) -> bool:
+    while proc.poll() is None:
+        with contextlib.suppress(redis.ConnectionError):
+            if redis.Redis.from_url(url).ping():
+                return True
+        time.sleep(0.05)
+    return False
+
+
+class Measured:
+    """Every script call of a store timed in Redis (the FCALL's usec in INFO commandstats)."""
+
+    def __init__(self, store: SyncJobStore) -> None:
+        self.store, self.usec, self.on = store, [], False
+        self.since = 0.0
+        self.counted: tuple[int, int] | None = None  # (calls, usec), when not from `usec`
+        run = store.run
+
+        def timed(call: Any) -> Any:
+            if not self.on:
+                return run(call)
+            before = self._fcall_usec()
+            reply = run(call)
+            self.usec.append(self._fcall_usec() - before)
+            return reply
+
+        store.run = timed  # type: ignore[method-assign]
+
+    def begin(self) -> None:
+        """The action starts: its calls are timed, and the wall time from now."""
+        self.on, self.usec, self.since = True, [], time.monotonic()
+
+    def _fcall_usec(self) -> int:
+        stats = self.store.redis.info("commandstats")
+        return int(stats.get("cmdstat_fcall", {}).get("usec", 0))
+
+
+class Builder:
+    """Jobs made through the create script, as POST /jobs makes them (on node n0)."""
+
+    def __init__(self, store: SyncJobStore) -> None:
+        self.store = store
+        self.placement = Placement.fixed("n0")
+
+    def job(self, after: list[str] | None = None, command: str = "true", **fields: Any) -> str:
+        body, now = JobCreate(command=command, after=after or [], **fields), time.time()
+        made = self.store.create(stamped(new_job(body), body, now), self.placement, now)
+        return str(json.loads(made.job)["job_id"])
+
+    def layers(self, root: str, count: int, width: int, fan: int) -> list[str]:
+        made, before = [], [root]
+        for _ in range(count):
+            layer = [
+                self.job([before[(i + j) % len(before)] for j in range(min(fan, len(before)))])
+                for i in range(width)
+            ]
+            made += layer
+            before = layer
+        return made
+
+
+def settle(store: SyncJobStore) -> None:
+    """This version's endings left to settle, as the workers' task settles them."""
+    settle_endings = getattr(store, "settle_endings", None)
+    if settle_endings is not None:
+        settle_endings()
+
+
+def cancel(store: SyncJobStore, job_id: str) -> None:
+    store.run(job_scripts.cancel_job(job_id, time.time()))
+
+
+def report(store: SyncJobStore, job_id: str, status: str) -> None:
+    update = JobUpdate(status=status, exit_code=None if status == "running" else 1)
+    store.run(job_scripts.transition(job_id, update, time.time(), NO_RETRY, "key", 3600))
+
+
+def retry_all(store: SyncJobStore, ids: list[str]) -> list[Any]:
+    """POST /jobs/retry as the API's store sends it: again with the ids a call left."""
+    done: list[Any] = []
+    while len(done) < len(ids):
+        done += store.run(retry_jobs(ids[len(done) :], Placement.fixed("n0"), time.time(), 3600))
+    return done
+
+
+def count(store: SyncJobStore, status: str) -> int:
+    return int(store.redis.zcard(Keys(PREFIX).status(status)))
+
+
+Scenario = Callable[[SyncJobStore, Builder, Measured, float], str]
+
+
+def graph(store: SyncJobStore, make: Builder, measured: Measured, scale: float, end: str) -> str:
+    width, fan = max(2, round(1000 * scale)), max(1, round(100 * scale))
+    root = make.job()
+    made = make.layers(root, 5, width, fan)
+    if end == "failed":
+        report(store, root, "running")
+        measured.begin()
+        report(store, root, "failed")
+    else:
+        measured.begin()
+        cancel(store, root)
+    settle(store)
+    failed = count(store, "failed")
+    return f"{failed} of {len(made) + 1} failed"
+
+
+def chain(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    root = last = make.job()
+    for _ in range(max(3, round(10_000 * scale))):
+        last = make.job([last])
+    measured.begin()
+    cancel(store, root)
+    settle(store)
+    return f"last link {json.loads(store.redis.get(Keys(PREFIX).job(last)))['status']}"
+
+
+def bulk_retry(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    deps = [make.job() for _ in range(max(1, round(100 * scale)))]
+    waiters = [make.job(deps) for _ in range(max(2, round(1000 * scale)))]
+    for waiter in waiters:
+        cancel(store, waiter)
+    measured.begin()
+    retried = retry_all(store, waiters)
+    return f"{sum(1 for r in retried if r.code == 1)} of {len(waiters)} waiting again"
+
+
+def retry_crowded(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    dep = make.job()
+    first = [make.job([dep]) for _ in range(max(2, round(MAX_WAITERS * scale)))]
+    cancel(store, dep)
+    settle(store)
+    retry_all(store, [dep])
+    for _ in range(max(2, round(MAX_WAITERS * scale))):
+        make.job([dep])
+    measured.begin()
+    retry_all(store, first)
+    return f"{store.redis.scard(Keys(PREFIX).dependents(dep))} wait for it"
+
+
+def drain(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    now = time.time()
+    register(store, now)
+    for _ in range(max(2, round(1000 * scale))):
+        make.job()
+    measured.begin()
+    if pieces is None:  # one call
+        done = store.run(node_scripts.drain_node("n0", "operator", "key", False, now, 3600, 1000))
+    else:
+        done = asyncio.run(pieces.drained(_async(store), "n0", "operator", "key", False, now, 3600))
+    return f"{len(done.moved)} moved"
+
+
+def delete_node(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    now = time.time()
+    register(store, now)
+    for _ in range(max(2, round(1000 * scale))):
+        make.job()
+    measured.begin()
+    step = pieces.MOVE_STEP if pieces else store_jobs.DELETE_MOVES
+    moved = store.run(node_scripts.delete_node("n0", now, 3600, step, "key"))
+    return f"{len(moved)} moved at once"
+
+
+def register(store: SyncJobStore, now: float) -> None:
+    """10 compute nodes, n0 to n9, each with 8 cpus."""
+    who = node_scripts.Registration("key", "open", False, 100_000, 3600.0, NO_RETRY)
+    for n in range(10):
+        node = Node(id=f"n{n}", hostname=f"h{n}", cpu_count=8, role="compute")
+        blob = msgspec.json.encode(node)
+        store.run(node_scripts.register_node(f"n{n}", blob, "compute", now, who, f"t{n}", 1000))
+
+
+def restore(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    """Its calls from the slowest entries of SLOWLOG: the restore runs on its own store."""
+    for i in range(max(2, round(3000 * scale))):
+        make.job(command=f"echo {i} " + "x" * 2000)
+    assert snapshot_once(store.settings) > 0
+    store.redis.flushall()
+    store.redis.config_set("slowlog-log-slower-than", 1000)
+    store.redis.config_set("slowlog-max-len", 10_000)
+    store.redis.slowlog_reset()
+    before = store.redis.info("commandstats").get("cmdstat_fcall", {})
+    measured.begin()
+    restore_if_empty(store.settings)
+    after = store.redis.info("commandstats").get("cmdstat_fcall", {})
+    slow = [e["duration"] for e in store.redis.slowlog_get(10_000) if e["command"][:5] == b"FCALL"]
+    measured.usec = slow  # those of 1 ms or more
+    measured.counted = (
+        after["calls"] - before.get("calls", 0),
+        after["usec"] - before.get("usec", 0),
+    )
+    return f"{count(store, 'pending')} restored"
+
+
+def create_after(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    deps = [make.job() for _ in range(max(1, round(100 * scale)))]
+    measured.begin()
+    for _ in range(10):
+        make.job(deps)
+    return f"after {len(deps)}"
+
+
+def ui_search(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    for i in range(max(2, round(5000 * scale))):
+        make.job(command=f"echo {i} " + "x" * 2000)
+    measured.begin()
+    args = ("", "", 0, "no such text", 5000, 50, 32 << 20)
+    if pieces is None:  # one call
+        found = store.run(listing.search(*args))
+    else:
+        found = asyncio.run(pieces.searched(_async(store), *args))
+    return f"{found.looked} looked at, {len(found.jobs)} found"
+
+
+def _async(store: SyncJobStore) -> Callable[[Any], Any]:
+    async def run(call: Any) -> Any:
+        return store.run(call)
+
+    return run
+
+
+def sweep_timeouts(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    running = [make.job() for _ in range(max(2, round(500 * scale)))]
+    for job_id in running:
+        report(store, job_id, "running")
+        for _ in range(10):
+            make.job([job_id])
+    measured.begin()
+    timed_out = store.sweep_timeouts(time.time() + store.settings.job_timeout_secs + 1)
+    settle(store)
+    return f"{len(timed_out)} timed out, {count(store, 'failed')} failed"
+
+
+def promote_due(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    for _ in range(max(2, round(500 * scale))):
+        make.job(delay_secs=1)
+    measured.begin()
+    promoted = store.promote_due(time.time() + 2)
+    return f"{len(promoted)} promoted"
+
+
+def restore_rebuild(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    deps = [make.job() for _ in range(max(1, round(100 * scale)))]
+    waiters = [make.job(deps) for _ in range(max(2, round(1000 * scale)))]
+    keys = Keys(PREFIX)
+    store.redis.delete(keys.waiting, *(keys.dependents(dep) for dep in deps))
+    measured.begin()
+    store.rebuild_waiting(time.time())
+    return f"{store.redis.hlen(keys.waiting)} of {len(waiters)} waiting"
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "graph cancel": lambda s, m, t, x: graph(s, m, t, x, "cancelled"),
+    "graph failed": lambda s, m, t, x: graph(s, m, t, x, "failed"),
+    "chain cancel": chain,
+    "bulk retry": bulk_retry,
+    "retry crowded": retry_crowded,
+    "drain": drain,
+    "delete node": delete_node,
+    "create after": create_after,
+    "ui search": ui_search,
+    "sweep timeouts": sweep_timeouts,
+    "promote due": promote_due,
+    "restore rebuild": restore_rebuild,
+    "restore": restore,
+}
+
+
+def run_scenario(name: str, scale: float) -> dict[str, Any]:
+    with redis_server() as url, tempfile.TemporaryDirectory(prefix="bounds-db-") as data:
+        settings = Settings.from_env(
+            {}, redis_url=url, redis_prefix=PREFIX, scheduler_db=f"{data}/bounds.db",
+            max_job_retries=0,
+        )  # fmt: skip
+        store = SyncJobStore.connect(settings)
+        store.redis.set(Keys(PREFIX).initialised, "benchmark")
+        measured = Measured(store)
+        outcome = SCENARIOS[name](store, Builder(store), measured, scale)
+        usec, wall = measured.usec, time.monotonic() - measured.since
+        calls, total = measured.counted or (len(usec), sum(usec))
+        store.close()
+    return {
+        "scenario": name,
+        "longest_ms": max(usec, default=0) / 1000,
+        "calls": calls,
+        "redis_ms": total / 1000,
+        "until_done_ms": wall * 1000,
+        "outcome": outcome,
+    }
+
+
+def subject(names: list[str], scale: float) -> list[dict[str, Any]]:
+    return [run_scenario(name, scale) for name in names]
+
+
+def against(ref: str, names: list[str], scale: float) -> list[dict[str, Any]]:
+    """The same scenarios on REF's code, from a temporary worktree of it."""
+    with tempfile.TemporaryDirectory(prefix="bounds-ref-") as tmp:
+        tree = os.path.join(tmp, "ref")
+        subprocess.run(["git", "worktree", "add", "--detach", tree, ref], cwd=ROOT, check=True,
+                       capture_output=True)  # fmt: skip
+        try:
+            env = {**os.environ, "PYTHONPATH": tree}
+            args = [sys.executable, __file__, "--json", "--scale", str(scale)]
+            args += ["--only", ",".join(names)]
+            done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+            if done.returncode:
+                raise RuntimeError(f"{ref}'s run failed:\n{done.stderr}")
+            return [json.loads(line) for line in done.stdout.splitlines()]
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=ROOT, check=False)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--only", default=",".join(SCENARIOS))
+    parser.add_argument("--against", default="")
+    parser.add_argument("--json", action="store_true", help="one JSON line per scenario")
+    args = parser.parse_args()
+    names = [name for name in args.only.split(",") if name]
+    if args.json:
+        for result in subject(names, args.scale):
+            print(json.dumps(result), flush=True)
+        return 0
+    before = {}
+    if args.against:
+        before = {r["scenario"]: r for r in against(args.against, names, args.scale)}
+    for result in subject(names, args.scale):
+        line = (
+            f"{result['scenario']:16s} longest {result['longest_ms']:8.2f} ms, "
+            f"{result['calls']:5d} calls, {result['redis_ms']:9.1f} ms in Redis, done in "
+            f"{result['until_done_ms']:9.1f} ms; {result['outcome']}"
+        )
+        old = before.get(result["scenario"])
+        if old:
+            line += (
+                f"  | {args.against}: longest {old['longest_ms']:8.2f} ms, {old['calls']} calls, "
+                f"{old['redis_ms']:.1f} ms in Redis, done in {old['until_done_ms']:.1f} ms; "
+                f"{old['outcome']}"
+            )
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
