@@ -20,7 +20,7 @@ import functools
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scheduler.api.client_address import Headers, client_address, within
-from scheduler.api.guesses import Credentials, Refusal, peer_of
+from scheduler.api.guesses import Credentials, Refusal
 from scheduler.api.http import text_error
 from scheduler.api.params import PARAMS, Query
 from scheduler.api.routing import Access, RouteTable
@@ -81,9 +81,8 @@ class AgentNetworksGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._allowed(scope):
-            credentials, store = self.networks.credentials, scope["app"].state.store
             outside: Refusal = (403, FORBIDDEN, {})
-            refused = await credentials.refused(store, peer_of(scope), scope["headers"], outside)
+            refused = await self.networks.credentials.refused_asgi(scope, outside)
             await text_error(*refused)(scope, receive, send)
             return
         await self.app(scope, receive, send)
@@ -92,4 +91,5 @@ class AgentNetworksGate:
         query: Query = scope[PARAMS]  # the door's (http.ParamsDoor), which runs first
         if self.routes.access(scope["method"], query.path, query.values) is not Access.AGENT:
             return True
-        return self.networks.allows(peer_of(scope), scope["headers"])
+        client = scope.get("client")
+        return self.networks.allows(client[0] if client else None, scope["headers"])

@@ -12,9 +12,8 @@ from redis.exceptions import RedisError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from scheduler.api.guesses import peer_of
 from scheduler.api.http import HTTPError, text_error
-from scheduler.api.state import credentials, store
+from scheduler.api.state import credentials
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import RegistryError
@@ -125,9 +124,7 @@ def _handler(replier: Replier) -> Callable[[Request, Exception], Awaitable[Respo
 async def _unauthorized(request: Request, exc: Exception) -> Response:
     """A wrong credential (or none): 401, counted against the client's address when the call
     sent one; 429 past the limit (guesses.py). The lane answers it with the same call."""
-    scope = request.scope
-    refused = await credentials(request).refused(store(request), peer_of(scope), scope["headers"])
-    return text_error(*refused)
+    return text_error(*await credentials(request).refused_asgi(request.scope))
 
 
 def exception_handlers() -> dict[type[Exception] | int, Callable[..., object]]:

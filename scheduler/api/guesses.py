@@ -162,6 +162,15 @@ class Credentials:
         self._bar(address, left, failures)
         return too_many(left)
 
+    async def refused_asgi(
+        self, scope: Scope, refusal: Refusal = UNAUTHORIZED, guessed: bool | None = None
+    ) -> Refusal:
+        """`refused` for an ASGI request, counted in its app's store."""
+        client = scope.get("client")
+        peer = client[0] if client else None  # None on a Unix socket
+        store: Store = scope["app"].state.store
+        return await self.refused(store, peer, scope["headers"], refusal, guessed)
+
     def barred(self, address: str) -> float:
         """Seconds left of this process's bar on `address`, 0 without one (no Redis)."""
         until = self.barred_until.get(address)
@@ -204,9 +213,3 @@ class Credentials:
             # limited.
             return str(ip_network((found, 64), strict=False))
         return str(found)
-
-
-def peer_of(scope: Scope) -> str | None:
-    """An ASGI request's socket peer (None on a Unix socket)."""
-    client = scope.get("client")
-    return client[0] if client else None

@@ -12,7 +12,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from scheduler.api.guesses import Credentials, peer_of
+from scheduler.api.guesses import Credentials
 from scheduler.api.params import PARAMS, Query, given_twice, parse_query, repeated
 from scheduler.api.routing import Access, RouteTable, route_path
 from scheduler.api.ui_session import UI_COOKIE as UI_COOKIE
@@ -188,9 +188,8 @@ class BearerAuth:
         elif self.credentials.holds_key(scope["headers"]):
             await self.app(scope, receive, send)
         else:
-            store = scope["app"].state.store
-            refusal = await self.credentials.refused(store, peer_of(scope), scope["headers"])
-            await text_error(*refusal)(scope, receive, send)
+            refused = await self.credentials.refused_asgi(scope)
+            await text_error(*refused)(scope, receive, send)
 
     async def _ui(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

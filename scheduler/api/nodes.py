@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from scheduler.api.agents import bearer, new_token, token_hash
-from scheduler.api.guesses import UNAUTHORIZED, peer_of
+from scheduler.api.guesses import UNAUTHORIZED
 from scheduler.api.http import HTTPError, json_bytes, read_body
 from scheduler.api.params import param
 from scheduler.api.state import agent_auth as _auth
@@ -87,8 +87,7 @@ async def register(request: Request) -> Response:
         # Open mode, a known id: its bearer (if it sent one) was neither the key nor the
         # node's token. The registration stands, as anyone's may; the bearer is counted as
         # the wrong credential it is (the answer shows no token: a test of the key).
-        scope = request.scope
-        await _credentials(request).refused(store, peer_of(scope), scope["headers"])
+        await _credentials(request).refused_asgi(request.scope)
     if done.moved or done.lost:
         log.info(
             "node %s has a new holder: %d queued and %d running job(s) of the old one put back",

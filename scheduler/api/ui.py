@@ -23,7 +23,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import nodes, retries, ui_session
-from scheduler.api.guesses import peer_of
 from scheduler.api.http import HTTPError
 from scheduler.api.state import credentials as _credentials
 from scheduler.api.state import settings as _settings
@@ -269,10 +268,7 @@ async def login(request: Request) -> Response:
     check_origin(request)
     found = _credentials(request)
     if not found.is_key((await _form(request)).get("key", "")):
-        scope = request.scope
-        refused = await found.refused(
-            _store(request), peer_of(scope), scope["headers"], guessed=True
-        )
+        refused = await found.refused_asgi(request.scope, guessed=True)
         if refused[0] != 401:
             raise HTTPError(*refused)
         response = await login_page(request)
