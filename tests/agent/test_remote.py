@@ -50,6 +50,9 @@ class Recorder(httpx.AsyncBaseTransport):
         self.answers.append((request.method, request.url.path, response.status_code))
         return response
 
+    async def aclose(self) -> None:
+        await self.inner.aclose()  # the client's close reaches it: no socket left open
+
     def calls(self, method: str, path: str) -> int:
         return sum(1 for m, p, _ in self.answers if (m, p) == (method, path))
 
