@@ -247,7 +247,8 @@ def test_an_agents_whole_life_is_never_a_wrong_credential(
     """Issue 36: the agent's GET /instances was a wrong key on every poll in token mode, and
     the count locked its operator out. Every call the reference agent makes, in every mode,
     with and without the keys: register, heartbeats, instances and polls, claims and
-    reports, the drain and deregister of a clean stop. None is refused (401, 429) and Redis
+    reports, a service it runs and stops, the drain and deregister of a clean stop. None is
+    refused (401, 429) and Redis
     counts no wrong credential for its address, with AUTH_FAILURES_MAX=1."""
     mode, server_keys, agent_keys = SETUPS[setup]
     env = scheduler_env(redis_url, prefix, AGENT_AUTH=mode, AUTH_FAILURES_MAX="1", **server_keys)
@@ -272,7 +273,10 @@ def test_an_agents_whole_life_is_never_a_wrong_credential(
 
             for job in jobs:
                 await until(lambda job=job: status(job) in ("done", "failed"), "a job's end")
-            ended = [status(job) for job in jobs]
+            service = {"command": "sleep 60", "job_type": "service", "max_retries": 0}
+            jobs.append(httpx.post(f"{url}/jobs", json=service, headers=operator).json())
+            # Started, not just claimed: a stop between the two leaves it to the node-loss rule.
+            await until(lambda: jobs[-1]["job_id"] in agent.services, "the service to start")
             await until(
                 lambda: (
                     recorder.calls("POST", "/nodes/heartbeat") >= 3
@@ -283,9 +287,9 @@ def test_an_agents_whole_life_is_never_a_wrong_credential(
             agent.stop()
             await running
             await agent.remote.http.aclose()
-            return ended
+            return [status(job) for job in jobs]
 
-        assert asyncio.run(go()) == ["done", "failed"]
+        assert asyncio.run(go()) == ["done", "failed", "failed"]  # the service stopped
         refused = [a for a in recorder.answers if a[2] in (401, 403, 429)]
         assert not refused
         paths = {(m, p) for m, p, _ in recorder.answers}
