@@ -7,7 +7,8 @@ command at once with what Redis would reply, through the same `Reply` the real o
 
 Prints µs per request for GET /jobs/{id}, the poll at capacity (the answer `[]`) and the
 poll finding a job, with the default settings (request metrics on); `--agent-networks
-127.0.0.0/8` measures them with AGENT_NETWORKS checking the poll (the peer is 127.0.0.1).
+127.0.0.0/8` measures them with AGENT_NETWORKS checking the poll (the peer is 127.0.0.1);
+`--key K` with TINYAWS_API_KEY=K, each request carrying it (the right key: GET's door).
 Each figure is the fastest of --repeats runs of --requests requests: on a shared machine
 noise only adds time.
 Set PYTHONPATH to another checkout to measure that one instead.
@@ -50,13 +51,17 @@ try:  # GET reads a record's parts (models/record.py) with one MGET
     READ: Any = [JOB] + [None] * (PART_COUNT - 1)
 except ImportError:  # a checkout from before: one GET, the record
     READ = JOB
-HEAD = b" HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: bench\r\n\r\n"
-# (name, request, what Redis replies)
-CASES: list[tuple[str, bytes, Any]] = [
-    ("GET /jobs/{id}", b"GET /jobs/job-7" + HEAD, READ),
-    ("poll, at capacity", b"GET /jobs?node_id=n3&status=pending" + HEAD, [1, []]),
-    ("poll, finds a job", b"GET /jobs?node_id=n3&status=pending" + HEAD, [1, [], JOB]),
-]
+HEAD = b" HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: bench\r\n"
+Case = tuple[str, bytes, Any]  # (name, request, what Redis replies)
+
+
+def cases(key: str) -> list[Case]:
+    head = HEAD + (f"Authorization: Bearer {key}\r\n".encode() if key else b"") + b"\r\n"
+    return [
+        ("GET /jobs/{id}", b"GET /jobs/job-7" + head, READ),
+        ("poll, at capacity", b"GET /jobs?node_id=n3&status=pending" + head, [1, []]),
+        ("poll, finds a job", b"GET /jobs?node_id=n3&status=pending" + head, [1, [], JOB]),
+    ]
 
 
 class AnsweringRedis:
@@ -99,9 +104,12 @@ class Transport:
     def close(self) -> None: ...
 
 
-def protocol_for(redis: AnsweringRedis, agent_networks: str) -> tuple[LaneProtocol, Transport]:
+def protocol_for(
+    redis: AnsweringRedis, agent_networks: str, key: str
+) -> tuple[LaneProtocol, Transport]:
     settings = Settings.from_env(
         {},
+        api_key=key,
         agent_networks=agent_networks,
         redis_prefix="cost",
         scheduler_db=os.path.join(tempfile.mkdtemp(), "scheduler.db"),
@@ -134,10 +142,11 @@ def run(
 
 async def measure(args: argparse.Namespace) -> None:
     redis = AnsweringRedis()
-    protocol, transport = protocol_for(redis, args.agent_networks)
-    best = {name: float("inf") for name, _, _ in CASES}
+    protocol, transport = protocol_for(redis, args.agent_networks, args.key)
+    measured = cases(args.key)
+    best = {name: float("inf") for name, _, _ in measured}
     for _ in range(args.repeats):
-        for case in CASES:
+        for case in measured:
             best[case[0]] = min(best[case[0]], run(protocol, transport, redis, case, args.requests))
     for name, micros in best.items():
         print(f"{name:20s} {micros:6.2f} µs of the API's Python per request")
@@ -149,6 +158,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=25)
     parser.add_argument("--agent-networks", default="", help="AGENT_NETWORKS (default: unset)")
+    parser.add_argument("--key", default="", help="TINYAWS_API_KEY, sent (default: unset)")
     uvloop.run(measure(parser.parse_args()))
     return 0
 

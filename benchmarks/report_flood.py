@@ -32,11 +32,11 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.keys import API_KEY as KEY  # noqa: E402
 from tests.processes import scheduler_env, stop, wait_http  # noqa: E402
 from tests.redis_server import free_port, redis_server  # noqa: E402
 
 MiB = 1024 * 1024
-KEY = "flood-key"
 
 
 def rss_mib(pid: int) -> float:

@@ -10,9 +10,9 @@ from redis.crc import key_slot
 from scheduler.store.keys import Keys
 from tests.conftest import ClientFactory, assert_json
 from tests.fakes import FakeSNS
+from tests.keys import API_KEY as KEY
 from tests.processes import scheduler_env, worker_burst
 
-KEY = "slot-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
 
 

@@ -57,6 +57,11 @@ class Instance(msgspec.Struct):
 
 
 _instances_decoder = msgspec.json.Decoder(list[Instance])
+# A credential refused: 401, or past the scheduler's limit of wrong ones from this address
+# 429 (api/guesses.py). A right one is always served, so either means the node token went
+# stale (its node deleted, or Redis lost it): the agent registers again with its key or join
+# key, which are right and pass.
+REFUSED = (401, 429)
 
 
 class AgentError(Exception):
@@ -123,6 +128,11 @@ class Remote:
         self._forget_token()
         return await self.register() and bool(self.token)
 
+    def _token_refused(self, response: httpx.Response) -> bool:
+        """Whether the scheduler refused the node token this call carried (REFUSED). Without
+        a token the agent calls with nothing to renew (an external registry issues none)."""
+        return response.status_code in REFUSED and bool(self.token)
+
     def _auth(self, joining: bool = False) -> dict[str, str]:
         """The node token once there is one; before, to register, the join key if set."""
         secret = self.token or (joining and self.config.join_key) or self.config.api_key
@@ -150,7 +160,7 @@ class Remote:
         except httpx.HTTPError as exc:
             log.warning("register at %s failed: %s", url, exc)
             return False
-        if response.status_code == 401:
+        if response.status_code in REFUSED:
             self._forget_token()  # revoked, or lost with Redis: the next attempt goes without
         if not response.is_success:
             log.warning("register at %s: HTTP %d %s", url, response.status_code, response.text)
@@ -159,6 +169,11 @@ class Remote:
             token = _registered_decoder.decode(response.content).token
             if token and token != self.token:
                 self._keep_token(token)
+            elif not token and self.token:
+                # Registered as anyone (open mode), its token not the node's: a wrong
+                # credential wherever it is compared (the drain, the delete); dropped.
+                log.warning("node %s did not take its token back: dropped", self.config.node_id)
+                self._keep_token("")
         log.info("registered node %s at %s", self.config.node_id, self.config.registry_url)
         return True
 
@@ -171,9 +186,8 @@ class Remote:
         except httpx.HTTPError as exc:
             log.warning("heartbeat failed: %s", exc)
             return
-        if response.status_code == 401:
-            self._forget_token()
-            await self.register()
+        if self._token_refused(response):
+            await self._register_again()
         elif response.status_code == 404:
             log.warning(
                 "the registry does not know node %s: registering again", self.config.node_id
@@ -235,6 +249,8 @@ class Remote:
         try:
             params = {"node_id": self.config.node_id}
             response = await self.http.get(url, params=params, headers=self._auth())
+            # A refusal is not taken for a stale token here: a scheduler from before issue 36
+            # asked the key for this list. The poll that follows tells (and registers again).
             return _instances_decoder.decode(response.content) if response.is_success else []
         except (httpx.HTTPError, msgspec.DecodeError):
             return []
@@ -260,6 +276,8 @@ class Remote:
             return []
         if not response.is_success:
             log.warning("poll: HTTP %d %s", response.status_code, response.text.strip())
+            if self._token_refused(response):
+                await self._register_again()  # polled again at once, with a good token
             return []
         cancels = response.headers.get("x-cancel-jobs", "")
         if cancels:
@@ -289,6 +307,8 @@ class Remote:
                 response = await self.http.patch(
                     self._job_url(job.job_id), json=body, headers=self._auth()
                 )
+                if self._token_refused(response) and await self._register_again():
+                    continue
                 if response.status_code < 500:
                     return self._claimed(job, response)
                 problem = f"HTTP {response.status_code}"
@@ -313,8 +333,9 @@ class Remote:
         """PATCH the result; network errors and 5xx are retried with backoff (a repeat of a
         report that was applied answers 200: it is identical to the stored one). A refused
         token (401: revoked, or replaced by the operator's re-register) is not the result's
-        fault: the node registers again and the report is made with its new token. Any other
-        4xx is final (404: no job of this node's by that id, 409: the job moved on)."""
+        fault: the node registers again and the report is made with its new token (so too on a
+        429: the token was wrong, past the scheduler's limit of wrong ones). Any other 4xx is
+        final (404: no job of this node's by that id, 409: the job moved on)."""
         body = {
             "status": outcome.status,
             "exit_code": outcome.exit_code,
@@ -327,7 +348,7 @@ class Remote:
                 response = await self.http.patch(
                     self._job_url(job_id), json=body, headers=self._auth()
                 )
-                if response.status_code == 401 and await self._register_again():
+                if self._token_refused(response) and await self._register_again():
                     continue
                 if response.status_code < 500:
                     if not response.is_success:

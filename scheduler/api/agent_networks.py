@@ -9,7 +9,8 @@ middleware on the ASGI path and from the lane (lane.Lane.refusal), with the same
 rule holds in token mode too (defence in depth: a leaked node token or join key is worth
 nothing outside the agents' networks). The operator's key passes anywhere: it opens every job
 and node through the operator's routes already, and DELETE /nodes/{id} is the operator's call
-as much as a node's.
+as much as a node's. So from outside, the key is the one credential compared: any other a
+caller sends is a wrong one, counted (guesses.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import functools
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from scheduler.api.client_address import Headers, client_address, within
-from scheduler.api.http import bearer_matches, text_error
+from scheduler.api.guesses import Credentials, Refusal
+from scheduler.api.http import text_error
 from scheduler.api.params import PARAMS, Query
 from scheduler.api.routing import Access, RouteTable
 from scheduler.config import Settings
@@ -34,19 +36,19 @@ CACHED_DECISIONS = 16384
 
 
 class AgentNetworks:
-    def __init__(self, networks: Networks, trusted: Networks, api_key: str) -> None:
+    def __init__(self, networks: Networks, trusted: Networks, credentials: Credentials) -> None:
         self.networks = networks
         self.trusted = trusted
-        self.expected = f"Bearer {api_key}".encode() if api_key else b""
+        self.credentials = credentials  # the key, which passes from anywhere
         self._decide = functools.lru_cache(maxsize=CACHED_DECISIONS)(self._from_networks)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> AgentNetworks | None:
+    def from_settings(cls, settings: Settings, credentials: Credentials) -> AgentNetworks | None:
         """The rule, or None when AGENT_NETWORKS is empty (any caller, as the original)."""
         networks = settings.agent_network_list
         if not networks:
             return None
-        return cls(networks, settings.trusted_proxy_list, settings.api_key)
+        return cls(networks, settings.trusted_proxy_list, credentials)
 
     def allows(self, peer: str | None, headers: list[tuple[bytes, bytes]]) -> bool:
         """Whether a caller may make an agent call: its address (client_address) is in the
@@ -55,7 +57,7 @@ class AgentNetworks:
         forwarded = _forwarded(headers) if self.trusted else ()
         if self._decide(peer, forwarded):
             return True
-        return bool(self.expected) and bearer_matches(headers, self.expected)
+        return self.credentials.holds_key(headers)
 
     def _from_networks(self, peer: str | None, forwarded: tuple[bytes, ...]) -> bool:
         headers = [(b"x-forwarded-for", value) for value in forwarded]
@@ -69,7 +71,8 @@ def _forwarded(headers: Headers) -> tuple[bytes, ...]:
 
 class AgentNetworksGate:
     """Pure ASGI middleware: the agent calls of a caller outside AGENT_NETWORKS get 403
-    before the app sees them (nothing read, nothing asked of Redis)."""
+    before the app sees them (nothing read; Redis only counts a credential it sent, which
+    was not the key: guesses.py, 429 past the limit)."""
 
     def __init__(self, app: ASGIApp, networks: AgentNetworks, routes: RouteTable) -> None:
         self.app = app
@@ -78,7 +81,9 @@ class AgentNetworksGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._allowed(scope):
-            await text_error(403, FORBIDDEN)(scope, receive, send)
+            outside: Refusal = (403, FORBIDDEN, {})
+            refused = await self.networks.credentials.refused_asgi(scope, outside)
+            await text_error(*refused)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 

@@ -9,14 +9,14 @@ every replica and stops working everywhere the moment its node is deleted.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from scheduler.api.guesses import Credentials
+from scheduler.api.guesses import token_hash as token_hash
 from scheduler.api.http import HTTPError
 from scheduler.config import Settings
 from scheduler.store.errors import Unauthorized
@@ -31,10 +31,6 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def bearer(request: Request) -> str:
     """The bearer token of the first Authorization header, or ""."""
     return bearer_of(request.headers.get("authorization", ""))
@@ -46,40 +42,37 @@ def bearer_of(authorization: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AgentAuth:
+    """Who makes an agent call under AGENT_AUTH; the key and the join key are compared by
+    the door's Credentials (guesses.py), and a refusal raised here or by a script
+    (Unauthorized) is answered there too: counted when the call presented a credential."""
+
     mode: str
-    api_key: str
-    join_key: str = ""
+    credentials: Credentials
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> AgentAuth:
-        return cls(settings.agent_auth, settings.api_key, settings.agent_join_key)
+    def from_settings(cls, settings: Settings, credentials: Credentials) -> AgentAuth:
+        return cls(settings.agent_auth, credentials)
 
     @property
     def key_required(self) -> bool:
         """Token mode with a key (or a join key): only those add nodes."""
-        return self.mode == "token" and bool(self.api_key or self.join_key)
+        found = self.credentials
+        return self.mode == "token" and (found.has_key or found.has_join_key)
 
     def identify(self, request: Request) -> str:
         """The caller as the scripts take it (library.py, node_access), whatever the mode;
         "join" for the join key, which the scripts accept only to register a node."""
-        return self.identify_token(bearer(request))
-
-    def identify_token(self, token: str) -> str:
-        if not token:
-            return ""
-        if self.api_key and hmac.compare_digest(token.encode(), self.api_key.encode()):
-            return "key"
-        if self.join_key and hmac.compare_digest(token.encode(), self.join_key.encode()):
-            return "join"
-        return token_hash(token)
+        return self.credentials.caller_of(bearer(request))
 
     def operator_or_node(self, request: Request) -> str:
-        """The caller of DELETE /nodes/{id}: the operator (anyone, when no key is set), or in
-        token mode a node token, which the script lets remove only its own node."""
+        """The caller of DELETE /nodes/{id} and the drains: the operator (anyone, when no key
+        is set), or a node token, which the scripts let act on its own node only. A node's
+        token is taken in open mode too: the reference agent holds one there as well, and
+        stops cleanly with it (drain, deregister); anything else is a wrong credential."""
         caller = self.identify(request)
-        if not self.api_key or caller == "key":
+        if not self.credentials.has_key or caller == "key":
             return "key"
-        if self.mode == "token" and caller not in ("", "join"):
+        if caller not in ("", "join"):
             return caller
         raise Unauthorized()
 
@@ -92,7 +85,7 @@ class AgentAuth:
         """`caller` from the first Authorization header's value ("" without one)."""
         if self.mode == "open":
             return "open"
-        caller = self.identify_token(bearer_of(authorization))
+        caller = self.credentials.caller_of(bearer_of(authorization))
         if not caller:
             raise Unauthorized()
         return caller

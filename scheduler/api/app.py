@@ -23,7 +23,7 @@ from scheduler.api.agent_networks import AgentNetworks, AgentNetworksGate
 from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.boundary import Boundary, BrowserBoundary
 from scheduler.api.errors import exception_handlers
-from scheduler.api.guesses import Guesses
+from scheduler.api.guesses import Credentials
 from scheduler.api.http import BearerAuth, ParamsDoor, text_error
 from scheduler.api.lane import Lane
 from scheduler.api.routes import TABLE
@@ -150,17 +150,14 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         Middleware(BrowserBoundary, boundary=boundary),
         Middleware(ParamsDoor, routes=TABLE),
     ]
-    networks = AgentNetworks.from_settings(settings)
+    # The credentials and the count of wrong ones, for every door: the key rule here and on
+    # the lane, the agents' networks, the agent routes, the login form (guesses.py).
+    credentials = Credentials.from_settings(settings)
+    networks = AgentNetworks.from_settings(settings, credentials)
     if networks is not None:
         middleware.append(Middleware(AgentNetworksGate, networks=networks, routes=TABLE))
-    # One count of failed keys for the middleware and the lane (which reads app.state's).
-    guesses = Guesses(
-        settings.auth_failures_max,
-        settings.auth_failures_window_secs,
-        settings.trusted_proxy_list,
-    )
     if settings.api_key:
-        door = Middleware(BearerAuth, api_key=settings.api_key, routes=TABLE, guesses=guesses)
+        door = Middleware(BearerAuth, credentials=credentials, routes=TABLE)
         middleware.append(door)
     request_stats = metrics_api.RequestStats()
     if metrics_on:
@@ -174,12 +171,12 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     )
     app.router.redirect_slashes = False
     app.state.request_stats = request_stats
-    app.state.agent_auth = AgentAuth.from_settings(settings)
+    app.state.agent_auth = AgentAuth.from_settings(settings, credentials)
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
-    app.state.guesses = guesses
+    app.state.credentials = credentials
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
     # Served by server.LaneProtocol.
-    app.state.lane = Lane(app.state, settings.api_key, stats, networks=networks, boundary=boundary)
+    app.state.lane = Lane(app.state, credentials, stats, networks=networks, boundary=boundary)
     app.state.head_timeout_secs = settings.head_timeout_secs  # read by api/deadline.py
     return app

@@ -1,5 +1,7 @@
 """Exceptions -> the original's plain-text errors, in one table that the Starlette app's
-exception handlers and the hot lane (lane.py) both answer from, so the two cannot drift."""
+exception handlers and the hot lane (lane.py) both answer from, so the two cannot drift.
+Unauthorized, a credential refused (by AgentAuth or a script's node_access), is answered by
+the door's Credentials on both (guesses.py: counted when the call sent one)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from scheduler.api.http import HTTPError, text_error
+from scheduler.api.state import credentials
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import RegistryError
@@ -118,6 +121,15 @@ def _handler(replier: Replier) -> Callable[[Request, Exception], Awaitable[Respo
     return handle
 
 
+async def _unauthorized(request: Request, exc: Exception) -> Response:
+    """A wrong credential (or none): 401, counted against the client's address when the call
+    sent one; 429 past the limit (guesses.py). The lane answers it with the same call."""
+    return text_error(*await credentials(request).refused_asgi(request.scope))
+
+
 def exception_handlers() -> dict[type[Exception] | int, Callable[..., object]]:
-    """REPLIES as Starlette exception handlers."""
-    return {cls: _handler(replier) for cls, replier in REPLIES.items()}
+    """REPLIES as Starlette exception handlers; Unauthorized counted (_unauthorized)."""
+    handlers: dict[type[Exception] | int, Callable[..., object]] = {
+        cls: _handler(replier) for cls, replier in REPLIES.items()
+    }
+    return {**handlers, Unauthorized: _unauthorized}

@@ -1,12 +1,21 @@
-"""Failed credentials, counted per client address: the login form's wrong keys and the
-API's wrong bearer keys. Past AUTH_FAILURES_MAX in AUTH_FAILURES_WINDOW_SECS (a window
-starting at the address's first failure) the address is answered 429 with Retry-After.
+"""The door's credentials, in one place (README, Security): whether a credential is right,
+and what a wrong one gets. Every route that compares a credential asks here: the key rule
+(http.BearerAuth and the hot lane), the agent routes (agents.AgentAuth: the key, the join
+key, a node token's hash for the scripts to look up), the agents' networks, the login form.
 
-The count is in Redis (scripts/access.py), so every replica adds to and reads the same one.
-A right key is never counted and costs no Redis call: a key route checks it first, and only
-a wrong one goes to Redis. So that guessing stops too, a replica that has answered an
-address 429 remembers it until the window ends and refuses it the right key as well (a
-dict lookup); the login form asks Redis before comparing the key.
+A right credential is always served, whatever its address has got wrong: the key, a live
+node token, the join key where it registers, a live UI session. Any metering of one
+address's tests would meter the right key's holders behind it too (a NAT, an office, a load
+balancer, an agent beside its operator); a key is kept from being guessed by its strength
+instead (config/secrets.py: 128 bits, refused below at start).
+
+Every wrong one is counted per client address, in Redis (scripts/access.py), so every replica
+adds to the same count: a bound on the Redis work guessing costs, and a log line. Past
+AUTH_FAILURES_MAX in AUTH_FAILURES_WINDOW_SECS (a window starting at the address's first
+failure) the address's wrong credentials are answered 429 Retry-After from this process's
+own bar until the window ends, with no Redis call; the first time, one WARNING names it. A
+call with no Authorization header guesses nothing: it is refused, not counted (the original
+Rust agent sends none).
 
 Why not the `limits` package: its Redis storage opens its own redis-py client from a URL,
 outside the API's one multiplexed connection (store/connection/mux.py), with our Sentinel,
@@ -16,9 +25,12 @@ deployment's hash tag; the count is two Redis commands in one script here.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import math
 import time
+from collections.abc import Iterable
 from ipaddress import ip_network
 
 from redis.exceptions import RedisError
@@ -26,6 +38,7 @@ from starlette.types import Scope
 
 from scheduler.api.client_address import Headers, client_address
 from scheduler.api.stores import Store
+from scheduler.config import Settings
 from scheduler.config.networks import Networks
 from scheduler.store.scripts import access
 
@@ -34,25 +47,132 @@ log = logging.getLogger("scheduler.api")
 TOO_MANY = "too many failed attempts from this address: try again later"
 # status, message, headers: a refusal as errors.Reply has it
 Refusal = tuple[int, str, dict[str, str]]
+UNAUTHORIZED: Refusal = (401, "unauthorized", {})
 
 
 def too_many(seconds: float) -> Refusal:
     return 429, TOO_MANY, {"Retry-After": str(max(1, math.ceil(seconds)))}
 
 
-class Guesses:
-    """The failed-credential counts of one API process's door (shared through Redis)."""
+def token_hash(token: str) -> str:
+    """What Redis keeps of a node token (and what the scripts are given): its SHA-256."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
-    def __init__(self, limit: int, window_secs: float, trusted: Networks = ()) -> None:
+
+def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> bool:
+    """The first Authorization header is `expected` (compared in constant time)."""
+    for name, value in headers:
+        if name == b"authorization":
+            return hmac.compare_digest(value, expected)
+    return False
+
+
+def presents_credential(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether the request sends an Authorization header: a wrong one is a guess, counted;
+    none at all guesses nothing, and costs Redis nothing."""
+    return any(name == b"authorization" for name, _ in headers)
+
+
+class Credentials:
+    """The API key, the agents' join key and the count of wrong credentials of one API
+    process (the count shared through Redis)."""
+
+    def __init__(
+        self,
+        api_key: str = "",
+        join_key: str = "",
+        limit: int = 10,
+        window_secs: float = 300.0,
+        trusted: Networks = (),
+    ) -> None:
+        self.has_key = bool(api_key)
+        self.has_join_key = bool(join_key)
+        self._key = api_key.encode()
+        self._join_key = join_key.encode()
+        # The Authorization header that carries the key (b"": none is set).
+        self.expected = b"Bearer " + self._key if api_key else b""
         self.limit = limit
         self.window_secs = window_secs
         self.trusted = trusted  # TRUSTED_PROXIES: whose X-Forwarded-For names the client
-        # address -> time.monotonic() its window ends: the addresses this process has
-        # answered 429 (bounded: one entry per address refused, dropped once stale).
+        # address -> time.monotonic() its window ends: the addresses whose wrong credentials
+        # this process answers 429 (bounded: one entry per address barred, dropped once stale).
         self.barred_until: dict[str, float] = {}
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Credentials:
+        return cls(
+            settings.api_key,
+            settings.agent_join_key,
+            settings.auth_failures_max,
+            settings.auth_failures_window_secs,
+            settings.trusted_proxy_list,
+        )
+
+    # Right: decided in this process, in constant time, with no Redis call.
+
+    def holds_key(self, headers: Headers) -> bool:
+        """Whether the first Authorization header is `Bearer <TINYAWS_API_KEY>` (never, with
+        no key set): the key rule's check, on every key route and the lane's."""
+        return bool(self.expected) and bearer_matches(headers, self.expected)
+
+    def is_key(self, secret: str) -> bool:
+        """Whether `secret` is TINYAWS_API_KEY (the login form's; never, with no key set)."""
+        return self.has_key and hmac.compare_digest(secret.encode(), self._key)
+
+    def caller_of(self, token: str) -> str:
+        """A bearer token as the scripts take it (store/scripts/library.py, node_access):
+        "" for none, "key", "join" (AGENT_JOIN_KEY, which they accept only to register a new
+        node), else its hash, which they look up among the live node tokens."""
+        if not token:
+            return ""
+        if self.has_key and hmac.compare_digest(token.encode(), self._key):
+            return "key"
+        if self.has_join_key and hmac.compare_digest(token.encode(), self._join_key):
+            return "join"
+        return token_hash(token)
+
+    # Wrong: counted.
+
+    async def refused(
+        self,
+        store: Store,
+        peer: str | None,
+        headers: Headers,
+        refusal: Refusal = UNAUTHORIZED,
+        guessed: bool | None = None,
+    ) -> Refusal:
+        """The answer to a wrong credential (or none) from the client of (`peer`, `headers`):
+        `refusal`, or 429 past the limit. `guessed`: whether the call presented one (default:
+        an Authorization header); without one nothing is counted and `refusal` stands. A
+        wrong one is counted in Redis, unless this process bars the address already; when
+        Redis cannot count it, the refusal stands (and the failure is logged)."""
+        if not (presents_credential(headers) if guessed is None else guessed):
+            return refusal
+        address = self.address_of(peer, headers)
+        left = self.barred(address)
+        if left:
+            return too_many(left)
+        try:
+            failures, left = await store.run(access.count_failure(address, self.window_secs))
+        except RedisError as exc:  # ReplicasNotAcked too: the count may be on the primary
+            log.warning("failed credential from %s not counted: %s", address, exc)
+            return refusal
+        if failures <= self.limit:
+            return refusal
+        self._bar(address, left, failures)
+        return too_many(left)
+
+    async def refused_asgi(
+        self, scope: Scope, refusal: Refusal = UNAUTHORIZED, guessed: bool | None = None
+    ) -> Refusal:
+        """`refused` for an ASGI request, counted in its app's store."""
+        client = scope.get("client")
+        peer = client[0] if client else None  # None on a Unix socket
+        store: Store = scope["app"].state.store
+        return await self.refused(store, peer, scope["headers"], refusal, guessed)
+
     def barred(self, address: str) -> float:
-        """Seconds left of a 429 this process gave `address`, 0 without one (no Redis)."""
+        """Seconds left of this process's bar on `address`, 0 without one (no Redis)."""
         until = self.barred_until.get(address)
         if until is None:
             return 0.0
@@ -62,43 +182,24 @@ class Guesses:
             return 0.0
         return left
 
-    def refusal_of(self, address: str, refusal: Refusal) -> Refusal:
-        """`refusal` for a call without a credential (no guess, not counted), or 429 from an
-        address this process has answered 429 (no Redis)."""
-        left = self.barred(address)
-        return too_many(left) if left else refusal
-
-    async def failed(self, store: Store, address: str, refusal: Refusal) -> Refusal:
-        """A wrong credential from `address`: counted; `refusal`, or 429 past the limit.
-        When Redis cannot count it, the refusal stands (and the failure is logged)."""
-        try:
-            failures, left = await store.run(access.count_failure(address, self.window_secs))
-        except RedisError as exc:  # ReplicasNotAcked too: the count may be on the primary
-            log.warning("failed credential from %s not counted: %s", address, exc)
-            return refusal
-        if failures <= self.limit:
-            return refusal
-        self._bar(address, left)
-        return too_many(left)
-
-    async def wait_left(self, store: Store, address: str) -> float:
-        """Seconds `address` must wait before trying a key again (0: it may now), as Redis
-        counts its failures: the login form asks before comparing."""
-        left = self.barred(address)
-        if left:
-            return left
-        failures, left = await store.run(access.failures(address))
-        if failures < self.limit:
-            return 0.0
-        self._bar(address, left)
-        return left
-
-    def _bar(self, address: str, left: float) -> None:
+    def _bar(self, address: str, left: float, failures: int) -> None:
+        """Bars `address` until its window ends, saying so once: this process counts none of
+        its wrong credentials again until then."""
         now = time.monotonic()
         stale = [a for a, until in self.barred_until.items() if until <= now]
         for gone in stale:
             del self.barred_until[gone]
         self.barred_until[address] = now + left
+        log.warning(
+            "%s: %d wrong credentials (key, node token, join key or login) within "
+            "AUTH_FAILURES_WINDOW_SECS=%g, past AUTH_FAILURES_MAX=%d: its wrong ones get "
+            "429 for the %.0f s left of the window; right ones are still served",
+            address or "unknown address",
+            failures,
+            self.window_secs,
+            self.limit,
+            left,
+        )
 
     def address_of(self, peer: str | None, headers: Headers) -> str:
         """Whose failures a request's count: the client's address (client_address.py: the
@@ -112,8 +213,3 @@ class Guesses:
             # limited.
             return str(ip_network((found, 64), strict=False))
         return str(found)
-
-    def address_in(self, scope: Scope) -> str:
-        """`address_of` an ASGI request."""
-        client = scope.get("client")
-        return self.address_of(client[0] if client else None, scope["headers"])

@@ -5,7 +5,6 @@ the route table says so."""
 from __future__ import annotations
 
 import asyncio
-import hmac
 from collections.abc import Callable, Iterable
 
 from redis.exceptions import RedisError
@@ -13,7 +12,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from scheduler.api.guesses import Guesses, Refusal, too_many
+from scheduler.api.guesses import Credentials
 from scheduler.api.params import PARAMS, Query, given_twice, parse_query, repeated
 from scheduler.api.routing import Access, RouteTable, route_path
 from scheduler.api.ui_session import UI_COOKIE as UI_COOKIE
@@ -139,20 +138,6 @@ async def _read_chunks(request: Request, limit: int, charge: Callable[[int], Non
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> bool:
-    """The first Authorization header is `expected` (compared in constant time)."""
-    for name, value in headers:
-        if name == b"authorization":
-            return hmac.compare_digest(value, expected)
-    return False
-
-
-def presents_credential(headers: Iterable[tuple[bytes, bytes]]) -> bool:
-    """Whether the request sends an Authorization header: a wrong one is a guess, counted
-    (guesses.py); none at all guesses nothing, and costs Redis nothing."""
-    return any(name == b"authorization" for name, _ in headers)
-
-
 class ParamsDoor:
     """Pure ASGI middleware, outside the key's: parses the request's query once
     (params.parse_query) into the scope (params.PARAMS), which the key rule and the handler
@@ -179,19 +164,16 @@ class ParamsDoor:
 
 class BearerAuth:
     """Pure ASGI middleware: who may make each call is the route table's (routing.Access):
-    `Authorization: Bearer <key>`, compared in constant time, on every call but the open ones
-    (the health check, the agent calls); a wrong key is counted against the client's address
-    (guesses.py: 429 past the limit). The web UI's pages take a live session's cookie
-    instead (ui_session.py), and send a browser without one to the login form. It reads the
-    parameters the door (ParamsDoor) parsed."""
+    `Authorization: Bearer <key>` on every call but the open ones (the health check, the
+    agent calls); a wrong key is refused as guesses.Credentials says (401, counted against
+    the client's address; 429 past the limit). The web UI's pages take a live session's
+    cookie instead (ui_session.py), and send a browser without one to the login form. It
+    reads the parameters the door (ParamsDoor) parsed."""
 
-    def __init__(
-        self, app: ASGIApp, api_key: str, routes: RouteTable, guesses: Guesses | None = None
-    ) -> None:
+    def __init__(self, app: ASGIApp, credentials: Credentials, routes: RouteTable) -> None:
         self.app = app
         self.routes = routes
-        self.expected = f"Bearer {api_key}".encode()
-        self.guesses = guesses  # None: wrong keys are not counted (a bare app's tests)
+        self.credentials = credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -203,8 +185,11 @@ class BearerAuth:
             await self.app(scope, receive, send)
         elif access is Access.UI:
             await self._ui(scope, receive, send)
+        elif self.credentials.holds_key(scope["headers"]):
+            await self.app(scope, receive, send)
         else:
-            await self._key(scope, receive, send)
+            refused = await self.credentials.refused_asgi(scope)
+            await text_error(*refused)(scope, receive, send)
 
     async def _ui(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -216,19 +201,3 @@ class BearerAuth:
             await self.app(scope, receive, send)
         else:
             await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
-
-    async def _key(self, scope: Scope, receive: Receive, send: Send) -> None:
-        guesses = self.guesses
-        address = guesses.address_in(scope) if guesses is not None else ""
-        refusal: Refusal = (401, "unauthorized", {})
-        if bearer_matches(scope["headers"], self.expected):
-            barred = guesses.barred(address) if guesses and guesses.barred_until else 0.0
-            if not barred:
-                await self.app(scope, receive, send)
-                return
-            refusal = too_many(barred)
-        elif guesses is not None and presents_credential(scope["headers"]):
-            refusal = await guesses.failed(scope["app"].state.store, address, refusal)
-        elif guesses is not None and guesses.barred_until:
-            refusal = guesses.refusal_of(address, refusal)
-        await text_error(*refusal)(scope, receive, send)

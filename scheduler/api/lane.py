@@ -31,8 +31,8 @@ from scheduler.api import hot
 from scheduler.api.agent_networks import FORBIDDEN, AgentNetworks
 from scheduler.api.boundary import Boundary
 from scheduler.api.errors import is_expected, reply_for
-from scheduler.api.guesses import too_many
-from scheduler.api.http import bearer_matches, length_of, presents_credential, refuse_declared
+from scheduler.api.guesses import UNAUTHORIZED, Credentials, Refusal
+from scheduler.api.http import length_of, refuse_declared
 from scheduler.api.metrics import RequestStats
 from scheduler.api.params import Params
 from scheduler.api.routes import TABLE
@@ -40,7 +40,7 @@ from scheduler.api.routing import Access, Hot, RouteTable
 from scheduler.api.state import AppState
 from scheduler.models.record import record
 from scheduler.store.connection.protocol import Reply
-from scheduler.store.errors import PartsApart
+from scheduler.store.errors import PartsApart, Unauthorized
 from scheduler.store.scripts.jobs import Polled
 
 JSON = b"application/json"
@@ -127,14 +127,14 @@ def text_answer(status: int, message: str, headers: dict[str, str]) -> Answer:
     return status, (message + "\n").encode(), TEXT, [NOSNIFF, *raw_headers(headers)]
 
 
-OUTSIDE_AGENT_NETWORKS = text_answer(403, FORBIDDEN, {})
+OUTSIDE_AGENT_NETWORKS: Refusal = (403, FORBIDDEN, {})
 
 
 class Lane:
     def __init__(
         self,
         state: AppState,
-        api_key: str,
+        credentials: Credentials,
         stats: RequestStats | None,
         routes: RouteTable = TABLE,
         networks: AgentNetworks | None = None,
@@ -143,7 +143,7 @@ class Lane:
         self.state = state
         # The ASGI path's BrowserBoundary, asked first as there (boundary.py).
         self.boundary = boundary or Boundary("")
-        self.expected = f"Bearer {api_key}".encode() if api_key else b""
+        self.credentials = credentials  # the key rule's (guesses.py), as BearerAuth's
         self.networks = networks  # AGENT_NETWORKS; None: agent calls from anywhere
         self.stats = stats
         self.served = 0  # requests answered here (the tests check the lane was taken)
@@ -200,6 +200,8 @@ class Lane:
                 answer = await self.refusal(route, request)
             else:
                 answer = await route.handler(request)
+        except Unauthorized:
+            answer = await self.unauthorized(request)
         except Exception as exc:
             answer = self.failed(request, exc)
         self.observe(request, answer[0])
@@ -222,11 +224,12 @@ class Lane:
 
     def settled(self, request: HotRequest, reply: Reply, finish: Callable[[Any], Answer]) -> Answer:
         """The answer of a call `send` sent, from its reply. NoScriptError (Redis forgot the
-        script), PartsApart (a job's parts need a second read) and bugs are raised: the
-        caller runs the handler, or answers 500."""
+        script), PartsApart (a job's parts need a second read), Unauthorized (a wrong
+        credential, counted in a task: `answer`) and bugs are raised: the caller runs the
+        handler, or answers 500."""
         try:
             answer = finish(reply.result())
-        except (NoScriptError, PartsApart):
+        except (NoScriptError, PartsApart, Unauthorized):
             raise
         except Exception as exc:
             answer = self.failed(request, exc)
@@ -236,40 +239,31 @@ class Lane:
     def refused(self, route: Route, request: HotRequest) -> bool:
         """Whether the door refuses the call, before any Redis work or body read: the
         browser boundary's rule first (BrowserBoundary's), then BearerAuth's where the key is
-        needed (a wrong key, or the right one from an address this process has answered 429:
-        checked only while there is one, a dict's truth is ~free), AgentNetworksGate's for an
-        agent call (from outside AGENT_NETWORKS)."""
+        needed (anything but the right key), AgentNetworksGate's for an agent call (from
+        outside AGENT_NETWORKS). The right key is never refused, whatever its address."""
         if self.boundary.refusal(request.method, request.path, request.headers) is not None:
             return True
         if not route.needs_key:
             networks = self.networks
             return networks is not None and not networks.allows(request.peer, request.headers)
-        if not self.expected:
-            return False
-        if not bearer_matches(request.headers, self.expected):
-            return True
-        guesses = self.state.guesses
-        return bool(guesses.barred_until) and bool(guesses.barred(self._address(request)))
+        return self.credentials.has_key and not self.credentials.holds_key(request.headers)
 
     async def refusal(self, route: Route, request: HotRequest) -> Answer:
-        """A refused call's answer: the browser boundary's; 403 outside AGENT_NETWORKS; else
-        as BearerAuth's, a wrong key counted (401, or 429 past the limit), the right one from
-        a barred address 429."""
+        """A refused call's answer: the browser boundary's; else as AgentNetworksGate's (403
+        outside AGENT_NETWORKS) or BearerAuth's (401), a wrong credential counted (429 past
+        the limit)."""
         stopped = self.boundary.refusal(request.method, request.path, request.headers)
         if stopped is not None:
             return text_answer(*stopped, {})
-        if not route.needs_key:
-            return OUTSIDE_AGENT_NETWORKS
-        guesses, address = self.state.guesses, self._address(request)
-        if bearer_matches(request.headers, self.expected):
-            return text_answer(*too_many(guesses.barred(address)))
-        if not presents_credential(request.headers):
-            return text_answer(*guesses.refusal_of(address, (401, "unauthorized", {})))
-        refusal = await guesses.failed(self.state.store, address, (401, "unauthorized", {}))
-        return text_answer(*refusal)
+        refusal = OUTSIDE_AGENT_NETWORKS if not route.needs_key else UNAUTHORIZED
+        return await self.unauthorized(request, refusal)
 
-    def _address(self, request: HotRequest) -> str:
-        return self.state.guesses.address_of(request.peer, request.headers)
+    async def unauthorized(self, request: HotRequest, refusal: Refusal = UNAUTHORIZED) -> Answer:
+        """A wrong credential's answer (guesses.py): `refusal`, counted; 429 past the limit."""
+        refused = await self.credentials.refused(
+            self.state.store, request.peer, request.headers, refusal
+        )
+        return text_answer(*refused)
 
     def failed(self, request: HotRequest, exc: Exception) -> Answer:
         """errors.py's answer to `exc`; raised again when it has none (a bug)."""

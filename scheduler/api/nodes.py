@@ -15,9 +15,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from scheduler.api.agents import bearer, new_token, token_hash
+from scheduler.api.guesses import UNAUTHORIZED
 from scheduler.api.http import HTTPError, json_bytes, read_body
 from scheduler.api.params import param
 from scheduler.api.state import agent_auth as _auth
+from scheduler.api.state import credentials as _credentials
 from scheduler.api.state import node_source as _node_source
 from scheduler.api.state import store as _store
 from scheduler.config import Settings
@@ -33,7 +35,7 @@ from scheduler.models.registry import (
     with_drain,
 )
 from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
-from scheduler.store.errors import Forbidden, NodeNotFound
+from scheduler.store.errors import Forbidden, NodeNotFound, Unauthorized
 from scheduler.store.scripts.nodes import Registration
 from scheduler.store.scripts.retry import RetryPolicy
 
@@ -72,11 +74,20 @@ async def register(request: Request) -> Response:
     node, or the key's re-register: a fresh one; the node's own re-register: the same)."""
     reg = await _decode(request, NodeRegistration, "failed to decode node")
     validate_registration(reg)
-    token = new_token()
-    store = _store(request)
-    node, done = await store.register_node(
-        reg, time.time(), _registration(request), token_hash(token)
-    )
+    token, store, who = new_token(), _store(request), _registration(request)
+    try:
+        node, done = await store.register_node(reg, time.time(), who, token_hash(token))
+    except Unauthorized:
+        if who.caller == "join":
+            # The join key is right where it registers (this id is held): refused, not
+            # counted as a guess (guesses.py).
+            raise HTTPError(*UNAUTHORIZED) from None
+        raise
+    if done.outcome == "none" and who.caller != "join":
+        # Open mode, a known id: its bearer (if it sent one) was neither the key nor the
+        # node's token. The registration stands, as anyone's may; the bearer is counted as
+        # the wrong credential it is (the answer shows no token: a test of the key).
+        await _credentials(request).refused_asgi(request.scope)
     if done.moved or done.lost:
         log.info(
             "node %s has a new holder: %d queued and %d running job(s) of the old one put back",
@@ -131,8 +142,16 @@ async def delete_node(request: Request) -> Response:
 
 
 async def list_instances(request: Request) -> Response:
-    # The built-in registry runs no instances. The agent reads this list every tick and
-    # only polls for jobs when it is empty or has a running instance.
+    """The built-in registry runs no instances: always []. An agent call (the agents read it
+    before each poll), so that no agent's own traffic is ever a wrong credential: anyone's
+    in open mode; in token mode the node's own token (node_id) or the key, a wrong one
+    counted as on every agent route."""
+    caller = _auth(request).caller(request)  # token mode: no bearer, refused unread
+    if caller not in ("open", "key"):
+        node_id = param(request, "node_id")
+        if not ID_RE.fullmatch(node_id):
+            raise Unauthorized()  # no node's: the operator's listing, the key's
+        await _store(request).check_node_caller(node_id, caller)
     return json_bytes(b"[]")
 
 

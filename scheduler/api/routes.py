@@ -136,7 +136,12 @@ TABLE = RouteTable(
         # own token for its own node as it stops (nodes.drain and nodes.undrain decide).
         Entry("/nodes/{node_id}/drain", {"POST": Method(nodes.drain, AGENT)}),
         Entry("/nodes/{node_id}/undrain", {"POST": Method(nodes.undrain, AGENT)}),
-        Entry("/instances", {"GET": Method(nodes.list_instances)}, "registry"),
+        # The agents' instances (always none here): their call, read before each poll.
+        Entry(
+            "/instances",
+            {"GET": Method(nodes.list_instances, AGENT, reads=("node_id",))},
+            "registry",
+        ),
         Entry(
             "/services",
             {

@@ -26,7 +26,7 @@ from scheduler.api.hot import Charge
 from scheduler.api.http import body_late, length_of, too_large
 from scheduler.api.lane import MAX_BODY, TEXT, Answer, HotRequest, Lane, Route
 from scheduler.store.connection.protocol import Reply
-from scheduler.store.errors import PartsApart
+from scheduler.store.errors import PartsApart, Unauthorized
 
 log = logging.getLogger("scheduler.api")
 
@@ -148,9 +148,10 @@ class LaneCycle:
     ) -> None:
         try:
             answer = self.protocol.lane.settled(request, reply, finish)
-        except (NoScriptError, PartsApart):
+        except (NoScriptError, PartsApart, Unauthorized):
             # Redis forgot the script (restarted, flushed): the handler loads it. A job that
-            # keeps parts apart: the handler reads them (models/record.py).
+            # keeps parts apart: the handler reads them (models/record.py). A wrong
+            # credential: the handler's refusal counts it (guesses.py), which takes a task.
             self.run_task(route, request)
             return
         except Exception:

@@ -7,7 +7,7 @@ from typing import Protocol
 from starlette.requests import Request
 
 from scheduler.api.agents import AgentAuth, ReportBudget
-from scheduler.api.guesses import Guesses
+from scheduler.api.guesses import Credentials
 from scheduler.api.stores import Store
 from scheduler.api.stores import settings as settings
 from scheduler.api.stores import store as store
@@ -21,8 +21,8 @@ def agent_auth(request: Request) -> AgentAuth:
     return found
 
 
-def guesses(request: Request) -> Guesses:
-    found: Guesses = request.app.state.guesses
+def credentials(request: Request) -> Credentials:
+    found: Credentials = request.app.state.credentials
     return found
 
 
@@ -44,4 +44,4 @@ class AppState(Protocol):
     nodes: NodeSource
     agent_auth: AgentAuth
     report_budget: ReportBudget
-    guesses: Guesses
+    credentials: Credentials

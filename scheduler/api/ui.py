@@ -13,7 +13,6 @@ deployment's secret.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 from collections.abc import Callable
 from html import escape
@@ -24,9 +23,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import nodes, retries, ui_session
-from scheduler.api.guesses import too_many
 from scheduler.api.http import HTTPError
-from scheduler.api.state import guesses as _guesses
+from scheduler.api.state import credentials as _credentials
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
@@ -264,19 +262,15 @@ async def login_page(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    """The login form's POST: a session for the right key; 401 for a wrong one, counted
-    against the address, which past AUTH_FAILURES_MAX is 429 whatever key it sends."""
+    """The login form's POST: a session for the right key, whatever its address got wrong
+    before; a wrong one is counted against the address (guesses.py): 401, or 429 past
+    AUTH_FAILURES_MAX."""
     check_origin(request)
-    settings, store, guesses = _settings(request), _store(request), _guesses(request)
-    address = guesses.address_in(request.scope)
-    wait = await guesses.wait_left(store, address)
-    if wait:
-        raise HTTPError(*too_many(wait))
-    key = (await _form(request)).get("key", "")
-    if not settings.api_key or not hmac.compare_digest(key.encode(), settings.api_key.encode()):
-        status, message, headers = await guesses.failed(store, address, (401, "", {}))
-        if status != 401:
-            raise HTTPError(status, message, headers)
+    found = _credentials(request)
+    if not found.is_key((await _form(request)).get("key", "")):
+        refused = await found.refused_asgi(request.scope, guessed=True)
+        if refused[0] != 401:
+            raise HTTPError(*refused)
         response = await login_page(request)
         response.status_code = 401
         return response

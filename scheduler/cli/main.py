@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler.config import ConfigError, Settings
+from scheduler.config.secrets import check_secrets
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 GRACEFUL_SHUTDOWN_SECS = 5
@@ -258,6 +259,11 @@ COMMAND_MODULES = {
 }
 
 
+# The commands whose processes hold the door's secrets: a key or join key too weak to be
+# hopeless to guess stops them at start (config/secrets.py). The client sends any key it has.
+KEY_HOLDERS = frozenset({"serve", "worker", "up"})
+
+
 # The command-line client's modules: they send the key.
 CLIENT_MODULES = frozenset(
     {
@@ -318,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _help(args)
     try:
         settings = Settings.from_env()
+        if args.command in KEY_HOLDERS:
+            check_secrets(settings)
         if getattr(args, "port", 0) is None:
             args.port = _default_port()
     except ConfigError as exc:

@@ -70,7 +70,8 @@ class Settings:
     # Who may make the agent calls (README, "Security"): "open" as the original (its Rust
     # agent sends no key), or "token": a node token from POST /nodes/register, or the key.
     agent_auth: str = field(default="open", metadata={"env": "AGENT_AUTH"})
-    # A secret that only registers new node ids (token mode): agents hold it instead of the key.
+    # A secret that only registers new node ids (token mode): agents hold it instead of the
+    # key. Both need 128 bits where serve, worker and up start (config/secrets.py).
     agent_join_key: str = field(default="", metadata={"env": "AGENT_JOIN_KEY"})
     # Callers the agent routes answer (README, Security): comma-separated CIDRs; empty: any.
     agent_networks: str = field(default="", metadata={"env": "AGENT_NETWORKS"})
@@ -83,9 +84,8 @@ class Settings:
     ui_session_secs: float = field(
         default=12 * 3600.0, metadata={"env": "UI_SESSION_SECS", "min": 1}
     )
-    # Failed logins and bearer keys one client address may make in a window starting at its
-    # first failure; past them, 429 Retry-After until the window ends (a right key never
-    # counts).
+    # Wrong credentials one client address may send in a window from its first (api/guesses.py);
+    # past them its wrong ones get 429 Retry-After until the window ends, right ones are served.
     auth_failures_max: int = field(default=10, metadata={"env": "AUTH_FAILURES_MAX", "min": 1})
     auth_failures_window_secs: float = field(
         default=300.0, metadata={"env": "AUTH_FAILURES_WINDOW_SECS", "min": 1}

@@ -326,6 +326,10 @@ class JobStore(ScheduleCalls):
         node = _node_decoder.decode(blob)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 
+    async def check_node_caller(self, node_id: str, caller: str) -> None:
+        """Raises unless `caller` is the key or the node's own token (node_scripts)."""
+        await self.run(node_scripts.node_caller(node_id, caller))
+
     async def cancel(self, job_id: str, now: float) -> bytes:
         return await self._changed(jobs.cancel_job(job_id, now))
 

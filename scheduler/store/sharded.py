@@ -145,6 +145,9 @@ class ShardedStore(ScheduleCalls):
     ) -> tuple[Node, builtins.list[str]]:
         return await (await self.of_node(node_id)).heartbeat(node_id, now, caller)
 
+    async def check_node_caller(self, node_id: str, caller: str) -> None:
+        await (await self.of_node(node_id)).check_node_caller(node_id, caller)
+
     async def delete_node(self, node_id: str, now: float, caller: str) -> Moves:
         return await (await self.of_node(node_id)).delete_node(node_id, now, caller)
 

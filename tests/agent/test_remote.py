@@ -12,15 +12,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from scheduler.agent.executor import Outcome
 from scheduler.agent.remote import AgentConfig, Remote
-from tests.agent.test_loop import make_agent
+from scheduler.store.keys import Keys
+from tests.agent.test_loop import make_agent, until
+from tests.keys import API_KEY as KEY
+from tests.keys import JOIN_KEY as JOIN
 from tests.processes import api_replicas, scheduler_env
 
-KEY = "agent-test-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
-JOIN = "agent-join-key"
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +35,26 @@ def api(redis_url: str) -> Iterator[str]:
 
 
 class Recorder(httpx.AsyncBaseTransport):
-    """Passes every request on, noting the Authorization header each call carried."""
+    """Passes every request on, noting the Authorization header each call carried, and each
+    answer's status."""
 
     def __init__(self) -> None:
         self.inner = httpx.AsyncHTTPTransport()
         self.seen: list[tuple[str, str, str]] = []
+        self.answers: list[tuple[str, str, int]] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         auth = request.headers.get("authorization", "")
         self.seen.append((request.method, request.url.path, auth))
-        return await self.inner.handle_async_request(request)
+        response = await self.inner.handle_async_request(request)
+        self.answers.append((request.method, request.url.path, response.status_code))
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()  # the client's close reaches it: no socket left open
+
+    def calls(self, method: str, path: str) -> int:
+        return sum(1 for m, p, _ in self.answers if (m, p) == (method, path))
 
 
 def remote(url: str, node: str, token_path: Path, api_key: str = KEY, join_key: str = "") -> Remote:
@@ -202,3 +214,125 @@ def test_a_polled_job_is_read_for_what_the_agent_uses_only() -> None:
     (job,) = _jobs_decoder.decode(body)
     assert (job.job_id, job.command, job.env_vars) == ("job-1", "echo hi", {"A": "1"})
     assert not hasattr(job, "created_at") and not hasattr(job, "stdout")
+
+
+def failures(redis_url: str, prefix: str, address: str = "127.0.0.1") -> int:
+    """The wrong credentials Redis counts against `address` in its window (api/guesses.py)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return int(client.get(Keys(prefix).auth_failures(address)) or 0)
+    finally:
+        client.close()
+
+
+# (AGENT_AUTH, the server's keys, the agent's): every way an agent is set up to call.
+SETUPS = {
+    "token, the key": ("token", {"TINYAWS_API_KEY": KEY}, {"api_key": KEY}),
+    "token, the join key": (
+        "token",
+        {"TINYAWS_API_KEY": KEY, "AGENT_JOIN_KEY": JOIN},
+        {"join_key": JOIN},
+    ),
+    "token, no key": ("token", {}, {}),
+    "open, the key": ("open", {"TINYAWS_API_KEY": KEY}, {"api_key": KEY}),
+    "open, a key the agent lacks": ("open", {"TINYAWS_API_KEY": KEY}, {}),
+    "open, no key": ("open", {}, {}),
+}
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_an_agents_whole_life_is_never_a_wrong_credential(
+    redis_url: str, tmp_path: Path, prefix: str, setup: str
+) -> None:
+    """Issue 36: the agent's GET /instances was a wrong key on every poll in token mode, and
+    the count locked its operator out. Every call the reference agent makes, in every mode,
+    with and without the keys: register, heartbeats, instances and polls, claims and
+    reports, a service it runs and stops, the drain and deregister of a clean stop. None is
+    refused (401, 429) and Redis
+    counts no wrong credential for its address, with AUTH_FAILURES_MAX=1."""
+    mode, server_keys, agent_keys = SETUPS[setup]
+    env = scheduler_env(redis_url, prefix, AGENT_AUTH=mode, AUTH_FAILURES_MAX="1", **server_keys)
+    operator = {"Authorization": f"Bearer {KEY}"} if server_keys.get("TINYAWS_API_KEY") else {}
+    recorder = Recorder()
+    with api_replicas(1, env) as (url,):
+        token_path = str(tmp_path / "node-token")
+        agent = make_agent(url, tmp_path, "life", recorder, token_path=token_path, **agent_keys)
+
+        async def go() -> list[str]:
+            running = asyncio.create_task(agent.run())
+            await until(lambda: bool(agent.remote.token), "its registration")
+            jobs = [
+                httpx.post(f"{url}/jobs", json={"command": c}, headers=operator).json()
+                for c in ("echo hi", "exit 3")
+            ]
+
+            def status(job: dict[str, str]) -> str:
+                read = httpx.get(f"{url}/jobs/{job['job_id']}", headers=operator)
+                found: str = read.json()["status"]
+                return found
+
+            for job in jobs:
+                await until(lambda job=job: status(job) in ("done", "failed"), "a job's end")
+            service = {"command": "sleep 60", "job_type": "service", "max_retries": 0}
+            jobs.append(httpx.post(f"{url}/jobs", json=service, headers=operator).json())
+            # Started, not just claimed: a stop between the two leaves it to the node-loss rule.
+            await until(lambda: jobs[-1]["job_id"] in agent.services, "the service to start")
+            await until(
+                lambda: (
+                    recorder.calls("POST", "/nodes/heartbeat") >= 3
+                    and recorder.calls("GET", "/instances") >= 5
+                ),
+                "heartbeats and polls",
+            )
+            agent.stop()
+            await running
+            await agent.remote.http.aclose()
+            return [status(job) for job in jobs]
+
+        assert asyncio.run(go()) == ["done", "failed", "failed"]  # the service stopped
+        refused = [a for a in recorder.answers if a[2] in (401, 403, 429)]
+        assert not refused
+        paths = {(m, p) for m, p, _ in recorder.answers}
+        assert {("POST", "/nodes/life/drain"), ("DELETE", "/nodes/life")} <= paths
+        assert failures(redis_url, prefix) == 0
+
+
+def test_a_stale_token_answered_429_is_replaced_by_registering_again(
+    redis_url: str, tmp_path: Path, prefix: str
+) -> None:
+    """A stale token (its node deleted, or Redis lost it) is a wrong credential, counted like
+    any other; past AUTH_FAILURES_MAX from the agent's address it is answered 429, not 401.
+    The agent registers again with its key, which is right and always served, and polls on."""
+    env = scheduler_env(
+        redis_url, prefix, AGENT_AUTH="token", TINYAWS_API_KEY=KEY, AUTH_FAILURES_MAX="1"
+    )
+    with api_replicas(1, env) as (url,):
+
+        async def go() -> tuple[str, str, int]:
+            agent = remote(url, "stale", tmp_path / "node-token")
+            assert await agent.register()
+            stale = agent.token
+            httpx.delete(f"{url}/nodes/stale", headers=OPERATOR).raise_for_status()
+            # A stranger beside it guesses twice: the address is past the limit.
+            for guess in ("guess-1", "guess-2"):
+                httpx.get(f"{url}/jobs", headers={"Authorization": f"Bearer {guess}"})
+            refused = await agent.http.get(
+                f"{url}/jobs",
+                params={"node_id": "stale", "status": "pending"},
+                headers=agent._auth(),
+            )
+            assert refused.status_code == 429, refused.text
+            assert await agent.pending() == []  # 429: it registers again
+            fresh = agent.token
+            polled = await agent.http.get(
+                f"{url}/jobs",
+                params={"node_id": "stale", "status": "pending"},
+                headers=agent._auth(),
+            )
+            await agent.http.aclose()
+            return stale, fresh, polled.status_code
+
+        stale, fresh, polled = asyncio.run(go())
+        assert fresh and fresh != stale and polled == 200
+        nodes = httpx.get(f"{url}/nodes", headers=OPERATOR).json()
+        assert nodes["stale"]["status"] == "healthy"

@@ -23,6 +23,7 @@ OPEN = [
     ("PATCH", "/jobs/job-404", {"status": "running"}, 404),
     ("POST", "/nodes/register", {"id": "n2", "hostname": "n2", "role": "compute"}, 201),
     ("POST", "/nodes/heartbeat", {"id": "n1"}, 200),
+    ("GET", "/instances?node_id=n1", None, 200),  # the agents' call before each poll
 ]
 PROTECTED = [
     ("GET", "/jobs", None, 200),
@@ -40,7 +41,6 @@ PROTECTED = [
     ("GET", "/nodes?role=compute", None, 200),
     ("DELETE", "/nodes/n1", None, 204),
     ("DELETE", "/nodes/ghost", None, 404),
-    ("GET", "/instances?node_id=n1", None, 200),
     ("GET", "/schedules", None, 200),
     ("POST", "/schedules", {"name": "s1", "every_secs": 60, "job": {"command": "x"}}, 201),
     ("GET", "/schedules/ghost", None, 404),

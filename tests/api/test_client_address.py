@@ -10,6 +10,7 @@ import pytest
 
 from scheduler.api.agent_networks import AgentNetworks
 from scheduler.api.client_address import client_address, parse_address
+from scheduler.api.guesses import Credentials
 from scheduler.config.networks import parse_networks
 
 LB = "10.0.0.2/32, 10.0.1.0/24, fd00::/64"  # the trusted proxies of the table
@@ -76,7 +77,9 @@ def test_what_is_not_an_address(text: str) -> None:
 
 
 def test_the_agent_networks_rule() -> None:
-    rule = AgentNetworks(parse_networks("10.99.0.0/16"), parse_networks("10.0.0.2"), "key")
+    rule = AgentNetworks(
+        parse_networks("10.99.0.0/16"), parse_networks("10.0.0.2"), Credentials("key")
+    )
     forwarded = [(b"x-forwarded-for", b"10.99.3.4")]
     assert rule.allows("10.99.0.1", [])
     assert not rule.allows("127.0.0.1", forwarded)  # not a trusted proxy
@@ -86,4 +89,6 @@ def test_the_agent_networks_rule() -> None:
     # The operator's key passes from anywhere; nothing else does.
     assert rule.allows("127.0.0.1", [(b"authorization", b"Bearer key")])
     assert not rule.allows("127.0.0.1", [(b"authorization", b"Bearer other")])
-    assert not AgentNetworks(parse_networks("10.99.0.0/16"), (), "").allows("127.0.0.1", [])
+    assert not AgentNetworks(parse_networks("10.99.0.0/16"), (), Credentials()).allows(
+        "127.0.0.1", []
+    )

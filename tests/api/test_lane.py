@@ -21,6 +21,7 @@ import redis
 
 from scheduler.api import hot
 from scheduler.api.app import create_app
+from scheduler.api.guesses import Credentials
 from scheduler.api.lane import Lane
 from scheduler.api.metrics import RequestStats
 from scheduler.api.routing import Hot
@@ -63,7 +64,7 @@ ROUTES = [
 
 @pytest.mark.parametrize(("method", "path", "query", "expected"), ROUTES)
 def test_what_the_lane_takes(method: str, path: str, query: str, expected: str | None) -> None:
-    lane = Lane(None, "", None)  # type: ignore[arg-type]
+    lane = Lane(None, Credentials(), None)  # type: ignore[arg-type]
     found = lane.route(method.encode(), path, query.encode())
     names = {Hot.READ: "get", Hot.POLL: "poll", Hot.SUBMIT: "submit", Hot.REPORT: "report"}
     assert (names[found[0].hot] if found else None) == expected
@@ -508,7 +509,7 @@ def test_bodies_the_lane_does_not_take_still_reach_asgi(api: LaneApi) -> None:
 
 def test_request_stats_count_the_lanes_calls() -> None:
     stats = RequestStats()
-    lane = Lane(None, "", stats)  # type: ignore[arg-type]
+    lane = Lane(None, Credentials(), stats)  # type: ignore[arg-type]
     found = lane.route(b"GET", "/jobs/job-1", b"")
     assert found is not None
     lane.observe(found[1], 404)

@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from scheduler.api.app import create_app
+from scheduler.api.guesses import Credentials
 from scheduler.api.lane import Lane
 from scheduler.api.params import parse_query
 from scheduler.api.routes import TABLE
@@ -532,6 +533,6 @@ KEY_RULE = [
 def test_the_lane_asks_for_the_key_where_bearer_auth_does(
     method: str, path: str, query: str
 ) -> None:
-    found = Lane(None, KEY, None).route(method.encode(), path, query.encode())  # type: ignore[arg-type]
+    found = Lane(None, Credentials(KEY), None).route(method.encode(), path, query.encode())  # type: ignore[arg-type]
     assert found is not None
     assert found[0].needs_key is not TABLE.is_open(method, path, parse_query(query.encode()))

@@ -19,9 +19,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from scheduler.api.http import UI_COOKIE
+from tests.keys import API_KEY as KEY
 from tests.processes import api_replicas, scheduler_env
 
-KEY = "ui-test-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
 JOBS = 55  # more than a page (50)
 

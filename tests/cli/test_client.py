@@ -18,10 +18,10 @@ from scheduler.cli.client import Client
 from scheduler.cli.main import main
 from scheduler.cli.output import format_job, go_quote
 from scheduler.store.keys import Keys
+from tests.keys import API_KEY as KEY
 from tests.processes import api_replicas, scheduler_env
 from tests.redis_server import free_port
 
-KEY = "s3cret-key"
 OPEN_PREFIX = "client-open"  # the open API's Redis prefix
 
 

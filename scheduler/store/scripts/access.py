@@ -61,8 +61,9 @@ COUNT_FAILURE = Script(
     "COUNT_FAILURE",
     "address window_ms",
     """
--- A failed login or bearer key from `address`: counted in a window of `window_ms` that
--- starts with the first failure. Returns {failures in the window, ms the window has left}.
+-- A wrong credential from `address` (a login, a key, a node token, a join key where it is
+-- not taken: api/guesses.py): counted in a window of `window_ms` that starts with the first.
+-- Returns {failures in the window, ms the window has left}.
 local key = K.auth_failures(address)
 local failures = redis.call("INCR", key)
 local left = redis.call("PTTL", key)
@@ -73,20 +74,6 @@ end
 return {failures, left}
 """,
     lambda reply: _failures(reply),
-)
-
-FAILURES = Script(
-    "FAILURES",
-    "address",
-    """
--- {failures from `address` in its window, ms the window has left} (0s without one).
-local key = K.auth_failures(address)
-local failures = tonumber(redis.call("GET", key) or "0")
-local left = redis.call("PTTL", key)
-return {failures, math.max(left, 0)}
-""",
-    lambda reply: _failures(reply),
-    read_only=True,
 )
 
 
@@ -117,7 +104,3 @@ def ui_secret(fresh: str) -> Call[str]:
 
 def count_failure(address: str, window_secs: float) -> Call[tuple[int, float]]:
     return COUNT_FAILURE.call(address=address, window_ms=_ms(window_secs))
-
-
-def failures(address: str) -> Call[tuple[int, float]]:
-    return FAILURES.call(address=address)

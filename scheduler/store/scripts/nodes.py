@@ -221,6 +221,25 @@ def heartbeat(
     return HEARTBEAT.call(node=node_id, now=now, caller=caller, live_cutoff=now - node_ttl)
 
 
+NODE_CALLER = Script(
+    "NODE_CALLER",
+    "node caller",
+    """
+-- Whether `caller` may make node `node`'s own calls (GET /instances in token mode): the key,
+-- or the node's token. Returns OK | UNAUTHORIZED | FORBIDDEN.
+return node_access(caller, node)
+""",
+    codes.check_access,
+    read_only=True,
+)
+
+
+def node_caller(node_id: str, caller: str) -> Call[None]:
+    """Raises Unauthorized (no live token) or Forbidden (another node's) unless `caller` is
+    the key or node `node_id`'s token."""
+    return NODE_CALLER.call(node=node_id, caller=caller)
+
+
 def _deleted(reply: list[Any]) -> list[Requeued]:
     check_found(reply[0], NodeNotFound)
     return requeued(reply[1:])
