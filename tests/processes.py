@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 
 import httpx
@@ -19,6 +20,13 @@ from tests.redis_server import free_port
 # Starlette's TestClient sends `Host: testserver`, the raw requests of the server tests
 # `Host: t`: the tests' settings allow them, the product does not (api/boundary.py).
 TEST_HOSTS = "testserver,t"
+
+
+def unique_prefix(name: str) -> str:
+    """`name` made this deployment's own: a module fixture's API may be made twice on the same
+    Redis in one run (pytest-xdist's worksteal runs a module's tests apart), and the second
+    must not find the first's nodes and jobs."""
+    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 def scheduler_env(redis_url: str, prefix: str, **extra: str) -> dict[str, str]:

@@ -21,15 +21,22 @@ from scheduler.agent.limits import Limits, RlimitBackend
 from scheduler.agent.loop import Agent
 from scheduler.agent.remote import AgentConfig, AgentError
 from scheduler.store.keys import Keys
-from tests.processes import api_replicas, scheduler_env
+from tests.processes import api_replicas, scheduler_env, unique_prefix
 
 T = TypeVar("T")
 MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def api(redis_url: str) -> Iterator[str]:
-    env = scheduler_env(redis_url, "agent-proto", MAX_JOBS_PER_NODE="2")
+def api_prefix() -> str:
+    """The API's key prefix, new each time the module's API is made: pytest-xdist may run this
+    module's tests apart (worksteal), making its module fixtures again on the same Redis."""
+    return unique_prefix("agent-proto")
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str, api_prefix: str) -> Iterator[str]:
+    env = scheduler_env(redis_url, api_prefix, MAX_JOBS_PER_NODE="2")
     with api_replicas(1, env) as urls:
         yield urls[0]
 
@@ -375,11 +382,11 @@ def test_instances_give_workspaces_and_never_stop_polling(tmp_path: Path) -> Non
 
 
 def test_a_long_poll_starts_a_job_as_soon_as_it_is_placed(
-    api: str, tmp_path: Path, redis_url: str
+    api: str, api_prefix: str, tmp_path: Path, redis_url: str
 ) -> None:
     node = "proto-long"
     only_node(api, node)
-    channel = Keys("agent-proto").node_channel(node)
+    channel = Keys(api_prefix).node_channel(node)
     client = redis.Redis.from_url(redis_url)
 
     async def go() -> None:
@@ -454,14 +461,14 @@ def test_a_cancelled_job_is_killed_and_reported_cancelled(
 
 
 def test_a_cancel_reaches_an_agent_at_capacity_through_its_held_poll(
-    api: str, tmp_path: Path, redis_url: str
+    api: str, api_prefix: str, tmp_path: Path, redis_url: str
 ) -> None:
     """With every slot taken the agent still long-polls: the scheduler holds the poll and
     answers it as soon as a job of the node is cancelled, so the cancel does not wait for the
     next heartbeat (never sent here). Before, a full agent did not poll at all."""
     node = "proto-cancel-full"
     only_node(api, node)
-    channel = Keys("agent-proto").node_channel(node)
+    channel = Keys(api_prefix).node_channel(node)
     client = redis.Redis.from_url(redis_url)
     marker = tmp_path / "survived"
 

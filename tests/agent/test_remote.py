@@ -20,7 +20,7 @@ from scheduler.store.keys import Keys
 from tests.agent.test_loop import make_agent, until
 from tests.keys import API_KEY as KEY
 from tests.keys import JOIN_KEY as JOIN
-from tests.processes import api_replicas, scheduler_env
+from tests.processes import api_replicas, scheduler_env, unique_prefix
 
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
 
@@ -28,7 +28,11 @@ OPERATOR = {"Authorization": f"Bearer {KEY}"}
 @pytest.fixture(scope="module")
 def api(redis_url: str) -> Iterator[str]:
     env = scheduler_env(
-        redis_url, "agent-token", AGENT_AUTH="token", TINYAWS_API_KEY=KEY, AGENT_JOIN_KEY=JOIN
+        redis_url,
+        unique_prefix("agent-token"),
+        AGENT_AUTH="token",
+        TINYAWS_API_KEY=KEY,
+        AGENT_JOIN_KEY=JOIN,
     )
     with api_replicas(1, env) as urls:
         yield urls[0]

@@ -20,7 +20,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from scheduler.api.http import UI_COOKIE
 from tests.keys import API_KEY as KEY
-from tests.processes import api_replicas, scheduler_env
+from tests.processes import api_replicas, scheduler_env, unique_prefix
 
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
 JOBS = 55  # more than a page (50)
@@ -28,7 +28,9 @@ JOBS = 55  # more than a page (50)
 
 @pytest.fixture(scope="module")
 def api(redis_url: str) -> Iterator[str]:
-    env = scheduler_env(redis_url, "ui-browser", TINYAWS_API_KEY=KEY, AGENT_AUTH="token")
+    env = scheduler_env(
+        redis_url, unique_prefix("ui-browser"), TINYAWS_API_KEY=KEY, AGENT_AUTH="token"
+    )
     with api_replicas(1, env) as urls:
         url = urls[0]
         for node in ("node-a", "node-b"):

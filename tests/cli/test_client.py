@@ -19,23 +19,27 @@ from scheduler.cli.main import main
 from scheduler.cli.output import format_job, go_quote
 from scheduler.store.keys import Keys
 from tests.keys import API_KEY as KEY
-from tests.processes import api_replicas, scheduler_env
+from tests.processes import api_replicas, scheduler_env, unique_prefix
 from tests.redis_server import free_port
-
-OPEN_PREFIX = "client-open"  # the open API's Redis prefix
 
 
 @pytest.fixture(scope="module")
-def api(redis_url: str) -> Iterator[str]:
+def open_prefix() -> str:
+    """The open API's Redis prefix, new each time the module's API is made (unique_prefix)."""
+    return unique_prefix("client-open")
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str, open_prefix: str) -> Iterator[str]:
     """One API process, open (no key)."""
-    with api_replicas(1, scheduler_env(redis_url, OPEN_PREFIX)) as urls:
+    with api_replicas(1, scheduler_env(redis_url, open_prefix)) as urls:
         register(urls[0], "node-1")
         yield urls[0]
 
 
 @pytest.fixture(scope="module")
 def secured(redis_url: str) -> Iterator[str]:
-    env = scheduler_env(redis_url, "client-auth", TINYAWS_API_KEY=KEY)
+    env = scheduler_env(redis_url, unique_prefix("client-auth"), TINYAWS_API_KEY=KEY)
     with api_replicas(1, env) as urls:
         register(urls[0], "node-1")
         yield urls[0]
@@ -120,11 +124,13 @@ def test_status_of_a_pending_job_has_no_exit_code(api: str, cli: Cli) -> None:
     assert out == f'job_id={job["job_id"]} node_id=node-1 status=pending command="true"\n'
 
 
-def test_json_prints_every_field_the_api_returns(api: str, cli: Cli, redis_url: str) -> None:
+def test_json_prints_every_field_the_api_returns(
+    api: str, open_prefix: str, cli: Cli, redis_url: str
+) -> None:
     """Fields the client knows nothing about too (a newer scheduler's): the client prints
     the API's JSON, it does not pick fields from it."""
     job_id = httpx.post(f"{api}/jobs", json={"command": "true"}).json()["job_id"]
-    key, r = Keys(OPEN_PREFIX).job(job_id), redis.Redis.from_url(redis_url)
+    key, r = Keys(open_prefix).job(job_id), redis.Redis.from_url(redis_url)
     try:
         raw = r.get(key)
         assert isinstance(raw, bytes)
@@ -400,7 +406,7 @@ def test_status_wait_prints_each_status_change(api: str, cli: Cli) -> None:
 def lister(redis_url: str) -> Iterator[str]:
     """An API of its own with five jobs of ~900 bytes each, and a 1 KiB page budget: a page
     holds one or two of them, fewer than asked for."""
-    env = scheduler_env(redis_url, "client-list", MAX_PAGE_BYTES="1024")
+    env = scheduler_env(redis_url, unique_prefix("client-list"), MAX_PAGE_BYTES="1024")
     with api_replicas(1, env) as urls:
         register(urls[0], "node-1")
         for n in range(1, 6):
