@@ -134,7 +134,7 @@ def test_up_keeps_its_data_dir_redis_and_key_to_its_own_user(
     port, sock = _redis_address(data)
     where = {"unix_socket_path": sock} if sock else {"port": port}
     for given in (None, "wrong"):
-        client = redis.Redis(**where, password=given, socket_timeout=5)  # type: ignore[arg-type]
+        client = redis.Redis(**where, password=given, socket_timeout=5)
         with pytest.raises(redis.AuthenticationError):
             client.set("{sched}:job:job-1", "x")
         client.close()
