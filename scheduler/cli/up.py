@@ -266,7 +266,7 @@ def _private(data_dir: Path) -> None:
         private_data_dir(data_dir)
         private_snapshot(snapshot_file(data_dir))
     except OSError as exc:
-        raise UpError(f"cannot keep {data_dir} to this user: {exc}") from None
+        raise UpError(f"cannot keep its data to this user: {exc}") from None
 
 
 def _external(redis_url: str) -> str:

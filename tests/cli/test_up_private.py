@@ -269,7 +269,7 @@ def test_up_refuses_a_data_dir_another_user_owns(open_base: Path) -> None:
     result = _refused_up(data)
     assert result.returncode == 1, result
     owner = "nobody (uid 65534)" if os.geteuid() == 0 else "root (uid 0)"
-    assert f"scheduler up: cannot keep {data} to this user: {data} belongs to {owner}" in (
+    assert f"scheduler up: cannot keep its data to this user: {data} belongs to {owner}" in (
         result.stderr
     )
     assert "--data-dir of your own" in result.stderr and "Traceback" not in result.stderr
