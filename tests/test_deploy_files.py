@@ -5,19 +5,24 @@ structure is checked), the nginx upstream, the Dockerfile and the Procfile. Ever
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import shlex
+import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis as redis_py
 import yaml
 
 from scheduler.cli.main import build_parser, open_to_the_network
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
+from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 API_PORT = 9001
@@ -84,10 +89,29 @@ def test_redis_keeps_an_append_only_file_on_a_volume(compose: dict[str, Any]) ->
     assert "healthcheck" in redis
 
 
+REQUIRED_PASSWORD = r"\$\{REDIS_PASSWORD:\?[^}]+\}"
+COMPOSE_REDIS_URL = re.compile(rf"redis://:{REQUIRED_PASSWORD}@redis:6379/0")
+
+
+def networks(svc: dict[str, Any]) -> set[str]:
+    """The networks a service joins (compose takes a list or a mapping)."""
+    return set(svc.get("networks", ["default"]))
+
+
+def redis_users(compose: dict[str, Any]) -> list[str]:
+    """The services given Redis's URL, in any variable (rq-dashboard's included)."""
+    return sorted(
+        name
+        for name, svc in services(compose).items()
+        if any("redis://" in str(value) for value in dict(svc.get("environment", {})).values())
+    )
+
+
 def test_every_scheduler_process_uses_the_compose_redis(compose: dict[str, Any]) -> None:
-    for name in [*api_services(compose), "worker", "dashboard"]:
+    assert redis_users(compose) == sorted([*api_services(compose), "worker", "dashboard"])
+    for name in redis_users(compose):
         env = services(compose)[name]["environment"]
-        assert env["REDIS_URL"] == "redis://redis:6379/0", name
+        assert COMPOSE_REDIS_URL.fullmatch(env["REDIS_URL"]), name
         assert services(compose)[name]["depends_on"]["redis"]["condition"] == "service_healthy"
 
 
@@ -128,7 +152,10 @@ def test_the_load_balancer_fronts_every_api_replica(compose: dict[str, Any]) -> 
 def test_the_dashboard_and_workers(compose: dict[str, Any]) -> None:
     dashboard = services(compose)["dashboard"]
     assert dashboard["command"][0] == "rq-dashboard"
-    assert "redis://redis:6379/0" in dashboard["command"]
+    env = dashboard["environment"]
+    # Its --redis-url, from the environment (`ps` would show the password on the command line).
+    assert env["RQ_DASHBOARD_REDIS_URL"] == env["REDIS_URL"]
+    assert not any("redis" in arg for arg in dashboard["command"][1:])
     assert dashboard["ports"] == ["127.0.0.1:9181:9181"]
     worker = services(compose)["worker"]
     assert worker["deploy"]["replicas"] >= 1
@@ -155,6 +182,21 @@ def test_the_image_builds_from_this_tree(compose: dict[str, Any]) -> None:
 def procfile() -> dict[str, str]:
     lines = (ROOT / "Procfile").read_text().splitlines()
     return dict(line.split(":", 1) for line in lines if line)
+
+
+def test_rq_dashboard_reads_its_redis_url_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RQ_DASHBOARD_REDIS_URL is rq-dashboard's --redis-url (click's auto_envvar_prefix), so
+    the deploy files keep Redis's password off its command line."""
+    from rq_dashboard.cli import run
+
+    url = "redis://:pw@redis:6379/0"
+    monkeypatch.setenv("RQ_DASHBOARD_REDIS_URL", url)
+    context = run.make_context(
+        "rq-dashboard", ["--port", "9181"], auto_envvar_prefix="RQ_DASHBOARD"
+    )
+    assert context.params["redis_url"] == (url,)
 
 
 def test_procfile_runs_web_worker_dashboard_and_agent() -> None:
@@ -242,3 +284,124 @@ def test_the_snapshot_volume_is_writable_by_the_image_user(compose: dict[str, An
     assert user is not None and user.group(1) != "root"
     assert re.search(rf"mkdir -p {re.escape(target)}\b", dockerfile), target
     assert re.search(rf"chown \S*{user.group(1)}\S* {re.escape(target)}\b", dockerfile), target
+
+
+# Redis asks for a password (REDIS_PASSWORD, required), never on a command line, and the
+# network that runs job commands (the agent's) cannot reach it (issue 36, finding 4).
+
+
+def test_compose_requires_a_redis_password_and_every_user_of_redis_sends_it(
+    compose: dict[str, Any],
+) -> None:
+    redis_env = services(compose)["redis"]["environment"]
+    assert re.fullmatch(REQUIRED_PASSWORD, redis_env["REDIS_PASSWORD"])
+    for name, svc in services(compose).items():
+        for variable, value in dict(svc.get("environment", {})).items():
+            if "redis://" in str(value):
+                assert COMPOSE_REDIS_URL.fullmatch(value), (name, variable)
+        for arg in svc.get("command", []):
+            assert "redis://" not in arg and "REDIS_PASSWORD}" not in arg, (name, arg)
+
+
+def test_the_agent_shares_no_network_with_redis_and_the_rest_reach_what_they_need(
+    compose: dict[str, Any],
+) -> None:
+    svc = services(compose)
+    assert not networks(svc["agent"]) & networks(svc["redis"])
+    for name in redis_users(compose):  # Redis's users on its network
+        assert networks(svc[name]) & networks(svc["redis"]), name
+    assert networks(svc["agent"]) & networks(svc["lb"])  # the agent reaches the API via lb
+    for name in api_services(compose):
+        assert networks(svc[name]) & networks(svc["lb"]), name
+        assert not networks(svc[name]) & networks(svc["agent"]), name  # only through lb
+    assert not any("ports" in svc[name] for name in ("redis", "agent"))
+
+
+def test_the_fixed_addresses_are_those_the_comments_and_defaults_name(
+    compose: dict[str, Any],
+) -> None:
+    """TRUSTED_PROXIES is lb's address where the API replicas see it (the network they share);
+    AGENT_NETWORKS' example is the agent's own, which lb forwards; each inside its network's
+    subnet."""
+    svc = services(compose)
+    subnets = {
+        name: ipaddress.ip_network(net["ipam"]["config"][0]["subnet"])
+        for name, net in compose["networks"].items()
+    }
+    (shared,) = networks(svc["api1"]) & networks(svc["lb"])
+    lb_address = svc["lb"]["networks"][shared]["ipv4_address"]
+    assert unset(svc["api1"]["environment"]["TRUSTED_PROXIES"]) == lb_address
+    assert ipaddress.ip_address(lb_address) in subnets[shared]
+    (agents,) = networks(svc["agent"])
+    agent_address = svc["agent"]["networks"][agents]["ipv4_address"]
+    assert ipaddress.ip_address(agent_address) in subnets[agents]
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert f"AGENT_NETWORKS={agent_address}/32," in text
+
+
+def _stub(folder: Path, name: str, body: str) -> None:
+    (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+    (folder / name).chmod(0o755)
+
+
+def test_the_compose_redis_asks_its_password_and_its_healthcheck_sends_it(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    """The redis service's own command and healthcheck, run with a real redis-server (the
+    image's entrypoint and the port stood in for): without the password nothing is answered,
+    the password is not on the server's command line, and the healthcheck is healthy with
+    the password only (redis-cli exits 0 on NOAUTH too)."""
+    redis = services(compose)["redis"]
+    port, password = free_port(), "0123abcd" * 8
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    cli = shutil.which("redis-cli")
+    assert cli, "redis-cli (with redis-server, .ci/run) runs the healthcheck"
+    _stub(
+        stubs, "docker-entrypoint.sh", f'c=$1; shift; exec "$c" --port {port} --dir {tmp_path} "$@"'
+    )
+    _stub(stubs, "redis-cli", f'exec {cli} -p {port} "$@"')
+    env = {"PATH": f"{stubs}:{os.environ['PATH']}", "REDIS_PASSWORD": password}
+    command = [arg.replace("$$", "$") for arg in redis["command"]]  # compose's escape
+    server = subprocess.Popen(command, env=env, cwd=tmp_path)
+    try:
+        client = wait_for_redis(port, password)
+        assert password.encode() not in Path(f"/proc/{server.pid}/cmdline").read_bytes()
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        with pytest.raises(redis_py.AuthenticationError):
+            redis_py.Redis(port=port).ping()
+        kind, check = redis["healthcheck"]["test"]
+        assert kind == "CMD-SHELL"
+        check = check.replace("$$", "$")
+        for given, healthy in ((password, 0), ("wrong", 1), ("", 1)):
+            probe = subprocess.run(["sh", "-c", check], env={**env, "REDIS_PASSWORD": given})
+            assert probe.returncode == healthy, given
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def wait_for_redis(port: int, password: str) -> redis_py.Redis:
+    client = redis_py.Redis(port=port, password=password)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.ping()
+            return client
+        except redis_py.ConnectionError:
+            assert time.monotonic() < deadline, "the redis service did not start"
+            time.sleep(0.05)
+
+
+def test_the_procfile_keeps_the_redis_url_off_rq_dashboards_command_line() -> None:
+    """`honcho start` shares the operator's REDIS_URL, which must carry Redis's password
+    (README, Security): rq-dashboard takes it from its environment, not from its argv."""
+    line = procfile()["dashboard"]
+    assert "--redis-url" not in line
+    shown = subprocess.run(
+        ["sh", "-c", line.replace("rq-dashboard", "printenv RQ_DASHBOARD_REDIS_URL #", 1)],
+        env={"PATH": os.environ["PATH"], "REDIS_URL": "redis://:pw@db:6379/0"},
+        capture_output=True,
+        text=True,
+    )
+    assert shown.stdout.strip() == "redis://:pw@db:6379/0"

