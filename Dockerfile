@@ -13,10 +13,11 @@ COPY scheduler ./scheduler
 COPY workers ./workers
 RUN pip install ".[dashboard]" \
     && useradd --system --uid 10001 --home-dir /var/lib/scheduler --create-home scheduler \
-    && mkdir -p /var/lib/scheduler/snapshot \
-    && chown scheduler:scheduler /var/lib/scheduler/snapshot
-# (The snapshot volume's mount point exists in the image, so Docker gives the new volume its
-# owner; a mount point Docker has to create would be root's, and the worker could not write.)
+    && mkdir -p /var/lib/scheduler/snapshot /var/lib/scheduler/agent \
+    && chown scheduler:scheduler /var/lib/scheduler/snapshot /var/lib/scheduler/agent
+# (The snapshot and agent-state volumes' mount points exist in the image, so Docker gives a new
+# volume its owner; a mount point Docker has to create would be root's, and the worker and the
+# agent could not write.)
 
 # Not root: the agent then limits jobs with rlimits (cgroups need a writable hierarchy).
 USER scheduler

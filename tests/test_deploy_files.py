@@ -210,14 +210,16 @@ def test_procfile_runs_web_worker_dashboard_and_agent() -> None:
 # listens beyond loopback, and node tokens wherever the reference agent runs.
 
 REQUIRED_KEY = re.compile(r"\$\{TINYAWS_API_KEY:\?[^}]+\}")
+REQUIRED_JOIN_KEY = re.compile(r"\$\{AGENT_JOIN_KEY:\?[^}]+\}")
 
 
 def test_compose_requires_a_key_and_runs_the_agent_calls_in_token_mode(
     compose: dict[str, Any],
 ) -> None:
     for name, svc in services(compose).items():
-        if svc.get("build") == ".":  # every scheduler process: api, worker, agent, dashboard
+        if svc.get("build") == "." and name != "agent":  # api, worker, dashboard
             assert REQUIRED_KEY.fullmatch(svc["environment"]["TINYAWS_API_KEY"]), name
+            assert REQUIRED_JOIN_KEY.fullmatch(svc["environment"]["AGENT_JOIN_KEY"]), name
     for name in api_services(compose):
         assert unset(services(compose)[name]["environment"]["AGENT_AUTH"]) == "token", name
     # The API replicas listen on every interface: without the key they would not start.
@@ -405,3 +407,22 @@ def test_the_procfile_keeps_the_redis_url_off_rq_dashboards_command_line() -> No
         text=True,
     )
     assert shown.stdout.strip() == "redis://:pw@db:6379/0"
+
+
+def test_the_agent_registers_with_the_join_key_and_keeps_its_token(
+    compose: dict[str, Any],
+) -> None:
+    """The agent's jobs run as its user, who can read its environment (/proc/1/environ): it
+    holds the join key, which registers new node ids only, never the operator's key, which
+    opens every job and node. Its node token lives on a volume, so a new container comes back
+    as the same node (the join key cannot re-register a known id), in a folder the image's
+    user owns."""
+    agent = services(compose)["agent"]
+    env = agent["environment"]
+    assert "TINYAWS_API_KEY" not in env
+    assert REQUIRED_JOIN_KEY.fullmatch(env["AGENT_JOIN_KEY"])
+    volume, target = agent["volumes"][0].split(":")
+    assert env["AGENT_WORK_DIR"] == target and volume in compose["volumes"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(rf"mkdir -p [^\n]*{re.escape(target)}\b", dockerfile), target
+    assert re.search(rf"chown scheduler:scheduler [^\n]*{re.escape(target)}\b", dockerfile)
