@@ -340,3 +340,56 @@ def test_a_stale_token_answered_429_is_replaced_by_registering_again(
         assert fresh and fresh != stale and polled == 200
         nodes = httpx.get(f"{url}/nodes", headers=OPERATOR).json()
         assert nodes["stale"]["status"] == "healthy"
+
+
+class HeldPolls(Recorder):
+    """A Recorder that holds each poll's answer (GET /jobs) until `release` is set: the
+    answer of a call sent with a token that was replaced while it was under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        if request.url.path == "/jobs":
+            await self.release.wait()
+        return response
+
+
+@pytest.mark.parametrize("keys", ["the join key", "the key"])
+def test_a_late_refusal_of_a_replaced_token_keeps_the_new_one(
+    api: str, tmp_path: Path, keys: str
+) -> None:
+    """A stale token refused on two calls under way at once (a poll and a heartbeat, right
+    after Redis lost the node): the first refusal registers again and the agent takes a new
+    token; the second, answered later, refused the old token, not the new one. It dropped the
+    new one and registered again: with the join key that is refused (the id is held now), and
+    the agent was left with no token at all, for good; with the key it revoked its own new
+    token, failing whatever call was carrying it."""
+    node = f"late-{keys.split()[-2]}"
+    transport = HeldPolls()
+    chosen = {"join_key": JOIN, "api_key": ""} if keys == "the join key" else {"api_key": KEY}
+    config = AgentConfig(node_id=node, scheduler_url=api, registry_url=api, **chosen)
+    agent = Remote(config, httpx.AsyncClient(timeout=5, transport=transport))
+
+    async def go() -> tuple[str, str, str, int]:
+        assert await agent.register()
+        stale = agent.token
+        httpx.delete(f"{api}/nodes/{node}", headers=OPERATOR).raise_for_status()
+        polling = asyncio.create_task(agent.pending())
+        await until(lambda: transport.calls("GET", "/jobs") == 1, "the poll's refusal")
+        await agent.heartbeat()  # refused too: registers again
+        fresh = agent.token
+        transport.release.set()
+        assert await polling == []
+        polled = await agent.http.get(
+            f"{api}/jobs", params={"node_id": node, "status": "pending"}, headers=agent._auth()
+        )
+        await agent.http.aclose()
+        return stale, fresh, agent.token, polled.status_code
+
+    stale, fresh, kept, polled = asyncio.run(go())
+    assert fresh and fresh != stale
+    assert kept == fresh
+    assert polled == 200
