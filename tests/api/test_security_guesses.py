@@ -186,3 +186,73 @@ def test_open_mode_counts_a_register_bearer_that_opened_nothing(
     assert counted(rclient, prefix) == 1
     assert "token" in api.post("/nodes/register", json=node, headers=OPERATOR).json()
     assert counted(rclient, prefix) == 1
+
+
+# Calls whose answer to the key differs from their answer to anything else without a 401:
+# each was a test of the key that nothing counted. (setting overrides, mode, method, path,
+# body, the answer to a wrong bearer, the key's).
+NODE = {"id": "n1", "hostname": "n1", "cpu_count": 1, "role": "compute"}
+KEY_ONLY = {
+    # The operator's drain: a node's token drains its own node as `stopping` only (403),
+    # decided before the token was checked.
+    "drain as operator, open": (
+        {},
+        "open",
+        "POST",
+        "/nodes/n1/drain",
+        {"by": "operator"},
+        401,
+        200,
+    ),
+    "drain as operator, token": (
+        {},
+        "token",
+        "POST",
+        "/nodes/n1/drain",
+        {"by": "operator"},
+        401,
+        200,
+    ),
+    # Open mode: anyone may register a known id again, but only the key changes its role.
+    "register, another role": (
+        {},
+        "open",
+        "POST",
+        "/nodes/register",
+        {**NODE, "role": "storage"},
+        403,
+        201,
+    ),
+    # Open mode: the key adds a node past MAX_NODES, anyone else is told it is full.
+    "register past MAX_NODES": (
+        {"max_nodes": 1},
+        "open",
+        "POST",
+        "/nodes/register",
+        {**NODE, "id": "n2"},
+        503,
+        201,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", KEY_ONLY)
+def test_a_call_only_the_key_passes_counts_a_wrong_bearer(
+    serve: Serve, rclient: redis.Redis, prefix: str, case: str
+) -> None:
+    """A wrong bearer told apart from the key by any answer is a guess: counted, 429 past
+    the limit; the call without any bearer keeps its answer, counted nothing."""
+    overrides, mode, method, path, body, wrong, right = KEY_ONLY[case]
+    url = serve(api_key=KEY, agent_auth=mode, auth_failures_max=LIMIT, **overrides)
+    attacker = client(url)
+    assert attacker.post("/nodes/register", json=NODE, headers=OPERATOR).status_code == 201
+    anonymous = attacker.request(method, path, json=body)
+    assert counted(rclient, prefix) == 0
+    answers = [
+        attacker.request(method, path, json=body, headers=guess(n)).status_code
+        for n in range(LIMIT + 1)
+    ]
+    assert answers == [wrong] * LIMIT + [429]
+    assert counted(rclient, prefix) == LIMIT + 1
+    assert anonymous.status_code in (401, wrong)
+    assert attacker.request(method, path, json=body, headers=OPERATOR).status_code == right
