@@ -393,3 +393,48 @@ def test_a_late_refusal_of_a_replaced_token_keeps_the_new_one(
     assert fresh and fresh != stale
     assert kept == fresh
     assert polled == 200
+
+
+def test_a_fleet_behind_one_address_gets_back_in_after_its_tokens_went_stale(
+    redis_url: str, prefix: str
+) -> None:
+    """Six agents behind one address (a NAT) whose tokens all went stale at once (their nodes
+    deleted, as when Redis lost them): each stale call is a wrong credential, two a tick
+    (GET /instances, the poll), so the address passes AUTH_FAILURES_MAX=3 and their stale
+    calls get 429. Each registers again with the join key, which is right and served from
+    that address all the same: every agent polls with a fresh token."""
+    env = scheduler_env(
+        redis_url,
+        prefix,
+        AGENT_AUTH="token",
+        TINYAWS_API_KEY=KEY,
+        AGENT_JOIN_KEY=JOIN,
+        AUTH_FAILURES_MAX="3",
+    )
+    with api_replicas(1, env) as (url,):
+
+        async def go() -> list[int]:
+            fleet = [
+                Remote(
+                    AgentConfig(f"nat-{n}", url, url, join_key=JOIN),
+                    httpx.AsyncClient(timeout=5),
+                )
+                for n in range(6)
+            ]
+            for agent in fleet:
+                assert await agent.register()
+            for agent in fleet:
+                httpx.delete(f"{url}/nodes/{agent.config.node_id}", headers=OPERATOR)
+            for agent in fleet:
+                assert await agent.instances() == []  # refused: not taken for a stale token
+                assert await agent.pending() == []  # refused: registers again
+            polled = []
+            for agent in fleet:
+                params = {"node_id": agent.config.node_id, "status": "pending"}
+                answer = await agent.http.get(f"{url}/jobs", params=params, headers=agent._auth())
+                polled.append(answer.status_code)
+                await agent.http.aclose()
+            return polled
+
+        assert asyncio.run(go()) == [200] * 6
+        assert failures(redis_url, prefix) == 3 + 1  # the rest answered by the bar
