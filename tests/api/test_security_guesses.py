@@ -256,3 +256,42 @@ def test_a_call_only_the_key_passes_counts_a_wrong_bearer(
     assert counted(rclient, prefix) == LIMIT + 1
     assert anonymous.status_code in (401, wrong)
     assert attacker.request(method, path, json=body, headers=OPERATOR).status_code == right
+
+
+# More doors that compare a bearer, each answered 401 and counted: (mode, method, path, body).
+DOORS = [
+    ("open", "HEAD", "/jobs/job-1", None),
+    ("open", "OPTIONS", "/jobs", None),
+    ("open", "GET", "/no-such-route", None),  # a path no route serves needs the key
+    ("open", "GET", "/nodes/n1", None),  # a method the route does not serve too
+    ("open", "GET", "/metrics", None),
+    ("open", "GET", "/jobs/job-1?wait=0.1", None),  # a long-poll, through ASGI
+    ("open", "GET", "/services/svc-1", None),
+    ("token", "GET", "/jobs?node_id=n1&status=pending&wait=0.1", None),
+    ("token", "POST", "/services", {"node_id": "n1", "job_id": "job-1", "name": "s"}),
+    ("token", "PATCH", "/services/svc-1", {"status": "stopped"}),
+    ("token", "GET", "/services?node_id=n1", None),
+    ("token", "POST", "/nodes/register", {**NODE, "id": "new-one"}),  # a new id
+    ("token", "POST", "/nodes/register", {**NODE, "role": "storage"}),
+]
+
+
+@pytest.mark.parametrize(("mode", "method", "path", "body"), DOORS)
+def test_a_wrong_bearer_counts_at_every_door(
+    serve: Serve,
+    rclient: redis.Redis,
+    prefix: str,
+    mode: str,
+    method: str,
+    path: str,
+    body: dict[str, object] | None,
+) -> None:
+    url = serve(api_key=KEY, agent_auth=mode, auth_failures_max=LIMIT, metrics="on")
+    attacker = client(url)
+    assert attacker.post("/nodes/register", json=NODE, headers=OPERATOR).status_code == 201
+    answers = [
+        attacker.request(method, path, json=body, headers=guess(n)).status_code
+        for n in range(LIMIT + 1)
+    ]
+    assert answers == [401] * LIMIT + [429]
+    assert counted(rclient, prefix) == LIMIT + 1
