@@ -142,3 +142,14 @@ def test_the_app_factory_for_other_servers_refuses_a_weak_one_too(
 )
 def test_the_estimate_is_not_fooled_by_a_repeat_or_by_hex(secret: str, strong: bool) -> None:
     assert (strength_bits(secret) >= STRONG_BITS) is strong
+
+
+@pytest.mark.parametrize("name", ["TINYAWS_API_KEY", "AGENT_JOIN_KEY"])
+@pytest.mark.parametrize("secret", ["Zürich-" + API_KEY, API_KEY + "\t" + API_KEY])
+def test_a_key_only_printable_ascii_can_carry_is_refused(name: str, secret: str) -> None:
+    """A non-ASCII key passed the estimate (its characters counted as 128 more each), but
+    httpx, which the command-line client, the agent and `up` call with, cannot send it
+    (UnicodeEncodeError), and where a client sends its UTF-8 the agent routes read the header
+    as latin-1: the right key refused there, and counted."""
+    with pytest.raises(ConfigError, match=f"^{name}: .*printable ASCII"):
+        check_secrets(Settings.from_env({name: secret}))

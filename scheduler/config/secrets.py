@@ -1,8 +1,9 @@
 """How strong the door's secrets are (README, Security): TINYAWS_API_KEY and AGENT_JOIN_KEY
 must be too strong to guess, since a right one is always served whatever its address got
 wrong before (api/guesses.py). A process that holds them (serve, worker, up) refuses at start
-one whose estimate is under STRONG_BITS, naming the variable, as for any setting that does
-not parse; the command-line client sends whatever key it has.
+one whose estimate is under STRONG_BITS, or that is not printable ASCII (an HTTP header
+carries it), naming the variable, as for any setting that does not parse; the command-line
+client sends whatever key it has.
 
 The estimate is a random key's: its length times log2 of the alphabet its character classes
 span (lowercase, uppercase, digits, ASCII punctuation, anything else); hex (with or without
@@ -65,9 +66,17 @@ def repeated_unit(secret: str) -> str:
 
 
 def check_secret(name: str, secret: str) -> None:
-    """ConfigError naming `name` when `secret` is set and estimated under STRONG_BITS."""
+    """ConfigError naming `name` when `secret` is set and is not printable ASCII, or is
+    estimated under STRONG_BITS."""
     if not secret:
         return
+    if not (secret.isascii() and secret.isprintable()):
+        # A header carries it: httpx (the client, the agent, `up`) cannot send anything else,
+        # and the agent routes read a header as latin-1 where a client sent its UTF-8.
+        raise ConfigError(
+            f"{name}: printable ASCII only, as an HTTP header carries it. Make one with: "
+            f"{MAKE_ONE}"
+        )
     bits = strength_bits(secret)
     if bits < STRONG_BITS:
         raise ConfigError(
