@@ -74,8 +74,7 @@ def check_secret(name: str, secret: str) -> None:
         # A header carries it: httpx (the client, the agent, `up`) cannot send anything else,
         # and the agent routes read a header as latin-1 where a client sent its UTF-8.
         raise ConfigError(
-            f"{name}: printable ASCII only, as an HTTP header carries it. Make one with: "
-            f"{MAKE_ONE}"
+            f"{name}: printable ASCII only, as an HTTP header carries it. Make one with: {MAKE_ONE}"
         )
     bits = strength_bits(secret)
     if bits < STRONG_BITS:
