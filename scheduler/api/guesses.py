@@ -52,7 +52,8 @@ from scheduler.store.scripts import access
 
 log = logging.getLogger("scheduler.api")
 
-TOO_MANY = "too many failed attempts from this address: try again later"
+# Said to a wrong credential only (a right one is served): waiting does not make it right.
+TOO_MANY = "unauthorized: too many wrong credentials from this address (a right one is served)"
 # Addresses one process bars at once (~200 bytes each): a few MB under a flood, and no
 # deployment's own clients come near it.
 MAX_BARRED = 10_000
