@@ -251,3 +251,9 @@ def test_script_bounds_prints_each_scenario() -> None:
     ]
     assert all(" longest " in line for line in lines)
     assert "26 of 26 failed" in lines[0] and "last link failed" in lines[2]
+
+
+def test_guess_flood_prints_each_size_and_the_bound() -> None:
+    lines = run_benchmark("benchmarks/guess_flood.py", "--sizes", "100,200")
+    assert [line.split("addresses")[0].strip() for line in lines] == ["100", "200", "20000"]
+    assert lines[-1].endswith("the bar holds 10000")

@@ -24,10 +24,12 @@ from tests.redis_server import free_port
         ("k", math.log2(26)),
         ("ui-operator-key", 15 * math.log2(26 + 33)),
         ("s3cret-key", 10 * math.log2(26 + 10 + 33)),
-        ("A" * 20, 20 * math.log2(26)),
-        ("0123456789" * 3, 30 * math.log2(10)),
-        # secrets.token_hex(16): 128 random bits, estimated from its 32 hex characters.
-        ("9f86d081884c7d659a2feaa0c55ad015", 32 * math.log2(26 + 10)),
+        # A repeated unit is worth the unit (test_the_estimate_is_not_fooled_by_a_repeat...).
+        ("Z" * 20, math.log2(26)),
+        ("0123456789" * 3, 10 * math.log2(10)),
+        ("31415926535897932384626433832795", 32 * math.log2(10)),  # digits alone: not hex
+        # secrets.token_hex(16): 128 random bits, 4 a hex character.
+        ("9f86d081884c7d659a2feaa0c55ad015", 128.0),
         # secrets.token_urlsafe(32), 256 random bits: - and _ make it punctuation too.
         ("Xq3_Zb9-" * 5 + "abc", 43 * math.log2(26 + 26 + 10 + 33)),
         ("Zürich-Zürich", 13 * math.log2(26 + 26 + 33 + 128)),
@@ -100,3 +102,54 @@ def test_the_client_sends_a_weak_key_all_the_same() -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens: the client's own error
     done = scheduler("list", TINYAWS_API_KEY="ui-key", SCHEDULER_URL=url)
     assert done.returncode == 1 and "configuration error" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("name", ["TINYAWS_API_KEY", "AGENT_JOIN_KEY"])
+def test_the_app_factory_for_other_servers_refuses_a_weak_one_too(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """`scheduler.api.app:create_app` is the factory README offers any other ASGI server (and
+    `serve --workers N`'s processes start from the environment alike): it served with any
+    key."""
+    from scheduler.api.app import create_app
+
+    for variable in ("TINYAWS_API_KEY", "AGENT_JOIN_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv(name, "ui-key")
+    with pytest.raises(ConfigError, match=f"^{name}: about "):
+        create_app()
+    monkeypatch.setenv(name, API_KEY)
+    create_app()  # made, not started: nothing connects
+
+
+@pytest.mark.parametrize(
+    ("secret", "strong"),
+    [
+        # A repeated character or unit is worth its unit: the estimate of a random key would
+        # take 43 x log2(26) = 202 bits for "a" * 43.
+        ("a" * 43, False),
+        ("password" * 6, False),
+        ("Xq3_Zb9-" * 8, False),
+        ("passwordpasswordpasswordpasswordpasswordpass", False),
+        # Hex is 4 bits a character, not log2(26 + 10): 26 hex characters are 104 bits, not
+        # 134 (openssl rand -hex 13 passed).
+        ("9f86d081884c7d659a2feaa0c5", False),
+        ("9F86D081884C7D659A2FEAA0C55AD015", True),  # 32 hex characters: 128 bits
+        # A UUID (uuidgen) counts as its 32 hex digits: 128 bits, 122 of them random, which
+        # is as hopeless to guess (README, Security).
+        ("1b4e28ba-2fa1-41d2-883f-0016d3cca427", True),
+    ],
+)
+def test_the_estimate_is_not_fooled_by_a_repeat_or_by_hex(secret: str, strong: bool) -> None:
+    assert (strength_bits(secret) >= STRONG_BITS) is strong
+
+
+@pytest.mark.parametrize("name", ["TINYAWS_API_KEY", "AGENT_JOIN_KEY"])
+@pytest.mark.parametrize("secret", ["Zürich-" + API_KEY, API_KEY + "\t" + API_KEY])
+def test_a_key_only_printable_ascii_can_carry_is_refused(name: str, secret: str) -> None:
+    """A non-ASCII key passed the estimate (its characters counted as 128 more each), but
+    httpx, which the command-line client, the agent and `up` call with, cannot send it
+    (UnicodeEncodeError), and where a client sends its UTF-8 the agent routes read the header
+    as latin-1: the right key refused there, and counted."""
+    with pytest.raises(ConfigError, match=f"^{name}: .*printable ASCII"):
+        check_secrets(Settings.from_env({name: secret}))

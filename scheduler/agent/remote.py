@@ -104,6 +104,9 @@ class Remote:
         # Told the ids of this node's jobs the scheduler is cancelling, from the poll's
         # X-Cancel-Jobs header and the heartbeat's `cancel` field.
         self.on_cancel: Callable[[list[str]], None] = lambda job_ids: None
+        # One registration at a time after a refused token: calls under way together (a
+        # poll, a heartbeat, reports) are refused together once it goes stale.
+        self._renewing = asyncio.Lock()
 
     def _load_token(self) -> str:
         return token_file.load(Path(self.config.token_path)) if self.config.token_path else ""
@@ -122,16 +125,28 @@ class Remote:
             log.warning("the node token of %s was refused: registering again", self.config.node_id)
             self._keep_token("")
 
-    async def _register_again(self) -> bool:
-        """After a refused token, as after a refused heartbeat: drop it and register; True
-        when that gave the node a token to call with."""
-        self._forget_token()
-        return await self.register() and bool(self.token)
+    async def _renewed(self, response: httpx.Response) -> bool:
+        """After a call refused for the node token it carried (REFUSED): the token is dropped
+        and the node registered again, unless the token was replaced while the call was under
+        way (that refusal was the old token's; the new one is kept). True when the agent now
+        holds another token: the call is to be made again with it. Without a token the agent
+        called with nothing to renew (an external registry issues none)."""
+        sent = self._refused_token(response)
+        if not sent:
+            return False
+        async with self._renewing:
+            if self.token == sent:
+                self._forget_token()
+                await self.register()
+        return bool(self.token) and self.token != sent
 
-    def _token_refused(self, response: httpx.Response) -> bool:
-        """Whether the scheduler refused the node token this call carried (REFUSED). Without
-        a token the agent calls with nothing to renew (an external registry issues none)."""
-        return response.status_code in REFUSED and bool(self.token)
+    def _refused_token(self, response: httpx.Response) -> str:
+        """The node token a refused call carried (REFUSED), else "" (answered, or refused
+        the key, the join key or no bearer at all)."""
+        if response.status_code not in REFUSED:
+            return ""
+        sent = response.request.headers.get("authorization", "").removeprefix("Bearer ")
+        return "" if sent in ("", self.config.api_key, self.config.join_key) else sent
 
     def _auth(self, joining: bool = False) -> dict[str, str]:
         """The node token once there is one; before, to register, the join key if set."""
@@ -160,7 +175,7 @@ class Remote:
         except httpx.HTTPError as exc:
             log.warning("register at %s failed: %s", url, exc)
             return False
-        if response.status_code in REFUSED:
+        if response.status_code in REFUSED and self._refused_token(response) == self.token:
             self._forget_token()  # revoked, or lost with Redis: the next attempt goes without
         if not response.is_success:
             log.warning("register at %s: HTTP %d %s", url, response.status_code, response.text)
@@ -186,8 +201,8 @@ class Remote:
         except httpx.HTTPError as exc:
             log.warning("heartbeat failed: %s", exc)
             return
-        if self._token_refused(response):
-            await self._register_again()
+        if response.status_code in REFUSED:
+            await self._renewed(response)
         elif response.status_code == 404:
             log.warning(
                 "the registry does not know node %s: registering again", self.config.node_id
@@ -276,8 +291,7 @@ class Remote:
             return []
         if not response.is_success:
             log.warning("poll: HTTP %d %s", response.status_code, response.text.strip())
-            if self._token_refused(response):
-                await self._register_again()  # polled again at once, with a good token
+            await self._renewed(response)  # the next poll carries the new token
             return []
         cancels = response.headers.get("x-cancel-jobs", "")
         if cancels:
@@ -307,7 +321,7 @@ class Remote:
                 response = await self.http.patch(
                     self._job_url(job.job_id), json=body, headers=self._auth()
                 )
-                if self._token_refused(response) and await self._register_again():
+                if await self._renewed(response):
                     continue
                 if response.status_code < 500:
                     return self._claimed(job, response)
@@ -348,7 +362,7 @@ class Remote:
                 response = await self.http.patch(
                     self._job_url(job_id), json=body, headers=self._auth()
                 )
-                if self._token_refused(response) and await self._register_again():
+                if await self._renewed(response):
                     continue
                 if response.status_code < 500:
                     if not response.is_success:

@@ -32,6 +32,7 @@ from scheduler.api.ui_errors import UIErrors
 from scheduler.api.ui_headers import UIHeaders
 from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
+from scheduler.config.secrets import check_secrets
 from scheduler.nodes.registry import NodeSource, node_source
 from scheduler.snapshot.layout import check_layout_if_reachable
 from scheduler.snapshot.restore import restore_at_start
@@ -104,7 +105,12 @@ async def open_store(settings: Settings) -> Store:
 
 
 def create_app(settings: Settings | None = None, nodes: NodeSource | None = None) -> Starlette:
-    settings = settings or Settings.from_env()
+    """The app of `settings`, or of the environment: the factory that any other ASGI server
+    and `serve --workers N`'s processes start from, where a key too weak to guess stops it
+    as it stops `serve` (config/secrets.py: ConfigError, naming the variable)."""
+    if settings is None:
+        settings = Settings.from_env()
+        check_secrets(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

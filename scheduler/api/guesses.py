@@ -17,6 +17,13 @@ own bar until the window ends, with no Redis call; the first time, one WARNING n
 call with no Authorization header guesses nothing: it is refused, not counted (the original
 Rust agent sends none).
 
+A flood of addresses (an IPv6 guesser has 2**16 /64s in a /48) costs bounded memory and
+work: the bar holds at most MAX_BARRED addresses, its ended ones dropped in the order they
+end (a heap: no walk over the rest); past it an address's wrong credentials are answered
+from its count in Redis, 429 all the same. The WARNINGs are at most one a second, the next
+saying how many addresses were barred without a line of their own (a log flooded past
+journald's rate limit would lose the lines that matter).
+
 Why not the `limits` package: its Redis storage opens its own redis-py client from a URL,
 outside the API's one multiplexed connection (store/connection/mux.py), with our Sentinel,
 Cluster and TLS forms of REDIS_URL to map onto its own, and its keys outside the
@@ -26,11 +33,12 @@ deployment's hash tag; the count is two Redis commands in one script here.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import hmac
 import logging
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from ipaddress import ip_network
 
 from redis.exceptions import RedisError
@@ -44,7 +52,12 @@ from scheduler.store.scripts import access
 
 log = logging.getLogger("scheduler.api")
 
-TOO_MANY = "too many failed attempts from this address: try again later"
+# Said to a wrong credential only (a right one is served): waiting does not make it right.
+TOO_MANY = "unauthorized: too many wrong credentials from this address (a right one is served)"
+# Addresses one process bars at once (~200 bytes each): a few MB under a flood, and no
+# deployment's own clients come near it.
+MAX_BARRED = 10_000
+SAY_EVERY_SECS = 1.0  # at most one WARNING of a bar this often
 # status, message, headers: a refusal as errors.Reply has it
 Refusal = tuple[int, str, dict[str, str]]
 UNAUTHORIZED: Refusal = (401, "unauthorized", {})
@@ -94,9 +107,14 @@ class Credentials:
         self.limit = limit
         self.window_secs = window_secs
         self.trusted = trusted  # TRUSTED_PROXIES: whose X-Forwarded-For names the client
-        # address -> time.monotonic() its window ends: the addresses whose wrong credentials
-        # this process answers 429 (bounded: one entry per address barred, dropped once stale).
+        self.clock: Callable[[], float] = time.monotonic
+        # address -> clock() its window ends: the addresses whose wrong credentials this
+        # process answers 429 (at most MAX_BARRED), and the same as a heap of (end, address)
+        # to drop them as they end.
         self.barred_until: dict[str, float] = {}
+        self._ends: list[tuple[float, str]] = []
+        self._said_at = -math.inf  # clock() of the last WARNING of a bar
+        self._unsaid = 0  # addresses barred since then without a line
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Credentials:
@@ -176,29 +194,44 @@ class Credentials:
         until = self.barred_until.get(address)
         if until is None:
             return 0.0
-        left = until - time.monotonic()
+        left = until - self.clock()
         if left <= 0:
             del self.barred_until[address]
             return 0.0
         return left
 
     def _bar(self, address: str, left: float, failures: int) -> None:
-        """Bars `address` until its window ends, saying so once: this process counts none of
-        its wrong credentials again until then."""
-        now = time.monotonic()
-        stale = [a for a, until in self.barred_until.items() if until <= now]
-        for gone in stale:
-            del self.barred_until[gone]
+        """Bars `address` until its window ends, saying so: this process counts none of its
+        wrong credentials again until then. With MAX_BARRED barred already, not: Redis
+        counts them on, and answers 429 all the same."""
+        now = self.clock()
+        ends = self._ends
+        while ends and ends[0][0] <= now:
+            until, ended = heapq.heappop(ends)
+            if self.barred_until.get(ended) == until:
+                del self.barred_until[ended]
+        if len(self.barred_until) >= MAX_BARRED:
+            return
         self.barred_until[address] = now + left
+        heapq.heappush(ends, (now + left, address))
+        self._say(address, left, failures, now)
+
+    def _say(self, address: str, left: float, failures: int, now: float) -> None:
+        """One WARNING naming a barred address, at most one every SAY_EVERY_SECS."""
+        if now - self._said_at < SAY_EVERY_SECS:
+            self._unsaid += 1
+            return
+        unsaid, self._unsaid, self._said_at = self._unsaid, 0, now
         log.warning(
             "%s: %d wrong credentials (key, node token, join key or login) within "
             "AUTH_FAILURES_WINDOW_SECS=%g, past AUTH_FAILURES_MAX=%d: its wrong ones get "
-            "429 for the %.0f s left of the window; right ones are still served",
+            "429 for the %.0f s left of the window; right ones are still served%s",
             address or "unknown address",
             failures,
             self.window_secs,
             self.limit,
             left,
+            f" ({unsaid} other addresses barred since the last line)" if unsaid else "",
         )
 
     def address_of(self, peer: str | None, headers: Headers) -> str:

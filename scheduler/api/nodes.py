@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from scheduler.api.agents import bearer, new_token, token_hash
+from scheduler.api.errors import reply_for
 from scheduler.api.guesses import UNAUTHORIZED
 from scheduler.api.http import HTTPError, json_bytes, read_body
 from scheduler.api.params import param
@@ -35,7 +36,7 @@ from scheduler.models.registry import (
     with_drain,
 )
 from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
-from scheduler.store.errors import Forbidden, NodeNotFound, Unauthorized
+from scheduler.store.errors import Forbidden, NodeNotFound, TooManyNodes, Unauthorized
 from scheduler.store.scripts.nodes import Registration
 from scheduler.store.scripts.retry import RetryPolicy
 
@@ -83,6 +84,14 @@ async def register(request: Request) -> Response:
             # counted as a guess (guesses.py).
             raise HTTPError(*UNAUTHORIZED) from None
         raise
+    except (Forbidden, TooManyNodes) as exc:
+        # Open mode: only the key changes a known node's role, or adds a node past
+        # MAX_NODES. A bearer refused so was told from the key: a wrong credential, counted.
+        if who.caller == "join":
+            raise
+        refusal = reply_for(exc, "POST /nodes/register")
+        assert refusal is not None
+        raise HTTPError(*await _credentials(request).refused_asgi(request.scope, refusal)) from None
     if done.outcome == "none" and who.caller != "join":
         # Open mode, a known id: its bearer (if it sent one) was neither the key nor the
         # node's token. The registration stands, as anyone's may; the bearer is counted as
@@ -192,6 +201,9 @@ async def drain(request: Request) -> Response:
         raise HTTPError(400, "failed to decode drain") from None
     validate_drain(ask)
     if caller != "key" and ask.by != "stopping":
+        # The token first: a bearer that is no live node token is a wrong credential
+        # (counted), not an answer telling it from the key.
+        await _store(request).check_node_caller(node_id, caller)
         raise Forbidden("forbidden: a node's token drains its own node as stopping only")
     done = await _store(request).drain_node(
         node_id, time.time(), ask.by, caller=caller, listed=listed

@@ -6,7 +6,7 @@ command="…"`, then `exit_code=N`, `stdout:` and `stderr:` blocks when present.
 prints the scheduler's JSON instead, `submit --wait` waits and prints the job's own output (so
 `scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
-(`job-3 running on node-1`), `list`'s `more: …` line, and after a 401 a hint naming
+(`job-3 running on node-1`), `list`'s `more: …` line, and after a 401 or 429 a hint naming
 TINYAWS_API_KEY. SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from
 the environment.
 """
@@ -52,10 +52,12 @@ class Client:
             base_url=self.url, headers=headers, timeout=timeout, transport=transport
         )
         self.has_key = bool(api_key)
-        self.unauthorized = False  # some answer was 401: the command ends with a hint
+        # Some answer refused the key (401, or 429 past the scheduler's limit of wrong ones,
+        # said to a wrong key only): the command ends with a hint.
+        self.unauthorized = False
 
     def auth_hint(self) -> str:
-        """What to do about a 401, naming TINYAWS_API_KEY."""
+        """What to do about a refused key, naming TINYAWS_API_KEY."""
         if self.has_key:
             return "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key"
         return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
@@ -71,7 +73,7 @@ class Client:
             raise ClientError(
                 f"error: cannot reach the scheduler at {self.url}: {reason}"
             ) from None
-        if response.status_code == 401:
+        if response.status_code in (401, 429):
             self.unauthorized = True
         return response
 

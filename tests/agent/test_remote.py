@@ -340,3 +340,101 @@ def test_a_stale_token_answered_429_is_replaced_by_registering_again(
         assert fresh and fresh != stale and polled == 200
         nodes = httpx.get(f"{url}/nodes", headers=OPERATOR).json()
         assert nodes["stale"]["status"] == "healthy"
+
+
+class HeldPolls(Recorder):
+    """A Recorder that holds each poll's answer (GET /jobs) until `release` is set: the
+    answer of a call sent with a token that was replaced while it was under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        if request.url.path == "/jobs":
+            await self.release.wait()
+        return response
+
+
+@pytest.mark.parametrize("keys", ["the join key", "the key"])
+def test_a_late_refusal_of_a_replaced_token_keeps_the_new_one(
+    api: str, tmp_path: Path, keys: str
+) -> None:
+    """A stale token refused on two calls under way at once (a poll and a heartbeat, right
+    after Redis lost the node): the first refusal registers again and the agent takes a new
+    token; the second, answered later, refused the old token, not the new one. It dropped the
+    new one and registered again: with the join key that is refused (the id is held now), and
+    the agent was left with no token at all, for good; with the key it revoked its own new
+    token, failing whatever call was carrying it."""
+    node = f"late-{keys.split()[-2]}"
+    transport = HeldPolls()
+    chosen = {"join_key": JOIN, "api_key": ""} if keys == "the join key" else {"api_key": KEY}
+    config = AgentConfig(node_id=node, scheduler_url=api, registry_url=api, **chosen)
+    agent = Remote(config, httpx.AsyncClient(timeout=5, transport=transport))
+
+    async def go() -> tuple[str, str, str, int]:
+        assert await agent.register()
+        stale = agent.token
+        httpx.delete(f"{api}/nodes/{node}", headers=OPERATOR).raise_for_status()
+        polling = asyncio.create_task(agent.pending())
+        await until(lambda: transport.calls("GET", "/jobs") == 1, "the poll's refusal")
+        await agent.heartbeat()  # refused too: registers again
+        fresh = agent.token
+        transport.release.set()
+        assert await polling == []
+        polled = await agent.http.get(
+            f"{api}/jobs", params={"node_id": node, "status": "pending"}, headers=agent._auth()
+        )
+        await agent.http.aclose()
+        return stale, fresh, agent.token, polled.status_code
+
+    stale, fresh, kept, polled = asyncio.run(go())
+    assert fresh and fresh != stale
+    assert kept == fresh
+    assert polled == 200
+
+
+def test_a_fleet_behind_one_address_gets_back_in_after_its_tokens_went_stale(
+    redis_url: str, prefix: str
+) -> None:
+    """Six agents behind one address (a NAT) whose tokens all went stale at once (their nodes
+    deleted, as when Redis lost them): each stale call is a wrong credential, two a tick
+    (GET /instances, the poll), so the address passes AUTH_FAILURES_MAX=3 and their stale
+    calls get 429. Each registers again with the join key, which is right and served from
+    that address all the same: every agent polls with a fresh token."""
+    env = scheduler_env(
+        redis_url,
+        prefix,
+        AGENT_AUTH="token",
+        TINYAWS_API_KEY=KEY,
+        AGENT_JOIN_KEY=JOIN,
+        AUTH_FAILURES_MAX="3",
+    )
+    with api_replicas(1, env) as (url,):
+
+        async def go() -> list[int]:
+            fleet = [
+                Remote(
+                    AgentConfig(f"nat-{n}", url, url, join_key=JOIN),
+                    httpx.AsyncClient(timeout=5),
+                )
+                for n in range(6)
+            ]
+            for agent in fleet:
+                assert await agent.register()
+            for agent in fleet:
+                httpx.delete(f"{url}/nodes/{agent.config.node_id}", headers=OPERATOR)
+            for agent in fleet:
+                assert await agent.instances() == []  # refused: not taken for a stale token
+                assert await agent.pending() == []  # refused: registers again
+            polled = []
+            for agent in fleet:
+                params = {"node_id": agent.config.node_id, "status": "pending"}
+                answer = await agent.http.get(f"{url}/jobs", params=params, headers=agent._auth())
+                polled.append(answer.status_code)
+                await agent.http.aclose()
+            return polled
+
+        assert asyncio.run(go()) == [200] * 6
+        assert failures(redis_url, prefix) == 3 + 1  # the rest answered by the bar

@@ -186,3 +186,112 @@ def test_open_mode_counts_a_register_bearer_that_opened_nothing(
     assert counted(rclient, prefix) == 1
     assert "token" in api.post("/nodes/register", json=node, headers=OPERATOR).json()
     assert counted(rclient, prefix) == 1
+
+
+# Calls whose answer to the key differs from their answer to anything else without a 401:
+# each was a test of the key that nothing counted. (setting overrides, mode, method, path,
+# body, the answer to a wrong bearer, the key's).
+NODE = {"id": "n1", "hostname": "n1", "cpu_count": 1, "role": "compute"}
+KEY_ONLY = {
+    # The operator's drain: a node's token drains its own node as `stopping` only (403),
+    # decided before the token was checked.
+    "drain as operator, open": (
+        {},
+        "open",
+        "POST",
+        "/nodes/n1/drain",
+        {"by": "operator"},
+        401,
+        200,
+    ),
+    "drain as operator, token": (
+        {},
+        "token",
+        "POST",
+        "/nodes/n1/drain",
+        {"by": "operator"},
+        401,
+        200,
+    ),
+    # Open mode: anyone may register a known id again, but only the key changes its role.
+    "register, another role": (
+        {},
+        "open",
+        "POST",
+        "/nodes/register",
+        {**NODE, "role": "storage"},
+        403,
+        201,
+    ),
+    # Open mode: the key adds a node past MAX_NODES, anyone else is told it is full.
+    "register past MAX_NODES": (
+        {"max_nodes": 1},
+        "open",
+        "POST",
+        "/nodes/register",
+        {**NODE, "id": "n2"},
+        503,
+        201,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", KEY_ONLY)
+def test_a_call_only_the_key_passes_counts_a_wrong_bearer(
+    serve: Serve, rclient: redis.Redis, prefix: str, case: str
+) -> None:
+    """A wrong bearer told apart from the key by any answer is a guess: counted, 429 past
+    the limit; the call without any bearer keeps its answer, counted nothing."""
+    overrides, mode, method, path, body, wrong, right = KEY_ONLY[case]
+    url = serve(api_key=KEY, agent_auth=mode, auth_failures_max=LIMIT, **overrides)
+    attacker = client(url)
+    assert attacker.post("/nodes/register", json=NODE, headers=OPERATOR).status_code == 201
+    anonymous = attacker.request(method, path, json=body)
+    assert counted(rclient, prefix) == 0
+    answers = [
+        attacker.request(method, path, json=body, headers=guess(n)).status_code
+        for n in range(LIMIT + 1)
+    ]
+    assert answers == [wrong] * LIMIT + [429]
+    assert counted(rclient, prefix) == LIMIT + 1
+    assert anonymous.status_code in (401, wrong)
+    assert attacker.request(method, path, json=body, headers=OPERATOR).status_code == right
+
+
+# More doors that compare a bearer, each answered 401 and counted: (mode, method, path, body).
+DOORS = [
+    ("open", "HEAD", "/jobs/job-1", None),
+    ("open", "OPTIONS", "/jobs", None),
+    ("open", "GET", "/no-such-route", None),  # a path no route serves needs the key
+    ("open", "GET", "/nodes/n1", None),  # a method the route does not serve too
+    ("open", "GET", "/metrics", None),
+    ("open", "GET", "/jobs/job-1?wait=0.1", None),  # a long-poll, through ASGI
+    ("open", "GET", "/services/svc-1", None),
+    ("token", "GET", "/jobs?node_id=n1&status=pending&wait=0.1", None),
+    ("token", "POST", "/services", {"node_id": "n1", "job_id": "job-1", "name": "s"}),
+    ("token", "PATCH", "/services/svc-1", {"status": "stopped"}),
+    ("token", "GET", "/services?node_id=n1", None),
+    ("token", "POST", "/nodes/register", {**NODE, "id": "new-one"}),  # a new id
+    ("token", "POST", "/nodes/register", {**NODE, "role": "storage"}),
+]
+
+
+@pytest.mark.parametrize(("mode", "method", "path", "body"), DOORS)
+def test_a_wrong_bearer_counts_at_every_door(
+    serve: Serve,
+    rclient: redis.Redis,
+    prefix: str,
+    mode: str,
+    method: str,
+    path: str,
+    body: dict[str, object] | None,
+) -> None:
+    url = serve(api_key=KEY, agent_auth=mode, auth_failures_max=LIMIT, metrics="on")
+    attacker = client(url)
+    assert attacker.post("/nodes/register", json=NODE, headers=OPERATOR).status_code == 201
+    answers = [
+        attacker.request(method, path, json=body, headers=guess(n)).status_code
+        for n in range(LIMIT + 1)
+    ]
+    assert answers == [401] * LIMIT + [429]
+    assert counted(rclient, prefix) == LIMIT + 1

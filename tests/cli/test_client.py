@@ -651,3 +651,27 @@ def test_submit_says_what_a_job_needs_and_why_it_waits(api: str, cli: Cli) -> No
     for waiting in httpx.get(f"{api}/jobs", params={"status": "pending"}).json():
         if waiting["node_id"] == "":
             httpx.delete(f"{api}/jobs/{waiting['job_id']}")
+
+
+def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
+    redis_url: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past AUTH_FAILURES_MAX the scheduler answers a wrong key 429: waiting does not help, a
+    right key is served at once (README, Security). The answer said "try again later" and the
+    command-line client gave no hint, as if the operator's right key were locked out."""
+    env = scheduler_env(
+        redis_url, unique_prefix("client-limit"), TINYAWS_API_KEY=KEY, AUTH_FAILURES_MAX="1"
+    )
+    with api_replicas(1, env) as (url,):
+        monkeypatch.setenv("TINYAWS_API_KEY", "wrong")
+        answers = [cli(url, "list") for _ in range(2)]
+        monkeypatch.setenv("TINYAWS_API_KEY", KEY)
+        served = cli(url, "list")
+    (_, _, first), (code, out, err) = answers
+    assert first.startswith("error: scheduler returned 401")
+    assert (code, out) == (1, "") and err.startswith("error: scheduler returned 429")
+    assert "try again later" not in err and "a right one is served" in err
+    assert err.splitlines()[-1] == (
+        "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key"
+    )
+    assert served[0] == 0
