@@ -28,6 +28,7 @@ from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, sc
 from scheduler.store.keys import Keys
 from scheduler.store.schedule_calls import ScheduleCalls
 from scheduler.store.scripts import Call, functions, jobs, listing, metrics, retry
+from scheduler.store.scripts import drains as drain_scripts
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
@@ -320,8 +321,9 @@ class JobStore(ScheduleCalls):
         self, node_id: str, now: float, caller: str
     ) -> tuple[Node, builtins.list[str]]:
         """The node, and the ids of its jobs being cancelled."""
-        ttl = self.settings.node_ttl_secs
-        blob, cancels = await self.run(node_scripts.heartbeat(node_id, now, caller, ttl))
+        vouched = node_scripts.vouches(caller, self.settings.api_key)
+        call = node_scripts.heartbeat(node_id, now, caller, self.settings.node_ttl_secs, vouched)
+        blob, cancels = await self.run(call)
         node = _node_decoder.decode(blob)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 
@@ -353,19 +355,19 @@ class JobStore(ScheduleCalls):
         *,
         caller: str = "key",
         listed: bool = False,
-    ) -> node_scripts.Drained:
-        """Drain a node (scripts.nodes.DRAIN_NODE): nothing new goes to it or starts there,
+    ) -> drain_scripts.Drained:
+        """Drain a node (scripts.drains.DRAIN_NODE): nothing new goes to it or starts there,
         its jobs not running move to other nodes (the first DELETE_MOVES; a drain again moves
         more). `listed`: the external registry lists it (REGISTRY_URL)."""
         ttl = self.settings.node_ttl_secs
-        call = node_scripts.drain_node(node_id, by, caller, listed, now, ttl, DELETE_MOVES)
+        call = drain_scripts.drain_node(node_id, by, caller, listed, now, ttl, DELETE_MOVES)
         return await self.run(call)
 
     async def undrain_node(
         self, node_id: str, *, caller: str = "key", listed: bool = False
     ) -> bool:
         """Lift a node's drain; whether it was drained."""
-        return await self.run(node_scripts.undrain_node(node_id, caller, listed))
+        return await self.run(drain_scripts.undrain_node(node_id, caller, listed))
 
     async def drains(self) -> dict[str, str]:
         """The drained nodes: id -> who drained it ("operator" or "stopping")."""
