@@ -172,8 +172,11 @@ class JobStore(ScheduleCalls):
 
     async def poll_wait(self, node_id: str, caller: str, wait: float) -> jobs.Polled:
         """The poll, answered once the node has work (or a job to cancel) or after `wait`
-        seconds."""
+        seconds; at once, as a plain poll, for a node no registry lists: in open mode anyone
+        may poll any id, and a held request (its subscription) costs memory per made-up id."""
         channel = self.keys.node_channel(node_id)
+        if not await self.run(node_scripts.registered(node_id, self.settings.builtin_registry)):
+            wait = 0
         return await wait_until(
             self.notifier, channel, lambda: self.poll(node_id, caller), bool, wait
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -341,3 +342,42 @@ def test_the_operators_word_follows_the_nodes_own_token_not_a_stranger(
     assert not rclient.sismember(keys.nodes_vouched, "n1")
     register_as(api, "n1", "h-n1b", bearer(JOIN))
     assert submit(api, command="x", node_selector={"node.hostname": "h-n1b"})["node_id"] == ""
+
+
+def test_open_mode_holds_no_long_poll_for_a_node_never_registered(
+    make_client: ClientFactory,
+) -> None:
+    """Issue 36, finding 7: open mode held a long-poll on any id anyone made up (1,500 of
+    them: +46 MB, each a subscription of its own). A never-registered id's long-poll is now
+    answered at once, as a poll without `wait`; a registered node's is held as before."""
+    api = make_client(api_key=KEY, agent_auth="open")
+    register(api, "n1", {})
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        # Held, it would take 60 s: the test's 30 s would run out first.
+        ghost = pool.submit(api.get, "/jobs?node_id=ghost&status=pending&wait=60")
+        assert assert_json(ghost.result(timeout=30)) == []
+        held = pool.submit(api.get, "/jobs?node_id=n1&status=pending&wait=60")
+        job = submit(api, command="x")  # wakes n1's poll (or is found by its first look)
+        assert [j["job_id"] for j in assert_json(held.result(timeout=30))] == [job["job_id"]]
+
+
+def test_open_mode_takes_no_service_nor_series_for_a_node_never_registered(
+    make_client: ClientFactory, rclient: Any, prefix: str
+) -> None:
+    """Issue 36, finding 7: POST /services took services for any id (each a record and an
+    index of its own). Now 404 naming why, nothing written; a registered node's is taken
+    (the Rust agent registers before it starts services, CONTRACT 3.2). Nothing a made-up
+    id does (a poll, a long-poll, a service) makes a metric series."""
+    api = make_client(api_key=KEY, agent_auth="open")
+    keys = Keys(prefix)
+    register(api, "n1", {})
+    before = (node_traces(rclient, keys), rclient.hgetall(keys.services))
+    service = {"node_id": "ghost", "port": 8080, "pid": 42}
+    refused = api.post("/services", json=service)
+    assert_text_error(refused, 404, "node not registered: register it (POST /nodes/register) first")
+    assert poll(api, "ghost", {}).status_code == 200
+    assert api.get("/jobs?node_id=ghost&status=pending&wait=1").status_code == 200
+    assert (node_traces(rclient, keys), rclient.hgetall(keys.services)) == before
+    assert metric_nodes(api) <= {"n1"}
+    taken = assert_json(api.post("/services", json={**service, "node_id": "n1"}), 201)
+    assert taken["node_id"] == "n1" and taken["status"] == "running"

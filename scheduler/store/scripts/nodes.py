@@ -311,3 +311,27 @@ def delete_node(
 ) -> Call[list[Requeued]]:
     """Deregister a node; its pending jobs (up to `limit`) move to live nodes now."""
     return DELETE_NODE.call(node=node_id, live_cutoff=now - node_ttl, limit=limit, caller=caller)
+
+
+def _registered(reply: int) -> bool:
+    return bool(reply)
+
+
+REGISTERED = Script(
+    "REGISTERED",
+    "node builtin",
+    """
+-- Whether a registry lists the node: the built-in one's nodes (builtin "1"), or the compute
+-- nodes the sweep saw in REGISTRY_URL's (nodes:compute). Returns 1 | 0
+if builtin == "1" then return redis.call("HEXISTS", K.nodes, node) end
+return redis.call("ZSCORE", K.nodes_compute, node) and 1 or 0
+""",
+    _registered,
+    read_only=True,
+)
+
+
+def registered(node_id: str, builtin: bool) -> Call[bool]:
+    """Whether node `node_id` is registered (REGISTERED): only such a node's long-poll is
+    held (store/jobs.py poll_wait)."""
+    return REGISTERED.call(node=node_id, builtin="1" if builtin else "0")
