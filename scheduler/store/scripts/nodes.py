@@ -313,7 +313,7 @@ def delete_node(
     return DELETE_NODE.call(node=node_id, live_cutoff=now - node_ttl, limit=limit, caller=caller)
 
 
-def _registered(reply: int) -> bool:
+def _listed(reply: int) -> bool:
     return bool(reply)
 
 
@@ -326,7 +326,7 @@ REGISTERED = Script(
 if builtin == "1" then return redis.call("HEXISTS", K.nodes, node) end
 return redis.call("ZSCORE", K.nodes_compute, node) and 1 or 0
 """,
-    _registered,
+    _listed,
     read_only=True,
 )
 
