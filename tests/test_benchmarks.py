@@ -229,3 +229,12 @@ def test_shard_cost_prints_each_primary() -> None:
             float(figure)  # a number, whatever it is
     assert lines[7].startswith("Redis CPU ceiling: sharded ")
     assert len(lines) == 8
+
+
+def test_nodes_scrape_cost_prints_each_page() -> None:
+    lines = run_benchmark(
+        "benchmarks/nodes_scrape_cost.py", "--nodes", "20", "--jobs", "2", "--scrapes", "1"
+    )
+    assert lines[0] == "20 nodes, 16 labels each, 2 jobs"
+    assert [line.split()[:2] for line in lines[1:]] == [["this", "/metrics"], ["this", "/ui/nodes"]]
+    assert all("Redis CPU" in line for line in lines[1:])

@@ -254,7 +254,7 @@ class JobStore(ScheduleCalls):
         await self.run(jobs.check_report(job_id, caller))
 
     async def overview(self) -> overview_scripts.Overview:
-        return await self.run(overview_scripts.overview(STATUSES))
+        return await overview_scripts.overview(self.run, STATUSES)
 
     async def series(self, first: int, count: int) -> builtins.list[series_scripts.Minute]:
         """The dashboard's `count` minutes from minute number `first` (models/series.py): a

@@ -66,8 +66,16 @@ def node_traces(rclient: Any, keys: Keys) -> dict[str, Any]:
 
 
 def metric_nodes(api: TestClient) -> set[str]:
+    """The nodes /metrics names (those holding a job or drained)."""
     text = api.get("/metrics", headers=OPERATOR).text
     return set(re.findall(r'^scheduler_node_\w+\{node="([^"]*)"', text, re.MULTILINE))
+
+
+def metric_node_count(api: TestClient) -> int:
+    """The nodes /metrics counts, healthy or not."""
+    text = api.get("/metrics", headers=OPERATOR).text
+    counts = re.findall(r'^scheduler_nodes\{status="\w+"\} ([0-9.]+)$', text, re.MULTILINE)
+    return int(sum(float(count) for count in counts))
 
 
 def ui_node_rows(api: TestClient) -> list[str]:
@@ -90,7 +98,7 @@ def test_register_delete_cycles_leave_no_trace(
     for node in ("n1", "n2"):
         registered(api, node, join)
     before = node_traces(rclient, keys)
-    assert ui_node_rows(api) == ["n1", "n2"] and metric_nodes(api) == {"n1", "n2"}
+    assert ui_node_rows(api) == ["n1", "n2"] and metric_node_count(api) == 2
 
     jobs = []
     for i in range(200):
@@ -105,7 +113,7 @@ def test_register_delete_cycles_leave_no_trace(
     # The queues of n1 and n2 now hold the jobs moved off deleted nodes.
     assert node_traces(rclient, keys) == {**before, "per_node_keys": ["n1", "n2"]}
     assert ui_node_rows(api) == ["n1", "n2"]
-    assert metric_nodes(api) == {"n1", "n2"}
+    assert metric_nodes(api) == {"n1", "n2"} and metric_node_count(api) == 2
     for job in jobs:  # every job is still there, pending on a node that exists
         now = assert_json(api.get(f"/jobs/{job['job_id']}", headers=OPERATOR))
         assert (now["status"], now["node_id"]) in {("pending", "n1"), ("pending", "n2")}
