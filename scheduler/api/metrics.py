@@ -39,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from scheduler.api.state import old_layout as _old_layout
 from scheduler.api.stores import Store
 from scheduler.nodes.placement import is_live
 from scheduler.store.scripts.overview import Overview
@@ -301,7 +302,7 @@ async def metrics(request: Request) -> Response:
     # Sent together, so one round trip on the connection.
     view, totals = await asyncio.gather(store.overview(), flush(store, stats, read=True))
     registry = CollectorRegistry(auto_describe=False)
-    old_layout = len(request.app.state.old_layout.findings)
+    old_layout = len(_old_layout(request).findings)
     now = time.time()
     registry.register(_Scrape(totals, view, store.settings.node_ttl_secs, now, old_layout))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)
