@@ -26,6 +26,7 @@ sys.path.append(str(ROOT))
 from scheduler.models.registry import Node  # noqa: E402
 from scheduler.nodes.placement import Placement  # noqa: E402
 from scheduler.store.keys import Keys  # noqa: E402
+from scheduler.store.scripts import drains as drain_scripts  # noqa: E402
 from scheduler.store.scripts import jobs as job_scripts  # noqa: E402
 from scheduler.store.scripts import nodes as node_scripts  # noqa: E402
 from scheduler.store.scripts.retry import RetryPolicy  # noqa: E402
@@ -65,7 +66,7 @@ def setup(client: redis.Redis, keys: Keys, nodes: int, queued: int, cpus: int, n
 def drain_ms(client: redis.Redis, keys: Keys, now: float) -> tuple[float, int, int, int]:
     """Redis' time for one drain of n0 (ms), the jobs it moved to other nodes, those it left
     unplaced and those that stayed."""
-    call = node_scripts.drain_node("n0", "operator", "key", False, now, 30, LIMIT)
+    call = drain_scripts.drain_node("n0", "operator", "key", False, now, 30, LIMIT)
     sha = client.script_load(call.script.text)
     client.config_resetstat()
     reply = client.evalsha(sha, 1, keys.root, *call.args)

@@ -257,3 +257,12 @@ def test_guess_flood_prints_each_size_and_the_bound() -> None:
     lines = run_benchmark("benchmarks/guess_flood.py", "--sizes", "100,200")
     assert [line.split("addresses")[0].strip() for line in lines] == ["100", "200", "20000"]
     assert lines[-1].endswith("the bar holds 10000")
+
+
+def test_nodes_scrape_cost_prints_each_page() -> None:
+    lines = run_benchmark(
+        "benchmarks/nodes_scrape_cost.py", "--nodes", "20", "--jobs", "2", "--scrapes", "1"
+    )
+    assert lines[0] == "20 nodes, 16 labels each, 2 jobs"
+    assert [line.split()[:2] for line in lines[1:]] == [["this", "/metrics"], ["this", "/ui/nodes"]]
+    assert all("Redis CPU" in line for line in lines[1:])

@@ -19,7 +19,8 @@ import pytest
 import redis as redis_py
 import yaml
 
-from scheduler.cli.main import build_parser, open_to_the_network
+from scheduler.cli.main import build_parser
+from scheduler.cli.serve_checks import Exposure, refusal
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
 from tests.redis_server import free_port
@@ -209,6 +210,12 @@ def test_procfile_runs_web_worker_dashboard_and_agent() -> None:
 # What each deploy file exposes (README, Security, "Deploy files"): a key wherever the API
 # listens beyond loopback, and node tokens wherever the reference agent runs.
 
+
+def refused(host: str, settings: Settings) -> str:
+    """Why `scheduler serve --host HOST` would not start with `settings` (no flag given)."""
+    return refusal(Exposure.of(host, settings, no_key=False, open_agents=False))
+
+
 REQUIRED_KEY = re.compile(r"\$\{TINYAWS_API_KEY:\?[^}]+\}")
 REQUIRED_JOIN_KEY = re.compile(r"\$\{AGENT_JOIN_KEY:\?[^}]+\}")
 
@@ -225,7 +232,11 @@ def test_compose_requires_a_key_and_runs_the_agent_calls_in_token_mode(
     # The API replicas listen on every interface: without the key they would not start.
     command = services(compose)["api1"]["command"]
     host = command[command.index("--host") + 1]
-    assert open_to_the_network(host, Settings(), insecure=False)
+    assert refused(host, Settings())
+    assert not refused(host, Settings(api_key="k", agent_auth="token"))
+    # With REGISTRY_URL the agent calls must be open: then AGENT_NETWORKS names who may.
+    assert refused(host, Settings(api_key="k", agent_auth="open"))
+    assert not refused(host, Settings(api_key="k", agent_auth="open", agent_networks="10.0.0.0/8"))
 
 
 def test_the_procfile_serves_with_a_key_and_node_tokens() -> None:
@@ -234,8 +245,8 @@ def test_the_procfile_serves_with_a_key_and_node_tokens() -> None:
     args = assert_valid_command(argv)
     # On every interface (HOST unset) it starts only with TINYAWS_API_KEY, which the agent
     # line registers with.
-    assert open_to_the_network(args.host, Settings(), insecure=False)
-    assert not open_to_the_network(args.host, Settings(api_key="k"), insecure=False)
+    assert refused(args.host, Settings(agent_auth="token"))
+    assert not refused(args.host, Settings(api_key="k", agent_auth="token"))
     assert shlex.split(procfile()["agent"]) == ["scheduler", "agent"]
 
 

@@ -37,7 +37,7 @@ from scheduler.models.registry import (
 )
 from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
 from scheduler.store.errors import Forbidden, NodeNotFound, TooManyNodes, Unauthorized
-from scheduler.store.scripts.nodes import Registration
+from scheduler.store.scripts.nodes import Registration, vouches
 from scheduler.store.scripts.retry import RetryPolicy
 
 # A registration or a heartbeat is a few hundred bytes; MAX_BODY_BYTES is for job requests.
@@ -60,13 +60,15 @@ async def _decode(request: Request, kind: type[S], message: str) -> S:
 def _registration(request: Request) -> Registration:
     auth, settings = _auth(request), request.app.state.settings
     assert isinstance(settings, Settings)
+    caller = auth.identify(request)
     return Registration(
-        caller=auth.identify(request),
+        caller=caller,
         agent_auth=auth.mode,
         key_required=auth.key_required,
         max_nodes=settings.max_nodes,
         node_ttl=settings.node_ttl_secs,
         retries=RetryPolicy.of(settings),
+        vouches=vouches(caller, settings.api_key),
     )
 
 

@@ -2,8 +2,9 @@
 (store/migrate.py, `old_layout_findings`): a process of the old version started again, or one
 never stopped, writes keys the new version never reads, and the deployment would split in
 two without a word. Every CHECK_SECS, from a thread on a connection of its own, this process
-asks; what it finds is logged as an ERROR (again every REMIND_SECS while it lasts), shown by
-`/health` (field `old_layout`) and the gauge `scheduler_old_layout_findings`. Those read the
+asks; what it finds is logged as an ERROR (again every REMIND_SECS while it lasts) and
+counted by the gauge `scheduler_old_layout_findings` (behind the key; `/health`, anyone's,
+names none of it: an old worker's host is not a stranger's business). The gauge reads the
 last answer kept here: no request waits on this check.
 """
 

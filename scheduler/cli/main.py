@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import ipaddress
 import logging
 import logging.config
 import os
@@ -67,48 +66,25 @@ def hot_lane_line(http: str, access_log: bool) -> str:
     )
 
 
-def loopback(host: str) -> bool:
-    """Whether `serve --host` listens on this machine only."""
-    name = host.strip("[]").lower()
-    try:
-        return name == "localhost" or ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-def open_to_the_network(host: str, settings: Settings, insecure: bool) -> str:
-    """Why serve must not start (""): listening beyond loopback without a key lets anyone
-    who reaches it submit commands that the agents run (README, Security)."""
-    if settings.api_key or loopback(host) or insecure:
-        return ""
-    return (
-        f"refusing to listen on {host} without TINYAWS_API_KEY: anyone who reaches it could "
-        "submit commands for the agents to run. Set TINYAWS_API_KEY (and AGENT_AUTH=token), "
-        "listen on 127.0.0.1, or say --insecure-no-key (SERVE_INSECURE_NO_KEY=1) to serve "
-        "without a key anyway"
-    )
-
-
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from scheduler.api.app import create_app
     from scheduler.api.boundary import with_listen_address
     from scheduler.cli.lifeline import SERVE_PID_ENV
+    from scheduler.cli.serve_checks import Exposure, refusal, warnings
     from scheduler.snapshot.layout import check_layout_if_reachable
     from scheduler.snapshot.restore import restore_at_process_start
     from scheduler.store.errors import LayoutChanged
 
     log = logging.getLogger("scheduler.api")
-    insecure = args.insecure_no_key or bool(settings.serve_insecure_no_key)
-    refused = open_to_the_network(args.host, settings, insecure)
+    seen = Exposure.of(args.host, settings, args.insecure_no_key, args.insecure_open_agents)
+    refused = refusal(seen)
     if refused:
         print(f"scheduler serve: {refused}", file=sys.stderr)
         return 2
-    if insecure and not settings.api_key and not loopback(args.host):
-        log.warning(
-            "serving %s without a key (--insecure-no-key): anyone can run commands", args.host
-        )
+    for line in warnings(seen):
+        log.warning(line)
     # The Host names it answers (api/boundary.py), its listen address among them; in the
     # environment too, which each --workers process reads its settings from.
     allowed = with_listen_address(settings.allowed_hosts, args.host)
@@ -202,6 +178,13 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="listen beyond loopback without TINYAWS_API_KEY: anyone who reaches it runs "
         "commands (also SERVE_INSECURE_NO_KEY=1)",
+    )
+    serve.add_argument(
+        "--insecure-open-agents",
+        action="store_true",
+        help="with AGENT_AUTH=open, serve the agent calls beyond loopback to any network (no "
+        "AGENT_NETWORKS): anyone who reaches it takes jobs and their env_vars (also "
+        "SERVE_INSECURE_OPEN_AGENTS=1)",
     )
     serve.add_argument("--port", type=int, default=None, help="listen port (default $PORT or 9001)")
     serve.add_argument(

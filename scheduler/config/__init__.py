@@ -62,10 +62,13 @@ class Settings:
     # loopback names and `serve`'s listen address: any other Host is 400, so a web page on a
     # name rebound to this machine's address (DNS rebinding) reads nothing. "*": any Host.
     allowed_hosts: str = field(default="", metadata={"env": "ALLOWED_HOSTS"})
-    # 1: `scheduler serve` listens on a non-loopback address without TINYAWS_API_KEY, where
-    # anyone who reaches it runs commands. Refused without it (the name says why).
+    # 1: `scheduler serve` listens beyond loopback without TINYAWS_API_KEY, or there serves open
+    # agent calls without AGENT_NETWORKS. Refused without (the names say why: cli/serve_checks.py).
     serve_insecure_no_key: int = field(
         default=0, metadata={"env": "SERVE_INSECURE_NO_KEY", "min": 0}
+    )
+    serve_insecure_open_agents: int = field(
+        default=0, metadata={"env": "SERVE_INSECURE_OPEN_AGENTS", "min": 0}
     )
     # Who may make the agent calls (README, "Security"): "open" as the original (its Rust
     # agent sends no key), or "token": a node token from POST /nodes/register, or the key.
@@ -126,10 +129,9 @@ class Settings:
     )
     max_body_bytes: int = field(default=MiB, metadata={"env": "MAX_BODY_BYTES", "min": 1024})
     max_report_bytes: int = field(default=64 * MiB, metadata={"env": "MAX_REPORT_BYTES"})
-    # Bytes of agent report bodies one API process holds at once, counted as they arrive;
-    # past it, 503 Retry-After. Two maximum-size reports: the original Rust agent never retries
-    # a report, so a refusal loses its result. A report costs about twice its size while it is
-    # decoded (benchmarks/report_flood.py).
+    # Report bytes one API process holds at once, counted as they arrive; past it, 503. Two
+    # maximum-size reports: the Rust agent never retries a report (a refusal loses its result).
+    # A report costs about twice its size while it is decoded (benchmarks/report_flood.py).
     report_bytes_in_flight: int = field(
         default=128 * MiB, metadata={"env": "REPORT_BYTES_IN_FLIGHT"}
     )
@@ -160,9 +162,8 @@ class Settings:
     )
     sqs_max_per_poll: int = field(default=1000, metadata={"env": "SQS_MAX_PER_POLL", "min": 1})
     outbox_flush_secs: float = field(default=1.0, metadata={"env": "OUTBOX_FLUSH_SECS", "min": 0.1})
-    # Schedules (README, Schedules): how often a worker fires the due ones; how late a tick
-    # may fire before it counts as missed (the schedule's catchup policy then decides); how
-    # many schedules a deployment may hold.
+    # Schedules (README, Schedules): how often a worker fires the due ones; how late a tick may
+    # fire before it is missed (its catchup then decides); how many a deployment may hold.
     schedule_tick_secs: float = field(
         default=1.0, metadata={"env": "SCHEDULE_TICK_SECS", "min": 0.1}
     )
@@ -209,9 +210,8 @@ class Settings:
     )
     agent_service_cpus: int = field(default=2, metadata={"env": "AGENT_SERVICE_CPUS", "min": 1})
     # What the node offers jobs, sent at registration (issue 24): memory in MiB, 0 = the
-    # machine's, or the cgroup limit the agent runs under when lower (agent/capacity.py); and
-    # labels, `key=value,key2=value2`, checked as the agent starts (cli/agent.py: the label
-    # rule is the wire's, models/labels.py, which config does not import).
+    # machine's, or its cgroup's limit when lower (agent/capacity.py); labels `k=v,k2=v2`, checked
+    # as the agent starts (cli/agent.py: the rule is models/labels.py's, not imported here).
     agent_memory_mb: int = field(default=0, metadata={"env": "AGENT_MEMORY_MB", "min": 0})
     agent_labels: str = field(default="", metadata={"env": "AGENT_LABELS"})
     agent_deploy_max_bytes: int = field(

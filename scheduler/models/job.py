@@ -10,6 +10,7 @@ as Redis keeps it and its readers put it together (models/record.py), the UI's j
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Annotated
 
 import msgspec
@@ -219,6 +220,7 @@ def job_number(job_id: str) -> int | None:
 
 def validate_create(job: Job) -> None:
     """The original's check on a requested job (`new_job`), then ours (CONTRACT 8.15)."""
+    check_no_nul(job)
     if not job.command and not job.deploy_url:
         raise InvalidInput("command or deploy_url is required")
     if job.job_type not in JOB_TYPES:
@@ -244,6 +246,31 @@ def validate_create(job: Job) -> None:
     check_selector(job.node_selector)
     if job.instance_id and asks_fit(job):
         raise InvalidInput("invalid node_selector: an instance's job runs on its instance's node")
+
+
+def check_no_nul(job: Job) -> None:
+    """No submitted text holds a NUL byte. The agent hands them to a process (the command,
+    its environment) or a path (deploy_url, instance_id), which are C strings there: a NUL
+    failed the job at spawn, with a traceback and a retry burnt. Every submitted field, so a
+    new one is covered too: POST /jobs, a schedule's template and an SQS message alike."""
+    for field in JOB_FIELDS:
+        if field.submitted:
+            for said, text in _texts(field.name, getattr(job, field.name)):
+                if "\x00" in text:
+                    raise InvalidInput(f"invalid {said}: must not contain NUL bytes")
+
+
+def _texts(name: str, value: object) -> Iterator[tuple[str, str]]:
+    """Each text a field's value holds, with how an error names it."""
+    if isinstance(value, str):
+        yield name, value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(name, item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{name} key", key
+            yield from _texts(f"{name} value of {key[:64]!r}", item)
 
 
 def asks_fit(job: Job) -> bool:

@@ -3,9 +3,12 @@ the labels every node has without registering them.
 
 A label is `key=value`, with Kubernetes' characters: a key of 1 to 63 and a value of 0 to
 255 of `A-Z a-z 0-9 . _ / -` (a value may name a hostname, which is up to 255). Keys under
-`node.` are the scheduler's: every node has `node.id=<its id>` and `node.hostname=<its
-hostname>` (like Kubernetes' kubernetes.io/hostname), so a job names a node with
-`node_selector: {"node.id": "n1"}` (`scheduler submit --node n1`). Both are bounded, since
+`node.` are the scheduler's: every node has `node.id=<its id>`, and a node whose
+registration the operator vouched for `node.hostname=<its hostname>` (like Kubernetes'
+kubernetes.io/hostname), so a job names a node with `node_selector: {"node.id": "n1"}`
+(`scheduler submit --node n1`). The id is the token's (no one else registers it); a
+hostname is only what a registration says, so a stranger's (the join key's) would pin
+another host's jobs to it (store/scripts/nodes.py `vouches`). Both are bounded, since
 they live in Redis and every placement may read them: at most MAX_LABELS keys, and a
 selector at most MAX_LABELS values per key.
 """
@@ -59,10 +62,13 @@ def check_selector(selector: Mapping[str, str | list[str]]) -> None:
             _check_pair("node_selector", key, value)
 
 
-def node_labels(node_id: str, hostname: str, labels: Mapping[str, str]) -> dict[str, str]:
-    """Every label of a node: its registered ones and the scheduler's."""
+def node_labels(
+    node_id: str, hostname: str, labels: Mapping[str, str], *, vouched: bool
+) -> dict[str, str]:
+    """Every label of a node: its registered ones and the scheduler's (its hostname only
+    when the operator vouched for its registration)."""
     implicit = {NODE_ID_LABEL: node_id}
-    if hostname:
+    if hostname and vouched:
         implicit[NODE_HOSTNAME_LABEL] = hostname
     return {**labels, **implicit}
 

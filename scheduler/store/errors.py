@@ -17,6 +17,13 @@ class NodeNotFound(LookupError):
         return "node not found"
 
 
+class NodeNotRegistered(NodeNotFound):
+    """A node's own call (POST /services) for an id no node registered."""
+
+    def __str__(self) -> str:
+        return "node not registered: register it (POST /nodes/register) first"
+
+
 class ServiceNotFound(LookupError):
     def __str__(self) -> str:
         return "not found"  # the original registry's text

@@ -29,6 +29,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.pieces import MOVE_STEP, drained, retried, searched
 from scheduler.store.schedule_calls import ScheduleCalls
 from scheduler.store.scripts import Call, functions, jobs, listing, metrics
+from scheduler.store.scripts import drains as drain_scripts
 
 # Not `nodes`: the method JobStore.nodes (GET /nodes) would shadow it in the class body.
 from scheduler.store.scripts import nodes as node_scripts
@@ -171,8 +172,11 @@ class JobStore(ScheduleCalls):
 
     async def poll_wait(self, node_id: str, caller: str, wait: float) -> jobs.Polled:
         """The poll, answered once the node has work (or a job to cancel) or after `wait`
-        seconds."""
+        seconds; at once, as a plain poll, for a node no registry lists: in open mode anyone
+        may poll any id, and a held request (its subscription) costs memory per made-up id."""
         channel = self.keys.node_channel(node_id)
+        if not await self.run(node_scripts.registered(node_id, self.settings.builtin_registry)):
+            wait = 0
         return await wait_until(
             self.notifier, channel, lambda: self.poll(node_id, caller), bool, wait
         )
@@ -251,7 +255,7 @@ class JobStore(ScheduleCalls):
         await self.run(jobs.check_report(job_id, caller))
 
     async def overview(self) -> overview_scripts.Overview:
-        return await self.run(overview_scripts.overview(STATUSES))
+        return await overview_scripts.overview(self.run, STATUSES)
 
     async def series(self, first: int, count: int) -> builtins.list[series_scripts.Minute]:
         """The dashboard's `count` minutes from minute number `first` (models/series.py): a
@@ -321,8 +325,9 @@ class JobStore(ScheduleCalls):
         self, node_id: str, now: float, caller: str
     ) -> tuple[Node, builtins.list[str]]:
         """The node, and the ids of its jobs being cancelled."""
-        ttl = self.settings.node_ttl_secs
-        blob, cancels = await self.run(node_scripts.heartbeat(node_id, now, caller, ttl))
+        vouched = node_scripts.vouches(caller, self.settings.api_key)
+        call = node_scripts.heartbeat(node_id, now, caller, self.settings.node_ttl_secs, vouched)
+        blob, cancels = await self.run(call)
         node = _node_decoder.decode(blob)
         return msgspec.structs.replace(node, status="healthy", last_seen=rfc3339(now)), cancels
 
@@ -352,15 +357,10 @@ class JobStore(ScheduleCalls):
         return await self.run(call)
 
     async def drain_node(
-        self,
-        node_id: str,
-        now: float,
-        by: str = "operator",
-        *,
-        caller: str = "key",
+        self, node_id: str, now: float, by: str = "operator", *, caller: str = "key",
         listed: bool = False,
-    ) -> node_scripts.Drained:
-        """Drain a node (scripts.nodes.DRAIN_NODE): nothing new goes to it or starts there,
+    ) -> drain_scripts.Drained:  # fmt: skip
+        """Drain a node (scripts.drains.DRAIN_NODE): nothing new goes to it or starts there,
         its jobs not running move to other nodes (the first DRAIN_MOVES, in calls of
         MOVE_STEP: pieces.py; a drain again moves more). `listed`: the external registry
         lists it (REGISTRY_URL)."""
@@ -371,7 +371,7 @@ class JobStore(ScheduleCalls):
         self, node_id: str, *, caller: str = "key", listed: bool = False
     ) -> bool:
         """Lift a node's drain; whether it was drained."""
-        return await self.run(node_scripts.undrain_node(node_id, caller, listed))
+        return await self.run(drain_scripts.undrain_node(node_id, caller, listed))
 
     async def drains(self) -> dict[str, str]:
         """The drained nodes: id -> who drained it ("operator" or "stopping")."""

@@ -123,6 +123,10 @@ class Keys:
     def drained_nodes(self) -> str:
         return self._k("nodes:drained")
 
+    @property
+    def nodes_vouched(self) -> str:  # set: nodes the operator vouched for (their node.hostname)
+        return self._k("nodes:vouched")
+
     def node_room(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:room")
 
@@ -228,12 +232,10 @@ class Keys:
     def node_services(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:services")
 
-    def node_channel(self, node_id: str) -> str:
-        """Published when the node may have work (long-polls of GET /jobs wait on it)."""
+    def node_channel(self, node_id: str) -> str:  # published when the node may have work
         return self._k(f"wake:node:{node_id}")
 
-    def job_channel(self, job_id: str) -> str:
-        """Published when the job changes (long-polls of GET /jobs/{id} wait on it)."""
+    def job_channel(self, job_id: str) -> str:  # published when the job changes
         return self._k(f"wake:job:{job_id}")
 
     def sqs_message(self, dedup_key: str) -> str:
@@ -245,13 +247,11 @@ class Keys:
     def lock(self, name: str) -> str:
         return self._k(f"lock:{name}")
 
-    def ui_session(self, session_hash: str) -> str:
-        """String, with the session's TTL: a web UI login (the SHA-256 of its cookie)."""
+    def ui_session(self, session_hash: str) -> str:  # a login: the SHA-256 of its cookie, TTL'd
         return self._k(f"ui:session:{session_hash}")
 
     @property
-    def ui_secret(self) -> str:
-        """String: the deployment's random secret, the no-key UI's CSRF tokens' HMAC key."""
+    def ui_secret(self) -> str:  # the deployment's random secret: the no-key UI's CSRF HMAC key
         return self._k("ui:secret")
 
     def auth_failures(self, address: str) -> str:

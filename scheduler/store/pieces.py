@@ -10,7 +10,7 @@ from typing import Any
 
 from scheduler.nodes.placement import Placement
 from scheduler.store.scripts import Call, listing, retry
-from scheduler.store.scripts import nodes as node_scripts
+from scheduler.store.scripts import drains as drain_scripts
 
 Run = Callable[[Call[Any]], Awaitable[Any]]
 
@@ -56,13 +56,13 @@ async def retried(
 
 async def drained(
     run: Run, node_id: str, by: str, caller: str, listed: bool, now: float, node_ttl: float
-) -> node_scripts.Drained:
+) -> drain_scripts.Drained:
     """DRAIN_NODE, MOVE_STEP jobs moved a call, until DRAIN_MOVES or none is left: the
     jobs moved by every call, how many stayed and who holds the drain by the last."""
     moved: list[Any] = []
     while True:
         step = min(MOVE_STEP, DRAIN_MOVES - len(moved))
-        done = await run(node_scripts.drain_node(node_id, by, caller, listed, now, node_ttl, step))
+        done = await run(drain_scripts.drain_node(node_id, by, caller, listed, now, node_ttl, step))
         moved += done.moved
         if len(done.moved) < step or len(moved) >= DRAIN_MOVES:
-            return node_scripts.Drained(moved, done.stayed, done.by)
+            return drain_scripts.Drained(moved, done.stayed, done.by)

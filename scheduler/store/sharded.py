@@ -27,6 +27,7 @@ from scheduler.store.merging import merged, merged_search, merged_services, numb
 from scheduler.store.pieces import searched
 from scheduler.store.schedule_calls import ScheduleCalls
 from scheduler.store.scripts import Call, jobs, listing
+from scheduler.store.scripts import drains as drain_scripts
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts import series as series_scripts
@@ -159,7 +160,7 @@ class ShardedStore(ScheduleCalls):
         *,
         caller: str = "key",
         listed: bool = False,
-    ) -> node_scripts.Drained:
+    ) -> drain_scripts.Drained:
         store = await self.of_node(node_id)
         return await store.drain_node(node_id, now, by, caller=caller, listed=listed)
 

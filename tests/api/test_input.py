@@ -96,6 +96,32 @@ def test_invalid_job_requests_are_400_and_change_nothing(
 
 
 @pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"command": "echo a\x00b"}, "command"),
+        ({"env_vars": {"DB": "pw\x00"}}, "env_vars value of 'DB'"),
+        ({"env_vars": {"D\x00B": "pw"}}, "env_vars key"),
+        ({"deploy_url": "https://store/a\x00.zip"}, "deploy_url"),
+        ({"instance_id": "i-1\x00"}, "instance_id"),
+        ({"job_type": "run\x00"}, "job_type"),
+        ({"after": ["job-1\x00"]}, "after"),
+        ({"node_selector": {"zone": ["a", "b\x00"]}}, "node_selector value of 'zone'"),
+    ],
+    ids=repr,
+)
+def test_a_nul_byte_in_what_the_agent_runs_is_400_naming_the_field(
+    api: TestClient, body: dict[str, Any], named: str
+) -> None:
+    """Issue 36, finding 7: a NUL in the command or an env var was stored, then the agent
+    failed the job at spawn (a traceback, a retry burnt). Every text a job hands its agent's
+    process or a path is checked, through the lane and Starlette alike."""
+    before = snapshot(api)
+    answer = api.post("/jobs", json={"command": "x", **body})
+    assert_text_error(answer, 400, f"invalid {named}: must not contain NUL bytes")
+    assert_nothing_changed(api, before)
+
+
+@pytest.mark.parametrize(
     "body",
     [
         {"port": 0},

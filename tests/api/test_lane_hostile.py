@@ -69,8 +69,8 @@ def two_servers(base: Settings, **overrides: Any) -> Iterator[tuple[Front, Front
 
 @contextlib.contextmanager
 def keyed_pair(redis_url: str, data: Path) -> Iterator[tuple[Front, Front]]:
-    """Key set, token mode, 1 KiB submits; node n1 registered and its pending job-1, through
-    the lane and through ASGI: (lane, asgi)."""
+    """Key set, token mode, 1 KiB submits; node n1 registered and its pending job-1, and a
+    storage node n2, through the lane and through ASGI: (lane, asgi)."""
     base = Settings.from_env(
         {},
         redis_url=redis_url,
@@ -89,6 +89,10 @@ def keyed_pair(redis_url: str, data: Path) -> Iterator[tuple[Front, Front]]:
             url, auth = f"http://127.0.0.1:{front.port}", {"Authorization": BEARER}
             httpx.post(f"{url}/nodes/register", json={"id": "n1"}, headers=auth)
             assert httpx.post(f"{url}/jobs", json={"command": "x"}, headers=auth).status_code == 201
+            # The cases' long-polls: held for a registered node only; storage, so no job
+            # goes to it.
+            storage = {"id": "n2", "role": "storage"}
+            httpx.post(f"{url}/nodes/register", json=storage, headers=auth)
         yield pair
 
 

@@ -232,6 +232,8 @@ def test_a_client_that_leaves_ends_its_wait(redis_url: str, rclient: redis.Redis
     env = scheduler_env(redis_url, "longpoll-gone")
     channel = Keys("longpoll-gone").node_channel("n1")
     with api_replicas(1, env) as urls:
+        node = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
+        assert httpx.post(f"{urls[0]}/nodes/register", json=node).status_code == 201
         params = {"node_id": "n1", "status": "pending", "wait": LONG}
         with pytest.raises(httpx.ReadTimeout):
             httpx.get(f"{urls[0]}/jobs", params=params, timeout=0.5)

@@ -70,6 +70,8 @@ def test_a_taken_name_is_409_and_keeps_the_first(client: TestClient) -> None:
         (b'{"name": "x", "cron": "bad", "job": {"command": "x"}}', "invalid cron"),
         (b'{"name": "x", "every_secs": 5, "job": {}}', "invalid job: command or deploy_url"),
         (b'{"name": "x", "every_secs": 5}', "invalid job"),
+        (b'{"name": "x", "every_secs": 5, "job": {"command": "a\\u0000b"}}',
+         "invalid job: invalid command: must not contain NUL bytes"),
         (b'{"name": "x", "every_secs": 5, "job": {"command": "x", "after": ["job-1"]}}',
          "invalid job: a template has no after"),
         (b'{"name": "x", "cron": "* * * * *", "timezone": "Nowhere", "job": {"command": "x"}}',

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -65,8 +66,16 @@ def node_traces(rclient: Any, keys: Keys) -> dict[str, Any]:
 
 
 def metric_nodes(api: TestClient) -> set[str]:
+    """The nodes /metrics names (those holding a job or drained)."""
     text = api.get("/metrics", headers=OPERATOR).text
     return set(re.findall(r'^scheduler_node_\w+\{node="([^"]*)"', text, re.MULTILINE))
+
+
+def metric_node_count(api: TestClient) -> int:
+    """The nodes /metrics counts, healthy or not."""
+    text = api.get("/metrics", headers=OPERATOR).text
+    counts = re.findall(r'^scheduler_nodes\{status="\w+"\} ([0-9.]+)$', text, re.MULTILINE)
+    return int(sum(float(count) for count in counts))
 
 
 def ui_node_rows(api: TestClient) -> list[str]:
@@ -89,7 +98,7 @@ def test_register_delete_cycles_leave_no_trace(
     for node in ("n1", "n2"):
         registered(api, node, join)
     before = node_traces(rclient, keys)
-    assert ui_node_rows(api) == ["n1", "n2"] and metric_nodes(api) == {"n1", "n2"}
+    assert ui_node_rows(api) == ["n1", "n2"] and metric_node_count(api) == 2
 
     jobs = []
     for i in range(200):
@@ -104,7 +113,7 @@ def test_register_delete_cycles_leave_no_trace(
     # The queues of n1 and n2 now hold the jobs moved off deleted nodes.
     assert node_traces(rclient, keys) == {**before, "per_node_keys": ["n1", "n2"]}
     assert ui_node_rows(api) == ["n1", "n2"]
-    assert metric_nodes(api) == {"n1", "n2"}
+    assert metric_nodes(api) == {"n1", "n2"} and metric_node_count(api) == 2
     for job in jobs:  # every job is still there, pending on a node that exists
         now = assert_json(api.get(f"/jobs/{job['job_id']}", headers=OPERATOR))
         assert (now["status"], now["node_id"]) in {("pending", "n1"), ("pending", "n2")}
@@ -272,3 +281,111 @@ def test_a_takeover_past_the_limit_is_refused_and_changes_nothing(
     assert response.status_code == 409 and "delete it" in response.text
     assert _state(api, rclient, Keys(prefix)) == before
     assert len(assert_json(poll(api, "n1", bearer(old)))) == 1
+
+
+def register_as(api: TestClient, node_id: str, hostname: str, headers: dict[str, str]) -> str:
+    """Registers `node_id` saying `hostname`; its token ("" when the answer has none)."""
+    body = {"id": node_id, "hostname": hostname, "cpu_count": 2, "role": "compute"}
+    answer: Json = assert_json(api.post("/nodes/register", json=body, headers=headers), 201)
+    return str(answer.get("token", ""))
+
+
+PINNED = {"node.hostname": "h-n1"}
+
+
+@pytest.mark.parametrize("mode", ["token", "open"])
+@pytest.mark.parametrize("placed", ["at submit", "by the placement pass"])
+def test_a_registration_the_operator_did_not_vouch_for_claims_no_hostname(
+    make_client: ClientFactory, store: Any, mode: str, placed: str
+) -> None:
+    """Issue 36, finding 3: `evil` registers with the join key (or, in open mode, with no
+    credentials) and `hostname: "h-n1"`; jobs pinned to host h-n1 alternated between n1 and
+    evil, their env_vars with them. Only the key's registration makes a hostname a label:
+    every pinned job goes to n1, placed as it is submitted or by the placement pass once the
+    nodes are there, and evil's poll never sees one. GET /nodes still shows what evil said."""
+    api = make_client(api_key=KEY, agent_auth=mode, agent_join_key=JOIN)
+    stranger = bearer(JOIN) if mode == "token" else {}
+    early = []
+    if placed == "by the placement pass":  # no node yet: they wait unplaced
+        early = [submit(api, command="x", env_vars=SECRET, node_selector=PINNED) for _ in range(4)]
+        assert {job["pending_reason"] for job in early} == {"no_nodes"}
+    n1 = register_as(api, "n1", "h-n1", OPERATOR)
+    evil = register_as(api, "evil", "h-n1", stranger)
+    if placed == "by the placement pass":
+        assert sorted(store.place_unplaced(time.time())) == sorted(j["job_id"] for j in early)
+        jobs = [assert_json(api.get(f"/jobs/{j['job_id']}", headers=OPERATOR)) for j in early]
+    else:
+        jobs = [submit(api, command="x", env_vars=SECRET, node_selector=PINNED) for _ in range(4)]
+
+    assert [job["node_id"] for job in jobs] == ["n1"] * 4
+    assert assert_json(poll(api, "evil", bearer(evil) if evil else {})) == []
+    assert len(assert_json(poll(api, "n1", bearer(n1) if n1 else {}))) == 1  # MAX_JOBS_PER_NODE
+    assert assert_json(api.get("/nodes", headers=OPERATOR))["evil"]["hostname"] == "h-n1"
+    # Unpinned, evil is a node like any other: the rule takes nothing else from it.
+    assert {submit(api, command="y")["node_id"] for _ in range(2)} == {"evil"}
+
+
+def test_the_operators_word_follows_the_nodes_own_token_not_a_stranger(
+    make_client: ClientFactory, rclient: Any, prefix: str
+) -> None:
+    """The key's registration vouches for a node; its agent's restart (its own token) keeps
+    that, with the hostname it says then; the join key's never does. A hostname label an
+    earlier version gave a node not vouched for goes at its next heartbeat."""
+    api = make_client(api_key=KEY, agent_auth="token", agent_join_key=JOIN)
+    keys = Keys(prefix)
+    n1 = register_as(api, "n1", "h-n1", OPERATOR)
+    evil = register_as(api, "evil", "h-evil", bearer(JOIN))
+    assert register_as(api, "n1", "h-n1b", bearer(n1)) == n1  # restarted, renamed
+    assert submit(api, command="x", node_selector={"node.hostname": "h-n1b"})["node_id"] == "n1"
+    assert not rclient.sismember(keys.label_nodes("node.hostname=h-n1"), "n1")
+    assert submit(api, command="x", node_selector={"node.hostname": "h-evil"})["node_id"] == ""
+    # As an earlier version indexed it: the next heartbeat takes it back.
+    rclient.sadd(keys.label_nodes("node.hostname=h-evil"), "evil")
+    beat = api.post("/nodes/heartbeat", json={"id": "evil"}, headers=bearer(evil))
+    assert beat.status_code == 200
+    assert not rclient.exists(keys.label_nodes("node.hostname=h-evil"))
+    # Deleted, a node leaves the operator's word behind: its id registered again by the
+    # join key (a new node) is not vouched for.
+    assert api.delete("/nodes/n1", headers=OPERATOR).status_code == 204
+    assert not rclient.sismember(keys.nodes_vouched, "n1")
+    register_as(api, "n1", "h-n1b", bearer(JOIN))
+    assert submit(api, command="x", node_selector={"node.hostname": "h-n1b"})["node_id"] == ""
+
+
+def test_open_mode_holds_no_long_poll_for_a_node_never_registered(
+    make_client: ClientFactory,
+) -> None:
+    """Issue 36, finding 7: open mode held a long-poll on any id anyone made up (1,500 of
+    them: +46 MB, each a subscription of its own). A never-registered id's long-poll is now
+    answered at once, as a poll without `wait`; a registered node's is held as before."""
+    api = make_client(api_key=KEY, agent_auth="open")
+    register(api, "n1", {})
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        # Held, it would take 60 s: the test's 30 s would run out first.
+        ghost = pool.submit(api.get, "/jobs?node_id=ghost&status=pending&wait=60")
+        assert assert_json(ghost.result(timeout=30)) == []
+        held = pool.submit(api.get, "/jobs?node_id=n1&status=pending&wait=60")
+        job = submit(api, command="x")  # wakes n1's poll (or is found by its first look)
+        assert [j["job_id"] for j in assert_json(held.result(timeout=30))] == [job["job_id"]]
+
+
+def test_open_mode_takes_no_service_nor_series_for_a_node_never_registered(
+    make_client: ClientFactory, rclient: Any, prefix: str
+) -> None:
+    """Issue 36, finding 7: POST /services took services for any id (each a record and an
+    index of its own). Now 404 naming why, nothing written; a registered node's is taken
+    (the Rust agent registers before it starts services, CONTRACT 3.2). Nothing a made-up
+    id does (a poll, a long-poll, a service) makes a metric series."""
+    api = make_client(api_key=KEY, agent_auth="open")
+    keys = Keys(prefix)
+    register(api, "n1", {})
+    before = (node_traces(rclient, keys), rclient.hgetall(keys.services))
+    service = {"node_id": "ghost", "port": 8080, "pid": 42}
+    refused = api.post("/services", json=service)
+    assert_text_error(refused, 404, "node not registered: register it (POST /nodes/register) first")
+    assert poll(api, "ghost", {}).status_code == 200
+    assert api.get("/jobs?node_id=ghost&status=pending&wait=1").status_code == 200
+    assert (node_traces(rclient, keys), rclient.hgetall(keys.services)) == before
+    assert metric_nodes(api) <= {"n1"}
+    taken = assert_json(api.post("/services", json={**service, "node_id": "n1"}), 201)
+    assert taken["node_id"] == "n1" and taken["status"] == "running"

@@ -25,6 +25,16 @@ def register(api: TestClient, node_id: str, headers: dict[str, str] | None = Non
     return token
 
 
+@pytest.fixture
+def client(make_client: ClientFactory) -> TestClient:
+    """The API with the nodes these tests' services are for registered: a service is only a
+    registered node's (tests/api/test_security_nodes.py)."""
+    api = make_client()
+    for node in ("n1", "n2"):
+        register(api, node)
+    return api
+
+
 def test_the_rust_agents_service_lifecycle_in_open_mode(make_client: ClientFactory) -> None:
     api = make_client(api_key=KEY)
     register(api, "n1")

@@ -81,9 +81,12 @@ def test_offers_and_fits(node: NodeRoom, ask: Ask, offered: bool, room: bool) ->
         ({"a": ["2", "3"]}, {"a": "1"}, False),
         ({"a": "1", "b": "2"}, {"a": "1"}, False),
         ({"a": ""}, {"a": ""}, True),
-        ({"node.id": "n1"}, node_labels("n1", "host-1", {}), True),
-        ({"node.hostname": "host-1"}, node_labels("n1", "host-1", {}), True),
-        ({"node.id": "n2"}, node_labels("n1", "host-1", {}), False),
+        ({"node.id": "n1"}, node_labels("n1", "host-1", {}, vouched=True), True),
+        ({"node.hostname": "host-1"}, node_labels("n1", "host-1", {}, vouched=True), True),
+        # A hostname the operator did not vouch for is no label: anyone can say it.
+        ({"node.hostname": "host-1"}, node_labels("n1", "host-1", {}, vouched=False), False),
+        ({"node.id": "n1"}, node_labels("n1", "host-1", {}, vouched=False), True),
+        ({"node.id": "n2"}, node_labels("n1", "host-1", {}, vouched=True), False),
     ],
 )
 def test_matches(selector: dict[str, Any], labels: dict[str, str], expected: bool) -> None:
@@ -91,7 +94,7 @@ def test_matches(selector: dict[str, Any], labels: dict[str, str], expected: boo
 
 
 def test_a_node_cannot_register_the_schedulers_labels_as_its_own() -> None:
-    assert node_labels("n1", "h", {"node.id": "n9"})["node.id"] == "n1"
+    assert node_labels("n1", "h", {"node.id": "n9"}, vouched=True)["node.id"] == "n1"
     with pytest.raises(InvalidInput, match=r"node\.id"):
         check_labels({"node.id": "n9"})
 
@@ -134,7 +137,9 @@ def test_spread_without_nodes() -> None:
 
 def room(node_id: str, **fields: Any) -> NodeRoom:
     return NodeRoom(
-        node_id, labels=node_labels(node_id, node_id, fields.pop("labels", {})), **fields
+        node_id,
+        labels=node_labels(node_id, node_id, fields.pop("labels", {}), vouched=True),
+        **fields,
     )
 
 

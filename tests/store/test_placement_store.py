@@ -329,7 +329,9 @@ def test_the_lua_agrees_with_find_node(api: TestClient, rclient: redis.Redis, pr
     for node_id, (cpus, memory, labels) in offers.items():
         node(api, node_id, cpus=cpus, memory_mb=memory, **labels)
     model = {
-        node_id: NodeRoom(node_id, node_labels(node_id, f"host-{node_id}", labels), cpus, memory)
+        node_id: NodeRoom(
+            node_id, node_labels(node_id, f"host-{node_id}", labels, vouched=True), cpus, memory
+        )
         for node_id, (cpus, memory, labels) in offers.items()
     }
     asks = [
@@ -404,7 +406,7 @@ def test_the_lua_agrees_with_find_node_on_a_seeded_mix(
         node_id, cpus, memory = f"n{i}", rng.choice([0, 2, 4, 8]), rng.choice([0, 512, 2048])
         zone = rng.choice(["a", "b"])
         node(api, node_id, cpus=cpus, memory_mb=memory, zone=zone)
-        labels = node_labels(node_id, f"host-{node_id}", {"zone": zone})
+        labels = node_labels(node_id, f"host-{node_id}", {"zone": zone}, vouched=True)
         model[node_id] = NodeRoom(node_id, labels, cpus, memory)
     held: dict[str, tuple[str, Ask]] = {}
     for _ in range(60):

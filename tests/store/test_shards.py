@@ -195,9 +195,8 @@ def test_a_merged_search_goes_on_from_where_no_shard_skips_a_job() -> None:
 
 
 def test_the_overviews_and_series_of_shards_add_up() -> None:
-    a = Overview({"n1": b"{}"}, {"n1": 1.0}, {"n1": (1, 2)}, {"done": 3}, {"lost": 1}, 2, {})
+    a = Overview({"n1": 1.0}, {"n1": (1, 2)}, {"done": 3}, {"lost": 1}, 2, {})
     b = Overview(
-        {"n2": b"{}"},
         {"n2": 2.0},
         {"n2": (0, 1)},
         {"done": 4, "failed": 1},
@@ -206,7 +205,8 @@ def test_the_overviews_and_series_of_shards_add_up() -> None:
         {"n2": "operator"},
     )
     whole = merged_overview([a, b])
-    assert whole.nodes.keys() == {"n1", "n2"} and whole.queues == {"n1": (1, 2), "n2": (0, 1)}
+    assert whole.last_seen == {"n1": 1.0, "n2": 2.0}
+    assert whole.queues == {"n1": (1, 2), "n2": (0, 1)}
     assert whole.by_status == {"done": 7, "failed": 1} and whole.stats == {"lost": 1}
     assert whole.outbox == 3 and whole.drained == {"n2": "operator"}
     minutes = merged_series([[{"submitted": 2}, {}], [{"submitted": 1, "done": 1}, {"done": 5}]])

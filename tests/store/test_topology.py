@@ -31,6 +31,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, listing
 from scheduler.store.scripts import access as access_scripts
 from scheduler.store.scripts import jobs as job_scripts
+from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_script
 from scheduler.store.scripts import schedules as schedule_scripts
 from scheduler.store.scripts import series as series_scripts
@@ -266,7 +267,11 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         listing.search("n1", "pending", 2, "x", 10, 5, 1 << 20),
         listing.counts("", STATUSES),
         listing.counts("n1", STATUSES),
-        overview_script.overview(STATUSES),
+        overview_script.counts(STATUSES),
+        overview_script.node_loads("seen", "0"),
+        overview_script.node_loads("compute", "0"),
+        node_scripts.registered("n1", True),
+        node_scripts.registered("n1", False),
         series_scripts.read_series(29_453_760, 1440),
         service_scripts.list_services("", "", "open"),
         service_scripts.list_services("n1", "", "open"),

@@ -163,6 +163,8 @@ BAD_BODIES = [
     ('{"command": "x", "env_vars": {"1BAD": "v"}}', "invalid env_vars name"),
     ('{"command": "x", "port": 70000}', "invalid port"),
     ('{"command": "x", "instance_id": "../../nodes"}', "invalid instance_id"),
+    ('{"command": "rm\\u0000 -rf"}', "invalid command: must not contain NUL bytes"),
+    ('{"command": "x", "env_vars": {"K": "v\\u0000"}}', "invalid env_vars value of 'K'"),
     ({"command": "an object, not a string"}, "body is not a JSON string"),
     (None, "body is not a JSON string"),
     ('{"command": "x", "env_vars": ' + "[" * 100_000 + "]" * 100_000 + "}", "failed to decode job"),

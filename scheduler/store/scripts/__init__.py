@@ -1,6 +1,6 @@
 """Every Lua script of the scheduler, each one `Script` object (script.py) defined once with
 its call: the request path's (create.py, jobs.py, listing.py), the built-in registry's
-(nodes.py: nodes and their drains; services.py), the
+(nodes.py; services.py), either registry's drains (drains.py), the
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
 work's (upkeep.py; settling.py, the endings left to settle), the snapshot's (snapshot.py),
 the schedules' (schedules.py) and the door's (access.py: UI sessions, failed credentials),
@@ -11,6 +11,7 @@ on the shared Lua of library.py (life.py, endings.py, room.py, place.py, minutes
 from scheduler.store.scripts import (
     access,
     create,
+    drains,
     functions,
     jobs,
     layout,
@@ -35,6 +36,7 @@ __all__ = [
     "Script",
     "access",
     "create",
+    "drains",
     "functions",
     "jobs",
     "layout",

@@ -1,6 +1,6 @@
 """The built-in registry's node scripts (REGISTRY_URL unset): nodes register, heartbeat and
-leave; and the drains of either registry's nodes. Each with its call. (Services:
-services.py; the overview the UI and /metrics read: overview.py.)"""
+leave. Each with its call. (Either registry's drains: drains.py; services: services.py;
+the overview the UI and /metrics read: overview.py.)"""
 
 from __future__ import annotations
 
@@ -22,10 +22,20 @@ from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.script import Call, Script
 
 
+def vouches(caller: str, api_key: str) -> bool:
+    """Whether a registration or heartbeat by `caller` is the operator's word for what the
+    node says of itself (README, Placement): the key's; with no key set, anyone's (anyone is
+    the operator then). Only then is the node's hostname its `node.hostname` label, which
+    pins jobs to a host: the join key and a node's own registration vouch for nothing, as
+    only an admin sets Kubernetes' node-restriction.kubernetes.io labels."""
+    return caller == "key" or not api_key
+
+
 @dataclass(frozen=True, slots=True)
 class Registration:
-    """Who registers a node and under which rules (REGISTER_NODE), and the retry rule that the
-    running jobs of an id passed to a new holder follow (the node-loss rule)."""
+    """Who registers a node and under which rules (REGISTER_NODE), whether the operator
+    vouches for it (`vouches`), and the retry rule that the running jobs of an id passed to a
+    new holder follow (the node-loss rule)."""
 
     caller: str
     agent_auth: str
@@ -33,6 +43,7 @@ class Registration:
     max_nodes: int
     node_ttl: float
     retries: RetryPolicy
+    vouches: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +76,7 @@ def _registered(reply: list[Any]) -> Registered:
 REGISTER_NODE = Script(
     "REGISTER_NODE",
     "node record role now caller agent_auth key_required token_hash max_nodes node_ttl limit "
-    f"stamp {retry.ARGV}",
+    f"stamp vouches {retry.ARGV}",
     """
 -- POST /nodes/register. Who may (README, "Security"): a new id, anyone, or with key_required
 -- only the key or the join key (caller "join"); an existing id, the operator's key or the
@@ -74,7 +85,10 @@ REGISTER_NODE = Script(
 -- once the node is silent for NODE_TTL_SECS. caller is never "open"; token_hash: a fresh
 -- token's. An existing id given a fresh token passes to a new holder (hand_over). A compute
 -- node's labels, offer (cpu_count, memory_mb) and load are indexed from its record for
--- placement (room.py index_node), and the unplaced jobs may fit it.
+-- placement (room.py index_node), and the unplaced jobs may fit it. vouches: "1" when the
+-- operator vouches for this registration (vouches()): only a node in nodes:vouched has its
+-- hostname as its node.hostname label; the node's own token keeps what was vouched for,
+-- anyone else's registration is not vouched for.
 -- Returns {OK, "issued" | "kept" | "none", {job moved}, {job lost}} (the fresh token became
 -- the node's; the caller's token stays the node's; no token for this caller) | {UNAUTHORIZED}
 -- | {TOO_MANY_NODES} | {ROLE_LOCKED} | {TOO_MANY}
@@ -82,9 +96,14 @@ local stored = redis.call("HGET", K.nodes, node)
 local held = redis.call("HGET", K.node_tokens, node)
 local seen_at = tonumber(now)
 local moved, lost = {}, {}
-local function save()
+local function save(kept)
   -- Registered again: a drain of its own clean stop is over; an operator's stays.
   if redis.call("HGET", K.drained_nodes, node) == "stopping" then lift_drain(node) end
+  if vouches == "1" then
+    redis.call("SADD", K.nodes_vouched, node)
+  elseif not kept then
+    redis.call("SREM", K.nodes_vouched, node)
+  end
   redis.call("HSET", K.nodes, node, record)
   redis.call("ZADD", K.nodes_seen, seen_at, node)
   if role == "compute" then
@@ -98,7 +117,7 @@ local function issue()
   if held then redis.call("HDEL", K.tokens, held) end
   redis.call("HSET", K.node_tokens, node, token_hash)
   redis.call("HSET", K.tokens, token_hash, node)
-  save()
+  save(false)
   return {OK, "issued", moved, lost}
 end
 -- The id passes to a new holder: what was queued for the old one goes back to placement, as
@@ -127,7 +146,7 @@ if caller == "key" then
   return issue()
 end
 if held and caller == held then
-  save()
+  save(true)
   return {OK, "kept", moved, lost}
 end
 local joining = key_required ~= "1" or caller == "join"
@@ -144,7 +163,7 @@ if agent_auth == "token" then
   return issue()
 end
 if cjson.decode(stored).role ~= role then return {ROLE_LOCKED} end
-save()
+save(false)
 return {OK, "none", moved, lost}
 """,
     _registered,
@@ -175,6 +194,7 @@ def register_node(
         node_ttl=who.node_ttl,
         limit=limit,
         stamp=rfc3339(now),
+        vouches="1" if who.vouches else "0",
         **who.retries.args(),
     )
 
@@ -187,17 +207,30 @@ def _heartbeat(reply: list[Any]) -> tuple[bytes, list[str]]:
 
 HEARTBEAT = Script(
     "HEARTBEAT",
-    "node now caller live_cutoff",
+    "node now caller live_cutoff vouches",
     """
 -- A compute node heard from again after NODE_TTL_SECS of silence (not live since
 -- live_cutoff) may take the unplaced jobs (flagged); one not among the placeable nodes
 -- (found dead while away, or registered by a version before placement by fit) and not
 -- drained is indexed again from its record (room.py index_node), which flags them too.
+-- vouches: as REGISTER_NODE's (with no key set, every heartbeat vouches for the node). A
+-- node not vouched for loses the node.hostname label an earlier version gave every node.
 -- Returns {OK, node JSON, {cancelling id, ...}} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
 local record = redis.call("HGET", K.nodes, node)
 if not record then return {NOT_FOUND} end
+if redis.call("SISMEMBER", K.nodes_vouched, node) == 0 then
+  if vouches == "1" then
+    redis.call("SADD", K.nodes_vouched, node)
+    index_node(node, record, record)
+  else
+    local hostname = cjson.decode(record).hostname
+    if type(hostname) == "string" and hostname ~= "" then
+      redis.call("SREM", K.label_nodes("node.hostname=" .. hostname), node)
+    end
+  end
+end
 redis.call("ZADD", K.nodes_seen, now, node)
 local seen = redis.call("ZSCORE", K.nodes_compute, node)
 if seen then
@@ -215,10 +248,16 @@ return {OK, record, redis.call("ZRANGE", K.node_status(node, "cancelling"), 0, 9
 
 
 def heartbeat(
-    node_id: str, now: float, caller: str, node_ttl: float
+    node_id: str, now: float, caller: str, node_ttl: float, vouched: bool
 ) -> Call[tuple[bytes, list[str]]]:
-    """The node's record, and the ids of its jobs being cancelled."""
-    return HEARTBEAT.call(node=node_id, now=now, caller=caller, live_cutoff=now - node_ttl)
+    """The node's record, and the ids of its jobs being cancelled. `vouched`: vouches()."""
+    return HEARTBEAT.call(
+        node=node_id,
+        now=now,
+        caller=caller,
+        live_cutoff=now - node_ttl,
+        vouches="1" if vouched else "0",
+    )
 
 
 NODE_CALLER = Script(
@@ -271,6 +310,7 @@ local stored = redis.call("HGET", K.nodes, node)
 if not stored then return {NOT_FOUND} end
 redis.call("HDEL", K.nodes, node)
 redis.call("ZREM", K.nodes_seen, node)
+redis.call("SREM", K.nodes_vouched, node)
 if redis.call("HGET", K.drained_nodes, node) == "stopping" then lift_drain(node) end
 local moved = {}
 if redis.call("ZSCORE", K.nodes_compute, node) then
@@ -292,106 +332,25 @@ def delete_node(
     return DELETE_NODE.call(node=node_id, live_cutoff=now - node_ttl, limit=limit, caller=caller)
 
 
-@dataclass(frozen=True, slots=True)
-class Drained:
-    """What DRAIN_NODE did: who holds the node's drain now ("operator" or "stopping"), the
-    jobs that left the node (`to_node` "" for one no node fits now: it waits unplaced, its
-    pending_reason says why, or for a waiting or delayed one, placed when its wait ends or
-    it is due), and how many stayed bound to it (bound to an instance there, past the
-    call's limit, or no live node of an external registry: a drain again moves more)."""
-
-    moved: list[Requeued]
-    stayed: int
-    by: str
-
-    @property
-    def unplaced(self) -> int:
-        return sum(1 for job in self.moved if job.to_node == "")
+def _listed(reply: int) -> bool:
+    return bool(reply)
 
 
-def _drained(reply: list[Any]) -> Drained:
-    check_found(reply[0], NodeNotFound)
-    return Drained(requeued(reply[3:]), int(reply[2]), str(reply[1], "utf-8"))
-
-
-DRAIN_NODE = Script(
-    "DRAIN_NODE",
-    "node by caller listed now node_ttl limit",
+REGISTERED = Script(
+    "REGISTERED",
+    "node builtin",
     """
--- POST /nodes/{id}/drain: no job is placed on the node from now on and it starts none
--- (POLL); its jobs not running leave it through placement (library.py move_off, up to
--- `limit`); its running jobs finish there. by: "operator" (the key's) or "stopping" (its
--- own agent's, stopping cleanly: its next registration lifts it). An operator's drain never
--- becomes a stopping one, so the agent's restart does not undo it. caller: "key" or the
--- node's token. listed: "1" when the external registry (REGISTRY_URL) lists the node (the
--- API asked it; its jobs then leave round-robin), else the node must be the built-in
--- registry's: nothing is written for an unknown id.
--- Returns {OK, by, stayed, job id, from node, to node ("": none yet), ...} | {NOT_FOUND}
---   | {UNAUTHORIZED} | {FORBIDDEN}
-local access = node_access(caller, node)
-if access ~= OK then return {access} end
-if listed ~= "1" and redis.call("HEXISTS", K.nodes, node) == 0 then return {NOT_FOUND} end
-local held = redis.call("HGET", K.drained_nodes, node)
-if held ~= "operator" and held ~= by then
-  set_drain(node, by)
-  held = by
-end
-local cutoff = tonumber(now) - tonumber(node_ttl)
-local moved, stayed = move_off(node, listed ~= "1", cutoff, tonumber(limit))
-return {OK, held, stayed, unpack(moved)}
+-- Whether a registry lists the node: the built-in one's nodes (builtin "1"), or the compute
+-- nodes the sweep saw in REGISTRY_URL's (nodes:compute). Returns 1 | 0
+if builtin == "1" then return redis.call("HEXISTS", K.nodes, node) end
+return redis.call("ZSCORE", K.nodes_compute, node) and 1 or 0
 """,
-    _drained,
+    _listed,
+    read_only=True,
 )
 
 
-def drain_node(
-    node_id: str, by: str, caller: str, listed: bool, now: float, node_ttl: float, limit: int
-) -> Call[Drained]:
-    return DRAIN_NODE.call(
-        node=node_id,
-        by=by,
-        caller=caller,
-        listed="1" if listed else "0",
-        now=now,
-        node_ttl=node_ttl,
-        limit=limit,
-    )
-
-
-def _undrained(reply: list[Any]) -> bool:
-    if reply[0] == codes.FORBIDDEN and len(reply) > 1:
-        raise Forbidden("forbidden: the operator drained this node; only the key undrains it")
-    check_found(reply[0], NodeNotFound)
-    return bool(reply[1])
-
-
-UNDRAIN_NODE = Script(
-    "UNDRAIN_NODE",
-    "node caller listed",
-    """
--- POST /nodes/{id}/undrain: the node is a placement candidate again (library.py lift_drain:
--- the unplaced jobs are flagged for the next placement pass, and its poll hands out what
--- stayed in its queue). The key lifts any drain; a node's token only the one of
--- its own clean stop. A drain left on an id no registry lists any more (the operator's, on
--- a deleted node) can be lifted; an unknown id without one is NOT_FOUND. listed: as
--- DRAIN_NODE's.
--- Returns {OK, 1 (it was drained) | 0} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
---   | {FORBIDDEN, "operator"} (a node's token and the operator's drain)
-local access = node_access(caller, node)
-if access ~= OK then return {access} end
-local held = redis.call("HGET", K.drained_nodes, node)
-if not held then
-  if listed ~= "1" and redis.call("HEXISTS", K.nodes, node) == 0 then return {NOT_FOUND} end
-  return {OK, 0}
-end
-if caller ~= "key" and held ~= "stopping" then return {FORBIDDEN, held} end
-lift_drain(node)
-return {OK, 1}
-""",
-    _undrained,
-)
-
-
-def undrain_node(node_id: str, caller: str, listed: bool) -> Call[bool]:
-    """Whether the node was drained (and is no longer)."""
-    return UNDRAIN_NODE.call(node=node_id, caller=caller, listed="1" if listed else "0")
+def registered(node_id: str, builtin: bool) -> Call[bool]:
+    """Whether node `node_id` is registered (REGISTERED): only such a node's long-poll is
+    held (store/jobs.py poll_wait)."""
+    return REGISTERED.call(node=node_id, builtin="1" if builtin else "0")

@@ -112,10 +112,11 @@ local function refresh_load(node)
 end
 
 -- A node's labels as "key=value", from its record: its registered ones and the scheduler's
--- node.id and node.hostname (models/labels.py node_labels).
-local function node_labels(node, record)
+-- node.id and, when `vouched` (the operator vouched for its registration: nodes.py
+-- REGISTER_NODE), node.hostname (models/labels.py node_labels).
+local function node_labels(node, record, vouched)
   local out = {"node.id=" .. node}
-  if type(record.hostname) == "string" and record.hostname ~= "" then
+  if vouched and type(record.hostname) == "string" and record.hostname ~= "" then
     out[2] = "node.hostname=" .. record.hostname
   end
   if type(record.labels) == "table" then
@@ -127,15 +128,18 @@ end
 -- What placement reads of node `node` (its label sets, its offer and free room, its place
 -- in nodes:load) from its record `new` (JSON; nil once deleted), replacing what its record
 -- `old` said (JSON or nil); then the unplaced jobs may fit. Only compute nodes are indexed.
+-- Its old hostname label goes whether or not it was vouched for (an earlier version
+-- indexed every node's).
 local function index_node(node, old, new)
   if old then
-    for _, label in ipairs(node_labels(node, cjson.decode(old))) do
+    for _, label in ipairs(node_labels(node, cjson.decode(old), true)) do
       redis.call("SREM", K.label_nodes(label), node)
     end
   end
   local record = new and cjson.decode(new)
   if record and record.role == "compute" then
-    for _, label in ipairs(node_labels(node, record)) do
+    local vouched = redis.call("SISMEMBER", K.nodes_vouched, node) == 1
+    for _, label in ipairs(node_labels(node, record, vouched)) do
       redis.call("SADD", K.label_nodes(label), node)
     end
     local offers = {tonumber(record.cpu_count) or 0, tonumber(record.memory_mb) or 0}

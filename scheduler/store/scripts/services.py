@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler.models.job import job_number
-from scheduler.store.errors import ServiceNotFound, TooManyServices
+from scheduler.store.errors import NodeNotRegistered, ServiceNotFound, TooManyServices
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.codes import check_access, check_found
 from scheduler.store.scripts.script import Call, Script
@@ -15,6 +15,7 @@ from scheduler.store.shards import UNSHARDED, Numbering
 
 def _service_created(reply: list[Any]) -> bytes:
     check_access(reply[0])
+    check_found(reply[0], NodeNotRegistered)
     if reply[0] == codes.TOO_MANY_NODES:
         raise TooManyServices()
     blob: bytes = reply[1]
@@ -38,9 +39,12 @@ CREATE_SERVICE = Script(
     """
 -- record: the service's JSON, starting {"id":"" (the id is drawn here). A node keeps at most
 -- most_per_node services: past it, its oldest one that is not running goes; `most` in all.
--- Returns {OK, service JSON} | {UNAUTHORIZED} | {FORBIDDEN} | {TOO_MANY_NODES}
+-- Only a registered node's (the Rust agent registers first, CONTRACT 3.2): open mode would
+-- take services for any id anyone made up.
+-- Returns {OK, service JSON} | {UNAUTHORIZED} | {FORBIDDEN} | {NOT_FOUND} | {TOO_MANY_NODES}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
+if redis.call("HEXISTS", K.nodes, node) == 0 then return {NOT_FOUND} end
 local own = K.node_services(node)
 if redis.call("ZCARD", own) >= tonumber(most_per_node) then
   local evicted = false
