@@ -11,6 +11,9 @@ action runs and is measured:
                   DELETE of the root (the issue's 16 s call)
   graph failed    the same graph; the root's own failed report (no retry left)
   chain cancel    a chain of 10 000 jobs, each `after` the one before; DELETE of its root
+  large waiters   a root and 1000 jobs after it, each with the largest node_selector the API
+                  takes (a record of ~66 KB); DELETE of the root
+  large retry     1000 such jobs, cancelled: POST /jobs/retry of all of them
   bulk retry      1000 failed jobs, each `after` the same 100 pending ones: POST /jobs/retry
                   of all of them
   retry crowded   a job 1000 others wait for, and 1000 failed ones after it: their retry
@@ -225,6 +228,32 @@ def chain(store: SyncJobStore, make: Builder, measured: Measured, scale: float) 
     return f"last link {json.loads(store.redis.get(Keys(PREFIX).job(last)))['status']}"
 
 
+# The largest node_selector the API takes (models/labels.py): 16 keys of 16 values of 255.
+LARGE_SELECTOR = {
+    f"k{k:02d}": [f"{k:02d}{v:02d}" + "v" * 251 for v in range(16)] for k in range(16)
+}
+
+
+def large_waiters(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    root = make.job()
+    made = [
+        make.job([root], node_selector=LARGE_SELECTOR) for _ in range(max(2, round(1000 * scale)))
+    ]
+    measured.begin()
+    cancel(store, root)
+    settle(store)
+    return f"{count(store, 'failed')} of {len(made) + 1} failed"
+
+
+def large_retry(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    made = [make.job(node_selector=LARGE_SELECTOR) for _ in range(max(2, round(1000 * scale)))]
+    for job_id in made:
+        cancel(store, job_id)
+    measured.begin()
+    retried = retry_all(store, made)
+    return f"{sum(1 for r in retried if r.code == 1)} of {len(made)} pending again"
+
+
 def bulk_retry(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
     deps = [make.job() for _ in range(max(1, round(100 * scale)))]
     waiters = [make.job(deps) for _ in range(max(2, round(1000 * scale)))]
@@ -364,6 +393,8 @@ SCENARIOS: dict[str, Scenario] = {
     "graph cancel": lambda s, m, t, x: graph(s, m, t, x, "cancelled"),
     "graph failed": lambda s, m, t, x: graph(s, m, t, x, "failed"),
     "chain cancel": chain,
+    "large waiters": large_waiters,
+    "large retry": large_retry,
     "bulk retry": bulk_retry,
     "retry crowded": retry_crowded,
     "drain": drain,
