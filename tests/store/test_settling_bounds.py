@@ -97,3 +97,28 @@ def test_a_restores_rebuild_of_large_records_takes_fewer_a_call(
     store.rebuild_waiting(time.time())
     assert rclient.hlen(keys.waiting) == len(waiters)
     assert rclient.scard(keys.dependents(root)) == len(waiters)
+
+
+def test_a_restore_drops_the_endings_left_without_freeing_their_sets_in_the_script(
+    store: SyncJobStore, rclient: redis.Redis, settings: Settings
+) -> None:
+    """CLEAR_ENDINGS drops up to a batch of endings, each with up to MAX_WAITERS waiters: a
+    DEL freed 500 sets of 1000 in the script (~100 ms); their memory goes in the background
+    (UNLINK), the call's own work is one command an ending."""
+    keys = Keys(settings.redis_prefix)
+    for n in range(1, 4):
+        rclient.zadd(keys.endings, {f"job-{n} {n} failed cancelled": 0})
+        rclient.sadd(keys.ending_waiters(str(n)), *(f"job-{1000 * n + i}" for i in range(1000)))
+    before = lazily_freed(rclient)
+    store.rebuild_waiting(time.time())
+    assert not list(rclient.scan_iter(keys.endings + "*"))
+    deadline = time.monotonic() + 30
+    while lazily_freed(rclient) - before < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lazily_freed(rclient) - before == 3
+
+
+def lazily_freed(rclient: redis.Redis) -> int:
+    """The objects Redis freed in its background thread, or is about to (INFO memory)."""
+    memory = rclient.info("memory")
+    return int(memory["lazyfreed_objects"]) + int(memory["lazyfree_pending_objects"])
