@@ -25,23 +25,29 @@ DEPENDENCY_UNITS = 2
 RECORD_BYTES_UNIT = 128
 SETTLE_UNITS = 2500
 
-SETTLE = f"""
-local VISIT_UNITS, ENDED_UNITS = {VISIT_UNITS}, {ENDED_UNITS}
-local DEPENDENCY_UNITS, SETTLE_UNITS = {DEPENDENCY_UNITS}, {SETTLE_UNITS}
+# The units and a call's pace, before LIFE in the library (its loops charge them too). One
+# name a `local`: a script gets the definitions it names (library.py), each by its own.
+UNITS = f"""
+local VISIT_UNITS = {VISIT_UNITS}
+local ENDED_UNITS = {ENDED_UNITS}
+local DEPENDENCY_UNITS = {DEPENDENCY_UNITS}
+local SETTLE_UNITS = {SETTLE_UNITS}
 
 -- The units a job's record of `bytes` costs beyond its flat ENDED_UNITS (or VISIT_UNITS).
 local function record_units(bytes) return math.floor(bytes / {RECORD_BYTES_UNIT}) end
 
+-- What one script call may still spend (`left` of its `units`), and the entries of the
+-- endings it made itself (`own`, settled first, from `next` on).
+local function pace_of(units)
+  return {{left = units, units = units, own = {{}}, next = 1}}
+end
+"""
+
+SETTLE = """
 -- A waiting job whose wait is over: pending on its node, or, asking a fit (or on none),
 -- unplaced for the next placement pass (its node was chosen before it had to wait).
 local function release_waiter(id, n, job)
   rebind(id, n, job, "pending", needs_fit(job) and "" or job.node_id)
-end
-
--- What one script call may still spend settling waiters (`left` of its `units`), and the
--- entries of the endings it made itself (`own`, settled first, from `next` on).
-local function pace_of(units)
-  return {{left = units, units = units, own = {{}}, next = 1}}
 end
 """
 

@@ -19,7 +19,7 @@ import re
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, MAX_JOB_NUMBER, NOT_STARTED, STATUSES
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
-from scheduler.store.scripts.endings import SETTLE
+from scheduler.store.scripts.endings import SETTLE, UNITS
 from scheduler.store.scripts.life import ATTEMPTS, LIFE, NODE_LOSS
 from scheduler.store.scripts.minutes import SERIES
 from scheduler.store.scripts.place import PLACE
@@ -311,6 +311,7 @@ LIBRARY: dict[str, str] = dict(
         WAKE,
         SERIES,
         ATTEMPTS,
+        UNITS,
         LIFE,
         SETTLE,
         NODE_LOSS,
