@@ -257,7 +257,7 @@ local moved = {}
 if redis.call("ZSCORE", K.nodes_compute, node) then
   redis.call("ZADD", K.nodes_compute, 0, node)
   index_node(node, stored, nil)
-  move_pending(node, live_nodes(live_cutoff), tonumber(limit), moved)
+  move_pending(node, live_nodes(live_cutoff), tonumber(limit), moved, pace_of(SETTLE_UNITS))
   forget_if_gone(node)
 end
 return {OK, unpack(moved)}
@@ -318,7 +318,7 @@ if held ~= "operator" and held ~= by then
   held = by
 end
 local cutoff = tonumber(now) - tonumber(node_ttl)
-local moved, stayed = move_off(node, listed ~= "1", cutoff, tonumber(limit))
+local moved, stayed = move_off(node, listed ~= "1", cutoff, tonumber(limit), pace_of(SETTLE_UNITS))
 return {OK, held, stayed, unpack(moved)}
 """,
     _drained,
