@@ -156,3 +156,24 @@ def test_a_drain_moves_large_jobs_in_more_calls(
     assert sorted(moved.job_id for moved in done.moved) == sorted(made)
     assert done.stayed == 0
     assert calls("DRAIN_NODE") >= 4
+
+
+def test_a_drain_counts_the_placing_of_jobs_whose_selector_allows_many_values(
+    api: TestClient, store: SyncJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 keys of 16 one-letter values: a small record (~2 KB), but 256 label sets looked up
+    to place each job."""
+    many = {f"k{k:02d}": [f"{v:x}" for v in range(16)] for k in range(16)}
+    node = {"hostname": "h", "cpu_count": 2, "role": "compute", "labels": dict.fromkeys(many, "0")}
+    assert api.post("/nodes/register", json={"id": "n1", **node}).status_code == 201
+    body = {"command": "x", "node_selector": many}
+    made = [assert_json(api.post("/jobs", json=body), 201)["job_id"] for _ in range(JOBS)]
+    assert api.post("/nodes/register", json={"id": "n2", **node}).status_code == 201
+    calls = counted(store, monkeypatch)
+
+    async def run(call: Any) -> Any:
+        return store.run(call)
+
+    done = asyncio.run(pieces.drained(run, "n1", "operator", "key", False, time.time(), 3600))
+    assert sorted(moved.job_id for moved in done.moved) == sorted(made)
+    assert calls("DRAIN_NODE") >= 4

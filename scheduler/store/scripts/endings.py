@@ -36,6 +36,17 @@ local SETTLE_UNITS = {SETTLE_UNITS}
 -- The units a job's record of `bytes` costs beyond its flat ENDED_UNITS (or VISIT_UNITS).
 local function record_units(bytes) return math.floor(bytes / {RECORD_BYTES_UNIT}) end
 
+-- The units placing `job` costs beyond its record: a label set looked up for each value its
+-- node_selector allows (up to 256: models/labels.py), about 2 µs each.
+local function placing_units(job)
+  local count = 0
+  if type(job.node_selector) ~= "table" then return 0 end
+  for _, values in pairs(job.node_selector) do
+    count = count + (type(values) == "table" and #values or 1)
+  end
+  return count
+end
+
 -- What one script call may still spend (`left` of its `units`), and the entries of the
 -- endings it made itself (`own`, settled first, from `next` on).
 local function pace_of(units)

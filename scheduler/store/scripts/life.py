@@ -208,8 +208,8 @@ end
 -- later) that are not instance-bound (they belong to their node and stay), in queue order,
 -- each moved off it by `relocate(id, n, job)`, which rebinds it and answers its node ("":
 -- none yet), or nil when it stays; until `moved` holds `limit` triples {id, from, to}, or
--- `pace` (endings.py; nil: none) is spent, each job moved charged ENDED_UNITS and its
--- record's size (the jobs that stay are not: a call moves one at least).
+-- `pace` (endings.py; nil: none) is spent, each job moved charged ENDED_UNITS, its record's
+-- size and its placing (the jobs that stay are not: a call moves one at least).
 local function move_each(node, status, limit, moved, relocate, pace)
   local queue, skipped = K.node_status(node, status), 0
   while #moved < 3 * limit do
@@ -227,7 +227,9 @@ local function move_each(node, status, limit, moved, relocate, pace)
         else
           store_job(id, job)
           moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
-          if pace then pace.left = pace.left - ENDED_UNITS - record_units(#raw) end
+          if pace then
+            pace.left = pace.left - ENDED_UNITS - record_units(#raw) - placing_units(job)
+          end
           if #moved >= 3 * limit or pace and pace.left <= 0 then return end
         end
       end

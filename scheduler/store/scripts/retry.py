@@ -73,8 +73,8 @@ RETRY_JOBS = Script(
 -- earlier wait (endings.py forget_earlier_waits); while one of them is failed it stays
 -- failed (BLOCKED: retry that one first, in the same call before it), and while one is
 -- waited for by `max_waiters` jobs already (TOO_MANY), as a new job would be refused.
--- The ids are taken in order while `units` last (a job costs ENDED_UNITS and its record's
--- size, and DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the
+-- The ids are taken in order while `units` last (a job costs ENDED_UNITS, its record's size
+-- and placing, and DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the
 -- caller sends the others again (store/jobs.py JobStore.retry). Returns {id, code, the
 -- job's head or ""} per id taken, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED |
 -- TOO_MANY.
@@ -87,7 +87,7 @@ for _, id in ipairs(ids) do
   if left <= 0 then break end
   local job, raw = load_job(id)
   local code, stored = OK, ""
-  left = left - ENDED_UNITS - (raw and record_units(#raw) or 0)
+  left = left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
   if not job then
     code = NOT_FOUND
   elseif job.status ~= "failed" then

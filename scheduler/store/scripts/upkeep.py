@@ -246,9 +246,9 @@ PROMOTE_DUE = Script(
 -- on a live node, round-robin. With no live node a job waits pending on its node
 -- (REQUEUE_LOST moves it once one is). A job that asks a fit (or has no node) is placed as
 -- a new one is (place.py place): pending on a node that fits, or unplaced. While one pace
--- lasts (endings.py: ENDED_UNITS a job and its record's size; out of it, entries read says
--- `batch`: call again). Then the dashboard's gauges of now's minute (minutes.py SERIES).
--- Returns {entries read, ids of the jobs now pending...}.
+-- lasts (endings.py: ENDED_UNITS a job, its record's size and placing; out of it, entries
+-- read says `batch`: call again). Then the dashboard's gauges of now's minute (minutes.py
+-- SERIES). Returns {entries read, ids of the jobs now pending...}.
 local due = redis.call("ZRANGEBYSCORE", K.delayed, "-inf", now, "LIMIT", 0, batch)
 local promoted, live, cutoff = {#due}, nil, tonumber(live_cutoff)
 local pace = pace_of(SETTLE_UNITS)
@@ -259,7 +259,7 @@ for _, id in ipairs(due) do
   end
   redis.call("ZREM", K.delayed, id)
   local job, raw = load_job(id)
-  pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) or 0)
+  pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
   if job and job.status == "delayed" then
     local n, target = number_of(id), job.node_id
     if (job.instance_id or "") ~= "" then
@@ -312,7 +312,7 @@ for i = 1, #entries, 2 do
   end
   local id = entries[i]
   local job, raw = load_job(id)
-  pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) or 0)
+  pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
   if job and job.status == "pending" and job.node_id == "" then
     local before = job.pending_reason
     -- An ask that found no node in this call is not looked for again (place's `failed`).
