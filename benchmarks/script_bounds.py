@@ -14,6 +14,11 @@ action runs and is measured:
   large waiters   a root and 1000 jobs after it, each with the largest node_selector the API
                   takes (a record of ~66 KB); DELETE of the root
   large retry     1000 such jobs, cancelled: POST /jobs/retry of all of them
+  large drain     POST /nodes/{id}/drain of a node with 1000 such jobs pending (a node with
+                  the labels they ask beside it)
+  large promote   1000 such delayed jobs come due
+  large sweep     500 such running jobs past JOB_TIMEOUT_SECS
+  large prune     1000 such jobs cancelled and snapshotted, past JOB_RETENTION_SECS
   bulk retry      1000 failed jobs, each `after` the same 100 pending ones: POST /jobs/retry
                   of all of them
   retry crowded   a job 1000 others wait for, and 1000 failed ones after it: their retry
@@ -254,6 +259,58 @@ def large_retry(store: SyncJobStore, make: Builder, measured: Measured, scale: f
     return f"{sum(1 for r in retried if r.code == 1)} of {len(made)} pending again"
 
 
+def fitting(store: SyncJobStore, node_id: str, now: float) -> None:
+    """A node whose labels LARGE_SELECTOR takes, with room for 1000 jobs."""
+    who = node_scripts.Registration("key", "open", False, 100_000, 3600.0, NO_RETRY)
+    labels = {key: values[0] for key, values in LARGE_SELECTOR.items()}
+    node = Node(id=node_id, hostname=node_id, cpu_count=8, role="compute", labels=labels)
+    blob = msgspec.json.encode(node)
+    store.run(node_scripts.register_node(node_id, blob, "compute", now, who, "t", 1000))
+
+
+def large_drain(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    now = time.time()
+    fitting(store, "n0", now)
+    for _ in range(max(2, round(1000 * scale))):
+        make.job(node_selector=LARGE_SELECTOR)
+    fitting(store, "n1", now)
+    measured.begin()
+    if pieces is None:  # one call
+        done = store.run(node_scripts.drain_node("n0", "operator", "key", False, now, 3600, 1000))
+    else:
+        done = asyncio.run(pieces.drained(_async(store), "n0", "operator", "key", False, now, 3600))
+    return f"{len(done.moved)} moved"
+
+
+def large_promote(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    fitting(store, "n0", time.time())
+    for _ in range(max(2, round(1000 * scale))):
+        make.job(node_selector=LARGE_SELECTOR, delay_secs=1)
+    measured.begin()
+    return f"{len(store.promote_due(time.time() + 2))} promoted"
+
+
+def large_sweep(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    fitting(store, "n0", time.time())
+    for job_id in [
+        make.job(node_selector=LARGE_SELECTOR) for _ in range(max(2, round(500 * scale)))
+    ]:
+        report(store, job_id, "running")
+    measured.begin()
+    timed_out = store.sweep_timeouts(time.time() + store.settings.job_timeout_secs + 1)
+    return f"{len(timed_out)} timed out"
+
+
+def large_prune(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    for job_id in [
+        make.job(node_selector=LARGE_SELECTOR) for _ in range(max(2, round(1000 * scale)))
+    ]:
+        cancel(store, job_id)
+    assert snapshot_once(store.settings) > 0
+    measured.begin()
+    return f"{len(store.prune_finished(time.time() + 10))} pruned"
+
+
 def bulk_retry(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
     deps = [make.job() for _ in range(max(1, round(100 * scale)))]
     waiters = [make.job(deps) for _ in range(max(2, round(1000 * scale)))]
@@ -395,6 +452,10 @@ SCENARIOS: dict[str, Scenario] = {
     "chain cancel": chain,
     "large waiters": large_waiters,
     "large retry": large_retry,
+    "large drain": large_drain,
+    "large promote": large_promote,
+    "large sweep": large_sweep,
+    "large prune": large_prune,
     "bulk retry": bulk_retry,
     "retry crowded": retry_crowded,
     "drain": drain,
@@ -412,7 +473,7 @@ def run_scenario(name: str, scale: float) -> dict[str, Any]:
     with redis_server() as url, tempfile.TemporaryDirectory(prefix="bounds-db-") as data:
         settings = Settings.from_env(
             {}, redis_url=url, redis_prefix=PREFIX, scheduler_db=f"{data}/bounds.db",
-            max_job_retries=0,
+            max_job_retries=0, max_jobs_per_node=1000, job_retention_secs=1,
         )  # fmt: skip
         store = SyncJobStore.connect(settings)
         store.redis.set(Keys(PREFIX).initialised, "benchmark")
