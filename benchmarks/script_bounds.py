@@ -35,11 +35,11 @@ action runs and is measured:
   restore         the restore of 3000 jobs of 2 KiB commands from the snapshot into an empty
                   Redis (its longest call from SLOWLOG: 0 when none took 1 ms)
 Per scenario: the longest single call in Redis (INFO commandstats around each script call
-of the action), the calls it took, their Redis time in all, and the wall time from the
-action's start until its work is complete (for this version, the endings left to settle
-settled as the workers' task settles them, SyncJobStore.settle_endings), and what the
-scenario checks at the end. --scale shrinks every size (tests/test_benchmarks.py runs it
-tiny).
+of the action) and the median one, the calls it took, their Redis time in all, and the
+wall time from the action's start until its work is complete (for this version, the
+endings left to settle settled as the workers' task settles them,
+SyncJobStore.settle_endings), and what the scenario checks at the end. --scale shrinks
+every size (tests/test_benchmarks.py runs it tiny).
 
 --against REF: REF's code is checked out in a temporary git worktree and this file runs as
 a child process with that checkout first on PYTHONPATH, so the same scenarios drive REF's
@@ -485,6 +485,8 @@ def run_scenario(name: str, scale: float) -> dict[str, Any]:
     return {
         "scenario": name,
         "longest_ms": max(usec, default=0) / 1000,
+        # The middle call: the longest moves with the machine's other work, this much less.
+        "median_ms": sorted(usec)[len(usec) // 2] / 1000 if usec else 0,
         "calls": calls,
         "redis_ms": total / 1000,
         "until_done_ms": wall * 1000,
@@ -531,14 +533,16 @@ def main() -> int:
         before = {r["scenario"]: r for r in against(args.against, names, args.scale)}
     for result in subject(names, args.scale):
         line = (
-            f"{result['scenario']:16s} longest {result['longest_ms']:8.2f} ms, "
+            f"{result['scenario']:16s} longest {result['longest_ms']:8.2f} ms "
+            f"(median {result['median_ms']:5.2f}), "
             f"{result['calls']:5d} calls, {result['redis_ms']:9.1f} ms in Redis, done in "
             f"{result['until_done_ms']:9.1f} ms; {result['outcome']}"
         )
         old = before.get(result["scenario"])
         if old:
             line += (
-                f"  | {args.against}: longest {old['longest_ms']:8.2f} ms, {old['calls']} calls, "
+                f"  | {args.against}: longest {old['longest_ms']:8.2f} ms "
+                f"(median {old.get('median_ms', 0):5.2f}), {old['calls']} calls, "
                 f"{old['redis_ms']:.1f} ms in Redis, done in {old['until_done_ms']:.1f} ms; "
                 f"{old['outcome']}"
             )
