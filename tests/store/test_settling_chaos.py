@@ -17,9 +17,12 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
 from scheduler.store.scripts.settling import settle_endings
+from scheduler.store.shards import Layout
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, submit
 from tests.redis_server import RestartableRedis
+
+LAYOUT = Layout(3)  # a deployment sharded from its first start
 
 WIDE = 300  # more than a request's piece and a settle call's
 
@@ -94,5 +97,30 @@ def test_two_settling_loops_at_once_end_each_waiter_once(
         loop.join(timeout=60)
     assert not any(loop.is_alive() for loop in loops)
     ended_once(api, rclient, settings, waiters)
+    for store in stores:
+        store.close()
+
+
+def test_each_shards_workers_settle_that_shards_endings(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    """SCHEDULER_SHARDS=3: a job's dependencies are on its own shard, so the endings its
+    cancel leaves are that shard's; its workers' settling ends every waiter, the others'
+    find nothing."""
+    settings = make_settings(shards=3, max_job_retries=0, max_jobs_per_node=10)
+    api = make_client(settings)
+    register(api, *(f"n{i}" for i in range(9)))
+    root, waiters = graph(api)
+    home = LAYOUT.job_shard(root)
+    assert {LAYOUT.job_shard(w) for w in waiters} == {home}
+    assert_json(api.delete(f"/jobs/{root}"))
+    stores = [SyncJobStore.connect(settings.for_shard(k)) for k in range(3)]
+    for k, store in enumerate(stores):
+        if k != home:
+            assert store.settle_endings().calls == 0
+    assert stores[home].settle_endings().calls > 0
+    for job_id in waiters:
+        job = assert_json(api.get(f"/jobs/{job_id}"))
+        assert (job["status"], job["failure_reason"]) == ("failed", "dependency_failed")
     for store in stores:
         store.close()
