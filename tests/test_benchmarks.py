@@ -238,6 +238,12 @@ def test_script_bounds_prints_each_scenario() -> None:
         "graph cancel",
         "graph failed",
         "chain cancel",
+        "large waiters",
+        "large retry",
+        "large drain",
+        "large promote",
+        "large sweep",
+        "large prune",
         "bulk retry",
         "retry crowded",
         "drain",
@@ -251,6 +257,7 @@ def test_script_bounds_prints_each_scenario() -> None:
     ]
     assert all(" longest " in line for line in lines)
     assert "26 of 26 failed" in lines[0] and "last link failed" in lines[2]
+    assert "6 of 6 failed" in lines[3] and "5 moved" in lines[5] and "5 pruned" in lines[8]
 
 
 def test_guess_flood_prints_each_size_and_the_bound() -> None:

@@ -14,8 +14,9 @@ from scheduler.store.scripts import drains as drain_scripts
 
 Run = Callable[[Call[Any]], Awaitable[Any]]
 
-# Jobs one script call moves off a node (DRAIN_NODE, DELETE_NODE: about 5 ms, each placed as
-# a new job is), and that one drain request moves in all (a drain again moves more).
+# Jobs one script call moves off a node at most (DRAIN_NODE, DELETE_NODE: about 5 ms, each
+# placed as a new job is; fewer when their records are large: life.py move_each), and that
+# one drain request moves in all (a drain again moves more).
 MOVE_STEP, DRAIN_MOVES = 200, 1000
 
 
@@ -57,12 +58,13 @@ async def retried(
 async def drained(
     run: Run, node_id: str, by: str, caller: str, listed: bool, now: float, node_ttl: float
 ) -> drain_scripts.Drained:
-    """DRAIN_NODE, MOVE_STEP jobs moved a call, until DRAIN_MOVES or none is left: the
-    jobs moved by every call, how many stayed and who holds the drain by the last."""
+    """DRAIN_NODE, up to MOVE_STEP jobs moved a call, until DRAIN_MOVES or a call moves
+    none (one out of its units moves fewer): the jobs moved by every call, how many stayed
+    and who holds the drain by the last."""
     moved: list[Any] = []
     while True:
         step = min(MOVE_STEP, DRAIN_MOVES - len(moved))
         done = await run(drain_scripts.drain_node(node_id, by, caller, listed, now, node_ttl, step))
         moved += done.moved
-        if len(done.moved) < step or len(moved) >= DRAIN_MOVES:
+        if not done.moved or len(moved) >= DRAIN_MOVES:
             return drain_scripts.Drained(moved, done.stayed, done.by)

@@ -244,8 +244,9 @@ class SyncJobStore:
 
     def requeue_lost(self, now: float, limit: int = MOVES_BATCH) -> list[Requeued]:
         """Move the pending jobs of nodes lost for NODE_LOST_SECS to live nodes, `limit` per
-        script call. Nodes are the built-in registry's, or the external registry's as the
-        sweep saw them (`observe_nodes`)."""
+        script call at most (fewer when their records are large: life.py move_each), until a
+        call moves none. Nodes are the built-in registry's, or the external registry's as
+        the sweep saw them (`observe_nodes`)."""
         moved: list[Requeued] = []
         s = self.settings
         while True:
@@ -254,12 +255,14 @@ class SyncJobStore:
             )
             batch = self.run(call)
             moved.extend(batch)
-            if len(batch) < limit:
+            if not batch:
                 return moved
 
     def lose_running(self, now: float, limit: int = ENDINGS_BATCH) -> list[Lost]:
         """The running jobs of nodes lost for NODE_LOST_SECS: run jobs fail as `node lost`
-        (retried on a live node while retries are left), services are placed again."""
+        (retried on a live node while retries are left), services are placed again. `limit`
+        per script call at most (fewer when their records are large), until a call handles
+        none."""
         lost: list[Lost] = []
         s = self.settings
         while True:
@@ -268,7 +271,7 @@ class SyncJobStore:
             )
             batch = self.run(call)
             lost.extend(batch)
-            if len(batch) < limit:
+            if not batch:
                 return lost
 
     def outbox_head(self, limit: int) -> list[bytes]:

@@ -160,6 +160,34 @@ def test_the_timeout_sweep_answers_a_job_wait(
     assert assert_json(waiting.result(timeout=LONG / 2))["status"] == "failed"
 
 
+@pytest.mark.parametrize("ending", ["cancel", "done"])
+def test_the_workers_settling_answers_a_waiters_wait(
+    api: TestClient,
+    settings: Settings,
+    rclient: redis.Redis,
+    pool: ThreadPoolExecutor,
+    store: SyncJobStore,
+    ending: str,
+) -> None:
+    """A waiter past the first piece of its dependency's ending is ended (or released) by
+    the workers' SETTLE_ENDINGS, not by a request: its wait is answered then too."""
+    dep = submit(api, command="dep")["job_id"]
+    body = {"command": "w", "after": [dep]}
+    waiters = [assert_json(api.post("/jobs", json=body), 201)["job_id"] for _ in range(200)]
+    if ending == "cancel":
+        assert_json(api.delete(f"/jobs/{dep}"))
+    else:
+        assert report(api, dep, "running").status_code == 200
+        assert report(api, dep, "done", exit_code=0).status_code == 200
+    left = next(w for w in waiters if assert_json(api.get(f"/jobs/{w}"))["status"] == "waiting")
+    params = {"wait": LONG, "status_not": "waiting"}
+    waiting = in_thread(pool, lambda: api.get(f"/jobs/{left}", params=params))
+    once_waiting(rclient, Keys(settings.redis_prefix).job_channel(left))
+    assert store.settle_endings().left == 0
+    answer = assert_json(waiting.result(timeout=LONG / 2))
+    assert answer["status"] == ("failed" if ending == "cancel" else "pending")
+
+
 def test_a_job_that_already_differs_is_answered_at_once(api: TestClient) -> None:
     job_id = submit(api, command="x")["job_id"]
     began = time.monotonic()

@@ -48,6 +48,22 @@ def test_every_definition_a_script_gets_is_defined_before_its_body(
         assert rclient.script_exists(sha) == [True], name
 
 
+def declared(text: str) -> set[str]:
+    """Every name a top-level `local` of `text` declares (`local A, B = ...`: both)."""
+    found = re.findall(r"^local (?:function )?(\w+(?:\s*,\s*\w+)*)", text, re.MULTILINE)
+    return {name.strip() for names in found for name in names.split(",")}
+
+
+def test_every_library_name_a_script_uses_is_declared_in_its_text() -> None:
+    """A name the library declares beside another (`local A, B = ...`) comes with it: a
+    script using B alone (an EVAL of its text, as the benchmarks run) has it too."""
+    library = set().union(*(declared(definition) for definition in LIBRARY.values()))
+    for name, script in SCRIPTS.items():
+        code = lib._code(script.text)
+        used = {n for n in library if re.search(rf"(?<![\w.:]){n}(?!\w)", code)}
+        assert used <= declared(script.text), (name, sorted(used - declared(script.text)))
+
+
 def test_a_library_out_of_order_fails_at_import(monkeypatch: pytest.MonkeyPatch) -> None:
     reordered = dict(reversed(list(LIBRARY.items())))
     monkeypatch.setattr(lib, "LIBRARY", reordered)

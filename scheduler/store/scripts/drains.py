@@ -58,7 +58,7 @@ if held ~= "operator" and held ~= by then
   held = by
 end
 local cutoff = tonumber(now) - tonumber(node_ttl)
-local moved, stayed = move_off(node, listed ~= "1", cutoff, tonumber(limit))
+local moved, stayed = move_off(node, listed ~= "1", cutoff, tonumber(limit), pace_of(SETTLE_UNITS))
 return {OK, held, stayed, unpack(moved)}
 """,
     _drained,

@@ -11,31 +11,54 @@ what is left stays there, durable, for the workers' task (SETTLE_ENDINGS, upkeep
 settles it in calls of the same bound, one after another until none is left.
 
 Work is counted in units of about 2 µs of Redis (benchmarks/script_bounds.py): a waiter
-looked at costs VISIT_UNITS, a job ended or released ENDED_UNITS, a job it runs after looked
-up (a retry, a restore) DEPENDENCY_UNITS. A script spends at most SETTLE_UNITS (about 5 ms):
-a job's waiters all end in its own request up to about 120 of them, or 2500 that were ended
-already (a graph whose jobs each wait for many).
+looked at costs VISIT_UNITS, a job ended or released ENDED_UNITS and a unit per
+RECORD_BYTES_UNIT bytes of its record (read, decoded, encoded and written again: a record
+may hold a node_selector of ~66 KB, some 30 times a small record's cost), a job it runs
+after looked up (a retry, a restore) DEPENDENCY_UNITS. A script spends at most SETTLE_UNITS
+(about 5 ms): a job's waiters all end in its own request up to about 120 small ones, or
+2500 that were ended already (a graph whose jobs each wait for many).
 """
 
 VISIT_UNITS = 1
 ENDED_UNITS = 19
 DEPENDENCY_UNITS = 2
+RECORD_BYTES_UNIT = 128
 SETTLE_UNITS = 2500
 
-SETTLE = f"""
-local VISIT_UNITS, ENDED_UNITS = {VISIT_UNITS}, {ENDED_UNITS}
-local DEPENDENCY_UNITS, SETTLE_UNITS = {DEPENDENCY_UNITS}, {SETTLE_UNITS}
+# The units and a call's pace, before LIFE in the library (its loops charge them too). One
+# name a `local`: a script gets the definitions it names (library.py), each by its own.
+UNITS = f"""
+local VISIT_UNITS = {VISIT_UNITS}
+local ENDED_UNITS = {ENDED_UNITS}
+local DEPENDENCY_UNITS = {DEPENDENCY_UNITS}
+local SETTLE_UNITS = {SETTLE_UNITS}
 
+-- The units a job's record of `bytes` costs beyond its flat ENDED_UNITS (or VISIT_UNITS).
+local function record_units(bytes) return math.floor(bytes / {RECORD_BYTES_UNIT}) end
+
+-- The units placing `job` costs beyond its record: a label set looked up for each value its
+-- node_selector allows (up to 256: models/labels.py), about 2 µs each.
+local function placing_units(job)
+  local count = 0
+  if type(job.node_selector) ~= "table" then return 0 end
+  for _, values in pairs(job.node_selector) do
+    count = count + (type(values) == "table" and #values or 1)
+  end
+  return count
+end
+
+-- What one script call may still spend (`left` of its `units`), and the entries of the
+-- endings it made itself (`own`, settled first, from `next` on).
+local function pace_of(units)
+  return {{left = units, units = units, own = {{}}, next = 1}}
+end
+"""
+
+SETTLE = """
 -- A waiting job whose wait is over: pending on its node, or, asking a fit (or on none),
 -- unplaced for the next placement pass (its node was chosen before it had to wait).
 local function release_waiter(id, n, job)
   rebind(id, n, job, "pending", needs_fit(job) and "" or job.node_id)
-end
-
--- What one script call may still spend settling waiters (`left` units), and the entries of
--- the endings it made itself (`own`, settled first, from `next` on).
-local function pace_of(units)
-  return {{left = units, own = {{}}, next = 1}}
 end
 """
 
@@ -77,7 +100,8 @@ end
 -- Waiter `w` of the ending of `dep` (`status`, `reason`): done, one fewer to wait for (the
 -- last makes it pending); any other ending fails it (dependency_failed), capturing its own
 -- waiters in turn. A job no longer in K.waiting (ended already: by another dependency, a
--- cancel) is passed over: every waiting job is in it, and only those. Returns the units spent.
+-- cancel) is passed over: every waiting job is in it, and only those. Returns the units spent,
+-- or nil when `pace` cannot pay for its record (a call that spent nothing always can).
 local function settle_waiter(w, dep, status, reason, now, stamp, pace)
   local count = redis.call("HGET", K.waiting, w)
   if not count then return VISIT_UNITS end
@@ -85,6 +109,8 @@ local function settle_waiter(w, dep, status, reason, now, stamp, pace)
     redis.call("HINCRBY", K.waiting, w, -1)
     return VISIT_UNITS
   end
+  local price = VISIT_UNITS + ENDED_UNITS + record_units(redis.call("STRLEN", K.job(w)))
+  if price > pace.left and pace.left < pace.units then return nil end
   local waiter = load_job(w)
   if not waiter or waiter.status ~= "waiting" then return VISIT_UNITS end
   local wn = number_of(w)
@@ -92,17 +118,17 @@ local function settle_waiter(w, dep, status, reason, now, stamp, pace)
     redis.call("HDEL", K.waiting, w)
     release_waiter(w, wn, waiter)
     store_job(w, waiter)
-    return VISIT_UNITS + ENDED_UNITS
+    return price
   end
   local why = "dependency " .. dep .. " ended " .. (reason ~= "" and reason or status)
   set_output(w, waiter, "stderr", why)
   end_one(w, wn, waiter, "dependency_failed", now, stamp, pace)
-  return VISIT_UNITS  -- end_one charged the ending
+  return price - ENDED_UNITS  -- end_one charged the ending
 end
 
 -- The waiters of one entry of K.endings, taken from its set one by one while `pace` can pay
--- for the dearest (a visit that ends the job); the entry leaves K.endings once its set is
--- empty. Returns true when it is settled.
+-- for the dearest small one (a visit that ends the job) and the waiter taken (its record's
+-- size); the entry leaves K.endings once its set is empty. Returns true when it is settled.
 local function settle_entry(entry, pace, now, stamp)
   local dep, number, status, reason = string.match(entry, "^(%S+) (%S+) (%S+) (.*)$")
   local waiters = K.ending_waiters(number)
@@ -113,6 +139,11 @@ local function settle_entry(entry, pace, now, stamp)
       return true
     end
     local spent = settle_waiter(w, dep, status, reason, now, stamp, pace)  -- may charge pace
+    if not spent then
+      redis.call("SADD", waiters, w)  -- the next call's
+      pace.left = 0
+      return false
+    end
     pace.left = pace.left - spent
   end
   return false
@@ -138,6 +169,7 @@ end
 local function finish(id, n, job, ending, now, stamp, pace)
   pace = pace or pace_of(SETTLE_UNITS)
   local stored = end_one(id, n, job, ending, now, stamp, pace)
+  pace.left = pace.left - record_units(#stored)
   settle_own(pace, now, stamp)
   return stored
 end

@@ -19,7 +19,7 @@ import re
 from scheduler.models.job import ENDINGS, FINAL_STATUSES, MAX_JOB_NUMBER, NOT_STARTED, STATUSES
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
-from scheduler.store.scripts.endings import SETTLE
+from scheduler.store.scripts.endings import SETTLE, UNITS
 from scheduler.store.scripts.life import ATTEMPTS, LIFE, NODE_LOSS
 from scheduler.store.scripts.minutes import SERIES
 from scheduler.store.scripts.place import PLACE
@@ -218,10 +218,10 @@ local OFF_STATUSES = {"pending", "waiting", "delayed"}
 
 -- DRAIN_NODE's move: the drained node's jobs not running and not instance-bound leave it
 -- (off_drained; a pending one is placed at once, so the answer says where: place), keeping
--- their status, in queue order, up to `limit`: {id, from, to ("": none yet), ...}, and how
--- many stayed bound to it (instance-bound, past `limit`, or no live node of an external
--- registry: a drain again moves them).
-local function move_off(node, builtin, cutoff, limit)
+-- their status, in queue order, up to `limit` or `pace` (life.py move_each): {id, from,
+-- to ("": none yet), ...}, and how many stayed bound to it (instance-bound, past `limit` or
+-- `pace`, or no live node of an external registry: a drain again moves them).
+local function move_off(node, builtin, cutoff, limit, pace)
   local moved, stayed, failed = {}, 0, {}
   for _, status in ipairs(OFF_STATUSES) do
     move_each(node, status, limit, moved, function(id, n, job)
@@ -231,7 +231,8 @@ local function move_off(node, builtin, cutoff, limit)
       local to = off_drained(builtin, cutoff)
       if to then rebind(id, n, job, status, to) end
       return to
-    end)
+    end, pace)
+    if pace.left <= 0 then break end
   end
   for _, status in ipairs(OFF_STATUSES) do
     stayed = stayed + redis.call("ZCARD", K.node_status(node, status))
@@ -311,6 +312,7 @@ LIBRARY: dict[str, str] = dict(
         WAKE,
         SERIES,
         ATTEMPTS,
+        UNITS,
         LIFE,
         SETTLE,
         NODE_LOSS,

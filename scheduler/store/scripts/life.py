@@ -139,16 +139,24 @@ local function release(id, job)
 end
 
 -- The jobs that entered `index` (a sorted set scored by when) before `cutoff`, `batch` of
--- them: each leaves the index, and `settle(id, n, job)` ends (or retries) one still `held`
--- (the timeout sweep, the cancels past their grace). Returns {entries read, the ids
--- settled...}: fewer entries than `batch` means the index holds no more expired ones.
-local function settle_expired(index, cutoff, batch, held, settle)
+-- them while `pace` lasts (each its record's size, endings.py; the one to settle
+-- ENDED_UNITS, which `settle` may spend more of): each leaves the index, and
+-- `settle(id, n, job)` ends (or retries) one still `held` (the timeout sweep, the cancels
+-- past their grace). Returns {entries read, the ids settled...}: fewer entries than `batch`
+-- means the index holds no more expired ones (a call out of units says `batch`: call again).
+local function settle_expired(index, cutoff, batch, held, settle, pace)
   local expired = redis.call("ZRANGEBYSCORE", index, "-inf", "(" .. cutoff, "LIMIT", 0, batch)
   local settled = {#expired}
   for _, id in ipairs(expired) do
+    if pace.left <= 0 then
+      settled[1] = tonumber(batch)
+      break
+    end
     redis.call("ZREM", index, id)
-    local job = load_job(id)
+    local job, raw = load_job(id)
+    pace.left = pace.left - VISIT_UNITS - (raw and record_units(#raw) or 0)
     if job and job.status == held then
+      pace.left = pace.left - ENDED_UNITS
       settle(id, number_of(id), job)
       settled[#settled + 1] = id
     end
@@ -199,14 +207,16 @@ end
 -- The jobs of `node` in `status` (pending; or waiting or delayed, which become pending
 -- later) that are not instance-bound (they belong to their node and stay), in queue order,
 -- each moved off it by `relocate(id, n, job)`, which rebinds it and answers its node ("":
--- none yet), or nil when it stays; until `moved` holds `limit` triples {id, from, to}.
-local function move_each(node, status, limit, moved, relocate)
+-- none yet), or nil when it stays; until `moved` holds `limit` triples {id, from, to}, or
+-- `pace` (endings.py; nil: none) is spent, each job moved charged ENDED_UNITS, its record's
+-- size and its placing (the jobs that stay are not: a call moves one at least).
+local function move_each(node, status, limit, moved, relocate, pace)
   local queue, skipped = K.node_status(node, status), 0
   while #moved < 3 * limit do
     local ids = redis.call("ZRANGE", queue, skipped, skipped + 99)
     if #ids == 0 then return end
     for _, id in ipairs(ids) do
-      local job = load_job(id)
+      local job, raw = load_job(id)
       if not job or job.node_id ~= node or job.status ~= status then
         redis.call("ZREM", queue, id)  -- a stale entry: the job is not here in that status
       else
@@ -217,7 +227,10 @@ local function move_each(node, status, limit, moved, relocate)
         else
           store_job(id, job)
           moved[#moved + 1], moved[#moved + 2], moved[#moved + 3] = id, node, target
-          if #moved >= 3 * limit then return end
+          if pace then
+            pace.left = pace.left - ENDED_UNITS - record_units(#raw) - placing_units(job)
+          end
+          if #moved >= 3 * limit or pace and pace.left <= 0 then return end
         end
       end
     end
@@ -227,17 +240,17 @@ end
 -- move_each to `live` nodes round-robin (a lost or deleted node's jobs, a new holder's),
 -- keeping their number and priority (their place in the queue) and their status; one that
 -- asks a fit waits unplaced for the next placement pass (place.py).
-local function move_jobs(node, status, live, limit, moved)
+local function move_jobs(node, status, live, limit, moved, pace)
   if #live == 0 then return end
   move_each(node, status, limit, moved, function(id, n, job)
     local target = needs_fit(job) and "" or next_live(live)
     rebind(id, n, job, status, target)
     return target
-  end)
+  end, pace)
 end
 
-local function move_pending(node, live, limit, moved)
-  move_jobs(node, "pending", live, limit, moved)
+local function move_pending(node, live, limit, moved, pace)
+  move_jobs(node, "pending", live, limit, moved, pace)
 end
 """
 
@@ -250,16 +263,19 @@ NODE_LOSS = """
 -- delayed there by its backoff), else it ends failed (exit -1, failure_reason node_lost,
 -- its event). A service is placed again, pending on a live node (its retry count unchanged,
 -- no event). An instance-bound job stays on its node, and with no live node a job waits
--- pending on its node. Until `out` holds `limit` quadruples {id, from, to, new status}. The
--- endings share `pace` (endings.py; nil: one of their own).
+-- pending on its node. Until `out` holds `limit` quadruples {id, from, to, new status}, or
+-- `pace` is spent (endings.py: a job ENDED_UNITS and its record's size; the endings share
+-- it; nil: no bound, the endings one pace of their own).
 local function lose_running(node, live, limit, out, now, stamp, policy, pace)
   local max_retries, backoff, backoff_cap, seed = unpack(policy)
-  local room = limit - #out / 4
+  local room, metered = limit - #out / 4, pace ~= nil
   if room <= 0 then return end
   -- Each job handled leaves the node's running index, so the head is always the next one.
   local running = K.node_status(node, "running")
   for _, id in ipairs(redis.call("ZRANGE", running, 0, room - 1)) do
-    local job = load_job(id)
+    if metered and pace.left <= 0 then return end
+    local job, raw = load_job(id)
+    if metered then pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) or 0) end
     local n = redis.call("ZSCORE", K.all_jobs, id)
     if not job or job.status ~= "running" or not n then
       redis.call("SREM", K.node_busy(node), id)  -- a stale entry

@@ -316,7 +316,7 @@ local moved = {}
 if redis.call("ZSCORE", K.nodes_compute, node) then
   redis.call("ZADD", K.nodes_compute, 0, node)
   index_node(node, stored, nil)
-  move_pending(node, live_nodes(live_cutoff), tonumber(limit), moved)
+  move_pending(node, live_nodes(live_cutoff), tonumber(limit), moved, pace_of(SETTLE_UNITS))
   forget_if_gone(node)
 end
 return {OK, unpack(moved)}

@@ -73,10 +73,11 @@ RETRY_JOBS = Script(
 -- earlier wait (endings.py forget_earlier_waits); while one of them is failed it stays
 -- failed (BLOCKED: retry that one first, in the same call before it), and while one is
 -- waited for by `max_waiters` jobs already (TOO_MANY), as a new job would be refused.
--- The ids are taken in order while `units` last (a job costs ENDED_UNITS, and
--- DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the caller sends
--- the others again (store/jobs.py JobStore.retry). Returns {id, code, the job's head or ""}
--- per id taken, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED | TOO_MANY.
+-- The ids are taken in order while `units` last (a job costs ENDED_UNITS, its record's size
+-- and placing, and DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the
+-- caller sends the others again (store/jobs.py JobStore.retry). Returns {id, code, the
+-- job's head or ""} per id taken, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED |
+-- TOO_MANY.
 local ids, candidates = {}, {}
 for i, value in ipairs(rest) do
   if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
@@ -84,9 +85,9 @@ end
 local out, cutoff, left = {}, tonumber(now) - tonumber(node_ttl), tonumber(units)
 for _, id in ipairs(ids) do
   if left <= 0 then break end
-  local job = load_job(id)
+  local job, raw = load_job(id)
   local code, stored = OK, ""
-  left = left - ENDED_UNITS
+  left = left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
   if not job then
     code = NOT_FOUND
   elseif job.status ~= "failed" then

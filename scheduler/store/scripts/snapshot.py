@@ -273,8 +273,9 @@ REBUILD_WAITING = Script(
 -- place among its dependencies' dependents, rebuilt from its `after` and the statuses now in
 -- Redis (life.py wait_for): one whose dependency failed fails, one with nothing left to
 -- wait for is pending. Up to `batch` waiting jobs numbered above `above`, while `units`
--- last (endings.py: DEPENDENCY_UNITS a job it runs after; the endings share them, the rest
--- left to SETTLE_ENDINGS). Returns {1 when waiting jobs may be left, the last number read}.
+-- last (endings.py: its record's size, DEPENDENCY_UNITS a job it runs after; the endings
+-- share them, the rest left to SETTLE_ENDINGS). Returns {1 when waiting jobs may be left,
+-- the last number read}.
 local entries = redis.call(
   "ZRANGEBYSCORE", K.status("waiting"), "(" .. above, "+inf", "WITHSCORES", "LIMIT", 0, batch)
 local last, pace = above, pace_of(tonumber(units))
@@ -282,10 +283,10 @@ for i = 1, #entries, 2 do
   if pace.left <= 0 then return {1, last} end
   local id, n = entries[i], entries[i + 1]
   last = n
-  local job = load_job(id)
+  local job, raw = load_job(id)
   if job and job.status == "waiting" then
     local after = job.after or {}
-    pace.left = pace.left - VISIT_UNITS - DEPENDENCY_UNITS * #after
+    pace.left = pace.left - VISIT_UNITS - DEPENDENCY_UNITS * #after - record_units(#raw)
     local waits, failed = wait_for(id, after)
     if failed then
       set_output(id, job, "stderr", "dependency " .. failed .. " ended failed")

@@ -52,7 +52,7 @@ local function timed_out(id, n, job)
     finish(id, n, job, "timed_out", now, stamp, pace)
   end
 end
-return settle_expired(K.deadlines, cutoff, batch, "running", timed_out)
+return settle_expired(K.deadlines, cutoff, batch, "running", timed_out, pace)
 """,
     _batch,
 )
@@ -94,7 +94,7 @@ local function unconfirmed(id, n, job)
   end
   finish(id, n, job, "cancelled", now, stamp, pace)
 end
-return settle_expired(K.cancelling, cutoff, batch, "cancelling", unconfirmed)
+return settle_expired(K.cancelling, cutoff, batch, "cancelling", unconfirmed, pace)
 """,
     _batch,
 )
@@ -117,16 +117,24 @@ PRUNE_FINISHED = Script(
 -- `skip` that earlier calls of this sweep kept. Only jobs the snapshot already holds in their final
 -- state go: a job in the changed set (or in a snapshot being written) stays until a snapshot
 -- has committed it, so a pruned job is never lost, only moved out of Redis to the SQLite
--- file. Returns {number of entries read, number of entries kept, ids of the jobs removed...}.
+-- file. While one pace lasts (endings.py: a job looked at and its record's size; out of
+-- it, entries read says `batch`: call again). Returns {number of entries read, number of
+-- entries kept, ids of the jobs removed...}.
 local expired = redis.call("ZRANGEBYSCORE", K.finished, "-inf", "(" .. cutoff, "LIMIT", skip, batch)
-local kept, removed = 0, {}
+local kept, removed, read, pace = 0, {}, #expired, pace_of(SETTLE_UNITS)
 for _, id in ipairs(expired) do
+  if pace.left <= 0 then
+    read = tonumber(batch)
+    break
+  end
   local unwritten = redis.call("SISMEMBER", K.dirty, id) == 1
     or redis.call("SISMEMBER", K.dirty_inflight, id) == 1
+  pace.left = pace.left - VISIT_UNITS
   if unwritten then
     kept = kept + 1
   else
-    local job = load_job(id)
+    local job, raw = load_job(id)
+    pace.left = pace.left - VISIT_UNITS - (raw and record_units(#raw) or 0)
     -- Only a final job is removed; an entry left stale (the job replaced by a restore) goes.
     if job and FINAL[job.status] then
       local keys = {K.attempts(id)}
@@ -141,7 +149,7 @@ for _, id in ipairs(expired) do
     redis.call("ZREM", K.finished, id)
   end
 end
-return {#expired, kept, unpack(removed)}
+return {read, kept, unpack(removed)}
 """,
     _pruned,
 )
@@ -163,15 +171,16 @@ REQUEUE_LOST = Script(
 -- Instance-bound jobs stay: they belong to their node. With the built-in registry
 -- (`builtin` "1"), a deleted node with no job left bound to it leaves nodes:compute
 -- (forget_if_gone): what a delete left for the sweep, or a deployment before this rule.
+-- While one pace lasts (life.py move_each: the caller calls again while jobs move).
 -- Returns {job id, from node, to node, ...} for each job moved.
 local lost = redis.call("ZRANGEBYSCORE", K.nodes_compute, "-inf", "(" .. lost_cutoff)
 if #lost == 0 then return {} end
 local live = live_nodes(live_cutoff)
-local most, moved = tonumber(limit), {}
+local most, moved, pace = tonumber(limit), {}, pace_of(SETTLE_UNITS)
 for _, node in ipairs(lost) do
-  move_pending(node, live, most, moved)
+  move_pending(node, live, most, moved, pace)
   if builtin == "1" then forget_if_gone(node) end
-  if #moved >= 3 * most then break end
+  if #moved >= 3 * most or pace.left <= 0 then break end
 end
 return moved
 """,
@@ -196,8 +205,9 @@ LOSE_RUNNING = Script(
     """
 -- The running jobs of lost nodes (as REQUEUE_LOST's): the agent is gone, and what it ran
 -- with it: the node-loss rule (life.py, lose_running). With no live node, a job waits
--- pending on its node (REQUEUE_LOST moves it once one is). The endings share one pace.
--- At most `limit` jobs. Returns {job id, from node, to node, new status, ...}.
+-- pending on its node (REQUEUE_LOST moves it once one is). At most `limit` jobs, while one
+-- pace lasts, which the endings share (the caller calls again while jobs are handled).
+-- Returns {job id, from node, to node, new status, ...}.
 local lost = redis.call("ZRANGEBYSCORE", K.nodes_compute, "-inf", "(" .. lost_cutoff)
 if #lost == 0 then return {} end
 local live = live_nodes(live_cutoff)
@@ -205,7 +215,7 @@ local most, out, pace = tonumber(limit), {}, pace_of(SETTLE_UNITS)
 local policy = {max_retries, backoff, backoff_cap, seed}
 for _, node in ipairs(lost) do
   lose_running(node, live, most, out, tonumber(now), stamp, policy, pace)
-  if #out >= 4 * most then break end
+  if #out >= 4 * most or pace.left <= 0 then break end
 end
 return out
 """,
@@ -235,14 +245,21 @@ PROMOTE_DUE = Script(
 -- sightings of an external registry's nodes) and not drained, or bound to an instance, else
 -- on a live node, round-robin. With no live node a job waits pending on its node
 -- (REQUEUE_LOST moves it once one is). A job that asks a fit (or has no node) is placed as
--- a new one is (place.py place): pending on a node that fits, or unplaced. Then the
--- dashboard's gauges of now's minute (minutes.py SERIES). Returns {entries read, ids of the
--- jobs now pending...}.
+-- a new one is (place.py place): pending on a node that fits, or unplaced. While one pace
+-- lasts (endings.py: ENDED_UNITS a job, its record's size and placing; out of it, entries
+-- read says `batch`: call again). Then the dashboard's gauges of now's minute (minutes.py
+-- SERIES). Returns {entries read, ids of the jobs now pending...}.
 local due = redis.call("ZRANGEBYSCORE", K.delayed, "-inf", now, "LIMIT", 0, batch)
 local promoted, live, cutoff = {#due}, nil, tonumber(live_cutoff)
+local pace = pace_of(SETTLE_UNITS)
 for _, id in ipairs(due) do
+  if pace.left <= 0 then
+    promoted[1] = tonumber(batch)
+    break
+  end
   redis.call("ZREM", K.delayed, id)
-  local job = load_job(id)
+  local job, raw = load_job(id)
+  pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
   if job and job.status == "delayed" then
     local n, target = number_of(id), job.node_id
     if (job.instance_id or "") ~= "" then
@@ -279,17 +296,23 @@ PLACE_UNPLACED = Script(
 -- {P}:unplaced:retry is set (flag_unplaced, by the events that make room), `batch` of them
 -- after the score it holds ("-inf": from the head), in queue order, each placed if a node
 -- fits now (place.py place: pending on it, its node woken) or its pending_reason brought up
--- to date (stored only when it changed). The flag then holds where the next call goes on,
--- or is deleted at the end. Returns {entries read, ids of the jobs placed...}; fewer
--- entries than `batch`: the pass is over.
+-- to date (stored only when it changed), while one pace lasts (as PROMOTE_DUE's). The flag
+-- then holds where the next call goes on, or is deleted at the end. Returns {entries read,
+-- ids of the jobs placed...}; fewer entries than `batch`: the pass is over.
 local from = redis.call("GET", K.unplaced_retry)
 if not from then return {0} end
 local entries = redis.call(
   "ZRANGEBYSCORE", K.unplaced, from, "+inf", "WITHSCORES", "LIMIT", 0, batch)
 local placed, cutoff, failed = {#entries / 2}, tonumber(live_cutoff), {}
+local pace, last = pace_of(SETTLE_UNITS), #entries
 for i = 1, #entries, 2 do
+  if pace.left <= 0 then
+    placed[1], last = tonumber(batch), i - 1
+    break
+  end
   local id = entries[i]
-  local job = load_job(id)
+  local job, raw = load_job(id)
+  pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
   if job and job.status == "pending" and job.node_id == "" then
     local before = job.pending_reason
     -- An ask that found no node in this call is not looked for again (place's `failed`).
@@ -300,10 +323,10 @@ for i = 1, #entries, 2 do
     redis.call("ZREM", K.unplaced, id)  -- a stale entry
   end
 end
-if #entries < 2 * tonumber(batch) then
+if last == #entries and #entries < 2 * tonumber(batch) then
   redis.call("DEL", K.unplaced_retry)
 else
-  redis.call("SET", K.unplaced_retry, "(" .. entries[#entries])
+  redis.call("SET", K.unplaced_retry, "(" .. entries[last])
 end
 return placed
 """,
