@@ -29,6 +29,7 @@ from rq.scheduler import RQScheduler
 
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
+from workers.outage import until_redis_answers
 from workers.queues import KINDS, PERIODIC, PERIODIC_FAILURE_TTL, enqueue_unique, queue
 
 log = logging.getLogger("workers.schedule")
@@ -153,14 +154,25 @@ class Trigger:
         delay = 0.0
         while not self._stop.wait(delay):
             try:
-                delay = self.tick(redis_time(self.connection))
+                # Redis unavailable (down, BUSY, LOADING) is waited out as the worker's loop
+                # waits it out; a stop ends the wait.
+                stopped = self._stop.is_set
+                delay = until_redis_answers("trigger", self._tick, stopped, self._stop.wait)
             except RedisError as exc:
+                if self._stop.is_set():
+                    return  # stopped while Redis was unavailable
                 log.warning("trigger: redis error (%r); retrying in 1 s", exc)
-                self.holds_lock = False
                 delay = 1.0
             except Exception:
                 log.exception("trigger: unexpected error; retrying in 1 s")
                 delay = 1.0
+
+    def _tick(self) -> float:
+        try:
+            return self.tick(redis_time(self.connection))
+        except RedisError:
+            self.holds_lock = False  # taken afresh: it may have lapsed meanwhile
+            raise
 
     def start(self) -> None:
         self._thread.start()

@@ -8,10 +8,11 @@ finds it abandoned once its execution lease expires (its timeout plus
 WORKER_ABANDON_GRACE_SECS): a publish is retried, a periodic run is failed (the next period
 re-does its work, as every task reads its state from Redis).
 
-A Redis outage does not end the process (rq's loop quits on any error outside its dequeue):
-every Redis step of rq's loop and of a job's bookkeeping is retried with capped backoff until
-Redis answers (workers.outage). A job that finished while Redis was away has its result
-recorded once Redis returns, so it is neither lost nor run again.
+A Redis outage does not end the process (rq's loop quits on any error outside its dequeue),
+nor does a Redis that answers BUSY (a long script) or LOADING (a restart reading its data) for
+minutes: every Redis step of rq's loop, its dequeue and a job's bookkeeping is retried with
+capped backoff until Redis answers (workers.outage). A job that finished while Redis was away
+has its result recorded once Redis returns, so it is neither lost nor run again.
 """
 
 from __future__ import annotations
@@ -39,10 +40,17 @@ from rq.worker import SimpleWorker
 from scheduler.config import Settings
 from scheduler.snapshot.layout import check_layout
 from scheduler.snapshot.restore import OLD_LAYOUT_RETRY_SECS, restore_at_process_start
+from scheduler.store.keys import Keys
 from scheduler.store.migrate import OldLayoutAlive
 from workers import context
-from workers.outage import BACKOFF_CAP_SECS, REDIS_DOWN, RoutineFailure, until_redis_answers
-from workers.queues import KINDS, ClaimingQueue, connect, queues
+from workers.outage import (
+    AVAILABILITY,
+    BACKOFF_CAP_SECS,
+    RoutineFailure,
+    redis_unavailable,
+    until_redis_answers,
+)
+from workers.queues import KINDS, ClaimingQueue, connect
 from workers.rq_migrate import move_legacy_rq
 from workers.schedule import Trigger, redis_time
 
@@ -54,14 +62,25 @@ MAINTENANCE_LOCK_SECS = 30  # cleaning takes well under a second
 RESTART_PAUSE_SECS = 1.0  # before a new rq worker, after rq's loop quit on an error
 
 
+class RidingQueue(ClaimingQueue):
+    """A ClaimingQueue whose dequeue waits out Redis unavailable (workers.outage): rq's own
+    wait around it logs an ERROR on each try, and BUSY, which it does not expect, quits its
+    loop. A stop (SIGTERM) while idle is raised by rq's signal handler, in the wait."""
+
+    @classmethod
+    def dequeue_any(cls, *args: Any, **kwargs: Any) -> tuple[Job, Queue] | None:
+        dequeue = super().dequeue_any
+        return until_redis_answers("dequeue", functools.partial(dequeue, *args, **kwargs))
+
+
 class SchedulerWorker(SimpleWorker):
     """A SimpleWorker whose execution lease after a job's timeout is configurable (rq's is a
     fixed 60 s): that grace is how long a killed worker's job waits before recovery. It rides
     out Redis outages instead of quitting (module doc)."""
 
     abandon_grace_secs = 60
-    queue_class = ClaimingQueue
-    # rq's own dequeue loop already retries a lost Redis, but backs off up to 60 s.
+    queue_class = RidingQueue
+    # rq waits out a lost Redis around its dequeue too (what RidingQueue leaves it), up to 60 s.
     max_connection_wait_time = BACKOFF_CAP_SECS
 
     stop_signalled = False
@@ -82,11 +101,13 @@ class SchedulerWorker(SimpleWorker):
         return int(job.timeout or DEFAULT_WORKER_TTL) + self.abandon_grace_secs
 
     def _ride(self, what: str, call: Callable[[], T]) -> T:
-        """`call()` retried while Redis is down; a stop requested meanwhile (SIGTERM) ends the
-        wait as a stop, which rq's loop handles quietly."""
+        """`call()` retried while Redis is unavailable; a stop requested meanwhile (SIGTERM)
+        ends the wait as a stop, which rq's loop handles quietly."""
         try:
             return until_redis_answers(what, call, give_up=lambda: self.stop_requested)
-        except REDIS_DOWN as exc:
+        except RedisError as exc:
+            if not redis_unavailable(exc):
+                raise  # a bug: rq's loop logs it, and run() starts a new worker
             raise StopRequested() from exc
 
     # rq's start and loop, outside its dequeue: each of these talks to Redis.
@@ -105,6 +126,16 @@ class SchedulerWorker(SimpleWorker):
 
     def check_for_suspension(self, burst: bool) -> None:
         self._ride("suspension check", functools.partial(super().check_for_suspension, burst))
+
+    def _pubsub_exception_handler(self, exc: Exception, *thread: Any) -> None:
+        """rq's, for the thread that takes rq's commands (shutdown, kill a job): it logs an
+        ERROR every 2 s of an outage, and ends the thread on BUSY. This waits either out as
+        the loop does, said as the outage is said (workers.outage)."""
+        if not redis_unavailable(exc):
+            super()._pubsub_exception_handler(exc, *thread)
+            return
+        AVAILABILITY.failed("rq's command channel", exc)
+        time.sleep(BACKOFF_CAP_SECS)
 
     def run_maintenance_tasks(self) -> None:
         self._ride("maintenance", super().run_maintenance_tasks)
@@ -159,8 +190,15 @@ class SchedulerWorker(SimpleWorker):
         """A job raised. rq logs an ERROR with the traceback, then runs the exception handlers;
         for a RoutineFailure (SNS down: retried, expected) that is one line instead, a WARNING
         while retries are left (rq retries it after this, in handle_job_failure), an ERROR
-        once out of them. Anything else (a bug) keeps rq's ERROR and traceback."""
+        once out of them. A task that met Redis unavailable (down, BUSY, LOADING) is said as
+        the outage the worker rides out is, one line now and then (workers.outage): rq's
+        retry, or the next period's run, does its work. Anything else (a bug) keeps rq's
+        ERROR and traceback."""
         failure = exc_info[1]
+        if redis_unavailable(failure):
+            AVAILABILITY.failed(f"job {job.id}", failure)
+            call_exception_handlers(self._exc_handlers, job, *exc_info)
+            return
         if not isinstance(failure, RoutineFailure):
             super().handle_exception(job, *exc_info)
             return
@@ -178,7 +216,9 @@ class SchedulerWorker(SimpleWorker):
     def execute_job(self, job: Job, queue: Queue) -> None:
         try:
             super().execute_job(job, queue)
-        except REDIS_DOWN as exc:
+        except RedisError as exc:
+            if not redis_unavailable(exc):
+                raise
             # Redis went away before the job started (its execution record) or after its
             # bookkeeping (the idle state). A job left in the started registry is recovered
             # by rq's maintenance as abandoned, as after a killed worker.
@@ -188,7 +228,9 @@ class SchedulerWorker(SimpleWorker):
     def teardown(self) -> None:
         try:
             super().teardown()  # type: ignore[no-untyped-call]
-        except REDIS_DOWN as exc:
+        except RedisError as exc:
+            if not redis_unavailable(exc):
+                raise
             # Stopping while Redis is away: the worker's record expires on its own TTL.
             log.warning("worker %s: stop not recorded, Redis unavailable: %s", self.name, exc)
 
@@ -196,7 +238,8 @@ class SchedulerWorker(SimpleWorker):
 def build_worker(settings: Settings, kinds: Sequence[str] = KINDS) -> SchedulerWorker:
     connection = connect(settings)
     worker = SchedulerWorker(
-        queues(connection, settings, kinds),
+        # Named: rq makes each a SchedulerWorker.queue_class on this connection.
+        [Keys(settings.redis_prefix).rq_queue(kind) for kind in kinds],
         connection=connection,
         maintenance_interval=settings.worker_maintenance_secs,
     )

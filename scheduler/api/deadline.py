@@ -24,20 +24,25 @@ each byte cancelling uvicorn's keep-alive timer.
 Cheap: one timer per connection, armed only when none is; a request notes the time its head
 (then its body) is due, and the timer, when it fires, looks at that and arms itself again
 for what is left.
+
+Both protocols also end an answer given before its request's body was all in with a lingering
+close (linger.py), so the client reads it rather than a reset.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import RequestResponseCycle as Cycle
 from uvicorn.server import ServerState
 
 from scheduler.api.http import BODY_READ_SECS
 from scheduler.api.lane import TEXT
+from scheduler.api.linger import H11LingerCycle, Linger, LingerCycle
 from scheduler.config import Settings
 
 # For an app that does not say (create_app's does): Settings' default.
@@ -127,15 +132,18 @@ class HeadClock:
             self.head_timer = None
 
 
-class HeadDeadline(HeadClock, HttpToolsProtocol):
-    """uvicorn's httptools protocol with the head deadline (`serve --http httptools`, and
-    under OneWriteProtocol and LaneProtocol)."""
+class HeadDeadline(HeadClock, Linger, HttpToolsProtocol):
+    """uvicorn's httptools protocol with the head deadline and the lingering close (`serve
+    --http httptools`, and under OneWriteProtocol and LaneProtocol)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.open_head_clock(self.app)
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            self.discard(data)
+            return
         # Any byte between two requests starts a head, a lone CRLF too (httptools calls no
         # on_message_begin for those): a trickle of them is bounded as well.
         self.heard = True
@@ -160,20 +168,34 @@ class HeadDeadline(HeadClock, HttpToolsProtocol):
         self.request_whole()
         super().on_message_complete()
 
+    def _start_asgi_task(self, cycle: Cycle, app: Any) -> None:
+        # uvicorn builds the cycle itself (no hook for its class); the subclass only overrides
+        # `send`, so the instance can take it on before its task starts. OneWriteProtocol's
+        # is a LingerCycle already.
+        if not isinstance(cycle, LingerCycle):
+            cycle.__class__ = LingerCycle
+        cast(LingerCycle, cycle).linger = self.linger
+        super()._start_asgi_task(cycle, app)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.stop_head_clock()
+        self.stop_linger()
         super().connection_lost(exc)
 
 
-class H11HeadDeadline(HeadClock, H11Protocol):
-    """uvicorn's h11 protocol with the head deadline (`serve --http h11`). h11 says where a
-    request is (Connection.their_state): IDLE until its head is whole."""
+class H11HeadDeadline(HeadClock, Linger, H11Protocol):
+    """uvicorn's h11 protocol with the head deadline and the lingering close (`serve --http
+    h11`). h11 says where a request is (Connection.their_state): IDLE until its head is
+    whole."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.open_head_clock(self.app)
 
     def data_received(self, data: bytes) -> None:
+        if self.lingering:
+            self.discard(data)
+            return
         self.heard = True
         if self.head_due == NO_HEAD and self.conn.their_state is h11.IDLE:
             self.head_begins()
@@ -194,6 +216,15 @@ class H11HeadDeadline(HeadClock, H11Protocol):
         else:
             self.head_due = NO_HEAD
 
+    def handle_events(self) -> None:
+        super().handle_events()
+        # A cycle it made (uvicorn builds it; no hook for its class) lingers: as above.
+        cycle = self.cycle
+        if cycle is not None and not isinstance(cycle, H11LingerCycle):
+            cycle.__class__ = H11LingerCycle
+            cast(H11LingerCycle, cycle).linger = self.linger
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.stop_head_clock()
+        self.stop_linger()
         super().connection_lost(exc)

@@ -25,6 +25,7 @@ from scheduler.api.deadline import HeadDeadline, find_state
 from scheduler.api.hot import Charge
 from scheduler.api.http import body_late, length_of, too_large
 from scheduler.api.lane import MAX_BODY, TEXT, Answer, HotRequest, Lane, Route
+from scheduler.api.linger import LingerCycle
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.errors import PartsApart, Unauthorized
 
@@ -43,7 +44,7 @@ class _HeadBuffer:
         self.head += data
 
 
-class OneWriteCycle(RequestResponseCycle):
+class OneWriteCycle(LingerCycle):
     held_head = b""
 
     async def send(self, message: Any) -> None:
@@ -211,7 +212,10 @@ class LaneCycle:
             head.append(b"connection: close\r\n")
         transport.write(b"".join((*head, b"\r\n", body)))
         if not self.keep_alive:
-            transport.close()
+            if self.more_body:  # answered before its body was all in (a refusal)
+                self.protocol.linger()  # so that the client reads it (linger.py)
+            else:
+                transport.close()
         self.protocol.on_lane_response_complete()
 
 
@@ -252,7 +256,7 @@ class LaneProtocol(OneWriteProtocol):
     def on_lane_response_complete(self) -> None:
         """uvicorn's on_response_complete, with the lazy keep-alive timeout."""
         self.server_state.total_requests += 1
-        if self.transport.is_closing():
+        if self.transport.is_closing() or self.lingering:
             return
         self._unset_keepalive_if_required()
         self.flow.resume_reading()

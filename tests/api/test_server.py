@@ -35,8 +35,9 @@ class RecordingTransport:
 
 
 def cycle(transport: RecordingTransport, method: str = "GET") -> OneWriteCycle:
+    """The cycle of a request that is whole (its body, if any, all in)."""
     scope: Any = {"method": method, "http_version": "1.1", "path": "/", "query_string": b""}
-    return OneWriteCycle(
+    made = OneWriteCycle(
         scope=scope,
         transport=transport,  # type: ignore[arg-type]
         flow=FlowControl(transport),  # type: ignore[arg-type]
@@ -49,6 +50,8 @@ def cycle(transport: RecordingTransport, method: str = "GET") -> OneWriteCycle:
         keep_alive=True,
         on_response=lambda: None,
     )
+    made.more_body = False
+    return made
 
 
 def start(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:

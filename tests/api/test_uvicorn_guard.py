@@ -3,7 +3,8 @@
 `on_response_complete`, and its LaneCycle stands in for uvicorn's cycle). pyproject.toml caps
 uvicorn to the minor version this was written against; this test fails when the installed
 uvicorn differs in anything server.py relies on, naming the member and what to re-check.
-deadline.py (the head deadline, on httptools and h11) is scanned and guarded the same way.
+deadline.py (the head deadline, on httptools and h11) and linger.py (the lingering close, on
+both, with a subclass of each one's cycle) are scanned and guarded the same way.
 
 How complete: GUARDED holds every uvicorn member server.py overrides, calls, copies, reads
 or sets, each with a sha256 of its source as in uvicorn 0.55.0 (a method: its source; an
@@ -33,13 +34,14 @@ from uvicorn.protocols.http import h11_impl, httptools_impl
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.server import ServerState
 
-from scheduler.api import deadline, server
+from scheduler.api import deadline, linger, server
 from tests.guards import member_digest, owned, value_digest
 
 UVICORN_CLASSES: dict[str, type] = {
     "HttpToolsProtocol": httptools_impl.HttpToolsProtocol,
     "H11Protocol": h11_impl.H11Protocol,
     "RequestResponseCycle": httptools_impl.RequestResponseCycle,
+    "H11Cycle": h11_impl.RequestResponseCycle,
     "FlowControl": FlowControl,
     "ServerState": ServerState,
     "Config": Config,
@@ -53,9 +55,13 @@ OURS = {
     "HeadClock": ("HttpToolsProtocol", "H11Protocol"),
     "HeadDeadline": ("HttpToolsProtocol",),
     "H11HeadDeadline": ("H11Protocol",),
+    "Linger": ("HttpToolsProtocol", "H11Protocol"),
+    "_EndsLingering": ("RequestResponseCycle", "H11Cycle"),
+    "LingerCycle": ("RequestResponseCycle",),
+    "H11LingerCycle": ("H11Cycle",),
 }
 # The modules that build on uvicorn's protocols.
-SCANNED = (server, deadline)
+SCANNED = (server, deadline, linger)
 # An attribute of the protocol (or cycle) holding another uvicorn object: its class.
 HOLDS = {"flow": "FlowControl", "server_state": "ServerState", "config": "Config"}
 
@@ -81,6 +87,27 @@ GUARDED: dict[str, tuple[str, str]] = {
         "a2371c7b24ce59cc35662348137ca230a084329127264f339124474933ad44c6",
         "_lane_may_serve (a full write buffer goes to ASGI)",
     ),
+    "H11Protocol._unset_keepalive_if_required": (
+        "00a6a4e47214e68edef469a2a8f21ade722e9c6dfb2eb6c25855fbd9941cec32",
+        "linger.Linger.linger (the keep-alive timer the answer armed is cancelled)",
+    ),
+    "H11Cycle.more_body": (
+        "72b170a3356f670b05732a91f7fd3167ed1446d63dd3edb6d900dcaa35dfec59",
+        "linger.H11LingerCycle: the request's body is still coming (set False at its end)",
+    ),
+    "H11Cycle.scope": (
+        "fdfbb857879f35883cde3f190093ec26e0733239f2d9244f702ff316faff888d",
+        "linger._EndsLingering.answers_early (the request's headers: its declared size)",
+    ),
+    "H11Cycle.send": (
+        "76b4bcb0998bed0e1ba6f4ddcf5f487c03b2f22e26421a934d49af04ee33a9dc",
+        "linger.H11LingerCycle.send: `connection: close` added to an early answer makes h11 "
+        "close after it, through the transport (_CloseNoted stands in: write, close)",
+    ),
+    "H11Cycle.transport": (
+        "158dbd7816a728674d491e4ead794ca4055dcda12055ce878dca6346b626763d",
+        "linger._EndsLingering swaps it for _CloseNoted while the answer ends",
+    ),
     "H11Protocol.app": (
         "54db383455848c47d85bbada0a7c908482a9cd704b088364880ddb1f2f56b75d",
         "deadline.H11HeadDeadline.connection_made (head_timeout_of over the loaded app)",
@@ -92,7 +119,7 @@ GUARDED: dict[str, tuple[str, str]] = {
     ),
     "H11Protocol.connection_lost": (
         "dbb688fa2b3860005b4f7c53af5c33be1a7ac139184665008984d8935d261e91",
-        "deadline.H11HeadDeadline.connection_lost (the head timer)",
+        "deadline.H11HeadDeadline.connection_lost (the head timer, the linger timer)",
     ),
     "H11Protocol.connection_made": (
         "6efb565ff3d36b916c29bd42330a2b99b601b48932389e396e5ac53dbef6b91c",
@@ -100,15 +127,22 @@ GUARDED: dict[str, tuple[str, str]] = {
     ),
     "H11Protocol.cycle": (
         "39d36327c157a307bf75c27010a393d2aa6723fed80da7dee432a9e70db12bb0",
-        "deadline.HeadClock.head_check (no 408 while a request is being answered)",
+        "deadline.HeadClock.head_check (no 408 while a request is being answered); "
+        "H11HeadDeadline.handle_events (the cycle it made becomes an H11LingerCycle)",
     ),
     "H11Protocol.data_received": (
         "e03b145518ca44aafc84f6f11655e54570ce724fa24854ae1287771166316a16",
-        "deadline.H11HeadDeadline.data_received (every byte passes here, parsed at once)",
+        "deadline.H11HeadDeadline.data_received (every byte passes here, parsed at once, or "
+        "dropped while lingering)",
+    ),
+    "H11Protocol.flow": (
+        "464565ca16385515f62d151d8dfedee8df5bb8761746894f98fa364a918ae55f",
+        "linger.Linger.linger (resume_reading: the app may have paused it)",
     ),
     "H11Protocol.handle_events": (
         "278f2d7efca279a36863817b83a4a31c0c3cff6c65bfcc28dd48dfd83d887495",
-        "deadline.H11HeadDeadline: a head is parsed in data_received (their_state after it)",
+        "deadline.H11HeadDeadline: a head is parsed in data_received (their_state after it); "
+        "its override: the only place uvicorn makes a cycle (and starts its task)",
     ),
     "H11Protocol.loop": (
         "dd19168f4caf6a79e15bcdbde56b00c5a3c023d67fa668097e54935145021bfa",
@@ -116,7 +150,8 @@ GUARDED: dict[str, tuple[str, str]] = {
     ),
     "H11Protocol.on_response_complete": (
         "1fbb8f48c6a1afc4cb655ddc746495c68608d12be775ea25c9debfd1e232a96a",
-        "deadline.H11HeadDeadline: the keep-alive timer bounds a pipelined half head",
+        "deadline.H11HeadDeadline: the keep-alive timer bounds a pipelined half head; "
+        "linger.Linger.linger runs after it and cancels that timer",
     ),
     "H11Protocol.server_state": (
         "cb6919e84e3652fa2623e119e568cbd7f25565b012d1cda356b61b2c55519f8a",
@@ -128,11 +163,13 @@ GUARDED: dict[str, tuple[str, str]] = {
     ),
     "HttpToolsProtocol._start_asgi_task": (
         "8d0189e65525db4252cf68afc4d089cafa6a7065d1d39c3877354c0a0a7d504c",
-        "OneWriteProtocol's override (the class swap); on_lane_response_complete's call",
+        "OneWriteProtocol's and HeadDeadline's overrides (the class swaps); "
+        "on_lane_response_complete's call",
     ),
     "HttpToolsProtocol._unset_keepalive_if_required": (
         "00a6a4e47214e68edef469a2a8f21ade722e9c6dfb2eb6c25855fbd9941cec32",
-        "LaneProtocol's override and the lazy keep-alive timeout",
+        "LaneProtocol's override and the lazy keep-alive timeout; linger.Linger.linger calls "
+        "it (the keep-alive timer must not close a lingering connection)",
     ),
     "HttpToolsProtocol.app": (
         "193088f1a20f78f2b8c184403e5e6b4b6f43bb54aa796225bc33ce1264a8ee5a",
@@ -253,7 +290,8 @@ GUARDED: dict[str, tuple[str, str]] = {
     ),
     "RequestResponseCycle.keep_alive": (
         "c12f7709bbeac8857b43f0e6cfc846a9eaf407881a16cb39b583723c3af7e989",
-        "LaneCycle.keep_alive (the protocol's shutdown sets it)",
+        "LaneCycle.keep_alive (the protocol's shutdown sets it); linger.LingerCycle.send "
+        "clears it for an early answer (uvicorn then says `connection: close`, and closes)",
     ),
     "RequestResponseCycle.message_event": (
         "5bd7672e3075032059806e9cb88973fddb8a120350d33b07bb6b06853b34b5b1",
@@ -261,7 +299,8 @@ GUARDED: dict[str, tuple[str, str]] = {
     ),
     "RequestResponseCycle.more_body": (
         "bf2945bb1e5edb7a7459a76b8733b2c9dd5f3b4624f205cba2c32e08ce0cd29c",
-        "LaneCycle.more_body (the protocol clears it on message complete)",
+        "LaneCycle.more_body (the protocol clears it on message complete); linger.py and "
+        "LaneCycle.write read it: the request's body is still coming",
     ),
     "RequestResponseCycle.response_complete": (
         "8b8de25e0c963009b4481cd36d0656cdbfc3a779045c0afcf29f04b7a72e7f80",
@@ -273,15 +312,18 @@ GUARDED: dict[str, tuple[str, str]] = {
     ),
     "RequestResponseCycle.scope": (
         "a8579bec4cd2a1781a053a6263be4e7be6203441bfa0cb9c8d33b7dbfe392fe8",
-        "OneWriteCycle.send (HEAD is written as uvicorn writes it)",
+        "OneWriteCycle.send (HEAD is written as uvicorn writes it); "
+        "linger._EndsLingering.answers_early (the request's headers: its declared size)",
     ),
     "RequestResponseCycle.send": (
         "abdd8601b326a8da972436918d3a954e1ef39c6bf0cd9e1c1954c2e798d0bb9c",
-        "OneWriteCycle.send: the head written to a stand-in transport, then the body",
+        "OneWriteCycle.send: the head written to a stand-in transport, then the body; "
+        "linger.LingerCycle.send: the close after an early answer noted by a stand-in",
     ),
     "RequestResponseCycle.transport": (
         "8b8de25e0c963009b4481cd36d0656cdbfc3a779045c0afcf29f04b7a72e7f80",
-        "OneWriteCycle.send swaps it for _HeadBuffer during the start",
+        "OneWriteCycle.send swaps it for _HeadBuffer during the start, linger._EndsLingering "
+        "for _CloseNoted (write, is_closing, close) during the end",
     ),
     "STATUS_LINE": (
         "4736834f2615eee997d37ecc45d4973517ea6cacf060ceb95e4de26259d01366",
@@ -313,8 +355,8 @@ def owned_by(owner: str) -> set[str]:
 
 
 def used_by_server() -> set[str]:
-    """Every uvicorn member server.py and deadline.py reach, as "Class.name" (or "NAME" for
-    a constant of httptools_impl)."""
+    """Every uvicorn member server.py, deadline.py and linger.py reach, as "Class.name" (or
+    "NAME" for a constant of httptools_impl)."""
     used: set[str] = set()
     for module in SCANNED:
         tree = ast.parse(Path(module.__file__ or "").read_text())

@@ -22,7 +22,7 @@ from tests.processes import scheduler_env
 from tests.redis_server import RestartableRedis
 from tests.workers.test_processes import BASE_ENV, Workers, drained, run_periods
 from workers import worker as worker_module
-from workers.outage import until_redis_answers
+from workers.outage import Availability, redis_unavailable, until_redis_answers
 from workers.worker import SchedulerWorker
 
 
@@ -103,6 +103,74 @@ def test_until_redis_answers_backs_off_to_its_cap_and_can_give_up() -> None:
 
     with pytest.raises(redis.ResponseError):
         until_redis_answers("test", broken, sleep=waits.append)
+
+
+BUSY_REPLY = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or ..."
+IN_PIPELINE = "of pipeline caused error:"
+
+
+@pytest.mark.parametrize(
+    ("error", "unavailable"),
+    [
+        (redis.ConnectionError("Connection refused"), True),
+        (redis.TimeoutError("Timeout reading from socket"), True),
+        (redis.BusyLoadingError("Redis is loading the dataset in memory"), True),
+        (redis.ResponseError(BUSY_REPLY), True),
+        # From a pipeline: redis-py puts the command in front; the reply is what follows.
+        (
+            redis.ResponseError(f"Command # 1 (SREM k v) {IN_PIPELINE} {BUSY_REPLY}"),
+            True,
+        ),
+        (
+            redis.ResponseError(f"Command # 2 (SET BUSY x) {IN_PIPELINE} ERR syntax"),
+            False,
+        ),
+        (redis.ResponseError("BUSYKEY Target key name already exists."), False),
+        (redis.ResponseError("BUSYGROUP Consumer Group name already exists"), False),
+        (
+            redis.ResponseError("user_script:1: attempt to call a nil value"),
+            False,
+        ),
+        (redis.ResponseError("ERR Error running script: BUSY inside the message"), False),
+    ],
+)
+def test_busy_and_loading_are_waited_out_and_a_script_error_is_not(
+    error: redis.RedisError, unavailable: bool
+) -> None:
+    assert redis_unavailable(error) is unavailable
+    calls = iter([error])
+
+    def call() -> str:
+        failure = next(calls, None)
+        if failure is not None:
+            raise failure
+        return "answered"
+
+    if unavailable:
+        assert until_redis_answers("test", call, sleep=lambda secs: None) == "answered"
+    else:
+        with pytest.raises(type(error)):
+            until_redis_answers("test", call, sleep=lambda secs: None)
+
+
+def test_an_outage_is_said_once_then_every_30_s_then_its_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """However many calls and threads meet it: not a line per retried call."""
+    now = [0.0]
+    said = Availability(clock=lambda: now[0])
+    busy = redis.ResponseError(BUSY_REPLY)
+    caplog.set_level("INFO", logger="workers.outage")
+    for _ in range(4):  # at 0, 12, 24 and 36 s
+        said.failed("dequeue", busy)
+        said.failed("trigger", busy)
+        now[0] += 12.0
+    said.answered("trigger")
+    said.answered("dequeue")  # the same end, met again
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in lines] == ["WARNING", "WARNING", "INFO"]
+    assert "BUSY" in lines[0][1] and "after 36 s" in lines[1][1]
+    assert "after 48.0 s" in lines[2][1]
 
 
 def test_rq_quitting_on_an_unexpected_error_is_not_the_end_of_the_worker(
