@@ -314,17 +314,25 @@ def test_serve_believes_no_forwarded_address_but_from_trusted_proxies(
 
 
 def test_the_compose_deployment_believes_its_balancer_only() -> None:
-    """docker-compose.yml: TRUSTED_PROXIES is lb's fixed address, in the fixed subnet, and the
-    nginx in front appends the client's address to X-Forwarded-For."""
+    """docker-compose.yml: TRUSTED_PROXIES is lb's fixed address on the backend network (where
+    the API replicas see it), in that network's fixed subnet, and the nginx in front appends
+    the client's address to X-Forwarded-For."""
     root = Path(__file__).resolve().parent.parent.parent
     compose = yaml.safe_load((root / "docker-compose.yml").read_text())
+    # As compose expands them with the required variables given: ${VAR:-default} is its
+    # default; ${VAR:?message} a value of the operator's (keys strong enough to start).
+    given = {"REDIS_PASSWORD": "0123abcd", "TINYAWS_API_KEY": KEY, "AGENT_JOIN_KEY": JOIN_KEY}
     expanded = {
-        name: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+        name: re.sub(
+            r"\$\{(\w+):\?[^}]*\}",
+            lambda m: given[m.group(1)],
+            re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value)),
+        )
         for name, value in compose["x-env"].items()
     }
     settings = Settings.from_env(expanded)
-    (subnet,) = compose["networks"]["default"]["ipam"]["config"]
-    lb = ip_address(compose["services"]["lb"]["networks"]["default"]["ipv4_address"])
+    (subnet,) = compose["networks"]["backend"]["ipam"]["config"]
+    lb = ip_address(compose["services"]["lb"]["networks"]["backend"]["ipv4_address"])
     assert settings.trusted_proxy_list == (ip_network(f"{lb}/32"),)
     assert lb in ip_network(subnet["subnet"])
     assert settings.agent_network_list == ()  # unset: any network, as the original

@@ -46,13 +46,13 @@ def test_a_drain_moves_the_queue_in_calls_of_bounded_size(
 ) -> None:
     monkeypatch.setattr(pieces, "MOVE_STEP", 2)
     limits: list[int] = []
-    drain_node = pieces.node_scripts.drain_node
+    drain_node = pieces.drain_scripts.drain_node
 
     def counted(*args: Any) -> Any:
         limits.append(args[-1])
         return drain_node(*args)
 
-    monkeypatch.setattr(pieces.node_scripts, "drain_node", counted)
+    monkeypatch.setattr(pieces.drain_scripts, "drain_node", counted)
     made = queued_on_a(api, 5)
     answer = assert_json(api.post("/nodes/a/drain"))
     assert (answer["moved"], answer["stayed"]) == (5, 0)
