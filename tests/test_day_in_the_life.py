@@ -36,6 +36,10 @@ from tests.up_user import ACCELERATED, STEP_SECS, Said, Up, User, wait_for
 # (cli/up.py stop_all and embedded_redis).
 STOP_SECS = float(ACCELERATED["AGENT_GRACE_SECS"]) + 15 + 20 + 10 + 30
 SESSION_SECS = float(ACCELERATED["UI_SESSION_SECS"])
+POLL_SECS = float(ACCELERATED["AGENT_POLL_WAIT_SECS"])  # an idle agent's poll period
+# The day, from the banner to the evening: 27 idle polls of the agent, 9 minutes of an agent
+# at the defaults. A slow machine's longer morning makes a shorter afternoon.
+DAY_SECS = 55.0
 # A job's end as the user expects it: status, failure_reason, stdout.
 Ending = tuple[str, str, str]
 DONE_HELLO: Ending = ("done", "", "hello\n")
@@ -87,7 +91,7 @@ def test_a_day_of_scheduler_up_refuses_its_user_nothing(
     login_at = in_the_browser(user, node, hello, tmp_path, ends)
     a_browser_tab(user, tab, ends)
     the_session_ends(user, login_at, node, hello)
-    afternoon(user)
+    afternoon(user, day_ends=up.up_at + DAY_SECS)
     evening(user, tab, ends)
 
     logged = len(up.text())
@@ -256,13 +260,13 @@ def the_session_ends(user: User, login_at: float, node: str, hello: str) -> None
     user.page("/ui/jobs", says=hello)
 
 
-def afternoon(user: User) -> None:
-    """Only the schedule works; the user looks in now and then."""
-    user.idle(5, "the schedule alone at work")
+def afternoon(user: User, day_ends: float) -> None:
+    """Only the schedule works; the user looks in now and then, until the day ends."""
+    user.idle(max(POLL_SECS, (day_ends - time.monotonic()) / 2), "the schedule alone at work")
     ticks = user.cli("list", "--status", "done", "--newest", "--limit", "3").out
     assert 'command="echo tick"' in ticks, ticks
     user.page("/ui", says="Throughput")
-    user.idle(5, "the schedule alone at work")
+    user.idle(max(POLL_SECS, day_ends - time.monotonic()), "the schedule alone at work")
     user.page("/ui/schedules", says="job-")
 
 

@@ -99,6 +99,7 @@ class Up:
             self.port = free_port()
             self.proc = self._start()
             self.url = self._wait_banner()
+            self.up_at = time.monotonic()
             if self.url:
                 return
         raise AssertionError(f"no free port for `scheduler up`:\n{self.text()}")
