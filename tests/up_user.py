@@ -185,7 +185,6 @@ class User:
     """The operator at the keyboard of the machine `up` runs on."""
 
     def __init__(self, up: Up) -> None:
-        self.up = up
         self.url = up.url
         # The banner's `try` line: SCHEDULER_URL set to this URL; the CLI finds the key.
         self.env = user_env(up.folder) | {"SCHEDULER_URL": up.url}
@@ -222,8 +221,8 @@ class User:
     def counts_nothing(self, after: str) -> None:
         assert self.wrong_keys() == 0, (
             f"after {after}, Redis counts {self.wrong_keys()} wrong keys from {ADDRESS} "
-            "(AUTH_FAILURES_MAX is 2): the user sent none, so the product's own traffic "
-            "counts as guesses and will lock its operator out"
+            f"(AUTH_FAILURES_MAX is {ACCELERATED['AUTH_FAILURES_MAX']}): the user sent none, "
+            "so the product's own traffic counts as guesses and will lock its operator out"
         )
 
     def idle(self, secs: float, why: str) -> None:
