@@ -1,0 +1,293 @@
+"""A day in the life of `scheduler up` (issue 36): the product as README's quickstart starts
+it (embedded Redis, API, worker, its agent in token mode), and a user doing for a while what
+README shows, between idle stretches while the agent polls: the CLI (submit, --wait, --delay,
+--priority, status, list, cancel, retry, nodes, drain and undrain, a schedule that fires),
+the HTTP API with the session's key, the web UI (its login, every page, a Retry button, a
+session that ends; and in a real browser a Cancel button, then the dashboard left open all
+day, reloading itself), and the mistakes users make (a mistyped job id, a bad
+--priority, a wrong status filter, a missing command). Every period that matters runs ten
+times faster (tests/up_user.py, ACCELERATED): a minute of the test is ten minutes at the
+defaults, long enough for the lock-out of issue 36 (the agent's GET /instances counted as a
+wrong key each poll, locking out its own operator within minutes) to happen several times.
+
+Throughout: no call the user got right is refused (401, 403, 429, 5xx), no mistake counts as
+a wrong key, every job ends as it should with its output, and the API answered nobody (the
+agent included) a refusal or a 5xx. At the end: Redis counts no wrong key for the user's
+address, the log has no ERROR and no traceback, and Ctrl-C stops everything, exit status 0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.chromium import headless_chromium
+from tests.up_user import ACCELERATED, STEP_SECS, Said, Up, User, wait_for
+
+# A stop's longest: the agent's grace + 15 s, the worker's 20 s, the API's 10 s, Redis's 30 s
+# (cli/up.py stop_all and embedded_redis).
+STOP_SECS = float(ACCELERATED["AGENT_GRACE_SECS"]) + 15 + 20 + 10 + 30
+SESSION_SECS = float(ACCELERATED["UI_SESSION_SECS"])
+POLL_SECS = float(ACCELERATED["AGENT_POLL_WAIT_SECS"])  # an idle agent's poll period
+# The day, from the banner to the evening: 27 idle polls of the agent, 9 minutes of an agent
+# at the defaults. A slow machine's longer morning makes a shorter afternoon.
+DAY_SECS = 55.0
+# A job's end as the user expects it: status, failure_reason, stdout.
+Ending = tuple[str, str, str]
+DONE_HELLO: Ending = ("done", "", "hello\n")
+CANCELLED: Ending = ("failed", "cancelled", "")
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Up]:
+    started = Up(tmp_path)
+    yield started
+    started.kill()  # after a failed test; a passing one has stopped it with Ctrl-C
+
+
+@pytest.fixture
+def user(up: Up) -> Iterator[User]:
+    person = User(up)
+    yield person
+    person.close()
+
+
+@pytest.fixture
+def tab() -> Iterator[WebDriver]:
+    browser = headless_chromium()
+    yield browser
+    browser.quit()
+
+
+def submitted(said: Said) -> str:
+    """The id in `submitted job-3 on node n1 (status=pending)`."""
+    found = re.search(r"^submitted (job-\d+) ", said.out, re.MULTILINE)
+    assert found, str(said)
+    return found[1]
+
+
+def flaky(flag: Path, code: int) -> str:
+    """A command that fails (exit `code`) the first time and works once its cause is gone:
+    what a user retries."""
+    return f"test -e {flag} && echo recovered || {{ touch {flag}; exit {code}; }}"
+
+
+def test_a_day_of_scheduler_up_refuses_its_user_nothing(
+    up: Up, user: User, tab: WebDriver, tmp_path: Path
+) -> None:
+    ends: dict[str, Ending] = {}
+    hello, node = first_steps(user, ends)
+    morning_at_the_cli(user, hello, node, tmp_path, ends)
+    mistakes(user, hello)
+    through_the_api(user, ends)
+    login_at = in_the_browser(user, node, hello, tmp_path, ends)
+    a_browser_tab(user, tab, ends)
+    the_session_ends(user, login_at, node, hello)
+    afternoon(user, day_ends=up.up_at + DAY_SECS)
+    evening(user, tab, ends)
+
+    logged = len(up.text())
+    code = up.interrupt(timeout=STOP_SECS)  # Ctrl-C
+    assert code == 0, f"`scheduler up` exited {code} on Ctrl-C:\n{up.text()[logged:]}"
+    assert "did not stop in time" not in up.text(), up.text()[logged:]
+    assert not up.problems(), "\n".join(up.problems()) + f"\n\n{up.text()}"
+
+
+def first_steps(user: User, ends: dict[str, Ending]) -> tuple[str, str]:
+    """README's first command, then a look at the node; then the user reads the docs."""
+    said = user.cli("submit", "echo hello", "--wait")
+    assert said.out.splitlines()[-1] == "hello", str(said)
+    hello = submitted(said)
+    ends[hello] = DONE_HELLO
+    nodes = json.loads(user.cli("nodes", "--json").out)
+    (node,) = nodes
+    assert nodes[node]["status"] == "healthy", nodes
+    user.idle(6, "after the first job")
+    return hello, node
+
+
+def morning_at_the_cli(
+    user: User, hello: str, node: str, tmp_path: Path, ends: dict[str, Ending]
+) -> None:
+    """Delays, a failure and its retry, priorities, a cancel, lists, a drain, a schedule."""
+    delayed = user.cli("submit", "echo later", "--delay", "3")
+    assert "(status=delayed)" in delayed.out, str(delayed)
+    later = submitted(delayed)
+    ends[later] = ("done", "", "later\n")
+
+    failing = submitted(user.cli("submit", "exit 3", "--max-retries", "0", "--wait", code=3))
+    ends[failing] = ("failed", "", "")
+    status = user.cli("status", failing, "--attempts")
+    assert "exit_code=3" in status.out and f"{failing} attempt 1 on {node}: failed" in status.out
+
+    fixed = submitted(
+        user.cli("submit", flaky(tmp_path / "cli-flag", 4), "--max-retries", "0", "--wait", code=4)
+    )
+    assert user.cli("retry", fixed).out == f"retried: {fixed}\n"
+    ends[fixed] = ("done", "", "recovered\n")
+
+    # A long job holds the node's one slot; the urgent one submitted after the routine one
+    # runs first once the long one is cancelled.
+    long = submitted(user.cli("submit", "sleep 60"))
+    user.reaches(long, ("running",))
+    routine = submitted(user.cli("submit", "echo routine"))
+    urgent = submitted(user.cli("submit", "echo urgent", "--priority", "5"))
+    user.cli("cancel", long)
+    ends |= {long: CANCELLED, routine: ("done", "", "routine\n"), urgent: ("done", "", "urgent\n")}
+    user.ended(urgent)
+    user.ended(routine)
+    first, second = (
+        user.call("GET", f"/jobs/{job}/attempts").json()[0] for job in (urgent, routine)
+    )
+    assert first["started_at"] < second["started_at"], (first, second)
+
+    listed = user.cli("list").out
+    assert all(f"job_id={job_id} " in listed for job_id in ends), listed
+    dead = user.cli("list", "--status", "failed").out
+    assert {failing, long} <= set(re.findall(r"job_id=(\S+)", dead)), dead
+    assert f"job_id={hello} " not in dead, dead
+
+    added = user.cli("schedule", "add", "tick", "--every", "5", "echo tick")
+    assert added.out.startswith("added schedule tick: every 5s"), str(added)
+
+    assert "drained" in user.cli("drain", node).out
+    assert "drained by operator" in user.cli("nodes").out
+    parked = user.cli("submit", "echo parked")
+    assert "pending_reason=drained" in parked.out, str(parked)
+    ends[submitted(parked)] = ("done", "", "parked\n")
+    assert "takes new jobs again" in user.cli("undrain", node).out
+    user.idle(6, "a morning's jobs")
+
+
+def mistakes(user: User, hello: str) -> None:
+    """What users get wrong: each a clear 4xx (or usage error), none counted as a guess."""
+    user.cli_wrong("status", "job-99999", code=1, says="404: job not found")
+    user.cli_wrong("cancel", "job-99999", code=1, says="404: job not found")
+    user.cli_wrong("submit", "echo x", "--priority", "5000", code=1, says="submit failed 400")
+    user.cli_wrong("list", "--status", "finished", code=2, says="invalid choice: 'finished'")
+    user.cli_wrong("submit", code=2, says="required: command")
+    user.cli_wrong("submit", "", code=1, says="400: command or deploy_url is required")
+    user.cli_wrong("retry", hello, code=1, says=f"not failed: {hello}")
+    user.cli_wrong("schedule", "add", "tick", "--every", "5", "echo tick", code=1, says="409")
+    user.cli_wrong("drain", "no-such-node", code=1, says="404: node not found")
+    user.call("GET", "/jobs/job-99999", 404)
+    user.call("POST", "/jobs", 400, json={})
+    user.call("POST", "/jobs", 400, json={"command": "echo x", "priority": 5000})
+    user.call("POST", f"/jobs/{hello}/retry", 409)
+    user.call("DELETE", "/schedules/no-such-schedule", 404)
+    user.counts_nothing("the user's mistakes")
+
+
+def through_the_api(user: User, ends: dict[str, Ending]) -> None:
+    """A script of the user's, with the session's key."""
+    job = user.call("POST", "/jobs", 201, json={"command": "echo api"}).json()
+    ends[job["job_id"]] = ("done", "", "api\n")
+    assert user.ended(job["job_id"])["stdout"] == "api\n"
+    done = user.call("GET", "/jobs", params={"status": "done"}).json()
+    assert job["job_id"] in [each["job_id"] for each in done]
+    (attempt,) = user.call("GET", f"/jobs/{job['job_id']}/attempts").json()
+    assert attempt["reason"] == "done"
+    assert "tick" in user.call("GET", "/schedules").text
+    user.call("GET", "/nodes")
+
+
+def in_the_browser(
+    user: User, node: str, hello: str, tmp_path: Path, ends: dict[str, Ending]
+) -> float:
+    """The web UI as a script sees it: the login form, every page, a Retry button. Returns
+    when the session started (time.monotonic())."""
+    user.log_in()
+    login_at = time.monotonic()
+    user.page("/ui", says="Throughput")
+    user.page("/ui/jobs", says=hello)
+    user.page(f"/ui/jobs/{hello}", says="hello")
+    user.page("/ui/nodes", says=node)
+    user.page("/ui/schedules", says="tick")
+    user.page("/ui/jobs?status=failed", says="Retry these")
+    user.page("/ui/jobs/job-99999", 404)
+    user.page("/ui/jobs?status=finished", 400)
+
+    body = {"command": flaky(tmp_path / "ui-flag", 5), "max_retries": 0}
+    fixed = user.call("POST", "/jobs", 201, json=body).json()["job_id"]
+    assert user.ended(fixed)["exit_code"] == 5
+    user.press(f"/ui/jobs/{fixed}", f"/ui/jobs/{fixed}/retry")
+    ends[fixed] = ("done", "", "recovered\n")
+    assert user.ended(fixed)["stdout"] == "recovered\n"
+    user.page(f"/ui/jobs/{fixed}", says="recovered")
+    return login_at
+
+
+def a_browser_tab(user: User, tab: WebDriver, ends: dict[str, Ending]) -> None:
+    """The web UI in a real browser (its own Origin and Sec-Fetch headers on a form): the
+    login, a Cancel button, then the dashboard left open, reloading itself every 5 s."""
+    tab.get(f"{user.url}/ui")
+    WebDriverWait(tab, STEP_SECS).until(lambda _: tab.current_url == f"{user.url}/ui/login")
+    tab.find_element(By.ID, "key").send_keys(user.key)
+    tab.find_element(By.ID, "login").click()
+    WebDriverWait(tab, STEP_SECS).until(lambda _: tab.current_url == f"{user.url}/ui")
+
+    long = user.call("POST", "/jobs", 201, json={"command": "sleep 60"}).json()["job_id"]
+    user.reaches(long, ("running",))
+    tab.get(f"{user.url}/ui/jobs/{long}")
+    tab.find_element(By.ID, "cancel").click()
+    ends[long] = CANCELLED
+    assert user.ended(long)["failure_reason"] == "cancelled"
+    tab.get(f"{user.url}/ui")
+    assert "Throughput" in tab.page_source
+
+
+def the_session_ends(user: User, login_at: float, node: str, hello: str) -> None:
+    """Lunch: the login ends (UI_SESSION_SECS); the Drain button of the page left open sends
+    the user to the login form, draining nothing and counting nothing; the user logs in
+    again."""
+    token = user.token(user.page("/ui/nodes", says=node))
+    user.idle(max(0.0, login_at + SESSION_SECS + 1 - time.monotonic()), "past the UI session")
+    response = user.browser.get("/ui/jobs")
+    assert (response.status_code, response.headers.get("location")) == (303, "/ui/login")
+    pressed = user.browser.post(f"/ui/nodes/{node}/drain", data={"csrf": token})
+    assert (pressed.status_code, pressed.headers.get("location")) == (303, "/ui/login")
+    assert "drained" not in user.call("GET", "/nodes").json()[node]
+    user.counts_nothing("a page used past its session")
+    user.log_in()
+    user.page("/ui/jobs", says=hello)
+
+
+def afternoon(user: User, day_ends: float) -> None:
+    """Only the schedule works; the user looks in now and then, until the day ends."""
+    user.idle(max(POLL_SECS, (day_ends - time.monotonic()) / 2), "the schedule alone at work")
+    ticks = user.cli("list", "--status", "done", "--newest", "--limit", "3").out
+    assert 'command="echo tick"' in ticks, ticks
+    user.page("/ui", says="Throughput")
+    user.idle(max(POLL_SECS, day_ends - time.monotonic()), "the schedule alone at work")
+    user.page("/ui/schedules", says="job-")
+
+
+def evening(user: User, tab: WebDriver, ends: dict[str, Ending]) -> None:
+    """The schedule is deleted; every job has ended as it should; the tab left open has
+    reloaded itself into the login form once its session ended."""
+    shown = json.loads(user.cli("schedule", "show", "tick").out)
+    assert "tick" in user.cli("schedule", "list").out
+    user.cli("schedule", "delete", "tick")
+    ticks = [
+        job["job_id"] for job in user.call("GET", "/jobs").json() if job["command"] == "echo tick"
+    ]
+    assert shown["last_job_id"] in ticks, (shown, ticks)
+    ends |= {tick: ("done", "", "tick\n") for tick in ticks}
+    for job_id, (status, reason, stdout) in ends.items():
+        job = user.ended(job_id)
+        got = (job["status"], job.get("failure_reason", ""), job.get("stdout", ""))
+        assert got == (status, reason, stdout), f"{job_id}: {job}"
+    every = user.call("GET", "/jobs").json()
+    assert sorted(job["job_id"] for job in every) == sorted(ends), every
+    user.cli("list", "--newest")
+    wait_for("the tab's session ends", lambda: tab.current_url == f"{user.url}/ui/login")
+    user.counts_nothing("the day")
+    assert not user.refusals(), f"the API refused or failed: {user.refusals()}"
