@@ -105,44 +105,6 @@ def _modes(data: Path) -> dict[str, str]:
     return loose
 
 
-def test_up_keeps_its_data_dir_redis_and_key_to_its_own_user(
-    open_base: Path, ups: list[Up]
-) -> None:
-    data, state = open_base / "data", open_base / "state"
-    _loose_deployment(data)
-    up = Up(data, open_base / "up.log", XDG_STATE_HOME=str(state))
-    ups.append(up)
-    key = _key(state, up)
-    done = up.cli("submit", "echo hi", "--env", f"DBPASS={SECRET}", "--wait")
-    assert done.returncode == 0, done.stderr
-    # The worker's snapshot (SNAPSHOT_INTERVAL_SECS) and Redis's append-only file hold it.
-    _wait_for(lambda: _holds(data / "scheduler.db", SECRET))
-
-    assert _modes(data) == {}
-    logged = up.log.read_text()
-    for tightened in ("scheduler.db (0644)", "redis (0755)", "redis/valkey.log (0644)"):
-        assert tightened in logged, logged
-    key_file = state / "tinyaws-scheduler" / f"127.0.0.1-{up.port}" / "api-key"
-    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-    assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
-    assert key not in logged
-
-    # Redis takes nothing without its password: none, or a wrong one.
-    url = _redis_url(up, data)
-    password = url.split("@")[0].rsplit(":", 1)[1]
-    assert len(password) >= 64 and password not in logged  # 256 bits, never printed
-    port, sock = _redis_address(data)
-    where = {"unix_socket_path": sock} if sock else {"port": port}
-    for given in (None, "wrong"):
-        client = redis.Redis(**where, password=given, socket_timeout=5)
-        with pytest.raises(redis.AuthenticationError):
-            client.set("{sched}:job:job-1", "x")
-        client.close()
-    with redis.Redis.from_url(url) as client:
-        assert client.ping()
-    assert up.interrupt() == 0, up.log.read_text()
-
-
 # The issue's attack on Redis, as `nobody` runs it with redis-cli at each address Redis has
 # ($1: `-p PORT` or `-s SOCKET`): read the delayed job's records, and where the command is
 # found, set the record to one with another command. "OK" would be a rewritten job.
@@ -175,15 +137,17 @@ def _as_nobody(argv: list[str]) -> subprocess.CompletedProcess[str]:
 @pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root, to run the attack as another user (nobody)"
 )
-def test_another_local_user_reads_no_secret_and_rewrites_no_job(
+def test_up_keeps_its_data_redis_and_key_to_its_own_user_against_another(
     open_base: Path, ups: list[Up]
 ) -> None:
-    """The issue's attack, as `nobody`: grep the append-only file and the snapshot (kept
-    outside the data dir here) for a job's env var value, read the snapshot with sqlite3
-    and the session key file, and set the delayed job's record in Redis to another command.
-    Each is refused, and the job runs the command it was given."""
+    """One `up` over a data dir an earlier version left readable by all (and its snapshot
+    elsewhere, SCHEDULER_DB, likewise): every file and folder is made owner-only, each
+    tightening logged; Redis takes nothing without its password. Then the issue's attack,
+    as `nobody`: grep the append-only file and the snapshot for a job's env var value, read
+    the snapshot with sqlite3 and the session key file, and set a delayed job's record in
+    Redis to another command. Each is refused, and the job runs the command it was given."""
     data, state = open_base / "data", open_base / "state"
-    # The snapshot elsewhere (SCHEDULER_DB), in a file an earlier run left readable by all.
+    _loose_deployment(data)
     db = open_base / "elsewhere" / "scheduler.db"
     db.parent.mkdir(mode=0o755)
     db.touch()
@@ -194,6 +158,7 @@ def test_another_local_user_reads_no_secret_and_rewrites_no_job(
     done = up.cli("submit", "echo hi", "--env", f"DBPASS={SECRET}", "--wait")
     assert done.returncode == 0, done.stderr
     aof = data / "redis" / "appendonlydir"
+    # The worker's snapshot (SNAPSHOT_INTERVAL_SECS) and Redis's append-only file hold it.
     _wait_for(lambda: _holds(db, SECRET))
     _wait_for(lambda: [1] if any(_holds(f, SECRET) for f in aof.iterdir()) else [])
     # Due in 20 s: the attack below takes a second; checked still delayed after it.
@@ -219,8 +184,30 @@ def test_another_local_user_reads_no_secret_and_rewrites_no_job(
         said = _as_nobody(["sh", "-c", REWRITE, "sh", where, job_key, original, forged]).stdout
         assert "OK" not in said and original not in said, (where, said)
         assert "NOAUTH" in said or "Permission denied" in said, (where, said)
-
     assert _job(up, key, job_id)["status"] == "delayed"  # the attack came before it ran
+
+    # Meanwhile, as its owner sees it: everything owner-only, each tightening said.
+    assert _modes(data) == {}
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    logged = up.log.read_text()
+    for tightened in ("scheduler.db (0644)", "redis (0755)", "redis/valkey.log (0644)"):
+        assert tightened in logged, logged
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
+    assert key not in logged
+    # Redis takes nothing without its password: none, or a wrong one.
+    url = _redis_url(up, data)
+    password = url.split("@")[0].rsplit(":", 1)[1]
+    assert len(password) >= 64 and password not in logged  # 256 bits, never printed
+    where_ = {"unix_socket_path": sock} if sock else {"port": port}
+    for given in (None, "wrong"):
+        client = redis.Redis(**where_, password=given, socket_timeout=5)
+        with pytest.raises(redis.AuthenticationError):
+            client.set("{sched}:job:job-1", "x")
+        client.close()
+    with redis.Redis.from_url(url) as client:
+        assert client.ping()
+
     _wait_for(lambda: [1] if _job(up, key, job_id)["status"] == "done" else [], timeout=120)
     ran = _job(up, key, job_id)
     assert ran["command"] == original and ran["stdout"] == "original-command\n", ran
