@@ -34,7 +34,9 @@ from tests.redis_server import free_port
 
 BODY_BYTES = 2 * MiB
 assert BODY_BYTES < LINGER_BYTES
-TRIES = 30
+# Tries of each case: urllib met the reset in 20 of 30 before the linger; the keep-alive
+# clients (httpx, the socket's whole-body write) read the 413 already, and keep it.
+TRIES = {"urllib": 20, "httpx": 5, "socket": 5}
 LIMITS = {"MAX_BODY_BYTES": "4096", "MAX_REPORT_BYTES": "8192"}  # each far under BODY_BYTES
 CHUNK = 64 * 1024
 JSON = {"Content-Type": "application/json"}
@@ -145,5 +147,5 @@ def test_a_body_over_the_limit_is_answered_413_and_the_client_reads_it(
 ) -> None:
     method, url = calls(api)[call]
     send = CLIENTS[client]
-    answers = [send(method, url, framing == "chunked") for _ in range(TRIES)]
-    assert answers == [413] * TRIES, answers
+    answers = [send(method, url, framing == "chunked") for _ in range(TRIES[client])]
+    assert answers == [413] * TRIES[client], answers
