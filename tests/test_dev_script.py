@@ -68,8 +68,8 @@ def test_test_installs_the_test_tools_then_up_needs_nothing_more(checkout: Path)
     assert installs(calls) == [
         f"python -m pip install --progress-bar off -e {checkout}[test,dashboard,embedded]"
     ]
-    # The suite in two processes (pytest-xdist); arguments come after, so `-n 0` overrides.
-    assert calls[-1] == "python -m pytest -n 2 --dist worksteal -q"
+    # The suite in three processes (pytest-xdist); arguments come after, so `-n 0` overrides.
+    assert calls[-1] == "python -m pytest -n 3 --dist worksteal -q"
     calls, _ = run_dev(checkout, "up")
     assert calls == ["scheduler up"]
 
