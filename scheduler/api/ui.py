@@ -251,10 +251,10 @@ async def nodes_page(request: Request) -> Response:
     return page(request, "Nodes", body, refresh=True, view=view)
 
 
-async def login_page(request: Request) -> Response:
-    error = '<p class="failed">wrong key</p>' if request.method == "POST" else ""
+async def login_page(request: Request, error: str = "") -> Response:
+    said = f'<p class="failed">{escape(error)}</p>' if error else ""
     form = (
-        f'{error}<form method="post" action="/ui/login">'
+        f'{said}<form method="post" action="/ui/login">'
         '<input type="password" name="key" id="key" placeholder="TINYAWS_API_KEY" autofocus>'
         '<button id="login">Log in</button></form>'
     )
@@ -268,11 +268,12 @@ async def login(request: Request) -> Response:
     check_origin(request)
     found = _credentials(request)
     if not found.is_key((await _form(request)).get("key", "")):
-        refused = await found.refused_asgi(request.scope, guessed=True)
-        if refused[0] != 401:
-            raise HTTPError(*refused)
-        response = await login_page(request)
-        response.status_code = 401
+        # The form again, whatever the refusal: past the limit (429) the right key is still
+        # served, so the operator behind a guessed-at address types it here.
+        status, message, headers = await found.refused_asgi(request.scope, guessed=True)
+        response = await login_page(request, "wrong key" if status == 401 else message)
+        response.status_code = status
+        response.headers.update(headers)
         return response
     response = RedirectResponse("/ui", status_code=303)
     await ui_session.start(request, response)

@@ -517,12 +517,15 @@ def test_errors_are_pages_of_the_ui_with_the_navigation(make_client: ClientFacto
     page = api.get("/ui/jobs/job-404").text
     assert "<title>404 Not Found · scheduler</title>" in page
     assert '<a href="/ui/jobs">Back to the jobs</a>' in page
-    # The login's throttle: its Retry-After kept, the page in the layout.
+    # The login's throttle: its Retry-After kept, the page in the layout, and the form again
+    # under what it says (the right key is still served from that address).
     other = make_client(api_key=KEY, auth_failures_max=1)
     assert other.post("/ui/login", data={"key": "wrong"}).status_code == 401
     throttled = other.post("/ui/login", data={"key": "wrong"})
     assert throttled.status_code == 429 and int(throttled.headers["retry-after"]) >= 1
-    assert 'id="error"' in throttled.text and "<header>" in throttled.text
+    assert "too many wrong credentials" in throttled.text and "<header>" in throttled.text
+    assert 'id="key"' in throttled.text
+    assert other.post("/ui/login", data={"key": KEY}).status_code == 200  # to /ui
     # The API's own errors stay the original's plain text.
     operator = {"Authorization": f"Bearer {KEY}"}
     assert_text_error(api.get("/jobs/job-404", headers=operator), 404, "job not found")
