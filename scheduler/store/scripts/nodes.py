@@ -67,8 +67,9 @@ def _registered(reply: list[Any]) -> Registered:
         raise Forbidden("forbidden: changing a node's role needs its token or the API key")
     if code == codes.TOO_MANY:
         raise Conflict(
-            "the node holds more jobs than a registration hands back at once: delete it, and "
-            "register it again once the sweep has moved its jobs"
+            "the node holds more jobs than a registration hands back at once: drain it (POST "
+            "/nodes/{id}/drain moves its queue in pieces) or delete it (the sweep moves its "
+            "jobs), then register it again"
         )
     return Registered(str(reply[1], "utf-8"), requeued(reply[2]), lost_jobs(reply[3]))
 
@@ -123,14 +124,22 @@ end
 -- The id passes to a new holder: what was queued for the old one goes back to placement, as
 -- when a node is lost: its pending, waiting and delayed jobs to the other live nodes, its
 -- running ones under the node-loss rule. With no other live node they stay, as they would go
--- to the next node up. Returns TOO_MANY, changing nothing, past `limit` jobs.
+-- to the next node up. Returns TOO_MANY, changing nothing, past `limit` jobs or past one
+-- pace of work (SETTLE_UNITS, about 5 ms: a job's flat cost and its record's size, read
+-- with STRLEN before anything moves): all or nothing, and no script holds Redis longer.
 local function hand_over()
   if not stored or not redis.call("ZSCORE", K.nodes_compute, node) then return nil end
-  local statuses, count = {"pending", "waiting", "delayed", "running"}, 0
+  local statuses, count, units = {"pending", "waiting", "delayed", "running"}, 0, 0
   for _, status in ipairs(statuses) do
     count = count + redis.call("ZCARD", K.node_status(node, status))
   end
   if count > tonumber(limit) then return TOO_MANY end
+  for _, status in ipairs(statuses) do
+    for _, id in ipairs(redis.call("ZRANGE", K.node_status(node, status), 0, -1)) do
+      units = units + ENDED_UNITS + record_units(redis.call("STRLEN", K.job(id)))
+    end
+  end
+  if units > SETTLE_UNITS then return TOO_MANY end
   local live = {}
   for _, other in ipairs(live_nodes(seen_at - tonumber(node_ttl))) do
     if other ~= node then live[#live + 1] = other end
