@@ -27,8 +27,10 @@ from scheduler.models.job import JOB_FIELDS, Job
 
 log = logging.getLogger("scheduler.agent")
 
-# Not handed down to jobs: the agent's own credentials and the scheduler's store.
-SECRET_ENV = frozenset({"TINYAWS_API_KEY", "REDIS_URL"})
+# Not handed down to jobs: the agent's own credentials and the scheduler's store. The join
+# key registers any node id it likes: a job holding it could register a node of its own and
+# receive other users' jobs with their env_vars.
+SECRET_ENV = frozenset({"TINYAWS_API_KEY", "AGENT_JOIN_KEY", "REDIS_URL"})
 NO_START_SCRIPT = "no start script or tinyaws.build found in deploy archive"
 KILL_GRACE_SECS = 5.0
 DRAIN_SECS = 2.0

@@ -10,6 +10,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from scheduler.config import Settings
+from scheduler.config.networks import any_network
 
 # How README makes one (32 random bytes: Must have 1's key strength).
 MAKE_A_KEY = (
@@ -57,7 +58,7 @@ class Exposure:
         return (
             bool(settings.api_key)
             and settings.agent_auth == "open"
-            and not settings.agent_networks
+            and any_network(settings.agent_network_list)
             and self.beyond_loopback
         )
 

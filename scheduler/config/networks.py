@@ -35,6 +35,12 @@ def parse_networks(raw: str) -> Networks:
     return tuple(networks)
 
 
+def any_network(networks: Networks) -> bool:
+    """Whether the list lets every caller in: empty (no list) or holding a /0 (0.0.0.0/0,
+    ::/0), which a start check must not take for a narrowing."""
+    return not networks or any(network.prefixlen == 0 for network in networks)
+
+
 def _unmapped(network: Network) -> Network:
     if isinstance(network, IPv6Network) and network.subnet_of(IPV4_MAPPED):
         mapped = network.network_address.ipv4_mapped

@@ -60,6 +60,7 @@ def test_short_output_is_unchanged() -> None:
 
 def test_job_env_hides_the_agents_secrets_and_injects_env_vars() -> None:
     base = {"PATH": "/bin", "TINYAWS_API_KEY": "k", "REDIS_URL": "redis://x", "FOO": "agent"}
+    base["AGENT_JOIN_KEY"] = "j"  # registers any node id: a job holding it takes others' jobs
     job = AgentJob(job_id="job-1", env_vars={"FOO": "job", "BAR": "1"}, port=8080)
     assert job_env(job, base) == {"PATH": "/bin", "FOO": "job", "BAR": "1", "PORT": "8080"}
 

@@ -39,6 +39,10 @@ def exposure(host: str, no_key: bool = False, open_agents: bool = False, **env: 
         ("0.0.0.0", {"TINYAWS_API_KEY": KEY}, {"open_agents": True}, ""),
         ("0.0.0.0", {"TINYAWS_API_KEY": KEY, "SERVE_INSECURE_OPEN_AGENTS": "1"}, {}, ""),
         ("0.0.0.0", {"TINYAWS_API_KEY": KEY, "AGENT_NETWORKS": "10.0.0.0/8"}, {}, ""),
+        # A /0 lets every caller in: no narrowing, whatever else the list holds.
+        ("0.0.0.0", {"TINYAWS_API_KEY": KEY, "AGENT_NETWORKS": "0.0.0.0/0"}, {}, "AGENT_AUTH=open"),
+        ("0.0.0.0", {"TINYAWS_API_KEY": KEY, "AGENT_NETWORKS": "10.0.0.0/8,::/0"}, {}, "open"),
+        ("0.0.0.0", {"TINYAWS_API_KEY": KEY, "AGENT_NETWORKS": "::ffff:0:0/96"}, {}, "open"),
         ("0.0.0.0", {"TINYAWS_API_KEY": KEY, "AGENT_AUTH": "token"}, {}, ""),
         ("0.0.0.0", {"TINYAWS_API_KEY": KEY, "SERVE_INSECURE_OPEN_AGENTS": "2"}, {}, "not 0 or 1"),
     ],
