@@ -359,15 +359,26 @@ def test_the_operators_word_follows_the_nodes_own_token_not_a_stranger(
     make_client: ClientFactory, rclient: Any, prefix: str
 ) -> None:
     """The key's registration vouches for a node; its agent's restart (its own token) keeps
-    that, with the hostname it says then; the join key's never does. A hostname label an
-    earlier version gave a node not vouched for goes at its next heartbeat."""
+    that while it says the hostname the key registered: a node's token saying another host's
+    name (h-n2) does not take the jobs pinned there, and is no longer vouched for until the
+    key registers it again. The join key's never vouches. A hostname label an earlier
+    version gave a node not vouched for goes at its next heartbeat."""
     api = make_client(api_key=KEY, agent_auth="token", agent_join_key=JOIN)
     keys = Keys(prefix)
     n1 = register_as(api, "n1", "h-n1", OPERATOR)
     evil = register_as(api, "evil", "h-evil", bearer(JOIN))
-    assert register_as(api, "n1", "h-n1b", bearer(n1)) == n1  # restarted, renamed
-    assert submit(api, command="x", node_selector={"node.hostname": "h-n1b"})["node_id"] == "n1"
+    assert register_as(api, "n1", "h-n1", bearer(n1)) == n1  # restarted
+    assert submit(api, command="x", node_selector={"node.hostname": "h-n1"})["node_id"] == "n1"
+    register_as(api, "n2", "h-n2", OPERATOR)
+    assert register_as(api, "n1", "h-n2", bearer(n1)) == n1  # claims n2's host
+    pinned = [submit(api, command="x", node_selector={"node.hostname": "h-n2"}) for _ in range(3)]
+    assert {job["node_id"] for job in pinned} == {"n2"}
+    assert not rclient.sismember(keys.nodes_vouched, "n1")
     assert not rclient.sismember(keys.label_nodes("node.hostname=h-n1"), "n1")
+    assert register_as(api, "n1", "h-n1", bearer(n1)) == n1  # back: still not vouched
+    assert submit(api, command="x", node_selector={"node.hostname": "h-n1"})["node_id"] == ""
+    register_as(api, "n1", "h-n1b", OPERATOR)  # renamed by the operator
+    assert submit(api, command="x", node_selector={"node.hostname": "h-n1b"})["node_id"] == "n1"
     assert submit(api, command="x", node_selector={"node.hostname": "h-evil"})["node_id"] == ""
     # As an earlier version indexed it: the next heartbeat takes it back.
     rclient.sadd(keys.label_nodes("node.hostname=h-evil"), "evil")

@@ -88,8 +88,9 @@ REGISTER_NODE = Script(
 -- node's labels, offer (cpu_count, memory_mb) and load are indexed from its record for
 -- placement (room.py index_node), and the unplaced jobs may fit it. vouches: "1" when the
 -- operator vouches for this registration (vouches()): only a node in nodes:vouched has its
--- hostname as its node.hostname label; the node's own token keeps what was vouched for,
--- anyone else's registration is not vouched for.
+-- hostname as its node.hostname label; the node's own token keeps what was vouched for
+-- while it says the hostname the key registered (a node's token claiming another host's name
+-- would take the jobs pinned there), anyone else's registration is not vouched for.
 -- Returns {OK, "issued" | "kept" | "none", {job moved}, {job lost}} (the fresh token became
 -- the node's; the caller's token stays the node's; no token for this caller) | {UNAUTHORIZED}
 -- | {TOO_MANY_NODES} | {ROLE_LOCKED} | {TOO_MANY}
@@ -102,7 +103,8 @@ local function save(kept)
   if redis.call("HGET", K.drained_nodes, node) == "stopping" then lift_drain(node) end
   if vouches == "1" then
     redis.call("SADD", K.nodes_vouched, node)
-  elseif not kept then
+  elseif not kept or not stored
+      or cjson.decode(stored).hostname ~= cjson.decode(record).hostname then
     redis.call("SREM", K.nodes_vouched, node)
   end
   redis.call("HSET", K.nodes, node, record)
