@@ -26,7 +26,8 @@ def _owner(uid: int) -> str:
 
 
 def _tighten(path: Path, root: Path, tightened: list[str]) -> None:
-    """Owner-only `path` (a folder 0700, anything else 0600); PermissionError if it is
+    """`path` closed to group and others, its owner's bits kept (a script keeps its x: `up`
+    may be pointed at a folder holding more than its own files); PermissionError if it is
     another user's. A symbolic link is left as it is: nothing follows it here."""
     info = path.lstat()
     if stat.S_ISLNK(info.st_mode):
@@ -39,15 +40,17 @@ def _tighten(path: Path, root: Path, tightened: list[str]) -> None:
         )
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077:
-        os.chmod(path, 0o700 if stat.S_ISDIR(info.st_mode) else 0o600)
+        os.chmod(path, mode & 0o700, follow_symlinks=False)
         name = "." if path == root else str(path.relative_to(root))
         tightened.append(f"{name} ({mode:04o})")
 
 
 def private_data_dir(data_dir: Path) -> None:
     """Make `data_dir` (absolute) if need be, and it and everything in it owner-only.
-    OSError when it cannot (another user's, a parent folder this user may not write)."""
+    OSError when it cannot (another user's, a parent folder this user may not write). A
+    data dir reached through a symbolic link is its target's folder: that is what is closed."""
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data_dir = data_dir.resolve()
     tightened: list[str] = []
     _tighten(data_dir, data_dir, tightened)
     for folder, dirs, files in os.walk(data_dir):

@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from scheduler.cli.embedded import EmbeddedRedis, embedded_redis
-from scheduler.cli.private_dir import private_snapshot
+from scheduler.cli.private_dir import private_data_dir, private_snapshot
 from scheduler.cli.up import _banner, _external
 from tests.cli import test_up
 from tests.cli.test_up import Up, _env, _up_command, _wait_for
@@ -261,6 +261,35 @@ def test_up_refuses_a_data_dir_another_user_owns(open_base: Path) -> None:
     )
     assert "--data-dir of your own" in result.stderr and "Traceback" not in result.stderr
     assert list(data.iterdir()) == [] or data == Path("/")  # nothing made there
+
+
+def test_a_data_dir_is_closed_to_others_keeping_its_owners_bits_and_leaving_links(
+    tmp_path: Path,
+) -> None:
+    """An earlier version's 0755/0644 data, reached through a link to the folder: closed to
+    group and others, the owner's bits as they were (a script stays runnable, a read-only
+    file read-only); a link inside is not followed out of the data dir."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not up's")
+    outside.chmod(0o644)
+    real = tmp_path / "real"
+    (real / "redis").mkdir(parents=True)
+    real.chmod(0o755)
+    files = {"run.sh": 0o755, "readonly": 0o444, "redis/appendonly.aof": 0o644}
+    for name, mode in files.items():
+        (real / name).write_text("x")
+        (real / name).chmod(mode)
+    (real / "link").symlink_to(outside)
+    (tmp_path / "data").symlink_to(real)
+
+    private_data_dir(tmp_path / "data")
+
+    def mode(path: Path) -> int:
+        return stat.S_IMODE(path.stat().st_mode)
+
+    assert mode(real) == 0o700 and mode(real / "redis") == 0o700
+    assert [mode(real / name) for name in files] == [0o700, 0o400, 0o600]
+    assert mode(outside) == 0o644
 
 
 def test_a_snapshot_file_outside_the_data_dir_is_made_owner_only(tmp_path: Path) -> None:
