@@ -6,6 +6,7 @@ the door's Credentials on both (guesses.py: counted when the call sent one)."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
@@ -69,8 +70,34 @@ def _client_gone(exc: Exception, where: str) -> Reply:
     return 400, "client disconnected", {}
 
 
+class OutageLog:
+    """The API's lines about Redis errors: the first one, then at most one every
+    EVERY_SECS counting those between. A Redis BUSY or down for minutes answers every call of
+    every agent with a 503; a line each would bury the log (the worker says as little:
+    workers/outage.py)."""
+
+    EVERY_SECS = 30.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.said_at = float("-inf")
+        self.unsaid = 0
+
+    def failed(self, where: str, exc: Exception) -> None:
+        now = self.clock()
+        if now - self.said_at < self.EVERY_SECS:
+            self.unsaid += 1
+            return
+        more = f" ({self.unsaid} more since the last line)" if self.unsaid else ""
+        log.error("redis error on %s: %s%s", where, exc, more)
+        self.said_at, self.unsaid = now, 0
+
+
+OUTAGE_LOG = OutageLog()
+
+
 def _unavailable(exc: Exception, where: str) -> Reply:
-    log.error("redis error on %s: %s", where, exc)
+    OUTAGE_LOG.failed(where, exc)
     return 503, "store unavailable", {}
 
 
