@@ -367,6 +367,30 @@ def register(store: SyncJobStore, now: float) -> None:
         store.run(node_scripts.register_node(f"n{n}", blob, "compute", now, who, f"t{n}", 1000))
 
 
+def wide_selector(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
+    """MAX_NODES compute nodes sharing a label, jobs pinned to it: each placement reads every
+    node. Three placed as they are submitted (one asking more cpus than any node has, every
+    node read to say why), then 100 unplaced ones by the placement pass."""
+    who = node_scripts.Registration("key", "open", False, 100_000, 3600.0, NO_RETRY)
+    now, wide = time.time(), {"zone": "a"}
+    for _ in range(100):  # no node yet: unplaced
+        body = JobCreate(command="true", node_selector=wide)
+        store.create(stamped(new_job(body), body, now), Placement.live(), now)
+    nodes = max(2, round(store.settings.max_nodes * scale))
+    for n in range(nodes):
+        node = Node(id=f"w{n}", hostname=f"w{n}", cpu_count=8, role="compute", labels=wide)
+        blob = msgspec.json.encode(node)
+        store.run(node_scripts.register_node(f"w{n}", blob, "compute", now, who, f"t{n}", 1000))
+    measured.begin()
+    placed = []
+    for cpus in (0, 1, 64):
+        body = JobCreate(command="true", node_selector=wide, cpus=cpus)
+        made = store.create(stamped(new_job(body), body, now), Placement.live(), now)
+        placed.append(json.loads(made.job)["node_id"] or "none")
+    passed = len(store.place_unplaced(now))
+    return f"{nodes} nodes; placed on {' '.join(placed)}; the pass placed {passed}"
+
+
 def restore(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
     """Its calls from the slowest entries of SLOWLOG: the restore runs on its own store."""
     for i in range(max(2, round(3000 * scale))):
@@ -466,6 +490,7 @@ SCENARIOS: dict[str, Scenario] = {
     "promote due": promote_due,
     "restore rebuild": restore_rebuild,
     "restore": restore,
+    "wide selector": wide_selector,
 }
 
 
