@@ -254,8 +254,10 @@ def test_script_bounds_prints_each_scenario() -> None:
         "promote due",
         "restore rebuild",
         "restore",
+        "wide selector",
     ]
     assert all(" longest " in line for line in lines)
+    assert "10 nodes; placed on w0 " in lines[19] and "none; the pass placed 100" in lines[19]
     assert "26 of 26 failed" in lines[0] and "last link failed" in lines[2]
     assert "6 of 6 failed" in lines[3] and "5 moved" in lines[5] and "5 pruned" in lines[8]
 

@@ -81,11 +81,9 @@ class Settings:
     # Load balancers whose X-Forwarded-For is believed (CIDRs); empty: none, the socket's
     # peer is the client (api/client_address.py).
     trusted_proxies: str = field(default="", metadata={"env": "TRUSTED_PROXIES"})
-    # A job whose node_selector every node matches reads them all to place it (about 3 µs
-    # a node): 2,000 keep that near 6 ms (README, Placement).
+    # A selector all nodes match reads them all, ~3 µs each: 2,000 (README, Placement).
     max_nodes: int = field(default=2_000, metadata={"env": "MAX_NODES", "min": 1})
-    # A web UI login lasts this long from the login form (not renewed by use); logout ends
-    # it at once.
+    # A web UI login lasts this long from the login form (not renewed by use, ends at logout).
     ui_session_secs: float = field(
         default=12 * 3600.0, metadata={"env": "UI_SESSION_SECS", "min": 1}
     )
