@@ -34,7 +34,9 @@ CtxFactory = Callable[..., Context]
 # Everything the suite and the processes it starts write to a temporary folder (the
 # scheduler's `sched-test-*` databases, agents' work folders, chromium's profiles, redis'
 # files) goes under one folder of its own, removed when the run ends: a run leaves nothing in
-# /tmp. pytest's own tmp_path folders are kept only for failed tests (pyproject.toml).
+# /tmp. pytest's own tmp_path folders are kept only for failed tests (pyproject.toml). The
+# agents' and up's state (node tokens, the session's key: XDG_STATE_HOME) goes there too,
+# not to the user's ~/.local/state.
 _SUITE_TMP = ""
 
 
@@ -44,6 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
     _SUITE_TMP = tempfile.mkdtemp(prefix="scheduler-suite-")
     os.environ["TMPDIR"] = _SUITE_TMP
+    os.environ["XDG_STATE_HOME"] = os.path.join(_SUITE_TMP, "state")
     tempfile.tempdir = _SUITE_TMP
 
 
@@ -51,6 +54,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if _SUITE_TMP:
         tempfile.tempdir = None
         os.environ.pop("TMPDIR", None)
+        os.environ.pop("XDG_STATE_HOME", None)
         shutil.rmtree(_SUITE_TMP, ignore_errors=True)
 
 
