@@ -603,6 +603,18 @@ def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
     assert code == 1 and err.startswith("submit failed 400: failed to decode job")
 
 
+def test_submit_takes_the_jobs_it_runs_after(api: str, cli: Cli) -> None:
+    first = json.loads(cli(api, "submit", "echo one", "--json")[1])["job_id"]
+    second = json.loads(cli(api, "submit", "echo two", "--json")[1])["job_id"]
+    code, out, _ = cli(api, "submit", "echo three", "--after", f"{first},{second}", "--json")
+    job = json.loads(out)
+    assert code == 0 and job["after"] == [first, second] and job["status"] == "waiting"
+    code, _, err = cli(api, "submit", "x", "--after", "nope")
+    assert code == 1 and "invalid after: 'nope' is not a job id" in err
+    for job_id in (first, second, job["job_id"]):
+        httpx.delete(f"{api}/jobs/{job_id}")
+
+
 def test_drain_and_undrain_print_what_moved(api: str, cli: Cli) -> None:
     register(api, "drain-a")
     pinned = ""
