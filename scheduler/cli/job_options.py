@@ -83,7 +83,7 @@ class Spec:
 # One entry per submitted field (and REQUEST_ONLY's), keyed by its name. The flags are the
 # ones the CLI has had since each field came, not always the field's name.
 SPECS: dict[str, Spec] = {
-    "command": Spec("command", "shell command, run with sh -c on the node", "COMMAND"),
+    "command": Spec("command", "shell command, run with sh -c on the node", "command"),
     "instance_id": Spec("--instance", "run on this instance's node", "ID"),
     "deploy_url": Spec(
         "--deploy-url", "an archive's http(s) URL, unpacked in the job's dir first", "URL"
