@@ -45,6 +45,7 @@ NARROWER: dict[str, set[str]] = {
     "scheduler.cli.listing": {"scheduler.models", "scheduler.config"},
     "scheduler.cli.retry": {"scheduler.models", "scheduler.config"},
     "scheduler.cli.schedules": {"scheduler.models", "scheduler.config"},
+    "scheduler.cli.job_options": {"scheduler.models", "scheduler.config"},
 }
 
 

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 import httpx
 
+from scheduler.cli.job_options import OptionError, add_job_options, job_body
 from scheduler.cli.output import attempt_line, exit_status, format_job, progress, why
 from scheduler.config import Settings
 from scheduler.models.job import FINAL_STATUSES as FINAL
@@ -164,47 +165,16 @@ def _print_json(value: Any, out: TextIO) -> None:
     out.write(json.dumps(value, indent=2) + "\n")
 
 
-def _env_vars(pairs: list[str]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise ClientError(f"error: --env {pair!r}: use NAME=VALUE")
-        env[name] = value
-    return env
-
-
-def _selector(pairs: list[str]) -> dict[str, str | list[str]]:
-    """--select KEY=VALUE[,VALUE...] (repeated): the node_selector; several values, any."""
-    selector: dict[str, str | list[str]] = {}
-    for pair in pairs:
-        key, sep, values = pair.partition("=")
-        if not sep or not key:
-            raise ClientError(f"error: --select {pair!r}: use KEY=VALUE or KEY=VALUE,VALUE")
-        allowed = values.split(",")
-        selector[key] = allowed if len(allowed) > 1 else values
-    return selector
+def job_body_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The job the options give (job_options.py), or ClientError saying which is wrong."""
+    try:
+        return job_body(args)
+    except OptionError as exc:
+        raise ClientError(f"error: {exc}") from None
 
 
 def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    body: dict[str, Any] = {"command": args.command}
-    if args.instance:
-        body["instance_id"] = args.instance
-    if args.env:
-        body["env_vars"] = _env_vars(args.env)
-    if args.service:
-        body["job_type"] = "service"
-    if args.port:
-        body["port"] = args.port
-    names = ("delay_secs", "run_at", "max_retries", "retry_backoff_secs", "priority")
-    for name in (*names, "cpus", "memory_mb"):
-        if getattr(args, name) is not None:
-            body[name] = getattr(args, name)
-    selector = _selector(args.select)
-    if args.node:
-        selector["node.id"] = args.node
-    if selector:
-        body["node_selector"] = selector
+    body = job_body_of(args)
     response = client.submit(body, args.idempotency_key or str(uuid.uuid4()))
     if response.status_code >= 400:
         err.write(f"submit failed {response.status_code}: {response.text.rstrip(chr(10))}\n")
@@ -220,7 +190,8 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         return 0
     out.flush()
     changes = _Changes(err, str(job.get("status", "")), client)
-    if args.service:  # a service runs until stopped: wait until it has started (or ended)
+    # A service runs until stopped: wait until it has started (or ended).
+    if body.get("job_type") == "service":
         started = lambda j: j.get("status") != "pending"  # noqa: E731
         job = client.wait(job["job_id"], args.poll_secs, started, changes)
         if args.json:
@@ -338,34 +309,7 @@ def _positive(text: str) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("submit", help="submit a job: scheduler submit 'echo hello' --wait")
-    p.add_argument("command", help="shell command, run with sh -c on the node")
-    p.add_argument(
-        "--env", action="append", default=[], metavar="NAME=VALUE", help="an env var (repeat)"
-    )
-    p.add_argument("--instance", default="", metavar="ID", help="run on this instance's node")
-    p.add_argument("--service", action="store_true", help="a long-running service job")
-    p.add_argument("--port", type=int, default=0, help="the service's port")
-    p.add_argument("--delay", dest="delay_secs", type=float, metavar="SECS", help="run later")
-    p.add_argument("--run-at", metavar="TIME", help="run at this RFC 3339 time")
-    p.add_argument("--max-retries", type=int, metavar="N", help="retries after a failure")
-    p.add_argument("--priority", type=int, metavar="N", help="higher runs first (default 0)")
-    p.add_argument("--cpus", type=int, metavar="N", help="cpus it needs of its node")
-    p.add_argument("--memory-mb", dest="memory_mb", type=int, metavar="MB", help="memory it needs")
-    p.add_argument("--node", default="", metavar="ID", help="run on this node (node.id)")
-    p.add_argument(
-        "--select",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a node label it needs; KEY=A,B: either (repeat)",
-    )
-    p.add_argument(
-        "--retry-backoff",
-        dest="retry_backoff_secs",
-        type=int,
-        metavar="SECS",
-        help="wait before a retry, doubled each time (with jitter)",
-    )
+    add_job_options(p)
     p.add_argument(
         "--idempotency-key", default="", metavar="KEY", help="the same key: the same job"
     )

@@ -9,7 +9,8 @@ open to every local user, who could also take it over while the server restarts,
 then be sent the password. And it asks for a password, random per start (256 bits), kept in
 valkey.conf (0600, never on a command line, which `ps` shows to everyone); the children get
 it in REDIS_URL, in their environment, which only this user can read (/proc/PID/environ).
-<data-dir>/redis/url holds that URL (0600) for the operator's own `scheduler snapshot`."""
+<data-dir>/redis/url holds that URL (0600) for the operator's own `scheduler snapshot` and
+`restore`, which find it by the data dir (deployment.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import redis
 
+from scheduler.cli.deployment import snapshot_file, url_file
 from scheduler.cli.lifeline import end_with_parent
 from scheduler.cli.private_dir import write_private
 
@@ -144,12 +146,15 @@ class EmbeddedRedis:
 
     def hint(self, snapshot_db: str) -> list[str]:
         """Where it is, for the banner, never its password; and how to run `scheduler
-        snapshot` or `restore` by hand against it (README, Durability)."""
-        url = shlex.quote(str(self.url_file))
-        by_hand = f'REDIS_URL="$(cat {url})" SCHEDULER_DB={shlex.quote(snapshot_db)}'
+        snapshot` or `restore` by hand against it (README, Durability): they find its URL
+        in url_file by the data dir, and the snapshot file as its children do."""
+        data_dir = self.url_file.parent.parent
+        by_hand = f"./dev snapshot --data-dir {shlex.quote(str(data_dir))}"
+        if snapshot_db != snapshot_file(data_dir, {}):
+            by_hand = f"SCHEDULER_DB={shlex.quote(snapshot_db)} {by_hand}"
         return [
             f"  redis: embedded, data in {self.cwd} (a unix socket and a password: this user's)",
-            f"  snapshot or restore by hand: {by_hand} ./dev snapshot",
+            f"  snapshot or restore by hand: {by_hand}",
         ]
 
     def launch(self) -> subprocess.Popen[bytes]:
@@ -199,7 +204,7 @@ def embedded_redis(data_dir: Path) -> Iterator[EmbeddedRedis]:
     conf = redis_dir / "valkey.conf"
     write_private(conf, _config(redis_dir, sock, password))
     url = f"unix://:{password}@{sock}?db=0"
-    server = EmbeddedRedis(url, [str(binary), str(conf)], redis_dir, redis_dir / "url")
+    server = EmbeddedRedis(url, [str(binary), str(conf)], redis_dir, url_file(data_dir))
     write_private(server.url_file, url + "\n")
     server.launch()
     try:

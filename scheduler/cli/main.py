@@ -260,24 +260,38 @@ CLIENT_MODULES = frozenset(
 
 
 def add_help(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("help", help="show this help, or a command's: scheduler help list")
-    p.add_argument("topic", nargs="?", default="", metavar="COMMAND", help="a command's name")
+    p = sub.add_parser(
+        "help", help="show this help, or a command's: scheduler help list, help schedule add"
+    )
+    p.add_argument("topic", nargs="*", metavar="COMMAND", help="a command's name (and action)")
     p.set_defaults(handler=None)
 
 
-def _help(args: argparse.Namespace) -> int:
-    """`scheduler help [COMMAND]`: the parser's help, as `scheduler [COMMAND] --help`."""
-    topic: str = args.topic
-    parser = build_parser(topic)
-    if not topic:
-        parser.print_help()
-        return 0
+def _sub_commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction) and topic in action.choices:
-            action.choices[topic].print_help()
-            return 0
-    print(f"scheduler help: no command {topic!r}; `scheduler help` lists them", file=sys.stderr)
-    return 2
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _help(args: argparse.Namespace) -> int:
+    """`scheduler help [COMMAND [ACTION]]`: the parser's help, as `scheduler COMMAND [ACTION]
+    --help`."""
+    topic: list[str] = args.topic
+    parser = build_parser(topic[0] if topic else "")
+    for depth, name in enumerate(topic):
+        choices = _sub_commands(parser)
+        if name not in choices:
+            known = " ".join(topic[:depth])
+            where = f"`scheduler help {known}`" if known else "`scheduler help`"
+            print(
+                f"scheduler help: no command {' '.join(topic[: depth + 1])!r}; {where} lists them",
+                file=sys.stderr,
+            )
+            return 2
+        parser = choices[name]
+    parser.print_help()
+    return 0
 
 
 def build_parser(command: str = "") -> argparse.ArgumentParser:

@@ -1,34 +1,95 @@
-"""`scheduler retry`: start failed jobs over (POST /jobs/retry), by id or the whole dead set
-(`--failed`: every failed job, read page by page). HTTP only, through the client's `Client`."""
+"""`scheduler retry`: start failed jobs over (POST /jobs/retry), by id or the dead set
+(`--failed`: every failed job, read page by page). HTTP only, through the client's `Client`.
+
+`--failed` says which jobs it will retry and asks first (`--yes` answers for a script; with
+no terminal to ask on and no `--yes` it retries nothing). It leaves cancelled jobs alone (an
+operator stopped them: a cancelled `sleep 60` must not come back) unless
+`--include-cancelled`. Only the jobs it listed are sent, so a job that fails while it asks
+waits for the next `--failed`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any, TextIO
 
 from scheduler.cli.client import Client, ClientError, _common, _handler, _print_json
 from scheduler.cli.listing import _get_json
 
 BATCH = 1000  # the API's bound on one POST /jobs/retry
+SHOWN = 20  # the jobs `--failed` lists before asking; the rest are counted
+ANSWERS = ("retried", "not_found", "not_failed", "unplaced", "blocked", "too_many_waiters")
 
 
-def _failed_ids(client: Client) -> list[str]:
-    """Every failed job's id, oldest first (GET /jobs?status=failed, paged)."""
-    ids: list[str] = []
+def _failed_jobs(client: Client) -> list[dict[str, Any]]:
+    """Every failed job, oldest first (GET /jobs?status=failed, paged)."""
+    jobs: list[dict[str, Any]] = []
     while True:
         params = {"status": "failed", "limit": str(BATCH)}
-        if ids:
-            params["after"] = ids[-1]
+        if jobs:
+            params["after"] = jobs[-1]["job_id"]
         page = _get_json(client, "/jobs", params)
-        ids.extend(job["job_id"] for job in page)
+        jobs.extend(page)
         if len(page) < BATCH:
-            return ids
+            return jobs
+
+
+def _why(job: dict[str, Any]) -> str:
+    if job.get("failure_reason"):
+        return str(job["failure_reason"])
+    code = job.get("exit_code")
+    return "failed" if code is None else f"exit {code}"
+
+
+def plan(jobs: list[dict[str, Any]], left: int) -> str:
+    """What `--failed` will retry, a job a line (the first SHOWN), and what it leaves."""
+    lines = [f"retry: {len(jobs)} failed job(s) to start over:"]
+    for job in jobs[:SHOWN]:
+        command = str(job.get("command") or job.get("deploy_url") or "")
+        lines.append(f"  {job['job_id']}  {_why(job)}  {command[:60]}")
+    if len(jobs) > SHOWN:
+        lines.append(f"  ... and {len(jobs) - SHOWN} more")
+    if left:
+        lines.append(f"left alone: {left} cancelled (--include-cancelled retries them too)")
+    return "".join(line + "\n" for line in lines)
+
+
+def confirmed(args: argparse.Namespace, count: int, err: TextIO) -> bool:
+    """--yes, or the operator's yes on the terminal. ClientError without a terminal."""
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise ClientError("retry: nothing retried: no terminal to ask on; add --yes to retry them")
+    err.write(f"retry these {count} job(s)? [y/N] ")
+    err.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _chosen(args: argparse.Namespace, client: Client, err: TextIO) -> list[str] | None:
+    """The ids to retry: those named, or the dead set once confirmed; None: none to retry,
+    and nothing to say but that."""
+    if not args.failed:
+        if not args.job_ids:
+            raise ClientError("retry: no job to retry (name job ids, or --failed)")
+        return list(args.job_ids)
+    if args.job_ids:
+        raise ClientError("retry: name job ids or --failed, not both")
+    failed = _failed_jobs(client)
+    jobs = [j for j in failed if args.include_cancelled or j.get("failure_reason") != "cancelled"]
+    if not jobs:
+        left = f" ({len(failed)} cancelled left alone)" if failed else ""
+        err.write(f"retry: no failed job to retry{left}\n")
+        return None
+    err.write(plan(jobs, len(failed) - len(jobs)))
+    if not confirmed(args, len(jobs), err):
+        raise ClientError("retry: nothing retried")
+    return [job["job_id"] for job in jobs]
 
 
 def retry(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    ids = _failed_ids(client) if args.failed else args.job_ids
-    if not ids:
-        raise ClientError("retry: no job to retry (name job ids, or --failed)")
+    ids = _chosen(args, client, err)
+    if ids is None:
+        return 0
     answer: dict[str, list[Any]] = {}
     for start in range(0, len(ids), BATCH):
         response = client.request(
@@ -41,22 +102,25 @@ def retry(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) ->
     if args.json:
         _print_json(answer, out)
     else:
-        for name in (
-            "retried",
-            "not_found",
-            "not_failed",
-            "unplaced",
-            "blocked",
-            "too_many_waiters",
-        ):
+        for name in ANSWERS:
             if answer.get(name):
                 out.write(f"{name.replace('_', ' ')}: {' '.join(answer[name])}\n")
     return 0 if len(answer.get("retried", [])) == len(set(ids)) else 1
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("retry", help="start failed jobs over: scheduler retry job-3 [--failed]")
+    p = sub.add_parser(
+        "retry", help="start failed jobs over: scheduler retry job-3, or retry --failed"
+    )
     p.add_argument("job_ids", nargs="*", metavar="JOB_ID", help="the failed jobs to start over")
-    p.add_argument("--failed", action="store_true", help="every failed job (the dead set)")
+    p.add_argument(
+        "--failed",
+        action="store_true",
+        help="every failed job (the dead set) but the cancelled: lists them, then asks",
+    )
+    p.add_argument(
+        "--include-cancelled", action="store_true", help="with --failed: the cancelled ones too"
+    )
+    p.add_argument("--yes", "-y", action="store_true", help="with --failed: retry without asking")
     _common(p, poll=False)
     p.set_defaults(handler=_handler(retry))

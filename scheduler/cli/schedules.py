@@ -12,12 +12,13 @@ from scheduler.cli.client import (
     Client,
     ClientError,
     _common,
-    _env_vars,
     _handler,
     _json_object,
     _positive,
     _print_json,
+    job_body_of,
 )
+from scheduler.cli.job_options import add_job_options
 
 PAGE = 1000  # the API's default page of schedules
 
@@ -44,11 +45,7 @@ def _next(schedule: dict[str, Any]) -> str:
 
 
 def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    job: dict[str, Any] = {"command": args.command}
-    if args.env:
-        job["env_vars"] = _env_vars(args.env)
-    if args.instance:
-        job["instance_id"] = args.instance
+    job = job_body_of(args)
     body: dict[str, Any] = {"name": args.name, "catchup": args.catchup, "job": job}
     body |= {"cron": args.cron} if args.cron else {"every_secs": args.every}
     if args.tz:
@@ -131,7 +128,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "add", help="scheduler schedule add NAME (--cron EXPR | --every SECS) COMMAND"
     )
     a.add_argument("name", metavar="NAME", help="the schedule's name (A-Z a-z 0-9 . _ -)")
-    a.add_argument("command", help="shell command of each job, run with sh -c on the node")
     how = a.add_mutually_exclusive_group(required=True)
     how.add_argument("--cron", default="", metavar="EXPR", help='5 fields, e.g. "0 3 * * *"')
     how.add_argument("--every", type=_positive, default=0, metavar="SECS", help="fixed interval")
@@ -143,10 +139,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="missed ticks after an outage: skip them (default) or run once for them",
     )
     a.add_argument("--paused", action="store_true", help="create it paused")
-    a.add_argument(
-        "--env", action="append", default=[], metavar="NAME=VALUE", help="an env var (repeat)"
-    )
-    a.add_argument("--instance", default="", metavar="ID", help="run on this instance's node")
+    jobs = a.add_argument_group("each job's options (as submit's)")
+    add_job_options(jobs)
     _common(a, poll=False)
     a.set_defaults(handler=_handler(add))
 

@@ -1,5 +1,6 @@
 """`scheduler snapshot` and `scheduler restore --from FILE`: the SQLite snapshot by hand, of
-one shard (`--shard`) of a sharded deployment."""
+one shard (`--shard`) of a sharded deployment: REDIS_URL's, else the one `scheduler up` runs
+(deployment.py), else neither is done."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 
 from redis.exceptions import RedisError
 
+from scheduler.cli.deployment import Deployment, NoDeployment, add_data_dir_option, deployment
 from scheduler.cli.shard import add_shard_option, with_shard
 from scheduler.config import ConfigError, Settings
 from scheduler.snapshot.db import SnapshotFileError
@@ -17,12 +19,21 @@ from scheduler.snapshot.writer import write_snapshot
 from scheduler.store.errors import LayoutChanged
 
 
-def _served(args: argparse.Namespace, settings: Settings, command: str) -> Settings | None:
+def _found(args: argparse.Namespace, settings: Settings, command: str) -> Deployment | None:
+    """The deployment REDIS_URL or `up` names; None after telling why none (exit 2)."""
+    try:
+        return deployment(settings, args.data_dir)
+    except NoDeployment as exc:
+        print(f"scheduler {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def _served(args: argparse.Namespace, found: Deployment, command: str) -> Settings | None:
     """The shard's settings, once the deployment's shard count is checked (as a worker's
     start checks it: another count's shards are not this deployment's); None after telling
     why not (exit 2)."""
     try:
-        settings = with_shard(settings, args.shard)
+        settings = with_shard(found.settings, args.shard)
         check_layout(settings)
     except (ConfigError, LayoutChanged) as exc:
         print(f"scheduler {command}: {exc}", file=sys.stderr)
@@ -31,34 +42,46 @@ def _served(args: argparse.Namespace, settings: Settings, command: str) -> Setti
 
 
 def _snapshot(args: argparse.Namespace, settings: Settings) -> int:
+    found = _found(args, settings, "snapshot")
+    if found is None:
+        return 2
     try:
-        served = _served(args, settings, "snapshot")
+        served = _served(args, found, "snapshot")
         if served is None:
             return 2
         written = write_snapshot(served, wait=True)
-    except (RestoreRefused, RedisError, SnapshotFileError) as exc:
+    except RedisError as exc:
+        print(f"scheduler snapshot: not written: {exc}{found.unreachable()}", file=sys.stderr)
+        return 1
+    except (RestoreRefused, SnapshotFileError) as exc:
         print(f"scheduler snapshot: not written: {exc}", file=sys.stderr)
         return 1
-    print(f"snapshot: {written} changed jobs written to {served.scheduler_db}")
+    print(f"snapshot: {written} changed jobs written to {served.scheduler_db} ({found.said()})")
     return 0
 
 
 def _restore(args: argparse.Namespace, settings: Settings) -> int:
+    found = _found(args, settings, "restore")
+    if found is None:
+        return 2
     try:
-        served = _served(args, settings, "restore")
+        served = _served(args, found, "restore")
         if served is None:
             return 2
         report = restore_from_file(served, args.source, force=args.force)
     except LayoutChanged as exc:  # the file is another count's
         print(f"scheduler restore: {exc}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, SnapshotFileError, RestoreRefused, RedisError) as exc:
+    except RedisError as exc:
+        print(f"scheduler restore: {exc}{found.unreachable()}", file=sys.stderr)
+        return 1
+    except (FileNotFoundError, SnapshotFileError, RestoreRefused) as exc:
         print(f"scheduler restore: {exc}", file=sys.stderr)
         return 1
     print(
         f"restored {report.jobs} jobs from {report.source} "
         f"(prefix {served.redis_prefix!r}, next id job-{report.highest_job_number + 1} "
-        "or above)"
+        f"or above; {found.said()})"
     )
     return 0
 
@@ -68,6 +91,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "snapshot", help="write the jobs changed since the last snapshot to SCHEDULER_DB now"
     )
     add_shard_option(snap, "whose changed jobs are written, to its own file")
+    add_data_dir_option(snap)
     snap.set_defaults(handler=_snapshot)
     restore = sub.add_parser(
         "restore",
@@ -90,4 +114,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "the others stay, the id counter never goes down",
     )
     add_shard_option(restore, "the file's jobs are loaded into (the file must be its)")
+    add_data_dir_option(restore)
     restore.set_defaults(handler=_restore)

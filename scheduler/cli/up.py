@@ -35,6 +35,7 @@ from typing import IO
 import httpx
 
 from scheduler.cli import session
+from scheduler.cli.deployment import DEFAULT_DATA_DIR, snapshot_file
 from scheduler.cli.embedded import (
     UpError,
     child_setup,
@@ -217,13 +218,6 @@ def _sleep(secs: float, sup: Supervisor) -> None:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
-def snapshot_file(data_dir: Path) -> str:
-    """The deployment's snapshot file: SCHEDULER_DB, else (unset or empty) the data dir's
-    scheduler.db. Its children snapshot and restore there, and its check of the shard count
-    reads the same file."""
-    return os.environ.get("SCHEDULER_DB", "") or str(data_dir / "scheduler.db")
-
-
 def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(REDIS_URL=redis_url, SCHEDULER_URL=api_url, PYTHONUNBUFFERED="1")
@@ -388,6 +382,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     up.add_argument("--host", default="127.0.0.1", help="API listen address (default loopback)")
     up.add_argument("--port", type=int, default=None, help="API port (default $PORT or 9001)")
-    up.add_argument("--data-dir", default="data", help="embedded Redis and snapshot (./data)")
+    up.add_argument(
+        "--data-dir",
+        default=DEFAULT_DATA_DIR,
+        help=f"embedded Redis and snapshot (./{DEFAULT_DATA_DIR}); snapshot and restore find "
+        "its Redis by the same --data-dir",
+    )
     up.add_argument("--node-id", default="", help="the local agent's node id (default hostname)")
     up.set_defaults(handler=_handler)

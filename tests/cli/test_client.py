@@ -590,10 +590,10 @@ def test_retry_starts_failed_jobs_over(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "retry", job["job_id"], "job-999999")
     assert code == 1 and out == f"not found: job-999999\nnot failed: {job['job_id']}\n"
     finish(api, job["job_id"], "failed", 3, "")
-    code, out, _ = cli(api, "retry", "--failed", "--json")
+    code, out, _ = cli(api, "retry", "--failed", "--yes", "--json")
     assert code == 0 and job["job_id"] in json.loads(out)["retried"]
     failed = httpx.get(f"{api}/jobs", params={"status": "failed"}).json()
-    assert failed == []  # the dead set is empty
+    assert {j["failure_reason"] for j in failed} <= {"cancelled"}  # the rest of the dead set
 
 
 def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
@@ -601,6 +601,18 @@ def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
     assert code == 0 and json.loads(out)["priority"] == -7
     code, _, err = cli(api, "submit", "x", "--priority", "1001")
     assert code == 1 and err.startswith("submit failed 400: failed to decode job")
+
+
+def test_submit_takes_the_jobs_it_runs_after(api: str, cli: Cli) -> None:
+    first = json.loads(cli(api, "submit", "echo one", "--json")[1])["job_id"]
+    second = json.loads(cli(api, "submit", "echo two", "--json")[1])["job_id"]
+    code, out, _ = cli(api, "submit", "echo three", "--after", f"{first},{second}", "--json")
+    job = json.loads(out)
+    assert code == 0 and job["after"] == [first, second] and job["status"] == "waiting"
+    code, _, err = cli(api, "submit", "x", "--after", "nope")
+    assert code == 1 and "invalid after: 'nope' is not a job id" in err
+    for job_id in (first, second, job["job_id"]):
+        httpx.delete(f"{api}/jobs/{job_id}")
 
 
 def test_drain_and_undrain_print_what_moved(api: str, cli: Cli) -> None:

@@ -216,6 +216,35 @@ def test_help_prints_the_parsers_help() -> None:
     assert "no command 'bogus'" in result.stderr and "Traceback" not in result.stderr
 
 
+def _paths(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every sub-command's words, `schedule add` included."""
+    found = [path] if path else []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _paths(sub, (*path, name))
+    return found
+
+
+@pytest.mark.parametrize("path", _paths(build_parser()), ids=" ".join)
+def test_help_works_for_every_sub_command(
+    path: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["help", *path]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"usage: scheduler {' '.join(path)} ") and err == ""
+    with pytest.raises(SystemExit):
+        main([*path, "--help"])
+    assert capsys.readouterr().out == out  # as COMMAND --help says it
+
+
+def test_help_of_an_unknown_action_names_where_to_look(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["help", "schedule", "bogus"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("scheduler help: no command 'schedule bogus'; ")
+    assert "`scheduler help schedule` lists them" in err
+
+
 LOG_LINE = re.compile(
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+ \S"
 )

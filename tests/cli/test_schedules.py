@@ -84,6 +84,29 @@ def test_errors_say_what_the_api_said(api: str, cli: Cli) -> None:
     assert (code, err) == (1, "schedule add failed 409: schedule already exists\n")
 
 
+def test_add_takes_submits_job_options(api: str, cli: Cli) -> None:
+    job = ["--priority", "5", "--max-retries", "2", "--retry-backoff", "10", "--cpus", "1"]
+    job += ["--memory-mb", "64", "--select", "zone=a,b", "--delay", "30", "--service"]
+    code, _, err = cli(api, "schedule", "add", "opts", "--every", "60", *job, "serve")
+    assert (code, err) == (0, "")
+    shown = json.loads(cli(api, "schedule", "show", "opts")[1])
+    assert shown["job"] == {
+        "command": "serve",
+        "job_type": "service",
+        "priority": 5,
+        "max_retries": 2,
+        "retry_backoff_secs": 10,
+        "cpus": 1,
+        "memory_mb": 64,
+        "node_selector": {"zone": ["a", "b"]},
+        "delay_secs": 30.0,
+    }
+    # What a template cannot hold, the API says so (each tick's job runs alone).
+    code, _, err = cli(api, "schedule", "add", "deps", "--every", "60", "--after", "job-1", "x")
+    assert code == 1 and "a template has no after" in err
+    assert cli(api, "schedule", "delete", "opts")[0] == 0
+
+
 def test_without_the_key_the_hint_names_it(
     api: str,
     cli: Cli,

@@ -118,9 +118,10 @@ class Up:
             time.sleep(0.1)
         raise AssertionError(f"no banner within {timeout} s:\n{self.log.read_text()}")
 
-    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
+    def cli(self, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "scheduler", *argv],
+            cwd=cwd,
             env=_env(SCHEDULER_URL=self.url, **self.env),
             capture_output=True,
             text=True,
@@ -161,6 +162,15 @@ def test_up_runs_the_product_and_ctrl_c_stops_everything(tmp_path: Path, ups: li
     result = up.cli("submit", "echo hello", "--wait", "--poll-secs", "0.2")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "hello"
+
+    # Snapshot by hand, REDIS_URL unset: up's Redis, found by its data dir (the default
+    # one, data, from where up runs; or --data-dir), never another (issue 38).
+    for where, argv in ((tmp_path, ()), (None, ("--data-dir", str(data)))):
+        snap = up.cli("snapshot", *argv, cwd=where)
+        assert snap.returncode == 0, snap.stderr
+        assert snap.stdout.startswith("snapshot: ")
+        assert f"written to {data / 'scheduler.db'} (Redis unix://:***@" in snap.stdout
+        assert snap.stdout.endswith(f" from {data / 'redis' / 'url'})\n")
 
     assert "Traceback" not in up.log.read_text()
     # A child that dies is restarted; the others keep running (issue #11, item 1). (A task

@@ -23,6 +23,7 @@ import httpx
 import pytest
 import redis
 
+from scheduler.cli.deployment import url_file
 from scheduler.cli.embedded import EmbeddedRedis, embedded_redis
 from scheduler.cli.private_dir import private_data_dir, private_snapshot
 from scheduler.cli.up import _banner, _external
@@ -54,11 +55,11 @@ def _redis_address(data: Path) -> tuple[int, str]:
 
 
 def _redis_url(up: Up, data: Path) -> str:
-    """The URL `up` gave its children (REDIS_URL, password included), from the file the
-    banner names."""
-    named = re.search(r"REDIS_URL=\"\$\(cat (\S+)\)\"", up.log.read_text())
+    """The URL `up` gave its children (REDIS_URL, password included), from the file of the
+    data dir the banner names."""
+    named = re.search(r"snapshot --data-dir (\S+)", up.log.read_text())
     assert named, up.log.read_text()
-    return Path(named.group(1)).read_text().strip()
+    return url_file(Path(named.group(1))).read_text().strip()
 
 
 def _holds(path: Path, text: str) -> list[int]:
@@ -331,5 +332,6 @@ def test_the_banner_never_shows_a_redis_password() -> None:
     shown = out.getvalue()
     assert "s3cret" not in shown
     assert "  redis: redis://:***@redis.example:6379/0 (REDIS_URL)" in shown
-    by_hand = 'REDIS_URL="$(cat /d/redis/url)" SCHEDULER_DB=/d/scheduler.db ./dev snapshot'
-    assert by_hand in shown
+    assert "  snapshot or restore by hand: ./dev snapshot --data-dir /d\n" in shown
+    elsewhere = server.hint("/elsewhere/s.db")[1]
+    assert elsewhere.endswith(": SCHEDULER_DB=/elsewhere/s.db ./dev snapshot --data-dir /d")

@@ -1,0 +1,180 @@
+"""A job's options on the command line, one definition for `scheduler submit` and `scheduler
+schedule add` alike: one option per field a client may set, read from the job model (Job's
+SUBMITTED fields and the request's own, REQUEST_ONLY), so a new field reaches both commands.
+
+How an option parses comes from its field's kind (a number, text, a repeated NAME=VALUE...);
+its flag and help from SPECS. A submitted field without an entry there still gets one,
+`--its-name`, read by its kind; tests/cli/test_job_options.py fails until it has its entry.
+Every option's value lands in the body under its field's name, or is left out when not given
+(the API's default then holds: the same body as before the option existed).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.models.fields import JobField, Kind
+from scheduler.models.job import JOB_FIELDS, REQUEST_ONLY
+
+
+class OptionError(ValueError):
+    """A job option's value that cannot be sent (the command says so and sends nothing)."""
+
+
+def env_vars(pairs: list[str]) -> dict[str, str]:
+    """NAME=VALUE pairs (--env, repeated): the env_vars."""
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise OptionError(f"{pair!r}: use NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def selector(pairs: list[str]) -> dict[str, str | list[str]]:
+    """KEY=VALUE[,VALUE...] pairs (--select, repeated): the node_selector; several values,
+    any of them."""
+    found: dict[str, str | list[str]] = {}
+    for pair in pairs:
+        key, sep, values = pair.partition("=")
+        if not sep or not key:
+            raise OptionError(f"{pair!r}: use KEY=VALUE or KEY=VALUE,VALUE")
+        allowed = values.split(",")
+        found[key] = allowed if len(allowed) > 1 else values
+    return found
+
+
+def _items(values: list[str]) -> list[str]:
+    """A list option, repeated or comma-separated (--after job-1,job-2 --after job-3)."""
+    return [item for value in values for item in value.split(",") if item]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# How a field of each kind is read: argparse's arguments, then the body's value from what
+# argparse collected (never called for an option not given).
+BY_KIND: dict[Kind, tuple[dict[str, Any], Callable[[Any], Any]]] = {
+    Kind.TEXT: ({}, _same),
+    Kind.TIMESTAMP: ({}, _same),
+    Kind.INT: ({"type": int}, _same),
+    Kind.LIST: ({"action": "append"}, _items),
+    Kind.OBJECT: ({"action": "append"}, env_vars),
+    Kind.SELECTOR: ({"action": "append"}, selector),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """A field's option as its user sees it; `kwargs` and `read` replace its kind's."""
+
+    flag: str
+    help: str
+    metavar: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    read: Callable[[Any], Any] | None = None
+
+
+# One entry per submitted field (and REQUEST_ONLY's), keyed by its name. The flags are the
+# ones the CLI has had since each field came, not always the field's name.
+SPECS: dict[str, Spec] = {
+    "command": Spec("command", "shell command, run with sh -c on the node", "command"),
+    "instance_id": Spec("--instance", "run on this instance's node", "ID"),
+    "deploy_url": Spec(
+        "--deploy-url", "an archive's http(s) URL, unpacked in the job's dir first", "URL"
+    ),
+    "env_vars": Spec("--env", "an env var (repeat)", "NAME=VALUE"),
+    "job_type": Spec(
+        "--service",
+        "a long-running service job (job_type service)",
+        kwargs={"action": "store_const", "const": "service"},
+    ),
+    "port": Spec("--port", "the service's port", "PORT"),
+    "delay_secs": Spec("--delay", "run later", "SECS", {"type": float}),
+    "run_at": Spec("--run-at", "run at this RFC 3339 time", "TIME"),
+    "max_retries": Spec("--max-retries", "retries after a failure", "N"),
+    "retry_backoff_secs": Spec(
+        "--retry-backoff", "wait before a retry, doubled each time (with jitter)", "SECS"
+    ),
+    "priority": Spec("--priority", "higher runs first (default 0)", "N"),
+    "after": Spec("--after", "run once these jobs are done (repeat, or JOB_ID,JOB_ID)", "JOB_ID"),
+    "cpus": Spec("--cpus", "cpus it needs of its node", "N"),
+    "memory_mb": Spec("--memory-mb", "memory it needs", "MB"),
+    "node_selector": Spec(
+        "--select", "a node label it needs; KEY=A,B: either (repeat)", "KEY=VALUE"
+    ),
+}
+# --node ID: the node_selector's node.id, the one field with a second flag.
+NODE_FLAG = "--node"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A field's option: how argparse reads it (under dest `job_<field>`, clear of the
+    commands' own arguments) and how its value goes into the body."""
+
+    field: str
+    spec: Spec
+    kwargs: dict[str, Any]
+    read: Callable[[Any], Any]
+
+    @property
+    def dest(self) -> str:
+        return f"job_{self.field}"
+
+    def add_to(self, parser: argparse._ActionsContainer) -> None:
+        kwargs = {"help": self.spec.help, "metavar": self.spec.metavar, **self.kwargs}
+        if self.spec.flag.startswith("-"):
+            parser.add_argument(self.spec.flag, dest=self.dest, default=None, **kwargs)
+        else:  # the command: positional, as it always was
+            parser.add_argument(self.dest, **kwargs)
+        if self.field == "node_selector":
+            parser.add_argument(
+                NODE_FLAG, dest="job_node", metavar="ID", help="run on this node (node.id)"
+            )
+
+
+def _option(name: str, kind: Kind | None) -> Option:
+    derived = Spec(f"--{name.replace('_', '-')}", f"the job's {name}")
+    spec = SPECS.get(name, derived)
+    kwargs, read = BY_KIND[kind] if kind is not None else ({}, _same)
+    return Option(name, spec, {**kwargs, **spec.kwargs}, spec.read or read)
+
+
+def options(fields: Iterable[JobField] = JOB_FIELDS) -> tuple[Option, ...]:
+    """An option per submitted field, in the declaration's order (the command first: the
+    one positional), then REQUEST_ONLY's."""
+    found = [_option(f.name, f.kind) for f in fields if f.submitted]
+    found += [_option(name, None) for name, _, _ in REQUEST_ONLY]
+    return tuple(sorted(found, key=lambda option: option.spec.flag.startswith("-")))
+
+
+OPTIONS = options()
+
+
+def add_job_options(parser: argparse._ActionsContainer) -> None:
+    """Every job option, for a command that makes jobs."""
+    for option in OPTIONS:
+        option.add_to(parser)
+
+
+def job_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The job's fields the options gave (the POST /jobs body); OptionError for a value that
+    cannot be one."""
+    body: dict[str, Any] = {}
+    for option in OPTIONS:
+        given = getattr(args, option.dest, None)
+        if given is not None:
+            try:
+                body[option.field] = option.read(given)
+            except OptionError as exc:
+                raise OptionError(f"{option.spec.flag} {exc}") from None
+    node = getattr(args, "job_node", None)
+    if node:
+        body["node_selector"] = {**body.get("node_selector", {}), "node.id": node}
+    return body
