@@ -36,7 +36,7 @@ from scheduler.api.http import length_of, refuse_declared
 from scheduler.api.metrics import RequestStats
 from scheduler.api.params import Params
 from scheduler.api.routes import TABLE
-from scheduler.api.routing import Access, Hot, RouteTable
+from scheduler.api.routing import POLL_LABEL, Access, Hot, RouteTable
 from scheduler.api.state import AppState
 from scheduler.models.record import record
 from scheduler.store.connection.protocol import Reply
@@ -171,7 +171,9 @@ class Lane:
                 raise ValueError(f"the lane's {method} {entry.path} reads no parameter")
             needs_key = found.access is Access.KEY
             takes = hot_call.takes
-            route = Route(method, hot_call, takes, entry.label, needs_key, *calls[hot_call])
+            # What the lane takes of a POLL route is polls (without `wait`): their label.
+            label = POLL_LABEL if hot_call is Hot.POLL else entry.label
+            route = Route(method, hot_call, takes, label, needs_key, *calls[hot_call])
             if entry.pattern is None:
                 self.exact[(method.encode(), entry.path)] = route
             else:
