@@ -454,6 +454,8 @@ def listed(out: str) -> list[int]:
             "more: scheduler list --node-id node-1 --limit 1 --newest --before job-5\n",
         ),
         (["--status", "done"], [], ""),
+        # A node's queue is listed whole, not as the agent's poll (its free capacity: one).
+        (["--node-id", "node-1", "--status", "pending"], [1, 2, 3, 4, 5], ""),
     ],
 )
 def test_list_pages_and_says_how_to_get_the_next_page(
