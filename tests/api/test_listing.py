@@ -197,7 +197,9 @@ def test_a_full_nodes_queue_is_listed_with_a_paging_parameter(make_client: Clien
         assert api.post("/jobs", json={"command": f"c{i}"}, headers=key).status_code == 201
     assert report(api, "job-1", "running").status_code == 200
     poll = {"node_id": "vm", "status": "pending"}
-    assert assert_json(api.get("/jobs", params=poll)) == []  # the poll: vm is full
+    polled = api.get("/jobs", params=poll)
+    assert assert_json(polled) == []  # the poll: vm is full
+    assert polled.headers["x-max-jobs-per-node"] == "1"  # the agent says when it caps it
     queue = ["job-2", "job-3", "job-4"]
     assert ids(api.get("/jobs", params={**poll, "limit": 10}, headers=key)) == queue
     assert ids(api.get("/jobs", params={**poll, "after": "job-2"}, headers=key)) == queue[1:]
