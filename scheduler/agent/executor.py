@@ -142,8 +142,22 @@ def job_env(job: AgentJob, base: dict[str, str] | None = None) -> dict[str, str]
 
 
 def exit_code(returncode: int | None) -> int:
-    """As the original agent: killed by a signal (no code) is -1."""
-    return -1 if returncode is None or returncode < 0 else returncode
+    """The job's exit code; killed by signal n, 128+n, as shells report it (the original
+    agent's -1 lost which signal), and `signal_note` says so in its stderr."""
+    if returncode is None:
+        return -1
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_note(returncode: int | None) -> str:
+    """A line for the stderr of a job killed by a signal: `signal: SIGKILL (exit_code 137)`."""
+    if returncode is None or returncode >= 0:
+        return ""
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"signal: {name} (exit_code {128 - returncode})\n"
 
 
 def kill_group(pid: int, sig: int) -> None:
@@ -225,7 +239,8 @@ async def capture(
         asyncio.create_task(_drain(proc.stderr, err)),
     ]
     ended = await _wait_or_abort(proc, abort, timeout)
-    code = exit_code(proc.returncode if ended == "exited" else await stop_process(proc, conf))
+    status = proc.returncode if ended == "exited" else await stop_process(proc, conf)
+    code = exit_code(status)
     # Background children may hold the pipes open: give them a moment, then kill them.
     _, pending = await asyncio.wait(readers, timeout=DRAIN_SECS)
     kill_group(proc.pid, signal.SIGKILL)
@@ -236,17 +251,18 @@ async def capture(
             task.cancel()
     if ended != "exited":
         code = -1
-    return Outcome(code, out.text(), err.text() + _notes(ended, conf))
+    return Outcome(code, out.text(), err.text() + _notes(ended, conf, status))
 
 
-def _notes(ended: str, conf: Confinement) -> str:
+def _notes(ended: str, conf: Confinement, status: int | None) -> str:
+    """Why the job ended as it did: stopped by the agent (its code -1), else the signal that
+    killed it, and an OOM kill."""
     if ended == "timeout":
         return "job timed out\n"
     if ended == "aborted":
         return ABORTED_NOTE
-    if conf.oom_killed():
-        return "agent: the job was killed for exceeding its memory limit\n"
-    return ""
+    oom = "agent: the job was killed for exceeding its memory limit\n" if conf.oom_killed() else ""
+    return signal_note(status) + oom
 
 
 @dataclass
@@ -270,8 +286,9 @@ class Service:
         logged = tail(self.run_dir / "service.log", max(1024, self.output_limit - 200))
         if self.owns_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-        note = SERVICE_ABORTED_NOTE if ended == "aborted" else ""
-        return Outcome(exit_code(code) if not note else -1, logged, note)
+        if ended == "aborted":
+            return Outcome(-1, logged, SERVICE_ABORTED_NOTE)
+        return Outcome(exit_code(code), logged, signal_note(code))
 
 
 class Executor:

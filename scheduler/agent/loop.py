@@ -47,6 +47,7 @@ from scheduler.agent.remote import AgentConfig, AgentError, Remote
 from scheduler.models.wire import ID_RE
 
 log = logging.getLogger("scheduler.agent")
+STILL_WAITING_SECS = 10.0  # a stopping agent's line while its running jobs finish
 
 
 class Agent:
@@ -68,10 +69,19 @@ class Agent:
         self.held: dict[str, Ask] = {}
         # Jobs polled that do not fit beside the running ones, logged once while they wait.
         self.waiting: set[str] = set()
+        self.said_cap = ""  # the scheduler's MAX_JOBS_PER_NODE last said (_say_cap)
 
     def stop(self) -> None:
         if not self.stopping.is_set():
-            log.info("stopping: no new jobs; waiting for %d running", len(self.runs))
+            if self.runs:
+                log.info(
+                    "stopping: no new jobs; waiting up to %g s (AGENT_GRACE_SECS) for %s to "
+                    "finish, then killing and reporting what is left",
+                    self.config.grace_secs,
+                    ", ".join(sorted(self.runs)),
+                )
+            else:
+                log.info("stopping: no job running")
         self.stopping.set()
 
     async def register_with_retries(self) -> None:
@@ -170,6 +180,7 @@ class Agent:
         spaces = await self.workspaces()
         began = asyncio.get_running_loop().time()
         jobs = await self.remote.pending()
+        self._say_cap()
         wait = self.config.poll_wait_secs
         held = wait > 0 and asyncio.get_running_loop().time() - began >= wait / 2
         started = False
@@ -193,6 +204,24 @@ class Agent:
             started = True
         self.waiting &= {job.job_id for job in jobs}
         return held or (wait > 0 and started)
+
+    def _say_cap(self) -> None:
+        """Once per value: the scheduler hands this node at most MAX_JOBS_PER_NODE jobs at
+        once, so a --max-jobs above it runs no more (`--max-jobs 4` said "up to 4 jobs" and
+        ran one)."""
+        cap, said = self.remote.cap, self.said_cap
+        self.said_cap = cap
+        if cap == said or not cap.isdigit() or int(cap) >= self.config.max_jobs:
+            return
+        log.warning(
+            "the scheduler runs at most %s job(s) at once on a node (its MAX_JOBS_PER_NODE): "
+            "this agent runs %s, not --max-jobs %d; set MAX_JOBS_PER_NODE=%d where the API "
+            "runs for more",
+            cap,
+            cap,
+            self.config.max_jobs,
+            self.config.max_jobs,
+        )
 
     def _fits_now(self, job_id: str, ask: Ask) -> bool:
         """Whether the job fits beside the running ones; if not it stays pending here, as on
@@ -243,7 +272,7 @@ class Agent:
             self.stops[job_id].set()
         runs = list(self.runs.values())
         if runs:
-            _, late = await asyncio.wait(runs, timeout=self.config.grace_secs)
+            late = await self._wait_runs(runs)
             if late:
                 log.warning("killing %d jobs still running after the grace period", len(late))
                 for job_id in self.runs:
@@ -251,6 +280,19 @@ class Agent:
                 await asyncio.wait(late)
         if self.services:
             await asyncio.wait(list(self.services.values()))
+
+    async def _wait_runs(self, runs: list[asyncio.Task[None]]) -> set[asyncio.Task[None]]:
+        """The runs still going after the grace period; every STILL_WAITING_SECS meanwhile, a
+        line saying which and for how long yet (a stop that waits says what for)."""
+        left, late = self.config.grace_secs, set(runs)
+        while late and left > 0:
+            step = min(STILL_WAITING_SECS, left)
+            _, late = await asyncio.wait(late, timeout=step)
+            left -= step
+            if late and left > 0:
+                going = sorted(job_id for job_id, task in self.runs.items() if task in late)
+                log.info("still waiting for %s to finish: killed in %.0f s", ", ".join(going), left)
+        return late
 
     async def run(self) -> None:
         await self.register_with_retries()

@@ -91,6 +91,9 @@ class AgentConfig:
     token_path: str = ""
     # What the node offers its jobs, sent at registration (capacity.py).
     offer: Offer = field(default_factory=Offer)
+    # Logged once when the scheduler refuses the registration's key: which key it needs and
+    # where to find it (cli/agent.py knows where `scheduler up` keeps its key).
+    refused_hint: str = ""
 
 
 class Remote:
@@ -107,6 +110,8 @@ class Remote:
         # One registration at a time after a refused token: calls under way together (a
         # poll, a heartbeat, reports) are refused together once it goes stale.
         self._renewing = asyncio.Lock()
+        self._hinted = False  # the refused registration's hint, logged once
+        self.cap = ""  # the scheduler's MAX_JOBS_PER_NODE, as its last poll answer said
 
     def _load_token(self) -> str:
         return token_file.load(Path(self.config.token_path)) if self.config.token_path else ""
@@ -179,6 +184,8 @@ class Remote:
             self._forget_token()  # revoked, or lost with Redis: the next attempt goes without
         if not response.is_success:
             log.warning("register at %s: HTTP %d %s", url, response.status_code, response.text)
+            if response.status_code in REFUSED and not self._refused_token(response):
+                self._hint_refused()
             return False
         with contextlib.suppress(msgspec.DecodeError):
             token = _registered_decoder.decode(response.content).token
@@ -191,6 +198,12 @@ class Remote:
                 self._keep_token("")
         log.info("registered node %s at %s", self.config.node_id, self.config.registry_url)
         return True
+
+    def _hint_refused(self) -> None:
+        """Once: why the registration's key (or the lack of one) was refused, and the fix."""
+        if self.config.refused_hint and not self._hinted:
+            self._hinted = True
+            log.error("%s", self.config.refused_hint)
 
     async def heartbeat(self) -> None:
         url = self._url(self.config.registry_url, "/nodes/heartbeat")
@@ -293,6 +306,8 @@ class Remote:
             log.warning("poll: HTTP %d %s", response.status_code, response.text.strip())
             await self._renewed(response)  # the next poll carries the new token
             return []
+        # Ours says its MAX_JOBS_PER_NODE (the original does not): loop.Agent._say_cap.
+        self.cap = response.headers.get("x-max-jobs-per-node", self.cap)
         cancels = response.headers.get("x-cancel-jobs", "")
         if cancels:
             self.on_cancel(cancels.split(","))

@@ -167,7 +167,9 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         middleware.append(door)
     request_stats = metrics_api.RequestStats()
     if metrics_on:
-        labels = Middleware(metrics_api.RequestMetrics, stats=request_stats, label=TABLE.label)
+        labels = Middleware(
+            metrics_api.RequestMetrics, stats=request_stats, label=TABLE.request_label
+        )
         middleware.insert(0, labels)
     app = Starlette(
         routes=routes,

@@ -4,6 +4,7 @@ over plain inputs (ids, the caller, the declared size, a body reader), so the St
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import time
@@ -59,13 +60,20 @@ def job_reply(blob: bytes | None) -> bytes:
     return blob
 
 
-def polled_reply(polled: Polled) -> tuple[bytes, dict[str, str]]:
-    """The jobs, as the original; the ids of the node's jobs being cancelled ride in a
-    header, which the original agent ignores and the reference agent acts on."""
-    headers = (
-        {"X-Cancel-Jobs": ",".join(polled.cancels), **NO_STORE} if polled.cancels else NO_STORE
-    )
+def polled_reply(polled: Polled, cap: int) -> tuple[bytes, dict[str, str]]:
+    """The jobs, as the original; in headers, which the original agent ignores and the
+    reference agent acts on, the ids of the node's jobs being cancelled and `cap`, the
+    jobs a node runs at once (MAX_JOBS_PER_NODE): an agent started with more says so."""
+    headers = poll_headers(cap)
+    if polled.cancels:
+        headers = {"X-Cancel-Jobs": ",".join(polled.cancels), **headers}
     return b"[" + b",".join(polled.jobs) + b"]", headers
+
+
+@functools.cache
+def poll_headers(cap: int) -> dict[str, str]:
+    """A poll's headers without cancels: one dict per setting, not made on every poll."""
+    return {"X-Max-Jobs-Per-Node": str(cap), **NO_STORE}
 
 
 async def create_job(state: AppState, read: BodyReader, idempotency_key: str) -> Created:

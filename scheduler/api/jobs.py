@@ -23,7 +23,7 @@ from scheduler.api.http import (
     whole_number,
 )
 from scheduler.api.params import param
-from scheduler.api.routing import polls
+from scheduler.api.routing import PAGING, polls
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
@@ -82,8 +82,8 @@ def _page(request: Request) -> tuple[int, int, bool]:
     return (limit or DEFAULT_PAGE), (bound or 0), newest
 
 
-def _polled(polled: Polled) -> Response:
-    body, headers = hot.polled_reply(polled)
+def _polled(request: Request, polled: Polled) -> Response:
+    body, headers = hot.polled_reply(polled, _store(request).settings.max_jobs_per_node)
     return Response(body + b"\n", media_type="application/json", headers=headers)
 
 
@@ -92,14 +92,14 @@ async def list_jobs(request: Request) -> Response:
     hot.check_node_id(node_id)
     store = _store(request)
     wait = longpoll.wait_secs(request)
-    if polls(node_id, status):
+    if polls(node_id, status, any(param(request, name) for name in PAGING)):
         caller = _auth(request).caller(request)
         if wait is None:
-            return _polled(await store.poll(node_id, caller))
+            return _polled(request, await store.poll(node_id, caller))
         polled = await longpoll.unless_disconnected(request, store.poll_wait(node_id, caller, wait))
-        return _polled(polled or Polled([], []))
+        return _polled(request, polled or Polled([], []))
     if wait is not None:
-        raise HTTPError(400, "wait needs node_id and status=pending")
+        raise HTTPError(400, "wait is the agent's poll: node_id and status=pending, no paging")
     limit, bound, newest = _page(request)
     if newest and bound == 0 and param(request, "before"):
         return json_array([])  # before=job-0: nothing is older

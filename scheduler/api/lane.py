@@ -20,6 +20,7 @@ the answers byte for byte.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -36,7 +37,7 @@ from scheduler.api.http import length_of, refuse_declared
 from scheduler.api.metrics import RequestStats
 from scheduler.api.params import Params
 from scheduler.api.routes import TABLE
-from scheduler.api.routing import Access, Hot, RouteTable
+from scheduler.api.routing import POLL_LABEL, Access, Hot, RouteTable
 from scheduler.api.state import AppState
 from scheduler.models.record import record
 from scheduler.store.connection.protocol import Reply
@@ -171,7 +172,9 @@ class Lane:
                 raise ValueError(f"the lane's {method} {entry.path} reads no parameter")
             needs_key = found.access is Access.KEY
             takes = hot_call.takes
-            route = Route(method, hot_call, takes, entry.label, needs_key, *calls[hot_call])
+            # What the lane takes of a POLL route is polls (without `wait`): their label.
+            label = POLL_LABEL if hot_call is Hot.POLL else entry.label
+            route = Route(method, hot_call, takes, label, needs_key, *calls[hot_call])
             if entry.pattern is None:
                 self.exact[(method.encode(), entry.path)] = route
             else:
@@ -290,10 +293,12 @@ class Lane:
         if sent is None:
             return None
         reply, parse = sent
-        return reply, lambda raw: _polled_answer(parse(raw))
+        cap = self.state.settings.max_jobs_per_node
+        return reply, lambda raw: _polled_answer(parse(raw), cap)
 
     async def poll_node(self, request: HotRequest) -> Answer:
-        return _polled_answer(await self.state.store.poll(*self._poller(request)))
+        polled = await self.state.store.poll(*self._poller(request))
+        return _polled_answer(polled, self.state.settings.max_jobs_per_node)
 
     def _poller(self, request: HotRequest) -> tuple[str, str]:
         """(node id, caller) of a poll."""
@@ -318,16 +323,19 @@ def _job_answer(parts: list[bytes | None]) -> Answer:
     return 200, hot.job_reply(record(parts)) + b"\n", JSON, JOB_HEADERS
 
 
-# Most polls find nothing: a node at capacity, or without work.
-_NOTHING_POLLED: Answer = (200, b"[]\n", JSON, JOB_HEADERS)
+@functools.cache
+def _poll_headers(cap: int) -> Headers:
+    """A poll's headers without cancels, encoded once per setting, not on every poll."""
+    return raw_headers(hot.poll_headers(cap))
 
 
-def _polled_answer(polled: Polled) -> Answer:
-    if not polled:
-        return _NOTHING_POLLED
-    body, headers = hot.polled_reply(polled)
-    # Without cancels the headers are no-store alone: the constant, not encoded each time.
-    return 200, body + b"\n", JSON, raw_headers(headers) if polled.cancels else JOB_HEADERS
+def _polled_answer(polled: Polled, cap: int) -> Answer:
+    # Most polls find nothing (a node at capacity, or without work) and carry no cancel.
+    if not polled.cancels:
+        body = b"[" + b",".join(polled.jobs) + b"]\n" if polled.jobs else b"[]\n"
+        return 200, body, JSON, _poll_headers(cap)
+    body, headers = hot.polled_reply(polled, cap)
+    return 200, body + b"\n", JSON, raw_headers(headers)
 
 
 def _reader(request: HotRequest) -> hot.BodyReader:

@@ -163,9 +163,12 @@ async def keep_flushing(store: Store, stats: RequestStats, every: float) -> None
 
 class RequestMetrics:
     """Pure ASGI middleware, outermost, so refusals (401, 413, 503) are counted too. `label`
-    is the route table's (routing.RouteTable.label): a request's route label."""
+    is the route table's (routing.RouteTable.request_label): a request's label from its
+    method, path and query (the agent's poll and the long-polls apart)."""
 
-    def __init__(self, app: ASGIApp, stats: RequestStats, label: Callable[[str], str]) -> None:
+    def __init__(
+        self, app: ASGIApp, stats: RequestStats, label: Callable[[str, str, bytes], str]
+    ) -> None:
         self.app = app
         self.stats = stats
         self.label = label
@@ -184,7 +187,7 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = self.label(scope["path"])
+            route = self.label(scope["method"], scope["path"], scope.get("query_string", b""))
             self.stats.observe(scope["method"], route, status[0], perf_counter() - started)
 
 

@@ -224,6 +224,13 @@ class RouteTable:
             return candidates[0].label
         return UI_PREFIX if path.startswith(UI_PREFIX + "/") else OTHER_LABEL
 
+    def request_label(self, method: str, path: str, query: bytes) -> str:
+        """The label of a request (`request_label`): the query read only for a GET."""
+        label = self.label(path)
+        if method not in ("GET", "HEAD") or not query:
+            return label
+        return request_label(method, label, parse_query(query))
+
     def hot(self) -> Iterable[tuple[str, Entry, Method, Hot]]:
         """(method, entry, its Method, the lane's call) of what the hot lane serves."""
         for entry in self.entries:
@@ -253,12 +260,40 @@ def first(params: Params, name: str) -> str:
     return values[0] if values else ""
 
 
+# A listing's paging parameters. Neither agent sends one with its poll (CONTRACT 3.3,
+# agent/remote.py), so one of them, given a value, makes `GET /jobs?node_id=X&status=pending`
+# the operator's listing of X's queue (the key's; `scheduler list` always sends `limit`):
+# without, the poll hands out only X's free capacity, and a full node's queue listed as `[]`.
+PAGING = ("limit", "order", "after", "before")
+
+
 def is_poll(params: Params) -> bool:
-    """The agent's poll: a GET /jobs for one node's pending jobs (not a listing)."""
+    """The agent's poll: a GET /jobs for one node's pending jobs, without a paging parameter
+    (else a listing)."""
     node_id, status = params.get("node_id"), params.get("status")  # first() inlined: hot
-    return polls(node_id[0] if node_id else "", status[0] if status else "")
+    if not (node_id and node_id[0] and status and status[0] == "pending"):
+        return False
+    return not any(params.get(name, ("",))[0] for name in PAGING)
 
 
-def polls(node_id: str, status: str) -> bool:
-    """is_poll from the first values of node_id and status."""
-    return bool(node_id) and status == "pending"
+def polls(node_id: str, status: str, paged: bool) -> bool:
+    """is_poll from the first values of node_id and status, and whether a paging parameter
+    has a value."""
+    return bool(node_id) and status == "pending" and not paged
+
+
+# The metrics labels of the calls that wait: the agent's poll, apart from the listings (the
+# same route), and any long-poll (`wait=`) apart from its route's other calls, so a read's
+# latency is not mixed with the agents' 20 s waits.
+POLL_LABEL = "/jobs?poll"  # a long-poll's: /jobs?poll&wait, /jobs/{id}?wait
+
+
+def request_label(method: str, label: str, params: Params) -> str:
+    """A request's metrics label from its route's `label` and its parameters."""
+    if method not in ("GET", "HEAD"):
+        return label
+    if label == "/jobs" and is_poll(params):
+        label = POLL_LABEL
+    if "wait" not in params:
+        return label
+    return label + ("&wait" if "?" in label else "?wait")

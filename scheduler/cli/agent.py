@@ -20,6 +20,7 @@ from scheduler.agent.executor import ExecConfig, Executor
 from scheduler.agent.limits import Limits, detect
 from scheduler.agent.loop import Agent
 from scheduler.agent.remote import AgentConfig, AgentError
+from scheduler.cli import session
 from scheduler.config import ConfigError, Settings
 from scheduler.models.labels import parse_labels
 from scheduler.models.wire import ID_RE, InvalidInput
@@ -45,11 +46,40 @@ def offer(settings: Settings) -> Offer:
     return Offer(cpus=os.cpu_count() or 1, memory_mb=memory_mb, labels=labels)
 
 
+def with_up_key(settings: Settings, url: str) -> tuple[Settings, str]:
+    """`settings` with the key of the `scheduler up` session at `url` when neither
+    TINYAWS_API_KEY nor AGENT_JOIN_KEY is set (so `scheduler agent --node-id gpu-1` beside
+    `up` is one command, as the client's), and what to say when the scheduler refuses the
+    agent's registration: which key it needs, and where `up` keeps it."""
+    path = session.key_path(url)
+    where = f"`scheduler up` keeps its key in {path}" if path else "`scheduler up` keeps none"
+    if settings.agent_join_key:
+        return settings, f"the scheduler at {url} refused AGENT_JOIN_KEY: set it to the API's"
+    if settings.api_key:
+        return settings, (
+            f"the scheduler at {url} refused TINYAWS_API_KEY: set it to the scheduler's key "
+            f"(beside `scheduler up`, unset it: {where}, which this agent reads)"
+        )
+    found = session.with_session_key(settings, url)
+    if found.api_key:
+        log.info("using the key of the `scheduler up` session at %s (%s)", url, path)
+        return found, (
+            f"the scheduler at {url} refused the key of the `scheduler up` session ({path}): "
+            "is that `up` still the one running there?"
+        )
+    return settings, (
+        f"the scheduler at {url} asks for a key and this agent has none: set TINYAWS_API_KEY "
+        f"to its key, or AGENT_JOIN_KEY to its join key. {where} while it runs, which this "
+        f"agent reads when SCHEDULER_URL is up's address: is `up` running at {url}?"
+    )
+
+
 def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, ExecConfig]:
     node_id = args.node_id or settings.agent_node_id or default_node_id()
     if not ID_RE.fullmatch(node_id):
         raise ConfigError(f"node id {node_id!r}: use 1 to 128 of A-Z a-z 0-9 . _ -")
     scheduler_url = args.scheduler_url or settings.scheduler_url
+    settings, refused_hint = with_up_key(settings, scheduler_url)
     work_dir = settings.agent_work_dir or os.path.join(tempfile.gettempdir(), "tinyaws-agent")
     config = AgentConfig(
         node_id=node_id,
@@ -65,6 +95,7 @@ def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, Ex
         http_timeout_secs=settings.http_timeout_secs,
         token_path=str(token_file.default_path(settings.agent_work_dir, node_id)),
         offer=offer(settings),
+        refused_hint=refused_hint,
     )
     try:
         backend = detect(settings.agent_limits)

@@ -4,6 +4,7 @@ while waiting, and a job's attempts (GET /jobs/{id}/attempts)."""
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -38,7 +39,8 @@ def format_job(job: dict[str, Any]) -> str:
         f"status={job.get('status', '')}{reason} command={go_quote(job.get('command', ''))}\n"
     )
     if job.get("exit_code") is not None:
-        text += f"exit_code={job['exit_code']}\n"
+        killed = signalled(job["exit_code"])
+        text += f"exit_code={job['exit_code']}{f' (signal: {killed})' if killed else ''}\n"
     if job.get("stdout"):
         text += f"stdout:\n{job['stdout']}"
     if job.get("stderr"):
@@ -58,14 +60,31 @@ def why(job: dict[str, Any]) -> str:
     scheduler says, and its exit code."""
     parts = [job[name] for name in ("pending_reason", "failure_reason") if job.get(name)]
     if job.get("exit_code") is not None:
-        parts.append(f"exit_code={job['exit_code']}")
+        parts.append(exit_part(job["exit_code"]))
     return f" ({', '.join(parts)})" if parts else ""
+
+
+def signalled(code: object) -> str:
+    """The signal an exit code of 128+n names, as shells report a job killed by signal n
+    (the reference agent's; the Rust agent's -1 names none): "SIGKILL" for 137, else ""."""
+    if not isinstance(code, int) or not 128 < code < 256:
+        return ""
+    try:
+        return signal.Signals(code - 128).name
+    except ValueError:
+        return ""
+
+
+def exit_part(code: object) -> str:
+    """`exit_code=137, signal: SIGKILL`, or `exit_code=3`."""
+    killed = signalled(code)
+    return f"exit_code={code}, signal: {killed}" if killed else f"exit_code={code}"
 
 
 def attempt_line(job_id: str, attempt: dict[str, Any]) -> str:
     """`job-3 attempt 2 on node-1: failed (exit_code=3)`: one ended attempt."""
     code = attempt.get("exit_code")
-    detail = "" if code is None else f" (exit_code={code})"
+    detail = "" if code is None else f" ({exit_part(code)})"
     where = f" on {attempt['node_id']}" if attempt.get("node_id") else ""
     return (
         f"{job_id} attempt {attempt.get('attempt', '?')}{where}: {attempt.get('reason')}{detail}\n"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -26,10 +25,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 from typing import IO
 
 import httpx
@@ -38,103 +35,16 @@ from scheduler.cli import session
 from scheduler.cli.deployment import DEFAULT_DATA_DIR, snapshot_file
 from scheduler.cli.embedded import (
     UpError,
-    child_setup,
     data_dir_lock,
     embedded_redis,
 )
 from scheduler.cli.private_dir import UMASK, private_data_dir, private_snapshot
+from scheduler.cli.supervisor import Supervisor
 from scheduler.config import ConfigError, Settings
 from scheduler.config.redis_url import redact
 from scheduler.store.errors import LayoutChanged
 
 log = logging.getLogger("scheduler.up")
-
-STOP_TIMEOUTS = {"worker": 20.0, "api": 10.0}  # the agent's: its grace period + 15 s
-Child = subprocess.Popen[bytes]
-RESTART_FIRST_SECS, RESTART_CAP_SECS = 1.0, 30.0
-RESTART_STABLE_SECS = 60.0  # a child that ran this long before dying starts a fresh backoff
-
-
-def restart_delay(failures: int) -> float:
-    """Seconds before the restart that follows `failures` quick deaths in a row (1, 2, 3 …)."""
-    return float(min(RESTART_CAP_SECS, RESTART_FIRST_SECS * 2 ** (failures - 1)))
-
-
-@dataclass
-class Supervisor:
-    env: dict[str, str]
-    agent_grace_secs: float = 30.0
-    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    signals: int = 0
-    launchers: dict[str, Callable[[], Child]] = field(default_factory=dict)
-    started_at: dict[str, float] = field(default_factory=dict)
-    failures: dict[str, int] = field(default_factory=dict)  # quick deaths in a row
-    restart_due: dict[str, float] = field(default_factory=dict)  # dead children: when
-
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        """Run `scheduler ARGS` as child `name`."""
-        cmd = [sys.executable, "-m", "scheduler", *args]
-        return self.adopt(name, functools.partial(self._spawn, cmd))
-
-    def _spawn(self, cmd: list[str]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, preexec_fn=child_setup)
-
-    def adopt(self, name: str, launch: Callable[[], Child]) -> subprocess.Popen[bytes]:
-        """Run `launch()` as child `name`, and again whenever it dies (see check)."""
-        return self.watch(name, launch(), launch)
-
-    def watch(
-        self,
-        name: str,
-        proc: subprocess.Popen[bytes],
-        launch: Callable[[], Child],
-    ) -> subprocess.Popen[bytes]:
-        self.children[name], self.launchers[name] = proc, launch
-        self.started_at[name] = time.monotonic()
-        return proc
-
-    def check(self, now: float) -> None:
-        """Schedule a restart of each child that died, and restart those whose time came.
-        One dying child (a worker that lost Redis, an API killed by the OOM killer) must not
-        take the whole deployment down."""
-        for name, proc in list(self.children.items()):
-            code = proc.poll()
-            if code is None:
-                continue
-            due = self.restart_due.get(name)
-            if due is None:
-                ran = now - self.started_at.get(name, now)
-                failures = 1 if ran >= RESTART_STABLE_SECS else self.failures.get(name, 0) + 1
-                self.failures[name] = failures
-                delay = restart_delay(failures)
-                self.restart_due[name] = now + delay
-                log.error("%s exited with status %d: restarting it in %.0f s", name, code, delay)
-            elif now >= due:
-                del self.restart_due[name]
-                self.adopt(name, self.launchers[name])
-                log.warning("%s restarted (pid %d)", name, self.children[name].pid)
-
-    def on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.signals += 1
-        if self.signals > 1:  # a second Ctrl-C: do not wait any more
-            for name, proc in self.children.items():
-                if name == "redis":  # stopped last, gracefully (embedded_redis)
-                    continue
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-
-    def stop_all(self) -> None:
-        for name in ("agent", "worker", "api"):
-            proc = self.children.get(name)
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(STOP_TIMEOUTS.get(name, self.agent_grace_secs + 15))
-            except subprocess.TimeoutExpired:
-                log.warning("%s did not stop in time: killing it", name)
-                proc.kill()
-                proc.wait()
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -277,6 +187,7 @@ def _banner(out: IO[str], api_url: str, redis: list[str], key_file: Path | None)
     out.write(f"  ui: {api_url}/ui\n")
     if key_file is not None:
         out.write(f"  key: in {key_file} (the UI's login; the CLI reads it there)\n")
+    out.write(f"  another agent: {url_env}./dev agent --node-id NAME    (a node beside this one)\n")
     out.write(f"  try: {url_env}./dev submit 'echo hello' --wait    (Ctrl-C stops everything)\n")
     out.flush()
 

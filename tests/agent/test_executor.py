@@ -25,7 +25,9 @@ from scheduler.agent.executor import (
     Outcome,
     Service,
     capture,
+    exit_code,
     job_env,
+    signal_note,
 )
 from scheduler.agent.limits import Backend, Confinement, Limits, RlimitBackend
 from scheduler.models.job import bound_output
@@ -116,6 +118,20 @@ def _gone(pid: int, timeout: float = 10) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize(("sig", "name"), [(9, "SIGKILL"), (15, "SIGTERM"), (6, "SIGABRT")])
+def test_a_job_killed_by_a_signal_says_which_as_a_shell_does(sig: int, name: str) -> None:
+    """128+n as a shell's $?, and the signal's name on stderr (the original's -1 lost it)."""
+    out = _capture(f"echo before >&2; kill -{sig} $$")
+    assert out == Outcome(128 + sig, "", f"before\nsignal: {name} (exit_code {128 + sig})\n")
+    assert out.status == "failed"
+
+
+def test_exit_codes_of_signals_and_of_no_status() -> None:
+    assert [exit_code(c) for c in (0, 3, -9, None)] == [0, 3, 137, -1]
+    assert signal_note(0) == signal_note(None) == ""
+    assert signal_note(-200) == "signal: signal 200 (exit_code 328)\n"
 
 
 def test_a_job_past_its_timeout_is_killed_and_fails() -> None:
@@ -313,6 +329,12 @@ def test_a_service_that_exits_reports_its_code_and_log(tmp_path: Path) -> None:
     out = _service(tmp_path, job, None)
     assert out.exit_code == 4
     assert out.stdout == "serving on 8088\n"
+
+
+def test_a_service_killed_by_a_signal_says_which(tmp_path: Path) -> None:
+    job = AgentJob(job_id="job-8", command="echo up; kill -9 $$", job_type="service")
+    out = _service(tmp_path, job, None)
+    assert out == Outcome(137, "up\n", "signal: SIGKILL (exit_code 137)\n")
 
 
 def test_a_service_is_stopped_when_the_agent_stops(tmp_path: Path) -> None:

@@ -583,3 +583,27 @@ def test_a_job_that_does_not_fit_beside_the_running_ones_waits_for_them(
         assert httpx.get(f"{api}/jobs/{later}").json()["stdout"] == "later\n"
 
     run(go)
+
+
+def test_an_agent_says_once_when_max_jobs_per_node_caps_its_max_jobs(
+    api: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--max-jobs 4` said "up to 4 jobs" and ran 2: the poll says the API's
+    MAX_JOBS_PER_NODE (X-Max-Jobs-Per-Node), and the agent warns once that it caps it."""
+
+    async def go(max_jobs: int) -> None:
+        agent = make_agent(api, tmp_path, "capped-1", max_jobs=max_jobs)
+        assert await agent.remote.register()
+        for _ in range(2):
+            await agent.poll_once()
+        assert agent.remote.cap == "2"
+        await agent.remote.http.aclose()
+
+    with caplog.at_level("WARNING", logger="scheduler.agent"):
+        run(lambda: go(4))
+        run(lambda: go(2))  # no more than the cap: nothing to say
+    said = [r.getMessage() for r in caplog.records if "MAX_JOBS_PER_NODE" in r.getMessage()]
+    assert said == [
+        "the scheduler runs at most 2 job(s) at once on a node (its MAX_JOBS_PER_NODE): this "
+        "agent runs 2, not --max-jobs 4; set MAX_JOBS_PER_NODE=4 where the API runs for more"
+    ]

@@ -438,3 +438,24 @@ def test_a_fleet_behind_one_address_gets_back_in_after_its_tokens_went_stale(
 
         assert asyncio.run(go()) == [200] * 6
         assert failures(redis_url, prefix) == 3 + 1  # the rest answered by the bar
+
+
+def test_a_refused_registration_says_once_which_key_it_needs(
+    api: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second agent beside `up` without its key looped `register ... 401` with no hint:
+    now the first refusal logs the hint cli/agent.py wrote (which key, where up keeps it)."""
+    config = AgentConfig(
+        node_id="hint-1", scheduler_url=api, registry_url=api, refused_hint="HINT: the key"
+    )
+
+    async def go() -> list[bool]:
+        agent = Remote(config, httpx.AsyncClient(timeout=5))
+        registered = [await agent.register(), await agent.register()]
+        await agent.http.aclose()
+        return registered
+
+    with caplog.at_level("INFO", logger="scheduler.agent"):
+        assert asyncio.run(go()) == [False, False]
+    hints = [r for r in caplog.records if r.getMessage() == "HINT: the key"]
+    assert len(hints) == 1 and hints[0].levelname == "ERROR"

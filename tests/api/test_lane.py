@@ -48,7 +48,9 @@ ROUTES = [
     ("POST", "/jobs", "", "submit"),
     ("POST", "/jobs/job-1", "", None),
     ("GET", "/jobs", "node_id=n1&status=pending", "poll"),
-    ("GET", "/jobs", "status=pending&node_id=n1&limit=5", "poll"),
+    ("GET", "/jobs", "status=pending&node_id=n1&limit=", "poll"),  # empty: as absent
+    ("GET", "/jobs", "status=pending&node_id=n1&limit=5", None),  # the queue's listing
+    ("GET", "/jobs", "status=pending&node_id=n1&after=job-1", None),
     ("GET", "/jobs", "node_id=n1&status=pending&node_id=n2", None),  # the door's 400
     ("GET", "/jobs", "node_id=n1&status=pending&x=1&x=2", None),  # ASGI decides: ignored
     ("GET", "/jobs", "node_id=n1&status=pending&wait=20", None),

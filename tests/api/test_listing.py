@@ -184,3 +184,26 @@ def test_a_page_stops_at_its_byte_budget_and_after_resumes(make_client: ClientFa
         seen += [job["job_id"] for job in page]
         after = page[-1]["job_id"]
     assert seen == [f"job-{n}" for n in range(1, 7)]
+
+
+def test_a_full_nodes_queue_is_listed_with_a_paging_parameter(make_client: ClientFactory) -> None:
+    """The agent's poll (node_id, status=pending, no paging) hands out free capacity only: [] on
+    a full node. The same filters with limit, after, before or order are the operator's
+    listing of the node's queue, behind the key, whatever the node runs."""
+    api = make_client(api_key="k")
+    register(api, "vm")
+    key = {"Authorization": "Bearer k"}
+    for i in range(4):
+        assert api.post("/jobs", json={"command": f"c{i}"}, headers=key).status_code == 201
+    assert report(api, "job-1", "running").status_code == 200
+    poll = {"node_id": "vm", "status": "pending"}
+    polled = api.get("/jobs", params=poll)
+    assert assert_json(polled) == []  # the poll: vm is full
+    assert polled.headers["x-max-jobs-per-node"] == "1"  # the agent says when it caps it
+    queue = ["job-2", "job-3", "job-4"]
+    assert ids(api.get("/jobs", params={**poll, "limit": 10}, headers=key)) == queue
+    assert ids(api.get("/jobs", params={**poll, "after": "job-2"}, headers=key)) == queue[1:]
+    newest = {**poll, "order": "newest", "before": "job-4"}
+    assert ids(api.get("/jobs", params=newest, headers=key)) == ["job-3", "job-2"]
+    # A listing is the key's: without it, 401 (the poll stays open, as the original's).
+    assert api.get("/jobs", params={**poll, "limit": 10}).status_code == 401

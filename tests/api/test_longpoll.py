@@ -216,8 +216,13 @@ def test_a_bad_status_not_and_a_wait_on_a_listing_are_400(api: TestClient) -> No
         400,
         "invalid status_not: use pending, delayed, waiting, running, done, failed, cancelling",
     )
+    expected = "wait is the agent's poll: node_id and status=pending, no paging"
     response = api.get("/jobs", params={"status": "pending", "wait": 1})
-    assert_text_error(response, 400, "wait needs node_id and status=pending")
+    assert_text_error(response, 400, expected)
+    response = api.get(
+        "/jobs", params={"node_id": "n1", "status": "pending", "wait": 1, "limit": 5}
+    )
+    assert_text_error(response, 400, expected)
 
 
 def test_wait_zero_and_no_wait_answer_at_once(api: TestClient) -> None:

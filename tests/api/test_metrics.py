@@ -92,6 +92,37 @@ def test_route_labels_stay_a_small_set(path: str, label: str) -> None:
     assert TABLE.label(path) == label
 
 
+@pytest.mark.parametrize(
+    "method, target, label",
+    [
+        ("GET", "/jobs?node_id=n1&status=pending", "/jobs?poll"),
+        ("GET", "/jobs?node_id=n1&status=pending&wait=20", "/jobs?poll&wait"),
+        ("GET", "/jobs?node_id=n1&status=pending&limit=5", "/jobs"),  # a listing
+        ("GET", "/jobs?status=pending", "/jobs"),
+        ("GET", "/jobs/job-1?wait=5&status_not=pending", "/jobs/{id}?wait"),
+        ("GET", "/jobs/job-1", "/jobs/{id}"),
+        ("POST", "/jobs?node_id=n1&status=pending", "/jobs"),
+    ],
+)
+def test_polls_and_long_polls_have_labels_of_their_own(
+    method: str, target: str, label: str
+) -> None:
+    path, _, query = target.partition("?")
+    assert TABLE.request_label(method, path, query.encode()) == label
+
+
+def test_the_polls_latency_is_apart_from_the_listings(client: TestClient) -> None:
+    """The agents' polls (and their 20 s long-polls) are not mixed into GET /jobs's reads."""
+    register(client, "n1")
+    client.get("/jobs", params={"node_id": "n1", "status": "pending"})
+    client.get("/jobs", params={"node_id": "n1", "status": "pending", "wait": "0"})
+    client.get("/jobs")
+    m = scrape(client)
+    count = "scheduler_http_request_duration_seconds_count"
+    for route in ("/jobs", "/jobs?poll", "/jobs?poll&wait"):
+        assert m[(count, (("method", "GET"), ("route", route)))] == 1, route
+
+
 LABELS = {f"label-{i:02d}": f"value-{i:02d}" for i in range(16)}
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import pytest
 
+from scheduler.cli import session
 from scheduler.cli.agent import build, offer
 from scheduler.config import ConfigError, Settings
 
@@ -66,3 +68,27 @@ def test_the_agents_configuration_carries_the_offer() -> None:
     env = {"AGENT_LABELS": "zone=eu-1", "AGENT_MEMORY_MB": "2048", "AGENT_LIMITS": "off"}
     config, _ = build(args, Settings.from_env(env))
     assert (config.offer.memory_mb, dict(config.offer.labels)) == (2048, {"zone": "eu-1"})
+
+
+def test_an_agent_beside_up_takes_its_session_key_and_says_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`scheduler agent --node-id gpu-1` beside `up` is one command: without
+    TINYAWS_API_KEY and AGENT_JOIN_KEY it sends the key up keeps for SCHEDULER_URL, and a
+    refusal names that file (or the key to set)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    url = "http://127.0.0.1:9001"
+    args = argparse.Namespace(node_id="gpu-1", scheduler_url=url, registry_url="", max_jobs=0)
+    env = {"AGENT_LIMITS": "off", "AGENT_WORK_DIR": str(tmp_path / "work")}
+    config, _ = build(args, Settings.from_env(env))
+    path = tmp_path / "tinyaws-scheduler" / "127.0.0.1-9001" / "api-key"
+    assert config.api_key == "" and str(path) in config.refused_hint
+    assert "set TINYAWS_API_KEY" in config.refused_hint
+    key, _ = session.create(url)
+    config, _ = build(args, Settings.from_env(env))
+    assert config.api_key == key and str(path) in config.refused_hint
+    config, _ = build(args, Settings.from_env({**env, "TINYAWS_API_KEY": "k" * 40}))
+    assert config.api_key == "k" * 40 and "refused TINYAWS_API_KEY" in config.refused_hint
+    config, _ = build(args, Settings.from_env({**env, "AGENT_JOIN_KEY": "j" * 40}))
+    assert config.api_key == "" and "AGENT_JOIN_KEY" in config.refused_hint
+    session.remove(path)

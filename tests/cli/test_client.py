@@ -16,7 +16,14 @@ import redis
 from scheduler.cli import client as client_module
 from scheduler.cli.client import Client
 from scheduler.cli.main import main
-from scheduler.cli.output import format_job, go_quote
+from scheduler.cli.output import (
+    attempt_line,
+    exit_status,
+    format_job,
+    go_quote,
+    progress,
+    signalled,
+)
 from scheduler.store.keys import Keys
 from tests.keys import API_KEY as KEY
 from tests.processes import api_replicas, scheduler_env, unique_prefix
@@ -281,6 +288,32 @@ def test_format_job_omits_empty_fields_but_not_exit_code_zero() -> None:
     assert format_job(job) == 'job_id=job-1 node_id=n status=done command=""\nexit_code=0\n'
 
 
+def test_a_job_killed_by_a_signal_shows_the_signal(api: str, cli: Cli) -> None:
+    """The reference agent reports 128+n (and a stderr line); the CLI names the signal, and
+    `--wait` exits with the code as a shell does. The Rust agent's -1 stays a bare -1."""
+    job = httpx.post(f"{api}/jobs", json={"command": "sleep 1000", "max_retries": 0}).json()
+    finish(api, job["job_id"], "failed", 137, "", "signal: SIGKILL (exit_code 137)\n")
+    code, out, err = cli(api, "status", job["job_id"], "--wait")
+    assert code == 0, err
+    assert out.splitlines()[1] == "exit_code=137 (signal: SIGKILL)"
+    ended = {"job_id": "job-9", "node_id": "n", "status": "failed", "exit_code": 137}
+    assert progress(ended) == "job-9 failed on n (exit_code=137, signal: SIGKILL)\n"
+    assert exit_status(ended) == 137  # `submit --wait`'s exit status, as a shell's
+    attempt = {"attempt": 1, "node_id": "n", "reason": "failed", "exit_code": 143}
+    assert attempt_line("job-9", attempt) == (
+        "job-9 attempt 1 on n: failed (exit_code=143, signal: SIGTERM)\n"
+    )
+    assert [signalled(c) for c in (-1, 0, 1, 128, 130, 255, None)] == [
+        "",
+        "",
+        "",
+        "",
+        "SIGINT",
+        "",
+        "",
+    ]
+
+
 def test_cancel_prints_the_cancelled_job(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "true"}).json()
     code, out, err = cli(api, "cancel", job["job_id"])
@@ -454,6 +487,8 @@ def listed(out: str) -> list[int]:
             "more: scheduler list --node-id node-1 --limit 1 --newest --before job-5\n",
         ),
         (["--status", "done"], [], ""),
+        # A node's queue is listed whole, not as the agent's poll (its free capacity: one).
+        (["--node-id", "node-1", "--status", "pending"], [1, 2, 3, 4, 5], ""),
     ],
 )
 def test_list_pages_and_says_how_to_get_the_next_page(

@@ -22,7 +22,8 @@ import redis
 
 from scheduler.cli.agent import default_node_id
 from scheduler.cli.embedded import UpError
-from scheduler.cli.up import Supervisor, _banner, _child_env, _wait_registered, restart_delay
+from scheduler.cli.supervisor import Supervisor, restart_delay
+from scheduler.cli.up import _banner, _child_env, _wait_registered
 from scheduler.snapshot import layout
 from scheduler.store.keys import Keys
 from tests.fakes import FakeRegistry, FakeService
@@ -215,6 +216,51 @@ def test_up_runs_the_product_and_ctrl_c_stops_everything(tmp_path: Path, ups: li
     assert again.interrupt() == 0
 
 
+def test_an_agent_beside_up_is_one_command_and_a_stop_says_what_it_waits_for(
+    tmp_path: Path, ups: list[Up]
+) -> None:
+    """`scheduler agent --node-id NAME` beside `up` registers with up's session key (it looped
+    `register ... 401`); Ctrl-C with a job running says which job and how long (it waited
+    in silence)."""
+    state = tmp_path / "state"
+    up = Up(tmp_path / "data", tmp_path / "up.log", XDG_STATE_HOME=str(state), AGENT_GRACE_SECS="3")
+    ups.append(up)
+    key = (state / "tinyaws-scheduler" / f"127.0.0.1-{up.port}" / "api-key").read_text().strip()
+    operator = {"Authorization": f"Bearer {key}"}
+    env = _env(SCHEDULER_URL=up.url, XDG_STATE_HOME=str(state), AGENT_WORK_DIR=str(tmp_path))
+    with (tmp_path / "agent.log").open("wb") as log:
+        second = subprocess.Popen(
+            [sys.executable, "-m", "scheduler", "agent", "--node-id", "beside-1"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def listed() -> list[int]:
+            nodes = httpx.get(f"{up.url}/nodes", headers=operator, timeout=10).json()
+            return [1] if nodes.get("beside-1", {}).get("status") == "healthy" else []
+
+        _wait_for(listed)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=30) == 0, (tmp_path / "agent.log").read_text()
+    assert "401" not in (tmp_path / "agent.log").read_text()
+
+    job = {"command": "sleep 60", "node_selector": {"node.id": default_node_id()}}
+    job_id = httpx.post(f"{up.url}/jobs", json=job, headers=operator, timeout=10).json()["job_id"]
+
+    def running() -> list[int]:
+        found = httpx.get(f"{up.url}/jobs/{job_id}", headers=operator, timeout=10).json()
+        return [1] if found["status"] == "running" else []
+
+    _wait_for(running)
+    assert up.interrupt() == 0
+    logged = up.log.read_text()
+    assert f"waiting up to 3 s (AGENT_GRACE_SECS) for {job_id} to finish" in logged, logged
+    assert "s more for the agent to stop: its running jobs get AGENT_GRACE_SECS" in logged
+
+
 def test_up_with_an_external_registry_is_up_once_its_agent_is_listed_there(
     tmp_path: Path, ups: list[Up]
 ) -> None:
@@ -394,6 +440,8 @@ def test_the_banner_hints_use_the_api_url(api_url: str, try_line: str) -> None:
     assert lines[:2] == [f"scheduler is up at {api_url}", "  redis: embedded"]
     assert f"  ui: {api_url}/ui" in lines
     assert "  key: in /k/api-key (the UI's login; the CLI reads it there)" in lines
+    agent_line = try_line.replace("try:", "another agent:").replace(" submit", " agent")
+    assert any(line.startswith(agent_line.split("'")[0]) for line in lines), lines
     assert lines[-1].startswith(try_line)
 
 
