@@ -20,6 +20,7 @@ from scheduler.api import (
     ui,
     ui_dashboard,
     ui_dead,
+    ui_job,
     ui_jobs,
     ui_schedules,
 )
@@ -95,7 +96,9 @@ TABLE = RouteTable(
             other_methods=UI,
         ),
         Entry(
-            "/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI, reads=REFRESH)}, other_methods=UI
+            "/ui/jobs/{job_id}",
+            {"GET": Method(ui_job.job_page, UI, reads=REFRESH)},
+            other_methods=UI,
         ),
         # The buttons: back to their page, its refresh paused if it was.
         Entry(

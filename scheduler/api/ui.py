@@ -1,6 +1,6 @@
-"""The web UI: a job's page with its output, the nodes with their queues and the
-background counters, the login; the dashboard at /ui (the home) is ui_dashboard.py's, the
-jobs list ui_jobs.py's, the layout ui_layout.py's.
+"""The web UI: a job's buttons, the nodes with their queues and the background counters, the
+login; the dashboard at /ui (the home) is ui_dashboard.py's, the jobs list ui_jobs.py's, a
+job's page ui_job.py's, the layout ui_layout.py's.
 
 Server-rendered HTML: no script, no build step, nothing from a CDN; pages that change
 refresh themselves (ui_layout.py: paused with `refresh=off`). With TINYAWS_API_KEY set it
@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from html import escape
-from typing import Any
 
 import msgspec
 from starlette.requests import Request
@@ -27,119 +25,17 @@ from scheduler.api.http import HTTPError
 from scheduler.api.state import credentials as _credentials
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
-from scheduler.api.ui_attempts import attempts_section
 from scheduler.api.ui_forms import check_origin, checked_form, form_lists
 from scheduler.api.ui_forms import csrf as _csrf
-from scheduler.api.ui_layout import View, duration, page, status_badge, view_of
-from scheduler.models.fields import JobField, Kind
+from scheduler.api.ui_layout import View, page, status_badge, view_of
 from scheduler.models.job import (
-    FINAL_STATUSES,
-    JOB_FIELDS,
-    NOT_STARTED,
-    PENDING_REASONS,
     STATUSES,
-    Job,
-    job_decoder,
 )
-from scheduler.models.labels import selector_text
 from scheduler.models.registry import Service
 from scheduler.models.wire import ID_RE
 from scheduler.nodes.placement import is_live
-from scheduler.store.errors import JobNotFound
 
 service_decoder = msgspec.json.Decoder(Service)
-
-
-def _names_only(mapping: dict[str, str]) -> str:
-    # Names only: values are often secrets (env_vars), and a screen is easy to look over.
-    names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(mapping))
-    return f'{names} <span class="muted">(values hidden)</span>' if mapping else ""
-
-
-# How a field's value shows, where it is not its plain text; the rest of the page's layout:
-# status comes right after job_id (what a look at the page is for), the outputs go below.
-_SHOWN_AS: dict[str, Callable[[Any], str]] = {
-    "status": status_badge,
-    "command": lambda command: f"<code>{escape(command)}</code>",
-    "job_type": lambda job_type: escape(job_type or "run"),
-    "pending_reason": lambda reason: (
-        f'{escape(reason)} <span class="muted">({escape(PENDING_REASONS[reason])})</span>'
-        if reason in PENDING_REASONS
-        else escape(reason)
-    ),
-}
-_FIRST = ("job_id", "status", "failure_reason", "pending_reason")
-_BELOW = ("stdout", "stderr")
-_ROWS = sorted(
-    (f for f in JOB_FIELDS if f.name not in _BELOW),
-    key=lambda f: _FIRST.index(f.name) if f.name in _FIRST else len(_FIRST),
-)
-
-
-def _cell(field: JobField, value: Any, view: View | None = None) -> str:
-    view = view or View(paused=False, now=time.time())
-    if field.name in _SHOWN_AS:
-        return _SHOWN_AS[field.name](value)
-    if field.name == "node_id":
-        if not value:  # unplaced: pending_reason says why
-            return '<span class="muted">none yet</span>'
-        return f'<a href="{view.href("/ui/jobs", node_id=value)}">{escape(value)}</a>'
-    if field.kind is Kind.OBJECT:  # env_vars, and any map a later field holds
-        return _names_only(value or {})
-    if field.kind is Kind.SELECTOR:  # node_selector: zone=a|b, node.id=n1
-        return escape(selector_text(value or {}))
-    if field.kind is Kind.LIST:  # the ids a job waits for
-        return ", ".join(
-            f'<a href="{view.href(f"/ui/jobs/{v}")}">{escape(v)}</a>' for v in value or []
-        )
-    if field.kind is Kind.TIMESTAMP:
-        return view.when(value)
-    if not field.required and value == field.empty:
-        return ""  # what the API leaves out
-    return escape(value if isinstance(value, str) else msgspec.json.encode(value).decode())
-
-
-def _job_fields(job: Job, view: View) -> list[tuple[str, str]]:
-    """(field, cell HTML) of every field of Job, with a row even when empty, and how long
-    it ran after finished_at."""
-    rows = [(f.name, _cell(f, getattr(job, f.name), view)) for f in _ROWS]
-    at = next(i for i, (name, _) in enumerate(rows) if name == "finished_at") + 1
-    rows.insert(at, ("ran for", escape(duration(job, view.now))))
-    return rows
-
-
-async def job_page(request: Request) -> Response:
-    job_id: str = request.path_params["job_id"]
-    if not ID_RE.fullmatch(job_id):
-        raise HTTPError(404, "job not found")
-    view = view_of(request)
-    store = _store(request)
-    # Sent together on the one connection: one round trip.
-    found = await asyncio.gather(store.get(job_id), store.attempts(job_id), return_exceptions=True)
-    for failed in found:  # the attempts raise JobNotFound without the job: the 404 below
-        if isinstance(failed, BaseException) and not isinstance(failed, JobNotFound):
-            raise failed
-    blob, attempts = found
-    if not isinstance(blob, bytes) or not isinstance(attempts, list):
-        raise HTTPError(404, "job not found")
-    job = job_decoder.decode(blob)
-    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _job_fields(job, view))
-    body = f'<div class="scroll"><table id="job">{rows}</table></div>'
-    action = _ACTIONS.get(job.status)
-    if action is not None:
-        body += (
-            f'<form method="post" action="{view.href(f"/ui/jobs/{job.job_id}/{action}")}">'
-            f'<input type="hidden" name="csrf" value="{await _csrf(request)}">'
-            f'<button id="{action}">{action.capitalize()} this job</button></form>'
-        )
-    body += attempts_section(attempts, view)
-    for name in _BELOW:
-        body += f'<h2>{name}</h2><pre id="{name}">{escape(getattr(job, name))}</pre>'
-    return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES, view=view)
-
-
-# The job page's button: what a job in each status offers (posted with the form's token).
-_ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry"}
 
 
 async def _posted_job_id(request: Request) -> tuple[str, str]:

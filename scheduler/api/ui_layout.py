@@ -47,8 +47,10 @@ th{background:#eaeef2}
 td.num{text-align:right;white-space:nowrap}
 #jobs td{white-space:nowrap}
 #jobs td.cmd{white-space:normal;min-width:12em;max-width:40em}
-#job td code,pre{overflow-wrap:anywhere}
-#job th{width:12em;white-space:nowrap}
+table.fields td code,pre{overflow-wrap:anywhere}
+table.fields th{width:1%;white-space:nowrap}
+#tail{max-height:24em}
+h2 a.more{font-size:14px;font-weight:400}
 time,.nowrap{white-space:nowrap}
 time[title]{text-decoration:underline dotted #8c959f}
 pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-height:40em}
@@ -56,7 +58,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-heigh
 .pending{background:#fff8c5}.delayed,.waiting{background:#fbefff}.running{background:#ddf4ff}
 .done{background:#dafbe1}.failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
 .paused,.drained{background:#fff1e5}.active{background:#dafbe1}
-.reason{background:#fff}.cancelled{text-decoration:line-through}.cancelling{background:#fff1e5}
+.reason{background:#fff}.cancelled{background:#eaeef2;color:#424a53}.cancelling{background:#fff1e5}
 form.filters{margin-bottom:12px;display:flex;flex-wrap:wrap;gap:8px;align-items:center}
 nav.counts{margin-bottom:12px;display:flex;flex-wrap:wrap;gap:6px 12px}
 nav.counts a.current{font-weight:700;color:#1b1f24;text-decoration:none}
@@ -212,15 +214,28 @@ def _toggle(request: Request, view: View) -> str:
     return f'<a id="pause" href="{link}">Pause refresh ({REFRESH_SECS} s)</a>'
 
 
+def names_only(mapping: dict[str, str]) -> str:
+    """A map's names, never its values: they are often secrets (env_vars), and a screen is
+    easy to look over."""
+    names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(mapping))
+    return f'{names} <span class="muted">(values hidden)</span>' if mapping else ""
+
+
 def status_badge(status: str) -> str:
     return f'<span class="st {escape(status)}">{escape(status)}</span>'
 
 
+def shown_status(job: Job) -> str:
+    """The status as people say it: a cancelled job reads cancelled (on the wire it stays
+    failed with failure_reason cancelled, for the original clients), any other the wire's."""
+    return "cancelled" if job.failure_reason == "cancelled" else job.status
+
+
 def job_status(job: Job) -> str:
-    """The status badge, and why the scheduler failed the job if it did (`failed
-    cancelled`; the wire status stays done or failed for the original clients), or why a
-    pending job has no node yet (`pending full`)."""
-    if not job.failure_reason and not job.pending_reason:
-        return status_badge(job.status)
-    reason = escape(job.failure_reason or job.pending_reason)
-    return f'{status_badge(job.status)} <span class="st reason {reason}">{reason}</span>'
+    """The status badge (`shown_status`), and why the scheduler failed the job if it did
+    (`failed timed_out`), or why a pending job has no node yet (`pending full`)."""
+    status = shown_status(job)
+    why = "" if status == "cancelled" else job.failure_reason or job.pending_reason
+    if not why:
+        return status_badge(status)
+    return f'{status_badge(status)} <span class="st reason {escape(why)}">{escape(why)}</span>'

@@ -13,10 +13,9 @@ from starlette.responses import RedirectResponse, Response
 from scheduler.api.http import HTTPError
 from scheduler.api.params import param
 from scheduler.api.state import store as _store
-from scheduler.api.ui import _names_only
 from scheduler.api.ui_forms import checked_form
 from scheduler.api.ui_forms import csrf as _csrf
-from scheduler.api.ui_layout import View, status_badge, view_of
+from scheduler.api.ui_layout import View, names_only, status_badge, view_of
 from scheduler.api.ui_layout import page as ui_page
 from scheduler.models.schedule import Schedule, paused, resumed, schedule_decoder
 from scheduler.models.wire import ID_RE
@@ -45,7 +44,7 @@ def _row(schedule: Schedule, token: str, view: View) -> str:
     job = schedule.job
     command = str(job.get("command") or job.get("deploy_url") or "")
     short = command if len(command) <= 60 else command[:59] + "…"
-    template = f"<code>{escape(short)}</code> {_names_only(job.get('env_vars') or {})}"
+    template = f"<code>{escape(short)}</code> {names_only(job.get('env_vars') or {})}"
     last = ""
     if schedule.last_job_id:
         last_id = escape(schedule.last_job_id)

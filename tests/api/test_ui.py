@@ -121,7 +121,7 @@ def test_a_failed_job_offers_a_retry_that_needs_the_token(make_client: ClientFac
 def test_a_map_field_shows_its_names_never_its_values() -> None:
     """env_vars' values stay off the job page, and so would those of any map a field added
     to Job later holds (secrets are the usual values of a map of strings)."""
-    from scheduler.api.ui import _cell
+    from scheduler.api.ui_job import _cell
     from scheduler.models.fields import JobField, Kind
 
     labels = JobField("labels", dict[str, str], Kind.OBJECT, False, False, True)

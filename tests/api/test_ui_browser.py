@@ -119,18 +119,26 @@ def test_filters_by_status_and_node(api: str, ui: WebDriver) -> None:
     assert nodes == {"node-b"}
 
 
+def fields(browser: WebDriver, table: str) -> dict[str, str]:
+    """A job page's table of `table` (summary, request) as {heading: text}, in order."""
+    return {
+        row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
+        for row in browser.find_elements(By.CSS_SELECTOR, f"#{table} tr")
+    }
+
+
 def test_a_jobs_page_shows_its_fields_and_output(api: str, ui: WebDriver) -> None:
     ui.get(f"{api}/ui/jobs?status=done")
     click(ui, By.LINK_TEXT, "job-1")
     assert ui.current_url == f"{api}/ui/jobs/job-1"
-    fields = {
-        row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
-        for row in ui.find_elements(By.CSS_SELECTOR, "#job tr")
-    }
-    assert fields["status"] == "done" and fields["node_id"] == "node-a"
-    assert fields["command"] == "echo 1" and fields["exit_code"] == "0"
+    summary = fields(ui, "summary")
+    assert list(summary)[:3] == ["status", "exit code", "ran for"]  # no reason: it is done
+    assert (summary["status"], summary["node"], summary["exit code"]) == ("done", "node-a", "0")
+    request = fields(ui, "request")
+    assert request["command"] == "echo 1" and "SECRET_TOKEN" in request["environment"]
+    assert "" not in request.values() and "hunter2" not in ui.page_source  # set fields only
     assert ui.find_element(By.ID, "stdout").text == "one"
-    assert "SECRET_TOKEN" in fields["env_vars"] and "hunter2" not in ui.page_source
+    assert [pre.text for pre in ui.find_elements(By.TAG_NAME, "pre")] == ["one"]  # once
     assert not ui.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')  # final
 
 
@@ -157,20 +165,22 @@ def test_a_cancel_from_the_ui_cancels(api: str, ui: WebDriver) -> None:
     ui.get(f"{api}/ui/jobs/job-3")
     click(ui, By.ID, "cancel")
     assert ui.current_url == f"{api}/ui/jobs/job-3"
-    status = ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(2) td").text
-    why = ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(3)").text
-    assert (status, why) == ("failed", "failure_reason cancelled")
+    summary = fields(ui, "summary")
+    assert (summary["status"], summary["reason"].split(" (")[0]) == (
+        "cancelled",
+        "cancelled on request",
+    )
     assert not ui.find_elements(By.ID, "cancel")  # a final job has no button
     job = httpx.get(f"{api}/jobs/job-3", headers=OPERATOR).json()
     assert (job["status"], job["failure_reason"]) == ("failed", "cancelled")
     ui.get(f"{api}/ui/jobs?status=failed")  # the list says why too
     row = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2)").text
-    assert row.startswith("job-3 ") and " failed cancelled " in row
+    assert row.startswith("job-3 ") and " cancelled " in row and " failed " not in row
     # A failed job offers a retry: it starts over, pending.
     ui.get(f"{api}/ui/jobs/job-3")
     click(ui, By.ID, "retry")
     assert ui.current_url == f"{api}/ui/jobs/job-3"
-    assert ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(2) td").text == "pending"
+    assert fields(ui, "summary")["status"] == "pending"
     assert ui.find_elements(By.ID, "cancel")  # and it may be cancelled again
 
 
@@ -209,7 +219,8 @@ def test_the_schedules_page_lists_them_and_pauses_and_resumes(api: str, ui: WebD
 
 def test_a_jobs_page_shows_its_attempts(api: str, ui: WebDriver) -> None:
     """job-5 (node-a) fails once (its output holding markup, shown as text), is retried and
-    is done: two attempts below its fields, each with its output tail."""
+    is done: two attempts below its summary, the first with its output tails; the last
+    one's are the job's own output, shown once, below."""
     for report in (
         {"status": "running"},
         {"status": "failed", "exit_code": 3, "stdout": "<b>one</b>", "stderr": "boom"},
@@ -233,8 +244,10 @@ def test_a_jobs_page_shows_its_attempts(api: str, ui: WebDriver) -> None:
     assert all(len(row) == 2 and row[0] <= row[1] for row in times)  # started, ended
     tails = [pre.text for pre in ui.find_elements(By.CSS_SELECTOR, "#attempts pre")]
     # The record keeps a retried attempt's stderr (as it did): the second attempt, whose
-    # report sent none, ends with it.
-    assert tails == ["<b>one</b>", "boom", "two", "boom"]
+    # report sent none, ends with it, and the page shows it once, at the top.
+    assert tails == ["<b>one</b>", "boom"]
+    assert ui.find_element(By.ID, "tail").text == "boom"
+    assert ui.find_element(By.ID, "stderr-above").text == "stderr: shown in full above"
     assert not ui.find_elements(By.CSS_SELECTOR, "#attempts b")  # escaped, not markup
     assert ui.find_element(By.ID, "stdout").text == "two"  # the job's own output, as before
 
@@ -385,16 +398,16 @@ def check_page(
         ]
         assert "most recent jobs" in ui.find_element(By.ID, "searched").text
     elif name == "job":
-        fields = {
-            row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
-            for row in ui.find_elements(By.CSS_SELECTOR, "#job tr")
-        }
-        assert (fields["status"], fields["exit_code"], fields["retry_count"]) == (
+        summary = fields(ui, "summary")
+        assert list(summary)[:3] == ["status", "reason", "exit code"]
+        assert (summary["status"], summary["exit code"], summary["attempt"]) == (
             "failed",
             "4",
-            "1",
+            "2 of 2",
         )
-        assert fields["ran for"] and fields["finished_at"].endswith(("ago", "just now"))
+        assert summary["reason"] == "the command exited with code 4"
+        assert summary["ran for"] and summary["finished"].endswith(("ago", "just now"))
+        assert ui.find_element(By.ID, "tail").text == "boom"  # the error, at the top
         attempts = ui.find_elements(By.CSS_SELECTOR, '#attempts tr[id^="attempt-"]')
         assert [a.find_elements(By.TAG_NAME, "td")[4].text for a in attempts] == ["3", "4"]
     elif name == "failed":
