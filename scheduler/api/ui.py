@@ -147,6 +147,28 @@ async def nodes_page(request: Request) -> Response:
     return page(request, "Nodes", body, refresh=True, view=view)
 
 
+# Where `scheduler up` keeps the key it makes when TINYAWS_API_KEY is unset (cli/session.py
+# key_path: a folder per address it serves; under XDG_STATE_HOME when that is set).
+UP_KEY_FILE = "~/.local/state/tinyaws-scheduler/{host}-{port}/api-key"
+
+
+def _where_up_keeps_the_key(request: Request) -> str:
+    """The login's help: the key is TINYAWS_API_KEY; `up` without one made one, in a file
+    named after the address it serves (this page's, when the browser came straight here)."""
+    host = request.url.hostname or "HOST"
+    port = request.url.port or (443 if request.url.scheme == "https" else 80)
+    path = UP_KEY_FILE.format(host=host, port=port)
+    return (
+        '<div id="key-help"><p>The key is the deployment\'s <code>TINYAWS_API_KEY</code>.</p>'
+        "<p>Started with <code>scheduler up</code> (or <code>./dev up</code>) without one? It "
+        "made a key for the session, readable by your user only, and printed where when it "
+        f"started (<code>key: in …</code>):</p><pre>cat {escape(path)}</pre>"
+        '<p class="muted">(<code>$XDG_STATE_HOME/tinyaws-scheduler/…</code> when '
+        "<code>XDG_STATE_HOME</code> is set; the file is removed when <code>up</code> stops.)"
+        "</p></div>"
+    )
+
+
 async def login_page(request: Request, error: str = "") -> Response:
     said = f'<p class="failed">{escape(error)}</p>' if error else ""
     form = (
@@ -154,7 +176,7 @@ async def login_page(request: Request, error: str = "") -> Response:
         '<input type="password" name="key" id="key" placeholder="TINYAWS_API_KEY" autofocus>'
         '<button id="login">Log in</button></form>'
     )
-    return page(request, "Log in", form)
+    return page(request, "Log in", form + _where_up_keeps_the_key(request), navigation=False)
 
 
 async def login(request: Request) -> Response:

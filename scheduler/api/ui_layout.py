@@ -35,7 +35,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8f
 header{background:#24292f;color:#fff;padding:8px 16px;display:flex;flex-wrap:wrap;gap:8px 16px;
 align-items:center}
 header nav{display:flex;gap:16px}
-header a{color:#fff;text-decoration:none;font-weight:600}
+header a,header .brand{color:#fff;text-decoration:none;font-weight:600}
 header .end{margin-left:auto;display:flex;gap:12px;align-items:center}
 header .end a{font-weight:400;color:#d0d7de}
 main{padding:16px}
@@ -172,9 +172,12 @@ def page(
     refresh: bool = False,
     view: View | None = None,
     status: int = 200,
+    navigation: bool = True,
 ) -> HTMLResponse:
     """The page in the layout; `refresh` (a page that changes by itself) reloads it every
-    REFRESH_SECS unless the View is paused, and offers the pause or the resume."""
+    REFRESH_SECS unless the View is paused, and offers the pause or the resume. Without
+    `navigation` (the login, for someone not logged in) the header holds no links nor Log
+    out: each would lead back to the login."""
     view = view or View(paused=False, now=time.time())
     meta, toggle = "", ""
     if refresh:
@@ -182,22 +185,29 @@ def page(
         if not view.paused:
             meta = f'<meta http-equiv="refresh" content="{REFRESH_SECS}">'
     logout = ""
-    if _settings(request).api_key:
+    if navigation and _settings(request).api_key:
         logout = '<form method="post" action="/ui/logout"><button>Log out</button></form>'
-    nav = "".join(
-        f'<a href="{view.href(path)}">{name}</a>'
-        for name, path in (
-            ("Dashboard", "/ui"),
-            ("Jobs", "/ui/jobs"),
-            ("Nodes", "/ui/nodes"),
-            ("Schedules", "/ui/schedules"),
+    nav = (
+        "".join(
+            f'<a href="{view.href(path)}">{name}</a>'
+            for name, path in (
+                ("Dashboard", "/ui"),
+                ("Jobs", "/ui/jobs"),
+                ("Nodes", "/ui/nodes"),
+                ("Schedules", "/ui/schedules"),
+            )
+            if navigation
         )
+        or '<span class="brand">scheduler</span>'
     )
+    header = f'<nav>{nav}</nav><span class="end">{toggle}{logout}</span>'
+    if not navigation:
+        header = '<span class="brand">scheduler</span>'
     html = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"{meta}<title>{escape(title)} · scheduler</title><style>{STYLE}</style></head><body>"
-        f'<header><nav>{nav}</nav><span class="end">{toggle}{logout}</span></header>'
+        f"<header>{header}</header>"
         f"<main><h1>{escape(title)}</h1>{body}</main></body></html>"
     )
     return HTMLResponse(html, status_code=status)  # no-store, frame denial: ui_headers.py

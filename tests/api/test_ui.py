@@ -58,6 +58,27 @@ def test_with_a_key_the_pages_need_the_login_cookie(make_client: ClientFactory) 
     assert api.get("/jobs").status_code == 401
 
 
+def test_the_login_shows_no_navigation_and_says_where_ups_key_is(
+    make_client: ClientFactory,
+) -> None:
+    """Logged out, every link of the navigation and Log out would lead back to the login: the
+    page shows none, and says where `scheduler up` keeps the key it made."""
+    api = make_client(api_key=KEY)
+    page = api.get("/ui/login").text
+    assert "<nav>" not in page and "Log out" not in page and "/ui/jobs" not in page
+    help_ = re.search(r'<div id="key-help">(.*?)</div>', page, re.S)
+    assert help_ and "TINYAWS_API_KEY" in help_.group(1)
+    # The address the browser came to (TestClient's: testserver, port 80), as up names it.
+    assert "cat ~/.local/state/tinyaws-scheduler/testserver-80/api-key" in help_.group(1)
+    assert "<nav>" not in api.post("/ui/login", data={"key": "nope"}).text  # a wrong key
+    refused = api.post("/ui/login", data={"key": KEY}, headers={"Origin": "https://evil.test"})
+    assert (
+        refused.status_code == 403 and "<nav>" not in refused.text and "Log out" not in refused.text
+    )
+    api.post("/ui/login", data={"key": KEY})
+    assert "<nav>" in api.get("/ui/jobs").text and "Log out" in api.get("/ui/jobs").text
+
+
 def test_what_a_job_holds_is_escaped(client: TestClient) -> None:
     register(client, "n1")
     submit(client, command="<script>alert(1)</script>", env_vars={"X": "<img src=x>"})
