@@ -72,6 +72,20 @@ svg.chart rect.col:hover{fill:rgba(0,0,0,.06)}
 .axis{display:flex;justify-content:space-between;font-size:12px;color:#57606a}
 .legend{display:flex;flex-wrap:wrap;gap:4px 16px;margin:4px 0}.key{white-space:nowrap}
 svg.bar{width:5em;height:10px;vertical-align:middle}#node-load td{white-space:nowrap}
+@media (max-width:700px){
+main{padding:12px 8px}
+table.cards,table.cards tbody{display:block;background:none}
+table.cards tr:first-child{display:none}
+table.cards tr{display:grid;grid-template-columns:1fr 1fr;grid-auto-flow:row dense;
+background:#fff;border:1px solid #d0d7de;border-radius:6px;margin-bottom:8px}
+table.cards td,#jobs td,#jobs td.cmd{border:0;white-space:normal;min-width:0;max-width:none;
+overflow-wrap:anywhere}
+table.cards td.wide,table.cards td[colspan]{grid-column:1/-1}
+table.cards td:empty{display:none}
+table.cards td[data-label]::before{content:attr(data-label);display:block;font-size:12px;
+color:#57606a}
+table.cards td.num{text-align:left}
+}
 """
 
 
@@ -229,6 +243,16 @@ def names_only(mapping: dict[str, str]) -> str:
     easy to look over."""
     names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(mapping))
     return f'{names} <span class="muted">(values hidden)</span>' if mapping else ""
+
+
+def card_cells(headings: tuple[str, ...], cells: tuple[tuple[str, str], ...]) -> str:
+    """A row's cells, each (its attributes, its HTML), labelled with its heading: a `cards`
+    table shows each row as a card of labelled values on a phone's width (STYLE)."""
+    shown = []
+    for label, (attrs, html) in zip(headings, cells, strict=True):
+        labelled = f' data-label="{escape(label)}"' if label else ""
+        shown.append(f"<td{attrs}{labelled}>{html}</td>")
+    return "".join(shown)
 
 
 def status_badge(status: str) -> str:

@@ -277,12 +277,12 @@ def test_the_bulk_retry_keeps_the_node_filter_and_reports_unplaced_jobs(
 
 def rows_of(page: str) -> list[str]:
     """The jobs table's rows (HTML), header left out."""
-    table = page.split('<table id="jobs">', 1)[1].split("</table>", 1)[0]
+    table = page.split('<table class="cards" id="jobs">', 1)[1].split("</table>", 1)[0]
     return table.split("<tr>")[2:]
 
 
 def ids_of(page: str) -> list[str]:
-    return re.findall(r'<td><a href="/ui/jobs/(job-\d+)[?"]', page)
+    return re.findall(r'<td data-label="job"><a href="/ui/jobs/(job-\d+)[?"]', page)
 
 
 def cells_of(row: str) -> list[str]:
@@ -300,7 +300,9 @@ def test_a_row_says_attempt_exit_code_run_time_and_times_on_hover(client: TestCl
     report(client, retried, "failed", exit_code=3)  # retried: pending again, attempt 2
     report(client, retried, "running")
     page = client.get("/ui/jobs").text
-    heads = re.findall(r"<th>(.*?)</th>", page.split('<table id="jobs">')[1].split("</tr>")[0])
+    heads = re.findall(
+        r"<th>(.*?)</th>", page.split('<table class="cards" id="jobs">')[1].split("</tr>")[0]
+    )
     assert heads == [
         "job", "node", "status", "command", "attempt", "exit code", "created", "ran for",
         "finished",

@@ -313,7 +313,12 @@ def shoot(browser: WebDriver, name: str, width: int) -> None:
 
 def cells(browser: WebDriver, job_id: str) -> dict[str, str]:
     """The jobs table's row of `job_id`, by heading."""
-    heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#jobs tr th")]
+    # The headings' text as written: on a phone's width they are hidden (each card's cells
+    # are labelled instead), and Selenium's .text is the visible text.
+    heads = [
+        th.get_attribute("textContent") or ""
+        for th in browser.find_elements(By.CSS_SELECTOR, "#jobs tr th")
+    ]
     for row in browser.find_elements(By.CSS_SELECTOR, "#jobs tr"):
         tds = row.find_elements(By.TAG_NAME, "td")
         if tds and tds[0].text == job_id:
@@ -384,6 +389,12 @@ def check_page(
         now = cells(ui, running["job_id"])
         assert now["status"] == "running" and now["ran for"].endswith(" so far")
         assert now["exit code"] == "" and now["finished"] == ""
+        # The command gets the card's width on a phone, not a column of two characters.
+        command = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2) td.cmd")
+        assert command.size["width"] >= min(300, ui.get_window_size()["width"] * 0.4)
+        label = "return getComputedStyle(arguments[0], '::before').content"
+        phone = ui.execute_script("return innerWidth") <= 700
+        assert ui.execute_script(label, command) == ('"command"' if phone else "none")
         created = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2) time")
         assert created.text == "just now" or created.text.endswith(" ago")
         assert created.get_attribute("title").endswith(" UTC")  # the exact time, on hover
@@ -419,6 +430,8 @@ def check_page(
         assert seen.get_attribute("title").endswith(" UTC")
     elif name == "schedules":
         nightly = ui.find_element(By.ID, "row-ops-nightly")
+        right = ui.execute_script("return arguments[0].getBoundingClientRect().right", nightly)
+        assert right <= ui.execute_script("return innerWidth")  # not cut: a card on a phone
         assert "0 3 * * * UTC" in nightly.text and " in " in nightly.text  # its next run
         assert nightly.find_element(By.TAG_NAME, "time").get_attribute("title").endswith(" UTC")
     elif name == "not-found":

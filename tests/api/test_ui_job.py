@@ -64,7 +64,7 @@ def test_a_cancelled_job_reads_cancelled(client: TestClient) -> None:
     summary = table(page, "summary")
     assert summary["status"] == "cancelled" and summary["reason"].startswith("cancelled on")
     assert ">failed<" not in page  # the wire's status is not shown beside it
-    row = re.search(r"<tr><td><a [^>]*>job-1</a>.*?</tr>", client.get("/ui/jobs").text)
+    row = re.search(r"<tr><td[^>]*><a [^>]*>job-1</a>.*?</tr>", client.get("/ui/jobs").text)
     assert row and '<span class="st cancelled">cancelled</span>' in row.group(0)
     assert ">failed<" not in row.group(0)
     assert 'id="tail"' not in page and 'id="stdout-empty"' in page  # no output: said so
