@@ -22,6 +22,7 @@ from scheduler.api import (
     ui_dead,
     ui_job,
     ui_jobs,
+    ui_nodes,
     ui_schedules,
 )
 from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
@@ -111,7 +112,9 @@ TABLE = RouteTable(
             {"POST": Method(ui.retry, UI, reads=REFRESH)},
             other_methods=UI,
         ),
-        Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI, reads=REFRESH)}, other_methods=UI),
+        Entry(
+            "/ui/nodes", {"GET": Method(ui_nodes.nodes_page, UI, reads=REFRESH)}, other_methods=UI
+        ),
         # The nodes page's Drain and Undrain buttons.
         Entry(
             "/ui/nodes/{node_id}/{action}",

@@ -1,6 +1,6 @@
-"""The web UI: a job's buttons, the nodes with their queues and the background counters, the
-login; the dashboard at /ui (the home) is ui_dashboard.py's, the jobs list ui_jobs.py's, a
-job's page ui_job.py's, the layout ui_layout.py's.
+"""The web UI: a job's buttons, a node's drain buttons, the login; the dashboard at /ui (the
+home) is ui_dashboard.py's, the jobs list ui_jobs.py's, a job's page ui_job.py's, the nodes
+page ui_nodes.py's, the layout ui_layout.py's.
 
 Server-rendered HTML: no script, no build step, nothing from a CDN; pages that change
 refresh themselves (ui_layout.py: paused with `refresh=off`). With TINYAWS_API_KEY set it
@@ -12,30 +12,19 @@ deployment's secret.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from html import escape
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import nodes, retries, ui_session
 from scheduler.api.http import HTTPError
 from scheduler.api.state import credentials as _credentials
-from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_forms import check_origin, checked_form, form_lists
-from scheduler.api.ui_forms import csrf as _csrf
-from scheduler.api.ui_layout import View, page, status_badge, view_of
-from scheduler.models.job import (
-    STATUSES,
-)
-from scheduler.models.registry import Service
+from scheduler.api.ui_layout import page, view_of
 from scheduler.models.wire import ID_RE
-from scheduler.nodes.placement import is_live
-
-service_decoder = msgspec.json.Decoder(Service)
 
 
 async def _posted_job_id(request: Request) -> tuple[str, str]:
@@ -63,35 +52,6 @@ async def retry(request: Request) -> Response:
     return RedirectResponse(back, status_code=303)
 
 
-def _services_table(blobs: list[bytes], view: View) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("service", "node", "status", "port", "pid", "since"))
-    rows = []
-    for blob in blobs:
-        svc = service_decoder.decode(blob)
-        plain = (svc.id, svc.node_id, svc.status, str(svc.port), str(svc.pid))
-        cells = [escape(text) for text in plain]
-        cells[2] = status_badge(svc.status)
-        cells.append(view.when(svc.created_at))
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    body = "".join(rows) or '<tr><td colspan="6">no services</td></tr>'
-    return f'<div class="scroll"><table id="services"><tr>{head}</tr>{body}</table></div>'
-
-
-NODE_HEADINGS = ("node", "health", "last heartbeat", "pending", "running", "drain")
-
-
-def _drain_cell(node_id: str, by: str | None, token: str, view: View) -> str:
-    """Who drained the node, if anyone, and the button that drains or undrains it (posted
-    with the page's CSRF token, as the job page's buttons)."""
-    action = "drain" if by is None else "undrain"
-    badge = "" if by is None else f"{status_badge('drained')} by {escape(by)} "
-    return (
-        f'{badge}<form method="post" action="{view.href(f"/ui/nodes/{node_id}/{action}")}">'
-        f'<input type="hidden" name="csrf" value="{token}">'
-        f'<button id="{action}-{escape(node_id)}">{action.capitalize()}</button></form>'
-    )
-
-
 async def drain_or_undrain(request: Request) -> Response:
     """The nodes page's buttons: the operator's POST /nodes/{id}/drain or /undrain, then
     back to the page (its refresh paused if it was). Every check before anything changes."""
@@ -107,44 +67,6 @@ async def drain_or_undrain(request: Request) -> Response:
     else:
         await _store(request).undrain_node(node_id, listed=listed)
     return RedirectResponse(back, status_code=303)
-
-
-async def nodes_page(request: Request) -> Response:
-    store, view = _store(request), view_of(request)
-    # Sent together on the one connection: one round trip.
-    seen_all, services = await asyncio.gather(store.overview(), store.services("", "", "key"))
-    ttl, token = _settings(request).node_ttl_secs, await _csrf(request)
-    rows = []
-    for node_id in sorted(seen_all.queues):
-        pending, running = seen_all.queues[node_id]
-        seen = seen_all.last_seen.get(node_id, 0.0)
-        health = "healthy" if is_live(seen, view.now, ttl) else "unhealthy"
-        link = f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
-        cells = (link, status_badge(health), view.moment(seen), str(pending), str(running))
-        drain = _drain_cell(node_id, seen_all.drained.get(node_id), token, view)
-        rows.append(
-            f'<tr id="node-{escape(node_id)}">'
-            + "".join(f"<td>{c}</td>" for c in (*cells, drain))
-            + "</tr>"
-        )
-    head = "".join(f"<th>{h}</th>" for h in NODE_HEADINGS)
-    nodes = "".join(rows) or f'<tr><td colspan="{len(NODE_HEADINGS)}">no nodes</td></tr>'
-    counts = "".join(
-        f'<tr><th><a href="{view.href("/ui/jobs", status=s)}">{s}</a></th>'
-        f"<td>{seen_all.by_status.get(s, 0)}</td></tr>"
-        for s in STATUSES
-    )
-    stats = {**seen_all.stats, "outbox (events not yet handed to SNS)": seen_all.outbox}
-    counters = "".join(
-        f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in sorted(stats.items())
-    )
-    body = (
-        f'<div class="scroll"><table id="nodes"><tr>{head}</tr>{nodes}</table></div>'
-        f"<h2>Services</h2>{_services_table(services, view)}"
-        f'<h2>Jobs by status</h2><table class="narrow" id="by-status">{counts}</table>'
-        f'<h2>Background work</h2><table class="narrow" id="counters">{counters}</table>'
-    )
-    return page(request, "Nodes", body, refresh=True, view=view)
 
 
 # Where `scheduler up` keeps the key it makes when TINYAWS_API_KEY is unset (cli/session.py

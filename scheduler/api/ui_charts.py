@@ -140,3 +140,15 @@ def legend(lines: Sequence[Line], figures: dict[str, str]) -> str:
         for line in lines
     )
     return f'<p class="legend">{items}</p>'
+
+
+def load_bar(running: int, capacity: int) -> str:
+    """A node's running jobs against its capacity: a bar and "running / capacity", the
+    values in data attributes (the tests read them) and a <title> (a hover shows it)."""
+    share = min(running / capacity, 1.0) if capacity else 1.0
+    return (
+        f'<svg class="bar" viewBox="0 0 100 10" preserveAspectRatio="none" '
+        f'data-running="{running}" data-capacity="{capacity}"><rect width="100" height="10" '
+        f'fill="#eaeef2"/><rect width="{share * 100:.1f}" height="10" fill="{SKY}"/>'
+        f"<title>{running} of {capacity} running</title></svg> {running} / {capacity}"
+    )

@@ -32,6 +32,7 @@ from scheduler.api.ui_charts import (
     Line,
     chart,
     legend,
+    load_bar,
     nice_top,
 )
 from scheduler.api.ui_layout import View, page, span, status_badge, view_of
@@ -197,16 +198,9 @@ def _nodes(live: Overview, view: View, capacity: int, ttl: float) -> str:
         _, running = live.queues[node_id]
         seen = live.last_seen.get(node_id, 0.0)
         health = "healthy" if is_live(seen, view.now, ttl) else "unhealthy"
-        share = min(running / capacity, 1.0)
-        bar = (
-            f'<svg class="bar" viewBox="0 0 100 10" preserveAspectRatio="none" '
-            f'data-running="{running}" data-capacity="{capacity}"><rect width="100" height="10" '
-            f'fill="#eaeef2"/><rect width="{share * 100:.1f}" height="10" fill="{SKY}"/>'
-            f"<title>{running} of {capacity} running</title></svg>"
-        )
         age = span(max(0.0, view.now - seen)) if seen else "never"
         link = f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
-        cells = (link, f"{bar} {running} / {capacity}", status_badge(health), escape(age))
+        cells = (link, load_bar(running, capacity), status_badge(health), escape(age))
         rows.append(
             f'<tr data-node="{escape(node_id)}">'
             + "".join(f"<td>{c}</td>" for c in cells)

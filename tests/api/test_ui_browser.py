@@ -150,11 +150,12 @@ def test_the_nodes_page_shows_health_and_queues(api: str, ui: WebDriver) -> None
         if (cells := row.find_elements(By.TAG_NAME, "td"))
     }
     assert set(rows) == {"node-a", "node-b"}
-    health, seen, pending, running, drain = rows["node-a"]
+    health, seen, cpus, memory, labels, pending, running, drain = rows["node-a"]
     assert health == "healthy" and (seen == "just now" or seen.endswith(" ago"))
+    assert (cpus, memory, labels) == ("2", "", "")  # registered with 2 cpus only
     assert drain == "Drain" and ui.find_element(By.ID, "drain-node-a").is_displayed()
-    assert (pending, running) == (str((JOBS + 1) // 2 - 1), "0")  # job-1 is done
-    assert rows["node-b"][2] == str(JOBS // 2)
+    assert (pending, running) == (str((JOBS + 1) // 2 - 1), "0 / 1")  # job-1 is done
+    assert rows["node-b"][5] == str(JOBS // 2)
     services = ui.find_element(By.ID, "services").text
     assert "svc-1 node-b running 8080 77" in services
     by_status = ui.find_element(By.ID, "by-status").text
