@@ -69,7 +69,13 @@ nav.pages{margin-top:12px;display:flex;flex-wrap:wrap;gap:16px}
 table.narrow{width:auto;min-width:20em}
 svg.chart{display:block;width:100%;height:160px;background:#fff;border:1px solid #d0d7de}
 svg.chart rect.col:hover{fill:rgba(0,0,0,.06)}
-.axis{display:flex;justify-content:space-between;font-size:12px;color:#57606a}
+.axis{display:flex;justify-content:space-between;font-size:12px;color:#57606a;
+margin-left:calc(5em + 4px)}
+.unit{font-size:12px;color:#57606a}
+.plot{display:flex;gap:4px}.plot svg.chart{flex:1;min-width:0}
+.yaxis{display:flex;flex-direction:column;justify-content:space-between;height:162px;
+width:5em;flex:none;text-align:right;font-size:12px;line-height:1;color:#57606a;
+white-space:nowrap}
 .legend{display:flex;flex-wrap:wrap;gap:4px 16px;margin:4px 0}.key{white-space:nowrap}
 svg.bar{width:5em;height:10px;vertical-align:middle}#node-load td{white-space:nowrap}
 @media (max-width:700px){

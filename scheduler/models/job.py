@@ -107,7 +107,8 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # Ours, after the original's fields: why the scheduler failed the job (ENDINGS).
     failure_reason: str = ""
     # When the job is due: it waits `delayed` until then (a submitted delay, a retry's
-    # backoff). Kept once due, as when its last wait ended.
+    # backoff). Kept once due, as when its last wait ended: a dependency's (the release
+    # sets it) or a retry by hand's (the retry's time): the dashboard's wait counts from it.
     run_at: Annotated[Timestamp | None, SUBMITTED] = None
     # Its retry policy; None: the deployment's (MAX_JOB_RETRIES, RETRY_BACKOFF_SECS). With
     # max_retries set, a timeout is retried too (the original never retried one).
