@@ -50,7 +50,7 @@ FAILURE_WORDS = {
 # The record's head and the output, shown by the summary and the output sections.
 SUMMARY = (
     "job_id", "node_id", "status", "retry_count", "exit_code", "created_at", "running_at",
-    "finished_at", "failure_reason", "pending_reason",
+    "finished_at", "failure_reason", "pending_reason", "schedule",
 )  # fmt: skip
 OUTPUT = ("stdout", "stderr")
 # The end of the error output shown at the top: as many lines as a screen's top holds.
@@ -126,6 +126,14 @@ def _attempt(job: Job, allowed: int) -> str:
     return f"{number} of {limit}" if number <= limit else str(number)
 
 
+def _schedule(job: Job, view: View) -> str:
+    """The schedule that made the job, a link to the schedules ("" for any other job)."""
+    if not job.schedule:
+        return ""
+    href = view.href("/ui/schedules") + f"#row-{escape(job.schedule)}"
+    return f'schedule <a id="schedule" href="{href}">{escape(job.schedule)}</a>'
+
+
 def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, str]]:
     """(label, HTML) of what happened, the empty ones left out."""
     node = (
@@ -140,6 +148,7 @@ def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, 
         ("exit code", escape(exit_code)),
         ("ran for", escape(duration(job, view.now))),
         ("node", node),
+        ("made by", _schedule(job, view)),
         ("attempt", escape(_attempt(job, allowed_retries))),
         ("submitted", view.when(job.created_at)),
         ("started", view.when(job.running_at)),

@@ -126,6 +126,9 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # Where it may run: each label key with its value, or a list of allowed values
     # (models/labels.py); `node.id` names one node.
     node_selector: Annotated[Selector, SUBMITTED] = {}
+    # The schedule that made it (README, Schedules), set by the firing (workers/firing.py);
+    # "" for a job submitted otherwise. Not submitted: no request can claim one.
+    schedule: str = ""
     # Why it is pending without a node (PENDING_REASONS); "" once placed. Last: the create
     # script appends it to a record it does not decode (store/scripts/jobs.py).
     pending_reason: str = ""

@@ -9,7 +9,9 @@ from html import unescape
 
 from starlette.testclient import TestClient
 
-from scheduler.api.ui_job import TAIL_LINES, tail_of
+from scheduler.api.ui_job import TAIL_LINES, summary_rows, tail_of
+from scheduler.api.ui_layout import View
+from scheduler.models.job import Job
 from tests.conftest import ClientFactory, register, report, submit
 
 
@@ -97,3 +99,21 @@ def test_the_tail_is_the_last_lines_within_a_bound() -> None:
     assert tail_of("a\nb\nc\n") == "a\nb\nc"
     assert tail_of("".join(f"{i}\n" for i in range(100))).split("\n")[0] == str(100 - TAIL_LINES)
     assert len(tail_of("x" * 10_000)) == 3000
+
+
+def test_no_request_can_say_a_schedule_made_its_job(client: TestClient) -> None:
+    """`schedule` is the firing's to set (workers/firing.py; tests/workers/test_firing.py
+    shows it on the page): POST /jobs does not take it, and a job without one shows none."""
+    register(client, "n1")
+    job = submit(client, command="x", schedule="nightly")
+    assert "schedule" not in job and "schedule" not in client.get(f"/jobs/{job['job_id']}").json()
+    assert "made by" not in client.get(f"/ui/jobs/{job['job_id']}").text
+
+
+def test_a_schedules_name_is_escaped_on_the_page() -> None:
+    """Schedule names are ids (models/schedule.py), but a record restored from elsewhere
+    may hold anything: the summary escapes it like every value."""
+    job = Job(job_id="job-1", node_id="n1", command="x", status="pending", retry_count=0,
+              created_at="2026-01-01T00:00:00.000000Z", schedule="<script>x</script>")  # fmt: skip
+    rows = dict(summary_rows(job, View(paused=False, now=0.0), 1))
+    assert "<script>" not in rows["made by"] and "&lt;script&gt;x&lt;/script&gt;" in rows["made by"]
