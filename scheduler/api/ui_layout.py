@@ -49,7 +49,7 @@ td.num{text-align:right;white-space:nowrap}
 #jobs td.cmd{white-space:normal;min-width:12em;max-width:40em}
 table.fields td code,pre{overflow-wrap:anywhere}
 table.fields th{width:1%;white-space:nowrap}
-#tail{max-height:24em}
+#tail,#key-help pre{max-height:24em;white-space:pre-wrap}
 h2 a.more{font-size:14px;font-weight:400}
 time,.nowrap{white-space:nowrap}
 time[title]{text-decoration:underline dotted #8c959f}
