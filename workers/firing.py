@@ -122,6 +122,7 @@ async def _make_job(
     """(the job id of the tick, whether it existed already)."""
     request = msgspec.convert(schedule.job, JobCreate)
     job = stamped(new_job(request), request, now)  # a template's delay_secs delays each job
+    job = msgspec.structs.replace(job, schedule=schedule.name)  # its origin, on its record
     key = tick_key(schedule, step.tick)
     try:
         placement = await nodes.placement(job.instance_id, asks_fit(job))

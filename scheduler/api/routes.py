@@ -20,7 +20,9 @@ from scheduler.api import (
     ui,
     ui_dashboard,
     ui_dead,
+    ui_job,
     ui_jobs,
+    ui_nodes,
     ui_schedules,
 )
 from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
@@ -95,7 +97,9 @@ TABLE = RouteTable(
             other_methods=UI,
         ),
         Entry(
-            "/ui/jobs/{job_id}", {"GET": Method(ui.job_page, UI, reads=REFRESH)}, other_methods=UI
+            "/ui/jobs/{job_id}",
+            {"GET": Method(ui_job.job_page, UI, reads=REFRESH)},
+            other_methods=UI,
         ),
         # The buttons: back to their page, its refresh paused if it was.
         Entry(
@@ -108,7 +112,9 @@ TABLE = RouteTable(
             {"POST": Method(ui.retry, UI, reads=REFRESH)},
             other_methods=UI,
         ),
-        Entry("/ui/nodes", {"GET": Method(ui.nodes_page, UI, reads=REFRESH)}, other_methods=UI),
+        Entry(
+            "/ui/nodes", {"GET": Method(ui_nodes.nodes_page, UI, reads=REFRESH)}, other_methods=UI
+        ),
         # The nodes page's Drain and Undrain buttons.
         Entry(
             "/ui/nodes/{node_id}/{action}",

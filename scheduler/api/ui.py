@@ -1,6 +1,6 @@
-"""The web UI: a job's page with its output, the nodes with their queues and the
-background counters, the login; the dashboard at /ui (the home) is ui_dashboard.py's, the
-jobs list ui_jobs.py's, the layout ui_layout.py's.
+"""The web UI: a job's buttons, a node's drain buttons, the login; the dashboard at /ui (the
+home) is ui_dashboard.py's, the jobs list ui_jobs.py's, a job's page ui_job.py's, the nodes
+page ui_nodes.py's, the layout ui_layout.py's.
 
 Server-rendered HTML: no script, no build step, nothing from a CDN; pages that change
 refresh themselves (ui_layout.py: paused with `refresh=off`). With TINYAWS_API_KEY set it
@@ -12,134 +12,19 @@ deployment's secret.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable
 from html import escape
-from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import nodes, retries, ui_session
 from scheduler.api.http import HTTPError
 from scheduler.api.state import credentials as _credentials
-from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
-from scheduler.api.ui_attempts import attempts_section
 from scheduler.api.ui_forms import check_origin, checked_form, form_lists
-from scheduler.api.ui_forms import csrf as _csrf
-from scheduler.api.ui_layout import View, duration, page, status_badge, view_of
-from scheduler.models.fields import JobField, Kind
-from scheduler.models.job import (
-    FINAL_STATUSES,
-    JOB_FIELDS,
-    NOT_STARTED,
-    PENDING_REASONS,
-    STATUSES,
-    Job,
-    job_decoder,
-)
-from scheduler.models.labels import selector_text
-from scheduler.models.registry import Service
+from scheduler.api.ui_layout import page, view_of
 from scheduler.models.wire import ID_RE
-from scheduler.nodes.placement import is_live
-from scheduler.store.errors import JobNotFound
-
-service_decoder = msgspec.json.Decoder(Service)
-
-
-def _names_only(mapping: dict[str, str]) -> str:
-    # Names only: values are often secrets (env_vars), and a screen is easy to look over.
-    names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(mapping))
-    return f'{names} <span class="muted">(values hidden)</span>' if mapping else ""
-
-
-# How a field's value shows, where it is not its plain text; the rest of the page's layout:
-# status comes right after job_id (what a look at the page is for), the outputs go below.
-_SHOWN_AS: dict[str, Callable[[Any], str]] = {
-    "status": status_badge,
-    "command": lambda command: f"<code>{escape(command)}</code>",
-    "job_type": lambda job_type: escape(job_type or "run"),
-    "pending_reason": lambda reason: (
-        f'{escape(reason)} <span class="muted">({escape(PENDING_REASONS[reason])})</span>'
-        if reason in PENDING_REASONS
-        else escape(reason)
-    ),
-}
-_FIRST = ("job_id", "status", "failure_reason", "pending_reason")
-_BELOW = ("stdout", "stderr")
-_ROWS = sorted(
-    (f for f in JOB_FIELDS if f.name not in _BELOW),
-    key=lambda f: _FIRST.index(f.name) if f.name in _FIRST else len(_FIRST),
-)
-
-
-def _cell(field: JobField, value: Any, view: View | None = None) -> str:
-    view = view or View(paused=False, now=time.time())
-    if field.name in _SHOWN_AS:
-        return _SHOWN_AS[field.name](value)
-    if field.name == "node_id":
-        if not value:  # unplaced: pending_reason says why
-            return '<span class="muted">none yet</span>'
-        return f'<a href="{view.href("/ui/jobs", node_id=value)}">{escape(value)}</a>'
-    if field.kind is Kind.OBJECT:  # env_vars, and any map a later field holds
-        return _names_only(value or {})
-    if field.kind is Kind.SELECTOR:  # node_selector: zone=a|b, node.id=n1
-        return escape(selector_text(value or {}))
-    if field.kind is Kind.LIST:  # the ids a job waits for
-        return ", ".join(
-            f'<a href="{view.href(f"/ui/jobs/{v}")}">{escape(v)}</a>' for v in value or []
-        )
-    if field.kind is Kind.TIMESTAMP:
-        return view.when(value)
-    if not field.required and value == field.empty:
-        return ""  # what the API leaves out
-    return escape(value if isinstance(value, str) else msgspec.json.encode(value).decode())
-
-
-def _job_fields(job: Job, view: View) -> list[tuple[str, str]]:
-    """(field, cell HTML) of every field of Job, with a row even when empty, and how long
-    it ran after finished_at."""
-    rows = [(f.name, _cell(f, getattr(job, f.name), view)) for f in _ROWS]
-    at = next(i for i, (name, _) in enumerate(rows) if name == "finished_at") + 1
-    rows.insert(at, ("ran for", escape(duration(job, view.now))))
-    return rows
-
-
-async def job_page(request: Request) -> Response:
-    job_id: str = request.path_params["job_id"]
-    if not ID_RE.fullmatch(job_id):
-        raise HTTPError(404, "job not found")
-    view = view_of(request)
-    store = _store(request)
-    # Sent together on the one connection: one round trip.
-    found = await asyncio.gather(store.get(job_id), store.attempts(job_id), return_exceptions=True)
-    for failed in found:  # the attempts raise JobNotFound without the job: the 404 below
-        if isinstance(failed, BaseException) and not isinstance(failed, JobNotFound):
-            raise failed
-    blob, attempts = found
-    if not isinstance(blob, bytes) or not isinstance(attempts, list):
-        raise HTTPError(404, "job not found")
-    job = job_decoder.decode(blob)
-    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in _job_fields(job, view))
-    body = f'<div class="scroll"><table id="job">{rows}</table></div>'
-    action = _ACTIONS.get(job.status)
-    if action is not None:
-        body += (
-            f'<form method="post" action="{view.href(f"/ui/jobs/{job.job_id}/{action}")}">'
-            f'<input type="hidden" name="csrf" value="{await _csrf(request)}">'
-            f'<button id="{action}">{action.capitalize()} this job</button></form>'
-        )
-    body += attempts_section(attempts, view)
-    for name in _BELOW:
-        body += f'<h2>{name}</h2><pre id="{name}">{escape(getattr(job, name))}</pre>'
-    return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES, view=view)
-
-
-# The job page's button: what a job in each status offers (posted with the form's token).
-_ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry"}
 
 
 async def _posted_job_id(request: Request) -> tuple[str, str]:
@@ -167,35 +52,6 @@ async def retry(request: Request) -> Response:
     return RedirectResponse(back, status_code=303)
 
 
-def _services_table(blobs: list[bytes], view: View) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("service", "node", "status", "port", "pid", "since"))
-    rows = []
-    for blob in blobs:
-        svc = service_decoder.decode(blob)
-        plain = (svc.id, svc.node_id, svc.status, str(svc.port), str(svc.pid))
-        cells = [escape(text) for text in plain]
-        cells[2] = status_badge(svc.status)
-        cells.append(view.when(svc.created_at))
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    body = "".join(rows) or '<tr><td colspan="6">no services</td></tr>'
-    return f'<div class="scroll"><table id="services"><tr>{head}</tr>{body}</table></div>'
-
-
-NODE_HEADINGS = ("node", "health", "last heartbeat", "pending", "running", "drain")
-
-
-def _drain_cell(node_id: str, by: str | None, token: str, view: View) -> str:
-    """Who drained the node, if anyone, and the button that drains or undrains it (posted
-    with the page's CSRF token, as the job page's buttons)."""
-    action = "drain" if by is None else "undrain"
-    badge = "" if by is None else f"{status_badge('drained')} by {escape(by)} "
-    return (
-        f'{badge}<form method="post" action="{view.href(f"/ui/nodes/{node_id}/{action}")}">'
-        f'<input type="hidden" name="csrf" value="{token}">'
-        f'<button id="{action}-{escape(node_id)}">{action.capitalize()}</button></form>'
-    )
-
-
 async def drain_or_undrain(request: Request) -> Response:
     """The nodes page's buttons: the operator's POST /nodes/{id}/drain or /undrain, then
     back to the page (its refresh paused if it was). Every check before anything changes."""
@@ -213,42 +69,26 @@ async def drain_or_undrain(request: Request) -> Response:
     return RedirectResponse(back, status_code=303)
 
 
-async def nodes_page(request: Request) -> Response:
-    store, view = _store(request), view_of(request)
-    # Sent together on the one connection: one round trip.
-    seen_all, services = await asyncio.gather(store.overview(), store.services("", "", "key"))
-    ttl, token = _settings(request).node_ttl_secs, await _csrf(request)
-    rows = []
-    for node_id in sorted(seen_all.queues):
-        pending, running = seen_all.queues[node_id]
-        seen = seen_all.last_seen.get(node_id, 0.0)
-        health = "healthy" if is_live(seen, view.now, ttl) else "unhealthy"
-        link = f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
-        cells = (link, status_badge(health), view.moment(seen), str(pending), str(running))
-        drain = _drain_cell(node_id, seen_all.drained.get(node_id), token, view)
-        rows.append(
-            f'<tr id="node-{escape(node_id)}">'
-            + "".join(f"<td>{c}</td>" for c in (*cells, drain))
-            + "</tr>"
-        )
-    head = "".join(f"<th>{h}</th>" for h in NODE_HEADINGS)
-    nodes = "".join(rows) or f'<tr><td colspan="{len(NODE_HEADINGS)}">no nodes</td></tr>'
-    counts = "".join(
-        f'<tr><th><a href="{view.href("/ui/jobs", status=s)}">{s}</a></th>'
-        f"<td>{seen_all.by_status.get(s, 0)}</td></tr>"
-        for s in STATUSES
+# Where `scheduler up` keeps the key it makes when TINYAWS_API_KEY is unset (cli/session.py
+# key_path: a folder per address it serves; under XDG_STATE_HOME when that is set).
+UP_KEY_FILE = "~/.local/state/tinyaws-scheduler/{host}-{port}/api-key"
+
+
+def _where_up_keeps_the_key(request: Request) -> str:
+    """The login's help: the key is TINYAWS_API_KEY; `up` without one made one, in a file
+    named after the address it serves (this page's, when the browser came straight here)."""
+    host = request.url.hostname or "HOST"
+    port = request.url.port or (443 if request.url.scheme == "https" else 80)
+    path = UP_KEY_FILE.format(host=host, port=port)
+    return (
+        '<div id="key-help"><p>The key is the deployment\'s <code>TINYAWS_API_KEY</code>.</p>'
+        "<p>Started with <code>scheduler up</code> (or <code>./dev up</code>) without one? It "
+        "made a key for the session, readable by your user only, and printed where when it "
+        f"started (<code>key: in …</code>):</p><pre>cat {escape(path)}</pre>"
+        '<p class="muted">(<code>$XDG_STATE_HOME/tinyaws-scheduler/…</code> when '
+        "<code>XDG_STATE_HOME</code> is set; the file is removed when <code>up</code> stops.)"
+        "</p></div>"
     )
-    stats = {**seen_all.stats, "outbox (events not yet handed to SNS)": seen_all.outbox}
-    counters = "".join(
-        f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in sorted(stats.items())
-    )
-    body = (
-        f'<div class="scroll"><table id="nodes"><tr>{head}</tr>{nodes}</table></div>'
-        f"<h2>Services</h2>{_services_table(services, view)}"
-        f'<h2>Jobs by status</h2><table class="narrow" id="by-status">{counts}</table>'
-        f'<h2>Background work</h2><table class="narrow" id="counters">{counters}</table>'
-    )
-    return page(request, "Nodes", body, refresh=True, view=view)
 
 
 async def login_page(request: Request, error: str = "") -> Response:
@@ -258,7 +98,7 @@ async def login_page(request: Request, error: str = "") -> Response:
         '<input type="password" name="key" id="key" placeholder="TINYAWS_API_KEY" autofocus>'
         '<button id="login">Log in</button></form>'
     )
-    return page(request, "Log in", form)
+    return page(request, "Log in", form + _where_up_keeps_the_key(request), navigation=False)
 
 
 async def login(request: Request) -> Response:

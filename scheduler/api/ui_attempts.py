@@ -1,6 +1,7 @@
 """The job page's attempts (GET /jobs/{id}/attempts, models/attempt.py): a table below the
-job's fields, one row per ended attempt (node, started, ended, exit code, reason), its
-output tails below it as the page shows the job's output. Every value escaped."""
+job's summary, one row per ended attempt (node, started, ended, exit code, reason), its
+output tails below it, except the last attempt's when they are the end of the job's own
+output (the page shows that once, below). Every value escaped."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, attempts_decoder
 HEADINGS = ("attempt", "node", "started", "ended", "exit code", "reason")
 
 
-def attempts_section(blobs: list[bytes], view: View | None = None) -> str:
-    """The "Attempts" heading and table of the attempts `blobs` (JSON each), oldest first."""
+def attempts_section(
+    blobs: list[bytes], view: View | None = None, own: tuple[str, str] = ("", "")
+) -> str:
+    """The "Attempts" heading and table of the attempts `blobs` (JSON each), oldest first;
+    `own`: the job's stdout and stderr, which the last attempt's tails are not shown again
+    when they end."""
     view = view or View(paused=False, now=time.time())
     attempts = attempts_decoder.decode(b"[" + b",".join(blobs) + b"]")
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
     rows = []
-    for a in attempts:
+    for i, a in enumerate(attempts):
         exit_code = "" if a.exit_code is None else str(a.exit_code)
         plain = (escape(str(a.attempt)), escape(a.node_id))
         started = view.when(a.started_at) if a.started_at else "never started"
@@ -27,8 +32,11 @@ def attempts_section(blobs: list[bytes], view: View | None = None) -> str:
         cells = "".join(f"<td>{html}</td>" for html in shown)
         reason = f'<td><span class="st {escape(a.reason)}">{escape(a.reason)}</span></td>'
         rows.append(f'<tr id="attempt-{a.attempt}">{cells}{reason}</tr>')
+        last = i == len(attempts) - 1
         tails = [
-            (name, text) for name, text in (("stdout", a.stdout), ("stderr", a.stderr)) if text
+            (name, text)
+            for name, text, job_own in (("stdout", a.stdout, own[0]), ("stderr", a.stderr, own[1]))
+            if text and not (last and job_own.endswith(text))
         ]
         if tails:
             pres = "".join(
@@ -39,7 +47,7 @@ def attempts_section(blobs: list[bytes], view: View | None = None) -> str:
     body = "".join(rows) or f'<tr><td colspan="{len(HEADINGS)}">none ended yet</td></tr>'
     note = (
         f'<p class="muted">The last {ATTEMPT_TAIL_BYTES} bytes of each output; '
-        "the job's own output is below.</p>"
+        "the last attempt's, when it is the job's own output, only once, below.</p>"
     )
     table = f'<div class="scroll"><table id="attempts"><tr>{head}</tr>{body}</table></div>'
     return f"<h2>Attempts</h2>{table}{note}"

@@ -23,9 +23,10 @@ SKY, PURPLE = "#56B4E9", "#CC79A7"
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """One series of a chart: its name, colour, dash (SVG stroke-dasharray, "" solid), and
-    per column its height (None: nothing to draw there), its value as data-<name> holds it
-    and as its <title> says it ("" for both: the height, a count)."""
+    """One series of a chart: its name (its data-<name> and fig-<name>), colour, dash (SVG
+    stroke-dasharray, "" solid), and per column its height (None: nothing to draw there),
+    its value as data-<name> holds it and as its <title> says it ("" for both: the height,
+    a count); `label`, what the legend and titles call it ("": its name)."""
 
     name: str
     colour: str
@@ -33,6 +34,11 @@ class Line:
     values: Sequence[float | None]
     data: Sequence[str] = ()
     said: Sequence[str] = ()
+    label: str = ""
+
+    @property
+    def called(self) -> str:
+        return self.label or self.name
 
     def datum(self, column: int) -> str:
         return self.data[column] if self.data else _datum(self.values[column])
@@ -85,15 +91,22 @@ def runs(values: Sequence[float | None], top: float) -> list[str]:
     return drawn
 
 
+def ticks(top: float) -> tuple[str, str, str]:
+    """The y axis' values at the top, middle and bottom grid lines of a 0 to `top` scale."""
+    return f"{top:g}", f"{top / 2:g}", "0"
+
+
 def chart(
     chart_id: str,
     labels: Sequence[str],
     lines: Sequence[Line],
     top: float,
+    y_ticks: tuple[str, str, str] | None = None,
 ) -> str:
-    """A chart of `lines` over the columns `labels` (each a time), scaled 0 to `top`. Each
-    column has a transparent box over its height with data-<line> attributes and a title
-    saying every line's value there."""
+    """A chart of `lines` over the columns `labels` (each a time), scaled 0 to `top`, its y
+    axis' values (`y_ticks`, top to bottom: `ticks(top)` by default) beside it in HTML, at
+    its three grid lines. Each column has a transparent box over its height with
+    data-<line> attributes and a title saying every line's value there."""
     count = len(labels)
     grid = "".join(
         f'<line x1="0" x2="{WIDTH}" y1="{y_of(top * share, top)}" y2="{y_of(top * share, top)}" '
@@ -110,15 +123,18 @@ def chart(
     boxes = []
     for i, label in enumerate(labels):
         data = "".join(f' data-{escape(line.name)}="{escape(line.datum(i))}"' for line in lines)
-        title = f"{label}: " + ", ".join(f"{line.name} {line.saying(i)}" for line in lines)
+        title = f"{label}: " + ", ".join(f"{line.called} {line.saying(i)}" for line in lines)
         boxes.append(
             f'<rect class="col" x="{round(i * WIDTH / count, 2)}" y="0" '
             f'width="{round(WIDTH / count, 2)}" height="{HEIGHT}" fill="transparent"'
             f' data-at="{escape(label)}"{data}><title>{escape(title)}</title></rect>'
         )
+    shown = y_ticks or ticks(top)
+    axis = "".join(f"<span>{escape(tick)}</span>" for tick in shown)
     return (
+        f'<div class="plot"><div class="yaxis" id="{escape(chart_id)}-y">{axis}</div>'
         f'<svg id="{escape(chart_id)}" class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" '
-        f'preserveAspectRatio="none" role="img">{grid}{drawn}{"".join(boxes)}</svg>'
+        f'preserveAspectRatio="none" role="img">{grid}{drawn}{"".join(boxes)}</svg></div>'
     )
 
 
@@ -135,8 +151,20 @@ def legend(lines: Sequence[Line], figures: dict[str, str]) -> str:
     items = "".join(
         f'<span class="key"><svg width="24" height="8" aria-hidden="true"><line x1="0" y1="4" '
         f'x2="24" y2="4" stroke="{line.colour}" stroke-width="3" '
-        f'stroke-dasharray="{line.dash or "none"}"/></svg> {escape(line.name)} '
+        f'stroke-dasharray="{line.dash or "none"}"/></svg> {escape(line.called)} '
         f'<b id="fig-{escape(line.name)}">{escape(figures.get(line.name, ""))}</b></span>'
         for line in lines
     )
     return f'<p class="legend">{items}</p>'
+
+
+def load_bar(running: int, capacity: int) -> str:
+    """A node's running jobs against its capacity: a bar and "running / capacity", the
+    values in data attributes (the tests read them) and a <title> (a hover shows it)."""
+    share = min(running / capacity, 1.0) if capacity else 1.0
+    return (
+        f'<svg class="bar" viewBox="0 0 100 10" preserveAspectRatio="none" '
+        f'data-running="{running}" data-capacity="{capacity}"><rect width="100" height="10" '
+        f'fill="#eaeef2"/><rect width="{share * 100:.1f}" height="10" fill="{SKY}"/>'
+        f"<title>{running} of {capacity} running</title></svg> {running} / {capacity}"
+    )

@@ -32,6 +32,7 @@ from scheduler.api.ui_charts import (
     Line,
     chart,
     legend,
+    load_bar,
     nice_top,
 )
 from scheduler.api.ui_layout import View, page, span, status_badge, view_of
@@ -117,8 +118,8 @@ def _axis(drawn: Sequence[Column], labels: Sequence[str]) -> str:
 
 
 def _top(said: str) -> str:
-    """The chart's top value, above it."""
-    return f'<div class="axis"><span>{escape(said)}</span></div>'
+    """The chart's unit, above its y axis."""
+    return f'<div class="unit">{escape(said)}</div>'
 
 
 def _flow(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str:
@@ -131,27 +132,35 @@ def _flow(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str:
     return (
         "<h2>Throughput</h2>"
         + legend(lines, figures)
-        + _top(f"{top:g} per {'minute' if drawn and drawn[0].minutes == 1 else '15 min'}")
+        + _top(f"jobs per {'minute' if drawn and drawn[0].minutes == 1 else '15 min'}")
         + chart("flow", labels, lines, top)
         + _axis(drawn, labels)
     )
 
 
+# The queue chart's lines: (its name on the page, the gauge it draws, what it is called).
+# The gauge "waiting" (models/series.py, minutes.py sample_gauges: kept so stored minutes
+# still read) counts the pending and the delayed jobs, not the `waiting` status: it is
+# called by the statuses it counts.
+QUEUE = (("queued", "waiting", "pending + delayed"), ("running", "running", "running"))
+
+
 def _queue(drawn: Sequence[Column], labels: Sequence[str], live: Overview) -> str:
     now = {
-        "waiting": live.by_status.get("pending", 0) + live.by_status.get("delayed", 0),
+        "queued": live.by_status.get("pending", 0) + live.by_status.get("delayed", 0),
         "running": live.by_status.get("running", 0),
     }
+    style = {"queued": (PURPLE, "6 3"), "running": (SKY, "")}
     lines = [
-        Line(name, colour, dash, filled([c.gauges[name] for c in drawn], now[name]))
-        for name, colour, dash in (("waiting", PURPLE, "6 3"), ("running", SKY, ""))
+        Line(name, *style[name], filled([c.gauges[gauge] for c in drawn], now[name]), label=said)
+        for name, gauge, said in QUEUE
     ]
     top = nice_top(max((v or 0 for line in lines for v in line.values), default=0))
     figures = {name: f"{value} now" for name, value in now.items()}
     return (
-        "<h2>Waiting and running</h2>"
+        "<h2>Pending and running</h2>"
         + legend(lines, figures)
-        + _top(f"{top:g} jobs")
+        + _top("jobs")
         + chart("queue", labels, lines, top)
         + _axis(drawn, labels)
     )
@@ -173,6 +182,13 @@ def _rank(value: float | None) -> float | None:
     return float(BUCKETS if math.isinf(value) else WAIT_BOUNDS.index(value) + 1)
 
 
+def _wait_ticks() -> tuple[str, str, str]:
+    """The waits chart's y axis at its grid lines: the longest bucket, the middle rank's
+    bound, 0."""
+    middle = WAIT_BOUNDS[BUCKETS // 2 - 1]
+    return _bound(math.inf), span(middle), "0"
+
+
 def _waits(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str:
     quantiles = (("p50", BLUE, "", 0.5), ("p95", ORANGE, "6 3", 0.95))
     lines, figures = [], {}
@@ -183,10 +199,12 @@ def _waits(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str
         lines.append(Line(name, colour, dash, [_rank(b) for b in bounds], data, said))
         figures[name] = _bound(whole.percentile(q))
     return (
-        "<h2>Time from submit to running</h2>"
+        "<h2>Time from runnable to running</h2>"
+        '<p class="muted">A first attempt\'s wait from when it could run (its submit, its '
+        "due time, its last dependency done, a retry by hand) to its claim; a bucket a step "
+        "up the scale: 0.1 s, 0.25 s, ... 30 min.</p>"
         + legend(lines, figures)
-        + _top(f"{_bound(math.inf)} (a bucket a step: 0.1 s, 0.25 s, ... 30 min)")
-        + chart("waits", labels, lines, float(BUCKETS))
+        + chart("waits", labels, lines, float(BUCKETS), _wait_ticks())
         + _axis(drawn, labels)
     )
 
@@ -197,16 +215,9 @@ def _nodes(live: Overview, view: View, capacity: int, ttl: float) -> str:
         _, running = live.queues[node_id]
         seen = live.last_seen.get(node_id, 0.0)
         health = "healthy" if is_live(seen, view.now, ttl) else "unhealthy"
-        share = min(running / capacity, 1.0)
-        bar = (
-            f'<svg class="bar" viewBox="0 0 100 10" preserveAspectRatio="none" '
-            f'data-running="{running}" data-capacity="{capacity}"><rect width="100" height="10" '
-            f'fill="#eaeef2"/><rect width="{share * 100:.1f}" height="10" fill="{SKY}"/>'
-            f"<title>{running} of {capacity} running</title></svg>"
-        )
         age = span(max(0.0, view.now - seen)) if seen else "never"
         link = f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
-        cells = (link, f"{bar} {running} / {capacity}", status_badge(health), escape(age))
+        cells = (link, load_bar(running, capacity), status_badge(health), escape(age))
         rows.append(
             f'<tr data-node="{escape(node_id)}">'
             + "".join(f"<td>{c}</td>" for c in cells)

@@ -66,9 +66,13 @@ class UIErrors:
         start, parts = held[0], held[1:]
         text = b"".join(part.get("body", b"") for part in parts).decode("utf-8", "replace")
         status: int = start["status"]
-        back = '<p><a href="/ui/jobs">Back to the jobs</a></p>'
+        # The login's own refusals (a form from another origin) are shown to someone not
+        # logged in: no navigation, as the login page.
+        request = Request(scope)
+        outside = request.url.path == "/ui/login"
+        back = "" if outside else '<p><a href="/ui/jobs">Back to the jobs</a></p>'
         body = f'<p class="error" id="error">{escape(text.rstrip())}</p>{back}'
-        response = page(Request(scope), _title(status), body, status=status)
+        response = page(request, _title(status), body, status=status, navigation=not outside)
         for name, value in Headers(raw=start.get("headers", [])).items():
             if name not in _OWN:
                 response.headers.append(name, value)

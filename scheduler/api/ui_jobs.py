@@ -22,7 +22,7 @@ from scheduler.api.params import param
 from scheduler.api.state import store as _store
 from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
 from scheduler.api.ui_forms import csrf as _csrf
-from scheduler.api.ui_layout import View, duration, job_status, page, view_of
+from scheduler.api.ui_layout import View, card_cells, duration, job_status, page, view_of
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, Job, job_decoder, job_number
 from scheduler.models.wire import ID_RE
 
@@ -117,21 +117,21 @@ def job_row(job: Job, view: View) -> str:
         ("", f'<a href="{view.href(f"/ui/jobs/{job.job_id}")}">{escape(job.job_id)}</a>'),
         ("", escape(job.node_id)),
         ("", job_status(job)),
-        (' class="cmd"', f'<code title="{escape(command)}">{escape(short)}</code>'),
+        (' class="cmd wide"', f'<code title="{escape(command)}">{escape(short)}</code>'),
         (f' class="num" title="{retries}"', str(job.retry_count + 1)),
         (' class="num"', exit_code),
         ("", view.when(job.created_at)),
         (' class="num"', duration(job, view.now)),
         ("", view.when(job.finished_at)),
     )
-    return "<tr>" + "".join(f"<td{attrs}>{html}</td>" for attrs, html in cells) + "</tr>"
+    return f"<tr>{card_cells(HEADINGS, cells)}</tr>"
 
 
 def _table(jobs: list[Job], view: View) -> str:
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
     empty = f'<tr><td colspan="{len(HEADINGS)}">no jobs</td></tr>'
     rows = "".join(job_row(job, view) for job in jobs) or empty
-    return f'<div class="scroll"><table id="jobs"><tr>{head}</tr>{rows}</table></div>'
+    return f'<div class="scroll"><table class="cards" id="jobs"><tr>{head}</tr>{rows}</table></div>'
 
 
 def _pages(f: Filters, view: View, newer: int, older: int) -> str:

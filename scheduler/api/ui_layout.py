@@ -35,7 +35,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f8f
 header{background:#24292f;color:#fff;padding:8px 16px;display:flex;flex-wrap:wrap;gap:8px 16px;
 align-items:center}
 header nav{display:flex;gap:16px}
-header a{color:#fff;text-decoration:none;font-weight:600}
+header a,header .brand{color:#fff;text-decoration:none;font-weight:600}
 header .end{margin-left:auto;display:flex;gap:12px;align-items:center}
 header .end a{font-weight:400;color:#d0d7de}
 main{padding:16px}
@@ -47,8 +47,10 @@ th{background:#eaeef2}
 td.num{text-align:right;white-space:nowrap}
 #jobs td{white-space:nowrap}
 #jobs td.cmd{white-space:normal;min-width:12em;max-width:40em}
-#job td code,pre{overflow-wrap:anywhere}
-#job th{width:12em;white-space:nowrap}
+table.fields td code,pre{overflow-wrap:anywhere}
+table.fields th{width:1%;white-space:nowrap}
+#tail,#key-help pre{max-height:24em;white-space:pre-wrap}
+h2 a.more{font-size:14px;font-weight:400}
 time,.nowrap{white-space:nowrap}
 time[title]{text-decoration:underline dotted #8c959f}
 pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-height:40em}
@@ -56,7 +58,7 @@ pre{background:#fff;border:1px solid #d0d7de;padding:8px;overflow:auto;max-heigh
 .pending{background:#fff8c5}.delayed,.waiting{background:#fbefff}.running{background:#ddf4ff}
 .done{background:#dafbe1}.failed,.unhealthy{background:#ffebe9}.healthy{background:#dafbe1}
 .paused,.drained{background:#fff1e5}.active{background:#dafbe1}
-.reason{background:#fff}.cancelled{text-decoration:line-through}.cancelling{background:#fff1e5}
+.reason{background:#fff}.cancelled{background:#eaeef2;color:#424a53}.cancelling{background:#fff1e5}
 form.filters{margin-bottom:12px;display:flex;flex-wrap:wrap;gap:8px;align-items:center}
 nav.counts{margin-bottom:12px;display:flex;flex-wrap:wrap;gap:6px 12px}
 nav.counts a.current{font-weight:700;color:#1b1f24;text-decoration:none}
@@ -67,9 +69,29 @@ nav.pages{margin-top:12px;display:flex;flex-wrap:wrap;gap:16px}
 table.narrow{width:auto;min-width:20em}
 svg.chart{display:block;width:100%;height:160px;background:#fff;border:1px solid #d0d7de}
 svg.chart rect.col:hover{fill:rgba(0,0,0,.06)}
-.axis{display:flex;justify-content:space-between;font-size:12px;color:#57606a}
+.axis{display:flex;justify-content:space-between;font-size:12px;color:#57606a;
+margin-left:calc(5em + 4px)}
+.unit{font-size:12px;color:#57606a}
+.plot{display:flex;gap:4px}.plot svg.chart{flex:1;min-width:0}
+.yaxis{display:flex;flex-direction:column;justify-content:space-between;height:162px;
+width:5em;flex:none;text-align:right;font-size:12px;line-height:1;color:#57606a;
+white-space:nowrap}
 .legend{display:flex;flex-wrap:wrap;gap:4px 16px;margin:4px 0}.key{white-space:nowrap}
 svg.bar{width:5em;height:10px;vertical-align:middle}#node-load td{white-space:nowrap}
+@media (max-width:700px){
+main{padding:12px 8px}
+table.cards,table.cards tbody{display:block;background:none}
+table.cards tr:first-child{display:none}
+table.cards tr{display:grid;grid-template-columns:1fr 1fr;grid-auto-flow:row dense;
+background:#fff;border:1px solid #d0d7de;border-radius:6px;margin-bottom:8px}
+table.cards td,#jobs td,#jobs td.cmd{border:0;white-space:normal;min-width:0;max-width:none;
+overflow-wrap:anywhere}
+table.cards td.wide,table.cards td[colspan]{grid-column:1/-1}
+table.cards td:empty{display:none}
+table.cards td[data-label]::before{content:attr(data-label);display:block;font-size:12px;
+color:#57606a}
+table.cards td.num{text-align:left}
+}
 """
 
 
@@ -170,9 +192,12 @@ def page(
     refresh: bool = False,
     view: View | None = None,
     status: int = 200,
+    navigation: bool = True,
 ) -> HTMLResponse:
     """The page in the layout; `refresh` (a page that changes by itself) reloads it every
-    REFRESH_SECS unless the View is paused, and offers the pause or the resume."""
+    REFRESH_SECS unless the View is paused, and offers the pause or the resume. Without
+    `navigation` (the login, for someone not logged in) the header holds no links nor Log
+    out: each would lead back to the login."""
     view = view or View(paused=False, now=time.time())
     meta, toggle = "", ""
     if refresh:
@@ -180,22 +205,29 @@ def page(
         if not view.paused:
             meta = f'<meta http-equiv="refresh" content="{REFRESH_SECS}">'
     logout = ""
-    if _settings(request).api_key:
+    if navigation and _settings(request).api_key:
         logout = '<form method="post" action="/ui/logout"><button>Log out</button></form>'
-    nav = "".join(
-        f'<a href="{view.href(path)}">{name}</a>'
-        for name, path in (
-            ("Dashboard", "/ui"),
-            ("Jobs", "/ui/jobs"),
-            ("Nodes", "/ui/nodes"),
-            ("Schedules", "/ui/schedules"),
+    nav = (
+        "".join(
+            f'<a href="{view.href(path)}">{name}</a>'
+            for name, path in (
+                ("Dashboard", "/ui"),
+                ("Jobs", "/ui/jobs"),
+                ("Nodes", "/ui/nodes"),
+                ("Schedules", "/ui/schedules"),
+            )
+            if navigation
         )
+        or '<span class="brand">scheduler</span>'
     )
+    header = f'<nav>{nav}</nav><span class="end">{toggle}{logout}</span>'
+    if not navigation:
+        header = '<span class="brand">scheduler</span>'
     html = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"{meta}<title>{escape(title)} · scheduler</title><style>{STYLE}</style></head><body>"
-        f'<header><nav>{nav}</nav><span class="end">{toggle}{logout}</span></header>'
+        f"<header>{header}</header>"
         f"<main><h1>{escape(title)}</h1>{body}</main></body></html>"
     )
     return HTMLResponse(html, status_code=status)  # no-store, frame denial: ui_headers.py
@@ -212,15 +244,38 @@ def _toggle(request: Request, view: View) -> str:
     return f'<a id="pause" href="{link}">Pause refresh ({REFRESH_SECS} s)</a>'
 
 
+def names_only(mapping: dict[str, str]) -> str:
+    """A map's names, never its values: they are often secrets (env_vars), and a screen is
+    easy to look over."""
+    names = ", ".join(f"<code>{escape(name)}</code>" for name in sorted(mapping))
+    return f'{names} <span class="muted">(values hidden)</span>' if mapping else ""
+
+
+def card_cells(headings: tuple[str, ...], cells: tuple[tuple[str, str], ...]) -> str:
+    """A row's cells, each (its attributes, its HTML), labelled with its heading: a `cards`
+    table shows each row as a card of labelled values on a phone's width (STYLE)."""
+    shown = []
+    for label, (attrs, html) in zip(headings, cells, strict=True):
+        labelled = f' data-label="{escape(label)}"' if label else ""
+        shown.append(f"<td{attrs}{labelled}>{html}</td>")
+    return "".join(shown)
+
+
 def status_badge(status: str) -> str:
     return f'<span class="st {escape(status)}">{escape(status)}</span>'
 
 
+def shown_status(job: Job) -> str:
+    """The status as people say it: a cancelled job reads cancelled (on the wire it stays
+    failed with failure_reason cancelled, for the original clients), any other the wire's."""
+    return "cancelled" if job.failure_reason == "cancelled" else job.status
+
+
 def job_status(job: Job) -> str:
-    """The status badge, and why the scheduler failed the job if it did (`failed
-    cancelled`; the wire status stays done or failed for the original clients), or why a
-    pending job has no node yet (`pending full`)."""
-    if not job.failure_reason and not job.pending_reason:
-        return status_badge(job.status)
-    reason = escape(job.failure_reason or job.pending_reason)
-    return f'{status_badge(job.status)} <span class="st reason {reason}">{reason}</span>'
+    """The status badge (`shown_status`), and why the scheduler failed the job if it did
+    (`failed timed_out`), or why a pending job has no node yet (`pending full`)."""
+    status = shown_status(job)
+    why = "" if status == "cancelled" else job.failure_reason or job.pending_reason
+    if not why:
+        return status_badge(status)
+    return f'{status_badge(status)} <span class="st reason {escape(why)}">{escape(why)}</span>'

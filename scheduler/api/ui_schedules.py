@@ -13,10 +13,9 @@ from starlette.responses import RedirectResponse, Response
 from scheduler.api.http import HTTPError
 from scheduler.api.params import param
 from scheduler.api.state import store as _store
-from scheduler.api.ui import _names_only
 from scheduler.api.ui_forms import checked_form
 from scheduler.api.ui_forms import csrf as _csrf
-from scheduler.api.ui_layout import View, status_badge, view_of
+from scheduler.api.ui_layout import View, card_cells, names_only, status_badge, view_of
 from scheduler.api.ui_layout import page as ui_page
 from scheduler.models.schedule import Schedule, paused, resumed, schedule_decoder
 from scheduler.models.wire import ID_RE
@@ -45,25 +44,23 @@ def _row(schedule: Schedule, token: str, view: View) -> str:
     job = schedule.job
     command = str(job.get("command") or job.get("deploy_url") or "")
     short = command if len(command) <= 60 else command[:59] + "…"
-    template = f"<code>{escape(short)}</code> {_names_only(job.get('env_vars') or {})}"
+    template = f"<code>{escape(short)}</code> {names_only(job.get('env_vars') or {})}"
     last = ""
     if schedule.last_job_id:
         last_id = escape(schedule.last_job_id)
         href = view.href(f"/ui/jobs/{schedule.last_job_id}")
         last = f'<a href="{href}">{last_id}</a> {view.when(schedule.last_run_at)}'
     cells = (
-        f'<span id="name-{escape(schedule.name)}">{escape(schedule.name)}</span>',
-        _when(schedule),
-        escape(schedule.catchup),
-        status_badge("paused" if schedule.paused else "active"),
-        view.moment(schedule.next_tick),
-        last,
-        template,
-        _button(schedule, token, view),
+        ("", f'<span id="name-{escape(schedule.name)}">{escape(schedule.name)}</span>'),
+        ("", _when(schedule)),
+        ("", escape(schedule.catchup)),
+        ("", status_badge("paused" if schedule.paused else "active")),
+        ("", view.moment(schedule.next_tick)),
+        ("", last),
+        (' class="wide"', template),
+        ("", _button(schedule, token, view)),
     )
-    return (
-        f'<tr id="row-{escape(schedule.name)}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
-    )
+    return f'<tr id="row-{escape(schedule.name)}">{card_cells(HEADINGS, cells)}</tr>'
 
 
 async def page(request: Request) -> Response:
@@ -75,7 +72,7 @@ async def page(request: Request) -> Response:
     token = await _csrf(request)
     rows = "".join(_row(s, token, view) for s in schedules[:PAGE_SIZE])
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
-    body = f'<div class="scroll"><table id="schedules"><tr>{head}</tr>'
+    body = f'<div class="scroll"><table class="cards" id="schedules"><tr>{head}</tr>'
     body += rows or f'<tr><td colspan="{len(HEADINGS)}">no schedules</td></tr>'
     body += "</table></div>"
     if len(schedules) > PAGE_SIZE:

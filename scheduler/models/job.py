@@ -107,7 +107,8 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # Ours, after the original's fields: why the scheduler failed the job (ENDINGS).
     failure_reason: str = ""
     # When the job is due: it waits `delayed` until then (a submitted delay, a retry's
-    # backoff). Kept once due, as when its last wait ended.
+    # backoff). Kept once due, as when its last wait ended: a dependency's (the release
+    # sets it) or a retry by hand's (the retry's time): the dashboard's wait counts from it.
     run_at: Annotated[Timestamp | None, SUBMITTED] = None
     # Its retry policy; None: the deployment's (MAX_JOB_RETRIES, RETRY_BACKOFF_SECS). With
     # max_retries set, a timeout is retried too (the original never retried one).
@@ -125,6 +126,9 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # Where it may run: each label key with its value, or a list of allowed values
     # (models/labels.py); `node.id` names one node.
     node_selector: Annotated[Selector, SUBMITTED] = {}
+    # The schedule that made it (README, Schedules), set by the firing (workers/firing.py);
+    # "" for a job submitted otherwise. Not submitted: no request can claim one.
+    schedule: str = ""
     # Why it is pending without a node (PENDING_REASONS); "" once placed. Last: the create
     # script appends it to a record it does not decode (store/scripts/jobs.py).
     pending_reason: str = ""

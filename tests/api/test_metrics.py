@@ -171,6 +171,6 @@ def test_the_nodes_are_read_in_pieces(client: TestClient, monkeypatch: pytest.Mo
     monkeypatch.setattr(overview.NODE_LOADS, "reply", counted)
     page = client.get("/ui/nodes").text
     assert len(sizes) >= 300 // 80 and max(sizes) <= 80, sizes
-    rows = page.split('<table id="nodes">', 1)[1].split("</table>", 1)[0]
+    rows = page.split('<table class="cards" id="nodes">', 1)[1].split("</table>", 1)[0]
     assert rows.count('<tr id="node-fake-') == 300
     assert f'<tr id="node-{job["node_id"]}">' in rows

@@ -80,7 +80,7 @@ def metric_node_count(api: TestClient) -> int:
 
 def ui_node_rows(api: TestClient) -> list[str]:
     page = api.get("/ui/nodes").text
-    table = page.split('<table id="nodes">', 1)[1].split("</table>", 1)[0]
+    table = page.split('<table class="cards" id="nodes">', 1)[1].split("</table>", 1)[0]
     return re.findall(r"/ui/jobs\?node_id=([^\"&]+)\"", table)
 
 

@@ -136,7 +136,7 @@ def test_redis_unreachable_at_the_start_is_503_until_it_answers(
 
 
 def ids_of(page: str) -> list[str]:
-    return re.findall(r'<td><a href="/ui/jobs/(job-\d+)[?"]', page)
+    return re.findall(r'<td[^>]*><a href="/ui/jobs/(job-\d+)[?"]', page)
 
 
 def test_the_ui_lists_and_searches_every_shards_jobs(make_client: ClientFactory) -> None:

@@ -58,6 +58,27 @@ def test_with_a_key_the_pages_need_the_login_cookie(make_client: ClientFactory) 
     assert api.get("/jobs").status_code == 401
 
 
+def test_the_login_shows_no_navigation_and_says_where_ups_key_is(
+    make_client: ClientFactory,
+) -> None:
+    """Logged out, every link of the navigation and Log out would lead back to the login: the
+    page shows none, and says where `scheduler up` keeps the key it made."""
+    api = make_client(api_key=KEY)
+    page = api.get("/ui/login").text
+    assert "<nav>" not in page and "Log out" not in page and "/ui/jobs" not in page
+    help_ = re.search(r'<div id="key-help">(.*?)</div>', page, re.S)
+    assert help_ and "TINYAWS_API_KEY" in help_.group(1)
+    # The address the browser came to (TestClient's: testserver, port 80), as up names it.
+    assert "cat ~/.local/state/tinyaws-scheduler/testserver-80/api-key" in help_.group(1)
+    assert "<nav>" not in api.post("/ui/login", data={"key": "nope"}).text  # a wrong key
+    refused = api.post("/ui/login", data={"key": KEY}, headers={"Origin": "https://evil.test"})
+    assert (
+        refused.status_code == 403 and "<nav>" not in refused.text and "Log out" not in refused.text
+    )
+    api.post("/ui/login", data={"key": KEY})
+    assert "<nav>" in api.get("/ui/jobs").text and "Log out" in api.get("/ui/jobs").text
+
+
 def test_what_a_job_holds_is_escaped(client: TestClient) -> None:
     register(client, "n1")
     submit(client, command="<script>alert(1)</script>", env_vars={"X": "<img src=x>"})
@@ -121,7 +142,7 @@ def test_a_failed_job_offers_a_retry_that_needs_the_token(make_client: ClientFac
 def test_a_map_field_shows_its_names_never_its_values() -> None:
     """env_vars' values stay off the job page, and so would those of any map a field added
     to Job later holds (secrets are the usual values of a map of strings)."""
-    from scheduler.api.ui import _cell
+    from scheduler.api.ui_job import _cell
     from scheduler.models.fields import JobField, Kind
 
     labels = JobField("labels", dict[str, str], Kind.OBJECT, False, False, True)
@@ -256,12 +277,12 @@ def test_the_bulk_retry_keeps_the_node_filter_and_reports_unplaced_jobs(
 
 def rows_of(page: str) -> list[str]:
     """The jobs table's rows (HTML), header left out."""
-    table = page.split('<table id="jobs">', 1)[1].split("</table>", 1)[0]
+    table = page.split('<table class="cards" id="jobs">', 1)[1].split("</table>", 1)[0]
     return table.split("<tr>")[2:]
 
 
 def ids_of(page: str) -> list[str]:
-    return re.findall(r'<td><a href="/ui/jobs/(job-\d+)[?"]', page)
+    return re.findall(r'<td data-label="job"><a href="/ui/jobs/(job-\d+)[?"]', page)
 
 
 def cells_of(row: str) -> list[str]:
@@ -279,7 +300,9 @@ def test_a_row_says_attempt_exit_code_run_time_and_times_on_hover(client: TestCl
     report(client, retried, "failed", exit_code=3)  # retried: pending again, attempt 2
     report(client, retried, "running")
     page = client.get("/ui/jobs").text
-    heads = re.findall(r"<th>(.*?)</th>", page.split('<table id="jobs">')[1].split("</tr>")[0])
+    heads = re.findall(
+        r"<th>(.*?)</th>", page.split('<table class="cards" id="jobs">')[1].split("</tr>")[0]
+    )
     assert heads == [
         "job", "node", "status", "command", "attempt", "exit code", "created", "ran for",
         "finished",

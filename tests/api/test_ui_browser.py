@@ -119,18 +119,26 @@ def test_filters_by_status_and_node(api: str, ui: WebDriver) -> None:
     assert nodes == {"node-b"}
 
 
+def fields(browser: WebDriver, table: str) -> dict[str, str]:
+    """A job page's table of `table` (summary, request) as {heading: text}, in order."""
+    return {
+        row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
+        for row in browser.find_elements(By.CSS_SELECTOR, f"#{table} tr")
+    }
+
+
 def test_a_jobs_page_shows_its_fields_and_output(api: str, ui: WebDriver) -> None:
     ui.get(f"{api}/ui/jobs?status=done")
     click(ui, By.LINK_TEXT, "job-1")
     assert ui.current_url == f"{api}/ui/jobs/job-1"
-    fields = {
-        row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
-        for row in ui.find_elements(By.CSS_SELECTOR, "#job tr")
-    }
-    assert fields["status"] == "done" and fields["node_id"] == "node-a"
-    assert fields["command"] == "echo 1" and fields["exit_code"] == "0"
+    summary = fields(ui, "summary")
+    assert list(summary)[:3] == ["status", "exit code", "ran for"]  # no reason: it is done
+    assert (summary["status"], summary["node"], summary["exit code"]) == ("done", "node-a", "0")
+    request = fields(ui, "request")
+    assert request["command"] == "echo 1" and "SECRET_TOKEN" in request["environment"]
+    assert "" not in request.values() and "hunter2" not in ui.page_source  # set fields only
     assert ui.find_element(By.ID, "stdout").text == "one"
-    assert "SECRET_TOKEN" in fields["env_vars"] and "hunter2" not in ui.page_source
+    assert [pre.text for pre in ui.find_elements(By.TAG_NAME, "pre")] == ["one"]  # once
     assert not ui.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')  # final
 
 
@@ -142,11 +150,12 @@ def test_the_nodes_page_shows_health_and_queues(api: str, ui: WebDriver) -> None
         if (cells := row.find_elements(By.TAG_NAME, "td"))
     }
     assert set(rows) == {"node-a", "node-b"}
-    health, seen, pending, running, drain = rows["node-a"]
+    health, seen, cpus, memory, labels, pending, running, drain = rows["node-a"]
     assert health == "healthy" and (seen == "just now" or seen.endswith(" ago"))
+    assert (cpus, memory, labels) == ("2", "", "")  # registered with 2 cpus only
     assert drain == "Drain" and ui.find_element(By.ID, "drain-node-a").is_displayed()
-    assert (pending, running) == (str((JOBS + 1) // 2 - 1), "0")  # job-1 is done
-    assert rows["node-b"][2] == str(JOBS // 2)
+    assert (pending, running) == (str((JOBS + 1) // 2 - 1), "0 / 1")  # job-1 is done
+    assert rows["node-b"][5] == str(JOBS // 2)
     services = ui.find_element(By.ID, "services").text
     assert "svc-1 node-b running 8080 77" in services
     by_status = ui.find_element(By.ID, "by-status").text
@@ -157,20 +166,22 @@ def test_a_cancel_from_the_ui_cancels(api: str, ui: WebDriver) -> None:
     ui.get(f"{api}/ui/jobs/job-3")
     click(ui, By.ID, "cancel")
     assert ui.current_url == f"{api}/ui/jobs/job-3"
-    status = ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(2) td").text
-    why = ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(3)").text
-    assert (status, why) == ("failed", "failure_reason cancelled")
+    summary = fields(ui, "summary")
+    assert (summary["status"], summary["reason"].split(" (")[0]) == (
+        "cancelled",
+        "cancelled on request",
+    )
     assert not ui.find_elements(By.ID, "cancel")  # a final job has no button
     job = httpx.get(f"{api}/jobs/job-3", headers=OPERATOR).json()
     assert (job["status"], job["failure_reason"]) == ("failed", "cancelled")
     ui.get(f"{api}/ui/jobs?status=failed")  # the list says why too
     row = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2)").text
-    assert row.startswith("job-3 ") and " failed cancelled " in row
+    assert row.startswith("job-3 ") and " cancelled " in row and " failed " not in row
     # A failed job offers a retry: it starts over, pending.
     ui.get(f"{api}/ui/jobs/job-3")
     click(ui, By.ID, "retry")
     assert ui.current_url == f"{api}/ui/jobs/job-3"
-    assert ui.find_element(By.CSS_SELECTOR, "#job tr:nth-child(2) td").text == "pending"
+    assert fields(ui, "summary")["status"] == "pending"
     assert ui.find_elements(By.ID, "cancel")  # and it may be cancelled again
 
 
@@ -209,7 +220,8 @@ def test_the_schedules_page_lists_them_and_pauses_and_resumes(api: str, ui: WebD
 
 def test_a_jobs_page_shows_its_attempts(api: str, ui: WebDriver) -> None:
     """job-5 (node-a) fails once (its output holding markup, shown as text), is retried and
-    is done: two attempts below its fields, each with its output tail."""
+    is done: two attempts below its summary, the first with its output tails; the last
+    one's are the job's own output, shown once, below."""
     for report in (
         {"status": "running"},
         {"status": "failed", "exit_code": 3, "stdout": "<b>one</b>", "stderr": "boom"},
@@ -233,8 +245,10 @@ def test_a_jobs_page_shows_its_attempts(api: str, ui: WebDriver) -> None:
     assert all(len(row) == 2 and row[0] <= row[1] for row in times)  # started, ended
     tails = [pre.text for pre in ui.find_elements(By.CSS_SELECTOR, "#attempts pre")]
     # The record keeps a retried attempt's stderr (as it did): the second attempt, whose
-    # report sent none, ends with it.
-    assert tails == ["<b>one</b>", "boom", "two", "boom"]
+    # report sent none, ends with it, and the page shows it once, at the top.
+    assert tails == ["<b>one</b>", "boom"]
+    assert ui.find_element(By.ID, "tail").text == "boom"
+    assert ui.find_element(By.ID, "stderr-above").text == "stderr: shown in full above"
     assert not ui.find_elements(By.CSS_SELECTOR, "#attempts b")  # escaped, not markup
     assert ui.find_element(By.ID, "stdout").text == "two"  # the job's own output, as before
 
@@ -300,7 +314,12 @@ def shoot(browser: WebDriver, name: str, width: int) -> None:
 
 def cells(browser: WebDriver, job_id: str) -> dict[str, str]:
     """The jobs table's row of `job_id`, by heading."""
-    heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#jobs tr th")]
+    # The headings' text as written: on a phone's width they are hidden (each card's cells
+    # are labelled instead), and Selenium's .text is the visible text.
+    heads = [
+        th.get_attribute("textContent") or ""
+        for th in browser.find_elements(By.CSS_SELECTOR, "#jobs tr th")
+    ]
     for row in browser.find_elements(By.CSS_SELECTOR, "#jobs tr"):
         tds = row.find_elements(By.TAG_NAME, "td")
         if tds and tds[0].text == job_id:
@@ -371,6 +390,12 @@ def check_page(
         now = cells(ui, running["job_id"])
         assert now["status"] == "running" and now["ran for"].endswith(" so far")
         assert now["exit code"] == "" and now["finished"] == ""
+        # The command gets the card's width on a phone, not a column of two characters.
+        command = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2) td.cmd")
+        assert command.size["width"] >= min(300, ui.get_window_size()["width"] * 0.4)
+        label = "return getComputedStyle(arguments[0], '::before').content"
+        phone = ui.execute_script("return innerWidth") <= 700
+        assert ui.execute_script(label, command) == ('"command"' if phone else "none")
         created = ui.find_element(By.CSS_SELECTOR, "#jobs tr:nth-child(2) time")
         assert created.text == "just now" or created.text.endswith(" ago")
         assert created.get_attribute("title").endswith(" UTC")  # the exact time, on hover
@@ -385,16 +410,16 @@ def check_page(
         ]
         assert "most recent jobs" in ui.find_element(By.ID, "searched").text
     elif name == "job":
-        fields = {
-            row.find_element(By.TAG_NAME, "th").text: row.find_element(By.TAG_NAME, "td").text
-            for row in ui.find_elements(By.CSS_SELECTOR, "#job tr")
-        }
-        assert (fields["status"], fields["exit_code"], fields["retry_count"]) == (
+        summary = fields(ui, "summary")
+        assert list(summary)[:3] == ["status", "reason", "exit code"]
+        assert (summary["status"], summary["exit code"], summary["attempt"]) == (
             "failed",
             "4",
-            "1",
+            "2 of 2",
         )
-        assert fields["ran for"] and fields["finished_at"].endswith(("ago", "just now"))
+        assert summary["reason"] == "the command exited with code 4"
+        assert summary["ran for"] and summary["finished"].endswith(("ago", "just now"))
+        assert ui.find_element(By.ID, "tail").text == "boom"  # the error, at the top
         attempts = ui.find_elements(By.CSS_SELECTOR, '#attempts tr[id^="attempt-"]')
         assert [a.find_elements(By.TAG_NAME, "td")[4].text for a in attempts] == ["3", "4"]
     elif name == "failed":
@@ -406,6 +431,8 @@ def check_page(
         assert seen.get_attribute("title").endswith(" UTC")
     elif name == "schedules":
         nightly = ui.find_element(By.ID, "row-ops-nightly")
+        right = ui.execute_script("return arguments[0].getBoundingClientRect().right", nightly)
+        assert right <= ui.execute_script("return innerWidth")  # not cut: a card on a phone
         assert "0 3 * * * UTC" in nightly.text and " in " in nightly.text  # its next run
         assert nightly.find_element(By.TAG_NAME, "time").get_attribute("title").endswith(" UTC")
     elif name == "not-found":

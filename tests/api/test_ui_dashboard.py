@@ -43,10 +43,14 @@ def test_the_dashboard_draws_a_known_sequence_of_jobs(make_client: ClientFactory
         assert sum(int(v) for v in attributes(page, "flow", name)) == count, name
         assert figure(page, name) == str(count)
     assert len(attributes(page, "flow", "submitted")) == 60  # a column a minute
-    # The gauges' last column is now's live count: 1 pending (waiting), 1 running.
-    assert attributes(page, "queue", "waiting")[-1] == "1"
+    # The gauges' last column is now's live count: 1 pending (queued), 1 running.
+    assert attributes(page, "queue", "queued")[-1] == "1"
     assert attributes(page, "queue", "running")[-1] == "1"
-    assert (figure(page, "waiting"), figure(page, "running")) == ("1 now", "1 now")
+    assert (figure(page, "queued"), figure(page, "running")) == ("1 now", "1 now")
+    # Named by the statuses it counts, not `waiting` (a status of its own).
+    assert (
+        'pending + delayed <b id="fig-queued">' in page and "<h2>Pending and running</h2>" in page
+    )
     # Three first claims, each within a generous bound of its submit; p50 <= p95.
     p50 = [v for v in attributes(page, "waits", "p50") if v]
     p95 = [v for v in attributes(page, "waits", "p95") if v]
@@ -67,6 +71,27 @@ def test_the_day_draws_a_column_per_quarter_hour(client: TestClient) -> None:
     assert 'id="window-day"' in page and 'class="current" id="window-day"' in page
     # The pause keeps the window.
     assert 'href="/ui?window=day&amp;refresh=off"' in page
+
+
+def y_ticks(page: str, chart: str) -> list[str]:
+    """The values on the y axis of `chart`, top to bottom."""
+    found = re.search(rf'<div class="yaxis" id="{chart}-y">(.*?)</div>', page)
+    assert found, chart
+    return re.findall(r"<span>([^<]*)</span>", found.group(1))
+
+
+def test_each_chart_has_values_on_its_y_axis(make_client: ClientFactory) -> None:
+    """At its three grid lines: the top (a round number over the highest value), half, 0;
+    the waits' at the longest bucket, the middle one's bound and 0."""
+    api = make_client(max_jobs_per_node=2, max_job_retries=0)
+    drive(api)  # 4 submitted in the window, 2 a minute at most: the flow's top is 2 or 5
+    page = api.get("/ui").text
+    top = max(int(v) for name in ("submitted", "started") for v in attributes(page, "flow", name))
+    flow = y_ticks(page, "flow")
+    assert float(flow[0]) >= top and float(flow[1]) == float(flow[0]) / 2 and flow[2] == "0"
+    assert y_ticks(page, "queue") == ["1", "0.5", "0"]  # 1 pending, 1 running at most
+    assert y_ticks(page, "waits") == ["&gt; 30 min", "5 s", "0"]  # escaped
+    assert y_ticks(api.get("/ui?window=day").text, "flow")[2] == "0"
 
 
 def test_an_empty_deployment_draws_empty_charts(client: TestClient) -> None:

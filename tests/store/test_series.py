@@ -19,7 +19,7 @@ from scheduler.nodes.placement import Placement
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs
 from scheduler.store.scripts.library import LIBRARY
-from scheduler.store.scripts.retry import RetryPolicy
+from scheduler.store.scripts.retry import RetryPolicy, retry_jobs
 from scheduler.store.scripts.series import read_series
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import SettingsFactory
@@ -198,6 +198,32 @@ def test_a_retried_claim_counts_as_started_without_a_wait(
     move(store, retrying, job, "running", T0 + 2)
     (minute,) = store.run(read_series(minute_of(T0), 1))
     assert minute == {"submitted": 1, "wait:2": 1, "started:other": 1}
+
+
+def test_a_wait_counts_from_when_the_job_became_runnable(
+    store: SyncJobStore, settings: Settings, keys: Keys
+) -> None:
+    """A job retried by hand, or released by its last dependency, waits from then, not from
+    its first submit (issue 38): a retry 300 s later, claimed 0.2 s after it, is bucket 1."""
+    job = create(store, T0)
+    move(store, settings, job, "running", T0 + 0.05)  # bucket 0
+    move(store, settings, job, "failed", T0 + 1)  # no retries left: failed
+    (retried,) = store.run(retry_jobs([job], Placement.fixed("n1"), T0 + 300, 30))
+    assert b'"status":"pending"' in retried.job, retried
+    move(store, settings, job, "running", T0 + 300.2)
+    dep = create(store, T0 + 301)
+    record = RECORD.format(status="waiting", at=rfc3339(T0 + 301), more="").encode()
+    waiter = store.run(jobs.create_job(record, Placement.fixed("n1"), T0 + 301, 30, after=[dep]))
+    waiter_id = str(waiter.job, "utf-8").split('"job_id":"')[1].split('"')[0]
+    move(store, settings, dep, "running", T0 + 301.05)  # bucket 0
+    move(store, settings, dep, "done", T0 + 400)  # releases the waiter: runnable from here
+    move(store, settings, waiter_id, "running", T0 + 400.2)  # 0.2 s: bucket 1, not 99 s
+    counts: dict[str, int] = {}
+    for minute in store.run(read_series(minute_of(T0), 8)):
+        for name, value in minute.items():
+            if name.startswith("wait:"):
+                counts[name] = counts.get(name, 0) + value
+    assert counts == {"wait:0": 2, "wait:1": 2}
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,9 @@ def test_a_tick_makes_one_job_and_the_schedule_goes_on(ctx: Context, api: TestCl
     made = jobs(api)
     assert len(made) == 1 and made[0]["command"] == "echo hi"
     assert made[0]["env_vars"] == {"A": "1"} and made[0]["status"] == "pending"
+    assert made[0]["schedule"] == "s"  # its origin, on its record (issue 38)
+    page = api.get("/ui/jobs/job-1").text
+    assert '<th>made by</th><td>schedule <a id="schedule" href="/ui/schedules#row-s">s</a>' in page
     after = stored(ctx)
     assert (after.next_tick, after.last_tick, after.last_job_id) == (tick + 10, tick, "job-1")
     assert ctx.redis.zscore(ctx.keys.schedules_due, "s") == tick + 10

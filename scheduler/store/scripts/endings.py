@@ -67,8 +67,11 @@ end
 
 SETTLE = """
 -- A waiting job whose wait is over: pending on its node, or, asking a fit (or on none),
--- unplaced for the next placement pass (its node was chosen before it had to wait).
-local function release_waiter(id, n, job)
+-- unplaced for the next placement pass (its node was chosen before it had to wait). Its
+-- run_at says since when it may run (`stamp`, now; a later one kept): the dashboard's wait
+-- to running counts from there, not from its submit (minutes.py count_started).
+local function release_waiter(id, n, job, stamp)
+  if type(job.run_at) ~= "string" or job.run_at < stamp then job.run_at = stamp end
   rebind(id, n, job, "pending", needs_fit(job) and "" or job.node_id)
 end
 """
@@ -127,7 +130,7 @@ local function settle_waiter(w, dep, status, reason, now, stamp, pace)
   local wn = number_of(w)
   if status == "done" then
     redis.call("HDEL", K.waiting, w)
-    release_waiter(w, wn, waiter)
+    release_waiter(w, wn, waiter, stamp)
     store_job(w, waiter)
     return price
   end

@@ -111,7 +111,9 @@ for _, id in ipairs(ids) do
       job.exit_code, job.failure_reason = nil, nil
       set_output(id, job, "stdout", nil)
       set_output(id, job, "stderr", nil)
-      job.running_at, job.finished_at, job.run_at = nil, nil, nil
+      -- run_at: runnable from now, where the dashboard's wait to running counts from
+      -- (minutes.py count_started), not from its first submit.
+      job.running_at, job.finished_at, job.run_at = nil, nil, rfc3339(tonumber(now))
       forget_earlier_waits(id, after)
       local status = wait_for(id, after) > 0 and "waiting" or "pending"
       if status == "waiting" and needs_fit(job) then target = "" end  -- placed when done

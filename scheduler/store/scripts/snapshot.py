@@ -292,7 +292,7 @@ for i = 1, #entries, 2 do
       set_output(id, job, "stderr", "dependency " .. failed .. " ended failed")
       finish(id, n, job, "dependency_failed", now, stamp, pace)
     elseif waits == 0 then
-      release_waiter(id, n, job)
+      release_waiter(id, n, job, stamp)
       store_job(id, job)
     end
   end

@@ -1,0 +1,237 @@
+"""The web UI's job page (/ui/jobs/{id}), laid out to answer "what happened?" first: the
+summary (status as people say it, a cancel reading cancelled; why; exit code; how long it
+ran; node; attempt; times), the end of its error output and its button; then its attempts;
+then what was asked (the submitted fields that are set, with words for names); then its
+output, once.
+
+Every field of Job shows somewhere: the summary's (`SUMMARY`), the output (`OUTPUT`), and
+every other one in the request table when it is set, so a field added to Job later shows
+without a change here. Every value is escaped; a map's values (env_vars) are never shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from html import escape
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from scheduler.api.http import HTTPError
+from scheduler.api.state import settings as _settings
+from scheduler.api.state import store as _store
+from scheduler.api.ui_attempts import attempts_section
+from scheduler.api.ui_forms import csrf as _csrf
+from scheduler.api.ui_layout import View, duration, job_status, names_only, page, view_of
+from scheduler.models.fields import JobField, Kind
+from scheduler.models.job import (
+    FINAL_STATUSES,
+    JOB_FIELDS,
+    NOT_STARTED,
+    PENDING_REASONS,
+    Job,
+    job_decoder,
+)
+from scheduler.models.labels import selector_text
+from scheduler.models.wire import ID_RE
+from scheduler.store.errors import JobNotFound
+
+# Why the scheduler ended a job, in words (models/job.py ENDINGS' reasons).
+FAILURE_WORDS = {
+    "cancelled": "cancelled on request (DELETE /jobs/{id}: the Cancel button, scheduler cancel)",
+    "timed_out": "ran past its timeout (JOB_TIMEOUT_SECS) and was stopped",
+    "node_lost": "its node stopped sending heartbeats while it ran",
+    "dependency_failed": "a job it runs after failed, so it never ran",
+}
+# The record's head and the output, shown by the summary and the output sections.
+SUMMARY = (
+    "job_id", "node_id", "status", "retry_count", "exit_code", "created_at", "running_at",
+    "finished_at", "failure_reason", "pending_reason", "schedule",
+)  # fmt: skip
+OUTPUT = ("stdout", "stderr")
+# The end of the error output shown at the top: as many lines as a screen's top holds.
+TAIL_LINES = 15
+TAIL_CHARS = 3000
+# Names in words where the field's own name does not read as one.
+LABELS = {
+    "instance_id": "instance",
+    "deploy_url": "deploy URL",
+    "env_vars": "environment",
+    "job_type": "type",
+    "run_at": "due at",
+    "max_retries": "retries allowed",
+    "retry_backoff_secs": "retry backoff (s)",
+    "after": "runs after",
+    "memory_mb": "memory (MB)",
+    "node_selector": "node selector",
+}
+
+
+def label(field: JobField) -> str:
+    return LABELS.get(field.name, field.name.replace("_", " "))
+
+
+_SHOWN_AS: dict[str, Callable[[Any], str]] = {
+    "command": lambda command: f"<code>{escape(command)}</code>",
+    "job_type": lambda job_type: escape(job_type or "run"),
+}
+
+
+def _cell(field: JobField, value: Any, view: View | None = None) -> str:
+    """A field's value as HTML ("" for an unset one: its row is left out)."""
+    view = view or View(paused=False, now=time.time())
+    if field.name in _SHOWN_AS:
+        return _SHOWN_AS[field.name](value)
+    if field.kind is Kind.OBJECT:  # env_vars, and any map a later field holds
+        return names_only(value or {})
+    if field.kind is Kind.SELECTOR:  # node_selector: zone=a|b, node.id=n1
+        return escape(selector_text(value or {}))
+    if field.kind is Kind.LIST:  # the ids a job waits for
+        return ", ".join(
+            f'<a href="{view.href(f"/ui/jobs/{v}")}">{escape(v)}</a>' for v in value or []
+        )
+    if field.kind is Kind.TIMESTAMP:
+        return view.when(value)
+    if not field.required and value == field.empty:
+        return ""  # what the API leaves out
+    return escape(value if isinstance(value, str) else msgspec.json.encode(value).decode())
+
+
+def reason(job: Job) -> str:
+    """Why the job is where it is, in words ("" when its status says it all)."""
+    if job.failure_reason:
+        words = FAILURE_WORDS.get(job.failure_reason, job.failure_reason)
+        return escape(words)
+    if job.pending_reason:
+        words = PENDING_REASONS.get(job.pending_reason, job.pending_reason)
+        return f"{escape(words)} <code>{escape(job.pending_reason)}</code>"
+    if job.status == "failed":
+        said = f"exited with code {job.exit_code}" if job.exit_code is not None else "failed"
+        return f"the command {said}"
+    if job.status == "waiting":
+        return "runs once every job it runs after is done"
+    if job.status == "delayed":
+        return "not due yet"
+    return ""
+
+
+def _attempt(job: Job, allowed: int) -> str:
+    """The attempt number, and of how many its retries allow."""
+    number = job.retry_count + 1
+    limit = (job.max_retries if job.max_retries is not None else allowed) + 1
+    return f"{number} of {limit}" if number <= limit else str(number)
+
+
+def _schedule(job: Job, view: View) -> str:
+    """The schedule that made the job, a link to the schedules ("" for any other job)."""
+    if not job.schedule:
+        return ""
+    href = view.href("/ui/schedules") + f"#row-{escape(job.schedule)}"
+    return f'schedule <a id="schedule" href="{href}">{escape(job.schedule)}</a>'
+
+
+def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, str]]:
+    """(label, HTML) of what happened, the empty ones left out."""
+    node = (
+        f'<a href="{view.href("/ui/jobs", node_id=job.node_id)}">{escape(job.node_id)}</a>'
+        if job.node_id
+        else '<span class="muted">none yet</span>'
+    )
+    exit_code = "" if job.exit_code is None else str(job.exit_code)
+    rows = [
+        ("status", job_status(job)),
+        ("reason", reason(job)),
+        ("exit code", escape(exit_code)),
+        ("ran for", escape(duration(job, view.now))),
+        ("node", node),
+        ("made by", _schedule(job, view)),
+        ("attempt", escape(_attempt(job, allowed_retries))),
+        ("submitted", view.when(job.created_at)),
+        ("started", view.when(job.running_at)),
+        ("finished", view.when(job.finished_at)),
+    ]
+    return [(name, html) for name, html in rows if html]
+
+
+def request_rows(job: Job, view: View) -> list[tuple[str, str]]:
+    """(label, HTML) of every other field that is set: what was asked for."""
+    rows = []
+    for field in JOB_FIELDS:
+        if field.name in SUMMARY or field.name in OUTPUT:
+            continue
+        html = _cell(field, getattr(job, field.name), view)
+        if html:
+            rows.append((label(field), html))
+    return rows
+
+
+def tail_of(text: str) -> str:
+    """The last TAIL_LINES lines of `text` (at most TAIL_CHARS characters)."""
+    lines = text.rstrip("\n").split("\n")[-TAIL_LINES:]
+    return "\n".join(lines)[-TAIL_CHARS:]
+
+
+def _table(table_id: str, rows: list[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><th>{name}</th><td>{html}</td></tr>" for name, html in rows)
+    return f'<div class="scroll"><table class="fields" id="{table_id}">{body}</table></div>'
+
+
+def _tail_and_output(job: Job) -> tuple[str, str]:
+    """The top's end of stderr (or of a failed job's stdout when it wrote no stderr), and
+    the output section below, which does not repeat an output the top showed whole."""
+    name = "stderr" if job.stderr else "stdout" if job.status == "failed" and job.stdout else ""
+    top, whole = "", ""
+    if name:
+        text = getattr(job, name)
+        tail = tail_of(text)
+        whole = name if tail == text.rstrip("\n") else ""
+        heading = f"{name}" if whole else f"End of {name}"
+        more = "" if whole else f' <a class="more" href="#{name}">all of it below</a>'
+        top = f'<h2>{heading}{more}</h2><pre id="tail" class="{name}">{escape(tail)}</pre>'
+    parts = []
+    for out in OUTPUT:
+        text = getattr(job, out)
+        if out == whole:
+            parts.append(f'<p class="muted" id="{out}-above">{out}: shown in full above</p>')
+        elif text:
+            parts.append(f'<h3>{out}</h3><pre id="{out}">{escape(text)}</pre>')
+        else:
+            parts.append(f'<p class="muted" id="{out}-empty">{out}: empty</p>')
+    return top, "<h2>Output</h2>" + "".join(parts)
+
+
+# The job page's button: what a job in each status offers (posted with the form's token).
+ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry"}
+
+
+async def job_page(request: Request) -> Response:
+    job_id: str = request.path_params["job_id"]
+    if not ID_RE.fullmatch(job_id):
+        raise HTTPError(404, "job not found")
+    view = view_of(request)
+    store = _store(request)
+    # Sent together on the one connection: one round trip.
+    found = await asyncio.gather(store.get(job_id), store.attempts(job_id), return_exceptions=True)
+    for failed in found:  # the attempts raise JobNotFound without the job: the 404 below
+        if isinstance(failed, BaseException) and not isinstance(failed, JobNotFound):
+            raise failed
+    blob, attempts = found
+    if not isinstance(blob, bytes) or not isinstance(attempts, list):
+        raise HTTPError(404, "job not found")
+    job = job_decoder.decode(blob)
+    top, output = _tail_and_output(job)
+    body = _table("summary", summary_rows(job, view, _settings(request).max_job_retries)) + top
+    action = ACTIONS.get(job.status)
+    if action is not None:
+        body += (
+            f'<form method="post" action="{view.href(f"/ui/jobs/{job.job_id}/{action}")}">'
+            f'<input type="hidden" name="csrf" value="{await _csrf(request)}">'
+            f'<button id="{action}">{action.capitalize()} this job</button></form>'
+        )
+    body += attempts_section(attempts, view, own=(job.stdout, job.stderr))
+    body += f"<h2>Request</h2>{_table('request', request_rows(job, view))}{output}"
+    return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES, view=view)
