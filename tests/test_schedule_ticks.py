@@ -186,7 +186,7 @@ def request(**fields: Any) -> ScheduleRequest:
         ({"job": {}}, "invalid job: command or deploy_url is required"),
         ({"job": {"command": "x", "job_type": "cron"}}, "invalid job: invalid job_type"),
         ({"job": {"command": "x", "env_vars": {"1X": "v"}}}, "invalid job: invalid env_vars"),
-        ({"job": {"command": 5}}, "invalid job: Expected `str`"),
+        ({"job": {"command": 5}}, "invalid job: command: must be a string, got an integer"),
     ],
 )
 def test_a_request_that_cannot_be_a_schedule_names_its_field(

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from scheduler.api.agents import PRECHECK_OVER_BYTES
-from scheduler.api.http import NO_STORE, HTTPError, no_charge, too_large
+from scheduler.api.http import NO_STORE, HTTPError, no_charge, too_large, undecodable
 from scheduler.api.state import AppState
 from scheduler.api.stores import Store
 from scheduler.models.job import (
@@ -85,7 +85,7 @@ async def create_job(state: AppState, read: BodyReader, idempotency_key: str) ->
     try:
         request = decode_go_style(body, JobCreate)
     except DecodeError as exc:
-        raise HTTPError(400, "failed to decode job", {"X-Error-Detail": _header(exc)}) from None
+        raise undecodable("job", exc) from None
     job = new_job(request)
     validate_create(job)
     dedup = _dedup(idempotency_key, request, settings.idempotency_ttl_secs)
@@ -160,17 +160,16 @@ async def report_job(
         )
 
 
+# The original's `invalid status` (CONTRACT 2.3), then the statuses a report may say.
+INVALID_STATUS = "invalid status: use one of " + ", ".join(REPORT_STATUSES)
+
+
 def _decode_update(body: bytes) -> JobUpdate:
     try:
         req = decode_go_style(body, JobUpdate)
     except DecodeError as exc:
-        raise HTTPError(400, "failed to decode update", {"X-Error-Detail": _header(exc)}) from None
+        raise undecodable("update", exc) from None
     if req.status not in REPORT_STATUSES:
-        raise HTTPError(400, "invalid status")
+        raise HTTPError(400, INVALID_STATUS)
     validate_update(req)
     return req
-
-
-def _header(exc: Exception) -> str:
-    """An exception's text made safe for a header value."""
-    return str(exc).encode("ascii", "replace").decode()[:300].replace("\n", " ")

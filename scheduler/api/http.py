@@ -5,7 +5,7 @@ the route table says so."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from redis.exceptions import RedisError
 from starlette.requests import ClientDisconnect, Request
@@ -27,6 +27,29 @@ class HTTPError(Exception):
         self.status = status
         self.message = message
         self.headers = headers or {}
+
+
+def undecodable(what: str, exc: Exception) -> HTTPError:
+    """A body that does not decode: 400 `failed to decode <what>: <field>: <rule>`. The
+    original's message first, as its clients and anything matching it know it; then which
+    field and what it must be (models/rules.py), which X-Error-Detail repeats (it held it
+    alone before)."""
+    detail = str(exc)
+    safe = detail.encode("ascii", "replace").decode()[:300].replace("\n", " ")
+    return HTTPError(400, f"failed to decode {what}: {detail}", {"X-Error-Detail": safe})
+
+
+def not_one_of(name: str, choices: Sequence[str]) -> HTTPError:
+    """400 for a parameter outside its closed set, listing the set (`invalid status: use one
+    of pending, ...`): a typo is told, not answered as a filter nothing matches."""
+    return HTTPError(400, f"invalid {name}: use one of {', '.join(c for c in choices if c)}")
+
+
+def one_of(name: str, value: str, choices: Sequence[str]) -> str:
+    """`value` when it is "" (not given) or one of `choices`; else not_one_of's 400."""
+    if value and value not in choices:
+        raise not_one_of(name, choices)
+    return value
 
 
 def text_error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:

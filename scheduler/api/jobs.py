@@ -19,6 +19,7 @@ from scheduler.api.http import (
     declared_length,
     json_array,
     json_bytes,
+    one_of,
     read_body,
     whole_number,
 )
@@ -27,7 +28,7 @@ from scheduler.api.routing import PAGING, polls
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
-from scheduler.models.job import MAX_JOB_NUMBER
+from scheduler.models.job import MAX_JOB_NUMBER, STATUSES
 from scheduler.store.scripts.jobs import Polled
 
 HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})
@@ -100,6 +101,7 @@ async def list_jobs(request: Request) -> Response:
         return _polled(request, polled or Polled([], []))
     if wait is not None:
         raise HTTPError(400, "wait is the agent's poll: node_id and status=pending, no paging")
+    one_of("status", status, STATUSES)  # after the poll's branch: a poll pays nothing for it
     limit, bound, newest = _page(request)
     if newest and bound == 0 and param(request, "before"):
         return json_array([])  # before=job-0: nothing is older

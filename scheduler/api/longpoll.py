@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from scheduler.api.http import HTTPError
+from scheduler.api.http import HTTPError, not_one_of
 from scheduler.api.params import query_of
 from scheduler.models.job import STATUSES
 from scheduler.store.connection.notify import MAX_WAIT_SECS, Notifier
@@ -40,7 +40,7 @@ def status_not(request: Request) -> str:
     query = query_of(request)
     raw = query.get("status_not")
     if query.given("status_not") and raw not in STATUSES:
-        raise HTTPError(400, "invalid status_not: use " + ", ".join(STATUSES))
+        raise not_one_of("status_not", STATUSES)
     return raw
 
 

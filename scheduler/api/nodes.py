@@ -17,7 +17,7 @@ from starlette.responses import Response
 from scheduler.api.agents import bearer, new_token, token_hash
 from scheduler.api.errors import reply_for
 from scheduler.api.guesses import UNAUTHORIZED
-from scheduler.api.http import HTTPError, json_bytes, read_body
+from scheduler.api.http import HTTPError, json_bytes, one_of, read_body, undecodable
 from scheduler.api.params import param
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import credentials as _credentials
@@ -25,6 +25,7 @@ from scheduler.api.state import node_source as _node_source
 from scheduler.api.state import store as _store
 from scheduler.config import Settings
 from scheduler.models.registry import (
+    NODE_ROLES,
     DrainRequest,
     Heartbeat,
     Node,
@@ -48,13 +49,13 @@ S = TypeVar("S", bound=msgspec.Struct)
 log = logging.getLogger("scheduler.api")
 
 
-async def _decode(request: Request, kind: type[S], message: str) -> S:
+async def _decode(request: Request, kind: type[S], what: str) -> S:
     limit = min(NODE_BODY_LIMIT, request.app.state.settings.max_body_bytes)
     body = await read_body(request, limit)
     try:
         return decode_go_style(body, kind)
-    except DecodeError:
-        raise HTTPError(400, message) from None
+    except DecodeError as exc:
+        raise undecodable(what, exc) from None
 
 
 def _registration(request: Request) -> Registration:
@@ -75,7 +76,7 @@ def _registration(request: Request) -> Registration:
 async def register(request: Request) -> Response:
     """The answer is the node, plus `token` when the caller holds the node's token (a new
     node, or the key's re-register: a fresh one; the node's own re-register: the same)."""
-    reg = await _decode(request, NodeRegistration, "failed to decode node")
+    reg = await _decode(request, NodeRegistration, "node")
     validate_registration(reg)
     token, store, who = new_token(), _store(request), _registration(request)
     try:
@@ -114,7 +115,7 @@ async def register(request: Request) -> Response:
 
 async def heartbeat(request: Request) -> Response:
     caller = _auth(request).caller(request)  # first: token mode refuses strangers unread
-    beat = await _decode(request, Heartbeat, "failed to decode heartbeat")
+    beat = await _decode(request, Heartbeat, "heartbeat")
     if not ID_RE.fullmatch(beat.id):
         raise NodeNotFound()
     node, cancels = await _store(request).heartbeat(beat.id, time.time(), caller)
@@ -135,7 +136,7 @@ async def _listing(request: Request, role: str) -> dict[str, Node]:
 
 async def list_nodes(request: Request) -> Response:
     """The built-in registry's nodes, or with REGISTRY_URL the registry's, in one shape."""
-    role = param(request, "role")
+    role = one_of("role", param(request, "role"), NODE_ROLES)
     return json_bytes(msgspec.json.encode(await _listing(request, role)))
 
 
@@ -199,8 +200,8 @@ async def drain(request: Request) -> Response:
     body = await read_body(request, NODE_BODY_LIMIT)
     try:
         ask = decode_go_style(body, DrainRequest) if body.strip() else DrainRequest()
-    except DecodeError:
-        raise HTTPError(400, "failed to decode drain") from None
+    except DecodeError as exc:
+        raise undecodable("drain", exc) from None
     validate_drain(ask)
     if caller != "key" and ask.by != "stopping":
         # The token first: a bearer that is no live node token is a wrong credential

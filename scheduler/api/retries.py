@@ -15,7 +15,7 @@ from scheduler.api.http import HTTPError, json_bytes, read_body
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models.job import job_number
-from scheduler.models.wire import ID_RE
+from scheduler.models.wire import ID_RE, DecodeError, decode_with
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.retry import Retried
 
@@ -94,8 +94,8 @@ async def retry_jobs(request: Request) -> Response:
     """POST /jobs/retry {"job_ids": [...]}: which were retried, and why the others were not."""
     body = await read_body(request, request.app.state.settings.max_body_bytes)
     try:
-        job_ids = _decoder.decode(body).job_ids
-    except msgspec.DecodeError as exc:
+        job_ids = decode_with(_decoder, body).job_ids
+    except DecodeError as exc:
         raise HTTPError(400, f"invalid body: {exc}") from None
     check_job_ids("job_ids", job_ids, MAX_IDS)
     answer = RetryAnswer([], [], [], [], [])

@@ -34,7 +34,7 @@ from scheduler.models.schedule import (
     schedule_decoder,
     view,
 )
-from scheduler.models.wire import ID_RE
+from scheduler.models.wire import ID_RE, DecodeError, decode_with
 from scheduler.store.errors import ScheduleNotFound
 
 DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
@@ -56,11 +56,9 @@ def _name(request: Request) -> str:
 def decode_request(body: bytes) -> ScheduleRequest:
     """The body as a ScheduleRequest; 400 naming the field that is wrong."""
     try:
-        return _request_decoder.decode(body)
-    except msgspec.ValidationError as exc:
+        return decode_with(_request_decoder, body)
+    except DecodeError as exc:
         raise HTTPError(400, f"invalid schedule: {exc}") from None
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise HTTPError(400, f"invalid schedule: the body is not JSON: {exc}") from None
 
 
 async def create(request: Request) -> Response:

@@ -9,7 +9,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from scheduler.api.http import HTTPError, json_array, json_bytes, read_body
+from scheduler.api.http import HTTPError, json_array, json_bytes, read_body, undecodable
 from scheduler.api.params import param
 from scheduler.api.state import agent_auth
 from scheduler.api.state import store as _store
@@ -42,8 +42,8 @@ async def create(request: Request) -> Response:
     body = await read_body(request, BODY_LIMIT)
     try:
         req = decode_go_style(body, ServiceCreate)
-    except DecodeError:
-        raise HTTPError(400, "failed to decode service") from None
+    except DecodeError as exc:
+        raise undecodable("service", exc) from None
     validate_service(req)
     service = Service(
         id="",
@@ -84,8 +84,8 @@ async def update(request: Request) -> Response:
     service_id = _service_id(request)
     try:
         req = decode_go_style(await read_body(request, BODY_LIMIT), ServiceUpdate)
-    except DecodeError:
-        raise HTTPError(400, "failed to decode service") from None
+    except DecodeError as exc:
+        raise undecodable("service", exc) from None
     if not req.status:
         raise HTTPError(400, "status required")
     if not SERVICE_STATUS_RE.fullmatch(req.status):

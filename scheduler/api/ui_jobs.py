@@ -17,7 +17,7 @@ from html import escape
 from starlette.requests import Request
 from starlette.responses import Response
 
-from scheduler.api.http import HTTPError, whole_number
+from scheduler.api.http import HTTPError, one_of, whole_number
 from scheduler.api.params import param
 from scheduler.api.state import store as _store
 from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
@@ -68,8 +68,7 @@ def filters_of(request: Request) -> Filters:
         param(request, "node_id"),
         param(request, "q"),
     )
-    if status and status not in STATUSES:
-        raise HTTPError(400, f"invalid status: use one of {', '.join(STATUSES)}")
+    one_of("status", status, STATUSES)
     if node_id and not ID_RE.fullmatch(node_id):
         raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
     if len(search) > SEARCH_MAX_CHARS or not search.isprintable():

@@ -142,12 +142,16 @@ MAX_DELAY_SECS = 366 * 86400
 # What a request may say that the job does not keep as such: a delay becomes its run_at.
 REQUEST_ONLY = [("delay_secs", Annotated[float, msgspec.Meta(ge=0, le=MAX_DELAY_SECS)], 0.0)]
 
-# The POST /jobs body, also the body of an SQS message: Job's submitted fields, each optional
-# (a field Job requires, such as command, defaults to its zero here), and REQUEST_ONLY's.
+# The POST /jobs body, also the body of an SQS message and a schedule's template: Job's
+# submitted fields, each optional (a field Job requires, such as command, defaults to its zero
+# here), and REQUEST_ONLY's. Any other field is refused, naming it (issue 38: a typo such as
+# `priorty` was a job at priority 0): the original ignored unknown keys, but every field its
+# clients send (CONTRACT 2.2, 7: the CLI, the lambda, SQS producers) is one of these.
 JobCreate = msgspec.defstruct(
     "JobCreate",
     [(f.name, f.annotation, f.empty) for f in JOB_FIELDS if f.submitted] + REQUEST_ONLY,
     omit_defaults=True,
+    forbid_unknown_fields=True,
     module=__name__,
 )
 

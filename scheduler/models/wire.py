@@ -2,9 +2,11 @@
 and the wire format of timestamps.
 
 Request bodies are decoded the way the original's Go `encoding/json` did, because its clients
-rely on that: keys match case-insensitively, unknown keys are ignored, `null` for a field means
-"absent", a literal `null` body is an empty request, and anything after the first JSON value is
-ignored. Then our own validation runs, which the original did not have.
+rely on that: keys match case-insensitively, unknown keys are ignored (but where the struct
+forbids them: a job request, whose fields the original's clients all send as known ones),
+`null` for a field means "absent", a literal `null` body is an empty request, and anything
+after the first JSON value is ignored. Then our own validation runs, which the original did
+not have. A body refused says which field and what it must be (models/rules.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from scheduler.models.rules import NESTED_TOO_DEEPLY, explain, not_an_object, not_json
+
 # "." and ".." are excluded: ids end up in URL paths (the registry's /instances/{id}).
 ID_RE = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}")
 # Go decodes into int (64 bits): a larger number is a decode error there, and here.
@@ -23,7 +27,8 @@ Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 
 class DecodeError(ValueError):
-    """The body is not what the route expects; `detail` says where."""
+    """The body is not what the route expects; the message says which field and what it
+    must be (`priority: must be an integer between -1000 and 1000`)."""
 
 
 class InvalidInput(ValueError):
@@ -40,18 +45,18 @@ def _first_value(body: bytes) -> Any:
     try:
         return _any_json.decode(body)
     except RecursionError:
-        raise DecodeError("JSON nested too deeply") from None
+        raise DecodeError(NESTED_TOO_DEEPLY) from None
     except msgspec.DecodeError as exc:
         if "trailing characters" not in str(exc):
-            raise DecodeError(str(exc)) from None
+            raise DecodeError(not_json(exc, body)) from None
     # Go's json.Decoder reads one value and leaves the rest; only this rare path pays for it.
     try:
         text = body.decode()
         value, _ = _go_fallback.raw_decode(text, len(text) - len(text.lstrip()))
     except RecursionError:
-        raise DecodeError("JSON nested too deeply") from None
+        raise DecodeError(NESTED_TOO_DEEPLY) from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise DecodeError(str(exc)) from None
+        raise DecodeError(not_json(exc, body)) from None
     return value
 
 
@@ -61,14 +66,27 @@ def decode_go_style(body: bytes, kind: type[S]) -> S:
     if value is None:
         return kind()
     if not isinstance(value, dict):
-        raise DecodeError(f"expected a JSON object, got {type(value).__name__}")
+        raise DecodeError(not_an_object(value))
     folded = {str(k).lower(): v for k, v in value.items() if v is not None}
     try:
         return msgspec.convert(folded, kind, strict=True)
     except RecursionError:
-        raise DecodeError("JSON nested too deeply") from None
+        raise DecodeError(NESTED_TOO_DEEPLY) from None
     except msgspec.ValidationError as exc:
-        raise DecodeError(str(exc)) from None
+        raise DecodeError(explain(exc, kind)) from None
+
+
+def decode_with(decoder: msgspec.json.Decoder[S], body: bytes) -> S:
+    """A body decoded as strict JSON by `decoder` (built once, for a Struct: the routes of
+    ours, which the original's clients never call), refused as decode_go_style refuses."""
+    try:
+        return decoder.decode(body)
+    except RecursionError:
+        raise DecodeError(NESTED_TOO_DEEPLY) from None
+    except msgspec.ValidationError as exc:
+        raise DecodeError(explain(exc, decoder.type)) from None
+    except msgspec.DecodeError as exc:
+        raise DecodeError(not_json(exc, body)) from None
 
 
 def check_id(field: str, value: str) -> None:

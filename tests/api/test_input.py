@@ -280,7 +280,8 @@ def test_deeply_nested_body_is_a_decode_error(
     roomy: TestClient, method: str, path: str, message: str
 ) -> None:
     before = snapshot(roomy)
-    assert_text_error(roomy.request(method, path, content=DEEP), 400, message)
+    response = roomy.request(method, path, content=DEEP)
+    assert_text_error(response, 400, f"{message}: body: JSON nested too deeply")
     assert snapshot(roomy) == before
 
 
@@ -296,3 +297,117 @@ def test_deep_unknown_value_is_never_a_500(
 ) -> None:
     """Go ignores the unknown key (and accepts the request); refusing it is fine too."""
     assert roomy.request(method, path, content=body).status_code in (200, 201, 400)
+
+
+# Issue 38: every 400 names the field and the rule, the original's message first.
+STATUSES = "pending, delayed, waiting, running, done, failed, cancelling"
+JOB = "failed to decode job"
+RULES: list[tuple[str, str, bytes, str]] = [
+    (
+        "POST",
+        "/jobs",
+        b'{"command":"x","priority":5000}',
+        f"{JOB}: priority: must be an integer between -1000 and 1000",
+    ),
+    (
+        "POST",
+        "/jobs",
+        b'{"command":"x","delay_secs":-5}',
+        f"{JOB}: delay_secs: must be a number between 0 and 31622400",
+    ),
+    (
+        "POST",
+        "/jobs",
+        b'{"command":"x","max_retries":101}',
+        f"{JOB}: max_retries: must be an integer between 0 and 100",
+    ),
+    (
+        "POST",
+        "/jobs",
+        b'{"command":"x","retry_backoff_secs":-1}',
+        f"{JOB}: retry_backoff_secs: must be an integer between 0 and 86400",
+    ),
+    (
+        "POST",
+        "/jobs",
+        b'{"command":"x","cpus":"two"}',
+        f"{JOB}: cpus: must be an integer, got a string",
+    ),
+    ("POST", "/jobs", b"command=x", f"{JOB}: body: not valid JSON (invalid character at byte 0)"),
+    (
+        "POST",
+        "/jobs",
+        b'{"command":"x","priorty":5}',
+        f"{JOB}: priorty: unknown field (did you mean priority?)",
+    ),
+    (
+        "POST",
+        "/jobs",
+        b'{"command":"x","after":"job-1"}',
+        f"{JOB}: after: must be a list of at most 100 strings, got a string",
+    ),
+    (
+        "PATCH",
+        "/jobs/job-1",
+        b'{"status":"done","exit_code":"0"}',
+        "failed to decode update: exit_code: must be an integer, got a string",
+    ),
+    (
+        "PATCH",
+        "/jobs/job-1",
+        b'{"status":"finished"}',
+        "invalid status: use one of running, done, failed, cancelled",
+    ),
+    (
+        "POST",
+        "/nodes/register",
+        b'{"id":"n2","cpu_count":"4"}',
+        "failed to decode node: cpu_count: must be a 64-bit integer, got a string",
+    ),
+    (
+        "POST",
+        "/nodes/heartbeat",
+        b'{"id":["n1"]}',
+        "failed to decode heartbeat: id: must be a string, got an array",
+    ),
+    ("GET", "/jobs?status=runing", b"", f"invalid status: use one of {STATUSES}"),
+    ("GET", "/jobs?node_id=n1&status=Pending", b"", f"invalid status: use one of {STATUSES}"),
+    (
+        "GET",
+        "/jobs/job-1?wait=1&status_not=over",
+        b"",
+        f"invalid status_not: use one of {STATUSES}",
+    ),
+    ("GET", "/nodes?role=gpu", b"", "invalid role: use one of compute, storage"),
+]
+
+
+@pytest.mark.parametrize(("method", "target", "body", "message"), RULES)
+def test_a_400_names_the_field_and_the_rule(
+    api: TestClient, method: str, target: str, body: bytes, message: str
+) -> None:
+    before = snapshot(api)
+    assert_text_error(api.request(method, target, content=body), 400, message)
+    assert_nothing_changed(api, before)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # What the original's clients send (CONTRACT 7): every field is a known one.
+        {"command": "echo hi", "instance_id": ""},  # the Go CLI's job submit
+        {"deploy_url": "http://store/app.zip", "command": "", "job_type": "service", "port": 8080},
+        {"command": "run", "env_vars": {"TINYAWS_HANDLER": "h", "TINYAWS_EVENT": "{}"}},  # lambda
+        {"Command": "echo hi", "ENV_VARS": {"A": "1"}},  # keys fold case, as Go's
+    ],
+)
+def test_the_original_clients_bodies_are_still_known(api: TestClient, body: Any) -> None:
+    assert api.post("/jobs", json=body).status_code == 201
+
+
+def test_the_agents_poll_and_reports_keep_working(api: TestClient) -> None:
+    """The Rust agent's poll (status=pending) and a report with a field of its own."""
+    polled = assert_json(api.get("/jobs", params={"node_id": "n1", "status": "pending"}))
+    assert [job["job_id"] for job in polled] == ["job-1"]
+    running = api.patch("/jobs/job-1", json={"status": "running", "agent_version": "1"})
+    assert assert_json(running)["status"] == "running"

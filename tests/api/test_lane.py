@@ -130,6 +130,10 @@ def scenario(port: int, token: str) -> list[bytes]:
         request("POST", "/jobs", job, Authorization="Bearer nope"),
         request("POST", "/jobs", b'{"command": 5}', Authorization=key),
         request("POST", "/jobs", b"{}", Authorization=key),
+        # Issue 38: the field and the rule, from one place on both fronts.
+        request("POST", "/jobs", b'{"command":"x","priority":5000}', Authorization=key),
+        request("POST", "/jobs", b'{"command":"x","priorty":5}', Authorization=key),
+        request("POST", "/jobs", '{"command":"x","é":1}'.encode(), Authorization=key),
         request("POST", "/jobs", b"[" * 3000, Authorization=key),
         request("POST", "/jobs", b"x" * 2000, Authorization=key),  # over MAX_BODY_BYTES
         request("POST", "/jobs", b'{"command":"x","instance_id":"i-1"}', Authorization=key),
@@ -146,6 +150,7 @@ def scenario(port: int, token: str) -> list[bytes]:
         request("PATCH", "/jobs/job-1", b'{"status":"running"}', Authorization="Bearer x"),
         request("PATCH", "/jobs/job-1", b'{"status":"nope"}', Authorization=node),
         request("PATCH", "/jobs/job-1", b"{", Authorization=node),
+        request("PATCH", "/jobs/job-1", b'{"status":"done","exit_code":"0"}', Authorization=node),
         request("PATCH", "/jobs/job-1", b'{"status":"done"}', Authorization=node),
         request("PATCH", "/jobs/job-1", b'{"status":"running"}', Authorization=node),
         request("PATCH", "/jobs/job-1", b'{"status":"running"}', Authorization=node),

@@ -211,11 +211,8 @@ def test_a_bad_wait_is_400(api: TestClient, wait: str) -> None:
 def test_a_bad_status_not_and_a_wait_on_a_listing_are_400(api: TestClient) -> None:
     job_id = submit(api, command="x")["job_id"]
     response = api.get(f"/jobs/{job_id}", params={"wait": 1, "status_not": "nope"})
-    assert_text_error(
-        response,
-        400,
-        "invalid status_not: use pending, delayed, waiting, running, done, failed, cancelling",
-    )
+    statuses = "pending, delayed, waiting, running, done, failed, cancelling"
+    assert_text_error(response, 400, f"invalid status_not: use one of {statuses}")
     expected = "wait is the agent's poll: node_id and status=pending, no paging"
     response = api.get("/jobs", params={"status": "pending", "wait": 1})
     assert_text_error(response, 400, expected)

@@ -67,7 +67,7 @@ def test_list_is_an_object_keyed_by_node_id(client: TestClient) -> None:
     assert all(node["status"] == "healthy" for node in listed.values())
     assert set(nodes(client, "?role=compute")) == {"n1", "n2"}
     assert set(nodes(client, "?role=storage")) == {"s1"}
-    assert nodes(client, "?role=gpu") == {}
+    assert_text_error(client.get("/nodes?role=gpu"), 400, ROLES)
 
 
 def test_storage_nodes_get_no_jobs(client: TestClient) -> None:
@@ -86,22 +86,28 @@ def test_reregistering_with_another_role_moves_the_node(client: TestClient) -> N
     assert_text_error(client.get("/schedule"), 503, "no healthy compute nodes")
 
 
+ROLES = "invalid role: use one of compute, storage"
+NODE = "failed to decode node"
+CPU_COUNT = "cpu_count: must be a 64-bit integer"
+
+
+# The original's `failed to decode node`, then which field and what it must be (issue 38).
 @pytest.mark.parametrize(
-    "body",
+    "body, message",
     [
-        b"",
-        b"{",
-        b"[]",
-        b'{"id":"n1","cpu_count":"2"}',
-        b'{"id":"n1","cpu_count":2.5}',
-        b'{"id":1}',
-        b'{"id":"n1","role":7}',
+        (b"", f"{NODE}: body: empty (send a JSON object)"),
+        (b"{", f"{NODE}: body: not valid JSON (it ends inside a value)"),
+        (b"[]", f"{NODE}: body: must be a JSON object, got an array"),
+        (b'{"id":"n1","cpu_count":"2"}', f"{NODE}: {CPU_COUNT}, got a string"),
+        (b'{"id":"n1","cpu_count":2.5}', f"{NODE}: {CPU_COUNT}, got a number"),
+        (b'{"id":1}', f"{NODE}: id: must be a string, got an integer"),
+        (b'{"id":"n1","role":7}', f"{NODE}: role: must be a string, got an integer"),
         # Go's registry and its readers (the load balancer) decode cpu_count into an int64.
-        b'{"id":"n1","cpu_count":9223372036854775808}',
+        (b'{"id":"n1","cpu_count":9223372036854775808}', f"{NODE}: {CPU_COUNT}"),
     ],
 )
-def test_register_decode_errors(client: TestClient, body: bytes) -> None:
-    assert_text_error(client.post("/nodes/register", content=body), 400, "failed to decode node")
+def test_register_decode_errors(client: TestClient, body: bytes, message: str) -> None:
+    assert_text_error(client.post("/nodes/register", content=body), 400, message)
     assert client.get("/nodes").content == b"{}\n"
 
 
@@ -122,10 +128,18 @@ def test_heartbeat_answers_the_node(client: TestClient) -> None:
     assert nodes(client)["n1"]["last_seen"] == node["last_seen"]
 
 
-@pytest.mark.parametrize("body", [b"", b"{", b'{"id":5}', b"[]"])
-def test_heartbeat_decode_errors(client: TestClient, body: bytes) -> None:
+@pytest.mark.parametrize(
+    "body, detail",
+    [
+        (b"", "body: empty (send a JSON object)"),
+        (b"{", "body: not valid JSON (it ends inside a value)"),
+        (b'{"id":5}', "id: must be a string, got an integer"),
+        (b"[]", "body: must be a JSON object, got an array"),
+    ],
+)
+def test_heartbeat_decode_errors(client: TestClient, body: bytes, detail: str) -> None:
     response = client.post("/nodes/heartbeat", content=body)
-    assert_text_error(response, 400, "failed to decode heartbeat")
+    assert_text_error(response, 400, f"failed to decode heartbeat: {detail}")
 
 
 def test_heartbeat_of_an_unknown_node_is_404(client: TestClient) -> None:

@@ -59,19 +59,25 @@ def test_a_bad_ask_is_a_400_naming_the_field_that_changes_nothing(
     assert rclient.get(Keys(prefix).job_seq) == before
 
 
+SELECTOR = "node_selector: must be an object of strings or lists of strings, got"
+
+
 @pytest.mark.parametrize(
-    "fields",
+    "fields, detail",
     [
-        {"cpus": "4"},  # a string
-        {"node_selector": {"zone": 1}},
-        {"node_selector": ["zone=a"]},
-        {"node_selector": {"zone": {"a": "b"}}},
+        ({"cpus": "4"}, "cpus: must be an integer, got a string"),
+        ({"node_selector": {"zone": 1}}, f"{SELECTOR} an integer at node_selector[...]"),
+        ({"node_selector": ["zone=a"]}, f"{SELECTOR} an array"),
+        ({"node_selector": {"zone": {"a": "b"}}}, f"{SELECTOR} an object at node_selector[...]"),
+        ({"node_selector": {"zone": [1]}}, f"{SELECTOR} an integer at node_selector[...][0]"),
     ],
 )
-def test_an_ask_of_the_wrong_type_is_a_400(client: TestClient, fields: dict[str, Any]) -> None:
+def test_an_ask_of_the_wrong_type_is_a_400(
+    client: TestClient, fields: dict[str, Any], detail: str
+) -> None:
     assert register(client, "n1").status_code == 201
     response = client.post("/jobs", json={"command": "x", **fields})
-    assert_text_error(response, 400, "failed to decode job")
+    assert_text_error(response, 400, f"failed to decode job: {detail}")
 
 
 @pytest.mark.parametrize(

@@ -635,7 +635,8 @@ def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "submit", "echo urgent", "--priority", "-7", "--json")
     assert code == 0 and json.loads(out)["priority"] == -7
     code, _, err = cli(api, "submit", "x", "--priority", "1001")
-    assert code == 1 and err.startswith("submit failed 400: failed to decode job")
+    rule = "priority: must be an integer between -1000 and 1000"
+    assert code == 1 and err == f"submit failed 400: failed to decode job: {rule}\n"
 
 
 def test_submit_takes_the_jobs_it_runs_after(api: str, cli: Cli) -> None:

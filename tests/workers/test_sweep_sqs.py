@@ -132,8 +132,9 @@ def test_ingest_creates_jobs_like_post_jobs_and_acks(
     ctx = make_ctx(sqs_url=sqs.url)
     api = api_for(make_client, ctx, "n1", "n2")
     sqs.send(json.dumps({"command": "echo one"}))
-    # Go's leniency, as POST /jobs: keys fold case, unknown keys ignored, trailing data ignored.
-    sqs.send('{"Command":"echo two","ENV_VARS":{"A":"1"},"job_type":"run","extra":1} trailing')
+    # Go's leniency, as POST /jobs: keys fold case, trailing data ignored (an unknown key is
+    # refused, as there: BAD_BODIES).
+    sqs.send('{"Command":"echo two","ENV_VARS":{"A":"1"},"job_type":"run"} trailing')
     sqs.send(json.dumps({"deploy_url": "http://store/app.zip", "job_type": "service", "port": 80}))
 
     counts = tasks.ingest_sqs(period=7)
@@ -153,10 +154,11 @@ def test_ingest_creates_jobs_like_post_jobs_and_acks(
 
 
 BAD_BODIES = [
-    ("not json", "failed to decode job"),
-    ("", "failed to decode job"),
-    ('{"command": 5}', "failed to decode job"),
-    ('{"port": "80", "command": "x"}', "failed to decode job"),
+    ("not json", "failed to decode job: body: not valid JSON (invalid character at byte 4)"),
+    ("", "failed to decode job: body: empty (send a JSON object)"),
+    ('{"command": 5}', "failed to decode job: command: must be a string, got an integer"),
+    ('{"port": "80", "command": "x"}', "failed to decode job: port: must be an integer, got a"),
+    ('{"command": "x", "priorty": 5}', "failed to decode job: priorty: unknown field (did you"),
     ("null", "command or deploy_url is required"),
     ('{"instance_id": "i-1"}', "command or deploy_url is required"),
     ('{"command": "x", "job_type": "cron"}', "invalid job_type"),
@@ -167,7 +169,10 @@ BAD_BODIES = [
     ('{"command": "x", "env_vars": {"K": "v\\u0000"}}', "invalid env_vars value of 'K'"),
     ({"command": "an object, not a string"}, "body is not a JSON string"),
     (None, "body is not a JSON string"),
-    ('{"command": "x", "env_vars": ' + "[" * 100_000 + "]" * 100_000 + "}", "failed to decode job"),
+    (
+        '{"command": "x", "env_vars": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "failed to decode job: body: JSON nested too deeply",
+    ),
 ]
 
 
