@@ -78,13 +78,18 @@ def parse_request(body: Any, max_bytes: int, now: float) -> Job:
     raw = body.encode()
     if len(raw) > max_bytes:
         raise BadMessage(f"body is larger than MAX_BODY_BYTES ({max_bytes})")
+    ignored: list[str] = []
     try:
-        request = decode_go_style(raw, JobCreate)
+        request = decode_go_style(raw, JobCreate, ignored)
     except DecodeError as exc:
         raise BadMessage(f"failed to decode job: {exc}") from None
     except RecursionError:
         # Not acking would bring this body back forever; no job request nests this deep.
         raise BadMessage("failed to decode job: nested too deeply") from None
+    if ignored:
+        # The original ignored them too; POST /jobs refuses them, but a message dropped for
+        # a producer's extra key would be a job lost.
+        log.warning("sqs: unknown field(s) %s in a message ignored", ", ".join(ignored))
     try:
         job = new_job(request)
         validate_create(job)

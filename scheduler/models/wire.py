@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime
+from functools import cache
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -60,20 +61,32 @@ def _first_value(body: bytes) -> Any:
     return value
 
 
-def decode_go_style(body: bytes, kind: type[S]) -> S:
-    """Decode a request body into `kind` with the original's Go leniency (see module doc)."""
+def decode_go_style(body: bytes, kind: type[S], ignored: list[str] | None = None) -> S:
+    """Decode a request body into `kind` with the original's Go leniency (see module doc).
+    With `ignored` (a list to fill), keys `kind` does not have are dropped and named there
+    even where `kind` forbids them: a queue's messages come from producers the scheduler
+    does not know, which the original took with their extra keys."""
     value = _first_value(body)
     if value is None:
         return kind()
     if not isinstance(value, dict):
         raise DecodeError(not_an_object(value))
     folded = {str(k).lower(): v for k, v in value.items() if v is not None}
+    if ignored is not None:
+        known = _field_names(kind)
+        ignored.extend(sorted(key for key in folded if key not in known))
+        folded = {key: v for key, v in folded.items() if key in known}
     try:
         return msgspec.convert(folded, kind, strict=True)
     except RecursionError:
         raise DecodeError(NESTED_TOO_DEEPLY) from None
     except msgspec.ValidationError as exc:
         raise DecodeError(explain(exc, kind)) from None
+
+
+@cache
+def _field_names(kind: type[msgspec.Struct]) -> frozenset[str]:
+    return frozenset(field.encode_name for field in msgspec.structs.fields(kind))
 
 
 def decode_with(decoder: msgspec.json.Decoder[S], body: bytes) -> S:
