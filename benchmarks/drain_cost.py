@@ -1,4 +1,4 @@
-"""How long one drain holds Redis (README, Drain): DRAIN_NODE on a node with N pending jobs,
+"""How long one drain holds Redis (docs/GUIDE.md, Drain): DRAIN_NODE on a node with N pending jobs,
 which it places on the other live nodes (placement: the least loaded that fits), up to 1000
 a call (the rest stay for a drain again), and the drain of a node with nothing queued.
 With --cpus C each job asks C cpus, which only the drained node offers (the others offer

@@ -41,7 +41,7 @@ Where the jobs land: --stored jobs are submitted first (over HTTP, 32 connection
 only the other compute nodes are registered, so they are queued there; the measured node M
 registers after them and holds nothing (NODE_TTL_SECS is a day: every node stays live
 without heartbeats but M's measured ones). Plain: a job that asks nothing goes to the live
-node holding the fewest jobs (README, Placement), which is M (it holds at most the one job
+node holding the fewest jobs (docs/GUIDE.md, Placement), which is M (it holds at most the one job
 of the life in progress). Features: the stored jobs mix plain ones, delayed ones (a day
 ahead) and ones asking cpus, memory, a priority, a retry policy and a node_selector of the
 other nodes; besides, two nodes are drained and a schedule exists; the lives' jobs ask

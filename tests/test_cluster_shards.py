@@ -251,7 +251,7 @@ def test_a_primary_failover_stops_only_its_shard_and_loses_and_repeats_nothing(
     replica = cluster.replicas[cluster.nodes.index(primary)]
     node_ids = [f"node-{i}" for i in range(30)]
     assert {node_shard(n, SHARDS) for n in node_ids} == set(range(SHARDS))
-    # Every change is on the replica before it is acknowledged (README, Redis with replicas).
+    # Every change is on the replica before it is acknowledged (DEPLOYMENT.md, Redis with replicas).
     extra = {"REDIS_MIN_REPLICAS_ACKED": "1", "MAX_JOBS_PER_NODE": "100"}
 
     with sharded_api(cluster, prefix, tmp_path, **extra) as url:

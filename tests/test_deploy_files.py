@@ -207,7 +207,7 @@ def test_procfile_runs_web_worker_dashboard_and_agent() -> None:
         assert_valid_command(assignments(shlex.split(entries[name]))[1])
 
 
-# What each deploy file exposes (README, Security, "Deploy files"): a key wherever the API
+# What each deploy file exposes (docs/SECURITY.md, "Deploy files"): a key wherever the API
 # listens beyond loopback, and node tokens wherever the reference agent runs.
 
 
@@ -408,7 +408,7 @@ def wait_for_redis(port: int, password: str) -> redis_py.Redis:
 
 def test_the_procfile_keeps_the_redis_url_off_rq_dashboards_command_line() -> None:
     """`honcho start` shares the operator's REDIS_URL, which must carry Redis's password
-    (README, Security): rq-dashboard takes it from its environment, not from its argv."""
+    (docs/SECURITY.md): rq-dashboard takes it from its environment, not from its argv."""
     line = procfile()["dashboard"]
     assert "--redis-url" not in line
     shown = subprocess.run(

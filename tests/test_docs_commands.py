@@ -1,6 +1,6 @@
 """What README and docs/ show a reader exists (issue 38, Must have 4): every `scheduler ...` or
-`./dev ...` command they show parses with the CLI's own parser, and every setting a
-configuration table names is one the code reads (and every setting is in a table)."""
+`./dev ...` command they show parses with the CLI's own parser, and every setting
+docs/CONFIGURATION.md's tables name is one the code reads (and every setting is in them)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ CONFIG_ROW = re.compile(r"^\| ((?:`[A-Z][A-Z0-9_]+`(?: / )?)+) \|", re.M)
 
 
 def _tabled() -> set[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "CONFIGURATION.md").read_text(encoding="utf-8")
     return {name for cell in CONFIG_ROW.findall(text) for name in re.findall(r"`(\w+)`", cell)}
 
 

@@ -1,4 +1,4 @@
-"""The door's secrets must be too strong to guess (config/secrets.py, README Security): the
+"""The door's secrets must be too strong to guess (config/secrets.py, docs/SECURITY.md): the
 estimate's table, and the processes that hold a key refusing a weak one at start while the
 command-line client still sends whatever key it has."""
 
@@ -136,7 +136,7 @@ def test_the_app_factory_for_other_servers_refuses_a_weak_one_too(
         ("9f86d081884c7d659a2feaa0c5", False),
         ("9F86D081884C7D659A2FEAA0C55AD015", True),  # 32 hex characters: 128 bits
         # A UUID (uuidgen) counts as its 32 hex digits: 128 bits, 122 of them random, which
-        # is as hopeless to guess (README, Security).
+        # is as hopeless to guess (docs/SECURITY.md).
         ("1b4e28ba-2fa1-41d2-883f-0016d3cca427", True),
     ],
 )

@@ -1,4 +1,4 @@
-"""A sharded deployment's failures (README, Durability; docs/ARCHITECTURE.md, Shards), against
+"""A sharded deployment's failures (DEPLOYMENT.md, Durability; ARCHITECTURE.md, Shards), against
 real redis-server processes: a shard whose Redis comes back empty, restored from its own file
 `scheduler-k.db` (by its running worker, by the API for an agent's report, stamped after the
 restore, in token mode too, where the agent registers again, by the operator's `scheduler
@@ -400,7 +400,7 @@ def test_an_upgrade_to_three_shards_keeps_what_was_in_flight(
 ) -> None:
     """An unsharded deployment stopped with a job running, one waiting for it, one delayed,
     one queued, one made under an Idempotency-Key, a service and a schedule, then started
-    with SCHEDULER_SHARDS=3 (README, Shards): each goes on where it was, new ids collide with
+    with SCHEDULER_SHARDS=3 (DEPLOYMENT.md, Shards): each goes on where it was, new ids collide with
     none, and the whole comes back from the files after every shard lost its data."""
     with TestClient(create_app(make_settings(max_jobs_per_node=10))) as old:  # all stopped
         node = shard_nodes(1)[0]  # kept on shard 0, with its queue

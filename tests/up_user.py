@@ -33,7 +33,7 @@ from tests.redis_server import free_port
 
 T = TypeVar("T")
 
-# Every period that matters, at a tenth of its default (README, Configuration), so that a
+# Every period that matters, at a tenth of its default (docs/CONFIGURATION.md), so that a
 # minute of the test is ten minutes of a deployment left at the defaults.
 ACCELERATED = {
     "AGENT_POLL_WAIT_SECS": "2",  # 20: an idle agent polls (GET /jobs, GET /instances) every 2 s

@@ -1,4 +1,4 @@
-"""Firing the due schedules (README, Schedules): the `schedules` periodic task.
+"""Firing the due schedules (docs/GUIDE.md, Schedules): the `schedules` periodic task.
 
 Exactly one job per tick, with any number of workers and API processes, and without a lock:
 

@@ -45,7 +45,7 @@ class Periodic:
     timeout: int  # rq's time limit for one run
 
 
-# Tasks of shard 0's workers alone in a sharded deployment (README, Shards): schedules are
+# Tasks of shard 0's workers alone in a sharded deployment (DEPLOYMENT.md, Shards): schedules are
 # kept on shard 0, and two shards draining one SQS queue would each dedup a message on their
 # own, so a message could make a job on each.
 SHARD_ZERO_TASKS = frozenset({"schedules", "sqs"})

@@ -78,8 +78,8 @@ def sweep(period: int) -> int:
 def promote(period: int) -> int:
     """The delayed jobs now due become pending (a submitted delay, a retry's backoff), on a
     live node; then, when room may have appeared, the unplaced jobs that fit are placed
-    (README, Placement); then the waiters of the endings too large for the script that
-    ended their job are settled (README, Dependencies), one bounded call after another
+    (docs/GUIDE.md, Placement); then the waiters of the endings too large for the script that
+    ended their job are settled (docs/GUIDE.md, Dependencies), one bounded call after another
     until none is left (or SETTLE_BUDGET_SECS: the next run goes on). Returns how many
     became pending by the first two."""
     ctx = context.current()

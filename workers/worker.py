@@ -267,7 +267,7 @@ def move_legacy_work(settings: Settings, retry_secs: float = OLD_LAYOUT_RETRY_SE
             except OldLayoutAlive as exc:
                 log.error(
                     "rq upgrade refused: processes of the version before the hash tag are "
-                    "running (%s). Stop every one of them (README, Upgrading); trying again "
+                    "running (%s). Stop every one of them (docs/UPGRADING.md); trying again "
                     "in %.0f s",
                     exc,
                     retry_secs,

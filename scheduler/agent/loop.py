@@ -16,7 +16,7 @@ original is weak it does better (CONTRACT 8):
   checked (executor.py);
 - it keeps polling when its instances are not running (the original stopped entirely), and a
   failed report is retried;
-- SIGTERM/SIGINT: drain its own node (README, Drain: no new job is bound to it, its queue
+- SIGTERM/SIGINT: drain its own node (docs/GUIDE.md, Drain: no new job is bound to it, its queue
   moves to the other nodes; a call of at most 2 s that an older scheduler may refuse), stop
   polling, let running jobs finish within AGENT_GRACE_SECS, kill and report the rest, stop
   the services it started, deregister the node (its pending jobs move to live nodes at

@@ -74,7 +74,7 @@ def warn_if_agents_open(settings: Settings) -> None:
             "TINYAWS_API_KEY is set but AGENT_AUTH=open: without any key, anyone who can "
             "reach this API can register nodes that receive jobs, claim pending jobs and read "
             "their env_vars, and report forged results. Set AGENT_AUTH=token once no original "
-            "Rust agent is left (README, Security)."
+            "Rust agent is left (docs/SECURITY.md)."
         )
 
 

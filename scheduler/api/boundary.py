@@ -1,4 +1,4 @@
-"""The browser boundary (README, Security): what a web page the operator visits cannot make
+"""The browser boundary (docs/SECURITY.md): what a web page the operator visits cannot make
 the API do, with or without a key.
 
 A page elsewhere can make the browser send a "simple" POST (text/plain, a form, a Blob with

@@ -1,4 +1,4 @@
-"""The door's credentials, in one place (README, Security): whether a credential is right,
+"""The door's credentials, in one place (docs/SECURITY.md): whether a credential is right,
 and what a wrong one gets. Every route that compares a credential asks here: the key rule
 (http.BearerAuth and the hot lane), the agent routes (agents.AgentAuth: the key, the join
 key, a node token's hash for the scripts to look up), the agents' networks, the login form.

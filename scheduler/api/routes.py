@@ -1,5 +1,5 @@
 """The route table: every path and method the API serves, its endpoint, who may call it
-(README, Security), when it is served and whether the hot lane serves it. Starlette's routes,
+(docs/SECURITY.md), when it is served and whether the hot lane serves it. Starlette's routes,
 the key rule (http.BearerAuth), the metrics labels and the hot lane (lane.Lane) all read this
 one table (routing.py says how); so do the tests (tests/api/test_routes.py). Each method names
 the query parameters its endpoint reads (`reads`): the only ones it can read, one value each.
@@ -44,7 +44,7 @@ TABLE = RouteTable(
                 "POST": Method(jobs.submit_job, KEY, Hot.SUBMIT),
             },
         ),
-        # Retry by hand (README, Delays and retries): the operator's, behind the key.
+        # Retry by hand (docs/GUIDE.md, Delays and retries): the operator's, behind the key.
         Entry("/jobs/retry", {"POST": Method(retries.retry_jobs)}),
         Entry("/jobs/{job_id}/retry", {"POST": Method(retries.retry_job)}),
         Entry(
@@ -57,7 +57,7 @@ TABLE = RouteTable(
         ),
         # Each attempt of a job (models/attempt.py), apart from its record: as GET /jobs/{id}.
         Entry("/jobs/{job_id}/attempts", {"GET": Method(jobs.get_attempts, KEY)}),
-        # Schedules (README, Schedules): the operator's, behind the key.
+        # Schedules (docs/GUIDE.md, Schedules): the operator's, behind the key.
         Entry(
             "/schedules",
             {
@@ -138,7 +138,7 @@ TABLE = RouteTable(
         Entry("/nodes", {"GET": Method(nodes.list_nodes, reads=("role",))}),
         # The key, or in token mode a node's own token (nodes.delete_node decides).
         Entry("/nodes/{node_id}", {"DELETE": Method(nodes.delete_node, AGENT)}, "registry"),
-        # Drains (README, Drain), with either registry: the key, or in token mode a node's
+        # Drains (docs/GUIDE.md, Drain), with either registry: the key, or in token mode a node's
         # own token for its own node as it stops (nodes.drain and nodes.undrain decide).
         Entry("/nodes/{node_id}/drain", {"POST": Method(nodes.drain, AGENT)}),
         Entry("/nodes/{node_id}/undrain", {"POST": Method(nodes.undrain, AGENT)}),

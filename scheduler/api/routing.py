@@ -36,7 +36,7 @@ OTHER_LABEL = "other"  # the label of a path no entry matches
 
 
 class Access(Enum):
-    """Who may make a call when TINYAWS_API_KEY is set (README, Security). Without a key
+    """Who may make a call when TINYAWS_API_KEY is set (docs/SECURITY.md). Without a key
     nothing is asked at the door (BearerAuth is not installed)."""
 
     ANYONE = "anyone"

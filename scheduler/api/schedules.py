@@ -1,4 +1,4 @@
-"""The /schedules API (README, Schedules): create, list, read, pause, resume and delete named
+"""The /schedules API (docs/GUIDE.md, Schedules): create, list, read, pause, resume and delete named
 schedules; routes.TABLE holds them behind the key, as the other operator routes.
 
 A schedule's job template is shown in full, env_vars values included: the key that reads it

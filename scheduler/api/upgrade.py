@@ -68,7 +68,7 @@ class OldLayoutWatch:
             log.error(
                 "the layout before the hash tag is in use (prefix %r): %s. This deployment "
                 "lives under {%s}:* and never reads the old keys; stop every process of the "
-                "old version (README, Upgrading)",
+                "old version (docs/UPGRADING.md)",
                 self.settings.redis_prefix,
                 "; ".join(found),
                 self.settings.redis_prefix,

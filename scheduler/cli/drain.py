@@ -1,4 +1,4 @@
-"""`scheduler drain NODE` and `scheduler undrain NODE` (README, Drain): POST
+"""`scheduler drain NODE` and `scheduler undrain NODE` (docs/GUIDE.md, Drain): POST
 /nodes/{id}/drain and /undrain with the key, through the client's `Client`, printing what
 moved. HTTP only, as the client."""
 

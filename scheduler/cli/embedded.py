@@ -146,7 +146,7 @@ class EmbeddedRedis:
 
     def hint(self, snapshot_db: str) -> list[str]:
         """Where it is, for the banner, never its password; and how to run `scheduler
-        snapshot` or `restore` by hand against it (README, Durability): they find its URL
+        snapshot` or `restore` by hand against it (DEPLOYMENT.md, Durability): they find its URL
         in url_file by the data dir, and the snapshot file as its children do."""
         data_dir = self.url_file.parent.parent
         by_hand = f"./dev snapshot --data-dir {shlex.quote(str(data_dir))}"

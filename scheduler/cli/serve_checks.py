@@ -1,4 +1,4 @@
-"""What `scheduler serve` checks before it listens (README, Security): who could reach what it
+"""What `scheduler serve` checks before it listens (docs/SECURITY.md): who could reach what it
 would serve. Two doors stay shut unless a setting whose name says it is insecure opens them:
 listening beyond loopback without TINYAWS_API_KEY (`--insecure-no-key`), and, with a key,
 serving the open agent calls (AGENT_AUTH=open) there to any network (`--insecure-open-agents`).

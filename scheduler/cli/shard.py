@@ -1,5 +1,5 @@
 """`--shard k`, of the commands that work on one shard of a sharded deployment (`worker`,
-`snapshot`, `restore`: README, Shards): which shard, and the settings it gives."""
+`snapshot`, `restore`: docs/DEPLOYMENT.md, Shards): which shard, and the settings it gives."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_shard_option(parser: argparse.ArgumentParser, what: str) -> None:
         type=_shard,
         default=None,
         help=f"the shard {what}, below SCHEDULER_SHARDS (default $SCHEDULER_SHARD or 0; "
-        "README, Shards)",
+        "docs/DEPLOYMENT.md, Shards)",
     )
 
 

@@ -204,7 +204,7 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
     if settings.shards > 1:
         raise ConfigError(
             f"SCHEDULER_SHARDS={settings.shards}: `up` runs one shard, on one machine; a "
-            "sharded deployment runs a worker per shard on a Redis Cluster (README, Shards)"
+            "sharded deployment runs a worker per shard on a Redis Cluster (DEPLOYMENT.md, Shards)"
         )
     os.umask(UMASK)  # inherited by every child: the AOF, the snapshot, logs, valkey.conf
     external = os.environ.get("REDIS_URL", "").strip()
@@ -252,7 +252,7 @@ def run_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _check_layout(settings: Settings) -> None:
-    """An external Redis's deployment sharded since (its count recorded, README Shards) is
+    """An external Redis's deployment sharded since (its count recorded, DEPLOYMENT.md, Shards) is
     refused before anything is made or started (LayoutChanged), as serve and worker refuse
     it, and so is a snapshot file that is not SQLite when the count is looked for in it
     (Redis lost its data: the API's restore would die on it); Redis unavailable is the API's

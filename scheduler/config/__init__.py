@@ -58,7 +58,7 @@ class Settings:
         default=3.0, metadata={"env": "REGISTRY_TIMEOUT_SECS", "min": 0.1}
     )
     api_key: str = field(default="", metadata={"env": "TINYAWS_API_KEY"})
-    # The Host names the API answers, comma-separated (README, Security), besides the
+    # The Host names the API answers, comma-separated (docs/SECURITY.md), besides the
     # loopback names and `serve`'s listen address: any other Host is 400, so a web page on a
     # name rebound to this machine's address (DNS rebinding) reads nothing. "*": any Host.
     allowed_hosts: str = field(default="", metadata={"env": "ALLOWED_HOSTS"})
@@ -70,18 +70,18 @@ class Settings:
     serve_insecure_open_agents: int = field(
         default=0, metadata={"env": "SERVE_INSECURE_OPEN_AGENTS", "min": 0}
     )
-    # Who may make the agent calls (README, "Security"): "open" as the original (its Rust
+    # Who may make the agent calls (docs/SECURITY.md): "open" as the original (its Rust
     # agent sends no key), or "token": a node token from POST /nodes/register, or the key.
     agent_auth: str = field(default="open", metadata={"env": "AGENT_AUTH"})
     # A secret that only registers new node ids (token mode): agents hold it instead of the
     # key. Both need 128 bits where serve, worker and up start (config/secrets.py).
     agent_join_key: str = field(default="", metadata={"env": "AGENT_JOIN_KEY"})
-    # Callers the agent routes answer (README, Security): comma-separated CIDRs; empty: any.
+    # Callers the agent routes answer (docs/SECURITY.md): comma-separated CIDRs; empty: any.
     agent_networks: str = field(default="", metadata={"env": "AGENT_NETWORKS"})
     # Load balancers whose X-Forwarded-For is believed (CIDRs); empty: none, the socket's
     # peer is the client (api/client_address.py).
     trusted_proxies: str = field(default="", metadata={"env": "TRUSTED_PROXIES"})
-    # A selector all nodes match reads them all, ~3 µs each: 2,000 (README, Placement).
+    # A selector all nodes match reads them all, ~3 µs each: 2,000 (docs/GUIDE.md, Placement).
     max_nodes: int = field(default=2_000, metadata={"env": "MAX_NODES", "min": 1})
     # A web UI login lasts this long from the login form (not renewed by use, ends at logout).
     ui_session_secs: float = field(
@@ -162,7 +162,7 @@ class Settings:
     )
     sqs_max_per_poll: int = field(default=1000, metadata={"env": "SQS_MAX_PER_POLL", "min": 1})
     outbox_flush_secs: float = field(default=1.0, metadata={"env": "OUTBOX_FLUSH_SECS", "min": 0.1})
-    # Schedules (README, Schedules): how often a worker fires the due ones; how late a tick may
+    # Schedules (GUIDE.md, Schedules): how often a worker fires the due ones; how late a tick may
     # fire before it is missed (its catchup then decides); how many a deployment may hold.
     schedule_tick_secs: float = field(
         default=1.0, metadata={"env": "SCHEDULE_TICK_SECS", "min": 0.1}

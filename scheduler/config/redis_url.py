@@ -1,4 +1,4 @@
-"""REDIS_URL: the forms it takes (README, "Configuration") as typed targets. The connection
+"""REDIS_URL: the forms it takes (docs/CONFIGURATION.md) as typed targets. The connection
 code (store/connection/) reaches Redis by these; config.Settings validates REDIS_URL with
 `parse` and names the variable in its error."""
 
@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
-# REDIS_URL. The forms (README, "Configuration"): redis://, rediss:// and unix:// as redis-py
+# REDIS_URL. The forms (docs/CONFIGURATION.md): redis://, rediss:// and unix:// as redis-py
 # reads them; redis+sentinel:// as rq-dashboard's redis-sentinel-url package reads it (so the
 # dashboard takes the same URL); redis+cluster:// with seed nodes.
 SENTINEL_PORT, REDIS_PORT = 26379, 6379

@@ -1,4 +1,4 @@
-"""How strong the door's secrets are (README, Security): TINYAWS_API_KEY and AGENT_JOIN_KEY
+"""How strong the door's secrets are (docs/SECURITY.md): TINYAWS_API_KEY and AGENT_JOIN_KEY
 must be too strong to guess, since a right one is always served whatever its address got
 wrong before (api/guesses.py). A process that holds them (serve, worker, up) refuses at start
 one whose estimate is under STRONG_BITS, or that is not printable ASCII (an HTTP header
@@ -80,7 +80,7 @@ def check_secret(name: str, secret: str) -> None:
     if bits < STRONG_BITS:
         raise ConfigError(
             f"{name}: about {bits:.0f} bits ({len(secret)} characters), below the "
-            f"{STRONG_BITS} a key needs so that guessing it is hopeless (README, Security). "
+            f"{STRONG_BITS} a key needs so that guessing it is hopeless (docs/SECURITY.md). "
             f"Make one with: {MAKE_ONE}"
         )
 

@@ -65,7 +65,7 @@ BackoffSecs = Annotated[int, msgspec.Meta(ge=0, le=86400)]
 # a double while |priority| <= 1000 and the job number N < 2**42.
 MAX_PRIORITY = 1000
 Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
-# Why a pending job has no node yet (README, Placement): set by placement (store/scripts/
+# Why a pending job has no node yet (docs/GUIDE.md, Placement): set by placement (store/scripts/
 # place.py, whose Lua table is generated from this), cleared once it is placed.
 PENDING_REASONS = {
     "no_nodes": "no healthy compute node",
@@ -117,16 +117,16 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # Its place in its node's queue: a poll answers higher priorities first, in submission
     # order within one. 0 (the original's clients never set it) keeps the original's FIFO.
     priority: Annotated[Priority, SUBMITTED] = 0
-    # The jobs this one runs after: it waits until every one is done (README, Dependencies).
+    # The jobs this one runs after: it waits until every one is done (docs/GUIDE.md, Dependencies).
     after: Annotated[list[str], SUBMITTED, msgspec.Meta(max_length=MAX_AFTER)] = []
-    # What it needs of its node (README, Placement): it goes only to a node with that much
+    # What it needs of its node (docs/GUIDE.md, Placement): it goes only to a node with that much
     # room, counting what the node's other jobs hold; 0: nothing asked (today's placement).
     cpus: Annotated[int, SUBMITTED] = 0
     memory_mb: Annotated[int, SUBMITTED] = 0
     # Where it may run: each label key with its value, or a list of allowed values
     # (models/labels.py); `node.id` names one node.
     node_selector: Annotated[Selector, SUBMITTED] = {}
-    # The schedule that made it (README, Schedules), set by the firing (workers/firing.py);
+    # The schedule that made it (docs/GUIDE.md, Schedules), set by the firing (workers/firing.py);
     # "" for a job submitted otherwise. Not submitted: no request can claim one.
     schedule: str = ""
     # Why it is pending without a node (PENDING_REASONS); "" once placed. Last: the create
@@ -283,7 +283,7 @@ def _texts(name: str, value: object) -> Iterator[tuple[str, str]]:
 
 def asks_fit(job: Job) -> bool:
     """Whether the job asks anything of its node beyond a slot (resources, labels): such a
-    job is placed by fit (README, Placement), with the built-in registry only."""
+    job is placed by fit (docs/GUIDE.md, Placement), with the built-in registry only."""
     return bool(job.cpus or job.memory_mb or job.node_selector)
 
 

@@ -1,4 +1,4 @@
-"""Node labels and a job's node selector (README, Placement): their syntax and bounds, and
+"""Node labels and a job's node selector (docs/GUIDE.md, Placement): their syntax and bounds, and
 the labels every node has without registering them.
 
 A label is `key=value`, with Kubernetes' characters: a key of 1 to 63 and a value of 0 to

@@ -18,7 +18,7 @@ class NodeRegistration(msgspec.Struct):
     cpu_count: Int64 = 0
     role: str = ""
     addr: str = ""
-    # Ours (README, Placement): what the node offers beyond its cpus, and its labels. The
+    # Ours (docs/GUIDE.md, Placement): what the node offers beyond its cpus, and its labels. The
     # Rust agent sends neither: 0 memory is "unknown", not checked.
     memory_mb: Int64 = 0
     labels: dict[str, str] = {}
@@ -46,7 +46,7 @@ class Node(msgspec.Struct):
     drained_by: str | UnsetType = UNSET
 
 
-# Who drains a node (POST /nodes/{id}/drain, README "Drain"): the operator (the key), for
+# Who drains a node (POST /nodes/{id}/drain, docs/GUIDE.md, "Drain"): the operator (the key), for
 # maintenance; or its own agent stopping cleanly, whose next registration lifts it.
 DRAINERS = ("operator", "stopping")
 

@@ -1,4 +1,4 @@
-"""A schedule (README, Schedules): a named job template that makes one job per tick of a
+"""A schedule (docs/GUIDE.md, Schedules): a named job template that makes one job per tick of a
 5-field cron expression (in an IANA time zone) or of a fixed interval, with the policy for
 ticks missed while nothing could fire them. Pure: every function takes the time (`now`).
 

@@ -1,4 +1,4 @@
-"""Which node gets a job (README, Placement): the model of the scripts' Lua (store/scripts/
+"""Which node gets a job (docs/GUIDE.md, Placement): the model of the scripts' Lua (store/scripts/
 place.py, room.py), which the tests hold both to.
 
 Pure functions. With the built-in registry a job goes to a live, undrained compute node that

@@ -233,7 +233,7 @@ class RemoteRegistry:
         return inst
 
     async def placement(self, instance_id: str, fit: bool = False) -> Placement:
-        if fit:  # its nodes carry neither labels nor room (README, Placement)
+        if fit:  # its nodes carry neither labels nor room (docs/GUIDE.md, Placement)
             raise InvalidInput(
                 "invalid node_selector: cpus, memory_mb and node_selector need the built-in "
                 "registry (REGISTRY_URL unset)"

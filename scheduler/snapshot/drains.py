@@ -1,4 +1,4 @@
-"""The drains in the snapshot file (README, Drain): table `drains` (node, drained_by), the
+"""The drains in the snapshot file (docs/GUIDE.md, Drain): table `drains` (node, drained_by), the
 whole drained hash written in one transaction under the snapshot's lock whenever it changed,
 and put back by a restore, so a Redis that lost its data does not forget a node an operator
 drained for maintenance. A file from before drains has no table: it restores with none.

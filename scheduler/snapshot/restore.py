@@ -56,7 +56,7 @@ OLD_LAYOUT_RETRY_SECS = 5.0  # a start that found the old layout alive tries aga
 class RestoreRefused(RuntimeError):
     """Redis holds jobs, yet fewer than the snapshot: it lost its data and new jobs were
     created since. Restoring would clash ids; writing snapshots would overwrite the old rows.
-    An operator decides (README, "Durability")."""
+    An operator decides (docs/DEPLOYMENT.md, "Durability")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +132,7 @@ def restore_at_process_start(settings: Settings, retry_secs: float = OLD_LAYOUT_
         except OldLayoutAlive as exc:
             log.error(
                 "upgrade refused: processes of the version before the hash tag are running "
-                "(%s). Stop every one of them (README, Upgrading); trying again in %.0f s",
+                "(%s). Stop every one of them (docs/UPGRADING.md); trying again in %.0f s",
                 exc,
                 retry_secs,
             )

@@ -53,7 +53,7 @@ RQ_KINDS = ("periodic", "events")
 
 class OldLayoutAlive(RuntimeError):
     """A process of the layout before the hash tag is still running: the upgrade waits for
-    it to stop (README, "Upgrading"). `findings` says what was seen."""
+    it to stop (docs/UPGRADING.md). `findings` says what was seen."""
 
     def __init__(self, findings: list[str]) -> None:
         super().__init__("; ".join(findings))
@@ -119,7 +119,7 @@ def rename_legacy_keys(
 def retired_text(keys: Keys) -> str:
     return (
         f"{RETIRED} this deployment moved to {keys.root}* (upgrade to the hash tag); "
-        "stop every process of the old version (README, Upgrading)"
+        "stop every process of the old version (docs/UPGRADING.md)"
     )
 
 

@@ -1,4 +1,4 @@
-"""The reference agent's node token (AGENT_AUTH=token, README "Security"), against a real API
+"""The reference agent's node token (AGENT_AUTH=token, docs/SECURITY.md), against a real API
 process that requires tokens: it takes the token at registration, sends it on every call,
 keeps it across restarts, and gets a new one when its token is revoked."""
 

@@ -1,4 +1,4 @@
-"""The agent routes tried as an attacker would (README, "Security"): each attack in each
+"""The agent routes tried as an attacker would (docs/SECURITY.md): each attack in each
 AGENT_AUTH mode, with TINYAWS_API_KEY set, answered as the README's table says, and the state
 left as it was when the answer is a refusal."""
 

@@ -1,4 +1,4 @@
-"""Issue 24, item 4: drains (README, Drain). POST /nodes/{id}/drain: no new job goes to the
+"""Issue 24, item 4: drains (docs/GUIDE.md, Drain). POST /nodes/{id}/drain: no new job goes to the
 node, its jobs not running leave it through placement (a node that fits, or none yet), its
 running jobs finish and report as ever (a retry is placed elsewhere); undrain makes it a
 candidate again; a registration lifts only the node's own "stopping" drain. In process

@@ -1,6 +1,6 @@
 """Every credential case on every route the hot lane takes, in both AGENT_AUTH modes: the lane
 and ASGI answer it byte for byte alike (status, body, headers with Retry-After), and count the
-same wrong credentials in Redis (api/guesses.py; README, Security). The harness is
+same wrong credentials in Redis (api/guesses.py; docs/SECURITY.md). The harness is
 test_lane_hostile.py's: each request goes to a lane server and an ASGI server with the same
 settings, each on a key prefix of its own."""
 

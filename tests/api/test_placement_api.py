@@ -1,4 +1,4 @@
-"""Placement on the API (README, Placement): a job's asks and a node's offer are validated
+"""Placement on the API (docs/GUIDE.md, Placement): a job's asks and a node's offer are validated
 with a 400 naming the field that changes nothing; GET /nodes shows what a node offers; the
 Rust agent's registration (no memory, no labels) keeps the original's placement; with an
 external registry, which knows no labels nor room, a job that asks is refused. Each attack

@@ -1,4 +1,4 @@
-"""The browser boundary tried as a web page the operator visits would (README, Security;
+"""The browser boundary tried as a web page the operator visits would (docs/SECURITY.md;
 scheduler/api/boundary.py): with no key, a page's simple POST (text/plain, a form, a Blob with
 no type), a cross-origin JSON POST, a name rebound to the API's address (DNS rebinding). Each
 through ASGI and the hot lane, refused, and Redis left as it was. Then `scheduler serve`'s

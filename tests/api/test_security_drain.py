@@ -1,4 +1,4 @@
-"""Issue 24, item 4, tried as an attacker would (README, Security): a stranger cannot drain
+"""Issue 24, item 4, tried as an attacker would (docs/SECURITY.md): a stranger cannot drain
 or undrain a node, a node's token drains its own node only (as stopping) and never lifts the
 operator's drain, a cross-site page cannot drain through the browser, and unknown ids cannot
 grow the drained hash. The nodes page's buttons need the UI's CSRF token. Over HTTP against

@@ -1,4 +1,4 @@
-"""Guessing a credential, tried as an attacker would (issue 36; README, Security), over HTTP
+"""Guessing a credential, tried as an attacker would (issue 36; docs/SECURITY.md), over HTTP
 against `scheduler serve`'s protocol on a real Redis, through the hot lane and through
 Starlette: every wrong credential counts, on every route that compares one (the key routes,
 the agent routes in either AGENT_AUTH mode, the login form), and past AUTH_FAILURES_MAX its

@@ -1,4 +1,4 @@
-"""AGENT_NETWORKS tried as an attacker would (README, Security; issue 22, item 4): with the
+"""AGENT_NETWORKS tried as an attacker would (docs/SECURITY.md; issue 22, item 4): with the
 agent routes open only to a network the tests are not in (they connect from 127.0.0.1), every
 agent call of a stranger, of a node's own token and of the join key is refused with 403 over
 HTTP, through the hot lane and through ASGI, and nothing changed: no job, node, service or

@@ -1,4 +1,4 @@
-"""Issue 22, items 6 and 7, tried as an attacker would (README, "Security"): a node deleted
+"""Issue 22, items 6 and 7, tried as an attacker would (docs/SECURITY.md): a node deleted
 leaves no trace (every index, MAX_NODES, the metric series, the UI's rows), and an id passes
 to a new holder only with the operator's key or the node's own token, without the jobs
 queued for the old holder. Over HTTP against the real app on a real Redis; a refused attack

@@ -1,4 +1,4 @@
-"""Attack 1 of issue 22 (README, Security): a query read two ways. The door read the first
+"""Attack 1 of issue 22 (docs/SECURITY.md): a query read two ways. The door read the first
 `node_id` and the handler the last, so `GET /services?node_id=n1&node_id=` passed as n1's own
 list and was answered with every node's services. Every entry and method of routes.TABLE is
 sent, with made-up ids, with repeated, empty and percent-encoded parameters, by a stranger

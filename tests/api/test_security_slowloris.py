@@ -1,4 +1,4 @@
-"""Slow and silent connections against `scheduler serve` (README, "Security"; issue 22, attack
+"""Slow and silent connections against `scheduler serve` (docs/SECURITY.md; issue 22, attack
 8): a stranger who opens sockets and sends half a request head, or nothing, must not hold
 them for ever, or a few hundred of them use up the server's file descriptors and even /health
 goes unanswered. Each attack runs against a real `scheduler serve` process on each of its

@@ -1,5 +1,5 @@
 """Token mode decides who may report on a job before Redis reads the job (issue 22, item 5;
-README "Security"): a refused PATCH /jobs/{id} costs Redis a token lookup and an index
+docs/SECURITY.md): a refused PATCH /jobs/{id} costs Redis a token lookup and an index
 lookup (library.py job_access), never a read or decode of a record that may hold MiBs of
 env_vars and output, and tells no one which job ids exist. Each attack is made over HTTP
 against the real app on a real Redis: refused, the same answer for an existing job and a

@@ -1,4 +1,4 @@
-"""The web UI's door tried as an attacker would (README, "Security", issue 22 item 9), over
+"""The web UI's door tried as an attacker would (docs/SECURITY.md, issue 22 item 9), over
 HTTP against `scheduler serve`'s protocol on a real Redis: forged and old cookies, sessions
 after logout and after their TTL, cross-site form posts with and without a key, login and
 bearer guessing (per client address: 127.0.0.1 is the attacker, 127.0.0.2 the operator),

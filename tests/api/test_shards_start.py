@@ -125,7 +125,8 @@ def test_redis_unreachable_at_the_start_is_503_until_it_answers(
     assert api.get("/health").status_code == 200
 
     restartable_redis.start()
-    # Each shard's worker settles the restore question the API could not (README, Durability).
+    # Each shard's worker settles the restore question the API could not (DEPLOYMENT.md,
+    # Durability).
     for shard in range(SHARDS):
         restore_if_empty(settings.for_shard(shard))
     node = shard_nodes(2)[0]

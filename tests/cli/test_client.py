@@ -705,7 +705,7 @@ def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
     redis_url: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past AUTH_FAILURES_MAX the scheduler answers a wrong key 429: waiting does not help, a
-    right key is served at once (README, Security). The answer said "try again later" and the
+    right key is served at once (docs/SECURITY.md). The answer said "try again later" and the
     command-line client gave no hint, as if the operator's right key were locked out."""
     env = scheduler_env(
         redis_url, unique_prefix("client-limit"), TINYAWS_API_KEY=KEY, AUTH_FAILURES_MAX="1"

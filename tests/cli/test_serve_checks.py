@@ -1,4 +1,4 @@
-"""`scheduler serve`'s checks at start (issue 36, Must have 6; README, Security): without a key
+"""`scheduler serve`'s checks at start (issue 36, Must have 6; docs/SECURITY.md): without a key
 it says that every local user can submit commands; with one, open agent calls beyond loopback
 to any network are refused (exit 2, naming what to set) unless a setting whose name says it
 is insecure allows them. Before, anyone who reached the port registered a node and received

@@ -1,4 +1,4 @@
-"""Placement against a real Redis (README, Placement): resources, labels, naming a node, the
+"""Placement against a real Redis (docs/GUIDE.md, Placement): resources, labels, naming a node, the
 spread, each pending_reason, and an unplaced job placed once room appears (a job ending, a
 node registering or coming back, an undrain), with what every node holds checked against
 the jobs after each scenario. The pure rules' tables are tests/nodes/test_fit.py's."""

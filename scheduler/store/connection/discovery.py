@@ -17,7 +17,7 @@ already demoted, is refused on connect or on its first write (READONLY). That RO
 ACL user allowed it (it is an @admin command) under Sentinel. redis-py's Sentinel client also
 read the sentinels' down flags; the ROLE check covers what they catch but a primary cut off
 with a sentinel that still names it, whose writes may be lost at the failover unless
-REDIS_MIN_REPLICAS_ACKED has replicas hold them (README, Redis with replicas).
+REDIS_MIN_REPLICAS_ACKED has replicas hold them (docs/DEPLOYMENT.md, Redis with replicas).
 
 The question is asked here once, as steps (`locate`): each step names a node and the command
 to send it, and is given the reply, or the error, back. The API's asyncio connection (mux.py)

@@ -93,7 +93,7 @@ _DEDUP_KEY = (
 
 @dataclass(frozen=True, slots=True)
 class Asks:
-    """What a new job asks of its node (README, Placement): the record's cpus, memory_mb and
+    """What a new job asks of its node (docs/GUIDE.md, Placement): the record's cpus, memory_mb and
     node_selector, passed apart so the create script need not decode the record."""
 
     cpus: int = 0

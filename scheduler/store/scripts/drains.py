@@ -1,4 +1,4 @@
-"""Either registry's drains (README, Drain): DRAIN_NODE and UNDRAIN_NODE, each with its
+"""Either registry's drains (docs/GUIDE.md, Drain): DRAIN_NODE and UNDRAIN_NODE, each with its
 call. (The built-in registry's nodes: nodes.py.)"""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A job's ending and the jobs that wait for it, in Lua: `finish`, the one way a job ends, and
-the settling of its waiters in pieces of bounded work (README, Dependencies). Part of the
+the settling of its waiters in pieces of bounded work (docs/GUIDE.md, Dependencies). Part of the
 scripts' library (library.py), after life.py's LIFE and before its NODE_LOSS, which ends jobs.
 
 Ending a job ends or releases what waits for it, and theirs in turn: a graph a user built may

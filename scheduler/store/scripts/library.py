@@ -26,7 +26,7 @@ from scheduler.store.scripts.place import PLACE
 from scheduler.store.scripts.record import ENCODE, PARTS, TIME
 from scheduler.store.scripts.room import NODES
 
-# Who makes an agent call (AGENT_AUTH, README "Security"); the API works it out, in process,
+# Who makes an agent call (AGENT_AUTH, docs/SECURITY.md); the API works it out, in process,
 # from the Authorization header and passes it as one argument, `caller`:
 #   "open"  AGENT_AUTH=open: agent calls need nothing (the original Rust agent sends no key)
 #   "key"   the request carries TINYAWS_API_KEY: the operator, allowed everywhere
@@ -181,7 +181,7 @@ local function listing_ids(node, status, bound, order, limit)
 end
 """
 
-# Drains (README, Drain): a node in {P}:nodes:drained, by "operator" (the key's, for
+# Drains (docs/GUIDE.md, Drain): a node in {P}:nodes:drained, by "operator" (the key's, for
 # maintenance) or "stopping" (its own agent's clean stop, which its next registration lifts),
 # is never a placement candidate (place.py is_drained) and starts nothing new (POLL). Every
 # change is counted, so the snapshot writes the hash only when it changed (snapshot/drains.py).

@@ -24,7 +24,7 @@ from scheduler.store.scripts.script import Call, Script
 
 def vouches(caller: str, api_key: str) -> bool:
     """Whether a registration or heartbeat by `caller` is the operator's word for what the
-    node says of itself (README, Placement): the key's; with no key set, anyone's (anyone is
+    node says of itself (docs/GUIDE.md, Placement): the key's; with no key set, anyone's (anyone is
     the operator then). Only then is the node's hostname its `node.hostname` label, which
     pins jobs to a host: the join key and a node's own registration vouch for nothing, as
     only an admin sets Kubernetes' node-restriction.kubernetes.io labels."""
@@ -79,7 +79,7 @@ REGISTER_NODE = Script(
     "node record role now caller agent_auth key_required token_hash max_nodes node_ttl limit "
     f"stamp vouches {retry.ARGV}",
     """
--- POST /nodes/register. Who may (README, "Security"): a new id, anyone, or with key_required
+-- POST /nodes/register. Who may (docs/SECURITY.md): a new id, anyone, or with key_required
 -- only the key or the join key (caller "join"); an existing id, the operator's key or the
 -- node's own token; otherwise, with AGENT_AUTH=open, anyone but without changing the node's
 -- role; with AGENT_AUTH=token, no one, but with neither key set (anyone may add a node) anyone

@@ -1,4 +1,4 @@
-"""Placement in Lua (README, Placement; nodes/placement.py is its model, which the tests hold
+"""Placement in Lua (docs/GUIDE.md, Placement; nodes/placement.py is its model, which the tests hold
 it to). Part of the scripts' library (library.py), in two parts: room.py's NODES, before a job's
 life (life.py uses it: what a node offers and holds, `hold` and `unhold`, and the
 round-robin moves), and PLACE here, after it (`place` binds a job through life.py's
@@ -260,7 +260,7 @@ local function fitting_node(job, cutoff)
   return nil, open == 0 and REASON.drained or REASON.full
 end
 
--- Where a job goes now (README, Placement; placement.find_node): a node, or nil and why.
+-- Where a job goes now (docs/GUIDE.md, Placement; placement.find_node): a node, or nil and why.
 -- Reads only the job's asks (cpus, memory_mb, node_selector); draws the ticket only when
 -- it finds a node. A job that asks nothing takes the least loaded placeable node; with none
 -- there, the reason is found as for any job.

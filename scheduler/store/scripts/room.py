@@ -6,7 +6,7 @@ place among the placeable ones (`refresh_load`), its labels and offer (`index_no
 the flag that room may have appeared (`flag_unplaced`)."""
 
 NODES = """
--- A drained node (library.py DRAINS, README "Drain") is never a candidate.
+-- A drained node (library.py DRAINS, docs/GUIDE.md, "Drain") is never a candidate.
 local function is_drained(node)
   return redis.call("HEXISTS", K.drained_nodes, node) == 1
 end
