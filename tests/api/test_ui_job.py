@@ -103,10 +103,17 @@ def test_the_tail_is_the_last_lines_within_a_bound() -> None:
 
 def test_no_request_can_say_a_schedule_made_its_job(client: TestClient) -> None:
     """`schedule` is the firing's to set (workers/firing.py; tests/workers/test_firing.py
-    shows it on the page): POST /jobs does not take it, and a job without one shows none."""
+    shows it on the page): POST /jobs refuses it as an unknown field, making nothing, and a
+    job without one shows none."""
     register(client, "n1")
-    job = submit(client, command="x", schedule="nightly")
-    assert "schedule" not in job and "schedule" not in client.get(f"/jobs/{job['job_id']}").json()
+    refused = client.post("/jobs", json={"command": "x", "schedule": "nightly"})
+    assert (refused.status_code, refused.text) == (
+        400,
+        "failed to decode job: schedule: unknown field\n",
+    )
+    job = submit(client, command="x")
+    assert job["job_id"] == "job-1"  # the refused one took no id
+    assert "schedule" not in client.get(f"/jobs/{job['job_id']}").json()
     assert "made by" not in client.get(f"/ui/jobs/{job['job_id']}").text
 
 
