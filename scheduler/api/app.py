@@ -32,6 +32,7 @@ from scheduler.api.ui_errors import UIErrors
 from scheduler.api.ui_headers import UIHeaders
 from scheduler.api.upgrade import OldLayoutWatch
 from scheduler.config import Settings
+from scheduler.config.networks import any_network
 from scheduler.config.secrets import check_secrets
 from scheduler.nodes.registry import NodeSource, node_source
 from scheduler.snapshot.layout import check_layout_if_reachable
@@ -69,13 +70,21 @@ def tune_gc() -> None:
 
 
 def warn_if_agents_open(settings: Settings) -> None:
-    if settings.api_key and settings.agent_auth == "open":
-        log.warning(
-            "TINYAWS_API_KEY is set but AGENT_AUTH=open: without any key, anyone who can "
-            "reach this API can register nodes that receive jobs, claim pending jobs and read "
-            "their env_vars, and report forged results. Set AGENT_AUTH=token once no original "
-            "Rust agent is left (docs/SECURITY.md)."
-        )
+    """Who the open agent calls answer, named as narrowly as AGENT_NETWORKS draws it."""
+    if not settings.api_key or settings.agent_auth != "open":
+        return
+    who = (
+        "anyone who can reach this API"
+        if any_network(settings.agent_network_list)
+        else f"anyone on AGENT_NETWORKS ({settings.agent_networks.strip()})"
+    )
+    log.warning(
+        "TINYAWS_API_KEY is set but AGENT_AUTH=open: without any key, %s can register nodes "
+        "that receive jobs, claim pending jobs and read their env_vars, and report forged "
+        "results. Set AGENT_AUTH=token once no original Rust agent is left "
+        "(docs/SECURITY.md).",
+        who,
+    )
 
 
 async def keep_series(store: Store) -> None:
