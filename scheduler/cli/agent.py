@@ -147,7 +147,6 @@ async def run_agent(config: AgentConfig, exec_config: ExecConfig) -> int:
 
 
 def _handler(args: argparse.Namespace, settings: Settings) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         config, exec_config = build(args, settings)
     except ConfigError as exc:

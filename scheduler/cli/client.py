@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 import uuid
@@ -264,7 +263,6 @@ Command = Callable[[argparse.Namespace, Client, TextIO, TextIO], int]
 
 def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
     def handle(args: argparse.Namespace, settings: Settings) -> int:
-        logging.getLogger("httpx").setLevel(logging.WARNING)
         url = args.scheduler_url or settings.scheduler_url
         client = Client(url, settings.api_key, settings.http_timeout_secs)
         try:

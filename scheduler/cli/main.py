@@ -38,9 +38,14 @@ def log_config(level: str = "INFO") -> dict[str, Any]:
         },
         "root": {"level": level, "handlers": ["default"]},
         # uvicorn's records reach the root's handler; rq's use it when the root has one.
+        # httpx logs every request at INFO: the registry, SNS and the agent's polls would
+        # be a line each (its WARNINGs and ours say what fails).
         "loggers": {
-            name: {"handlers": [], "propagate": True}
-            for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+            **{
+                name: {"handlers": [], "propagate": True}
+                for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+            },
+            "httpx": {"level": "WARNING"},
         },
     }
 

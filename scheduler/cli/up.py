@@ -273,7 +273,6 @@ def _node_id() -> str:
 
 
 def _handler(args: argparse.Namespace, settings: Settings) -> int:
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         return run_up(args, settings)
     except UpError as exc:

@@ -311,3 +311,19 @@ def test_setup_logging_leaves_a_configured_root_alone() -> None:
     assert before  # pytest's capture handlers
     setup_logging()
     assert root.handlers == before
+
+
+def test_every_process_logs_httpx_warnings_not_each_request() -> None:
+    """Issue 38: with REGISTRY_URL, every registry call was an httpx INFO line in serve's
+    and the worker's logs (the CLI, the agent and up each silenced it themselves)."""
+    code = (
+        "import logging; from scheduler.cli.main import setup_logging; setup_logging(); "
+        "logging.getLogger('httpx').info('HTTP Request: GET http://registry/nodes'); "
+        "logging.getLogger('httpx').warning('a warning'); "
+        "logging.getLogger('scheduler.api').info('ours')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "HTTP Request" not in done.stderr
+    assert "WARNING httpx a warning" in done.stderr and "INFO scheduler.api ours" in done.stderr
