@@ -42,8 +42,8 @@ class Recorder(httpx.AsyncBaseTransport):
     """Passes every request on, noting the Authorization header each call carried, and each
     answer's status."""
 
-    def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+    def __init__(self, local_address: str | None = None) -> None:
+        self.inner = httpx.AsyncHTTPTransport(local_address=local_address)
         self.seen: list[tuple[str, str, str]] = []
         self.answers: list[tuple[str, str, int]] = []
 
@@ -229,6 +229,8 @@ def failures(redis_url: str, prefix: str, address: str = "127.0.0.1") -> int:
         client.close()
 
 
+AGENT_ADDRESS = "127.0.0.2"  # loopback too (127.0.0.0/8), apart from the other callers
+
 # (AGENT_AUTH, the server's keys, the agent's): every way an agent is set up to call.
 SETUPS = {
     "token, the key": ("token", {"TINYAWS_API_KEY": KEY}, {"api_key": KEY}),
@@ -257,7 +259,9 @@ def test_an_agents_whole_life_is_never_a_wrong_credential(
     mode, server_keys, agent_keys = SETUPS[setup]
     env = scheduler_env(redis_url, prefix, AGENT_AUTH=mode, AUTH_FAILURES_MAX="1", **server_keys)
     operator = {"Authorization": f"Bearer {KEY}"} if server_keys.get("TINYAWS_API_KEY") else {}
-    recorder = Recorder()
+    # The agent calls from an address of its own: what Redis counts there is the agent's, not
+    # a call of another test's process that found this server on a port it used before.
+    recorder = Recorder(local_address=AGENT_ADDRESS)
     with api_replicas(1, env) as (url,):
         token_path = str(tmp_path / "node-token")
         agent = make_agent(url, tmp_path, "life", recorder, token_path=token_path, **agent_keys)
@@ -298,7 +302,7 @@ def test_an_agents_whole_life_is_never_a_wrong_credential(
         assert not refused
         paths = {(m, p) for m, p, _ in recorder.answers}
         assert {("POST", "/nodes/life/drain"), ("DELETE", "/nodes/life")} <= paths
-        assert failures(redis_url, prefix) == 0
+        assert recorder.answers and failures(redis_url, prefix, AGENT_ADDRESS) == 0
 
 
 def test_a_stale_token_answered_429_is_replaced_by_registering_again(
