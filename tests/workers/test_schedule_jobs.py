@@ -179,3 +179,27 @@ def test_a_sharded_deployment_lists_a_schedules_jobs_from_shard_zero(
     assert listed(api, "schedule=a&order=newest&limit=3") == mine[:0:-1]
     shard0 = Keys(ctx.settings.for_shard(0).redis_prefix)
     assert [m.decode() for m in rclient.zrange(shard0.schedule_jobs("a"), 0, -1)] == mine
+
+
+def test_the_ui_links_each_schedule_to_the_jobs_it_made(ctx: Context, api: TestClient) -> None:
+    add(api, "a")
+    add(api, "b")
+    fire_ticks(ctx, api, 2)
+    page = api.get("/ui/schedules").text
+    assert '<a id="jobs-a" href="/ui/jobs?schedule=a">all its jobs</a>' in page
+    shown = api.get("/ui/jobs?schedule=a").text
+    assert 'jobs made by schedule <a id="made-by" href="/ui/schedules#row-a">a</a>' in shown
+    for job_id in made_by(api, "a"):
+        assert f">{job_id}</a>" in shown
+    for job_id in made_by(api, "b"):
+        assert f">{job_id}</a>" not in shown
+    older = api.get("/ui/jobs?schedule=a&before=999").text  # its pages keep the schedule
+    assert '<a id="newest" href="/ui/jobs?schedule=a">Newest</a>' in older
+    paused = api.get("/ui/jobs?schedule=a&refresh=off").text
+    assert 'href="/ui/jobs?refresh=off">all jobs</a>' in paused
+    for query, rule in (
+        ("schedule=a/b", "use 1 to 128 of A-Z a-z 0-9 . _ -"),
+        ("schedule=a&status=done", "use it without status, node_id and q"),
+    ):
+        response = api.get(f"/ui/jobs?{query}")
+        assert response.status_code == 400 and f"invalid schedule: {rule}" in response.text
