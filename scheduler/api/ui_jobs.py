@@ -180,8 +180,9 @@ async def _listed(request: Request, f: Filters) -> tuple[list[Job], list[int], i
     # The page is oldest first from after job-N (the page just newer than the one seen), else
     # newest first; sent together with the counts on the one connection: one round trip.
     bound, newest = (f.after, False) if f.after else (f.before, True)
+    counts: list[int] = []  # a schedule's page shows none (_counts)
     if f.schedule:
-        blobs, counts = await store.schedule_jobs(f.schedule, bound, PAGE_SIZE + 1, newest), []
+        blobs = await store.schedule_jobs(f.schedule, bound, PAGE_SIZE + 1, newest)
     else:
         blobs, counts = await asyncio.gather(
             store.list(f.node_id, f.status, bound, PAGE_SIZE + 1, newest),
