@@ -5,15 +5,21 @@ deployment, where the schedules fire."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import io
+import json
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.cli import listing as cli_listing
+from scheduler.cli.client import Client
 from scheduler.snapshot.restore import restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
 from scheduler.store.keys import Keys
@@ -203,3 +209,29 @@ def test_the_ui_links_each_schedule_to_the_jobs_it_made(ctx: Context, api: TestC
     ):
         response = api.get(f"/ui/jobs?{query}")
         assert response.status_code == 400 and f"invalid schedule: {rule}" in response.text
+
+
+class Through(Client):
+    """The CLI's client, its requests sent to the in-process API."""
+
+    def __init__(self, api: TestClient) -> None:
+        super().__init__("http://testserver")
+        self.api = api
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return self.api.request(method, path, **kwargs)
+
+
+def test_scheduler_list_schedule_pages_a_schedules_jobs(ctx: Context, api: TestClient) -> None:
+    add(api, "a")
+    add(api, "b")
+    fire_ticks(ctx, api, 3)
+    client = Through(api)
+    args = argparse.Namespace(
+        node_id="", status="", schedule="a", limit=2, newest=False, after="", before="", json=True
+    )
+    out, err = io.StringIO(), io.StringIO()
+    assert cli_listing.list_jobs(args, client, out, err) == 0
+    mine = made_by(api, "a")
+    assert [job["job_id"] for job in json.loads(out.getvalue())] == mine[:2]
+    assert err.getvalue() == f"more: scheduler list --schedule a --limit 2 --after {mine[1]}\n"
