@@ -29,6 +29,7 @@ from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES
+from scheduler.models.wire import check_id
 from scheduler.store.scripts.jobs import Polled
 
 HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})
@@ -102,10 +103,26 @@ async def list_jobs(request: Request) -> Response:
     if wait is not None:
         raise HTTPError(400, "wait is the agent's poll: node_id and status=pending, no paging")
     one_of("status", status, STATUSES)  # after the poll's branch: a poll pays nothing for it
+    schedule = _schedule(request, node_id, status)
     limit, bound, newest = _page(request)
     if newest and bound == 0 and param(request, "before"):
         return json_array([])  # before=job-0: nothing is older
+    if schedule:
+        return json_array(await store.schedule_jobs(schedule, bound, limit, newest))
     return json_array(await store.list(node_id, status, bound, limit, newest))
+
+
+def _schedule(request: Request, node_id: str, status: str) -> str:
+    """The schedule whose jobs are listed ("": none), a schedule's name (models/schedule.py:
+    checked as one). Alone: its index holds its jobs by number, one index per filter
+    combination (library.py listing_ids), and one per schedule and status would have to
+    follow every change of status."""
+    schedule = param(request, "schedule")
+    if schedule:
+        check_id("schedule", schedule)
+        if node_id or status:
+            raise HTTPError(400, "invalid schedule: use it without node_id and status")
+    return schedule
 
 
 def _job_id(request: Request) -> str:

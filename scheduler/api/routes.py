@@ -28,7 +28,7 @@ from scheduler.api import (
 from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
 
 ANYONE, AGENT, KEY, UI = Access.ANYONE, Access.AGENT, Access.KEY, Access.UI
-LISTING = ("node_id", "status", "wait", "limit", "order", "after", "before")
+LISTING = ("node_id", "status", "schedule", "wait", "limit", "order", "after", "before")
 NOTICES = tuple(name for name, _ in ui_dead.NOTICES)  # retried=N&skipped=N...
 REFRESH = ("refresh",)  # refresh=off: a UI page's refresh paused (ui_layout.py)
 

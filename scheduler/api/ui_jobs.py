@@ -1,5 +1,6 @@
 """The web UI's jobs page (/ui/jobs): the jobs newest first, filtered by status and node, with
-their counts per status, paged newer and older, and searched by command.
+their counts per status, paged newer and older, and searched by command; or the jobs one
+schedule made (`schedule=`, alone: GET /jobs?schedule= says why), paged the same.
 
 One Redis round trip a page whatever the number of jobs: the page (LIST, or SEARCH) and the
 counts (COUNTS) are sent together on the one connection. A search looks through at most
@@ -35,7 +36,8 @@ SEARCH_MAX_CHARS = 200
 HEADINGS = (
     "job", "node", "status", "command", "attempt", "exit code", "created", "ran for", "finished",
 )  # fmt: skip
-READS = ("status", "node_id", "before", "after", "q", "refresh")  # with ui_dead's notices
+# With ui_dead's notices.
+READS = ("status", "node_id", "schedule", "before", "after", "q", "refresh")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +50,13 @@ class Filters:
     before: int
     after: int
     search: str
+    schedule: str = ""
 
     def kept(self) -> dict[str, str | int]:
-        return {"status": self.status, "node_id": self.node_id, "q": self.search}
+        return {
+            "status": self.status, "node_id": self.node_id, "q": self.search,
+            "schedule": self.schedule,
+        }  # fmt: skip
 
 
 def _number(request: Request, name: str) -> int:
@@ -78,7 +84,12 @@ def filters_of(request: Request) -> Filters:
         raise HTTPError(400, "invalid after: use before or after, not both")
     if search and after:
         raise HTTPError(400, "invalid after: a search pages older only (before=)")
-    return Filters(status, node_id, before, after, search)
+    schedule = param(request, "schedule")
+    if schedule and not ID_RE.fullmatch(schedule):
+        raise HTTPError(400, "invalid schedule: use 1 to 128 of A-Z a-z 0-9 . _ -")
+    if schedule and (status or node_id or search):
+        raise HTTPError(400, "invalid schedule: use it without status, node_id and q")
+    return Filters(status, node_id, before, after, search, schedule)
 
 
 def _filter_form(f: Filters, view: View) -> str:
@@ -97,7 +108,14 @@ def _filter_form(f: Filters, view: View) -> str:
 
 
 def _counts(f: Filters, counts: list[int], view: View) -> str:
-    """ "all 55 · pending 3 · ...": each a link to its list (the node filter kept)."""
+    """ "all 55 · pending 3 · ...": each a link to its list (the node filter kept); a
+    schedule's jobs say whose they are instead (no counts: no index by schedule and status)."""
+    if f.schedule:
+        name, to, every = escape(f.schedule), view.href("/ui/schedules"), view.href("/ui/jobs")
+        return (
+            f'<nav class="counts" id="counts">jobs made by schedule <a id="made-by" '
+            f'href="{to}#row-{name}">{name}</a> <a href="{every}">all jobs</a></nav>'
+        )
     links = []
     for status, count in zip(("", *STATUSES), counts, strict=True):
         current = ' class="current"' if status == f.status else ""
@@ -162,9 +180,14 @@ async def _listed(request: Request, f: Filters) -> tuple[list[Job], list[int], i
     # The page is oldest first from after job-N (the page just newer than the one seen), else
     # newest first; sent together with the counts on the one connection: one round trip.
     bound, newest = (f.after, False) if f.after else (f.before, True)
-    blobs, counts = await asyncio.gather(
-        store.list(f.node_id, f.status, bound, PAGE_SIZE + 1, newest), store.counts(f.node_id)
-    )
+    counts: list[int] = []  # a schedule's page shows none (_counts)
+    if f.schedule:
+        blobs = await store.schedule_jobs(f.schedule, bound, PAGE_SIZE + 1, newest)
+    else:
+        blobs, counts = await asyncio.gather(
+            store.list(f.node_id, f.status, bound, PAGE_SIZE + 1, newest),
+            store.counts(f.node_id),
+        )
     jobs = [job_decoder.decode(blob) for blob in blobs]
     more = len(jobs) > PAGE_SIZE
     shown = jobs[:PAGE_SIZE]

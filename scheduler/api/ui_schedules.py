@@ -1,6 +1,6 @@
 """The web UI's schedules page (/ui/schedules): every schedule by name (paged), when it runs,
-its next run, its last job, and a pause or resume button carrying the UI's CSRF token. The
-job template's env_vars show by name only, as on a job's page."""
+its next run, its last job and a link to all it made, and a pause or resume button carrying
+the UI's CSRF token. The job template's env_vars show by name only, as on a job's page."""
 
 from __future__ import annotations
 
@@ -50,6 +50,9 @@ def _row(schedule: Schedule, token: str, view: View) -> str:
         last_id = escape(schedule.last_job_id)
         href = view.href(f"/ui/jobs/{schedule.last_job_id}")
         last = f'<a href="{href}">{last_id}</a> {view.when(schedule.last_run_at)}'
+    # Every job it made, the deleted one's of the same name too (GET /jobs?schedule=).
+    every = view.href("/ui/jobs", schedule=schedule.name)
+    last += f' <a id="jobs-{escape(schedule.name)}" href="{every}">all its jobs</a>'
     cells = (
         ("", f'<span id="name-{escape(schedule.name)}">{escape(schedule.name)}</span>'),
         ("", _when(schedule)),

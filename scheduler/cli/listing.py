@@ -41,6 +41,8 @@ def _next_page(args: argparse.Namespace, last: str) -> str:
         words += ["--node-id", args.node_id]
     if args.status:
         words += ["--status", args.status]
+    if args.schedule:
+        words += ["--schedule", args.schedule]
     if args.limit != PAGE:
         words += ["--limit", str(args.limit)]
     words += ["--newest", "--before", last] if args.newest else ["--after", last]
@@ -58,7 +60,7 @@ def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
     args.newest = newest
     if args.after and newest:
         raise ClientError("error: --after pages oldest first: use --before with --newest")
-    base = {"node_id": args.node_id, "status": args.status}
+    base = {"node_id": args.node_id, "status": args.status, "schedule": args.schedule}
     if newest:
         base["order"] = "newest"
     bound = args.before if newest else args.after
@@ -121,6 +123,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--limit", type=_positive, default=PAGE, help=f"at most this many jobs (default {PAGE})"
+    )
+    p.add_argument(
+        "--schedule", default="", metavar="NAME", help="only the jobs this schedule made"
     )
     p.add_argument("--newest", action="store_true", help="newest first")
     p.add_argument("--after", default="", metavar="JOB_ID", help="oldest first, after this job")

@@ -385,4 +385,5 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
         priority=job.priority,
         cpus=job.cpus,
         memory_mb=job.memory_mb,
+        schedule=job.schedule,
     )

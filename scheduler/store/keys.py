@@ -194,6 +194,9 @@ class Keys:
     def schedules_dirty_inflight(self) -> str:
         return self._k("schedules:dirty:inflight")
 
+    def schedule_jobs(self, name: str) -> str:  # zset: the jobs schedule `name` made, by N
+        return self._k(f"schedules:{name}:jobs")
+
     @property
     def shards(self) -> str:  # on shard 0: the shard count and the upgrade's floors (shards.py)
         return self._k("shards")
@@ -288,16 +291,13 @@ class Keys:
         return f"{self.rq_prefix}:{kind}:{name}"
 
     @property
-    def rq_queues(self) -> str:
-        """rq's set of every queue's key (what rq-dashboard lists)."""
+    def rq_queues(self) -> str:  # rq's set of every queue's key (what rq-dashboard lists)
         return f"{self.rq_prefix}:queues"
 
-    def rq_queue(self, kind: str) -> str:
-        """Name of an rq queue of this deployment (rq prefixes it into its own keys)."""
+    def rq_queue(self, kind: str) -> str:  # an rq queue's name (rq prefixes it in its keys)
         return f"{self.prefix}.{kind}"
 
-    def rq_job_id(self, kind: str, number: int) -> str:
-        """An rq job id of this deployment; rq allows only [A-Za-z0-9_-] in ids."""
+    def rq_job_id(self, kind: str, number: int) -> str:  # rq allows [A-Za-z0-9_-] in ids
         return f"{_rq_tag(self.prefix)}-{kind}-{number}"
 
     def pattern(self) -> str:

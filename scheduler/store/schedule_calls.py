@@ -11,7 +11,7 @@ from scheduler.models.schedule import Schedule, schedule_decoder, schedule_encod
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.keys import Keys
-from scheduler.store.scripts import Call, schedules
+from scheduler.store.scripts import Call, listing, schedules
 
 T = TypeVar("T")
 CHANGE_TRIES = 5  # a pause or resume racing the firing of the same schedule tries again
@@ -27,6 +27,9 @@ class ScheduleCalls:
     async def run(self, call: Call[T]) -> T:
         raise NotImplementedError
 
+    async def whole(self, heads: builtins.list[bytes]) -> builtins.list[bytes]:
+        raise NotImplementedError
+
     async def create_schedule(self, schedule: Schedule) -> None:
         record = schedule_encoder.encode(schedule)
         limit = self.settings.max_schedules
@@ -38,6 +41,16 @@ class ScheduleCalls:
 
     async def list_schedules(self, after: str, limit: int) -> builtins.list[schedules.Stored]:
         return await self.run(schedules.list_schedules(after, limit))
+
+    async def schedule_jobs(
+        self, name: str, bound: int, limit: int, newest: bool
+    ) -> builtins.list[bytes]:
+        """A page of the jobs schedule `name` made (LIST of its index: keys.py schedule_jobs),
+        as GET /jobs pages. On the schedules' shard (`run`: shard 0 when sharded), which
+        alone fires them, so it holds every job one made."""
+        budget = self.settings.max_page_bytes
+        page = await self.run(listing.list_jobs("", "", bound, limit, budget, newest, name))
+        return await self.whole(page.jobs)
 
     async def delete_schedule(self, name: str) -> None:
         await self.run(schedules.delete_schedule(name))

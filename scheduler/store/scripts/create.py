@@ -138,7 +138,7 @@ _NEW_JOB = """
 -- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
 -- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
 -- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
--- anything.
+-- anything. schedule: the schedule that made it ("": none), whose index it enters.
 -- Returns {OK, head} | {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH}
 --   | {NOT_STAGED} (the staged spec is gone)
 --   | {NO_NODES} | {NOT_READY}{AFTER_CODES}.
@@ -205,6 +205,7 @@ elseif status == "pending" then
   redis.call("ZADD", K.unplaced, score, id)
 end
 if status == "delayed" then redis.call("ZADD", K.delayed, due, id) end
+if schedule ~= "" then redis.call("ZADD", K.schedule_jobs(schedule), n, id) end
 redis.call("SADD", K.dirty, id)
 count_minute(now, "submitted")
 if dedup then
@@ -215,7 +216,7 @@ if status == "pending" and node ~= "" then wake_node(node) end
 """
 _ARGV = (
     "record spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
-    "cpus memory_mb selector shards shard id_floor elsewhere"
+    "cpus memory_mb selector shards shard id_floor elsewhere schedule"
 )
 
 CREATE_JOB = Script(
@@ -334,12 +335,13 @@ def create_job(
     spec: bytes = b"",
     spec_staged: str = "",
     numbering: Numbering = UNSHARDED,
+    schedule: str = "",
 ) -> Call[Created]:
     """`record` is the new job's head (models/record.py) without job_id and node_id; `spec`
     its spec stored apart (b"": in the head), staged under the token `spec_staged` (the
     store stages it: JobStore.create); `due`, when it is delayed, the epoch of its run_at;
     `priority`, `after` and `asks`, the record's; `numbering`, how the shard it is made on
-    draws its number (store/shards.py)."""
+    draws its number (store/shards.py); `schedule`, the schedule that made it (its index)."""
     args: dict[str, Any] = dict(
         record=record, spec_staged=spec_staged, due="" if due is None else due, priority=priority,
         mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
@@ -348,7 +350,7 @@ def create_job(
         memory_mb=asks.memory_mb,
         selector=json.dumps(asks.node_selector) if asks.node_selector else "",
         shards=numbering.count, shard=numbering.index, id_floor=numbering.floor,
-        elsewhere=int(placement.elsewhere),
+        elsewhere=int(placement.elsewhere), schedule=schedule,
     )  # fmt: skip
     if not after:
         call = CREATE_JOB.call(**args)
@@ -388,4 +390,5 @@ def create_job_of(
         parts.spec,
         spec_staged,
         numbering,
+        job.schedule,
     )

@@ -31,12 +31,12 @@ def _page(reply: list[Any]) -> Page:
 
 LIST = Script(
     "LIST",
-    "node status bound limit budget order",
+    "node status schedule bound limit budget order",
     """
 -- A page of GET /jobs (library.py listing_ids says which jobs, in which order); it stops at
 -- `limit` jobs or `budget` bytes.
 -- Returns {1 if it left out jobs it was asked for, else 0; each job's head (get_jobs)...}
-local ids = listing_ids(node, status, bound, order, limit)
+local ids = listing_ids(node, status, schedule, bound, order, limit)
 local page = get_jobs(ids, tonumber(budget))
 table.insert(page, 1, #page < #ids and 1 or 0)
 return page
@@ -47,13 +47,21 @@ return page
 
 
 def list_jobs(
-    node_id: str, status: str, bound: int, limit: int, budget_bytes: int, newest: bool = False
+    node_id: str,
+    status: str,
+    bound: int,
+    limit: int,
+    budget_bytes: int,
+    newest: bool = False,
+    schedule: str = "",
 ) -> Call[Page]:
     """Oldest first from after job-`bound`, or with `newest` newest first from before it
-    (0: from the newest); a node's pending jobs in queue order from job-`bound`'s place."""
+    (0: from the newest); a node's pending jobs in queue order from job-`bound`'s place;
+    with `schedule`, the jobs that schedule made (node_id and status ignored)."""
     return LIST.call(
         node=node_id,
         status=status,
+        schedule=schedule,
         bound=bound,
         limit=limit,
         budget=budget_bytes,
@@ -186,7 +194,7 @@ local function command_of(id)
 end
 
 local found, looked, last = {{}}, 0, "job-0"
-local ids = listing_ids(node, status, bound, "desc", tonumber(scan) + 1)
+local ids = listing_ids(node, status, "", bound, "desc", tonumber(scan) + 1)
 for i, id in ipairs(ids) do
   if i > tonumber(scan) or read_bytes >= tonumber(read) then break end
   looked = looked + 1

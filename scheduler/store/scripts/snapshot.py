@@ -56,6 +56,7 @@ class RestoredJob:
     priority: int = 0  # the record's: its place in its node's queue while pending
     cpus: int = 0  # the record's asks, held on its node while bound there (place.py hold)
     memory_mb: int = 0
+    schedule: str = ""  # the schedule that made it: its index (keys.py schedule_jobs)
 
 
 RESTORE_JOBS = Script(
@@ -64,13 +65,13 @@ RESTORE_JOBS = Script(
     """
 -- Put jobs back as the snapshot holds them, with every index their status needs (as the
 -- scripts maintain them). A job already present is first taken out of its old indexes.
--- mark_dirty "1": the next snapshot writes them. jobs: 13 values each, at most 1000 jobs:
+-- mark_dirty "1": the next snapshot writes them. jobs: 14 values each, at most 1000 jobs:
 -- id, score, node id, status, start time (epoch s) of a running run-job or due time of a
 -- delayed job or "", finish time (epoch s) of a finished job or "", priority (a pending
 -- job's place in its node's queue: life.py queue_score), cpus and memory_mb (what it holds
 -- on its node: place.py hold), then its record's parts (models/record.py): head, spec,
--- stdout, stderr ("": none). A pending job on no node is
--- unplaced again, and the next placement pass is flagged.
+-- stdout, stderr ("": none), then the schedule that made it ("": none; its index). A
+-- pending job on no node is unplaced again, and the next placement pass is flagged.
 -- A cancelling job is restored as asked long ago: the next sweep ends it. Each index gets one
 -- ZADD/SADD for the whole batch: far cheaper than one call per job. Returns the number of
 -- jobs restored.
@@ -81,6 +82,7 @@ local function unindex(id, raw)
   if type(node) ~= "string" or type(status) ~= "string" then return end
   redis.call("ZREM", K.status(status), id)
   redis.call("ZREM", K.unplaced, id)
+  if made_by(old) then redis.call("ZREM", K.schedule_jobs(old.schedule), id) end
   if node == "" then return end
   redis.call("ZREM", K.node_status(node, status), id)
   redis.call("ZREM", K.node_jobs(node), id)
@@ -99,7 +101,7 @@ local function in_chunks(command, values, step)
     redis.call(command, unpack(values, i, math.min(i + step - 1, #values)))
   end
 end
-local WIDTH = 13
+local WIDTH = 14
 local restored, job_keys = {}, {}
 for i = 1, #jobs, WIDTH do
   restored[#restored + 1] = jobs[i]
@@ -133,6 +135,7 @@ for j, id in ipairs(restored) do
   end
   push(zadds, K.all_jobs, score, id)
   push(zadds, K.status(status), score, id)
+  if jobs[i + 13] ~= "" then push(zadds, K.schedule_jobs(jobs[i + 13]), score, id) end
   local queued = status == "pending" and queue_score(score, jobs[i + 6]) or score
   if node ~= "" then
     push(zadds, K.node_jobs(node), score, id)
@@ -171,7 +174,7 @@ def restore_jobs(jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
         values += [job.job_id, job.score, job.node_id, job.status, started, finished]
         values += [job.priority, job.cpus, job.memory_mb]
         parts = split(job.record)
-        values += [parts.head, parts.spec, *parts.outputs]
+        values += [parts.head, parts.spec, *parts.outputs, job.schedule]
     return RESTORE_JOBS.call(mark_dirty="1" if mark_dirty else "0", jobs=values)
 
 

@@ -144,6 +144,7 @@ for _, id in ipairs(expired) do
       redis.call("ZREM", K.status(job.status), id)
       redis.call("ZREM", K.node_jobs(job.node_id), id)
       redis.call("ZREM", K.node_status(job.node_id, job.status), id)
+      if made_by(job) then redis.call("ZREM", K.schedule_jobs(job.schedule), id) end
       removed[#removed + 1] = id
     end
     redis.call("ZREM", K.finished, id)
