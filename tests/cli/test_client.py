@@ -7,7 +7,7 @@ import json
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -15,7 +15,6 @@ import redis
 
 from scheduler.cli import client as client_module
 from scheduler.cli.client import Client
-from scheduler.cli.main import main
 from scheduler.cli.output import (
     attempt_line,
     exit_status,
@@ -25,6 +24,7 @@ from scheduler.cli.output import (
     signalled,
 )
 from scheduler.store.keys import Keys
+from tests.cli.conftest import Cli
 from tests.keys import API_KEY as KEY
 from tests.processes import api_replicas, scheduler_env, unique_prefix
 from tests.redis_server import free_port
@@ -55,22 +55,6 @@ def secured(redis_url: str) -> Iterator[str]:
 def register(url: str, node: str) -> None:
     body = {"id": node, "hostname": node, "cpu_count": 1, "role": "compute"}
     assert httpx.post(f"{url}/nodes/register", json=body).status_code == 201
-
-
-Cli = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
-    """Run `scheduler ARGV...` in-process against `url`: (exit status, stdout, stderr)."""
-
-    def run(url: str, *argv: str) -> tuple[int, str, str]:
-        monkeypatch.setenv("SCHEDULER_URL", url)
-        code = main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def finish(url: str, job_id: str, status: str, code: int, stdout: str, stderr: str = "") -> None:

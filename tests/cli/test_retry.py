@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from scheduler.cli import retry as retry_cli
-from scheduler.cli.main import main
-from tests.cli.test_client import Cli, finish, register
+from tests.cli.conftest import Cli
+from tests.cli.test_client import finish, register
 from tests.processes import api_replicas, scheduler_env, unique_prefix
 
 
@@ -21,19 +21,6 @@ def api(redis_url: str) -> Iterator[str]:
     with api_replicas(1, scheduler_env(redis_url, unique_prefix("cli-retry"))) as urls:
         register(urls[0], "node-1")
         yield urls[0]
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
-    """`scheduler ARGV...` in-process against `url`: (exit status, stdout, stderr)."""
-
-    def run(url: str, *argv: str) -> tuple[int, str, str]:
-        monkeypatch.setenv("SCHEDULER_URL", url)
-        code = main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 class Terminal(io.StringIO):

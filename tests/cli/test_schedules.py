@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from scheduler.cli import schedules as schedules_cli
-from scheduler.cli.main import main
-from tests.cli.test_client import KEY, Cli
+from tests.cli.conftest import Cli
+from tests.cli.test_client import KEY
 from tests.processes import api_replicas, scheduler_env
 
 
@@ -20,19 +20,6 @@ def api(redis_url: str) -> Iterator[str]:
     env = scheduler_env(redis_url, f"cli-sched-{uuid.uuid4().hex[:8]}", TINYAWS_API_KEY=KEY)
     with api_replicas(1, env) as urls:
         yield urls[0]
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
-    """`scheduler ARGV...` in-process against `url`: (exit status, stdout, stderr)."""
-
-    def run(url: str, *argv: str) -> tuple[int, str, str]:
-        monkeypatch.setenv("SCHEDULER_URL", url)
-        code = main(list(argv))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture(autouse=True)
