@@ -259,13 +259,31 @@ def large_retry(store: SyncJobStore, make: Builder, measured: Measured, scale: f
     return f"{sum(1 for r in retried if r.code == 1)} of {len(made)} pending again"
 
 
+# Registrations as the operator's key makes them.
+BY_KEY = node_scripts.Registration("key", "open", False, 100_000, 3600.0, NO_RETRY)
+
+
+def register_node(store: SyncJobStore, node: Node, now: float) -> None:
+    """`node` registered with the key, its token named after its id."""
+    blob = msgspec.json.encode(node)
+    store.run(
+        node_scripts.register_node(node.id, blob, "compute", now, BY_KEY, f"t-{node.id}", 1000)
+    )
+
+
+def drain_n0(store: SyncJobStore, now: float) -> Any:
+    """The operator's drain of n0: one call before store/pieces.py, in its pieces since."""
+    if pieces is None:
+        return store.run(node_scripts.drain_node("n0", "operator", "key", False, now, 3600, 1000))
+    return asyncio.run(pieces.drained(_async(store), "n0", "operator", "key", False, now, 3600))
+
+
 def fitting(store: SyncJobStore, node_id: str, now: float) -> None:
     """A node whose labels LARGE_SELECTOR takes, with room for 1000 jobs."""
-    who = node_scripts.Registration("key", "open", False, 100_000, 3600.0, NO_RETRY)
     labels = {key: values[0] for key, values in LARGE_SELECTOR.items()}
-    node = Node(id=node_id, hostname=node_id, cpu_count=8, role="compute", labels=labels)
-    blob = msgspec.json.encode(node)
-    store.run(node_scripts.register_node(node_id, blob, "compute", now, who, "t", 1000))
+    register_node(
+        store, Node(id=node_id, hostname=node_id, cpu_count=8, role="compute", labels=labels), now
+    )
 
 
 def large_drain(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
@@ -275,11 +293,7 @@ def large_drain(store: SyncJobStore, make: Builder, measured: Measured, scale: f
         make.job(node_selector=LARGE_SELECTOR)
     fitting(store, "n1", now)
     measured.begin()
-    if pieces is None:  # one call
-        done = store.run(node_scripts.drain_node("n0", "operator", "key", False, now, 3600, 1000))
-    else:
-        done = asyncio.run(pieces.drained(_async(store), "n0", "operator", "key", False, now, 3600))
-    return f"{len(done.moved)} moved"
+    return f"{len(drain_n0(store, now).moved)} moved"
 
 
 def large_promote(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
@@ -340,11 +354,7 @@ def drain(store: SyncJobStore, make: Builder, measured: Measured, scale: float) 
     for _ in range(max(2, round(1000 * scale))):
         make.job()
     measured.begin()
-    if pieces is None:  # one call
-        done = store.run(node_scripts.drain_node("n0", "operator", "key", False, now, 3600, 1000))
-    else:
-        done = asyncio.run(pieces.drained(_async(store), "n0", "operator", "key", False, now, 3600))
-    return f"{len(done.moved)} moved"
+    return f"{len(drain_n0(store, now).moved)} moved"
 
 
 def delete_node(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
@@ -360,18 +370,14 @@ def delete_node(store: SyncJobStore, make: Builder, measured: Measured, scale: f
 
 def register(store: SyncJobStore, now: float) -> None:
     """10 compute nodes, n0 to n9, each with 8 cpus."""
-    who = node_scripts.Registration("key", "open", False, 100_000, 3600.0, NO_RETRY)
     for n in range(10):
-        node = Node(id=f"n{n}", hostname=f"h{n}", cpu_count=8, role="compute")
-        blob = msgspec.json.encode(node)
-        store.run(node_scripts.register_node(f"n{n}", blob, "compute", now, who, f"t{n}", 1000))
+        register_node(store, Node(id=f"n{n}", hostname=f"h{n}", cpu_count=8, role="compute"), now)
 
 
 def wide_selector(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
     """MAX_NODES compute nodes sharing a label, jobs pinned to it: each placement reads every
     node. Three placed as they are submitted (one asking more cpus than any node has, every
     node read to say why), then 100 unplaced ones by the placement pass."""
-    who = node_scripts.Registration("key", "open", False, 100_000, 3600.0, NO_RETRY)
     now, wide = time.time(), {"zone": "a"}
     for _ in range(100):  # no node yet: unplaced
         body = JobCreate(command="true", node_selector=wide)
@@ -379,8 +385,7 @@ def wide_selector(store: SyncJobStore, make: Builder, measured: Measured, scale:
     nodes = max(2, round(store.settings.max_nodes * scale))
     for n in range(nodes):
         node = Node(id=f"w{n}", hostname=f"w{n}", cpu_count=8, role="compute", labels=wide)
-        blob = msgspec.json.encode(node)
-        store.run(node_scripts.register_node(f"w{n}", blob, "compute", now, who, f"t{n}", 1000))
+        register_node(store, node, now)
     measured.begin()
     placed = []
     for cpus in (0, 1, 64):
