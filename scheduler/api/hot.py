@@ -14,7 +14,14 @@ from typing import Any, TypeVar
 import msgspec
 
 from scheduler.api.agents import PRECHECK_OVER_BYTES
-from scheduler.api.http import NO_STORE, HTTPError, no_charge, too_large, undecodable
+from scheduler.api.http import (
+    NO_STORE,
+    HTTPError,
+    no_charge,
+    not_one_of,
+    too_large,
+    undecodable,
+)
 from scheduler.api.state import AppState
 from scheduler.api.stores import Store
 from scheduler.models.job import (
@@ -160,16 +167,13 @@ async def report_job(
         )
 
 
-# The original's `invalid status` (CONTRACT 2.3), then the statuses a report may say.
-INVALID_STATUS = "invalid status: use one of " + ", ".join(REPORT_STATUSES)
-
-
 def _decode_update(body: bytes) -> JobUpdate:
     try:
         req = decode_go_style(body, JobUpdate)
     except DecodeError as exc:
         raise undecodable("update", exc) from None
     if req.status not in REPORT_STATUSES:
-        raise HTTPError(400, INVALID_STATUS)
+        # The original's `invalid status` (CONTRACT 2.3), then the statuses a report may say.
+        raise not_one_of("status", REPORT_STATUSES)
     validate_update(req)
     return req
