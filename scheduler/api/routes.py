@@ -25,10 +25,10 @@ from scheduler.api import (
     ui_nodes,
     ui_schedules,
 )
-from scheduler.api.routing import Access, Entry, Hot, Method, RouteTable
+from scheduler.api.routing import PAGING, Access, Entry, Hot, Method, RouteTable
 
 ANYONE, AGENT, KEY, UI = Access.ANYONE, Access.AGENT, Access.KEY, Access.UI
-LISTING = ("node_id", "status", "schedule", "wait", "limit", "order", "after", "before")
+LISTING = ("node_id", "status", "wait", *PAGING)  # the poll's, then a listing's own
 NOTICES = tuple(name for name, _ in ui_dead.NOTICES)  # retried=N&skipped=N...
 REFRESH = ("refresh",)  # refresh=off: a UI page's refresh paused (ui_layout.py)
 
