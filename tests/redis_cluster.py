@@ -231,7 +231,7 @@ def _add_replicas(primaries: list[ClusterNode], replicas: list[ClusterNode]) -> 
 
     def replicating() -> bool:
         return all(
-            replica.client().info("replication")["master_link_status"] == "up"
+            replica.client().info("replication").get("master_link_status") == "up"
             for replica in replicas
         ) and all(
             node.client().cluster("INFO")["cluster_state"] == "ok"
