@@ -4,7 +4,7 @@ stack (the same server and HTTP protocol answering constant JSON through Starlet
 end-to-end dispatch latency (submit -> running -> done through the reference agent), and
 what 1 000 idle long-polling agents cost the API (GET /jobs/{id} throughput without and with).
 
-    .venv/bin/python benchmarks/api_bench.py [--duration 5] [--connections 32] [--rounds 3]
+    .venv/bin/python -m benchmarks.api_bench [--duration 5] [--connections 32] [--rounds 3]
         [--stored 1000 100000 1000000] [--ops get submit poll poll-full update]
         [--http lane|one-write|httptools|h11] [--dispatch 20] [--idle 1000]
 
@@ -33,30 +33,25 @@ every size back to back, and figures are medians over the rounds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import httpx
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from bench_state import NODES, check, preload, reset_window, truncate  # noqa: E402
-from dispatch import measure_dispatch  # noqa: E402
-from idle import measure_idle, raise_file_limit  # noqa: E402
-from load import GET_LUA, Result, run_burst, run_wrk  # noqa: E402
-
-from scheduler.cli.main import HTTP_PROTOCOLS  # noqa: E402
-from tests.processes import stop, wait_http  # noqa: E402
-from tests.redis_server import free_port, redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.bench_state import NODES, check, preload, reset_window, truncate
+from benchmarks.dispatch import measure_dispatch
+from benchmarks.idle import STORED as IDLE_STORED
+from benchmarks.idle import measure_idle, raise_file_limit
+from benchmarks.load import GET_LUA, Result, run_burst, run_wrk
+from benchmarks.report import Column, Table
+from benchmarks.timing import median as median_of
+from scheduler.cli.main import HTTP_PROTOCOLS
 
 SUBMIT_LUA = """
 wrk.method = "POST"
@@ -97,43 +92,36 @@ end
 """
 
 
-def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-    wait_http(f"http://127.0.0.1:{port}/health")
-    return proc
+# The API's settings in every run: nodes live without heartbeats, one retry (update's cycle
+# fails once), a node at capacity with one running job (poll-full).
+API_SETTINGS = {"NODE_TTL_SECS": "86400", "MAX_JOB_RETRIES": "1", "MAX_JOBS_PER_NODE": "1"}
 
 
-def uvicorn_cmd(
-    app: str, port: int, workers: int, factory: bool = False, http: str = "lane"
-) -> list[str]:
-    """uvicorn as `scheduler serve --http <http>` runs it (default lane, serve's default). The
-    ceiling (bare_app) runs under the same protocol: with no lane there, it is one-write's."""
-    cmd = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--log-level", "warning", "--no-access-log", "--workers", str(workers)]
-    cmd += ["--http", HTTP_PROTOCOLS[http]]
-    return [*cmd, "--factory"] if factory else cmd
+def server_args(workers: int, http: str) -> list[str]:
+    """uvicorn's options as `scheduler serve --http <http>` runs it (default lane, serve's
+    default). The ceiling (bare_app) runs under the same protocol: with no lane there, it is
+    one-write's."""
+    return ["--workers", str(workers), "--http", HTTP_PROTOCOLS[http]]
 
 
-def api_env(redis_url: str, prefix: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "REDIS_URL": redis_url,
-        "REDIS_PREFIX": prefix,
-        "SCHEDULER_DB": os.path.join(tempfile.mkdtemp(), "scheduler.db"),
-        "NODE_TTL_SECS": "86400",
-        "MAX_JOB_RETRIES": "1",
-        "MAX_JOBS_PER_NODE": "1",
-    }
+@contextlib.contextmanager
+def api(redis_url: str, prefix: str, workers: int, http: str = "lane") -> Iterator[str]:
+    """The API under uvicorn with API_SETTINGS, NODES registered; its URL."""
+    with harness.uvicorn_api(
+        redis_url, prefix, *server_args(workers, http), **API_SETTINGS
+    ) as served:
+        for node in NODES:
+            httpx.post(f"{served.url}/nodes/register", json={"id": node}).raise_for_status()
+        yield served.url
 
 
-def start_api(redis_url: str, prefix: str, workers: int, http: str = "lane") -> tuple[Any, str]:
-    port = free_port()
-    cmd = uvicorn_cmd("scheduler.api.app:create_app", port, workers, factory=True, http=http)
-    proc = start(cmd, api_env(redis_url, prefix), port)
-    url = f"http://127.0.0.1:{port}"
-    for node in NODES:
-        httpx.post(f"{url}/nodes/register", json={"id": node}).raise_for_status()
-    return proc, url
+@contextlib.contextmanager
+def ceiling(workers: int, http: str) -> Iterator[str]:
+    """The bare app (bare_app.py) under the same server; its URL."""
+    port = harness.free_port()
+    cmd = harness.uvicorn_cmd("benchmarks.bare_app:app", port, *server_args(workers, http))
+    with harness.served(cmd, port) as served:
+        yield served.url
 
 
 def measure(
@@ -197,59 +185,58 @@ def claim_one_per_node(url: str) -> None:
 
 def median(results: list[Result]) -> Result:
     return Result(
-        requests=round(statistics.median(r.rps for r in results)),
+        requests=round(median_of(r.rps for r in results)),
         seconds=1.0,
-        p50_ms=statistics.median(r.p50_ms for r in results),
-        p99_ms=statistics.median(r.p99_ms for r in results),
+        p50_ms=median_of(r.p50_ms for r in results),
+        p99_ms=median_of(r.p99_ms for r in results),
         errors=sum(r.errors for r in results),
     )
 
 
-def line(name: str, r: Result, ceiling: Result | None = None) -> str:
-    ratio = f"  {r.rps / ceiling.rps:5.2f} of ceiling" if ceiling else ""
-    errors = f"  NON-2XX {r.errors}" if r.errors else ""
-    return (
-        f"{name:26s} {r.rps:9.0f} req/s  p50 {r.p50_ms:7.2f} ms  p99 {r.p99_ms:7.2f} ms"
-        f"{ratio}{errors}"
-    )
+TABLE = Table(
+    Column("throughput", "9.0f", "req/s"),
+    Column("p50", "7.2f", "ms"),
+    Column("p99", "7.2f", "ms"),
+    Column("of ceiling", "10.2f"),
+    Column("non-2xx", "7d"),
+    label_width=26,
+)
+
+
+def row(name: str, r: Result, ceiling: Result | None = None) -> None:
+    of_ceiling = r.rps / ceiling.rps if ceiling else None
+    TABLE.row(name, r.rps, r.p50_ms, r.p99_ms, of_ceiling, *([r.errors] if r.errors else []))
 
 
 OPS = ("get", "submit", "poll", "poll-full", "update")
 
 
 def run_rounds(args: argparse.Namespace, redis_url: str) -> dict[tuple[str, str], list[Result]]:
-    ceiling_port = free_port()
-    bare_env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
-    bare = uvicorn_cmd("bare_app:app", ceiling_port, args.workers, http=args.http)
-    procs = [start(bare, bare_env, ceiling_port)]
-    client = redis.Redis.from_url(redis_url)
     runs: dict[tuple[str, str], list[Result]] = {}
-    try:
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(harness.connected(redis_url))
+        ceiling_url = stack.enter_context(ceiling(args.workers, args.http))
         targets: list[tuple[str, str, int]] = []
         for stored in args.stored:
-            proc, url = start_api(redis_url, f"bench{stored}", args.workers, args.http)
-            procs.append(proc)
+            url = stack.enter_context(api(redis_url, f"bench{stored}", args.workers, args.http))
             preload(client, f"bench{stored}", stored)
             targets.append((str(stored), url, stored))
-        ceiling = ("ceiling", f"http://127.0.0.1:{ceiling_port}", min(args.stored))
+        top = ("ceiling", ceiling_url, min(args.stored))
         for _ in range(args.rounds):
             for op in args.ops:
-                for name, url, stored in [ceiling, *targets]:
+                for name, url, stored in [top, *targets]:
                     db = None if name == "ceiling" else client
                     runs.setdefault((op, name), []).append(measure(db, url, op, stored, args))
-    finally:
-        client.close()
-        for proc in procs:
-            stop(proc)
     return runs
 
 
 def report(args: argparse.Namespace, runs: dict[tuple[str, str], list[Result]]) -> None:
+    TABLE.header()
     for op in args.ops:
-        ceiling = median(runs[(op, "ceiling")])
-        print(line(f"{op} ceiling", ceiling))
+        top = median(runs[(op, "ceiling")])
+        row(f"{op} ceiling", top)
         for stored in args.stored:
-            print(line(f"{op} @ {stored} stored", median(runs[(op, str(stored))]), ceiling))
+            row(f"{op} @ {stored} stored", median(runs[(op, str(stored))]), top)
     low, *rest = args.stored
     for op in [op for op in ("poll", "update") if op in args.ops]:
         base = median(runs[(op, str(low))]).p50_ms
@@ -284,11 +271,16 @@ def main() -> int:
         f"{args.workers} uvicorn worker(s), --http {args.http}, {os.cpu_count()} cores"
     )
     raise_file_limit()
-    with redis_server() as redis_url:
+    with harness.redis_server() as redis_url:
         if args.ops:
             report(args, run_rounds(args, redis_url))
         if args.idle:
-            measure_idle(redis_url, args, start_api)
+            with (
+                harness.connected(redis_url) as client,
+                api(redis_url, "idle", args.workers) as url,
+            ):
+                preload(client, "idle", IDLE_STORED)
+                measure_idle(url, args)
         if args.dispatch:
             measure_dispatch(redis_url, args.dispatch)
     return 0

@@ -13,8 +13,9 @@ import json
 import time
 
 import redis
-from new_jobs import creation
 
+from benchmarks.new_jobs import creation
+from benchmarks.timing import evalsha_many
 from scheduler.models.job import STATUSES, Job, JobCreate, new_job, record_encoder
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
@@ -28,17 +29,15 @@ _CHUNK = 2000
 def preload(client: redis.Redis, prefix: str, count: int) -> None:
     """Store `count` pending jobs through the real create script, pipelined."""
     keys = Keys(prefix)
-    sha = client.script_load(job_scripts.CREATE_JOB.text)
     created_at = rfc3339(time.time())
     body, extra = creation(new_job(JobCreate(command="echo preloaded"), created_at))
     placement = Placement.among(NODES)
-    done = 0
-    while done < count:
-        pipe = client.pipeline(transaction=False)
-        for _ in range(min(_CHUNK, count - done)):
-            call = job_scripts.create_job(body, placement, time.time(), 30, **extra)
-            pipe.evalsha(sha, 1, keys.root, *call.args)
-        done += len(pipe.execute())
+    for start in range(0, count, _CHUNK):
+        calls = [
+            job_scripts.create_job(body, placement, time.time(), 30, **extra).args
+            for _ in range(min(_CHUNK, count - start))
+        ]
+        evalsha_many(client, keys.root, job_scripts.CREATE_JOB.text, calls)
 
 
 def truncate(client: redis.Redis, prefix: str, count: int) -> None:

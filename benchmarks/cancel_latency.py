@@ -7,7 +7,7 @@
 - "heartbeat only": AGENT_POLL_WAIT_SECS=0, the path before (a full agent did not poll): the
   cancel rides the next heartbeat's answer (AGENT_HEARTBEAT_SECS, 10 s as shipped).
 
-    .venv/bin/python benchmarks/cancel_latency.py [--jobs 5]
+    .venv/bin/python -m benchmarks.cancel_latency [--jobs 5]
 
 Starts its own redis-server, one `scheduler serve` and one agent per variant (MAX_JOBS_PER_NODE
 1, so the agent is at capacity while its job runs), the variants taking turns job by job.
@@ -18,19 +18,17 @@ the job changes).
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
+import contextlib
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.dispatch import _env, _scheduler  # noqa: E402
-from tests.processes import stop, wait_http  # noqa: E402
-from tests.redis_server import free_port, redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.dispatch import api_and_agent
+from benchmarks.report import Column, Table
+from benchmarks.timing import median, ratio, rounds
 
 VARIANTS = {"long-poll": "20", "heartbeat only": "0"}
 
@@ -63,39 +61,39 @@ def cancel_once(http: httpx.Client, begun: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=5)
     args = parser.parse_args()
-    with redis_server() as redis_url:
-        procs, clients, marks = [], {}, {}
-        try:
-            for name, wait in VARIANTS.items():
-                port = free_port()
-                url = f"http://127.0.0.1:{port}"
-                env = _env(redis_url, url)
-                env.update(REDIS_PREFIX=f"cancel-{wait}", AGENT_POLL_WAIT_SECS=wait)
-                env.update(MAX_JOBS_PER_NODE="1", CANCEL_GRACE_SECS="120")
-                procs.append(_scheduler(["serve", "--host", "127.0.0.1", "--port", str(port)], env))
-                wait_http(f"{url}/health")
-                procs.append(_scheduler(["agent", "--node-id", f"cancel-{wait}"], env))
-                clients[name] = httpx.Client(base_url=url, timeout=30)
-                marks[name] = Path(env["AGENT_WORK_DIR"]).parent / "begun"
-                while not clients[name].get("/nodes").json():
-                    time.sleep(0.05)
-            times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-            for _ in range(args.jobs):
-                for name in VARIANTS:
-                    times[name].append(cancel_once(clients[name], marks[name]))
-        finally:
-            for client in clients.values():
-                client.close()
-            for proc in reversed(procs):
-                stop(proc, timeout=40)
-    medians = {name: statistics.median(values) for name, values in times.items()}
+    marks = Path(tempfile.mkdtemp(prefix="bench-cancel-"))
+    with harness.redis_server() as redis_url, contextlib.ExitStack() as stack:
+        clients = {
+            name: stack.enter_context(
+                api_and_agent(
+                    redis_url,
+                    f"cancel-{wait}",
+                    f"cancel-{wait}",
+                    AGENT_POLL_WAIT_SECS=wait,
+                    MAX_JOBS_PER_NODE="1",
+                    CANCEL_GRACE_SECS="120",
+                )
+            )
+            for name, wait in VARIANTS.items()
+        }
+        times = rounds(
+            {
+                name: lambda name=name: cancel_once(clients[name], marks / f"{name}.begun")
+                for name in VARIANTS
+            },
+            args.jobs,
+        )
+    table = Table(Column("median", "6.2f", "s"), Column("each", "s"), label_width=30)
+    table.header()
     for name, values in times.items():
-        shown = " ".join(f"{v:.2f}" for v in values)
-        print(f"{name:15s} cancel -> ended: median {medians[name]:6.2f} s  ({shown})")
-    print(f"heartbeat only / long-poll: {medians['heartbeat only'] / medians['long-poll']:.1f}x")
+        table.row(f"{name} cancel -> ended", median(values), " ".join(f"{v:.2f}" for v in values))
+    slow, fast = (median(times[name]) for name in ("heartbeat only", "long-poll"))
+    Table(Column("ratio", "6.1f", "x"), label_width=30).row(
+        "heartbeat only / long-poll", ratio(slow, fast)
+    )
 
 
 if __name__ == "__main__":

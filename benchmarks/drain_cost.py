@@ -5,7 +5,7 @@ With --cpus C each job asks C cpus, which only the drained node offers (the othe
 1): each is left unplaced, its reason found. Redis' own time per call (INFO commandstats),
 so the machine's load moves it little.
 
-    .venv/bin/python benchmarks/drain_cost.py [--queued 1000 5000] [--nodes 10] [--cpus 2]
+    .venv/bin/python -m benchmarks.drain_cost [--queued 1000 5000] [--nodes 10] [--cpus 2]
 
 Starts its own redis-server.
 """
@@ -13,24 +13,21 @@ Starts its own redis-server.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import msgspec
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))
-
-from scheduler.models.registry import Node  # noqa: E402
-from scheduler.nodes.placement import Placement  # noqa: E402
-from scheduler.store.keys import Keys  # noqa: E402
-from scheduler.store.scripts import drains as drain_scripts  # noqa: E402
-from scheduler.store.scripts import jobs as job_scripts  # noqa: E402
-from scheduler.store.scripts import nodes as node_scripts  # noqa: E402
-from scheduler.store.scripts.retry import RetryPolicy  # noqa: E402
-from tests.redis_server import redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.report import Column, Table
+from benchmarks.timing import evalsha_many, evalsha_usec
+from scheduler.models.registry import Node
+from scheduler.nodes.placement import Placement
+from scheduler.store.keys import Keys
+from scheduler.store.scripts import drains as drain_scripts
+from scheduler.store.scripts import jobs as job_scripts
+from scheduler.store.scripts import nodes as node_scripts
+from scheduler.store.scripts.retry import RetryPolicy
 
 BODY = b'{"command":"echo hello","env_vars":{"GREETING":"hi"},"status":"pending","retry_count":0,"created_at":"2026-01-01T00:00:00.000000Z"}'  # noqa: E501
 LIMIT = 1000  # the API's moves per call (store/jobs.py DELETE_MOVES)
@@ -53,26 +50,20 @@ def setup(client: redis.Redis, keys: Keys, nodes: int, queued: int, cpus: int, n
     if cpus:  # the record says what the job asks, as a submit's does
         record = BODY[:-1] + b',"cpus":%d}' % cpus
         asks = {"asks": job_scripts.Asks(cpus=cpus)}
-    sha = client.script_load(job_scripts.CREATE_JOB.text)
     on_n0 = Placement.fixed("n0")
-    for start in range(0, queued, 1000):
-        pipe = client.pipeline(transaction=False)
-        for _ in range(start, min(queued, start + 1000)):
-            call = job_scripts.create_job(record, on_n0, now, 30, **asks)
-            pipe.evalsha(sha, 1, keys.root, *call.args)
-        pipe.execute()
+    creates = [job_scripts.create_job(record, on_n0, now, 30, **asks).args for _ in range(queued)]
+    evalsha_many(client, keys.root, job_scripts.CREATE_JOB.text, creates)
 
 
 def drain_ms(client: redis.Redis, keys: Keys, now: float) -> tuple[float, int, int, int]:
     """Redis' time for one drain of n0 (ms), the jobs it moved to other nodes, those it left
     unplaced and those that stayed."""
     call = drain_scripts.drain_node("n0", "operator", "key", False, now, 30, LIMIT)
-    sha = client.script_load(call.script.text)
+    client.script_load(call.script.text)
     client.config_resetstat()
-    reply = client.evalsha(sha, 1, keys.root, *call.args)
+    [reply] = evalsha_many(client, keys.root, call.script.text, [call.args])
     done = call.parse(reply)
-    usec = float(client.info("commandstats")["cmdstat_evalsha"]["usec"])
-    return usec / 1000, len(done.moved) - done.unplaced, done.unplaced, done.stayed
+    return evalsha_usec(client) / 1000, len(done.moved) - done.unplaced, done.unplaced, done.stayed
 
 
 def main() -> int:
@@ -83,17 +74,20 @@ def main() -> int:
     args = parser.parse_args()
     keys = Keys("drain")
     now = time.time()
-    with redis_server() as url:
-        client = redis.Redis.from_url(url)
+    table = Table(
+        Column("drain", "8.2f", "ms in Redis"),
+        Column("moved", "28s"),
+        Column("a drain again", "6.2f", "ms"),
+        Column("left", "10s"),
+        label_width=26,
+    )
+    with harness.redis_server() as url, harness.connected(url) as client:
         for queued in args.queued:
             setup(client, keys, args.nodes, queued, args.cpus, now)
             ms, moved, unplaced, stayed = drain_ms(client, keys, now)
             again, _, _, left = drain_ms(client, keys, now)
-            print(
-                f"{queued:6d} queued on the node: {ms:8.2f} ms in Redis, {moved} moved, "
-                f"{unplaced} unplaced, {stayed} stayed; a drain again {again:6.2f} ms "
-                f"({left} stayed)"
-            )
+            what = f"{moved} moved, {unplaced} unplaced, {stayed} stayed"
+            table.row(f"{queued:6d} queued on the node:", ms, what, again, f"{left} stayed")
     return 0
 
 

@@ -10,7 +10,7 @@ after it (apart from the tight floors'):
     POST  /{floor}/nodes/heartbeat         {"id": N}
     GET   /health
 
-    FLOOR_REDIS_URL=redis://... python -m uvicorn floor_app:app --app-dir benchmarks
+    FLOOR_REDIS_URL=redis://... python -m uvicorn benchmarks.floor_app:app
 
 It answers as little as the floor's calls tell it, and its Python is far less than the API's
 per request, so Redis sits idle less between calls than it does between the API's: the pace
@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
-from life_floor import FLOORS, Floor
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from benchmarks.life_floor import FLOORS, Floor
 
 HTTP_SUFFIX = ":http"
 

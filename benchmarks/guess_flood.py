@@ -4,15 +4,16 @@ ends) and as it was before (each new bar walked every entry for ended ones), sid
 one run; and the bar's size under a flood larger than MAX_BARRED. No Redis: the bar is the
 process's own memory.
 
-    .venv/bin/python benchmarks/guess_flood.py [--sizes 1000,10000,30000]
+    .venv/bin/python -m benchmarks.guess_flood [--sizes 1000,10000,30000]
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import time
 
+from benchmarks.report import Column, Table
+from benchmarks.timing import ratio, timed
 from scheduler.api import guesses
 from scheduler.api.guesses import Credentials
 
@@ -38,10 +39,12 @@ def per_bar_us(kind: type[Credentials], size: int) -> float:
     tail = max(1, size // 10)
     for n in range(size - tail):
         found._bar(address(n), 300.0, 11)
-    began = time.perf_counter()
-    for n in range(size - tail, size):
-        found._bar(address(n), 300.0, 11)
-    return (time.perf_counter() - began) / tail * 1e6
+
+    def last_tenth() -> None:
+        for n in range(size - tail, size):
+            found._bar(address(n), 300.0, 11)
+
+    return timed(last_tenth)[1] / tail * 1e6
 
 
 def main() -> None:
@@ -52,12 +55,16 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     limit = guesses.MAX_BARRED
     guesses.MAX_BARRED = max(sizes) + 1  # the heap itself, not its bound
+    table = Table(
+        Column("a new bar: heap", "8.2f", "µs"),
+        Column("walking the bar", "9.2f", "µs"),
+        Column("walking / heap", "6.0f"),
+        label_width=26,
+    )
+    table.header()
     for size in sizes:
         heap, walking = per_bar_us(Credentials, size), per_bar_us(Walking, size)
-        print(
-            f"{size:>7} addresses barred  a new bar: {heap:8.2f} µs (heap), "
-            f"{walking:9.2f} µs (walking the bar)  x{walking / heap:.0f}"
-        )
+        table.row(f"{size:>7} addresses barred", heap, walking, ratio(walking, heap))
     guesses.MAX_BARRED = limit
     found = Credentials("k" * 43)
     for n in range(2 * limit):

@@ -1,4 +1,4 @@
-"""N idle agents long-polling one API: `python idle_pollers.py URL N WAIT`.
+"""N idle agents long-polling one API: `python -m benchmarks.idle_pollers URL N WAIT`.
 
 Each holds one keep-alive connection and repeats `GET /jobs?node_id=idle-<i>&status=pending
 &wait=WAIT` (nodes without work, so every poll runs its wait out). Prints "ready" once every
@@ -7,8 +7,8 @@ connection has sent its first poll, then runs until killed.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
 from urllib.parse import urlparse
 
 
@@ -33,7 +33,7 @@ async def poller(host: str, port: int, index: int, wait: str, ready: asyncio.Que
         await reader.readexactly(length)
 
 
-async def main(url: str, count: int, wait: str) -> None:
+async def hold(url: str, count: int, wait: str) -> None:
     parsed = urlparse(url)
     ready: asyncio.Queue[int] = asyncio.Queue()
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
@@ -44,5 +44,14 @@ async def main(url: str, count: int, wait: str) -> None:
     await asyncio.gather(*tasks)
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("url", help="the API's base URL")
+    parser.add_argument("count", type=int, help="idle agents")
+    parser.add_argument("wait", help="each poll's wait, in seconds")
+    args = parser.parse_args()
+    asyncio.run(hold(args.url, args.count, args.wait))
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3]))
+    main()

@@ -3,7 +3,7 @@
 is fed whole requests, and the store's Redis connection is replaced by one that answers each
 command at once with what Redis would reply, through the same `Reply` the real one sets.
 
-    .venv/bin/python benchmarks/lane_cost.py [--requests 5000] [--repeats 25]
+    .venv/bin/python -m benchmarks.lane_cost [--requests 5000] [--repeats 25]
 
 Prints µs per request for GET /jobs/{id}, the poll at capacity (the answer `[]`) and the
 poll finding a job, with the default settings (request metrics on); `--agent-networks
@@ -11,12 +11,13 @@ poll finding a job, with the default settings (request metrics on); `--agent-net
 `--key K` with TINYAWS_API_KEY=K, each request carrying it (the right key: GET's door).
 Each figure is the fastest of --repeats runs of --requests requests: on a shared machine
 noise only adds time.
-Set PYTHONPATH to another checkout to measure that one instead.
+To measure another checkout instead, put it first on the path and leave the working
+directory off it (-P): `PYTHONPATH=DIR:. python -P -m benchmarks.lane_cost`.
 
 What it cannot isolate: everything outside Python. The socket reads and writes, the event
 loop's polling and the Redis connection's I/O are not here (over wrk they are about as much
-again: benchmarks/api_bench.py gives the whole), nor the Redis side of the call
-(benchmarks/script_cost.py).
+again: benchmarks.api_bench gives the whole), nor the Redis side of the call
+(benchmarks.script_cost).
 """
 
 from __future__ import annotations
@@ -26,15 +27,14 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import uvloop
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-sys.path.append(str(Path(__file__).resolve().parent.parent))  # after PYTHONPATH
-
+from benchmarks.report import Column, Table
+from benchmarks.timing import best_of
 from scheduler.api.app import create_app
 from scheduler.api.server import LaneProtocol
 from scheduler.config import Settings
@@ -143,13 +143,14 @@ def run(
 async def measure(args: argparse.Namespace) -> None:
     redis = AnsweringRedis()
     protocol, transport = protocol_for(redis, args.agent_networks, args.key)
-    measured = cases(args.key)
-    best = {name: float("inf") for name, _, _ in measured}
-    for _ in range(args.repeats):
-        for case in measured:
-            best[case[0]] = min(best[case[0]], run(protocol, transport, redis, case, args.requests))
-    for name, micros in best.items():
-        print(f"{name:20s} {micros:6.2f} µs of the API's Python per request")
+    table = Table(Column("", "6.2f", "µs of the API's Python per request"), label_width=20)
+    for case in cases(args.key):
+        table.row(
+            case[0],
+            best_of(
+                args.repeats, lambda case=case: run(protocol, transport, redis, case, args.requests)
+            ),
+        )
     protocol.connection_lost(None)
 
 

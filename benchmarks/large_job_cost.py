@@ -2,7 +2,7 @@
 1): no Redis call on it should take over 1 ms, beside normal traffic, and GET /jobs/{id}
 should stay one command; with --against REF, the same against the version REF, side by side.
 
-    .venv/bin/python benchmarks/large_job_cost.py [--lives 2] [--rounds 2] [--scale 1.0]
+    .venv/bin/python -m benchmarks.large_job_cost [--lives 2] [--rounds 2] [--scale 1.0]
         [--small-lives 100] [--against REF] [--no-pin]
 
 The big job is as large as scheduler/config's limits allow: a submit body just under
@@ -35,8 +35,9 @@ script loaded), it runs two phases of --lives pairs of lives:
           (it names their node or one of them, or carries an argument over 10 kB: a submit)
           or a small one's: the target is none.
 
-With --against REF, REF is checked out in a temporary git worktree and every other round's API
-process runs from it (ours, REF, ours, REF...), with the same sizes; a call kind's figure is
+With --against REF, REF is checked out in a temporary directory and every round runs an API
+process from each, taking turns (ours then REF, REF then ours, ...), with the same sizes; a
+call kind's figure is
 the median over its rounds and lives, and the ratio REF / ours is printed beside it.
 
 What it cannot isolate: a command's time in SLOWLOG leaves out reading its request and writing
@@ -56,8 +57,6 @@ import contextlib
 import json
 import os
 import re
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,15 +68,10 @@ from typing import Any
 import httpx
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from placement_cost import checkout  # noqa: E402
-
-from scheduler.config import Settings  # noqa: E402
-from tests.processes import scheduler_env, stop, wait_http  # noqa: E402
-from tests.redis_server import free_port, redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.report import Column, Table
+from benchmarks.timing import in_turn, median, ratio
+from scheduler.config import Settings
 
 PREFIX = "large"
 BIG_NODE = "big-node"
@@ -320,29 +314,34 @@ def pinned(on: bool) -> Iterator[Callable[[int], None]]:
 
 def run_round(code: Path, job: BigJob, args: argparse.Namespace) -> Round:
     """One round against a redis-server of its own, the API process running from `code`."""
-    with pinned(args.pin) as own_cpu, redis_server() as url:
-        watch = redis.Redis.from_url(url, client_name=WATCHER)
+    with (
+        pinned(args.pin) as own_cpu,
+        harness.redis_server() as url,
+        harness.connected(url, client_name=WATCHER) as watch,
+        tempfile.TemporaryFile() as log,
+    ):
         own_cpu(int(watch.info("server")["process_id"]))
         watch.config_set("slowlog-max-len", 1024)
-        port = free_port()
-        env = scheduler_env(url, PREFIX, PYTHONPATH=str(code), AGENT_AUTH="open", METRICS="off")
-        env.update(MAX_JOBS_PER_NODE="1000", MAX_JOB_RETRIES="1", RETRY_BACKOFF_SECS="0")
-        env.update(NODE_TTL_SECS="3600", SWEEP_INTERVAL_SECS="3600")
-        cmd = [sys.executable, "-m", "scheduler", "serve", "--workers", "1", "--port", str(port)]
-        with tempfile.TemporaryFile() as log:
-            api = subprocess.Popen(
-                [*cmd, "--log-level", "warning"], env=env, cwd=code, stdout=log, stderr=log
-            )
-            try:
-                wait_http(f"http://127.0.0.1:{port}/health")
-                return asyncio.run(phases(f"http://127.0.0.1:{port}", watch, job, args))
-            except BaseException:
-                log.seek(0)
-                sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
-                raise
-            finally:
-                stop(api)
-                watch.close()
+        try:
+            with harness.scheduler_api(
+                url,
+                PREFIX,
+                code=code,
+                stdout=log,
+                stderr=log,
+                AGENT_AUTH="open",
+                METRICS="off",
+                MAX_JOBS_PER_NODE="1000",
+                MAX_JOB_RETRIES="1",
+                RETRY_BACKOFF_SECS="0",
+                NODE_TTL_SECS="3600",
+                SWEEP_INTERVAL_SECS="3600",
+            ) as api:
+                return asyncio.run(phases(api.url, watch, job, args))
+        except BaseException:
+            log.seek(0)
+            sys.stderr.write(log.read()[-4000:].decode(errors="replace"))
+            raise
 
 
 def merged(rounds: list[Round]) -> Round:
@@ -371,19 +370,25 @@ def report(versions: dict[str, Round], job: BigJob, args: argparse.Namespace) ->
     )
     ours, other = versions[OURS], versions.get(args.against)
     print("Redis time of each call on the big job, alone (SLOWLOG; median over lives, rounds):")
+    columns = [Column(OURS, "9.0f", "µs"), Column("commands", "14s")]
+    if other is not None:
+        columns += [Column(args.against, "9.0f", "µs"), Column("commands", "14s")]
+        columns.append(Column(f"{args.against} / {OURS}", "6.1f"))
+    table = Table(*columns, label_width=30)
+    table.header()
     for kind, values in ours.times.items():
-        line = f"{kind:30s} {OURS} {statistics.median(values):9.0f} µs {ours.commands[kind]:14s}"
+        cells: list[float | str] = [median(values), ours.commands[kind]]
         if other is not None and kind in other.times:
-            before = statistics.median(other.times[kind])
-            line += f" {args.against} {before:9.0f} µs {other.commands[kind]:14s}"
-            line += f" {args.against} / {OURS} {before / max(statistics.median(values), 1):.1f}"
-        print(line)
+            before = median(other.times[kind])
+            cells += [before, other.commands[kind], ratio(before, max(median(values), 1))]
+        table.row(kind, *cells)
     print("INFO commandstats, the scripts' µs a call (EVALSHA or FCALL), alone:")
+    scripts = Table(*columns[:1] + ([columns[2]] if other is not None else []), label_width=30)
     for kind, values in ours.evalsha.items():
-        line = f"{kind:30s} {OURS} {statistics.median(values):9.0f} µs"
+        cells = [median(values)]
         if other is not None and kind in other.evalsha:
-            line += f" {args.against} {statistics.median(other.evalsha[kind]):9.0f} µs"
-        print(line)
+            cells.append(median(other.evalsha[kind]))
+        scripts.row(kind, *cells)
     for name, got in versions.items():
         one = sum(1 for counts in got.get_commands if sum(counts.values()) == 1)
         seen = sorted(
@@ -416,15 +421,15 @@ def main() -> int:
     )
     args = parser.parse_args()
     job = big_job(Settings.from_env(), args.scale)
-    codes = {OURS: ROOT}
+    codes = {OURS: harness.ROOT}
     rounds: dict[str, list[Round]] = {OURS: []}
     with contextlib.ExitStack() as stack:
         if args.against:
-            codes[args.against] = stack.enter_context(checkout(args.against))
+            codes[args.against] = stack.enter_context(harness.checkout(args.against))
             rounds[args.against] = []
-        for _ in range(args.rounds):
-            for name, code in codes.items():
-                rounds[name].append(run_round(code, job, args))
+        for turn in range(args.rounds):
+            for name in in_turn(list(codes), turn):
+                rounds[name].append(run_round(codes[name], job, args))
     report({name: merged(got) for name, got in rounds.items()}, job, args)
     return 0
 

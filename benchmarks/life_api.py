@@ -10,8 +10,6 @@ import asyncio
 import contextlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,12 +17,11 @@ from typing import Any
 
 import httpx
 import redis
-from life_floor import FLOORS, Floor
 
-from tests.processes import request_many, scheduler_env, stop, wait_http
-from tests.redis_server import free_port, redis_server
+from benchmarks import harness
+from benchmarks.life_floor import FLOORS, Floor
+from tests.processes import request_many
 
-BENCHMARKS = Path(__file__).resolve().parent
 PREFIX = "life"
 NODE = "measured-node"
 OTHERS = [f"stored-node-{i}" for i in range(4)]
@@ -98,33 +95,20 @@ class Api:
                 raise SystemExit(f"{self.name}: the idle poll found a job")
 
 
-def start_api(
-    code: Path, redis_url: str, prefix: str = PREFIX, **extra: str
-) -> tuple[subprocess.Popen[bytes], str]:
-    """The API of the checkout at `code` (first on its path) under `prefix`, `extra` added to
-    its environment, and its base URL."""
-    env = scheduler_env(
+@contextlib.contextmanager
+def api(code: Path, redis_url: str, prefix: str = PREFIX, **extra: str) -> Iterator[harness.Served]:
+    """The API of the checkout at `code` under `prefix`, `extra` added to its environment."""
+    with harness.scheduler_api(
         redis_url,
         prefix,
+        code=code,
         AGENT_AUTH="open",
         # Nodes stay live without heartbeats between the phases; no worker runs anyway.
         NODE_TTL_SECS="86400",
         METRICS_FLUSH_SECS=str(FLUSH_SECS),
-        PYTHONPATH=str(code),
         **extra,
-    )
-    port = free_port()
-    cmd = [sys.executable, "-m", "scheduler", "serve", "--workers", "1", "--port", str(port)]
-    proc = subprocess.Popen(
-        [*cmd, "--log-level", "warning"], env=env, cwd=code, stdout=subprocess.DEVNULL
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(f"{base}/health")
-    except TimeoutError:
-        stop(proc)
-        raise
-    return proc, base
+    ) as served:
+        yield served
 
 
 def register(http: httpx.Client, node: str, features: bool, pool: str, cpus: int) -> None:
@@ -175,17 +159,15 @@ def prepare(base: str, stored: int, features: bool) -> None:
 
 @contextlib.contextmanager
 def deployment(code: Path, name: str, stored: int, features: bool) -> Iterator[Api]:
-    with redis_server() as url:
-        client = redis.Redis.from_url(url)
-        api, base = start_api(code, url)
-        try:
-            prepare(base, stored, features)
-            subject = Api(name, client, url, base, features)
-            yield subject
-            subject.http.close()
-        finally:
-            stop(api)
-            client.close()
+    with (
+        harness.redis_server() as url,
+        harness.connected(url) as client,
+        api(code, url) as served,
+    ):
+        prepare(served.url, stored, features)
+        subject = Api(name, client, url, served.url, features)
+        yield subject
+        subject.http.close()
 
 
 @dataclass
@@ -237,22 +219,17 @@ class HttpFloor:
 def http_floors(redis_url: str, stats: redis.Redis, redis_name: str) -> Iterator[list[HttpFloor]]:
     """floor_app.py on `redis_url` (uvicorn, one worker, its defaults: uvloop and httptools as
     far as installed), and a subject of each of its floors ("floor http", "featured http")."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "floor_app:app", "--app-dir", str(BENCHMARKS)]
-    cmd += ["--port", str(port), "--workers", "1", "--log-level", "warning", "--no-access-log"]
-    proc = subprocess.Popen(
-        cmd, env={**os.environ, "FLOOR_REDIS_URL": redis_url}, stdout=subprocess.DEVNULL
-    )
-    base = f"http://127.0.0.1:{port}"
-    subjects = []
-    try:
-        wait_http(f"{base}/health")
-        subjects = [
-            HttpFloor(f"{name} http", stats, redis_name, f"{base}/{name}", kind())
-            for name, kind in FLOORS.items()
-        ]
-        yield subjects
-    finally:
-        for subject in subjects:
-            subject.http.close()
-        stop(proc)
+    port = harness.free_port()
+    cmd = harness.uvicorn_cmd("benchmarks.floor_app:app", port, "--workers", "1")
+    env = {**os.environ, "FLOOR_REDIS_URL": redis_url}
+    subjects: list[HttpFloor] = []
+    with harness.served(cmd, port, env) as app:
+        try:
+            subjects = [
+                HttpFloor(f"{name} http", stats, redis_name, f"{app.url}/{name}", kind())
+                for name, kind in FLOORS.items()
+            ]
+            yield subjects
+        finally:
+            for subject in subjects:
+                subject.http.close()

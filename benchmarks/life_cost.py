@@ -2,11 +2,11 @@
 and a poll at most 1.5x their own floors), plain and with the scheduling and placement
 features on, at --stored jobs stored; with --against REF, the version REF beside this one.
 
-    .venv/bin/python benchmarks/life_cost.py [--stored 100000] [--lives 2000] [--rounds 5]
+    .venv/bin/python -m benchmarks.life_cost [--stored 100000] [--lives 2000] [--rounds 5]
         [--sections plain,features] [--against REF] [--no-http-floors]
 
 Each version runs as a real `scheduler serve` process (one worker, AGENT_AUTH=open, its code
-checked out in a temporary git worktree for REF, as placement_cost.py does) against a
+checked out for REF in a temporary directory: harness.checkout) against a
 redis-server of its own (free loopback port, no persistence), started afresh per section. A
 life is four requests, one at a time from one keep-alive httpx client: POST /jobs, the
 agent's poll GET /jobs?node_id=M&status=pending (which must answer exactly that job), PATCH
@@ -88,7 +88,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,14 +96,12 @@ from typing import Protocol
 
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from life_api import deployment, http_floors  # noqa: E402
-from life_floor import FLOORS, Tight  # noqa: E402
-from life_stats import Figures, Sample, chunks, idle, median_ratio, sampled  # noqa: E402
-from placement_cost import checkout  # noqa: E402
+from benchmarks import harness
+from benchmarks.life_api import deployment, http_floors
+from benchmarks.life_floor import FLOORS, Tight
+from benchmarks.life_stats import Figures, Sample, idle, sampled
+from benchmarks.report import Column, Table
+from benchmarks.timing import chunks, in_turn, median, median_ratio
 
 PHASES = ("life", "heartbeat", "poll")
 BARS = {"life": 2.0, "heartbeat": 1.5, "poll": 1.5}
@@ -157,8 +154,7 @@ def one_round(subjects: list[Subject], phase: str, lives: int, turn: int) -> lis
     time (in an order that turns each chunk): one Sample each."""
     parts: list[list[Sample]] = [[] for _ in subjects]
     for i, size in enumerate(chunks(lives)):
-        first = (turn + i) % len(subjects)
-        for k in [*range(first, len(subjects)), *range(first)]:
+        for k in in_turn(range(len(subjects)), turn + i):
             parts[k].append(measure(subjects[k], phase, size))
     return [sum(samples[1:], samples[0]) for samples in parts]
 
@@ -199,28 +195,26 @@ def table(section: str, figures: Figures, args: argparse.Namespace) -> None:
         f"{args.rounds} rounds; medians, the ratio of each round's / the floor's. Redis idle "
         f"({idles}) is taken off the CPU figures"
     )
-    head = f"{'':28s}  {'ours µs':>9s}  {'floor µs':>9s}  {'ratio':>6s}  {'bar':>4s}  verdict"
+    columns = [Column("ours µs", "9.1f"), Column("floor µs", "9.1f"), Column("ratio", "6.2f")]
+    columns += [Column("bar", "4.1f"), Column("verdict", "7s")]
     if against:
-        head += f"  {args.against + ' µs':>12s}  {'ratio':>6s}  verdict  ours/before"
-    print(head)
+        columns += [Column(f"{args.against} µs", "12.1f"), Column("ratio", "6.2f")]
+        columns += [Column("verdict", "7s"), Column("ours/before", "11.2f")]
+    rows = Table(*columns)
+    rows.header()
     for phase in PHASES:
         bar = BARS[phase]
         for metric in METRICS:
             ours, floor = (figures.values(s, phase, metric) for s in ("ours", "floor"))
             ratio = median_ratio(ours, floor)
-            line = (
-                f"{phase + ', ' + metric:28s}  {statistics.median(ours):9.1f}  "
-                f"{statistics.median(floor):9.1f}  {ratio:6.2f}  {bar:4.1f}  "
-                f"{verdict(ratio, bar)}"
-            )
+            values: list[float | str] = [median(ours), median(floor), ratio, bar]
+            values.append(verdict(ratio, bar))
             if against:
                 before = figures.values("before", phase, metric)
                 theirs = median_ratio(before, floor)
-                line += (
-                    f"     {statistics.median(before):12.1f}  {theirs:6.2f}  "
-                    f"{verdict(theirs, bar)}     {median_ratio(ours, before):11.2f}"
-                )
-            print(line, flush=True)
+                values += [median(before), theirs, verdict(theirs, bar)]
+                values.append(median_ratio(ours, before))
+            rows.row(f"{phase}, {metric}", *values)
 
 
 def split(section: str, figures: Figures) -> None:
@@ -231,35 +225,33 @@ def split(section: str, figures: Figures) -> None:
         f"{section}, the gap split: features (featured: the floor and one least command a "
         "feature) and pace (http: a floor's calls one per HTTP request, as the API's)"
     )
-    head = f"{'':28s}  {'featured µs':>11s}  {'ours/feat':>9s}  {'feat/floor':>10s}"
+    columns = [Column("featured µs", "11.1f"), Column("ours/feat", "9.2f")]
+    columns.append(Column("feat/floor", "10.2f"))
     if http:
-        head += f"  {'floor http µs':>13s}  {'feat http µs':>12s}  {'ours/feat http':>14s}"
-        head += f"  {'feat/floor http':>15s}  {'floor http/tight':>16s}"
-    print(head)
+        columns += [Column("floor http µs", "13.1f"), Column("feat http µs", "12.1f")]
+        columns += [Column("ours/feat http", "14.2f"), Column("feat/floor http", "15.2f")]
+        columns.append(Column("floor http/tight", "16.2f"))
+    rows = Table(*columns)
+    rows.header()
     for phase in PHASES:
         for metric in METRICS:
             value = {s: figures.values(s, phase, metric) for s in figures.samples}
             ours, floor, featured = value["ours"], value["floor"], value["featured"]
-            line = (
-                f"{phase + ', ' + metric:28s}  {statistics.median(featured):11.1f}  "
-                f"{median_ratio(ours, featured):9.2f}  {median_ratio(featured, floor):10.2f}"
-            )
+            values = [median(featured), median_ratio(ours, featured)]
+            values.append(median_ratio(featured, floor))
             if http:
                 floor_http, featured_http = value["floor http"], value["featured http"]
-                line += (
-                    f"  {statistics.median(floor_http):13.1f}  "
-                    f"{statistics.median(featured_http):12.1f}  "
-                    f"{median_ratio(ours, featured_http):14.2f}  "
-                    f"{median_ratio(featured_http, floor_http):15.2f}  "
-                    f"{median_ratio(floor_http, floor):16.2f}"
-                )
-            print(line, flush=True)
+                values += [median(floor_http), median(featured_http)]
+                values += [median_ratio(ours, featured_http)]
+                values += [median_ratio(featured_http, floor_http)]
+                values.append(median_ratio(floor_http, floor))
+            rows.row(f"{phase}, {metric}", *values)
 
 
 def section(name: str, args: argparse.Namespace, before: Path | None) -> None:
     features = name == "features"
     with contextlib.ExitStack() as stack:
-        ours = stack.enter_context(deployment(ROOT, "ours", args.stored, features))
+        ours = stack.enter_context(deployment(harness.ROOT, "ours", args.stored, features))
         subjects: list[Subject] = [ours]
         if before is not None:
             subjects.append(
@@ -293,7 +285,7 @@ def main() -> int:
     if not set(sections) <= {"plain", "features"}:
         parser.error("--sections: plain, features, or plain,features")
     with contextlib.ExitStack() as stack:
-        before = stack.enter_context(checkout(args.against)) if args.against else None
+        before = stack.enter_context(harness.checkout(args.against)) if args.against else None
         for name in sections:
             section(name, args, before)
     return 0

@@ -1,6 +1,6 @@
-"""What the life benchmarks (life_cost.py, shard_cost.py) read of a Redis and how they take
-turns: its CPU (INFO cpu), its time in commands (INFO commandstats since CONFIG RESETSTAT),
-its idle draw, and a phase cut into turns."""
+"""What the life benchmarks (life_cost.py, shard_cost.py) read of a Redis: its CPU (INFO cpu),
+its time in commands (INFO commandstats since CONFIG RESETSTAT) and its idle draw, per
+subject and phase of their rounds (timing.py cuts a phase into turns)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from dataclasses import astuple, dataclass
 import redis
 
 IDLE_SECS = 2.0  # each Redis's idle draw, measured once a round
-CHUNKS = 10  # a round's phase of each subject, in this many turns
 
 
 @dataclass(frozen=True)
@@ -88,12 +87,6 @@ def idle(clients: dict[str, redis.Redis]) -> dict[str, tuple[float, float]]:
     }
 
 
-def chunks(total: int) -> list[int]:
-    """`total` in CHUNKS near-equal parts, none empty."""
-    parts = [total // CHUNKS + (1 if i < total % CHUNKS else 0) for i in range(CHUNKS)]
-    return [part for part in parts if part]
-
-
 @dataclass
 class Figures:
     samples: dict[str, dict[str, list[Sample]]]  # subject -> phase -> one a round
@@ -115,7 +108,3 @@ class Figures:
             "all commands": lambda s: s.every,
         }
         return [pick[metric](s) / s.count for s in self.samples[subject][phase]]
-
-
-def median_ratio(ours: list[float], floor: list[float]) -> float:
-    return statistics.median(a / b if b else float("nan") for a, b in zip(ours, floor, strict=True))

@@ -72,9 +72,9 @@ end
 """
 
 
-def run_wrk(url: str, lua: str, duration: float, connections: int) -> Result:
-    """wrk for `duration` seconds."""
-    out = _wrk(url, lua, connections, max(1, round(duration)), burst=False)
+def run_wrk(url: str, lua: str, duration: float, connections: int, threads: int = 1) -> Result:
+    """wrk for `duration` seconds, its connections over `threads` threads."""
+    out = _wrk(url, lua, connections, max(1, round(duration)), burst=False, threads=threads)
     rps = float(_find(r"Requests/sec:\s+([\d.]+)", out))
     return _result(out, requests=round(rps * duration), seconds=duration)
 
@@ -89,10 +89,11 @@ def run_burst(url: str, next_request_lua: str, budget: int, connections: int) ->
     return _result(out, requests=int(match.group(1)), seconds=float(match.group(2)))
 
 
-def _wrk(url: str, lua: str, connections: int, seconds: int, burst: bool) -> str:
+def _wrk(url: str, lua: str, connections: int, seconds: int, burst: bool, threads: int = 1) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(lua)
-    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script.name, url]
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    cmd += ["-s", script.name, url]
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         assert proc.stdout is not None

@@ -1,7 +1,7 @@
 """What the request metrics cost the hot paths: the same API with METRICS=on and METRICS=off,
 side by side on one Redis, for GET /jobs/{id}, the agent's poll and submit.
 
-    .venv/bin/python benchmarks/metrics_cost.py [--duration 5] [--rounds 5] [--connections 32]
+    .venv/bin/python -m benchmarks.metrics_cost [--duration 5] [--rounds 5] [--connections 32]
 
 Needs `wrk` (Debian: apt-get install wrk). Starts its own redis-server and two API processes
 (one per setting) on free loopback ports. Rounds alternate the two processes so drift of a
@@ -14,23 +14,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
-import statistics
-import subprocess
-import sys
-import tempfile
+import contextlib
 import time
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.processes import scheduler_env, stop, wait_http  # noqa: E402
-from tests.redis_server import free_port, redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.load import run_wrk
+from benchmarks.report import Column, Table
+from benchmarks.timing import in_turn, median, ratio
 
 OPS = {
     "get": ("/jobs/job-1", 'wrk.method = "GET"'),
@@ -43,40 +37,26 @@ OPS = {
 }
 
 
-def start_api(redis_url: str, metrics: str, name: str = "") -> tuple[subprocess.Popen[bytes], str]:
+@contextlib.contextmanager
+def api(redis_url: str, metrics: str, prefix: str) -> Iterator[str]:
+    """An API process with METRICS=`metrics`, 4 nodes and 100 jobs; its URL."""
     # Nodes registered once must stay healthy for the whole run: no heartbeats are sent.
-    env = scheduler_env(redis_url, f"metrics-{metrics}", METRICS=metrics, NODE_TTL_SECS="36000")
-    port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "scheduler.api.app:create_app", "--factory"]
-    cmd += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/health")
-    for i in range(4):
-        httpx.post(f"{url}/nodes/register", json={"id": f"node-{i}"})
-    for _ in range(100):
-        httpx.post(f"{url}/jobs", json={"command": "x"})
-    return proc, url
+    with harness.uvicorn_api(
+        redis_url, f"metrics-{prefix}", METRICS=metrics, NODE_TTL_SECS="36000"
+    ) as served:
+        for i in range(4):
+            httpx.post(f"{served.url}/nodes/register", json={"id": f"node-{i}"})
+        for _ in range(100):
+            httpx.post(f"{served.url}/jobs", json={"command": "x"})
+        yield served.url
 
 
 def wrk(url: str, op: str, duration: int, connections: int) -> float:
     path, lua = OPS[op]
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(lua)
-    try:
-        out = subprocess.run(
-            ["wrk", "-t2", f"-c{connections}", f"-d{duration}s", "-s", script.name, url + path],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    finally:
-        os.unlink(script.name)
-    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    assert match, out
-    if "Non-2xx" in out:
-        raise RuntimeError(f"{op}: errors\n{out}")
-    return float(match.group(1))
+    result = run_wrk(url + path, lua, duration, connections, threads=2)
+    if result.errors:
+        raise RuntimeError(f"{op}: {result.errors} answers not 2xx")
+    return result.rps
 
 
 def app_cpu_us(metrics: str, requests: int = 100_000) -> float:
@@ -130,31 +110,34 @@ def main() -> None:
         help="both processes with metrics off: how far two processes of the same code differ",
     )
     args = parser.parse_args()
-    with redis_server() as redis_url:
+    rates: dict[tuple[str, str], list[float]] = {}
+    with harness.redis_server() as redis_url, contextlib.ExitStack() as stack:
         setting = {"on": "off" if args.same else "on", "off": "off"}
-        procs = {m: start_api(redis_url, setting[m], m) for m in ("on", "off")}
-        try:
-            rates: dict[tuple[str, str], list[float]] = {}
-            for round_ in range(args.rounds):
-                # Which setting goes first alternates: neither gains from running second.
-                order = ("on", "off") if round_ % 2 == 0 else ("off", "on")
-                for op in OPS:
-                    for metrics in order:
-                        rate = wrk(procs[metrics][1], op, args.duration, args.connections)
-                        rates.setdefault((op, metrics), []).append(rate)
-        finally:
-            for proc, _ in procs.values():
-                stop(proc)
+        urls = {m: stack.enter_context(api(redis_url, setting[m], m)) for m in ("on", "off")}
+        for round_ in range(args.rounds):
+            # Which setting goes first alternates: neither gains from running second.
+            order = in_turn(["on", "off"], round_)
+            for op in OPS:
+                for metrics in order:
+                    rate = wrk(urls[metrics], op, args.duration, args.connections)
+                    rates.setdefault((op, metrics), []).append(rate)
     print(f"{args.rounds} rounds x {args.duration} s, {args.connections} connections, medians")
+    table = Table(
+        Column("metrics on", "8.0f", "req/s"),
+        Column("off", "8.0f", "req/s"),
+        Column("on/off", "6.3f"),
+        label_width=7,
+    )
+    table.header()
     for op in OPS:
-        on, off = (statistics.median(rates[(op, m)]) for m in ("on", "off"))
-        print(f"{op:7s} metrics on {on:8.0f} req/s  off {off:8.0f} req/s  on/off {on / off:5.3f}")
-    off_us = statistics.median(app_cpu_us("off") for _ in range(3))
-    on_us = statistics.median(app_cpu_us("on") for _ in range(3))
+        on, off = (median(rates[(op, m)]) for m in ("on", "off"))
+        table.row(op, on, off, ratio(on, off))
+    off_us = median(app_cpu_us("off") for _ in range(3))
+    on_us = median(app_cpu_us("on") for _ in range(3))
     extra = on_us - off_us
     print(f"the app in-process: {off_us:.2f} -> {on_us:.2f} us of CPU a request (+{extra:.2f} us)")
     for op in OPS:
-        off = statistics.median(rates[(op, "off")])
+        off = median(rates[(op, "off")])
         # One API process is CPU-bound under wrk: at R req/s a request costs 1/R of a core.
         cost = 1e6 / off
         print(f"{op:7s} +{extra:.2f} us on {cost:6.1f} us a request: {extra / cost:5.1%} less")

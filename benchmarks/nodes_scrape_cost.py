@@ -2,7 +2,7 @@
 the Redis time of the commands it sends (the longest one, which holds every other client
 back, and their sum), with N nodes registered in open mode, 16 labels each, some holding jobs.
 
-    .venv/bin/python benchmarks/nodes_scrape_cost.py [--nodes 3000 10000] [--jobs 200]
+    .venv/bin/python -m benchmarks.nodes_scrape_cost [--nodes 3000 10000] [--jobs 200]
         [--scrapes 5] [--before DIR]
 
 Starts its own redis-server and, per node count, the API of this checkout (and with
@@ -21,33 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.processes import scheduler_env, stop, wait_http  # noqa: E402
-from tests.redis_server import free_port, redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.report import Column, Table
+from benchmarks.timing import median
 
 LABELS = {f"label-{i:02d}": f"value-{i:02d}-of-a-node" for i in range(16)}
-
-
-def start_api(checkout: Path, redis_url: str, prefix: str) -> tuple[subprocess.Popen[bytes], str]:
-    env = scheduler_env(redis_url, prefix, NODE_TTL_SECS="36000", MAX_NODES="100000")
-    env["PYTHONPATH"] = str(checkout)
-    port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "scheduler.api.app:create_app", "--factory"]
-    cmd += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
-    proc = subprocess.Popen(cmd, env=env, cwd=checkout, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/health", proc=proc)
-    return proc, url
 
 
 async def populate(url: str, nodes: int, jobs: int) -> None:
@@ -105,16 +88,22 @@ def measure(client: redis.Redis, url: str, path: str, scrapes: int) -> tuple[flo
     for *_, scripts in runs:
         for command, duration in scripts.items():
             best[command] = min(best.get(command, duration), duration)
-    medians = [statistics.median(run[i] for run in runs) for i in range(3)]
+    medians = [median(run[i] for run in runs) for i in range(3)]
     return (*medians, max(best.values(), default=0))
 
 
-def line(label: str, path: str, figures: tuple[float, ...]) -> None:
+TABLE = Table(
+    Column("size", "9.1f", "KiB"),
+    Column("scripts", "4.0f", "scripts"),
+    Column("longest", "7.2f", "ms longest"),
+    Column("Redis CPU", "7.2f", "ms Redis CPU"),
+    label_width=19,
+)
+
+
+def row(label: str, path: str, figures: tuple[float, ...]) -> None:
     size, scripts, cpu, longest = figures
-    print(
-        f"{label:8s} {path:10s} {size / 1024:9.1f} KiB  {scripts:4.0f} scripts  "
-        f"longest {longest / 1000:7.2f} ms  Redis CPU {cpu / 1000:7.2f} ms"
-    )
+    TABLE.row(f"{label:8s} {path}", size / 1024, scripts, longest / 1000, cpu / 1000)
 
 
 def main() -> int:
@@ -124,21 +113,24 @@ def main() -> int:
     parser.add_argument("--scrapes", type=int, default=5)
     parser.add_argument("--before", type=Path, help="another checkout to measure beside this")
     args = parser.parse_args()
-    checkouts = [("this", ROOT)] + ([("before", args.before.resolve())] if args.before else [])
-    with redis_server() as redis_url:
-        client = redis.Redis.from_url(redis_url)
+    checkouts = [("this", harness.ROOT)]
+    checkouts += [("before", args.before.resolve())] if args.before else []
+    with harness.redis_server() as redis_url, harness.connected(redis_url) as client:
         client.config_set("slowlog-log-slower-than", SLOW_US)
         client.config_set("slowlog-max-len", 100_000)
         for count in args.nodes:
             print(f"{count} nodes, 16 labels each, {args.jobs} jobs")
             for label, checkout in checkouts:
-                proc, url = start_api(checkout, redis_url, f"scrape-{label}-{count}")
-                try:
-                    asyncio.run(populate(url, count, args.jobs))
+                with harness.uvicorn_api(
+                    redis_url,
+                    f"scrape-{label}-{count}",
+                    code=checkout,
+                    NODE_TTL_SECS="36000",
+                    MAX_NODES="100000",
+                ) as api:
+                    asyncio.run(populate(api.url, count, args.jobs))
                     for path in ("/metrics", "/ui/nodes"):
-                        line(label, path, measure(client, url, path, args.scrapes))
-                finally:
-                    stop(proc)
+                        row(label, path, measure(client, api.url, path, args.scrapes))
     return 0
 
 

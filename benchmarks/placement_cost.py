@@ -2,58 +2,45 @@
 registered compute nodes and 100 000 pending jobs, for this version and another (--against
 REF, the version before placement by fit, say), side by side in one run, with the ratios.
 
-    .venv/bin/python benchmarks/placement_cost.py [--jobs 100000] [--calls 2000]
+    .venv/bin/python -m benchmarks.placement_cost [--jobs 100000] [--calls 2000]
         [--nodes 10,100,1000] [--against REF]
 
 Each version runs in a process of its own (the checkout first on its path; REF checked out
-in a temporary git worktree, as script_instructions.py does) against a redis-server of its
-own: it registers 10 nodes, submits `--jobs` jobs (they stay pending: no agent takes them),
-then measures, registers nodes up to 100 and measures, then up to 1 000. Calls are pipelined
-from one client, so a figure is Redis's own time per call, not a latency. Besides the plain
-submit (CREATE_JOB of a job that asks nothing) and the poll (POLL, a node's head), this
-version's submits that ask cpus (placed), name a node (the label sets), ask more than any
-node offers (no_fit) or more than any has free (full) are measured too, and a placement
-pass over 200 waiting jobs; the version before has no such figure (no ratio). Each figure
-is the median of 3 measures. The machine is shared: figures move by 10 to 30% between
-runs (the poll, whose script is unchanged, shows how much), so compare the versions of one
-run, or count instructions (script_instructions.py).
+in a temporary directory, harness.checkout) against a redis-server of its own: it registers
+10 nodes, submits `--jobs` jobs (they stay pending: no agent takes them), then measures,
+registers nodes up to 100 and measures, then up to 1 000. Calls are pipelined from one
+client, so a figure is Redis's own time per call, not a latency. Besides the plain submit
+(CREATE_JOB of a job that asks nothing) and the poll (POLL, a node's head), this version's
+submits that ask cpus (placed), name a node (the label sets), ask more than any node offers
+(no_fit) or more than any has free (full) are measured too, and a placement pass over 200
+waiting jobs; the version before has no such figure (no ratio). Each figure is the median of
+3 measures. The machine is shared: figures move by 10 to 30% between runs (the poll, whose
+script is unchanged, shows how much), so compare the versions of one run, or count
+instructions (script_instructions.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks import harness
+from benchmarks.report import Column, Table
+from benchmarks.timing import calls_usec, evalsha_usec, median
+
 NODE_COUNTS = "10,100,1000"
 RUNS = 3  # each case measured so often; its median is the figure
 BODY = (
     b'{"command":"echo hello","status":"pending","retry_count":0,'
     b'"created_at":"2026-01-01T00:00:00.000000Z"}'
 )
-
-
-def _script_time(client: redis.Redis, root: str, calls: list[Any]) -> float:
-    """µs of Redis per call of `calls` (one script), pipelined."""
-    sha = client.script_load(calls[0].script.text)
-    client.config_resetstat()
-    for start in range(0, len(calls), 1000):
-        pipe = client.pipeline(transaction=False)
-        for call in calls[start : start + 1000]:
-            pipe.evalsha(sha, 1, root, *call.args)
-        pipe.execute()
-    entry = client.info("commandstats").get("cmdstat_evalsha", {"usec_per_call": 0.0})
-    return float(entry["usec_per_call"])
 
 
 def _register(client: redis.Redis, root: str, first: int, last: int, now: float) -> None:
@@ -72,7 +59,7 @@ def _register(client: redis.Redis, root: str, first: int, last: int, now: float)
             Node(id=f"n{i}", hostname=f"h{i}", cpu_count=1024, role="compute")
         )
         calls.append(nodes.register_node(f"n{i}", record, "compute", now, who, f"t{i}", 1000))
-    _script_time(client, root, calls)
+    calls_usec(client, root, calls)
 
 
 def _submits(now: float, count: int, **asks: Any) -> list[Any]:
@@ -106,29 +93,27 @@ def _pass_time(client: redis.Redis, now: float) -> float:
         client.set(keys.unplaced_retry, "-inf")  # type: ignore[attr-defined,unused-ignore]
         client.config_resetstat()
         client.evalsha(sha, 1, keys.root, *call.args)
-        runs.append(float(client.info("commandstats")["cmdstat_evalsha"]["usec_per_call"]))
-    return sorted(runs)[RUNS // 2]
+        runs.append(evalsha_usec(client))
+    return median(runs)
 
 
 def measure(jobs: int, calls: int, counts: list[int]) -> dict[str, float]:
-    """This checkout's figures (the one on sys.path), against a redis-server of its own."""
+    """This checkout's figures (the one first on the path), against a redis-server of its own."""
     from scheduler.store.keys import Keys
     from scheduler.store.scripts import jobs as job_scripts
-    from tests.redis_server import redis_server
 
     asks_fit = hasattr(job_scripts, "Asks")
     keys = Keys("bench")
     now = time.time()
     figures: dict[str, float] = {}
-    with redis_server() as url:
-        client = redis.Redis.from_url(url)
+    with harness.redis_server() as url, harness.connected(url) as client:
         client.set(keys.initialised, "benchmark")
         registered = 0
         for count in counts:
             _register(client, keys.root, registered, count, now)
             registered = count
             if count == counts[0]:
-                _script_time(client, keys.root, _submits(now, jobs))
+                calls_usec(client, keys.root, _submits(now, jobs))
             cases: list[tuple[str, Callable[[], list[Any]]]] = [
                 ("submit", lambda: _submits(now, calls)),
                 (
@@ -145,38 +130,19 @@ def measure(jobs: int, calls: int, counts: list[int]) -> dict[str, float]:
                 # Every node offers 1024 and holds some of the 1-cpu jobs: none has room.
                 cases.append(("submit, nodes full", lambda: _submits(now, calls, cpus=1024)))
             for name, build in cases:
-                runs = sorted(_script_time(client, keys.root, build()) for _ in range(RUNS))
-                figures[f"{name}, {count} nodes"] = runs[RUNS // 2]
+                runs = [calls_usec(client, keys.root, build()) for _ in range(RUNS)]
+                figures[f"{name}, {count} nodes"] = median(runs)
             if asks_fit:
                 figures[f"placement pass, 200 waiting, {count} nodes"] = _pass_time(client, now)
-        client.close()
     return figures
 
 
 def measured(code: Path, jobs: int, calls: int, counts: str) -> dict[str, float]:
-    """`measure` in a process of its own with the checkout at `code` first on its path."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    argv = [sys.executable, __file__, "--measure", "--jobs", str(jobs), "--calls", str(calls)]
-    argv += ["--nodes", counts]
-    done = subprocess.run(argv, env=env, cwd=code, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr)
-    figures: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    """`measure` in a process of its own on the checkout at `code`."""
+    argv = ["--measure", "--jobs", str(jobs), "--calls", str(calls), "--nodes", counts]
+    out = harness.run_module("placement_cost", *argv, code=code)
+    figures: dict[str, float] = json.loads(out.splitlines()[-1])
     return figures
-
-
-@contextlib.contextmanager
-def checkout(ref: str) -> Iterator[Path]:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as parent:
-        path = Path(parent) / "checkout"
-        git = ["git", "-C", str(ROOT)]
-        subprocess.run([*git, "worktree", "add", "--detach", "-q", str(path), ref], check=True)
-        try:
-            yield path
-        finally:
-            subprocess.run([*git, "worktree", "remove", "--force", str(path)], check=True)
 
 
 def main() -> int:
@@ -188,20 +154,21 @@ def main() -> int:
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        sys.path.append(str(Path.cwd()))  # the checkout's tests/ (its redis_server)
         print(json.dumps(measure(args.jobs, args.calls, [int(n) for n in args.nodes.split(",")])))
         return 0
-    ours = measured(ROOT, args.jobs, args.calls, args.nodes)
+    ours = measured(harness.ROOT, args.jobs, args.calls, args.nodes)
     theirs: dict[str, float] = {}
     if args.against:
-        with checkout(args.against) as other:
+        with harness.checkout(args.against) as other:
             theirs = measured(other, args.jobs, args.calls, args.nodes)
+    columns = [Column("µs/call", "8.2f")]
+    if args.against:
+        columns += [Column(f"{args.against} µs/call", "8.2f"), Column("ratio", "6.2f")]
+    table = Table(*columns, label_width=32)
+    table.header()
     for label, figure in ours.items():
-        line = f"{label:32s} {figure:8.2f} µs/call"
-        if label in theirs:
-            before = theirs[label]
-            line += f"   {args.against}: {before:8.2f} µs/call   ratio {figure / before:.2f}"
-        print(line)
+        before = theirs.get(label)
+        table.row(label, figure, *([] if before is None else [before, figure / before]))
     return 0
 
 

@@ -2,7 +2,7 @@
 ceiling of one Redis core in requests (and job lifecycles) per second, and how many API
 processes it takes to reach it.
 
-    .venv/bin/python benchmarks/redis_ceiling.py [--stored 10000] [--requests 20000]
+    .venv/bin/python -m benchmarks.redis_ceiling [--stored 10000] [--requests 20000]
         [--connections 32] [--http one-write|httptools|h11]
 
 Starts its own redis-server and one `scheduler serve` process on free loopback ports, stores
@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -47,14 +46,10 @@ from pathlib import Path
 import httpx
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from bench_state import NODES, check, preload  # noqa: E402
-
-from tests.processes import HttpRequest, request_many, scheduler_env, stop, wait_http  # noqa: E402
-from tests.redis_server import free_port, redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.bench_state import NODES, check, preload
+from benchmarks.report import Column, Table
+from tests.processes import HttpRequest, request_many
 
 PREFIX = "ceiling"
 IDLE_NODES = [f"idle-node-{i}" for i in range(10)]
@@ -69,19 +64,23 @@ class Figures:
     redis_command_us: float  # time inside the commands (commandstats) per request
     api_cpu_us: float  # API process CPU per request
 
-    def line(self) -> str:
+    def row(self) -> None:
         ceiling = 1e6 / self.redis_cpu_us
         feeds = self.api_cpu_us / self.redis_cpu_us
-        return (
-            f"{self.op:8s} {self.requests:7d} {self.requests / self.seconds:9.0f} "
-            f"{self.redis_cpu_us:9.1f} {self.redis_command_us:9.1f} {self.api_cpu_us:9.1f} "
-            f"{ceiling:10.0f} {feeds:7.1f}"
-        )
+        rps = self.requests / self.seconds
+        values = (self.requests, rps, self.redis_cpu_us, self.redis_command_us, self.api_cpu_us)
+        TABLE.row(self.op, *values, ceiling, feeds)
 
 
-HEADER = (
-    "op       requests  req/s*   redis µs  in-cmd µs   api µs  ceiling/s  APIs/core\n"
-    "         (* this machine, load generator included: not a ceiling)"
+TABLE = Table(
+    Column("requests", "7d"),
+    Column("req/s*", "9.0f"),
+    Column("redis µs", "9.1f"),
+    Column("in-cmd µs", "9.1f"),
+    Column("api µs", "9.1f"),
+    Column("ceiling/s", "10.0f"),
+    Column("APIs/core", "7.1f"),
+    label_width=8,
 )
 
 
@@ -126,16 +125,16 @@ def command_usec(client: redis.Redis, op: str) -> float:
     return sum(float(stats[name]["usec"]) for name in names if name in stats)
 
 
-def measure(op: str, args: argparse.Namespace, client: redis.Redis, api_pid: int) -> Figures:
+def measure(op: str, args: argparse.Namespace, client: redis.Redis, api: harness.Served) -> Figures:
     reqs = requests_of(op, args.requests)
     client.config_resetstat()
-    redis_before, api_before = redis_cpu(client), process_cpu(api_pid)
+    redis_before, api_before = redis_cpu(client), process_cpu(api.pid)
     started = time.monotonic()
-    answers = asyncio.run(request_many([f"http://127.0.0.1:{args.port}"], reqs, args.connections))
+    answers = asyncio.run(request_many([api.url], reqs, args.connections))
     statuses = [status for status, _ in answers]
     seconds = time.monotonic() - started
     # INFO itself costs Redis a little CPU: a few µs against seconds.
-    redis_used, api_used = redis_cpu(client) - redis_before, process_cpu(api_pid) - api_before
+    redis_used, api_used = redis_cpu(client) - redis_before, process_cpu(api.pid) - api_before
     in_commands = command_usec(client, op)
     wanted = {"submit": 201}.get(op, 200)
     wrong = [s for s in statuses if s != wanted]
@@ -143,21 +142,6 @@ def measure(op: str, args: argparse.Namespace, client: redis.Redis, api_pid: int
         raise SystemExit(f"{op}: {len(wrong)} answers were not {wanted}: {sorted(set(wrong))}")
     n = len(reqs)
     return Figures(op, n, seconds, redis_used / n * 1e6, in_commands / n, api_used / n * 1e6)
-
-
-def start_api(redis_url: str, port: int, http: str) -> subprocess.Popen[bytes]:
-    env = scheduler_env(
-        redis_url,
-        PREFIX,
-        NODE_TTL_SECS="3600",
-        MAX_JOBS_PER_NODE="1000000",
-        SWEEP_INTERVAL_SECS="3600",
-    )
-    cmd = [sys.executable, "-m", "scheduler", "serve", "--workers", "1", "--port", str(port)]
-    cmd += ["--http", http]
-    proc = subprocess.Popen([*cmd, "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL)
-    wait_http(f"http://127.0.0.1:{port}/health")
-    return proc
 
 
 def main() -> int:
@@ -169,25 +153,32 @@ def main() -> int:
     args = parser.parse_args()
     if args.stored < args.requests:
         parser.error("--stored must be at least --requests (each PATCH run moves distinct jobs)")
-    args.port = free_port()
-    with redis_server() as url:
-        client = redis.Redis.from_url(url)
-        api = start_api(url, args.port, args.http)
-        try:
-            for node in NODES + IDLE_NODES:
-                body = {"id": node, "hostname": node, "cpu_count": 1, "role": "compute"}
-                httpx.post(f"http://127.0.0.1:{args.port}/nodes/register", json=body)
-            preload(client, PREFIX, args.stored)
-            check(client, PREFIX, args.stored)
-            print(f"{args.stored} jobs stored, {args.connections} connections, one API process")
-            print(HEADER)
-            figures = {}
-            for op in ("get", "poll", "running", "done", "beat", "submit"):
-                figures[op] = measure(op, args, client, api.pid)
-                print(figures[op].line(), flush=True)
-            lifecycle(figures)
-        finally:
-            stop(api)
+    with (
+        harness.redis_server() as url,
+        harness.connected(url) as client,
+        harness.scheduler_api(
+            url,
+            PREFIX,
+            "--http",
+            args.http,
+            NODE_TTL_SECS="3600",
+            MAX_JOBS_PER_NODE="1000000",
+            SWEEP_INTERVAL_SECS="3600",
+        ) as api,
+    ):
+        for node in NODES + IDLE_NODES:
+            body = {"id": node, "hostname": node, "cpu_count": 1, "role": "compute"}
+            httpx.post(f"{api.url}/nodes/register", json=body)
+        preload(client, PREFIX, args.stored)
+        check(client, PREFIX, args.stored)
+        print(f"{args.stored} jobs stored, {args.connections} connections, one API process")
+        TABLE.header("op")
+        print("         (* this machine, load generator included: not a ceiling)")
+        figures = {}
+        for op in ("get", "poll", "running", "done", "beat", "submit"):
+            figures[op] = measure(op, args, client, api)
+            figures[op].row()
+        lifecycle(figures)
     return 0
 
 

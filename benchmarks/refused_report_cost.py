@@ -3,12 +3,12 @@ report's scripts read and decoded the whole job before they looked at the token,
 stranger's PATCH on a job holding MiBs of env_vars and output cost Redis a full decode; now
 they decide from the token and the node's index of jobs (library.py job_access) first.
 
-    .venv/bin/python benchmarks/refused_report_cost.py [--env-bytes 1048576]
+    .venv/bin/python -m benchmarks.refused_report_cost [--env-bytes 1048576]
         [--output-bytes 1048576] [--calls 20] [--runs 3] [--before REV]
 
 Before: the scripts of git revision --before (default: the last one without job_access),
-taken from this repository with `git archive` and assembled by that version's own code in a
-subprocess; after: this checkout's. Both run side by side on one redis-server, each on a
+checked out from this repository (harness.checkout) and assembled by that version's own code
+in a subprocess; after: this checkout's. Both run side by side on one redis-server, each on a
 deployment of its own holding the same job: job-1 of node n1, done, with --env-bytes of
 env_vars (variables of about 64 bytes) and --output-bytes of stdout and of stderr (as the
 limits allow: MAX_BODY_BYTES, OUTPUT_LIMIT_BYTES). Nodes n1 and n2 hold tokens.
@@ -28,34 +28,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from io import BytesIO
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from new_jobs import creation  # noqa: E402
-
-from scheduler.models.job import JobCreate, JobUpdate, new_job  # noqa: E402
-from scheduler.nodes.placement import Placement  # noqa: E402
-from scheduler.store.keys import Keys  # noqa: E402
-from scheduler.store.scripts import codes  # noqa: E402
-from scheduler.store.scripts import jobs as job_scripts  # noqa: E402
-from scheduler.store.scripts.retry import RetryPolicy  # noqa: E402
-from tests.redis_server import redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.new_jobs import creation
+from benchmarks.report import Column, Table
+from benchmarks.timing import median, ratio, rounds, script_usec
+from scheduler.models.job import JobCreate, JobUpdate, new_job
+from scheduler.nodes.placement import Placement
+from scheduler.store.keys import Keys
+from scheduler.store.scripts import codes
+from scheduler.store.scripts import jobs as job_scripts
+from scheduler.store.scripts.retry import RetryPolicy
 
 # The last revision whose report scripts decoded the job before checking the token.
 BEFORE = "014c29005097f88c6e2e67a4c5dd9087718c68a1"
@@ -73,7 +65,7 @@ CASES = [
 CLAIM = JobUpdate(status="running")
 CODE_NAMES = {v: k for k, v in vars(codes).items() if k.isupper() and isinstance(v, int)}
 
-# Run by the version measured as "before" (its tree first on sys.path): each case's calls as
+# Run by the version measured as "before" (its tree first on the path): each case's calls as
 # [script text, args] pairs, CHECK_REPORT's then TRANSITION's.
 DUMP = """
 import inspect, json, sys
@@ -96,22 +88,10 @@ Calls = list[list[tuple[str, list[Any]]]]  # per case: (script text, args) per s
 
 def before_calls(rev: str) -> Calls:
     """The calls of CASES as revision `rev` makes them."""
-    archive = subprocess.run(
-        ["git", "archive", rev, "scheduler"], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    with tempfile.TemporaryDirectory(prefix="refused-report-") as tree:
-        with tarfile.open(fileobj=BytesIO(archive)) as tar:
-            tar.extractall(tree, filter="data")
-        cases = json.dumps([[job_id, caller] for _, job_id, caller in CASES])
-        done = subprocess.run(
-            [sys.executable, "-c", DUMP, cases],
-            cwd=tree,
-            env={"PYTHONPATH": tree, "PATH": "/usr/bin:/bin"},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    return [[(text, args) for text, args in case] for case in json.loads(done.stdout)]
+    cases = json.dumps([[job_id, caller] for _, job_id, caller in CASES])
+    with harness.checkout(rev) as tree:
+        out = harness.child(tree, "-c", DUMP, cases)
+    return [[(text, args) for text, args in case] for case in json.loads(out)]
 
 
 def after_calls() -> Calls:
@@ -159,14 +139,7 @@ def measure(client: redis.Redis, keys: Keys, text: str, args: list[Any], calls: 
     the garbage of the calls before (MBs of a decoded job) would otherwise be collected, and
     counted, during these."""
     client.script_flush("SYNC")
-    sha = client.script_load(text)
-    client.config_resetstat()
-    pipe = client.pipeline(transaction=False)
-    for _ in range(calls):
-        pipe.evalsha(sha, 1, keys.root, *args)
-    pipe.execute()
-    stats: Any = client.info("commandstats")
-    return float(stats["cmdstat_evalsha"]["usec_per_call"])
+    return script_usec(client, keys.root, text, [args] * calls)
 
 
 def answer(client: redis.Redis, keys: Keys, text: str, args: list[Any]) -> str:
@@ -198,24 +171,28 @@ def main() -> None:
     parser.add_argument("--before", default=BEFORE, help="git revision measured as before")
     args = parser.parse_args()
     versions = {"before": before_calls(args.before), "after": after_calls()}
-    with redis_server() as url, deployments(url, args) as (client, before, after):
+    table = Table(
+        Column("before", "7.1f", "µs/call"),
+        Column("answer", "15s"),
+        Column("after", "7.1f", "µs/call"),
+        Column("answer", "15s"),
+        Column("before / after", "8.3g"),
+        label_width=40,
+    )
+    table.header()
+    with harness.redis_server() as url, deployments(url, args) as (client, before, after):
         where = {"before": before, "after": after}
         for step, script in enumerate(("CHECK_REPORT", "TRANSITION")):
             for case, (name, _, _) in enumerate(CASES):
-                times: dict[str, list[float]] = {"before": [], "after": []}
-                for run in range(args.runs):
-                    # Swapped every run: this machine is shared and noisy.
-                    for version in ("before", "after") if run % 2 == 0 else ("after", "before"):
-                        text, call_args = versions[version][case][step]
-                        times[version].append(
-                            measure(client, where[version], text, call_args, args.calls)
-                        )
-                b, a = (statistics.median(times[v]) for v in ("before", "after"))
-                codes = [answer(client, where[v], *versions[v][case][step]) for v in where]
-                print(
-                    f"{script}, {name}  before {b:.1f} µs/call (answer {codes[0]})"
-                    f"  after {a:.1f} µs/call (answer {codes[1]})  before / after: {b / a:.3g}"
-                )
+                # Taking turns run by run: this machine is shared and noisy.
+                def run(version: str, case: int = case, step: int = step) -> float:
+                    text, call_args = versions[version][case][step]
+                    return measure(client, where[version], text, call_args, args.calls)
+
+                times = rounds({v: lambda v=v: run(v) for v in ("before", "after")}, args.runs)
+                b, a = (median(times[v]) for v in ("before", "after"))
+                said = [answer(client, where[v], *versions[v][case][step]) for v in where]
+                table.row(f"{script}, {name}", b, said[0], a, said[1], ratio(b, a))
 
 
 if __name__ == "__main__":

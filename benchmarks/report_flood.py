@@ -7,7 +7,7 @@
                        budget REPORT_BYTES_IN_FLIGHT is all that bounds them)
   own node, open       the same, as the case a legitimate agent would hit
 
-    .venv/bin/python benchmarks/report_flood.py [--senders 6] [--mib 64] [--budget-mib 128]
+    .venv/bin/python -m benchmarks.report_flood [--senders 6] [--mib 64] [--budget-mib 128]
 
 Starts its own redis-server and one API process per case on free loopback ports. Each
 sender streams its body in 1 MiB writes for as long as the API reads; RSS is sampled from
@@ -29,12 +29,9 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.keys import API_KEY as KEY  # noqa: E402
-from tests.processes import scheduler_env, stop, wait_http  # noqa: E402
-from tests.redis_server import free_port, redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.report import Column, Table
+from tests.keys import API_KEY as KEY
 
 MiB = 1024 * 1024
 
@@ -74,34 +71,37 @@ def send(port: int, path: str, size: int, headers: dict[str, str], out: list[int
             out.append(0)
 
 
-def flood(args: argparse.Namespace, redis_url: str, case: str) -> str:
+TABLE = Table(
+    Column("RSS", "6.0f", "MiB"),
+    Column("peak", "6.0f", "MiB"),
+    Column("added", "5.0f", "MiB"),
+    Column("answers", "24s"),
+    Column("took", "5.1f", "s"),
+    label_width=16,
+)
+
+
+def flood(args: argparse.Namespace, redis_url: str, case: str) -> None:
     mode = "token" if "token" in case else "open"
-    env = scheduler_env(
+    # (stderr too: in open mode with a key the API's start-up warning would fill the table.)
+    with harness.uvicorn_api(
         redis_url,
-        f"flood{free_port()}",
+        f"flood{harness.free_port()}",
+        stderr=subprocess.DEVNULL,
         AGENT_AUTH=mode,
         TINYAWS_API_KEY=KEY,
         MAX_REPORT_BYTES=str(args.mib * MiB),
         REPORT_BYTES_IN_FLIGHT=str(args.budget_mib * MiB),
-    )
-    port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", "scheduler.api.app:create_app", "--factory"]
-    cmd += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
-    # (stderr too: in open mode with a key the API's start-up warning would fill the table.)
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/health")
+    ) as api:
         auth = {"Authorization": f"Bearer {KEY}"}
-        node = httpx.post(f"{url}/nodes/register", json={"id": "n1"}, headers=auth).json()
-        httpx.post(f"{url}/jobs", json={"command": "x"}, headers=auth)
+        node = httpx.post(f"{api.url}/nodes/register", json={"id": "n1"}, headers=auth).json()
+        httpx.post(f"{api.url}/jobs", json={"command": "x"}, headers=auth)
         path = "/jobs/job-999999" if case == "unknown job" else "/jobs/job-1"
         headers = {"Authorization": f"Bearer {node['token']}"} if case == "own node, open" else {}
         time.sleep(0.5)
-        base = rss_mib(proc.pid)
+        base = rss_mib(api.pid)
         statuses: list[int] = []
+        port = int(api.url.rsplit(":", 1)[1])
         senders = [
             threading.Thread(target=send, args=(port, path, args.mib * MiB, headers, statuses))
             for _ in range(args.senders)
@@ -110,16 +110,11 @@ def flood(args: argparse.Namespace, redis_url: str, case: str) -> str:
         for thread in senders:
             thread.start()
         while any(t.is_alive() for t in senders):
-            peak = max(peak, rss_mib(proc.pid))
+            peak = max(peak, rss_mib(api.pid))
             time.sleep(0.01)
         took = time.monotonic() - started
         counts = {s: statuses.count(s) for s in sorted(set(statuses))}
-        return (
-            f"{case:16s} RSS {base:6.0f} -> peak {peak:6.0f} MiB (+{peak - base:4.0f})"
-            f"  answers {counts}  {took:5.1f} s"
-        )
-    finally:
-        stop(proc)
+        TABLE.row(case, base, peak, peak - base, str(counts), took)
 
 
 def main() -> None:
@@ -132,9 +127,10 @@ def main() -> None:
         f"{args.senders} senders x {args.mib} MiB at once; REPORT_BYTES_IN_FLIGHT "
         f"{args.budget_mib} MiB; python {sys.version.split()[0]}, {os.cpu_count()} cores"
     )
-    with redis_server() as redis_url:
+    TABLE.header()
+    with harness.redis_server() as redis_url:
         for case in ("unknown job", "stranger, token", "stranger, open", "own node, open"):
-            print(flood(args, redis_url, case), flush=True)
+            flood(args, redis_url, case)
 
 
 if __name__ == "__main__":

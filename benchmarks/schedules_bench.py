@@ -1,7 +1,7 @@
 """What the schedules' firing task costs with many schedules stored: 10 against --stored
-(10 000) schedules, measured side by side in one run, alternating, on one redis-server.
+(10 000) schedules, measured side by side in one run, taking turns, on one redis-server.
 
-    .venv/bin/python benchmarks/schedules_bench.py [--stored 10000] [--runs 30]
+    .venv/bin/python -m benchmarks.schedules_bench [--stored 10000] [--runs 30]
 
 Each deployment holds 10 schedules due every second and the rest active but due tomorrow.
 A run is one `workers.firing.fire_due` at an injected time: with nothing due (the cost of
@@ -17,29 +17,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import sys
 import time
 import uuid
-from pathlib import Path
-from typing import Any
 
 import httpx
 import msgspec
-import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from scheduler.config import Settings  # noqa: E402
-from scheduler.models.schedule import ScheduleRequest, new_schedule, schedule_encoder  # noqa: E402
-from scheduler.nodes.registry import BuiltinRegistry  # noqa: E402
-from scheduler.store.scripts.schedules import create_schedule  # noqa: E402
-from scheduler.store.scripts.snapshot import finish_restore  # noqa: E402
-from scheduler.store.sync_store import SyncJobStore  # noqa: E402
-from tests.redis_server import redis_server  # noqa: E402
-from workers.context import Context  # noqa: E402
-from workers.firing import fire_due  # noqa: E402
+from benchmarks import harness
+from benchmarks.report import Column, Table
+from benchmarks.timing import commands_processed, in_turn, median, ratio
+from scheduler.config import Settings
+from scheduler.models.schedule import ScheduleRequest, new_schedule, schedule_encoder
+from scheduler.nodes.registry import BuiltinRegistry
+from scheduler.store.scripts.schedules import create_schedule
+from scheduler.store.scripts.snapshot import finish_restore
+from scheduler.store.sync_store import SyncJobStore
+from workers.context import Context
+from workers.firing import fire_due
 
 DUE = 10
 
@@ -71,19 +65,14 @@ def deployment(url: str, stored: int, start: int) -> Context:
     return Context(settings, store, httpx.Client())
 
 
-def commands(client: redis.Redis) -> int:
-    info: dict[str, Any] = client.info("stats")
-    return int(info["total_commands_processed"])
-
-
 def one_run(ctx: Context, now: float) -> tuple[float, int]:
-    before = commands(ctx.redis)
+    before = commands_processed(ctx.redis)
     began = time.perf_counter()
     counts = asyncio.run(fire_due(ctx, now, BuiltinRegistry()))
     took = time.perf_counter() - began
     # The INFO call itself is one command.
     assert sum(counts.values()) in (0, DUE), counts
-    return took, commands(ctx.redis) - before - 1
+    return took, commands_processed(ctx.redis) - before - 1
 
 
 def main() -> None:
@@ -92,30 +81,39 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
     start = int(time.time()) + 10
-    with redis_server() as url:
-        small, big = deployment(url, DUE, start), deployment(url, args.stored, start)
+    labels = ("10", str(args.stored))
+    with harness.redis_server() as url:
+        contexts = dict(
+            zip(
+                labels,
+                (deployment(url, DUE, start), deployment(url, args.stored, start)),
+                strict=True,
+            )
+        )
         results: dict[tuple[str, str], list[tuple[float, int]]] = {}
         for k in range(args.runs):
             tick = start + k
-            for label, ctx in (("10", small), (str(args.stored), big)):
+            for label in in_turn(labels, k):
                 # Nothing due just before the tick, then the 10 due at it: side by side.
+                ctx = contexts[label]
                 results.setdefault((label, "nothing due"), []).append(one_run(ctx, tick - 0.5))
                 results.setdefault((label, f"{DUE} due"), []).append(one_run(ctx, tick))
-        for case in ("nothing due", f"{DUE} due"):
-            medians = {}
-            for label in ("10", str(args.stored)):
-                runs = results[(label, case)]
-                ms = statistics.median(t for t, _ in runs) * 1000
-                cmds = statistics.median(c for _, c in runs)
-                medians[label] = ms
-                print(
-                    f"{case:>12}, {label:>6} schedules stored: {ms:7.3f} ms per run, "
-                    f"{cmds:.0f} Redis commands (those scripts run included)"
-                )
-            ratio = medians[str(args.stored)] / medians["10"]
-            print(f"{case:>12}: {args.stored} stored / 10 stored = {ratio:.2f}")
-        for ctx in (small, big):
+        for ctx in contexts.values():
             ctx.close()
+    table = Table(Column("ms per run", "7.3f"), Column("Redis commands", "14.0f"), label_width=34)
+    table.header()
+    for case in ("nothing due", f"{DUE} due"):
+        medians = {}
+        for label in labels:
+            runs = results[(label, case)]
+            medians[label] = median(t for t, _ in runs) * 1000
+            table.row(
+                f"{case}, {label} schedules stored", medians[label], median(c for _, c in runs)
+            )
+        stored_over = ratio(medians[labels[1]], medians["10"])
+        Table(Column("ratio", "7.2f"), label_width=34).row(
+            f"{case}: {args.stored} stored / 10 stored", stored_over
+        )
 
 
 if __name__ == "__main__":

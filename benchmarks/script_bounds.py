@@ -2,7 +2,7 @@
 about 10 ms whatever a user built), and the time until its work is complete; with --against
 REF, the version REF beside this one.
 
-    .venv/bin/python benchmarks/script_bounds.py [--scale 1] [--against REF] [--only NAME,...]
+    .venv/bin/python -m benchmarks.script_bounds [--scale 1] [--against REF] [--only NAME,...]
 
 Each scenario is built on a fresh redis-server of its own (free loopback port, no
 persistence) through the store's scripts, as the API and the workers call them, then its
@@ -41,30 +41,25 @@ endings left to settle settled as the workers' task settles them,
 SyncJobStore.settle_endings), and what the scenario checks at the end. --scale shrinks
 every size (tests/test_benchmarks.py runs it tiny).
 
---against REF: REF's code is checked out in a temporary git worktree and this file runs as
-a child process with that checkout first on PYTHONPATH, so the same scenarios drive REF's
-scripts (it needs no file of this version).
+--against REF: REF's code is checked out in a temporary directory (harness.checkout) and this
+module runs as a child process with that checkout first on its path, so the same scenarios
+drive REF's scripts.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
-import redis
 
+from benchmarks import harness
+from benchmarks.report import Column, Table
 from scheduler.config import Settings
 from scheduler.models.job import MAX_WAITERS, JobCreate, JobUpdate, new_job, stamped
 from scheduler.models.registry import Node
@@ -84,44 +79,8 @@ try:  # the calls this version sends in pieces; REF may have none
 except ImportError:
     pieces = None  # type: ignore[assignment]
 
-ROOT = Path(__file__).resolve().parent.parent
 PREFIX = "bounds"
 NO_RETRY = RetryPolicy(0, 0, 3600)
-
-
-@contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """A redis-server on a free loopback port, no persistence; yields its URL. A port taken
-    between our check and its bind (another process's server) is tried again elsewhere."""
-    with tempfile.TemporaryDirectory(prefix="bounds-redis-") as data:
-        for _ in range(5):
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", data]
-            proc = subprocess.Popen([*args, "--save", "", "--appendonly", "no"],
-                                    stdout=subprocess.DEVNULL)  # fmt: skip
-            url = f"redis://127.0.0.1:{port}"
-            if _ready(url, proc):
-                break
-            proc.kill()
-            proc.wait()
-        else:
-            raise RuntimeError("redis-server did not start")
-        try:
-            yield url
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-
-
-def _ready(url: str, proc: subprocess.Popen[bytes]) -> bool:
-    while proc.poll() is None:
-        with contextlib.suppress(redis.ConnectionError):
-            if redis.Redis.from_url(url).ping():
-                return True
-        time.sleep(0.05)
-    return False
 
 
 class Measured:
@@ -500,7 +459,10 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def run_scenario(name: str, scale: float) -> dict[str, Any]:
-    with redis_server() as url, tempfile.TemporaryDirectory(prefix="bounds-db-") as data:
+    with (
+        harness.redis_server() as url,
+        tempfile.TemporaryDirectory(prefix="bounds-db-") as data,
+    ):
         settings = Settings.from_env(
             {}, redis_url=url, redis_prefix=PREFIX, scheduler_db=f"{data}/bounds.db",
             max_job_retries=0, max_jobs_per_node=1000, job_retention_secs=1,
@@ -529,21 +491,11 @@ def subject(names: list[str], scale: float) -> list[dict[str, Any]]:
 
 
 def against(ref: str, names: list[str], scale: float) -> list[dict[str, Any]]:
-    """The same scenarios on REF's code, from a temporary worktree of it."""
-    with tempfile.TemporaryDirectory(prefix="bounds-ref-") as tmp:
-        tree = os.path.join(tmp, "ref")
-        subprocess.run(["git", "worktree", "add", "--detach", tree, ref], cwd=ROOT, check=True,
-                       capture_output=True)  # fmt: skip
-        try:
-            env = {**os.environ, "PYTHONPATH": tree}
-            args = [sys.executable, __file__, "--json", "--scale", str(scale)]
-            args += ["--only", ",".join(names)]
-            done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
-            if done.returncode:
-                raise RuntimeError(f"{ref}'s run failed:\n{done.stderr}")
-            return [json.loads(line) for line in done.stdout.splitlines()]
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=ROOT, check=False)
+    """The same scenarios on REF's code, checked out."""
+    argv = ["--json", "--scale", str(scale), "--only", ",".join(names)]
+    with harness.checkout(ref) as tree:
+        out = harness.run_module("script_bounds", *argv, code=tree)
+    return [json.loads(line) for line in out.splitlines()]
 
 
 def main() -> int:
@@ -561,22 +513,26 @@ def main() -> int:
     before = {}
     if args.against:
         before = {r["scenario"]: r for r in against(args.against, names, args.scale)}
+    version = [
+        Column("longest", "8.2f", "ms"),
+        Column("median", "5.2f", "ms"),
+        Column("calls", "5d"),
+        Column("in Redis", "9.1f", "ms"),
+        Column("done in", "9.1f", "ms"),
+    ]
+    columns = [*version, Column("outcome", "s")]
+    if args.against:
+        columns += [Column(f"{args.against}: {c.title}", c.fmt, c.unit) for c in version]
+        columns.append(Column(f"{args.against}: outcome", "s"))
+    table = Table(*columns, label_width=16)
+    table.header()
     for result in subject(names, args.scale):
-        line = (
-            f"{result['scenario']:16s} longest {result['longest_ms']:8.2f} ms "
-            f"(median {result['median_ms']:5.2f}), "
-            f"{result['calls']:5d} calls, {result['redis_ms']:9.1f} ms in Redis, done in "
-            f"{result['until_done_ms']:9.1f} ms; {result['outcome']}"
-        )
+        figures = ("longest_ms", "median_ms", "calls", "redis_ms", "until_done_ms", "outcome")
+        cells = [result[key] for key in figures]
         old = before.get(result["scenario"])
         if old:
-            line += (
-                f"  | {args.against}: longest {old['longest_ms']:8.2f} ms "
-                f"(median {old.get('median_ms', 0):5.2f}), {old['calls']} calls, "
-                f"{old['redis_ms']:.1f} ms in Redis, done in {old['until_done_ms']:.1f} ms; "
-                f"{old['outcome']}"
-            )
-        print(line, flush=True)
+            cells += [old.get(key, 0) for key in figures]
+        table.row(result["scenario"], *cells)
     return 0
 
 

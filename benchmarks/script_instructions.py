@@ -2,36 +2,29 @@
 (create, the poll, a job's transitions, a cancel) as a count that does not move with the
 load of this shared machine, so two versions of the scripts compare exactly.
 
-    .venv/bin/python benchmarks/script_instructions.py [--jobs 2000] [--against REF]
+    .venv/bin/python -m benchmarks.script_instructions [--jobs 2000] [--against REF]
 
 Starts its own redis-server under `valgrind --tool=callgrind` (valgrind must be installed)
 and zeroes and dumps its counters around each phase (callgrind_control), so a figure is
 what Redis executed for that phase's calls, reading and answering them included, divided by
 the calls. With --against, the commit REF (e.g. the version before a change) is checked out
-in a temporary git worktree and measured the same way, in a process and a redis-server of its
-own, and the ratio this / REF is printed beside each figure.
+in a temporary directory (harness.checkout) and measured the same way, in a process and a
+redis-server of its own, and the ratio this / REF is printed beside each figure.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import glob
 import inspect
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import redis
-
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks import harness
+from benchmarks.report import Column, Table
 
 # Created at the creations' `now` (1.0), as the API stamps a job: its claim (at 2.0) waits
 # 1 s, the same day's, as nearly every claim does (the dashboard's wait buckets, life.py).
@@ -41,62 +34,15 @@ BODY = (
 )
 
 
-def _free_port() -> int:
-    """A port no one listens on now (the suite's own redis-servers take random ones)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextlib.contextmanager
-def callgrind_redis(workdir: str) -> Iterator[tuple[redis.Redis, int]]:
-    """A redis-server under callgrind, and its pid (for callgrind_control)."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            *("valgrind", "--tool=callgrind", f"--callgrind-out-file={workdir}/cg.%p"),
-            *("redis-server", "--port", str(port), "--save", "", "--appendonly", "no"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    try:
-        for _ in range(600):
-            if server.poll() is not None:
-                raise RuntimeError(f"redis-server under callgrind exited ({server.returncode})")
-            with contextlib.suppress(redis.ConnectionError):
-                client.ping()
-                break
-            time.sleep(0.1)
-        yield client, server.pid
-    finally:
-        client.close()
-        server.terminate()
-        server.wait()
-
-
 def counted(pid: int, workdir: str, work: Callable[[], None]) -> int:
     """Redis's instructions while `work` runs."""
-    control = {"check": True, "capture_output": True, "timeout": 60}
-    subprocess.run(["callgrind_control", "-z", str(pid)], **control)  # type: ignore[call-overload]
+    harness.callgrind_zero(pid)
     work()
-    before = set(glob.glob(f"{workdir}/cg.*"))
-    subprocess.run(["callgrind_control", "-d", str(pid)], **control)  # type: ignore[call-overload]
-    for _ in range(100):
-        dumped = sorted(set(glob.glob(f"{workdir}/cg.*")) - before)
-        if dumped:
-            break
-        time.sleep(0.1)
-    with open(dumped[-1]) as dump:
-        for line in dump:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise RuntimeError("callgrind wrote no total")
+    return harness.callgrind_total(pid, workdir)
 
 
 class Scripts:
-    """The calls of the checkout on sys.path, whichever layout it has: one Script object
+    """The calls of the checkout first on the path, whichever layout it has: one Script object
     per script against the root (since issue 21), or the named scripts with their KEYS."""
 
     def __init__(self, prefix: str) -> None:
@@ -138,7 +84,7 @@ class Scripts:
 
 
 def measure(jobs: int) -> dict[str, float]:
-    """Instructions per call of each phase, with the checkout on sys.path."""
+    """Instructions per call of each phase, with the checkout first on the path."""
     from scheduler.nodes.placement import Placement
 
     s = Scripts("cg")
@@ -172,7 +118,10 @@ def measure(jobs: int) -> dict[str, float]:
         ("CANCEL_JOB, finished", lambda: [s.cancel_job(f"job-{n}", 3.0) for n in numbers])
     )
     figures: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as workdir, callgrind_redis(workdir) as (client, pid):
+    with (
+        tempfile.TemporaryDirectory() as workdir,
+        harness.callgrind_redis(workdir) as (client, pid),
+    ):
         client.set(s.keys.initialised, "benchmark")
         library = _library()
         if library:  # as the stores call them since issue 26: FCALL of the function library
@@ -207,30 +156,10 @@ def _library() -> str:
 
 
 def measured(code: Path, jobs: int) -> dict[str, float]:
-    """`measure` in a process of its own with the checkout at `code` first on its path."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    done = subprocess.run(
-        [sys.executable, __file__, "--measure", "--jobs", str(jobs)],
-        env=env,
-        cwd=code,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    figures: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    """`measure` in a process of its own on the checkout at `code`."""
+    out = harness.run_module("script_instructions", "--measure", "--jobs", str(jobs), code=code)
+    figures: dict[str, float] = json.loads(out.splitlines()[-1])
     return figures
-
-
-@contextlib.contextmanager
-def checkout(ref: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory() as parent:
-        path = Path(parent) / "checkout"
-        git = ["git", "-C", str(ROOT)]
-        subprocess.run([*git, "worktree", "add", "--detach", str(path), ref], check=True)
-        try:
-            yield path
-        finally:
-            subprocess.run([*git, "worktree", "remove", "--force", str(path)], check=True)
 
 
 def main() -> int:
@@ -242,16 +171,19 @@ def main() -> int:
     if args.measure:
         print(json.dumps(measure(args.jobs)))
         return 0
-    ours = measured(ROOT, args.jobs)
+    ours = measured(harness.ROOT, args.jobs)
     theirs: dict[str, float] = {}
     if args.against:
-        with checkout(args.against) as other:
+        with harness.checkout(args.against) as other:
             theirs = measured(other, args.jobs)
+    columns = [Column("instructions/call", "10.0f")]
+    if args.against:
+        columns += [Column(args.against, "10.0f"), Column("ratio", "6.3f")]
+    table = Table(*columns)
+    table.header()
     for label, figure in ours.items():
-        line = f"{label:28s} {figure:10.0f} instructions/call"
-        if label in theirs:
-            line += f"   {args.against}: {theirs[label]:10.0f}   ratio {figure / theirs[label]:.3f}"
-        print(line)
+        before = theirs.get(label)
+        table.row(label, figure, *([] if before is None else [before, figure / before]))
     return 0
 
 

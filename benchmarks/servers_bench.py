@@ -4,7 +4,7 @@ Starlette app answering constant JSON). scheduler-lane is `scheduler serve`'s de
 hot lane answers those four calls without Starlette, so the real app can pass that ceiling;
 scheduler-one-write is the same protocol with every request through ASGI.
 
-    .venv/bin/python benchmarks/servers_bench.py [--servers scheduler-lane ...]
+    .venv/bin/python -m benchmarks.servers_bench [--servers scheduler-lane ...]
         [--duration 5] [--rounds 3] [--connections 32]
 
 Servers not installed are skipped (granian and hypercorn are not dependencies: `pip install
@@ -23,26 +23,21 @@ above KEEP_LANE_ABOVE.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
-import statistics
-import subprocess
 import sys
-from pathlib import Path
+from collections.abc import Iterator
 
 import httpx
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from api_bench import api_env, measure, start  # noqa: E402
-from bench_state import NODES, preload  # noqa: E402
-from load import GET_LUA, Result, run_wrk  # noqa: E402
-
-from tests.processes import stop  # noqa: E402
-from tests.redis_server import free_port, redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.api_bench import API_SETTINGS, measure
+from benchmarks.bench_state import NODES, preload
+from benchmarks.load import GET_LUA, Result, run_wrk
+from benchmarks.report import Column, Table
+from benchmarks.timing import median
 
 STORED = 1000
 
@@ -77,21 +72,23 @@ SERVERS = {
         "hypercorn --worker-class uvloop --bind 127.0.0.1:PORT --log-level warning APP",
     ),
 }
-REAL_APP = "real_app:app"
+REAL_APP = "benchmarks.real_app:app"
 LANE = "scheduler-lane"
 PLAIN_ASGI = ("uvicorn-httptools", "granian")  # the ratios printed for each operation
 READS, WRITES = ("get", "poll"), ("submit", "update")
 # The lane (a uvicorn protocol reaching into its internals, tests/api/test_uvicorn_guard.py)
 # is kept only while it beats the best ASGI server on reads by more than this.
 KEEP_LANE_ABOVE = 1.15
-BARE_APP = "bare_app:app"
+BARE_APP = "benchmarks.bare_app:app"
 
 
-def start_server(name: str, app: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+@contextlib.contextmanager
+def server(name: str, app: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Server `name` serving `app` on a free port; its URL."""
+    port = harness.free_port()
     command = SERVERS[name][1].replace("APP", app).replace("PORT", str(port))
-    args = command.split()
-    return start([sys.executable, "-m", *args], env, port), f"http://127.0.0.1:{port}"
+    with harness.served([sys.executable, "-m", *command.split()], port, env) as served:
+        yield served.url
 
 
 def one_run(
@@ -120,47 +117,49 @@ def main() -> int:
         f"median of {args.rounds} interleaved rounds, {os.cpu_count()} cores"
     )
     runs: dict[tuple[str, str, str], list[Result]] = {}
-    procs: list[subprocess.Popen[bytes]] = []
-    with redis_server() as redis_url:
-        client = redis.Redis.from_url(redis_url)
-        try:
-            targets = []
-            for name in servers:
-                path = {"PYTHONPATH": str(ROOT / "benchmarks")}
-                bare, bare_url = start_server(name, BARE_APP, {**os.environ, **path})
-                env = {**api_env(redis_url, f"srv-{name}"), **path}
-                real, real_url = start_server(name, REAL_APP, env)
-                procs += [bare, real]
-                for node in NODES:
-                    httpx.post(f"{real_url}/nodes/register", json={"id": node}).raise_for_status()
-                preload(client, f"srv-{name}", STORED)
-                targets.append((name, bare_url, real_url))
-            for _ in range(args.rounds):
-                for op in args.ops:
-                    for name, bare_url, real_url in targets:
-                        runs.setdefault((op, name, "bare"), []).append(
-                            one_run(None, bare_url, op, args, "")
-                        )
-                        runs.setdefault((op, name, "real"), []).append(
-                            one_run(client, real_url, op, args, f"srv-{name}")
-                        )
-        finally:
-            client.close()
-            for proc in procs:
-                stop(proc)
+    with (
+        harness.redis_server() as redis_url,
+        harness.connected(redis_url) as client,
+        contextlib.ExitStack() as stack,
+    ):
+        targets = []
+        for name in servers:
+            bare_url = stack.enter_context(server(name, BARE_APP))
+            env = harness.scheduler_env(redis_url, f"srv-{name}", **API_SETTINGS)
+            real_url = stack.enter_context(server(name, REAL_APP, env))
+            for node in NODES:
+                httpx.post(f"{real_url}/nodes/register", json={"id": node}).raise_for_status()
+            preload(client, f"srv-{name}", STORED)
+            targets.append((name, bare_url, real_url))
+        for _ in range(args.rounds):
+            for op in args.ops:
+                for name, bare_url, real_url in targets:
+                    runs.setdefault((op, name, "bare"), []).append(
+                        one_run(None, bare_url, op, args, "")
+                    )
+                    runs.setdefault((op, name, "real"), []).append(
+                        one_run(client, real_url, op, args, f"srv-{name}")
+                    )
+    table = Table(
+        Column("ceiling", "8.0f", "req/s"),
+        Column("app", "8.0f", "req/s"),
+        Column("p50", "6.2f", "ms"),
+        Column("of ceiling", "10.2f"),
+        Column("non-2xx", "7d"),
+        label_width=26,
+    )
+    table.header()
     for op in args.ops:
         for name in servers:
-            bare = statistics.median(r.rps for r in runs[(op, name, "bare")])
-            real = statistics.median(r.rps for r in runs[(op, name, "real")])
-            p50 = statistics.median(r.p50_ms for r in runs[(op, name, "real")])
+            bare = median(r.rps for r in runs[(op, name, "bare")])
+            real = median(r.rps for r in runs[(op, name, "real")])
+            p50 = median(r.p50_ms for r in runs[(op, name, "real")])
             errors = sum(r.errors for kind in ("bare", "real") for r in runs[(op, name, kind)])
-            print(
-                f"{op:7s} {name:18s} ceiling {bare:8.0f} req/s  app {real:8.0f} req/s"
-                f"  p50 {p50:6.2f} ms  {real / bare:5.2f} of ceiling"
-                + (f"  NON-2XX {errors}" if errors else "")
+            table.row(
+                f"{op:7s} {name}", bare, real, p50, real / bare, *([errors] if errors else [])
             )
     medians = {
-        (op, name): statistics.median(r.rps for r in runs[(op, name, "real")])
+        (op, name): median(r.rps for r in runs[(op, name, "real")])
         for op in args.ops
         for name in servers
     }

@@ -2,7 +2,7 @@
 unsharded one on the same Redis Cluster (issue 26, item 4: "a job's life costs each primary
 what it costs a single shard").
 
-    .venv/bin/python benchmarks/shard_cost.py [--lives 2000] [--rounds 3]
+    .venv/bin/python -m benchmarks.shard_cost [--lives 2000] [--rounds 3]
 
 A Redis Cluster of three primaries of its own (tests/redis_cluster.py: free loopback ports,
 no persistence, the slots in three equal runs) carries four deployments, each a real
@@ -52,23 +52,18 @@ import statistics
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from life_api import Api, register, start_api  # noqa: E402
-from life_stats import Figures, Sample, chunks, idle, median_ratio, sampled  # noqa: E402
-
-from scheduler.config import Settings  # noqa: E402
-from scheduler.config.shards import key_slot  # noqa: E402
-from scheduler.store.shards import Layout, node_shard  # noqa: E402
-from tests.processes import stop  # noqa: E402
-from tests.redis_cluster import Cluster, redis_cluster  # noqa: E402
+from benchmarks import harness
+from benchmarks.life_api import Api, api, register
+from benchmarks.life_stats import Figures, Sample, idle, sampled
+from benchmarks.report import Column, Table
+from benchmarks.timing import chunks, in_turn, median_ratio
+from scheduler.config import Settings
+from scheduler.config.shards import key_slot
+from scheduler.store.shards import Layout, node_shard
 
 SHARDS = 3
 NODES_PER_SHARD = 2
@@ -122,13 +117,13 @@ class Subject:
         return counts
 
 
-def primary_of(cluster: Cluster, prefix: str) -> int:
+def primary_of(cluster: harness.Cluster, prefix: str) -> int:
     return cluster.nodes.index(cluster.owner(key_slot(prefix)))
 
 
 @contextlib.contextmanager
 def deployment(
-    cluster: Cluster, prefix: str, shards: int, nodes: list[str]
+    cluster: harness.Cluster, prefix: str, shards: int, nodes: list[str]
 ) -> Iterator[Deployment]:
     env = {"SCHEDULER_SHARDS": str(shards)}
     settings = Settings.from_env({"REDIS_PREFIX": prefix, **env})
@@ -136,21 +131,20 @@ def deployment(
     owners = [primary_of(cluster, p) for p in prefixes]
     if len(set(owners)) != shards:
         raise SystemExit(f"{prefix}: the shards' tags {prefixes} share primaries {owners}")
-    proc, base = start_api(ROOT, cluster.url, prefix, **env)
-    try:
-        with httpx.Client(base_url=base, timeout=30.0) as http:
-            for node in nodes:
-                register(http, node, False, "measured", 4)
+    with (
+        api(harness.ROOT, cluster.url, prefix, **env) as served,
+        httpx.Client(base_url=served.url, timeout=30.0) as http,
+    ):
+        for node in nodes:
+            register(http, node, False, "measured", 4)
         stats = cluster.nodes[owners[0]].client()  # life_api's; this benchmark reads all three
-        api = Api(prefix, stats, cluster.url, base, False, tuple(nodes))
-        api.lives(WARM_LIVES)  # unmeasured: functions loaded, connections open, caches warm
-        yield Deployment(api, owners, Layout(shards))
-        api.http.close()
-    finally:
-        stop(proc)
+        subject = Api(prefix, stats, cluster.url, served.url, False, tuple(nodes))
+        subject.lives(WARM_LIVES)  # unmeasured: functions loaded, connections open, caches warm
+        yield Deployment(subject, owners, Layout(shards))
+        subject.http.close()
 
 
-def unsharded_prefixes(cluster: Cluster) -> list[str]:
+def unsharded_prefixes(cluster: harness.Cluster) -> list[str]:
     """A prefix on each primary, in the cluster's order."""
     found: dict[int, str] = {}
     for i in itertools.count():
@@ -161,7 +155,7 @@ def unsharded_prefixes(cluster: Cluster) -> list[str]:
 
 
 @contextlib.contextmanager
-def subjects(cluster: Cluster) -> Iterator[list[Subject]]:
+def subjects(cluster: harness.Cluster) -> Iterator[list[Subject]]:
     """The sharded deployment; the three unsharded ones in turn; the first of those alone."""
     nodes = node_ids()
     with contextlib.ExitStack() as stack:
@@ -204,7 +198,7 @@ class Where:
     alone: int  # the alone subject's primary
 
 
-def measured(cluster: Cluster, lives: int, count: int) -> tuple[Figures, Where]:
+def measured(cluster: harness.Cluster, lives: int, count: int) -> tuple[Figures, Where]:
     clients = {f"p{i}": node.client() for i, node in enumerate(cluster.nodes)}
     redises = [*clients, CLUSTER]
     figures = Figures(
@@ -220,8 +214,7 @@ def measured(cluster: Cluster, lives: int, count: int) -> tuple[Figures, Where]:
                 figures.idles[redis_name].append(rate)
             parts: dict[str, list[Sample]] = {}
             for i, size in enumerate(chunks(lives)):
-                first = (round_ + i) % len(every)
-                for subject in [*every[first:], *every[:first]]:
+                for subject in in_turn(every, round_ + i):
                     for r, sample in turn(subject, clients, size).items():
                         parts.setdefault(name(subject.name, r), []).append(sample)
             for key, samples in parts.items():
@@ -241,20 +234,18 @@ def median(figures: Figures, subject: str, redis_name: str, metric: str) -> floa
     return statistics.median(figures.values(name(subject, redis_name), "life", metric))
 
 
-def row(figures: Figures, label: str, redis_name: str, alone: str) -> str:
-    """µs per life of a primary (or of the cluster): sharded, in turn on the same one and
-    their ratio, alone (on `alone`) and sharded / alone."""
-    line = f"{label:22s} {share(figures, redis_name) * 100:5.1f}%"
+def row(figures: Figures, redis_name: str, alone: str) -> list[float | str]:
+    """µs per life of a primary (or of the cluster): its share, then of each metric sharded,
+    in turn on the same one and their ratio, alone (on `alone`) and sharded / alone."""
+    values: list[float | str] = [f"{share(figures, redis_name) * 100:5.1f}%"]
     for metric in METRICS:
         ours = figures.values(name(SHARDED, redis_name), "life", metric)
-        in_turn = figures.values(name(IN_TURN, redis_name), "life", metric)
+        in_turn_ = figures.values(name(IN_TURN, redis_name), "life", metric)
         by_itself = figures.values(name(ALONE, alone), "life", metric)
-        line += (
-            f"  {statistics.median(ours):8.1f} {statistics.median(in_turn):8.1f} "
-            f"{median_ratio(ours, in_turn):5.2f} {statistics.median(by_itself):8.1f} "
-            f"{median_ratio(ours, by_itself):5.2f}"
-        )
-    return line
+        values += [statistics.median(ours), statistics.median(in_turn_)]
+        values += [median_ratio(ours, in_turn_), statistics.median(by_itself)]
+        values.append(median_ratio(ours, by_itself))
+    return values
 
 
 def table(figures: Figures, where: Where, args: argparse.Namespace) -> None:
@@ -269,15 +260,16 @@ def table(figures: Figures, where: Where, args: argparse.Namespace) -> None:
     print(
         f"sharded: {shards}; in turn: one unsharded deployment on each; alone: the one on {alone}"
     )
-    head = f"{'µs per life':22s} {'share':>6s}"
+    columns = [Column("share", "6s")]
     for metric in METRICS:
-        head += f"  {metric + ': sharded':>19s} {'in turn':>8s} {'ratio':>5s}"
-        head += f" {'alone':>8s} {'ratio':>5s}"
-    print(head)
+        columns += [Column(f"{metric}: sharded", "8.1f"), Column("in turn", "8.1f")]
+        columns += [Column("ratio", "5.2f"), Column("alone", "8.1f"), Column("ratio", "5.2f")]
+    rows = Table(*columns, label_width=22)
+    rows.header("µs per life")
     primaries = [f"p{i}" for i in range(SHARDS)]
     for primary in primaries:
-        print(row(figures, f"{primary}, its own lives", primary, alone))
-    print(row(figures, "sum of the primaries", CLUSTER, CLUSTER))
+        rows.row(f"{primary}, its own lives", *row(figures, primary, alone))
+    rows.row("sum of the primaries", *row(figures, CLUSTER, CLUSTER))
     # The cluster's ceiling is its busiest primary's: that one's CPU per life of the whole.
     busiest = max(share(figures, p) * median(figures, SHARDED, p, "Redis CPU") for p in primaries)
     single = median(figures, ALONE, alone, "Redis CPU")
@@ -294,7 +286,7 @@ def main() -> int:
     parser.add_argument("--lives", type=int, default=2000, help="lives of each subject a round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with redis_cluster(SHARDS) as cluster:
+    with harness.redis_cluster(SHARDS) as cluster:
         figures, where = measured(cluster, args.lives, args.rounds)
     table(figures, where, args)
     return 0

@@ -1,6 +1,6 @@
 """SQLite snapshot and restore: time to snapshot 100 000 changed jobs, time to restore 1 000 000.
 
-    .venv/bin/python benchmarks/snapshot_bench.py [--changed 100000] [--restore 1000000]
+    .venv/bin/python -m benchmarks.snapshot_bench [--changed 100000] [--restore 1000000]
 
 Starts its own redis-server on a free loopback port and works in a temporary directory;
 touches nothing else. Prints one line per measurement:
@@ -18,34 +18,31 @@ import argparse
 import os
 import resource
 import sqlite3
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from new_jobs import creation  # noqa: E402
-
-from scheduler.config import Settings  # noqa: E402
-from scheduler.models.job import JobCreate, new_job  # noqa: E402
-from scheduler.models.wire import rfc3339  # noqa: E402
-from scheduler.nodes.placement import Placement  # noqa: E402
-from scheduler.snapshot import db as snapshot_db  # noqa: E402
-from scheduler.snapshot.restore import restore_if_empty  # noqa: E402
-from scheduler.snapshot.writer import snapshot_once  # noqa: E402
-from scheduler.store.keys import Keys  # noqa: E402
-from scheduler.store.scripts import jobs as job_scripts  # noqa: E402
-from scheduler.store.scripts import snapshot as snapshot_scripts  # noqa: E402
-from scheduler.store.scripts.jobs import create_job  # noqa: E402
-from scheduler.store.scripts.snapshot import finish_restore  # noqa: E402
-from scheduler.store.sync_store import SyncJobStore  # noqa: E402
-from tests.redis_server import redis_server  # noqa: E402
+from benchmarks import harness
+from benchmarks.new_jobs import creation
+from benchmarks.report import Column, Table
+from benchmarks.timing import timed
+from scheduler.config import Settings
+from scheduler.models.job import JobCreate, new_job
+from scheduler.models.wire import rfc3339
+from scheduler.nodes.placement import Placement
+from scheduler.snapshot import db as snapshot_db
+from scheduler.snapshot.restore import restore_if_empty
+from scheduler.snapshot.writer import snapshot_once
+from scheduler.store.keys import Keys
+from scheduler.store.scripts import jobs as job_scripts
+from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.scripts.jobs import create_job
+from scheduler.store.scripts.snapshot import finish_restore
+from scheduler.store.sync_store import SyncJobStore
 
 NODES = [f"bench-node-{i}" for i in range(10)]
 CHUNK = 1000
@@ -69,11 +66,13 @@ def create_jobs(client: redis.Redis, settings: Settings, count: int) -> None:
             pipe.execute()
 
 
-def timed(label: str, fn: Any, *args: Any) -> Any:
-    started = time.perf_counter()
-    result = fn(*args)
-    elapsed = time.perf_counter() - started
-    print(f"{label}: {elapsed:.2f} s  (result {result})", flush=True)
+TABLE = Table(Column("took", "7.2f", "s"), Column("result", "10s"), label_width=44)
+
+
+def measured(label: str, run: Callable[..., Any], *args: Any) -> Any:
+    """`run(*args)`'s result, its time printed."""
+    result, seconds = timed(lambda: run(*args))
+    TABLE.row(label, seconds, str(result))
     return result
 
 
@@ -83,16 +82,16 @@ def bench_snapshot(url: str, work: Path, changed: int) -> None:
     )
     client = redis.Redis.from_url(url)
     create_jobs(client, settings, changed)
-    written = timed(f"snapshot {changed} changed jobs, new file", snapshot_once, settings)
+    written = measured(f"snapshot {changed} changed jobs, new file", snapshot_once, settings)
     assert written == changed, written
     keys = Keys(settings.redis_prefix)
     for start in range(1, changed + 1, CHUNK):
         ids = [f"job-{n}" for n in range(start, min(start + CHUNK, changed + 1))]
         client.sadd(keys.dirty, *ids)
-    timed(f"snapshot {changed} changed jobs, all updates", snapshot_once, settings)
-    timed("snapshot with nothing changed", snapshot_once, settings)
+    measured(f"snapshot {changed} changed jobs, all updates", snapshot_once, settings)
+    measured("snapshot with nothing changed", snapshot_once, settings)
     client.sadd(keys.dirty, *[f"job-{n}" for n in range(1, CHUNK + 1)])
-    timed(f"snapshot {CHUNK} changed of {changed} stored", snapshot_once, settings)
+    measured(f"snapshot {CHUNK} changed of {changed} stored", snapshot_once, settings)
     print(f"  file size {os.path.getsize(settings.scheduler_db) / 1e6:.1f} MB", flush=True)
     client.close()
 
@@ -136,7 +135,7 @@ def bench_restore(url: str, work: Path, count: int) -> None:
     conn.close()
     print(f"  restore file: {count} rows, {os.path.getsize(path) / 1e6:.0f} MB", flush=True)
     settings = Settings.from_env({}, redis_url=url, redis_prefix="rest", scheduler_db=str(path))
-    restored = timed(f"restore {count} jobs", restore_if_empty, settings)
+    restored = measured(f"restore {count} jobs", restore_if_empty, settings)
     assert restored is True
     client = redis.Redis.from_url(url)
     keys = Keys("rest")
@@ -161,7 +160,7 @@ def bench_prune(url: str, work: Path, count: int) -> None:
     client = redis.Redis.from_url(url)
     finished = client.zcard(Keys("rest").finished)
     store = SyncJobStore.connect(settings)
-    removed = timed(
+    removed = measured(
         f"prune {finished} finished jobs of {count}", lambda: len(store.prune_finished(time.time()))
     )
     store.close()
@@ -176,7 +175,10 @@ def main() -> None:
     parser.add_argument("--changed", type=int, default=100_000)
     parser.add_argument("--restore", type=int, default=1_000_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="snapshot-bench-") as tmp, redis_server() as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="snapshot-bench-") as tmp,
+        harness.redis_server() as url,
+    ):
         work = Path(tmp)
         print(f"sqlite {sqlite3.sqlite_version}, {os.cpu_count()} cpus", flush=True)
         bench_snapshot(url, work, args.changed)

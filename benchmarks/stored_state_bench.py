@@ -4,7 +4,7 @@ worker's promotion of due jobs (PROMOTE_DUE) and the schedules' due read (DUE_SC
 deployment holding nothing else against one holding --delayed (100 000) delayed jobs and
 --schedules (10 000) schedules, measured side by side in one run on one redis-server.
 
-    .venv/bin/python benchmarks/stored_state_bench.py [--delayed 100000] [--schedules 10000]
+    .venv/bin/python -m benchmarks.stored_state_bench [--delayed 100000] [--schedules 10000]
         [--calls 2000] [--runs 7]
 
 Both deployments have the same 10 live nodes. The stored one's delayed jobs (made through
@@ -15,7 +15,7 @@ the order of the two swapped every run (this machine is shared and noisy); a pha
 --calls calls pipelined from one client. Prints, per phase and deployment, the median over
 the runs of Redis' own time per call (INFO commandstats usec_per_call of EVALSHA) and the
 Redis commands per call (those the script runs included: INFO total_commands_processed),
-then the ratios stored / empty: near 1 for bounded work.
+each beside its ratio stored / empty: near 1 for bounded work.
 
 Starts its own redis-server on a free loopback port; touches nothing else.
 """
@@ -23,36 +23,34 @@ Starts its own redis-server on a free loopback port; touches nothing else.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from new_jobs import creation  # noqa: E402
-
-from scheduler.models.job import (  # noqa: E402
-    JobCreate,
-    due_of,
-    new_job,
-    stamped,
+from benchmarks import harness
+from benchmarks.new_jobs import creation
+from benchmarks.report import Column, Table
+from benchmarks.timing import (
+    commands_processed,
+    evalsha_many,
+    median,
+    ratio,
+    rounds,
+    script_usec,
 )
-from scheduler.models.schedule import ScheduleRequest, new_schedule, schedule_encoder  # noqa: E402
-from scheduler.nodes.placement import Placement  # noqa: E402
-from scheduler.store.keys import Keys  # noqa: E402
-from scheduler.store.scripts import Call  # noqa: E402
-from scheduler.store.scripts import jobs as job_scripts  # noqa: E402
-from scheduler.store.scripts.schedules import create_schedule, due_schedules  # noqa: E402
-from scheduler.store.scripts.upkeep import promote_due  # noqa: E402
-from tests.redis_server import redis_server  # noqa: E402
+from scheduler.models.job import JobCreate, due_of, new_job, stamped
+from scheduler.models.schedule import ScheduleRequest, new_schedule, schedule_encoder
+from scheduler.nodes.placement import Placement
+from scheduler.store.keys import Keys
+from scheduler.store.scripts import Call
+from scheduler.store.scripts import jobs as job_scripts
+from scheduler.store.scripts.schedules import create_schedule, due_schedules
+from scheduler.store.scripts.upkeep import promote_due
 
 NODES = [f"n{i}" for i in range(10)]
 TTL = 400 * 86400.0  # every node stays live whatever time a call says it is
@@ -74,30 +72,17 @@ class Deployment:
         self.keys = Keys(f"bench-{label}-{uuid.uuid4().hex[:6]}")
         client.set(self.keys.initialised, "benchmark")
         client.zadd(self.keys.nodes_compute, dict.fromkeys(NODES, now))
-        self.shas: dict[str, str] = {}
-
-    def sha(self, call: Call[Any]) -> str:
-        text = call.script.text
-        return self.shas.get(text) or self.shas.setdefault(text, self.client.script_load(text))
 
     def send(self, calls: list[Call[Any]]) -> None:
-        sha = self.sha(calls[0])
-        for start in range(0, len(calls), 1000):
-            pipe = self.client.pipeline(transaction=False)
-            for call in calls[start : start + 1000]:
-                pipe.evalsha(sha, 1, self.keys.root, *call.args)
-            pipe.execute()
+        evalsha_many(self.client, self.keys.root, calls[0].script.text, [c.args for c in calls])
 
     def measured(self, calls: list[Call[Any]]) -> tuple[float, float]:
         """(Redis µs per call, Redis commands per call) of `calls`."""
-        self.sha(calls[0])
-        self.client.config_resetstat()
-        self.send(calls)
-        stats: Any = self.client.info("commandstats")
-        usec = float(stats["cmdstat_evalsha"]["usec_per_call"])
-        # INFO stats counts itself; RESETSTAT zeroed the count before the calls.
-        total: Any = self.client.info("stats")
-        return usec, (int(total["total_commands_processed"]) - 2) / len(calls)
+        text, args = calls[0].script.text, [call.args for call in calls]
+        usec = script_usec(self.client, self.keys.root, text, args)
+        # INFO commandstats and INFO stats count themselves; RESETSTAT zeroed the count
+        # before the calls.
+        return usec, (commands_processed(self.client) - 2) / len(calls)
 
     def store_state(self, delayed: int, schedules: int) -> None:
         record, due = _record(self.now, DAY)
@@ -182,32 +167,31 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
     now = time.time()
-    with redis_server() as url:
-        client = redis.Redis.from_url(url)
+    with harness.redis_server() as url, harness.connected(url) as client:
         empty, stored = Deployment(client, "empty", now), Deployment(client, "stored", now)
         stored.store_state(args.delayed, args.schedules)
-        label = f"{args.delayed} delayed + {args.schedules} schedules"
-        results: dict[tuple[str, str], list[tuple[float, float]]] = {}
-        for run in range(args.runs):
-            for name, build in phases(args.calls, now):
-                pair = (empty, stored) if run % 2 == 0 else (stored, empty)
-                for deployment in pair:
-                    calls = build(deployment)
-                    results.setdefault((name, deployment.label), []).append(
-                        deployment.measured(calls)
-                    )
-        for name, _ in phases(0, now):
-            medians = {}
-            for who in ("empty", "stored"):
-                runs = results[(name, who)]
-                usec = statistics.median(u for u, _ in runs)
-                cmds = statistics.median(c for _, c in runs)
-                medians[who] = (usec, cmds)
-                what = "empty store" if who == "empty" else label
-                print(f"{name:26s}  {usec:7.2f} µs/call  {cmds:6.1f} commands/call  {what}")
-            (eu, ec), (su, sc) = medians["empty"], medians["stored"]
-            print(f"{name:26s}  stored / empty: {su / eu:.2f} x µs, {sc / ec:.2f} x commands")
-        client.close()
+        print(f"empty store against {args.delayed} delayed + {args.schedules} schedules")
+        table = Table(
+            Column("empty µs/call", "7.2f"),
+            Column("stored µs/call", "7.2f"),
+            Column("x µs", "5.2f"),
+            Column("empty commands", "6.1f"),
+            Column("stored commands", "6.1f"),
+            Column("x commands", "5.2f"),
+            label_width=26,
+        )
+        table.header("stored / empty: x")
+        for name, build in phases(args.calls, now):
+            # The two deployments take turns, run by run: this machine is shared and noisy.
+            runs = rounds(
+                {d.label: lambda d=d, b=build: d.measured(b(d)) for d in (empty, stored)},
+                args.runs,
+            )
+            (eu, ec), (su, sc) = (
+                (median(u for u, _ in runs[who]), median(c for _, c in runs[who]))
+                for who in ("empty", "stored")
+            )
+            table.row(name, eu, su, ratio(su, eu), ec, sc, ratio(sc, ec))
     return 0
 
 
