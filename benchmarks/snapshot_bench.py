@@ -15,6 +15,7 @@ touches nothing else. Prints one line per measurement:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import sqlite3
@@ -97,33 +98,29 @@ def bench_snapshot(url: str, work: Path, changed: int) -> None:
 
 
 def rows(count: int) -> Iterator[tuple[Any, ...]]:
-    """Rows shaped like ours: a mix of statuses, full-precision timestamps, env vars."""
+    """Rows shaped like ours: a mix of statuses, full-precision timestamps, env vars; made
+    from records as the snapshot makes them (snapshot.db.row_from_record), so that they
+    follow its columns."""
     base = time.time() - 86_400
     for n in range(1, count + 1):
         status = ("done", "done", "failed", "pending", "running")[n % 5]
-        created = rfc3339(base + n * 0.01)
-        running = rfc3339(base + n * 0.01 + 1) if status != "pending" else None
-        finished = rfc3339(base + n * 0.01 + 2) if status in ("done", "failed") else None
-        exit_code = {"done": 0, "failed": 1}.get(status)
-        yield (
-            f"job-{n}",
-            NODES[n % len(NODES)],
-            "",
-            f"echo {n}",
-            "",
-            status,
-            exit_code,
-            "42\n" if status == "done" else "",
-            "boom" if status == "failed" else "",
-            created,
-            running,
-            finished,
-            n % 2 if status == "failed" else 0,
-            '{"GREETING":"hi"}',
-            "",
-            0,
-            "{}",
-        )
+        record: dict[str, Any] = {
+            "job_id": f"job-{n}",
+            "node_id": NODES[n % len(NODES)],
+            "command": f"echo {n}",
+            "status": status,
+            "exit_code": {"done": 0, "failed": 1}.get(status),
+            "stdout": "42\n" if status == "done" else "",
+            "stderr": "boom" if status == "failed" else "",
+            "created_at": rfc3339(base + n * 0.01),
+            "retry_count": n % 2 if status == "failed" else 0,
+            "env_vars": {"GREETING": "hi"},
+        }
+        if status != "pending":
+            record["running_at"] = rfc3339(base + n * 0.01 + 1)
+        if status in ("done", "failed"):
+            record["finished_at"] = rfc3339(base + n * 0.01 + 2)
+        yield snapshot_db.row_from_record(json.dumps(record).encode())
 
 
 def bench_restore(url: str, work: Path, count: int) -> None:
