@@ -47,7 +47,7 @@ def send(port: int, path: str, size: int, headers: dict[str, str], out: list[int
     """One PATCH of `size` declared bytes; records the status (0 if none came back)."""
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     request = (
-        f"PATCH {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"PATCH {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {size}\r\n{head}\r\n"
     ).encode()
     body_head = json.dumps({"status": "running", "stdout": ""}).encode()[:-2]
