@@ -52,6 +52,9 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
+# A server's start: `scheduler serve` forks one process per core, each importing the app, on a
+# machine the benchmark keeps busy (seconds each).
+START_SECS = 60.0
 Output = int | IO[Any] | None  # where a process's stdout or stderr goes, as subprocess takes it
 
 
@@ -174,7 +177,7 @@ def served(
     """`cmd`, a server on loopback `port`, once it answers GET /health; stopped at the end."""
     url = f"http://{LOOPBACK}:{port}"
     with running(cmd, env, cwd=cwd, stop_secs=stop_secs, stdout=stdout, stderr=stderr) as proc:
-        wait_http(f"{url}/health", proc=proc)
+        wait_http(f"{url}/health", timeout=START_SECS, proc=proc)
         yield Served(proc, url)
 
 
