@@ -81,7 +81,10 @@ def main() -> None:
         }
         times = rounds(
             {
-                name: lambda name=name: cancel_once(clients[name], marks / f"{name}.begun")
+                # Named by the variant's wait: the job's shell command takes it unquoted.
+                name: lambda name=name: cancel_once(
+                    clients[name], marks / f"{VARIANTS[name]}.begun"
+                )
                 for name in VARIANTS
             },
             args.jobs,

@@ -24,31 +24,13 @@ from typing import IO, Any
 
 import redis
 
-from tests.processes import scheduler_env, stop, wait_http
-from tests.redis_cluster import Cluster, redis_cluster
-from tests.redis_server import free_port, redis_server
-
-__all__ = [
-    "ROOT",
-    "Cluster",
-    "Served",
-    "agent",
-    "callgrind_redis",
-    "checkout",
-    "child",
-    "connected",
-    "free_port",
-    "redis_cluster",
-    "redis_server",
-    "run_module",
-    "running",
-    "scheduler_api",
-    "scheduler_cmd",
-    "scheduler_env",
-    "served",
-    "uvicorn_api",
-    "uvicorn_cmd",
-]
+# Re-exported (`as`): the benchmarks start their servers through this module only.
+from tests.processes import scheduler_env as scheduler_env
+from tests.processes import stop, wait_http
+from tests.redis_cluster import Cluster as Cluster
+from tests.redis_cluster import redis_cluster as redis_cluster
+from tests.redis_server import free_port as free_port
+from tests.redis_server import redis_server as redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"
@@ -224,8 +206,10 @@ def uvicorn_api(
 
 @contextlib.contextmanager
 def agent(env: Mapping[str, str], node: str) -> Iterator[subprocess.Popen[bytes]]:
-    """The reference agent as node `node`; given the time to end its jobs when stopped."""
-    with running(scheduler_cmd("agent", "--node-id", node), env, stop_secs=40.0) as proc:
+    """The reference agent as node `node`, its log left out; given the time to end its jobs
+    when stopped."""
+    cmd = scheduler_cmd("agent", "--node-id", node)
+    with running(cmd, env, stop_secs=40.0, stderr=subprocess.DEVNULL) as proc:
         yield proc
 
 
