@@ -276,6 +276,11 @@ class Keys:
         return self._k("stats")
 
     @property
+    def libraries(self) -> str:
+        """The scripts' function libraries in use: name -> when a process last said so."""
+        return self._k("libraries")
+
+    @property
     def request_stats(self) -> str:
         return self._k("stats:requests")
 
