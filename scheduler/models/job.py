@@ -61,12 +61,12 @@ REPORT_STATUSES = ("running", "done", "failed", "cancelled")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]
 BackoffSecs = Annotated[int, msgspec.Meta(ge=0, le=86400)]
-# A node's queue is scored N - priority * 2**42 (store/scripts/life.py queue_score): exact as
+# A node's queue is scored N - priority * 2**42 (life.lua queue_score): exact as
 # a double while |priority| <= 1000 and the job number N < 2**42.
 MAX_PRIORITY = 1000
 Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
 # Why a pending job has no node yet (docs/GUIDE.md, Placement): set by placement (store/scripts/
-# place.py, whose Lua table is generated from this), cleared once it is placed.
+# generated.py writes its Lua table REASON from this), cleared once it is placed.
 PENDING_REASONS = {
     "no_nodes": "no healthy compute node",
     "no_fit": "no live node matches its node_selector and resources",

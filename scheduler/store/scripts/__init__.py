@@ -1,10 +1,12 @@
 """Every Lua script of the scheduler, each one `Script` object (script.py) defined once with
-its call: the request path's (create.py, jobs.py, listing.py), the built-in registry's
-(nodes.py; services.py), either registry's drains (drains.py), the
+its call, its Lua in lua/<name>.lua: the request path's (create.py, jobs.py, listing.py),
+the built-in registry's (nodes.py; services.py), either registry's drains (drains.py), the
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
 work's (upkeep.py; settling.py, the endings left to settle), the snapshot's (snapshot.py),
-the schedules' (schedules.py) and the door's (access.py: UI sessions, failed credentials),
-on the shared Lua of library.py (life.py, endings.py, room.py, place.py, minutes.py).
+the schedules' (schedules.py), the door's (access.py: UI sessions, failed credentials) and
+the retiring of old function libraries' (retiring.py),
+on the shared Lua of lua/includes/ (library.py: a job's life, its ending, placement, the
+dashboard's minutes...) and the Lua generated from Python facts (generated.py).
 
 `SCRIPTS` holds them all, by name, once this package is imported."""
 
@@ -19,6 +21,7 @@ from scheduler.store.scripts import (
     metrics,
     nodes,
     overview,
+    retiring,
     schedules,
     series,
     services,
@@ -44,6 +47,7 @@ __all__ = [
     "metrics",
     "nodes",
     "overview",
+    "retiring",
     "schedules",
     "series",
     "services",
