@@ -268,7 +268,7 @@ def test_a_takeover_past_the_limit_is_refused_and_changes_nothing(
 ) -> None:
     """More jobs than one script hands back (DELETE_MOVES, 1000; 2 here): 409, nothing
     changed, the old holder's token still the node's."""
-    monkeypatch.setattr("scheduler.store.jobs.DELETE_MOVES", 2)
+    monkeypatch.setattr("scheduler.store.ops.nodes.DELETE_MOVES", 2)
     api = make_client(api_key=KEY, agent_auth="token", agent_join_key=JOIN)
     old = registered(api, "n1", bearer(JOIN))
     registered(api, "n2", bearer(JOIN))

@@ -1,4 +1,4 @@
-"""Placement over the shards of a sharded deployment (store/sharded.py): a job that asks for
+"""Placement over the shards of a sharded deployment (store/jobs.py): a job that asks for
 a node goes to the shard holding one, not to whichever shard's turn it is, and an
 Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE), a shard
 that lost its data being restored before a key is marked in it, and a request that made no
@@ -18,6 +18,7 @@ from scheduler.config import Settings
 from scheduler.models.job import Job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
+from scheduler.store import ops
 from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
 from scheduler.store.scripts.create import Created, Dedup
@@ -80,7 +81,7 @@ def test_a_delayed_job_asking_a_label_waits_on_the_shard_that_has_it(
     assert {Layout(SHARDS).job_shard(job_id) for job_id in made} == {2}
     store = SyncJobStore.connect(settings.for_shard(2))
     try:
-        assert sorted(store.promote_due(due + 1)) == sorted(made)
+        assert sorted(store.run(ops.upkeep.promote_due(due + 1))) == sorted(made)
     finally:
         store.close()
     for job_id in made:

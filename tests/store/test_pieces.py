@@ -20,7 +20,7 @@ from scheduler.nodes.placement import Placement
 from scheduler.snapshot import restore
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store import pieces
+from scheduler.store import ops, pieces
 from scheduler.store.scripts import listing
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
@@ -83,7 +83,7 @@ def test_a_deleted_nodes_queue_moves_a_bounded_piece_at_once_the_rest_at_the_swe
         return sum(assert_json(api.get(f"/jobs/{j}"))["node_id"] == "b" for j in made)
 
     assert on_b() == 2
-    assert len(store.requeue_lost(time.time())) == 3
+    assert len(store.run(ops.upkeep.requeue_lost(time.time()))) == 3
     assert on_b() == 5
 
 
@@ -109,7 +109,7 @@ def test_the_ui_search_reads_a_bounded_piece_a_call_and_its_page_looks_through_a
 
 def store_job(store: SyncJobStore, command: str) -> str:
     body, now = JobCreate(command=command), time.time()
-    made = store.create(stamped(new_job(body), body, now), Placement.fixed("a"), now)
+    made = store.run(ops.jobs.create(stamped(new_job(body), body, now), Placement.fixed("a"), now))
     return str(json.loads(made.job)["job_id"])
 
 

@@ -15,6 +15,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts.settling import settle_endings
 from scheduler.store.shards import Layout
@@ -71,7 +72,7 @@ def test_redis_killed_mid_settle_goes_on_from_its_append_only_file(
     assert rclient.zcard(Keys(settings.redis_prefix).endings) > 0
     store.close()
     store = SyncJobStore.connect(settings)
-    assert store.settle_endings().left == 0
+    assert store.run(ops.upkeep.settle_endings()).left == 0
     ended_once(api, rclient, settings, waiters)
     store.close()
     rclient.close()
@@ -117,8 +118,8 @@ def test_each_shards_workers_settle_that_shards_endings(
     stores = [SyncJobStore.connect(settings.for_shard(k)) for k in range(3)]
     for k, store in enumerate(stores):
         if k != home:
-            assert store.settle_endings().calls == 0
-    assert stores[home].settle_endings().calls > 0
+            assert store.run(ops.upkeep.settle_endings()).calls == 0
+    assert stores[home].run(ops.upkeep.settle_endings()).calls > 0
     for job_id in waiters:
         job = assert_json(api.get(f"/jobs/{job_id}"))
         assert (job["status"], job["failure_reason"]) == ("failed", "dependency_failed")

@@ -142,7 +142,7 @@ _NEW_JOB = """
 -- Returns {OK, head} | {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH}
 --   | {NOT_STAGED} (the staged spec is gone)
 --   | {NO_NODES} | {NOT_READY}{AFTER_CODES}.
--- elsewhere = 1: another shard may take the job (store/sharded.py): with no node for it,
+-- elsewhere = 1: another shard may take the job (store/jobs.py): with no node for it,
 -- NO_NODES rather than made unplaced, its idempotency key then marked ELSEWHERE.
 local ELSEWHERE = "{ELSEWHERE}"
 local function unmade(reply)
@@ -171,7 +171,7 @@ elseif elsewhere == "1" then
 end
 if not node and reason and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)
     or elsewhere == "1") then
-  -- a replay of the key passes on here to the shard that made it (store/sharded.py)
+  -- a replay of the key passes on here to the shard that made it (store/jobs.py)
   if dedup and elsewhere == "1" then
     redis.call("SET", dedup, ELSEWHERE, "EX", tonumber(dedup_ttl))
   end
