@@ -294,7 +294,7 @@ def test_a_lost_drained_node_is_not_a_target_for_the_sweep(
     jobs = [submit(client, command="x") for _ in range(3)]
     drained(client, "n2")  # its one job moves to n1 or n3
     last_heard(rclient, settings, "n3", time.time() - 3600)
-    moved = store.requeue_lost(time.time())
+    moved = store.run(ops.upkeep.requeue_lost(time.time()))
     assert moved and {m.to_node for m in moved} == {"n1"}
     assert set(nodes_of(client, jobs)) == {"n1"}
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from scheduler.store import ops
 from scheduler.store.keys import Keys, glob_escape
 from tests.conftest import BOTH_FRONTS, ClientFactory, Json, assert_json, assert_text_error
 
@@ -342,7 +343,9 @@ def test_a_registration_the_operator_did_not_vouch_for_claims_no_hostname(
     n1 = register_as(api, "n1", "h-n1", OPERATOR)
     evil = register_as(api, "evil", "h-n1", stranger)
     if placed == "by the placement pass":
-        assert sorted(store.place_unplaced(time.time())) == sorted(j["job_id"] for j in early)
+        assert sorted(store.run(ops.upkeep.place_unplaced(time.time()))) == sorted(
+            j["job_id"] for j in early
+        )
         jobs = [assert_json(api.get(f"/jobs/{j['job_id']}", headers=OPERATOR)) for j in early]
     else:
         jobs = [submit(api, command="x", env_vars=SECRET, node_selector=PINNED) for _ in range(4)]

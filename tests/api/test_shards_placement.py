@@ -19,8 +19,8 @@ from scheduler.models.job import Job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store import ops
-from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
+from scheduler.store.operation import Command, Op, Shard, Steps
 from scheduler.store.scripts.create import Created, Dedup
 from scheduler.store.shards import Layout, key_order, node_shard
 from scheduler.store.sync_store import SyncJobStore
@@ -196,19 +196,23 @@ def test_a_keyed_create_no_shard_makes_leaves_the_last_shards_key_alone(
     api = make_client(settings)
     key = "last-maker"
     made_meanwhile = b"job-7 " + b"f" * 32  # the other request's job and fingerprint
-    create = JobStore.create
+    made_on = ops.jobs.made_on
 
-    async def racing(
-        store: JobStore, job: Job, here: Placement, now: float, dedup: Dedup
-    ) -> Created:
-        try:
-            return await create(store, job, here, now, dedup)
-        except NoHealthyNodes:
-            if not here.elsewhere:  # the walk's last shard answered: the other request runs
-                await store.redis.execute("SET", store.keys.submission(dedup.key), made_meanwhile)
-            raise
+    def racing(job: Job, here: Placement, now: float, dedup: Dedup) -> Op[Created]:
+        op = made_on(job, here, now, dedup)
 
-    monkeypatch.setattr(JobStore, "create", racing)
+        def program(shard: Shard) -> Steps[Created]:
+            try:
+                return (yield from op.program(shard))
+            except NoHealthyNodes:
+                if not here.elsewhere:  # the walk's last shard answered: the other request runs
+                    key = shard.keys.submission(dedup.key)
+                    yield Command(("SET", key, made_meanwhile))
+                raise
+
+        return Op(op.route, program, op.name)
+
+    monkeypatch.setattr(ops.jobs, "made_on", racing)
     refused = api.post("/jobs", json={"command": "x"}, headers={"Idempotency-Key": key})
     assert refused.status_code == 503, refused.text
     *passed, last = order_of(key)

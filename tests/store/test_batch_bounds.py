@@ -8,7 +8,6 @@ Against a real Redis, the calls counted (no clock): benchmarks/script_bounds.py 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +17,7 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store import ops, pieces
+from scheduler.store import ops
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_json, last_heard, report
 from tests.store.test_settling_bounds import LARGE_SELECTOR
@@ -51,13 +50,13 @@ def large_jobs(api: TestClient, **fields: Any) -> list[str]:
 def counted(store: SyncJobStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], int]:
     """How many calls of each script the store runs from now on, by name."""
     calls: dict[str, int] = {}
-    run = store.run
+    call_script = store.call
 
     def counting(call: Any) -> Any:
         calls[call.script.name] = calls.get(call.script.name, 0) + 1
-        return run(call)
+        return call_script(call)
 
-    monkeypatch.setattr(store, "run", counting)
+    monkeypatch.setattr(store, "call", counting)
     return lambda name: calls.get(name, 0)
 
 
@@ -170,10 +169,7 @@ def test_a_drain_moves_large_jobs_in_more_calls(
     register_fitting(api, "n2")
     calls = counted(store, monkeypatch)
 
-    async def run(call: Any) -> Any:
-        return store.run(call)
-
-    done = asyncio.run(pieces.drained(run, "n1", "operator", "key", False, time.time(), 3600))
+    done = store.run(ops.nodes.drain_node("n1", time.time(), "operator", caller="key"))
     assert sorted(moved.job_id for moved in done.moved) == sorted(made)
     assert done.stayed == 0
     assert calls("DRAIN_NODE") >= 4
@@ -192,9 +188,6 @@ def test_a_drain_counts_the_placing_of_jobs_whose_selector_allows_many_values(
     assert api.post("/nodes/register", json={"id": "n2", **node}).status_code == 201
     calls = counted(store, monkeypatch)
 
-    async def run(call: Any) -> Any:
-        return store.run(call)
-
-    done = asyncio.run(pieces.drained(run, "n1", "operator", "key", False, time.time(), 3600))
+    done = store.run(ops.nodes.drain_node("n1", time.time(), "operator", caller="key"))
     assert sorted(moved.job_id for moved in done.moved) == sorted(made)
     assert calls("DRAIN_NODE") >= 4

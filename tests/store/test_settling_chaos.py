@@ -91,7 +91,10 @@ def test_two_settling_loops_at_once_end_each_waiter_once(
     root, waiters = graph(api)
     assert_json(api.delete(f"/jobs/{root}"))
     stores = [SyncJobStore.connect(settings) for _ in range(2)]
-    loops = [threading.Thread(target=store.settle_endings) for store in stores]
+    loops = [
+        threading.Thread(target=lambda s=store: s.run(ops.upkeep.settle_endings()))
+        for store in stores
+    ]
     for loop in loops:
         loop.start()
     for loop in loops:

@@ -135,7 +135,7 @@ def test_a_firer_killed_between_create_and_advance_leaves_one_job(
         raise SystemExit("killed between the create and the advance")
 
     with monkeypatch.context() as patched:
-        patched.setattr(ctx.store, "replace_schedule", die)
+        patched.setattr(ops.schedules, "replace_schedule", die)
         with pytest.raises(SystemExit):
             fire(ctx, tick)
     assert len(jobs(api)) == 1 and stored(ctx).next_tick == tick  # still due

@@ -202,6 +202,14 @@ def upgrade_retired(shard: Shard, batch: int = 500) -> Steps[int]:
     return changed
 
 
+def _scored(reply: list[Any]) -> list[tuple[bytes, float]]:
+    """A WITHSCORES reply as (member, score) pairs: flat in RESP2, pairs already in RESP3
+    (redis-py's clients may speak either)."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(member, float(score)) for member, score in reply]
+    return [(reply[i], float(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
 @operation(home)
 def split_records(shard: Shard, batch: int = 500) -> Steps[int]:
     """The upgrade from the whole records of earlier versions: each record holding a part
@@ -213,10 +221,14 @@ def split_records(shard: Shard, batch: int = 500) -> Steps[int]:
         return 0
     split, missed, above = 0, 0, "-inf"
     while True:
-        flat: list[Any] = yield from send(
-            "ZRANGEBYSCORE", keys.all_jobs, above, "+inf", "WITHSCORES", "LIMIT", 0, batch
+        entries = _scored(
+            (
+                yield from send(
+                    "ZRANGEBYSCORE", keys.all_jobs, above, "+inf", "WITHSCORES", "LIMIT", 0, batch
+                )
+            )
         )
-        ids = [str(member, "utf-8") for member in flat[::2]]
+        ids = [str(member, "utf-8") for member, _ in entries]
         heads = (yield from send("MGET", *[keys.job(job_id) for job_id in ids])) if ids else []
         for job_id, head in zip(ids, heads, strict=True):
             # Only a record larger than a head keeps may hold a part too large for one.
@@ -225,7 +237,7 @@ def split_records(shard: Shard, batch: int = 500) -> Steps[int]:
                 split, missed = split + done, missed + 1 - done
         if len(ids) < batch:
             break
-        above = f"({float(flat[-1])!r}"
+        above = f"({entries[-1][1]!r}"
     if not missed:  # one changed while read is split at the next start
         yield from send("SET", keys.records_split, "1")
     return split
