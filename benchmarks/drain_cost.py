@@ -30,7 +30,7 @@ from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts.retry import RetryPolicy
 
 BODY = b'{"command":"echo hello","env_vars":{"GREETING":"hi"},"status":"pending","retry_count":0,"created_at":"2026-01-01T00:00:00.000000Z"}'  # noqa: E501
-LIMIT = 1000  # the API's moves per call (store/jobs.py DELETE_MOVES)
+LIMIT = 1000  # the API's moves per call (store/ops/nodes.py DELETE_MOVES)
 
 
 def setup(client: redis.Redis, keys: Keys, nodes: int, queued: int, cpus: int, now: float) -> None:

@@ -38,7 +38,7 @@ Per scenario: the longest single call in Redis (INFO commandstats around each sc
 of the action) and the median one, the calls it took, their Redis time in all, and the
 wall time from the action's start until its work is complete (for this version, the
 endings left to settle settled as the workers' task settles them,
-SyncJobStore.settle_endings), and what the scenario checks at the end. --scale shrinks
+ops.upkeep.settle_endings), and what the scenario checks at the end. --scale shrinks
 every size (tests/test_benchmarks.py runs it tiny).
 
 --against REF: REF's code is checked out in a temporary directory (harness.checkout) and this
@@ -66,8 +66,9 @@ from scheduler.models.registry import Node
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store import jobs as store_jobs
+from scheduler.store import ops
 from scheduler.store.keys import Keys
+from scheduler.store.ops import nodes as node_ops
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import listing
 from scheduler.store.scripts import nodes as node_scripts
@@ -120,7 +121,9 @@ class Builder:
 
     def job(self, after: list[str] | None = None, command: str = "true", **fields: Any) -> str:
         body, now = JobCreate(command=command, after=after or [], **fields), time.time()
-        made = self.store.create(stamped(new_job(body), body, now), self.placement, now)
+        made = self.store.run(
+            ops.jobs.create(stamped(new_job(body), body, now), self.placement, now)
+        )
         return str(json.loads(made.job)["job_id"])
 
     def layers(self, root: str, count: int, width: int, fan: int) -> list[str]:
@@ -260,7 +263,7 @@ def large_promote(store: SyncJobStore, make: Builder, measured: Measured, scale:
     for _ in range(max(2, round(1000 * scale))):
         make.job(node_selector=LARGE_SELECTOR, delay_secs=1)
     measured.begin()
-    return f"{len(store.promote_due(time.time() + 2))} promoted"
+    return f"{len(store.run(ops.upkeep.promote_due(time.time() + 2)))} promoted"
 
 
 def large_sweep(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
@@ -270,7 +273,9 @@ def large_sweep(store: SyncJobStore, make: Builder, measured: Measured, scale: f
     ]:
         report(store, job_id, "running")
     measured.begin()
-    timed_out = store.sweep_timeouts(time.time() + store.settings.job_timeout_secs + 1)
+    timed_out = store.run(
+        ops.upkeep.sweep_timeouts(time.time() + store.settings.job_timeout_secs + 1)
+    )
     return f"{len(timed_out)} timed out"
 
 
@@ -281,7 +286,7 @@ def large_prune(store: SyncJobStore, make: Builder, measured: Measured, scale: f
         cancel(store, job_id)
     assert snapshot_once(store.settings) > 0
     measured.begin()
-    return f"{len(store.prune_finished(time.time() + 10))} pruned"
+    return f"{len(store.run(ops.upkeep.prune_finished(time.time() + 10)))} pruned"
 
 
 def bulk_retry(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
@@ -322,7 +327,7 @@ def delete_node(store: SyncJobStore, make: Builder, measured: Measured, scale: f
     for _ in range(max(2, round(1000 * scale))):
         make.job()
     measured.begin()
-    step = pieces.MOVE_STEP if pieces else store_jobs.DELETE_MOVES
+    step = pieces.MOVE_STEP if pieces else node_ops.DELETE_MOVES
     moved = store.run(node_scripts.delete_node("n0", now, 3600, step, "key"))
     return f"{len(moved)} moved at once"
 
@@ -340,7 +345,7 @@ def wide_selector(store: SyncJobStore, make: Builder, measured: Measured, scale:
     now, wide = time.time(), {"zone": "a"}
     for _ in range(100):  # no node yet: unplaced
         body = JobCreate(command="true", node_selector=wide)
-        store.create(stamped(new_job(body), body, now), Placement.live(), now)
+        store.run(ops.jobs.create(stamped(new_job(body), body, now), Placement.live(), now))
     nodes = max(2, round(store.settings.max_nodes * scale))
     for n in range(nodes):
         node = Node(id=f"w{n}", hostname=f"w{n}", cpu_count=8, role="compute", labels=wide)
@@ -349,9 +354,9 @@ def wide_selector(store: SyncJobStore, make: Builder, measured: Measured, scale:
     placed = []
     for cpus in (0, 1, 64):
         body = JobCreate(command="true", node_selector=wide, cpus=cpus)
-        made = store.create(stamped(new_job(body), body, now), Placement.live(), now)
+        made = store.run(ops.jobs.create(stamped(new_job(body), body, now), Placement.live(), now))
         placed.append(json.loads(made.job)["node_id"] or "none")
-    passed = len(store.place_unplaced(now))
+    passed = len(store.run(ops.upkeep.place_unplaced(now)))
     return f"{nodes} nodes; placed on {' '.join(placed)}; the pass placed {passed}"
 
 
@@ -411,7 +416,9 @@ def sweep_timeouts(store: SyncJobStore, make: Builder, measured: Measured, scale
         for _ in range(10):
             make.job([job_id])
     measured.begin()
-    timed_out = store.sweep_timeouts(time.time() + store.settings.job_timeout_secs + 1)
+    timed_out = store.run(
+        ops.upkeep.sweep_timeouts(time.time() + store.settings.job_timeout_secs + 1)
+    )
     settle(store)
     return f"{len(timed_out)} timed out, {count(store, 'failed')} failed"
 
@@ -420,7 +427,7 @@ def promote_due(store: SyncJobStore, make: Builder, measured: Measured, scale: f
     for _ in range(max(2, round(500 * scale))):
         make.job(delay_secs=1)
     measured.begin()
-    promoted = store.promote_due(time.time() + 2)
+    promoted = store.run(ops.upkeep.promote_due(time.time() + 2))
     return f"{len(promoted)} promoted"
 
 
@@ -430,7 +437,7 @@ def restore_rebuild(store: SyncJobStore, make: Builder, measured: Measured, scal
     keys = Keys(PREFIX)
     store.redis.delete(keys.waiting, *(keys.dependents(dep) for dep in deps))
     measured.begin()
-    store.rebuild_waiting(time.time())
+    store.run(ops.upkeep.rebuild_waiting(time.time()))
     return f"{store.redis.hlen(keys.waiting)} of {len(waiters)} waiting"
 
 

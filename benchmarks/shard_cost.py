@@ -37,7 +37,7 @@ each subject (alone's other two primaries idle), and the ceiling the busiest pri
 the sharded deployment's lives per second of Redis CPU against one primary's alone.
 
 What it cannot isolate: the sharded API asks every shard for its live nodes once a second
-(a new job's placement, ShardedStore._live_shards), which lands on all three primaries in
+(a new job's placement, ShardPlacement.live_shards), which lands on all three primaries in
 whichever sharded turn it falls: part of the sharded cost, spread over the lives of about a
 second. The APIs, this client and the three primaries share the machine's cores.
 """

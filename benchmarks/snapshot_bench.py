@@ -38,6 +38,7 @@ from scheduler.nodes.placement import Placement
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import snapshot as snapshot_scripts
@@ -158,7 +159,8 @@ def bench_prune(url: str, work: Path, count: int) -> None:
     finished = client.zcard(Keys("rest").finished)
     store = SyncJobStore.connect(settings)
     removed = measured(
-        f"prune {finished} finished jobs of {count}", lambda: len(store.prune_finished(time.time()))
+        f"prune {finished} finished jobs of {count}",
+        lambda: len(store.run(ops.upkeep.prune_finished(time.time()))),
     )
     store.close()
     assert removed == finished, (removed, finished)

@@ -5,7 +5,8 @@ The request metrics (`{P}:stats:requests`) are never part of it: every request a
 refused ones too, and each API process flushes them on its own timer
 (METRICS_FLUSH_SECS), so a flush of the fixture's own requests can land between a test's
 two reads; nor the marks of the function libraries in use (`{P}:libraries`), which the same
-flush and the worker's sweep set (store/retire.py). Nor are the counts of wrong credentials
+flush and the worker's sweep set (ops.upkeep.retire_libraries). Nor are the counts of wrong
+credentials
 (`{P}:authfail:<address>`): every refused credential adds to them, on purpose
 (api/guesses.py); a test of the count reads it itself."""
 

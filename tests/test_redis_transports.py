@@ -28,6 +28,7 @@ import pytest
 import redis
 
 from scheduler.config import Settings
+from scheduler.store import ops
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.connection.discovery import NotPrimary
 from scheduler.store.connection.mux import MuxRedis
@@ -193,7 +194,7 @@ def test_a_replica_on_a_socket_is_refused_as_not_the_primary_naming_the_socket(
                 socket = replica.removeprefix("unix://")  # on it before writing anything
                 assert store.redis.config_get("unixsocket") == {"unixsocket": socket}
                 with pytest.raises(NotPrimary, match=f"{replica.removeprefix('unix://')} is not"):
-                    store.registry_unreadable()  # a DEL
+                    store.run(ops.upkeep.registry_unreadable())  # a DEL
             finally:
                 store.close()
 

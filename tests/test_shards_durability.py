@@ -37,10 +37,11 @@ from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.locking import open_store
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import write_snapshot
+from scheduler.store import ops
 from scheduler.store.errors import LayoutChanged, StoreNotReady
+from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
-from scheduler.store.sharded import ShardedStore
 from tests.api.test_shards import SHARDS, by_number, listed, polled, shard_nodes, stored
 from tests.api.test_shards_start import snapshot_every_shard
 from tests.conftest import (
@@ -176,7 +177,7 @@ def test_the_floor_is_not_read_from_a_restore_half_done(
     half_restored(unsharded, ["job-1", "job-2"])
 
     settings = make_settings(shards=SHARDS)
-    store = ShardedStore.connect(settings)
+    store = JobStore.connect(settings)
     floors = store.where._floors
 
     async def floors_then_restored() -> tuple[int, int]:
@@ -320,14 +321,14 @@ SWEEP_PAUSED = """
 import sys, time
 from pathlib import Path
 from scheduler.config import Settings
-from scheduler.store.sync_store import SyncJobStore
+from scheduler.store.ops import upkeep
 from workers import context, tasks
 
 def paused(*args, **kwargs):
     Path(sys.argv[1]).write_text("paused")
     time.sleep(600)
 
-SyncJobStore.requeue_lost = paused
+upkeep.requeue_lost = paused
 context.configure(Settings.from_env().served())
 tasks.sweep(period=1)
 """
@@ -446,7 +447,9 @@ def test_an_upgrade_to_three_shards_keeps_what_was_in_flight(
     zero = settings.for_shard(0)
     with open_store(zero) as store:
         now = time.time()
-        assert store.promote_due(now + 3601) == [later]  # shard 0's worker, once it is due
+        assert store.run(ops.upkeep.promote_due(now + 3601)) == [
+            later
+        ]  # shard 0's worker, once it is due
         context.configure(zero)
         try:
             fired = asyncio.run(firing.fire_due(context.current(), tick, BuiltinRegistry()))

@@ -39,6 +39,7 @@ from scheduler.models.schedule import (
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
+from scheduler.store import ops
 from scheduler.store.errors import ScheduleNotFound, StoreNotReady
 from scheduler.store.scripts.jobs import Dedup
 from scheduler.store.scripts.schedules import Stored
@@ -63,7 +64,7 @@ async def fire_due(ctx: Context, now: float, nodes: NodeSource, batch: int = BAT
     skip = 0  # schedules left due by this run (unplaced, unreadable): read past them
     deadline = time.monotonic() + FIRE_BUDGET_SECS
     while time.monotonic() < deadline:
-        due = ctx.store.due_schedules(now, skip, batch)
+        due = ctx.store.run(ops.schedules.due_schedules(now, skip, batch))
         for stored in due:
             try:
                 outcome = await fire_one(ctx, stored, now, nodes)
@@ -97,7 +98,9 @@ async def fire_one(ctx: Context, stored: Stored, now: float, nodes: NodeSource) 
     new = fired(schedule, step, job_id, now)
     record = schedule_encoder.encode(new)
     try:
-        advanced = ctx.store.replace_schedule(schedule.name, stored.record, record, new.next_tick)
+        advanced = ctx.store.run(
+            ops.schedules.replace_schedule(schedule.name, stored.record, record, new.next_tick)
+        )
     except ScheduleNotFound:  # deleted since it was read
         advanced = False
     if step.fire and not duplicate:
@@ -127,7 +130,7 @@ async def _make_job(
     try:
         placement = await nodes.placement(job.instance_id, asks_fit(job))
         dedup = Dedup("submit", key, TICK_KEY_TTL_SECS)
-        created = ctx.store.create(job, placement, now, dedup)
+        created = ctx.store.run(ops.jobs.create(job, placement, now, dedup))
     except (RegistryError, NoHealthyNodes) as exc:
         # The registry may fail before the create looks at the key: a tick made already
         # (its firer died before the advance) needs no node.

@@ -32,6 +32,7 @@ from scheduler.models.job import (
 from scheduler.models.wire import ID_RE, DecodeError, InvalidInput, decode_go_style
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
+from scheduler.store import ops
 from scheduler.store.errors import StoreNotReady
 from scheduler.store.scripts.jobs import Dedup
 from workers.context import Context
@@ -152,7 +153,7 @@ class Ingestion:
         try:
             placement = await self.nodes.placement(req.instance_id, asks_fit(req))
             dedup = Dedup("sqs", key, self.ctx.settings.sqs_dedup_ttl_secs)
-            created = self.ctx.store.create(req, placement, now, dedup)
+            created = self.ctx.store.run(ops.jobs.create(req, placement, now, dedup))
         except (RegistryError, NoHealthyNodes) as exc:
             if self.ctx.redis.exists(self.ctx.keys.sqs_message(key)):
                 self.counts["sqs_duplicates"] += 1

@@ -20,7 +20,7 @@ from scheduler.config import Settings
 from scheduler.nodes.placement import healthy_compute_nodes
 from scheduler.nodes.registry import RegistryError, RemoteRegistry
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store.retire import LIBRARY_GRACE_SECS, retire_libraries
+from scheduler.store import ops
 from workers import context
 from workers.context import Context
 from workers.outage import RoutineFailure
@@ -44,16 +44,17 @@ def sweep(period: int) -> int:
     """Fail the run jobs running longer than JOB_TIMEOUT_SECS; fail or re-place the running
     jobs of lost nodes and move their pending jobs to live ones; prune finished jobs past
     JOB_RETENTION_SECS; mark this release's function library in use and delete those no
-    process has marked for LIBRARY_GRACE_SECS (store/retire.py). Returns how many jobs timed
+    process has marked for LIBRARY_GRACE_SECS (ops.upkeep.retire_libraries). Returns how many
+    jobs timed
     out."""
     ctx = context.current()
     now = time.time()
-    failed = ctx.store.sweep_timeouts(now)
+    failed = ctx.store.run(ops.upkeep.sweep_timeouts(now))
     if failed:
         log.info("sweep: %d job(s) timed out: %s", len(failed), " ".join(failed))
         ctx.count(Counter(timeouts=len(failed)))
     judge_lost = _observe_registry(ctx, now)
-    lost = ctx.store.lose_running(now) if judge_lost else []
+    lost = ctx.store.run(ops.upkeep.lose_running(now)) if judge_lost else []
     for gone in lost:
         log.warning(
             "sweep: %s was running on lost node %s: now %s on %s",
@@ -61,22 +62,23 @@ def sweep(period: int) -> int:
         )
     if lost:
         ctx.count(Counter(lost=len(lost)))
-    moved = ctx.store.requeue_lost(now) if judge_lost else []
+    moved = ctx.store.run(ops.upkeep.requeue_lost(now)) if judge_lost else []
     for job in moved:
         log.info("sweep: %s moved from lost node %s to %s", job.job_id, job.from_node, job.to_node)
     if moved:
         ctx.count(Counter(requeued=len(moved)))
-    ended = ctx.store.finish_cancels(now)
+    ended = ctx.store.run(ops.upkeep.finish_cancels(now))
     if ended:
         log.info("sweep: %d cancelled job(s) past the grace: %s", len(ended), " ".join(ended))
         ctx.count(Counter(cancelled_by_sweep=len(ended)))
-    pruned = ctx.store.prune_finished(now)
+    pruned = ctx.store.run(ops.upkeep.prune_finished(now))
     if pruned:
         log.info("sweep: %d finished job(s) past retention removed from Redis", len(pruned))
         ctx.count(Counter(pruned=len(pruned)))
-    retired = retire_libraries(ctx.store)
+    retired = ctx.store.run(ops.upkeep.retire_libraries())
     if retired:
-        log.info("sweep: function libraries unused for %d s deleted: %s", LIBRARY_GRACE_SECS,
+        log.info("sweep: function libraries unused for %d s deleted: %s",
+        ops.upkeep.LIBRARY_GRACE_SECS,
                  " ".join(retired))  # fmt: skip
     ctx.record_run("sweep", period, now)
     return len(failed)
@@ -91,15 +93,15 @@ def promote(period: int) -> int:
     became pending by the first two."""
     ctx = context.current()
     now = time.time()
-    promoted = ctx.store.promote_due(now)
+    promoted = ctx.store.run(ops.upkeep.promote_due(now))
     if promoted:
         log.info("promote: %d delayed job(s) now pending: %s", len(promoted), " ".join(promoted))
         ctx.count(Counter(promoted=len(promoted)))
-    placed = ctx.store.place_unplaced(now)
+    placed = ctx.store.run(ops.upkeep.place_unplaced(now))
     if placed:
         log.info("promote: %d unplaced job(s) placed: %s", len(placed), " ".join(placed[:20]))
         ctx.count(Counter(placed=len(placed)))
-    settled = ctx.store.settle_endings(budget_secs=SETTLE_BUDGET_SECS)
+    settled = ctx.store.run(ops.upkeep.settle_endings(budget_secs=SETTLE_BUDGET_SECS))
     if settled.calls:
         log.info("promote: waiters settled in %d call(s), %d left", settled.calls, settled.left)
         ctx.count(Counter(settle_calls=settled.calls))
@@ -119,9 +121,9 @@ def _observe_registry(ctx: Context, now: float) -> bool:
         healthy = asyncio.run(_registry_healthy_nodes(s))
     except RegistryError as exc:
         log.warning("sweep: registry not readable (%s); lost nodes not checked this time", exc)
-        ctx.store.registry_unreadable()
+        ctx.store.run(ops.upkeep.registry_unreadable())
         return False
-    readable_since = ctx.store.observe_nodes(healthy, now)
+    readable_since = ctx.store.run(ops.upkeep.observe_nodes(healthy, now))
     return now - readable_since >= s.node_lost_after
 
 
@@ -171,10 +173,10 @@ def flush_outbox(period: int) -> int:
     counts: Counter[str] = Counter()
     removed = 0
     while time.monotonic() < deadline:
-        entries = ctx.store.outbox_head(OUTBOX_BATCH)
+        entries = ctx.store.run(ops.upkeep.outbox_head(OUTBOX_BATCH))
         for entry in entries:
             _hand_over(ctx, entry, counts)
-        trimmed = ctx.store.trim_outbox(entries)
+        trimmed = ctx.store.run(ops.upkeep.trim_outbox(entries))
         removed += trimmed
         # Fewer removed than read: a concurrent flush took this head; it goes on from here.
         if len(entries) < OUTBOX_BATCH or trimmed < len(entries):

@@ -37,9 +37,9 @@ from scheduler.config.secrets import check_secrets
 from scheduler.nodes.registry import NodeSource, node_source
 from scheduler.snapshot.layout import check_layout_if_reachable
 from scheduler.snapshot.restore import restore_at_start
+from scheduler.store import ops
 from scheduler.store.errors import StoreNotReady
 from scheduler.store.jobs import JobStore
-from scheduler.store.sharded import ShardedStore
 
 log = logging.getLogger("scheduler.api")
 
@@ -91,7 +91,7 @@ async def keep_series(store: Store) -> None:
     """SERIES_RETENTION_SECS for the scripts, best effort: Redis down at start only leaves
     the minutes' 2-day default (minutes.py SERIES) until the next start."""
     try:
-        await store.keep_series()
+        await store.run(ops.listings.keep_series())
     except (RedisError, OSError) as exc:
         log.warning("series retention not written, Redis unavailable: %s", exc)
 
@@ -100,12 +100,12 @@ async def open_store(settings: Settings) -> Store:
     """The store of one shard's layout, or with SCHEDULER_SHARDS > 1 of every shard: the shard
     count checked against the recorded one (before any restore, which would fill another
     layout's shards), each shard's snapshot restored into a Redis that lost its data
-    (snapshot.py), then a sharded deployment's layout read (store/sharded.py; while Redis is
-    unreachable, on first use)."""
+    (snapshot.py), then a sharded deployment's layout read (store/shard_layout.py; while Redis
+    is unreachable, on first use)."""
     await asyncio.to_thread(check_layout_if_reachable, settings, log)
-    store = JobStore.connect(settings) if settings.shards == 1 else ShardedStore.connect(settings)
+    store = JobStore.connect(settings)
     await restore_at_start(settings)
-    if isinstance(store, ShardedStore):
+    if settings.shards > 1:
         try:
             await store.start()
         except (RedisError, OSError, StoreNotReady) as exc:
@@ -128,7 +128,10 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         # Before serving: a Redis that lost its data gets the snapshot back first (snapshot.py).
         app.state.store = await open_store(settings)
         await keep_series(app.state.store)
-        app.state.nodes = nodes or node_source(settings, app.state.store.nodes)
+        store = app.state.store
+        app.state.nodes = nodes or node_source(
+            settings, lambda now: store.run(ops.nodes.nodes(now))
+        )
         tune_gc()
         undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifiers)
         app.state.old_layout.start()

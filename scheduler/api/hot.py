@@ -37,6 +37,7 @@ from scheduler.models.job import (
 )
 from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
 from scheduler.snapshot.restore import restore_at_start
+from scheduler.store import ops
 from scheduler.store.errors import Conflict, StoreNotReady
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled
 
@@ -58,7 +59,7 @@ def check_node_id(node_id: str) -> None:
 
 
 async def read_job(store: Store, job_id: str) -> bytes:
-    return job_reply(await store.get(job_id_or_404(job_id)))
+    return job_reply(await store.run(ops.jobs.get(job_id_or_404(job_id))))
 
 
 def job_reply(blob: bytes | None) -> bytes:
@@ -100,7 +101,9 @@ async def create_job(state: AppState, read: BodyReader, idempotency_key: str) ->
     job = stamped(job, request, now)
     placement = await state.nodes.placement(job.instance_id, asks_fit(job))
     # Before taking a new id: an id the snapshot holds is never made again.
-    created = await once_restored(state, lambda: state.store.create(job, placement, now, dedup))
+    created = await once_restored(
+        state, lambda: state.store.run(ops.jobs.create(job, placement, now, dedup))
+    )
     if created.duplicate and not created.job:
         raise Conflict("the job of this Idempotency-Key has been removed")
     return created
@@ -154,7 +157,7 @@ async def report_job(
     # be in its snapshot: restored, the report lands (neither agent retries a 404). A token
     # refused there went with the data: restored, its 401 has the agent register and retry.
     if size is None or size > PRECHECK_OVER_BYTES or caller not in ("open", "key"):
-        await once_restored(state, lambda: state.store.check_report(job_id, caller))
+        await once_restored(state, lambda: state.store.run(ops.jobs.check_report(job_id, caller)))
     with state.report_budget.reading() as charge:
         req = _decode_update(await read(settings.max_report_bytes, charge))
         limit = settings.output_limit_bytes
@@ -163,7 +166,7 @@ async def report_job(
         )
         # The time is read in the call: a retry after a restore stamps the report with its own.
         return await once_restored(
-            state, lambda: state.store.report(job_id, req, time.time(), caller)
+            state, lambda: state.store.run(ops.jobs.report(job_id, req, time.time(), caller))
         )
 
 

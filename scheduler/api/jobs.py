@@ -30,6 +30,7 @@ from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES
 from scheduler.models.wire import check_id
+from scheduler.store import ops
 from scheduler.store.scripts.jobs import Polled
 
 HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})
@@ -46,7 +47,7 @@ async def health(request: Request) -> Response:
 
 async def schedule(request: Request) -> Response:
     placement = await _nodes(request).placement("")
-    node_id = await _store(request).pick(placement, time.time())
+    node_id = await _store(request).run(ops.jobs.pick(placement, time.time()))
     return json_bytes(msgspec.json.encode({"node_id": node_id}))
 
 
@@ -97,7 +98,7 @@ async def list_jobs(request: Request) -> Response:
     if polls(node_id, status, any(param(request, name) for name in PAGING)):
         caller = _auth(request).caller(request)
         if wait is None:
-            return _polled(request, await store.poll(node_id, caller))
+            return _polled(request, await store.run(ops.jobs.poll(node_id, caller)))
         polled = await longpoll.unless_disconnected(request, store.poll_wait(node_id, caller, wait))
         return _polled(request, polled or Polled([], []))
     if wait is not None:
@@ -108,8 +109,12 @@ async def list_jobs(request: Request) -> Response:
     if newest and bound == 0 and param(request, "before"):
         return json_array([])  # before=job-0: nothing is older
     if schedule:
-        return json_array(await store.schedule_jobs(schedule, bound, limit, newest))
-    return json_array(await store.list(node_id, status, bound, limit, newest))
+        return json_array(
+            await store.run(ops.schedules.schedule_jobs(schedule, bound, limit, newest))
+        )
+    return json_array(
+        await store.run(ops.listings.list_jobs(node_id, status, bound, limit, newest))
+    )
 
 
 def _schedule(request: Request, node_id: str, status: str) -> str:
@@ -143,7 +148,7 @@ async def get_job(request: Request) -> Response:
 async def get_attempts(request: Request) -> Response:
     """The job's ended attempts, oldest first (models/attempt.py): kept apart from the
     record, which GET /jobs/{id} answers as the original's clients know it."""
-    return json_array(await _store(request).attempts(_job_id(request)))
+    return json_array(await _store(request).run(ops.jobs.attempts(_job_id(request))))
 
 
 async def update_job(request: Request) -> Response:
@@ -155,4 +160,4 @@ async def update_job(request: Request) -> Response:
 async def cancel_job(request: Request) -> Response:
     """DELETE /jobs/{id} (the key): a pending job is cancelled at once, a running one is
     cancelling until its agent has killed it (store/scripts/jobs.py, CANCEL_JOB)."""
-    return json_bytes(await _store(request).cancel(_job_id(request), time.time()))
+    return json_bytes(await _store(request).run(ops.jobs.cancel(_job_id(request), time.time())))

@@ -40,6 +40,7 @@ from scheduler.api.routes import TABLE
 from scheduler.api.routing import POLL_LABEL, Access, Hot, RouteTable
 from scheduler.api.state import AppState
 from scheduler.models.record import record
+from scheduler.store import ops
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.errors import PartsApart, Unauthorized
 from scheduler.store.scripts.jobs import Polled
@@ -297,7 +298,7 @@ class Lane:
         return reply, lambda raw: _polled_answer(parse(raw), cap)
 
     async def poll_node(self, request: HotRequest) -> Answer:
-        polled = await self.state.store.poll(*self._poller(request))
+        polled = await self.state.store.run(ops.jobs.poll(*self._poller(request)))
         return _polled_answer(polled, self.state.settings.max_jobs_per_node)
 
     def _poller(self, request: HotRequest) -> tuple[str, str]:

@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from scheduler.api.state import old_layout as _old_layout
 from scheduler.api.stores import Store
 from scheduler.nodes.placement import is_live
+from scheduler.store import ops
 from scheduler.store.scripts.overview import Overview
 
 log = logging.getLogger("scheduler.api")
@@ -138,7 +139,7 @@ async def flush(store: Store, stats: RequestStats, read: bool = False) -> Reques
     after Redis ran the script counts them twice: the rarer and smaller error)."""
     taken = stats.take()
     try:
-        sums = await store.add_request_stats(deltas(taken), read)
+        sums = await store.run(ops.listings.add_request_stats(deltas(taken), read))
     except BaseException:
         stats.give_back(taken)
         raise
@@ -303,7 +304,9 @@ async def metrics(request: Request) -> Response:
     store: Store = request.app.state.store
     stats: RequestStats = request.app.state.request_stats
     # Sent together, so one round trip on the connection.
-    view, totals = await asyncio.gather(store.overview(), flush(store, stats, read=True))
+    view, totals = await asyncio.gather(
+        store.run(ops.listings.overview()), flush(store, stats, read=True)
+    )
     registry = CollectorRegistry(auto_describe=False)
     old_layout = len(_old_layout(request).findings)
     now = time.time()

@@ -37,6 +37,7 @@ from scheduler.models.registry import (
     with_drain,
 )
 from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
+from scheduler.store import ops
 from scheduler.store.errors import Forbidden, NodeNotFound, TooManyNodes, Unauthorized
 from scheduler.store.scripts.nodes import Registration, vouches
 from scheduler.store.scripts.retry import RetryPolicy
@@ -80,7 +81,9 @@ async def register(request: Request) -> Response:
     validate_registration(reg)
     token, store, who = new_token(), _store(request), _registration(request)
     try:
-        node, done = await store.register_node(reg, time.time(), who, token_hash(token))
+        node, done = await store.run(
+            ops.nodes.register_node(reg, time.time(), who, token_hash(token))
+        )
     except Unauthorized:
         if who.caller == "join":
             # The join key is right where it registers (this id is held): refused, not
@@ -118,7 +121,7 @@ async def heartbeat(request: Request) -> Response:
     beat = await _decode(request, Heartbeat, "heartbeat")
     if not ID_RE.fullmatch(beat.id):
         raise NodeNotFound()
-    node, cancels = await _store(request).heartbeat(beat.id, time.time(), caller)
+    node, cancels = await _store(request).run(ops.nodes.heartbeat(beat.id, time.time(), caller))
     answer = msgspec.to_builtins(node)
     if cancels:  # its jobs being cancelled: an extra field, which the original agent ignores
         answer["cancel"] = cancels
@@ -129,7 +132,7 @@ async def _listing(request: Request, role: str) -> dict[str, Node]:
     """GET /nodes's nodes: the node source's, each with its drain (the drains are ours with
     either registry). Sent together: with the built-in registry, one round trip."""
     nodes, drains = await asyncio.gather(
-        _node_source(request).nodes(role), _store(request).drains()
+        _node_source(request).nodes(role), _store(request).run(ops.nodes.drains())
     )
     return {node_id: with_drain(node, drains.get(node_id)) for node_id, node in nodes.items()}
 
@@ -147,7 +150,7 @@ async def delete_node(request: Request) -> Response:
     if not ID_RE.fullmatch(node_id):
         raise NodeNotFound()
     caller = _auth(request).operator_or_node(request)
-    moved = await _store(request).delete_node(node_id, time.time(), caller)
+    moved = await _store(request).run(ops.nodes.delete_node(node_id, time.time(), caller))
     if moved:
         log.info("node %s left: %d pending job(s) moved to live nodes", node_id, len(moved))
     return Response(status_code=204)
@@ -163,7 +166,7 @@ async def list_instances(request: Request) -> Response:
         node_id = param(request, "node_id")
         if not ID_RE.fullmatch(node_id):
             raise Unauthorized()  # no node's: the operator's listing, the key's
-        await _store(request).check_node_caller(node_id, caller)
+        await _store(request).run(ops.nodes.check_node_caller(node_id, caller))
     return json_bytes(b"[]")
 
 
@@ -206,10 +209,10 @@ async def drain(request: Request) -> Response:
     if caller != "key" and ask.by != "stopping":
         # The token first: a bearer that is no live node token is a wrong credential
         # (counted), not an answer telling it from the key.
-        await _store(request).check_node_caller(node_id, caller)
+        await _store(request).run(ops.nodes.check_node_caller(node_id, caller))
         raise Forbidden("forbidden: a node's token drains its own node as stopping only")
-    done = await _store(request).drain_node(
-        node_id, time.time(), ask.by, caller=caller, listed=listed
+    done = await _store(request).run(
+        ops.nodes.drain_node(node_id, time.time(), ask.by, caller=caller, listed=listed)
     )
     moved, unplaced = len(done.moved) - done.unplaced, done.unplaced
     if done.moved:
@@ -223,6 +226,6 @@ async def undrain(request: Request) -> Response:
     """The node is a placement candidate again. The key lifts any drain; a node's token
     only the one of its own clean stop."""
     node_id, caller, listed = await _drain_target(request)
-    was = await _store(request).undrain_node(node_id, caller=caller, listed=listed)
+    was = await _store(request).run(ops.nodes.undrain_node(node_id, caller=caller, listed=listed))
     node = msgspec.to_builtins(await _shown(request, node_id))
     return json_bytes(msgspec.json.encode(NodeUndrained(**node | {"undrained": was})))

@@ -16,6 +16,7 @@ from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models.job import job_number
 from scheduler.models.wire import ID_RE, DecodeError, decode_with
+from scheduler.store import ops
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.retry import Retried
 
@@ -50,7 +51,7 @@ _ANSWER_LISTS = {
 
 async def _retry(request: Request, job_ids: list[str]) -> list[Retried]:
     placement = await _nodes(request).placement("")
-    return await _store(request).retry(job_ids, placement, time.time())
+    return await _store(request).run(ops.jobs.retry(job_ids, placement, time.time()))
 
 
 def check_job_ids(field: str, job_ids: list[str], limit: int) -> None:

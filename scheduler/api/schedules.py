@@ -35,6 +35,7 @@ from scheduler.models.schedule import (
     view,
 )
 from scheduler.models.wire import ID_RE, DecodeError, decode_with
+from scheduler.store import ops
 from scheduler.store.errors import ScheduleNotFound
 
 DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
@@ -65,7 +66,7 @@ async def create(request: Request) -> Response:
     """POST /schedules: 201 and the schedule; 409 if the name is taken (delete it first)."""
     body = await read_body(request, _settings(request).max_body_bytes)
     schedule = new_schedule(decode_request(body), uuid.uuid4().hex, time.time())
-    await _store(request).create_schedule(schedule)
+    await _store(request).run(ops.schedules.create_schedule(schedule))
     return _shown(view(schedule), status=201)
 
 
@@ -77,13 +78,13 @@ async def list_schedules(request: Request) -> Response:
         raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")
     if after and not ID_RE.fullmatch(after):
         raise HTTPError(400, "invalid after: use a schedule name")
-    page = await _store(request).list_schedules(after, limit or DEFAULT_PAGE)
+    page = await _store(request).run(ops.schedules.list_schedules(after, limit or DEFAULT_PAGE))
     shown = (_encoder.encode(view(schedule_decoder.decode(s.record))) for s in page)
     return json_array(shown)
 
 
 async def get_schedule(request: Request) -> Response:
-    blob = await _store(request).schedule(_name(request))
+    blob = await _store(request).run(ops.schedules.schedule(_name(request)))
     if blob is None:
         raise ScheduleNotFound()
     return _shown(view(schedule_decoder.decode(blob)))
@@ -91,13 +92,13 @@ async def get_schedule(request: Request) -> Response:
 
 async def delete_schedule(request: Request) -> Response:
     """DELETE /schedules/{name}: 204; the jobs it made stay."""
-    await _store(request).delete_schedule(_name(request))
+    await _store(request).run(ops.schedules.delete_schedule(_name(request)))
     return Response(status_code=204)
 
 
 async def pause(request: Request) -> Response:
     """POST /schedules/{name}/pause: no tick fires until resumed (idempotent)."""
-    changed = await _store(request).change_schedule(_name(request), paused)
+    changed = await _store(request).run(ops.schedules.change_schedule(_name(request), paused))
     return _shown(view(changed))
 
 
@@ -105,7 +106,7 @@ async def resume(request: Request) -> Response:
     """POST /schedules/{name}/resume: active again from now; ticks while paused are not made
     up. Resuming an active schedule changes nothing."""
     now = time.time()
-    changed = await _store(request).change_schedule(
-        _name(request), lambda s: resumed(s, now) if s.paused else s
+    changed = await _store(request).run(
+        ops.schedules.change_schedule(_name(request), lambda s: resumed(s, now) if s.paused else s)
     )
     return _shown(view(changed))

@@ -21,6 +21,7 @@ from scheduler.models.registry import (
     validate_service,
 )
 from scheduler.models.wire import ID_RE, DecodeError, check_id, decode_go_style, rfc3339
+from scheduler.store import ops
 from scheduler.store.errors import ServiceNotFound
 
 BODY_LIMIT = 16 * 1024  # a service is a few hundred bytes
@@ -55,7 +56,7 @@ async def create(request: Request) -> Response:
         deploy_url=req.deploy_url,
         created_at=rfc3339(time.time()),
     )
-    return json_bytes(await _store(request).create_service(service, caller), 201)
+    return json_bytes(await _store(request).run(ops.services.create_service(service, caller)), 201)
 
 
 async def list_services(request: Request) -> Response:
@@ -69,11 +70,11 @@ async def list_services(request: Request) -> Response:
         check_id("node_id", node_id)
     if status and not SERVICE_STATUS_RE.fullmatch(status):
         return json_array([])  # no service has such a status
-    return json_array(await _store(request).services(node_id, status, caller))
+    return json_array(await _store(request).run(ops.services.services(node_id, status, caller)))
 
 
 async def get_service(request: Request) -> Response:
-    blob = await _store(request).service(_service_id(request))
+    blob = await _store(request).run(ops.services.service(_service_id(request)))
     if blob is None:
         raise ServiceNotFound()
     return json_bytes(blob)
@@ -90,11 +91,13 @@ async def update(request: Request) -> Response:
         raise HTTPError(400, "status required")
     if not SERVICE_STATUS_RE.fullmatch(req.status):
         raise HTTPError(400, "invalid status: a word of A-Z a-z 0-9 _ -, up to 32")
-    await _store(request).set_service_status(service_id, req.status, caller)
+    await _store(request).run(ops.services.set_service_status(service_id, req.status, caller))
     return Response(status_code=204)
 
 
 async def stop(request: Request) -> Response:
     """The operator's stop (the key): the agent kills it at its next look (CONTRACT 3.5)."""
-    await _store(request).set_service_status(_service_id(request), "stopped", "key")
+    await _store(request).run(
+        ops.services.set_service_status(_service_id(request), "stopped", "key")
+    )
     return Response(status_code=204)

@@ -8,11 +8,9 @@ from starlette.requests import Request
 
 from scheduler.config import Settings
 from scheduler.store.jobs import JobStore
-from scheduler.store.sharded import ShardedStore
 
-# The store of the API: one shard's, or the sharded deployment's (store/sharded.py), which
-# has the same methods: typed as this union, mypy holds every call to both.
-Store = JobStore | ShardedStore
+# The store of the API: the executor of store operations over the deployment's shards.
+Store = JobStore
 
 
 def store(request: Request) -> Store:

@@ -25,6 +25,7 @@ from scheduler.api.state import store as _store
 from scheduler.api.ui_forms import check_origin, checked_form, form_lists
 from scheduler.api.ui_layout import page, view_of
 from scheduler.models.wire import ID_RE
+from scheduler.store import ops
 
 
 async def _posted_job_id(request: Request) -> tuple[str, str]:
@@ -41,7 +42,7 @@ async def _posted_job_id(request: Request) -> tuple[str, str]:
 async def cancel(request: Request) -> Response:
     """The job page's cancel button: DELETE /jobs/{id}, then back to the job."""
     job_id, back = await _posted_job_id(request)
-    await _store(request).cancel(job_id, time.time())
+    await _store(request).run(ops.jobs.cancel(job_id, time.time()))
     return RedirectResponse(back, status_code=303)
 
 
@@ -63,9 +64,9 @@ async def drain_or_undrain(request: Request) -> Response:
     await checked_form(request)
     listed = await nodes.listed(request, node_id)
     if action == "drain":
-        await _store(request).drain_node(node_id, time.time(), listed=listed)
+        await _store(request).run(ops.nodes.drain_node(node_id, time.time(), listed=listed))
     else:
-        await _store(request).undrain_node(node_id, listed=listed)
+        await _store(request).run(ops.nodes.undrain_node(node_id, listed=listed))
     return RedirectResponse(back, status_code=303)
 
 

@@ -46,6 +46,7 @@ from scheduler.models.series import (
     minute_of,
 )
 from scheduler.nodes.placement import is_live
+from scheduler.store import ops
 from scheduler.store.scripts.overview import Overview
 
 WINDOW = "window"  # the query parameter: "day", or none for the hour
@@ -70,7 +71,9 @@ async def dashboard(request: Request) -> Response:
     first = minute_of(view.now) - minutes + 1
     store = _store(request)
     # Sent together on the one connection: one round trip.
-    live, rows = await asyncio.gather(store.overview(), store.series(first, minutes))
+    live, rows = await asyncio.gather(
+        store.run(ops.listings.overview()), store.run(ops.listings.series(first, minutes))
+    )
     drawn = columns(first, rows, width)
     labels = [_label(c) for c in drawn]
     whole = column(first, rows)

@@ -38,6 +38,7 @@ from scheduler.models.job import (
 )
 from scheduler.models.labels import selector_text
 from scheduler.models.wire import ID_RE
+from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
 
 # Why the scheduler ended a job, in words (models/job.py ENDINGS' reasons).
@@ -215,7 +216,11 @@ async def job_page(request: Request) -> Response:
     view = view_of(request)
     store = _store(request)
     # Sent together on the one connection: one round trip.
-    found = await asyncio.gather(store.get(job_id), store.attempts(job_id), return_exceptions=True)
+    found = await asyncio.gather(
+        store.run(ops.jobs.get(job_id)),
+        store.run(ops.jobs.attempts(job_id)),
+        return_exceptions=True,
+    )
     for failed in found:  # the attempts raise JobNotFound without the job: the 404 below
         if isinstance(failed, BaseException) and not isinstance(failed, JobNotFound):
             raise failed

@@ -26,6 +26,7 @@ from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_layout import View, card_cells, duration, job_status, page, view_of
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, Job, job_decoder, job_number
 from scheduler.models.wire import ID_RE
+from scheduler.store import ops
 
 PAGE_SIZE = MAX_IDS  # 50: the failed list retries at most one page at once
 # The jobs one search looks through: 8 to 10 ms of Redis time with usual commands (28
@@ -182,11 +183,13 @@ async def _listed(request: Request, f: Filters) -> tuple[list[Job], list[int], i
     bound, newest = (f.after, False) if f.after else (f.before, True)
     counts: list[int] = []  # a schedule's page shows none (_counts)
     if f.schedule:
-        blobs = await store.schedule_jobs(f.schedule, bound, PAGE_SIZE + 1, newest)
+        blobs = await store.run(
+            ops.schedules.schedule_jobs(f.schedule, bound, PAGE_SIZE + 1, newest)
+        )
     else:
         blobs, counts = await asyncio.gather(
-            store.list(f.node_id, f.status, bound, PAGE_SIZE + 1, newest),
-            store.counts(f.node_id),
+            store.run(ops.listings.list_jobs(f.node_id, f.status, bound, PAGE_SIZE + 1, newest)),
+            store.run(ops.listings.counts(f.node_id)),
         )
     jobs = [job_decoder.decode(blob) for blob in blobs]
     more = len(jobs) > PAGE_SIZE
@@ -207,8 +210,10 @@ async def _searched(
     """(jobs shown, counts, older bound, what was searched) of a search's page."""
     store = _store(request)
     found, counts = await asyncio.gather(
-        store.search(f.node_id, f.status, f.before, f.search, SEARCH_SCAN, PAGE_SIZE + 1),
-        store.counts(f.node_id),
+        store.run(
+            ops.listings.search(f.node_id, f.status, f.before, f.search, SEARCH_SCAN, PAGE_SIZE + 1)
+        ),
+        store.run(ops.listings.counts(f.node_id)),
     )
     jobs = [job_decoder.decode(blob) for blob in found.jobs]
     shown = jobs[:PAGE_SIZE]

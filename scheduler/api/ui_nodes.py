@@ -30,6 +30,7 @@ from scheduler.models.job import STATUSES
 from scheduler.models.registry import Node, Service
 from scheduler.nodes.placement import is_live
 from scheduler.nodes.registry import RegistryError
+from scheduler.store import ops
 from scheduler.store.scripts.overview import PIECE
 
 service_decoder = msgspec.json.Decoder(Service)
@@ -142,7 +143,9 @@ def _counters(stats: dict[str, int], outbox: int) -> str:
 async def nodes_page(request: Request) -> Response:
     store, view, settings = _store(request), view_of(request), _settings(request)
     # Sent together on the one connection: one round trip; then what the nodes offer.
-    seen_all, services = await asyncio.gather(store.overview(), store.services("", "", "key"))
+    seen_all, services = await asyncio.gather(
+        store.run(ops.listings.overview()), store.run(ops.services.services("", "", "key"))
+    )
     offers, said = await _offers(request, len(seen_all.queues))
     token = await _csrf(request)
     rows = []

@@ -19,6 +19,7 @@ from scheduler.api.ui_layout import View, card_cells, names_only, status_badge, 
 from scheduler.api.ui_layout import page as ui_page
 from scheduler.models.schedule import Schedule, paused, resumed, schedule_decoder
 from scheduler.models.wire import ID_RE
+from scheduler.store import ops
 
 PAGE_SIZE = 100
 HEADINGS = ("schedule", "runs", "missed ticks", "state", "next run", "last run", "job", "")
@@ -70,7 +71,7 @@ async def page(request: Request) -> Response:
     after, view = param(request, "after"), view_of(request)
     if after and not ID_RE.fullmatch(after):
         raise HTTPError(400, "invalid after: use a schedule name")
-    stored = await _store(request).list_schedules(after, PAGE_SIZE + 1)
+    stored = await _store(request).run(ops.schedules.list_schedules(after, PAGE_SIZE + 1))
     schedules = [schedule_decoder.decode(s.record) for s in stored]
     token = await _csrf(request)
     rows = "".join(_row(s, token, view) for s in schedules[:PAGE_SIZE])
@@ -94,7 +95,9 @@ async def pause_or_resume(request: Request) -> Response:
     await checked_form(request)
     now = time.time()
     if action == "pause":
-        await _store(request).change_schedule(name, paused)
+        await _store(request).run(ops.schedules.change_schedule(name, paused))
     else:
-        await _store(request).change_schedule(name, lambda s: resumed(s, now) if s.paused else s)
+        await _store(request).run(
+            ops.schedules.change_schedule(name, lambda s: resumed(s, now) if s.paused else s)
+        )
     return RedirectResponse(back, status_code=303)

@@ -27,7 +27,7 @@ class Placement:
 
     mode: str
     candidates: tuple[str, ...] = ()
-    # A sharded deployment's other shards may take the job (store/sharded.py): with no node
+    # A sharded deployment's other shards may take the job (store/jobs.py): with no node
     # for it here, the create answers NO_NODES instead of making it wait unplaced.
     elsewhere: bool = False
 

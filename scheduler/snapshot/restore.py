@@ -42,6 +42,7 @@ from scheduler.snapshot.locking import (
     open_store,
     release,
 )
+from scheduler.store import ops
 from scheduler.store.migrate import OldLayoutAlive, rename_legacy_keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.scripts.layout import check_count
@@ -78,10 +79,10 @@ def restore_if_empty(
     restored. Raises RestoreRefused (see there)."""
     with open_store(settings) as store:
         restored = settle(store, settings, lock_ttl, time.time() if now is None else now)
-        upgraded = store.upgrade_retired()
+        upgraded = store.run(ops.upkeep.upgrade_retired())
         if upgraded:
             log.info("upgraded %d job(s) ended under a status this version retired", upgraded)
-        split = store.split_records()
+        split = store.run(ops.upkeep.split_records())
         if split:
             log.info("upgraded %d job record(s) to records in parts", split)
         return restored
@@ -260,7 +261,9 @@ def _load(
                 in_flight = sender.submit(store.run, call)
         if in_flight is not None:
             count += in_flight.result()
-    store.rebuild_waiting(now)  # a waiting job's count depends on the others restored
+    store.run(
+        ops.upkeep.rebuild_waiting(now)
+    )  # a waiting job's count depends on the others restored
     restored_schedules = schedules.restore(store, source, mark_dirty)
     drains.restore(store, source)
     if not lock.owned():

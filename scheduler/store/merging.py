@@ -1,4 +1,4 @@
-"""Pages of jobs from a sharded deployment's shards merged into one (store/sharded.py): pure
+"""Pages of jobs from a sharded deployment's shards merged into one (store/jobs.py): pure
 functions, so a merged page is the page one shard holding every job would give."""
 
 from __future__ import annotations

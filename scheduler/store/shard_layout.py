@@ -5,20 +5,23 @@ changes (made again after shard 0 lost its data)."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from scheduler.models.job import job_number
 from scheduler.store.errors import LayoutChanged, StoreNotReady
-from scheduler.store.jobs import JobStore
 from scheduler.store.scripts import layout
 from scheduler.store.scripts.layout import Recorded
 from scheduler.store.scripts.services import service_number
 from scheduler.store.shards import Layout, Numbering, node_shard
 
+if TYPE_CHECKING:
+    from scheduler.store.jobs import ShardClient
+
 
 class ShardLayout:
     """The layout of `shards` (shard 0 first), once `ready`."""
 
-    def __init__(self, shards: list[JobStore]) -> None:
+    def __init__(self, shards: list[ShardClient]) -> None:
         self.shards = shards
         self.recorded = Recorded()
         self.layout = self.services = Layout(len(shards))
@@ -42,14 +45,16 @@ class ShardLayout:
             if not await zero.redis.execute("EXISTS", zero.keys.initialised):
                 raise StoreNotReady()
             floors = await self._floors()
-            recorded = await zero.run(layout.record_shards(count, *floors, now=time.time()))
+            recorded = await zero.call(layout.record_shards(count, *floors, now=time.time()))
         if recorded.count != count:
             raise LayoutChanged(count, recorded.count)
         self.recorded, self.layout = recorded, Layout(count, recorded.floor)
         self.services = Layout(count, recorded.service_floor)
         for k, shard in enumerate(self.shards):
-            shard.numbering = Numbering(count, k, recorded.counters)
-            shard.service_numbering = Numbering(count, k, recorded.service_counters)
+            here = shard.here
+            here.layout, here.pinned = self.layout, recorded.pinned
+            here.numbering = Numbering(count, k, recorded.counters)
+            here.service_numbering = Numbering(count, k, recorded.service_counters)
         self.started = True
 
     async def refresh(self) -> None:

@@ -13,25 +13,35 @@ import itertools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scheduler.models.job import Job
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import IdempotencyMismatch
-from scheduler.store.jobs import JobStore
+from scheduler.store.operation import Op
+from scheduler.store.ops.jobs import pass_key
+from scheduler.store.ops.nodes import live_compute
 from scheduler.store.scripts.create import UNMADE, unmark_key
 from scheduler.store.scripts.jobs import Created, Dedup
 from scheduler.store.shard_layout import ShardLayout
 from scheduler.store.shards import ELSEWHERE, key_order
+
+if TYPE_CHECKING:
+    from scheduler.store.jobs import ShardClient
 
 T = TypeVar("T")
 LIVE_CACHE_SECS = 1.0  # how long a process trusts what it learnt of the shards' live nodes
 
 
 class ShardPlacement:
-    def __init__(self, shards: list[JobStore], where: ShardLayout) -> None:
-        self.shards, self.where = shards, where
+    def __init__(
+        self,
+        shards: list[ShardClient],
+        where: ShardLayout,
+        on_shard: Callable[[int, Op[Any]], Awaitable[Any]],
+    ) -> None:
+        self.shards, self.where, self.on_shard = shards, where, on_shard
         self._turn = itertools.count()
         self._live: tuple[float, list[int]] = (0.0, [])
 
@@ -41,7 +51,7 @@ class ShardPlacement:
         jobs go to the others meanwhile. The layout's record is checked with them."""
         now = time.monotonic()
         if now - self._live[0] > LIVE_CACHE_SECS:
-            asked = (s.live_compute(time.time()) for s in self.shards)
+            asked = (self.on_shard(k, live_compute(time.time())) for k in range(len(self.shards)))
             # The record's check may fail too (shard 0 failing over): it is tried again then.
             *counts, _ = await asyncio.gather(*asked, self.where.refresh(), return_exceptions=True)
             live = [k for k, n in enumerate(counts) if isinstance(n, int) and n]
@@ -96,10 +106,10 @@ class ShardPlacement:
         self,
         job: Job | None,
         placement: Placement,
-        make: Callable[[JobStore, Placement], Awaitable[T]],
+        make: Callable[[Placement], Op[T]],
     ) -> T:
-        """`make(shard store, placement)` on the first shard that has a node for it; the
-        last one tried makes it even without (waiting unplaced, as unsharded)."""
+        """`make(placement)` run on the first shard that has a node for it; the last one
+        tried makes it even without (waiting unplaced, as unsharded)."""
         tried = [
             (shard, here)
             for shard in await self.order(job)
@@ -107,7 +117,9 @@ class ShardPlacement:
         ]
         for i, (shard, here) in enumerate(tried):
             try:
-                return await make(self.shards[shard], replace(here, elsewhere=i < len(tried) - 1))
+                made = make(replace(here, elsewhere=i < len(tried) - 1))
+                value: T = await self.on_shard(shard, made)
+                return value
             except NoHealthyNodes:
                 pass
         raise NoHealthyNodes()
@@ -117,7 +129,7 @@ class ShardPlacement:
         job: Job,
         placement: Placement,
         dedup: Dedup,
-        make: Callable[[JobStore, Placement], Awaitable[Created]],
+        make: Callable[[Placement], Op[Created]],
     ) -> Created:
         """`placed` for a job with an idempotency key: every shard of the key's walk in turn
         until one holds the key (its job, or a mismatch) or makes the job. Only a shard that
@@ -137,11 +149,11 @@ class ShardPlacement:
         }
         last = max((i for i, shard in enumerate(walk) if shard in makers), default=-1)
         for i, shard in enumerate(walk):
-            store = self.shards[shard]
             try:
-                if shard not in makers:
-                    return await store.pass_key(dedup)
-                return await make(store, replace(makers[shard], elsewhere=i < last))
+                op = pass_key(dedup) if shard not in makers else None
+                op = op or make(replace(makers[shard], elsewhere=i < last))
+                created: Created = await self.on_shard(shard, op)
+                return created
             except NoHealthyNodes:
                 continue
             except Exception as exc:
@@ -155,7 +167,7 @@ class ShardPlacement:
         """The key's marks on `shards` deleted while they read ELSEWHERE (UNMARK_KEY): a
         request under the key may have made its job on one since. Best effort, the caller's
         error being the answer: a shard that does not answer keeps its mark (the key's TTL)."""
-        unmarks = (self.shards[k].run(unmark_key(dedup)) for k in shards)
+        unmarks = (self.shards[k].call(unmark_key(dedup)) for k in shards)
         await asyncio.gather(*unmarks, return_exceptions=True)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
@@ -111,7 +112,7 @@ def test_with_no_other_node_the_jobs_wait_unplaced_until_one_comes(
     assert (later["node_id"], later["pending_reason"]) == ("", "drained")
     # A node registering flags them: the next placement pass (the promote tick) places them.
     register(client, "n2")
-    placed = store.place_unplaced(time.time())
+    placed = store.run(ops.upkeep.place_unplaced(time.time()))
     assert sorted(placed) == sorted(job["job_id"] for job in [*jobs, later])
     assert set(nodes_of(client, [*jobs, later])) == {"n2"}
     again = drained(client, "n1")
@@ -124,7 +125,7 @@ def test_undrain_places_the_jobs_waiting_for_it(client: TestClient, store: SyncJ
     drained(client, "n1")
     assert polled(client, "n1") == []
     undrained(client, "n1")
-    assert store.place_unplaced(time.time()) == [job["job_id"]]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [job["job_id"]]
     assert polled(client, "n1") == [job["job_id"]]
 
 
@@ -149,7 +150,7 @@ def test_delayed_and_waiting_jobs_leave_the_drained_node_for_placement(
     ]
     assert_json(report(client, first["job_id"], "running"))
     assert_json(report(client, first["job_id"], "done", exit_code=0))
-    assert store.place_unplaced(time.time()) == [after["job_id"]]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [after["job_id"]]
     assert nodes_of(client, [after]) == ["n2"]  # n1 is drained
     # Due once n2 is drained and n1 undrained: placed on n1.
     drained(client, "n2")
@@ -157,7 +158,7 @@ def test_delayed_and_waiting_jobs_leave_the_drained_node_for_placement(
     due = time.time() + 120
     for node in ("n1", "n2"):  # both still heard from when the delay is due
         last_heard(rclient, settings, node, due)
-    assert store.promote_due(due) == [later["job_id"]]
+    assert store.run(ops.upkeep.promote_due(due)) == [later["job_id"]]
     assert nodes_of(client, [later]) == ["n1"]
 
 
@@ -173,7 +174,7 @@ def test_a_retry_of_a_job_on_a_drained_node_goes_elsewhere(
     # To placement: on no node until the next pass (the worker's promote tick) places it.
     again = assert_json(report(api, job["job_id"], "failed", exit_code=1))
     assert (again["status"], again["node_id"]) == ("pending", "")
-    assert store.place_unplaced(time.time()) == [job["job_id"]]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [job["job_id"]]
     assert nodes_of(api, [job]) == ["n2"]
 
 
@@ -192,24 +193,24 @@ def test_retries_off_a_drained_node_are_placed_by_fit_or_wait_unplaced(
     drained(api, "big")
     again = assert_json(report(api, job["job_id"], "failed", exit_code=1))
     assert (again["status"], again["node_id"]) == ("pending", "")
-    assert store.place_unplaced(time.time()) == []  # small is too small
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == []  # small is too small
     assert reason_of(api, job) == ("", "drained")
     body = {"id": "other", "hostname": "other", "cpu_count": 2, "role": "compute"}
     assert api.post("/nodes/register", json=body).status_code == 201
-    assert store.place_unplaced(time.time()) == [job["job_id"]]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [job["job_id"]]
     assert nodes_of(api, [job]) == ["other"]
     assert_json(report(api, job["job_id"], "running"))
     drained(api, "other")
     late = time.time() + settings.job_timeout_secs + 1
     for node in ("big", "small", "other"):  # still heard from when the job times out
         last_heard(rclient, settings, node, late)
-    assert store.sweep_timeouts(late) == [job["job_id"]]
-    assert store.place_unplaced(late) == []
+    assert store.run(ops.upkeep.sweep_timeouts(late)) == [job["job_id"]]
+    assert store.run(ops.upkeep.place_unplaced(late)) == []
     timed_out = assert_json(api.get(f"/jobs/{job['job_id']}"))
     assert (timed_out["status"], timed_out["node_id"]) == ("pending", "")
     assert (timed_out["retry_count"], timed_out["pending_reason"]) == (2, "drained")
     undrained(api, "big")
-    assert store.place_unplaced(time.time()) == [job["job_id"]]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [job["job_id"]]
     assert nodes_of(api, [job]) == ["big"]
 
 
@@ -293,7 +294,7 @@ def test_a_lost_drained_node_is_not_a_target_for_the_sweep(
     jobs = [submit(client, command="x") for _ in range(3)]
     drained(client, "n2")  # its one job moves to n1 or n3
     last_heard(rclient, settings, "n3", time.time() - 3600)
-    moved = store.requeue_lost(time.time())
+    moved = store.run(ops.upkeep.requeue_lost(time.time()))
     assert moved and {m.to_node for m in moved} == {"n1"}
     assert set(nodes_of(client, jobs)) == {"n1"}
 

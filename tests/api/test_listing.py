@@ -14,6 +14,7 @@ from scheduler.config import Settings
 from scheduler.models.job import JobCreate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
+from scheduler.store import ops
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     ClientFactory,
@@ -148,7 +149,7 @@ def _seed(settings: Settings, node_id: str, count: int) -> None:
         now = time.time()
         job = new_job(JobCreate(command="seeded"), rfc3339(now))
         for _ in range(count):
-            store.create(job, Placement.fixed(node_id), now)
+            store.run(ops.jobs.create(job, Placement.fixed(node_id), now))
     finally:
         store.close()
 

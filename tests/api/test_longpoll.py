@@ -19,6 +19,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
@@ -156,7 +157,9 @@ def test_the_timeout_sweep_answers_a_job_wait(
     params = {"wait": LONG, "status_not": "running"}
     waiting = in_thread(pool, lambda: api.get(f"/jobs/{job_id}", params=params))
     once_waiting(rclient, Keys(settings.redis_prefix).job_channel(job_id))
-    assert store.sweep_timeouts(time.time() + settings.job_timeout_secs + 1) == [job_id]
+    assert store.run(ops.upkeep.sweep_timeouts(time.time() + settings.job_timeout_secs + 1)) == [
+        job_id
+    ]
     assert assert_json(waiting.result(timeout=LONG / 2))["status"] == "failed"
 
 
@@ -183,7 +186,7 @@ def test_the_workers_settling_answers_a_waiters_wait(
     params = {"wait": LONG, "status_not": "waiting"}
     waiting = in_thread(pool, lambda: api.get(f"/jobs/{left}", params=params))
     once_waiting(rclient, Keys(settings.redis_prefix).job_channel(left))
-    assert store.settle_endings().left == 0
+    assert store.run(ops.upkeep.settle_endings()).left == 0
     answer = assert_json(waiting.result(timeout=LONG / 2))
     assert answer["status"] == ("failed" if ending == "cancel" else "pending")
 

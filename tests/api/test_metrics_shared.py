@@ -77,7 +77,7 @@ def test_rows_go_to_the_hash_and_come_back() -> None:
 
 
 class _RedisAway:
-    async def add_request_stats(self, deltas: dict[str, float], read: bool) -> dict[str, float]:
+    async def run(self, op: object) -> dict[str, float]:
         raise ConnectionError("redis away")
 
 

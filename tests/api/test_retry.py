@@ -13,6 +13,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
@@ -83,7 +84,9 @@ def test_a_cancelled_or_timed_out_job_starts_over(
     assert_json(api.delete(f"/jobs/{cancelled['job_id']}"))
     slow = submit(api, command="slow")
     assert_json(report(api, slow["job_id"], "running"))
-    assert store.sweep_timeouts(time.time() + settings.job_timeout_secs + 1) == [slow["job_id"]]
+    assert store.run(ops.upkeep.sweep_timeouts(time.time() + settings.job_timeout_secs + 1)) == [
+        slow["job_id"]
+    ]
     for job in (cancelled, slow):
         assert assert_json(api.post(f"/jobs/{job['job_id']}/retry"))["status"] == "pending"
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from scheduler.store import ops
 from scheduler.store.keys import Keys, glob_escape
 from tests.conftest import BOTH_FRONTS, ClientFactory, Json, assert_json, assert_text_error
 
@@ -268,7 +269,7 @@ def test_a_takeover_past_the_limit_is_refused_and_changes_nothing(
 ) -> None:
     """More jobs than one script hands back (DELETE_MOVES, 1000; 2 here): 409, nothing
     changed, the old holder's token still the node's."""
-    monkeypatch.setattr("scheduler.store.jobs.DELETE_MOVES", 2)
+    monkeypatch.setattr("scheduler.store.ops.nodes.DELETE_MOVES", 2)
     api = make_client(api_key=KEY, agent_auth="token", agent_join_key=JOIN)
     old = registered(api, "n1", bearer(JOIN))
     registered(api, "n2", bearer(JOIN))
@@ -342,7 +343,9 @@ def test_a_registration_the_operator_did_not_vouch_for_claims_no_hostname(
     n1 = register_as(api, "n1", "h-n1", OPERATOR)
     evil = register_as(api, "evil", "h-n1", stranger)
     if placed == "by the placement pass":
-        assert sorted(store.place_unplaced(time.time())) == sorted(j["job_id"] for j in early)
+        assert sorted(store.run(ops.upkeep.place_unplaced(time.time()))) == sorted(
+            j["job_id"] for j in early
+        )
         jobs = [assert_json(api.get(f"/jobs/{j['job_id']}", headers=OPERATOR)) for j in early]
     else:
         jobs = [submit(api, command="x", env_vars=SECRET, node_selector=PINNED) for _ in range(4)]

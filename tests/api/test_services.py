@@ -142,7 +142,7 @@ def test_a_node_keeps_a_bounded_number_of_services(
 ) -> None:
     """Past its cap a node's oldest finished service goes; with every one running, 503. A node
     filling its own list costs the others nothing: each list reads only its node's."""
-    monkeypatch.setattr("scheduler.store.jobs.MAX_SERVICES_PER_NODE", 3)
+    monkeypatch.setattr("scheduler.store.ops.services.MAX_SERVICES_PER_NODE", 3)
     for _ in range(3):
         assert_json(client.post("/services", json={"node_id": "n1"}), 201)
     assert_json(client.post("/services", json={"node_id": "n2"}), 201)  # svc-4

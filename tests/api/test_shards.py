@@ -1,4 +1,4 @@
-"""The API of a deployment of SCHEDULER_SHARDS=3 (store/sharded.py) as its users see it: jobs
+"""The API of a deployment of SCHEDULER_SHARDS=3 (store/jobs.py) as its users see it: jobs
 spread over the shards and each lives on its own, the listing, counts and metrics cover every
 shard, replays and dependencies find their shard, and nodes and services of any shard answer.
 Nothing here assumes which ids a shard draws: each test reads the shard from the id

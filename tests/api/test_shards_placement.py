@@ -1,4 +1,4 @@
-"""Placement over the shards of a sharded deployment (store/sharded.py): a job that asks for
+"""Placement over the shards of a sharded deployment (store/jobs.py): a job that asks for
 a node goes to the shard holding one, not to whichever shard's turn it is, and an
 Idempotency-Key's replay finds its job whichever shard made it (create.py ELSEWHERE), a shard
 that lost its data being restored before a key is marked in it, and a request that made no
@@ -18,8 +18,9 @@ from scheduler.config import Settings
 from scheduler.models.job import Job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
-from scheduler.store.jobs import JobStore
+from scheduler.store import ops
 from scheduler.store.keys import Keys
+from scheduler.store.operation import Command, Op, Shard, Steps
 from scheduler.store.scripts.create import Created, Dedup
 from scheduler.store.shards import Layout, key_order, node_shard
 from scheduler.store.sync_store import SyncJobStore
@@ -80,7 +81,7 @@ def test_a_delayed_job_asking_a_label_waits_on_the_shard_that_has_it(
     assert {Layout(SHARDS).job_shard(job_id) for job_id in made} == {2}
     store = SyncJobStore.connect(settings.for_shard(2))
     try:
-        assert sorted(store.promote_due(due + 1)) == sorted(made)
+        assert sorted(store.run(ops.upkeep.promote_due(due + 1))) == sorted(made)
     finally:
         store.close()
     for job_id in made:
@@ -195,19 +196,23 @@ def test_a_keyed_create_no_shard_makes_leaves_the_last_shards_key_alone(
     api = make_client(settings)
     key = "last-maker"
     made_meanwhile = b"job-7 " + b"f" * 32  # the other request's job and fingerprint
-    create = JobStore.create
+    made_on = ops.jobs.made_on
 
-    async def racing(
-        store: JobStore, job: Job, here: Placement, now: float, dedup: Dedup
-    ) -> Created:
-        try:
-            return await create(store, job, here, now, dedup)
-        except NoHealthyNodes:
-            if not here.elsewhere:  # the walk's last shard answered: the other request runs
-                await store.redis.execute("SET", store.keys.submission(dedup.key), made_meanwhile)
-            raise
+    def racing(job: Job, here: Placement, now: float, dedup: Dedup) -> Op[Created]:
+        op = made_on(job, here, now, dedup)
 
-    monkeypatch.setattr(JobStore, "create", racing)
+        def program(shard: Shard) -> Steps[Created]:
+            try:
+                return (yield from op.program(shard))
+            except NoHealthyNodes:
+                if not here.elsewhere:  # the walk's last shard answered: the other request runs
+                    key = shard.keys.submission(dedup.key)
+                    yield Command(("SET", key, made_meanwhile))
+                raise
+
+        return Op(op.route, program, op.name)
+
+    monkeypatch.setattr(ops.jobs, "made_on", racing)
     refused = api.post("/jobs", json={"command": "x"}, headers={"Idempotency-Key": key})
     assert refused.status_code == 503, refused.text
     *passed, last = order_of(key)

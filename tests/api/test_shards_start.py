@@ -1,4 +1,4 @@
-"""A sharded deployment's start (store/sharded.py): an unsharded deployment upgraded to
+"""A sharded deployment's start (store/jobs.py): an unsharded deployment upgraded to
 SCHEDULER_SHARDS=3 keeps its jobs and draws new ids above them on every shard, a later
 change of the count is refused, and a Redis unreachable at the start is a 503 until it
 answers. And the UI's jobs page, which lists and searches every shard."""
@@ -216,7 +216,7 @@ def test_an_upgraded_deployment_that_loses_redis_comes_back_whole_from_its_files
     make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
 ) -> None:
     """The layout's record is lost with Redis: the floor is found again from shard 0's jobs
-    (store/sharded.py _floors), so every job, made before the upgrade or after on any shard,
+    (store/jobs.py _floors), so every job, made before the upgrade or after on any shard,
     is found again, and new ids collide with none."""
     unsharded = make_client()
     register(unsharded, *shard_nodes(0)[:1])

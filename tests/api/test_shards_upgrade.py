@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.store.errors import StoreNotReady
+from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
-from scheduler.store.sharded import ShardedStore
 from scheduler.store.shards import key_order
 from tests.api.test_shards import LAYOUT, SHARDS, listed, shard_nodes
 from tests.api.test_shards_start import ids_of, snapshot_every_shard
@@ -119,8 +119,8 @@ def test_the_layout_is_not_recorded_before_shard_zero_has_its_snapshot_back(
     for shard in range(SHARDS):
         lose_redis_data(rclient, settings.for_shard(shard).redis_prefix)
 
-    async def start() -> ShardedStore:
-        store = ShardedStore.connect(settings)
+    async def start() -> JobStore:
+        store = JobStore.connect(settings)
         try:
             await store.start()
         finally:

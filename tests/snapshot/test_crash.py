@@ -20,6 +20,7 @@ from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once, write_snapshot
+from scheduler.store import ops
 from scheduler.store.keys import Keys, glob_escape
 from scheduler.store.legacy_keys import LegacyKeys
 from scheduler.store.scripts import jobs as job_scripts
@@ -96,6 +97,7 @@ import redis
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
 from scheduler.snapshot.restore import restore_if_empty
+from scheduler.store import ops
 settings = Settings.from_env()
 open(sys.argv[1], "w").close()
 while not os.path.exists(sys.argv[2]):
@@ -118,7 +120,7 @@ def create_jobs(store: SyncJobStore, count: int, now: float) -> None:
     # As a starting serve or worker would: the restore question is settled before any create.
     store.run(snapshot_scripts.finish_restore(0, "test"))
     for _ in range(count):
-        store.create(job, Placement.fixed("n1"), now)
+        store.run(ops.jobs.create(job, Placement.fixed("n1"), now))
 
 
 def run_until_paused(point: str, settings: Settings, tmp_path: Path) -> subprocess.Popen[bytes]:

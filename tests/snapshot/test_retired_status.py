@@ -13,6 +13,7 @@ import redis
 from scheduler.models.job import STATUSES, job_number
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
@@ -79,7 +80,7 @@ def test_a_start_upgrades_the_cancelled_jobs_it_finds_in_redis(
     assert rclient.smembers(keys.dirty) == {b"job-7", b"job-8"}  # the snapshot follows
     assert rclient.llen(keys.outbox) == 0  # no second event
     assert api.get(f"/jobs/{live['job_id']}").json()["status"] == "pending"
-    assert store.upgrade_retired() == 0  # done once
+    assert store.run(ops.upkeep.upgrade_retired()) == 0  # done once
 
 
 def test_an_older_snapshot_row_restores_as_it_ends_now(

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.snapshot.restore import RestoreRefused, restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
@@ -134,8 +135,12 @@ def test_polling_timeouts_and_retries_after_restore(
     # Timeouts: the restored running run-job is in the deadlines, by its running_at.
     store = SyncJobStore.connect(settings)
     try:
-        assert store.sweep_timeouts(time.time() - settings.job_timeout_secs - 60) == []
-        assert store.sweep_timeouts(time.time() + settings.job_timeout_secs + 60) == [run_job]
+        assert (
+            store.run(ops.upkeep.sweep_timeouts(time.time() - settings.job_timeout_secs - 60)) == []
+        )
+        assert store.run(
+            ops.upkeep.sweep_timeouts(time.time() + settings.job_timeout_secs + 60)
+        ) == [run_job]
     finally:
         store.close()
     timed_out = client.get(f"/jobs/{run_job}").json()

@@ -15,6 +15,7 @@ import redis
 from scheduler.config import Settings
 from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, ATTEMPTS_KEPT, Attempt, attempts_decoder
 from scheduler.models.job import JOB_FIELDS, job_decoder, record_encoder
+from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import listing
@@ -191,7 +192,7 @@ def test_a_pruned_job_takes_its_attempts(
     keys = Keys(settings.redis_prefix)
     assert rclient.llen(keys.attempts(run.job_id)) == 2
     rclient.delete(keys.dirty)  # as a snapshot that has written it
-    assert run.job_id in store.prune_finished(time.time() + 61)
+    assert run.job_id in store.run(ops.upkeep.prune_finished(time.time() + 61))
     assert not rclient.exists(keys.attempts(run.job_id))
     with pytest.raises(JobNotFound):
         store.run(listing.attempts(run.job_id))

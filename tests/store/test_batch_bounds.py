@@ -8,7 +8,6 @@ Against a real Redis, the calls counted (no clock): benchmarks/script_bounds.py 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +17,7 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store import pieces
+from scheduler.store import ops
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_json, last_heard, report
 from tests.store.test_settling_bounds import LARGE_SELECTOR
@@ -51,13 +50,13 @@ def large_jobs(api: TestClient, **fields: Any) -> list[str]:
 def counted(store: SyncJobStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], int]:
     """How many calls of each script the store runs from now on, by name."""
     calls: dict[str, int] = {}
-    run = store.run
+    call_script = store.call
 
     def counting(call: Any) -> Any:
         calls[call.script.name] = calls.get(call.script.name, 0) + 1
-        return run(call)
+        return call_script(call)
 
-    monkeypatch.setattr(store, "run", counting)
+    monkeypatch.setattr(store, "call", counting)
     return lambda name: calls.get(name, 0)
 
 
@@ -74,7 +73,9 @@ def test_the_timeout_sweep_takes_fewer_large_jobs_a_call(
 ) -> None:
     made = running(api)
     calls = counted(store, monkeypatch)
-    assert sorted(store.sweep_timeouts(time.time() + settings.job_timeout_secs + 1)) == sorted(made)
+    assert sorted(
+        store.run(ops.upkeep.sweep_timeouts(time.time() + settings.job_timeout_secs + 1))
+    ) == sorted(made)
     assert calls("SWEEP_TIMEOUTS") >= 4
 
 
@@ -88,7 +89,9 @@ def test_the_node_loss_takes_fewer_large_jobs_a_call(
     made = running(api)
     last_heard(rclient, settings, "n1", time.time() - 10 * settings.node_lost_after)
     calls = counted(store, monkeypatch)
-    assert sorted(lost.job_id for lost in store.lose_running(time.time())) == sorted(made)
+    assert sorted(
+        lost.job_id for lost in store.run(ops.upkeep.lose_running(time.time()))
+    ) == sorted(made)
     assert calls("LOSE_RUNNING") >= 4
 
 
@@ -98,7 +101,7 @@ def test_promote_takes_fewer_large_jobs_a_call(
     register_fitting(api, "n1")
     made = large_jobs(api, delay_secs=1)
     calls = counted(store, monkeypatch)
-    assert sorted(store.promote_due(time.time() + 2)) == sorted(made)
+    assert sorted(store.run(ops.upkeep.promote_due(time.time() + 2))) == sorted(made)
     assert calls("PROMOTE_DUE") >= 4
 
 
@@ -108,7 +111,7 @@ def test_the_placement_pass_takes_fewer_large_jobs_a_call(
     made = large_jobs(api)  # no node fits: unplaced
     register_fitting(api, "n1")  # room appeared: a pass is flagged
     calls = counted(store, monkeypatch)
-    assert sorted(store.place_unplaced(time.time())) == sorted(made)
+    assert sorted(store.run(ops.upkeep.place_unplaced(time.time()))) == sorted(made)
     assert calls("PLACE_UNPLACED") >= 4
 
 
@@ -123,7 +126,7 @@ def test_the_placement_pass_counts_the_nodes_a_wide_selector_reads(
         node = {"id": f"w{n:03d}", "cpu_count": 2, "role": "compute", "labels": {"zone": "a"}}
         assert api.post("/nodes/register", json=node).status_code == 201
     calls = counted(store, monkeypatch)
-    assert sorted(store.place_unplaced(time.time())) == sorted(made)
+    assert sorted(store.run(ops.upkeep.place_unplaced(time.time()))) == sorted(made)
     assert calls("PLACE_UNPLACED") >= 6
 
 
@@ -136,7 +139,7 @@ def test_the_retention_sweep_takes_fewer_large_jobs_a_call(
         assert_json(api.delete(f"/jobs/{job_id}"))
     assert snapshot_once(settings) >= JOBS
     calls = counted(store, monkeypatch)
-    assert sorted(store.prune_finished(time.time() + 10)) == sorted(made)
+    assert sorted(store.run(ops.upkeep.prune_finished(time.time() + 10))) == sorted(made)
     assert calls("PRUNE_FINISHED") >= 4
 
 
@@ -152,7 +155,9 @@ def test_a_lost_nodes_queue_moves_in_calls_of_fewer_large_jobs(
     register_fitting(api, "n2")
     last_heard(rclient, settings, "n1", time.time() - 10 * settings.node_lost_after)
     calls = counted(store, monkeypatch)
-    assert sorted(moved.job_id for moved in store.requeue_lost(time.time())) == sorted(made)
+    assert sorted(
+        moved.job_id for moved in store.run(ops.upkeep.requeue_lost(time.time()))
+    ) == sorted(made)
     assert calls("REQUEUE_LOST") >= 4
 
 
@@ -164,10 +169,7 @@ def test_a_drain_moves_large_jobs_in_more_calls(
     register_fitting(api, "n2")
     calls = counted(store, monkeypatch)
 
-    async def run(call: Any) -> Any:
-        return store.run(call)
-
-    done = asyncio.run(pieces.drained(run, "n1", "operator", "key", False, time.time(), 3600))
+    done = store.run(ops.nodes.drain_node("n1", time.time(), "operator", caller="key"))
     assert sorted(moved.job_id for moved in done.moved) == sorted(made)
     assert done.stayed == 0
     assert calls("DRAIN_NODE") >= 4
@@ -186,9 +188,6 @@ def test_a_drain_counts_the_placing_of_jobs_whose_selector_allows_many_values(
     assert api.post("/nodes/register", json={"id": "n2", **node}).status_code == 201
     calls = counted(store, monkeypatch)
 
-    async def run(call: Any) -> Any:
-        return store.run(call)
-
-    done = asyncio.run(pieces.drained(run, "n1", "operator", "key", False, time.time(), 3600))
+    done = store.run(ops.nodes.drain_node("n1", time.time(), "operator", caller="key"))
     assert sorted(moved.job_id for moved in done.moved) == sorted(made)
     assert calls("DRAIN_NODE") >= 4

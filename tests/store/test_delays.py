@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.models.wire import parse_rfc3339, rfc3339
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts.library import assemble, parse
 from scheduler.store.sync_store import SyncJobStore
@@ -73,14 +74,14 @@ def test_a_delayed_job_is_out_of_every_queue_until_it_is_due(
     # A claim of a job not due is refused (no agent was given it).
     assert_text_error(report(api, job["job_id"], "running"), 409, "job is not due yet")
 
-    assert store.promote_due(due - 1) == []  # not yet
-    assert store.promote_due(due) == [job["job_id"]]
+    assert store.run(ops.upkeep.promote_due(due - 1)) == []  # not yet
+    assert store.run(ops.upkeep.promote_due(due)) == [job["job_id"]]
     promoted = assert_json(api.get(f"/jobs/{job['job_id']}"))
     assert (promoted["status"], promoted["node_id"]) == ("pending", "a")
     assert promoted["run_at"] == job["run_at"]  # when its wait ended
     assert delayed_index(rclient, settings) == {}
     assert poll(api) == [job["job_id"]]
-    assert store.promote_due(due + 60) == []  # once
+    assert store.run(ops.upkeep.promote_due(due + 60)) == []  # once
 
 
 @pytest.mark.parametrize(
@@ -144,7 +145,7 @@ def test_a_delayed_job_is_cancelled_at_once(
     cancelled = assert_json(api.delete(f"/jobs/{job['job_id']}"))
     assert (cancelled["status"], cancelled["failure_reason"]) == ("failed", "cancelled")
     assert delayed_index(rclient, settings) == {}
-    assert store.promote_due(time.time() + 120) == []
+    assert store.run(ops.upkeep.promote_due(time.time() + 120)) == []
 
 
 def test_a_due_job_whose_node_died_goes_to_a_live_one(
@@ -156,7 +157,7 @@ def test_a_due_job_whose_node_died_goes_to_a_live_one(
     now = time.time() + 61
     last_heard(rclient, settings, placed, now - TTL - 1)
     last_heard(rclient, settings, other, now)
-    assert store.promote_due(now) == [job["job_id"]]
+    assert store.run(ops.upkeep.promote_due(now)) == [job["job_id"]]
     assert assert_json(api.get(f"/jobs/{job['job_id']}"))["node_id"] == other
     assert poll(api, other) == [job["job_id"]]
 
@@ -169,7 +170,7 @@ def test_a_long_poll_is_woken_when_its_delayed_job_is_due(
         params = {"node_id": "a", "status": "pending", "wait": 60}
         waiting = pool.submit(api.get, "/jobs", params=params)
         until_subscribed(rclient, Keys(settings.redis_prefix).node_channel("a"))
-        assert store.promote_due(time.time() + 61) == [job["job_id"]]
+        assert store.run(ops.upkeep.promote_due(time.time() + 61)) == [job["job_id"]]
         # Woken by the promotion: the poll's own wait (60 s) would outlast this.
         answered = waiting.result(timeout=50).json()
     assert [j["job_id"] for j in answered] == [job["job_id"]]
@@ -212,7 +213,9 @@ def test_a_retry_waits_out_its_backoff_doubling_with_jitter(
         assert high >= base / 2 - 0.001 and low <= base + 0.001, (low, high)
         assert poll(api) == []
         # Due at its run_at (to the microsecond its text holds).
-        assert store.promote_due(parse_rfc3339(retried["run_at"]) + 1e-6) == [job["job_id"]]
+        assert store.run(ops.upkeep.promote_due(parse_rfc3339(retried["run_at"]) + 1e-6)) == [
+            job["job_id"]
+        ]
     assert claim_and_fail(api, job["job_id"])["status"] == "failed"
 
 
@@ -243,7 +246,7 @@ def test_a_timeout_is_retried_only_under_a_jobs_own_policy(
     plain = submit(api, command="slow too")
     for job in (own, plain):
         assert_json(report(api, job["job_id"], "running"))
-    assert sorted(store.sweep_timeouts(time.time() + 61)) == sorted(
+    assert sorted(store.run(ops.upkeep.sweep_timeouts(time.time() + 61))) == sorted(
         [own["job_id"], plain["job_id"]]
     )
     retried = assert_json(api.get(f"/jobs/{own['job_id']}"))
@@ -253,7 +256,7 @@ def test_a_timeout_is_retried_only_under_a_jobs_own_policy(
     assert (ended["status"], ended["failure_reason"]) == ("failed", "timed_out")
     # Out of retries, a timeout ends it.
     assert_json(report(api, own["job_id"], "running"))
-    assert store.sweep_timeouts(time.time() + 61) == [own["job_id"]]
+    assert store.run(ops.upkeep.sweep_timeouts(time.time() + 61)) == [own["job_id"]]
     assert assert_json(api.get(f"/jobs/{own['job_id']}"))["failure_reason"] == "timed_out"
 
 
@@ -267,7 +270,7 @@ def test_a_lost_nodes_job_retries_after_its_backoff(
     now = time.time() + 4 * TTL + 1
     last_heard(rclient, settings, node, time.time() - 4 * TTL - 1)
     last_heard(rclient, settings, ({"a", "b"} - {node}).pop(), now)
-    [lost] = store.lose_running(now)
+    [lost] = store.run(ops.upkeep.lose_running(now))
     assert (lost.job_id, lost.status) == (job["job_id"], "delayed")
     assert job["job_id"] in delayed_index(rclient, settings)
 

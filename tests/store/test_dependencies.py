@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
@@ -93,7 +94,7 @@ def test_a_failed_dependency_fails_its_dependents_down_the_chain(
         assert_json(api.delete(f"/jobs/{root['job_id']}"))
     else:
         assert_json(report(api, root["job_id"], "running"))
-        assert store.sweep_timeouts(time.time() + settings.job_timeout_secs + 1)
+        assert store.run(ops.upkeep.sweep_timeouts(time.time() + settings.job_timeout_secs + 1))
     for waiter in (child, grandchild):
         ended = job(api, waiter["job_id"])
         assert (ended["status"], ended["failure_reason"]) == ("failed", "dependency_failed")
@@ -180,7 +181,7 @@ def test_a_long_chain_fails_whole_without_recursion(
         body = {"command": "link", "after": [previous]}
         previous = assert_json(api.post("/jobs", json=body), 201)["job_id"]
     assert_json(api.delete(f"/jobs/{root}"))
-    assert store.settle_endings().left == 0
+    assert store.run(ops.upkeep.settle_endings()).left == 0
     assert job(api, previous)["failure_reason"] == "dependency_failed"
     keys = Keys(settings.redis_prefix)
     assert rclient.zcard(keys.status("waiting")) == 0 and rclient.hlen(keys.waiting) == 0

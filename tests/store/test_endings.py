@@ -21,6 +21,7 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.models import job as job_model
 from scheduler.models.job import STATUSES
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, last_heard, register, report, submit
@@ -63,10 +64,10 @@ class Run:
         assert self.api.delete(f"/jobs/{self.job_id}").status_code == 200
 
     def time_out(self) -> None:
-        assert self.store.sweep_timeouts(time.time() + TIMEOUT + 1) == [self.job_id]
+        assert self.store.run(ops.upkeep.sweep_timeouts(time.time() + TIMEOUT + 1)) == [self.job_id]
 
     def pass_grace(self) -> None:
-        assert self.store.finish_cancels(time.time() + GRACE + 1) == [self.job_id]
+        assert self.store.run(ops.upkeep.finish_cancels(time.time() + GRACE + 1)) == [self.job_id]
 
     def lose_node(self) -> None:
         node = self.job()["node_id"]
@@ -74,7 +75,9 @@ class Run:
         for other in {"a", "b"} - {node}:
             last_heard(self.rclient, self.store.settings, other, now)
         last_heard(self.rclient, self.store.settings, node, now - LOST - 1)
-        assert [lost.job_id for lost in self.store.lose_running(now)] == [self.job_id]
+        assert [lost.job_id for lost in self.store.run(ops.upkeep.lose_running(now))] == [
+            self.job_id
+        ]
         last_heard(self.rclient, self.store.settings, node, now)  # back, for what follows
 
     def job(self) -> dict[str, Any]:
@@ -155,7 +158,7 @@ ORIGINAL_STATUSES = ("pending", "running", "done", "failed")
 
 
 def promote_when_due(run: Run) -> None:
-    assert run.store.promote_due(time.time() + 3601) == [run.job_id]
+    assert run.store.run(ops.upkeep.promote_due(time.time() + 3601)) == [run.job_id]
 
 
 def after_a_running_job(api: TestClient) -> dict[str, Any]:
@@ -167,7 +170,7 @@ def after_a_running_job(api: TestClient) -> dict[str, Any]:
 
 
 def its_dependency_times_out(run: Run) -> None:
-    assert run.store.sweep_timeouts(time.time() + TIMEOUT + 1)
+    assert run.store.run(ops.upkeep.sweep_timeouts(time.time() + TIMEOUT + 1))
 
 
 # A job that waits for another ends when that one fails: the walk's job is submitted with
@@ -337,6 +340,6 @@ def test_a_pending_job_moved_off_its_node_has_no_event(
         now = time.time()
         last_heard(rclient, settings, "a", now - LOST - 1)
         last_heard(rclient, settings, "b", now)
-        assert [m.job_id for m in store.requeue_lost(now)] == [run.job_id]
+        assert [m.job_id for m in store.run(ops.upkeep.requeue_lost(now))] == [run.job_id]
     assert (run.job()["status"], run.job()["node_id"]) == ("pending", "b")
     assert run.own_events() == []

@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.models.job import JOB_FIELDS, job_decoder, record_encoder
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, register, report, submit
@@ -112,7 +113,7 @@ def test_the_timeout_sweep_writes_the_go_field_order(
     job_id = submit(api, command="sleep 9", env_vars=ENV)["job_id"]
     assert report(api, job_id, "running").status_code == 200
     store = SyncJobStore(rclient, settings)
-    assert store.sweep_timeouts(time.time() + 10) == [job_id]
+    assert store.run(ops.upkeep.sweep_timeouts(time.time() + 10)) == [job_id]
     job = assert_go_bytes(stored(rclient, settings, job_id))
     assert (job["status"], job["exit_code"], job["stderr"]) == ("failed", -1, "job timed out")
 
@@ -129,7 +130,7 @@ def test_the_requeue_of_a_lost_node_writes_the_go_field_order(
     store = SyncJobStore(rclient, settings)
     later = time.time() + 60
     rclient.zadd(Keys(settings.redis_prefix).nodes_compute, {"n2": later})
-    moved = store.requeue_lost(later)
+    moved = store.run(ops.upkeep.requeue_lost(later))
     assert [m.job_id for m in moved] == [job_id]
     job = assert_go_bytes(stored(rclient, settings, job_id))
     assert job["node_id"] == "n2"

@@ -5,7 +5,6 @@ and what the whole answers is what one unbounded call answered. Against a real R
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any
@@ -20,7 +19,8 @@ from scheduler.nodes.placement import Placement
 from scheduler.snapshot import restore
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store import pieces
+from scheduler.store import ops, pieces
+from scheduler.store.operation import Home, Op
 from scheduler.store.scripts import listing
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
@@ -75,7 +75,7 @@ def test_a_drain_moves_at_most_its_bound_in_all(
 def test_a_deleted_nodes_queue_moves_a_bounded_piece_at_once_the_rest_at_the_sweep(
     api: TestClient, store: SyncJobStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("scheduler.store.jobs.MOVE_STEP", 2)
+    monkeypatch.setattr("scheduler.store.ops.nodes.MOVE_STEP", 2)
     made = queued_on_a(api, 5)
     assert api.delete("/nodes/a").status_code == 204
 
@@ -83,7 +83,7 @@ def test_a_deleted_nodes_queue_moves_a_bounded_piece_at_once_the_rest_at_the_swe
         return sum(assert_json(api.get(f"/jobs/{j}"))["node_id"] == "b" for j in made)
 
     assert on_b() == 2
-    assert len(store.requeue_lost(time.time())) == 3
+    assert len(store.run(ops.upkeep.requeue_lost(time.time()))) == 3
     assert on_b() == 5
 
 
@@ -99,17 +99,14 @@ def test_the_ui_search_reads_a_bounded_piece_a_call_and_its_page_looks_through_a
     one = store.run(listing.search(*args))
     assert one.more and 0 < one.looked < len(made) and one.jobs == []
 
-    async def run(call: Any) -> Any:
-        return store.run(call)
-
-    page = asyncio.run(pieces.searched(run, *args))
+    page = store.run(Op(Home(), lambda _: pieces.searched(*args)))
     assert (page.looked, page.more) == (len(made), False)
     assert [json.loads(job)["job_id"] for job in page.jobs] == [made[0]]
 
 
 def store_job(store: SyncJobStore, command: str) -> str:
     body, now = JobCreate(command=command), time.time()
-    made = store.create(stamped(new_job(body), body, now), Placement.fixed("a"), now)
+    made = store.run(ops.jobs.create(stamped(new_job(body), body, now), Placement.fixed("a"), now))
     return str(json.loads(made.job)["job_id"])
 
 

@@ -20,6 +20,7 @@ from scheduler.models.labels import node_labels
 from scheduler.nodes.placement import Ask, NodeRoom, find_node
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
@@ -136,7 +137,7 @@ def test_a_job_goes_only_to_a_node_with_room(
     assert_holds_match_jobs(rclient, prefix)
     # The big job ends: its room is free, and the next pass places the waiting one there.
     finish(api, big["job_id"])
-    assert store.place_unplaced(time.time()) == [full["job_id"]]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [full["job_id"]]
     placed = get(api, full["job_id"])
     assert (placed["node_id"], placed["status"]) == ("a", "pending")
     assert "pending_reason" not in placed
@@ -211,17 +212,17 @@ def test_a_node_registering_or_coming_back_places_waiting_jobs(
     api: TestClient, store: SyncJobStore, rclient: redis.Redis, prefix: str, settings: Settings
 ) -> None:
     waiting = job(api, cpus=1)["job_id"]
-    assert store.place_unplaced(time.time()) == []  # no pass is due: nothing read
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == []  # no pass is due: nothing read
     node(api, "a", cpus=2)
     assert rclient.get(Keys(prefix).unplaced_retry) == b"-inf"
-    assert store.place_unplaced(time.time()) == [waiting]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [waiting]
     assert poll(api, "a") == [waiting]
     # a falls silent; a job for it waits; its heartbeat brings it back.
     last_heard(rclient, settings, "a", time.time() - TTL - 1)
     later = job(api, node_selector={"node.id": "a"})["job_id"]
     assert get(api, later)["pending_reason"] == "no_nodes"
     assert api.post("/nodes/heartbeat", json={"id": "a"}).status_code == 200
-    assert store.place_unplaced(time.time()) == [later]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [later]
     assert get(api, later)["node_id"] == "a"
     assert_holds_match_jobs(rclient, prefix)
 
@@ -240,7 +241,7 @@ def test_an_undrain_places_waiting_jobs_and_a_drain_moves_them(
     assert poll(api, "a") == []
     assert_holds_match_jobs(rclient, prefix)
     undrain(api, "a")
-    assert sorted(store.place_unplaced(time.time())) == sorted(on_a)
+    assert sorted(store.run(ops.upkeep.place_unplaced(time.time()))) == sorted(on_a)
     assert [get(api, j)["node_id"] for j in on_a] == ["a", "a"]
     assert_holds_match_jobs(rclient, prefix)
 
@@ -287,15 +288,15 @@ def test_retries_delays_and_waits_are_placed_by_fit(
     delayed = job(api, cpus=1, delay_secs=0.5)
     assert (delayed["status"], delayed["node_id"]) == ("delayed", "")
     finish(api, first)  # a is free; the waiter now waits unplaced for the pass
-    assert store.place_unplaced(time.time()) == [after["job_id"]]
-    assert store.promote_due(time.time() + 1) == [delayed["job_id"]]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [after["job_id"]]
+    assert store.run(ops.upkeep.promote_due(time.time() + 1)) == [delayed["job_id"]]
     assert get(api, delayed["job_id"])["pending_reason"] == "full"
     assert report(api, after["job_id"], "running").status_code == 200
     assert report(api, after["job_id"], "failed", exit_code=1).status_code == 200
     # Retried by hand: placed as a new job is, here on the room the failure gave back.
     retried = api.post(f"/jobs/{after['job_id']}/retry").json()
     assert (retried["status"], retried["node_id"]) == ("pending", "a")
-    assert store.place_unplaced(time.time()) == []  # the delayed one: still no room
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == []  # the delayed one: still no room
     assert_holds_match_jobs(rclient, prefix)
 
 
@@ -373,9 +374,9 @@ def test_a_restore_rebuilds_holds_and_the_unplaced_jobs(
     assert get(restarted, waiting["job_id"]) == waiting
     assert_holds_match_jobs(rclient, prefix)
     node(restarted, "a", cpus=2, zone="x")  # the node registers again after the loss
-    assert store.place_unplaced(time.time()) == []  # a still holds the first
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == []  # a still holds the first
     finish(restarted, held["job_id"])
-    assert store.place_unplaced(time.time()) == [waiting["job_id"]]
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [waiting["job_id"]]
     assert_holds_match_jobs(rclient, prefix)
 
 

@@ -17,6 +17,7 @@ from scheduler.config import Settings
 from scheduler.models.job import JobCreate, JobUpdate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import listing
 from scheduler.store.scripts.jobs import transition
@@ -151,7 +152,7 @@ def test_a_delayed_job_made_due_takes_its_priority_place(
     assert_json(report(api, backoff, "running"))
     assert assert_json(report(api, backoff, "failed", exit_code=1))["status"] == "delayed"
     assert poll(api) == [urgent, plain]
-    assert sorted(store.promote_due(time.time() + 200)) == sorted([backoff, later])
+    assert sorted(store.run(ops.upkeep.promote_due(time.time() + 200))) == sorted([backoff, later])
     assert poll(api) == [urgent, later, backoff, plain]
 
 
@@ -163,7 +164,7 @@ def test_a_lost_nodes_jobs_keep_their_places_on_a_live_node(
     now = time.time()
     last_heard(rclient, settings, "a", now - 4 * TTL - 1)
     last_heard(rclient, settings, "b", now)
-    assert sorted(m.job_id for m in store.requeue_lost(now)) == sorted(lost)
+    assert sorted(m.job_id for m in store.run(ops.upkeep.requeue_lost(now))) == sorted(lost)
     order = store.run(listing.list_jobs("b", "pending", 0, 10, 1 << 20, False)).jobs
     assert [job_id(blob) for blob in order] == [
         lost[1],
@@ -222,7 +223,7 @@ def create(store: SyncJobStore, node: str, priority: int) -> str:
     now = time.time()
     request = JobCreate(command=f"p{priority}", priority=priority)  # type: ignore[call-arg]
     job = new_job(request, rfc3339(now))
-    created = store.create(job, Placement.fixed(node), now)
+    created = store.run(ops.jobs.create(job, Placement.fixed(node), now))
     return job_id(created.job)
 
 

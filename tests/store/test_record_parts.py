@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from scheduler.models.record import INLINE_BYTES
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.records import job_parts
 from scheduler.store.sync_store import SyncJobStore
@@ -166,13 +167,13 @@ def test_a_whole_record_is_read_changed_and_split_once(
 
     store = SyncJobStore.connect(settings)
     try:
-        assert store.split_records() == 1
+        assert store.run(ops.upkeep.split_records()) == 1
         assert stored_job(rclient, keys, job_id) == ran
         head = json.loads(rclient.get(keys.job(job_id)) or b"")
         assert "env_vars" not in head and head["_parts"] == {"spec": ""}
         assert head["stderr"] == "from an earlier attempt"  # small: kept in the head
         assert rclient.exists(keys.records_split)
-        assert store.split_records() == 0
+        assert store.run(ops.upkeep.split_records()) == 0
     finally:
         store.close()
 
@@ -210,7 +211,7 @@ def test_parts_go_with_the_job_at_retention(
     store = SyncJobStore.connect(settings)
     try:
         rclient.delete(keys.dirty)
-        assert store.prune_finished(now=10**10) == [job_id]
+        assert store.run(ops.upkeep.prune_finished(now=10**10)) == [job_id]
     finally:
         store.close()
     assert rclient.exists(*job_parts(keys, job_id)) == 0

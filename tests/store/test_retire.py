@@ -1,4 +1,5 @@
-"""An old release's function library deleted once no process uses it (store/retire.py): the
+"""An old release's function library deleted once no process uses it
+(ops.upkeep.retire_libraries): the
 worker's sweep deletes the libraries no process has marked for the grace, never its own nor
 one marked within it; a process whose library was deleted anyway loads it again."""
 
@@ -8,8 +9,9 @@ import uuid
 
 import redis
 
+from scheduler.store import ops
 from scheduler.store.keys import Keys
-from scheduler.store.retire import LIBRARY_GRACE_SECS, retire_libraries
+from scheduler.store.ops.upkeep import LIBRARY_GRACE_SECS
 from scheduler.store.scripts import functions, metrics, retiring
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import CtxFactory
@@ -44,18 +46,18 @@ def test_a_library_unmarked_past_the_grace_is_deleted_and_forgotten(
 ) -> None:
     old = old_library(rclient)
     mark(rclient, store.keys, old, LIBRARY_GRACE_SECS + 5)
-    assert retire_libraries(store) == [old]
+    assert store.run(ops.upkeep.retire_libraries()) == [old]
     assert not loaded(rclient, old)
     own = functions.library().name
     assert rclient.zrange(store.keys.libraries, 0, -1) == [own.encode()]
     assert loaded(rclient, own)
-    assert retire_libraries(store) == []  # nothing left to delete
+    assert store.run(ops.upkeep.retire_libraries()) == []  # nothing left to delete
 
 
 def test_a_library_marked_within_the_grace_stays(store: SyncJobStore, rclient: redis.Redis) -> None:
     old = old_library(rclient)
     mark(rclient, store.keys, old, LIBRARY_GRACE_SECS - 60)
-    assert retire_libraries(store) == []
+    assert store.run(ops.upkeep.retire_libraries()) == []
     assert loaded(rclient, old)
     rclient.function_delete(old)
 
@@ -63,14 +65,14 @@ def test_a_library_marked_within_the_grace_stays(store: SyncJobStore, rclient: r
 def test_a_library_never_marked_is_never_deleted(store: SyncJobStore, rclient: redis.Redis) -> None:
     """Only marks say a library is this deployment's: another's on the same Redis stays."""
     other = old_library(rclient)
-    assert retire_libraries(store, grace=0) == []
+    assert store.run(ops.upkeep.retire_libraries(grace=0)) == []
     assert loaded(rclient, other)
     rclient.function_delete(other)
 
 
 def test_a_library_gone_already_is_forgotten(store: SyncJobStore, rclient: redis.Redis) -> None:
     mark(rclient, store.keys, "sched_gone", LIBRARY_GRACE_SECS + 5)  # never loaded here
-    assert retire_libraries(store) == ["sched_gone"]
+    assert store.run(ops.upkeep.retire_libraries()) == ["sched_gone"]
     assert rclient.zscore(store.keys.libraries, "sched_gone") is None
 
 
@@ -92,7 +94,7 @@ def test_a_process_whose_library_was_deleted_loads_it_again(
     own = functions.library().name
     store.run(metrics.add_request_stats({}, read=False))  # loaded, if no test did yet
     rclient.function_delete(own)
-    assert retire_libraries(store) == []  # its FCALL loaded the library again
+    assert store.run(ops.upkeep.retire_libraries()) == []  # its FCALL loaded the library again
     assert loaded(rclient, own)
     assert rclient.zscore(store.keys.libraries, own) is not None
 

@@ -16,6 +16,7 @@ from scheduler.models.job import JobUpdate
 from scheduler.models.series import BUCKETS, column, columns, filled, minute_of, percentile
 from scheduler.models.wire import parse_rfc3339, rfc3339
 from scheduler.nodes.placement import Placement
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import jobs
 from scheduler.store.scripts.library import LIBRARY
@@ -163,7 +164,7 @@ def test_a_known_sequence_of_jobs_gives_its_minutes(
     move(store, settings, b, "failed", T0 + 61)  # the next minute
     move(store, settings, c, "running", T0 + 63)  # 60 s: bucket 8 (<= 60 s)
     d = create(store, T0 + 64, run_at=T0 + 100)  # delayed: its wait runs from run_at
-    store.promote_due(T0 + 100)
+    store.run(ops.upkeep.promote_due(T0 + 100))
     move(store, settings, d, "running", T0 + 100.2)  # 0.2 s after run_at: bucket 1
     first, second = store.run(read_series(m, 2))
     assert first == {"submitted": 3, "wait:0": 1, "wait:5": 1, "done": 1}

@@ -22,6 +22,7 @@ from scheduler.config import Settings
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import create as create_scripts
 from scheduler.store.scripts import retry as retry_scripts
@@ -118,7 +119,7 @@ def test_settling_goes_on_piece_after_piece_until_none_is_left(
         chain.append(after(api, chain[-1]))
     assert_json(api.delete(f"/jobs/{root}"))
     assert job(api, chain[-1])["status"] == "waiting"
-    settled = store.settle_endings()
+    settled = store.run(ops.upkeep.settle_endings())
     assert settled.left == 0 and settled.calls > 1
     assert statuses(api, chain) == {"failed": len(chain)}
 

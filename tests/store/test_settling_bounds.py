@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.nodes.placement import Placement
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts.endings import SETTLE_UNITS
 from scheduler.store.scripts.retry import retry_jobs
@@ -94,7 +95,7 @@ def test_a_restores_rebuild_of_large_records_takes_fewer_a_call(
     rclient.delete(keys.waiting, keys.dependents(root))  # as a restore leaves them
     more, last = store.run(rebuild_waiting(0, 500, time.time()))
     assert more and last < int(waiters[6].removeprefix("job-"))
-    store.rebuild_waiting(time.time())
+    store.run(ops.upkeep.rebuild_waiting(time.time()))
     assert rclient.hlen(keys.waiting) == len(waiters)
     assert rclient.scard(keys.dependents(root)) == len(waiters)
 
@@ -110,7 +111,7 @@ def test_a_restore_drops_the_endings_left_without_freeing_their_sets_in_the_scri
         rclient.zadd(keys.endings, {f"job-{n} {n} failed cancelled": 0})
         rclient.sadd(keys.ending_waiters(str(n)), *(f"job-{1000 * n + i}" for i in range(1000)))
     before = lazily_freed(rclient)
-    store.rebuild_waiting(time.time())
+    store.run(ops.upkeep.rebuild_waiting(time.time()))
     assert not list(rclient.scan_iter(keys.endings + "*"))
     deadline = time.monotonic() + 30
     while lazily_freed(rclient) - before < 3 and time.monotonic() < deadline:

@@ -15,6 +15,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts.settling import settle_endings
 from scheduler.store.shards import Layout
@@ -71,7 +72,7 @@ def test_redis_killed_mid_settle_goes_on_from_its_append_only_file(
     assert rclient.zcard(Keys(settings.redis_prefix).endings) > 0
     store.close()
     store = SyncJobStore.connect(settings)
-    assert store.settle_endings().left == 0
+    assert store.run(ops.upkeep.settle_endings()).left == 0
     ended_once(api, rclient, settings, waiters)
     store.close()
     rclient.close()
@@ -90,7 +91,10 @@ def test_two_settling_loops_at_once_end_each_waiter_once(
     root, waiters = graph(api)
     assert_json(api.delete(f"/jobs/{root}"))
     stores = [SyncJobStore.connect(settings) for _ in range(2)]
-    loops = [threading.Thread(target=store.settle_endings) for store in stores]
+    loops = [
+        threading.Thread(target=lambda s=store: s.run(ops.upkeep.settle_endings()))
+        for store in stores
+    ]
     for loop in loops:
         loop.start()
     for loop in loops:
@@ -117,8 +121,8 @@ def test_each_shards_workers_settle_that_shards_endings(
     stores = [SyncJobStore.connect(settings.for_shard(k)) for k in range(3)]
     for k, store in enumerate(stores):
         if k != home:
-            assert store.settle_endings().calls == 0
-    assert stores[home].settle_endings().calls > 0
+            assert store.run(ops.upkeep.settle_endings()).calls == 0
+    assert stores[home].run(ops.upkeep.settle_endings()).calls > 0
     for job_id in waiters:
         job = assert_json(api.get(f"/jobs/{job_id}"))
         assert (job["status"], job["failure_reason"]) == ("failed", "dependency_failed")

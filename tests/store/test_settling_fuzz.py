@@ -23,6 +23,7 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.snapshot.restore import restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts.settling import settle_endings
 from scheduler.store.sync_store import SyncJobStore
@@ -141,5 +142,5 @@ def test_random_operations_between_the_pieces_keep_every_job_right(
         step(done, settings, rnd)
         if i % 10 == 0:
             done.check(settled=False)
-    assert store.settle_endings().left == 0
+    assert store.run(ops.upkeep.settle_endings()).left == 0
     done.check(settled=True)

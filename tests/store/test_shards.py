@@ -1,5 +1,5 @@
 """The shards' names and routing (config/shards.py, store/shards.py) and the merges of the
-sharded store (store/sharded.py): pure functions, held to tables."""
+sharded store (store/jobs.py): pure functions, held to tables."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 
 from scheduler.config import Settings
 from scheduler.models.job import STATUSES
+from scheduler.store import ops
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.connection.discovery import TOPOLOGY_ERRORS, NotPrimary, slot_owner, tag_slot
 from scheduler.store.connection.mux import MuxRedis
@@ -118,7 +119,7 @@ def test_the_blocking_client_turns_a_replica_into_a_connection_error(
     _, replica = pair
     store = SyncJobStore.connect(make_settings(redis_url=replica))
     with pytest.raises(NotPrimary):
-        store.registry_unreadable()  # a DEL
+        store.run(ops.upkeep.registry_unreadable())  # a DEL
     store.close()
 
 
@@ -189,10 +190,10 @@ def test_the_blocking_store_waits_too(
 ) -> None:
     primary, _ = pair
     ok = SyncJobStore.connect(_acked(make_settings, primary, 1))
-    assert ok.finish_cancels(now=1.0) == []
+    assert ok.run(ops.upkeep.finish_cancels(now=1.0)) == []
     strict = SyncJobStore.connect(_acked(make_settings, primary, 2))
     with pytest.raises(ReplicasNotAcked):
-        strict.finish_cancels(now=1.0)
+        strict.run(ops.upkeep.finish_cancels(now=1.0))
     ok.close()
     strict.close()
 
@@ -235,9 +236,9 @@ def test_concurrent_writes_share_one_wait_per_batch(
     async def scenario() -> None:
         store = JobStore.connect(settings)
         with pytest.raises(JobNotFound):  # connected, the script loaded
-            await store.cancel("job-0", 1.0)
+            await store.run(ops.jobs.cancel("job-0", 1.0))
         before = waits()
-        cancels = (store.cancel(f"job-{i}", 1.0) for i in range(40))
+        cancels = (store.run(ops.jobs.cancel(f"job-{i}", 1.0)) for i in range(40))
         answers = await asyncio.gather(*cancels, return_exceptions=True)
         assert all(isinstance(a, JobNotFound) for a in answers), answers
         sent = waits() - before

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 
 from scheduler.models.schedule import Schedule, schedule_decoder
 from scheduler.nodes.registry import BuiltinRegistry
+from scheduler.store import ops
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, CtxFactory, assert_json, register
 from workers import firing
@@ -84,7 +85,7 @@ def test_two_firers_on_one_tick_make_one_job(ctx: Context, api: TestClient) -> N
     """Both read the due schedule before either advanced it."""
     add(api)
     tick = stored(ctx).next_tick
-    [seen] = ctx.store.due_schedules(tick, 0, 10)
+    [seen] = ctx.store.run(ops.schedules.due_schedules(tick, 0, 10))
     nodes = BuiltinRegistry()
     first = asyncio.run(firing.fire_one(ctx, seen, tick, nodes))
     second = asyncio.run(firing.fire_one(ctx, seen, tick, nodes))
@@ -134,7 +135,7 @@ def test_a_firer_killed_between_create_and_advance_leaves_one_job(
         raise SystemExit("killed between the create and the advance")
 
     with monkeypatch.context() as patched:
-        patched.setattr(ctx.store, "replace_schedule", die)
+        patched.setattr(ops.schedules, "replace_schedule", die)
         with pytest.raises(SystemExit):
             fire(ctx, tick)
     assert len(jobs(api)) == 1 and stored(ctx).next_tick == tick  # still due
@@ -181,7 +182,7 @@ def test_a_pause_that_wins_the_race_keeps_the_schedule_paused(
 ) -> None:
     add(api)
     tick = stored(ctx).next_tick
-    [seen] = ctx.store.due_schedules(tick, 0, 10)
+    [seen] = ctx.store.run(ops.schedules.due_schedules(tick, 0, 10))
     assert api.post("/schedules/s/pause").status_code == 200
     # The tick's job is made (the firer read the schedule before the pause), but its advance
     # finds the record changed: the schedule stays paused.

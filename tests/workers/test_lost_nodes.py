@@ -13,6 +13,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
@@ -64,10 +65,10 @@ def test_a_lost_nodes_run_job_is_retried_on_a_live_node(
     keys = Keys(settings.redis_prefix)
     now = time.time()
     last_heard(rclient, settings, "a", now - 45)  # silent, not yet lost
-    assert store.lose_running(now) == []
+    assert store.run(ops.upkeep.lose_running(now)) == []
 
     last_heard(rclient, settings, "a", now - 61)
-    (lost,) = store.lose_running(now)
+    (lost,) = store.run(ops.upkeep.lose_running(now))
 
     assert (lost.job_id, lost.from_node, lost.to_node, lost.status) == (job_id, "a", "b", "pending")
     after = job(api, job_id)
@@ -79,7 +80,7 @@ def test_a_lost_nodes_run_job_is_retried_on_a_live_node(
     polled = api.get("/jobs", params={"node_id": "b", "status": "pending"}).json()
     assert [j["job_id"] for j in polled] == [job_id]
     assert events(rclient, settings) == []  # a retry is not an ending: no event
-    assert store.lose_running(now) == []  # handled once
+    assert store.run(ops.upkeep.lose_running(now)) == []  # handled once
     assert report(api, job_id, "running", node_id="b").status_code == 200
     assert report(api, job_id, "done", exit_code=0, node_id="b").status_code == 200
     assert events(rclient, settings) == [{"job_id": job_id, "status": "done"}]
@@ -96,7 +97,7 @@ def test_a_lost_nodes_run_job_without_retries_fails_for_good(
 
     no_retry = SyncJobStore.connect(dataclasses.replace(settings, max_job_retries=0))
     try:
-        assert [g.status for g in no_retry.lose_running(now)] == ["failed"]
+        assert [g.status for g in no_retry.run(ops.upkeep.lose_running(now))] == ["failed"]
     finally:
         no_retry.close()
     after = job(api, job_id)
@@ -114,7 +115,9 @@ def test_a_lost_nodes_service_is_placed_again(
     now = time.time()
     last_heard(rclient, settings, "a", now - 61)
 
-    assert [(g.to_node, g.status) for g in store.lose_running(now)] == [("b", "pending")]
+    assert [(g.to_node, g.status) for g in store.run(ops.upkeep.lose_running(now))] == [
+        ("b", "pending")
+    ]
     after = job(api, job_id)
     assert (after["status"], after["node_id"], after["retry_count"]) == ("pending", "b", 0)
     assert events(rclient, settings) == []  # placed again, not ended
@@ -127,10 +130,12 @@ def test_with_no_live_node_a_lost_job_waits_on_its_node_then_moves(
     job_id = running_on(api, "a", command="sleep 100")
     now = time.time()
     last_heard(rclient, settings, "a", now - 61)
-    assert [(g.to_node, g.status) for g in store.lose_running(now)] == [("a", "pending")]
+    assert [(g.to_node, g.status) for g in store.run(ops.upkeep.lose_running(now))] == [
+        ("a", "pending")
+    ]
 
     register(api, "b")
-    assert [m.to_node for m in store.requeue_lost(time.time())] == ["b"]
+    assert [m.to_node for m in store.run(ops.upkeep.requeue_lost(time.time()))] == ["b"]
     assert job(api, job_id)["node_id"] == "b"
 
 
@@ -161,12 +166,12 @@ def test_a_node_that_deregisters_gets_no_job_and_its_queue_moves_at_once(
     assert {submit(api, command="next")["node_id"] for _ in range(4)} == {"b"}
     assert "a" not in api.get("/nodes").json()
     # Its running job (none after a clean stop) is the sweep's, as a lost node's.
-    assert [(g.job_id, g.to_node) for g in store.lose_running(time.time())] == [
+    assert [(g.job_id, g.to_node) for g in store.run(ops.upkeep.lose_running(time.time()))] == [
         (bound_running, "b")
     ]
     assert api.delete("/nodes/a").status_code == 404
     # Once the sweep has handled it, nothing is bound to the deleted node: it leaves the index.
-    assert store.requeue_lost(time.time()) == []
+    assert store.run(ops.upkeep.requeue_lost(time.time())) == []
     assert rclient.zscore(Keys(settings.redis_prefix).nodes_compute, "a") is None
 
 

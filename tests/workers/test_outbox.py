@@ -18,6 +18,7 @@ from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from tests.conftest import (
     ClientFactory,
@@ -101,7 +102,7 @@ def test_a_flush_repeated_after_a_crash_enqueues_no_event_twice(
     api = api_for(make_client, ctx)
     finish(api)
     # A flush that enqueued the event and died before trimming the outbox:
-    entry = ctx.store.outbox_head(10)[0]
+    entry = ctx.store.run(ops.upkeep.outbox_head(10))[0]
     number, _, message = entry.decode().partition(" ")
     assert queues.enqueue_publish(ctx.redis, ctx.settings, int(number), message)
 
@@ -115,12 +116,14 @@ def test_trim_removes_only_what_was_handed_over(make_ctx: CtxFactory) -> None:
     ctx = make_ctx()
     for n in (1, 2, 3):
         ctx.redis.rpush(ctx.keys.outbox, f"{n} m{n}")
-    head = ctx.store.outbox_head(2)
+    head = ctx.store.run(ops.upkeep.outbox_head(2))
     ctx.redis.rpush(ctx.keys.outbox, "4 m4")  # appended while a flush works
 
-    assert ctx.store.trim_outbox(head) == 2
-    assert ctx.store.trim_outbox(head) == 0  # a concurrent flush of the same head: no-op
-    assert ctx.store.outbox_head(10) == [b"3 m3", b"4 m4"]
+    assert ctx.store.run(ops.upkeep.trim_outbox(head)) == 2
+    assert (
+        ctx.store.run(ops.upkeep.trim_outbox(head)) == 0
+    )  # a concurrent flush of the same head: no-op
+    assert ctx.store.run(ops.upkeep.outbox_head(10)) == [b"3 m3", b"4 m4"]
 
 
 def test_without_sns_url_events_are_discarded_not_accumulated(

@@ -11,6 +11,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
@@ -55,7 +56,7 @@ def test_pending_jobs_of_a_lost_node_move_to_live_nodes_in_order(
     now = time.time()
     last_heard(rclient, settings, "a", now - 61)
 
-    moved = store.requeue_lost(now)
+    moved = store.run(ops.upkeep.requeue_lost(now))
 
     assert sorted(m.job_id for m in moved) == sorted(on_a)
     assert {m.from_node for m in moved} == {"a"} and {m.to_node for m in moved} <= {"b", "c"}
@@ -66,7 +67,7 @@ def test_pending_jobs_of_a_lost_node_move_to_live_nodes_in_order(
         assert all(api.get(f"/jobs/{j}").json()["node_id"] == node for j in queue)
     polled = api.get("/jobs", params={"node_id": "b", "status": "pending"}).json()
     assert [job["job_id"] for job in polled] == pending_ids(api, "b")
-    assert store.requeue_lost(now) == []  # nothing left to move
+    assert store.run(ops.upkeep.requeue_lost(now)) == []  # nothing left to move
 
 
 def test_recently_silent_running_and_lonely_jobs_stay(
@@ -80,14 +81,14 @@ def test_recently_silent_running_and_lonely_jobs_stay(
     now = time.time()
 
     last_heard(rclient, settings, "a", now - 45)  # silent, but not yet lost
-    assert store.requeue_lost(now) == []
+    assert store.run(ops.upkeep.requeue_lost(now)) == []
 
     last_heard(rclient, settings, "a", now - 61)
     last_heard(rclient, settings, "b", now - 61)  # no live node to move to
-    assert store.requeue_lost(now) == []
+    assert store.run(ops.upkeep.requeue_lost(now)) == []
 
     last_heard(rclient, settings, "b", now)
-    moved = store.requeue_lost(now)
+    moved = store.run(ops.upkeep.requeue_lost(now))
     assert [m.job_id for m in moved] == [third["job_id"]]
     assert api.get(f"/jobs/{first['job_id']}").json()["node_id"] == "a"  # running: stays
 
@@ -229,7 +230,7 @@ def test_a_stale_queue_entry_is_dropped_not_moved_for_ever(
     last_heard(rclient, settings, "a" if other == "a" else "b", now - 61)
     last_heard(rclient, settings, "b" if other == "a" else "a", now)
 
-    moved = store.requeue_lost(now, limit=1)
+    moved = store.run(ops.upkeep.requeue_lost(now, limit=1))
 
     assert job_id not in [m.job_id for m in moved]
     assert rclient.zscore(keys.node_status(other, "pending"), job_id) is None

@@ -16,6 +16,7 @@ from scheduler.config import Settings
 from scheduler.models.wire import rfc3339
 from scheduler.snapshot.restore import restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
@@ -62,7 +63,7 @@ def test_old_finished_jobs_leave_redis_with_every_index_and_stay_in_the_snapshot
     pending = submit(api, command="echo later")["job_id"]
     assert snapshot_once(store.settings) == 4
 
-    removed = store.prune_finished(time.time() + RETENTION + 1)
+    removed = store.run(ops.upkeep.prune_finished(time.time() + RETENTION + 1))
 
     assert sorted(removed) == sorted([done, failed])
     state = job_state(rclient, prefix)
@@ -82,7 +83,7 @@ def test_jobs_finished_within_the_retention_stay(api: TestClient, store: SyncJob
     register(api, "n1")
     job_id = finish(api)
     snapshot_once(store.settings)
-    assert store.prune_finished(time.time() + RETENTION - 5) == []
+    assert store.run(ops.upkeep.prune_finished(time.time() + RETENTION - 5)) == []
     assert api.get(f"/jobs/{job_id}").status_code == 200
 
 
@@ -92,13 +93,13 @@ def test_a_job_the_snapshot_has_not_written_stays_until_it_has(
     register(api, "n1")
     job_id = finish(api)
     later = time.time() + RETENTION + 1
-    assert store.prune_finished(later) == []  # only in P:dirty
+    assert store.run(ops.upkeep.prune_finished(later)) == []  # only in P:dirty
     keys = Keys(settings.redis_prefix)
     store.run(snapshot_scripts.take_dirty())  # a snapshot that died before its commit
     assert rclient.sismember(keys.dirty_inflight, job_id)
-    assert store.prune_finished(later) == []
+    assert store.run(ops.upkeep.prune_finished(later)) == []
     assert snapshot_once(settings) == 1
-    assert store.prune_finished(later) == [job_id]
+    assert store.run(ops.upkeep.prune_finished(later)) == [job_id]
 
 
 def test_unwritten_jobs_at_the_head_do_not_hold_back_the_rest(
@@ -108,7 +109,7 @@ def test_unwritten_jobs_at_the_head_do_not_hold_back_the_rest(
     ids = [finish(api) for _ in range(5)]
     snapshot_once(settings)
     rclient.sadd(Keys(settings.redis_prefix).dirty, *ids[:3])  # changed again, not yet written
-    removed = store.prune_finished(time.time() + RETENTION + 1, batch=2)
+    removed = store.run(ops.upkeep.prune_finished(time.time() + RETENTION + 1, batch=2))
     assert removed == ids[3:]
     assert all(api.get(f"/jobs/{job_id}").status_code == 200 for job_id in ids[:3])
 
@@ -123,7 +124,7 @@ def test_a_retention_of_zero_keeps_jobs_forever(
     snapshot_once(settings)
     store = SyncJobStore.connect(settings)
     try:
-        assert store.prune_finished(time.time() + 10 * 365 * 86400) == []
+        assert store.run(ops.upkeep.prune_finished(time.time() + 10 * 365 * 86400)) == []
     finally:
         store.close()
     assert api.get(f"/jobs/{job_id}").status_code == 200
@@ -136,10 +137,10 @@ def test_timed_out_jobs_are_pruned_like_finished_ones(
     job_id = submit(api, command="sleep 1000")["job_id"]
     assert report(api, job_id, "running").status_code == 200
     swept_at = time.time() + settings.job_timeout_secs + 1
-    assert store.sweep_timeouts(swept_at) == [job_id]
+    assert store.run(ops.upkeep.sweep_timeouts(swept_at)) == [job_id]
     snapshot_once(settings)
-    assert store.prune_finished(swept_at + RETENTION - 1) == []
-    assert store.prune_finished(swept_at + RETENTION + 1) == [job_id]
+    assert store.run(ops.upkeep.prune_finished(swept_at + RETENTION - 1)) == []
+    assert store.run(ops.upkeep.prune_finished(swept_at + RETENTION + 1)) == [job_id]
 
 
 def test_cancelled_jobs_are_pruned_like_finished_ones(
@@ -150,8 +151,8 @@ def test_cancelled_jobs_are_pruned_like_finished_ones(
     assert api.delete(f"/jobs/{job_id}").json()["failure_reason"] == "cancelled"
     snapshot_once(settings)
     now = time.time()
-    assert store.prune_finished(now + RETENTION - 1) == []
-    assert store.prune_finished(now + RETENTION + 1) == [job_id]
+    assert store.run(ops.upkeep.prune_finished(now + RETENTION - 1)) == []
+    assert store.run(ops.upkeep.prune_finished(now + RETENTION + 1)) == [job_id]
     assert mentions(job_state(rclient, prefix), job_id) == []
 
 
@@ -200,7 +201,7 @@ def test_a_restore_from_another_file_loads_expired_jobs_so_the_snapshot_gets_the
     assert rows(tmp_path / "fresh.db")[job_id]["status"] == "done"
     store = SyncJobStore.connect(fresh)
     try:
-        assert store.prune_finished(later) == [job_id]
+        assert store.run(ops.upkeep.prune_finished(later)) == [job_id]
     finally:
         store.close()
 
@@ -228,7 +229,7 @@ def test_a_failed_job_sent_back_to_pending_is_not_finished(
     snapshot_once(settings)
     store = SyncJobStore.connect(settings)
     try:
-        assert store.prune_finished(time.time() + 10 * RETENTION) == []
+        assert store.run(ops.upkeep.prune_finished(time.time() + 10 * RETENTION)) == []
     finally:
         store.close()
 
@@ -242,6 +243,6 @@ def test_stale_index_entries_are_dropped_without_counting_as_pruned(
     snapshot_once(settings)
     keys = Keys(settings.redis_prefix)
     rclient.zadd(keys.finished, {"job-999": 1.0, pending: 1.0})  # no record; not final
-    assert store.prune_finished(time.time() + RETENTION + 1) == [job_id]
+    assert store.run(ops.upkeep.prune_finished(time.time() + RETENTION + 1)) == [job_id]
     assert rclient.zcard(keys.finished) == 0
     assert api.get(f"/jobs/{pending}").json()["status"] == "pending"

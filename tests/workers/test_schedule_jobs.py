@@ -22,6 +22,7 @@ from scheduler.cli import listing as cli_listing
 from scheduler.cli.client import Client
 from scheduler.snapshot.restore import restore_from_file, restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from tests.conftest import (
     ClientFactory,
@@ -146,7 +147,7 @@ def test_the_retention_prune_takes_a_job_out_of_its_schedules_index(
     assert report(api, first, "running").status_code == 200
     assert report(api, first, "done", exit_code=0).status_code == 200
     snapshot_once(ctx.settings)
-    assert ctx.store.prune_finished(time.time() + 120) == [first]
+    assert ctx.store.run(ops.upkeep.prune_finished(time.time() + 120)) == [first]
     assert listed(api, "schedule=a") == rest
     assert ctx.redis.zscore(ctx.keys.schedule_jobs("a"), first) is None
 

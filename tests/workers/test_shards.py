@@ -21,6 +21,7 @@ from scheduler.models.job import JobCreate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore
@@ -48,7 +49,10 @@ def make_jobs(settings: Settings, count: int) -> list[str]:
     try:
         # As a starting serve or worker would: the restore question is settled first.
         store.run(snapshot_scripts.finish_restore(0, "test"))
-        made = [store.create(job, Placement.fixed("a"), time.time()).job for _ in range(count)]
+        made = [
+            store.run(ops.jobs.create(job, Placement.fixed("a"), time.time())).job
+            for _ in range(count)
+        ]
     finally:
         store.close()
     return [json.loads(head)["job_id"] for head in made]

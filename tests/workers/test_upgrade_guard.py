@@ -24,7 +24,7 @@ from scheduler.models.job import JobCreate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
-from scheduler.store import migrate
+from scheduler.store import migrate, ops
 from scheduler.store.keys import Keys
 from scheduler.store.legacy_keys import LegacyKeys
 from scheduler.store.migrate import RQ_KINDS, OldLayoutAlive, old_layout_findings
@@ -48,7 +48,7 @@ def old_deployment(store: SyncJobStore, r: redis.Redis, prefix: str, jobs: int =
     job = new_job(JobCreate(command="echo"), rfc3339(time.time()))
     store.run(snapshot_scripts.finish_restore(0, "started empty"))
     for _ in range(jobs):
-        store.create(job, Placement.fixed("n1"), time.time())
+        store.run(ops.jobs.create(job, Placement.fixed("n1"), time.time()))
     for raw in list(r.scan_iter(match=keys.pattern())):
         r.rename(raw, old.root + _text(raw).removeprefix(keys.root))
 

@@ -1,4 +1,4 @@
-"""The scripts of a sharded deployment's layout (store/shards.py, store/sharded.py)."""
+"""The scripts of a sharded deployment's layout (store/shards.py, store/jobs.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The request metrics every API process adds to the deployment's (api/metrics.py): one
 script, which adds a process's counts since its last call and may read the sums back, and
-marks the function library the process runs in use (store/retire.py)."""
+marks the function library the process runs in use (store/ops/upkeep.py retire_libraries)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,7 @@ these pages need none of its labels."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,7 +15,6 @@ from scheduler.store.scripts.replies import pairs
 from scheduler.store.scripts.script import Call, Script
 
 T = TypeVar("T")
-Run = Callable[[Call[T]], Awaitable[T]]
 
 # Nodes a NODE_LOADS script reads (ZSCAN's COUNT, a hint it keeps to within a few): about
 # 1 ms of Redis (two ZCARDs a node).
@@ -101,32 +99,6 @@ def node_loads(which: str, cursor: str) -> Call[Piece]:
     return NODE_LOADS.call(which=which, cursor=cursor, count=PIECE)
 
 
-async def overview(run: Run[Any], statuses: Sequence[str]) -> Overview:
-    """A shard's overview through `run` (JobStore.run): its counts, and its nodes a piece a
-    round trip, the two scans side by side (a deployment of PIECE nodes or fewer: one round
-    trip in all)."""
-    head, *scans = await asyncio.gather(
-        run(counts(statuses)), _scan(run, "seen"), _scan(run, "compute")
-    )
-    seen = {k: v for piece in scans for k, v in piece.last_seen.items()}
-    queues = {k: v for piece in scans for k, v in piece.queues.items()}
-    return Overview(seen, queues, head.by_status, head.stats, head.outbox, head.drained)
-
-
-async def _scan(run: Run[Any], which: str) -> Piece:
-    """Every node of one of NODE_LOADS' scans, as one piece."""
-    seen: dict[str, float] = {}
-    queues: dict[str, tuple[int, int]] = {}
-    cursor = "0"
-    while True:
-        piece: Piece = await run(node_loads(which, cursor))
-        seen.update(piece.last_seen)
-        queues.update(piece.queues)
-        cursor = piece.cursor
-        if cursor == "0":
-            return Piece(cursor, seen, queues)
-
-
 def _added(counts: Sequence[dict[str, int]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for part in counts:
@@ -136,7 +108,7 @@ def _added(counts: Sequence[dict[str, int]]) -> dict[str, int]:
 
 
 def merged(shards: Sequence[Overview]) -> Overview:
-    """The overviews of a deployment's shards (store/sharded.py) as one: each node is on one
+    """The overviews of a deployment's shards (store/jobs.py) as one: each node is on one
     shard; the counts add up."""
     return Overview(
         last_seen={k: v for part in shards for k, v in part.last_seen.items()},

@@ -4,7 +4,7 @@
 
 -- On shard 0, at a sharded deployment's first start once shard 0 holds its data (restored
 -- from its snapshot first, if it lost it: else the floors would be found in an empty
--- shard): its shard count, its floors (store/sharded.py finds them), shard 0's counters
+-- shard): its shard count, its floors (store/jobs.py finds them), shard 0's counters
 -- then, when, and as fields PINNED<id> its nodes then (registered, or seen in an external
 -- registry), which stay on shard 0. Every later start reads it.
 -- Returns {OK, the record, flat} | {NOT_READY}

@@ -14,7 +14,7 @@
 -- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
 -- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
 -- anything. schedule: the schedule that made it ("": none), whose index it enters.
--- elsewhere = 1: another shard may take the job (store/sharded.py): with no node for it,
+-- elsewhere = 1: another shard may take the job (store/jobs.py): with no node for it,
 -- NO_NODES rather than made unplaced, its idempotency key then marked ELSEWHERE.
 local function unmade(reply)
   if spec_staged ~= "" then redis.call("DEL", K.staged(spec_staged)) end

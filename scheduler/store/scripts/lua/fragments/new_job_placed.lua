@@ -13,7 +13,7 @@ elseif elsewhere == "1" then
 end
 if not node and reason and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)
     or elsewhere == "1") then
-  -- a replay of the key passes on here to the shard that made it (store/sharded.py)
+  -- a replay of the key passes on here to the shard that made it (store/jobs.py)
   if dedup and elsewhere == "1" then
     redis.call("SET", dedup, ELSEWHERE, "EX", tonumber(dedup_ttl))
   end

@@ -1,0 +1,197 @@
+"""The listings: pages of jobs (GET /jobs, the UI's search), counts, the UI's overview and
+the dashboard's minutes, asked of every shard and merged (store/merging.py: a merged page is
+the page one shard holding every job would give)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+from scheduler.models.job import STATUSES
+from scheduler.store.merging import merged, merged_search
+from scheduler.store.operation import (
+    All,
+    OfNode,
+    OnShard,
+    Op,
+    Shard,
+    Steps,
+    each,
+    home,
+    nested,
+    operation,
+    run,
+    send,
+    together,
+)
+from scheduler.store.ops.jobs import whole
+from scheduler.store.pieces import searched
+from scheduler.store.scripts import listing, metrics
+from scheduler.store.scripts import overview as overview_scripts
+from scheduler.store.scripts import series as series_scripts
+
+T = TypeVar("T")
+SERIES_CHUNK = 60  # the dashboard's minutes one script reads (`series`)
+
+
+def _budget(shard: Shard) -> int:
+    """Each shard's share of a page's bytes (a page is about MAX_PAGE_BYTES whatever S)."""
+    return max(1, shard.settings.max_page_bytes // shard.count)
+
+
+def _queue_of(node_id: str, status: str) -> bool:
+    """A node's pending jobs, in queue order (not by number): its shard's alone."""
+    return bool(node_id) and status == "pending"
+
+
+@operation(home)
+def list_jobs(
+    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool = False
+) -> Steps[list[bytes]]:
+    """A page of jobs (scripts.listing.LIST): each shard's heads, merged, then only the
+    jobs kept made whole. (A node's jobs are its shard's, but for those made before it came
+    there: on shard 0 before the upgrade; so a node's listings ask every shard too, but for
+    its queue.)"""
+    if status and status not in STATUSES:
+        return []
+    if _queue_of(node_id, status):
+        queue = _page(node_id, status, bound, limit, newest)
+        pages = [(yield from nested(Op(OfNode(node_id), queue.program, queue.name)))]
+    else:
+        pages = yield from nested(_pages(node_id, status, bound, limit, newest))
+    heads = pages[0].jobs if len(pages) == 1 else merged(pages, limit, newest)
+    return (yield from nested(whole(heads)))
+
+
+@operation(home)
+def _page(
+    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool
+) -> Steps[listing.Page]:
+    budget = shard.settings.max_page_bytes if _queue_of(node_id, status) else _budget(shard)
+    return (yield from run(listing.list_jobs(node_id, status, bound, limit, budget, newest)))
+
+
+def _flat(parts: list[list[T]]) -> list[T]:
+    return [value for part in parts for value in part]
+
+
+@operation(each(_flat))
+def _pages(
+    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool
+) -> Steps[list[listing.Page]]:
+    page = yield from run(listing.list_jobs(node_id, status, bound, limit, _budget(shard), newest))
+    return [page]
+
+
+def _sum(found: list[list[int]]) -> list[int]:
+    return [sum(column) for column in zip(*found, strict=True)]
+
+
+@operation(each(_sum))
+def counts(shard: Shard, node_id: str) -> Steps[list[int]]:
+    """[all jobs, then each status's] of `node_id`'s jobs ("": every node's)."""
+    return (yield from run(listing.counts(node_id, STATUSES)))
+
+
+@operation(home)
+def search(
+    shard: Shard, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
+) -> Steps[listing.Found]:
+    """The UI's search (scripts.listing.SEARCH, in pieces: pieces.py), its jobs' records
+    whole: every shard's, merged, but for a node's queue (its shard's)."""
+    if _queue_of(node_id, status):
+        found = yield from nested(_routed_found(node_id, status, bound, needle, scan, limit))
+    else:
+        pieces = yield from nested(_found_each(node_id, status, bound, needle, scan, limit))
+        found = pieces[0] if len(pieces) == 1 else merged_search(pieces, limit)
+    return dataclasses.replace(found, jobs=(yield from nested(whole(found.jobs))))
+
+
+def _routed_found(
+    node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
+) -> Op[listing.Found]:
+    op = _found_here(node_id, status, bound, needle, scan, limit)
+    return Op(OfNode(node_id), op.program, op.name)
+
+
+@operation(home)
+def _found_here(
+    shard: Shard, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
+) -> Steps[listing.Found]:
+    budget = shard.settings.max_page_bytes
+    return (yield from searched(node_id, status, bound, needle, scan, limit, budget))
+
+
+@operation(each(_flat))
+def _found_each(
+    shard: Shard, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
+) -> Steps[list[listing.Found]]:
+    found = yield from searched(node_id, status, bound, needle, scan, limit, _budget(shard))
+    return [found]
+
+
+@operation(each(overview_scripts.merged))
+def overview(shard: Shard) -> Steps[overview_scripts.Overview]:
+    """A shard's overview: its counts, and its nodes a piece a round trip, the two scans side
+    by side (a deployment of PIECE nodes or fewer: one round trip in all)."""
+    here = OnShard(shard.index)
+    counted: Op[overview_scripts.Counts] = Op(
+        here, lambda _: run(overview_scripts.counts(STATUSES)), "overview.counts"
+    )
+    scans: list[Op[overview_scripts.Piece]] = [
+        Op(here, lambda _, which=which: _scan(which), "overview.scan")  # type: ignore[misc]
+        for which in ("seen", "compute")
+    ]
+    # The counts and the two scans side by side (All: one round trip while each fits one).
+    head, *pieces = yield All([counted, *scans])
+    last_seen = {k: v for piece in pieces for k, v in piece.last_seen.items()}
+    queues = {k: v for piece in pieces for k, v in piece.queues.items()}
+    return overview_scripts.Overview(
+        last_seen, queues, head.by_status, head.stats, head.outbox, head.drained
+    )
+
+
+def _scan(which: str) -> Steps[overview_scripts.Piece]:
+    """Every node of one of NODE_LOADS' scans, as one piece."""
+    seen: dict[str, float] = {}
+    queues: dict[str, tuple[int, int]] = {}
+    cursor = "0"
+    while True:
+        piece = yield from run(overview_scripts.node_loads(which, cursor))
+        seen.update(piece.last_seen)
+        queues.update(piece.queues)
+        cursor = piece.cursor
+        if cursor == "0":
+            return overview_scripts.Piece(cursor, seen, queues)
+
+
+@operation(each(series_scripts.merged))
+def series(shard: Shard, first: int, count: int) -> Steps[list[series_scripts.Minute]]:
+    """The dashboard's `count` minutes from minute number `first` (models/series.py): a
+    script per hour, sent together (one round trip), so the day's 1440 minutes (~7 ms of
+    Redis) never hold Redis for more than an hour's (~0.3 ms) at a time."""
+    hours = [
+        series_scripts.read_series(start, min(SERIES_CHUNK, first + count - start))
+        for start in range(first, first + count, SERIES_CHUNK)
+    ]
+    return _flat((yield from together(*hours)))
+
+
+def _none(_: list[None]) -> None:
+    return None
+
+
+@operation(each(_none))
+def keep_series(shard: Shard) -> Steps[None]:
+    """SERIES_RETENTION_SECS where the scripts setting a minute's expiry read it."""
+    keep = str(int(shard.settings.series_retention_secs))
+    yield from send("SET", shard.keys.series_retention, keep)
+
+
+@operation(home)
+def add_request_stats(
+    shard: Shard, deltas: dict[str, float], read: bool
+) -> Steps[dict[str, float]]:
+    """Adds this process's request metrics since its last call to the deployment's; with
+    `read`, returns the deployment's sums."""
+    return (yield from run(metrics.add_request_stats(deltas, read)))
