@@ -66,9 +66,7 @@ from scheduler.models.registry import Node
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
-from scheduler.store import ops
 from scheduler.store.keys import Keys
-from scheduler.store.ops import nodes as node_ops
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import listing
 from scheduler.store.scripts import nodes as node_scripts
@@ -79,6 +77,19 @@ try:  # the calls this version sends in pieces; REF may have none
     from scheduler.store import pieces
 except ImportError:
     pieces = None  # type: ignore[assignment]
+try:  # store operations, declared once (issue 37); REF may run them as store methods
+    from scheduler.store import ops
+    from scheduler.store.operation import Home, Op
+except ImportError:
+    ops = None  # type: ignore[assignment]
+
+
+def run_op(store: SyncJobStore, module: str, name: str, *args: Any) -> Any:
+    """The store operation `module.name`, as this version runs it."""
+    if ops is None:
+        return getattr(store, name)(*args)
+    return store.run(getattr(getattr(ops, module), name)(*args))
+
 
 PREFIX = "bounds"
 NO_RETRY = RetryPolicy(0, 0, 3600)
@@ -121,9 +132,8 @@ class Builder:
 
     def job(self, after: list[str] | None = None, command: str = "true", **fields: Any) -> str:
         body, now = JobCreate(command=command, after=after or [], **fields), time.time()
-        made = self.store.run(
-            ops.jobs.create(stamped(new_job(body), body, now), self.placement, now)
-        )
+        job = stamped(new_job(body), body, now)
+        made = run_op(self.store, "jobs", "create", job, self.placement, now)
         return str(json.loads(made.job)["job_id"])
 
     def layers(self, root: str, count: int, width: int, fan: int) -> list[str]:
@@ -237,6 +247,8 @@ def drain_n0(store: SyncJobStore, now: float) -> Any:
     """The operator's drain of n0: one call before store/pieces.py, in its pieces since."""
     if pieces is None:
         return store.run(node_scripts.drain_node("n0", "operator", "key", False, now, 3600, 1000))
+    if ops is not None:
+        return store.run(ops.nodes.drain_node("n0", now, "operator", caller="key"))
     return asyncio.run(pieces.drained(_async(store), "n0", "operator", "key", False, now, 3600))
 
 
@@ -263,7 +275,7 @@ def large_promote(store: SyncJobStore, make: Builder, measured: Measured, scale:
     for _ in range(max(2, round(1000 * scale))):
         make.job(node_selector=LARGE_SELECTOR, delay_secs=1)
     measured.begin()
-    return f"{len(store.run(ops.upkeep.promote_due(time.time() + 2)))} promoted"
+    return f"{len(run_op(store, 'upkeep', 'promote_due', time.time() + 2))} promoted"
 
 
 def large_sweep(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
@@ -273,9 +285,8 @@ def large_sweep(store: SyncJobStore, make: Builder, measured: Measured, scale: f
     ]:
         report(store, job_id, "running")
     measured.begin()
-    timed_out = store.run(
-        ops.upkeep.sweep_timeouts(time.time() + store.settings.job_timeout_secs + 1)
-    )
+    due = time.time() + store.settings.job_timeout_secs + 1
+    timed_out = run_op(store, "upkeep", "sweep_timeouts", due)
     return f"{len(timed_out)} timed out"
 
 
@@ -286,7 +297,7 @@ def large_prune(store: SyncJobStore, make: Builder, measured: Measured, scale: f
         cancel(store, job_id)
     assert snapshot_once(store.settings) > 0
     measured.begin()
-    return f"{len(store.run(ops.upkeep.prune_finished(time.time() + 10)))} pruned"
+    return f"{len(run_op(store, 'upkeep', 'prune_finished', time.time() + 10))} pruned"
 
 
 def bulk_retry(store: SyncJobStore, make: Builder, measured: Measured, scale: float) -> str:
@@ -327,7 +338,7 @@ def delete_node(store: SyncJobStore, make: Builder, measured: Measured, scale: f
     for _ in range(max(2, round(1000 * scale))):
         make.job()
     measured.begin()
-    step = pieces.MOVE_STEP if pieces else node_ops.DELETE_MOVES
+    step = pieces.MOVE_STEP if pieces else (ops.nodes.DELETE_MOVES if ops else 1000)
     moved = store.run(node_scripts.delete_node("n0", now, 3600, step, "key"))
     return f"{len(moved)} moved at once"
 
@@ -345,7 +356,7 @@ def wide_selector(store: SyncJobStore, make: Builder, measured: Measured, scale:
     now, wide = time.time(), {"zone": "a"}
     for _ in range(100):  # no node yet: unplaced
         body = JobCreate(command="true", node_selector=wide)
-        store.run(ops.jobs.create(stamped(new_job(body), body, now), Placement.live(), now))
+        run_op(store, "jobs", "create", stamped(new_job(body), body, now), Placement.live(), now)
     nodes = max(2, round(store.settings.max_nodes * scale))
     for n in range(nodes):
         node = Node(id=f"w{n}", hostname=f"w{n}", cpu_count=8, role="compute", labels=wide)
@@ -354,9 +365,10 @@ def wide_selector(store: SyncJobStore, make: Builder, measured: Measured, scale:
     placed = []
     for cpus in (0, 1, 64):
         body = JobCreate(command="true", node_selector=wide, cpus=cpus)
-        made = store.run(ops.jobs.create(stamped(new_job(body), body, now), Placement.live(), now))
+        job = stamped(new_job(body), body, now)
+        made = run_op(store, "jobs", "create", job, Placement.live(), now)
         placed.append(json.loads(made.job)["node_id"] or "none")
-    passed = len(store.run(ops.upkeep.place_unplaced(now)))
+    passed = len(run_op(store, "upkeep", "place_unplaced", now))
     return f"{nodes} nodes; placed on {' '.join(placed)}; the pass placed {passed}"
 
 
@@ -397,6 +409,8 @@ def ui_search(store: SyncJobStore, make: Builder, measured: Measured, scale: flo
     args = ("", "", 0, "no such text", 5000, 50, 32 << 20)
     if pieces is None:  # one call
         found = store.run(listing.search(*args))
+    elif ops is not None:
+        found = store.run(Op(Home(), lambda _: pieces.searched(*args)))
     else:
         found = asyncio.run(pieces.searched(_async(store), *args))
     return f"{found.looked} looked at, {len(found.jobs)} found"
@@ -416,9 +430,8 @@ def sweep_timeouts(store: SyncJobStore, make: Builder, measured: Measured, scale
         for _ in range(10):
             make.job([job_id])
     measured.begin()
-    timed_out = store.run(
-        ops.upkeep.sweep_timeouts(time.time() + store.settings.job_timeout_secs + 1)
-    )
+    due = time.time() + store.settings.job_timeout_secs + 1
+    timed_out = run_op(store, "upkeep", "sweep_timeouts", due)
     settle(store)
     return f"{len(timed_out)} timed out, {count(store, 'failed')} failed"
 
@@ -427,7 +440,7 @@ def promote_due(store: SyncJobStore, make: Builder, measured: Measured, scale: f
     for _ in range(max(2, round(500 * scale))):
         make.job(delay_secs=1)
     measured.begin()
-    promoted = store.run(ops.upkeep.promote_due(time.time() + 2))
+    promoted = run_op(store, "upkeep", "promote_due", time.time() + 2)
     return f"{len(promoted)} promoted"
 
 
@@ -437,7 +450,7 @@ def restore_rebuild(store: SyncJobStore, make: Builder, measured: Measured, scal
     keys = Keys(PREFIX)
     store.redis.delete(keys.waiting, *(keys.dependents(dep) for dep in deps))
     measured.begin()
-    store.run(ops.upkeep.rebuild_waiting(time.time()))
+    run_op(store, "upkeep", "rebuild_waiting", time.time())
     return f"{store.redis.hlen(keys.waiting)} of {len(waiters)} waiting"
 
 
