@@ -197,7 +197,7 @@ def test_the_lanes_dict_finds_what_the_table_says_the_lane_serves() -> None:
             route, request = found
             label = request_label(method, resolved[0].label, parse_query(query))
             assert route.hot is spec.hot and request.label == label
-            assert route.needs_key is (spec.access is Access.KEY)
+            assert (route.access is Access.KEY) is (spec.access is Access.KEY)
             hot_routes += 1
     assert hot_routes
 
