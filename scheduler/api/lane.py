@@ -9,8 +9,10 @@ A read and a poll, one Redis command each, are answered in the reply's callback,
 task (Route.send); a submit and a report, which read a body and may call Redis twice, in a
 task each.
 
-It answers exactly as the Starlette app does: the logic is hot.py's, the error replies
-errors.py's, the key rule is BearerAuth's, the agent networks' AgentNetworksGate's, the
+It answers exactly as the Starlette app does: a request's route is the one Starlette's router
+would pick (the table's matcher, routing.RouteTable.serving, with the router's own compiled
+routes), the logic is hot.py's, the error replies errors.py's, the key rule the very function
+BearerAuth asks (guesses.Credentials.refuses), the agent networks' AgentNetworksGate's, the
 request counts go to the same RequestStats.
 Whatever the lane does not take (another route or method, HEAD, `wait=`, a query it does not
 expect, a chunked or larger body, `Expect: 100-continue`) goes through ASGI as before, and
