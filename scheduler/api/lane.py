@@ -162,7 +162,7 @@ class Lane:
             Hot.REPORT: (self.report_job, True, None),
         }
         # The lane's call of each hot method of the table, by the identity of the table's
-        # Method (which RouteTable.resolve returns), and the methods it serves: a request of
+        # Method (which RouteTable.serving returns), and the methods it serves: a request of
         # another method (HEAD too) is ASGI's without being resolved.
         self.routes = routes
         self.by_method: dict[int, Route] = {}
@@ -175,7 +175,7 @@ class Lane:
 
     def route(self, method: bytes, path: str, query: bytes) -> tuple[Route, HotRequest] | None:
         """The lane's route for a request line, or None: ASGI serves it. The request's entry
-        is the table's (Starlette's routes, RouteTable.resolve), as the app's router finds it."""
+        is the one the app's router finds, found with its routes (RouteTable.serving)."""
         name = self.methods.get(method)
         if name is None:
             return None

@@ -36,7 +36,7 @@ ODD_IDS = [
 ]  # fmt: skip
 SUFFIXES = ["", "/", "//", "/x", "/x/", "/attempts", "/retry", "/drain", "/x/y"]
 PATHS = sorted(
-    {template.replace("{", "\0").split("\0")[0] + value + suffix
+    {template.partition("{")[0] + value + suffix
      for template in [e.path for e in TABLE.entries] + ["/", "/nope/"]
      for value in ODD_IDS
      for suffix in SUFFIXES}
