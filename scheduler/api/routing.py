@@ -176,6 +176,14 @@ class RouteTable:
             for method in methods
         }
         self._anywhere = {method: self._tried(method, None) for method in methods}
+        # `serving`'s answers for the paths that are a template without parameters (`/jobs`:
+        # the poll's and the submit's), worked out once by the same routes: a memo of the
+        # matcher, not a rule of its own, so the calls most made skip the regexes.
+        self._plain = {
+            e.path: {method: self._serve(method, e.path) for method in methods if method}
+            for e in self.entries
+            if not e.route.param_convertors
+        }
 
     def _tried(self, method: str | None, first: str | None) -> Tried:
         """The routes serving `method` (None: any) that a path of first character `first`
@@ -195,6 +203,10 @@ class RouteTable:
         """Starlette's Match.FULL: the first entry whose route matches the path and serves the
         method (the router takes the first such), its Method and the path's match; None when
         none does (a 404 or a 405)."""
+        plain = self._plain.get(path)
+        return self._serve(method, path) if plain is None else plain.get(method)
+
+    def _serve(self, method: str, path: str) -> Resolved | None:
         by_first = self._by_first.get(method)  # _routes, inlined: the lane asks on every request
         if by_first is None:
             return None
