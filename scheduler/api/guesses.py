@@ -45,6 +45,7 @@ from redis.exceptions import RedisError
 from starlette.types import Scope
 
 from scheduler.api.client_address import Headers, client_address
+from scheduler.api.routing import Access
 from scheduler.api.stores import Store
 from scheduler.config import Settings
 from scheduler.config.networks import Networks
@@ -72,12 +73,15 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def bearer_matches(headers: Iterable[tuple[bytes, bytes]], expected: bytes) -> bool:
-    """The first Authorization header is `expected` (compared in constant time)."""
+BEARER = b"Bearer "
+
+
+def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The token of the first Authorization header when it is `Bearer <token>`, else None."""
     for name, value in headers:
         if name == b"authorization":
-            return hmac.compare_digest(value, expected)
-    return False
+            return value[len(BEARER) :] if value.startswith(BEARER) else None
+    return None
 
 
 def presents_credential(headers: Iterable[tuple[bytes, bytes]]) -> bool:
@@ -102,8 +106,6 @@ class Credentials:
         self.has_join_key = bool(join_key)
         self._key = api_key.encode()
         self._join_key = join_key.encode()
-        # The Authorization header that carries the key (b"": none is set).
-        self.expected = b"Bearer " + self._key if api_key else b""
         self.limit = limit
         self.window_secs = window_secs
         self.trusted = trusted  # TRUSTED_PROXIES: whose X-Forwarded-For names the client
@@ -128,14 +130,27 @@ class Credentials:
 
     # Right: decided in this process, in constant time, with no Redis call.
 
+    def refuses(self, access: Access, headers: Headers) -> bool:
+        """The key rule, for both fronts' doors (http.BearerAuth, lane.Lane.refused): a call
+        the route table says is the key's (`access`, as RouteTable.access resolves it) is
+        refused without the key, when one is set. Any other access is decided elsewhere:
+        the UI's cookie, AGENT_AUTH in the handler, AGENT_NETWORKS."""
+        return access is Access.KEY and self.has_key and not self.holds_key(headers)
+
     def holds_key(self, headers: Headers) -> bool:
         """Whether the first Authorization header is `Bearer <TINYAWS_API_KEY>` (never, with
-        no key set): the key rule's check, on every key route and the lane's."""
-        return bool(self.expected) and bearer_matches(headers, self.expected)
+        no key set): the key rule's check, and AGENT_NETWORKS' (the key passes anywhere)."""
+        token = bearer_token(headers)
+        return token is not None and self._is_key(token)
 
     def is_key(self, secret: str) -> bool:
         """Whether `secret` is TINYAWS_API_KEY (the login form's; never, with no key set)."""
-        return self.has_key and hmac.compare_digest(secret.encode(), self._key)
+        return self._is_key(secret.encode())
+
+    def _is_key(self, secret: bytes) -> bool:
+        """The one comparison with TINYAWS_API_KEY, in constant time (never, with no key set):
+        the header's, the login form's and an agent call's bearer (caller_of) alike."""
+        return self.has_key and hmac.compare_digest(secret, self._key)
 
     def caller_of(self, token: str) -> str:
         """A bearer token as the scripts take it (store/scripts/library.py, node_access):
@@ -143,7 +158,7 @@ class Credentials:
         node), else its hash, which they look up among the live node tokens."""
         if not token:
             return ""
-        if self.has_key and hmac.compare_digest(token.encode(), self._key):
+        if self._is_key(token.encode()):
             return "key"
         if self.has_join_key and hmac.compare_digest(token.encode(), self._join_key):
             return "join"

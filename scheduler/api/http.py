@@ -204,15 +204,13 @@ class BearerAuth:
             return
         query: Query = scope[PARAMS]
         access = self.routes.access(scope["method"], query.path, query.values)
-        if access is Access.ANYONE or access is Access.AGENT:
-            await self.app(scope, receive, send)
-        elif access is Access.UI:
+        if access is Access.UI:
             await self._ui(scope, receive, send)
-        elif self.credentials.holds_key(scope["headers"]):
-            await self.app(scope, receive, send)
-        else:
+        elif self.credentials.refuses(access, scope["headers"]):
             refused = await self.credentials.refused_asgi(scope)
             await text_error(*refused)(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
     async def _ui(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

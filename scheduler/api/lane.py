@@ -9,8 +9,10 @@ A read and a poll, one Redis command each, are answered in the reply's callback,
 task (Route.send); a submit and a report, which read a body and may call Redis twice, in a
 task each.
 
-It answers exactly as the Starlette app does: the logic is hot.py's, the error replies
-errors.py's, the key rule is BearerAuth's, the agent networks' AgentNetworksGate's, the
+It answers exactly as the Starlette app does: a request's route is the one Starlette's router
+would pick (the table's matcher, routing.RouteTable.serving, with the router's own compiled
+routes), the logic is hot.py's, the error replies errors.py's, the key rule the very function
+BearerAuth asks (guesses.Credentials.refuses), the agent networks' AgentNetworksGate's, the
 request counts go to the same RequestStats.
 Whatever the lane does not take (another route or method, HEAD, `wait=`, a query it does not
 expect, a chunked or larger body, `Expect: 100-continue`) goes through ASGI as before, and
@@ -27,6 +29,7 @@ from time import perf_counter
 from typing import Any
 
 from redis.exceptions import NoScriptError
+from starlette.convertors import CONVERTOR_TYPES
 
 from scheduler.api import hot
 from scheduler.api.agent_networks import FORBIDDEN, AgentNetworks
@@ -37,7 +40,7 @@ from scheduler.api.http import length_of, refuse_declared
 from scheduler.api.metrics import RequestStats
 from scheduler.api.params import Params
 from scheduler.api.routes import TABLE
-from scheduler.api.routing import POLL_LABEL, Access, Hot, RouteTable
+from scheduler.api.routing import POLL_LABEL, Access, Entry, Hot, Method, RouteTable
 from scheduler.api.state import AppState
 from scheduler.models.record import record
 from scheduler.store import ops
@@ -45,6 +48,8 @@ from scheduler.store.connection.protocol import Reply
 from scheduler.store.errors import PartsApart, Unauthorized
 from scheduler.store.scripts.jobs import Polled
 
+# Starlette's `str` convertor (`{name}`): one non-empty segment, the matched text as it is.
+TEXT_PARAM = CONVERTOR_TYPES["str"]
 JSON = b"application/json"
 TEXT = b"text/plain; charset=utf-8"
 NOSNIFF = (b"x-content-type-options", b"nosniff")
@@ -106,10 +111,11 @@ class Route:
     hot: Hot  # the call
     takes: Callable[[bytes], Params | None]  # hot.takes: which requests of the route it takes
     label: str
-    # The API key is asked for (when set), as BearerAuth asks: the table's access rule. The
+    # The table's access rule: KEY (Credentials.refuses, as BearerAuth asks) or AGENT: the
     # poll (Access.POLL, of which the lane takes only polls) and a report are agent calls,
     # which AGENT_NETWORKS narrows instead (AgentNetworksGate).
-    needs_key: bool
+    access: Access
+    param: str  # the template's parameter ("" for none): the request's `id`
     handler: Handler
     has_body: bool
     # For a call that is one Redis command: sends it and says how its reply is answered, so
@@ -156,46 +162,35 @@ class Lane:
             Hot.SUBMIT: (self.create_job, True, None),
             Hot.REPORT: (self.report_job, True, None),
         }
-        # The table's lane routes by dict: (method, path) for a path without parameters,
-        # (method, the path before its last "/") for a template whose one parameter is its
-        # last segment.
-        self.exact: dict[tuple[bytes, str], Route] = {}
-        self.last: dict[tuple[bytes, str], Route] = {}
+        # The lane's call of each hot method of the table, by the identity of the table's
+        # Method (which RouteTable.serving returns), and the methods it serves: a request of
+        # another method (HEAD too) is ASGI's without being resolved.
+        self.routes = routes
+        self.by_method: dict[int, Route] = {}
+        self.methods: dict[bytes, str] = {}
         for method, entry, found, hot_call in routes.hot():
-            # The lane asks for the key or nothing: what it takes of a POLL route is polls.
-            if found.access not in (Access.KEY, Access.AGENT) and not (
-                found.access is Access.POLL and hot_call is Hot.POLL
-            ):
-                raise ValueError(f"the lane cannot serve {method} {entry.path}: {found.access}")
-            # A call that takes any query must read none: the lane does not look for a
-            # repeated one (the door's 400, params.py).
-            if hot_call is Hot.SUBMIT and found.reads:
-                raise ValueError(f"the lane's {method} {entry.path} reads no parameter")
-            needs_key = found.access is Access.KEY
-            takes = hot_call.takes
-            # What the lane takes of a POLL route is polls (without `wait`): their label.
-            label = POLL_LABEL if hot_call is Hot.POLL else entry.label
-            route = Route(method, hot_call, takes, label, needs_key, *calls[hot_call])
-            if entry.pattern is None:
-                self.exact[(method.encode(), entry.path)] = route
-            else:
-                parent, _, param = entry.path.rpartition("/")
-                if "{" in parent or not (param.startswith("{") and param.endswith("}")):
-                    raise ValueError(f"the lane serves one last parameter: {entry.path}")
-                self.last[(method.encode(), parent)] = route
+            label, access, param = _served_as(method, entry, found)
+            route = Route(method, hot_call, hot_call.takes, label, access, param, *calls[hot_call])
+            self.by_method[id(found)] = route
+            self.methods[method.encode()] = method
 
     def route(self, method: bytes, path: str, query: bytes) -> tuple[Route, HotRequest] | None:
-        """The lane's route for a request line, or None: ASGI serves it."""
-        route, segment = self.exact.get((method, path)), ""
-        if route is None:
-            parent, _, segment = path.rpartition("/")
-            route = self.last.get((method, parent)) if segment else None
-            if route is None:
-                return None
+        """The lane's route for a request line, or None: ASGI serves it. The request's entry
+        is the one the app's router finds, found with its routes (RouteTable.serving)."""
+        name = self.methods.get(method)
+        if name is None:
+            return None
+        resolved = self.routes.serving(name, path)
+        if resolved is None:
+            return None
+        route = self.by_method.get(id(resolved[1]))
+        if route is None or route.method != name:
+            return None
         params = route.takes(query)
         if params is None:
             return None
-        return route, HotRequest(route.method, path, [], params, route.label, segment)
+        segment = resolved[2][route.param] if route.param else ""
+        return route, HotRequest(name, path, [], params, route.label, segment)
 
     async def answer(self, route: Route, request: HotRequest) -> Answer:
         """The route's answer; an exception nothing expects (a bug) is raised to the caller."""
@@ -247,10 +242,10 @@ class Lane:
         outside AGENT_NETWORKS). The right key is never refused, whatever its address."""
         if self.boundary.refusal(request.method, request.path, request.headers) is not None:
             return True
-        if not route.needs_key:
+        if route.access is Access.AGENT:
             networks = self.networks
             return networks is not None and not networks.allows(request.peer, request.headers)
-        return self.credentials.has_key and not self.credentials.holds_key(request.headers)
+        return self.credentials.refuses(route.access, request.headers)
 
     async def refusal(self, route: Route, request: HotRequest) -> Answer:
         """A refused call's answer: the browser boundary's; else as AgentNetworksGate's (403
@@ -259,7 +254,7 @@ class Lane:
         stopped = self.boundary.refusal(request.method, request.path, request.headers)
         if stopped is not None:
             return text_answer(*stopped, {})
-        refusal = OUTSIDE_AGENT_NETWORKS if not route.needs_key else UNAUTHORIZED
+        refusal = OUTSIDE_AGENT_NETWORKS if route.access is Access.AGENT else UNAUTHORIZED
         return await self.unauthorized(request, refusal)
 
     async def unauthorized(self, request: HotRequest, refusal: Refusal = UNAUTHORIZED) -> Answer:
@@ -318,6 +313,30 @@ class Lane:
         report = (job_id, caller, length_of(request.header(b"content-length")))
         blob = await hot.report_job(self.state, report, _reader(request))
         return 200, blob + b"\n", JSON, JOB_HEADERS
+
+
+def _served_as(method: str, entry: Entry, found: Method) -> tuple[str, Access, str]:
+    """(label, access, parameter) of a hot method of the table as the lane serves it, or
+    ValueError when the lane cannot serve it as the app does."""
+    hot_call = found.hot
+    # The lane asks for the key or nothing: what it takes of a POLL route is polls.
+    if found.access not in (Access.KEY, Access.AGENT) and not (
+        found.access is Access.POLL and hot_call is Hot.POLL
+    ):
+        raise ValueError(f"the lane cannot serve {method} {entry.path}: {found.access}")
+    # A call that takes any query must read none: the lane does not look for a repeated one
+    # (the door's 400, params.py).
+    if hot_call is Hot.SUBMIT and found.reads:
+        raise ValueError(f"the lane's {method} {entry.path} reads no parameter")
+    # The path's parameter reaches the call as Starlette gives it to the endpoint: the
+    # string the route's regex matched (its `str` convertor).
+    params = list(entry.route.param_convertors.items())
+    if len(params) > 1 or any(convertor is not TEXT_PARAM for _, convertor in params):
+        raise ValueError(f"the lane serves at most one str parameter: {entry.path}")
+    access = Access.KEY if found.access is Access.KEY else Access.AGENT
+    # What the lane takes of a POLL route is polls (without `wait`): their label.
+    label = POLL_LABEL if hot_call is Hot.POLL else entry.label
+    return label, access, params[0][0] if params else ""
 
 
 def _job_answer(parts: list[bytes | None]) -> Answer:

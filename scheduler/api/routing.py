@@ -1,15 +1,17 @@
 """What a route table entry says, and how a request finds its entry.
 
-An entry is a path template (Starlette's: `{name}` is one non-empty segment), the methods it
-serves with their endpoints, who may call each (`Access`), when it is served, and which call
-of the hot lane serves it (`Hot`); its metrics label is derived from the template. The table
-itself is routes.TABLE; from it come Starlette's routes (`RouteTable.starlette_routes`), the
-key rule (http.BearerAuth, `RouteTable.access`), the metrics labels (`RouteTable.label`) and
-the lane's dict (lane.Lane). A request finds its entry as Starlette's router finds its route
-(`RouteTable.resolve`): the first entry whose template matches the path and serves the
-method, else the first whose template matches (405), else none (404). Each method declares
-the query parameters it reads (`Method.reads`): one value each, so the door (http.ParamsDoor)
-refuses one given twice (params.py).
+An entry is a path template (Starlette's), the methods it serves with their endpoints, who may
+call each (`Access`), when it is served, and which call of the hot lane serves it (`Hot`).
+The table itself is routes.TABLE. Each entry compiles, once, into Starlette's own `Route`
+(`Entry.route`), and that one object is the matcher of its path everywhere: the app's
+router holds it (`RouteTable.starlette_routes`), and a request finds its entry by its regex as
+the router would (`RouteTable.resolve`: the first entry whose route matches the path and
+serves the method, else the first whose route matches the path (405), else none (404)) for
+the key rule (http.BearerAuth, `RouteTable.access`), the metrics labels (`RouteTable.label`,
+derived from the route's template) and the hot lane (lane.Lane). No other code matches a
+path (tests/api/test_routes.py fails when some does). Each method declares the query
+parameters it reads (`Method.reads`): one value each, so the door (http.ParamsDoor) refuses
+one given twice (params.py).
 """
 
 from __future__ import annotations
@@ -118,21 +120,23 @@ class Entry:
     # learn the Allow list; a UI page's own access, as every path of the UI.
     other_methods: Access = Access.KEY
     label: str = field(init=False)
-    pattern: re.Pattern[str] | None = field(init=False)  # None: a path without parameters
+    # Starlette's route of the entry, compiled once: the app's router matches with this very
+    # object, and so do the door, the labels and the lane (RouteTable.resolve).
+    route: Route = field(init=False)
 
     def __post_init__(self) -> None:
+        compiled = route(self.path, **{name: m.endpoint for name, m in self.methods.items()})
         ui = self.path == UI_PREFIX or self.path.startswith(UI_PREFIX + "/")
-        label = UI_PREFIX if ui else re.sub(r"\{\w+\}", "{id}", self.path)
-        params = "{" in self.path
-        # Starlette's default convertor: a parameter is one non-empty segment.
-        pattern = re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(self.path)) if params else None
-        object.__setattr__(self, "label", label)
-        object.__setattr__(self, "pattern", re.compile(pattern) if pattern else None)
+        ids = dict.fromkeys(compiled.param_convertors, "{id}")
+        object.__setattr__(self, "label", UI_PREFIX if ui else compiled.path_format.format(**ids))
+        object.__setattr__(self, "route", compiled)
 
     def method(self, method: str) -> Method | None:
-        """The method's entry; HEAD is GET's, as Starlette serves it."""
-        found = self.methods.get(method)
-        return self.methods.get("GET") if found is None and method == "HEAD" else found
+        """The method's entry when Starlette's route serves it (HEAD is GET's, as the route's
+        dispatch answers it), else None."""
+        if method not in (self.route.methods or ()):
+            return None
+        return self.methods.get("GET" if method == "HEAD" else method)
 
 
 def route(path: str, **by_method: Endpoint) -> Route:
@@ -146,50 +150,94 @@ def route(path: str, **by_method: Endpoint) -> Route:
     return Route(path, dispatch, methods=list(by_method))
 
 
+# A request's entry (Starlette's Match.FULL: the entry, the method's, the path's match) or
+# its path's only (Match.PARTIAL, a 405: the entry, None, the match).
+Resolved = tuple[Entry, Method | None, re.Match[str]]
+# The routes a path may match, in the table's order, each with the Method it serves (for
+# `serving`, by method) or None (for `matching`, whatever the method).
+Tried = tuple[tuple[Callable[[str], re.Match[str] | None], Entry, Method | None], ...]
+
+
 class RouteTable:
-    """The entries in Starlette's order, indexed: paths without parameters by a dict, the
-    rest by their first segment."""
+    """The entries in Starlette's order, matched by Starlette's compiled routes (each entry's
+    `route`). An index narrows which are tried: by the path's first character when the
+    template names it (a route matches only paths with that character there), and for a
+    method the routes that serve it. It decides nothing: the routes' own regexes and method
+    sets do, in the router's order."""
 
     def __init__(self, entries: Iterable[Entry]) -> None:
         self.entries = tuple(entries)
-        self._position = {id(entry): i for i, entry in enumerate(self.entries)}
-        self._exact: dict[str, list[Entry]] = {}
-        self._templated: dict[str, list[Entry]] = {}
+        firsts = {_first_char(e.path) for e in self.entries}
+        # A method (None: any) -> its routes by the first character of a path, for those some
+        # template names, and for any other.
+        methods = {None, *(name for e in self.entries for name in e.route.methods or ())}
+        self._by_first = {
+            method: {first: self._tried(method, first) for first in firsts if first is not None}
+            for method in methods
+        }
+        self._anywhere = {method: self._tried(method, None) for method in methods}
+        # `serving`'s answers for the paths that are a template without parameters (`/jobs`:
+        # the poll's and the submit's), worked out once by the same routes: a memo of the
+        # matcher, not a rule of its own, so the calls most made skip the regexes.
+        self._plain = {
+            e.path: {method: self._serve(method, e.path) for method in methods if method}
+            for e in self.entries
+            if not e.route.param_convertors
+        }
+
+    def _tried(self, method: str | None, first: str | None) -> Tried:
+        """The routes serving `method` (None: any) that a path of first character `first`
+        may match (None: one no template names), in the table's order."""
+        tried = []
         for entry in self.entries:
-            if entry.pattern is None:
-                self._exact.setdefault(entry.path, []).append(entry)
-            else:
-                self._templated.setdefault(_first_segment(entry.path), []).append(entry)
+            found = None if method is None else entry.method(method)
+            if _first_char(entry.path) in (first, None) and (method is None or found):
+                tried.append((entry.route.path_regex.match, entry, found))
+        return tuple(tried)
 
     def starlette_routes(self, registry: bool, metrics: bool) -> list[Route]:
         served = {"always": True, "registry": registry, "metrics": metrics}
-        return [
-            route(entry.path, **{name: m.endpoint for name, m in entry.methods.items()})
-            for entry in self.entries
-            if served[entry.served]
-        ]
+        return [entry.route for entry in self.entries if served[entry.served]]
+
+    def serving(self, method: str, path: str) -> Resolved | None:
+        """Starlette's Match.FULL: the first entry whose route matches the path and serves the
+        method (the router takes the first such), its Method and the path's match; None when
+        none does (a 404 or a 405)."""
+        plain = self._plain.get(path)
+        return self._serve(method, path) if plain is None else plain.get(method)
+
+    def _serve(self, method: str, path: str) -> Resolved | None:
+        by_first = self._by_first.get(method)  # _routes, inlined: the lane asks on every request
+        if by_first is None:
+            return None
+        tried = by_first.get(path[1:2])
+        for match, entry, found in self._anywhere[method] if tried is None else tried:
+            matched = match(path)
+            if matched is not None:
+                return entry, found, matched
+        return None
 
     def matching(self, path: str) -> list[Entry]:
-        """The entries whose template matches `path`, in the table's order."""
-        exact = self._exact.get(path, [])
-        templated = self._templated.get(_first_segment(path))
-        if not templated:
-            return exact
-        matching = [e for e in templated if e.pattern and e.pattern.fullmatch(path)]
-        if not exact or not matching:
-            return exact or matching
-        # /nodes/register is also /nodes/{node_id}: the table's order decides.
-        return sorted([*exact, *matching], key=lambda entry: self._position[id(entry)])
+        """The entries whose route matches `path`, whatever the method, in the table's order."""
+        return [entry for match, entry, _ in self._routes(None, path) if match(path) is not None]
 
-    def resolve(self, method: str, path: str) -> tuple[Entry, Method | None] | None:
-        """As Starlette's router: (the first entry matching path and method, its method), else
-        (the first matching the path, None): a 405; None: no entry matches (404)."""
-        candidates = self.matching(path)
-        for entry in candidates:
-            found = entry.method(method)
-            if found is not None:
-                return entry, found
-        return (candidates[0], None) if candidates else None
+    def resolve(self, method: str, path: str) -> Resolved | None:
+        """As Starlette's router: the first entry whose route matches path and method (its
+        Method), else the first whose route matches the path (None: a 405); None: no entry
+        matches (404)."""
+        served = self.serving(method, path)
+        if served is not None:
+            return served
+        for match, entry, _ in self._routes(None, path):
+            matched = match(path)
+            if matched is not None:
+                return entry, None, matched
+        return None
+
+    def _routes(self, method: str | None, path: str) -> Tried:
+        """The routes `serving` or `matching` tries for `path`, by the index."""
+        tried = self._by_first[method].get(path[1:2])
+        return self._anywhere[method] if tried is None else tried
 
     def reads(self, method: str, path: str) -> Collection[str]:
         """The query parameters the call's endpoint reads (none for a 404 or a 405)."""
@@ -204,7 +252,7 @@ class RouteTable:
         resolved = self.resolve(method, path)
         if resolved is None:
             return Access.UI if path.startswith(UI_PREFIX + "/") else Access.KEY
-        entry, found = resolved
+        entry, found, _ = resolved
         access = entry.other_methods if found is None else found.access
         if access is Access.POLL or access is Access.OWN_SERVICES:
             agents = is_poll(params) if access is Access.POLL else bool(first(params, "node_id"))
@@ -249,8 +297,12 @@ def route_path(path: str, root_path: str) -> str:
     return path[len(root_path) :] if path[len(root_path)] == "/" else path
 
 
-def _first_segment(path: str) -> str:
-    return path[1:].partition("/")[0]
+def _first_char(template: str) -> str | None:
+    """The character after a template's leading "/" when it is plain text, which its route's
+    regex (Starlette's, anchored at the start) matches as it is; None: a parameter, or
+    nothing (the route of "/" also matches "/\n": its `$` allows a newline before the end)."""
+    first = template[1:2]
+    return None if first in ("{", "") else first
 
 
 def first(params: Params, name: str) -> str:

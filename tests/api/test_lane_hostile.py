@@ -27,6 +27,7 @@ from scheduler.api.guesses import Credentials
 from scheduler.api.lane import Lane
 from scheduler.api.params import parse_query
 from scheduler.api.routes import TABLE
+from scheduler.api.routing import Access
 from scheduler.api.server import LaneProtocol, OneWriteProtocol
 from scheduler.config import Settings
 from tests.api.test_lane import normalized
@@ -543,4 +544,6 @@ def test_the_lane_asks_for_the_key_where_bearer_auth_does(
 ) -> None:
     found = Lane(None, Credentials(KEY), None).route(method.encode(), path, query.encode())  # type: ignore[arg-type]
     assert found is not None
-    assert found[0].needs_key is not TABLE.is_open(method, path, parse_query(query.encode()))
+    assert (found[0].access is Access.KEY) is not TABLE.is_open(
+        method, path, parse_query(query.encode())
+    )

@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
-from starlette.routing import Match
 from starlette.testclient import TestClient
 
 from scheduler.api.app import create_app
@@ -164,25 +163,10 @@ def test_starlettes_routes_are_the_tables_in_its_order(
     assert app.router.redirect_slashes is False
 
 
-def test_the_table_resolves_as_starlettes_router(make_settings: SettingsFactory) -> None:
-    routes = create_app(make_settings()).router.routes
-    for method, path in itertools.product(METHODS, PATHS):
-        scope = {"type": "http", "method": method, "path": path, "root_path": ""}
-        matches = [(route, route.matches(scope)[0]) for route in routes]
-        full = [r.path for r, m in matches if m is Match.FULL]  # type: ignore[attr-defined]
-        partial = [r.path for r, m in matches if m is Match.PARTIAL]  # type: ignore[attr-defined]
-        resolved = TABLE.resolve(method, path)
-        if full:
-            assert resolved is not None and resolved[1] is not None, (method, path)
-            assert resolved[0].path == full[0]
-        elif partial:
-            assert resolved is not None and resolved[1] is None, (method, path)
-            assert resolved[0].path == partial[0]
-        else:
-            assert resolved is None, (method, path)
+# The table against Starlette's router, path by path: tests/api/test_one_matcher.py.
 
 
-def test_the_lanes_dict_finds_what_the_table_says_the_lane_serves() -> None:
+def test_the_lane_finds_what_the_table_says_the_lane_serves() -> None:
     lane = Lane(None, Credentials(KEY), None)  # type: ignore[arg-type]
     hot_routes = 0
     for method, path, query in itertools.product(METHODS, PATHS, QUERIES):
@@ -197,7 +181,7 @@ def test_the_lanes_dict_finds_what_the_table_says_the_lane_serves() -> None:
             route, request = found
             label = request_label(method, resolved[0].label, parse_query(query))
             assert route.hot is spec.hot and request.label == label
-            assert route.needs_key is (spec.access is Access.KEY)
+            assert (route.access is Access.KEY) is (spec.access is Access.KEY)
             hot_routes += 1
     assert hot_routes
 
