@@ -150,9 +150,10 @@ class Builder:
 
 def settle(store: SyncJobStore) -> None:
     """This version's endings left to settle, as the workers' task settles them."""
-    settle_endings = getattr(store, "settle_endings", None)
-    if settle_endings is not None:
-        settle_endings()
+    if ops is not None:
+        store.run(ops.upkeep.settle_endings())
+    elif hasattr(store, "settle_endings"):  # a REF from before store operations
+        store.settle_endings()
 
 
 def cancel(store: SyncJobStore, job_id: str) -> None:
