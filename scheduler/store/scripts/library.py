@@ -23,6 +23,7 @@ from scheduler.store.scripts.endings import SETTLE, UNITS
 from scheduler.store.scripts.life import ATTEMPTS, LIFE, NODE_LOSS
 from scheduler.store.scripts.minutes import SERIES
 from scheduler.store.scripts.place import PLACE
+from scheduler.store.scripts.places import PLACES_LUA
 from scheduler.store.scripts.record import ENCODE, PARTS, TIME
 from scheduler.store.scripts.room import NODES
 
@@ -315,6 +316,7 @@ LIBRARY: dict[str, str] = dict(
         ENDING_TABLE,
         NODE_ACCESS,
         NODES,
+        PLACES_LUA,
         READ,
         PARTS,
         ENCODE,

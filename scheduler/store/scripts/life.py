@@ -62,15 +62,6 @@ end
 # A job's life. Every index a job is in follows from its status and node (docs/ARCHITECTURE.md,
 # "Redis keys"); these are the only code that moves a job between them.
 LIFE = """
--- Job number n's score in a node's queue (its pending index, which POLL reads from the
--- lowest): higher priority first, by number within one. Every entry of a node's queue is
--- scored here. Exact as a double for |priority| <= 1000 (models.MAX_PRIORITY) and n < 2^42;
--- priority 0 (nil: none) scores n itself, the original's FIFO. The node's other indexes and
--- the status indexes are scored by n.
-local function queue_score(n, priority)
-  return n - (tonumber(priority) or 0) * 4398046511104
-end
-
 -- `score`: the job's score in the node's index of `to` (queue_score for a queue), n without.
 -- A job on no node (node "": unplaced, place.py) is in no node's index.
 local function move(id, n, node, from, to, score)
