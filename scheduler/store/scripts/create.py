@@ -4,6 +4,7 @@ the request path's module, names them too."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
@@ -27,10 +28,10 @@ class Created:
     duplicate: bool
 
 
-def _created(reply: list[Any], spec: bytes) -> Created:
+def _created(reply: list[Any], spec: bytes = b"") -> Created:
     """A create's reply: {OK, head} of the new job, whose `spec` apart (b"": none) the
-    caller staged, or {DUPLICATE, head} of the job made before ("": gone; its parts apart
-    are the store's to read: JobStore.create)."""
+    caller staged (the call knows it: create_job), or {DUPLICATE, head} of the job made
+    before ("": gone; its parts apart are the store's to read: JobStore.create)."""
     code = reply[0]
     codes.check_staged(code)
     if code == codes.NOT_READY:
@@ -53,10 +54,6 @@ def _created(reply: list[Any], spec: bytes) -> Created:
 # NOT_READY, NO_NODES, NOT_STAGED and the refusals of `after`. Not IdempotencyMismatch: the
 # key holds another request's job there.
 UNMADE: tuple[type[Exception], ...] = (StoreNotReady, NoHealthyNodes, StagedPartLost, InvalidInput)
-
-
-def _unread(reply: list[Any]) -> Created:
-    raise TypeError("a create's reply is read by its call (create_job), which knows its spec")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,16 +122,16 @@ _KEY_SEEN = """  if seen == ELSEWHERE then return unmade({NO_NODES}) end  -- mad
 # A new job's script, shared by CREATE_JOB and CREATE_AFTER (one that runs after others): two
 # scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
 _NEW_JOB = """
--- record: the head of the job's record (models/record.py) without job_id and node_id,
--- which this fills in; spec_staged: the token of its spec staged apart ("": none, the head
--- holds it), renamed into place, or dropped when nothing is made (the id drawn here,
--- the node placed here: place.py pick_node, by mode and the job's asks: cpus, memory_mb and
+-- fields: the members of the head of the job's record (models/record.py), without job_id,
+-- node_id and pending_reason, which this writes before them; spec_staged: the token of
+-- its spec staged apart ("": none, the head holds it), renamed into place, or dropped
+-- when nothing is made (the id drawn here, the node placed here: place.py pick_node, by mode and the job's asks: cpus, memory_mb and
 -- selector, the record's, its node_selector as JSON or ""). A job no node can take now is
 -- still made, pending unplaced (node_id "", place.py) with its pending_reason; only one
 -- that asks nothing answers NO_NODES when no compute node is live (the original's 503). A
 -- delayed job that asks a fit is placed when due. due: "" for a job pending now, else the epoch
 -- its run_at says: it is delayed until then (its record says so too). priority: the
--- record's, its place in the node's queue (life.py queue_score). With dedup_ttl > 0,
+-- record's, its place in the node's queue (places.py queue_score). With dedup_ttl > 0,
 -- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
 -- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
 -- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
@@ -180,32 +177,24 @@ end
 node = node or ""
 local n = draw_number(K.job_seq, shards, shard, id_floor)
 local id = "job-" .. n
-local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
-  .. string.sub(record, 2)
+-- Its head: the ids and, pending unplaced, why (models.job PENDING_REASONS), then the
+-- record's other fields (its head's members).
+local unplaced = due == "" and node == "" and reason
+local reason_field = unplaced and ',"pending_reason":' .. cjson.encode(reason) or ""
+local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. reason_field
+  .. "," .. fields .. "}"
 """
 _NEW_JOB = _NEW_JOB.replace("{READY}", _READY).replace("{DEDUP_KEY}", _DEDUP_KEY)
 _NEW_JOB = _NEW_JOB.replace("{KEY_SEEN}", _KEY_SEEN).replace("{ELSEWHERE}", ELSEWHERE)
 _STORE_NEW = """
-local score = status == "pending" and queue_score(n, priority) or n
-if status == "pending" and node == "" then  -- the last field (models.job): appended
-  job = string.sub(job, 1, -2) .. ',"pending_reason":' .. cjson.encode(reason) .. "}"
-end
 redis.call("SET", K.job(id), job)
 if spec_staged ~= "" then
   redis.call("RENAME", K.staged(spec_staged), K.job_spec(id))
   redis.call("PERSIST", K.job_spec(id))
 end
-redis.call("ZADD", K.all_jobs, n, id)
-redis.call("ZADD", K.status(status), n, id)
-if node ~= "" then
-  redis.call("ZADD", K.node_jobs(node), n, id)
-  redis.call("ZADD", K.node_status(node, status), score, id)
-  if status == "pending" then hold(node, id, ask) end
-elseif status == "pending" then
-  redis.call("ZADD", K.unplaced, score, id)
-end
-if status == "delayed" then redis.call("ZADD", K.delayed, due, id) end
-if schedule ~= "" then redis.call("ZADD", K.schedule_jobs(schedule), n, id) end
+local where = {status = status, node_id = node, priority = priority, cpus = ask.cpus,
+  memory_mb = ask.memory_mb, schedule = schedule}
+enter_place(id, n, where, due, redis.call)
 redis.call("SADD", K.dirty, id)
 count_minute(now, "submitted")
 if dedup then
@@ -215,7 +204,7 @@ end
 if status == "pending" and node ~= "" then wake_node(node) end
 """
 _ARGV = (
-    "record spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
+    "fields spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
     "cpus memory_mb selector shards shard id_floor elsewhere schedule"
 )
 
@@ -226,7 +215,7 @@ CREATE_JOB = Script(
     + 'local status = due == "" and "pending" or "delayed"'
     + _STORE_NEW
     + "return {OK, job}\n",
-    _unread,
+    _created,
 )
 
 CREATE_AFTER = Script(
@@ -252,7 +241,7 @@ local status = "pending"
 if waits > 0 or failed then
   status = "waiting"
   local decoded = cjson.decode(job)
-  decoded.status = "waiting"
+  decoded.status, decoded.pending_reason = "waiting", nil
   if needs_fit(ask) then node, decoded.node_id = "", "" end  -- placed once its wait ends
   job = encode(decoded)
 end"""
@@ -264,7 +253,7 @@ end"""
 end
 return {OK, job}
 """,
-    _unread,
+    _created,
 )
 
 
@@ -288,7 +277,7 @@ return {NO_NODES}
     .replace("{DEDUP_KEY}", _DEDUP_KEY)
     .replace("{KEY_SEEN}", textwrap.dedent(_KEY_SEEN))
     .replace("{ELSEWHERE}", ELSEWHERE),
-    lambda reply: _created(reply, b""),
+    _created,
 )
 
 
@@ -343,8 +332,8 @@ def create_job(
     `priority`, `after` and `asks`, the record's; `numbering`, how the shard it is made on
     draws its number (store/shards.py); `schedule`, the schedule that made it (its index)."""
     args: dict[str, Any] = dict(
-        record=record, spec_staged=spec_staged, due="" if due is None else due, priority=priority,
-        mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
+        fields=_members(record), spec_staged=spec_staged, due="" if due is None else due,
+        priority=priority, mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
         dedup_key=dedup.key, dedup_ttl=dedup.ttl if dedup.key else 0,
         fingerprint=dedup.fingerprint, candidates=placement.candidates, cpus=asks.cpus,
         memory_mb=asks.memory_mb,
@@ -357,7 +346,15 @@ def create_job(
     else:
         after_args = {"after": json.dumps(list(after)), "max_waiters": MAX_WAITERS}
         call = CREATE_AFTER.call(**args, **after_args, stamp=rfc3339(now))
-    return Call(call.script, call.args, lambda reply: _created(reply, spec))
+    return dataclasses.replace(call, known=(spec,))
+
+
+def _members(head: bytes) -> bytes:
+    """The members of a head's JSON object, which the script writes into the object it makes
+    (its ids first: CREATE_JOB `fields`)."""
+    if not (head.startswith(b"{") and head.endswith(b"}")):
+        raise ValueError(f"not a JSON object: {head[:20]!r}")
+    return head[1:-1]
 
 
 def create_job_of(

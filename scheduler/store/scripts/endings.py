@@ -66,8 +66,9 @@ end
 """
 
 SETTLE = """
--- A waiting job whose wait is over: pending on its node, or, asking a fit (or on none),
--- unplaced for the next placement pass (its node was chosen before it had to wait). Its
+-- A waiting job whose wait is over (out of K.waiting: places.py): pending on its node,
+-- or, asking a fit (or on none), unplaced for the next placement pass (its node was
+-- chosen before it had to wait). Its
 -- run_at says since when it may run (`stamp`, now; a later one kept): the dashboard's wait
 -- to running counts from there, not from its submit (minutes.py count_started).
 local function release_waiter(id, n, job, stamp)
@@ -84,20 +85,12 @@ local function end_one(id, n, job, ending, now, stamp, pace)
   if FINAL[job.status] then error("ending " .. id .. ": it has ended already") end
   record_attempt(id, job, ending, stamp)
   local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
-  if HOLDS[job.status] then unhold(job.node_id, id, job) end
+  local ran = not NOT_STARTED[job.status]  -- its node's slot is free again: woken
   job.pending_reason = nil
-  if job.status == "running" or job.status == "cancelling" then
-    release(id, job)
-    wake_node(job.node_id)
-  elseif job.status == "delayed" then
-    redis.call("ZREM", K.delayed, id)
-  elseif job.status == "waiting" then
-    redis.call("HDEL", K.waiting, id)
-  end
-  move(id, n, job.node_id, job.status, status)
-  job.status, job.finished_at = status, stamp
+  move_place(id, n, job, status, job.node_id, now)
+  if ran then wake_node(job.node_id) end
+  job.finished_at = stamp
   if reason ~= "" then job.failure_reason = reason end
-  redis.call("ZADD", K.finished, now, id)
   count_minute(now, status)
   local number = publish(id, status)
   wake_job(id)
@@ -129,7 +122,6 @@ local function settle_waiter(w, dep, status, reason, now, stamp, pace)
   if not waiter or waiter.status ~= "waiting" then return VISIT_UNITS end
   local wn = number_of(w)
   if status == "done" then
-    redis.call("HDEL", K.waiting, w)
     release_waiter(w, wn, waiter, stamp)
     store_job(w, waiter)
     return price

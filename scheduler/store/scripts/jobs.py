@@ -58,7 +58,7 @@ POLL = Script(
     "node max_jobs caller",
     """
 -- The agent's poll: the head of the node's queue (higher priority first, oldest first within
--- one: life.py queue_score), at most its free capacity, and the ids of its jobs being
+-- one: places.py queue_score), at most its free capacity, and the ids of its jobs being
 -- cancelled (the API sends them in a header the original agent ignores). A drained node
 -- starts nothing new: its running jobs finish, what stayed in its queue waits.
 -- An empty queue is answered first, from two reads: most polls find nothing.
@@ -200,13 +200,8 @@ if status ~= "running" then
   return {OK, finish(job_id, n, job, status, now, stamp)}
 end
 job.running_at = stamp
-if job.job_type ~= "service" then
-  redis.call("SADD", K.node_busy(job.node_id), job_id)
-  redis.call("ZADD", K.deadlines, now, job_id)
-end
-move(job_id, n, job.node_id, old, "running")
+move_place(job_id, n, job, "running", job.node_id, now)  -- a run-job's slot and deadline
 count_started(job, now)
-job.status = "running"
 wake_job(job_id)
 return {OK, store_job(job_id, job)}
 """,
@@ -267,10 +262,7 @@ local n = number_of(job_id)
 if NOT_STARTED[job.status] then
   return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
 end
-move(job_id, n, job.node_id, job.status, "cancelling")
-job.status = "cancelling"
-redis.call("ZREM", K.deadlines, job_id)
-redis.call("ZADD", K.cancelling, now, job_id)
+move_place(job_id, n, job, "cancelling", job.node_id, now)  -- keeps its slot, not its deadline
 wake_node(job.node_id)
 wake_job(job_id)
 return {OK, store_job(job_id, job)}

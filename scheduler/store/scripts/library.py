@@ -154,7 +154,7 @@ ENDING_TABLE = (
 # The ids of the index answering GET /jobs with these filters (each may be ""): LIST's page,
 # and the jobs the UI's search looks through (SEARCH). In job number order ("asc": numbers
 # above `bound`), or newest first ("desc": below `bound`, 0 from the newest). A node's pending
-# jobs are listed in its queue's order instead (life.py queue_score: higher priority first,
+# jobs are listed in its queue's order instead (places.py queue_score: higher priority first,
 # oldest first within one; "desc" from the back), from the place of job-`bound` in it (its
 # number and priority: priority 0 for a job not stored), so a page starts just after the
 # last job of the one before. At most `limit` ids. A schedule's jobs (`schedule` not "") are

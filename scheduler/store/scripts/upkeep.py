@@ -140,14 +140,11 @@ for _, id in ipairs(expired) do
       local keys = {K.attempts(id)}
       part_keys(id, keys)
       redis.call("DEL", unpack(keys))
-      redis.call("ZREM", K.all_jobs, id)
-      redis.call("ZREM", K.status(job.status), id)
-      redis.call("ZREM", K.node_jobs(job.node_id), id)
-      redis.call("ZREM", K.node_status(job.node_id, job.status), id)
-      if made_by(job) then redis.call("ZREM", K.schedule_jobs(job.schedule), id) end
+      leave_place(id, job)
       removed[#removed + 1] = id
+    else
+      redis.call("ZREM", K.finished, id)
     end
-    redis.call("ZREM", K.finished, id)
   end
 end
 return {read, kept, unpack(removed)}
@@ -258,10 +255,11 @@ for _, id in ipairs(due) do
     promoted[1] = tonumber(batch)
     break
   end
-  redis.call("ZREM", K.delayed, id)
   local job, raw = load_job(id)
   pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
-  if job and job.status == "delayed" then
+  if not job or job.status ~= "delayed" then
+    redis.call("ZREM", K.delayed, id)  -- a stale entry
+  else
     local n, target = number_of(id), job.node_id
     if (job.instance_id or "") ~= "" then
       rebind(id, n, job, "pending", target)
