@@ -37,7 +37,7 @@ LIMIT = 1000  # the API's moves per call (store/jobs.py DELETE_MOVES)
 
 
 def setup(client: redis.Redis, keys: Keys, nodes: int, queued: int, cpus: int, now: float) -> None:
-    """`nodes` registered (so placement indexes them: place.py index_node), n0 offering 1024
+    """`nodes` registered (so placement indexes them: room.lua index_node), n0 offering 1024
     cpus and the others 1 when jobs ask (`cpus`), and `queued` jobs pending on n0."""
     client.flushall()
     client.set(keys.initialised, "benchmark")

@@ -1,7 +1,7 @@
 """What a refused agent report costs Redis in token mode (issue 22, item 5): before, the
 report's scripts read and decoded the whole job before they looked at the token, so a
 stranger's PATCH on a job holding MiBs of env_vars and output cost Redis a full decode; now
-they decide from the token and the node's index of jobs (library.py job_access) first.
+they decide from the token and the node's index of jobs (access.lua job_access) first.
 
     .venv/bin/python benchmarks/refused_report_cost.py [--env-bytes 1048576]
         [--output-bytes 1048576] [--calls 20] [--runs 3] [--before REV]

@@ -34,7 +34,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 
 # Created at the creations' `now` (1.0), as the API stamps a job: its claim (at 2.0) waits
-# 1 s, the same day's, as nearly every claim does (the dashboard's wait buckets, life.py).
+# 1 s, the same day's, as nearly every claim does (the dashboard's wait buckets, series.lua).
 BODY = (
     b'{"command":"echo hello","env_vars":{"GREETING":"hi"},"status":"pending",'
     b'"retry_count":0,"created_at":"1970-01-01T00:00:01.000000Z"}'

@@ -1,7 +1,7 @@
 """One attempt of a job, as GET /jobs/{id}/attempts answers it: kept apart from the job's
 record (the record is what the original's agent, CLI and lambda read, and stays as it was).
 
-An attempt ends where the job's life ends or retries it (store/scripts/life.py: `finish`,
+An attempt ends where the job's life ends or retries it (store/scripts/lua/includes/: `finish`,
 the last attempt, its reason the ending's name; `requeue`, a retried one, its reason what
 ended it: failed, timed_out or node_lost). Redis keeps the last ATTEMPTS_KEPT of a job, each
 with the last ATTEMPT_TAIL_BYTES of its stdout and stderr (cut on a UTF-8 boundary), and

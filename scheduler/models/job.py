@@ -66,7 +66,7 @@ BackoffSecs = Annotated[int, msgspec.Meta(ge=0, le=86400)]
 MAX_PRIORITY = 1000
 Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
 # Why a pending job has no node yet (docs/GUIDE.md, Placement): set by placement (store/scripts/
-# place.py, whose Lua table is generated from this), cleared once it is placed.
+# generated.py writes its Lua table REASON from this), cleared once it is placed.
 PENDING_REASONS = {
     "no_nodes": "no healthy compute node",
     "no_fit": "no live node matches its node_selector and resources",

@@ -1,6 +1,6 @@
 """The dashboard's per-minute series (docs/ARCHITECTURE.md, `{P}:series:<minute>`): what a
 minute's hash holds, and the arithmetic on it (columns of several minutes, percentiles from
-the wait buckets). The scripts write the hashes (store/scripts/minutes.py SERIES); the web UI
+the wait buckets). The scripts write the hashes (series.lua); the web UI
 draws them (api/ui_dashboard.py). Pure: no I/O."""
 
 from __future__ import annotations

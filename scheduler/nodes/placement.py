@@ -72,7 +72,7 @@ def live_node_ids(last_seen: Mapping[str, float], now: float, ttl: float) -> lis
 
 def choose(candidates: Sequence[str], ticket: int) -> str:
     """The node for round-robin ticket `ticket` (1, 2, 3, ... from INCR). The scripts place
-    jobs by the same rule in Lua (store/scripts/library.py, next_live); this is its model,
+    jobs by the same rule in Lua (room.lua, next_live); this is its model,
     which the placement tests hold both to."""
     if not candidates:
         raise NoHealthyNodes()

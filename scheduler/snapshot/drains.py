@@ -4,7 +4,7 @@ and put back by a restore, so a Redis that lost its data does not forget a node 
 drained for maintenance. A file from before drains has no table: it restores with none.
 
 Whether it changed is a count, not a read of the file: the drain scripts add one to
-`Keys.drained_changes`'s `made` with every change (library.py `set_drain`, `lift_drain`), and
+`Keys.drained_changes`'s `made` with every change (drains.lua `set_drain`, `lift_drain`), and
 a snapshot records the count it wrote as `written`; equal, there is nothing to write (one
 HMGET, the usual case). A drain while a snapshot writes raises `made` past what it records,
 so the next one writes again."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -303,6 +304,13 @@ class Keys:
     def pattern(self) -> str:
         """SCAN pattern matching every key of this deployment (rq's included)."""
         return glob_escape(self.root) + "*"
+
+
+# The Keys member that remembers an idempotency key of each space (scripts/create.py
+# Dedup.space); any other space's is a POST /jobs Idempotency-Key's. Dedup.redis_key reads
+# it, and the scripts' Lua (generated.py dedup_key_of) is written from it: one choice for both.
+SPACE_KEYS: dict[str, Callable[[Keys, str], str]] = {"sqs": Keys.sqs_message}
+OTHER_SPACE_KEY = Keys.submission
 
 
 def glob_escape(text: str) -> str:

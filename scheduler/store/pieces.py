@@ -15,7 +15,7 @@ from scheduler.store.scripts import drains as drain_scripts
 Run = Callable[[Call[Any]], Awaitable[Any]]
 
 # Jobs one script call moves off a node at most (DRAIN_NODE, DELETE_NODE: about 5 ms, each
-# placed as a new job is; fewer when their records are large: life.py move_each), and that
+# placed as a new job is; fewer when their records are large: life.lua move_each), and that
 # one drain request moves in all (a drain again moves more).
 MOVE_STEP, DRAIN_MOVES = 200, 1000
 

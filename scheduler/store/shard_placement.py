@@ -20,10 +20,10 @@ from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import IdempotencyMismatch
 from scheduler.store.jobs import JobStore
-from scheduler.store.scripts.create import ELSEWHERE, UNMADE, unmark_key
+from scheduler.store.scripts.create import UNMADE, unmark_key
 from scheduler.store.scripts.jobs import Created, Dedup
 from scheduler.store.shard_layout import ShardLayout
-from scheduler.store.shards import key_order
+from scheduler.store.shards import ELSEWHERE, key_order
 
 T = TypeVar("T")
 LIVE_CACHE_SECS = 1.0  # how long a process trusts what it learnt of the shards' live nodes

@@ -37,6 +37,14 @@ def key_order(key: str, count: int) -> list[int]:
     return sorted(range(count), key=lambda k: _rank(key, k), reverse=True)
 
 
+# The mark of an idempotency key a shard passed on to a later shard (store/shard_placement.py).
+ELSEWHERE = "-"
+# The layout record's field of a node kept on shard 0: node:<id> (scripts/layout.py).
+PINNED = "node:"
+# A service's id: svc-N, N drawn as a job's (Numbering).
+SERVICE_ID_PREFIX = "svc-"
+
+
 @dataclass(frozen=True, slots=True)
 class Numbering:
     """How a shard draws job (or service) numbers: N = counter x `count` + `index`, its

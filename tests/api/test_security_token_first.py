@@ -1,6 +1,6 @@
 """Token mode decides who may report on a job before Redis reads the job (issue 22, item 5;
 docs/SECURITY.md): a refused PATCH /jobs/{id} costs Redis a token lookup and an index
-lookup (library.py job_access), never a read or decode of a record that may hold MiBs of
+lookup (access.lua job_access), never a read or decode of a record that may hold MiBs of
 env_vars and output, and tells no one which job ids exist. Each attack is made over HTTP
 against the real app on a real Redis: refused, the same answer for an existing job and a
 missing one, Redis never touched the job's record (MONITOR, which shows the commands

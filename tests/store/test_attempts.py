@@ -1,4 +1,4 @@
-"""Each attempt of a job is kept where it ends (store/scripts/life.py record_attempt, called
+"""Each attempt of a job is kept where it ends (attempts.lua record_attempt, called
 by `finish` and `requeue` only), apart from the record: every walk of test_endings.py leaves
 one entry per attempt, the last one the job's ending, and a record byte-identical to what
 the original's clients read (the Go order of test_lua.py, no field added). The list is

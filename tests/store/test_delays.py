@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from scheduler.config import Settings
 from scheduler.models.wire import parse_rfc3339, rfc3339
 from scheduler.store.keys import Keys
-from scheduler.store.scripts.library import assemble
+from scheduler.store.scripts.library import assemble, parse
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     BOTH_FRONTS,
@@ -296,7 +296,8 @@ def test_a_delayed_job_survives_a_snapshot_and_restore(
 def test_the_lua_rfc3339_writes_what_python_writes(
     epoch: float, rclient: redis.Redis, settings: Settings
 ) -> None:
-    text = assemble("T", ("epoch",), "", "return rfc3339(tonumber(epoch))")
+    body = parse('--- @include "rfc3339"\nreturn rfc3339(tonumber(epoch))')
+    text = assemble("T", ("epoch",), "", body)
     lua = rclient.eval(text, 1, Keys(settings.redis_prefix).root, repr(epoch))
     assert lua.decode() == rfc3339(epoch)
 

@@ -1,4 +1,4 @@
-"""Every way a job ends goes through one Lua helper (scripts/library.py `finish`): whoever ends
+"""Every way a job ends goes through one Lua helper (settle.lua `finish`): whoever ends
 it, the job leaves every index of its old status, holds nothing on its node, is in the
 finished index, and exactly one event is published, with its final status: done or failed,
 the only two the original's clients end a wait on, with `failure_reason` saying why the

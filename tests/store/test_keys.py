@@ -13,7 +13,7 @@ from redis.crc import key_slot
 from scheduler.store.keys import Keys, LegacyKeys, glob_escape
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.migrate import rename_legacy_keys, retired_text
-from scheduler.store.scripts.library import assemble
+from scheduler.store.scripts.library import Source, assemble, uses
 
 
 def every_key(keys: Keys) -> dict[str, str]:
@@ -70,7 +70,7 @@ def defined(lua: str) -> list[str]:
     ],
 )
 def test_a_script_defines_only_the_keys_it_names(body: str, names: list[str]) -> None:
-    text = assemble("T", (), "", body)
+    text = assemble("T", (), "", Source(frozenset(uses(body)), body))
     assert [entry[0] for entry in defined(text) if entry[0]] == names
 
 
@@ -96,7 +96,8 @@ def test_an_unknown_key_name_fails_when_the_script_is_built() -> None:
 
 @pytest.mark.parametrize(("body", "has_final"), [("if FINAL[old] then end", True), ("", False)])
 def test_a_script_defines_the_final_table_only_when_it_reads_it(body: str, has_final: bool) -> None:
-    assert (("", "", "FINAL") in defined(assemble("T", (), "", body))) is has_final
+    text = assemble("T", (), "", Source(frozenset(uses(body)), body))
+    assert (("", "", "FINAL") in defined(text)) is has_final
 
 
 def test_glob_escape() -> None:

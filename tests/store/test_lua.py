@@ -1,7 +1,7 @@
 """Job records keep the original's bytes whichever code wrote them last: fields in the Go
 struct's order (CONTRACT 2.2), empty optional ones omitted, env_vars keys sorted, "/" not
 escaped. Creation encodes in Python (msgspec); transitions, the timeout sweep and the requeue
-of lost nodes re-encode inside Lua (store/scripts/library.py `encode`)."""
+of lost nodes re-encode inside Lua (encode.lua `encode`)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import redis
 
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS
-from scheduler.store.scripts.library import LIBRARY, assemble
+from scheduler.store.scripts.library import LIBRARY, assemble, parse
 from scheduler.store.scripts.places import ROWS, Score, indexes, row_of
 from tests.places import expected, key_of, place_of
 
@@ -28,13 +28,17 @@ local job = {status = status, node_id = node, priority = PRIORITY, cpus = CPUS,
   job_type = job_type, schedule = schedule ~= "" and schedule or nil}
 """
 _ARGV = ("id", "n", "status", "node", "job_type", "schedule", "at")
+_INCLUDES = "".join(
+    f'--- @include "{name}"\n'
+    for name in ("keys", "enter_place", "leave_fixed", "leave_place", "move_place")
+)
 # A waiting job's count is its own code's (endings.py wait_for), written before it enters.
 _WAITS = 'if {status} == "waiting" then redis.call("HSET", K.waiting, id, 1) end\n'
 
 
 def run(rclient: redis.Redis, keys: Keys, body: str, *args: object) -> object:
-    lua = _JOB.replace("PRIORITY", str(PRIORITY)).replace("CPUS", str(CPUS)) + body
-    text = assemble("PLACES_TEST", _ARGV, "rest", lua)
+    lua = _INCLUDES + _JOB.replace("PRIORITY", str(PRIORITY)).replace("CPUS", str(CPUS)) + body
+    text = assemble("PLACES_TEST", _ARGV, "rest", parse(lua))
     return rclient.eval(text, 1, keys.root, *args)
 
 

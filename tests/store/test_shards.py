@@ -136,7 +136,7 @@ def test_a_page_stops_where_a_shard_that_left_jobs_out_stopped() -> None:
 def shard_page(
     jobs: list[int], sizes: dict[int, int], bound: int, limit: int, budget: int, newest: bool
 ) -> Page:
-    """A shard's LIST, as its script (library.py get_jobs) pages: after (newest: before)
+    """A shard's LIST, as its script (read.lua get_jobs) pages: after (newest: before)
     `bound`, `limit` jobs, leaving out the first that would take it past `budget` bytes and
     those after it (at least one job)."""
     if newest:

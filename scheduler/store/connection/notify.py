@@ -1,7 +1,7 @@
 """Long-poll wake-ups: one pub/sub connection per API process, fanned out in memory.
 
 The scripts that make a node's work available or change a job PUBLISH on the node's or the
-job's channel (keys.py `node_channel`, `job_channel`; scripts/library.py `WAKE`). A request
+job's channel (keys.py `node_channel`, `job_channel`; wake.lua). A request
 that waits (`wait_until`) holds no Redis connection: it registers an in-memory watch, and the
 process's one subscriber connection SUBSCRIBEs the channel while at least one request of the
 process watches it. Nothing blocking is ever sent on the multiplexed connection (mux.py): the

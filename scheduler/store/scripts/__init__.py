@@ -1,10 +1,11 @@
 """Every Lua script of the scheduler, each one `Script` object (script.py) defined once with
-its call: the request path's (create.py, jobs.py, listing.py), the built-in registry's
-(nodes.py; services.py), either registry's drains (drains.py), the
+its call, its Lua in lua/<name>.lua: the request path's (create.py, jobs.py, listing.py),
+the built-in registry's (nodes.py; services.py), either registry's drains (drains.py), the
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
 work's (upkeep.py; settling.py, the endings left to settle), the snapshot's (snapshot.py),
 the schedules' (schedules.py) and the door's (access.py: UI sessions, failed credentials),
-on the shared Lua of library.py (life.py, endings.py, room.py, place.py, minutes.py).
+on the shared Lua of lua/includes/ (library.py: a job's life, its ending, placement, the
+dashboard's minutes...) and the Lua generated from Python facts (generated.py).
 
 `SCRIPTS` holds them all, by name, once this package is imported."""
 

@@ -12,21 +12,12 @@ from scheduler.store.scripts.script import Call, Script
 START_SESSION = Script(
     "START_SESSION",
     "session ttl_ms",
-    """
--- A login: the session (its id's SHA-256) lives `ttl_ms` from now, not renewed by use.
-redis.call("SET", K.ui_session(session), "1", "PX", ttl_ms)
-return 1
-""",
     lambda reply: None,
 )
 
 SESSION_ALIVE = Script(
     "SESSION_ALIVE",
     "session",
-    """
--- Whether the session exists (logged in, not logged out, not past its TTL).
-return redis.call("EXISTS", K.ui_session(session))
-""",
     lambda reply: bool(reply),
     read_only=True,
 )
@@ -34,45 +25,18 @@ return redis.call("EXISTS", K.ui_session(session))
 END_SESSION = Script(
     "END_SESSION",
     "session",
-    """
--- A logout: the session stops working on every replica at once.
-return redis.call("DEL", K.ui_session(session))
-""",
     lambda reply: None,
 )
 
 UI_SECRET = Script(
     "UI_SECRET",
     "fresh",
-    """
--- The deployment's UI secret: the one stored, or `fresh` stored now when there is none
--- (the first replica to ask makes it; every other reads the same).
-local secret = redis.call("GET", K.ui_secret)
-if not secret then
-  redis.call("SET", K.ui_secret, fresh)
-  secret = fresh
-end
-return secret
-""",
     lambda reply: bytes(reply).decode(),
 )
 
 COUNT_FAILURE = Script(
     "COUNT_FAILURE",
     "address window_ms",
-    """
--- A wrong credential from `address` (a login, a key, a node token, a join key where it is
--- not taken: api/guesses.py): counted in a window of `window_ms` that starts with the first.
--- Returns {failures in the window, ms the window has left}.
-local key = K.auth_failures(address)
-local failures = redis.call("INCR", key)
-local left = redis.call("PTTL", key)
-if left < 0 then
-  redis.call("PEXPIRE", key, window_ms)
-  left = tonumber(window_ms)
-end
-return {failures, left}
-""",
     lambda reply: _failures(reply),
 )
 

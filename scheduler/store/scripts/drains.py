@@ -38,29 +38,6 @@ def _drained(reply: list[Any]) -> Drained:
 DRAIN_NODE = Script(
     "DRAIN_NODE",
     "node by caller listed now node_ttl limit",
-    """
--- POST /nodes/{id}/drain: no job is placed on the node from now on and it starts none
--- (POLL); its jobs not running leave it through placement (library.py move_off, up to
--- `limit`); its running jobs finish there. by: "operator" (the key's) or "stopping" (its
--- own agent's, stopping cleanly: its next registration lifts it). An operator's drain never
--- becomes a stopping one, so the agent's restart does not undo it. caller: "key" or the
--- node's token. listed: "1" when the external registry (REGISTRY_URL) lists the node (the
--- API asked it; its jobs then leave round-robin), else the node must be the built-in
--- registry's: nothing is written for an unknown id.
--- Returns {OK, by, stayed, job id, from node, to node ("": none yet), ...} | {NOT_FOUND}
---   | {UNAUTHORIZED} | {FORBIDDEN}
-local access = node_access(caller, node)
-if access ~= OK then return {access} end
-if listed ~= "1" and redis.call("HEXISTS", K.nodes, node) == 0 then return {NOT_FOUND} end
-local held = redis.call("HGET", K.drained_nodes, node)
-if held ~= "operator" and held ~= by then
-  set_drain(node, by)
-  held = by
-end
-local cutoff = tonumber(now) - tonumber(node_ttl)
-local moved, stayed = move_off(node, listed ~= "1", cutoff, tonumber(limit), pace_of(SETTLE_UNITS))
-return {OK, held, stayed, unpack(moved)}
-""",
     _drained,
 )
 
@@ -89,26 +66,6 @@ def _undrained(reply: list[Any]) -> bool:
 UNDRAIN_NODE = Script(
     "UNDRAIN_NODE",
     "node caller listed",
-    """
--- POST /nodes/{id}/undrain: the node is a placement candidate again (library.py lift_drain:
--- the unplaced jobs are flagged for the next placement pass, and its poll hands out what
--- stayed in its queue). The key lifts any drain; a node's token only the one of
--- its own clean stop. A drain left on an id no registry lists any more (the operator's, on
--- a deleted node) can be lifted; an unknown id without one is NOT_FOUND. listed: as
--- DRAIN_NODE's.
--- Returns {OK, 1 (it was drained) | 0} | {NOT_FOUND} | {UNAUTHORIZED} | {FORBIDDEN}
---   | {FORBIDDEN, "operator"} (a node's token and the operator's drain)
-local access = node_access(caller, node)
-if access ~= OK then return {access} end
-local held = redis.call("HGET", K.drained_nodes, node)
-if not held then
-  if listed ~= "1" and redis.call("HEXISTS", K.nodes, node) == 0 then return {NOT_FOUND} end
-  return {OK, 0}
-end
-if caller ~= "key" and held ~= "stopping" then return {FORBIDDEN, held} end
-lift_drain(node)
-return {OK, 1}
-""",
     _undrained,
 )
 

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 from scheduler.store.lua_keys import library_keys
 from scheduler.store.scripts.codes import CODES
-from scheduler.store.scripts.library import LIBRARY, _argv, _code
+from scheduler.store.scripts.library import LIBRARY, argv, code_of
 from scheduler.store.scripts.script import SCRIPTS, Script
 
 
 def _callback(script: Script[object]) -> str:
-    parts = ("at_root(KEYS[1])", _argv(script.argv, script.rest), script.lua.strip())
+    parts = ("at_root(KEYS[1])", argv(script.argv, script.rest), script.lua.strip())
     body = "\n".join(filter(None, parts))
     return f"function(KEYS, ARGV)\n{body}\nend"
 
@@ -56,7 +56,7 @@ def library() -> Library:
     scripts = [SCRIPTS[name] for name in sorted(SCRIPTS)]
     names = set()
     for script in scripts:
-        names |= set(re.findall(r"(?<![\w.])K\.(\w+)", _code(script.text)))
+        names |= set(re.findall(r"(?<![\w.])K\.(\w+)", code_of(script.text)))
     definitions = "\n".join(LIBRARY.values())
     shared = "\n".join((CODES, library_keys(names), definitions))
     text = shared + "".join(script.lua for script in scripts)

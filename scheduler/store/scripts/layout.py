@@ -9,6 +9,7 @@ from scheduler.store.errors import LayoutChanged, StoreNotReady
 from scheduler.store.scripts.codes import NOT_READY
 from scheduler.store.scripts.replies import pairs
 from scheduler.store.scripts.script import Call, Script
+from scheduler.store.shards import PINNED
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,6 @@ class Recorded:
 
 
 _NUMBERS = ("count", "floor", "service_floor", "counters", "service_counters")
-PINNED = "node:"  # the record's field of a node kept on shard 0: node:<id>
 FILED = "filed"  # the record's `since` that shard 0's snapshot file holds (snapshot/layout.py)
 
 
@@ -63,30 +63,6 @@ def _recorded(reply: list[Any]) -> Recorded:
 RECORD_SHARDS = Script(
     "RECORD_SHARDS",
     "count floor service_floor now",
-    """
--- On shard 0, at a sharded deployment's first start once shard 0 holds its data (restored
--- from its snapshot first, if it lost it: else the floors would be found in an empty
--- shard): its shard count, its floors (store/sharded.py finds them), shard 0's counters
--- then, when, and as fields PINNED<id> its nodes then (registered, or seen in an external
--- registry), which stay on shard 0. Every later start reads it.
--- Returns {OK, the record, flat} | {NOT_READY}
-if redis.call("EXISTS", K.initialised) == 0 then return {NOT_READY} end
-if redis.call("HSETNX", K.shards, "count", count) == 1 then
-  local function at_least(key, least)
-    return math.max(tonumber(redis.call("GET", key) or "0"), tonumber(least))
-  end
-  redis.call("HSET", K.shards, "floor", floor, "service_floor", service_floor, "since", now,
-    "counters", at_least(K.job_seq, floor),
-    "service_counters", at_least(K.service_seq, service_floor))
-  for _, node in ipairs(redis.call("HKEYS", K.nodes)) do
-    redis.call("HSET", K.shards, PINNED .. node, 1)
-  end
-  for _, node in ipairs(redis.call("ZRANGE", K.nodes_compute, 0, -1)) do
-    redis.call("HSET", K.shards, PINNED .. node, 1)
-  end
-end
-return {OK, redis.call("HGETALL", K.shards)}
-""".replace("PINNED", f'"{PINNED}"'),
     _recorded,
 )
 

@@ -60,18 +60,6 @@ def _counts(reply: list[Any]) -> Counts:
 OVERVIEW = Script(
     "OVERVIEW",
     "*statuses",
-    """
--- The jobs by status, the background counters, the outbox length and the drains (bounded by
--- the statuses, the counters' names and the nodes drained). Returns {{status, count, ...},
---   stats hash (flat), outbox length, drained hash (flat)}
-local by_status = {}
-for _, status in ipairs(statuses) do
-  by_status[#by_status + 1] = status
-  by_status[#by_status + 1] = redis.call("ZCARD", K.status(status))
-end
-return {by_status, redis.call("HGETALL", K.stats), redis.call("LLEN", K.outbox),
-  redis.call("HGETALL", K.drained_nodes)}
-""",
     _counts,
     read_only=True,
 )
@@ -100,27 +88,6 @@ def _piece(reply: list[Any]) -> Piece:
 NODE_LOADS = Script(
     "NODE_LOADS",
     "which cursor count",
-    """
--- One step of a scan of the nodes (ZSCAN: a node there the whole scan is met at least once,
--- maybe twice): which "seen", every registered node (nodes:seen, with its last heartbeat);
--- "compute", the compute nodes not registered (nodes:compute: a deleted one while jobs are
--- bound to it, an external registry's sighting). Each with its pending and running jobs.
--- Returns {next cursor ("0": done), {id, pending, running, last heartbeat or "", ...}}
-local registered = which == "seen"
-local step = redis.call("ZSCAN", registered and K.nodes_seen or K.nodes_compute, cursor,
-  "COUNT", count)
-local rows, found = {}, step[2]
-for i = 1, #found, 2 do
-  local node = found[i]
-  if registered or not redis.call("ZSCORE", K.nodes_seen, node) then
-    rows[#rows + 1] = node
-    rows[#rows + 1] = redis.call("ZCARD", K.node_status(node, "pending"))
-    rows[#rows + 1] = redis.call("ZCARD", K.node_status(node, "running"))
-    rows[#rows + 1] = registered and found[i + 1] or ""
-  end
-end
-return {step[1], rows}
-""",
     _piece,
     read_only=True,
 )

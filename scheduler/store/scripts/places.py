@@ -1,7 +1,7 @@
 """Where a job sits in Redis, declared once: for each status, the indexes a job is in on a
 node and on none, scored how, and whether it holds its asks on its node (`PLACES`). The Lua
 that puts a job in its place, takes it out and moves it from one place to another is
-generated from it (`PLACES_LUA`, part of the scripts' library: library.py): create, every
+generated from it (`PLACES_LUA`, an include file of the scripts' library: library.py): create, every
 transition, placement, retention and the restore call it, and no other code writes these
 indexes (docs/ARCHITECTURE.md, "Redis keys"). A new status is a row here plus its transitions.
 
@@ -282,7 +282,11 @@ def _leave_fixed() -> str:
 
 _HOLDS = ", ".join(f"{status} = true" for status, row in ROWS.items() if row.holds)
 
-PLACES_LUA = f"""
+# An include file of the library (library.py FILES), written here: its include lines first.
+PLACES_LUA = f"""--- @include "keys"
+--- @include "hold"
+--- @include "unhold"
+
 -- Job number n's score in a node's queue (its pending index, which POLL reads from the
 -- lowest) and among the unplaced jobs: higher priority first, by number within one. Exact
 -- as a double for |priority| <= 1000 (models.MAX_PRIORITY) and n < 2^42; priority 0 (nil:

@@ -43,7 +43,7 @@ def requeued(reply: list[bytes]) -> list[Requeued]:
 @dataclass(frozen=True, slots=True)
 class Lost:
     """A running job of a lost node (or of an id passed to a new holder), after the node-loss
-    rule (life.py, lose_running): `status` is `pending` (retried or a service placed again, on
+    rule (node_loss.lua, lose_running): `status` is `pending` (retried or a service placed again, on
     `to_node`), `delayed` (retried after its backoff) or `failed` (no retry left)."""
 
     job_id: str

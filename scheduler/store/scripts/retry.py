@@ -1,5 +1,5 @@
 """Retries: the deployment's automatic retry rule, as the scripts that retry a job take it
-(ARGV `max_retries backoff backoff_cap seed`; life.py `retries_left`, `retry_wait`; a job may
+(ARGV `max_retries backoff backoff_cap seed`; life.lua `retries_left`, `retry_wait`; a job may
 carry its own max_retries and retry_backoff_secs, which the scripts read first), and the
 operator's retry by hand of failed jobs (RETRY_JOBS)."""
 
@@ -62,69 +62,6 @@ def _retried(reply: list[Any]) -> list[Retried]:
 RETRY_JOBS = Script(
     "RETRY_JOBS",
     "mode now node_ttl max_waiters units count *rest",
-    """
--- POST /jobs/{id}/retry and POST /jobs/retry (the key): each failed job of the `count` ids
--- that open `rest` (whatever failed it: its command, a timeout, a lost node, a cancel)
--- starts over: pending on a node placed as a new job is (place.py pick_node; the candidates
--- are the rest of `rest`; an instance-bound job stays on its node; one no node takes now
--- waits unplaced with its pending_reason), its retry count, outputs and failure
--- cleared, out of the finished index. It has not ended, so no event. A job that runs after
--- others waits again for those not done (waiting), out of the unsettled endings of its
--- earlier wait (endings.py forget_earlier_waits); while one of them is failed it stays
--- failed (BLOCKED: retry that one first, in the same call before it), and while one is
--- waited for by `max_waiters` jobs already (TOO_MANY), as a new job would be refused.
--- The ids are taken in order while `units` last (a job costs ENDED_UNITS, its record's size
--- and placing, and DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the
--- caller sends the others again (store/jobs.py JobStore.retry). Returns {id, code, the
--- job's head or ""} per id taken, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED |
--- TOO_MANY.
-local ids, candidates = {}, {}
-for i, value in ipairs(rest) do
-  if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
-end
-local out, cutoff, left = {}, tonumber(now) - tonumber(node_ttl), tonumber(units)
-for _, id in ipairs(ids) do
-  if left <= 0 then break end
-  local job, raw = load_job(id)
-  local code, stored = OK, ""
-  left = left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
-  if not job then
-    code = NOT_FOUND
-  elseif job.status ~= "failed" then
-    code = NOT_FAILED
-  else
-    local after = job.after or {}
-    left = left - DEPENDENCY_UNITS * #after
-    local target, reason = job.node_id, nil
-    if (job.instance_id or "") == "" then
-      target, reason = pick_node(mode, candidates, job, cutoff)
-    end
-    if failed_dependency(after) then
-      code = BLOCKED
-    elseif crowded_dependency(after, max_waiters, id) then
-      code = TOO_MANY
-    elseif not target and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(job)) then
-      code = NO_NODES
-    else
-      job.retry_count = 0
-      job.exit_code, job.failure_reason = nil, nil
-      set_output(id, job, "stdout", nil)
-      set_output(id, job, "stderr", nil)
-      -- run_at: runnable from now, where the dashboard's wait to running counts from
-      -- (minutes.py count_started), not from its first submit.
-      job.running_at, job.finished_at, job.run_at = nil, nil, rfc3339(tonumber(now))
-      forget_earlier_waits(id, after)
-      local status = wait_for(id, after) > 0 and "waiting" or "pending"
-      if status == "waiting" and needs_fit(job) then target = "" end  -- placed when done
-      rebind(id, number_of(id), job, status, target or "")
-      if status == "pending" and not target then job.pending_reason = reason end
-      stored = store_job(id, job)
-    end
-  end
-  out[#out + 1], out[#out + 2], out[#out + 3] = id, code, stored
-end
-return out
-""",
     _retried,
 )
 

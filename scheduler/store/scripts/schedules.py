@@ -31,19 +31,6 @@ def _created(reply: int) -> None:
 CREATE_SCHEDULE = Script(
     "CREATE_SCHEDULE",
     "name record next_tick max_schedules",
-    """
--- A new schedule `name`: its record, due at `next_tick` (epoch s; "0": paused). Refused while
--- the restore marker is missing (the snapshot may hold a schedule of that name), for a name
--- in use and past `max_schedules`. Returns OK | DUPLICATE | TOO_MANY | NOT_READY.
-if redis.call("EXISTS", K.initialised) == 0 then return NOT_READY end
-if redis.call("HEXISTS", K.schedules, name) == 1 then return DUPLICATE end
-if redis.call("HLEN", K.schedules) >= tonumber(max_schedules) then return TOO_MANY end
-redis.call("HSET", K.schedules, name, record)
-redis.call("ZADD", K.schedule_names, 0, name)
-if next_tick ~= "0" then redis.call("ZADD", K.schedules_due, next_tick, name) end
-redis.call("SADD", K.schedules_dirty, name)
-return OK
-""",
     _created,
 )
 
@@ -63,23 +50,6 @@ def _replaced(reply: int) -> bool:
 REPLACE_SCHEDULE = Script(
     "REPLACE_SCHEDULE",
     "name old new next_tick",
-    """
--- Compare-and-set: schedule `name` becomes `new`, due at `next_tick` ("0": not due, paused or
--- no tick left), only if its record is still `old` byte for byte. A firing that lost a race
--- (another firer settled the tick, an operator paused it) changes nothing. Returns OK |
--- MISMATCH (the record changed) | NOT_FOUND.
-local current = redis.call("HGET", K.schedules, name)
-if not current then return NOT_FOUND end
-if current ~= old then return MISMATCH end
-redis.call("HSET", K.schedules, name, new)
-if next_tick == "0" then
-  redis.call("ZREM", K.schedules_due, name)
-else
-  redis.call("ZADD", K.schedules_due, next_tick, name)
-end
-redis.call("SADD", K.schedules_dirty, name)
-return OK
-""",
     _replaced,
 )
 
@@ -97,14 +67,6 @@ def _deleted(reply: int) -> None:
 DELETE_SCHEDULE = Script(
     "DELETE_SCHEDULE",
     "name",
-    """
--- Forget schedule `name` (its jobs stay). Returns OK | NOT_FOUND.
-if redis.call("HDEL", K.schedules, name) == 0 then return NOT_FOUND end
-redis.call("ZREM", K.schedule_names, name)
-redis.call("ZREM", K.schedules_due, name)
-redis.call("SADD", K.schedules_dirty, name)
-return OK
-""",
     _deleted,
 )
 
@@ -128,13 +90,6 @@ def _pairs(reply: list[Any]) -> list[Stored]:
 DUE_SCHEDULES = Script(
     "DUE_SCHEDULES",
     "now skip limit",
-    """
--- The schedules due at `now` (next tick <= now), the earliest first, `limit` of them after the
--- `skip` first (those a firing left due this time: no node for them). Reads only the due
--- entries of the index. Returns {name, record, name, record, ...}.
-local names = redis.call("ZRANGEBYSCORE", K.schedules_due, "-inf", now, "LIMIT", skip, limit)
-return schedule_pairs(names)
-""",
     _pairs,
     read_only=True,
 )
@@ -147,13 +102,6 @@ def due_schedules(now: float, skip: int, limit: int) -> Call[list[Stored]]:
 LIST_SCHEDULES = Script(
     "LIST_SCHEDULES",
     "after limit",
-    """
--- A page of schedules by name: `limit` of those whose name sorts after `after` ("": from the
--- first). Returns {name, record, ...}.
-local from = after == "" and "-" or "(" .. after
-local names = redis.call("ZRANGE", K.schedule_names, from, "+", "BYLEX", "LIMIT", 0, limit)
-return schedule_pairs(names)
-""",
     _pairs,
     read_only=True,
 )
@@ -166,20 +114,6 @@ def list_schedules(after: str, limit: int) -> Call[list[Stored]]:
 TAKE_DIRTY_SCHEDULES = Script(
     "TAKE_DIRTY_SCHEDULES",
     "",
-    """
--- Start a snapshot of the schedules: as TAKE_DIRTY for jobs, the changed names move into the
--- in-flight set (a crashed snapshot's are folded in). Returns the number in flight.
-if redis.call("EXISTS", K.schedules_dirty) == 1 then
-  if redis.call("EXISTS", K.schedules_dirty_inflight) == 1 then
-    redis.call("SUNIONSTORE", K.schedules_dirty_inflight, K.schedules_dirty_inflight,
-      K.schedules_dirty)
-    redis.call("DEL", K.schedules_dirty)
-  else
-    redis.call("RENAME", K.schedules_dirty, K.schedules_dirty_inflight)
-  end
-end
-return redis.call("SCARD", K.schedules_dirty_inflight)
-""",
     int,
 )
 
@@ -198,23 +132,6 @@ class RestoredSchedule:
 RESTORE_SCHEDULES = Script(
     "RESTORE_SCHEDULES",
     "mark_dirty *schedules",
-    """
--- Put schedules back as the snapshot holds them (a schedule of the same name is replaced):
--- 3 values each, at most 1000 schedules: name, record, next tick ("0": not due). mark_dirty
--- "1": the next snapshot writes them. Returns the number restored.
-for i = 1, #schedules, 3 do
-  local name, next_tick = schedules[i], schedules[i + 2]
-  redis.call("HSET", K.schedules, name, schedules[i + 1])
-  redis.call("ZADD", K.schedule_names, 0, name)
-  if next_tick == "0" then
-    redis.call("ZREM", K.schedules_due, name)
-  else
-    redis.call("ZADD", K.schedules_due, next_tick, name)
-  end
-  if mark_dirty == "1" then redis.call("SADD", K.schedules_dirty, name) end
-end
-return #schedules / 3
-""",
     int,
 )
 

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from scheduler.config import Settings
 from scheduler.store.scripts.codes import CODES
-from scheduler.store.scripts.library import LIBRARY, assemble
+from scheduler.store.scripts.library import LIBRARY, LUA, assemble, read_source
 
 T = TypeVar("T")
 
@@ -36,15 +36,15 @@ class Call(Generic[T]):
 
 class Script(Generic[T]):
     """`argv` names the script's arguments in order, as the Lua sees them; a last name
-    starting with "*" takes the rest, a sequence. `reply` reads its reply (and a call's
-    `known` values after it). `read_only` scripts never wait for
-    replicas (REDIS_MIN_REPLICAS_ACKED) and weigh less in the API's batches."""
+    starting with "*" takes the rest, a sequence. Its Lua is lua/<name in lower case>.lua
+    (library.py). `reply` reads its reply (with a call's `known` values after it).
+    `read_only` scripts never wait for replicas (REDIS_MIN_REPLICAS_ACKED) and
+    weigh less in the API's batches."""
 
     def __init__(
         self,
         name: str,
         argv: str,
-        lua: str,
         reply: Callable[..., T],
         *,
         read_only: bool = False,
@@ -58,9 +58,10 @@ class Script(Generic[T]):
         self.name = name
         self.reply = reply
         self.read_only = read_only
-        self.text = assemble(name, self.argv, self.rest, lua)
+        self.source = read_source(LUA / f"{name.lower()}.lua")
+        self.text = assemble(name, self.argv, self.rest, self.source)
         self.sha = hashlib.sha1(self.text.encode()).hexdigest()
-        self.lua = lua
+        self.lua = self.source.code
         # Its name in the deployment's Redis function library (functions.py sets it).
         self.function = ""
         if name in SCRIPTS:

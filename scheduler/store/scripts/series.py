@@ -1,4 +1,4 @@
-"""READ_SERIES: the dashboard's minutes (minutes.py SERIES writes them), read in one round trip,
+"""READ_SERIES: the dashboard's minutes (series.lua writes them), read in one round trip,
 with its call."""
 
 from __future__ import annotations
@@ -20,15 +20,6 @@ def _minutes(reply: list[Any]) -> list[Minute]:
 READ_SERIES = Script(
     "READ_SERIES",
     "first count",
-    """
--- `count` minutes from minute number `first` (epoch seconds / 60), oldest first: each its
--- hash, flat ({} for a minute nothing changed in, or one expired).
-local out = {}
-for minute = tonumber(first), tonumber(first) + tonumber(count) - 1 do
-  out[#out + 1] = redis.call("HGETALL", K.series(string.format("%d", minute)))
-end
-return out
-""",
     _minutes,
     read_only=True,
 )

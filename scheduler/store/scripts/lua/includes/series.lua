@@ -1,16 +1,18 @@
-"""The dashboard's per-minute counts in Lua (SERIES), written by the job-changing scripts:
-part of the scripts' library (library.py). READ_SERIES (series.py) reads them."""
+--- @include "keys"
+--- @include "WAIT_BOUNDS"
+--- @include "WAIT_FIELDS"
 
-from scheduler.models.series import WAIT_BOUNDS
+-- The dashboard's per-minute counts, written by the job-changing scripts; READ_SERIES
+-- (series.py) reads them.
 
-# The dashboard's series (models/series.py, ui_dashboard.py): per minute of `now`, one hash
-# counting what the job-changing scripts did in it, one HINCRBY each: submitted, done,
-# failed, and the claims (a first attempt's in the bucket of its wait from submit, or
-# run_at, to running: WAIT_BOUNDS; the others apart: started = their sum). The worker's
-# promotion tick (upkeep.py PROMOTE_DUE, every second) samples the gauges: the minute keeps
-# the last value it saw, off the request path. A minute's first write of a field sets its
-# expiry: SERIES_RETENTION_SECS, which the API writes at start (2 days without it).
-SERIES = f"""
+-- The dashboard's series (models/series.py, ui_dashboard.py): per minute of `now`, one hash
+-- counting what the job-changing scripts did in it, one HINCRBY each: submitted, done,
+-- failed, and the claims (a first attempt's in the bucket of its wait from submit, or
+-- run_at, to running: WAIT_BOUNDS; the others apart: started = their sum). The worker's
+-- promotion tick (upkeep.py PROMOTE_DUE, every second) samples the gauges: the minute keeps
+-- the last value it saw, off the request path. A minute's first write of a field sets its
+-- expiry: SERIES_RETENTION_SECS, which the API writes at start (2 days without it).
+
 local function expire_minute(key)
   redis.call("EXPIRE", key, tonumber(redis.call("GET", K.series_retention)) or 172800)
 end
@@ -57,8 +59,7 @@ local function count_started(job, now)
   end
   local at = (job.retry_count or 0) == 0 and epoch_of(from)
   if not at then return count_minute(now, "started:other") end
-  local wait, bounds, i = tonumber(now) - at, {{{", ".join(str(b) for b in WAIT_BOUNDS)}}}, 1
+  local wait, bounds, i = tonumber(now) - at, WAIT_BOUNDS, 1
   while i <= #bounds and wait > bounds[i] do i = i + 1 end
-  count_minute(now, ({{{", ".join(f'"wait:{i}"' for i in range(len(WAIT_BOUNDS) + 1))}}})[i])
+  count_minute(now, WAIT_FIELDS[i])
 end
-"""

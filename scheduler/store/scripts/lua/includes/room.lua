@@ -1,12 +1,13 @@
-"""What a node offers and holds, in Lua: the part of placement (place.py) that a job's life
-(life.py) uses, so it comes before it in the scripts' library (library.py): whether a node
-is drained (`is_drained`, `undrained`: the one check), the live nodes and the round-robin
-moves, `hold` and `unhold` (every bind and unbind of a job), a node's
-place among the placeable ones (`refresh_load`), its labels and offer (`index_node`), and
-the flag that room may have appeared (`flag_unplaced`)."""
+--- @include "keys"
 
-NODES = """
--- A drained node (library.py DRAINS, docs/GUIDE.md, "Drain") is never a candidate.
+-- What a node offers and holds: the part of placement (place.lua) that a job's life
+-- (life.lua) uses, so it comes before it in the library: whether a node is drained
+-- (`is_drained`, `undrained`: the one check), the live nodes and the round-robin moves, `hold`
+-- and `unhold` (every bind and unbind of a job), a node's place among the placeable ones
+-- (`refresh_load`), its labels and offer (`index_node`), and the flag that room may have
+-- appeared (`flag_unplaced`).
+
+-- A drained node (drains.lua, docs/GUIDE.md, "Drain") is never a candidate.
 local function is_drained(node)
   return redis.call("HEXISTS", K.drained_nodes, node) == 1
 end
@@ -66,11 +67,12 @@ end
 -- that offers 0 (unknown, as the Rust agent's memory) is not checked: it offers UNCHECKED,
 -- more than any ask, in the offer and free indexes (exact as a double minus any ask).
 local ROOM = {"cpus", "memory_mb"}
+
 local UNCHECKED = 4503599627370496
 
--- Job `id`'s asks held on `node` while it is bound there (places.py HOLDS): its cpus and memory_mb
--- taken from the node's free room (and added to its room hash's held sums, from which the
--- free room is made again when its offer changes), one job in its load. The set of held
+-- Job `id`'s asks held on `node` while it is bound there (places.py HOLDS): its cpus and
+-- memory_mb taken from the node's free room (and added to its room hash's held sums, from
+-- which the free room is made again when its offer changes), one job in its load. The set of held
 -- jobs makes both idempotent: a job counts once, and only a job counted is given back (jobs
 -- bound before this version, or given back already, change nothing).
 local function take_room(node, job, sign)
@@ -98,7 +100,7 @@ end
 -- The node's place among the placeable nodes (nodes:load): there, scored by the jobs it
 -- holds, while it is a registered compute node and not drained; else out. Called when one
 -- of those changes (a registration, a delete, a heartbeat after silence, a drain and an
--- undrain: library.py set_drain, lift_drain); whether it is live is checked as it is picked.
+-- undrain: drains.lua set_drain, lift_drain); whether it is live is checked as it is picked.
 local function refresh_load(node)
   if redis.call("HEXISTS", K.nodes, node) == 1 and redis.call("ZSCORE", K.nodes_compute, node)
     and not is_drained(node) then
@@ -155,4 +157,3 @@ local function index_node(node, old, new)
   refresh_load(node)
   flag_unplaced()
 end
-"""

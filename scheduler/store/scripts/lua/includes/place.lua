@@ -1,34 +1,34 @@
-"""Placement in Lua (docs/GUIDE.md, Placement; nodes/placement.py is its model, which the tests hold
-it to). Part of the scripts' library (library.py), in two parts: room.py's NODES, before a job's
-life (life.py uses it: what a node offers and holds, `hold` and `unhold`, and the
-round-robin moves), and PLACE here, after it (`place` binds a job through life.py's
-`rebind`).
+--- @include "keys"
+--- @include "REASON"
+--- @include "ROOM"
+--- @include "UNCHECKED"
+--- @include "needs_fit"
+--- @include "next_live"
+--- @include "placeable"
+--- @include "rebind"
+--- @include "undrained"
 
-What placement reads, each kept by the scripts that change it:
-- `{P}:nodes:load`, the placeable nodes (registered compute, not drained, not found dead)
-  scored by the jobs each holds: a job that asks nothing takes the least loaded, ties broken
-  round-robin by the shared ticket, in O(log n) whatever the number of nodes;
-- `{P}:node:{n}:held` (the jobs a node holds: bound to it and pending, running or
-  cancelling), `{P}:node:{n}:room` (what they hold: `held_cpus`, `held_memory_mb`) and
-  `{P}:nodes:free:{cpus,memory_mb}` (each node's offer less that), changed only by `hold`
-  and `unhold`, which `rebind` and `finish` call: every bind and unbind of a job goes
-  through them; `{P}:nodes:offer:{cpus,memory_mb}` (what each offers) and the free room
-  are set again from a registration (`index_node`);
-- `{P}:label:<key>=<value>`, the compute nodes with each label (REGISTER_NODE,
-  DELETE_NODE);
-- `{P}:nodes:drained` (library.py DRAINS): a node there is never a candidate;
-- `{P}:unplaced`, the pending jobs no node could take (node_id ""), in queue order, and
-  `{P}:unplaced:retry`, set when room may have appeared: PLACE_UNPLACED (the worker's
-  promote tick, every second) then tries them again, from the head.
-"""
-
-from scheduler.models.job import PENDING_REASONS
-
-REASONS = "local REASON = {" + ", ".join(f'{r} = "{r}"' for r in PENDING_REASONS) + "}"
-
-PLACE = (
-    REASONS
-    + """
+-- Placement (docs/GUIDE.md, Placement; nodes/placement.py is its model, which the tests hold
+-- it to), in two parts: room.lua, before a job's life (life.lua uses it: what a node offers
+-- and holds, `hold` and `unhold`, and the round-robin moves), and this file, after it (`place`
+-- binds a job through life.lua's `rebind`).
+--
+-- What placement reads, each kept by the scripts that change it:
+-- - `{P}:nodes:load`, the placeable nodes (registered compute, not drained, not found dead)
+--   scored by the jobs each holds: a job that asks nothing takes the least loaded, ties broken
+--   round-robin by the shared ticket, in O(log n) whatever the number of nodes;
+-- - `{P}:node:{n}:held` (the jobs a node holds: bound to it and pending, running or
+--   cancelling), `{P}:node:{n}:room` (what they hold: `held_cpus`, `held_memory_mb`) and
+--   `{P}:nodes:free:{cpus,memory_mb}` (each node's offer less that), changed only by `hold`
+--   and `unhold`, which `rebind` and `finish` call: every bind and unbind of a job goes
+--   through them; `{P}:nodes:offer:{cpus,memory_mb}` (what each offers) and the free room
+--   are set again from a registration (`index_node`);
+-- - `{P}:label:<key>=<value>`, the compute nodes with each label (REGISTER_NODE,
+--   DELETE_NODE);
+-- - `{P}:nodes:drained` (drains.lua): a node there is never a candidate;
+-- - `{P}:unplaced`, the pending jobs no node could take (node_id ""), in queue order, and
+--   `{P}:unplaced:retry`, set when room may have appeared: PLACE_UNPLACED (the worker's
+--   promote tick, every second) then tries them again, from the head.
 
 -- The compute nodes whose labels satisfy `selector` (models.labels.matches), sorted by id;
 -- nil without a selector (any node will do). From the label sets: the nodes of the key with
@@ -285,9 +285,9 @@ end
 
 -- THE placement of a stored job: job `id` (number n, decoded; any status, on a node or
 -- unplaced; not instance-bound) pending now on the node find_node gives, holding its asks
--- there (life.py rebind); with none, pending unplaced (node_id "", in {P}:unplaced) with
+-- there (life.lua rebind); with none, pending unplaced (node_id "", in {P}:unplaced) with
 -- its pending_reason. PLACE_UNPLACED, PROMOTE_DUE, RETRY_JOBS and DRAIN_NODE (a drained
--- node's pending jobs: library.py move_off) call it; nodes are live since `cutoff`. The
+-- node's pending jobs: drains.lua move_off) call it; nodes are live since `cutoff`. The
 -- caller stores the record (store_job). `failed` (optional, kept through one script's
 -- jobs): the asks that found no node, with why; placing jobs only takes room, so such an
 -- ask finds none again and each distinct ask reads its candidates once a script. Returns
@@ -306,5 +306,3 @@ local function place(id, n, job, cutoff, failed)
   end
   return node, reason
 end
-"""
-)

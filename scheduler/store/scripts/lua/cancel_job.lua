@@ -1,0 +1,31 @@
+--- @include "codes"
+--- @include "keys"
+--- @include "FINAL"
+--- @include "NOT_STARTED"
+--- @include "finish"
+--- @include "load_job"
+--- @include "move_place"
+--- @include "number_of"
+--- @include "store_job"
+--- @include "wake_job"
+--- @include "wake_node"
+
+-- DELETE /jobs/{id}. A pending or delayed job is cancelled at once (it ends failed,
+-- failure_reason cancelled: settle.lua finish). A running one becomes cancelling: it keeps
+-- its node's slot, its timeout no longer applies, and its agent learns it (the poll's
+-- X-Cancel-Jobs, the heartbeat's answer), kills it and reports cancelled; an agent that
+-- cannot be told (the original) gets 409 on its late report, and the sweep cancels the job
+-- CANCEL_GRACE_SECS later (FINISH_CANCELS).
+-- Returns {OK, the job's head} (a cancelling job: as it is) | {NOT_FOUND} | {FINISHED}
+local job, raw = load_job(job_id)
+if not job then return {NOT_FOUND} end
+if FINAL[job.status] then return {FINISHED} end
+if job.status == "cancelling" then return {OK, raw} end
+local n = number_of(job_id)
+if NOT_STARTED[job.status] then
+  return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
+end
+move_place(job_id, n, job, "cancelling", job.node_id, now)  -- keeps its slot, not its deadline
+wake_node(job.node_id)
+wake_job(job_id)
+return {OK, store_job(job_id, job)}

@@ -1,0 +1,48 @@
+--- @include "codes"
+--- @include "keys"
+--- @include "ELSEWHERE"
+--- @include "REASON"
+--- @include "count_minute"
+--- @include "crowded_dependency"
+--- @include "dedup_key_of"
+--- @include "draw_number"
+--- @include "encode"
+--- @include "enter_place"
+--- @include "finish"
+--- @include "needs_fit"
+--- @include "pick_node"
+--- @include "set_output"
+--- @include "wait_for"
+--- @include "wake_node"
+
+-- A new job that runs after others (fragments/new_job.lua says what else it takes): after,
+-- the jobs it runs after (JSON): `waiting` until they are done; failed at once
+-- (dependency_failed) if one has failed.
+-- Returns {OK, head} | {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH}
+--   | {NOT_STAGED} (the staged spec is gone)
+--   | {NO_NODES} | {NOT_READY} | {UNKNOWN_AFTER, id}
+--   | {TOO_MANY, id waited for by max_waiters already}
+--- @insert "new_job"
+local deps = cjson.decode(after)
+for _, dep in ipairs(deps) do
+  if not redis.call("ZSCORE", K.all_jobs, dep) then return unmade({UNKNOWN_AFTER, dep}) end
+end
+local crowded = crowded_dependency(deps, max_waiters)
+if crowded then return unmade({TOO_MANY, crowded}) end
+--- @insert "new_job_placed"
+local waits, failed = wait_for(id, deps)
+local status = "pending"
+if waits > 0 or failed then
+  status = "waiting"
+  local decoded = cjson.decode(job)
+  decoded.status, decoded.pending_reason = "waiting", nil
+  if needs_fit(ask) then node, decoded.node_id = "", "" end  -- placed once its wait ends
+  job = encode(decoded)
+end
+--- @insert "store_new"
+if failed then
+  local decoded = cjson.decode(job)
+  set_output(id, decoded, "stderr", "dependency " .. failed .. " ended failed")
+  return {OK, finish(id, n, decoded, "dependency_failed", now, stamp)}
+end
+return {OK, job}

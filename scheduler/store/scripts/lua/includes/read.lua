@@ -1,0 +1,53 @@
+--- @include "keys"
+--- @include "MAX_JOB_NUMBER"
+
+-- A job's record is its head, whole unless a part of it is large (models/record.py): a
+-- reader gets the heads and the API reads the parts stored apart that a head names (never
+-- through a script: Redis copies and hashes every byte that enters or leaves one).
+-- MGET in chunks: Lua's unpack() fails beyond a few thousand values (a 10 000-job page).
+-- A page also stops once it holds `budget` bytes (at least one job).
+
+local function get_jobs(ids, budget)
+  local out, size = {}, 0
+  for i = 1, #ids, 100 do
+    local chunk = {}
+    for j = i, math.min(i + 99, #ids) do chunk[#chunk + 1] = K.job(ids[j]) end
+    for _, job in ipairs(redis.call("MGET", unpack(chunk))) do
+      if job then
+        size = size + #job
+        if size > budget and #out > 0 then return out end
+        out[#out + 1] = job
+      end
+    end
+  end
+  return out
+end
+
+-- Each schedule of `names` with its record, {name, record, ...}; a name without one (deleted
+-- meanwhile) is left out.
+local function schedule_pairs(names)
+  if #names == 0 then return {} end
+  local records = redis.call("HMGET", K.schedules, unpack(names))
+  local out = {}
+  for i, name in ipairs(names) do
+    if records[i] then
+      out[#out + 1] = name
+      out[#out + 1] = records[i]
+    end
+  end
+  return out
+end
+
+-- A job's number N, its score in every index but a queue: read from its id job-N
+-- (models.job_number) rather than from the index, which keeps it for any other id (a row of
+-- an old snapshot file: snapshot/db.py NON_JOB_SCORE).
+local function number_of(id)
+  local n = tonumber(string.match(id, "^job%-(%d+)$"))
+  if n and n <= MAX_JOB_NUMBER then return n end
+  return tonumber(redis.call("ZSCORE", K.all_jobs, id))
+end
+
+local function load_job(id)
+  local raw = redis.call("GET", K.job(id))
+  return raw and cjson.decode(raw), raw
+end
