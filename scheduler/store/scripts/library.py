@@ -28,7 +28,7 @@ from pathlib import Path
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.generated import GENERATED
-from scheduler.store.scripts.places import PLACES_LUA
+from scheduler.store.scripts.place_lua import PLACES_LUA
 
 LUA = Path(__file__).with_name("lua")
 
