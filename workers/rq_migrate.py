@@ -24,7 +24,8 @@ import redis
 from redis.client import Pipeline
 
 from scheduler.config import Settings
-from scheduler.store.keys import RQ_REGISTRIES, RQ_STARTED, Keys, LegacyKeys
+from scheduler.store.keys import Keys
+from scheduler.store.legacy_keys import RQ_REGISTRIES, RQ_STARTED, LegacyKeys
 from scheduler.store.migrate import OldLayoutAlive, is_cluster, old_processes
 from workers.queues import KINDS
 

@@ -20,6 +20,7 @@ from scheduler.config import Settings
 from scheduler.nodes.placement import healthy_compute_nodes
 from scheduler.nodes.registry import RegistryError, RemoteRegistry
 from scheduler.snapshot.writer import snapshot_once
+from scheduler.store.retire import LIBRARY_GRACE_SECS, retire_libraries
 from workers import context
 from workers.context import Context
 from workers.outage import RoutineFailure
@@ -42,7 +43,9 @@ class PublishFailed(RoutineFailure):
 def sweep(period: int) -> int:
     """Fail the run jobs running longer than JOB_TIMEOUT_SECS; fail or re-place the running
     jobs of lost nodes and move their pending jobs to live ones; prune finished jobs past
-    JOB_RETENTION_SECS. Returns how many jobs timed out."""
+    JOB_RETENTION_SECS; mark this release's function library in use and delete those no
+    process has marked for LIBRARY_GRACE_SECS (store/retire.py). Returns how many jobs timed
+    out."""
     ctx = context.current()
     now = time.time()
     failed = ctx.store.sweep_timeouts(now)
@@ -71,6 +74,10 @@ def sweep(period: int) -> int:
     if pruned:
         log.info("sweep: %d finished job(s) past retention removed from Redis", len(pruned))
         ctx.count(Counter(pruned=len(pruned)))
+    retired = retire_libraries(ctx.store)
+    if retired:
+        log.info("sweep: function libraries unused for %d s deleted: %s", LIBRARY_GRACE_SECS,
+                 " ".join(retired))  # fmt: skip
     ctx.record_run("sweep", period, now)
     return len(failed)
 

@@ -14,7 +14,7 @@ staged key the script renames, read by an MGET of its key), never through a scri
 `split` cuts a whole record into head and parts apart (the submit, the restore); `assemble`
 puts them back into the wire's bytes (every reader), in Job's order with empty fields
 omitted, as one encoder of the whole job writes them: a head a script wrote is cjson's, in
-no order (store/scripts/record.py says why).
+no order (store/scripts/lua/includes/encode.lua says why).
 """
 
 from __future__ import annotations

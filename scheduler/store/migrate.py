@@ -38,7 +38,8 @@ from redis.exceptions import LockNotOwnedError
 from redis.lock import Lock
 
 from scheduler.store.connection.blocking import LocatedPool
-from scheduler.store.keys import Keys, LegacyKeys
+from scheduler.store.keys import Keys
+from scheduler.store.legacy_keys import LegacyKeys
 
 log = logging.getLogger("scheduler.store.migrate")
 

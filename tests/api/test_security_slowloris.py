@@ -80,12 +80,13 @@ def api(request: pytest.FixtureRequest, redis_url: str) -> Iterator[tuple[str, s
 
 def state(redis_url: str, prefix: str) -> dict[bytes, bytes]:
     """Every key of the deployment with its type: a refused attack changes none (the
-    request metrics aside: the test's own GET /health calls add to them)."""
+    request metrics and the libraries' marks aside: the test's own GET /health calls add to
+    them, and their flush marks the library in use)."""
     client = redis.Redis.from_url(redis_url)
-    counts = Keys(prefix).request_stats.encode()
+    counts = {Keys(prefix).request_stats.encode(), Keys(prefix).libraries.encode()}
     try:
         found = client.scan_iter(match=f"{{{prefix}}}:*")
-        return {key: client.type(key) for key in found if key != counts}
+        return {key: client.type(key) for key in found if key not in counts}
     finally:
         client.close()
 

@@ -469,7 +469,7 @@ def test_a_search_reaches_an_old_snapshots_row_that_is_not_job_n(
 def test_a_search_reads_the_jobs_own_command_wherever_its_record_puts_it(
     client: TestClient,
 ) -> None:
-    """A script writes a record's head in no order (store/scripts/record.py): the command may
+    """A script writes a record's head in no order (lua/includes/encode.lua): the command may
     follow kilobytes of env_vars, among them a variable named `command`; a large spec is kept
     apart (models/record.py)."""
     register(client, "n1")

@@ -20,7 +20,8 @@ from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once, write_snapshot
-from scheduler.store.keys import Keys, LegacyKeys, glob_escape
+from scheduler.store.keys import Keys, glob_escape
+from scheduler.store.legacy_keys import LegacyKeys
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.scripts.retry import RetryPolicy

@@ -10,7 +10,8 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from scheduler.store.keys import Keys, LegacyKeys, glob_escape
+from scheduler.store.keys import Keys, glob_escape
+from scheduler.store.legacy_keys import LegacyKeys
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.migrate import rename_legacy_keys, retired_text
 from scheduler.store.scripts.library import Source, assemble, uses

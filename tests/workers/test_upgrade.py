@@ -15,7 +15,8 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.snapshot.restore import restore_if_empty
-from scheduler.store.keys import Keys, LegacyKeys, glob_escape
+from scheduler.store.keys import Keys, glob_escape
+from scheduler.store.legacy_keys import LegacyKeys
 from scheduler.store.migrate import RETIRED, rename_legacy_keys
 from tests.conftest import ClientFactory, CtxFactory, assert_json, register, report, submit
 from tests.fakes import FakeSNS

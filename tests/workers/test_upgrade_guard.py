@@ -25,7 +25,8 @@ from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.store import migrate
-from scheduler.store.keys import Keys, LegacyKeys
+from scheduler.store.keys import Keys
+from scheduler.store.legacy_keys import LegacyKeys
 from scheduler.store.migrate import RQ_KINDS, OldLayoutAlive, old_layout_findings
 from scheduler.store.scripts import snapshot as snapshot_scripts
 from scheduler.store.sync_store import SyncJobStore

@@ -70,8 +70,13 @@ def parse(text: str, where: str = "Lua") -> Source:
     names = [_INCLUDE.fullmatch(line) for line in head]
     if None in names or len(set(head)) < len(head):
         raise ValueError(f"{where}: an include line that is not one name, once")
-    code = _INSERT.sub(lambda m: _fragment(m.group(1)), "\n".join(lines[len(head) :]))
+    code = insert_fragments("\n".join(lines[len(head) :]))
     return Source(frozenset(m.group(1) for m in names if m), code.strip("\n") + "\n")
+
+
+def insert_fragments(text: str) -> str:
+    """`text` with each `--- @insert` line replaced by its fragment."""
+    return _INSERT.sub(lambda m: _fragment(m.group(1)), text)
 
 
 def _fragment(name: str) -> str:

@@ -1,10 +1,12 @@
 """The request metrics every API process adds to the deployment's (api/metrics.py): one
-script, which adds a process's counts since its last call and may read the sums back."""
+script, which adds a process's counts since its last call and may read the sums back, and
+marks the function library the process runs in use (store/retire.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from scheduler.store.scripts import functions
 from scheduler.store.scripts.script import Call, Script
 
 
@@ -14,7 +16,7 @@ def _sums(reply: list[Any]) -> dict[str, float]:
 
 ADD_REQUEST_STATS = Script(
     "ADD_REQUEST_STATS",
-    "read *deltas",
+    "read library *deltas",
     _sums,
 )
 
@@ -23,4 +25,5 @@ def add_request_stats(deltas: dict[str, float], read: bool) -> Call[dict[str, fl
     flat: list[Any] = []
     for name, delta in deltas.items():
         flat += [name, repr(delta)]
-    return ADD_REQUEST_STATS.call(read="1" if read else "0", deltas=flat)
+    library = functions.library().name
+    return ADD_REQUEST_STATS.call(read="1" if read else "0", library=library, deltas=flat)
