@@ -92,14 +92,19 @@ def split(chunk: str) -> list[tuple[str, str]]:
     return [(m.group(1), chunk[m.start() : end].strip()) for m, end in pairs]
 
 
+def include_source(file: str) -> Source:
+    """An include file of FILES: lua/includes/<file>.lua, or one written from Python."""
+    text = GENERATED_FILES.get(file)
+    return parse(text, file) if text else read_source(LUA / "includes" / f"{file}.lua")
+
+
 def _load() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
     """Every definition by name, in library order, and what each may use: the names its file
     includes and its file's own (a generated one: the keys)."""
     library = dict(GENERATED)
     allowed = {name: frozenset({"keys"}) for name in GENERATED}
     for file in FILES:
-        text = GENERATED_FILES.get(file)
-        source = parse(text, file) if text else read_source(LUA / "includes" / f"{file}.lua")
+        source = include_source(file)
         pairs = split(source.code)
         own = frozenset(name for name, _ in pairs)
         for name, definition in pairs:

@@ -1,5 +1,4 @@
 --- @include "codes"
---- @include "keys"
 --- @include "FINAL"
 --- @include "NOT_STARTED"
 --- @include "finish"

@@ -1,5 +1,4 @@
 --- @include "codes"
---- @include "keys"
 --- @include "DEPENDENCY_UNITS"
 --- @include "ENDED_UNITS"
 --- @include "REASON"

@@ -2,9 +2,10 @@
 -- scripts, so a plain submit's holds none of the dependencies' Lua (about a third of its cost).
 -- fields: the members of the head of the job's record (models/record.py), without job_id,
 -- node_id and pending_reason, which this writes before them; spec_staged: the token of
--- its spec staged apart ("": none, the head holds it), renamed into place, or dropped when nothing is made (the id drawn here,
--- the node placed here: place.lua pick_node, by mode and the job's asks: cpus, memory_mb and
--- selector, the record's, its node_selector as JSON or ""). A job no node can take now is
+-- its spec staged apart ("": none, the head holds it), renamed into place, or dropped
+-- when nothing is made (the id drawn here, the node placed here: place.lua pick_node, by
+-- mode and the job's asks: cpus, memory_mb and selector, the record's, its node_selector
+-- as JSON or ""). A job no node can take now is
 -- still made, pending unplaced (node_id "", place.lua) with its pending_reason; only one
 -- that asks nothing answers NO_NODES when no compute node is live (the original's 503). A
 -- delayed job that asks a fit is placed when due. due: "" for a job pending now, else the epoch

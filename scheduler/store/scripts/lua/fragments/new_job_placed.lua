@@ -26,5 +26,5 @@ local id = "job-" .. n
 -- record's other fields (its head's members).
 local unplaced = due == "" and node == "" and reason
 local reason_field = unplaced and ',"pending_reason":' .. cjson.encode(reason) or ""
-local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. reason_field
-  .. "," .. fields .. "}"
+local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node)
+  .. reason_field .. "," .. fields .. "}"

@@ -34,9 +34,10 @@
 -- may do is counted in units (endings.py, units.lua).
 
 -- A waiting job whose wait is over (out of K.waiting: places.py): pending on its node,
--- or, asking a fit (or on none), unplaced for the next placement pass (its node was chosen before it had to wait). Its
--- run_at says since when it may run (`stamp`, now; a later one kept): the dashboard's wait
--- to running counts from there, not from its submit (series.lua count_started).
+-- or, asking a fit (or on none), unplaced for the next placement pass (its node was
+-- chosen before it had to wait). Its run_at says since when it may run (`stamp`, now; a
+-- later one kept): the dashboard's wait to running counts from there, not from its submit
+-- (series.lua count_started).
 local function release_waiter(id, n, job, stamp)
   if type(job.run_at) ~= "string" or job.run_at < stamp then job.run_at = stamp end
   rebind(id, n, job, "pending", needs_fit(job) and "" or job.node_id)
