@@ -61,7 +61,7 @@ REPORT_STATUSES = ("running", "done", "failed", "cancelled")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]
 BackoffSecs = Annotated[int, msgspec.Meta(ge=0, le=86400)]
-# A node's queue is scored N - priority * 2**42 (life.lua queue_score): exact as
+# A node's queue is scored N - priority * 2**42 (store/scripts/places.py queue_score): exact as
 # a double while |priority| <= 1000 and the job number N < 2**42.
 MAX_PRIORITY = 1000
 Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
@@ -129,14 +129,11 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # The schedule that made it (docs/GUIDE.md, Schedules), set by the firing (workers/firing.py);
     # "" for a job submitted otherwise. Not submitted: no request can claim one.
     schedule: str = ""
-    # Why it is pending without a node (PENDING_REASONS); "" once placed. Last: the create
-    # script appends it to a record it does not decode (store/scripts/jobs.py).
+    # Why it is pending without a node (PENDING_REASONS); "" once placed.
     pending_reason: str = ""
 
 
 JOB_FIELDS = read_fields(Job)
-if JOB_FIELDS[-1].name != "pending_reason":
-    raise TypeError("Job.pending_reason must stay the last field (the create script appends it)")
 
 MAX_DELAY_SECS = 366 * 86400
 # What a request may say that the job does not keep as such: a delay becomes its run_at.

@@ -386,4 +386,5 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
         cpus=job.cpus,
         memory_mb=job.memory_mb,
         schedule=job.schedule,
+        job_type=job.job_type,
     )

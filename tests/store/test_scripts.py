@@ -21,8 +21,8 @@ def defined(text: str) -> list[str]:
     ("body", "needed"),
     [
         ("return 1", []),
-        # finish uses release, move, publish, store_job (and encode under it), wake_*, FINAL
-        ("finish(id, n, job, 'done', now, stamp)", ["FINAL", "encode", "finish", "release"]),
+        # finish uses move_place, publish, store_job (and encode under it), wake_*, FINAL
+        ("finish(id, n, job, 'done', now, stamp)", ["FINAL", "encode", "finish", "move_place"]),
         ("return cjson.encode(x)", []),  # cjson's encode is not the library's
         ("-- finish mentioned in a comment\nreturn 1", []),
         ("local moved = move_pending(node, live, 1, {})", ["move_pending", "next_live", "rebind"]),

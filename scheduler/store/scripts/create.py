@@ -4,6 +4,7 @@ the request path's module, names them too."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,10 +27,10 @@ class Created:
     duplicate: bool
 
 
-def _created(reply: list[Any], spec: bytes) -> Created:
+def _created(reply: list[Any], spec: bytes = b"") -> Created:
     """A create's reply: {OK, head} of the new job, whose `spec` apart (b"": none) the
-    caller staged, or {DUPLICATE, head} of the job made before ("": gone; its parts apart
-    are the store's to read: JobStore.create)."""
+    caller staged (its call knows it: create_job), or {DUPLICATE, head} of the job made
+    before ("": gone; its parts apart are the store's to read: JobStore.create)."""
     code = reply[0]
     codes.check_staged(code)
     if code == codes.NOT_READY:
@@ -52,10 +53,6 @@ def _created(reply: list[Any], spec: bytes) -> Created:
 # NOT_READY, NO_NODES, NOT_STAGED and the refusals of `after`. Not IdempotencyMismatch: the
 # key holds another request's job there.
 UNMADE: tuple[type[Exception], ...] = (StoreNotReady, NoHealthyNodes, StagedPartLost, InvalidInput)
-
-
-def _unread(reply: list[Any]) -> Created:
-    raise TypeError("a create's reply is read by its call (create_job), which knows its spec")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,27 +87,27 @@ class Asks:
 NO_ASKS = Asks()
 
 _ARGV = (
-    "record spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
+    "fields spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
     "cpus memory_mb selector shards shard id_floor elsewhere schedule"
 )
 
 CREATE_JOB = Script(
     "CREATE_JOB",
     f"{_ARGV} *candidates",
-    _unread,
+    _created,
 )
 
 CREATE_AFTER = Script(
     "CREATE_AFTER",
     f"{_ARGV} after max_waiters stamp *candidates",
-    _unread,
+    _created,
 )
 
 
 PASS_KEY = Script(
     "PASS_KEY",
     "dedup_space dedup_key dedup_ttl fingerprint",
-    lambda reply: _created(reply, b""),
+    _created,
 )
 
 
@@ -155,8 +152,8 @@ def create_job(
     `priority`, `after` and `asks`, the record's; `numbering`, how the shard it is made on
     draws its number (store/shards.py); `schedule`, the schedule that made it (its index)."""
     args: dict[str, Any] = dict(
-        record=record, spec_staged=spec_staged, due="" if due is None else due, priority=priority,
-        mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
+        fields=_members(record), spec_staged=spec_staged, due="" if due is None else due,
+        priority=priority, mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
         dedup_key=dedup.key, dedup_ttl=dedup.ttl if dedup.key else 0,
         fingerprint=dedup.fingerprint, candidates=placement.candidates, cpus=asks.cpus,
         memory_mb=asks.memory_mb,
@@ -169,7 +166,15 @@ def create_job(
     else:
         after_args = {"after": json.dumps(list(after)), "max_waiters": MAX_WAITERS}
         call = CREATE_AFTER.call(**args, **after_args, stamp=rfc3339(now))
-    return Call(call.script, call.args, lambda reply: _created(reply, spec))
+    return dataclasses.replace(call, known=(spec,))
+
+
+def _members(head: bytes) -> bytes:
+    """The members of a head's JSON object, which the script writes into the object it makes
+    (its ids first: fragments/new_job.lua `fields`)."""
+    if not (head.startswith(b"{") and head.endswith(b"}")):
+        raise ValueError(f"not a JSON object: {head[:20]!r}")
+    return head[1:-1]
 
 
 def create_job_of(

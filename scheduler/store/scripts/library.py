@@ -28,15 +28,21 @@ from pathlib import Path
 from scheduler.store.lua_keys import lua_keys
 from scheduler.store.scripts.codes import CODES
 from scheduler.store.scripts.generated import GENERATED
+from scheduler.store.scripts.place_lua import PLACES_LUA
 
 LUA = Path(__file__).with_name("lua")
 
 # The include files, in an order where each comes after those it uses (a Lua local is seen
-# only by the code after it); the generated definitions come first, using none.
+# only by the code after it); the generated definitions come first, using none; places is
+# GENERATED_FILES'.
 FILES = (
-    "access", "room", "read", "parts", "encode", "time", "wake", "series", "attempts", "units",
-    "life", "settle", "node_loss", "place", "drains", "listing", "gone", "numbering",
+    "access", "room", "places", "read", "parts", "encode", "time", "wake", "series", "attempts",
+    "units", "life", "settle", "node_loss", "place", "drains", "listing", "gone", "numbering",
 )  # fmt: skip
+
+# The include files written from Python, by name: a job's place (places.py), generated from
+# its table, and using what the files before it define.
+GENERATED_FILES = {"places": PLACES_LUA}
 
 _INCLUDE = re.compile(r'--- @include "(\w+)"')
 _INSERT = re.compile(r'^[ \t]*--- @insert "(\w+)"[ \t]*$', re.MULTILINE)
@@ -86,13 +92,19 @@ def split(chunk: str) -> list[tuple[str, str]]:
     return [(m.group(1), chunk[m.start() : end].strip()) for m, end in pairs]
 
 
+def include_source(file: str) -> Source:
+    """An include file of FILES: lua/includes/<file>.lua, or one written from Python."""
+    text = GENERATED_FILES.get(file)
+    return parse(text, file) if text else read_source(LUA / "includes" / f"{file}.lua")
+
+
 def _load() -> tuple[dict[str, str], dict[str, frozenset[str]]]:
     """Every definition by name, in library order, and what each may use: the names its file
     includes and its file's own (a generated one: the keys)."""
     library = dict(GENERATED)
     allowed = {name: frozenset({"keys"}) for name in GENERATED}
     for file in FILES:
-        source = read_source(LUA / "includes" / f"{file}.lua")
+        source = include_source(file)
         pairs = split(source.code)
         own = frozenset(name for name, _ in pairs)
         for name, definition in pairs:

@@ -26,25 +26,26 @@ class Call(Generic[T]):
 
     script: Script[T]
     args: list[Any]
-    # How this call's reply is read, when it needs what only the caller knows (a new job's
-    # spec, which the create script never echoes): else the script's own reader.
-    reader: Callable[[Any], T] | None = None
+    # What the script's reader needs beside the reply that only the caller knows, never sent
+    # to Redis (a new job's spec stored apart, which the create script never echoes).
+    known: tuple[Any, ...] = ()
 
     def parse(self, reply: Any) -> T:
-        return (self.reader or self.script.reply)(reply)
+        return self.script.reply(reply, *self.known)
 
 
 class Script(Generic[T]):
     """`argv` names the script's arguments in order, as the Lua sees them; a last name
     starting with "*" takes the rest, a sequence. Its Lua is lua/<name in lower case>.lua
-    (library.py). `read_only` scripts never wait for replicas (REDIS_MIN_REPLICAS_ACKED) and
+    (library.py). `reply` reads its reply (with a call's `known` values after it).
+    `read_only` scripts never wait for replicas (REDIS_MIN_REPLICAS_ACKED) and
     weigh less in the API's batches."""
 
     def __init__(
         self,
         name: str,
         argv: str,
-        reply: Callable[[Any], T],
+        reply: Callable[..., T],
         *,
         read_only: bool = False,
     ) -> None:

@@ -43,6 +43,7 @@ class RestoredJob:
     cpus: int = 0  # the record's asks, held on its node while bound there (room.lua hold)
     memory_mb: int = 0
     schedule: str = ""  # the schedule that made it: its index (keys.py schedule_jobs)
+    job_type: str = ""  # the record's: a run-job holds a slot while running or cancelling
 
 
 RESTORE_JOBS = Script(
@@ -52,13 +53,18 @@ RESTORE_JOBS = Script(
 )
 
 
+def _entered(job: RestoredJob) -> float:
+    """When the job entered its status, for an index of its place scored by that time: each
+    of `due`, `started` and `finished` is set only for the status it scores; 0 for a
+    cancelling job (and any other, which no time scores)."""
+    times = (job.due, job.started, job.finished)
+    return next((when for when in times if when is not None), 0.0)
+
+
 def restore_jobs(jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
     values: list[Any] = []
     for job in jobs:
-        when = job.due if job.status == "delayed" else job.started
-        started = "" if when is None else when
-        finished = "" if job.finished is None else job.finished
-        values += [job.job_id, job.score, job.node_id, job.status, started, finished]
+        values += [job.job_id, job.score, job.node_id, job.status, _entered(job), job.job_type]
         values += [job.priority, job.cpus, job.memory_mb]
         parts = split(job.record)
         values += [parts.head, parts.spec, *parts.outputs, job.schedule]

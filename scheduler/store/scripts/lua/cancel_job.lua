@@ -1,10 +1,9 @@
 --- @include "codes"
---- @include "keys"
 --- @include "FINAL"
 --- @include "NOT_STARTED"
 --- @include "finish"
 --- @include "load_job"
---- @include "move"
+--- @include "move_place"
 --- @include "number_of"
 --- @include "store_job"
 --- @include "wake_job"
@@ -25,10 +24,7 @@ local n = number_of(job_id)
 if NOT_STARTED[job.status] then
   return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
 end
-move(job_id, n, job.node_id, job.status, "cancelling")
-job.status = "cancelling"
-redis.call("ZREM", K.deadlines, job_id)
-redis.call("ZADD", K.cancelling, now, job_id)
+move_place(job_id, n, job, "cancelling", job.node_id, now)  -- keeps its slot, not its deadline
 wake_node(job.node_id)
 wake_job(job_id)
 return {OK, store_job(job_id, job)}

@@ -7,11 +7,10 @@
 --- @include "dedup_key_of"
 --- @include "draw_number"
 --- @include "encode"
+--- @include "enter_place"
 --- @include "finish"
---- @include "hold"
 --- @include "needs_fit"
 --- @include "pick_node"
---- @include "queue_score"
 --- @include "set_output"
 --- @include "wait_for"
 --- @include "wake_node"
@@ -36,7 +35,7 @@ local status = "pending"
 if waits > 0 or failed then
   status = "waiting"
   local decoded = cjson.decode(job)
-  decoded.status = "waiting"
+  decoded.status, decoded.pending_reason = "waiting", nil
   if needs_fit(ask) then node, decoded.node_id = "", "" end  -- placed once its wait ends
   job = encode(decoded)
 end

@@ -5,10 +5,9 @@
 --- @include "count_minute"
 --- @include "dedup_key_of"
 --- @include "draw_number"
---- @include "hold"
+--- @include "enter_place"
 --- @include "needs_fit"
 --- @include "pick_node"
---- @include "queue_score"
 --- @include "wake_node"
 
 -- A new job (fragments/new_job.lua says what it takes), pending or delayed.

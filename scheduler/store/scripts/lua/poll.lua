@@ -5,7 +5,7 @@
 --- @include "node_access"
 
 -- The agent's poll: the head of the node's queue (higher priority first, oldest first within
--- one: life.lua queue_score), at most its free capacity, and the ids of its jobs being
+-- one: places.py queue_score), at most its free capacity, and the ids of its jobs being
 -- cancelled (the API sends them in a header the original agent ignores). A drained node
 -- starts nothing new: its running jobs finish, what stayed in its queue waits.
 -- An empty queue is answered first, from two reads: most polls find nothing.

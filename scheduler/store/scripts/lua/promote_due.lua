@@ -32,10 +32,11 @@ for _, id in ipairs(due) do
     promoted[1] = tonumber(batch)
     break
   end
-  redis.call("ZREM", K.delayed, id)
   local job, raw = load_job(id)
   pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
-  if job and job.status == "delayed" then
+  if not job or job.status ~= "delayed" then
+    redis.call("ZREM", K.delayed, id)  -- a stale entry
+  else
     local n, target = number_of(id), job.node_id
     if (job.instance_id or "") ~= "" then
       rebind(id, n, job, "pending", target)

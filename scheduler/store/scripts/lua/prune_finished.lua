@@ -2,8 +2,8 @@
 --- @include "FINAL"
 --- @include "SETTLE_UNITS"
 --- @include "VISIT_UNITS"
+--- @include "leave_place"
 --- @include "load_job"
---- @include "made_by"
 --- @include "pace_of"
 --- @include "part_keys"
 --- @include "record_units"
@@ -36,14 +36,11 @@ for _, id in ipairs(expired) do
       local keys = {K.attempts(id)}
       part_keys(id, keys)
       redis.call("DEL", unpack(keys))
-      redis.call("ZREM", K.all_jobs, id)
-      redis.call("ZREM", K.status(job.status), id)
-      redis.call("ZREM", K.node_jobs(job.node_id), id)
-      redis.call("ZREM", K.node_status(job.node_id, job.status), id)
-      if made_by(job) then redis.call("ZREM", K.schedule_jobs(job.schedule), id) end
+      leave_place(id, job)
       removed[#removed + 1] = id
+    else
+      redis.call("ZREM", K.finished, id)
     end
-    redis.call("ZREM", K.finished, id)
   end
 end
 return {read, kept, unpack(removed)}

@@ -1,5 +1,4 @@
 --- @include "codes"
---- @include "keys"
 --- @include "DEPENDENCY_UNITS"
 --- @include "ENDED_UNITS"
 --- @include "REASON"
@@ -61,7 +60,6 @@ for _, id in ipairs(ids) do
     elseif not target and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(job)) then
       code = NO_NODES
     else
-      redis.call("ZREM", K.finished, id)
       job.retry_count = 0
       job.exit_code, job.failure_reason = nil, nil
       set_output(id, job, "stdout", nil)

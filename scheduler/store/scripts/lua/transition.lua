@@ -8,7 +8,7 @@
 --- @include "finish"
 --- @include "job_access"
 --- @include "load_job"
---- @include "move"
+--- @include "move_place"
 --- @include "number_of"
 --- @include "output_is"
 --- @include "requeue"
@@ -104,12 +104,7 @@ if status ~= "running" then
   return {OK, finish(job_id, n, job, status, now, stamp)}
 end
 job.running_at = stamp
-if job.job_type ~= "service" then
-  redis.call("SADD", K.node_busy(job.node_id), job_id)
-  redis.call("ZADD", K.deadlines, now, job_id)
-end
-move(job_id, n, job.node_id, old, "running")
+move_place(job_id, n, job, "running", job.node_id, now)  -- a run-job's slot and deadline
 count_started(job, now)
-job.status = "running"
 wake_job(job_id)
 return {OK, store_job(job_id, job)}

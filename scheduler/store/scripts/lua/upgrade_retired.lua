@@ -1,7 +1,7 @@
 --- @include "keys"
 --- @include "ENDINGS"
 --- @include "load_job"
---- @include "move"
+--- @include "move_place"
 --- @include "store_job"
 
 -- Jobs an earlier version ended with `status`, a final status of its own then
@@ -14,8 +14,7 @@ for i = 1, #entries, 2 do
   local id = entries[i]
   local job = load_job(id)
   if job and job.status == status then
-    move(id, entries[i + 1], job.node_id, status, new)
-    job.status = new
+    move_place(id, entries[i + 1], job, new, job.node_id)  -- finished, as it was
     if reason ~= "" then job.failure_reason = reason end
     store_job(id, job)
   else

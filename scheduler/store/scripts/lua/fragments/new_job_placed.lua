@@ -22,5 +22,9 @@ end
 node = node or ""
 local n = draw_number(K.job_seq, shards, shard, id_floor)
 local id = "job-" .. n
-local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node) .. ','
-  .. string.sub(record, 2)
+-- Its head: the ids and, pending unplaced, why (models.job PENDING_REASONS), then the
+-- record's other fields (its head's members).
+local unplaced = due == "" and node == "" and reason
+local reason_field = unplaced and ',"pending_reason":' .. cjson.encode(reason) or ""
+local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node)
+  .. reason_field .. "," .. fields .. "}"

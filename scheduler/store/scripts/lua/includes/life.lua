@@ -1,9 +1,8 @@
 --- @include "keys"
 --- @include "ENDED_UNITS"
---- @include "HOLDS"
 --- @include "VISIT_UNITS"
 --- @include "encode"
---- @include "hold"
+--- @include "move_place"
 --- @include "load_job"
 --- @include "needs_fit"
 --- @include "next_live"
@@ -13,39 +12,14 @@
 --- @include "record_units"
 --- @include "rfc3339"
 --- @include "set_output"
---- @include "unhold"
 --- @include "wake_job"
 --- @include "wake_node"
 
--- A job's life: the only code that moves a job between its indexes (`move`, `rebind`),
--- tries it again (`requeue`) and moves a node's jobs off it (`move_each`); an attempt's end is
--- recorded by attempts.lua, how a job ends is settle.lua's (`finish`), which comes after this
--- file, and the node-loss rule (node_loss.lua) after that.
-
--- A job's life. Every index a job is in follows from its status and node (docs/ARCHITECTURE.md,
--- "Redis keys"); these are the only code that moves a job between them.
-
--- Job number n's score in a node's queue (its pending index, which POLL reads from the
--- lowest): higher priority first, by number within one. Every entry of a node's queue is
--- scored here. Exact as a double for |priority| <= 1000 (models.MAX_PRIORITY) and n < 2^42;
--- priority 0 (nil: none) scores n itself, the original's FIFO. The node's other indexes and
--- the status indexes are scored by n.
-local function queue_score(n, priority)
-  return n - (tonumber(priority) or 0) * 4398046511104
-end
-
--- `score`: the job's score in the node's index of `to` (queue_score for a queue), n without.
--- A job on no node (node "": unplaced, place.lua) is in no node's index.
-local function move(id, n, node, from, to, score)
-  redis.call("ZREM", K.status(from), id)
-  redis.call("ZADD", K.status(to), n, id)
-  if node == "" then
-    if from == "pending" then redis.call("ZREM", K.unplaced, id) end
-    return
-  end
-  redis.call("ZREM", K.node_status(node, from), id)
-  redis.call("ZADD", K.node_status(node, to), score or n, id)
-end
+-- A job's life: what a move between its indexes means beyond them (`rebind`: wake-ups, the
+-- placement pass's flag; the indexes are places.py's generated move_place), a job tried again
+-- (`requeue`), a node's jobs moved off it (`move_each`); an attempt's end is recorded by
+-- attempts.lua, how a job ends is settle.lua's (`finish`), which comes after this file, and
+-- the node-loss rule (node_loss.lua) after that.
 
 -- The changed job's head stored and marked for the next snapshot; returns what was stored.
 local function store_job(id, job)
@@ -63,42 +37,16 @@ local function publish(id, status)
   return n
 end
 
--- Job `id` (number n) from its status on its node to status `new` on node `to`, in every
--- index that names the node or the status, and what it holds with it (room.lua hold,
--- unhold). `to` "" with `new` pending: unplaced (place.lua), the next placement pass
--- flagged. The caller stores the record.
-local function rebind(id, n, job, new, to)
-  local from, old = job.node_id, job.status
-  local score = new == "pending" and queue_score(n, job.priority) or n
-  if HOLDS[old] and (to ~= from or not HOLDS[new]) then unhold(from, id, job) end
-  move(id, n, from, old, new, score)
-  if to ~= from then
-    if from ~= "" then
-      redis.call("ZREM", K.node_status(from, new), id)
-      redis.call("ZREM", K.node_jobs(from), id)
-    end
-    if to ~= "" then
-      redis.call("ZADD", K.node_status(to, new), score, id)
-      redis.call("ZADD", K.node_jobs(to), n, id)
-    end
-  end
-  if to == "" and new == "pending" then
-    redis.call("ZADD", K.unplaced, score, id)
-    redis.call("SET", K.unplaced_retry, "-inf")
-  end
-  job.node_id, job.status = to, new
-  if HOLDS[new] then hold(to, id, job) end
+-- Job `id` (number n) from its status on its node to status `new` on node `to`: its place
+-- (places.py move_place; `at`, when the new place is scored by time: a delayed job's due
+-- time), its pending_reason cleared once it is not unplaced. `to` "" with `new` pending:
+-- unplaced (place.lua), the next placement pass flagged. The caller stores the record.
+local function rebind(id, n, job, new, to, at)
+  move_place(id, n, job, new, to, at)
+  if to == "" and new == "pending" then redis.call("SET", K.unplaced_retry, "-inf") end
   if to ~= "" or new ~= "pending" then job.pending_reason = nil end
   wake_job(id)
   if new == "pending" and to ~= "" then wake_node(to) end
-end
-
--- What a running (or cancelling) job holds, given back: its node's slot, its deadline, its
--- cancel grace (only a cancelling job is in the cancelling index: CANCEL_JOB, a restore).
-local function release(id, job)
-  redis.call("SREM", K.node_busy(job.node_id), id)
-  redis.call("ZREM", K.deadlines, id)
-  if job.status == "cancelling" then redis.call("ZREM", K.cancelling, id) end
 end
 
 -- The jobs that entered `index` (a sorted set scored by when) before `cutoff`, `batch` of
@@ -152,15 +100,13 @@ end
 -- the stored record.
 local function requeue(id, n, job, to, counted, wait, now, stamp, reason)
   record_attempt(id, job, reason, stamp)
-  release(id, job)
   if counted then job.retry_count = (job.retry_count or 0) + 1 end
   job.exit_code, job.finished_at, job.failure_reason = nil, nil, nil
   set_output(id, job, "stdout", nil)
   if wait > 0 then
     local due = math.floor((now + wait) * 1000000 + 0.5) / 1000000  -- as run_at writes it
     job.run_at = rfc3339(due)
-    rebind(id, n, job, "delayed", to)
-    redis.call("ZADD", K.delayed, due, id)
+    rebind(id, n, job, "delayed", to, due)
   else
     rebind(id, n, job, "pending", to)
   end

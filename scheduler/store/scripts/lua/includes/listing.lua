@@ -5,18 +5,12 @@
 -- The ids of the index answering GET /jobs with these filters (each may be ""): LIST's page,
 -- and the jobs the UI's search looks through (SEARCH). In job number order ("asc": numbers
 -- above `bound`), or newest first ("desc": below `bound`, 0 from the newest). A node's pending
--- jobs are listed in its queue's order instead (life.lua queue_score: higher priority first,
+-- jobs are listed in its queue's order instead (places.py queue_score: higher priority first,
 -- oldest first within one; "desc" from the back), from the place of job-`bound` in it (its
 -- number and priority: priority 0 for a job not stored), so a page starts just after the
 -- last job of the one before. At most `limit` ids. A schedule's jobs (`schedule` not "") are
 -- its index's, by number: the API takes no node or status with it (no index per schedule and
 -- status: every change of status would have to keep one).
-
--- The schedule whose firing made the decoded `job` (workers/firing.py), else nil.
-local function made_by(job)
-  local name = job.schedule
-  if type(name) == "string" and name ~= "" then return name end
-end
 
 local function listing_ids(node, status, schedule, bound, order, limit)
   local index = K.all_jobs

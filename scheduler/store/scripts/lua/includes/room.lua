@@ -48,9 +48,6 @@ local function next_live(nodes)
   return nodes[((ticket - 1) % #nodes) + 1]
 end
 
--- The statuses in which a job holds what it asks on its node.
-local HOLDS = {pending = true, running = true, cancelling = true}
-
 -- Whether a job asks anything of its node beyond a slot (models.asks_fit): such a job is
 -- placed by fit, and one that must leave its node waits unplaced for the next placement
 -- pass rather than going round-robin.
@@ -73,9 +70,9 @@ local ROOM = {"cpus", "memory_mb"}
 
 local UNCHECKED = 4503599627370496
 
--- Job `id`'s asks held on `node` while it is bound there (HOLDS): its cpus and memory_mb
--- taken from the node's free room (and added to its room hash's held sums, from which the
--- free room is made again when its offer changes), one job in its load. The set of held
+-- Job `id`'s asks held on `node` while it is bound there (places.py HOLDS): its cpus and
+-- memory_mb taken from the node's free room (and added to its room hash's held sums, from
+-- which the free room is made again when its offer changes), one job in its load. The set of held
 -- jobs makes both idempotent: a job counts once, and only a job counted is given back (jobs
 -- bound before this version, or given back already, change nothing).
 local function take_room(node, job, sign)

@@ -2,12 +2,12 @@
 --- @include "ENDED_UNITS"
 --- @include "ENDINGS"
 --- @include "FINAL"
---- @include "HOLDS"
+--- @include "NOT_STARTED"
 --- @include "SETTLE_UNITS"
 --- @include "VISIT_UNITS"
 --- @include "count_minute"
 --- @include "load_job"
---- @include "move"
+--- @include "move_place"
 --- @include "needs_fit"
 --- @include "number_of"
 --- @include "pace_of"
@@ -15,10 +15,8 @@
 --- @include "rebind"
 --- @include "record_attempt"
 --- @include "record_units"
---- @include "release"
 --- @include "set_output"
 --- @include "store_job"
---- @include "unhold"
 --- @include "wake_job"
 --- @include "wake_node"
 
@@ -35,10 +33,11 @@
 -- settles it in calls of the same bound, one after another until none is left. The work it
 -- may do is counted in units (endings.py, units.lua).
 
--- A waiting job whose wait is over: pending on its node, or, asking a fit (or on none),
--- unplaced for the next placement pass (its node was chosen before it had to wait). Its
--- run_at says since when it may run (`stamp`, now; a later one kept): the dashboard's wait
--- to running counts from there, not from its submit (series.lua count_started).
+-- A waiting job whose wait is over (out of K.waiting: places.py): pending on its node,
+-- or, asking a fit (or on none), unplaced for the next placement pass (its node was
+-- chosen before it had to wait). Its run_at says since when it may run (`stamp`, now; a
+-- later one kept): the dashboard's wait to running counts from there, not from its submit
+-- (series.lua count_started).
 local function release_waiter(id, n, job, stamp)
   if type(job.run_at) ~= "string" or job.run_at < stamp then job.run_at = stamp end
   rebind(id, n, job, "pending", needs_fit(job) and "" or job.node_id)
@@ -51,20 +50,12 @@ local function end_one(id, n, job, ending, now, stamp, pace)
   if FINAL[job.status] then error("ending " .. id .. ": it has ended already") end
   record_attempt(id, job, ending, stamp)
   local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
-  if HOLDS[job.status] then unhold(job.node_id, id, job) end
+  local ran = not NOT_STARTED[job.status]  -- its node's slot is free again: woken
   job.pending_reason = nil
-  if job.status == "running" or job.status == "cancelling" then
-    release(id, job)
-    wake_node(job.node_id)
-  elseif job.status == "delayed" then
-    redis.call("ZREM", K.delayed, id)
-  elseif job.status == "waiting" then
-    redis.call("HDEL", K.waiting, id)
-  end
-  move(id, n, job.node_id, job.status, status)
-  job.status, job.finished_at = status, stamp
+  move_place(id, n, job, status, job.node_id, now)
+  if ran then wake_node(job.node_id) end
+  job.finished_at = stamp
   if reason ~= "" then job.failure_reason = reason end
-  redis.call("ZADD", K.finished, now, id)
   count_minute(now, status)
   local number = publish(id, status)
   wake_job(id)
@@ -96,7 +87,6 @@ local function settle_waiter(w, dep, status, reason, now, stamp, pace)
   if not waiter or waiter.status ~= "waiting" then return VISIT_UNITS end
   local wn = number_of(w)
   if status == "done" then
-    redis.call("HDEL", K.waiting, w)
     release_waiter(w, wn, waiter, stamp)
     store_job(w, waiter)
     return price
