@@ -20,6 +20,7 @@ time. A line `--- @insert "<fragment>"` stands for the text of lua/fragments/<fr
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass
@@ -124,16 +125,23 @@ def code_of(text: str) -> str:
     return re.sub(r"--[^\n]*", "", text)
 
 
-def uses(text: str) -> set[str]:
+# A name as the scripts use one: not a field (`cjson.encode` is not `encode`), nor a method.
+_NAME = re.compile(r"(?<![\w.:])([A-Za-z_]\w*)")
+
+
+@functools.cache
+def uses(text: str) -> frozenset[str]:
     """The include names `text` uses: library definitions (`cjson.encode` is not `encode`),
-    "codes" for a return code, "keys" for K."""
+    "codes" for a return code, "keys" for K. (Every name read in one pass: a search per
+    definition made the scripts' import take seconds.)"""
     code = code_of(text)
-    used = {name for name in LIBRARY if re.search(rf"(?<![\w.:]){name}(?!\w)", code)}
-    if any(re.search(rf"(?<![\w.:]){name}(?!\w)", code) for name in CODE_NAMES):
+    names = set(_NAME.findall(code))
+    used = names & LIBRARY.keys()
+    if names & set(CODE_NAMES):
         used.add("codes")
     if re.search(r"(?<![\w.])K\.\w", code):
         used.add("keys")
-    return used
+    return frozenset(used)
 
 
 def needed(includes: frozenset[str]) -> list[str]:
