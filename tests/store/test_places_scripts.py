@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.snapshot.db import restored_job, row_from_record
+from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts.snapshot import rebuild_waiting, restore_jobs
 from scheduler.store.sync_store import SyncJobStore
@@ -83,7 +84,8 @@ def test_the_scripts_keep_a_job_in_exactly_its_place(
     records = [client.get(f"/jobs/{job_id}").content for job_id in job_ids]
     restored = [restored_job(row_from_record(record), time.time()) for record in records]
     assert store.run(restore_jobs(restored, mark_dirty=False)) == len(job_ids)
-    store.rebuild_waiting(time.time())  # a waiting job's count, as a start does after
+    # A waiting job's count, as a start does after a restore.
+    store.run(ops.upkeep.rebuild_waiting(time.time()))
     for job_id in job_ids:
         assert_in_place(client, rclient, keys, job_id)
     # Into a deployment that holds none of them.
