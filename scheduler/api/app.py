@@ -89,7 +89,7 @@ def warn_if_agents_open(settings: Settings) -> None:
 
 async def keep_series(store: Store) -> None:
     """SERIES_RETENTION_SECS for the scripts, best effort: Redis down at start only leaves
-    the minutes' 2-day default (minutes.py SERIES) until the next start."""
+    the minutes' 2-day default (lua/includes/series.lua) until the next start."""
     try:
         await store.run(ops.listings.keep_series())
     except (RedisError, OSError) as exc:

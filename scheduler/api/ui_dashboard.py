@@ -3,7 +3,7 @@ last day (`window=day`: a column per 15 minutes), the jobs submitted, started, d
 failed; the jobs waiting and running; the time from submit to running (p50, p95); and per
 node, its running jobs against its capacity and its heartbeat's age.
 
-Drawn from the per-minute hashes the job-changing scripts keep (models/series.py, minutes.py
+Drawn from the per-minute hashes the job-changing scripts keep (models/series.py, series.lua
 SERIES) and the live counts (OVERVIEW), both read in one round trip: any API replica draws
 the same picture. The charts are ui_charts.py's inline SVG."""
 
@@ -142,7 +142,7 @@ def _flow(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str:
 
 
 # The queue chart's lines: (its name on the page, the gauge it draws, what it is called).
-# The gauge "waiting" (models/series.py, minutes.py sample_gauges: kept so stored minutes
+# The gauge "waiting" (models/series.py, series.lua sample_gauges: kept so stored minutes
 # still read) counts the pending and the delayed jobs, not the `waiting` status: it is
 # called by the statuses it counts.
 QUEUE = (("queued", "waiting", "pending + delayed"), ("running", "running", "running"))

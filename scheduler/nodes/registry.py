@@ -22,7 +22,7 @@ from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement, healthy_compute_nodes
 
 T = TypeVar("T")
-# The built-in registry's nodes at a time (JobStore.nodes), as GET /nodes lists them.
+# The built-in registry's nodes at a time (ops.nodes.nodes), as GET /nodes lists them.
 NodeReader = Callable[[float], Awaitable[dict[str, Node]]]
 
 

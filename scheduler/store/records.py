@@ -118,7 +118,7 @@ def complete(
 
 def polled_whole(reply: list[Any]) -> Polled:
     """A poll's reply read in the hot lane's callback: PartsApart (the handler's path reads
-    them: JobStore.poll) when a job keeps parts apart."""
+    them: ops.jobs.poll) when a job keeps parts apart."""
     polled = jobs.polled(reply)
     if any(has_apart(head) for head in polled.jobs):
         raise PartsApart()

@@ -50,7 +50,7 @@ def make_agent(
         registry_url=url,
         poll_secs=0.1,
         heartbeat_secs=0.2,
-        grace_secs=5,
+        grace_secs=kw.pop("grace_secs", 5),
         max_jobs=kw.pop("max_jobs", 2),
         register_retry_secs=0.01,
         report_backoff_secs=0.01,
@@ -140,7 +140,8 @@ def test_a_clean_stop_drains_the_node_while_its_running_job_finishes(
     command = f"while [ ! -e {release} ]; do sleep 0.02; done; echo finished"
 
     async def go() -> None:
-        agent = make_agent(api, tmp_path, "proto-drain", max_jobs=1)
+        # A grace past any slowness: the job must still run when the drain is looked at.
+        agent = make_agent(api, tmp_path, "proto-drain", max_jobs=1, grace_secs=120)
         running = asyncio.create_task(agent.run())
         await until(lambda: nodes(api).get("proto-drain", {}).get("status") == "healthy", "up")
         placed = [httpx.post(f"{api}/jobs", json={"command": command}).json() for _ in range(2)]
@@ -433,15 +434,16 @@ def test_a_cancelled_job_is_killed_and_reported_cancelled(
     heartbeat), kills the job's process group and reports it cancelled, with its output."""
     node = f"proto-cancel-{how}"
     only_node(api, node)
-    marker = tmp_path / "survived"
+    marker, started = tmp_path / "survived", tmp_path / "started"
 
     async def go() -> dict[str, Any]:
         agent = make_agent(api, tmp_path, node, max_jobs=2)
-        command = f"echo started; sleep 30; touch {marker}"
+        command = f"echo started; touch {started}; sleep 30; touch {marker}"
         job_id = httpx.post(f"{api}/jobs", json={"command": command}).json()["job_id"]
         await agent.poll_once()
         assert job_id in agent.runs
-        await asyncio.sleep(0.3)  # it has started
+        # Its output written (a fixed sleep was not always enough on a busy machine).
+        await until(started.exists, "the job to start")
         assert httpx.delete(f"{api}/jobs/{job_id}").json()["status"] == "cancelling"
         if how == "poll":
             await agent.poll_once()

@@ -106,7 +106,7 @@ def transition(
     builtin: bool = True,
     staged: Mapping[str, str] | None = None,
 ) -> Call[bytes]:
-    """`staged`: the outputs of `update` that were staged (JobStore.report), by name, with
+    """`staged`: the outputs of `update` that were staged (ops.jobs.report), by name, with
     their tokens; the update's text of those is not sent, their digest is."""
     staged = staged or {}
     digests = {name: digest(getattr(update, name)) for name in staged}

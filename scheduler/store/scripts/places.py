@@ -84,7 +84,7 @@ EVERYWHERE = (ALL_JOBS, BY_STATUS, BY_SCHEDULE)
 class Place:
     """A status's row: the indexes of a job in it on a node, and on none (a job placement
     has not bound yet, or that ended unbound); whether it holds its asks on its node
-    (room.py hold: its room, its load)."""
+    (room.lua hold: its room, its load)."""
 
     on_node: tuple[Index, ...]
     on_none: tuple[Index, ...]

@@ -28,7 +28,7 @@ SETTLE_ENDINGS = Script(
 
 @dataclass(frozen=True, slots=True)
 class Settling:
-    """A run of SETTLE_ENDINGS calls (SyncJobStore.settle_endings): how many found work, and
+    """A run of SETTLE_ENDINGS calls (ops.upkeep.settle_endings): how many found work, and
     how many endings it left."""
 
     calls: int

@@ -29,7 +29,7 @@
 -- waited for by `max_waiters` jobs already (TOO_MANY), as a new job would be refused.
 -- The ids are taken in order while `units` last (a job costs ENDED_UNITS, its record's size
 -- and placing, and DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the
--- caller sends the others again (store/jobs.py JobStore.retry). Returns {id, code, the
+-- caller sends the others again (store/ops/jobs.py retry). Returns {id, code, the
 -- job's head or ""} per id taken, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED |
 -- TOO_MANY.
 local ids, candidates = {}, {}
