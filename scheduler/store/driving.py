@@ -4,7 +4,6 @@ or throws the step's error into it (a program may catch one), until it returns i
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from scheduler.store.operation import Each, Step, Steps
@@ -22,20 +21,23 @@ class Driven(Generic[T]):
         self.value: T | None = None
 
     def first(self) -> Step:
-        return self._advance(lambda: next(self._program))
+        return self.next(None)
 
     def next(self, reply: Any) -> Step:
-        return self._advance(lambda: self._program.send(reply))
+        try:
+            return self._program.send(reply)
+        except StopIteration as stop:
+            return self._done(stop.value)
 
     def fail(self, error: BaseException) -> Step:
-        return self._advance(lambda: self._program.throw(error))
-
-    def _advance(self, move: Callable[[], Step]) -> Step:
         try:
-            return move()
+            return self._program.throw(error)
         except StopIteration as stop:
-            self.done, self.value = True, stop.value
-            return None  # type: ignore[return-value]
+            return self._done(stop.value)
+
+    def _done(self, value: T) -> Step:
+        self.done, self.value = True, value
+        return None  # type: ignore[return-value]
 
 
 def merge_each(route: Each, values: list[Any]) -> Any:

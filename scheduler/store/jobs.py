@@ -141,6 +141,8 @@ class JobStore:
         """The operation's value, run where its route says (a lone script call: shard 0)."""
         if isinstance(op, Call):
             op = call_op(op)
+        if len(self.shards) == 1 and not isinstance(op.route, Each | Placed):
+            return await self.on_shard(0, op)  # unsharded, every one-shard route is here
         return await self._routed(op.route, op)  # type: ignore[no-any-return]
 
     async def _routed(self, route: Route, op: Op[Any]) -> Any:
