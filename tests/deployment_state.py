@@ -6,8 +6,7 @@ refused ones too, and each API process flushes them on its own timer
 (METRICS_FLUSH_SECS), so a flush of the fixture's own requests can land between a test's
 two reads; nor the marks of the function libraries in use (`{P}:libraries`), which the same
 flush and the worker's sweep set (ops.upkeep.retire_libraries). Nor are the counts of wrong
-credentials
-(`{P}:authfail:<address>`): every refused credential adds to them, on purpose
+credentials (`{P}:authfail:<address>`): every refused credential adds to them, on purpose
 (api/guesses.py); a test of the count reads it itself."""
 
 from __future__ import annotations

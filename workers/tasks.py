@@ -45,8 +45,7 @@ def sweep(period: int) -> int:
     jobs of lost nodes and move their pending jobs to live ones; prune finished jobs past
     JOB_RETENTION_SECS; mark this release's function library in use and delete those no
     process has marked for LIBRARY_GRACE_SECS (ops.upkeep.retire_libraries). Returns how many
-    jobs timed
-    out."""
+    jobs timed out."""
     ctx = context.current()
     now = time.time()
     failed = ctx.store.run(ops.upkeep.sweep_timeouts(now))

@@ -1,7 +1,7 @@
 """An old release's function library deleted once no process uses it
-(ops.upkeep.retire_libraries): the
-worker's sweep deletes the libraries no process has marked for the grace, never its own nor
-one marked within it; a process whose library was deleted anyway loads it again."""
+(ops.upkeep.retire_libraries): the worker's sweep deletes the libraries no process has marked
+for the grace, never its own nor one marked within it; a process whose library was deleted
+anyway loads it again."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The scripts that retire an old release's function library (ops.upkeep.retire_libraries): the
-worker's
-sweep marks its own in use and reads the libraries no process has marked for the grace
-(RETIRED_LIBRARIES), deletes them, then forgets them (FORGET_LIBRARIES). Each with its call.
+worker's sweep marks its own in use and reads the libraries no process has marked for the
+grace (RETIRED_LIBRARIES), deletes them, then forgets them (FORGET_LIBRARIES). Each with its call.
 The API's processes mark theirs with their request metrics (metrics.py)."""
 
 from __future__ import annotations
