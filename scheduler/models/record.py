@@ -191,7 +191,7 @@ def record(parts: Sequence[bytes | None]) -> bytes | None:
 
 def is_whole(head: bytes) -> bool:
     """Whether a stored head holds a part larger than INLINE_BYTES, as versions before parts
-    were kept apart wrote it (the upgrade splits it: SyncJobStore.split_records)."""
+    were kept apart wrote it (the upgrade splits it: ops.upkeep.split_records)."""
     try:
         return split(head).head != head
     except ValueError:

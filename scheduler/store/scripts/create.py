@@ -30,7 +30,7 @@ class Created:
 def _created(reply: list[Any], spec: bytes = b"") -> Created:
     """A create's reply: {OK, head} of the new job, whose `spec` apart (b"": none) the
     caller staged (its call knows it: create_job), or {DUPLICATE, head} of the job made
-    before ("": gone; its parts apart are the store's to read: JobStore.create)."""
+    before ("": gone; its parts apart are the store's to read: ops.jobs.create)."""
     code = reply[0]
     codes.check_staged(code)
     if code == codes.NOT_READY:
@@ -148,7 +148,7 @@ def create_job(
 ) -> Call[Created]:
     """`record` is the new job's head (models/record.py) without job_id and node_id; `spec`
     its spec stored apart (b"": in the head), staged under the token `spec_staged` (the
-    store stages it: JobStore.create); `due`, when it is delayed, the epoch of its run_at;
+    store stages it: ops.jobs.create); `due`, when it is delayed, the epoch of its run_at;
     `priority`, `after` and `asks`, the record's; `numbering`, how the shard it is made on
     draws its number (store/shards.py); `schedule`, the schedule that made it (its index)."""
     args: dict[str, Any] = dict(
@@ -193,7 +193,7 @@ def create_job_of(
     asks = Asks(job.cpus, job.memory_mb, job.node_selector)
     parts = parts or creation_parts(job)
     if parts.spec and not spec_staged:
-        raise ValueError("a spec stored apart must be staged (JobStore.create)")
+        raise ValueError("a spec stored apart must be staged (ops.jobs.create)")
     return create_job(
         parts.head,
         placement,
