@@ -141,8 +141,10 @@ class JobStore:
         """The operation's value, run where its route says (a lone script call: shard 0)."""
         if isinstance(op, Call):
             op = call_op(op)
-        if len(self.shards) == 1 and not isinstance(op.route, Each | Placed):
-            return await self.on_shard(0, op)  # unsharded, every one-shard route is here
+        if len(self.shards) == 1 and not (isinstance(op.route, Each) and op.route.tolerant):
+            # Unsharded, every route leads to shard 0: a Placed op's program is its whole
+            # placement's, an Each's one value is its value (a tolerant one's error too).
+            return await self.on_shard(0, op)
         return await self._routed(op.route, op)  # type: ignore[no-any-return]
 
     async def _routed(self, route: Route, op: Op[Any]) -> Any:
@@ -171,8 +173,6 @@ class JobStore:
         return where.service_shard(route.service_id)
 
     async def _placed(self, route: Placed) -> Any:
-        if len(self.shards) == 1:
-            return await self.on_shard(0, route.make(route.placement))
         if route.dedup is not None and route.dedup.key:
             return await self.placement.keyed(route.job, route.placement, route.dedup, route.make)
         return await self.placement.placed(route.job, route.placement, route.make)

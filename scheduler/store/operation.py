@@ -19,7 +19,7 @@ from scheduler.config import Settings
 from scheduler.nodes.placement import Placement
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import Call
-from scheduler.store.shards import Layout, Numbering, node_shard
+from scheduler.store.shards import Layout, Numbering
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -116,31 +116,19 @@ class Op(Generic[T_co]):
 @dataclass(slots=True)
 class Shard:
     """What a program knows of the shard it runs on, and of the deployment's layout (to
-    route the operations it yields). The layout, the nodes pinned to shard 0 and the
-    numberings are set once the layout record is read (shard_layout.py)."""
+    route the operations it yields). The layout and the numberings are set once the
+    layout record is read (shard_layout.py)."""
 
     settings: Settings
     keys: Keys
     index: int = 0
     layout: Layout = field(default_factory=Layout)
-    pinned: frozenset[str] = frozenset()
     numbering: Numbering = field(default_factory=Numbering)
     service_numbering: Numbering = field(default_factory=Numbering)
 
     @property
     def count(self) -> int:
         return self.layout.count
-
-    def node_shard(self, node_id: str) -> int:
-        """A node's shard: shard 0 for one registered before the deployment was sharded."""
-        return 0 if node_id in self.pinned else node_shard(node_id, self.count)
-
-    def among(self, placement: Placement, shard: int) -> Placement | None:
-        """`placement` on one shard: its candidates that are the shard's nodes (None: none)."""
-        if placement.mode == "live":
-            return placement
-        mine = tuple(n for n in placement.candidates if self.node_shard(n) == shard)
-        return Placement(placement.mode, mine) if mine else None
 
 
 # Every declared operation's program, by name ("<module>.<function>").

@@ -12,7 +12,7 @@ from scheduler.store.errors import LayoutChanged, StoreNotReady
 from scheduler.store.scripts import layout
 from scheduler.store.scripts.layout import Recorded
 from scheduler.store.scripts.services import service_number
-from scheduler.store.shards import Layout, Numbering, node_shard
+from scheduler.store.shards import Layout, Numbering
 
 if TYPE_CHECKING:
     from scheduler.store.jobs import ShardClient
@@ -48,11 +48,11 @@ class ShardLayout:
             recorded = await zero.call(layout.record_shards(count, *floors, now=time.time()))
         if recorded.count != count:
             raise LayoutChanged(count, recorded.count)
-        self.recorded, self.layout = recorded, Layout(count, recorded.floor)
+        self.recorded, self.layout = recorded, Layout(count, recorded.floor, recorded.pinned)
         self.services = Layout(count, recorded.service_floor)
         for k, shard in enumerate(self.shards):
             here = shard.here
-            here.layout, here.pinned = self.layout, recorded.pinned
+            here.layout = self.layout
             here.numbering = Numbering(count, k, recorded.counters)
             here.service_numbering = Numbering(count, k, recorded.service_counters)
         self.started = True
@@ -96,7 +96,7 @@ class ShardLayout:
 
     def node_shard(self, node_id: str) -> int:
         """A node's shard: shard 0 for one registered before the deployment was sharded."""
-        return 0 if node_id in self.recorded.pinned else node_shard(node_id, len(self.shards))
+        return self.layout.node_shard(node_id)
 
     def service_shard(self, service_id: str) -> int:
         return self.services.number_shard(service_number(service_id) or 0)

@@ -95,13 +95,6 @@ class ShardPlacement:
         seen = await self.shards[0].redis.execute("GET", dedup.redis_key(self.shards[0].keys))
         return seen is not None and seen != ELSEWHERE.encode()
 
-    def among(self, placement: Placement, shard: int) -> Placement | None:
-        """`placement` on one shard: its candidates that are the shard's nodes (None: none)."""
-        if placement.mode == "live":
-            return placement
-        mine = tuple(n for n in placement.candidates if self.where.node_shard(n) == shard)
-        return Placement(placement.mode, mine) if mine else None
-
     async def placed(
         self,
         job: Job | None,
@@ -113,7 +106,7 @@ class ShardPlacement:
         tried = [
             (shard, here)
             for shard in await self.order(job)
-            if (here := self.among(placement, shard)) is not None
+            if (here := self.where.layout.among(placement, shard)) is not None
         ]
         for i, (shard, here) in enumerate(tried):
             try:
@@ -145,7 +138,8 @@ class ShardPlacement:
         makers = {
             shard: here
             for shard in walk
-            if home in (None, shard) and (here := self.among(placement, shard)) is not None
+            if home in (None, shard)
+            and (here := self.where.layout.among(placement, shard)) is not None
         }
         last = max((i for i, shard in enumerate(walk) if shard in makers), default=-1)
         for i, shard in enumerate(walk):

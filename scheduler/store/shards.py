@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from scheduler.config import Settings
 from scheduler.models.job import job_number
+from scheduler.nodes.placement import Placement
 
 
 def _rank(name: str, shard: int) -> bytes:
@@ -68,10 +69,22 @@ UNSHARDED = Numbering()
 @dataclass(frozen=True, slots=True)
 class Layout:
     """How a deployment is sharded: `count` shards; job numbers up to `floor` (made before it
-    was sharded) are shard 0's."""
+    was sharded) are shard 0's, and so are the `pinned` nodes (those shard 0 knew then)."""
 
     count: int = 1
     floor: int = 0
+    pinned: frozenset[str] = frozenset()
+
+    def node_shard(self, node_id: str) -> int:
+        """A node's shard: shard 0 for one registered before the deployment was sharded."""
+        return 0 if node_id in self.pinned else node_shard(node_id, self.count)
+
+    def among(self, placement: Placement, shard: int) -> Placement | None:
+        """`placement` on one shard: its candidates that are the shard's nodes (None: none)."""
+        if placement.mode == "live":
+            return placement
+        mine = tuple(n for n in placement.candidates if self.node_shard(n) == shard)
+        return Placement(placement.mode, mine) if mine else None
 
     def job_shard(self, job_id: str) -> int:
         """The shard holding `job_id`; shard 0 for an id that is not `job-N` (which none but

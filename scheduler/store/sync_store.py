@@ -13,10 +13,10 @@ from redis.exceptions import ResponseError
 from scheduler.config import Settings
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.connection.protocol import is_no_function
-from scheduler.store.driving import Driven, merge_each
+from scheduler.store.driving import Driven
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
-from scheduler.store.operation import All, Command, Each, Op, Shard, Step, Together
+from scheduler.store.operation import All, Command, Op, Shard, Step, Together
 from scheduler.store.scripts import Call, functions
 from scheduler.store.shards import Numbering
 
@@ -54,10 +54,7 @@ class SyncJobStore:
                 step = driven.fail(exc)
             else:
                 step = driven.next(reply)
-        value = driven.value
-        if isinstance(op.route, Each):
-            return merge_each(op.route, [value])  # type: ignore[no-any-return]
-        return value  # type: ignore[return-value]
+        return driven.value  # type: ignore[return-value]
 
     def _step(self, step: Step) -> Any:
         if isinstance(step, Op):

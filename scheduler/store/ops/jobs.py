@@ -108,10 +108,8 @@ def pass_key(shard: Shard, dedup: Dedup) -> Steps[Created]:
     """A keyed create's pass over a shard, which may not make its job (create.py PASS_KEY):
     the job the key made here (duplicate), IdempotencyMismatch for another request's, else
     NoHealthyNodes, the key marked as passed on."""
-    created = yield from run(create_scripts.pass_key(dedup))
-    if not created.job:
-        return created
-    return dataclasses.replace(created, job=(yield from made_whole(shard, [created.job]))[0])
+    created = yield from run(create_scripts.pass_key(dedup))  # a job only as a duplicate
+    return (yield from _created_whole(shard, created))
 
 
 def pick(placement: Placement, now: float) -> Op[str]:
@@ -199,7 +197,7 @@ def retry(
         by_shard.setdefault(shard.layout.job_shard(job_id), []).append(job_id)
     done: dict[str, Retried] = {}
     for k, ids in by_shard.items():
-        here = shard.among(placement, k) or Placement(placement.mode)
+        here = shard.layout.among(placement, k) or Placement(placement.mode)
         for retried in (yield from nested(on_shard(k, _retry_here(ids, here, now)))):
             done[retried.job_id] = retried
     return [done[job_id] for job_id in job_ids]

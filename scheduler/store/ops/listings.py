@@ -11,11 +11,11 @@ from scheduler.models.job import STATUSES
 from scheduler.store.merging import merged, merged_search
 from scheduler.store.operation import (
     All,
-    OfNode,
     OnShard,
     Op,
     Shard,
     Steps,
+    by_node,
     each,
     home,
     nested,
@@ -55,19 +55,18 @@ def list_jobs(
     if status and status not in STATUSES:
         return []
     if _queue_of(node_id, status):
-        queue = _page(node_id, status, bound, limit, newest)
-        pages = [(yield from nested(Op(OfNode(node_id), queue.program, queue.name)))]
+        pages = [(yield from nested(_queue_page(node_id, status, bound, limit, newest)))]
     else:
         pages = yield from nested(_pages(node_id, status, bound, limit, newest))
     heads = pages[0].jobs if len(pages) == 1 else merged(pages, limit, newest)
     return (yield from nested(whole(heads)))
 
 
-@operation(home)
-def _page(
+@operation(by_node)
+def _queue_page(
     shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool
 ) -> Steps[listing.Page]:
-    budget = shard.settings.max_page_bytes if _queue_of(node_id, status) else _budget(shard)
+    budget = shard.settings.max_page_bytes  # its shard's page alone
     return (yield from run(listing.list_jobs(node_id, status, bound, limit, budget, newest)))
 
 
@@ -100,22 +99,15 @@ def search(
     """The UI's search (scripts.listing.SEARCH, in pieces: pieces.py), its jobs' records
     whole: every shard's, merged, but for a node's queue (its shard's)."""
     if _queue_of(node_id, status):
-        found = yield from nested(_routed_found(node_id, status, bound, needle, scan, limit))
+        found = yield from nested(_queue_found(node_id, status, bound, needle, scan, limit))
     else:
         pieces = yield from nested(_found_each(node_id, status, bound, needle, scan, limit))
         found = pieces[0] if len(pieces) == 1 else merged_search(pieces, limit)
     return dataclasses.replace(found, jobs=(yield from nested(whole(found.jobs))))
 
 
-def _routed_found(
-    node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
-) -> Op[listing.Found]:
-    op = _found_here(node_id, status, bound, needle, scan, limit)
-    return Op(OfNode(node_id), op.program, op.name)
-
-
-@operation(home)
-def _found_here(
+@operation(by_node)
+def _queue_found(
     shard: Shard, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
 ) -> Steps[listing.Found]:
     budget = shard.settings.max_page_bytes

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from scheduler.models.job import RETIRED_STATUSES
 from scheduler.models.record import INLINE_BYTES, is_whole
 from scheduler.store.operation import Command, Shard, Steps, home, operation, run, send, together
@@ -265,7 +267,7 @@ def retire_libraries(shard: Shard, grace: float = LIBRARY_GRACE_SECS) -> Steps[l
     for name in retired.names:
         try:
             yield from send("FUNCTION", "DELETE", name)
-        except Exception as exc:  # a library gone already: another sweep deleted it
+        except ResponseError as exc:  # a library gone already: another sweep deleted it
             if "library not found" not in str(exc).lower():
                 raise
     if retired.names:
