@@ -57,10 +57,12 @@ def worker_burst(env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def wait_http(url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Until `url` answers. With `proc`: until `proc` (or a child of it) is the one listening
-    on the URL's port. A free port is only free when drawn: another test's server may take it
-    first, answer here, and `proc` fail to bind (PortTaken, for the caller to start again)."""
+def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Until `url` answers (a server's start on a loaded 2-core machine took over 20 s: the
+    deadline only bounds a failure). With `proc`: until `proc` (or a child of it) is the one
+    listening on the URL's port. A free port is only free when drawn: another test's server
+    may take it first, answer here, and `proc` fail to bind (PortTaken, for the caller to
+    start again)."""
     deadline = time.monotonic() + timeout
     port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
     while time.monotonic() < deadline:

@@ -62,7 +62,7 @@ def sharded_api(cluster: Cluster, prefix: str, tmp_path: Path, **extra: str) -> 
             workers = ("--workers", str(API_PROCESSES))
             fleet.start("api", "serve", *workers, "--host", "127.0.0.1", "--port", port)
             try:
-                wait_http(f"{url}/health", timeout=30, proc=fleet.procs["api"])
+                wait_http(f"{url}/health", proc=fleet.procs["api"])
                 break
             except PortTaken:
                 if attempt == 2:

@@ -210,8 +210,11 @@ class Load:
     def join(self) -> None:
         self.stop_submitting.set()
         self.stop_agents.set()
+        # Only those started: a fleet that never came up leaves them unstarted, and a join's
+        # RuntimeError there skipped the caller's cleanup (its servers outlived the test).
         for thread in self.threads:
-            thread.join(timeout=30)
+            if thread.ident is not None:
+                thread.join(timeout=30)
 
 
 def jobs_in_redis(r: redis.Redis, keys: Keys) -> dict[str, bytes]:

@@ -111,7 +111,7 @@ def run_procfile(redis_url: str, prefix: str, tmp_path: Path, sns: FakeSNS) -> N
     rclient = sync_client(settings)
     with honcho(env, "web", "worker", "dashboard", log=tmp_path / "honcho.log"):
         api = f"http://127.0.0.1:{web}"
-        wait_http(f"{api}/health", timeout=30)
+        wait_http(f"{api}/health")
         node = {"id": "n1", "hostname": "n1", "cpu_count": 1, "role": "compute"}
         registered = httpx.post(f"{api}/nodes/register", json=node)
         assert registered.status_code == 201
@@ -139,7 +139,7 @@ def run_procfile(redis_url: str, prefix: str, tmp_path: Path, sns: FakeSNS) -> N
         assert lost not in [e["job_id"] for e in sns.events()]
 
         board = f"http://127.0.0.1:{dashboard}"
-        wait_http(f"{board}/", timeout=30)
+        wait_http(f"{board}/")
         listed = httpx.get(f"{board}/0/data/queues.json", timeout=10).json()["queues"]
         by_name = {q["name"]: q for q in listed}
         assert by_name[f"{prefix}.events"]["failed_job_registry_count"] == 1
