@@ -43,7 +43,7 @@ class PublishFailed(RoutineFailure):
 def sweep(period: int) -> int:
     """Fail the run jobs running longer than JOB_TIMEOUT_SECS; fail or re-place the running
     jobs of lost nodes and move their pending jobs to live ones; prune finished jobs past
-    JOB_RETENTION_SECS; mark this release's function library in use and delete those no
+    JOB_RETENTION_SECS and job events past EVENTS_RETAIN_SECS; mark this release's function library in use and delete those no
     process has marked for LIBRARY_GRACE_SECS (ops.upkeep.retire_libraries). Returns how many
     jobs timed out."""
     ctx = context.current()
@@ -74,6 +74,7 @@ def sweep(period: int) -> int:
     if pruned:
         log.info("sweep: %d finished job(s) past retention removed from Redis", len(pruned))
         ctx.count(Counter(pruned=len(pruned)))
+    ctx.store.run(ops.logs.trim_events(now))
     retired = ctx.store.run(ops.upkeep.retire_libraries())
     if retired:
         log.info("sweep: function libraries unused for %d s deleted: %s",

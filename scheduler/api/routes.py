@@ -11,7 +11,9 @@ The order is Starlette's: the first entry matching path and method serves it
 from __future__ import annotations
 
 from scheduler.api import (
+    events,
     jobs,
+    logs,
     metrics,
     nodes,
     retries,
@@ -57,6 +59,11 @@ TABLE = RouteTable(
         ),
         # Each attempt of a job (models/attempt.py), apart from its record: as GET /jobs/{id}.
         Entry("/jobs/{job_id}/attempts", {"GET": Method(jobs.get_attempts, KEY)}),
+        # Live output (docs/GUIDE.md, Watching jobs): our agent's chunks while the job runs,
+        # and the output read or followed; the events of every job.
+        Entry("/jobs/{job_id}/output", {"POST": Method(logs.post_output, AGENT)}),
+        Entry("/jobs/{job_id}/logs", {"GET": Method(logs.get_logs, KEY, reads=logs.READS)}),
+        Entry("/events", {"GET": Method(events.events, KEY, reads=events.READS)}),
         # Schedules (docs/GUIDE.md, Schedules): the operator's, behind the key.
         Entry(
             "/schedules",

@@ -160,6 +160,14 @@ class Settings:
     idempotency_ttl_secs: int = field(
         default=86400, metadata={"env": "IDEMPOTENCY_TTL_SECS", "min": 60}
     )
+    # Live output (GET /jobs/{id}/logs): what Redis keeps of one job's, over its attempts; at
+    # least one chunk (the agent's are 64 KiB at most), so the newest is never trimmed.
+    log_max_bytes: int = field(default=1 << 20, metadata={"env": "LOG_MAX_BYTES", "min": 65536})
+    # GET /events: how long the stream of job events is kept to resume from (at most
+    # models/event.py EVENTS_KEPT of them per shard, whatever their age).
+    events_retain_secs: int = field(
+        default=86400, metadata={"env": "EVENTS_RETAIN_SECS", "min": 60}
+    )
     sqs_max_per_poll: int = field(default=1000, metadata={"env": "SQS_MAX_PER_POLL", "min": 1})
     outbox_flush_secs: float = field(default=1.0, metadata={"env": "OUTBOX_FLUSH_SECS", "min": 0.1})
     # Schedules (GUIDE.md, Schedules): how often a worker fires the due ones; how late a tick may

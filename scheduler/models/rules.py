@@ -143,6 +143,8 @@ def _noun(t: mi.Type, plural: bool) -> str:
         return ("objects of " if plural else "an object of ") + _noun(t.value_type, True)
     if isinstance(t, mi.StructType | mi.TypedDictType | mi.DataclassType):
         return "objects" if plural else "an object"
+    if isinstance(t, mi.LiteralType):
+        return "one of " + ", ".join(str(value) for value in t.values)
     return "JSON values" if plural else "a JSON value"
 
 

@@ -43,6 +43,23 @@ class Conflict(Exception):
     """A report the state machine refuses; the message is the API's 409 text."""
 
 
+class OffsetMismatch(Conflict):
+    """A chunk of live output sent past what the log holds of its stream: `offset` is where
+    the next one must start (the agent sends from there)."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"output offset mismatch: send from offset {offset}")
+        self.offset = offset
+
+
+class JobNotRunning(LookupError):
+    """Live output for a job that is not running on the node that sends it (it ended, was
+    moved, or is another node's): the agent stops sending it."""
+
+    def __str__(self) -> str:
+        return "job not running on this node"
+
+
 class IdempotencyMismatch(Exception):
     """An Idempotency-Key used again with another request body: nothing was created."""
 

@@ -221,6 +221,10 @@ class JobStore:
         shard = self.shards[self.where.job_shard(job_id) if len(self.shards) > 1 else 0]
         return shard.redis.send_now("MGET", *records.job_parts(shard.keys, job_id))
 
+    async def client_of_job(self, job_id: str) -> ShardClient:
+        """The shard of `job_id`: its connection, keys and notifier (a follower waits there)."""
+        return self.shards[await self.shard_of(OfJob(job_id))]
+
     async def poll_wait(self, node_id: str, caller: str, wait: float) -> job_scripts.Polled:
         """The poll, answered once the node has work (or a job to cancel) or after `wait`
         seconds; at once, as a plain poll, for a node no registry lists: in open mode anyone

@@ -221,6 +221,16 @@ class Keys:
     def attempts(self, job_id: str) -> str:
         return self._k(f"attempts:{job_id}")
 
+    def job_log(self, job_id: str) -> str:  # stream: its output sent while it ran, capped
+        return self._k(f"log:{job_id}")
+
+    def job_log_state(self, job_id: str) -> str:  # hash: its run, offsets, bytes held, dropped
+        return self._k(f"log:{job_id}:state")
+
+    @property
+    def events(self) -> str:  # stream: every job's status changes, for GET /events
+        return self._k("events")
+
     def status(self, status: str) -> str:
         return self._k(f"status:{status}")
 
@@ -241,6 +251,13 @@ class Keys:
 
     def job_channel(self, job_id: str) -> str:  # published when the job changes
         return self._k(f"wake:job:{job_id}")
+
+    def log_channel(self, job_id: str) -> str:  # published when its output grows
+        return self._k(f"wake:log:{job_id}")
+
+    @property
+    def events_channel(self) -> str:  # published when an event is added
+        return self._k("wake:events")
 
     def sqs_message(self, dedup_key: str) -> str:
         return self._k(f"sqs:{dedup_key}")

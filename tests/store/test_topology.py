@@ -32,6 +32,7 @@ from scheduler.store.keys import Keys
 from scheduler.store.scripts import SCRIPTS, listing
 from scheduler.store.scripts import access as access_scripts
 from scheduler.store.scripts import jobs as job_scripts
+from scheduler.store.scripts import logs as log_scripts
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_script
 from scheduler.store.scripts import schedules as schedule_scripts
@@ -264,6 +265,8 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         listing.list_jobs("", "running", 0, 100, 1 << 20, False),
         job_scripts.check_report("job-1", "open"),
         listing.attempts("job-1"),
+        log_scripts.read_log("job-1", "", 1 << 20),
+        log_scripts.read_log("job-1", "0-1", 10),
         listing.search("", "", 0, "echo", 5000, 51, 1 << 20),
         listing.search("n1", "pending", 2, "x", 10, 5, 1 << 20),
         listing.counts("", STATUSES),

@@ -83,10 +83,11 @@ class Notifier:
         self.closing = False
 
     @contextlib.asynccontextmanager
-    async def watch(self, channel: str) -> AsyncIterator[Watch]:
-        """A watch on `channel`, subscribed in Redis when this returns."""
+    async def watch(self, channel: str, watch: Watch | None = None) -> AsyncIterator[Watch]:
+        """A watch on `channel`, subscribed in Redis when this returns; `watch`: one that
+        already watches other channels (woken by any of them)."""
         name = channel.encode()
-        watch = Watch()
+        watch = watch or Watch()
         watches = self._watches.setdefault(name, set())
         watches.add(watch)
         try:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterable
 
 from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, ATTEMPTS_KEPT
+from scheduler.models.event import EVENTS_KEPT
 from scheduler.models.fields import Kind
 from scheduler.models.job import (
     ENDINGS,
@@ -60,6 +61,8 @@ def _constants() -> dict[str, str]:
         # An attempt's output tail and how many attempts a job keeps (models/attempt.py).
         "ATTEMPT_TAIL_BYTES": ATTEMPT_TAIL_BYTES,
         "ATTEMPTS_KEPT": ATTEMPTS_KEPT,
+        # The job events kept per shard, whatever their age (models/event.py).
+        "EVENTS_KEPT": EVENTS_KEPT,
         # The dashboard's wait buckets (models/series.py) and their fields, "wait:<i>".
         "WAIT_BOUNDS": WAIT_BOUNDS,
         "WAIT_FIELDS": tuple(f"wait:{i}" for i in range(len(WAIT_BOUNDS) + 1)),

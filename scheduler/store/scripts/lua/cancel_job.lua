@@ -3,7 +3,7 @@
 --- @include "NOT_STARTED"
 --- @include "finish"
 --- @include "load_job"
---- @include "move_place"
+--- @include "move_job"
 --- @include "number_of"
 --- @include "store_job"
 --- @include "wake_job"
@@ -24,7 +24,7 @@ local n = number_of(job_id)
 if NOT_STARTED[job.status] then
   return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
 end
-move_place(job_id, n, job, "cancelling", job.node_id, now)  -- keeps its slot, not its deadline
+move_job(job_id, n, job, "cancelling", job.node_id, now)  -- keeps its slot, not its deadline
 wake_node(job.node_id)
 wake_job(job_id)
 return {OK, store_job(job_id, job)}

@@ -10,6 +10,7 @@
 --- @include "enter_place"
 --- @include "finish"
 --- @include "needs_fit"
+--- @include "note_event"
 --- @include "pick_node"
 --- @include "set_output"
 --- @include "wait_for"

@@ -7,6 +7,7 @@
 --- @include "draw_number"
 --- @include "enter_place"
 --- @include "needs_fit"
+--- @include "note_event"
 --- @include "pick_node"
 --- @include "wake_node"
 

@@ -8,7 +8,7 @@
 --- @include "finish"
 --- @include "job_access"
 --- @include "load_job"
---- @include "move_place"
+--- @include "move_job"
 --- @include "number_of"
 --- @include "output_is"
 --- @include "requeue"
@@ -104,7 +104,7 @@ if status ~= "running" then
   return {OK, finish(job_id, n, job, status, now, stamp)}
 end
 job.running_at = stamp
-move_place(job_id, n, job, "running", job.node_id, now)  -- a run-job's slot and deadline
+move_job(job_id, n, job, "running", job.node_id, now)  -- a run-job's slot and deadline
 count_started(job, now)
 wake_job(job_id)
 return {OK, store_job(job_id, job)}

@@ -1,5 +1,5 @@
 -- The new job stored in `status` and indexed (its record, its spec apart, every index its
--- status and node put it in, its idempotency key), its node woken.
+-- status and node put it in, its idempotency key, its event), its node woken.
 redis.call("SET", K.job(id), job)
 if spec_staged ~= "" then
   redis.call("RENAME", K.staged(spec_staged), K.job_spec(id))
@@ -8,6 +8,7 @@ end
 local where = {status = status, node_id = node, priority = priority, cpus = ask.cpus,
   memory_mb = ask.memory_mb, schedule = schedule}
 enter_place(id, n, where, due, redis.call)
+note_event(id, where, "", "")
 redis.call("SADD", K.dirty, id)
 count_minute(now, "submitted")
 if dedup then

@@ -2,7 +2,7 @@
 --- @include "ENDED_UNITS"
 --- @include "VISIT_UNITS"
 --- @include "encode"
---- @include "move_place"
+--- @include "move_job"
 --- @include "load_job"
 --- @include "needs_fit"
 --- @include "next_live"
@@ -29,12 +29,11 @@ local function store_job(id, job)
   return out
 end
 
--- The job's event, in the outbox (workers/tasks.py hands it to SNS); returns its number.
-local function publish(id, status)
-  local n = redis.call("INCR", K.event_seq)
+-- The job's ending, in the outbox (workers/tasks.py hands it to SNS) under its event's
+-- number `n` (events.lua move_job).
+local function publish(id, status, n)
   local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
   redis.call("RPUSH", K.outbox, n .. " " .. message)
-  return n
 end
 
 -- Job `id` (number n) from its status on its node to status `new` on node `to`: its place
@@ -42,7 +41,7 @@ end
 -- time), its pending_reason cleared once it is not unplaced. `to` "" with `new` pending:
 -- unplaced (place.lua), the next placement pass flagged. The caller stores the record.
 local function rebind(id, n, job, new, to, at)
-  move_place(id, n, job, new, to, at)
+  move_job(id, n, job, new, to, at)
   if to == "" and new == "pending" then redis.call("SET", K.unplaced_retry, "-inf") end
   if to ~= "" or new ~= "pending" then job.pending_reason = nil end
   wake_job(id)

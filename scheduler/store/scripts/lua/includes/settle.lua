@@ -7,7 +7,7 @@
 --- @include "VISIT_UNITS"
 --- @include "count_minute"
 --- @include "load_job"
---- @include "move_place"
+--- @include "move_job"
 --- @include "needs_fit"
 --- @include "number_of"
 --- @include "pace_of"
@@ -52,12 +52,11 @@ local function end_one(id, n, job, ending, now, stamp, pace)
   local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
   local ran = not NOT_STARTED[job.status]  -- its node's slot is free again: woken
   job.pending_reason = nil
-  move_place(id, n, job, status, job.node_id, now)
-  if ran then wake_node(job.node_id) end
   job.finished_at = stamp
-  if reason ~= "" then job.failure_reason = reason end
+  local number = move_job(id, n, job, status, job.node_id, now, reason)
+  if ran then wake_node(job.node_id) end
   count_minute(now, status)
-  local number = publish(id, status)
+  publish(id, status, number)
   wake_job(id)
   if redis.call("EXISTS", K.dependents(id)) == 1 then
     redis.call("RENAME", K.dependents(id), K.ending_waiters(number))

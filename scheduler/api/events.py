@@ -1,0 +1,161 @@
+"""GET /events: every job's status changes as Server-Sent Events (models/event.py; docs/GUIDE.md,
+Watching jobs), from any replica, resumable after a position, filtered by job, node, status or
+schedule.
+
+A position names a place in each shard's stream: the ids of the last event read on each,
+joined by commas (one shard: one id, `1733450000000-0`). Without one a follower starts from
+now; `after=0` starts from the oldest event kept. Events are numbered per shard, one number
+after another: a follower that finds a number skipped (trimmed before it read them:
+EVENTS_RETAIN_SECS, models/event.py EVENTS_KEPT) is told with a `dropped` event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from scheduler.api.follow import SSE_HEADERS, Read, follow, sse
+from scheduler.api.hot import check_node_id, job_id_or_404
+from scheduler.api.http import HTTPError, one_of
+from scheduler.api.params import param
+from scheduler.api.state import store as store_of
+from scheduler.api.stores import Store
+from scheduler.models.event import Event
+from scheduler.models.job import STATUSES
+from scheduler.models.wire import check_id, rfc3339
+from scheduler.store import ops
+from scheduler.store.ops.logs import RawEvent
+
+READS = ("job_id", "node_id", "status", "schedule", "after", "follow")
+# Events read from each shard at once.
+READ_COUNT = 500
+_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_encode = msgspec.json.encode
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """What a follower asked for ("": any)."""
+
+    job_id: str = ""
+    node_id: str = ""
+    status: str = ""
+    schedule: str = ""
+
+    def passes(self, fields: dict[str, str]) -> bool:
+        return (
+            (not self.job_id or fields.get("job") == self.job_id)
+            and (not self.node_id or self.node_id in (fields.get("node"), fields.get("was")))
+            and (not self.status or fields.get("to") == self.status)
+            and (not self.schedule or fields.get("schedule") == self.schedule)
+        )
+
+
+def _filter(request: Request) -> Filter:
+    job_id, node_id = param(request, "job_id"), param(request, "node_id")
+    if job_id:
+        job_id_or_404(job_id)
+    check_node_id(node_id)
+    schedule = param(request, "schedule")
+    if schedule:
+        check_id("schedule", schedule)
+    status = one_of("status", param(request, "status"), STATUSES)
+    return Filter(job_id, node_id, status, schedule)
+
+
+def _positions(request: Request, shards: int) -> list[str]:
+    """Each shard's place: after this id, "" from its oldest, "$" from now on."""
+    raw = request.headers.get("last-event-id", "") or param(request, "after")
+    if not raw:
+        return ["$"] * shards
+    if raw == "0":
+        return [""] * shards
+    parts = raw.split(",")
+    if len(parts) != shards or not all(_ID.fullmatch(part) for part in parts):
+        raise HTTPError(400, "invalid after: use 0, or the id of an event this stream sent")
+    return parts
+
+
+def _follows(request: Request) -> bool:
+    raw = param(request, "follow")
+    if raw not in ("", "0", "1", "true", "false"):
+        raise HTTPError(400, "invalid follow: use 1 or 0")
+    return raw != "0" and raw != "false"
+
+
+async def events(request: Request) -> Response:
+    """The events after the position, then (unless follow=0) each as it happens."""
+    store = store_of(request)
+    tail = EventTail(store, _filter(request), _positions(request, len(store.shards)))
+    stream = tail.events(_follows(request))
+    return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+class EventTail:
+    """One follower of the events: each shard's position and the last number it saw there."""
+
+    def __init__(self, store: Store, wanted: Filter, positions: list[str]) -> None:
+        self.store, self.wanted, self.positions = store, wanted, positions
+        self.numbers: list[int | None] = [None] * len(positions)
+
+    async def events(self, follows: bool) -> AsyncIterator[bytes]:
+        await self._start()
+        channels = [(shard.notifier, shard.keys.events_channel) for shard in self.store.shards]
+        notifiers = [shard.notifier for shard in self.store.shards]
+
+        async def read() -> Read:
+            got = await self.read()
+            return Read(got.events, over=not follows and not got.more, more=got.more)
+
+        async for event in follow(channels, read, lambda: any(n.closing for n in notifiers)):
+            yield event
+
+    async def _start(self) -> None:
+        """ "From now on" made a position (each shard's newest event), so a wait misses none."""
+        if "$" in self.positions:
+            for raw in await self.store.run(ops.logs.events_after(tuple(self.positions), 1)):
+                self.positions[raw.shard] = raw.position
+                self.numbers[raw.shard] = int(raw.fields.get("n", 0)) or None
+            self.positions = ["" if p == "$" else p for p in self.positions]
+
+    async def read(self) -> Read:
+        found = await self.store.run(ops.logs.events_after(tuple(self.positions), READ_COUNT))
+        counts = [0] * len(self.positions)
+        out: list[bytes] = []
+        for raw in found:
+            counts[raw.shard] += 1
+            out += self._event(raw)
+        return Read(out, more=max(counts, default=0) >= READ_COUNT)
+
+    def _event(self, raw: RawEvent) -> list[bytes]:
+        out = []
+        number, last = int(raw.fields["n"]), self.numbers[raw.shard]
+        if last is not None and number > last + 1:
+            out.append(sse("dropped", _encode({"shard": raw.shard, "events": number - last - 1})))
+        self.numbers[raw.shard] = number
+        self.positions[raw.shard] = raw.position
+        if self.wanted.passes(raw.fields):
+            data = _encode(_as_event(number, raw))
+            out.append(sse("job", data, ",".join(self.positions)))
+        return out
+
+
+def _as_event(number: int, raw: RawEvent) -> Event:
+    f = raw.fields
+    at = rfc3339(int(raw.position.split("-", 1)[0]) / 1000)
+    return Event(
+        number=number,
+        job_id=f["job"],
+        status=f["to"],
+        at=at,
+        old_status=f.get("from", ""),
+        node_id=f.get("node", ""),
+        old_node_id=f.get("was", ""),
+        schedule=f.get("schedule", ""),
+        failure_reason=f.get("reason", ""),
+    )

@@ -1,0 +1,162 @@
+"""A running job's live output (docs/GUIDE.md, Watching jobs): its agent's chunks in
+(POST /jobs/{id}/output, our agent only), the output read (GET /jobs/{id}/logs, text) and
+followed (`?follow=1`, Server-Sent Events: follow.py says why) from any replica."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from scheduler.api import hot
+from scheduler.api.follow import SSE_HEADERS, Read, follow, sse
+from scheduler.api.http import NO_STORE, HTTPError, json_bytes, one_of, read_body, whole_number
+from scheduler.api.params import param
+from scheduler.api.state import agent_auth
+from scheduler.api.state import store as store_of
+from scheduler.api.stores import Store
+from scheduler.models.job import FINAL_STATUSES
+from scheduler.models.log import (
+    CHUNK_BODY_MAX_BYTES,
+    LOG_STREAMS,
+    Dropped,
+    Ended,
+    Output,
+    chunk_decoder,
+)
+from scheduler.models.wire import DecodeError, InvalidInput, decode_with
+from scheduler.store import ops
+from scheduler.store.errors import OffsetMismatch
+from scheduler.store.scripts.logs import Chunk, LogPage
+
+# A follower's read: about this many bytes of output (one chunk at least).
+FOLLOW_READ_BYTES = 256 * 1024
+MAX_ATTEMPT = 1_000_000
+READS = ("stream", "attempt", "follow", "after")
+_POSITION = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_encode = msgspec.json.encode
+
+
+async def post_output(request: Request) -> Response:
+    """A chunk of the job's output from the agent running it; answers the stream's next
+    offset, or 409 with the offset to send from."""
+    job_id = hot.job_id_or_404(request.path_params["job_id"])
+    caller = agent_auth(request).caller(request)
+    body = await read_body(request, CHUNK_BODY_MAX_BYTES)
+    try:
+        chunk = decode_with(chunk_decoder, body)
+        chunk.check()
+    except (DecodeError, InvalidInput) as exc:
+        raise HTTPError(400, f"invalid output: {exc}") from None
+    hot.check_node_id(chunk.node_id)
+    append = ops.logs.append_output(
+        job_id, caller, chunk.node_id, chunk.stream, chunk.offset, chunk.data
+    )
+    try:
+        offset = await store_of(request).run(append)
+    except OffsetMismatch as exc:
+        return json_bytes(_encode({"error": str(exc), "offset": exc.offset}), status=409)
+    return json_bytes(_encode({"offset": offset}))
+
+
+async def get_logs(request: Request) -> Response:
+    """The output of one attempt (the job's latest unless `attempt` says), as text; with
+    `follow`, as events from then on (or after the position `after`/Last-Event-ID) until the
+    job ends."""
+    job_id = hot.job_id_or_404(request.path_params["job_id"])
+    stream = one_of("stream", param(request, "stream"), LOG_STREAMS)
+    attempt = _attempt(request)
+    store = store_of(request)
+    if not _follows(request):
+        page = await store.run(ops.logs.read_log(job_id, "", store.settings.log_max_bytes))
+        return _text(page, attempt or page.attempt, stream)
+    position = _position(request)
+    first = await store.run(ops.logs.read_log(job_id, position, FOLLOW_READ_BYTES))
+    tail = LogTail(store, job_id, stream, attempt or (0 if position else first.attempt))
+    return StreamingResponse(
+        tail.events(position, first), media_type="text/event-stream", headers=SSE_HEADERS
+    )
+
+
+def _text(page: LogPage, attempt: int, stream: str) -> Response:
+    text = b"".join(c.text for c in page.chunks if c.attempt == attempt and _in(c, stream))
+    headers = {**NO_STORE, "x-attempt": str(attempt), "x-log-dropped": str(page.dropped)}
+    return Response(text, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def _in(chunk: Chunk, stream: str) -> bool:
+    return not stream or chunk.stream == stream
+
+
+def _follows(request: Request) -> bool:
+    raw = param(request, "follow")
+    if raw not in ("", "0", "1", "true", "false"):
+        raise HTTPError(400, "invalid follow: use 1 or 0")
+    return raw in ("1", "true")
+
+
+def _attempt(request: Request) -> int:
+    raw = param(request, "attempt")
+    number = whole_number(raw, MAX_ATTEMPT)
+    if raw and not number:
+        raise HTTPError(400, "invalid attempt: use an attempt number, 1 or more")
+    return number or 0
+
+
+def _position(request: Request) -> str:
+    """Where a follower resumes: after this chunk ("": from the attempt's start)."""
+    raw = request.headers.get("last-event-id", "") or param(request, "after")
+    if raw and not _POSITION.fullmatch(raw):
+        raise HTTPError(400, "invalid after: use the id of an event this stream sent")
+    return raw
+
+
+class LogTail:
+    """One follower of a job's output: its position, which attempts and stream it shows, and
+    the bytes the log had been written up to what it last read (a gap is what it missed)."""
+
+    def __init__(self, store: Store, job_id: str, stream: str, attempt: int) -> None:
+        self.store, self.job_id, self.stream, self.attempt = store, job_id, stream, attempt
+        self.position = ""
+        self.written = -1  # unknown until the first chunk (a resumed follower's gap is unseen)
+
+    async def events(self, position: str, first: LogPage) -> AsyncIterator[bytes]:
+        self.position = position
+        self.written = -1 if position else 0
+        pending: LogPage | None = first
+        shard = await self.store.client_of_job(self.job_id)
+        keys, notifier = shard.keys, shard.notifier
+        channels = [(notifier, keys.log_channel(self.job_id))]
+        channels.append((notifier, keys.job_channel(self.job_id)))  # its end
+
+        async def read() -> Read:
+            nonlocal pending
+            page, pending = pending, None
+            if page is None:
+                read_log = ops.logs.read_log(self.job_id, self.position, FOLLOW_READ_BYTES)
+                page = await self.store.run(read_log)
+            return self.read(page)
+
+        async for event in follow(channels, read, lambda: notifier.closing):
+            yield event
+
+    def read(self, page: LogPage) -> Read:
+        events = [event for chunk in page.chunks for event in self._chunk(chunk)]
+        if page.status in FINAL_STATUSES and not page.more:
+            events.append(sse("end", _encode(Ended(page.status, page.exit_code))))
+            return Read(events, over=True)
+        return Read(events, more=page.more)
+
+    def _chunk(self, chunk: Chunk) -> list[bytes]:
+        out = []
+        if 0 <= self.written < chunk.written and chunk.attempt >= self.attempt:
+            out.append(sse("dropped", _encode(Dropped(chunk.written - self.written))))
+        self.position, self.written = chunk.position, chunk.written + len(chunk.text)
+        if chunk.attempt >= self.attempt and _in(chunk, self.stream):
+            text = str(chunk.text, "utf-8", "replace")
+            data = _encode(Output(chunk.stream, chunk.attempt, text))
+            out.append(sse("output", data, chunk.position))
+        return out

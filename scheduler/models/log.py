@@ -1,0 +1,59 @@
+"""A running job's live output on the wire (docs/GUIDE.md, Watching jobs): the chunk an agent
+sends (POST /jobs/{id}/output, our agent only) and what GET /jobs/{id}/logs?follow=1 streams.
+
+The final report's stdout and stderr stay what they were (the record's, as the original's
+clients read them); this is the output while the job runs, kept apart in Redis, capped at
+LOG_MAX_BYTES per job over its attempts, and gone with the job.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from scheduler.models.wire import InvalidInput
+
+# The most one chunk may hold, in bytes of UTF-8 (the reference agent sends at most this).
+CHUNK_MAX_BYTES = 64 * 1024
+# A chunk's request body: its text JSON-escaped may be up to 6 bytes a byte ("\u0000").
+CHUNK_BODY_MAX_BYTES = 6 * CHUNK_MAX_BYTES + 1024
+LOG_STREAMS = ("stdout", "stderr")
+
+
+class OutputChunk(msgspec.Struct, forbid_unknown_fields=True):
+    """`offset`: the bytes of `stream` this run of the job sent before this chunk."""
+
+    node_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+    stream: Literal["stdout", "stderr"]
+    offset: Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+    data: Annotated[str, msgspec.Meta(min_length=1)]
+
+    def check(self) -> None:
+        if len(self.data.encode()) > CHUNK_MAX_BYTES:
+            raise InvalidInput(f"invalid data: at most {CHUNK_MAX_BYTES} bytes of UTF-8")
+
+
+chunk_decoder = msgspec.json.Decoder(OutputChunk)
+
+
+class Output(msgspec.Struct):
+    """One chunk as a follower gets it (an SSE `output` event; its id is the position)."""
+
+    stream: str
+    attempt: int
+    text: str
+
+
+class Ended(msgspec.Struct, omit_defaults=True):
+    """The job ended (an SSE `end` event, the stream's last): how."""
+
+    status: str
+    exit_code: int | None = None
+
+
+class Dropped(msgspec.Struct):
+    """Output the follower missed: trimmed from the log's start (LOG_MAX_BYTES) before it
+    was read."""
+
+    bytes: int

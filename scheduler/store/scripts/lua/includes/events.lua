@@ -1,0 +1,30 @@
+--- @include "keys"
+--- @include "EVENTS_KEPT"
+--- @include "move_place"
+
+-- The job events (models/event.py, GET /events): one per change of a job's status or node,
+-- written here in the script that makes it, so the event and the change are one atomic step.
+-- Its id is Redis' own (its clock's ms), which GET /events resumes after and the sweep trims
+-- by age; its number is the shard's event number, which an ending's outbox entry shares.
+
+-- The event of job `id` (its record `job` as it is now) from status `old` on node `from`;
+-- returns its number.
+local function note_event(id, job, old, from)
+  local n = redis.call("INCR", K.event_seq)
+  redis.call("XADD", K.events, "MAXLEN", "~", EVENTS_KEPT, "*", "n", n, "job", id,
+    "from", old, "to", job.status, "was", from or "", "node", job.node_id or "",
+    "schedule", job.schedule or "", "reason", job.failure_reason or "")
+  redis.call("PUBLISH", K.events_channel, "")
+  return n
+end
+
+-- Job `id` (number n) to status `new` on node `to` (places.py move_place, `at` as there), its
+-- event noted once the record says where it is; `reason` a failure_reason to set first.
+-- Returns the event's number (nil: the job stays where it was, no event).
+local function move_job(id, n, job, new, to, at, reason)
+  local old, from = job.status, job.node_id
+  move_place(id, n, job, new, to, at)
+  if reason and reason ~= "" then job.failure_reason = reason end
+  if old == new and (from or "") == (to or "") then return nil end  -- not a change
+  return note_event(id, job, old, from)
+end

@@ -1,0 +1,192 @@
+"""Live output (POST /jobs/{id}/output, GET /jobs/{id}/logs): a chunk held once at its
+offset, in order, capped, per attempt; read as text and followed as Server-Sent Events from a
+real server until the job ends."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from scheduler.config import Settings
+from scheduler.store import ops
+from scheduler.store.keys import Keys
+from scheduler.store.sync_store import SyncJobStore
+from tests.conftest import Serve, assert_json, assert_text_error, register, report, submit
+
+
+def claimed(api: Any, node: str = "n1") -> str:
+    """A job submitted (`node` the only node) and claimed there (running); its id."""
+    job = submit(api, command="echo hi")
+    assert job["node_id"] == node
+    assert report(api, job["job_id"], "running", node_id=node).status_code == 200
+    return str(job["job_id"])
+
+
+def send(api: Any, job_id: str, data: str, offset: int, stream: str = "stdout", **kw: Any) -> Any:
+    body = {"node_id": kw.pop("node", "n1"), "stream": stream, "offset": offset, "data": data}
+    return api.post(f"/jobs/{job_id}/output", json=body, **kw)
+
+
+@pytest.fixture
+def api(client: TestClient) -> TestClient:
+    register(client, "n1")
+    return client
+
+
+def test_chunks_are_held_in_order_and_read_as_text(api: TestClient) -> None:
+    job_id = claimed(api)
+    assert assert_json(send(api, job_id, "one\n", 0)) == {"offset": 4}
+    assert assert_json(send(api, job_id, "oops\n", 0, "stderr")) == {"offset": 5}
+    assert assert_json(send(api, job_id, "two\n", 4)) == {"offset": 8}
+    logs = api.get(f"/jobs/{job_id}/logs")
+    assert logs.status_code == 200 and logs.text == "one\noops\ntwo\n"
+    assert logs.headers["content-type"] == "text/plain; charset=utf-8"
+    assert logs.headers["x-attempt"] == "1"
+    assert api.get(f"/jobs/{job_id}/logs?stream=stdout").text == "one\ntwo\n"
+    assert api.get(f"/jobs/{job_id}/logs?stream=stderr").text == "oops\n"
+
+
+def test_a_chunk_sent_again_is_held_once_and_a_gap_is_refused(api: TestClient) -> None:
+    job_id = claimed(api)
+    assert assert_json(send(api, job_id, "abc", 0)) == {"offset": 3}
+    assert assert_json(send(api, job_id, "abc", 0)) == {"offset": 3}  # its answer was lost
+    assert assert_json(send(api, job_id, "bcd", 1)) == {"offset": 4}  # overlaps: the rest
+    gap = send(api, job_id, "zzz", 10)
+    assert gap.status_code == 409 and gap.json()["offset"] == 4
+    assert api.get(f"/jobs/{job_id}/logs").text == "abcd"
+
+
+def test_output_is_refused_unless_the_job_runs_on_that_node(api: TestClient) -> None:
+    pending = submit(api, command="x")["job_id"]
+    assert_text_error(send(api, pending, "x", 0), 404, "job not running on this node")
+    job_id = claimed(api)
+    register(api, "n2")
+    assert_text_error(send(api, job_id, "x", 0, node="n2"), 404, "job not running on this node")
+    assert report(api, job_id, "done", node_id="n1", exit_code=0).status_code == 200
+    assert_text_error(send(api, job_id, "late", 0), 404, "job not running on this node")
+    assert api.get(f"/jobs/{job_id}/logs").text == ""
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"node_id": "n1", "stream": "stdin", "offset": 0, "data": "x"}, "stream"),
+        ({"node_id": "n1", "stream": "stdout", "offset": -1, "data": "x"}, "offset"),
+        ({"node_id": "n1", "stream": "stdout", "offset": 0, "data": ""}, "data"),
+        ({"node_id": "n1", "stream": "stdout", "offset": 0, "data": "x" * 65537}, "data"),
+        ({"stream": "stdout", "offset": 0, "data": "x"}, "node_id"),
+    ],
+)
+def test_a_bad_chunk_is_a_400_naming_its_field(api: TestClient, body: Any, message: str) -> None:
+    job_id = claimed(api)
+    response = api.post(f"/jobs/{job_id}/output", json=body)
+    assert response.status_code == 400 and message in response.text
+    assert api.get(f"/jobs/{job_id}/logs").text == ""
+
+
+def test_the_log_keeps_the_newest_bytes_up_to_its_cap(make_client: Any) -> None:
+    api = make_client(log_max_bytes=65536)
+    register(api, "n1")
+    job_id = claimed(api)
+    offset = 0
+    for i in range(5):
+        line = f"{i}" * 30000
+        offset = assert_json(send(api, job_id, line, offset))["offset"]
+    logs = api.get(f"/jobs/{job_id}/logs")
+    assert logs.text == "3" * 30000 + "4" * 30000
+    assert logs.headers["x-log-dropped"] == str(90000)
+
+
+def test_each_attempt_keeps_its_own_output(make_client: Any) -> None:
+    api = make_client(max_job_retries=1)
+    register(api, "n1")
+    job_id = claimed(api)
+    send(api, job_id, "first try\n", 0)
+    assert report(api, job_id, "failed", node_id="n1", exit_code=1).status_code == 200
+    assert report(api, job_id, "running", node_id="n1").status_code == 200
+    assert assert_json(send(api, job_id, "second\n", 0)) == {"offset": 7}  # offsets anew
+    assert api.get(f"/jobs/{job_id}/logs").text == "second\n"
+    assert api.get(f"/jobs/{job_id}/logs?attempt=1").text == "first try\n"
+    assert api.get(f"/jobs/{job_id}/logs").headers["x-attempt"] == "2"
+
+
+def test_bad_parameters_are_400s_and_a_missing_job_a_404(api: TestClient) -> None:
+    job_id = claimed(api)
+    assert_text_error(api.get("/jobs/job-999/logs"), 404, "job not found")
+    for query, name in [
+        ("stream=stdin", "stream"),
+        ("attempt=0", "attempt"),
+        ("attempt=x", "attempt"),
+        ("follow=yes", "follow"),
+        ("follow=1&after=nope", "after"),
+    ]:
+        response = api.get(f"/jobs/{job_id}/logs?{query}")
+        assert response.status_code == 400 and f"invalid {name}" in response.text, query
+
+
+def test_the_log_goes_with_the_job_past_retention(
+    make_client: Any, make_settings: Any, rclient: Any
+) -> None:
+    settings: Settings = make_settings(job_retention_secs=60)
+    store = SyncJobStore.connect(settings)
+    api = make_client(settings)
+    register(api, "n1")
+    job_id = claimed(api)
+    send(api, job_id, "x", 0)
+    assert report(api, job_id, "done", node_id="n1", exit_code=0).status_code == 200
+    keys = Keys(settings.redis_prefix)
+    assert rclient.exists(keys.job_log(job_id), keys.job_log_state(job_id)) == 2
+    rclient.delete(keys.dirty)  # as a snapshot that has written it
+    try:
+        assert job_id in store.run(ops.upkeep.prune_finished(time.time() + 61))
+    finally:
+        store.close()
+    assert rclient.exists(keys.job_log(job_id), keys.job_log_state(job_id)) == 0
+
+
+def sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Each event of an SSE stream: its fields, `data` decoded."""
+    event: dict[str, Any] = {}
+    for line in lines:
+        if line == "":
+            if "data" in event:
+                event["data"] = json.loads(event["data"])
+                yield event
+            event = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(": ")
+            event[name] = value
+
+
+def test_a_follower_sees_output_as_it_comes_until_the_job_ends(serve: Serve) -> None:
+    url = serve()
+    with httpx.Client(base_url=url, timeout=30) as http:
+        register(http, "n1")  # type: ignore[arg-type]
+        job_id = claimed(http)
+        send(http, job_id, "before\n", 0)
+        seen: list[dict[str, Any]] = []
+        with http.stream("GET", f"/jobs/{job_id}/logs?follow=1") as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = sse_events(response.iter_lines())
+            seen.append(next(events))
+            assert seen[0]["data"] == {"stream": "stdout", "attempt": 1, "text": "before\n"}
+            # Sent while the follower waits: it wakes and gets it.
+            threading.Thread(target=send, args=(http, job_id, "after\n", 7)).start()
+            seen.append(next(events))
+            assert seen[1]["data"]["text"] == "after\n"
+            report(http, job_id, "done", node_id="n1", exit_code=3)
+            end = next(events)
+            assert end["event"] == "end" and end["data"] == {"status": "done", "exit_code": 3}
+        # Resumed after the first event: the rest only.
+        headers = {"last-event-id": seen[0]["id"]}
+        with http.stream("GET", f"/jobs/{job_id}/logs?follow=1", headers=headers) as response:
+            rest = list(sse_events(response.iter_lines()))
+        assert [e["event"] for e in rest] == ["output", "end"]
+        assert rest[0]["data"]["text"] == "after\n"
