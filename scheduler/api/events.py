@@ -6,7 +6,8 @@ A position names a place in each shard's stream: the ids of the last event read 
 joined by commas (one shard: one id, `1733450000000-0`). Without one a follower starts from
 now; `after=0` starts from the oldest event kept. Events are numbered per shard, one number
 after another: a follower that finds a number skipped (trimmed before it read them:
-EVENTS_RETAIN_SECS, models/event.py EVENTS_KEPT) is told with a `dropped` event.
+EVENTS_RETAIN_SECS, models/event.py EVENTS_KEPT) is told with a `dropped` event, which counts
+them unless the event it resumed after is gone too.
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ class EventTail:
     def __init__(self, store: Store, wanted: Filter, positions: list[str]) -> None:
         self.store, self.wanted, self.positions = store, wanted, positions
         self.numbers: list[int | None] = [None] * len(positions)
+        # A position given: its own event is read first (then skipped) for its number, so
+        # what was trimmed after it is counted; gone itself, the gap is told uncounted.
+        self.resuming = [p not in ("", "$") for p in positions]
 
     async def events(self, follows: bool) -> AsyncIterator[bytes]:
         await self._start()
@@ -124,7 +128,9 @@ class EventTail:
             self.positions = ["" if p == "$" else p for p in self.positions]
 
     async def read(self) -> Read:
-        found = await self.store.run(ops.logs.events_after(tuple(self.positions), READ_COUNT))
+        pairs = zip(self.positions, self.resuming, strict=True)
+        starts = tuple("=" + position if resuming else position for position, resuming in pairs)
+        found = await self.store.run(ops.logs.events_after(starts, READ_COUNT))
         counts = [0] * len(self.positions)
         out: list[bytes] = []
         for raw in found:
@@ -135,6 +141,12 @@ class EventTail:
     def _event(self, raw: RawEvent) -> list[bytes]:
         out = []
         number, last = int(raw.fields["n"]), self.numbers[raw.shard]
+        if self.resuming[raw.shard]:
+            self.resuming[raw.shard] = False
+            if raw.position == self.positions[raw.shard]:
+                self.numbers[raw.shard] = number
+                return []
+            out.append(sse("dropped", _encode({"shard": raw.shard})))
         if last is not None and number > last + 1:
             out.append(sse("dropped", _encode({"shard": raw.shard, "events": number - last - 1})))
         self.numbers[raw.shard] = number

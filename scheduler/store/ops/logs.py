@@ -42,13 +42,13 @@ def _concat(parts: list[list[RawEvent]]) -> list[RawEvent]:
 
 @operation(each(_concat))
 def events_after(shard: Shard, positions: tuple[str, ...], count: int) -> Steps[list[RawEvent]]:
-    """Each shard's events after its position in `positions` ("": its oldest kept, "$": none,
-    from now on), at most `count` per shard, oldest first."""
+    """Each shard's events after its position in `positions` ("": its oldest kept, "$": its
+    newest alone, "=<id>": from that one on), at most `count` per shard, oldest first."""
     after = positions[shard.index] if shard.index < len(positions) else ""
     if after == "$":
         raw: list[Any] = yield from send("XREVRANGE", shard.keys.events, "+", "-", "COUNT", 1)
     else:
-        start = f"({after}" if after else "-"
+        start = after[1:] if after.startswith("=") else f"({after}" if after else "-"
         raw = yield from send("XRANGE", shard.keys.events, start, "+", "COUNT", count)
     return [RawEvent(shard.index, str(position, "ascii"), _fields(flat)) for position, flat in raw]
 
