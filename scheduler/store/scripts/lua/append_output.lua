@@ -12,12 +12,12 @@
 -- the oldest chunks dropped past it, so one chunk's work is O(1) amortised. Each chunk says
 -- how many bytes the log was written before it: a reader finds what it missed by the gap.
 -- Returns {OK, the stream's next offset} | {MISMATCH, the offset wanted} | {NOT_RUNNING} (the
--- job is not running on `node`) | a refusal of job_access (NOT_FOUND, UNAUTHORIZED, NOT_READY)
+-- job is not running on `node`, or a node token is another node's) | a refusal of job_access (NOT_FOUND, UNAUTHORIZED, NOT_READY)
 local access, owner = job_access(caller, job_id)
 if access ~= OK then return {access} end
 local job = load_job(job_id)
-local on = owner or node
-if not job or (job.status ~= "running" and job.status ~= "cancelling") or job.node_id ~= on then
+local running = job and (job.status == "running" or job.status == "cancelling")
+if not running or job.node_id ~= node or (owner and owner ~= node) then
   return {NOT_RUNNING}
 end
 local state, log = K.job_log_state(job_id), K.job_log(job_id)
