@@ -12,7 +12,8 @@
 -- the oldest chunks dropped past it, so one chunk's work is O(1) amortised. Each chunk says
 -- how many bytes the log was written before it: a reader finds what it missed by the gap.
 -- Returns {OK, the stream's next offset} | {MISMATCH, the offset wanted} | {NOT_RUNNING} (the
--- job is not running on `node`, or a node token is another node's) | a refusal of job_access (NOT_FOUND, UNAUTHORIZED, NOT_READY)
+-- job is not running on `node`, or a node token is another node's) | a refusal of job_access
+-- (NOT_FOUND, UNAUTHORIZED, NOT_READY)
 local access, owner = job_access(caller, job_id)
 if access ~= OK then return {access} end
 local job = load_job(job_id)
