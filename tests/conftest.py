@@ -108,6 +108,9 @@ def make_settings(redis_url: str, prefix: str, tmp_path: Path) -> SettingsFactor
             # An upgrade watches the old keys this long (tests of the watch set their own).
             "upgrade_watch_secs": 0.2,
             "allowed_hosts": TEST_HOSTS,
+            # A follower's stream answers what is there and ends (Starlette's TestClient
+            # reads a whole response before it returns); tests of following set their own.
+            "follow_max_secs": 0,
         }
         return Settings.from_env({}, **{**base, **overrides})
 

@@ -33,10 +33,11 @@ _NOT_JOB_STATE = {
     "libraries",  # the function libraries in use (ops.upkeep.retire_libraries): bookkeeping
 }
 # rq: the workers' queues; runs, stats: their bookkeeping.
-# attempts: Redis-only, by design (a restore brings jobs back without them).
+# attempts, live output (log:) and events: Redis-only, by design (a restore brings jobs
+# back without them).
 _NOT_JOB_PREFIXES = (
     "lock:", "nodes", "outbox", "rq:", "runs:", "stats", "attempts:", "series", "ui:", "authfail:",
-    "label:",
+    "label:", "log:", "events",
 )  # fmt: skip
 
 

@@ -116,7 +116,11 @@ class EventTail:
             got = await self.read()
             return Read(got.events, over=not follows and not got.more, more=got.more)
 
-        async for event in follow(channels, read, lambda: any(n.closing for n in notifiers)):
+        closing, most = (
+            (lambda: any(n.closing for n in notifiers)),
+            self.store.settings.follow_max_secs,
+        )
+        async for event in follow(channels, read, closing, most):
             yield event
 
     async def _start(self) -> None:

@@ -62,10 +62,14 @@ async def follow(
     subscriptions: Sequence[tuple[Notifier, str]],
     read: Callable[[], Awaitable[Read]],
     closing: Callable[[], bool],
+    most_secs: float,
 ) -> AsyncIterator[bytes]:
     """SSE bytes: `read()`'s events each time there may be more, until it says the stream
-    is over or the process stops; a keepalive while nothing happens."""
+    is over, the process stops or `most_secs` have passed (FOLLOW_MAX_SECS: the client
+    reconnects from its last event, maybe to another replica); a keepalive while idle."""
     yield START
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + most_secs
     while not closing():
         async with watching(subscriptions) as watch:
             while True:
@@ -77,9 +81,12 @@ async def follow(
                     return
                 if got.more:
                     continue  # more than one read's worth was there
+                left = deadline - loop.time()
+                if left <= 0:
+                    return
                 if watch.lost or closing():
                     break  # the subscriptions died: watch again (or stop)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watch.event.wait(), KEEPALIVE_SECS)
-                if not watch.event.is_set():
+                    await asyncio.wait_for(watch.event.wait(), min(KEEPALIVE_SECS, left))
+                if not watch.event.is_set() and deadline > loop.time():
                     yield KEEPALIVE

@@ -140,7 +140,8 @@ class LogTail:
                 page = await self.store.run(read_log)
             return self.read(page)
 
-        async for event in follow(channels, read, lambda: notifier.closing):
+        most = self.store.settings.follow_max_secs
+        async for event in follow(channels, read, lambda: notifier.closing, most):
             yield event
 
     def read(self, page: LogPage) -> Read:

@@ -15,6 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 
+from scheduler.config.errors import ConfigError as ConfigError
+from scheduler.config.hosts import ANY_HOST as ANY_HOST
+from scheduler.config.hosts import LOOPBACK_HOSTS as LOOPBACK_HOSTS
+from scheduler.config.hosts import host_names as host_names
 from scheduler.config.networks import NetworkListError, Networks, parse_networks
 from scheduler.config.redis_url import RedisTarget, redact
 from scheduler.config.redis_url import parse as parse_url
@@ -26,10 +30,6 @@ MiB = 1024 * 1024
 # What a REDIS_PREFIX may hold: no braces (store/keys.py wraps it in a hash tag), no glob
 # characters, and nothing rq refuses in its RQ_KEY_PREFIX (built from it).
 REDIS_PREFIX_CHARS = re.compile(r"[A-Za-z0-9_.:-]+")
-
-
-class ConfigError(ValueError):
-    """A setting has a value that cannot be used; the message names the variable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +163,9 @@ class Settings:
     # Live output (GET /jobs/{id}/logs): what Redis keeps of one job's, over its attempts; at
     # least one chunk (the agent's are 64 KiB at most), so the newest is never trimmed.
     log_max_bytes: int = field(default=1 << 20, metadata={"env": "LOG_MAX_BYTES", "min": 65536})
+    # A follower's stream (logs?follow=1, /events) ends after this long; its client goes on
+    # from its last event, maybe on another replica (so followers spread over replicas).
+    follow_max_secs: float = field(default=600.0, metadata={"env": "FOLLOW_MAX_SECS", "min": 0})
     # GET /events: how long the stream of job events is kept to resume from (at most
     # models/event.py EVENTS_KEPT of them per shard, whatever their age).
     events_retain_secs: int = field(
@@ -334,32 +337,6 @@ def redis_prefix_from_env(environ: Mapping[str, str]) -> str:
     """REDIS_PREFIX exactly as `Settings.from_env` reads it, without the other settings (the
     workers need it before they import rq). Raises ConfigError as from_env does."""
     return Settings.from_env({"REDIS_PREFIX": environ.get("REDIS_PREFIX", "")}).redis_prefix
-
-
-# Always allowed Host names: a page elsewhere cannot make a browser send them (a name it
-# controls rebound to 127.0.0.1 is still sent as that name).
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-ANY_HOST = "*"
-# A host name or IPv4 address, or an IPv6 address (brackets optional): the host part of a
-# Host header, lowercased, without its port.
-HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?|\[?[0-9a-f:.]*:[0-9a-f:.]*\]?")
-
-
-def host_names(setting: str) -> frozenset[str]:
-    """ALLOWED_HOSTS as the names it allows ("*" for any), lowercased, IPv6 addresses
-    without brackets; ConfigError naming ALLOWED_HOSTS for an entry that is not a host."""
-    names = set()
-    for entry in setting.lower().split(","):
-        name = entry.strip()
-        if not name:
-            continue
-        if name != ANY_HOST and not HOST_NAME.fullmatch(name):
-            raise ConfigError(
-                f"ALLOWED_HOSTS: {entry.strip()!r} is not a host name or address (no scheme, "
-                "port or path; * for any)"
-            )
-        names.add(name.strip("[]"))
-    return frozenset(names)
 
 
 def parse_redis_url(url: str) -> RedisTarget:

@@ -63,8 +63,12 @@ def rule_before(method: str, path: str, query: bytes) -> str:
         # A node's drain (issue 24): open at the door, as DELETE /nodes/{id}; another method
         # (a 405) needs the key, as every entry's.
         return "open" if method == "POST" else "key"
-    if re.fullmatch(r"/jobs/[^/]*/(retry|attempts)", path):
-        return "key"  # a job's retry and attempts (issue 23): the operator's, any method
+    if re.fullmatch(r"/jobs/[^/]*/(retry|attempts|logs)", path):
+        return "key"  # a job's retry, attempts (issue 23), output (39): the operator's
+    if re.fullmatch(r"/jobs/[^/]+/output", path):
+        # An agent's live output (issue 39): open at the door (its handler decides, as a
+        # report's), another method (a 405) the key's, as every entry's.
+        return "open" if method == "POST" else "key"
     if method == "PATCH":
         prefixes = ("/jobs/", "/services/")
         return "open" if any(path.startswith(p) and len(path) > len(p) for p in prefixes) else "key"
@@ -119,6 +123,10 @@ LABELS_BEFORE = {
     # Drains (issue 24): the key, or a node's own token for its own node.
     "/nodes/{id}/drain",
     "/nodes/{id}/undrain",
+    # Live output and events (issue 39): an agent's chunks; the output and events, the key's.
+    "/jobs/{id}/output",
+    "/jobs/{id}/logs",
+    "/events",
 }
 
 

@@ -129,6 +129,7 @@ def cluster(
         api_key=KEY,
         agent_auth=mode,
         allowed_hosts="testserver",  # Starlette's TestClient's Host
+        follow_max_secs=0,  # a follower's stream answers what is there and ends
     )
     app = create_app(settings)
     with contextlib.ExitStack() as opened:

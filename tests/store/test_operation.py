@@ -66,7 +66,7 @@ def test_every_operation_is_named_once_across_the_ops_modules() -> None:
 # store/ops/ and run through `run`).
 EXECUTOR_METHODS = {
     JobStore: {"run", "on_shard", "shard_of", "start", "aclose", "connect", "notifiers"}
-    | {"send_poll", "send_get", "poll_wait", "get_wait"},
+    | {"send_poll", "send_get", "poll_wait", "get_wait", "client_of_job"},
     SyncJobStore: {"run", "call", "close", "connect"},
 }
 
