@@ -391,3 +391,12 @@ class FakeRegistry(FakeService):
             node_id = self.instances[instance_id]
             return 200, _json({"id": instance_id, "node_id": node_id, "status": "running"})
         return 404, b"not found\n"
+
+
+def ending_number(rclient: Any, keys: Any, job_id: str) -> int:
+    """The event number of `job_id`'s ending (its SNS outbox entry's too), from the shard's
+    stream of job events (GET /events): its last event."""
+    for _, fields in reversed(rclient.xrange(keys.events, "-", "+")):
+        if fields[b"job"].decode() == job_id:
+            return int(fields[b"n"])
+    raise AssertionError(f"no event of {job_id}")

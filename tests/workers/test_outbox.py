@@ -54,6 +54,11 @@ def api_for(make_client: ClientFactory, ctx: Context) -> TestClient:
     return api
 
 
+def outbox_numbers(ctx: Context) -> list[int]:
+    """The event numbers of the outbox's entries (each ending's job event's: GET /events)."""
+    return [int(entry.split(b" ", 1)[0]) for entry in ctx.redis.lrange(ctx.keys.outbox, 0, -1)]
+
+
 def events_queue(ctx: Context) -> Queue:
     return queues.queue(ctx.redis, ctx.settings, queues.EVENTS)
 
@@ -83,9 +88,10 @@ def test_final_transitions_are_published_with_the_exact_body(
     assert_json(report(api, retried, "running"))
     assert_json(report(api, retried, "failed", exit_code=1))  # final: event
 
+    numbers = outbox_numbers(ctx)
     assert tasks.flush_outbox(period=1) == 2
     assert ctx.redis.llen(ctx.keys.outbox) == 0
-    assert events_queue(ctx).job_ids == [ctx.keys.rq_job_id("event", n) for n in (1, 2)]
+    assert events_queue(ctx).job_ids == [ctx.keys.rq_job_id("event", n) for n in numbers]
     work_burst(ctx.settings)
 
     assert [p.body for p in sns.published] == [
@@ -174,10 +180,11 @@ def test_a_failing_publish_is_retried_with_backoff_then_delivered(
     ctx = make_ctx(sns_url=sns.url)
     job_id = finish(api_for(make_client, ctx))
     sns.failing = 500
+    [number] = outbox_numbers(ctx)
     tasks.flush_outbox(period=1)
     work_burst(ctx.settings)
     scheduled = ScheduledJobRegistry(queue=events_queue(ctx))  # type: ignore[no-untyped-call]
-    assert scheduled.get_job_ids() == [ctx.keys.rq_job_id("event", 1)]  # waiting for backoff
+    assert scheduled.get_job_ids() == [ctx.keys.rq_job_id("event", number)]  # its backoff
     assert sns.refused == 1
 
     sns.failing = None
@@ -199,6 +206,7 @@ def test_a_publish_out_of_retries_stays_in_the_failed_registry(
     ctx = make_ctx(sns_url=sns.url, sns_retry_max=1)
     finish(api_for(make_client, ctx))
     sns.failing = 503
+    [number] = outbox_numbers(ctx)
     tasks.flush_outbox(period=1)
     trigger = Trigger(ctx.redis, ctx.settings)
     failed = FailedJobRegistry(queue=events_queue(ctx))
@@ -210,7 +218,7 @@ def test_a_publish_out_of_retries_stays_in_the_failed_registry(
 
     job_ids = eventually(exhausted)
     trigger.stop()
-    assert job_ids == [ctx.keys.rq_job_id("event", 1)]
+    assert job_ids == [ctx.keys.rq_job_id("event", number)]
     result = RqJob.fetch(job_ids[0], connection=ctx.redis).latest_result()
     assert result is not None
     assert "SNS answered 503" in (result.exc_string or "")
@@ -236,6 +244,7 @@ def test_a_retried_publish_logs_one_warning_per_attempt_and_no_traceback(
         sns.failing = 500
     else:
         sns.stop()
+    [number] = outbox_numbers(ctx)
     tasks.flush_outbox(period=1)
     trigger = Trigger(ctx.redis, ctx.settings)
     failed = FailedJobRegistry(queue=events_queue(ctx))
@@ -249,16 +258,16 @@ def test_a_retried_publish_logs_one_warning_per_attempt_and_no_traceback(
 
     eventually(exhausted)
     trigger.stop()
-    job_id = ctx.keys.rq_job_id("event", 1)
+    job_id = ctx.keys.rq_job_id("event", number)
     error = "SNS answered 500: sns is failing" if outage == "500" else "SNS unreachable: "
     assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
     warnings = noted(caplog, logging.WARNING)
     assert len(warnings) == 2, warnings  # the first attempt and the first retry
     for line, remaining in zip(warnings, [1, 0], strict=True):
-        assert line.startswith(f"job {job_id}: event 1: {error}"), line
+        assert line.startswith(f"job {job_id}: event {number}: {error}"), line
         assert line.endswith(f"; retrying in 1 s, {remaining} retries remaining"), line
     [given_up] = noted(caplog, logging.ERROR)  # the second retry, the last
-    assert given_up.startswith(f"job {job_id}: event 1: {error}"), given_up
+    assert given_up.startswith(f"job {job_id}: event {number}: {error}"), given_up
     assert given_up.endswith("; out of retries, given up"), given_up
     assert noted(caplog, logging.CRITICAL) == []
     assert "\n" not in given_up + "".join(warnings)

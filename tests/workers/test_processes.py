@@ -24,7 +24,7 @@ from scheduler.config import Settings
 from scheduler.store.keys import Keys
 from tests import rq_state
 from tests.conftest import ClientFactory, assert_json, register, report
-from tests.fakes import FakeSNS, FakeSQS, eventually
+from tests.fakes import FakeSNS, FakeSQS, ending_number, eventually
 from tests.processes import scheduler_env, worker_burst
 from workers import queues
 
@@ -255,7 +255,9 @@ def test_a_burst_worker_logs_sns_sqs_and_registry_outages_as_one_line_each(
     assert_json(report(api, job_id, "done", exit_code=0))
     down = "http://127.0.0.1:9"  # nothing listens: connection refused
     outage = {**env, "SNS_URL": down, "SQS_URL": down, "REGISTRY_URL": down, "SNS_RETRY_MAX": "1"}
-    event_job = Keys(settings.redis_prefix).rq_job_id("event", 1)
+    keys = Keys(settings.redis_prefix)
+    number = ending_number(rclient, keys, job_id)
+    event_job = keys.rq_job_id("event", number)
 
     first = worker_burst(outage).stderr  # each periodic task once, and the first publish
     assert "Traceback" not in first
@@ -263,7 +265,7 @@ def test_a_burst_worker_logs_sns_sqs_and_registry_outages_as_one_line_each(
     assert len(log_lines(first, "WARNING", "workers.tasks", "registry not readable")) == 1
     assert len(log_lines(first, "WARNING", "workers.sqs", "receive failed")) == 1
     [attempt] = log_lines(first, "WARNING", "workers.worker", f"job {event_job}: ")
-    assert f"job {event_job}: event 1: SNS unreachable: " in attempt
+    assert f"job {event_job}: event {number}: SNS unreachable: " in attempt
     assert attempt.endswith("; retrying in 1 s, 0 retries remaining")
 
     later: list[str] = []
@@ -275,7 +277,7 @@ def test_a_burst_worker_logs_sns_sqs_and_registry_outages_as_one_line_each(
     eventually(retried, timeout=60, interval=0.2)
     assert not any("Traceback" in log for log in later)
     [given_up] = log_lines(later[-1], "ERROR", "workers.worker", f"job {event_job}: ")
-    assert f"job {event_job}: event 1: SNS unreachable: " in given_up
+    assert f"job {event_job}: event {number}: SNS unreachable: " in given_up
     assert given_up.endswith("; out of retries, given up")
     assert "".join(later).count(" ERROR ") == 1
     assert not log_lines("".join(later), "WARNING", "workers.worker", "")

@@ -19,7 +19,7 @@ from scheduler.store.keys import Keys, glob_escape
 from scheduler.store.legacy_keys import LegacyKeys
 from scheduler.store.migrate import RETIRED, rename_legacy_keys
 from tests.conftest import ClientFactory, CtxFactory, assert_json, register, report, submit
-from tests.fakes import FakeSNS
+from tests.fakes import FakeSNS, ending_number
 from tests.processes import scheduler_env, worker_burst
 from tests.snapshot_helpers import job_state
 from workers import queues, tasks
@@ -51,11 +51,11 @@ def build_old_deployment(
     assert tasks.snapshot(period=1) == 1  # the snapshot knows the first job only
     second = finish(api)
     pending = submit(api, command="later")["job_id"]
-    assert tasks.flush_outbox(period=1) == 2  # events 1 and 2 enqueued on rq
-    # Event 2 failed once: rq holds its retry in the scheduled registry, due now.
+    assert tasks.flush_outbox(period=1) == 2  # both endings' events enqueued on rq
+    # The second's failed once: rq holds its retry in the scheduled registry, due now.
     in_process = Keys(settings.redis_prefix)
     events = queues.queue(r, settings, queues.EVENTS)
-    retried = keys.rq_job_id("event", 2)
+    retried = keys.rq_job_id("event", ending_number(r, in_process, second))
     r.lrem(events.key, 1, retried)
     r.zadd(events.scheduled_job_registry.key, {retried: time.time() - 1})
     r.hset(events.job_class.key_for(retried), "status", "scheduled")
@@ -112,7 +112,7 @@ def crash_midway(r: redis.Redis, settings: Settings) -> None:
     for key in renames[: len(renames) // 2]:
         r.rename(key, old.renamed(key, keys))
     queue = keys.rq_queue(queues.EVENTS)
-    first = keys.rq_job_id("event", 1)
+    first = _text(r.lindex(LegacyKeys.rq("queue", queue), 0))  # the first job's publish
     r.rename(LegacyKeys.rq("job", first), keys.rq_key("job", first))
     r.rpush(keys.rq_key("queue", queue), first)
     r.lrem(LegacyKeys.rq("queue", queue), 1, first)
@@ -148,7 +148,8 @@ def test_an_old_deployment_is_renamed_at_start_and_loses_nothing(
     assert [job["job_id"] for job in polled] == [old["pending"]]
     # Both publishes were made, from rq's new keys (the scheduled one promoted first).
     assert sorted(e["job_id"] for e in sns.events()) == sorted(old["done"])
-    for number in (1, 2):
+    for job_id in old["done"]:
+        number = ending_number(rclient, keys, job_id)
         assert rclient.exists(keys.rq_key("job", keys.rq_job_id("event", number)))
     assert "upgrade: renamed" in log and "upgrade: moved rq's work" in log, log
 
