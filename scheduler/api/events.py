@@ -4,7 +4,8 @@ schedule.
 
 A position names a place in each shard's stream: the ids of the last event read on each,
 joined by commas (one shard: one id, `1733450000000-0`). Without one a follower starts from
-now; `after=0` starts from the oldest event kept. Events are numbered per shard, one number
+now; `after=0` starts from the oldest event kept. A stream begins with its starting position
+(an `id:` line alone), so a client that reconnects before any event loses none. Events are numbered per shard, one number
 after another: a follower that finds a number skipped (trimmed before it read them:
 EVENTS_RETAIN_SECS, models/event.py EVENTS_KEPT) is told with a `dropped` event, which counts
 them unless the event it resumed after is gone too.
@@ -36,6 +37,7 @@ READS = ("job_id", "node_id", "status", "schedule", "after", "follow")
 # Events read from each shard at once.
 READ_COUNT = 500
 _ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+BEFORE_ALL = "0-0"  # a position before any event (Redis' ids start above it)
 _encode = msgspec.json.encode
 
 
@@ -70,12 +72,12 @@ def _filter(request: Request) -> Filter:
 
 
 def _positions(request: Request, shards: int) -> list[str]:
-    """Each shard's place: after this id, "" from its oldest, "$" from now on."""
+    """Each shard's place: after this id (BEFORE_ALL: from its oldest), "$" from now on."""
     raw = request.headers.get("last-event-id", "") or param(request, "after")
     if not raw:
         return ["$"] * shards
     if raw == "0":
-        return [""] * shards
+        return [BEFORE_ALL] * shards
     parts = raw.split(",")
     if len(parts) != shards or not all(_ID.fullmatch(part) for part in parts):
         raise HTTPError(400, "invalid after: use 0, or the id of an event this stream sent")
@@ -105,10 +107,13 @@ class EventTail:
         self.numbers: list[int | None] = [None] * len(positions)
         # A position given: its own event is read first (then skipped) for its number, so
         # what was trimmed after it is counted; gone itself, the gap is told uncounted.
-        self.resuming = [p not in ("", "$") for p in positions]
+        self.resuming = [p not in (BEFORE_ALL, "$") for p in positions]
 
     async def events(self, follows: bool) -> AsyncIterator[bytes]:
         await self._start()
+        # Where it starts, as an event with no data (a client keeps it as its last id and
+        # dispatches nothing): one that reconnects before any event resumes from here.
+        yield f"id: {','.join(self.positions)}\n\n".encode()
         channels = [(shard.notifier, shard.keys.events_channel) for shard in self.store.shards]
         notifiers = [shard.notifier for shard in self.store.shards]
 
@@ -129,7 +134,7 @@ class EventTail:
             for raw in await self.store.run(ops.logs.events_after(tuple(self.positions), 1)):
                 self.positions[raw.shard] = raw.position
                 self.numbers[raw.shard] = int(raw.fields.get("n", 0)) or None
-            self.positions = ["" if p == "$" else p for p in self.positions]
+            self.positions = [BEFORE_ALL if p == "$" else p for p in self.positions]
 
     async def read(self) -> Read:
         pairs = zip(self.positions, self.resuming, strict=True)

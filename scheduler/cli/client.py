@@ -14,11 +14,12 @@ the environment.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 from urllib.parse import quote
 
@@ -76,6 +77,22 @@ class Client:
         if response.status_code in (401, 429):
             self.unauthorized = True
         return response
+
+    @contextlib.contextmanager
+    def stream(
+        self, path: str, params: dict[str, str], headers: dict[str, str], read_secs: float
+    ) -> Iterator[httpx.Response]:
+        """GET `path`, its body read as it comes, a read waiting up to `read_secs` (a
+        follower's: longer than the server's keepalive). httpx's errors are raised as they
+        are: a follower (sse.py) reconnects after them."""
+        t = self.http.timeout
+        timeout = httpx.Timeout(connect=t.connect, read=read_secs, write=t.write, pool=t.pool)
+        with self.http.stream(
+            "GET", path, params=params, headers=headers, timeout=timeout
+        ) as response:
+            if response.status_code in (401, 429):
+                self.unauthorized = True
+            yield response
 
     def submit(self, body: dict[str, Any], key: str) -> httpx.Response:
         """POST /jobs under an Idempotency-Key: a POST whose answer was lost (the network, a
@@ -282,8 +299,9 @@ def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
     return handle
 
 
-def _common(parser: argparse.ArgumentParser, poll: bool = True) -> None:
-    parser.add_argument("--json", action="store_true", help="print the scheduler's JSON")
+def _common(parser: argparse.ArgumentParser, poll: bool = True, json_option: bool = True) -> None:
+    if json_option:
+        parser.add_argument("--json", action="store_true", help="print the scheduler's JSON")
     parser.add_argument("--scheduler-url", default="", help="default: $SCHEDULER_URL")
     if poll:
         parser.add_argument(

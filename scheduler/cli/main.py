@@ -224,6 +224,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cli.schedules",
     "scheduler.cli.up",
     "scheduler.cli.worker",
+    "scheduler.cli.watch",
 )
 
 
@@ -244,6 +245,8 @@ COMMAND_MODULES = {
     "schedule": "scheduler.cli.schedules",
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
+    "logs": "scheduler.cli.watch",
+    "events": "scheduler.cli.watch",
 }
 
 
@@ -260,6 +263,7 @@ CLIENT_MODULES = frozenset(
         "scheduler.cli.retry",
         "scheduler.cli.drain",
         "scheduler.cli.schedules",
+        "scheduler.cli.watch",
     }
 )
 

@@ -1,11 +1,13 @@
 """What the command-line client prints of a job: the original CLI's lines (CONTRACT 7:
 `job_id=… node_id=… status=… command="…"`, Go's %q for the command), a status change seen
-while waiting, and a job's attempts (GET /jobs/{id}/attempts)."""
+while waiting, a job's attempts (GET /jobs/{id}/attempts), and what `logs` and `events` print
+besides the output itself (watch.py)."""
 
 from __future__ import annotations
 
+import re
 import signal
-from typing import Any
+from typing import Any, TextIO
 
 _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ESCAPES |= {"\v": "\\v", '"': '\\"', "\\": "\\\\"}
@@ -98,3 +100,56 @@ def exit_status(job: dict[str, Any]) -> int:
         return 0
     code = job.get("exit_code")
     return code if isinstance(code, int) and 0 < code < 256 else 1
+
+
+def ended_code(status: str, exit_code: object) -> int:
+    """`logs -f`'s exit code once the job ended: the job's own (a shell's, 0 to 255), else 0
+    for done and 1 for failed (a failure never exits 0)."""
+    if isinstance(exit_code, int) and 0 <= exit_code < 256 and (exit_code or status == "done"):
+        return exit_code
+    return 0 if status == "done" else 1
+
+
+def dropped_output(count: object) -> str:
+    """The note for output the scheduler no longer keeps (past LOG_MAX_BYTES)."""
+    return f"[... {count} bytes of earlier output dropped (LOG_MAX_BYTES) ...]\n"
+
+
+def dropped_events(shard: object, count: object) -> str:
+    """The note for events trimmed before they were read (EVENTS_RETAIN_SECS)."""
+    return f"[... {count} events of shard {shard} dropped (EVENTS_RETAIN_SECS) ...]\n"
+
+
+def attempt_separator(attempt: object) -> str:
+    return f"--- attempt {attempt} ---\n"
+
+
+# An event line's columns: the time, the job, its change of status (`cancelling -> failed`).
+JOB_WIDTH = 10
+CHANGE_WIDTH = len("cancelling -> cancelling")
+_FRACTION = re.compile(r"\.[0-9]+Z$")
+
+
+def event_line(event: dict[str, Any]) -> str:
+    """`2026-12-06T01:22:24Z  job-7       pending -> running        n1`, then `(failure_reason)`
+    when set; a job just made comes from `new`, a move names both nodes."""
+    at = _FRACTION.sub("Z", str(event.get("at", "")))
+    change = f"{event.get('old_status') or 'new'} -> {event.get('status', '')}"
+    node, was = str(event.get("node_id") or "-"), event.get("old_node_id")
+    if was and was != event.get("node_id"):
+        node = f"{was} -> {node}"
+    reason = f"  ({event['failure_reason']})" if event.get("failure_reason") else ""
+    job = str(event.get("job_id", ""))
+    return f"{at}  {job:<{JOB_WIDTH}}  {change:<{CHANGE_WIDTH}}  {node}{reason}\n"
+
+
+def write_bytes(data: bytes, out: TextIO) -> None:
+    """`data` as it is on `out`'s own bytes when it has them (a terminal, a pipe), else as
+    text: no newline added, none changed."""
+    out.flush()
+    buffer = getattr(out, "buffer", None)
+    if buffer is None:
+        out.write(data.decode("utf-8", "replace"))
+    else:
+        buffer.write(data)
+        buffer.flush()

@@ -57,13 +57,6 @@ def _fields(flat: list[bytes]) -> dict[str, str]:
     return {str(flat[i], "utf-8"): str(flat[i + 1], "utf-8") for i in range(0, len(flat), 2)}
 
 
-@operation(each(_concat))
-def first_events(shard: Shard) -> Steps[list[RawEvent]]:
-    """Each shard's oldest event kept (none when its stream is empty)."""
-    raw: list[Any] = yield from send("XRANGE", shard.keys.events, "-", "+", "COUNT", 1)
-    return [RawEvent(shard.index, str(p, "ascii"), _fields(flat)) for p, flat in raw]
-
-
 @operation(home)
 def trim_events(shard: Shard, now: float) -> Steps[int]:
     """The events older than EVENTS_RETAIN_SECS removed (whole stream nodes: XTRIM's `~`);

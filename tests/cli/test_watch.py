@@ -1,0 +1,260 @@
+"""`scheduler logs` and `scheduler events` against a real server (the `serve` fixture: uvicorn
+on a socket): output printed as it comes, on its own stream, the job's exit code, events a
+line each or as JSON, and the server's refusals as the other commands print them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from scheduler.cli.main import main
+from tests.cli.conftest import Cli
+from tests.conftest import Serve
+from tests.redis_server import free_port
+
+DEADLINE = 60.0  # bounds a failure only: every wait ends as soon as its condition holds
+
+
+@pytest.fixture
+def served(serve: Serve) -> Iterator[tuple[str, httpx.Client]]:
+    """A real server with one node, n1, and a client of its API."""
+    url = serve(max_job_retries=1)
+    with httpx.Client(base_url=url, timeout=DEADLINE) as http:
+        body = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
+        assert http.post("/nodes/register", json=body).status_code == 201
+        yield url, http
+
+
+def running(http: httpx.Client, command: str = "make") -> str:
+    """A job submitted and claimed on n1, as its agent does; its id."""
+    job = http.post("/jobs", json={"command": command}).json()
+    report(http, job["job_id"], "running")
+    return str(job["job_id"])
+
+
+def report(http: httpx.Client, job_id: str, status: str, **fields: Any) -> None:
+    response = http.patch(f"/jobs/{job_id}", json={"status": status, "node_id": "n1", **fields})
+    assert response.status_code == 200, response.text
+
+
+def send(http: httpx.Client, job_id: str, data: str, offset: int, stream: str = "stdout") -> None:
+    """A chunk of the job's output, as its agent sends it."""
+    body = {"node_id": "n1", "stream": stream, "offset": offset, "data": data}
+    assert http.post(f"/jobs/{job_id}/output", json=body).status_code == 200
+
+
+class Watched(io.StringIO):
+    """A stream a test waits on until some text has been written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changed = threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self.changed:
+            written = super().write(text)
+            self.changed.notify_all()
+            return written
+
+    def wait_for(self, text: str) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: text in self.getvalue(), DEADLINE), self.getvalue()
+
+
+class Running:
+    """`scheduler ARGV...` in a thread, its stdout and stderr watched."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, url: str, *argv: str) -> None:
+        self.out, self.err, self.code = Watched(), Watched(), -1
+        monkeypatch.setenv("SCHEDULER_URL", url)
+        monkeypatch.setattr(sys, "stdout", self.out)
+        monkeypatch.setattr(sys, "stderr", self.err)
+        self.thread = threading.Thread(target=self._run, args=(list(argv),), daemon=True)
+        self.thread.start()
+
+    def _run(self, argv: list[str]) -> None:
+        self.code = main(argv)
+
+    def exit_code(self) -> int:
+        self.thread.join(DEADLINE)
+        assert not self.thread.is_alive(), (self.out.getvalue(), self.err.getvalue())
+        return self.code
+
+
+def test_logs_prints_the_output_so_far(served: tuple[str, httpx.Client], cli: Cli) -> None:
+    url, http = served
+    job_id = running(http)
+    send(http, job_id, "one\n", 0)
+    send(http, job_id, "oops\n", 0, "stderr")
+    send(http, job_id, "two, no newline", 4)
+    assert cli(url, "logs", job_id) == (0, "one\noops\ntwo, no newline", "")
+    assert cli(url, "logs", job_id, "--stream", "stderr") == (0, "oops\n", "")
+    report(http, job_id, "failed", exit_code=1)  # retried: a second attempt
+    report(http, job_id, "running")
+    send(http, job_id, "again\n", 0)
+    assert cli(url, "logs", job_id) == (0, "again\n", "")
+    assert cli(url, "logs", job_id, "--attempt", "1", "--stream", "stdout")[1] == (
+        "one\ntwo, no newline"
+    )
+
+
+def test_logs_says_when_earlier_output_was_dropped(serve: Serve, cli: Cli) -> None:
+    url = serve(log_max_bytes=65536)
+    with httpx.Client(base_url=url, timeout=DEADLINE) as http:
+        body = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
+        assert http.post("/nodes/register", json=body).status_code == 201
+        job_id = running(http)
+        for i in range(3):
+            send(http, job_id, str(i) * 30000, 30000 * i)
+    code, out, err = cli(url, "logs", job_id)
+    assert (code, out) == (0, "1" * 30000 + "2" * 30000)
+    assert err == "[... 30000 bytes of earlier output dropped (LOG_MAX_BYTES) ...]\n"
+
+
+def test_logs_f_prints_output_as_it_comes_and_exits_with_the_jobs_code(
+    served: tuple[str, httpx.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, http = served
+    job_id = running(http)
+    send(http, job_id, "before\n", 0)
+    cli = Running(monkeypatch, url, "logs", "-f", job_id)
+    cli.out.wait_for("before\n")  # connected, and following
+    send(http, job_id, "after\n", 7)
+    cli.out.wait_for("before\nafter\n")
+    send(http, job_id, "warning\n", 0, "stderr")
+    cli.err.wait_for("warning\n")
+    report(http, job_id, "done", exit_code=3)
+    assert cli.exit_code() == 3
+    assert (cli.out.getvalue(), cli.err.getvalue()) == ("before\nafter\n", "warning\n")
+
+
+def test_logs_f_follows_the_next_attempt_and_one_stream(
+    served: tuple[str, httpx.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, http = served
+    job_id = running(http)
+    send(http, job_id, "first\n", 0)
+    send(http, job_id, "first err\n", 0, "stderr")
+    cli = Running(monkeypatch, url, "logs", "-f", "--stream", "stderr", job_id)
+    cli.err.wait_for("first err\n")
+    report(http, job_id, "failed", exit_code=1)  # max_job_retries=1: it runs again
+    report(http, job_id, "running")
+    send(http, job_id, "second\n", 0)
+    send(http, job_id, "second err\n", 0, "stderr")
+    cli.err.wait_for("second err\n")
+    report(http, job_id, "failed", exit_code=2)
+    assert cli.exit_code() == 2
+    assert cli.out.getvalue() == ""
+    assert cli.err.getvalue() == "first err\n--- attempt 2 ---\nsecond err\n"
+
+
+def test_logs_of_an_unknown_job_is_an_error(served: tuple[str, httpx.Client], cli: Cli) -> None:
+    url, _ = served
+    for argv in (["logs", "job-999"], ["logs", "-f", "job-999"]):
+        assert cli(url, *argv) == (1, "", "error: scheduler returned 404: job not found\n")
+
+
+def test_logs_of_an_unreachable_scheduler_is_an_error(cli: Cli) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    for argv in (["logs", "job-1"], ["logs", "-f", "job-1"], ["events"]):
+        code, out, err = cli(url, *argv)
+        assert (code, out) == (1, "")
+        assert err.startswith(f"error: cannot reach the scheduler at {url}"), err
+
+
+def test_logs_f_of_a_cancelled_job_says_it_failed(
+    served: tuple[str, httpx.Client], cli: Cli
+) -> None:
+    url, http = served
+    job_id = http.post("/jobs", json={"command": "sleep 60"}).json()["job_id"]
+    assert http.delete(f"/jobs/{job_id}").status_code == 200
+    assert cli(url, "logs", "-f", job_id) == (1, "", f"{job_id} failed\n")
+
+
+EVENT_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ  (\S+) +(\S+ -> \S+) +(\S+)(  \(.*\))?")
+
+
+def test_events_prints_a_line_per_status_change(served: tuple[str, httpx.Client], cli: Cli) -> None:
+    url, http = served
+    job_id = running(http)
+    other = running(http, "other")
+    report(http, job_id, "done", exit_code=0)
+    report(http, other, "failed", exit_code=1)
+    code, out, err = cli(url, "events", "--since-start", "--no-follow", "--job", job_id)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert [EVENT_LINE.fullmatch(line).groups() for line in lines] == [  # type: ignore[union-attr]
+        (job_id, "new -> pending", "n1", None),
+        (job_id, "pending -> running", "n1", None),
+        (job_id, "running -> done", "n1", None),
+    ]
+    assert lines[1].index("pending ->") == lines[0].index("new ->")  # aligned columns
+    code, out, _ = cli(url, "events", "--since-start", "--no-follow", "--status", "running")
+    assert [EVENT_LINE.fullmatch(line).group(1) for line in out.splitlines()] == [  # type: ignore[union-attr]
+        job_id,
+        other,
+    ]
+
+
+def test_events_json_is_one_object_a_line_and_resumes_after_a_position(
+    served: tuple[str, httpx.Client], cli: Cli
+) -> None:
+    url, http = served
+    job_id = running(http)
+    report(http, job_id, "done", exit_code=0)
+    argv = ["events", "--no-follow", "--job", job_id, "--json"]
+    code, out, _ = cli(url, *argv, "--since-start")
+    events = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [e["status"] for e in events] == ["pending", "running", "done"]
+    assert {e["job_id"] for e in events} == {job_id}
+    assert events[1]["old_status"] == "pending" and events[1]["node_id"] == "n1"
+    assert events[0]["number"] < events[1]["number"] < events[2]["number"]
+    code, out, _ = cli(url, *argv, "--after", events[0]["position"])
+    assert [json.loads(line)["status"] for line in out.splitlines()] == ["running", "done"]
+
+
+def test_events_bad_input_is_the_servers_message(
+    served: tuple[str, httpx.Client], cli: Cli
+) -> None:
+    url, _ = served
+    code, out, err = cli(url, "events", "--status", "bogus")
+    assert (code, out) == (1, "")
+    assert err.startswith("error: scheduler returned 400: invalid status"), err
+    code, _, err = cli(url, "events", "--after", "nope")
+    assert code == 1 and err.startswith("error: scheduler returned 400: invalid after"), err
+
+
+def test_events_follows_until_interrupted(served: tuple[str, httpx.Client]) -> None:
+    """A real process, stopped by SIGINT as Ctrl-C does: exit 130, no traceback."""
+    url, http = served
+    job_id = running(http)
+    env = {**os.environ, "SCHEDULER_URL": url}
+    env.pop("TINYAWS_API_KEY", None)
+    argv = [sys.executable, "-m", "scheduler", "events", "--since-start", "--job", job_id]
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        lines: queue.Queue[bytes] = queue.Queue()
+        read = threading.Thread(target=lambda: list(map(lines.put, proc.stdout or [])))
+        read.start()
+        try:
+            assert b"new -> pending" in lines.get(timeout=DEADLINE)
+            assert b"pending -> running" in lines.get(timeout=DEADLINE)
+            report(http, job_id, "done", exit_code=0)  # while it follows
+            assert b"running -> done" in lines.get(timeout=DEADLINE)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(DEADLINE) == 130
+            assert b"Traceback" not in (proc.stderr.read() if proc.stderr else b"")
+        finally:
+            proc.kill()
+            read.join(DEADLINE)
