@@ -5,10 +5,10 @@ schedule.
 A position names a place in each shard's stream: the ids of the last event read on each,
 joined by commas (one shard: one id, `1733450000000-0`). Without one a follower starts from
 now; `after=0` starts from the oldest event kept. A stream begins with its starting position
-(an `id:` line alone), so a client that reconnects before any event loses none. Events are numbered per shard, one number
-after another: a follower that finds a number skipped (trimmed before it read them:
-EVENTS_RETAIN_SECS, models/event.py EVENTS_KEPT) is told with a `dropped` event, which counts
-them unless the event it resumed after is gone too.
+(an `id:` line alone), so a client that reconnects before any event loses none. Events are
+numbered per shard, one number after another: a follower that finds a number skipped
+(trimmed before it read them: EVENTS_RETAIN_SECS, models/event.py EVENTS_KEPT) is told with a
+`dropped` event, which counts them unless the event it resumed after is gone too.
 """
 
 from __future__ import annotations

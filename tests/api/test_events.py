@@ -129,7 +129,7 @@ def test_events_need_the_key(make_client: Any) -> None:
 
 
 def test_a_follower_gets_each_change_as_it_happens(serve: Serve) -> None:
-    with httpx.Client(base_url=serve(), timeout=30) as http:
+    with httpx.Client(base_url=serve(follow_max_secs=60), timeout=30) as http:
         register(http, "n1")  # type: ignore[arg-type]
         ready = threading.Event()
         made: list[str] = []
@@ -145,7 +145,7 @@ def test_a_follower_gets_each_change_as_it_happens(serve: Serve) -> None:
         seen = []
         with http.stream("GET", "/events") as response:
             lines = response.iter_lines()
-            assert next(lines).startswith("retry:")  # open: its "now" is a position already
+            assert next(lines).startswith("id: ")  # open: its "now" is a position already
             ready.set()
             for event in sse_events(lines):
                 seen.append(event["data"]["status"])

@@ -166,7 +166,7 @@ def sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
 
 
 def test_a_follower_sees_output_as_it_comes_until_the_job_ends(serve: Serve) -> None:
-    url = serve()
+    url = serve(follow_max_secs=60)
     with httpx.Client(base_url=url, timeout=30) as http:
         register(http, "n1")  # type: ignore[arg-type]
         job_id = claimed(http)
