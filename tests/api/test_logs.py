@@ -190,3 +190,17 @@ def test_a_follower_sees_output_as_it_comes_until_the_job_ends(serve: Serve) -> 
             rest = list(sse_events(response.iter_lines()))
         assert [e["event"] for e in rest] == ["output", "end"]
         assert rest[0]["data"]["text"] == "after\n"
+
+
+def test_a_job_the_rust_agent_runs_is_as_before(api: TestClient) -> None:
+    """The original agent: a bare claim, no node_id, no live output, its output in the final
+    report. The job reads as it did; its log is empty text, not an error; the poll answer
+    is the job's record, with no null (the Rust agent drops a poll answer with one)."""
+    job_id = submit(api, command="echo hi")["job_id"]
+    polled = assert_json(api.get("/jobs?node_id=n1&status=pending"))
+    assert polled == [assert_json(api.get(f"/jobs/{job_id}"))]
+    assert report(api, job_id, "running").status_code == 200
+    done = assert_json(report(api, job_id, "done", exit_code=0, stdout="hi\n", stderr=""))
+    assert done["stdout"] == "hi\n"
+    logs = api.get(f"/jobs/{job_id}/logs")
+    assert (logs.status_code, logs.text) == (200, "")
