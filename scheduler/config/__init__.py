@@ -204,7 +204,7 @@ class Settings:
     agent_poll_secs: float = field(default=3.0, metadata={"env": "AGENT_POLL_SECS", "min": 0.05})
     # Long-poll: the scheduler holds a poll up to this long until the node has work (0: off).
     agent_poll_wait_secs: float = field(
-        default=20.0, metadata={"env": "AGENT_POLL_WAIT_SECS", "min": 0}
+        default=20.0, metadata={"env": "AGENT_POLL_WAIT_SECS", "min": 0, "max": 60}
     )
     agent_heartbeat_secs: float = field(
         default=10.0, metadata={"env": "AGENT_HEARTBEAT_SECS", "min": 0.1}
@@ -282,6 +282,10 @@ class Settings:
         for f in fields(self):
             if "min" in f.metadata:
                 _at_least(f.metadata["env"], getattr(self, f.name), f.metadata["min"])
+            if "max" in f.metadata and getattr(self, f.name) > f.metadata["max"]:
+                raise ConfigError(
+                    f"{f.metadata['env']}: {getattr(self, f.name)} is above {f.metadata['max']}"
+                )
         # Minimums that depend on another setting.
         _at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
         _at_least("REPORT_BYTES_IN_FLIGHT", self.report_bytes_in_flight, self.max_report_bytes)
@@ -327,8 +331,6 @@ class Settings:
                 f"AGENT_LIMITS: {self.agent_limits!r} is not one of auto, cgroup2, cgroup1, "
                 "rlimit, off"
             )
-        if self.agent_poll_wait_secs > 60:
-            raise ConfigError(f"AGENT_POLL_WAIT_SECS: {self.agent_poll_wait_secs} is above 60")
         if not self.scheduler_url.startswith(("http://", "https://")):
             raise ConfigError(f"SCHEDULER_URL: {self.scheduler_url!r} is not an http(s) URL")
 
