@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 
 from scheduler.agent.capacity import Ask, fits_now, refusal
+from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import (
     ABORTED_NOTE,
     CANCELLED_NOTE,
@@ -43,7 +44,7 @@ from scheduler.agent.executor import (
     Outcome,
     Service,
 )
-from scheduler.agent.remote import AgentConfig, AgentError, Remote
+from scheduler.agent.remote import AgentError, Remote
 from scheduler.models.wire import ID_RE
 
 log = logging.getLogger("scheduler.agent")

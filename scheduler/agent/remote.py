@@ -10,7 +10,6 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
@@ -18,7 +17,7 @@ import httpx
 import msgspec
 
 from scheduler.agent import token_file
-from scheduler.agent.capacity import Offer
+from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import AgentJob, Outcome
 
 log = logging.getLogger("scheduler.agent")
@@ -66,34 +65,6 @@ REFUSED = (401, 429)
 
 class AgentError(Exception):
     """The agent cannot go on (for example the registry never accepted it)."""
-
-
-@dataclass(frozen=True, slots=True)
-class AgentConfig:
-    node_id: str
-    scheduler_url: str
-    registry_url: str
-    api_key: str = ""
-    join_key: str = ""  # AGENT_JOIN_KEY: registers the node, nothing else
-    poll_secs: float = 3.0
-    poll_wait_secs: float = 0.0  # long-poll: the scheduler answers once there is work
-    heartbeat_secs: float = 10.0
-    grace_secs: float = 30.0
-    max_jobs: int = 1
-    http_timeout_secs: float = 5.0
-    register_attempts: int = 11
-    register_retry_secs: float = 2.0
-    report_attempts: int = 5
-    report_backoff_secs: float = 1.0
-    # Where the node token is kept across restarts ("" = in memory only): a restarted agent
-    # re-registers its live node with it (with AGENT_AUTH=token only the token or the API
-    # key may).
-    token_path: str = ""
-    # What the node offers its jobs, sent at registration (capacity.py).
-    offer: Offer = field(default_factory=Offer)
-    # Logged once when the scheduler refuses the registration's key: which key it needs and
-    # where to find it (cli/agent.py knows where `scheduler up` keeps its key).
-    refused_hint: str = ""
 
 
 class Remote:

@@ -16,10 +16,11 @@ import httpx
 
 from scheduler.agent import token_file
 from scheduler.agent.capacity import Offer, memory_offer_mb
+from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import ExecConfig, Executor
 from scheduler.agent.limits import Limits, detect
 from scheduler.agent.loop import Agent
-from scheduler.agent.remote import AgentConfig, AgentError
+from scheduler.agent.remote import AgentError
 from scheduler.cli import session
 from scheduler.config import ConfigError, Settings
 from scheduler.models.labels import parse_labels
