@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from scheduler.agent.capacity import Offer
 
+MiB = 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
@@ -33,3 +35,11 @@ class AgentConfig:
     # Logged once when the scheduler refuses the registration's key: which key it needs and
     # where to find it (cli/agent.py knows where `scheduler up` keeps its key).
     refused_hint: str = ""
+    # Live output (live_output.py): a running job's stdout and stderr sent to the scheduler as
+    # they come (AGENT_LIVE_OUTPUT), a stream once it holds output_chunk_bytes (at most 64 KiB,
+    # the scheduler's bound) or output_flush_secs after its first unsent byte; at most
+    # output_buffer_bytes of a stream wait unsent (the oldest dropped past it, a marker said).
+    live_output: bool = True
+    output_flush_secs: float = 1.0
+    output_chunk_bytes: int = 65536
+    output_buffer_bytes: int = MiB

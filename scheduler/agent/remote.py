@@ -83,6 +83,7 @@ class Remote:
         self._renewing = asyncio.Lock()
         self._hinted = False  # the refused registration's hint, logged once
         self.cap = ""  # the scheduler's MAX_JOBS_PER_NODE, as its last poll answer said
+        self.live_refused = False  # the scheduler refuses live output (live_output.py)
 
     def _load_token(self) -> str:
         return token_file.load(Path(self.config.token_path)) if self.config.token_path else ""
@@ -176,7 +177,8 @@ class Remote:
             self._hinted = True
             log.error("%s", self.config.refused_hint)
 
-    async def heartbeat(self) -> None:
+    async def heartbeat(self) -> bool:
+        """A beat; True when the registry took it (with the token it carried)."""
         url = self._url(self.config.registry_url, "/nodes/heartbeat")
         try:
             response = await self.http.post(
@@ -184,7 +186,7 @@ class Remote:
             )
         except httpx.HTTPError as exc:
             log.warning("heartbeat failed: %s", exc)
-            return
+            return False
         if response.status_code in REFUSED:
             await self._renewed(response)
         elif response.status_code == 404:
@@ -197,6 +199,7 @@ class Remote:
                 cancels = _beat_decoder.decode(response.content).cancel
                 if cancels:
                     self.on_cancel(cancels)
+        return response.is_success
 
     async def drain_self(self) -> None:
         """A clean stop's first step: the scheduler drains this node ("stopping"), so no new

@@ -97,6 +97,9 @@ def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, Ex
         token_path=str(token_file.default_path(settings.agent_work_dir, node_id)),
         offer=offer(settings),
         refused_hint=refused_hint,
+        live_output=settings.agent_live_output == "on",
+        output_flush_secs=settings.agent_output_flush_secs,
+        output_chunk_bytes=settings.agent_output_chunk_bytes,
     )
     try:
         backend = detect(settings.agent_limits)

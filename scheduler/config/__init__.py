@@ -228,6 +228,14 @@ class Settings:
     agent_deploy_max_bytes: int = field(
         default=100 * MiB, metadata={"env": "AGENT_DEPLOY_MAX_BYTES", "min": 1024}
     )
+    # A running job's output sent as it comes ("off": in its report only): agent/live_output.py.
+    agent_live_output: str = field(default="on", metadata={"env": "AGENT_LIVE_OUTPUT"})
+    agent_output_flush_secs: float = field(
+        default=1.0, metadata={"env": "AGENT_OUTPUT_FLUSH_SECS", "min": 0}
+    )
+    agent_output_chunk_bytes: int = field(
+        default=65536, metadata={"env": "AGENT_OUTPUT_CHUNK_BYTES", "min": 1024, "max": 65536}
+    )
 
     @property
     def node_lost_after(self) -> float:
@@ -317,8 +325,12 @@ class Settings:
         parse_network_setting("TRUSTED_PROXIES", self.trusted_proxies)
 
     def _validate_agent(self) -> None:
-        if self.metrics not in ("on", "off"):
-            raise ConfigError(f"METRICS: {self.metrics!r} is not one of on, off")
+        for name, switch in (
+            ("METRICS", self.metrics),
+            ("AGENT_LIVE_OUTPUT", self.agent_live_output),
+        ):
+            if switch not in ("on", "off"):
+                raise ConfigError(f"{name}: {switch!r} is not one of on, off")
         if self.agent_auth not in ("open", "token"):
             raise ConfigError(f"AGENT_AUTH: {self.agent_auth!r} is not one of open, token")
         if self.agent_auth == "token" and not self.builtin_registry:
