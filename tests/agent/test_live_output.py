@@ -1,7 +1,7 @@
 """A running job's output reaches the scheduler while the job runs (agent/live_output.py):
 `POST /jobs/{id}/output` chunks, in order, with the offsets of the contract, against an
-in-process fake scheduler. Jobs that must be seen running wait for a file the test creates, so
-nothing depends on how fast the machine is."""
+in-process fake scheduler (and once against a real API process). Jobs that must be seen running
+wait for a file the test creates, so nothing depends on how fast the machine is."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import asyncio
 import json
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,8 @@ from scheduler.agent.config import AgentConfig
 from scheduler.agent.live_output import LiveOutput
 from scheduler.agent.loop import Agent
 from scheduler.agent.remote import Remote
-from tests.agent.test_loop import make_agent, until
+from tests.agent.test_loop import make_agent, only_node, until
+from tests.processes import api_replicas, scheduler_env, unique_prefix
 
 Hook = Callable[[httpx.Request, dict[str, Any]], Awaitable[httpx.Response | None]]
 JOB = "job-1"
@@ -390,3 +391,38 @@ def test_a_scheduler_refusing_live_output_with_a_good_token_keeps_the_token(
     ]
     said = [r for r in caplog.records if "refuses live output" in r.getMessage()]
     assert len(said) == 1
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str) -> Iterator[str]:
+    with api_replicas(1, scheduler_env(redis_url, unique_prefix("agent-live"))) as urls:
+        yield urls[0]
+
+
+def test_a_real_scheduler_holds_the_output_while_the_job_runs(api: str, tmp_path: Path) -> None:
+    """The agent against the API's own route: the first line is in GET /jobs/{id}/logs while
+    the job waits; at the end the live output is the report's, chunked past 64 KiB."""
+    only_node(api, "live-real")
+    release = tmp_path / "release"
+    command = f"echo first; echo warn >&2; {waiting_for(release)}; "
+    command += "head -c 200000 /dev/zero | tr '\\0' x; echo"
+
+    async def go() -> str:
+        agent = make_agent(api, tmp_path, "live-real", output_flush_secs=0.05)
+        job_id: str = httpx.post(f"{api}/jobs", json={"command": command}).json()["job_id"]
+        await agent.poll_once()
+        running = agent.runs[job_id]
+        logs = f"{api}/jobs/{job_id}/logs"
+        await until(lambda: httpx.get(logs, params={"stream": "stdout"}).text == "first\n", "1st")
+        assert not running.done()
+        release.touch()
+        await asyncio.wait_for(running, 60)
+        await agent.remote.http.aclose()
+        return job_id
+
+    job_id = asyncio.run(go())
+    job = httpx.get(f"{api}/jobs/{job_id}").json()
+    assert (job["status"], job["stdout"]) == ("done", "first\n" + "x" * 200_000 + "\n")
+    logs = f"{api}/jobs/{job_id}/logs"
+    assert httpx.get(logs, params={"stream": "stdout"}).text == job["stdout"]
+    assert httpx.get(logs, params={"stream": "stderr"}).text == job["stderr"] == "warn\n"
