@@ -57,6 +57,10 @@ def test_empty_values_mean_the_default() -> None:
         ({"AGENT_AUTH": "token"}, "agent_auth", "token"),
         ({"MAX_NODES": "3"}, "max_nodes", 3),
         ({"REPORT_BYTES_IN_FLIGHT": "134217728"}, "report_bytes_in_flight", 128 * 1024 * 1024),
+        ({"AGENT_LIVE_OUTPUT": "off"}, "agent_live_output", "off"),
+        ({"AGENT_OUTPUT_FLUSH_SECS": "0.25"}, "agent_output_flush_secs", 0.25),
+        ({"AGENT_OUTPUT_CHUNK_BYTES": "65536"}, "agent_output_chunk_bytes", 65536),
+        ({"AGENT_POLL_WAIT_SECS": "60"}, "agent_poll_wait_secs", 60.0),
     ],
 )
 def test_values_are_parsed(env: dict[str, str], attribute: str, value: object) -> None:
@@ -99,6 +103,11 @@ def test_registry_url_turns_off_the_builtin_registry() -> None:
         ("AGENT_AUTH", "none"),
         ("MAX_NODES", "0"),
         ("REPORT_BYTES_IN_FLIGHT", "1048576"),  # below MAX_REPORT_BYTES' default of 64 MiB
+        ("AGENT_LIVE_OUTPUT", "no"),
+        ("AGENT_OUTPUT_FLUSH_SECS", "-1"),
+        ("AGENT_OUTPUT_CHUNK_BYTES", "65537"),  # the scheduler takes at most 64 KiB a chunk
+        ("AGENT_OUTPUT_CHUNK_BYTES", "100"),
+        ("AGENT_POLL_WAIT_SECS", "61"),
     ],
 )
 def test_invalid_values_name_the_variable(name: str, raw: str) -> None:

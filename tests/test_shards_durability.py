@@ -24,8 +24,9 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import Outcome
-from scheduler.agent.remote import AgentConfig, Remote
+from scheduler.agent.remote import Remote
 from scheduler.api import hot
 from scheduler.api.agents import PRECHECK_OVER_BYTES
 from scheduler.api.app import create_app

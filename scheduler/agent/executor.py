@@ -15,7 +15,7 @@ import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 import msgspec
@@ -117,6 +117,13 @@ class BoundedBuffer:
         return text
 
 
+class OutputTee(Protocol):
+    """Where a run job's output also goes as it is read, besides its bounded capture (the
+    live output, live_output.py). `feed` must not wait: the pipes are drained meanwhile."""
+
+    def feed(self, stream: str, chunk: bytes) -> None: ...
+
+
 def tail(path: Path, limit: int) -> str:
     """The last `limit` bytes of a file (a service log), as text."""
     try:
@@ -184,11 +191,15 @@ async def stop_process(proc: asyncio.subprocess.Process, conf: Confinement) -> i
         return await exited(proc)
 
 
-async def _drain(stream: asyncio.StreamReader | None, sink: BoundedBuffer) -> None:
+async def _drain(
+    stream: asyncio.StreamReader | None, sink: BoundedBuffer, tee: OutputTee | None, name: str
+) -> None:
     if stream is None:
         return
     while chunk := await stream.read(65536):
         sink.feed(chunk)
+        if tee is not None:
+            tee.feed(name, chunk)
 
 
 async def _wait_or_abort(
@@ -218,9 +229,11 @@ async def capture(
     output_limit: int,
     timeout: float | None,
     abort: asyncio.Event,
+    tee: OutputTee | None = None,
 ) -> Outcome:
-    """Run `argv` in its own process group and return its exit code and bounded output.
-    Processes it leaves behind are killed once it exits."""
+    """Run `argv` in its own process group and return its exit code and bounded output (its
+    output also fed to `tee` as it is read). Processes it leaves behind are killed once it
+    exits."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *wrapper_command(conf, argv),
@@ -235,8 +248,8 @@ async def capture(
         return Outcome(-1, "", f"spawn failed: {exc}")
     out, err = BoundedBuffer(output_limit), BoundedBuffer(output_limit)
     readers = [
-        asyncio.create_task(_drain(proc.stdout, out)),
-        asyncio.create_task(_drain(proc.stderr, err)),
+        asyncio.create_task(_drain(proc.stdout, out, tee, "stdout")),
+        asyncio.create_task(_drain(proc.stderr, err, tee, "stderr")),
     ]
     ended = await _wait_or_abort(proc, abort, timeout)
     status = proc.returncode if ended == "exited" else await stop_process(proc, conf)
@@ -314,8 +327,15 @@ class Executor:
         except OSError as exc:
             raise DeployError(f"agent: cannot set resource limits: {exc}") from None
 
-    async def run(self, job: AgentJob, workspace: Path | None, abort: asyncio.Event) -> Outcome:
-        """Run a run-job to completion (deploy path if it has a deploy_url)."""
+    async def run(
+        self,
+        job: AgentJob,
+        workspace: Path | None,
+        abort: asyncio.Event,
+        tee: OutputTee | None = None,
+    ) -> Outcome:
+        """Run a run-job to completion (deploy path if it has a deploy_url); its process's
+        output is also fed to `tee` as it comes."""
         job_dir = self._new_dir("job", job)
         try:
             argv, cwd = ["sh", "-c", job.command], workspace or job_dir
@@ -334,6 +354,7 @@ class Executor:
                     output_limit=self.config.output_limit,
                     timeout=self.config.timeout_secs,
                     abort=abort,
+                    tee=tee,
                 )
             finally:
                 conf.remove()

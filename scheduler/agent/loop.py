@@ -11,6 +11,8 @@ original is weak it does better (CONTRACT 8):
 - a job runs with the cpus and memory it asked as its limits, one asking more than the node
   offers is refused with a report, one that does not fit beside the running jobs waits
   (capacity.py);
+- a run job's stdout and stderr reach the scheduler while it runs, in chunks (ours only:
+  live_output.py; AGENT_LIVE_OUTPUT=off sends them in the report only, as the original);
 - output is bounded, limits are enforced (limits.py), run jobs are killed once the
   scheduler has timed them out (JOB_TIMEOUT_SECS plus two sweeps), deploy archives are
   checked (executor.py);
@@ -34,6 +36,7 @@ from pathlib import Path
 import httpx
 
 from scheduler.agent.capacity import Ask, fits_now, refusal
+from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import (
     ABORTED_NOTE,
     CANCELLED_NOTE,
@@ -43,7 +46,8 @@ from scheduler.agent.executor import (
     Outcome,
     Service,
 )
-from scheduler.agent.remote import AgentConfig, AgentError, Remote
+from scheduler.agent.live_output import LiveOutput
+from scheduler.agent.remote import AgentError, Remote
 from scheduler.models.wire import ID_RE
 
 log = logging.getLogger("scheduler.agent")
@@ -134,18 +138,28 @@ class Agent:
 
     async def _run(self, job: AgentJob, workspace: Path | None) -> None:
         stop = self.stops.setdefault(job.job_id, asyncio.Event())
+        live = self._live_output(job.job_id)
         try:
-            outcome = await self.executor.run(job, workspace, stop)
+            outcome = await self.executor.run(job, workspace, stop, live)
         except Exception as exc:  # a bug here must not leave the job running for ever
             log.exception("running %s", job.job_id)
             outcome = Outcome(-1, "", f"agent error: {exc}")
         outcome = self._ended(job.job_id, outcome)
         log.info("%s finished: %s (exit %d)", job.job_id, outcome.status, outcome.exit_code)
         try:
+            if live is not None:
+                await live.finish()  # the live output ends before the report (bounded)
             await self.remote.report(job.job_id, outcome)
         finally:
             self.runs.pop(job.job_id, None)
             self.wake.set()
+
+    def _live_output(self, job_id: str) -> LiveOutput | None:
+        """Where a run job's output goes as it comes (live_output.py): nowhere when switched
+        off, or when this scheduler was found to refuse it."""
+        if not self.config.live_output or self.remote.live_refused:
+            return None
+        return LiveOutput(self.remote, job_id)
 
     async def _serve(self, service: Service) -> None:
         job_id = service.job.job_id

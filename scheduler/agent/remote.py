@@ -10,7 +10,6 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
@@ -18,7 +17,7 @@ import httpx
 import msgspec
 
 from scheduler.agent import token_file
-from scheduler.agent.capacity import Offer
+from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import AgentJob, Outcome
 
 log = logging.getLogger("scheduler.agent")
@@ -68,34 +67,6 @@ class AgentError(Exception):
     """The agent cannot go on (for example the registry never accepted it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class AgentConfig:
-    node_id: str
-    scheduler_url: str
-    registry_url: str
-    api_key: str = ""
-    join_key: str = ""  # AGENT_JOIN_KEY: registers the node, nothing else
-    poll_secs: float = 3.0
-    poll_wait_secs: float = 0.0  # long-poll: the scheduler answers once there is work
-    heartbeat_secs: float = 10.0
-    grace_secs: float = 30.0
-    max_jobs: int = 1
-    http_timeout_secs: float = 5.0
-    register_attempts: int = 11
-    register_retry_secs: float = 2.0
-    report_attempts: int = 5
-    report_backoff_secs: float = 1.0
-    # Where the node token is kept across restarts ("" = in memory only): a restarted agent
-    # re-registers its live node with it (with AGENT_AUTH=token only the token or the API
-    # key may).
-    token_path: str = ""
-    # What the node offers its jobs, sent at registration (capacity.py).
-    offer: Offer = field(default_factory=Offer)
-    # Logged once when the scheduler refuses the registration's key: which key it needs and
-    # where to find it (cli/agent.py knows where `scheduler up` keeps its key).
-    refused_hint: str = ""
-
-
 class Remote:
     """The node token (from POST /nodes/register) goes on every call once the agent has one;
     before that, and for the first registration, the API key when it is set."""
@@ -112,6 +83,7 @@ class Remote:
         self._renewing = asyncio.Lock()
         self._hinted = False  # the refused registration's hint, logged once
         self.cap = ""  # the scheduler's MAX_JOBS_PER_NODE, as its last poll answer said
+        self.live_refused = False  # the scheduler refuses live output (live_output.py)
 
     def _load_token(self) -> str:
         return token_file.load(Path(self.config.token_path)) if self.config.token_path else ""
@@ -205,7 +177,8 @@ class Remote:
             self._hinted = True
             log.error("%s", self.config.refused_hint)
 
-    async def heartbeat(self) -> None:
+    async def heartbeat(self) -> bool:
+        """A beat; True when the registry took it (with the token it carried)."""
         url = self._url(self.config.registry_url, "/nodes/heartbeat")
         try:
             response = await self.http.post(
@@ -213,7 +186,7 @@ class Remote:
             )
         except httpx.HTTPError as exc:
             log.warning("heartbeat failed: %s", exc)
-            return
+            return False
         if response.status_code in REFUSED:
             await self._renewed(response)
         elif response.status_code == 404:
@@ -226,6 +199,7 @@ class Remote:
                 cancels = _beat_decoder.decode(response.content).cancel
                 if cancels:
                     self.on_cancel(cancels)
+        return response.is_success
 
     async def drain_self(self) -> None:
         """A clean stop's first step: the scheduler drains this node ("stopping"), so no new

@@ -16,10 +16,11 @@ import httpx
 
 from scheduler.agent import token_file
 from scheduler.agent.capacity import Offer, memory_offer_mb
+from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import ExecConfig, Executor
 from scheduler.agent.limits import Limits, detect
 from scheduler.agent.loop import Agent
-from scheduler.agent.remote import AgentConfig, AgentError
+from scheduler.agent.remote import AgentError
 from scheduler.cli import session
 from scheduler.config import ConfigError, Settings
 from scheduler.models.labels import parse_labels
@@ -96,6 +97,9 @@ def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, Ex
         token_path=str(token_file.default_path(settings.agent_work_dir, node_id)),
         offer=offer(settings),
         refused_hint=refused_hint,
+        live_output=settings.agent_live_output == "on",
+        output_flush_secs=settings.agent_output_flush_secs,
+        output_chunk_bytes=settings.agent_output_chunk_bytes,
     )
     try:
         backend = detect(settings.agent_limits)

@@ -204,7 +204,7 @@ class Settings:
     agent_poll_secs: float = field(default=3.0, metadata={"env": "AGENT_POLL_SECS", "min": 0.05})
     # Long-poll: the scheduler holds a poll up to this long until the node has work (0: off).
     agent_poll_wait_secs: float = field(
-        default=20.0, metadata={"env": "AGENT_POLL_WAIT_SECS", "min": 0}
+        default=20.0, metadata={"env": "AGENT_POLL_WAIT_SECS", "min": 0, "max": 60}
     )
     agent_heartbeat_secs: float = field(
         default=10.0, metadata={"env": "AGENT_HEARTBEAT_SECS", "min": 0.1}
@@ -227,6 +227,14 @@ class Settings:
     agent_labels: str = field(default="", metadata={"env": "AGENT_LABELS"})
     agent_deploy_max_bytes: int = field(
         default=100 * MiB, metadata={"env": "AGENT_DEPLOY_MAX_BYTES", "min": 1024}
+    )
+    # A running job's output sent as it comes ("off": in its report only): agent/live_output.py.
+    agent_live_output: str = field(default="on", metadata={"env": "AGENT_LIVE_OUTPUT"})
+    agent_output_flush_secs: float = field(
+        default=1.0, metadata={"env": "AGENT_OUTPUT_FLUSH_SECS", "min": 0}
+    )
+    agent_output_chunk_bytes: int = field(
+        default=65536, metadata={"env": "AGENT_OUTPUT_CHUNK_BYTES", "min": 1024, "max": 65536}
     )
 
     @property
@@ -282,6 +290,10 @@ class Settings:
         for f in fields(self):
             if "min" in f.metadata:
                 _at_least(f.metadata["env"], getattr(self, f.name), f.metadata["min"])
+            if "max" in f.metadata and getattr(self, f.name) > f.metadata["max"]:
+                raise ConfigError(
+                    f"{f.metadata['env']}: {getattr(self, f.name)} is above {f.metadata['max']}"
+                )
         # Minimums that depend on another setting.
         _at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
         _at_least("REPORT_BYTES_IN_FLIGHT", self.report_bytes_in_flight, self.max_report_bytes)
@@ -313,8 +325,12 @@ class Settings:
         parse_network_setting("TRUSTED_PROXIES", self.trusted_proxies)
 
     def _validate_agent(self) -> None:
-        if self.metrics not in ("on", "off"):
-            raise ConfigError(f"METRICS: {self.metrics!r} is not one of on, off")
+        for name, switch in (
+            ("METRICS", self.metrics),
+            ("AGENT_LIVE_OUTPUT", self.agent_live_output),
+        ):
+            if switch not in ("on", "off"):
+                raise ConfigError(f"{name}: {switch!r} is not one of on, off")
         if self.agent_auth not in ("open", "token"):
             raise ConfigError(f"AGENT_AUTH: {self.agent_auth!r} is not one of open, token")
         if self.agent_auth == "token" and not self.builtin_registry:
@@ -327,8 +343,6 @@ class Settings:
                 f"AGENT_LIMITS: {self.agent_limits!r} is not one of auto, cgroup2, cgroup1, "
                 "rlimit, off"
             )
-        if self.agent_poll_wait_secs > 60:
-            raise ConfigError(f"AGENT_POLL_WAIT_SECS: {self.agent_poll_wait_secs} is above 60")
         if not self.scheduler_url.startswith(("http://", "https://")):
             raise ConfigError(f"SCHEDULER_URL: {self.scheduler_url!r} is not an http(s) URL")
 

@@ -16,10 +16,11 @@ import pytest
 import redis
 
 from scheduler.agent.capacity import Offer
+from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import AgentJob, ExecConfig, Executor, Outcome
 from scheduler.agent.limits import Limits, RlimitBackend
 from scheduler.agent.loop import Agent
-from scheduler.agent.remote import AgentConfig, AgentError
+from scheduler.agent.remote import AgentError
 from scheduler.store.keys import Keys
 from tests.processes import api_replicas, scheduler_env, unique_prefix
 

@@ -14,8 +14,9 @@ import httpx
 import pytest
 import redis
 
+from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import Outcome
-from scheduler.agent.remote import AgentConfig, Remote
+from scheduler.agent.remote import Remote
 from scheduler.store.keys import Keys
 from tests.agent.test_loop import make_agent, until
 from tests.keys import API_KEY as KEY

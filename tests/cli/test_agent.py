@@ -70,6 +70,28 @@ def test_the_agents_configuration_carries_the_offer() -> None:
     assert (config.offer.memory_mb, dict(config.offer.labels)) == (2048, {"zone": "eu-1"})
 
 
+def test_the_agents_configuration_carries_its_live_output_settings() -> None:
+    args = argparse.Namespace(node_id="n1", scheduler_url="", registry_url="", max_jobs=0)
+    config, _ = build(args, Settings.from_env({"AGENT_LIMITS": "off"}))
+    assert (config.live_output, config.output_flush_secs, config.output_chunk_bytes) == (
+        True,
+        1.0,
+        65536,
+    )
+    env = {
+        "AGENT_LIMITS": "off",
+        "AGENT_LIVE_OUTPUT": "off",
+        "AGENT_OUTPUT_FLUSH_SECS": "0.5",
+        "AGENT_OUTPUT_CHUNK_BYTES": "4096",
+    }
+    config, _ = build(args, Settings.from_env(env))
+    assert (config.live_output, config.output_flush_secs, config.output_chunk_bytes) == (
+        False,
+        0.5,
+        4096,
+    )
+
+
 def test_an_agent_beside_up_takes_its_session_key_and_says_where_it_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
