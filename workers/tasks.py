@@ -43,9 +43,9 @@ class PublishFailed(RoutineFailure):
 def sweep(period: int) -> int:
     """Fail the run jobs running longer than JOB_TIMEOUT_SECS; fail or re-place the running
     jobs of lost nodes and move their pending jobs to live ones; prune finished jobs past
-    JOB_RETENTION_SECS and job events past EVENTS_RETAIN_SECS; mark this release's function library in use and delete those no
-    process has marked for LIBRARY_GRACE_SECS (ops.upkeep.retire_libraries). Returns how many
-    jobs timed out."""
+    JOB_RETENTION_SECS and job events past EVENTS_RETAIN_SECS; mark this release's function
+    library in use and delete those no process has marked for LIBRARY_GRACE_SECS
+    (ops.upkeep.retire_libraries). Returns how many jobs timed out."""
     ctx = context.current()
     now = time.time()
     failed = ctx.store.run(ops.upkeep.sweep_timeouts(now))

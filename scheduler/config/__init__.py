@@ -8,12 +8,11 @@ default the operator did not ask for.
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from scheduler.config.errors import ConfigError as ConfigError
 from scheduler.config.hosts import ANY_HOST as ANY_HOST
@@ -23,8 +22,7 @@ from scheduler.config.networks import NetworkListError, Networks, parse_networks
 from scheduler.config.redis_url import RedisTarget, redact
 from scheduler.config.redis_url import parse as parse_url
 from scheduler.config.shards import MAX_SHARDS, shard_db, shard_prefixes
-
-T = TypeVar("T")
+from scheduler.config.values import PARSERS, at_least, at_most
 
 MiB = 1024 * 1024
 # What a REDIS_PREFIX may hold: no braces (store/keys.py wraps it in a hash tag), no glob
@@ -280,7 +278,7 @@ class Settings:
         for f in fields(cls):
             raw = env.get(f.metadata["env"], "")
             if raw != "":
-                values[f.name] = _PARSERS[f.type](f.metadata["env"], raw)
+                values[f.name] = PARSERS[f.type](f.metadata["env"], raw)
         values.update(overrides)
         settings = cls(**values)
         settings.validate()
@@ -289,17 +287,15 @@ class Settings:
     def validate(self) -> None:
         for f in fields(self):
             if "min" in f.metadata:
-                _at_least(f.metadata["env"], getattr(self, f.name), f.metadata["min"])
-            if "max" in f.metadata and getattr(self, f.name) > f.metadata["max"]:
-                raise ConfigError(
-                    f"{f.metadata['env']}: {getattr(self, f.name)} is above {f.metadata['max']}"
-                )
+                at_least(f.metadata["env"], getattr(self, f.name), f.metadata["min"])
+            if "max" in f.metadata:
+                at_most(f.metadata["env"], getattr(self, f.name), f.metadata["max"])
         # Minimums that depend on another setting.
-        _at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
-        _at_least("REPORT_BYTES_IN_FLIGHT", self.report_bytes_in_flight, self.max_report_bytes)
-        _at_least("SNS_RETRY_CAP_SECS", self.sns_retry_cap_secs, self.sns_retry_base_secs)
+        at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
+        at_least("REPORT_BYTES_IN_FLIGHT", self.report_bytes_in_flight, self.max_report_bytes)
+        at_least("SNS_RETRY_CAP_SECS", self.sns_retry_cap_secs, self.sns_retry_base_secs)
         if self.node_lost_secs:
-            _at_least("NODE_LOST_SECS", self.node_lost_secs, self.node_ttl_secs)
+            at_least("NODE_LOST_SECS", self.node_lost_secs, self.node_ttl_secs)
         if self.job_retention_secs and self.scheduler_db == ":memory:":
             raise ConfigError(
                 "JOB_RETENTION_SECS: needs a SCHEDULER_DB file (pruned jobs live on only there),"
@@ -368,32 +364,3 @@ def parse_network_setting(name: str, raw: str) -> Networks:
         return parse_networks(raw)
     except NetworkListError as exc:
         raise ConfigError(f"{name}: {exc}") from None
-
-
-def _at_least(name: str, value: float, low: float) -> None:
-    if value < low:
-        raise ConfigError(f"{name}: {value} is below the minimum {low}")
-
-
-def _parse(kind: Callable[[str], T]) -> Callable[[str, str], T]:
-    def parse(name: str, raw: str) -> T:
-        try:
-            value = kind(raw.strip())
-        except ValueError:
-            raise ConfigError(f"{name}: {raw!r} is not a valid {kind.__name__}") from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name}: {raw!r} is not a finite number")
-        return value
-
-    return parse
-
-
-def _text(_name: str, raw: str) -> str:
-    return raw.strip()
-
-
-_PARSERS: dict[Any, Callable[[str, str], Any]] = {
-    "str": _text,
-    "int": _parse(int),
-    "float": _parse(float),
-}
