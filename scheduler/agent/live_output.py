@@ -7,7 +7,9 @@ Per run job, a `LiveOutput` takes the process's output as the executor reads it
 a character; invalid bytes become U+FFFD) and sends it in order, one request in flight per job:
 {"node_id", "stream", "offset", "data"}, where `offset` is how many UTF-8 bytes of that stream
 the scheduler acknowledged before the chunk. A stream is sent once it holds a chunk
-(output_chunk_bytes, at most 64 KiB) or output_flush_secs after its oldest unsent byte.
+(output_chunk_bytes, at most 64 KiB), else at once when it sent nothing for output_flush_secs
+(a line after a quiet spell shows at once), else output_flush_secs after its last chunk: at most
+one chunk a stream per output_flush_secs for a job that writes all the time.
 
 The answers: 200 {"offset": N}, the next chunk goes at N (a retried chunk it already holds
 answers the same N: nothing is doubled); 409 {"offset": N}, it expects N (it lost or never saw
@@ -143,6 +145,7 @@ class _Stream:
         self.unsent = bytearray()
         self.dropped = 0  # bytes dropped from the front of `unsent` since the last chunk
         self.since: float | None = None  # when the oldest unsent byte came
+        self.last_taken = -math.inf  # when its last chunk was taken to be sent
         self.offset = 0  # the bytes of this stream the scheduler holds
         self.sending = b""  # the chunk under way (in no buffer meanwhile)
 
@@ -168,9 +171,9 @@ class _Stream:
             return None
         if ended or self.dropped or len(self.unsent) >= chunk_bytes or self.since is None:
             return -math.inf
-        return self.since + flush_secs
+        return max(self.since, self.last_taken + flush_secs)
 
-    def take(self, chunk_bytes: int) -> bytes:
+    def take(self, chunk_bytes: int, now: float) -> bytes:
         """The next chunk: at most `chunk_bytes`, whole characters, the marker first when
         bytes were dropped before it."""
         head = MARKER.format(dropped=self.dropped).encode() if self.dropped else b""
@@ -178,6 +181,7 @@ class _Stream:
         if cut == 0 and not head:  # a character longer than a chunk: never an empty one
             cut = _boundary_after(self.unsent, 1)
         chunk = head + bytes(self.unsent[:cut])
+        self.last_taken = now
         del self.unsent[:cut]
         self.dropped = 0
         if not self.unsent:
@@ -289,7 +293,7 @@ class LiveOutput:
 
     async def _send(self, stream: _Stream) -> bool:
         """One chunk of `stream`, until the scheduler holds it; False when it takes no more."""
-        stream.sending = stream.take(self.chunk_bytes)
+        stream.sending = stream.take(self.chunk_bytes, self._now())
         data = stream.sending.decode()
         failures = rebases = 0
         while True:
