@@ -47,6 +47,17 @@ class Read:
     more: bool = False
 
 
+async def _idle(watch: Watch, deadline: float) -> AsyncIterator[bytes]:
+    """Until `watch` wakes or `deadline` (loop time) comes: a keepalive every KEEPALIVE_SECS,
+    and no read (an idle follower costs Redis nothing)."""
+    loop = asyncio.get_running_loop()
+    while not watch.event.is_set() and (left := deadline - loop.time()) > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(watch.event.wait(), min(KEEPALIVE_SECS, left))
+        if not watch.event.is_set() and deadline > loop.time():
+            yield KEEPALIVE
+
+
 @contextlib.asynccontextmanager
 async def watching(subscriptions: Sequence[tuple[Notifier, str]]) -> AsyncIterator[Watch]:
     """One watch woken by any of these channels (each on its notifier), subscribed when this
@@ -86,7 +97,5 @@ async def follow(
                     return
                 if watch.lost or closing():
                     break  # the subscriptions died: watch again (or stop)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(watch.event.wait(), min(KEEPALIVE_SECS, left))
-                if not watch.event.is_set() and deadline > loop.time():
-                    yield KEEPALIVE
+                async for keepalive in _idle(watch, deadline):
+                    yield keepalive

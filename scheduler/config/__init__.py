@@ -161,6 +161,8 @@ class Settings:
     # Live output (GET /jobs/{id}/logs): what Redis keeps of one job's, over its attempts; at
     # least one chunk (the agent's are 64 KiB at most), so the newest is never trimmed.
     log_max_bytes: int = field(default=1 << 20, metadata={"env": "LOG_MAX_BYTES", "min": 65536})
+    # ... and how long after its last chunk (the retention's prune takes it sooner).
+    log_retain_secs: int = field(default=86400, metadata={"env": "LOG_RETAIN_SECS", "min": 60})
     # A follower's stream (logs?follow=1, /events) ends after this long; its client goes on
     # from its last event, maybe on another replica (so followers spread over replicas).
     follow_max_secs: float = field(default=600.0, metadata={"env": "FOLLOW_MAX_SECS", "min": 0})

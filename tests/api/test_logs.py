@@ -204,3 +204,15 @@ def test_a_job_the_rust_agent_runs_is_as_before(api: TestClient) -> None:
     assert done["stdout"] == "hi\n"
     logs = api.get(f"/jobs/{job_id}/logs")
     assert (logs.status_code, logs.text) == (200, "")
+
+
+def test_a_log_expires_a_while_after_its_last_chunk(
+    make_client: Any, rclient: Any, prefix: str
+) -> None:
+    api = make_client(log_retain_secs=600)
+    register(api, "n1")
+    job_id = claimed(api)
+    send(api, job_id, "x", 0)
+    keys = Keys(prefix)
+    for key in (keys.job_log(job_id), keys.job_log_state(job_id)):
+        assert 0 < rclient.ttl(key) <= 600

@@ -17,8 +17,9 @@ def append_output(
     shard: Shard, job_id: str, caller: str, node_id: str, stream: str, offset: int, data: str
 ) -> Steps[int]:
     """A chunk of the running job's `stream` held (at `offset`); the stream's next offset."""
-    cap = shard.settings.log_max_bytes
-    return (yield from run(logs.append_output(job_id, caller, node_id, stream, offset, data, cap)))
+    cap, ttl = shard.settings.log_max_bytes, shard.settings.log_retain_secs
+    append = logs.append_output(job_id, caller, node_id, stream, offset, data, cap, ttl)
+    return (yield from run(append))
 
 
 @operation(by_job)

@@ -25,11 +25,18 @@ def _appended(reply: list[Any]) -> int:
     return int(reply[1])
 
 
-APPEND_OUTPUT = Script("APPEND_OUTPUT", "job_id caller node stream offset data cap", _appended)
+APPEND_OUTPUT = Script("APPEND_OUTPUT", "job_id caller node stream offset data cap ttl", _appended)
 
 
 def append_output(
-    job_id: str, caller: str, node_id: str, stream: str, offset: int, data: str, cap: int
+    job_id: str,
+    caller: str,
+    node_id: str,
+    stream: str,
+    offset: int,
+    data: str,
+    cap: int,
+    ttl: int,
 ) -> Call[int]:
     """The stream's next offset once `data` (sent at `offset`) is held; OffsetMismatch names
     the offset wanted, JobNotRunning: not running on `node_id`."""
@@ -41,6 +48,7 @@ def append_output(
         offset=offset,
         data=data,
         cap=cap,
+        ttl=ttl,
     )
 
 

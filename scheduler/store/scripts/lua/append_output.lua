@@ -9,7 +9,8 @@
 -- again (its answer lost) is held once, and one past a gap is refused with the offset wanted.
 -- A new run (the job's running_at changed: a retry) starts its streams at 0; its chunks are
 -- its attempt's. The log keeps `cap` bytes over all attempts (at least one chunk: config.py),
--- the oldest chunks dropped past it, so one chunk's work is O(1) amortised. Each chunk says
+-- the oldest chunks dropped past it, so one chunk's work is O(1) amortised; and `ttl` seconds
+-- after its last chunk (PRUNE_FINISHED takes it with its job sooner). Each chunk says
 -- how many bytes the log was written before it: a reader finds what it missed by the gap.
 -- Returns {OK, the stream's next offset} | {MISMATCH, the offset wanted} | {NOT_RUNNING} (the
 -- job is not running on `node`, or a node token is another node's) | a refusal of job_access
@@ -44,5 +45,7 @@ if cut > 0 then
   redis.call("HINCRBY", state, "bytes", -cut)
   redis.call("HINCRBY", state, "dropped", cut)
 end
+redis.call("EXPIRE", log, ttl)
+redis.call("EXPIRE", state, ttl)
 redis.call("PUBLISH", K.log_channel(job_id), "")
 return {OK, redis.call("HINCRBY", state, stream, #data)}
