@@ -63,8 +63,14 @@ def rule_before(method: str, path: str, query: bytes) -> str:
         # A node's drain (issue 24): open at the door, as DELETE /nodes/{id}; another method
         # (a 405) needs the key, as every entry's.
         return "open" if method == "POST" else "key"
-    if re.fullmatch(r"/jobs/[^/]*/(retry|attempts)", path):
-        return "key"  # a job's retry and attempts (issue 23): the operator's, any method
+    if re.fullmatch(r"/jobs/[^/]*/(retry|attempts|logs)", path):
+        # A job's retry and attempts (issue 23), its output (issue 39): the operator's, any
+        # method.
+        return "key"
+    if re.fullmatch(r"/jobs/[^/]+/output", path):
+        # A running job's output (issue 39): the agent's, open at the door as its report; another
+        # method (a 405) needs the key.
+        return "open" if method == "POST" else "key"
     if method == "PATCH":
         prefixes = ("/jobs/", "/services/")
         return "open" if any(path.startswith(p) and len(path) > len(p) for p in prefixes) else "key"
@@ -119,6 +125,11 @@ LABELS_BEFORE = {
     # Drains (issue 24): the key, or a node's own token for its own node.
     "/nodes/{id}/drain",
     "/nodes/{id}/undrain",
+    # Live output and the job events (issue 39): the agent's chunks, the output read or
+    # followed and the events behind the key.
+    "/jobs/{id}/output",
+    "/jobs/{id}/logs",
+    "/events",
 }
 
 
@@ -208,6 +219,8 @@ BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/services/{service_id}"): {"status": "done"},
     ("POST", "/schedules"): {"name": "s1", "every_secs": 60, "job": {"command": "x"}},
 }
+# The calls answered by a stream that lasts without a query: the events (follow=0 ends them).
+FOLLOWED = {"/events"}
 # (query, whether the agents' part of the rule applies) for the query-dependent rules.
 QUERIES_OF = {
     Access.POLL: [("node_id=n1&status=pending", True), ("node_id=n1&status=running", False)],
@@ -291,6 +304,11 @@ def test_every_entry_asks_at_the_door_what_the_table_says(
     # The key (and for the UI a session's cookie) gets past the door.
     cookie = {"Cookie": f"{UI_COOKIE}={logged_in(keyed)}"}
     credentials = {"Authorization": f"Bearer {KEY}", **cookie}
+    if target in FOLLOWED:  # a stream that lasts: its head only
+        with keyed.stream(method, target, headers=credentials) as streamed:
+            assert refused(streamed) == "" and streamed.status_code == 200
+            assert streamed.headers["content-type"].startswith("text/event-stream")
+        return
     answered = keyed.request(method, target, json=body, headers=credentials, follow_redirects=False)
     assert refused(answered) == "", answered.text
     assert answered.status_code < 500
