@@ -219,8 +219,9 @@ BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/services/{service_id}"): {"status": "done"},
     ("POST", "/schedules"): {"name": "s1", "every_secs": 60, "job": {"command": "x"}},
 }
-# The calls answered by a stream that lasts without a query: the events (follow=0 ends them).
-FOLLOWED = {"/events"}
+# The calls answered by a stream that lasts without a query: the events (follow=0 ends them),
+# and the job page's live output (while job-1 is unfinished).
+FOLLOWED = {"/events", "/ui/jobs/job-1/logs"}
 # (query, whether the agents' part of the rule applies) for the query-dependent rules.
 QUERIES_OF = {
     Access.POLL: [("node_id=n1&status=pending", True), ("node_id=n1&status=running", False)],
