@@ -209,15 +209,15 @@ LATENCY = Table(
     Column("p95", "7.1f", "ms"),
     Column("max", "7.1f", "ms"),
     Column("lines", "6d"),
-    label_width=52,
+    label_width=56,
 )
 
 
-def printer(secs: int) -> str:
-    """A job printing its wall clock every 100 ms for `secs` seconds, a line each, flushed."""
+def printer(secs: int, every: float) -> str:
+    """A job printing its wall clock every `every` s for `secs` seconds, a line each, flushed."""
     program = (
-        f"import time\nfor _ in range({secs * 10}):\n"
-        "    print(repr(time.time()), flush=True)\n    time.sleep(0.1)\n"
+        f"import time\nfor _ in range({max(1, round(secs / every))}):\n"
+        f"    print(repr(time.time()), flush=True)\n    time.sleep({every})\n"
     )
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}"
 
@@ -252,10 +252,13 @@ def agents(redis_url: str, api: harness.Served, flushes: dict[str, str]) -> Iter
         yield
 
 
-async def agent_job(conn: Conn, b: httpx.AsyncClient, node: str, secs: int) -> list[float] | None:
-    """Each line's latency of a printing job the agent `node` runs, followed on B; None when
-    no output came before the job ended (the agent sends none while it runs)."""
-    job_id = await submit(conn, node, printer(secs))
+async def agent_job(
+    conn: Conn, b: httpx.AsyncClient, node: str, secs: int, every: float
+) -> list[float] | None:
+    """Each line's latency of a job printing every `every` s that the agent `node` runs,
+    followed on B; None when no output came before the job ended (the agent sends none while
+    it runs)."""
+    job_id = await submit(conn, node, printer(secs, every))
     follower = await followed(b, job_id, timed=True)
     end = await ended(follower, secs + DEADLINE_SECS)
     if end.get("status") != "done":
@@ -278,9 +281,12 @@ async def direct_posts(conn: Conn, b: httpx.AsyncClient, node: str, count: int) 
 
 async def measure_latency(plan: Plan, a: harness.Served, b: harness.Served) -> None:
     has_setting = agent_has_flush_setting()
-    subjects = {"agent, default chunking (1 s)": "live-default"}
+    subjects = {
+        "agent, default chunking (1 s), a line per 100 ms": ("live-default", 0.1),
+        "agent, default chunking (1 s), a line per 1 s": ("live-default", 1.0),
+    }
     if has_setting:
-        subjects[f"agent, {FLUSH_SETTING}=0.1"] = "live-fast"
+        subjects[f"agent, {FLUSH_SETTING}=0.1, a line per 100 ms"] = ("live-fast", 0.1)
     direct = "server alone: POST to A -> shown on B"
     results: dict[str, list[float]] = {name: [] for name in [*subjects, direct]}
     silent = False
@@ -294,7 +300,8 @@ async def measure_latency(plan: Plan, a: harness.Served, b: harness.Served) -> N
                         conn, b_http, "live-direct", plan.direct_chunks
                     )
                 elif not silent:
-                    got = await agent_job(conn, b_http, subjects[name], plan.job_secs)
+                    node, every = subjects[name]
+                    got = await agent_job(conn, b_http, node, plan.job_secs, every)
                     silent = got is None
                     results[name] += got or []
     conn.close()
@@ -311,7 +318,7 @@ async def measure_latency(plan: Plan, a: harness.Served, b: harness.Served) -> N
 
 def latency_part(plan: Plan, redis_url: str, a: harness.Served, b: harness.Served) -> None:
     print(
-        f"1. latency, through two replicas (the agent's job prints every 100 ms for "
+        f"1. latency, through two replicas (the agent's job prints every 100 ms or 1 s for "
         f"{plan.job_secs} s; {plan.latency_rounds} round(s) taking turns)",
         flush=True,
     )

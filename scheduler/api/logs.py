@@ -1,6 +1,7 @@
 """A running job's live output (docs/GUIDE.md, Watching jobs): its agent's chunks in
 (POST /jobs/{id}/output, our agent only), the output read (GET /jobs/{id}/logs, text) and
-followed (`?follow=1`, Server-Sent Events: follow.py says why) from any replica."""
+followed (`?follow=1`, Server-Sent Events: follow.py says why) from any replica; followed too
+by the web UI's job page (GET /ui/jobs/{id}/logs, the same stream behind the login)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ from scheduler.store.scripts.logs import Chunk, LogPage
 # A follower's read: about this many bytes of output (one chunk at least).
 FOLLOW_READ_BYTES = 256 * 1024
 MAX_ATTEMPT = 1_000_000
+# What the API's route reads; the UI's follows always (routes.py).
 READS = ("stream", "attempt", "follow", "after")
+FOLLOW_READS = ("stream", "attempt", "after")
 _POSITION = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 _encode = msgspec.json.encode
 
@@ -64,21 +67,39 @@ async def post_output(request: Request) -> Response:
 
 async def get_logs(request: Request) -> Response:
     """The output of one attempt (the job's latest unless `attempt` says), as text; with
-    `follow`, as events from then on (or after the position `after`/Last-Event-ID) until the
-    job ends."""
-    job_id = hot.job_id_or_404(request.path_params["job_id"])
-    stream = one_of("stream", param(request, "stream"), LOG_STREAMS)
-    attempt = _attempt(request)
+    `follow`, as events from then on (`followed`)."""
+    job_id, stream, attempt = _asked(request)
+    if _follows(request):
+        return await followed(request, job_id, stream, attempt)
     store = store_of(request)
-    if not _follows(request):
-        page = await store.run(ops.logs.read_log(job_id, "", store.settings.log_max_bytes))
-        return _text(page, attempt or page.attempt, stream)
+    page = await store.run(ops.logs.read_log(job_id, "", store.settings.log_max_bytes))
+    return _text(page, attempt or page.attempt, stream)
+
+
+async def follow_logs(request: Request) -> Response:
+    """The output followed, always (the web UI's GET /ui/jobs/{id}/logs, behind its login:
+    the job page's live output, ui_live.py): as GET /jobs/{id}/logs?follow=1."""
+    return await followed(request, *_asked(request))
+
+
+async def followed(request: Request, job_id: str, stream: str, attempt: int) -> Response:
+    """The output of `attempt` (0: the job's latest) and of any later attempt, as events,
+    after the position `after`/Last-Event-ID (else from the attempt's start) until the job
+    ends: the one follower of a job's output, whichever route asked."""
     position = _position(request)
+    store = store_of(request)
     first = await store.run(ops.logs.read_log(job_id, position, FOLLOW_READ_BYTES))
     tail = LogTail(store, job_id, stream, attempt or (0 if position else first.attempt))
     return StreamingResponse(
         tail.events(position, first), media_type="text/event-stream", headers=SSE_HEADERS
     )
+
+
+def _asked(request: Request) -> tuple[str, str, int]:
+    """The job, stream ("": both) and attempt (0: the latest) a request for the output asks."""
+    job_id = hot.job_id_or_404(request.path_params["job_id"])
+    stream = one_of("stream", param(request, "stream"), LOG_STREAMS)
+    return job_id, stream, _attempt(request)
 
 
 def _text(page: LogPage, attempt: int, stream: str) -> Response:

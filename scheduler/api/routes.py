@@ -108,6 +108,13 @@ TABLE = RouteTable(
             {"GET": Method(ui_job.job_page, UI, reads=REFRESH)},
             other_methods=UI,
         ),
+        # The job page's live output (ui_live.py): GET /jobs/{id}/logs?follow=1's stream, the
+        # same function, behind the login cookie instead of the key.
+        Entry(
+            "/ui/jobs/{job_id}/logs",
+            {"GET": Method(logs.follow_logs, UI, reads=logs.FOLLOW_READS)},
+            other_methods=UI,
+        ),
         # The buttons: back to their page, its refresh paused if it was.
         Entry(
             "/ui/jobs/{job_id}/cancel",

@@ -2,8 +2,9 @@
 home) is ui_dashboard.py's, the jobs list ui_jobs.py's, a job's page ui_job.py's, the nodes
 page ui_nodes.py's, the layout ui_layout.py's.
 
-Server-rendered HTML: no script, no build step, nothing from a CDN; pages that change
-refresh themselves (ui_layout.py: paused with `refresh=off`). With TINYAWS_API_KEY set it
+Server-rendered HTML: no build step, nothing from a CDN, no script but a job page's live
+output (ui_live.py); pages that change refresh themselves (ui_layout.py: paused with
+`refresh=off`). With TINYAWS_API_KEY set it
 sits behind the key: the login form starts a session (ui_session.py: a random id in Redis
 with a TTL, ended by logout), wrong keys are counted per address (guesses.py), and every form
 that changes something carries a CSRF token bound to the session, or without a key to the

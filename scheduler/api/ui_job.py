@@ -1,8 +1,8 @@
 """The web UI's job page (/ui/jobs/{id}), laid out to answer "what happened?" first: the
 summary (status as people say it, a cancel reading cancelled; why; exit code; how long it
-ran; node; attempt; times), the end of its error output and its button; then its attempts;
-then what was asked (the submitted fields that are set, with words for names); then its
-output, once.
+ran; node; attempt; times), the end of its error output and its button; while it is
+unfinished, its live output (ui_live.py); then its attempts; then what was asked (the
+submitted fields that are set, with words for names); then its output, once.
 
 Every field of Job shows somewhere: the summary's (`SUMMARY`), the output (`OUTPUT`), and
 every other one in the request table when it is set, so a field added to Job later shows
@@ -27,6 +27,7 @@ from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_layout import View, duration, job_status, names_only, page, view_of
+from scheduler.api.ui_live import SCRIPT, live_section
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import (
     FINAL_STATUSES,
@@ -54,6 +55,7 @@ SUMMARY = (
     "finished_at", "failure_reason", "pending_reason", "schedule",
 )  # fmt: skip
 OUTPUT = ("stdout", "stderr")
+OUTPUT_WHEN = "As the last ended attempt reported it; while one runs, its output shows live above."
 # The end of the error output shown at the top: as many lines as a screen's top holds.
 TAIL_LINES = 15
 TAIL_CHARS = 3000
@@ -202,6 +204,8 @@ def _tail_and_output(job: Job) -> tuple[str, str]:
             parts.append(f'<h3>{out}</h3><pre id="{out}">{escape(text)}</pre>')
         else:
             parts.append(f'<p class="muted" id="{out}-empty">{out}: empty</p>')
+    if job.status not in FINAL_STATUSES:  # the record's is an ended attempt's, or none yet
+        parts.insert(0, f'<p class="muted" id="output-when">{OUTPUT_WHEN}</p>')
     return top, "<h2>Output</h2>" + "".join(parts)
 
 
@@ -229,7 +233,8 @@ async def job_page(request: Request) -> Response:
         raise HTTPError(404, "job not found")
     job = job_decoder.decode(blob)
     top, output = _tail_and_output(job)
-    body = _table("summary", summary_rows(job, view, _settings(request).max_job_retries)) + top
+    settings = _settings(request)
+    body = _table("summary", summary_rows(job, view, settings.max_job_retries)) + top
     action = ACTIONS.get(job.status)
     if action is not None:
         body += (
@@ -237,6 +242,9 @@ async def job_page(request: Request) -> Response:
             f'<input type="hidden" name="csrf" value="{await _csrf(request)}">'
             f'<button id="{action}">{action.capitalize()} this job</button></form>'
         )
-    body += attempts_section(attempts, view, own=(job.stdout, job.stderr))
+    live = live_section(job, view, settings.log_max_bytes)
+    body += live + attempts_section(attempts, view, own=(job.stdout, job.stderr))
     body += f"<h2>Request</h2>{_table('request', request_rows(job, view))}{output}"
-    return page(request, job.job_id, body, refresh=job.status not in FINAL_STATUSES, view=view)
+    unfinished = job.status not in FINAL_STATUSES
+    script = SCRIPT if live else ""  # the live output's: it reloads the page (ui_live.py)
+    return page(request, job.job_id, body, refresh=unfinished, view=view, script=script)

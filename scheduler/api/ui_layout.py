@@ -1,11 +1,13 @@
 """The web UI's layout: every page (errors too) in one frame with the navigation, the
 style, the 5 s refresh and its pause, status badges, and times as people read them.
 
-No script may run (ui_headers.py's CSP), so all of it is rendered here: a time shows as
-"3 min ago" with the absolute one in its `title` (a hover shows it), and the refresh is a
-`<meta http-equiv="refresh">` that `?refresh=off` leaves out. A paused page keeps
-`refresh=off` on every link and form of ours (`View.href`, `View.hidden`), so it stays
-paused as the operator moves around, until "Resume refresh".
+No script may run (ui_headers.py's CSP) but the job page's live output (ui_live.py), so all
+of it is rendered here: a time shows as "3 min ago" with the absolute one in its `title` (a
+hover shows it), and the refresh is a `<meta http-equiv="refresh">` that `?refresh=off`
+leaves out. A paused page keeps `refresh=off` on every link and form of ours (`View.href`,
+`View.hidden`), so it stays paused as the operator moves around, until "Resume refresh".
+A page with its script (`page(script=...)`) reloads when the script says: its meta refresh
+is only for a browser that runs no script (<noscript>).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.responses import HTMLResponse
 from scheduler.api.http import HTTPError
 from scheduler.api.params import query_of
 from scheduler.api.state import settings as _settings
+from scheduler.api.ui_headers import CSP, with_script
 from scheduler.models.job import Job
 from scheduler.models.wire import parse_rfc3339
 
@@ -50,6 +53,10 @@ td.num{text-align:right;white-space:nowrap}
 table.fields td code,pre{overflow-wrap:anywhere}
 table.fields th{width:1%;white-space:nowrap}
 #tail,#key-help pre{max-height:24em;white-space:pre-wrap}
+#live-output{max-height:30em;min-height:3em;white-space:pre-wrap}
+#live-output:empty::before{content:"no output yet";color:#57606a}
+#live-output .stderr{color:#a40e26;background:#fff0f0}#live-output .note{color:#57606a}
+#live-state{font-size:14px;font-weight:400;margin-left:4px}
 h2 a.more{font-size:14px;font-weight:400}
 time,.nowrap{white-space:nowrap}
 time[title]{text-decoration:underline dotted #8c959f}
@@ -193,17 +200,20 @@ def page(
     view: View | None = None,
     status: int = 200,
     navigation: bool = True,
+    script: str = "",
 ) -> HTMLResponse:
     """The page in the layout; `refresh` (a page that changes by itself) reloads it every
     REFRESH_SECS unless the View is paused, and offers the pause or the resume. Without
     `navigation` (the login, for someone not logged in) the header holds no links nor Log
-    out: each would lead back to the login."""
+    out: each would lead back to the login. `script`: the page's one inline script, last in
+    its body, allowed by its hash (ui_headers.with_script); it does the reloading then."""
     view = view or View(paused=False, now=time.time())
     meta, toggle = "", ""
     if refresh:
         toggle = _toggle(request, view)
         if not view.paused:
             meta = f'<meta http-equiv="refresh" content="{REFRESH_SECS}">'
+            meta = f"<noscript>{meta}</noscript>" if script else meta
     logout = ""
     if navigation and _settings(request).api_key:
         logout = '<form method="post" action="/ui/logout"><button>Log out</button></form>'
@@ -228,9 +238,13 @@ def page(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"{meta}<title>{escape(title)} · scheduler</title><style>{STYLE}</style></head><body>"
         f"<header>{header}</header>"
-        f"<main><h1>{escape(title)}</h1>{body}</main></body></html>"
+        f"<main><h1>{escape(title)}</h1>{body}</main>"
+        f"{f'<script>{script}</script>' if script else ''}</body></html>"
     )
-    return HTMLResponse(html, status_code=status)  # no-store, frame denial: ui_headers.py
+    response = HTMLResponse(html, status_code=status)  # no-store, frame denial: ui_headers.py
+    if script:
+        response.headers[CSP] = with_script(script)
+    return response
 
 
 def _toggle(request: Request, view: View) -> str:

@@ -216,6 +216,9 @@ BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/services/{service_id}"): {"status": "done"},
     ("POST", "/schedules"): {"name": "s1", "every_secs": 60, "job": {"command": "x"}},
 }
+# The calls answered by a stream that lasts without a query: the events (follow=0 ends them),
+# and the job page's live output (while job-1 is unfinished).
+FOLLOWED = {"/events", "/ui/jobs/job-1/logs"}
 # (query, whether the agents' part of the rule applies) for the query-dependent rules.
 QUERIES_OF = {
     Access.POLL: [("node_id=n1&status=pending", True), ("node_id=n1&status=running", False)],
@@ -299,6 +302,11 @@ def test_every_entry_asks_at_the_door_what_the_table_says(
     # The key (and for the UI a session's cookie) gets past the door.
     cookie = {"Cookie": f"{UI_COOKIE}={logged_in(keyed)}"}
     credentials = {"Authorization": f"Bearer {KEY}", **cookie}
+    if target in FOLLOWED:  # a stream that lasts: its head only
+        with keyed.stream(method, target, headers=credentials) as streamed:
+            assert refused(streamed) == "" and streamed.status_code == 200
+            assert streamed.headers["content-type"].startswith("text/event-stream")
+        return
     answered = keyed.request(method, target, json=body, headers=credentials, follow_redirects=False)
     assert refused(answered) == "", answered.text
     assert answered.status_code < 500

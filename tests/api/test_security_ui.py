@@ -195,9 +195,12 @@ FRAMES = {"x-frame-options": "DENY", "cache-control": "no-store"}
 def test_every_ui_answer_denies_frames_and_caches(serve: Serve) -> None:
     api = client(serve(api_key=KEY))
     setup_jobs(api, OPERATOR)
-    stranger = [api.get(p) for p in ("/ui", "/ui/jobs", "/ui/login", "/ui/nope")]
+    stranger = [
+        api.get(p) for p in ("/ui", "/ui/jobs", "/ui/login", "/ui/nope", "/ui/jobs/job-1/logs")
+    ]
     ui = with_session(login(api))
     pages = ["/ui/jobs", "/ui/jobs/job-1", "/ui/nodes", "/ui/schedules", "/ui/jobs/job-9"]
+    pages += ["/ui/jobs/job-2", "/ui/jobs/job-1/logs"]  # live output: job-1's has ended
     seen = stranger + [api.get(p, headers=ui) for p in pages]
     seen.append(api.post("/ui/jobs/job-2/cancel", data={"csrf": "x"}, headers=ui))  # 403
     for answer in seen:

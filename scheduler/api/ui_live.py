@@ -1,0 +1,109 @@
+"""The job page's live output: while the job is unfinished, a section whose script follows
+the job's output (GET /ui/jobs/{id}/logs: GET /jobs/{id}/logs?follow=1's stream, behind the
+login cookie) with an EventSource and writes it into a <pre>.
+
+The UI's one script. The rest of the UI runs none, and this one changes nothing of that:
+its policy names it by its hash (ui_headers.with_script), it reads nothing from the page
+but its section's data attributes, and the output, which anyone who can run a job writes,
+goes in as text only (`textContent` of elements it creates; never markup). stderr is a
+span of its own class, a gap in what the stream could send is said (`dropped`), a new
+attempt is marked, and the <pre> follows the end while the reader is at its bottom. The
+view keeps about as much as the server does (LOG_MAX_BYTES), its oldest chunks going.
+
+The page's refresh does not fight the stream: the page has no meta refresh (only inside
+<noscript>). The script reloads it every REFRESH_SECS while no output has come (its summary
+may change meanwhile: pending to running, another node), then never while the stream shows
+output (a reload would take the reader's place), and once the stream's `end` says the job
+ended, so its final record shows. A paused page (`refresh=off`) never reloads: the section
+says how the job ended.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from scheduler.api.ui_layout import REFRESH_SECS, View
+from scheduler.models.job import FINAL_STATUSES, Job
+
+# The section's script, as the page holds it (its hash is the policy's: change it freely,
+# the hash follows). Plain ES5 in a function: nothing global.
+SCRIPT = """
+(function () {
+  "use strict";
+  var live = document.getElementById("live");
+  var out = document.getElementById("live-output");
+  var state = document.getElementById("live-state");
+  var paused = live.getAttribute("data-paused") === "1";
+  var wait = Number(live.getAttribute("data-refresh")) * 1000;
+  var keep = Number(live.getAttribute("data-keep"));
+  var shown = 0, attempt = 0, timer = 0;
+  function reload() { location.reload(); }
+  function later() { if (!paused) { timer = setTimeout(reload, wait); } }
+  function atBottom() { return out.scrollHeight - out.scrollTop - out.clientHeight < 4; }
+  function add(text, kind) {
+    var stick = atBottom();
+    var span = document.createElement("span");
+    span.className = kind;
+    span.textContent = text;
+    out.appendChild(span);
+    shown += text.length;
+    while (shown > keep && out.firstChild !== span) {
+      shown -= out.firstChild.textContent.length;
+      out.removeChild(out.firstChild);
+    }
+    if (stick) { out.scrollTop = out.scrollHeight; }
+  }
+  function note(text) {
+    var last = out.lastChild;
+    var cut = last && last.textContent.slice(-1) !== "\\n" ? "\\n" : "";
+    add(cut + "[" + text + "]\\n", "note");
+  }
+  var source = new EventSource(live.getAttribute("data-src"));
+  state.textContent = "connecting";
+  later();
+  source.addEventListener("open", function () { state.textContent = "live"; });
+  source.addEventListener("output", function (event) {
+    var chunk = JSON.parse(event.data);
+    clearTimeout(timer);
+    if (attempt && chunk.attempt !== attempt) { note("attempt " + chunk.attempt); }
+    attempt = chunk.attempt;
+    add(chunk.text, chunk.stream === "stderr" ? "stderr" : "stdout");
+  });
+  source.addEventListener("dropped", function (event) {
+    note("dropped " + JSON.parse(event.data).bytes + " bytes");
+  });
+  source.addEventListener("end", function (event) {
+    var end = JSON.parse(event.data);
+    source.close();
+    clearTimeout(timer);
+    var code = typeof end.exit_code === "number" ? ", exit code " + end.exit_code : "";
+    state.textContent = "ended: " + end.status + code + (paused ? " (reload for its record)" : "");
+    if (!paused) { reload(); }
+  });
+  source.addEventListener("error", function () {
+    if (source.readyState === EventSource.CLOSED) {
+      state.textContent = "disconnected";
+      later();
+    } else {
+      state.textContent = "reconnecting";
+    }
+  });
+})();
+"""
+
+
+def live_section(job: Job, view: View, keep: int) -> str:
+    """The section of an unfinished job ("" for an ended one: the page shows its stored
+    output), for SCRIPT: where the stream is, whether the page is paused, how often it
+    reloads while nothing shows, and about how many characters the view keeps (`keep`)."""
+    if job.status in FINAL_STATUSES:
+        return ""
+    source = escape(f"/ui/jobs/{job.job_id}/logs")
+    return (
+        f'<section id="live" data-src="{source}" data-paused="{int(view.paused)}" '
+        f'data-refresh="{REFRESH_SECS}" data-keep="{keep}">'
+        '<h2>Live output <span id="live-state" class="muted"></span></h2>'
+        '<noscript><p class="muted">Live output needs JavaScript: the output shows below '
+        "once the job ends.</p></noscript>"
+        '<pre id="live-output" tabindex="0"></pre></section>'
+    )
