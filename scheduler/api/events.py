@@ -13,7 +13,6 @@ numbered per shard, one number after another: a follower that finds a number ski
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from scheduler.api.follow import SSE_HEADERS, Read, follow, sse
+from scheduler.api.follow import SSE_HEADERS, Read, follow, follows, positions, sse
 from scheduler.api.hot import check_node_id, job_id_or_404
 from scheduler.api.http import HTTPError, one_of
 from scheduler.api.params import param
@@ -36,7 +35,6 @@ from scheduler.store.ops.logs import RawEvent
 READS = ("job_id", "node_id", "status", "schedule", "after", "follow")
 # Events read from each shard at once.
 READ_COUNT = 500
-_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 BEFORE_ALL = "0-0"  # a position before any event (Redis' ids start above it)
 _encode = msgspec.json.encode
 
@@ -73,29 +71,21 @@ def _filter(request: Request) -> Filter:
 
 def _positions(request: Request, shards: int) -> list[str]:
     """Each shard's place: after this id (BEFORE_ALL: from its oldest), "$" from now on."""
-    raw = request.headers.get("last-event-id", "") or param(request, "after")
-    if not raw:
-        return ["$"] * shards
-    if raw == "0":
+    if param(request, "after") == "0" and not request.headers.get("last-event-id"):
         return [BEFORE_ALL] * shards
-    parts = raw.split(",")
-    if len(parts) != shards or not all(_ID.fullmatch(part) for part in parts):
+    given = positions(request)
+    if given is None:
+        return ["$"] * shards
+    if len(given) != shards:
         raise HTTPError(400, "invalid after: use 0, or the id of an event this stream sent")
-    return parts
-
-
-def _follows(request: Request) -> bool:
-    raw = param(request, "follow")
-    if raw not in ("", "0", "1", "true", "false"):
-        raise HTTPError(400, "invalid follow: use 1 or 0")
-    return raw != "0" and raw != "false"
+    return given
 
 
 async def events(request: Request) -> Response:
     """The events after the position, then (unless follow=0) each as it happens."""
     store = store_of(request)
     tail = EventTail(store, _filter(request), _positions(request, len(store.shards)))
-    stream = tail.events(_follows(request))
+    stream = tail.events(follows(request, default=True))
     return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
 
 

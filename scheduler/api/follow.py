@@ -17,10 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from starlette.requests import Request
+
+from scheduler.api.http import HTTPError
+from scheduler.api.params import param
 from scheduler.store.connection.notify import Notifier, Watch
+
+log = logging.getLogger("scheduler.api")
 
 # A comment this often keeps idle connections open through proxies, and finds clients gone.
 KEEPALIVE_SECS = 15.0
@@ -29,6 +37,32 @@ RETRY_MS = 2000
 START = f"retry: {RETRY_MS}\n\n".encode()
 KEEPALIVE = b": keepalive\n\n"
 SSE_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
+
+
+_POSITION = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
+_STREAM_ID_MAX = 2**64 - 1  # each part of a Redis stream id
+
+
+def follows(request: Request, default: bool) -> bool:
+    """The `follow` parameter: 1/true or 0/false, else a 400."""
+    raw = param(request, "follow")
+    if raw not in ("", "0", "1", "true", "false"):
+        raise HTTPError(400, "invalid follow: use 1 or 0")
+    return raw in ("1", "true") if raw else default
+
+
+def positions(request: Request) -> list[str] | None:
+    """Where a follower resumes (Last-Event-ID, else `after`): the stream ids it names, one
+    per part of a comma-joined position, each as Redis writes it; None when none is given. A
+    part that is not an id Redis can hold is a 400 (never an error of Redis)."""
+    raw = request.headers.get("last-event-id", "") or param(request, "after")
+    if not raw:
+        return None
+    parts = [_POSITION.fullmatch(part) for part in raw.split(",")]
+    numbers = [(int(p[1]), int(p[2])) for p in parts if p]
+    if len(numbers) < len(parts) or any(max(n) > _STREAM_ID_MAX for n in numbers):
+        raise HTTPError(400, "invalid after: use the id of an event this stream sent")
+    return [f"{ms}-{seq}" for ms, seq in numbers]
 
 
 def sse(event: str, data: bytes, position: str = "") -> bytes:
@@ -79,6 +113,19 @@ async def follow(
     is over, the process stops or `most_secs` have passed (FOLLOW_MAX_SECS: the client
     reconnects from its last event, maybe to another replica); a keepalive while idle."""
     yield START
+    try:
+        async for chunk in _follow(subscriptions, read, closing, most_secs):
+            yield chunk
+    except Exception as exc:  # the headers are sent: end the stream, its client resumes
+        log.warning("a follower's stream ended early: %s: %s", type(exc).__name__, exc)
+
+
+async def _follow(
+    subscriptions: Sequence[tuple[Notifier, str]],
+    read: Callable[[], Awaitable[Read]],
+    closing: Callable[[], bool],
+    most_secs: float,
+) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + most_secs
     while not closing():

@@ -5,7 +5,6 @@ by the web UI's job page (GET /ui/jobs/{id}/logs, the same stream behind the log
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -13,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from scheduler.api import hot
-from scheduler.api.follow import SSE_HEADERS, Read, follow, sse
+from scheduler.api.follow import SSE_HEADERS, Read, follow, follows, positions, sse
 from scheduler.api.http import NO_STORE, HTTPError, json_bytes, one_of, read_body, whole_number
 from scheduler.api.params import param
 from scheduler.api.state import agent_auth
@@ -39,7 +38,6 @@ MAX_ATTEMPT = 1_000_000
 # What the API's route reads; the UI's follows always (routes.py).
 READS = ("stream", "attempt", "follow", "after")
 FOLLOW_READS = ("stream", "attempt", "after")
-_POSITION = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 _encode = msgspec.json.encode
 
 
@@ -69,7 +67,7 @@ async def get_logs(request: Request) -> Response:
     """The output of one attempt (the job's latest unless `attempt` says), as text; with
     `follow`, as events from then on (`followed`)."""
     job_id, stream, attempt = _asked(request)
-    if _follows(request):
+    if follows(request, default=False):
         return await followed(request, job_id, stream, attempt)
     store = store_of(request)
     page = await store.run(ops.logs.read_log(job_id, "", store.settings.log_max_bytes))
@@ -86,12 +84,17 @@ async def followed(request: Request, job_id: str, stream: str, attempt: int) -> 
     """The output of `attempt` (0: the job's latest) and of any later attempt, as events,
     after the position `after`/Last-Event-ID (else from the attempt's start) until the job
     ends: the one follower of a job's output, whichever route asked."""
-    position = _position(request)
+    given = positions(request)
+    if given is not None and len(given) != 1:
+        raise HTTPError(400, "invalid after: use the id of an event this stream sent")
+    position = given[0] if given else ""
     store = store_of(request)
-    first = await store.run(ops.logs.read_log(job_id, position, FOLLOW_READ_BYTES))
-    tail = LogTail(store, job_id, stream, attempt or (0 if position else first.attempt))
+    # Before the stream starts: its 404, and which attempt is the latest. Its output is read
+    # again once the stream watches for more (a chunk between the two is not missed).
+    now = await store.run(ops.logs.read_log(job_id, position, 1))
+    tail = LogTail(store, job_id, stream, attempt or (0 if position else now.attempt))
     return StreamingResponse(
-        tail.events(position, first), media_type="text/event-stream", headers=SSE_HEADERS
+        tail.events(position), media_type="text/event-stream", headers=SSE_HEADERS
     )
 
 
@@ -112,27 +115,12 @@ def _in(chunk: Chunk, stream: str) -> bool:
     return not stream or chunk.stream == stream
 
 
-def _follows(request: Request) -> bool:
-    raw = param(request, "follow")
-    if raw not in ("", "0", "1", "true", "false"):
-        raise HTTPError(400, "invalid follow: use 1 or 0")
-    return raw in ("1", "true")
-
-
 def _attempt(request: Request) -> int:
     raw = param(request, "attempt")
     number = whole_number(raw, MAX_ATTEMPT)
     if raw and not number:
         raise HTTPError(400, "invalid attempt: use an attempt number, 1 or more")
     return number or 0
-
-
-def _position(request: Request) -> str:
-    """Where a follower resumes: after this chunk ("": from the attempt's start)."""
-    raw = request.headers.get("last-event-id", "") or param(request, "after")
-    if raw and not _POSITION.fullmatch(raw):
-        raise HTTPError(400, "invalid after: use the id of an event this stream sent")
-    return raw
 
 
 class LogTail:
@@ -142,24 +130,20 @@ class LogTail:
     def __init__(self, store: Store, job_id: str, stream: str, attempt: int) -> None:
         self.store, self.job_id, self.stream, self.attempt = store, job_id, stream, attempt
         self.position = ""
-        self.written = -1  # unknown until the first chunk (a resumed follower's gap is unseen)
+        # The bytes the log was written up to the last chunk read, and that chunk's attempt:
+        # a gap within one attempt is output it missed (unknown before the first chunk).
+        self.written, self.last_attempt = -1, 0
 
-    async def events(self, position: str, first: LogPage) -> AsyncIterator[bytes]:
+    async def events(self, position: str) -> AsyncIterator[bytes]:
         self.position = position
-        self.written = -1 if position else 0
-        pending: LogPage | None = first
         shard = await self.store.client_of_job(self.job_id)
         keys, notifier = shard.keys, shard.notifier
         channels = [(notifier, keys.log_channel(self.job_id))]
         channels.append((notifier, keys.job_channel(self.job_id)))  # its end
 
         async def read() -> Read:
-            nonlocal pending
-            page, pending = pending, None
-            if page is None:
-                read_log = ops.logs.read_log(self.job_id, self.position, FOLLOW_READ_BYTES)
-                page = await self.store.run(read_log)
-            return self.read(page)
+            read_log = ops.logs.read_log(self.job_id, self.position, FOLLOW_READ_BYTES)
+            return self.read(await self.store.run(read_log))
 
         most = self.store.settings.follow_max_secs
         async for event in follow(channels, read, lambda: notifier.closing, most):
@@ -174,9 +158,11 @@ class LogTail:
 
     def _chunk(self, chunk: Chunk) -> list[bytes]:
         out = []
-        if 0 <= self.written < chunk.written and chunk.attempt >= self.attempt:
+        same = chunk.attempt == self.last_attempt >= self.attempt
+        if same and 0 <= self.written < chunk.written:
             out.append(sse("dropped", _encode(Dropped(chunk.written - self.written))))
         self.position, self.written = chunk.position, chunk.written + len(chunk.text)
+        self.last_attempt = chunk.attempt
         if chunk.attempt >= self.attempt and _in(chunk, self.stream):
             text = str(chunk.text, "utf-8", "replace")
             data = _encode(Output(chunk.stream, chunk.attempt, text))

@@ -116,8 +116,10 @@ def dropped_output(count: object) -> str:
 
 
 def dropped_events(shard: object, count: object) -> str:
-    """The note for events trimmed before they were read (EVENTS_RETAIN_SECS)."""
-    return f"[... {count} events of shard {shard} dropped (EVENTS_RETAIN_SECS) ...]\n"
+    """The note for events trimmed before they were read (EVENTS_RETAIN_SECS); `count` None:
+    the event it resumed after was trimmed too, so how many is not known."""
+    many = "some" if count is None else count
+    return f"[... {many} events of shard {shard} dropped (EVENTS_RETAIN_SECS) ...]\n"
 
 
 def attempt_separator(attempt: object) -> str:

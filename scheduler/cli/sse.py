@@ -157,6 +157,8 @@ class Follower:
                             yield event
                 if self.ends_at_eof:
                     return
+                # The server ended it (FOLLOW_MAX_SECS, a restart's drain): not a failure.
+                failures, lost_since = 0, None
                 reason = "the scheduler ended the stream"
             except httpx.TransportError as exc:
                 reason = str(exc) or type(exc).__name__

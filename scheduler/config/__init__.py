@@ -160,7 +160,9 @@ class Settings:
     )
     # Live output (GET /jobs/{id}/logs): what Redis keeps of one job's, over its attempts; at
     # least one chunk (the agent's are 64 KiB at most), so the newest is never trimmed.
-    log_max_bytes: int = field(default=1 << 20, metadata={"env": "LOG_MAX_BYTES", "min": 65536})
+    log_max_bytes: int = field(
+        default=1 << 20, metadata={"env": "LOG_MAX_BYTES", "min": 65536, "max": 64 << 20}
+    )
     # ... and how long after its last chunk (the retention's prune takes it sooner).
     log_retain_secs: int = field(default=86400, metadata={"env": "LOG_RETAIN_SECS", "min": 60})
     # A follower's stream (logs?follow=1, /events) ends after this long; its client goes on

@@ -27,6 +27,3 @@ class Event(msgspec.Struct, omit_defaults=True, kw_only=True):
     old_node_id: str = ""
     schedule: str = ""
     failure_reason: str = ""
-
-
-event_encoder = msgspec.json.Encoder()

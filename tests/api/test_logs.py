@@ -4,6 +4,7 @@ real server until the job ends."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -16,6 +17,7 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.store import ops
+from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import Serve, assert_json, assert_text_error, register, report, submit
@@ -216,3 +218,55 @@ def test_a_log_expires_a_while_after_its_last_chunk(
     keys = Keys(prefix)
     for key in (keys.job_log(job_id), keys.job_log_state(job_id)):
         assert 0 < rclient.ttl(key) <= 600
+
+
+def test_a_change_before_the_stream_watches_is_not_missed(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job ends after the follow's first read and before its stream subscribes: the
+    stream still reads it (it reads after subscribing) and sends `end` at once, where it
+    would wait for FOLLOW_MAX_SECS (an hour here: the test's timeout fails it first)."""
+    url = serve(follow_max_secs=3600)
+    original = JobStore.client_of_job
+    with httpx.Client(base_url=url, timeout=90) as http:
+        register(http, "n1")  # type: ignore[arg-type]
+        job_id = claimed(http)
+        send(http, job_id, "x\n", 0)
+
+        async def ending_first(self: Any, job: str) -> Any:
+            def end() -> None:
+                with httpx.Client(base_url=url, timeout=30) as other:
+                    assert report(other, job, "done", node_id="n1", exit_code=0).status_code == 200
+
+            await asyncio.to_thread(end)
+            return await original(self, job)
+
+        monkeypatch.setattr(JobStore, "client_of_job", ending_first)
+        with http.stream("GET", f"/jobs/{job_id}/logs?follow=1") as response:
+            events = [e["event"] for e in sse_events(response.iter_lines())]
+    assert events == ["output", "end"]
+
+
+@pytest.mark.parametrize(
+    "after",
+    ["99999999999999999999-0", "18446744073709551616-0", "1-18446744073709551616", "1-0,2-0"],
+)
+def test_a_position_redis_cannot_hold_is_a_400(api: TestClient, after: str) -> None:
+    job_id = claimed(api)
+    for path in (f"/jobs/{job_id}/logs?follow=1&after={after}", f"/events?after={after}"):
+        response = api.get(path)
+        assert response.status_code == 400 and "invalid after" in response.text, path
+
+
+def test_a_retry_by_hand_starts_the_live_output_afresh(make_client: Any) -> None:
+    api = make_client(max_job_retries=0)
+    register(api, "n1")
+    job_id = claimed(api)
+    send(api, job_id, "OLD RUN\n", 0)
+    assert report(api, job_id, "failed", node_id="n1", exit_code=1).status_code == 200
+    assert api.post(f"/jobs/{job_id}/retry").status_code == 200
+    assert api.get(f"/jobs/{job_id}/logs").text == ""
+    assert report(api, job_id, "running", node_id="n1").status_code == 200
+    send(api, job_id, "NEW RUN\n", 0)
+    logs = api.get(f"/jobs/{job_id}/logs")
+    assert (logs.text, logs.headers["x-attempt"]) == ("NEW RUN\n", "1")

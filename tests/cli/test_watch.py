@@ -30,7 +30,7 @@ DEADLINE = 60.0  # bounds a failure only: every wait ends as soon as its conditi
 @pytest.fixture
 def served(serve: Serve) -> Iterator[tuple[str, httpx.Client]]:
     """A real server with one node, n1, and a client of its API."""
-    url = serve(max_job_retries=1)
+    url = serve(max_job_retries=1, follow_max_secs=60)
     with httpx.Client(base_url=url, timeout=DEADLINE) as http:
         body = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
         assert http.post("/nodes/register", json=body).status_code == 201

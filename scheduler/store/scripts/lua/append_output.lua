@@ -38,6 +38,10 @@ local bytes = redis.call("HINCRBY", state, "bytes", #data)
 local cut = 0
 while bytes - cut > tonumber(cap) do
   local oldest = redis.call("XRANGE", log, "-", "+", "COUNT", 1)[1]
+  if not oldest then  -- the stream lost entries its count holds (evicted, deleted by hand)
+    cut = bytes - #data
+    break
+  end
   redis.call("XDEL", log, oldest[1])
   cut = cut + #oldest[2][8]  -- its fields: s, o|e, a, attempt, w, written before, d, text
 end

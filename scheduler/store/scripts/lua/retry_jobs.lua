@@ -1,4 +1,5 @@
 --- @include "codes"
+--- @include "keys"
 --- @include "DEPENDENCY_UNITS"
 --- @include "ENDED_UNITS"
 --- @include "REASON"
@@ -61,6 +62,9 @@ for _, id in ipairs(ids) do
       code = NO_NODES
     else
       job.retry_count = 0
+      -- Its attempts are numbered from 1 again: the live output of the earlier ones goes
+      -- (their ends stay in its attempts), so no attempt shows another's.
+      redis.call("DEL", K.job_log(id), K.job_log_state(id))
       job.exit_code, job.failure_reason = nil, nil
       set_output(id, job, "stdout", nil)
       set_output(id, job, "stderr", nil)

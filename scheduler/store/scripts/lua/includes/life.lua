@@ -93,7 +93,8 @@ end
 
 -- A running job's next attempt (a failed report, its node lost, a timeout under its own
 -- policy): pending again on node `to`, or delayed `wait` seconds (its run_at says when). It
--- has not ended, so no event; the attempt that ended is recorded, `reason` (an ending's
+-- has not ended, so no outbox entry (its move is a job event, as every move); the attempt
+-- that ended is recorded, `reason` (an ending's
 -- name: failed, node_lost, timed_out) saying how, at `stamp`. `counted`: the attempt uses
 -- one of its retries (a service placed again after its node was lost does not). Returns
 -- the stored record.

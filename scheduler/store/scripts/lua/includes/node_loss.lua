@@ -17,13 +17,14 @@
 -- The running jobs of `node`, whose agent is gone (its node lost, or its id passed to a new
 -- holder), under the node-loss rule (Nomad's lost allocations): a run job fails with stderr
 -- "node lost" under the retry rule (`policy`: {max_retries, backoff, backoff_cap, seed}):
--- with retries left it is pending again (retry_count + 1, no event) on a `live` node (or
--- delayed there by its backoff), else it ends failed (exit -1, failure_reason node_lost,
--- its event). A service is placed again, pending on a live node (its retry count unchanged,
--- no event). An instance-bound job stays on its node, and with no live node a job waits
--- pending on its node. Until `out` holds `limit` quadruples {id, from, to, new status}, or
--- `pace` is spent (endings.py: a job ENDED_UNITS and its record's size; the endings share
--- it; nil: no bound, the endings one pace of their own).
+-- with retries left it is pending again (retry_count + 1, no outbox entry) on a `live` node
+-- (or delayed there by its backoff), else it ends failed (exit -1, failure_reason node_lost,
+-- its outbox entry). A service is placed again, pending on a live node (its retry count
+-- unchanged, no outbox entry). Every move is a job event (events.lua). An instance-bound job
+-- stays on its node, and with no live node a job waits pending on its node. Until `out`
+-- holds `limit` quadruples {id, from, to, new status}, or `pace` is spent (endings.py: a job
+-- ENDED_UNITS and its record's size; the endings share it; nil: no bound, the endings one
+-- pace of their own).
 local function lose_running(node, live, limit, out, now, stamp, policy, pace)
   local max_retries, backoff, backoff_cap, seed = unpack(policy)
   local room, metered = limit - #out / 4, pace ~= nil

@@ -130,12 +130,12 @@ end
 -- cancelled, timed_out, node_lost, dependency_failed), which sets its status (done or
 -- failed: all the original's clients know) and its failure_reason. It gives back what the
 -- job held (its node may take work again), moves it to its final indexes with its finish
--- time (retention reads it), and publishes its event: exactly one per job, here and nowhere
--- else. Then the jobs waiting for it, as far as `pace` goes (nil: a pace of its own,
--- SETTLE_UNITS; a script ending many jobs shares one): done, one fewer to wait for (the
--- last makes a job pending); any other ending fails them, and theirs in turn. The rest
--- waits in K.endings for SETTLE_ENDINGS. The caller has set the job's other fields.
--- Returns the stored record.
+-- time (retention reads it), and puts its ending in the outbox under its job event's number
+-- (events.lua move_job): exactly one per job, here and nowhere else. Then the jobs waiting
+-- for it, as far as `pace` goes (nil: a pace of its own, SETTLE_UNITS; a script ending many
+-- jobs shares one): done, one fewer to wait for (the last makes a job pending); any other
+-- ending fails them, and theirs in turn. The rest waits in K.endings for SETTLE_ENDINGS.
+-- The caller has set the job's other fields. Returns the stored record.
 local function finish(id, n, job, ending, now, stamp, pace)
   pace = pace or pace_of(SETTLE_UNITS)
   local stored = end_one(id, n, job, ending, now, stamp, pace)
