@@ -86,6 +86,7 @@ def test_a_day_of_scheduler_up_refuses_its_user_nothing(
     ends: dict[str, Ending] = {}
     hello, node = first_steps(user, ends)
     morning_at_the_cli(user, hello, node, tmp_path, ends)
+    watching(user, tmp_path, ends)
     mistakes(user, hello)
     through_the_api(user, ends)
     login_at = in_the_browser(user, node, hello, tmp_path, ends)
@@ -167,6 +168,26 @@ def morning_at_the_cli(
     user.idle(6, "a morning's jobs")
 
 
+def watching(user: User, tmp_path: Path, ends: dict[str, Ending]) -> None:
+    """A job's output followed while it runs (README's `logs -f`): its first line is there
+    while the job still waits for the user, the whole output once it ends, and the follower
+    exits with the job's exit code; its changes listed by `events`."""
+    gate = tmp_path / "go-on"
+    script = f"echo first; echo warn >&2; while [ ! -e {gate} ]; do sleep 0.1; done; echo last"
+    job = submitted(user.cli("submit", f"{script}; exit 5", "--max-retries", "0"))
+    ends[job] = ("failed", "", "first\nlast\n")
+    first = ("logs", job, "--stream", "stdout")
+    wait_for(f"{job}'s first line, live", lambda: user.cli(*first).out == "first\n")
+    assert user.cli("logs", job, "--stream", "stderr").out == "warn\n"
+    assert sorted(user.cli("logs", job).out.splitlines()) == ["first", "warn"]
+    gate.touch()
+    followed = user.cli("logs", "-f", job, code=5)
+    assert (followed.out, followed.err) == ("first\nlast\n", "warn\n"), str(followed)
+    changes = user.cli("events", "--job", job, "--since-start", "--no-follow").out
+    moves = re.findall(r"(\S+) -> (\S+)", changes)
+    assert moves == [("new", "pending"), ("pending", "running"), ("running", "failed")], changes
+
+
 def mistakes(user: User, hello: str) -> None:
     """What users get wrong: each a clear 4xx (or usage error), none counted as a guess."""
     user.cli_wrong("status", "job-99999", code=1, says="404: job not found")
@@ -178,6 +199,8 @@ def mistakes(user: User, hello: str) -> None:
     user.cli_wrong("retry", hello, code=1, says=f"not failed: {hello}")
     user.cli_wrong("schedule", "add", "tick", "--every", "5", "echo tick", code=1, says="409")
     user.cli_wrong("drain", "no-such-node", code=1, says="404: node not found")
+    user.cli_wrong("logs", "job-99999", code=1, says="404: job not found")
+    user.cli_wrong("events", "--status", "finished", code=1, says="400: invalid status")
     user.call("GET", "/jobs/job-99999", 404)
     user.call("POST", "/jobs", 400, json={})
     user.call("POST", "/jobs", 400, json={"command": "echo x", "priority": 5000})
@@ -287,6 +310,17 @@ def evening(user: User, tab: WebDriver, ends: dict[str, Ending]) -> None:
         assert got == (status, reason, stdout), f"{job_id}: {job}"
     every = user.call("GET", "/jobs").json()
     assert sorted(job["job_id"] for job in every) == sorted(ends), every
+    # The day's events: every job made once and ended (a retry by hand ends it again), each
+    # event numbered once, in order.
+    day = [
+        json.loads(line)
+        for line in user.cli("events", "--since-start", "--no-follow", "--json").out.splitlines()
+    ]
+    made = sorted(e["job_id"] for e in day if not e.get("old_status"))
+    ended = sorted(e["job_id"] for e in day if e["status"] in ("done", "failed"))
+    assert made == sorted(set(ended)) == sorted(ends), (made, ended)
+    numbers = [e["number"] for e in day]
+    assert numbers == sorted(set(numbers)), numbers
     user.cli("list", "--newest")
     wait_for("the tab's session ends", lambda: tab.current_url == f"{user.url}/ui/login")
     user.counts_nothing("the day")
