@@ -130,12 +130,14 @@ class LogTail:
     def __init__(self, store: Store, job_id: str, stream: str, attempt: int) -> None:
         self.store, self.job_id, self.stream, self.attempt = store, job_id, stream, attempt
         self.position = ""
-        # The bytes the log was written up to the last chunk read, and that chunk's attempt:
-        # a gap within one attempt is output it missed (unknown before the first chunk).
+        # The bytes the log was written up to the last chunk read (-1: not known), and that
+        # chunk's attempt (0: none read yet): a gap before a chunk of the attempt read last is
+        # output the follower missed, as is one before the first chunk of a follower from the
+        # log's start (trimmed, earlier attempts' bytes counted in: no attempt's start is kept).
         self.written, self.last_attempt = -1, 0
 
     async def events(self, position: str) -> AsyncIterator[bytes]:
-        self.position = position
+        self.position, self.written = position, -1 if position else 0
         shard = await self.store.client_of_job(self.job_id)
         keys, notifier = shard.keys, shard.notifier
         channels = [(notifier, keys.log_channel(self.job_id))]
@@ -158,8 +160,8 @@ class LogTail:
 
     def _chunk(self, chunk: Chunk) -> list[bytes]:
         out = []
-        same = chunk.attempt == self.last_attempt >= self.attempt
-        if same and 0 <= self.written < chunk.written:
+        ours = chunk.attempt >= self.attempt and self.last_attempt in (0, chunk.attempt)
+        if ours and 0 <= self.written < chunk.written:
             out.append(sse("dropped", _encode(Dropped(chunk.written - self.written))))
         self.position, self.written = chunk.position, chunk.written + len(chunk.text)
         self.last_attempt = chunk.attempt

@@ -243,7 +243,15 @@ def test_events_follows_until_interrupted(served: tuple[str, httpx.Client]) -> N
     env = {**os.environ, "SCHEDULER_URL": url}
     env.pop("TINYAWS_API_KEY", None)
     argv = [sys.executable, "-m", "scheduler", "events", "--since-start", "--job", job_id]
-    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    # A terminal's command hears Ctrl-C; pytest-xdist's workers ignore SIGINT, which a child
+    # inherits (Python then installs no handler of its own): set it back, as a shell does.
+    with subprocess.Popen(
+        argv,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as proc:
         lines: queue.Queue[bytes] = queue.Queue()
         read = threading.Thread(target=lambda: list(map(lines.put, proc.stdout or [])))
         read.start()
