@@ -270,3 +270,18 @@ def test_a_retry_by_hand_starts_the_live_output_afresh(make_client: Any) -> None
     send(api, job_id, "NEW RUN\n", 0)
     logs = api.get(f"/jobs/{job_id}/logs")
     assert (logs.text, logs.headers["x-attempt"]) == ("NEW RUN\n", "1")
+
+
+def test_a_log_that_lost_its_entries_keeps_the_new_chunk(
+    make_client: Any, rclient: Any, prefix: str
+) -> None:
+    """The stream lost what its count holds (evicted, or deleted by hand): the next chunk is
+    held, the count made right, no error."""
+    api = make_client(log_max_bytes=65536)
+    register(api, "n1")
+    job_id = claimed(api)
+    offset = assert_json(send(api, job_id, "a" * 60000, 0))["offset"]
+    rclient.delete(Keys(prefix).job_log(job_id))
+    assert assert_json(send(api, job_id, "b" * 10000, offset)) == {"offset": 70000}
+    assert api.get(f"/jobs/{job_id}/logs").text == "b" * 10000
+    assert rclient.hget(Keys(prefix).job_log_state(job_id), "bytes") == b"10000"

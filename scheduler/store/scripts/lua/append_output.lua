@@ -32,13 +32,13 @@ if at > held then return {MISMATCH, held} end
 if at + #data <= held then return {OK, held} end  -- held already: an answer was lost
 if at < held then data = string.sub(data, held - at + 1) end
 local written = redis.call("HINCRBY", state, "written", #data)
-redis.call("XADD", log, "*", "s", stream == "stdout" and "o" or "e",
+local added = redis.call("XADD", log, "*", "s", stream == "stdout" and "o" or "e",
   "a", (job.retry_count or 0) + 1, "w", written - #data, "d", data)
 local bytes = redis.call("HINCRBY", state, "bytes", #data)
 local cut = 0
 while bytes - cut > tonumber(cap) do
   local oldest = redis.call("XRANGE", log, "-", "+", "COUNT", 1)[1]
-  if not oldest then  -- the stream lost entries its count holds (evicted, deleted by hand)
+  if not oldest or oldest[1] == added then  -- it lost entries its count holds (evicted...)
     cut = bytes - #data
     break
   end
