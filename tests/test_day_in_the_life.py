@@ -263,6 +263,9 @@ def a_browser_tab(user: User, tab: WebDriver, ends: dict[str, Ending]) -> None:
     tab.find_element(By.ID, "cancel").click()
     ends[long] = CANCELLED
     assert user.ended(long)["failure_reason"] == "cancelled"
+    # The page the button led back to follows the job's output, and shows its record (its
+    # live section gone) once the job ended; then the user goes to the dashboard.
+    WebDriverWait(tab, STEP_SECS).until(lambda _: not tab.find_elements(By.ID, "live"))
     tab.get(f"{user.url}/ui")
     assert "Throughput" in tab.page_source
 

@@ -36,8 +36,11 @@ SCRIPT = """
   var paused = live.getAttribute("data-paused") === "1";
   var wait = Number(live.getAttribute("data-refresh")) * 1000;
   var keep = Number(live.getAttribute("data-keep"));
-  var shown = 0, attempt = 0, timer = 0;
-  function reload() { location.reload(); }
+  var shown = 0, attempt = 0, timer = 0, leaving = false;
+  // A reload must never take the place of a page the reader is going to.
+  window.addEventListener("beforeunload", function () { leaving = true; });
+  window.addEventListener("pagehide", function () { leaving = true; });
+  function reload() { if (!leaving) { location.reload(); } }
   function later() { if (!paused) { timer = setTimeout(reload, wait); } }
   function atBottom() { return out.scrollHeight - out.scrollTop - out.clientHeight < 4; }
   function add(text, kind) {
