@@ -25,6 +25,7 @@ from scheduler.models.log import (
     Dropped,
     Ended,
     Output,
+    Status,
     chunk_decoder,
 )
 from scheduler.models.wire import DecodeError, InvalidInput, decode_with
@@ -135,6 +136,7 @@ class LogTail:
         # output the follower missed, as is one before the first chunk of a follower from the
         # log's start (trimmed, earlier attempts' bytes counted in: no attempt's start is kept).
         self.written, self.last_attempt = -1, 0
+        self.status = ""  # the job's, as last told
 
     async def events(self, position: str) -> AsyncIterator[bytes]:
         self.position, self.written = position, -1 if position else 0
@@ -152,7 +154,11 @@ class LogTail:
             yield event
 
     def read(self, page: LogPage) -> Read:
-        events = [event for chunk in page.chunks for event in self._chunk(chunk)]
+        events = []
+        if page.status != self.status:  # the first read's, then each change (a retry...)
+            self.status = page.status
+            events.append(sse("status", _encode(Status(page.status))))
+        events += [event for chunk in page.chunks for event in self._chunk(chunk)]
         if page.status in FINAL_STATUSES and not page.more:
             events.append(sse("end", _encode(Ended(page.status, page.exit_code))))
             return Read(events, over=True)

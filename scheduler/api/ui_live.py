@@ -12,10 +12,12 @@ view keeps about as much as the server does (LOG_MAX_BYTES), its oldest chunks g
 
 The page's refresh does not fight the stream: the page has no meta refresh (only inside
 <noscript>). The script reloads it every REFRESH_SECS while no output has come (its summary
-may change meanwhile: pending to running, another node), then never while the stream shows
-output (a reload would take the reader's place), and once the stream's `end` says the job
-ended, so its final record shows. A paused page (`refresh=off`) never reloads: the section
-says how the job ended.
+may change meanwhile: pending to running, another node), then not while the stream shows
+output (a reload would take the reader's place) unless its `status` event says the job's
+status changed (a retry, a cancel: the summary would be wrong), and once the stream's `end`
+says the job ended, so its final record shows; never once the reader is leaving the page. A
+paused page (`refresh=off`) never reloads: the section says what changed and how the job
+ended.
 """
 
 from __future__ import annotations
@@ -72,6 +74,13 @@ SCRIPT = """
     attempt = chunk.attempt;
     add(chunk.text, chunk.stream === "stderr" ? "stderr" : "stdout");
   });
+  source.addEventListener("status", function (event) {
+    var status = JSON.parse(event.data).status;
+    if (status === live.getAttribute("data-status")) { return; }
+    // The summary above shows the status the page was made with: a new page shows the new.
+    if (paused) { state.textContent = "now " + status + " (reload for its record)"; }
+    else { reload(); }
+  });
   source.addEventListener("dropped", function (event) {
     note("dropped " + JSON.parse(event.data).bytes + " bytes");
   });
@@ -104,6 +113,7 @@ def live_section(job: Job, view: View, keep: int) -> str:
     source = escape(f"/ui/jobs/{job.job_id}/logs")
     return (
         f'<section id="live" data-src="{source}" data-paused="{int(view.paused)}" '
+        f'data-status="{escape(job.status)}" '
         f'data-refresh="{REFRESH_SECS}" data-keep="{keep}">'
         '<h2>Live output <span id="live-state" class="muted"></span></h2>'
         '<noscript><p class="muted">Live output needs JavaScript: the output shows below '

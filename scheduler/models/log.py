@@ -45,6 +45,13 @@ class Output(msgspec.Struct):
     text: str
 
 
+class Status(msgspec.Struct):
+    """The job's status, when a follower starts and each time it changes (an SSE `status`
+    event: a retry's pending, a cancel's cancelling), so a view of the job stays true."""
+
+    status: str
+
+
 class Ended(msgspec.Struct, omit_defaults=True):
     """The job ended (an SSE `end` event, the stream's last): how."""
 

@@ -177,6 +177,8 @@ def test_a_follower_sees_output_as_it_comes_until_the_job_ends(serve: Serve) -> 
         with http.stream("GET", f"/jobs/{job_id}/logs?follow=1") as response:
             assert response.headers["content-type"].startswith("text/event-stream")
             events = sse_events(response.iter_lines())
+            status = next(events)  # first, the job's status; then each change
+            assert (status["event"], status["data"]) == ("status", {"status": "running"})
             seen.append(next(events))
             assert seen[0]["data"] == {"stream": "stdout", "attempt": 1, "text": "before\n"}
             # Sent while the follower waits: it wakes and gets it.
@@ -184,14 +186,15 @@ def test_a_follower_sees_output_as_it_comes_until_the_job_ends(serve: Serve) -> 
             seen.append(next(events))
             assert seen[1]["data"]["text"] == "after\n"
             report(http, job_id, "done", node_id="n1", exit_code=3)
-            end = next(events)
+            changed, end = next(events), next(events)
+            assert (changed["event"], changed["data"]) == ("status", {"status": "done"})
             assert end["event"] == "end" and end["data"] == {"status": "done", "exit_code": 3}
         # Resumed after the first event: the rest only.
         headers = {"last-event-id": seen[0]["id"]}
         with http.stream("GET", f"/jobs/{job_id}/logs?follow=1", headers=headers) as response:
             rest = list(sse_events(response.iter_lines()))
-        assert [e["event"] for e in rest] == ["output", "end"]
-        assert rest[0]["data"]["text"] == "after\n"
+        assert [e["event"] for e in rest] == ["status", "output", "end"]
+        assert rest[1]["data"]["text"] == "after\n"
 
 
 def test_a_job_the_rust_agent_runs_is_as_before(api: TestClient) -> None:
@@ -244,7 +247,7 @@ def test_a_change_before_the_stream_watches_is_not_missed(
         monkeypatch.setattr(JobStore, "client_of_job", ending_first)
         with http.stream("GET", f"/jobs/{job_id}/logs?follow=1") as response:
             events = [e["event"] for e in sse_events(response.iter_lines())]
-    assert events == ["output", "end"]
+    assert events == ["status", "output", "end"]
 
 
 @pytest.mark.parametrize(

@@ -206,7 +206,8 @@ def test_a_pending_jobs_page_follows_once_the_job_runs(api: str, ui: WebDriver) 
 
 def test_missed_output_and_a_new_attempt_are_said(api: str, ui: WebDriver) -> None:
     """64 KiB kept: a page opened after 90,000 bytes says the first 30,000 were dropped; the
-    job fails and runs again: the page goes on with the second attempt, marked."""
+    job fails and runs again: the page, told its status changed, reloads into the second
+    attempt (its summary says which)."""
     job_id = running(api, max_retries=1)
     offset = 0
     for digit in "123":
@@ -217,10 +218,14 @@ def test_missed_output_and_a_new_attempt_are_said(api: str, ui: WebDriver) -> No
     assert text.startswith("[dropped 30000 bytes]\n" + "2" * 29999)
     note = ui.find_element(By.CSS_SELECTOR, "#live-output span.note")
     assert note.get_attribute("textContent") == "[dropped 30000 bytes]\n"
+    ui.execute_script("window.firstPage = true")
     reported(api, job_id, "failed", exit_code=1)  # retried: pending again
     reported(api, job_id, "running")
     sent(api, job_id, "second attempt\n", 0)
-    shows(ui, "3\n[attempt 2]\nsecond attempt\n")
+    shows(ui, "second attempt\n")
+    assert ui.execute_script("return window.firstPage") is None  # a new page
+    assert "3" * 29999 not in ui.execute_script(LIVE_TEXT)  # the first attempt's is not
+    assert fields(ui, "summary")["attempt"].startswith("2")
     reported(api, job_id, "done", exit_code=0)
     assert ended(ui)["attempt"].startswith("2")
 
