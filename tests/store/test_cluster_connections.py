@@ -6,6 +6,7 @@ that moves is followed."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Iterator
 from typing import Any
 
@@ -103,16 +104,18 @@ def test_a_moved_slot_drops_the_connection_and_the_next_call_follows_it(
         # MOVED: the same error as a lost connection (the API's 503), never a 500 ...
         with pytest.raises(RedisConnectionError, match="MOVED"):
             await mux.execute("GET", key)
-        # ... and a next call connects to the new owner: the next, unless the node it asks
-        # first has not heard of the move yet (gossip), which it refuses the same way.
-        for _ in range(100):
+        # ... and a next call connects to the new owner: the next, unless the nodes' views
+        # of the slot still disagree (the cluster bus settles them, seconds under load),
+        # which it refuses the same way. The deadline only bounds a failure.
+        deadline = time.monotonic() + 60
+        while True:
             try:
                 assert await mux.execute("GET", key) == b"kept"
                 break
             except NotPrimary:
+                if time.monotonic() > deadline:
+                    raise
                 await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the new owner was never reached")
         await mux.aclose()
 
     run(scenario())
