@@ -38,10 +38,10 @@ import httpx
 import msgspec
 
 from scheduler.agent.remote import Remote
+from scheduler.models.log import LOG_STREAMS
 
 log = logging.getLogger("scheduler.agent")
 
-STREAMS = ("stdout", "stderr")
 # How long the end of a job's output may hold its report: about one call's timeout.
 FINAL_FLUSH_SECS = 5.0
 BACKOFF_CAP_SECS = 10.0
@@ -207,7 +207,7 @@ class LiveOutput:
         self.flush_secs = config.output_flush_secs
         self.chunk_bytes = config.output_chunk_bytes
         self.backoff_secs = config.report_backoff_secs
-        self.streams = {name: _Stream(name, config.output_buffer_bytes) for name in STREAMS}
+        self.streams = {name: _Stream(name, config.output_buffer_bytes) for name in LOG_STREAMS}
         self.wake = asyncio.Event()  # output came, or the job ended
         self.ended = asyncio.Event()
         self.stopped = False  # the scheduler takes no more (or a bug): nothing more is sent

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from scheduler.api.follow import SSE_HEADERS, Read, follow, follows, positions, sse
-from scheduler.api.hot import check_node_id, job_id_or_404
+from scheduler.api.hot import check_node_id
 from scheduler.api.http import HTTPError, one_of
 from scheduler.api.params import param
 from scheduler.api.state import store as store_of
@@ -60,7 +60,7 @@ class Filter:
 def _filter(request: Request) -> Filter:
     job_id, node_id = param(request, "job_id"), param(request, "node_id")
     if job_id:
-        job_id_or_404(job_id)
+        check_id("job_id", job_id)
     check_node_id(node_id)
     schedule = param(request, "schedule")
     if schedule:

@@ -12,13 +12,15 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from scheduler.models.record import OUTPUT_FIELDS
 from scheduler.models.wire import InvalidInput
 
 # The most one chunk may hold, in bytes of UTF-8 (the reference agent sends at most this).
 CHUNK_MAX_BYTES = 64 * 1024
 # A chunk's request body: its text JSON-escaped may be up to 6 bytes a byte ("\u0000").
 CHUNK_BODY_MAX_BYTES = 6 * CHUNK_MAX_BYTES + 1024
-LOG_STREAMS = ("stdout", "stderr")
+# The job's output fields (Job's `part: output`: stdout, stderr), each a stream of its own.
+LOG_STREAMS = OUTPUT_FIELDS
 
 
 class OutputChunk(msgspec.Struct, forbid_unknown_fields=True):

@@ -101,6 +101,7 @@ def test_filters_and_positions(api: TestClient) -> None:
         ("after=abc", "after"),
         ("after=1-0,2-0", "after"),  # one shard: one position
         ("node_id=a%20b", "node_id"),
+        ("job_id=a%20b", "job_id"),  # a filter: a 400, not a job's 404
         ("follow=maybe", "follow"),
         ("schedule=a%2Fb", "schedule"),
     ],
