@@ -21,6 +21,7 @@ from scheduler.api.http import (
     not_one_of,
     too_large,
     undecodable,
+    whole_number,
 )
 from scheduler.api.state import AppState
 from scheduler.api.stores import Store
@@ -39,7 +40,7 @@ from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
 from scheduler.snapshot.restore import restore_at_start
 from scheduler.store import ops
 from scheduler.store.errors import Conflict, StoreNotReady
-from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled
+from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled, Poller
 
 T = TypeVar("T")
 Charge = Callable[[int], None]
@@ -56,6 +57,26 @@ def job_id_or_404(job_id: str) -> str:
 def check_node_id(node_id: str) -> None:
     if node_id and not ID_RE.fullmatch(node_id):
         raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
+
+
+# The most jobs an agent may say it takes at once (a poll's `room`).
+MAX_ROOM = 10_000
+
+
+def poller(node_id: str, caller: str, room: str, claims: str) -> Poller:
+    """A poll's poller (store/scripts/jobs.py) from its node_id and what our agent says of
+    itself, which the original's never does: `room`, how many jobs it takes now, and
+    `claims=named`, its claims name its node (work stealing may then take from its queue);
+    a 400 naming a bad one."""
+    check_node_id(node_id)
+    if claims not in ("", "named"):
+        raise HTTPError(400, "invalid claims: use claims=named (its claims name its node) or none")
+    if not room:
+        return Poller(node_id, caller, None, bool(claims))
+    count = whole_number(room, MAX_ROOM)
+    if count is None:
+        raise HTTPError(400, f"invalid room: use a whole number of jobs, 0 to {MAX_ROOM}")
+    return Poller(node_id, caller, count, bool(claims))
 
 
 async def read_job(store: Store, job_id: str) -> bytes:

@@ -96,10 +96,11 @@ async def list_jobs(request: Request) -> Response:
     store = _store(request)
     wait = longpoll.wait_secs(request)
     if polls(node_id, status, any(param(request, name) for name in PAGING)):
-        caller = _auth(request).caller(request)
+        room, claims = param(request, "room"), param(request, "claims")
+        poller = hot.poller(node_id, _auth(request).caller(request), room, claims)
         if wait is None:
-            return _polled(request, await store.run(ops.jobs.poll(node_id, caller)))
-        polled = await longpoll.unless_disconnected(request, store.poll_wait(node_id, caller, wait))
+            return _polled(request, await store.run(ops.jobs.poll(poller)))
+        polled = await longpoll.unless_disconnected(request, store.poll_wait(poller, wait))
         return _polled(request, polled or Polled([], []))
     if wait is not None:
         raise HTTPError(400, "wait is the agent's poll: node_id and status=pending, no paging")

@@ -46,7 +46,7 @@ from scheduler.models.record import record
 from scheduler.store import ops
 from scheduler.store.connection.protocol import Reply
 from scheduler.store.errors import PartsApart, Unauthorized
-from scheduler.store.scripts.jobs import Polled
+from scheduler.store.scripts.jobs import Polled, Poller
 
 # Starlette's `str` convertor (`{name}`): one non-empty segment, the matched text as it is.
 TEXT_PARAM = CONVERTOR_TYPES["str"]
@@ -285,7 +285,7 @@ class Lane:
         return 200, await hot.read_job(self.state.store, request.id) + b"\n", JSON, JOB_HEADERS
 
     def send_poll(self, request: HotRequest) -> Sent | None:
-        sent = self.state.store.send_poll(*self._poller(request))
+        sent = self.state.store.send_poll(self._poller(request))
         if sent is None:
             return None
         reply, parse = sent
@@ -293,14 +293,13 @@ class Lane:
         return reply, lambda raw: _polled_answer(parse(raw), cap)
 
     async def poll_node(self, request: HotRequest) -> Answer:
-        polled = await self.state.store.run(ops.jobs.poll(*self._poller(request)))
+        polled = await self.state.store.run(ops.jobs.poll(self._poller(request)))
         return _polled_answer(polled, self.state.settings.max_jobs_per_node)
 
-    def _poller(self, request: HotRequest) -> tuple[str, str]:
-        """(node id, caller) of a poll."""
-        node_id = request.param("node_id")
-        hot.check_node_id(node_id)
-        return node_id, self.state.agent_auth.caller_of(request.header(b"authorization"))
+    def _poller(self, request: HotRequest) -> Poller:
+        caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
+        room, claims = request.param("room"), request.param("claims")
+        return hot.poller(request.param("node_id"), caller, room, claims)
 
     async def create_job(self, request: HotRequest) -> Answer:
         key = request.header(b"idempotency-key")

@@ -117,6 +117,9 @@ class Settings:
     # cancelled anyway (the original agent cannot be told) and its node's slot is free.
     cancel_grace_secs: float = field(default=60.0, metadata={"env": "CANCEL_GRACE_SECS", "min": 1})
     node_ttl_secs: float = field(default=30.0, metadata={"env": "NODE_TTL_SECS", "min": 1})
+    # "on": a node whose queue is empty takes jobs other nodes' polls left waiting
+    # (docs/GUIDE.md, Work stealing); built-in registry only. "off": a job runs where placed.
+    work_stealing: str = field(default="on", metadata={"env": "WORK_STEALING"})
     # 0: four times NODE_TTL_SECS (see node_lost_after).
     node_lost_secs: float = field(default=0.0, metadata={"env": "NODE_LOST_SECS", "min": 0})
     # How long a done or failed job stays in Redis after it finished; 0 keeps it forever (as
@@ -264,6 +267,12 @@ class Settings:
         """With no REGISTRY_URL the scheduler is its own node registry."""
         return not self.registry_url
 
+    @property
+    def steals(self) -> bool:
+        """Whether idle nodes take waiting jobs from other queues: placement's facts (labels,
+        room, which nodes are registered) are the built-in registry's."""
+        return self.work_stealing == "on" and self.builtin_registry
+
     def for_shard(self, shard: int) -> Settings:
         """Shard `shard` of this deployment: its prefix and snapshot file (config/shards.py)."""
         prefix = shard_prefixes(self.redis_prefix, self.shards)[shard]
@@ -328,6 +337,7 @@ class Settings:
         for name, switch in (
             ("METRICS", self.metrics),
             ("AGENT_LIVE_OUTPUT", self.agent_live_output),
+            ("WORK_STEALING", self.work_stealing),
         ):
             if switch not in ("on", "off"):
                 raise ConfigError(f"{name}: {switch!r} is not one of on, off")

@@ -131,6 +131,9 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     schedule: str = ""
     # Why it is pending without a node (PENDING_REASONS); "" once placed.
     pending_reason: str = ""
+    # The node whose queue it was taken from by an idle node's poll (docs/GUIDE.md, Work
+    # stealing); "" for a job where placement (or a move of its own since) put it.
+    taken_from: str = ""
 
 
 JOB_FIELDS = read_fields(Job)

@@ -50,11 +50,11 @@ T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=1024)
-def _poll_command(keys: Keys, node_id: str, limit: int, caller: str) -> bytes:
+def _poll_command(keys: Keys, poller: job_scripts.Poller, limit: int, steal: bool) -> bytes:
     """The poll's FCALL, packed. An agent polls with the same node and token every few
     seconds, and building and packing the command was a third of a poll's Python time. What
     the cache holds decides nothing: the script checks the caller against Redis each time."""
-    call = job_scripts.poll(node_id, limit, caller)
+    call = job_scripts.poll(poller, limit, steal)
     command = script_command("FCALL", call.script.function, [keys.root], call.args)
     packed: bytes = hiredis.pack_command(command)
     return packed
@@ -202,16 +202,19 @@ class JobStore:
 
     # Sent without a coroutine, for the hot lane (api/lane.py), and the long-polls' waits.
 
-    def send_poll(self, node_id: str, caller: str) -> tuple[Reply, Any] | None:
+    def send_poll(self, poller: job_scripts.Poller) -> tuple[Reply, Any] | None:
         """The poll sent at once, for a caller that goes on in a callback (the hot lane): its
         Reply and how to read it, or None with no connection open yet or the layout not read
         (then await `run(poll(...))`). The reply fails with NoScriptError when Redis forgot
         the script, which the awaited poll loads. (A read: never a WAIT for replicas.)"""
         if len(self.shards) > 1 and not self.where.started:
             return None
+        if self.settings.redis_min_replicas_acked:
+            return None  # a poll may write (a steal): it waits for the replicas' acks
+        node_id = poller.node_id
         shard = self.shards[self.where.node_shard(node_id) if len(self.shards) > 1 else 0]
-        limit = self.settings.max_jobs_per_node
-        sent = shard.redis.send_packed(_poll_command(shard.keys, node_id, limit, caller))
+        limit, steal = self.settings.max_jobs_per_node, self.settings.steals
+        sent = shard.redis.send_packed(_poll_command(shard.keys, poller, limit, steal))
         return None if sent is None else (sent, records.polled_whole)
 
     def send_get(self, job_id: str) -> Reply | None:
@@ -225,16 +228,20 @@ class JobStore:
         """The shard of `job_id`: its connection, keys and notifier (a follower waits there)."""
         return self.shards[await self.shard_of(OfJob(job_id))]
 
-    async def poll_wait(self, node_id: str, caller: str, wait: float) -> job_scripts.Polled:
+    async def poll_wait(self, poller: job_scripts.Poller, wait: float) -> job_scripts.Polled:
         """The poll, answered once the node has work (or a job to cancel) or after `wait`
         seconds; at once, as a plain poll, for a node no registry lists: in open mode anyone
-        may poll any id, and a held request (its subscription) costs memory per made-up id."""
+        may poll any id, and a held request (its subscription) costs memory per made-up id.
+        With work stealing, a queue left waiting anywhere wakes it too (its check may take)."""
+        node_id = poller.node_id
         shard = self.shards[await self.shard_of(OfNode(node_id))]
-        channel = shard.keys.node_channel(node_id)
+        channels = [shard.keys.node_channel(node_id)]
+        if self.settings.steals:
+            channels.append(shard.keys.backlog_channel)
         if not await self.run(node_ops.registered(node_id)):
             wait = 0
-        poll = job_ops.poll(node_id, caller)
-        return await wait_until(shard.notifier, channel, lambda: self.run(poll), bool, wait)
+        poll = job_ops.poll(poller)
+        return await wait_until(shard.notifier, channels, lambda: self.run(poll), bool, wait)
 
     async def get_wait(self, job_id: str, status_not: str, wait: float) -> bytes | None:
         """The job, answered once its status is not `status_not` (without one: once it

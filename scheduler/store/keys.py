@@ -125,6 +125,10 @@ class Keys:
         return self._k("nodes:drained")
 
     @property
+    def backlog(self) -> str:  # zset: node -> jobs its last poll left waiting (work stealing)
+        return self._k("nodes:backlog")
+
+    @property
     def nodes_vouched(self) -> str:  # set: nodes the operator vouched for (their node.hostname)
         return self._k("nodes:vouched")
 
@@ -254,6 +258,10 @@ class Keys:
 
     def log_channel(self, job_id: str) -> str:  # published when its output grows
         return self._k(f"wake:log:{job_id}")
+
+    @property
+    def backlog_channel(self) -> str:  # published when a node's queue is left waiting
+        return self._k("wake:backlog")
 
     @property
     def events_channel(self) -> str:  # published when an event is added

@@ -107,7 +107,8 @@ def test_a_call_takes_every_argument_by_name() -> None:
     with pytest.raises(TypeError, match="sequence"):
         script.call(entries=b"ab")  # would pass each byte as an argument
     poll = SCRIPTS["POLL"]
-    assert poll.call(caller="open", node="n1", max_jobs=2).args == ["n1", 2, "open"]
+    asked = poll.call(caller="open", node="n1", max_jobs=2, room="", named="", stealing="1")
+    assert asked.args == ["n1", 2, "open", "", "", "1"]
 
 
 def test_two_scripts_of_one_name_fail() -> None:
@@ -119,7 +120,8 @@ def test_only_the_read_only_scripts_skip_the_replicas() -> None:
     from scheduler.config import Settings
 
     settings = Settings.from_env({}, redis_min_replicas_acked=2)
-    assert SCRIPTS["POLL"].acks(settings) == (0, 0)
+    assert SCRIPTS["SESSION_ALIVE"].acks(settings) == (0, 0)
+    assert SCRIPTS["POLL"].acks(settings) == (2, settings.redis_replicas_ack_timeout_ms)  # steals
     assert SCRIPTS["TRANSITION"].acks(settings) == (2, settings.redis_replicas_ack_timeout_ms)
 
 

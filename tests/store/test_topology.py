@@ -258,7 +258,6 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
     keys = store.keys
     settings = store.settings
     calls = [
-        job_scripts.poll("n1", 5, "open"),
         listing.list_jobs("", "", 0, 100, 1 << 20, False),
         listing.list_jobs("n1", "pending", 0, 100, 1 << 20, True),
         listing.list_jobs("n1", "", 0, 100, 1 << 20, False),

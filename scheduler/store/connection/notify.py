@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import hiredis
@@ -136,19 +136,22 @@ class Notifier:
 
 async def wait_until(
     notifier: Notifier,
-    channel: str,
+    channels: str | Sequence[str],
     check: Callable[[], Awaitable[T]],
     done: Callable[[T], bool],
     timeout: float,
 ) -> T:
-    """`check()` once `done` says so, or when `timeout` seconds have passed; `channel` is
-    where a change that can make it done is published."""
+    """`check()` once `done` says so, or when `timeout` seconds have passed; `channels` (one
+    or several) are where a change that can make it done is published."""
     result = await check()
     if done(result) or timeout <= 0 or notifier.closing:
         return result
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    async with notifier.watch(channel) as watch:
+    async with contextlib.AsyncExitStack() as stack:
+        watch = Watch()
+        for channel in [channels] if isinstance(channels, str) else channels:
+            await stack.enter_async_context(notifier.watch(channel, watch))
         while True:
             watch.event.clear()
             result = await check()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -16,12 +16,13 @@ from scheduler.store import records
 from scheduler.store.merging import number_of
 from scheduler.store.operation import (
     Command,
+    OfNode,
     Op,
+    Route,
     Shard,
     Steps,
     at_once,
     by_job,
-    by_node,
     home,
     nested,
     on_shard,
@@ -34,7 +35,7 @@ from scheduler.store.operation import (
 from scheduler.store.scripts import Call, listing
 from scheduler.store.scripts import create as create_scripts
 from scheduler.store.scripts import jobs as job_scripts
-from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled
+from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled, Poller
 from scheduler.store.scripts.retry import Retried, RetryPolicy, retry_jobs
 
 T = TypeVar("T")
@@ -123,10 +124,14 @@ def picked_on(shard: Shard, placement: Placement, now: float) -> Steps[str]:
     return (yield from run(listing.pick_node(placement, now, ttl)))
 
 
-@operation(by_node)
-def poll(shard: Shard, node_id: str, caller: str) -> Steps[Polled]:
-    limit = shard.settings.max_jobs_per_node
-    polled = yield from run(job_scripts.poll(node_id, limit, caller))
+def by_poller(poller: Poller, *_: Any, **__: Any) -> Route:
+    return OfNode(poller.node_id)
+
+
+@operation(by_poller)
+def poll(shard: Shard, poller: Poller) -> Steps[Polled]:
+    settings = shard.settings
+    polled = yield from run(job_scripts.poll(poller, settings.max_jobs_per_node, settings.steals))
     polled.jobs = yield from made_whole(shard, polled.jobs)
     return polled
 

@@ -32,8 +32,8 @@ from scheduler.store.scripts.script import Call, Script
 # versions) find them.
 __all__ = [
     "CANCEL_JOB", "CHECK_REPORT", "CREATE_AFTER", "CREATE_JOB", "NO_ASKS", "NO_DEDUP", "POLL",
-    "TRANSITION", "Asks", "Created", "Dedup", "Polled", "cancel_job", "changed", "check_report",
-    "create_job", "create_job_of", "poll", "polled", "transition",
+    "TRANSITION", "Asks", "Created", "Dedup", "Polled", "Poller", "cancel_job", "changed",
+    "check_report", "create_job", "create_job_of", "poll", "polled", "transition",
 ]  # fmt: skip
 
 
@@ -53,16 +53,32 @@ def polled(reply: list[Any]) -> Polled:
     return Polled(jobs=reply[2:], cancels=ids(reply[1]))
 
 
-POLL = Script(
-    "POLL",
-    "node max_jobs caller",
-    polled,
-    read_only=True,
-)
+# Not read-only: a poll notes the jobs it leaves waiting, and an idle node's takes some
+# (work stealing, lua/includes/steal.lua).
+POLL = Script("POLL", "node max_jobs caller room named stealing", polled)
 
 
-def poll(node_id: str, max_jobs_per_node: int, caller: str) -> Call[Polled]:
-    return POLL.call(node=node_id, max_jobs=max_jobs_per_node, caller=caller)
+@dataclass(frozen=True, slots=True)
+class Poller:
+    """Who polls: the node, the caller (access.lua), and what its agent says of itself (the
+    original says neither): how many jobs it takes now (`room`, None: unsaid) and whether its
+    claims name its node (`named`), which lets idle nodes take from its queue."""
+
+    node_id: str
+    caller: str
+    room: int | None = None
+    named: bool = False
+
+
+def poll(poller: Poller, max_jobs_per_node: int, steal: bool) -> Call[Polled]:
+    return POLL.call(
+        node=poller.node_id,
+        max_jobs=max_jobs_per_node,
+        caller=poller.caller,
+        room="" if poller.room is None else poller.room,
+        named="1" if poller.named else "",
+        stealing="1" if steal else "",
+    )
 
 
 _CONFLICTS = {

@@ -38,8 +38,8 @@ LUA = Path(__file__).with_name("lua")
 # GENERATED_FILES'.
 FILES = (
     "access", "room", "places", "read", "parts", "encode", "time", "wake", "events", "series",
-    "attempts", "units", "life", "settle", "node_loss", "place", "drains", "listing", "gone",
-    "numbering",
+    "attempts", "units", "life", "steal", "settle", "node_loss", "place", "drains", "listing",
+    "gone", "numbering",
 )  # fmt: skip
 
 # The include files written from Python, by name: a job's place (places.py), generated from

@@ -38,6 +38,8 @@ local function save(kept)
     redis.call("SREM", K.nodes_vouched, node)
   end
   redis.call("HSET", K.nodes, node, record)
+  -- A new agent may not name its claims (steal.lua): its queue is noted again by its polls.
+  redis.call("ZREM", K.backlog, node)
   redis.call("ZADD", K.nodes_seen, seen_at, node)
   if role == "compute" then
     redis.call("ZADD", K.nodes_compute, seen_at, node)

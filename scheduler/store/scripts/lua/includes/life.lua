@@ -41,6 +41,7 @@ end
 -- time), its pending_reason cleared once it is not unplaced. `to` "" with `new` pending:
 -- unplaced (place.lua), the next placement pass flagged. The caller stores the record.
 local function rebind(id, n, job, new, to, at)
+  if job.node_id ~= to then job.taken_from = nil end  -- steal.lua says so again after a theft
   move_job(id, n, job, new, to, at)
   if to == "" and new == "pending" then redis.call("SET", K.unplaced_retry, "-inf") end
   if to ~= "" or new ~= "pending" then job.pending_reason = nil end
