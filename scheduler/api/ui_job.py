@@ -52,7 +52,7 @@ FAILURE_WORDS = {
 # The record's head and the output, shown by the summary and the output sections.
 SUMMARY = (
     "job_id", "node_id", "status", "retry_count", "exit_code", "created_at", "running_at",
-    "finished_at", "failure_reason", "pending_reason", "schedule",
+    "finished_at", "failure_reason", "pending_reason", "schedule", "taken_from",
 )  # fmt: skip
 OUTPUT = ("stdout", "stderr")
 OUTPUT_WHEN = "As the last ended attempt reported it; while one runs, its output shows live above."
@@ -115,6 +115,8 @@ def reason(job: Job) -> str:
     if job.status == "failed":
         said = f"exited with code {job.exit_code}" if job.exit_code is not None else "failed"
         return f"the command {said}"
+    if job.status == "pending" and job.taken_from:
+        return "waited in the queue of a node with no room for it; an idle node took it"
     if job.status == "waiting":
         return "runs once every job it runs after is done"
     if job.status == "delayed":
@@ -137,13 +139,20 @@ def _schedule(job: Job, view: View) -> str:
     return f'schedule <a id="schedule" href="{href}">{escape(job.schedule)}</a>'
 
 
+def _node_link(node_id: str, view: View) -> str:
+    return f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
+
+
 def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, str]]:
     """(label, HTML) of what happened, the empty ones left out."""
     node = (
-        f'<a href="{view.href("/ui/jobs", node_id=job.node_id)}">{escape(job.node_id)}</a>'
-        if job.node_id
-        else '<span class="muted">none yet</span>'
+        _node_link(job.node_id, view) if job.node_id else '<span class="muted">none yet</span>'
     )
+    if job.taken_from:  # work stealing (docs/GUIDE.md): where it waited, and why it left
+        node += (
+            f' <span class="muted">taken from the queue of {_node_link(job.taken_from, view)},'
+            " which had no room for it, while this node had</span>"
+        )
     exit_code = "" if job.exit_code is None else str(job.exit_code)
     rows = [
         ("status", job_status(job)),

@@ -123,6 +123,22 @@ def test_other_nodes_work_does_not_answer_a_poll(
     assert assert_json(waiting.result(timeout=LONG)) == []
 
 
+def test_a_waiting_idle_poll_takes_what_another_nodes_poll_leaves_waiting(
+    make_client: ClientFactory, settings: Settings, rclient: redis.Redis, pool: ThreadPoolExecutor
+) -> None:
+    """Work stealing: a node entering the backlog wakes the idle nodes' long-polls."""
+    api = make_client(settings)
+    register(api, "n1")
+    first, second = submit(api, command="a"), submit(api, command="b")
+    register(api, "n2")
+    waiting = in_thread(pool, lambda: poll(api, LONG, node="n2"))
+    once_waiting(rclient, Keys(settings.redis_prefix).backlog_channel)
+    named = {"node_id": "n1", "status": "pending", "claims": "named", "room": "1"}
+    assert [j["job_id"] for j in assert_json(api.get("/jobs", params=named))] == [first["job_id"]]
+    jobs = assert_json(waiting.result(timeout=LONG / 2))
+    assert [(j["job_id"], j["node_id"]) for j in jobs] == [(second["job_id"], "n2")]
+
+
 def test_a_job_wait_is_answered_when_its_status_changes(
     api: TestClient, settings: Settings, rclient: redis.Redis, pool: ThreadPoolExecutor
 ) -> None:
@@ -252,6 +268,7 @@ def test_a_lost_subscriber_connection_answers_the_waiting_requests(
     waiting = in_thread(pool, lambda: poll(api, LONG))
     channel = Keys(settings.redis_prefix).node_channel("n1")
     once_waiting(rclient, channel)
+    once_waiting(rclient, Keys(settings.redis_prefix).backlog_channel)  # its second channel
     rclient.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
     assert assert_json(waiting.result(timeout=LONG / 2)) == []
     # The next long-poll subscribes on a new connection and is woken as usual.

@@ -124,3 +124,20 @@ def test_a_schedules_name_is_escaped_on_the_page() -> None:
               created_at="2026-01-01T00:00:00.000000Z", schedule="<script>x</script>")  # fmt: skip
     rows = dict(summary_rows(job, View(paused=False, now=0.0), 1))
     assert "<script>" not in rows["made by"] and "&lt;script&gt;x&lt;/script&gt;" in rows["made by"]
+
+
+def test_a_taken_job_says_where_it_waited_and_why_it_left(make_client: ClientFactory) -> None:
+    """Work stealing: the page names the node whose queue the job was taken from."""
+    api = make_client(max_jobs_per_node=1)
+    register(api, "a")
+    first, second = submit(api, command="one"), submit(api, command="two<b>")
+    register(api, "b")
+    named = {"node_id": "a", "status": "pending", "claims": "named", "room": "1"}
+    assert api.get("/jobs", params=named).json()[0]["job_id"] == first["job_id"]
+    assert api.get("/jobs", params={"node_id": "b", "status": "pending"}).json()
+    summary = table(api.get(f"/ui/jobs/{second['job_id']}").text, "summary")
+    assert summary["node"].startswith("b taken from the queue of a, which had no room")
+    assert summary["reason"].startswith("waited in the queue of a node with no room for it")
+    assert report(api, second["job_id"], "running").status_code == 200
+    summary = table(api.get(f"/ui/jobs/{second['job_id']}").text, "summary")
+    assert "taken from the queue of a" in summary["node"] and "reason" not in summary

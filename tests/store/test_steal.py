@@ -215,3 +215,35 @@ def test_a_bad_room_or_claims_is_a_400_and_changes_nothing(
     assert response.status_code == 400 and message in response.text
     assert backlog(rclient, settings) == {}
     assert ids(poll(api, "a")) == made
+
+
+@BOTH_FRONTS
+def test_token_mode_a_nodes_token_poll_is_noted_and_its_claim_of_a_taken_job_is_404(
+    make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
+) -> None:
+    """With node tokens every claim names its node: any node's queue may be taken from, and
+    a token reaches only its own node's jobs (the taken job is another node's now)."""
+    key = {"Authorization": "Bearer steal-key"}
+    settings = make_settings(max_jobs_per_node=2, api_key="steal-key", agent_auth="token")
+    api = make_client(settings)
+
+    def join(node: str) -> dict[str, str]:
+        body = {"id": node, "hostname": node, "cpu_count": 2, "role": "compute"}
+        registered = assert_json(api.post("/nodes/register", json=body, headers=key), 201)
+        return {"Authorization": f"Bearer {registered['token']}"}
+
+    a = join("a")
+    made = [assert_json(api.post("/jobs", json={"command": "x"}, headers=key), 201) for _ in "xyz"]
+    b = join("b")
+    query = {"status": "pending", "room": "1"}
+    handed = assert_json(api.get("/jobs", params={"node_id": "a", **query}, headers=a))
+    assert [j["job_id"] for j in handed] == [made[0]["job_id"]]
+    assert backlog(rclient, settings) == {"a": 2}
+    # b's token cannot poll for a (a node token reaches its own node only) ...
+    assert api.get("/jobs", params={"node_id": "a", **query}, headers=b).status_code == 403
+    # ... and b's own poll takes from a's queue.
+    taken = assert_json(api.get("/jobs", params={"node_id": "b", **query}, headers=b))
+    assert [j["job_id"] for j in taken] == [made[1]["job_id"]]
+    claim = {"status": "running"}
+    assert api.patch(f"/jobs/{made[1]['job_id']}", json=claim, headers=a).status_code == 404
+    assert api.patch(f"/jobs/{made[1]['job_id']}", json=claim, headers=b).status_code == 200
