@@ -145,9 +145,7 @@ def _node_link(node_id: str, view: View) -> str:
 
 def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, str]]:
     """(label, HTML) of what happened, the empty ones left out."""
-    node = (
-        _node_link(job.node_id, view) if job.node_id else '<span class="muted">none yet</span>'
-    )
+    node = _node_link(job.node_id, view) if job.node_id else '<span class="muted">none yet</span>'
     if job.taken_from:  # work stealing (docs/GUIDE.md): where it waited, and why it left
         node += (
             f' <span class="muted">taken from the queue of {_node_link(job.taken_from, view)},'
