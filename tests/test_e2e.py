@@ -33,6 +33,7 @@ class Stack:
     url: str
     agent: subprocess.Popen[bytes]
     logs: Path
+    env: dict[str, str]
 
     def submit(self, **body: Any) -> Job:
         response = httpx.post(f"{self.url}/jobs", json=body)
@@ -95,7 +96,7 @@ def stack(redis_url: str, tmp: Path, **overrides: str) -> Iterator[Stack]:
         agent = _spawn(["agent", "--node-id", NODE], env, tmp / "agent.log")
         try:
             _wait_node(urls[0], agent)
-            yield Stack(urls[0], agent, tmp)
+            yield Stack(urls[0], agent, tmp, env)
         finally:
             stop(agent, timeout=20)
             stop(worker, timeout=20)
@@ -241,3 +242,34 @@ def test_sigterm_lets_running_jobs_finish_and_reports_the_rest(
         requeued = s.job(slow["job_id"])
         assert requeued["status"] == "pending" and requeued["retry_count"] == 1
         assert "agent stopped before the job finished" in requeued["stderr"]
+
+
+def test_an_idle_agent_takes_what_a_busy_one_left_waiting(e2e: Stack, tmp_path: Path) -> None:
+    """Work stealing with the real agents: every job bound to the one node (it runs two at a
+    time); a second agent, idle, takes from its queue; each job runs once."""
+    jobs = [e2e.submit(command="sleep 1")["job_id"] for _ in range(6)]
+    env = {**e2e.env, "AGENT_WORK_DIR": str(tmp_path / "idle")}
+    idle = _spawn(["agent", "--node-id", "e2e-idle"], env, tmp_path / "idle.log")
+    t0 = time.monotonic()
+    try:
+        ended = [e2e.final(job, timeout=60) for job in jobs]
+        print("ended after", time.monotonic() - t0)
+        for job in ended:
+            print(
+                job["job_id"],
+                job["node_id"],
+                job.get("taken_from"),
+                job["created_at"],
+                job["running_at"],
+                job["finished_at"],
+            )
+    finally:
+        stop(idle, timeout=20)
+        print("stopped after", time.monotonic() - t0)
+    assert {job["status"] for job in ended} == {"done"}, e2e.log_tail()
+    taken = [job for job in ended if job["node_id"] == "e2e-idle"]
+    assert taken and {job["taken_from"] for job in taken} == {NODE}
+    for job in jobs:  # claimed once: one running event each
+        query = {"job_id": job, "after": "0", "follow": "0"}
+        events = httpx.get(f"{e2e.url}/events", params=query)
+        assert events.text.count('"status":"running"') == 1, events.text

@@ -193,7 +193,7 @@ class Agent:
             return False
         spaces = await self.workspaces()
         began = asyncio.get_running_loop().time()
-        jobs = await self.remote.pending(room=max(0, self.config.max_jobs - len(self.runs)))
+        jobs = await self.remote.pending(capacity=self.config.max_jobs)
         self._say_cap()
         wait = self.config.poll_wait_secs
         held = wait > 0 and asyncio.get_running_loop().time() - began >= wait / 2

@@ -259,13 +259,13 @@ class Remote:
 
     # Scheduler.
 
-    async def pending(self, room: int | None = None) -> list[AgentJob]:
+    async def pending(self, capacity: int | None = None) -> list[AgentJob]:
         url = self._url(self.config.scheduler_url, "/jobs")
-        # Ours: how many it takes now, and that its claims name its node (so idle nodes may
-        # take from its queue what it has no room for: docs/GUIDE.md, Work stealing).
+        # Ours: how many it runs at once, and that its claims name its node (so idle nodes
+        # may take from its queue what it has no room for: docs/GUIDE.md, Work stealing).
         params = {"node_id": self.config.node_id, "status": "pending", "claims": "named"}
-        if room is not None:
-            params["room"] = str(room)
+        if capacity is not None:
+            params["capacity"] = str(capacity)
         wait = self.config.poll_wait_secs
         if wait:
             params["wait"] = f"{wait:g}"

@@ -59,23 +59,23 @@ def check_node_id(node_id: str) -> None:
         raise HTTPError(400, "invalid node_id: use 1 to 128 of A-Z a-z 0-9 . _ -")
 
 
-# The most jobs an agent may say it takes at once (a poll's `room`).
-MAX_ROOM = 10_000
+# The most jobs an agent may say it runs at once (a poll's `capacity`).
+MAX_CAPACITY = 10_000
 
 
-def poller(node_id: str, caller: str, room: str, claims: str) -> Poller:
+def poller(node_id: str, caller: str, capacity: str, claims: str) -> Poller:
     """A poll's poller (store/scripts/jobs.py) from its node_id and what our agent says of
-    itself, which the original's never does: `room`, how many jobs it takes now, and
+    itself, which the original's never does: `capacity`, how many jobs it runs at once, and
     `claims=named`, its claims name its node (work stealing may then take from its queue);
     a 400 naming a bad one."""
     check_node_id(node_id)
     if claims not in ("", "named"):
         raise HTTPError(400, "invalid claims: use claims=named (its claims name its node) or none")
-    if not room:
+    if not capacity:
         return Poller(node_id, caller, None, bool(claims))
-    count = whole_number(room, MAX_ROOM)
+    count = whole_number(capacity, MAX_CAPACITY)
     if count is None:
-        raise HTTPError(400, f"invalid room: use a whole number of jobs, 0 to {MAX_ROOM}")
+        raise HTTPError(400, f"invalid capacity: use a whole number of jobs, 0 to {MAX_CAPACITY}")
     return Poller(node_id, caller, count, bool(claims))
 
 

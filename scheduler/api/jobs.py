@@ -96,8 +96,8 @@ async def list_jobs(request: Request) -> Response:
     store = _store(request)
     wait = longpoll.wait_secs(request)
     if polls(node_id, status, any(param(request, name) for name in PAGING)):
-        room, claims = param(request, "room"), param(request, "claims")
-        poller = hot.poller(node_id, _auth(request).caller(request), room, claims)
+        capacity, claims = param(request, "capacity"), param(request, "claims")
+        poller = hot.poller(node_id, _auth(request).caller(request), capacity, claims)
         if wait is None:
             return _polled(request, await store.run(ops.jobs.poll(poller)))
         polled = await longpoll.unless_disconnected(request, store.poll_wait(poller, wait))

@@ -298,8 +298,8 @@ class Lane:
 
     def _poller(self, request: HotRequest) -> Poller:
         caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
-        room, claims = request.param("room"), request.param("claims")
-        return hot.poller(request.param("node_id"), caller, room, claims)
+        capacity, claims = request.param("capacity"), request.param("claims")
+        return hot.poller(request.param("node_id"), caller, capacity, claims)
 
     async def create_job(self, request: HotRequest) -> Answer:
         key = request.header(b"idempotency-key")

@@ -30,7 +30,7 @@ from scheduler.api import (
 from scheduler.api.routing import PAGING, Access, Entry, Hot, Method, RouteTable
 
 ANYONE, AGENT, KEY, UI = Access.ANYONE, Access.AGENT, Access.KEY, Access.UI
-LISTING = ("node_id", "status", "wait", "room", "claims", *PAGING)  # the poll's, a listing's
+LISTING = ("node_id", "status", "wait", "capacity", "claims", *PAGING)  # the poll's, a listing's
 NOTICES = tuple(name for name, _ in ui_dead.NOTICES)  # retried=N&skipped=N...
 REFRESH = ("refresh",)  # refresh=off: a UI page's refresh paused (ui_layout.py)
 

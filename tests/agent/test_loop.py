@@ -380,8 +380,8 @@ def test_instances_give_workspaces_and_never_stop_polling(tmp_path: Path) -> Non
         await agent.poll_once()
 
     run(go)
-    # Ours says how many it takes and that its claims name it (work stealing).
-    assert paths[-1] == "/jobs?node_id=n+1&status=pending&claims=named&room=2"
+    # Ours says how many it runs at once and that its claims name it (work stealing).
+    assert paths[-1] == "/jobs?node_id=n+1&status=pending&claims=named&capacity=2"
 
 
 def test_a_long_poll_starts_a_job_as_soon_as_it_is_placed(

@@ -133,7 +133,7 @@ def test_a_waiting_idle_poll_takes_what_another_nodes_poll_leaves_waiting(
     register(api, "n2")
     waiting = in_thread(pool, lambda: poll(api, LONG, node="n2"))
     once_waiting(rclient, Keys(settings.redis_prefix).backlog_channel)
-    named = {"node_id": "n1", "status": "pending", "claims": "named", "room": "1"}
+    named = {"node_id": "n1", "status": "pending", "claims": "named", "capacity": "1"}
     assert [j["job_id"] for j in assert_json(api.get("/jobs", params=named))] == [first["job_id"]]
     jobs = assert_json(waiting.result(timeout=LONG / 2))
     assert [(j["job_id"], j["node_id"]) for j in jobs] == [(second["job_id"], "n2")]

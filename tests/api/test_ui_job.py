@@ -132,7 +132,7 @@ def test_a_taken_job_says_where_it_waited_and_why_it_left(make_client: ClientFac
     register(api, "a")
     first, second = submit(api, command="one"), submit(api, command="two<b>")
     register(api, "b")
-    named = {"node_id": "a", "status": "pending", "claims": "named", "room": "1"}
+    named = {"node_id": "a", "status": "pending", "claims": "named", "capacity": "1"}
     assert api.get("/jobs", params=named).json()[0]["job_id"] == first["job_id"]
     assert api.get("/jobs", params={"node_id": "b", "status": "pending"}).json()
     summary = table(api.get(f"/ui/jobs/{second['job_id']}").text, "summary")

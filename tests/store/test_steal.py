@@ -65,7 +65,7 @@ def test_an_idle_node_takes_the_oldest_jobs_a_named_poll_left_waiting(
 ) -> None:
     made = queued_on_a(api, 5)
     # a's agent takes one now and names its claims: four are left waiting, and noted.
-    assert ids(poll(api, "a", room="1", **NAMED)) == made[:1]
+    assert ids(poll(api, "a", capacity="1", **NAMED)) == made[:1]
     assert backlog(rclient, settings) == {"a": 4}
     # b polls as the original agent does (no parameter of ours) and takes its room's worth,
     # the oldest after the one handed to a.
@@ -92,7 +92,7 @@ def test_the_original_agents_queue_is_never_taken_from(
 ) -> None:
     made = queued_on_a(api, 4)
     # Its claims are bare: a job it was handed could be claimed after a theft and run twice.
-    assert ids(poll(api, "a", room="1")) == made[:1]
+    assert ids(poll(api, "a", capacity="1")) == made[:1]
     assert backlog(rclient, settings) == {}
     assert poll(api, "b") == []
     assert {assert_json(api.get(f"/jobs/{j}"))["node_id"] for j in made} == {"a"}
@@ -102,10 +102,10 @@ def test_a_node_at_capacity_notes_its_whole_queue(
     api: TestClient, rclient: redis.Redis, settings: Settings
 ) -> None:
     made = queued_on_a(api, 3)
-    assert poll(api, "a", room="0", **NAMED) == []
+    assert poll(api, "a", capacity="0", **NAMED) == []
     assert backlog(rclient, settings) == {"a": 3}
     # Nothing was handed to a: b starts from the head of its queue.
-    assert ids(poll(api, "b", room="1")) == made[:1]
+    assert ids(poll(api, "b", capacity="1")) == made[:1]
     assert backlog(rclient, settings) == {"a": 2}
 
 
@@ -132,8 +132,8 @@ def test_a_job_the_taker_may_not_run_stays_and_the_next_one_is_taken(
     pinned = submit(api, command="pinned", **fields)["job_id"]
     free = submit(api, command="free")["job_id"]
     register(api, "b")
-    assert ids(poll(api, "a", room="1", **NAMED)) == [first]
-    assert ids(poll(api, "b", room="1")) == [free], why
+    assert ids(poll(api, "a", capacity="1", **NAMED)) == [first]
+    assert ids(poll(api, "b", capacity="1")) == [free], why
     assert assert_json(api.get(f"/jobs/{pinned}"))["node_id"] == "a"
     assert backlog(rclient, settings) == {"a": 1}
 
@@ -143,8 +143,8 @@ def test_the_highest_priority_waiting_goes_first(api: TestClient) -> None:
     low = [submit(api, command="low", priority=-1)["job_id"] for _ in range(3)]
     high = submit(api, command="high", priority=5)["job_id"]
     register(api, "b")
-    assert ids(poll(api, "a", room="1", **NAMED)) == [high]
-    assert ids(poll(api, "b", room="1")) == [low[0]]
+    assert ids(poll(api, "a", capacity="1", **NAMED)) == [high]
+    assert ids(poll(api, "b", capacity="1")) == [low[0]]
 
 
 @pytest.mark.parametrize("who", ["ghost", "drained"])
@@ -154,7 +154,7 @@ def test_a_node_that_may_not_take_takes_nothing(
     """An id no one registered (open mode lets anyone poll any id: its queue would hold the
     jobs forever) and a drained node take nothing; the note stays for others."""
     made = queued_on_a(api, 3)
-    assert ids(poll(api, "a", room="1", **NAMED)) == made[:1]
+    assert ids(poll(api, "a", capacity="1", **NAMED)) == made[:1]
     if who == "drained":
         assert api.post("/nodes/b/drain").status_code == 200
     assert poll(api, "ghost" if who == "ghost" else "b") == []
@@ -166,7 +166,7 @@ def test_stale_notes_leave_the_backlog(
     api: TestClient, rclient: redis.Redis, settings: Settings
 ) -> None:
     made = queued_on_a(api, 3)
-    assert poll(api, "a", room="1", **NAMED) != []
+    assert poll(api, "a", capacity="1", **NAMED) != []
     for job in made:
         assert api.delete(f"/jobs/{job}").status_code in (200, 202)
     # b finds a's queue empty: the note goes.
@@ -179,7 +179,7 @@ def test_a_registration_drops_its_nodes_note(
 ) -> None:
     """The node's next agent may make bare claims: its own polls note its queue again."""
     queued_on_a(api, 2)
-    assert poll(api, "a", room="0", **NAMED) == []
+    assert poll(api, "a", capacity="0", **NAMED) == []
     assert backlog(rclient, settings) == {"a": 2}
     register(api, "a")
     assert backlog(rclient, settings) == {}
@@ -191,7 +191,7 @@ def test_work_stealing_off_leaves_jobs_where_placed(
     settings = make_settings(node_ttl_secs=600, max_jobs_per_node=2, work_stealing="off")
     api = make_client(settings)
     made = queued_on_a(api, 3)
-    assert ids(poll(api, "a", room="1", **NAMED)) == made[:1]
+    assert ids(poll(api, "a", capacity="1", **NAMED)) == made[:1]
     assert backlog(rclient, settings) == {}
     assert poll(api, "b") == []
 
@@ -199,14 +199,14 @@ def test_work_stealing_off_leaves_jobs_where_placed(
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        ({"room": "-1"}, "invalid room"),
-        ({"room": "x"}, "invalid room"),
-        ({"room": "10001"}, "invalid room"),
+        ({"capacity": "-1"}, "invalid capacity"),
+        ({"capacity": "x"}, "invalid capacity"),
+        ({"capacity": "10001"}, "invalid capacity"),
         ({"claims": "bare"}, "invalid claims"),
     ],
 )
 @BOTH_FRONTS
-def test_a_bad_room_or_claims_is_a_400_and_changes_nothing(
+def test_a_bad_capacity_or_claims_is_a_400_and_changes_nothing(
     api: TestClient, rclient: redis.Redis, settings: Settings, query: dict[str, str], message: str
 ) -> None:
     made = queued_on_a(api, 2)
@@ -235,7 +235,7 @@ def test_token_mode_a_nodes_token_poll_is_noted_and_its_claim_of_a_taken_job_is_
     a = join("a")
     made = [assert_json(api.post("/jobs", json={"command": "x"}, headers=key), 201) for _ in "xyz"]
     b = join("b")
-    query = {"status": "pending", "room": "1"}
+    query = {"status": "pending", "capacity": "1"}
     handed = assert_json(api.get("/jobs", params={"node_id": "a", **query}, headers=a))
     assert [j["job_id"] for j in handed] == [made[0]["job_id"]]
     assert backlog(rclient, settings) == {"a": 2}

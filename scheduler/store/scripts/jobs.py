@@ -55,18 +55,19 @@ def polled(reply: list[Any]) -> Polled:
 
 # Not read-only: a poll notes the jobs it leaves waiting, and an idle node's takes some
 # (work stealing, lua/includes/steal.lua).
-POLL = Script("POLL", "node max_jobs caller room named stealing", polled)
+POLL = Script("POLL", "node max_jobs caller capacity named stealing", polled)
 
 
 @dataclass(frozen=True, slots=True)
 class Poller:
     """Who polls: the node, the caller (access.lua), and what its agent says of itself (the
-    original says neither): how many jobs it takes now (`room`, None: unsaid) and whether its
+    original says neither): how many jobs it runs at once (`capacity`, None: unsaid; the
+    poll hands out no more than that less what runs there) and whether its
     claims name its node (`named`), which lets idle nodes take from its queue."""
 
     node_id: str
     caller: str
-    room: int | None = None
+    capacity: int | None = None
     named: bool = False
 
 
@@ -75,7 +76,7 @@ def poll(poller: Poller, max_jobs_per_node: int, steal: bool) -> Call[Polled]:
         node=poller.node_id,
         max_jobs=max_jobs_per_node,
         caller=poller.caller,
-        room="" if poller.room is None else poller.room,
+        capacity="" if poller.capacity is None else poller.capacity,
         named="1" if poller.named else "",
         stealing="1" if steal else "",
     )

@@ -8,8 +8,8 @@
 --- @include "steal"
 
 -- The agent's poll: the head of the node's queue (higher priority first, oldest first within
--- one: places.py queue_score), at most its room: MAX_JOBS_PER_NODE (`max_jobs`) less its
--- busy slots, and less again when its agent says how many it takes now (`room`, "" unsaid);
+-- one: places.py queue_score), at most its room: MAX_JOBS_PER_NODE (`max_jobs`), or what its
+-- agent says it runs at once when less (`capacity`, "" unsaid), less its busy slots;
 -- and the ids of its jobs being cancelled (the API sends them in a header the original agent
 -- ignores). A drained node starts nothing new: its running jobs finish, what stayed in its
 -- queue waits.
@@ -26,8 +26,9 @@ local cancels = redis.call("ZRANGE", K.node_status(node, "cancelling"), 0, 99)
 local queue = K.node_status(node, "pending")
 local ids = redis.call("ZRANGE", queue, 0, 1)
 local function room_now()
-  local free = tonumber(max_jobs) - redis.call("SCARD", K.node_busy(node))
-  if room ~= "" then free = math.min(free, tonumber(room)) end
+  local most = tonumber(max_jobs)
+  if capacity ~= "" then most = math.min(most, tonumber(capacity)) end
+  local free = most - redis.call("SCARD", K.node_busy(node))
   if free > 0 and is_drained(node) then return 0 end
   return free
 end
