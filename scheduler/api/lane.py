@@ -297,6 +297,7 @@ class Lane:
         return _polled_answer(polled, self.state.settings.max_jobs_per_node)
 
     def _poller(self, request: HotRequest) -> Poller:
+        hot.check_node_id(request.param("node_id"))  # a 400 before the key's 401, as ASGI
         caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
         capacity, claims = request.param("capacity"), request.param("claims")
         return hot.poller(request.param("node_id"), caller, capacity, claims)
