@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import makespan_plan as makespan
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 
@@ -376,3 +378,63 @@ def test_nodes_scrape_cost_prints_each_page() -> None:
     assert lines[0] == "20 nodes, 16 labels each, 2 jobs"
     assert [line.split()[:2] for line in lines[1:]] == [["this", "/metrics"], ["this", "/ui/nodes"]]
     assert all("Redis CPU" in line for line in lines[1:])
+
+
+def test_makespan_ideal_counts_the_dead_node_until_it_died() -> None:
+    """The makespan benchmark's ideal (its pure parts; the run itself takes minutes)."""
+    assert makespan.speeds(4) == [1.0, 0.75, 0.5, 0.25]
+    work = makespan.works(50, 0.1, 1.5, seed=40)
+    assert work == makespan.works(50, 0.1, 1.5, seed=40) and 0.1 <= min(work) <= max(work) <= 1.5
+    # 4 s of work, capacity 1.5/s until node 0 dies at 1 s (1.5 done), then 0.5/s: 1 + 5.
+    assert makespan.ideal([1, 1, 1, 1], [1, 0.5], 1, dead=0, died_at=1).secs == 6
+    assert makespan.ideal([1, 1, 1, 1], [1, 0.5], 1, dead=0, died_at=3).secs == 4 / 1.5
+    # One long job: no split of it runs faster than on the fastest node.
+    assert makespan.ideal([3], [1, 1], 2, dead=1, died_at=9).secs == 3
+
+
+Step = tuple[str, str, str, float, str]  # job, status, node, at, "old status@old node"
+
+
+def _events(steps: list[Step]) -> list[makespan.Event]:
+    """The events of `steps`, numbered in their order."""
+    return [
+        makespan.Event(number, job, status, node, at, *old.split("@"))
+        for number, (job, status, node, at, old) in enumerate(steps)
+    ]
+
+
+def test_makespan_timeline_finds_idle_nodes_lost_runs_and_faults() -> None:
+    """Two nodes of one slot; n0 dies at t=3 running j1, with j3 queued behind it; n1 sits
+    idle from 2 to 6 (its queue empty, j3 waiting on n0) until the sweep moves both."""
+    story: list[Step] = [
+        ("j1", "pending", "n0", 0, "@"),
+        ("j2", "pending", "n1", 0, "@"),
+        ("j3", "pending", "n0", 0, "@"),
+        ("j2", "running", "n1", 1, "pending@n1"),
+        ("j1", "running", "n0", 1, "pending@n0"),
+        ("j2", "done", "n1", 2, "running@n1"),
+        ("j1", "pending", "n1", 6, "running@n0"),
+        ("j3", "pending", "n1", 6, "pending@n0"),
+        ("j3", "running", "n1", 7, "pending@n1"),
+        ("j3", "done", "n1", 8, "running@n1"),
+        ("j1", "running", "n1", 8, "pending@n1"),
+        ("j1", "done", "n1", 9, "running@n1"),
+    ]
+    events = _events(story)
+    work = {"j1": 1.0, "j2": 1.0, "j3": 1.0}
+    line = makespan.timeline(events, work, ["n0", "n1"], 1, dead="n0", died_at=3)
+    assert line.problems == [] and line.makespan == 9
+    n0, n1 = line.nodes["n0"], line.nodes["n1"]
+    assert (n0.done, n0.lost, n1.done, n1.lost) == (0, 1, 3, 0)
+    assert (n0.longest_idle, n0.free_slot_secs) == (1, 1)  # 0-1: j2 waited on n1
+    assert (n1.longest_idle, n1.free_slot_secs) == (4, 5)  # 0-1 and 2-6
+    assert n1.work / n1.busy == 1.0
+    twice = _events([*story, ("j2", "done", "n1", 10, "running@n1")])
+    moved = _events([*story[:5], ("j2", "pending", "n0", 2, "running@n1"), *story[5:]])
+    assert makespan.timeline(twice, work, ["n0", "n1"], 1, "n0", 3).problems == [
+        "j2: ended ['done', 'done'], not once done"
+    ]
+    assert makespan.timeline(moved, work, ["n0", "n1"], 1, "n0", 3).problems == [
+        "j2: left running on n1 for pending",
+        "j2: ran 1 times, 1 of them lost",
+    ]
