@@ -82,6 +82,7 @@ SETTINGS = {
     "AGENT_LIVE_OUTPUT": "off",
 }
 WAIT_SECS = 10  # a long-poll of a job's change
+DEADLINE_IDEALS = 10  # a turn fails once it runs this many ideals (and 2 minutes) long
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class Plan:
     work_max: float
     kill_at: float
     seed: int
+    settings: tuple[tuple[str, str], ...] = ()  # --set: more settings of every process
 
     @property
     def names(self) -> list[str]:
@@ -107,10 +109,13 @@ class Plan:
     def work(self) -> list[float]:
         return works(self.jobs, self.work_min, self.work_max, self.seed)
 
+    def undisturbed(self) -> float:
+        """The ideal were no node to die."""
+        return ideal(self.work, self.speeds, self.slots, DEAD, float("inf")).secs
+
     def kill_after(self) -> float:
         """Seconds from the first submit to the kill: --kill-at of the ideal without it."""
-        whole = ideal(self.work, self.speeds, self.slots, DEAD, float("inf"))
-        return self.kill_at * whole.secs
+        return self.kill_at * self.undisturbed()
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,8 @@ def deployment(
 ) -> Iterator[tuple[httpx.Client, list[subprocess.Popen[bytes]]]]:
     """serve, a worker and the nodes' agents under `prefix`, once every node is registered:
     a client of the API and the agents' processes (node i's at i)."""
-    env = {**SETTINGS, "WORK_STEALING": stealing, "MAX_JOBS_PER_NODE": str(plan.slots)}
+    env = {**SETTINGS, "MAX_JOBS_PER_NODE": str(plan.slots), **dict(plan.settings)}
+    env["WORK_STEALING"] = stealing
     with contextlib.ExitStack() as stack:
         log = stack.enter_context((logs / f"{prefix}.log").open("ab"))
         api = stack.enter_context(harness.scheduler_api(redis_url, prefix, stderr=log, **env))
@@ -164,15 +170,18 @@ def submit(http: httpx.Client, work: Sequence[float]) -> dict[str, float]:
 
 
 def wait_ended(http: httpx.Client, job_ids: Sequence[str], deadline: float) -> dict[str, str]:
-    """Until every job has ended; the ones that did not end done -> their status."""
+    """Until every job has ended (RuntimeError past `deadline`, monotonic); the ones that did
+    not end done -> their status."""
     wrong = {}
     for job_id in job_ids:
         status = ""
         while status not in FINAL_STATUSES:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{job_id} still {status} at the deadline")
             params = {"wait": WAIT_SECS, "status_not": status} if status else {}
-            status = str(http.get(f"/jobs/{job_id}", params=params).json()["status"])
+            job = http.get(f"/jobs/{job_id}", params=params).json()
+            status = str(job["status"])
+            if status not in FINAL_STATUSES and time.monotonic() > deadline:
+                where = f"{status} on {job.get('node_id') or 'no node'}"
+                raise RuntimeError(f"{job_id} has not ended ({where}): past the deadline")
         if status != "done":
             wrong[job_id] = status
     return wrong
@@ -210,7 +219,8 @@ def turn(redis_url: str, plan: Plan, arm: str, round_no: int, logs: Path) -> Tur
         agents[DEAD].kill()  # SIGKILL: no drain, no report, no deregistration
         died = time.time()
         agents[DEAD].wait()
-        deadline = time.monotonic() + 20 * plan.kill_after() + 120
+        # A run this far past the ideal is broken, not slow.
+        deadline = time.monotonic() + DEADLINE_IDEALS * plan.undisturbed() + 120
         wrong = wait_ended(http, list(made), deadline)
         seen = events(http)
     names = plan.names
@@ -283,7 +293,7 @@ def show_ratios(results: dict[str, list[Turn]]) -> None:
         RATIO.row(f"{what}, off / on", median(each), spread)
 
 
-def main() -> None:
+def parse_plan() -> Plan:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=4, help="at least 2")
@@ -293,18 +303,33 @@ def main() -> None:
     parser.add_argument("--work-max", type=float, default=1.5, help="a job's most work, s")
     parser.add_argument("--kill-at", type=float, default=0.5, help="of the way through")
     parser.add_argument("--seed", type=int, default=40)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of every process of both arms, over the benchmark's own",
+    )
     args = parser.parse_args()
+    pairs = [pair.partition("=") for pair in args.set]
+    if any(not name or not sep for name, sep, _ in pairs):
+        parser.error("--set takes NAME=VALUE")
     if args.nodes < 2 or args.jobs < 1 or args.slots < 1 or args.rounds < 1:
         parser.error("--nodes at least 2, --jobs, --slots and --rounds at least 1")
-    if not 0 < args.work_min <= args.work_max:
-        parser.error("0 < --work-min <= --work-max")
-    plan = Plan(**vars(args))
-    work = plan.work
+    if not 0 < args.work_min <= args.work_max or args.kill_at < 0:
+        parser.error("0 < --work-min <= --work-max, and --kill-at at least 0")
+    options = {name: value for name, value in vars(args).items() if name != "set"}
+    return Plan(**options, settings=tuple((name, value) for name, _, value in pairs))
+
+
+def main() -> None:
+    plan = parse_plan()
+    settings = "".join(f"; {name}={value}" for name, value in plan.settings)
     print(
-        f"{plan.jobs} jobs of {plan.work_min:g}-{plan.work_max:g} s of work ({sum(work):.1f} s "
-        f"in all), {plan.nodes} nodes x {plan.slots} slots, speeds "
+        f"{plan.jobs} jobs of {plan.work_min:g}-{plan.work_max:g} s of work "
+        f"({sum(plan.work):.1f} s in all), {plan.nodes} nodes x {plan.slots} slots, speeds "
         f"{' '.join(f'{s:.2f}' for s in plan.speeds)}; n0 killed {plan.kill_after():.1f} s "
-        f"after the first submit; {plan.rounds} rounds",
+        f"after the first submit; {plan.rounds} rounds{settings}",
         flush=True,
     )
     logs = Path(tempfile.mkdtemp(prefix="bench-makespan-"))
@@ -314,7 +339,11 @@ def main() -> None:
         TURNS.header()
         for round_no in range(plan.rounds):
             for arm in in_turn(list(ARMS), round_no):
-                result = turn(redis_url, plan, arm, round_no, logs)
+                try:
+                    result = turn(redis_url, plan, arm, round_no, logs)
+                except Exception:
+                    print(f"the processes' logs: {logs}", flush=True)
+                    raise
                 results[arm].append(result)
                 show_turn(f"{arm}, round {round_no + 1}", result)
                 failed += [f"{arm}, round {round_no + 1}: {p}" for p in result.timeline.problems]
