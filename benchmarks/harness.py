@@ -249,3 +249,12 @@ def child(code: Path, *args: str) -> str:
 def run_module(module: str, *argv: str, code: Path = ROOT) -> str:
     """`python -m benchmarks.<module> argv` as a child on the checkout at `code`."""
     return child(code, "-m", f"benchmarks.{module}", *argv)
+
+
+def poll_call(job_scripts: Any, node: str, limit: int = 1, caller: str = "open") -> Any:
+    """The POLL call of the checkout's scripts module, as the original agent polls: a Poller
+    with work stealing on since issue 40, the node, limit and caller before."""
+    poller = getattr(job_scripts, "Poller", None)
+    if poller is None:
+        return job_scripts.poll(node, limit, caller)
+    return job_scripts.poll(poller(node, caller), limit, True)

@@ -119,7 +119,7 @@ def measure(jobs: int, calls: int, counts: list[int]) -> dict[str, float]:
                 (
                     "poll",
                     lambda count=count: [
-                        job_scripts.poll(f"n{i % count}", 1, "open") for i in range(calls)
+                        harness.poll_call(job_scripts, f"n{i % count}") for i in range(calls)
                     ],
                 ),
             ]

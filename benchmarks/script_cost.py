@@ -40,7 +40,9 @@ TABLE = Table(Column("Redis", "6.2f", "µs/call"), label_width=22)
 def poll(client: redis.Redis, keys: Keys, count: int) -> float:
     """The agent's poll (MAX_JOBS_PER_NODE 1) of the 10 nodes in turn, `count` times."""
     return calls_usec(
-        client, keys.root, [job_scripts.poll(f"n{n % 10}", 1, "open") for n in range(count)]
+        client,
+        keys.root,
+        [harness.poll_call(job_scripts, f"n{n % 10}") for n in range(count)],
     )
 
 
@@ -50,7 +52,9 @@ EMPTY_SCRIPT = "return 1"
 
 def empty(client: redis.Redis, keys: Keys, count: int) -> float:
     # The poll's arguments, so that the row differs from the others by the script alone.
-    args = job_scripts.POLL.call(node="", max_jobs=0, caller="").args
+    args = job_scripts.POLL.call(
+        node="", max_jobs=0, caller="", capacity="", named="", stealing=""
+    ).args
     return script_usec(client, keys.root, EMPTY_SCRIPT, [args] * count)
 
 

@@ -72,6 +72,13 @@ class Scripts:
         takes_ttl = "node_ttl" in inspect.signature(self.calls.transition).parameters
         self.ttl: dict[str, Any] = {"node_ttl": 30.0} if takes_ttl else {}
 
+    def poll(self, node: str, limit: int, caller: str) -> Any:
+        """The poll as an agent of the original makes it (a Poller and work stealing on, since
+        issue 40)."""
+        if self.front:
+            return self.calls.poll(*self.front, node, limit, caller)
+        return harness.poll_call(self.calls, node, limit, caller)
+
     def parts(self, call: Any) -> tuple[str, list[Any], list[Any]]:
         """(script text, KEYS, ARGV) of a call."""
         if not self.front:

@@ -130,7 +130,7 @@ def phases(calls: int, now: float) -> list[tuple[str, Callable[[Deployment], lis
         ]
 
     def poll(_: Deployment) -> list[Call[Any]]:
-        return [job_scripts.poll(NODES[i % len(NODES)], 1, "open") for i in range(calls)]
+        return [harness.poll_call(job_scripts, NODES[i % len(NODES)]) for i in range(calls)]
 
     def promote_none(_: Deployment) -> list[Call[Any]]:
         # Before the jobs the other phases delay by an hour are due.

@@ -245,30 +245,25 @@ def test_sigterm_lets_running_jobs_finish_and_reports_the_rest(
 
 
 def test_an_idle_agent_takes_what_a_busy_one_left_waiting(e2e: Stack, tmp_path: Path) -> None:
-    """Work stealing with the real agents: every job bound to the one node (it runs two at a
-    time); a second agent, idle, takes from its queue; each job runs once."""
-    jobs = [e2e.submit(command="sleep 1")["job_id"] for _ in range(6)]
+    """Work stealing with the real agents: four jobs bound to the one node, which runs two at
+    a time, each running until the test lets it end; a second agent, idle, takes the two
+    waiting; each job runs once."""
+    gate = tmp_path / "gate"
+    command = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    jobs = [e2e.submit(command=command)["job_id"] for _ in range(4)]
     env = {**e2e.env, "AGENT_WORK_DIR": str(tmp_path / "idle")}
     idle = _spawn(["agent", "--node-id", "e2e-idle"], env, tmp_path / "idle.log")
-    t0 = time.monotonic()
     try:
+        for job in jobs:
+            e2e.wait(job, lambda j: j["status"] == "running", timeout=60)
+        gate.touch()
         ended = [e2e.final(job, timeout=60) for job in jobs]
-        print("ended after", time.monotonic() - t0)
-        for job in ended:
-            print(
-                job["job_id"],
-                job["node_id"],
-                job.get("taken_from"),
-                job["created_at"],
-                job["running_at"],
-                job["finished_at"],
-            )
     finally:
+        gate.touch()
         stop(idle, timeout=20)
-        print("stopped after", time.monotonic() - t0)
     assert {job["status"] for job in ended} == {"done"}, e2e.log_tail()
-    taken = [job for job in ended if job["node_id"] == "e2e-idle"]
-    assert taken and {job["taken_from"] for job in taken} == {NODE}
+    assert [job["node_id"] for job in ended] == [NODE, NODE, "e2e-idle", "e2e-idle"]
+    assert [job.get("taken_from") for job in ended] == [None, None, NODE, NODE]
     for job in jobs:  # claimed once: one running event each
         query = {"job_id": job, "after": "0", "follow": "0"}
         events = httpx.get(f"{e2e.url}/events", params=query)
