@@ -149,7 +149,7 @@ def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, 
     if job.taken_from:  # work stealing (docs/GUIDE.md): where it waited, and why it left
         node += (
             f' <span class="muted">taken from the queue of {_node_link(job.taken_from, view)},'
-            " which had no room for it, while this node had</span>"
+            " where it waited while this node was idle</span>"
         )
     exit_code = "" if job.exit_code is None else str(job.exit_code)
     rows = [

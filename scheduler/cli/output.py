@@ -30,12 +30,14 @@ def go_quote(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+# Why a job is where it is, when the scheduler says: why it waits for a node, why it failed,
+# whose queue it was taken from (work stealing).
+REASONS = ("pending_reason", "failure_reason", "taken_from")
+
+
 def format_job(job: dict[str, Any]) -> str:
-    """The original's printJob, and why the scheduler failed the job, or why it waits for a
-    node, if it says."""
-    reason = "".join(
-        f" {name}={job[name]}" for name in ("pending_reason", "failure_reason") if job.get(name)
-    )
+    """The original's printJob, and why the job is where it is (REASONS), if it says."""
+    reason = "".join(f" {name}={job[name]}" for name in REASONS if job.get(name))
     text = (
         f"job_id={job.get('job_id', '')} node_id={job.get('node_id', '')} "
         f"status={job.get('status', '')}{reason} command={go_quote(job.get('command', ''))}\n"
@@ -58,9 +60,11 @@ def progress(job: dict[str, Any]) -> str:
 
 
 def why(job: dict[str, Any]) -> str:
-    """` (timed_out, exit_code=-1)`: why it failed (or why it waits for a node), if the
-    scheduler says, and its exit code."""
-    parts = [job[name] for name in ("pending_reason", "failure_reason") if job.get(name)]
+    """` (timed_out, exit_code=-1)`: why it failed (or why it waits for a node, or whose
+    queue it was taken from), if the scheduler says, and its exit code."""
+    parts = [job[name] for name in REASONS[:2] if job.get(name)]
+    if job.get("taken_from"):
+        parts.append(f"taken from {job['taken_from']}")
     if job.get("exit_code") is not None:
         parts.append(exit_part(job["exit_code"]))
     return f" ({', '.join(parts)})" if parts else ""

@@ -136,7 +136,7 @@ def test_a_taken_job_says_where_it_waited_and_why_it_left(make_client: ClientFac
     assert api.get("/jobs", params=named).json()[0]["job_id"] == first["job_id"]
     assert api.get("/jobs", params={"node_id": "b", "status": "pending"}).json()
     summary = table(api.get(f"/ui/jobs/{second['job_id']}").text, "summary")
-    assert summary["node"].startswith("b taken from the queue of a, which had no room")
+    assert summary["node"].startswith("b taken from the queue of a, where it waited while")
     assert summary["reason"].startswith("waited in the queue of a node with no room for it")
     assert report(api, second["job_id"], "running").status_code == 200
     summary = table(api.get(f"/ui/jobs/{second['job_id']}").text, "summary")
