@@ -707,3 +707,9 @@ def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
         "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key"
     )
     assert served[0] == 0
+
+
+def test_a_taken_job_says_whose_queue_it_left() -> None:
+    job = {"job_id": "job-2", "node_id": "b", "status": "running", "taken_from": "a"}
+    assert format_job(job) == 'job_id=job-2 node_id=b status=running taken_from=a command=""\n'
+    assert progress(job) == "job-2 running on b (taken from a)\n"
