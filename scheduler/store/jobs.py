@@ -19,7 +19,7 @@ from scheduler.store import records
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
-from scheduler.store.driving import Driven, merge_each
+from scheduler.store.driving import Driven, merge_each, tolerated
 from scheduler.store.keys import Keys
 from scheduler.store.operation import (
     All,
@@ -32,6 +32,7 @@ from scheduler.store.operation import (
     OnShard,
     Op,
     Placed,
+    PlacedEach,
     Route,
     Shard,
     Step,
@@ -98,7 +99,10 @@ class ShardClient:
         if isinstance(step, Command):
             return await self.redis.execute(*step.args)
         if isinstance(step, Together):
-            return list(await asyncio.gather(*(self.step(s) for s in step.steps)))
+            sent = (self.step(s) for s in step.steps)
+            if step.tolerant:
+                return tolerated(list(await asyncio.gather(*sent, return_exceptions=True)))
+            return list(await asyncio.gather(*sent))
         return await self.call(step)
 
     async def aclose(self) -> None:
@@ -160,6 +164,8 @@ class JobStore:
             return merge_each(route, list(values))
         if isinstance(route, Placed):
             return await self._placed(route)
+        if isinstance(route, PlacedEach):
+            return await self.placement.placed_each(route.items)
         return await self.on_shard(await self.shard_of(route), op)
 
     async def shard_of(self, route: OfJob | OfNode | OfService) -> int:

@@ -273,6 +273,11 @@ class Keys:
     def submission(self, idempotency_key: str) -> str:
         return self._k(f"submit:{idempotency_key}")
 
+    def batch_submission(self, idempotency_key: str) -> str:
+        """A bulk submit's Idempotency-Key (its digest): the fingerprint of the batch that
+        took it. Among the submissions (no digest starts with `batch:`)."""
+        return self._k(f"submit:batch:{idempotency_key}")
+
     def lock(self, name: str) -> str:
         return self._k(f"lock:{name}")
 

@@ -36,9 +36,12 @@ class Command:
 @dataclass(frozen=True, slots=True)
 class Together:
     """Steps on this shard sent back to back (one round trip where the connection pipelines);
-    their replies in order."""
+    their replies in order. `tolerant`: a step that fails has its error as its reply, and the
+    others theirs (a bulk submit's jobs fail each alone: driving.in_step); else the first
+    error is the whole step's."""
 
     steps: Sequence[Call[Any] | Command]
+    tolerant: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,16 @@ class Placed:
     dedup: Any = None
 
 
-Route: TypeAlias = Home | OfJob | OfNode | OfService | OnShard | Each | Placed
+@dataclass(frozen=True, slots=True)
+class PlacedEach:
+    """New jobs' shards, each found as its `Placed` would find it alone (its dependencies'
+    shard, the live shards in turn, its key's walk), every shard's jobs of a round sent in one
+    round trip (shard_placement.py placed_each). The value: each job's, or its error."""
+
+    items: Sequence[Placed]
+
+
+Route: TypeAlias = Home | OfJob | OfNode | OfService | OnShard | Each | Placed | PlacedEach
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +196,13 @@ def placed(
     program with the whole placement (what an executor of one shard runs)."""
     made = make(placement)
     return Op(Placed(make, placement, job, dedup), made.program, made.name)
+
+
+def placed_each(items: Sequence[Placed], abreast: Callable[[Shard], Steps[list[Any]]]) -> Op[Any]:
+    """New jobs' operation, each job on the shard its `Placed` route finds (`PlacedEach`);
+    unsharded, `abreast`: their programs with their whole placements, in step on the one
+    shard (driving.in_step)."""
+    return Op(PlacedEach(items), abreast, "placed_each")
 
 
 def on_shard(index: int, op: Op[T]) -> Op[T]:

@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from scheduler.models.job import Job
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes, Placement
+from scheduler.store.driving import in_step, tolerated
 from scheduler.store.errors import IdempotencyMismatch
-from scheduler.store.operation import Op
+from scheduler.store.operation import Home, Op, Placed
 from scheduler.store.ops.jobs import pass_key
 from scheduler.store.ops.nodes import live_compute
 from scheduler.store.scripts.create import UNMADE, unmark_key
@@ -103,19 +104,8 @@ class ShardPlacement:
     ) -> T:
         """`make(placement)` run on the first shard that has a node for it; the last one
         tried makes it even without (waiting unplaced, as unsharded)."""
-        tried = [
-            (shard, here)
-            for shard in await self.order(job)
-            if (here := self.where.layout.among(placement, shard)) is not None
-        ]
-        for i, (shard, here) in enumerate(tried):
-            try:
-                made = make(replace(here, elsewhere=i < len(tried) - 1))
-                value: T = await self.on_shard(shard, made)
-                return value
-            except NoHealthyNodes:
-                pass
-        raise NoHealthyNodes()
+        value: T = await self._walked(await self._walk(job, placement, make))
+        return value
 
     async def keyed(
         self,
@@ -134,6 +124,67 @@ class ShardPlacement:
         jobs), as one shard would. Nothing made (every shard answered NO_NODES, or one refused
         the request: `_made_nothing`): the marks this call wrote are taken back (a retry must
         not pass on to shards that made nothing)."""
+        created: Created = await self._walked(await self._keyed_walk(job, placement, dedup, make))
+        return created
+
+    async def placed_each(self, items: Sequence[Placed]) -> list[Any]:
+        """Each new job's `Placed` (a `placed` or `keyed` of its own), all at once: each round
+        sends every job still walking to the shard it tries next, one round trip per shard
+        (in step: driving.in_step), so a batch whose shards have nodes for its jobs costs one
+        round trip per shard. Each job goes where it would alone: the live shards in turn
+        (one turn each), its dependencies' shard, its key's walk. Its value, or its error."""
+        found = await asyncio.gather(*map(self._item_walk, items), return_exceptions=True)
+        walks: list[Walk | Exception] = tolerated(list(found))
+        # A job no shard has a candidate for answers NO_NODES (as `placed`); the others their
+        # walk's end.
+        values: list[Any] = [w if isinstance(w, Exception) else NoHealthyNodes() for w in walks]
+        at = dict.fromkeys((i for i, w in enumerate(walks) if isinstance(w, Walk) and w.tries), 0)
+        while at:
+            by_shard: dict[int, list[int]] = {}
+            for i, n in at.items():
+                by_shard.setdefault(cast(Walk, walks[i]).tries[n].shard, []).append(i)
+            sent = [
+                self.on_shard(k, in_step_op([cast(Walk, walks[i]).tries[at[i]].op for i in ids]))
+                for k, ids in by_shard.items()
+            ]
+            answers = await asyncio.gather(*sent, return_exceptions=True)
+            moved, undone = {}, []
+            for ids, answer in zip(by_shard.values(), answers, strict=True):
+                got = answer if isinstance(answer, list) else [answer] * len(ids)
+                for i, value in zip(ids, got, strict=True):
+                    walk, n = cast(Walk, walks[i]), at[i]
+                    if isinstance(value, NoHealthyNodes) and n + 1 < len(walk.tries):
+                        moved[i] = n + 1
+                        continue
+                    values[i] = tolerated([value])[0]
+                    if isinstance(value, Exception):
+                        undone.append(self._undo(walk, n, value))
+            await asyncio.gather(*undone)
+            at = moved
+        return values
+
+    async def _item_walk(self, item: Placed) -> Walk:
+        if item.dedup is not None and item.dedup.key:
+            return await self._keyed_walk(item.job, item.placement, item.dedup, item.make)
+        return await self._walk(item.job, item.placement, item.make)
+
+    async def _walk(
+        self, job: Job | None, placement: Placement, make: Callable[[Placement], Op[Any]]
+    ) -> Walk:
+        """An unkeyed job's tries: the shards of `order` with a candidate of `placement`,
+        each but the last answering NO_NODES rather than making it unplaced."""
+        here = self.where.layout.among
+        tried = [(k, p) for k in await self.order(job) if (p := here(placement, k)) is not None]
+        last = len(tried) - 1
+        return Walk(
+            [Try(k, make(replace(p, elsewhere=i < last))) for i, (k, p) in enumerate(tried)]
+        )
+
+    async def _keyed_walk(
+        self, job: Job, placement: Placement, dedup: Dedup, make: Callable[[Placement], Op[Any]]
+    ) -> Walk:
+        """A keyed job's tries (`keyed`): every shard of the key's walk, a pass over those
+        that may not make it."""
         walk, home = await self._key_walk(dedup), await self._home(job)
         makers = {
             shard: here
@@ -142,20 +193,39 @@ class ShardPlacement:
             and (here := self.where.layout.among(placement, shard)) is not None
         }
         last = max((i for i, shard in enumerate(walk) if shard in makers), default=-1)
-        for i, shard in enumerate(walk):
+        tries = [
+            Try(k, make(replace(makers[k], elsewhere=i < last)))
+            if k in makers
+            else Try(k, pass_key(dedup), passes=True)
+            for i, k in enumerate(walk)
+        ]
+        return Walk(tries, dedup, last)
+
+    async def _walked(self, walk: Walk) -> Any:
+        """A walk's tries in turn until one answers other than NO_NODES."""
+        for n, attempt in enumerate(walk.tries):
             try:
-                op = pass_key(dedup) if shard not in makers else None
-                op = op or make(replace(makers[shard], elsewhere=i < last))
-                created: Created = await self.on_shard(shard, op)
-                return created
-            except NoHealthyNodes:
-                continue
-            except Exception as exc:
-                if _made_nothing(exc, passed=shard not in makers):
-                    await self._take_back(dedup, _marked(walk, last, i))
+                return await self.on_shard(attempt.shard, attempt.op)
+            except NoHealthyNodes as exc:
+                if n + 1 < len(walk.tries):
+                    continue
+                await self._undo(walk, n, exc)
                 raise
-        await self._take_back(dedup, _marked(walk, last, len(walk)))
+            except Exception as exc:
+                await self._undo(walk, n, exc)
+                raise
         raise NoHealthyNodes()
+
+    async def _undo(self, walk: Walk, n: int, exc: Exception) -> None:
+        """After a keyed walk failed at its `n`-th try with `exc`: the marks it wrote taken
+        back when nothing was made (every try answered NO_NODES, or one refused the request:
+        `_made_nothing`)."""
+        if walk.dedup is None:
+            return
+        if isinstance(exc, NoHealthyNodes) and n + 1 == len(walk.tries):
+            await self._take_back(walk.dedup, walk.marked(len(walk.tries)))
+        elif _made_nothing(exc, passed=walk.tries[n].passes):
+            await self._take_back(walk.dedup, walk.marked(n))
 
     async def _take_back(self, dedup: Dedup, shards: list[int]) -> None:
         """The key's marks on `shards` deleted while they read ELSEWHERE (UNMARK_KEY): a
@@ -165,11 +235,34 @@ class ShardPlacement:
         await asyncio.gather(*unmarks, return_exceptions=True)
 
 
-def _marked(walk: list[int], last: int, before: int) -> list[int]:
-    """The shards a keyed create marked among the first `before` of its `walk`: each but the
-    last that may make the job (index `last`), which runs without Placement.elsewhere and so
-    never marks (what its key holds is another request's)."""
-    return [shard for i, shard in enumerate(walk[:before]) if i != last]
+@dataclass(frozen=True, slots=True)
+class Try:
+    """A new job's operation on one shard; `passes`: a keyed create's pass (PASS_KEY)."""
+
+    shard: int
+    op: Op[Any]
+    passes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """A new job's tries, in order; a keyed one's `dedup` and the index of the `last` try
+    that may make its job."""
+
+    tries: list[Try]
+    dedup: Dedup | None = None
+    last: int = -1
+
+    def marked(self, before: int) -> list[int]:
+        """The shards a keyed create marked among its first `before` tries: each but the
+        last that may make the job, which runs without Placement.elsewhere and so never marks
+        (what its key holds is another request's)."""
+        return [t.shard for i, t in enumerate(self.tries[:before]) if i != self.last]
+
+
+def in_step_op(ops: list[Op[Any]]) -> Op[list[Any]]:
+    """`ops` run in step on the shard it is sent to (driving.in_step)."""
+    return Op(Home(), lambda shard: in_step(shard, ops), "in_step")
 
 
 def _made_nothing(exc: Exception, passed: bool) -> bool:

@@ -5,6 +5,7 @@ The API's asyncio executor, over every shard, is jobs.py."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -68,15 +69,51 @@ class SyncJobStore:
         return self.call(step)
 
     def _together(self, step: Together) -> list[Any]:
-        """Plain commands in one pipeline (one round trip); with a script among them, each
-        in turn (a script's missing function is loaded by `call`)."""
-        commands = [s for s in step.steps if isinstance(s, Command)]
-        if len(commands) < len(step.steps):
-            return [self._step(s) for s in step.steps]
+        """Every step in one pipeline (one round trip), a script as its FCALL; the calls whose
+        function this Redis lacked sent again once the library is loaded. Each reply read
+        (a call's by its script); the first error raised, or with `tolerant` each step's
+        error its reply."""
+        steps = step.steps
+        replies = self._piped(steps)
+        missing = [i for i, r in enumerate(replies) if is_no_function(r)]
+        if missing:
+            self.redis.function_load(functions.library().code, replace=True)
+            for i, reply in zip(missing, self._piped([steps[i] for i in missing]), strict=True):
+                replies[i] = reply
+        done = [_read(s, reply) for s, reply in zip(steps, replies, strict=True)]
+        if not step.tolerant:
+            failed = next((reply for reply in done if isinstance(reply, Exception)), None)
+            if failed is not None:
+                raise failed
+        return done
+
+    def _piped(self, steps: Sequence[Call[Any] | Command]) -> list[Any]:
+        """The steps' raw replies from one pipeline, an error as its reply; with
+        REDIS_MIN_REPLICAS_ACKED, one WAIT after them all (a call short of its replicas
+        answers ReplicasNotAcked)."""
         pipe = self.redis.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command.args)  # type: ignore[no-untyped-call]
-        return pipe.execute()
+        replicas, timeout_ms = 0, 0
+        for s in steps:
+            if isinstance(s, Command):
+                pipe.execute_command(*s.args)  # type: ignore[no-untyped-call]
+                continue
+            wanted, ms = s.script.acks(self.settings)
+            replicas, timeout_ms = max(replicas, wanted), max(timeout_ms, ms)
+            pipe.fcall(s.script.function, 1, self.keys.root, *s.args)
+        if replicas:
+            pipe.wait(replicas, timeout_ms)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        if not replicas:
+            return replies
+        acked = replies.pop()
+        for i, s in enumerate(steps):
+            wanted = 0 if isinstance(s, Command) else s.script.acks(self.settings)[0]
+            if wanted and not isinstance(replies[i], Exception):
+                if isinstance(acked, Exception):
+                    replies[i] = acked
+                elif acked < wanted:
+                    replies[i] = ReplicasNotAcked(acked, wanted)
+        return replies
 
     def call(self, call: Call[T]) -> T:
         """The call as a FCALL of the scripts' function library (scripts/functions.py),
@@ -109,3 +146,13 @@ class SyncJobStore:
         if acked < replicas:
             raise ReplicasNotAcked(acked, replicas)
         return reply
+
+
+def _read(step: Call[Any] | Command, reply: Any) -> Any:
+    """A pipelined step's reply as its value (a call's read by its script), or its error."""
+    if isinstance(reply, Exception) or isinstance(step, Command):
+        return reply
+    try:
+        return step.parse(reply)
+    except Exception as exc:
+        return exc

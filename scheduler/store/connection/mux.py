@@ -91,6 +91,7 @@ class MuxRedis:
         self.timeout = timeout
         self._protocol: RedisProtocol | None = None
         self._connecting: asyncio.Lock | None = None
+        self._loading: asyncio.Future[Any] | None = None
 
     def _direct(self, url: str) -> None:
         parsed = urlparse(url)
@@ -206,8 +207,23 @@ class MuxRedis:
         try:
             return await self._run(command, acks, cost)
         except NoScriptError:
-            await self.execute("FUNCTION", "LOAD", "REPLACE", library)
+            await self._load(library)
             return await self._run(command, acks, cost)
+
+    async def _load(self, library: str) -> None:
+        """The library loaded once for the calls that found it missing together (a bulk
+        submit's thousand creates after Redis restarted empty: one FUNCTION LOAD, not a
+        thousand); a call whose NoScriptError comes after that load loads it again."""
+        if self._loading is None:
+            loading = asyncio.ensure_future(self.execute("FUNCTION", "LOAD", "REPLACE", library))
+            self._loading = loading
+            loading.add_done_callback(self._loaded)
+        await asyncio.shield(self._loading)
+
+    def _loaded(self, loading: asyncio.Future[Any]) -> None:
+        self._loading = None
+        if not loading.cancelled():
+            loading.exception()  # retrieved: its waiters may all have been cancelled
 
     async def _run(self, command: tuple[Any, ...], acks: tuple[int, int], cost: int) -> Any:
         replicas, timeout_ms = acks

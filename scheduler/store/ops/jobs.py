@@ -13,11 +13,13 @@ from scheduler.models.job import Job, JobUpdate
 from scheduler.models.record import record
 from scheduler.nodes.placement import Placement
 from scheduler.store import records
+from scheduler.store.driving import in_step
 from scheduler.store.merging import number_of
 from scheduler.store.operation import (
     Command,
     OfNode,
     Op,
+    Placed,
     Route,
     Shard,
     Steps,
@@ -28,6 +30,7 @@ from scheduler.store.operation import (
     on_shard,
     operation,
     placed,
+    placed_each,
     run,
     send,
     together,
@@ -91,7 +94,35 @@ def _created_whole(shard: Shard, created: Created) -> Steps[Created]:
 def create(job: Job, placement: Placement, now: float, dedup: Dedup = NO_DEDUP) -> Op[Created]:
     """A new job (models.job.stamped), placed by `placement`: on the shard its route finds
     (`made_on` there)."""
-    return placed(lambda here: made_on(job, here, now, dedup), placement, job, dedup)
+    return placed(_maker(job, now, dedup), placement, job, dedup)
+
+
+def create_many(
+    jobs: Sequence[tuple[Job, Placement, Dedup]], now: float
+) -> Op[list[Created | Exception]]:
+    """New jobs (a bulk submit, an SQS batch), each (job, placement, dedup) made as `create`
+    makes it alone and on the shard it would go to alone (shard_placement.py placed_each),
+    the creates of one shard sent in step: one round trip (driving.in_step). Each job's
+    Created, or its own error (NoHealthyNodes, InvalidInput of its `after`, ...)."""
+    items = [Placed(_maker(j, now, d), p, j, d) for j, p, d in jobs]
+    return placed_each(
+        items, lambda shard: in_step(shard, [made_on(j, p, now, d) for j, p, d in jobs])
+    )
+
+
+@operation(home)
+def claim_batch(shard: Shard, dedup: Dedup) -> Steps[bool]:
+    """A bulk submit's Idempotency-Key taken for the batch of `dedup.fingerprint` (a SET NX
+    that answers what it found, on shard 0 whatever shards its jobs go to): whether the key
+    is this batch's, new or taken by it before (a replay); False for another batch's. Its
+    jobs' own keys (each `create_many` job's dedup) then make every job once."""
+    key = shard.keys.batch_submission(dedup.key)
+    found = yield from send("SET", key, dedup.fingerprint, "NX", "GET", "EX", dedup.ttl)
+    return found is None or found in (dedup.fingerprint, dedup.fingerprint.encode())
+
+
+def _maker(job: Job, now: float, dedup: Dedup) -> Callable[[Placement], Op[Created]]:
+    return lambda here: made_on(job, here, now, dedup)
 
 
 @operation(home)
