@@ -1,8 +1,10 @@
 """SQS ingestion (CONTRACT 2.9, with 8.9, 8.10 and 8.12 fixed).
 
-Each poll drains the visible messages of queue `jobs`. A message's body is a job request,
-validated exactly as POST /jobs. The job is created with an idempotency key in the same Lua
-script (CREATE_JOB), and acked only afterwards; a redelivered message (lost ack, worker killed
+Each poll drains the visible messages of queue `jobs`, BATCH at a time. A message's body is
+a job request, validated exactly as POST /jobs. The batch's jobs are made together, as a bulk
+submit makes its jobs (ops.jobs.create_many: one round trip), each with its message's
+idempotency key in its own create script (CREATE_JOB), and each message acked only
+afterwards; a redelivered message (lost ack, worker killed
 between create and ack) finds its key and is acked without a second job. A bad body is acked
 and dropped, logged with the reason and counted; a message that cannot be placed is not
 acked, so the queue redelivers it after its visibility timeout.
@@ -21,26 +23,23 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from scheduler.models.job import (
-    Job,
-    JobCreate,
-    asks_fit,
-    new_job,
-    stamped,
-    validate_create,
-)
+from scheduler.models.job import Job, JobCreate, asks_fit, new_job, stamped, validate_create
 from scheduler.models.wire import ID_RE, DecodeError, InvalidInput, decode_go_style
-from scheduler.nodes.placement import NoHealthyNodes
+from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
 from scheduler.store import ops
 from scheduler.store.errors import StoreNotReady
-from scheduler.store.scripts.jobs import Dedup
+from scheduler.store.scripts.jobs import Created, Dedup
 from workers.context import Context
 
 log = logging.getLogger("workers.sqs")
 
 QUEUE_PATH = "/queues/jobs/messages"
 DRAIN_BUDGET_SECS = 30.0  # one poll stops taking messages after this; the next goes on
+# Messages received before their jobs are made, together (one round trip for them all). The
+# queue hands out one per receive: a batch is BATCH receives, well within the visibility
+# timeout (30 s), after which an unacked message comes back.
+BATCH = 100
 
 
 class SqsUnavailable(Exception):
@@ -139,41 +138,75 @@ class Ingestion:
             log.warning("sqs: ack of %s answered %d", message.id, response.status_code)
             self.counts["sqs_ack_failed"] += 1
 
-    async def handle(self, message: Message) -> bool:
-        """Create the message's job and ack it. False: stop draining for this poll."""
-        now = time.time()
+    async def take(self, message: Message, now: float) -> Job | None:
+        """The message's job, checked as POST /jobs checks one (as made at `now`); None for a
+        bad body, acked and dropped at once (only a good one waits for its batch)."""
         try:
-            req = parse_request(message.body, self.ctx.settings.max_body_bytes, now)
+            return parse_request(message.body, self.ctx.settings.max_body_bytes, now)
         except BadMessage as exc:
-            log.warning("sqs: bad message body in %s, dropped: %s", message.id, exc)
-            self.counts["sqs_dropped"] += 1
+            await self.drop(message, f"bad message body in {message.id}", exc)
+            return None
+
+    async def handle(self, taken: list[tuple[Message, Job]], now: float) -> bool:
+        """Create the messages' jobs, in one bulk create (ops.jobs.create_many: one round trip
+        for the batch), each under its message's key, and ack each message whose job is
+        made (or was before). False: stop draining for this poll."""
+        placements: dict[tuple[str, bool], Placement | Exception] = {}
+        wanted: list[tuple[Message, Job, str]] = []
+        batch: list[tuple[Job, Placement, Dedup]] = []
+        ttl, go_on = self.ctx.settings.sqs_dedup_ttl_secs, True
+        for message, req in taken:
+            asks, key = (req.instance_id, asks_fit(req)), dedup_key(message)
+            if asks not in placements:
+                try:
+                    placements[asks] = await self.nodes.placement(*asks)
+                except (RegistryError, NoHealthyNodes) as exc:
+                    placements[asks] = exc
+            placed = placements[asks]
+            if isinstance(placed, Exception):
+                go_on = await self.unplaced(message, req, key, placed) and go_on
+            else:
+                wanted.append((message, req, key))
+                batch.append((req, placed, Dedup("sqs", key, ttl)))
+        made = self.ctx.store.run(ops.jobs.create_many(batch, now)) if batch else []
+        failure: Exception | None = None
+        for (message, req, key), created in zip(wanted, made, strict=True):
+            if isinstance(created, Created):
+                await self.created(message, created)
+            elif isinstance(created, NoHealthyNodes):
+                go_on = await self.unplaced(message, req, key, created) and go_on
+            elif isinstance(created, InvalidInput):  # only the store can tell (`after` unknown)
+                await self.drop(message, f"message {message.id} refused", created)
+            elif isinstance(created, StoreNotReady):
+                # Redis came back empty; the snapshot task restores it within one interval.
+                log.warning("sqs: store not restored yet; %s left for redelivery", message.id)
+                self.counts["sqs_unplaced"] += 1
+                go_on = False
+            else:
+                failure = failure or created  # a Redis error: the task's, after the acks
+        if failure is not None:
+            raise failure
+        return go_on
+
+    async def drop(self, message: Message, what: str, why: Exception) -> None:
+        """A message whose job can never be made: acked and dropped, logged, counted."""
+        log.warning("sqs: %s, dropped: %s", what, why)
+        self.counts["sqs_dropped"] += 1
+        await self.ack(message)
+
+    async def unplaced(self, message: Message, req: Job, key: str, why: Exception) -> bool:
+        """A message no node could take now: acked when its key made a job before (a
+        redelivery), else left for redelivery. False: stop draining, no message without an
+        instance could be placed either."""
+        if self.ctx.redis.exists(self.ctx.keys.sqs_message(key)):
+            self.counts["sqs_duplicates"] += 1
             await self.ack(message)
             return True
-        key = dedup_key(message)
-        try:
-            placement = await self.nodes.placement(req.instance_id, asks_fit(req))
-            dedup = Dedup("sqs", key, self.ctx.settings.sqs_dedup_ttl_secs)
-            created = self.ctx.store.run(ops.jobs.create(req, placement, now, dedup))
-        except (RegistryError, NoHealthyNodes) as exc:
-            if self.ctx.redis.exists(self.ctx.keys.sqs_message(key)):
-                self.counts["sqs_duplicates"] += 1
-                await self.ack(message)
-                return True
-            log.warning("sqs: message %s not placed (%s); left for redelivery", message.id, exc)
-            self.counts["sqs_unplaced"] += 1
-            # Without an instance, a failed placement means no node for anyone (or no
-            # registry): the other messages stay visible for the next poll.
-            return bool(req.instance_id)
-        except InvalidInput as exc:  # what only the store can tell (an `after` job not found)
-            log.warning("sqs: message %s refused, dropped: %s", message.id, exc)
-            self.counts["sqs_dropped"] += 1
-            await self.ack(message)
-            return True
-        except StoreNotReady:
-            # Redis came back empty; the snapshot task restores it within one interval.
-            log.warning("sqs: store not restored yet; %s left for redelivery", message.id)
-            self.counts["sqs_unplaced"] += 1
-            return False
+        log.warning("sqs: message %s not placed (%s); left for redelivery", message.id, why)
+        self.counts["sqs_unplaced"] += 1
+        return bool(req.instance_id)
+
+    async def created(self, message: Message, created: Created) -> None:
         job = msgspec.json.decode(created.job) if created.job else {}
         if created.duplicate:
             log.info("sqs: %s was already ingested as %s", message.id, job.get("job_id"))
@@ -182,16 +215,34 @@ class Ingestion:
             log.info("sqs: %s created %s", message.id, job.get("job_id"))
             self.counts["sqs_created"] += 1
         await self.ack(message)
-        return True
 
     async def drain(self, limit: int, budget: float) -> None:
+        """Messages received BATCH at a time (fewer once the queue is empty), each batch's
+        jobs made together, until `limit` messages, `budget` seconds or an empty queue. An
+        SQS failure mid-batch still has the batch received so far handled, then ends."""
         deadline = time.monotonic() + budget
-        for _ in range(limit):
-            message = await self.receive()
-            if message is None:
-                return
-            self.counts["sqs_received"] += 1
-            if not await self.handle(message) or time.monotonic() > deadline:
+        while limit > 0:
+            received, now = 0, time.time()
+            taken: list[tuple[Message, Job]] = []
+            unavailable: SqsUnavailable | None = None
+            while received < min(BATCH, limit):
+                try:
+                    message = await self.receive()
+                except SqsUnavailable as exc:
+                    unavailable = exc
+                    break
+                if message is None:
+                    break
+                received += 1
+                self.counts["sqs_received"] += 1
+                job = await self.take(message, now)
+                if job is not None:
+                    taken.append((message, job))
+            limit -= received
+            go_on = await self.handle(taken, now) if taken else True
+            if unavailable is not None:
+                raise unavailable
+            if not go_on or received < BATCH or time.monotonic() > deadline:
                 return
 
 

@@ -11,6 +11,7 @@ The order is Starlette's: the first entry matching path and method serves it
 from __future__ import annotations
 
 from scheduler.api import (
+    batch,
     events,
     jobs,
     logs,
@@ -46,6 +47,9 @@ TABLE = RouteTable(
                 "POST": Method(jobs.submit_job, KEY, Hot.SUBMIT),
             },
         ),
+        # Bulk submit (docs/GUIDE.md, Submitting many jobs): as POST /jobs, behind the key;
+        # not on the hot lane (its bodies are larger than the lane takes: lane.MAX_BODY).
+        Entry("/jobs/batch", {"POST": Method(batch.submit_jobs, KEY)}),
         # Retry by hand (docs/GUIDE.md, Delays and retries): the operator's, behind the key.
         Entry("/jobs/retry", {"POST": Method(retries.retry_jobs)}),
         Entry("/jobs/{job_id}/retry", {"POST": Method(retries.retry_job)}),

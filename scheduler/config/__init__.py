@@ -129,6 +129,9 @@ class Settings:
         default=MiB, metadata={"env": "OUTPUT_LIMIT_BYTES", "min": 1024}
     )
     max_body_bytes: int = field(default=MiB, metadata={"env": "MAX_BODY_BYTES", "min": 1024})
+    # A bulk submit's whole body (POST /jobs/batch), each of its jobs bound by MAX_BODY_BYTES
+    # too: a thousand jobs of 16 KiB on average, not a thousand of 1 MiB.
+    max_batch_bytes: int = field(default=16 * MiB, metadata={"env": "MAX_BATCH_BYTES"})
     max_report_bytes: int = field(default=64 * MiB, metadata={"env": "MAX_REPORT_BYTES"})
     # Report bytes one API process holds at once, counted as they arrive; past it, 503. Two
     # maximum-size reports: the Rust agent never retries a report (a refusal loses its result).
@@ -305,6 +308,7 @@ class Settings:
                 at_most(f.metadata["env"], getattr(self, f.name), f.metadata["max"])
         # Minimums that depend on another setting.
         at_least("MAX_REPORT_BYTES", self.max_report_bytes, self.max_body_bytes)
+        at_least("MAX_BATCH_BYTES", self.max_batch_bytes, self.max_body_bytes)
         at_least("REPORT_BYTES_IN_FLIGHT", self.report_bytes_in_flight, self.max_report_bytes)
         at_least("SNS_RETRY_CAP_SECS", self.sns_retry_cap_secs, self.sns_retry_base_secs)
         if self.node_lost_secs:

@@ -36,6 +36,7 @@ PROTECTED = [
     ("GET", "/jobs/job-1/attempts", None, 200),
     ("GET", "/jobs/job-404/attempts", None, 404),
     ("POST", "/jobs", {"command": "x"}, 201),
+    ("POST", "/jobs/batch", {"jobs": [{"command": "x"}]}, 200),
     ("GET", "/schedule", None, 200),
     ("GET", "/nodes", None, 200),
     ("GET", "/nodes?role=compute", None, 200),

@@ -117,6 +117,8 @@ LABELS_BEFORE = {
     "/schedules/{id}/resume",
     # Retry by hand (issue 23): the operator's, behind the key.
     "/jobs/retry",
+    # Bulk submit (issue 40): as POST /jobs, behind the key.
+    "/jobs/batch",
     "/jobs/{id}/retry",
     # A job's attempts (issue 23): as GET /jobs/{id}, behind the key.
     "/jobs/{id}/attempts",

@@ -15,6 +15,7 @@ from scheduler.config import ConfigError, Settings
 from scheduler.models.job import Job, job_decoder
 from scheduler.store.scripts import upkeep
 from scheduler.store.scripts.retry import RetryPolicy
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import (
     ClientFactory,
     CtxFactory,
@@ -159,6 +160,38 @@ def test_ingest_creates_jobs_like_post_jobs_and_acks(
     assert runs[0].startswith(b"7 ")
 
 
+def test_a_batch_of_messages_is_made_in_one_round_trip(
+    make_ctx: CtxFactory,
+    make_client: ClientFactory,
+    sqs: FakeSQS,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The messages of a poll are made together (ops.jobs.create_many, as POST /jobs/batch):
+    one pipeline for their creates, each still acked, dropped or left alone."""
+    ctx = make_ctx(sqs_url=sqs.url)
+    api = api_for(make_client, ctx, "n1", "n2")
+    sent = [
+        sqs.send(json.dumps({"command": "one"})),
+        sqs.send("not json"),
+        sqs.send(json.dumps({"command": "x", "after": ["job-404"]})),
+        sqs.send(json.dumps({"command": "two"})),
+    ]
+    pipelines: list[int] = []
+    piped = SyncJobStore._piped
+
+    def counted(self: SyncJobStore, steps: Any) -> list[Any]:
+        pipelines.append(len(steps))
+        return piped(self, steps)
+
+    monkeypatch.setattr(SyncJobStore, "_piped", counted)
+    counts = tasks.ingest_sqs(period=1)
+
+    assert counts == {"sqs_received": 4, "sqs_created": 2, "sqs_dropped": 2}
+    assert [j.command for j in all_jobs(api)] == ["one", "two"]
+    assert 3 in pipelines  # the three bodies that decoded, made together
+    assert sorted(sqs.log.acks) == sorted(sent)
+
+
 BAD_BODIES = [
     ("not json", "failed to decode job: body: not valid JSON (invalid character at byte 4)"),
     ("", "failed to decode job: body: empty (send a JSON object)"),
@@ -288,14 +321,14 @@ def test_no_healthy_node_leaves_the_message_for_redelivery(
 
     counts = tasks.ingest_sqs(period=1)
 
-    # The first failure ends the poll: without a node no message can be placed.
-    assert counts == {"sqs_received": 1, "sqs_unplaced": 1}
+    # The batch's failure ends the poll: without a node no message can be placed.
+    assert counts == {"sqs_received": 2, "sqs_unplaced": 2}
     assert sqs.log.acks == []
     assert all_jobs(api) == []
     register(api, "n1")
     eventually(lambda: tasks.ingest_sqs(period=2).get("sqs_created") == 2 or sqs.remaining() == 0)
     assert sorted(j.command for j in all_jobs(api)) == ["so does this one", "waits for a node"]
-    assert stats(ctx)["sqs_unplaced"] == 1
+    assert stats(ctx)["sqs_unplaced"] == 2
 
 
 @pytest.mark.parametrize("outage", ["down", "500", "hung"])
