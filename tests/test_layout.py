@@ -42,6 +42,7 @@ ALLOWED: dict[str, set[str]] = {
 NARROWER: dict[str, set[str]] = {
     # The client is the `scheduler submit/status/list` command: HTTP only, like the agent.
     "scheduler.cli.client": {"scheduler.models", "scheduler.config"},
+    "scheduler.cli.batch": {"scheduler.models", "scheduler.config"},
     "scheduler.cli.listing": {"scheduler.models", "scheduler.config"},
     "scheduler.cli.retry": {"scheduler.models", "scheduler.config"},
     "scheduler.cli.schedules": {"scheduler.models", "scheduler.config"},

@@ -190,7 +190,13 @@ def job_body_of(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    if args.from_file is not None or args.count is not None:
+        from scheduler.cli.batch import submit_many  # it imports this module
+
+        return submit_many(args, client, out, err)
     body = job_body_of(args)
+    if "command" not in body:
+        raise ClientError("error: give the job's command (or --from FILE for many jobs)")
     response = client.submit(body, args.idempotency_key or str(uuid.uuid4()))
     if response.status_code >= 400:
         err.write(f"submit failed {response.status_code}: {response.text.rstrip(chr(10))}\n")
@@ -325,9 +331,26 @@ def _positive(text: str) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("submit", help="submit a job: scheduler submit 'echo hello' --wait")
-    add_job_options(p)
+    add_job_options(p, optional_command=True)
     p.add_argument(
-        "--idempotency-key", default="", metavar="KEY", help="the same key: the same job"
+        "--from",
+        dest="from_file",
+        metavar="FILE",
+        help="many jobs: a JSON job (the POST /jobs body) a line, `-` for stdin; the job "
+        "options are each line's defaults. Prints each id, each error with its line",
+    )
+    p.add_argument(
+        "--count",
+        type=_positive,
+        metavar="N",
+        help="an array: N copies of the job, each with TASK_INDEX (0..N-1) and TASK_COUNT "
+        "in its env (as Slurm's SLURM_ARRAY_TASK_ID); prints each id",
+    )
+    p.add_argument(
+        "--idempotency-key",
+        default="",
+        metavar="KEY",
+        help="the same key: the same job (with --from or --count: the same jobs)",
     )
     p.add_argument(
         "--wait",

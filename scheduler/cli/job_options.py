@@ -127,12 +127,13 @@ class Option:
     def dest(self) -> str:
         return f"job_{self.field}"
 
-    def add_to(self, parser: argparse._ActionsContainer) -> None:
+    def add_to(self, parser: argparse._ActionsContainer, optional: bool = False) -> None:
         kwargs = {"help": self.spec.help, "metavar": self.spec.metavar, **self.kwargs}
         if self.spec.flag.startswith("-"):
             parser.add_argument(self.spec.flag, dest=self.dest, default=None, **kwargs)
-        else:  # the command: positional, as it always was
-            parser.add_argument(self.dest, **kwargs)
+        else:  # the command: positional, as it always was (`optional`: may be left out)
+            nargs: dict[str, Any] = {"nargs": "?"} if optional else {}
+            parser.add_argument(self.dest, **nargs, **kwargs)
         if self.field == "node_selector":
             parser.add_argument(
                 NODE_FLAG, dest="job_node", metavar="ID", help="run on this node (node.id)"
@@ -157,10 +158,11 @@ def options(fields: Iterable[JobField] = JOB_FIELDS) -> tuple[Option, ...]:
 OPTIONS = options()
 
 
-def add_job_options(parser: argparse._ActionsContainer) -> None:
-    """Every job option, for a command that makes jobs."""
+def add_job_options(parser: argparse._ActionsContainer, optional_command: bool = False) -> None:
+    """Every job option, for a command that makes jobs; `optional_command`: the command may
+    be left out (`submit --from FILE` reads each job's from the file)."""
     for option in OPTIONS:
-        option.add_to(parser)
+        option.add_to(parser, optional_command)
 
 
 def job_body(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,0 +1,148 @@
+"""`scheduler submit --from FILE` and `scheduler submit CMD --count N`: many jobs, sent to
+POST /jobs/batch up to BATCH_JOBS at a time (docs/GUIDE.md, Submitting many jobs).
+
+--from reads JSON lines, a job (the POST /jobs body) a line, from a file or `-` (stdin); the
+job options given beside it are each line's defaults (a line's own field wins, whole). An
+array, --count N, is N copies of the job the options give, each with its index in the env
+var TASK_INDEX (0 to N-1, as Slurm's SLURM_ARRAY_TASK_ID) and N in TASK_COUNT.
+
+Each job made prints its id on stdout, in order; each refused prints `line N: <error>`
+(`task I: ...` for an array) on stderr, and the command exits 1 when any was. Each batch is
+sent under an Idempotency-Key of its own (`<key>-<batch number>`, the key new unless
+--idempotency-key names it) and sent again when its answer was lost: with the same
+--idempotency-key, a run cut short can be run again, and the batches it sent answer the
+jobs they made instead of making more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
+
+from scheduler.cli.client import SUBMIT_RETRY_PAUSES, Client, ClientError, job_body_of
+
+BATCH_JOBS = 1000  # POST /jobs/batch's limit
+# A batch is sent once it holds this much JSON too: well under the server's MAX_BATCH_BYTES
+# (16 MiB by default), however large the lines are.
+BATCH_BYTES = 4 * 1024 * 1024
+TASK_INDEX, TASK_COUNT = "TASK_INDEX", "TASK_COUNT"
+
+# What names a job in messages (("line", 7), ("task", 3)), and the job to send, or why it is
+# not sent (a line that is not a JSON object).
+Name = tuple[str, int]
+Item = tuple[Name, dict[str, Any] | str]
+
+
+def submit_many(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    if args.wait:
+        raise ClientError("error: --wait waits for one job: not with --from or --count")
+    defaults = job_body_of(args)
+    if args.from_file is not None:
+        if args.count is not None or "command" in defaults:
+            raise ClientError("error: --from reads the jobs from FILE: no command, no --count")
+        with _opened(args.from_file) as lines:
+            return _send_all(client, _lines(lines, defaults), args, out, err)
+    if "command" not in defaults:
+        raise ClientError("error: --count makes copies of a command: give one")
+    return _send_all(client, _array(defaults, args.count), args, out, err)
+
+
+@contextlib.contextmanager
+def _opened(name: str) -> Iterator[TextIO]:
+    """The file named, or stdin for `-`."""
+    if name == "-":
+        yield sys.stdin
+        return
+    try:
+        file = open(name, encoding="utf-8")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        raise ClientError(f"error: --from {name}: {exc.strerror}") from None
+    with file:
+        yield file
+
+
+def _lines(lines: Iterable[str], defaults: dict[str, Any]) -> Iterator[Item]:
+    """Each non-blank line's job (`defaults` under its fields), or why it is none."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        name = ("line", number)
+        try:
+            job = json.loads(line)
+        except ValueError as exc:
+            yield name, f"not JSON ({exc})"
+            continue
+        yield name, ({**defaults, **job} if isinstance(job, dict) else "not a JSON object")
+
+
+def _array(job: dict[str, Any], count: int) -> Iterator[Item]:
+    for index in range(count):
+        env = {**job.get("env_vars", {}), TASK_INDEX: str(index), TASK_COUNT: str(count)}
+        yield ("task", index), {**job, "env_vars": env}
+
+
+def _send_all(
+    client: Client, items: Iterable[Item], args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    key = args.idempotency_key or str(uuid.uuid4())
+    failed = 0
+    for number, batch in enumerate(_batches(items)):
+        jobs = [job for _, job in batch if isinstance(job, dict)]
+        entries = iter(_sent(client, jobs, f"{key}-{number}") if jobs else [])
+        for name, job in batch:
+            entry = next(entries) if isinstance(job, dict) else {"error": job}
+            failed += "job_id" not in entry
+            _say(name, entry, args.json, out, err)
+    return 1 if failed else 0
+
+
+def _batches(items: Iterable[Item]) -> Iterator[list[Item]]:
+    """`items` cut into batches of at most BATCH_JOBS jobs and BATCH_BYTES of JSON."""
+    batch: list[Item] = []
+    jobs = size = 0
+    for name, job in items:
+        weight = len(json.dumps(job)) if isinstance(job, dict) else 0
+        if jobs and (jobs == BATCH_JOBS or size + weight > BATCH_BYTES):
+            yield batch
+            batch, jobs, size = [], 0, 0
+        batch.append((name, job))
+        jobs, size = jobs + isinstance(job, dict), size + weight
+    if batch:
+        yield batch
+
+
+def _sent(client: Client, jobs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """POST /jobs/batch under `key`, sent again when no answer came (SUBMIT_RETRY_PAUSES):
+    each job's entry; ClientError for a batch refused whole."""
+    headers, body = {"Idempotency-Key": key}, {"jobs": jobs}
+    for pause in (*SUBMIT_RETRY_PAUSES, None):
+        try:
+            response = client.request("POST", "/jobs/batch", json=body, headers=headers)
+            break
+        except ClientError:
+            if pause is None:
+                raise
+            time.sleep(pause)
+    if response.status_code >= 400:
+        raise ClientError(f"submit failed {response.status_code}: {response.text.rstrip()}")
+    entries = response.json().get("jobs") if response.status_code == 200 else None
+    if not isinstance(entries, list) or len(entries) != len(jobs):
+        raise ClientError("decode: the scheduler did not answer an entry for each job")
+    return entries
+
+
+def _say(name: Name, entry: dict[str, Any], as_json: bool, out: TextIO, err: TextIO) -> None:
+    """A job's line: its id (stdout) or `line N: <error>` (stderr); with --json, its entry
+    as JSON with what names it (`{"line": 7, "job_id": ...}`) on stdout."""
+    if as_json:
+        out.write(json.dumps({name[0]: name[1], **entry}) + "\n")
+    elif "job_id" in entry:
+        out.write(f"{entry['job_id']}\n")
+    else:
+        err.write(f"{name[0]} {name[1]}: {entry.get('error')}\n")

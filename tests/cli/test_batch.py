@@ -1,0 +1,139 @@
+"""`scheduler submit --from FILE` and `submit CMD --count N` (issue 40, item 2) against an API
+served in this process: ids in order on stdout, each refusal with its line on stderr, the
+exit status, batches of BATCH_JOBS, replays under one --idempotency-key."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from scheduler.cli import batch
+from tests.cli.conftest import Cli
+from tests.conftest import Serve
+
+
+@pytest.fixture
+def api(serve: Serve) -> str:
+    url = serve()
+    body = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
+    assert httpx.post(f"{url}/nodes/register", json=body).status_code == 201
+    return url
+
+
+def jobs(url: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = httpx.get(f"{url}/jobs").json()
+    return found
+
+
+def test_from_a_file_prints_each_id_and_each_error_with_its_line(
+    api: str, cli: Cli, tmp_path: Path
+) -> None:
+    lines = [
+        json.dumps({"command": "echo one"}),
+        "",  # blank lines are skipped, and counted
+        "{not json",
+        json.dumps(["an", "array"]),
+        json.dumps({"command": "x", "cpus": -1}),
+        json.dumps({"command": "echo two", "priority": 9}),
+    ]
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    code, out, err = cli(api, "submit", "--from", str(path), "--priority", "5", "--env", "A=1")
+
+    assert code == 1
+    assert out == "job-1\njob-2\n"
+    assert err.splitlines() == [
+        "line 3: not JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1))",
+        "line 4: not a JSON object",
+        "line 5: invalid cpus -1: use 0 to 65536",
+    ]
+    made = jobs(api)
+    assert [(j["command"], j["priority"], j["env_vars"]) for j in made] == [
+        ("echo one", 5, {"A": "1"}),  # the options are each line's defaults
+        ("echo two", 9, {"A": "1"}),  # a line's own field wins
+    ]
+
+
+def test_from_stdin_in_batches_replayed_under_one_key(
+    api: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batch, "BATCH_JOBS", 2)
+    sent: list[int] = []
+    request = batch.Client.request
+
+    def counted(self: batch.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        sent.append(len(kwargs["json"]["jobs"]))
+        return request(self, method, path, **kwargs)
+
+    monkeypatch.setattr(batch.Client, "request", counted)
+    text = "".join(json.dumps({"command": f"echo {i}"}) + "\n" for i in range(5))
+    runs = []
+    for _ in range(2):
+        monkeypatch.setattr("sys.stdin", io.StringIO(text))
+        runs.append(cli(api, "submit", "--from", "-", "--idempotency-key", "nightly-load"))
+    assert runs[0] == (0, "".join(f"job-{n}\n" for n in range(1, 6)), "")
+    assert runs[1] == runs[0]  # the same batches, the same jobs: none made twice
+    assert sent == [2, 2, 1] * 2
+    assert len(jobs(api)) == 5
+
+
+def test_an_array_gives_each_job_its_index_and_the_count(api: str, cli: Cli) -> None:
+    code, out, err = cli(api, "submit", "echo $TASK_INDEX", "--count", "3", "--env", "B=2")
+    assert (code, out, err) == (0, "job-1\njob-2\njob-3\n", "")
+    made = jobs(api)
+    assert [j["env_vars"] for j in made] == [
+        {"B": "2", "TASK_INDEX": str(i), "TASK_COUNT": "3"} for i in range(3)
+    ]
+    assert {j["command"] for j in made} == {"echo $TASK_INDEX"}
+
+
+def test_json_names_each_line(api: str, cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text('{"command": "ok"}\n{"command": ""}\n')
+    code, out, _ = cli(api, "submit", "--from", str(path), "--json")
+    assert code == 1
+    assert [json.loads(line) for line in out.splitlines()] == [
+        {"line": 1, "job_id": "job-1"},
+        {
+            "line": 2,
+            "error": "command or deploy_url is required",
+            "status": 400,
+            "field": "command",
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["submit", "x", "--from", "-"], "--from reads the jobs from FILE: no command"),
+        (["submit", "--from", "-", "--count", "2"], "no command, no --count"),
+        (["submit", "--count", "2"], "--count makes copies of a command: give one"),
+        (["submit", "x", "--count", "2", "--wait"], "--wait waits for one job"),
+        (["submit", "--priority", "3"], "give the job's command (or --from FILE"),
+        (["submit", "--from", "/nonexistent/jobs"], "--from /nonexistent/jobs: No such file"),
+    ],
+)
+def test_what_cannot_be_sent_is_said_before_sending(
+    api: str, cli: Cli, argv: list[str], said: str
+) -> None:
+    code, out, err = cli(api, *argv)
+    assert code == 1 and out == "" and said in err, err
+    assert jobs(api) == []
+
+
+def test_a_batch_refused_whole_ends_the_run(api: str, cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text('{"command": "a"}\n')
+    assert cli(api, "submit", "--from", str(path), "--idempotency-key", "k")[0] == 0
+    path.write_text('{"command": "b"}\n')
+    code, out, err = cli(api, "submit", "--from", str(path), "--idempotency-key", "k")
+    assert (code, out) == (1, "")
+    assert "submit failed 422: Idempotency-Key already used with another request" in err
