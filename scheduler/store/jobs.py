@@ -99,15 +99,45 @@ class ShardClient:
         if isinstance(step, Command):
             return await self.redis.execute(*step.args)
         if isinstance(step, Together):
-            sent = (self.step(s) for s in step.steps)
-            if step.tolerant:
-                return tolerated(list(await asyncio.gather(*sent, return_exceptions=True)))
-            return list(await asyncio.gather(*sent))
+            return await self._together(step)
         return await self.call(step)
+
+    async def _together(self, step: Together) -> list[Any]:
+        """The steps queued at once (MuxRedis.pipelined: no task each, a thousand creates of
+        a bulk submit among them), each call's reply read by its script; the first error
+        raised, or with `tolerant` each step's its reply. Calls that wait for replicas go
+        each its own way (fcall: a WAIT behind its write)."""
+        if any(isinstance(s, Call) and s.script.acks(self.settings)[0] for s in step.steps):
+            sent = (self.step(s) for s in step.steps)
+            replies = await asyncio.gather(*sent, return_exceptions=step.tolerant)
+            return tolerated(list(replies))
+        commands = [
+            s.args
+            if isinstance(s, Command)
+            else script_command("FCALL", s.script.function, [self.keys.root], s.args)
+            for s in step.steps
+        ]
+        replies = await self.redis.pipelined(commands, functions.library().code)
+        done = [_read(s, reply) for s, reply in zip(step.steps, replies, strict=True)]
+        if not step.tolerant:
+            failed = next((reply for reply in done if isinstance(reply, Exception)), None)
+            if failed is not None:
+                raise failed
+        return tolerated(done)
 
     async def aclose(self) -> None:
         await self.notifier.aclose()
         await self.redis.aclose()
+
+
+def _read(step: Call[Any] | Command, reply: Any) -> Any:
+    """A step's reply as its value (a call's read by its script), or its error."""
+    if isinstance(reply, BaseException) or isinstance(step, Command):
+        return reply
+    try:
+        return step.parse(reply)
+    except Exception as exc:
+        return exc
 
 
 class JobStore:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -187,6 +187,24 @@ class MuxRedis:
         reply = Reply()
         protocol.send_to(command, reply)
         return reply
+
+    async def pipelined(self, commands: Sequence[tuple[Any, ...]], library: str) -> list[Any]:
+        """`commands` (plain ones, or FCALLs of `library`'s functions) queued at once, a
+        future each and no task: their replies in order, an error as its reply. The FCALLs
+        whose function Redis lacked are sent again once the library is loaded (once). Weighed
+        as writes: they leave WRITE_COST at a time, Redis working while the rest are queued."""
+        protocol = await self._connected()
+        sent = [protocol.send(hiredis.pack_command(c), WRITE_COST) for c in commands]
+        replies = list(await asyncio.gather(*sent, return_exceptions=True))
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            await self._load(library)
+            protocol = await self._connected()
+            again = [protocol.send(hiredis.pack_command(commands[i]), WRITE_COST) for i in missing]
+            answers = await asyncio.gather(*again, return_exceptions=True)
+            for i, reply in zip(missing, answers, strict=True):
+                replies[i] = reply
+        return replies
 
     async def fcall(
         self,
