@@ -129,6 +129,10 @@ def test_each_job_is_made_or_refused_alone_in_order(api: TestClient) -> None:
             "invalid jobs: send 1 to 1000 jobs, not 1001",
         ),
         (b'{"jobs": [{"command": "x"}' + b"]" * 5, "failed to decode batch: body: not valid JSON"),
+        (
+            b'{"jobs": [{"command": "x", "env_vars": ' + b"[" * 3000 + b"]" * 3000 + b"}]}",
+            "failed to decode batch: body: JSON nested too deeply",
+        ),
     ],
 )
 def test_a_bad_envelope_is_refused_whole(
