@@ -4,7 +4,9 @@ after another on one keep-alive connection, and spread over C connections at onc
 side in one run, the subjects taking turns (A B C, B C A, ...: timing.rounds), against a real
 `scheduler serve` (one process, the hot lane on: POST /jobs is served there, POST /jobs/batch
 through Starlette) on a redis-server of its own. Prints each subject's jobs/s (the median of
-its rounds) and the ratios of the batch to each (the median of the rounds' ratios).
+its rounds), the CPU the API process and Redis spent per job (read from /proc and INFO cpu:
+what the machine's load moves least), and the batch's ratios to each (the median of the
+rounds' ratios).
 
 The client is the suite's bare asyncio one (tests/processes.request_many): httpx would cost
 more than the API per single submit on this 2-core machine, where the client, the API and
@@ -18,11 +20,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
+import redis
 
 from benchmarks import harness
 from benchmarks.timing import median, median_ratio, rounds
@@ -41,20 +46,46 @@ def register(base: str) -> None:
                 raise SystemExit(f"register {node} failed")
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One subject's turn: its wall time, and the CPU the API process and Redis spent in it."""
+
+    secs: float
+    api_cpu: float
+    redis_cpu: float
+
+
+def cpu_secs(pid: int) -> float:
+    """A process's CPU time so far (user + system), from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def redis_cpu_secs(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def timed(
-    base: str, requests: list[HttpRequest], connections: int, made: Callable[[int, bytes], int]
-) -> float:
-    """Seconds to send `requests` over `connections`; SystemExit unless every job was made."""
-    began = time.perf_counter()
-    answers = asyncio.run(request_many([base], requests, connections))
+    where: tuple[harness.Served, redis.Redis],
+    requests: list[HttpRequest],
+    connections: int,
+    made: Callable[[int, bytes], int],
+) -> Turn:
+    """`requests` sent over `connections`; SystemExit unless every job was made."""
+    api, stats = where
+    cpu, redis_cpu, began = cpu_secs(api.pid), redis_cpu_secs(stats), time.perf_counter()
+    answers = asyncio.run(request_many([api.url], requests, connections))
     elapsed = time.perf_counter() - began
+    turn = Turn(elapsed, cpu_secs(api.pid) - cpu, redis_cpu_secs(stats) - redis_cpu)
     count = sum(made(status, body) for status, body in answers)
     wanted = sum(
         len(json.loads(body)["jobs"]) if path.endswith("batch") else 1 for _, path, body in requests
     )
     if count != wanted:
         raise SystemExit(f"{count} jobs made of {wanted}: {answers[0]}")
-    return elapsed
+    return turn
 
 
 def batch_made(status: int, body: bytes) -> int:
@@ -73,37 +104,53 @@ def measure(args: argparse.Namespace) -> None:
     batch_body = {n: json.dumps({"jobs": [JOB] * n}).encode() for n in set(batches)}
     with (
         harness.redis_server() as url,
+        harness.connected(url) as stats,
         harness.scheduler_api(
             url, PREFIX, AGENT_AUTH="open", NODE_TTL_SECS="86400", METRICS_FLUSH_SECS="3600"
         ) as api,
     ):
         register(api.url)
+        where = (api, stats)
         bulk = [("POST", "/jobs/batch", batch_body[n]) for n in batches]
         singles = [("POST", "/jobs", job)] * args.jobs
         subjects = {
             f"batch ({len(batches)} x {args.batch}, 1 connection)": lambda: timed(
-                api.url, bulk, 1, batch_made
+                where, bulk, 1, batch_made
             ),
-            "POST /jobs, 1 connection": lambda: timed(api.url, singles, 1, single_made),
+            "POST /jobs, 1 connection": lambda: timed(where, singles, 1, single_made),
             f"POST /jobs, {args.connections} connections": lambda: timed(
-                api.url, singles, args.connections, single_made
+                where, singles, args.connections, single_made
             ),
         }
-        timed(api.url, bulk[:1], 1, batch_made)  # warm: connections, the library, caches
-        timed(api.url, singles[:100], args.connections, single_made)
+        timed(where, bulk[:1], 1, batch_made)  # warm: connections, the library, caches
+        timed(where, singles[:100], args.connections, single_made)
         took = rounds(subjects, args.rounds)
-    names = list(subjects)
+    report(took, args)
+
+
+def report(took: dict[str, list[Turn]], args: argparse.Namespace) -> None:
+    names, jobs = list(took), args.jobs
     print(
-        f"{args.jobs} jobs a turn, {args.rounds} rounds taking turns; one `scheduler serve` "
-        "process (hot lane on), its own redis-server"
+        f"{jobs} jobs a turn, {args.rounds} rounds taking turns; one `scheduler serve` process "
+        "(hot lane on), its own redis-server; medians of the rounds"
     )
+    print(f"{'':<36} {'jobs/s':>8} {'API CPU µs/job':>15} {'Redis CPU µs/job':>17}")
     for name in names:
-        rates = [args.jobs / secs for secs in took[name]]
-        each = ", ".join(f"{rate:.0f}" for rate in rates)
-        print(f"{name:<40} {median(rates):>9.0f} jobs/s  (rounds: {each})")
+        turns = took[name]
+        rate = median(jobs / t.secs for t in turns)
+        api = median(t.api_cpu / jobs * 1e6 for t in turns)
+        db = median(t.redis_cpu / jobs * 1e6 for t in turns)
+        print(f"{name:<36} {rate:>8.0f} {api:>15.1f} {db:>17.1f}")
+    first = took[names[0]]
     for name in names[1:]:
-        # The batch's jobs/s over the other's: its time over the batch's, round by round.
-        print(f"batch / {name:<32} {median_ratio(took[name], took[names[0]]):>5.1f}x")
+        # Each a median of the rounds' ratios: the other's over the batch's, round by round.
+        speed = median_ratio([t.secs for t in took[name]], [t.secs for t in first])
+        api = median_ratio([t.api_cpu for t in took[name]], [t.api_cpu for t in first])
+        db = median_ratio([t.redis_cpu for t in took[name]], [t.redis_cpu for t in first])
+        print(
+            f"batch against {name}: {speed:.1f}x the jobs/s, {api:.1f}x less API CPU, "
+            f"{db:.1f}x less Redis CPU"
+        )
 
 
 def main() -> int:
