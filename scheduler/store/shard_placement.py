@@ -133,6 +133,9 @@ class ShardPlacement:
         (in step: driving.in_step), so a batch whose shards have nodes for its jobs costs one
         round trip per shard. Each job goes where it would alone: the live shards in turn
         (one turn each), its dependencies' shard, its key's walk. Its value, or its error."""
+        # Which shards have live nodes, learnt once before the walks (cached): a thousand
+        # walks made at once would each ask every shard.
+        await self.live_shards()
         found = await asyncio.gather(*map(self._item_walk, items), return_exceptions=True)
         walks: list[Walk | Exception] = tolerated(list(found))
         # A job no shard has a candidate for answers NO_NODES (as `placed`); the others their

@@ -13,6 +13,7 @@ import redis
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
+from scheduler.store import shard_placement
 from scheduler.store.jobs import JobStore
 from scheduler.store.keys import Keys
 from scheduler.store.operation import Together
@@ -282,6 +283,23 @@ def test_a_sharded_batch_goes_where_its_jobs_would_alone_in_a_round_trip_per_sha
     assert [LAYOUT.job_shard(e["job_id"]) for e in later[:3]] == [0, 1, 2]
     assert later[3]["status"] == 400 and later[3]["error"].startswith("after: ")
     assert sorted(round_trips) == [(0, 1), (1, 1), (2, 1)]
+
+
+def test_a_batch_asks_which_shards_have_live_nodes_once(
+    sharded: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[float] = []
+    live_compute = shard_placement.live_compute
+
+    def counted(now: float) -> Any:
+        asked.append(now)
+        return live_compute(now)
+
+    monkeypatch.setattr(shard_placement, "live_compute", counted)
+    placement = sharded.app.state.store.placement  # type: ignore[attr-defined]
+    placement._live = (0.0, [])  # what it learnt is out of date
+    assert len(answered(post(sharded, [GOOD] * 30))) == 30
+    assert len(asked) == SHARDS  # once per shard, not once per job
 
 
 def test_a_job_no_node_of_its_first_shard_fits_goes_on_to_the_next(
