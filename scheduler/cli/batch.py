@@ -25,7 +25,13 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from scheduler.cli.client import SUBMIT_RETRY_PAUSES, Client, ClientError, job_body_of
+from scheduler.cli.client import (
+    SUBMIT_RETRY_PAUSES,
+    Client,
+    ClientError,
+    job_body_of,
+    usage_error,
+)
 
 BATCH_JOBS = 1000  # POST /jobs/batch's limit
 # A batch is sent once it holds this much JSON too: well under the server's MAX_BATCH_BYTES
@@ -41,15 +47,15 @@ Item = tuple[Name, dict[str, Any] | str]
 
 def submit_many(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     if args.wait:
-        raise ClientError("error: --wait waits for one job: not with --from or --count")
+        usage_error(args, "--wait waits for one job: not with --from or --count")
     defaults = job_body_of(args)
     if args.from_file is not None:
         if args.count is not None or "command" in defaults:
-            raise ClientError("error: --from reads the jobs from FILE: no command, no --count")
+            usage_error(args, "--from reads the jobs from FILE: no command, no --count")
         with _opened(args.from_file) as lines:
             return _send_all(client, _lines(lines, defaults), args, out, err)
     if "command" not in defaults:
-        raise ClientError("error: --count makes copies of a command: give one")
+        usage_error(args, "--count makes copies of a command: give one")
     return _send_all(client, _array(defaults, args.count), args, out, err)
 
 

@@ -181,6 +181,15 @@ def _print_json(value: Any, out: TextIO) -> None:
     out.write(json.dumps(value, indent=2) + "\n")
 
 
+def usage_error(args: argparse.Namespace, message: str) -> None:
+    """A usage error, as argparse says one (the usage, the message, exit 2): the options
+    given do not go together."""
+    error: Callable[[str], None] | None = getattr(args, "usage_error", None)
+    if error is None:
+        raise ClientError(f"error: {message}")
+    error(message)
+
+
 def job_body_of(args: argparse.Namespace) -> dict[str, Any]:
     """The job the options give (job_options.py), or ClientError saying which is wrong."""
     try:
@@ -196,7 +205,7 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         return submit_many(args, client, out, err)
     body = job_body_of(args)
     if "command" not in body:
-        raise ClientError("error: give the job's command (or --from FILE for many jobs)")
+        usage_error(args, "the following arguments are required: command (or --from FILE)")
     response = client.submit(body, args.idempotency_key or str(uuid.uuid4()))
     if response.status_code >= 400:
         err.write(f"submit failed {response.status_code}: {response.text.rstrip(chr(10))}\n")
@@ -358,7 +367,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="wait for the end (status changes on stderr), print its output",
     )
     _common(p)
-    p.set_defaults(handler=_handler(submit))
+    p.set_defaults(handler=_handler(submit), usage_error=p.error)
 
     p = sub.add_parser("status", help="show a job: scheduler status job-1 [--wait]")
     _job_id(p)

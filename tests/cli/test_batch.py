@@ -117,15 +117,24 @@ def test_json_names_each_line(api: str, cli: Cli, tmp_path: Path) -> None:
         (["submit", "--from", "-", "--count", "2"], "no command, no --count"),
         (["submit", "--count", "2"], "--count makes copies of a command: give one"),
         (["submit", "x", "--count", "2", "--wait"], "--wait waits for one job"),
-        (["submit", "--priority", "3"], "give the job's command (or --from FILE"),
-        (["submit", "--from", "/nonexistent/jobs"], "--from /nonexistent/jobs: No such file"),
+        (["submit", "--priority", "3"], "required: command (or --from FILE)"),
     ],
 )
-def test_what_cannot_be_sent_is_said_before_sending(
-    api: str, cli: Cli, argv: list[str], said: str
+def test_options_that_do_not_go_together_are_a_usage_error(
+    api: str, cli: Cli, capsys: pytest.CaptureFixture[str], argv: list[str], said: str
 ) -> None:
-    code, out, err = cli(api, *argv)
-    assert code == 1 and out == "" and said in err, err
+    with pytest.raises(SystemExit) as ended:
+        cli(api, *argv)
+    assert ended.value.code == 2  # as argparse's own
+    err = capsys.readouterr().err
+    assert err.startswith("usage: scheduler submit") and said in err, err
+    assert jobs(api) == []
+
+
+def test_a_file_that_cannot_be_read_is_said(api: str, cli: Cli) -> None:
+    code, out, err = cli(api, "submit", "--from", "/nonexistent/jobs")
+    assert (code, out) == (1, "")
+    assert "--from /nonexistent/jobs: No such file" in err
     assert jobs(api) == []
 
 
