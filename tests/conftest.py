@@ -23,6 +23,7 @@ from tests.fakes import FakeSNS
 from tests.processes import TEST_HOSTS
 from tests.redis_server import RestartableRedis, redis_server
 from tests.servers import lane_checked_client, serving
+from tests.ssl_contexts import share_ssl_contexts
 from workers import context
 from workers.context import Context
 
@@ -48,6 +49,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["TMPDIR"] = _SUITE_TMP
     os.environ["XDG_STATE_HOME"] = os.path.join(_SUITE_TMP, "state")
     tempfile.tempdir = _SUITE_TMP
+    # The httpx clients of the test process share their SSL contexts (tests/ssl_contexts.py):
+    # each one made read the CA bundle, minutes of CPU a run.
+    share_ssl_contexts()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

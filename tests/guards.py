@@ -9,6 +9,7 @@ that mentions it (`self.<name>`), so a change in how the dependency sets or read
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import textwrap
@@ -39,17 +40,20 @@ def member_digest(cls: type, name: str) -> str:
     return sha256("".join(using))
 
 
-def self_attributes(function: Any, stored: bool = False) -> set[str]:
+# Cached by function: a guard asks about each method once per member it digests (a
+# monkeypatched method is another function, read afresh).
+@functools.cache
+def self_attributes(function: Any, stored: bool = False) -> frozenset[str]:
     """The `self.<name>` attributes a function mentions (with `stored`: assigns)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
-    return {
+    return frozenset(
         node.attr
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)
         and node.value.id == "self"
         and (not stored or isinstance(node.ctx, ast.Store))
-    }
+    )
 
 
 def owned(cls: type) -> set[str]:

@@ -229,12 +229,16 @@ def test_a_service_stays_running_and_is_not_timed_out(redis_url: str, tmp_path: 
 def test_sigterm_lets_running_jobs_finish_and_reports_the_rest(
     redis_url: str, tmp_path: Path
 ) -> None:
+    # The quick job ends once the agent has been told to stop (a `sleep 1` could end before
+    # the test saw both jobs running on a loaded machine, or before the signal).
+    finish = tmp_path / "finish"
     with stack(redis_url, tmp_path, MAX_JOBS_PER_NODE="2", AGENT_GRACE_SECS="3") as s:
-        quick = s.submit(command="sleep 1; echo finished")
+        quick = s.submit(command=f"until [ -e {finish} ]; do sleep 0.05; done; echo finished")
         slow = s.submit(command="echo started; exec sleep 300")
         for job in (quick, slow):
             s.wait(job["job_id"], lambda j: j["status"] == "running")
         s.agent.send_signal(signal.SIGTERM)
+        finish.touch()  # within the grace
         assert s.agent.wait(timeout=30) == 0
         done = s.job(quick["job_id"])
         assert done["status"] == "done" and done["stdout"] == "finished\n"

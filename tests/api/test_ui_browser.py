@@ -25,8 +25,15 @@ JOBS = 55  # more than a page (50)
 
 @pytest.fixture(scope="module")
 def api(redis_url: str) -> Iterator[str]:
+    # Its nodes, registered once, stay live however long the module's tests take on a loaded
+    # machine (NODE_TTL_SECS: past the default 30 s the nodes page showed them unhealthy and
+    # a retry found no node).
     env = scheduler_env(
-        redis_url, unique_prefix("ui-browser"), TINYAWS_API_KEY=KEY, AGENT_AUTH="token"
+        redis_url,
+        unique_prefix("ui-browser"),
+        TINYAWS_API_KEY=KEY,
+        AGENT_AUTH="token",
+        NODE_TTL_SECS="600",
     )
     with api_replicas(1, env) as urls:
         url = urls[0]

@@ -36,17 +36,23 @@ def open_prefix() -> str:
     return unique_prefix("client-open")
 
 
+# The module's node stays live however long its tests take on a loaded machine (it is
+# registered once, at the start, and no agent beats for it): past the default 30 s, jobs found
+# no healthy node.
+LIVE_NODES = {"NODE_TTL_SECS": "600"}
+
+
 @pytest.fixture(scope="module")
 def api(redis_url: str, open_prefix: str) -> Iterator[str]:
     """One API process, open (no key)."""
-    with api_replicas(1, scheduler_env(redis_url, open_prefix)) as urls:
+    with api_replicas(1, scheduler_env(redis_url, open_prefix, **LIVE_NODES)) as urls:
         register(urls[0], "node-1")
         yield urls[0]
 
 
 @pytest.fixture(scope="module")
 def secured(redis_url: str) -> Iterator[str]:
-    env = scheduler_env(redis_url, unique_prefix("client-auth"), TINYAWS_API_KEY=KEY)
+    env = scheduler_env(redis_url, unique_prefix("client-auth"), TINYAWS_API_KEY=KEY, **LIVE_NODES)
     with api_replicas(1, env) as urls:
         register(urls[0], "node-1")
         yield urls[0]

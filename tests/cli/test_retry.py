@@ -17,8 +17,10 @@ from tests.processes import api_replicas, scheduler_env, unique_prefix
 
 @pytest.fixture(scope="module")
 def api(redis_url: str) -> Iterator[str]:
-    """One open API process of its own: its dead set is this module's."""
-    with api_replicas(1, scheduler_env(redis_url, unique_prefix("cli-retry"))) as urls:
+    """One open API process of its own: its dead set is this module's. Its node, registered
+    once, stays live however long the module takes (NODE_TTL_SECS)."""
+    env = scheduler_env(redis_url, unique_prefix("cli-retry"), NODE_TTL_SECS="600")
+    with api_replicas(1, env) as urls:
         register(urls[0], "node-1")
         yield urls[0]
 

@@ -1,7 +1,8 @@
 """`scheduler up` keeps its data and its Redis to the user who runs it (issue 36, finding 2):
 another local user read every job's env_vars in the world-readable append-only file and
 snapshot, and rewrote a delayed job's command through the embedded Redis, which took no
-password; the agent then ran it as the operator.
+password; the agent then ran it as the operator. (The test's job waits for another rather
+than for a delay: the same record in Redis, held until the test lets it run.)
 
 The data dir sits in a fresh folder of /tmp that everyone may traverse (pytest's tmp_path is
 under a folder only its user may enter, which would hide the bug), and the other user is
@@ -145,15 +146,23 @@ def test_up_keeps_its_data_redis_and_key_to_its_own_user_against_another(
     elsewhere, SCHEDULER_DB, likewise): every file and folder is made owner-only, each
     tightening logged; Redis takes nothing without its password. Then the issue's attack,
     as `nobody`: grep the append-only file and the snapshot for a job's env var value, read
-    the snapshot with sqlite3 and the session key file, and set a delayed job's record in
-    Redis to another command. Each is refused, and the job runs the command it was given."""
+    the snapshot with sqlite3 and the session key file, and set the record of a job not run
+    yet in Redis to another command. Each is refused, and the job runs the command it was
+    given."""
     data, state = open_base / "data", open_base / "state"
     _loose_deployment(data)
     db = open_base / "elsewhere" / "scheduler.db"
     db.parent.mkdir(mode=0o755)
     db.touch()
     db.chmod(0o644)
-    up = Up(data, open_base / "up.log", XDG_STATE_HOME=str(state), SCHEDULER_DB=str(db))
+    # A snapshot every 0.5 s: the test waits for the first to hold the job (5 s by default).
+    up = Up(
+        data,
+        open_base / "up.log",
+        XDG_STATE_HOME=str(state),
+        SCHEDULER_DB=str(db),
+        SNAPSHOT_INTERVAL_SECS="0.5",
+    )
     ups.append(up)
     key = _key(state, up)
     done = up.cli("submit", "echo hi", "--env", f"DBPASS={SECRET}", "--wait")
@@ -162,11 +171,16 @@ def test_up_keeps_its_data_redis_and_key_to_its_own_user_against_another(
     # The worker's snapshot (SNAPSHOT_INTERVAL_SECS) and Redis's append-only file hold it.
     _wait_for(lambda: _holds(db, SECRET))
     _wait_for(lambda: [1] if any(_holds(f, SECRET) for f in aof.iterdir()) else [])
-    # Due in 20 s: the attack below takes a second; checked still delayed after it.
+    # The job attacked waits for a gate job that runs until the test lets it end: it has not
+    # run when the attack comes however long that takes (a job delayed 20 s made the test
+    # wait out the rest of the 20 s), and runs as soon as the gate ends.
+    gate_file = open_base / "attack-over"
+    gate = up.cli("submit", f"until [ -e {gate_file} ]; do sleep 0.1; done")
+    assert gate.returncode == 0, gate.stderr
     original, forged = "echo original-command", "echo FORGED-by-nobody"
-    delayed = up.cli("submit", original, "--delay", "20")
-    assert delayed.returncode == 0, delayed.stderr
-    job_id = delayed.stdout.split()[1]
+    held = up.cli("submit", original, "--after", gate.stdout.split()[1])
+    assert held.returncode == 0, held.stderr
+    job_id = held.stdout.split()[1]
 
     files = f"{aof}/*.aof {db}"
     grep = _as_nobody(["sh", "-c", f"grep -a {SECRET} {files}"])
@@ -185,7 +199,7 @@ def test_up_keeps_its_data_redis_and_key_to_its_own_user_against_another(
         said = _as_nobody(["sh", "-c", REWRITE, "sh", where, job_key, original, forged]).stdout
         assert "OK" not in said and original not in said, (where, said)
         assert "NOAUTH" in said or "Permission denied" in said, (where, said)
-    assert _job(up, key, job_id)["status"] == "delayed"  # the attack came before it ran
+    assert _job(up, key, job_id)["status"] == "waiting"  # the attack came before it ran
 
     # Meanwhile, as its owner sees it: everything owner-only, each tightening said.
     assert _modes(data) == {}
@@ -209,6 +223,7 @@ def test_up_keeps_its_data_redis_and_key_to_its_own_user_against_another(
     with redis.Redis.from_url(url) as client:
         assert client.ping()
 
+    gate_file.touch()
     _wait_for(lambda: [1] if _job(up, key, job_id)["status"] == "done" else [], timeout=120)
     ran = _job(up, key, job_id)
     assert ran["command"] == original and ran["stdout"] == "original-command\n", ran
