@@ -1,6 +1,9 @@
 """Redis's instructions per script call, counted by callgrind: the work of script_cost.py
 (create, the poll, a job's transitions, a cancel) as a count that does not move with the
-load of this shared machine, so two versions of the scripts compare exactly.
+load of this shared machine, so two versions of the scripts compare exactly. Then the calls
+of life_cost.py's plain life as the API makes them (the built-in registry, "live": a node
+registered, four others holding --jobs jobs): a heartbeat, an empty poll, and a job's
+four calls (create, the poll that finds it, PATCH running, PATCH done), with their sum.
 
     .venv/bin/python -m benchmarks.script_instructions [--jobs 2000] [--against REF]
 
@@ -83,6 +86,63 @@ class Scripts:
         return lambda *args, **kwargs: build(*self.front, *args, **kwargs)
 
 
+# The API's plain life (life_cost.py, life_api.py): the measured node and the others.
+NODE = "measured-node"
+OTHERS = [f"stored-node-{i}" for i in range(4)]
+LIFE_BODY = (
+    b'{"command":"echo hi","status":"pending","retry_count":0,'
+    b'"created_at":"1970-01-01T00:00:01.000000Z"}'
+)
+LIFE = (
+    "CREATE_JOB, live",
+    "POLL, finds a job, live",
+    "TRANSITION, running, live",
+    "TRANSITION, done, live",
+)
+LIFE_SUM = "a life (the four above)"
+
+
+def _register(node: str, cpus: int) -> Any:
+    """REGISTER_NODE of a compute node as the API makes it (AGENT_AUTH=open)."""
+    from scheduler.store.scripts import nodes
+    from scheduler.store.scripts.retry import RetryPolicy
+
+    record = json.dumps({"id": node, "hostname": node, "cpu_count": cpus, "role": "compute"})
+    who = nodes.Registration("open", "open", False, 1000, 86400.0, RetryPolicy(1, 0, 3600), True)
+    return nodes.register_node(node, record.encode(), "compute", 1.0, who, "", 1000)
+
+
+def life_phases(s: Scripts, jobs: int, first: int) -> list[tuple[str, Callable[[], list[Any]]]]:
+    """The API's calls of life_cost.py's plain life, `jobs` of each, the lives' jobs numbered
+    from `first`: a heartbeat and an empty poll of the measured node, then each job's four."""
+    from scheduler.nodes.placement import Placement
+    from scheduler.store.scripts import nodes
+
+    numbers, live, update = range(first, first + jobs), Placement.live(), s.update
+    running, done = update(status="running"), update(status="done", exit_code=0, stdout="hi\n")
+    return [
+        ("HEARTBEAT", lambda: [nodes.heartbeat(NODE, 2.0, "open", 86400.0, True) for _ in numbers]),
+        ("POLL, empty", lambda: [s.poll(NODE, 4, "open") for _ in numbers]),
+        (
+            "CREATE_JOB, live",
+            lambda: [s.create_job(LIFE_BODY, live, 1.0, 86400.0) for _ in numbers],
+        ),
+        ("POLL, finds a job, live", lambda: [s.poll(NODE, 1, "open") for _ in numbers]),
+        (
+            "TRANSITION, running, live",
+            lambda: [
+                s.transition(f"job-{n}", running, 2.0, s.retries, "open", **s.ttl) for n in numbers
+            ],
+        ),
+        (
+            "TRANSITION, done, live",
+            lambda: [
+                s.transition(f"job-{n}", done, 3.0, s.retries, "open", **s.ttl) for n in numbers
+            ],
+        ),
+    ]
+
+
 def measure(jobs: int) -> dict[str, float]:
     """Instructions per call of each phase, with the checkout first on the path."""
     from scheduler.nodes.placement import Placement
@@ -126,21 +186,59 @@ def measure(jobs: int) -> dict[str, float]:
         library = _library()
         if library:  # as the stores call them since issue 26: FCALL of the function library
             client.function_load(library, replace=True)
+        runner = Runner(client, pid, workdir, bool(library))
         for label, build in phases:
-            calls = build()
-            text, _, _ = s.parts(calls[0])
-            how = getattr(calls[0].script, "function", "") or client.script_load(text)
-            run = "fcall" if library else "evalsha"
+            figures[label] = runner.per_call(s, build())
+        if library:  # the built-in registry's scripts as FCALLs (since issue 26)
+            figures |= live_life(runner, jobs)
+    return figures
 
-            def send(calls: list[Any] = calls, how: str = how, run: str = run) -> None:
-                for start in range(0, len(calls), 500):
-                    pipe = client.pipeline(transaction=False)
-                    for call in calls[start : start + 500]:
-                        _, keys, args = s.parts(call)
-                        getattr(pipe, run)(how, len(keys), *keys, *args)
-                    pipe.execute()
 
-            figures[label] = counted(pid, workdir, send) / len(calls)
+class Runner:
+    """Sends a phase's calls (FCALL, or EVALSHA before issue 26) in pipelines of 500 and
+    counts Redis's instructions meanwhile."""
+
+    def __init__(self, client: Any, pid: int, workdir: str, library: bool) -> None:
+        self.client, self.pid, self.workdir, self.library = client, pid, workdir, library
+
+    def send(self, s: Scripts, calls: list[Any]) -> list[Any]:
+        text, _, _ = s.parts(calls[0])
+        how = getattr(calls[0].script, "function", "") or self.client.script_load(text)
+        run = "fcall" if self.library else "evalsha"
+        replies: list[Any] = []
+        for start in range(0, len(calls), 500):
+            pipe = self.client.pipeline(transaction=False)
+            for call in calls[start : start + 500]:
+                _, keys, args = s.parts(call)
+                getattr(pipe, run)(how, len(keys), *keys, *args)
+            replies += pipe.execute()
+        return replies
+
+    def per_call(self, s: Scripts, calls: list[Any]) -> float:
+        return counted(self.pid, self.workdir, lambda: self.send(s, calls)) / len(calls)
+
+
+def live_life(runner: Runner, jobs: int) -> dict[str, float]:
+    """life_phases under a root of their own: the other nodes registered and holding more
+    than `jobs` jobs each, then the measured node, so every life's job goes to it (the
+    lives' creates all come before their polls here: it holds up to `jobs`)."""
+    from scheduler.nodes.placement import Placement
+
+    s = Scripts("cgl")
+    runner.client.set(s.keys.initialised, "benchmark")
+    for node in OTHERS:
+        runner.send(s, [_register(node, 64)])
+    stored = [
+        s.create_job(BODY, Placement.live(), 1.0, 86400.0) for _ in range(len(OTHERS) * (jobs + 1))
+    ]
+    runner.send(s, stored)
+    runner.send(s, [_register(NODE, 4)])
+    first = int(runner.client.get(s.keys.job_seq)) + 1
+    figures = {label: runner.per_call(s, build()) for label, build in life_phases(s, jobs, first)}
+    figures[LIFE_SUM] = sum(figures[label] for label in LIFE)
+    placed = runner.client.zcard(s.keys.node_status(NODE, "done"))
+    if placed != jobs:
+        raise RuntimeError(f"{placed} of {jobs} lives ended done on {NODE}")
     return figures
 
 
