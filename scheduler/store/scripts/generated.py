@@ -62,7 +62,7 @@ def _constants() -> dict[str, str]:
         "ATTEMPT_TAIL_BYTES": ATTEMPT_TAIL_BYTES,
         "ATTEMPTS_KEPT": ATTEMPTS_KEPT,
         # The job events kept per shard, whatever their age (models/event.py).
-        "EVENTS_KEPT": EVENTS_KEPT,
+        "EVENTS_KEPT": str(EVENTS_KEPT),  # as XADD takes it: a string, not formatted per call
         # The dashboard's wait buckets (models/series.py) and their fields, "wait:<i>".
         "WAIT_BOUNDS": WAIT_BOUNDS,
         "WAIT_FIELDS": tuple(f"wait:{i}" for i in range(len(WAIT_BOUNDS) + 1)),

@@ -244,9 +244,11 @@ PLACES_LUA = f"""--- @include "keys"
 -- Job number n's score in a node's queue (its pending index, which POLL reads from the
 -- lowest) and among the unplaced jobs: higher priority first, by number within one. Exact
 -- as a double for |priority| <= 1000 (models.MAX_PRIORITY) and n < 2^42; priority 0 (nil:
--- none) scores n itself, the original's FIFO.
+-- none) scores n itself, the original's FIFO (as it came: a string is not formatted again).
 local function queue_score(n, priority)
-  return n - (tonumber(priority) or 0) * 4398046511104
+  local p = tonumber(priority) or 0
+  if p == 0 then return n end
+  return n - p * 4398046511104
 end
 
 -- The statuses in which a job holds what it asks on its node (places.py PLACES).

@@ -22,9 +22,10 @@
 --   | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
-local cancels = redis.call("ZRANGE", K.node_status(node, "cancelling"), 0, 99)
+-- (Ranks as strings: Redis is passed a Lua number formatted, ~2 300 instructions each.)
+local cancels = redis.call("ZRANGE", K.node_status(node, "cancelling"), "0", "99")
 local queue = K.node_status(node, "pending")
-local ids = redis.call("ZRANGE", queue, 0, 1)
+local ids = redis.call("ZRANGE", queue, "0", "1")
 local function room_now()
   local most = tonumber(max_jobs)
   if capacity ~= "" then most = math.min(most, tonumber(capacity)) end

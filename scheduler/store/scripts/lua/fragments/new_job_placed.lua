@@ -20,7 +20,8 @@ if not node and reason and (mode ~= "live" or reason == REASON.no_nodes and not 
   return unmade({NO_NODES})
 end
 node = node or ""
-local n = draw_number(K.job_seq, shards, shard, id_floor)
+-- Its number as digits, formatted once: the indexes' scores (read.lua number_of says why).
+local n = tostring(draw_number(K.job_seq, shards, shard, id_floor))
 local id = "job-" .. n
 -- Its head: the ids and, pending unplaced, why (models.job PENDING_REASONS), then the
 -- record's other fields (its head's members).

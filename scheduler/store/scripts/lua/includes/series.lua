@@ -19,7 +19,7 @@ end
 
 local function count_minute(now, field)
   local key = K.series(math.floor(tonumber(now) / 60))
-  if redis.call("HINCRBY", key, field, 1) == 1 then expire_minute(key) end
+  if redis.call("HINCRBY", key, field, "1") == 1 then expire_minute(key) end
   return key
 end
 
