@@ -77,8 +77,8 @@ class Keys:
     def endings(self) -> str:  # zset, scores 0: the endings whose waiters are still to settle
         return self._k("endings")
 
-    def ending_waiters(self, number: str) -> str:  # set: those of the ending of event `number`
-        return self._k(f"endings:{number}")
+    def ending_waiters(self, name: str) -> str:  # set: those of the ending named `name`
+        return self._k(f"endings:{name}")  # "<job id>:<its event number>" (settle.lua)
 
     @property
     def finished(self) -> str:
@@ -328,8 +328,15 @@ class Keys:
     def rq_queue(self, kind: str) -> str:  # an rq queue's name (rq prefixes it in its keys)
         return f"{self.prefix}.{kind}"
 
-    def rq_job_id(self, kind: str, number: int) -> str:  # rq allows [A-Za-z0-9_-] in ids
+    def rq_job_id(self, kind: str, number: int | str) -> str:  # rq allows [A-Za-z0-9_-] in ids
         return f"{_rq_tag(self.prefix)}-{kind}-{number}"
+
+    def rq_event_id(self, ending: str) -> str:
+        """The rq job publishing the ending named `ending` in the outbox: "<job id>:<its event
+        number>" (settle.lua), or a shard's event number (written before events were numbered
+        by job)."""
+        job_id, _, number = ending.rpartition(":")
+        return self.rq_job_id("event", f"{_rq_tag(job_id)}-{number}" if job_id else number)
 
     def pattern(self) -> str:
         """SCAN pattern matching every key of this deployment (rq's included)."""

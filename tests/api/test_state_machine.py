@@ -330,7 +330,7 @@ def test_scripts_use_the_keys_that_keys_py_names(
             k.status("done"): "zset",
             k.node_status("n1", "done"): "zset",
             k.outbox: "list",
-            k.event_seq: "string",
+            k.events: "stream",
             k.finished: "zset",
         }
     )

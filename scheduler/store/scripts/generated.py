@@ -19,7 +19,7 @@ from scheduler.models.job import (
     PENDING_REASONS,
     STATUSES,
 )
-from scheduler.models.record import APART, OUTPUT_FIELDS
+from scheduler.models.record import APART, EVENT_COUNT, OUTPUT_FIELDS
 from scheduler.models.series import WAIT_BOUNDS
 from scheduler.store.keys import OTHER_SPACE_KEY, SPACE_KEYS
 from scheduler.store.scripts import endings
@@ -50,6 +50,8 @@ def _constants() -> dict[str, str]:
         "LIST_FIELDS": tuple(f.name for f in JOB_FIELDS if f.kind is Kind.LIST),
         # The parts of a job's record that may be kept apart (models/record.py; parts.lua).
         "APART": APART,
+        # The head's count of its job's events (models/record.py; events.lua).
+        "EVENT_COUNT": EVENT_COUNT,
         "OUTPUTS": OUTPUT_FIELDS,
         # The work units of endings.py.
         "VISIT_UNITS": endings.VISIT_UNITS,

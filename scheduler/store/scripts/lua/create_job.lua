@@ -1,6 +1,7 @@
 --- @include "codes"
 --- @include "keys"
 --- @include "ELSEWHERE"
+--- @include "EVENT_COUNT"
 --- @include "REASON"
 --- @include "count_minute"
 --- @include "dedup_key_of"

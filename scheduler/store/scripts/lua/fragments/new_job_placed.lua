@@ -23,9 +23,10 @@ node = node or ""
 -- Its number as digits, formatted once: the indexes' scores (read.lua number_of says why).
 local n = tostring(draw_number(K.job_seq, shards, shard, id_floor))
 local id = "job-" .. n
--- Its head: the ids and, pending unplaced, why (models.job PENDING_REASONS), then the
--- record's other fields (its head's members).
+-- Its head: the ids and, pending unplaced, why (models.job PENDING_REASONS), its first
+-- event's number (events.lua note_event: the event store_new notes), then the record's
+-- other fields (its head's members).
 local unplaced = due == "" and node == "" and reason
 local reason_field = unplaced and ',"pending_reason":' .. cjson.encode(reason) or ""
 local job = '{"job_id":' .. cjson.encode(id) .. ',"node_id":' .. cjson.encode(node)
-  .. reason_field .. "," .. fields .. "}"
+  .. reason_field .. ',"' .. EVENT_COUNT .. '":"1",' .. fields .. "}"
