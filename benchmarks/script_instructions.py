@@ -75,6 +75,14 @@ class Scripts:
         takes_ttl = "node_ttl" in inspect.signature(self.calls.transition).parameters
         self.ttl: dict[str, Any] = {"node_ttl": 30.0} if takes_ttl else {}
 
+    def poll_of(self, node: str, max_jobs: int) -> Any:
+        """The poll of `node` by an agent with AGENT_AUTH=open, as the API calls it: with work
+        stealing on (the default, since issue 40: the poll's Poller) or before it."""
+        poller = getattr(self.calls, "Poller", None)
+        if poller is None:
+            return self.poll(node, max_jobs, "open")
+        return self.poll(poller(node, "open"), max_jobs, True)
+
     def parts(self, call: Any) -> tuple[str, list[Any], list[Any]]:
         """(script text, KEYS, ARGV) of a call."""
         if not self.front:
@@ -122,12 +130,12 @@ def life_phases(s: Scripts, jobs: int, first: int) -> list[tuple[str, Callable[[
     running, done = update(status="running"), update(status="done", exit_code=0, stdout="hi\n")
     return [
         ("HEARTBEAT", lambda: [nodes.heartbeat(NODE, 2.0, "open", 86400.0, True) for _ in numbers]),
-        ("POLL, empty", lambda: [s.poll(NODE, 4, "open") for _ in numbers]),
+        ("POLL, empty", lambda: [s.poll_of(NODE, 4) for _ in numbers]),
         (
             "CREATE_JOB, live",
             lambda: [s.create_job(LIFE_BODY, live, 1.0, 86400.0) for _ in numbers],
         ),
-        ("POLL, finds a job, live", lambda: [s.poll(NODE, 1, "open") for _ in numbers]),
+        ("POLL, finds a job, live", lambda: [s.poll_of(NODE, 1) for _ in numbers]),
         (
             "TRANSITION, running, live",
             lambda: [
@@ -159,7 +167,7 @@ def measure(jobs: int) -> dict[str, float]:
     numbers = range(1, jobs + 1)
     phases: list[tuple[str, Callable[[], list[Any]]]] = [
         ("CREATE_JOB", lambda: [s.create_job(BODY, placement, 1.0, 30) for _ in numbers]),
-        ("POLL, finds a job", lambda: [s.poll(f"n{n % 10}", 1, "open") for n in numbers]),
+        ("POLL, finds a job", lambda: [s.poll_of(f"n{n % 10}", 1) for n in numbers]),
     ]
     for i, (name, step) in enumerate(steps):
         phases.append(
@@ -172,7 +180,7 @@ def measure(jobs: int) -> dict[str, float]:
         )
         if i == 0:
             phases.append(
-                ("POLL, at capacity", lambda: [s.poll(f"n{n % 10}", 1, "open") for n in numbers])
+                ("POLL, at capacity", lambda: [s.poll_of(f"n{n % 10}", 1) for n in numbers])
             )
     phases.append(
         ("CANCEL_JOB, finished", lambda: [s.cancel_job(f"job-{n}", 3.0) for n in numbers])
