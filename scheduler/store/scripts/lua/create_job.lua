@@ -6,6 +6,7 @@
 --- @include "count_minute"
 --- @include "dedup_key_of"
 --- @include "draw_number"
+--- @include "undraw"
 --- @include "enter_place"
 --- @include "needs_fit"
 --- @include "note_event"

@@ -21,7 +21,6 @@ local function unmade(reply)
   if spec_staged ~= "" then redis.call("DEL", K.staged(spec_staged)) end
   return reply
 end
---- @insert "ready"
 if spec_staged ~= "" and redis.call("EXISTS", K.staged(spec_staged)) == 0 then
   return {NOT_STAGED}
 end
