@@ -141,7 +141,7 @@ class Keys:
     def nodes_free(self, what: str) -> str:  # zset: its offer less what its jobs hold, per node
         return self._k(f"nodes:free:{what}")
 
-    def node_held(self, node_id: str) -> str:
+    def node_held(self, node_id: str) -> str:  # a set versions before issue 40 kept (its jobs)
         return self._k(f"node:{node_id}:held")
 
     def label_nodes(self, label: str) -> str:  # set: the compute nodes with label `key=value`
@@ -210,6 +210,10 @@ class Keys:
     def records_split(self) -> str:
         return self._k("records:split")
 
+    @property
+    def services_counted(self) -> str:  # set once the nodes' services are counted (issue 40)
+        return self._k("services:counted")
+
     def job(self, job_id: str) -> str:
         return self._k(f"job:{job_id}")
 
@@ -244,7 +248,7 @@ class Keys:
     def node_status(self, node_id: str, status: str) -> str:
         return self._k(f"node:{node_id}:{status}")
 
-    def node_busy(self, node_id: str) -> str:
+    def node_busy(self, node_id: str) -> str:  # a set versions before issue 40 kept (run-jobs)
         return self._k(f"node:{node_id}:busy")
 
     def node_services(self, node_id: str) -> str:

@@ -316,11 +316,10 @@ def test_scripts_use_the_keys_that_keys_py_names(
         {
             k.status("running"): "zset",
             k.node_status("n1", "running"): "zset",
-            k.node_busy("n1"): "set",
             k.deadlines: "zset",
         }
     )
-    assert members(k.node_busy("n1")) == members(k.deadlines) == ["job-1"]
+    assert members(k.node_status("n1", "running")) == members(k.deadlines) == ["job-1"]
     assert members(k.status("pending")) == members(k.node_status("n1", "pending")) == []
 
     assert_json(report(api, "job-1", "done", exit_code=0))
@@ -334,7 +333,7 @@ def test_scripts_use_the_keys_that_keys_py_names(
         }
     )
     assert members(k.finished) == ["job-1"]
-    assert members(k.node_busy("n1")) == members(k.deadlines) == []
+    assert members(k.deadlines) == []
     assert members(k.status("running")) == members(k.node_status("n1", "running")) == []
     assert members(k.node_status("n1", "done")) == members(k.status("done")) == ["job-1"]
     assert stored_record(rclient, k, "job-1") == api.get("/jobs/job-1").content.rstrip(b"\n")

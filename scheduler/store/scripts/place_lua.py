@@ -83,12 +83,18 @@ def _add(group: Group, status: str, node: str, call: str, score: str | None = No
         return ""  # written by its own code (the count): entered there
     if index.score is Score.MEMBER:
         return f'{call}("SADD", {key}, id)'
+    if index.score is Score.TALLY:  # not a member: never one of the restore's batched writes
+        return f'redis.call("HINCRBY", {key}, "{index.field}", "1")'
     return f'{call}("ZADD", {key}, {score}, id)'
 
 
 def _remove(group: Group, status: str, node: str) -> str:
-    key = _key(group[0], status, node)
-    command = {Score.MEMBER: "SREM", Score.COUNT: "HDEL"}.get(group[0].score, "ZREM")
+    index = group[0]
+    key = _key(index, status, node)
+    if index.score is Score.TALLY:  # never below 0: one counted by a release before may end
+        held = f'(tonumber(redis.call("HGET", {key}, "{index.field}")) or 0) > 0'
+        return f'if {held} then redis.call("HINCRBY", {key}, "{index.field}", "-1") end'
+    command = {Score.MEMBER: "SREM", Score.COUNT: "HDEL"}.get(index.score, "ZREM")
     return f'redis.call("{command}", {key}, id)'
 
 

@@ -3,6 +3,7 @@
 --- @include "get_jobs"
 --- @include "is_drained"
 --- @include "node_access"
+--- @include "slots_free"
 --- @include "note_backlog"
 --- @include "backlogs"
 --- @include "steal"
@@ -29,7 +30,7 @@ local ids = redis.call("ZRANGE", queue, "0", "1")
 local function room_now()
   local most = tonumber(max_jobs)
   if capacity ~= "" then most = math.min(most, tonumber(capacity)) end
-  local free = most - redis.call("SCARD", K.node_busy(node))
+  local free = slots_free(node, most, #cancels < 100 and #cancels or nil)
   if free > 0 and is_drained(node) then return 0 end
   return free
 end

@@ -4,6 +4,7 @@
 --- @include "UNCHECKED"
 --- @include "needs_fit"
 --- @include "next_live"
+--- @include "held_count"
 --- @include "is_live"
 --- @include "rebind"
 --- @include "undrained"
@@ -243,7 +244,7 @@ local function fitting_node(job, cutoff, ticket)
         if offers[i] then matched = matched + 1 end
         if offers[i] and not drained[i] then open = open + 1 end
         if not drained[i] then
-          local load = tonumber(held[i]) or redis.call("SCARD", K.node_held(node))
+          local load = tonumber(held[i]) or held_count(node)
           loads[#loads + 1] = {node, load}
           if room[i] then
             fitting[node] = true
