@@ -11,10 +11,9 @@ if began and redis.call("EXISTS", K.initialised) == 0 then
   -- (ready.lua says why); only a counter that began needs the marker read.
   return undrawn({NOT_READY})
 end
-local ask = {cpus = tonumber(cpus), memory_mb = tonumber(memory_mb),
-  node_selector = selector ~= "" and cjson.decode(selector) or nil}
+local ask = asks == "" and {cpus = 0, memory_mb = 0} or cjson.decode(asks)
 local node, reason = nil, nil
-local cutoff = tonumber(now) - tonumber(node_ttl)
+cutoff = tonumber(cutoff)
 if due == "" or not needs_fit(ask) then
   node, reason = pick_node(mode, candidates, ask, cutoff, counter)
 elseif elsewhere == "1" then
