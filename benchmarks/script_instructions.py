@@ -97,9 +97,12 @@ class Scripts:
 # The API's plain life (life_cost.py, life_api.py): the measured node and the others.
 NODE = "measured-node"
 OTHERS = [f"stored-node-{i}" for i in range(4)]
+# The API's times: now is an epoch of today's (a call's minute, its claim's wait: series.lua),
+# created 1 ms before its claim.
+T0 = 1_767_225_600.25  # 2026-01-01T00:00:00.25Z
 LIFE_BODY = (
     b'{"command":"echo hi","status":"pending","retry_count":0,'
-    b'"created_at":"1970-01-01T00:00:01.000000Z"}'
+    b'"created_at":"2026-01-01T00:00:00.250000Z"}'
 )
 LIFE = (
     "CREATE_JOB, live",
@@ -117,7 +120,7 @@ def _register(node: str, cpus: int) -> Any:
 
     record = json.dumps({"id": node, "hostname": node, "cpu_count": cpus, "role": "compute"})
     who = nodes.Registration("open", "open", False, 1000, 86400.0, RetryPolicy(1, 0, 3600), True)
-    return nodes.register_node(node, record.encode(), "compute", 1.0, who, "", 1000)
+    return nodes.register_node(node, record.encode(), "compute", T0, who, "", 1000)
 
 
 def life_phases(s: Scripts, jobs: int, first: int) -> list[tuple[str, Callable[[], list[Any]]]]:
@@ -129,23 +132,25 @@ def life_phases(s: Scripts, jobs: int, first: int) -> list[tuple[str, Callable[[
     numbers, live, update = range(first, first + jobs), Placement.live(), s.update
     running, done = update(status="running"), update(status="done", exit_code=0, stdout="hi\n")
     return [
-        ("HEARTBEAT", lambda: [nodes.heartbeat(NODE, 2.0, "open", 86400.0, True) for _ in numbers]),
+        ("HEARTBEAT", lambda: [nodes.heartbeat(NODE, T0, "open", 86400.0, True) for _ in numbers]),
         ("POLL, empty", lambda: [s.poll_of(NODE, 4) for _ in numbers]),
         (
             "CREATE_JOB, live",
-            lambda: [s.create_job(LIFE_BODY, live, 1.0, 86400.0) for _ in numbers],
+            lambda: [s.create_job(LIFE_BODY, live, T0, 86400.0) for _ in numbers],
         ),
         ("POLL, finds a job, live", lambda: [s.poll_of(NODE, 1) for _ in numbers]),
         (
             "TRANSITION, running, live",
             lambda: [
-                s.transition(f"job-{n}", running, 2.0, s.retries, "open", **s.ttl) for n in numbers
+                s.transition(f"job-{n}", running, T0 + 0.001, s.retries, "open", **s.ttl)
+                for n in numbers
             ],
         ),
         (
             "TRANSITION, done, live",
             lambda: [
-                s.transition(f"job-{n}", done, 3.0, s.retries, "open", **s.ttl) for n in numbers
+                s.transition(f"job-{n}", done, T0 + 0.5, s.retries, "open", **s.ttl)
+                for n in numbers
             ],
         ),
     ]
