@@ -51,12 +51,16 @@ class Polled:
 
 def polled(reply: list[Any]) -> Polled:
     check_access(reply[0])
+    if len(reply) == 1:  # nothing at all: the most frequent answer, the shortest
+        return Polled(jobs=[], cancels=[])
     return Polled(jobs=reply[2:], cancels=ids(reply[1]))
 
 
 # Not read-only: a poll notes the jobs it leaves waiting, and an idle node's takes some
-# (work stealing, lua/includes/steal.lua).
-POLL = Script("POLL", "node max_jobs caller capacity named stealing", polled)
+# (work stealing, lua/includes/steal.lua). `agent`: what the poller's agent says, packed (a
+# Redis call pays about a microsecond an argument): "s" stealing on (WORK_STEALING) or "-",
+# "n" its claims name it or "-", then how many jobs it runs at once ("": unsaid).
+POLL = Script("POLL", "node max_jobs caller agent", polled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +77,10 @@ class Poller:
 
 
 def poll(poller: Poller, max_jobs_per_node: int, steal: bool) -> Call[Polled]:
+    capacity = "" if poller.capacity is None else str(poller.capacity)
+    agent = ("s" if steal else "-") + ("n" if poller.named else "-") + capacity
     return POLL.call(
-        node=poller.node_id,
-        max_jobs=max_jobs_per_node,
-        caller=poller.caller,
-        capacity="" if poller.capacity is None else poller.capacity,
-        named="1" if poller.named else "",
-        stealing="1" if steal else "",
+        node=poller.node_id, max_jobs=max_jobs_per_node, caller=poller.caller, agent=agent
     )
 
 
