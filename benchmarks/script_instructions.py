@@ -111,6 +111,7 @@ LIFE = (
     "TRANSITION, done, live",
 )
 LIFE_SUM = "a life (the four above)"
+LIVES = "a life, one after another"
 
 
 def _register(node: str, cpus: int) -> Any:
@@ -213,15 +214,26 @@ class Runner:
 
     def __init__(self, client: Any, pid: int, workdir: str, library: bool) -> None:
         self.client, self.pid, self.workdir, self.library = client, pid, workdir, library
+        self.loaded: dict[str, str] = {}  # a script's text -> its SHA-1 (EVALSHA)
+
+    def _how(self, s: Scripts, call: Any) -> str:
+        """What runs `call`: its function's name, or its script's SHA-1."""
+        function: str = getattr(call.script, "function", "")
+        if function:
+            return function
+        text, _, _ = s.parts(call)
+        if text not in self.loaded:
+            self.loaded[text] = self.client.script_load(text)
+        return self.loaded[text]
 
     def send(self, s: Scripts, calls: list[Any]) -> list[Any]:
-        text, _, _ = s.parts(calls[0])
-        how = getattr(calls[0].script, "function", "") or self.client.script_load(text)
+        hows = [self._how(s, call) for call in calls]  # loaded before anything is counted
         run = "fcall" if self.library else "evalsha"
         replies: list[Any] = []
         for start in range(0, len(calls), 500):
             pipe = self.client.pipeline(transaction=False)
-            for call in calls[start : start + 500]:
+            chunk = zip(calls[start : start + 500], hows[start : start + 500], strict=True)
+            for call, how in chunk:
                 _, keys, args = s.parts(call)
                 getattr(pipe, run)(how, len(keys), *keys, *args)
             replies += pipe.execute()
@@ -233,8 +245,11 @@ class Runner:
 
 def live_life(runner: Runner, jobs: int) -> dict[str, float]:
     """life_phases under a root of their own: the other nodes registered and holding more
-    than `jobs` jobs each, then the measured node, so every life's job goes to it (the
-    lives' creates all come before their polls here: it holds up to `jobs`)."""
+    than `jobs` jobs each, then the measured node, so every life's job goes to it (each
+    phase's calls one after another here: the node holds up to `jobs` jobs, and its running
+    ones are a sorted set of `jobs`, not of one or two as in life_cost.py's lives); then
+    `jobs` more lives one after another, each job's four calls in turn, as life_cost.py's
+    (the node holds one job at most), counted together: the figure to compare a life by."""
     from scheduler.nodes.placement import Placement
 
     s = Scripts("cgl")
@@ -247,11 +262,18 @@ def live_life(runner: Runner, jobs: int) -> dict[str, float]:
     runner.send(s, stored)
     runner.send(s, [_register(NODE, 4)])
     first = int(runner.client.get(s.keys.job_seq)) + 1
-    figures = {label: runner.per_call(s, build()) for label, build in life_phases(s, jobs, first)}
+    phases = life_phases(s, jobs, first)
+    figures = {label: runner.per_call(s, build()) for label, build in phases}
     figures[LIFE_SUM] = sum(figures[label] for label in LIFE)
     placed = runner.client.zcard(s.keys.node_status(NODE, "done"))
     if placed != jobs:
         raise RuntimeError(f"{placed} of {jobs} lives ended done on {NODE}")
+    built = [build() for label, build in life_phases(s, jobs, first + jobs) if label in LIFE]
+    lives = [call for calls in zip(*built, strict=True) for call in calls]
+    figures[LIVES] = runner.per_call(s, lives) * len(LIFE)
+    placed = runner.client.zcard(s.keys.node_status(NODE, "done"))
+    if placed != 2 * jobs:
+        raise RuntimeError(f"{placed - jobs} of {jobs} lives in turn ended done on {NODE}")
     return figures
 
 

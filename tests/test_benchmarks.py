@@ -165,6 +165,7 @@ def test_script_instructions_prints_each_phase() -> None:
         "TRANSITION, running, live",
         "TRANSITION, done, live",
         "a life (the four above)",
+        "a life, one after another",
     ]
     assert all(float(line.split()[-1]) > 0 for line in lines)
 
