@@ -393,11 +393,10 @@ class FakeRegistry(FakeService):
         return 404, b"not found\n"
 
 
-def ending_name(rclient: Any, keys: Any, job_id: str) -> str:
-    """The name of `job_id`'s ending, as its SNS outbox entry and rq job have it (Keys
-    rq_event_id): "<job id>:<its event's number>", from the shard's stream of job events
-    (GET /events): its last event."""
+def ending_number(rclient: Any, keys: Any, job_id: str) -> int:
+    """The event number of `job_id`'s ending (its SNS outbox entry's too), from the shard's
+    stream of job events (GET /events): its last event."""
     for _, fields in reversed(rclient.xrange(keys.events, "-", "+")):
         if fields[b"job"].decode() == job_id:
-            return f"{job_id}:{int(fields[b'n'])}"
+            return int(fields[b"n"])
     raise AssertionError(f"no event of {job_id}")

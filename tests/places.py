@@ -7,7 +7,7 @@ from __future__ import annotations
 import redis
 
 from scheduler.store.keys import Keys
-from scheduler.store.scripts.places import Index, Only, Score, indexes
+from scheduler.store.scripts.places import Index, Only, indexes, row_of
 
 
 def found_in(rclient: redis.Redis, keys: Keys, job_id: str) -> set[str]:
@@ -38,25 +38,16 @@ def expected(
     keys: Keys, status: str, node: str, *, service: bool = False, schedule: str = ""
 ) -> set[str]:
     """The keys the table puts a job in (its record aside, and the `dirty` set of the
-    snapshot, which are not its place): its indexes that name it (a tally counts it
-    without: `tallies`)."""
+    snapshot, which are not its place): its indexes, and its node's held set while it holds
+    its asks there."""
     wanted = set()
     for index in indexes(status, node != ""):
         if (index.only is Only.RUN and service) or (index.only is Only.SCHEDULED and not schedule):
             continue
-        if index.score is not Score.TALLY:
-            wanted.add(key_of(keys, index, status, node, schedule))
+        wanted.add(key_of(keys, index, status, node, schedule))
+    if row_of(status).holds and node:
+        wanted.add(keys.node_held(node))
     return wanted
-
-
-def tallies(keys: Keys, status: str, node: str, *, service: bool = False) -> set[tuple[str, str]]:
-    """The tallies of the table that count a job in place (`status`, `node`): (key, field)
-    each (a service running or cancelling on a node: its room's `services`)."""
-    counted = set()
-    for index in indexes(status, node != ""):
-        if index.score is Score.TALLY and (index.only is not Only.SERVICE or service):
-            counted.add((key_of(keys, index, status, node, ""), index.field))
-    return counted
 
 
 def place_of(rclient: redis.Redis, keys: Keys, job_id: str) -> set[str]:

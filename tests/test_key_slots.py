@@ -9,7 +9,7 @@ from redis.crc import key_slot
 
 from scheduler.store.keys import Keys
 from tests.conftest import ClientFactory, assert_json
-from tests.fakes import FakeSNS, ending_name
+from tests.fakes import FakeSNS, ending_number
 from tests.keys import API_KEY as KEY
 from tests.processes import scheduler_env, worker_burst
 
@@ -60,12 +60,13 @@ def test_every_key_of_a_deployment_is_in_the_slot_of_its_tag(
         keys.node_jobs("n1"),
         keys.node_busy("n1"),
         keys.cancelling,
+        keys.event_seq,
         keys.nodes_seen,
         keys.tokens,
         keys.node_services("n1"),
         keys.initialised,
         keys.runs("snapshot"),
-        keys.rq_key("job", keys.rq_event_id(ending_name(rclient, keys, jobs[0]))),
+        keys.rq_key("job", keys.rq_job_id("event", ending_number(rclient, keys, jobs[0]))),
         keys.events,
         keys.rq_key("finished", keys.rq_queue("events")),
         keys.rq_queues,

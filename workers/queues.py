@@ -111,17 +111,16 @@ def publish_timeout(settings: Settings) -> int:
     return math.ceil(2 * settings.http_timeout_secs) + 2
 
 
-def enqueue_publish(connection: redis.Redis, settings: Settings, ending: str, message: str) -> bool:
-    """One rq job per outbox event; its id is the ending's name (Keys.rq_event_id), so it is
-    enqueued once."""
+def enqueue_publish(connection: redis.Redis, settings: Settings, number: int, message: str) -> bool:
+    """One rq job per outbox event; its id is the event number, so it is enqueued once."""
     return enqueue_unique(
         queue(connection, settings, EVENTS),
         "workers.tasks.publish_event",
-        Keys(settings.redis_prefix).rq_event_id(ending),
-        (ending, message),
+        Keys(settings.redis_prefix).rq_job_id("event", number),
+        (number, message),
         job_timeout=publish_timeout(settings),
         retry=Retry(max=settings.sns_retry_max, interval=retry_intervals(settings)),
         result_ttl=PUBLISH_RESULT_TTL,
         failure_ttl=PUBLISH_FAILURE_TTL,
-        description=f"publish event {ending}: {message}",
+        description=f"publish event {number}: {message}",
     )

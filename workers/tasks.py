@@ -151,25 +151,21 @@ def ingest_sqs(period: int) -> dict[str, int]:
 
 
 def _hand_over(ctx: context.Context, entry: bytes, counts: Counter[str]) -> None:
-    """An outbox entry "<ending> <message>" (settle.lua, life.lua publish): its ending named
-    "<job id>:<event number>", or by a shard's event number (an entry of a version before
-    events were numbered by job)."""
-    ending, _, message = entry.decode(errors="replace").partition(" ")
-    job_id, _, number = ending.rpartition(":")
-    if not number.isdigit() or not message or (":" in ending and not job_id):
+    number, _, message = entry.decode(errors="replace").partition(" ")
+    if not number.isdigit() or not message:
         log.error("outbox: malformed entry dropped: %r", entry[:200])
         counts["outbox_malformed"] += 1
     elif not ctx.settings.sns_url:
         counts["events_discarded"] += 1  # as the original: no SNS_URL, no events
-    elif enqueue_publish(ctx.redis, ctx.settings, ending, message):
+    elif enqueue_publish(ctx.redis, ctx.settings, int(number), message):
         counts["events_enqueued"] += 1
 
 
 def flush_outbox(period: int) -> int:
     """Turn outbox entries into publish jobs, then remove them; returns how many it removed.
 
-    An entry leaves the outbox only after its job is enqueued, and the job id is the ending's
-    name (enqueued with unique=True): a crash in between re-flushes it without a second job.
+    An entry leaves the outbox only after its job is enqueued, and the job id is the event
+    number (enqueued with unique=True): a crash in between re-flushes it without a second job.
     """
     ctx = context.current()
     now = time.time()
@@ -190,13 +186,11 @@ def flush_outbox(period: int) -> int:
     return removed
 
 
-def publish_event(number: int | str, message: str) -> None:
-    """POST one event to SNS topic job-status; raising makes rq retry it with backoff.
-    `number`: the ending's name, "<job id>:<event number>" (an int: a shard's event number,
-    enqueued by a version before events were numbered by job)."""
+def publish_event(number: int, message: str) -> None:
+    """POST one event to SNS topic job-status; raising makes rq retry it with backoff."""
     ctx = context.current()
     if not ctx.settings.sns_url:
-        log.warning("sns: SNS_URL is no longer set; event %s not published", number)
+        log.warning("sns: SNS_URL is no longer set; event %d not published", number)
         return
     url = ctx.settings.sns_url.rstrip("/") + SNS_TOPIC_PATH
     body = _encoder.encode({"message": message})

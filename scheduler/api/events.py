@@ -6,10 +6,9 @@ A position names a place in each shard's stream: the ids of the last event read 
 joined by commas (one shard: one id, `1733450000000-0`). Without one a follower starts from
 now; `after=0` starts from the oldest event kept. A stream begins with its starting position
 (an `id:` line alone), so a client that reconnects before any event loses none. Events are
-numbered by job (models/event.py); a follower counts its place in each shard's stream by the
-stream's own count of entries added, so one that events were trimmed from before it read them
-(EVENTS_RETAIN_SECS, models/event.py EVENTS_KEPT) is told with a `dropped` event, which
-counts them unless the event it resumed after is gone too.
+numbered per shard, one number after another: a follower that finds a number skipped
+(trimmed before it read them: EVENTS_RETAIN_SECS, models/event.py EVENTS_KEPT) is told with a
+`dropped` event, which counts them unless the event it resumed after is gone too.
 """
 
 from __future__ import annotations
@@ -27,11 +26,11 @@ from scheduler.api.http import HTTPError, one_of
 from scheduler.api.params import param
 from scheduler.api.state import store as store_of
 from scheduler.api.stores import Store
-from scheduler.models.event import Event, event_of
+from scheduler.models.event import Event
 from scheduler.models.job import STATUSES
 from scheduler.models.wire import check_id, rfc3339
 from scheduler.store import ops
-from scheduler.store.ops.logs import RawEvent, ShardEvents
+from scheduler.store.ops.logs import RawEvent
 
 READS = ("job_id", "node_id", "status", "schedule", "after", "follow")
 # Events read from each shard at once.
@@ -91,16 +90,14 @@ async def events(request: Request) -> Response:
 
 
 class EventTail:
-    """One follower of the events: each shard's position, and how many entries its stream had
-    had added up to that place (its ordinal there) when known."""
+    """One follower of the events: each shard's position and the last number it saw there."""
 
     def __init__(self, store: Store, wanted: Filter, positions: list[str]) -> None:
         self.store, self.wanted, self.positions = store, wanted, positions
-        # A position given, its ordinal is not known: it is read again (the first entry of
-        # the next read, and skipped) until a read reaches the stream's newest event, so
-        # one gone meanwhile is told (uncounted); from the oldest kept, it is the count
-        # trimmed before it (none of those is dropped for this follower).
-        self.ordinals: list[int | None] = [None] * len(positions)
+        self.numbers: list[int | None] = [None] * len(positions)
+        # A position given: its own event is read first (then skipped) for its number, so
+        # what was trimmed after it is counted; gone itself, the gap is told uncounted.
+        self.resuming = [p not in (BEFORE_ALL, "$") for p in positions]
 
     async def events(self, follows: bool) -> AsyncIterator[bytes]:
         await self._start()
@@ -122,53 +119,54 @@ class EventTail:
             yield event
 
     async def _start(self) -> None:
-        """ "From now on" made a position (each shard's newest event, whose ordinal is the
-        count added), so a wait misses none."""
+        """ "From now on" made a position (each shard's newest event), so a wait misses none."""
         if "$" in self.positions:
-            for read in await self.store.run(ops.logs.events_after(tuple(self.positions), 1)):
-                if self.positions[read.shard] == "$":
-                    self.ordinals[read.shard] = read.added
-                    latest = read.events[-1].position if read.events else BEFORE_ALL
-                    self.positions[read.shard] = latest
+            for raw in await self.store.run(ops.logs.events_after(tuple(self.positions), 1)):
+                self.positions[raw.shard] = raw.position
+                self.numbers[raw.shard] = int(raw.fields.get("n", 0)) or None
+            self.positions = [BEFORE_ALL if p == "$" else p for p in self.positions]
 
     async def read(self) -> Read:
-        starts = tuple(
-            "=" + position if ordinal is None and position != BEFORE_ALL else position
-            for position, ordinal in zip(self.positions, self.ordinals, strict=True)
-        )
+        pairs = zip(self.positions, self.resuming, strict=True)
+        starts = tuple("=" + position if resuming else position for position, resuming in pairs)
+        found = await self.store.run(ops.logs.events_after(starts, READ_COUNT))
+        counts = [0] * len(self.positions)
         out: list[bytes] = []
-        more = False
-        for read in await self.store.run(ops.logs.events_after(starts, READ_COUNT)):
-            out += self._shard(read)
-            more = more or len(read.events) >= READ_COUNT
-        return Read(out, more=more)
+        for raw in found:
+            counts[raw.shard] += 1
+            out += self._event(raw)
+        return Read(out, more=max(counts, default=0) >= READ_COUNT)
 
-    def _shard(self, read: ShardEvents) -> list[bytes]:
-        """A shard's events read: the trimmed ones it missed told (`dropped`), then each."""
-        shard, position = read.shard, self.positions[read.shard]
-        ordinal, events, out = self.ordinals[shard], read.events, []
-        if ordinal is None and position == BEFORE_ALL:
-            ordinal = read.trimmed
-        elif ordinal is None:  # read from its own place on: there still, or trimmed
-            if events and events[0].position == position:
-                events = events[1:]
-            else:
-                out.append(sse("dropped", _encode({"shard": shard})))
-        if ordinal is not None and read.trimmed > ordinal:
-            out.append(sse("dropped", _encode({"shard": shard, "events": read.trimmed - ordinal})))
-            ordinal = read.trimmed
-        for raw in events:
-            self.positions[shard] = raw.position
-            if self.wanted.passes(raw.fields):
-                data = _encode(_as_event(raw))
-                out.append(sse("job", data, ",".join(self.positions)))
-        if ordinal is not None:
-            ordinal += len(events)
-        elif len(read.events) < READ_COUNT:  # it read up to the newest: the count added
-            ordinal = read.added
-        self.ordinals[shard] = ordinal
+    def _event(self, raw: RawEvent) -> list[bytes]:
+        out = []
+        number, last = int(raw.fields["n"]), self.numbers[raw.shard]
+        if self.resuming[raw.shard]:
+            self.resuming[raw.shard] = False
+            if raw.position == self.positions[raw.shard]:
+                self.numbers[raw.shard] = number
+                return []
+            out.append(sse("dropped", _encode({"shard": raw.shard})))
+        if last is not None and number > last + 1:
+            out.append(sse("dropped", _encode({"shard": raw.shard, "events": number - last - 1})))
+        self.numbers[raw.shard] = number
+        self.positions[raw.shard] = raw.position
+        if self.wanted.passes(raw.fields):
+            data = _encode(_as_event(number, raw))
+            out.append(sse("job", data, ",".join(self.positions)))
         return out
 
 
-def _as_event(raw: RawEvent) -> Event:
-    return event_of(raw.fields, rfc3339(int(raw.position.split("-", 1)[0]) / 1000))
+def _as_event(number: int, raw: RawEvent) -> Event:
+    f = raw.fields
+    at = rfc3339(int(raw.position.split("-", 1)[0]) / 1000)
+    return Event(
+        number=number,
+        job_id=f["job"],
+        status=f["to"],
+        at=at,
+        old_status=f.get("from", ""),
+        node_id=f.get("node", ""),
+        old_node_id=f.get("was", ""),
+        schedule=f.get("schedule", ""),
+        failure_reason=f.get("reason", ""),
+    )

@@ -43,9 +43,6 @@ INLINE_BYTES = 4096
 # field, never on the wire.
 APART = "_parts"
 _APART_MARK = b'"_parts":'
-# The head's count of the job's events, as text ("1" once made): the number of its latest
-# (models/event.py; store/scripts/lua/includes/events.lua). Not a Job field, never on the wire.
-EVENT_COUNT = "_events"
 # The values a job's parts are read as (store/records.py job_parts): head, spec, outputs.
 PART_COUNT = 2 + len(OUTPUT_FIELDS)
 NO_OUTPUTS: tuple[None, ...] = (None,) * len(OUTPUT_FIELDS)
@@ -128,14 +125,13 @@ def _plain(annotation: Any) -> Any:
     return annotation
 
 
-# Job's fields as a record holds them, and its event count (read, never written: `_wire`),
-# refusing a field Job lacks (a newer version's, the parts apart): such a head takes the
-# slower path of `assemble`. Encoded as Job is.
+# Job's fields as a record holds them, refusing a field Job lacks (a newer version's, the
+# parts apart): such a head takes the slower path of `assemble`. Encoded as Job is.
 _WireJob = msgspec.defstruct(
     "_WireJob",
     [
-        *((f.name, _plain(f.annotation), *(() if f.required else (f.empty,))) for f in JOB_FIELDS),
-        ("event_count", str | int, msgspec.field(default="", name=EVENT_COUNT)),
+        (f.name, _plain(f.annotation)) if f.required else (f.name, _plain(f.annotation), f.empty)
+        for f in JOB_FIELDS
     ],
     kw_only=True,
     omit_defaults=True,
@@ -151,15 +147,11 @@ def assemble(head: bytes, spec: bytes | None, outputs: Sequence[bytes | None]) -
     order, empty ones omitted, map keys sorted, then any fields beyond Job's, sorted."""
     if spec is None and not any(outputs):
         try:
-            job: Any = _strict_decoder.decode(head)
+            return record_encoder.encode(_strict_decoder.decode(head))
         except msgspec.ValidationError:
             pass  # a field Job lacks
-        else:
-            job.event_count = ""  # not on the wire (a default: omitted)
-            return record_encoder.encode(job)
     fields = _values_decoder.decode(head)
     fields.pop(APART, None)
-    fields.pop(EVENT_COUNT, None)
     if spec:
         fields.update(_values_decoder.decode(spec))
     for name, text in zip(OUTPUT_FIELDS, outputs, strict=True):

@@ -3,15 +3,12 @@ place.py, room.py), which the tests hold both to.
 
 Pure functions. With the built-in registry a job goes to a live, undrained compute node that
 matches its node_selector and has room for what it asks (`fits`), the least loaded of them
-(fewest jobs held), ties broken by a ticket (`spread`, `rotate`); with none, it waits
-unplaced and `find_node` says why (models.job.PENDING_REASONS). The scripts draw that ticket
-at random (Redis's math.random, one generator for every replica: since issue 40, which
-dropped the shared counter and the count of the ties it cost every placement), so which of
-tied nodes is not promised, only that it is one of them (`least_loaded`, `find_nodes`: what
-the tests hold the scripts to). An external registry's nodes carry no labels nor room: there
-a job goes round-robin over the healthy ones (`choose`), the ticket from one Redis INCR
-shared by every replica, the candidates sorted by id, so all replicas agree on the rotation
-(the original iterated a Go map, which made its "round robin" random).
+(fewest jobs held), ties broken round-robin (`spread`); with none, it waits unplaced and
+`find_node` says why (models.job.PENDING_REASONS). An external registry's nodes carry no
+labels nor room: there a job goes round-robin over the healthy ones (`choose`). The ticket
+comes from one Redis INCR shared by every replica, and the candidates are sorted by id, so
+all replicas agree on the rotation (the original iterated a Go map, which made its "round
+robin" random).
 """
 
 from __future__ import annotations
@@ -129,25 +126,19 @@ def fits(node: NodeRoom, ask: Ask) -> bool:
     )
 
 
-def least_loaded(loads: Mapping[str, int]) -> list[str]:
-    """The nodes of `loads` (node id -> jobs held) holding the fewest, sorted by id: a job
-    that asks nothing goes to one of them. A slow node, holding its backlog, gets no more
+def spread(loads: Mapping[str, int], ticket: int) -> str:
+    """The least loaded node of `loads` (node id -> jobs held), ties broken round-robin by
+    `ticket` over the tied ones sorted by id: a slow node, holding its backlog, gets no more
     until the others hold as much."""
     if not loads:
         raise NoHealthyNodes()
     low = min(loads.values())
-    return sorted(node for node, load in loads.items() if load == low)
-
-
-def spread(loads: Mapping[str, int], ticket: int) -> str:
-    """The least loaded node of `loads`, ties broken by `ticket` over the tied ones sorted
-    by id."""
-    return choose(least_loaded(loads), ticket)
+    return choose(sorted(node for node, load in loads.items() if load == low), ticket)
 
 
 def rotate(group: Sequence[str], ticket: int, fitting: Collection[str]) -> str | None:
-    """Among ties: of `group` (nodes holding as many jobs, sorted by id), the first in
-    `fitting` from the ticket's place on (with every node fitting: `choose`)."""
+    """Round-robin among ties: of `group` (nodes holding as many jobs, sorted by id), the
+    first in `fitting` from the ticket's place on (with every node fitting: `choose`)."""
     start = (ticket - 1) % len(group)
     return next((n for n in [*group[start:], *group[:start]] if n in fitting), None)
 
@@ -156,27 +147,14 @@ def find_node(ask: Ask, nodes: Sequence[NodeRoom], ticket: int) -> tuple[str | N
     """(the node the job goes to, "") or (None, why: a key of PENDING_REASONS). Of the live,
     undrained nodes its selector matches, those with room for it now; the least loaded of
     them, ties rotated from the ticket over every such node holding as many (`rotate`)."""
-    group, fitting, why = _fitting(ask, nodes)
-    return (rotate(group, ticket, fitting), "") if fitting else (None, why)
-
-
-def find_nodes(ask: Ask, nodes: Sequence[NodeRoom]) -> tuple[list[str], str]:
-    """The nodes `find_node` may give the job, whatever its ticket, sorted by id (the least
-    loaded of those with room for it), or ([], why)."""
-    group, fitting, why = _fitting(ask, nodes)
-    return [node for node in group if node in fitting], why
-
-
-def _fitting(ask: Ask, nodes: Sequence[NodeRoom]) -> tuple[list[str], set[str], str]:
-    """The least loaded of the open nodes, sorted (a group of ties), those with room for the
-    job, and why none when none has ("" when one has)."""
     live = [node for node in nodes if node.live]
     open_ = [n for n in live if not n.drained and matches(ask.node_selector, n.labels)]
     fitting = {node.id for node in open_ if fits(node, ask)}
     if fitting:
         low = min(node.held_jobs for node in open_ if node.id in fitting)
-        return sorted(node.id for node in open_ if node.held_jobs == low), fitting, ""
+        group = sorted(node.id for node in open_ if node.held_jobs == low)
+        return rotate(group, ticket, fitting), ""
     matching = [node for node in live if offers(node, ask)]
     if not matching:
-        return [], fitting, "no_fit" if live else "no_nodes"
-    return [], fitting, "full" if any(not node.drained for node in matching) else "drained"
+        return None, "no_fit" if live else "no_nodes"
+    return None, "full" if any(not node.drained for node in matching) else "drained"

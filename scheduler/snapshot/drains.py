@@ -60,9 +60,6 @@ def restore(store: SyncJobStore, path: str) -> int:
         with store.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.drained_nodes, mapping=dict(rows))
             pipe.hincrby(keys.drained_changes, "made", 1)
-            # Never placeable while drained (room.lua refresh_load; placement reads no drains
-            # for a job that asks nothing): a node that registered again meanwhile leaves.
-            pipe.zrem(keys.nodes_load, *(node for node, _ in rows))
             pipe.execute()
         log.info("restore: %d drained node(s) from %s", len(rows), path)
     return len(rows)

@@ -85,8 +85,6 @@ def restore_if_empty(
         split = store.run(ops.upkeep.split_records())
         if split:
             log.info("upgraded %d job record(s) to records in parts", split)
-        if store.run(ops.upkeep.count_services()):
-            log.info("upgraded: the service jobs of each node counted apart")
         return restored
 
 

@@ -77,8 +77,8 @@ class Keys:
     def endings(self) -> str:  # zset, scores 0: the endings whose waiters are still to settle
         return self._k("endings")
 
-    def ending_waiters(self, name: str) -> str:  # set: those of the ending named `name`
-        return self._k(f"endings:{name}")  # "<job id>:<its event number>" (settle.lua)
+    def ending_waiters(self, number: str) -> str:  # set: those of the ending of event `number`
+        return self._k(f"endings:{number}")
 
     @property
     def finished(self) -> str:
@@ -141,7 +141,7 @@ class Keys:
     def nodes_free(self, what: str) -> str:  # zset: its offer less what its jobs hold, per node
         return self._k(f"nodes:free:{what}")
 
-    def node_held(self, node_id: str) -> str:  # a set versions before issue 40 kept (its jobs)
+    def node_held(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:held")
 
     def label_nodes(self, label: str) -> str:  # set: the compute nodes with label `key=value`
@@ -210,10 +210,6 @@ class Keys:
     def records_split(self) -> str:
         return self._k("records:split")
 
-    @property
-    def services_counted(self) -> str:  # set once the nodes' services are counted (issue 40)
-        return self._k("services:counted")
-
     def job(self, job_id: str) -> str:
         return self._k(f"job:{job_id}")
 
@@ -248,7 +244,7 @@ class Keys:
     def node_status(self, node_id: str, status: str) -> str:
         return self._k(f"node:{node_id}:{status}")
 
-    def node_busy(self, node_id: str) -> str:  # a set versions before issue 40 kept (run-jobs)
+    def node_busy(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:busy")
 
     def node_services(self, node_id: str) -> str:
@@ -337,15 +333,8 @@ class Keys:
     def rq_queue(self, kind: str) -> str:  # an rq queue's name (rq prefixes it in its keys)
         return f"{self.prefix}.{kind}"
 
-    def rq_job_id(self, kind: str, number: int | str) -> str:  # rq allows [A-Za-z0-9_-] in ids
+    def rq_job_id(self, kind: str, number: int) -> str:  # rq allows [A-Za-z0-9_-] in ids
         return f"{_rq_tag(self.prefix)}-{kind}-{number}"
-
-    def rq_event_id(self, ending: str) -> str:
-        """The rq job publishing the ending named `ending` in the outbox: "<job id>:<its event
-        number>" (settle.lua), or a shard's event number (written before events were numbered
-        by job)."""
-        job_id, _, number = ending.rpartition(":")
-        return self.rq_job_id("event", f"{_rq_tag(job_id)}-{number}" if job_id else number)
 
     def pattern(self) -> str:
         """SCAN pattern matching every key of this deployment (rq's included)."""

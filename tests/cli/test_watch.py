@@ -220,7 +220,7 @@ def test_events_json_is_one_object_a_line_and_resumes_after_a_position(
     assert code == 0 and [e["status"] for e in events] == ["pending", "running", "done"]
     assert {e["job_id"] for e in events} == {job_id}
     assert events[1]["old_status"] == "pending" and events[1]["node_id"] == "n1"
-    assert [e["number"] for e in events] == [1, 2, 3]  # numbered by job
+    assert events[0]["number"] < events[1]["number"] < events[2]["number"]
     code, out, _ = cli(url, *argv, "--after", events[0]["position"])
     assert [json.loads(line)["status"] for line in out.splitlines()] == ["running", "done"]
 

@@ -12,10 +12,10 @@ from scheduler.nodes.placement import (
     NoHealthyNodes,
     choose,
     healthy_compute_nodes,
-    least_loaded,
     live_node_ids,
+    spread,
 )
-from tests.conftest import ClientFactory, assert_json, register, report, submit
+from tests.conftest import ClientFactory, assert_json, register, submit
 
 
 @pytest.mark.parametrize(
@@ -80,30 +80,31 @@ def test_live_node_ids(
     assert live_node_ids(last_seen, now, ttl) == expected
 
 
-# The Lua placement against placement.least_loaded: the least loaded node, one of the ties
-# (which one is drawn at random: not promised).
+# The Lua placement against placement.spread: the least loaded node, ties round-robin.
 
 
-def placed_as_modelled(placed: list[str], node_ids: list[str], holds: list[bool]) -> None:
-    """Each node in `placed` was one of the least loaded then (least_loaded), the loads
-    counting the placements before it that hold their node (a job; GET /schedule holds
-    none), with nothing ending between."""
+def spread_model(node_ids: list[str], plan: list[bool]) -> list[str]:
+    """Where placement.spread sends each step of `plan` (True: a job, which then holds its
+    node; False: GET /schedule, which only draws a ticket), with nothing ending between."""
     loads = dict.fromkeys(node_ids, 0)
-    for step, (node, held) in enumerate(zip(placed, holds, strict=True)):
-        assert node in least_loaded(loads), (step, node, loads)
-        loads[node] += held
+    seen = []
+    for ticket, holds in enumerate(plan, start=1):
+        node = spread(loads, ticket)
+        loads[node] += holds
+        seen.append(node)
+    return seen
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5])
-def test_lua_placement_agrees_with_least_loaded(make_client: ClientFactory, count: int) -> None:
+def test_lua_placement_agrees_with_spread(make_client: ClientFactory, count: int) -> None:
     api = make_client()
     node_ids = [f"node-{c}" for c in "qazxsw"[:count]]
     register(api, *node_ids)  # registered out of order on purpose
     placed = [submit(api, command=f"c{i}")["node_id"] for i in range(3 * count + 1)]
-    placed_as_modelled(placed, node_ids, [True] * len(placed))
+    assert placed == spread_model(node_ids, [True] * len(placed))
 
 
-def test_schedule_answers_a_least_loaded_node(make_client: ClientFactory) -> None:
+def test_schedule_advances_the_same_counter(make_client: ClientFactory) -> None:
     api = make_client()
     node_ids = ["n3", "n1", "n2", "n10"]
     register(api, *node_ids)
@@ -113,22 +114,7 @@ def test_schedule_answers_a_least_loaded_node(make_client: ClientFactory) -> Non
             seen.append(assert_json(api.get("/schedule"))["node_id"])
         else:
             seen.append(submit(api, command=f"c{i}")["node_id"])
-    placed_as_modelled(seen, node_ids, [i % 3 != 1 for i in range(8)])
-
-
-def test_ties_are_spread_over_every_tied_node(make_client: ClientFactory) -> None:
-    """Jobs that end before the next comes leave every node tied: each placement draws one
-    of them, so all of them get work (how many each is not promised)."""
-    api = make_client()
-    node_ids = [f"n{i}" for i in range(3)]
-    register(api, *node_ids)
-    placed = set()
-    for _ in range(60):  # a node missed 60 times in a row: (2/3)^60, about 3e-11
-        job = submit(api, command="x")
-        placed.add(job["node_id"])
-        assert_json(report(api, job["job_id"], "running", node_id=job["node_id"]))
-        assert_json(report(api, job["job_id"], "done", node_id=job["node_id"], exit_code=0))
-    assert placed == set(node_ids)
+    assert seen == spread_model(node_ids, [i % 3 != 1 for i in range(8)])
 
 
 def test_round_robin_hits_each_node_once_per_round(make_client: ClientFactory) -> None:
@@ -140,16 +126,16 @@ def test_round_robin_hits_each_node_once_per_round(make_client: ClientFactory) -
         assert sorted(placed) == sorted(node_ids)
 
 
-def test_a_failed_placement_leaves_nothing_behind(client: TestClient) -> None:
+def test_failed_placement_does_not_use_a_ticket(client: TestClient) -> None:
     assert client.get("/schedule").status_code == 503
     assert client.post("/jobs", json={"command": "x"}).status_code == 503
     register(client, "b", "a")
-    assert sorted(submit(client, command="x")["node_id"] for _ in range(2)) == ["a", "b"]
+    assert [submit(client, command="x")["node_id"] for _ in range(2)] == ["a", "b"]
 
 
-def test_new_nodes_join_the_spread(client: TestClient) -> None:
+def test_new_nodes_join_the_rotation(client: TestClient) -> None:
     register(client, "a")
-    assert submit(client, command="x")["node_id"] == "a"
+    assert submit(client, command="x")["node_id"] == "a"  # ticket 1
     register(client, "b")
-    assert submit(client, command="x")["node_id"] == "b"  # the least loaded
-    assert sorted(submit(client, command="x")["node_id"] for _ in range(2)) == ["a", "b"]
+    # ticket 2 over [a, b] -> b, ticket 3 -> a
+    assert [submit(client, command="x")["node_id"] for _ in range(2)] == ["b", "a"]

@@ -21,13 +21,7 @@ def every_key(keys: Keys) -> dict[str, str]:
     """Every key and channel `keys` builds, by helper name (methods called with "x")."""
     built = {}
     for name, member in inspect.getmembers(Keys):
-        if name.startswith("_") or name in (
-            "prefix",
-            "pattern",
-            "rq_queue",
-            "rq_job_id",
-            "rq_event_id",
-        ):
+        if name.startswith("_") or name in ("prefix", "pattern", "rq_queue", "rq_job_id"):
             continue
         if isinstance(member, property):
             built[name] = getattr(keys, name)

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from scheduler.config import Settings
 from scheduler.models.labels import node_labels
-from scheduler.nodes.placement import Ask, NodeRoom, find_nodes
+from scheduler.nodes.placement import Ask, NodeRoom, find_node
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once
 from scheduler.store import ops
@@ -89,8 +89,9 @@ def undrain(api: TestClient, node_id: str) -> None:
 
 
 def assert_holds_match_jobs(rclient: redis.Redis, prefix: str) -> None:
-    """What each node holds (its room's held cpus and memory, its load) is what the jobs
-    bound to it and not ended ask; the unplaced index is the pending jobs on no node."""
+    """What each node holds (its held set, its room's held cpus and memory, its load) is
+    what the jobs bound to it and not ended ask; the unplaced index is the pending jobs on
+    no node."""
     keys = Keys(prefix)
     held: dict[str, set[str]] = defaultdict(set)
     cpus: dict[str, int] = defaultdict(int)
@@ -110,7 +111,7 @@ def assert_holds_match_jobs(rclient: redis.Redis, prefix: str) -> None:
     loads = {m.decode(): int(s) for m, s in rclient.zrange(keys.nodes_load, 0, -1, withscores=True)}
     for node_id in set(held) | {n.decode() for n in rclient.hkeys(keys.nodes)}:
         room = {k.decode(): int(v) for k, v in rclient.hgetall(keys.node_room(node_id)).items()}
-        assert not rclient.exists(keys.node_held(node_id))  # a set of releases before
+        assert {m.decode() for m in rclient.smembers(keys.node_held(node_id))} == held[node_id]
         assert room.get("held_cpus", 0) == cpus[node_id], node_id
         assert room.get("held_memory_mb", 0) == memory[node_id], node_id
         for what, held_sum in (("cpus", cpus[node_id]), ("memory_mb", memory[node_id])):
@@ -312,16 +313,13 @@ def holding(room: NodeRoom, ask: Ask, jobs: int = 1) -> NodeRoom:
 def submit_as_modelled(
     api: TestClient, rclient: redis.Redis, prefix: str, model: dict[str, NodeRoom], ask: Ask
 ) -> Json:
-    """Submits a job asking `ask`, checks the scripts placed it on one of the nodes find_node
-    may give (find_nodes: which of tied nodes is drawn at random), or left it unplaced saying
-    why as it says, and holds it in `model` as the scripts did."""
-    allowed, why = find_nodes(ask, list(model.values()))
+    """Submits a job asking `ask`, checks the scripts placed it where find_node says (with
+    the ticket the submit draws), and holds it in `model` as the scripts did."""
+    ticket = int(rclient.get(Keys(prefix).rr_seq) or 0) + 1
+    expected = find_node(ask, list(model.values()), ticket)
     fields = {"cpus": ask.cpus, "memory_mb": ask.memory_mb, "node_selector": ask.node_selector}
     made = job(api, **fields)
-    if allowed:
-        assert made["node_id"] in allowed and not made.get("pending_reason"), (ask, allowed)
-    else:
-        assert (made["node_id"], made.get("pending_reason", "")) == ("", why), ask
+    assert (made["node_id"] or None, made.get("pending_reason", "")) == expected, ask
     if made["node_id"]:
         model[made["node_id"]] = holding(model[made["node_id"]], ask)
     return made
@@ -427,26 +425,3 @@ def test_the_lua_agrees_with_find_node_on_a_seeded_mix(
         else:
             assert api.delete(f"/jobs/{made['job_id']}").status_code == 200
     assert_holds_match_jobs(rclient, prefix)
-
-
-def test_an_upgrade_counts_each_nodes_services_once(
-    make_client: ClientFactory, settings: Settings, store: SyncJobStore, rclient: redis.Redis
-) -> None:
-    """From a release that kept a set of each node's run-jobs (and of the jobs it held): a
-    service running there before the upgrade is counted at the first start, so it takes no
-    slot, and those sets go."""
-    api = make_client(settings)
-    node(api, "a")
-    service = submit(api, command="serve", job_type="service", port=8080)["job_id"]
-    assert report(api, service, "running").status_code == 200
-    keys = store.keys
-    rclient.hdel(keys.node_room("a"), "services")  # as the release before left it
-    rclient.sadd(keys.node_busy("a"), "job-0")
-    rclient.sadd(keys.node_held("a"), service)
-    rclient.delete(keys.services_counted)
-    assert store.run(ops.upkeep.count_services()) == 1
-    assert rclient.hget(keys.node_room("a"), "services") == b"1"
-    assert not rclient.exists(keys.node_busy("a"), keys.node_held("a"))
-    assert store.run(ops.upkeep.count_services()) == 0  # once
-    queued = job(api)["job_id"]
-    assert poll(api, "a") == [queued]  # MAX_JOBS_PER_NODE 1: the service takes no slot

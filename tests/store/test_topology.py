@@ -266,8 +266,6 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         listing.attempts("job-1"),
         log_scripts.read_log("job-1", "", 1 << 20),
         log_scripts.read_log("job-1", "0-1", 10),
-        log_scripts.read_events("-", 10),
-        log_scripts.read_events("+", 1),
         listing.search("", "", 0, "echo", 5000, 51, 1 << 20),
         listing.search("n1", "pending", 2, "x", 10, 5, 1 << 20),
         listing.counts("", STATUSES),

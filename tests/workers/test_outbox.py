@@ -54,11 +54,9 @@ def api_for(make_client: ClientFactory, ctx: Context) -> TestClient:
     return api
 
 
-def outbox_names(ctx: Context) -> list[str]:
-    """The names of the outbox's entries' endings: "<job id>:<its event's number>" (GET
-    /events)."""
-    entries = ctx.redis.lrange(ctx.keys.outbox, 0, -1)
-    return [entry.decode().split(" ", 1)[0] for entry in entries]
+def outbox_numbers(ctx: Context) -> list[int]:
+    """The event numbers of the outbox's entries (each ending's job event's: GET /events)."""
+    return [int(entry.split(b" ", 1)[0]) for entry in ctx.redis.lrange(ctx.keys.outbox, 0, -1)]
 
 
 def events_queue(ctx: Context) -> Queue:
@@ -90,11 +88,10 @@ def test_final_transitions_are_published_with_the_exact_body(
     assert_json(report(api, retried, "running"))
     assert_json(report(api, retried, "failed", exit_code=1))  # final: event
 
-    names = outbox_names(ctx)
-    assert names == [f"{done}:3", f"{retried}:5"]  # made, running, ended; and the retry's 2
+    numbers = outbox_numbers(ctx)
     assert tasks.flush_outbox(period=1) == 2
     assert ctx.redis.llen(ctx.keys.outbox) == 0
-    assert events_queue(ctx).job_ids == [ctx.keys.rq_event_id(name) for name in names]
+    assert events_queue(ctx).job_ids == [ctx.keys.rq_job_id("event", n) for n in numbers]
     work_burst(ctx.settings)
 
     assert [p.body for p in sns.published] == [
@@ -112,8 +109,8 @@ def test_a_flush_repeated_after_a_crash_enqueues_no_event_twice(
     finish(api)
     # A flush that enqueued the event and died before trimming the outbox:
     entry = ctx.store.run(ops.upkeep.outbox_head(10))[0]
-    name, _, message = entry.decode().partition(" ")
-    assert queues.enqueue_publish(ctx.redis, ctx.settings, name, message)
+    number, _, message = entry.decode().partition(" ")
+    assert queues.enqueue_publish(ctx.redis, ctx.settings, int(number), message)
 
     assert tasks.flush_outbox(period=1) == 1  # the entry goes, without a second job
     assert len(events_queue(ctx)) == 1
@@ -150,16 +147,9 @@ def test_malformed_outbox_entries_are_dropped_with_an_error(
     make_ctx: CtxFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     ctx = make_ctx(sns_url="http://127.0.0.1:9")
-    ending = '{"job_id":"job-7","status":"done"}'
-    # A shard's event number: an entry of a version before events were numbered by job.
-    entries = ["garbage", f":3 {ending}", f"job-7:x {ending}", f"job-7:3 {ending}", f"8 {ending}"]
-    ctx.redis.rpush(ctx.keys.outbox, *entries)
-    assert tasks.flush_outbox(period=1) == 5
-    assert events_queue(ctx).job_ids == [
-        ctx.keys.rq_event_id("job-7:3"),
-        ctx.keys.rq_job_id("event", 8),
-    ]
-    assert ctx.keys.rq_event_id("job-7:3") == ctx.keys.rq_job_id("event", "job-7-3")
+    ctx.redis.rpush(ctx.keys.outbox, "garbage", '7 {"job_id":"job-7","status":"done"}')
+    assert tasks.flush_outbox(period=1) == 2
+    assert events_queue(ctx).job_ids == [ctx.keys.rq_job_id("event", 7)]
     assert any("malformed entry" in r.getMessage() for r in caplog.records)
 
 
@@ -190,11 +180,11 @@ def test_a_failing_publish_is_retried_with_backoff_then_delivered(
     ctx = make_ctx(sns_url=sns.url)
     job_id = finish(api_for(make_client, ctx))
     sns.failing = 500
-    [name] = outbox_names(ctx)
+    [number] = outbox_numbers(ctx)
     tasks.flush_outbox(period=1)
     work_burst(ctx.settings)
     scheduled = ScheduledJobRegistry(queue=events_queue(ctx))  # type: ignore[no-untyped-call]
-    assert scheduled.get_job_ids() == [ctx.keys.rq_event_id(name)]  # its backoff
+    assert scheduled.get_job_ids() == [ctx.keys.rq_job_id("event", number)]  # its backoff
     assert sns.refused == 1
 
     sns.failing = None
@@ -216,7 +206,7 @@ def test_a_publish_out_of_retries_stays_in_the_failed_registry(
     ctx = make_ctx(sns_url=sns.url, sns_retry_max=1)
     finish(api_for(make_client, ctx))
     sns.failing = 503
-    [name] = outbox_names(ctx)
+    [number] = outbox_numbers(ctx)
     tasks.flush_outbox(period=1)
     trigger = Trigger(ctx.redis, ctx.settings)
     failed = FailedJobRegistry(queue=events_queue(ctx))
@@ -228,7 +218,7 @@ def test_a_publish_out_of_retries_stays_in_the_failed_registry(
 
     job_ids = eventually(exhausted)
     trigger.stop()
-    assert job_ids == [ctx.keys.rq_event_id(name)]
+    assert job_ids == [ctx.keys.rq_job_id("event", number)]
     result = RqJob.fetch(job_ids[0], connection=ctx.redis).latest_result()
     assert result is not None
     assert "SNS answered 503" in (result.exc_string or "")
@@ -254,7 +244,7 @@ def test_a_retried_publish_logs_one_warning_per_attempt_and_no_traceback(
         sns.failing = 500
     else:
         sns.stop()
-    [name] = outbox_names(ctx)
+    [number] = outbox_numbers(ctx)
     tasks.flush_outbox(period=1)
     trigger = Trigger(ctx.redis, ctx.settings)
     failed = FailedJobRegistry(queue=events_queue(ctx))
@@ -268,16 +258,16 @@ def test_a_retried_publish_logs_one_warning_per_attempt_and_no_traceback(
 
     eventually(exhausted)
     trigger.stop()
-    job_id = ctx.keys.rq_event_id(name)
+    job_id = ctx.keys.rq_job_id("event", number)
     error = "SNS answered 500: sns is failing" if outage == "500" else "SNS unreachable: "
     assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
     warnings = noted(caplog, logging.WARNING)
     assert len(warnings) == 2, warnings  # the first attempt and the first retry
     for line, remaining in zip(warnings, [1, 0], strict=True):
-        assert line.startswith(f"job {job_id}: event {name}: {error}"), line
+        assert line.startswith(f"job {job_id}: event {number}: {error}"), line
         assert line.endswith(f"; retrying in 1 s, {remaining} retries remaining"), line
     [given_up] = noted(caplog, logging.ERROR)  # the second retry, the last
-    assert given_up.startswith(f"job {job_id}: event {name}: {error}"), given_up
+    assert given_up.startswith(f"job {job_id}: event {number}: {error}"), given_up
     assert given_up.endswith("; out of retries, given up"), given_up
     assert noted(caplog, logging.CRITICAL) == []
     assert "\n" not in given_up + "".join(warnings)

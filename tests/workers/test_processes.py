@@ -24,7 +24,7 @@ from scheduler.config import Settings
 from scheduler.store.keys import Keys
 from tests import rq_state
 from tests.conftest import ClientFactory, assert_json, register, report
-from tests.fakes import FakeSNS, FakeSQS, ending_name, eventually
+from tests.fakes import FakeSNS, FakeSQS, ending_number, eventually
 from tests.processes import scheduler_env, worker_burst
 from workers import queues
 
@@ -256,8 +256,8 @@ def test_a_burst_worker_logs_sns_sqs_and_registry_outages_as_one_line_each(
     down = "http://127.0.0.1:9"  # nothing listens: connection refused
     outage = {**env, "SNS_URL": down, "SQS_URL": down, "REGISTRY_URL": down, "SNS_RETRY_MAX": "1"}
     keys = Keys(settings.redis_prefix)
-    number = ending_name(rclient, keys, job_id)
-    event_job = keys.rq_event_id(number)
+    number = ending_number(rclient, keys, job_id)
+    event_job = keys.rq_job_id("event", number)
 
     first = worker_burst(outage).stderr  # each periodic task once, and the first publish
     assert "Traceback" not in first
@@ -343,10 +343,8 @@ def test_a_worker_killed_mid_work_loses_nothing(
         # rq found the killed worker's publish abandoned and retried it, once.
         keys = Keys(settings.redis_prefix)
         left = [
-            rq_state.job_field(
-                rclient, settings, keys.rq_event_id(ending_name(rclient, keys, j)), "retries_left"
-            )
-            for j in job_ids
+            rq_state.job_field(rclient, settings, keys.rq_job_id("event", n), "retries_left")
+            for n in range(1, 6)
         ]
         assert left.count("59") == 1, left
     print(

@@ -22,7 +22,7 @@ from scheduler.cli.main import build_parser
 from scheduler.config import Settings
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.keys import Keys
-from tests.fakes import FakeSNS, ending_name, eventually
+from tests.fakes import FakeSNS, ending_number, eventually
 from tests.processes import scheduler_env, wait_http
 from tests.redis_server import free_port, sentinel_group
 from workers import queues
@@ -135,8 +135,8 @@ def run_procfile(redis_url: str, prefix: str, tmp_path: Path, sns: FakeSNS) -> N
         # Read by name: this process's rq runs another prefix (workers/rq_prefix.py).
         failed = Keys(prefix).rq_key("failed", Keys(prefix).rq_queue(queues.EVENTS))
         eventually(lambda: rclient.zrange(failed, 0, -1), timeout=30)
-        number = ending_name(rclient, Keys(prefix), lost)
-        assert rclient.zrange(failed, 0, -1) == [Keys(prefix).rq_event_id(number).encode()]
+        number = ending_number(rclient, Keys(prefix), lost)
+        assert rclient.zrange(failed, 0, -1) == [Keys(prefix).rq_job_id("event", number).encode()]
         assert lost not in [e["job_id"] for e in sns.events()]
 
         board = f"http://127.0.0.1:{dashboard}"

@@ -25,7 +25,7 @@ from tests.conftest import (
     report,
     submit,
 )
-from tests.fakes import FakeSQS, ending_name, eventually
+from tests.fakes import FakeSQS, ending_number, eventually
 from workers import tasks
 from workers.context import Context
 from workers.ingest import Message, dedup_key
@@ -88,7 +88,7 @@ def test_sweep_fails_expired_run_jobs_only(
     assert "finished_at" in failed
     for job, status in ((service, "running"), (pending, "pending"), (fresh, "running")):
         assert assert_json(api.get(f"/jobs/{job['job_id']}"))["status"] == status
-    number = ending_name(ctx.redis, ctx.keys, expired["job_id"])
+    number = ending_number(ctx.redis, ctx.keys, expired["job_id"])
     assert outbox(ctx) == [f'{number} {{"job_id":"{expired["job_id"]}","status":"failed"}}']
     assert stats(ctx)["timeouts"] == 1
     runs = cast(list[bytes], ctx.redis.lrange(ctx.keys.runs("sweep"), 0, -1))

@@ -19,7 +19,7 @@ from scheduler.store.keys import Keys, glob_escape
 from scheduler.store.legacy_keys import LegacyKeys
 from scheduler.store.migrate import RETIRED, rename_legacy_keys
 from tests.conftest import ClientFactory, CtxFactory, assert_json, register, report, submit
-from tests.fakes import FakeSNS, ending_name
+from tests.fakes import FakeSNS, ending_number
 from tests.processes import scheduler_env, worker_burst
 from tests.snapshot_helpers import job_state
 from workers import queues, tasks
@@ -55,7 +55,7 @@ def build_old_deployment(
     # The second's failed once: rq holds its retry in the scheduled registry, due now.
     in_process = Keys(settings.redis_prefix)
     events = queues.queue(r, settings, queues.EVENTS)
-    retried = keys.rq_event_id(ending_name(r, in_process, second))
+    retried = keys.rq_job_id("event", ending_number(r, in_process, second))
     r.lrem(events.key, 1, retried)
     r.zadd(events.scheduled_job_registry.key, {retried: time.time() - 1})
     r.hset(events.job_class.key_for(retried), "status", "scheduled")
@@ -149,8 +149,8 @@ def test_an_old_deployment_is_renamed_at_start_and_loses_nothing(
     # Both publishes were made, from rq's new keys (the scheduled one promoted first).
     assert sorted(e["job_id"] for e in sns.events()) == sorted(old["done"])
     for job_id in old["done"]:
-        number = ending_name(rclient, keys, job_id)
-        assert rclient.exists(keys.rq_key("job", keys.rq_event_id(number)))
+        number = ending_number(rclient, keys, job_id)
+        assert rclient.exists(keys.rq_key("job", keys.rq_job_id("event", number)))
     assert "upgrade: renamed" in log and "upgrade: moved rq's work" in log, log
 
     # The next start changes nothing: no rename, no move, no restore, no publish again.

@@ -5,6 +5,7 @@ GET /jobs/{id}/logs) and the job events (GET /events), each shard's stream of th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.store.operation import Shard, Steps, by_job, each, home, operation, run, send
 from scheduler.store.scripts import logs
@@ -36,33 +37,25 @@ class RawEvent:
     fields: dict[str, str]
 
 
-@dataclass(frozen=True, slots=True)
-class ShardEvents:
-    """A shard's events read, with its stream's counts then (scripts/logs.py EventsRead)."""
-
-    shard: int
-    trimmed: int
-    added: int
-    events: list[RawEvent]
-
-
-def _concat(parts: list[list[ShardEvents]]) -> list[ShardEvents]:
-    return [read for part in parts for read in part]
+def _concat(parts: list[list[RawEvent]]) -> list[RawEvent]:
+    return [event for part in parts for event in part]
 
 
 @operation(each(_concat))
-def events_after(shard: Shard, positions: tuple[str, ...], count: int) -> Steps[list[ShardEvents]]:
+def events_after(shard: Shard, positions: tuple[str, ...], count: int) -> Steps[list[RawEvent]]:
     """Each shard's events after its position in `positions` ("": its oldest kept, "$": its
-    newest alone, "=<id>": from that one on), at most `count` per shard, oldest first; with
-    its stream's counts (READ_EVENTS)."""
+    newest alone, "=<id>": from that one on), at most `count` per shard, oldest first."""
     after = positions[shard.index] if shard.index < len(positions) else ""
     if after == "$":
-        start = "+"
+        raw: list[Any] = yield from send("XREVRANGE", shard.keys.events, "+", "-", "COUNT", 1)
     else:
         start = after[1:] if after.startswith("=") else f"({after}" if after else "-"
-    read = yield from run(logs.read_events(start, count))
-    events = [RawEvent(shard.index, position, fields) for position, fields in read.entries]
-    return [ShardEvents(shard.index, read.trimmed, read.added, events)]
+        raw = yield from send("XRANGE", shard.keys.events, start, "+", "COUNT", count)
+    return [RawEvent(shard.index, str(position, "ascii"), _fields(flat)) for position, flat in raw]
+
+
+def _fields(flat: list[bytes]) -> dict[str, str]:
+    return {str(flat[i], "utf-8"): str(flat[i + 1], "utf-8") for i in range(0, len(flat), 2)}
 
 
 @operation(home)

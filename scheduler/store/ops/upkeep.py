@@ -5,7 +5,6 @@ the endings left to settle, the outbox, pruning; and the upgrades and rebuilds a
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -249,53 +248,6 @@ def split_records(shard: Shard, batch: int = 500) -> Steps[int]:
     if not missed:  # one changed while read is split at the next start
         yield from send("SET", keys.records_split, "1")
     return split
-
-
-@operation(home)
-def count_services(shard: Shard, batch: int = 500) -> Steps[int]:
-    """The upgrade to services counted per node (places.py SERVICES), once (Keys
-    services_counted marks it done): the service jobs running or cancelling read, each
-    node's count written (and the sets of an earlier version dropped). Returns how many
-    nodes have services. A service that starts or ends while this reads is counted at its
-    next move; a count off by it errs on the safe side only where it is too high (its node
-    starts one job fewer)."""
-    keys = shard.keys
-    if (yield from send("EXISTS", keys.services_counted)):
-        return 0
-    counts: dict[str, int] = {}
-    for status in ("running", "cancelling"):
-        above = "-inf"
-        while True:
-            index = keys.status(status)
-            reply = yield from send(
-                "ZRANGEBYSCORE", index, above, "+inf", "WITHSCORES", "LIMIT", 0, batch
-            )
-            entries = _scored(reply)
-            ids = [str(member, "utf-8") for member, _ in entries]
-            heads = (yield from send("MGET", *[keys.job(job_id) for job_id in ids])) if ids else []
-            for head in heads:
-                job = _decoded(head)
-                if job.get("job_type") == "service" and job.get("status") == status:
-                    node = str(job.get("node_id") or "")
-                    if node:
-                        counts[node] = counts.get(node, 0) + 1
-            if len(ids) < batch:
-                break
-            above = f"({entries[-1][1]!r}"
-    known = yield from send("HKEYS", keys.nodes)
-    compute = yield from send("ZRANGE", keys.nodes_compute, 0, -1)
-    nodes = sorted({str(node, "utf-8") for node in [*known, *compute]} | set(counts))
-    yield from run(upkeep.count_services(sorted(counts.items()), nodes))
-    return len(counts)
-
-
-def _decoded(head: Any) -> dict[str, Any]:
-    """A job's head as a dict (empty for one missing or not a JSON object)."""
-    try:
-        value = json.loads(head) if isinstance(head, bytes) else None
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 @operation(home)

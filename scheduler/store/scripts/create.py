@@ -86,10 +86,10 @@ class Asks:
 
 NO_ASKS = Asks()
 
-# What a plain submit does not need comes packed, "" when absent (`keyed`: the idempotency
-# key; `asks`: cpus, memory_mb, node_selector; `numbering`: a shard's): a Redis call pays
-# about a microsecond an argument (fragments/new_job.lua reads them).
-_ARGV = "fields spec_staged due priority mode now cutoff keyed asks numbering schedule"
+_ARGV = (
+    "fields spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
+    "cpus memory_mb selector shards shard id_floor elsewhere schedule"
+)
 
 CREATE_JOB = Script(
     "CREATE_JOB",
@@ -153,9 +153,13 @@ def create_job(
     draws its number (store/shards.py); `schedule`, the schedule that made it (its index)."""
     args: dict[str, Any] = dict(
         fields=_members(record), spec_staged=spec_staged, due="" if due is None else due,
-        priority=priority, mode=placement.mode, now=now, cutoff=now - node_ttl,
-        keyed=_keyed(dedup), asks=_asks(asks), numbering=_numbering(numbering, placement),
-        candidates=placement.candidates, schedule=schedule,
+        priority=priority, mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
+        dedup_key=dedup.key, dedup_ttl=dedup.ttl if dedup.key else 0,
+        fingerprint=dedup.fingerprint, candidates=placement.candidates, cpus=asks.cpus,
+        memory_mb=asks.memory_mb,
+        selector=json.dumps(asks.node_selector) if asks.node_selector else "",
+        shards=numbering.count, shard=numbering.index, id_floor=numbering.floor,
+        elsewhere=int(placement.elsewhere), schedule=schedule,
     )  # fmt: skip
     if not after:
         call = CREATE_JOB.call(**args)
@@ -163,31 +167,6 @@ def create_job(
         after_args = {"after": json.dumps(list(after)), "max_waiters": MAX_WAITERS}
         call = CREATE_AFTER.call(**args, **after_args, stamp=rfc3339(now))
     return dataclasses.replace(call, known=(spec,))
-
-
-def _keyed(dedup: Dedup) -> str:
-    """CREATE_JOB's `keyed`: "" or [space, key, ttl, fingerprint] as JSON."""
-    if not dedup.key or dedup.ttl <= 0:
-        return ""
-    return json.dumps([dedup.space, dedup.key, dedup.ttl, dedup.fingerprint])
-
-
-def _asks(asks: Asks) -> str:
-    """CREATE_JOB's `asks`: "" or {cpus, memory_mb, node_selector} as JSON."""
-    if asks == NO_ASKS or not (asks.cpus or asks.memory_mb or asks.node_selector):
-        return ""
-    ask: dict[str, Any] = {"cpus": asks.cpus, "memory_mb": asks.memory_mb}
-    if asks.node_selector:
-        ask["node_selector"] = asks.node_selector
-    return json.dumps(ask)
-
-
-def _numbering(numbering: Numbering, placement: Placement) -> str:
-    """CREATE_JOB's `numbering`: "" unsharded, else "<shards> <shard> <floor> <elsewhere>"."""
-    if numbering == UNSHARDED and not placement.elsewhere:
-        return ""
-    values = (numbering.count, numbering.index, numbering.floor, int(placement.elsewhere))
-    return " ".join(str(value) for value in values)
 
 
 def _members(head: bytes) -> bytes:

@@ -19,7 +19,7 @@ from scheduler.models.job import (
     PENDING_REASONS,
     STATUSES,
 )
-from scheduler.models.record import APART, EVENT_COUNT, OUTPUT_FIELDS
+from scheduler.models.record import APART, OUTPUT_FIELDS
 from scheduler.models.series import WAIT_BOUNDS
 from scheduler.store.keys import OTHER_SPACE_KEY, SPACE_KEYS
 from scheduler.store.scripts import endings
@@ -50,8 +50,6 @@ def _constants() -> dict[str, str]:
         "LIST_FIELDS": tuple(f.name for f in JOB_FIELDS if f.kind is Kind.LIST),
         # The parts of a job's record that may be kept apart (models/record.py; parts.lua).
         "APART": APART,
-        # The head's count of its job's events (models/record.py; events.lua).
-        "EVENT_COUNT": EVENT_COUNT,
         "OUTPUTS": OUTPUT_FIELDS,
         # The work units of endings.py.
         "VISIT_UNITS": endings.VISIT_UNITS,
@@ -64,7 +62,7 @@ def _constants() -> dict[str, str]:
         "ATTEMPT_TAIL_BYTES": ATTEMPT_TAIL_BYTES,
         "ATTEMPTS_KEPT": ATTEMPTS_KEPT,
         # The job events kept per shard, whatever their age (models/event.py).
-        "EVENTS_KEPT": str(EVENTS_KEPT),  # as XADD takes it: a string, not formatted per call
+        "EVENTS_KEPT": EVENTS_KEPT,
         # The dashboard's wait buckets (models/series.py) and their fields, "wait:<i>".
         "WAIT_BOUNDS": WAIT_BOUNDS,
         "WAIT_FIELDS": tuple(f"wait:{i}" for i in range(len(WAIT_BOUNDS) + 1)),

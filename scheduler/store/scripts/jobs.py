@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.models.job import JobUpdate
-from scheduler.models.record import OUTPUT_FIELDS as OUTPUTS
 from scheduler.models.record import digest
 from scheduler.models.wire import rfc3339
 from scheduler.store.errors import Conflict, JobNotFound
@@ -51,16 +50,12 @@ class Polled:
 
 def polled(reply: list[Any]) -> Polled:
     check_access(reply[0])
-    if len(reply) == 1:  # nothing at all: the most frequent answer, the shortest
-        return Polled(jobs=[], cancels=[])
     return Polled(jobs=reply[2:], cancels=ids(reply[1]))
 
 
 # Not read-only: a poll notes the jobs it leaves waiting, and an idle node's takes some
-# (work stealing, lua/includes/steal.lua). `agent`: what the poller's agent says, packed (a
-# Redis call pays about a microsecond an argument): "s" stealing on (WORK_STEALING) or "-",
-# "n" its claims name it or "-", then how many jobs it runs at once ("": unsaid).
-POLL = Script("POLL", "node max_jobs caller agent", polled)
+# (work stealing, lua/includes/steal.lua).
+POLL = Script("POLL", "node max_jobs caller capacity named stealing", polled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +72,13 @@ class Poller:
 
 
 def poll(poller: Poller, max_jobs_per_node: int, steal: bool) -> Call[Polled]:
-    capacity = "" if poller.capacity is None else str(poller.capacity)
-    agent = ("s" if steal else "-") + ("n" if poller.named else "-") + capacity
     return POLL.call(
-        node=poller.node_id, max_jobs=max_jobs_per_node, caller=poller.caller, agent=agent
+        node=poller.node_id,
+        max_jobs=max_jobs_per_node,
+        caller=poller.caller,
+        capacity="" if poller.capacity is None else poller.capacity,
+        named="1" if poller.named else "",
+        stealing="1" if steal else "",
     )
 
 
@@ -107,12 +105,10 @@ def changed(reply: list[Any]) -> bytes:
     return blob
 
 
-# What a report rarely needs comes packed in two arguments, read only on the paths that use
-# them (a Redis call pays about a microsecond an argument): `staged`, its outputs staged apart
-# ("": none), and `policy`, where a failure's retry goes and when.
 TRANSITION = Script(
     "TRANSITION",
-    "job_id status exit_code stdout stderr now stamp caller reporter staged policy",
+    "job_id status exit_code stdout stderr stdout_staged stderr_staged stdout_digest "
+    "stderr_digest now stamp caller reporter node_ttl builtin " + retry.ARGV,
     changed,
 )
 
@@ -130,36 +126,25 @@ def transition(
     """`staged`: the outputs of `update` that were staged (ops.jobs.report), by name, with
     their tokens; the update's text of those is not sent, their digest is."""
     staged = staged or {}
+    digests = {name: digest(getattr(update, name)) for name in staged}
     return TRANSITION.call(
         job_id=job_id,
         status=update.status,
         exit_code="" if update.exit_code is None else str(update.exit_code),
         stdout="" if "stdout" in staged else update.stdout,
         stderr="" if "stderr" in staged else update.stderr,
+        stdout_staged=staged.get("stdout", ""),
+        stderr_staged=staged.get("stderr", ""),
+        stdout_digest=digests.get("stdout", ""),
+        stderr_digest=digests.get("stderr", ""),
         now=now,
         stamp=rfc3339(now),
         caller=caller,
         reporter=update.node_id,
-        staged=_staged(update, staged),
-        policy=_policy(retries, node_ttl, builtin),
+        node_ttl=node_ttl,
+        builtin="1" if builtin else "0",
+        **retries.args(),
     )
-
-
-def _staged(update: JobUpdate, staged: Mapping[str, str]) -> str:
-    """TRANSITION's `staged`: "" or "<stdout token> <stderr token> <stdout SHA-1> <stderr
-    SHA-1>", each "" for an output not staged (tokens and digests hold no space)."""
-    if not staged:
-        return ""
-    digests = [digest(getattr(update, name)) if name in staged else "" for name in OUTPUTS]
-    return " ".join([*(staged.get(name, "") for name in OUTPUTS), *digests])
-
-
-def _policy(retries: RetryPolicy, node_ttl: float, builtin: bool) -> str:
-    """TRANSITION's `policy`: "<node_ttl> <builtin 1|0> <max_retries> <backoff> <backoff_cap>
-    <seed>" (transition.lua reads it on a failure only)."""
-    args = retries.args()
-    values = (node_ttl, "1" if builtin else "0", *(args[name] for name in retry.ARGV.split()))
-    return " ".join(str(value) for value in values)
 
 
 CANCEL_JOB = Script(

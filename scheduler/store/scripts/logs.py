@@ -97,34 +97,6 @@ def _log_page(reply: list[Any]) -> LogPage:
 READ_LOG = Script("READ_LOG", "job_id after budget", _log_page, read_only=True)
 
 
-@dataclass(frozen=True, slots=True)
-class EventsRead:
-    """What READ_EVENTS answers of a shard's stream of job events: the entries read (id,
-    fields), with how many entries it ever had added and how many were trimmed since, at the
-    same instant."""
-
-    trimmed: int
-    added: int
-    entries: list[tuple[str, dict[str, str]]]
-
-
-def _events_read(reply: list[Any]) -> EventsRead:
-    entries = [(str(position, "ascii"), _fields(flat)) for position, flat in reply[2:]]
-    return EventsRead(int(reply[0]), int(reply[1]), entries)
-
-
-def _fields(flat: list[bytes]) -> dict[str, str]:
-    return {str(flat[i], "utf-8"): str(flat[i + 1], "utf-8") for i in range(0, len(flat), 2)}
-
-
-READ_EVENTS = Script("READ_EVENTS", "start count", _events_read, read_only=True)
-
-
-def read_events(start: str, count: int) -> Call[EventsRead]:
-    """The events from `start` (an XRANGE start; "+": the newest alone), at most `count`."""
-    return READ_EVENTS.call(start=start, count=count)
-
-
 def read_log(job_id: str, after: str, budget: int) -> Call[LogPage]:
     """The chunks after position `after` ("": from the first), about `budget` bytes of them
     (at least one); JobNotFound without the job."""

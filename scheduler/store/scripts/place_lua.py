@@ -83,18 +83,12 @@ def _add(group: Group, status: str, node: str, call: str, score: str | None = No
         return ""  # written by its own code (the count): entered there
     if index.score is Score.MEMBER:
         return f'{call}("SADD", {key}, id)'
-    if index.score is Score.TALLY:  # not a member: never one of the restore's batched writes
-        return f'redis.call("HINCRBY", {key}, "{index.field}", "1")'
     return f'{call}("ZADD", {key}, {score}, id)'
 
 
 def _remove(group: Group, status: str, node: str) -> str:
-    index = group[0]
-    key = _key(index, status, node)
-    if index.score is Score.TALLY:  # never below 0: one counted by a release before may end
-        held = f'(tonumber(redis.call("HGET", {key}, "{index.field}")) or 0) > 0'
-        return f'if {held} then redis.call("HINCRBY", {key}, "{index.field}", "-1") end'
-    command = {Score.MEMBER: "SREM", Score.COUNT: "HDEL"}.get(index.score, "ZREM")
+    key = _key(group[0], status, node)
+    command = {Score.MEMBER: "SREM", Score.COUNT: "HDEL"}.get(group[0].score, "ZREM")
     return f'redis.call("{command}", {key}, id)'
 
 
@@ -250,11 +244,9 @@ PLACES_LUA = f"""--- @include "keys"
 -- Job number n's score in a node's queue (its pending index, which POLL reads from the
 -- lowest) and among the unplaced jobs: higher priority first, by number within one. Exact
 -- as a double for |priority| <= 1000 (models.MAX_PRIORITY) and n < 2^42; priority 0 (nil:
--- none) scores n itself, the original's FIFO (as it came: a string is not formatted again).
+-- none) scores n itself, the original's FIFO.
 local function queue_score(n, priority)
-  local p = tonumber(priority) or 0
-  if p == 0 then return n end
-  return n - p * 4398046511104
+  return n - (tonumber(priority) or 0) * 4398046511104
 end
 
 -- The statuses in which a job holds what it asks on its node (places.py PLACES).

@@ -35,7 +35,6 @@ class Score(Enum):
     AT = "at"  # when it entered the status: the caller's `at`
     MEMBER = "member"  # a set: no score
     COUNT = "count"  # a hash of counts, written by its own code (endings.py wait_for): left only
-    TALLY = "tally"  # a hash's field counting the jobs there (HINCRBY): no job named in it
 
 
 # The Lua of each score, of the job's number `n`, `job` and the time `at`.
@@ -47,24 +46,21 @@ class Only(Enum):
 
     ANY = ""
     RUN = 'job.job_type ~= "service"'  # run-jobs: a service neither times out nor takes a slot
-    SERVICE = 'job.job_type == "service"'
     SCHEDULED = 'type(job.schedule) == "string" and job.schedule ~= ""'
 
 
 @dataclass(frozen=True, slots=True)
 class Index:
     """An index of jobs: the `Keys` member `key` (a script's K.<key>), with its arguments
-    among the job's "status", "node" and "schedule"; how it scores a job; which jobs it holds;
-    a tally's hash field."""
+    among the job's "status", "node" and "schedule"; how it scores a job; which jobs it holds."""
 
     key: str
     args: tuple[str, ...]
     score: Score
     only: Only = Only.ANY
-    field: str = ""
 
     def scored(self, score: Score) -> Index:
-        return Index(self.key, self.args, score, self.only, self.field)
+        return Index(self.key, self.args, score, self.only)
 
 
 ALL_JOBS = Index("all_jobs", (), Score.NUMBER)
@@ -75,11 +71,7 @@ NODE_STATUS = Index("node_status", ("node", "status"), Score.NUMBER)
 UNPLACED = Index("unplaced", (), Score.QUEUE)
 DELAYED = Index("delayed", (), Score.AT)  # by due time: PROMOTE_DUE reads the due ones
 WAITING = Index("waiting", (), Score.COUNT)  # how many of its `after` are not done
-# A node's service jobs running or cancelling, counted in its room hash: services take no
-# MAX_JOBS_PER_NODE slot, so a node's slots in use are its running and cancelling jobs less
-# these (room.lua slots_taken; a set of the run-jobs, until issue 40, cost every start and
-# end of a job a write of its own).
-SERVICES = Index("node_room", ("node",), Score.TALLY, Only.SERVICE, "services")
+BUSY = Index("node_busy", ("node",), Score.MEMBER, Only.RUN)  # MAX_JOBS_PER_NODE's slots
 DEADLINES = Index("deadlines", (), Score.AT, Only.RUN)  # by start: the timeout sweep
 CANCELLING = Index("cancelling", (), Score.AT)  # by when asked: CANCEL_GRACE_SECS' sweep
 FINISHED = Index("finished", (), Score.AT)  # by finish time: retention
@@ -110,8 +102,8 @@ PLACES: dict[str, Place] = {
     "pending": _row((NODE_STATUS.scored(Score.QUEUE),), (UNPLACED,), holds=True),
     "delayed": _row((NODE_STATUS, DELAYED), (DELAYED,)),
     "waiting": _row((NODE_STATUS, WAITING), (WAITING,)),
-    "running": _row((NODE_STATUS, SERVICES, DEADLINES), holds=True),
-    "cancelling": _row((NODE_STATUS, SERVICES, CANCELLING), holds=True),
+    "running": _row((NODE_STATUS, BUSY, DEADLINES), holds=True),
+    "cancelling": _row((NODE_STATUS, BUSY, CANCELLING), holds=True),
     "done": _ENDED,
     "failed": _ENDED,
 }

@@ -155,19 +155,3 @@ TRIM_OUTBOX = Script(
 def trim_outbox(handed_over: Sequence[bytes]) -> Call[int]:
     """Drop the outbox entries `handed_over` (read from its head, in order) to rq."""
     return TRIM_OUTBOX.call(entries=handed_over)
-
-
-COUNT_SERVICES = Script(
-    "COUNT_SERVICES",
-    "*counted",
-    int,
-)
-
-
-def count_services(counted: Sequence[tuple[str, int]], nodes: Sequence[str]) -> Call[int]:
-    """Each node's services running or cancelling (`counted`: node, count), the rest of
-    `nodes` none; the sets an earlier version kept instead dropped. Marks it done."""
-    flat: list[Any] = [x for pair in counted for x in pair]
-    kept = {node for node, _ in counted}
-    flat += [x for node in nodes if node not in kept for x in (node, 0)]
-    return COUNT_SERVICES.call(counted=flat)

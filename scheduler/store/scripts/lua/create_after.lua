@@ -1,13 +1,11 @@
 --- @include "codes"
 --- @include "keys"
 --- @include "ELSEWHERE"
---- @include "EVENT_COUNT"
 --- @include "REASON"
 --- @include "count_minute"
 --- @include "crowded_dependency"
 --- @include "dedup_key_of"
 --- @include "draw_number"
---- @include "undraw"
 --- @include "encode"
 --- @include "enter_place"
 --- @include "finish"
@@ -26,7 +24,6 @@
 --   | {NO_NODES} | {NOT_READY} | {UNKNOWN_AFTER, id}
 --   | {TOO_MANY, id waited for by max_waiters already}
 --- @insert "new_job"
---- @insert "ready"
 local deps = cjson.decode(after)
 for _, dep in ipairs(deps) do
   if not redis.call("ZSCORE", K.all_jobs, dep) then return unmade({UNKNOWN_AFTER, dep}) end

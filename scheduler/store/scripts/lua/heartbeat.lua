@@ -37,4 +37,4 @@ if seen then
     flag_unplaced()
   end
 end
-return {OK, record, redis.call("ZRANGE", K.node_status(node, "cancelling"), "0", "99")}
+return {OK, record, redis.call("ZRANGE", K.node_status(node, "cancelling"), 0, 99)}

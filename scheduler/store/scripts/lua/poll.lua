@@ -3,7 +3,6 @@
 --- @include "get_jobs"
 --- @include "is_drained"
 --- @include "node_access"
---- @include "slots_free"
 --- @include "note_backlog"
 --- @include "backlogs"
 --- @include "steal"
@@ -14,40 +13,36 @@
 -- and the ids of its jobs being cancelled (the API sends them in a header the original agent
 -- ignores). A drained node starts nothing new: its running jobs finish, what stayed in its
 -- queue waits.
--- Work stealing (steal.lua; `stealing`: on, WORK_STEALING): a poll that leaves jobs waiting
--- notes them, when its node's claims name it (`named`: its agent says so; or a node
+-- Work stealing (steal.lua; `steal` "1": on, WORK_STEALING): a poll that leaves jobs waiting
+-- notes them, when its node's claims name it (`named` "1": its agent says so; or a node
 -- token's poll); a node whose queue is empty takes from the most backlogged queues.
--- `agent` packs those (jobs.py POLL): "s" or "-" (stealing), "n" or "-" (named), capacity.
 -- An empty queue with nothing waiting anywhere is answered first, from three reads: most
 -- polls find nothing.
--- Returns {OK, {cancelling id, ...}, each job's head (read.lua get_jobs)...} | {OK} (none
---   of either) | {UNAUTHORIZED} | {FORBIDDEN}
+-- Returns {OK, {cancelling id, ...}, each job's head (read.lua get_jobs)...}
+--   | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
 if access ~= OK then return {access} end
-local stealing, named = string.byte(agent, 1) == 115, string.byte(agent, 2) == 110  -- s, n
--- (Ranks as strings: Redis is passed a Lua number formatted, ~2 300 instructions each.)
-local cancels = redis.call("ZRANGE", K.node_status(node, "cancelling"), "0", "99")
+local cancels = redis.call("ZRANGE", K.node_status(node, "cancelling"), 0, 99)
 local queue = K.node_status(node, "pending")
-local ids = redis.call("ZRANGE", queue, "0", "1")
+local ids = redis.call("ZRANGE", queue, 0, 1)
 local function room_now()
   local most = tonumber(max_jobs)
-  local capacity = string.sub(agent, 3)
   if capacity ~= "" then most = math.min(most, tonumber(capacity)) end
-  local free = slots_free(node, most, #cancels < 100 and #cancels or nil)
+  local free = most - redis.call("SCARD", K.node_busy(node))
   if free > 0 and is_drained(node) then return 0 end
   return free
 end
 if #ids == 0 then
-  local waiting = stealing and backlogs() or {}
+  local waiting = stealing == "1" and backlogs() or {}
   local free = #waiting > 0 and room_now() or 0
-  if free <= 0 then return #cancels == 0 and {OK} or {OK, cancels} end
+  if free <= 0 then return {OK, cancels} end
   local taken = steal(node, free, waiting)
   table.insert(taken, 1, cancels)
   table.insert(taken, 1, OK)
   return taken
 end
 local free = room_now()
-local noted = stealing and (named or (caller ~= "open" and caller ~= "key"))
+local noted = stealing == "1" and (named == "1" or (caller ~= "open" and caller ~= "key"))
 if free <= 0 then
   if noted and not is_drained(node) then note_backlog(node, redis.call("ZCARD", queue)) end
   return {OK, cancels}

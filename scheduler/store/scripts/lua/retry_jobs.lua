@@ -52,7 +52,7 @@ for _, id in ipairs(ids) do
     left = left - DEPENDENCY_UNITS * #after
     local target, reason = job.node_id, nil
     if (job.instance_id or "") == "" then
-      target, reason = pick_node(mode, candidates, job, cutoff, tonumber(number_of(id)))
+      target, reason = pick_node(mode, candidates, job, cutoff)
     end
     if failed_dependency(after) then
       code = BLOCKED

@@ -25,14 +25,12 @@
 --   cancelling -> cancelled (the agent killed it: nothing else is taken from a cancelling job),
 --   which ends it failed with failure_reason cancelled (settle.lua finish).
 -- exit_code "" = none; stdout, stderr "" = not sent; an output larger than a record keeps
--- (models/record.py) comes staged instead (`staged`, "" for none: "<stdout token> <stderr
--- token> <stdout SHA-1> <stderr SHA-1>", each "" when not staged: jobs.py), and is renamed
--- into place, or dropped with any answer but a change; now: epoch s, stamp: the same in RFC
--- 3339; reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
--- `policy`, read by a failure only: "<node_ttl> <builtin> <max_retries> <backoff>
--- <backoff_cap> <seed>". A retry off a drained node goes to placement (drains.lua
--- retry_node; builtin "1": the built-in registry's, which places it at the next pass, else
--- an external one's live nodes).
+-- (models/record.py) comes staged instead, its token in stdout_staged, stderr_staged ("":
+-- none) and its SHA-1 in stdout_digest, stderr_digest, and is renamed into place, or
+-- dropped with any answer but a change; now: epoch s, stamp: the same in RFC 3339;
+-- reporter: the reporting node as the body names it ("" = unknown: the Rust agent).
+-- A retry off a drained node goes to placement (drains.lua retry_node; builtin "1": the
+-- built-in registry's, which places it at the next pass, else an external one's live nodes).
 -- Returns {OK, the job's head} | {NOT_FOUND} | {NOT_READY} (no such job, or a caller refused,
 --   in a Redis that lost its data: it may be in the snapshot) | {UNAUTHORIZED} | {FINISHED}
 --   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
@@ -42,11 +40,6 @@
 -- holding the job (only a known node: a bare claim stays a conflict), and a final report
 -- that the stored job already reflects. A node token names its node as well as the body.
 -- Who may report is settled before the record is read (access.lua job_access).
-local stdout_staged, stderr_staged, stdout_digest, stderr_digest = "", "", "", ""
-if staged ~= "" then
-  stdout_staged, stderr_staged, stdout_digest, stderr_digest =
-    string.match(staged, "^(%S*) (%S*) (%S*) (%S*)$")
-end
 local sent = {
   {"stdout", stdout, stdout_staged, stdout_digest}, {"stderr", stderr, stderr_staged, stderr_digest}
 }
@@ -103,14 +96,10 @@ for _, output in ipairs(sent) do
 end
 local n = number_of(job_id)
 if status ~= "running" then
-  if status == "failed" then
-    local node_ttl, builtin, max_retries, backoff, backoff_cap, seed =
-      string.match(policy, "^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)$")
-    if retries_left(job, max_retries) then
-      local wait = retry_wait(job, n, backoff, backoff_cap, seed)
-      local to = retry_node(job, builtin == "1", tonumber(now) - tonumber(node_ttl))
-      return {OK, requeue(job_id, n, job, to, true, wait, tonumber(now), stamp, "failed")}
-    end
+  if status == "failed" and retries_left(job, max_retries) then
+    local wait = retry_wait(job, n, backoff, backoff_cap, seed)
+    local to = retry_node(job, builtin == "1", tonumber(now) - tonumber(node_ttl))
+    return {OK, requeue(job_id, n, job, to, true, wait, tonumber(now), stamp, "failed")}
   end
   return {OK, finish(job_id, n, job, status, now, stamp)}
 end

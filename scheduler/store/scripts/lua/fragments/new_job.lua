@@ -5,31 +5,23 @@
 -- its spec staged apart ("": none, the head holds it), renamed into place, or dropped
 -- when nothing is made (the id drawn here, the node placed here: place.lua pick_node, by
 -- mode and the job's asks: cpus, memory_mb and selector, the record's, its node_selector
--- as JSON or ""; `asks`: "" for none, else {cpus, memory_mb, selector} as JSON). A job no
--- node can take now is still made, pending unplaced (node_id "", place.lua) with its
--- pending_reason; only one that asks nothing answers NO_NODES when no compute node is live
--- (the original's 503). A delayed job that asks a fit is placed when due. due: "" for a job
--- pending now, else the epoch its run_at says: it is delayed until then (its record says so
--- too). priority: the record's, its place in the node's queue (places.py queue_score).
--- cutoff: nodes heard from since are live. `keyed` ("" for none: {dedup_space, dedup_key,
--- dedup_ttl, fingerprint} as JSON): dedup_key is an idempotency key (dedup_space "sqs": an
--- SQS message, else a POST /jobs Idempotency-Key) remembered with the job's id and the
--- request's fingerprint: a replay answers the job it made, a replay with another
--- fingerprint MISMATCH, and neither creates anything. schedule: the schedule that made it
--- ("": none), whose index it enters. `numbering` ("" for one shard: "<shards> <shard>
--- <id_floor> <elsewhere>"): elsewhere = 1: another shard may take the job (store/jobs.py):
--- with no node for it, NO_NODES rather than made unplaced, its idempotency key then marked
--- ELSEWHERE. (Each packed so a plain submit sends fewer arguments: create.py.)
-local dedup_space, dedup_key, dedup_ttl, fingerprint = "", "", "0", ""
-if keyed ~= "" then dedup_space, dedup_key, dedup_ttl, fingerprint = unpack(cjson.decode(keyed)) end
-local shards, shard, id_floor, elsewhere = "1", "0", "0", "0"
-if numbering ~= "" then
-  shards, shard, id_floor, elsewhere = string.match(numbering, "^(%S+) (%S+) (%S+) (%S+)$")
-end
+-- as JSON or ""). A job no node can take now is
+-- still made, pending unplaced (node_id "", place.lua) with its pending_reason; only one
+-- that asks nothing answers NO_NODES when no compute node is live (the original's 503). A
+-- delayed job that asks a fit is placed when due. due: "" for a job pending now, else the epoch
+-- its run_at says: it is delayed until then (its record says so too). priority: the
+-- record's, its place in the node's queue (places.py queue_score). With dedup_ttl > 0,
+-- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
+-- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
+-- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
+-- anything. schedule: the schedule that made it ("": none), whose index it enters.
+-- elsewhere = 1: another shard may take the job (store/jobs.py): with no node for it,
+-- NO_NODES rather than made unplaced, its idempotency key then marked ELSEWHERE.
 local function unmade(reply)
   if spec_staged ~= "" then redis.call("DEL", K.staged(spec_staged)) end
   return reply
 end
+--- @insert "ready"
 if spec_staged ~= "" and redis.call("EXISTS", K.staged(spec_staged)) == 0 then
   return {NOT_STAGED}
 end

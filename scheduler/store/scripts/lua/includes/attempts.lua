@@ -1,7 +1,6 @@
 --- @include "keys"
 --- @include "ATTEMPTS_KEPT"
 --- @include "ATTEMPT_TAIL_BYTES"
---- @include "OUTPUTS"
 --- @include "is_apart"
 
 -- An attempt's end, kept apart from the record (models/attempt.py says what, and why): one
@@ -33,40 +32,25 @@ local function output_tail(id, job, name)
   return string.sub(text, first)
 end
 
--- Small whole numbers as JSON, made once (formatting a Lua number costs ~2 300
--- instructions): an attempt's number, an exit code.
-local SMALL_NUMBERS = {}
-for i = -1, 255 do SMALL_NUMBERS[i] = i .. "" end  -- (no tostring when loaded)
-
--- `value` as a JSON string: cjson's, with its "\/" for a slash undone (as models/attempt.py
--- and the wire write it).
-local function json_text(value)
-  local out = cjson.encode(value)
-  if string.find(value, "/", 1, true) then out = string.gsub(out, "\\/", "/") end
-  return out
-end
-
--- (The node id, stamp and reason need no escaping: ids are checked at registration, the
--- stamp is the API's RFC 3339, the reason an ending's name.)
 local function record_attempt(id, job, reason, stamp)
-  local attempt = (job.retry_count or 0) + 1
-  local out = {'{"attempt":' .. (SMALL_NUMBERS[attempt] or attempt),
-    '"node_id":"' .. (job.node_id or "") .. '"'}
+  local out = {'{"attempt":' .. ((job.retry_count or 0) + 1),
+    '"node_id":' .. cjson.encode(job.node_id)}
   local ran = job.status == "running" or job.status == "cancelling"
   if ran and type(job.running_at) == "string" then
-    out[#out + 1] = '"started_at":' .. json_text(job.running_at)
+    out[#out + 1] = '"started_at":' .. cjson.encode(job.running_at)
   end
-  out[#out + 1] = '"ended_at":"' .. stamp .. '"'
-  local code = job.exit_code
-  if type(code) == "number" then
-    out[#out + 1] = '"exit_code":' .. (SMALL_NUMBERS[code] or cjson.encode(code))
+  out[#out + 1] = '"ended_at":' .. cjson.encode(stamp)
+  if type(job.exit_code) == "number" then
+    out[#out + 1] = '"exit_code":' .. cjson.encode(job.exit_code)
   end
-  out[#out + 1] = '"reason":"' .. reason .. '"'
-  for _, name in ipairs(OUTPUTS) do
+  out[#out + 1] = '"reason":' .. cjson.encode(reason)
+  for _, name in ipairs({"stdout", "stderr"}) do
     local text = output_tail(id, job, name)
-    if text ~= "" then out[#out + 1] = '"' .. name .. '":' .. json_text(text) end
+    if text ~= "" then
+      out[#out + 1] = '"' .. name .. '":' .. cjson.encode(text)
+    end
   end
   local key = K.attempts(id)
-  local kept = redis.call("RPUSH", key, table.concat(out, ",") .. "}")
+  local kept = redis.call("RPUSH", key, (string.gsub(table.concat(out, ",") .. "}", "\\/", "/")))
   if kept > ATTEMPTS_KEPT then redis.call("LTRIM", key, -ATTEMPTS_KEPT, -1) end
 end

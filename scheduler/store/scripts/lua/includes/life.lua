@@ -29,11 +29,11 @@ local function store_job(id, job)
   return out
 end
 
--- The job's ending, in the outbox (workers/tasks.py hands it to SNS) under the name of its
--- event, `ending` ("<id>:<its number>": events.lua move_job), unique among every shard's.
-local function publish(id, status, ending)
-  redis.call("RPUSH", K.outbox, ending .. ' {"job_id":' .. cjson.encode(id) .. ',"status":"'
-    .. status .. '"}')
+-- The job's ending, in the outbox (workers/tasks.py hands it to SNS) under its event's
+-- number `n` (events.lua move_job).
+local function publish(id, status, n)
+  local message = '{"job_id":' .. cjson.encode(id) .. ',"status":"' .. status .. '"}'
+  redis.call("RPUSH", K.outbox, n .. " " .. message)
 end
 
 -- Job `id` (number n) from its status on its node to status `new` on node `to`: its place

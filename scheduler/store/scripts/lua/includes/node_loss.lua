@@ -37,7 +37,8 @@ local function lose_running(node, live, limit, out, now, stamp, policy, pace)
     if metered then pace.left = pace.left - ENDED_UNITS - (raw and record_units(#raw) or 0) end
     local n = redis.call("ZSCORE", K.all_jobs, id)
     if not job or job.status ~= "running" or not n then
-      redis.call("ZREM", K.deadlines, id)  -- a stale entry
+      redis.call("SREM", K.node_busy(node), id)  -- a stale entry
+      redis.call("ZREM", K.deadlines, id)
       redis.call("ZREM", running, id)
     else
       local service = job.job_type == "service"

@@ -4,8 +4,7 @@
 --- @include "UNCHECKED"
 --- @include "needs_fit"
 --- @include "next_live"
---- @include "held_count"
---- @include "is_live"
+--- @include "placeable"
 --- @include "rebind"
 --- @include "undrained"
 
@@ -16,8 +15,8 @@
 --
 -- What placement reads, each kept by the scripts that change it:
 -- - `{P}:nodes:load`, the placeable nodes (registered compute, not drained, not found dead)
---   scored by the jobs each holds: a job that asks nothing takes the least loaded, one of the
---   ties at random, in O(log n) whatever the number of nodes;
+--   scored by the jobs each holds: a job that asks nothing takes the least loaded, ties broken
+--   round-robin by the shared ticket, in O(log n) whatever the number of nodes;
 -- - `{P}:node:{n}:held` (the jobs a node holds: bound to it and pending, running or
 --   cancelling), `{P}:node:{n}:room` (what they hold: `held_cpus`, `held_memory_mb`) and
 --   `{P}:nodes:free:{cpus,memory_mb}` (each node's offer less that), changed only by `hold`
@@ -73,8 +72,8 @@ local function selector_nodes(selector)
   return found
 end
 
--- Among ties (placement.rotate): of `group` (the nodes holding one number of jobs, sorted by
--- id), the first that `fits`, from the ticket's place on.
+-- Round-robin among ties (placement.rotate): of `group` (the nodes holding one number of
+-- jobs, sorted by id), the first that `fits`, from the ticket's place on.
 local function rotate(group, ticket, fits)
   local start = (ticket - 1) % #group
   for k = 0, #group - 1 do
@@ -84,37 +83,25 @@ local function rotate(group, ticket, fits)
   return nil
 end
 
--- The ticket of a placement with no job (GET /schedule): any; Redis's own random numbers
--- (math.random, one generator for every script). A job's placement takes its number as its
--- ticket: jobs made one after another go round the tied nodes, with no counter of its own
--- to write (a shared INCR, and a count of the ties, cost every placement two commands
--- until issue 40; which of tied nodes a job gets is no longer promised: docs/GUIDE.md,
--- Placement).
-local function any_ticket()
-  return math.random(1073741824)
+-- The next round-robin ticket, drawn (INCR) only by the placement that uses it.
+local function next_ticket()
+  return (tonumber(redis.call("GET", K.rr_seq)) or 0) + 1
 end
 
--- How many of the least loaded nodes a placement reads at once (and the last rank, as
--- Redis takes it): its ties among them are counted there (ZCOUNT only when all are tied).
-local TIES_READ, TIES_LAST = 4, "3"
-
 -- A job that asks nothing: the least loaded placeable node from nodes:load, by rank (equal
--- scores sort by id there, so the lowest ones are the ties), the ties taken in turn by
--- `ticket` (placement.spread), O(log n) whatever the number of nodes. Nodes:load holds no
--- drained node (set_drain takes it out, refresh_load never puts it back: placement's one
--- check of drains here); a node found dead leaves it (refresh_load brings it back), so each
+-- scores sort by id there, so the lowest ones are the ties), O(log n) whatever the number
+-- of nodes. A node found dead or drained leaves it (refresh_load brings it back), so each
 -- is skipped once.
-local function least_loaded(cutoff, ticket)
+local function least_loaded(cutoff)
+  local ticket
   while true do
-    local head = redis.call("ZRANGE", K.nodes_load, "0", TIES_LAST, "WITHSCORES")
+    local head = redis.call("ZRANGE", K.nodes_load, 0, 0, "WITHSCORES")
     if #head == 0 then return nil end
-    local low, ties = head[2], 1
-    while ties * 2 < #head and head[ties * 2 + 2] == low do ties = ties + 1 end
-    if ties == TIES_READ then ties = redis.call("ZCOUNT", K.nodes_load, low, low) end
-    local at = (ticket - 1) % ties + 1
-    local node = at <= TIES_READ and head[at * 2 - 1]
-      or redis.call("ZRANGE", K.nodes_load, at - 1, at - 1)[1]
-    if is_live(node, cutoff) then return node end
+    local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
+    ticket = ticket or redis.call("INCR", K.rr_seq)
+    local at = (ticket - 1) % count
+    local node = redis.call("ZRANGE", K.nodes_load, at, at)[1]
+    if placeable(node, cutoff) then return node end
     redis.call("ZREM", K.nodes_load, node)
   end
 end
@@ -222,12 +209,16 @@ end
 -- (full). A job that asks only resources walks nodes:load (walk_load) unless the free
 -- indexes say no node has room, then finds why (why_not); one that names labels reads its
 -- selector's nodes, 200 at a time.
-local function fitting_node(job, cutoff, ticket)
+local function fitting_node(job, cutoff)
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
+  local ticket = next_ticket()
   local ids = selector_nodes(job.node_selector)
   if not ids then
     local node = any_room(cpus, memory) and walk_load(cutoff, cpus, memory, ticket)
-    if node then return node end
+    if node then
+      redis.call("INCR", K.rr_seq)
+      return node
+    end
     return nil, why_not(cutoff, cpus, memory)
   end
   local any_drained = redis.call("EXISTS", K.drained_nodes) == 1
@@ -244,7 +235,7 @@ local function fitting_node(job, cutoff, ticket)
         if offers[i] then matched = matched + 1 end
         if offers[i] and not drained[i] then open = open + 1 end
         if not drained[i] then
-          local load = tonumber(held[i]) or held_count(node)
+          local load = tonumber(held[i]) or redis.call("SCARD", K.node_held(node))
           loads[#loads + 1] = {node, load}
           if room[i] then
             fitting[node] = true
@@ -259,6 +250,7 @@ local function fitting_node(job, cutoff, ticket)
     for _, pair in ipairs(loads) do
       if pair[2] == low then group[#group + 1] = pair[1] end
     end
+    redis.call("INCR", K.rr_seq)
     return rotate(group, ticket, function(node) return fitting[node] end)
   end
   if matched == 0 then
@@ -269,24 +261,23 @@ local function fitting_node(job, cutoff, ticket)
 end
 
 -- Where a job goes now (docs/GUIDE.md, Placement; placement.find_node): a node, or nil and why.
--- Reads only the job's asks (cpus, memory_mb, node_selector); `ticket` (its number, or
--- any_ticket) says which of tied nodes. A job that asks nothing takes the least loaded
--- placeable node; with none there, the reason is found as for any job.
-local function find_node(job, cutoff, ticket)
+-- Reads only the job's asks (cpus, memory_mb, node_selector); draws the ticket only when
+-- it finds a node. A job that asks nothing takes the least loaded placeable node; with none
+-- there, the reason is found as for any job.
+local function find_node(job, cutoff)
   if not needs_fit(job) then
-    local node = least_loaded(cutoff, ticket)
+    local node = least_loaded(cutoff)
     if node then return node end
   end
-  return fitting_node(job, cutoff, ticket)
+  return fitting_node(job, cutoff)
 end
 
 -- The node of a new job (CREATE_JOB; GET /schedule's PICK_NODE; RETRY_JOBS) by the
 -- registry's mode: "fixed", the one given (an instance's node); "list", round-robin over an
 -- external registry's healthy nodes (it knows no labels nor room); "live", the built-in
--- registry's, by find_node with `ticket`. A drained node is none of them. nil and why when
--- there is none.
-local function pick_node(mode, candidates, job, cutoff, ticket)
-  if mode == "live" then return find_node(job, cutoff, ticket) end
+-- registry's, by find_node. A drained node is none of them. nil and why when there is none.
+local function pick_node(mode, candidates, job, cutoff)
+  if mode == "live" then return find_node(job, cutoff) end
   candidates = undrained(candidates)
   if mode == "fixed" then return candidates[1], REASON.drained end
   return next_live(candidates), REASON.no_nodes
@@ -305,7 +296,7 @@ local function place(id, n, job, cutoff, failed)
   local ask = failed and (job.cpus or 0) .. " " .. (job.memory_mb or 0) .. " "
     .. cjson.encode(job.node_selector or {})
   local node, reason = nil, ask and failed[ask]
-  if not reason then node, reason = find_node(job, cutoff, tonumber(n)) end
+  if not reason then node, reason = find_node(job, cutoff) end
   if node then
     rebind(id, n, job, "pending", node)
   else

@@ -40,14 +40,9 @@ end
 
 -- A job's number N, its score in every index but a queue: read from its id job-N
 -- (models.job_number) rather than from the index, which keeps it for any other id (a row of
--- an old snapshot file: snapshot/db.py NON_JOB_SCORE). As the id's digits when it has at
--- most 15 (under MAX_JOB_NUMBER, 2^53): a score passed to Redis as a string is not formatted
--- (a Lua number is, with snprintf: ~2 300 instructions each), and arithmetic takes it as
--- the number it reads.
+-- an old snapshot file: snapshot/db.py NON_JOB_SCORE).
 local function number_of(id)
-  local digits = string.match(id, "^job%-(%d+)$")
-  if digits and #digits <= 15 then return digits end
-  local n = tonumber(digits)
+  local n = tonumber(string.match(id, "^job%-(%d+)$"))
   if n and n <= MAX_JOB_NUMBER then return n end
   return tonumber(redis.call("ZSCORE", K.all_jobs, id))
 end

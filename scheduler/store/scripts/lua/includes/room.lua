@@ -70,14 +70,11 @@ local ROOM = {"cpus", "memory_mb"}
 
 local UNCHECKED = 4503599627370496
 
--- Job `id`'s asks held on `node` while it is bound there (places.py HOLDS: pending, running
--- or cancelling there): its cpus and memory_mb taken from the node's free room (and added to
--- its room hash's held sums, from which the free room is made again when its offer
--- changes), one job in its load. The moves (places.py move_place) hold a job when it enters
--- such a place on a node and give it back when it leaves, once each: the jobs a node holds
--- are its pending, running and cancelling ones (`held_count`), and its load is counted
--- again from those whenever it enters the placeable nodes (refresh_load). (A set of them,
--- until issue 40, cost every submit and every ending a write more.)
+-- Job `id`'s asks held on `node` while it is bound there (places.py HOLDS): its cpus and
+-- memory_mb taken from the node's free room (and added to its room hash's held sums, from
+-- which the free room is made again when its offer changes), one job in its load. The set of held
+-- jobs makes both idempotent: a job counts once, and only a job counted is given back (jobs
+-- bound before this version, or given back already, change nothing).
 local function take_room(node, job, sign)
   local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
   for i, what in ipairs(ROOM) do
@@ -86,36 +83,18 @@ local function take_room(node, job, sign)
       redis.call("ZADD", K.nodes_free(what), "XX", "INCR", -sign * asks[i], node)
     end
   end
-  redis.call("ZADD", K.nodes_load, "XX", "INCR", sign > 0 and "1" or "-1", node)
+  redis.call("ZADD", K.nodes_load, "XX", "INCR", sign, node)
 end
 
--- (The moves pass the job's id too: `_`.)
-local function hold(node, _, job)
-  if node ~= "" then take_room(node, job, 1) end
+local function hold(node, id, job)
+  if node == "" or redis.call("SADD", K.node_held(node), id) == 0 then return end
+  take_room(node, job, 1)
 end
 
-local function unhold(node, _, job)
-  if node == "" then return end
+local function unhold(node, id, job)
+  if node == "" or redis.call("SREM", K.node_held(node), id) == 0 then return end
   take_room(node, job, -1)
   flag_unplaced()
-end
-
--- How many jobs `node` holds: its pending, running and cancelling ones (places.py HOLDS).
-local function held_count(node)
-  return redis.call("ZCARD", K.node_status(node, "pending"))
-    + redis.call("ZCARD", K.node_status(node, "running"))
-    + redis.call("ZCARD", K.node_status(node, "cancelling"))
-end
-
--- How many more jobs `node` may start of its `most` (MAX_JOBS_PER_NODE, or its agent's
--- capacity): less its running and cancelling run-jobs (a service takes no slot: places.py
--- SERVICES counts them apart, read only when some job runs there, so an idle node reads
--- one count). `cancelling`: how many it has (the poll read them), or nil.
-local function slots_free(node, most, cancelling)
-  cancelling = cancelling or redis.call("ZCARD", K.node_status(node, "cancelling"))
-  local taken = redis.call("ZCARD", K.node_status(node, "running")) + cancelling
-  if taken == 0 then return most end
-  return most - taken + (tonumber(redis.call("HGET", K.node_room(node), "services")) or 0)
 end
 
 -- The node's place among the placeable nodes (nodes:load): there, scored by the jobs it
@@ -125,7 +104,7 @@ end
 local function refresh_load(node)
   if redis.call("HEXISTS", K.nodes, node) == 1 and redis.call("ZSCORE", K.nodes_compute, node)
     and not is_drained(node) then
-    redis.call("ZADD", K.nodes_load, held_count(node), node)
+    redis.call("ZADD", K.nodes_load, redis.call("SCARD", K.node_held(node)), node)
   else
     redis.call("ZREM", K.nodes_load, node)
   end

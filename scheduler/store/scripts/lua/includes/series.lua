@@ -17,22 +17,9 @@ local function expire_minute(key)
   redis.call("EXPIRE", key, tonumber(redis.call("GET", K.series_retention)) or 172800)
 end
 
--- The minute number of `now` (epoch seconds, as the caller wrote it) as text: the last one
--- made is kept with its whole seconds (the text before the point, when it has 10 digits), so
--- the calls of one second make it once (reading a Lua number and formatting one cost ~5 000
--- instructions a count).
-local last_seconds, last_minute = nil, nil
-local function minute_of(now)
-  local seconds = string.byte(now, 11) == 46 and string.sub(now, 1, 10)  -- 46: "."
-  if seconds and seconds == last_seconds then return last_minute end
-  local minute = string.format("%d", math.floor(tonumber(now) / 60))
-  if seconds then last_seconds, last_minute = seconds, minute end
-  return minute
-end
-
 local function count_minute(now, field)
-  local key = K.series(minute_of(now))
-  if redis.call("HINCRBY", key, field, "1") == 1 then expire_minute(key) end
+  local key = K.series(math.floor(tonumber(now) / 60))
+  if redis.call("HINCRBY", key, field, 1) == 1 then expire_minute(key) end
   return key
 end
 

@@ -26,7 +26,7 @@
 --
 -- Ending a job ends or releases what waits for it, and theirs in turn: a graph a user built may
 -- hold thousands of jobs, each waited for by up to MAX_WAITERS. So no script settles a whole
--- cascade. A job's ending captures the set of its waiters under the name of its event (one
+-- cascade. A job's ending captures the set of its waiters under the number of its event (one
 -- RENAME: a job retried and ended again starts a new set, never mixed with the first) as an
 -- entry of `{P}:endings`; the script that ended it settles entries while its `pace` lasts, and
 -- what is left stays there, durable, for the workers' task (SETTLE_ENDINGS, upkeep.py), which
@@ -44,10 +44,8 @@ local function release_waiter(id, n, job, stamp)
 end
 
 -- One job's ending (finish, below; and a waiter's, settle_waiter): charged to `pace`. Its
--- waiters are captured under its event's name ("<id>:<its number>", as its outbox entry's) as
--- an entry of K.endings, "<id> <name> <status> <reason>", for the caller (or SETTLE_ENDINGS)
--- to settle. (An entry of a version before events numbered by job names the ending by the
--- shard's event number alone: read the same.)
+-- waiters are captured under its event's number as an entry of K.endings,
+-- "<id> <number> <status> <reason>", for the caller (or SETTLE_ENDINGS) to settle.
 local function end_one(id, n, job, ending, now, stamp, pace)
   if FINAL[job.status] then error("ending " .. id .. ": it has ended already") end
   record_attempt(id, job, ending, stamp)
@@ -55,14 +53,14 @@ local function end_one(id, n, job, ending, now, stamp, pace)
   local ran = not NOT_STARTED[job.status]  -- its node's slot is free again: woken
   job.pending_reason = nil
   job.finished_at = stamp
-  local name = id .. ":" .. move_job(id, n, job, status, job.node_id, now, reason)
+  local number = move_job(id, n, job, status, job.node_id, now, reason)
   if ran then wake_node(job.node_id) end
   count_minute(now, status)
-  publish(id, status, name)
+  publish(id, status, number)
   wake_job(id)
   if redis.call("EXISTS", K.dependents(id)) == 1 then
-    redis.call("RENAME", K.dependents(id), K.ending_waiters(name))
-    local entry = id .. " " .. name .. " " .. status .. " " .. reason
+    redis.call("RENAME", K.dependents(id), K.ending_waiters(number))
+    local entry = id .. " " .. number .. " " .. status .. " " .. reason
     redis.call("ZADD", K.endings, 0, entry)
     pace.own[#pace.own + 1] = entry
   end
@@ -102,8 +100,8 @@ end
 -- for the dearest small one (a visit that ends the job) and the waiter taken (its record's
 -- size); the entry leaves K.endings once its set is empty. Returns true when it is settled.
 local function settle_entry(entry, pace, now, stamp)
-  local dep, name, status, reason = string.match(entry, "^(%S+) (%S+) (%S+) (.*)$")
-  local waiters = K.ending_waiters(name)
+  local dep, number, status, reason = string.match(entry, "^(%S+) (%S+) (%S+) (.*)$")
+  local waiters = K.ending_waiters(number)
   while pace.left >= VISIT_UNITS + ENDED_UNITS do
     local w = redis.call("SPOP", waiters)
     if not w then
@@ -132,12 +130,11 @@ end
 -- cancelled, timed_out, node_lost, dependency_failed), which sets its status (done or
 -- failed: all the original's clients know) and its failure_reason. It gives back what the
 -- job held (its node may take work again), moves it to its final indexes with its finish
--- time (retention reads it), and puts its ending in the outbox under its event's name
--- (<id>:<number>, events.lua move_job): exactly one per ending, here and nowhere else. Then
--- the jobs waiting for it, as far as `pace` goes (nil: a pace of its own, SETTLE_UNITS; a
--- script ending many jobs shares one): done, one fewer to wait for (the last makes a job
--- pending); any other ending fails them, and theirs in turn. The rest waits in K.endings
--- for SETTLE_ENDINGS.
+-- time (retention reads it), and puts its ending in the outbox under its job event's number
+-- (events.lua move_job): exactly one per job, here and nowhere else. Then the jobs waiting
+-- for it, as far as `pace` goes (nil: a pace of its own, SETTLE_UNITS; a script ending many
+-- jobs shares one): done, one fewer to wait for (the last makes a job pending); any other
+-- ending fails them, and theirs in turn. The rest waits in K.endings for SETTLE_ENDINGS.
 -- The caller has set the job's other fields. Returns the stored record.
 local function finish(id, n, job, ending, now, stamp, pace)
   pace = pace or pace_of(SETTLE_UNITS)

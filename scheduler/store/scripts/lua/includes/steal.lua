@@ -15,9 +15,8 @@
 -- before is then refused to it (OTHER_NODE), so no job runs twice. The original Rust agent's
 -- claims are bare: its queue is never taken from, but it takes like any node.
 
--- How far into a queue a taker looks for a job it may run, and the last rank of the queues it
--- tries, the three most backlogged (as Redis takes it: a Lua number is formatted at each call).
-local STEAL_SCAN, STEAL_LAST = 32, "2"
+-- How far into a queue a taker looks for a job it may run, and how many queues it tries.
+local STEAL_SCAN, STEAL_QUEUES = 32, 3
 
 -- Node `node`'s poll left `left` jobs of its queue waiting (0: none): the backlog index says
 -- so; a node entering it wakes the idle nodes' long-polls (their next check takes from it).
@@ -78,9 +77,9 @@ local function steal_from(victim, taker, want, left, taken)
   note_backlog(victim, #ids == 0 and 0 or left - took)
 end
 
--- The most backlogged queues, {node, jobs left waiting, ...}: three of them.
+-- The most backlogged queues, {node, jobs left waiting, ...}: STEAL_QUEUES of them.
 local function backlogs()
-  return redis.call("ZREVRANGE", K.backlog, "0", STEAL_LAST, "WITHSCORES")
+  return redis.call("ZREVRANGE", K.backlog, 0, STEAL_QUEUES - 1, "WITHSCORES")
 end
 
 -- The jobs `taker` (room for `free` more) takes from `queues` (backlogs()); {} unless it is
