@@ -19,6 +19,7 @@ from scheduler.config import Settings
 from scheduler.store.keys import Keys
 from scheduler.store.sync_store import SyncJobStore
 from tests import servers
+from tests.bytecode import compile_product
 from tests.fakes import FakeSNS
 from tests.processes import TEST_HOSTS
 from tests.redis_server import RestartableRedis, redis_server
@@ -52,6 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # The httpx clients of the test process share their SSL contexts (tests/ssl_contexts.py):
     # each one made read the CA bundle, minutes of CPU a run.
     share_ssl_contexts()
+    if not hasattr(config, "workerinput"):  # once, before pytest-xdist starts its workers
+        compile_product()  # tests/bytecode.py: each process started compiled the product
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
