@@ -48,6 +48,17 @@ def merge_each(route: Each, values: list[Any]) -> Any:
     return values[0] if len(values) == 1 else route.merge(values)
 
 
+def read_step(step: Call[Any] | Command, reply: Any) -> Any:
+    """A step of a Together's reply as its value (a call's read by its script), or its error
+    (a reply that is one, or the script's reading of it failing)."""
+    if isinstance(reply, BaseException) or isinstance(step, Command):
+        return reply
+    try:
+        return step.parse(reply)
+    except Exception as exc:
+        return exc
+
+
 def tolerated(replies: list[Any]) -> list[Any]:
     """A tolerant Together's replies, an error among them as its reply; but an interruption
     (a cancelled request: not an Exception) is raised, never handed on as a value."""

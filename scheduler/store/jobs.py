@@ -19,7 +19,7 @@ from scheduler.store import records
 from scheduler.store.connection.mux import MuxRedis
 from scheduler.store.connection.notify import Notifier, wait_until
 from scheduler.store.connection.protocol import READ_COST, WRITE_COST, Reply, script_command
-from scheduler.store.driving import Driven, merge_each, tolerated
+from scheduler.store.driving import Driven, merge_each, read_step, tolerated
 from scheduler.store.keys import Keys
 from scheduler.store.operation import (
     All,
@@ -118,7 +118,7 @@ class ShardClient:
             for s in step.steps
         ]
         replies = await self.redis.pipelined(commands, functions.library().code)
-        done = [_read(s, reply) for s, reply in zip(step.steps, replies, strict=True)]
+        done = [read_step(s, reply) for s, reply in zip(step.steps, replies, strict=True)]
         if not step.tolerant:
             failed = next((reply for reply in done if isinstance(reply, Exception)), None)
             if failed is not None:
@@ -128,16 +128,6 @@ class ShardClient:
     async def aclose(self) -> None:
         await self.notifier.aclose()
         await self.redis.aclose()
-
-
-def _read(step: Call[Any] | Command, reply: Any) -> Any:
-    """A step's reply as its value (a call's read by its script), or its error."""
-    if isinstance(reply, BaseException) or isinstance(step, Command):
-        return reply
-    try:
-        return step.parse(reply)
-    except Exception as exc:
-        return exc
 
 
 class JobStore:

@@ -14,7 +14,7 @@ from redis.exceptions import ResponseError
 from scheduler.config import Settings
 from scheduler.store.connection.blocking import sync_client
 from scheduler.store.connection.protocol import is_no_function
-from scheduler.store.driving import Driven
+from scheduler.store.driving import Driven, read_step
 from scheduler.store.errors import ReplicasNotAcked
 from scheduler.store.keys import Keys
 from scheduler.store.operation import All, Command, Op, Shard, Step, Together
@@ -80,7 +80,7 @@ class SyncJobStore:
             self.redis.function_load(functions.library().code, replace=True)
             for i, reply in zip(missing, self._piped([steps[i] for i in missing]), strict=True):
                 replies[i] = reply
-        done = [_read(s, reply) for s, reply in zip(steps, replies, strict=True)]
+        done = [read_step(s, reply) for s, reply in zip(steps, replies, strict=True)]
         if not step.tolerant:
             failed = next((reply for reply in done if isinstance(reply, Exception)), None)
             if failed is not None:
@@ -146,13 +146,3 @@ class SyncJobStore:
         if acked < replicas:
             raise ReplicasNotAcked(acked, replicas)
         return reply
-
-
-def _read(step: Call[Any] | Command, reply: Any) -> Any:
-    """A pipelined step's reply as its value (a call's read by its script), or its error."""
-    if isinstance(reply, Exception) or isinstance(step, Command):
-        return reply
-    try:
-        return step.parse(reply)
-    except Exception as exc:
-        return exc
