@@ -30,6 +30,7 @@ from scheduler.api.errors import reply_for
 from scheduler.api.hot import check_idempotency_key
 from scheduler.api.http import HTTPError, json_bytes, read_body, undecodable
 from scheduler.api.state import AppState
+from scheduler.models.batch import MAX_JOBS, Made, Refused
 from scheduler.models.job import Job, JobCreate, asks_fit, new_job, stamped, validate_create
 from scheduler.models.wire import DecodeError, InvalidInput, decode_go_style, decode_with
 from scheduler.nodes.placement import NoHealthyNodes, Placement
@@ -39,7 +40,6 @@ from scheduler.store import ops
 from scheduler.store.errors import Conflict, IdempotencyMismatch, StoreNotReady
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup
 
-MAX_JOBS = 1000  # as BullMQ's addBulk or Slurm's MaxArraySize would say it: one request's
 WHERE = "POST /jobs/batch"  # how the log names the route (errors.reply_for)
 
 
@@ -47,16 +47,6 @@ class Envelope(msgspec.Struct, forbid_unknown_fields=True):
     """The body: its jobs, each left as its bytes until it is read as POST /jobs reads one."""
 
     jobs: list[msgspec.Raw]
-
-
-class Made(msgspec.Struct):
-    job_id: str
-
-
-class Refused(msgspec.Struct, omit_defaults=True):
-    error: str  # POST /jobs' plain-text error for this job
-    status: int  # the status POST /jobs would have answered
-    field: str = ""  # the job's field the error names, when it names one
 
 
 class Answer(msgspec.Struct):

@@ -15,28 +15,11 @@ from scheduler.api.http import HTTPError, json_bytes, read_body
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models.job import job_number
+from scheduler.models.retry import MAX_IDS, RetryAnswer, RetryRequest
 from scheduler.models.wire import ID_RE, DecodeError, decode_with
 from scheduler.store import ops
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.retry import Retried
-
-MAX_IDS = 1000  # one script call; a bigger dead set goes in several requests
-
-
-class RetryRequest(msgspec.Struct, forbid_unknown_fields=True):
-    job_ids: list[str]
-
-
-class RetryAnswer(msgspec.Struct):
-    retried: list[str]
-    not_found: list[str]
-    not_failed: list[str]
-    unplaced: list[str]
-    blocked: list[str]  # a job it runs after is failed: retry that one too
-    # A job it runs after is waited for by MAX_WAITERS jobs already (a new job's `after`
-    # too). Absent when none is: the answer of earlier versions otherwise.
-    too_many_waiters: list[str] | msgspec.UnsetType = msgspec.UNSET
-
 
 _decoder = msgspec.json.Decoder(RetryRequest)
 _ANSWER_LISTS = {

@@ -212,24 +212,36 @@ def tick_key(schedule: Schedule, tick: int) -> str:
     return f"schedule-{digest}"
 
 
-def view(schedule: Schedule) -> dict[str, Any]:
-    """The schedule as the API shows it: its request, with the times as RFC 3339 text and
-    empty fields left out (as a job's)."""
-    shown: dict[str, Any] = {"name": schedule.name}
-    if schedule.cron:
-        shown["cron"] = schedule.cron
-    else:
-        shown["every_secs"] = schedule.every_secs
-    shown |= {
-        "timezone": schedule.timezone,
-        "catchup": schedule.catchup,
-        "paused": schedule.paused,
-        "job": schedule.job,
-        "created_at": schedule.created_at,
-    }
-    if schedule.next_tick:
-        shown["next_run_at"] = rfc3339(schedule.next_tick)
-    if schedule.last_run_at:
-        shown["last_run_at"] = schedule.last_run_at
-        shown["last_job_id"] = schedule.last_job_id
-    return shown
+class ScheduleView(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A schedule as the API shows it (`view`): its request, with the times as RFC 3339 text
+    and empty fields left out (as a job's): `cron` or `every_secs`, whichever it has, and
+    the runs once there are some."""
+
+    name: str
+    cron: str = ""
+    every_secs: int = 0
+    timezone: str
+    catchup: str
+    paused: bool
+    job: dict[str, Any]
+    created_at: str
+    next_run_at: str = ""  # absent while paused
+    last_run_at: str = ""
+    last_job_id: str = ""
+
+
+def view(schedule: Schedule) -> ScheduleView:
+    """The schedule as the API shows it."""
+    return ScheduleView(
+        name=schedule.name,
+        cron=schedule.cron,
+        every_secs=0 if schedule.cron else schedule.every_secs,
+        timezone=schedule.timezone,
+        catchup=schedule.catchup,
+        paused=schedule.paused,
+        job=schedule.job,
+        created_at=schedule.created_at,
+        next_run_at=rfc3339(schedule.next_tick) if schedule.next_tick else "",
+        last_run_at=schedule.last_run_at,
+        last_job_id=schedule.last_job_id if schedule.last_run_at else "",
+    )

@@ -1,0 +1,80 @@
+"""The scheduler's Python client (docs/CLIENT.md): `Client` (blocking) and `AsyncClient`
+(asyncio), their errors and what they answer.
+
+    from scheduler.client import Client
+
+    with Client.from_env() as scheduler:
+        job = scheduler.submit("echo hello")
+        print(scheduler.wait(job.job_id, timeout=60).stdout)
+"""
+
+from scheduler.client.client import AsyncClient, Client
+from scheduler.client.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    SchedulerError,
+    TooLarge,
+    TooManyRequests,
+    Unauthorized,
+    Unavailable,
+    Unprocessable,
+    Unreachable,
+    WaitTimeout,
+)
+from scheduler.client.models import (
+    BatchEntry,
+    EventItem,
+    EventsDropped,
+    JobEvent,
+    LogEvent,
+    Logs,
+    Schedule,
+)
+from scheduler.models.attempt import Attempt
+from scheduler.models.batch import Made, Refused
+from scheduler.models.event import Event
+from scheduler.models.job import Job
+from scheduler.models.log import Dropped, Ended, Output, Status
+from scheduler.models.registry import Node, NodeDrained, NodeUndrained
+from scheduler.models.retry import RetryAnswer
+
+__all__ = [
+    "ApiError",
+    "AsyncClient",
+    "Attempt",
+    "BadRequest",
+    "BatchEntry",
+    "Client",
+    "Conflict",
+    "Dropped",
+    "Ended",
+    "Event",
+    "EventItem",
+    "EventsDropped",
+    "Forbidden",
+    "Job",
+    "JobEvent",
+    "LogEvent",
+    "Logs",
+    "Made",
+    "Node",
+    "NodeDrained",
+    "NodeUndrained",
+    "NotFound",
+    "Output",
+    "Refused",
+    "RetryAnswer",
+    "Schedule",
+    "SchedulerError",
+    "Status",
+    "TooLarge",
+    "TooManyRequests",
+    "Unauthorized",
+    "Unavailable",
+    "Unprocessable",
+    "Unreachable",
+    "WaitTimeout",
+]

@@ -1,0 +1,23 @@
+"""Retry by hand on the wire (POST /jobs/retry): its body and answer. The server
+(api/retries.py) and the client (scheduler/client) read them from here."""
+
+from __future__ import annotations
+
+import msgspec
+
+MAX_IDS = 1000  # one script call; a bigger dead set goes in several requests
+
+
+class RetryRequest(msgspec.Struct, forbid_unknown_fields=True):
+    job_ids: list[str]
+
+
+class RetryAnswer(msgspec.Struct):
+    retried: list[str]
+    not_found: list[str]
+    not_failed: list[str]
+    unplaced: list[str]
+    blocked: list[str]  # a job it runs after is failed: retry that one too
+    # A job it runs after is waited for by MAX_WAITERS jobs already (a new job's `after`
+    # too). Absent when none is: the answer of earlier versions otherwise.
+    too_many_waiters: list[str] | msgspec.UnsetType = msgspec.UNSET
