@@ -1,5 +1,5 @@
 """`scheduler submit --from FILE` and `scheduler submit CMD --count N`: many jobs, sent to
-POST /jobs/batch up to BATCH_JOBS at a time (docs/GUIDE.md, Submitting many jobs).
+POST /jobs/batch by scheduler.client's `submit_many` (docs/GUIDE.md, Submitting many jobs).
 
 --from reads JSON lines, a job (the POST /jobs body) a line, from a file or `-` (stdin); the
 job options given beside it are each line's defaults (a line's own field wins, whole). An
@@ -20,23 +20,20 @@ import argparse
 import contextlib
 import json
 import sys
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
 from scheduler.cli.client import (
-    SUBMIT_RETRY_PAUSES,
-    Client,
     ClientError,
+    failing_as,
+    fields,
     job_body_of,
     usage_error,
 )
+from scheduler.client import BatchEntry, Client
+from scheduler.models.batch import MAX_JOBS
 
-BATCH_JOBS = 1000  # POST /jobs/batch's limit
-# A batch is sent once it holds this much JSON too: well under the server's MAX_BATCH_BYTES
-# (16 MiB by default), however large the lines are.
-BATCH_BYTES = 4 * 1024 * 1024
 TASK_INDEX, TASK_COUNT = "TASK_INDEX", "TASK_COUNT"
 
 # What names a job in messages (("line", 7), ("task", 3)), and the job to send, or why it is
@@ -102,43 +99,32 @@ def _send_all(
         jobs = [job for _, job in batch if isinstance(job, dict)]
         entries = iter(_sent(client, jobs, f"{key}-{number}") if jobs else [])
         for name, job in batch:
-            entry = next(entries) if isinstance(job, dict) else {"error": job}
+            entry = fields(next(entries)) if isinstance(job, dict) else {"error": job}
             failed += "job_id" not in entry
             _say(name, entry, args.json, out, err)
     return 1 if failed else 0
 
 
 def _batches(items: Iterable[Item]) -> Iterator[list[Item]]:
-    """`items` cut into batches of at most BATCH_JOBS jobs and BATCH_BYTES of JSON."""
+    """`items` cut into batches of at most MAX_JOBS jobs (the client cuts one further when
+    its JSON is too large for one request)."""
     batch: list[Item] = []
-    jobs = size = 0
+    jobs = 0
     for name, job in items:
-        weight = len(json.dumps(job)) if isinstance(job, dict) else 0
-        if jobs and (jobs == BATCH_JOBS or size + weight > BATCH_BYTES):
+        if jobs == MAX_JOBS:
             yield batch
-            batch, jobs, size = [], 0, 0
+            batch, jobs = [], 0
         batch.append((name, job))
-        jobs, size = jobs + isinstance(job, dict), size + weight
+        jobs += isinstance(job, dict)
     if batch:
         yield batch
 
 
-def _sent(client: Client, jobs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
-    """POST /jobs/batch under `key`, sent again when no answer came (SUBMIT_RETRY_PAUSES):
-    each job's entry; ClientError for a batch refused whole."""
-    headers, body = {"Idempotency-Key": key}, {"jobs": jobs}
-    for pause in (*SUBMIT_RETRY_PAUSES, None):
-        try:
-            response = client.request("POST", "/jobs/batch", json=body, headers=headers)
-            break
-        except ClientError:
-            if pause is None:
-                raise
-            time.sleep(pause)
-    if response.status_code >= 400:
-        raise ClientError(f"submit failed {response.status_code}: {response.text.rstrip()}")
-    entries = response.json().get("jobs") if response.status_code == 200 else None
-    if not isinstance(entries, list) or len(entries) != len(jobs):
+def _sent(client: Client, jobs: list[dict[str, Any]], key: str) -> list[BatchEntry]:
+    """Each job's entry (Made or Refused), in order; ClientError for a batch refused whole."""
+    with failing_as("submit"):
+        entries = client.submit_many(jobs, idempotency_key=key)
+    if len(entries) != len(jobs):
         raise ClientError("decode: the scheduler did not answer an entry for each job")
     return entries
 

@@ -1,9 +1,13 @@
-"""The command-line client: `scheduler submit`, `status`, `cancel`, `list`, `nodes`.
+"""The command-line client: `scheduler submit`, `status`, `cancel` (and, in their own modules,
+`list`, `nodes`, `retry`, `drain`, `schedule`, `logs`, `events`), built on the product's Python
+client, scheduler.client's `Client`: every call is one of its typed methods, every error one of
+its exceptions, said here as the original Go CLI said it (`said`). This package keeps only the
+arguments and the output.
 
 Output is the original tinyaws CLI's (CONTRACT 7): `submitted <id> on node <node>
 (status=<status>)`, `submit failed <code>: <body>`, and for a job `job_id=… node_id=… status=…
 command="…"`, then `exit_code=N`, `stdout:` and `stderr:` blocks when present. New: `--json`
-prints the scheduler's JSON instead, `submit --wait` waits and prints the job's own output (so
+prints the answer's JSON instead, `submit --wait` waits and prints the job's own output (so
 `scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
 (`job-3 running on node-1`), `list`'s `more: …` line, and after a 401 or 429 a hint naming
@@ -17,146 +21,117 @@ import argparse
 import contextlib
 import json
 import sys
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
-from urllib.parse import quote
 
-import httpx
+import msgspec
 
 from scheduler.cli.job_options import OptionError, add_job_options, job_body
 from scheduler.cli.output import attempt_line, exit_status, format_job, progress, why
+from scheduler.client import ApiError, Client, NotFound, SchedulerError
 from scheduler.config import Settings
+from scheduler.models.attempt import Attempt
 from scheduler.models.job import FINAL_STATUSES as FINAL
+from scheduler.models.job import Job
+
+# The answers that refused the key (401, or 429 past the scheduler's limit of wrong ones,
+# said to a wrong key only): the command ends with a hint naming TINYAWS_API_KEY.
+REFUSED_KEY = (401, 429)
 
 
 class ClientError(Exception):
-    """Ends the command with this message on stderr and exit status 1."""
+    """Ends the command with this message on stderr and exit status 1; `status`: the
+    scheduler's, when the message says an answer of it."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
-MAX_WAIT_SECS = 60.0  # the API's bound on `wait`
-SUBMIT_RETRY_PAUSES = (0.5, 1.0, 2.0)  # before each new try of a submit that got no answer
+def said(exc: SchedulerError, what: str = "") -> ClientError:
+    """A library error as the original CLI said it: an answer of the scheduler as `<what>
+    failed 404: job not found` (a command's own call) or `error: scheduler returned 404: job
+    not found`; anything else (`cannot reach the scheduler at URL: ...`, an answer that is
+    not what was asked for) after `error: `."""
+    if isinstance(exc, ApiError) and exc.status >= 400:
+        if what:
+            return ClientError(f"{what} failed {exc.status}: {exc.message}", exc.status)
+        return ClientError(f"error: scheduler returned {exc.status}: {exc.message}", exc.status)
+    return ClientError(f"error: {exc.message if isinstance(exc, ApiError) else exc}")
 
 
-class Client:
-    def __init__(
-        self,
-        url: str,
-        api_key: str = "",
-        timeout: float = 5.0,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=timeout, transport=transport
-        )
-        self.has_key = bool(api_key)
-        # Some answer refused the key (401, or 429 past the scheduler's limit of wrong ones,
-        # said to a wrong key only): the command ends with a hint.
-        self.unauthorized = False
-
-    def auth_hint(self) -> str:
-        """What to do about a refused key, naming TINYAWS_API_KEY."""
-        if self.has_key:
-            return "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key"
-        return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
-
-    def close(self) -> None:
-        self.http.close()
-
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            reason = str(exc) or type(exc).__name__
-            raise ClientError(
-                f"error: cannot reach the scheduler at {self.url}: {reason}"
-            ) from None
-        if response.status_code in (401, 429):
-            self.unauthorized = True
-        return response
-
-    @contextlib.contextmanager
-    def stream(
-        self, path: str, params: dict[str, str], headers: dict[str, str], read_secs: float
-    ) -> Iterator[httpx.Response]:
-        """GET `path`, its body read as it comes, a read waiting up to `read_secs` (a
-        follower's: longer than the server's keepalive). httpx's errors are raised as they
-        are: a follower (sse.py) reconnects after them."""
-        t = self.http.timeout
-        timeout = httpx.Timeout(connect=t.connect, read=read_secs, write=t.write, pool=t.pool)
-        with self.http.stream(
-            "GET", path, params=params, headers=headers, timeout=timeout
-        ) as response:
-            if response.status_code in (401, 429):
-                self.unauthorized = True
-            yield response
-
-    def submit(self, body: dict[str, Any], key: str) -> httpx.Response:
-        """POST /jobs under an Idempotency-Key: a POST whose answer was lost (the network, a
-        restarting API) is sent again, and finds the job it made instead of a second one."""
-        headers = {"Idempotency-Key": key}
-        for pause in SUBMIT_RETRY_PAUSES:
-            try:
-                return self.request("POST", "/jobs", json=body, headers=headers)
-            except ClientError:
-                time.sleep(pause)
-        return self.request("POST", "/jobs", json=body, headers=headers)
-
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        """The job's ended attempts, oldest first ([] from a scheduler that keeps none)."""
-        response = self.request("GET", "/jobs/" + quote(job_id, safe="") + "/attempts")
-        ended = response.json() if response.status_code == 200 else []
-        return ended if isinstance(ended, list) else []
-
-    def job(self, job_id: str, status_not: str = "", wait: float = 0) -> dict[str, Any]:
-        """The job; with `wait`, answered once its status is not `status_not` (long-poll),
-        or after `wait` seconds."""
-        path = "/jobs/" + quote(job_id, safe="")
-        if not wait:
-            response = self.request("GET", path)
-        else:
-            params = {"wait": f"{wait:g}", "status_not": status_not}
-            read = self.http.timeout.read
-            timeout = None if read is None else read + wait
-            response = self.request("GET", path, params=params, timeout=timeout)
-        if response.status_code >= 400:
-            body = response.text.rstrip("\n")
-            raise ClientError(f"error: scheduler returned {response.status_code}: {body}")
-        return _json_object(response)
-
-    def wait(
-        self,
-        job_id: str,
-        poll_secs: float,
-        until: Callable[[dict[str, Any]], bool],
-        each: Callable[[dict[str, Any]], None] = lambda job: None,
-    ) -> dict[str, Any]:
-        """Read the job until `until` says so, at least every `poll_secs`: each read after
-        the first is a long-poll, answered as soon as the status changes."""
-        status, wait = "", min(poll_secs, MAX_WAIT_SECS)
-        while True:
-            began = time.monotonic()
-            job = self.job(job_id, status, wait if status else 0)
-            each(job)
-            if until(job):
-                return job
-            if job.get("status") == status:
-                # The wait ran out, or a scheduler without long-poll answered at once.
-                time.sleep(max(0.0, poll_secs - (time.monotonic() - began)))
-            status = str(job.get("status", ""))
-
-
-def _json_object(response: httpx.Response) -> dict[str, Any]:
+@contextlib.contextmanager
+def failing_as(what: str) -> Iterator[None]:
+    """The scheduler's refusal of the calls inside said as `<what> failed <status>: ...`."""
     try:
-        value = response.json()
-    except ValueError as exc:
-        raise ClientError(f"decode: {exc}") from None
-    if not isinstance(value, dict):
-        raise ClientError("decode: the scheduler did not answer with a job object")
-    return value
+        yield
+    except ApiError as exc:
+        raise said(exc, what) from None
+
+
+def auth_hint(has_key: bool) -> str:
+    """What to do about a refused key, naming TINYAWS_API_KEY."""
+    if has_key:
+        return "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key"
+    return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
+
+
+def connect(url: str, settings: Settings) -> Client:
+    """The client of the scheduler at `url` (--scheduler-url, else SCHEDULER_URL)."""
+    return Client(
+        url or settings.scheduler_url, settings.api_key, timeout=settings.http_timeout_secs
+    )
+
+
+Command = Callable[[argparse.Namespace, Client, TextIO, TextIO], int]
+
+
+def run(
+    command: Command, args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
+) -> int:
+    """The command's exit status; what ends it (a ClientError, any library error) said on
+    `err`, with the hint after a refused key."""
+    try:
+        return command(args, client, out, err)
+    except ClientError as exc:
+        error = exc
+    except SchedulerError as exc:
+        error = said(exc)
+    out.flush()
+    print(error, file=err)
+    if error.status in REFUSED_KEY:
+        print(auth_hint("authorization" in client.http.headers), file=err)
+    return 1
+
+
+def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
+    def handle(args: argparse.Namespace, settings: Settings) -> int:
+        with connect(args.scheduler_url, settings) as client:
+            try:
+                return run(command, args, client, sys.stdout, sys.stderr)
+            except KeyboardInterrupt:
+                return 130
+
+    return handle
+
+
+def fields(value: msgspec.Struct) -> dict[str, Any]:
+    """A typed answer as the dict its JSON is (what output.py formats)."""
+    found: dict[str, Any] = msgspec.to_builtins(value)
+    return found
+
+
+def print_json(value: Any, out: TextIO) -> None:
+    """A typed answer (or a list, a dict of them) as JSON, indented."""
+    out.write(json.dumps(msgspec.to_builtins(value), indent=2) + "\n")
+
+
+def attempts_of(client: Client, job_id: str) -> list[Attempt]:
+    """The job's ended attempts, oldest first ([] from a scheduler that keeps none)."""
+    try:
+        return client.attempts(job_id)
+    except NotFound:
+        return []
 
 
 class _Changes:
@@ -166,19 +141,15 @@ class _Changes:
     def __init__(self, err: TextIO, status: str = "", client: Client | None = None) -> None:
         self.err, self.status, self.client, self.shown = err, status, client, 0
 
-    def __call__(self, job: dict[str, Any]) -> None:
-        if job.get("status") != self.status:
-            self.status = str(job.get("status", ""))
+    def __call__(self, job: Job) -> None:
+        if job.status != self.status:
+            self.status = job.status
             if self.client is not None:
-                ended = self.client.attempts(str(job.get("job_id", "")))
+                ended = attempts_of(self.client, job.job_id)
                 for attempt in ended[self.shown :]:
-                    _echo(attempt_line(str(job.get("job_id", "")), attempt), self.err)
+                    _echo(attempt_line(job.job_id, fields(attempt)), self.err)
                 self.shown = len(ended)
-            _echo(progress(job), self.err)
-
-
-def _print_json(value: Any, out: TextIO) -> None:
-    out.write(json.dumps(value, indent=2) + "\n")
+            _echo(progress(fields(job)), self.err)
 
 
 def usage_error(args: argparse.Namespace, message: str) -> None:
@@ -198,6 +169,22 @@ def job_body_of(args: argparse.Namespace) -> dict[str, Any]:
         raise ClientError(f"error: {exc}") from None
 
 
+def _watched(
+    client: Client,
+    job_id: str,
+    poll_secs: float,
+    each: Callable[[Job], None],
+    until: Callable[[Job], bool] | None = None,
+) -> Job:
+    """The job once `until` says so (default: once it ended), `each` told of it at every
+    read (a long-poll, answered as soon as its status changes)."""
+    job: Job | None = None
+    for job in client.watch(job_id, until=until, poll_secs=poll_secs):
+        each(job)
+    assert job is not None  # a watch yields the job at least once
+    return job
+
+
 def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     if args.from_file is not None or args.count is not None:
         from scheduler.cli.batch import submit_many  # it imports this module
@@ -206,112 +193,79 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     body = job_body_of(args)
     if "command" not in body:
         usage_error(args, "the following arguments are required: command (or --from FILE)")
-    response = client.submit(body, args.idempotency_key or str(uuid.uuid4()))
-    if response.status_code >= 400:
-        err.write(f"submit failed {response.status_code}: {response.text.rstrip(chr(10))}\n")
-        return 1
-    job = _json_object(response)
+    with failing_as("submit"):
+        job = client.submit(idempotency_key=args.idempotency_key, **body)
     if not args.json:
-        where = f"on node {job.get('node_id')}" if job.get("node_id") else "on no node yet"
-        reason = f", pending_reason={job['pending_reason']}" if job.get("pending_reason") else ""
-        out.write(f"submitted {job.get('job_id')} {where} (status={job.get('status')}{reason})\n")
+        where = f"on node {job.node_id}" if job.node_id else "on no node yet"
+        reason = f", pending_reason={job.pending_reason}" if job.pending_reason else ""
+        out.write(f"submitted {job.job_id} {where} (status={job.status}{reason})\n")
     if not args.wait:
         if args.json:
-            _print_json(job, out)
+            print_json(job, out)
         return 0
     out.flush()
-    changes = _Changes(err, str(job.get("status", "")), client)
+    changes = _Changes(err, job.status, client)
     # A service runs until stopped: wait until it has started (or ended).
     if body.get("job_type") == "service":
-        started = lambda j: j.get("status") != "pending"  # noqa: E731
-        job = client.wait(job["job_id"], args.poll_secs, started, changes)
+        started = lambda j: j.status != "pending"  # noqa: E731
+        job = _watched(client, job.job_id, args.poll_secs, changes, started)
         if args.json:
-            _print_json(job, out)
+            print_json(job, out)
         else:
-            out.write(format_job(job))
-        return 1 if job.get("status") == "failed" else 0
-    job = client.wait(job["job_id"], args.poll_secs, lambda j: j.get("status") in FINAL, changes)
+            out.write(format_job(fields(job)))
+        return 1 if job.status == "failed" else 0
+    job = _watched(client, job.job_id, args.poll_secs, changes)
     if args.json:
-        _print_json(job, out)
+        print_json(job, out)
     else:
-        out.write(job.get("stdout", ""))
-        err.write(job.get("stderr", ""))
-        if job.get("status") != "done":
-            err.write(f"{job['job_id']} failed{why(job)}\n")
-    return exit_status(job)  # the command's own
+        out.write(job.stdout)
+        err.write(job.stderr)
+        if job.status != "done":
+            err.write(f"{job.job_id} failed{why(fields(job))}\n")
+    return exit_status(fields(job))  # the command's own
 
 
 def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """With --wait, a progress line on stderr at each status change (stdout as the original's:
     the job at every poll, or the JSON at the end)."""
-    changes = _Changes(err) if args.wait else (lambda job: None)
+    if args.wait:
+        changes = _Changes(err)
+
+        def each(job: Job) -> None:
+            changes(job)
+            if not args.json:  # as the original: with --wait, the job at every poll
+                _echo(format_job(fields(job)), out)
+
+        job = _watched(client, args.job_id, args.poll_secs, each)
+    else:
+        job = client.job(args.job_id)
+        if not args.json:
+            _echo(format_job(fields(job)), out)
     if args.json:
-        job = client.wait(
-            args.job_id,
-            args.poll_secs,
-            lambda j: not args.wait or j.get("status") in FINAL,
-            changes,
-        )
-        _print_json(job, out)
+        print_json(job, out)
         return 0
-
-    def each(job: dict[str, Any]) -> None:
-        changes(job)
-        _echo(format_job(job), out)
-
-    # As the original: with --wait, the job is printed at every poll.
-    client.wait(
-        args.job_id, args.poll_secs, lambda j: not args.wait or j.get("status") in FINAL, each
-    )
-    for attempt in client.attempts(args.job_id) if args.attempts else []:
-        out.write(attempt_line(args.job_id, attempt))
+    for attempt in attempts_of(client, args.job_id) if args.attempts else []:
+        out.write(attempt_line(args.job_id, fields(attempt)))
     return 0
 
 
 def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """DELETE /jobs/{id}: a pending job is cancelled at once; a running one is cancelling
-    until its agent has stopped it (--wait waits for that)."""
-    response = client.request("DELETE", "/jobs/" + quote(args.job_id, safe=""))
-    if response.status_code >= 400:
-        body = response.text.rstrip("\n")
-        raise ClientError(f"cancel failed {response.status_code}: {body}")
-    job = _json_object(response)
-    if args.wait and job.get("status") not in FINAL:
-        job = client.wait(args.job_id, args.poll_secs, lambda j: j.get("status") in FINAL)
+    """A pending job is cancelled at once; a running one is cancelling until its agent has
+    stopped it (--wait waits for that)."""
+    with failing_as("cancel"):
+        job = client.cancel(args.job_id)
+    if args.wait and job.status not in FINAL:
+        job = client.wait(args.job_id, poll_secs=args.poll_secs)
     if args.json:
-        _print_json(job, out)
+        print_json(job, out)
     else:
-        _echo(format_job(job), out)
+        _echo(format_job(fields(job)), out)
     return 0
 
 
 def _echo(text: str, out: TextIO) -> None:
     out.write(text)
     out.flush()
-
-
-Command = Callable[[argparse.Namespace, Client, TextIO, TextIO], int]
-
-
-def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
-    def handle(args: argparse.Namespace, settings: Settings) -> int:
-        url = args.scheduler_url or settings.scheduler_url
-        client = Client(url, settings.api_key, settings.http_timeout_secs)
-        try:
-            code = command(args, client, sys.stdout, sys.stderr)
-        except ClientError as exc:
-            sys.stdout.flush()
-            print(exc, file=sys.stderr)
-            code = 1
-        except KeyboardInterrupt:
-            return 130
-        finally:
-            client.close()
-        if client.unauthorized:
-            print(client.auth_hint(), file=sys.stderr)
-        return code
-
-    return handle
 
 
 def _common(parser: argparse.ArgumentParser, poll: bool = True, json_option: bool = True) -> None:

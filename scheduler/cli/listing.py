@@ -1,37 +1,25 @@
 """`scheduler list` and `scheduler nodes`: the job listing, paged oldest or newest first
-with a `more:` line, and the node table. HTTP only, through the client's `Client`."""
+with a `more:` line, and the node table, read through scheduler.client's `Client`."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import shlex
-from typing import Any, TextIO
+from typing import TextIO
 
 from scheduler.cli.client import (
-    Client,
     ClientError,
     _common,
     _handler,
     _positive,
-    _print_json,
+    fields,
+    print_json,
 )
 from scheduler.cli.output import format_job
+from scheduler.client import Client
+from scheduler.client.ops import PAGE
 from scheduler.models.job import STATUSES
-
-PAGE = 1000  # the API's default page, and `list`'s
-MAX_PAGE = 10000  # the API's largest
-
-
-def _get_json(client: Client, path: str, params: dict[str, str]) -> Any:
-    response = client.request("GET", path, params=params)
-    if response.status_code >= 400:
-        raise ClientError(
-            f"error: scheduler returned {response.status_code}: {response.text.rstrip()}"
-        )
-    try:
-        return response.json()
-    except ValueError as exc:
-        raise ClientError(f"decode: {exc}") from None
 
 
 def _next_page(args: argparse.Namespace, last: str) -> str:
@@ -60,54 +48,45 @@ def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
     args.newest = newest
     if args.after and newest:
         raise ClientError("error: --after pages oldest first: use --before with --newest")
-    base = {"node_id": args.node_id, "status": args.status, "schedule": args.schedule}
-    if newest:
-        base["order"] = "newest"
-    bound = args.before if newest else args.after
-    # One more job than --limit, to know whether there are more; a page the API cut short
-    # (its byte budget) is followed by the next one.
-    jobs: list[dict[str, Any]] = []
-    while len(jobs) <= args.limit:
-        params = dict(base, limit=str(min(args.limit + 1 - len(jobs), MAX_PAGE)))
-        if bound:
-            params["before" if newest else "after"] = bound
-        page = _get_json(client, "/jobs", {k: v for k, v in params.items() if v})
-        if not isinstance(page, list):
-            raise ClientError("decode: the scheduler did not answer with a list of jobs")
-        if not page:
-            break
-        jobs += page
-        bound = str(page[-1].get("job_id", ""))
+    found = client.jobs(
+        status=args.status,
+        node_id=args.node_id,
+        schedule=args.schedule,
+        newest=newest,
+        after=args.after,
+        before=args.before,
+        page_size=min(args.limit + 1, PAGE),
+    )
+    # One more job than --limit, to know whether there are more.
+    jobs = list(itertools.islice(found, args.limit + 1))
     more = len(jobs) > args.limit
     jobs = jobs[: args.limit]
     if args.json:
-        _print_json(jobs, out)
+        print_json(jobs, out)
     else:
         for job in jobs:
-            out.write(format_job({k: job.get(k, "") for k in _LISTED}))
+            listed = fields(job)
+            out.write(format_job({name: listed.get(name, "") for name in _LISTED}))
     if more:
         out.flush()
-        err.write(f"more: {_next_page(args, str(jobs[-1].get('job_id', '')))}\n")
+        err.write(f"more: {_next_page(args, jobs[-1].job_id)}\n")
     return 0
 
 
 def nodes(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """GET /nodes as a table: id, role, status, last heartbeat."""
-    params = {"role": args.role} if args.role else {}
-    found = _get_json(client, "/nodes", params)
-    if not isinstance(found, dict):
-        raise ClientError("decode: the scheduler did not answer with the nodes")
+    """The nodes as a table: id, role, status, last heartbeat."""
+    found = client.nodes(role=args.role)
     if args.json:
-        _print_json(found, out)
+        print_json(found, out)
         return 0
     rows: list[tuple[str, ...]] = [("ID", "ROLE", "STATUS", "LAST HEARTBEAT")]
     for node_id in sorted(found):
-        node = found[node_id] if isinstance(found[node_id], dict) else {}
-        status = str(node.get("status", ""))
-        if node.get("drained"):
-            status += f" (drained by {node.get('drained_by', '')})"
-        cells = (node_id, node.get("role", ""), status, node.get("last_seen", ""))
-        rows.append(tuple(str(cell) or "-" for cell in cells))
+        node = found[node_id]
+        status = node.status
+        if node.drained is True:
+            status += f" (drained by {node.drained_by or ''})"
+        cells = (node_id, node.role, status, node.last_seen)
+        rows.append(tuple(cell or "-" for cell in cells))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)))

@@ -1,5 +1,5 @@
 """`scheduler retry`: start failed jobs over (POST /jobs/retry), by id or the dead set
-(`--failed`: every failed job, read page by page). HTTP only, through the client's `Client`.
+(`--failed`: every failed job, read page by page), through scheduler.client's `Client`.
 
 `--failed` says which jobs it will retry and asks first (`--yes` answers for a script; with
 no terminal to ask on and no `--yes` it retries nothing). It leaves cancelled jobs alone (an
@@ -11,42 +11,28 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
-from scheduler.cli.client import Client, ClientError, _common, _handler, _print_json
-from scheduler.cli.listing import _get_json
+from scheduler.cli.client import ClientError, _common, _handler, failing_as, print_json
+from scheduler.client import Client
+from scheduler.models.job import Job
 
-BATCH = 1000  # the API's bound on one POST /jobs/retry
 SHOWN = 20  # the jobs `--failed` lists before asking; the rest are counted
 ANSWERS = ("retried", "not_found", "not_failed", "unplaced", "blocked", "too_many_waiters")
 
 
-def _failed_jobs(client: Client) -> list[dict[str, Any]]:
-    """Every failed job, oldest first (GET /jobs?status=failed, paged)."""
-    jobs: list[dict[str, Any]] = []
-    while True:
-        params = {"status": "failed", "limit": str(BATCH)}
-        if jobs:
-            params["after"] = jobs[-1]["job_id"]
-        page = _get_json(client, "/jobs", params)
-        jobs.extend(page)
-        if len(page) < BATCH:
-            return jobs
+def _why(job: Job) -> str:
+    if job.failure_reason:
+        return job.failure_reason
+    return "failed" if job.exit_code is None else f"exit {job.exit_code}"
 
 
-def _why(job: dict[str, Any]) -> str:
-    if job.get("failure_reason"):
-        return str(job["failure_reason"])
-    code = job.get("exit_code")
-    return "failed" if code is None else f"exit {code}"
-
-
-def plan(jobs: list[dict[str, Any]], left: int) -> str:
+def plan(jobs: list[Job], left: int) -> str:
     """What `--failed` will retry, a job a line (the first SHOWN), and what it leaves."""
     lines = [f"retry: {len(jobs)} failed job(s) to start over:"]
     for job in jobs[:SHOWN]:
-        command = str(job.get("command") or job.get("deploy_url") or "")
-        lines.append(f"  {job['job_id']}  {_why(job)}  {command[:60]}")
+        command = job.command or job.deploy_url
+        lines.append(f"  {job.job_id}  {_why(job)}  {command[:60]}")
     if len(jobs) > SHOWN:
         lines.append(f"  ... and {len(jobs) - SHOWN} more")
     if left:
@@ -74,8 +60,8 @@ def _chosen(args: argparse.Namespace, client: Client, err: TextIO) -> list[str] 
         return list(args.job_ids)
     if args.job_ids:
         raise ClientError("retry: name job ids or --failed, not both")
-    failed = _failed_jobs(client)
-    jobs = [j for j in failed if args.include_cancelled or j.get("failure_reason") != "cancelled"]
+    failed = list(client.jobs(status="failed"))
+    jobs = [j for j in failed if args.include_cancelled or j.failure_reason != "cancelled"]
     if not jobs:
         left = f" ({len(failed)} cancelled left alone)" if failed else ""
         err.write(f"retry: no failed job to retry{left}\n")
@@ -83,29 +69,23 @@ def _chosen(args: argparse.Namespace, client: Client, err: TextIO) -> list[str] 
     err.write(plan(jobs, len(failed) - len(jobs)))
     if not confirmed(args, len(jobs), err):
         raise ClientError("retry: nothing retried")
-    return [job["job_id"] for job in jobs]
+    return [job.job_id for job in jobs]
 
 
 def retry(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     ids = _chosen(args, client, err)
     if ids is None:
         return 0
-    answer: dict[str, list[Any]] = {}
-    for start in range(0, len(ids), BATCH):
-        response = client.request(
-            "POST", "/jobs/retry", json={"job_ids": ids[start : start + BATCH]}
-        )
-        if response.status_code >= 400:
-            raise ClientError(f"retry failed {response.status_code}: {response.text.rstrip()}")
-        for name, listed in response.json().items():
-            answer.setdefault(name, []).extend(listed)
+    with failing_as("retry"):
+        answer = client.retry_many(ids)
     if args.json:
-        _print_json(answer, out)
+        print_json(answer, out)
     else:
         for name in ANSWERS:
-            if answer.get(name):
-                out.write(f"{name.replace('_', ' ')}: {' '.join(answer[name])}\n")
-    return 0 if len(answer.get("retried", [])) == len(set(ids)) else 1
+            listed = getattr(answer, name)
+            if listed:
+                out.write(f"{name.replace('_', ' ')}: {' '.join(listed)}\n")
+    return 0 if len(answer.retried) == len(set(ids)) else 1
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,88 +1,67 @@
 """`scheduler schedule add|list|show|pause|resume|delete`: the /schedules API (README,
-Schedules) from the command line. HTTP only, through the client's `Client`; output as the
-other commands': one line saying what happened, a table for `list`, the JSON with `--json`."""
+Schedules) from the command line, through scheduler.client's `Client`; output as the other
+commands': one line saying what happened, a table for `list`, the JSON with `--json`."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, TextIO
-from urllib.parse import quote
+from collections.abc import Callable
+from typing import TextIO
 
 from scheduler.cli.client import (
-    Client,
-    ClientError,
+    Command,
     _common,
     _handler,
-    _json_object,
     _positive,
-    _print_json,
+    failing_as,
     job_body_of,
+    print_json,
 )
 from scheduler.cli.job_options import add_job_options
-
-PAGE = 1000  # the API's default page of schedules
-
-
-def _path(name: str, action: str = "") -> str:
-    return "/schedules/" + quote(name, safe="") + (f"/{action}" if action else "")
+from scheduler.client import Client, Schedule
 
 
-def _checked(response: Any, what: str) -> Any:
-    if response.status_code >= 400:
-        raise ClientError(f"{what} failed {response.status_code}: {response.text.rstrip()}")
-    return response
-
-
-def when(schedule: dict[str, Any]) -> str:
+def when(schedule: Schedule) -> str:
     """`cron "0 3 * * *" Europe/Paris` or `every 60s`."""
-    if schedule.get("cron"):
-        return f'cron "{schedule["cron"]}" {schedule.get("timezone", "UTC")}'
-    return f"every {schedule.get('every_secs', '?')}s"
+    if schedule.cron:
+        return f'cron "{schedule.cron}" {schedule.timezone or "UTC"}'
+    return f"every {schedule.every_secs or '?'}s"
 
 
-def _next(schedule: dict[str, Any]) -> str:
-    return str(schedule.get("next_run_at") or "-")
+def _next(schedule: Schedule) -> str:
+    return schedule.next_run_at or "-"
 
 
 def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     job = job_body_of(args)
-    body: dict[str, Any] = {"name": args.name, "catchup": args.catchup, "job": job}
-    body |= {"cron": args.cron} if args.cron else {"every_secs": args.every}
-    if args.tz:
-        body["timezone"] = args.tz
-    if args.paused:
-        body["paused"] = True
-    response = _checked(client.request("POST", "/schedules", json=body), "schedule add")
-    schedule = _json_object(response)
+    with failing_as("schedule add"):
+        schedule = client.add_schedule(
+            args.name,
+            job,
+            cron=args.cron,
+            every_secs=0 if args.cron else args.every,
+            timezone=args.tz,
+            catchup=args.catchup,
+            paused=args.paused,
+        )
     if args.json:
-        _print_json(schedule, out)
+        print_json(schedule, out)
     else:
         out.write(f"added schedule {args.name}: {when(schedule)}, next run {_next(schedule)}\n")
     return 0
 
 
 def list_schedules(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    found: list[dict[str, Any]] = []
-    after = ""
-    while True:
-        params = {"limit": str(PAGE), **({"after": after} if after else {})}
-        response = _checked(client.request("GET", "/schedules", params=params), "schedule list")
-        page = response.json()
-        if not isinstance(page, list):
-            raise ClientError("decode: the scheduler did not answer with a list of schedules")
-        found += page
-        if len(page) < PAGE:
-            break
-        after = str(page[-1].get("name", ""))
+    with failing_as("schedule list"):
+        found = list(client.schedules())
     if args.json:
-        _print_json(found, out)
+        print_json(found, out)
         return 0
     rows = [("NAME", "WHEN", "STATE", "NEXT RUN", "LAST JOB", "COMMAND")]
     for s in found:
-        state = "paused" if s.get("paused") else "active"
-        job = s.get("job") or {}
-        command = str(job.get("command") or job.get("deploy_url") or "")
-        rows.append((s["name"], when(s), state, _next(s), s.get("last_job_id") or "-", command))
+        state = "paused" if s.paused else "active"
+        command = str(s.job.get("command") or s.job.get("deploy_url") or "")
+        rows.append((s.name, when(s), state, _next(s), s.last_job_id or "-", command))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)))
@@ -91,17 +70,17 @@ def list_schedules(args: argparse.Namespace, client: Client, out: TextIO, err: T
 
 
 def show(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    schedule = _json_object(_checked(client.request("GET", _path(args.name)), "schedule show"))
-    _print_json(schedule, out)
+    with failing_as("schedule show"):
+        print_json(client.schedule(args.name), out)
     return 0
 
 
-def _change(action: str, done: str) -> Any:
+def _change(action: str, done: str, call: Callable[[Client, str], Schedule]) -> Command:
     def change(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-        response = client.request("POST", _path(args.name, action))
-        schedule = _json_object(_checked(response, f"schedule {action}"))
+        with failing_as(f"schedule {action}"):
+            schedule = call(client, args.name)
         if args.json:
-            _print_json(schedule, out)
+            print_json(schedule, out)
         else:
             out.write(f"{done} schedule {args.name}, next run {_next(schedule)}\n")
         return 0
@@ -110,7 +89,8 @@ def _change(action: str, done: str) -> Any:
 
 
 def delete(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    _checked(client.request("DELETE", _path(args.name)), "schedule delete")
+    with failing_as("schedule delete"):
+        client.delete_schedule(args.name)
     out.write(f"deleted schedule {args.name}\n")
     return 0
 
@@ -150,8 +130,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     for name, command, text in (
         ("show", show, "a schedule's JSON"),
-        ("pause", _change("pause", "paused"), "no tick fires until resumed"),
-        ("resume", _change("resume", "resumed"), "active again from now"),
+        ("pause", _change("pause", "paused", Client.pause_schedule), "no tick fires until resumed"),
+        ("resume", _change("resume", "resumed", Client.resume_schedule), "active again from now"),
         ("delete", delete, "delete it (its jobs stay)"),
     ):
         a = actions.add_parser(name, help=text)

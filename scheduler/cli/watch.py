@@ -1,7 +1,7 @@
 """`scheduler logs` and `scheduler events` (docs/GUIDE.md, Watching jobs): a job's live output,
 as text or followed until the job ends (`-f`), and the stream of every job's status changes.
-HTTP only, through the client's `Client`; both follow their Server-Sent Events with sse.py,
-which resumes after a lost connection without showing an event twice.
+Through scheduler.client's `Client`: `logs`, `follow_logs` and `events`, whose streams resume
+after a lost connection without showing an event twice.
 
 `logs -f` writes each chunk to the stream it came from (the job's stderr to stderr) and exits
 with the job's exit code, so `scheduler logs -f job-7 && deploy` waits for a good end.
@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, TextIO
-from urllib.parse import quote
+from typing import TextIO
 
-from scheduler.cli.client import Client, ClientError, _common, _handler, _job_id, _positive
+from scheduler.cli.client import (
+    ClientError,
+    _common,
+    _handler,
+    _job_id,
+    _positive,
+    fields,
+)
 from scheduler.cli.output import (
     attempt_separator,
     dropped_events,
@@ -24,18 +30,8 @@ from scheduler.cli.output import (
     event_line,
     write_bytes,
 )
-from scheduler.cli.sse import Event, Follower, refused
+from scheduler.client import Client, Dropped, Ended, EventsDropped, JobEvent, Output
 from scheduler.models.log import LOG_STREAMS
-
-
-def _data(event: Event) -> dict[str, Any]:
-    try:
-        value = json.loads(event.data)
-    except ValueError as exc:
-        raise ClientError(f"decode: the {event.name} event: {exc}") from None
-    if not isinstance(value, dict):
-        raise ClientError(f"decode: the {event.name} event is not an object")
-    return value
 
 
 def _note(text: str, out: TextIO, err: TextIO) -> None:
@@ -46,77 +42,66 @@ def _note(text: str, out: TextIO, err: TextIO) -> None:
 
 
 def logs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    path = "/jobs/" + quote(args.job_id, safe="") + "/logs"
-    params = {"stream": args.stream, "attempt": str(args.attempt or "")}
-    params = {name: value for name, value in params.items() if value}
     if args.follow:
-        return _follow_logs(
-            args.job_id, Follower(client, path, {**params, "follow": "1"}), out, err
-        )
-    response = client.request("GET", path, params=params)
-    if response.status_code >= 400:
-        raise refused(response)
-    write_bytes(response.content, out)
-    dropped = response.headers.get("x-log-dropped", "0")
-    if dropped.isdigit() and int(dropped):
-        _note(dropped_output(dropped), out, err)
+        return _follow_logs(args, client, out, err)
+    found = client.logs(args.job_id, stream=args.stream, attempt=args.attempt)
+    write_bytes(found.text.encode(), out)
+    if found.dropped:
+        _note(dropped_output(found.dropped), out, err)
     return 0
 
 
-def _follow_logs(job_id: str, follower: Follower, out: TextIO, err: TextIO) -> int:
+def _follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """Each chunk to its stream as it comes, until the job's end: its exit code."""
     attempt = None
-    for event in follower.events():
-        if event.name == "output":
-            chunk = _data(event)
-            if attempt is not None and chunk.get("attempt") != attempt:
-                _note(attempt_separator(chunk.get("attempt")), out, err)
-            attempt = chunk.get("attempt")
-            to = err if chunk.get("stream") == "stderr" else out
+    for item in client.follow_logs(args.job_id, stream=args.stream, attempt=args.attempt):
+        if isinstance(item, Output):
+            if attempt is not None and item.attempt != attempt:
+                _note(attempt_separator(item.attempt), out, err)
+            attempt = item.attempt
+            to = err if item.stream == "stderr" else out
             if to is err:
                 out.flush()
-            to.write(str(chunk.get("text", "")))
+            to.write(item.text)
             to.flush()
-        elif event.name == "dropped":
-            _note(dropped_output(_data(event).get("bytes")), out, err)
-        elif event.name == "end":
-            end = _data(event)
-            status, code = str(end.get("status", "")), end.get("exit_code")
-            if status != "done" and code is None:
-                _note(f"{job_id} {status}\n", out, err)
+        elif isinstance(item, Dropped):
+            _note(dropped_output(item.bytes), out, err)
+        elif isinstance(item, Ended):
+            if item.status != "done" and item.exit_code is None:
+                _note(f"{args.job_id} {item.status}\n", out, err)
             out.flush()
-            return ended_code(status, code)
-    # Not reached: a follower reconnects when a stream ends without its `end`.
-    raise ClientError(f"error: the scheduler ended {job_id}'s output without its end")
+            return ended_code(item.status, item.exit_code)
+    # Not reached: the stream is followed until its end.
+    raise ClientError(f"error: the scheduler ended {args.job_id}'s output without its end")
 
 
 def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """GET /events: a line per event (or its JSON), until the stream ends (--no-follow) or
-    the command is stopped."""
-    params = {
-        "job_id": args.job,
-        "node_id": args.node,
-        "status": args.status,
-        "schedule": args.schedule,
-        "after": "0" if args.since_start else args.after,
-        "follow": "0" if args.no_follow else "",
-    }
-    params = {name: value for name, value in params.items() if value}
-    follower = Follower(client, "/events", params, ends_at_eof=args.no_follow)
-    for event in follower.events():
-        if event.name == "job":
-            out.write(_as_json(event) if args.json else event_line(_data(event)))
+    """A line per event (or its JSON), until the stream ends (--no-follow) or the command is
+    stopped."""
+    found = client.events(
+        job_id=args.job,
+        node_id=args.node,
+        status=args.status,
+        schedule=args.schedule,
+        after=args.after,
+        since_start=args.since_start,
+        follow_on=not args.no_follow,
+    )
+    for item in found:
+        if isinstance(item, JobEvent):
+            out.write(_as_json(item) if args.json else event_line(fields(item.change)))
             out.flush()
-        elif event.name == "dropped":
-            dropped = _data(event)
-            _note(dropped_events(dropped.get("shard"), dropped.get("events")), out, err)
+        elif isinstance(item, EventsDropped):
+            count = None if item.count < 0 else item.count
+            _note(dropped_events(item.shard, count), out, err)
     return 0
 
 
-def _as_json(event: Event) -> str:
-    """The event's data as one line of JSON, with its `position` (what --after resumes
-    after, and what a script keeps to go on from where it stopped)."""
-    return json.dumps({**_data(event), "position": event.id}, separators=(",", ":")) + "\n"
+def _as_json(item: JobEvent) -> str:
+    """The event as one line of JSON, with its `position` (what --after resumes after, and
+    what a script keeps to go on from where it stopped)."""
+    line = {**fields(item.change), "position": item.position}
+    return json.dumps(line, separators=(",", ":")) + "\n"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

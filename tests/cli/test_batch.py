@@ -1,6 +1,6 @@
 """`scheduler submit --from FILE` and `submit CMD --count N` (issue 40, item 2) against an API
 served in this process: ids in order on stdout, each refusal with its line on stderr, the
-exit status, batches of BATCH_JOBS, replays under one --idempotency-key."""
+exit status, batches of MAX_JOBS, replays under one --idempotency-key."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import httpx
 import pytest
 
 from scheduler.cli import batch
+from scheduler.cli import client as cli_client
+from scheduler.client import Client
+from scheduler.config import Settings
 from tests.cli.conftest import Cli
 from tests.conftest import Serve
 
@@ -64,15 +67,20 @@ def test_from_a_file_prints_each_id_and_each_error_with_its_line(
 def test_from_stdin_in_batches_replayed_under_one_key(
     api: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(batch, "BATCH_JOBS", 2)
+    monkeypatch.setattr(batch, "MAX_JOBS", 2)
     sent: list[int] = []
-    request = batch.Client.request
+    wire = httpx.HTTPTransport()
 
-    def counted(self: batch.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        sent.append(len(kwargs["json"]["jobs"]))
-        return request(self, method, path, **kwargs)
+    class Counted(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/jobs/batch":
+                sent.append(len(json.loads(request.read())["jobs"]))
+            return wire.handle_request(request)
 
-    monkeypatch.setattr(batch.Client, "request", counted)
+    def counting(url: str, settings: Settings) -> Client:
+        return Client(url or settings.scheduler_url, transport=Counted())
+
+    monkeypatch.setattr(cli_client, "connect", counting)
     text = "".join(json.dumps({"command": f"echo {i}"}) + "\n" for i in range(5))
     runs = []
     for _ in range(2):
@@ -82,6 +90,7 @@ def test_from_stdin_in_batches_replayed_under_one_key(
     assert runs[1] == runs[0]  # the same batches, the same jobs: none made twice
     assert sent == [2, 2, 1] * 2
     assert len(jobs(api)) == 5
+    wire.close()
 
 
 def test_an_array_gives_each_job_its_index_and_the_count(api: str, cli: Cli) -> None:

@@ -7,9 +7,10 @@ import json
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
-from scheduler.cli import schedules as schedules_cli
+from scheduler.client import Client
 from tests.cli.conftest import Cli
 from tests.cli.test_client import KEY
 from tests.processes import api_replicas, scheduler_env
@@ -104,14 +105,26 @@ def test_without_the_key_the_hint_names_it(
     assert code == 1 and "401" in err and "TINYAWS_API_KEY" in err
 
 
-def test_the_list_pages_through_every_schedule(
-    api: str,
-    cli: Cli,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(schedules_cli, "PAGE", 2)
-    for name in ("p1", "p2", "p3", "p4", "p5"):
+def test_the_list_pages_through_every_schedule(api: str, cli: Cli) -> None:
+    """`schedule list` is the client's `schedules()`, read a page at a time: pages of two
+    here, as of the API's 1000 for a long list."""
+    names = ["p1", "p2", "p3", "p4", "p5"]
+    for name in names:
         assert cli(api, "schedule", "add", name, "--every", "60", "--paused", "x")[0] == 0
     listed = json.loads(cli(api, "schedule", "list", "--json")[1])
-    assert [s["name"] for s in listed if s["name"].startswith("p")] == ["p1", "p2", "p3", "p4",
-                                                                         "p5"]  # fmt: skip
+    assert [s["name"] for s in listed if s["name"].startswith("p")] == names
+    pages: list[str] = []
+    wire = httpx.HTTPTransport()
+
+    class Recorded(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            pages.append(request.url.params.get("after", ""))
+            return wire.handle_request(request)
+
+        def close(self) -> None:
+            wire.close()
+
+    with Client(api, KEY, transport=Recorded()) as client:
+        paged = [s.name for s in client.schedules(page_size=2)]
+    assert paged == [s["name"] for s in listed]
+    assert pages == ["", *paged[1 : len(paged) : 2]]  # after the last of each page

@@ -1,6 +1,7 @@
 """`scheduler logs` and `scheduler events` against a real server (the `serve` fixture: uvicorn
 on a socket): output printed as it comes, on its own stream, the job's exit code, events a
-line each or as JSON, and the server's refusals as the other commands print them."""
+line each or as JSON, and the server's refusals as the other commands print them; then
+against scripted answers: a lost connection resumed, nothing shown twice."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from scheduler.cli.main import main
+from scheduler.cli.client import run
+from scheduler.cli.main import build_parser, main
+from scheduler.cli.watch import events, logs
+from scheduler.client import Client, sse
 from tests.cli.conftest import Cli
 from tests.conftest import Serve
 from tests.redis_server import free_port
@@ -266,3 +270,166 @@ def test_events_follows_until_interrupted(served: tuple[str, httpx.Client]) -> N
         finally:
             proc.kill()
             read.join(DEADLINE)
+
+
+# `logs -f` and `events` against scripted answers (httpx.MockTransport): what the command
+# prints of what the client's follow reads, and how it says the follow's errors.
+
+
+class Cut(httpx.SyncByteStream):
+    """A body sent in these chunks, then the connection lost (or, `whole`, ended)."""
+
+    def __init__(self, *chunks: str, whole: bool = False) -> None:
+        self.chunks, self.whole = [c.encode() for c in chunks], whole
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.chunks
+        if not self.whole:
+            raise httpx.ReadError("connection reset by peer")
+
+
+def stream(*chunks: str, whole: bool = False) -> httpx.Response:
+    headers = {"content-type": "text/event-stream"}
+    return httpx.Response(200, headers=headers, stream=Cut(*chunks, whole=whole))
+
+
+def output(position: str, text: str, stream: str = "stdout", attempt: int = 1) -> str:
+    data = json.dumps({"stream": stream, "attempt": attempt, "text": text})
+    return f"id: {position}\nevent: output\ndata: {data}\n\n"
+
+
+Answer = Callable[[httpx.Request], httpx.Response]
+SCRIPTED = "http://scheduler.test"
+
+
+def scripted(*answers: Answer) -> tuple[Client, list[httpx.Request]]:
+    """A client whose requests get these answers, one each, in order; and its requests."""
+    sent: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return answers[len(sent) - 1](request)
+
+    return Client(SCRIPTED, transport=httpx.MockTransport(handle)), sent
+
+
+def run_cli(client: Client, *argv: str) -> tuple[int, str, str]:
+    """`scheduler ARGV...` with this client: (exit status, stdout, stderr)."""
+    args = build_parser(argv[0]).parse_args(list(argv))
+    command = {"logs": logs, "events": events}[argv[0]]
+    out, err = io.StringIO(), io.StringIO()
+    with client:
+        code = run(command, args, client, out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def unreachable(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("connection refused")
+
+
+def test_logs_f_resumes_after_the_last_whole_event_and_shows_none_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sse, "MIN_BACKOFF_SECS", 0.0)  # the script's retry: 0 is the wait
+    second = output("1-1", "two\n")
+    client, sent = scripted(
+        # The connection drops in the middle of the second event.
+        lambda r: stream("retry: 0\n\n", output("1-0", "one\n"), second[:25]),
+        lambda r: httpx.Response(503, text="restarting\n"),  # the scheduler is not back yet
+        lambda r: stream(second, output("2-0", "oops\n", "stderr"), ": keepalive\n\n"),
+        # A server that stops ends the stream: the follower comes back.
+        lambda r: stream('event: end\ndata: {"status": "done", "exit_code": 3}\n\n', whole=True),
+    )
+    code, out, err = run_cli(client, "logs", "-f", "job-1")
+    assert (code, out, err) == (3, "one\ntwo\n", "oops\n")
+    assert [r.url.path for r in sent] == ["/jobs/job-1/logs"] * 4
+    assert all(r.url.params["follow"] == "1" for r in sent)
+    assert [r.headers.get("last-event-id") for r in sent] == [None, "1-0", "1-0", "2-0"]
+    assert sent[0].headers["accept"] == "text/event-stream"
+
+
+def test_a_new_attempt_and_dropped_output_are_said_on_stderr() -> None:
+    client, _ = scripted(
+        lambda r: stream(
+            output("1-0", "first\n"),
+            'event: dropped\ndata: {"bytes": 70000}\n\n',
+            output("3-0", "second\n", attempt=2),
+            'event: end\ndata: {"status": "failed"}\n\n',
+            whole=True,
+        )
+    )
+    code, out, err = run_cli(client, "logs", "-f", "job-4")
+    assert (code, out) == (1, "first\nsecond\n")
+    assert err == (
+        "[... 70000 bytes of earlier output dropped (LOG_MAX_BYTES) ...]\n"
+        "--- attempt 2 ---\n"
+        "job-4 failed\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("end", "code"),
+    [
+        ({"status": "done"}, 0),
+        ({"status": "done", "exit_code": 0}, 0),
+        ({"status": "failed", "exit_code": 2}, 2),
+        ({"status": "failed", "exit_code": 0}, 1),  # a failure never exits 0
+        ({"status": "failed", "exit_code": -1}, 1),  # the Rust agent's "no exit code"
+        ({"status": "failed", "exit_code": 137}, 137),
+    ],
+)
+def test_logs_f_exits_with_the_jobs_code(end: dict[str, Any], code: int) -> None:
+    client, _ = scripted(lambda r: stream(f"event: end\ndata: {json.dumps(end)}\n\n", whole=True))
+    assert run_cli(client, "logs", "-f", "job-1")[0] == code
+
+
+def test_the_first_connection_is_not_retried() -> None:
+    client, sent = scripted(unreachable)
+    code, out, err = run_cli(client, "events")
+    assert (code, out, len(sent)) == (1, "", 1)
+    assert err == f"error: cannot reach the scheduler at {SCRIPTED}: connection refused\n"
+    client, sent = scripted(lambda r: httpx.Response(503, text="no shard\n"))
+    assert run_cli(client, "events") == (1, "", "error: scheduler returned 503: no shard\n")
+    assert len(sent) == 1
+
+
+def test_a_refusal_on_a_reconnection_ends_the_command_with_the_hint() -> None:
+    client, _ = scripted(
+        lambda r: stream("retry: 0\n\n", output("1-0", "one\n"), whole=True),
+        lambda r: httpx.Response(401, text="unauthorized\n"),
+    )
+    assert run_cli(client, "logs", "-f", "job-1") == (
+        1,
+        "one\n",
+        "error: scheduler returned 401: unauthorized\n"
+        "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n",
+    )
+
+
+def test_an_answer_that_is_not_an_event_stream_is_an_error() -> None:
+    client, _ = scripted(lambda r: httpx.Response(200, text="hello\n"))
+    code, out, err = run_cli(client, "events")
+    assert (code, out) == (1, "")
+    assert (
+        err.startswith("error: the scheduler answered text/plain") and "not an event stream" in err
+    )
+
+
+def test_events_no_follow_ends_with_the_stream() -> None:
+    client, sent = scripted(lambda r: stream("retry: 0\n\n", whole=True))
+    assert run_cli(client, "events", "--no-follow") == (0, "", "")
+    assert len(sent) == 1 and sent[0].url.params["follow"] == "0"
+
+
+def test_events_say_those_dropped_and_print_each_with_its_position() -> None:
+    change = {"number": 7, "job_id": "job-1", "status": "running", "at": "2026-12-06T01:22:24Z"}
+    client, _ = scripted(
+        lambda r: stream(
+            'id: 5-0\nevent: dropped\ndata: {"shard": 0}\n\n',
+            f"id: 6-0\nevent: job\ndata: {json.dumps(change)}\n\n",
+            whole=True,
+        )
+    )
+    code, out, err = run_cli(client, "events", "--no-follow", "--json")
+    assert code == 0 and json.loads(out) == {**change, "position": "6-0"}
+    assert err == "[... some events of shard 0 dropped (EVENTS_RETAIN_SECS) ...]\n"
