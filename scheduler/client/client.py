@@ -47,6 +47,7 @@ T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:9001"  # `scheduler serve`'s and `scheduler up`'s
 DEFAULT_TIMEOUT_SECS = 5.0
 DEFAULT_RETRIES = 3
+DEFAULT_RETRY_PAUSE_SECS = 0.5  # before the first retry, doubled before each next
 # What the request never left with: a retry cannot do anything twice.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
@@ -141,9 +142,9 @@ def _named(method: F, op: Callable[..., Any], kind: str) -> F:
 class _Base:
     """What both clients keep: the scheduler's URL and the retry policy."""
 
-    def __init__(self, url: str, retries: int) -> None:
+    def __init__(self, url: str, retries: int, retry_pause: float) -> None:
         self.url = url.rstrip("/")
-        self.policy = Policy(tries=retries + 1)
+        self.policy = Policy(tries=retries + 1, first_pause=retry_pause)
 
     def _answer(self, step: Now | PolicyAsk) -> Any:
         return time.monotonic() if isinstance(step, Now) else self.policy
@@ -153,7 +154,8 @@ class Client(_Base):
     """The scheduler's API, blocking. `api_key`: TINYAWS_API_KEY (none for a scheduler
     without one); `timeout`: seconds for a connection and each read (a long-poll waits
     longer); `retries`: how many more times a call is sent when that cannot do it twice
-    (retrying.py). `Client.from_env()` reads SCHEDULER_URL and TINYAWS_API_KEY."""
+    (retrying.py), `retry_pause` seconds after the first failure, doubled after each next.
+    `Client.from_env()` reads SCHEDULER_URL and TINYAWS_API_KEY."""
 
     def __init__(
         self,
@@ -162,9 +164,10 @@ class Client(_Base):
         *,
         timeout: float = DEFAULT_TIMEOUT_SECS,
         retries: int = DEFAULT_RETRIES,
+        retry_pause: float = DEFAULT_RETRY_PAUSE_SECS,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        super().__init__(url, retries)
+        super().__init__(url, retries, retry_pause)
         self.http = httpx.Client(
             base_url=self.url, headers=_headers(api_key), timeout=timeout, transport=transport
         )
@@ -310,9 +313,10 @@ class AsyncClient(_Base):
         *,
         timeout: float = DEFAULT_TIMEOUT_SECS,
         retries: int = DEFAULT_RETRIES,
+        retry_pause: float = DEFAULT_RETRY_PAUSE_SECS,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        super().__init__(url, retries)
+        super().__init__(url, retries, retry_pause)
         self.http = httpx.AsyncClient(
             base_url=self.url, headers=_headers(api_key), timeout=timeout, transport=transport
         )
