@@ -88,25 +88,25 @@ def _failure(exc: httpx.TransportError, url: str) -> Exception:
     return (NotSent if isinstance(exc, _NOT_SENT) else Lost)(f"at {url}: {reason}")
 
 
-def _signature(op: Callable[..., Any], kind: str) -> inspect.Signature:
-    """`op`'s signature as a method's (`self` first), answering `kind` (for help())."""
+def _signature(op: Callable[..., Any], answer: str) -> inspect.Signature:
+    """`op`'s signature as a method's (`self` first), answering `answer` (for help())."""
     sig = inspect.signature(op)
     self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-    return sig.replace(parameters=[self, *sig.parameters.values()], return_annotation=kind)
+    return sig.replace(parameters=[self, *sig.parameters.values()], return_annotation=answer)
 
 
 def _returning(op: Callable[P, Flow[R]]) -> Callable[Concatenate[Client, P], R]:
     def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._run(op(*args, **kwargs))
 
-    return _named(method, op, "")
+    return _named(method, op, "{}")
 
 
 def _iterating(op: Callable[P, Feed[T]]) -> Callable[Concatenate[Client, P], Iterator[T]]:
     def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
         return self._loop(op(*args, **kwargs))
 
-    return _named(method, op, "iterator of ")
+    return _named(method, op, "Iterator[{}]")
 
 
 def _awaited(
@@ -115,7 +115,7 @@ def _awaited(
     async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await self._run(op(*args, **kwargs))
 
-    return _named(method, op, "awaitable of ")
+    return _named(method, op, "Awaitable[{}]")
 
 
 def _async_iterating(
@@ -124,18 +124,20 @@ def _async_iterating(
     def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
         return self._loop(op(*args, **kwargs))
 
-    return _named(method, op, "async iterator of ")
+    return _named(method, op, "AsyncIterator[{}]")
 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _named(method: F, op: Callable[..., Any], kind: str) -> F:
-    """The method named and documented as its operation, with its signature (help())."""
+    """The method named and documented as its operation, with its signature (help()):
+    `kind` formats what the plan answers (`Iterator[{}]`)."""
     method.__name__ = method.__qualname__ = op.__name__
     method.__doc__ = op.__doc__
-    answer = inspect.signature(op).return_annotation
-    method.__signature__ = _signature(op, f"{kind}{answer}")  # type: ignore[attr-defined]
+    plan = str(inspect.signature(op).return_annotation)  # "Flow[Job]", "Feed[Job]"
+    answer = plan[plan.index("[") + 1 : -1] if plan.endswith("]") else plan
+    method.__signature__ = _signature(op, kind.format(answer))  # type: ignore[attr-defined]
     return method
 
 

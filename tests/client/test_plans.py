@@ -230,3 +230,33 @@ def test_a_bulk_submit_goes_in_batches_of_the_apis_limit_each_under_its_own_key(
     assert [r.headers["Idempotency-Key"] for r in sent] == ["k", "k.1", "k.2"]
     assert [len(msgspec.json.decode(r.json or b"")["jobs"]) for r in sent] == [1000, 1000, 500]
     assert len(entries) == 2500
+
+
+def operations() -> dict[str, Any]:
+    """ops.py's public operations: its functions that are plans."""
+    import inspect
+
+    return {
+        name: fn
+        for name, fn in vars(ops).items()
+        if inspect.isfunction(fn)
+        and not name.startswith("_")
+        and fn.__module__ == ops.__name__
+        and str(inspect.signature(fn).return_annotation).startswith(("Flow[", "Feed["))
+    }
+
+
+def test_both_clients_bind_every_operation_with_its_signature_and_doc() -> None:
+    import inspect
+
+    from scheduler.client import AsyncClient, Client
+
+    found = operations()
+    assert len(found) >= 20
+    for name, op in found.items():
+        for client in (Client, AsyncClient):
+            method = getattr(client, name, None)
+            assert method is not None, f"{client.__name__} lacks {name}"
+            assert method.__doc__ == op.__doc__
+            bound = list(inspect.signature(method).parameters)
+            assert bound == ["self", *inspect.signature(op).parameters]
