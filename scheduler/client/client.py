@@ -21,6 +21,7 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import httpx
 
+from scheduler.cli.session import with_session_key
 from scheduler.client import ops
 from scheduler.client.retrying import Policy
 from scheduler.client.steps import (
@@ -59,6 +60,13 @@ def _headers(api_key: str) -> dict[str, str]:
 def _timeout(base: httpx.Timeout, extra_read: float) -> httpx.Timeout:
     read = None if base.read is None else base.read + extra_read
     return httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
+
+
+def _from_env() -> tuple[str, str, float]:
+    """(SCHEDULER_URL, its key, HTTP_TIMEOUT_SECS) as the CLI reads them."""
+    settings = Settings.from_env()
+    settings = with_session_key(settings, settings.scheduler_url)
+    return settings.scheduler_url, settings.api_key, settings.http_timeout_secs
 
 
 def _stream_timeout(base: httpx.Timeout, read_secs: float) -> httpx.Timeout:
@@ -177,10 +185,10 @@ class Client(_Base):
     @classmethod
     def from_env(cls, **options: Any) -> Client:
         """A client of the scheduler SCHEDULER_URL names, with TINYAWS_API_KEY and
-        HTTP_TIMEOUT_SECS (docs/CONFIGURATION.md)."""
-        settings = Settings.from_env()
-        timeout = options.pop("timeout", settings.http_timeout_secs)
-        return cls(settings.scheduler_url, settings.api_key, timeout=timeout, **options)
+        HTTP_TIMEOUT_SECS (docs/CONFIGURATION.md); without a key, the one `scheduler up`
+        keeps for its session at that address, as the CLI finds it (cli/session.py)."""
+        url, key, timeout = _from_env()
+        return cls(url, key, timeout=options.pop("timeout", timeout), **options)
 
     def close(self) -> None:
         self.http.close()
@@ -326,9 +334,8 @@ class AsyncClient(_Base):
     @classmethod
     def from_env(cls, **options: Any) -> AsyncClient:
         """As Client.from_env."""
-        settings = Settings.from_env()
-        timeout = options.pop("timeout", settings.http_timeout_secs)
-        return cls(settings.scheduler_url, settings.api_key, timeout=timeout, **options)
+        url, key, timeout = _from_env()
+        return cls(url, key, timeout=options.pop("timeout", timeout), **options)
 
     async def aclose(self) -> None:
         await self.http.aclose()
