@@ -172,12 +172,12 @@ def test_output_followed_until_the_end_and_read_after(client: Client, url: str) 
 def test_events_kept_then_the_end(client: Client) -> None:
     job = client.submit("echo")
     client.cancel(job.job_id)
-    items = list(client.events(job_id=job.job_id, since_start=True, follow_on=False))
+    items = list(client.events(job_id=job.job_id, since_start=True, follow=False))
     assert all(isinstance(item, JobEvent) for item in items)
     changes = [item.change for item in items if not isinstance(item, EventsDropped)]
     assert [(c.old_status, c.status) for c in changes] == [("", "pending"), ("pending", "failed")]
     # A position resumes after its event.
-    rest = client.events(job_id=job.job_id, after=items[0].position, follow_on=False)
+    rest = client.events(job_id=job.job_id, after=items[0].position, follow=False)
     assert [i.position for i in rest] == [items[1].position]
 
 
