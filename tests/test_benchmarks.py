@@ -438,3 +438,14 @@ def test_makespan_timeline_finds_idle_nodes_lost_runs_and_faults() -> None:
         "j2: left running on n1 for pending",
         "j2: ran 1 times, 1 of them lost",
     ]
+
+
+def test_client_overhead_prints_each_call_and_the_ratios() -> None:
+    lines = run_benchmark("client_overhead", "--calls", "20", "--rounds", "2")
+    assert [line.split("  ")[0] for line in lines[2:6]] == [
+        "GET /jobs/{id}, client.job",
+        "GET /jobs/{id}, raw httpx",
+        "POST /jobs, client.submit",
+        "POST /jobs, raw httpx",
+    ]
+    assert [line.split(":")[0] for line in lines[6:]] == ["GET /jobs/{id}", "POST /jobs"]

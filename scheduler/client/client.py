@@ -21,6 +21,7 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import httpx
 
+from scheduler.cli.session import with_session_key
 from scheduler.client import ops
 from scheduler.client.retrying import Policy
 from scheduler.client.steps import (
@@ -47,6 +48,7 @@ T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:9001"  # `scheduler serve`'s and `scheduler up`'s
 DEFAULT_TIMEOUT_SECS = 5.0
 DEFAULT_RETRIES = 3
+DEFAULT_RETRY_PAUSE_SECS = 0.5  # before the first retry, doubled before each next
 # What the request never left with: a retry cannot do anything twice.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
@@ -58,6 +60,13 @@ def _headers(api_key: str) -> dict[str, str]:
 def _timeout(base: httpx.Timeout, extra_read: float) -> httpx.Timeout:
     read = None if base.read is None else base.read + extra_read
     return httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
+
+
+def _from_env() -> tuple[str, str, float]:
+    """(SCHEDULER_URL, its key, HTTP_TIMEOUT_SECS) as the CLI reads them."""
+    settings = Settings.from_env()
+    settings = with_session_key(settings, settings.scheduler_url)
+    return settings.scheduler_url, settings.api_key, settings.http_timeout_secs
 
 
 def _stream_timeout(base: httpx.Timeout, read_secs: float) -> httpx.Timeout:
@@ -87,25 +96,25 @@ def _failure(exc: httpx.TransportError, url: str) -> Exception:
     return (NotSent if isinstance(exc, _NOT_SENT) else Lost)(f"at {url}: {reason}")
 
 
-def _signature(op: Callable[..., Any], kind: str) -> inspect.Signature:
-    """`op`'s signature as a method's (`self` first), answering `kind` (for help())."""
+def _signature(op: Callable[..., Any], answer: str) -> inspect.Signature:
+    """`op`'s signature as a method's (`self` first), answering `answer` (for help())."""
     sig = inspect.signature(op)
     self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
-    return sig.replace(parameters=[self, *sig.parameters.values()], return_annotation=kind)
+    return sig.replace(parameters=[self, *sig.parameters.values()], return_annotation=answer)
 
 
 def _returning(op: Callable[P, Flow[R]]) -> Callable[Concatenate[Client, P], R]:
     def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._run(op(*args, **kwargs))
 
-    return _named(method, op, "")
+    return _named(method, op, "{}")
 
 
 def _iterating(op: Callable[P, Feed[T]]) -> Callable[Concatenate[Client, P], Iterator[T]]:
     def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
         return self._loop(op(*args, **kwargs))
 
-    return _named(method, op, "iterator of ")
+    return _named(method, op, "Iterator[{}]")
 
 
 def _awaited(
@@ -114,7 +123,7 @@ def _awaited(
     async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await self._run(op(*args, **kwargs))
 
-    return _named(method, op, "awaitable of ")
+    return _named(method, op, "Awaitable[{}]")
 
 
 def _async_iterating(
@@ -123,27 +132,29 @@ def _async_iterating(
     def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
         return self._loop(op(*args, **kwargs))
 
-    return _named(method, op, "async iterator of ")
+    return _named(method, op, "AsyncIterator[{}]")
 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _named(method: F, op: Callable[..., Any], kind: str) -> F:
-    """The method named and documented as its operation, with its signature (help())."""
+    """The method named and documented as its operation, with its signature (help()):
+    `kind` formats what the plan answers (`Iterator[{}]`)."""
     method.__name__ = method.__qualname__ = op.__name__
     method.__doc__ = op.__doc__
-    answer = inspect.signature(op).return_annotation
-    method.__signature__ = _signature(op, f"{kind}{answer}")  # type: ignore[attr-defined]
+    plan = str(inspect.signature(op).return_annotation)  # "Flow[Job]", "Feed[Job]"
+    answer = plan[plan.index("[") + 1 : -1] if plan.endswith("]") else plan
+    method.__signature__ = _signature(op, kind.format(answer))  # type: ignore[attr-defined]
     return method
 
 
 class _Base:
     """What both clients keep: the scheduler's URL and the retry policy."""
 
-    def __init__(self, url: str, retries: int) -> None:
+    def __init__(self, url: str, retries: int, retry_pause: float) -> None:
         self.url = url.rstrip("/")
-        self.policy = Policy(tries=retries + 1)
+        self.policy = Policy(tries=retries + 1, first_pause=retry_pause)
 
     def _answer(self, step: Now | PolicyAsk) -> Any:
         return time.monotonic() if isinstance(step, Now) else self.policy
@@ -153,7 +164,8 @@ class Client(_Base):
     """The scheduler's API, blocking. `api_key`: TINYAWS_API_KEY (none for a scheduler
     without one); `timeout`: seconds for a connection and each read (a long-poll waits
     longer); `retries`: how many more times a call is sent when that cannot do it twice
-    (retrying.py). `Client.from_env()` reads SCHEDULER_URL and TINYAWS_API_KEY."""
+    (retrying.py), `retry_pause` seconds after the first failure, doubled after each next.
+    `Client.from_env()` reads SCHEDULER_URL and TINYAWS_API_KEY."""
 
     def __init__(
         self,
@@ -162,9 +174,10 @@ class Client(_Base):
         *,
         timeout: float = DEFAULT_TIMEOUT_SECS,
         retries: int = DEFAULT_RETRIES,
+        retry_pause: float = DEFAULT_RETRY_PAUSE_SECS,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        super().__init__(url, retries)
+        super().__init__(url, retries, retry_pause)
         self.http = httpx.Client(
             base_url=self.url, headers=_headers(api_key), timeout=timeout, transport=transport
         )
@@ -172,10 +185,10 @@ class Client(_Base):
     @classmethod
     def from_env(cls, **options: Any) -> Client:
         """A client of the scheduler SCHEDULER_URL names, with TINYAWS_API_KEY and
-        HTTP_TIMEOUT_SECS (docs/CONFIGURATION.md)."""
-        settings = Settings.from_env()
-        timeout = options.pop("timeout", settings.http_timeout_secs)
-        return cls(settings.scheduler_url, settings.api_key, timeout=timeout, **options)
+        HTTP_TIMEOUT_SECS (docs/CONFIGURATION.md); without a key, the one `scheduler up`
+        keeps for its session at that address, as the CLI finds it (cli/session.py)."""
+        url, key, timeout = _from_env()
+        return cls(url, key, timeout=options.pop("timeout", timeout), **options)
 
     def close(self) -> None:
         self.http.close()
@@ -310,9 +323,10 @@ class AsyncClient(_Base):
         *,
         timeout: float = DEFAULT_TIMEOUT_SECS,
         retries: int = DEFAULT_RETRIES,
+        retry_pause: float = DEFAULT_RETRY_PAUSE_SECS,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        super().__init__(url, retries)
+        super().__init__(url, retries, retry_pause)
         self.http = httpx.AsyncClient(
             base_url=self.url, headers=_headers(api_key), timeout=timeout, transport=transport
         )
@@ -320,9 +334,8 @@ class AsyncClient(_Base):
     @classmethod
     def from_env(cls, **options: Any) -> AsyncClient:
         """As Client.from_env."""
-        settings = Settings.from_env()
-        timeout = options.pop("timeout", settings.http_timeout_secs)
-        return cls(settings.scheduler_url, settings.api_key, timeout=timeout, **options)
+        url, key, timeout = _from_env()
+        return cls(url, key, timeout=options.pop("timeout", timeout), **options)
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import msgspec
 
+from scheduler.client import sse
 from scheduler.client.errors import SchedulerError, WaitTimeout, api_error
 from scheduler.client.models import (
     BatchEntry,
@@ -25,7 +26,7 @@ from scheduler.client.models import (
     read_entry,
 )
 from scheduler.client.retrying import send
-from scheduler.client.sse import Event, follow
+from scheduler.client.sse import Event
 from scheduler.client.steps import NOW, Feed, Flow, Item, Reply, Request, Sleep
 from scheduler.models.attempt import Attempt
 from scheduler.models.batch import MAX_JOBS
@@ -313,7 +314,7 @@ def follow_logs(job_id: str, /, *, stream: str = "", attempt: int = 0) -> Feed[L
     connection is resumed where it was, nothing read twice."""
     params = {**_given(stream=stream, attempt=str(attempt or "")), "follow": "1"}
     request = Request("GET", _path("jobs", job_id, "logs"), params=params)
-    yield from _mapped(follow(request), _log_event, until=lambda item: isinstance(item, Ended))
+    yield from _mapped(sse.follow(request), _log_event, until=lambda item: isinstance(item, Ended))
 
 
 def _log_event(event: Event) -> list[LogEvent]:
@@ -360,11 +361,11 @@ def events(
     schedule: str = "",
     after: str = "",
     since_start: bool = False,
-    follow_on: bool = True,
+    follow: bool = True,
 ) -> Feed[EventItem]:
     """Every job's status changes as they happen (or this job's, node's, status's,
     schedule's), from now, from the oldest kept (`since_start`), or after a `position` an
-    earlier event carried; with `follow_on=False` those kept, then the iteration ends.
+    earlier event carried; with `follow=False` those kept, then the iteration ends.
     Each is a `JobEvent`, or `EventsDropped` for changes trimmed before they were read."""
     params = _given(
         job_id=job_id,
@@ -372,9 +373,9 @@ def events(
         status=status,
         schedule=schedule,
         after="0" if since_start else after,
-        follow="" if follow_on else "0",
+        follow="" if follow else "0",
     )
-    feed = follow(Request("GET", "/events", params=params), ends_at_eof=not follow_on)
+    feed = sse.follow(Request("GET", "/events", params=params), ends_at_eof=not follow)
     yield from _mapped(feed, _job_event)
 
 
