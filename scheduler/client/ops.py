@@ -7,7 +7,7 @@ method's.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -27,7 +27,7 @@ from scheduler.client.models import (
 )
 from scheduler.client.retrying import send
 from scheduler.client.sse import Event
-from scheduler.client.steps import NOW, Feed, Flow, Item, Reply, Request, Sleep
+from scheduler.client.steps import NOW, Feed, Flow, Item, Reply, Request, Sleep, Step
 from scheduler.models.attempt import Attempt
 from scheduler.models.batch import MAX_JOBS
 from scheduler.models.event import Event as StatusChange
@@ -224,16 +224,27 @@ def _last(feed: Feed[T]) -> Flow[T]:
     """A feed's last item, its other steps passed on as they are."""
     last: list[T] = []
     answer: Any = None
+    failure: Exception | None = None
     while True:
         try:
-            step = feed.send(answer)
+            step = feed.throw(failure) if failure else feed.send(answer)
         except StopIteration:
             return last[0]
+        answer, failure = None, None
         if isinstance(step, Item):
             last[:] = [step.value]
-            answer = None
         else:
-            answer = yield step
+            answer, failure = yield from _passed_on(step)
+
+
+def _passed_on(step: Step) -> Generator[Step, Any, tuple[Any, Exception | None]]:
+    """A step of a plan inside another, passed on to the driver: (what came of it, or the
+    failure the driver threw in: NotSent, Lost), for the inner plan, which decides whether
+    to try again (a failure raised in the outer one would skip its retries)."""
+    try:
+        return (yield step), None
+    except Exception as exc:
+        return None, exc
 
 
 def cancel(job_id: str, /) -> Flow[Job]:
@@ -330,14 +341,15 @@ def _mapped(
     """The items `each` makes of a feed's events, its other steps passed on; it ends after
     an item `until` says is the last."""
     answer: Any = None
+    failure: Exception | None = None
     while True:
         try:
-            step = feed.send(answer)
+            step = feed.throw(failure) if failure else feed.send(answer)
         except StopIteration:
             return
-        answer = None
+        answer, failure = None, None
         if not isinstance(step, Item):
-            answer = yield step
+            answer, failure = yield from _passed_on(step)
             continue
         for value in each(step.value):
             yield Item(value)
