@@ -85,7 +85,7 @@ def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         schedule=args.schedule,
         after=args.after,
         since_start=args.since_start,
-        follow_on=not args.no_follow,
+        follow=not args.no_follow,
     )
     for item in found:
         if isinstance(item, JobEvent):
