@@ -41,7 +41,7 @@ ALLOWED: dict[str, set[str]] = {
     "scheduler.__main__": {"scheduler.cli"},
 }
 CLIENT_SIDE = {"scheduler.client", "scheduler.models", "scheduler.config"}
-# Modules held to a narrower rule than their part's.
+# Modules held to a rule of their own, mostly narrower than their part's.
 NARROWER: dict[str, set[str]] = {
     # The command-line client (`scheduler submit/status/list`...) is built on the Python
     # client: HTTP only, like the agent.
@@ -53,6 +53,9 @@ NARROWER: dict[str, set[str]] = {
     "scheduler.cli.drain": CLIENT_SIDE,
     "scheduler.cli.watch": CLIENT_SIDE,
     "scheduler.cli.job_options": {"scheduler.models", "scheduler.config"},
+    # Wider: the key `scheduler up` keeps for its session is read as the agent reads its node
+    # token (agent/token_file.py: a file only this user can read, never through a link).
+    "scheduler.client.session": {*CLIENT_SIDE, "scheduler.agent"},
 }
 
 
@@ -112,8 +115,9 @@ def test_the_rule_covers_every_part() -> None:
 
 
 def test_the_top_of_scheduler_stays_small() -> None:
+    # 12: the Python client (scheduler.client, issue 42) is a part of its own.
     entries = [p.name for p in (ROOT / "scheduler").iterdir() if p.name != "__pycache__"]
-    assert len(entries) <= 11, sorted(entries)
+    assert len(entries) <= 12, sorted(entries)
 
 
 @pytest.mark.parametrize(

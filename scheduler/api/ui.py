@@ -71,7 +71,7 @@ async def drain_or_undrain(request: Request) -> Response:
     return RedirectResponse(back, status_code=303)
 
 
-# Where `scheduler up` keeps the key it makes when TINYAWS_API_KEY is unset (cli/session.py
+# Where `scheduler up` keeps the key it makes when TINYAWS_API_KEY is unset (client/session.py
 # key_path: a folder per address it serves; under XDG_STATE_HOME when that is set).
 UP_KEY_FILE = "~/.local/state/tinyaws-scheduler/{host}-{port}/api-key"
 

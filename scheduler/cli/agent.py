@@ -21,7 +21,7 @@ from scheduler.agent.executor import ExecConfig, Executor
 from scheduler.agent.limits import Limits, detect
 from scheduler.agent.loop import Agent
 from scheduler.agent.remote import AgentError
-from scheduler.cli import session
+from scheduler.client import session
 from scheduler.config import ConfigError, Settings
 from scheduler.models.labels import parse_labels
 from scheduler.models.wire import ID_RE, InvalidInput

@@ -339,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # argv[0], not args.command: `submit`'s own argument is named command.
     if argv and COMMAND_MODULES.get(argv[0], "") in CLIENT_MODULES:
-        from scheduler.cli.session import with_session_key
+        from scheduler.client.session import with_session_key
 
         # The key of a `scheduler up` session at that address, when TINYAWS_API_KEY is unset.
         url = getattr(args, "scheduler_url", "") or settings.scheduler_url

@@ -31,7 +31,6 @@ from typing import IO
 
 import httpx
 
-from scheduler.cli import session
 from scheduler.cli.deployment import DEFAULT_DATA_DIR, snapshot_file
 from scheduler.cli.embedded import (
     UpError,
@@ -40,6 +39,7 @@ from scheduler.cli.embedded import (
 )
 from scheduler.cli.private_dir import UMASK, private_data_dir, private_snapshot
 from scheduler.cli.supervisor import Supervisor
+from scheduler.client import session
 from scheduler.config import ConfigError, Settings
 from scheduler.config.redis_url import redact
 from scheduler.store.errors import LayoutChanged

@@ -3,12 +3,13 @@
 
     from scheduler.client import Client
 
-    with Client.from_env() as scheduler:
-        job = scheduler.submit("echo hello")
-        print(scheduler.wait(job.job_id, timeout=60).stdout)
+    with Client.from_env() as client:
+        job = client.submit("echo hello")
+        print(client.wait(job.job_id, timeout=60).stdout)
 """
 
-from scheduler.client.client import AsyncClient, Client
+from scheduler.client.aio import AsyncClient
+from scheduler.client.blocking import Client
 from scheduler.client.errors import (
     ApiError,
     BadRequest,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cli import session
 from scheduler.cli.agent import build, offer
+from scheduler.client import session
 from scheduler.config import ConfigError, Settings
 
 

@@ -448,7 +448,7 @@ def test_the_banner_hints_use_the_api_url(api_url: str, try_line: str) -> None:
 def test_the_client_takes_a_session_key_only_for_its_address_from_a_private_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from scheduler.cli import session
+    from scheduler.client import session
     from scheduler.config import Settings
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))

@@ -233,17 +233,20 @@ def test_a_bulk_submit_goes_in_batches_of_the_apis_limit_each_under_its_own_key(
 
 
 def operations() -> dict[str, Any]:
-    """ops.py's public operations: its functions that are plans."""
+    """ops.py's operations, and every public plan of the modules that hold them: one left out
+    of OPERATIONS would be a method neither client has."""
     import inspect
 
-    return {
-        name: fn
-        for name, fn in vars(ops).items()
-        if inspect.isfunction(fn)
-        and not name.startswith("_")
-        and fn.__module__ == ops.__name__
-        and str(inspect.signature(fn).return_annotation).startswith(("Flow[", "Feed["))
-    }
+    from scheduler.client import fleet, jobs, watching
+
+    found = {op.__name__: op for op in ops.OPERATIONS}
+    for module in (jobs, watching, fleet):
+        for name, fn in vars(module).items():
+            plan = inspect.isfunction(fn) and fn.__module__ == module.__name__
+            answer = str(inspect.signature(fn).return_annotation) if plan else ""
+            if plan and not name.startswith("_") and answer.startswith(("Flow[", "Feed[")):
+                assert name in found, f"{module.__name__}.{name} is not in ops.OPERATIONS"
+    return found
 
 
 def test_both_clients_bind_every_operation_with_its_signature_and_doc() -> None:

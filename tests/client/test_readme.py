@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scheduler.cli import session
-from scheduler.client import AsyncClient, Client
+from scheduler.client import AsyncClient, Client, session
 from tests.client.test_client import register
 from tests.conftest import Serve
 from tests.keys import API_KEY

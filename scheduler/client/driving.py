@@ -1,0 +1,99 @@
+"""What both clients share (blocking.py, aio.py): their settings, the retry policy, how an
+httpx request is made of a plan's `Request` and its failures told to the plan, and how an
+operation of ops.py becomes a method with its name, docstring and signature."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import httpx
+
+from scheduler.client.retrying import Policy
+from scheduler.client.session import with_session_key
+from scheduler.client.steps import Lost, NotSent, Now, PolicyAsk, Reply, Request
+from scheduler.config import Settings
+
+DEFAULT_URL = "http://127.0.0.1:9001"  # `scheduler serve`'s and `scheduler up`'s
+DEFAULT_TIMEOUT_SECS = 5.0
+DEFAULT_RETRIES = 3
+DEFAULT_RETRY_PAUSE_SECS = 0.5  # before the first retry, doubled before each next
+# What the request never left with: a retry cannot do anything twice.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def headers(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def timeout(base: httpx.Timeout, extra_read: float) -> httpx.Timeout:
+    read = None if base.read is None else base.read + extra_read
+    return httpx.Timeout(connect=base.connect, read=read, write=base.write, pool=base.pool)
+
+
+def from_env() -> tuple[str, str, float]:
+    """(SCHEDULER_URL, its key, HTTP_TIMEOUT_SECS) as the CLI reads them."""
+    settings = Settings.from_env()
+    settings = with_session_key(settings, settings.scheduler_url)
+    return settings.scheduler_url, settings.api_key, settings.http_timeout_secs
+
+
+def stream_timeout(base: httpx.Timeout, read_secs: float) -> httpx.Timeout:
+    return httpx.Timeout(connect=base.connect, read=read_secs, write=base.write, pool=base.pool)
+
+
+def build(
+    http: httpx.Client | httpx.AsyncClient, request: Request, timeout: httpx.Timeout
+) -> httpx.Request:
+    return http.build_request(
+        request.method,
+        request.path,
+        params=request.params,
+        content=request.json,
+        headers=request.headers,
+        timeout=timeout,
+    )
+
+
+def reply(response: httpx.Response, body: bytes) -> Reply:
+    return Reply(response.status_code, response.headers, body)
+
+
+def failure(exc: httpx.TransportError, url: str) -> Exception:
+    """What a plan is told of a transport error: NotSent or Lost, naming the scheduler."""
+    reason = str(exc) or type(exc).__name__
+    return (NotSent if isinstance(exc, _NOT_SENT) else Lost)(f"at {url}: {reason}")
+
+
+def _signature(op: Callable[..., Any], answer: str) -> inspect.Signature:
+    """`op`'s signature as a method's (`self` first), answering `answer` (for help())."""
+    sig = inspect.signature(op)
+    self = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    return sig.replace(parameters=[self, *sig.parameters.values()], return_annotation=answer)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def named(method: F, op: Callable[..., Any], kind: str) -> F:
+    """The method named and documented as its operation, with its signature (help()):
+    `kind` formats what the plan answers (`Iterator[{}]`)."""
+    method.__name__ = method.__qualname__ = op.__name__
+    method.__doc__ = op.__doc__
+    plan = str(inspect.signature(op).return_annotation)  # "Flow[Job]", "Feed[Job]"
+    answer = plan[plan.index("[") + 1 : -1] if plan.endswith("]") else plan
+    method.__signature__ = _signature(op, kind.format(answer))  # type: ignore[attr-defined]
+    return method
+
+
+class Base:
+    """What both clients keep: the scheduler's URL and the retry policy."""
+
+    def __init__(self, url: str, retries: int, retry_pause: float) -> None:
+        self.url = url.rstrip("/")
+        self.policy = Policy(tries=retries + 1, first_pause=retry_pause)
+
+    def _answer(self, step: Now | PolicyAsk) -> Any:
+        return time.monotonic() if isinstance(step, Now) else self.policy
