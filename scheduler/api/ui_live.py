@@ -14,8 +14,10 @@ The page's refresh does not fight the stream: the page has no meta refresh (only
 <noscript>). The script reloads it every REFRESH_SECS while no output has come (its summary
 may change meanwhile: pending to running, another node), then not while the stream shows
 output (a reload would take the reader's place) unless its `status` event says the job's
-status changed (a retry, a cancel: the summary would be wrong), and once the stream's `end`
-says the job ended, so its final record shows; never once the reader is leaving the page. A
+status changed (a retry, a cancel: the summary would be wrong) or a later attempt's output
+comes (a retry whose status changes fell between two of the stream's reads), and once the
+stream's `end` says the job ended, so its final record shows; never once the reader is
+leaving the page. A
 paused page (`refresh=off`) never reloads: the section says what changed and how the job
 ended.
 """
@@ -38,6 +40,7 @@ SCRIPT = """
   var paused = live.getAttribute("data-paused") === "1";
   var wait = Number(live.getAttribute("data-refresh")) * 1000;
   var keep = Number(live.getAttribute("data-keep"));
+  var made = Number(live.getAttribute("data-attempt"));
   var shown = 0, attempt = 0, timer = 0, leaving = false;
   // A reload must never take the place of a page the reader is going to.
   window.addEventListener("beforeunload", function () { leaving = true; });
@@ -70,6 +73,9 @@ SCRIPT = """
   source.addEventListener("output", function (event) {
     var chunk = JSON.parse(event.data);
     clearTimeout(timer);
+    // A later attempt's output (a retry ran while this page read none of the status
+    // changes: they came between two reads): the summary above is an earlier attempt's.
+    if (!paused && chunk.attempt > made) { source.close(); reload(); return; }
     if (attempt && chunk.attempt !== attempt) { note("attempt " + chunk.attempt); }
     attempt = chunk.attempt;
     add(chunk.text, chunk.stream === "stderr" ? "stderr" : "stdout");
@@ -113,7 +119,7 @@ def live_section(job: Job, view: View, keep: int) -> str:
     source = escape(f"/ui/jobs/{job.job_id}/logs")
     return (
         f'<section id="live" data-src="{source}" data-paused="{int(view.paused)}" '
-        f'data-status="{escape(job.status)}" '
+        f'data-status="{escape(job.status)}" data-attempt="{job.retry_count + 1}" '
         f'data-refresh="{REFRESH_SECS}" data-keep="{keep}">'
         '<h2>Live output <span id="live-state" class="muted"></span></h2>'
         '<noscript><p class="muted">Live output needs JavaScript: the output shows below '

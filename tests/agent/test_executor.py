@@ -308,16 +308,27 @@ def test_run_jobs_are_limited(tmp_path: Path) -> None:
     assert out.exit_code != 0 and "MemoryError" in out.stderr
 
 
-def _service(tmp_path: Path, job: AgentJob, stop_after: float | None) -> Outcome:
+def _service(tmp_path: Path, job: AgentJob, stop_once: Path | None) -> Outcome:
+    """The service's outcome, run until it ends, or stopped (the agent stopping) once the file
+    `stop_once` exists (it made it: what it printed before is written)."""
+
+    async def stop_when_there(abort: asyncio.Event) -> None:
+        while stop_once is not None and not stop_once.exists():
+            await asyncio.sleep(0.02)
+        abort.set()
+
     async def go() -> Outcome:
         executor, http = _executor(tmp_path, lambda r: httpx.Response(404))
         async with http:
             started = await executor.start_service(job, None)
             assert isinstance(started, Service)
             abort = asyncio.Event()
-            if stop_after is not None:
-                asyncio.get_running_loop().call_later(stop_after, abort.set)
-            return await started.wait(abort)
+            if stop_once is not None:
+                stopping = asyncio.create_task(stop_when_there(abort))
+            outcome = await started.wait(abort)
+            if stop_once is not None:
+                await stopping
+            return outcome
 
     return asyncio.run(go())
 
@@ -338,8 +349,10 @@ def test_a_service_killed_by_a_signal_says_which(tmp_path: Path) -> None:
 
 
 def test_a_service_is_stopped_when_the_agent_stops(tmp_path: Path) -> None:
-    job = AgentJob(job_id="job-6", command="echo up; exec sleep 300", job_type="service")
-    out = _service(tmp_path, job, 0.5)
+    marker = tmp_path / "started"
+    command = f"echo up; touch {marker}; exec sleep 300"
+    job = AgentJob(job_id="job-6", command=command, job_type="service")
+    out = _service(tmp_path, job, marker)
     assert out.exit_code == -1
     assert out.stdout == "up\n" and "agent stopped" in out.stderr
 

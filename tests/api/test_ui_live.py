@@ -49,7 +49,7 @@ def test_a_running_jobs_page_follows_its_output_with_its_one_script(client: Test
     assert section, page
     assert section.group(1) == (
         f'data-src="/ui/jobs/{job_id}/logs" data-paused="0" data-status="running" '
-        'data-refresh="5" data-keep="1048576"'
+        'data-attempt="1" data-refresh="5" data-keep="1048576"'
     )
     assert '<pre id="live-output" tabindex="0"></pre>' in section.group(2)
     # The live output comes before the attempts; the page's refresh is the script's, the
