@@ -22,8 +22,10 @@ from scheduler.models.job import FINAL_STATUSES
 from scheduler.models.log import (
     CHUNK_BODY_MAX_BYTES,
     LOG_STREAMS,
+    Accepted,
     Dropped,
     Ended,
+    OffsetConflict,
     Output,
     Status,
     chunk_decoder,
@@ -60,8 +62,8 @@ async def post_output(request: Request) -> Response:
     try:
         offset = await store_of(request).run(append)
     except OffsetMismatch as exc:
-        return json_bytes(_encode({"error": str(exc), "offset": exc.offset}), status=409)
-    return json_bytes(_encode({"offset": offset}))
+        return json_bytes(_encode(OffsetConflict(str(exc), exc.offset)), status=409)
+    return json_bytes(_encode(Accepted(offset)))
 
 
 async def get_logs(request: Request) -> Response:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 import msgspec
 from starlette.requests import Request
@@ -28,6 +27,7 @@ from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.models.schedule import (
     ScheduleRequest,
+    ScheduleView,
     new_schedule,
     paused,
     resumed,
@@ -43,7 +43,7 @@ _request_decoder = msgspec.json.Decoder(ScheduleRequest)
 _encoder = msgspec.json.Encoder()
 
 
-def _shown(shown: dict[str, Any], status: int = 200) -> Response:
+def _shown(shown: ScheduleView, status: int = 200) -> Response:
     return json_bytes(_encoder.encode(shown), status=status)
 
 

@@ -28,6 +28,7 @@ from zoneinfo import ZoneInfo
 
 import msgspec
 from cronsim import CronSim, CronSimError
+from msgspec import UNSET, UnsetType
 
 from scheduler.models.job import JobCreate, new_job, validate_create
 from scheduler.models.wire import DecodeError, InvalidInput, check_id, decode_go_style, rfc3339
@@ -212,24 +213,42 @@ def tick_key(schedule: Schedule, tick: int) -> str:
     return f"schedule-{digest}"
 
 
-def view(schedule: Schedule) -> dict[str, Any]:
-    """The schedule as the API shows it: its request, with the times as RFC 3339 text and
-    empty fields left out (as a job's)."""
-    shown: dict[str, Any] = {"name": schedule.name}
+class ScheduleView(msgspec.Struct, omit_defaults=True, kw_only=True):
+    """A schedule as the API shows it: its request (`cron` or `every_secs`, whichever it
+    has), `job` its template (the POST /jobs body), the times as RFC 3339 text; a field
+    without a value is left out (as a job's): `next_run_at` while paused, `last_run_at` and
+    `last_job_id` before its first job."""
+
+    name: str
+    cron: str | UnsetType = UNSET
+    every_secs: int | UnsetType = UNSET
+    timezone: str
+    catchup: str
+    paused: bool
+    job: dict[str, Any]
+    created_at: str
+    next_run_at: str | UnsetType = UNSET
+    last_run_at: str | UnsetType = UNSET
+    last_job_id: str | UnsetType = UNSET
+
+
+def view(schedule: Schedule) -> ScheduleView:
+    """The schedule as the API shows it."""
+    shown = ScheduleView(
+        name=schedule.name,
+        timezone=schedule.timezone,
+        catchup=schedule.catchup,
+        paused=schedule.paused,
+        job=schedule.job,
+        created_at=schedule.created_at,
+    )
     if schedule.cron:
-        shown["cron"] = schedule.cron
+        shown.cron = schedule.cron
     else:
-        shown["every_secs"] = schedule.every_secs
-    shown |= {
-        "timezone": schedule.timezone,
-        "catchup": schedule.catchup,
-        "paused": schedule.paused,
-        "job": schedule.job,
-        "created_at": schedule.created_at,
-    }
+        shown.every_secs = schedule.every_secs
     if schedule.next_tick:
-        shown["next_run_at"] = rfc3339(schedule.next_tick)
+        shown.next_run_at = rfc3339(schedule.next_tick)
     if schedule.last_run_at:
-        shown["last_run_at"] = schedule.last_run_at
-        shown["last_job_id"] = schedule.last_job_id
+        shown.last_run_at = schedule.last_run_at
+        shown.last_job_id = schedule.last_job_id
     return shown
