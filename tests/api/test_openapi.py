@@ -35,9 +35,7 @@ def described() -> Json:
 
 def table_operations() -> set[tuple[str, str]]:
     return {
-        (entry.route.path_format, name.lower())
-        for entry in TABLE.entries
-        for name in entry.methods
+        (entry.route.path_format, name.lower()) for entry in TABLE.entries for name in entry.methods
     }
 
 
