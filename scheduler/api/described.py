@@ -48,6 +48,11 @@ def json(model: Any, description: str = "") -> Answer:
     return Answer(description or _named(model), model)
 
 
+def got(model: Any, description: str = "", status: int = 200) -> dict[int, Answer]:
+    """One JSON answer: `model` at `status`."""
+    return {status: json(model, description)}
+
+
 def text(description: str, headers: Mapping[str, str] | None = None) -> Answer:
     return Answer(description, str, TEXT, headers or {})
 
@@ -69,6 +74,9 @@ def redirect(description: str) -> Answer:
 
 def empty(description: str) -> Answer:
     return Answer(description, None, "")
+
+
+DONE = {204: empty("done")}
 
 
 def body(model: Any, required: bool = True) -> Body:

@@ -166,7 +166,7 @@ def operation(entry: Entry, method: Method, schemas: Schemas) -> dict[str, Any]:
         "operationId": f"{endpoint.__module__.rsplit('.', 1)[-1]}.{endpoint.__name__}",
         "summary": method.summary,
         "description": ACCESS_NOTES[method.access] + SERVED_NOTES[entry.served],
-        "tags": [entry.path.split("/")[1]],
+        "tags": [_tag(method)],
         "parameters": parameters(entry, method),
         "responses": responses(method, schemas),
         "security": SECURITY[method.access],
@@ -226,3 +226,9 @@ def _media(answer: Answer, schemas: Schemas) -> dict[str, Any]:
     if answer.events:  # an extension: each event's data, by event name
         found["x-events"] = {name: schemas[model] for name, model in answer.events.items()}
     return found
+
+
+def _tag(method: Method) -> str:
+    """The operation's group: the module serving it (`ui` for the web UI's modules)."""
+    module = method.endpoint.__module__.rsplit(".", 1)[-1]
+    return "ui" if method.access is Access.UI or module.startswith("ui") else module
