@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from scheduler.api.described import HTML, JSON, TEXT, Answer, Body
 from scheduler.api.openapi_params import PATH, QUERY, Param
-from scheduler.api.routing import Access, Entry, Method, RouteTable, Served
+from scheduler.api.routing import UI_PREFIX, Access, Entry, Method, RouteTable, Served
 from scheduler.api.ui_session import UI_COOKIE
 
 OPENAPI = "3.1.0"
@@ -63,16 +63,14 @@ SECURITY: dict[Access, list[Requirement]] = {
     Access.OWN_SERVICES: [KEY, OPEN, TOKEN],
     Access.UI: [{"uiSession": []}],
 }
-AGENTS = (
-    "an agent's call: open with AGENT_AUTH=open (the default), else the node's token or the key"
-)
+AGENTS = "open with AGENT_AUTH=open (the default), else the node's token or the key"
 ACCESS_NOTES = {
     Access.ANYONE: "Anyone may call it.",
     Access.KEY: "Needs the key (when one is set).",
-    Access.AGENT: f"Is {AGENTS}.",
-    Access.POLL: f"The agent's poll (node_id and status=pending, no paging) is {AGENTS}; any "
-    "other listing needs the key.",
-    Access.OWN_SERVICES: f"With node_id, an agent's own list, {AGENTS}; else the key's.",
+    Access.AGENT: f"An agent's call: {AGENTS}.",
+    Access.POLL: f"The agent's poll (node_id and status=pending, no paging) is an agent's "
+    f"call, {AGENTS}; any other listing needs the key.",
+    Access.OWN_SERVICES: f"With node_id, an agent's own list: {AGENTS}; else the key's.",
     Access.UI: "The web UI's: needs the login's session cookie (with no key set, none); a "
     "browser without one is sent to the login form.",
 }
@@ -168,7 +166,7 @@ def operation(entry: Entry, method: Method, schemas: Schemas) -> dict[str, Any]:
         "description": ACCESS_NOTES[method.access] + SERVED_NOTES[entry.served],
         "tags": [_tag(method)],
         "parameters": parameters(entry, method),
-        "responses": responses(method, schemas),
+        "responses": responses(entry, method, schemas),
         "security": SECURITY[method.access],
     }
     if method.body is not None:
@@ -192,9 +190,10 @@ def request_body(body: Body, schemas: Schemas) -> dict[str, Any]:
     return {"required": body.required, "content": {body.media: {"schema": schemas[body.model]}}}
 
 
-def responses(method: Method, schemas: Schemas) -> dict[str, Any]:
+def responses(entry: Entry, method: Method, schemas: Schemas) -> dict[str, Any]:
     """The method's answers by status; then what any method of its Access may answer (a
-    refused key, the UI's way to its login), and `default`, any error."""
+    refused key, the UI's way to its login), and `default`, any error (under /ui a page of
+    the UI, whoever refused: ui_errors.py)."""
     found: dict[str, Any] = {}
     for status, answer in method.answers.items():
         found[str(status)] = response(answer if isinstance(answer, tuple) else (answer,), schemas)
@@ -202,7 +201,7 @@ def responses(method: Method, schemas: Schemas) -> dict[str, Any]:
     refused = {} if method.access is Access.ANYONE else TO_LOGIN if ui else REFUSED
     for status, answer in refused.items():
         found.setdefault(str(status), response((answer,), schemas))
-    found["default"] = response((UI_ERROR if ui else ERROR,), schemas)
+    found["default"] = response((UI_ERROR if entry.label == UI_PREFIX else ERROR,), schemas)
     return found
 
 

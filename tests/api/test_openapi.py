@@ -21,7 +21,7 @@ from scheduler.api.described import EVENTS
 from scheduler.api.openapi import document
 from scheduler.api.openapi_params import PATH, QUERY
 from scheduler.api.routes import TABLE
-from tests.conftest import ClientFactory
+from tests.conftest import BOTH_FRONTS, ClientFactory, register
 
 KEY = "openapi-key"
 BEARER = {"Authorization": f"Bearer {KEY}"}
@@ -196,9 +196,11 @@ def json_operations(doc: Json) -> set[tuple[str, str, int]]:
     }
 
 
+@BOTH_FRONTS
 def test_real_answers_validate_against_the_document(checked: tuple[TestClient, Checker]) -> None:
     """A scenario through every route answering JSON, each answer validated; then every
-    JSON answer the document declares was met."""
+    JSON answer the document declares was met. Through the hot lane's server too, which
+    answers the hot calls itself."""
     api, check = checked
     jobs_scenario(api, check)
     schedules_nodes_and_services(api, check)
@@ -312,4 +314,11 @@ def test_errors_and_pages_answer_as_described(
     for path in ("/ui", "/ui/jobs", "/ui/nodes", "/ui/schedules"):
         check(browser.get(path), path)
     check(browser.get("/ui/jobs/job-404"), "/ui/jobs/{job_id}")  # 404, a page of the UI
+    register(api, "n1")
+    job_id = api.post("/jobs", json={"command": "sleep 1"}).json()["job_id"]
+    job_page = check(browser.get(f"/ui/jobs/{job_id}"), "/ui/jobs/{job_id}")
+    token = job_page.split('name="csrf" value="')[1].split('"')[0]
+    cancel = browser.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": token}, follow_redirects=False)
+    check(cancel, "/ui/jobs/{job_id}/cancel")  # 303, back to the page
+    check(browser.post(f"/ui/jobs/{job_id}/cancel", data={}), "/ui/jobs/{job_id}/cancel")  # 403
     check(browser.post("/ui/logout", follow_redirects=False), "/ui/logout")
