@@ -74,6 +74,8 @@ ACCESS_NOTES = {
     Access.UI: "The web UI's: needs the login's session cookie (with no key set, none); a "
     "browser without one is sent to the login form.",
 }
+# An AGENT call no one else may make, whatever AGENT_AUTH (Method.anyone_in_open_mode).
+NODE_OR_KEY = "The key, or the node's own token for its own node, whatever AGENT_AUTH."
 SERVED_NOTES: dict[Served, str] = {
     "always": "",
     "registry": " Served with the built-in registry only (REGISTRY_URL unset).",
@@ -163,15 +165,19 @@ def operation(entry: Entry, method: Method, schemas: Schemas) -> dict[str, Any]:
     found: dict[str, Any] = {
         "operationId": f"{endpoint.__module__.rsplit('.', 1)[-1]}.{endpoint.__name__}",
         "summary": method.summary,
-        "description": ACCESS_NOTES[method.access] + SERVED_NOTES[entry.served],
+        "description": _access_note(method) + SERVED_NOTES[entry.served],
         "tags": [_tag(method)],
         "parameters": parameters(entry, method),
         "responses": responses(entry, method, schemas),
-        "security": SECURITY[method.access],
+        "security": SECURITY[method.access] if method.anyone_in_open_mode else [TOKEN, KEY],
     }
     if method.body is not None:
         found["requestBody"] = request_body(method.body, schemas)
     return found
+
+
+def _access_note(method: Method) -> str:
+    return ACCESS_NOTES[method.access] if method.anyone_in_open_mode else NODE_OR_KEY
 
 
 def parameters(entry: Entry, method: Method) -> list[dict[str, Any]]:

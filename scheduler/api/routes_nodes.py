@@ -73,6 +73,7 @@ ENTRIES = [
             "DELETE": Method(
                 nodes.delete_node,
                 AGENT,
+                anyone_in_open_mode=False,
                 summary="Remove a node (its pending jobs move to live nodes)",
                 answers={**DONE, **NODE_GONE},
             )
@@ -87,6 +88,7 @@ ENTRIES = [
             "POST": Method(
                 nodes.drain,
                 AGENT,
+                anyone_in_open_mode=False,
                 summary="Drain a node: no new job goes to it, its jobs not running move",
                 body=body(DrainRequest, required=False),
                 answers={**got(NodeDrained), **NODE_GONE},
@@ -99,6 +101,7 @@ ENTRIES = [
             "POST": Method(
                 nodes.undrain,
                 AGENT,
+                anyone_in_open_mode=False,
                 summary="Lift a node's drain",
                 answers={**got(NodeUndrained), **NODE_GONE},
             )

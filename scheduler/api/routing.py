@@ -113,6 +113,10 @@ class Method:
     summary: str = field(default="", kw_only=True)
     body: Body | None = field(default=None, kw_only=True)
     answers: Mapping[int, Answer | tuple[Answer, ...]] = field(default_factory=dict, kw_only=True)
+    # An AGENT call its handler refuses to anyone but the key or the node's own token even
+    # with AGENT_AUTH=open (a node removed or drained: nodes.py `operator_or_node`), for the
+    # description; the door (Access) is the same.
+    anyone_in_open_mode: bool = field(default=True, kw_only=True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", frozenset(self.reads))

@@ -17,10 +17,11 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from starlette.testclient import TestClient
 
-from scheduler.api.described import EVENTS
+from scheduler.api.described import EVENTS, TEXT
 from scheduler.api.openapi import document
 from scheduler.api.openapi_params import PATH, QUERY
 from scheduler.api.routes import TABLE
+from scheduler.api.routing import Access
 from tests.conftest import BOTH_FRONTS, ClientFactory, register
 
 KEY = "openapi-key"
@@ -322,3 +323,35 @@ def test_errors_and_pages_answer_as_described(
     check(cancel, "/ui/jobs/{job_id}/cancel")  # 303, back to the page
     check(browser.post(f"/ui/jobs/{job_id}/cancel", data={}), "/ui/jobs/{job_id}/cancel")  # 403
     check(browser.post("/ui/logout", follow_redirects=False), "/ui/logout")
+
+
+def test_who_may_call_is_as_described(make_client: ClientFactory) -> None:
+    """With a key set and AGENT_AUTH=open, a call without any credential is let in exactly
+    where the operation's `security` offers to go without (none, or `{}`): else 401, or the
+    UI's way to its login. The poll and an agent's own services are open with their
+    parameters only."""
+    api = make_client(api_key=KEY)
+    register(api, "n1")
+    conditional = {
+        (entry.route.path_format, name.lower()): entry.methods[name].access
+        for entry in TABLE.entries
+        for name in entry.methods
+    }
+    for path, item in described()["paths"].items():
+        for method, op in item.items():
+            url = re.sub(r"\{\w+\}", "n1", path)
+            access = conditional[(path, method)]
+            if access in (Access.POLL, Access.OWN_SERVICES):
+                url += "?node_id=n1&status=pending"
+            json_body = {} if "requestBody" in op else None
+            answer = api.request(method, url, json=json_body, follow_redirects=False)
+            # Refused: a plain 401 (the login form's own 401 is the form, a page), or to
+            # the login form.
+            media = answer.headers.get("content-type")
+            refused = (answer.status_code, media) == (401, TEXT) or (
+                answer.status_code == 303 and answer.headers.get("location") == "/ui/login"
+            )
+            security = op["security"]
+            assert refused == bool(security and {} not in security), (method, path, answer.text)
+            if refused and access is Access.UI:
+                assert answer.status_code == 303
