@@ -58,6 +58,13 @@ def test_each_operation_names_the_parameters_its_method_reads() -> None:
             assert path == set(entry.route.param_convertors), (entry.path, name)
 
 
+def test_every_method_says_what_it_does_and_answers() -> None:
+    """A new route is described as it is added: its summary and at least one answer."""
+    for entry in TABLE.entries:
+        for name, method in entry.methods.items():
+            assert method.summary and method.answers, (entry.path, name)
+
+
 def test_every_parameter_name_has_one_description_and_none_is_left_over() -> None:
     """One place says what each name means (openapi_params.py): a name a method starts to
     read needs its line there, and a name no method reads any more goes."""
