@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from redis.exceptions import RedisError
@@ -53,6 +53,33 @@ class Answer(msgspec.Struct):
     jobs: list[Any]  # Made | Refused, in the batch's order
 
 
+def _entry_fields() -> list[msgspec.structs.FieldInfo]:
+    """The fields of Made and Refused, each once."""
+    found = {f.name: f for kind in (Made, Refused) for f in msgspec.structs.fields(kind)}
+    return list(found.values())
+
+
+# How the route is described (routes.TABLE, openapi.py), derived from the structs above: the
+# body's jobs as POST /jobs' bodies (Envelope keeps each as its bytes, read alone), and an
+# answer's entry, a Made or a Refused, as one struct with the fields of both, each optional
+# (msgspec describes no union of untagged structs). JobCreate and _Entry are made by
+# defstruct: types to msgspec, values to mypy.
+DescribedBody = msgspec.defstruct(
+    "BatchRequest",
+    [("jobs", Annotated[list[JobCreate], msgspec.Meta(min_length=1, max_length=MAX_JOBS)])],  # type: ignore[valid-type]
+    forbid_unknown_fields=True,
+    module=__name__,
+)
+_Entry = msgspec.defstruct(
+    "BatchEntry",
+    [(f.name, f.type | msgspec.UnsetType, msgspec.UNSET) for f in _entry_fields()],
+    module=__name__,
+)
+DescribedAnswer = msgspec.defstruct(
+    "BatchAnswer",
+    [("jobs", list[_Entry])],  # type: ignore[valid-type]
+    module=__name__,
+)
 _envelope_decoder = msgspec.json.Decoder(Envelope)
 _id_decoder = msgspec.json.Decoder(Made)
 _FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(JobCreate))

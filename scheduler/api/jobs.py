@@ -33,7 +33,21 @@ from scheduler.models.wire import check_id
 from scheduler.store import ops
 from scheduler.store.scripts.jobs import Polled
 
-HEALTH = msgspec.json.encode({"service": "scheduler", "status": "healthy"})
+
+class Health(msgspec.Struct):
+    """GET /health's answer, the original's."""
+
+    service: str
+    status: str
+
+
+class Picked(msgspec.Struct):
+    """GET /schedule's answer: the node a new job would go to ("" for none)."""
+
+    node_id: str
+
+
+HEALTH = msgspec.json.encode(Health("scheduler", "healthy"))
 DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
 
 
@@ -48,7 +62,7 @@ async def health(request: Request) -> Response:
 async def schedule(request: Request) -> Response:
     placement = await _nodes(request).placement("")
     node_id = await _store(request).run(ops.jobs.pick(placement, time.time()))
-    return json_bytes(msgspec.json.encode({"node_id": node_id}))
+    return json_bytes(msgspec.json.encode(Picked(node_id)))
 
 
 async def submit_job(request: Request) -> Response:

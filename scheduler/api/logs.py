@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from scheduler.api import hot
+from scheduler.api.described import stream
 from scheduler.api.follow import SSE_HEADERS, Read, follow, follows, positions, sse
 from scheduler.api.http import NO_STORE, HTTPError, json_bytes, one_of, read_body, whole_number
 from scheduler.api.params import param
@@ -22,8 +23,10 @@ from scheduler.models.job import FINAL_STATUSES
 from scheduler.models.log import (
     CHUNK_BODY_MAX_BYTES,
     LOG_STREAMS,
+    Accepted,
     Dropped,
     Ended,
+    OffsetConflict,
     Output,
     Status,
     chunk_decoder,
@@ -40,6 +43,15 @@ MAX_ATTEMPT = 1_000_000
 READS = ("stream", "attempt", "follow", "after")
 FOLLOW_READS = ("stream", "attempt", "after")
 _encode = msgspec.json.encode
+# What a follower streams (routes.TABLE: GET /jobs/{id}/logs?follow=1, /ui/jobs/{id}/logs).
+FOLLOWED = stream(
+    "the output as events (`output`'s id is the position to resume after); `end`, the last, "
+    "once the job has ended",
+    status=Status,
+    output=Output,
+    dropped=Dropped,
+    end=Ended,
+)
 
 
 async def post_output(request: Request) -> Response:
@@ -60,8 +72,8 @@ async def post_output(request: Request) -> Response:
     try:
         offset = await store_of(request).run(append)
     except OffsetMismatch as exc:
-        return json_bytes(_encode({"error": str(exc), "offset": exc.offset}), status=409)
-    return json_bytes(_encode({"offset": offset}))
+        return json_bytes(_encode(OffsetConflict(str(exc), exc.offset)), status=409)
+    return json_bytes(_encode(Accepted(offset)))
 
 
 async def get_logs(request: Request) -> Response:

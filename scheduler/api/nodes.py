@@ -29,7 +29,9 @@ from scheduler.models.registry import (
     DrainRequest,
     Heartbeat,
     Node,
+    NodeBeat,
     NodeDrained,
+    NodeRegistered,
     NodeRegistration,
     NodeUndrained,
     validate_drain,
@@ -110,9 +112,9 @@ async def register(request: Request) -> Response:
             len(done.moved),
             len(done.lost),
         )
-    answer = msgspec.to_builtins(node)
+    answer = NodeRegistered(**msgspec.to_builtins(node))
     if done.outcome != "none":
-        answer["token"] = token if done.outcome == "issued" else bearer(request)
+        answer.token = token if done.outcome == "issued" else bearer(request)
     return json_bytes(msgspec.json.encode(answer), status=201)
 
 
@@ -122,9 +124,9 @@ async def heartbeat(request: Request) -> Response:
     if not ID_RE.fullmatch(beat.id):
         raise NodeNotFound()
     node, cancels = await _store(request).run(ops.nodes.heartbeat(beat.id, time.time(), caller))
-    answer = msgspec.to_builtins(node)
+    answer = NodeBeat(**msgspec.to_builtins(node))
     if cancels:  # its jobs being cancelled: an extra field, which the original agent ignores
-        answer["cancel"] = cancels
+        answer.cancel = cancels
     return json_bytes(msgspec.json.encode(answer))
 
 

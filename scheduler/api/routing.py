@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from scheduler.api.described import Answer, Body
 from scheduler.api.params import Params, parse_query
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -106,6 +107,16 @@ class Method:
     # The query parameters the endpoint reads, one value each (params.Query.get refuses any
     # other name): one given twice is a 400 at the door, on every path to the endpoint.
     reads: Collection[str] = ()
+    # What it is, takes and answers, for its OpenAPI description (openapi.py, described.py):
+    # a line saying what it does, its body, and its answers by status (errors, as plain text
+    # or a UI page, are described for every method: openapi.py).
+    summary: str = field(default="", kw_only=True)
+    body: Body | None = field(default=None, kw_only=True)
+    answers: Mapping[int, Answer | tuple[Answer, ...]] = field(default_factory=dict, kw_only=True)
+    # An AGENT call its handler refuses to anyone but the key or the node's own token even
+    # with AGENT_AUTH=open (a node removed or drained: nodes.py `operator_or_node`), for the
+    # description; the door (Access) is the same.
+    anyone_in_open_mode: bool = field(default=True, kw_only=True)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", frozenset(self.reads))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from html import escape
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -128,6 +129,12 @@ async def logout(request: Request) -> Response:
     response = RedirectResponse("/ui/login", status_code=303)
     await ui_session.end(request, response)
     return response
+
+
+class LoginForm(msgspec.Struct):
+    """The login form, as its route is described (routes.TABLE, openapi.py): the key."""
+
+    key: str
 
 
 async def _form(request: Request) -> dict[str, str]:

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from collections import Counter
 from html import escape
+from typing import Annotated
 from urllib.parse import urlencode
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import retries
 from scheduler.api.http import HTTPError, whole_number
 from scheduler.api.params import query_of
-from scheduler.api.ui_forms import FORM_BYTES, checked_form
+from scheduler.api.ui_forms import FORM_BYTES, Button, checked_form
 from scheduler.api.ui_layout import REFRESH, View, view_of
 from scheduler.models.job import Job
 from scheduler.models.wire import check_id
@@ -24,6 +26,15 @@ from scheduler.store.scripts import codes
 MAX_IDS = 50  # one page of the jobs list (ui_jobs.PAGE_SIZE)
 # The page's ids at their longest, beside the token and the node filter.
 BODY_BYTES = FORM_BYTES + MAX_IDS * len("&job_id=" + "x" * 128)
+
+
+class RetryForm(Button, kw_only=True):
+    """The failed list's form, as its route is described (routes.TABLE, openapi.py): the
+    page's token, its job ids (`job_id`, repeated) and its node filter."""
+
+    job_id: Annotated[list[str], msgspec.Meta(min_length=1, max_length=MAX_IDS)]
+    node_id: str = ""
+
 
 # What the failed list says on its way back: (query parameter, sentence).
 NOTICES = (

@@ -7,12 +7,20 @@ from __future__ import annotations
 import hmac
 from urllib.parse import parse_qs, urlsplit
 
+import msgspec
 from starlette.requests import Request
 
 from scheduler.api.http import HTTPError, read_body
 from scheduler.api.ui_session import csrf as csrf
 
 FORM_BYTES = 4096  # a key, a token
+
+
+class Button(msgspec.Struct):
+    """A button's posted form, as its route is described (routes.TABLE, openapi.py): the
+    page's CSRF token, which checked_form checks."""
+
+    csrf: str
 
 
 async def form_lists(request: Request, limit: int = FORM_BYTES) -> dict[str, list[str]]:

@@ -39,6 +39,21 @@ class OutputChunk(msgspec.Struct, forbid_unknown_fields=True):
 chunk_decoder = msgspec.json.Decoder(OutputChunk)
 
 
+class Accepted(msgspec.Struct):
+    """POST /jobs/{id}/output's answer: the stream's next offset (a chunk it holds already
+    answers the same: nothing is doubled)."""
+
+    offset: int
+
+
+class OffsetConflict(msgspec.Struct):
+    """POST /jobs/{id}/output's 409: the chunk is not at the offset the stream expects,
+    `offset`, from which the agent sends again."""
+
+    error: str
+    offset: int
+
+
 class Output(msgspec.Struct):
     """One chunk as a follower gets it (an SSE `output` event; its id is the position)."""
 

@@ -81,6 +81,21 @@ class NodeDrained(Node):
     stayed: int = 0
 
 
+class NodeRegistered(Node):
+    """POST /nodes/register's answer: the node, and its `token` when the caller holds it (a
+    new node, or the key's re-register: a fresh one; the node's own re-register: the same);
+    the original Rust agent ignores it."""
+
+    token: str | UnsetType = UNSET
+
+
+class NodeBeat(Node):
+    """POST /nodes/heartbeat's answer: the node, and `cancel`, the ids of its jobs being
+    cancelled, when there are any (the original agent ignores it; ours stops them)."""
+
+    cancel: list[str] | UnsetType = UNSET
+
+
 class NodeUndrained(Node):
     """POST /nodes/{id}/undrain's answer: the node as GET /nodes shows it, and whether it
     was drained."""

@@ -129,6 +129,8 @@ LABELS_BEFORE = {
     "/jobs/{id}/output",
     "/jobs/{id}/logs",
     "/events",
+    # The API's description (issue 42): the key's, as the rest of the API.
+    "/openapi.json",
 }
 
 
