@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from scheduler.client.errors import SchedulerError
 from scheduler.client.retrying import Policy
 from scheduler.client.session import with_session_key
 from scheduler.client.steps import Lost, NotSent, Now, PolicyAsk, Reply, Request
@@ -22,6 +23,9 @@ DEFAULT_RETRIES = 3
 DEFAULT_RETRY_PAUSE_SECS = 0.5  # before the first retry, doubled before each next
 # What the request never left with: a retry cannot do anything twice.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# What no try would send: a header httpx refuses (a newline in an Idempotency-Key), a URL
+# that is not http(s). The call's error at once, never a retry.
+_UNSENDABLE = (httpx.LocalProtocolError, httpx.UnsupportedProtocol)
 
 
 def headers(api_key: str) -> dict[str, str]:
@@ -62,8 +66,11 @@ def reply(response: httpx.Response, body: bytes) -> Reply:
 
 
 def failure(exc: httpx.TransportError, url: str) -> Exception:
-    """What a plan is told of a transport error: NotSent or Lost, naming the scheduler."""
+    """What a plan is told of a transport error: NotSent or Lost, naming the scheduler; or,
+    for a request that cannot be sent at all, the call's error (SchedulerError)."""
     reason = str(exc) or type(exc).__name__
+    if isinstance(exc, _UNSENDABLE):
+        return SchedulerError(f"cannot send the request to {url}: {reason}")
     return (NotSent if isinstance(exc, _NOT_SENT) else Lost)(f"at {url}: {reason}")
 
 

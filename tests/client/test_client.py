@@ -22,6 +22,7 @@ from scheduler.client import (
     NotFound,
     Output,
     Refused,
+    SchedulerError,
     Unauthorized,
     Unreachable,
     WaitTimeout,
@@ -279,3 +280,26 @@ def test_an_unreachable_scheduler_is_said_after_the_tries() -> None:
     nowhere = Client(f"http://127.0.0.1:{free_port()}", retries=1, retry_pause=0.01)
     with nowhere, pytest.raises(Unreachable, match=r"cannot reach the scheduler at http://127\."):
         nowhere.job("job-1")
+
+
+def test_a_request_that_cannot_be_sent_is_the_calls_error_at_once(url: str) -> None:
+    transport = LosingAnswers(0)
+    with Client(url, transport=transport, retry_pause=5) as made:
+        with pytest.raises(SchedulerError, match="cannot send the request") as raised:
+            made.submit("echo", idempotency_key="k\r\nX-Injected: 1")
+        assert not isinstance(raised.value, Unreachable)
+    assert transport.sent == 0
+    wrong = Client("ftp://127.0.0.1:1", retry_pause=5)
+    with wrong, pytest.raises(SchedulerError, match="cannot send the request"):
+        wrong.job("job-1")
+
+
+def test_an_id_is_one_path_segment_whatever_it_holds(client: Client) -> None:
+    """`../nodes` is a job id, quoted: never the nodes' route (or any other)."""
+    client.drain("n1")
+    for odd in ("../nodes", "..", "job-1/../../nodes/n1/undrain", "a?b=c", "a#b"):
+        with pytest.raises(NotFound):
+            client.job(odd)
+        with pytest.raises(NotFound):
+            client.cancel(odd)
+    assert client.nodes()["n1"].drained is True  # no undrain reached
