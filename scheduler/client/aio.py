@@ -7,17 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
 
 import httpx
 
 from scheduler.client import driving, ops
-from scheduler.client.driving import (
-    DEFAULT_RETRIES,
-    DEFAULT_RETRY_PAUSE_SECS,
-    DEFAULT_TIMEOUT_SECS,
-    DEFAULT_URL,
-)
+from scheduler.client.driving import DEFAULT_URL
 from scheduler.client.steps import (
     Exchange,
     Feed,
@@ -65,24 +60,13 @@ class AsyncClient(driving.Base):
         url: str = DEFAULT_URL,
         api_key: str = "",
         *,
-        timeout: float = DEFAULT_TIMEOUT_SECS,
-        retries: int = DEFAULT_RETRIES,
-        retry_pause: float = DEFAULT_RETRY_PAUSE_SECS,
         transport: httpx.AsyncBaseTransport | None = None,
+        **options: Unpack[driving.Options],
     ) -> None:
-        super().__init__(url, retries, retry_pause)
+        super().__init__(url, api_key, **options)
         self.http = httpx.AsyncClient(
-            base_url=self.url,
-            headers=driving.headers(api_key),
-            timeout=timeout,
-            transport=transport,
+            base_url=self.url, headers=self.headers, timeout=self.timeout, transport=transport
         )
-
-    @classmethod
-    def from_env(cls, **options: Any) -> AsyncClient:
-        """As Client.from_env."""
-        url, key, timeout = driving.from_env()
-        return cls(url, key, timeout=options.pop("timeout", timeout), **options)
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -111,11 +95,10 @@ class AsyncClient(driving.Base):
         failure: Exception | None = None
         try:
             while True:
-                try:
-                    step = plan.throw(failure) if failure else plan.send(answer)
-                except StopIteration as stop:
+                step = driving.advance(plan, answer, failure)
+                if isinstance(step, driving.Done):
                     if returned is not None:
-                        returned.append(stop.value)
+                        returned.append(step.value)
                     return
                 answer, failure = None, None
                 if isinstance(step, Item):

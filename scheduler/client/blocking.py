@@ -13,17 +13,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
 
 import httpx
 
 from scheduler.client import driving, ops
-from scheduler.client.driving import (
-    DEFAULT_RETRIES,
-    DEFAULT_RETRY_PAUSE_SECS,
-    DEFAULT_TIMEOUT_SECS,
-    DEFAULT_URL,
-)
+from scheduler.client.driving import DEFAULT_URL
 from scheduler.client.steps import (
     Exchange,
     Feed,
@@ -60,36 +55,22 @@ def _iterating(op: Callable[P, Feed[T]]) -> Callable[Concatenate[Client, P], Ite
 
 class Client(driving.Base):
     """The scheduler's API, blocking. `api_key`: TINYAWS_API_KEY (none for a scheduler
-    without one); `timeout`: seconds for a connection and each read (a long-poll waits
-    longer); `retries`: how many more times a call is sent when that cannot do it twice
-    (retrying.py), `retry_pause` seconds after the first failure, doubled after each next.
-    `Client.from_env()` reads SCHEDULER_URL and TINYAWS_API_KEY."""
+    without one); `options`: `timeout`, `retries`, `retry_pause` (driving.Options);
+    `transport`: httpx's, for tests and proxies. `Client.from_env()` reads SCHEDULER_URL and
+    TINYAWS_API_KEY."""
 
     def __init__(
         self,
         url: str = DEFAULT_URL,
         api_key: str = "",
         *,
-        timeout: float = DEFAULT_TIMEOUT_SECS,
-        retries: int = DEFAULT_RETRIES,
-        retry_pause: float = DEFAULT_RETRY_PAUSE_SECS,
         transport: httpx.BaseTransport | None = None,
+        **options: Unpack[driving.Options],
     ) -> None:
-        super().__init__(url, retries, retry_pause)
+        super().__init__(url, api_key, **options)
         self.http = httpx.Client(
-            base_url=self.url,
-            headers=driving.headers(api_key),
-            timeout=timeout,
-            transport=transport,
+            base_url=self.url, headers=self.headers, timeout=self.timeout, transport=transport
         )
-
-    @classmethod
-    def from_env(cls, **options: Any) -> Client:
-        """A client of the scheduler SCHEDULER_URL names, with TINYAWS_API_KEY and
-        HTTP_TIMEOUT_SECS (docs/CONFIGURATION.md); without a key, the one `scheduler up`
-        keeps for its session at that address, as the CLI finds it (client/session.py)."""
-        url, key, timeout = driving.from_env()
-        return cls(url, key, timeout=options.pop("timeout", timeout), **options)
 
     def close(self) -> None:
         self.http.close()
@@ -116,10 +97,9 @@ class Client(driving.Base):
         failure: Exception | None = None
         try:
             while True:
-                try:
-                    step = plan.throw(failure) if failure else plan.send(answer)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                step = driving.advance(plan, answer, failure)
+                if isinstance(step, driving.Done):
+                    return step.value  # type: ignore[no-any-return]
                 answer, failure = None, None
                 if isinstance(step, Item):
                     yield step.value

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Self, TypedDict, TypeVar, Unpack
 
 import httpx
 
@@ -95,12 +96,55 @@ def named(method: F, op: Callable[..., Any], kind: str) -> F:
     return method
 
 
-class Base:
-    """What both clients keep: the scheduler's URL and the retry policy."""
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A plan ended, answering `value`."""
 
-    def __init__(self, url: str, retries: int, retry_pause: float) -> None:
+    value: Any
+
+
+def advance(plan: Generator[Any, Any, Any], answer: Any, failure: Exception | None) -> Any:
+    """The plan's next step (a Step, an Item), given what came of the last (or the failure
+    to throw in); Done once it has returned."""
+    try:
+        return plan.throw(failure) if failure else plan.send(answer)
+    except StopIteration as stop:
+        return Done(stop.value)
+
+
+class Options(TypedDict, total=False):
+    """A client's options: `timeout`, seconds for a connection and each read (a long-poll
+    waits longer; default 5); `retries`, how many more times a call is sent when that cannot
+    do it twice (retrying.py; default 3); `retry_pause`, seconds before the first retry,
+    doubled before each next (default 0.5)."""
+
+    timeout: float
+    retries: int
+    retry_pause: float
+
+
+class Base:
+    """What both clients keep: the scheduler's URL, the headers and timeout of each request
+    (the subclass makes its httpx client of them) and the retry policy."""
+
+    def __init__(
+        self, url: str = DEFAULT_URL, api_key: str = "", **options: Unpack[Options]
+    ) -> None:
         self.url = url.rstrip("/")
-        self.policy = Policy(tries=retries + 1, first_pause=retry_pause)
+        self.headers = headers(api_key)
+        self.timeout = options.get("timeout", DEFAULT_TIMEOUT_SECS)
+        retries = options.get("retries", DEFAULT_RETRIES)
+        pause = options.get("retry_pause", DEFAULT_RETRY_PAUSE_SECS)
+        self.policy = Policy(tries=retries + 1, first_pause=pause)
+
+    @classmethod
+    def from_env(cls, **options: Unpack[Options]) -> Self:
+        """A client of the scheduler SCHEDULER_URL names, with TINYAWS_API_KEY and
+        HTTP_TIMEOUT_SECS (docs/CONFIGURATION.md); without a key, the one `scheduler up`
+        keeps for its session at that address, as the CLI finds it (client/session.py)."""
+        url, key, timeout = from_env()
+        options.setdefault("timeout", timeout)
+        return cls(url, key, **options)
 
     def _answer(self, step: Now | PolicyAsk) -> Any:
         return time.monotonic() if isinstance(step, Now) else self.policy
