@@ -24,7 +24,12 @@ class SchedulerError(Exception):
 
 class Unreachable(SchedulerError):
     """No answer from the scheduler: it could not be reached, or the connection was lost
-    before its answer (after the tries that could not do a thing twice)."""
+    before its answer (after the tries that could not do a thing twice). `maybe_done`: the
+    request was sent, so the scheduler may have done it."""
+
+    def __init__(self, message: str, maybe_done: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_done = maybe_done
 
 
 class WaitTimeout(SchedulerError):

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from scheduler.client import calls
-from scheduler.client.errors import WaitTimeout
+from scheduler.client.errors import Unreachable, WaitTimeout
 from scheduler.client.models import BatchEntry, read_entry
 from scheduler.client.steps import NOW, Feed, Flow, Item, Sleep
 from scheduler.models.attempt import Attempt
@@ -24,6 +24,7 @@ MAX_WAIT_SECS = 60.0  # the API's bound on a long-poll's `wait` (store/connectio
 # A batch is sent once it holds this much JSON too: well under the server's MAX_BATCH_BYTES
 # (16 MiB by default), so a deployment that lowered it still takes most batches whole.
 BATCH_BYTES = 4 * 1024 * 1024
+CANCEL_LOOKS = 3  # a cancel's tries whose answer was lost, each after a look at the job
 
 
 _job = calls.decoded(Job)
@@ -173,9 +174,20 @@ def wait(
 
 def cancel(job_id: str, /) -> Flow[Job]:
     """Cancel the job: one not started ends at once (failed, `cancelled`); a running one is
-    `cancelling` until its agent has stopped it. Conflict when it has ended. Not sent again
-    once sent (Unreachable says so): look at the job before cancelling again."""
-    return (yield from calls.call(_job, "DELETE", calls.path("jobs", job_id), False))
+    `cancelling` until its agent has stopped it. Conflict when it has ended. A cancel whose
+    answer was lost looks at the job before it is sent again: cancelled or cancelling, it
+    was done (the job is the answer); else it is sent again."""
+    path = calls.path("jobs", job_id)
+    for look in range(CANCEL_LOOKS):
+        try:
+            return (yield from calls.call(_job, "DELETE", path, False))
+        except Unreachable as lost:
+            if not lost.maybe_done or look == CANCEL_LOOKS - 1:
+                raise
+        seen = yield from job(job_id)
+        if seen.status == "cancelling" or seen.failure_reason == "cancelled":
+            return seen
+    raise AssertionError("unreachable: the last look raises or returns")
 
 
 def retry(job_id: str, /) -> Flow[Job]:

@@ -4,8 +4,9 @@ A call is sent again when that cannot do anything twice: whatever the call, when
 never left (`NotSent`); for a `repeatable` call (a read, a submit under its Idempotency-Key,
 a drain) also when its answer was lost (`Lost`) or the scheduler answered 502, 503 or 504 (a
 replica restarting, Redis busy). Any other call whose answer was lost raises `Unreachable`
-saying it may have been done: a cancel or a retry by hand is looked at before it is made
-again, by whoever asked for it.
+saying it may have been done (`maybe_done`): a retry by hand or a schedule's change is
+looked at before it is made again, by whoever asked for it; a cancel looks itself
+(jobs.cancel).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def send(request: Request, repeatable: bool) -> Flow[Reply]:
         except Lost as exc:
             failure = f"lost the answer of the scheduler {exc}"
             if not repeatable:
-                raise Unreachable(f"{failure} (it may have been done: look first)") from None
+                raise Unreachable(f"{failure} (it may have been done: look first)", True) from None
         else:
             if reply.status not in UNAVAILABLE or not repeatable or last:
                 return reply

@@ -214,18 +214,26 @@ def test_schedules(client: Client) -> None:
 
 class LosingAnswers(httpx.BaseTransport):
     """The real server's transport, losing the answers of the first `lose` requests after
-    the server has done them (a connection reset on the way back)."""
+    the server has done them (a connection reset on the way back); `before`: refusing their
+    connection instead; `drop`: losing them on the way there."""
 
-    def __init__(self, lose: int, before: bool = False) -> None:
-        self.inner, self.lose, self.before, self.sent = httpx.HTTPTransport(), lose, before, 0
+    def __init__(self, lose: int, before: bool = False, drop: bool = False) -> None:
+        self.inner, self.lose, self.before, self.drop = httpx.HTTPTransport(), lose, before, drop
+        self.methods: list[str] = []  # of the requests the server got
+
+    @property
+    def sent(self) -> int:
+        return len(self.methods)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        if self.lose and self.before:
+        if self.lose and (self.before or self.drop):
             self.lose -= 1
+            if self.drop:  # sent, and lost before it arrived: the client cannot tell
+                raise httpx.ReadError("connection reset by peer", request=request)
             raise httpx.ConnectError("connection refused", request=request)
         response = self.inner.handle_request(request)
         response.read()
-        self.sent += 1
+        self.methods.append(request.method)
         if self.lose:
             self.lose -= 1
             response.close()
@@ -259,13 +267,34 @@ def made_batch(url: str) -> list[Any]:
     return entries
 
 
-def test_a_cancel_whose_answer_was_lost_is_not_sent_again(url: str, client: Client) -> None:
+def test_a_cancel_whose_answer_was_lost_looks_before_it_is_sent_again(
+    url: str, client: Client
+) -> None:
     job = client.submit("echo")
     made, transport = losing(url, lose=1)
-    with made, pytest.raises(Unreachable, match="may have been done"):
-        made.cancel(job.job_id)
-    assert transport.sent == 1
-    assert client.job(job.job_id).failure_reason == "cancelled"  # it was
+    with made:
+        cancelled = made.cancel(job.job_id)  # done; its answer lost; the look says so
+    assert cancelled.failure_reason == "cancelled"
+    assert transport.methods == ["DELETE", "GET"]  # sent once
+
+
+def test_a_cancel_lost_on_its_way_is_sent_again_after_the_look(url: str, client: Client) -> None:
+    job = client.submit("echo")
+    transport = LosingAnswers(1, drop=True)
+    with Client(url, transport=transport, retry_pause=0.01) as made:
+        assert made.cancel(job.job_id).failure_reason == "cancelled"
+    assert transport.methods == ["GET", "DELETE"]  # the dropped one never arrived
+
+
+def test_a_retry_by_hand_whose_answer_was_lost_is_not_sent_again(url: str, client: Client) -> None:
+    job = client.submit("echo")
+    client.cancel(job.job_id)
+    made, transport = losing(url, lose=1)
+    with made, pytest.raises(Unreachable, match="may have been done") as raised:
+        made.retry(job.job_id)
+    assert raised.value.maybe_done
+    assert transport.methods == ["POST"]
+    assert client.job(job.job_id).status == "pending"  # it was
 
 
 def test_a_call_that_never_left_is_sent_again_whatever_it_is(url: str, client: Client) -> None:
