@@ -108,8 +108,10 @@ def version() -> str:
         return "0+unknown"
 
 
-def document(table: RouteTable) -> dict[str, Any]:
-    """The OpenAPI 3.1 description of every entry of `table`."""
+def document(table: RouteTable, root_path: str = "") -> dict[str, Any]:
+    """The OpenAPI 3.1 description of every entry of `table`, served under `root_path`
+    (uvicorn's --root-path, behind a proxy that strips it: the paths a client calls start
+    with it)."""
     schemas, components = _schemas(table)
     paths: dict[str, dict[str, Any]] = {}
     for entry in table.entries:
@@ -119,6 +121,7 @@ def document(table: RouteTable) -> dict[str, Any]:
     return {
         "openapi": OPENAPI,
         "info": {"title": "tiny-aws scheduler", "version": version(), "description": INFO},
+        "servers": [{"url": root_path or "/"}],
         "paths": paths,
         "components": {"schemas": components, "securitySchemes": SECURITY_SCHEMES},
         "security": [KEY],
@@ -126,16 +129,17 @@ def document(table: RouteTable) -> dict[str, Any]:
 
 
 @functools.cache
-def encoded(table: RouteTable) -> bytes:
-    """`document` as JSON, built once per table (the table never changes)."""
-    return msgspec.json.encode(document(table)) + b"\n"
+def encoded(table: RouteTable, root_path: str) -> bytes:
+    """`document` as JSON, built once per table and root path (neither changes: the root path
+    is the server's setting, never a request's)."""
+    return msgspec.json.encode(document(table, root_path)) + b"\n"
 
 
 async def openapi_json(request: Request) -> Response:
     # routes.TABLE names this endpoint: imported when first called, not at import.
     from scheduler.api.routes import TABLE
 
-    return Response(encoded(TABLE), media_type=JSON)
+    return Response(encoded(TABLE, request.scope.get("root_path", "")), media_type=JSON)
 
 
 def _models(table: RouteTable) -> Iterator[Any]:

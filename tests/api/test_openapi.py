@@ -103,6 +103,18 @@ def test_the_key_rule(make_client: ClientFactory) -> None:
     assert answer.json() == json.loads(json.dumps(described()))
     open_api = make_client()
     assert open_api.get("/openapi.json").json()["openapi"] == "3.1.0"
+    assert open_api.get("/openapi.json").json()["servers"] == [{"url": "/"}]
+
+
+def test_behind_a_root_path_the_server_says_it(make_settings: Any) -> None:
+    """uvicorn's --root-path (a proxy strips the prefix): the paths a client calls start with
+    it, so the document's server is it."""
+    from scheduler.api.app import create_app
+
+    with TestClient(create_app(make_settings()), root_path="/scheduler") as client:
+        answer = client.get("/scheduler/openapi.json")
+    assert answer.status_code == 200
+    assert answer.json()["servers"] == [{"url": "/scheduler"}]
 
 
 # Real answers, validated against the document.
