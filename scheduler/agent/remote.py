@@ -19,6 +19,7 @@ import msgspec
 from scheduler.agent import token_file
 from scheduler.agent.config import AgentConfig
 from scheduler.agent.executor import AgentJob, Outcome
+from scheduler.models import poll
 
 log = logging.getLogger("scheduler.agent")
 
@@ -263,9 +264,9 @@ class Remote:
         url = self._url(self.config.scheduler_url, "/jobs")
         # Ours: how many it runs at once, and that its claims name its node (so idle nodes
         # may take from its queue what it has no room for: docs/GUIDE.md, Work stealing).
-        params = {"node_id": self.config.node_id, "status": "pending", "claims": "named"}
+        params = {"node_id": self.config.node_id, "status": "pending", poll.CLAIMS: poll.NAMED}
         if capacity is not None:
-            params["capacity"] = str(capacity)
+            params[poll.CAPACITY] = str(capacity)
         wait = self.config.poll_wait_secs
         if wait:
             params["wait"] = f"{wait:g}"

@@ -25,6 +25,7 @@ from scheduler.api.http import (
 )
 from scheduler.api.state import AppState
 from scheduler.api.stores import Store
+from scheduler.models import poll
 from scheduler.models.job import (
     REPORT_STATUSES,
     JobCreate,
@@ -69,13 +70,19 @@ def poller(node_id: str, caller: str, capacity: str, claims: str) -> Poller:
     `claims=named`, its claims name its node (work stealing may then take from its queue);
     a 400 naming a bad one."""
     check_node_id(node_id)
-    if claims not in ("", "named"):
-        raise HTTPError(400, "invalid claims: use claims=named (its claims name its node) or none")
+    if claims not in ("", poll.NAMED):
+        raise HTTPError(
+            400,
+            f"invalid {poll.CLAIMS}: use {poll.CLAIMS}={poll.NAMED} (its claims name its node) "
+            "or none",
+        )
     if not capacity:
         return Poller(node_id, caller, None, bool(claims))
     count = whole_number(capacity, MAX_CAPACITY)
     if count is None:
-        raise HTTPError(400, f"invalid capacity: use a whole number of jobs, 0 to {MAX_CAPACITY}")
+        raise HTTPError(
+            400, f"invalid {poll.CAPACITY}: use a whole number of jobs, 0 to {MAX_CAPACITY}"
+        )
     return Poller(node_id, caller, count, bool(claims))
 
 

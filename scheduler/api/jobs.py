@@ -28,6 +28,7 @@ from scheduler.api.routing import PAGING, polls
 from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
+from scheduler.models import poll
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES
 from scheduler.models.wire import check_id
 from scheduler.store import ops
@@ -110,7 +111,7 @@ async def list_jobs(request: Request) -> Response:
     store = _store(request)
     wait = longpoll.wait_secs(request)
     if polls(node_id, status, any(param(request, name) for name in PAGING)):
-        capacity, claims = param(request, "capacity"), param(request, "claims")
+        capacity, claims = param(request, poll.CAPACITY), param(request, poll.CLAIMS)
         poller = hot.poller(node_id, _auth(request).caller(request), capacity, claims)
         if wait is None:
             return _polled(request, await store.run(ops.jobs.poll(poller)))

@@ -42,6 +42,7 @@ from scheduler.api.params import Params
 from scheduler.api.routes import TABLE
 from scheduler.api.routing import POLL_LABEL, Access, Entry, Hot, Method, RouteTable
 from scheduler.api.state import AppState
+from scheduler.models import poll
 from scheduler.models.record import record
 from scheduler.store import ops
 from scheduler.store.connection.protocol import Reply
@@ -299,7 +300,7 @@ class Lane:
     def _poller(self, request: HotRequest) -> Poller:
         hot.check_node_id(request.param("node_id"))  # a 400 before the key's 401, as ASGI
         caller = self.state.agent_auth.caller_of(request.header(b"authorization"))
-        capacity, claims = request.param("capacity"), request.param("claims")
+        capacity, claims = request.param(poll.CAPACITY), request.param(poll.CLAIMS)
         return hot.poller(request.param("node_id"), caller, capacity, claims)
 
     async def create_job(self, request: HotRequest) -> Answer:

@@ -11,6 +11,7 @@ from typing import Any
 from scheduler.api import jobs, ui_dashboard, ui_dead
 from scheduler.api.hot import MAX_CAPACITY
 from scheduler.api.logs import MAX_ATTEMPT
+from scheduler.models import poll
 from scheduler.models.job import STATUSES
 from scheduler.models.log import LOG_STREAMS
 from scheduler.models.registry import NODE_ROLES
@@ -40,11 +41,11 @@ QUERY: dict[str, Param] = {
         {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECS},
         "A long-poll: wait up to this many seconds for something to answer",
     ),
-    "capacity": (
+    poll.CAPACITY: (
         {"type": "integer", "minimum": 0, "maximum": MAX_CAPACITY},
         "The poll's: how many jobs the agent runs at once",
     ),
-    "claims": ({"enum": ["named"]}, "The poll's: `named`, its claims name its node"),
+    poll.CLAIMS: ({"enum": [poll.NAMED]}, f"The poll's: `{poll.NAMED}`, its claims name its node"),
     "limit": (
         {"type": "integer", "minimum": 1, "maximum": jobs.MAX_PAGE},
         f"A page's size (default {jobs.DEFAULT_PAGE})",

@@ -32,6 +32,7 @@ from scheduler.api import (
 )
 from scheduler.api.described import DONE, Answer, body, got, json, stream, text
 from scheduler.api.routing import PAGING, Access, Entry, Hot, Method, RouteTable
+from scheduler.models import poll
 from scheduler.models.attempt import Attempt
 from scheduler.models.event import Event
 from scheduler.models.job import Job, JobCreate, JobUpdate
@@ -40,7 +41,7 @@ from scheduler.models.retry import RetryAnswer, RetryRequest
 from scheduler.models.schedule import ScheduleRequest, ScheduleView
 
 ANYONE, AGENT, KEY = Access.ANYONE, Access.AGENT, Access.KEY
-LISTING = ("node_id", "status", "wait", "capacity", "claims", *PAGING)  # the poll's, a listing's
+LISTING = ("node_id", "status", "wait", *poll.OURS, *PAGING)  # the poll's, a listing's
 
 # Answers several methods give (described.py); errors are described for every method.
 JOB = {200: json(Job, "the job"), 404: text("job not found")}
