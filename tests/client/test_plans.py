@@ -263,3 +263,11 @@ def test_both_clients_bind_every_operation_with_its_signature_and_doc() -> None:
             assert method.__doc__ == op.__doc__
             bound = list(inspect.signature(method).parameters)
             assert bound == ["self", *inspect.signature(op).parameters]
+
+
+def test_the_clients_page_lists_every_operation() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "CLIENT.md").read_text()
+    missing = [op.__name__ for op in ops.OPERATIONS if f"`{op.__name__}(" not in page]
+    assert not missing, f"docs/CLIENT.md's table lacks {missing}"
