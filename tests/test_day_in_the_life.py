@@ -30,6 +30,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.chromium import headless_chromium
+from tests.client.test_readme import python_example
 from tests.up_user import ACCELERATED, STEP_SECS, Said, Up, User, wait_for
 
 # A stop's longest: the agent's grace + 15 s, the worker's 20 s, the API's 10 s, Redis's 30 s
@@ -89,6 +90,7 @@ def test_a_day_of_scheduler_up_refuses_its_user_nothing(
     watching(user, tmp_path, ends)
     mistakes(user, hello)
     through_the_api(user, ends)
+    from_python(user, ends)
     login_at = in_the_browser(user, node, hello, tmp_path, ends)
     a_browser_tab(user, tab, ends)
     the_session_ends(user, login_at, node, hello)
@@ -220,6 +222,44 @@ def through_the_api(user: User, ends: dict[str, Ending]) -> None:
     assert attempt["reason"] == "done"
     assert "tick" in user.call("GET", "/schedules").text
     user.call("GET", "/nodes")
+
+
+# Several jobs at once from asyncio, each waited for (docs/CLIENT.md's second example).
+ASYNC_SCRIPT = """
+import asyncio
+from scheduler.client import AsyncClient
+
+async def main():
+    async with AsyncClient.from_env() as client:
+        jobs = await asyncio.gather(*(client.submit(f"echo py {n}") for n in range(3)))
+        done = await asyncio.gather(*(client.wait(j.job_id, timeout=60) for j in jobs))
+        print(" ".join(f"{d.job_id}={d.status}" for d in done))
+        async for job in client.jobs(newest=True, page_size=2):
+            print(job.job_id, job.status)
+            break
+
+asyncio.run(main())
+"""
+
+
+def from_python(user: User, ends: dict[str, Ending]) -> None:
+    """README's Python example as the user runs it, then several jobs at once from asyncio:
+    the Python client finds the session's key by itself, and counts as no wrong key."""
+    said = user.python(python_example())
+    assert said.out == "hello from Python\n", str(said)
+    (made,) = [
+        job["job_id"]
+        for job in user.call("GET", "/jobs").json()
+        if job["command"] == "echo hello from Python"
+    ]
+    ends[made] = ("done", "", "hello from Python\n")
+    first, newest = user.python(ASYNC_SCRIPT).out.splitlines()
+    ended = dict(pair.split("=") for pair in first.split())
+    assert set(ended.values()) == {"done"} and len(ended) == 3, first
+    for job_id in ended:
+        ends[job_id] = ("done", "", user.job(job_id)["command"].removeprefix("echo ") + "\n")
+    assert newest.split()[0] in ended
+    user.counts_nothing("the Python client's calls")
 
 
 def in_the_browser(

@@ -243,6 +243,20 @@ class User:
         )
         return Said(argv, done.returncode, done.stdout, done.stderr)
 
+    def python(self, code: str) -> Said:
+        """A Python program of the user's (the venv's python, as README's example says), with
+        the user's environment: scheduler.client finds the session's key as the CLI does."""
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=STEP_SECS,
+        )
+        said = Said(("python",), done.returncode, done.stdout, done.stderr)
+        assert said.code == 0, f"{said}{self.note()}"
+        return said
+
     def cli(self, *argv: str, code: int = 0) -> Said:
         """A right call: exits `code` (the job's own exit code for `submit --wait`)."""
         said = self.run(*argv)
