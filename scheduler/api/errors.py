@@ -57,10 +57,21 @@ def _status(code: int) -> Replier:
     return reply
 
 
+# A moment's unavailability (Redis busy, loading, failing over or not acknowledging, a
+# registry down, a layout changing): Retry-After says a try again soon may work, and the
+# Python client sends again only such 503s (client/retrying.py). The others stand until an
+# operator acts (no healthy node, too many nodes): answered at once, with none.
+SOON = {"Retry-After": "1"}
+
+
+def _soon(exc: Exception, where: str) -> Reply:
+    return 503, str(exc), dict(SOON)
+
+
 def _not_acked(exc: Exception, where: str) -> Reply:
     # REDIS_MIN_REPLICAS_ACKED: the change is on the primary, maybe not on enough replicas.
     log.warning("%s: %s", where, exc)
-    return 503, str(exc), {}
+    return 503, str(exc), dict(SOON)
 
 
 def _client_gone(exc: Exception, where: str) -> Reply:
@@ -99,16 +110,16 @@ OUTAGE_LOG = OutageLog()
 
 def _unavailable(exc: Exception, where: str) -> Reply:
     OUTAGE_LOG.failed(where, exc)
-    return 503, "store unavailable", {}
+    return 503, "store unavailable", dict(SOON)
 
 
 REPLIES: dict[type[Exception], Replier] = {
     HTTPError: _http_error,
     InvalidInput: _status(400),
-    RegistryError: _status(503),
-    StoreNotReady: _status(503),
-    LayoutChanged: _status(503),
-    StagedPartLost: _status(503),
+    RegistryError: _soon,
+    StoreNotReady: _soon,
+    LayoutChanged: _soon,
+    StagedPartLost: _soon,
     NoHealthyNodes: _status(503),
     JobNotFound: _status(404),
     JobNotRunning: _status(404),

@@ -77,9 +77,15 @@ def auth_hint(has_key: bool) -> str:
 
 
 def connect(url: str, settings: Settings) -> Client:
-    """The client of the scheduler at `url` (--scheduler-url, else SCHEDULER_URL)."""
+    """The client of the scheduler at `url` (--scheduler-url, else SCHEDULER_URL). It fails
+    fast: a command against no scheduler at all says so at once; once the scheduler has
+    answered, a call is sent again as the client's retries say (a replica restarting while
+    `status --wait` waits)."""
     return Client(
-        url or settings.scheduler_url, settings.api_key, timeout=settings.http_timeout_secs
+        url or settings.scheduler_url,
+        settings.api_key,
+        timeout=settings.http_timeout_secs,
+        fail_fast=True,
     )
 
 

@@ -165,6 +165,7 @@ class _AsyncCarrier:
             )
         except httpx.TransportError as exc:
             raise driving.failure(exc, self.client.url) from None
+        self.client.answered = True
         return driving.reply(response, response.content)
 
     async def _open(self, request: Request, read_secs: float) -> Reply:
@@ -179,6 +180,7 @@ class _AsyncCarrier:
             await self.close_stream()
             raise driving.failure(exc, self.client.url) from None
         self.chunks = response.aiter_bytes()
+        self.client.answered = True
         return driving.reply(response, body)
 
     async def _read(self) -> bytes:

@@ -165,6 +165,7 @@ class _Carrier:
             )
         except httpx.TransportError as exc:
             raise driving.failure(exc, self.client.url) from None
+        self.client.answered = True
         return driving.reply(response, response.content)
 
     def _open(self, request: Request, read_secs: float) -> Reply:
@@ -182,6 +183,7 @@ class _Carrier:
             opened.close()
             raise driving.failure(exc, self.client.url) from None
         self.stream, self.chunks = opened, response.iter_bytes()
+        self.client.answered = True
         return driving.reply(response, body)
 
     def _read(self) -> bytes:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Self, TypedDict, TypeVar, Unpack
 
 import httpx
@@ -116,11 +116,14 @@ class Options(TypedDict, total=False):
     """A client's options: `timeout`, seconds for a connection and each read (a long-poll
     waits longer; default 5); `retries`, how many more times a call is sent when that cannot
     do it twice (retrying.py; default 3); `retry_pause`, seconds before the first retry,
-    doubled before each next (default 0.5)."""
+    doubled before each next (default 0.5); `fail_fast`, a scheduler that has not answered
+    this client yet and refuses the connection is the call's error at once, not waited for
+    (default False; the CLI's, so a command against no scheduler says so at once)."""
 
     timeout: float
     retries: int
     retry_pause: float
+    fail_fast: bool
 
 
 class Base:
@@ -136,6 +139,8 @@ class Base:
         retries = options.get("retries", DEFAULT_RETRIES)
         pause = options.get("retry_pause", DEFAULT_RETRY_PAUSE_SECS)
         self.policy = Policy(tries=retries + 1, first_pause=pause)
+        self.fail_fast = options.get("fail_fast", False)
+        self.answered = False  # some request of this client has had an answer
 
     @classmethod
     def from_env(cls, **options: Unpack[Options]) -> Self:
@@ -147,4 +152,8 @@ class Base:
         return cls(url, key, **options)
 
     def _answer(self, step: Now | PolicyAsk) -> Any:
-        return time.monotonic() if isinstance(step, Now) else self.policy
+        if isinstance(step, Now):
+            return time.monotonic()
+        if self.fail_fast and not self.answered:
+            return replace(self.policy, retry_not_sent=False)
+        return self.policy

@@ -2,11 +2,11 @@
 
 A call is sent again when that cannot do anything twice: whatever the call, when the request
 never left (`NotSent`); for a `repeatable` call (a read, a submit under its Idempotency-Key,
-a drain) also when its answer was lost (`Lost`) or the scheduler answered 502, 503 or 504 (a
-replica restarting, Redis busy). Any other call whose answer was lost raises `Unreachable`
-saying it may have been done (`maybe_done`): a retry by hand or a schedule's change is
-looked at before it is made again, by whoever asked for it; a cancel looks itself
-(jobs.cancel).
+a drain) also when its answer was lost (`Lost`), or the answer says a try again soon may work
+(`passing`: a proxy's 502 or 504, a 503 with Retry-After: a replica restarting, Redis busy).
+Any other call whose answer was lost raises `Unreachable` saying it may have been done
+(`maybe_done`): a retry by hand or a schedule's change is looked at before it is made again,
+by whoever asked for it; a cancel looks itself (jobs.cancel).
 """
 
 from __future__ import annotations
@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from scheduler.client.errors import Unreachable, retry_after
 from scheduler.client.steps import POLICY, Exchange, Flow, Lost, NotSent, Reply, Request, Sleep
 
-UNAVAILABLE = (502, 503, 504)
+PROXIES = (502, 504)  # a proxy's: its backend is restarting, or slow
+
+
+def passing(reply: Reply) -> bool:
+    """Whether an answer says a try again soon may work: a proxy's 502 or 504, or a 503 with
+    Retry-After (the scheduler's for a moment's outage: api/errors.py SOON); a 503 without
+    one stands (no healthy node, too many nodes) until someone acts."""
+    return reply.status in PROXIES or (reply.status == 503 and "retry-after" in reply.headers)
+
+
 MAX_PAUSE_SECS = 30.0  # the longest a Retry-After is waited
 
 
@@ -27,6 +36,9 @@ class Policy:
 
     tries: int = 4
     first_pause: float = 0.5
+    # False: a request that never left is the call's error at once (a client that has had
+    # no answer yet, told to fail fast: the CLI against no scheduler at all).
+    retry_not_sent: bool = True
 
     def pause(self, retried: int) -> float:
         return float(min(self.first_pause * 2.0**retried, MAX_PAUSE_SECS))
@@ -41,12 +53,14 @@ def send(request: Request, repeatable: bool) -> Flow[Reply]:
             reply: Reply = yield Exchange(request)
         except NotSent as exc:
             failure = f"cannot reach the scheduler {exc}"
+            if not policy.retry_not_sent:
+                raise Unreachable(failure) from None
         except Lost as exc:
             failure = f"lost the answer of the scheduler {exc}"
             if not repeatable:
                 raise Unreachable(f"{failure} (it may have been done: look first)", True) from None
         else:
-            if reply.status not in UNAVAILABLE or not repeatable or last:
+            if not passing(reply) or not repeatable or last:
                 return reply
             failure = f"the scheduler answered {reply.status}"
             wait = retry_after(reply.headers)

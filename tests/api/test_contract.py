@@ -123,7 +123,10 @@ def test_schedule_names_a_node(api: TestClient) -> None:
 
 def test_no_healthy_node_is_503(client: TestClient) -> None:
     assert_text_error(client.get("/schedule"), 503, "no healthy compute nodes")
-    assert_text_error(client.post("/jobs", json={"command": "x"}), 503, "no healthy compute nodes")
+    refused = client.post("/jobs", json={"command": "x"})
+    assert_text_error(refused, 503, "no healthy compute nodes")
+    # It stands until a node comes: no Retry-After (a client need not try again at once).
+    assert "retry-after" not in refused.headers
     assert client.get("/jobs").content == b"[]\n"
 
 
@@ -343,5 +346,7 @@ def test_redis_down_is_503_store_unavailable(
     make_client: ClientFactory, method: str, path: str, body: Any
 ) -> None:
     api = make_client(redis_url=f"redis://127.0.0.1:{free_port()}/0")
-    assert_text_error(api.request(method, path, json=body), 503, "store unavailable")
+    answer = api.request(method, path, json=body)
+    assert_text_error(answer, 503, "store unavailable")
+    assert answer.headers["retry-after"] == "1"  # a moment's: the Python client tries again
     assert api.get("/health").status_code == 200

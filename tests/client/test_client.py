@@ -332,3 +332,22 @@ def test_an_id_is_one_path_segment_whatever_it_holds(client: Client) -> None:
         with pytest.raises(NotFound):
             client.cancel(odd)
     assert client.nodes()["n1"].drained is True  # no undrain reached
+
+
+def test_fail_fast_says_at_once_a_scheduler_is_not_there_then_waits_once_it_answered(
+    url: str,
+) -> None:
+    """The CLI's client: no scheduler at all is said at once; once one has answered, a
+    connection it refuses (a replica restarting) is tried again."""
+    transport = LosingAnswers(1, before=True)
+    made = Client(url, transport=transport, retry_pause=0.01, fail_fast=True)
+    with made, pytest.raises(Unreachable, match="cannot reach the scheduler"):
+        made.nodes()
+    assert transport.methods == []  # not sent again
+    transport.lose = 0
+    made = Client(url, transport=transport, retry_pause=0.01, fail_fast=True)
+    with made:
+        made.nodes()  # answered
+        transport.lose = 2
+        assert made.nodes() == {"n1": made.nodes()["n1"]}
+    assert transport.methods == ["GET", "GET", "GET"]

@@ -79,13 +79,24 @@ def test_a_lost_answer_is_sent_again_only_for_a_repeatable_call() -> None:
         drive(send(REQUEST, False), [Lost("at u: reset"), OK])
 
 
-@pytest.mark.parametrize("status", [502, 503, 504])
-def test_an_unavailable_scheduler_is_asked_again_by_a_repeatable_call(status: int) -> None:
-    reply, steps = drive(send(REQUEST, True), [answer(status), OK])
+SOON = {"retry-after": "1"}
+
+
+@pytest.mark.parametrize(("status", "headers"), [(502, {}), (503, SOON), (504, {})])
+def test_an_unavailable_scheduler_is_asked_again_by_a_repeatable_call(
+    status: int, headers: dict[str, str]
+) -> None:
+    reply, steps = drive(send(REQUEST, True), [answer(status, headers), OK])
     assert reply is OK and len([s for s in steps if isinstance(s, Exchange)]) == 2
     # Not repeatable: the answer is the call's (its reader raises Unavailable).
-    reply, steps = drive(send(REQUEST, False), [answer(status), OK])
+    reply, steps = drive(send(REQUEST, False), [answer(status, headers), OK])
     assert reply.status == status and len(steps) == 1
+
+
+def test_a_503_without_retry_after_stands() -> None:
+    """No healthy node, too many nodes: nothing a try again soon changes."""
+    reply, steps = drive(send(REQUEST, True), [answer(503, body=b"no healthy compute nodes"), OK])
+    assert reply.status == 503 and steps == [Exchange(REQUEST)]
 
 
 def test_retry_after_is_waited_and_capped() -> None:
@@ -99,14 +110,14 @@ def test_the_tries_end_in_unreachable_naming_the_last_failure() -> None:
     with pytest.raises(Unreachable, match="cannot reach the scheduler at u: refused"):
         drive(send(REQUEST, True), [NotSent("at u: refused")] * 4)
     # The last try's 503 is the answer: its reader says Unavailable.
-    reply, steps = drive(send(REQUEST, True), [answer(503)] * 4)
+    reply, steps = drive(send(REQUEST, True), [answer(503, SOON)] * 4)
     assert reply.status == 503 and len([s for s in steps if isinstance(s, Exchange)]) == 4
 
 
 @pytest.mark.parametrize(("status", "kind"), [(404, NotFound), (503, Unavailable)])
 def test_an_error_answer_is_its_exception(status: int, kind: type[Exception]) -> None:
     with pytest.raises(kind):
-        drive(ops.job("job-1"), [answer(status, body=b"job not found\n")] * 4)
+        drive(ops.job("job-1"), [answer(status, SOON, b"job not found\n")] * 4)
 
 
 def job(status: str) -> Reply:
@@ -271,3 +282,17 @@ def test_the_clients_page_lists_every_operation() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "CLIENT.md").read_text()
     missing = [op.__name__ for op in ops.OPERATIONS if f"`{op.__name__}(" not in page]
     assert not missing, f"docs/CLIENT.md's table lacks {missing}"
+
+
+def test_a_policy_that_fails_fast_does_not_send_again_what_never_left() -> None:
+    fast = Policy(tries=4, first_pause=0.5, retry_not_sent=False)
+    plan = send(REQUEST, True)
+    assert isinstance(next(plan), PolicyAsk)
+    assert plan.send(fast) == Exchange(REQUEST)
+    with pytest.raises(Unreachable, match="cannot reach the scheduler at u"):
+        plan.throw(NotSent("at u: refused"))
+    # A lost answer is still sent again: the scheduler was there.
+    plan = send(REQUEST, True)
+    next(plan)
+    plan.send(fast)
+    assert plan.throw(Lost("at u: reset")) == Sleep(0.5)
