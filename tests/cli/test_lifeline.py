@@ -75,15 +75,17 @@ def test_serve_killed_with_sigkill_takes_its_api_processes_and_the_port_is_free_
     try:
         first.kill()
         first.wait()
-        # Before the fix the orphans listened on for good: this serve could not bind (and
-        # the orphans answered in its place). It binds before it starts its API processes.
+        # Before the fix the orphans listened on for good: a new serve could not bind (and
+        # the orphans answered in its place). They go once their supervisor is gone (their
+        # lifeline); a serve started before the last has gone may find the port still held
+        # on a loaded machine (it exited 3 once in CI), so it starts once they have gone.
+        wait_gone(workers)
         again = serve(env, port)
         procs.append(again)
         deadline = time.monotonic() + 60
         while len(descendants(again.pid)) < 2 and again.poll() is None:
             assert time.monotonic() < deadline, "the new serve started no API process"
             time.sleep(0.1)
-        wait_gone(workers)
         wait_http(f"http://127.0.0.1:{port}/health", timeout=60)
         assert again.poll() is None
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
