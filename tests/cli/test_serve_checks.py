@@ -10,7 +10,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -18,6 +17,7 @@ import pytest
 
 from scheduler.cli.serve_checks import Exposure, refusal, warnings
 from scheduler.config import Settings
+from tests.processes import PortTaken, wait_http
 from tests.redis_server import free_port
 
 KEY = secrets.token_urlsafe(32)
@@ -93,17 +93,29 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
             proc.communicate(timeout=30)
 
 
-def until_up(proc: subprocess.Popen[str], url: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, proc.communicate()[1]
+def serve_up(
+    redis_url: str,
+    prefix: str,
+    started: list[subprocess.Popen[str]],
+    *args: str,
+    **env: str,
+) -> tuple[subprocess.Popen[str], str]:
+    """`serve` with `args` on a free port, once it answers: (the process, its URL). A free
+    port is only free when drawn: another test's server may take it first (serve then exits
+    3, `address already in use`), and it starts again on another."""
+    for _ in range(3):
+        port = free_port()
+        proc = serve(redis_url, prefix, *args, "--port", str(port), **env)
+        started.append(proc)
+        url = f"http://127.0.0.1:{port}"
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "serve did not answer within 60 s"
-        time.sleep(0.1)
+            # Until this serve is the one listening there (not another test's server).
+            wait_http(f"{url}/health", timeout=60, proc=proc)
+            return proc, url
+        except PortTaken:
+            said = proc.communicate()[1]
+            assert "address already in use" in said, said
+    raise AssertionError("three free ports were taken before serve could bind one")
 
 
 def stopped(proc: subprocess.Popen[str]) -> str:
@@ -114,10 +126,7 @@ def stopped(proc: subprocess.Popen[str]) -> str:
 def test_serve_without_a_key_says_every_local_user_can_submit(
     redis_url: str, prefix: str, started: list[subprocess.Popen[str]]
 ) -> None:
-    port = free_port()
-    proc = serve(redis_url, prefix, "--port", str(port))
-    started.append(proc)
-    until_up(proc, f"http://127.0.0.1:{port}")
+    proc, _ = serve_up(redis_url, prefix, started)
     stderr = stopped(proc)
     assert "WARNING" in stderr and "every local user can submit commands" in stderr
 
@@ -142,12 +151,8 @@ def test_agent_networks_let_open_mode_serve_and_keep_strangers_out(
     """The Rust agent's way (docs/OPERATIONS.md): open mode beyond loopback for the agents'
     network only; a stranger elsewhere (here: this host, outside 10.0.0.0/8) registers no
     node."""
-    port = free_port()
     env = {"TINYAWS_API_KEY": KEY, "AGENT_NETWORKS": "10.0.0.0/8"}
-    proc = serve(redis_url, prefix, "--host", "0.0.0.0", "--port", str(port), **env)
-    started.append(proc)
-    url = f"http://127.0.0.1:{port}"
-    until_up(proc, url)
+    proc, url = serve_up(redis_url, prefix, started, "--host", "0.0.0.0", **env)
     node = {"id": "stranger", "hostname": "stranger", "cpu_count": 2, "role": "compute"}
     assert httpx.post(f"{url}/nodes/register", json=node).status_code == 403
     assert "--insecure-open-agents" not in stopped(proc)
@@ -165,9 +170,6 @@ def test_open_agent_calls_beyond_loopback_when_told_it_is_insecure(
     args: list[str],
     env: dict[str, str],
 ) -> None:
-    port = free_port()
-    where = ("--host", "0.0.0.0", "--port", str(port))
-    proc = serve(redis_url, prefix, *where, *args, TINYAWS_API_KEY=KEY, **env)
-    started.append(proc)
-    until_up(proc, f"http://127.0.0.1:{port}")
+    where = ("--host", "0.0.0.0")
+    proc, _ = serve_up(redis_url, prefix, started, *where, *args, TINYAWS_API_KEY=KEY, **env)
     assert "serving the agent calls open on 0.0.0.0 to any network" in stopped(proc)
