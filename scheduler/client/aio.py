@@ -11,7 +11,7 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
 
 import httpx
 
-from scheduler.client import driving, ops
+from scheduler.client import driving, ops, steps
 from scheduler.client.driving import DEFAULT_URL
 from scheduler.client.steps import (
     Exchange,
@@ -95,8 +95,8 @@ class AsyncClient(driving.Base):
         failure: Exception | None = None
         try:
             while True:
-                step = driving.advance(plan, answer, failure)
-                if isinstance(step, driving.Done):
+                step = steps.advance(plan, answer, failure)
+                if isinstance(step, steps.Done):
                     if returned is not None:
                         returned.append(step.value)
                     return

@@ -17,7 +17,7 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar, Unpack
 
 import httpx
 
-from scheduler.client import driving, ops
+from scheduler.client import driving, ops, steps
 from scheduler.client.driving import DEFAULT_URL
 from scheduler.client.steps import (
     Exchange,
@@ -97,8 +97,8 @@ class Client(driving.Base):
         failure: Exception | None = None
         try:
             while True:
-                step = driving.advance(plan, answer, failure)
-                if isinstance(step, driving.Done):
+                step = steps.advance(plan, answer, failure)
+                if isinstance(step, steps.Done):
                     return step.value  # type: ignore[no-any-return]
                 answer, failure = None, None
                 if isinstance(step, Item):

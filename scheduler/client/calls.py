@@ -14,7 +14,7 @@ import msgspec
 from scheduler.client.errors import SchedulerError, api_error
 from scheduler.client.retrying import send
 from scheduler.client.sse import Event
-from scheduler.client.steps import Feed, Flow, Item, Reply, Request, Step
+from scheduler.client.steps import Done, Feed, Flow, Item, Reply, Request, Step, advance
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -67,9 +67,8 @@ def last(feed: Feed[T]) -> Flow[T]:
     answer: Any = None
     failure: Exception | None = None
     while True:
-        try:
-            step = feed.throw(failure) if failure else feed.send(answer)
-        except StopIteration:
+        step = advance(feed, answer, failure)
+        if isinstance(step, Done):
             return seen[0]
         answer, failure = None, None
         if isinstance(step, Item):
@@ -98,9 +97,8 @@ def mapped(
     answer: Any = None
     failure: Exception | None = None
     while True:
-        try:
-            step = feed.throw(failure) if failure else feed.send(answer)
-        except StopIteration:
+        step = advance(feed, answer, failure)
+        if isinstance(step, Done):
             return
         answer, failure = None, None
         if not isinstance(step, Item):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Self, TypedDict, TypeVar, Unpack
 
 import httpx
@@ -94,22 +94,6 @@ def named(method: F, op: Callable[..., Any], kind: str) -> F:
     answer = plan[plan.index("[") + 1 : -1] if plan.endswith("]") else plan
     method.__signature__ = _signature(op, kind.format(answer))  # type: ignore[attr-defined]
     return method
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """A plan ended, answering `value`."""
-
-    value: Any
-
-
-def advance(plan: Generator[Any, Any, Any], answer: Any, failure: Exception | None) -> Any:
-    """The plan's next step (a Step, an Item), given what came of the last (or the failure
-    to throw in); Done once it has returned."""
-    try:
-        return plan.throw(failure) if failure else plan.send(answer)
-    except StopIteration as stop:
-        return Done(stop.value)
 
 
 class Options(TypedDict, total=False):

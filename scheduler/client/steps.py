@@ -93,3 +93,19 @@ class NotSent(Exception):
 
 class Lost(Exception):
     """The request was sent, or partly, and no whole answer came back: it may have been done."""
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A plan ended, answering `value`."""
+
+    value: Any
+
+
+def advance(plan: Generator[Any, Any, Any], answer: Any, failure: Exception | None) -> Any:
+    """The plan's next step (a Step, an Item), given what came of the last (or the failure
+    to throw in); Done once it has returned."""
+    try:
+        return plan.throw(failure) if failure else plan.send(answer)
+    except StopIteration as stop:
+        return Done(stop.value)
