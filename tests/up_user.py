@@ -188,8 +188,11 @@ class User:
         self.url = up.url
         # The banner's `try` line: SCHEDULER_URL set to this URL; the CLI finds the key.
         self.env = user_env(up.folder) | {"SCHEDULER_URL": up.url}
-        key_line = re.search(r"^  key: in (\S+) ", up.text(), re.MULTILINE)
-        assert key_line, f"the banner names no key file:\n{up.text()}"
+        # The banner's lines come after its first ("scheduler is up at"): wait for the key's.
+        key_line = wait_for(
+            "the banner's key line",
+            lambda: re.search(r"^  key: in (\S+) ", up.text(), re.MULTILINE),
+        )
         self.key = Path(key_line[1]).read_text().strip()
         self.api = httpx.Client(
             base_url=up.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=STEP_SECS
