@@ -74,6 +74,9 @@ class Agent:
         # Jobs polled that do not fit beside the running ones, logged once while they wait.
         self.waiting: set[str] = set()
         self.said_cap = ""  # the scheduler's MAX_JOBS_PER_NODE last said (_say_cap)
+        # Held from a claim's request until its job is started: a stop cancels the poll loop
+        # only outside it, so a job the scheduler marked running is never left unrun.
+        self.claiming = asyncio.Lock()
 
     def stop(self) -> None:
         if not self.stopping.is_set():
@@ -199,25 +202,30 @@ class Agent:
         held = wait > 0 and asyncio.get_running_loop().time() - began >= wait / 2
         started = False
         for job in jobs:
-            if self.stopping.is_set():
-                return False
-            if job.job_type != "service" and len(self.runs) >= self.config.max_jobs:
-                continue
-            ask = Ask.of(job)
-            refused = refusal(ask, self.config.offer, self.config.node_id)
-            if not refused and not self._fits_now(job.job_id, ask):
-                continue
-            if not await self.remote.claim(job):
-                continue
-            if refused:
-                await self._refuse(job.job_id, refused)
-                continue
-            log.info("claimed %s: %s", job.job_id, job.command or job.deploy_url)
-            self.held[job.job_id] = ask
-            await self._start(job, spaces.get(job.instance_id))
-            started = True
+            async with self.claiming:
+                if self.stopping.is_set():
+                    return False
+                started = await self._take(job, spaces.get(job.instance_id)) or started
         self.waiting &= {job.job_id for job in jobs}
         return held or (wait > 0 and started)
+
+    async def _take(self, job: AgentJob, workspace: Path | None) -> bool:
+        """Claim one polled job and start it (or refuse it); True if it started."""
+        if job.job_type != "service" and len(self.runs) >= self.config.max_jobs:
+            return False
+        ask = Ask.of(job)
+        refused = refusal(ask, self.config.offer, self.config.node_id)
+        if not refused and not self._fits_now(job.job_id, ask):
+            return False
+        if not await self.remote.claim(job):
+            return False
+        if refused:
+            await self._refuse(job.job_id, refused)
+            return False
+        log.info("claimed %s: %s", job.job_id, job.command or job.deploy_url)
+        self.held[job.job_id] = ask
+        await self._start(job, workspace)
+        return True
 
     def _say_cap(self) -> None:
         """Once per value: the scheduler hands this node at most MAX_JOBS_PER_NODE jobs at
@@ -317,8 +325,9 @@ class Agent:
         await self.stopping.wait()
         # Beside the grace, not before it: the drain is bounded and never delays the stop.
         draining = asyncio.create_task(self.remote.drain_self())
-        for task in loops:
-            task.cancel()
+        async with self.claiming:  # a claim under way ends with its job started
+            for task in loops:
+                task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
         await self.shutdown()
         await draining

@@ -167,6 +167,47 @@ def test_a_clean_stop_drains_the_node_while_its_running_job_finishes(
     run(go)
 
 
+def test_a_stop_during_a_claim_still_runs_and_reports_the_claimed_job(tmp_path: Path) -> None:
+    """The scheduler marks a job running on its claim: a stop that comes while the claim's
+    answer is on its way must not cancel the poll loop there (the job was left running with
+    no one running it, and the node deregistered: once in CI). The job runs and reports."""
+    seen: list[tuple[str, str, Any]] = []
+    claim_answered = asyncio.Event()
+    pending = [{"job_id": "job-1", "command": "echo ran"}]
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        seen.append((request.method, request.url.path, body))
+        if request.url.path == "/nodes/register":
+            return httpx.Response(201, json={"id": "n"})
+        if request.url.path == "/jobs":
+            jobs = pending[:]
+            pending.clear()
+            return httpx.Response(200, json=jobs)
+        if request.url.path == "/instances":
+            return httpx.Response(200, json=[])
+        if request.method == "PATCH" and body["status"] == "running":
+            await claim_answered.wait()
+        return httpx.Response(204 if request.method == "DELETE" else 200, json={})
+
+    def calls() -> list[str]:
+        return [f"{method} {path}" for method, path, _ in seen]
+
+    async def go() -> None:
+        agent = make_agent("http://sched", tmp_path, "n", httpx.MockTransport(handle))
+        running = asyncio.create_task(agent.run())
+        await until(lambda: "PATCH /jobs/job-1" in calls(), "the claim")
+        agent.stop()
+        await until(lambda: "POST /nodes/n/drain" in calls(), "the stop under way")
+        claim_answered.set()
+        await asyncio.wait_for(running, 30)
+
+    run(go)
+    reports = [b for method, _, b in seen if method == "PATCH" and b["status"] != "running"]
+    assert [(r["status"], r["stdout"]) for r in reports] == [("done", "ran\n")]
+    assert calls()[-1] == "DELETE /nodes/n"
+
+
 @pytest.mark.parametrize("answer", [404, 405, 500, "hang"])
 def test_a_drain_the_scheduler_refuses_or_holds_never_stops_the_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: int | str
