@@ -135,6 +135,11 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
         tune_gc()
         undo_signals = longpoll.answer_waits_on_exit(app.state.store.notifiers)
         app.state.old_layout.start()
+        keyring = None
+        if settings.api_key:  # named keys mean something only beside the admin key
+            keyring = asyncio.create_task(
+                credentials.keyring.keep_fresh(store, settings.keyring_refresh_secs)
+            )
         flusher = None
         if settings.metrics == "on":
             flusher = asyncio.create_task(
@@ -146,10 +151,11 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
             yield
         finally:
             undo_signals()
-            if flusher is not None:
-                flusher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await flusher
+            for task in (flusher, keyring):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await app.state.old_layout.aclose()
             await app.state.nodes.aclose()
             await app.state.store.aclose()

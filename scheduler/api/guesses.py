@@ -45,10 +45,12 @@ from redis.exceptions import RedisError
 from starlette.types import Scope
 
 from scheduler.api.client_address import Headers, client_address
+from scheduler.api.keyring import Keyring
 from scheduler.api.routing import Access
 from scheduler.api.stores import Store
 from scheduler.config import Settings
 from scheduler.config.networks import Networks
+from scheduler.models.access_key import ADMIN, ANYONE, Principal, Role
 from scheduler.store.scripts import access
 
 log = logging.getLogger("scheduler.api")
@@ -62,6 +64,16 @@ SAY_EVERY_SECS = 1.0  # at most one WARNING of a bar this often
 # status, message, headers: a refusal as errors.Reply has it
 Refusal = tuple[int, str, dict[str, str]]
 UNAUTHORIZED: Refusal = (401, "unauthorized", {})
+
+
+def forbidden(caller: Principal, needed: Role) -> Refusal:
+    """A right key whose role does not allow the call: 403, saying which role would."""
+    return (
+        403,
+        f"forbidden: the key {caller.name!r} is a {caller.role.value}; this call needs a "
+        f"{needed.value} or above",
+        {},
+    )
 
 
 def too_many(seconds: float) -> Refusal:
@@ -103,6 +115,7 @@ class Credentials:
         trusted: Networks = (),
     ) -> None:
         self.has_key = bool(api_key)
+        self.keyring = Keyring()  # the named keys, read from Redis (keyring.py)
         self.has_join_key = bool(join_key)
         self._key = api_key.encode()
         self._join_key = join_key.encode()
@@ -130,22 +143,39 @@ class Credentials:
 
     # Right: decided in this process, in constant time, with no Redis call.
 
-    def refuses(self, access: Access, headers: Headers) -> bool:
+    def door(self, access: Access, role: Role, headers: Headers) -> Principal | Refusal:
         """The key rule, for both fronts' doors (http.BearerAuth, lane.Lane.refused): a call
         the route table says is the key's (`access`, as RouteTable.access resolves it) is
-        refused without the key, when one is set. Any other access is decided elsewhere:
-        the UI's cookie, AGENT_AUTH in the handler, AGENT_NETWORKS."""
-        return access is Access.KEY and self.has_key and not self.holds_key(headers)
+        let in as its caller when one is set, if the caller's role allows `role`; refused
+        UNAUTHORIZED without a key (counted by `refused`), or 403 with a key whose role is
+        too low (not counted: the key is right). Any other access, and every call when no
+        key is set, is let in here as ANYONE: the UI's cookie, AGENT_AUTH in the handler and
+        AGENT_NETWORKS decide those elsewhere."""
+        if access is not Access.KEY or not self.has_key:
+            return ANYONE
+        found = self.caller(headers)
+        if found is None:
+            return UNAUTHORIZED
+        return found if found.allows(role) else forbidden(found, role)
+
+    def caller(self, headers: Headers) -> Principal | None:
+        """Whose key the first Authorization header's bearer is: ADMIN for TINYAWS_API_KEY, a
+        named key's principal (the keyring's), or None (no key set, none sent, a wrong one)."""
+        token = bearer_token(headers)
+        if token is None or not self.has_key:
+            return None
+        return ADMIN if self._is_key(token) else self.keyring.find(token)
 
     def holds_key(self, headers: Headers) -> bool:
-        """Whether the first Authorization header is `Bearer <TINYAWS_API_KEY>` (never, with
-        no key set): the key rule's check, and AGENT_NETWORKS' (the key passes anywhere)."""
-        token = bearer_token(headers)
-        return token is not None and self._is_key(token)
+        """Whether the first Authorization header is `Bearer <a key>`: TINYAWS_API_KEY or a
+        named one (never, with no key set): AGENT_NETWORKS' check (a key passes anywhere)."""
+        return self.caller(headers) is not None
 
-    def is_key(self, secret: str) -> bool:
-        """Whether `secret` is TINYAWS_API_KEY (the login form's; never, with no key set)."""
-        return self._is_key(secret.encode())
+    def key_of(self, secret: str) -> Principal | None:
+        """Whose key `secret` is (the login form's; never one, with no key set)."""
+        if not self.has_key:
+            return None
+        return ADMIN if self._is_key(secret.encode()) else self.keyring.find(secret.encode())
 
     def _is_key(self, secret: bytes) -> bool:
         """The one comparison with TINYAWS_API_KEY, in constant time (never, with no key set):

@@ -12,11 +12,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from scheduler.api.guesses import Credentials
+from scheduler.api.guesses import UNAUTHORIZED, Credentials
 from scheduler.api.params import PARAMS, Query, given_twice, parse_query, repeated
 from scheduler.api.routing import Access, RouteTable, route_path
 from scheduler.api.ui_session import UI_COOKIE as UI_COOKIE
 from scheduler.api.ui_session import cookie_session, session_alive
+from scheduler.models.access_key import ANYONE, Principal
+from scheduler.store.errors import Unauthorized
 
 
 class HTTPError(Exception):
@@ -52,6 +54,19 @@ def one_of(name: str, value: str, choices: Sequence[str]) -> str:
     return value
 
 
+def caller(request: Request) -> Principal:
+    """Who made the call, as the door let it in (CALLER): ANYONE when no key is set. A call
+    the door did not let in as someone (an agent route's, decided in its handler) is no
+    one's here: Unauthorized."""
+    found = request.scope.get(CALLER)
+    if found is not None:
+        assert isinstance(found, Principal)
+        return found
+    if request.app.state.credentials.has_key:
+        raise Unauthorized()
+    return ANYONE
+
+
 def text_error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
     return Response(
         message + "\n",
@@ -61,6 +76,9 @@ def text_error(status: int, message: str, headers: dict[str, str] | None = None)
     )
 
 
+# Where the door leaves the caller it let in (a models.access_key.Principal) in the ASGI
+# scope, for the handlers (`caller`): who made a call, and what a reader may not see.
+CALLER = "tinyaws.caller"
 NO_STORE = {"Cache-Control": "no-store"}  # an answer that may carry env_vars or output
 
 
@@ -203,14 +221,19 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         query: Query = scope[PARAMS]
-        access = self.routes.access(scope["method"], query.path, query.values)
+        access, role = self.routes.door(scope["method"], query.path, query.values)
         if access is Access.UI:
             await self._ui(scope, receive, send)
-        elif self.credentials.refuses(access, scope["headers"]):
+            return
+        let_in = self.credentials.door(access, role, scope["headers"])
+        if isinstance(let_in, Principal):
+            scope[CALLER] = let_in
+            await self.app(scope, receive, send)
+        elif let_in is UNAUTHORIZED:
             refused = await self.credentials.refused_asgi(scope)
             await text_error(*refused)(scope, receive, send)
         else:
-            await self.app(scope, receive, send)
+            await text_error(*let_in)(scope, receive, send)
 
     async def _ui(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

@@ -16,6 +16,7 @@ from starlette.responses import Response
 from scheduler.api import hot, longpoll
 from scheduler.api.http import (
     HTTPError,
+    caller,
     declared_length,
     json_array,
     json_bytes,
@@ -29,7 +30,7 @@ from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models import poll
-from scheduler.models.job import MAX_JOB_NUMBER, STATUSES
+from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, shown_to
 from scheduler.models.wire import check_id
 from scheduler.store import ops
 from scheduler.store.scripts.jobs import Polled
@@ -125,12 +126,11 @@ async def list_jobs(request: Request) -> Response:
     if newest and bound == 0 and param(request, "before"):
         return json_array([])  # before=job-0: nothing is older
     if schedule:
-        return json_array(
-            await store.run(ops.schedules.schedule_jobs(schedule, bound, limit, newest))
-        )
-    return json_array(
-        await store.run(ops.listings.list_jobs(node_id, status, bound, limit, newest))
-    )
+        found = await store.run(ops.schedules.schedule_jobs(schedule, bound, limit, newest))
+    else:
+        found = await store.run(ops.listings.list_jobs(node_id, status, bound, limit, newest))
+    by = caller(request)
+    return json_array(found if by.sees_secrets else [shown_to(by, job) for job in found])
 
 
 def _schedule(request: Request, node_id: str, status: str) -> str:
@@ -153,12 +153,12 @@ def _job_id(request: Request) -> str:
 async def get_job(request: Request) -> Response:
     job_id, wait = _job_id(request), longpoll.wait_secs(request)
     if wait is None:
-        return json_bytes(await hot.read_job(_store(request), job_id))
+        return json_bytes(shown_to(caller(request), await hot.read_job(_store(request), job_id)))
     waiting = _store(request).get_wait(job_id, longpoll.status_not(request), wait)
     blob = await longpoll.unless_disconnected(request, waiting)
     if blob is None:
         raise HTTPError(404, "job not found")
-    return json_bytes(blob)
+    return json_bytes(shown_to(caller(request), blob))
 
 
 async def get_attempts(request: Request) -> Response:

@@ -43,6 +43,8 @@ from scheduler.api.routes import TABLE
 from scheduler.api.routing import POLL_LABEL, Access, Entry, Hot, Method, RouteTable
 from scheduler.api.state import AppState
 from scheduler.models import poll
+from scheduler.models.access_key import ANYONE, Principal, Role
+from scheduler.models.job import shown_to
 from scheduler.models.record import record
 from scheduler.store import ops
 from scheduler.store.connection.protocol import Reply
@@ -84,6 +86,10 @@ class HotRequest:
     # it; the call decides when to read, as an ASGI app does.
     read_body: hot.BodyReader = _no_body
     started: float = field(default_factory=perf_counter)  # its duration counts from here
+    # Who the door let in (`Lane.refused`), or the refusal it made of a right key whose role
+    # is too low (403, not counted as a wrong credential).
+    caller: Principal = ANYONE
+    forbidden: Refusal | None = None
 
     def header(self, name: bytes) -> str:
         """The first `name` header's value, "" without one (as Starlette's headers.get)."""
@@ -116,6 +122,7 @@ class Route:
     # poll (Access.POLL, of which the lane takes only polls) and a report are agent calls,
     # which AGENT_NETWORKS narrows instead (AgentNetworksGate).
     access: Access
+    role: Role  # the least role of a named key it takes (Method.role)
     param: str  # the template's parameter ("" for none): the request's `id`
     handler: Handler
     has_body: bool
@@ -171,7 +178,9 @@ class Lane:
         self.methods: dict[bytes, str] = {}
         for method, entry, found, hot_call in routes.hot():
             label, access, param = _served_as(method, entry, found)
-            route = Route(method, hot_call, hot_call.takes, label, access, param, *calls[hot_call])
+            route = Route(
+                method, hot_call, hot_call.takes, label, access, found.role, param, *calls[hot_call]
+            )
             self.by_method[id(found)] = route
             self.methods[method.encode()] = method
 
@@ -246,7 +255,13 @@ class Lane:
         if route.access is Access.AGENT:
             networks = self.networks
             return networks is not None and not networks.allows(request.peer, request.headers)
-        return self.credentials.refuses(route.access, request.headers)
+        let_in = self.credentials.door(route.access, route.role, request.headers)
+        if isinstance(let_in, Principal):
+            request.caller = let_in
+            return False
+        if let_in is not UNAUTHORIZED:
+            request.forbidden = let_in
+        return True
 
     async def refusal(self, route: Route, request: HotRequest) -> Answer:
         """A refused call's answer: the browser boundary's; else as AgentNetworksGate's (403
@@ -255,6 +270,8 @@ class Lane:
         stopped = self.boundary.refusal(request.method, request.path, request.headers)
         if stopped is not None:
             return text_answer(*stopped, {})
+        if request.forbidden is not None:
+            return text_answer(*request.forbidden)
         refusal = OUTSIDE_AGENT_NETWORKS if route.access is Access.AGENT else UNAUTHORIZED
         return await self.unauthorized(request, refusal)
 
@@ -279,11 +296,14 @@ class Lane:
             self.stats.observe(request.method, request.label, status, seconds)
 
     def send_get(self, request: HotRequest) -> Sent | None:
+        if not request.caller.sees_secrets:
+            return None  # read_job hides its env_vars' values
         reply = self.state.store.send_get(hot.job_id_or_404(request.id))
         return None if reply is None else (reply, _job_answer)
 
     async def read_job(self, request: HotRequest) -> Answer:
-        return 200, await hot.read_job(self.state.store, request.id) + b"\n", JSON, JOB_HEADERS
+        job = shown_to(request.caller, await hot.read_job(self.state.store, request.id))
+        return 200, job + b"\n", JSON, JOB_HEADERS
 
     def send_poll(self, request: HotRequest) -> Sent | None:
         sent = self.state.store.send_poll(self._poller(request))

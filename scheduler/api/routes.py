@@ -22,6 +22,7 @@ from scheduler.api import (
     batch,
     events,
     jobs,
+    keys,
     logs,
     metrics,
     openapi,
@@ -33,12 +34,15 @@ from scheduler.api import (
 from scheduler.api.described import DONE, Answer, body, got, json, stream, text
 from scheduler.api.routing import PAGING, Access, Entry, Hot, Method, RouteTable
 from scheduler.models import poll
+from scheduler.models.access_key import KeyMade, KeyRequest, KeyView, Role
 from scheduler.models.attempt import Attempt
 from scheduler.models.event import Event
 from scheduler.models.job import Job, JobCreate, JobUpdate
 from scheduler.models.log import Accepted, OffsetConflict, OutputChunk
 from scheduler.models.retry import RetryAnswer, RetryRequest
 from scheduler.models.schedule import ScheduleRequest, ScheduleView
+
+READER, SUBMITTER, OPERATOR, ADMIN = Role.READER, Role.SUBMITTER, Role.OPERATOR, Role.ADMIN
 
 ANYONE, AGENT, KEY = Access.ANYONE, Access.AGENT, Access.KEY
 LISTING = ("node_id", "status", "wait", *poll.OURS, *PAGING)  # the poll's, a listing's
@@ -62,7 +66,11 @@ TABLE = RouteTable(
             "/health",
             {
                 "GET": Method(
-                    jobs.health, ANYONE, summary="Whether the API is up", answers=got(jobs.Health)
+                    jobs.health,
+                    ANYONE,
+                    role=READER,
+                    summary="Whether the API is up",
+                    answers=got(jobs.Health),
                 )
             },
         ),
@@ -71,6 +79,7 @@ TABLE = RouteTable(
             {
                 "GET": Method(
                     jobs.schedule,
+                    role=READER,
                     summary="The node a new job would be placed on now",
                     answers=got(jobs.Picked),
                 )
@@ -85,6 +94,7 @@ TABLE = RouteTable(
                     Access.POLL,
                     Hot.POLL,
                     LISTING,
+                    role=READER,
                     summary="An agent's poll (node_id, status=pending: the jobs it claims), or a "
                     "listing of jobs, a page at a time",
                     answers={200: Answer("the jobs", list[Job], headers=POLLED)},
@@ -93,6 +103,7 @@ TABLE = RouteTable(
                     jobs.submit_job,
                     KEY,
                     Hot.SUBMIT,
+                    role=SUBMITTER,
                     summary="Submit a job (an Idempotency-Key header makes a retry safe)",
                     body=body(JobCreate),
                     answers={
@@ -111,6 +122,7 @@ TABLE = RouteTable(
                 "POST": Method(
                     batch.submit_jobs,
                     KEY,
+                    role=SUBMITTER,
                     summary="Submit up to 1000 jobs: each made or refused alone, in order",
                     body=body(batch.DescribedBody),
                     answers=got(batch.DescribedAnswer, "each job's id, or its own error"),
@@ -123,6 +135,7 @@ TABLE = RouteTable(
             {
                 "POST": Method(
                     retries.retry_jobs,
+                    role=SUBMITTER,
                     summary="Retry failed jobs",
                     body=body(RetryRequest),
                     answers=got(RetryAnswer, "which were retried, and why the others not"),
@@ -134,6 +147,7 @@ TABLE = RouteTable(
             {
                 "POST": Method(
                     retries.retry_job,
+                    role=SUBMITTER,
                     summary="Retry a failed job",
                     answers={**JOB, 409: text("the job is not failed, or waits on a failed one")},
                 )
@@ -147,6 +161,7 @@ TABLE = RouteTable(
                     KEY,
                     Hot.READ,
                     ("wait", "status_not"),
+                    role=READER,
                     summary="A job (with `wait`, once its status is not `status_not`)",
                     answers=JOB,
                 ),
@@ -155,12 +170,14 @@ TABLE = RouteTable(
                     jobs.update_job,
                     AGENT,
                     Hot.REPORT,
+                    role=ADMIN,
                     summary="An agent's report: the job running, or how it ended",
                     body=body(JobUpdate),
                     answers={**JOB, 409: text("the report conflicts with the job's state")},
                 ),
                 "DELETE": Method(
                     jobs.cancel_job,
+                    role=SUBMITTER,
                     summary="Cancel a job (a running one is cancelling until its agent stops it)",
                     answers={**JOB, 409: text("the job has ended")},
                 ),
@@ -173,6 +190,7 @@ TABLE = RouteTable(
                 "GET": Method(
                     jobs.get_attempts,
                     KEY,
+                    role=READER,
                     summary="A job's ended attempts, oldest first",
                     answers=got(list[Attempt]),
                 )
@@ -186,6 +204,7 @@ TABLE = RouteTable(
                 "POST": Method(
                     logs.post_output,
                     AGENT,
+                    role=ADMIN,
                     summary="A chunk of a running job's output, from its agent",
                     body=body(OutputChunk),
                     answers={
@@ -202,6 +221,7 @@ TABLE = RouteTable(
                     logs.get_logs,
                     KEY,
                     reads=logs.READS,
+                    role=READER,
                     summary="A job's output as text, or followed (`follow=1`) as events",
                     answers={200: (LOG, logs.FOLLOWED)},
                 )
@@ -214,6 +234,7 @@ TABLE = RouteTable(
                     events.events,
                     KEY,
                     reads=events.READS,
+                    role=READER,
                     summary="Every job's status changes, as events",
                     answers={
                         200: stream(
@@ -232,11 +253,13 @@ TABLE = RouteTable(
                 "GET": Method(
                     schedules.list_schedules,
                     reads=("after", "limit"),
+                    role=READER,
                     summary="The schedules, a page by name",
                     answers=got(list[ScheduleView]),
                 ),
                 "POST": Method(
                     schedules.create,
+                    role=OPERATOR,
                     summary="Make a schedule",
                     body=body(ScheduleRequest),
                     answers={
@@ -249,9 +272,12 @@ TABLE = RouteTable(
         Entry(
             "/schedules/{name}",
             {
-                "GET": Method(schedules.get_schedule, summary="A schedule", answers=SCHEDULE),
+                "GET": Method(
+                    schedules.get_schedule, role=READER, summary="A schedule", answers=SCHEDULE
+                ),
                 "DELETE": Method(
                     schedules.delete_schedule,
+                    role=OPERATOR,
                     summary="Delete a schedule (the jobs it made stay)",
                     answers={**DONE, 404: SCHEDULE[404]},
                 ),
@@ -259,21 +285,63 @@ TABLE = RouteTable(
         ),
         Entry(
             "/schedules/{name}/pause",
-            {"POST": Method(schedules.pause, summary="Pause a schedule", answers=SCHEDULE)},
+            {
+                "POST": Method(
+                    schedules.pause, role=OPERATOR, summary="Pause a schedule", answers=SCHEDULE
+                )
+            },
         ),
         Entry(
             "/schedules/{name}/resume",
-            {"POST": Method(schedules.resume, summary="Resume a schedule", answers=SCHEDULE)},
+            {
+                "POST": Method(
+                    schedules.resume, role=OPERATOR, summary="Resume a schedule", answers=SCHEDULE
+                )
+            },
         ),
         # The web UI: every page behind the login cookie but the login form.
         *routes_ui.ENTRIES,
         # The built-in registry's (what the Rust agent calls), the nodes', the drains'.
         *routes_nodes.ENTRIES,
+        # Named keys (docs/SECURITY.md, Named keys): the admin's.
+        Entry(
+            "/keys",
+            {
+                "GET": Method(
+                    keys.list_keys,
+                    role=ADMIN,
+                    summary="The named keys, by name (never the keys themselves)",
+                    answers=got(list[KeyView]),
+                ),
+                "POST": Method(
+                    keys.add_key,
+                    role=ADMIN,
+                    summary="Make a named key with a role (the key is shown this once)",
+                    body=body(KeyRequest),
+                    answers={
+                        201: json(KeyMade, "the key made, shown this once"),
+                        409: text("the name is taken, too many keys, or no admin key is set"),
+                    },
+                ),
+            },
+        ),
+        Entry(
+            "/keys/{name}",
+            {
+                "DELETE": Method(
+                    keys.revoke_key,
+                    role=ADMIN,
+                    summary="Revoke a named key: it stops working on every replica",
+                    answers={**DONE, 404: text("key not found")},
+                )
+            },
+        ),
         Entry(
             "/metrics",
             {
                 "GET": Method(
                     metrics.metrics,
+                    role=READER,
                     summary="Prometheus metrics",
                     answers={200: Answer("the metrics", str, metrics.CONTENT_TYPE)},
                 )
@@ -287,6 +355,7 @@ TABLE = RouteTable(
             {
                 "GET": Method(
                     openapi.openapi_json,
+                    role=READER,
                     summary="This API's OpenAPI 3.1 description",
                     answers=got(dict[str, Any], "the description"),
                 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from scheduler.api import nodes, services
 from scheduler.api.described import DONE, body, got, text
 from scheduler.api.routing import Access, Entry, Method
+from scheduler.models.access_key import Role
 from scheduler.models.registry import (
     DrainRequest,
     Heartbeat,
@@ -22,6 +23,7 @@ from scheduler.models.registry import (
     ServiceUpdate,
 )
 
+READER, SUBMITTER, OPERATOR, ADMIN = Role.READER, Role.SUBMITTER, Role.OPERATOR, Role.ADMIN
 AGENT = Access.AGENT
 NODE_GONE = {404: text("node not found")}
 SERVICE_GONE = {404: text("service not found")}
@@ -34,6 +36,7 @@ ENTRIES = [
             "POST": Method(
                 nodes.register,
                 AGENT,
+                role=ADMIN,
                 summary="Register a node (again)",
                 body=body(NodeRegistration),
                 answers=got(NodeRegistered, "the node", 201),
@@ -47,6 +50,7 @@ ENTRIES = [
             "POST": Method(
                 nodes.heartbeat,
                 AGENT,
+                role=ADMIN,
                 summary="A node is alive",
                 body=body(Heartbeat),
                 answers={**got(NodeBeat, "the node"), **NODE_GONE},
@@ -61,6 +65,7 @@ ENTRIES = [
             "GET": Method(
                 nodes.list_nodes,
                 reads=("role",),
+                role=READER,
                 summary="The nodes, by id",
                 answers=got(dict[str, Node]),
             )
@@ -74,6 +79,7 @@ ENTRIES = [
                 nodes.delete_node,
                 AGENT,
                 anyone_in_open_mode=False,
+                role=OPERATOR,
                 summary="Remove a node (its pending jobs move to live nodes)",
                 answers={**DONE, **NODE_GONE},
             )
@@ -89,6 +95,7 @@ ENTRIES = [
                 nodes.drain,
                 AGENT,
                 anyone_in_open_mode=False,
+                role=OPERATOR,
                 summary="Drain a node: no new job goes to it, its jobs not running move",
                 body=body(DrainRequest, required=False),
                 answers={**got(NodeDrained), **NODE_GONE},
@@ -102,6 +109,7 @@ ENTRIES = [
                 nodes.undrain,
                 AGENT,
                 anyone_in_open_mode=False,
+                role=OPERATOR,
                 summary="Lift a node's drain",
                 answers={**got(NodeUndrained), **NODE_GONE},
             )
@@ -115,6 +123,7 @@ ENTRIES = [
                 nodes.list_instances,
                 AGENT,
                 reads=("node_id",),
+                role=ADMIN,
                 summary="The instances (always none with the built-in registry)",
                 answers=got(list[Instance]),
             )
@@ -128,12 +137,14 @@ ENTRIES = [
                 services.list_services,
                 Access.OWN_SERVICES,
                 reads=("node_id", "status"),
+                role=READER,
                 summary="The services (an agent's own: node_id)",
                 answers=got(list[Service]),
             ),
             "POST": Method(
                 services.create,
                 AGENT,
+                role=ADMIN,
                 summary="Register a service an agent started",
                 body=body(ServiceCreate),
                 answers=got(Service, "the service", 201),
@@ -146,12 +157,14 @@ ENTRIES = [
         {
             "GET": Method(
                 services.get_service,
+                role=READER,
                 summary="A service",
                 answers={**got(Service), **SERVICE_GONE},
             ),
             "PATCH": Method(
                 services.update,
                 AGENT,
+                role=ADMIN,
                 summary="A service's new status, from its agent",
                 body=body(ServiceUpdate),
                 answers={**DONE, **SERVICE_GONE},
@@ -159,6 +172,7 @@ ENTRIES = [
             # The operator's stop.
             "DELETE": Method(
                 services.stop,
+                role=OPERATOR,
                 summary="Stop a service (its agent kills it at its next look)",
                 answers={**DONE, **SERVICE_GONE},
             ),

@@ -8,6 +8,9 @@ from scheduler.api import logs, ui, ui_dashboard, ui_dead, ui_job, ui_jobs, ui_n
 from scheduler.api.described import form, page, redirect
 from scheduler.api.routing import Access, Entry, Method
 from scheduler.api.ui_forms import Button
+from scheduler.models.access_key import Role
+
+READER, SUBMITTER, OPERATOR, ADMIN = Role.READER, Role.SUBMITTER, Role.OPERATOR, Role.ADMIN
 
 ANYONE, UI = Access.ANYONE, Access.UI
 NOTICES = tuple(name for name, _ in ui_dead.NOTICES)  # retried=N&skipped=N...
@@ -26,6 +29,7 @@ ENTRIES = [
                 ui_dashboard.dashboard,
                 UI,
                 reads=(*ui_dashboard.READS, *REFRESH),
+                role=READER,
                 summary="The web UI's dashboard",
                 answers=PAGE,
             )
@@ -35,10 +39,13 @@ ENTRIES = [
     Entry(
         "/ui/login",
         {
-            "GET": Method(ui.login_page, ANYONE, summary="The login form", answers=PAGE),
+            "GET": Method(
+                ui.login_page, ANYONE, role=READER, summary="The login form", answers=PAGE
+            ),
             "POST": Method(
                 ui.login,
                 ANYONE,
+                role=READER,
                 summary="Log in with the key: a session's cookie",
                 body=form(ui.LoginForm),
                 answers={
@@ -55,6 +62,7 @@ ENTRIES = [
             "POST": Method(
                 ui.logout,
                 UI,
+                role=READER,
                 summary="End the session",
                 answers={303: redirect("to the login form")},
             )
@@ -69,6 +77,7 @@ ENTRIES = [
                 ui_jobs.jobs_page,
                 UI,
                 reads=(*ui_jobs.READS, *NOTICES),
+                role=READER,
                 summary="The jobs list",
                 answers=PAGE,
             )
@@ -83,6 +92,7 @@ ENTRIES = [
                 ui_dead.retry_failed,
                 UI,
                 reads=REFRESH,
+                role=SUBMITTER,
                 summary="Retry the failed jobs a page lists",
                 body=form(ui_dead.RetryForm),
                 answers={303: redirect("back to the failed list, saying what was done")},
@@ -92,7 +102,16 @@ ENTRIES = [
     ),
     Entry(
         "/ui/jobs/{job_id}",
-        {"GET": Method(ui_job.job_page, UI, reads=REFRESH, summary="A job's page", answers=PAGE)},
+        {
+            "GET": Method(
+                ui_job.job_page,
+                UI,
+                reads=REFRESH,
+                role=READER,
+                summary="A job's page",
+                answers=PAGE,
+            )
+        },
         other_methods=UI,
     ),
     # The job page's live output (ui_live.py): GET /jobs/{id}/logs?follow=1's stream, the
@@ -104,6 +123,7 @@ ENTRIES = [
                 logs.follow_logs,
                 UI,
                 reads=logs.FOLLOW_READS,
+                role=READER,
                 summary="A job's output followed, for its page",
                 answers={200: logs.FOLLOWED},
             )
@@ -118,6 +138,7 @@ ENTRIES = [
                 ui.cancel,
                 UI,
                 reads=REFRESH,
+                role=SUBMITTER,
                 summary="A job page's Cancel button",
                 body=BUTTON,
                 answers=BACK,
@@ -132,6 +153,7 @@ ENTRIES = [
                 ui.retry,
                 UI,
                 reads=REFRESH,
+                role=SUBMITTER,
                 summary="A job page's Retry button",
                 body=BUTTON,
                 answers=BACK,
@@ -141,7 +163,16 @@ ENTRIES = [
     ),
     Entry(
         "/ui/nodes",
-        {"GET": Method(ui_nodes.nodes_page, UI, reads=REFRESH, summary="The nodes", answers=PAGE)},
+        {
+            "GET": Method(
+                ui_nodes.nodes_page,
+                UI,
+                reads=REFRESH,
+                role=READER,
+                summary="The nodes",
+                answers=PAGE,
+            )
+        },
         other_methods=UI,
     ),
     # The nodes page's Drain and Undrain buttons.
@@ -152,6 +183,7 @@ ENTRIES = [
                 ui.drain_or_undrain,
                 UI,
                 reads=REFRESH,
+                role=OPERATOR,
                 summary="The nodes page's Drain and Undrain buttons (action: drain, undrain)",
                 body=BUTTON,
                 answers=BACK,
@@ -166,6 +198,7 @@ ENTRIES = [
                 ui_schedules.page,
                 UI,
                 reads=("after", *REFRESH),
+                role=READER,
                 summary="The schedules",
                 answers=PAGE,
             )
@@ -179,6 +212,7 @@ ENTRIES = [
                 ui_schedules.pause_or_resume,
                 UI,
                 reads=REFRESH,
+                role=OPERATOR,
                 summary="The schedules page's Pause and Resume buttons (action: pause, resume)",
                 body=BUTTON,
                 answers=BACK,

@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from scheduler.api.described import Answer, Body
 from scheduler.api.params import Params, parse_query
+from scheduler.models.access_key import Role
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 # When an entry is served: always; with the built-in registry (REGISTRY_URL unset); with
@@ -107,6 +108,10 @@ class Method:
     # The query parameters the endpoint reads, one value each (params.Query.get refuses any
     # other name): one given twice is a 400 at the door, on every path to the endpoint.
     reads: Collection[str] = ()
+    # The least role a named key (models/access_key.py) needs to make the call, or a UI
+    # session to use it; the admin key (TINYAWS_API_KEY) makes every call. Declared on each
+    # method: the table of roles x routes (docs/SECURITY.md) is this column.
+    role: Role = field(kw_only=True)
     # What it is, takes and answers, for its OpenAPI description (openapi.py, described.py):
     # a line saying what it does, its body, and its answers by status (errors, as plain text
     # or a UI page, are described for every method: openapi.py).
@@ -256,19 +261,26 @@ class RouteTable:
         return resolved[1].reads if resolved is not None and resolved[1] is not None else ()
 
     def access(self, method: str, path: str, params: Params) -> Access:
-        """Who may make this call: ANYONE, AGENT, KEY or UI (POLL and OWN_SERVICES are decided
-        here by the request's parameters, params.parse_query's). A path no entry matches
-        needs the key, or under the UI's prefix the UI's cookie (the login form for a
-        browser)."""
+        """Who may make this call: ANYONE, AGENT, KEY or UI (`door`'s first half)."""
+        return self.door(method, path, params)[0]
+
+    def door(self, method: str, path: str, params: Params) -> tuple[Access, Role]:
+        """Who may make this call, and the least role it needs (Method.role): ANYONE, AGENT,
+        KEY or UI (POLL and OWN_SERVICES are decided here by the request's parameters,
+        params.parse_query's). A path no entry matches needs the key, or under the UI's
+        prefix the UI's cookie (the login form for a browser); it, and a method the path
+        does not serve (405), need any key's role: their answers tell nothing."""
         resolved = self.resolve(method, path)
         if resolved is None:
-            return Access.UI if path.startswith(UI_PREFIX + "/") else Access.KEY
+            return (Access.UI if path.startswith(UI_PREFIX + "/") else Access.KEY), Role.READER
         entry, found, _ = resolved
-        access = entry.other_methods if found is None else found.access
+        if found is None:
+            return entry.other_methods, Role.READER
+        access = found.access
         if access is Access.POLL or access is Access.OWN_SERVICES:
             agents = is_poll(params) if access is Access.POLL else bool(first(params, "node_id"))
-            return Access.AGENT if agents else Access.KEY
-        return access
+            access = Access.AGENT if agents else Access.KEY
+        return access, found.role
 
     def is_open(self, method: str, path: str, params: Params) -> bool:
         """Whether the call needs nothing at the door (neither the key nor the UI's cookie)."""

@@ -1,9 +1,9 @@
 """The /schedules API (docs/GUIDE.md, Schedules): create, list, read, pause, resume and delete named
 schedules; routes.TABLE holds them behind the key, as the other operator routes.
 
-A schedule's job template is shown in full, env_vars values included: the key that reads it
-also reads every job the schedule makes (GET /jobs/{id} shows their env_vars), so hiding
-them here would protect nothing. The web UI shows names only, as on a job's page.
+A schedule's job template is shown in full, env_vars values included, to a key that sees
+them on a job (a submitter or above); a reader sees their names, as on a job
+(models/access_key.py). The web UI shows names only, as on a job's page.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from scheduler.api.http import (
     HTTPError,
+    caller,
     json_array,
     json_bytes,
     read_body,
@@ -25,6 +26,8 @@ from scheduler.api.http import (
 from scheduler.api.params import param
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
+from scheduler.models.access_key import Principal
+from scheduler.models.job import hide_env
 from scheduler.models.schedule import (
     ScheduleRequest,
     ScheduleView,
@@ -43,8 +46,15 @@ _request_decoder = msgspec.json.Decoder(ScheduleRequest)
 _encoder = msgspec.json.Encoder()
 
 
-def _shown(shown: ScheduleView, status: int = 200) -> Response:
-    return json_bytes(_encoder.encode(shown), status=status)
+def _shown(request: Request, shown: ScheduleView, status: int = 200) -> Response:
+    return json_bytes(_encoded(caller(request), shown), status=status)
+
+
+def _encoded(by: Principal, shown: ScheduleView) -> bytes:
+    """The schedule as `by` may see it: a reader's template without env_vars' values."""
+    if not by.sees_secrets:
+        shown = msgspec.structs.replace(shown, job=hide_env(shown.job))
+    return _encoder.encode(shown)
 
 
 def _name(request: Request) -> str:
@@ -67,7 +77,7 @@ async def create(request: Request) -> Response:
     body = await read_body(request, _settings(request).max_body_bytes)
     schedule = new_schedule(decode_request(body), uuid.uuid4().hex, time.time())
     await _store(request).run(ops.schedules.create_schedule(schedule))
-    return _shown(view(schedule), status=201)
+    return _shown(request, view(schedule), status=201)
 
 
 async def list_schedules(request: Request) -> Response:
@@ -79,7 +89,8 @@ async def list_schedules(request: Request) -> Response:
     if after and not ID_RE.fullmatch(after):
         raise HTTPError(400, "invalid after: use a schedule name")
     page = await _store(request).run(ops.schedules.list_schedules(after, limit or DEFAULT_PAGE))
-    shown = (_encoder.encode(view(schedule_decoder.decode(s.record))) for s in page)
+    by = caller(request)
+    shown = (_encoded(by, view(schedule_decoder.decode(s.record))) for s in page)
     return json_array(shown)
 
 
@@ -87,7 +98,7 @@ async def get_schedule(request: Request) -> Response:
     blob = await _store(request).run(ops.schedules.schedule(_name(request)))
     if blob is None:
         raise ScheduleNotFound()
-    return _shown(view(schedule_decoder.decode(blob)))
+    return _shown(request, view(schedule_decoder.decode(blob)))
 
 
 async def delete_schedule(request: Request) -> Response:
@@ -99,7 +110,7 @@ async def delete_schedule(request: Request) -> Response:
 async def pause(request: Request) -> Response:
     """POST /schedules/{name}/pause: no tick fires until resumed (idempotent)."""
     changed = await _store(request).run(ops.schedules.change_schedule(_name(request), paused))
-    return _shown(view(changed))
+    return _shown(request, view(changed))
 
 
 async def resume(request: Request) -> Response:
@@ -109,4 +120,4 @@ async def resume(request: Request) -> Response:
     changed = await _store(request).run(
         ops.schedules.change_schedule(_name(request), lambda s: resumed(s, now) if s.paused else s)
     )
-    return _shown(view(changed))
+    return _shown(request, view(changed))

@@ -110,7 +110,7 @@ async def login(request: Request) -> Response:
     AUTH_FAILURES_MAX."""
     check_origin(request)
     found = _credentials(request)
-    if not found.is_key((await _form(request)).get("key", "")):
+    if found.key_of((await _form(request)).get("key", "")) is None:
         # The form again, whatever the refusal: past the limit (429) the right key is still
         # served, so the operator behind a guessed-at address types it here.
         status, message, headers = await found.refused_asgi(request.scope, guessed=True)

@@ -85,6 +85,11 @@ class Settings:
     ui_session_secs: float = field(
         default=12 * 3600.0, metadata={"env": "UI_SESSION_SECS", "min": 1}
     )
+    # How often each API process reads the named keys again when they changed (api/keyring.py):
+    # a key made or revoked through another replica works, or stops, within this.
+    keyring_refresh_secs: float = field(
+        default=1.0, metadata={"env": "KEYRING_REFRESH_SECS", "min": 0.05}
+    )
     # Wrong credentials one client address may send in a window from its first (api/guesses.py);
     # past them its wrong ones get 429 Retry-After until the window ends, right ones are served.
     auth_failures_max: int = field(default=10, metadata={"env": "AUTH_FAILURES_MAX", "min": 1})

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
+from scheduler.models.access_key import Principal
 from scheduler.models.fields import OUTPUT, SPEC, SUBMITTED, Timestamp, read_fields
 from scheduler.models.labels import Selector, check_selector
 from scheduler.models.registry import MEMORY_MB_MAX, NODE_CPUS_MAX
@@ -311,3 +312,20 @@ encoder = msgspec.json.Encoder()
 # Job records: Go's encoder writes a map's keys sorted (env_vars), and struct fields in
 # declaration order, which "deterministic" keeps.
 record_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+# An env var's value as a reader sees it (models/access_key.py): that it is set, not what.
+HIDDEN = "(hidden)"
+
+
+def hide_env(fields: dict[str, Any]) -> dict[str, Any]:
+    """A job's fields (or a job template's) with env_vars' values hidden, their names kept."""
+    env = fields.get("env_vars")
+    return {**fields, "env_vars": dict.fromkeys(env, HIDDEN)} if env else fields
+
+
+def shown_to(caller: Principal, job: bytes) -> bytes:
+    """A job's JSON as `caller` may see it: a reader's with env_vars' values hidden."""
+    if caller.sees_secrets:
+        return job
+    return msgspec.json.encode(hide_env(msgspec.json.decode(job)))

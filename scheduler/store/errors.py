@@ -43,6 +43,11 @@ class Conflict(Exception):
     """A report the state machine refuses; the message is the API's 409 text."""
 
 
+class KeyNotFound(LookupError):
+    def __str__(self) -> str:
+        return "key not found"
+
+
 class OffsetMismatch(Conflict):
     """A chunk of live output sent past what the log holds of its stream: `offset` is where
     the next one must start (the agent sends from there)."""

@@ -288,6 +288,18 @@ class Keys:
     def ui_secret(self) -> str:  # the deployment's random secret: the no-key UI's CSRF HMAC key
         return self._k("ui:secret")
 
+    @property
+    def api_keys(self) -> str:  # hash: a named key's name -> its record (models/access_key.py)
+        return self._k("apikeys")
+
+    @property
+    def api_keys_version(self) -> str:  # counter: bumped by every change of api_keys
+        return self._k("apikeys:version")
+
+    @property
+    def audit(self) -> str:  # stream: the admin calls, who made them and on what
+        return self._k("audit")
+
     def auth_failures(self, address: str) -> str:
         """Counter, with the window's TTL: failed logins and bearer keys from one address."""
         return self._k(f"authfail:{address}")

@@ -1,13 +1,21 @@
 """The door's scripts, each with its call: the web UI's sessions (a login's random id, kept
 by its SHA-256 with a TTL), the no-key UI's CSRF secret (one per deployment, shared by
-every replica), and the failed credentials counted per client address (a fixed window)."""
+every replica), the failed credentials counted per client address (a fixed window), and the
+named keys (models/access_key.py: made, revoked, read again by each API when they change)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import msgspec
+
+from scheduler.models.access_key import MAX_KEYS, KeyRecord, Principal
+from scheduler.store.errors import Conflict, KeyNotFound
 from scheduler.store.scripts.script import Call, Script
+
+# The audit stream's length, about (XADD MAXLEN ~): the newest admin calls.
+AUDIT_MAX = 10_000
 
 START_SESSION = Script(
     "START_SESSION",
@@ -68,3 +76,70 @@ def ui_secret(fresh: str) -> Call[str]:
 
 def count_failure(address: str, window_secs: float) -> Call[tuple[int, float]]:
     return COUNT_FAILURE.call(address=address, window_ms=_ms(window_secs))
+
+
+ADD_KEY = Script(
+    "ADD_KEY",
+    "name record role at by max_keys audit_max",
+    lambda reply: _added(reply),
+)
+
+REVOKE_KEY = Script(
+    "REVOKE_KEY",
+    "name at by audit_max",
+    lambda reply: _revoked(reply),
+)
+
+KEYRING = Script(
+    "KEYRING",
+    "known",
+    lambda reply: _keyring(reply),
+    read_only=True,
+)
+
+_key_record = msgspec.json.Decoder(KeyRecord)
+
+
+def _added(reply: Any) -> int:
+    if int(reply[0]) == 1:
+        raise Conflict("a key with that name exists: revoke it first, or choose another name")
+    if int(reply[0]) == 2:
+        raise Conflict(f"too many keys (at most {MAX_KEYS}): revoke some first")
+    return int(reply[1])
+
+
+def _revoked(reply: Any) -> int:
+    if not int(reply):
+        raise KeyNotFound()
+    return int(reply)
+
+
+def _keyring(reply: Any) -> tuple[int, list[KeyRecord] | None]:
+    """(the version, the records when they changed since the one known, else None)."""
+    version, changed, flat = int(reply[0]), int(reply[1]), reply[2:]
+    if not changed:
+        return version, None
+    return version, [_key_record.decode(flat[i + 1]) for i in range(0, len(flat), 2)]
+
+
+def add_key(record: KeyRecord, at: float, by: Principal) -> Call[int]:
+    """The version of the keys once `record` is added (Conflict: its name is taken, or
+    MAX_KEYS are held)."""
+    return ADD_KEY.call(
+        name=record.name,
+        record=msgspec.json.encode(record),
+        role=record.role.value,
+        at=at,
+        by=by.name,
+        max_keys=MAX_KEYS,
+        audit_max=AUDIT_MAX,
+    )
+
+
+def revoke_key(name: str, at: float, by: Principal) -> Call[int]:
+    """The version of the keys once the key `name` is gone (KeyNotFound: none has it)."""
+    return REVOKE_KEY.call(name=name, at=at, by=by.name, audit_max=AUDIT_MAX)
+
+
+def keyring(known: int) -> Call[tuple[int, list[KeyRecord] | None]]:
+    return KEYRING.call(known=known)

@@ -1,0 +1,130 @@
+"""Named API keys and their roles (docs/SECURITY.md, Named keys): who may do what.
+
+A deployment's TINYAWS_API_KEY is its admin key, as it always was. An admin makes more keys,
+each with a name and a role, and revokes them by name. A role is a rung: each allows what the
+one below it does and more.
+
+- reader: reads jobs, their output and events, schedules, nodes and metrics; a job's
+  env_vars show by name only (their values are often secrets);
+- submitter: also submits, cancels and retries jobs;
+- operator: also drains and removes nodes and manages schedules;
+- admin: also manages keys.
+
+Redis keeps a key's SHA-256, never the key; the key is shown once, when it is made. A named
+key starts with `tka_`, so a secret scanner can find one that leaked. Pure: no I/O here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from enum import Enum
+from typing import Annotated
+
+import msgspec
+
+# The rungs, lowest first.
+ROLES = ("reader", "submitter", "operator", "admin")
+KEY_PREFIX = "tka_"
+# A key's name: how it is shown in listings and in who did what.
+NAME_RULE = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+NAME_RE = re.compile(NAME_RULE)
+# How many named keys a deployment holds at most: every API process keeps them all in
+# memory (about 200 bytes each) and reads them again whenever one changes.
+MAX_KEYS = 1000
+
+
+class Role(Enum):
+    READER = "reader"
+    SUBMITTER = "submitter"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+    @property
+    def rung(self) -> int:
+        return ROLES.index(self.value)
+
+    def allows(self, needed: Role) -> bool:
+        """Whether this role may do what `needed` may."""
+        return self.rung >= needed.rung
+
+
+KeyName = Annotated[str, msgspec.Meta(pattern=NAME_RULE)]
+
+
+class KeyRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The POST /keys body."""
+
+    name: KeyName
+    role: Role
+
+
+class KeyView(msgspec.Struct, kw_only=True):
+    """A named key as listed: never the key itself. `created_by` is the name of the key that
+    made it (`admin` for TINYAWS_API_KEY)."""
+
+    name: str
+    role: Role
+    created_at: float
+    created_by: str
+
+
+class KeyMade(KeyView, kw_only=True):
+    """The answer to POST /keys: the key, shown this once."""
+
+    key: str
+
+
+class KeyRecord(KeyView, kw_only=True):
+    """A named key as Redis keeps it: its view and the SHA-256 of the key (hex)."""
+
+    hash: str
+
+    def view(self) -> KeyView:
+        return KeyView(
+            name=self.name, role=self.role, created_at=self.created_at, created_by=self.created_by
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who makes a call: a named key, or the admin key (`ADMIN`); `ANYONE` when no key is set
+    (every call is let in, as the original's)."""
+
+    name: str
+    role: Role
+
+    def allows(self, needed: Role) -> bool:
+        return self.role.allows(needed)
+
+    @property
+    def sees_secrets(self) -> bool:
+        """Whether a job's env_vars show with their values (a reader sees their names)."""
+        return self.role.allows(Role.SUBMITTER)
+
+
+ADMIN = Principal("admin", Role.ADMIN)  # TINYAWS_API_KEY
+ANYONE = Principal("anyone", Role.ADMIN)  # no key set: the API asks none
+
+
+def new_key() -> str:
+    """A named key: its prefix and 256 random bits."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def key_hash(key: str | bytes) -> str:
+    """What Redis keeps of a named key (and what the keyring looks up): its SHA-256, hex. A
+    key is 256 random bits, so a plain hash is as hard to reverse as the key is to guess."""
+    return hashlib.sha256(key.encode() if isinstance(key, str) else key).hexdigest()
+
+
+def new_record(request: KeyRequest, key: str, now: float, by: Principal) -> KeyRecord:
+    return KeyRecord(
+        name=request.name,
+        role=request.role,
+        created_at=now,
+        created_by=by.name,
+        hash=key_hash(key),
+    )

@@ -1,0 +1,17 @@
+--- @include "keys"
+
+-- A named key made (api/keys.py): its record under its name, unless the name is taken or
+-- `max_keys` are held; the keys' version moves so that every API process reads them again,
+-- and the audit stream says who made it. Returns {0, version}, or {1} (name taken) or
+-- {2} (too many keys).
+if redis.call("HEXISTS", K.api_keys, name) == 1 then
+  return {1}
+end
+if redis.call("HLEN", K.api_keys) >= tonumber(max_keys) then
+  return {2}
+end
+redis.call("HSET", K.api_keys, name, record)
+local version = redis.call("INCR", K.api_keys_version)
+redis.call("XADD", K.audit, "MAXLEN", "~", audit_max, "*",
+  "at", at, "by", by, "action", "key add", "name", name, "role", role)
+return {0, version}

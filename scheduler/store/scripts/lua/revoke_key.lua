@@ -1,0 +1,14 @@
+--- @include "keys"
+
+-- A named key revoked (api/keys.py): its record deleted; the keys' version moves so that
+-- every API process drops it, and the audit stream says who revoked it. Returns the version,
+-- or 0 when no key has that name.
+local record = redis.call("HGET", K.api_keys, name)
+if not record then
+  return 0
+end
+redis.call("HDEL", K.api_keys, name)
+local version = redis.call("INCR", K.api_keys_version)
+redis.call("XADD", K.audit, "MAXLEN", "~", audit_max, "*",
+  "at", at, "by", by, "action", "key revoke", "name", name, "role", cjson.decode(record).role)
+return version
