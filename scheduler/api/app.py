@@ -197,7 +197,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     )
     app.router.redirect_slashes = False
     app.state.request_stats = request_stats
-    app.state.agent_auth = AgentAuth.from_settings(settings, credentials)
+    app.state.agent_auth = AgentAuth.from_settings(settings, credentials, TABLE)
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
     app.state.credentials = credentials
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
