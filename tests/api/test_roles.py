@@ -7,23 +7,19 @@ tested with the UI."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
+from scheduler.api import roles_table
 from scheduler.api.routes import TABLE
-from scheduler.api.routing import UI_PREFIX, Access
+from scheduler.api.routing import Access
 from scheduler.models.access_key import ROLES, Role
 from tests.conftest import ClientFactory, assert_json, assert_text_error
 
 ADMIN_KEY = "roles-test-admin-key-0123456789abcdef"
 AS_ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
-# The access of the calls a named key makes: POLL and OWN_SERVICES are the key's but for an
-# agent's own call (tested as the key's here), and the AGENT routes the operator's handler
-# decides (`anyone_in_open_mode=False`: agents.AgentAuth.operator_or_node).
-KEYS_CALLS = (Access.KEY, Access.POLL, Access.OWN_SERVICES)
 
 
 def as_key(key: str) -> dict[str, str]:
@@ -43,21 +39,6 @@ def role_keys(api: TestClient) -> dict[str, str]:
 
 def forbidden(role: str, needed: Role) -> str:
     return f"forbidden: the key '{role}-key' is a {role}; this call needs a {needed.value} or above"
-
-
-@dataclass(frozen=True)
-class Call:
-    """A (method, path template) of the table, made with a real path and body."""
-
-    method: str
-    template: str
-    path: str
-    body: Any = None
-    hot: bool = False  # the hot lane takes this very request
-
-    @property
-    def id(self) -> str:
-        return f"{self.method} {self.template}"
 
 
 # Each of the table's key calls, made real: on the deployment `deployment` makes (job-1
@@ -100,16 +81,11 @@ MADE: dict[tuple[str, str], tuple[str, Any]] = {
 
 def keys_calls() -> Iterator[tuple[str, str, Role, bool]]:
     """(method, template, its least role, whether the lane serves it) of every call a named
-    key makes: the key's, and the operator's agent routes; not the UI's."""
-    for entry in TABLE.entries:
-        if entry.path == UI_PREFIX or entry.path.startswith(UI_PREFIX + "/"):
-            continue
-        for name, found in entry.methods.items():
-            operators = found.access is Access.AGENT and not found.anyone_in_open_mode
-            if found.access in KEYS_CALLS or operators:
-                # The lane takes the poll, not a listing: only KEY's hot calls are the key's.
-                hot = found.hot is not None and found.access is Access.KEY
-                yield name, entry.path, found.role, hot
+    key makes (roles_table.keys_calls: the key's, and the operator's agent routes)."""
+    for name, path, found in roles_table.keys_calls(TABLE):
+        # The lane takes the poll, not a listing: only KEY's hot calls are the key's.
+        hot = found.hot is not None and found.access is Access.KEY
+        yield name, path, found.role, hot
 
 
 def test_every_call_of_a_key_is_made_here() -> None:
