@@ -7,10 +7,12 @@ report, register, heartbeat, a node's own services and DELETE /nodes/{id}, the p
 caller outside the networks gets 403 before any Redis work or body read, from this
 middleware on the ASGI path and from the lane (lane.Lane.refusal), with the same answer. The
 rule holds in token mode too (defence in depth: a leaked node token or join key is worth
-nothing outside the agents' networks). The operator's key passes anywhere: it opens every job
+nothing outside the agents' networks). The admin key passes anywhere: it opens every job
 and node through the operator's routes already, and DELETE /nodes/{id} is the operator's call
-as much as a node's. So from outside, the key is the one credential compared: any other a
-caller sends is a wrong one, counted (guesses.py).
+as much as a node's; a named key passes to DELETE /nodes/{id} and the drains only (its role
+decides there), and elsewhere is refused, not counted (it is right, but makes no agent call).
+So from outside, the keys are the credentials compared: any other a caller sends is a wrong
+one, counted (guesses.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from scheduler.api.params import PARAMS, Query
 from scheduler.api.routing import Access, RouteTable
 from scheduler.config import Settings
 from scheduler.config.networks import Networks
+from scheduler.models.access_key import ADMIN
 
 FORBIDDEN = "forbidden: agent calls are open to AGENT_NETWORKS only"
 # Decisions remembered by (peer, X-Forwarded-For): parsing an address costs more than the
@@ -50,14 +53,27 @@ class AgentNetworks:
             return None
         return cls(networks, settings.trusted_proxy_list, credentials)
 
-    def allows(self, peer: str | None, headers: list[tuple[bytes, bytes]]) -> bool:
+    def allows(
+        self, peer: str | None, headers: list[tuple[bytes, bytes]], operators: bool = False
+    ) -> bool:
         """Whether a caller may make an agent call: its address (client_address) is in the
-        networks, or it holds the operator's key."""
+        networks, or it holds the admin key (TINYAWS_API_KEY). A named key passes only to
+        the operator's node routes (`operators`: DELETE /nodes/{id}, the drains), whose
+        handler checks its role (agents.AgentAuth.operator_or_node): named keys make no
+        other agent call, and in open mode those take anyone, so a reader's key passing
+        here would claim jobs with their env_vars, report, register nodes, from anywhere."""
         # The header matters only behind a trusted proxy; otherwise the peer decides alone.
         forwarded = _forwarded(headers) if self.trusted else ()
         if self._decide(peer, forwarded):
             return True
-        return self.credentials.holds_key(headers)
+        caller = self.credentials.caller(headers)
+        return caller is ADMIN or (operators and caller is not None)
+
+    def guessed(self, headers: Headers) -> bool | None:
+        """Whether a refused caller's credential counts as a guess (guesses.Credentials
+        .refused's `guessed`): not a named key's, which is right, only not for this call;
+        else as any refusal (None: when it sent one)."""
+        return False if self.credentials.caller(headers) is not None else None
 
     def _from_networks(self, peer: str | None, forwarded: tuple[bytes, ...]) -> bool:
         headers = [(b"x-forwarded-for", value) for value in forwarded]
@@ -82,14 +98,20 @@ class AgentNetworksGate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._allowed(scope):
             outside: Refusal = (403, FORBIDDEN, {})
-            refused = await self.networks.credentials.refused_asgi(scope, outside)
+            guessed = self.networks.guessed(scope["headers"])
+            refused = await self.networks.credentials.refused_asgi(scope, outside, guessed)
             await text_error(*refused)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
     def _allowed(self, scope: Scope) -> bool:
         query: Query = scope[PARAMS]  # the door's (http.ParamsDoor), which runs first
-        if self.routes.access(scope["method"], query.path, query.values) is not Access.AGENT:
+        method = scope["method"]
+        if self.routes.access(method, query.path, query.values) is not Access.AGENT:
             return True
+        served = self.routes.serving(method, query.path)
+        operators = (
+            served is not None and served[1] is not None and not served[1].anyone_in_open_mode
+        )
         client = scope.get("client")
-        return self.networks.allows(client[0] if client else None, scope["headers"])
+        return self.networks.allows(client[0] if client else None, scope["headers"], operators)

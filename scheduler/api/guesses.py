@@ -166,11 +166,6 @@ class Credentials:
             return None
         return ADMIN if self._is_key(token) else self.keyring.find(token)
 
-    def holds_key(self, headers: Headers) -> bool:
-        """Whether the first Authorization header is `Bearer <a key>`: TINYAWS_API_KEY or a
-        named one (never, with no key set): AGENT_NETWORKS' check (a key passes anywhere)."""
-        return self.caller(headers) is not None
-
     def key_of(self, secret: str) -> Principal | None:
         """Whose key `secret` is (the login form's; never one, with no key set)."""
         if not self.has_key:

@@ -266,19 +266,24 @@ class Lane:
     async def refusal(self, route: Route, request: HotRequest) -> Answer:
         """A refused call's answer: the browser boundary's; else as AgentNetworksGate's (403
         outside AGENT_NETWORKS) or BearerAuth's (401), a wrong credential counted (429 past
-        the limit)."""
+        the limit; a named key outside AGENT_NETWORKS is right, not counted)."""
         stopped = self.boundary.refusal(request.method, request.path, request.headers)
         if stopped is not None:
             return text_answer(*stopped, {})
         if request.forbidden is not None:
             return text_answer(*request.forbidden)
-        refusal = OUTSIDE_AGENT_NETWORKS if route.access is Access.AGENT else UNAUTHORIZED
-        return await self.unauthorized(request, refusal)
+        if route.access is not Access.AGENT or self.networks is None:
+            return await self.unauthorized(request)
+        guessed = self.networks.guessed(request.headers)  # a named key's is not counted
+        return await self.unauthorized(request, OUTSIDE_AGENT_NETWORKS, guessed)
 
-    async def unauthorized(self, request: HotRequest, refusal: Refusal = UNAUTHORIZED) -> Answer:
-        """A wrong credential's answer (guesses.py): `refusal`, counted; 429 past the limit."""
+    async def unauthorized(
+        self, request: HotRequest, refusal: Refusal = UNAUTHORIZED, guessed: bool | None = None
+    ) -> Answer:
+        """A wrong credential's answer (guesses.py): `refusal`, counted (unless `guessed` is
+        False); 429 past the limit."""
         refused = await self.credentials.refused(
-            self.state.store, request.peer, request.headers, refusal
+            self.state.store, request.peer, request.headers, refusal, guessed
         )
         return text_answer(*refused)
 
