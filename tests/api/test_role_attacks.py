@@ -415,3 +415,53 @@ def test_a_named_key_makes_no_agent_call(
     right = ADMIN_KEY if body == AGENT_CALLS[2][2] else token
     answer = api.request(method, path, json=body, headers=as_key(right))
     assert answer.status_code not in (401, 403), answer.text
+
+
+# AGENT_NETWORKS: the admin key passes from anywhere; a named key only to the operator's node
+# routes, where its role decides.
+
+OUTSIDE = "10.99.0.0/16"  # the agents' network: the tests' 127.0.0.1 is outside it
+
+
+@pytest.fixture
+def outside(make_client: ClientFactory) -> Keyed:
+    """`keyed`'s deployment in open agent mode, the tests' address outside AGENT_NETWORKS."""
+    api = make_client(api_key=ADMIN_KEY, agent_networks=OUTSIDE, auth_failures_max=LIMIT)
+    assert_json(api.post("/nodes/register", json=NODE, headers=AS_ADMIN), 201)
+    job = {"command": "x", "env_vars": SECRET_ENV}
+    assert_json(api.post("/jobs", json=job, headers=AS_ADMIN), 201)
+    return api, role_keys(api)
+
+
+@BOTH_FRONTS
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [call for call in AGENT_CALLS if "register" not in call[1]]
+    + [("POST", "/nodes/register", {**NODE, "id": "n2", "hostname": "n2"})],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_a_named_key_opens_no_agent_call_outside_agent_networks(
+    outside: Keyed, method: str, path: str, body: Any
+) -> None:
+    """In open mode an agent call takes anyone inside AGENT_NETWORKS: a named key passing the
+    networks' rule as the admin key does would claim jobs and read their env_vars (a
+    reader's hidden values), forge reports, register nodes, from anywhere."""
+    api, keys = outside
+    nodes = assert_json(api.get("/nodes", headers=AS_ADMIN))
+    for _ in range(2 * LIMIT // len(keys) + 1):  # past LIMIT: none is counted
+        for key in keys.values():
+            response = api.request(method, path, json=body, headers=as_key(key))
+            assert_text_error(
+                response, 403, "forbidden: agent calls are open to AGENT_NETWORKS only"
+            )
+    assert job_status(api) == "pending"
+    assert assert_json(api.get("/nodes", headers=AS_ADMIN)).keys() == nodes.keys()
+    assert_text_error(api.get("/jobs", headers=as_key("wrong")), 401, "unauthorized")
+
+
+def test_a_named_operator_drains_a_node_from_outside_agent_networks(outside: Keyed) -> None:
+    api, keys = outside
+    response = api.post("/nodes/n1/drain", headers=as_key(keys["submitter"]))
+    assert_text_error(response, 403, forbidden("submitter", Role.OPERATOR))
+    drained = assert_json(api.post("/nodes/n1/drain", headers=as_key(keys["operator"])))
+    assert drained["drained_by"] == "operator"
