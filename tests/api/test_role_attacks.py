@@ -370,6 +370,14 @@ def test_a_taken_name_is_refused(keyed: Keyed) -> None:
     assert {k["name"]: k["role"] for k in listed}["reader-key"] == "reader"
 
 
+@pytest.mark.parametrize("name", ["ghost", "Reader-Key", "a" * 65])
+def test_revoking_a_key_no_one_has_is_404(keyed: Keyed, name: str) -> None:
+    api, _ = keyed
+    before = assert_json(api.get("/keys", headers=AS_ADMIN))
+    assert_text_error(api.delete(f"/keys/{name}", headers=AS_ADMIN), 404, "key not found")
+    assert assert_json(api.get("/keys", headers=AS_ADMIN)) == before
+
+
 # Agent calls: a node's token makes them, never a named key (AGENT_AUTH=token).
 
 NODE = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
