@@ -473,3 +473,16 @@ def test_a_named_operator_drains_a_node_from_outside_agent_networks(outside: Key
     assert_text_error(response, 403, forbidden("submitter", Role.OPERATOR))
     drained = assert_json(api.post("/nodes/n1/drain", headers=as_key(keys["operator"])))
     assert drained["drained_by"] == "operator"
+
+
+@BOTH_FRONTS
+def test_a_named_key_registering_in_open_mode_is_not_counted(keyed: Keyed) -> None:
+    """Open mode: a registration takes anyone, and one of a known id answers a bearer that is
+    neither the admin key nor the node's token without a token, counting it as a wrong
+    credential; a named key is right, so it is not counted, however often."""
+    api, keys = keyed
+    for _ in range(2 * LIMIT // len(keys) + 1):
+        for key in keys.values():
+            answer = assert_json(api.post("/nodes/register", json=NODE, headers=as_key(key)), 201)
+            assert "token" not in answer
+    assert_text_error(api.get("/jobs", headers=as_key("wrong")), 401, "unauthorized")
