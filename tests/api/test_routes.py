@@ -108,6 +108,8 @@ LABELS_BEFORE = {
     "/health",
     "/schedule",
     "/metrics",
+    "/keys",
+    "/keys/{id}",
     "/ui",
     "other",
     # Schedules (issue 23): the operator's, behind the key.
