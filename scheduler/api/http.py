@@ -226,6 +226,15 @@ class BearerAuth:
             await self._ui(scope, receive, send)
             return
         let_in = self.credentials.door(access, role, scope["headers"])
+        if let_in is UNAUTHORIZED:
+            client = scope.get("client")
+            let_in = await self.credentials.door_again(
+                scope["app"].state.store,
+                client[0] if client else None,
+                access,
+                role,
+                scope["headers"],
+            )
         if isinstance(let_in, Principal):
             scope[CALLER] = let_in
             await self.app(scope, receive, send)

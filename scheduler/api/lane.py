@@ -265,13 +265,23 @@ class Lane:
 
     async def refusal(self, route: Route, request: HotRequest) -> Answer:
         """A refused call's answer: the browser boundary's; else as AgentNetworksGate's (403
-        outside AGENT_NETWORKS) or BearerAuth's (401), a wrong credential counted (429 past
-        the limit)."""
+        outside AGENT_NETWORKS) or BearerAuth's: a right key's role too low (403), a named
+        key this process did not know yet (the keys read again: served), a wrong credential
+        (401, counted: 429 past the limit)."""
         stopped = self.boundary.refusal(request.method, request.path, request.headers)
         if stopped is not None:
             return text_answer(*stopped, {})
         if request.forbidden is not None:
             return text_answer(*request.forbidden)
+        if route.access is not Access.AGENT:
+            let_in = await self.credentials.door_again(
+                self.state.store, request.peer, route.access, route.role, request.headers
+            )
+            if isinstance(let_in, Principal):
+                request.caller = let_in
+                return await route.handler(request)
+            if let_in is not UNAUTHORIZED:
+                return text_answer(*let_in)
         refusal = OUTSIDE_AGENT_NETWORKS if route.access is Access.AGENT else UNAUTHORIZED
         return await self.unauthorized(request, refusal)
 
