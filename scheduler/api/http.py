@@ -17,7 +17,7 @@ from scheduler.api.params import PARAMS, Query, given_twice, parse_query, repeat
 from scheduler.api.routing import Access, RouteTable, route_path
 from scheduler.api.ui_session import UI_COOKIE as UI_COOKIE
 from scheduler.api.ui_session import cookie_session, session_alive
-from scheduler.models.access_key import ANYONE, Principal
+from scheduler.models.access_key import ADMIN, ANYONE, Principal
 from scheduler.store.errors import Unauthorized
 
 
@@ -251,6 +251,7 @@ class BearerAuth:
             await text_error(503, "store unavailable")(scope, receive, send)
             return
         if alive:
+            scope[CALLER] = ADMIN  # a session is the admin key's login
             await self.app(scope, receive, send)
         else:
             await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)

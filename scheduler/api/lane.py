@@ -335,7 +335,7 @@ class Lane:
 
     async def create_job(self, request: HotRequest) -> Answer:
         key = request.header(b"idempotency-key")
-        created = await hot.create_job(self.state, _reader(request), key)
+        created = await hot.create_job(self.state, _reader(request), key, request.caller)
         return 200 if created.duplicate else 201, created.job + b"\n", JSON, JOB_HEADERS
 
     async def report_job(self, request: HotRequest) -> Answer:

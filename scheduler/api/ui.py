@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import nodes, retries, ui_session
-from scheduler.api.http import HTTPError
+from scheduler.api.http import HTTPError, caller
 from scheduler.api.state import credentials as _credentials
 from scheduler.api.state import store as _store
 from scheduler.api.ui_forms import check_origin, checked_form, form_lists
@@ -44,7 +44,7 @@ async def _posted_job_id(request: Request) -> tuple[str, str]:
 async def cancel(request: Request) -> Response:
     """The job page's cancel button: DELETE /jobs/{id}, then back to the job."""
     job_id, back = await _posted_job_id(request)
-    await _store(request).run(ops.jobs.cancel(job_id, time.time()))
+    await _store(request).run(ops.jobs.cancel(job_id, time.time(), caller(request).who))
     return RedirectResponse(back, status_code=303)
 
 

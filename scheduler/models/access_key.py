@@ -100,6 +100,11 @@ class Principal:
         return self.role.allows(needed)
 
     @property
+    def who(self) -> str:
+        """The name who-did-what records: "" for ANYONE (no key set: nobody is known)."""
+        return "" if self is ANYONE else self.name
+
+    @property
     def sees_secrets(self) -> bool:
         """Whether a job's env_vars show with their values (a reader sees their names)."""
         return self.role.allows(Role.SUBMITTER)
