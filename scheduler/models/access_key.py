@@ -88,6 +88,18 @@ class KeyRecord(KeyView, kw_only=True):
         )
 
 
+class AuditEntry(msgspec.Struct, kw_only=True):
+    """An admin call, as GET /audit lists it: when (epoch s), by which key, what it did
+    (`key add`, `key revoke`), on which key name and role."""
+
+    id: str  # its place in the stream: GET /audit?before=<id> pages on from it
+    at: float
+    by: str
+    action: str
+    name: str
+    role: str
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who makes a call: a named key, or the admin key (`ADMIN`); `ANYONE` when no key is set

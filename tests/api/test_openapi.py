@@ -327,6 +327,11 @@ def keys_scenario(api: TestClient, check: Checker) -> None:
     assert shown["env_vars"] == {"T": "(hidden)"}
     check(api.delete("/keys/ci"), "/keys/{name}")
     check(api.delete("/keys/ci"), "/keys/{name}")  # 404
+    audit = check(api.get("/audit", params={"limit": 2}), "/audit")
+    assert [(e["action"], e["name"], e["by"]) for e in audit] == [
+        ("key revoke", "ci", "admin"),
+        ("key add", "ci", "admin"),
+    ]
 
 
 def test_errors_and_pages_answer_as_described(

@@ -109,6 +109,7 @@ LABELS_BEFORE = {
     "/schedule",
     "/metrics",
     "/keys",
+    "/audit",
     "/keys/{id}",
     "/ui",
     "other",

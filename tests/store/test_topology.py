@@ -285,6 +285,7 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         access_scripts.session_alive("0" * 64),
         access_scripts.keyring(-1),
         access_scripts.keyring(0),
+        access_scripts.read_audit(10),
     ]
     read_only = {name for name, script in SCRIPTS.items() if script.read_only}
     assert {call.script.name for call in calls} == read_only

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from scheduler.models.access_key import MAX_KEYS, KeyRecord, Principal
+from scheduler.models.access_key import MAX_KEYS, AuditEntry, KeyRecord, Principal
 from scheduler.store.errors import Conflict, KeyNotFound
 from scheduler.store.scripts.script import Call, Script
 
@@ -97,7 +97,26 @@ KEYRING = Script(
     read_only=True,
 )
 
+READ_AUDIT = Script(
+    "READ_AUDIT",
+    "count",
+    lambda reply: [_audit_entry(entry_id, fields) for entry_id, fields in reply],
+    read_only=True,
+)
+
 _key_record = msgspec.json.Decoder(KeyRecord)
+
+
+def _audit_entry(entry_id: bytes, fields: list[bytes]) -> AuditEntry:
+    said = {fields[i].decode(): fields[i + 1].decode() for i in range(0, len(fields), 2)}
+    return AuditEntry(
+        id=entry_id.decode(),
+        at=float(said.get("at", 0)),
+        by=said.get("by", ""),
+        action=said.get("action", ""),
+        name=said.get("name", ""),
+        role=said.get("role", ""),
+    )
 
 
 def _added(reply: Any) -> int:
@@ -139,6 +158,11 @@ def add_key(record: KeyRecord, at: float, by: Principal) -> Call[int]:
 def revoke_key(name: str, at: float, by: Principal) -> Call[int]:
     """The version of the keys once the key `name` is gone (KeyNotFound: none has it)."""
     return REVOKE_KEY.call(name=name, at=at, by=by.name, audit_max=AUDIT_MAX)
+
+
+def read_audit(count: int) -> Call[list[AuditEntry]]:
+    """The newest `count` admin calls, newest first."""
+    return READ_AUDIT.call(count=count)
 
 
 def keyring(known: int) -> Call[tuple[int, list[KeyRecord] | None]]:
