@@ -20,10 +20,11 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from scheduler.api.http import HTTPError
+from scheduler.api.http import CALLER, HTTPError
 from scheduler.api.params import query_of
 from scheduler.api.state import settings as _settings
 from scheduler.api.ui_headers import CSP, with_script
+from scheduler.models.access_key import Principal
 from scheduler.models.job import Job
 from scheduler.models.wire import parse_rfc3339
 
@@ -41,6 +42,7 @@ header nav{display:flex;gap:16px}
 header a,header .brand{color:#fff;text-decoration:none;font-weight:600}
 header .end{margin-left:auto;display:flex;gap:12px;align-items:center}
 header .end a{font-weight:400;color:#d0d7de}
+header .who{color:#d0d7de;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:16em}
 main{padding:16px}
 main form{margin:8px 0}
 .scroll{overflow-x:auto;max-width:100%}
@@ -191,6 +193,16 @@ def view_of(request: Request) -> View:
     return View(paused=raw == "off", now=time.time())
 
 
+def _who(request: Request) -> str:
+    """Who is logged in, beside Log out: the session's key's name and role, as the door let
+    it in (http.BearerAuth: CALLER); a long name cut short, whole in its title."""
+    who = request.scope.get(CALLER)
+    if not isinstance(who, Principal):
+        return ""
+    said = escape(f"{who.name} · {who.role.value}")
+    return f'<span class="who" id="who" title="{said}">{said}</span>'
+
+
 def page(
     request: Request,
     title: str,
@@ -217,6 +229,7 @@ def page(
     logout = ""
     if navigation and _settings(request).api_key:
         logout = '<form method="post" action="/ui/logout"><button>Log out</button></form>'
+        logout = _who(request) + logout
     nav = (
         "".join(
             f'<a href="{view.href(path)}">{name}</a>'
