@@ -40,9 +40,11 @@ header{background:#24292f;color:#fff;padding:8px 16px;display:flex;flex-wrap:wra
 align-items:center}
 header nav{display:flex;gap:16px}
 header a,header .brand{color:#fff;text-decoration:none;font-weight:600}
-header .end{margin-left:auto;display:flex;gap:12px;align-items:center}
+header .end{margin-left:auto;display:flex;gap:12px;align-items:center;min-width:0}
 header .end a{font-weight:400;color:#d0d7de}
-header .who{color:#d0d7de;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:16em}
+header .end>*{flex:none;white-space:nowrap}
+header .who{flex:0 1 auto;min-width:0;display:flex;color:#d0d7de}
+header .who .name{overflow:hidden;text-overflow:ellipsis;max-width:16em}
 main{padding:16px}
 main form{margin:8px 0}
 .scroll{overflow-x:auto;max-width:100%}
@@ -195,12 +197,16 @@ def view_of(request: Request) -> View:
 
 def _who(request: Request) -> str:
     """Who is logged in, beside Log out: the session's key's name and role, as the door let
-    it in (http.BearerAuth: CALLER); a long name cut short, whole in its title."""
+    it in (http.BearerAuth: CALLER). A long name is cut short to fit (whole in the title),
+    never the role."""
     who = request.scope.get(CALLER)
     if not isinstance(who, Principal):
         return ""
-    said = escape(f"{who.name} · {who.role.value}")
-    return f'<span class="who" id="who" title="{said}">{said}</span>'
+    name, role = escape(who.name), who.role.value
+    return (
+        f'<span class="who" id="who" title="{name} · {role}">'
+        f'<span class="name">{name}</span>&nbsp;· {role}</span>'
+    )
 
 
 def page(

@@ -115,7 +115,8 @@ def test_any_key_logs_in_and_its_pages_show_what_its_role_may_press(
     cookie = login(api, keys.get(role, KEY))
     home = api.get("/ui", headers=cookie)
     assert home.status_code == 200
-    assert f'id="who" title="{role} · {role}">{role} · {role}</span>' in home.text
+    said = f'id="who" title="{role} · {role}"><span class="name">{role}</span>&nbsp;· {role}<'
+    assert said in home.text
     assert shown(api, cookie) == SHOWN[role]
 
 
