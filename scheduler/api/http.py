@@ -203,6 +203,11 @@ class ParamsDoor:
         await self.app(scope, receive, send)
 
 
+# A named key's UI session on a process that has not read the keys yet (keyring.py): neither
+# let in nor ended.
+KEYS_UNREAD = (503, "the named keys are not read yet: try again", {"Retry-After": "1"})
+
+
 class BearerAuth:
     """Pure ASGI middleware: who may make each call is the route table's (routing.Access):
     `Authorization: Bearer <key>` on every call but the open ones (the health check, the
@@ -242,10 +247,13 @@ class BearerAuth:
         live session, or for a named key's session once the keyring no longer holds the key
         as it was (revoked, or made again with another role): that session is ended."""
         session_id = cookie_session(scope["headers"])
-        store = scope["app"].state.store
+        store, keyring = scope["app"].state.store, self.credentials.keyring
         try:
             who = await session_of(store, session_id)
-            if who is not None and who != ADMIN and not self.credentials.keyring.holds(who):
+            if who is not None and who != ADMIN and not keyring.holds(who):
+                if not keyring.read:  # this process just started: the session may be fine
+                    await text_error(*KEYS_UNREAD)(scope, receive, send)
+                    return
                 await end_session(store, session_id)
                 who = None
         except RedisError:

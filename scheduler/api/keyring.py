@@ -40,6 +40,12 @@ class Keyring:
             return None
         return self.by_hash.get(key_hash(secret))
 
+    @property
+    def read(self) -> bool:
+        """Whether the keys were read at least once (a process just started has none yet,
+        which says nothing of whether a key was revoked)."""
+        return self.version >= 0
+
     def holds(self, principal: Principal) -> bool:
         """Whether `principal` is still a key here, with the same role (a UI session made by
         a key ends when the key is revoked)."""

@@ -17,7 +17,7 @@ import redis
 
 from scheduler.api.http import UI_COOKIE
 from scheduler.store.keys import Keys
-from tests.conftest import Serve
+from tests.conftest import ClientFactory, Serve
 
 KEY = "ui-admin-key"
 ADMIN = {"Authorization": f"Bearer {KEY}"}
@@ -211,3 +211,22 @@ def test_without_a_key_everyone_sees_every_button_and_no_name(serve: Serve) -> N
     assert shown(api, {}) == set(BUTTONS)
     home = api.get("/ui").text
     assert 'id="who"' not in home and "Log out" not in home
+
+
+def test_a_process_that_has_not_read_the_keys_neither_lets_a_session_in_nor_ends_it(
+    make_client: ClientFactory, rclient: redis.Redis, prefix: str
+) -> None:
+    """A replica just started holds no keys yet: that is no revocation. A named key's session
+    gets a 503 to try again, and works once the keys are read."""
+    api = make_client(api_key=KEY, keyring_refresh_secs=3600)
+    made = api.post("/keys", json={"name": "reader", "role": "reader"}, headers=ADMIN)
+    answer = api.post("/ui/login", data={"key": made.json()["key"]}, follow_redirects=False)
+    cookie = {"Cookie": f"{UI_COOKIE}={answer.cookies[UI_COOKIE]}"}
+    api.cookies.clear()
+    api.app.state.credentials.keyring.take(-1, [])  # as a process before its first read
+    early = api.get("/ui/jobs", headers=cookie, follow_redirects=False)
+    assert early.status_code == 503 and early.headers["retry-after"] == "1"
+    assert len(rclient.keys(Keys(prefix).ui_session("*"))) == 1
+    # The keys read again (as every make or revoke does on its replica): the session works.
+    assert api.post("/keys", json={"name": "other", "role": "reader"}, headers=ADMIN).is_success
+    assert "reader · reader" in api.get("/ui/jobs", headers=cookie).text
