@@ -58,7 +58,7 @@ def test_a_key_made_is_shown_once_works_by_its_role_and_stops_when_revoked(url: 
         with Client(url, made.key, retries=0) as ci:
             job = ci.submit("echo hi")
             assert ci.job(job.job_id).command == "echo hi"
-            with pytest.raises(Forbidden, match="this call needs a admin or above"):
+            with pytest.raises(Forbidden, match=r"this call needs .*admin or above"):
                 ci.keys()
         client.revoke_key("ci")
         with Client(url, made.key, retries=0) as ci, pytest.raises(Unauthorized):
