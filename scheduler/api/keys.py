@@ -12,7 +12,14 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from scheduler.api.http import HTTPError, caller, json_bytes, read_body, whole_number
+from scheduler.api.http import (
+    HTTPError,
+    caller,
+    json_bytes,
+    read_body,
+    undecodable,
+    whole_number,
+)
 from scheduler.api.params import param
 from scheduler.api.state import credentials
 from scheduler.api.state import store as _store
@@ -56,9 +63,10 @@ def _decoded(body: bytes) -> KeyRequest:
     try:
         wanted = decode_with(_decoder, body)
     except DecodeError as exc:
-        raise HTTPError(400, f"invalid key: {exc}") from None
+        raise undecodable("key", exc) from None
     if wanted.name in RESERVED:
-        raise HTTPError(400, f"invalid key: name: {wanted.name!r} is reserved")
+        names = " and ".join(sorted(RESERVED))
+        raise HTTPError(400, f"invalid name: {names} are reserved (who did what says them)")
     return wanted
 
 

@@ -1,4 +1,4 @@
-"""`scheduler key add|list|revoke`: named keys (docs/SECURITY.md, Named keys) from the command
+"""`scheduler key add|list|revoke|audit`: named keys (docs/SECURITY.md, Named keys) from the command
 line, through scheduler.client's `Client`; each an admin's call (TINYAWS_API_KEY, or a named
 admin key). `add` prints the key alone on stdout, so `$(scheduler key add ...)` takes it: it
 is shown this once, and the scheduler keeps only its hash; how to use it goes to stderr.
@@ -69,6 +69,18 @@ def revoke(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     return 0
 
 
+def audit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    with failing_as("key audit"):
+        found = client.audit(args.limit)
+    if args.json:
+        print_json(found, out)
+        return 0
+    rows = [("AT", "BY", "ACTION", "NAME", "ROLE")]
+    rows += [(created(e.at), e.by, e.action, e.name, e.role) for e in found]
+    table(rows, out)
+    return 0
+
+
 def _name(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the key's name: 1 to 64 of a-z 0-9 . _ -")
 
@@ -76,7 +88,7 @@ def _name(parser: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("key", help="named API keys with roles: scheduler key add|list|revoke")
     actions = p.add_subparsers(
-        dest="action", required=True, metavar="ACTION", help="add, list, revoke"
+        dest="action", required=True, metavar="ACTION", help="add, list, revoke, audit"
     )
 
     a = actions.add_parser(
@@ -96,6 +108,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     a = actions.add_parser("list", help="every named key: name, role, created, created by")
     _common(a, poll=False)
     a.set_defaults(handler=_handler(list_keys))
+
+    a = actions.add_parser("audit", help="the newest admin calls: who made or revoked which key")
+    a.add_argument(
+        "--limit", type=int, default=100, help="at most this many, newest first (default 100)"
+    )
+    _common(a, poll=False)
+    a.set_defaults(handler=_handler(audit))
 
     a = actions.add_parser("revoke", help="the key stops working: scheduler key revoke NAME")
     _name(a)

@@ -137,6 +137,7 @@ class AsyncClient(driving.Base):
     add_key = _awaited(ops.add_key)
     keys = _awaited(ops.keys)
     revoke_key = _awaited(ops.revoke_key)
+    audit = _awaited(ops.audit)
 
 
 class _AsyncCarrier:

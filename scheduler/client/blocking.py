@@ -137,6 +137,7 @@ class Client(driving.Base):
     add_key = _returning(ops.add_key)
     keys = _returning(ops.keys)
     revoke_key = _returning(ops.revoke_key)
+    audit = _returning(ops.audit)
 
 
 class _Carrier:

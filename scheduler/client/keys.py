@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from scheduler.client import calls
 from scheduler.client.steps import Flow
-from scheduler.models.access_key import KeyMade, KeyView, Role
+from scheduler.models.access_key import AuditEntry, KeyMade, KeyView, Role
 
 _made = calls.decoded(KeyMade)
+_audit = calls.decoded(list[AuditEntry])
 
 
 _keys = calls.decoded(list[KeyView])
@@ -36,3 +37,9 @@ def revoke_key(name: str, /) -> Flow[None]:
     """The key stops working (NotFound when no key has that name). Not sent again once
     sent."""
     return (yield from calls.call(calls.no_content, "DELETE", calls.path("keys", name), False))
+
+
+def audit(limit: int = 100) -> Flow[list[AuditEntry]]:
+    """The newest admin calls, newest first (at most `limit`): who made or revoked which key,
+    and when."""
+    return (yield from calls.call(_audit, "GET", "/audit", True, params={"limit": str(limit)}))

@@ -31,7 +31,7 @@ from scheduler.client.jobs import (
     wait,
     watch,
 )
-from scheduler.client.keys import add_key, keys, revoke_key
+from scheduler.client.keys import add_key, audit, keys, revoke_key
 from scheduler.client.watching import events, follow_logs, logs
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "add_key",
     "add_schedule",
     "attempts",
+    "audit",
     "cancel",
     "delete_schedule",
     "drain",
@@ -90,4 +91,5 @@ OPERATIONS = (
     add_key,
     keys,
     revoke_key,
+    audit,
 )

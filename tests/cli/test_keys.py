@@ -72,6 +72,14 @@ def test_a_key_is_shown_once_listed_without_it_and_refused_once_revoked(
     code, _, err = cli(api, "key", "revoke", "ci")
     assert (code, err) == (1, "key revoke failed 404: key not found\n")
 
+    code, out, _ = cli(api, "key", "audit", "--limit", "2")
+    rows = [line.split() for line in out.splitlines()]
+    assert code == 0 and rows[0] == ["AT", "BY", "ACTION", "NAME", "ROLE"]
+    assert [row[1:] for row in rows[1:]] == [
+        ["admin", "key", "revoke", "ci", "submitter"],
+        ["admin", "key", "add", "ci", "submitter"],
+    ]
+
 
 def test_a_taken_name_is_refused_as_the_api_says(api: str, cli: Cli) -> None:
     assert cli(api, "key", "add", "taken", "--role", "reader")[0] == 0

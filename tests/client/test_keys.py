@@ -90,6 +90,8 @@ def test_the_asyncio_client_adds_lists_and_revokes(url: str) -> None:
             assert await client.keys() == []
             with pytest.raises(NotFound):
                 await client.revoke_key("nightly")
+            said = [(e.action, e.name, e.by) for e in await client.audit(2)]
+            assert said == [("key revoke", "nightly", "admin"), ("key add", "nightly", "admin")]
 
     asyncio.run(scenario())
 

@@ -52,6 +52,7 @@ CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "add_key": (("ci",), {"role": "submitter"}),
     "keys": ((), {}),
     "revoke_key": (("ci",), {}),
+    "audit": ((), {"limit": 5}),
 }
 
 
