@@ -2,7 +2,8 @@
 (commit 65de260, the admin key only), side by side in one run.
 
     .venv/bin/python -m benchmarks.key_check [--calls 20000] [--rounds 25]
-        [--requests 3000] [--connections 4] [--e2e-rounds 9] [--before 65de260] [--no-e2e]
+        [--lane-requests 5000] [--requests 3000] [--connections 4] [--e2e-rounds 9]
+        [--before 65de260] [--no-e2e]
 
 The door's decision, in this process (no Redis, no HTTP): what lane.Lane.refused asks per
 request of a key's route (GET /jobs/{id}: a reader's). Today's rule is reproduced below
@@ -16,6 +17,11 @@ turn, the subjects taking turns (timing.rounds) for --rounds rounds; prints ns p
 (the median of the rounds, and the fastest; the loop and the call are in it: "an empty
 call" is that floor) and the ratio to today's rule with the same kind of bearer (the right
 key, or a wrong one): the median of the rounds' ratios, and their least and greatest.
+
+The lane's Python per request (benchmarks.lane_cost's: serve's protocol fed whole requests,
+Redis's replies set at once), this checkout's: GET /jobs/{id} with the admin key and with a
+named submitter's key among 1000 (the same path after the door), --lane-requests a turn,
+taking turns for --rounds rounds; µs per request and the named key's ratio.
 
 End to end: a real `scheduler serve` (one process, the hot lane) of this checkout, and one
 of --before (today's: harness.checkout; `--before ""` leaves it out), each with
@@ -55,7 +61,7 @@ from pathlib import Path
 import httpx
 import uvloop
 
-from benchmarks import harness
+from benchmarks import harness, lane_cost
 from benchmarks.report import Column, Table, Value
 from benchmarks.timing import median, ratio, rounds
 from scheduler.api.client_address import Headers
@@ -217,6 +223,51 @@ def measure_door(args: argparse.Namespace) -> None:
         base = took[baselines[baseline]] if baseline else None
         table.row(label, median(took[label]), min(took[label]), *spread(took[label], base))
     table.row("an empty call", median(took["an empty call"]), min(took["an empty call"]))
+
+
+# The lane's Python per request (lane_cost.py's: no sockets, Redis's replies set at once).
+
+
+async def lane_turns(args: argparse.Namespace) -> dict[str, list[float]]:
+    """GET /jobs/{id} through serve's protocol and this checkout's lane, with the admin key
+    and with a named submitter's among MAX_KEYS (the same path after the door): µs of the
+    API's Python per request, each turn --lane-requests requests, in rounds taking turns."""
+    redis = lane_cost.AnsweringRedis()
+    app = lane_cost.lane_app(redis, "", ADMIN_KEY)
+    credentials: Credentials = app.state.credentials
+    full, submitter = with_named_keys(MAX_KEYS)
+    credentials.keyring = full.keyring
+    protocol, transport = lane_cost.serving(app)
+    gets = {
+        "lane, the admin key": lane_cost.cases(ADMIN_KEY)[0],
+        f"lane, a named submitter of {MAX_KEYS}": lane_cost.cases(submitter)[0],
+    }
+    subjects: dict[str, Callable[[], float]] = {
+        label: partial(lane_cost.run, protocol, transport, redis, get, args.lane_requests)
+        for label, get in gets.items()
+    }
+    for measure in subjects.values():  # warm, and checked: each answers 200 (run raises)
+        measure()
+    took = rounds(subjects, args.rounds)
+    protocol.connection_lost(None)
+    return took
+
+
+def measure_lane(args: argparse.Namespace) -> None:
+    took = uvloop.run(lane_turns(args))
+    print(
+        f"# the lane's Python per GET /jobs/{{id}}, in process (lane_cost.py's): "
+        f"{args.lane_requests} requests a turn, {args.rounds} rounds taking turns; µs the "
+        "median of the rounds (and the fastest); ratio to the admin key's"
+    )
+    table = Table(
+        Column("µs/req", "6.2f"), Column("fastest", "6.2f"), *spread_columns(), label_width=32
+    )
+    table.header()
+    admin, *named = took
+    for label, turns in took.items():
+        base = took[admin] if label in named else None
+        table.row(label, median(turns), min(turns), *spread(turns, base))
 
 
 # The whole request, end to end.
@@ -421,13 +472,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20_000, help="door checks a turn")
     parser.add_argument("--rounds", type=int, default=25, help="rounds of the door's cases")
+    parser.add_argument("--lane-requests", type=int, default=5000, help="lane GETs a turn")
     parser.add_argument("--requests", type=int, default=3000, help="GETs a turn, end to end")
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--e2e-rounds", type=int, default=9, help="rounds of the whole request")
     parser.add_argument("--before", default=BEFORE, help='today\'s commit, end to end ("": none)')
-    parser.add_argument("--no-e2e", action="store_true", help="the door only")
+    parser.add_argument("--no-e2e", action="store_true", help="in process only")
     args = parser.parse_args()
     measure_door(args)
+    measure_lane(args)
     if not args.no_e2e:
         measure_requests(args)
     return 0

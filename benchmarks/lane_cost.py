@@ -107,6 +107,11 @@ class Transport:
 def protocol_for(
     redis: AnsweringRedis, agent_networks: str, key: str
 ) -> tuple[LaneProtocol, Transport]:
+    return serving(lane_app(redis, agent_networks, key))
+
+
+def lane_app(redis: AnsweringRedis, agent_networks: str, key: str) -> Any:
+    """The API's app with these settings, its store on `redis`."""
     settings = Settings.from_env(
         {},
         api_key=key,
@@ -117,6 +122,11 @@ def protocol_for(
     app = create_app(settings)
     app.state.settings = settings
     app.state.store = JobStore(redis, settings)  # type: ignore[arg-type]
+    return app
+
+
+def serving(app: Any) -> tuple[LaneProtocol, Transport]:
+    """`app` behind serve's protocol, connected to a Transport."""
     config = Config(app, http=LaneProtocol, log_level="warning", access_log=False)
     config.load()
     protocol = LaneProtocol(config=config, server_state=ServerState(), app_state={})

@@ -453,7 +453,8 @@ def test_client_overhead_prints_each_call_and_the_ratios() -> None:
 
 def test_key_check_prints_each_case() -> None:
     """Against HEAD as today's API: the smoke run checks it runs, not what it finds."""
-    argv = ["--calls", "20", "--rounds", "2", "--requests", "20", "--e2e-rounds", "1"]
+    argv = ["--calls", "20", "--rounds", "2", "--lane-requests", "20"]
+    argv += ["--requests", "20", "--e2e-rounds", "1"]
     lines = run_benchmark("key_check", *argv, "--before", "HEAD")
     labels = [line.split("  ")[0] for line in lines if not line.startswith(("#", " "))]
     assert labels == [
@@ -468,6 +469,8 @@ def test_key_check_prints_each_case() -> None:
         "door, wrong key, 1000 named keys",
         "door, wrong tka_ key, 1000 named",
         "an empty call",
+        "lane, the admin key",
+        "lane, a named submitter of 1000",
         "HEAD, the admin key",
         "now, the admin key",
         "now, a named submitter",
