@@ -27,7 +27,8 @@ the core is taken from would count the other load.
 
 End to end: a real `scheduler serve` (one process, the hot lane) of this checkout, and one
 of --before (today's: harness.checkout; `--before ""` leaves it out), each with
-TINYAWS_API_KEY, on a redis-server of their own, answering GET /jobs/{id} of one job. Cases:
+TINYAWS_API_KEY, on the benchmark's own redis-server (a prefix each), answering GET
+/jobs/{id} of one job. Cases:
 today's API with the admin key; this one with the admin key; with a named submitter's key
 (the same path: the record's bytes passed through); and a named reader's (another path: its
 env_vars' values hidden, the record decoded and encoded again). Each turn sends --requests
