@@ -72,7 +72,10 @@ def failing_as(what: str) -> Iterator[None]:
 def auth_hint(has_key: bool) -> str:
     """What to do about a refused key, naming TINYAWS_API_KEY."""
     if has_key:
-        return "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key"
+        return (
+            "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key, or "
+            "to a named key not revoked (scheduler key list)"
+        )
     return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
 
 
