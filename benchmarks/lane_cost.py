@@ -27,6 +27,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvloop
@@ -107,6 +108,11 @@ class Transport:
 def protocol_for(
     redis: AnsweringRedis, agent_networks: str, key: str
 ) -> tuple[LaneProtocol, Transport]:
+    return serving(lane_app(redis, agent_networks, key))
+
+
+def lane_app(redis: AnsweringRedis, agent_networks: str, key: str) -> Any:
+    """The API's app with these settings, its store on `redis`."""
     settings = Settings.from_env(
         {},
         api_key=key,
@@ -117,6 +123,11 @@ def protocol_for(
     app = create_app(settings)
     app.state.settings = settings
     app.state.store = JobStore(redis, settings)  # type: ignore[arg-type]
+    return app
+
+
+def serving(app: Any) -> tuple[LaneProtocol, Transport]:
+    """`app` behind serve's protocol, connected to a Transport."""
     config = Config(app, http=LaneProtocol, log_level="warning", access_log=False)
     config.load()
     protocol = LaneProtocol(config=config, server_state=ServerState(), app_state={})
@@ -126,15 +137,21 @@ def protocol_for(
 
 
 def run(
-    protocol: LaneProtocol, transport: Transport, redis: AnsweringRedis, case: Any, n: int
+    protocol: LaneProtocol,
+    transport: Transport,
+    redis: AnsweringRedis,
+    case: Any,
+    n: int,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
+    """µs per request of `n` requests of `case`, by `clock` (seconds)."""
     _, request, reply = case
     before = transport.answers
-    started = time.perf_counter()
+    started = clock()
     for _ in range(n):
         protocol.data_received(request)
         redis.sent.pop().set_result(reply)
-    elapsed = time.perf_counter() - started
+    elapsed = clock() - started
     if transport.answers - before != n or not transport.last.startswith(b"HTTP/1.1 200 OK"):
         raise RuntimeError(f"not answered 200 each time: {transport.last[:200]!r}")
     return elapsed / n * 1e6

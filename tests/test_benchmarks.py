@@ -449,3 +449,32 @@ def test_client_overhead_prints_each_call_and_the_ratios() -> None:
         "POST /jobs, raw httpx",
     ]
     assert [line.split(":")[0] for line in lines[6:]] == ["GET /jobs/{id}", "POST /jobs"]
+
+
+def test_key_check_prints_each_case() -> None:
+    """Against HEAD as today's API: the smoke run checks it runs, not what it finds."""
+    argv = ["--calls", "20", "--rounds", "2", "--lane-requests", "20"]
+    argv += ["--requests", "20", "--e2e-rounds", "1"]
+    lines = run_benchmark("key_check", *argv, "--before", "HEAD")
+    labels = [line.split("  ")[0] for line in lines if not line.startswith(("#", " "))]
+    assert labels == [
+        "today's rule, the admin key",
+        "today's rule, a wrong key",
+        "door, admin key, 0 named keys",
+        "door, admin key, 1000 named keys",
+        "door, a named key of 1",
+        "door, a named key of 10",
+        "door, a named key of 1000",
+        "door, wrong key, 0 named keys",
+        "door, wrong key, 1000 named keys",
+        "door, wrong tka_ key, 1000 named",
+        "an empty call",
+        "lane, the admin key",
+        "lane, a named submitter of 1000",
+        "HEAD, the admin key",
+        "now, the admin key",
+        "now, a named submitter",
+        "now, a named reader",
+        "now, a named submitter / admin",
+        "now, a named reader / admin",
+    ]

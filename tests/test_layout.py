@@ -50,6 +50,7 @@ NARROWER: dict[str, set[str]] = {
     "scheduler.cli.listing": CLIENT_SIDE,
     "scheduler.cli.retry": CLIENT_SIDE,
     "scheduler.cli.schedules": CLIENT_SIDE,
+    "scheduler.cli.keys": CLIENT_SIDE,
     "scheduler.cli.drain": CLIENT_SIDE,
     "scheduler.cli.watch": CLIENT_SIDE,
     "scheduler.cli.job_options": {"scheduler.models", "scheduler.config"},

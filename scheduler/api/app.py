@@ -200,6 +200,7 @@ def create_app(settings: Settings | None = None, nodes: NodeSource | None = None
     app.state.agent_auth = AgentAuth.from_settings(settings, credentials, TABLE)
     app.state.report_budget = ReportBudget(settings.report_bytes_in_flight)
     app.state.credentials = credentials
+    app.state.routes = TABLE  # the UI's pages ask it which buttons a role may press
     app.state.old_layout = OldLayoutWatch(settings)  # checked from the lifespan on
     stats = request_stats if metrics_on else None
     # Served by server.LaneProtocol.

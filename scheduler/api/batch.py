@@ -28,8 +28,9 @@ from starlette.responses import Response
 
 from scheduler.api.errors import reply_for
 from scheduler.api.hot import check_idempotency_key
-from scheduler.api.http import HTTPError, json_bytes, read_body, undecodable
+from scheduler.api.http import HTTPError, caller, json_bytes, read_body, undecodable
 from scheduler.api.state import AppState
+from scheduler.models.access_key import Principal
 from scheduler.models.batch import MAX_JOBS, Made, Refused
 from scheduler.models.job import Job, JobCreate, asks_fit, new_job, stamped, validate_create
 from scheduler.models.wire import DecodeError, InvalidInput, decode_go_style, decode_with
@@ -95,7 +96,8 @@ async def submit_jobs(request: Request) -> Response:
     check_idempotency_key(key)  # before a byte of the body
     state: AppState = request.app.state
     raws = envelope(await read_body(request, state.settings.max_batch_bytes))
-    return json_bytes(msgspec.json.encode(Answer(await create_jobs(state, raws, key))))
+    made = await create_jobs(state, raws, key, caller(request))
+    return json_bytes(msgspec.json.encode(Answer(made)))
 
 
 def envelope(body: bytes) -> list[bytes]:
@@ -110,11 +112,13 @@ def envelope(body: bytes) -> list[bytes]:
     return [bytes(raw) for raw in jobs]
 
 
-async def create_jobs(state: AppState, raws: list[bytes], key: str) -> list[Made | Refused]:
-    """Each job made (or refused) as POST /jobs would, in one create_many; under `key` (the
-    batch's Idempotency-Key) the batch's claim first."""
+async def create_jobs(
+    state: AppState, raws: list[bytes], key: str, by: Principal
+) -> list[Made | Refused]:
+    """Each job made (or refused) as POST /jobs would, submitted `by`, in one create_many;
+    under `key` (the batch's Idempotency-Key) the batch's claim first."""
     settings, now = state.settings, time.time()
-    parsed = [parse_job(raw, settings.max_body_bytes, now) for raw in raws]
+    parsed = [parse_job(raw, settings.max_body_bytes, now, by.who) for raw in raws]
     values: list[Any] = list(parsed)
     fingerprint = _fingerprint(raws, parsed)
     ttl = settings.idempotency_ttl_secs
@@ -138,9 +142,9 @@ async def create_jobs(state: AppState, raws: list[bytes], key: str) -> list[Made
     return [_entry(value) for value in values]
 
 
-def parse_job(raw: bytes, limit: int, now: float) -> Parsed | Exception:
+def parse_job(raw: bytes, limit: int, now: float, by: str = "") -> Parsed | Exception:
     """A job of the batch read and checked as POST /jobs reads its body (`now`: its
-    creation), or the error POST /jobs would answer."""
+    creation, `by`: who submits it), or the error POST /jobs would answer."""
     if len(raw) > limit:
         return HTTPError(413, f"job too large (limit {limit} bytes)")
     try:
@@ -148,7 +152,7 @@ def parse_job(raw: bytes, limit: int, now: float) -> Parsed | Exception:
     except DecodeError as exc:
         return undecodable("job", exc)
     try:
-        job = new_job(request)
+        job = new_job(request, by=by)
         validate_create(job)
         return request, stamped(job, request, now)
     except InvalidInput as exc:

@@ -26,6 +26,7 @@ from scheduler.api.http import (
 from scheduler.api.state import AppState
 from scheduler.api.stores import Store
 from scheduler.models import poll
+from scheduler.models.access_key import Principal
 from scheduler.models.job import (
     REPORT_STATUSES,
     JobCreate,
@@ -112,9 +113,11 @@ def poll_headers(cap: int) -> dict[str, str]:
     return {"X-Max-Jobs-Per-Node": str(cap), **NO_STORE}
 
 
-async def create_job(state: AppState, read: BodyReader, idempotency_key: str) -> Created:
-    """POST /jobs: the new job (201), or with an Idempotency-Key already used for the same
-    request, the job that request made (200)."""
+async def create_job(
+    state: AppState, read: BodyReader, idempotency_key: str, by: Principal
+) -> Created:
+    """POST /jobs by `by`: the new job (201), or with an Idempotency-Key already used for the
+    same request, the job that request made (200)."""
     settings = state.settings
     check_idempotency_key(idempotency_key)
     body = await read(settings.max_body_bytes, no_charge)
@@ -122,7 +125,7 @@ async def create_job(state: AppState, read: BodyReader, idempotency_key: str) ->
         request = decode_go_style(body, JobCreate)
     except DecodeError as exc:
         raise undecodable("job", exc) from None
-    job = new_job(request)
+    job = new_job(request, by=by.who)
     validate_create(job)
     dedup = _dedup(idempotency_key, request, settings.idempotency_ttl_secs)
     now = time.time()

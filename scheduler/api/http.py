@@ -12,12 +12,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from scheduler.api.guesses import UNAUTHORIZED, Credentials
+from scheduler.api.guesses import UNAUTHORIZED, Credentials, forbidden
 from scheduler.api.params import PARAMS, Query, given_twice, parse_query, repeated
 from scheduler.api.routing import Access, RouteTable, route_path
 from scheduler.api.ui_session import UI_COOKIE as UI_COOKIE
-from scheduler.api.ui_session import cookie_session, session_alive
-from scheduler.models.access_key import ANYONE, Principal
+from scheduler.api.ui_session import cookie_session, end_session, session_of
+from scheduler.models.access_key import ADMIN, ANYONE, Principal, Role
 from scheduler.store.errors import Unauthorized
 
 
@@ -208,8 +208,9 @@ class BearerAuth:
     `Authorization: Bearer <key>` on every call but the open ones (the health check, the
     agent calls); a wrong key is refused as guesses.Credentials says (401, counted against
     the client's address; 429 past the limit). The web UI's pages take a live session's
-    cookie instead (ui_session.py), and send a browser without one to the login form. It
-    reads the parameters the door (ParamsDoor) parsed."""
+    cookie instead (ui_session.py), and send a browser without one to the login form; a
+    session is its key's, and its role is held to the route's as a bearer's is. It reads
+    the parameters the door (ParamsDoor) parsed."""
 
     def __init__(self, app: ASGIApp, credentials: Credentials, routes: RouteTable) -> None:
         self.app = app
@@ -223,9 +224,18 @@ class BearerAuth:
         query: Query = scope[PARAMS]
         access, role = self.routes.door(scope["method"], query.path, query.values)
         if access is Access.UI:
-            await self._ui(scope, receive, send)
+            await self._ui(scope, receive, send, role)
             return
         let_in = self.credentials.door(access, role, scope["headers"])
+        if let_in is UNAUTHORIZED:
+            client = scope.get("client")
+            let_in = await self.credentials.door_again(
+                scope["app"].state.store,
+                client[0] if client else None,
+                access,
+                role,
+                scope["headers"],
+            )
         if isinstance(let_in, Principal):
             scope[CALLER] = let_in
             await self.app(scope, receive, send)
@@ -235,13 +245,30 @@ class BearerAuth:
         else:
             await text_error(*let_in)(scope, receive, send)
 
-    async def _ui(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _ui(self, scope: Scope, receive: Receive, send: Send, role: Role) -> None:
+        """A UI page: let in as the session's principal (CALLER) when its role allows
+        `role`; a 403 page when it does not (changing nothing); the login form without a
+        live session, or for a named key's session once the keyring no longer holds the key
+        as it was (revoked, or made again with another role): that session is ended."""
+        session_id = cookie_session(scope["headers"])
+        store, keyring = scope["app"].state.store, self.credentials.keyring
         try:
-            alive = await session_alive(scope["app"].state.store, cookie_session(scope["headers"]))
+            who = await session_of(store, session_id)
+            if who is not None and who != ADMIN and not keyring.holds(who):
+                # A key this process may not know yet (made a moment ago through another
+                # replica, or the process just started): the keys are read again first.
+                await keyring.refresh(store)
+                if not keyring.holds(who):
+                    await end_session(store, session_id)
+                    who = None
         except RedisError:
             await text_error(503, "store unavailable")(scope, receive, send)
             return
-        if alive:
+        if who is None:
+            await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
+            return
+        scope[CALLER] = who  # the 403 page, too, says who is logged in
+        if who.allows(role):
             await self.app(scope, receive, send)
         else:
-            await RedirectResponse("/ui/login", status_code=303)(scope, receive, send)
+            await text_error(*forbidden(who, role))(scope, receive, send)

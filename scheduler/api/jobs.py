@@ -69,7 +69,7 @@ async def schedule(request: Request) -> Response:
 
 async def submit_job(request: Request) -> Response:
     key = request.headers.get("idempotency-key", "")
-    created = await hot.create_job(request.app.state, _body_of(request), key)
+    created = await hot.create_job(request.app.state, _body_of(request), key, caller(request))
     return json_bytes(created.job, status=200 if created.duplicate else 201)
 
 
@@ -176,4 +176,5 @@ async def update_job(request: Request) -> Response:
 async def cancel_job(request: Request) -> Response:
     """DELETE /jobs/{id} (the key): a pending job is cancelled at once, a running one is
     cancelling until its agent has killed it (store/scripts/jobs.py, CANCEL_JOB)."""
-    return json_bytes(await _store(request).run(ops.jobs.cancel(_job_id(request), time.time())))
+    cancel = ops.jobs.cancel(_job_id(request), time.time(), caller(request).who)
+    return json_bytes(await _store(request).run(cancel))

@@ -40,6 +40,12 @@ class Keyring:
             return None
         return self.by_hash.get(key_hash(secret))
 
+    @staticmethod
+    def looks_named(secret: bytes) -> bool:
+        """Whether `secret` has a named key's form (its prefix): worth reading the keys again
+        for before it is refused."""
+        return secret.startswith(_PREFIX)
+
     def holds(self, principal: Principal) -> bool:
         """Whether `principal` is still a key here, with the same role (a UI session made by
         a key ends when the key is revoked)."""

@@ -12,7 +12,15 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from scheduler.api.http import HTTPError, caller, json_bytes, read_body
+from scheduler.api.http import (
+    HTTPError,
+    caller,
+    json_bytes,
+    read_body,
+    undecodable,
+    whole_number,
+)
+from scheduler.api.params import param
 from scheduler.api.state import credentials
 from scheduler.api.state import store as _store
 from scheduler.models.access_key import (
@@ -27,8 +35,10 @@ from scheduler.models.access_key import (
 from scheduler.models.wire import DecodeError, decode_with
 from scheduler.store.errors import Conflict, KeyNotFound
 from scheduler.store.scripts import access
+from scheduler.store.scripts.access import AUDIT_MAX
 
 BODY_LIMIT = 4096
+AUDIT_PAGE = 100  # GET /audit's entries without a limit
 # Names a key may not take: who did what says them for the admin key, and for anyone when
 # no key is set.
 RESERVED = frozenset({ADMIN.name, ANYONE.name})
@@ -53,9 +63,10 @@ def _decoded(body: bytes) -> KeyRequest:
     try:
         wanted = decode_with(_decoder, body)
     except DecodeError as exc:
-        raise HTTPError(400, f"invalid key: {exc}") from None
+        raise undecodable("key", exc) from None
     if wanted.name in RESERVED:
-        raise HTTPError(400, f"invalid key: name: {wanted.name!r} is reserved")
+        names = " and ".join(sorted(RESERVED))
+        raise HTTPError(400, f"invalid name: {names} are reserved (who did what says them)")
     return wanted
 
 
@@ -64,6 +75,17 @@ async def list_keys(request: Request) -> Response:
     _, records = await _store(request).run(access.keyring(-1))
     views = sorted((r.view() for r in records or ()), key=lambda v: v.name)
     return json_bytes(_encoder.encode(views))
+
+
+async def audit(request: Request) -> Response:
+    """GET /audit[?limit=N]: the newest admin calls (at most `limit`, default 100), newest
+    first."""
+    raw = param(request, "limit")
+    limit = whole_number(raw, AUDIT_MAX)
+    if raw and (limit is None or limit < 1):
+        raise HTTPError(400, f"invalid limit: use 1 to {AUDIT_MAX}")
+    entries = await _store(request).run(access.read_audit(limit or AUDIT_PAGE))
+    return json_bytes(_encoder.encode(entries))
 
 
 async def revoke_key(request: Request) -> Response:

@@ -265,16 +265,26 @@ class Lane:
 
     async def refusal(self, route: Route, request: HotRequest) -> Answer:
         """A refused call's answer: the browser boundary's; else as AgentNetworksGate's (403
-        outside AGENT_NETWORKS) or BearerAuth's (401), a wrong credential counted (429 past
-        the limit; a named key outside AGENT_NETWORKS is right, not counted)."""
+        outside AGENT_NETWORKS: a named key's is right, not counted) or BearerAuth's: a right
+        key's role too low (403), a named key this process did not know yet (the keys read
+        again: served), a wrong credential (401, counted: 429 past the limit)."""
         stopped = self.boundary.refusal(request.method, request.path, request.headers)
         if stopped is not None:
             return text_answer(*stopped, {})
         if request.forbidden is not None:
             return text_answer(*request.forbidden)
-        if route.access is not Access.AGENT or self.networks is None:
+        if route.access is not Access.AGENT:
+            let_in = await self.credentials.door_again(
+                self.state.store, request.peer, route.access, route.role, request.headers
+            )
+            if isinstance(let_in, Principal):
+                request.caller = let_in
+                return await route.handler(request)
+            if let_in is not UNAUTHORIZED:
+                return text_answer(*let_in)
             return await self.unauthorized(request)
-        guessed = self.networks.guessed(request.headers)  # a named key's is not counted
+        # A named key is right: refused outside AGENT_NETWORKS, not counted.
+        guessed = None if self.networks is None else self.networks.guessed(request.headers)
         return await self.unauthorized(request, OUTSIDE_AGENT_NETWORKS, guessed)
 
     async def unauthorized(
@@ -330,7 +340,7 @@ class Lane:
 
     async def create_job(self, request: HotRequest) -> Answer:
         key = request.header(b"idempotency-key")
-        created = await hot.create_job(self.state, _reader(request), key)
+        created = await hot.create_job(self.state, _reader(request), key, request.caller)
         return 200 if created.duplicate else 201, created.job + b"\n", JSON, JOB_HEADERS
 
     async def report_job(self, request: HotRequest) -> Answer:

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from scheduler.api import hot
-from scheduler.api.http import HTTPError, json_bytes, read_body
+from scheduler.api.http import HTTPError, caller, json_bytes, read_body
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models.job import job_number
@@ -34,7 +34,8 @@ _ANSWER_LISTS = {
 
 async def _retry(request: Request, job_ids: list[str]) -> list[Retried]:
     placement = await _nodes(request).placement("")
-    return await _store(request).run(ops.jobs.retry(job_ids, placement, time.time()))
+    by = caller(request).who
+    return await _store(request).run(ops.jobs.retry(job_ids, placement, time.time(), by))
 
 
 def check_job_ids(field: str, job_ids: list[str], limit: int) -> None:

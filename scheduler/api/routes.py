@@ -34,7 +34,7 @@ from scheduler.api import (
 from scheduler.api.described import DONE, Answer, body, got, json, stream, text
 from scheduler.api.routing import PAGING, Access, Entry, Hot, Method, RouteTable
 from scheduler.models import poll
-from scheduler.models.access_key import KeyMade, KeyRequest, KeyView, Role
+from scheduler.models.access_key import AuditEntry, KeyMade, KeyRequest, KeyView, Role
 from scheduler.models.attempt import Attempt
 from scheduler.models.event import Event
 from scheduler.models.job import Job, JobCreate, JobUpdate
@@ -323,6 +323,18 @@ TABLE = RouteTable(
                         409: text("the name is taken, too many keys, or no admin key is set"),
                     },
                 ),
+            },
+        ),
+        Entry(
+            "/audit",
+            {
+                "GET": Method(
+                    keys.audit,
+                    reads=("limit",),
+                    role=ADMIN,
+                    summary="The newest admin calls (keys made and revoked), newest first",
+                    answers=got(list[AuditEntry]),
+                )
             },
         ),
         Entry(

@@ -4,11 +4,12 @@ page ui_nodes.py's, the layout ui_layout.py's.
 
 Server-rendered HTML: no build step, nothing from a CDN, no script but a job page's live
 output (ui_live.py); pages that change refresh themselves (ui_layout.py: paused with
-`refresh=off`). With TINYAWS_API_KEY set it
-sits behind the key: the login form starts a session (ui_session.py: a random id in Redis
-with a TTL, ended by logout), wrong keys are counted per address (guesses.py), and every form
-that changes something carries a CSRF token bound to the session, or without a key to the
-deployment's secret.
+`refresh=off`). With TINYAWS_API_KEY set it sits behind the keys: the login form takes any
+key (the admin's or a named one) and starts a session as its key (ui_session.py: a random
+id in Redis with a TTL, ended by logout, or when its named key is revoked); a page shows
+only the buttons its key's role may press (ui_forms.may_post); wrong keys are counted per address
+(guesses.py); and every form that changes something carries a CSRF token bound to the
+session, or without a key to the deployment's secret.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import nodes, retries, ui_session
-from scheduler.api.http import HTTPError
+from scheduler.api.http import HTTPError, caller
 from scheduler.api.state import credentials as _credentials
 from scheduler.api.state import store as _store
 from scheduler.api.ui_forms import check_origin, checked_form, form_lists
@@ -44,7 +45,7 @@ async def _posted_job_id(request: Request) -> tuple[str, str]:
 async def cancel(request: Request) -> Response:
     """The job page's cancel button: DELETE /jobs/{id}, then back to the job."""
     job_id, back = await _posted_job_id(request)
-    await _store(request).run(ops.jobs.cancel(job_id, time.time()))
+    await _store(request).run(ops.jobs.cancel(job_id, time.time(), caller(request).who))
     return RedirectResponse(back, status_code=303)
 
 
@@ -105,12 +106,13 @@ async def login_page(request: Request, error: str = "") -> Response:
 
 
 async def login(request: Request) -> Response:
-    """The login form's POST: a session for the right key, whatever its address got wrong
-    before; a wrong one is counted against the address (guesses.py): 401, or 429 past
-    AUTH_FAILURES_MAX."""
+    """The login form's POST: a session for any right key (TINYAWS_API_KEY or a named one,
+    as whose key it is), whatever its address got wrong before; a wrong one is counted
+    against the address (guesses.py): 401, or 429 past AUTH_FAILURES_MAX."""
     check_origin(request)
     found = _credentials(request)
-    if found.key_of((await _form(request)).get("key", "")) is None:
+    who = found.key_of((await _form(request)).get("key", ""))
+    if who is None:
         # The form again, whatever the refusal: past the limit (429) the right key is still
         # served, so the operator behind a guessed-at address types it here.
         status, message, headers = await found.refused_asgi(request.scope, guessed=True)
@@ -119,7 +121,7 @@ async def login(request: Request) -> Response:
         response.headers.update(headers)
         return response
     response = RedirectResponse("/ui", status_code=303)
-    await ui_session.start(request, response)
+    await ui_session.start(request, response, who)
     return response
 
 

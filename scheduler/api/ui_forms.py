@@ -1,6 +1,7 @@
 """The web UI's posted forms: reading a small urlencoded body once its Origin and its CSRF
 token (ui_session.py: bound to the session, never the key) are checked. A page on another
-site can post a form here; without the token, or from its own Origin, it changes nothing."""
+site can post a form here; without the token, or from its own Origin, it changes nothing.
+And which buttons a page shows (`may_post`): those its viewer's role may press."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 import msgspec
 from starlette.requests import Request
 
-from scheduler.api.http import HTTPError, read_body
+from scheduler.api.http import HTTPError, caller, read_body
+from scheduler.api.routing import RouteTable
 from scheduler.api.ui_session import csrf as csrf
 
 FORM_BYTES = 4096  # a key, a token
@@ -21,6 +23,17 @@ class Button(msgspec.Struct):
     page's CSRF token, which checked_form checks."""
 
     csrf: str
+
+
+def may_post(request: Request, path: str) -> bool:
+    """Whether the page's viewer may press the button posting to `path`: the role its route
+    declares (routes.TABLE's Method.role, which the door holds the session to) against the
+    caller's. A page shows no button its viewer may not press; a path no POST serves, none.
+    Without a key, every caller is ANYONE: every button shows."""
+    routes: RouteTable = request.app.state.routes
+    resolved = routes.resolve("POST", path)
+    method = resolved[1] if resolved is not None else None
+    return method is not None and caller(request).allows(method.role)
 
 
 async def form_lists(request: Request, limit: int = FORM_BYTES) -> dict[str, list[str]]:

@@ -26,6 +26,7 @@ from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
 from scheduler.api.ui_forms import csrf as _csrf
+from scheduler.api.ui_forms import may_post
 from scheduler.api.ui_layout import View, duration, job_status, names_only, page, view_of
 from scheduler.api.ui_live import SCRIPT, live_section
 from scheduler.models.fields import JobField, Kind
@@ -243,9 +244,10 @@ async def job_page(request: Request) -> Response:
     settings = _settings(request)
     body = _table("summary", summary_rows(job, view, settings.max_job_retries)) + top
     action = ACTIONS.get(job.status)
-    if action is not None:
+    posted = f"/ui/jobs/{job.job_id}/{action}"
+    if action is not None and may_post(request, posted):  # a reader's page offers neither
         body += (
-            f'<form method="post" action="{view.href(f"/ui/jobs/{job.job_id}/{action}")}">'
+            f'<form method="post" action="{view.href(posted)}">'
             f'<input type="hidden" name="csrf" value="{await _csrf(request)}">'
             f'<button id="{action}">{action.capitalize()} this job</button></form>'
         )

@@ -23,6 +23,7 @@ from scheduler.api.params import param
 from scheduler.api.state import store as _store
 from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
 from scheduler.api.ui_forms import csrf as _csrf
+from scheduler.api.ui_forms import may_post
 from scheduler.api.ui_layout import View, card_cells, duration, job_status, page, view_of
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, Job, job_decoder, job_number
 from scheduler.models.wire import ID_RE
@@ -241,7 +242,8 @@ async def jobs_page(request: Request) -> Response:
         newer = 0
     else:
         shown, counts, newer, older = await _listed(request, f)
-    token = await _csrf(request) if f.status == "failed" else ""
+    retries = f.status == "failed" and may_post(request, "/ui/jobs/retry")
+    token = await _csrf(request) if retries else ""
     dead = retry_form(shown, token, f.node_id, view) if token else ""
     body = (
         notice(request)

@@ -20,10 +20,11 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from scheduler.api.http import HTTPError
+from scheduler.api.http import CALLER, HTTPError
 from scheduler.api.params import query_of
 from scheduler.api.state import settings as _settings
 from scheduler.api.ui_headers import CSP, with_script
+from scheduler.models.access_key import Principal
 from scheduler.models.job import Job
 from scheduler.models.wire import parse_rfc3339
 
@@ -39,8 +40,11 @@ header{background:#24292f;color:#fff;padding:8px 16px;display:flex;flex-wrap:wra
 align-items:center}
 header nav{display:flex;gap:16px}
 header a,header .brand{color:#fff;text-decoration:none;font-weight:600}
-header .end{margin-left:auto;display:flex;gap:12px;align-items:center}
+header .end{margin-left:auto;display:flex;gap:12px;align-items:center;min-width:0}
 header .end a{font-weight:400;color:#d0d7de}
+header .end>*{flex:none;white-space:nowrap}
+header .who{flex:0 1 auto;min-width:0;display:flex;color:#d0d7de}
+header .who .name{overflow:hidden;text-overflow:ellipsis;max-width:16em}
 main{padding:16px}
 main form{margin:8px 0}
 .scroll{overflow-x:auto;max-width:100%}
@@ -191,6 +195,20 @@ def view_of(request: Request) -> View:
     return View(paused=raw == "off", now=time.time())
 
 
+def _who(request: Request) -> str:
+    """Who is logged in, beside Log out: the session's key's name and role, as the door let
+    it in (http.BearerAuth: CALLER). A long name is cut short to fit (whole in the title),
+    never the role."""
+    who = request.scope.get(CALLER)
+    if not isinstance(who, Principal):
+        return ""
+    name, role = escape(who.name), who.role.value
+    return (
+        f'<span class="who" id="who" title="{name} · {role}">'
+        f'<span class="name">{name}</span>&nbsp;· {role}</span>'
+    )
+
+
 def page(
     request: Request,
     title: str,
@@ -217,6 +235,7 @@ def page(
     logout = ""
     if navigation and _settings(request).api_key:
         logout = '<form method="post" action="/ui/logout"><button>Log out</button></form>'
+        logout = _who(request) + logout
     nav = (
         "".join(
             f'<a href="{view.href(path)}">{name}</a>'

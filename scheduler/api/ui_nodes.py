@@ -25,6 +25,7 @@ from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_charts import load_bar
 from scheduler.api.ui_forms import csrf as _csrf
+from scheduler.api.ui_forms import may_post
 from scheduler.api.ui_layout import View, card_cells, page, status_badge, view_of
 from scheduler.models.job import STATUSES
 from scheduler.models.registry import Node, Service
@@ -90,9 +91,12 @@ def _services_table(blobs: list[bytes], view: View) -> str:
 
 def _drain_cell(node_id: str, by: str | None, token: str, view: View) -> str:
     """Who drained the node, if anyone, and the button that drains or undrains it (posted
-    with the page's CSRF token, as the job page's buttons)."""
+    with the page's CSRF token, as the job page's buttons; no token, for a role that may
+    not press it: no button)."""
     action = "drain" if by is None else "undrain"
     badge = "" if by is None else f"{status_badge('drained')} by {escape(by)} "
+    if not token:
+        return badge
     return (
         f'{badge}<form method="post" action="{view.href(f"/ui/nodes/{node_id}/{action}")}">'
         f'<input type="hidden" name="csrf" value="{token}">'
@@ -147,7 +151,8 @@ async def nodes_page(request: Request) -> Response:
         store.run(ops.listings.overview()), store.run(ops.services.services("", "", "key"))
     )
     offers, said = await _offers(request, len(seen_all.queues))
-    token = await _csrf(request)
+    # The drain buttons' token, for a role that may press them (one route: any node's).
+    token = await _csrf(request) if may_post(request, "/ui/nodes/n/drain") else ""
     rows = []
     for node_id in sorted(seen_all.queues.keys() | offers.keys()):
         pending, running = seen_all.queues.get(node_id, (0, 0))

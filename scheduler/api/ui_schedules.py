@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from scheduler.api.http import HTTPError
 from scheduler.api.params import param
 from scheduler.api.state import store as _store
-from scheduler.api.ui_forms import checked_form
+from scheduler.api.ui_forms import checked_form, may_post
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_layout import View, card_cells, names_only, status_badge, view_of
 from scheduler.api.ui_layout import page as ui_page
@@ -32,6 +32,10 @@ def _when(schedule: Schedule) -> str:
 
 
 def _button(schedule: Schedule, token: str, view: View) -> str:
+    """Pause or Resume, posted with the page's token (none, for a role that may not press
+    it: no button)."""
+    if not token:
+        return ""
     action = "resume" if schedule.paused else "pause"
     name = escape(schedule.name)
     return (
@@ -73,7 +77,8 @@ async def page(request: Request) -> Response:
         raise HTTPError(400, "invalid after: use a schedule name")
     stored = await _store(request).run(ops.schedules.list_schedules(after, PAGE_SIZE + 1))
     schedules = [schedule_decoder.decode(s.record) for s in stored]
-    token = await _csrf(request)
+    # The buttons' token, for a role that may press them (one route: any schedule's).
+    token = await _csrf(request) if may_post(request, "/ui/schedules/s/pause") else ""
     rows = "".join(_row(s, token, view) for s in schedules[:PAGE_SIZE])
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
     body = f'<div class="scroll"><table class="cards" id="schedules"><tr>{head}</tr>'

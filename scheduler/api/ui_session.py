@@ -2,8 +2,9 @@
 
 With TINYAWS_API_KEY set, the login form starts a session: a random id (256 bits) in the
 cookie, its SHA-256 in Redis with UI_SESSION_SECS of TTL (from the login, not renewed by
-use), so a session works on every replica, ends at logout everywhere, and the cookie holds
-nothing derived from the key. The cookie is HttpOnly, SameSite=Strict, and Secure when the
+use), holding who logged in (the admin key, or a named key's name and role), so a session
+works on every replica, ends at logout everywhere, and the cookie holds nothing derived
+from the key. The cookie is HttpOnly, SameSite=Strict, and Secure when the
 request came over https.
 
 Every form that changes something carries a CSRF token bound to the session: an HMAC of its
@@ -30,6 +31,7 @@ from scheduler.api.stores import Store
 from scheduler.api.stores import settings as _settings
 from scheduler.api.stores import store as _store
 from scheduler.config.networks import Networks
+from scheduler.models.access_key import Principal
 from scheduler.store.scripts import access
 
 UI_COOKIE = "tinyaws_ui"  # its value: the session's id
@@ -52,9 +54,17 @@ def cookie_session(headers: list[tuple[bytes, bytes]]) -> str:
     return ""
 
 
-async def session_alive(store: Store, session_id: str) -> bool:
-    """Whether the session is one Redis holds (BearerAuth's rule for the UI's pages)."""
-    return bool(session_id) and await store.run(access.session_alive(session_hash(session_id)))
+async def session_of(store: Store, session_id: str) -> Principal | None:
+    """Who the session logged in as, while Redis holds it (BearerAuth's rule for the UI's
+    pages): one Redis call, none for no session."""
+    if not session_id:
+        return None
+    return await store.run(access.session_alive(session_hash(session_id)))
+
+
+async def end_session(store: Store, session_id: str) -> None:
+    """The session deleted in Redis: its cookie stops working on every replica."""
+    await store.run(access.end_session(session_hash(session_id)))
 
 
 def over_https(scope: Scope, trusted: Networks) -> bool:
@@ -71,11 +81,12 @@ def over_https(scope: Scope, trusted: Networks) -> bool:
     return bool(protos) and protos[-1].split(b",")[-1].strip().lower() == b"https"
 
 
-async def start(request: Request, response: Response) -> None:
-    """A new session for a right key: stored with its TTL, its id set as the cookie."""
+async def start(request: Request, response: Response, who: Principal) -> None:
+    """A new session for a right key, `who` its key is: stored with its TTL, its id set as
+    the cookie."""
     session_id = secrets.token_urlsafe(32)
     ttl = _settings(request).ui_session_secs
-    await _store(request).run(access.start_session(session_hash(session_id), ttl))
+    await _store(request).run(access.start_session(session_hash(session_id), ttl, who))
     response.set_cookie(
         UI_COOKIE,
         session_id,
@@ -90,7 +101,7 @@ async def end(request: Request, response: Response) -> None:
     """Logout: the session is deleted in Redis (its cookie stops working everywhere)."""
     session_id = cookie_session(request.scope["headers"])
     if session_id:
-        await _store(request).run(access.end_session(session_hash(session_id)))
+        await end_session(_store(request), session_id)
     response.delete_cookie(UI_COOKIE, httponly=True, samesite="strict")
 
 

@@ -1,8 +1,8 @@
 """The command-line client: `scheduler submit`, `status`, `cancel` (and, in their own modules,
-`list`, `nodes`, `retry`, `drain`, `schedule`, `logs`, `events`), built on the product's Python
-client, scheduler.client's `Client`: every call is one of its typed methods, every error one of
-its exceptions, said here as the original Go CLI said it (`said`). This package keeps only the
-arguments and the output.
+`list`, `nodes`, `retry`, `drain`, `schedule`, `key`, `logs`, `events`), built on the product's
+Python client, scheduler.client's `Client`: every call is one of its typed methods, every error
+one of its exceptions, said here as the original Go CLI said it (`said`). This package keeps
+only the arguments and the output.
 
 Output is the original tinyaws CLI's (CONTRACT 7): `submitted <id> on node <node>
 (status=<status>)`, `submit failed <code>: <body>`, and for a job `job_id=… node_id=… status=…
@@ -72,7 +72,10 @@ def failing_as(what: str) -> Iterator[None]:
 def auth_hint(has_key: bool) -> str:
     """What to do about a refused key, naming TINYAWS_API_KEY."""
     if has_key:
-        return "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key"
+        return (
+            "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key, or "
+            "to a named key not revoked (scheduler key list)"
+        )
     return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
 
 

@@ -16,7 +16,7 @@ from scheduler.cli.client import (
     fields,
     print_json,
 )
-from scheduler.cli.output import format_job
+from scheduler.cli.output import format_job, table
 from scheduler.client import Client
 from scheduler.client.ops import PAGE
 from scheduler.models.job import STATUSES
@@ -87,10 +87,7 @@ def nodes(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) ->
             status += f" (drained by {node.drained_by or ''})"
         cells = (node_id, node.role, status, node.last_seen)
         rows.append(tuple(cell or "-" for cell in cells))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for row in rows:
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)))
-        out.write(f"  {row[3]}\n")
+    table(rows, out)
     return 0
 
 

@@ -222,6 +222,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cli.retry",
     "scheduler.cli.drain",
     "scheduler.cli.schedules",
+    "scheduler.cli.keys",
     "scheduler.cli.up",
     "scheduler.cli.worker",
     "scheduler.cli.watch",
@@ -243,6 +244,7 @@ COMMAND_MODULES = {
     "drain": "scheduler.cli.drain",
     "undrain": "scheduler.cli.drain",
     "schedule": "scheduler.cli.schedules",
+    "key": "scheduler.cli.keys",
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
     "logs": "scheduler.cli.watch",
@@ -263,6 +265,7 @@ CLIENT_MODULES = frozenset(
         "scheduler.cli.retry",
         "scheduler.cli.drain",
         "scheduler.cli.schedules",
+        "scheduler.cli.keys",
         "scheduler.cli.watch",
     }
 )

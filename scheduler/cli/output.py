@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -147,6 +148,15 @@ def event_line(event: dict[str, Any]) -> str:
     reason = f"  ({event['failure_reason']})" if event.get("failure_reason") else ""
     job = str(event.get("job_id", ""))
     return f"{at}  {job:<{JOB_WIDTH}}  {change:<{CHANGE_WIDTH}}  {node}{reason}\n"
+
+
+def table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    """Rows (the header first) as columns two spaces apart, each but the last as wide as its
+    widest cell: the last (a command, a timestamp) is left as long as it is."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)))
+        out.write(f"  {row[-1]}\n")
 
 
 def write_bytes(data: bytes, out: TextIO) -> None:

@@ -18,6 +18,7 @@ from scheduler.cli.client import (
     print_json,
 )
 from scheduler.cli.job_options import add_job_options
+from scheduler.cli.output import table
 from scheduler.client import Client, Schedule
 
 
@@ -62,10 +63,7 @@ def list_schedules(args: argparse.Namespace, client: Client, out: TextIO, err: T
         state = "paused" if s.paused else "active"
         command = str(s.job.get("command") or s.job.get("deploy_url") or "")
         rows.append((s.name, when(s), state, _next(s), s.last_job_id or "-", command))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
-        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)))
-        out.write(f"  {row[5]}\n")
+    table(rows, out)
     return 0
 
 

@@ -34,6 +34,7 @@ from scheduler.client.models import (
     Logs,
     Schedule,
 )
+from scheduler.models.access_key import KeyMade, KeyView, Role
 from scheduler.models.attempt import Attempt
 from scheduler.models.batch import Made, Refused
 from scheduler.models.event import Event
@@ -58,6 +59,8 @@ __all__ = [
     "Forbidden",
     "Job",
     "JobEvent",
+    "KeyMade",
+    "KeyView",
     "LogEvent",
     "Logs",
     "Made",
@@ -68,6 +71,7 @@ __all__ = [
     "Output",
     "Refused",
     "RetryAnswer",
+    "Role",
     "Schedule",
     "SchedulerError",
     "Status",

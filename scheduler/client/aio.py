@@ -134,6 +134,10 @@ class AsyncClient(driving.Base):
     pause_schedule = _awaited(ops.pause_schedule)
     resume_schedule = _awaited(ops.resume_schedule)
     delete_schedule = _awaited(ops.delete_schedule)
+    add_key = _awaited(ops.add_key)
+    keys = _awaited(ops.keys)
+    revoke_key = _awaited(ops.revoke_key)
+    audit = _awaited(ops.audit)
 
 
 class _AsyncCarrier:

@@ -134,6 +134,10 @@ class Client(driving.Base):
     pause_schedule = _returning(ops.pause_schedule)
     resume_schedule = _returning(ops.resume_schedule)
     delete_schedule = _returning(ops.delete_schedule)
+    add_key = _returning(ops.add_key)
+    keys = _returning(ops.keys)
+    revoke_key = _returning(ops.revoke_key)
+    audit = _returning(ops.audit)
 
 
 class _Carrier:

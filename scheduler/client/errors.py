@@ -60,16 +60,16 @@ class Unauthorized(ApiError):
 
 
 class Forbidden(ApiError):
-    """403."""
+    """403: a named key whose role does not allow the call (the message says which would)."""
 
 
 class NotFound(ApiError):
-    """404: no such job, node or schedule."""
+    """404: no such job, node, schedule or named key."""
 
 
 class Conflict(ApiError):
     """409: the call does not fit what the job or node is now (cancel an ended job, retry a
-    job that has not failed, a schedule's name taken)."""
+    job that has not failed, a schedule's or a key's name taken)."""
 
 
 class TooLarge(ApiError):

@@ -1,7 +1,8 @@
 """Every operation of the client, each written once as a plan (steps.py): what it sends,
 whether sending it again is safe (retrying.py), and how its answer is read. `Client` and
 `AsyncClient` (blocking.py, aio.py) bind each as a method, blocking or awaited; its
-docstring is the method's. They live by what they work on: jobs.py, watching.py, fleet.py.
+docstring is the method's. They live by what they work on: jobs.py, watching.py, fleet.py,
+keys.py.
 """
 
 from __future__ import annotations
@@ -30,13 +31,16 @@ from scheduler.client.jobs import (
     wait,
     watch,
 )
+from scheduler.client.keys import add_key, audit, keys, revoke_key
 from scheduler.client.watching import events, follow_logs, logs
 
 __all__ = [
     "OPERATIONS",
     "PAGE",
+    "add_key",
     "add_schedule",
     "attempts",
+    "audit",
     "cancel",
     "delete_schedule",
     "drain",
@@ -44,12 +48,14 @@ __all__ = [
     "follow_logs",
     "job",
     "jobs",
+    "keys",
     "logs",
     "nodes",
     "pause_schedule",
     "resume_schedule",
     "retry",
     "retry_many",
+    "revoke_key",
     "schedule",
     "schedules",
     "submit",
@@ -82,4 +88,8 @@ OPERATIONS = (
     pause_schedule,
     resume_schedule,
     delete_schedule,
+    add_key,
+    keys,
+    revoke_key,
+    audit,
 )

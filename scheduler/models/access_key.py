@@ -44,11 +44,15 @@ class Role(Enum):
 
     @property
     def rung(self) -> int:
-        return ROLES.index(self.value)
+        return _RUNGS[self]
 
     def allows(self, needed: Role) -> bool:
         """Whether this role may do what `needed` may."""
-        return self.rung >= needed.rung
+        return _RUNGS[self] >= _RUNGS[needed]
+
+
+# Each role's rung, looked up once per call at the door (ROLES.index was most of its cost).
+_RUNGS = {Role(name): rung for rung, name in enumerate(ROLES)}
 
 
 KeyName = Annotated[str, msgspec.Meta(pattern=NAME_RULE)]
@@ -88,6 +92,18 @@ class KeyRecord(KeyView, kw_only=True):
         )
 
 
+class AuditEntry(msgspec.Struct, kw_only=True):
+    """An admin call, as GET /audit lists it: when (epoch s), by which key, what it did
+    (`key add`, `key revoke`), on which key name and role."""
+
+    id: str  # its place in the stream: GET /audit?before=<id> pages on from it
+    at: float
+    by: str
+    action: str
+    name: str
+    role: str
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who makes a call: a named key, or the admin key (`ADMIN`); `ANYONE` when no key is set
@@ -98,6 +114,11 @@ class Principal:
 
     def allows(self, needed: Role) -> bool:
         return self.role.allows(needed)
+
+    @property
+    def who(self) -> str:
+        """The name who-did-what records: "" for ANYONE (no key set: nobody is known)."""
+        return "" if self is ANYONE else self.name
 
     @property
     def sees_secrets(self) -> bool:

@@ -135,6 +135,13 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # The node whose queue it was taken from by an idle node's poll (docs/GUIDE.md, Work
     # stealing); "" for a job where placement (or a move of its own since) put it.
     taken_from: str = ""
+    # Who submitted it: the name of the key (models/access_key.py; `admin` for
+    # TINYAWS_API_KEY); "" where no key is set. Not submitted: no request can claim one.
+    submitted_by: str = ""
+    # Who cancelled it (DELETE /jobs/{id}, the Cancel button), and who last retried it by
+    # hand, as submitted_by; a retry starts it over, so its cancel is no longer said.
+    cancelled_by: str = ""
+    retried_by: str = ""
 
 
 JOB_FIELDS = read_fields(Job)
@@ -157,15 +164,22 @@ JobCreate = msgspec.defstruct(
 )
 
 
-def new_job(request: msgspec.Struct, created_at: str = "") -> Job:
+def new_job(request: msgspec.Struct, created_at: str = "", by: str = "") -> Job:
     """A JobCreate as the job it asks for, as the original made it (CONTRACT 2.4): pending,
-    no retry yet. job_id and node_id are placeholders the create script fills in (it draws
-    both); created_at may be set later, when the job is stored (`stamped`)."""
+    no retry yet, submitted `by` that key's name. job_id and node_id are placeholders the
+    create script fills in (it draws both); created_at may be set later, when the job is
+    stored (`stamped`)."""
     fields = msgspec.structs.asdict(request)
     for name, _, _ in REQUEST_ONLY:
         fields.pop(name)
     return Job(
-        job_id="", node_id="", status="pending", retry_count=0, created_at=created_at, **fields
+        job_id="",
+        node_id="",
+        status="pending",
+        retry_count=0,
+        created_at=created_at,
+        submitted_by=by,
+        **fields,
     )
 
 

@@ -133,7 +133,10 @@ def _noun(t: mi.Type, plural: bool) -> str:
     if isinstance(t, mi.FloatType):
         return ("numbers" if plural else "a number") + _range(t.ge, t.le, t.gt, t.lt)
     if isinstance(t, mi.StrType):
-        return ("strings" if plural else "a string") + _length(t.max_length, "characters")
+        matching = f" matching {t.pattern}" if t.pattern else ""
+        return (
+            ("strings" if plural else "a string") + matching + _length(t.max_length, "characters")
+        )
     if isinstance(t, mi.BoolType):
         return "booleans" if plural else "true or false"
     if isinstance(t, mi.ListType):
@@ -143,6 +146,8 @@ def _noun(t: mi.Type, plural: bool) -> str:
         return ("objects of " if plural else "an object of ") + _noun(t.value_type, True)
     if isinstance(t, mi.StructType | mi.TypedDictType | mi.DataclassType):
         return "objects" if plural else "an object"
+    if isinstance(t, mi.EnumType):
+        return "one of " + ", ".join(str(member.value) for member in t.cls)
     if isinstance(t, mi.LiteralType):
         return "one of " + ", ".join(str(value) for value in t.values)
     return "JSON values" if plural else "a JSON value"

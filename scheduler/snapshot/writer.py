@@ -22,8 +22,8 @@ from redis.lock import Lock
 
 from scheduler.config import Settings
 from scheduler.models.record import PART_COUNT, record
+from scheduler.snapshot import access_keys, drains, layout, schedules
 from scheduler.snapshot import db as snapshot_db
-from scheduler.snapshot import drains, layout, schedules
 from scheduler.snapshot.locking import (
     BATCH,
     RESTORE_LOCK_SECS,
@@ -85,6 +85,7 @@ def write_snapshot(
             # (snapshot/schedules.py).
             schedules.write_changes(store, settings.scheduler_db, lock, lock_ttl)
             drains.write_changes(store, settings.scheduler_db, lock)
+            access_keys.write_changes(store, settings.scheduler_db, lock)
             layout.write_changes(store, settings.scheduler_db, lock)
             return _write_changes(store, settings.scheduler_db, lock, lock_ttl)
         finally:

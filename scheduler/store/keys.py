@@ -297,8 +297,16 @@ class Keys:
         return self._k("apikeys:version")
 
     @property
+    def api_keys_written(self) -> str:  # the version the snapshot file's api_keys table holds
+        return self._k("apikeys:written")
+
+    @property
     def audit(self) -> str:  # stream: the admin calls, who made them and on what
         return self._k("audit")
+
+    @property
+    def audit_written(self) -> str:  # the id of the newest audit entry the snapshot file holds
+        return self._k("audit:written")
 
     def auth_failures(self, address: str) -> str:
         """Counter, with the window's TTL: failed logins and bearer keys from one address."""

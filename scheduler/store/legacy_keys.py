@@ -78,7 +78,8 @@ LAYOUT_ROOTS = frozenset(
         "initialised", "restoring", "outbox", "nodes", "services", "tokens", "registry", "sqs",
         "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts", "waiting",
         "dependents", "ui", "authfail", "series", "series-retention", "label", "unplaced",
-        "records", "staged", "shards", "endings", "libraries", "log", "events",
+        "records", "staged", "shards", "endings", "libraries", "log", "events", "apikeys",
+        "audit",
     }
 )  # fmt: skip
 

@@ -16,13 +16,14 @@ from redis.exceptions import RedisError
 from starlette.routing import BaseRoute, Match
 
 from scheduler.api.app import create_app
-from scheduler.api.guesses import Credentials
+from scheduler.api.guesses import Credentials, Refusal
 from scheduler.api.http import BearerAuth
 from scheduler.api.lane import HotRequest, Lane
 from scheduler.api.params import PARAMS, Query
 from scheduler.api.routes import TABLE
 from scheduler.api.routing import Access, Entry
 from scheduler.config import Settings
+from scheduler.models.access_key import Principal, Role
 
 SCHEDULER = Path(__file__).resolve().parents[2] / "scheduler"
 KEY = "k" * 32
@@ -221,14 +222,14 @@ def test_both_doors_ask_the_one_key_rule(
     monkeypatch: pytest.MonkeyPatch, authorization: str
 ) -> None:
     asked: list[tuple[str, bool]] = []
-    rule = Credentials.refuses
+    rule = Credentials.door
 
-    def spy(self: Credentials, access: Access, headers: Any) -> bool:
-        refused = rule(self, access, headers)
-        asked.append((access.value, refused))
-        return refused
+    def spy(self: Credentials, access: Access, role: Role, headers: Any) -> Principal | Refusal:
+        let_in = rule(self, access, role, headers)
+        asked.append((access.value, not isinstance(let_in, Principal)))
+        return let_in
 
-    monkeypatch.setattr(Credentials, "refuses", spy)
+    monkeypatch.setattr(Credentials, "door", spy)
     credentials = Credentials(KEY)
     headers = [(b"authorization", authorization.encode())] if authorization else []
     # The lane's door, for a GET /jobs/{id} (the key's).

@@ -223,6 +223,7 @@ def test_real_answers_validate_against_the_document(checked: tuple[TestClient, C
     answers the hot calls itself."""
     api, check = checked
     jobs_scenario(api, check)
+    keys_scenario(api, check)
     schedules_nodes_and_services(api, check)
     assert json_operations(check.doc) - check.seen == set()
 
@@ -314,6 +315,23 @@ def schedules_nodes_and_services(api: TestClient, check: Checker) -> None:
     check(api.get("/metrics"), "/metrics")
     check(api.get("/openapi.json"), "/openapi.json")
     check(api.delete("/nodes/n1"), "/nodes/{node_id}")
+
+
+def keys_scenario(api: TestClient, check: Checker) -> None:
+    made = check(api.post("/keys", json={"name": "ci", "role": "reader"}), "/keys")
+    check(api.post("/keys", json={"name": "ci", "role": "admin"}), "/keys")  # 409: taken
+    check(api.get("/keys"), "/keys")
+    job = check(api.post("/jobs", json={"command": "x", "env_vars": {"T": "s"}}), "/jobs")
+    reader = {"Authorization": f"Bearer {made['key']}"}
+    shown = check(api.get(f"/jobs/{job['job_id']}", headers=reader), "/jobs/{job_id}")
+    assert shown["env_vars"] == {"T": "(hidden)"}
+    check(api.delete("/keys/ci"), "/keys/{name}")
+    check(api.delete("/keys/ci"), "/keys/{name}")  # 404
+    audit = check(api.get("/audit", params={"limit": 2}), "/audit")
+    assert [(e["action"], e["name"], e["by"]) for e in audit] == [
+        ("key revoke", "ci", "admin"),
+        ("key add", "ci", "admin"),
+    ]
 
 
 def test_errors_and_pages_answer_as_described(

@@ -163,6 +163,7 @@ def test_an_operator_drains_undrains_and_deletes_a_node(keyed: Keyed) -> None:
         ("GET", "/keys", None),
         ("POST", "/keys", {"name": "mine", "role": "admin"}),
         ("DELETE", "/keys/reader-key", None),
+        ("GET", "/audit", None),
     ],
 )
 def test_only_an_admin_manages_keys(
@@ -333,7 +334,9 @@ def test_no_named_key_without_the_admin_key(make_client: ClientFactory) -> None:
 def test_reserved_names_are_refused(keyed: Keyed, name: str) -> None:
     api, _ = keyed
     response = api.post("/keys", json={"name": name, "role": "reader"}, headers=AS_ADMIN)
-    assert_text_error(response, 400, f"invalid key: name: {name!r} is reserved")
+    assert response.status_code == 400, response.text
+    assert name in response.text and "reserved" in response.text
+    assert all(k["name"] != name for k in assert_json(api.get("/keys", headers=AS_ADMIN)))
 
 
 @pytest.mark.parametrize(
@@ -357,8 +360,7 @@ def test_a_bad_name_or_role_is_refused_naming_the_field(
     before = assert_json(api.get("/keys", headers=AS_ADMIN))
     response = api.post("/keys", json=body, headers=AS_ADMIN)
     assert response.status_code == 400, response.text
-    assert response.text.startswith("invalid key: ")
-    assert field in response.text
+    assert f"{field}: " in response.text
     assert assert_json(api.get("/keys", headers=AS_ADMIN)) == before
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from scheduler.api import roles_table
+from scheduler.api import guesses, roles_table
 from scheduler.api.routes import TABLE
 from scheduler.api.routing import Access
-from scheduler.models.access_key import ROLES, Role
+from scheduler.models.access_key import ROLES, Principal, Role
 from tests.conftest import ClientFactory, assert_json, assert_text_error
 
 ADMIN_KEY = "roles-test-admin-key-0123456789abcdef"
@@ -38,7 +38,8 @@ def role_keys(api: TestClient) -> dict[str, str]:
 
 
 def forbidden(role: str, needed: Role) -> str:
-    return f"forbidden: the key '{role}-key' is a {role}; this call needs a {needed.value} or above"
+    """The door's 403 to the key `<role>-key` (guesses.forbidden's wording)."""
+    return guesses.forbidden(Principal(f"{role}-key", Role(role)), needed)[1]
 
 
 # Each of the table's key calls, made real: on the deployment `deployment` makes (job-1
@@ -72,6 +73,7 @@ MADE: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/services/{service_id}"): ("/services/{service}", None),
     ("DELETE", "/services/{service_id}"): ("/services/{service}", None),
     ("GET", "/keys"): ("/keys", None),
+    ("GET", "/audit"): ("/audit", None),
     ("POST", "/keys"): ("/keys", {"name": "made", "role": "reader"}),
     ("DELETE", "/keys/{name}"): ("/keys/victim", None),
     ("GET", "/metrics"): ("/metrics", None),

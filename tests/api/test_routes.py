@@ -108,6 +108,9 @@ LABELS_BEFORE = {
     "/health",
     "/schedule",
     "/metrics",
+    "/keys",
+    "/audit",
+    "/keys/{id}",
     "/ui",
     "other",
     # Schedules (issue 23): the operator's, behind the key.

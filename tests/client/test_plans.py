@@ -79,6 +79,26 @@ def test_a_lost_answer_is_sent_again_only_for_a_repeatable_call() -> None:
         drive(send(REQUEST, False), [Lost("at u: reset"), OK])
 
 
+def test_a_keys_lost_answer_is_read_again_and_a_change_of_keys_is_never_sent_twice() -> None:
+    lost = Lost("at u: reset")
+    listed = answer(200, body=b"[]")
+    assert drive(ops.keys(), [lost, listed])[0] == []
+    for change in (ops.add_key("ci", role="submitter"), ops.revoke_key("ci")):
+        with pytest.raises(Unreachable, match="may have been done") as raised:
+            drive(change, [lost, OK])
+        assert raised.value.maybe_done
+
+
+def test_a_keys_role_is_sent_by_its_name_whether_a_role_or_a_string() -> None:
+    from scheduler.client import Role
+
+    for role in (Role.OPERATOR, "operator"):
+        made = b'{"name":"ops","role":"operator","created_at":1.0,"created_by":"admin","key":"k"}'
+        key, steps = drive(ops.add_key("ops", role), [answer(201, body=made)])
+        assert msgspec.json.decode(steps[0].request.json) == {"name": "ops", "role": "operator"}
+        assert (key.role, key.key) == (Role.OPERATOR, "k")
+
+
 SOON = {"retry-after": "1"}
 
 
@@ -248,10 +268,10 @@ def operations() -> dict[str, Any]:
     of OPERATIONS would be a method neither client has."""
     import inspect
 
-    from scheduler.client import fleet, jobs, watching
+    from scheduler.client import fleet, jobs, keys, watching
 
     found = {op.__name__: op for op in ops.OPERATIONS}
-    for module in (jobs, watching, fleet):
+    for module in (jobs, watching, fleet, keys):
         for name, fn in vars(module).items():
             plan = inspect.isfunction(fn) and fn.__module__ == module.__name__
             answer = str(inspect.signature(fn).return_annotation) if plan else ""

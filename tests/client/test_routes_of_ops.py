@@ -49,6 +49,10 @@ CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "pause_schedule": (("nightly",), {}),
     "resume_schedule": (("nightly",), {}),
     "delete_schedule": (("nightly",), {}),
+    "add_key": (("ci",), {"role": "submitter"}),
+    "keys": ((), {}),
+    "revoke_key": (("ci",), {}),
+    "audit": ((), {"limit": 5}),
 }
 
 

@@ -20,6 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from scheduler.config import Settings
+from scheduler.models.access_key import ADMIN
 from scheduler.models.job import STATUSES
 from scheduler.store import ops
 from scheduler.store.connection.blocking import sync_client
@@ -282,7 +283,10 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         schedule_scripts.due_schedules(2**40, 0, 100),
         schedule_scripts.list_schedules("", 100),
         schedule_scripts.list_schedules("a", 100),
-        access_scripts.session_alive("0" * 64),
+        access_scripts.session_alive("0" * 64),  # _populate's session: a value, not nil
+        access_scripts.keyring(-1),
+        access_scripts.keyring(0),
+        access_scripts.read_audit(10),
     ]
     read_only = {name for name, script in SCRIPTS.items() if script.read_only}
     assert {call.script.name for call in calls} == read_only
@@ -308,6 +312,7 @@ def _populate(store: SyncJobStore, settings: Settings) -> None:
         client.post("/services", json=service)
         schedule = {"name": "s", "every_secs": 1, "job": {"command": "x"}}
         assert client.post("/schedules", json=schedule).status_code == 201
+    store.run(access_scripts.start_session("0" * 64, 60, ADMIN))
 
 
 def test_a_missing_replica_count_is_a_config_error(tmp_path: Path) -> None:

@@ -216,14 +216,14 @@ def check_report(shard: Shard, job_id: str, caller: str) -> Steps[None]:
 
 
 @operation(by_job)
-def cancel(shard: Shard, job_id: str, now: float) -> Steps[bytes]:
-    head = yield from run(job_scripts.cancel_job(job_id, now))
+def cancel(shard: Shard, job_id: str, now: float, by: str = "") -> Steps[bytes]:
+    head = yield from run(job_scripts.cancel_job(job_id, now, by))
     return (yield from made_whole(shard, [head]))[0]
 
 
 @operation(home)
 def retry(
-    shard: Shard, job_ids: Sequence[str], placement: Placement, now: float
+    shard: Shard, job_ids: Sequence[str], placement: Placement, now: float, by: str = ""
 ) -> Steps[list[Retried]]:
     """Failed jobs started over (scripts.retry.RETRY_JOBS), placed as new jobs are, each on
     its own shard (with the placement's nodes there), in calls of bounded work (RETRY_JOBS
@@ -234,19 +234,19 @@ def retry(
     done: dict[str, Retried] = {}
     for k, ids in by_shard.items():
         here = shard.layout.among(placement, k) or Placement(placement.mode)
-        for retried in (yield from nested(on_shard(k, _retry_here(ids, here, now)))):
+        for retried in (yield from nested(on_shard(k, _retry_here(ids, here, now, by)))):
             done[retried.job_id] = retried
     return [done[job_id] for job_id in job_ids]
 
 
 @operation(home)
 def _retry_here(
-    shard: Shard, job_ids: Sequence[str], placement: Placement, now: float
+    shard: Shard, job_ids: Sequence[str], placement: Placement, now: float, by: str
 ) -> Steps[list[Retried]]:
     ttl = shard.settings.node_ttl_secs
     done: list[Retried] = []
     while len(done) < len(job_ids):
-        done += yield from run(retry_jobs(job_ids[len(done) :], placement, now, ttl))
+        done += yield from run(retry_jobs(job_ids[len(done) :], placement, now, ttl, by))
     heads = yield from made_whole(shard, [r.job for r in done if r.job])
     whole_of = dict(zip([r.job_id for r in done if r.job], heads, strict=True))
     return [dataclasses.replace(r, job=whole_of.get(r.job_id, r.job)) for r in done]

@@ -1,7 +1,8 @@
 """The door's scripts, each with its call: the web UI's sessions (a login's random id, kept
-by its SHA-256 with a TTL), the no-key UI's CSRF secret (one per deployment, shared by
-every replica), the failed credentials counted per client address (a fixed window), and the
-named keys (models/access_key.py: made, revoked, read again by each API when they change)."""
+by its SHA-256 with a TTL, holding who logged in), the no-key UI's CSRF secret (one per
+deployment, shared by every replica), the failed credentials counted per client address (a
+fixed window), and the named keys (models/access_key.py: made, revoked, read again by each
+API when they change)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from scheduler.models.access_key import MAX_KEYS, KeyRecord, Principal
+from scheduler.models.access_key import ADMIN, MAX_KEYS, AuditEntry, KeyRecord, Principal
 from scheduler.store.errors import Conflict, KeyNotFound
 from scheduler.store.scripts.script import Call, Script
 
@@ -19,14 +20,14 @@ AUDIT_MAX = 10_000
 
 START_SESSION = Script(
     "START_SESSION",
-    "session ttl_ms",
+    "session ttl_ms who",
     lambda reply: None,
 )
 
 SESSION_ALIVE = Script(
     "SESSION_ALIVE",
     "session",
-    lambda reply: bool(reply),
+    lambda reply: _who(reply),
     read_only=True,
 )
 
@@ -54,15 +55,31 @@ def _failures(reply: Any) -> tuple[int, float]:
     return int(reply[0]), int(reply[1]) / 1000
 
 
+_principal = msgspec.json.Decoder(Principal)
+# What a session started before named keys holds: only TINYAWS_API_KEY logged in then.
+_ADMIN_SESSION = b"1"
+
+
+def _who(reply: Any) -> Principal | None:
+    """Who a live session logged in as (START_SESSION's `who`), None when it is gone."""
+    if reply is None:
+        return None
+    if bytes(reply) == _ADMIN_SESSION:
+        return ADMIN
+    return _principal.decode(reply)
+
+
 def _ms(seconds: float) -> int:
     return max(1, math.ceil(seconds * 1000))
 
 
-def start_session(session_hash: str, ttl_secs: float) -> Call[None]:
-    return START_SESSION.call(session=session_hash, ttl_ms=_ms(ttl_secs))
+def start_session(session_hash: str, ttl_secs: float, who: Principal) -> Call[None]:
+    """A session for `who`, kept as its name and role in JSON (ADMIN: TINYAWS_API_KEY)."""
+    who_json = msgspec.json.encode(who)
+    return START_SESSION.call(session=session_hash, ttl_ms=_ms(ttl_secs), who=who_json)
 
 
-def session_alive(session_hash: str) -> Call[bool]:
+def session_alive(session_hash: str) -> Call[Principal | None]:
     return SESSION_ALIVE.call(session=session_hash)
 
 
@@ -97,7 +114,26 @@ KEYRING = Script(
     read_only=True,
 )
 
+READ_AUDIT = Script(
+    "READ_AUDIT",
+    "count",
+    lambda reply: [_audit_entry(entry_id, fields) for entry_id, fields in reply],
+    read_only=True,
+)
+
 _key_record = msgspec.json.Decoder(KeyRecord)
+
+
+def _audit_entry(entry_id: bytes, fields: list[bytes]) -> AuditEntry:
+    said = {fields[i].decode(): fields[i + 1].decode() for i in range(0, len(fields), 2)}
+    return AuditEntry(
+        id=entry_id.decode(),
+        at=float(said.get("at", 0)),
+        by=said.get("by", ""),
+        action=said.get("action", ""),
+        name=said.get("name", ""),
+        role=said.get("role", ""),
+    )
 
 
 def _added(reply: Any) -> int:
@@ -139,6 +175,11 @@ def add_key(record: KeyRecord, at: float, by: Principal) -> Call[int]:
 def revoke_key(name: str, at: float, by: Principal) -> Call[int]:
     """The version of the keys once the key `name` is gone (KeyNotFound: none has it)."""
     return REVOKE_KEY.call(name=name, at=at, by=by.name, audit_max=AUDIT_MAX)
+
+
+def read_audit(count: int) -> Call[list[AuditEntry]]:
+    """The newest `count` admin calls, newest first."""
+    return READ_AUDIT.call(count=count)
 
 
 def keyring(known: int) -> Call[tuple[int, list[KeyRecord] | None]]:

@@ -149,13 +149,14 @@ def transition(
 
 CANCEL_JOB = Script(
     "CANCEL_JOB",
-    "job_id now stamp",
+    "job_id now stamp by",
     changed,
 )
 
 
-def cancel_job(job_id: str, now: float) -> Call[bytes]:
-    return CANCEL_JOB.call(job_id=job_id, now=now, stamp=rfc3339(now))
+def cancel_job(job_id: str, now: float, by: str = "") -> Call[bytes]:
+    """The job cancelled (or cancelling) at `now` by the key named `by` (its cancelled_by)."""
+    return CANCEL_JOB.call(job_id=job_id, now=now, stamp=rfc3339(now), by=by)
 
 
 CHECK_REPORT = Script(

@@ -61,17 +61,18 @@ def _retried(reply: list[Any]) -> list[Retried]:
 
 RETRY_JOBS = Script(
     "RETRY_JOBS",
-    "mode now node_ttl max_waiters units count *rest",
+    "mode now node_ttl max_waiters units count by *rest",
     _retried,
 )
 
 
 def retry_jobs(
-    job_ids: Sequence[str], placement: Placement, now: float, node_ttl: float
+    job_ids: Sequence[str], placement: Placement, now: float, node_ttl: float, by: str = ""
 ) -> Call[list[Retried]]:
     """The failed jobs of the first of `job_ids` pending again, placed by `placement` (a new
-    job's): as many as one call's bounded work takes (at least one), in order; the answer
-    says which, and the caller sends the others again."""
+    job's), retried by the key named `by` (their retried_by): as many as one call's bounded
+    work takes (at least one), in order; the answer says which, and the caller sends the
+    others again."""
     return RETRY_JOBS.call(
         mode=placement.mode,
         now=now,
@@ -79,5 +80,6 @@ def retry_jobs(
         max_waiters=MAX_WAITERS,
         units=SETTLE_UNITS,
         count=len(job_ids),
+        by=by,
         rest=[*job_ids, *placement.candidates],
     )

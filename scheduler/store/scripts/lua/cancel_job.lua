@@ -9,8 +9,9 @@
 --- @include "wake_job"
 --- @include "wake_node"
 
--- DELETE /jobs/{id}. A pending or delayed job is cancelled at once (it ends failed,
--- failure_reason cancelled: settle.lua finish). A running one becomes cancelling: it keeps
+-- DELETE /jobs/{id}, by the key named `by` ("" without keys: its cancelled_by). A pending
+-- or delayed job is cancelled at once (it ends failed, failure_reason cancelled: settle.lua
+-- finish). A running one becomes cancelling: it keeps
 -- its node's slot, its timeout no longer applies, and its agent learns it (the poll's
 -- X-Cancel-Jobs, the heartbeat's answer), kills it and reports cancelled; an agent that
 -- cannot be told (the original) gets 409 on its late report, and the sweep cancels the job
@@ -20,6 +21,7 @@ local job, raw = load_job(job_id)
 if not job then return {NOT_FOUND} end
 if FINAL[job.status] then return {FINISHED} end
 if job.status == "cancelling" then return {OK, raw} end
+if by ~= "" then job.cancelled_by = by end
 local n = number_of(job_id)
 if NOT_STARTED[job.status] then
   return {OK, finish(job_id, n, job, "cancelled", now, stamp)}

@@ -18,7 +18,8 @@
 --- @include "store_job"
 --- @include "wait_for"
 
--- POST /jobs/{id}/retry and POST /jobs/retry (the key): each failed job of the `count` ids
+-- POST /jobs/{id}/retry and POST /jobs/retry (by the key named `by`, "" without keys: its
+-- retried_by): each failed job of the `count` ids
 -- that open `rest` (whatever failed it: its command, a timeout, a lost node, a cancel)
 -- starts over: pending on a node placed as a new job is (place.lua pick_node; the candidates
 -- are the rest of `rest`; an instance-bound job stays on its node; one no node takes now
@@ -65,7 +66,8 @@ for _, id in ipairs(ids) do
       -- Its attempts are numbered from 1 again: the live output of the earlier ones goes
       -- (their ends stay in its attempts), so no attempt shows another's.
       redis.call("DEL", K.job_log(id), K.job_log_state(id))
-      job.exit_code, job.failure_reason = nil, nil
+      job.exit_code, job.failure_reason, job.cancelled_by = nil, nil, nil
+      job.retried_by = by ~= "" and by or nil
       set_output(id, job, "stdout", nil)
       set_output(id, job, "stderr", nil)
       -- run_at: runnable from now, where the dashboard's wait to running counts from

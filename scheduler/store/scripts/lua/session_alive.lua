@@ -1,4 +1,4 @@
 --- @include "keys"
 
--- Whether the session exists (logged in, not logged out, not past its TTL).
-return redis.call("EXISTS", K.ui_session(session))
+-- Who the session is (logged in, not logged out, not past its TTL): its value, nil when gone.
+return redis.call("GET", K.ui_session(session))

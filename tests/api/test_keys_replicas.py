@@ -1,0 +1,54 @@
+"""Named keys across API replicas sharing one Redis (api/keyring.py): a key made through one
+replica works at once through another, on both of its fronts, before that replica's periodic
+look; and an unknown key of the named form is still a counted wrong credential."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.processes import api_replicas, scheduler_env, unique_prefix
+
+KEY = secrets.token_urlsafe(32)
+ADMIN = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def replicas(redis_url: str) -> Iterator[list[str]]:
+    # A look every hour: only the read on a miss can let a new key in.
+    env = scheduler_env(
+        redis_url,
+        unique_prefix("keys-replicas"),
+        TINYAWS_API_KEY=KEY,
+        KEYRING_REFRESH_SECS="3600",
+        AUTH_FAILURES_MAX="3",
+    )
+    with api_replicas(2, env) as urls:
+        yield urls
+
+
+def test_a_key_made_through_one_replica_works_at_once_through_the_other(
+    replicas: list[str],
+) -> None:
+    one, two = replicas
+    node = {"id": "n1", "hostname": "n1", "cpu_count": 1, "role": "compute"}
+    assert httpx.post(f"{one}/nodes/register", json=node, headers=ADMIN).status_code == 201
+    made = httpx.post(f"{one}/keys", json={"name": "fresh", "role": "submitter"}, headers=ADMIN)
+    assert made.status_code == 201
+    fresh = {"Authorization": f"Bearer {made.json()['key']}"}
+    submitted = httpx.post(f"{two}/jobs", json={"command": "x"}, headers=fresh)  # the lane
+    assert submitted.status_code == 201, submitted.text
+    job = submitted.json()["job_id"]
+    assert httpx.get(f"{two}/jobs/{job}", headers=fresh).status_code == 200
+    assert httpx.get(f"{two}/jobs", params={"limit": 1}, headers=fresh).status_code == 200
+
+
+def test_an_unknown_key_of_the_named_form_is_still_a_counted_wrong_credential(
+    replicas: list[str],
+) -> None:
+    guess = {"Authorization": "Bearer tka_" + secrets.token_urlsafe(32)}
+    codes = [httpx.get(f"{replicas[1]}/jobs/job-1", headers=guess).status_code for _ in range(5)]
+    assert codes[:3] == [401, 401, 401] and codes[3:] == [429, 429]
