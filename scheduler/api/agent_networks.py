@@ -69,12 +69,6 @@ class AgentNetworks:
         caller = self.credentials.caller(headers)
         return caller is ADMIN or (operators and caller is not None)
 
-    def guessed(self, headers: Headers) -> bool | None:
-        """Whether a refused caller's credential counts as a guess (guesses.Credentials
-        .refused's `guessed`): not a named key's, which is right, only not for this call;
-        else as any refusal (None: when it sent one)."""
-        return False if self.credentials.caller(headers) is not None else None
-
     def _from_networks(self, peer: str | None, forwarded: tuple[bytes, ...]) -> bool:
         headers = [(b"x-forwarded-for", value) for value in forwarded]
         address = client_address(peer, headers, self.trusted)
@@ -98,8 +92,7 @@ class AgentNetworksGate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._allowed(scope):
             outside: Refusal = (403, FORBIDDEN, {})
-            guessed = self.networks.guessed(scope["headers"])
-            refused = await self.networks.credentials.refused_asgi(scope, outside, guessed)
+            refused = await self.networks.credentials.refused_asgi(scope, outside)
             await text_error(*refused)(scope, receive, send)
             return
         await self.app(scope, receive, send)

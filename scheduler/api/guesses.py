@@ -219,10 +219,14 @@ class Credentials:
     ) -> Refusal:
         """The answer to a wrong credential (or none) from the client of (`peer`, `headers`):
         `refusal`, or 429 past the limit. `guessed`: whether the call presented one (default:
-        an Authorization header); without one nothing is counted and `refusal` stands. A
-        wrong one is counted in Redis, unless this process bars the address already; when
-        Redis cannot count it, the refusal stands (and the failure is logged)."""
-        if not (presents_credential(headers) if guessed is None else guessed):
+        an Authorization header that is no right key: a named key refused where named keys
+        make no call, outside AGENT_NETWORKS or registering a node, guessed nothing); without
+        one nothing is counted and `refusal` stands. A wrong one is counted in Redis, unless
+        this process bars the address already; when Redis cannot count it, the refusal stands
+        (and the failure is logged)."""
+        if guessed is None:
+            guessed = presents_credential(headers) and self.caller(headers) is None
+        if not guessed:
             return refusal
         address = self.address_of(peer, headers)
         left = self.barred(address)

@@ -265,9 +265,9 @@ class Lane:
 
     async def refusal(self, route: Route, request: HotRequest) -> Answer:
         """A refused call's answer: the browser boundary's; else as AgentNetworksGate's (403
-        outside AGENT_NETWORKS: a named key's is right, not counted) or BearerAuth's: a right
-        key's role too low (403), a named key this process did not know yet (the keys read
-        again: served), a wrong credential (401, counted: 429 past the limit)."""
+        outside AGENT_NETWORKS) or BearerAuth's: a right key's role too low (403), a named
+        key this process did not know yet (the keys read again: served), a wrong credential
+        (401, counted: 429 past the limit)."""
         stopped = self.boundary.refusal(request.method, request.path, request.headers)
         if stopped is not None:
             return text_answer(*stopped, {})
@@ -282,18 +282,13 @@ class Lane:
                 return await route.handler(request)
             if let_in is not UNAUTHORIZED:
                 return text_answer(*let_in)
-            return await self.unauthorized(request)
-        # A named key is right: refused outside AGENT_NETWORKS, not counted.
-        guessed = None if self.networks is None else self.networks.guessed(request.headers)
-        return await self.unauthorized(request, OUTSIDE_AGENT_NETWORKS, guessed)
+        refusal = OUTSIDE_AGENT_NETWORKS if route.access is Access.AGENT else UNAUTHORIZED
+        return await self.unauthorized(request, refusal)
 
-    async def unauthorized(
-        self, request: HotRequest, refusal: Refusal = UNAUTHORIZED, guessed: bool | None = None
-    ) -> Answer:
-        """A wrong credential's answer (guesses.py): `refusal`, counted (unless `guessed` is
-        False); 429 past the limit."""
+    async def unauthorized(self, request: HotRequest, refusal: Refusal = UNAUTHORIZED) -> Answer:
+        """A wrong credential's answer (guesses.py): `refusal`, counted; 429 past the limit."""
         refused = await self.credentials.refused(
-            self.state.store, request.peer, request.headers, refusal, guessed
+            self.state.store, request.peer, request.headers, refusal
         )
         return text_answer(*refused)
 

@@ -82,8 +82,6 @@ async def register(request: Request) -> Response:
     reg = await _decode(request, NodeRegistration, "node")
     validate_registration(reg)
     token, store, who = new_token(), _store(request), _registration(request)
-    # A named key is right (not a guess, whatever is refused below); else as any bearer.
-    guessed = False if _auth(request).named(bearer(request), who.caller) else None
     try:
         node, done = await store.run(
             ops.nodes.register_node(reg, time.time(), who, token_hash(token))
@@ -101,14 +99,13 @@ async def register(request: Request) -> Response:
             raise
         refusal = reply_for(exc, "POST /nodes/register")
         assert refusal is not None
-        refused = await _credentials(request).refused_asgi(request.scope, refusal, guessed)
-        raise HTTPError(*refused) from None
+        raise HTTPError(*await _credentials(request).refused_asgi(request.scope, refusal)) from None
     if done.outcome == "none" and who.caller != "join":
         # Open mode, a known id: its bearer (if it sent one) was neither the key nor the
         # node's token. The registration stands, as anyone's may; the bearer is counted as
         # the wrong credential it is (the answer shows no token: a test of the key), unless
-        # it is a named key: right, only not a node's.
-        await _credentials(request).refused_asgi(request.scope, guessed=guessed)
+        # it is a named key: right, only not a node's (guesses.py counts no right key).
+        await _credentials(request).refused_asgi(request.scope)
     if done.moved or done.lost:
         log.info(
             "node %s has a new holder: %d queued and %d running job(s) of the old one put back",
