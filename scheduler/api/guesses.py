@@ -223,7 +223,9 @@ class Credentials:
         make no call, outside AGENT_NETWORKS or registering a node, guessed nothing); without
         one nothing is counted and `refusal` stands. A wrong one is counted in Redis, unless
         this process bars the address already; when Redis cannot count it, the refusal stands
-        (and the failure is logged)."""
+        (and the failure is logged). A bearer of a named key's form this process does not
+        know has the keys read again first: one made a moment ago through another replica
+        is right, refused where a handler looked it up before, but not counted."""
         if guessed is None:
             guessed = presents_credential(headers) and self.caller(headers) is None
         if not guessed:
@@ -232,6 +234,8 @@ class Credentials:
         left = self.barred(address)
         if left:
             return too_many(left)
+        if await self._known_after_all(store, headers):
+            return refusal
         try:
             failures, left = await store.run(access.count_failure(address, self.window_secs))
         except RedisError as exc:  # ReplicasNotAcked too: the count may be on the primary
@@ -241,6 +245,17 @@ class Credentials:
             return refusal
         self._bar(address, left, failures)
         return too_many(left)
+
+    async def _known_after_all(self, store: Store, headers: Headers) -> bool:
+        """Whether the bearer, of a named key's form, is one once the keys are read again."""
+        token = bearer_token(headers)
+        if token is None or not self.keyring.looks_named(token):
+            return False
+        try:
+            await self.keyring.refresh(store)
+        except RedisError:
+            return False
+        return self.caller(headers) is not None
 
     async def refused_asgi(
         self, scope: Scope, refusal: Refusal = UNAUTHORIZED, guessed: bool | None = None

@@ -7,7 +7,8 @@ parameters' meanings are openapi_params.py's.
 
 Every entry is described, served or not: those served only with the built-in registry
 (REGISTRY_URL unset) or with METRICS=on say so. Who may call each method is its Access:
-`security` names the key (bearer), a node's token, or the web UI's session cookie. The
+`security` names the key (bearer), a node's token, or the web UI's session cookie; `x-role`
+the least role a named key needs (Method.role, docs/SECURITY.md). The
 document is built and encoded once per process, on first request.
 """
 
@@ -177,11 +178,16 @@ def operation(entry: Entry, method: Method, schemas: Schemas) -> dict[str, Any]:
     }
     if method.body is not None:
         found["requestBody"] = request_body(method.body, schemas)
+    if method.access is not Access.ANYONE:
+        found["x-role"] = method.role.value
     return found
 
 
 def _access_note(method: Method) -> str:
-    return ACCESS_NOTES[method.access] if method.anyone_in_open_mode else NODE_OR_KEY
+    said = ACCESS_NOTES[method.access] if method.anyone_in_open_mode else NODE_OR_KEY
+    if method.access is Access.ANYONE:
+        return said
+    return f"{said} A named key needs the role {method.role.value} or above (x-role)."
 
 
 def parameters(entry: Entry, method: Method) -> list[dict[str, Any]]:

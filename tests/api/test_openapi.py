@@ -392,3 +392,18 @@ def test_who_may_call_is_as_described(make_client: ClientFactory) -> None:
             assert refused == bool(security and {} not in security), (method, path, answer.text)
             if refused and access is Access.UI:
                 assert answer.status_code == 303
+
+
+
+def test_each_operation_says_the_role_a_named_key_needs() -> None:
+    """`x-role` is the table's Method.role for every operation a key may call (none for the
+    open ones), so a generated client knows which key a call needs."""
+    doc = described()
+    for entry in TABLE.entries:
+        for name, method in entry.methods.items():
+            operation = doc["paths"][entry.route.path_format][name.lower()]
+            if method.access is Access.ANYONE:
+                assert "x-role" not in operation, (entry.path, name)
+                continue
+            assert operation["x-role"] == method.role.value, (entry.path, name)
+            assert f"the role {method.role.value} or above" in operation["description"]
