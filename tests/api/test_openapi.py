@@ -394,7 +394,6 @@ def test_who_may_call_is_as_described(make_client: ClientFactory) -> None:
                 assert answer.status_code == 303
 
 
-
 def test_each_operation_says_the_role_a_named_key_needs() -> None:
     """`x-role` is the table's Method.role for every operation a key may call (none for the
     open ones), so a generated client knows which key a call needs."""
