@@ -2,7 +2,9 @@
 it (embedded Redis, API, worker, its agent in token mode), and a user doing for a while what
 README shows, between idle stretches while the agent polls: the CLI (submit, --wait, --delay,
 --priority, status, list, cancel, retry, nodes, drain and undrain, a schedule that fires),
-the HTTP API with the session's key, the web UI (its login, every page, a Retry button, a
+the HTTP API with the session's key, a team's named keys (a CI robot's submitter key, a
+colleague's reader key: what each role may not do is a 403 the user meant, never a wrong
+key; who submitted what; the audit), the web UI (its login, every page, a Retry button, a
 session that ends; and in a real browser a Cancel button, then the dashboard left open all
 day, reloading itself), and the mistakes users make (a mistyped job id, a bad
 --priority, a wrong status filter, a missing command). Every period that matters runs ten
@@ -92,6 +94,7 @@ def test_a_day_of_scheduler_up_refuses_its_user_nothing(
     mistakes(user, hello)
     through_the_api(user, ends)
     from_python(user, ends)
+    a_team(user, ends)
     login_at = in_the_browser(user, node, hello, tmp_path, ends)
     a_browser_tab(user, tab, ends)
     the_session_ends(user, login_at, node, hello)
@@ -263,6 +266,33 @@ def from_python(user: User, ends: dict[str, Ending]) -> None:
     number = {job_id: job_number(job_id) or 0 for job_id in [*ended, newest.split()[0]]}
     assert number[newest.split()[0]] >= max(number[job_id] for job_id in ended), newest
     user.counts_nothing("the Python client's calls")
+
+
+def a_team(user: User, ends: dict[str, Ending]) -> None:
+    """The operator gives a CI robot a submitter's key and a colleague a reader's: each does
+    what its role allows; what it does not is a 403 naming the role, never a wrong key; every
+    job says which key made it, and the reader sees env_vars by name only."""
+    ci = user.cli("key", "add", "ci", "--role", "submitter").out.strip()
+    viewer = user.cli("key", "add", "viewer", "--role", "reader").out.strip()
+    said = user.cli("submit", "echo from ci $TOKEN", "--env", "TOKEN=s3cret", "--wait", key=ci)
+    assert said.out.splitlines()[-1] == "from ci s3cret", str(said)
+    job = submitted(said)
+    ends[job] = ("done", "", "from ci s3cret\n")
+    seen = json.loads(user.cli("status", job, "--json", key=viewer).out)
+    assert (seen["submitted_by"], seen["env_vars"]) == ("ci", {"TOKEN": "(hidden)"}), seen
+    assert user.job(job)["env_vars"] == {"TOKEN": "s3cret"}  # the admin key sees it
+    user.cli_forbidden("submit", "echo x", key=viewer, route="403 POST /jobs", needs="submitter")
+    user.cli_forbidden("key", "list", key=ci, route="403 GET /keys", needs="admin")
+    listed = user.cli("key", "list").out
+    assert re.search(r"^ci +submitter ", listed, re.MULTILINE), listed
+    user.cli("key", "revoke", "viewer")
+    audit = user.cli("key", "audit", "--limit", "3").out.splitlines()
+    assert [line.split()[3:6] for line in audit[1:]] == [
+        ["revoke", "viewer", "reader"],
+        ["add", "viewer", "reader"],
+        ["add", "ci", "submitter"],
+    ], audit
+    user.counts_nothing("the team's keys")
 
 
 def in_the_browser(

@@ -202,6 +202,9 @@ class User:
         self.redis = redis.Redis.from_url(child["REDIS_URL"], socket_timeout=10)
         prefix = child.get("REDIS_PREFIX") or Settings().redis_prefix
         self.failures_key = Keys(prefix).auth_failures(ADDRESS)
+        # Refusals the user made on purpose (a reader's key submitting, to see it refused):
+        # `code method route` -> how many; `refusals` leaves them out.
+        self.meant: dict[str, int] = {}
 
     def close(self) -> None:
         self.api.close()
@@ -236,10 +239,12 @@ class User:
 
     # The command-line client.
 
-    def run(self, *argv: str) -> Said:
+    def run(self, *argv: str, key: str = "") -> Said:
+        """The CLI, with the session's key, or `key` (a named one) as TINYAWS_API_KEY."""
+        env = self.env | {"TINYAWS_API_KEY": key} if key else self.env
         done = subprocess.run(
             [sys.executable, "-m", "scheduler", *argv],
-            env=self.env,
+            env=env,
             capture_output=True,
             text=True,
             timeout=STEP_SECS,
@@ -260,10 +265,20 @@ class User:
         assert said.code == 0, f"{said}{self.note()}"
         return said
 
-    def cli(self, *argv: str, code: int = 0) -> Said:
+    def cli(self, *argv: str, code: int = 0, key: str = "") -> Said:
         """A right call: exits `code` (the job's own exit code for `submit --wait`)."""
-        said = self.run(*argv)
+        said = self.run(*argv, key=key)
         assert said.code == code, f"{said}(a right call, due to exit {code}){self.note()}"
+        return said
+
+    def cli_forbidden(self, *argv: str, key: str, route: str, needs: str) -> Said:
+        """A named key's call its role does not allow, on purpose: 403 naming the role it
+        needs, and counted as no wrong key."""
+        said = self.run(*argv, key=key)
+        assert said.code == 1 and f"needs {needs} or above" in said.err, str(said)
+        assert " 403: forbidden: the key " in said.err, str(said)
+        self.meant[route] = self.meant.get(route, 0) + 1
+        self.counts_nothing(f"a call its role does not allow ({' '.join(argv)})")
         return said
 
     def cli_wrong(self, *argv: str, code: int, says: str) -> Said:
@@ -354,7 +369,8 @@ class User:
             re.MULTILINE,
         )
         return [
-            f"{code} {method} {route} x{float(count):g}"
+            f"{code} {method} {route} x{left:g}"
             for code, method, route, count in found
-            if int(code) in REFUSED or int(code) >= 500
+            if (int(code) in REFUSED or int(code) >= 500)
+            and (left := float(count) - self.meant.get(f"{code} {method} {route}", 0))
         ]
