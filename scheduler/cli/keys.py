@@ -49,7 +49,7 @@ def created(at: float) -> str:
 
 def list_keys(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     with failing_as("key list"):
-        found = client.keys()
+        found = client.named_keys()
     if args.json:
         print_json(found, out)
         return 0

@@ -135,7 +135,7 @@ class AsyncClient(driving.Base):
     resume_schedule = _awaited(ops.resume_schedule)
     delete_schedule = _awaited(ops.delete_schedule)
     add_key = _awaited(ops.add_key)
-    keys = _awaited(ops.keys)
+    named_keys = _awaited(ops.named_keys)
     revoke_key = _awaited(ops.revoke_key)
     audit = _awaited(ops.audit)
 

@@ -135,7 +135,7 @@ class Client(driving.Base):
     resume_schedule = _returning(ops.resume_schedule)
     delete_schedule = _returning(ops.delete_schedule)
     add_key = _returning(ops.add_key)
-    keys = _returning(ops.keys)
+    named_keys = _returning(ops.named_keys)
     revoke_key = _returning(ops.revoke_key)
     audit = _returning(ops.audit)
 

@@ -21,14 +21,14 @@ def add_key(name: str, /, role: Role | str) -> Flow[KeyMade]:
     """A named key with `role` (a `Role`, or its name: reader, submitter, operator, admin);
     its `.key` is in this answer only (the scheduler keeps its hash). Conflict when the name
     is taken. Not sent again once sent: after a lost answer the key may have been made, and
-    its secret is lost with the answer (look with `keys()`, revoke it, add it again)."""
+    its secret is lost with the answer (look with `named_keys()`, revoke it, add it again)."""
     body = {"name": name, "role": role.value if isinstance(role, Role) else role}
     return (
         yield from calls.call(_made, "POST", "/keys", False, json=calls.encode(body), headers=_JSON)
     )
 
 
-def keys() -> Flow[list[KeyView]]:
+def named_keys() -> Flow[list[KeyView]]:
     """Every named key, by name: its role, when and by whom it was made, never the key."""
     return (yield from calls.call(_keys, "GET", "/keys", True))
 

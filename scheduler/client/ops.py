@@ -31,7 +31,7 @@ from scheduler.client.jobs import (
     wait,
     watch,
 )
-from scheduler.client.keys import add_key, audit, keys, revoke_key
+from scheduler.client.keys import add_key, audit, named_keys, revoke_key
 from scheduler.client.watching import events, follow_logs, logs
 
 __all__ = [
@@ -48,7 +48,7 @@ __all__ = [
     "follow_logs",
     "job",
     "jobs",
-    "keys",
+    "named_keys",
     "logs",
     "nodes",
     "pause_schedule",
@@ -89,7 +89,7 @@ OPERATIONS = (
     resume_schedule,
     delete_schedule,
     add_key,
-    keys,
+    named_keys,
     revoke_key,
     audit,
 )

@@ -50,7 +50,7 @@ def test_a_key_made_is_shown_once_works_by_its_role_and_stops_when_revoked(url: 
         assert (made.name, made.role, made.created_by) == ("ci", Role.SUBMITTER, "admin")
         reader = client.add_key("dashboard", role="reader")
         assert reader.role is Role.READER
-        listed = client.keys()
+        listed = client.named_keys()
         assert names(listed) == ["ci", "dashboard"]
         assert all(type(k) is KeyView for k in listed)  # never the key
         assert listed[0].created_at == made.created_at
@@ -59,11 +59,11 @@ def test_a_key_made_is_shown_once_works_by_its_role_and_stops_when_revoked(url: 
             job = ci.submit("echo hi")
             assert ci.job(job.job_id).command == "echo hi"
             with pytest.raises(Forbidden, match=r"this call needs .*admin or above"):
-                ci.keys()
+                ci.named_keys()
         client.revoke_key("ci")
         with Client(url, made.key, retries=0) as ci, pytest.raises(Unauthorized):
             ci.job(job.job_id)
-        assert names(client.keys()) == ["dashboard"]
+        assert names(client.named_keys()) == ["dashboard"]
         with pytest.raises(NotFound):
             client.revoke_key("ci")
 
@@ -77,7 +77,7 @@ def test_a_taken_name_is_conflict_and_a_wrong_role_bad_request(url: str) -> None
             client.add_key("boss", "overlord")
         with pytest.raises(BadRequest, match="name"):
             client.add_key("Not A Name", Role.READER)
-        assert names(client.keys()) == ["ops"]
+        assert names(client.named_keys()) == ["ops"]
 
 
 def test_the_asyncio_client_adds_lists_and_revokes(url: str) -> None:
@@ -85,9 +85,9 @@ def test_the_asyncio_client_adds_lists_and_revokes(url: str) -> None:
         async with AsyncClient(url, API_KEY, retry_pause=0.01) as client:
             made = await client.add_key("nightly", Role.OPERATOR)
             assert made.role is Role.OPERATOR and made.key.startswith("tka_")
-            assert names(await client.keys()) == ["nightly"]
+            assert names(await client.named_keys()) == ["nightly"]
             await client.revoke_key("nightly")
-            assert await client.keys() == []
+            assert await client.named_keys() == []
             with pytest.raises(NotFound):
                 await client.revoke_key("nightly")
             said = [(e.action, e.name, e.by) for e in await client.audit(2)]
@@ -103,7 +103,7 @@ def test_an_add_whose_answer_was_lost_is_not_sent_again(url: str) -> None:
             lossy.add_key("ci", Role.SUBMITTER)
         assert raised.value.maybe_done
         assert transport.methods == ["POST"]
-        assert names(lossy.keys()) == ["ci"]  # it was made
+        assert names(lossy.named_keys()) == ["ci"]  # it was made
 
 
 def test_a_revoke_whose_answer_was_lost_is_not_sent_again_and_a_listing_is(url: str) -> None:
@@ -115,5 +115,5 @@ def test_a_revoke_whose_answer_was_lost_is_not_sent_again_and_a_listing_is(url: 
             lossy.revoke_key("ci")
         assert transport.methods == ["DELETE"]
         transport.lose = 1
-        assert lossy.keys() == []  # revoked; the listing's lost answer was read again
+        assert lossy.named_keys() == []  # revoked; the listing's lost answer was read again
         assert transport.methods == ["DELETE", "GET", "GET"]

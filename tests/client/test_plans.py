@@ -82,7 +82,7 @@ def test_a_lost_answer_is_sent_again_only_for_a_repeatable_call() -> None:
 def test_a_keys_lost_answer_is_read_again_and_a_change_of_keys_is_never_sent_twice() -> None:
     lost = Lost("at u: reset")
     listed = answer(200, body=b"[]")
-    assert drive(ops.keys(), [lost, listed])[0] == []
+    assert drive(ops.named_keys(), [lost, listed])[0] == []
     for change in (ops.add_key("ci", role="submitter"), ops.revoke_key("ci")):
         with pytest.raises(Unreachable, match="may have been done") as raised:
             drive(change, [lost, OK])

@@ -50,7 +50,7 @@ CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "resume_schedule": (("nightly",), {}),
     "delete_schedule": (("nightly",), {}),
     "add_key": (("ci",), {"role": "submitter"}),
-    "keys": ((), {}),
+    "named_keys": ((), {}),
     "revoke_key": (("ci",), {}),
     "audit": ((), {"limit": 5}),
 }
