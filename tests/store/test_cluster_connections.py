@@ -6,7 +6,6 @@ that moves is followed."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Iterator
 from typing import Any
 
@@ -104,18 +103,10 @@ def test_a_moved_slot_drops_the_connection_and_the_next_call_follows_it(
         # MOVED: the same error as a lost connection (the API's 503), never a 500 ...
         with pytest.raises(RedisConnectionError, match="MOVED"):
             await mux.execute("GET", key)
-        # ... and a next call connects to the new owner: the next, unless the nodes' views
-        # of the slot still disagree (the cluster bus settles them, seconds under load),
-        # which it refuses the same way. The deadline only bounds a failure.
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                assert await mux.execute("GET", key) == b"kept"
-                break
-            except NotPrimary:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.05)
+        # ... and the next call connects where the MOVED said, the new owner, whatever the
+        # seeds' views of the slot say meanwhile (under load they lagged for over 60 s: the
+        # mux asked them again and again, and was sent back to the old owner each time).
+        assert await mux.execute("GET", key) == b"kept"
         await mux.aclose()
 
     run(scenario())
@@ -124,6 +115,33 @@ def test_a_moved_slot_drops_the_connection_and_the_next_call_follows_it(
         blocking.get(key)
     assert blocking.get(key) == b"kept"
     blocking.close()
+
+
+def test_a_moved_slot_is_followed_where_the_moved_says_even_when_the_seeds_lag(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seeds' views of a moved slot can lag behind it (for over 60 s under load, once in
+    CI): asked again, they named the old owner, which answered MOVED again, and again. The
+    next connection goes where the MOVED said, whatever the seeds say."""
+    prefix = "lagging"
+    slot = tag_slot(prefix)
+    key = f"{{{prefix}}}:job:job-1"
+    before = cluster.owner(slot)
+
+    async def stale(target: Any, prefix: str) -> tuple[str, int]:
+        return "127.0.0.1", before.port  # seeds that still name the old owner
+
+    async def scenario() -> None:
+        mux = MuxRedis(cluster.url, prefix=prefix)
+        assert await mux.execute("SET", key, "kept") == b"OK"
+        cluster.move_slot(slot, next(node for node in cluster.nodes if node != before))
+        monkeypatch.setattr("scheduler.store.connection.mux._locate", stale)
+        with pytest.raises(NotPrimary, match="MOVED"):
+            await mux.execute("GET", key)
+        assert await mux.execute("GET", key) == b"kept"
+        await mux.aclose()
+
+    run(scenario())
 
 
 def test_the_notifier_hears_a_publish_made_on_another_node(cluster: Cluster) -> None:

@@ -10,7 +10,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from scheduler.config.redis_url import ClusterRedis, SentinelRedis
-from scheduler.store.connection.discovery import Ask, Locating, check_role, tag_slot
+from scheduler.store.connection.discovery import Ask, Locating, check_role, moved_to, tag_slot
 
 SENTINELS = SentinelRedis(
     sentinels=(("s1", 26379), ("s2", 26379), ("s3", 26379)),
@@ -107,3 +107,19 @@ def test_only_a_node_whose_role_is_primary_will_do(role: list[Any], primary: boo
     else:
         with pytest.raises(RedisConnectionError, match="h:1 is a slave, not the primary"):
             check_role(role, "h", 1)
+
+
+@pytest.mark.parametrize(
+    ("message", "found"),
+    [
+        ("MOVED 14604 127.0.0.1:34029", ("127.0.0.1", 34029)),
+        ("MOVED 1 ::1:7000", ("::1", 7000)),
+        ("MOVED 1 :7000", None),  # "the address you reached me on": the seeds are asked
+        ("MOVED 1 ?:7000", None),
+        ("ASK 1 127.0.0.1:7000", None),
+        ("CLUSTERDOWN The cluster is down", None),
+        ("MOVED 1 host:port", None),
+    ],
+)
+def test_where_a_moved_error_says_the_slot_is(message: str, found: tuple[str, int] | None) -> None:
+    assert moved_to(message) == found

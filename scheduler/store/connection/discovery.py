@@ -56,6 +56,18 @@ def is_topology_error(message: str) -> bool:
     return message.split(" ", 1)[0] in TOPOLOGY_ERRORS
 
 
+def moved_to(message: str) -> tuple[str, int] | None:
+    """Where a MOVED error (`MOVED <slot> <host>:<port>`) says the slot is served now; None
+    for any other error, or an endpoint it does not name."""
+    parts = message.split(" ")
+    if len(parts) != 3 or parts[0] != "MOVED":
+        return None
+    host, _, port = parts[2].rpartition(":")
+    if host in ("", "?") or not port.isdigit():
+        return None
+    return host, int(port)
+
+
 def tag_slot(prefix: str) -> int:
     """The cluster slot of every key of the deployment with this REDIS_PREFIX."""
     return key_slot(Keys(prefix).tag.encode())

@@ -112,8 +112,17 @@ class MuxRedis:
             self._connecting = asyncio.Lock()
         async with self._connecting:
             if self._protocol is None or self._protocol.lost:
-                self._protocol = await self._open()
+                self._protocol = await self._open(self._redirect())
             return self._protocol
+
+    def _redirect(self) -> tuple[str, int] | None:
+        """Where the lost connection's last MOVED said the slot is now, taken once (a cluster
+        only): a node that cannot be reached there is not tried again."""
+        lost = self._protocol
+        if lost is None or lost.moved_to is None or not isinstance(self.target, ClusterRedis):
+            return None
+        found, lost.moved_to = lost.moved_to, None
+        return found
 
     def make_protocol(self) -> RedisProtocol:
         return RedisProtocol(self.timeout)
@@ -136,8 +145,8 @@ class MuxRedis:
             return await _locate(target, self.prefix)
         return self.host, self.port
 
-    async def _open(self) -> RedisProtocol:
-        host, port = await self._address()
+    async def _open(self, redirect: tuple[str, int] | None = None) -> RedisProtocol:
+        host, port = redirect or await self._address()
         loop = asyncio.get_running_loop()
         try:
             _, protocol = await asyncio.wait_for(self._dial(loop, host, port), self.connect_timeout)

@@ -20,7 +20,7 @@ import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-from scheduler.store.connection.discovery import NotPrimary, is_topology_error
+from scheduler.store.connection.discovery import NotPrimary, is_topology_error, moved_to
 
 log = logging.getLogger("scheduler.store")
 
@@ -108,6 +108,9 @@ class RedisProtocol(asyncio.Protocol):
         self.unacked: list[asyncio.Future[int]] = []
         self.wait_command = b""
         self.lost = False
+        # Where a MOVED reply said the deployment's slot is served now: the next connection
+        # goes there (the seeds' views of a moved slot may lag behind it for seconds).
+        self.moved_to: tuple[str, int] | None = None
         self.timeout = timeout
         self.loop = asyncio.get_running_loop()
         self.watchdog: asyncio.TimerHandle | None = None
@@ -229,6 +232,7 @@ class RedisProtocol(asyncio.Protocol):
                 # fails as on a lost connection, and the next call connects afresh.
                 # Dropped first: a callback that sends again must not reach this node.
                 self.drop()
+                self.moved_to = moved_to(message)
                 waiter.set_exception(NotPrimary(f"Redis is not the primary here: {message}"))
                 return False
             waiter.set_exception(_reply_error(message))
