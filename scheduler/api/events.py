@@ -20,7 +20,15 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from scheduler.api.follow import SSE_HEADERS, Read, follow, follows, positions, sse
+from scheduler.api.follow import (
+    SSE_HEADERS,
+    Read,
+    follow,
+    follows,
+    positions,
+    sse,
+    while_key_held,
+)
 from scheduler.api.hot import check_node_id
 from scheduler.api.http import HTTPError, one_of
 from scheduler.api.params import param
@@ -85,7 +93,7 @@ async def events(request: Request) -> Response:
     """The events after the position, then (unless follow=0) each as it happens."""
     store = store_of(request)
     tail = EventTail(store, _filter(request), _positions(request, len(store.shards)))
-    stream = tail.events(follows(request, default=True))
+    stream = while_key_held(request, tail.events(follows(request, default=True)))
     return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
 
 

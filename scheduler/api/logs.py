@@ -13,7 +13,15 @@ from starlette.responses import Response, StreamingResponse
 
 from scheduler.api import hot
 from scheduler.api.described import stream
-from scheduler.api.follow import SSE_HEADERS, Read, follow, follows, positions, sse
+from scheduler.api.follow import (
+    SSE_HEADERS,
+    Read,
+    follow,
+    follows,
+    positions,
+    sse,
+    while_key_held,
+)
 from scheduler.api.http import NO_STORE, HTTPError, json_bytes, one_of, read_body, whole_number
 from scheduler.api.params import param
 from scheduler.api.state import agent_auth
@@ -107,7 +115,9 @@ async def followed(request: Request, job_id: str, stream: str, attempt: int) -> 
     now = await store.run(ops.logs.read_log(job_id, position, 1))
     tail = LogTail(store, job_id, stream, attempt or (0 if position else now.attempt))
     return StreamingResponse(
-        tail.events(position), media_type="text/event-stream", headers=SSE_HEADERS
+        while_key_held(request, tail.events(position)),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
     )
 
 
