@@ -13,7 +13,7 @@ numbered per shard, one number after another: a follower that finds a number ski
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import msgspec
@@ -107,7 +107,7 @@ class EventTail:
         # what was trimmed after it is counted; gone itself, the gap is told uncounted.
         self.resuming = [p not in (BEFORE_ALL, "$") for p in positions]
 
-    async def events(self, follows: bool) -> AsyncIterator[bytes]:
+    async def events(self, follows: bool) -> AsyncGenerator[bytes, None]:
         await self._start()
         # Where it starts, as an event with no data (a client keeps it as its last id and
         # dispatches nothing): one that reconnects before any event resumes from here.

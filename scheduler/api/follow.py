@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -73,7 +73,9 @@ def sse(event: str, data: bytes, position: str = "") -> bytes:
     return head.encode() + b"data: " + data + b"\n\n"
 
 
-async def while_key_held(request: Request, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def while_key_held(
+    request: Request, chunks: AsyncGenerator[bytes, None]
+) -> AsyncIterator[bytes]:
     """`chunks` until the named key that opened the stream is revoked (or made again with
     another role): checked in memory before each event or keepalive, so the stream ends
     within KEEPALIVE_SECS and KEYRING_REFRESH_SECS of the revocation rather than at

@@ -5,7 +5,7 @@ by the web UI's job page (GET /ui/jobs/{id}/logs, the same stream behind the log
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import msgspec
 from starlette.requests import Request
@@ -160,7 +160,7 @@ class LogTail:
         self.written, self.last_attempt = -1, 0
         self.status = ""  # the job's, as last told
 
-    async def events(self, position: str) -> AsyncIterator[bytes]:
+    async def events(self, position: str) -> AsyncGenerator[bytes, None]:
         self.position, self.written = position, -1 if position else 0
         shard = await self.store.client_of_job(self.job_id)
         keys, notifier = shard.keys, shard.notifier
