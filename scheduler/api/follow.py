@@ -80,11 +80,12 @@ async def while_key_held(
     another role): checked in memory before each event or keepalive, so the stream ends
     within KEEPALIVE_SECS and KEYRING_REFRESH_SECS of the revocation rather than at
     FOLLOW_MAX_SECS; its client reconnects, and the door refuses the key. The admin key's
-    and no key's streams are `chunks` as they are."""
+    and no key's streams are `chunks` as they are (compared by value: an admin's UI session
+    holds an equal principal, not ADMIN itself)."""
     who, keyring = caller(request), credentials(request).keyring
     async with contextlib.aclosing(chunks):
         async for chunk in chunks:
-            if who is not ADMIN and who is not ANYONE and not keyring.holds(who):
+            if who != ADMIN and who != ANYONE and not keyring.holds(who):
                 return
             yield chunk
 
