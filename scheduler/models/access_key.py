@@ -96,7 +96,7 @@ class AuditEntry(msgspec.Struct, kw_only=True):
     """An admin call, as GET /audit lists it: when (epoch s), by which key, what it did
     (`key add`, `key revoke`), on which key name and role."""
 
-    id: str  # its place in the stream: GET /audit?before=<id> pages on from it
+    id: str  # its place in the stream (GET /audit reads the newest; it takes no `before`)
     at: float
     by: str
     action: str
