@@ -20,7 +20,7 @@ from scheduler.models.access_key import (
     new_record,
 )
 from scheduler.models.job import HIDDEN, shown_to
-from scheduler.store.errors import Conflict, KeyNotFound
+from scheduler.store.errors import Conflict, KeyNotFound, StoreNotReady
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import access
 from scheduler.store.sync_store import SyncJobStore
@@ -77,6 +77,11 @@ def test_the_scripts_add_list_and_revoke_keys_moving_the_version(
 ) -> None:
     assert store.run(access.keyring(-1)) == (0, [])
     _, ci = _record("ci")
+    with pytest.raises(StoreNotReady):  # no restore marker: the snapshot's keys come first
+        store.run(access.add_key(ci, 2.0, ADMIN))
+    with pytest.raises(StoreNotReady):
+        store.run(access.revoke_key("ci", 2.0, ADMIN))
+    store.redis.set(store.keys.initialised, "test")  # no API started: nothing to restore
     assert store.run(access.add_key(ci, 2.0, ADMIN)) == 1
     with pytest.raises(Conflict, match="exists"):
         store.run(access.add_key(_record("ci", Role.ADMIN)[1], 3.0, ADMIN))
@@ -95,6 +100,8 @@ def test_the_scripts_add_list_and_revoke_keys_moving_the_version(
 
 
 def test_no_more_keys_than_max_keys_are_made(store: SyncJobStore) -> None:
+    store.redis.set(store.keys.initialised, "test")
+
     def add(name: str) -> int:
         _, record = _record(name)
         call = access.ADD_KEY.call(
