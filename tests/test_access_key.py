@@ -16,6 +16,7 @@ from scheduler.models.access_key import (
     Principal,
     Role,
     key_hash,
+    key_id,
     new_key,
     new_record,
 )
@@ -125,12 +126,15 @@ def test_the_keyring_finds_a_key_by_its_hash_until_it_is_revoked() -> None:
     keyring = Keyring()
     key, ci = _record("ci", Role.SUBMITTER)
     keyring.take(1, [ci])
-    assert keyring.find(key.encode()) == Principal("ci", Role.SUBMITTER)
-    assert keyring.holds(Principal("ci", Role.SUBMITTER))
-    assert not keyring.holds(Principal("ci", Role.ADMIN))
+    found = Principal("ci", Role.SUBMITTER, key_id(ci.hash))
+    assert keyring.find(key.encode()) == found
+    assert keyring.holds(found)
+    assert not keyring.holds(Principal("ci", Role.ADMIN, key_id(ci.hash)))
+    # The same name and role, another key (a rotated one): not the key held.
+    assert not keyring.holds(Principal("ci", Role.SUBMITTER, key_id(_record("ci")[1].hash)))
     assert keyring.find(key.encode() + b"x") is None
     assert keyring.find(key.removeprefix(KEY_PREFIX).encode()) is None  # no prefix: not looked up
     keyring.take(1, None)  # unchanged
     assert keyring.find(key.encode()) is not None
     keyring.take(2, [])
-    assert keyring.find(key.encode()) is None and not keyring.holds(Principal("ci", Role.SUBMITTER))
+    assert keyring.find(key.encode()) is None and not keyring.holds(found)
