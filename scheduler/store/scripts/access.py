@@ -75,7 +75,7 @@ def _ms(seconds: float) -> int:
 
 
 def start_session(session_hash: str, ttl_secs: float, who: Principal) -> Call[None]:
-    """A session for `who`, kept as its name and role in JSON (ADMIN: TINYAWS_API_KEY)."""
+    """A session for `who`, kept as its name, role and key_id in JSON (ADMIN: TINYAWS_API_KEY)."""
     who_json = msgspec.json.encode(who)
     return START_SESSION.call(session=session_hash, ttl_ms=_ms(ttl_secs), who=who_json)
 
