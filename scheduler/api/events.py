@@ -13,14 +13,22 @@ numbered per shard, one number after another: a follower that finds a number ski
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from scheduler.api.follow import SSE_HEADERS, Read, follow, follows, positions, sse
+from scheduler.api.follow import (
+    SSE_HEADERS,
+    Read,
+    follow,
+    follows,
+    positions,
+    sse,
+    while_key_held,
+)
 from scheduler.api.hot import check_node_id
 from scheduler.api.http import HTTPError, one_of
 from scheduler.api.params import param
@@ -85,7 +93,7 @@ async def events(request: Request) -> Response:
     """The events after the position, then (unless follow=0) each as it happens."""
     store = store_of(request)
     tail = EventTail(store, _filter(request), _positions(request, len(store.shards)))
-    stream = tail.events(follows(request, default=True))
+    stream = while_key_held(request, tail.events(follows(request, default=True)))
     return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
@@ -99,7 +107,7 @@ class EventTail:
         # what was trimmed after it is counted; gone itself, the gap is told uncounted.
         self.resuming = [p not in (BEFORE_ALL, "$") for p in positions]
 
-    async def events(self, follows: bool) -> AsyncIterator[bytes]:
+    async def events(self, follows: bool) -> AsyncGenerator[bytes, None]:
         await self._start()
         # Where it starts, as an event with no data (a client keeps it as its last id and
         # dispatches nothing): one that reconnects before any event resumes from here.

@@ -19,13 +19,15 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from scheduler.api.http import HTTPError
+from scheduler.api.http import HTTPError, caller
 from scheduler.api.params import param
+from scheduler.api.state import credentials
+from scheduler.models.access_key import ADMIN, ANYONE
 from scheduler.store.connection.notify import Notifier, Watch
 
 log = logging.getLogger("scheduler.api")
@@ -69,6 +71,23 @@ def sse(event: str, data: bytes, position: str = "") -> bytes:
     """One event; `data` is one line of JSON (msgspec escapes every newline)."""
     head = f"id: {position}\nevent: {event}\n" if position else f"event: {event}\n"
     return head.encode() + b"data: " + data + b"\n\n"
+
+
+async def while_key_held(
+    request: Request, chunks: AsyncGenerator[bytes, None]
+) -> AsyncIterator[bytes]:
+    """`chunks` until the named key that opened the stream is revoked (or made again with
+    another role): checked in memory before each event or keepalive, so the stream ends
+    within KEEPALIVE_SECS and KEYRING_REFRESH_SECS of the revocation rather than at
+    FOLLOW_MAX_SECS; its client reconnects, and the door refuses the key. The admin key's
+    and no key's streams are `chunks` as they are (compared by value: an admin's UI session
+    holds an equal principal, not ADMIN itself)."""
+    who, keyring = caller(request), credentials(request).keyring
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            if who != ADMIN and who != ANYONE and not keyring.holds(who):
+                return
+            yield chunk
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,6 +190,23 @@ class Credentials:
             return None
         return ADMIN if self._is_key(secret.encode()) else self.keyring.find(secret.encode())
 
+    async def key_of_again(self, scope: Scope, secret: str) -> Principal | None:
+        """`key_of` for the login form, with the keys read again first when `secret` has a
+        named key's form this process does not know (made a moment ago through another
+        replica), as `door_again` does for a bearer: not for an address this process bars,
+        and None when Redis fails."""
+        found = self.key_of(secret)
+        if found is not None or not self.has_key or not self.keyring.looks_named(secret.encode()):
+            return found
+        client = scope.get("client")
+        if self.barred(self.address_of(client[0] if client else None, scope["headers"])):
+            return None
+        try:
+            await self.keyring.refresh(scope["app"].state.store)
+        except RedisError:
+            return None
+        return self.key_of(secret)
+
     def _is_key(self, secret: bytes) -> bool:
         """The one comparison with TINYAWS_API_KEY, in constant time (never, with no key set):
         the header's, the login form's and an agent call's bearer (caller_of) alike."""

@@ -19,7 +19,7 @@ import logging
 from redis.exceptions import RedisError
 
 from scheduler.api.stores import Store
-from scheduler.models.access_key import KEY_PREFIX, KeyRecord, Principal, key_hash
+from scheduler.models.access_key import KEY_PREFIX, KeyRecord, Principal, key_hash, key_id
 from scheduler.store.scripts import access
 
 log = logging.getLogger("scheduler.api")
@@ -47,8 +47,8 @@ class Keyring:
         return secret.startswith(_PREFIX)
 
     def holds(self, principal: Principal) -> bool:
-        """Whether `principal` is still a key here, with the same role (a UI session made by
-        a key ends when the key is revoked)."""
+        """Whether `principal` is still a key here, the same key with the same role (a UI
+        session made by a key ends when the key is revoked, or rotated under its name)."""
         return self.by_name.get(principal.name) == principal
 
     def take(self, version: int, records: list[KeyRecord] | None) -> None:
@@ -56,7 +56,7 @@ class Keyring:
         self.version = version
         if records is None:
             return
-        self.by_hash = {r.hash: Principal(r.name, r.role) for r in records}
+        self.by_hash = {r.hash: Principal(r.name, r.role, key_id(r.hash)) for r in records}
         self.by_name = {p.name: p for p in self.by_hash.values()}
 
     async def refresh(self, store: Store) -> None:

@@ -12,6 +12,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from scheduler.api.hot import once_restored
 from scheduler.api.http import (
     HTTPError,
     caller,
@@ -53,7 +54,9 @@ async def add_key(request: Request) -> Response:
         raise Conflict("named keys need TINYAWS_API_KEY set: without it the API asks no key")
     key, now, by = new_key(), time.time(), caller(request)
     record = new_record(wanted, key, now, by)
-    await _store(request).run(access.add_key(record, now, by))
+    await once_restored(
+        request.app.state, lambda: _store(request).run(access.add_key(record, now, by))
+    )
     await credentials(request).keyring.refresh(_store(request))
     made = KeyMade(**msgspec.structs.asdict(record.view()), key=key)
     return json_bytes(_encoder.encode(made), status=201)
@@ -93,6 +96,7 @@ async def revoke_key(request: Request) -> Response:
     name: str = request.path_params["name"]
     if not NAME_RE.fullmatch(name):
         raise KeyNotFound()
-    await _store(request).run(access.revoke_key(name, time.time(), caller(request)))
+    revoke = access.revoke_key(name, time.time(), caller(request))
+    await once_restored(request.app.state, lambda: _store(request).run(revoke))
     await credentials(request).keyring.refresh(_store(request))
     return Response(status_code=204)

@@ -5,7 +5,7 @@ by the web UI's job page (GET /ui/jobs/{id}/logs, the same stream behind the log
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import msgspec
 from starlette.requests import Request
@@ -13,7 +13,15 @@ from starlette.responses import Response, StreamingResponse
 
 from scheduler.api import hot
 from scheduler.api.described import stream
-from scheduler.api.follow import SSE_HEADERS, Read, follow, follows, positions, sse
+from scheduler.api.follow import (
+    SSE_HEADERS,
+    Read,
+    follow,
+    follows,
+    positions,
+    sse,
+    while_key_held,
+)
 from scheduler.api.http import NO_STORE, HTTPError, json_bytes, one_of, read_body, whole_number
 from scheduler.api.params import param
 from scheduler.api.state import agent_auth
@@ -107,7 +115,9 @@ async def followed(request: Request, job_id: str, stream: str, attempt: int) -> 
     now = await store.run(ops.logs.read_log(job_id, position, 1))
     tail = LogTail(store, job_id, stream, attempt or (0 if position else now.attempt))
     return StreamingResponse(
-        tail.events(position), media_type="text/event-stream", headers=SSE_HEADERS
+        while_key_held(request, tail.events(position)),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
     )
 
 
@@ -150,7 +160,7 @@ class LogTail:
         self.written, self.last_attempt = -1, 0
         self.status = ""  # the job's, as last told
 
-    async def events(self, position: str) -> AsyncIterator[bytes]:
+    async def events(self, position: str) -> AsyncGenerator[bytes, None]:
         self.position, self.written = position, -1 if position else 0
         shard = await self.store.client_of_job(self.job_id)
         keys, notifier = shard.keys, shard.notifier

@@ -111,7 +111,7 @@ async def login(request: Request) -> Response:
     against the address (guesses.py): 401, or 429 past AUTH_FAILURES_MAX."""
     check_origin(request)
     found = _credentials(request)
-    who = found.key_of((await _form(request)).get("key", ""))
+    who = await found.key_of_again(request.scope, (await _form(request)).get("key", ""))
     if who is None:
         # The form again, whatever the refusal: past the limit (429) the right key is still
         # served, so the operator behind a guessed-at address types it here.

@@ -2,7 +2,7 @@
 
 With TINYAWS_API_KEY set, the login form starts a session: a random id (256 bits) in the
 cookie, its SHA-256 in Redis with UI_SESSION_SECS of TTL (from the login, not renewed by
-use), holding who logged in (the admin key, or a named key's name and role), so a session
+use), holding who logged in (the admin key, or a named key's name, role and key_id), so a session
 works on every replica, ends at logout everywhere, and the cookie holds nothing derived
 from the key. The cookie is HttpOnly, SameSite=Strict, and Secure when the
 request came over https.

@@ -96,7 +96,7 @@ class AuditEntry(msgspec.Struct, kw_only=True):
     """An admin call, as GET /audit lists it: when (epoch s), by which key, what it did
     (`key add`, `key revoke`), on which key name and role."""
 
-    id: str  # its place in the stream: GET /audit?before=<id> pages on from it
+    id: str  # its place in the stream (GET /audit reads the newest; it takes no `before`)
     at: float
     by: str
     action: str
@@ -111,6 +111,10 @@ class Principal:
 
     name: str
     role: Role
+    # Which key of that name and role (`key_id`): a key revoked and made again under the same
+    # name and role (a leaked key rotated) is another key, so a UI session or a stream the
+    # old one opened is not the new one's (keyring.holds). "" for ADMIN and ANYONE.
+    key_id: str = ""
 
     def allows(self, needed: Role) -> bool:
         return self.role.allows(needed)
@@ -128,6 +132,12 @@ class Principal:
 
 ADMIN = Principal("admin", Role.ADMIN)  # TINYAWS_API_KEY
 ANYONE = Principal("anyone", Role.ADMIN)  # no key set: the API asks none
+
+
+def key_id(record_hash: str) -> str:
+    """A named key's Principal.key_id: enough of its hash to tell two keys apart (the
+    session's value in Redis holds it; not the whole hash, which is the lookup's)."""
+    return record_hash[:16]
 
 
 def new_key() -> str:

@@ -74,3 +74,16 @@ def test_a_key_made_a_moment_ago_on_another_replica_is_never_counted_wrong_on_a_
     assert first.status_code in (200, 401), first.text
     assert httpx.post(f"{two}/nodes/n2/drain", headers=ops).status_code == 200
     assert not [k for k in rclient.scan_iter(match="*authfail*") if b"keys-replicas" in k]
+
+
+def test_a_key_made_a_moment_ago_on_another_replica_logs_in_to_the_ui(
+    replicas: list[str],
+) -> None:
+    """The login form looks the key up as the door does: one this replica does not know yet
+    has the keys read again first, rather than a 401 counted as a wrong key."""
+    one, two = replicas
+    made = httpx.post(f"{one}/keys", json={"name": "viewer", "role": "reader"}, headers=ADMIN)
+    assert made.status_code == 201
+    login = httpx.post(f"{two}/ui/login", data={"key": made.json()["key"]})
+    assert login.status_code == 303, login.text
+    assert login.headers["location"] == "/ui"

@@ -169,6 +169,21 @@ def test_a_revoked_keys_session_is_sent_to_the_login_form(
     assert api.get("/ui/jobs", headers=operator).status_code == 200  # the others' stay
 
 
+def test_a_leaked_keys_session_ends_when_the_key_is_rotated_under_the_same_name_and_role(
+    keyed: tuple[httpx.Client, dict[str, str]],
+) -> None:
+    """The attack: a leaked key logged in; the admin rotates it (revoke, then make the same
+    name and role again) before the session's next page. The new key is another key: the
+    old session is not its, nor is the stream it followed."""
+    api, keys = keyed
+    leaked = login(api, keys["reader"])
+    assert api.get("/ui/jobs", headers=leaked).status_code == 200
+    assert api.delete("/keys/reader", headers=ADMIN).status_code == 204
+    login(api, make_key(api, "reader", "reader"))  # the rotated key works
+    gone = api.get("/ui/jobs", headers=leaked)
+    assert (gone.status_code, gone.headers.get("location")) == (303, "/ui/login")
+
+
 def test_a_session_from_before_named_keys_is_the_admin_keys(
     keyed: tuple[httpx.Client, dict[str, str]], rclient: redis.Redis, prefix: str
 ) -> None:

@@ -89,3 +89,25 @@ def test_a_file_from_before_named_keys_restores_with_none(
     keys = Keys(settings.redis_prefix)
     assert rclient.exists(keys.initialised) == 1
     assert rclient.exists(keys.api_keys, keys.audit) == 0
+
+
+def test_a_key_made_or_revoked_on_a_redis_that_lost_its_data_restores_the_file_first(
+    make_client: ClientFactory, settings: Settings, rclient: redis.Redis, db: Path
+) -> None:
+    """The admin's first call after Redis lost its data (a key made, or one revoked) brings
+    the snapshot back first, as a job's submission does: made on the empty Redis, it kept
+    the restore from putting the file's keys back (Redis held some), and the next snapshot
+    wrote the file's table over with the one key made: every team locked out for good."""
+    api = make_client(settings)
+    kept, gone = make_key(api, "kept"), make_key(api, "gone")
+    write_snapshot(settings)
+    lose_redis_data(rclient, settings.redis_prefix)
+    newcomer = make_key(api, "newcomer")  # the same process, no restore run yet
+    assert api.delete("/keys/gone", headers=ADMIN).status_code == 204
+    write_snapshot(settings)
+    assert rows(db, "SELECT name FROM api_keys ORDER BY name") == [("kept",), ("newcomer",)]
+    api = make_client(settings)  # a new process: it reads the keys as Redis holds them
+    register(api, "n1")
+    for works in (kept, newcomer):
+        assert api.post("/jobs", json={"command": "x"}, headers=works).status_code == 201
+    assert api.get("/jobs/job-1", headers=gone).status_code == 401

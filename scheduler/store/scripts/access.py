@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 
 from scheduler.models.access_key import ADMIN, MAX_KEYS, AuditEntry, KeyRecord, Principal
-from scheduler.store.errors import Conflict, KeyNotFound
+from scheduler.store.errors import Conflict, KeyNotFound, StoreNotReady
+from scheduler.store.scripts import codes
 from scheduler.store.scripts.script import Call, Script
 
 # The audit stream's length, about (XADD MAXLEN ~): the newest admin calls.
@@ -74,7 +75,7 @@ def _ms(seconds: float) -> int:
 
 
 def start_session(session_hash: str, ttl_secs: float, who: Principal) -> Call[None]:
-    """A session for `who`, kept as its name and role in JSON (ADMIN: TINYAWS_API_KEY)."""
+    """A session for `who`, kept as its name, role and key_id in JSON (ADMIN: TINYAWS_API_KEY)."""
     who_json = msgspec.json.encode(who)
     return START_SESSION.call(session=session_hash, ttl_ms=_ms(ttl_secs), who=who_json)
 
@@ -137,6 +138,8 @@ def _audit_entry(entry_id: bytes, fields: list[bytes]) -> AuditEntry:
 
 
 def _added(reply: Any) -> int:
+    if int(reply[0]) == codes.NOT_READY:
+        raise StoreNotReady()
     if int(reply[0]) == 1:
         raise Conflict("a key with that name exists: revoke it first, or choose another name")
     if int(reply[0]) == 2:
@@ -145,6 +148,8 @@ def _added(reply: Any) -> int:
 
 
 def _revoked(reply: Any) -> int:
+    if int(reply) == -codes.NOT_READY:
+        raise StoreNotReady()
     if not int(reply):
         raise KeyNotFound()
     return int(reply)
@@ -160,7 +165,7 @@ def _keyring(reply: Any) -> tuple[int, list[KeyRecord] | None]:
 
 def add_key(record: KeyRecord, at: float, by: Principal) -> Call[int]:
     """The version of the keys once `record` is added (Conflict: its name is taken, or
-    MAX_KEYS are held)."""
+    MAX_KEYS are held; StoreNotReady: Redis lost its data, the snapshot not back yet)."""
     return ADD_KEY.call(
         name=record.name,
         record=msgspec.json.encode(record),
@@ -173,7 +178,8 @@ def add_key(record: KeyRecord, at: float, by: Principal) -> Call[int]:
 
 
 def revoke_key(name: str, at: float, by: Principal) -> Call[int]:
-    """The version of the keys once the key `name` is gone (KeyNotFound: none has it)."""
+    """The version of the keys once the key `name` is gone (KeyNotFound: none has it;
+    StoreNotReady: Redis lost its data, the snapshot not back yet)."""
     return REVOKE_KEY.call(name=name, at=at, by=by.name, audit_max=AUDIT_MAX)
 
 
