@@ -15,6 +15,7 @@ and moves the version, so every API reads the keys again and the next snapshot w
 from __future__ import annotations
 
 import logging
+import time
 
 import msgspec
 from redis.lock import Lock
@@ -99,7 +100,9 @@ def restore(store: SyncJobStore, path: str) -> int:
     if found and not store.redis.exists(keys.api_keys):
         with store.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.api_keys, mapping=dict(found))
-            pipe.incr(keys.api_keys_version)
+            # As the scripts move it (access.lua next_keys_version): never a version a
+            # process may hold from before the loss.
+            pipe.set(keys.api_keys_version, max(int(time.time() * 1000), 1))
             pipe.execute()
         log.info("restore: %d named key(s) from %s", len(found), path)
     entries = table_rows(path, "SELECT ms || '-' || seq, entry FROM audit ORDER BY ms, seq")

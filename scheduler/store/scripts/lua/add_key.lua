@@ -1,3 +1,4 @@
+--- @include "next_keys_version"
 --- @include "codes"
 --- @include "keys"
 
@@ -16,7 +17,7 @@ if redis.call("HLEN", K.api_keys) >= tonumber(max_keys) then
   return {2}
 end
 redis.call("HSET", K.api_keys, name, record)
-local version = redis.call("INCR", K.api_keys_version)
+local version = next_keys_version(at)
 redis.call("XADD", K.audit, "MAXLEN", "~", audit_max, "*",
   "at", at, "by", by, "action", "key add", "name", name, "role", role)
 return {0, version}

@@ -1,3 +1,4 @@
+--- @include "next_keys_version"
 --- @include "codes"
 --- @include "keys"
 
@@ -13,7 +14,7 @@ if not record then
   return 0
 end
 redis.call("HDEL", K.api_keys, name)
-local version = redis.call("INCR", K.api_keys_version)
+local version = next_keys_version(at)
 redis.call("XADD", K.audit, "MAXLEN", "~", audit_max, "*",
   "at", at, "by", by, "action", "key revoke", "name", name, "role", cjson.decode(record).role)
 return version

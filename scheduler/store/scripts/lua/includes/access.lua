@@ -51,3 +51,14 @@ end
 local function service_access(caller, id)
   return owned_access(caller, id, "service")
 end
+
+-- The named keys' next version (api/keyring.py: each API process reads the keys again when it
+-- moves), at `at` (epoch s): one past the last, and never below the time in ms, so that a
+-- Redis that lost its data (version gone, then counted again) never hands out a version a
+-- process still holds from before.
+local function next_keys_version(at)
+  local last = tonumber(redis.call("GET", K.api_keys_version) or "0")
+  local version = math.max(last + 1, math.floor(tonumber(at) * 1000))
+  redis.call("SET", K.api_keys_version, version)
+  return version
+end
