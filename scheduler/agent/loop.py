@@ -77,19 +77,30 @@ class Agent:
         # Held from a claim's request until its job is started: a stop cancels the poll loop
         # only outside it, so a job the scheduler marked running is never left unrun.
         self.claiming = asyncio.Lock()
+        self.said_stopping = False  # the stop's line, said once (_say_stopping)
 
     def stop(self) -> None:
-        if not self.stopping.is_set():
-            if self.runs:
-                log.info(
-                    "stopping: no new jobs; waiting up to %g s (AGENT_GRACE_SECS) for %s to "
-                    "finish, then killing and reporting what is left",
-                    self.config.grace_secs,
-                    ", ".join(sorted(self.runs)),
-                )
-            else:
-                log.info("stopping: no job running")
+        # A claim under way: the scheduler has its job running and the agent runs it, but it
+        # is not among the runs yet ("no job running", then a silent wait for it): run() says
+        # the line once the claim is settled.
+        if not self.stopping.is_set() and not self.claiming.locked():
+            self._say_stopping()
         self.stopping.set()
+
+    def _say_stopping(self) -> None:
+        """Once: what the stop waits for."""
+        if self.said_stopping:
+            return
+        self.said_stopping = True
+        if self.runs:
+            log.info(
+                "stopping: no new jobs; waiting up to %g s (AGENT_GRACE_SECS) for %s to "
+                "finish, then killing and reporting what is left",
+                self.config.grace_secs,
+                ", ".join(sorted(self.runs)),
+            )
+        else:
+            log.info("stopping: no job running")
 
     async def register_with_retries(self) -> None:
         for attempt in range(self.config.register_attempts):
@@ -326,6 +337,7 @@ class Agent:
         # Beside the grace, not before it: the drain is bounded and never delays the stop.
         draining = asyncio.create_task(self.remote.drain_self())
         async with self.claiming:  # a claim under way ends with its job started
+            self._say_stopping()
             for task in loops:
                 task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)

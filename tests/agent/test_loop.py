@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -167,10 +168,15 @@ def test_a_clean_stop_drains_the_node_while_its_running_job_finishes(
     run(go)
 
 
-def test_a_stop_during_a_claim_still_runs_and_reports_the_claimed_job(tmp_path: Path) -> None:
+def test_a_stop_during_a_claim_still_runs_and_reports_the_claimed_job(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The scheduler marks a job running on its claim: a stop that comes while the claim's
     answer is on its way must not cancel the poll loop there (the job was left running with
-    no one running it, and the node deregistered: once in CI). The job runs and reports."""
+    no one running it, and the node deregistered: once in CI). The job runs and reports, and
+    the stop says it waits for it (it said "no job running", then waited for it in silence:
+    test_up's agent stop, once under load)."""
+    caplog.set_level(logging.INFO, logger="scheduler.agent")
     seen: list[tuple[str, str, Any]] = []
     claim_answered = asyncio.Event()
     pending = [{"job_id": "job-1", "command": "echo ran"}]
@@ -206,6 +212,11 @@ def test_a_stop_during_a_claim_still_runs_and_reports_the_claimed_job(tmp_path: 
     reports = [b for method, _, b in seen if method == "PATCH" and b["status"] != "running"]
     assert [(r["status"], r["stdout"]) for r in reports] == [("done", "ran\n")]
     assert calls()[-1] == "DELETE /nodes/n"
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stopping: ")]
+    assert said == [
+        "stopping: no new jobs; waiting up to 5 s (AGENT_GRACE_SECS) for job-1 to finish, "
+        "then killing and reporting what is left"
+    ]
 
 
 @pytest.mark.parametrize("answer", [404, 405, 500, "hang"])

@@ -241,11 +241,13 @@ def test_an_agent_beside_up_is_one_command_and_a_stop_says_what_it_waits_for(
             nodes = httpx.get(f"{up.url}/nodes", headers=operator, timeout=10).json()
             return [1] if nodes.get("beside-1", {}).get("status") == "healthy" else []
 
-        _wait_for(listed)
+        _wait_for(listed, timeout=90)  # a process to start, beside a loaded machine's others
     finally:
         second.send_signal(signal.SIGTERM)
-        assert second.wait(timeout=30) == 0, (tmp_path / "agent.log").read_text()
-    assert "401" not in (tmp_path / "agent.log").read_text()
+        assert second.wait(timeout=90) == 0, (tmp_path / "agent.log").read_text()
+    # A refused call, as the agent logs it: a bare "401" also matches a log line's
+    # milliseconds (",401"), up's random port or the tmp path.
+    assert "HTTP 401" not in (tmp_path / "agent.log").read_text()
 
     job = {"command": "sleep 60", "node_selector": {"node.id": default_node_id()}}
     job_id = httpx.post(f"{up.url}/jobs", json=job, headers=operator, timeout=10).json()["job_id"]
@@ -254,7 +256,7 @@ def test_an_agent_beside_up_is_one_command_and_a_stop_says_what_it_waits_for(
         found = httpx.get(f"{up.url}/jobs/{job_id}", headers=operator, timeout=10).json()
         return [1] if found["status"] == "running" else []
 
-    _wait_for(running)
+    _wait_for(running, timeout=90)
     assert up.interrupt() == 0
     logged = up.log.read_text()
     assert f"waiting up to 3 s (AGENT_GRACE_SECS) for {job_id} to finish" in logged, logged

@@ -18,6 +18,7 @@ from scheduler.config import Settings
 from scheduler.models.job import JobCreate, JobUpdate, new_job
 from scheduler.models.wire import rfc3339
 from scheduler.nodes.placement import Placement
+from scheduler.snapshot.locking import SNAPSHOT_LOCK
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import snapshot_once, write_snapshot
 from scheduler.store import ops
@@ -61,12 +62,15 @@ def wrap(module, name, before=False, at_call=1):
     setattr(module, name, wrapped)
 
 settings = Settings.from_env()
+# The snapshot runs with its real lock lifetime: a batch slower than the lifetime abandons the
+# snapshot (rolled back, exit 0), and with 1 s a loaded machine's child did so before it paused.
+# The test makes the dead holder's lock expire itself (expire_dead_snapshot_lock).
 if point == "snapshot-mid":  # after a second batch is upserted, before the commit
     wrap(snapshot_db, "upsert", at_call=2)
-    snap.snapshot_once(settings, lock_ttl=1.0)
+    snap.snapshot_once(settings)
 elif point == "snapshot-committed":  # after the commit, before the ids leave the set
     wrap(snap, "_forget", before=True)
-    snap.snapshot_once(settings, lock_ttl=1.0)
+    snap.snapshot_once(settings)
 elif point == "restore-mid":  # after the first batch reached Redis
     original = snapshot_db.read_batches
     def batches(conn, size):
@@ -143,6 +147,14 @@ def kill_9(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def expire_dead_snapshot_lock(r: redis.Redis, prefix: str) -> None:
+    """The lock a snapshotter killed -9 held blocks the next snapshot until it expires
+    (SNAPSHOT_LOCK_SECS): the test stands for that wait by making it expire soon."""
+    lock = Keys(prefix).lock(SNAPSHOT_LOCK)
+    assert r.pttl(lock) > 0  # still held by the dead process
+    r.pexpire(lock, 500)
+
+
 def assert_snapshot_matches_redis(path: Path, r: redis.Redis, prefix: str) -> None:
     saved = rows(path)
     heads = (
@@ -187,6 +199,7 @@ def test_kill_9_during_a_snapshot_forgets_no_change(
     assert rclient.scard(Keys(prefix).dirty_inflight) == JOBS
 
     # The next snapshot (once the dead holder's lock has expired) writes every change.
+    expire_dead_snapshot_lock(rclient, prefix)
     assert write_snapshot(settings, wait=True) == JOBS + 3
     assert_snapshot_matches_redis(db, rclient, prefix)
     assert rows(db)["job-5"]["status"] == "running"
