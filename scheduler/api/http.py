@@ -237,7 +237,8 @@ class BearerAuth:
                 scope["headers"],
             )
         if isinstance(let_in, Principal):
-            scope[CALLER] = let_in
+            if access is Access.KEY:  # elsewhere the handler decides who calls (AgentAuth)
+                scope[CALLER] = let_in
             await self.app(scope, receive, send)
         elif let_in is UNAUTHORIZED:
             refused = await self.credentials.refused_asgi(scope)
