@@ -76,6 +76,12 @@ def forbidden(caller: Principal, needed: Role) -> Refusal:
     )
 
 
+def _peer(scope: Scope) -> str | None:
+    """An ASGI request's peer address: None on a Unix socket."""
+    client = scope.get("client")
+    return client[0] if client else None
+
+
 def too_many(seconds: float) -> Refusal:
     return 429, TOO_MANY, {"Retry-After": str(max(1, math.ceil(seconds)))}
 
@@ -161,51 +167,61 @@ class Credentials:
     async def door_again(
         self, store: Store, peer: str | None, access: Access, role: Role, headers: Headers
     ) -> Principal | Refusal:
-        """`door` once more, after an UNAUTHORIZED, when the bearer looks like a named key:
-        the keys are read again first, so one made through another replica a moment ago
-        works at once rather than after KEYRING_REFRESH_SECS (and is not counted wrong).
-        An address this process bars, or a Redis that fails, gets UNAUTHORIZED as before."""
+        """After `door`'s UNAUTHORIZED: when the bearer has a named key's form this process
+        does not know, the keys are read again and the door asked once more, so one made
+        through another replica a moment ago works at once rather than after
+        KEYRING_REFRESH_SECS (its role's 403, if too low); else the refusal as `refused`
+        answers it (counted, 429 past the limit), with no second read of the keys."""
+        address = self.address_of(peer, headers)
         token = bearer_token(headers)
-        if token is None or not self.keyring.looks_named(token):
+        if token is not None and await self._read_again_for(store, address, token):
+            let_in = self.door(access, role, headers)
+            if let_in is not UNAUTHORIZED:
+                return let_in
+        if not presents_credential(headers):
             return UNAUTHORIZED
-        if self.barred(self.address_of(peer, headers)):
-            return UNAUTHORIZED
-        try:
-            await self.keyring.refresh(store)
-        except RedisError:
-            return UNAUTHORIZED
-        return self.door(access, role, headers)
+        return await self._counted(store, address, UNAUTHORIZED)
 
     def caller(self, headers: Headers) -> Principal | None:
         """Whose key the first Authorization header's bearer is: ADMIN for TINYAWS_API_KEY, a
         named key's principal (the keyring's), or None (no key set, none sent, a wrong one)."""
         token = bearer_token(headers)
-        if token is None or not self.has_key:
-            return None
-        return ADMIN if self._is_key(token) else self.keyring.find(token)
+        return None if token is None else self._whose(token)
 
     def key_of(self, secret: str) -> Principal | None:
         """Whose key `secret` is (the login form's; never one, with no key set)."""
-        if not self.has_key:
-            return None
-        return ADMIN if self._is_key(secret.encode()) else self.keyring.find(secret.encode())
+        return self._whose(secret.encode())
 
     async def key_of_again(self, scope: Scope, secret: str) -> Principal | None:
         """`key_of` for the login form, with the keys read again first when `secret` has a
         named key's form this process does not know (made a moment ago through another
-        replica), as `door_again` does for a bearer: not for an address this process bars,
-        and None when Redis fails."""
+        replica), as `door_again` does for a bearer."""
         found = self.key_of(secret)
-        if found is not None or not self.has_key or not self.keyring.looks_named(secret.encode()):
+        if found is not None:
             return found
-        client = scope.get("client")
-        if self.barred(self.address_of(client[0] if client else None, scope["headers"])):
-            return None
-        try:
-            await self.keyring.refresh(scope["app"].state.store)
-        except RedisError:
+        store: Store = scope["app"].state.store
+        if not await self._read_again_for(store, self._address_in(scope), secret.encode()):
             return None
         return self.key_of(secret)
+
+    def _whose(self, secret: bytes) -> Principal | None:
+        """The one place a secret is told a key: ADMIN for TINYAWS_API_KEY, a named key's
+        principal (the keyring's), or None (no key set, a wrong one)."""
+        if not self.has_key:
+            return None
+        return ADMIN if self._is_key(secret) else self.keyring.find(secret)
+
+    async def _read_again_for(self, store: Store, address: str, secret: bytes) -> bool:
+        """Whether the keys were read again for `secret`: one of a named key's form, from an
+        address this process does not bar (a guesser past the limit costs no Redis work);
+        False when Redis fails."""
+        if not self.has_key or not self.keyring.looks_named(secret) or self.barred(address):
+            return False
+        try:
+            await self.keyring.refresh(store)
+        except RedisError:
+            return False
+        return True
 
     def _is_key(self, secret: bytes) -> bool:
         """The one comparison with TINYAWS_API_KEY, in constant time (never, with no key set):
@@ -248,11 +264,18 @@ class Credentials:
         if not guessed:
             return refusal
         address = self.address_of(peer, headers)
+        token = bearer_token(headers)
+        read_again = token is not None and await self._read_again_for(store, address, token)
+        if read_again and self.caller(headers) is not None:
+            return refusal  # right after all: not counted
+        return await self._counted(store, address, refusal)
+
+    async def _counted(self, store: Store, address: str, refusal: Refusal) -> Refusal:
+        """A wrong credential from `address` counted in Redis: `refusal`, or 429 past the
+        limit (this process's bar answers without Redis)."""
         left = self.barred(address)
         if left:
             return too_many(left)
-        if await self._known_after_all(store, headers):
-            return refusal
         try:
             failures, left = await store.run(access.count_failure(address, self.window_secs))
         except RedisError as exc:  # ReplicasNotAcked too: the count may be on the primary
@@ -263,25 +286,16 @@ class Credentials:
         self._bar(address, left, failures)
         return too_many(left)
 
-    async def _known_after_all(self, store: Store, headers: Headers) -> bool:
-        """Whether the bearer, of a named key's form, is one once the keys are read again."""
-        token = bearer_token(headers)
-        if token is None or not self.keyring.looks_named(token):
-            return False
-        try:
-            await self.keyring.refresh(store)
-        except RedisError:
-            return False
-        return self.caller(headers) is not None
-
     async def refused_asgi(
         self, scope: Scope, refusal: Refusal = UNAUTHORIZED, guessed: bool | None = None
     ) -> Refusal:
         """`refused` for an ASGI request, counted in its app's store."""
-        client = scope.get("client")
-        peer = client[0] if client else None  # None on a Unix socket
         store: Store = scope["app"].state.store
-        return await self.refused(store, peer, scope["headers"], refusal, guessed)
+        return await self.refused(store, _peer(scope), scope["headers"], refusal, guessed)
+
+    def _address_in(self, scope: Scope) -> str:
+        """`address_of` an ASGI request."""
+        return self.address_of(_peer(scope), scope["headers"])
 
     def barred(self, address: str) -> float:
         """Seconds left of this process's bar on `address`, 0 without one (no Redis)."""

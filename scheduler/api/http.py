@@ -240,10 +240,7 @@ class BearerAuth:
             if access is Access.KEY:  # elsewhere the handler decides who calls (AgentAuth)
                 scope[CALLER] = let_in
             await self.app(scope, receive, send)
-        elif let_in is UNAUTHORIZED:
-            refused = await self.credentials.refused_asgi(scope)
-            await text_error(*refused)(scope, receive, send)
-        else:
+        else:  # door_again's: a role's 403, or a wrong key's counted 401 (429 past the limit)
             await text_error(*let_in)(scope, receive, send)
 
     async def _ui(self, scope: Scope, receive: Receive, send: Send, role: Role) -> None:

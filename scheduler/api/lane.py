@@ -273,17 +273,15 @@ class Lane:
             return text_answer(*stopped, {})
         if request.forbidden is not None:
             return text_answer(*request.forbidden)
-        if route.access is not Access.AGENT:
-            let_in = await self.credentials.door_again(
-                self.state.store, request.peer, route.access, route.role, request.headers
-            )
-            if isinstance(let_in, Principal):
-                request.caller = let_in
-                return await route.handler(request)
-            if let_in is not UNAUTHORIZED:
-                return text_answer(*let_in)
-        refusal = OUTSIDE_AGENT_NETWORKS if route.access is Access.AGENT else UNAUTHORIZED
-        return await self.unauthorized(request, refusal)
+        if route.access is Access.AGENT:
+            return await self.unauthorized(request, OUTSIDE_AGENT_NETWORKS)
+        let_in = await self.credentials.door_again(
+            self.state.store, request.peer, route.access, route.role, request.headers
+        )
+        if isinstance(let_in, Principal):
+            request.caller = let_in
+            return await route.handler(request)
+        return text_answer(*let_in)  # a role's 403, or a wrong key's counted 401 (or 429)
 
     async def unauthorized(self, request: HotRequest, refusal: Refusal = UNAUTHORIZED) -> Answer:
         """A wrong credential's answer (guesses.py): `refusal`, counted; 429 past the limit."""
