@@ -7,8 +7,10 @@ worth of Redis work when nothing changed (scripts/access.py KEYRING). So a key m
 revoked through one replica works, or stops working, on every replica within that time; on
 the replica that made the change, at once (it reads them again before answering).
 
-A Redis that lost its data holds version 0 and no keys: every process drops its copy at its
-next look (named keys are not yet in the SQLite snapshot: made again after such a loss).
+A Redis that lost its data holds no version and no keys until the snapshot's are put back
+(snapshot/access_keys.py): every process drops its copy at its next look, and reads the
+restored keys at the one after. A version is never below the time in ms it was set at
+(access.lua next_keys_version), so none after a loss equals one a process held before.
 """
 
 from __future__ import annotations

@@ -42,10 +42,6 @@ class Role(Enum):
     OPERATOR = "operator"
     ADMIN = "admin"
 
-    @property
-    def rung(self) -> int:
-        return _RUNGS[self]
-
     def allows(self, needed: Role) -> bool:
         """Whether this role may do what `needed` may."""
         return _RUNGS[self] >= _RUNGS[needed]
