@@ -103,8 +103,6 @@ class AgentNetworksGate:
         if self.routes.access(method, query.path, query.values) is not Access.AGENT:
             return True
         served = self.routes.serving(method, query.path)
-        operators = (
-            served is not None and served[1] is not None and not served[1].anyone_in_open_mode
-        )
+        operators = served is not None and served[1] is not None and served[1].operators
         client = scope.get("client")
         return self.networks.allows(client[0] if client else None, scope["headers"], operators)

@@ -26,8 +26,7 @@ HEADER = "| route | method | least role |\n|---|---|---|\n"
 
 def is_keys(method: Method) -> bool:
     """Whether a named key makes this call (by its role), rather than a node or a browser."""
-    operators = method.access is Access.AGENT and not method.anyone_in_open_mode
-    return method.access in _KEYS or operators
+    return method.access in _KEYS or method.operators
 
 
 def keys_calls(table: RouteTable) -> Iterator[tuple[str, str, Method]]:

@@ -126,6 +126,12 @@ class Method:
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", frozenset(self.reads))
 
+    @property
+    def operators(self) -> bool:
+        """An agent call the operator makes too (DELETE /nodes/{id}, the drains): a named key
+        of its role does (agents.AgentAuth.operator_or_node), from anywhere (AGENT_NETWORKS)."""
+        return self.access is Access.AGENT and not self.anyone_in_open_mode
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:
