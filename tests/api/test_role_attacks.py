@@ -5,8 +5,6 @@ through the hot lane (tests/conftest.py, front) wherever the lane takes the call
 from __future__ import annotations
 
 import hashlib
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,6 +21,7 @@ from tests.conftest import (
     assert_json,
     assert_text_error,
 )
+from tests.fakes import eventually
 
 SECRET_ENV = {"DB_PASSWORD": "hunter2", "PLAIN": "also-hidden"}
 HIDDEN_ENV = dict.fromkeys(SECRET_ENV, "(hidden)")
@@ -57,15 +56,6 @@ def job_status(api: TestClient, job_id: str = "job-1") -> str:
 def node_of(api: TestClient, node: str = "n1") -> Json:
     found: Json = assert_json(api.get("/nodes", headers=AS_ADMIN))[node]
     return found
-
-
-def eventually(condition: Callable[[], bool], what: str, deadline_secs: float = 30.0) -> None:
-    """Waits for `condition`, asked again and again, with a generous deadline (no sleep as a
-    way to sync: the deadline only bounds a failure)."""
-    deadline = time.monotonic() + deadline_secs
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {deadline_secs} s: {what}"
-        time.sleep(0.02)
 
 
 # A reader reads; it changes nothing.
@@ -196,11 +186,11 @@ def test_a_revoked_key_stops_at_once_here_and_soon_on_another_replica(
     there = make_client(api_key=ADMIN_KEY, keyring_refresh_secs=0.1)
     key = as_key(make_key(here, "ci", "reader"))
     assert here.get("/jobs", headers=key).status_code == 200  # at once, here
-    eventually(lambda: there.get("/jobs", headers=key).status_code == 200, "made there")
+    eventually(lambda: there.get("/jobs", headers=key).status_code == 200, timeout=30)  # made there
     assert here.delete("/keys/ci", headers=AS_ADMIN).status_code == 204
     assert_text_error(here.get("/jobs", headers=key), 401, "unauthorized")
     assert_text_error(here.get("/jobs/job-1", headers=key), 401, "unauthorized")
-    eventually(lambda: there.get("/jobs", headers=key).status_code == 401, "revoked there")
+    eventually(lambda: there.get("/jobs", headers=key).status_code == 401, timeout=30)  # revoked
     assert_text_error(there.get("/jobs/job-1", headers=key), 401, "unauthorized")
 
 

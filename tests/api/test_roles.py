@@ -26,8 +26,9 @@ def as_key(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def make_key(api: TestClient, name: str, role: str) -> str:
-    made = assert_json(api.post("/keys", json={"name": name, "role": role}, headers=AS_ADMIN), 201)
+def make_key(api: TestClient, name: str, role: str, admin: dict[str, str] = AS_ADMIN) -> str:
+    """A named key made through `api` by `admin` (the admin key's header)."""
+    made = assert_json(api.post("/keys", json={"name": name, "role": role}, headers=admin), 201)
     key: str = made["key"]
     return key
 

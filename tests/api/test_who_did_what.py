@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from tests.api.test_roles import as_key, make_key
 from tests.conftest import BOTH_FRONTS, ClientFactory
 
 pytestmark = BOTH_FRONTS
@@ -19,9 +20,7 @@ NODE = {"id": "n1", "hostname": "n1", "cpu_count": 1, "role": "compute"}
 
 
 def named(api: TestClient, name: str, role: str) -> dict[str, str]:
-    made = api.post("/keys", json={"name": name, "role": role}, headers=ADMIN)
-    assert made.status_code == 201, made.text
-    return {"Authorization": f"Bearer {made.json()['key']}"}
+    return as_key(make_key(api, name, role, ADMIN))
 
 
 def fail(api: TestClient, job_id: str) -> None:

@@ -17,6 +17,8 @@ from scheduler.config import Settings
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import write_snapshot
 from scheduler.store.keys import Keys
+from tests.api.test_roles import as_key
+from tests.api.test_roles import make_key as named_key
 from tests.conftest import ClientFactory, SettingsFactory, register
 from tests.snapshot_helpers import lose_redis_data
 
@@ -35,9 +37,7 @@ def rows(path: Path, query: str) -> list[tuple[object, ...]]:
 
 
 def make_key(api: TestClient, name: str, role: str = "submitter") -> dict[str, str]:
-    made = api.post("/keys", json={"name": name, "role": role}, headers=ADMIN)
-    assert made.status_code == 201, made.text
-    return {"Authorization": f"Bearer {made.json()['key']}"}
+    return as_key(named_key(api, name, role, ADMIN))
 
 
 def test_keys_and_the_audit_survive_a_snapshot_and_a_redis_that_lost_its_data(
