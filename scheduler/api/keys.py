@@ -27,6 +27,7 @@ from scheduler.api.state import store as _store
 from scheduler.models.access_key import (
     ADMIN,
     ANYONE,
+    AUDIT_PAGE,
     NAME_RE,
     KeyMade,
     KeyRequest,
@@ -39,7 +40,6 @@ from scheduler.store.scripts import access
 from scheduler.store.scripts.access import AUDIT_MAX
 
 BODY_LIMIT = 4096
-AUDIT_PAGE = 100  # GET /audit's entries without a limit
 # Names a key may not take: who did what says them for the admin key, and for anyone when
 # no key is set.
 RESERVED = frozenset({ADMIN.name, ANYONE.name})
@@ -81,7 +81,7 @@ async def list_keys(request: Request) -> Response:
 
 
 async def audit(request: Request) -> Response:
-    """GET /audit[?limit=N]: the newest admin calls (at most `limit`, default 100), newest
+    """GET /audit[?limit=N]: the newest admin calls (at most `limit`, default AUDIT_PAGE), newest
     first."""
     raw = param(request, "limit")
     limit = whole_number(raw, AUDIT_MAX)

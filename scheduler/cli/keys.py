@@ -13,7 +13,7 @@ from typing import TextIO
 from scheduler.cli.client import ClientError, _common, _handler, failing_as, print_json
 from scheduler.cli.output import table
 from scheduler.client import Client, Unreachable
-from scheduler.models.access_key import ROLES
+from scheduler.models.access_key import AUDIT_PAGE, ROLES
 
 
 def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
@@ -111,7 +111,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     a = actions.add_parser("audit", help="the newest admin calls: who made or revoked which key")
     a.add_argument(
-        "--limit", type=int, default=100, help="at most this many, newest first (default 100)"
+        "--limit",
+        type=int,
+        default=AUDIT_PAGE,
+        help=f"at most this many, newest first (default {AUDIT_PAGE})",
     )
     _common(a, poll=False)
     a.set_defaults(handler=_handler(audit))

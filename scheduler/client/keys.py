@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from scheduler.client import calls
 from scheduler.client.steps import Flow
-from scheduler.models.access_key import AuditEntry, KeyMade, KeyView, Role
+from scheduler.models.access_key import AUDIT_PAGE, AuditEntry, KeyMade, KeyView, Role
 
 _made = calls.decoded(KeyMade)
 _audit = calls.decoded(list[AuditEntry])
@@ -39,7 +39,7 @@ def revoke_key(name: str, /) -> Flow[None]:
     return (yield from calls.call(calls.no_content, "DELETE", calls.path("keys", name), False))
 
 
-def audit(limit: int = 100) -> Flow[list[AuditEntry]]:
+def audit(limit: int = AUDIT_PAGE) -> Flow[list[AuditEntry]]:
     """The newest admin calls, newest first (at most `limit`): who made or revoked which key,
     and when."""
     return (yield from calls.call(_audit, "GET", "/audit", True, params={"limit": str(limit)}))

@@ -34,6 +34,7 @@ NAME_RE = re.compile(NAME_RULE)
 # How many named keys a deployment holds at most: every API process keeps them all in
 # memory (about 200 bytes each) and reads them again whenever one changes.
 MAX_KEYS = 1000
+AUDIT_PAGE = 100  # GET /audit's entries when no limit is asked
 
 
 class Role(Enum):
