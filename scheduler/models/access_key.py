@@ -25,8 +25,6 @@ from typing import Annotated
 
 import msgspec
 
-# The rungs, lowest first.
-ROLES = ("reader", "submitter", "operator", "admin")
 KEY_PREFIX = "tka_"
 # A key's name: how it is shown in listings and in who did what.
 NAME_RULE = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -38,6 +36,8 @@ AUDIT_PAGE = 100  # GET /audit's entries when no limit is asked
 
 
 class Role(Enum):
+    """The rungs, lowest first: each allows what the ones before it do."""
+
     READER = "reader"
     SUBMITTER = "submitter"
     OPERATOR = "operator"
@@ -48,8 +48,9 @@ class Role(Enum):
         return _RUNGS[self] >= _RUNGS[needed]
 
 
+ROLES = tuple(role.value for role in Role)  # their names, lowest first
 # Each role's rung, looked up once per call at the door (ROLES.index was most of its cost).
-_RUNGS = {Role(name): rung for rung, name in enumerate(ROLES)}
+_RUNGS = {role: rung for rung, role in enumerate(Role)}
 
 
 KeyName = Annotated[str, msgspec.Meta(pattern=NAME_RULE)]
