@@ -21,7 +21,7 @@ import msgspec
 from redis.lock import Lock
 
 from scheduler.snapshot.locking import fenced_transaction
-from scheduler.snapshot.tables import table_rows
+from scheduler.snapshot.tables import replace_rows, table_rows
 from scheduler.store.scripts.access import AUDIT_MAX
 from scheduler.store.sync_store import SyncJobStore
 
@@ -56,10 +56,7 @@ def _write_keys(store: SyncJobStore, path: str, lock: Lock) -> int:
         pipe.hgetall(keys.api_keys)
         made, found = pipe.execute()
     rows = sorted((name.decode(), record.decode()) for name, record in found.items())
-    with fenced_transaction(path, lock) as conn:
-        conn.execute(CREATE_KEYS)
-        conn.execute("DELETE FROM api_keys")
-        conn.executemany("INSERT INTO api_keys (name, record) VALUES (?, ?)", rows)
+    replace_rows(path, lock, CREATE_KEYS, "api_keys", rows)
     store.redis.set(keys.api_keys_written, int(made or 0))
     log.info("snapshot: %d named key(s) written", len(rows))
     return len(rows)

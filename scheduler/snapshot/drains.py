@@ -15,8 +15,7 @@ import logging
 
 from redis.lock import Lock
 
-from scheduler.snapshot.locking import fenced_transaction
-from scheduler.snapshot.tables import table_rows
+from scheduler.snapshot.tables import replace_rows, table_rows
 from scheduler.store.sync_store import SyncJobStore
 
 log = logging.getLogger("scheduler.snapshot")
@@ -41,10 +40,7 @@ def write_changes(store: SyncJobStore, path: str, lock: Lock) -> int:
         pipe.hgetall(keys.drained_nodes)
         made, drained = pipe.execute()
     rows = sorted((node.decode(), by.decode()) for node, by in drained.items())
-    with fenced_transaction(path, lock) as conn:
-        conn.execute(CREATE_TABLE)
-        conn.execute("DELETE FROM drains")
-        conn.executemany("INSERT INTO drains (node, drained_by) VALUES (?, ?)", rows)
+    replace_rows(path, lock, CREATE_TABLE, "drains", rows)
     store.redis.hset(keys.drained_changes, "written", _count(made))
     log.info("snapshot: %d drained node(s) written", len(rows))
     return len(rows)

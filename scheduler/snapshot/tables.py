@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import sqlite3
 
+from redis.lock import Lock
+
 from scheduler.snapshot.db import SnapshotFileError, open_reader
+from scheduler.snapshot.locking import fenced_transaction
 
 
 def table_rows(path: str, query: str) -> list[tuple[str, str]]:
@@ -25,3 +28,14 @@ def table_rows(path: str, query: str) -> list[tuple[str, str]]:
     finally:
         conn.close()
     return [(str(a), str(b)) for a, b in rows]
+
+
+def replace_rows(
+    path: str, lock: Lock, create: str, table: str, rows: list[tuple[str, str]]
+) -> None:
+    """The whole of an optional two-column table (`create` makes it) replaced by `rows`, in
+    one transaction under the snapshot's `lock`: the drains, the named keys."""
+    with fenced_transaction(path, lock) as conn:
+        conn.execute(create)
+        conn.execute(f"DELETE FROM {table}")
+        conn.executemany(f"INSERT INTO {table} VALUES (?, ?)", rows)
