@@ -85,7 +85,8 @@ def _where_up_keeps_the_key(request: Request) -> str:
     port = request.url.port or (443 if request.url.scheme == "https" else 80)
     path = UP_KEY_FILE.format(host=host, port=port)
     return (
-        '<div id="key-help"><p>The key is the deployment\'s <code>TINYAWS_API_KEY</code>.</p>'
+        '<div id="key-help"><p>The key is the deployment\'s <code>TINYAWS_API_KEY</code>, or a '
+        "named key an admin made for you (<code>scheduler key add</code>).</p>"
         "<p>Started with <code>scheduler up</code> (or <code>./dev up</code>) without one? It "
         "made a key for the session, readable by your user only, and printed where when it "
         f"started (<code>key: in …</code>):</p><pre>cat {escape(path)}</pre>"
@@ -99,7 +100,7 @@ async def login_page(request: Request, error: str = "") -> Response:
     said = f'<p class="failed">{escape(error)}</p>' if error else ""
     form = (
         f'{said}<form method="post" action="/ui/login">'
-        '<input type="password" name="key" id="key" placeholder="TINYAWS_API_KEY" autofocus>'
+        '<input type="password" name="key" id="key" placeholder="your key" autofocus>'
         '<button id="login">Log in</button></form>'
     )
     return page(request, "Log in", form + _where_up_keeps_the_key(request), navigation=False)

@@ -68,6 +68,7 @@ def test_the_login_shows_no_navigation_and_says_where_ups_key_is(
     assert "<nav>" not in page and "Log out" not in page and "/ui/jobs" not in page
     help_ = re.search(r'<div id="key-help">(.*?)</div>', page, re.S)
     assert help_ and "TINYAWS_API_KEY" in help_.group(1)
+    assert "named key" in help_.group(1) and "scheduler key add" in help_.group(1)
     # The address the browser came to (TestClient's: testserver, port 80), as up names it.
     assert "cat ~/.local/state/tinyaws-scheduler/testserver-80/api-key" in help_.group(1)
     assert "<nav>" not in api.post("/ui/login", data={"key": "nope"}).text  # a wrong key
