@@ -27,15 +27,23 @@ def found_in(rclient: redis.Redis, keys: Keys, job_id: str) -> set[str]:
     return found
 
 
-def key_of(keys: Keys, index: Index, status: str, node: str, schedule: str) -> str:
+def key_of(
+    keys: Keys, index: Index, status: str, node: str, schedule: str, namespace: str = ""
+) -> str:
     """The key of `index` for a job in place (`status`, `node`), made by `Keys` itself."""
     member = getattr(keys, index.key)
-    values = {"status": status, "node": node, "schedule": schedule}
+    values = {"status": status, "node": node, "schedule": schedule, "namespace": namespace}
     return member(*(values[arg] for arg in index.args)) if index.args else member  # type: ignore[no-any-return]
 
 
 def expected(
-    keys: Keys, status: str, node: str, *, service: bool = False, schedule: str = ""
+    keys: Keys,
+    status: str,
+    node: str,
+    *,
+    service: bool = False,
+    schedule: str = "",
+    namespace: str = "",
 ) -> set[str]:
     """The keys the table puts a job in (its record aside, and the `dirty` set of the
     snapshot, which are not its place): its indexes, and its node's held set while it holds
@@ -44,7 +52,7 @@ def expected(
     for index in indexes(status, node != ""):
         if (index.only is Only.RUN and service) or (index.only is Only.SCHEDULED and not schedule):
             continue
-        wanted.add(key_of(keys, index, status, node, schedule))
+        wanted.add(key_of(keys, index, status, node, schedule, namespace))
     if row_of(status).holds and node:
         wanted.add(keys.node_held(node))
     return wanted

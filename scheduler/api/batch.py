@@ -30,9 +30,10 @@ from scheduler.api.errors import reply_for
 from scheduler.api.hot import check_idempotency_key
 from scheduler.api.http import HTTPError, caller, json_bytes, read_body, undecodable
 from scheduler.api.state import AppState
-from scheduler.models.access_key import Principal
+from scheduler.models.access_key import ANYONE, Principal
 from scheduler.models.batch import MAX_JOBS, Made, Refused
 from scheduler.models.job import Job, JobCreate, asks_fit, new_job, stamped, validate_create
+from scheduler.models.namespace import OutsideNamespace
 from scheduler.models.wire import DecodeError, InvalidInput, decode_go_style, decode_with
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.nodes.registry import RegistryError
@@ -118,7 +119,7 @@ async def create_jobs(
     """Each job made (or refused) as POST /jobs would, submitted `by`, in one create_many;
     under `key` (the batch's Idempotency-Key) the batch's claim first."""
     settings, now = state.settings, time.time()
-    parsed = [parse_job(raw, settings.max_body_bytes, now, by.who) for raw in raws]
+    parsed = [parse_job(raw, settings.max_body_bytes, now, by) for raw in raws]
     values: list[Any] = list(parsed)
     fingerprint = _fingerprint(raws, parsed)
     ttl = settings.idempotency_ttl_secs
@@ -142,7 +143,7 @@ async def create_jobs(
     return [_entry(value) for value in values]
 
 
-def parse_job(raw: bytes, limit: int, now: float, by: str = "") -> Parsed | Exception:
+def parse_job(raw: bytes, limit: int, now: float, by: Principal = ANYONE) -> Parsed | Exception:
     """A job of the batch read and checked as POST /jobs reads its body (`now`: its
     creation, `by`: who submits it), or the error POST /jobs would answer."""
     if len(raw) > limit:
@@ -155,7 +156,7 @@ def parse_job(raw: bytes, limit: int, now: float, by: str = "") -> Parsed | Exce
         job = new_job(request, by=by)
         validate_create(job)
         return request, stamped(job, request, now)
-    except InvalidInput as exc:
+    except (InvalidInput, OutsideNamespace) as exc:
         return exc
 
 

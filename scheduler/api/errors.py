@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from scheduler.api.http import HTTPError, text_error
 from scheduler.api.state import credentials
+from scheduler.models.namespace import OutsideNamespace
 from scheduler.models.wire import InvalidInput
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import RegistryError
@@ -127,6 +128,7 @@ REPLIES: dict[type[Exception], Replier] = {
     NodeNotFound: _status(404),
     Unauthorized: _status(401),
     Forbidden: _status(403),
+    OutsideNamespace: _status(403),
     TooManyNodes: _status(503),
     ServiceNotFound: _status(404),
     TooManyServices: _status(503),

@@ -125,7 +125,7 @@ async def create_job(
         request = decode_go_style(body, JobCreate)
     except DecodeError as exc:
         raise undecodable("job", exc) from None
-    job = new_job(request, by=by.who)
+    job = new_job(request, by=by)
     validate_create(job)
     dedup = _dedup(idempotency_key, request, settings.idempotency_ttl_secs)
     now = time.time()

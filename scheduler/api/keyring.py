@@ -58,7 +58,7 @@ class Keyring:
         self.version = version
         if records is None:
             return
-        self.by_hash = {r.hash: Principal(r.name, r.role, key_id(r.hash)) for r in records}
+        self.by_hash = {r.hash: principal(r) for r in records}
         self.by_name = {p.name: p for p in self.by_hash.values()}
 
     async def refresh(self, store: Store) -> None:
@@ -77,3 +77,8 @@ class Keyring:
                     log.warning("named keys not read again (kept as they were): %s", exc)
                 failing = True
             await asyncio.sleep(every_secs)
+
+
+def principal(record: KeyRecord) -> Principal:
+    """Who a call made with the key of `record` is."""
+    return Principal(record.name, record.role, key_id(record.hash), tuple(record.namespaces))

@@ -19,7 +19,7 @@ from scheduler.models.access_key import AUDIT_PAGE, ROLES
 def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     try:
         with failing_as("key add"):
-            made = client.add_key(args.name, args.role)
+            made = client.add_key(args.name, args.role, args.namespace)
     except Unreachable as exc:
         if not exc.maybe_done:
             raise
@@ -34,12 +34,16 @@ def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> i
         out.write(f"{made.key}\n")
     out.flush()
     err.write(
-        f"made key {made.name} ({made.role.value}): it is shown this once and never again, "
-        "keep it now\n"
+        f"made key {made.name} ({made.role.value}{_limited(made.namespaces)}): it is shown "
+        "this once and never again, keep it now\n"
         "use it as TINYAWS_API_KEY=<key> (the CLI, scheduler.client) or as the header "
         "`Authorization: Bearer <key>`\n"
     )
     return 0
+
+
+def _limited(namespaces: list[str]) -> str:
+    return f", namespaces {', '.join(namespaces)}" if namespaces else ""
 
 
 def created(at: float) -> str:
@@ -53,8 +57,11 @@ def list_keys(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
     if args.json:
         print_json(found, out)
         return 0
-    rows = [("NAME", "ROLE", "CREATED", "CREATED BY")]
-    rows += [(k.name, k.role.value, created(k.created_at), k.created_by) for k in found]
+    rows = [("NAME", "ROLE", "NAMESPACES", "CREATED", "CREATED BY")]
+    rows += [
+        (k.name, k.role.value, ",".join(k.namespaces) or "*", created(k.created_at), k.created_by)
+        for k in found
+    ]
     table(rows, out)
     return 0
 
@@ -101,6 +108,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         choices=ROLES,
         help="what the key may do, each role what the one before it may and more: reader "
         "(reads), submitter (jobs), operator (nodes, schedules), admin (keys)",
+    )
+    a.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="limit the key to this namespace's jobs and schedules (again for more; the "
+        "first is where its jobs go when they name none); without it, every namespace",
     )
     _common(a, poll=False)
     a.set_defaults(handler=_handler(add))

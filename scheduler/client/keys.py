@@ -3,6 +3,8 @@ them, revoke one; each a plan (steps.py), an admin's call. ops.py lists them all
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from scheduler.client import calls
 from scheduler.client.steps import Flow
 from scheduler.models.access_key import AUDIT_PAGE, AuditEntry, KeyMade, KeyView, Role
@@ -17,12 +19,15 @@ _keys = calls.decoded(list[KeyView])
 _JSON = {"Content-Type": "application/json"}
 
 
-def add_key(name: str, /, role: Role | str) -> Flow[KeyMade]:
-    """A named key with `role` (a `Role`, or its name: reader, submitter, operator, admin);
-    its `.key` is in this answer only (the scheduler keeps its hash). Conflict when the name
-    is taken. Not sent again once sent: after a lost answer the key may have been made, and
-    its secret is lost with the answer (look with `named_keys()`, revoke it, add it again)."""
-    body = {"name": name, "role": role.value if isinstance(role, Role) else role}
+def add_key(name: str, /, role: Role | str, namespaces: Sequence[str] = ()) -> Flow[KeyMade]:
+    """A named key with `role` (a `Role`, or its name: reader, submitter, operator, admin),
+    limited to `namespaces` (none: every namespace); its `.key` is in this answer only (the
+    scheduler keeps its hash). Conflict when the name is taken. Not sent again once sent:
+    after a lost answer the key may have been made, and its secret is lost with the answer
+    (look with `named_keys()`, revoke it, add it again)."""
+    body: dict[str, object] = {"name": name, "role": role.value if isinstance(role, Role) else role}
+    if namespaces:
+        body["namespaces"] = list(namespaces)
     return (
         yield from calls.call(_made, "POST", "/keys", False, json=calls.encode(body), headers=_JSON)
     )

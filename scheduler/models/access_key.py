@@ -25,6 +25,8 @@ from typing import Annotated
 
 import msgspec
 
+from scheduler.models.namespace import MAX_PER_KEY, Namespace, OutsideNamespace, shown, stored
+
 KEY_PREFIX = "tka_"
 # A key's name: how it is shown in listings and in who did what.
 NAME_RULE = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -56,11 +58,16 @@ _RUNGS = {role: rung for rung, role in enumerate(Role)}
 KeyName = Annotated[str, msgspec.Meta(pattern=NAME_RULE)]
 
 
+# The namespaces a key is limited to (models/namespace.py): none, every namespace.
+KeyNamespaces = Annotated[list[Namespace], msgspec.Meta(max_length=MAX_PER_KEY)]
+
+
 class KeyRequest(msgspec.Struct, forbid_unknown_fields=True):
     """The POST /keys body."""
 
     name: KeyName
     role: Role
+    namespaces: KeyNamespaces = []
 
 
 class KeyView(msgspec.Struct, kw_only=True):
@@ -71,6 +78,7 @@ class KeyView(msgspec.Struct, kw_only=True):
     role: Role
     created_at: float
     created_by: str
+    namespaces: list[str] = []  # none: every namespace
 
 
 class KeyMade(KeyView, kw_only=True):
@@ -86,7 +94,11 @@ class KeyRecord(KeyView, kw_only=True):
 
     def view(self) -> KeyView:
         return KeyView(
-            name=self.name, role=self.role, created_at=self.created_at, created_by=self.created_by
+            name=self.name,
+            role=self.role,
+            created_at=self.created_at,
+            created_by=self.created_by,
+            namespaces=self.namespaces,
         )
 
 
@@ -113,9 +125,30 @@ class Principal:
     # name and role (a leaked key rotated) is another key, so a UI session or a stream the
     # old one opened is not the new one's (keyring.holds). "" for ADMIN and ANYONE.
     key_id: str = ""
+    # The namespaces its calls may touch (models/namespace.py), in the order the key was made
+    # with; none: every namespace (the admin key, and a named key made without any).
+    namespaces: tuple[str, ...] = ()
 
     def allows(self, needed: Role) -> bool:
         return self.role.allows(needed)
+
+    def sees(self, namespace: str) -> bool:
+        """Whether a job of `namespace` (as stored: "" for default) is this key's to see."""
+        return not self.namespaces or shown(namespace) in self.namespaces
+
+    @property
+    def home(self) -> str:
+        """The namespace a job it submits naming none goes to (as stored)."""
+        return stored(self.namespaces[0]) if self.namespaces else ""
+
+    def place(self, namespace: str) -> str:
+        """The namespace (as stored) a job or schedule this key makes belongs to: the one it
+        names (`namespace`, "" for none), else the key's home. OutsideNamespace for one the
+        key is not limited to."""
+        where = stored(namespace) if namespace else self.home
+        if not self.sees(where):
+            raise OutsideNamespace(self.name, where, self.namespaces)
+        return where
 
     @property
     def who(self) -> str:
@@ -156,4 +189,5 @@ def new_record(request: KeyRequest, key: str, now: float, by: Principal) -> KeyR
         created_at=now,
         created_by=by.name,
         hash=key_hash(key),
+        namespaces=list(dict.fromkeys(request.namespaces)),
     )

@@ -15,9 +15,10 @@ from typing import Annotated, Any
 
 import msgspec
 
-from scheduler.models.access_key import Principal
+from scheduler.models.access_key import ANYONE, Principal
 from scheduler.models.fields import OUTPUT, SPEC, SUBMITTED, Timestamp, read_fields
 from scheduler.models.labels import Selector, check_selector
+from scheduler.models.namespace import check_namespace
 from scheduler.models.registry import MEMORY_MB_MAX, NODE_CPUS_MAX
 from scheduler.models.wire import InvalidInput, check_id, parse_rfc3339, rfc3339
 
@@ -142,6 +143,10 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # hand, as submitted_by; a retry starts it over, so its cancel is no longer said.
     cancelled_by: str = ""
     retried_by: str = ""
+    # The namespace it belongs to (models/namespace.py): "" for `default`, which the wire
+    # omits. A submit by a key limited to some namespaces puts it in that key's first when it
+    # names none; it never changes after.
+    namespace: Annotated[str, SUBMITTED] = ""
 
 
 JOB_FIELDS = read_fields(Job)
@@ -164,21 +169,24 @@ JobCreate = msgspec.defstruct(
 )
 
 
-def new_job(request: msgspec.Struct, created_at: str = "", by: str = "") -> Job:
+def new_job(request: msgspec.Struct, created_at: str = "", by: Principal = ANYONE) -> Job:
     """A JobCreate as the job it asks for, as the original made it (CONTRACT 2.4): pending,
-    no retry yet, submitted `by` that key's name. job_id and node_id are placeholders the
+    no retry yet, submitted `by` that key, in the namespace it names or the key's home
+    (OutsideNamespace for one the key is not limited to). job_id and node_id are placeholders the
     create script fills in (it draws both); created_at may be set later, when the job is
     stored (`stamped`)."""
     fields = msgspec.structs.asdict(request)
     for name, _, _ in REQUEST_ONLY:
         fields.pop(name)
+    check_namespace(fields["namespace"])
+    fields["namespace"] = by.place(fields["namespace"])
     return Job(
         job_id="",
         node_id="",
         status="pending",
         retry_count=0,
         created_at=created_at,
-        submitted_by=by,
+        submitted_by=by.who,
         **fields,
     )
 

@@ -387,4 +387,5 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
         memory_mb=job.memory_mb,
         schedule=job.schedule,
         job_type=job.job_type,
+        namespace=job.namespace,
     )

@@ -238,6 +238,14 @@ class Keys:
     def status(self, status: str) -> str:
         return self._k(f"status:{status}")
 
+    # A namespace's jobs (models/namespace.py; "" names the default's), by number, and by
+    # status: GET /jobs?namespace=, the counts and quotas of one namespace.
+    def namespace_jobs(self, namespace: str) -> str:
+        return self._k(f"ns:{namespace}:jobs")
+
+    def namespace_status(self, namespace: str, status: str) -> str:
+        return self._k(f"ns:{namespace}:{status}")
+
     def node_jobs(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:jobs")
 

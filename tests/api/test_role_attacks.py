@@ -303,7 +303,7 @@ def test_get_keys_never_shows_a_key(keyed: Keyed) -> None:
         "reader-key",
         "submitter-key",
     ]
-    assert all(set(k) == {"name", "role", "created_at", "created_by"} for k in listed)
+    assert all(set(k) == {"name", "role", "created_at", "created_by", "namespaces"} for k in listed)
     assert "tka_" not in response.text
     assert all(key not in response.text for key in keys.values())
 

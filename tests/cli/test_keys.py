@@ -43,9 +43,16 @@ def test_a_key_is_shown_once_listed_without_it_and_refused_once_revoked(
 
     code, out, _ = cli(api, "key", "list")
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["NAME", "ROLE", "CREATED", "CREATED", "BY"]
-    name, role, made_at, by = lines[1].split()
-    assert (name, role, by) == ("ci", "submitter", "admin")
+    assert code == 0 and lines[0].split() == [
+        "NAME",
+        "ROLE",
+        "NAMESPACES",
+        "CREATED",
+        "CREATED",
+        "BY",
+    ]
+    name, role, namespaces, made_at, by = lines[1].split()
+    assert (name, role, namespaces, by) == ("ci", "submitter", "*", "admin")
     assert made_at.startswith("20") and made_at.endswith("Z")
     assert key not in out
     listed = json.loads(cli(api, "key", "list", "--json")[1])

@@ -88,7 +88,7 @@ NO_ASKS = Asks()
 
 _ARGV = (
     "fields spec_staged due priority mode now node_ttl dedup_space dedup_key dedup_ttl fingerprint "
-    "cpus memory_mb selector shards shard id_floor elsewhere schedule"
+    "cpus memory_mb selector shards shard id_floor elsewhere schedule namespace"
 )
 
 CREATE_JOB = Script(
@@ -145,12 +145,14 @@ def create_job(
     spec_staged: str = "",
     numbering: Numbering = UNSHARDED,
     schedule: str = "",
+    namespace: str = "",
 ) -> Call[Created]:
     """`record` is the new job's head (models/record.py) without job_id and node_id; `spec`
     its spec stored apart (b"": in the head), staged under the token `spec_staged` (the
     store stages it: ops.jobs.create); `due`, when it is delayed, the epoch of its run_at;
     `priority`, `after` and `asks`, the record's; `numbering`, how the shard it is made on
-    draws its number (store/shards.py); `schedule`, the schedule that made it (its index)."""
+    draws its number (store/shards.py); `schedule`, the schedule that made it (its index);
+    `namespace`, the job's (its indexes)."""
     args: dict[str, Any] = dict(
         fields=_members(record), spec_staged=spec_staged, due="" if due is None else due,
         priority=priority, mode=placement.mode, now=now, node_ttl=node_ttl, dedup_space=dedup.space,
@@ -159,7 +161,7 @@ def create_job(
         memory_mb=asks.memory_mb,
         selector=json.dumps(asks.node_selector) if asks.node_selector else "",
         shards=numbering.count, shard=numbering.index, id_floor=numbering.floor,
-        elsewhere=int(placement.elsewhere), schedule=schedule,
+        elsewhere=int(placement.elsewhere), schedule=schedule, namespace=namespace,
     )  # fmt: skip
     if not after:
         call = CREATE_JOB.call(**args)
@@ -208,4 +210,5 @@ def create_job_of(
         spec_staged,
         numbering,
         job.schedule,
+        job.namespace,
     )

@@ -30,7 +30,12 @@ def _groups() -> list[Group]:
 
 
 def _key(index: Index, status: str, node: str) -> str:
-    values = {"status": status, "node": node, "schedule": "job.schedule"}
+    values = {
+        "status": status,
+        "node": node,
+        "schedule": "job.schedule",
+        "namespace": '(job.namespace or "")',
+    }
     if not index.args:
         return f"K.{index.key}"
     return f"K.{index.key}({', '.join(values[arg] for arg in index.args)})"

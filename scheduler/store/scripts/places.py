@@ -7,7 +7,8 @@ writes these indexes (docs/ARCHITECTURE.md, "Redis keys"). A new status is a row
 its transitions.
 
 The generated functions, each for a job `id` of number `n`, decoded as `job` (or a table of
-the fields they read: status, node_id, priority, job_type, schedule, cpus, memory_mb):
+the fields they read: status, node_id, priority, job_type, schedule, namespace, cpus,
+memory_mb):
 - `move_place(id, n, job, new, to, at)`: from its place (job.status, job.node_id) to status
   `new` on node `to` ("": none), touching only the indexes that differ; `at` scores an
   index the new place enters by time (when due, started, asked to stop, finished). Sets
@@ -52,7 +53,8 @@ class Only(Enum):
 @dataclass(frozen=True, slots=True)
 class Index:
     """An index of jobs: the `Keys` member `key` (a script's K.<key>), with its arguments
-    among the job's "status", "node" and "schedule"; how it scores a job; which jobs it holds."""
+    among the job's "status", "node", "schedule" and "namespace"; how it scores a job; which
+    jobs it holds."""
 
     key: str
     args: tuple[str, ...]
@@ -66,6 +68,8 @@ class Index:
 ALL_JOBS = Index("all_jobs", (), Score.NUMBER)
 BY_STATUS = Index("status", ("status",), Score.NUMBER)
 BY_SCHEDULE = Index("schedule_jobs", ("schedule",), Score.NUMBER, Only.SCHEDULED)
+BY_NAMESPACE = Index("namespace_jobs", ("namespace",), Score.NUMBER)
+NAMESPACE_STATUS = Index("namespace_status", ("namespace", "status"), Score.NUMBER)
 NODE_JOBS = Index("node_jobs", ("node",), Score.NUMBER)
 NODE_STATUS = Index("node_status", ("node", "status"), Score.NUMBER)
 UNPLACED = Index("unplaced", (), Score.QUEUE)
@@ -76,8 +80,9 @@ DEADLINES = Index("deadlines", (), Score.AT, Only.RUN)  # by start: the timeout 
 CANCELLING = Index("cancelling", (), Score.AT)  # by when asked: CANCEL_GRACE_SECS' sweep
 FINISHED = Index("finished", (), Score.AT)  # by finish time: retention
 
-# In every place: every job, by status, by the schedule that made it.
-EVERYWHERE = (ALL_JOBS, BY_STATUS, BY_SCHEDULE)
+# In every place: every job, by status, by the schedule that made it, by namespace, and by
+# namespace and status.
+EVERYWHERE = (ALL_JOBS, BY_STATUS, BY_SCHEDULE, BY_NAMESPACE, NAMESPACE_STATUS)
 
 
 @dataclass(frozen=True, slots=True)

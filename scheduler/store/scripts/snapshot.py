@@ -44,6 +44,7 @@ class RestoredJob:
     memory_mb: int = 0
     schedule: str = ""  # the schedule that made it: its index (keys.py schedule_jobs)
     job_type: str = ""  # the record's: a run-job holds a slot while running or cancelling
+    namespace: str = ""  # the record's: its namespace's indexes ("": the default's)
 
 
 RESTORE_JOBS = Script(
@@ -67,7 +68,7 @@ def restore_jobs(jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
         values += [job.job_id, job.score, job.node_id, job.status, _entered(job), job.job_type]
         values += [job.priority, job.cpus, job.memory_mb]
         parts = split(job.record)
-        values += [parts.head, parts.spec, *parts.outputs, job.schedule]
+        values += [parts.head, parts.spec, *parts.outputs, job.schedule, job.namespace]
     return RESTORE_JOBS.call(mark_dirty="1" if mark_dirty else "0", jobs=values)
 
 

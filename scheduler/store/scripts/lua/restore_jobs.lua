@@ -39,7 +39,7 @@ local function in_chunks(command, values, step)
     redis.call(command, unpack(values, i, math.min(i + step - 1, #values)))
   end
 end
-local WIDTH = 14
+local WIDTH = 15
 local restored, job_keys = {}, {}
 for i = 1, #jobs, WIDTH do
   restored[#restored + 1] = jobs[i]
@@ -63,7 +63,8 @@ for j, id in ipairs(restored) do
     end
   end
   local where = {node_id = jobs[i + 2], status = jobs[i + 3], job_type = jobs[i + 5],
-    priority = jobs[i + 6], cpus = jobs[i + 7], memory_mb = jobs[i + 8], schedule = jobs[i + 13]}
+    priority = jobs[i + 6], cpus = jobs[i + 7], memory_mb = jobs[i + 8], schedule = jobs[i + 13],
+    namespace = jobs[i + 14]}
   enter_place(id, jobs[i + 1], where, jobs[i + 4], gather)
   if mark_dirty == "1" then gather("SADD", K.dirty, id) end
 end

@@ -14,7 +14,8 @@
 -- dedup_key is an idempotency key (dedup_space "sqs": an SQS message, else a POST /jobs
 -- Idempotency-Key) remembered with the job's id and the request's fingerprint: a replay
 -- answers the job it made, a replay with another fingerprint MISMATCH, and neither creates
--- anything. schedule: the schedule that made it ("": none), whose index it enters.
+-- anything. schedule: the schedule that made it ("": none), whose index it enters;
+-- namespace: the job's ("": the default), whose indexes it enters.
 -- elsewhere = 1: another shard may take the job (store/jobs.py): with no node for it,
 -- NO_NODES rather than made unplaced, its idempotency key then marked ELSEWHERE.
 local function unmade(reply)

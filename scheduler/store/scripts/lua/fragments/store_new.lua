@@ -6,7 +6,7 @@ if spec_staged ~= "" then
   redis.call("PERSIST", K.job_spec(id))
 end
 local where = {status = status, node_id = node, priority = priority, cpus = ask.cpus,
-  memory_mb = ask.memory_mb, schedule = schedule}
+  memory_mb = ask.memory_mb, schedule = schedule, namespace = namespace}
 enter_place(id, n, where, due, redis.call)
 note_event(id, where, "", "")
 redis.call("SADD", K.dirty, id)

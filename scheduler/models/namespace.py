@@ -1,0 +1,56 @@
+"""Namespaces (docs/GUIDE.md, Teams): every job and schedule belongs to one, `default` unless
+it says another; a named key may be limited to some (models/access_key.py), and then sees,
+cancels, retries and depends on those namespaces' jobs only.
+
+A job of the default namespace stores none (`Job.namespace` ""): records made before
+namespaces, and every job of a deployment that uses none, are the default's as they are, and
+the wire omits the field there, as it omits every empty one. Pure: no I/O here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import msgspec
+
+from scheduler.models.wire import InvalidInput
+
+DEFAULT = "default"
+# A namespace's name: a DNS label, as Kubernetes' and Nomad's.
+NAME_RULE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+NAME_RE = re.compile(NAME_RULE)
+MAX_PER_KEY = 32  # the namespaces one key may be limited to
+
+Namespace = Annotated[str, msgspec.Meta(pattern=NAME_RULE)]
+
+
+class OutsideNamespace(Exception):
+    """A call naming a namespace its key is not limited to (403): a submit into it, a
+    schedule made in it. A job or schedule of such a namespace that a call names by id is
+    not found instead (404): the key cannot tell it exists."""
+
+    def __init__(self, key: str, namespace: str, allowed: tuple[str, ...]) -> None:
+        super().__init__(
+            f"forbidden: the key {key!r} may use the namespaces {', '.join(allowed)}; "
+            f"not {shown(namespace)!r}"
+        )
+
+
+def check_namespace(name: str) -> None:
+    """InvalidInput for a namespace a job or key may not name ("": none named)."""
+    if name and not NAME_RE.fullmatch(name):
+        raise InvalidInput(
+            f"invalid namespace {name[:64]!r}: use 1 to 63 of a-z 0-9 -, starting and ending "
+            "with a letter or digit"
+        )
+
+
+def shown(stored: str) -> str:
+    """A job's namespace as users read it: `default` for the one stored as ""."""
+    return stored or DEFAULT
+
+
+def stored(name: str) -> str:
+    """A namespace's name as a job stores it: "" for `default`."""
+    return "" if name == DEFAULT else name
