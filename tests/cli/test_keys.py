@@ -13,15 +13,16 @@ from scheduler.cli import client as cli_client
 from scheduler.client import Client
 from scheduler.config import Settings
 from tests.cli.conftest import Cli
-from tests.cli.test_client import KEY, no_pauses
+from tests.cli.test_client import KEY, LIVE_NODES, no_pauses, register
 from tests.client.test_client import LosingAnswers
 from tests.processes import api_replicas, scheduler_env, unique_prefix
 
 
 @pytest.fixture(scope="module")
 def api(redis_url: str) -> Iterator[str]:
-    env = scheduler_env(redis_url, unique_prefix("cli-keys"), TINYAWS_API_KEY=KEY)
+    env = scheduler_env(redis_url, unique_prefix("cli-keys"), TINYAWS_API_KEY=KEY, **LIVE_NODES)
     with api_replicas(1, env) as urls:
+        register(urls[0], "node-1")  # for the jobs submitted
         yield urls[0]
 
 
@@ -127,3 +128,26 @@ def test_an_add_whose_answer_was_lost_says_to_look_and_is_not_sent_again(
     )
     assert transport.methods == ["POST"]
     assert "lost " in cli(api, "key", "list")[1]  # it was made
+
+
+def test_a_key_limited_to_namespaces_submits_into_its_first(
+    api: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = cli(
+        api, "key", "add", "team-a-ci", "--role", "submitter", "--namespace", "team-a",
+        "--namespace", "team-c",
+    )  # fmt: skip
+    assert code == 0
+    assert err.startswith("made key team-a-ci (submitter, namespaces team-a, team-c): ")
+    listed = cli(api, "key", "list")[1].splitlines()
+    row = next(line.split() for line in listed if line.startswith("team-a-ci "))
+    assert row[:3] == ["team-a-ci", "submitter", "team-a,team-c"]
+
+    monkeypatch.setenv("TINYAWS_API_KEY", out.strip())
+    code, out, err = cli(api, "submit", "echo x", "--json")
+    assert code == 0 and json.loads(out)["namespace"] == "team-a", err
+    code, out, _ = cli(api, "submit", "echo x", "--namespace", "team-c", "--json")
+    assert code == 0 and json.loads(out)["namespace"] == "team-c"
+    code, out, err = cli(api, "submit", "echo x", "--namespace", "team-b")
+    assert code == 1
+    assert "403: forbidden: the key 'team-a-ci' may use the namespaces team-a, team-c; " in err
