@@ -49,7 +49,7 @@ local function command_of(id)
 end
 
 local found, looked, last = {}, 0, "job-0"
-local ids = listing_ids(node, status, "", bound, "desc", tonumber(scan) + 1)
+local ids = listing_ids(node, status, "", scope, bound, "desc", tonumber(scan) + 1)
 for i, id in ipairs(ids) do
   if i > tonumber(scan) or read_bytes >= tonumber(read) then break end
   looked = looked + 1
