@@ -7,11 +7,20 @@ without jobs). Through Starlette and the hot lane where it takes the call."""
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import pytest
+import redis
 from starlette.testclient import TestClient
 
+from scheduler.models.job import STATUSES
+from scheduler.snapshot.db import restored_job, row_from_record
+from scheduler.store.keys import Keys
+from scheduler.store.scripts import upkeep
+from scheduler.store.scripts.snapshot import restore_jobs
+from scheduler.store.sync_store import SyncJobStore
+from tests.api.test_events import backlog
 from tests.api.test_namespaces import ADMIN, ADMIN_KEY, make_key, submit
 from tests.api.test_roles import as_key
 from tests.conftest import BOTH_FRONTS, ClientFactory, assert_json, assert_text_error
@@ -155,3 +164,106 @@ def test_a_listing_by_namespace_takes_no_node(api: TestClient) -> None:
 def test_a_namespace_that_is_not_a_name_is_refused(api: TestClient, name: str) -> None:
     response = api.get("/jobs", params={"namespace": name}, headers=ADMIN)
     assert response.status_code == 400 and "invalid namespace" in response.text
+
+
+def events_of(api: TestClient, headers: dict[str, str], query: str = "") -> list[dict[str, Any]]:
+    return [e["data"] for e in backlog(api, f"after=0&{query}", headers) if e["event"] == "job"]
+
+
+def test_each_event_names_its_jobs_namespace_and_reads_by_namespace(api: TestClient) -> None:
+    jobs = {job["job_id"]: namespace_of(job) for job in everything(api)}
+    every = events_of(api, ADMIN)
+    # Every change of the fixture: 30 made, 9 cancelled, job-3 run and done.
+    assert len(every) == 30 + 9 + 2
+    for event in every:
+        assert event.get("namespace", "default") == jobs[event["job_id"]]
+    assert all("namespace" not in event for event in every if jobs[event["job_id"]] == "default")
+    for namespace in NAMESPACES:
+        got = events_of(api, ADMIN, f"namespace={namespace}")
+        assert got == [e for e in every if jobs[e["job_id"]] == namespace] and got
+    assert events_of(api, ADMIN, "namespace=team-z") == []
+    pending = events_of(api, ADMIN, "namespace=team-a&status=pending")
+    assert {jobs[e["job_id"]] for e in pending} == {"team-a"} and len(pending) == 10
+
+
+def test_a_limited_key_gets_only_its_namespaces_events(api: TestClient) -> None:
+    jobs = {job["job_id"]: namespace_of(job) for job in everything(api)}
+    every = events_of(api, ADMIN)
+    key = as_key(make_key(api, "b", "reader", ["team-b"]))
+    own = events_of(api, key)
+    assert own == [e for e in every if jobs[e["job_id"]] == "team-b"] and own
+    assert events_of(api, key, "namespace=team-b") == own
+    for namespace in ("team-a", "default"):
+        assert events_of(api, key, f"namespace={namespace}") == []
+    # A job of another namespace named by id: nothing of it either.
+    assert events_of(api, key, "job_id=job-1") == []
+
+
+def namespace_gauges(text: str) -> dict[tuple[str, str], float]:
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("scheduler_namespace_jobs{"):
+            labels, value = line.rsplit(" ", 1)
+            pairs = dict(
+                part.split("=", 1)
+                for part in labels[len("scheduler_namespace_jobs{") : -1].split(",")
+            )
+            found[(pairs["namespace"].strip('"'), pairs["status"].strip('"'))] = float(value)
+    return found
+
+
+def test_metrics_count_each_namespaces_jobs_by_status(api: TestClient) -> None:
+    jobs = everything(api)
+    response = api.get("/metrics", headers=ADMIN)
+    assert response.status_code == 200
+    gauges = namespace_gauges(response.text)
+    for namespace in NAMESPACES:
+        for status in STATUSES:
+            wanted = sum(1 for j in jobs if namespace_of(j) == namespace and j["status"] == status)
+            assert gauges[(namespace, status)] == wanted, (namespace, status)
+    assert {ns for ns, _ in gauges} == set(NAMESPACES)
+    assert "scheduler_jobs{" in response.text  # the deployment's, as before
+
+
+def test_a_limited_keys_metrics_are_its_namespaces_alone(api: TestClient) -> None:
+    """The deployment's families (jobs by status, nodes, requests) would tell team-a team-b's
+    volumes: a limited key is answered its namespaces' counts and nothing else."""
+    key = as_key(make_key(api, "ac", "reader", ["team-a", "team-c"]))
+    response = api.get("/metrics", headers=key)
+    assert response.status_code == 200
+    gauges = namespace_gauges(response.text)
+    assert {ns for ns, _ in gauges} == {"team-a", "team-c"}
+    assert gauges[("team-a", "pending")] == 7 and gauges[("team-c", "pending")] == 0
+    names = {
+        line.split("{")[0].split(" ")[0]
+        for line in response.text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert names == {"scheduler_namespace_jobs"}
+
+
+def test_the_namespaces_in_use_are_kept_rebuilt_by_a_restore_and_pruned(
+    make_client: ClientFactory, store: SyncJobStore, rclient: redis.Redis, prefix: str
+) -> None:
+    """/metrics counts the namespaces of a set (keys.py namespaces), not a SCAN: a create adds
+    its job's, a restore into an empty Redis adds its jobs', a prune that empties one
+    removes it."""
+    api = make_client(api_key=ADMIN_KEY)
+    node = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
+    assert_json(api.post("/nodes/register", json=node, headers=ADMIN), 201)
+    keys = Keys(prefix)
+    for namespace in ("default", "team-a", "team-a"):
+        made = submit(api, ADMIN, namespace=namespace)
+        assert_json(api.delete(f"/jobs/{made['job_id']}", headers=ADMIN))  # failed: finished
+    assert rclient.smembers(keys.namespaces) == {b"", b"team-a"}
+    records = [api.get(f"/jobs/job-{n}", headers=ADMIN).content for n in (1, 2, 3)]
+    restored = [restored_job(row_from_record(record), time.time()) for record in records]
+    empty = Keys(f"{prefix}-empty")
+    call = restore_jobs(restored, mark_dirty=False)
+    rclient.eval(call.script.text, 1, empty.root, *call.args)
+    assert rclient.smembers(empty.namespaces) == {b"", b"team-a"}
+    rclient.delete(keys.dirty)  # as a snapshot that wrote them
+    store.run(upkeep.prune_finished(time.time() + 1, 0, 1))  # job-1 (the default's) goes
+    assert rclient.smembers(keys.namespaces) == {b"team-a"}
+    store.run(upkeep.prune_finished(time.time() + 1, 0, 1))  # one of team-a's: it stays
+    assert rclient.smembers(keys.namespaces) == {b"team-a"}
