@@ -7,13 +7,17 @@ without jobs). Through Starlette and the hot lane where it takes the call."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.cli.main import main
+from scheduler.client import Client, JobEvent
 from scheduler.models.job import STATUSES
 from scheduler.snapshot.db import restored_job, row_from_record
 from scheduler.store.keys import Keys
@@ -23,7 +27,13 @@ from scheduler.store.sync_store import SyncJobStore
 from tests.api.test_events import backlog
 from tests.api.test_namespaces import ADMIN, ADMIN_KEY, make_key, submit
 from tests.api.test_roles import as_key
-from tests.conftest import BOTH_FRONTS, ClientFactory, assert_json, assert_text_error
+from tests.conftest import (
+    BOTH_FRONTS,
+    ClientFactory,
+    Serve,
+    assert_json,
+    assert_text_error,
+)
 
 NAMESPACES = ("default", "team-a", "team-b")
 
@@ -267,3 +277,93 @@ def test_the_namespaces_in_use_are_kept_rebuilt_by_a_restore_and_pruned(
     assert rclient.smembers(keys.namespaces) == {b"team-a"}
     store.run(upkeep.prune_finished(time.time() + 1, 0, 1))  # one of team-a's: it stays
     assert rclient.smembers(keys.namespaces) == {b"team-a"}
+
+
+@pytest.fixture
+def served(serve: Serve) -> str:
+    """An API over a socket (the CLI's and the client's), with the admin key and node n1,
+    holding job-1..job-9 over the three NAMESPACES in turn."""
+    url = serve(api_key=ADMIN_KEY, max_jobs_per_node=100)
+    node = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
+    assert httpx.post(f"{url}/nodes/register", json=node, headers=ADMIN).status_code == 201
+    for i in range(9):
+        job = {"command": f"c{i}", "namespace": NAMESPACES[i % 3]}
+        assert httpx.post(f"{url}/jobs", json=job, headers=ADMIN).status_code == 201
+    return url
+
+
+def run_cli(
+    url: str,
+    key: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    *argv: str,
+) -> tuple[int, str, str]:
+    monkeypatch.setenv("SCHEDULER_URL", url)
+    monkeypatch.setenv("TINYAWS_API_KEY", key)
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_scheduler_list_namespace_lists_one_namespace_a_page_at_a_time(
+    served: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = run_cli(
+        served, ADMIN_KEY, capsys, monkeypatch, "list", "--namespace", "team-a", "--limit", "2"
+    )
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == ["job_id=job-2", "job_id=job-5"]
+    assert err == "more: scheduler list --namespace team-a --limit 2 --after job-5\n"
+    code, out, err = run_cli(
+        served,
+        ADMIN_KEY,
+        capsys,
+        monkeypatch,
+        "list",
+        "--namespace",
+        "team-a",
+        "--limit",
+        "2",
+        "--after",
+        "job-5",
+    )
+    assert [line.split()[0] for line in out.splitlines()] == ["job_id=job-8"] and err == ""
+    code, out, _ = run_cli(
+        served, ADMIN_KEY, capsys, monkeypatch, "list", "--namespace", "default", "--json"
+    )
+    assert [job["job_id"] for job in json.loads(out)] == ["job-1", "job-4", "job-7"]
+    # A key of team-b: its own without --namespace, nothing of team-a's with it.
+    made = httpx.post(
+        f"{served}/keys",
+        json={"name": "b", "role": "reader", "namespaces": ["team-b"]},
+        headers=ADMIN,
+    )
+    key = made.json()["key"]
+    code, out, _ = run_cli(served, key, capsys, monkeypatch, "list", "--json")
+    assert [job["job_id"] for job in json.loads(out)] == ["job-3", "job-6", "job-9"]
+    code, out, _ = run_cli(served, key, capsys, monkeypatch, "list", "--namespace", "team-a")
+    assert (code, out) == (0, "")
+
+
+def test_the_clients_jobs_and_events_take_a_namespace(served: str) -> None:
+    with Client(served, api_key=ADMIN_KEY) as client:
+        found = [job.job_id for job in client.jobs(namespace="team-a", page_size=2)]
+        assert found == ["job-2", "job-5", "job-8"]
+        newest = [job.job_id for job in client.jobs(namespace="default", newest=True)]
+        assert newest == ["job-7", "job-4", "job-1"]
+        assert {job.namespace for job in client.jobs(namespace="team-b")} == {"team-b"}
+        changes = [
+            item.change
+            for item in client.events(namespace="team-b", since_start=True, follow=False)
+            if isinstance(item, JobEvent)
+        ]
+        assert [(c.job_id, c.namespace) for c in changes] == [
+            ("job-3", "team-b"),
+            ("job-6", "team-b"),
+            ("job-9", "team-b"),
+        ]
+        made = client.add_key("a", "reader", ["team-a"])
+    with Client(served, api_key=made.key) as limited:
+        assert [job.job_id for job in limited.jobs(page_size=2)] == ["job-2", "job-5", "job-8"]
+        assert list(limited.jobs(namespace="team-b")) == []
