@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+from scheduler.api.http import UI_COOKIE
 from scheduler.cli.main import main
 from scheduler.client import Client, JobEvent
 from scheduler.models.job import STATUSES
@@ -367,3 +369,91 @@ def test_the_clients_jobs_and_events_take_a_namespace(served: str) -> None:
     with Client(served, api_key=made.key) as limited:
         assert [job.job_id for job in limited.jobs(page_size=2)] == ["job-2", "job-5", "job-8"]
         assert list(limited.jobs(namespace="team-b")) == []
+
+
+def login(api: TestClient, key: str) -> dict[str, str]:
+    """The Cookie header of a UI session logged in with `key`."""
+    answer = api.post("/ui/login", data={"key": key}, follow_redirects=False)
+    assert answer.status_code == 303, answer.text
+    session = answer.cookies[UI_COOKIE]
+    api.cookies.clear()
+    return {"Cookie": f"{UI_COOKIE}={session}"}
+
+
+def ui_ids(html_text: str) -> list[str]:
+    """The job ids of a jobs page's table, in its order."""
+    table = html_text.split('id="jobs"', 1)[1].split("</table>", 1)[0]
+    return re.findall(r'<a href="/ui/jobs/(job-\d+)"', table)
+
+
+def ui_count(html_text: str, name: str) -> int:
+    found = re.search(rf'id="count-{name}"[^>]*>{name} (\d+)</a>', html_text)
+    assert found, name
+    return int(found.group(1))
+
+
+def test_the_jobs_page_filters_by_namespace_and_a_limited_key_sees_its_own(
+    api: TestClient,
+) -> None:
+    jobs = everything(api)
+    admin = login(api, ADMIN_KEY)
+    page = api.get("/ui/jobs", params={"namespace": "team-b"}, headers=admin)
+    assert page.status_code == 200
+    assert ui_ids(page.text) == expected(jobs, ("team-b",), "", True)
+    assert ui_count(page.text, "all") == 10 and ui_count(page.text, "pending") == 6
+    assert 'href="/ui/jobs?status=pending&amp;namespace=team-b"' in page.text
+    assert (
+        '<input name="namespace" id="namespace" placeholder="namespace" value="team-b">'
+        in page.text
+    )
+    failed = api.get("/ui/jobs", params={"namespace": "team-b", "status": "failed"}, headers=admin)
+    assert ui_ids(failed.text) == expected(jobs, ("team-b",), "failed", True)
+
+    key = make_key(api, "a", "reader", ["team-a"])
+    mine = login(api, key)
+    page = api.get("/ui/jobs", headers=mine)
+    assert ui_ids(page.text) == expected(jobs, ("team-a",), "", True)
+    assert ui_count(page.text, "all") == 10
+    assert '<option value="team-a">team-a</option>' in page.text
+    # Another namespace, asked for, or searched: nothing, and counts of none.
+    other = api.get("/ui/jobs", params={"namespace": "team-b"}, headers=mine)
+    assert ui_ids(other.text) == [] and ui_count(other.text, "all") == 0
+    searched = api.get("/ui/jobs", params={"q": "x"}, headers=mine)
+    assert ui_ids(searched.text) == expected(jobs, ("team-a",), "", True)
+    searched = api.get("/ui/jobs", params={"q": "x", "namespace": "default"}, headers=mine)
+    assert ui_ids(searched.text) == [] and ui_count(searched.text, "all") == 0
+    refused = api.get("/ui/jobs", params={"node_id": "n1"}, headers=mine)
+    assert refused.status_code == 400 and "takes no node_id" in refused.text
+
+
+def test_the_dashboard_counts_each_namespace_and_a_limited_key_only_its_own(
+    api: TestClient,
+) -> None:
+    everything(api)
+    page = api.get("/ui", headers=login(api, ADMIN_KEY))
+    assert page.status_code == 200
+    table = page.text.split('id="namespaces"', 1)[1].split("</table>", 1)[0]
+    assert re.findall(r'data-namespace="([^"]+)"', table) == ["default", "team-a", "team-b"]
+    assert 'id="flow"' in page.text and 'id="node-load"' in page.text  # the deployment's
+    one = api.get("/ui", params={"namespace": "team-a"}, headers=login(api, ADMIN_KEY))
+    assert re.findall(r'data-namespace="([^"]+)"', one.text) == ["team-a"]
+
+    mine = login(api, make_key(api, "a", "reader", ["team-a"]))
+    page = api.get("/ui", headers=mine)
+    assert re.findall(r'data-namespace="([^"]+)"', page.text) == ["team-a"]
+    row = page.text.split('data-namespace="team-a"', 1)[1].split("</tr>", 1)[0]
+    # all, then each status (pending, delayed, waiting, running, done, failed, cancelling).
+    assert re.findall(r'<td class="num">(\d+)</td>', row) == [
+        "10",
+        "7",
+        "0",
+        "0",
+        "0",
+        "0",
+        "3",
+        "0",
+    ]
+    # Nothing of the deployment's: its charts, its nodes.
+    assert 'id="flow"' not in page.text and 'id="node-load"' not in page.text
+    other = api.get("/ui", params={"namespace": "team-b"}, headers=mine)
+    assert "data-namespace=" not in other.text and ">no jobs<" in other.text
