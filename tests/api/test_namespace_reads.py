@@ -6,6 +6,7 @@ without jobs). Through Starlette and the hot lane where it takes the call."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import re
@@ -32,10 +33,12 @@ from tests.api.test_roles import as_key
 from tests.conftest import (
     BOTH_FRONTS,
     ClientFactory,
+    CtxFactory,
     Serve,
     assert_json,
     assert_text_error,
 )
+from workers import firing
 
 NAMESPACES = ("default", "team-a", "team-b")
 
@@ -457,3 +460,30 @@ def test_the_dashboard_counts_each_namespace_and_a_limited_key_only_its_own(
     assert 'id="flow"' not in page.text and 'id="node-load"' not in page.text
     other = api.get("/ui", params={"namespace": "team-b"}, headers=mine)
     assert "data-namespace=" not in other.text and ">no jobs<" in other.text
+
+
+def test_a_schedules_jobs_by_namespace_are_whole_or_none(
+    make_ctx: CtxFactory, make_client: ClientFactory
+) -> None:
+    """A schedule's jobs are all of its namespace: with a namespace (or by a limited key) its
+    listing is whole, or empty for a key that may not read them."""
+    ctx = make_ctx(api_key=ADMIN_KEY, node_ttl_secs=86400, schedule_grace_secs=86400)
+    api = make_client(ctx.settings)
+    node = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
+    assert_json(api.post("/nodes/register", json=node, headers=ADMIN), 201)
+    body = {"name": "tick", "every_secs": 10, "job": {"command": "tick"}}
+    assert_json(api.post("/schedules", json=body, headers=ADMIN), 201)
+    submit(api, ADMIN, namespace="team-a")
+    [(_, first)] = ctx.redis.zrange(ctx.keys.schedules_due, 0, 0, withscores=True)
+    for i in range(3):
+        asyncio.run(firing.fire_due(ctx, first + i * 10 + 0.5, firing.node_source(ctx.settings)))
+    made = [j["job_id"] for j in assert_json(api.get("/jobs?schedule=tick", headers=ADMIN))]
+    assert len(made) == 3
+    for query in ("schedule=tick&namespace=default", "schedule=tick&namespace=default&limit=2"):
+        page = [j["job_id"] for j in assert_json(api.get(f"/jobs?{query}", headers=ADMIN))]
+        assert page == made[: len(page)] and page
+    assert assert_json(api.get("/jobs?schedule=tick&namespace=team-a", headers=ADMIN)) == []
+    key = as_key(make_key(api, "a", "reader", ["team-a"]))
+    assert assert_json(api.get("/jobs?schedule=tick", headers=key)) == []
+    both = as_key(make_key(api, "ad", "reader", ["team-a", "default"]))
+    assert [j["job_id"] for j in assert_json(api.get("/jobs?schedule=tick", headers=both))] == made
