@@ -21,23 +21,24 @@ end
 
 -- The first `limit` ids of several indexes' pages (index_page's, each in `order`) merged by
 -- score: exact, as each page holds its index's first `limit` and no job is in two of them.
+-- A pass over the pages' heads an id: a key is limited to at most 32 namespaces.
 local function merged_ids(pages, order, limit)
-  local out, at, most = {}, {}, tonumber(limit)
-  for i = 1, #pages do at[i] = 1 end
+  local out, at, heads, most = {}, {}, {}, tonumber(limit)
+  local sign = order == "desc" and -1 or 1
+  for i, page in ipairs(pages) do
+    at[i] = 1
+    heads[i] = page[2] and sign * tonumber(page[2])
+  end
   while #out < most do
-    local best, score = nil, nil
-    for i, page in ipairs(pages) do
-      local s = page[at[i] + 1]
-      if s then
-        s = tonumber(s)
-        if not score or (order == "desc" and s > score) or (order ~= "desc" and s < score) then
-          best, score = i, s
-        end
-      end
+    local best = nil
+    for i = 1, #pages do
+      if heads[i] and (not best or heads[i] < heads[best]) then best = i end
     end
     if not best then break end
-    out[#out + 1] = pages[best][at[best]]
-    at[best] = at[best] + 2
+    local page, following = pages[best], at[best] + 2
+    out[#out + 1] = page[at[best]]
+    at[best] = following
+    heads[best] = page[following + 1] and sign * tonumber(page[following + 1])
   end
   return out
 end
