@@ -30,6 +30,7 @@ from scheduler.store.sync_store import SyncJobStore
 from tests.api.test_events import backlog
 from tests.api.test_namespaces import ADMIN, ADMIN_KEY, make_key, submit
 from tests.api.test_roles import as_key
+from tests.api.test_shards import LAYOUT, shard_nodes
 from tests.conftest import (
     BOTH_FRONTS,
     ClientFactory,
@@ -63,9 +64,9 @@ def api(make_client: ClientFactory) -> TestClient:
     return client
 
 
-def everything(api: TestClient) -> list[dict[str, Any]]:
+def everything(api: TestClient, count: int = 30) -> list[dict[str, Any]]:
     jobs: list[dict[str, Any]] = assert_json(api.get("/jobs", headers=ADMIN))
-    assert len(jobs) == 30
+    assert len(jobs) == count
     return jobs
 
 
@@ -487,3 +488,30 @@ def test_a_schedules_jobs_by_namespace_are_whole_or_none(
     assert assert_json(api.get("/jobs?schedule=tick", headers=key)) == []
     both = as_key(make_key(api, "ad", "reader", ["team-a", "default"]))
     assert [j["job_id"] for j in assert_json(api.get("/jobs?schedule=tick", headers=both))] == made
+
+
+def test_a_sharded_deployments_namespace_listings_and_counts_cover_every_shard(
+    make_client: ClientFactory,
+) -> None:
+    """Each shard keeps its own namespace indexes: a listing is merged from every shard's
+    page, as any listing, and the counts are summed."""
+    api = make_client(api_key=ADMIN_KEY, shards=3, max_jobs_per_node=100)
+    for node in shard_nodes(0) + shard_nodes(1) + shard_nodes(2):
+        body = {"id": node, "hostname": node, "cpu_count": 2, "role": "compute"}
+        assert_json(api.post("/nodes/register", json=body, headers=ADMIN), 201)
+    for i in range(24):
+        submit(api, ADMIN, namespace=NAMESPACES[i % 3])
+    jobs = everything(api, 24)
+    assert {LAYOUT.job_shard(job["job_id"]) for job in jobs} == {0, 1, 2}
+    key = as_key(make_key(api, "ab", "reader", ["team-a", "team-b"]))
+    for newest, limit in itertools.product((False, True), (1, 3, 100)):
+        got = paged(api, key, limit, newest)
+        assert got == expected(jobs, ("team-a", "team-b"), "", newest), (newest, limit)
+        got = paged(api, ADMIN, limit, newest, namespace="default")
+        assert got == expected(jobs, ("default",), "", newest), (newest, limit)
+    gauges = namespace_gauges(api.get("/metrics", headers=ADMIN).text)
+    assert {(ns, n) for (ns, status), n in gauges.items() if status == "pending"} == {
+        ("default", 8),
+        ("team-a", 8),
+        ("team-b", 8),
+    }
