@@ -95,7 +95,7 @@ async def dashboard(request: Request) -> Response:
     labels = [_label(c) for c in drawn]
     whole = column(first, rows)
     body = (
-        _windows(view, window)
+        _windows(view, window, asked)
         + _flow(drawn, labels, whole)
         + _queue(drawn, labels, live)
         + _waits(drawn, labels, whole)
@@ -105,13 +105,13 @@ async def dashboard(request: Request) -> Response:
     return page(request, "Dashboard", body, refresh=True, view=view)
 
 
-def _windows(view: View, window: str) -> str:
+def _windows(view: View, window: str, namespace: str) -> str:
     links = []
     for name, said in (("hour", "Last hour"), ("day", "Last day")):
         if name == window:
             links.append(f'<a class="current" id="window-{name}">{said}</a>')
         else:
-            target = view.href("/ui", window="" if name == "hour" else name)
+            target = view.href("/ui", window="" if name == "hour" else name, namespace=namespace)
             links.append(f'<a id="window-{name}" href="{target}">{said}</a>')
     return f'<nav class="counts">{"".join(links)}</nav>'
 
