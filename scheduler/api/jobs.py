@@ -52,7 +52,7 @@ class Picked(msgspec.Struct):
 
 HEALTH = msgspec.json.encode(Health("scheduler", "healthy"))
 DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
-NO_NODE_WITH_NAMESPACE = (
+_NO_NODE_WITH_NAMESPACE = (
     "invalid node_id: a listing by namespace (namespace=, or any by a key limited to "
     "namespaces) takes no node_id"
 )
@@ -150,7 +150,7 @@ def listed_scope(request: Request, limited: tuple[str, ...], node_id: str) -> Sc
     check_namespace(asked)
     covered = scope(limited, asked)
     if node_id and covered is not None:
-        raise HTTPError(400, NO_NODE_WITH_NAMESPACE)
+        raise HTTPError(400, _NO_NODE_WITH_NAMESPACE)
     return covered
 
 

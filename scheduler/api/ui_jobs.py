@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from scheduler.api.http import HTTPError, caller, one_of, whole_number
-from scheduler.api.jobs import NO_NODE_WITH_NAMESPACE
+from scheduler.api.jobs import listed_scope
 from scheduler.api.params import param
 from scheduler.api.state import store as _store
 from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
@@ -29,7 +29,7 @@ from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_forms import may_post
 from scheduler.api.ui_layout import View, card_cells, duration, job_status, page, view_of
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, Job, job_decoder, job_number
-from scheduler.models.namespace import Scope, check_namespace, scope
+from scheduler.models.namespace import Scope
 from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 
@@ -99,11 +99,9 @@ def filters_of(request: Request) -> Filters:
         raise HTTPError(400, "invalid schedule: use 1 to 128 of A-Z a-z 0-9 . _ -")
     if schedule and (status or node_id or search):
         raise HTTPError(400, "invalid schedule: use it without status, node_id and q")
-    namespace, limited = param(request, "namespace"), caller(request).namespaces
-    check_namespace(namespace)
-    covered = scope(limited, namespace)
-    if node_id and covered is not None:
-        raise HTTPError(400, NO_NODE_WITH_NAMESPACE)
+    limited = caller(request).namespaces
+    covered = listed_scope(request, limited, node_id)  # as GET /jobs
+    namespace = param(request, "namespace")
     return Filters(status, node_id, before, after, search, schedule, namespace, covered, limited)
 
 
