@@ -3,8 +3,8 @@
 --- @include "listing_ids"
 --- @include "number_of"
 
--- The web UI's search: of the `scan` jobs the newest-first listing with these filters holds
--- from `bound` (listing.lua listing_ids), those whose command holds `needle` (given in lower
+-- The web UI's search: of the `scan` jobs the newest-first listing with these filters (and
+-- namespace `scope`) holds from `bound` (listing.lua listing_ids), those whose command holds `needle` (given in lower
 -- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. Only
 -- the start of a job's head is read, or of its spec when that is kept apart
 -- (models/record.py): each is written with the command at its top level before any object
