@@ -4,9 +4,10 @@
 --- @include "number_of"
 
 -- The web UI's search: of the `scan` jobs the newest-first listing with these filters (and
--- namespace `scope`) holds from `bound` (listing.lua listing_ids), those whose command holds `needle` (given in lower
--- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. Only
--- the start of a job's head is read, or of its spec when that is kept apart
+-- namespace `scope`) holds from `bound` (listing.lua listing_ids), those whose command holds
+-- `needle` (given in lower case: ASCII case is ignored), up to `limit`, their page stopping
+-- at `budget` bytes. Only the start of a job's head is read, or of its spec when that is
+-- kept apart
 -- (models/record.py): each is written with the command at its top level before any object
 -- (msgspec after the ids, in Job's order; a script first: encode.lua), so the first
 -- `"command":"` with no brace before it is the command's (one after a brace is a key of
