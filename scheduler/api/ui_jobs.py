@@ -160,8 +160,10 @@ def job_row(job: Job, view: View) -> str:
     short = command if len(command) <= 80 else command[:79] + "…"
     exit_code = "" if job.exit_code is None else str(job.exit_code)
     retries = f"{job.retry_count} retr{'y' if job.retry_count == 1 else 'ies'}"
+    # Its namespace beside its id, but the default's (most deployments name none).
+    ns = f' <span class="muted ns">{escape(job.namespace)}</span>' if job.namespace else ""
     cells = (
-        ("", f'<a href="{view.href(f"/ui/jobs/{job.job_id}")}">{escape(job.job_id)}</a>'),
+        ("", f'<a href="{view.href(f"/ui/jobs/{job.job_id}")}">{escape(job.job_id)}</a>{ns}'),
         ("", escape(job.node_id)),
         ("", job_status(job)),
         (' class="cmd wide"', f'<code title="{escape(command)}">{escape(short)}</code>'),

@@ -404,6 +404,7 @@ def test_the_jobs_page_filters_by_namespace_and_a_limited_key_sees_its_own(
     page = api.get("/ui/jobs", params={"namespace": "team-b"}, headers=admin)
     assert page.status_code == 200
     assert ui_ids(page.text) == expected(jobs, ("team-b",), "", True)
+    assert page.text.count('<span class="muted ns">team-b</span>') == 10
     assert ui_count(page.text, "all") == 10 and ui_count(page.text, "pending") == 6
     assert 'href="/ui/jobs?status=pending&amp;namespace=team-b"' in page.text
     assert (
