@@ -1,6 +1,6 @@
 """GET /events: every job's status changes as Server-Sent Events (models/event.py; docs/GUIDE.md,
-Watching jobs), from any replica, resumable after a position, filtered by job, node, status or
-schedule.
+Watching jobs), from any replica, resumable after a position, filtered by job, node, status,
+schedule or namespace; a key limited to namespaces gets only theirs (filtered here, as it reads).
 
 A position names a place in each shard's stream: the ids of the last event read on each,
 joined by commas (one shard: one id, `1733450000000-0`). Without one a follower starts from
@@ -30,17 +30,18 @@ from scheduler.api.follow import (
     while_key_held,
 )
 from scheduler.api.hot import check_node_id
-from scheduler.api.http import HTTPError, one_of
+from scheduler.api.http import HTTPError, caller, one_of
 from scheduler.api.params import param
 from scheduler.api.state import store as store_of
 from scheduler.api.stores import Store
 from scheduler.models.event import Event
 from scheduler.models.job import STATUSES
+from scheduler.models.namespace import Scope, check_namespace, in_scope, scope
 from scheduler.models.wire import check_id, rfc3339
 from scheduler.store import ops
 from scheduler.store.ops.logs import RawEvent
 
-READS = ("job_id", "node_id", "status", "schedule", "after", "follow")
+READS = ("job_id", "node_id", "status", "schedule", "namespace", "after", "follow")
 # Events read from each shard at once.
 READ_COUNT = 500
 BEFORE_ALL = "0-0"  # a position before any event (Redis' ids start above it)
@@ -49,12 +50,13 @@ _encode = msgspec.json.encode
 
 @dataclass(frozen=True, slots=True)
 class Filter:
-    """What a follower asked for ("": any)."""
+    """What a follower asked for ("": any), and the namespaces it may read (`covered`)."""
 
     job_id: str = ""
     node_id: str = ""
     status: str = ""
     schedule: str = ""
+    covered: Scope = None
 
     def passes(self, fields: dict[str, str]) -> bool:
         return (
@@ -62,6 +64,8 @@ class Filter:
             and (not self.node_id or self.node_id in (fields.get("node"), fields.get("was")))
             and (not self.status or fields.get("to") == self.status)
             and (not self.schedule or fields.get("schedule") == self.schedule)
+            # An event written before namespaces has none: the default's, as its job.
+            and in_scope(self.covered, fields.get("ns", ""))
         )
 
 
@@ -74,7 +78,10 @@ def _filter(request: Request) -> Filter:
     if schedule:
         check_id("schedule", schedule)
     status = one_of("status", param(request, "status"), STATUSES)
-    return Filter(job_id, node_id, status, schedule)
+    namespace = param(request, "namespace")
+    check_namespace(namespace)
+    covered = scope(caller(request).namespaces, namespace)
+    return Filter(job_id, node_id, status, schedule, covered)
 
 
 def _positions(request: Request, shards: int) -> list[str]:
@@ -177,4 +184,5 @@ def _as_event(number: int, raw: RawEvent) -> Event:
         old_node_id=f.get("was", ""),
         schedule=f.get("schedule", ""),
         failure_reason=f.get("reason", ""),
+        namespace=f.get("ns", ""),
     )

@@ -31,6 +31,7 @@ from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models import poll
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, shown_to
+from scheduler.models.namespace import Scope, check_namespace, scope
 from scheduler.models.wire import check_id
 from scheduler.store import ops
 from scheduler.store.scripts.jobs import Polled
@@ -51,6 +52,10 @@ class Picked(msgspec.Struct):
 
 HEALTH = msgspec.json.encode(Health("scheduler", "healthy"))
 DEFAULT_PAGE, MAX_PAGE = 1000, 10_000
+_NO_NODE_WITH_NAMESPACE = (
+    "invalid node_id: a listing by namespace (namespace=, or any by a key limited to "
+    "namespaces) takes no node_id"
+)
 
 
 async def health(request: Request) -> Response:
@@ -122,15 +127,31 @@ async def list_jobs(request: Request) -> Response:
         raise HTTPError(400, "wait is the agent's poll: node_id and status=pending, no paging")
     one_of("status", status, STATUSES)  # after the poll's branch: a poll pays nothing for it
     schedule = _schedule(request, node_id, status)
+    by = caller(request)
+    covered = listed_scope(request, by.namespaces, node_id)
     limit, bound, newest = _page(request)
     if newest and bound == 0 and param(request, "before"):
         return json_array([])  # before=job-0: nothing is older
     if schedule:
-        found = await store.run(ops.schedules.schedule_jobs(schedule, bound, limit, newest))
+        page = ops.schedules.schedule_jobs(schedule, bound, limit, newest, covered)
     else:
-        found = await store.run(ops.listings.list_jobs(node_id, status, bound, limit, newest))
-    by = caller(request)
+        page = ops.listings.list_jobs(node_id, status, bound, limit, newest, covered)
+    found = await store.run(page)
     return json_array(found if by.sees_secrets else [shown_to(by, job) for job in found])
+
+
+def listed_scope(request: Request, limited: tuple[str, ...], node_id: str) -> Scope:
+    """The namespaces a listing covers (models/namespace.py scope): `namespace` if given,
+    else all the caller's key is limited to (`limited`), which is every one for most keys;
+    one it may not read covers none (an empty page, as for a namespace with no jobs). A
+    node's jobs are indexed by node, not namespace, so a node's listing cannot page one
+    namespace's exactly: it takes no namespace, and a limited key lists none."""
+    asked = param(request, "namespace")
+    check_namespace(asked)
+    covered = scope(limited, asked)
+    if node_id and covered is not None:
+        raise HTTPError(400, _NO_NODE_WITH_NAMESPACE)
+    return covered
 
 
 def _schedule(request: Request, node_id: str, status: str) -> str:

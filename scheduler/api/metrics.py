@@ -12,6 +12,10 @@ read counters that went 25, 8, 25. Job, node, outbox and background-work figures
 from Redis at scrape time (store/scripts/overview.py: the counts, and the nodes in pieces). The
 old-layout gauge is the process's last periodic check (api/upgrade.py): no round trip.
 Per-node series are for the nodes that hold a job or are drained; the rest are counted.
+Jobs are also counted per namespace (`scheduler_namespace_jobs`, the namespace indexes'
+ZCARDs). A key limited to namespaces is answered those of its namespaces and nothing else:
+every other family is the deployment's (jobs by status, nodes' queues, requests by route,
+the workers' counters) and would tell one team another's volumes.
 Per-process figures (CPU, memory, start time) are left to the host's own exporter: from a
 load balancer they alternate between processes.
 """
@@ -39,8 +43,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from scheduler.api.http import caller
 from scheduler.api.state import old_layout as _old_layout
 from scheduler.api.stores import Store
+from scheduler.models.job import STATUSES
+from scheduler.models.namespace import scope, shown
 from scheduler.nodes.placement import is_live
 from scheduler.store import ops
 from scheduler.store.scripts.overview import Overview
@@ -300,15 +307,41 @@ class _Scrape(Collector):
         )
 
 
+class _Namespaces(Collector):
+    """The jobs of each namespace counted (ops.listings.namespace_counts), by status."""
+
+    def __init__(self, counts: dict[str, list[int]]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily(
+            "scheduler_namespace_jobs",
+            "Jobs in Redis by namespace and status",
+            labels=["namespace", "status"],
+        )
+        for namespace, counts in sorted(self.counts.items()):
+            for status, n in zip(STATUSES, counts[1:], strict=True):
+                jobs.add_metric([shown(namespace), status], n)
+        yield jobs
+
+
 async def metrics(request: Request) -> Response:
     store: Store = request.app.state.store
     stats: RequestStats = request.app.state.request_stats
-    # Sent together, so one round trip on the connection.
-    view, totals = await asyncio.gather(
-        store.run(ops.listings.overview()), flush(store, stats, read=True)
-    )
     registry = CollectorRegistry(auto_describe=False)
+    covered = scope(caller(request).namespaces, "")
+    if covered is not None:  # a key limited to namespaces: theirs alone
+        counts = await store.run(ops.listings.namespace_counts(covered))
+        registry.register(_Namespaces(counts))
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE)
+    # Sent together, so one round trip on the connection.
+    view, totals, counts = await asyncio.gather(
+        store.run(ops.listings.overview()),
+        flush(store, stats, read=True),
+        store.run(ops.listings.namespace_counts()),
+    )
     old_layout = len(_old_layout(request).findings)
     now = time.time()
     registry.register(_Scrape(totals, view, store.settings.node_ttl_secs, now, old_layout))
+    registry.register(_Namespaces(counts))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)

@@ -14,6 +14,7 @@ from scheduler.api.logs import MAX_ATTEMPT
 from scheduler.models import poll
 from scheduler.models.job import STATUSES
 from scheduler.models.log import LOG_STREAMS
+from scheduler.models.namespace import DEFAULT, NAME_RULE
 from scheduler.models.registry import NODE_ROLES
 from scheduler.models.wire import ID_RE
 from scheduler.store.connection.notify import MAX_WAIT_SECS
@@ -59,6 +60,12 @@ QUERY: dict[str, Param] = {
     ),
     "before": (A_JOB_ID, "A page of the jobs before this one (order=newest)"),
     "schedule": (AN_ID, "The jobs or events of one schedule"),
+    "namespace": (
+        {"type": "string", "pattern": NAME_RULE},
+        f"The jobs, events or counts of one namespace (`{DEFAULT}`: the jobs naming none); a "
+        "key limited to namespaces reads only its own (without it, all of them; another: "
+        "nothing, as of a namespace without jobs)",
+    ),
     "status_not": (
         {"enum": list(STATUSES)},
         "With `wait`: answer once the job's status is not this one",

@@ -341,12 +341,12 @@ def first(params: Params, name: str) -> str:
     return values[0] if values else ""
 
 
-# A listing's paging parameters (and `schedule`, a listing's only). Neither agent sends one
-# with its poll (CONTRACT 3.3, agent/remote.py), so one of them, given a value, makes
-# `GET /jobs?node_id=X&status=pending` the operator's listing of X's queue (the key's;
-# `scheduler list` always sends `limit`): without, the poll hands out only X's free capacity,
-# and a full node's queue listed as `[]`.
-PAGING = ("limit", "order", "after", "before", "schedule")
+# A listing's paging parameters (and `schedule` and `namespace`, a listing's only). Neither
+# agent sends one with its poll (CONTRACT 3.3, agent/remote.py), so one of them, given a
+# value, makes `GET /jobs?node_id=X&status=pending` the operator's listing of X's queue (the
+# key's; `scheduler list` always sends `limit`): without, the poll hands out only X's free
+# capacity, and a full node's queue listed as `[]`.
+PAGING = ("limit", "order", "after", "before", "schedule", "namespace")
 
 
 def is_poll(params: Params) -> bool:

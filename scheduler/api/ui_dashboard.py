@@ -5,7 +5,13 @@ node, its running jobs against its capacity and its heartbeat's age.
 
 Drawn from the per-minute hashes the job-changing scripts keep (models/series.py, series.lua
 SERIES) and the live counts (OVERVIEW), both read in one round trip: any API replica draws
-the same picture. The charts are ui_charts.py's inline SVG."""
+the same picture. The charts are ui_charts.py's inline SVG.
+
+Below them, each namespace's jobs by status (the namespace indexes' counts:
+ops.listings.namespace_counts), or one namespace's (`namespace=`). The charts and the nodes
+are the deployment's, every namespace's together (the per-minute hashes are not kept per
+namespace): a key limited to namespaces is shown its namespaces' counts alone, as /metrics
+answers it, since the rest would tell it the other teams' volumes."""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from html import escape
 from starlette.requests import Request
 from starlette.responses import Response
 
-from scheduler.api.http import HTTPError
+from scheduler.api.http import HTTPError, caller
 from scheduler.api.params import param
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
@@ -36,6 +42,8 @@ from scheduler.api.ui_charts import (
     nice_top,
 )
 from scheduler.api.ui_layout import View, page, span, status_badge, view_of
+from scheduler.models.job import STATUSES
+from scheduler.models.namespace import check_namespace, scope, shown
 from scheduler.models.series import (
     BUCKETS,
     WAIT_BOUNDS,
@@ -52,7 +60,7 @@ from scheduler.store.scripts.overview import Overview
 WINDOW = "window"  # the query parameter: "day", or none for the hour
 # A window: its minutes, and the minutes drawn as one column.
 WINDOWS = {"hour": (60, 1), "day": (1440, 15)}
-READS = (WINDOW,)
+READS = (WINDOW, "namespace")
 
 FLOW = (("submitted", BLUE, ""), ("started", ORANGE, "6 3"), ("done", GREEN, "2 2"))
 FAILED = ("failed", VERMILLION, "8 3 2 3")
@@ -67,33 +75,43 @@ def window_of(request: Request) -> str:
 
 async def dashboard(request: Request) -> Response:
     view, window = view_of(request), window_of(request)
+    asked, limited = param(request, "namespace"), caller(request).namespaces
+    check_namespace(asked)
     minutes, width = WINDOWS[window]
     first = minute_of(view.now) - minutes + 1
     store = _store(request)
+    by_namespace = store.run(ops.listings.namespace_counts(scope(limited, asked)))
+    if limited:  # the deployment's charts would show the other namespaces' volumes
+        counts = await by_namespace
+        body = _namespaces(counts, view, asked, limited)
+        return page(request, "Dashboard", body, refresh=True, view=view)
     # Sent together on the one connection: one round trip.
-    live, rows = await asyncio.gather(
-        store.run(ops.listings.overview()), store.run(ops.listings.series(first, minutes))
+    live, rows, counts = await asyncio.gather(
+        store.run(ops.listings.overview()),
+        store.run(ops.listings.series(first, minutes)),
+        by_namespace,
     )
     drawn = columns(first, rows, width)
     labels = [_label(c) for c in drawn]
     whole = column(first, rows)
     body = (
-        _windows(view, window)
+        _windows(view, window, asked)
         + _flow(drawn, labels, whole)
         + _queue(drawn, labels, live)
         + _waits(drawn, labels, whole)
         + _nodes(live, view, _settings(request).max_jobs_per_node, _settings(request).node_ttl_secs)
+        + _namespaces(counts, view, asked, limited)
     )
     return page(request, "Dashboard", body, refresh=True, view=view)
 
 
-def _windows(view: View, window: str) -> str:
+def _windows(view: View, window: str, namespace: str) -> str:
     links = []
     for name, said in (("hour", "Last hour"), ("day", "Last day")):
         if name == window:
             links.append(f'<a class="current" id="window-{name}">{said}</a>')
         else:
-            target = view.href("/ui", window="" if name == "hour" else name)
+            target = view.href("/ui", window="" if name == "hour" else name, namespace=namespace)
             links.append(f'<a id="window-{name}" href="{target}">{said}</a>')
     return f'<nav class="counts">{"".join(links)}</nav>'
 
@@ -232,3 +250,46 @@ def _nodes(live: Overview, view: View, capacity: int, ttl: float) -> str:
     nodes = "".join(rows) or '<tr><td colspan="4">no nodes</td></tr>'
     table = f'<table id="node-load"><tr>{head}</tr>{nodes}</table>'
     return f'<h2>Nodes</h2><div class="scroll">{table}</div>'
+
+
+def _namespace_filter(view: View, asked: str, limited: tuple[str, ...]) -> str:
+    """Which namespaces the table shows: a limited key's own to choose from; any key's
+    typed otherwise."""
+    if limited:
+        options = "".join(
+            f'<option value="{escape(n)}"{" selected" if n == asked else ""}>'
+            f"{escape(n or 'my namespaces')}</option>"
+            for n in ("", *limited)
+        )
+        field = f'<select name="namespace" id="namespace">{options}</select>'
+    else:
+        field = (
+            f'<input name="namespace" id="namespace" placeholder="every namespace" '
+            f'value="{escape(asked)}">'
+        )
+    return (
+        '<form class="filters" method="get" action="/ui">'
+        f'{field}{view.hidden()}<button id="filter">Show</button></form>'
+    )
+
+
+def _namespaces(
+    counts: dict[str, list[int]], view: View, asked: str, limited: tuple[str, ...]
+) -> str:
+    """Each namespace's jobs, in all and by status; its name links to its jobs list."""
+    head = "".join(f"<th>{h}</th>" for h in ("namespace", "all", *STATUSES))
+    rows = []
+    for stored_name, numbers in sorted(counts.items()):
+        name = shown(stored_name)
+        link = f'<a href="{view.href("/ui/jobs", namespace=name)}">{escape(name)}</a>'
+        cells = "".join(f'<td class="num">{n}</td>' for n in numbers)
+        rows.append(f'<tr data-namespace="{escape(name)}"><td>{link}</td>{cells}</tr>')
+    empty = f'<tr><td colspan="{len(STATUSES) + 2}">no jobs</td></tr>'
+    table = f'<table id="namespaces"><tr>{head}</tr>{"".join(rows) or empty}</table>'
+    mine = '<p class="muted">The jobs of your key\'s namespaces.</p>' if limited else ""
+    return (
+        "<h2>Namespaces</h2>"
+        + mine
+        + _namespace_filter(view, asked, limited)
+        + f'<div class="scroll">{table}</div>'
+    )

@@ -1,6 +1,8 @@
 """The web UI's jobs page (/ui/jobs): the jobs newest first, filtered by status and node, with
 their counts per status, paged newer and older, and searched by command; or the jobs one
-schedule made (`schedule=`, alone: GET /jobs?schedule= says why), paged the same.
+schedule made (`schedule=`, alone: GET /jobs?schedule= says why), paged the same. Filtered by
+namespace too (`namespace=`, without a node, as GET /jobs): a key limited to namespaces sees
+only theirs, the list, the counts and the search alike (models/namespace.py scope).
 
 One Redis round trip a page whatever the number of jobs: the page (LIST, or SEARCH) and the
 counts (COUNTS) are sent together on the one connection. A search looks through at most
@@ -18,7 +20,8 @@ from html import escape
 from starlette.requests import Request
 from starlette.responses import Response
 
-from scheduler.api.http import HTTPError, one_of, whole_number
+from scheduler.api.http import HTTPError, caller, one_of, whole_number
+from scheduler.api.jobs import listed_scope
 from scheduler.api.params import param
 from scheduler.api.state import store as _store
 from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
@@ -26,6 +29,7 @@ from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_forms import may_post
 from scheduler.api.ui_layout import View, card_cells, duration, job_status, page, view_of
 from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, Job, job_decoder, job_number
+from scheduler.models.namespace import Scope
 from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 
@@ -39,7 +43,7 @@ HEADINGS = (
     "job", "node", "status", "command", "attempt", "exit code", "created", "ran for", "finished",
 )  # fmt: skip
 # With ui_dead's notices.
-READS = ("status", "node_id", "schedule", "before", "after", "q", "refresh")
+READS = ("status", "node_id", "schedule", "namespace", "before", "after", "q", "refresh")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +57,15 @@ class Filters:
     after: int
     search: str
     schedule: str = ""
+    namespace: str = ""  # as asked ("": none named)
+    # The namespaces listed (the one asked, or the caller's key's; None: every one).
+    covered: Scope = None
+    limited: tuple[str, ...] = ()  # the caller's key's namespaces (none: every one)
 
     def kept(self) -> dict[str, str | int]:
         return {
             "status": self.status, "node_id": self.node_id, "q": self.search,
-            "schedule": self.schedule,
+            "schedule": self.schedule, "namespace": self.namespace,
         }  # fmt: skip
 
 
@@ -91,7 +99,26 @@ def filters_of(request: Request) -> Filters:
         raise HTTPError(400, "invalid schedule: use 1 to 128 of A-Z a-z 0-9 . _ -")
     if schedule and (status or node_id or search):
         raise HTTPError(400, "invalid schedule: use it without status, node_id and q")
-    return Filters(status, node_id, before, after, search, schedule)
+    limited = caller(request).namespaces
+    covered = listed_scope(request, limited, node_id)  # as GET /jobs
+    namespace = param(request, "namespace")
+    return Filters(status, node_id, before, after, search, schedule, namespace, covered, limited)
+
+
+def _namespace_field(f: Filters) -> str:
+    """A limited key's namespaces to choose from (all of them, or one); any key's otherwise,
+    typed (no list of them is read for the form)."""
+    if not f.limited:
+        return (
+            f'<input name="namespace" id="namespace" placeholder="namespace" '
+            f'value="{escape(f.namespace)}">'
+        )
+    options = "".join(
+        f'<option value="{escape(n)}"{" selected" if n == f.namespace else ""}>'
+        f"{escape(n or 'my namespaces')}</option>"
+        for n in ("", *f.limited)
+    )
+    return f'<select name="namespace" id="namespace">{options}</select>'
 
 
 def _filter_form(f: Filters, view: View) -> str:
@@ -103,6 +130,7 @@ def _filter_form(f: Filters, view: View) -> str:
         '<form class="filters" method="get" action="/ui/jobs">'
         f'<select name="status" id="status">{options}</select>'
         f'<input name="node_id" id="node_id" placeholder="node id" value="{escape(f.node_id)}">'
+        f"{_namespace_field(f)}"
         f'<input name="q" id="q" type="search" placeholder="command contains…" '
         f'maxlength="{SEARCH_MAX_CHARS}" value="{escape(f.search)}">'
         f'{view.hidden()}<button id="filter">Filter</button></form>'
@@ -121,7 +149,7 @@ def _counts(f: Filters, counts: list[int], view: View) -> str:
     links = []
     for status, count in zip(("", *STATUSES), counts, strict=True):
         current = ' class="current"' if status == f.status else ""
-        href = view.href("/ui/jobs", status=status, node_id=f.node_id)
+        href = view.href("/ui/jobs", status=status, node_id=f.node_id, namespace=f.namespace)
         name = status or "all"
         links.append(f'<a id="count-{name}"{current} href="{href}">{name} {count}</a>')
     return f'<nav class="counts" id="counts">{"".join(links)}</nav>'
@@ -132,8 +160,10 @@ def job_row(job: Job, view: View) -> str:
     short = command if len(command) <= 80 else command[:79] + "…"
     exit_code = "" if job.exit_code is None else str(job.exit_code)
     retries = f"{job.retry_count} retr{'y' if job.retry_count == 1 else 'ies'}"
+    # Its namespace beside its id, but the default's (most deployments name none).
+    ns = f' <span class="muted ns">{escape(job.namespace)}</span>' if job.namespace else ""
     cells = (
-        ("", f'<a href="{view.href(f"/ui/jobs/{job.job_id}")}">{escape(job.job_id)}</a>'),
+        ("", f'<a href="{view.href(f"/ui/jobs/{job.job_id}")}">{escape(job.job_id)}</a>{ns}'),
         ("", escape(job.node_id)),
         ("", job_status(job)),
         (' class="cmd wide"', f'<code title="{escape(command)}">{escape(short)}</code>'),
@@ -185,12 +215,14 @@ async def _listed(request: Request, f: Filters) -> tuple[list[Job], list[int], i
     counts: list[int] = []  # a schedule's page shows none (_counts)
     if f.schedule:
         blobs = await store.run(
-            ops.schedules.schedule_jobs(f.schedule, bound, PAGE_SIZE + 1, newest)
+            ops.schedules.schedule_jobs(f.schedule, bound, PAGE_SIZE + 1, newest, f.covered)
         )
     else:
+        listed = ops.listings.list_jobs(
+            f.node_id, f.status, bound, PAGE_SIZE + 1, newest, f.covered
+        )
         blobs, counts = await asyncio.gather(
-            store.run(ops.listings.list_jobs(f.node_id, f.status, bound, PAGE_SIZE + 1, newest)),
-            store.run(ops.listings.counts(f.node_id)),
+            store.run(listed), store.run(ops.listings.counts(f.node_id, f.covered))
         )
     jobs = [job_decoder.decode(blob) for blob in blobs]
     more = len(jobs) > PAGE_SIZE
@@ -210,11 +242,11 @@ async def _searched(
 ) -> tuple[list[Job], list[int], int, str]:
     """(jobs shown, counts, older bound, what was searched) of a search's page."""
     store = _store(request)
+    search = ops.listings.search(
+        f.node_id, f.status, f.before, f.search, SEARCH_SCAN, PAGE_SIZE + 1, f.covered
+    )
     found, counts = await asyncio.gather(
-        store.run(
-            ops.listings.search(f.node_id, f.status, f.before, f.search, SEARCH_SCAN, PAGE_SIZE + 1)
-        ),
-        store.run(ops.listings.counts(f.node_id)),
+        store.run(search), store.run(ops.listings.counts(f.node_id, f.covered))
     )
     jobs = [job_decoder.decode(blob) for blob in found.jobs]
     shown = jobs[:PAGE_SIZE]

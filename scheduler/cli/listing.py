@@ -31,6 +31,8 @@ def _next_page(args: argparse.Namespace, last: str) -> str:
         words += ["--status", args.status]
     if args.schedule:
         words += ["--schedule", args.schedule]
+    if args.namespace:
+        words += ["--namespace", args.namespace]
     if args.limit != PAGE:
         words += ["--limit", str(args.limit)]
     words += ["--newest", "--before", last] if args.newest else ["--after", last]
@@ -52,6 +54,7 @@ def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
         status=args.status,
         node_id=args.node_id,
         schedule=args.schedule,
+        namespace=args.namespace,
         newest=newest,
         after=args.after,
         before=args.before,
@@ -102,6 +105,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--schedule", default="", metavar="NAME", help="only the jobs this schedule made"
+    )
+    p.add_argument(
+        "--namespace",
+        default="",
+        metavar="NS",
+        help="only this namespace's jobs (default: the jobs naming none); without it, every "
+        "namespace the key may read",
     )
     p.add_argument("--newest", action="store_true", help="newest first")
     p.add_argument("--after", default="", metavar="JOB_ID", help="oldest first, after this job")

@@ -83,6 +83,7 @@ def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         node_id=args.node,
         status=args.status,
         schedule=args.schedule,
+        namespace=args.namespace,
         after=args.after,
         since_start=args.since_start,
         follow=not args.no_follow,
@@ -135,6 +136,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--status", default="", metavar="S", help="only changes to this status (e.g. failed)"
     )
     p.add_argument("--schedule", default="", metavar="NAME", help="only this schedule's jobs'")
+    p.add_argument("--namespace", default="", metavar="NS", help="only this namespace's jobs'")
     since = p.add_mutually_exclusive_group()
     since.add_argument(
         "--since-start", action="store_true", help="from the oldest event kept (default: from now)"

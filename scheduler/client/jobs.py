@@ -92,18 +92,22 @@ def jobs(
     status: str = "",
     node_id: str = "",
     schedule: str = "",
+    namespace: str = "",
     newest: bool = False,
     after: str = "",
     before: str = "",
     page_size: int = calls.PAGE,
 ) -> Feed[Job]:
-    """Every job (or those with this status, on this node, made by this schedule), oldest
-    first (`newest`: newest first), after job `after` (before `before`), read a page at a
-    time as the iteration goes."""
+    """Every job (or those with this status, on this node, made by this schedule, of this
+    namespace), oldest first (`newest`: newest first), after job `after` (before `before`),
+    read a page at a time as the iteration goes. A key limited to namespaces lists only
+    theirs (another namespace: none); a namespace is listed without a node."""
     order = "newest" if newest or before else ""
     bound = before if order else after
     while True:
-        params = calls.given(status=status, node_id=node_id, schedule=schedule, order=order)
+        params = calls.given(
+            status=status, node_id=node_id, schedule=schedule, namespace=namespace, order=order
+        )
         params["limit"] = str(page_size)
         if bound:
             params["before" if order else "after"] = bound

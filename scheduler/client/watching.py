@@ -70,19 +70,22 @@ def events(
     node_id: str = "",
     status: str = "",
     schedule: str = "",
+    namespace: str = "",
     after: str = "",
     since_start: bool = False,
     follow: bool = True,
 ) -> Feed[EventItem]:
     """Every job's status changes as they happen (or this job's, node's, status's,
-    schedule's), from now, from the oldest kept (`since_start`), or after a `position` an
-    earlier event carried; with `follow=False` those kept, then the iteration ends.
-    Each is a `JobEvent`, or `EventsDropped` for changes trimmed before they were read."""
+    schedule's, namespace's; a key limited to namespaces gets only theirs), from now, from
+    the oldest kept (`since_start`), or after a `position` an earlier event carried; with
+    `follow=False` those kept, then the iteration ends. Each is a `JobEvent`, or
+    `EventsDropped` for changes trimmed before they were read."""
     params = calls.given(
         job_id=job_id,
         node_id=node_id,
         status=status,
         schedule=schedule,
+        namespace=namespace,
         after="0" if since_start else after,
         follow="" if follow else "0",
     )

@@ -27,3 +27,4 @@ class Event(msgspec.Struct, omit_defaults=True, kw_only=True):
     old_node_id: str = ""
     schedule: str = ""
     failure_reason: str = ""
+    namespace: str = ""  # the job's, as its record says it ("": the default's, omitted)

@@ -54,3 +54,23 @@ def shown(stored: str) -> str:
 def stored(name: str) -> str:
     """A namespace's name as a job stores it: "" for `default`."""
     return "" if name == DEFAULT else name
+
+
+# The namespaces a read covers (a listing, the events, the counts), as stored: None for every
+# namespace; else those, none at all for a key asking for a namespace it is not limited to
+# (it reads nothing, as of a namespace without jobs: it cannot tell which exist).
+Scope = tuple[str, ...] | None
+
+
+def scope(limited: tuple[str, ...], asked: str) -> Scope:
+    """What a read of namespace `asked` ("": none named, a valid name: check_namespace) by a
+    key `limited` to those namespaces (none: every one) covers: the one asked, if the key may
+    read it; with none asked, the key's own, or every namespace."""
+    if asked:
+        return (stored(asked),) if not limited or asked in limited else ()
+    return tuple(stored(name) for name in limited) if limited else None
+
+
+def in_scope(covered: Scope, namespace: str) -> bool:
+    """Whether a job of `namespace` (as stored) is in what a read covers."""
+    return covered is None or namespace in covered

@@ -246,6 +246,12 @@ class Keys:
     def namespace_status(self, namespace: str, status: str) -> str:
         return self._k(f"ns:{namespace}:{status}")
 
+    # Every namespace holding a job (as stored: "" the default's), so /metrics counts each
+    # without a SCAN: CREATE_JOB and RESTORE_JOBS add, PRUNE_FINISHED removes an emptied one.
+    @property
+    def namespaces(self) -> str:
+        return self._k("namespaces")
+
     def node_jobs(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:jobs")
 

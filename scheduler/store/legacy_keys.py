@@ -79,7 +79,7 @@ LAYOUT_ROOTS = frozenset(
         "submit", "lock", "stats", "runs", "delayed", "schedules", "attempts", "waiting",
         "dependents", "ui", "authfail", "series", "series-retention", "label", "unplaced",
         "records", "staged", "shards", "endings", "libraries", "log", "events", "apikeys",
-        "audit", "ns",
+        "audit", "ns", "namespaces",
     }
 )  # fmt: skip
 

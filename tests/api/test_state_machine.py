@@ -281,7 +281,7 @@ def test_scripts_use_the_keys_that_keys_py_names(
     api = make_client()
     k = Keys(prefix)
     # A registered node's label sets: its implicit labels (models/labels.py).
-    # "": the default namespace's indexes (Keys.namespace_jobs).
+    # "": the default namespace's indexes (keys.py namespace_jobs: it is stored as "").
     words = ["job-1", "n1", "node.id=n1", "node.hostname=n1", "cpus", "memory_mb", ""]
     named = named_keys(k, [*words, *STATUSES])
 

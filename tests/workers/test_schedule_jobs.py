@@ -231,7 +231,15 @@ def test_scheduler_list_schedule_pages_a_schedules_jobs(ctx: Context, api: TestC
     fire_ticks(ctx, api, 3)
     client = Client("http://testserver", transport=Through(api))
     args = argparse.Namespace(
-        node_id="", status="", schedule="a", limit=2, newest=False, after="", before="", json=True
+        node_id="",
+        status="",
+        schedule="a",
+        namespace="",
+        limit=2,
+        newest=False,
+        after="",
+        before="",
+        json=True,
     )
     out, err = io.StringIO(), io.StringIO()
     assert cli_listing.list_jobs(args, client, out, err) == 0

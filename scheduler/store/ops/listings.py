@@ -8,6 +8,7 @@ import dataclasses
 from typing import TypeVar
 
 from scheduler.models.job import STATUSES
+from scheduler.models.namespace import Scope
 from scheduler.store.merging import merged, merged_search
 from scheduler.store.operation import (
     All,
@@ -46,28 +47,36 @@ def _queue_of(node_id: str, status: str) -> bool:
 
 @operation(home)
 def list_jobs(
-    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool = False
+    shard: Shard,
+    node_id: str,
+    status: str,
+    bound: int,
+    limit: int,
+    newest: bool = False,
+    scope: Scope = None,
 ) -> Steps[list[bytes]]:
     """A page of jobs (scripts.listing.LIST): each shard's heads, merged, then only the
-    jobs kept made whole. (A node's jobs are its shard's, but for those made before it came
-    there: on shard 0 before the upgrade; so a node's listings ask every shard too, but for
-    its queue.)"""
-    if status and status not in STATUSES:
+    jobs kept made whole; of the namespaces `scope` covers (none: no job, Redis not asked).
+    (A node's jobs are its shard's, but for those made before it came there: on shard 0
+    before the upgrade; so a node's listings ask every shard too, but for its queue.)"""
+    if (status and status not in STATUSES) or scope == ():
         return []
     if _queue_of(node_id, status):
-        pages = [(yield from nested(_queue_page(node_id, status, bound, limit, newest)))]
+        page = _queue_page(node_id, status, bound, limit, newest, scope)
+        pages = [(yield from nested(page))]
     else:
-        pages = yield from nested(_pages(node_id, status, bound, limit, newest))
+        pages = yield from nested(_pages(node_id, status, bound, limit, newest, scope))
     heads = pages[0].jobs if len(pages) == 1 else merged(pages, limit, newest)
     return (yield from nested(whole(heads)))
 
 
 @operation(by_node)
 def _queue_page(
-    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool
+    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool, scope: Scope
 ) -> Steps[listing.Page]:
     budget = shard.settings.max_page_bytes  # its shard's page alone
-    return (yield from run(listing.list_jobs(node_id, status, bound, limit, budget, newest)))
+    call = listing.list_jobs(node_id, status, bound, limit, budget, newest, scope=scope)
+    return (yield from run(call))
 
 
 def _flat(parts: list[list[T]]) -> list[T]:
@@ -76,10 +85,11 @@ def _flat(parts: list[list[T]]) -> list[T]:
 
 @operation(each(_flat))
 def _pages(
-    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool
+    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool, scope: Scope
 ) -> Steps[list[listing.Page]]:
-    page = yield from run(listing.list_jobs(node_id, status, bound, limit, _budget(shard), newest))
-    return [page]
+    budget = _budget(shard)
+    call = listing.list_jobs(node_id, status, bound, limit, budget, newest, scope=scope)
+    return [(yield from run(call))]
 
 
 def _sum(found: list[list[int]]) -> list[int]:
@@ -87,39 +97,88 @@ def _sum(found: list[list[int]]) -> list[int]:
 
 
 @operation(each(_sum))
-def counts(shard: Shard, node_id: str) -> Steps[list[int]]:
-    """[all jobs, then each status's] of `node_id`'s jobs ("": every node's)."""
-    return (yield from run(listing.counts(node_id, STATUSES)))
+def counts(shard: Shard, node_id: str, scope: Scope = None) -> Steps[list[int]]:
+    """[all jobs, then each status's] of `node_id`'s jobs ("": every node's), or of the
+    namespaces `scope` covers (none: zeros, Redis not asked)."""
+    if scope == ():
+        return [0] * (len(STATUSES) + 1)
+    return (yield from run(listing.counts(node_id, STATUSES, scope)))
+
+
+def _added(found: list[dict[str, list[int]]]) -> dict[str, list[int]]:
+    total: dict[str, list[int]] = {}
+    for part in found:
+        for namespace, counts in part.items():
+            had = total.get(namespace)
+            total[namespace] = (
+                counts if had is None else [a + b for a, b in zip(had, counts, strict=True)]
+            )
+    return total
+
+
+@operation(each(_added))
+def namespace_counts(shard: Shard, scope: Scope = None) -> Steps[dict[str, list[int]]]:
+    """Each namespace `scope` covers (None: every one in use, scripts.listing
+    MOST_NAMESPACES at most a shard) holding a job, as stored ("" the default's), with [all
+    its jobs, then each status's (STATUSES)]; summed over the shards."""
+    if scope == ():
+        return {}
+    return (yield from run(listing.namespace_counts(STATUSES, scope)))
 
 
 @operation(home)
 def search(
-    shard: Shard, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
+    shard: Shard,
+    node_id: str,
+    status: str,
+    bound: int,
+    needle: str,
+    scan: int,
+    limit: int,
+    scope: Scope = None,
 ) -> Steps[listing.Found]:
     """The UI's search (scripts.listing.SEARCH, in pieces: pieces.py), its jobs' records
-    whole: every shard's, merged, but for a node's queue (its shard's)."""
+    whole: every shard's, merged, but for a node's queue (its shard's); of the namespaces
+    `scope` covers (none: nothing found, Redis not asked)."""
+    if scope == ():
+        return listing.Found([], 0, 0, False)
+    args = (node_id, status, bound, needle, scan, limit, scope)
     if _queue_of(node_id, status):
-        found = yield from nested(_queue_found(node_id, status, bound, needle, scan, limit))
+        found = yield from nested(_queue_found(*args))
     else:
-        pieces = yield from nested(_found_each(node_id, status, bound, needle, scan, limit))
+        pieces = yield from nested(_found_each(*args))
         found = pieces[0] if len(pieces) == 1 else merged_search(pieces, limit)
     return dataclasses.replace(found, jobs=(yield from nested(whole(found.jobs))))
 
 
 @operation(by_node)
 def _queue_found(
-    shard: Shard, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
+    shard: Shard,
+    node_id: str,
+    status: str,
+    bound: int,
+    needle: str,
+    scan: int,
+    limit: int,
+    scope: Scope,
 ) -> Steps[listing.Found]:
     budget = shard.settings.max_page_bytes
-    return (yield from searched(node_id, status, bound, needle, scan, limit, budget))
+    return (yield from searched(node_id, status, bound, needle, scan, limit, budget, scope))
 
 
 @operation(each(_flat))
 def _found_each(
-    shard: Shard, node_id: str, status: str, bound: int, needle: str, scan: int, limit: int
+    shard: Shard,
+    node_id: str,
+    status: str,
+    bound: int,
+    needle: str,
+    scan: int,
+    limit: int,
+    scope: Scope,
 ) -> Steps[list[listing.Found]]:
-    found = yield from searched(node_id, status, bound, needle, scan, limit, _budget(shard))
-    return [found]
+    budget = _budget(shard)
+    return [(yield from searched(node_id, status, bound, needle, scan, limit, budget, scope))]
 
 
 @operation(each(overview_scripts.merged))

@@ -3,10 +3,13 @@ UI's jobs page (its search, its counts per status)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.models.namespace import Scope
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import JobNotFound
 from scheduler.store.scripts import codes
@@ -29,9 +32,17 @@ def _page(reply: list[Any]) -> Page:
     return Page(jobs=blobs(reply[1:]), cut=bool(reply[0]))
 
 
+def scope_arg(scope: Scope) -> str:
+    """A read's namespaces as the listing scripts take them (listing.lua namespaces_in): ""
+    for every one, else their names as stored, in JSON. A scope of none is never sent: the
+    read answers nothing without asking Redis."""
+    assert scope != (), "a read of no namespace asks Redis nothing"
+    return "" if scope is None else json.dumps(list(scope))
+
+
 LIST = Script(
     "LIST",
-    "node status schedule bound limit budget order",
+    "node status schedule scope bound limit budget order",
     _page,
     read_only=True,
 )
@@ -45,14 +56,17 @@ def list_jobs(
     budget_bytes: int,
     newest: bool = False,
     schedule: str = "",
+    scope: Scope = None,
 ) -> Call[Page]:
     """Oldest first from after job-`bound`, or with `newest` newest first from before it
     (0: from the newest); a node's pending jobs in queue order from job-`bound`'s place;
-    with `schedule`, the jobs that schedule made (node_id and status ignored)."""
+    with `schedule`, the jobs that schedule made (node_id and status ignored); of the
+    namespaces `scope` covers only (listing.lua listing_ids)."""
     return LIST.call(
         node=node_id,
         status=status,
         schedule=schedule,
+        scope=scope_arg(scope),
         bound=bound,
         limit=limit,
         budget=budget_bytes,
@@ -123,7 +137,7 @@ def _found(reply: list[Any]) -> Found:
 
 SEARCH = Script(
     "SEARCH",
-    "node status bound needle scan limit budget read",
+    "node status scope bound needle scan limit budget read",
     _found,
     read_only=True,
 )
@@ -138,13 +152,16 @@ def search(
     limit: int,
     budget: int,
     read: int = SEARCH_READ_BYTES,
+    scope: Scope = None,
 ) -> Call[Found]:
     """Up to `limit` of the `scan` newest jobs before job-`bound` (0: from the newest) with
-    these filters whose command holds `needle`, ignoring ASCII case; at most about `read`
-    bytes of records read (store/search.py goes on from the last job looked at)."""
+    these filters (and of the namespaces `scope` covers) whose command holds `needle`,
+    ignoring ASCII case; at most about `read` bytes of records read (store/search.py goes
+    on from the last job looked at)."""
     return SEARCH.call(
         node=node_id,
         status=status,
+        scope=scope_arg(scope),
         bound=bound,
         needle=needle.encode().lower().decode(),  # ASCII only, as Lua's string.lower
         scan=scan,
@@ -156,12 +173,41 @@ def search(
 
 COUNTS = Script(
     "COUNTS",
-    "node *statuses",
+    "node scope *statuses",
     lambda reply: [int(count) for count in reply],
     read_only=True,
 )
 
 
-def counts(node_id: str, statuses: Sequence[str]) -> Call[list[int]]:
-    """[all jobs, then each status's] of `node_id`'s jobs ("": every node's)."""
-    return COUNTS.call(node=node_id, statuses=statuses)
+def counts(node_id: str, statuses: Sequence[str], scope: Scope = None) -> Call[list[int]]:
+    """[all jobs, then each status's] of `node_id`'s jobs ("": every node's), or of the
+    namespaces `scope` covers (with no node: the API takes no node with a scope)."""
+    return COUNTS.call(node=node_id, scope=scope_arg(scope), statuses=statuses)
+
+
+# The namespaces /metrics counts at most (those of the set of namespaces in use, keys.py
+# namespaces, in SSCAN's order): a bound on the script's work and on the scrape's series.
+MOST_NAMESPACES = 1000
+
+
+def _by_namespace(reply: list[Any], statuses: int) -> dict[str, list[int]]:
+    width = statuses + 2
+    return {
+        str(reply[i], "utf-8"): [int(n) for n in reply[i + 1 : i + width]]
+        for i in range(0, len(reply), width)
+    }
+
+
+NAMESPACE_COUNTS = Script(
+    "NAMESPACE_COUNTS",
+    "scope most *statuses",
+    _by_namespace,
+    read_only=True,
+)
+
+
+def namespace_counts(statuses: Sequence[str], scope: Scope = None) -> Call[dict[str, list[int]]]:
+    """Each namespace `scope` covers (None: those in use, MOST_NAMESPACES at most) that holds
+    a job, as stored ("" the default), with [all its jobs, then each status's]."""
+    call = NAMESPACE_COUNTS.call(scope=scope_arg(scope), most=MOST_NAMESPACES, statuses=statuses)
+    return dataclasses.replace(call, known=(len(statuses),))

@@ -37,6 +37,11 @@ for _, id in ipairs(expired) do
       part_keys(id, keys)
       redis.call("DEL", unpack(keys))
       leave_place(id, job)
+      -- A namespace its last job left is no longer in use (keys.py namespaces).
+      local ns = job.namespace or ""
+      if redis.call("EXISTS", K.namespace_jobs(ns)) == 0 then
+        redis.call("SREM", K.namespaces, ns)
+      end
       removed[#removed + 1] = id
     else
       redis.call("ZREM", K.finished, id)

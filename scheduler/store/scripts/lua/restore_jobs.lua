@@ -7,14 +7,15 @@
 
 -- Put jobs back as the snapshot holds them, each in every index of its place (places.py
 -- enter_place, as the scripts keep them). A job already present is first taken out of its
--- old place. mark_dirty "1": the next snapshot writes them. jobs: 14 values each, at most
+-- old place. mark_dirty "1": the next snapshot writes them. jobs: 15 values each, at most
 -- 1000 jobs: id, score, node id, status, the time it entered its status where its place
 -- is scored by it (a delayed job's due time, a running run-job's start, a finished job's
 -- finish; 0 for a cancelling one: asked long ago, the next sweep ends it), its job_type,
 -- priority (a pending job's place in its node's queue), cpus and memory_mb (what it holds
 -- on its node: room.lua hold), then its record's parts (models/record.py): head, spec,
--- stdout, stderr ("": none), then the schedule that made it ("": none). A pending job on
--- no node is unplaced again, and the next placement pass is flagged. Each index gets one
+-- stdout, stderr ("": none), then the schedule that made it ("": none) and its namespace
+-- ("": the default's; the set of those in use gets it). A pending job on no node is
+-- unplaced again, and the next placement pass is flagged. Each index gets one
 -- ZADD/SADD for the whole batch: far cheaper than one call per job. Returns the number of
 -- jobs restored.
 local function unindex(id, raw)
@@ -40,6 +41,7 @@ local function in_chunks(command, values, step)
   end
 end
 local WIDTH = 15
+local in_use = {}
 local restored, job_keys = {}, {}
 for i = 1, #jobs, WIDTH do
   restored[#restored + 1] = jobs[i]
@@ -66,6 +68,10 @@ for j, id in ipairs(restored) do
     priority = jobs[i + 6], cpus = jobs[i + 7], memory_mb = jobs[i + 8], schedule = jobs[i + 13],
     namespace = jobs[i + 14]}
   enter_place(id, jobs[i + 1], where, jobs[i + 4], gather)
+  if not in_use[jobs[i + 14]] then  -- the namespaces in use (keys.py namespaces), once each
+    in_use[jobs[i + 14]] = true
+    gather("SADD", K.namespaces, jobs[i + 14])
+  end
   if mark_dirty == "1" then gather("SADD", K.dirty, id) end
 end
 in_chunks("DEL", absent, 1000)

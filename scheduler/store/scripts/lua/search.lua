@@ -3,10 +3,11 @@
 --- @include "listing_ids"
 --- @include "number_of"
 
--- The web UI's search: of the `scan` jobs the newest-first listing with these filters holds
--- from `bound` (listing.lua listing_ids), those whose command holds `needle` (given in lower
--- case: ASCII case is ignored), up to `limit`, their page stopping at `budget` bytes. Only
--- the start of a job's head is read, or of its spec when that is kept apart
+-- The web UI's search: of the `scan` jobs the newest-first listing with these filters (and
+-- namespace `scope`) holds from `bound` (listing.lua listing_ids), those whose command holds
+-- `needle` (given in lower case: ASCII case is ignored), up to `limit`, their page stopping
+-- at `budget` bytes. Only the start of a job's head is read, or of its spec when that is
+-- kept apart
 -- (models/record.py): each is written with the command at its top level before any object
 -- (msgspec after the ids, in Job's order; a script first: encode.lua), so the first
 -- `"command":"` with no brace before it is the command's (one after a brace is a key of
@@ -49,7 +50,7 @@ local function command_of(id)
 end
 
 local found, looked, last = {}, 0, "job-0"
-local ids = listing_ids(node, status, "", bound, "desc", tonumber(scan) + 1)
+local ids = listing_ids(node, status, "", scope, bound, "desc", tonumber(scan) + 1)
 for i, id in ipairs(ids) do
   if i > tonumber(scan) or read_bytes >= tonumber(read) then break end
   looked = looked + 1

@@ -8,12 +8,13 @@
 -- by age; its number is the shard's event number, which an ending's outbox entry shares.
 
 -- The event of job `id` (its record `job` as it is now) from status `old` on node `from`;
--- returns its number.
+-- returns its number. `ns` is its namespace ("" the default's: GET /events filters by it).
 local function note_event(id, job, old, from)
   local n = redis.call("INCR", K.event_seq)
   redis.call("XADD", K.events, "MAXLEN", "~", EVENTS_KEPT, "*", "n", n, "job", id,
     "from", old, "to", job.status, "was", from or "", "node", job.node_id or "",
-    "schedule", job.schedule or "", "reason", job.failure_reason or "")
+    "schedule", job.schedule or "", "reason", job.failure_reason or "",
+    "ns", job.namespace or "")
   redis.call("PUBLISH", K.events_channel, "")
   return n
 end
