@@ -85,6 +85,9 @@ def restore_if_empty(
         split = store.run(ops.upkeep.split_records())
         if split:
             log.info("upgraded %d job record(s) to records in parts", split)
+        indexed = store.run(ops.upkeep.index_namespaces())
+        if indexed:
+            log.info("upgraded %d job(s) to namespaces: each in its namespace's indexes", indexed)
         return restored
 
 

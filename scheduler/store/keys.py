@@ -207,6 +207,9 @@ class Keys:
         return self._k("shards")
 
     @property
+    def namespaces_indexed(self) -> str:  # set once the jobs of before namespaces are indexed
+        return self._k("namespaces:indexed")
+
     def records_split(self) -> str:
         return self._k("records:split")
 

@@ -251,6 +251,34 @@ def split_records(shard: Shard, batch: int = 500) -> Steps[int]:
 
 
 @operation(home)
+def index_namespaces(shard: Shard, batch: int = 500) -> Steps[int]:
+    """The upgrade to namespaces: the jobs of an earlier version put in their namespace's
+    indexes (places.py BY_NAMESPACE, NAMESPACE_STATUS), once (Keys.namespaces_indexed marks
+    it done; every job made or moved since the upgrade enters them by itself). Returns how
+    many jobs were indexed."""
+    keys = shard.keys
+    if (yield from send("EXISTS", keys.namespaces_indexed)):
+        return 0
+    indexed, above = 0, "-inf"
+    while True:
+        entries = _scored(
+            (
+                yield from send(
+                    "ZRANGEBYSCORE", keys.all_jobs, above, "+inf", "WITHSCORES", "LIMIT", 0, batch
+                )
+            )
+        )
+        ids = [str(member, "utf-8") for member, _ in entries]
+        if ids:
+            indexed += yield from run(snapshot.index_namespaces(ids))
+        if len(ids) < batch:
+            break
+        above = f"({entries[-1][1]!r}"
+    yield from send("SET", keys.namespaces_indexed, "1")
+    return indexed
+
+
+@operation(home)
 def retire_libraries(shard: Shard, grace: float = LIBRARY_GRACE_SECS) -> Steps[list[str]]:
     """An old release's function library deleted once no process uses it (docs/UPGRADING.md).
     Each release's scripts are one library named after a hash of its text

@@ -3,6 +3,7 @@ and the restore. Each with its call."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,17 @@ UPGRADE_RETIRED = Script(
 
 def upgrade_retired(status: str, ending: str, batch: int) -> Call[int]:
     return UPGRADE_RETIRED.call(status=status, ending=ending, batch=batch)
+
+
+INDEX_NAMESPACES = Script(
+    "INDEX_NAMESPACES",
+    "ids",
+    int,
+)
+
+
+def index_namespaces(job_ids: Sequence[str]) -> Call[int]:
+    return INDEX_NAMESPACES.call(ids=json.dumps(list(job_ids)))
 
 
 SPLIT_RECORD = Script(
