@@ -34,6 +34,8 @@ from scheduler.models.job import (
     asks_fit,
     bound_output,
     new_job,
+    seen_by,
+    shown_to,
     stamped,
     validate_create,
     validate_update,
@@ -87,8 +89,18 @@ def poller(node_id: str, caller: str, capacity: str, claims: str) -> Poller:
     return Poller(node_id, caller, count, bool(claims))
 
 
-async def read_job(store: Store, job_id: str) -> bytes:
-    return job_reply(await store.run(ops.jobs.get(job_id_or_404(job_id))))
+async def read_job(store: Store, job_id: str, caller: Principal) -> bytes:
+    """GET /jobs/{id}: the job as `caller` may see it (`job_for`)."""
+    return job_for(caller, await store.run(ops.jobs.get(job_id_or_404(job_id))))
+
+
+def job_for(caller: Principal, blob: bytes | None) -> bytes:
+    """A job's record as `caller` may see it (models/job.py shown_to); a job of a namespace
+    the caller's key is not limited to is answered exactly as one that does not exist (404):
+    the key cannot tell it exists."""
+    if blob is not None and not seen_by(caller, blob):
+        blob = None
+    return shown_to(caller, job_reply(blob))
 
 
 def job_reply(blob: bytes | None) -> bytes:
