@@ -108,6 +108,9 @@ SPECS: dict[str, Spec] = {
     "node_selector": Spec(
         "--select", "a node label it needs; KEY=A,B: either (repeat)", "KEY=VALUE"
     ),
+    "namespace": Spec(
+        "--namespace", "the namespace it belongs to (default: the key's first, else default)", "NS"
+    ),
 }
 # --node ID: the node_selector's node.id, the one field with a second flag.
 NODE_FLAG = "--node"

@@ -282,7 +282,7 @@ def test_scripts_use_the_keys_that_keys_py_names(
     k = Keys(prefix)
     # A registered node's label sets: its implicit labels (models/labels.py).
     words = ["job-1", "n1", "node.id=n1", "node.hostname=n1", "cpus", "memory_mb"]
-    named = named_keys(k, [*words, *STATUSES])
+    named = named_keys(k, [*words, "", *STATUSES])  # "": the default namespace (ns::jobs)
 
     def check(required: dict[str, str]) -> None:
         found = _keys_of(rclient, k)
