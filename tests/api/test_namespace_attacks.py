@@ -173,6 +173,37 @@ def test_a_limited_key_does_all_of_it_on_its_own_namespaces_jobs(teams: Teams) -
 
 
 @BOTH_FRONTS
+@pytest.mark.parametrize("path", ["/jobs/{}", "/jobs/{}?wait=1&status_not=pending"])
+def test_a_limited_reader_sees_its_namespaces_job_without_env_values_and_no_other(
+    teams: Teams, path: str
+) -> None:
+    api, _ = teams
+    reader = as_key(make_key(api, "r", "reader", ["team-a"]))
+    assert assert_json(api.get(path.format("job-1"), headers=reader))["env_vars"] == {
+        "DB_PASSWORD": "(hidden)"
+    }
+    hidden = api.get(path.format("job-2"), headers=reader)
+    assert answer(hidden) == answer(api.get(path.format(UNKNOWN), headers=reader))
+
+
+def test_a_key_of_the_default_namespace_and_one_named_like_anothers_prefix(teams: Teams) -> None:
+    """The scripts match a namespace whole (models/namespace.py scope): a key limited to
+    default and `team` reaches the default's jobs, and not team-a's or team-b's."""
+    api, _ = teams
+    key = as_key(make_key(api, "d", "submitter", ["default", "team"]))
+    mine = submit(api, ADMIN)["job_id"]
+    assert assert_json(api.delete(f"/jobs/{mine}", headers=key))["cancelled_by"] == "d"
+    before = world(api)
+    for job_id in ("job-3", "job-4"):
+        assert answer(api.delete(f"/jobs/{job_id}", headers=key))[::2] == (404, "job not found\n")
+        assert answer(api.get(f"/jobs/{job_id}/logs", headers=key))[::2] == (
+            404,
+            "job not found\n",
+        )
+    assert world(api) == before
+
+
+@BOTH_FRONTS
 def test_the_admin_key_reaches_every_namespaces_jobs(teams: Teams) -> None:
     api, _ = teams
     for job_id in ("job-1", "job-2"):
