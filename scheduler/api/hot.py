@@ -139,7 +139,7 @@ async def create_job(
         raise undecodable("job", exc) from None
     job = new_job(request, by=by)
     validate_create(job)
-    dedup = _dedup(idempotency_key, request, settings.idempotency_ttl_secs)
+    dedup = _dedup(idempotency_key, request, settings.idempotency_ttl_secs, job.namespace)
     now = time.time()
     job = stamped(job, request, now)
     placement = await state.nodes.placement(job.instance_id, asks_fit(job))
@@ -172,16 +172,24 @@ def check_idempotency_key(key: str) -> None:
         raise HTTPError(400, "invalid Idempotency-Key: use 1 to 255 visible ASCII characters")
 
 
-def _dedup(key: str, request: msgspec.Struct, ttl: int) -> Dedup:
-    """A submission's idempotency: its key (hashed: any client text makes a bounded Redis key)
-    and the fingerprint of what it asks for, the request as decoded (so formatting and field
-    order do not count as another request)."""
+def _dedup(key: str, request: msgspec.Struct, ttl: int, namespace: str) -> Dedup:
+    """A submission's idempotency: its key (`key_digest`, in the job's `namespace`) and the
+    fingerprint of what it asks for, the request as decoded (so formatting and field order
+    do not count as another request)."""
     if not key:
         return NO_DEDUP
-    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
     canonical = msgspec.json.encode(request, order="deterministic")
     fingerprint = hashlib.sha256(canonical).hexdigest()[:32]
-    return Dedup("submit", digest, ttl, fingerprint)
+    return Dedup("submit", key_digest(key, namespace), ttl, fingerprint)
+
+
+def key_digest(key: str, namespace: str) -> str:
+    """What Redis keeps of an Idempotency-Key: its SHA-256 (any client text makes a bounded
+    Redis key), per namespace (as stored). The same key sent for a job of another namespace
+    is another key, so a key of one namespace never gets another namespace's job back as
+    its replay, nor its 422. The default's is the key's hash alone, as before namespaces."""
+    text = f"{namespace}\0{key}" if namespace else key
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 async def report_job(

@@ -186,6 +186,45 @@ def test_a_limited_reader_sees_its_namespaces_job_without_env_values_and_no_othe
     assert answer(hidden) == answer(api.get(path.format(UNKNOWN), headers=reader))
 
 
+@BOTH_FRONTS
+@pytest.mark.parametrize("command", ["x", "another"])
+def test_another_namespaces_idempotency_key_replays_nothing_of_its(
+    teams: Teams, command: str
+) -> None:
+    """The attack: key `a` sends the Idempotency-Key team-b's key used, with the same body
+    (its replay would be team-b's job, 200) or another (422 would say the key was used). An
+    Idempotency-Key is per namespace: it is a new key in team-a's, and makes team-a's job."""
+    api, a = teams
+    b = as_key(make_key(api, "b", "submitter", ["team-b"]))
+    theirs = {"Idempotency-Key": "nightly-1", **b}
+    made = assert_json(api.post("/jobs", json={"command": "x"}, headers=theirs), 201)
+    assert made["namespace"] == "team-b"
+    mine = api.post(
+        "/jobs", json={"command": command}, headers={**a, "Idempotency-Key": "nightly-1"}
+    )
+    job = assert_json(mine, 201)
+    assert (job["namespace"], job["submitted_by"]) == ("team-a", "a")
+    assert job["job_id"] != made["job_id"]
+    again = api.post("/jobs", json={"command": "x"}, headers=theirs)  # team-b's own replay
+    assert assert_json(again, 200)["job_id"] == made["job_id"]
+
+
+@pytest.mark.parametrize("command", ["x", "another"])
+def test_another_namespaces_batch_key_replays_nothing_of_its(teams: Teams, command: str) -> None:
+    api, a = teams
+    b = as_key(make_key(api, "b", "submitter", ["team-b"]))
+    body = {"jobs": [{"command": "x"}]}
+    theirs = assert_json(api.post("/jobs/batch", json=body, headers={**b, "Idempotency-Key": "k"}))
+    mine = api.post(
+        "/jobs/batch",
+        json={"jobs": [{"command": command}]},
+        headers={**a, "Idempotency-Key": "k"},
+    )
+    [made] = assert_json(mine)["jobs"]
+    assert made["job_id"] != theirs["jobs"][0]["job_id"]
+    assert assert_json(api.get(f"/jobs/{made['job_id']}", headers=a))["namespace"] == "team-a"
+
+
 def test_a_key_of_the_default_namespace_and_one_named_like_anothers_prefix(teams: Teams) -> None:
     """The scripts match a namespace whole (models/namespace.py scope): a key limited to
     default and `team` reaches the default's jobs, and not team-a's or team-b's."""
