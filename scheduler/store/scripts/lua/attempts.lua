@@ -5,8 +5,8 @@
 
 -- GET /jobs/{id}/attempts: the job's ended attempts, oldest first, as attempts.lua's
 -- record_attempt wrote them (the last ATTEMPTS_KEPT). Returns {OK, attempt JSON, ...}
---   | {NOT_FOUND} (also for a job outside `namespaces`: read.lua sees, its caller's, whose
---   record only such a caller has read)
+--   | {NOT_FOUND} (also for a job outside `namespaces`: read.lua sees, its caller's; the
+--   record is read only for a caller limited to some)
 if namespaces == "" then
   if redis.call("EXISTS", K.job(job_id)) == 0 then return {NOT_FOUND} end
 else

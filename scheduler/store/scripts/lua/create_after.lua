@@ -27,9 +27,9 @@
 --   | {NO_NODES} | {NOT_READY} | {UNKNOWN_AFTER, id}
 --   | {TOO_MANY, id waited for by max_waiters already}
 --- @insert "new_job"
--- Whether the new job may run after job `dep`: one of its namespace's index. A job made
--- before namespaces were indexed is in no such index: the default's (its record names
--- none), read only then.
+-- Whether the new job may run after job `dep`: one in its own namespace's index. A job made
+-- before namespaces were indexed is in none: a default one (its record names no namespace),
+-- its record read only then.
 local function same_namespace(dep)
   if redis.call("ZSCORE", K.namespace_jobs(namespace), dep) then return true end
   if namespace ~= "" or not redis.call("ZSCORE", K.all_jobs, dep) then return false end
