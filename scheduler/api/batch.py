@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from scheduler.api.errors import reply_for
-from scheduler.api.hot import check_idempotency_key
+from scheduler.api.hot import check_idempotency_key, key_digest
 from scheduler.api.http import HTTPError, caller, json_bytes, read_body, undecodable
 from scheduler.api.state import AppState
 from scheduler.models.access_key import ANYONE, Principal
@@ -123,7 +123,8 @@ async def create_jobs(
     values: list[Any] = list(parsed)
     fingerprint = _fingerprint(raws, parsed)
     ttl = settings.idempotency_ttl_secs
-    if key and not await state.store.run(ops.jobs.claim_batch(_dedup(key, ttl, fingerprint))):
+    claim = _dedup(key, ttl, fingerprint, by.home)  # the batch's: its key's home namespace
+    if key and not await state.store.run(ops.jobs.claim_batch(claim)):
         raise IdempotencyMismatch()
     placements = await _placements(state, [p[1] for p in parsed if isinstance(p, tuple)])
     wanted: list[tuple[int, tuple[Job, Placement, Dedup]]] = []
@@ -133,7 +134,8 @@ async def create_jobs(
             if isinstance(where, Exception):
                 values[i] = where
             else:
-                dedup = _dedup(f"{key} {i}", ttl, fingerprint) if key else NO_DEDUP
+                own = _dedup(f"{key} {i}", ttl, fingerprint, p[1].namespace)
+                dedup = own if key else NO_DEDUP
                 wanted.append((i, (p[1], where, dedup)))
     made = await _made(state, [w for _, w in wanted], now)
     for (i, _), value in zip(wanted, made, strict=True):
@@ -173,11 +175,10 @@ def _fingerprint(raws: list[bytes], parsed: list[Parsed | Exception]) -> str:
     return digest.hexdigest()[:32]
 
 
-def _dedup(key: str, ttl: int, fingerprint: str) -> Dedup:
-    """A key's Dedup (its SHA-256, as hot._dedup hashes POST /jobs' key): the batch's, or a
+def _dedup(key: str, ttl: int, fingerprint: str, namespace: str) -> Dedup:
+    """A key's Dedup in `namespace` (hot.key_digest, as POST /jobs' key): the batch's, or a
     job's, `<batch key> <index>`, which no client's key can be (a key has no space)."""
-    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
-    return Dedup("submit", digest, ttl, fingerprint)
+    return Dedup("submit", key_digest(key, namespace), ttl, fingerprint)
 
 
 def _asks(job: Job) -> tuple[str, bool]:

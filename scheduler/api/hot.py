@@ -34,6 +34,8 @@ from scheduler.models.job import (
     asks_fit,
     bound_output,
     new_job,
+    seen_by,
+    shown_to,
     stamped,
     validate_create,
     validate_update,
@@ -87,8 +89,18 @@ def poller(node_id: str, caller: str, capacity: str, claims: str) -> Poller:
     return Poller(node_id, caller, count, bool(claims))
 
 
-async def read_job(store: Store, job_id: str) -> bytes:
-    return job_reply(await store.run(ops.jobs.get(job_id_or_404(job_id))))
+async def read_job(store: Store, job_id: str, caller: Principal) -> bytes:
+    """GET /jobs/{id}: the job as `caller` may see it (`job_for`)."""
+    return job_for(caller, await store.run(ops.jobs.get(job_id_or_404(job_id))))
+
+
+def job_for(caller: Principal, blob: bytes | None) -> bytes:
+    """A job's record as `caller` may see it (models/job.py shown_to); a job of a namespace
+    the caller's key is not limited to is answered exactly as one that does not exist (404):
+    the key cannot tell it exists."""
+    if blob is not None and not seen_by(caller, blob):
+        blob = None
+    return shown_to(caller, job_reply(blob))
 
 
 def job_reply(blob: bytes | None) -> bytes:
@@ -127,7 +139,7 @@ async def create_job(
         raise undecodable("job", exc) from None
     job = new_job(request, by=by)
     validate_create(job)
-    dedup = _dedup(idempotency_key, request, settings.idempotency_ttl_secs)
+    dedup = _dedup(idempotency_key, request, settings.idempotency_ttl_secs, job.namespace)
     now = time.time()
     job = stamped(job, request, now)
     placement = await state.nodes.placement(job.instance_id, asks_fit(job))
@@ -160,16 +172,24 @@ def check_idempotency_key(key: str) -> None:
         raise HTTPError(400, "invalid Idempotency-Key: use 1 to 255 visible ASCII characters")
 
 
-def _dedup(key: str, request: msgspec.Struct, ttl: int) -> Dedup:
-    """A submission's idempotency: its key (hashed: any client text makes a bounded Redis key)
-    and the fingerprint of what it asks for, the request as decoded (so formatting and field
-    order do not count as another request)."""
+def _dedup(key: str, request: msgspec.Struct, ttl: int, namespace: str) -> Dedup:
+    """A submission's idempotency: its key (`key_digest`, in the job's `namespace`) and the
+    fingerprint of what it asks for, the request as decoded (so formatting and field order
+    do not count as another request)."""
     if not key:
         return NO_DEDUP
-    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
     canonical = msgspec.json.encode(request, order="deterministic")
     fingerprint = hashlib.sha256(canonical).hexdigest()[:32]
-    return Dedup("submit", digest, ttl, fingerprint)
+    return Dedup("submit", key_digest(key, namespace), ttl, fingerprint)
+
+
+def key_digest(key: str, namespace: str) -> str:
+    """What Redis keeps of an Idempotency-Key: its SHA-256 (any client text makes a bounded
+    Redis key), per namespace (as stored). The same key sent for a job of another namespace
+    is another key, so a key of one namespace never gets another namespace's job back as
+    its replay, nor its 422. The default's is the key's hash alone, as before namespaces."""
+    text = f"{namespace}\0{key}" if namespace else key
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 async def report_job(

@@ -30,7 +30,7 @@ from scheduler.api.state import agent_auth as _auth
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models import poll
-from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, shown_to
+from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, seen_by, shown_to
 from scheduler.models.namespace import Scope, check_namespace, scope
 from scheduler.models.wire import check_id
 from scheduler.store import ops
@@ -172,20 +172,20 @@ def _job_id(request: Request) -> str:
 
 
 async def get_job(request: Request) -> Response:
-    job_id, wait = _job_id(request), longpoll.wait_secs(request)
+    job_id, wait, by = _job_id(request), longpoll.wait_secs(request), caller(request)
     if wait is None:
-        return json_bytes(shown_to(caller(request), await hot.read_job(_store(request), job_id)))
-    waiting = _store(request).get_wait(job_id, longpoll.status_not(request), wait)
-    blob = await longpoll.unless_disconnected(request, waiting)
-    if blob is None:
-        raise HTTPError(404, "job not found")
-    return json_bytes(shown_to(caller(request), blob))
+        return json_bytes(await hot.read_job(_store(request), job_id, by))
+    # Another namespace's job is not waited on: answered at once, as one that does not exist.
+    seen = None if not by.namespaces else lambda blob: seen_by(by, blob)
+    waiting = _store(request).get_wait(job_id, longpoll.status_not(request), wait, seen)
+    return json_bytes(hot.job_for(by, await longpoll.unless_disconnected(request, waiting)))
 
 
 async def get_attempts(request: Request) -> Response:
     """The job's ended attempts, oldest first (models/attempt.py): kept apart from the
     record, which GET /jobs/{id} answers as the original's clients know it."""
-    return json_array(await _store(request).run(ops.jobs.attempts(_job_id(request))))
+    attempts = ops.jobs.attempts(_job_id(request), caller(request).scope)
+    return json_array(await _store(request).run(attempts))
 
 
 async def update_job(request: Request) -> Response:
@@ -197,5 +197,6 @@ async def update_job(request: Request) -> Response:
 async def cancel_job(request: Request) -> Response:
     """DELETE /jobs/{id} (the key): a pending job is cancelled at once, a running one is
     cancelling until its agent has killed it (store/scripts/jobs.py, CANCEL_JOB)."""
-    cancel = ops.jobs.cancel(_job_id(request), time.time(), caller(request).who)
+    by = caller(request)
+    cancel = ops.jobs.cancel(_job_id(request), time.time(), by.who, by.scope)
     return json_bytes(await _store(request).run(cancel))

@@ -44,7 +44,6 @@ from scheduler.api.routing import POLL_LABEL, Access, Entry, Hot, Method, RouteT
 from scheduler.api.state import AppState
 from scheduler.models import poll
 from scheduler.models.access_key import ANYONE, Principal, Role
-from scheduler.models.job import shown_to
 from scheduler.models.record import record
 from scheduler.store import ops
 from scheduler.store.connection.protocol import Reply
@@ -304,13 +303,15 @@ class Lane:
             self.stats.observe(request.method, request.label, status, seconds)
 
     def send_get(self, request: HotRequest) -> Sent | None:
-        if not request.caller.sees_secrets:
-            return None  # read_job hides its env_vars' values
+        caller = request.caller
+        if not caller.sees_secrets or caller.namespaces:
+            # read_job hides its env_vars' values, or answers another namespace's job as none
+            return None
         reply = self.state.store.send_get(hot.job_id_or_404(request.id))
         return None if reply is None else (reply, _job_answer)
 
     async def read_job(self, request: HotRequest) -> Answer:
-        job = shown_to(request.caller, await hot.read_job(self.state.store, request.id))
+        job = await hot.read_job(self.state.store, request.id, request.caller)
         return 200, job + b"\n", JSON, JOB_HEADERS
 
     def send_poll(self, request: HotRequest) -> Sent | None:

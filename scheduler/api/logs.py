@@ -22,7 +22,15 @@ from scheduler.api.follow import (
     sse,
     while_key_held,
 )
-from scheduler.api.http import NO_STORE, HTTPError, json_bytes, one_of, read_body, whole_number
+from scheduler.api.http import (
+    NO_STORE,
+    HTTPError,
+    caller,
+    json_bytes,
+    one_of,
+    read_body,
+    whole_number,
+)
 from scheduler.api.params import param
 from scheduler.api.state import agent_auth
 from scheduler.api.state import store as store_of
@@ -91,7 +99,8 @@ async def get_logs(request: Request) -> Response:
     if follows(request, default=False):
         return await followed(request, job_id, stream, attempt)
     store = store_of(request)
-    page = await store.run(ops.logs.read_log(job_id, "", store.settings.log_max_bytes))
+    budget, scope = store.settings.log_max_bytes, caller(request).scope
+    page = await store.run(ops.logs.read_log(job_id, "", budget, scope))
     return _text(page, attempt or page.attempt, stream)
 
 
@@ -109,11 +118,12 @@ async def followed(request: Request, job_id: str, stream: str, attempt: int) -> 
     if given is not None and len(given) != 1:
         raise HTTPError(400, "invalid after: use the id of an event this stream sent")
     position = given[0] if given else ""
-    store = store_of(request)
-    # Before the stream starts: its 404, and which attempt is the latest. Its output is read
-    # again once the stream watches for more (a chunk between the two is not missed).
-    now = await store.run(ops.logs.read_log(job_id, position, 1))
-    tail = LogTail(store, job_id, stream, attempt or (0 if position else now.attempt))
+    store, scope = store_of(request), caller(request).scope
+    # Before the stream starts: its 404 (another namespace's job's too), and which attempt
+    # is the latest. Its output is read again once the stream watches for more (a chunk
+    # between the two is not missed).
+    now = await store.run(ops.logs.read_log(job_id, position, 1, scope))
+    tail = LogTail(store, job_id, stream, attempt or (0 if position else now.attempt), scope)
     return StreamingResponse(
         while_key_held(request, tail.events(position)),
         media_type="text/event-stream",
@@ -150,8 +160,11 @@ class LogTail:
     """One follower of a job's output: its position, which attempts and stream it shows, and
     the bytes the log had been written up to what it last read (a gap is what it missed)."""
 
-    def __init__(self, store: Store, job_id: str, stream: str, attempt: int) -> None:
+    def __init__(
+        self, store: Store, job_id: str, stream: str, attempt: int, scope: str = ""
+    ) -> None:
         self.store, self.job_id, self.stream, self.attempt = store, job_id, stream, attempt
+        self.scope = scope  # its caller's namespaces (models/namespace.py scope)
         self.position = ""
         # The bytes the log was written up to the last chunk read (-1: not known), and that
         # chunk's attempt (0: none read yet): a gap before a chunk of the attempt read last is
@@ -168,7 +181,7 @@ class LogTail:
         channels.append((notifier, keys.job_channel(self.job_id)))  # its end
 
         async def read() -> Read:
-            read_log = ops.logs.read_log(self.job_id, self.position, FOLLOW_READ_BYTES)
+            read_log = ops.logs.read_log(self.job_id, self.position, FOLLOW_READ_BYTES, self.scope)
             return self.read(await self.store.run(read_log))
 
         most = self.store.settings.follow_max_secs

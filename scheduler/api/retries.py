@@ -34,8 +34,9 @@ _ANSWER_LISTS = {
 
 async def _retry(request: Request, job_ids: list[str]) -> list[Retried]:
     placement = await _nodes(request).placement("")
-    by = caller(request).who
-    return await _store(request).run(ops.jobs.retry(job_ids, placement, time.time(), by))
+    by = caller(request)
+    retry = ops.jobs.retry(job_ids, placement, time.time(), by.who, by.scope)
+    return await _store(request).run(retry)
 
 
 def check_job_ids(field: str, job_ids: list[str], limit: int) -> None:

@@ -4,6 +4,10 @@ schedules; routes.TABLE holds them behind the key, as the other operator routes.
 A schedule's job template is shown in full, env_vars values included, to a key that sees
 them on a job (a submitter or above); a reader sees their names, as on a job
 (models/access_key.py). The web UI shows names only, as on a job's page.
+
+A schedule belongs to its template's namespace (models/schedule.py namespace_of): a key
+limited to namespaces lists only theirs, and one of another namespace is not found (404, as
+a name no schedule has), whatever it asks of it.
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from scheduler.api.http import (
 from scheduler.api.params import param
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
+from scheduler.api.stores import Store
 from scheduler.models.access_key import Principal
 from scheduler.models.job import hide_env
 from scheduler.models.schedule import (
+    Schedule,
     ScheduleRequest,
     ScheduleView,
+    namespace_of,
     new_schedule,
     paused,
     resumed,
@@ -75,7 +82,8 @@ def decode_request(body: bytes) -> ScheduleRequest:
 async def create(request: Request) -> Response:
     """POST /schedules: 201 and the schedule; 409 if the name is taken (delete it first)."""
     body = await read_body(request, _settings(request).max_body_bytes)
-    schedule = new_schedule(decode_request(body), uuid.uuid4().hex, time.time())
+    by = caller(request)
+    schedule = new_schedule(decode_request(body), uuid.uuid4().hex, time.time(), by)
     await _store(request).run(ops.schedules.create_schedule(schedule))
     return _shown(request, view(schedule), status=201)
 
@@ -88,36 +96,53 @@ async def list_schedules(request: Request) -> Response:
         raise HTTPError(400, f"invalid limit: use 1 to {MAX_PAGE}")
     if after and not ID_RE.fullmatch(after):
         raise HTTPError(400, "invalid after: use a schedule name")
-    page = await _store(request).run(ops.schedules.list_schedules(after, limit or DEFAULT_PAGE))
     by = caller(request)
-    shown = (_encoded(by, view(schedule_decoder.decode(s.record))) for s in page)
-    return json_array(shown)
+    page = await seen_page(_store(request), by, after, limit or DEFAULT_PAGE)
+    return json_array(_encoded(by, view(schedule)) for schedule in page)
+
+
+async def seen_page(store: Store, by: Principal, after: str, limit: int) -> list[Schedule]:
+    """At most `limit` schedules after `after` by name, those `by` sees: for a key limited to
+    namespaces, pages are read on until it is full or none is left (schedules are few, so
+    they are filtered here; a short page is the last, as clients read it)."""
+    shown: list[Schedule] = []
+    while True:
+        page = await store.run(ops.schedules.list_schedules(after, limit))
+        schedules = [schedule_decoder.decode(stored.record) for stored in page]
+        shown += [s for s in schedules if by.sees(namespace_of(s))]
+        if len(page) < limit or len(shown) >= limit:
+            return shown[:limit]
+        after = page[-1].name
 
 
 async def get_schedule(request: Request) -> Response:
     blob = await _store(request).run(ops.schedules.schedule(_name(request)))
     if blob is None:
         raise ScheduleNotFound()
-    return _shown(request, view(schedule_decoder.decode(blob)))
+    schedule = schedule_decoder.decode(blob)
+    if not caller(request).sees(namespace_of(schedule)):
+        raise ScheduleNotFound()  # another namespace's: as one that does not exist
+    return _shown(request, view(schedule))
 
 
 async def delete_schedule(request: Request) -> Response:
     """DELETE /schedules/{name}: 204; the jobs it made stay."""
-    await _store(request).run(ops.schedules.delete_schedule(_name(request)))
+    scope = caller(request).scope
+    await _store(request).run(ops.schedules.delete_schedule(_name(request), scope))
     return Response(status_code=204)
 
 
 async def pause(request: Request) -> Response:
     """POST /schedules/{name}/pause: no tick fires until resumed (idempotent)."""
-    changed = await _store(request).run(ops.schedules.change_schedule(_name(request), paused))
-    return _shown(request, view(changed))
+    pausing = ops.schedules.change_schedule(_name(request), paused, caller(request))
+    return _shown(request, view(await _store(request).run(pausing)))
 
 
 async def resume(request: Request) -> Response:
     """POST /schedules/{name}/resume: active again from now; ticks while paused are not made
     up. Resuming an active schedule changes nothing."""
     now = time.time()
-    changed = await _store(request).run(
-        ops.schedules.change_schedule(_name(request), lambda s: resumed(s, now) if s.paused else s)
+    resuming = ops.schedules.change_schedule(
+        _name(request), lambda s: resumed(s, now) if s.paused else s, caller(request)
     )
-    return _shown(request, view(changed))
+    return _shown(request, view(await _store(request).run(resuming)))

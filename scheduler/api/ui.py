@@ -45,7 +45,8 @@ async def _posted_job_id(request: Request) -> tuple[str, str]:
 async def cancel(request: Request) -> Response:
     """The job page's cancel button: DELETE /jobs/{id}, then back to the job."""
     job_id, back = await _posted_job_id(request)
-    await _store(request).run(ops.jobs.cancel(job_id, time.time(), caller(request).who))
+    by = caller(request)
+    await _store(request).run(ops.jobs.cancel(job_id, time.time(), by.who, by.scope))
     return RedirectResponse(back, status_code=303)
 
 

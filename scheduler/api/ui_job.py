@@ -21,7 +21,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from scheduler.api.http import HTTPError
+from scheduler.api.http import HTTPError, caller
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
@@ -37,6 +37,7 @@ from scheduler.models.job import (
     PENDING_REASONS,
     Job,
     job_decoder,
+    seen_by,
 )
 from scheduler.models.labels import selector_text
 from scheduler.models.wire import ID_RE
@@ -225,19 +226,20 @@ async def job_page(request: Request) -> Response:
     job_id: str = request.path_params["job_id"]
     if not ID_RE.fullmatch(job_id):
         raise HTTPError(404, "job not found")
-    view = view_of(request)
+    view, by = view_of(request), caller(request)
     store = _store(request)
     # Sent together on the one connection: one round trip.
     found = await asyncio.gather(
         store.run(ops.jobs.get(job_id)),
-        store.run(ops.jobs.attempts(job_id)),
+        store.run(ops.jobs.attempts(job_id, by.scope)),
         return_exceptions=True,
     )
     for failed in found:  # the attempts raise JobNotFound without the job: the 404 below
         if isinstance(failed, BaseException) and not isinstance(failed, JobNotFound):
             raise failed
     blob, attempts = found
-    if not isinstance(blob, bytes) or not isinstance(attempts, list):
+    # Another namespace's job (its attempts not found either) is one that does not exist.
+    if not isinstance(blob, bytes) or not isinstance(attempts, list) or not seen_by(by, blob):
         raise HTTPError(404, "job not found")
     job = job_decoder.decode(blob)
     top, output = _tail_and_output(job)

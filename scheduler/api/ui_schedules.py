@@ -10,14 +10,15 @@ from html import escape
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from scheduler.api.http import HTTPError
+from scheduler.api.http import HTTPError, caller
 from scheduler.api.params import param
+from scheduler.api.schedules import seen_page
 from scheduler.api.state import store as _store
 from scheduler.api.ui_forms import checked_form, may_post
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_layout import View, card_cells, names_only, status_badge, view_of
 from scheduler.api.ui_layout import page as ui_page
-from scheduler.models.schedule import Schedule, paused, resumed, schedule_decoder
+from scheduler.models.schedule import Schedule, paused, resumed
 from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 
@@ -75,8 +76,7 @@ async def page(request: Request) -> Response:
     after, view = param(request, "after"), view_of(request)
     if after and not ID_RE.fullmatch(after):
         raise HTTPError(400, "invalid after: use a schedule name")
-    stored = await _store(request).run(ops.schedules.list_schedules(after, PAGE_SIZE + 1))
-    schedules = [schedule_decoder.decode(s.record) for s in stored]
+    schedules = await seen_page(_store(request), caller(request), after, PAGE_SIZE + 1)
     # The buttons' token, for a role that may press them (one route: any schedule's).
     token = await _csrf(request) if may_post(request, "/ui/schedules/s/pause") else ""
     rows = "".join(_row(s, token, view) for s in schedules[:PAGE_SIZE])
@@ -98,11 +98,11 @@ async def pause_or_resume(request: Request) -> Response:
         raise HTTPError(404, "404 page not found")
     back = view_of(request).url("/ui/schedules")  # checked before anything changes
     await checked_form(request)
-    now = time.time()
+    now, by = time.time(), caller(request)
     if action == "pause":
-        await _store(request).run(ops.schedules.change_schedule(name, paused))
+        await _store(request).run(ops.schedules.change_schedule(name, paused, by))
     else:
         await _store(request).run(
-            ops.schedules.change_schedule(name, lambda s: resumed(s, now) if s.paused else s)
+            ops.schedules.change_schedule(name, lambda s: resumed(s, now) if s.paused else s, by)
         )
     return RedirectResponse(back, status_code=303)

@@ -25,7 +25,14 @@ from typing import Annotated
 
 import msgspec
 
-from scheduler.models.namespace import MAX_PER_KEY, Namespace, OutsideNamespace, shown, stored
+from scheduler.models.namespace import (
+    MAX_PER_KEY,
+    Namespace,
+    OutsideNamespace,
+    script_scope,
+    shown,
+    stored,
+)
 
 KEY_PREFIX = "tka_"
 # A key's name: how it is shown in listings and in who did what.
@@ -135,6 +142,12 @@ class Principal:
     def sees(self, namespace: str) -> bool:
         """Whether a job of `namespace` (as stored: "" for default) is this key's to see."""
         return not self.namespaces or shown(namespace) in self.namespaces
+
+    @property
+    def scope(self) -> str:
+        """Its namespaces as the scripts take them (models/namespace.py `script_scope`): "" for
+        every namespace."""
+        return script_scope(self.namespaces)
 
     @property
     def home(self) -> str:

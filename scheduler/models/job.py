@@ -346,6 +346,20 @@ def hide_env(fields: dict[str, Any]) -> dict[str, Any]:
     return {**fields, "env_vars": dict.fromkeys(env, HIDDEN)} if env else fields
 
 
+class _Namespace(msgspec.Struct):
+    namespace: str = ""
+
+
+_namespace_decoder = msgspec.json.Decoder(_Namespace)
+
+
+def seen_by(caller: Principal, job: bytes) -> bool:
+    """Whether the job of this JSON (a record, a template) is `caller`'s to see: of a
+    namespace its key is limited to. Nothing is decoded for a caller that sees every
+    namespace (the admin key, a key limited to none, no key set)."""
+    return not caller.namespaces or caller.sees(_namespace_decoder.decode(job).namespace)
+
+
 def shown_to(caller: Principal, job: bytes) -> bytes:
     """A job's JSON as `caller` may see it: a reader's with env_vars' values hidden."""
     if caller.sees_secrets:

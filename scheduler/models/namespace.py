@@ -46,6 +46,20 @@ def check_namespace(name: str) -> None:
         )
 
 
+# The scripts' `namespaces` for a caller that sees every namespace (`script_scope`).
+EVERY = ""
+
+
+def script_scope(namespaces: tuple[str, ...]) -> str:
+    """The namespaces a caller is limited to (shown names, as Principal.namespaces holds them)
+    as the Lua scripts take them, to answer a job or schedule outside them as one that does
+    not exist (lua/includes/read.lua `sees`): EVERY for none (every namespace, and no work),
+    else each as stored, each between commas (",team-a,," for team-a and default)."""
+    if not namespaces:
+        return EVERY
+    return "," + ",".join(stored(name) for name in namespaces) + ","
+
+
 def shown(stored: str) -> str:
     """A job's namespace as users read it: `default` for the one stored as ""."""
     return stored or DEFAULT

@@ -29,7 +29,9 @@ from zoneinfo import ZoneInfo
 import msgspec
 from cronsim import CronSim, CronSimError
 
+from scheduler.models.access_key import ANYONE, Principal
 from scheduler.models.job import JobCreate, new_job, validate_create
+from scheduler.models.namespace import stored
 from scheduler.models.wire import DecodeError, InvalidInput, check_id, decode_go_style, rfc3339
 
 CATCHUP = ("skip", "once")
@@ -87,14 +89,17 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
-def _template(job: dict[str, Any] | None) -> dict[str, Any]:
+def _template(job: dict[str, Any] | None, by: Principal) -> dict[str, Any]:
     """The job template checked exactly as a POST /jobs body is (decode, then validate_create),
-    kept as the JSON object of its set fields."""
+    kept as the JSON object of its set fields; its namespace, the schedule's, placed as a
+    submit by `by` places a job's (the key's first when it names none; OutsideNamespace for
+    one the key lacks), kept as stored (none for the default's)."""
     if job is None:
         raise InvalidInput("invalid job: the job template is required (the POST /jobs body)")
     try:
         request = decode_go_style(msgspec.json.encode(job), JobCreate)
-        validate_create(new_job(request))
+        made = new_job(request, by=by)
+        validate_create(made)
     except (DecodeError, InvalidInput) as exc:
         raise InvalidInput(f"invalid job: {exc}") from None
     # A fixed time or fixed jobs to wait for mean nothing for a job made at every tick.
@@ -103,7 +108,16 @@ def _template(job: dict[str, Any] | None) -> dict[str, Any]:
     if getattr(request, "after", None):
         raise InvalidInput("invalid job: a template has no after (each tick's job runs alone)")
     template: dict[str, Any] = msgspec.to_builtins(request)
+    template.pop("namespace", None)
+    if made.namespace:
+        template["namespace"] = made.namespace
     return template
+
+
+def namespace_of(schedule: Schedule) -> str:
+    """The namespace a schedule belongs to, as stored ("": the default's): its template's,
+    which every job it fires carries."""
+    return stored(str(schedule.job.get("namespace") or ""))
 
 
 def _check_cron(expr: str, tz: ZoneInfo, now: float) -> None:
@@ -117,9 +131,12 @@ def _check_cron(expr: str, tz: ZoneInfo, now: float) -> None:
         raise InvalidInput(f"invalid cron {expr!r}: it never matches") from None
 
 
-def new_schedule(request: ScheduleRequest, uid: str, now: float) -> Schedule:
+def new_schedule(
+    request: ScheduleRequest, uid: str, now: float, by: Principal = ANYONE
+) -> Schedule:
     """The schedule a request asks for, its first tick the first after `now` (none while
-    paused); InvalidInput naming the field for anything it cannot be."""
+    paused), made by the key `by` (its namespace: `_template`); InvalidInput naming the
+    field for anything it cannot be."""
     check_id("name", request.name)
     if bool(request.cron) == bool(request.every_secs):
         raise InvalidInput("invalid cron/every_secs: give exactly one of cron and every_secs")
@@ -142,7 +159,7 @@ def new_schedule(request: ScheduleRequest, uid: str, now: float) -> Schedule:
         timezone=request.timezone,
         catchup=request.catchup,
         paused=request.paused,
-        job=_template(request.job),
+        job=_template(request.job, by),
         uid=uid,
         created_at=rfc3339(now),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import hiredis
@@ -269,11 +270,22 @@ class JobStore:
         poll = job_ops.poll(poller)
         return await wait_until(shard.notifier, channels, lambda: self.run(poll), bool, wait)
 
-    async def get_wait(self, job_id: str, status_not: str, wait: float) -> bytes | None:
+    async def get_wait(
+        self,
+        job_id: str,
+        status_not: str,
+        wait: float,
+        seen: Callable[[bytes], bool] | None = None,
+    ) -> bytes | None:
         """The job, answered once its status is not `status_not` (without one: once it
-        differs from what it was), when it does not exist, or after `wait` seconds."""
+        differs from what it was), when it does not exist, or after `wait` seconds. A job
+        `seen` refuses (another namespace's: its caller may not see it) is answered as one
+        that does not exist, at once (None); its namespace never changes, so the first read
+        decides."""
         get = job_ops.get(job_id)
         first = await self.run(get)
+        if first is not None and seen is not None and not seen(first):
+            return None
         done = job_ops.waited(first, status_not)
         if done(first) and (status_not or first is None):
             return first

@@ -194,9 +194,10 @@ def waited(first: bytes | None, status_not: str) -> Callable[[bytes | None], boo
 
 
 @operation(by_job)
-def attempts(shard: Shard, job_id: str) -> Steps[list[bytes]]:
-    """The job's ended attempts, oldest first (scripts.listing.ATTEMPTS)."""
-    return (yield from run(listing.attempts(job_id)))
+def attempts(shard: Shard, job_id: str, namespaces: str = "") -> Steps[list[bytes]]:
+    """The job's ended attempts, oldest first (scripts.listing.ATTEMPTS); JobNotFound for a
+    job outside `namespaces` too (models/namespace.py scope)."""
+    return (yield from run(listing.attempts(job_id, namespaces)))
 
 
 @operation(by_job)
@@ -216,37 +217,54 @@ def check_report(shard: Shard, job_id: str, caller: str) -> Steps[None]:
 
 
 @operation(by_job)
-def cancel(shard: Shard, job_id: str, now: float, by: str = "") -> Steps[bytes]:
-    head = yield from run(job_scripts.cancel_job(job_id, now, by))
+def cancel(
+    shard: Shard, job_id: str, now: float, by: str = "", namespaces: str = ""
+) -> Steps[bytes]:
+    """The job cancelled by the key named `by`, limited to `namespaces` (models/namespace.py
+    scope: another namespace's job is not found, and stays)."""
+    head = yield from run(job_scripts.cancel_job(job_id, now, by, namespaces))
     return (yield from made_whole(shard, [head]))[0]
 
 
 @operation(home)
 def retry(
-    shard: Shard, job_ids: Sequence[str], placement: Placement, now: float, by: str = ""
+    shard: Shard,
+    job_ids: Sequence[str],
+    placement: Placement,
+    now: float,
+    by: str = "",
+    namespaces: str = "",
 ) -> Steps[list[Retried]]:
     """Failed jobs started over (scripts.retry.RETRY_JOBS), placed as new jobs are, each on
     its own shard (with the placement's nodes there), in calls of bounded work (RETRY_JOBS
-    takes ids in order while its budget lasts: the rest go again). Their records whole."""
+    takes ids in order while its budget lasts: the rest go again). Their records whole. A
+    job outside `namespaces` (the key's, models/namespace.py scope) is NOT_FOUND."""
     by_shard: dict[int, list[str]] = {}
     for job_id in job_ids:
         by_shard.setdefault(shard.layout.job_shard(job_id), []).append(job_id)
     done: dict[str, Retried] = {}
     for k, ids in by_shard.items():
         here = shard.layout.among(placement, k) or Placement(placement.mode)
-        for retried in (yield from nested(on_shard(k, _retry_here(ids, here, now, by)))):
+        retrying = _retry_here(ids, here, now, by, namespaces)
+        for retried in (yield from nested(on_shard(k, retrying))):
             done[retried.job_id] = retried
     return [done[job_id] for job_id in job_ids]
 
 
 @operation(home)
 def _retry_here(
-    shard: Shard, job_ids: Sequence[str], placement: Placement, now: float, by: str
+    shard: Shard,
+    job_ids: Sequence[str],
+    placement: Placement,
+    now: float,
+    by: str,
+    namespaces: str,
 ) -> Steps[list[Retried]]:
     ttl = shard.settings.node_ttl_secs
     done: list[Retried] = []
     while len(done) < len(job_ids):
-        done += yield from run(retry_jobs(job_ids[len(done) :], placement, now, ttl, by))
+        call = retry_jobs(job_ids[len(done) :], placement, now, ttl, by, namespaces)
+        done += yield from run(call)
     heads = yield from made_whole(shard, [r.job for r in done if r.job])
     whole_of = dict(zip([r.job_id for r in done if r.job], heads, strict=True))
     return [dataclasses.replace(r, job=whole_of.get(r.job_id, r.job)) for r in done]

@@ -23,9 +23,12 @@ def append_output(
 
 
 @operation(by_job)
-def read_log(shard: Shard, job_id: str, after: str, budget: int) -> Steps[LogPage]:
-    """The job's live output after position `after` ("": from its start), and its state."""
-    return (yield from run(logs.read_log(job_id, after, budget)))
+def read_log(
+    shard: Shard, job_id: str, after: str, budget: int, namespaces: str = ""
+) -> Steps[LogPage]:
+    """The job's live output after position `after` ("": from its start), and its state;
+    JobNotFound for a job outside `namespaces` too (models/namespace.py scope)."""
+    return (yield from run(logs.read_log(job_id, after, budget, namespaces)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from scheduler.models.access_key import ANYONE, Principal
 from scheduler.models.namespace import Scope
-from scheduler.models.schedule import Schedule, schedule_decoder, schedule_encoder
+from scheduler.models.schedule import Schedule, namespace_of, schedule_decoder, schedule_encoder
 from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.operation import Shard, Steps, home, nested, operation, run, send
 from scheduler.store.ops.jobs import whole
@@ -51,21 +52,26 @@ def schedule_jobs(
 
 
 @operation(home)
-def delete_schedule(shard: Shard, name: str) -> Steps[None]:
-    yield from run(schedule_scripts.delete_schedule(name))
+def delete_schedule(shard: Shard, name: str, namespaces: str = "") -> Steps[None]:
+    """ScheduleNotFound for one outside `namespaces` too (models/namespace.py scope)."""
+    yield from run(schedule_scripts.delete_schedule(name, namespaces))
 
 
 @operation(home)
 def change_schedule(
-    shard: Shard, name: str, change: Callable[[Schedule], Schedule]
+    shard: Shard, name: str, change: Callable[[Schedule], Schedule], by: Principal = ANYONE
 ) -> Steps[Schedule]:
     """`change` applied to the schedule as a compare-and-set: read, change, write if it
-    is still what was read (a firing may settle a tick in between), tried again then."""
+    is still what was read (a firing may settle a tick in between), tried again then. One
+    of a namespace the key `by` is not limited to is not found, and stays as it is."""
     for _ in range(CHANGE_TRIES):
         old = yield from send("HGET", shard.keys.schedules, name)
         if old is None:
             raise ScheduleNotFound()
-        new = change(schedule_decoder.decode(old))
+        schedule = schedule_decoder.decode(old)
+        if not by.sees(namespace_of(schedule)):
+            raise ScheduleNotFound()
+        new = change(schedule)
         call = schedule_scripts.replace_schedule(
             name, old, schedule_encoder.encode(new), new.next_tick
         )

@@ -149,14 +149,16 @@ def transition(
 
 CANCEL_JOB = Script(
     "CANCEL_JOB",
-    "job_id now stamp by",
+    "job_id now stamp by namespaces",
     changed,
 )
 
 
-def cancel_job(job_id: str, now: float, by: str = "") -> Call[bytes]:
-    """The job cancelled (or cancelling) at `now` by the key named `by` (its cancelled_by)."""
-    return CANCEL_JOB.call(job_id=job_id, now=now, stamp=rfc3339(now), by=by)
+def cancel_job(job_id: str, now: float, by: str = "", namespaces: str = "") -> Call[bytes]:
+    """The job cancelled (or cancelling) at `now` by the key named `by` (its cancelled_by);
+    JobNotFound without it, or for a job outside `namespaces` (the key's, models/namespace.py
+    scope; "": every namespace), which stays as it is."""
+    return CANCEL_JOB.call(job_id=job_id, now=now, stamp=rfc3339(now), by=by, namespaces=namespaces)
 
 
 CHECK_REPORT = Script(

@@ -81,15 +81,17 @@ def _attempts(reply: list[Any]) -> list[bytes]:
 
 ATTEMPTS = Script(
     "ATTEMPTS",
-    "job_id",
+    "job_id namespaces",
     _attempts,
     read_only=True,
 )
 
 
-def attempts(job_id: str) -> Call[list[bytes]]:
-    """The job's attempts (JSON each, models.attempt.Attempt); JobNotFound without the job."""
-    return ATTEMPTS.call(job_id=job_id)
+def attempts(job_id: str, namespaces: str = "") -> Call[list[bytes]]:
+    """The job's attempts (JSON each, models.attempt.Attempt); JobNotFound without the job,
+    or for a job outside `namespaces` (its caller's, models/namespace.py scope; "": every
+    namespace)."""
+    return ATTEMPTS.call(job_id=job_id, namespaces=namespaces)
 
 
 def _picked(reply: list[Any]) -> str:

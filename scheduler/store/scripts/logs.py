@@ -94,10 +94,11 @@ def _log_page(reply: list[Any]) -> LogPage:
     return LogPage(status, exit_code, int(reply[3]), int(reply[4]), bool(reply[5]), chunks)
 
 
-READ_LOG = Script("READ_LOG", "job_id after budget", _log_page, read_only=True)
+READ_LOG = Script("READ_LOG", "job_id after budget namespaces", _log_page, read_only=True)
 
 
-def read_log(job_id: str, after: str, budget: int) -> Call[LogPage]:
+def read_log(job_id: str, after: str, budget: int, namespaces: str = "") -> Call[LogPage]:
     """The chunks after position `after` ("": from the first), about `budget` bytes of them
-    (at least one); JobNotFound without the job."""
-    return READ_LOG.call(job_id=job_id, after=after or "-", budget=budget)
+    (at least one); JobNotFound without the job, or for a job outside `namespaces` (the
+    caller's, models/namespace.py scope; "": every namespace)."""
+    return READ_LOG.call(job_id=job_id, after=after or "-", budget=budget, namespaces=namespaces)

@@ -61,18 +61,24 @@ def _retried(reply: list[Any]) -> list[Retried]:
 
 RETRY_JOBS = Script(
     "RETRY_JOBS",
-    "mode now node_ttl max_waiters units count by *rest",
+    "mode now node_ttl max_waiters units count by namespaces *rest",
     _retried,
 )
 
 
 def retry_jobs(
-    job_ids: Sequence[str], placement: Placement, now: float, node_ttl: float, by: str = ""
+    job_ids: Sequence[str],
+    placement: Placement,
+    now: float,
+    node_ttl: float,
+    by: str = "",
+    namespaces: str = "",
 ) -> Call[list[Retried]]:
     """The failed jobs of the first of `job_ids` pending again, placed by `placement` (a new
     job's), retried by the key named `by` (their retried_by): as many as one call's bounded
     work takes (at least one), in order; the answer says which, and the caller sends the
-    others again."""
+    others again. A job outside `namespaces` (the caller's, models/namespace.py scope; "":
+    every namespace) is NOT_FOUND, untouched."""
     return RETRY_JOBS.call(
         mode=placement.mode,
         now=now,
@@ -81,5 +87,6 @@ def retry_jobs(
         units=SETTLE_UNITS,
         count=len(job_ids),
         by=by,
+        namespaces=namespaces,
         rest=[*job_ids, *placement.candidates],
     )

@@ -66,13 +66,15 @@ def _deleted(reply: int) -> None:
 
 DELETE_SCHEDULE = Script(
     "DELETE_SCHEDULE",
-    "name",
+    "name namespaces",
     _deleted,
 )
 
 
-def delete_schedule(name: str) -> Call[None]:
-    return DELETE_SCHEDULE.call(name=name)
+def delete_schedule(name: str, namespaces: str = "") -> Call[None]:
+    """ScheduleNotFound without it, or for one outside `namespaces` (its caller's,
+    models/namespace.py scope; "": every namespace), which stays."""
+    return DELETE_SCHEDULE.call(name=name, namespaces=namespaces)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@
 --- @include "load_job"
 --- @include "move_job"
 --- @include "number_of"
+--- @include "sees"
 --- @include "store_job"
 --- @include "wake_job"
 --- @include "wake_node"
@@ -16,9 +17,10 @@
 -- X-Cancel-Jobs, the heartbeat's answer), kills it and reports cancelled; an agent that
 -- cannot be told (the original) gets 409 on its late report, and the sweep cancels the job
 -- CANCEL_GRACE_SECS later (FINISH_CANCELS).
+-- A job outside `namespaces` (read.lua sees: its caller's) is not found, and stays as it is.
 -- Returns {OK, the job's head} (a cancelling job: as it is) | {NOT_FOUND} | {FINISHED}
 local job, raw = load_job(job_id)
-if not job then return {NOT_FOUND} end
+if not job or not sees(namespaces, job.namespace) then return {NOT_FOUND} end
 if FINAL[job.status] then return {FINISHED} end
 if job.status == "cancelling" then return {OK, raw} end
 if by ~= "" then job.cancelled_by = by end

@@ -9,6 +9,7 @@
 --- @include "encode"
 --- @include "enter_place"
 --- @include "finish"
+--- @include "load_job"
 --- @include "needs_fit"
 --- @include "note_event"
 --- @include "pick_node"
@@ -18,15 +19,26 @@
 
 -- A new job that runs after others (fragments/new_job.lua says what else it takes): after,
 -- the jobs it runs after (JSON): `waiting` until they are done; failed at once
--- (dependency_failed) if one has failed.
+-- (dependency_failed) if one has failed. A job runs after jobs of its own namespace only,
+-- whoever submits it: one of another namespace is answered as one that does not exist
+-- (UNKNOWN_AFTER), so a key learns nothing of a namespace it is not limited to.
 -- Returns {OK, head} | {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH}
 --   | {NOT_STAGED} (the staged spec is gone)
 --   | {NO_NODES} | {NOT_READY} | {UNKNOWN_AFTER, id}
 --   | {TOO_MANY, id waited for by max_waiters already}
 --- @insert "new_job"
+-- Whether the new job may run after job `dep`: one in its own namespace's index. A job made
+-- before namespaces were indexed is in none: a default one (its record names no namespace),
+-- its record read only then.
+local function same_namespace(dep)
+  if redis.call("ZSCORE", K.namespace_jobs(namespace), dep) then return true end
+  if namespace ~= "" or not redis.call("ZSCORE", K.all_jobs, dep) then return false end
+  local found = load_job(dep)
+  return found ~= nil and (found.namespace or "") == ""
+end
 local deps = cjson.decode(after)
 for _, dep in ipairs(deps) do
-  if not redis.call("ZSCORE", K.all_jobs, dep) then return unmade({UNKNOWN_AFTER, dep}) end
+  if not same_namespace(dep) then return unmade({UNKNOWN_AFTER, dep}) end
 end
 local crowded = crowded_dependency(deps, max_waiters)
 if crowded then return unmade({TOO_MANY, crowded}) end

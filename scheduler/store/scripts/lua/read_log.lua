@@ -1,6 +1,7 @@
 --- @include "codes"
 --- @include "keys"
 --- @include "load_job"
+--- @include "sees"
 
 -- GET /jobs/{id}/logs: the job's live output after entry `after` ("-": from the first), at
 -- most `budget` bytes of text (at least one entry), with what a reader needs to go on: the
@@ -8,9 +9,9 @@
 -- dropped from the log's start. Returns {OK, status, exit code ("" none), attempt, dropped,
 -- more (1: the budget left entries after these), id, stream (o|e), attempt, bytes written
 -- before it, text, ...}
---   | {NOT_FOUND}
+--   | {NOT_FOUND} (also for a job outside `namespaces`: read.lua sees, its caller's)
 local job = load_job(job_id)
-if not job then return {NOT_FOUND} end
+if not job or not sees(namespaces, job.namespace) then return {NOT_FOUND} end
 local state = K.job_log_state(job_id)
 local out = {OK, job.status, type(job.exit_code) == "number" and tostring(job.exit_code) or "",
   (job.retry_count or 0) + 1, redis.call("HGET", state, "dropped") or "0", 0}

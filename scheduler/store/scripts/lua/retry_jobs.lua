@@ -13,6 +13,7 @@
 --- @include "placing_units"
 --- @include "rebind"
 --- @include "record_units"
+--- @include "sees"
 --- @include "rfc3339"
 --- @include "set_output"
 --- @include "store_job"
@@ -33,7 +34,7 @@
 -- and placing, and DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the
 -- caller sends the others again (store/ops/jobs.py retry). Returns {id, code, the
 -- job's head or ""} per id taken, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED |
--- TOO_MANY.
+-- TOO_MANY. A job outside `namespaces` (read.lua sees: its caller's) is NOT_FOUND, untouched.
 local ids, candidates = {}, {}
 for i, value in ipairs(rest) do
   if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
@@ -44,7 +45,7 @@ for _, id in ipairs(ids) do
   local job, raw = load_job(id)
   local code, stored = OK, ""
   left = left - ENDED_UNITS - (raw and record_units(#raw) + placing_units(job) or 0)
-  if not job then
+  if not job or not sees(namespaces, job.namespace) then
     code = NOT_FOUND
   elseif job.status ~= "failed" then
     code = NOT_FAILED

@@ -51,3 +51,11 @@ local function load_job(id)
   local raw = redis.call("GET", K.job(id))
   return raw and cjson.decode(raw), raw
 end
+
+-- Whether a caller limited to `namespaces` sees a job or schedule of namespace `ns` (as
+-- stored: nil or "" for the default's): `namespaces` is "" for every namespace, else each
+-- one it sees as stored, each between commas (models/namespace.py scope: ",team-a,," for
+-- team-a and default). A job it does not see is answered as one that does not exist.
+local function sees(namespaces, ns)
+  return namespaces == "" or string.find(namespaces, "," .. (ns or "") .. ",", 1, true) ~= nil
+end
