@@ -30,6 +30,7 @@ _NOT_JOB_STATE = {
     "tokens",
     "unplaced:retry",  # placement's flag: whether a pass is due, not a job's state
     "records:split",  # the upgrade to records in parts is done: bookkeeping
+    "namespaces:indexed",  # the upgrade to namespaces is done: bookkeeping
     "libraries",  # the function libraries in use (ops.upkeep.retire_libraries): bookkeeping
 }
 # rq: the workers' queues; runs, stats: their bookkeeping.

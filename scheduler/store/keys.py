@@ -210,6 +210,7 @@ class Keys:
     def namespaces_indexed(self) -> str:  # set once the jobs of before namespaces are indexed
         return self._k("namespaces:indexed")
 
+    @property
     def records_split(self) -> str:
         return self._k("records:split")
 

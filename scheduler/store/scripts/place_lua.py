@@ -234,6 +234,20 @@ def _leave() -> str:
     return "\n".join([*lines, "end"])
 
 
+def _enter_namespace() -> str:
+    """`enter_namespace(id, n, job)`: a job into the indexes of its place keyed by its
+    namespace, and no other (the upgrade to namespaces: ops.upkeep.index_namespaces)."""
+    lines = [
+        "local function enter_namespace(id, n, job)",
+        '  local status, node = job.status, job.node_id or ""  -- luacheck: no unused',
+    ]
+    for group in _groups():
+        add = _add(group, "status", "node", "redis.call", _score_any(group, "status"))
+        if "namespace" in group[0].args and add:
+            lines.append(f"  if {_member(group, 'status', 'node')} then {add} end")
+    return "\n".join([*lines, "end"])
+
+
 def _leave_fixed() -> str:
     removals = [f"  {_remove(group, '', '')}" for group in _groups() if not group[0].args]
     return "\n".join(["local function leave_fixed(id)", *removals, "end"])
@@ -290,4 +304,7 @@ end
 
 -- A job out of every index keyed by nothing of its place, whatever its place.
 {_leave_fixed()}
+
+-- A job into the indexes of its place keyed by its namespace alone (an earlier version's job).
+{_enter_namespace()}
 """
