@@ -4,7 +4,8 @@ README shows, between idle stretches while the agent polls: the CLI (submit, --w
 --priority, status, list, cancel, retry, nodes, drain and undrain, a schedule that fires),
 the HTTP API with the session's key, a team's named keys (a CI robot's submitter key, a
 colleague's reader key: what each role may not do is a 403 the user meant, never a wrong
-key; who submitted what; the audit), the web UI (its login, every page, a Retry button, a
+key; who submitted what; the audit), two teams' keys limited to their namespaces (each
+team's job unknown to the other), the web UI (its login, every page, a Retry button, a
 session that ends; and in a real browser a Cancel button, then the dashboard left open all
 day, reloading itself), and the mistakes users make (a mistyped job id, a bad
 --priority, a wrong status filter, a missing command). Every period that matters runs ten
@@ -95,6 +96,7 @@ def test_a_day_of_scheduler_up_refuses_its_user_nothing(
     through_the_api(user, ends)
     from_python(user, ends)
     a_team(user, ends)
+    teams_apart(user, ends)
     login_at = in_the_browser(user, node, hello, tmp_path, ends)
     a_browser_tab(user, tab, ends)
     the_session_ends(user, login_at, node, hello)
@@ -293,6 +295,29 @@ def a_team(user: User, ends: dict[str, Ending]) -> None:
         ["add", "ci", "submitter"],
     ], audit
     user.counts_nothing("the team's keys")
+
+
+def teams_apart(user: User, ends: dict[str, Ending]) -> None:
+    """Two teams share the fleet, each with a key limited to its namespace: a team's job goes
+    to its namespace, runs on the same agent, and is the other team's to neither see, list
+    nor cancel (not found, as a job that does not exist, never a 403 that says it exists);
+    the admin key sees both."""
+    team_a = user.cli("key", "add", "team-a", "--role", "submitter", "--namespace", "team-a")
+    team_b = user.cli("key", "add", "team-b", "--role", "submitter", "--namespace", "team-b")
+    a_key, b_key = team_a.out.strip(), team_b.out.strip()
+    said = user.cli("submit", "echo from team-a", "--wait", key=a_key)
+    job = submitted(said)
+    ends[job] = ("done", "", "from team-a\n")
+    seen = json.loads(user.cli("status", job, "--json", key=a_key).out)
+    assert (seen["namespace"], seen["submitted_by"]) == ("team-a", "team-a"), seen
+    for argv in (("status", job), ("cancel", job), ("logs", job)):
+        hidden = user.run(*argv, key=b_key)
+        assert hidden.code == 1 and "404" in hidden.err and "not found" in hidden.err, hidden
+    assert job not in user.cli("list", key=b_key).out
+    assert job in user.cli("list", key=a_key).out
+    assert job in user.cli("list", "--namespace", "team-a").out  # the admin key's
+    assert user.job(job)["status"] == "done"  # the other team's cancel changed nothing
+    user.counts_nothing("the teams' namespaces")
 
 
 def in_the_browser(
