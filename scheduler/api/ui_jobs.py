@@ -121,6 +121,14 @@ def _namespace_field(f: Filters) -> str:
     return f'<select name="namespace" id="namespace">{options}</select>'
 
 
+def _node_field(f: Filters) -> str:
+    """The node filter, for a key that sees every namespace: a node's jobs are listed by
+    node, not namespace (GET /jobs takes no node_id from a limited key)."""
+    if f.limited:
+        return ""
+    return f'<input name="node_id" id="node_id" placeholder="node id" value="{escape(f.node_id)}">'
+
+
 def _filter_form(f: Filters, view: View) -> str:
     options = "".join(
         f'<option value="{s}"{" selected" if s == f.status else ""}>{s or "any status"}</option>'
@@ -129,8 +137,7 @@ def _filter_form(f: Filters, view: View) -> str:
     return (
         '<form class="filters" method="get" action="/ui/jobs">'
         f'<select name="status" id="status">{options}</select>'
-        f'<input name="node_id" id="node_id" placeholder="node id" value="{escape(f.node_id)}">'
-        f"{_namespace_field(f)}"
+        f"{_node_field(f)}{_namespace_field(f)}"
         f'<input name="q" id="q" type="search" placeholder="command contains…" '
         f'maxlength="{SEARCH_MAX_CHARS}" value="{escape(f.search)}">'
         f'{view.hidden()}<button id="filter">Filter</button></form>'

@@ -20,6 +20,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from scheduler.api.http import caller
 from scheduler.api.state import node_source as _node_source
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
@@ -153,12 +154,19 @@ async def nodes_page(request: Request) -> Response:
     offers, said = await _offers(request, len(seen_all.queues))
     # The drain buttons' token, for a role that may press them (one route: any node's).
     token = await _csrf(request) if may_post(request, "/ui/nodes/n/drain") else ""
+    # A key limited to namespaces sees the fleet it shares, not the deployment's jobs: no
+    # node's job list (listed by node, not namespace: GET /jobs), no counts of every job.
+    limited = bool(caller(request).namespaces)
     rows = []
     for node_id in sorted(seen_all.queues.keys() | offers.keys()):
         pending, running = seen_all.queues.get(node_id, (0, 0))
         seen = seen_all.last_seen.get(node_id, 0.0)
         health = "healthy" if is_live(seen, view.now, settings.node_ttl_secs) else "unhealthy"
-        link = f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
+        link = (
+            escape(node_id)
+            if limited
+            else (f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>')
+        )
         cpus, memory, labels = offer(offers.get(node_id))
         cells = (
             ("", link),
@@ -182,10 +190,13 @@ async def nodes_page(request: Request) -> Response:
     body = (
         f'{said}<div class="scroll"><table class="cards" id="nodes"><tr>{head}</tr>{nodes}'
         f"</table></div><h2>Services</h2>{_services_table(services, view)}"
-        f'<h2>Jobs by status</h2><table class="narrow" id="by-status">{counts}</table>'
-        "<h2>Background work</h2>"
-        '<p class="muted">What the workers have done, counted in Redis (also on /metrics as '
-        "<code>scheduler_worker_events_total</code>).</p>"
-        + _counters(seen_all.stats, seen_all.outbox)
     )
+    if not limited:
+        body += (
+            f'<h2>Jobs by status</h2><table class="narrow" id="by-status">{counts}</table>'
+            "<h2>Background work</h2>"
+            '<p class="muted">What the workers have done, counted in Redis (also on /metrics '
+            "as <code>scheduler_worker_events_total</code>).</p>"
+            + _counters(seen_all.stats, seen_all.outbox)
+        )
     return page(request, "Nodes", body, refresh=True, view=view)

@@ -117,3 +117,20 @@ def test_the_schedules_page_shows_its_namespaces_and_the_others_buttons_do_nothi
     done = api.post("/ui/schedules/s-a/pause", data={"csrf": token_of(cookie)}, headers=cookie)
     assert done.status_code == 303
     assert api.get("/schedules/s-a", headers=ADMIN).json()["paused"] is True
+
+
+def test_a_limited_session_sees_the_fleet_but_not_every_jobs_counts(teams: Teams) -> None:
+    """The nodes page shows the shared fleet; a node's job list (by node, not namespace) is no
+    link, and the deployment's counts of every job and the workers' counters are not shown;
+    the jobs page has no node filter. An admin's pages have all of it."""
+    api, cookie = teams
+    nodes = api.get("/ui/nodes", headers=cookie)
+    assert nodes.status_code == 200 and 'id="node-n1"' in nodes.text
+    assert "node_id=n1" not in nodes.text
+    assert 'id="by-status"' not in nodes.text and 'id="counters"' not in nodes.text
+    jobs = api.get("/ui/jobs", headers=cookie)
+    assert jobs.status_code == 200 and 'name="node_id"' not in jobs.text
+    admin = login(api, KEY)
+    nodes = api.get("/ui/nodes", headers=admin).text
+    assert "node_id=n1" in nodes and 'id="by-status"' in nodes and 'id="counters"' in nodes
+    assert 'name="node_id"' in api.get("/ui/jobs", headers=admin).text
