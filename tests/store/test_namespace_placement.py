@@ -321,3 +321,62 @@ def test_a_taker_steals_only_the_jobs_it_serves(
     spaces = {taker: [namespace_of(one) for one in jobs] for taker, jobs in took.items()}
     assert spaces == {"a": ["team-a"] * 2, "b": ["team-b"] * 2, "t": ["", ""]}
     assert_each_on_a_node_serving_it(api, queued)
+
+
+def test_a_node_labelled_anew_sheds_the_jobs_of_other_namespaces(
+    api: TestClient, store: SyncJobStore, rclient: redis.Redis, prefix: str
+) -> None:
+    node(api, "s")
+    queued = [job(api, NAMESPACES[i % 3]) for i in range(6)]
+    first = queued[0]
+    waiter = job(api, after=[first["job_id"]])  # the default's, waiting on s
+    delayed = job(api, "team-b", delay_secs=600)
+    assert {get(api, one["job_id"])["node_id"] for one in [*queued, waiter, delayed]} == {"s"}
+    assert report(api, first["job_id"], "running").status_code == 200
+    node(api, "b", **TEAM_B)
+    node(api, "t")
+    # s's agent restarts labelled for team-a: what it may no longer run leaves its queue;
+    # its running job runs on, and team-a's stay.
+    node(api, "s", **TEAM_A)
+    for one in [*queued[1:], waiter, delayed]:
+        after = get(api, one["job_id"])
+        expected = "s" if namespace_of(one) == "team-a" else ""
+        assert after["node_id"] == expected, one["job_id"]
+    assert get(api, first["job_id"])["node_id"] == "s"
+    store.run(ops.upkeep.place_unplaced(time.time()))
+    assert_each_on_a_node_serving_it(api, [*queued[1:], waiter, delayed])
+    assert {get(api, one["job_id"])["node_id"] for one in queued[1:] if not namespace_of(one)} == {
+        "t"
+    }
+    # Registered again with the same label: nothing moves.
+    node(api, "s", **TEAM_A)
+    assert_each_on_a_node_serving_it(api, queued)
+    assert_holds_match_jobs(rclient, prefix)
+
+
+def test_a_node_id_handed_to_a_new_holder_moves_its_jobs_only_where_they_may_run(
+    make_client: ClientFactory, make_settings: SettingsFactory, store: SyncJobStore
+) -> None:
+    key = "namespace-nodes-admin-key-0123456789"
+    admin = {"Authorization": f"Bearer {key}"}
+    api = make_client(make_settings(node_ttl_secs=TTL, api_key=key))
+    body = {"hostname": "h", "cpu_count": 2, "role": "compute"}
+
+    def registered(node_id: str, **labels: str) -> None:
+        sent = {**body, "id": node_id, "labels": labels}
+        assert api.post("/nodes/register", json=sent, headers=admin).status_code == 201
+
+    registered("a", **TEAM_A)
+    made = [
+        assert_json(
+            api.post("/jobs", json={"command": "x", "namespace": "team-a"}, headers=admin), 201
+        )
+        for _ in range(3)
+    ]
+    registered("b", **TEAM_B)
+    registered("a", **TEAM_A)  # the key registers the id again: a new holder
+    for one in made:
+        assert assert_json(api.get(f"/jobs/{one['job_id']}", headers=admin))["node_id"] == ""
+    assert len(store.run(ops.upkeep.place_unplaced(time.time()))) == 3
+    for one in made:
+        assert assert_json(api.get(f"/jobs/{one['job_id']}", headers=admin))["node_id"] == "a"
