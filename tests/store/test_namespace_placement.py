@@ -350,7 +350,14 @@ def test_a_node_labelled_anew_sheds_the_jobs_of_other_namespaces(
     }
     # Registered again with the same label: nothing moves.
     node(api, "s", **TEAM_A)
-    assert_each_on_a_node_serving_it(api, queued)
+    assert_each_on_a_node_serving_it(api, queued[1:])
+    # The default's job it ran fails with a retry left: not again on s, which no longer
+    # serves it, but placed by the next pass.
+    assert report(api, first["job_id"], "failed", exit_code=1).status_code == 200
+    retried = get(api, first["job_id"])
+    assert (retried["status"], retried["node_id"], retried["retry_count"]) == ("pending", "", 1)
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [first["job_id"]]
+    assert get(api, first["job_id"])["node_id"] == "t"
     assert_holds_match_jobs(rclient, prefix)
 
 
