@@ -247,8 +247,9 @@ def test_due_and_retried_jobs_keep_their_namespace(
         assert (after["node_id"], after["status"]) == expected
         if not one.get("namespace"):
             assert after["pending_reason"] == "namespace"
-    # A failed default job retried by hand: placed as a new one, so it waits too.
-    last_heard(rclient, settings, "s", time.time())
+    # A failed default job retried by hand: placed as a new one, so it waits too. (s comes
+    # back by its heartbeat, which puts it among the placeable nodes again.)
+    assert api.post("/nodes/heartbeat", json={"id": "s"}).status_code == 200
     failed = job(api, max_retries=0)
     assert failed["node_id"] == "s"
     last_heard(rclient, settings, "s", time.time() - TTL - 1)

@@ -4,8 +4,9 @@
 --- @include "UNCHECKED"
 --- @include "next_live"
 --- @include "placeable"
---- @include "placed_by_fit"
+--- @include "needs_fit"
 --- @include "rebind"
+--- @include "serves"
 --- @include "serving"
 --- @include "undrained"
 
@@ -28,7 +29,8 @@
 --   DELETE_NODE);
 -- - `{P}:nodes:drained` (drains.lua): a node there is never a candidate;
 -- - `{P}:nodes:namespaces` (room.lua serves): a node there takes only the jobs of the
---   namespaces its label names; while any node is there every job is placed by fit;
+--   namespaces its label names; a job that asks nothing goes by fit when the least loaded
+--   node is of another namespace, and one that must leave its node waits for the pass;
 -- - `{P}:unplaced`, the pending jobs no node could take (node_id ""), in queue order, and
 --   `{P}:unplaced:retry`, set when room may have appeared: PLACE_UNPLACED (the worker's
 --   promote tick, every second) then tries them again, from the head.
@@ -93,18 +95,18 @@ end
 
 -- A job that asks nothing: the least loaded placeable node from nodes:load, by rank (equal
 -- scores sort by id there, so the lowest ones are the ties), O(log n) whatever the number
--- of nodes. A node found dead or drained leaves it (refresh_load brings it back), so each
--- is skipped once.
+-- of nodes, and the ticket drawn (nil: none, nodes:load is empty). A node found dead or
+-- drained leaves it (refresh_load brings it back), so each is skipped once.
 local function least_loaded(cutoff)
   local ticket
   while true do
     local head = redis.call("ZRANGE", K.nodes_load, 0, 0, "WITHSCORES")
-    if #head == 0 then return nil end
+    if #head == 0 then return nil, ticket end
     local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
     ticket = ticket or redis.call("INCR", K.rr_seq)
     local at = (ticket - 1) % count
     local node = redis.call("ZRANGE", K.nodes_load, at, at)[1]
-    if placeable(node, cutoff) then return node end
+    if placeable(node, cutoff) then return node, ticket end
     redis.call("ZREM", K.nodes_load, node)
   end
 end
@@ -234,15 +236,16 @@ end
 -- those matching its labels and offering enough (no_fit), only drained ones (drained), none
 -- with room now (full). A job that asks no labels walks nodes:load (walk_load) unless the
 -- free indexes say no node has room, then finds why (why_not); one that names labels reads
--- its selector's nodes, 200 at a time.
-local function fitting_node(job, cutoff)
+-- its selector's nodes, 200 at a time. `drawn`: the ticket least_loaded drew already (nil:
+-- the next one, drawn only when a node is found).
+local function fitting_node(job, cutoff, drawn)
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
-  local ticket, namespace = next_ticket(), job.namespace
+  local ticket, namespace = drawn or next_ticket(), job.namespace
   local ids = selector_nodes(job.node_selector)
   if not ids then
     local node = any_room(cpus, memory) and walk_load(cutoff, cpus, memory, ticket, namespace)
     if node then
-      redis.call("INCR", K.rr_seq)
+      if not drawn then redis.call("INCR", K.rr_seq) end
       return node
     end
     return nil, why_not(cutoff, cpus, memory, namespace)
@@ -278,7 +281,7 @@ local function fitting_node(job, cutoff)
     for _, pair in ipairs(loads) do
       if pair[2] == low then group[#group + 1] = pair[1] end
     end
-    redis.call("INCR", K.rr_seq)
+    if not drawn then redis.call("INCR", K.rr_seq) end
     return rotate(group, ticket, function(node) return fitting[node] end)
   end
   if matched == 0 then return nil, unmatched(cutoff, namespace) end
@@ -287,15 +290,19 @@ end
 
 -- Where a job goes now (docs/GUIDE.md, Placement; placement.find_node): a node, or nil and why.
 -- Reads only the job's asks (cpus, memory_mb, node_selector) and namespace; draws the ticket
--- only when it finds a node. A job that asks nothing, while every node serves every
--- namespace, takes the least loaded placeable node; with none there, the reason is found as
--- for any job.
+-- only when it finds a node. A job that asks nothing takes the least loaded placeable node
+-- when that serves its namespace (every node does while none is labelled for some: one
+-- HGET more); else (the least loaded of another namespace, or none) it is placed by fit
+-- with the same ticket (walk_load, which passes over the nodes of other namespaces), or the
+-- reason is found as for any job.
 local function find_node(job, cutoff)
-  if not placed_by_fit(job) then
-    local node = least_loaded(cutoff)
-    if node then return node end
+  local ticket
+  if not needs_fit(job) then
+    local node
+    node, ticket = least_loaded(cutoff)
+    if node and serves(node, job.namespace) then return node end
   end
-  return fitting_node(job, cutoff)
+  return fitting_node(job, cutoff, ticket)
 end
 
 -- The node of a new job (CREATE_JOB; GET /schedule's PICK_NODE; RETRY_JOBS) by the
