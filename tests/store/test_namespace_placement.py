@@ -388,3 +388,20 @@ def test_a_node_id_handed_to_a_new_holder_moves_its_jobs_only_where_they_may_run
     assert len(store.run(ops.upkeep.place_unplaced(time.time()))) == 3
     for one in made:
         assert assert_json(api.get(f"/jobs/{one['job_id']}", headers=admin))["node_id"] == "a"
+
+
+def test_the_placement_pass_counts_the_nodes_a_plain_job_may_walk_past(
+    api: TestClient, store: SyncJobStore
+) -> None:
+    """Nodes of other namespaces idle at the head of the load index: each plain job's walk
+    may pass all of them, so a pass's call places fewer such jobs (units.lua placing_units),
+    and the next calls go on."""
+    for i in range(60):
+        node(api, f"x{i}", namespace="team-x")
+    waiting = [job(api)["job_id"] for _ in range(40)]
+    node(api, "s")
+    first = store.run(ops.upkeep.place_unplaced(time.time(), calls=1))
+    assert 0 < len(first) < len(waiting)
+    rest = store.run(ops.upkeep.place_unplaced(time.time()))
+    assert sorted(first + rest) == sorted(waiting)
+    assert {get(api, job_id)["node_id"] for job_id in waiting} == {"s"}
