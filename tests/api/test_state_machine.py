@@ -280,8 +280,9 @@ def test_scripts_use_the_keys_that_keys_py_names(
 ) -> None:
     api = make_client()
     k = Keys(prefix)
-    # A registered node's label sets: its implicit labels (models/labels.py).
-    words = ["job-1", "n1", "node.id=n1", "node.hostname=n1", "cpus", "memory_mb"]
+    # A registered node's label sets: its implicit labels (models/labels.py); "": the default
+    # namespace as stored (its indexes, keys.py namespace_jobs).
+    words = ["job-1", "n1", "node.id=n1", "node.hostname=n1", "cpus", "memory_mb", ""]
     named = named_keys(k, [*words, *STATUSES])
 
     def check(required: dict[str, str]) -> None:
