@@ -183,8 +183,9 @@ local function index_node(node, old, new)
     for _, label in ipairs(node_labels(node, record, vouched)) do
       redis.call("SADD", K.label_nodes(label), node)
     end
+    -- (an empty one, which only a version before this one let through, is none)
     local served = type(record.labels) == "table" and record.labels[NAMESPACE_LABEL]
-    if type(served) == "string" then
+    if type(served) == "string" and served ~= "" then
       redis.call("HSET", K.nodes_namespaces, node, served)
     else
       redis.call("HDEL", K.nodes_namespaces, node)
