@@ -71,6 +71,8 @@ Priority = Annotated[int, msgspec.Meta(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
 # generated.py writes its Lua table REASON from this), cleared once it is placed.
 PENDING_REASONS = {
     "no_nodes": "no healthy compute node",
+    # Every live node is labelled for other namespaces (models/labels.py serves).
+    "namespace": "no live node serves its namespace",
     "no_fit": "no live node matches its node_selector and resources",
     "full": "the nodes that fit have no room for it now",
     "drained": "the only nodes that fit are drained",

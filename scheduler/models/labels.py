@@ -11,6 +11,11 @@ hostname is only what a registration says, so a stranger's (the join key's) woul
 another host's jobs to it (store/scripts/nodes.py `vouches`). Both are bounded, since
 they live in Redis and every placement may read them: at most MAX_LABELS keys, and a
 selector at most MAX_LABELS values per key.
+
+The key `namespace` is the namespaces' (models/namespace.py; docs/GUIDE.md, "Nodes for some
+namespaces"): a node labelled `namespace=team-a` serves only team-a's jobs, and
+`namespace=team-a.team-b` (names joined by NAMESPACE_JOIN, which no name holds) only those
+two (`default` names the default namespace's). A node without it serves every namespace.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from scheduler.models.namespace import DEFAULT, NAME_RE, shown
 from scheduler.models.wire import InvalidInput
 
 MAX_LABELS = 16
@@ -26,6 +32,7 @@ LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9._/-]{0,255}")
 RESERVED_PREFIX = "node."
 NODE_ID_LABEL, NODE_HOSTNAME_LABEL = "node.id", "node.hostname"
 SYNTAX = "use 1 to 63 (key) and 0 to 255 (value) of A-Z a-z 0-9 . _ / -"
+NAMESPACE_LABEL, NAMESPACE_JOIN = "namespace", "."
 
 Selector = dict[str, str | list[str]]
 
@@ -45,6 +52,32 @@ def check_labels(labels: Mapping[str, str]) -> None:
         _check_pair("labels", key, value)
         if key.startswith(RESERVED_PREFIX):
             raise InvalidInput(f"invalid labels key {key!r}: {RESERVED_PREFIX}* is the scheduler's")
+        if key == NAMESPACE_LABEL:
+            _check_served(value)
+
+
+def _check_served(value: str) -> None:
+    """A `namespace` label's value: one or more namespace names, joined by NAMESPACE_JOIN."""
+    names = value.split(NAMESPACE_JOIN)
+    if not all(NAME_RE.fullmatch(name) for name in names) or len(set(names)) < len(names):
+        raise InvalidInput(
+            f"invalid labels value {value[:64]!r} for {NAMESPACE_LABEL}: the namespaces the node "
+            f"serves, each once, joined by {NAMESPACE_JOIN!r} (team-a, or team-a.{DEFAULT})"
+        )
+
+
+def served(labels: Mapping[str, str]) -> frozenset[str] | None:
+    """The namespaces a node with `labels` serves, as users name them (`default` for the
+    default's); None: every namespace (no `namespace` label)."""
+    value = labels.get(NAMESPACE_LABEL)
+    return None if value is None else frozenset(value.split(NAMESPACE_JOIN))
+
+
+def serves(labels: Mapping[str, str], namespace: str) -> bool:
+    """Whether a node with `labels` may run a job of `namespace` (as stored: "" for
+    `default`): it has no `namespace` label, or that label names it."""
+    names = served(labels)
+    return names is None or shown(namespace) in names
 
 
 def check_selector(selector: Mapping[str, str | list[str]]) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.models.labels import Selector, matches
+from scheduler.models.labels import Selector, matches, serves
 from scheduler.models.registry import NodeStatus
 
 
@@ -81,11 +81,13 @@ def choose(candidates: Sequence[str], ticket: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """What a job asks of its node: models.job.Job's cpus, memory_mb and node_selector."""
+    """What a job asks of its node: models.job.Job's cpus, memory_mb and node_selector, and
+    its namespace (as stored: "" for `default`), which a node labelled for some must serve."""
 
     cpus: int = 0
     memory_mb: int = 0
     node_selector: Selector = field(default_factory=dict)
+    namespace: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,16 +147,23 @@ def rotate(group: Sequence[str], ticket: int, fitting: Collection[str]) -> str |
 
 def find_node(ask: Ask, nodes: Sequence[NodeRoom], ticket: int) -> tuple[str | None, str]:
     """(the node the job goes to, "") or (None, why: a key of PENDING_REASONS). Of the live,
-    undrained nodes its selector matches, those with room for it now; the least loaded of
-    them, ties rotated from the ticket over every such node holding as many (`rotate`)."""
+    undrained nodes its selector matches, those that serve its namespace and have room for
+    it now; the least loaded of them, ties rotated from the ticket over every such node
+    holding as many (`rotate`: a node of another namespace is passed over there as one
+    without room is, as the scripts walk their load index)."""
     live = [node for node in nodes if node.live]
     open_ = [n for n in live if not n.drained and matches(ask.node_selector, n.labels)]
-    fitting = {node.id for node in open_ if fits(node, ask)}
+    fitting = {n.id for n in open_ if fits(n, ask) and serves(n.labels, ask.namespace)}
     if fitting:
         low = min(node.held_jobs for node in open_ if node.id in fitting)
         group = sorted(node.id for node in open_ if node.held_jobs == low)
         return rotate(group, ticket, fitting), ""
-    matching = [node for node in live if offers(node, ask)]
+    if not live:
+        return None, "no_nodes"
+    serving = [node for node in live if serves(node.labels, ask.namespace)]
+    if not serving:
+        return None, "namespace"
+    matching = [node for node in serving if offers(node, ask)]
     if not matching:
-        return None, "no_fit" if live else "no_nodes"
+        return None, "no_fit"
     return None, "full" if any(not node.drained for node in matching) else "drained"

@@ -148,6 +148,10 @@ class Keys:
         return self._k(f"label:{label}")
 
     @property
+    def nodes_namespaces(self) -> str:  # hash: node -> its `namespace` label (those it serves)
+        return self._k("nodes:namespaces")
+
+    @property
     def unplaced(self) -> str:
         return self._k("unplaced")
 

@@ -19,6 +19,8 @@ from scheduler.models.job import (
     PENDING_REASONS,
     STATUSES,
 )
+from scheduler.models.labels import NAMESPACE_JOIN, NAMESPACE_LABEL
+from scheduler.models.namespace import DEFAULT
 from scheduler.models.record import APART, OUTPUT_FIELDS
 from scheduler.models.series import WAIT_BOUNDS
 from scheduler.store.keys import OTHER_SPACE_KEY, SPACE_KEYS
@@ -70,6 +72,11 @@ def _constants() -> dict[str, str]:
         "ELSEWHERE": ELSEWHERE,
         "PINNED": PINNED,
         "SERVICE_ID_PREFIX": SERVICE_ID_PREFIX,
+        # The default namespace's name, the label that dedicates a node to namespaces, and
+        # how its value joins the names of those it serves (models/labels.py; room.lua).
+        "DEFAULT_NAMESPACE": DEFAULT,
+        "NAMESPACE_JOIN": NAMESPACE_JOIN,
+        "NAMESPACE_LABEL": NAMESPACE_LABEL,
     }
     return {name: f"local {name} = {_value(value)}" for name, value in values.items()}
 

@@ -3,12 +3,12 @@
 --- @include "SETTLE_UNITS"
 --- @include "live_nodes"
 --- @include "load_job"
---- @include "needs_fit"
 --- @include "next_live"
 --- @include "number_of"
 --- @include "pace_of"
 --- @include "place"
 --- @include "placeable"
+--- @include "placed_by_fit"
 --- @include "placing_units"
 --- @include "rebind"
 --- @include "record_units"
@@ -19,8 +19,9 @@
 -- live (heard from since `live_cutoff`: the built-in registry's heartbeats, or the sweep's
 -- sightings of an external registry's nodes) and not drained, or bound to an instance, else
 -- on a live node, round-robin. With no live node a job waits pending on its node
--- (REQUEUE_LOST moves it once one is). A job that asks a fit (or has no node) is placed as
--- a new one is (place.lua place): pending on a node that fits, or unplaced. While one pace
+-- (REQUEUE_LOST moves it once one is). A job that asks a fit (or has no node, or any job
+-- while some node serves only some namespaces: room.lua placed_by_fit) is placed as a new
+-- one is (place.lua place): pending on a node that fits, or unplaced. While one pace
 -- lasts (endings.py: ENDED_UNITS a job, its record's size and placing; out of it, entries
 -- read says `batch`: call again). Then the dashboard's gauges of now's minute (series.lua
 -- SERIES). Returns {entries read, ids of the jobs now pending...}.
@@ -40,7 +41,7 @@ for _, id in ipairs(due) do
     local n, target = number_of(id), job.node_id
     if (job.instance_id or "") ~= "" then
       rebind(id, n, job, "pending", target)
-    elseif needs_fit(job) or target == "" then
+    elseif placed_by_fit(job) or target == "" then
       place(id, n, job, cutoff)
     else
       if not placeable(target, cutoff) then

@@ -1,13 +1,18 @@
 --- @include "codes"
 --- @include "keys"
 --- @include "ENDED_UNITS"
+--- @include "NAMESPACE_LABEL"
 --- @include "SETTLE_UNITS"
 --- @include "index_node"
 --- @include "lift_drain"
 --- @include "live_nodes"
 --- @include "lose_running"
+--- @include "move_each"
 --- @include "move_jobs"
+--- @include "pace_of"
+--- @include "rebind"
 --- @include "record_units"
+--- @include "serves"
 
 -- POST /nodes/register. Who may (docs/SECURITY.md): a new id, anyone, or with key_required
 -- only the key or the join key (caller "join"); an existing id, the operator's key or the
@@ -20,7 +25,9 @@
 -- operator vouches for this registration (vouches()): only a node in nodes:vouched has its
 -- hostname as its node.hostname label; the node's own token keeps what was vouched for
 -- while it says the hostname the key registered (a node's token claiming another host's name
--- would take the jobs pinned there), anyone else's registration is not vouched for.
+-- would take the jobs pinned there), anyone else's registration is not vouched for. A node
+-- labelled anew for some namespaces (room.lua serves) sheds what is queued on it of the
+-- others (shed_unserved).
 -- Returns {OK, "issued" | "kept" | "none", {job moved}, {job lost}} (the fresh token became
 -- the node's; the caller's token stays the node's; no token for this caller) | {UNAUTHORIZED}
 -- | {TOO_MANY_NODES} | {ROLE_LOCKED} | {TOO_MANY}
@@ -28,6 +35,25 @@ local stored = redis.call("HGET", K.nodes, node)
 local held = redis.call("HGET", K.node_tokens, node)
 local seen_at = tonumber(now)
 local moved, lost = {}, {}
+-- Labelled anew for some namespaces (its `namespace` label other than its record `old`
+-- said): its queued jobs (pending, waiting, delayed; not instance-bound) of a namespace it
+-- no longer serves go back to placement, keeping their status (unplaced, or placed when
+-- released or due), up to `limit` and one pace (life.lua move_each); any beyond stay. Its
+-- running jobs run on.
+local function shed_unserved(old)
+  local before = old and cjson.decode(old).labels
+  before = type(before) == "table" and before[NAMESPACE_LABEL] or false
+  local served = redis.call("HGET", K.nodes_namespaces, node)
+  if not served or served == before then return end
+  local pace = pace_of(SETTLE_UNITS)
+  for _, status in ipairs({"pending", "waiting", "delayed"}) do
+    move_each(node, status, tonumber(limit), moved, function(id, n, job)
+      if serves(node, job.namespace) then return nil end
+      rebind(id, n, job, status, "")
+      return ""
+    end, pace)
+  end
+end
 local function save(kept)
   -- Registered again: a drain of its own clean stop is over; an operator's stays.
   if redis.call("HGET", K.drained_nodes, node) == "stopping" then lift_drain(node) end
@@ -47,6 +73,7 @@ local function save(kept)
     redis.call("ZREM", K.nodes_compute, node)
   end
   index_node(node, stored, record)
+  shed_unserved(stored)
 end
 local function issue()
   if held then redis.call("HDEL", K.tokens, held) end

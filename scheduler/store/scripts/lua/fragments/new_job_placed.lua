@@ -1,15 +1,17 @@
 -- The new job placed (or passed on: NO_NODES), its id drawn and its head written: `job`.
 local ask = {cpus = tonumber(cpus), memory_mb = tonumber(memory_mb),
-  node_selector = selector ~= "" and cjson.decode(selector) or nil}
+  node_selector = selector ~= "" and cjson.decode(selector) or nil, namespace = namespace}
 local node, reason = nil, nil
 if due == "" or not needs_fit(ask) then
   node, reason = pick_node(mode, candidates, ask, tonumber(now) - tonumber(node_ttl))
 elseif elsewhere == "1" then
   -- A delayed job that asks a fit is placed when due. Where other shards may take it, it
-  -- still needs a node here that matches it (room or not): with none it passes on, as one
-  -- due now does, rather than wait where no node may ever take it.
+  -- still needs a node here that matches it and serves its namespace (room or not): with
+  -- none it passes on, as one due now does, rather than wait where no node may ever take it.
   local _, why = pick_node(mode, candidates, ask, tonumber(now) - tonumber(node_ttl))
-  if why == REASON.no_fit or why == REASON.no_nodes then reason = why end
+  if why == REASON.no_fit or why == REASON.no_nodes or why == REASON.namespace then
+    reason = why
+  end
 end
 if not node and reason and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(ask)
     or elsewhere == "1") then

@@ -7,6 +7,7 @@
 --- @include "place"
 --- @include "rebind"
 --- @include "refresh_load"
+--- @include "serves"
 --- @include "wake_node"
 
 -- Drains (docs/GUIDE.md, Drain): a node in {P}:nodes:drained, by "operator" (the key's, for
@@ -69,11 +70,13 @@ local function move_off(node, builtin, cutoff, limit, pace)
 end
 
 -- The node a job tried again goes to (a failed report; a timeout under its own policy): its
--- own, unless that is drained; then off_drained (placed by the next pass, about a tick
--- later: a report's script carries none of find_node's Lua), its own still when an external
--- registry has no live node, or when it is bound to an instance there.
+-- own, unless that is drained or no longer serves the job's namespace (labelled anew while
+-- it ran: room.lua serves); then off_drained (placed by the next pass, about a tick later: a
+-- report's script carries none of find_node's Lua), its own still when an external registry
+-- has no live node, or when it is bound to an instance there.
 local function retry_node(job, builtin, cutoff)
   local node = job.node_id
-  if (job.instance_id or "") ~= "" or not is_drained(node) then return node end
+  if (job.instance_id or "") ~= "" then return node end
+  if not is_drained(node) and serves(node, job.namespace) then return node end
   return off_drained(builtin, cutoff) or node
 end

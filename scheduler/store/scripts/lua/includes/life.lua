@@ -4,9 +4,9 @@
 --- @include "encode"
 --- @include "move_job"
 --- @include "load_job"
---- @include "needs_fit"
 --- @include "next_live"
 --- @include "number_of"
+--- @include "placed_by_fit"
 --- @include "placing_units"
 --- @include "record_attempt"
 --- @include "record_units"
@@ -149,11 +149,12 @@ end
 
 -- move_each to `live` nodes round-robin (a lost or deleted node's jobs, a new holder's),
 -- keeping their number and priority (their place in the queue) and their status; one that
--- asks a fit waits unplaced for the next placement pass (place.lua).
+-- asks a fit, or any while some node serves only some namespaces (room.lua placed_by_fit),
+-- waits unplaced for the next placement pass (place.lua).
 local function move_jobs(node, status, live, limit, moved, pace)
   if #live == 0 then return end
   move_each(node, status, limit, moved, function(id, n, job)
-    local target = needs_fit(job) and "" or next_live(live)
+    local target = placed_by_fit(job) and "" or next_live(live)
     rebind(id, n, job, status, target)
     return target
   end, pace)

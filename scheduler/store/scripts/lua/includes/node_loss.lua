@@ -3,9 +3,9 @@
 --- @include "SETTLE_UNITS"
 --- @include "finish"
 --- @include "load_job"
---- @include "needs_fit"
 --- @include "next_live"
 --- @include "pace_of"
+--- @include "placed_by_fit"
 --- @include "record_units"
 --- @include "requeue"
 --- @include "retries_left"
@@ -18,7 +18,8 @@
 -- holder), under the node-loss rule (Nomad's lost allocations): a run job fails with stderr
 -- "node lost" under the retry rule (`policy`: {max_retries, backoff, backoff_cap, seed}):
 -- with retries left it is pending again (retry_count + 1, no outbox entry) on a `live` node
--- (or delayed there by its backoff), else it ends failed (exit -1, failure_reason node_lost,
+-- (or delayed there by its backoff; one placed by fit, room.lua placed_by_fit, unplaced for
+-- the next placement pass), else it ends failed (exit -1, failure_reason node_lost,
 -- its outbox entry). A service is placed again, pending on a live node (its retry count
 -- unchanged, no outbox entry). Every move is a job event (events.lua). An instance-bound job
 -- stays on its node, and with no live node a job waits pending on its node. Until `out`
@@ -46,7 +47,7 @@ local function lose_running(node, live, limit, out, now, stamp, policy, pace)
       if service or retries_left(job, max_retries) then
         local target = node
         if (job.instance_id or "") == "" then
-          target = needs_fit(job) and "" or next_live(live) or node
+          target = placed_by_fit(job) and "" or next_live(live) or node
         end
         local wait = service and 0 or retry_wait(job, n, backoff, backoff_cap, seed)
         requeue(id, n, job, target, not service, wait, now, stamp, "node_lost")

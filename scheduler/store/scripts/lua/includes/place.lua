@@ -6,6 +6,8 @@
 --- @include "next_live"
 --- @include "placeable"
 --- @include "rebind"
+--- @include "serves"
+--- @include "serving"
 --- @include "undrained"
 
 -- Placement (docs/GUIDE.md, Placement; nodes/placement.py is its model, which the tests hold
@@ -26,6 +28,9 @@
 -- - `{P}:label:<key>=<value>`, the compute nodes with each label (REGISTER_NODE,
 --   DELETE_NODE);
 -- - `{P}:nodes:drained` (drains.lua): a node there is never a candidate;
+-- - `{P}:nodes:namespaces` (room.lua serves): a node there takes only the jobs of the
+--   namespaces its label names; a job that asks nothing goes by fit when the least loaded
+--   node is of another namespace, and one that must leave its node waits for the pass;
 -- - `{P}:unplaced`, the pending jobs no node could take (node_id ""), in queue order, and
 --   `{P}:unplaced:retry`, set when room may have appeared: PLACE_UNPLACED (the worker's
 --   promote tick, every second) then tries them again, from the head.
@@ -90,18 +95,18 @@ end
 
 -- A job that asks nothing: the least loaded placeable node from nodes:load, by rank (equal
 -- scores sort by id there, so the lowest ones are the ties), O(log n) whatever the number
--- of nodes. A node found dead or drained leaves it (refresh_load brings it back), so each
--- is skipped once.
+-- of nodes, and the ticket drawn (nil: none, nodes:load is empty). A node found dead or
+-- drained leaves it (refresh_load brings it back), so each is skipped once.
 local function least_loaded(cutoff)
   local ticket
   while true do
     local head = redis.call("ZRANGE", K.nodes_load, 0, 0, "WITHSCORES")
-    if #head == 0 then return nil end
+    if #head == 0 then return nil, ticket end
     local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
     ticket = ticket or redis.call("INCR", K.rr_seq)
     local at = (ticket - 1) % count
     local node = redis.call("ZRANGE", K.nodes_load, at, at)[1]
-    if placeable(node, cutoff) then return node end
+    if placeable(node, cutoff) then return node, ticket end
     redis.call("ZREM", K.nodes_load, node)
   end
 end
@@ -137,11 +142,12 @@ local function any_room(cpus, memory)
   return true
 end
 
--- A job that asks only resources: nodes:load walked from its least loaded nodes, a load at
--- a time, each tie rotated from the ticket's place (rotate), 4 nodes a read doubling to 32;
--- the first live, undrained node with room. The work is the nodes passed over before it,
--- read in batches, not the fleet.
-local function walk_load(cutoff, cpus, memory, ticket)
+-- A job that asks only resources (or nothing, while some node serves only some namespaces):
+-- nodes:load walked from its least loaded nodes, a load at a time, each tie rotated from the
+-- ticket's place (rotate), 4 nodes a read doubling to 32; the first live, undrained node
+-- with room that serves `namespace`. The work is the nodes passed over before it, read in
+-- batches, not the fleet.
+local function walk_load(cutoff, cpus, memory, ticket, namespace)
   local rank, any_drained, size = 0, redis.call("EXISTS", K.drained_nodes) == 1, 4
   while true do
     local head = redis.call("ZRANGE", K.nodes_load, rank, rank, "WITHSCORES")
@@ -156,8 +162,10 @@ local function walk_load(cutoff, cpus, memory, ticket)
       local alive = redis.call("ZMSCORE", K.nodes_compute, unpack(window))
       local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(window)) or {}
       local _, room = rooms(window, cpus, memory)
+      local theirs = serving(window, namespace)
       for i, node in ipairs(window) do
-        if room[i] and not drained[i] and alive[i] and tonumber(alive[i]) >= cutoff then
+        if room[i] and not drained[i] and alive[i] and tonumber(alive[i]) >= cutoff
+          and (not theirs or theirs[i]) then
           return node
         end
       end
@@ -167,11 +175,29 @@ local function walk_load(cutoff, cpus, memory, ticket)
   end
 end
 
--- Why no node takes a job that asks only resources: of the live compute nodes that offer
--- what it asks (read from the offer index of the dimension fewer nodes offer enough of, 32
--- at a time, until one answers), an undrained one (full: it has no room now) or only
--- drained ones (drained); none (no_fit), or no live compute node at all (no_nodes).
-local function why_not(cutoff, cpus, memory)
+-- Why no live node takes a job no live node matches (by its labels or by what it offers): no
+-- live compute node at all (no_nodes), none that serves its namespace (namespace), else
+-- no_fit. The live nodes are read 100 at a time only while some node serves only some
+-- namespaces, until one serves it.
+local function unmatched(cutoff, namespace)
+  local read = 0
+  while true do
+    local chunk = redis.call("ZRANGEBYSCORE", K.nodes_compute, cutoff, "+inf", "LIMIT", read, 100)
+    if #chunk == 0 then return read == 0 and REASON.no_nodes or REASON.namespace end
+    local theirs = serving(chunk, namespace)
+    if not theirs then return REASON.no_fit end
+    for i = 1, #chunk do
+      if theirs[i] then return REASON.no_fit end
+    end
+    read = read + #chunk
+  end
+end
+
+-- Why no node takes a job that asks only resources: of the live compute nodes that serve
+-- its namespace and offer what it asks (read from the offer index of the dimension fewer
+-- nodes offer enough of, 32 at a time, until one answers), an undrained one (full: it has
+-- no room now) or only drained ones (drained); none: `unmatched`.
+local function why_not(cutoff, cpus, memory, namespace)
   local asks, by = {cpus, memory}, cpus > 0 and 1 or 2
   if cpus > 0 and memory > 0 and redis.call("ZCOUNT", K.nodes_offer(ROOM[2]), memory, "+inf")
     < redis.call("ZCOUNT", K.nodes_offer(ROOM[1]), cpus, "+inf") then
@@ -188,38 +214,41 @@ local function why_not(cutoff, cpus, memory)
     local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(chunk)) or {}
     local offered = asks[other] > 0
       and redis.call("ZMSCORE", K.nodes_offer(ROOM[other]), unpack(chunk)) or {}
+    local theirs = serving(chunk, namespace)
     for i = 1, #chunk do
       local offers = asks[other] == 0 or (tonumber(offered[i]) or UNCHECKED) >= asks[other]
-      if offers and alive[i] and tonumber(alive[i]) >= cutoff then
+      if offers and alive[i] and tonumber(alive[i]) >= cutoff and (not theirs or theirs[i]) then
         if not drained[i] then return REASON.full end
         drained_only = true
       end
     end
   end
   if drained_only then return REASON.drained end
-  local any = redis.call("ZCOUNT", K.nodes_compute, cutoff, "+inf") > 0
-  return any and REASON.no_fit or REASON.no_nodes
+  return unmatched(cutoff, namespace)
 end
 
--- A job that asks resources or labels (placement.find_node): of the live, undrained
--- compute nodes its selector matches, those with room for what it asks now (0 offered: not
+-- A job that asks resources or labels, or any job while some node serves only some
+-- namespaces (placement.find_node): of the live, undrained compute nodes its selector
+-- matches, those that serve its namespace with room for what it asks now (0 offered: not
 -- checked); the least loaded of them, ties rotated from the ticket (rotate over every such
--- node of that load). Else nil and why: no live compute node (no_nodes), none matching its
--- labels and offering enough (no_fit), only drained ones (drained), none with room now
--- (full). A job that asks only resources walks nodes:load (walk_load) unless the free
--- indexes say no node has room, then finds why (why_not); one that names labels reads its
--- selector's nodes, 200 at a time.
-local function fitting_node(job, cutoff)
+-- node of that load, passing over one of another namespace as one without room). Else nil
+-- and why: no live compute node (no_nodes), none serving its namespace (namespace), none of
+-- those matching its labels and offering enough (no_fit), only drained ones (drained), none
+-- with room now (full). A job that asks no labels walks nodes:load (walk_load) unless the
+-- free indexes say no node has room, then finds why (why_not); one that names labels reads
+-- its selector's nodes, 200 at a time. `drawn`: the ticket least_loaded drew already (nil:
+-- the next one, drawn only when a node is found).
+local function fitting_node(job, cutoff, drawn)
   local cpus, memory = tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0
-  local ticket = next_ticket()
+  local ticket, namespace = drawn or next_ticket(), job.namespace
   local ids = selector_nodes(job.node_selector)
   if not ids then
-    local node = any_room(cpus, memory) and walk_load(cutoff, cpus, memory, ticket)
+    local node = any_room(cpus, memory) and walk_load(cutoff, cpus, memory, ticket, namespace)
     if node then
-      redis.call("INCR", K.rr_seq)
+      if not drawn then redis.call("INCR", K.rr_seq) end
       return node
     end
-    return nil, why_not(cutoff, cpus, memory)
+    return nil, why_not(cutoff, cpus, memory, namespace)
   end
   local any_drained = redis.call("EXISTS", K.drained_nodes) == 1
   local matched, open, loads, fitting, low = 0, 0, {}, {}, math.huge
@@ -230,14 +259,16 @@ local function fitting_node(job, cutoff)
     local drained = any_drained and redis.call("HMGET", K.drained_nodes, unpack(chunk)) or {}
     local held = redis.call("ZMSCORE", K.nodes_load, unpack(chunk))
     local offers, room = rooms(chunk, cpus, memory)
+    local theirs = serving(chunk, namespace)
     for i, node in ipairs(chunk) do
       if seen[i] and tonumber(seen[i]) >= cutoff then
-        if offers[i] then matched = matched + 1 end
-        if offers[i] and not drained[i] then open = open + 1 end
+        local its = not theirs or theirs[i]
+        if offers[i] and its then matched = matched + 1 end
+        if offers[i] and its and not drained[i] then open = open + 1 end
         if not drained[i] then
           local load = tonumber(held[i]) or redis.call("SCARD", K.node_held(node))
           loads[#loads + 1] = {node, load}
-          if room[i] then
+          if room[i] and its then
             fitting[node] = true
             if load < low then low = load end
           end
@@ -250,26 +281,28 @@ local function fitting_node(job, cutoff)
     for _, pair in ipairs(loads) do
       if pair[2] == low then group[#group + 1] = pair[1] end
     end
-    redis.call("INCR", K.rr_seq)
+    if not drawn then redis.call("INCR", K.rr_seq) end
     return rotate(group, ticket, function(node) return fitting[node] end)
   end
-  if matched == 0 then
-    local any = redis.call("ZCOUNT", K.nodes_compute, cutoff, "+inf") > 0
-    return nil, any and REASON.no_fit or REASON.no_nodes
-  end
+  if matched == 0 then return nil, unmatched(cutoff, namespace) end
   return nil, open == 0 and REASON.drained or REASON.full
 end
 
 -- Where a job goes now (docs/GUIDE.md, Placement; placement.find_node): a node, or nil and why.
--- Reads only the job's asks (cpus, memory_mb, node_selector); draws the ticket only when
--- it finds a node. A job that asks nothing takes the least loaded placeable node; with none
--- there, the reason is found as for any job.
+-- Reads only the job's asks (cpus, memory_mb, node_selector) and namespace; draws the ticket
+-- only when it finds a node. A job that asks nothing takes the least loaded placeable node
+-- when that serves its namespace (every node does while none is labelled for some: one
+-- HGET more); else (the least loaded of another namespace, or none) it is placed by fit
+-- with the same ticket (walk_load, which passes over the nodes of other namespaces), or the
+-- reason is found as for any job.
 local function find_node(job, cutoff)
+  local ticket
   if not needs_fit(job) then
-    local node = least_loaded(cutoff)
-    if node then return node end
+    local node
+    node, ticket = least_loaded(cutoff)
+    if node and serves(node, job.namespace) then return node end
   end
-  return fitting_node(job, cutoff)
+  return fitting_node(job, cutoff, ticket)
 end
 
 -- The node of a new job (CREATE_JOB; GET /schedule's PICK_NODE; RETRY_JOBS) by the
@@ -289,12 +322,12 @@ end
 -- its pending_reason. PLACE_UNPLACED, PROMOTE_DUE, RETRY_JOBS and DRAIN_NODE (a drained
 -- node's pending jobs: drains.lua move_off) call it; nodes are live since `cutoff`. The
 -- caller stores the record (store_job). `failed` (optional, kept through one script's
--- jobs): the asks that found no node, with why; placing jobs only takes room, so such an
--- ask finds none again and each distinct ask reads its candidates once a script. Returns
--- the node or nil, and the reason.
+-- jobs): the asks (and namespaces) that found no node, with why; placing jobs only takes
+-- room, so such an ask finds none again and each distinct ask reads its candidates once a
+-- script. Returns the node or nil, and the reason.
 local function place(id, n, job, cutoff, failed)
   local ask = failed and (job.cpus or 0) .. " " .. (job.memory_mb or 0) .. " "
-    .. cjson.encode(job.node_selector or {})
+    .. (job.namespace or "") .. " " .. cjson.encode(job.node_selector or {})
   local node, reason = nil, ask and failed[ask]
   if not reason then node, reason = find_node(job, cutoff) end
   if node then

@@ -1,4 +1,7 @@
 --- @include "keys"
+--- @include "DEFAULT_NAMESPACE"
+--- @include "NAMESPACE_JOIN"
+--- @include "NAMESPACE_LABEL"
 
 -- What a node offers and holds: the part of placement (place.lua) that a job's life
 -- (life.lua) uses, so it comes before it in the library: whether a node is drained
@@ -55,6 +58,44 @@ local function needs_fit(job)
   local selector = job.node_selector
   return (tonumber(job.cpus) or 0) > 0 or (tonumber(job.memory_mb) or 0) > 0
     or (type(selector) == "table" and next(selector) ~= nil)
+end
+
+-- Nodes for some namespaces (docs/GUIDE.md): a compute node labelled `namespace=team-a` (or
+-- `team-a.team-b`) runs only those namespaces' jobs; {P}:nodes:namespaces holds each such
+-- node's label (index_node). With none there, the usual case, every node serves every
+-- namespace and placement reads nothing more than this EXISTS.
+local function any_dedicated()
+  return redis.call("EXISTS", K.nodes_namespaces) == 1
+end
+
+-- Whether a node whose `namespace` label is `value` (false: none) may run a job of
+-- `namespace` (as stored: "" or nil for the default's): models.labels.serves.
+local function lets(value, namespace)
+  if not value then return true end
+  local name = (namespace or "") == "" and DEFAULT_NAMESPACE or namespace
+  local j = NAMESPACE_JOIN
+  return string.find(j .. value .. j, j .. name .. j, 1, true) ~= nil
+end
+
+local function serves(node, namespace)
+  return lets(redis.call("HGET", K.nodes_namespaces, node), namespace)
+end
+
+-- Of `nodes`, which serve `namespace`: a list of booleans (one HMGET), or nil when every
+-- one does (no node is labelled for namespaces).
+local function serving(nodes, namespace)
+  if #nodes == 0 or not any_dedicated() then return nil end
+  local values = redis.call("HMGET", K.nodes_namespaces, unpack(nodes))
+  local out = {}
+  for i = 1, #nodes do out[i] = lets(values[i], namespace) end
+  return out
+end
+
+-- Whether a job is placed by fit rather than round-robin: it asks a fit (needs_fit), or some
+-- node serves only some namespaces (the round-robin moves know no namespace): then one that
+-- must leave its node waits unplaced for the next placement pass, as a job that asks does.
+local function placed_by_fit(job)
+  return needs_fit(job) or any_dedicated()
 end
 
 -- Room may have appeared (a job ended or left a node, a node registered, came back or was
@@ -124,9 +165,10 @@ local function node_labels(node, record, vouched)
   return out
 end
 
--- What placement reads of node `node` (its label sets, its offer and free room, its place
--- in nodes:load) from its record `new` (JSON; nil once deleted), replacing what its record
--- `old` said (JSON or nil); then the unplaced jobs may fit. Only compute nodes are indexed.
+-- What placement reads of node `node` (its label sets and the namespaces it serves, its
+-- offer and free room, its place in nodes:load) from its record `new` (JSON; nil once
+-- deleted), replacing what its record `old` said (JSON or nil); then the unplaced jobs may
+-- fit. Only compute nodes are indexed.
 -- Its old hostname label goes whether or not it was vouched for (an earlier version
 -- indexed every node's).
 local function index_node(node, old, new)
@@ -141,6 +183,13 @@ local function index_node(node, old, new)
     for _, label in ipairs(node_labels(node, record, vouched)) do
       redis.call("SADD", K.label_nodes(label), node)
     end
+    -- (an empty one, which only a version before this one let through, is none)
+    local served = type(record.labels) == "table" and record.labels[NAMESPACE_LABEL]
+    if type(served) == "string" and served ~= "" then
+      redis.call("HSET", K.nodes_namespaces, node, served)
+    else
+      redis.call("HDEL", K.nodes_namespaces, node)
+    end
     local offers = {tonumber(record.cpu_count) or 0, tonumber(record.memory_mb) or 0}
     for i, what in ipairs(ROOM) do
       local offered = offers[i] > 0 and offers[i] or UNCHECKED
@@ -153,6 +202,7 @@ local function index_node(node, old, new)
       redis.call("ZREM", K.nodes_offer(what), node)
       redis.call("ZREM", K.nodes_free(what), node)
     end
+    redis.call("HDEL", K.nodes_namespaces, node)
   end
   refresh_load(node)
   flag_unplaced()

@@ -4,6 +4,7 @@
 --- @include "load_job"
 --- @include "number_of"
 --- @include "rebind"
+--- @include "serves"
 --- @include "store_job"
 
 -- Work stealing (docs/GUIDE.md, "Work stealing"): a node whose queue is empty takes jobs that
@@ -29,11 +30,13 @@ local function note_backlog(node, left)
 end
 
 -- Whether `node` may run `job` taken from another queue: a job bound to an instance, or a
--- service, belongs to its node; the node's labels must match the job's node_selector (a
--- `node.id` names one node) and it must have room for what the job asks now (placement's
--- rules: place.lua).
+-- service, belongs to its node; the node must serve the job's namespace (a node labelled
+-- for some takes only theirs: room.lua serves), its labels must match the job's
+-- node_selector (a `node.id` names one node) and it must have room for what the job asks
+-- now (placement's rules: place.lua).
 local function may_take(node, job)
   if (job.instance_id or "") ~= "" or job.job_type == "service" then return false end
+  if not serves(node, job.namespace) then return false end
   if type(job.node_selector) == "table" then
     for key, values in pairs(job.node_selector) do
       if type(values) ~= "table" then values = {values} end

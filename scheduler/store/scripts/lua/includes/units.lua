@@ -12,9 +12,14 @@ local function record_units(bytes) return math.floor(bytes / RECORD_BYTES_UNIT) 
 -- node_selector allows (up to 256: models/labels.py), about 2 µs each, and NODE_UNITS for
 -- each node placement reads: those of the selector's key with the fewest (place.lua
 -- selector_nodes), counted as it counts them. A selector every node matches reads them all
--- (about 3 µs a node: 2,000 in 6 ms), so a pass places fewer such jobs a call.
+-- (about 3 µs a node: 2,000 in 6 ms), so a pass places fewer such jobs a call. A job that
+-- names no labels, while some nodes serve only some namespaces ({P}:nodes:namespaces), may
+-- walk past every one of them (place.lua walk_load: they sit idle at the head of the load
+-- index for the other namespaces' jobs): NODE_UNITS each.
 local function placing_units(job)
-  if type(job.node_selector) ~= "table" then return 0 end
+  if type(job.node_selector) ~= "table" or next(job.node_selector) == nil then
+    return redis.call("HLEN", K.nodes_namespaces) * NODE_UNITS
+  end
   local looked, fewest = 0, nil
   for key, values in pairs(job.node_selector) do
     if type(values) ~= "table" then values = {values} end
