@@ -12,7 +12,8 @@ the hash of its tag alone, so the tag puts a shard, rq's keys included, in one s
 deployment spreads over primaries as shards, each a `Keys` of its own (shards.py). Before the
 tag, keys were "P:..." and rq's "rq:..." (legacy_keys.py); store/migrate.py renames such a
 layout at start. The layout is docs/ARCHITECTURE.md's "Redis keys" table (a key added here gets
-its row there); rq builds its own keys under RQ_KEY_PREFIX = T:rq (workers/rq_prefix.py sets it).
+its row there); the teams' keys (named keys, the audit, namespaces) are keys_teams.py's, which
+`Keys` inherits; rq builds its own keys under RQ_KEY_PREFIX = T:rq (workers/rq_prefix.py sets it).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from scheduler.store.keys_teams import TeamKeys
+
 
 @dataclass(frozen=True, slots=True)
-class Keys:
+class Keys(TeamKeys):
     prefix: str
 
     @property
@@ -211,10 +214,6 @@ class Keys:
         return self._k("shards")
 
     @property
-    def namespaces_indexed(self) -> str:  # set once the jobs of before namespaces are indexed
-        return self._k("namespaces:indexed")
-
-    @property
     def records_split(self) -> str:
         return self._k("records:split")
 
@@ -245,20 +244,6 @@ class Keys:
 
     def status(self, status: str) -> str:
         return self._k(f"status:{status}")
-
-    # A namespace's jobs (models/namespace.py; "" names the default's), by number, and by
-    # status: GET /jobs?namespace=, the counts and quotas of one namespace.
-    def namespace_jobs(self, namespace: str) -> str:
-        return self._k(f"ns:{namespace}:jobs")
-
-    def namespace_status(self, namespace: str, status: str) -> str:
-        return self._k(f"ns:{namespace}:{status}")
-
-    # Every namespace holding a job (as stored: "" the default's), so /metrics counts each
-    # without a SCAN: CREATE_JOB and RESTORE_JOBS add, PRUNE_FINISHED removes an emptied one.
-    @property
-    def namespaces(self) -> str:
-        return self._k("namespaces")
 
     def node_jobs(self, node_id: str) -> str:
         return self._k(f"node:{node_id}:jobs")
@@ -309,26 +294,6 @@ class Keys:
     @property
     def ui_secret(self) -> str:  # the deployment's random secret: the no-key UI's CSRF HMAC key
         return self._k("ui:secret")
-
-    @property
-    def api_keys(self) -> str:  # hash: a named key's name -> its record (models/access_key.py)
-        return self._k("apikeys")
-
-    @property
-    def api_keys_version(self) -> str:  # counter: bumped by every change of api_keys
-        return self._k("apikeys:version")
-
-    @property
-    def api_keys_written(self) -> str:  # the version the snapshot file's api_keys table holds
-        return self._k("apikeys:written")
-
-    @property
-    def audit(self) -> str:  # stream: the admin calls, who made them and on what
-        return self._k("audit")
-
-    @property
-    def audit_written(self) -> str:  # the id of the newest audit entry the snapshot file holds
-        return self._k("audit:written")
 
     def auth_failures(self, address: str) -> str:
         """Counter, with the window's TTL: failed logins and bearer keys from one address."""
