@@ -52,12 +52,18 @@ EVERY = ""
 
 def script_scope(namespaces: tuple[str, ...]) -> str:
     """The namespaces a caller is limited to (shown names, as Principal.namespaces holds them)
-    as the Lua scripts take them, to answer a job or schedule outside them as one that does
-    not exist (lua/includes/read.lua `sees`): EVERY for none (every namespace, and no work),
-    else each as stored, each between commas (",team-a,," for team-a and default)."""
-    if not namespaces:
-        return EVERY
-    return "," + ",".join(stored(name) for name in namespaces) + ","
+    as the Lua scripts take them (`scope_text`), to answer a job or schedule outside them as
+    one that does not exist (lua/includes/read.lua `sees`)."""
+    return scope_text(scope(namespaces, ""))
+
+
+def scope_text(covered: Scope) -> str:
+    """What a call covers (`scope`) as every Lua script takes it: EVERY for every namespace
+    (and no work), else each as stored between commas (",team-a,," for team-a and default:
+    read.lua `sees` finds one with a plain string.find, listing.lua `namespaces_in` lists
+    them)."""
+    assert covered != (), "a read of no namespace asks Redis nothing"
+    return EVERY if covered is None else "," + ",".join(covered) + ","
 
 
 def shown(stored: str) -> str:

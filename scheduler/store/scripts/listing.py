@@ -4,12 +4,11 @@ UI's jobs page (its search, its counts per status)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.models.namespace import Scope
+from scheduler.models.namespace import Scope, scope_text
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import JobNotFound
 from scheduler.store.scripts import codes
@@ -33,11 +32,9 @@ def _page(reply: list[Any]) -> Page:
 
 
 def scope_arg(scope: Scope) -> str:
-    """A read's namespaces as the listing scripts take them (listing.lua namespaces_in): ""
-    for every one, else their names as stored, in JSON. A scope of none is never sent: the
-    read answers nothing without asking Redis."""
-    assert scope != (), "a read of no namespace asks Redis nothing"
-    return "" if scope is None else json.dumps(list(scope))
+    """A read's namespaces as the listing scripts take them (models/namespace.py scope_text).
+    A scope of none is never sent: the read answers nothing without asking Redis."""
+    return scope_text(scope)
 
 
 LIST = Script(

@@ -2,12 +2,15 @@
 --- @include "load_job"
 --- @include "queue_score"
 
--- The namespaces a listing reads (`scope` as the API sends it, store/scripts/listing.py):
--- nil for every namespace (scope ""), else the names as stored ("" for the default), at
--- least one (a scope of none is answered empty without a script).
+-- The namespaces a listing reads (`scope` as the API sends it, models/namespace.py
+-- scope_text: ",team-a,," for team-a and the default): nil for every namespace (scope ""),
+-- else the names as stored ("" for the default), at least one (a scope of none is answered
+-- empty without a script).
 local function namespaces_in(scope)
   if scope == "" then return nil end
-  return cjson.decode(scope)
+  local names = {}
+  for name in string.gmatch(string.sub(scope, 2), "([^,]*),") do names[#names + 1] = name end
+  return names
 end
 
 -- A page of up to `limit` members of `index` from `from` (a ZRANGEBYSCORE bound), "asc" or
