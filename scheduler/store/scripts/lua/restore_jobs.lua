@@ -66,6 +66,7 @@ for j, id in ipairs(restored) do
     priority = jobs[i + 6], cpus = jobs[i + 7], memory_mb = jobs[i + 8], schedule = jobs[i + 13],
     namespace = jobs[i + 14]}
   enter_place(id, jobs[i + 1], where, jobs[i + 4], gather)
+  if where.namespace ~= "" then gather("SADD", K.namespaces, where.namespace) end
   if mark_dirty == "1" then gather("SADD", K.dirty, id) end
 end
 in_chunks("DEL", absent, 1000)

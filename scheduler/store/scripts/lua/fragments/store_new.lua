@@ -8,6 +8,7 @@ end
 local where = {status = status, node_id = node, priority = priority, cpus = ask.cpus,
   memory_mb = ask.memory_mb, schedule = schedule, namespace = namespace}
 enter_place(id, n, where, due, redis.call)
+if namespace ~= "" then redis.call("SADD", K.namespaces, namespace) end
 note_event(id, where, "", "")
 redis.call("SADD", K.dirty, id)
 count_minute(now, "submitted")
