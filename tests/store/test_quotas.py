@@ -21,7 +21,15 @@ from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import quotas
 from scheduler.store.sync_store import SyncJobStore
-from tests.conftest import ClientFactory, SettingsFactory, assert_json, register, report, submit
+from tests.conftest import (
+    ClientFactory,
+    SettingsFactory,
+    assert_json,
+    last_heard,
+    register,
+    report,
+    submit,
+)
 from tests.places import expected, place_of
 
 
@@ -222,3 +230,24 @@ def test_a_submit_past_the_pending_quota_makes_nothing(
     asking = api.post("/jobs", json={"command": "true", "namespace": "team-b", "cpus": 5})
     assert asking.status_code == 429
     assert "asks 5 cpus" in asking.text and "allows 4 cpus" in asking.text
+
+
+def test_a_job_lost_with_its_node_frees_its_namespaces_room(
+    api: TestClient, store: SyncJobStore, rclient: redis.Redis, keys: Keys, settings: Settings
+) -> None:
+    register(api, "a")
+    set_quota(store, "team-a", running=1)
+    a1, a2 = made(api, "team-a"), made(api, "team-a")
+    assert poll(api, "a") == [a1]
+    assert report(api, a1, "running").status_code == 200
+    assert poll(api, "a") == []
+    assert waiting(rclient, keys, "team-a") == [a2]
+    register(api, "b")
+    now = time.time()
+    last_heard(rclient, settings, "a", now - 10 * settings.node_ttl_secs - 3600)
+    last_heard(rclient, settings, "b", now)
+    assert [lost.job_id for lost in store.run(ops.upkeep.lose_running(now))] == [a1]
+    # a1 left running (retried, or failed for good): a2 is woken and placed on b.
+    assert a2 in store.run(ops.upkeep.place_unplaced(now))
+    assert waiting(rclient, keys, "team-a") == []
+    assert job(api, a2)["node_id"] == "b"
