@@ -4,7 +4,7 @@
 --- @include "is_drained"
 --- @include "node_access"
 --- @include "note_backlog"
---- @include "quota_heads"
+--- @include "quota_kit"
 --- @include "backlogs"
 --- @include "steal"
 
@@ -36,15 +36,18 @@ local function room_now()
   if free > 0 and is_drained(node) then return 0 end
   return free
 end
--- admit.lua's tallies when a namespace has a quota, else nil.
-local function quota_tallies()
-  return redis.call("EXISTS", K.quotas) == 1 and {} or nil
+-- When a namespace has a quota: admit.lua's kit and this call's tallies, else nil.
+local function quotas()
+  if redis.call("EXISTS", K.quotas) == 0 then return nil end
+  return quota_kit(), {}
 end
 if #ids == 0 then
   local waiting = stealing == "1" and backlogs() or {}
   local free = #waiting > 0 and room_now() or 0
   if free <= 0 then return {OK, cancels} end
-  local taken = steal(node, free, waiting, quota_tallies())
+  local kit, tallies = quotas()
+  local admit = kit and function(job) return kit.admits(job, tallies) == kit.ADMIT end
+  local taken = steal(node, free, waiting, admit)
   table.insert(taken, 1, cancels)
   table.insert(taken, 1, OK)
   return taken
@@ -55,9 +58,9 @@ if free <= 0 then
   if noted and not is_drained(node) then note_backlog(node, redis.call("ZCARD", queue)) end
   return {OK, cancels}
 end
-local tallies = quota_tallies()
-if tallies then
-  ids = quota_heads(queue, free, tallies)
+local kit, tallies = quotas()
+if kit then
+  ids = kit.heads(queue, free, tallies)
   local left = redis.call("ZCARD", queue) - #ids
   if noted and #ids >= free and left > 0 then note_backlog(node, left) end
 elseif free > 1 then ids = redis.call("ZRANGE", queue, 0, free) end

@@ -3,9 +3,7 @@
 --- @include "ENDINGS"
 --- @include "FINAL"
 --- @include "NOT_STARTED"
---- @include "ADMIT"
---- @include "admits"
---- @include "wait_quota"
+--- @include "quota_kit"
 --- @include "adopt_output"
 --- @include "count_started"
 --- @include "finish"
@@ -91,9 +89,12 @@ elseif old ~= "running" and old ~= "cancelling" then
 end
 -- A claim over its namespace's quota (another node's claim of the same namespace came first:
 -- polls count only running jobs) is refused, the job left to wait for quota (admit.lua).
-if status == "running" and redis.call("EXISTS", K.quotas) == 1 and admits(job, {}) ~= ADMIT then
-  wait_quota(job_id, number_of(job_id), job)
-  return unchanged({OVER_QUOTA})
+if status == "running" and redis.call("EXISTS", K.quotas) == 1 then
+  local kit = quota_kit()
+  if kit.admits(job, {}) ~= kit.ADMIT then
+    kit.wait_quota(job_id, number_of(job_id), job)
+    return unchanged({OVER_QUOTA})
+  end
 end
 if exit_code ~= "" then job.exit_code = tonumber(exit_code) end
 for _, output in ipairs(sent) do

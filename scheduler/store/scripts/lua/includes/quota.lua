@@ -44,23 +44,6 @@ local function ns_in_use(ns)
   return {running = running, cpus = tonumber(held[1]) or 0, memory_mb = tonumber(held[2]) or 0}
 end
 
--- `use` with `job` counted in it (sign 1) or out (-1).
-local function count_use(use, job, sign)
-  use.running = use.running + sign
-  use.cpus = use.cpus + sign * (tonumber(job.cpus) or 0)
-  use.memory_mb = use.memory_mb + sign * (tonumber(job.memory_mb) or 0)
-end
-
--- Whether `job` may run beside `use` (ns_in_use, maybe with more counted in) under `quota`.
-local function quota_fits(quota, use, job)
-  if quota.running and use.running + 1 > quota.running then return false end
-  local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
-  for i, what in ipairs(ROOM) do
-    if quota[what] and asks[i] > 0 and use[what] + asks[i] > quota[what] then return false end
-  end
-  return true
-end
-
 -- A job starts counting against its namespace's quota (it entered running or cancelling):
 -- its cpus and memory_mb in the namespace's sums (its running count is its status index).
 local function ns_use(job)
