@@ -44,13 +44,20 @@ def expected(
     service: bool = False,
     schedule: str = "",
     namespace: str = "",
+    over_quota: bool = False,
 ) -> set[str]:
     """The keys the table puts a job in (its record aside, and the `dirty` set of the
     snapshot, which are not its place): its indexes, and its node's held set while it holds
-    its asks there."""
+    its asks there. `over_quota`: its pending_reason is quota (it waits for its namespace's)."""
     wanted = set()
+    skipped = {
+        Only.RUN: service,
+        Only.SCHEDULED: not schedule,
+        Only.PLACEABLE: over_quota,
+        Only.OVER_QUOTA: not over_quota,
+    }
     for index in indexes(status, node != ""):
-        if (index.only is Only.RUN and service) or (index.only is Only.SCHEDULED and not schedule):
+        if skipped.get(index.only, False):
             continue
         wanted.add(key_of(keys, index, status, node, schedule, namespace))
     if row_of(status).holds and node:

@@ -272,3 +272,29 @@ def test_an_idle_agent_takes_what_a_busy_one_left_waiting(e2e: Stack, tmp_path: 
         query = {"job_id": job, "after": "0", "follow": "0"}
         events = httpx.get(f"{e2e.url}/events", params=query)
         assert events.text.count('"status":"running"') == 1, events.text
+
+
+def test_a_namespace_at_its_quota_waits_while_another_runs(e2e: Stack) -> None:
+    """docs/GUIDE.md, Quotas: team-q may run one job at a time; its second waits for quota
+    (pending_reason quota, off the node's queue) while another namespace's job behind it runs
+    on the node's second slot, and runs once the first ends (the worker's placement pass)."""
+    quota = httpx.put(f"{e2e.url}/namespaces/team-q/quota", json={"running": 1})
+    assert quota.status_code == 200, quota.text
+    first = e2e.submit(command="sleep 3; echo first", namespace="team-q")
+    second = e2e.submit(command="echo second", namespace="team-q")
+    other = e2e.submit(command="echo other", namespace="team-r")
+    done = {job["job_id"]: e2e.final(job["job_id"]) for job in (first, second, other)}
+    first, second, other = (done[job["job_id"]] for job in (first, second, other))
+    assert [job["status"] for job in (first, second, other)] == ["done"] * 3
+    assert second["stdout"] == "second\n"
+    # team-q's two never ran at once; team-r's ran beside the first, not after it.
+    assert second["running_at"] >= first["finished_at"]
+    assert other["finished_at"] < first["finished_at"]
+    listed = {view["name"]: view for view in httpx.get(f"{e2e.url}/namespaces").json()}
+    assert listed["team-q"]["use"] == {
+        "running": 0,
+        "pending": 0,
+        "cpus": 0,
+        "memory_mb": 0,
+        "over_quota": 0,
+    }

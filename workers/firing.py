@@ -40,7 +40,7 @@ from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
 from scheduler.store import ops
-from scheduler.store.errors import ScheduleNotFound, StoreNotReady
+from scheduler.store.errors import OverQuota, ScheduleNotFound, StoreNotReady
 from scheduler.store.scripts.jobs import Dedup
 from scheduler.store.scripts.schedules import Stored
 from workers.context import Context
@@ -55,7 +55,8 @@ FIRE_BUDGET_SECS = 30.0  # one run stops reading due schedules after this; the n
 
 
 class Unplaced(Exception):
-    """The tick's job found no node (or no registry): the tick stays due."""
+    """The tick's job found no node (or no registry), or its namespace's quota refused it:
+    the tick stays due."""
 
 
 async def fire_due(ctx: Context, now: float, nodes: NodeSource, batch: int = BATCH) -> Counter[str]:
@@ -138,6 +139,11 @@ async def _make_job(
         if made is not None:
             return made.decode().split(" ")[0], True
         log.warning("schedules: %s: tick %s not placed (%s)", schedule.name, step.tick, exc)
+        raise Unplaced() from None
+    except OverQuota as exc:
+        # Its namespace holds all the pending jobs its quota allows (docs/GUIDE.md, Quotas):
+        # the tick stays due, made once the namespace has room.
+        log.warning("schedules: %s: tick %s not made (%s)", schedule.name, step.tick, exc)
         raise Unplaced() from None
     if not created.job:  # made before, and since removed (JOB_RETENTION_SECS)
         return "", True

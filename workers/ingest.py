@@ -28,7 +28,7 @@ from scheduler.models.wire import ID_RE, DecodeError, InvalidInput, decode_go_st
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.nodes.registry import NodeSource, RegistryError, node_source
 from scheduler.store import ops
-from scheduler.store.errors import StoreNotReady
+from scheduler.store.errors import OverQuota, StoreNotReady
 from scheduler.store.scripts.jobs import Created, Dedup
 from workers.context import Context
 
@@ -175,6 +175,13 @@ class Ingestion:
                 await self.created(message, created)
             elif isinstance(created, NoHealthyNodes):
                 go_on = await self.unplaced(message, req, key, created) and go_on
+            elif isinstance(created, OverQuota):
+                # Its namespace's pending quota (docs/GUIDE.md, Quotas): made once it has
+                # room; the other messages go on.
+                log.warning(
+                    "sqs: message %s not made (%s); left for redelivery", message.id, created
+                )
+                self.counts["sqs_unplaced"] += 1
             elif isinstance(created, InvalidInput):  # only the store can tell (`after` unknown)
                 await self.drop(message, f"message {message.id} refused", created)
             elif isinstance(created, StoreNotReady):

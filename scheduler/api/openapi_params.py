@@ -95,5 +95,6 @@ PATH: dict[str, Param] = {
     "name": (AN_ID, "A schedule's name"),
     "node_id": (AN_ID, "A node's id"),
     "service_id": (AN_ID, "A service's id"),
+    "namespace": (AN_ID, "A namespace's name (`default` for the default's)"),
     "action": (TEXT, "What the button does: drain or undrain (nodes), pause or resume"),
 }

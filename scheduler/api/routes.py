@@ -26,6 +26,7 @@ from scheduler.api import (
     logs,
     metrics,
     openapi,
+    quotas,
     retries,
     routes_nodes,
     routes_ui,
@@ -39,6 +40,7 @@ from scheduler.models.attempt import Attempt
 from scheduler.models.event import Event
 from scheduler.models.job import Job, JobCreate, JobUpdate
 from scheduler.models.log import Accepted, OffsetConflict, OutputChunk
+from scheduler.models.quota import NamespaceView, Quota
 from scheduler.models.retry import RetryAnswer, RetryRequest
 from scheduler.models.schedule import ScheduleRequest, ScheduleView
 
@@ -345,6 +347,30 @@ TABLE = RouteTable(
                     role=ADMIN,
                     summary="Revoke a named key: it stops working on every replica",
                     answers={**DONE, 404: text("key not found")},
+                )
+            },
+        ),
+        # Namespaces' quotas (docs/GUIDE.md, Quotas): set by an admin, read by any key.
+        Entry(
+            "/namespaces",
+            {
+                "GET": Method(
+                    quotas.list_namespaces,
+                    role=READER,
+                    summary="The namespaces (those of the key), each with its quota and use",
+                    answers=got(list[NamespaceView]),
+                )
+            },
+        ),
+        Entry(
+            "/namespaces/{namespace}/quota",
+            {
+                "PUT": Method(
+                    quotas.set_quota,
+                    role=ADMIN,
+                    summary="Set a namespace's quota (every limit 0: none)",
+                    body=body(Quota),
+                    answers={200: json(Quota, "the quota set")},
                 )
             },
         ),

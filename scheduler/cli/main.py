@@ -223,6 +223,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cli.drain",
     "scheduler.cli.schedules",
     "scheduler.cli.keys",
+    "scheduler.cli.quotas",
     "scheduler.cli.up",
     "scheduler.cli.worker",
     "scheduler.cli.watch",
@@ -245,6 +246,7 @@ COMMAND_MODULES = {
     "undrain": "scheduler.cli.drain",
     "schedule": "scheduler.cli.schedules",
     "key": "scheduler.cli.keys",
+    "namespace": "scheduler.cli.quotas",
     "up": "scheduler.cli.up",
     "worker": "scheduler.cli.worker",
     "logs": "scheduler.cli.watch",
@@ -266,6 +268,7 @@ CLIENT_MODULES = frozenset(
         "scheduler.cli.drain",
         "scheduler.cli.schedules",
         "scheduler.cli.keys",
+        "scheduler.cli.quotas",
         "scheduler.cli.watch",
     }
 )

@@ -40,6 +40,7 @@ from scheduler.models.batch import Made, Refused
 from scheduler.models.event import Event
 from scheduler.models.job import Job
 from scheduler.models.log import Dropped, Ended, Output, Status
+from scheduler.models.quota import NamespaceView, Quota, Use
 from scheduler.models.registry import Node, NodeDrained, NodeUndrained
 from scheduler.models.retry import RetryAnswer
 
@@ -64,11 +65,13 @@ __all__ = [
     "LogEvent",
     "Logs",
     "Made",
+    "NamespaceView",
     "Node",
     "NodeDrained",
     "NodeUndrained",
     "NotFound",
     "Output",
+    "Quota",
     "Refused",
     "RetryAnswer",
     "Role",
@@ -81,5 +84,6 @@ __all__ = [
     "Unavailable",
     "Unprocessable",
     "Unreachable",
+    "Use",
     "WaitTimeout",
 ]

@@ -138,6 +138,8 @@ class AsyncClient(driving.Base):
     named_keys = _awaited(ops.named_keys)
     revoke_key = _awaited(ops.revoke_key)
     audit = _awaited(ops.audit)
+    set_quota = _awaited(ops.set_quota)
+    namespaces = _awaited(ops.namespaces)
 
 
 class _AsyncCarrier:

@@ -138,6 +138,8 @@ class Client(driving.Base):
     named_keys = _returning(ops.named_keys)
     revoke_key = _returning(ops.revoke_key)
     audit = _returning(ops.audit)
+    set_quota = _returning(ops.set_quota)
+    namespaces = _returning(ops.namespaces)
 
 
 class _Carrier:

@@ -81,7 +81,8 @@ class Unprocessable(ApiError):
 
 
 class TooManyRequests(ApiError):
-    """429: too many wrong credentials from this address; `retry_after` seconds."""
+    """429: too many wrong credentials from this address (`retry_after` seconds), or a
+    submit its namespace's quota refused (docs/GUIDE.md, Quotas)."""
 
     retry_after: float = 0.0
 

@@ -2,7 +2,7 @@
 whether sending it again is safe (retrying.py), and how its answer is read. `Client` and
 `AsyncClient` (blocking.py, aio.py) bind each as a method, blocking or awaited; its
 docstring is the method's. They live by what they work on: jobs.py, watching.py, fleet.py,
-keys.py.
+keys.py, quotas.py.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from scheduler.client.jobs import (
     watch,
 )
 from scheduler.client.keys import add_key, audit, named_keys, revoke_key
+from scheduler.client.quotas import namespaces, set_quota
 from scheduler.client.watching import events, follow_logs, logs
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "jobs",
     "logs",
     "named_keys",
+    "namespaces",
     "nodes",
     "pause_schedule",
     "resume_schedule",
@@ -58,6 +60,7 @@ __all__ = [
     "revoke_key",
     "schedule",
     "schedules",
+    "set_quota",
     "submit",
     "submit_many",
     "undrain",
@@ -92,4 +95,6 @@ OPERATIONS = (
     named_keys,
     revoke_key,
     audit,
+    set_quota,
+    namespaces,
 )

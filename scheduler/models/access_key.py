@@ -111,7 +111,7 @@ class KeyRecord(KeyView, kw_only=True):
 
 class AuditEntry(msgspec.Struct, kw_only=True):
     """An admin call, as GET /audit lists it: when (epoch s), by which key, what it did
-    (`key add`, `key revoke`), on which key name and role."""
+    (`key add`, `key revoke`, `quota set`), on which key name and role (a quota: namespace)."""
 
     id: str  # its place in the stream (GET /audit reads the newest; it takes no `before`)
     at: float
@@ -119,6 +119,7 @@ class AuditEntry(msgspec.Struct, kw_only=True):
     action: str
     name: str
     role: str
+    detail: str = ""  # what else it set: a quota's limits (`quota set`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,7 @@ PENDING_REASONS = {
     "no_fit": "no live node matches its node_selector and resources",
     "full": "the nodes that fit have no room for it now",
     "drained": "the only nodes that fit are drained",
+    "quota": "its namespace runs all its quota allows",
 }
 
 

@@ -31,7 +31,7 @@ from redis.exceptions import LockError, RedisError
 from redis.lock import Lock
 
 from scheduler.config import Settings
-from scheduler.snapshot import access_keys, drains, layout, schedules
+from scheduler.snapshot import access_keys, drains, layout, quotas, schedules
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.locking import (
     BATCH,
@@ -196,6 +196,7 @@ def _decide(
             layout.restore(store, path, mark_dirty=False)
             drains.restore(store, path)
             access_keys.restore(store, path)
+            quotas.restore(store, path)
             count = schedules.restore(store, path, mark_dirty=False)
             marker = f"restored {count} schedules from {path}" if count else "started empty"
             store.run(snapshot_scripts.finish_restore(0, marker))
@@ -271,6 +272,7 @@ def _load(
     restored_schedules = schedules.restore(store, source, mark_dirty)
     drains.restore(store, source)
     access_keys.restore(store, source)
+    quotas.restore(store, source)
     if not lock.owned():
         raise LockError("restore lock lost before the restore finished")
     marker = f"restored {count} jobs from {source}"

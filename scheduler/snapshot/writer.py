@@ -22,7 +22,7 @@ from redis.lock import Lock
 
 from scheduler.config import Settings
 from scheduler.models.record import PART_COUNT, record
-from scheduler.snapshot import access_keys, drains, layout, schedules
+from scheduler.snapshot import access_keys, drains, layout, quotas, schedules
 from scheduler.snapshot import db as snapshot_db
 from scheduler.snapshot.locking import (
     BATCH,
@@ -86,6 +86,7 @@ def write_snapshot(
             schedules.write_changes(store, settings.scheduler_db, lock, lock_ttl)
             drains.write_changes(store, settings.scheduler_db, lock)
             access_keys.write_changes(store, settings.scheduler_db, lock)
+            quotas.write_changes(store, settings.scheduler_db, lock)
             layout.write_changes(store, settings.scheduler_db, lock)
             return _write_changes(store, settings.scheduler_db, lock, lock_ttl)
         finally:

@@ -140,3 +140,24 @@ class LayoutChanged(RuntimeError):
             f"SCHEDULER_SHARDS is {configured}, but this deployment was started with {recorded} "
             "shard(s); changing the count is not supported (docs/ARCHITECTURE.md, Shards)"
         )
+
+
+class OverQuota(Exception):
+    """A submit its namespace's quota refuses (docs/GUIDE.md, Quotas): it holds as many jobs
+    pending, delayed or waiting as its quota allows, or the job asks more cpus or memory_mb
+    than the quota lets the namespace run at once. Nothing was made (429)."""
+
+    def __init__(self, namespace: str, what: str, limit: int, count: int) -> None:
+        shown = namespace or "default"
+        if what == "pending":
+            text = (
+                f"over quota: namespace {shown!r} holds {count} pending jobs (pending, delayed "
+                f"or waiting) and its quota allows {limit}; nothing was made"
+            )
+        else:
+            text = (
+                f"over quota: the job asks {count} {what} and namespace {shown!r}'s quota "
+                f"allows {limit} {what} running at once; nothing was made"
+            )
+        super().__init__(text)
+        self.namespace, self.what, self.limit, self.count = namespace, what, limit, count

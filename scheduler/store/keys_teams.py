@@ -48,3 +48,24 @@ class TeamKeys:
     @property
     def audit_written(self) -> str:  # the id of the newest audit entry the snapshot file holds
         return self._k("audit:written")
+
+    # Quotas (docs/GUIDE.md, Quotas). The namespaces' quotas: namespace (as stored) -> its
+    # limits as JSON (models/namespace.py Quota); none at all: no quota anywhere, what every
+    # claim checks first (one EXISTS).
+    @property
+    def quotas(self) -> str:
+        return self._k("ns:quotas")
+
+    @property
+    def quotas_changes(self) -> str:  # hash: made (moved by every change), written (snapshot's)
+        return self._k("ns:quotas:changes")
+
+    @property
+    def quota_freed(self) -> str:  # set: namespaces whose over_quota jobs may fit now
+        return self._k("ns:freed")
+
+    def namespace_held(self, namespace: str) -> str:  # hash: cpus, memory_mb its running hold
+        return self._k(f"ns:{namespace}:held")
+
+    def over_quota(self, namespace: str) -> str:  # zset: its jobs waiting for quota, queue order
+        return self._k(f"ns:{namespace}:over-quota")

@@ -224,6 +224,7 @@ def test_real_answers_validate_against_the_document(checked: tuple[TestClient, C
     api, check = checked
     jobs_scenario(api, check)
     keys_scenario(api, check)
+    quotas_scenario(api, check)
     schedules_nodes_and_services(api, check)
     assert json_operations(check.doc) - check.seen == set()
 
@@ -332,6 +333,13 @@ def keys_scenario(api: TestClient, check: Checker) -> None:
         ("key revoke", "ci", "admin"),
         ("key add", "ci", "admin"),
     ]
+
+
+def quotas_scenario(api: TestClient, check: Checker) -> None:
+    quota = {"running": 2, "cpus": 8}
+    assert check(api.put("/namespaces/team-a/quota", json=quota), "/namespaces/{namespace}/quota")
+    listed = check(api.get("/namespaces"), "/namespaces")
+    assert [view["name"] for view in listed] == ["default", "team-a"]
 
 
 def test_errors_and_pages_answer_as_described(

@@ -77,6 +77,8 @@ MADE: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/audit"): ("/audit", None),
     ("POST", "/keys"): ("/keys", {"name": "made", "role": "reader"}),
     ("DELETE", "/keys/{name}"): ("/keys/victim", None),
+    ("GET", "/namespaces"): ("/namespaces", None),
+    ("PUT", "/namespaces/{namespace}/quota"): ("/namespaces/team-a/quota", {"running": 1}),
     ("GET", "/metrics"): ("/metrics", None),
     ("GET", "/openapi.json"): ("/openapi.json", None),
 }
@@ -123,6 +125,7 @@ def deployment(make_client: ClientFactory) -> tuple[TestClient, dict[str, str], 
 def state(api: TestClient) -> list[Any]:
     """What any call could change, as the admin reads it."""
     reads = ["/jobs", "/nodes", "/schedules", "/services", "/keys", "/jobs/job-1/attempts"]
+    reads.append("/namespaces")
     return [assert_json(api.get(path, headers=AS_ADMIN)) for path in reads]
 
 

@@ -111,6 +111,8 @@ LABELS_BEFORE = {
     "/keys",
     "/audit",
     "/keys/{id}",
+    "/namespaces",
+    "/namespaces/{id}/quota",
     "/ui",
     "other",
     # Schedules (issue 23): the operator's, behind the key.
@@ -213,7 +215,14 @@ def test_the_lane_serves_the_four_hot_calls() -> None:
 
 # Every entry and method over HTTP, through ASGI and through the lane.
 
-IDS = {"job_id": "job-1", "node_id": "n1", "service_id": "svc-1", "name": "s1", "action": "pause"}
+IDS = {
+    "job_id": "job-1",
+    "node_id": "n1",
+    "service_id": "svc-1",
+    "name": "s1",
+    "action": "pause",
+    "namespace": "team-a",
+}
 BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/jobs"): {"command": "x"},
     ("PATCH", "/jobs/{job_id}"): {"status": "running"},

@@ -53,6 +53,8 @@ CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "named_keys": ((), {}),
     "revoke_key": (("ci",), {}),
     "audit": ((), {"limit": 5}),
+    "set_quota": (("team-a",), {"running": 2, "cpus": 8}),
+    "namespaces": ((), {}),
 }
 
 

@@ -36,6 +36,7 @@ from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts import logs as log_scripts
 from scheduler.store.scripts import nodes as node_scripts
 from scheduler.store.scripts import overview as overview_script
+from scheduler.store.scripts import quotas as quota_scripts
 from scheduler.store.scripts import schedules as schedule_scripts
 from scheduler.store.scripts import series as series_scripts
 from scheduler.store.scripts import services as service_scripts
@@ -293,6 +294,7 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         access_scripts.keyring(-1),
         access_scripts.keyring(0),
         access_scripts.read_audit(10),
+        quota_scripts.namespaces(),
     ]
     read_only = {name for name, script in SCRIPTS.items() if script.read_only}
     assert {call.script.name for call in calls} == read_only

@@ -3,8 +3,8 @@ its call, its Lua in lua/<name>.lua: the request path's (create.py, jobs.py, lis
 the built-in registry's (nodes.py; services.py), either registry's drains (drains.py), the
 UI's and /metrics' (overview.py, metrics.py; series.py, the dashboard's), the background
 work's (upkeep.py; settling.py, the endings left to settle), the snapshot's (snapshot.py),
-the schedules' (schedules.py), the door's (access.py: UI sessions, failed credentials) and
-the retiring of old function libraries' (retiring.py),
+the schedules' (schedules.py), the quotas' (quotas.py), the door's (access.py: UI sessions,
+failed credentials) and the retiring of old function libraries' (retiring.py),
 on the shared Lua of lua/includes/ (library.py: a job's life, its ending, placement, the
 dashboard's minutes...) and the Lua generated from Python facts (generated.py).
 
@@ -22,6 +22,7 @@ from scheduler.store.scripts import (
     metrics,
     nodes,
     overview,
+    quotas,
     retiring,
     schedules,
     series,
@@ -49,6 +50,7 @@ __all__ = [
     "metrics",
     "nodes",
     "overview",
+    "quotas",
     "retiring",
     "schedules",
     "series",

@@ -134,6 +134,7 @@ def _audit_entry(entry_id: bytes, fields: list[bytes]) -> AuditEntry:
         action=said.get("action", ""),
         name=said.get("name", ""),
         role=said.get("role", ""),
+        detail=said.get("detail", ""),
     )
 
 

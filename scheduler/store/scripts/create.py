@@ -14,7 +14,7 @@ from scheduler.models.job import MAX_WAITERS, Job, due_of
 from scheduler.models.record import Parts, creation_parts, wire
 from scheduler.models.wire import InvalidInput, rfc3339
 from scheduler.nodes.placement import NoHealthyNodes, Placement
-from scheduler.store.errors import IdempotencyMismatch, StagedPartLost, StoreNotReady
+from scheduler.store.errors import IdempotencyMismatch, OverQuota, StagedPartLost, StoreNotReady
 from scheduler.store.keys import OTHER_SPACE_KEY, SPACE_KEYS, Keys
 from scheduler.store.scripts import codes
 from scheduler.store.scripts.script import Call, Script
@@ -44,6 +44,9 @@ def _created(reply: list[Any], spec: bytes = b"") -> Created:
     if code == codes.TOO_MANY:
         dep = str(reply[1], "utf-8")
         raise InvalidInput(f"invalid after: {MAX_WAITERS} jobs already wait for {dep}")
+    if code == codes.OVER_QUOTA:
+        namespace, what, limit, count = reply[1:5]
+        raise OverQuota(str(namespace, "utf-8"), str(what, "utf-8"), int(limit), int(count))
     if code == codes.DUPLICATE:
         return Created(job=reply[1], duplicate=True)
     return Created(job=wire(reply[1], spec or None), duplicate=False)
@@ -52,7 +55,9 @@ def _created(reply: list[Any], spec: bytes = b"") -> Created:
 # What a create (or a pass: PASS_KEY) raises when it made nothing and the key holds no job:
 # NOT_READY, NO_NODES, NOT_STAGED and the refusals of `after`. Not IdempotencyMismatch: the
 # key holds another request's job there.
-UNMADE: tuple[type[Exception], ...] = (StoreNotReady, NoHealthyNodes, StagedPartLost, InvalidInput)
+UNMADE: tuple[type[Exception], ...] = (
+    StoreNotReady, NoHealthyNodes, StagedPartLost, InvalidInput, OverQuota
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,6 +91,7 @@ _CONFLICTS = {
     codes.NOT_CANCELLING: "job is not being cancelled",
     codes.NOT_DUE: "job is not due yet",
     codes.NOT_PLACED: "job is not placed on a node yet",
+    codes.OVER_QUOTA: "job waits for its namespace's quota",
 }
 
 

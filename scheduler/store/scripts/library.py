@@ -37,9 +37,9 @@ LUA = Path(__file__).with_name("lua")
 # only by the code after it); the generated definitions come first, using none; places is
 # GENERATED_FILES'.
 FILES = (
-    "access", "room", "places", "read", "parts", "encode", "time", "wake", "events", "series",
-    "attempts", "units", "life", "steal", "settle", "node_loss", "place", "drains", "listing",
-    "gone", "numbering",
+    "access", "room", "quota", "places", "read", "parts", "encode", "time", "wake", "events",
+    "series", "attempts", "units", "life", "admit", "steal", "settle", "node_loss", "place",
+    "drains", "listing", "gone", "numbering",
 )  # fmt: skip
 
 # The include files written from Python, by name: a job's place (places.py), generated from

@@ -130,6 +130,11 @@ def _pair(old: str, new: str) -> list[str]:
     if ROWS[new].holds:
         moved = ["to ~= from"] if ROWS[old].holds else []
         lines.append(_guarded(['to ~= ""', *moved], "hold(to, id, job)"))
+    # Its namespace's use (quota.lua), once the indexes say where it is: its running count.
+    if ROWS[old].runs and not ROWS[new].runs:
+        lines.append("  ns_release(job)")
+    if ROWS[new].runs and not ROWS[old].runs:
+        lines.append("  ns_use(job)")
     return lines
 
 
@@ -161,6 +166,8 @@ def _enters() -> str:
                 out.append(_guarded(place, add, "    "))
         if ROWS[status].holds:
             out.append('    if node ~= "" then hold(node, id, job) end')
+        if ROWS[status].runs:
+            out.append("    ns_use(job)")
         out.append("  end,")
     return "\n".join([*out, "}", "-- luacheck: pop"])
 
@@ -204,7 +211,12 @@ def _move_any() -> str:
         if add:
             lines.append(f"    if is and not ({kept}) then {add} end")
         lines.append("  end")
-    lines += ["  if holds and not (held and to == from) then hold(to, id, job) end", "end"]
+    lines += [
+        "  if holds and not (held and to == from) then hold(to, id, job) end",
+        "  if RUNS[old] and not RUNS[new] then ns_release(job) end",
+        "  if RUNS[new] and not RUNS[old] then ns_use(job) end",
+        "end",
+    ]
     return "\n".join(lines)
 
 
@@ -218,7 +230,11 @@ def _enter_any() -> str:
         add = _add(group, "status", "node", "write", _score_any(group, "status"))
         if add:
             lines.append(f"  if {_member(group, 'status', 'node')} then {add} end")
-    lines += ['  if HOLDS[status] and node ~= "" then hold(node, id, job) end', "end"]
+    lines += [
+        '  if HOLDS[status] and node ~= "" then hold(node, id, job) end',
+        "  if RUNS[status] then ns_use(job) end",
+        "end",
+    ]
     return "\n".join(lines)
 
 
@@ -231,7 +247,7 @@ def _leave() -> str:
     for group in _groups():
         remove = _remove(group, "status", "node")
         lines.append(f"  if {_member(group, 'status', 'node')} then {remove} end")
-    return "\n".join([*lines, "end"])
+    return "\n".join([*lines, "  if RUNS[status] then ns_release(job) end", "end"])
 
 
 def _enter_namespace() -> str:
@@ -254,11 +270,14 @@ def _leave_fixed() -> str:
 
 
 _HOLDS = ", ".join(f"{status} = true" for status, row in ROWS.items() if row.holds)
+_RUNS = ", ".join(f"{status} = true" for status, row in ROWS.items() if row.runs)
 
 # An include file of the library (library.py GENERATED_FILES): its include lines first.
 PLACES_LUA = f"""--- @include "keys"
 --- @include "hold"
 --- @include "unhold"
+--- @include "ns_use"
+--- @include "ns_release"
 
 -- Job number n's score in a node's queue (its pending index, which POLL reads from the
 -- lowest) and among the unplaced jobs: higher priority first, by number within one. Exact
@@ -270,6 +289,9 @@ end
 
 -- The statuses in which a job holds what it asks on its node (places.py PLACES).
 local HOLDS = {{{_HOLDS}}}
+
+-- The statuses in which a job counts against its namespace's quota (places.py PLACES runs).
+local RUNS = {{{_RUNS}}}
 
 -- A job from its place to another (status `new` on node `to`), for any statuses.
 {_move_any()}

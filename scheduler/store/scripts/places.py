@@ -48,6 +48,10 @@ class Only(Enum):
     ANY = ""
     RUN = 'job.job_type ~= "service"'  # run-jobs: a service neither times out nor takes a slot
     SCHEDULED = 'type(job.schedule) == "string" and job.schedule ~= ""'
+    # A pending job on no node waits for placement, or for its namespace's quota (admit.lua
+    # wait_quota: its pending_reason says so, set before the move and cleared after it).
+    PLACEABLE = 'job.pending_reason ~= "quota"'
+    OVER_QUOTA = 'job.pending_reason == "quota"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +76,8 @@ BY_NAMESPACE = Index("namespace_jobs", ("namespace",), Score.NUMBER)
 NAMESPACE_STATUS = Index("namespace_status", ("namespace", "status"), Score.NUMBER)
 NODE_JOBS = Index("node_jobs", ("node",), Score.NUMBER)
 NODE_STATUS = Index("node_status", ("node", "status"), Score.NUMBER)
-UNPLACED = Index("unplaced", (), Score.QUEUE)
+UNPLACED = Index("unplaced", (), Score.QUEUE, Only.PLACEABLE)
+OVER_QUOTA = Index("over_quota", ("namespace",), Score.QUEUE, Only.OVER_QUOTA)
 DELAYED = Index("delayed", (), Score.AT)  # by due time: PROMOTE_DUE reads the due ones
 WAITING = Index("waiting", (), Score.COUNT)  # how many of its `after` are not done
 BUSY = Index("node_busy", ("node",), Score.MEMBER, Only.RUN)  # MAX_JOBS_PER_NODE's slots
@@ -89,26 +94,30 @@ EVERYWHERE = (ALL_JOBS, BY_STATUS, BY_SCHEDULE, BY_NAMESPACE, NAMESPACE_STATUS)
 class Place:
     """A status's row: the indexes of a job in it on a node, and on none (a job placement
     has not bound yet, or that ended unbound); whether it holds its asks on its node
-    (room.lua hold: its room, its load)."""
+    (room.lua hold: its room, its load); whether it counts against its namespace's quota of
+    running jobs, cpus and memory (`runs`: quota.lua ns_use, ns_release)."""
 
     on_node: tuple[Index, ...]
     on_none: tuple[Index, ...]
     holds: bool = False
+    runs: bool = False
 
 
-def _row(node: tuple[Index, ...], none: tuple[Index, ...] = (), holds: bool = False) -> Place:
-    return Place((*EVERYWHERE, NODE_JOBS, *node), (*EVERYWHERE, *none), holds)
+def _row(
+    node: tuple[Index, ...], none: tuple[Index, ...] = (), holds: bool = False, runs: bool = False
+) -> Place:
+    return Place((*EVERYWHERE, NODE_JOBS, *node), (*EVERYWHERE, *none), holds, runs)
 
 
 _ENDED = _row((NODE_STATUS, FINISHED), (FINISHED,))
 
 # The table. A running or cancelling job is always on a node (claimed by its agent).
 PLACES: dict[str, Place] = {
-    "pending": _row((NODE_STATUS.scored(Score.QUEUE),), (UNPLACED,), holds=True),
+    "pending": _row((NODE_STATUS.scored(Score.QUEUE),), (UNPLACED, OVER_QUOTA), holds=True),
     "delayed": _row((NODE_STATUS, DELAYED), (DELAYED,)),
     "waiting": _row((NODE_STATUS, WAITING), (WAITING,)),
-    "running": _row((NODE_STATUS, BUSY, DEADLINES), holds=True),
-    "cancelling": _row((NODE_STATUS, BUSY, CANCELLING), holds=True),
+    "running": _row((NODE_STATUS, BUSY, DEADLINES), holds=True, runs=True),
+    "cancelling": _row((NODE_STATUS, BUSY, CANCELLING), holds=True, runs=True),
     "done": _ENDED,
     "failed": _ENDED,
 }

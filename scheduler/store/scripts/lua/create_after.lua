@@ -13,6 +13,7 @@
 --- @include "needs_fit"
 --- @include "note_event"
 --- @include "pick_node"
+--- @include "quota_refusal"
 --- @include "set_output"
 --- @include "wait_for"
 --- @include "wake_node"
@@ -24,6 +25,7 @@
 -- (UNKNOWN_AFTER), so a key learns nothing of a namespace it is not limited to.
 -- Returns {OK, head} | {DUPLICATE, the head of the job made ("": gone)} | {MISMATCH}
 --   | {NOT_STAGED} (the staged spec is gone)
+--   | {OVER_QUOTA, namespace, what, its limit, the count} (quota.lua quota_refusal)
 --   | {NO_NODES} | {NOT_READY} | {UNKNOWN_AFTER, id}
 --   | {TOO_MANY, id waited for by max_waiters already}
 --- @insert "new_job"

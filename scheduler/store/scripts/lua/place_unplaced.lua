@@ -8,6 +8,7 @@
 --- @include "placing_units"
 --- @include "record_units"
 --- @include "store_job"
+--- @include "wake_freed"
 
 -- A pass over the unplaced jobs (place.lua), only once room may have appeared: while
 -- {P}:unplaced:retry is set (flag_unplaced, by the events that make room), `batch` of them
@@ -16,6 +17,7 @@
 -- to date (stored only when it changed), while one pace lasts (as PROMOTE_DUE's). The flag
 -- then holds where the next call goes on, or is deleted at the end. Returns {entries read,
 -- ids of the jobs placed...}; fewer entries than `batch`: the pass is over.
+wake_freed()  -- jobs waiting for their namespace's quota that may fit now (admit.lua)
 local from = redis.call("GET", K.unplaced_retry)
 if not from then return {0} end
 local entries = redis.call(

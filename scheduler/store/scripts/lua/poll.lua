@@ -4,6 +4,7 @@
 --- @include "is_drained"
 --- @include "node_access"
 --- @include "note_backlog"
+--- @include "quota_kit"
 --- @include "backlogs"
 --- @include "steal"
 
@@ -18,6 +19,9 @@
 -- token's poll); a node whose queue is empty takes from the most backlogged queues.
 -- An empty queue with nothing waiting anywhere is answered first, from three reads: most
 -- polls find nothing.
+-- Quotas (admit.lua; one EXISTS when no namespace has one): a job whose namespace runs all
+-- its quota allows leaves the queue to wait for it (pending_reason quota), and the jobs
+-- behind it are handed out in its stead.
 -- Returns {OK, {cancelling id, ...}, each job's head (read.lua get_jobs)...}
 --   | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
@@ -32,11 +36,18 @@ local function room_now()
   if free > 0 and is_drained(node) then return 0 end
   return free
 end
+-- When a namespace has a quota: admit.lua's kit and this call's tallies, else nil.
+local function quotas()
+  if redis.call("EXISTS", K.quotas) == 0 then return nil end
+  return quota_kit(), {}
+end
 if #ids == 0 then
   local waiting = stealing == "1" and backlogs() or {}
   local free = #waiting > 0 and room_now() or 0
   if free <= 0 then return {OK, cancels} end
-  local taken = steal(node, free, waiting)
+  local kit, tallies = quotas()
+  local admit = kit and function(job) return kit.admits(job, tallies) == kit.ADMIT end
+  local taken = steal(node, free, waiting, admit)
   table.insert(taken, 1, cancels)
   table.insert(taken, 1, OK)
   return taken
@@ -47,7 +58,12 @@ if free <= 0 then
   if noted and not is_drained(node) then note_backlog(node, redis.call("ZCARD", queue)) end
   return {OK, cancels}
 end
-if free > 1 then ids = redis.call("ZRANGE", queue, 0, free) end
+local kit, tallies = quotas()
+if kit then
+  ids = kit.heads(queue, free, tallies)
+  local left = redis.call("ZCARD", queue) - #ids
+  if noted and #ids >= free and left > 0 then note_backlog(node, left) end
+elseif free > 1 then ids = redis.call("ZRANGE", queue, 0, free) end
 if #ids > free then
   ids[free + 1] = nil
   if noted then note_backlog(node, redis.call("ZCARD", queue) - free) end

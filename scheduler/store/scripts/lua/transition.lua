@@ -3,6 +3,7 @@
 --- @include "ENDINGS"
 --- @include "FINAL"
 --- @include "NOT_STARTED"
+--- @include "quota_kit"
 --- @include "adopt_output"
 --- @include "count_started"
 --- @include "finish"
@@ -35,7 +36,8 @@
 --   in a Redis that lost its data: it may be in the snapshot) | {UNAUTHORIZED} | {FINISHED}
 --   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
 --   | {NOT_DUE} (a claim of a delayed job) | {NOT_PLACED} (of a job on no node yet)
---   | {NOT_STAGED} (a staged output is gone)
+--   | {NOT_STAGED} (a staged output is gone) | {OVER_QUOTA} (a claim of a job whose namespace
+--   runs all its quota allows: it waits for quota now)
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
 -- holding the job (only a known node: a bare claim stays a conflict), and a final report
 -- that the stored job already reflects. A node token names its node as well as the body.
@@ -84,6 +86,15 @@ if status == "running" then
   if old ~= "pending" then return unchanged({ALREADY_RUNNING}) end
 elseif old ~= "running" and old ~= "cancelling" then
   return unchanged({NOT_RUNNING})
+end
+-- A claim over its namespace's quota (another node's claim of the same namespace came first:
+-- polls count only running jobs) is refused, the job left to wait for quota (admit.lua).
+if status == "running" and redis.call("EXISTS", K.quotas) == 1 then
+  local kit = quota_kit()
+  if kit.admits(job, {}) ~= kit.ADMIT then
+    kit.wait_quota(job_id, number_of(job_id), job)
+    return unchanged({OVER_QUOTA})
+  end
 end
 if exit_code ~= "" then job.exit_code = tonumber(exit_code) end
 for _, output in ipairs(sent) do

@@ -32,3 +32,9 @@ if tonumber(dedup_ttl) > 0 then
   local seen = redis.call("GET", dedup)
   --- @insert "key_seen"
 end
+-- Its namespace's quota (quota.lua; one HGET when it has none): a namespace holding all the
+-- pending jobs it may, or a job asking more than it may ever run, makes nothing.
+local refused = quota_refusal(namespace, cpus, memory_mb)
+if refused then
+  return unmade({OVER_QUOTA, namespace, refused[1], refused[2], refused[3]})
+end

@@ -51,9 +51,9 @@ local function end_one(id, n, job, ending, now, stamp, pace)
   record_attempt(id, job, ending, stamp)
   local status, reason = ENDINGS[ending][1], ENDINGS[ending][2]
   local ran = not NOT_STARTED[job.status]  -- its node's slot is free again: woken
-  job.pending_reason = nil
   job.finished_at = stamp
   local number = move_job(id, n, job, status, job.node_id, now, reason)
+  job.pending_reason = nil  -- after the move: it says which index of a pending job it left
   if ran then wake_node(job.node_id) end
   count_minute(now, status)
   publish(id, status, number)

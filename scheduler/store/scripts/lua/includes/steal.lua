@@ -62,7 +62,7 @@ end
 -- the highest priority first, each the taker may run rebound to it, keeping its place
 -- (number, priority) and noting where it came from (`taken_from`); the records added to
 -- `taken`. The backlog index then says what is left (a queue found empty leaves it).
-local function steal_from(victim, taker, want, left, taken)
+local function steal_from(victim, taker, want, left, taken, admit)
   local queue = K.node_status(victim, "pending")
   local skip = math.max(0, redis.call("ZCARD", queue) - left)
   local ids = redis.call("ZRANGE", queue, skip, skip + STEAL_SCAN - 1)
@@ -70,7 +70,8 @@ local function steal_from(victim, taker, want, left, taken)
   for _, id in ipairs(ids) do
     if took >= want then break end
     local job = load_job(id)
-    if job and job.status == "pending" and job.node_id == victim and may_take(taker, job) then
+    if job and job.status == "pending" and job.node_id == victim and may_take(taker, job)
+      and (not admit or admit(job)) then
       rebind(id, number_of(id), job, "pending", taker)
       job.taken_from = victim
       taken[#taken + 1] = store_job(id, job)
@@ -87,8 +88,10 @@ end
 
 -- The jobs `taker` (room for `free` more) takes from `queues` (backlogs()); {} unless it is
 -- a placeable node (registered compute, not drained): an id no one registered takes nothing,
--- its queue would hold the jobs forever.
-local function steal(taker, free, queues)
+-- its queue would hold the jobs forever. `admit(job)` (nil: no quota is set): whether the
+-- job's namespace's quota lets it be handed out (admit.lua); one it does not is not taken
+-- (its own node's poll moves it to wait).
+local function steal(taker, free, queues, admit)
   local taken = {}
   if not redis.call("ZSCORE", K.nodes_load, taker) then return taken end
   for i = 1, #queues, 2 do
@@ -96,7 +99,7 @@ local function steal(taker, free, queues)
     if victim == taker then
       note_backlog(taker, 0)  -- its own queue is empty: its note is old
     elseif #taken < free then
-      steal_from(victim, taker, free - #taken, left, taken)
+      steal_from(victim, taker, free - #taken, left, taken, admit)
     end
   end
   return taken

@@ -1,0 +1,101 @@
+"""`scheduler namespace quota|list`: the namespaces' quotas (docs/GUIDE.md, Quotas) from the
+command line, through scheduler.client's `Client`. `quota` is an admin's call
+(TINYAWS_API_KEY, or a named admin key); `list` any key's (a key limited to namespaces
+lists those). `--json` prints the scheduler's JSON."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from scheduler.cli.client import _common, _handler, failing_as, print_json
+from scheduler.cli.output import table
+from scheduler.client import Client
+from scheduler.models.quota import Quota
+
+
+def limits(quota: Quota) -> str:
+    """`running=2 cpus=8`, or `none`."""
+    said = {
+        "running": quota.running,
+        "pending": quota.pending,
+        "cpus": quota.cpus,
+        "memory_mb": quota.memory_mb,
+    }
+    return " ".join(f"{name}={value}" for name, value in said.items() if value) or "none"
+
+
+def set_quota(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    with failing_as("namespace quota"):
+        quota = client.set_quota(
+            args.namespace,
+            running=args.running,
+            pending=args.pending,
+            cpus=args.cpus,
+            memory_mb=args.memory_mb,
+        )
+    if args.json:
+        print_json(quota, out)
+    else:
+        out.write(f"namespace {args.namespace}: quota {limits(quota)}\n")
+    return 0
+
+
+def _of(used: int, limit: int) -> str:
+    return f"{used}/{limit}" if limit else str(used)
+
+
+def list_namespaces(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    with failing_as("namespace list"):
+        found = client.namespaces()
+    if args.json:
+        print_json(found, out)
+        return 0
+    rows = [("NAMESPACE", "RUNNING", "PENDING", "CPUS", "MEMORY_MB", "OVER QUOTA")]
+    for view in found:
+        quota, use = view.quota, view.use
+        rows.append(
+            (
+                view.name,
+                _of(use.running, quota.running),
+                _of(use.pending, quota.pending),
+                _of(use.cpus, quota.cpus),
+                _of(use.memory_mb, quota.memory_mb),
+                str(use.over_quota),
+            )
+        )
+    table(rows, out)
+    return 0
+
+
+def _limit(parser: argparse.ArgumentParser, name: str, what: str) -> None:
+    parser.add_argument(
+        f"--{name.replace('_', '-')}",
+        dest=name,
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"at most N {what} (0, the default: no limit)",
+    )
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("namespace", help="namespaces' quotas: scheduler namespace quota|list")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="quota, list")
+
+    a = actions.add_parser(
+        "quota",
+        help="set a namespace's quota: scheduler namespace quota NS --running N --cpus N "
+        "(limits left out: none; every one left out: no quota)",
+    )
+    a.add_argument("namespace", metavar="NS", help="the namespace (default: the default's)")
+    _limit(a, "running", "jobs running (or cancelling) at once")
+    _limit(a, "pending", "jobs pending, delayed or waiting (a submit past it is refused)")
+    _limit(a, "cpus", "cpus asked by its running jobs")
+    _limit(a, "memory_mb", "MB of memory asked by its running jobs")
+    _common(a, poll=False)
+    a.set_defaults(handler=_handler(set_quota))
+
+    a = actions.add_parser("list", help="the namespaces, each with its use and quota (used/limit)")
+    _common(a, poll=False)
+    a.set_defaults(handler=_handler(list_namespaces))

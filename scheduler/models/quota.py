@@ -1,0 +1,54 @@
+"""A namespace's quota (docs/GUIDE.md, Quotas): what its jobs may hold at once. An admin sets
+it (PUT /namespaces/{ns}/quota); the scripts enforce it (store/scripts/lua/includes/quota.lua,
+admit.lua). Pure: no I/O here.
+
+- `running`: its jobs running or cancelling;
+- `pending`: its jobs pending, delayed or waiting (a submit past it is refused, 429);
+- `cpus`, `memory_mb`: what its running (and cancelling) jobs ask, summed.
+
+0 is no limit; all four 0 is no quota (the namespace is not stored then).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+# A limit's bound: exact as a double in Lua, far past any fleet.
+LIMIT_MAX = 2**40
+Limit = Annotated[int, msgspec.Meta(ge=0, le=LIMIT_MAX)]
+
+
+class Quota(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_only=True):
+    """A namespace's limits (the body of PUT /namespaces/{ns}/quota); 0 or absent: none. Stored
+    as this JSON (omitted limits absent), which the scripts read."""
+
+    running: Limit = 0
+    pending: Limit = 0
+    cpus: Limit = 0
+    memory_mb: Limit = 0
+
+    def __bool__(self) -> bool:
+        return any((self.running, self.pending, self.cpus, self.memory_mb))
+
+
+class Use(msgspec.Struct, kw_only=True):
+    """What a namespace holds now: its jobs running (or cancelling), pending (pending, delayed
+    or waiting; those waiting for quota among them: `over_quota`), and the cpus and memory_mb
+    its running jobs ask."""
+
+    running: int = 0
+    pending: int = 0
+    cpus: int = 0
+    memory_mb: int = 0
+    over_quota: int = 0
+
+
+class NamespaceView(msgspec.Struct, kw_only=True):
+    """A namespace as GET /namespaces lists it: its name (`default` for the default's), its
+    quota (no member: none) and what it holds now."""
+
+    name: str
+    quota: Quota
+    use: Use

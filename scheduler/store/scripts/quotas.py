@@ -1,0 +1,72 @@
+"""The scripts of quotas (docs/GUIDE.md, Quotas), each with its call: set a namespace's quota
+(SET_QUOTA) and list the namespaces with their quotas and what they hold (NAMESPACES). The
+enforcement is in the scripts a job's life goes through (lua/includes/quota.lua, admit.lua).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from scheduler.models.access_key import Principal
+from scheduler.models.namespace import shown
+from scheduler.models.quota import NamespaceView, Quota, Use
+from scheduler.store.errors import StoreNotReady
+from scheduler.store.scripts import codes
+from scheduler.store.scripts.access import AUDIT_MAX
+from scheduler.store.scripts.script import Call, Script
+
+
+def _set(reply: Any) -> None:
+    if int(reply[0]) == codes.NOT_READY:
+        raise StoreNotReady()
+
+
+SET_QUOTA = Script("SET_QUOTA", "namespace quota shown detail at by audit_max", _set)
+
+_quota = msgspec.json.Decoder(Quota)
+_encode = msgspec.json.Encoder().encode
+
+
+def _namespaces(reply: Any) -> list[NamespaceView]:
+    views = []
+    for i in range(0, len(reply), 7):
+        name, quota, running, pending, cpus, memory_mb, waiting = reply[i : i + 7]
+        use = Use(
+            running=int(running),
+            pending=int(pending),
+            cpus=int(cpus),
+            memory_mb=int(memory_mb),
+            over_quota=int(waiting),
+        )
+        limits = _quota.decode(quota) if quota else Quota()
+        views.append(NamespaceView(name=shown(name.decode()), quota=limits, use=use))
+    return sorted(views, key=lambda view: view.name)
+
+
+NAMESPACES = Script("NAMESPACES", "", _namespaces, read_only=True)
+
+
+def detail(quota: Quota) -> str:
+    """The limits as the audit says them: `running=4 cpus=16`, or `none`."""
+    said = msgspec.structs.asdict(quota)
+    return " ".join(f"{name}={value}" for name, value in said.items() if value) or "none"
+
+
+def set_quota(namespace: str, quota: Quota, at: float, by: Principal) -> Call[None]:
+    """Namespace `namespace` (stored name: "" the default's) limited by `quota` (empty: none);
+    StoreNotReady while Redis lost its data and the snapshot is not back yet."""
+    return SET_QUOTA.call(
+        namespace=namespace,
+        quota=_encode(quota) if quota else "",
+        shown=shown(namespace),
+        detail=detail(quota),
+        at=at,
+        by=by.name,
+        audit_max=AUDIT_MAX,
+    )
+
+
+def namespaces() -> Call[list[NamespaceView]]:
+    return NAMESPACES.call()

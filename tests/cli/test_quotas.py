@@ -1,0 +1,65 @@
+"""`scheduler namespace quota|list` against a running API process with TINYAWS_API_KEY set:
+a quota set and listed with each namespace's use, a submit past it refused as the API says,
+and a submitter's quota refused (403); through the client, both clients' ops too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cli.conftest import Cli
+from tests.cli.test_client import KEY
+from tests.processes import api_replicas, scheduler_env, unique_prefix
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str) -> Iterator[str]:
+    env = scheduler_env(redis_url, unique_prefix("cli-quotas"), TINYAWS_API_KEY=KEY)
+    with api_replicas(1, env) as urls:
+        yield urls[0]
+
+
+@pytest.fixture(autouse=True)
+def admin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINYAWS_API_KEY", KEY)
+
+
+def test_a_quota_is_set_listed_and_refuses_a_submit_past_it(
+    api: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, err = cli(api, "namespace", "quota", "team-a", "--pending", "1", "--cpus", "4")
+    assert (code, out, err) == (0, "namespace team-a: quota pending=1 cpus=4\n", "")
+    set_ = json.loads(cli(api, "namespace", "quota", "team-b", "--running", "2", "--json")[1])
+    assert set_ == {"running": 2}
+    # No node is registered: a job that asks a cpu waits unplaced rather than 503.
+    assert cli(api, "submit", "true", "--namespace", "team-a", "--cpus", "1")[0] == 0
+    code, out, err = cli(api, "submit", "true", "--namespace", "team-a", "--cpus", "1")
+    assert code == 1 and "429: over quota: namespace 'team-a' holds 1 pending jobs" in err
+
+    code, out, _ = cli(api, "namespace", "list")
+    rows = [line.split() for line in out.splitlines()]
+    assert code == 0 and rows[0] == [
+        "NAMESPACE",
+        "RUNNING",
+        "PENDING",
+        "CPUS",
+        "MEMORY_MB",
+        "OVER",
+        "QUOTA",
+    ]
+    assert ["team-a", "0", "1/1", "0/4", "0", "0"] in rows
+    assert ["team-b", "0/2", "0", "0", "0", "0"] in rows
+    listed = json.loads(cli(api, "namespace", "list", "--json")[1])
+    assert {v["name"]: v["quota"] for v in listed}["team-a"] == {"pending": 1, "cpus": 4}
+
+    code, out, _ = cli(api, "namespace", "quota", "team-a")  # every limit left out: none
+    assert (code, out) == (0, "namespace team-a: quota none\n")
+
+    code, out, _ = cli(api, "key", "add", "ci", "--role", "submitter")
+    monkeypatch.setenv("TINYAWS_API_KEY", out.strip())
+    code, out, err = cli(api, "namespace", "quota", "team-a", "--running", "100")
+    assert (code, out) == (1, "")
+    assert err.startswith("namespace quota failed 403: forbidden: the key 'ci' ")
+    assert cli(api, "namespace", "list")[0] == 0

@@ -1,0 +1,74 @@
+"""Quotas in the SQLite snapshot (snapshot/quotas.py): the quotas hash is written when it
+changed, and a Redis that lost its data gets it back with the jobs, so every namespace keeps
+its limits and a namespace's running use is made again from its jobs; a file from before
+quotas restores with none."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import redis
+
+from scheduler.config import Settings
+from scheduler.snapshot.restore import restore_if_empty
+from scheduler.snapshot.writer import write_snapshot
+from scheduler.store.keys import Keys
+from tests.conftest import ClientFactory, assert_json, register, report, submit
+from tests.snapshot_helpers import lose_redis_data
+
+
+def quota_rows(path: Path) -> dict[str, str]:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return dict(conn.execute("SELECT namespace, quota FROM quotas").fetchall())
+
+
+def test_quotas_survive_a_snapshot_and_a_redis_that_lost_its_data(
+    make_client: ClientFactory, settings: Settings, rclient: redis.Redis, db: Path
+) -> None:
+    api = make_client(settings)
+    register(api, "n1")
+    assert_json(api.put("/namespaces/team-a/quota", json={"running": 1, "pending": 5}))
+    assert_json(api.put("/namespaces/default/quota", json={"cpus": 4}))
+    running = submit(api, command="x", namespace="team-a", cpus=1)["job_id"]
+    assert report(api, running, "running").status_code == 200
+    write_snapshot(settings)
+    assert quota_rows(db) == {"team-a": '{"running":1,"pending":5}', "": '{"cpus":4}'}
+    # Nothing changed: the table is not written again.
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("INSERT INTO quotas VALUES ('marker', '{}')")
+        conn.commit()
+    write_snapshot(settings)
+    assert "marker" in quota_rows(db)
+    assert_json(api.put("/namespaces/default/quota", json={}))
+    write_snapshot(settings)
+    assert quota_rows(db) == {"team-a": '{"running":1,"pending":5}'}
+
+    keys = Keys(settings.redis_prefix)
+    lose_redis_data(rclient, settings.redis_prefix)
+    assert restore_if_empty(settings)
+    assert rclient.hgetall(keys.quotas) == {b"team-a": b'{"running":1,"pending":5}'}
+    assert rclient.hgetall(keys.namespace_held("team-a")) == {b"cpus": b"1"}
+    # The restored quota holds: team-a runs its one job, so the next waits.
+    api = make_client(settings)
+    register(api, "n1")
+    waiting = submit(api, command="y", namespace="team-a")["job_id"]
+    refused = report(api, waiting, "running")
+    assert (refused.status_code, refused.text) == (409, "job waits for its namespace's quota\n")
+    assert assert_json(api.get(f"/jobs/{waiting}"))["pending_reason"] == "quota"
+
+
+def test_a_file_from_before_quotas_restores_with_none(
+    make_client: ClientFactory, settings: Settings, rclient: redis.Redis, db: Path
+) -> None:
+    api = make_client(settings)
+    register(api, "n1")
+    submit(api, command="x")
+    write_snapshot(settings)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("DROP TABLE IF EXISTS quotas")
+        conn.commit()
+    lose_redis_data(rclient, settings.redis_prefix)
+    assert restore_if_empty(settings)
+    assert rclient.exists(Keys(settings.redis_prefix).quotas) == 0
