@@ -5,9 +5,9 @@ one table (routing.py says how); so do the tests (tests/api/test_routes.py). Eac
 the query parameters its endpoint reads (`reads`): the only ones it can read, one value each.
 
 The order is Starlette's: the first entry matching path and method serves it
-(`/nodes/register` before `/nodes/{node_id}`). The web UI's entries (routes_ui.py) and the
-nodes' and services' (routes_nodes.py) are declared apart, to keep each module small, and
-stand in the table where their comment says.
+(`/nodes/register` before `/nodes/{node_id}`). The web UI's entries (routes_ui.py), the
+nodes' and services' (routes_nodes.py) and the teams' (routes_teams.py) are declared apart,
+to keep each module small, and stand in the table where their comment says.
 
 Each method also says what it does, takes and answers (`summary`, `body`, `answers`: the
 models it decodes and encodes, described.py), from which GET /openapi.json describes the
@@ -22,25 +22,23 @@ from scheduler.api import (
     batch,
     events,
     jobs,
-    keys,
     logs,
     metrics,
     openapi,
-    quotas,
     retries,
     routes_nodes,
+    routes_teams,
     routes_ui,
     schedules,
 )
 from scheduler.api.described import DONE, Answer, body, got, json, stream, text
 from scheduler.api.routing import PAGING, Access, Entry, Hot, Method, RouteTable
 from scheduler.models import poll
-from scheduler.models.access_key import AuditEntry, KeyMade, KeyRequest, KeyView, Role
+from scheduler.models.access_key import Role
 from scheduler.models.attempt import Attempt
 from scheduler.models.event import Event
 from scheduler.models.job import Job, JobCreate, JobUpdate
 from scheduler.models.log import Accepted, OffsetConflict, OutputChunk
-from scheduler.models.quota import NamespaceView, Quota
 from scheduler.models.retry import RetryAnswer, RetryRequest
 from scheduler.models.schedule import ScheduleRequest, ScheduleView
 
@@ -305,75 +303,8 @@ TABLE = RouteTable(
         *routes_ui.ENTRIES,
         # The built-in registry's (what the Rust agent calls), the nodes', the drains'.
         *routes_nodes.ENTRIES,
-        # Named keys (docs/SECURITY.md, Named keys): the admin's.
-        Entry(
-            "/keys",
-            {
-                "GET": Method(
-                    keys.list_keys,
-                    role=ADMIN,
-                    summary="The named keys, by name (never the keys themselves)",
-                    answers=got(list[KeyView]),
-                ),
-                "POST": Method(
-                    keys.add_key,
-                    role=ADMIN,
-                    summary="Make a named key with a role (the key is shown this once)",
-                    body=body(KeyRequest),
-                    answers={
-                        201: json(KeyMade, "the key made, shown this once"),
-                        409: text("the name is taken, too many keys, or no admin key is set"),
-                    },
-                ),
-            },
-        ),
-        Entry(
-            "/audit",
-            {
-                "GET": Method(
-                    keys.audit,
-                    reads=("limit",),
-                    role=ADMIN,
-                    summary="The newest admin calls (keys made and revoked), newest first",
-                    answers=got(list[AuditEntry]),
-                )
-            },
-        ),
-        Entry(
-            "/keys/{name}",
-            {
-                "DELETE": Method(
-                    keys.revoke_key,
-                    role=ADMIN,
-                    summary="Revoke a named key: it stops working on every replica",
-                    answers={**DONE, 404: text("key not found")},
-                )
-            },
-        ),
-        # Namespaces' quotas (docs/GUIDE.md, Quotas): set by an admin, read by any key.
-        Entry(
-            "/namespaces",
-            {
-                "GET": Method(
-                    quotas.list_namespaces,
-                    role=READER,
-                    summary="The namespaces (those of the key), each with its quota and use",
-                    answers=got(list[NamespaceView]),
-                )
-            },
-        ),
-        Entry(
-            "/namespaces/{namespace}/quota",
-            {
-                "PUT": Method(
-                    quotas.set_quota,
-                    role=ADMIN,
-                    summary="Set a namespace's quota (every limit 0: none)",
-                    body=body(Quota),
-                    answers={200: json(Quota, "the quota set")},
-                )
-            },
-        ),
+        # Teams: named keys, the audit, namespaces' quotas.
+        *routes_teams.ENTRIES,
         Entry(
             "/metrics",
             {
