@@ -388,4 +388,5 @@ def restored_job(row: Sequence[Any], now: float) -> RestoredJob:
         schedule=job.schedule,
         job_type=job.job_type,
         namespace=job.namespace,
+        pending_reason=job.pending_reason,
     )

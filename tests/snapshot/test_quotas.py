@@ -16,6 +16,7 @@ from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import write_snapshot
 from scheduler.store.keys import Keys
 from tests.conftest import ClientFactory, assert_json, register, report, submit
+from tests.places import expected, place_of
 from tests.snapshot_helpers import lose_redis_data
 
 
@@ -72,3 +73,27 @@ def test_a_file_from_before_quotas_restores_with_none(
     lose_redis_data(rclient, settings.redis_prefix)
     assert restore_if_empty(settings)
     assert rclient.exists(Keys(settings.redis_prefix).quotas) == 0
+
+
+def test_a_restored_job_waiting_for_quota_waits_for_it_again(
+    make_client: ClientFactory, settings: Settings, rclient: redis.Redis, db: Path
+) -> None:
+    """A job waiting for its namespace's quota is put back in the namespace's waiting queue,
+    not among the unplaced jobs (placement would place it past the quota)."""
+    api = make_client(settings)
+    register(api, "n1")
+    assert_json(api.put("/namespaces/team-a/quota", json={"running": 1}))
+    first, held = (submit(api, command="x", namespace="team-a")["job_id"] for _ in range(2))
+    assert report(api, first, "running").status_code == 200
+    refused = report(api, held, "running")
+    assert refused.status_code == 409
+    write_snapshot(settings)
+
+    keys = Keys(settings.redis_prefix)
+    lose_redis_data(rclient, settings.redis_prefix)
+    assert restore_if_empty(settings)
+    assert rclient.zrange(keys.over_quota("team-a"), 0, -1) == [held.encode()]
+    assert rclient.zscore(keys.unplaced, held) is None
+    assert place_of(rclient, keys, held) == expected(
+        keys, "pending", "", namespace="team-a", over_quota=True
+    )

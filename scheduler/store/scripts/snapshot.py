@@ -46,6 +46,7 @@ class RestoredJob:
     schedule: str = ""  # the schedule that made it: its index (keys.py schedule_jobs)
     job_type: str = ""  # the record's: a run-job holds a slot while running or cancelling
     namespace: str = ""  # the record's: its namespace's indexes ("": the default's)
+    pending_reason: str = ""  # the record's: a pending job on no node waits for quota or not
 
 
 RESTORE_JOBS = Script(
@@ -70,6 +71,7 @@ def restore_jobs(jobs: Sequence[RestoredJob], mark_dirty: bool) -> Call[int]:
         values += [job.priority, job.cpus, job.memory_mb]
         parts = split(job.record)
         values += [parts.head, parts.spec, *parts.outputs, job.schedule, job.namespace]
+        values.append(job.pending_reason)
     return RESTORE_JOBS.call(mark_dirty="1" if mark_dirty else "0", jobs=values)
 
 

@@ -7,15 +7,17 @@
 
 -- Put jobs back as the snapshot holds them, each in every index of its place (places.py
 -- enter_place, as the scripts keep them). A job already present is first taken out of its
--- old place. mark_dirty "1": the next snapshot writes them. jobs: 15 values each, at most
+-- old place. mark_dirty "1": the next snapshot writes them. jobs: 16 values each, at most
 -- 1000 jobs: id, score, node id, status, the time it entered its status where its place
 -- is scored by it (a delayed job's due time, a running run-job's start, a finished job's
 -- finish; 0 for a cancelling one: asked long ago, the next sweep ends it), its job_type,
 -- priority (a pending job's place in its node's queue), cpus and memory_mb (what it holds
 -- on its node: room.lua hold), then its record's parts (models/record.py): head, spec,
--- stdout, stderr ("": none), then the schedule that made it ("": none) and its namespace
--- ("": the default's; the set of those in use gets it). A pending job on no node is
--- unplaced again, and the next placement pass is flagged. Each index gets one
+-- stdout, stderr ("": none), then the schedule that made it ("": none), its namespace
+-- ("": the default's; the set of those in use gets it) and its pending_reason (a job
+-- waiting for its namespace's quota is put back in the namespace's waiting queue,
+-- places.py OVER_QUOTA). Any other pending job on no node is unplaced again, and the next
+-- placement pass is flagged. Each index gets one
 -- ZADD/SADD for the whole batch: far cheaper than one call per job. Returns the number of
 -- jobs restored.
 local function unindex(id, raw)
@@ -40,7 +42,7 @@ local function in_chunks(command, values, step)
     redis.call(command, unpack(values, i, math.min(i + step - 1, #values)))
   end
 end
-local WIDTH = 15
+local WIDTH = 16
 local in_use = {}
 local restored, job_keys = {}, {}
 for i = 1, #jobs, WIDTH do
@@ -66,7 +68,7 @@ for j, id in ipairs(restored) do
   end
   local where = {node_id = jobs[i + 2], status = jobs[i + 3], job_type = jobs[i + 5],
     priority = jobs[i + 6], cpus = jobs[i + 7], memory_mb = jobs[i + 8], schedule = jobs[i + 13],
-    namespace = jobs[i + 14]}
+    namespace = jobs[i + 14], pending_reason = jobs[i + 15]}
   enter_place(id, jobs[i + 1], where, jobs[i + 4], gather)
   if not in_use[jobs[i + 14]] then  -- the namespaces in use (keys.py namespaces), once each
     in_use[jobs[i + 14]] = true
