@@ -53,7 +53,7 @@ EMPTY_SCRIPT = "return 1"
 def empty(client: redis.Redis, keys: Keys, count: int) -> float:
     # The poll's arguments, so that the row differs from the others by the script alone.
     args = job_scripts.POLL.call(
-        node="", max_jobs=0, caller="", capacity="", named="", stealing=""
+        node="", max_jobs=0, caller="", capacity="", named="", stealing="", builtin=""
     ).args
     return script_usec(client, keys.root, EMPTY_SCRIPT, [args] * count)
 

@@ -77,6 +77,11 @@ PENDING_REASONS = {
     "full": "the nodes that fit have no room for it now",
     "drained": "the only nodes that fit are drained",
     "quota": "its namespace runs all its quota allows",
+    # It asks more cpus or memory_mb than its namespace's quota allows at all (the quota was
+    # lowered after it was submitted): it waits for the quota to be raised, and the jobs
+    # behind it do not wait for it.
+    "exceeds_quota": "it asks more than its namespace's quota allows at all: it waits until "
+    "the quota is raised",
 }
 
 

@@ -52,11 +52,13 @@ T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=1024)
-def _poll_command(keys: Keys, poller: job_scripts.Poller, limit: int, steal: bool) -> bytes:
+def _poll_command(
+    keys: Keys, poller: job_scripts.Poller, limit: int, steal: bool, builtin: bool
+) -> bytes:
     """The poll's FCALL, packed. An agent polls with the same node and token every few
     seconds, and building and packing the command was a third of a poll's Python time. What
     the cache holds decides nothing: the script checks the caller against Redis each time."""
-    call = job_scripts.poll(poller, limit, steal)
+    call = job_scripts.poll(poller, limit, steal, builtin)
     command = script_command("FCALL", call.script.function, [keys.root], call.args)
     packed: bytes = hiredis.pack_command(command)
     return packed
@@ -241,7 +243,8 @@ class JobStore:
         node_id = poller.node_id
         shard = self.shards[self.where.node_shard(node_id) if len(self.shards) > 1 else 0]
         limit, steal = self.settings.max_jobs_per_node, self.settings.steals
-        sent = shard.redis.send_packed(_poll_command(shard.keys, poller, limit, steal))
+        command = _poll_command(shard.keys, poller, limit, steal, self.settings.builtin_registry)
+        sent = shard.redis.send_packed(command)
         return None if sent is None else (sent, records.polled_whole)
 
     def send_get(self, job_id: str) -> Reply | None:

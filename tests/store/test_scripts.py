@@ -109,8 +109,10 @@ def test_a_call_takes_every_argument_by_name() -> None:
     with pytest.raises(TypeError, match="sequence"):
         script.call(entries=b"ab")  # would pass each byte as an argument
     poll = SCRIPTS["POLL"]
-    asked = poll.call(caller="open", node="n1", max_jobs=2, capacity="", named="", stealing="1")
-    assert asked.args == ["n1", 2, "open", "", "", "1"]
+    asked = poll.call(
+        caller="open", node="n1", max_jobs=2, capacity="", named="", stealing="1", builtin="1"
+    )
+    assert asked.args == ["n1", 2, "open", "", "", "1", "1"]
 
 
 def test_two_scripts_of_one_name_fail() -> None:

@@ -162,7 +162,8 @@ def by_poller(poller: Poller, *_: Any, **__: Any) -> Route:
 @operation(by_poller)
 def poll(shard: Shard, poller: Poller) -> Steps[Polled]:
     settings = shard.settings
-    polled = yield from run(job_scripts.poll(poller, settings.max_jobs_per_node, settings.steals))
+    limit, steal, builtin = settings.max_jobs_per_node, settings.steals, settings.builtin_registry
+    polled = yield from run(job_scripts.poll(poller, limit, steal, builtin))
     polled.jobs = yield from made_whole(shard, polled.jobs)
     return polled
 

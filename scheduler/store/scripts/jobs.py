@@ -55,7 +55,7 @@ def polled(reply: list[Any]) -> Polled:
 
 # Not read-only: a poll notes the jobs it leaves waiting, and an idle node's takes some
 # (work stealing, lua/includes/steal.lua).
-POLL = Script("POLL", "node max_jobs caller capacity named stealing", polled)
+POLL = Script("POLL", "node max_jobs caller capacity named stealing builtin", polled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,9 @@ class Poller:
     named: bool = False
 
 
-def poll(poller: Poller, max_jobs_per_node: int, steal: bool) -> Call[Polled]:
+def poll(poller: Poller, max_jobs_per_node: int, steal: bool, builtin: bool = True) -> Call[Polled]:
+    """`builtin`: the built-in registry's (placement may place again a job held back for
+    its namespace's quota; with an external registry it stays in its node's queue)."""
     return POLL.call(
         node=poller.node_id,
         max_jobs=max_jobs_per_node,
@@ -79,6 +81,7 @@ def poll(poller: Poller, max_jobs_per_node: int, steal: bool) -> Call[Polled]:
         capacity="" if poller.capacity is None else poller.capacity,
         named="1" if poller.named else "",
         stealing="1" if steal else "",
+        builtin="1" if builtin else "",
     )
 
 

@@ -49,9 +49,10 @@ class Only(Enum):
     RUN = 'job.job_type ~= "service"'  # run-jobs: a service neither times out nor takes a slot
     SCHEDULED = 'type(job.schedule) == "string" and job.schedule ~= ""'
     # A pending job on no node waits for placement, or for its namespace's quota (admit.lua
-    # wait_quota: its pending_reason says so, set before the move and cleared after it).
-    PLACEABLE = 'job.pending_reason ~= "quota"'
-    OVER_QUOTA = 'job.pending_reason == "quota"'
+    # wait_quota: its pending_reason says so, quota or exceeds_quota, set before the move and
+    # cleared after it).
+    PLACEABLE = 'job.pending_reason ~= "quota" and job.pending_reason ~= "exceeds_quota"'
+    OVER_QUOTA = '(job.pending_reason == "quota" or job.pending_reason == "exceeds_quota")'
 
 
 @dataclass(frozen=True, slots=True)

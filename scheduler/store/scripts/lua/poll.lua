@@ -21,7 +21,9 @@
 -- polls find nothing.
 -- Quotas (admit.lua; one EXISTS when no namespace has one): a job whose namespace runs all
 -- its quota allows leaves the queue to wait for it (pending_reason quota), and the jobs
--- behind it are handed out in its stead.
+-- behind it are handed out in its stead; an instance-bound job, or any with an external
+-- registry (`builtin` not "1": placement could not put it back), stays in the queue, passed
+-- over until its namespace has room (admit.lua stays).
 -- Returns {OK, {cancelling id, ...}, each job's head (read.lua get_jobs)...}
 --   | {UNAUTHORIZED} | {FORBIDDEN}
 local access = node_access(caller, node)
@@ -60,7 +62,7 @@ if free <= 0 then
 end
 local kit, tallies = quotas()
 if kit then
-  ids = kit.heads(queue, free, tallies)
+  ids = kit.heads(queue, free, tallies, builtin)
   local left = redis.call("ZCARD", queue) - #ids
   if noted and #ids >= free and left > 0 then note_backlog(node, left) end
 elseif free > 1 then ids = redis.call("ZRANGE", queue, 0, free) end

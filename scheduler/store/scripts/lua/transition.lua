@@ -37,7 +37,7 @@
 --   | {ALREADY_RUNNING} | {NOT_RUNNING} | {OTHER_NODE} | {CANCELLING} | {NOT_CANCELLING}
 --   | {NOT_DUE} (a claim of a delayed job) | {NOT_PLACED} (of a job on no node yet)
 --   | {NOT_STAGED} (a staged output is gone) | {OVER_QUOTA} (a claim of a job whose namespace
---   runs all its quota allows: it waits for quota now)
+--   runs all its quota allows: it waits for quota now, or in its node's queue)
 -- Repeats whose first answer was lost change nothing and answer the job: a claim by the node
 -- holding the job (only a known node: a bare claim stays a conflict), and a final report
 -- that the stored job already reflects. A node token names its node as well as the body.
@@ -88,11 +88,13 @@ elseif old ~= "running" and old ~= "cancelling" then
   return unchanged({NOT_RUNNING})
 end
 -- A claim over its namespace's quota (another node's claim of the same namespace came first:
--- polls count only running jobs) is refused, the job left to wait for quota (admit.lua).
+-- polls count only running jobs) is refused, the job left to wait for quota (admit.lua),
+-- or left pending in its node's queue when it stays there (instance-bound, or an external
+-- registry's: admit.lua stays).
 if status == "running" and redis.call("EXISTS", K.quotas) == 1 then
   local kit = quota_kit()
   if kit.admits(job, {}) ~= kit.ADMIT then
-    kit.wait_quota(job_id, number_of(job_id), job)
+    if not kit.stays(job, builtin) then kit.wait_quota(job_id, number_of(job_id), job) end
     return unchanged({OVER_QUOTA})
   end
 end
