@@ -4,7 +4,8 @@ includes/events.lua `move_job`), so an event exists if and only if the change do
 
 `number` is the shard's event number (`{P}:seq:event`): an ending's is the number of its SNS
 outbox entry, so a consumer of both sees one numbering, exactly one event per ending. Redis
-keeps the last EVENTS_KEPT per shard, and none older than EVENTS_RETAIN_SECS.
+keeps about the last EVENTS_KEPT per shard (trimmed every EVENTS_TRIM_EVERY events), and none
+older than EVENTS_RETAIN_SECS.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import msgspec
 
 EVENTS_KEPT = 100_000
+# How often the scripts trim the stream to EVENTS_KEPT (every this many events: events.lua).
+EVENTS_TRIM_EVERY = 100
 
 
 class Event(msgspec.Struct, omit_defaults=True, kw_only=True):

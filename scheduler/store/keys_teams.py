@@ -19,8 +19,10 @@ class TeamKeys:
     def namespace_status(self, namespace: str, status: str) -> str:
         return self._k(f"ns:{namespace}:{status}")
 
-    # Every namespace holding a job (as stored: "" the default's), so /metrics counts each
-    # without a SCAN: CREATE_JOB and RESTORE_JOBS add, PRUNE_FINISHED removes an emptied one.
+    # Every other namespace than the default holding a job, so /metrics counts each without
+    # a SCAN: CREATE_JOB, RESTORE_JOBS and the upgrade's INDEX_NAMESPACES add, PRUNE_FINISHED
+    # removes an emptied one. The default's ("") is always counted and never added (a
+    # command less on the usual create); readers pass over it where an earlier version did.
     @property
     def namespaces(self) -> str:
         return self._k("namespaces")

@@ -228,6 +228,12 @@ def namespace_gauges(text: str) -> dict[tuple[str, str], float]:
     return found
 
 
+def metric_namespaces(api: TestClient) -> set[str]:
+    """The namespaces /metrics counts jobs of."""
+    gauges = namespace_gauges(api.get("/metrics", headers=ADMIN).text)
+    return {namespace for namespace, _ in gauges}
+
+
 def test_metrics_count_each_namespaces_jobs_by_status(api: TestClient) -> None:
     jobs = everything(api)
     response = api.get("/metrics", headers=ADMIN)
@@ -261,9 +267,10 @@ def test_a_limited_keys_metrics_are_its_namespaces_alone(api: TestClient) -> Non
 def test_the_namespaces_in_use_are_kept_rebuilt_by_a_restore_and_pruned(
     make_client: ClientFactory, store: SyncJobStore, rclient: redis.Redis, prefix: str
 ) -> None:
-    """/metrics counts the namespaces of a set (keys.py namespaces), not a SCAN: a create adds
-    its job's, a restore into an empty Redis adds its jobs', a prune that empties one
-    removes it."""
+    """/metrics counts the namespaces of a set (keys_teams.py namespaces), not a SCAN: a
+    create adds its job's, a restore into an empty Redis adds its jobs', a prune that empties
+    one removes it. The default's is always counted, never added; the default's jobs are
+    counted all the same."""
     api = make_client(api_key=ADMIN_KEY)
     node = {"id": "n1", "hostname": "n1", "cpu_count": 2, "role": "compute"}
     assert_json(api.post("/nodes/register", json=node, headers=ADMIN), 201)
@@ -271,16 +278,19 @@ def test_the_namespaces_in_use_are_kept_rebuilt_by_a_restore_and_pruned(
     for namespace in ("default", "team-a", "team-a"):
         made = submit(api, ADMIN, namespace=namespace)
         assert_json(api.delete(f"/jobs/{made['job_id']}", headers=ADMIN))  # failed: finished
-    assert rclient.smembers(keys.namespaces) == {b"", b"team-a"}
+    assert rclient.smembers(keys.namespaces) == {b"team-a"}
+    counted = metric_namespaces(api)
+    assert counted == {"default", "team-a"}
     records = [api.get(f"/jobs/job-{n}", headers=ADMIN).content for n in (1, 2, 3)]
     restored = [restored_job(row_from_record(record), time.time()) for record in records]
     empty = Keys(f"{prefix}-empty")
     call = restore_jobs(restored, mark_dirty=False)
     rclient.eval(call.script.text, 1, empty.root, *call.args)
-    assert rclient.smembers(empty.namespaces) == {b"", b"team-a"}
+    assert rclient.smembers(empty.namespaces) == {b"team-a"}
     rclient.delete(keys.dirty)  # as a snapshot that wrote them
     store.run(upkeep.prune_finished(time.time() + 1, 0, 1))  # job-1 (the default's) goes
     assert rclient.smembers(keys.namespaces) == {b"team-a"}
+    assert metric_namespaces(api) == {"team-a"}  # the default holds no job: left out
     store.run(upkeep.prune_finished(time.time() + 1, 0, 1))  # one of team-a's: it stays
     assert rclient.smembers(keys.namespaces) == {b"team-a"}
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable
 
 from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, ATTEMPTS_KEPT
-from scheduler.models.event import EVENTS_KEPT
+from scheduler.models.event import EVENTS_KEPT, EVENTS_TRIM_EVERY
 from scheduler.models.fields import Kind
 from scheduler.models.job import (
     ENDINGS,
@@ -44,8 +44,9 @@ def _set(names: Iterable[str]) -> str:
 
 def _constants() -> dict[str, str]:
     values: dict[str, object] = {
-        # models.MAX_JOB_NUMBER: the largest N of a job-N id (read.lua number_of).
-        "MAX_JOB_NUMBER": MAX_JOB_NUMBER,
+        # The most digits of a job-N id whose N is read from the id (read.lua number_of): every
+        # number of that many digits is below models.MAX_JOB_NUMBER.
+        "MAX_JOB_DIGITS": len(str(MAX_JOB_NUMBER)) - 1,
         # The statuses not final: the indexes a deleted node's jobs may still be in (gone.lua).
         "UNFINISHED": tuple(s for s in STATUSES if s not in FINAL_STATUSES),
         # A record's list fields, which encode drops when empty (encode.lua).
@@ -65,6 +66,7 @@ def _constants() -> dict[str, str]:
         "ATTEMPTS_KEPT": ATTEMPTS_KEPT,
         # The job events kept per shard, whatever their age (models/event.py).
         "EVENTS_KEPT": EVENTS_KEPT,
+        "EVENTS_TRIM_EVERY": EVENTS_TRIM_EVERY,
         # The dashboard's wait buckets (models/series.py) and their fields, "wait:<i>".
         "WAIT_BOUNDS": WAIT_BOUNDS,
         "WAIT_FIELDS": tuple(f"wait:{i}" for i in range(len(WAIT_BOUNDS) + 1)),

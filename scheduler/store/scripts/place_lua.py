@@ -284,7 +284,9 @@ PLACES_LUA = f"""--- @include "keys"
 -- as a double for |priority| <= 1000 (models.MAX_PRIORITY) and n < 2^42; priority 0 (nil:
 -- none) scores n itself, the original's FIFO.
 local function queue_score(n, priority)
-  return n - (tonumber(priority) or 0) * 4398046511104
+  local p = tonumber(priority) or 0
+  if p == 0 then return n end  -- as given (number_of's text: a command takes it unformatted)
+  return n - p * 4398046511104
 end
 
 -- The statuses in which a job holds what it asks on its node (places.py PLACES).

@@ -19,7 +19,8 @@ for _, id in ipairs(cjson.decode(ids)) do
     local fresh = not redis.call("ZSCORE", K.namespace_status(job.namespace or "", job.status), id)
     enter_namespace(id, number_of(id), job)
     if fresh and RUNS[job.status] then ns_use(job) end
-    redis.call("SADD", K.namespaces, job.namespace or "")
+    -- in use (keys_teams.py namespaces: the default's is always counted)
+    if (job.namespace or "") ~= "" then redis.call("SADD", K.namespaces, job.namespace) end
     found = found + 1
   end
 end

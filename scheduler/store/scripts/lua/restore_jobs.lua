@@ -70,7 +70,8 @@ for j, id in ipairs(restored) do
     priority = jobs[i + 6], cpus = jobs[i + 7], memory_mb = jobs[i + 8], schedule = jobs[i + 13],
     namespace = jobs[i + 14], pending_reason = jobs[i + 15]}
   enter_place(id, jobs[i + 1], where, jobs[i + 4], gather)
-  if not in_use[jobs[i + 14]] then  -- the namespaces in use (keys.py namespaces), once each
+  -- the namespaces in use (keys_teams.py namespaces: the default's is always counted), once each
+  if jobs[i + 14] ~= "" and not in_use[jobs[i + 14]] then
     in_use[jobs[i + 14]] = true
     gather("SADD", K.namespaces, jobs[i + 14])
   end

@@ -22,8 +22,8 @@ if not node and reason and (mode ~= "live" or reason == REASON.no_nodes and not 
   return unmade({NO_NODES})
 end
 node = node or ""
-local n = draw_number(K.job_seq, shards, shard, id_floor)
-local id = "job-" .. n
+local id = "job-" .. draw_number(K.job_seq, shards, shard, id_floor)
+local n = string.sub(id, 5)  -- its number as text, as number_of gives it (read.lua)
 -- Its head: the ids and, pending unplaced, why (models.job PENDING_REASONS), then the
 -- record's other fields (its head's members).
 local unplaced = due == "" and node == "" and reason

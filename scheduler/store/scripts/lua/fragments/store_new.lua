@@ -9,7 +9,9 @@ local where = {status = status, node_id = node, priority = priority, cpus = ask.
   memory_mb = ask.memory_mb, schedule = schedule, namespace = namespace}
 enter_place(id, n, where, due, redis.call)
 note_event(id, where, "", "")
-redis.call("SADD", K.namespaces, namespace)  -- /metrics counts each namespace in use
+-- /metrics counts each namespace in use; the default is always counted (a command less on
+-- the usual create)
+if namespace ~= "" then redis.call("SADD", K.namespaces, namespace) end
 redis.call("SADD", K.dirty, id)
 count_minute(now, "submitted")
 if dedup then

@@ -1,5 +1,6 @@
 --- @include "keys"
 --- @include "EVENTS_KEPT"
+--- @include "EVENTS_TRIM_EVERY"
 --- @include "move_place"
 
 -- The job events (models/event.py, GET /events): one per change of a job's status or node,
@@ -11,7 +12,11 @@
 -- returns its number. `ns` is its namespace ("" the default's: GET /events filters by it).
 local function note_event(id, job, old, from)
   local n = redis.call("INCR", K.event_seq)
-  redis.call("XADD", K.events, "MAXLEN", "~", EVENTS_KEPT, "*", "n", n, "job", id,
+  -- Trimmed to about EVENTS_KEPT once every EVENTS_TRIM_EVERY events, not at each: a MAXLEN on
+  -- every XADD was a sixth of an event's cost, and the stream holds at most EVENTS_TRIM_EVERY
+  -- more between trims.
+  if n % EVENTS_TRIM_EVERY == 0 then redis.call("XTRIM", K.events, "MAXLEN", "~", EVENTS_KEPT) end
+  redis.call("XADD", K.events, "*", "n", n, "job", id,
     "from", old, "to", job.status, "was", from or "", "node", job.node_id or "",
     "schedule", job.schedule or "", "reason", job.failure_reason or "",
     "ns", job.namespace or "")

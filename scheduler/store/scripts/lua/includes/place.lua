@@ -93,6 +93,9 @@ local function next_ticket()
   return (tonumber(redis.call("GET", K.rr_seq)) or 0) + 1
 end
 
+-- How many of the least loaded nodes least_loaded reads at once.
+local LOAD_HEAD = 8
+
 -- A job that asks nothing: the least loaded placeable node from nodes:load, by rank (equal
 -- scores sort by id there, so the lowest ones are the ties), O(log n) whatever the number
 -- of nodes, and the ticket drawn (nil: none, nodes:load is empty). A node found dead or
@@ -100,12 +103,17 @@ end
 local function least_loaded(cutoff)
   local ticket
   while true do
-    local head = redis.call("ZRANGE", K.nodes_load, 0, 0, "WITHSCORES")
+    -- The first LOAD_HEAD nodes: the ties are counted there unless all of them tie (two
+    -- reads fewer than counting them apart, the usual case of a fleet not all idle).
+    local head = redis.call("ZRANGE", K.nodes_load, 0, LOAD_HEAD - 1, "WITHSCORES")
     if #head == 0 then return nil, ticket end
-    local count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2])
+    local count = 1
+    while count < #head / 2 and head[2 * count + 2] == head[2] do count = count + 1 end
+    if count == LOAD_HEAD then count = redis.call("ZCOUNT", K.nodes_load, head[2], head[2]) end
     ticket = ticket or redis.call("INCR", K.rr_seq)
     local at = (ticket - 1) % count
-    local node = redis.call("ZRANGE", K.nodes_load, at, at)[1]
+    local node = at < LOAD_HEAD and head[2 * at + 1]
+      or redis.call("ZRANGE", K.nodes_load, at, at)[1]
     if placeable(node, cutoff) then return node, ticket end
     redis.call("ZREM", K.nodes_load, node)
   end

@@ -1,5 +1,5 @@
 --- @include "keys"
---- @include "MAX_JOB_NUMBER"
+--- @include "MAX_JOB_DIGITS"
 
 -- A job's record is its head, whole unless a part of it is large (models/record.py): a
 -- reader gets the heads and the API reads the parts stored apart that a head names (never
@@ -40,11 +40,14 @@ end
 
 -- A job's number N, its score in every index but a queue: read from its id job-N
 -- (models.job_number) rather than from the index, which keeps it for any other id (a row of
--- an old snapshot file: snapshot/db.py NON_JOB_SCORE).
+-- an old snapshot file: snapshot/db.py NON_JOB_SCORE). As text, the id's digits (15 are
+-- below MAX_JOB_NUMBER) or the index's score: Lua's arithmetic reads it as the number, and
+-- a command takes it as it is, where a Lua number is formatted first (~2 000 instructions a
+-- score, a tenth of a transition's index writes).
 local function number_of(id)
-  local n = tonumber(string.match(id, "^job%-(%d+)$"))
-  if n and n <= MAX_JOB_NUMBER then return n end
-  return tonumber(redis.call("ZSCORE", K.all_jobs, id))
+  local n = string.match(id, "^job%-(%d+)$")
+  if n and #n <= MAX_JOB_DIGITS then return n end
+  return redis.call("ZSCORE", K.all_jobs, id) or nil
 end
 
 local function load_job(id)

@@ -124,7 +124,8 @@ local function take_room(node, job, sign)
       redis.call("ZADD", K.nodes_free(what), "XX", "INCR", -sign * asks[i], node)
     end
   end
-  redis.call("ZADD", K.nodes_load, "XX", "INCR", sign, node)
+  -- (the increment as text: a Lua number given to a command is formatted first)
+  redis.call("ZADD", K.nodes_load, "XX", "INCR", sign > 0 and "1" or "-1", node)
 end
 
 local function hold(node, id, job)

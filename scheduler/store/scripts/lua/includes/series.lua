@@ -18,13 +18,13 @@ local function expire_minute(key)
 end
 
 local function count_minute(now, field)
-  local key = K.series(math.floor(tonumber(now) / 60))
-  if redis.call("HINCRBY", key, field, 1) == 1 then expire_minute(key) end
+  local key = K.series(string.format("%d", math.floor(tonumber(now) / 60)))
+  if redis.call("HINCRBY", key, field, "1") == 1 then expire_minute(key) end
   return key
 end
 
 local function sample_gauges(now)
-  local key = K.series(math.floor(tonumber(now) / 60))
+  local key = K.series(string.format("%d", math.floor(tonumber(now) / 60)))
   local waiting = redis.call("ZCARD", K.status("pending")) + redis.call("ZCARD", K.delayed)
   local running = redis.call("ZCARD", K.status("running"))
   if redis.call("HSET", key, "waiting", waiting, "running", running) > 0 then
