@@ -83,6 +83,11 @@ PENDING_REASONS = {
     "exceeds_quota": "it asks more than its namespace's quota allows at all: it waits until "
     "the quota is raised",
 }
+# The reasons of a job waiting for its namespace's quota (in the namespace's waiting queue,
+# not among the jobs placement places: store/scripts/places.py OVER_QUOTA).
+QUOTA_REASONS = ("quota", "exceeds_quota")
+if not set(QUOTA_REASONS) <= set(PENDING_REASONS):
+    raise TypeError("models/job.py QUOTA_REASONS must be PENDING_REASONS")
 
 
 class Job(msgspec.Struct, omit_defaults=True, kw_only=True):

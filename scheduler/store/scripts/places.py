@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from scheduler.models.job import ENDINGS, RETIRED_STATUSES, STATUSES
+from scheduler.models.job import ENDINGS, QUOTA_REASONS, RETIRED_STATUSES, STATUSES
 
 
 class Score(Enum):
@@ -51,8 +51,8 @@ class Only(Enum):
     # A pending job on no node waits for placement, or for its namespace's quota (admit.lua
     # wait_quota: its pending_reason says so, quota or exceeds_quota, set before the move and
     # cleared after it).
-    PLACEABLE = 'job.pending_reason ~= "quota" and job.pending_reason ~= "exceeds_quota"'
-    OVER_QUOTA = '(job.pending_reason == "quota" or job.pending_reason == "exceeds_quota")'
+    PLACEABLE = " and ".join(f'job.pending_reason ~= "{r}"' for r in QUOTA_REASONS)
+    OVER_QUOTA = "(" + " or ".join(f'job.pending_reason == "{r}"' for r in QUOTA_REASONS) + ")"
 
 
 @dataclass(frozen=True, slots=True)

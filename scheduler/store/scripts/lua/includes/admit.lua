@@ -1,4 +1,5 @@
 --- @include "keys"
+--- @include "REASON"
 --- @include "ROOM"
 --- @include "enter_place"
 --- @include "leave_place"
@@ -111,7 +112,7 @@ local function quota_kit()
   function kit.wait_quota(id, n, job)
     local quota = quota_of(job.namespace or "")
     -- First: it says which index of a job on no node it enters.
-    job.pending_reason = quota and never_fits(quota, job) and "exceeds_quota" or "quota"
+    job.pending_reason = quota and never_fits(quota, job) and REASON.exceeds_quota or REASON.quota
     rebind(id, n, job, "pending", "")
     store_job(id, job)
   end
@@ -143,13 +144,13 @@ local function quota_kit()
     for _, id in ipairs(redis.call("ZRANGE", waiting, 0, WAKE_SCAN - 1)) do
       local job = load_job(id)
       local waits = job and job.status == "pending" and job.node_id == ""
-        and (job.pending_reason == "quota" or job.pending_reason == "exceeds_quota")
+        and (job.pending_reason == REASON.quota or job.pending_reason == REASON.exceeds_quota)
       if not waits then
         redis.call("ZREM", waiting, id)  -- a stale entry
       elseif never_fits(quota, job) then
-        say(id, job, "exceeds_quota")  -- passed over: it waits for the quota to be raised
+        say(id, job, REASON.exceeds_quota)  -- passed over: it waits for the quota to be raised
       elseif not fits(quota, use, job) then
-        say(id, job, "quota")
+        say(id, job, REASON.quota)
         break
       else
         count_use(use, job)
