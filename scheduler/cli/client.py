@@ -34,18 +34,21 @@ from scheduler.models.attempt import Attempt
 from scheduler.models.job import FINAL_STATUSES as FINAL
 from scheduler.models.job import Job
 
-# The answers that refused the key (401, or 429 past the scheduler's limit of wrong ones,
-# said to a wrong key only): the command ends with a hint naming TINYAWS_API_KEY.
-REFUSED_KEY = (401, 429)
-
 
 class ClientError(Exception):
     """Ends the command with this message on stderr and exit status 1; `status`: the
-    scheduler's, when the message says an answer of it."""
+    scheduler's, when the message says an answer of it; `refused_key`: the answer refused
+    the key (the command ends with a hint naming TINYAWS_API_KEY)."""
 
-    def __init__(self, message: str, status: int = 0) -> None:
+    def __init__(self, message: str, status: int = 0, refused_key: bool = False) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.refused_key = status, refused_key
+
+
+def refused_key(exc: ApiError) -> bool:
+    """Whether the scheduler refused the key: 401, or 429 past its limit of wrong ones (said
+    to a wrong key only, "unauthorized: too many ..."); not a 429 of a namespace's quota."""
+    return exc.status == 401 or (exc.status == 429 and exc.message.startswith("unauthorized"))
 
 
 def said(exc: SchedulerError, what: str = "") -> ClientError:
@@ -54,9 +57,8 @@ def said(exc: SchedulerError, what: str = "") -> ClientError:
     not found`; anything else (`cannot reach the scheduler at URL: ...`, an answer that is
     not what was asked for) after `error: `."""
     if isinstance(exc, ApiError) and exc.status >= 400:
-        if what:
-            return ClientError(f"{what} failed {exc.status}: {exc.message}", exc.status)
-        return ClientError(f"error: scheduler returned {exc.status}: {exc.message}", exc.status)
+        text = f"{what} failed" if what else "error: scheduler returned"
+        return ClientError(f"{text} {exc.status}: {exc.message}", exc.status, refused_key(exc))
     return ClientError(f"error: {exc.message if isinstance(exc, ApiError) else exc}")
 
 
@@ -108,7 +110,7 @@ def run(
         error = said(exc)
     out.flush()
     print(error, file=err)
-    if error.status in REFUSED_KEY:
+    if error.refused_key:
         print(auth_hint("authorization" in client.http.headers), file=err)
     return 1
 

@@ -51,7 +51,7 @@ def list_namespaces(args: argparse.Namespace, client: Client, out: TextIO, err: 
     if args.json:
         print_json(found, out)
         return 0
-    rows = [("NAMESPACE", "RUNNING", "PENDING", "CPUS", "MEMORY_MB", "OVER QUOTA")]
+    rows = [("NAMESPACE", "RUNNING", "PENDING", "CPUS", "MEMORY_MB", "WAITING_QUOTA")]
     for view in found:
         quota, use = view.quota, view.use
         rows.append(

@@ -156,7 +156,7 @@ class OverQuota(Exception):
             )
         else:
             text = (
-                f"over quota: the job asks {count} {what} and namespace {shown!r}'s quota "
+                f"over quota: the job asks {count} {what} and the quota of namespace {shown!r} "
                 f"allows {limit} {what} running at once; nothing was made"
             )
         super().__init__(text)

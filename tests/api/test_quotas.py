@@ -137,7 +137,7 @@ def test_a_job_asking_more_than_its_namespace_may_run_is_429(api: TestClient) ->
     assert_text_error(
         refused,
         429,
-        "over quota: the job asks 1024 memory_mb and namespace 'team-a''s quota allows 512 "
+        "over quota: the job asks 1024 memory_mb and the quota of namespace 'team-a' allows 512 "
         "memory_mb running at once; nothing was made",
     )
     submit(api, ADMIN, namespace="team-a", memory_mb=512)
