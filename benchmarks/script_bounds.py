@@ -407,7 +407,10 @@ def ui_search(store: SyncJobStore, make: Builder, measured: Measured, scale: flo
     for i in range(max(2, round(5000 * scale))):
         make.job(command=f"echo {i} " + "x" * 2000)
     measured.begin()
-    args = ("", "", 0, "no such text", 5000, 50, 32 << 20)
+    args: tuple[Any, ...] = ("", "", 0, "no such text", 5000, 50, 32 << 20)
+    if hasattr(listing, "SearchQuery"):  # its values as one query since; REF may take them apart
+        query = listing.SearchQuery(listing.JobQuery("", "", 0, 50), "no such text", 5000)
+        args = (query, 32 << 20)
     if pieces is None:  # one call
         found = store.run(listing.search(*args))
     elif ops is not None:

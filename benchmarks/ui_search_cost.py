@@ -76,7 +76,9 @@ def main() -> int:
         store_jobs(client, long, args.jobs, "x" * 3000, args.stdout_bytes)
         print(f"{args.jobs} done jobs stored, {args.stdout_bytes} bytes of stdout each")
         page = PAGE_SIZE + 1
-        miss = listing.search("", "", 0, "nowhere", SEARCH_SCAN, page, budget)
+        miss = listing.search(
+            listing.SearchQuery(listing.JobQuery("", "", 0, page), "nowhere", SEARCH_SCAN), budget
+        )
         TABLE.row(
             f"SEARCH, nothing found, {SEARCH_SCAN} commands of 28 chars",
             ms_per_call(client, short, miss),
@@ -86,7 +88,7 @@ def main() -> int:
             ms_per_call(client, long, miss),
         )
         TABLE.row("COUNTS (every node)", ms_per_call(client, short, listing.counts("", STATUSES)))
-        listed = listing.list_jobs("", "", 0, page, budget, True)
+        listed = listing.list_jobs(listing.JobQuery("", "", 0, page, newest=True), budget)
         TABLE.row(f"LIST, a page of {page} (for comparison)", ms_per_call(client, short, listed))
     return 0
 

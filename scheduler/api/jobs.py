@@ -35,6 +35,7 @@ from scheduler.models.namespace import Scope, check_namespace, scope
 from scheduler.models.wire import check_id
 from scheduler.store import ops
 from scheduler.store.scripts.jobs import Polled
+from scheduler.store.scripts.listing import JobQuery
 
 
 class Health(msgspec.Struct):
@@ -132,10 +133,11 @@ async def list_jobs(request: Request) -> Response:
     limit, bound, newest = _page(request)
     if newest and bound == 0 and param(request, "before"):
         return json_array([])  # before=job-0: nothing is older
+    query = JobQuery(node_id, status, bound, limit, covered, newest)
     if schedule:
-        page = ops.schedules.schedule_jobs(schedule, bound, limit, newest, covered)
+        page = ops.schedules.schedule_jobs(schedule, query)
     else:
-        page = ops.listings.list_jobs(node_id, status, bound, limit, newest, covered)
+        page = ops.listings.list_jobs(query)
     found = await store.run(page)
     return json_array(found if by.sees_secrets else [shown_to(by, job) for job in found])
 

@@ -32,6 +32,7 @@ from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, Job, job_decoder, job
 from scheduler.models.namespace import Scope
 from scheduler.models.wire import ID_RE
 from scheduler.store import ops
+from scheduler.store.scripts.listing import JobQuery, SearchQuery
 
 PAGE_SIZE = MAX_IDS  # 50: the failed list retries at most one page at once
 # The jobs one search looks through: 8 to 10 ms of Redis time with usual commands (28
@@ -219,17 +220,14 @@ async def _listed(request: Request, f: Filters) -> tuple[list[Job], list[int], i
     # The page is oldest first from after job-N (the page just newer than the one seen), else
     # newest first; sent together with the counts on the one connection: one round trip.
     bound, newest = (f.after, False) if f.after else (f.before, True)
+    query = JobQuery(f.node_id, f.status, bound, PAGE_SIZE + 1, f.covered, newest)
     counts: list[int] = []  # a schedule's page shows none (_counts)
     if f.schedule:
-        blobs = await store.run(
-            ops.schedules.schedule_jobs(f.schedule, bound, PAGE_SIZE + 1, newest, f.covered)
-        )
+        blobs = await store.run(ops.schedules.schedule_jobs(f.schedule, query))
     else:
-        listed = ops.listings.list_jobs(
-            f.node_id, f.status, bound, PAGE_SIZE + 1, newest, f.covered
-        )
         blobs, counts = await asyncio.gather(
-            store.run(listed), store.run(ops.listings.counts(f.node_id, f.covered))
+            store.run(ops.listings.list_jobs(query)),
+            store.run(ops.listings.counts(f.node_id, f.covered)),
         )
     jobs = [job_decoder.decode(blob) for blob in blobs]
     more = len(jobs) > PAGE_SIZE
@@ -249,9 +247,8 @@ async def _searched(
 ) -> tuple[list[Job], list[int], int, str]:
     """(jobs shown, counts, older bound, what was searched) of a search's page."""
     store = _store(request)
-    search = ops.listings.search(
-        f.node_id, f.status, f.before, f.search, SEARCH_SCAN, PAGE_SIZE + 1, f.covered
-    )
+    jobs_asked = JobQuery(f.node_id, f.status, f.before, PAGE_SIZE + 1, f.covered, newest=True)
+    search = ops.listings.search(SearchQuery(jobs_asked, f.search, SEARCH_SCAN))
     found, counts = await asyncio.gather(
         store.run(search), store.run(ops.listings.counts(f.node_id, f.covered))
     )

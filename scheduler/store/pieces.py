@@ -5,9 +5,9 @@ one a single unbounded call gave. Programs (store/operation.py) of the operation
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from scheduler.models.namespace import Scope
 from scheduler.store.operation import Steps, run
 from scheduler.store.scripts import drains as drain_scripts
 from scheduler.store.scripts import listing
@@ -18,28 +18,18 @@ from scheduler.store.scripts import listing
 MOVE_STEP, DRAIN_MOVES = 200, 1000
 
 
-def searched(
-    node_id: str,
-    status: str,
-    bound: int,
-    needle: str,
-    scan: int,
-    limit: int,
-    budget: int,
-    scope: Scope = None,
-) -> Steps[listing.Found]:
+def searched(query: listing.SearchQuery, budget: int) -> Steps[listing.Found]:
     """The UI's search page: SEARCH reads at most SEARCH_READ_BYTES of records a call, so a
     page that must look through more calls it again from the last job looked at, until its
     `scan` jobs are looked at, its `limit` found, or the listing ends. Its jobs' heads; of
     the namespaces `scope` covers only."""
+    scan, limit = query.scan, query.jobs.limit
     jobs: list[bytes] = []
-    looked, last, more, where = 0, 0, False, bound
+    looked, last, more, where = 0, 0, False, query.jobs.bound
     while True:
         left = max(1, budget - sum(len(job) for job in jobs))
-        wanted = limit - len(jobs)
-        step = yield from run(
-            listing.search(node_id, status, where, needle, scan - looked, wanted, left, scope=scope)
-        )
+        piece = replace(query.jobs, bound=where, limit=limit - len(jobs))
+        step = yield from run(listing.search(replace(query, jobs=piece, scan=scan - looked), left))
         jobs += step.jobs
         if step.looked:
             looked, last, more = looked + step.looked, step.last, step.more

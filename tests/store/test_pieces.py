@@ -23,6 +23,7 @@ from scheduler.store import ops, pieces
 from scheduler.store.operation import Home, Op
 from scheduler.store.scripts import listing
 from scheduler.store.scripts import snapshot as snapshot_scripts
+from scheduler.store.scripts.listing import JobQuery, SearchQuery
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, assert_json, register, submit
 from tests.snapshot_helpers import lose_redis_data
@@ -95,11 +96,11 @@ def test_the_ui_search_reads_a_bounded_piece_a_call_and_its_page_looks_through_a
     store.redis.set(store.keys.initialised, "test")  # no API started: nothing to restore
     made = [store_job(store, "the needle " + "x" * 2000)]
     made += [store_job(store, f"echo {i} " + "x" * 2000) for i in range(399)]
-    args = ("", "", 0, "needle", 5000, 50, 1 << 20)
-    one = store.run(listing.search(*args))
+    query = SearchQuery(JobQuery("", "", 0, 50), "needle", 5000)
+    one = store.run(listing.search(query, 1 << 20))
     assert one.more and 0 < one.looked < len(made) and one.jobs == []
 
-    page = store.run(Op(Home(), lambda _: pieces.searched(*args)))
+    page = store.run(Op(Home(), lambda _: pieces.searched(query, 1 << 20)))
     assert (page.looked, page.more) == (len(made), False)
     assert [json.loads(job)["job_id"] for job in page.jobs] == [made[0]]
 

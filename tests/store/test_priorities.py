@@ -21,6 +21,7 @@ from scheduler.store import ops
 from scheduler.store.keys import Keys
 from scheduler.store.scripts import listing
 from scheduler.store.scripts.jobs import transition
+from scheduler.store.scripts.listing import JobQuery
 from scheduler.store.scripts.retry import RetryPolicy
 from scheduler.store.scripts.script import Call
 from scheduler.store.sync_store import SyncJobStore
@@ -128,7 +129,7 @@ def test_the_largest_scores_are_exact(
     settings = store.settings
     rclient.set(Keys(settings.redis_prefix).job_seq, 2**42 - 10)
     ids = [create(store, "a", p) for p in (-1000, 1000, -1000, 1000)]
-    got = store.run(listing.list_jobs("a", "pending", 0, 10, 1 << 20, False)).jobs
+    got = store.run(listing.list_jobs(JobQuery("a", "pending", 0, 10), 1 << 20)).jobs
     assert [job_id(blob) for blob in got] == [ids[1], ids[3], ids[0], ids[2]]
     assert queue(rclient, settings)[ids[0]] == 2**42 - 9 + 1000 * 2**42
 
@@ -165,7 +166,7 @@ def test_a_lost_nodes_jobs_keep_their_places_on_a_live_node(
     last_heard(rclient, settings, "a", now - 4 * TTL - 1)
     last_heard(rclient, settings, "b", now)
     assert sorted(m.job_id for m in store.run(ops.upkeep.requeue_lost(now))) == sorted(lost)
-    order = store.run(listing.list_jobs("b", "pending", 0, 10, 1 << 20, False)).jobs
+    order = store.run(listing.list_jobs(JobQuery("b", "pending", 0, 10), 1 << 20)).jobs
     assert [job_id(blob) for blob in order] == [
         lost[1],
         lost[3],
@@ -209,7 +210,9 @@ def test_a_nodes_pending_listing_pages_in_queue_order(
     seen: list[str] = []
     bound = 0
     while True:
-        page = store.run(listing.list_jobs("a", "pending", bound, 3, 1 << 20, newest)).jobs
+        page = store.run(
+            listing.list_jobs(JobQuery("a", "pending", bound, 3, newest=newest), 1 << 20)
+        ).jobs
         if not page:
             break
         seen += [job_id(blob) for blob in page]
@@ -240,7 +243,9 @@ def test_a_bound_not_stored_pages_from_a_priority_0_jobs_place(
     api: TestClient, store: SyncJobStore
 ) -> None:
     ids = [create(store, "a", p) for p in (1, 0, -1, 0)]
-    after = store.run(listing.list_jobs("a", "pending", 99, 10, 1 << 20, False)).jobs
+    after = store.run(listing.list_jobs(JobQuery("a", "pending", 99, 10), 1 << 20)).jobs
     assert [job_id(blob) for blob in after] == [ids[2]]  # job-99: where a 0 numbered 99 goes
-    before = store.run(listing.list_jobs("a", "pending", 99, 10, 1 << 20, True)).jobs
+    before = store.run(
+        listing.list_jobs(JobQuery("a", "pending", 99, 10, newest=True), 1 << 20)
+    ).jobs
     assert [job_id(blob) for blob in before] == [ids[3], ids[1], ids[0]]

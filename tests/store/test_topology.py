@@ -40,6 +40,7 @@ from scheduler.store.scripts import quotas as quota_scripts
 from scheduler.store.scripts import schedules as schedule_scripts
 from scheduler.store.scripts import series as series_scripts
 from scheduler.store.scripts import services as service_scripts
+from scheduler.store.scripts.listing import JobQuery, SearchQuery
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, SettingsFactory, assert_text_error, register, submit
 from tests.fakes import eventually
@@ -260,22 +261,22 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
     keys = store.keys
     settings = store.settings
     calls = [
-        listing.list_jobs("", "", 0, 100, 1 << 20, False),
-        listing.list_jobs("n1", "pending", 0, 100, 1 << 20, True),
-        listing.list_jobs("n1", "", 0, 100, 1 << 20, False),
-        listing.list_jobs("", "running", 0, 100, 1 << 20, False),
-        listing.list_jobs("", "pending", 0, 100, 1 << 20, True, scope=("", "a")),
-        listing.list_jobs("", "", 0, 100, 1 << 20, False, "s", ("a",)),
+        listing.list_jobs(JobQuery("", "", 0, 100), 1 << 20),
+        listing.list_jobs(JobQuery("n1", "pending", 0, 100, newest=True), 1 << 20),
+        listing.list_jobs(JobQuery("n1", "", 0, 100), 1 << 20),
+        listing.list_jobs(JobQuery("", "running", 0, 100), 1 << 20),
+        listing.list_jobs(JobQuery("", "pending", 0, 100, ("", "a"), True), 1 << 20),
+        listing.list_jobs(JobQuery("", "", 0, 100, ("a",)), 1 << 20, "s"),
         job_scripts.check_report("job-1", "open"),
         listing.attempts("job-1"),
         log_scripts.read_log("job-1", "", 1 << 20),
         log_scripts.read_log("job-1", "0-1", 10),
-        listing.search("", "", 0, "echo", 5000, 51, 1 << 20),
-        listing.search("n1", "pending", 2, "x", 10, 5, 1 << 20),
+        listing.search(SearchQuery(JobQuery("", "", 0, 51), "echo", 5000), 1 << 20),
+        listing.search(SearchQuery(JobQuery("n1", "pending", 2, 5), "x", 10), 1 << 20),
         listing.counts("", STATUSES),
         listing.counts("n1", STATUSES),
         listing.counts("", STATUSES, ("", "a")),
-        listing.search("", "", 0, "echo", 5000, 51, 1 << 20, scope=("a",)),
+        listing.search(SearchQuery(JobQuery("", "", 0, 51, ("a",)), "echo", 5000), 1 << 20),
         listing.namespace_counts(STATUSES),
         listing.namespace_counts(STATUSES, ("", "a")),
         overview_script.counts(STATUSES),

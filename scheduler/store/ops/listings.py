@@ -14,6 +14,7 @@ from scheduler.store.operation import (
     All,
     OnShard,
     Op,
+    Route,
     Shard,
     Steps,
     by_node,
@@ -30,6 +31,7 @@ from scheduler.store.pieces import searched
 from scheduler.store.scripts import listing, metrics
 from scheduler.store.scripts import overview as overview_scripts
 from scheduler.store.scripts import series as series_scripts
+from scheduler.store.scripts.listing import JobQuery, SearchQuery
 
 T = TypeVar("T")
 SERIES_CHUNK = 60  # the dashboard's minutes one script reads (`series`)
@@ -40,43 +42,41 @@ def _budget(shard: Shard) -> int:
     return max(1, shard.settings.max_page_bytes // shard.count)
 
 
-def _queue_of(node_id: str, status: str) -> bool:
+def _queue_of(query: JobQuery) -> bool:
     """A node's pending jobs, in queue order (not by number): its shard's alone."""
-    return bool(node_id) and status == "pending"
+    return bool(query.node_id) and query.status == "pending"
+
+
+def _listed_node(query: JobQuery) -> Route:
+    """A node's queue listed: on its node's shard."""
+    return by_node(query.node_id)
+
+
+def _searched_node(query: SearchQuery) -> Route:
+    """A node's queue searched: on its node's shard."""
+    return by_node(query.jobs.node_id)
 
 
 @operation(home)
-def list_jobs(
-    shard: Shard,
-    node_id: str,
-    status: str,
-    bound: int,
-    limit: int,
-    newest: bool = False,
-    scope: Scope = None,
-) -> Steps[list[bytes]]:
+def list_jobs(shard: Shard, query: JobQuery) -> Steps[list[bytes]]:
     """A page of jobs (scripts.listing.LIST): each shard's heads, merged, then only the
     jobs kept made whole; of the namespaces `scope` covers (none: no job, Redis not asked).
     (A node's jobs are its shard's, but for those made before it came there: on shard 0
     before the upgrade; so a node's listings ask every shard too, but for its queue.)"""
-    if (status and status not in STATUSES) or scope == ():
+    if (query.status and query.status not in STATUSES) or query.scope == ():
         return []
-    if _queue_of(node_id, status):
-        page = _queue_page(node_id, status, bound, limit, newest, scope)
-        pages = [(yield from nested(page))]
+    if _queue_of(query):
+        pages = [(yield from nested(_queue_page(query)))]
     else:
-        pages = yield from nested(_pages(node_id, status, bound, limit, newest, scope))
-    heads = pages[0].jobs if len(pages) == 1 else merged(pages, limit, newest)
+        pages = yield from nested(_pages(query))
+    heads = pages[0].jobs if len(pages) == 1 else merged(pages, query.limit, query.newest)
     return (yield from nested(whole(heads)))
 
 
-@operation(by_node)
-def _queue_page(
-    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool, scope: Scope
-) -> Steps[listing.Page]:
+@operation(_listed_node)
+def _queue_page(shard: Shard, query: JobQuery) -> Steps[listing.Page]:
     budget = shard.settings.max_page_bytes  # its shard's page alone
-    call = listing.list_jobs(node_id, status, bound, limit, budget, newest, scope=scope)
-    return (yield from run(call))
+    return (yield from run(listing.list_jobs(query, budget)))
 
 
 def _flat(parts: list[list[T]]) -> list[T]:
@@ -84,12 +84,8 @@ def _flat(parts: list[list[T]]) -> list[T]:
 
 
 @operation(each(_flat))
-def _pages(
-    shard: Shard, node_id: str, status: str, bound: int, limit: int, newest: bool, scope: Scope
-) -> Steps[list[listing.Page]]:
-    budget = _budget(shard)
-    call = listing.list_jobs(node_id, status, bound, limit, budget, newest, scope=scope)
-    return [(yield from run(call))]
+def _pages(shard: Shard, query: JobQuery) -> Steps[list[listing.Page]]:
+    return [(yield from run(listing.list_jobs(query, _budget(shard))))]
 
 
 def _sum(found: list[list[int]]) -> list[int]:
@@ -127,58 +123,28 @@ def namespace_counts(shard: Shard, scope: Scope = None) -> Steps[dict[str, list[
 
 
 @operation(home)
-def search(
-    shard: Shard,
-    node_id: str,
-    status: str,
-    bound: int,
-    needle: str,
-    scan: int,
-    limit: int,
-    scope: Scope = None,
-) -> Steps[listing.Found]:
+def search(shard: Shard, query: SearchQuery) -> Steps[listing.Found]:
     """The UI's search (scripts.listing.SEARCH, in pieces: pieces.py), its jobs' records
     whole: every shard's, merged, but for a node's queue (its shard's); of the namespaces
     `scope` covers (none: nothing found, Redis not asked)."""
-    if scope == ():
+    if query.jobs.scope == ():
         return listing.Found([], 0, 0, False)
-    args = (node_id, status, bound, needle, scan, limit, scope)
-    if _queue_of(node_id, status):
-        found = yield from nested(_queue_found(*args))
+    if _queue_of(query.jobs):
+        found = yield from nested(_queue_found(query))
     else:
-        pieces = yield from nested(_found_each(*args))
-        found = pieces[0] if len(pieces) == 1 else merged_search(pieces, limit)
+        pieces = yield from nested(_found_each(query))
+        found = pieces[0] if len(pieces) == 1 else merged_search(pieces, query.jobs.limit)
     return dataclasses.replace(found, jobs=(yield from nested(whole(found.jobs))))
 
 
-@operation(by_node)
-def _queue_found(
-    shard: Shard,
-    node_id: str,
-    status: str,
-    bound: int,
-    needle: str,
-    scan: int,
-    limit: int,
-    scope: Scope,
-) -> Steps[listing.Found]:
-    budget = shard.settings.max_page_bytes
-    return (yield from searched(node_id, status, bound, needle, scan, limit, budget, scope))
+@operation(_searched_node)
+def _queue_found(shard: Shard, query: SearchQuery) -> Steps[listing.Found]:
+    return (yield from searched(query, shard.settings.max_page_bytes))
 
 
 @operation(each(_flat))
-def _found_each(
-    shard: Shard,
-    node_id: str,
-    status: str,
-    bound: int,
-    needle: str,
-    scan: int,
-    limit: int,
-    scope: Scope,
-) -> Steps[list[listing.Found]]:
-    budget = _budget(shard)
-    return [(yield from searched(node_id, status, bound, needle, scan, limit, budget, scope))]
+def _found_each(shard: Shard, query: SearchQuery) -> Steps[list[listing.Found]]:
+    return [(yield from searched(query, _budget(shard)))]
 
 
 @operation(each(overview_scripts.merged))

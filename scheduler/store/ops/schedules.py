@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from scheduler.models.access_key import ANYONE, Principal
-from scheduler.models.namespace import Scope
 from scheduler.models.schedule import Schedule, namespace_of, schedule_decoder, schedule_encoder
 from scheduler.store.errors import Conflict, ScheduleNotFound
 from scheduler.store.operation import Shard, Steps, home, nested, operation, run, send
@@ -37,17 +36,15 @@ def list_schedules(shard: Shard, after: str, limit: int) -> Steps[list[schedule_
 
 
 @operation(home)
-def schedule_jobs(
-    shard: Shard, name: str, bound: int, limit: int, newest: bool, scope: Scope = None
-) -> Steps[list[bytes]]:
+def schedule_jobs(shard: Shard, name: str, query: listing.JobQuery) -> Steps[list[bytes]]:
     """A page of the jobs schedule `name` made (LIST of its index: keys.py schedule_jobs),
     as GET /jobs pages: shard 0 holds every job one made; of the namespaces `scope` covers
-    (a schedule's jobs are of its namespace: the page is whole, or empty)."""
-    if scope == ():
+    (a schedule's jobs are of its namespace: the page is whole, or empty). A schedule is
+    listed alone: the query's node_id and status are "" (the API says so)."""
+    if query.scope == ():
         return []
     budget = shard.settings.max_page_bytes
-    call = listing.list_jobs("", "", bound, limit, budget, newest, name, scope)
-    page = yield from run(call)
+    page = yield from run(listing.list_jobs(query, budget, name))
     return (yield from nested(whole(page.jobs)))
 
 

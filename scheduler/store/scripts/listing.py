@@ -27,6 +27,31 @@ class Page:
     cut: bool
 
 
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """Which jobs a listing (LIST) or a search (SEARCH) asks for: of node `node_id` ("": every
+    node's) with `status` ("": any), from job-`bound` on (0: from the end it starts at),
+    `limit` at most, of the namespaces `scope` covers (models/namespace.py scope); a listing
+    oldest first, or with `newest` newest first (a search always goes newest first)."""
+
+    node_id: str
+    status: str
+    bound: int
+    limit: int
+    scope: Scope = None
+    newest: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """The UI's search: of the jobs `jobs` asks for, those whose command holds `needle`
+    (ignoring ASCII case), `scan` of them looked through at most."""
+
+    jobs: JobQuery
+    needle: str
+    scan: int
+
+
 def _page(reply: list[Any]) -> Page:
     return Page(jobs=blobs(reply[1:]), cut=bool(reply[0]))
 
@@ -45,29 +70,20 @@ LIST = Script(
 )
 
 
-def list_jobs(
-    node_id: str,
-    status: str,
-    bound: int,
-    limit: int,
-    budget_bytes: int,
-    newest: bool = False,
-    schedule: str = "",
-    scope: Scope = None,
-) -> Call[Page]:
+def list_jobs(query: JobQuery, budget_bytes: int, schedule: str = "") -> Call[Page]:
     """Oldest first from after job-`bound`, or with `newest` newest first from before it
     (0: from the newest); a node's pending jobs in queue order from job-`bound`'s place;
     with `schedule`, the jobs that schedule made (node_id and status ignored); of the
     namespaces `scope` covers only (listing.lua listing_ids)."""
     return LIST.call(
-        node=node_id,
-        status=status,
+        node=query.node_id,
+        status=query.status,
         schedule=schedule,
-        scope=scope_arg(scope),
-        bound=bound,
-        limit=limit,
+        scope=scope_arg(query.scope),
+        bound=query.bound,
+        limit=query.limit,
         budget=budget_bytes,
-        order="desc" if newest else "asc",
+        order="desc" if query.newest else "asc",
     )
 
 
@@ -142,29 +158,20 @@ SEARCH = Script(
 )
 
 
-def search(
-    node_id: str,
-    status: str,
-    bound: int,
-    needle: str,
-    scan: int,
-    limit: int,
-    budget: int,
-    read: int = SEARCH_READ_BYTES,
-    scope: Scope = None,
-) -> Call[Found]:
+def search(query: SearchQuery, budget: int, read: int = SEARCH_READ_BYTES) -> Call[Found]:
     """Up to `limit` of the `scan` newest jobs before job-`bound` (0: from the newest) with
     these filters (and of the namespaces `scope` covers) whose command holds `needle`,
-    ignoring ASCII case; at most about `read` bytes of records read (store/search.py goes
-    on from the last job looked at)."""
+    ignoring ASCII case; at most about `read` bytes of records read (store/pieces.py
+    searched goes on from the last job looked at)."""
+    jobs = query.jobs
     return SEARCH.call(
-        node=node_id,
-        status=status,
-        scope=scope_arg(scope),
-        bound=bound,
-        needle=needle.encode().lower().decode(),  # ASCII only, as Lua's string.lower
-        scan=scan,
-        limit=limit,
+        node=jobs.node_id,
+        status=jobs.status,
+        scope=scope_arg(jobs.scope),
+        bound=jobs.bound,
+        needle=query.needle.encode().lower().decode(),  # ASCII only, as Lua's string.lower
+        scan=query.scan,
+        limit=jobs.limit,
         budget=budget,
         read=read,
     )
