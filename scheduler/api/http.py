@@ -31,14 +31,19 @@ class HTTPError(Exception):
         self.headers = headers or {}
 
 
+# The bodies the original decoded (docs/CONTRACT.md): their 400 keeps its words.
+ORIGINAL_BODIES = frozenset({"job", "update", "node", "heartbeat"})
+
+
 def undecodable(what: str, exc: Exception) -> HTTPError:
-    """A body that does not decode: 400 `failed to decode <what>: <field>: <rule>`. The
-    original's message first, as its clients and anything matching it know it; then which
-    field and what it must be (models/rules.py), which X-Error-Detail repeats (it held it
-    alone before)."""
+    """A body that does not decode, or breaks a field's rule: 400 `invalid <what>: <field>:
+    <rule>`, which field and what it must be (models/rules.py), which X-Error-Detail repeats.
+    A body of the original's (ORIGINAL_BODIES) says `failed to decode <what>: ...`, its
+    message first, as its clients and anything matching it know it."""
     detail = str(exc)
     safe = detail.encode("ascii", "replace").decode()[:300].replace("\n", " ")
-    return HTTPError(400, f"failed to decode {what}: {detail}", {"X-Error-Detail": safe})
+    said = "failed to decode" if what in ORIGINAL_BODIES else "invalid"
+    return HTTPError(400, f"{said} {what}: {detail}", {"X-Error-Detail": safe})
 
 
 def not_one_of(name: str, choices: Sequence[str]) -> HTTPError:

@@ -116,23 +116,23 @@ def test_each_job_is_made_or_refused_alone_in_order(api: TestClient) -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        (b"", "failed to decode batch: body: empty (send a JSON object)"),
-        (b"[]", "failed to decode batch: body: must be a JSON object, got an array"),
-        (b"{}", "failed to decode batch: jobs: required"),
+        (b"", "invalid batch: body: empty (send a JSON object)"),
+        (b"[]", "invalid batch: body: must be a JSON object, got an array"),
+        (b"{}", "invalid batch: jobs: required"),
         (
             b'{"jobs": {}}',
-            "failed to decode batch: jobs: must be a list of JSON values, got an object",
+            "invalid batch: jobs: must be a list of JSON values, got an object",
         ),
-        (b'{"jobs": [], "x": 1}', "failed to decode batch: x: unknown field"),
+        (b'{"jobs": [], "x": 1}', "invalid batch: x: unknown field"),
         (b'{"jobs": []}', "invalid jobs: send 1 to 1000 jobs, not 0"),
         (
             b'{"jobs": [' + b",".join([b"{}"] * 1001) + b"]}",
             "invalid jobs: send 1 to 1000 jobs, not 1001",
         ),
-        (b'{"jobs": [{"command": "x"}' + b"]" * 5, "failed to decode batch: body: not valid JSON"),
+        (b'{"jobs": [{"command": "x"}' + b"]" * 5, "invalid batch: body: not valid JSON"),
         (
             b'{"jobs": [{"command": "x", "env_vars": ' + b"[" * 3000 + b"]" * 3000 + b"}]}",
-            "failed to decode batch: body: JSON nested too deeply",
+            "invalid batch: body: JSON nested too deeply",
         ),
     ],
 )

@@ -243,7 +243,7 @@ def test_unknown_nodes_are_404_and_write_nothing(
     ("body", "message"),
     [
         ({"by": "someone"}, "invalid by 'someone': use operator or stopping"),
-        ({"by": 3}, "failed to decode drain: by: must be a string, got an integer"),
+        ({"by": 3}, "invalid drain: by: must be a string, got an integer"),
     ],
 )
 def test_a_bad_body_is_a_400_naming_the_field(client: TestClient, body: Any, message: str) -> None:

@@ -86,11 +86,11 @@ def test_only_an_admin_sets_a_quota_and_a_limited_key_sees_its_namespaces(api: T
 @pytest.mark.parametrize(
     ("namespace", "body", "message"),
     [
-        ("team-a", {"running": -1}, f"failed to decode quota: running: {BOUNDS}"),
-        ("team-a", {"cpus": 2**41}, f"failed to decode quota: cpus: {BOUNDS}"),
-        ("team-a", {"gpus": 1}, "failed to decode quota: gpus: unknown field (did you mean cpus?)"),
-        ("team-a", {"pending": "5"}, "failed to decode quota: pending:"),
-        ("team-a", [1], "failed to decode quota:"),
+        ("team-a", {"running": -1}, f"invalid quota: running: {BOUNDS}"),
+        ("team-a", {"cpus": 2**41}, f"invalid quota: cpus: {BOUNDS}"),
+        ("team-a", {"gpus": 1}, "invalid quota: gpus: unknown field (did you mean cpus?)"),
+        ("team-a", {"pending": "5"}, "invalid quota: pending:"),
+        ("team-a", [1], "invalid quota:"),
         ("Team_A", {"running": 1}, "invalid namespace 'Team_A'"),
     ],
 )
