@@ -109,16 +109,19 @@ def test_a_poll_passes_over_at_most_its_scan_of_held_jobs(
     assert poll(api, "n1") == [held[0]]
 
 
-def test_a_job_asking_more_than_a_lowered_quota_does_not_hold_up_the_others(
-    make_client: ClientFactory,
-    settings: Settings,
-    store: SyncJobStore,
-    rclient: redis.Redis,
-    keys: Keys,
-) -> None:
+@pytest.fixture
+def node_a(make_client: ClientFactory, settings: Settings) -> TestClient:
+    """The API, with node a (16 cpus, 1000 MB) registered."""
     api = make_client(settings)
     body = {"id": "a", "hostname": "a", "cpu_count": 16, "memory_mb": 1000, "role": "compute"}
     assert api.post("/nodes/register", json=body).status_code == 201
+    return api
+
+
+def test_a_job_asking_more_than_a_lowered_quota_does_not_hold_up_the_others(
+    node_a: TestClient, store: SyncJobStore, rclient: redis.Redis, keys: Keys
+) -> None:
+    api = node_a
     set_quota(store, "team-a", running=1, cpus=4)
     first = made(api, "team-a", cpus=1)
     big, small = made(api, "team-a", cpus=4), made(api, "team-a", cpus=1)
@@ -151,15 +154,9 @@ def test_a_job_asking_more_than_a_lowered_quota_does_not_hold_up_the_others(
 
 
 def test_a_job_held_back_past_a_lowered_quota_says_it_asks_too_much(
-    make_client: ClientFactory,
-    settings: Settings,
-    store: SyncJobStore,
-    rclient: redis.Redis,
-    keys: Keys,
+    node_a: TestClient, store: SyncJobStore, rclient: redis.Redis, keys: Keys
 ) -> None:
-    api = make_client(settings)
-    body = {"id": "a", "hostname": "a", "cpu_count": 16, "memory_mb": 1000, "role": "compute"}
-    assert api.post("/nodes/register", json=body).status_code == 201
+    api = node_a
     set_quota(store, "team-a", memory_mb=500)
     asking = made(api, "team-a", memory_mb=400)
     set_quota(store, "team-a", memory_mb=300)
