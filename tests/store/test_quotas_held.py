@@ -55,14 +55,16 @@ def assert_queued(api: TestClient, rclient: redis.Redis, keys: Keys, job_id: str
     assert place_of(rclient, keys, job_id) == expected(keys, "pending", "n1", namespace="team-a")
 
 
+@pytest.fixture
+def external(make_client: ClientFactory, registry: FakeRegistry) -> TestClient:
+    """The API of a deployment with an external registry (the fake's node n1)."""
+    return make_client(registry_url=registry.url, node_ttl_secs=600, max_jobs_per_node=4)
+
+
 def test_an_external_registrys_job_held_back_for_quota_stays_in_its_nodes_queue(
-    make_client: ClientFactory,
-    registry: FakeRegistry,
-    store: SyncJobStore,
-    rclient: redis.Redis,
-    keys: Keys,
+    external: TestClient, store: SyncJobStore, rclient: redis.Redis, keys: Keys
 ) -> None:
-    api = make_client(registry_url=registry.url, node_ttl_secs=600, max_jobs_per_node=4)
+    api = external
     set_quota(store, "team-a", running=1)
     a1, a2 = made(api, "team-a"), made(api, "team-a")
     bound = made(api, "team-a", instance_id="i-1")
@@ -88,15 +90,11 @@ def test_an_external_registrys_job_held_back_for_quota_stays_in_its_nodes_queue(
 
 
 def test_a_poll_passes_over_at_most_its_scan_of_held_jobs(
-    make_client: ClientFactory,
-    registry: FakeRegistry,
-    store: SyncJobStore,
-    rclient: redis.Redis,
-    keys: Keys,
+    external: TestClient, store: SyncJobStore, rclient: redis.Redis, keys: Keys
 ) -> None:
     """Held jobs stay in the queue: a poll looks at no more than its scan (admit.lua
     QUOTA_SCAN) and ends, whatever the queue holds."""
-    api = make_client(registry_url=registry.url, node_ttl_secs=600, max_jobs_per_node=4)
+    api = external
     set_quota(store, "team-a", running=1)
     first = made(api, "team-a")
     assert poll(api, "n1") == [first]
