@@ -1,5 +1,6 @@
 """The dead set in the web UI: /ui/jobs?status=failed offers to retry the failed jobs it
-shows in one go. The form (the page's job ids, its CSRF token) posts to /ui/jobs/retry,
+shows in one go, the cancelled ones left alone (stopped on purpose, as the CLI's `retry
+--failed` leaves them). The form (the page's job ids, its CSRF token) posts to /ui/jobs/retry,
 which retries them in one Redis call as POST /jobs/retry does and goes back to the failed
 list, saying how many were retried and how many could not be."""
 
@@ -19,7 +20,7 @@ from scheduler.api.http import HTTPError, whole_number
 from scheduler.api.params import query_of
 from scheduler.api.ui_forms import FORM_BYTES, Button, checked_form
 from scheduler.api.ui_layout import REFRESH, View, view_of
-from scheduler.models.job import Job
+from scheduler.models.job import Job, cancelled_on_purpose
 from scheduler.models.wire import check_id
 from scheduler.store.scripts import codes
 
@@ -46,8 +47,10 @@ NOTICES = (
 )
 
 
-def retry_form(jobs: list[Job], token: str, node_id: str, view: View) -> str:
-    """The failed list's button: retry the jobs this page shows (none: no button)."""
+def retry_form(shown: list[Job], token: str, node_id: str, view: View) -> str:
+    """The failed list's button: retry the jobs this page shows but the cancelled ones (none
+    left: no button)."""
+    jobs = [job for job in shown if not cancelled_on_purpose(job)]
     if not jobs:
         return ""
     ids = "".join(
@@ -56,10 +59,13 @@ def retry_form(jobs: list[Job], token: str, node_id: str, view: View) -> str:
     if node_id:
         ids += f'<input type="hidden" name="node_id" value="{escape(node_id)}">'
     noun = "job" if len(jobs) == 1 else "jobs"
+    left = len(shown) - len(jobs)
+    aside = f" ({left} cancelled left alone: retry each from its page)" if left else ""
     return (
         f'<form class="filters" method="post" action="{view.href("/ui/jobs/retry")}">'
         f'<input type="hidden" name="csrf" value="{escape(token)}">{ids}'
-        f'<button id="retry-failed">Retry these {len(jobs)} failed {noun}</button></form>'
+        f'<button id="retry-failed">Retry these {len(jobs)} failed {noun}</button>'
+        f"{escape(aside)}</form>"
     )
 
 

@@ -1,14 +1,17 @@
 """`scheduler namespace quota|list`: the namespaces' quotas (docs/GUIDE.md, Quotas) from the
-command line, through scheduler.client's `Client`. `quota` is an admin's call
-(TINYAWS_API_KEY, or a named admin key); `list` any key's (a key limited to namespaces
-lists those). `--json` prints the scheduler's JSON."""
+command line, through scheduler.client's `Client`. `quota NS` shows NS's quota; with limits
+it changes those and keeps the others (read, then set: PUT sets the whole quota), `--clear`
+removes it: an admin's call (TINYAWS_API_KEY, or a named admin key). `list` is any key's (a
+key limited to namespaces lists those). `--json` prints the scheduler's JSON."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TextIO
 
-from scheduler.cli.client import _common, _handler, failing_as, print_json
+import msgspec
+
+from scheduler.cli.client import ClientError, _common, _handler, failing_as, print_json
 from scheduler.cli.output import table
 from scheduler.client import Client
 from scheduler.models.quota import Quota
@@ -25,15 +28,23 @@ def limits(quota: Quota) -> str:
     return " ".join(f"{name}={value}" for name, value in said.items() if value) or "none"
 
 
+LIMITS = ("running", "pending", "cpus", "memory_mb")
+
+
+def current_quota(client: Client, namespace: str) -> Quota:
+    """The namespace's quota now (none: Quota())."""
+    found = [view.quota for view in client.namespaces() if view.name == namespace]
+    return found[0] if found else Quota()
+
+
 def set_quota(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
+    given = {name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None}
+    if args.clear and given:
+        raise ClientError("namespace quota: --clear removes every limit: give no other")
     with failing_as("namespace quota"):
-        quota = client.set_quota(
-            args.namespace,
-            running=args.running,
-            pending=args.pending,
-            cpus=args.cpus,
-            memory_mb=args.memory_mb,
-        )
+        quota = Quota() if args.clear else current_quota(client, args.namespace)
+        if given or args.clear:
+            quota = client.set_quota(args.namespace, **msgspec.structs.asdict(quota) | given)
     if args.json:
         print_json(quota, out)
     else:
@@ -73,9 +84,8 @@ def _limit(parser: argparse.ArgumentParser, name: str, what: str) -> None:
         f"--{name.replace('_', '-')}",
         dest=name,
         type=int,
-        default=0,
         metavar="N",
-        help=f"at most N {what} (0, the default: no limit)",
+        help=f"at most N {what} (0: no limit; left out: as it is)",
     )
 
 
@@ -85,14 +95,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     a = actions.add_parser(
         "quota",
-        help="set a namespace's quota: scheduler namespace quota NS --running N --cpus N "
-        "(limits left out: none; every one left out: no quota)",
+        help="show or change a namespace's quota: scheduler namespace quota NS [--running N] "
+        "[--cpus N] ... (the limits given change, the others stay; --clear: no quota)",
     )
-    a.add_argument("namespace", metavar="NS", help="the namespace (default: the default's)")
+    a.add_argument("namespace", metavar="NS", help="the namespace (`default`: the default's)")
     _limit(a, "running", "jobs running (or cancelling) at once")
     _limit(a, "pending", "jobs pending, delayed or waiting (a submit past it is refused)")
     _limit(a, "cpus", "cpus asked by its running jobs")
     _limit(a, "memory_mb", "MB of memory asked by its running jobs")
+    a.add_argument("--clear", action="store_true", help="remove the quota (every limit)")
     _common(a, poll=False)
     a.set_defaults(handler=_handler(set_quota))
 

@@ -15,7 +15,7 @@ from typing import TextIO
 
 from scheduler.cli.client import ClientError, _common, _handler, failing_as, print_json
 from scheduler.client import Client
-from scheduler.models.job import Job
+from scheduler.models.job import Job, cancelled_on_purpose
 
 SHOWN = 20  # the jobs `--failed` lists before asking; the rest are counted
 ANSWERS = ("retried", "not_found", "not_failed", "unplaced", "blocked", "too_many_waiters")
@@ -61,7 +61,7 @@ def _chosen(args: argparse.Namespace, client: Client, err: TextIO) -> list[str] 
     if args.job_ids:
         raise ClientError("retry: name job ids or --failed, not both")
     failed = list(client.jobs(status="failed"))
-    jobs = [j for j in failed if args.include_cancelled or j.failure_reason != "cancelled"]
+    jobs = [j for j in failed if args.include_cancelled or not cancelled_on_purpose(j)]
     if not jobs:
         left = f" ({len(failed)} cancelled left alone)" if failed else ""
         err.write(f"retry: no failed job to retry{left}\n")

@@ -323,6 +323,12 @@ def asks_fit(job: Job) -> bool:
     return bool(job.cpus or job.memory_mb or job.node_selector)
 
 
+def cancelled_on_purpose(job: Job) -> bool:
+    """A failed job that was cancelled: a retry of the failed ones (the CLI's `retry
+    --failed`, the UI's button) leaves it alone unless asked, as it was stopped on purpose."""
+    return job.failure_reason == ENDINGS["cancelled"][1]
+
+
 def validate_update(req: JobUpdate) -> None:
     if req.exit_code is not None and not INT32_MIN <= req.exit_code <= INT32_MAX:
         raise InvalidInput(f"invalid exit_code {req.exit_code}: must fit in 32 bits")

@@ -214,6 +214,30 @@ def test_the_failed_list_retries_its_page_with_the_token(make_client: ClientFact
     assert again.url.query == b"status=failed&retried=0&skipped=2"
 
 
+def test_the_failed_lists_button_leaves_the_cancelled_jobs_alone(
+    make_client: ClientFactory,
+) -> None:
+    """As the CLI's `retry --failed`: a cancelled job (failed, failure_reason cancelled) was
+    stopped on purpose, so the button neither counts nor posts it; one alone: no button."""
+    api = make_client(api_key=KEY)
+    key = {"Authorization": f"Bearer {KEY}"}
+    api.post("/nodes/register", json={"id": "n1"})
+    [dead] = failed_jobs(api, key, 1)
+    stopped = api.post("/jobs", json={"command": "sleep 9"}, headers=key).json()["job_id"]
+    assert api.delete(f"/jobs/{stopped}", headers=key).status_code == 200
+    api.post("/ui/login", data={"key": KEY})
+    page = api.get("/ui/jobs?status=failed").text
+    assert stopped in page  # listed, as a failed job
+    form = page.split('action="/ui/jobs/retry">')[1].split("</form>")[0]
+    assert ">Retry these 1 failed job</button> (1 cancelled left alone" in form
+    assert f'value="{dead}"' in form and f'value="{stopped}"' not in form
+    token = form.split('name="csrf" value="')[1].split('"')[0]
+    api.post("/ui/jobs/retry", data={"csrf": token, "job_id": [dead]})
+    assert statuses(api, key, [dead, stopped]) == ["pending", "failed"]
+    page = api.get("/ui/jobs?status=failed").text
+    assert stopped in page and 'id="retry-failed"' not in page
+
+
 def test_the_bulk_retry_bounds_its_ids_and_changes_nothing_on_bad_input(
     make_client: ClientFactory,
 ) -> None:

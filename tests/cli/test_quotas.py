@@ -57,8 +57,19 @@ def test_a_quota_is_set_listed_and_refuses_a_submit_past_it(
     listed = json.loads(cli(api, "namespace", "list", "--json")[1])
     assert {v["name"]: v["quota"] for v in listed}["team-a"] == {"pending": 1, "cpus": 4}
 
-    code, out, _ = cli(api, "namespace", "quota", "team-a")  # every limit left out: none
-    assert (code, out) == (0, "namespace team-a: quota none\n")
+    # No limit given: the quota is shown, and stays; a limit given changes it alone.
+    for argv, said in (
+        ([], "pending=1 cpus=4"),
+        (["--running", "3"], "running=3 pending=1 cpus=4"),
+        (["--pending", "0"], "running=3 cpus=4"),
+        (["--clear"], "none"),
+        ([], "none"),
+    ):
+        code, out, err = cli(api, "namespace", "quota", "team-a", *argv)
+        assert (code, out, err) == (0, f"namespace team-a: quota {said}\n", ""), argv
+    code, out, err = cli(api, "namespace", "quota", "team-a", "--clear", "--cpus", "2")
+    assert (code, out) == (1, "")
+    assert err == "namespace quota: --clear removes every limit: give no other\n"
 
     code, out, _ = cli(api, "key", "add", "ci", "--role", "submitter")
     monkeypatch.setenv("TINYAWS_API_KEY", out.strip())
