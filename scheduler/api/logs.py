@@ -101,6 +101,8 @@ async def get_logs(request: Request) -> Response:
     store = store_of(request)
     budget, scope = store.settings.log_max_bytes, caller(request).scope
     page = await store.run(ops.logs.read_log(job_id, "", budget, scope))
+    if attempt > page.attempt:  # not made yet: said, not answered as an empty output
+        raise HTTPError(404, f"attempt not found: {job_id} is at attempt {page.attempt}")
     return _text(page, attempt or page.attempt, stream)
 
 

@@ -76,11 +76,20 @@ def with_up_key(settings: Settings, url: str) -> tuple[Settings, str]:
 
 
 def build(args: argparse.Namespace, settings: Settings) -> tuple[AgentConfig, ExecConfig]:
-    node_id = args.node_id or settings.agent_node_id or default_node_id()
+    named = args.node_id or settings.agent_node_id
+    node_id = named or default_node_id()
     if not ID_RE.fullmatch(node_id):
         raise ConfigError(f"node id {node_id!r}: use 1 to 128 of A-Z a-z 0-9 . _ -")
     scheduler_url = args.scheduler_url or settings.scheduler_url
-    settings, refused_hint = with_up_key(settings, scheduler_url)
+    keyed, refused_hint = with_up_key(settings, scheduler_url)
+    if not named and keyed.api_key and not settings.api_key:
+        # Beside `up` (its session key taken), whose own agent is the machine's default id:
+        # a second agent of that id would share its queue, and stopping either drains it.
+        raise ConfigError(
+            f"`scheduler up` at {scheduler_url} runs its own agent as node {node_id}: give "
+            "this one an id of its own, --node-id NAME"
+        )
+    settings = keyed
     work_dir = settings.agent_work_dir or os.path.join(tempfile.gettempdir(), "tinyaws-agent")
     config = AgentConfig(
         node_id=node_id,

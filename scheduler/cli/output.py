@@ -46,11 +46,16 @@ def format_job(job: dict[str, Any]) -> str:
     if job.get("exit_code") is not None:
         killed = signalled(job["exit_code"])
         text += f"exit_code={job['exit_code']}{f' (signal: {killed})' if killed else ''}\n"
-    if job.get("stdout"):
-        text += f"stdout:\n{job['stdout']}"
-    if job.get("stderr"):
-        text += f"stderr:\n{job['stderr']}"
+    for stream in ("stdout", "stderr"):
+        if job.get(stream):
+            text += f"{stream}:\n{_line_ended(job[stream])}"
     return text
+
+
+def _line_ended(output: str) -> str:
+    """An output as printed: what comes after it starts on a line of its own (the original
+    ran the next job's line on after an output without its newline)."""
+    return output if output.endswith("\n") else output + "\n"
 
 
 def progress(job: dict[str, Any]) -> str:

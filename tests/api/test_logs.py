@@ -117,6 +117,12 @@ def test_each_attempt_keeps_its_own_output(make_client: Any) -> None:
     assert api.get(f"/jobs/{job_id}/logs").text == "second\n"
     assert api.get(f"/jobs/{job_id}/logs?attempt=1").text == "first try\n"
     assert api.get(f"/jobs/{job_id}/logs").headers["x-attempt"] == "2"
+    # An attempt not made yet is said so, not answered as an empty output.
+    later = api.get(f"/jobs/{job_id}/logs?attempt=3")
+    assert (later.status_code, later.text) == (
+        404,
+        f"attempt not found: {job_id} is at attempt 2\n",
+    )
 
 
 def test_bad_parameters_are_400s_and_a_missing_job_a_404(api: TestClient) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cli.agent import build, offer
+from scheduler.cli.agent import build, default_node_id, offer
 from scheduler.client import session
 from scheduler.config import ConfigError, Settings
 
@@ -113,4 +113,13 @@ def test_an_agent_beside_up_takes_its_session_key_and_says_where_it_is(
     assert config.api_key == "k" * 40 and "refused TINYAWS_API_KEY" in config.refused_hint
     config, _ = build(args, Settings.from_env({**env, "AGENT_JOIN_KEY": "j" * 40}))
     assert config.api_key == "" and "AGENT_JOIN_KEY" in config.refused_hint
+    # Without a node id of its own it would be up's agent's (the machine's): refused, naming
+    # --node-id; AGENT_NODE_ID names one too.
+    unnamed = argparse.Namespace(node_id="", scheduler_url=url, registry_url="", max_jobs=0)
+    with pytest.raises(ConfigError, match=r"runs its own agent as node .*: .* --node-id NAME"):
+        build(unnamed, Settings.from_env(env))
+    config, _ = build(unnamed, Settings.from_env({**env, "AGENT_NODE_ID": "gpu-2"}))
+    assert (config.node_id, config.api_key) == ("gpu-2", key)
     session.remove(path)
+    config, _ = build(unnamed, Settings.from_env(env))  # no `up` there: the machine's id
+    assert config.node_id == default_node_id()

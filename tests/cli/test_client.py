@@ -283,6 +283,21 @@ def test_commands_are_quoted_like_go(text: str, quoted: str) -> None:
     assert go_quote(text) == quoted
 
 
+@pytest.mark.parametrize(
+    ("stdout", "stderr", "printed"),
+    [
+        ("hi\n", "", "stdout:\nhi\n"),
+        ("hi", "", "stdout:\nhi\n"),  # the next line starts on a line of its own
+        ("", "dependency job-1 ended failed", "stderr:\ndependency job-1 ended failed\n"),
+        ("a\nb", "c", "stdout:\na\nb\nstderr:\nc\n"),
+    ],
+)
+def test_format_job_ends_each_output_on_a_line_end(stdout: str, stderr: str, printed: str) -> None:
+    job = {"job_id": "job-2", "node_id": "n", "status": "failed", "stdout": stdout}
+    job["stderr"] = stderr
+    assert format_job(job) == 'job_id=job-2 node_id=n status=failed command=""\n' + printed
+
+
 def test_format_job_omits_empty_fields_but_not_exit_code_zero() -> None:
     job = {"job_id": "job-1", "node_id": "n", "status": "done", "command": "", "exit_code": 0}
     assert format_job(job) == 'job_id=job-1 node_id=n status=done command=""\nexit_code=0\n'
