@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from scheduler.api.hot import once_restored
-from scheduler.api.http import HTTPError, caller, json_bytes, read_body, undecodable
+from scheduler.api.http import caller, json_bytes, read_body, undecodable
 from scheduler.api.state import store as _store
-from scheduler.models.namespace import NAME_RE, stored
+from scheduler.models.namespace import check_namespace, stored
 from scheduler.models.quota import Quota
 from scheduler.models.wire import DecodeError, decode_with
 from scheduler.store.scripts import quotas
@@ -29,12 +29,7 @@ async def set_quota(request: Request) -> Response:
     the quota as stored (every limit 0 or absent: none). 400 for a name or limit out of
     bounds, nothing changed."""
     name: str = request.path_params["namespace"]
-    if not NAME_RE.fullmatch(name):
-        raise HTTPError(
-            400,
-            f"invalid namespace {name[:64]!r}: use 1 to 63 of a-z 0-9 -, starting and ending "
-            "with a letter or digit",
-        )
+    check_namespace(name)  # InvalidInput: 400
     try:
         quota = decode_with(_decoder, await read_body(request, BODY_LIMIT))
     except DecodeError as exc:

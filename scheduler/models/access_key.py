@@ -33,10 +33,14 @@ from scheduler.models.namespace import (
     shown,
     stored,
 )
+from scheduler.models.rules import in_words
 
 KEY_PREFIX = "tka_"
 # A key's name: how it is shown in listings and in who did what.
-NAME_RULE = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+NAME_RULE = in_words(
+    r"^[a-z0-9][a-z0-9._-]{0,63}$",
+    "1 to 64 characters of a-z 0-9 . _ -, the first a letter or digit",
+)
 NAME_RE = re.compile(NAME_RULE)
 # How many named keys a deployment holds at most: every API process keeps them all in
 # memory (about 200 bytes each) and reads them again whenever one changes.

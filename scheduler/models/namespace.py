@@ -14,11 +14,13 @@ from typing import Annotated
 
 import msgspec
 
+from scheduler.models.rules import in_words
 from scheduler.models.wire import InvalidInput
 
 DEFAULT = "default"
 # A namespace's name: a DNS label, as Kubernetes' and Nomad's.
-NAME_RULE = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+NAME_WORDS = "1 to 63 characters of a-z 0-9 -, the first and last a letter or digit"
+NAME_RULE = in_words(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", NAME_WORDS)
 NAME_RE = re.compile(NAME_RULE)
 MAX_PER_KEY = 32  # the namespaces one key may be limited to
 
@@ -40,10 +42,7 @@ class OutsideNamespace(Exception):
 def check_namespace(name: str) -> None:
     """InvalidInput for a namespace a job or key may not name ("": none named)."""
     if name and not NAME_RE.fullmatch(name):
-        raise InvalidInput(
-            f"invalid namespace {name[:64]!r}: use 1 to 63 of a-z 0-9 -, starting and ending "
-            "with a letter or digit"
-        )
+        raise InvalidInput(f"invalid namespace {name[:64]!r}: use {NAME_WORDS}")
 
 
 # The scripts' `namespaces` for a caller that sees every namespace (`script_scope`).

@@ -19,6 +19,17 @@ import re
 import msgspec
 import msgspec.inspect as mi
 
+# A pattern's rule in words, where a model gives them (`in_words`): said instead of the regex.
+_PATTERN_WORDS: dict[str, str] = {}
+
+
+def in_words(pattern: str, words: str) -> str:
+    """`pattern`, whose rule a refused value is told as `words` ("1 to 63 characters of a-z
+    0-9 -, ..."), not as the regex."""
+    _PATTERN_WORDS[pattern] = words
+    return pattern
+
+
 # msgspec's messages: what it expected (and got), then where (absent at the top level).
 _AT = re.compile(r"(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?", re.S)
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")
@@ -133,7 +144,8 @@ def _noun(t: mi.Type, plural: bool) -> str:
     if isinstance(t, mi.FloatType):
         return ("numbers" if plural else "a number") + _range(t.ge, t.le, t.gt, t.lt)
     if isinstance(t, mi.StrType):
-        matching = f" matching {t.pattern}" if t.pattern else ""
+        words = _PATTERN_WORDS.get(t.pattern or "")
+        matching = f" of {words}" if words else f" matching {t.pattern}" if t.pattern else ""
         return (
             ("strings" if plural else "a string") + matching + _length(t.max_length, "characters")
         )

@@ -91,3 +91,20 @@ def test_a_key_limited_to_a_namespace_that_is_not_a_dns_label_is_not_made(
     response = api.post("/keys", json=body, headers=ADMIN)
     assert response.status_code == 400 and "namespaces" in response.text
     assert assert_json(api.get("/keys", headers=ADMIN)) == []
+
+
+def test_a_bad_name_is_told_in_words_not_as_a_regex(api: TestClient) -> None:
+    """A key's or a namespace's name rule, as a refused body says it (models/rules.py
+    in_words)."""
+    response = api.post("/keys", json={"name": "CI-Upper", "role": "reader"}, headers=ADMIN)
+    assert_text_error(
+        response,
+        400,
+        "invalid key: name: must be a string of 1 to 64 characters of a-z 0-9 . _ -, the "
+        "first a letter or digit",
+    )
+    body = {"name": "a", "role": "reader", "namespaces": ["Team"]}
+    said = api.post("/keys", json=body, headers=ADMIN).text
+    assert "1 to 63 characters of a-z 0-9 -, the first and last a letter or digit" in said
+    assert "^" not in said
+    assert assert_json(api.get("/keys", headers=ADMIN)) == []
