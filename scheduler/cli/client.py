@@ -76,7 +76,7 @@ def auth_hint(has_key: bool) -> str:
     if has_key:
         return (
             "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key, or "
-            "to a named key not revoked (scheduler key list)"
+            "to a named key not revoked (an admin's `scheduler key list` shows them)"
         )
     return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
 

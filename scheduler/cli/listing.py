@@ -98,7 +98,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("list", help="list jobs, oldest first (--newest: newest first)")
     p.add_argument("--node-id", default="", metavar="ID", help="only this node's jobs")
     p.add_argument(
-        "--status", default="", choices=["", *STATUSES], help="only jobs with this status"
+        "--status",
+        default="",
+        choices=STATUSES,
+        metavar="STATUS",
+        help=f"only jobs with this status: {', '.join(STATUSES)}",
     )
     p.add_argument(
         "--limit", type=_positive, default=PAGE, help=f"at most this many jobs (default {PAGE})"
@@ -110,13 +114,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--namespace",
         default="",
         metavar="NS",
-        help="only this namespace's jobs (default: the jobs naming none); without it, every "
-        "namespace the key may read",
+        help="only this namespace's jobs (`default`: the default namespace's); without it, "
+        "every namespace the key may read",
     )
     p.add_argument("--newest", action="store_true", help="newest first")
     p.add_argument("--after", default="", metavar="JOB_ID", help="oldest first, after this job")
     p.add_argument("--before", default="", metavar="JOB_ID", help="newest first, before this job")
-    _common(p)
+    _common(p, poll=False)
     p.set_defaults(handler=_handler(list_jobs))
 
     p = sub.add_parser("nodes", help="list the nodes: id, role, status, last heartbeat")

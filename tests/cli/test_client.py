@@ -241,7 +241,7 @@ def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyP
         assert (code, out) == (1, ""), argv
         assert err.splitlines()[-1] == (
             "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key, or to a "
-            "named key not revoked (scheduler key list)"
+            "named key not revoked (an admin's `scheduler key list` shows them)"
         )
     monkeypatch.setenv("TINYAWS_API_KEY", KEY)
     code, out, _ = cli(secured, "submit", "echo hi")
@@ -743,7 +743,7 @@ def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
     assert "try again later" not in err and "a right one is served" in err
     assert err.splitlines()[-1] == (
         "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key, or to a "
-        "named key not revoked (scheduler key list)"
+        "named key not revoked (an admin's `scheduler key list` shows them)"
     )
     assert served[0] == 0
 
