@@ -1,14 +1,15 @@
 """The job page's attempts (GET /jobs/{id}/attempts, models/attempt.py): a table below the
-job's summary, one row per ended attempt (node, started, ended, exit code, reason), its
-output tails below it, except the last attempt's when they are the end of the job's own
-output (the page shows that once, below). Every value escaped."""
+job's summary, one row per ended attempt (node, started, ended, exit code, reason; a card
+of labelled values on a phone's width, as the jobs list), its output tails below it, except
+the last attempt's when they are the end of the job's own output (the page shows that once,
+below). Every value escaped."""
 
 from __future__ import annotations
 
 import time
 from html import escape
 
-from scheduler.api.ui_layout import View
+from scheduler.api.ui_layout import View, card_cells, status_badge
 from scheduler.models.attempt import ATTEMPT_TAIL_BYTES, attempts_decoder
 
 HEADINGS = ("attempt", "node", "started", "ended", "exit code", "reason")
@@ -28,10 +29,9 @@ def attempts_section(
         exit_code = "" if a.exit_code is None else str(a.exit_code)
         plain = (escape(str(a.attempt)), escape(a.node_id))
         started = view.when(a.started_at) if a.started_at else "never started"
-        shown = (*plain, started, view.when(a.ended_at), escape(exit_code))
-        cells = "".join(f"<td>{html}</td>" for html in shown)
-        reason = f'<td><span class="st {escape(a.reason)}">{escape(a.reason)}</span></td>'
-        rows.append(f'<tr id="attempt-{a.attempt}">{cells}{reason}</tr>')
+        shown = (*plain, started, view.when(a.ended_at), escape(exit_code), status_badge(a.reason))
+        cells = card_cells(HEADINGS, tuple(("", html) for html in shown))
+        rows.append(f'<tr id="attempt-{a.attempt}">{cells}</tr>')
         last = i == len(attempts) - 1
         tails = [
             (name, text)
@@ -49,5 +49,8 @@ def attempts_section(
         f'<p class="muted">The last {ATTEMPT_TAIL_BYTES} bytes of each output; '
         "the last attempt's, when it is the job's own output, only once, below.</p>"
     )
-    table = f'<div class="scroll"><table id="attempts"><tr>{head}</tr>{body}</table></div>'
+    table = (
+        f'<div class="scroll"><table class="cards" id="attempts"><tr>{head}</tr>{body}</table>'
+        "</div>"
+    )
     return f"<h2>Attempts</h2>{table}{note}"

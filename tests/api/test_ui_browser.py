@@ -429,6 +429,10 @@ def check_page(
         assert ui.find_element(By.ID, "tail").text == "boom"  # the error, at the top
         attempts = ui.find_elements(By.CSS_SELECTOR, '#attempts tr[id^="attempt-"]')
         assert [a.find_elements(By.TAG_NAME, "td")[4].text for a in attempts] == ["3", "4"]
+        # On a phone's width each attempt is a card of labelled values, as the jobs list.
+        phone = ui.execute_script("return window.innerWidth") <= 700
+        shown = {a.value_of_css_property("display") for a in attempts}
+        assert shown == ({"grid"} if phone else {"table-row"})
     elif name == "failed":
         assert cells(ui, failed["job_id"])["attempt"] == "2"
         assert ui.find_element(By.ID, "retry-failed").is_displayed()
