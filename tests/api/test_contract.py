@@ -251,6 +251,10 @@ AN_OBJECT = "body: must be a JSON object, got"
         # Go ignored an unknown key; a typo was a job without what it asked for.
         (b'{"command":"a","unknown":{"deep":[1,null]}}', "unknown: unknown field"),
         (b'{"command":"a","Priorty":5}', "priorty: unknown field (did you mean priority?)"),
+        # A field's first word, as the CLI's --env says env_vars.
+        (b'{"command":"a","env":{"A":"1"}}', "env: unknown field (did you mean env_vars?)"),
+        (b'{"command":"a","node":"n1"}', "node: unknown field (did you mean node_selector?)"),
+        (b'{"command":"a","e":1}', "e: unknown field"),  # no field starts `e_`
     ],
 )
 def test_submit_decode_errors_are_400_and_create_nothing(
