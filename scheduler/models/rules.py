@@ -103,9 +103,10 @@ NESTED_TOO_DEEPLY = "body: JSON nested too deeply"
 def _unknown(where: str, name: str, known: tuple[str, ...]) -> str:
     name = name[:64]  # the client's text: bounded in the answer
     # A misspelling, or a field's first word (`env` for env_vars, as the CLI's --env).
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75) or [
-        field for field in known if field.startswith(f"{name}_")
-    ][:1]
+    close = (
+        difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        or [field for field in known if field.startswith(f"{name}_")][:1]
+    )
     hint = f" (did you mean {close[0]}?)" if close else ""
     return f"{_joined(where, name)}: unknown field{hint}"
 
