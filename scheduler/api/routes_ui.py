@@ -20,6 +20,19 @@ BACK = {303: redirect("done: back to the page (its refresh paused if it was)")}
 BUTTON = form(Button)
 
 ENTRIES = [
+    # The root, where a browser first goes: to the dashboard (the login form until logged in).
+    Entry(
+        "/",
+        {
+            "GET": Method(
+                ui.home,
+                ANYONE,
+                role=READER,
+                summary="Where a browser lands: to the web UI",
+                answers={303: redirect("to /ui")},
+            )
+        },
+    ),
     # The web UI: every page behind the login cookie but the login form.
     # The dashboard, the UI's home: its window (hour or day).
     Entry(

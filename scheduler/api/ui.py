@@ -97,6 +97,12 @@ def _where_up_keeps_the_key(request: Request) -> str:
     )
 
 
+async def home(request: Request) -> Response:
+    """GET /: where a browser first goes, sent to the web UI (its login form until logged
+    in), not answered as an API call without a key."""
+    return RedirectResponse("/ui", status_code=303)
+
+
 async def login_page(request: Request, error: str = "") -> Response:
     said = f'<p class="failed">{escape(error)}</p>' if error else ""
     form = (

@@ -57,7 +57,7 @@ QUERIES = [
 def rule_before(method: str, path: str, query: bytes) -> str:
     if path == "/ui" or path.startswith("/ui/"):
         return "open" if path == "/ui/login" else "ui"
-    if path == "/health":
+    if path in ("/health", "/"):  # the root: a browser's landing, sent to /ui (a redirect)
         return "open" if method in ("GET", "HEAD") else "key"
     if re.fullmatch(r"/nodes/[^/]+/(drain|undrain)", path):
         # A node's drain (issue 24): open at the door, as DELETE /nodes/{id}; another method
@@ -96,6 +96,7 @@ def rule_now(method: str, path: str, query: bytes) -> str:
 
 
 LABELS_BEFORE = {
+    "/",
     "/jobs",
     "/jobs/{id}",
     "/nodes",

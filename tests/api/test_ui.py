@@ -577,3 +577,14 @@ def test_errors_are_pages_of_the_ui_with_the_navigation(make_client: ClientFacto
     # The API's own errors stay the original's plain text.
     operator = {"Authorization": f"Bearer {KEY}"}
     assert_text_error(api.get("/jobs/job-404", headers=operator), 404, "job not found")
+
+
+def test_the_root_sends_a_browser_to_the_ui(make_client: ClientFactory) -> None:
+    """GET / (where a browser first goes) is the web UI, its login form until logged in;
+    not an API call's 401. It reveals nothing: a redirect, whoever asks."""
+    api = make_client(api_key=KEY)
+    landed = api.get("/", follow_redirects=False)
+    assert (landed.status_code, landed.headers["location"]) == (303, "/ui")
+    assert landed.content == b""
+    assert 'name="key"' in api.get("/").text  # the login form
+    assert api.post("/", json={}).status_code == 401  # another method: the key's, as before
