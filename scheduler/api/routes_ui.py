@@ -5,7 +5,7 @@ and each other method of their paths too (`other_methods`)."""
 from __future__ import annotations
 
 from scheduler.api import logs, ui, ui_dashboard, ui_dead, ui_job, ui_jobs, ui_nodes, ui_schedules
-from scheduler.api.described import form, page, redirect
+from scheduler.api.described import form, page, redirect, text
 from scheduler.api.routing import Access, Entry, Method
 from scheduler.api.ui_forms import Button
 from scheduler.models.access_key import Role
@@ -29,7 +29,7 @@ ENTRIES = [
                 ANYONE,
                 role=READER,
                 summary="Where a browser lands: to the web UI",
-                answers={303: redirect("to /ui")},
+                answers={303: redirect("to /ui"), 404: text("not a browser: no route here")},
             )
         },
     ),

@@ -98,8 +98,11 @@ def _where_up_keeps_the_key(request: Request) -> str:
 
 
 async def home(request: Request) -> Response:
-    """GET /: where a browser first goes, sent to the web UI (its login form until logged
-    in), not answered as an API call without a key."""
+    """GET /: where a browser first goes (it accepts HTML), sent to the web UI (its login
+    form until logged in). Any other client gets the 404 of no route, as before: a job id
+    `..` is a path a client's URL library makes `/` (tests/client)."""
+    if "text/html" not in request.headers.get("accept", ""):
+        raise HTTPError(404, "404 page not found")
     return RedirectResponse("/ui", status_code=303)
 
 

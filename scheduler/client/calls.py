@@ -26,7 +26,14 @@ encode = msgspec.json.encode
 
 
 def path(*parts: str) -> str:
-    return "".join("/" + quote(part, safe="") for part in parts)
+    """A path of `parts`, each one segment whatever it holds: `/` quoted, and `.` and `..`
+    too, which a URL library would otherwise resolve (`/jobs/..` is `/`)."""
+    return "".join("/" + _segment(part) for part in parts)
+
+
+def _segment(part: str) -> str:
+    quoted = quote(part, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 def given(**params: str) -> dict[str, str]:

@@ -583,8 +583,12 @@ def test_the_root_sends_a_browser_to_the_ui(make_client: ClientFactory) -> None:
     """GET / (where a browser first goes) is the web UI, its login form until logged in;
     not an API call's 401. It reveals nothing: a redirect, whoever asks."""
     api = make_client(api_key=KEY)
-    landed = api.get("/", follow_redirects=False)
+    browser = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    landed = api.get("/", headers=browser, follow_redirects=False)
     assert (landed.status_code, landed.headers["location"]) == (303, "/ui")
     assert landed.content == b""
-    assert 'name="key"' in api.get("/").text  # the login form
+    assert 'name="key"' in api.get("/", headers=browser).text  # the login form
+    # Any other client: no route, as before (a job id ".." is a URL library's "/").
+    for accept in ("*/*", "application/json"):
+        assert_text_error(api.get("/", headers={"Accept": accept}), 404, "404 page not found")
     assert api.post("/", json={}).status_code == 401  # another method: the key's, as before

@@ -326,7 +326,7 @@ def test_a_request_that_cannot_be_sent_is_the_calls_error_at_once(url: str) -> N
 def test_an_id_is_one_path_segment_whatever_it_holds(client: Client) -> None:
     """`../nodes` is a job id, quoted: never the nodes' route (or any other)."""
     client.drain("n1")
-    for odd in ("../nodes", "..", "job-1/../../nodes/n1/undrain", "a?b=c", "a#b"):
+    for odd in ("../nodes", "..", ".", "job-1/../../nodes/n1/undrain", "a?b=c", "a#b"):
         with pytest.raises(NotFound):
             client.job(odd)
         with pytest.raises(NotFound):
