@@ -31,6 +31,7 @@ from scheduler.cli.output import (
     write_bytes,
 )
 from scheduler.client import Client, Dropped, Ended, EventsDropped, JobEvent, Output
+from scheduler.models.job import FINAL_STATUSES
 from scheduler.models.log import LOG_STREAMS
 
 
@@ -76,8 +77,8 @@ def _follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: Tex
 
 
 def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """A line per event (or its JSON), until the stream ends (--no-follow) or the command is
-    stopped."""
+    """A line per event (or its JSON), until the stream ends (--no-follow), the job of --job
+    ends (as `logs -f`), or the command is stopped."""
     found = client.events(
         job_id=args.job,
         node_id=args.node,
@@ -92,6 +93,8 @@ def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         if isinstance(item, JobEvent):
             out.write(_as_json(item) if args.json else event_line(fields(item.change)))
             out.flush()
+            if args.job and item.change.status in FINAL_STATUSES:
+                return 0
         elif isinstance(item, EventsDropped):
             count = None if item.count < 0 else item.count
             _note(dropped_events(item.shard, count), out, err)
@@ -130,7 +133,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "events", help="every job's status changes as they happen: scheduler events --job job-7"
     )
-    p.add_argument("--job", default="", metavar="ID", help="only this job's")
+    p.add_argument("--job", default="", metavar="ID", help="only this job's, until it ends")
     p.add_argument("--node", default="", metavar="ID", help="only those on (or off) this node")
     p.add_argument(
         "--status", default="", metavar="S", help="only changes to this status (e.g. failed)"

@@ -240,10 +240,21 @@ def test_events_bad_input_is_the_servers_message(
     assert code == 1 and err.startswith("error: scheduler returned 400: invalid after"), err
 
 
-def test_events_follows_until_interrupted(served: tuple[str, httpx.Client]) -> None:
-    """A real process, stopped by SIGINT as Ctrl-C does: exit 130, no traceback."""
+def test_events_of_a_job_follow_it_until_it_ends_or_are_interrupted(
+    served: tuple[str, httpx.Client],
+) -> None:
+    """A real process: following one job's events ends with its end (exit 0, as `logs -f`);
+    stopped by SIGINT as Ctrl-C does before that: exit 130, no traceback."""
     url, http = served
     job_id = running(http)
+    ended = follow_events(url, http, job_id, end=True)
+    assert ended == 0
+    assert follow_events(url, http, running(http), end=False) == 130
+
+
+def follow_events(url: str, http: httpx.Client, job_id: str, end: bool) -> int:
+    """`events --since-start --job` of running `job_id` as a process: with `end`, the job
+    ends while it follows and the process must exit by itself; else it is sent SIGINT."""
     env = {**os.environ, "SCHEDULER_URL": url}
     env.pop("TINYAWS_API_KEY", None)
     argv = [sys.executable, "-m", "scheduler", "events", "--since-start", "--job", job_id]
@@ -262,11 +273,14 @@ def test_events_follows_until_interrupted(served: tuple[str, httpx.Client]) -> N
         try:
             assert b"new -> pending" in lines.get(timeout=DEADLINE)
             assert b"pending -> running" in lines.get(timeout=DEADLINE)
-            report(http, job_id, "done", exit_code=0)  # while it follows
-            assert b"running -> done" in lines.get(timeout=DEADLINE)
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(DEADLINE) == 130
+            if end:
+                report(http, job_id, "done", exit_code=0)  # while it follows
+                assert b"running -> done" in lines.get(timeout=DEADLINE)
+            else:
+                proc.send_signal(signal.SIGINT)
+            code = proc.wait(DEADLINE)
             assert b"Traceback" not in (proc.stderr.read() if proc.stderr else b"")
+            return code
         finally:
             proc.kill()
             read.join(DEADLINE)
