@@ -97,7 +97,9 @@ SPECS: dict[str, Spec] = {
     "port": Spec("--port", "the service's port", "PORT"),
     "delay_secs": Spec("--delay", "run later", "SECS", {"type": float}),
     "run_at": Spec("--run-at", "run at this RFC 3339 time", "TIME"),
-    "max_retries": Spec("--max-retries", "retries after a failure", "N"),
+    "max_retries": Spec(
+        "--max-retries", "retries after a failure (default: the scheduler's MAX_JOB_RETRIES)", "N"
+    ),
     "retry_backoff_secs": Spec(
         "--retry-backoff", "wait before a retry, doubled each time (with jitter)", "SECS"
     ),
@@ -161,11 +163,18 @@ def options(fields: Iterable[JobField] = JOB_FIELDS) -> tuple[Option, ...]:
 OPTIONS = options()
 
 
-def add_job_options(parser: argparse._ActionsContainer, optional_command: bool = False) -> None:
-    """Every job option, for a command that makes jobs; `optional_command`: the command may
-    be left out (`submit --from FILE` reads each job's from the file)."""
+def add_job_options(
+    parser: argparse._ActionsContainer,
+    optional_command: bool = False,
+    omit: Iterable[str] = (),
+) -> None:
+    """Every job option but those of the fields `omit`, for a command that makes jobs;
+    `optional_command`: the command may be left out (`submit --from FILE` reads each job's
+    from the file)."""
+    left_out = set(omit)
     for option in OPTIONS:
-        option.add_to(parser, optional_command)
+        if option.field not in left_out:
+            option.add_to(parser, optional_command)
 
 
 def job_body(args: argparse.Namespace) -> dict[str, Any]:

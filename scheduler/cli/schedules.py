@@ -20,6 +20,7 @@ from scheduler.cli.client import (
 from scheduler.cli.job_options import add_job_options
 from scheduler.cli.output import table
 from scheduler.client import Client, Schedule
+from scheduler.models.schedule import NOT_IN_TEMPLATE
 
 
 def when(schedule: Schedule) -> str:
@@ -118,7 +119,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     a.add_argument("--paused", action="store_true", help="create it paused")
     jobs = a.add_argument_group("each job's options (as submit's)")
-    add_job_options(jobs)
+    add_job_options(jobs, omit=NOT_IN_TEMPLATE)
     _common(a, poll=False)
     a.set_defaults(handler=_handler(add))
 

@@ -78,6 +78,14 @@ schedule_decoder = msgspec.json.Decoder(Schedule)
 schedule_encoder = msgspec.json.Encoder(order="deterministic")
 
 
+# A job's fields a schedule's template may not have, and why: a fixed time or fixed jobs to
+# wait for mean nothing for a job made at every tick (the CLI's `schedule add` offers neither).
+NOT_IN_TEMPLATE = {
+    "run_at": "delay_secs delays each job",
+    "after": "each tick's job runs alone",
+}
+
+
 def zone(name: str) -> ZoneInfo:
     if len(name) > 64 or not TIMEZONE_RE.fullmatch(name):
         raise InvalidInput(f"invalid timezone {name[:64]!r}: use an IANA name like Europe/Paris")
@@ -102,11 +110,9 @@ def _template(job: dict[str, Any] | None, by: Principal) -> dict[str, Any]:
         validate_create(made)
     except (DecodeError, InvalidInput) as exc:
         raise InvalidInput(f"invalid job: {exc}") from None
-    # A fixed time or fixed jobs to wait for mean nothing for a job made at every tick.
-    if getattr(request, "run_at", None):
-        raise InvalidInput("invalid job: a template has no run_at (delay_secs delays each job)")
-    if getattr(request, "after", None):
-        raise InvalidInput("invalid job: a template has no after (each tick's job runs alone)")
+    for field, why in NOT_IN_TEMPLATE.items():
+        if getattr(request, field, None):
+            raise InvalidInput(f"invalid job: a template has no {field} ({why})")
     template: dict[str, Any] = msgspec.to_builtins(request)
     template.pop("namespace", None)
     if made.namespace:

@@ -72,7 +72,9 @@ def test_errors_say_what_the_api_said(api: str, cli: Cli) -> None:
     assert (code, err) == (1, "schedule add failed 409: schedule already exists\n")
 
 
-def test_add_takes_submits_job_options(api: str, cli: Cli) -> None:
+def test_add_takes_submits_job_options(
+    api: str, cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
     job = ["--priority", "5", "--max-retries", "2", "--retry-backoff", "10", "--cpus", "1"]
     job += ["--memory-mb", "64", "--select", "zone=a,b", "--delay", "30", "--service"]
     code, _, err = cli(api, "schedule", "add", "opts", "--every", "60", *job, "serve")
@@ -89,9 +91,12 @@ def test_add_takes_submits_job_options(api: str, cli: Cli) -> None:
         "node_selector": {"zone": ["a", "b"]},
         "delay_secs": 30.0,
     }
-    # What a template cannot hold, the API says so (each tick's job runs alone).
-    code, _, err = cli(api, "schedule", "add", "deps", "--every", "60", "--after", "job-1", "x")
-    assert code == 1 and "a template has no after" in err
+    # What a template cannot hold (models NOT_IN_TEMPLATE) is not offered; the API says why.
+    for flag, value in (("--after", "job-1"), ("--run-at", "2030-01-01T00:00:00Z")):
+        with pytest.raises(SystemExit) as usage:
+            cli(api, "schedule", "add", "deps", "--every", "60", flag, value, "x")
+        assert usage.value.code == 2
+        assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
     assert cli(api, "schedule", "delete", "opts")[0] == 0
 
 
