@@ -29,6 +29,7 @@ from scheduler.api.http import (
     json_bytes,
     one_of,
     read_body,
+    undecodable,
     whole_number,
 )
 from scheduler.api.params import param
@@ -80,7 +81,7 @@ async def post_output(request: Request) -> Response:
         chunk = decode_with(chunk_decoder, body)
         chunk.check()
     except (DecodeError, InvalidInput) as exc:
-        raise HTTPError(400, f"invalid output: {exc}") from None
+        raise undecodable("output", exc) from None
     hot.check_node_id(chunk.node_id)
     append = ops.logs.append_output(
         job_id, caller, chunk.node_id, chunk.stream, chunk.offset, chunk.data

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from scheduler.api.hot import once_restored
-from scheduler.api.http import caller, json_bytes, read_body, undecodable
+from scheduler.api.http import HTTPError, caller, json_bytes, read_body, undecodable
 from scheduler.api.state import store as _store
 from scheduler.models.namespace import check_namespace, stored
 from scheduler.models.quota import Quota
@@ -30,11 +30,18 @@ async def set_quota(request: Request) -> Response:
     bounds, nothing changed."""
     name: str = request.path_params["namespace"]
     check_namespace(name)  # InvalidInput: 400
+    by = caller(request)
+    if by.namespaces:  # a team's own admin would lift its limits
+        raise HTTPError(
+            403,
+            f"forbidden: the key {by.name!r} is limited to namespaces: a quota is set by a key "
+            "of every namespace",
+        )
     try:
         quota = decode_with(_decoder, await read_body(request, BODY_LIMIT))
     except DecodeError as exc:
         raise undecodable("quota", exc) from None
-    call = quotas.set_quota(stored(name), quota, time.time(), caller(request))
+    call = quotas.set_quota(stored(name), quota, time.time(), by)
     await once_restored(request.app.state, lambda: _store(request).run(call))
     return json_bytes(_encoder.encode(quota))
 

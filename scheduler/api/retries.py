@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from scheduler.api import hot
-from scheduler.api.http import HTTPError, caller, json_bytes, read_body
+from scheduler.api.http import HTTPError, caller, json_bytes, read_body, undecodable
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models.job import job_number
@@ -82,7 +82,7 @@ async def retry_jobs(request: Request) -> Response:
     try:
         job_ids = decode_with(_decoder, body).job_ids
     except DecodeError as exc:
-        raise HTTPError(400, f"invalid body: {exc}") from None
+        raise undecodable("body", exc) from None
     check_job_ids("job_ids", job_ids, MAX_IDS)
     answer = RetryAnswer([], [], [], [], [])
     for done in await retry_ids(request, job_ids):

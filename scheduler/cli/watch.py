@@ -78,7 +78,11 @@ def _follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: Tex
 
 def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """A line per event (or its JSON), until the stream ends (--no-follow), the job of --job
-    ends (as `logs -f`), or the command is stopped."""
+    ends (exit 0), or the command is stopped. A job that has ended already is shown from the
+    oldest event kept (from now there would be nothing to wait for)."""
+    since_start = args.since_start or bool(
+        args.job and not args.after and client.job(args.job).status in FINAL_STATUSES
+    )
     found = client.events(
         job_id=args.job,
         node_id=args.node,
@@ -86,7 +90,7 @@ def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         schedule=args.schedule,
         namespace=args.namespace,
         after=args.after,
-        since_start=args.since_start,
+        since_start=since_start,
         follow=not args.no_follow,
     )
     for item in found:

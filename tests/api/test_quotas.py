@@ -83,6 +83,26 @@ def test_only_an_admin_sets_a_quota_and_a_limited_key_sees_its_namespaces(api: T
     assert api.get("/namespaces").status_code == 401
 
 
+def test_a_key_limited_to_namespaces_sets_no_quota_even_an_admins(api: TestClient) -> None:
+    """A quota limits a team: a team's own admin key (limited to its namespaces) would lift
+    it, and another team's is none of its business. Only a key of every namespace sets one
+    (Kubernetes' namespace admin reads its ResourceQuota, never writes it)."""
+    team_admin = make_key(api, "team-a-admin", "admin", ["team-a"])
+    assert_json(put_quota(api, "team-a", running=2, pending=5))
+    for namespace in ("team-a", "team-b"):
+        refused = put_quota(api, namespace, as_key(team_admin), running=100)
+        assert_text_error(
+            refused,
+            403,
+            "forbidden: the key 'team-a-admin' is limited to namespaces: a quota is set by a "
+            "key of every namespace",
+        )
+    assert namespaces(api)["team-a"]["quota"] == {"running": 2, "pending": 5}
+    assert "team-b" not in namespaces(api)
+    # It reads its own namespace's quota, as any key of it.
+    assert namespaces(api, as_key(team_admin))["team-a"]["quota"] == {"running": 2, "pending": 5}
+
+
 @pytest.mark.parametrize(
     ("namespace", "body", "message"),
     [

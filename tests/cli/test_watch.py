@@ -205,6 +205,10 @@ def test_events_prints_a_line_per_status_change(served: tuple[str, httpx.Client]
         (job_id, "running -> done", "n1", None),
     ]
     assert lines[1].index("pending ->") == lines[0].index("new ->")  # aligned columns
+    # A job that has ended: its events from the oldest kept, then the end (no waiting).
+    assert cli(url, "events", "--job", job_id) == (0, out, "")
+    code, out_, err = cli(url, "events", "--job", "job-999999")
+    assert (code, out_) == (1, "") and "404: job not found" in err
     code, out, _ = cli(url, "events", "--since-start", "--no-follow", "--status", "running")
     assert [EVENT_LINE.fullmatch(line).group(1) for line in out.splitlines()] == [  # type: ignore[union-attr]
         job_id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from pathlib import Path
 
 import redis
@@ -14,7 +15,9 @@ import redis
 from scheduler.config import Settings
 from scheduler.snapshot.restore import restore_if_empty
 from scheduler.snapshot.writer import write_snapshot
+from scheduler.store import ops
 from scheduler.store.keys import Keys
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, assert_json, register, report, submit
 from tests.places import expected, place_of
 from tests.snapshot_helpers import lose_redis_data
@@ -97,3 +100,29 @@ def test_a_restored_job_waiting_for_quota_waits_for_it_again(
     assert place_of(rclient, keys, held) == expected(
         keys, "pending", "", namespace="team-a", over_quota=True
     )
+
+
+def test_a_restored_job_waiting_for_quota_is_woken_once_it_fits(
+    make_client: ClientFactory,
+    settings: Settings,
+    rclient: redis.Redis,
+    db: Path,
+    store: SyncJobStore,
+) -> None:
+    """A snapshot written after the room its namespace freed and before the placement pass
+    woke the waiting job (what freed it, quota_freed, is not kept): the restore has the next
+    pass wake it, else it would wait with nothing of its namespace left to end."""
+    api = make_client(settings)
+    register(api, "n1")
+    assert_json(api.put("/namespaces/team-a/quota", json={"running": 1}))
+    first, held = (submit(api, command="x", namespace="team-a")["job_id"] for _ in range(2))
+    assert report(api, first, "running").status_code == 200
+    assert report(api, held, "running").status_code == 409  # it waits for quota
+    assert report(api, first, "done", exit_code=0).status_code == 200  # room freed
+    write_snapshot(settings)  # before the placement pass
+    lose_redis_data(rclient, settings.redis_prefix)
+    assert restore_if_empty(settings)
+    register(api, "n1")  # its agent registers again after the loss
+    assert store.run(ops.upkeep.place_unplaced(time.time())) == [held]
+    job = assert_json(api.get(f"/jobs/{held}"))
+    assert (job["node_id"], job.get("pending_reason", "")) == ("n1", "")

@@ -17,6 +17,7 @@ from scheduler.models.job import (
     MAX_JOB_NUMBER,
     NOT_STARTED,
     PENDING_REASONS,
+    QUOTA_REASONS,
     STATUSES,
 )
 from scheduler.models.labels import NAMESPACE_JOIN, NAMESPACE_LABEL
@@ -106,6 +107,8 @@ GENERATED: dict[str, str] = {
     + "}",
     # Why a job waits unplaced (models.PENDING_REASONS): REASON.no_fit is "no_fit".
     "REASON": "local REASON = {" + ", ".join(f'{r} = "{r}"' for r in PENDING_REASONS) + "}",
+    # The reasons of a job waiting for its namespace's quota (models.QUOTA_REASONS).
+    "QUOTA_WAITS": f"local QUOTA_WAITS = {_set(QUOTA_REASONS)}",
     **_constants(),
     "dedup_key_of": _dedup_key_of(),
 }

@@ -69,10 +69,17 @@ def _unless(given: list[str], kept: list[str]) -> list[str]:
     == to" (a node compared with one that is not "" is not "" either)."""
     if "from == to" in kept:
         kept = [c for c in kept if c not in ('to ~= ""', 'from ~= ""')]
-    if len(kept) == 1 and (" == " in kept[0] or " ~= " in kept[0]) and " and " not in kept[0]:
+    if len(kept) == 1 and _comparison(kept[0]):
         a, op, b = kept[0].split(" ", 2)
         return [*given, f"{a} {'~=' if op == '==' else '=='} {b}"]
     return [*given, f"not ({_all(kept)})"]
+
+
+def _comparison(condition: str) -> bool:
+    """Whether `condition` is one `a == b` or `a ~= b` (its negation flips the operator);
+    anything more (and, or, parentheses: Only.OVER_QUOTA's) is negated whole."""
+    parts = condition.split(" ")
+    return len(parts) == 3 and parts[1] in ("==", "~=") and "(" not in condition
 
 
 def _guarded(conditions: list[str], statement: str, indent: str = "  ") -> str:

@@ -4,6 +4,7 @@
 --- @include "leave_fixed"
 --- @include "leave_place"
 --- @include "part_keys"
+--- @include "QUOTA_WAITS"
 
 -- Put jobs back as the snapshot holds them, each in every index of its place (places.py
 -- enter_place, as the scripts keep them). A job already present is first taken out of its
@@ -74,6 +75,11 @@ for j, id in ipairs(restored) do
   if jobs[i + 14] ~= "" and not in_use[jobs[i + 14]] then
     in_use[jobs[i + 14]] = true
     gather("SADD", K.namespaces, jobs[i + 14])
+  end
+  -- A job waiting for its namespace's quota: the next placement pass wakes what fits (what
+  -- freed its room before the snapshot, quota_freed, was not kept).
+  if jobs[i + 3] == "pending" and jobs[i + 2] == "" and QUOTA_WAITS[jobs[i + 15]] then
+    gather("SADD", K.quota_freed, jobs[i + 14])
   end
   if mark_dirty == "1" then gather("SADD", K.dirty, id) end
 end

@@ -1,4 +1,5 @@
 --- @include "keys"
+--- @include "QUOTA_WAITS"
 --- @include "REASON"
 --- @include "ROOM"
 --- @include "enter_place"
@@ -144,7 +145,7 @@ local function quota_kit()
     for _, id in ipairs(redis.call("ZRANGE", waiting, 0, WAKE_SCAN - 1)) do
       local job = load_job(id)
       local waits = job and job.status == "pending" and job.node_id == ""
-        and (job.pending_reason == REASON.quota or job.pending_reason == REASON.exceeds_quota)
+        and QUOTA_WAITS[job.pending_reason]
       if not waits then
         redis.call("ZREM", waiting, id)  -- a stale entry
       elseif never_fits(quota, job) then
