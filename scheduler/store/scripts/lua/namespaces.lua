@@ -1,5 +1,6 @@
 --- @include "keys"
 --- @include "ns_in_use"
+--- @include "ns_pending"
 
 -- GET /namespaces (api/quotas.py): the default namespace, each with a quota and each that
 -- holds jobs (K.namespaces), by stored name: {name, quota JSON ("": none), running, pending
@@ -17,10 +18,7 @@ for _, name in ipairs(redis.call("SMEMBERS", K.namespaces)) do add(name) end
 local out = {}
 for _, name in ipairs(names) do
   local use = ns_in_use(name)
-  local pending = 0
-  for _, status in ipairs({"pending", "delayed", "waiting"}) do
-    pending = pending + redis.call("ZCARD", K.namespace_status(name, status))
-  end
+  local pending = ns_pending(name)
   out[#out + 1] = name
   out[#out + 1] = redis.call("HGET", K.quotas, name) or ""
   out[#out + 1] = use.running

@@ -2,6 +2,7 @@
 --- @include "QUOTA_WAITS"
 --- @include "REASON"
 --- @include "ROOM"
+--- @include "asks_of"
 --- @include "enter_place"
 --- @include "leave_place"
 --- @include "load_job"
@@ -69,7 +70,7 @@ local function quota_kit()
   -- Whether `job` may run beside `use` under `quota`.
   local function fits(quota, use, job)
     if quota.running and use.running + 1 > quota.running then return false end
-    local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
+    local asks = asks_of(job)
     for i, what in ipairs(ROOM) do
       if quota[what] and asks[i] > 0 and use[what] + asks[i] > quota[what] then return false end
     end

@@ -1,5 +1,7 @@
 --- @include "keys"
+--- @include "NOT_STARTED"
 --- @include "ROOM"
+--- @include "asks_of"
 
 -- Quotas (docs/GUIDE.md, Quotas): what a namespace may run at once (jobs running or
 -- cancelling, the cpus and memory_mb they ask) and hold pending. Its running use is kept by
@@ -15,6 +17,16 @@ local function quota_of(ns)
   return raw and cjson.decode(raw) or nil
 end
 
+-- How many jobs namespace `ns` holds not started yet (pending, delayed or waiting: what its
+-- quota's `pending` limits).
+local function ns_pending(ns)
+  local count = 0
+  for status in pairs(NOT_STARTED) do
+    count = count + redis.call("ZCARD", K.namespace_status(ns, status))
+  end
+  return count
+end
+
 -- Why namespace `ns` may not take a new job asking `cpus` and `memory_mb`, or nil: {what,
 -- its limit, the count} when it holds as many jobs pending, delayed or waiting as its quota
 -- allows (what "pending"), or the job asks more cpus or memory_mb than it may ever run.
@@ -22,10 +34,7 @@ local function quota_refusal(ns, cpus, memory_mb)
   local quota = quota_of(ns)
   if not quota then return nil end
   if quota.pending then
-    local count = 0
-    for _, status in ipairs({"pending", "delayed", "waiting"}) do
-      count = count + redis.call("ZCARD", K.namespace_status(ns, status))
-    end
+    local count = ns_pending(ns)
     if count >= quota.pending then return {"pending", quota.pending, count} end
   end
   local asks = {tonumber(cpus) or 0, tonumber(memory_mb) or 0}
@@ -47,7 +56,7 @@ end
 -- A job starts counting against its namespace's quota (it entered running or cancelling):
 -- its cpus and memory_mb in the namespace's sums (its running count is its status index).
 local function ns_use(job)
-  local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
+  local asks = asks_of(job)
   for i, what in ipairs(ROOM) do
     if asks[i] > 0 then
       redis.call("HINCRBY", K.namespace_held(job.namespace or ""), what, asks[i])
@@ -61,7 +70,7 @@ end
 -- those that now fit (admit.lua wake_freed; one EXISTS when none waits, the usual case).
 local function ns_release(job)
   local ns = job.namespace or ""
-  local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
+  local asks = asks_of(job)
   for i, what in ipairs(ROOM) do
     if asks[i] > 0 and redis.call("HINCRBY", K.namespace_held(ns), what, -asks[i]) <= 0 then
       redis.call("HDEL", K.namespace_held(ns), what)  -- none held: as a restore leaves it

@@ -109,6 +109,11 @@ end
 -- more than any ask, in the offer and free indexes (exact as a double minus any ask).
 local ROOM = {"cpus", "memory_mb"}
 
+-- What `job` asks of each of ROOM (0: nothing), in ROOM's order.
+local function asks_of(job)
+  return {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
+end
+
 local UNCHECKED = 4503599627370496
 
 -- Job `id`'s asks held on `node` while it is bound there (places.py HOLDS): its cpus and
@@ -117,7 +122,7 @@ local UNCHECKED = 4503599627370496
 -- jobs makes both idempotent: a job counts once, and only a job counted is given back (jobs
 -- bound before this version, or given back already, change nothing).
 local function take_room(node, job, sign)
-  local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
+  local asks = asks_of(job)
   for i, what in ipairs(ROOM) do
     if asks[i] > 0 then
       redis.call("HINCRBY", K.node_room(node), "held_" .. what, sign * asks[i])

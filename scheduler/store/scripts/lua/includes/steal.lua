@@ -1,6 +1,7 @@
 --- @include "keys"
 --- @include "ROOM"
 --- @include "UNCHECKED"
+--- @include "asks_of"
 --- @include "load_job"
 --- @include "number_of"
 --- @include "rebind"
@@ -47,7 +48,7 @@ local function may_take(node, job)
       if not any then return false end
     end
   end
-  local asks = {tonumber(job.cpus) or 0, tonumber(job.memory_mb) or 0}
+  local asks = asks_of(job)
   for i, what in ipairs(ROOM) do
     if asks[i] > 0 then
       local free = tonumber(redis.call("ZSCORE", K.nodes_free(what), node)) or UNCHECKED
