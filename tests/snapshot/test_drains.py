@@ -1,6 +1,6 @@
 """Drains in the SQLite snapshot (snapshot/drains.py): the drained hash is written when it
 changed, and a Redis that lost its data gets it back, so a node drained for maintenance
-stays drained; a file from before drains restores with none."""
+stays drained (a file from before drains: test_tables.py)."""
 
 from __future__ import annotations
 
@@ -55,18 +55,3 @@ def test_drains_survive_a_snapshot_and_a_redis_that_lost_its_data(
     register(api, "n1", "n2", "n3")
     placed = {submit(api, command="y")["node_id"] for _ in range(4)}
     assert placed == {"n2", "n3"}
-
-
-def test_a_file_from_before_drains_restores_with_none(
-    make_client: ClientFactory, settings: Settings, rclient: redis.Redis, db: Path
-) -> None:
-    api = make_client(settings)
-    register(api, "n1")
-    submit(api, command="x")
-    write_snapshot(settings)
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        conn.execute("DROP TABLE IF EXISTS drains")
-        conn.commit()
-    lose_redis_data(rclient, settings.redis_prefix)
-    assert restore_if_empty(settings)
-    assert rclient.exists(Keys(settings.redis_prefix).drained_nodes) == 0

@@ -1,7 +1,7 @@
 """Quotas in the SQLite snapshot (snapshot/quotas.py): the quotas hash is written when it
 changed, and a Redis that lost its data gets it back with the jobs, so every namespace keeps
-its limits and a namespace's running use is made again from its jobs; a file from before
-quotas restores with none."""
+its limits and a namespace's running use is made again from its jobs (a file from before
+quotas: test_tables.py)."""
 
 from __future__ import annotations
 
@@ -61,21 +61,6 @@ def test_quotas_survive_a_snapshot_and_a_redis_that_lost_its_data(
     refused = report(api, waiting, "running")
     assert (refused.status_code, refused.text) == (409, "job waits for its namespace's quota\n")
     assert assert_json(api.get(f"/jobs/{waiting}"))["pending_reason"] == "quota"
-
-
-def test_a_file_from_before_quotas_restores_with_none(
-    make_client: ClientFactory, settings: Settings, rclient: redis.Redis, db: Path
-) -> None:
-    api = make_client(settings)
-    register(api, "n1")
-    submit(api, command="x")
-    write_snapshot(settings)
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        conn.execute("DROP TABLE IF EXISTS quotas")
-        conn.commit()
-    lose_redis_data(rclient, settings.redis_prefix)
-    assert restore_if_empty(settings)
-    assert rclient.exists(Keys(settings.redis_prefix).quotas) == 0
 
 
 def test_a_restored_job_waiting_for_quota_waits_for_it_again(
