@@ -71,6 +71,20 @@ def waiting(rclient: redis.Redis, keys: Keys, namespace: str) -> list[str]:
     return [m.decode() for m in rclient.zrange(keys.over_quota(namespace), 0, -1)]
 
 
+def one_runs_one_waits(
+    api: TestClient, store: SyncJobStore, rclient: redis.Redis, keys: Keys
+) -> tuple[str, str]:
+    """Node a, team-a's quota of one running job: a1 running, a2 waiting for quota."""
+    register(api, "a")
+    set_quota(store, "team-a", running=1)
+    a1, a2 = made(api, "team-a"), made(api, "team-a")
+    assert poll(api, "a") == [a1]
+    assert report(api, a1, "running").status_code == 200
+    assert poll(api, "a") == []
+    assert waiting(rclient, keys, "team-a") == [a2]
+    return a1, a2
+
+
 def test_a_namespace_at_its_quota_waits_and_the_others_jobs_behind_it_run(
     api: TestClient, store: SyncJobStore, rclient: redis.Redis, keys: Keys
 ) -> None:
@@ -155,13 +169,7 @@ def test_cpus_and_memory_in_use_count_against_the_quota(
 def test_cancelling_a_waiting_job_ends_it_and_it_leaves_the_queue(
     api: TestClient, store: SyncJobStore, rclient: redis.Redis, keys: Keys
 ) -> None:
-    register(api, "a")
-    set_quota(store, "team-a", running=1)
-    a1, a2 = made(api, "team-a"), made(api, "team-a")
-    assert poll(api, "a") == [a1]
-    assert report(api, a1, "running").status_code == 200
-    assert poll(api, "a") == []
-    assert waiting(rclient, keys, "team-a") == [a2]
+    a1, a2 = one_runs_one_waits(api, store, rclient, keys)
     cancelled = assert_json(api.delete(f"/jobs/{a2}"))
     assert (cancelled["status"], cancelled["failure_reason"]) == ("failed", "cancelled")
     assert "pending_reason" not in cancelled
@@ -235,13 +243,7 @@ def test_a_submit_past_the_pending_quota_makes_nothing(
 def test_a_job_lost_with_its_node_frees_its_namespaces_room(
     api: TestClient, store: SyncJobStore, rclient: redis.Redis, keys: Keys, settings: Settings
 ) -> None:
-    register(api, "a")
-    set_quota(store, "team-a", running=1)
-    a1, a2 = made(api, "team-a"), made(api, "team-a")
-    assert poll(api, "a") == [a1]
-    assert report(api, a1, "running").status_code == 200
-    assert poll(api, "a") == []
-    assert waiting(rclient, keys, "team-a") == [a2]
+    a1, a2 = one_runs_one_waits(api, store, rclient, keys)
     register(api, "b")
     now = time.time()
     last_heard(rclient, settings, "a", now - 10 * settings.node_ttl_secs - 3600)
