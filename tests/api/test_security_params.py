@@ -26,6 +26,7 @@ from scheduler.api.routes import TABLE
 from scheduler.api.routing import Access
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
+from tests.api.test_routes import IDS  # each path parameter's value
 from tests.conftest import (
     BOTH_FRONTS,
     ClientFactory,
@@ -41,14 +42,6 @@ KEY_HOLDER = {"Authorization": f"Bearer {KEY}"}
 STRANGER: dict[str, str] = {}
 SECRET = "hunter2"  # job-1's env var, on n1: the open poll of n1 shows it in open mode
 CANARY = "canary-7f3"  # on n2 and in the listings only: no stranger's answer may hold it
-IDS = {
-    "job_id": "job-1",
-    "node_id": "n1",
-    "service_id": "svc-1",
-    "name": "s1",
-    "action": "pause",
-    "namespace": "team-a",
-}
 # A plausible value of each parameter a route reads (node-scoped ones: n1, never n2).
 VALUES = {
     "node_id": "n1",
