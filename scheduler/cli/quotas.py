@@ -16,19 +16,7 @@ from scheduler.cli.output import table
 from scheduler.client import Client
 from scheduler.models.quota import Quota
 
-
-def limits(quota: Quota) -> str:
-    """`running=2 cpus=8`, or `none`."""
-    said = {
-        "running": quota.running,
-        "pending": quota.pending,
-        "cpus": quota.cpus,
-        "memory_mb": quota.memory_mb,
-    }
-    return " ".join(f"{name}={value}" for name, value in said.items() if value) or "none"
-
-
-LIMITS = ("running", "pending", "cpus", "memory_mb")
+LIMITS = Quota.__struct_fields__  # each an option: --running, --memory-mb, ...
 
 
 def current_quota(client: Client, namespace: str) -> Quota:
@@ -48,7 +36,7 @@ def set_quota(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
     if args.json:
         print_json(quota, out)
     else:
-        out.write(f"namespace {args.namespace}: quota {limits(quota)}\n")
+        out.write(f"namespace {args.namespace}: quota {quota.said()}\n")
     return 0
 
 

@@ -30,7 +30,12 @@ class Quota(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_o
     memory_mb: Limit = 0
 
     def __bool__(self) -> bool:
-        return any((self.running, self.pending, self.cpus, self.memory_mb))
+        return any(msgspec.structs.astuple(self))
+
+    def said(self) -> str:
+        """The limits as the audit and the CLI say them: `running=4 cpus=16`, or `none`."""
+        limits = msgspec.structs.asdict(self).items()
+        return " ".join(f"{name}={value}" for name, value in limits if value) or "none"
 
 
 class Use(msgspec.Struct, kw_only=True):

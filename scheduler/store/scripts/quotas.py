@@ -48,12 +48,6 @@ def _namespaces(reply: Any) -> list[NamespaceView]:
 NAMESPACES = Script("NAMESPACES", "", _namespaces, read_only=True)
 
 
-def detail(quota: Quota) -> str:
-    """The limits as the audit says them: `running=4 cpus=16`, or `none`."""
-    said = msgspec.structs.asdict(quota)
-    return " ".join(f"{name}={value}" for name, value in said.items() if value) or "none"
-
-
 def set_quota(namespace: str, quota: Quota, at: float, by: Principal) -> Call[None]:
     """Namespace `namespace` (stored name: "" the default's) limited by `quota` (empty: none);
     StoreNotReady while Redis lost its data and the snapshot is not back yet."""
@@ -61,7 +55,7 @@ def set_quota(namespace: str, quota: Quota, at: float, by: Principal) -> Call[No
         namespace=namespace,
         quota=_encode(quota) if quota else "",
         shown=shown(namespace),
-        detail=detail(quota),
+        detail=quota.said(),
         at=at,
         by=by.name,
         audit_max=AUDIT_MAX,
