@@ -41,7 +41,7 @@ from scheduler.api.ui_charts import (
     load_bar,
     nice_top,
 )
-from scheduler.api.ui_layout import View, page, span, status_badge, view_of
+from scheduler.api.ui_layout import View, card_cells, page, span, status_badge, view_of
 from scheduler.models.job import STATUSES
 from scheduler.models.namespace import check_namespace, scope, shown
 from scheduler.models.series import (
@@ -276,16 +276,19 @@ def _namespace_filter(view: View, asked: str, limited: tuple[str, ...]) -> str:
 def _namespaces(
     counts: dict[str, list[int]], view: View, asked: str, limited: tuple[str, ...]
 ) -> str:
-    """Each namespace's jobs, in all and by status; its name links to its jobs list."""
-    head = "".join(f"<th>{h}</th>" for h in ("namespace", "all", *STATUSES))
+    """Each namespace's jobs, in all and by status (a card of labelled counts on a phone's
+    width, as the jobs list); its name links to its jobs list."""
+    headings = ("namespace", "all", *STATUSES)
+    head = "".join(f"<th>{h}</th>" for h in headings)
     rows = []
     for stored_name, numbers in sorted(counts.items()):
         name = shown(stored_name)
         link = f'<a href="{view.href("/ui/jobs", namespace=name)}">{escape(name)}</a>'
-        cells = "".join(f'<td class="num">{n}</td>' for n in numbers)
-        rows.append(f'<tr data-namespace="{escape(name)}"><td>{link}</td>{cells}</tr>')
-    empty = f'<tr><td colspan="{len(STATUSES) + 2}">no jobs</td></tr>'
-    table = f'<table id="namespaces"><tr>{head}</tr>{"".join(rows) or empty}</table>'
+        shown_cells = (("", link), *((' class="num"', str(n)) for n in numbers))
+        cells = card_cells(headings, shown_cells)
+        rows.append(f'<tr data-namespace="{escape(name)}">{cells}</tr>')
+    empty = f'<tr><td colspan="{len(headings)}">no jobs</td></tr>'
+    table = f'<table class="cards" id="namespaces"><tr>{head}</tr>{"".join(rows) or empty}</table>'
     mine = '<p class="muted">The jobs of your key\'s namespaces.</p>' if limited else ""
     return (
         "<h2>Namespaces</h2>"

@@ -458,7 +458,7 @@ def test_the_dashboard_counts_each_namespace_and_a_limited_key_only_its_own(
     assert re.findall(r'data-namespace="([^"]+)"', page.text) == ["team-a"]
     row = page.text.split('data-namespace="team-a"', 1)[1].split("</tr>", 1)[0]
     # all, then each status (pending, delayed, waiting, running, done, failed, cancelling).
-    assert re.findall(r'<td class="num">(\d+)</td>', row) == [
+    assert re.findall(r'<td class="num"[^>]*>(\d+)</td>', row) == [
         "10",
         "7",
         "0",

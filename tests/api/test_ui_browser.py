@@ -473,6 +473,12 @@ def check_dashboard(ui: WebDriver, columns: int) -> None:
     assert "submitted" in title.get_attribute("textContent")
     load = ui.find_element(By.ID, "node-load").text
     assert "node-a" in load and "node-b" in load and "healthy" in load
+    # Each namespace's counts: a card of labelled values on a phone's width.
+    phone = ui.execute_script("return window.innerWidth") <= 700
+    rows = ui.find_elements(By.CSS_SELECTOR, "#namespaces tr[data-namespace]")
+    assert rows and {row.value_of_css_property("display") for row in rows} == (
+        {"grid"} if phone else {"table-row"}
+    )
 
 
 def session_of(browser: WebDriver) -> str:
