@@ -52,7 +52,7 @@ class TeamKeys:
         return self._k("audit:written")
 
     # Quotas (docs/GUIDE.md, Quotas). The namespaces' quotas: namespace (as stored) -> its
-    # limits as JSON (models/namespace.py Quota); none at all: no quota anywhere, what every
+    # limits as JSON (models/quota.py Quota); none at all: no quota anywhere, what every
     # claim checks first (one EXISTS).
     @property
     def quotas(self) -> str:
