@@ -13,6 +13,7 @@ from redis.exceptions import ResponseError
 
 from scheduler.models.job import RETIRED_STATUSES
 from scheduler.models.record import INLINE_BYTES, is_whole
+from scheduler.store.keys import Keys
 from scheduler.store.operation import Command, Shard, Steps, home, operation, run, send, together
 from scheduler.store.scripts import Call, functions, retiring, settling, snapshot, upkeep
 from scheduler.store.scripts.replies import Lost, Requeued
@@ -217,6 +218,17 @@ def _scored(reply: list[Any]) -> list[tuple[bytes, float]]:
     return [(reply[i], float(reply[i + 1])) for i in range(0, len(reply), 2)]
 
 
+def _jobs_after(keys: Keys, above: str, batch: int) -> Steps[tuple[list[str], str | None]]:
+    """Up to `batch` job ids by number past the bound `above` (an upgrade's walk over every
+    job), and the bound past them; None when these were the last."""
+    reply = yield from send(
+        "ZRANGEBYSCORE", keys.all_jobs, above, "+inf", "WITHSCORES", "LIMIT", 0, batch
+    )
+    entries = _scored(reply)
+    ids = [str(member, "utf-8") for member, _ in entries]
+    return ids, f"({entries[-1][1]!r}" if len(ids) == batch else None
+
+
 @operation(home)
 def split_records(shard: Shard, batch: int = 500) -> Steps[int]:
     """The upgrade from the whole records of earlier versions: each record holding a part
@@ -226,25 +238,16 @@ def split_records(shard: Shard, batch: int = 500) -> Steps[int]:
     keys = shard.keys
     if (yield from send("EXISTS", keys.records_split)):
         return 0
-    split, missed, above = 0, 0, "-inf"
-    while True:
-        entries = _scored(
-            (
-                yield from send(
-                    "ZRANGEBYSCORE", keys.all_jobs, above, "+inf", "WITHSCORES", "LIMIT", 0, batch
-                )
-            )
-        )
-        ids = [str(member, "utf-8") for member, _ in entries]
+    split, missed = 0, 0
+    above: str | None = "-inf"
+    while above is not None:
+        ids, above = yield from _jobs_after(keys, above, batch)
         heads = (yield from send("MGET", *[keys.job(job_id) for job_id in ids])) if ids else []
         for job_id, head in zip(ids, heads, strict=True):
             # Only a record larger than a head keeps may hold a part too large for one.
             if isinstance(head, bytes) and len(head) > INLINE_BYTES and is_whole(head):
                 done = yield from run(snapshot.split_record(job_id, head))
                 split, missed = split + done, missed + 1 - done
-        if len(ids) < batch:
-            break
-        above = f"({entries[-1][1]!r}"
     if not missed:  # one changed while read is split at the next start
         yield from send("SET", keys.records_split, "1")
     return split
@@ -259,21 +262,12 @@ def index_namespaces(shard: Shard, batch: int = 500) -> Steps[int]:
     keys = shard.keys
     if (yield from send("EXISTS", keys.namespaces_indexed)):
         return 0
-    indexed, above = 0, "-inf"
-    while True:
-        entries = _scored(
-            (
-                yield from send(
-                    "ZRANGEBYSCORE", keys.all_jobs, above, "+inf", "WITHSCORES", "LIMIT", 0, batch
-                )
-            )
-        )
-        ids = [str(member, "utf-8") for member, _ in entries]
+    indexed = 0
+    above: str | None = "-inf"
+    while above is not None:
+        ids, above = yield from _jobs_after(keys, above, batch)
         if ids:
             indexed += yield from run(snapshot.index_namespaces(ids))
-        if len(ids) < batch:
-            break
-        above = f"({entries[-1][1]!r}"
     yield from send("SET", keys.namespaces_indexed, "1")
     return indexed
 
