@@ -24,7 +24,7 @@ from scheduler.api.agents import AgentAuth, ReportBudget
 from scheduler.api.boundary import Boundary, BrowserBoundary
 from scheduler.api.errors import exception_handlers
 from scheduler.api.guesses import Credentials
-from scheduler.api.http import BearerAuth, ParamsDoor, text_error
+from scheduler.api.http import NOT_FOUND_PAGE, BearerAuth, ParamsDoor, text_error
 from scheduler.api.lane import Lane
 from scheduler.api.routes import TABLE
 from scheduler.api.stores import Store
@@ -49,7 +49,7 @@ log = logging.getLogger("scheduler.api")
 async def on_starlette_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return text_error(404, "404 page not found")
+        return text_error(404, NOT_FOUND_PAGE)
     return text_error(exc.status_code, exc.detail, dict(exc.headers or {}))
 
 

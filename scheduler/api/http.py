@@ -20,6 +20,10 @@ from scheduler.api.ui_session import cookie_session, end_session, session_of
 from scheduler.models.access_key import ADMIN, ANYONE, Principal, Role
 from scheduler.store.errors import Unauthorized
 
+# A path no route serves (or a page that does not exist), in Go's net/http words as the
+# original answered it.
+NOT_FOUND_PAGE = "404 page not found"
+
 
 class HTTPError(Exception):
     """Ends a request with a plain-text error, as Go's http.Error wrote them."""

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from scheduler.api import nodes, retries, ui_session
-from scheduler.api.http import HTTPError, caller
+from scheduler.api.http import NOT_FOUND_PAGE, HTTPError, caller
 from scheduler.api.state import credentials as _credentials
 from scheduler.api.state import store as _store
 from scheduler.api.ui_forms import check_origin, checked_form, form_lists
@@ -63,7 +63,7 @@ async def drain_or_undrain(request: Request) -> Response:
     node_id: str = request.path_params["node_id"]
     action: str = request.path_params["action"]
     if action not in ("drain", "undrain") or not ID_RE.fullmatch(node_id):
-        raise HTTPError(404, "404 page not found")
+        raise HTTPError(404, NOT_FOUND_PAGE)
     back = view_of(request).url("/ui/nodes")
     await checked_form(request)
     listed = await nodes.listed(request, node_id)
@@ -102,7 +102,7 @@ async def home(request: Request) -> Response:
     form until logged in). Any other client gets the 404 of no route, as before: a job id
     `..` is a path a client's URL library makes `/` (tests/client)."""
     if "text/html" not in request.headers.get("accept", ""):
-        raise HTTPError(404, "404 page not found")
+        raise HTTPError(404, NOT_FOUND_PAGE)
     return RedirectResponse("/ui", status_code=303)
 
 

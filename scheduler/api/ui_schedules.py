@@ -10,7 +10,7 @@ from html import escape
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from scheduler.api.http import HTTPError, caller
+from scheduler.api.http import NOT_FOUND_PAGE, HTTPError, caller
 from scheduler.api.params import param
 from scheduler.api.schedules import seen_page
 from scheduler.api.state import store as _store
@@ -95,7 +95,7 @@ async def pause_or_resume(request: Request) -> Response:
     name: str = request.path_params["name"]
     action: str = request.path_params["action"]
     if action not in ("pause", "resume") or not ID_RE.fullmatch(name):
-        raise HTTPError(404, "404 page not found")
+        raise HTTPError(404, NOT_FOUND_PAGE)
     back = view_of(request).url("/ui/schedules")  # checked before anything changes
     await checked_form(request)
     now, by = time.time(), caller(request)
