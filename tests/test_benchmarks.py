@@ -161,6 +161,16 @@ def test_script_instructions_prints_each_phase() -> None:
     assert all(float(line.split()[-1]) > 0 for line in lines)
 
 
+def test_life_commands_counts_each_step_of_a_life() -> None:
+    """MONITOR's commands of create, the poll, running and done, counted by name."""
+    header, *lines = run_benchmark("life_commands", "--stored", "5")
+    assert "commands" in header
+    totals = {line.split(",")[0]: int(line.split()[-1]) for line in lines if ", all " in line}
+    assert list(totals) == ["create", "poll", "running", "done", "life"]
+    assert all(count > 0 for count in totals.values())
+    assert totals["life"] == sum(totals[step] for step in ("create", "poll", "running", "done"))
+
+
 def test_stored_state_bench_prints_each_phase_and_ratio() -> None:
     argv = ["--delayed", "200", "--schedules", "20", "--calls", "20", "--runs", "2"]
     title, header, *lines = run_benchmark("stored_state_bench", *argv)
