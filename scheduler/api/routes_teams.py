@@ -8,7 +8,7 @@ from scheduler.api import keys, quotas
 from scheduler.api.described import DONE, body, got, json, text
 from scheduler.api.routing import Entry, Method
 from scheduler.models.access_key import AuditEntry, KeyMade, KeyRequest, KeyView, Role
-from scheduler.models.quota import NamespaceView, Quota
+from scheduler.models.quota import NamespaceView, Quota, QuotaChange
 
 READER, ADMIN = Role.READER, Role.ADMIN
 
@@ -79,7 +79,14 @@ ENTRIES = [
                 summary="Set a namespace's quota (every limit 0: none)",
                 body=body(Quota),
                 answers={200: json(Quota, "the quota set")},
-            )
+            ),
+            "PATCH": Method(
+                quotas.change_quota,
+                role=ADMIN,
+                summary="Change some of a namespace's limits (0: that one goes), keep the rest",
+                body=body(QuotaChange),
+                answers={200: json(Quota, "the quota as it is now")},
+            ),
         },
     ),
 ]

@@ -1,6 +1,6 @@
 """`scheduler namespace quota|list`: the namespaces' quotas (docs/GUIDE.md, Quotas) from the
 command line, through scheduler.client's `Client`. `quota NS` shows NS's quota; with limits
-it changes those and keeps the others (read, then set: PUT sets the whole quota), `--clear`
+it changes those and keeps the others (PATCH: merged on the server, in one step), `--clear`
 removes it: an admin's call (TINYAWS_API_KEY, or a named admin key). `list` is any key's (a
 key limited to namespaces lists those). `--json` prints the scheduler's JSON."""
 
@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 from typing import TextIO
-
-import msgspec
 
 from scheduler.cli.client import ClientError, _common, _handler, failing_as, print_json
 from scheduler.cli.output import table
@@ -30,9 +28,12 @@ def set_quota(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
     if args.clear and given:
         raise ClientError("namespace quota: --clear removes every limit: give no other")
     with failing_as("namespace quota"):
-        quota = Quota() if args.clear else current_quota(client, args.namespace)
-        if given or args.clear:
-            quota = client.set_quota(args.namespace, **msgspec.structs.asdict(quota) | given)
+        if args.clear:
+            quota = client.set_quota(args.namespace)
+        elif given:
+            quota = client.change_quota(args.namespace, **given)
+        else:
+            quota = current_quota(client, args.namespace)
     if args.json:
         print_json(quota, out)
     else:

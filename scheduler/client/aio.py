@@ -139,6 +139,7 @@ class AsyncClient(driving.Base):
     revoke_key = _awaited(ops.revoke_key)
     audit = _awaited(ops.audit)
     set_quota = _awaited(ops.set_quota)
+    change_quota = _awaited(ops.change_quota)
     namespaces = _awaited(ops.namespaces)
 
 

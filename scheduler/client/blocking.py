@@ -139,6 +139,7 @@ class Client(driving.Base):
     revoke_key = _returning(ops.revoke_key)
     audit = _returning(ops.audit)
     set_quota = _returning(ops.set_quota)
+    change_quota = _returning(ops.change_quota)
     namespaces = _returning(ops.namespaces)
 
 

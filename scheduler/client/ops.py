@@ -32,7 +32,7 @@ from scheduler.client.jobs import (
     watch,
 )
 from scheduler.client.keys import add_key, audit, named_keys, revoke_key
-from scheduler.client.quotas import namespaces, set_quota
+from scheduler.client.quotas import change_quota, namespaces, set_quota
 from scheduler.client.watching import events, follow_logs, logs
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "attempts",
     "audit",
     "cancel",
+    "change_quota",
     "delete_schedule",
     "drain",
     "events",
@@ -96,5 +97,6 @@ OPERATIONS = (
     revoke_key,
     audit,
     set_quota,
+    change_quota,
     namespaces,
 )

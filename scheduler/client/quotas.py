@@ -1,11 +1,12 @@
-"""The operations on namespaces' quotas (docs/GUIDE.md, Quotas): set one (an admin's call),
+"""The operations on namespaces' quotas (docs/GUIDE.md, Quotas): set one or change some of its
+limits (an admin's calls),
 list the namespaces with their quotas and use; each a plan (steps.py). ops.py lists them all."""
 
 from __future__ import annotations
 
 from scheduler.client import calls
 from scheduler.client.steps import Flow
-from scheduler.models.quota import NamespaceView, Quota
+from scheduler.models.quota import NamespaceView, Quota, QuotaChange
 
 _quota = calls.decoded(Quota)
 _namespaces = calls.decoded(list[NamespaceView])
@@ -23,6 +24,24 @@ def set_quota(
     path = calls.path("namespaces", namespace, "quota")
     return (
         yield from calls.call(_quota, "PUT", path, True, json=calls.encode(quota), headers=_JSON)
+    )
+
+
+def change_quota(
+    namespace: str,
+    /,
+    running: int | None = None,
+    pending: int | None = None,
+    cpus: int | None = None,
+    memory_mb: int | None = None,
+) -> Flow[Quota]:
+    """Namespace `namespace`'s quota with the limits given changed (0: that limit goes) and
+    the others kept, in one step on the server (two admins changing two limits at once both
+    keep theirs). Answers the quota as it is now."""
+    change = QuotaChange(running=running, pending=pending, cpus=cpus, memory_mb=memory_mb)
+    path = calls.path("namespaces", namespace, "quota")
+    return (
+        yield from calls.call(_quota, "PATCH", path, True, json=calls.encode(change), headers=_JSON)
     )
 
 

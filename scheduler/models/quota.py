@@ -1,6 +1,6 @@
 """A namespace's quota (docs/GUIDE.md, Quotas): what its jobs may hold at once. An admin sets
-it (PUT /namespaces/{ns}/quota); the scripts enforce it (store/scripts/lua/includes/quota.lua,
-admit.lua). Pure: no I/O here.
+it (PUT /namespaces/{ns}/quota, or PATCH to change some limits); the scripts enforce it
+(store/scripts/lua/includes/quota.lua, admit.lua). Pure: no I/O here.
 
 - `running`: its jobs running or cancelling;
 - `pending`: its jobs pending, delayed or waiting (a submit past it is refused, 429);
@@ -36,6 +36,30 @@ class Quota(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_o
         """The limits as the audit and the CLI say them: `running=4 cpus=16`, or `none`."""
         limits = msgspec.structs.asdict(self).items()
         return " ".join(f"{name}={value}" for name, value in limits if value) or "none"
+
+
+class Change(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_only=True):
+    """The body of PATCH /namespaces/{ns}/quota (QuotaChange, below: Quota's limits, each
+    optional): the limits given change (0: that one goes), those left out stay as they are.
+    The merge is one script, so two admins changing two limits at once both keep theirs."""
+
+    def given(self) -> dict[str, int]:
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+    def said(self) -> str:
+        """The change as the audit says it: `cpus=16 running=0 (others kept)`."""
+        limits = " ".join(f"{name}={value}" for name, value in self.given().items())
+        return f"{limits or 'nothing'} (others kept)"
+
+
+# Quota's limits, each absent (None) unless given: declared from Quota's, so a new limit is
+# one field there.
+QuotaChange: type[Change] = msgspec.defstruct(  # type: ignore[assignment]
+    "QuotaChange",
+    [(name, Limit | None, None) for name in Quota.__struct_fields__],
+    bases=(Change,),
+    module=__name__,
+)
 
 
 class Use(msgspec.Struct, kw_only=True):

@@ -338,6 +338,10 @@ def keys_scenario(api: TestClient, check: Checker) -> None:
 def quotas_scenario(api: TestClient, check: Checker) -> None:
     quota = {"running": 2, "cpus": 8}
     assert check(api.put("/namespaces/team-a/quota", json=quota), "/namespaces/{namespace}/quota")
+    changed = check(
+        api.patch("/namespaces/team-a/quota", json={"cpus": 0}), "/namespaces/{namespace}/quota"
+    )
+    assert changed == {"running": 2}
     listed = check(api.get("/namespaces"), "/namespaces")
     assert [view["name"] for view in listed] == ["default", "team-a"]
 

@@ -30,6 +30,16 @@ def put_quota(
     return api.put(f"/namespaces/{namespace}/quota", json=quota, headers=headers)
 
 
+def patch_quota(
+    api: TestClient, namespace: str, headers: dict[str, str] = ADMIN, **change: Any
+) -> Any:
+    return api.patch(f"/namespaces/{namespace}/quota", json=change, headers=headers)
+
+
+# PUT sets the whole quota, PATCH some of its limits: both are an admin's, and refuse alike.
+SETTERS = pytest.mark.parametrize("setter", [put_quota, patch_quota], ids=["PUT", "PATCH"])
+
+
 def namespaces(api: TestClient, headers: dict[str, str] = ADMIN) -> dict[str, Any]:
     listed = assert_json(api.get("/namespaces", headers=headers))
     return {view["name"]: view for view in listed}
@@ -68,11 +78,43 @@ def test_an_admin_sets_a_quota_and_every_namespace_shows_its_use(api: TestClient
     ]
 
 
-def test_only_an_admin_sets_a_quota_and_a_limited_key_sees_its_namespaces(api: TestClient) -> None:
+def test_a_patch_changes_the_limits_given_and_keeps_the_others(api: TestClient) -> None:
+    # On a namespace with no quota, it makes one.
+    assert assert_json(patch_quota(api, "team-a", cpus=4)) == {"cpus": 4}
+    assert assert_json(patch_quota(api, "team-a", running=2, pending=5)) == {
+        "running": 2,
+        "pending": 5,
+        "cpus": 4,
+    }
+    # Two admins each changing one limit, whatever each read before: both kept.
+    assert_json(patch_quota(api, "team-a", memory_mb=512))
+    assert_json(patch_quota(api, "team-a", cpus=8))
+    expected = {"running": 2, "pending": 5, "cpus": 8, "memory_mb": 512}
+    assert namespaces(api)["team-a"]["quota"] == expected
+    # 0 removes that limit; an empty change changes nothing; none left: no quota.
+    assert assert_json(patch_quota(api, "team-a", running=0)) == {
+        "pending": 5,
+        "cpus": 8,
+        "memory_mb": 512,
+    }
+    assert assert_json(patch_quota(api, "team-a")) == {"pending": 5, "cpus": 8, "memory_mb": 512}
+    assert assert_json(patch_quota(api, "team-a", pending=0, cpus=0, memory_mb=0)) == {}
+    assert "team-a" not in namespaces(api)  # neither a quota nor jobs
+    audit = assert_json(api.get("/audit", params={"limit": 2}, headers=ADMIN))
+    assert [(e["action"], e["name"], e["detail"]) for e in audit] == [
+        ("quota set", "team-a", "pending=0 cpus=0 memory_mb=0 (others kept)"),
+        ("quota set", "team-a", "nothing (others kept)"),
+    ]
+
+
+@SETTERS
+def test_only_an_admin_sets_a_quota_and_a_limited_key_sees_its_namespaces(
+    api: TestClient, setter: Any
+) -> None:
     submitter = make_key(api, "ci", "submitter", ["team-a"])
     operator = make_key(api, "ops", "operator", [])
     for key in (submitter, operator):
-        refused = put_quota(api, "team-a", as_key(key), running=100)
+        refused = setter(api, "team-a", as_key(key), running=100)
         assert refused.status_code == 403
     assert namespaces(api).get("team-a", {}).get("quota", {}) == {}
     assert_json(put_quota(api, "team-b", running=1))
@@ -83,14 +125,17 @@ def test_only_an_admin_sets_a_quota_and_a_limited_key_sees_its_namespaces(api: T
     assert api.get("/namespaces").status_code == 401
 
 
-def test_a_key_limited_to_namespaces_sets_no_quota_even_an_admins(api: TestClient) -> None:
+@SETTERS
+def test_a_key_limited_to_namespaces_sets_no_quota_even_an_admins(
+    api: TestClient, setter: Any
+) -> None:
     """A quota limits a team: a team's own admin key (limited to its namespaces) would lift
     it, and another team's is none of its business. Only a key of every namespace sets one
     (Kubernetes' namespace admin reads its ResourceQuota, never writes it)."""
     team_admin = make_key(api, "team-a-admin", "admin", ["team-a"])
     assert_json(put_quota(api, "team-a", running=2, pending=5))
     for namespace in ("team-a", "team-b"):
-        refused = put_quota(api, namespace, as_key(team_admin), running=100)
+        refused = setter(api, namespace, as_key(team_admin), running=100)
         assert_text_error(
             refused,
             403,
@@ -114,11 +159,13 @@ def test_a_key_limited_to_namespaces_sets_no_quota_even_an_admins(api: TestClien
         ("Team_A", {"running": 1}, "invalid namespace 'Team_A'"),
     ],
 )
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
 def test_bad_input_is_400_and_changes_nothing(
-    api: TestClient, namespace: str, body: Any, message: str
+    api: TestClient, namespace: str, body: Any, message: str, method: str
 ) -> None:
     assert_json(put_quota(api, "team-a", running=2))
-    refused = api.put(f"/namespaces/{namespace}/quota", json=body, headers=ADMIN)
+    path = f"/namespaces/{namespace}/quota"
+    refused = api.request(method, path, json=body, headers=ADMIN)
     assert refused.status_code == 400
     assert refused.text.startswith(message), refused.text
     assert namespaces(api)["team-a"]["quota"] == {"running": 2}

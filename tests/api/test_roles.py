@@ -79,6 +79,7 @@ MADE: dict[tuple[str, str], tuple[str, Any]] = {
     ("DELETE", "/keys/{name}"): ("/keys/victim", None),
     ("GET", "/namespaces"): ("/namespaces", None),
     ("PUT", "/namespaces/{namespace}/quota"): ("/namespaces/team-a/quota", {"running": 1}),
+    ("PATCH", "/namespaces/{namespace}/quota"): ("/namespaces/team-a/quota", {"cpus": 1}),
     ("GET", "/metrics"): ("/metrics", None),
     ("GET", "/openapi.json"): ("/openapi.json", None),
 }

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from scheduler.cli import quotas as quotas_cli
+from scheduler.models.quota import Quota
 from tests.cli.conftest import Cli
 from tests.cli.test_client import KEY
 from tests.processes import api_replicas, scheduler_env, unique_prefix
@@ -77,3 +79,16 @@ def test_a_quota_is_set_listed_and_refuses_a_submit_past_it(
     assert (code, out) == (1, "")
     assert err.startswith("namespace quota failed 403: forbidden: the key 'ci' ")
     assert cli(api, "namespace", "list")[0] == 0
+
+
+def test_a_limit_given_is_merged_on_the_server_not_over_a_stale_read(
+    api: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two admins at once: one sets cpus while the other, who read the quota before that,
+    sets running. The CLI sends only the limit given (PATCH), so the first's cpus stays; a
+    read-then-set would write back the quota as the second read it, losing cpus."""
+    assert cli(api, "namespace", "quota", "team-m", "--cpus", "4")[0] == 0
+    stale = Quota()  # what the second admin's CLI would have read, before cpus was set
+    monkeypatch.setattr(quotas_cli, "current_quota", lambda client, namespace: stale)
+    code, out, err = cli(api, "namespace", "quota", "team-m", "--running", "3")
+    assert (code, out, err) == (0, "namespace team-m: quota running=3 cpus=4\n", "")

@@ -54,6 +54,7 @@ CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "revoke_key": (("ci",), {}),
     "audit": ((), {"limit": 5}),
     "set_quota": (("team-a",), {"running": 2, "cpus": 8}),
+    "change_quota": (("team-a",), {"cpus": 0}),
     "namespaces": ((), {}),
 }
 
