@@ -126,11 +126,16 @@ def reason(job: Job) -> str:
     return ""
 
 
-def _attempt(job: Job, allowed: int) -> str:
-    """The attempt number, and of how many its retries allow."""
+def _attempt(job: Job, allowed: int) -> tuple[str, str]:
+    """(label, text): while more may come (an unfinished job) its attempt's number, of how
+    many its retries allow; once ended (or being cancelled) how many it made ("of 2" on a
+    done job read as if a second one were coming)."""
     number = job.retry_count + 1
+    if job.status in FINAL_STATUSES or job.status == "cancelling":
+        never = number == 1 and job.running_at is None  # cancelled, or a dependency failed
+        return "attempts", "none ran" if never else str(number)
     limit = (job.max_retries if job.max_retries is not None else allowed) + 1
-    return f"{number} of {limit}" if number <= limit else str(number)
+    return "attempt", f"{number} of {limit}" if number <= limit else str(number)
 
 
 def _schedule(job: Job, view: View) -> str:
@@ -161,7 +166,7 @@ def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, 
         ("ran for", escape(duration(job, view.now))),
         ("node", node),
         ("made by", _schedule(job, view)),
-        ("attempt", escape(_attempt(job, allowed_retries))),
+        _attempt(job, allowed_retries),
         ("submitted", view.when(job.created_at)),
         ("started", view.when(job.running_at)),
         ("finished", view.when(job.finished_at)),
