@@ -5,6 +5,7 @@ empty fields left out, then its output once; every value escaped."""
 from __future__ import annotations
 
 import re
+import time
 from html import unescape
 
 from starlette.testclient import TestClient
@@ -12,6 +13,8 @@ from starlette.testclient import TestClient
 from scheduler.api.ui_job import TAIL_LINES, summary_rows, tail_of
 from scheduler.api.ui_layout import View
 from scheduler.models.job import Job
+from scheduler.store import ops
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, register, report, submit
 
 
@@ -99,6 +102,38 @@ def test_of_how_many_only_while_more_attempts_may_come(make_client: ClientFactor
     never = submit(api, command="sleep 1")["job_id"]
     assert api.delete(f"/jobs/{never}").status_code == 200
     assert attempt(never) == {"attempts": "none ran"}
+
+
+def test_due_at_shows_only_a_due_time_that_matters(client: TestClient, store: SyncJobStore) -> None:
+    """A delayed job's due time, and the one a submit asked for, show; the run_at the record
+    keeps for the dashboard's wait (a dependency's release, a retry by hand) does not: those
+    jobs were never delayed."""
+    register(client, "n1")
+
+    def due(job_id: str) -> str | None:
+        return table(client.get(f"/ui/jobs/{job_id}").text, "request").get("due at")
+
+    def ran(job_id: str, status: str) -> None:
+        assert report(client, job_id, "running").status_code == 200
+        assert report(client, job_id, status, exit_code=0 if status == "done" else 1).is_success
+
+    later = submit(client, command="true", delay_secs=60)["job_id"]
+    assert due(later)  # delayed: when it runs
+    assert store.run(ops.upkeep.promote_due(time.time() + 61)) == [later]
+    ran(later, "done")
+    assert due(later)  # what its submit asked
+    first = submit(client, command="true")["job_id"]
+    then = submit(client, command="true", after=[first])["job_id"]
+    ran(first, "done")  # `then` released: its run_at is when
+    assert due(then) is None
+    ran(then, "done")
+    assert due(first) is None and due(then) is None
+    again = submit(client, command="false", max_retries=0)["job_id"]
+    ran(again, "failed")
+    assert client.post(f"/jobs/{again}/retry").is_success  # no key: no retried_by
+    assert due(again) is None
+    ran(again, "done")
+    assert due(again) is None
 
 
 def test_a_whole_short_stderr_shows_once_at_the_top(client: TestClient) -> None:
