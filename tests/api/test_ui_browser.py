@@ -465,6 +465,9 @@ def check_dashboard(ui: WebDriver, columns: int) -> None:
 
     for name in ("submitted", "started", "done", "failed"):
         assert sum(int(v) for v in drawn("flow", name)) == int(figure(name)), name
+    # Started counts attempts (a retry's too), the others jobs: the legend says so.
+    started = ui.find_element(By.XPATH, '//b[@id="fig-started"]/parent::span').text
+    assert started.startswith("attempts started") and ui.find_element(By.ID, "flow-note")
     assert int(figure("submitted")) >= JOBS and int(figure("done")) >= 1
     assert int(figure("failed")) >= 1 and int(figure("started")) >= 3
     assert int(drawn("queue", "running")[-1]) >= 1 and figure("running").endswith(" now")
