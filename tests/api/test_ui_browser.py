@@ -208,6 +208,11 @@ def test_the_schedules_page_lists_them_and_pauses_and_resumes(api: str, ui: WebD
     assert "0 3 * * * Europe/Paris" in nightly and "active" in nightly
     assert "DB_PASSWORD" in nightly and "hunter2" not in ui.page_source  # names only
     assert "every 3600 s" in ui.find_element(By.ID, "row-ticker").text
+    missed = ui.find_element(By.CSS_SELECTOR, "#row-ticker .catchup")
+    assert (missed.text, missed.get_attribute("title")) == (
+        "run once",
+        "Runs it missed make one job for all of them (catchup once)",
+    )
 
     click(ui, By.ID, "pause-ticker")
     assert ui.current_url == f"{api}/ui/schedules"
@@ -445,6 +450,7 @@ def check_page(
         right = ui.execute_script("return arguments[0].getBoundingClientRect().right", nightly)
         assert right <= ui.execute_script("return innerWidth")  # not cut: a card on a phone
         assert "0 3 * * * UTC" in nightly.text and " in " in nightly.text  # its next run
+        assert nightly.find_element(By.CLASS_NAME, "catchup").text == "skipped"  # not "skip"
         assert nightly.find_element(By.TAG_NAME, "time").get_attribute("title").endswith(" UTC")
     elif name == "not-found":
         assert ui.find_element(By.ID, "error").text == "job not found"
