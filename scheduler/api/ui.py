@@ -14,8 +14,10 @@ session, or without a key to the deployment's secret.
 
 from __future__ import annotations
 
+import os
 import time
 from html import escape
+from urllib.parse import urlsplit
 
 import msgspec
 from starlette.requests import Request
@@ -75,25 +77,49 @@ async def drain_or_undrain(request: Request) -> Response:
 
 
 # Where `scheduler up` keeps the key it makes when TINYAWS_API_KEY is unset (client/session.py
-# key_path: a folder per address it serves; under XDG_STATE_HOME when that is set).
-UP_KEY_FILE = "~/.local/state/tinyaws-scheduler/{host}-{port}/api-key"
+# key_path, which the API may not import: tests/test_layout.py): a folder per address it
+# serves, under XDG_STATE_HOME, or ~/.local/state when that is unset.
+UP_KEY_FILE = "tinyaws-scheduler/{host}-{port}/api-key"
+DEFAULT_STATE = "~/.local/state"
+
+
+def _up_address(url: str) -> tuple[str, int] | None:
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return (host, port) if host else None
+
+
+def up_key_file(request: Request) -> str:
+    """The file `up` keeps this server's key in, as the login shows it. `up` gives the API
+    its environment: XDG_STATE_HOME, and its own address as SCHEDULER_URL, which names the
+    file; when that file is not there (not started by `up`), the one the browser's address
+    would have. The login is public: XDG_STATE_HOME shows by its name, never its value (it
+    may name the user, or any folder), as the home shows as ~."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    home = state or os.path.expanduser(DEFAULT_STATE)
+    told = _up_address(os.environ.get("SCHEDULER_URL", ""))
+    if told and os.path.isfile(os.path.join(home, UP_KEY_FILE.format(host=told[0], port=told[1]))):
+        host, port = told
+    else:
+        host = request.url.hostname or "HOST"
+        port = request.url.port or (443 if request.url.scheme == "https" else 80)
+    file = UP_KEY_FILE.format(host=host, port=port)
+    return f'"$XDG_STATE_HOME/{file}"' if state else f"{DEFAULT_STATE}/{file}"
 
 
 def _where_up_keeps_the_key(request: Request) -> str:
     """The login's help: the key is TINYAWS_API_KEY; `up` without one made one, in a file
-    named after the address it serves (this page's, when the browser came straight here)."""
-    host = request.url.hostname or "HOST"
-    port = request.url.port or (443 if request.url.scheme == "https" else 80)
-    path = UP_KEY_FILE.format(host=host, port=port)
+    named after the address it serves."""
     return (
         '<div id="key-help"><p>The key is the deployment\'s <code>TINYAWS_API_KEY</code>, or a '
         "named key an admin made for you (<code>scheduler key add</code>).</p>"
         "<p>Started with <code>scheduler up</code> (or <code>./dev up</code>) without one? It "
         "made a key for the session, readable by your user only, and printed where when it "
-        f"started (<code>key: in …</code>):</p><pre>cat {escape(path)}</pre>"
-        '<p class="muted">(<code>$XDG_STATE_HOME/tinyaws-scheduler/…</code> when '
-        "<code>XDG_STATE_HOME</code> is set; the file is removed when <code>up</code> stops.)"
-        "</p></div>"
+        f"started (<code>key: in …</code>):</p><pre>cat {escape(up_key_file(request))}</pre>"
+        '<p class="muted">(The file is removed when <code>up</code> stops.)</p></div>'
     )
 
 

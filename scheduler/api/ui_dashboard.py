@@ -64,6 +64,14 @@ READS = (WINDOW, "namespace")
 
 FLOW = (("submitted", BLUE, ""), ("started", ORANGE, "6 3"), ("done", GREEN, "2 2"))
 FAILED = ("failed", VERMILLION, "8 3 2 3")
+# The throughput's lines count jobs (submitted; ended done, failed: as the jobs list counts
+# them) but for `started`, which counts claims: every attempt's start, a retry's too (series.lua
+# count_started). Called so, or "started 5" beside "failed 1" read as five jobs.
+CALLED = {"started": "attempts started"}
+FLOW_NOTE = (
+    "Jobs submitted, and jobs that ended done or failed; attempts started counts every "
+    "start, a retry's too: a job retried once counts two."
+)
 
 
 def window_of(request: Request) -> str:
@@ -145,15 +153,16 @@ def _top(said: str) -> str:
 
 def _flow(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str:
     lines = [
-        Line(name, colour, dash, [c.counts[name] for c in drawn])
+        Line(name, colour, dash, [c.counts[name] for c in drawn], label=CALLED.get(name, ""))
         for name, colour, dash in (*FLOW, FAILED)
     ]
     top = nice_top(max((v or 0 for line in lines for v in line.values), default=0))
     figures = {name: str(whole.counts[name]) for name in whole.counts}
     return (
         "<h2>Throughput</h2>"
+        + f'<p class="muted" id="flow-note">{FLOW_NOTE}</p>'
         + legend(lines, figures)
-        + _top(f"jobs per {'minute' if drawn and drawn[0].minutes == 1 else '15 min'}")
+        + _top(f"per {'minute' if drawn and drawn[0].minutes == 1 else '15 min'}")
         + chart("flow", labels, lines, top)
         + _axis(drawn, labels)
     )

@@ -126,11 +126,16 @@ def reason(job: Job) -> str:
     return ""
 
 
-def _attempt(job: Job, allowed: int) -> str:
-    """The attempt number, and of how many its retries allow."""
+def _attempt(job: Job, allowed: int) -> tuple[str, str]:
+    """(label, text): while more may come (an unfinished job) its attempt's number, of how
+    many its retries allow; once ended (or being cancelled) how many it made ("of 2" on a
+    done job read as if a second one were coming)."""
     number = job.retry_count + 1
+    if job.status in FINAL_STATUSES or job.status == "cancelling":
+        never = number == 1 and job.running_at is None  # cancelled, or a dependency failed
+        return "attempts", "none ran" if never else str(number)
     limit = (job.max_retries if job.max_retries is not None else allowed) + 1
-    return f"{number} of {limit}" if number <= limit else str(number)
+    return "attempt", f"{number} of {limit}" if number <= limit else str(number)
 
 
 def _schedule(job: Job, view: View) -> str:
@@ -161,7 +166,7 @@ def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, 
         ("ran for", escape(duration(job, view.now))),
         ("node", node),
         ("made by", _schedule(job, view)),
-        ("attempt", escape(_attempt(job, allowed_retries))),
+        _attempt(job, allowed_retries),
         ("submitted", view.when(job.created_at)),
         ("started", view.when(job.running_at)),
         ("finished", view.when(job.finished_at)),
@@ -169,11 +174,28 @@ def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, 
     return [(name, html) for name, html in rows if html]
 
 
-def request_rows(job: Job, view: View) -> list[tuple[str, str]]:
-    """(label, HTML) of every other field that is set: what was asked for."""
+def due_matters(job: Job, ended: int) -> bool:
+    """Whether the job's run_at is a due time to show: while it is delayed (a delay asked
+    for, a retry's backoff), or the delay its submit asked for. The record keeps run_at for
+    the dashboard's wait too: set when a dependency released it or a retry by hand started
+    it over (models/job.py), which no one asked for. `ended`: its attempts that ended (a
+    retry by hand keeps the earlier ones: more than its own)."""
+    if job.run_at is None:
+        return False
+    if job.status == "delayed":
+        return True
+    own = 1 if job.status in FINAL_STATUSES else 0  # the attempt its ending recorded
+    return not job.after and not job.retry_count and not job.retried_by and ended <= own
+
+
+def request_rows(job: Job, view: View, ended: int = 0) -> list[tuple[str, str]]:
+    """(label, HTML) of every other field that is set: what was asked for (`ended`: its
+    attempts that ended, for `due_matters`)."""
     rows = []
     for field in JOB_FIELDS:
         if field.name in SUMMARY or field.name in OUTPUT:
+            continue
+        if field.name == "run_at" and not due_matters(job, ended):
             continue
         html = _cell(field, getattr(job, field.name), view)
         if html:
@@ -255,7 +277,7 @@ async def job_page(request: Request) -> Response:
         )
     live = live_section(job, view, settings.log_max_bytes)
     body += live + attempts_section(attempts, view, own=(job.stdout, job.stderr))
-    body += f"<h2>Request</h2>{_table('request', request_rows(job, view))}{output}"
+    body += f"<h2>Request</h2>{_table('request', request_rows(job, view, len(attempts)))}{output}"
     unfinished = job.status not in FINAL_STATUSES
     script = SCRIPT if live else ""  # the live output's: it reloads the page (ui_live.py)
     return page(request, job.job_id, body, refresh=unfinished, view=view, script=script)

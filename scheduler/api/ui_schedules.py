@@ -23,7 +23,19 @@ from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 
 PAGE_SIZE = 100
-HEADINGS = ("schedule", "runs", "missed ticks", "state", "next run", "last run", "job", "")
+HEADINGS = ("schedule", "runs", "missed runs", "state", "next run", "last run", "job", "")
+# A schedule's catchup (models/schedule.py CATCHUP) in words, and on hover what it does with
+# the runs it missed (its workers down, or no healthy node, past SCHEDULE_GRACE_SECS).
+CATCHUP_WORDS = {
+    "skip": ("skipped", "Runs it missed are skipped: it goes on with its next one (catchup skip)"),
+    "once": ("run once", "Runs it missed make one job for all of them (catchup once)"),
+}
+
+
+def _catchup(schedule: Schedule) -> str:
+    words, said = CATCHUP_WORDS.get(schedule.catchup, (schedule.catchup, ""))
+    title = f' title="{escape(said)}"' if said else ""
+    return f'<span class="catchup"{title}>{escape(words)}</span>'
 
 
 def _when(schedule: Schedule) -> str:
@@ -62,7 +74,7 @@ def _row(schedule: Schedule, token: str, view: View) -> str:
     cells = (
         ("", f'<span id="name-{escape(schedule.name)}">{escape(schedule.name)}</span>'),
         ("", _when(schedule)),
-        ("", escape(schedule.catchup)),
+        ("", _catchup(schedule)),
         ("", status_badge("paused" if schedule.paused else "active")),
         ("", view.moment(schedule.next_tick)),
         ("", last),

@@ -59,10 +59,13 @@ def test_with_a_key_the_pages_need_the_login_cookie(make_client: ClientFactory) 
 
 
 def test_the_login_shows_no_navigation_and_says_where_ups_key_is(
-    make_client: ClientFactory,
+    make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Logged out, every link of the navigation and Log out would lead back to the login: the
-    page shows none, and says where `scheduler up` keeps the key it made."""
+    page shows none, and says where `scheduler up` keeps the key it made (XDG_STATE_HOME
+    unset: under ~/.local/state; tests/api/test_ui_login.py for the rest)."""
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.delenv("SCHEDULER_URL", raising=False)
     api = make_client(api_key=KEY)
     page = api.get("/ui/login").text
     assert "<nav>" not in page and "Log out" not in page and "/ui/jobs" not in page

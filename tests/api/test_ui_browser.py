@@ -208,6 +208,11 @@ def test_the_schedules_page_lists_them_and_pauses_and_resumes(api: str, ui: WebD
     assert "0 3 * * * Europe/Paris" in nightly and "active" in nightly
     assert "DB_PASSWORD" in nightly and "hunter2" not in ui.page_source  # names only
     assert "every 3600 s" in ui.find_element(By.ID, "row-ticker").text
+    missed = ui.find_element(By.CSS_SELECTOR, "#row-ticker .catchup")
+    assert (missed.text, missed.get_attribute("title")) == (
+        "run once",
+        "Runs it missed make one job for all of them (catchup once)",
+    )
 
     click(ui, By.ID, "pause-ticker")
     assert ui.current_url == f"{api}/ui/schedules"
@@ -419,11 +424,11 @@ def check_page(
     elif name == "job":
         summary = fields(ui, "summary")
         assert list(summary)[:3] == ["status", "reason", "exit code"]
-        assert (summary["status"], summary["exit code"], summary["attempt"]) == (
+        assert (summary["status"], summary["exit code"], summary["attempts"]) == (
             "failed",
             "4",
-            "2 of 2",
-        )
+            "2",
+        )  # how many it made: not "2 of 2", as if more might come
         assert summary["reason"] == "the command exited with code 4"
         assert summary["ran for"] and summary["finished"].endswith(("ago", "just now"))
         assert ui.find_element(By.ID, "tail").text == "boom"  # the error, at the top
@@ -445,6 +450,7 @@ def check_page(
         right = ui.execute_script("return arguments[0].getBoundingClientRect().right", nightly)
         assert right <= ui.execute_script("return innerWidth")  # not cut: a card on a phone
         assert "0 3 * * * UTC" in nightly.text and " in " in nightly.text  # its next run
+        assert nightly.find_element(By.CLASS_NAME, "catchup").text == "skipped"  # not "skip"
         assert nightly.find_element(By.TAG_NAME, "time").get_attribute("title").endswith(" UTC")
     elif name == "not-found":
         assert ui.find_element(By.ID, "error").text == "job not found"
@@ -465,6 +471,9 @@ def check_dashboard(ui: WebDriver, columns: int) -> None:
 
     for name in ("submitted", "started", "done", "failed"):
         assert sum(int(v) for v in drawn("flow", name)) == int(figure(name)), name
+    # Started counts attempts (a retry's too), the others jobs: the legend says so.
+    started = ui.find_element(By.XPATH, '//b[@id="fig-started"]/parent::span').text
+    assert started.startswith("attempts started") and ui.find_element(By.ID, "flow-note")
     assert int(figure("submitted")) >= JOBS and int(figure("done")) >= 1
     assert int(figure("failed")) >= 1 and int(figure("started")) >= 3
     assert int(drawn("queue", "running")[-1]) >= 1 and figure("running").endswith(" now")

@@ -57,10 +57,33 @@ def test_the_dashboard_draws_a_known_sequence_of_jobs(make_client: ClientFactory
     assert p50 and p95 and float(p50[-1]) <= float(p95[-1]) <= 300
     assert figure(page, "p50").startswith("≤ ")
     # Each column says its values on hover.
-    assert re.search(r"<title>\d\d:\d\d: submitted \d+, started \d+, done \d+, failed \d+", page)
+    assert re.search(
+        r"<title>\d\d:\d\d: submitted \d+, attempts started \d+, done \d+, failed \d+", page
+    )
     # n1 runs 1 of its 2.
     assert re.search(r'data-running="1" data-capacity="2"', page)
     assert "1 / 2" in page
+
+
+def test_started_says_it_counts_attempts_where_the_others_count_jobs(
+    make_client: ClientFactory,
+) -> None:
+    """One job failed twice (a retry allowed): one job submitted and failed, as the jobs list
+    counts it, and two attempts started. "started 2" beside "failed 1" read as two jobs."""
+    api = make_client(max_job_retries=1)
+    register(api, "n1")
+    job_id = submit(api, command="false")["job_id"]
+    for _ in range(2):
+        assert report(api, job_id, "running").status_code == 200
+        assert report(api, job_id, "failed", exit_code=1).status_code == 200
+    page = api.get("/ui").text
+    figures = {name: figure(page, name) for name in ("submitted", "started", "failed")}
+    assert figures == {"submitted": "1", "started": "2", "failed": "1"}
+    assert '> attempts started <b id="fig-started">' in page
+    assert "jobs per minute" not in page and ">per minute</div>" in page
+    assert "attempts started counts every start, a retry's too" in page
+    listed = api.get("/ui/jobs").text
+    assert re.search(r'id="count-failed" href="[^"]*">failed 1</a>', listed)  # the same job
 
 
 def test_the_day_draws_a_column_per_quarter_hour(client: TestClient) -> None:

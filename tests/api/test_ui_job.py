@@ -5,6 +5,7 @@ empty fields left out, then its output once; every value escaped."""
 from __future__ import annotations
 
 import re
+import time
 from html import unescape
 
 from starlette.testclient import TestClient
@@ -12,6 +13,8 @@ from starlette.testclient import TestClient
 from scheduler.api.ui_job import TAIL_LINES, summary_rows, tail_of
 from scheduler.api.ui_layout import View
 from scheduler.models.job import Job
+from scheduler.store import ops
+from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, register, report, submit
 
 
@@ -39,11 +42,11 @@ def test_a_failed_job_leads_with_what_happened(make_client: ClientFactory) -> No
     page = api.get(f"/ui/jobs/{job['job_id']}").text
     summary = table(page, "summary")
     assert list(summary) == [
-        "status", "reason", "exit code", "ran for", "node", "attempt", "submitted", "started",
+        "status", "reason", "exit code", "ran for", "node", "attempts", "submitted", "started",
         "finished",
     ]  # fmt: skip
     assert (summary["status"], summary["reason"]) == ("failed", "the command exited with code 3")
-    assert (summary["exit code"], summary["node"], summary["attempt"]) == ("3", "n1", "1 of 1")
+    assert (summary["exit code"], summary["node"], summary["attempts"]) == ("3", "n1", "1")
     # The end of stderr at the top, before the attempts; all of it once, below.
     tail = re.search(r'<pre id="tail" class="stderr">(.*?)</pre>', page, re.S)
     assert tail and unescape(tail.group(1)).splitlines() == stderr.splitlines()[-TAIL_LINES:]
@@ -70,6 +73,67 @@ def test_a_cancelled_job_reads_cancelled(client: TestClient) -> None:
     assert row and '<span class="st cancelled">cancelled</span>' in row.group(0)
     assert ">failed<" not in row.group(0)
     assert 'id="tail"' not in page and 'id="stdout-empty"' in page  # no output: said so
+
+
+def test_of_how_many_only_while_more_attempts_may_come(make_client: ClientFactory) -> None:
+    """An unfinished job says its attempt of how many its retries allow; an ended one how
+    many it made ("1 of 2" on a done job read as if a second were coming); a job that never
+    ran, that none did."""
+    api = make_client(max_job_retries=1)
+    register(api, "n1")
+
+    def attempt(job_id: str) -> dict[str, str]:
+        summary = table(api.get(f"/ui/jobs/{job_id}").text, "summary")
+        return {name: summary[name] for name in ("attempt", "attempts") if name in summary}
+
+    done = submit(api, command="true")["job_id"]
+    assert attempt(done) == {"attempt": "1 of 2"}  # pending
+    assert report(api, done, "running").status_code == 200
+    assert attempt(done) == {"attempt": "1 of 2"}
+    assert report(api, done, "done", exit_code=0).status_code == 200
+    assert attempt(done) == {"attempts": "1"}
+    flaky = submit(api, command="false")["job_id"]
+    assert report(api, flaky, "running").status_code == 200
+    assert report(api, flaky, "failed", exit_code=1).status_code == 200  # retried
+    assert attempt(flaky) == {"attempt": "2 of 2"}
+    assert report(api, flaky, "running").status_code == 200
+    assert report(api, flaky, "failed", exit_code=1).status_code == 200
+    assert attempt(flaky) == {"attempts": "2"}
+    never = submit(api, command="sleep 1")["job_id"]
+    assert api.delete(f"/jobs/{never}").status_code == 200
+    assert attempt(never) == {"attempts": "none ran"}
+
+
+def test_due_at_shows_only_a_due_time_that_matters(client: TestClient, store: SyncJobStore) -> None:
+    """A delayed job's due time, and the one a submit asked for, show; the run_at the record
+    keeps for the dashboard's wait (a dependency's release, a retry by hand) does not: those
+    jobs were never delayed."""
+    register(client, "n1")
+
+    def due(job_id: str) -> str | None:
+        return table(client.get(f"/ui/jobs/{job_id}").text, "request").get("due at")
+
+    def ran(job_id: str, status: str) -> None:
+        assert report(client, job_id, "running").status_code == 200
+        assert report(client, job_id, status, exit_code=0 if status == "done" else 1).is_success
+
+    later = submit(client, command="true", delay_secs=60)["job_id"]
+    assert due(later)  # delayed: when it runs
+    assert store.run(ops.upkeep.promote_due(time.time() + 61)) == [later]
+    ran(later, "done")
+    assert due(later)  # what its submit asked
+    first = submit(client, command="true")["job_id"]
+    then = submit(client, command="true", after=[first])["job_id"]
+    ran(first, "done")  # `then` released: its run_at is when
+    assert due(then) is None
+    ran(then, "done")
+    assert due(first) is None and due(then) is None
+    again = submit(client, command="false", max_retries=0)["job_id"]
+    ran(again, "failed")
+    assert client.post(f"/jobs/{again}/retry").is_success  # no key: no retried_by
+    assert due(again) is None
+    ran(again, "done")
+    assert due(again) is None
 
 
 def test_a_whole_short_stderr_shows_once_at_the_top(client: TestClient) -> None:
