@@ -38,7 +38,8 @@ def change_quota(
     """Namespace `namespace`'s quota with the limits given changed (0: that limit goes) and
     the others kept, in one step on the server (two admins changing two limits at once both
     keep theirs). Answers the quota as it is now."""
-    change = QuotaChange(running=running, pending=pending, cpus=cpus, memory_mb=memory_mb)
+    limits = {"running": running, "pending": pending, "cpus": cpus, "memory_mb": memory_mb}
+    change = QuotaChange(**{name: value for name, value in limits.items() if value is not None})
     path = calls.path("namespaces", namespace, "quota")
     return (
         yield from calls.call(_quota, "PATCH", path, True, json=calls.encode(change), headers=_JSON)

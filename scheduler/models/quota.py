@@ -40,11 +40,14 @@ class Quota(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_o
 
 class Change(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_only=True):
     """The body of PATCH /namespaces/{ns}/quota (QuotaChange, below: Quota's limits, each
-    optional): the limits given change (0: that one goes), those left out stay as they are.
-    The merge is one script, so two admins changing two limits at once both keep theirs."""
+    optional): the limits given change (0, or null as in a JSON merge patch: that one goes),
+    those left out stay as they are. The merge is one script, so two admins changing two
+    limits at once both keep theirs."""
 
     def given(self) -> dict[str, int]:
-        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+        """The limits given, a null one as 0."""
+        limits = msgspec.structs.asdict(self).items()
+        return {k: v or 0 for k, v in limits if v is not msgspec.UNSET}
 
     def said(self) -> str:
         """The change as the audit says it: `cpus=16 running=0 (others kept)`."""
@@ -52,11 +55,11 @@ class Change(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_
         return f"{limits or 'nothing'} (others kept)"
 
 
-# Quota's limits, each absent (None) unless given: declared from Quota's, so a new limit is
+# Quota's limits, each absent (UNSET) unless given: declared from Quota's, so a new limit is
 # one field there.
 QuotaChange: type[Change] = msgspec.defstruct(  # type: ignore[assignment]
     "QuotaChange",
-    [(name, Limit | None, None) for name in Quota.__struct_fields__],
+    [(name, Limit | None | msgspec.UnsetType, msgspec.UNSET) for name in Quota.__struct_fields__],
     bases=(Change,),
     module=__name__,
 )

@@ -91,7 +91,13 @@ def test_a_patch_changes_the_limits_given_and_keeps_the_others(api: TestClient) 
     assert_json(patch_quota(api, "team-a", cpus=8))
     expected = {"running": 2, "pending": 5, "cpus": 8, "memory_mb": 512}
     assert namespaces(api)["team-a"]["quota"] == expected
-    # 0 removes that limit; an empty change changes nothing; none left: no quota.
+    # 0 removes that limit, as null does (a JSON merge patch); an empty change changes
+    # nothing; none left: no quota.
+    assert assert_json(patch_quota(api, "team-a", running=None, pending=5)) == {
+        "pending": 5,
+        "cpus": 8,
+        "memory_mb": 512,
+    }
     assert assert_json(patch_quota(api, "team-a", running=0)) == {
         "pending": 5,
         "cpus": 8,

@@ -60,7 +60,7 @@ def set_quota(namespace: str, quota: Quota, at: float, by: Principal) -> Call[Qu
 def change_quota(namespace: str, change: Change, at: float, by: Principal) -> Call[Quota]:
     """Namespace `namespace`'s quota with the limits `change` gives (0: that one goes), the
     others as stored, in one step; answers the quota stored, as set_quota."""
-    return _call(namespace, _encode(change), True, change.said(), at, by)
+    return _call(namespace, _encode(change.given()), True, change.said(), at, by)
 
 
 def _call(
