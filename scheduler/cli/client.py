@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import msgspec
 
 from scheduler.cli.job_options import OptionError, add_job_options, job_body
-from scheduler.cli.output import attempt_line, exit_status, format_job, progress, why
+from scheduler.cli.output import attempt_line, exit_status, format_job, progress
 from scheduler.client import ApiError, Client, NotFound, SchedulerError
 from scheduler.config import Settings
 from scheduler.models.attempt import Attempt
@@ -147,10 +147,12 @@ def attempts_of(client: Client, job_id: str) -> list[Attempt]:
 
 class _Changes:
     """Writes a progress line each time the waited job's status differs from the last seen,
-    after a line for each attempt that ended since (with a `client` to read them from)."""
+    after a line for each attempt that ended since (with a `client` to read them from);
+    `said`: whether the last status seen has had its line."""
 
     def __init__(self, err: TextIO, status: str = "", client: Client | None = None) -> None:
         self.err, self.status, self.client, self.shown = err, status, client, 0
+        self.said = False
 
     def __call__(self, job: Job) -> None:
         if job.status != self.status:
@@ -161,6 +163,7 @@ class _Changes:
                     _echo(attempt_line(job.job_id, fields(attempt)), self.err)
                 self.shown = len(ended)
             _echo(progress(fields(job)), self.err)
+            self.said = True
 
 
 def usage_error(args: argparse.Namespace, message: str) -> None:
@@ -226,13 +229,14 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
             out.write(format_job(fields(job)))
         return 1 if job.status == "failed" else 0
     job = _watched(client, job.job_id, args.poll_secs, changes)
+    if not changes.said:  # it had ended when submitted (an Idempotency-Key's job, again)
+        _echo(progress(fields(job)), err)
     if args.json:
         print_json(job, out)
     else:
+        # The end was said once, as it came (`job-3 failed on node-1 (exit_code=3)`).
         out.write(job.stdout)
         err.write(job.stderr)
-        if job.status != "done":
-            err.write(f"{job.job_id} failed{why(fields(job))}\n")
     return exit_status(fields(job))  # the command's own
 
 

@@ -430,6 +430,38 @@ def test_submit_wait_prints_each_attempt_and_exits_with_the_commands_code(
     assert code == 0 and out.splitlines()[-2:] == attempts
 
 
+def test_submit_wait_says_a_failure_once(api: str, cli: Cli) -> None:
+    """The end is one line on stderr, as it came, before the job's own output: it was said
+    again after the output (`job-3 failed (exit_code=3)`)."""
+
+    def agent() -> None:
+        for _ in range(400):
+            for job in httpx.get(f"{api}/jobs", params={"status": "pending"}).json():
+                if job["command"] == "exit 4":
+                    failed = {"status": "failed", "exit_code": 4, "stdout": "o\n", "stderr": "e\n"}
+                    _agent_steps(api, job["job_id"], RUNNING, failed).join()
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    argv = ["submit", "exit 4", "--max-retries", "0", "--idempotency-key", "said-once", "--wait"]
+    code, out, err = cli(api, *argv)
+    thread.join()
+    job_id = out.split()[1]
+    assert code == 4 and out.splitlines()[1:] == ["o"]
+    assert err.splitlines() == [
+        f"{job_id} running on node-1",
+        f"{job_id} attempt 1 on node-1: failed (exit_code=4)",
+        f"{job_id} failed on node-1 (exit_code=4)",
+        "e",
+    ]
+    # The same key again answers the job, ended already: its end is said all the same.
+    code, out, err = cli(api, *argv)
+    assert (code, out.splitlines()[1:]) == (4, ["o"])
+    assert err == f"{job_id} failed on node-1 (exit_code=4)\ne\n"
+
+
 def test_status_wait_prints_each_status_change(api: str, cli: Cli) -> None:
     job_id = httpx.post(f"{api}/jobs", json={"command": "true"}).json()["job_id"]
     thread = _agent_steps(api, job_id, RUNNING, DONE)
