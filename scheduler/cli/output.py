@@ -34,11 +34,21 @@ def go_quote(text: str) -> str:
 # Why a job is where it is, when the scheduler says: why it waits for a node, why it failed,
 # whose queue it was taken from (work stealing).
 REASONS = ("pending_reason", "failure_reason", "taken_from")
+# When it is due (a delay, a retry's backoff; kept once due), and the jobs it runs after.
+WAITS_FOR = ("run_at", "after")
+
+
+def _listed(value: object) -> str:
+    """A field as one word: a list's items joined by commas (`after=job-1,job-2`), a time
+    to the second (`run_at=2026-12-24T06:00:00Z`; --json has it whole)."""
+    return ",".join(map(str, value)) if isinstance(value, list) else _FRACTION.sub("Z", str(value))
 
 
 def format_job(job: dict[str, Any]) -> str:
-    """The original's printJob, and why the job is where it is (REASONS), if it says."""
+    """The original's printJob, and why the job is where it is (REASONS) and what it waits
+    for (WAITS_FOR), when set."""
     reason = "".join(f" {name}={job[name]}" for name in REASONS if job.get(name))
+    reason += "".join(f" {name}={_listed(job[name])}" for name in WAITS_FOR if job.get(name))
     text = (
         f"job_id={job.get('job_id', '')} node_id={job.get('node_id', '')} "
         f"status={job.get('status', '')}{reason} command={go_quote(job.get('command', ''))}\n"

@@ -670,6 +670,26 @@ def test_submit_takes_a_delay_and_a_retry_policy(api: str, cli: Cli) -> None:
     assert code == 1 and "invalid run_at 'soon'" in err
 
 
+def test_status_says_when_a_job_is_due_and_what_it_waits_for(api: str, cli: Cli) -> None:
+    """A delayed job's run_at (to the second) and a waiting job's `after`, on the job's line
+    when set: `status` left both out, so a job waiting for either looked stuck."""
+    due = int(time.time()) + 86400
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(due))
+    given = time.strftime("%Y-%m-%dT%H:%M:%S.25+01:00", time.gmtime(due + 3600))
+    later = cli(api, "submit", "echo due", "--run-at", given)[1].split()[1]
+    line = f'job_id={later} node_id=node-1 status=delayed run_at={at} command="echo due"\n'
+    assert cli(api, "status", later) == (0, line, "")
+    first = cli(api, "submit", "echo first")[1].split()[1]
+    waiting = cli(api, "submit", "echo next", "--after", f"{first},{later}")[1].split()[1]
+    after = f"after={first},{later}"
+    line = f'job_id={waiting} node_id=node-1 status=waiting {after} command="echo next"\n'
+    assert cli(api, "status", waiting) == (0, line, "")
+    line = f'job_id={first} node_id=node-1 status=pending command="echo first"\n'
+    assert cli(api, "status", first) == (0, line, "")  # neither set: neither said
+    for job_id in (waiting, later, first):
+        httpx.delete(f"{api}/jobs/{job_id}")
+
+
 def test_retry_starts_failed_jobs_over(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "exit 3", "max_retries": 0}).json()
     finish(api, job["job_id"], "failed", 3, "")
