@@ -10,9 +10,9 @@ command="…"`, then `exit_code=N`, `stdout:` and `stderr:` blocks when present.
 prints the answer's JSON instead, `submit --wait` waits and prints the job's own output (so
 `scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
-(`job-3 running on node-1`), `list`'s `more: …` line, and after a 401 or 429 a hint naming
-TINYAWS_API_KEY. SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from
-the environment.
+(`job-3 running on node-1`), `list`'s `more: …` line, and after a 401 or the 429 of too many
+wrong keys a hint naming TINYAWS_API_KEY (the 429's with when to try again). SCHEDULER_URL
+(default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the environment.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import msgspec
 
 from scheduler.cli.job_options import OptionError, add_job_options, job_body
 from scheduler.cli.output import attempt_line, exit_status, format_job, progress
-from scheduler.client import ApiError, Client, NotFound, SchedulerError
+from scheduler.client import ApiError, Client, NotFound, SchedulerError, TooManyRequests
 from scheduler.config import Settings
 from scheduler.models.attempt import Attempt
 from scheduler.models.job import FINAL_STATUSES as FINAL
@@ -38,17 +38,26 @@ from scheduler.models.job import Job
 class ClientError(Exception):
     """Ends the command with this message on stderr and exit status 1; `status`: the
     scheduler's, when the message says an answer of it; `refused_key`: the answer refused
-    the key (the command ends with a hint naming TINYAWS_API_KEY)."""
+    the key (the command ends with a hint naming TINYAWS_API_KEY); `locked_for`: seconds
+    this address's wrong keys are refused for (a hint says when to try again)."""
 
-    def __init__(self, message: str, status: int = 0, refused_key: bool = False) -> None:
+    def __init__(
+        self, message: str, status: int = 0, refused_key: bool = False, locked_for: float = 0
+    ) -> None:
         super().__init__(message)
-        self.status, self.refused_key = status, refused_key
+        self.status, self.refused_key, self.locked_for = status, refused_key, locked_for
+
+
+def locked_for(exc: ApiError) -> float:
+    """Seconds left of the scheduler's lockout of this address's wrong keys (past
+    AUTH_FAILURES_MAX), 0 for any other answer: its 429 says them in Retry-After, which a
+    429 of a namespace's quota has none of (it stands until jobs end or the quota changes)."""
+    return exc.retry_after if isinstance(exc, TooManyRequests) else 0.0
 
 
 def refused_key(exc: ApiError) -> bool:
-    """Whether the scheduler refused the key: 401, or 429 past its limit of wrong ones (said
-    to a wrong key only, "unauthorized: too many ..."); not a 429 of a namespace's quota."""
-    return exc.status == 401 or (exc.status == 429 and exc.message.startswith("unauthorized"))
+    """Whether the scheduler refused the key: 401, or the lockout's 429 (`locked_for`)."""
+    return exc.status == 401 or locked_for(exc) > 0
 
 
 def said(exc: SchedulerError, what: str = "") -> ClientError:
@@ -58,7 +67,8 @@ def said(exc: SchedulerError, what: str = "") -> ClientError:
     not what was asked for) after `error: `."""
     if isinstance(exc, ApiError) and exc.status >= 400:
         text = f"{what} failed" if what else "error: scheduler returned"
-        return ClientError(f"{text} {exc.status}: {exc.message}", exc.status, refused_key(exc))
+        message = f"{text} {exc.status}: {exc.message}"
+        return ClientError(message, exc.status, refused_key(exc), locked_for(exc))
     return ClientError(f"error: {exc.message if isinstance(exc, ApiError) else exc}")
 
 
@@ -79,6 +89,14 @@ def auth_hint(has_key: bool) -> str:
             "to a named key not revoked (an admin's `scheduler key list` shows them)"
         )
     return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
+
+
+def lockout_hint(seconds: float) -> str:
+    """When this address's wrong keys are served again (Retry-After: whole seconds)."""
+    return (
+        f"hint: too many wrong keys from this address: try again in {seconds:.0f} s (a right "
+        "key is served now)"
+    )
 
 
 def connect(url: str, settings: Settings) -> Client:
@@ -112,6 +130,8 @@ def run(
     print(error, file=err)
     if error.refused_key:
         print(auth_hint("authorization" in client.http.headers), file=err)
+    if error.locked_for:
+        print(lockout_hint(error.locked_for), file=err)
     return 1
 
 

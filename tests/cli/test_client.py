@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
+import re
 import shlex
 import threading
 import time
@@ -23,6 +26,7 @@ from scheduler.cli.output import (
     signalled,
 )
 from scheduler.client import Client
+from scheduler.client.errors import api_error
 from scheduler.client.retrying import Policy
 from scheduler.config import Settings
 from scheduler.store.keys import Keys
@@ -782,7 +786,11 @@ def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
     right key is served at once (docs/SECURITY.md). The answer said "try again later" and the
     command-line client gave no hint, as if the operator's right key were locked out."""
     env = scheduler_env(
-        redis_url, unique_prefix("client-limit"), TINYAWS_API_KEY=KEY, AUTH_FAILURES_MAX="1"
+        redis_url,
+        unique_prefix("client-limit"),
+        TINYAWS_API_KEY=KEY,
+        AUTH_FAILURES_MAX="1",
+        AUTH_FAILURES_WINDOW_SECS="600",
     )
     with api_replicas(1, env) as (url,):
         monkeypatch.setenv("TINYAWS_API_KEY", "wrong")
@@ -793,11 +801,48 @@ def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
     assert first.startswith("error: scheduler returned 401")
     assert (code, out) == (1, "") and err.startswith("error: scheduler returned 429")
     assert "try again later" not in err and "a right one is served" in err
-    assert err.splitlines()[-1] == (
+    # The key's hint, then when the lockout ends: the window's time left, from Retry-After.
+    hint, lockout = err.splitlines()[-2:]
+    assert hint == (
         "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key, or to a "
         "named key not revoked (an admin's `scheduler key list` shows them)"
     )
+    said = re.fullmatch(
+        r"hint: too many wrong keys from this address: try again in ([0-9]+) s \(a right key "
+        r"is served now\)",
+        lockout,
+    )
+    assert said and 0 < int(said[1]) <= 600, lockout
     assert served[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("headers", "message", "key_refused"),
+    [
+        ({"Retry-After": "42"}, "unauthorized: too many wrong credentials", True),
+        ({"Retry-After": "42"}, "worded otherwise by another version", True),
+        ({}, "unauthorized: a 429 without Retry-After is no lockout", False),
+        ({}, "over quota: namespace 'a' holds 1 pending jobs", False),
+    ],
+)
+def test_the_lockout_is_told_by_its_retry_after_not_its_wording(
+    headers: dict[str, str], message: str, key_refused: bool
+) -> None:
+    """The lockout's 429 has Retry-After, the quota's none: the CLI told them apart by a copy
+    of the server's wording, and said nothing of when to try again."""
+    error = cli_client.said(api_error(429, message.encode(), httpx.Headers(headers)))
+    assert (error.refused_key, error.locked_for) == (key_refused, 42 if key_refused else 0)
+    out, err = io.StringIO(), io.StringIO()
+
+    def refused(*_: object) -> int:
+        raise error
+
+    with Client("http://127.0.0.1:9") as client:
+        assert cli_client.run(refused, argparse.Namespace(), client, out, err) == 1
+    hint = (
+        "hint: too many wrong keys from this address: try again in 42 s (a right key is served now)"
+    )
+    assert (hint in err.getvalue().splitlines()) == key_refused
 
 
 def test_a_taken_job_says_whose_queue_it_left() -> None:
