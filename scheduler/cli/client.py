@@ -10,9 +10,10 @@ command="…"`, then `exit_code=N`, `stdout:` and `stderr:` blocks when present.
 prints the answer's JSON instead, `submit --wait` waits and prints the job's own output (so
 `scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
-(`job-3 running on node-1`), `list`'s `more: …` line, and after a 401 or the 429 of too many
-wrong keys a hint naming TINYAWS_API_KEY (the 429's with when to try again). SCHEDULER_URL
-(default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the environment.
+(`job-3 running on node-1`), a warning of a job submitted that no node can take (`warning:
+job-12 fits no node now (no_fit): ...`), `list`'s `more: …` line, and after a 401 or the 429
+of too many wrong keys a hint naming TINYAWS_API_KEY (the 429's with when to try again).
+SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the environment.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ from typing import Any, TextIO
 import msgspec
 
 from scheduler.cli.job_options import OptionError, add_job_options, job_body
-from scheduler.cli.output import attempt_line, exit_status, format_job, progress
+from scheduler.cli.output import (
+    attempt_line,
+    exit_status,
+    format_job,
+    progress,
+    unplaced_warning,
+)
 from scheduler.client import ApiError, Client, NotFound, SchedulerError, TooManyRequests
 from scheduler.config import Settings
 from scheduler.models.attempt import Attempt
@@ -233,11 +240,14 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         where = f"on node {job.node_id}" if job.node_id else "on no node yet"
         reason = f", pending_reason={job.pending_reason}" if job.pending_reason else ""
         out.write(f"submitted {job.job_id} {where} (status={job.status}{reason})\n")
-    if not args.wait:
-        if args.json:
-            print_json(job, out)
-        return 0
+    elif not args.wait:
+        print_json(job, out)
     out.flush()
+    # A job no node can take now, for a reason that does not pass as jobs end: said at once
+    # (stderr: stdout is what scripts read), rather than found pending later.
+    _echo(unplaced_warning(fields(job)), err)
+    if not args.wait:
+        return 0
     changes = _Changes(err, job.status, client)
     # A service runs until stopped: wait until it has started (or ended).
     if body.get("job_type") == "service":

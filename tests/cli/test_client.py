@@ -18,17 +18,21 @@ import redis
 
 from scheduler.cli import client as cli_client
 from scheduler.cli.output import (
+    UNPLACED,
+    WAITS_BY_ITSELF,
     attempt_line,
     exit_status,
     format_job,
     go_quote,
     progress,
     signalled,
+    unplaced_warning,
 )
 from scheduler.client import Client
 from scheduler.client.errors import api_error
 from scheduler.client.retrying import Policy
 from scheduler.config import Settings
+from scheduler.models.job import PENDING_REASONS
 from scheduler.store.keys import Keys
 from tests.cli.conftest import Cli
 from tests.keys import API_KEY as KEY
@@ -777,6 +781,43 @@ def test_submit_says_what_a_job_needs_and_why_it_waits(api: str, cli: Cli) -> No
     for waiting in httpx.get(f"{api}/jobs", params={"status": "pending"}).json():
         if waiting["node_id"] == "":
             httpx.delete(f"{api}/jobs/{waiting['job_id']}")
+
+
+def test_submit_warns_of_a_job_no_node_can_take(api: str, cli: Cli) -> None:
+    """A job no node fits was accepted in silence: it is, with a warning on stderr saying why
+    and what to check; stdout (what scripts read) and the exit status are as before."""
+    code, out, err = cli(api, "submit", "make", "--cpus", "99", "--memory-mb", "64")
+    job_id = out.split()[1]
+    assert (code, out) == (
+        0,
+        f"submitted {job_id} on no node yet (status=pending, pending_reason=no_fit)\n",
+    )
+    assert err == (
+        f"warning: {job_id} fits no node now (no_fit): no live node offers 99 cpus and 64 MB of "
+        "memory; it waits until one does (`scheduler nodes` shows what each offers)\n"
+    )
+    code, out, err = cli(
+        api, "submit", "make", "--node", "node-l", "--select", "zone=a,b", "--json"
+    )
+    job = json.loads(out)
+    assert (code, job["pending_reason"]) == (0, "no_fit")
+    assert err == (
+        f"warning: {job['job_id']} fits no node now (no_fit): no live node matches node.id=node-l "
+        "zone=a,b; it waits until one does (`scheduler nodes` shows what each offers)\n"
+    )
+    for unplaced in (job_id, job["job_id"]):
+        assert httpx.delete(f"{api}/jobs/{unplaced}").status_code == 200
+
+
+@pytest.mark.parametrize("reason", sorted(PENDING_REASONS))
+def test_each_pending_reason_is_warned_of_or_passes_by_itself(reason: str) -> None:
+    """A reason added to the models is decided here: warned of at submit, or a queue's wait."""
+    job = {"job_id": "job-1", "status": "pending", "pending_reason": reason, "cpus": 2}
+    warned = unplaced_warning(job)
+    assert (reason in UNPLACED) != (reason in WAITS_BY_ITSELF)  # one or the other
+    assert bool(warned) == (reason in UNPLACED)
+    assert not warned or (warned.startswith("warning: job-1 ") and f"({reason})" in warned)
+    assert unplaced_warning({**job, "status": "running"}) == ""
 
 
 def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
