@@ -138,7 +138,7 @@ REPLIES: dict[type[Exception], Replier] = {
     TooManySchedules: _status(503),
     Conflict: _status(409),
     IdempotencyMismatch: _status(422),
-    OverQuota: _status(429),
+    OverQuota: _status(429),  # no Retry-After: the lockout's 429 has one (guesses.too_many)
     ReplicasNotAcked: _not_acked,
     RedisError: _unavailable,
     ClientDisconnect: _client_gone,

@@ -83,6 +83,8 @@ def _peer(scope: Scope) -> str | None:
 
 
 def too_many(seconds: float) -> Refusal:
+    """The lockout's 429, Retry-After the window's time left: what tells it from a quota's 429
+    (api/errors.py OverQuota, none), and what the CLI says when to try again by."""
     return 429, TOO_MANY, {"Retry-After": str(max(1, math.ceil(seconds)))}
 
 

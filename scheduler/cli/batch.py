@@ -6,18 +6,20 @@ job options given beside it are each line's defaults (a line's own field wins, w
 array, --count N, is N copies of the job the options give, each with its index in the env
 var TASK_INDEX (0 to N-1, as Slurm's SLURM_ARRAY_TASK_ID) and N in TASK_COUNT.
 
-Each job made prints its id on stdout, in order; each refused prints `line N: <error>`
-(`task I: ...` for an array) on stderr, and the command exits 1 when any was. Each batch is
-sent under an Idempotency-Key of its own (`<key>-<batch number>`, the key new unless
---idempotency-key names it) and sent again when its answer was lost: with the same
---idempotency-key, a run cut short can be run again, and the batches it sent answer the
-jobs they made instead of making more.
+A FILE with no job in it (empty, or blank lines only) is a usage error (exit 2), as
+options that do not go together are. Each job made prints its id on stdout, in order; each
+refused prints `line N: <error>` (`task I: ...` for an array) on stderr, and the command
+exits 1 when any was. Each batch is sent under an Idempotency-Key of its own (`<key>-<batch
+number>`, the key new unless --idempotency-key names it) and sent again when its answer was
+lost: with the same --idempotency-key, a run cut short can be run again, and the batches it
+sent answer the jobs they made instead of making more.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import sys
 import uuid
@@ -35,6 +37,7 @@ from scheduler.client import BatchEntry, Client
 from scheduler.models.batch import MAX_JOBS
 
 TASK_INDEX, TASK_COUNT = "TASK_INDEX", "TASK_COUNT"
+NO_JOBS_HINT = "it takes a JSON job (the POST /jobs body) a line"
 
 # What names a job in messages (("line", 7), ("task", 3)), and the job to send, or why it is
 # not sent (a line that is not a JSON object).
@@ -50,7 +53,13 @@ def submit_many(args: argparse.Namespace, client: Client, out: TextIO, err: Text
         if args.count is not None or "command" in defaults:
             usage_error(args, "--from reads the jobs from FILE: no command, no --count")
         with _opened(args.from_file) as lines:
-            return _send_all(client, _lines(lines, defaults), args, out, err)
+            items = _lines(lines, defaults)
+            first = next(items, None)
+            if first is None:  # an empty file is a mistake (a path, a redirect): not a run
+                where = "- (stdin)" if args.from_file == "-" else args.from_file
+                usage_error(args, f"--from {where} holds no jobs: {NO_JOBS_HINT}")
+                return 2
+            return _send_all(client, itertools.chain([first], items), args, out, err)
     if "command" not in defaults:
         usage_error(args, "--count makes copies of a command: give one")
     return _send_all(client, _array(defaults, args.count), args, out, err)

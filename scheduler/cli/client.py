@@ -10,9 +10,10 @@ command="…"`, then `exit_code=N`, `stdout:` and `stderr:` blocks when present.
 prints the answer's JSON instead, `submit --wait` waits and prints the job's own output (so
 `scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
-(`job-3 running on node-1`), `list`'s `more: …` line, and after a 401 or 429 a hint naming
-TINYAWS_API_KEY. SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from
-the environment.
+(`job-3 running on node-1`), a warning of a job submitted that no node can take (`warning:
+job-12 fits no node now (no_fit): ...`), `list`'s `more: …` line, and after a 401 or the 429
+of too many wrong keys a hint naming TINYAWS_API_KEY (the 429's with when to try again).
+SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the environment.
 """
 
 from __future__ import annotations
@@ -27,8 +28,14 @@ from typing import Any, TextIO
 import msgspec
 
 from scheduler.cli.job_options import OptionError, add_job_options, job_body
-from scheduler.cli.output import attempt_line, exit_status, format_job, progress, why
-from scheduler.client import ApiError, Client, NotFound, SchedulerError
+from scheduler.cli.output import (
+    attempt_line,
+    exit_status,
+    format_job,
+    progress,
+    unplaced_warning,
+)
+from scheduler.client import ApiError, Client, NotFound, SchedulerError, TooManyRequests
 from scheduler.config import Settings
 from scheduler.models.attempt import Attempt
 from scheduler.models.job import FINAL_STATUSES as FINAL
@@ -38,17 +45,26 @@ from scheduler.models.job import Job
 class ClientError(Exception):
     """Ends the command with this message on stderr and exit status 1; `status`: the
     scheduler's, when the message says an answer of it; `refused_key`: the answer refused
-    the key (the command ends with a hint naming TINYAWS_API_KEY)."""
+    the key (the command ends with a hint naming TINYAWS_API_KEY); `locked_for`: seconds
+    this address's wrong keys are refused for (a hint says when to try again)."""
 
-    def __init__(self, message: str, status: int = 0, refused_key: bool = False) -> None:
+    def __init__(
+        self, message: str, status: int = 0, refused_key: bool = False, locked_for: float = 0
+    ) -> None:
         super().__init__(message)
-        self.status, self.refused_key = status, refused_key
+        self.status, self.refused_key, self.locked_for = status, refused_key, locked_for
+
+
+def locked_for(exc: ApiError) -> float:
+    """Seconds left of the scheduler's lockout of this address's wrong keys (past
+    AUTH_FAILURES_MAX), 0 for any other answer: its 429 says them in Retry-After, which a
+    429 of a namespace's quota has none of (it stands until jobs end or the quota changes)."""
+    return exc.retry_after if isinstance(exc, TooManyRequests) else 0.0
 
 
 def refused_key(exc: ApiError) -> bool:
-    """Whether the scheduler refused the key: 401, or 429 past its limit of wrong ones (said
-    to a wrong key only, "unauthorized: too many ..."); not a 429 of a namespace's quota."""
-    return exc.status == 401 or (exc.status == 429 and exc.message.startswith("unauthorized"))
+    """Whether the scheduler refused the key: 401, or the lockout's 429 (`locked_for`)."""
+    return exc.status == 401 or locked_for(exc) > 0
 
 
 def said(exc: SchedulerError, what: str = "") -> ClientError:
@@ -58,7 +74,8 @@ def said(exc: SchedulerError, what: str = "") -> ClientError:
     not what was asked for) after `error: `."""
     if isinstance(exc, ApiError) and exc.status >= 400:
         text = f"{what} failed" if what else "error: scheduler returned"
-        return ClientError(f"{text} {exc.status}: {exc.message}", exc.status, refused_key(exc))
+        message = f"{text} {exc.status}: {exc.message}"
+        return ClientError(message, exc.status, refused_key(exc), locked_for(exc))
     return ClientError(f"error: {exc.message if isinstance(exc, ApiError) else exc}")
 
 
@@ -79,6 +96,14 @@ def auth_hint(has_key: bool) -> str:
             "to a named key not revoked (an admin's `scheduler key list` shows them)"
         )
     return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
+
+
+def lockout_hint(seconds: float) -> str:
+    """When this address's wrong keys are served again (Retry-After: whole seconds)."""
+    return (
+        f"hint: too many wrong keys from this address: try again in {seconds:.0f} s (a right "
+        "key is served now)"
+    )
 
 
 def connect(url: str, settings: Settings) -> Client:
@@ -112,6 +137,8 @@ def run(
     print(error, file=err)
     if error.refused_key:
         print(auth_hint("authorization" in client.http.headers), file=err)
+    if error.locked_for:
+        print(lockout_hint(error.locked_for), file=err)
     return 1
 
 
@@ -147,10 +174,12 @@ def attempts_of(client: Client, job_id: str) -> list[Attempt]:
 
 class _Changes:
     """Writes a progress line each time the waited job's status differs from the last seen,
-    after a line for each attempt that ended since (with a `client` to read them from)."""
+    after a line for each attempt that ended since (with a `client` to read them from);
+    `said`: whether the last status seen has had its line."""
 
     def __init__(self, err: TextIO, status: str = "", client: Client | None = None) -> None:
         self.err, self.status, self.client, self.shown = err, status, client, 0
+        self.said = False
 
     def __call__(self, job: Job) -> None:
         if job.status != self.status:
@@ -161,6 +190,7 @@ class _Changes:
                     _echo(attempt_line(job.job_id, fields(attempt)), self.err)
                 self.shown = len(ended)
             _echo(progress(fields(job)), self.err)
+            self.said = True
 
 
 def usage_error(args: argparse.Namespace, message: str) -> None:
@@ -210,11 +240,14 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         where = f"on node {job.node_id}" if job.node_id else "on no node yet"
         reason = f", pending_reason={job.pending_reason}" if job.pending_reason else ""
         out.write(f"submitted {job.job_id} {where} (status={job.status}{reason})\n")
-    if not args.wait:
-        if args.json:
-            print_json(job, out)
-        return 0
+    elif not args.wait:
+        print_json(job, out)
     out.flush()
+    # A job no node can take now, for a reason that does not pass as jobs end: said at once
+    # (stderr: stdout is what scripts read), rather than found pending later.
+    _echo(unplaced_warning(fields(job)), err)
+    if not args.wait:
+        return 0
     changes = _Changes(err, job.status, client)
     # A service runs until stopped: wait until it has started (or ended).
     if body.get("job_type") == "service":
@@ -226,13 +259,14 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
             out.write(format_job(fields(job)))
         return 1 if job.status == "failed" else 0
     job = _watched(client, job.job_id, args.poll_secs, changes)
+    if not changes.said:  # it had ended when submitted (an Idempotency-Key's job, again)
+        _echo(progress(fields(job)), err)
     if args.json:
         print_json(job, out)
     else:
+        # The end was said once, as it came (`job-3 failed on node-1 (exit_code=3)`).
         out.write(job.stdout)
         err.write(job.stderr)
-        if job.status != "done":
-            err.write(f"{job.job_id} failed{why(fields(job))}\n")
     return exit_status(fields(job))  # the command's own
 
 

@@ -34,11 +34,21 @@ def go_quote(text: str) -> str:
 # Why a job is where it is, when the scheduler says: why it waits for a node, why it failed,
 # whose queue it was taken from (work stealing).
 REASONS = ("pending_reason", "failure_reason", "taken_from")
+# When it is due (a delay, a retry's backoff; kept once due), and the jobs it runs after.
+WAITS_FOR = ("run_at", "after")
+
+
+def _listed(value: object) -> str:
+    """A field as one word: a list's items joined by commas (`after=job-1,job-2`), a time
+    to the second (`run_at=2026-12-24T06:00:00Z`; --json has it whole)."""
+    return ",".join(map(str, value)) if isinstance(value, list) else _FRACTION.sub("Z", str(value))
 
 
 def format_job(job: dict[str, Any]) -> str:
-    """The original's printJob, and why the job is where it is (REASONS), if it says."""
+    """The original's printJob, and why the job is where it is (REASONS) and what it waits
+    for (WAITS_FOR), when set."""
     reason = "".join(f" {name}={job[name]}" for name in REASONS if job.get(name))
+    reason += "".join(f" {name}={_listed(job[name])}" for name in WAITS_FOR if job.get(name))
     text = (
         f"job_id={job.get('job_id', '')} node_id={job.get('node_id', '')} "
         f"status={job.get('status', '')}{reason} command={go_quote(job.get('command', ''))}\n"
@@ -174,3 +184,53 @@ def write_bytes(data: bytes, out: TextIO) -> None:
     else:
         buffer.write(data)
         buffer.flush()
+
+
+# The pending reasons a job does not leave by itself as jobs end (models.job.PENDING_REASONS):
+# what a submit warns of, each the reason in words and what would place it. `full` (the nodes
+# that fit are busy) and `quota` (its namespace runs all its quota allows) are a queue's
+# ordinary wait: they pass as the jobs ahead end.
+UNPLACED = {
+    "no_nodes": "has no node to run on (no_nodes): no compute node is live; it waits until an "
+    "agent registers (`scheduler nodes` lists them)",
+    "namespace": "has no node to run on (namespace): no live node serves namespace {namespace}; "
+    "it waits until one does (`scheduler nodes` shows their labels)",
+    "no_fit": "fits no node now (no_fit): no live node {asks}; it waits until one does "
+    "(`scheduler nodes` shows what each offers)",
+    "drained": "has no node to run on (drained): the only nodes that fit are drained; it waits "
+    "until one is undrained (`scheduler undrain NODE`)",
+    "exceeds_quota": "asks more than namespace {namespace}'s quota allows at all "
+    "(exceeds_quota): it waits until the quota is raised (`scheduler namespace list`)",
+}
+WAITS_BY_ITSELF = ("full", "quota")
+
+
+def unplaced_warning(job: dict[str, Any]) -> str:
+    """`warning: job-12 fits no node now (no_fit): no live node offers 99 cpus; it waits
+    until one does (...)`: for a job just submitted that waits unplaced for a reason that
+    does not pass by itself (UNPLACED); "" otherwise."""
+    said = UNPLACED.get(job.get("pending_reason") or "")
+    if said is None or job.get("status") != "pending":
+        return ""
+    namespace = repr(job.get("namespace") or "default")
+    return f"warning: {job.get('job_id', '')} {said.format(asks=_asks(job), namespace=namespace)}\n"
+
+
+def _asks(job: dict[str, Any]) -> str:
+    """What a job asks of its node, as no node offers it: `offers 99 cpus and 512 MB of
+    memory and matches node.id=n9 zone=a,b`."""
+    offers = [f"{job[name]} {unit}" for name, unit in _OFFERS if job.get(name)]
+    parts = [f"offers {' and '.join(offers)}"] if offers else []
+    selector: dict[str, Any] = job.get("node_selector") or {}
+    if selector:
+        labels = " ".join(f"{key}={_one_of(value)}" for key, value in sorted(selector.items()))
+        parts.append(f"matches {labels}")
+    return " and ".join(parts) or "matches it"
+
+
+_OFFERS = (("cpus", "cpus"), ("memory_mb", "MB of memory"))
+
+
+def _one_of(value: object) -> str:
+    """A selector's value as --select takes it: `a,b` for any of a list."""
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -140,6 +140,33 @@ def test_options_that_do_not_go_together_are_a_usage_error(
     assert jobs(api) == []
 
 
+@pytest.mark.parametrize("text", ["", "\n  \n\t\n"])
+def test_a_file_of_no_jobs_is_a_usage_error(
+    api: str,
+    cli: Cli,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    text: str,
+) -> None:
+    """A file with no job (empty, or blank lines only: the wrong path, a redirect gone wrong)
+    ended in silence with exit 0, as if its jobs were sent."""
+    path = tmp_path / "jobs.jsonl"
+    path.write_text(text)
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    for name, said in ((str(path), str(path)), ("-", "- (stdin)")):
+        with pytest.raises(SystemExit) as ended:
+            cli(api, "submit", "--from", name)
+        assert ended.value.code == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.startswith("usage: scheduler submit")
+        assert captured.err.endswith(
+            f"error: --from {said} holds no jobs: it takes a JSON job (the POST /jobs body) a "
+            "line\n"
+        )
+    assert jobs(api) == []
+
+
 def test_a_file_that_cannot_be_read_is_said(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "submit", "--from", "/nonexistent/jobs")
     assert (code, out) == (1, "")

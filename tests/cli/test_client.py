@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
+import re
 import shlex
 import threading
 import time
@@ -15,16 +18,21 @@ import redis
 
 from scheduler.cli import client as cli_client
 from scheduler.cli.output import (
+    UNPLACED,
+    WAITS_BY_ITSELF,
     attempt_line,
     exit_status,
     format_job,
     go_quote,
     progress,
     signalled,
+    unplaced_warning,
 )
 from scheduler.client import Client
+from scheduler.client.errors import api_error
 from scheduler.client.retrying import Policy
 from scheduler.config import Settings
+from scheduler.models.job import PENDING_REASONS
 from scheduler.store.keys import Keys
 from tests.cli.conftest import Cli
 from tests.keys import API_KEY as KEY
@@ -430,6 +438,38 @@ def test_submit_wait_prints_each_attempt_and_exits_with_the_commands_code(
     assert code == 0 and out.splitlines()[-2:] == attempts
 
 
+def test_submit_wait_says_a_failure_once(api: str, cli: Cli) -> None:
+    """The end is one line on stderr, as it came, before the job's own output: it was said
+    again after the output (`job-3 failed (exit_code=3)`)."""
+
+    def agent() -> None:
+        for _ in range(400):
+            for job in httpx.get(f"{api}/jobs", params={"status": "pending"}).json():
+                if job["command"] == "exit 4":
+                    failed = {"status": "failed", "exit_code": 4, "stdout": "o\n", "stderr": "e\n"}
+                    _agent_steps(api, job["job_id"], RUNNING, failed).join()
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    argv = ["submit", "exit 4", "--max-retries", "0", "--idempotency-key", "said-once", "--wait"]
+    code, out, err = cli(api, *argv)
+    thread.join()
+    job_id = out.split()[1]
+    assert code == 4 and out.splitlines()[1:] == ["o"]
+    assert err.splitlines() == [
+        f"{job_id} running on node-1",
+        f"{job_id} attempt 1 on node-1: failed (exit_code=4)",
+        f"{job_id} failed on node-1 (exit_code=4)",
+        "e",
+    ]
+    # The same key again answers the job, ended already: its end is said all the same.
+    code, out, err = cli(api, *argv)
+    assert (code, out.splitlines()[1:]) == (4, ["o"])
+    assert err == f"{job_id} failed on node-1 (exit_code=4)\ne\n"
+
+
 def test_status_wait_prints_each_status_change(api: str, cli: Cli) -> None:
     job_id = httpx.post(f"{api}/jobs", json={"command": "true"}).json()["job_id"]
     thread = _agent_steps(api, job_id, RUNNING, DONE)
@@ -638,6 +678,26 @@ def test_submit_takes_a_delay_and_a_retry_policy(api: str, cli: Cli) -> None:
     assert code == 1 and "invalid run_at 'soon'" in err
 
 
+def test_status_says_when_a_job_is_due_and_what_it_waits_for(api: str, cli: Cli) -> None:
+    """A delayed job's run_at (to the second) and a waiting job's `after`, on the job's line
+    when set: `status` left both out, so a job waiting for either looked stuck."""
+    due = int(time.time()) + 86400
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(due))
+    given = time.strftime("%Y-%m-%dT%H:%M:%S.25+01:00", time.gmtime(due + 3600))
+    later = cli(api, "submit", "echo due", "--run-at", given)[1].split()[1]
+    line = f'job_id={later} node_id=node-1 status=delayed run_at={at} command="echo due"\n'
+    assert cli(api, "status", later) == (0, line, "")
+    first = cli(api, "submit", "echo first")[1].split()[1]
+    waiting = cli(api, "submit", "echo next", "--after", f"{first},{later}")[1].split()[1]
+    after = f"after={first},{later}"
+    line = f'job_id={waiting} node_id=node-1 status=waiting {after} command="echo next"\n'
+    assert cli(api, "status", waiting) == (0, line, "")
+    line = f'job_id={first} node_id=node-1 status=pending command="echo first"\n'
+    assert cli(api, "status", first) == (0, line, "")  # neither set: neither said
+    for job_id in (waiting, later, first):
+        httpx.delete(f"{api}/jobs/{job_id}")
+
+
 def test_retry_starts_failed_jobs_over(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "exit 3", "max_retries": 0}).json()
     finish(api, job["job_id"], "failed", 3, "")
@@ -723,6 +783,43 @@ def test_submit_says_what_a_job_needs_and_why_it_waits(api: str, cli: Cli) -> No
             httpx.delete(f"{api}/jobs/{waiting['job_id']}")
 
 
+def test_submit_warns_of_a_job_no_node_can_take(api: str, cli: Cli) -> None:
+    """A job no node fits was accepted in silence: it is, with a warning on stderr saying why
+    and what to check; stdout (what scripts read) and the exit status are as before."""
+    code, out, err = cli(api, "submit", "make", "--cpus", "99", "--memory-mb", "64")
+    job_id = out.split()[1]
+    assert (code, out) == (
+        0,
+        f"submitted {job_id} on no node yet (status=pending, pending_reason=no_fit)\n",
+    )
+    assert err == (
+        f"warning: {job_id} fits no node now (no_fit): no live node offers 99 cpus and 64 MB of "
+        "memory; it waits until one does (`scheduler nodes` shows what each offers)\n"
+    )
+    code, out, err = cli(
+        api, "submit", "make", "--node", "node-l", "--select", "zone=a,b", "--json"
+    )
+    job = json.loads(out)
+    assert (code, job["pending_reason"]) == (0, "no_fit")
+    assert err == (
+        f"warning: {job['job_id']} fits no node now (no_fit): no live node matches node.id=node-l "
+        "zone=a,b; it waits until one does (`scheduler nodes` shows what each offers)\n"
+    )
+    for unplaced in (job_id, job["job_id"]):
+        assert httpx.delete(f"{api}/jobs/{unplaced}").status_code == 200
+
+
+@pytest.mark.parametrize("reason", sorted(PENDING_REASONS))
+def test_each_pending_reason_is_warned_of_or_passes_by_itself(reason: str) -> None:
+    """A reason added to the models is decided here: warned of at submit, or a queue's wait."""
+    job = {"job_id": "job-1", "status": "pending", "pending_reason": reason, "cpus": 2}
+    warned = unplaced_warning(job)
+    assert (reason in UNPLACED) != (reason in WAITS_BY_ITSELF)  # one or the other
+    assert bool(warned) == (reason in UNPLACED)
+    assert not warned or (warned.startswith("warning: job-1 ") and f"({reason})" in warned)
+    assert unplaced_warning({**job, "status": "running"}) == ""
+
+
 def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
     redis_url: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -730,7 +827,11 @@ def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
     right key is served at once (docs/SECURITY.md). The answer said "try again later" and the
     command-line client gave no hint, as if the operator's right key were locked out."""
     env = scheduler_env(
-        redis_url, unique_prefix("client-limit"), TINYAWS_API_KEY=KEY, AUTH_FAILURES_MAX="1"
+        redis_url,
+        unique_prefix("client-limit"),
+        TINYAWS_API_KEY=KEY,
+        AUTH_FAILURES_MAX="1",
+        AUTH_FAILURES_WINDOW_SECS="600",
     )
     with api_replicas(1, env) as (url,):
         monkeypatch.setenv("TINYAWS_API_KEY", "wrong")
@@ -741,11 +842,48 @@ def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
     assert first.startswith("error: scheduler returned 401")
     assert (code, out) == (1, "") and err.startswith("error: scheduler returned 429")
     assert "try again later" not in err and "a right one is served" in err
-    assert err.splitlines()[-1] == (
+    # The key's hint, then when the lockout ends: the window's time left, from Retry-After.
+    hint, lockout = err.splitlines()[-2:]
+    assert hint == (
         "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key, or to a "
         "named key not revoked (an admin's `scheduler key list` shows them)"
     )
+    said = re.fullmatch(
+        r"hint: too many wrong keys from this address: try again in ([0-9]+) s \(a right key "
+        r"is served now\)",
+        lockout,
+    )
+    assert said and 0 < int(said[1]) <= 600, lockout
     assert served[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("headers", "message", "key_refused"),
+    [
+        ({"Retry-After": "42"}, "unauthorized: too many wrong credentials", True),
+        ({"Retry-After": "42"}, "worded otherwise by another version", True),
+        ({}, "unauthorized: a 429 without Retry-After is no lockout", False),
+        ({}, "over quota: namespace 'a' holds 1 pending jobs", False),
+    ],
+)
+def test_the_lockout_is_told_by_its_retry_after_not_its_wording(
+    headers: dict[str, str], message: str, key_refused: bool
+) -> None:
+    """The lockout's 429 has Retry-After, the quota's none: the CLI told them apart by a copy
+    of the server's wording, and said nothing of when to try again."""
+    error = cli_client.said(api_error(429, message.encode(), httpx.Headers(headers)))
+    assert (error.refused_key, error.locked_for) == (key_refused, 42 if key_refused else 0)
+    out, err = io.StringIO(), io.StringIO()
+
+    def refused(*_: object) -> int:
+        raise error
+
+    with Client("http://127.0.0.1:9") as client:
+        assert cli_client.run(refused, argparse.Namespace(), client, out, err) == 1
+    hint = (
+        "hint: too many wrong keys from this address: try again in 42 s (a right key is served now)"
+    )
+    assert (hint in err.getvalue().splitlines()) == key_refused
 
 
 def test_a_taken_job_says_whose_queue_it_left() -> None:
