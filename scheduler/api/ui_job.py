@@ -29,12 +29,12 @@ from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_forms import may_post
 from scheduler.api.ui_layout import View, duration, job_status, names_only, page, view_of
 from scheduler.api.ui_live import SCRIPT, live_section
+from scheduler.models import unplaced
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import (
     FINAL_STATUSES,
     JOB_FIELDS,
     NOT_STARTED,
-    PENDING_REASONS,
     Job,
     job_decoder,
     seen_by,
@@ -112,7 +112,13 @@ def reason(job: Job) -> str:
         words = FAILURE_WORDS.get(job.failure_reason, job.failure_reason)
         return escape(words)
     if job.pending_reason:
-        words = PENDING_REASONS.get(job.pending_reason, job.pending_reason)
+        words = unplaced.why(
+            job.pending_reason,
+            cpus=job.cpus,
+            memory_mb=job.memory_mb,
+            node_selector=job.node_selector,
+            namespace=job.namespace,
+        )
         return f"{escape(words)} <code>{escape(job.pending_reason)}</code>"
     if job.status == "failed":
         said = f"exited with code {job.exit_code}" if job.exit_code is not None else "failed"

@@ -11,7 +11,7 @@ prints the answer's JSON instead, `submit --wait` waits and prints the job's own
 `scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
 (`job-3 running on node-1`), a warning of a job submitted that no node can take (`warning:
-job-12 fits no node now (no_fit): ...`), `list`'s `more: …` line, and after a 401 or the 429
+job-12 has no node to run on (no_fit): ...`), `list`'s `more: …` line, and after a 401 or the 429
 of too many wrong keys a hint naming TINYAWS_API_KEY (the 429's with when to try again).
 SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the environment.
 """

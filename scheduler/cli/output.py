@@ -10,6 +10,8 @@ import signal
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from scheduler.models import unplaced
+
 _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ESCAPES |= {"\v": "\\v", '"': '\\"', "\\": "\\\\"}
 
@@ -186,51 +188,32 @@ def write_bytes(data: bytes, out: TextIO) -> None:
         buffer.flush()
 
 
-# The pending reasons a job does not leave by itself as jobs end (models.job.PENDING_REASONS):
-# what a submit warns of, each the reason in words and what would place it. `full` (the nodes
-# that fit are busy) and `quota` (its namespace runs all its quota allows) are a queue's
-# ordinary wait: they pass as the jobs ahead end.
-UNPLACED = {
-    "no_nodes": "has no node to run on (no_nodes): no compute node is live; it waits until an "
-    "agent registers (`scheduler nodes` lists them)",
-    "namespace": "has no node to run on (namespace): no live node serves namespace {namespace}; "
-    "it waits until one does (`scheduler nodes` shows their labels)",
-    "no_fit": "fits no node now (no_fit): no live node {asks}; it waits until one does "
-    "(`scheduler nodes` shows what each offers)",
-    "drained": "has no node to run on (drained): the only nodes that fit are drained; it waits "
-    "until one is undrained (`scheduler undrain NODE`)",
-    "exceeds_quota": "asks more than namespace {namespace}'s quota allows at all "
-    "(exceeds_quota): it waits until the quota is raised (`scheduler namespace list`)",
+# What would place a job waiting for a reason that does not pass by itself (models/unplaced.py
+# LASTING: full and quota, a queue's wait, pass as the jobs ahead end), after why() says it.
+HINTS = {
+    "no_nodes": "it waits until an agent registers (`scheduler nodes` lists them)",
+    "namespace": "it waits until one does (`scheduler nodes` shows their labels)",
+    "no_fit": "it waits until one does (`scheduler nodes` shows what each offers)",
+    "drained": "it waits until one is undrained (`scheduler undrain NODE`)",
+    "exceeds_quota": "`scheduler namespace list` shows the quotas",
 }
-WAITS_BY_ITSELF = ("full", "quota")
+if set(HINTS) != set(unplaced.LASTING):
+    raise TypeError("cli/output.py HINTS needs a hint for each of models/unplaced.py LASTING")
 
 
 def unplaced_warning(job: dict[str, Any]) -> str:
-    """`warning: job-12 fits no node now (no_fit): no live node offers 99 cpus; it waits
-    until one does (...)`: for a job just submitted that waits unplaced for a reason that
-    does not pass by itself (UNPLACED); "" otherwise."""
-    said = UNPLACED.get(job.get("pending_reason") or "")
-    if said is None or job.get("status") != "pending":
+    """`warning: job-12 has no node to run on (no_fit): no live node offers 99 cpus; it
+    waits until one does (...)`: for a job just submitted that waits unplaced for a reason
+    that does not pass by itself (LASTING); "" otherwise."""
+    reason = job.get("pending_reason") or ""
+    if reason not in HINTS or job.get("status") != "pending":
         return ""
-    namespace = repr(job.get("namespace") or "default")
-    return f"warning: {job.get('job_id', '')} {said.format(asks=_asks(job), namespace=namespace)}\n"
-
-
-def _asks(job: dict[str, Any]) -> str:
-    """What a job asks of its node, as no node offers it: `offers 99 cpus and 512 MB of
-    memory and matches node.id=n9 zone=a,b`."""
-    offers = [f"{job[name]} {unit}" for name, unit in _OFFERS if job.get(name)]
-    parts = [f"offers {' and '.join(offers)}"] if offers else []
-    selector: dict[str, Any] = job.get("node_selector") or {}
-    if selector:
-        labels = " ".join(f"{key}={_one_of(value)}" for key, value in sorted(selector.items()))
-        parts.append(f"matches {labels}")
-    return " and ".join(parts) or "matches it"
-
-
-_OFFERS = (("cpus", "cpus"), ("memory_mb", "MB of memory"))
-
-
-def _one_of(value: object) -> str:
-    """A selector's value as --select takes it: `a,b` for any of a list."""
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    said = unplaced.why(
+        reason,
+        cpus=job.get("cpus") or 0,
+        memory_mb=job.get("memory_mb") or 0,
+        node_selector=job.get("node_selector") or {},
+        namespace=job.get("namespace") or "",
+    )
+    job_id = job.get("job_id", "")
+    return f"warning: {job_id} has no node to run on ({reason}): {said}; {HINTS[reason]}\n"

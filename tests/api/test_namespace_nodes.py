@@ -14,7 +14,6 @@ import pytest
 from starlette.testclient import TestClient
 
 from scheduler.config import Settings
-from scheduler.models.job import PENDING_REASONS
 from scheduler.store import ops
 from scheduler.store.shards import Layout
 from scheduler.store.sync_store import SyncJobStore
@@ -98,7 +97,7 @@ def test_a_job_no_node_serves_waits_and_is_placed_when_one_registers(
     api.post("/ui/login", data={"key": ADMIN_KEY}, follow_redirects=False)
     page = api.get(f"/ui/jobs/{waiting['job_id']}").text
     api.cookies.clear()
-    assert PENDING_REASONS["namespace"] in page
+    assert "no live node serves namespace &#x27;default&#x27;" in page
     assert submit(api, ADMIN, namespace="team-a")["node_id"] == "a"
     register(api, "s")
     assert store.run(ops.upkeep.place_unplaced(time.time())) == [waiting["job_id"]]

@@ -18,8 +18,7 @@ import redis
 
 from scheduler.cli import client as cli_client
 from scheduler.cli.output import (
-    UNPLACED,
-    WAITS_BY_ITSELF,
+    HINTS,
     attempt_line,
     exit_status,
     format_job,
@@ -33,6 +32,7 @@ from scheduler.client.errors import api_error
 from scheduler.client.retrying import Policy
 from scheduler.config import Settings
 from scheduler.models.job import PENDING_REASONS
+from scheduler.models.unplaced import WAITS_BY_ITSELF
 from scheduler.store.keys import Keys
 from tests.cli.conftest import Cli
 from tests.keys import API_KEY as KEY
@@ -793,8 +793,8 @@ def test_submit_warns_of_a_job_no_node_can_take(api: str, cli: Cli) -> None:
         f"submitted {job_id} on no node yet (status=pending, pending_reason=no_fit)\n",
     )
     assert err == (
-        f"warning: {job_id} fits no node now (no_fit): no live node offers 99 cpus and 64 MB of "
-        "memory; it waits until one does (`scheduler nodes` shows what each offers)\n"
+        f"warning: {job_id} has no node to run on (no_fit): no live node offers 99 cpus and "
+        "64 MB of memory; it waits until one does (`scheduler nodes` shows what each offers)\n"
     )
     code, out, err = cli(
         api, "submit", "make", "--node", "node-l", "--select", "zone=a,b", "--json"
@@ -802,8 +802,9 @@ def test_submit_warns_of_a_job_no_node_can_take(api: str, cli: Cli) -> None:
     job = json.loads(out)
     assert (code, job["pending_reason"]) == (0, "no_fit")
     assert err == (
-        f"warning: {job['job_id']} fits no node now (no_fit): no live node matches node.id=node-l "
-        "zone=a,b; it waits until one does (`scheduler nodes` shows what each offers)\n"
+        f"warning: {job['job_id']} has no node to run on (no_fit): no live node matches "
+        "node.id=node-l zone=a,b; it waits until one does (`scheduler nodes` shows what each "
+        "offers)\n"
     )
     for unplaced in (job_id, job["job_id"]):
         assert httpx.delete(f"{api}/jobs/{unplaced}").status_code == 200
@@ -814,8 +815,8 @@ def test_each_pending_reason_is_warned_of_or_passes_by_itself(reason: str) -> No
     """A reason added to the models is decided here: warned of at submit, or a queue's wait."""
     job = {"job_id": "job-1", "status": "pending", "pending_reason": reason, "cpus": 2}
     warned = unplaced_warning(job)
-    assert (reason in UNPLACED) != (reason in WAITS_BY_ITSELF)  # one or the other
-    assert bool(warned) == (reason in UNPLACED)
+    assert (reason in HINTS) != (reason in WAITS_BY_ITSELF)  # one or the other
+    assert bool(warned) == (reason in HINTS)
     assert not warned or (warned.startswith("warning: job-1 ") and f"({reason})" in warned)
     assert unplaced_warning({**job, "status": "running"}) == ""
 
