@@ -1,5 +1,6 @@
 --- @include "codes"
 --- @include "keys"
+--- @include "CARRIED"
 --- @include "ENDINGS"
 --- @include "FINAL"
 --- @include "NOT_STARTED"
@@ -109,6 +110,12 @@ for _, output in ipairs(sent) do
 end
 local n = number_of(job_id)
 if status ~= "running" then
+  -- The record keeps a retried attempt's stderr when a later report sends none (the
+  -- original's rule): that stderr is not this attempt's, so its attempt entry leaves it out
+  -- (attempts.lua record_attempt takes CARRIED off before anything stores the job).
+  if (job.retry_count or 0) > 0 and stderr == "" and stderr_staged == "" then
+    job[CARRIED] = "stderr"
+  end
   if status == "failed" and retries_left(job, max_retries) then
     local wait = retry_wait(job, n, backoff, backoff_cap, seed)
     local to = retry_node(job, builtin == "1", tonumber(now) - tonumber(node_ttl))

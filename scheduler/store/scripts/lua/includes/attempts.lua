@@ -32,7 +32,13 @@ local function output_tail(id, job, name)
   return string.sub(text, first)
 end
 
+-- A field a report sets on the job it ends, never stored: the output (its name) the record
+-- kept from an earlier attempt, which this attempt did not send (transition.lua).
+local CARRIED = "_carried"
+
 local function record_attempt(id, job, reason, stamp)
+  local carried = job[CARRIED]
+  job[CARRIED] = nil
   local out = {'{"attempt":' .. ((job.retry_count or 0) + 1),
     '"node_id":' .. cjson.encode(job.node_id)}
   local ran = job.status == "running" or job.status == "cancelling"
@@ -45,7 +51,7 @@ local function record_attempt(id, job, reason, stamp)
   end
   out[#out + 1] = '"reason":' .. cjson.encode(reason)
   for _, name in ipairs({"stdout", "stderr"}) do
-    local text = output_tail(id, job, name)
+    local text = name ~= carried and output_tail(id, job, name) or ""
     if text ~= "" then
       out[#out + 1] = '"' .. name .. '":' .. cjson.encode(text)
     end
