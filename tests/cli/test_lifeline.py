@@ -205,3 +205,24 @@ def test_an_api_process_whose_supervisor_is_gone_already_is_an_orphan(
     parent: int, expected: bool
 ) -> None:
     assert orphaned(parent) is expected
+
+
+# A child of `up` whose `up` died before it asked for its parent-death signal: none comes.
+SPAWN_WITH_CHILD_SETUP = """
+import functools, os, subprocess, sys
+from scheduler.cli.embedded import child_setup
+parent = os.getpid() if sys.argv[1] == "self" else int(sys.argv[1])
+setup = functools.partial(child_setup, parent)
+ran = subprocess.run([sys.executable, "-c", "print('ran')"], preexec_fn=setup, capture_output=True)
+print(ran.returncode, ran.stdout.decode().strip())
+"""
+
+
+# "gone": a parent pid that is not the child's, as once it was reparented.
+@pytest.mark.parametrize(("parent", "outcome"), [("self", "0 ran"), (str(1 << 30), "1")])
+def test_a_child_of_up_whose_up_died_before_its_set_up_does_not_run(
+    parent: str, outcome: str
+) -> None:
+    cmd = [sys.executable, "-c", SPAWN_WITH_CHILD_SETUP, parent]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == outcome, done.stderr
