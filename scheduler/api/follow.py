@@ -105,8 +105,9 @@ async def _idle(watch: Watch, deadline: float) -> AsyncIterator[bytes]:
     and no read (an idle follower costs Redis nothing)."""
     loop = asyncio.get_running_loop()
     while not watch.event.is_set() and (left := deadline - loop.time()) > 0:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(watch.event.wait(), min(KEEPALIVE_SECS, left))
+        with contextlib.suppress(TimeoutError):  # not wait_for (mux.MuxRedis._open)
+            async with asyncio.timeout(min(KEEPALIVE_SECS, left)):
+                await watch.event.wait()
         if not watch.event.is_set() and deadline > loop.time():
             yield KEEPALIVE
 

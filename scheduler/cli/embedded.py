@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import re
@@ -26,14 +27,14 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
 from scheduler.cli.deployment import snapshot_file, url_file
-from scheduler.cli.lifeline import end_with_parent
+from scheduler.cli.lifeline import end_with_parent, orphaned
 from scheduler.cli.private_dir import write_private
 
 log = logging.getLogger("scheduler.up")
@@ -43,11 +44,20 @@ class UpError(Exception):
     """`scheduler up` cannot start; the message says why and what to do."""
 
 
-def child_setup() -> None:
+def child_setup(parent_pid: int) -> None:
     """In each child, before exec: its own process group (so the terminal's Ctrl-C reaches only
-    `up`, which stops the children in order) and SIGTERM if `up` itself dies."""
+    `up`, which stops the children in order) and SIGTERM if `up` (`parent_pid`) itself dies.
+    An `up` that died between the fork and the request sends none: the child, an orphan
+    already, exits instead of running on (lifeline.orphaned)."""
     os.setpgid(0, 0)
     end_with_parent()
+    if orphaned(parent_pid):
+        os._exit(1)
+
+
+def child_setup_of_this_process() -> Callable[[], None]:
+    """child_setup for a child of this process (preexec_fn)."""
+    return functools.partial(child_setup, os.getpid())
 
 
 @contextlib.contextmanager
@@ -164,7 +174,7 @@ class EmbeddedRedis:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=child_setup,
+            preexec_fn=child_setup_of_this_process(),
         )
         return self.proc
 

@@ -76,12 +76,16 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from scheduler.api.app import create_app
     from scheduler.api.boundary import with_listen_address
-    from scheduler.cli.lifeline import SERVE_PID_ENV
+    from scheduler.cli.lifeline import SERVE_PID_ENV, end_within, parent_death_signal
     from scheduler.cli.serve_checks import Exposure, refusal, warnings
     from scheduler.snapshot.layout import check_layout_if_reachable
     from scheduler.snapshot.restore import restore_at_process_start
     from scheduler.store.errors import LayoutChanged
 
+    if parent_death_signal():
+        # Started to end with its parent (`up`'s child): within a bound, its API processes
+        # too, which uvicorn's supervisor would wait for without end (lifeline.py).
+        end_within(os.getppid())
     log = logging.getLogger("scheduler.api")
     seen = Exposure.of(args.host, settings, args.insecure_no_key, args.insecure_open_agents)
     refused = refusal(seen)

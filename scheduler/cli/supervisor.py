@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 
-from scheduler.cli.embedded import child_setup
+from scheduler.cli.embedded import child_setup_of_this_process
 
 log = logging.getLogger("scheduler.up")
 
@@ -56,7 +56,8 @@ class Supervisor:
         return self.adopt(name, functools.partial(self._spawn, cmd))
 
     def _spawn(self, cmd: list[str]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, preexec_fn=child_setup)
+        setup = child_setup_of_this_process()
+        return subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, preexec_fn=setup)
 
     def adopt(self, name: str, launch: Callable[[], Child]) -> subprocess.Popen[bytes]:
         """Run `launch()` as child `name`, and again whenever it dies (see check)."""

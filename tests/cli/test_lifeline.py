@@ -3,6 +3,9 @@ serve --workers N`'s API processes, and every process `scheduler up` starts (iss
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -14,7 +17,7 @@ import httpx
 import pytest
 
 from scheduler.cli.lifeline import orphaned
-from tests.cli.test_up import Up, _alive, _children
+from tests.cli.test_up import Up, _alive, _children, _cmdline
 from tests.processes import scheduler_env, stop, wait_http
 from tests.redis_server import free_port
 
@@ -108,8 +111,118 @@ def test_up_killed_with_sigkill_takes_every_process_it_started(tmp_path: Path) -
             up.proc.wait()
 
 
+# In every API process of `serve` (multiprocessing's spawned children), SIGTERM blocked from
+# the start: a process that never acts on it, whatever phase it is in (a start-up held open, a
+# shutdown that never ends: a lifespan that lost its cancel waited for ever, tests/store/
+# test_mux_cancel.py). Python runs sitecustomize at start-up, from PYTHONPATH.
+DEAF_TO_SIGTERM = """
+import signal, sys
+if "--multiprocessing-fork" in sys.argv:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+"""
+
+
+def deaf_api_processes(tmp_path: Path) -> str:
+    """A PYTHONPATH under which serve's API processes block SIGTERM (DEAF_TO_SIGTERM)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(DEAF_TO_SIGTERM)
+    return os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
+
+
+def test_serve_killed_while_its_api_processes_do_not_stop_takes_them_still(
+    redis_url: str, prefix: str, procs: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    # Its death sends them SIGTERM, which they do not act on: each ends itself
+    # ORPHAN_GRACE_SECS after (lifeline.end_within, started by serve_worker_app).
+    env = scheduler_env(redis_url, prefix)
+    env["PYTHONPATH"] = deaf_api_processes(tmp_path)
+    port = free_port()
+    first = serve(env, port)
+    procs.append(first)
+    wait_http(f"http://127.0.0.1:{port}/health", timeout=60)
+    api = [p for p in descendants(first.pid) if b"--multiprocessing-fork" in _cmdline(p)]
+    assert api and all(_blocks_sigterm(p) for p in api)
+    stamps = {pid: _started_at(pid) for pid in api}
+    try:
+        first.kill()
+        first.wait()
+        wait_gone(api)
+    finally:
+        _kill_left(stamps)
+
+
+def test_up_killed_while_its_api_processes_do_not_stop_still_takes_every_process(
+    tmp_path: Path,
+) -> None:
+    # uvicorn's supervisor waits for its processes without end: `serve`, its resource tracker
+    # and the API processes outlived `up`. Once `up` is gone, `serve` gives them
+    # ORPHAN_GRACE_SECS to stop, then kills them (lifeline.end_within).
+    up = Up(tmp_path / "data", tmp_path / "up.log", PYTHONPATH=deaf_api_processes(tmp_path))
+    stamps: dict[int, str] = {}
+    try:
+        started = descendants(up.proc.pid)
+        stamps = {pid: _started_at(pid) for pid in started}
+        api = [p for p in started if b"--multiprocessing-fork" in _cmdline(p)]
+        assert api, started
+        assert all(_blocks_sigterm(p) for p in api)
+        up.proc.kill()
+        up.proc.wait()
+        wait_gone(started)
+    finally:
+        if up.proc.poll() is None:
+            up.proc.kill()
+            up.proc.wait()
+        _kill_left(stamps)
+
+
+def _kill_left(stamps: dict[int, str]) -> None:
+    """On a failure, the processes left are not left running for ever: each of `stamps` (pid:
+    _started_at) that is still the same process (not its pid used again) is killed."""
+    for pid, since in stamps.items():
+        if _started_at(pid) == since:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _started_at(pid: int) -> str:
+    """When `pid` started (/proc's starttime), "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return ""
+
+
+def _blocks_sigterm(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
 @pytest.mark.parametrize(("parent", "expected"), [(0, False), (1 << 30, True)])
 def test_an_api_process_whose_supervisor_is_gone_already_is_an_orphan(
     parent: int, expected: bool
 ) -> None:
     assert orphaned(parent) is expected
+
+
+# A child of `up` whose `up` died before it asked for its parent-death signal: none comes.
+SPAWN_WITH_CHILD_SETUP = """
+import functools, os, subprocess, sys
+from scheduler.cli.embedded import child_setup
+parent = os.getpid() if sys.argv[1] == "self" else int(sys.argv[1])
+setup = functools.partial(child_setup, parent)
+ran = subprocess.run([sys.executable, "-c", "print('ran')"], preexec_fn=setup, capture_output=True)
+print(ran.returncode, ran.stdout.decode().strip())
+"""
+
+
+# "gone": a parent pid that is not the child's, as once it was reparented.
+@pytest.mark.parametrize(("parent", "outcome"), [("self", "0 ran"), (str(1 << 30), "1")])
+def test_a_child_of_up_whose_up_died_before_its_set_up_does_not_run(
+    parent: str, outcome: str
+) -> None:
+    cmd = [sys.executable, "-c", SPAWN_WITH_CHILD_SETUP, parent]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == outcome, done.stderr

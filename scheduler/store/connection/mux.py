@@ -149,9 +149,14 @@ class MuxRedis:
         host, port = redirect or await self._address()
         loop = asyncio.get_running_loop()
         try:
-            _, protocol = await asyncio.wait_for(self._dial(loop, host, port), self.connect_timeout)
+            # asyncio.timeout, not wait_for: 3.11's wait_for, cancelled once the connect had
+            # ended, returned or raised the connect's outcome in place of the cancel (CPython
+            # gh-86296), and a loop stopped by a cancel (keyring.keep_fresh) went on for ever.
+            async with asyncio.timeout(self.connect_timeout):
+                _, protocol = await self._dial(loop, host, port)
         except (OSError, TimeoutError) as exc:
-            raise RedisConnectionError(f"cannot connect to Redis at {host}:{port}") from exc
+            where = self.unix_path or f"{host}:{port}"
+            raise RedisConnectionError(f"cannot connect to Redis at {where}") from exc
         setup: list[tuple[Any, ...]] = []
         if self.password is not None:
             setup.append(("AUTH", *_auth(self.username, self.password)))
@@ -297,7 +302,8 @@ async def _ask(ask: discovery.Ask) -> Any:
     timeout = discovery.DISCOVERY_TIMEOUT_SECS
     dial = loop.create_connection(lambda: RedisProtocol(timeout), ask.host, ask.port)
     try:
-        _, protocol = await asyncio.wait_for(dial, timeout)
+        async with asyncio.timeout(timeout):  # not wait_for, which could lose a cancel (_open)
+            _, protocol = await dial
     except (OSError, TimeoutError) as exc:
         raise RedisConnectionError(f"cannot connect to {ask.host}:{ask.port}") from exc
     try:
@@ -305,7 +311,8 @@ async def _ask(ask: discovery.Ask) -> Any:
             login: tuple[Any, ...] = ("AUTH", *_auth(ask.username, ask.password))
             await protocol.send(hiredis.pack_command(login))
         command: tuple[Any, ...] = ask.command
-        return await asyncio.wait_for(protocol.send(hiredis.pack_command(command)), timeout)
+        async with asyncio.timeout(timeout):
+            return await protocol.send(hiredis.pack_command(command))
     finally:
         if protocol.transport is not None:
             protocol.transport.close()

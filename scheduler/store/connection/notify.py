@@ -37,8 +37,10 @@ class Watch:
         self.lost = False
 
     async def wait(self, timeout: float) -> None:
+        # asyncio.timeout: 3.11's wait_for could lose a cancel (mux.MuxRedis._open).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.event.wait()
 
 
 class _SubscriberProtocol(RedisProtocol):
