@@ -96,21 +96,6 @@ def test_serve_killed_with_sigkill_takes_its_api_processes_and_the_port_is_free_
         held.close()
 
 
-def test_up_killed_with_sigkill_takes_every_process_it_started(tmp_path: Path) -> None:
-    up = Up(tmp_path / "data", tmp_path / "up.log")
-    try:
-        started = descendants(up.proc.pid)
-        # redis, the API (its supervisor and a process per core), the worker, the agent
-        assert len(started) >= 5, started
-        up.proc.kill()
-        up.proc.wait()
-        wait_gone(started)
-    finally:
-        if up.proc.poll() is None:
-            up.proc.kill()
-            up.proc.wait()
-
-
 # In every API process of `serve` (multiprocessing's spawned children), SIGTERM blocked from
 # the start: a process that never acts on it, whatever phase it is in (a start-up held open, a
 # shutdown that never ends: a lifespan that lost its cancel waited for ever, tests/store/
@@ -152,20 +137,22 @@ def test_serve_killed_while_its_api_processes_do_not_stop_takes_them_still(
         _kill_left(stamps)
 
 
-def test_up_killed_while_its_api_processes_do_not_stop_still_takes_every_process(
-    tmp_path: Path,
-) -> None:
-    # uvicorn's supervisor waits for its processes without end: `serve`, its resource tracker
-    # and the API processes outlived `up`. Once `up` is gone, `serve` gives them
-    # ORPHAN_GRACE_SECS to stop, then kills them (lifeline.end_within).
-    up = Up(tmp_path / "data", tmp_path / "up.log", PYTHONPATH=deaf_api_processes(tmp_path))
+@pytest.mark.parametrize("deaf", [False, True], ids=["api-stops", "api-deaf-to-sigterm"])
+def test_up_killed_with_sigkill_takes_every_process_it_started(tmp_path: Path, deaf: bool) -> None:
+    # Deaf: uvicorn's supervisor waits for its processes without end, so `serve`, its resource
+    # tracker and API processes that never act on their SIGTERM outlived `up`. Once `up` is
+    # gone, `serve` gives them ORPHAN_GRACE_SECS to stop, then kills them (lifeline.end_within).
+    extra = {"PYTHONPATH": deaf_api_processes(tmp_path)} if deaf else {}
+    up = Up(tmp_path / "data", tmp_path / "up.log", **extra)
     stamps: dict[int, str] = {}
     try:
         started = descendants(up.proc.pid)
         stamps = {pid: _started_at(pid) for pid in started}
-        api = [p for p in started if b"--multiprocessing-fork" in _cmdline(p)]
-        assert api, started
-        assert all(_blocks_sigterm(p) for p in api)
+        # redis, the API (its supervisor and a process per core), the worker, the agent
+        assert len(started) >= 5, started
+        if deaf:
+            api = [p for p in started if b"--multiprocessing-fork" in _cmdline(p)]
+            assert api and all(_blocks_sigterm(p) for p in api), started
         up.proc.kill()
         up.proc.wait()
         wait_gone(started)
