@@ -174,8 +174,10 @@ def attempts_of(client: Client, job_id: str) -> list[Attempt]:
 
 class _Changes:
     """Writes a progress line each time the waited job's status differs from the last seen,
-    after a line for each attempt that ended since (with a `client` to read them from);
-    `said`: whether the last status seen has had its line."""
+    after a line for each attempt that ended since (with a `client` to read them from) but
+    the one that ended the job, which its own line says (`job-3 done on node-1
+    (exit_code=0)` after `attempt 1 ... done (exit_code=0)` said it twice); `said`: whether
+    the last status seen has had its line."""
 
     def __init__(self, err: TextIO, status: str = "", client: Client | None = None) -> None:
         self.err, self.status, self.client, self.shown = err, status, client, 0
@@ -186,7 +188,8 @@ class _Changes:
             self.status = job.status
             if self.client is not None:
                 ended = attempts_of(self.client, job.job_id)
-                for attempt in ended[self.shown :]:
+                last = len(ended) - 1 if job.status in FINAL else len(ended)
+                for attempt in ended[self.shown : last]:
                     _echo(attempt_line(job.job_id, fields(attempt)), self.err)
                 self.shown = len(ended)
             _echo(progress(fields(job)), self.err)

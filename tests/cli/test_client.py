@@ -402,16 +402,16 @@ def test_submit_wait_prints_each_status_change(api: str, cli: Cli) -> None:
     assert code == 0 and out.splitlines()[1:] == ["ok"]
     assert err.splitlines() == [
         f"{job_id} running on node-1",
-        f"{job_id} attempt 1 on node-1: done (exit_code=0)",
-        f"{job_id} done on node-1 (exit_code=0)",
+        f"{job_id} done on node-1 (exit_code=0)",  # (its attempt's end: the job's, said once)
     ]
 
 
 def test_submit_wait_prints_each_attempt_and_exits_with_the_commands_code(
     api: str, cli: Cli
 ) -> None:
-    """A failure retried, then the last attempt's failure: each attempt on stderr, and the
-    exit status is the command's own (3), not a bare 1."""
+    """A failure retried, then the last attempt's failure: each attempt on stderr (the last,
+    the job's end, as the job's line), and the exit status is the command's own (3), not a
+    bare 1."""
 
     def agent() -> None:
         for _ in range(400):
@@ -429,11 +429,12 @@ def test_submit_wait_prints_each_attempt_and_exits_with_the_commands_code(
     thread.join()
     job_id = out.split()[1]
     assert code == 3
-    attempts = [line for line in err.splitlines() if " attempt " in line]
-    assert attempts == [
+    attempts = [
         f"{job_id} attempt 1 on node-1: failed (exit_code=3)",
         f"{job_id} attempt 2 on node-1: failed (exit_code=3)",
     ]
+    assert [line for line in err.splitlines() if " attempt " in line] == attempts[:1]
+    assert err.splitlines()[-1] == f"{job_id} failed on node-1 (exit_code=3)"
     code, out, _ = cli(api, "status", job_id, "--attempts")
     assert code == 0 and out.splitlines()[-2:] == attempts
 
@@ -460,7 +461,6 @@ def test_submit_wait_says_a_failure_once(api: str, cli: Cli) -> None:
     assert code == 4 and out.splitlines()[1:] == ["o"]
     assert err.splitlines() == [
         f"{job_id} running on node-1",
-        f"{job_id} attempt 1 on node-1: failed (exit_code=4)",
         f"{job_id} failed on node-1 (exit_code=4)",
         "e",
     ]
