@@ -213,3 +213,20 @@ def test_a_service_placed_again_keeps_its_attempt(
     lose_node(run)
     (kept,) = attempts(store, run.job_id)
     assert (kept.attempt, kept.reason, kept.node_id) == (1, "node_lost", "a")
+
+
+def test_a_service_placed_again_ended_by_a_report_without_stderr_has_none_of_the_loss(
+    make_client: ClientFactory, settings: Settings, store: SyncJobStore, rclient: redis.Redis
+) -> None:
+    """The loss's stderr ("node lost") stays in the record of a service placed again, whose
+    retry_count is unchanged: the attempt its next report ends (the service stopped, no
+    stderr sent) is not the lost one, and says none of it."""
+    run = Run(make_client(settings), store, rclient, job_type="service", port=8080)
+    claim(run)
+    lose_node(run)
+    claim(run)
+    run.report("done", exit_code=0)
+    lost, ended = attempts(store, run.job_id)
+    assert (lost.reason, lost.stderr) == ("node_lost", "node lost")
+    assert (ended.reason, run.job()["stderr"], ended.stderr) == ("done", "node lost", "")
+    assert b"_carried" not in rclient.get(store.keys.job(run.job_id))
