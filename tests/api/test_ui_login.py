@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.client.session import key_path
 from tests.conftest import ClientFactory
 
 KEY = "ui-login-key"
@@ -28,14 +29,18 @@ def test_the_key_file_up_wrote_for_this_server(
     make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     state = tmp_path / "alice-private-state"
-    kept = state / "tinyaws-scheduler" / "127.0.0.1-9001" / "api-key"
-    kept.parent.mkdir(parents=True)
-    kept.write_text(SESSION_KEY)
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
     monkeypatch.setenv("SCHEDULER_URL", "http://127.0.0.1:9001")
+    # The file where `up` keeps it (the client's key_path: the page names it by its own copy
+    # of that layout, the API not importing the client's).
+    kept = key_path("http://127.0.0.1:9001")
+    assert kept is not None
+    kept.parent.mkdir(parents=True)
+    kept.write_text(SESSION_KEY)
     said = key_help(make_client)
     # Where it is (the browser came as testserver: the file is named after up's address).
-    assert 'cat "$XDG_STATE_HOME/tinyaws-scheduler/127.0.0.1-9001/api-key"' in said
+    assert f'cat "$XDG_STATE_HOME/{kept.relative_to(state)}"' in said
+    assert "127.0.0.1-9001" in said
     assert "~/.local/state" not in said
     # Nothing the public page did not show before: no folder's value, no key.
     assert "alice" not in said and str(tmp_path) not in said and SESSION_KEY not in said

@@ -124,9 +124,11 @@ def test_each_attempt_is_kept_as_it_ends_and_the_record_is_unchanged(
     last = kept[-1]
     assert last.reason in (job.get("failure_reason") or job["status"], "done")
     assert last.ended_at == job["finished_at"] and last.exit_code == job.get("exit_code")
-    # The record's stderr, unless it is an earlier attempt's that the last report did not
-    # replace (test_an_attempt_keeps_its_output_and_times).
-    assert last.stderr == job.get("stderr", "") or (len(kept) > 1 and last.stderr == "")
+    # The record's stderr, unless it is an earlier attempt's that the last report (done,
+    # failed: the walks' reports send no stderr) did not replace
+    # (test_an_attempt_keeps_its_output_and_times); a timeout's, a loss's is the last's own.
+    carried = len(kept) > 1 and last.reason in ("done", "failed")
+    assert last.stderr == ("" if carried else job.get("stderr", ""))
     for attempt in kept:
         assert attempt.node_id in ("a", "b")
         assert attempt.started_at == "" or attempt.started_at <= attempt.ended_at
@@ -213,3 +215,20 @@ def test_a_service_placed_again_keeps_its_attempt(
     lose_node(run)
     (kept,) = attempts(store, run.job_id)
     assert (kept.attempt, kept.reason, kept.node_id) == (1, "node_lost", "a")
+
+
+def test_a_service_placed_again_ended_by_a_report_without_stderr_has_none_of_the_loss(
+    make_client: ClientFactory, settings: Settings, store: SyncJobStore, rclient: redis.Redis
+) -> None:
+    """The loss's stderr ("node lost") stays in the record of a service placed again, whose
+    retry_count is unchanged: the attempt its next report ends (the service stopped, no
+    stderr sent) is not the lost one, and says none of it."""
+    run = Run(make_client(settings), store, rclient, job_type="service", port=8080)
+    claim(run)
+    lose_node(run)
+    claim(run)
+    run.report("done", exit_code=0)
+    lost, ended = attempts(store, run.job_id)
+    assert (lost.reason, lost.stderr) == ("node_lost", "node lost")
+    assert (ended.reason, run.job()["stderr"], ended.stderr) == ("done", "node lost", "")
+    assert b"_carried" not in rclient.get(store.keys.job(run.job_id))
