@@ -232,3 +232,18 @@ def test_a_service_placed_again_ended_by_a_report_without_stderr_has_none_of_the
     assert (lost.reason, lost.stderr) == ("node_lost", "node lost")
     assert (ended.reason, run.job()["stderr"], ended.stderr) == ("done", "node lost", "")
     assert b"_carried" not in rclient.get(store.keys.job(run.job_id))
+
+
+def test_a_retried_job_cancelled_before_it_ran_again_has_none_of_the_failure(
+    make_client: ClientFactory, settings: Settings, store: SyncJobStore, rclient: redis.Redis
+) -> None:
+    """A failure's stderr stays in the record of the job retried (the original's rule); an
+    attempt cancelled while pending never ran, so its entry has none of it."""
+    run = Run(make_client(settings), store, rclient)
+    claim(run)
+    run.report("failed", exit_code=3, stderr="err 1")
+    assert run.api.delete(f"/jobs/{run.job_id}").status_code == 200
+    failed, cancelled = attempts(store, run.job_id)
+    assert (failed.reason, failed.stderr) == ("failed", "err 1")
+    assert (cancelled.reason, cancelled.started_at, cancelled.stderr) == ("cancelled", "", "")
+    assert b"_carried" not in rclient.get(store.keys.job(run.job_id))

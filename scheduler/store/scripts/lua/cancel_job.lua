@@ -1,4 +1,6 @@
 --- @include "codes"
+--- @include "CARRIED"
+--- @include "after_an_attempt"
 --- @include "FINAL"
 --- @include "NOT_STARTED"
 --- @include "finish"
@@ -26,6 +28,9 @@ if job.status == "cancelling" then return {OK, raw} end
 if by ~= "" then job.cancelled_by = by end
 local n = number_of(job_id)
 if NOT_STARTED[job.status] then
+  -- An attempt that never ran has no output of its own: a stderr the record kept from an
+  -- earlier one (transition.lua) stays out of its entry.
+  if after_an_attempt(job) then job[CARRIED] = "stderr" end
   return {OK, finish(job_id, n, job, "cancelled", now, stamp)}
 end
 move_job(job_id, n, job, "cancelling", job.node_id, now)  -- keeps its slot, not its deadline

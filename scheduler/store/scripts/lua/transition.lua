@@ -1,6 +1,7 @@
 --- @include "codes"
 --- @include "keys"
 --- @include "CARRIED"
+--- @include "after_an_attempt"
 --- @include "ENDINGS"
 --- @include "FINAL"
 --- @include "NOT_STARTED"
@@ -112,11 +113,8 @@ local n = number_of(job_id)
 if status ~= "running" then
   -- The record keeps a retried attempt's stderr when a later report sends none (the
   -- original's rule): that stderr is not this attempt's, so its attempt entry leaves it out
-  -- (attempts.lua record_attempt takes CARRIED off before anything stores the job). A
-  -- service placed again after its node was lost has an earlier attempt ("node lost") with
-  -- its retry_count unchanged (node_loss.lua).
-  local earlier = (job.retry_count or 0) > 0 or job.job_type == "service"
-  if earlier and stderr == "" and stderr_staged == "" then
+  -- (attempts.lua record_attempt takes CARRIED off before anything stores the job).
+  if after_an_attempt(job) and stderr == "" and stderr_staged == "" then
     job[CARRIED] = "stderr"
   end
   if status == "failed" and retries_left(job, max_retries) then

@@ -36,6 +36,13 @@ end
 -- kept from an earlier attempt, which this attempt did not send (transition.lua).
 local CARRIED = "_carried"
 
+-- Whether the job's record may hold an earlier attempt's stderr: it was retried, or it is a
+-- service placed again after its node was lost ("node lost", its retry_count unchanged:
+-- node_loss.lua).
+local function after_an_attempt(job)
+  return (job.retry_count or 0) > 0 or job.job_type == "service"
+end
+
 local function record_attempt(id, job, reason, stamp)
   local carried = job[CARRIED]
   job[CARRIED] = nil
