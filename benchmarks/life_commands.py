@@ -13,7 +13,8 @@ unlike a time, a count does not move with the load of this shared machine.
 `--units` adds what a call's pieces cost in Redis's instructions (callgrind, valgrind needed),
 on functions of their own: an FCALL that does nothing (the price of any script call: reading
 the request, running the function, answering), each argument more, a command of the
-cheapest kind (SCARD), and a sorted set's member added, moved (a new score) and removed among
+cheapest kind (SCARD), each argument more of a command a script sends (EXISTS of 21 keys
+against SCARD's one), and a sorted set's member added, moved (a new score) and removed among
 `--stored` others.
 """
 
@@ -134,6 +135,7 @@ def units(stored: int) -> dict[str, float]:
         ("FCALL, nothing done", "noop", lambda n: [argument]),
         ("FCALL, 21 arguments", "noop", lambda n: [argument] * 21),
         ("SCARD", "scard", lambda n: [argument]),
+        ("EXISTS of 21 keys", "exists", lambda n: [argument]),
         ("ZADD, a new member", "zadd", lambda n: [str(stored + n), f"new-{n}"]),
         ("ZADD, a new score", "zadd", lambda n: [str(2 * stored + n), f"new-{n}"]),
         ("ZREM", "zrem", lambda n: [f"new-{n}"]),
@@ -153,16 +155,21 @@ def units(stored: int) -> dict[str, float]:
             pipe.execute()
             figures[label] = harness.callgrind_total(pid, workdir) / calls
     base = figures["FCALL, nothing done"]
+    wide = figures.pop("EXISTS of 21 keys")
     return {
         "FCALL, nothing done": base,
         "an argument more": (figures.pop("FCALL, 21 arguments") - base) / 20,
         **{label: figure - base for label, figure in list(figures.items())[1:]},
+        "a command's argument more": (wide - figures["SCARD"]) / 20,
     }
 
 
 UNITS_LIBRARY = """#!lua name=life_units
 redis.register_function('noop', function(KEYS, ARGV) return 1 end)
 redis.register_function('scard', function(KEYS, ARGV) return redis.call('SCARD', KEYS[1]) end)
+redis.register_function('exists', function(KEYS, ARGV)
+  local k = KEYS[1]
+  return redis.call('EXISTS', k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k, k) end)
 redis.register_function('zadd', function(KEYS, ARGV)
   return redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) end)
 redis.register_function('zrem', function(KEYS, ARGV)

@@ -171,6 +171,17 @@ def test_life_commands_counts_each_step_of_a_life() -> None:
     assert totals["life"] == sum(totals[step] for step in ("create", "poll", "running", "done"))
 
 
+def test_lua_profile_counts_each_step_by_function() -> None:
+    """The scripts' Lua replayed outside Redis (lua5.1, lua-cjson): each step's VM
+    instructions by function, its body and the life's; the replay ran every command."""
+    lines = run_benchmark("lua_profile", "--stored", "5", "--top", "3")
+    titles = [line.split("  ")[0].split(" (")[0] for line in lines if "VM instr" in line]
+    assert titles == ["create", "poll", "running", "done", "life"]
+    totals = [int(line.split()[-2]) for line in lines if line.startswith("all but the prelude")]
+    assert len(totals) == 5 and all(t > 0 for t in totals) and totals[-1] == sum(totals[:-1])
+    assert any(line.startswith("(body)") for line in lines)
+
+
 def test_stored_state_bench_prints_each_phase_and_ratio() -> None:
     argv = ["--delayed", "200", "--schedules", "20", "--calls", "20", "--runs", "2"]
     title, header, *lines = run_benchmark("stored_state_bench", *argv)
