@@ -25,7 +25,7 @@ from scheduler.api.params import query_of
 from scheduler.api.state import settings as _settings
 from scheduler.api.ui_headers import CSP, with_script
 from scheduler.models.access_key import Principal
-from scheduler.models.job import Job
+from scheduler.models.job import NOT_STARTED, Job
 from scheduler.models.wire import parse_rfc3339
 
 REFRESH_SECS = 5
@@ -104,6 +104,14 @@ color:#57606a}
 table.cards td.num{text-align:left}
 }
 """
+# A job not started yet (pending, delayed, waiting: models.job NOT_STARTED) has no output to
+# wait for: its live section says so, not "no output yet" as a running job's.
+NOT_STARTED_OUTPUT = ",".join(
+    f'#live[data-status="{status}"] #live-output:empty::before' for status in sorted(NOT_STARTED)
+)
+STYLE = (
+    STYLE + NOT_STARTED_OUTPUT + '{content:"not started yet: its output shows here as it runs"}\n'
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,6 +196,9 @@ def test_a_pending_jobs_page_follows_once_the_job_runs(api: str, ui: WebDriver) 
     load(ui, f"{api}/ui/jobs/{job_id}")
     assert fields(ui, "summary")["status"] == "pending"
     until(ui, "return !!document.getElementById('live')")
+    # Nothing to wait for yet: it says so, not "no output yet" as a running job's.
+    before = f"return getComputedStyle({PRE}, '::before').content"
+    assert ui.execute_script(before) == '"not started yet: its output shows here as it runs"'
     reported(api, job_id, "running")
     sent(api, job_id, "started\n", 0)
     shows(ui, "started\n")
