@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import time
 from html import escape
-from urllib.parse import urlsplit
 
 import msgspec
 from starlette.requests import Request
@@ -29,6 +28,7 @@ from scheduler.api.state import credentials as _credentials
 from scheduler.api.state import store as _store
 from scheduler.api.ui_forms import check_origin, checked_form, form_lists
 from scheduler.api.ui_layout import page, view_of
+from scheduler.config import up_key
 from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 
@@ -76,38 +76,19 @@ async def drain_or_undrain(request: Request) -> Response:
     return RedirectResponse(back, status_code=303)
 
 
-# Where `scheduler up` keeps the key it makes when TINYAWS_API_KEY is unset (client/session.py
-# key_path, which the API may not import: tests/test_layout.py): a folder per address it
-# serves, under XDG_STATE_HOME, or ~/.local/state when that is unset.
-UP_KEY_FILE = "tinyaws-scheduler/{host}-{port}/api-key"
-DEFAULT_STATE = "~/.local/state"
-
-
-def _up_address(url: str) -> tuple[str, int] | None:
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return None
-    return (host, port) if host else None
-
-
 def up_key_file(request: Request) -> str:
-    """The file `up` keeps this server's key in, as the login shows it. `up` gives the API
-    its environment: XDG_STATE_HOME, and its own address as SCHEDULER_URL, which names the
-    file; when that file is not there (not started by `up`), the one the browser's address
-    would have. The login is public: XDG_STATE_HOME shows by its name, never its value (it
-    may name the user, or any folder), as the home shows as ~."""
-    state = os.environ.get("XDG_STATE_HOME", "")
-    home = state or os.path.expanduser(DEFAULT_STATE)
-    told = _up_address(os.environ.get("SCHEDULER_URL", ""))
-    if told and os.path.isfile(os.path.join(home, UP_KEY_FILE.format(host=told[0], port=told[1]))):
-        host, port = told
-    else:
-        host = request.url.hostname or "HOST"
-        port = request.url.port or (443 if request.url.scheme == "https" else 80)
-    file = UP_KEY_FILE.format(host=host, port=port)
-    return f'"$XDG_STATE_HOME/{file}"' if state else f"{DEFAULT_STATE}/{file}"
+    """The file `up` keeps this server's key in (config/up_key.py), as the login shows it.
+    `up` gives the API its environment: XDG_STATE_HOME, and its own address as SCHEDULER_URL,
+    which names the file; when that file is not there (not started by `up`), the one the
+    browser's address would have. The login is public: XDG_STATE_HOME shows by its name,
+    never its value (it may name the user, or any folder), as the home shows as ~."""
+    told = up_key.address(os.environ.get("SCHEDULER_URL", ""))
+    if not (told and (up_key.state_home() / up_key.relative(*told)).is_file()):
+        told = up_key.address(str(request.url)) or ("HOST", 80)
+    file = up_key.relative(*told)
+    if os.environ.get("XDG_STATE_HOME"):
+        return f'"$XDG_STATE_HOME/{file}"'
+    return f"{up_key.DEFAULT_STATE}/{file}"
 
 
 def _where_up_keeps_the_key(request: Request) -> str:

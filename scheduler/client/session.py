@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import secrets
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from scheduler.agent import token_file
-from scheduler.config import Settings
+from scheduler.config import Settings, up_key
 
 
 def key_path(url: str) -> Path | None:
@@ -30,16 +28,8 @@ def key_path(url: str) -> Path | None:
     The host is taken as written: `localhost`, `::1` and `127.0.0.1` are three addresses
     (127.0.0.1:P and [::1]:P are two sockets, and another local user may listen on the one
     `up` did not bind: the key is sent only to the address `up` gave)."""
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        return None
-    if not host:
-        return None
-    port = port or (443 if parts.scheme == "https" else 80)
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "tinyaws-scheduler" / f"{host}-{port}" / "api-key"
+    where = up_key.address(url)
+    return up_key.state_home() / up_key.relative(*where) if where else None
 
 
 def create(url: str) -> tuple[str, Path]:

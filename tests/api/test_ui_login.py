@@ -31,8 +31,8 @@ def test_the_key_file_up_wrote_for_this_server(
     state = tmp_path / "alice-private-state"
     monkeypatch.setenv("XDG_STATE_HOME", str(state))
     monkeypatch.setenv("SCHEDULER_URL", "http://127.0.0.1:9001")
-    # The file where `up` keeps it (the client's key_path: the page names it by its own copy
-    # of that layout, the API not importing the client's).
+    # The file where `up` keeps it, as the client finds it (key_path; both sides read the
+    # layout of config/up_key.py).
     kept = key_path("http://127.0.0.1:9001")
     assert kept is not None
     kept.parent.mkdir(parents=True)
