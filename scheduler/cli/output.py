@@ -189,7 +189,8 @@ def write_bytes(data: bytes, out: TextIO) -> None:
 
 
 # What would place a job waiting for a reason that does not pass by itself (models/unplaced.py
-# LASTING: full and quota, a queue's wait, pass as the jobs ahead end), after why() says it.
+# LASTING: full and quota, a queue's wait, pass as the jobs ahead end), after unplaced.why
+# says it.
 HINTS = {
     "no_nodes": "it waits until an agent registers (`scheduler nodes` lists them)",
     "namespace": "it waits until one does (`scheduler nodes` shows their labels)",

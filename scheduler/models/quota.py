@@ -35,7 +35,7 @@ class Quota(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_o
     def said(self) -> str:
         """The limits as the audit and the CLI say them: `running=4 cpus=16`, or `none`."""
         limits = msgspec.structs.asdict(self).items()
-        return " ".join(f"{name}={value}" for name, value in limits if value) or "none"
+        return _said({name: value for name, value in limits if value}) or "none"
 
 
 class Change(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_only=True):
@@ -51,8 +51,11 @@ class Change(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True, kw_
 
     def said(self) -> str:
         """The change as the audit says it: `cpus=16 running=0 (others kept)`."""
-        limits = " ".join(f"{name}={value}" for name, value in self.given().items())
-        return f"{limits or 'nothing'} (others kept)"
+        return f"{_said(self.given()) or 'nothing'} (others kept)"
+
+
+def _said(limits: dict[str, int]) -> str:
+    return " ".join(f"{name}={value}" for name, value in limits.items())
 
 
 # Quota's limits, each absent (UNSET) unless given: declared from Quota's, so a new limit is
