@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -499,3 +500,29 @@ def test_key_check_prints_each_case() -> None:
         "now, a named submitter / admin",
         "now, a named reader / admin",
     ]
+
+
+def test_each_life_ablation_fits_the_library_and_changes_it() -> None:
+    """Each part taken out rewrites the library's text (a change of the scripts that a part
+    no longer fits fails here, not as a figure of nothing); `nothing` leaves it as it is."""
+    from benchmarks import life_ablation
+    from benchmarks.script_instructions import _library
+
+    code = _library()
+    for name in life_ablation.VARIANTS:
+        changed = life_ablation.variant_library(code, name) != code
+        assert changed == (name != "nothing"), name
+    with pytest.raises(ValueError, match="matches nothing"):
+        life_ablation.Rewrite("no such text", "").apply(code, "a part")
+
+
+def test_life_ablation_prints_each_part_taken_out() -> None:
+    """The life counted as it is, then without each part asked for (callgrind)."""
+    lines = run_benchmark(
+        "life_ablation", "--stored", "5", "--lives", "2", "--parts", "nothing,events"
+    )
+    assert lines[0].startswith("a life as it is: ")
+    rows = {line.split("  ")[0]: line.split() for line in lines[2:4]}
+    assert list(rows) == ["nothing", "events"]
+    base = json.loads(lines[-1])["life"]
+    assert float(rows["events"][1]) < base  # its rewrite took effect
