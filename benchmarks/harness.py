@@ -81,18 +81,22 @@ def callgrind_redis(workdir: str) -> Iterator[tuple[redis.Redis, int]]:
         server.wait()
 
 
-def callgrind_total(pid: int, workdir: str) -> int:
-    """Dump the counters of callgrind_redis's server `pid` and read their total."""
+def callgrind_dump(pid: int, workdir: str) -> str:
+    """Dump the counters of callgrind_redis's server `pid`: the dump's path."""
     control = ["callgrind_control", "-d", str(pid)]
     before = set(glob.glob(f"{workdir}/cg.*"))
     subprocess.run(control, check=True, capture_output=True, timeout=60)
-    dumped: list[str] = []
     for _ in range(100):
         dumped = sorted(set(glob.glob(f"{workdir}/cg.*")) - before)
         if dumped:
-            break
+            return dumped[-1]
         time.sleep(0.1)
-    with open(dumped[-1]) as dump:
+    raise RuntimeError("callgrind wrote no dump")
+
+
+def callgrind_total(pid: int, workdir: str) -> int:
+    """Dump the counters of callgrind_redis's server `pid` and read their total."""
+    with open(callgrind_dump(pid, workdir)) as dump:
         for line in dump:
             if line.startswith(("summary:", "totals:")):
                 return int(line.split()[1])

@@ -28,12 +28,16 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from benchmarks import harness
 from benchmarks.life_commands import STEPS
 from benchmarks.report import Column, Table
 from benchmarks.script_instructions import BODY, Scripts, _library
+
+T = TypeVar("T")
+
+WARM = 3  # lives run before those counted
 
 _NOTHING = "local _ = 0"  # a statement that does nothing, where a call was
 
@@ -124,13 +128,25 @@ def variant_library(code: str, name: str) -> str:
 
 def measure(library: str, stored: int, lives: int) -> dict[str, float]:
     """Instructions per life of each step (STEPS) and of the life, with `library` loaded."""
+    totals = life_phases(library, stored, lives, harness.callgrind_total)
+    figures = {step: total / lives for step, total in totals.items()}
+    figures["life"] = sum(figures[step] for step in STEPS)
+    return figures
+
+
+def life_phases(
+    library: str, stored: int, lives: int, read: Callable[[int, str], T]
+) -> dict[str, T]:
+    """Each step (STEPS) of `lives` lives run as a phase in a callgrind_redis with `library`
+    loaded, after `stored` jobs of another node and WARM lives: `read(pid, workdir)` of each
+    phase's counters (zeroed before it)."""
     from scheduler.nodes.placement import Placement
 
     s = Scripts("ablation")
     elsewhere, here = Placement.among(["n1"]), Placement.among(["n0"])
     running = s.update(status="running")
     done = s.update(status="done", exit_code=0, stdout="hello")
-    first = stored + 1
+    first = stored + WARM + 1
     numbers = range(first, first + lives)
 
     def report(n: int, update: Any) -> Any:
@@ -142,18 +158,20 @@ def measure(library: str, stored: int, lives: int) -> dict[str, float]:
         "running": lambda: [report(n, running) for n in numbers],
         "done": lambda: [report(n, done) for n in numbers],
     }
-    figures: dict[str, float] = {}
+    out: dict[str, T] = {}
     with tempfile.TemporaryDirectory() as workdir, harness.callgrind_redis(workdir) as (c, pid):
         c.set(s.keys.initialised, "benchmark")
         c.function_load(library, replace=True)
         _send(c, s, [s.create_job(BODY, elsewhere, 1.0, 30) for _ in range(stored)])
+        for n in range(stored + 1, first):  # every key and count a life writes made once
+            _send(c, s, [s.create_job(BODY, here, 1.0, 30), s.poll("n0", 1, "open")])
+            _send(c, s, [report(n, running), report(n, done)])
         for step in STEPS:
             calls = phases[step]()
             harness.callgrind_zero(pid)
             _send(c, s, calls)
-            figures[step] = harness.callgrind_total(pid, workdir) / lives
-    figures["life"] = sum(figures[step] for step in STEPS)
-    return figures
+            out[step] = read(pid, workdir)
+    return out
 
 
 def _send(client: Any, s: Scripts, calls: list[Any]) -> None:
