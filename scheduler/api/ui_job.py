@@ -36,6 +36,7 @@ from scheduler.models.job import (
     JOB_FIELDS,
     NOT_STARTED,
     Job,
+    attempt_of,
     job_decoder,
     seen_by,
 )
@@ -136,11 +137,12 @@ def _attempt(job: Job, allowed: int) -> tuple[str, str]:
     """(label, text): while more may come (an unfinished job) its attempt's number, of how
     many its retries allow; once ended (or being cancelled) how many it made ("of 2" on a
     done job read as if a second one were coming)."""
-    number = job.retry_count + 1
+    number = attempt_of(job)
     if job.status in FINAL_STATUSES or job.status == "cancelling":
         never = number == 1 and job.running_at is None  # cancelled, or a dependency failed
         return "attempts", "none ran" if never else str(number)
-    limit = (job.max_retries if job.max_retries is not None else allowed) + 1
+    # its retries start over at a retry by hand, its numbering does not
+    limit = job.earlier_attempts + (job.max_retries if job.max_retries is not None else allowed) + 1
     return "attempt", f"{number} of {limit}" if number <= limit else str(number)
 
 

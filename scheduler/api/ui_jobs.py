@@ -28,7 +28,14 @@ from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_forms import may_post
 from scheduler.api.ui_layout import View, card_cells, duration, job_status, page, view_of
-from scheduler.models.job import MAX_JOB_NUMBER, STATUSES, Job, job_decoder, job_number
+from scheduler.models.job import (
+    MAX_JOB_NUMBER,
+    STATUSES,
+    Job,
+    attempt_of,
+    job_decoder,
+    job_number,
+)
 from scheduler.models.namespace import Scope
 from scheduler.models.wire import ID_RE
 from scheduler.store import ops
@@ -175,7 +182,7 @@ def job_row(job: Job, view: View) -> str:
         ("", escape(job.node_id)),
         ("", job_status(job)),
         (' class="cmd wide"', f'<code title="{escape(command)}">{escape(short)}</code>'),
-        (f' class="num" title="{retries}"', str(job.retry_count + 1)),
+        (f' class="num" title="{retries}"', str(attempt_of(job))),
         (' class="num"', exit_code),
         ("", view.when(job.created_at)),
         (' class="num"', duration(job, view.now)),

@@ -27,7 +27,7 @@ from __future__ import annotations
 from html import escape
 
 from scheduler.api.ui_layout import REFRESH_SECS, View
-from scheduler.models.job import FINAL_STATUSES, Job
+from scheduler.models.job import FINAL_STATUSES, Job, attempt_of
 
 # The section's script, as the page holds it (its hash is the policy's: change it freely,
 # the hash follows). Plain ES5 in a function: nothing global.
@@ -119,7 +119,7 @@ def live_section(job: Job, view: View, keep: int) -> str:
     source = escape(f"/ui/jobs/{job.job_id}/logs")
     return (
         f'<section id="live" data-src="{source}" data-paused="{int(view.paused)}" '
-        f'data-status="{escape(job.status)}" data-attempt="{job.retry_count + 1}" '
+        f'data-status="{escape(job.status)}" data-attempt="{attempt_of(job)}" '
         f'data-refresh="{REFRESH_SECS}" data-keep="{keep}">'
         '<h2>Live output <span id="live-state" class="muted"></span></h2>'
         '<noscript><p class="muted">Live output needs JavaScript: the output shows below '

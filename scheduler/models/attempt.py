@@ -17,8 +17,9 @@ ATTEMPT_TAIL_BYTES = 2048
 
 
 class Attempt(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """`attempt`: the job's retry_count + 1 when it ended (a service placed again after its
-    node was lost uses no retry, so its number repeats). `started_at` is absent for an
+    """`attempt`: the job's attempt number when it ended (models/job.py attempt_of, counted
+    over retries by hand too; a service placed again after its node was lost uses no retry,
+    so its number repeats). `started_at` is absent for an
     attempt that never ran (cancelled while pending or delayed). `reason`: an ending of
     models.job.ENDINGS (done, failed, cancelled, timed_out, node_lost)."""
 

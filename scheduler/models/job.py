@@ -156,6 +156,9 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
     # hand, as submitted_by; a retry starts it over, so its cancel is no longer said.
     cancelled_by: str = ""
     retried_by: str = ""
+    # How many attempts it made before its last retry by hand, which starts retry_count (and
+    # so its retries) over: its attempts are numbered on across retries by hand (`attempt`).
+    earlier_attempts: int = 0
     # The namespace it belongs to (models/namespace.py): "" for `default`, which the wire
     # omits. A submit by a key limited to some namespaces puts it in that key's first when it
     # names none; it never changes after.
@@ -163,6 +166,13 @@ class Job(msgspec.Struct, omit_defaults=True, kw_only=True):
 
 
 JOB_FIELDS = read_fields(Job)
+
+
+def attempt_of(job: Job) -> int:
+    """The number of the job's attempt, running or last ended: counted over its whole life,
+    retries by hand included (store/scripts/lua/includes/attempts.lua `attempt_of`)."""
+    return job.earlier_attempts + job.retry_count + 1
+
 
 MAX_DELAY_SECS = 366 * 86400
 # What a request may say that the job does not keep as such: a delay becomes its run_at.

@@ -267,18 +267,34 @@ def test_a_position_redis_cannot_hold_is_a_400(api: TestClient, after: str) -> N
         assert response.status_code == 400 and "invalid after" in response.text, path
 
 
-def test_a_retry_by_hand_starts_the_live_output_afresh(make_client: Any) -> None:
+def test_a_retry_by_hand_starts_a_new_attempt_and_keeps_the_earlier_ones(
+    make_client: Any,
+) -> None:
+    """Its attempts are numbered on over retries by hand (they once started again at 1,
+    two attempts 1 in its list and the first run's output unreachable)."""
     api = make_client(max_job_retries=0)
     register(api, "n1")
     job_id = claimed(api)
     send(api, job_id, "OLD RUN\n", 0)
     assert report(api, job_id, "failed", node_id="n1", exit_code=1).status_code == 200
     assert api.post(f"/jobs/{job_id}/retry").status_code == 200
-    assert api.get(f"/jobs/{job_id}/logs").text == ""
+    assert api.get(f"/jobs/{job_id}/logs").text == ""  # attempt 2's, not started
     assert report(api, job_id, "running", node_id="n1").status_code == 200
     send(api, job_id, "NEW RUN\n", 0)
     logs = api.get(f"/jobs/{job_id}/logs")
-    assert (logs.text, logs.headers["x-attempt"]) == ("NEW RUN\n", "1")
+    assert (logs.text, logs.headers["x-attempt"]) == ("NEW RUN\n", "2")
+    assert api.get(f"/jobs/{job_id}/logs?attempt=1").text == "OLD RUN\n"
+    assert report(api, job_id, "failed", node_id="n1", exit_code=2).status_code == 200
+    assert api.post(f"/jobs/{job_id}/retry").status_code == 200
+    assert api.delete(f"/jobs/{job_id}").status_code == 200  # cancelled before it ran
+    attempts = api.get(f"/jobs/{job_id}/attempts").json()
+    assert [(a["attempt"], a["reason"]) for a in attempts] == [
+        (1, "failed"),
+        (2, "failed"),
+        (3, "cancelled"),
+    ]
+    job = api.get(f"/jobs/{job_id}").json()
+    assert (job["retry_count"], job["earlier_attempts"]) == (0, 2)
 
 
 def test_a_log_that_lost_its_entries_keeps_the_new_chunk(

@@ -99,6 +99,9 @@ def test_of_how_many_only_while_more_attempts_may_come(make_client: ClientFactor
     assert report(api, flaky, "running").status_code == 200
     assert report(api, flaky, "failed", exit_code=1).status_code == 200
     assert attempt(flaky) == {"attempts": "2"}
+    # A retry by hand gives its retries again and numbers on: attempt 3 of 4, not 1 of 2.
+    assert api.post(f"/jobs/{flaky}/retry").status_code == 200
+    assert attempt(flaky) == {"attempt": "3 of 4"}
     never = submit(api, command="sleep 1")["job_id"]
     assert api.delete(f"/jobs/{never}").status_code == 200
     assert attempt(never) == {"attempts": "none ran"}

@@ -1,5 +1,6 @@
 --- @include "codes"
 --- @include "keys"
+--- @include "attempt_of"
 --- @include "job_access"
 --- @include "load_job"
 
@@ -33,7 +34,7 @@ if at + #data <= held then return {OK, held} end  -- held already: an answer was
 if at < held then data = string.sub(data, held - at + 1) end
 local written = redis.call("HINCRBY", state, "written", #data)
 local added = redis.call("XADD", log, "*", "s", stream == "stdout" and "o" or "e",
-  "a", (job.retry_count or 0) + 1, "w", written - #data, "d", data)
+  "a", attempt_of(job), "w", written - #data, "d", data)
 local bytes = redis.call("HINCRBY", state, "bytes", #data)
 local cut = 0
 while bytes - cut > tonumber(cap) do

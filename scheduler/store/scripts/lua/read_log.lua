@@ -1,5 +1,6 @@
 --- @include "codes"
 --- @include "keys"
+--- @include "attempt_of"
 --- @include "load_job"
 --- @include "sees"
 
@@ -14,7 +15,7 @@ local job = load_job(job_id)
 if not job or not sees(namespaces, job.namespace) then return {NOT_FOUND} end
 local state = K.job_log_state(job_id)
 local out = {OK, job.status, type(job.exit_code) == "number" and tostring(job.exit_code) or "",
-  (job.retry_count or 0) + 1, redis.call("HGET", state, "dropped") or "0", 0}
+  attempt_of(job), redis.call("HGET", state, "dropped") or "0", 0}
 local start, size = after == "-" and "-" or "(" .. after, 0
 while true do
   local entries = redis.call("XRANGE", K.job_log(job_id), start, "+", "COUNT", 50)

@@ -1,8 +1,8 @@
 --- @include "codes"
---- @include "keys"
 --- @include "DEPENDENCY_UNITS"
 --- @include "ENDED_UNITS"
 --- @include "REASON"
+--- @include "attempt_of"
 --- @include "crowded_dependency"
 --- @include "failed_dependency"
 --- @include "forget_earlier_waits"
@@ -63,10 +63,10 @@ for _, id in ipairs(ids) do
     elseif not target and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(job)) then
       code = NO_NODES
     else
+      -- Its retries start over, its attempts' numbers go on: the earlier ones' ends and
+      -- live output stay readable under their own numbers.
+      job.earlier_attempts = attempt_of(job)
       job.retry_count = 0
-      -- Its attempts are numbered from 1 again: the live output of the earlier ones goes
-      -- (their ends stay in its attempts), so no attempt shows another's.
-      redis.call("DEL", K.job_log(id), K.job_log_state(id))
       job.exit_code, job.failure_reason, job.cancelled_by = nil, nil, nil
       job.retried_by = by ~= "" and by or nil
       set_output(id, job, "stdout", nil)

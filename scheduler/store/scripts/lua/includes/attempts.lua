@@ -43,10 +43,16 @@ local function after_an_attempt(job)
   return (job.retry_count or 0) > 0 or job.job_type == "service"
 end
 
+-- The number of the job's attempt, running or last ended, over its whole life: a retry by
+-- hand starts retry_count over, not the numbering (models/job.py attempt_of).
+local function attempt_of(job)
+  return (job.earlier_attempts or 0) + (job.retry_count or 0) + 1
+end
+
 local function record_attempt(id, job, reason, stamp)
   local carried = job[CARRIED]
   job[CARRIED] = nil
-  local out = {'{"attempt":' .. ((job.retry_count or 0) + 1),
+  local out = {'{"attempt":' .. attempt_of(job),
     '"node_id":' .. cjson.encode(job.node_id)}
   local ran = job.status == "running" or job.status == "cancelling"
   if ran and type(job.running_at) == "string" then
