@@ -43,9 +43,17 @@ _beat_decoder = msgspec.json.Decoder(_Beat)
 class _Drained(msgspec.Struct):
     moved: int = 0
     unplaced: int = 0  # left the node for no node yet (an older scheduler: absent)
+    stayed: int = 0  # bound to it still: an instance's, or past one call's limit
 
 
 _drain_decoder = msgspec.json.Decoder(_Drained)
+# What becomes of the jobs a stopping node's drain left bound to it (one call moves at most
+# 1000): once the node is gone, the scheduler's sweep moves them as a lost node's, a delayed
+# one when it is due (store/scripts/lua/delete_node.lua).
+STAYED = (
+    " (bound to this node still: an instance's stay, the others move once it is gone,"
+    " a delayed one when due)"
+)
 # A clean stop's drain waits at most this long: a scheduler that does not answer must not
 # delay the stop (AGENT_GRACE_SECS is for the running jobs).
 DRAIN_SECS = 2.0
@@ -225,10 +233,12 @@ class Remote:
             with contextlib.suppress(msgspec.DecodeError):
                 done = _drain_decoder.decode(response.content)
                 log.info(
-                    "drained node %s: %d queued job(s) moved, %d unplaced",
+                    "drained node %s: %d queued job(s) moved, %d unplaced, %d stayed%s",
                     self.config.node_id,
                     done.moved,
                     done.unplaced,
+                    done.stayed,
+                    STAYED if done.stayed else "",
                 )
 
     async def deregister(self) -> None:
