@@ -450,7 +450,12 @@ def check_page(
         right = ui.execute_script("return arguments[0].getBoundingClientRect().right", nightly)
         assert right <= ui.execute_script("return innerWidth")  # not cut: a card on a phone
         assert "0 3 * * * UTC" in nightly.text and " in " in nightly.text  # its next run
-        assert nightly.find_element(By.CLASS_NAME, "catchup").text == "skipped"  # not "skip"
+        # The policy, as one: not "skipped" (read as runs that were skipped), nor "skip".
+        assert nightly.find_element(By.CLASS_NAME, "catchup").text == "skip them"
+        label = "return getComputedStyle(arguments[0], '::before').content"
+        cell = nightly.find_element(By.CLASS_NAME, "catchup").find_element(By.XPATH, "..")
+        phone = ui.execute_script("return innerWidth") <= 700
+        assert ui.execute_script(label, cell) == ('"if runs are missed"' if phone else "none")
         assert nightly.find_element(By.TAG_NAME, "time").get_attribute("title").endswith(" UTC")
     elif name == "not-found":
         assert ui.find_element(By.ID, "error").text == "job not found"
