@@ -29,7 +29,10 @@ HEADINGS = ("schedule", "runs", "if runs are missed", "state", "next run", "last
 # A schedule's catchup (models/schedule.py CATCHUP) in words, and on hover what it does with
 # the runs it missed (its workers down, or no healthy node, past SCHEDULE_GRACE_SECS).
 CATCHUP_WORDS = {
-    "skip": ("skip them", "Runs it missed are skipped: it goes on with its next one (catchup skip)"),
+    "skip": (
+        "skip them",
+        "Runs it missed are skipped: it goes on with its next one (catchup skip)",
+    ),
     "once": ("run once", "Runs it missed make one job for all of them (catchup once)"),
 }
 
