@@ -358,6 +358,7 @@ def a_browser_tab(user: User, tab: WebDriver, ends: dict[str, Ending]) -> None:
     long = user.call("POST", "/jobs", 201, json={"command": "sleep 60"}).json()["job_id"]
     user.reaches(long, ("running",))
     tab.get(f"{user.url}/ui/jobs/{long}")
+    tab.find_element(By.ID, "cancel-ask").click()  # the question first, then its button
     tab.find_element(By.ID, "cancel").click()
     ends[long] = CANCELLED
     assert user.ended(long)["failure_reason"] == "cancelled"

@@ -1,8 +1,9 @@
 """The web UI's job page (/ui/jobs/{id}), laid out to answer "what happened?" first: the
-summary (status as people say it, a cancel reading cancelled; why; exit code; how long it
-ran; node; attempt; times), the end of its error output and its button; while it is
-unfinished, its live output (ui_live.py); then its attempts; then what was asked (the
-submitted fields that are set, with words for names); then its output, once.
+summary (status as people say it, a cancel reading cancelled; why, in words; exit code; how
+long it ran; node; attempt; times) and its button; while it is unfinished, its live output
+(ui_live.py); then its output, once (`output_section`: the error first, the end of each
+stream in view); then its attempts (which link to that output rather than repeat it); then
+what was asked (the submitted fields that are set, with words for names).
 
 Every field of Job shows somewhere: the summary's (`SUMMARY`), the output (`OUTPUT`), and
 every other one in the request table when it is set, so a field added to Job later shows
@@ -27,7 +28,15 @@ from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_forms import may_post
-from scheduler.api.ui_layout import View, duration, job_status, names_only, page, view_of
+from scheduler.api.ui_layout import (
+    View,
+    duration,
+    names_only,
+    page,
+    shown_status,
+    status_badge,
+    view_of,
+)
 from scheduler.api.ui_live import SCRIPT, live_section
 from scheduler.models import unplaced
 from scheduler.models.fields import JobField, Kind
@@ -45,9 +54,10 @@ from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
 
-# Why the scheduler ended a job, in words (models/job.py ENDINGS' reasons).
+# Why the scheduler ended a job, in words (models/job.py ENDINGS' reasons): the page's own,
+# for people (no route or command names; a cancel says by whom: `reason`).
 FAILURE_WORDS = {
-    "cancelled": "cancelled on request (DELETE /jobs/{id}: the Cancel button, scheduler cancel)",
+    "cancelled": "cancelled on request",
     "timed_out": "ran past its timeout (JOB_TIMEOUT_SECS) and was stopped",
     "node_lost": "its node stopped sending heartbeats while it ran",
     "dependency_failed": "a job it runs after failed, so it never ran",
@@ -55,11 +65,14 @@ FAILURE_WORDS = {
 # The record's head and the output, shown by the summary and the output sections.
 SUMMARY = (
     "job_id", "node_id", "status", "retry_count", "exit_code", "created_at", "running_at",
-    "finished_at", "failure_reason", "pending_reason", "schedule", "taken_from",
+    "finished_at", "failure_reason", "pending_reason", "schedule", "taken_from", "cancelled_by",
 )  # fmt: skip
 OUTPUT = ("stdout", "stderr")
-OUTPUT_WHEN = "As the last ended attempt reported it; while one runs, its output shows live above."
-# The end of the error output shown at the top: as many lines as a screen's top holds.
+# An unfinished job's record holds the output its last ended attempt reported (a retry's
+# earlier one); the attempt running now reports its own only as it ends.
+OUTPUT_WHEN = "Its last ended attempt's: the attempt after it shows live above as it runs."
+# The end of each output shown in view (an error is at its end): as many lines as a screen's
+# top holds; the lines before it folded above it.
 TAIL_LINES = 15
 TAIL_CHARS = 3000
 # Names in words where the field's own name does not read as one.
@@ -107,11 +120,19 @@ def _cell(field: JobField, value: Any, view: View | None = None) -> str:
     return escape(value if isinstance(value, str) else msgspec.json.encode(value).decode())
 
 
+def _said(words: str, code: str) -> str:
+    """`words`, with the record's own code on hover (what the API and the jobs list say)."""
+    return f'<span class="why" title="{escape(code)}">{escape(words)}</span>'
+
+
 def reason(job: Job) -> str:
-    """Why the job is where it is, in words ("" when its status says it all)."""
+    """Why the job is where it is, in words, once ("" when its status says it all): the
+    status row above shows the status alone."""
     if job.failure_reason:
         words = FAILURE_WORDS.get(job.failure_reason, job.failure_reason)
-        return escape(words)
+        if job.failure_reason == "cancelled" and job.cancelled_by:
+            words += f" by {job.cancelled_by}"
+        return _said(words, job.failure_reason)
     if job.pending_reason:
         words = unplaced.why(
             job.pending_reason,
@@ -120,7 +141,10 @@ def reason(job: Job) -> str:
             node_selector=job.node_selector,
             namespace=job.namespace,
         )
-        return f"{escape(words)} <code>{escape(job.pending_reason)}</code>"
+        return _said(words, job.pending_reason)
+    if job.status == "cancelling":
+        by = f" by {job.cancelled_by}" if job.cancelled_by else ""
+        return escape(f"cancel requested{by}: its node is stopping it")
     if job.status == "failed":
         said = f"exited with code {job.exit_code}" if job.exit_code is not None else "failed"
         return f"the command {said}"
@@ -168,7 +192,7 @@ def summary_rows(job: Job, view: View, allowed_retries: int) -> list[tuple[str, 
         )
     exit_code = "" if job.exit_code is None else str(job.exit_code)
     rows = [
-        ("status", job_status(job)),
+        ("status", status_badge(shown_status(job))),  # why: the reason row's, in words
         ("reason", reason(job)),
         ("exit code", escape(exit_code)),
         ("ran for", escape(duration(job, view.now))),
@@ -211,10 +235,19 @@ def request_rows(job: Job, view: View, ended: int = 0) -> list[tuple[str, str]]:
     return rows
 
 
+def split_tail(text: str) -> tuple[str, str]:
+    """`text` as (head, tail), head + tail == text: the tail its last TAIL_LINES lines (at
+    most TAIL_CHARS characters, a final newline aside), the head what comes before."""
+    body = text.rstrip("\n")
+    lines = body.split("\n")
+    start = len(body) - len("\n".join(lines[-TAIL_LINES:]))
+    start = max(start, len(body) - TAIL_CHARS, 0)
+    return text[:start], text[start:]
+
+
 def tail_of(text: str) -> str:
     """The last TAIL_LINES lines of `text` (at most TAIL_CHARS characters)."""
-    lines = text.rstrip("\n").split("\n")[-TAIL_LINES:]
-    return "\n".join(lines)[-TAIL_CHARS:]
+    return split_tail(text)[1].rstrip("\n")
 
 
 def _table(table_id: str, rows: list[tuple[str, str]]) -> str:
@@ -222,34 +255,66 @@ def _table(table_id: str, rows: list[tuple[str, str]]) -> str:
     return f'<div class="scroll"><table class="fields" id="{table_id}">{body}</table></div>'
 
 
-def _tail_and_output(job: Job) -> tuple[str, str]:
-    """The top's end of stderr (or of a failed job's stdout when it wrote no stderr), and
-    the output section below, which does not repeat an output the top showed whole."""
-    name = "stderr" if job.stderr else "stdout" if job.status == "failed" and job.stdout else ""
-    top, whole = "", ""
-    if name:
-        text = getattr(job, name)
-        tail = tail_of(text)
-        whole = name if tail == text.rstrip("\n") else ""
-        heading = f"{name}" if whole else f"End of {name}"
-        more = "" if whole else f' <a class="more" href="#{name}">all of it below</a>'
-        top = f'<h2>{heading}{more}</h2><pre id="tail" class="{name}">{escape(tail)}</pre>'
+def _stream(name: str, text: str) -> str:
+    """One output, each byte once: its end in view (where an error is), the lines before
+    it folded just above (a <details>: no script), so reading it whole is one click."""
+    head, tail = split_tail(text)
+    folded = ""
+    if head:
+        count = head.count("\n") + (not head.endswith("\n"))
+        folded = (
+            f'<details class="head" id="{name}-head"><summary>{count} earlier line(s)</summary>'
+            f'<pre class="{name}">{escape(head)}</pre></details>'
+        )
+    return f'<h3>{name}</h3>{folded}<pre id="{name}" class="{name}">{escape(tail)}</pre>'
+
+
+def output_section(job: Job) -> str:
+    """The job's output (stdout, stderr), in one place: the error output first when the job
+    failed. An ended job says which is empty. An unfinished one shows only what its last
+    ended attempt reported, saying so ("" when none did): its running attempt's output is
+    not in the record until that attempt ends (its live output shows it meanwhile)."""
+    final = job.status in FINAL_STATUSES
+    order = ("stderr", "stdout") if job.status == "failed" else OUTPUT
     parts = []
-    for out in OUTPUT:
-        text = getattr(job, out)
-        if out == whole:
-            parts.append(f'<p class="muted" id="{out}-above">{out}: shown in full above</p>')
-        elif text:
-            parts.append(f'<h3>{out}</h3><pre id="{out}">{escape(text)}</pre>')
-        else:
-            parts.append(f'<p class="muted" id="{out}-empty">{out}: empty</p>')
-    if job.status not in FINAL_STATUSES:  # the record's is an ended attempt's, or none yet
+    for name in order:
+        text = getattr(job, name)
+        if text:
+            parts.append(_stream(name, text))
+        elif final:
+            parts.append(f'<p class="muted" id="{name}-empty">{name}: empty</p>')
+    if not final and parts:
         parts.insert(0, f'<p class="muted" id="output-when">{OUTPUT_WHEN}</p>')
-    return top, "<h2>Output</h2>" + "".join(parts)
+    if not parts:
+        return ""
+    return f'<section id="output"><h2>Output</h2>{"".join(parts)}</section>'
 
 
 # The job page's button: what a job in each status offers (posted with the form's token).
 ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry"}
+
+
+def _button(job: Job, action: str, view: View, token: str) -> str:
+    """The job's button, its form carrying the page's CSRF token. A cancel cannot be undone
+    (a running job is killed): its button is behind a question first, a <details> the
+    reader opens (no script: the page's policy runs none but the live output's); "Keep it"
+    is the page again, the question closed."""
+    said = f"Cancel {job.job_id}" if action == "cancel" else f"{action.capitalize()} this job"
+    form = (
+        f'<form method="post" action="{view.href(f"/ui/jobs/{job.job_id}/{action}")}">'
+        f'<input type="hidden" name="csrf" value="{token}">'
+        f'<button id="{action}">{escape(said)}</button></form>'
+    )
+    if action != "cancel":
+        return form
+    stops = "Its command is stopped. " if job.status == "running" else ""
+    keep = view.href(f"/ui/jobs/{job.job_id}")
+    return (
+        '<details class="confirm" id="cancel-confirm">'
+        '<summary id="cancel-ask">Cancel this job…</summary>'
+        f"<p>Cancel {escape(job.job_id)}? {stops}There is no undo: a retry starts it over.</p>"
+        f'<div class="choices">{form}<a id="keep" href="{keep}">Keep it</a></div></details>'
+    )
 
 
 async def job_page(request: Request) -> Response:
@@ -272,20 +337,16 @@ async def job_page(request: Request) -> Response:
     if not isinstance(blob, bytes) or not isinstance(attempts, list) or not seen_by(by, blob):
         raise HTTPError(404, "job not found")
     job = job_decoder.decode(blob)
-    top, output = _tail_and_output(job)
     settings = _settings(request)
-    body = _table("summary", summary_rows(job, view, settings.max_job_retries)) + top
+    body = _table("summary", summary_rows(job, view, settings.max_job_retries))
     action = ACTIONS.get(job.status)
     posted = f"/ui/jobs/{job.job_id}/{action}"
     if action is not None and may_post(request, posted):  # a reader's page offers neither
-        body += (
-            f'<form method="post" action="{view.href(posted)}">'
-            f'<input type="hidden" name="csrf" value="{await _csrf(request)}">'
-            f'<button id="{action}">{action.capitalize()} this job</button></form>'
-        )
+        body += _button(job, action, view, await _csrf(request))
     live = live_section(job, view, settings.log_max_bytes)
-    body += live + attempts_section(attempts, view, own=(job.stdout, job.stderr))
-    body += f"<h2>Request</h2>{_table('request', request_rows(job, view, len(attempts)))}{output}"
+    body += live + output_section(job)
+    body += attempts_section(attempts, view, own=(job.stdout, job.stderr))
+    body += f"<h2>Request</h2>{_table('request', request_rows(job, view, len(attempts)))}"
     unfinished = job.status not in FINAL_STATUSES
     script = SCRIPT if live else ""  # the live output's: it reloads the page (ui_live.py)
     return page(request, job.job_id, body, refresh=unfinished, view=view, script=script)

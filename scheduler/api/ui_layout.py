@@ -56,7 +56,13 @@ td.num{text-align:right;white-space:nowrap}
 #jobs td.cmd{white-space:normal;min-width:12em;max-width:40em}
 table.fields td code,pre{overflow-wrap:anywhere}
 table.fields th{width:1%;white-space:nowrap}
-#tail,#key-help pre{max-height:24em;white-space:pre-wrap}
+#output pre,#key-help pre{max-height:24em;white-space:pre-wrap}
+details.head summary{cursor:pointer;color:#57606a;margin:4px 0}
+details.confirm{margin:8px 0}
+details.confirm summary{display:inline-block;cursor:pointer;padding:1px 6px;
+border:1px solid #8c959f;border-radius:4px;background:#fff}
+details.confirm[open]{background:#fff1e5;border:1px solid #d0d7de;padding:8px}
+.choices{display:flex;flex-wrap:wrap;gap:8px 16px;align-items:center}.choices form{margin:0}
 #live-output{max-height:30em;min-height:3em;white-space:pre-wrap}
 #live-output:empty::before{content:"no output yet";color:#57606a}
 #live-output .stderr{color:#a40e26;background:#fff0f0}#live-output .note{color:#57606a}

@@ -27,7 +27,11 @@ from __future__ import annotations
 from html import escape
 
 from scheduler.api.ui_layout import REFRESH_SECS, View
-from scheduler.models.job import FINAL_STATUSES, Job, attempt_of
+from scheduler.models.job import FINAL_STATUSES, NOT_STARTED, Job, attempt_of
+
+# The section's heading and what its state says once the stream is open: a job not started
+# yet (pending, delayed, waiting) has nothing live to show, only the wait for its start.
+HEADINGS = {True: ("Output as it runs", "waiting for it to start"), False: ("Live output", "live")}
 
 # The section's script, as the page holds it (its hash is the policy's: change it freely,
 # the hash follows). Plain ES5 in a function: nothing global.
@@ -69,7 +73,10 @@ SCRIPT = """
   var source = new EventSource(live.getAttribute("data-src"));
   state.textContent = "connecting";
   later();
-  source.addEventListener("open", function () { state.textContent = "live"; });
+  // What the open stream means: the page says (a job not started has nothing to stream).
+  source.addEventListener("open", function () {
+    state.textContent = live.getAttribute("data-open");
+  });
   source.addEventListener("output", function (event) {
     var chunk = JSON.parse(event.data);
     clearTimeout(timer);
@@ -117,12 +124,13 @@ def live_section(job: Job, view: View, keep: int) -> str:
     if job.status in FINAL_STATUSES:
         return ""
     source = escape(f"/ui/jobs/{job.job_id}/logs")
+    heading, opened = HEADINGS[job.status in NOT_STARTED]
     return (
         f'<section id="live" data-src="{source}" data-paused="{int(view.paused)}" '
         f'data-status="{escape(job.status)}" data-attempt="{attempt_of(job)}" '
-        f'data-refresh="{REFRESH_SECS}" data-keep="{keep}">'
-        '<h2>Live output <span id="live-state" class="muted"></span></h2>'
-        '<noscript><p class="muted">Live output needs JavaScript: the output shows below '
-        "once the job ends.</p></noscript>"
+        f'data-refresh="{REFRESH_SECS}" data-keep="{keep}" data-open="{opened}">'
+        f'<h2>{heading} <span id="live-state" class="muted"></span></h2>'
+        '<noscript><p class="muted">Following the output needs JavaScript: it shows on this '
+        "page once the job ends.</p></noscript>"
         '<pre id="live-output" tabindex="0"></pre></section>'
     )

@@ -23,11 +23,16 @@ from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 
 PAGE_SIZE = 100
-HEADINGS = ("schedule", "runs", "missed runs", "state", "next run", "last run", "job", "")
+# "if runs are missed": the column is a policy, its `catchup` (the API's field, the CLI's
+# --catchup), not a count of runs that were missed.
+HEADINGS = ("schedule", "runs", "if runs are missed", "state", "next run", "last run", "job", "")
 # A schedule's catchup (models/schedule.py CATCHUP) in words, and on hover what it does with
 # the runs it missed (its workers down, or no healthy node, past SCHEDULE_GRACE_SECS).
 CATCHUP_WORDS = {
-    "skip": ("skipped", "Runs it missed are skipped: it goes on with its next one (catchup skip)"),
+    "skip": (
+        "skip them",
+        "Runs it missed are skipped: it goes on with its next one (catchup skip)",
+    ),
     "once": ("run once", "Runs it missed make one job for all of them (catchup once)"),
 }
 

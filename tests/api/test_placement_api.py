@@ -154,7 +154,8 @@ def test_the_ui_says_why_a_job_waits(client: TestClient) -> None:
     placed = submit(client, command="x", cpus=2, node_selector={"zone": ["a", "b"]})
     waiting = submit(client, command="y", cpus=2)
     page = client.get(f"/ui/jobs/{waiting['job_id']}").text
-    assert "<th>reason</th><td>the nodes that fit have no room for it now <code>full</code>" in page
+    said = '<span class="why" title="full">the nodes that fit have no room for it now</span>'
+    assert f"<th>reason</th><td>{said}</td>" in page  # in words, once: its code on hover
     assert '<span class="muted">none yet</span>' in page
     assert "zone=a|b" in client.get(f"/ui/jobs/{placed['job_id']}").text
     listing = client.get("/ui/jobs").text

@@ -112,6 +112,19 @@ def test_the_cancel_form_needs_its_token(make_client: ClientFactory) -> None:
     api.post("/ui/login", data={"key": KEY})
     page = api.get("/ui/jobs/job-1").text
     assert 'id="cancel"' in page
+    # The button is behind a question (closed until opened): the form there carries the
+    # page's token, posted to the same route as before.
+    asked = re.search(r'<details class="confirm" id="cancel-confirm">(.*?)</details>', page, re.S)
+    assert (
+        asked
+        and "<summary" in asked.group(1)
+        and 'id="keep" href="/ui/jobs/job-1"' in asked.group(1)
+    )
+    form = re.search(
+        r'<form method="post" action="/ui/jobs/job-1/cancel">(.*?)</form>', asked.group(1)
+    )
+    assert form and 'id="cancel"' in form.group(1)
+    assert page.count('name="csrf"') == 1 and 'name="csrf"' in form.group(1)
     # A form posted from elsewhere carries no token (and, cross-site, no cookie either).
     assert api.post("/ui/jobs/job-1/cancel", data={"csrf": "x"}).status_code == 403
     assert api.get("/jobs/job-1", headers=key).json()["status"] == "pending"
@@ -120,6 +133,10 @@ def test_the_cancel_form_needs_its_token(make_client: ClientFactory) -> None:
     done = api.post("/ui/jobs/job-1/cancel", data={"csrf": token}, follow_redirects=False)
     assert (done.status_code, done.headers["location"]) == (303, "/ui/jobs/job-1")
     assert api.get("/jobs/job-1", headers=key).json()["failure_reason"] == "cancelled"
+    # Said plainly, with who asked (the record's cancelled_by), once: no route names.
+    page = api.get("/ui/jobs/job-1").text
+    assert '<span class="why" title="cancelled">cancelled on request by admin</span>' in page
+    assert "DELETE" not in page and "cancelled by" not in page  # not again in the request
 
 
 def test_a_failed_job_offers_a_retry_that_needs_the_token(make_client: ClientFactory) -> None:

@@ -171,13 +171,19 @@ def test_the_nodes_page_shows_health_and_queues(api: str, ui: WebDriver) -> None
 
 def test_a_cancel_from_the_ui_cancels(api: str, ui: WebDriver) -> None:
     ui.get(f"{api}/ui/jobs/job-3")
+    # A question first: the real button shows only once it is opened; "Keep it" keeps it.
+    assert not ui.find_element(By.ID, "cancel").is_displayed()
+    ui.find_element(By.ID, "cancel-ask").click()
+    assert ui.find_element(By.ID, "cancel").is_displayed()
+    assert "Cancel job-3?" in ui.find_element(By.ID, "cancel-confirm").text
+    click(ui, By.ID, "keep")
+    assert httpx.get(f"{api}/jobs/job-3", headers=OPERATOR).json()["status"] == "pending"
+    assert not ui.find_element(By.ID, "cancel").is_displayed()  # the question closed again
+    ui.find_element(By.ID, "cancel-ask").click()
     click(ui, By.ID, "cancel")
     assert ui.current_url == f"{api}/ui/jobs/job-3"
     summary = fields(ui, "summary")
-    assert (summary["status"], summary["reason"].split(" (")[0]) == (
-        "cancelled",
-        "cancelled on request",
-    )
+    assert (summary["status"], summary["reason"]) == ("cancelled", "cancelled on request by admin")
     assert not ui.find_elements(By.ID, "cancel")  # a final job has no button
     job = httpx.get(f"{api}/jobs/job-3", headers=OPERATOR).json()
     assert (job["status"], job["failure_reason"]) == ("failed", "cancelled")
@@ -189,7 +195,7 @@ def test_a_cancel_from_the_ui_cancels(api: str, ui: WebDriver) -> None:
     click(ui, By.ID, "retry")
     assert ui.current_url == f"{api}/ui/jobs/job-3"
     assert fields(ui, "summary")["status"] == "pending"
-    assert ui.find_elements(By.ID, "cancel")  # and it may be cancelled again
+    assert ui.find_elements(By.ID, "cancel-ask")  # and it may be cancelled again
 
 
 def test_the_schedules_page_lists_them_and_pauses_and_resumes(api: str, ui: WebDriver) -> None:
@@ -255,14 +261,20 @@ def test_a_jobs_page_shows_its_attempts(api: str, ui: WebDriver) -> None:
         for row in ui.find_elements(By.CSS_SELECTOR, '#attempts tr[id^="attempt-"]')
     ]
     assert all(len(row) == 2 and row[0] <= row[1] for row in times)  # started, ended
-    tails = [pre.text for pre in ui.find_elements(By.CSS_SELECTOR, "#attempts pre")]
-    # The record keeps a retried attempt's stderr (as it did): the second attempt, whose
-    # report sent none, ends with it, and the page shows it once, at the top.
-    assert tails == ["<b>one</b>", "boom"]
-    assert ui.find_element(By.ID, "tail").text == "boom"
-    assert ui.find_element(By.ID, "stderr-above").text == "stderr: shown in full above"
+    # The first attempt's output folded in its row: a click shows it.
+    tails = ui.find_elements(By.CSS_SELECTOR, "#attempts pre")
+    assert [pre.get_attribute("textContent") for pre in tails] == ["<b>one</b>", "boom"]
+    assert not any(pre.is_displayed() for pre in tails)
+    ui.find_element(By.CSS_SELECTOR, "#attempt-1 + tr.output summary").click()
+    assert all(pre.is_displayed() for pre in tails)
     assert not ui.find_elements(By.CSS_SELECTOR, "#attempts b")  # escaped, not markup
-    assert ui.find_element(By.ID, "stdout").text == "two"  # the job's own output, as before
+    # The record keeps a retried attempt's stderr (as it did): the job's output, in one
+    # place near the top; the last attempt's row links there instead of repeating it.
+    assert ui.find_element(By.ID, "stdout").text == "two"
+    assert ui.find_element(By.ID, "stderr").text == "boom"
+    assert ui.find_element(By.CSS_SELECTOR, '#attempt-2 + tr.output a[href="#output"]')
+    assert ui.find_element(By.ID, "output").is_displayed()  # where the link goes
+    assert "shown in full above" not in ui.page_source
 
 
 def test_the_failed_list_retries_its_dead_set(api: str, ui: WebDriver) -> None:
@@ -431,7 +443,7 @@ def check_page(
         )  # how many it made: not "2 of 2", as if more might come
         assert summary["reason"] == "the command exited with code 4"
         assert summary["ran for"] and summary["finished"].endswith(("ago", "just now"))
-        assert ui.find_element(By.ID, "tail").text == "boom"  # the error, at the top
+        assert ui.find_element(By.ID, "stderr").text == "boom"  # the error, at the top
         attempts = ui.find_elements(By.CSS_SELECTOR, '#attempts tr[id^="attempt-"]')
         assert [a.find_elements(By.TAG_NAME, "td")[4].text for a in attempts] == ["3", "4"]
         # On a phone's width each attempt is a card of labelled values, as the jobs list.
@@ -450,7 +462,12 @@ def check_page(
         right = ui.execute_script("return arguments[0].getBoundingClientRect().right", nightly)
         assert right <= ui.execute_script("return innerWidth")  # not cut: a card on a phone
         assert "0 3 * * * UTC" in nightly.text and " in " in nightly.text  # its next run
-        assert nightly.find_element(By.CLASS_NAME, "catchup").text == "skipped"  # not "skip"
+        # The policy, as one: not "skipped" (read as runs that were skipped), nor "skip".
+        assert nightly.find_element(By.CLASS_NAME, "catchup").text == "skip them"
+        label = "return getComputedStyle(arguments[0], '::before').content"
+        cell = nightly.find_element(By.CLASS_NAME, "catchup").find_element(By.XPATH, "..")
+        phone = ui.execute_script("return innerWidth") <= 700
+        assert ui.execute_script(label, cell) == ('"if runs are missed"' if phone else "none")
         assert nightly.find_element(By.TAG_NAME, "time").get_attribute("title").endswith(" UTC")
     elif name == "not-found":
         assert ui.find_element(By.ID, "error").text == "job not found"

@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import re
 import time
-from html import unescape
+from html import escape, unescape
 
+import msgspec
 from starlette.testclient import TestClient
 
-from scheduler.api.ui_job import TAIL_LINES, summary_rows, tail_of
+from scheduler.api.ui_attempts import attempts_section
+from scheduler.api.ui_job import (
+    TAIL_LINES,
+    output_section,
+    reason,
+    request_rows,
+    split_tail,
+    summary_rows,
+    tail_of,
+)
 from scheduler.api.ui_layout import View
+from scheduler.models import unplaced
+from scheduler.models.attempt import Attempt
 from scheduler.models.job import Job
 from scheduler.store import ops
 from scheduler.store.sync_store import SyncJobStore
@@ -28,7 +40,7 @@ def table(page: str, table_id: str) -> dict[str, str]:
 
 def sections(page: str) -> list[str]:
     """The page's headings and ids of what it draws, in order."""
-    return re.findall(r'<h2>([A-Za-z ]+)|id="(summary|tail|request|stdout|stderr)"', page)
+    return re.findall(r'<h2>([A-Za-z ]+)|id="(summary|output|request|stdout|stderr)"', page)
 
 
 def test_a_failed_job_leads_with_what_happened(make_client: ClientFactory) -> None:
@@ -47,13 +59,20 @@ def test_a_failed_job_leads_with_what_happened(make_client: ClientFactory) -> No
     ]  # fmt: skip
     assert (summary["status"], summary["reason"]) == ("failed", "the command exited with code 3")
     assert (summary["exit code"], summary["node"], summary["attempts"]) == ("3", "n1", "1")
-    # The end of stderr at the top, before the attempts; all of it once, below.
-    tail = re.search(r'<pre id="tail" class="stderr">(.*?)</pre>', page, re.S)
+    # Its output once, at the top: the error first, its end in view, the lines before it
+    # folded just above it (each byte once); then the attempts, then the request.
+    tail = re.search(r'<pre id="stderr" class="stderr">(.*?)</pre>', page, re.S)
     assert tail and unescape(tail.group(1)).splitlines() == stderr.splitlines()[-TAIL_LINES:]
+    head = re.search(r'<details class="head" id="stderr-head">.*?<pre[^>]*>(.*?)</pre>', page, re.S)
+    assert head and unescape(head.group(1)) + unescape(tail.group(1)) == stderr
     order = [heading or ident for heading, ident in sections(page)]
-    assert order.index("tail") < order.index("Attempts") < order.index("request")
-    assert order.index("request") < order.index("stderr")
+    assert order.index("output") < order.index("stderr") < order.index("stdout")
+    assert order.index("stdout") < order.index("Attempts") < order.index("request")
     assert page.count("line 0\n") == 1 and page.count("ok\n") == 1  # the output once
+    assert page.count("ValueError") == 1
+    # The attempt that ended it links to that output rather than repeating it.
+    attempts = re.search(r'<table class="cards" id="attempts">(.*?)</table>', page, re.S)
+    assert attempts and '<a href="#output">' in attempts.group(1)
     # The request: only what was set, names in words, env var values never.
     request = table(page, "request")
     assert list(request) == ["command", "environment", "type", "cpus"]
@@ -72,7 +91,7 @@ def test_a_cancelled_job_reads_cancelled(client: TestClient) -> None:
     row = re.search(r"<tr><td[^>]*><a [^>]*>job-1</a>.*?</tr>", client.get("/ui/jobs").text)
     assert row and '<span class="st cancelled">cancelled</span>' in row.group(0)
     assert ">failed<" not in row.group(0)
-    assert 'id="tail"' not in page and 'id="stdout-empty"' in page  # no output: said so
+    assert 'id="stdout-empty"' in page and 'id="stderr-empty"' in page  # no output: said so
 
 
 def test_of_how_many_only_while_more_attempts_may_come(make_client: ClientFactory) -> None:
@@ -145,8 +164,42 @@ def test_a_whole_short_stderr_shows_once_at_the_top(client: TestClient) -> None:
     report(client, job_id, "running")
     report(client, job_id, "failed", exit_code=1, stderr="boom\n")
     page = client.get(f"/ui/jobs/{job_id}").text
-    assert page.count("boom") == 1 and 'id="stderr-above"' in page
-    assert "<h2>stderr</h2>" in page  # all of it: no "End of"
+    assert page.count("boom") == 1 and '<h3>stderr</h3><pre id="stderr" class="stderr">' in page
+    assert "stderr-head" not in page and "above" not in page.partition("<h2>Attempts")[0]
+    assert 'id="stdout-empty"' in page  # an ended job: its empty output said
+
+
+def test_each_output_once_with_the_others_linking_to_it(make_client: ClientFactory) -> None:
+    """The newcomer's job-4: two failed attempts with the same output. The job's output in
+    one place (its section, near the top); the last attempt links there; the first
+    attempt's own output is folded in its row; nothing says "shown in full above"."""
+    api = make_client(max_job_retries=1)
+    register(api, "n1")
+    job_id = submit(api, command="x")["job_id"]
+    for _ in range(2):
+        assert report(api, job_id, "running").is_success
+        ended = report(api, job_id, "failed", exit_code=3, stdout="out 1\n", stderr="err 1\n")
+        assert ended.is_success
+    page = api.get(f"/ui/jobs/{job_id}").text
+    output = re.search(r'<section id="output">(.*?)</section>', page, re.S)
+    assert output and "out 1" in output.group(1) and "err 1" in output.group(1)
+    rest = page.replace(output.group(0), "")
+    attempts = re.search(r'<table class="cards" id="attempts">(.*?)</table>', rest, re.S)
+    assert attempts and rest.count("out 1") == rest.count("err 1") == 1  # attempt 1's, once
+    first, last = attempts.group(1).split('<tr id="attempt-2">')
+    assert re.search(r"<details><summary>attempt 1's output \(stdout, stderr\)</summary>", first)
+    assert '<a href="#output">' in last and "<pre" not in last
+    assert "shown in full above" not in page and "-above" not in page
+
+
+def test_a_long_output_keeps_every_byte_once() -> None:
+    text = "".join(f"{i}\n" for i in range(100)) + "no newline at the end"
+    head, tail = split_tail(text)
+    assert head + tail == text and tail.count("\n") == TAIL_LINES - 1
+    section = output_section(Job(job_id="job-1", node_id="n1", command="x", status="done",
+        retry_count=0, created_at="2026-01-01T00:00:00.000000Z", stdout=text))  # fmt: skip
+    assert unescape(re.sub(r"<[^>]+>", "", section)).count("\n99\n") == 1
+    assert "86 earlier line(s)" in section
 
 
 def test_what_the_job_page_shows_first_is_escaped(client: TestClient) -> None:
@@ -208,3 +261,40 @@ def test_a_taken_job_says_where_it_waited_and_why_it_left(make_client: ClientFac
     assert report(api, second["job_id"], "running").status_code == 200
     summary = table(api.get(f"/ui/jobs/{second['job_id']}").text, "summary")
     assert "taken from the queue of a" in summary["node"] and "reason" not in summary
+
+
+def test_a_pending_reason_is_said_once_in_words() -> None:
+    """`pending no_fit` then `reason … no_fit` said it twice, once as a code: the status
+    row is the status alone, the reason row the words (unplaced.why), the code on hover."""
+    job = Job(job_id="job-1", node_id="", command="x", status="pending", retry_count=0,
+              created_at="2026-01-01T00:00:00.000000Z", pending_reason="no_fit",
+              cpus=64)  # fmt: skip
+    rows = dict(summary_rows(job, View(paused=False, now=0.0), 1))
+    assert rows["status"] == '<span class="st pending">pending</span>'
+    words = unplaced.why("no_fit", cpus=64, memory_mb=None, node_selector={}, namespace="")
+    assert rows["reason"] == f'<span class="why" title="no_fit">{escape(words)}</span>'
+    assert "".join(rows.values()).count("no_fit") == 1  # the hover's, only
+
+
+def test_a_cancel_says_by_whom_in_plain_words() -> None:
+    job = Job(job_id="job-1", node_id="", command="x", status="failed", retry_count=0,
+              created_at="2026-01-01T00:00:00.000000Z", failure_reason="cancelled",
+              cancelled_by="<alice>")  # fmt: skip
+    assert (
+        reason(job)
+        == '<span class="why" title="cancelled">cancelled on request by &lt;alice&gt;</span>'
+    )
+    assert "cancelled by" not in dict(request_rows(job, View(paused=False, now=0.0)))
+
+
+def test_attempts_sharing_a_number_make_no_duplicate_id() -> None:
+    """A retry by hand restarted the numbering (fixed in the store): two attempts 1. The
+    rows' ids are their places, so the page never holds one id twice."""
+    blobs = [
+        msgspec.json.encode(Attempt(attempt=1, node_id="n1", reason="failed", ended_at=when))
+        for when in ("2026-01-01T00:00:00.000000Z", "2026-01-01T00:01:00.000000Z")
+    ]
+    section = attempts_section(blobs, View(paused=False, now=0.0))
+    ids = re.findall(r'id="([^"]+)"', section)
+    assert len(ids) == len(set(ids)) and ids[1:] == ["attempt-1", "attempt-2"]
+    assert [cell for cell in re.findall(r'data-label="attempt">(\d+)<', section)] == ["1", "1"]

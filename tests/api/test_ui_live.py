@@ -18,7 +18,9 @@ from starlette.testclient import TestClient
 
 from scheduler.api.http import UI_COOKIE
 from scheduler.api.ui_headers import CSP, POLICY, UI_HEADERS, UIHeaders, with_script
-from scheduler.api.ui_live import SCRIPT
+from scheduler.api.ui_layout import View
+from scheduler.api.ui_live import SCRIPT, live_section
+from scheduler.models.job import NOT_STARTED, Job
 from tests.api.test_logs import send
 from tests.conftest import Serve, assert_ui_error, register, report, submit
 
@@ -49,15 +51,17 @@ def test_a_running_jobs_page_follows_its_output_with_its_one_script(client: Test
     assert section, page
     assert section.group(1) == (
         f'data-src="/ui/jobs/{job_id}/logs" data-paused="0" data-status="running" '
-        'data-attempt="1" data-refresh="5" data-keep="1048576"'
+        'data-attempt="1" data-refresh="5" data-keep="1048576" data-open="live"'
     )
+    assert "<h2>Live output " in section.group(2)
     assert '<pre id="live-output" tabindex="0"></pre>' in section.group(2)
     # The live output comes before the attempts; the page's refresh is the script's, the
     # meta refresh only for a browser without script.
     assert page.index('id="live"') < page.index("<h2>Attempts")
     assert re.findall(r"(.{10})<meta http-equiv=\"refresh\"", page) == ["<noscript>"]
     assert 'id="pause"' in page
-    assert 'id="output-when"' in page  # the record's output is an ended attempt's
+    # The record's output comes with the attempt's end: none to show yet, and not "empty".
+    assert 'id="output"' not in page and "-empty" not in page
 
 
 def test_a_paused_page_says_so_to_its_script_and_never_reloads(client: TestClient) -> None:
@@ -81,6 +85,32 @@ def test_a_pending_or_cancelling_job_shows_the_live_section(
     assert client.get(f"/jobs/{job_id}").json()["status"] == status
     answer = client.get(f"/ui/jobs/{job_id}")
     assert 'id="live"' in answer.text and answer.headers[CSP] == with_script(SCRIPT)
+    # A job not started has nothing live: its header says neither "Live" nor "live".
+    heading, opened = ("Output as it runs", "waiting for it to start")
+    if status == "cancelling":
+        heading, opened = ("Live output", "live")
+    assert f"<h2>{heading} " in answer.text and f'data-open="{opened}"' in answer.text
+
+
+@pytest.mark.parametrize("status", NOT_STARTED)
+def test_no_job_not_started_says_live(status: str) -> None:
+    job = Job(job_id="job-1", node_id="", command="x", status=status, retry_count=0,
+              created_at="2026-01-01T00:00:00.000000Z")  # fmt: skip
+    section = live_section(job, View(paused=False, now=0.0), 1024)
+    assert "live" not in re.sub(r'id="live[-a-z]*"', "", section).lower()
+
+
+def test_a_retried_jobs_page_says_whose_output_the_record_holds(client: TestClient) -> None:
+    """Running again after a failed attempt, the record holds that attempt's output: shown
+    as the last ended attempt's, never as the running one's."""
+    register(client, "n1")
+    job_id = running(client, max_retries=1)
+    assert report(client, job_id, "failed", exit_code=1, stderr="first\n").is_success
+    assert report(client, job_id, "running", node_id="n1").is_success
+    page = client.get(f"/ui/jobs/{job_id}").text
+    output = re.search(r'<section id="output">(.*?)</section>', page, re.S)
+    assert output and 'id="output-when"' in output.group(1) and "first\n" in output.group(1)
+    assert "empty" not in output.group(1)  # stdout: none reported, nothing claimed
 
 
 def test_an_ended_jobs_page_runs_no_script(client: TestClient) -> None:
@@ -91,7 +121,7 @@ def test_an_ended_jobs_page_runs_no_script(client: TestClient) -> None:
     answer = client.get(f"/ui/jobs/{job_id}")
     assert answer.headers[CSP] == POLICY
     assert "<script" not in answer.text and 'id="live"' not in answer.text
-    assert '<pre id="stdout">stored\n</pre>' in answer.text  # the record's output, as before
+    assert '<pre id="stdout" class="stdout">stored\n</pre>' in answer.text  # the record's
     assert 'id="output-when"' not in answer.text
 
 

@@ -199,9 +199,18 @@ def test_a_pending_jobs_page_follows_once_the_job_runs(api: str, ui: WebDriver) 
     # Nothing to wait for yet: it says so, not "no output yet" as a running job's.
     before = f"return getComputedStyle({PRE}, '::before').content"
     assert ui.execute_script(before) == '"not started yet: its output shows here as it runs"'
+    # Its stream open, the header says it waits for the start: nothing is live yet.
+    until(ui, "return document.getElementById('live-state').textContent === arguments[0]",
+          "waiting for it to start")  # fmt: skip
+    heading = ui.find_element(By.CSS_SELECTOR, "#live h2").text
+    assert heading == "Output as it runs waiting for it to start" and "live" not in heading.lower()
     reported(api, job_id, "running")
     sent(api, job_id, "started\n", 0)
     shows(ui, "started\n")
+    until(ui, "return document.getElementById('live-state').textContent === 'live'")
+    assert ui.find_element(By.CSS_SELECTOR, "#live h2").text == "Live output live"
+    # The record's output comes with the attempt's end: no "stdout: empty" under live lines.
+    assert not ui.find_elements(By.ID, "output") and "-empty" not in ui.page_source
     reported(api, job_id, "failed", exit_code=3)
     summary = ended(ui)
     assert (summary["status"], summary["exit code"]) == ("failed", "3")
