@@ -11,7 +11,10 @@ Everything else it says (an attempt's start, output dropped) goes to stderr.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TextIO
 
 from scheduler.cli.client import (
@@ -30,7 +33,15 @@ from scheduler.cli.output import (
     event_line,
     write_bytes,
 )
-from scheduler.client import Client, Dropped, Ended, EventsDropped, JobEvent, Output
+from scheduler.client import (
+    Client,
+    Dropped,
+    Ended,
+    EventItem,
+    EventsDropped,
+    JobEvent,
+    Output,
+)
 from scheduler.models.job import FINAL_STATUSES
 from scheduler.models.log import LOG_STREAMS
 
@@ -78,31 +89,65 @@ def _follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: Tex
 
 def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """A line per event (or its JSON), until the stream ends (--no-follow), the job of --job
-    ends (exit 0), or the command is stopped. A job that has ended already is shown from the
-    oldest event kept (from now there would be nothing to wait for)."""
-    since_start = args.since_start or bool(
-        args.job and not args.after and client.job(args.job).status in FINAL_STATUSES
-    )
-    found = client.events(
+    ends (exit 0), or the command is stopped.
+
+    --job reads the job first: one that does not exist (pruned, another namespace's) is its
+    404 at once, as `logs -f`'s, where /events would wait for its events forever (its API
+    is kept: a follower there may start before the job it waits for is made). A replay of
+    the past (--since-start, --after, or a job that has ended: from now there would be
+    nothing to wait for) shows every event kept up to now, a manual retry's too, and only
+    then ends if the job has ended; followed from now, the job's next ending ends it."""
+    job = client.job(args.job) if args.job else None
+    ended = job is not None and job.status in FINAL_STATUSES
+    read = functools.partial(
+        client.events,
         job_id=args.job,
         node_id=args.node,
         status=args.status,
         schedule=args.schedule,
         namespace=args.namespace,
-        after=args.after,
-        since_start=since_start,
-        follow=not args.no_follow,
     )
-    for item in found:
+    if job is None or not (args.since_start or args.after or ended):
+        feed = read(after=args.after, since_start=args.since_start, follow=not args.no_follow)
+        _print_events(feed, args.json, job is not None, out, err)
+        return 0
+    last = _print_events(
+        read(after=args.after, since_start=not args.after, follow=False), args.json, False, out, err
+    )
+    if args.no_follow or ended or last.status in FINAL_STATUSES:
+        return 0
+    after = last.position or args.after
+    _print_events(read(after=after, since_start=not after), args.json, True, out, err)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Last:
+    """The last item printed: its position (to go on after it) and, a job's event, the status
+    it changed to ("" for none)."""
+
+    position: str = ""
+    status: str = ""
+
+
+def _print_events(
+    feed: Iterable[EventItem], as_json: bool, until_final: bool, out: TextIO, err: TextIO
+) -> _Last:
+    """Each item of the feed printed until it ends, or (`until_final`) until an event to a
+    final status, the job's ending; the last one printed."""
+    last = _Last()
+    for item in feed:
         if isinstance(item, JobEvent):
-            out.write(_as_json(item) if args.json else event_line(fields(item.change)))
+            out.write(_as_json(item) if as_json else event_line(fields(item.change)))
             out.flush()
-            if args.job and item.change.status in FINAL_STATUSES:
-                return 0
+            last = _Last(item.position, item.change.status)
+            if until_final and item.change.status in FINAL_STATUSES:
+                break
         elif isinstance(item, EventsDropped):
             count = None if item.count < 0 else item.count
             _note(dropped_events(item.shard, count), out, err)
-    return 0
+            last = _Last(item.position, last.status)
+    return last
 
 
 def _as_json(item: JobEvent) -> str:
