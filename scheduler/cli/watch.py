@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TextIO
@@ -26,6 +27,7 @@ from scheduler.cli.client import (
     fields,
 )
 from scheduler.cli.output import (
+    HINTS,
     attempt_separator,
     dropped_events,
     dropped_output,
@@ -39,11 +41,15 @@ from scheduler.client import (
     Ended,
     EventItem,
     EventsDropped,
+    Job,
     JobEvent,
     Output,
+    Status,
 )
-from scheduler.models.job import FINAL_STATUSES
+from scheduler.models import unplaced
+from scheduler.models.job import FINAL_STATUSES, NOT_STARTED
 from scheduler.models.log import LOG_STREAMS
+from scheduler.models.wire import parse_rfc3339
 
 
 def _note(text: str, out: TextIO, err: TextIO) -> None:
@@ -65,9 +71,13 @@ def logs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> 
 
 def _follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """Each chunk to its stream as it comes, until the job's end: its exit code."""
-    attempt = None
+    attempt, told = None, False
     for item in client.follow_logs(args.job_id, stream=args.stream, attempt=args.attempt):
-        if isinstance(item, Output):
+        if isinstance(item, Status) and not told:
+            told = True  # the stream's first item: the job's status as it starts
+            if item.status in NOT_STARTED:
+                _note(_not_started(client.job(args.job_id), time.time()), out, err)
+        elif isinstance(item, Output):
             if attempt is not None and item.attempt != attempt:
                 _note(attempt_separator(item.attempt), out, err)
             attempt = item.attempt
@@ -85,6 +95,54 @@ def _follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: Tex
             return ended_code(item.status, item.exit_code)
     # Not reached: the stream is followed until its end.
     raise ClientError(f"error: the scheduler ended {args.job_id}'s output without its end")
+
+
+def _not_started(job: Job, now: float) -> str:
+    """What a job not started yet waits for, from its record, in the words the scheduler's
+    other messages use (models/unplaced.py why, output.py HINTS): `job-12 is pending on vm
+    (not started yet): its output shows here when it runs`. "" for a job that has started
+    (it did between the stream's start and this read)."""
+    why = ""
+    if job.status == "delayed" and job.run_at:
+        waits = f"is delayed until {_until(parse_rfc3339(job.run_at), now)}"
+    elif job.status == "waiting":
+        waits = f"waits for {', '.join(job.after) or 'the jobs it runs after'} to be done"
+    elif job.status == "pending" and job.pending_reason:
+        waits = f"is pending on no node ({job.pending_reason})"
+        why = unplaced.why(
+            job.pending_reason,
+            cpus=job.cpus,
+            memory_mb=job.memory_mb,
+            node_selector=job.node_selector,
+            namespace=job.namespace,
+        )
+        why += f"; {HINTS[job.pending_reason]}; " if job.pending_reason in HINTS else "; "
+    elif job.status in NOT_STARTED:
+        waits = f"is {job.status} on {job.node_id or 'no node'} (not started yet)"
+    else:
+        return ""
+    return f"{job.job_id} {waits}: {why}its output shows here when it runs\n"
+
+
+def _until(at: float, now: float) -> str:
+    """`20:37:05 (in 4 min)`: the time as the user's clock reads it (with its date when a
+    day or more away); `(due now)` once passed (the scheduler starts it soon)."""
+    shape = "%H:%M:%S" if at - now < 86400 else "%Y-%m-%d %H:%M:%S"
+    shown = time.strftime(shape, time.localtime(at))
+    return f"{shown} ({'due now' if at <= now else 'in ' + _span(at - now)})"
+
+
+# A unit of a wait, and the next smaller one said with it.
+_UNITS = (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1), ("s", 1, "", 1))
+
+
+def _span(secs: float) -> str:
+    """A wait in its largest unit and the next, when not 0: `42 s`, `4 min`, `4 min 5 s`,
+    `2 h 10 min`, `3 d`."""
+    left = max(1, round(secs))
+    name, size, smaller, smaller_size = next(unit for unit in _UNITS if left >= unit[1])
+    rest = left % size // smaller_size
+    return f"{left // size} {name}" + (f" {rest} {smaller}" if rest else "")
 
 
 def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 
 from scheduler.cli.client import run
 from scheduler.cli.main import build_parser, main
-from scheduler.cli.watch import events, logs
+from scheduler.cli.watch import _span, _until, events, logs
 from scheduler.client import Client, sse
 from tests.cli.conftest import Cli
 from tests.conftest import Serve
@@ -162,6 +163,78 @@ def test_logs_f_follows_the_next_attempt_and_one_stream(
     assert cli.exit_code() == 2
     assert cli.out.getvalue() == ""
     assert cli.err.getvalue() == "first err\n--- attempt 2 ---\nsecond err\n"
+
+
+SHOWS = "its output shows here when it runs\n"
+
+
+def test_logs_f_of_a_job_not_started_says_what_it_waits_for_on_stderr(
+    served: tuple[str, httpx.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One line at the start, from the job's record: pending on its node, unplaced (why, and
+    what would place it), delayed (until when), waiting (for which jobs); stdout untouched."""
+    url, http = served
+
+    def submitted(**body: Any) -> str:
+        return str(http.post("/jobs", json={"command": "make", **body}).json()["job_id"])
+
+    queued, unplaced = submitted(), submitted(cpus=99)
+    delayed, waiting = submitted(delay_secs=600), submitted(after=[queued])
+    said = {
+        queued: f"{queued} is pending on n1 (not started yet): {SHOWS}",
+        unplaced: f"{unplaced} is pending on no node (no_fit): no live node offers 99 cpus; it "
+        f"waits until one does (`scheduler nodes` shows what each offers); {SHOWS}",
+        waiting: f"{waiting} waits for {queued} to be done: {SHOWS}",
+    }
+    for job_id in (unplaced, delayed, waiting, queued):  # queued last: waiting's cancel
+        cli = Running(monkeypatch, url, "logs", "-f", job_id)
+        cli.err.wait_for(SHOWS)
+        assert http.delete(f"/jobs/{job_id}").status_code == 200
+        assert cli.exit_code() == 1
+        note, ended = cli.err.getvalue(), f"{job_id} failed\n"
+        assert note.endswith(ended) and cli.out.getvalue() == ""
+        note = note.removesuffix(ended)
+        if job_id == delayed:
+            due = r"\d\d:\d\d:\d\d \(in \d+ min( \d+ s)?\)"  # 10 min, less what passed
+            assert re.fullmatch(f"{job_id} is delayed until {due}: {SHOWS}", note), note
+        else:
+            assert note == said[job_id]
+
+
+def test_logs_f_of_a_job_that_has_started_says_nothing_of_it(
+    served: tuple[str, httpx.Client], cli: Cli
+) -> None:
+    url, http = served
+    job_id = running(http)
+    send(http, job_id, "out\n", 0)
+    report(http, job_id, "done", exit_code=0)
+    assert cli(url, "logs", "-f", job_id) == (0, "out\n", "")
+
+
+@pytest.mark.parametrize(
+    ("secs", "said"),
+    [
+        (0.2, "1 s"),
+        (42, "42 s"),
+        (240, "4 min"),
+        (245, "4 min 5 s"),
+        (7800, "2 h 10 min"),
+        (3 * 86400 + 59, "3 d"),
+        (86400 + 3600, "1 d 1 h"),
+    ],
+)
+def test_a_wait_is_said_in_its_two_largest_units(secs: float, said: str) -> None:
+    assert _span(secs) == said
+
+
+def test_a_delay_is_said_at_the_users_clock_and_how_far_off() -> None:
+    now = 1_800_000_000.0
+    clock = time.strftime("%H:%M:%S", time.localtime(now + 300))
+    assert _until(now + 300, now) == f"{clock} (in 5 min)"
+    assert _until(now - 1, now).endswith(" (due now)")
+    assert _until(now + 2 * 86400, now).startswith(
+        time.strftime("%Y-%m-%d ", time.localtime(now + 2 * 86400))
+    )
 
 
 def test_logs_of_an_unknown_job_is_an_error(served: tuple[str, httpx.Client], cli: Cli) -> None:
