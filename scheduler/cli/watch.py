@@ -11,7 +11,11 @@ Everything else it says (an attempt's start, output dropped) goes to stderr.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TextIO
 
 from scheduler.cli.client import (
@@ -23,6 +27,7 @@ from scheduler.cli.client import (
     fields,
 )
 from scheduler.cli.output import (
+    HINTS,
     attempt_separator,
     dropped_events,
     dropped_output,
@@ -30,9 +35,21 @@ from scheduler.cli.output import (
     event_line,
     write_bytes,
 )
-from scheduler.client import Client, Dropped, Ended, EventsDropped, JobEvent, Output
-from scheduler.models.job import FINAL_STATUSES
+from scheduler.client import (
+    Client,
+    Dropped,
+    Ended,
+    EventItem,
+    EventsDropped,
+    Job,
+    JobEvent,
+    Output,
+    Status,
+)
+from scheduler.models import unplaced
+from scheduler.models.job import FINAL_STATUSES, NOT_STARTED
 from scheduler.models.log import LOG_STREAMS
+from scheduler.models.wire import parse_rfc3339
 
 
 def _note(text: str, out: TextIO, err: TextIO) -> None:
@@ -54,9 +71,13 @@ def logs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> 
 
 def _follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """Each chunk to its stream as it comes, until the job's end: its exit code."""
-    attempt = None
+    attempt, told = None, False
     for item in client.follow_logs(args.job_id, stream=args.stream, attempt=args.attempt):
-        if isinstance(item, Output):
+        if isinstance(item, Status) and not told:
+            told = True  # the stream's first item: the job's status as it starts
+            if item.status in NOT_STARTED:
+                _note(_not_started(client.job(args.job_id), time.time()), out, err)
+        elif isinstance(item, Output):
             if attempt is not None and item.attempt != attempt:
                 _note(attempt_separator(item.attempt), out, err)
             attempt = item.attempt
@@ -76,33 +97,115 @@ def _follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: Tex
     raise ClientError(f"error: the scheduler ended {args.job_id}'s output without its end")
 
 
+def _not_started(job: Job, now: float) -> str:
+    """What a job not started yet waits for, from its record, in the words the scheduler's
+    other messages use (models/unplaced.py why, output.py HINTS): `job-12 is pending on vm
+    (not started yet): its output shows here when it runs`. "" for a job that has started
+    (it did between the stream's start and this read)."""
+    why = ""
+    if job.status == "delayed" and job.run_at:
+        waits = f"is delayed until {_until(parse_rfc3339(job.run_at), now)}"
+    elif job.status == "waiting":
+        waits = f"waits for {', '.join(job.after) or 'the jobs it runs after'} to be done"
+    elif job.status == "pending" and job.pending_reason:
+        waits = f"is pending on no node ({job.pending_reason})"
+        why = unplaced.why(
+            job.pending_reason,
+            cpus=job.cpus,
+            memory_mb=job.memory_mb,
+            node_selector=job.node_selector,
+            namespace=job.namespace,
+        )
+        why += f"; {HINTS[job.pending_reason]}; " if job.pending_reason in HINTS else "; "
+    elif job.status in NOT_STARTED:
+        waits = f"is {job.status} on {job.node_id or 'no node'} (not started yet)"
+    else:
+        return ""
+    return f"{job.job_id} {waits}: {why}its output shows here when it runs\n"
+
+
+def _until(at: float, now: float) -> str:
+    """`20:37:05 (in 4 min)`: the time as the user's clock reads it (with its date when a
+    day or more away); `(due now)` once passed (the scheduler starts it soon)."""
+    shape = "%H:%M:%S" if at - now < 86400 else "%Y-%m-%d %H:%M:%S"
+    shown = time.strftime(shape, time.localtime(at))
+    return f"{shown} ({'due now' if at <= now else 'in ' + _span(at - now)})"
+
+
+# A unit of a wait, and the next smaller one said with it.
+_UNITS = (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1), ("s", 1, "", 1))
+
+
+def _span(secs: float) -> str:
+    """A wait in its largest unit and the next, when not 0: `42 s`, `4 min`, `4 min 5 s`,
+    `2 h 10 min`, `3 d`."""
+    left = max(1, round(secs))
+    name, size, smaller, smaller_size = next(unit for unit in _UNITS if left >= unit[1])
+    rest = left % size // smaller_size
+    return f"{left // size} {name}" + (f" {rest} {smaller}" if rest else "")
+
+
 def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """A line per event (or its JSON), until the stream ends (--no-follow), the job of --job
-    ends (exit 0), or the command is stopped. A job that has ended already is shown from the
-    oldest event kept (from now there would be nothing to wait for)."""
-    since_start = args.since_start or bool(
-        args.job and not args.after and client.job(args.job).status in FINAL_STATUSES
-    )
-    found = client.events(
+    ends (exit 0), or the command is stopped.
+
+    --job reads the job first: one that does not exist (pruned, another namespace's) is its
+    404 at once, as `logs -f`'s, where /events would wait for its events forever (its API
+    is kept: a follower there may start before the job it waits for is made). A replay of
+    the past (--since-start, --after, or a job that has ended: from now there would be
+    nothing to wait for) shows every event kept up to now, a manual retry's too, and only
+    then ends if the job has ended; followed from now, the job's next ending ends it."""
+    job = client.job(args.job) if args.job else None
+    ended = job is not None and job.status in FINAL_STATUSES
+    read = functools.partial(
+        client.events,
         job_id=args.job,
         node_id=args.node,
         status=args.status,
         schedule=args.schedule,
         namespace=args.namespace,
-        after=args.after,
-        since_start=since_start,
-        follow=not args.no_follow,
     )
-    for item in found:
+    if job is None or not (args.since_start or args.after or ended):
+        feed = read(after=args.after, since_start=args.since_start, follow=not args.no_follow)
+        _print_events(feed, args.json, job is not None, out, err)
+        return 0
+    last = _print_events(
+        read(after=args.after, since_start=not args.after, follow=False), args.json, False, out, err
+    )
+    if args.no_follow or ended or last.status in FINAL_STATUSES:
+        return 0
+    after = last.position or args.after
+    _print_events(read(after=after, since_start=not after), args.json, True, out, err)
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Last:
+    """The last item printed: its position (to go on after it) and, a job's event, the status
+    it changed to ("" for none)."""
+
+    position: str = ""
+    status: str = ""
+
+
+def _print_events(
+    feed: Iterable[EventItem], as_json: bool, until_final: bool, out: TextIO, err: TextIO
+) -> _Last:
+    """Each item of the feed printed until it ends, or (`until_final`) until an event to a
+    final status, the job's ending; the last one printed."""
+    last = _Last()
+    for item in feed:
         if isinstance(item, JobEvent):
-            out.write(_as_json(item) if args.json else event_line(fields(item.change)))
+            out.write(_as_json(item) if as_json else event_line(fields(item.change)))
             out.flush()
-            if args.job and item.change.status in FINAL_STATUSES:
-                return 0
+            last = _Last(item.position, item.change.status)
+            if until_final and item.change.status in FINAL_STATUSES:
+                break
         elif isinstance(item, EventsDropped):
             count = None if item.count < 0 else item.count
             _note(dropped_events(item.shard, count), out, err)
-    return 0
+            last = _Last(item.position, last.status)
+    return last
 
 
 def _as_json(item: JobEvent) -> str:

@@ -151,3 +151,19 @@ def test_a_key_limited_to_namespaces_submits_into_its_first(
     code, out, err = cli(api, "submit", "echo x", "--namespace", "team-b")
     assert code == 1
     assert "403: forbidden: the key 'team-a-ci' may use the namespaces team-a, team-c; " in err
+
+
+def test_events_of_a_job_a_limited_key_may_not_see_is_its_404(api: str, cli: Cli) -> None:
+    """As if it did not exist (GET /jobs/{id}'s answer to that key), not an empty replay."""
+    code, out, _ = cli(api, "submit", "echo x", "--json")
+    assert code == 0
+    job_id = json.loads(out)["job_id"]  # in the default namespace
+    code, key, _ = cli(api, "key", "add", "team-z-ci", "--role", "reader", "--namespace", "team-z")
+    assert code == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TINYAWS_API_KEY", key.strip())
+        assert cli(api, "events", "--job", job_id, "--since-start", "--no-follow") == (
+            1,
+            "",
+            "error: scheduler returned 404: job not found\n",
+        )

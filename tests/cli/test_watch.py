@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 
 from scheduler.cli.client import run
 from scheduler.cli.main import build_parser, main
-from scheduler.cli.watch import events, logs
+from scheduler.cli.watch import _span, _until, events, logs
 from scheduler.client import Client, sse
 from tests.cli.conftest import Cli
 from tests.conftest import Serve
@@ -164,6 +165,78 @@ def test_logs_f_follows_the_next_attempt_and_one_stream(
     assert cli.err.getvalue() == "first err\n--- attempt 2 ---\nsecond err\n"
 
 
+SHOWS = "its output shows here when it runs\n"
+
+
+def test_logs_f_of_a_job_not_started_says_what_it_waits_for_on_stderr(
+    served: tuple[str, httpx.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One line at the start, from the job's record: pending on its node, unplaced (why, and
+    what would place it), delayed (until when), waiting (for which jobs); stdout untouched."""
+    url, http = served
+
+    def submitted(**body: Any) -> str:
+        return str(http.post("/jobs", json={"command": "make", **body}).json()["job_id"])
+
+    queued, unplaced = submitted(), submitted(cpus=99)
+    delayed, waiting = submitted(delay_secs=600), submitted(after=[queued])
+    said = {
+        queued: f"{queued} is pending on n1 (not started yet): {SHOWS}",
+        unplaced: f"{unplaced} is pending on no node (no_fit): no live node offers 99 cpus; it "
+        f"waits until one does (`scheduler nodes` shows what each offers); {SHOWS}",
+        waiting: f"{waiting} waits for {queued} to be done: {SHOWS}",
+    }
+    for job_id in (unplaced, delayed, waiting, queued):  # queued last: waiting's cancel
+        cli = Running(monkeypatch, url, "logs", "-f", job_id)
+        cli.err.wait_for(SHOWS)
+        assert http.delete(f"/jobs/{job_id}").status_code == 200
+        assert cli.exit_code() == 1
+        note, ended = cli.err.getvalue(), f"{job_id} failed\n"
+        assert note.endswith(ended) and cli.out.getvalue() == ""
+        note = note.removesuffix(ended)
+        if job_id == delayed:
+            due = r"\d\d:\d\d:\d\d \(in \d+ min( \d+ s)?\)"  # 10 min, less what passed
+            assert re.fullmatch(f"{job_id} is delayed until {due}: {SHOWS}", note), note
+        else:
+            assert note == said[job_id]
+
+
+def test_logs_f_of_a_job_that_has_started_says_nothing_of_it(
+    served: tuple[str, httpx.Client], cli: Cli
+) -> None:
+    url, http = served
+    job_id = running(http)
+    send(http, job_id, "out\n", 0)
+    report(http, job_id, "done", exit_code=0)
+    assert cli(url, "logs", "-f", job_id) == (0, "out\n", "")
+
+
+@pytest.mark.parametrize(
+    ("secs", "said"),
+    [
+        (0.2, "1 s"),
+        (42, "42 s"),
+        (240, "4 min"),
+        (245, "4 min 5 s"),
+        (7800, "2 h 10 min"),
+        (3 * 86400 + 59, "3 d"),
+        (86400 + 3600, "1 d 1 h"),
+    ],
+)
+def test_a_wait_is_said_in_its_two_largest_units(secs: float, said: str) -> None:
+    assert _span(secs) == said
+
+
+def test_a_delay_is_said_at_the_users_clock_and_how_far_off() -> None:
+    now = 1_800_000_000.0
+    clock = time.strftime("%H:%M:%S", time.localtime(now + 300))
+    assert _until(now + 300, now) == f"{clock} (in 5 min)"
+    assert _until(now - 1, now).endswith(" (due now)")
+    assert _until(now + 2 * 86400, now).startswith(
+        time.strftime("%Y-%m-%d ", time.localtime(now + 2 * 86400))
+    )
+
+
 def test_logs_of_an_unknown_job_is_an_error(served: tuple[str, httpx.Client], cli: Cli) -> None:
     url, _ = served
     for argv in (["logs", "job-999"], ["logs", "-f", "job-999"]):
@@ -214,6 +287,77 @@ def test_events_prints_a_line_per_status_change(served: tuple[str, httpx.Client]
         job_id,
         other,
     ]
+
+
+NOT_FOUND = "error: scheduler returned 404: job not found\n"
+
+
+def test_events_of_an_unknown_job_is_its_404_however_it_is_read(
+    served: tuple[str, httpx.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `logs -f`'s: a replay too (it read the events kept and then waited for more of a
+    job that will never have any, or with --no-follow printed nothing and exited 0)."""
+    url, http = served
+    job_id = running(http)  # an event to resume after
+    report(http, job_id, "done", exit_code=0)
+    kept = Running(monkeypatch, url, "events", "--since-start", "--no-follow", "--json")
+    assert kept.exit_code() == 0
+    position = json.loads(kept.out.getvalue().splitlines()[0])["position"]
+    for argv in (
+        ["--since-start", "--no-follow"],
+        ["--since-start"],
+        ["--json", "--since-start"],
+        [],
+        ["--no-follow"],
+        ["--after", position],
+    ):
+        cli = Running(monkeypatch, url, "events", "--job", "job-999999", *argv)
+        assert cli.exit_code() == 1, argv
+        assert (cli.out.getvalue(), cli.err.getvalue()) == ("", NOT_FOUND), argv
+
+
+def failed_then_retried(http: httpx.Client) -> str:
+    """A job that ran and failed (no retry of its own), then retried by hand: pending again."""
+    job_id = str(http.post("/jobs", json={"command": "make", "max_retries": 0}).json()["job_id"])
+    report(http, job_id, "running")
+    report(http, job_id, "failed", exit_code=1)
+    assert http.post(f"/jobs/{job_id}/retry").status_code == 200
+    return job_id
+
+
+def changes(out: str) -> list[str]:
+    return [EVENT_LINE.fullmatch(line).group(2) for line in out.splitlines()]  # type: ignore[union-attr]
+
+
+RETRIED = ["new -> pending", "pending -> running", "running -> failed", "failed -> pending"]
+
+
+def test_events_of_a_job_replayed_show_a_retry_after_its_first_ending(
+    served: tuple[str, httpx.Client], cli: Cli
+) -> None:
+    """Replayed (--since-start, or a job that has ended), every event of the job up to now,
+    a manual retry's too; ended now, the command ends then."""
+    url, http = served
+    job_id = failed_then_retried(http)
+    report(http, job_id, "running")
+    report(http, job_id, "done", exit_code=0)
+    every = [*RETRIED, "pending -> running", "running -> done"]
+    for argv in (["--since-start"], [], ["--since-start", "--no-follow"]):
+        code, out, err = cli(url, "events", "--job", job_id, *argv)
+        assert (code, changes(out), err) == (0, every, ""), argv
+
+
+def test_events_of_a_job_replayed_follow_it_on_if_it_has_not_ended(
+    served: tuple[str, httpx.Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, http = served
+    job_id = failed_then_retried(http)
+    cli = Running(monkeypatch, url, "events", "--since-start", "--job", job_id)
+    cli.out.wait_for("failed -> pending")  # the replay, past the first ending
+    report(http, job_id, "running")
+    report(http, job_id, "done", exit_code=0)
+    assert cli.exit_code() == 0
+    assert changes(cli.out.getvalue()) == [*RETRIED, "pending -> running", "running -> done"]
 
 
 def test_events_json_is_one_object_a_line_and_resumes_after_a_position(
@@ -451,3 +595,68 @@ def test_events_say_those_dropped_and_print_each_with_its_position() -> None:
     code, out, err = run_cli(client, "events", "--no-follow", "--json")
     assert code == 0 and json.loads(out) == {**change, "position": "6-0"}
     assert err == "[... some events of shard 0 dropped (EVENTS_RETAIN_SECS) ...]\n"
+
+
+def job_answer(status: str) -> Answer:
+    """GET /jobs/job-1's answer: the job, with this status."""
+    job = {"job_id": "job-1", "node_id": "n1", "command": "make", "status": status}
+    body = {**job, "retry_count": 0, "created_at": "2026-12-06T01:22:24Z"}
+    return lambda r: httpx.Response(200, json=body)
+
+
+def change(position: str, old: str, new: str) -> str:
+    data = {"number": 1, "job_id": "job-1", "old_status": old, "status": new}
+    data["at"] = "2026-12-06T01:22:24Z"
+    return f"id: {position}\nevent: job\ndata: {json.dumps(data)}\n\n"
+
+
+def test_events_of_a_job_followed_from_now_end_with_its_next_ending() -> None:
+    """A manual retry after it is a new run, followed by a command of its own."""
+    client, sent = scripted(
+        job_answer("running"),
+        lambda r: stream(
+            change("1-0", "running", "failed"), change("2-0", "failed", "pending"), whole=True
+        ),
+    )
+    code, out, err = run_cli(client, "events", "--job", "job-1")
+    assert (code, changes(out), err) == (0, ["running -> failed"], "")
+    assert [r.url.path for r in sent] == ["/jobs/job-1", "/events"]
+    assert "after" not in sent[1].url.params and "follow" not in sent[1].url.params
+
+
+def test_events_of_a_job_replayed_then_followed_from_where_the_replay_ended() -> None:
+    client, sent = scripted(
+        job_answer("pending"),
+        lambda r: stream(
+            change("1-0", "running", "failed"), change("2-0", "failed", "pending"), whole=True
+        ),
+        lambda r: stream(
+            change("3-0", "pending", "running"),
+            change("4-0", "running", "done"),
+            change("5-0", "done", "pending"),
+            whole=True,
+        ),
+    )
+    code, out, err = run_cli(client, "events", "--job", "job-1", "--since-start")
+    assert (code, err) == (0, "")
+    assert changes(out) == [
+        "running -> failed",
+        "failed -> pending",
+        "pending -> running",
+        "running -> done",
+    ]
+    replay, follow = (dict(r.url.params) for r in sent[1:])
+    assert replay == {"job_id": "job-1", "after": "0", "follow": "0"}
+    assert follow == {"job_id": "job-1", "after": "2-0"}
+
+
+def test_events_of_a_job_replayed_to_its_ending_end_there() -> None:
+    """It ended while the replay read (GET /jobs/{id} said pending): no follow after it."""
+    client, sent = scripted(
+        job_answer("pending"),
+        lambda r: stream(
+            change("1-0", "pending", "running"), change("2-0", "running", "done"), whole=True
+        ),
+    )
+    code, out, _ = run_cli(client, "events", "--job", "job-1", "--since-start")
+    assert (code, changes(out), len(sent)) == (0, ["pending -> running", "running -> done"], 2)
