@@ -64,8 +64,9 @@ FAILURE_WORDS = {
 }
 # The record's head and the output, shown by the summary and the output sections.
 SUMMARY = (
-    "job_id", "node_id", "status", "retry_count", "exit_code", "created_at", "running_at",
-    "finished_at", "failure_reason", "pending_reason", "schedule", "taken_from", "cancelled_by",
+    "job_id", "node_id", "status", "retry_count", "earlier_attempts", "exit_code", "created_at",
+    "running_at", "finished_at", "failure_reason", "pending_reason", "schedule", "taken_from",
+    "cancelled_by",
 )  # fmt: skip
 OUTPUT = ("stdout", "stderr")
 # An unfinished job's record holds the output its last ended attempt reported (a retry's
