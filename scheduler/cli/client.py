@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
@@ -322,8 +323,27 @@ def _common(parser: argparse.ArgumentParser, poll: bool = True, json_option: boo
     parser.add_argument("--scheduler-url", default="", help="default: $SCHEDULER_URL")
     if poll:
         parser.add_argument(
-            "--poll-secs", type=float, default=2.0, help="--wait polls this often (default 2)"
+            POLL_FLAG,
+            type=_poll_secs,
+            default=2.0,
+            metavar="S",
+            help="--wait polls this often (default 2)",
         )
+
+
+POLL_FLAG = "--poll-secs"
+
+
+def _poll_secs(text: str) -> float:
+    """--poll-secs: read when the options are (argparse's usage error, exit 2), not by the
+    scheduler's first wait: after a submit, which a retry would make again."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: use a number of seconds above 0, e.g. 2")
+    return value
 
 
 def _job_id(parser: argparse.ArgumentParser) -> None:

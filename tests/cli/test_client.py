@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from scheduler.cli import client as cli_client
+from scheduler.cli.main import main as cli_main
 from scheduler.cli.output import (
     HINTS,
     attempt_line,
@@ -111,6 +112,26 @@ def test_a_bad_env_flag_is_refused_before_sending(api: str, cli: Cli) -> None:
     code, _, err = cli(api, "submit", "x", "--env", "NOEQUALS")
     assert code == 1 and "NAME=VALUE" in err
     assert len(httpx.get(f"{api}/jobs").json()) == before
+
+
+@pytest.mark.parametrize("bad", ["-1", "0", "nan", "soon"])
+def test_a_bad_poll_is_a_usage_error_before_anything_is_submitted(
+    api: str, cli: Cli, bad: str
+) -> None:
+    """--poll-secs is read with the options: the scheduler's refusal of the wait came after
+    the submit, and a retry of the command made the job twice."""
+    before = len(httpx.get(f"{api}/jobs").json())
+    with pytest.raises(SystemExit) as ended:
+        cli(api, "submit", "echo x", "--wait", "--poll-secs", bad)
+    assert ended.value.code == 2
+    assert len(httpx.get(f"{api}/jobs").json()) == before
+
+
+def test_the_poll_error_names_the_option_and_its_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["status", "job-1", "--wait", "--poll-secs", "-1"])
+    err = capsys.readouterr().err
+    assert "argument --poll-secs: '-1': use a number of seconds above 0" in err
 
 
 def test_status_prints_the_job_as_the_original(api: str, cli: Cli) -> None:
