@@ -1,13 +1,14 @@
 """The command-line client: `scheduler submit`, `status`, `cancel` (and, in their own modules,
 `list`, `nodes`, `retry`, `drain`, `schedule`, `key`, `logs`, `events`), built on the product's
 Python client, scheduler.client's `Client`: every call is one of its typed methods, every error
-one of its exceptions, said here as the original Go CLI said it (`said`). This package keeps
-only the arguments and the output.
+one of its exceptions, said here in one form by every command (`said`: `error: <message>`, a
+job's field named as the option that set it). This package keeps only the arguments and the
+output.
 
 Output is the original tinyaws CLI's (CONTRACT 7): `submitted <id> on node <node>
-(status=<status>)`, `submit failed <code>: <body>`, and for a job `job_id=… node_id=… status=…
-command="…"`, then `exit_code=N`, `stdout:` and `stderr:` blocks when present. New: `--json`
-prints the answer's JSON instead, `submit --wait` waits and prints the job's own output (so
+(status=<status>)`, and for a job `job_id=… node_id=… status=… command="…"`, then
+`exit_code=N`, `stdout:` and `stderr:` blocks when present. New: `--json` prints the
+answer's JSON instead, `submit --wait` waits and prints the job's own output (so
 `scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
 (`job-3 running on node-1`), a warning of a job submitted that no node can take (`warning:
@@ -28,7 +29,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from scheduler.cli.job_options import OptionError, add_job_options, job_body
+from scheduler.cli.job_options import OptionError, add_job_options, in_option_terms, job_body
 from scheduler.cli.output import (
     attempt_line,
     exit_status,
@@ -68,25 +69,25 @@ def refused_key(exc: ApiError) -> bool:
     return exc.status == 401 or locked_for(exc) > 0
 
 
-def said(exc: SchedulerError, what: str = "") -> ClientError:
-    """A library error as the original CLI said it: an answer of the scheduler as `<what>
-    failed 404: job not found` (a command's own call) or `error: scheduler returned 404: job
-    not found`; anything else (`cannot reach the scheduler at URL: ...`, an answer that is
-    not what was asked for) after `error: `."""
+def said(exc: SchedulerError, terms: Callable[[str], str] = str) -> ClientError:
+    """A library error as every command says one: `error: job not found`, the scheduler's
+    message in `terms` (a job's field said of its option: in_option_terms); anything else
+    (`cannot reach the scheduler at URL: ...`, an answer that is not what was asked for) after
+    `error: ` too."""
     if isinstance(exc, ApiError) and exc.status >= 400:
-        text = f"{what} failed" if what else "error: scheduler returned"
-        message = f"{text} {exc.status}: {exc.message}"
+        message = f"error: {terms(exc.message)}"
         return ClientError(message, exc.status, refused_key(exc), locked_for(exc))
     return ClientError(f"error: {exc.message if isinstance(exc, ApiError) else exc}")
 
 
 @contextlib.contextmanager
-def failing_as(what: str) -> Iterator[None]:
-    """The scheduler's refusal of the calls inside said as `<what> failed <status>: ...`."""
+def submitting() -> Iterator[None]:
+    """The scheduler's refusal of a job made of the job options (submit, schedule add) said
+    in the options' terms: `error: --priority: must be ...`, not the API's `priority`."""
     try:
         yield
     except ApiError as exc:
-        raise said(exc, what) from None
+        raise said(exc, in_option_terms) from None
 
 
 def auth_hint(has_key: bool) -> str:
@@ -238,7 +239,7 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     body = job_body_of(args)
     if "command" not in body:
         usage_error(args, "the following arguments are required: command (or --from FILE)")
-    with failing_as("submit"):
+    with submitting():
         job = client.submit(idempotency_key=args.idempotency_key, **body)
     if not args.json:
         where = f"on node {job.node_id}" if job.node_id else "on no node yet"
@@ -301,8 +302,7 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
 def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """A pending job is cancelled at once; a running one is cancelling until its agent has
     stopped it (--wait waits for that)."""
-    with failing_as("cancel"):
-        job = client.cancel(args.job_id)
+    job = client.cancel(args.job_id)
     if args.wait and job.status not in FINAL:
         job = client.wait(args.job_id, poll_secs=args.poll_secs)
     if args.json:
@@ -350,6 +350,23 @@ def _job_id(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's id, e.g. job-1")
 
 
+# The most jobs one `submit --count N` or `--from FILE` makes, as Slurm's MaxArraySize: a
+# mistyped count is a usage error, not 100,000 jobs.
+MAX_ARRAY_SIZE = 10_000
+ARRAY_SIZE_RULE = (
+    f"the most jobs a submit makes is {MAX_ARRAY_SIZE}: split the array into several "
+    "submits (each with its own --idempotency-key)"
+)
+
+
+def _array_size(text: str) -> int:
+    """--count: 1 to MAX_ARRAY_SIZE."""
+    value = _positive(text)
+    if value > MAX_ARRAY_SIZE:
+        raise argparse.ArgumentTypeError(f"{value} is too many: {ARRAY_SIZE_RULE}")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -367,15 +384,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--from",
         dest="from_file",
         metavar="FILE",
-        help="many jobs: a JSON job (the POST /jobs body) a line, `-` for stdin; the job "
-        "options are each line's defaults. Prints each id, each error with its line",
+        help="many jobs: a JSON job (the POST /jobs body) a line, `-` for stdin, at most "
+        f"{MAX_ARRAY_SIZE}; the job options are each line's defaults. Prints each id, each "
+        "error with its line",
     )
     p.add_argument(
         "--count",
-        type=_positive,
+        type=_array_size,
         metavar="N",
         help="an array: N copies of the job, each with TASK_INDEX (0..N-1) and TASK_COUNT "
-        "in its env (as Slurm's SLURM_ARRAY_TASK_ID); prints each id",
+        f"in its env (as Slurm's SLURM_ARRAY_TASK_ID), N at most {MAX_ARRAY_SIZE}; prints each id",
     )
     p.add_argument(
         "--idempotency-key",

@@ -102,9 +102,9 @@ def test_submit_sends_env_vars_instance_and_service_fields(api: str, cli: Cli) -
 def test_submit_failure_prints_code_and_body_and_exits_1(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "submit", "")
     assert code == 1 and out == ""
-    assert err == "submit failed 400: command or deploy_url is required\n"
+    assert err == "error: command or deploy_url is required\n"
     code, _, err = cli(api, "submit", "x", "--instance", "i-1")
-    assert code == 1 and err == "submit failed 503: instance not found\n"
+    assert code == 1 and err == "error: instance not found\n"
 
 
 def test_a_bad_env_flag_is_refused_before_sending(api: str, cli: Cli) -> None:
@@ -132,6 +132,24 @@ def test_the_poll_error_names_the_option_and_its_rule(capsys: pytest.CaptureFixt
         cli_main(["status", "job-1", "--wait", "--poll-secs", "-1"])
     err = capsys.readouterr().err
     assert "argument --poll-secs: '-1': use a number of seconds above 0" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--priority", "5000"], "error: --priority: must be an integer between -1000 and 1000"),
+        (["--delay", "-5"], "error: --delay: "),
+        (["--retry-backoff", "-1"], "error: --retry-backoff: "),
+    ],
+)
+def test_a_refused_option_is_named_as_typed(
+    api: str, cli: Cli, option: list[str], said: str
+) -> None:
+    """The API names its field (`priority`, `delay_secs`); the user typed the option."""
+    code, out, err = cli(api, "submit", "true", *option)
+    assert (code, out) == (1, "") and err.startswith(said), err
+    code, out, err = cli(api, "schedule", "add", "s", "--every", "60", "true", *option)
+    assert (code, out) == (1, "") and err.startswith(said), err
 
 
 def test_status_prints_the_job_as_the_original(api: str, cli: Cli) -> None:
@@ -179,7 +197,7 @@ def test_json_prints_the_job_as_the_client_reads_it(
 def test_status_of_an_unknown_job_is_an_error(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "status", "job-999999")
     assert code == 1 and out == ""
-    assert err == "error: scheduler returned 404: job not found\n"
+    assert err == "error: job not found\n"
 
 
 def test_submit_wait_prints_the_jobs_output(api: str, cli: Cli) -> None:
@@ -261,8 +279,7 @@ def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("TINYAWS_API_KEY", raising=False)
     code, _, err = cli(secured, "submit", "echo hi")
     assert code == 1 and err == (
-        "submit failed 401: unauthorized\n"
-        "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
+        "error: unauthorized\nhint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
     )
     monkeypatch.setenv("TINYAWS_API_KEY", "wrong")
     for argv in (["list"], ["status", "job-1"], ["nodes"], ["cancel", "job-1"]):
@@ -366,9 +383,9 @@ def test_cancel_prints_the_cancelled_job(api: str, cli: Cli) -> None:
     assert out == f'job_id={job["job_id"]} node_id=node-1 {reason} command="true"\n'
     code, out, err = cli(api, "cancel", job["job_id"])
     assert (code, out) == (1, "")
-    assert err == "cancel failed 409: job already finished\n"
+    assert err == "error: job already finished\n"
     code, _, err = cli(api, "cancel", "job-999999")
-    assert code == 1 and err == "cancel failed 404: job not found\n"
+    assert code == 1 and err == "error: job not found\n"
 
 
 def test_cancel_wait_waits_for_the_agent(api: str, cli: Cli) -> None:
@@ -601,8 +618,8 @@ def test_list_json_is_the_page_and_more_goes_to_stderr(lister: str, cli: Cli) ->
         (["--newest", "--after", "job-1"], 1, "error: --after pages oldest first"),
         (["--limit", "0"], 2, "--limit: must be at least 1"),
         (["--limit", "many"], 2, "--limit: 'many' is not a whole number"),
-        (["--after", "5"], 1, "error: scheduler returned 400: invalid after"),
-        (["--before", "x"], 1, "error: scheduler returned 400: invalid before"),
+        (["--after", "5"], 1, "error: invalid after: use a job id"),
+        (["--before", "x"], 1, "error: invalid before: use a job id"),
     ],
 )
 def test_list_refuses_bad_paging_clearly(
@@ -681,7 +698,7 @@ def test_submit_sends_a_key_and_takes_one(api: str, cli: Cli) -> None:
     code, again, _ = cli(api, "submit", "echo keyed", "--idempotency-key", "cli-key-2")
     assert (code, again) == (0, first)
     code, _, err = cli(api, "submit", "echo other", "--idempotency-key", "cli-key-2")
-    assert code == 1 and err.startswith("submit failed 422: Idempotency-Key already used")
+    assert code == 1 and err.startswith("error: Idempotency-Key already used")
     _, one, _ = cli(api, "submit", "echo keyed")
     _, two, _ = cli(api, "submit", "echo keyed")
     assert one != two  # a new key each time by default: two submits, two jobs
@@ -696,7 +713,7 @@ def test_submit_takes_a_delay_and_a_retry_policy(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "submit", "echo then", "--run-at", "2000-01-01T00:00:00Z")
     assert code == 0 and out.endswith("(status=pending)\n")  # a time past: due now
     code, _, err = cli(api, "submit", "x", "--run-at", "soon")
-    assert code == 1 and "invalid run_at 'soon'" in err
+    assert code == 1 and "error: --run-at 'soon': use RFC 3339" in err
 
 
 def test_status_says_when_a_job_is_due_and_what_it_waits_for(api: str, cli: Cli) -> None:
@@ -738,8 +755,8 @@ def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "submit", "echo urgent", "--priority", "-7", "--json")
     assert code == 0 and json.loads(out)["priority"] == -7
     code, _, err = cli(api, "submit", "x", "--priority", "1001")
-    rule = "priority: must be an integer between -1000 and 1000"
-    assert code == 1 and err == f"submit failed 400: failed to decode job: {rule}\n"
+    rule = "--priority: must be an integer between -1000 and 1000"
+    assert code == 1 and err == f"error: {rule}\n"
 
 
 def test_submit_takes_the_jobs_it_runs_after(api: str, cli: Cli) -> None:
@@ -749,7 +766,7 @@ def test_submit_takes_the_jobs_it_runs_after(api: str, cli: Cli) -> None:
     job = json.loads(out)
     assert code == 0 and job["after"] == [first, second] and job["status"] == "waiting"
     code, _, err = cli(api, "submit", "x", "--after", "nope")
-    assert code == 1 and "invalid after: 'nope' is not a job id" in err
+    assert code == 1 and "error: --after: 'nope' is not a job id" in err
     for job_id in (first, second, job["job_id"]):
         httpx.delete(f"{api}/jobs/{job_id}")
 
@@ -778,7 +795,7 @@ def test_drain_and_undrain_print_what_moved(api: str, cli: Cli) -> None:
         code, out, _ = cli(api, "undrain", "drain-a")
         assert (code, out) == (0, "drain-a was not drained\n")
         code, _, err = cli(api, "drain", "nobody")
-        assert (code, err) == (1, "drain failed 404: node not found\n")
+        assert (code, err) == (1, "error: node not found\n")
     finally:
         if pinned:
             assert httpx.delete(f"{api}/jobs/{pinned}").status_code == 200
@@ -861,8 +878,8 @@ def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
         monkeypatch.setenv("TINYAWS_API_KEY", KEY)
         served = cli(url, "list")
     (_, _, first), (code, out, err) = answers
-    assert first.startswith("error: scheduler returned 401")
-    assert (code, out) == (1, "") and err.startswith("error: scheduler returned 429")
+    assert first.startswith("error: unauthorized")
+    assert (code, out) == (1, "") and err.startswith("error: ")
     assert "try again later" not in err and "a right one is served" in err
     # The key's hint, then when the lockout ends: the window's time left, from Retry-After.
     hint, lockout = err.splitlines()[-2:]
