@@ -276,27 +276,37 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
 
 
 def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """With --wait, a progress line on stderr at each status change (stdout as the original's:
-    the job at every poll, or the JSON at the end)."""
-    if args.wait:
-        changes = _Changes(err)
+    """The job; with --wait, a progress line on stderr at each status change, the job on
+    stdout each time it reads otherwise than last printed (or the JSON at the end), and the
+    exit code of submit --wait: the command's own.
 
-        def each(job: Job) -> None:
-            changes(job)
-            if not args.json:  # as the original: with --wait, the job at every poll
-                _echo(format_job(fields(job)), out)
-
-        job = _watched(client, args.job_id, args.poll_secs, each)
-    else:
+    The original CLI printed the job at every poll and exited 0 however the job ended.
+    CONTRACT 7 binds the scheduler's wire to it, not this CLI's lines: every 2 s the same
+    job again (9 times in 15 s) buried the change, and exit 0 for a failed job made
+    `status --wait && next` go on after a failure."""
+    if not args.wait:
         job = client.job(args.job_id)
         if not args.json:
             _echo(format_job(fields(job)), out)
+    else:
+        changes = _Changes(err)
+        printed = ""
+
+        def each(job: Job) -> None:
+            nonlocal printed
+            changes(job)
+            text = "" if args.json else format_job(fields(job))
+            if text != printed:
+                _echo(text, out)
+                printed = text
+
+        job = _watched(client, args.job_id, args.poll_secs, each)
     if args.json:
         print_json(job, out)
-        return 0
-    for attempt in attempts_of(client, args.job_id) if args.attempts else []:
-        out.write(attempt_line(args.job_id, fields(attempt)))
-    return 0
+    else:
+        for attempt in attempts_of(client, args.job_id) if args.attempts else []:
+            out.write(attempt_line(args.job_id, fields(attempt)))
+    return exit_status(fields(job)) if args.wait else 0
 
 
 def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
@@ -412,7 +422,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("status", help="show a job: scheduler status job-1 [--wait]")
     _job_id(p)
     p.add_argument(
-        "--wait", action="store_true", help="poll until it ends (status changes on stderr)"
+        "--wait",
+        action="store_true",
+        help="poll until it ends: the job again on stdout only when it changed, each status "
+        "change on stderr; exits with the command's exit code, as submit --wait",
     )
     p.add_argument("--attempts", action="store_true", help="then each attempt, as it ended")
     _common(p)

@@ -412,6 +412,9 @@ def _agent_steps(url: str, job_id: str, *steps: dict[str, object]) -> threading.
     def run() -> None:
         for step in steps:
             time.sleep(0.5)
+            if "wait" in step:  # no report: a while the job stays as it is
+                time.sleep(float(str(step["wait"])))
+                continue
             body = {"exit_code": None, "stdout": "", "stderr": ""} | step
             assert httpx.patch(f"{url}/jobs/{job_id}", json=body).status_code == 200
 
@@ -520,13 +523,32 @@ def test_status_wait_prints_each_status_change(api: str, cli: Cli) -> None:
         f"{job_id} running on node-1",
         f"{job_id} done on node-1 (exit_code=0)",
     ]
-    # stdout as the original: the job at every poll.
+    # The job each time it changed (not at every poll, as the original).
     assert [line for line in out.splitlines() if line.startswith("job_id=")] == [
         f'job_id={job_id} node_id=node-1 status={status} command="true"'
         for status in ("pending", "running", "done")
     ]
     code, out, err = cli(api, "status", job_id)
     assert (code, err) == (0, "")  # without --wait: no progress lines
+
+
+def test_status_wait_prints_the_job_only_when_it_changed_and_exits_with_its_code(
+    api: str, cli: Cli
+) -> None:
+    """It printed the same running job at every poll, and exited 0 for a failed job."""
+    body = {"command": "false", "max_retries": 0}
+    job_id = httpx.post(f"{api}/jobs", json=body).json()["job_id"]
+    failed = {"status": "failed", "exit_code": 3}
+    # Running for 2.5 s: two polls of 1 s ran out on the same job.
+    thread = _agent_steps(api, job_id, RUNNING, {"status": "running", "wait": 2}, failed)
+    code, out, _ = cli(api, "status", job_id, "--wait", "--poll-secs", "1")
+    thread.join()
+    assert code == 3
+    assert [line.split()[2] for line in out.splitlines() if line.startswith("job_id=")] == [
+        "status=pending",
+        "status=running",
+        "status=failed",
+    ]
 
 
 @pytest.fixture(scope="module")
