@@ -251,13 +251,15 @@ def test_submit_wait_long_polls_instead_of_sleeping(api: str, cli: Cli) -> None:
     assert time.monotonic() - began < 15
 
 
-def test_wait_on_a_failed_job_exits_1(api: str, cli: Cli) -> None:
+def test_status_wait_on_a_failed_job_exits_with_its_code(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "false"}).json()
     finish(api, job["job_id"], "failed", 2, "", "bad\n")  # first failure: retried
     finish(api, job["job_id"], "failed", 2, "", "bad\n")
     code, out, _ = cli(api, "status", job["job_id"], "--wait", "--json")
-    assert code == 0 and json.loads(out)["status"] == "failed"
+    # The command's own code, as submit --wait (with --json too).
+    assert code == 2 and json.loads(out)["status"] == "failed"
     code, out, _ = cli(api, "status", job["job_id"], "--wait")
+    assert code == 2
     assert out.splitlines()[:2] == [
         f'job_id={job["job_id"]} node_id=node-1 status=failed command="false"',
         "exit_code=2",
@@ -356,7 +358,7 @@ def test_a_job_killed_by_a_signal_shows_the_signal(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "sleep 1000", "max_retries": 0}).json()
     finish(api, job["job_id"], "failed", 137, "", "signal: SIGKILL (exit_code 137)\n")
     code, out, err = cli(api, "status", job["job_id"], "--wait")
-    assert code == 0, err
+    assert code == 137, err
     assert out.splitlines()[1] == "exit_code=137 (signal: SIGKILL)"
     ended = {"job_id": "job-9", "node_id": "n", "status": "failed", "exit_code": 137}
     assert progress(ended) == "job-9 failed on n (exit_code=137, signal: SIGKILL)\n"
