@@ -200,7 +200,9 @@ def mistakes(user: User, hello: str) -> None:
     """What users get wrong: each a clear 4xx (or usage error), none counted as a guess."""
     user.cli_wrong("status", "job-99999", code=1, says="404: job not found")
     user.cli_wrong("cancel", "job-99999", code=1, says="404: job not found")
-    user.cli_wrong("submit", "echo x", "--priority", "5000", code=1, says="submit failed 400")
+    user.cli_wrong(
+        "submit", "echo x", "--priority", "5000", code=1, says="error: --priority: must be"
+    )
     user.cli_wrong("list", "--status", "finished", code=2, says="invalid choice: 'finished'")
     user.cli_wrong("submit", code=2, says="required: command")
     user.cli_wrong("submit", "", code=1, says="400: command or deploy_url is required")

@@ -7,12 +7,16 @@ array, --count N, is N copies of the job the options give, each with its index i
 var TASK_INDEX (0 to N-1, as Slurm's SLURM_ARRAY_TASK_ID) and N in TASK_COUNT.
 
 A FILE with no job in it (empty, or blank lines only) is a usage error (exit 2), as
-options that do not go together are. Each job made prints its id on stdout, in order; each
-refused prints `line N: <error>` (`task I: ...` for an array) on stderr, and the command
-exits 1 when any was. Each batch is sent under an Idempotency-Key of its own (`<key>-<batch
-number>`, the key new unless --idempotency-key names it) and sent again when its answer was
-lost: with the same --idempotency-key, a run cut short can be run again, and the batches it
-sent answer the jobs they made instead of making more.
+options that do not go together are, and so is one of more than MAX_ARRAY_SIZE jobs (a
+--count, a FILE's lines: as Slurm's MaxArraySize, a mistyped count is not 100,000 jobs). Each
+job made prints its id on stdout, in order; each refused prints `line N: not made: <error>`
+(`task I: ...` for an array) on stderr, a job's field said as the option that set it, then a
+last line sums up (`made 10 of 20 jobs (task 0-9); 10 not made`), and the command exits 1.
+
+Each batch is sent under an Idempotency-Key of its own (`<key>-<batch number>`, the key new
+unless --idempotency-key names it) and sent again when its answer was lost: with the same
+--idempotency-key, a run cut short can be run again, and the batches it sent answer the jobs
+they made instead of making more.
 """
 
 from __future__ import annotations
@@ -27,22 +31,29 @@ from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
 from scheduler.cli.client import (
+    ARRAY_SIZE_RULE,
+    MAX_ARRAY_SIZE,
     ClientError,
-    failing_as,
     fields,
     job_body_of,
+    submitting,
     usage_error,
 )
+from scheduler.cli.job_options import in_option_terms
 from scheduler.client import BatchEntry, Client
 from scheduler.models.batch import MAX_JOBS
 
 TASK_INDEX, TASK_COUNT = "TASK_INDEX", "TASK_COUNT"
 NO_JOBS_HINT = "it takes a JSON job (the POST /jobs body) a line"
+# How the scheduler's refusals (a quota's) end; a line's own `not made` says it of its job,
+# where the API's words, said of each, read as if the whole run made nothing.
+NOTHING_MADE = "; nothing was made"
 
 # What names a job in messages (("line", 7), ("task", 3)), and the job to send, or why it is
-# not sent (a line that is not a JSON object).
+# not sent (a line that is not a JSON object), and the fields the line gave itself (an
+# error about any other is said as the option that gave it: `--priority: ...`).
 Name = tuple[str, int]
-Item = tuple[Name, dict[str, Any] | str]
+Item = tuple[Name, dict[str, Any] | str, frozenset[str]]
 
 
 def submit_many(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
@@ -52,14 +63,17 @@ def submit_many(args: argparse.Namespace, client: Client, out: TextIO, err: Text
     if args.from_file is not None:
         if args.count is not None or "command" in defaults:
             usage_error(args, "--from reads the jobs from FILE: no command, no --count")
+        where = "- (stdin)" if args.from_file == "-" else args.from_file
         with _opened(args.from_file) as lines:
-            items = _lines(lines, defaults)
-            first = next(items, None)
-            if first is None:  # an empty file is a mistake (a path, a redirect): not a run
-                where = "- (stdin)" if args.from_file == "-" else args.from_file
-                usage_error(args, f"--from {where} holds no jobs: {NO_JOBS_HINT}")
-                return 2
-            return _send_all(client, itertools.chain([first], items), args, out, err)
+            # Read whole (to one past the cap) before a job is sent: too many is nothing made.
+            items = list(itertools.islice(_lines(lines, defaults), MAX_ARRAY_SIZE + 1))
+        if not items:  # an empty file is a mistake (a path, a redirect): not a run
+            usage_error(args, f"--from {where} holds no jobs: {NO_JOBS_HINT}")
+            return 2
+        if len(items) > MAX_ARRAY_SIZE:
+            usage_error(args, f"--from {where} holds over {MAX_ARRAY_SIZE} jobs: {ARRAY_SIZE_RULE}")
+            return 2
+        return _send_all(client, items, args, out, err)
     if "command" not in defaults:
         usage_error(args, "--count makes copies of a command: give one")
     return _send_all(client, _array(defaults, args.count), args, out, err)
@@ -87,31 +101,63 @@ def _lines(lines: Iterable[str], defaults: dict[str, Any]) -> Iterator[Item]:
         name = ("line", number)
         try:
             job = json.loads(line)
-        except ValueError as exc:
-            yield name, f"not JSON ({exc})"
+        except json.JSONDecodeError as exc:
+            # json's own `line 2 column 1` counts within this line (its newline too): said
+            # by the file's line number and the column in it.
+            yield name, f"not JSON: {exc.msg} (column {exc.pos + 1})", frozenset()
             continue
-        yield name, ({**defaults, **job} if isinstance(job, dict) else "not a JSON object")
+        if not isinstance(job, dict):
+            yield name, "not a JSON object", frozenset()
+            continue
+        yield name, {**defaults, **job}, frozenset(job)
 
 
 def _array(job: dict[str, Any], count: int) -> Iterator[Item]:
     for index in range(count):
         env = {**job.get("env_vars", {}), TASK_INDEX: str(index), TASK_COUNT: str(count)}
-        yield ("task", index), {**job, "env_vars": env}
+        yield ("task", index), {**job, "env_vars": env}, frozenset()
 
 
 def _send_all(
     client: Client, items: Iterable[Item], args: argparse.Namespace, out: TextIO, err: TextIO
 ) -> int:
     key = args.idempotency_key or str(uuid.uuid4())
-    failed = 0
+    made: list[Name] = []
+    tried = 0
     for number, batch in enumerate(_batches(items)):
-        jobs = [job for _, job in batch if isinstance(job, dict)]
+        jobs = [job for _, job, _ in batch if isinstance(job, dict)]
         entries = iter(_sent(client, jobs, f"{key}-{number}") if jobs else [])
-        for name, job in batch:
+        for name, job, own in batch:
             entry = fields(next(entries)) if isinstance(job, dict) else {"error": job}
-            failed += "job_id" not in entry
+            if "job_id" in entry:
+                made.append(name)
+            elif entry.get("field") not in own:
+                entry["error"] = in_option_terms(str(entry["error"]))
+            tried += 1
             _say(name, entry, args.json, out, err)
-    return 1 if failed else 0
+    if len(made) == tried:
+        return 0
+    out.flush()
+    err.write(summary(made, tried))
+    return 1
+
+
+def summary(made: list[Name], tried: int) -> str:
+    """`made 10 of 20 jobs (task 0-9); 10 not made`: the last line of a run some of whose
+    jobs were refused (each said on its line above)."""
+    which = f" ({made[0][0]} {spans([number for _, number in made])})" if made else ""
+    return f"made {len(made)} of {tried} jobs{which}; {tried - len(made)} not made\n"
+
+
+def spans(numbers: list[int]) -> str:
+    """Ascending numbers as runs: `0-9,12,14-15`."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _batches(items: Iterable[Item]) -> Iterator[list[Item]]:
@@ -119,11 +165,12 @@ def _batches(items: Iterable[Item]) -> Iterator[list[Item]]:
     its JSON is too large for one request)."""
     batch: list[Item] = []
     jobs = 0
-    for name, job in items:
+    for item in items:
         if jobs == MAX_JOBS:
             yield batch
             batch, jobs = [], 0
-        batch.append((name, job))
+        batch.append(item)
+        job = item[1]
         jobs += isinstance(job, dict)
     if batch:
         yield batch
@@ -131,19 +178,20 @@ def _batches(items: Iterable[Item]) -> Iterator[list[Item]]:
 
 def _sent(client: Client, jobs: list[dict[str, Any]], key: str) -> list[BatchEntry]:
     """Each job's entry (Made or Refused), in order; ClientError for a batch refused whole."""
-    with failing_as("submit"):
+    with submitting():
         entries = client.submit_many(jobs, idempotency_key=key)
     if len(entries) != len(jobs):
-        raise ClientError("decode: the scheduler did not answer an entry for each job")
+        raise ClientError("error: the scheduler did not answer an entry for each job")
     return entries
 
 
 def _say(name: Name, entry: dict[str, Any], as_json: bool, out: TextIO, err: TextIO) -> None:
-    """A job's line: its id (stdout) or `line N: <error>` (stderr); with --json, its entry
-    as JSON with what names it (`{"line": 7, "job_id": ...}`) on stdout."""
+    """A job's line: its id (stdout) or `line N: not made: <error>` (stderr); with --json,
+    its entry as JSON with what names it (`{"line": 7, "job_id": ...}`) on stdout."""
     if as_json:
         out.write(json.dumps({name[0]: name[1], **entry}) + "\n")
     elif "job_id" in entry:
         out.write(f"{entry['job_id']}\n")
     else:
-        err.write(f"{name[0]} {name[1]}: {entry.get('error')}\n")
+        said = str(entry.get("error")).removesuffix(NOTHING_MADE)
+        err.write(f"{name[0]} {name[1]}: not made: {said}\n")

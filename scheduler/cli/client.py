@@ -1,13 +1,14 @@
 """The command-line client: `scheduler submit`, `status`, `cancel` (and, in their own modules,
 `list`, `nodes`, `retry`, `drain`, `schedule`, `key`, `logs`, `events`), built on the product's
 Python client, scheduler.client's `Client`: every call is one of its typed methods, every error
-one of its exceptions, said here as the original Go CLI said it (`said`). This package keeps
-only the arguments and the output.
+one of its exceptions, said here in one form by every command (`said`: `error: <message>`, a
+job's field named as the option that set it). This package keeps only the arguments and the
+output.
 
 Output is the original tinyaws CLI's (CONTRACT 7): `submitted <id> on node <node>
-(status=<status>)`, `submit failed <code>: <body>`, and for a job `job_id=… node_id=… status=…
-command="…"`, then `exit_code=N`, `stdout:` and `stderr:` blocks when present. New: `--json`
-prints the answer's JSON instead, `submit --wait` waits and prints the job's own output (so
+(status=<status>)`, and for a job `job_id=… node_id=… status=… command="…"`, then
+`exit_code=N`, `stdout:` and `stderr:` blocks when present. New: `--json` prints the
+answer's JSON instead, `submit --wait` waits and prints the job's own output (so
 `scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
 (`job-3 running on node-1`), a warning of a job submitted that no node can take (`warning:
@@ -21,13 +22,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 import msgspec
 
-from scheduler.cli.job_options import OptionError, add_job_options, job_body
+from scheduler.cli.job_options import OptionError, add_job_options, in_option_terms, job_body
 from scheduler.cli.output import (
     attempt_line,
     exit_status,
@@ -67,25 +69,25 @@ def refused_key(exc: ApiError) -> bool:
     return exc.status == 401 or locked_for(exc) > 0
 
 
-def said(exc: SchedulerError, what: str = "") -> ClientError:
-    """A library error as the original CLI said it: an answer of the scheduler as `<what>
-    failed 404: job not found` (a command's own call) or `error: scheduler returned 404: job
-    not found`; anything else (`cannot reach the scheduler at URL: ...`, an answer that is
-    not what was asked for) after `error: `."""
+def said(exc: SchedulerError, terms: Callable[[str], str] = str) -> ClientError:
+    """A library error as every command says one: `error: job not found`, the scheduler's
+    message in `terms` (a job's field said of its option: in_option_terms); anything else
+    (`cannot reach the scheduler at URL: ...`, an answer that is not what was asked for) after
+    `error: ` too."""
     if isinstance(exc, ApiError) and exc.status >= 400:
-        text = f"{what} failed" if what else "error: scheduler returned"
-        message = f"{text} {exc.status}: {exc.message}"
+        message = f"error: {terms(exc.message)}"
         return ClientError(message, exc.status, refused_key(exc), locked_for(exc))
     return ClientError(f"error: {exc.message if isinstance(exc, ApiError) else exc}")
 
 
 @contextlib.contextmanager
-def failing_as(what: str) -> Iterator[None]:
-    """The scheduler's refusal of the calls inside said as `<what> failed <status>: ...`."""
+def submitting() -> Iterator[None]:
+    """The scheduler's refusal of a job made of the job options (submit, schedule add) said
+    in the options' terms: `error: --priority: must be ...`, not the API's `priority`."""
     try:
         yield
     except ApiError as exc:
-        raise said(exc, what) from None
+        raise said(exc, in_option_terms) from None
 
 
 def auth_hint(has_key: bool) -> str:
@@ -237,7 +239,7 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     body = job_body_of(args)
     if "command" not in body:
         usage_error(args, "the following arguments are required: command (or --from FILE)")
-    with failing_as("submit"):
+    with submitting():
         job = client.submit(idempotency_key=args.idempotency_key, **body)
     if not args.json:
         where = f"on node {job.node_id}" if job.node_id else "on no node yet"
@@ -274,34 +276,43 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
 
 
 def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """With --wait, a progress line on stderr at each status change (stdout as the original's:
-    the job at every poll, or the JSON at the end)."""
-    if args.wait:
-        changes = _Changes(err)
+    """The job; with --wait, a progress line on stderr at each status change, the job on
+    stdout each time it reads otherwise than last printed (or the JSON at the end), and the
+    exit code of submit --wait: the command's own.
 
-        def each(job: Job) -> None:
-            changes(job)
-            if not args.json:  # as the original: with --wait, the job at every poll
-                _echo(format_job(fields(job)), out)
-
-        job = _watched(client, args.job_id, args.poll_secs, each)
-    else:
+    The original CLI printed the job at every poll and exited 0 however the job ended.
+    CONTRACT 7 binds the scheduler's wire to it, not this CLI's lines: every 2 s the same
+    job again (9 times in 15 s) buried the change, and exit 0 for a failed job made
+    `status --wait && next` go on after a failure."""
+    if not args.wait:
         job = client.job(args.job_id)
         if not args.json:
             _echo(format_job(fields(job)), out)
+    else:
+        changes = _Changes(err)
+        printed = ""
+
+        def each(job: Job) -> None:
+            nonlocal printed
+            changes(job)
+            text = "" if args.json else format_job(fields(job))
+            if text != printed:
+                _echo(text, out)
+                printed = text
+
+        job = _watched(client, args.job_id, args.poll_secs, each)
     if args.json:
         print_json(job, out)
-        return 0
-    for attempt in attempts_of(client, args.job_id) if args.attempts else []:
-        out.write(attempt_line(args.job_id, fields(attempt)))
-    return 0
+    else:
+        for attempt in attempts_of(client, args.job_id) if args.attempts else []:
+            out.write(attempt_line(args.job_id, fields(attempt)))
+    return exit_status(fields(job)) if args.wait else 0
 
 
 def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """A pending job is cancelled at once; a running one is cancelling until its agent has
     stopped it (--wait waits for that)."""
-    with failing_as("cancel"):
-        job = client.cancel(args.job_id)
+    job = client.cancel(args.job_id)
     if args.wait and job.status not in FINAL:
         job = client.wait(args.job_id, poll_secs=args.poll_secs)
     if args.json:
@@ -322,12 +333,48 @@ def _common(parser: argparse.ArgumentParser, poll: bool = True, json_option: boo
     parser.add_argument("--scheduler-url", default="", help="default: $SCHEDULER_URL")
     if poll:
         parser.add_argument(
-            "--poll-secs", type=float, default=2.0, help="--wait polls this often (default 2)"
+            POLL_FLAG,
+            type=_poll_secs,
+            default=2.0,
+            metavar="S",
+            help="--wait polls this often (default 2)",
         )
+
+
+POLL_FLAG = "--poll-secs"
+
+
+def _poll_secs(text: str) -> float:
+    """--poll-secs: read when the options are (argparse's usage error, exit 2), not by the
+    scheduler's first wait: after a submit, which a retry would make again."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: use a number of seconds above 0, e.g. 2")
+    return value
 
 
 def _job_id(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_id", metavar="JOB_ID", help="the job's id, e.g. job-1")
+
+
+# The most jobs one `submit --count N` or `--from FILE` makes, as Slurm's MaxArraySize: a
+# mistyped count is a usage error, not 100,000 jobs.
+MAX_ARRAY_SIZE = 10_000
+ARRAY_SIZE_RULE = (
+    f"the most jobs a submit makes is {MAX_ARRAY_SIZE}: split the array into several "
+    "submits (each with its own --idempotency-key)"
+)
+
+
+def _array_size(text: str) -> int:
+    """--count: 1 to MAX_ARRAY_SIZE."""
+    value = _positive(text)
+    if value > MAX_ARRAY_SIZE:
+        raise argparse.ArgumentTypeError(f"{value} is too many: {ARRAY_SIZE_RULE}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -347,15 +394,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--from",
         dest="from_file",
         metavar="FILE",
-        help="many jobs: a JSON job (the POST /jobs body) a line, `-` for stdin; the job "
-        "options are each line's defaults. Prints each id, each error with its line",
+        help="many jobs: a JSON job (the POST /jobs body) a line, `-` for stdin, at most "
+        f"{MAX_ARRAY_SIZE}; the job options are each line's defaults. Prints each id, each "
+        "error with its line",
     )
     p.add_argument(
         "--count",
-        type=_positive,
+        type=_array_size,
         metavar="N",
         help="an array: N copies of the job, each with TASK_INDEX (0..N-1) and TASK_COUNT "
-        "in its env (as Slurm's SLURM_ARRAY_TASK_ID); prints each id",
+        f"in its env (as Slurm's SLURM_ARRAY_TASK_ID), N at most {MAX_ARRAY_SIZE}; prints each id",
     )
     p.add_argument(
         "--idempotency-key",
@@ -374,7 +422,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("status", help="show a job: scheduler status job-1 [--wait]")
     _job_id(p)
     p.add_argument(
-        "--wait", action="store_true", help="poll until it ends (status changes on stderr)"
+        "--wait",
+        action="store_true",
+        help="poll until it ends: the job again on stdout only when it changed, each status "
+        "change on stderr; exits with the command's exit code, as submit --wait",
     )
     p.add_argument("--attempts", action="store_true", help="then each attempt, as it ended")
     _common(p)

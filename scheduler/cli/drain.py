@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from scheduler.cli.client import _common, _handler, failing_as, print_json
+from scheduler.cli.client import _common, _handler, print_json
 from scheduler.client import Client
 
 
 def drain(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    with failing_as("drain"):
-        node = client.drain(args.node_id)
+    node = client.drain(args.node_id)
     if args.json:
         print_json(node, out)
         return 0
@@ -34,8 +33,7 @@ def drain(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) ->
 
 
 def undrain(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    with failing_as("undrain"):
-        node = client.undrain(args.node_id)
+    node = client.undrain(args.node_id)
     if args.json:
         print_json(node, out)
     elif node.undrained:

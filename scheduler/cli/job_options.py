@@ -12,6 +12,7 @@ Every option's value lands in the body under its field's name, or is left out wh
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,6 +162,25 @@ def options(fields: Iterable[JobField] = JOB_FIELDS) -> tuple[Option, ...]:
 
 
 OPTIONS = options()
+
+
+# The option that sets each field (not the command: positional, named as the API names it).
+FLAGS = {o.field: o.spec.flag for o in OPTIONS if o.spec.flag.startswith("-")}
+# The field a scheduler's error about a job starts with: `failed to decode job: priority:
+# must be ...` (POST /jobs, the original's words), `invalid cpus -1: use 0 to 65536` (a batch's
+# entry), `invalid job: priority: ...` (a schedule's template).
+_NAMED = re.compile(
+    r"(?:failed to decode job: |invalid job: )?(?:invalid )?(?P<field>[a-z_]+)(?=[: ])"
+)
+
+
+def in_option_terms(message: str) -> str:
+    """A scheduler's error about a job's field said of the option that sets it, as the user
+    typed it (`--priority: must be an integer between -1000 and 1000`); any other as it is."""
+    named = _NAMED.match(message)
+    if named is None or named["field"] not in FLAGS:
+        return message
+    return FLAGS[named["field"]] + message[named.end() :]
 
 
 def add_job_options(

@@ -10,7 +10,7 @@ import argparse
 import time
 from typing import TextIO
 
-from scheduler.cli.client import ClientError, _common, _handler, failing_as, print_json
+from scheduler.cli.client import ClientError, _common, _handler, print_json
 from scheduler.cli.output import table
 from scheduler.client import Client, Unreachable
 from scheduler.models.access_key import AUDIT_PAGE, ROLES
@@ -18,8 +18,7 @@ from scheduler.models.access_key import AUDIT_PAGE, ROLES
 
 def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     try:
-        with failing_as("key add"):
-            made = client.add_key(args.name, args.role, args.namespace)
+        made = client.add_key(args.name, args.role, args.namespace)
     except Unreachable as exc:
         if not exc.maybe_done:
             raise
@@ -52,8 +51,7 @@ def created(at: float) -> str:
 
 
 def list_keys(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    with failing_as("key list"):
-        found = client.named_keys()
+    found = client.named_keys()
     if args.json:
         print_json(found, out)
         return 0
@@ -67,8 +65,7 @@ def list_keys(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
 
 
 def revoke(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    with failing_as("key revoke"):
-        client.revoke_key(args.name)
+    client.revoke_key(args.name)
     out.write(
         f"revoked key {args.name}: it stops working (every API replica refuses it within "
         "KEYRING_REFRESH_SECS, 1 s by default)\n"
@@ -77,8 +74,7 @@ def revoke(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
 
 
 def audit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    with failing_as("key audit"):
-        found = client.audit(args.limit)
+    found = client.audit(args.limit)
     if args.json:
         print_json(found, out)
         return 0

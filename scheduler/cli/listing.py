@@ -76,19 +76,34 @@ def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
     return 0
 
 
+# A node's labels in its row: `gpu=a100,zone=b`, cut to this many characters (`...` ends a
+# cut one; --json has them whole).
+LABELS_WIDTH = 40
+
+
+def labels_cell(labels: dict[str, str]) -> str:
+    """The labels, sorted, as KEY=VALUE joined by commas: what --select matches."""
+    text = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+    return text if len(text) <= LABELS_WIDTH else text[: LABELS_WIDTH - 3] + "..."
+
+
 def nodes(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """The nodes as a table: id, role, status, last heartbeat."""
+    """The nodes as a table: id, role, status, what each offers (cpus, memory, labels: what a
+    job's --cpus, --memory-mb and --select are placed by), last heartbeat."""
     found = client.nodes(role=args.role)
     if args.json:
         print_json(found, out)
         return 0
-    rows: list[tuple[str, ...]] = [("ID", "ROLE", "STATUS", "LAST HEARTBEAT")]
+    rows: list[tuple[str, ...]] = [
+        ("ID", "ROLE", "STATUS", "CPUS", "MEMORY_MB", "LABELS", "LAST_HEARTBEAT")
+    ]
     for node_id in sorted(found):
         node = found[node_id]
         status = node.status
         if node.drained is True:
             status += f" (drained by {node.drained_by or ''})"
-        cells = (node_id, node.role, status, node.last_seen)
+        offers = (str(node.cpu_count or ""), str(node.memory_mb or ""), labels_cell(node.labels))
+        cells = (node_id, node.role, status, *offers, node.last_seen)
         rows.append(tuple(cell or "-" for cell in cells))
     table(rows, out)
     return 0
@@ -123,7 +138,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _common(p, poll=False)
     p.set_defaults(handler=_handler(list_jobs))
 
-    p = sub.add_parser("nodes", help="list the nodes: id, role, status, last heartbeat")
+    p = sub.add_parser(
+        "nodes",
+        help="list the nodes: id, role, status, cpus, memory, labels, last heartbeat",
+    )
     p.add_argument("--role", default="", help="only nodes with this role (compute, storage)")
     _common(p, poll=False)
     p.set_defaults(handler=_handler(nodes))

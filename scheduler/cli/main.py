@@ -313,10 +313,27 @@ def _help(args: argparse.Namespace) -> int:
     return 0
 
 
+# The installed distribution, whose version `scheduler --version` prints.
+DISTRIBUTION = "tinyaws-scheduler"
+
+
+def version() -> str:
+    """The installed package's version (pyproject's), or why there is none."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return f"unknown ({DISTRIBUTION} is not installed)"
+
+
 def build_parser(command: str = "") -> argparse.ArgumentParser:
     """The parser of every sub-command, or of `command` alone (and serve, help) when it is
     one."""
     parser = argparse.ArgumentParser(prog="scheduler", description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
+    )
     sub = parser.add_subparsers(
         dest="command",
         required=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from scheduler.cli.client import ClientError, _common, _handler, failing_as, print_json
+from scheduler.cli.client import ClientError, _common, _handler, print_json
 from scheduler.cli.output import table
 from scheduler.client import Client
 from scheduler.models.quota import Quota
@@ -26,14 +26,13 @@ def current_quota(client: Client, namespace: str) -> Quota:
 def set_quota(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     given = {name: getattr(args, name) for name in LIMITS if getattr(args, name) is not None}
     if args.clear and given:
-        raise ClientError("namespace quota: --clear removes every limit: give no other")
-    with failing_as("namespace quota"):
-        if args.clear:
-            quota = client.set_quota(args.namespace)
-        elif given:
-            quota = client.change_quota(args.namespace, **given)
-        else:
-            quota = current_quota(client, args.namespace)
+        raise ClientError("error: --clear removes every limit: give no other")
+    if args.clear:
+        quota = client.set_quota(args.namespace)
+    elif given:
+        quota = client.change_quota(args.namespace, **given)
+    else:
+        quota = current_quota(client, args.namespace)
     if args.json:
         print_json(quota, out)
     else:
@@ -46,8 +45,7 @@ def _of(used: int, limit: int) -> str:
 
 
 def list_namespaces(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    with failing_as("namespace list"):
-        found = client.namespaces()
+    found = client.namespaces()
     if args.json:
         print_json(found, out)
         return 0

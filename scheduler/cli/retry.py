@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import TextIO
 
-from scheduler.cli.client import ClientError, _common, _handler, failing_as, print_json
+from scheduler.cli.client import ClientError, _common, _handler, print_json
 from scheduler.client import Client
 from scheduler.models.job import Job, cancelled_on_purpose
 
@@ -45,7 +45,7 @@ def confirmed(args: argparse.Namespace, count: int, err: TextIO) -> bool:
     if args.yes:
         return True
     if not sys.stdin.isatty():
-        raise ClientError("retry: nothing retried: no terminal to ask on; add --yes to retry them")
+        raise ClientError("error: nothing retried: no terminal to ask on; add --yes to retry them")
     err.write(f"retry these {count} job(s)? [y/N] ")
     err.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
@@ -68,7 +68,7 @@ def _chosen(args: argparse.Namespace, client: Client, err: TextIO) -> list[str] 
         return None
     err.write(plan(jobs, len(failed) - len(jobs)))
     if not confirmed(args, len(jobs), err):
-        raise ClientError("retry: nothing retried")
+        raise ClientError("error: nothing retried")
     return [job.job_id for job in jobs]
 
 
@@ -76,8 +76,7 @@ def retry(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) ->
     ids = _chosen(args, client, err)
     if ids is None:
         return 0
-    with failing_as("retry"):
-        answer = client.retry_many(ids)
+    answer = client.retry_many(ids)
     if args.json:
         print_json(answer, out)
     else:

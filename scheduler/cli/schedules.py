@@ -13,9 +13,9 @@ from scheduler.cli.client import (
     _common,
     _handler,
     _positive,
-    failing_as,
     job_body_of,
     print_json,
+    submitting,
 )
 from scheduler.cli.job_options import add_job_options
 from scheduler.cli.output import table
@@ -36,7 +36,7 @@ def _next(schedule: Schedule) -> str:
 
 def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     job = job_body_of(args)
-    with failing_as("schedule add"):
+    with submitting():
         schedule = client.add_schedule(
             args.name,
             job,
@@ -54,8 +54,7 @@ def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> i
 
 
 def list_schedules(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    with failing_as("schedule list"):
-        found = list(client.schedules())
+    found = list(client.schedules())
     if args.json:
         print_json(found, out)
         return 0
@@ -69,15 +68,13 @@ def list_schedules(args: argparse.Namespace, client: Client, out: TextIO, err: T
 
 
 def show(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    with failing_as("schedule show"):
-        print_json(client.schedule(args.name), out)
+    print_json(client.schedule(args.name), out)
     return 0
 
 
-def _change(action: str, done: str, call: Callable[[Client, str], Schedule]) -> Command:
+def _change(done: str, call: Callable[[Client, str], Schedule]) -> Command:
     def change(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-        with failing_as(f"schedule {action}"):
-            schedule = call(client, args.name)
+        schedule = call(client, args.name)
         if args.json:
             print_json(schedule, out)
         else:
@@ -88,8 +85,7 @@ def _change(action: str, done: str, call: Callable[[Client, str], Schedule]) -> 
 
 
 def delete(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    with failing_as("schedule delete"):
-        client.delete_schedule(args.name)
+    client.delete_schedule(args.name)
     out.write(f"deleted schedule {args.name}\n")
     return 0
 
@@ -129,8 +125,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     for name, command, text in (
         ("show", show, "a schedule's JSON"),
-        ("pause", _change("pause", "paused", Client.pause_schedule), "no tick fires until resumed"),
-        ("resume", _change("resume", "resumed", Client.resume_schedule), "active again from now"),
+        ("pause", _change("paused", Client.pause_schedule), "no tick fires until resumed"),
+        ("resume", _change("resumed", Client.resume_schedule), "active again from now"),
         ("delete", delete, "delete it (its jobs stay)"),
     ):
         a = actions.add_parser(name, help=text)

@@ -52,10 +52,10 @@ def test_from_a_file_prints_each_id_and_each_error_with_its_line(
     assert code == 1
     assert out == "job-1\njob-2\n"
     assert err.splitlines() == [
-        "line 3: not JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
-        "(char 1))",
-        "line 4: not a JSON object",
-        "line 5: invalid cpus -1: use 0 to 65536",
+        "line 3: not made: not JSON: Expecting property name enclosed in double quotes (column 2)",
+        "line 4: not made: not a JSON object",
+        "line 5: not made: invalid cpus -1: use 0 to 65536",  # the line's own field, as it is
+        "made 2 of 5 jobs (line 1,6); 3 not made",
     ]
     made = jobs(api)
     assert [(j["command"], j["priority"], j["env_vars"]) for j in made] == [
@@ -181,4 +181,76 @@ def test_a_batch_refused_whole_ends_the_run(api: str, cli: Cli, tmp_path: Path) 
     path.write_text('{"command": "b"}\n')
     code, out, err = cli(api, "submit", "--from", str(path), "--idempotency-key", "k")
     assert (code, out) == (1, "")
-    assert "submit failed 422: Idempotency-Key already used with another request" in err
+    assert "error: Idempotency-Key already used with another request" in err
+
+
+def test_json_errors_name_the_files_line_and_the_column_alone(
+    api: str, cli: Cli, tmp_path: Path
+) -> None:
+    """json's own `line 2 column 1` counted within the line (its newline ends line 1)."""
+    path = tmp_path / "jobs.jsonl"
+    path.write_text('{"command": "a"}\n{"command": "b",\n')
+    code, _, err = cli(api, "submit", "--from", str(path))
+    assert code == 1 and err.splitlines()[0] == (
+        "line 2: not made: not JSON: Expecting property name enclosed in double quotes "
+        "(column 18)"  # where the line ends
+    )
+
+
+def test_a_partly_refused_array_says_each_not_made_and_sums_up(api: str, cli: Cli) -> None:
+    """A quota's `nothing was made`, said of each task, read as if the array made none."""
+    assert cli(api, "namespace", "quota", "team", "--pending", "2")[0] == 0
+    code, out, err = cli(api, "submit", "true", "--count", "4", "--namespace", "team")
+    assert (code, out) == (1, "job-1\njob-2\n")
+    lines = err.splitlines()
+    assert lines[0].startswith("task 2: not made: over quota: namespace 'team' holds 2 ")
+    assert not any("nothing was made" in line for line in lines)
+    assert lines[-1] == "made 2 of 4 jobs (task 0-1); 2 not made"
+
+
+def test_an_options_field_is_said_as_the_option(api: str, cli: Cli, tmp_path: Path) -> None:
+    code, _, err = cli(api, "submit", "x", "--count", "2", "--priority", "5000")
+    assert code == 1 and err.splitlines() == [
+        "task 0: not made: --priority: must be an integer between -1000 and 1000",
+        "task 1: not made: --priority: must be an integer between -1000 and 1000",
+        "made 0 of 2 jobs; 2 not made",
+    ]
+    path = tmp_path / "jobs.jsonl"
+    path.write_text('{"command": "a", "priority": 5000}\n{"command": "b"}\n')
+    code, _, err = cli(api, "submit", "--from", str(path), "--cpus", "-1")
+    assert code == 1 and err.splitlines()[:2] == [
+        "line 1: not made: failed to decode job: priority: must be an integer between -1000 "
+        "and 1000",  # the line's own field: as the line names it
+        "line 2: not made: --cpus -1: use 0 to 65536",  # the option's
+    ]
+
+
+def test_an_array_over_the_cap_is_a_usage_error_and_makes_nothing(
+    api: str,
+    cli: Cli,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """`--count 100000` made 100,000 jobs; Slurm's MaxArraySize caps an array."""
+    with pytest.raises(SystemExit) as ended:
+        cli(api, "submit", "true", "--count", str(cli_client.MAX_ARRAY_SIZE + 1))
+    assert ended.value.code == 2
+    said = capsys.readouterr().err
+    assert f"argument --count: {cli_client.MAX_ARRAY_SIZE + 1} is too many: " in said
+    assert f"the most jobs a submit makes is {cli_client.MAX_ARRAY_SIZE}: split the" in said
+    monkeypatch.setattr(batch, "MAX_ARRAY_SIZE", 3)
+    path = tmp_path / "jobs.jsonl"
+    path.write_text('{"command": "a"}\n' * 4)
+    with pytest.raises(SystemExit) as ended:
+        cli(api, "submit", "--from", str(path))
+    assert ended.value.code == 2
+    assert f"error: --from {path} holds over 3 jobs: the most jobs" in capsys.readouterr().err
+    assert jobs(api) == []
+    path.write_text('{"command": "a"}\n' * 3)
+    assert cli(api, "submit", "--from", str(path))[0] == 0
+
+
+def test_spans_are_runs_of_numbers() -> None:
+    assert batch.spans([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert batch.summary([("line", 1)], 2) == "made 1 of 2 jobs (line 1); 1 not made\n"

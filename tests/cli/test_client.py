@@ -17,6 +17,8 @@ import pytest
 import redis
 
 from scheduler.cli import client as cli_client
+from scheduler.cli import listing
+from scheduler.cli.main import main as cli_main
 from scheduler.cli.output import (
     HINTS,
     attempt_line,
@@ -101,9 +103,9 @@ def test_submit_sends_env_vars_instance_and_service_fields(api: str, cli: Cli) -
 def test_submit_failure_prints_code_and_body_and_exits_1(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "submit", "")
     assert code == 1 and out == ""
-    assert err == "submit failed 400: command or deploy_url is required\n"
+    assert err == "error: command or deploy_url is required\n"
     code, _, err = cli(api, "submit", "x", "--instance", "i-1")
-    assert code == 1 and err == "submit failed 503: instance not found\n"
+    assert code == 1 and err == "error: instance not found\n"
 
 
 def test_a_bad_env_flag_is_refused_before_sending(api: str, cli: Cli) -> None:
@@ -111,6 +113,44 @@ def test_a_bad_env_flag_is_refused_before_sending(api: str, cli: Cli) -> None:
     code, _, err = cli(api, "submit", "x", "--env", "NOEQUALS")
     assert code == 1 and "NAME=VALUE" in err
     assert len(httpx.get(f"{api}/jobs").json()) == before
+
+
+@pytest.mark.parametrize("bad", ["-1", "0", "nan", "soon"])
+def test_a_bad_poll_is_a_usage_error_before_anything_is_submitted(
+    api: str, cli: Cli, bad: str
+) -> None:
+    """--poll-secs is read with the options: the scheduler's refusal of the wait came after
+    the submit, and a retry of the command made the job twice."""
+    before = len(httpx.get(f"{api}/jobs").json())
+    with pytest.raises(SystemExit) as ended:
+        cli(api, "submit", "echo x", "--wait", "--poll-secs", bad)
+    assert ended.value.code == 2
+    assert len(httpx.get(f"{api}/jobs").json()) == before
+
+
+def test_the_poll_error_names_the_option_and_its_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["status", "job-1", "--wait", "--poll-secs", "-1"])
+    err = capsys.readouterr().err
+    assert "argument --poll-secs: '-1': use a number of seconds above 0" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--priority", "5000"], "error: --priority: must be an integer between -1000 and 1000"),
+        (["--delay", "-5"], "error: --delay: "),
+        (["--retry-backoff", "-1"], "error: --retry-backoff: "),
+    ],
+)
+def test_a_refused_option_is_named_as_typed(
+    api: str, cli: Cli, option: list[str], said: str
+) -> None:
+    """The API names its field (`priority`, `delay_secs`); the user typed the option."""
+    code, out, err = cli(api, "submit", "true", *option)
+    assert (code, out) == (1, "") and err.startswith(said), err
+    code, out, err = cli(api, "schedule", "add", "s", "--every", "60", "true", *option)
+    assert (code, out) == (1, "") and err.startswith(said), err
 
 
 def test_status_prints_the_job_as_the_original(api: str, cli: Cli) -> None:
@@ -158,7 +198,7 @@ def test_json_prints_the_job_as_the_client_reads_it(
 def test_status_of_an_unknown_job_is_an_error(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "status", "job-999999")
     assert code == 1 and out == ""
-    assert err == "error: scheduler returned 404: job not found\n"
+    assert err == "error: job not found\n"
 
 
 def test_submit_wait_prints_the_jobs_output(api: str, cli: Cli) -> None:
@@ -211,13 +251,15 @@ def test_submit_wait_long_polls_instead_of_sleeping(api: str, cli: Cli) -> None:
     assert time.monotonic() - began < 15
 
 
-def test_wait_on_a_failed_job_exits_1(api: str, cli: Cli) -> None:
+def test_status_wait_on_a_failed_job_exits_with_its_code(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "false"}).json()
     finish(api, job["job_id"], "failed", 2, "", "bad\n")  # first failure: retried
     finish(api, job["job_id"], "failed", 2, "", "bad\n")
     code, out, _ = cli(api, "status", job["job_id"], "--wait", "--json")
-    assert code == 0 and json.loads(out)["status"] == "failed"
+    # The command's own code, as submit --wait (with --json too).
+    assert code == 2 and json.loads(out)["status"] == "failed"
     code, out, _ = cli(api, "status", job["job_id"], "--wait")
+    assert code == 2
     assert out.splitlines()[:2] == [
         f'job_id={job["job_id"]} node_id=node-1 status=failed command="false"',
         "exit_code=2",
@@ -240,8 +282,7 @@ def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("TINYAWS_API_KEY", raising=False)
     code, _, err = cli(secured, "submit", "echo hi")
     assert code == 1 and err == (
-        "submit failed 401: unauthorized\n"
-        "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
+        "error: unauthorized\nhint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
     )
     monkeypatch.setenv("TINYAWS_API_KEY", "wrong")
     for argv in (["list"], ["status", "job-1"], ["nodes"], ["cancel", "job-1"]):
@@ -317,7 +358,7 @@ def test_a_job_killed_by_a_signal_shows_the_signal(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "sleep 1000", "max_retries": 0}).json()
     finish(api, job["job_id"], "failed", 137, "", "signal: SIGKILL (exit_code 137)\n")
     code, out, err = cli(api, "status", job["job_id"], "--wait")
-    assert code == 0, err
+    assert code == 137, err
     assert out.splitlines()[1] == "exit_code=137 (signal: SIGKILL)"
     ended = {"job_id": "job-9", "node_id": "n", "status": "failed", "exit_code": 137}
     assert progress(ended) == "job-9 failed on n (exit_code=137, signal: SIGKILL)\n"
@@ -345,9 +386,9 @@ def test_cancel_prints_the_cancelled_job(api: str, cli: Cli) -> None:
     assert out == f'job_id={job["job_id"]} node_id=node-1 {reason} command="true"\n'
     code, out, err = cli(api, "cancel", job["job_id"])
     assert (code, out) == (1, "")
-    assert err == "cancel failed 409: job already finished\n"
+    assert err == "error: job already finished\n"
     code, _, err = cli(api, "cancel", "job-999999")
-    assert code == 1 and err == "cancel failed 404: job not found\n"
+    assert code == 1 and err == "error: job not found\n"
 
 
 def test_cancel_wait_waits_for_the_agent(api: str, cli: Cli) -> None:
@@ -373,6 +414,9 @@ def _agent_steps(url: str, job_id: str, *steps: dict[str, object]) -> threading.
     def run() -> None:
         for step in steps:
             time.sleep(0.5)
+            if "wait" in step:  # no report: a while the job stays as it is
+                time.sleep(float(str(step["wait"])))
+                continue
             body = {"exit_code": None, "stdout": "", "stderr": ""} | step
             assert httpx.patch(f"{url}/jobs/{job_id}", json=body).status_code == 200
 
@@ -481,13 +525,32 @@ def test_status_wait_prints_each_status_change(api: str, cli: Cli) -> None:
         f"{job_id} running on node-1",
         f"{job_id} done on node-1 (exit_code=0)",
     ]
-    # stdout as the original: the job at every poll.
+    # The job each time it changed (not at every poll, as the original).
     assert [line for line in out.splitlines() if line.startswith("job_id=")] == [
         f'job_id={job_id} node_id=node-1 status={status} command="true"'
         for status in ("pending", "running", "done")
     ]
     code, out, err = cli(api, "status", job_id)
     assert (code, err) == (0, "")  # without --wait: no progress lines
+
+
+def test_status_wait_prints_the_job_only_when_it_changed_and_exits_with_its_code(
+    api: str, cli: Cli
+) -> None:
+    """It printed the same running job at every poll, and exited 0 for a failed job."""
+    body = {"command": "false", "max_retries": 0}
+    job_id = httpx.post(f"{api}/jobs", json=body).json()["job_id"]
+    failed = {"status": "failed", "exit_code": 3}
+    # Running for 2.5 s: two polls of 1 s ran out on the same job.
+    thread = _agent_steps(api, job_id, RUNNING, {"status": "running", "wait": 2}, failed)
+    code, out, _ = cli(api, "status", job_id, "--wait", "--poll-secs", "1")
+    thread.join()
+    assert code == 3
+    assert [line.split()[2] for line in out.splitlines() if line.startswith("job_id=")] == [
+        "status=pending",
+        "status=running",
+        "status=failed",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -580,8 +643,8 @@ def test_list_json_is_the_page_and_more_goes_to_stderr(lister: str, cli: Cli) ->
         (["--newest", "--after", "job-1"], 1, "error: --after pages oldest first"),
         (["--limit", "0"], 2, "--limit: must be at least 1"),
         (["--limit", "many"], 2, "--limit: 'many' is not a whole number"),
-        (["--after", "5"], 1, "error: scheduler returned 400: invalid after"),
-        (["--before", "x"], 1, "error: scheduler returned 400: invalid before"),
+        (["--after", "5"], 1, "error: invalid after: use a job id"),
+        (["--before", "x"], 1, "error: invalid before: use a job id"),
     ],
 )
 def test_list_refuses_bad_paging_clearly(
@@ -609,15 +672,26 @@ def test_nodes_prints_a_table(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "nodes")
     assert (code, err) == (0, "")
     header, *rows = out.splitlines()
-    assert header.split() == ["ID", "ROLE", "STATUS", "LAST", "HEARTBEAT"]
+    assert header.split() == [
+        "ID", "ROLE", "STATUS", "CPUS", "MEMORY_MB", "LABELS", "LAST_HEARTBEAT"
+    ]  # fmt: skip
     (row,) = [row for row in rows if row.startswith("node-1 ")]
-    node_id, role, status, seen = row.split()
-    assert (node_id, role, status) == ("node-1", "compute", "healthy")
+    node_id, role, status, cpus, memory, labels, seen = row.split()
+    # What it offers (the no_fit warning points here): registered with 1 cpu, no memory said.
+    assert (node_id, role, status, cpus, memory, labels) == (
+        "node-1", "compute", "healthy", "1", "-", "-"
+    )  # fmt: skip
     assert seen == httpx.get(f"{api}/nodes").json()["node-1"]["last_seen"]
     code, out, _ = cli(api, "nodes", "--role", "storage")
     assert (code, out.splitlines()[1:]) == (0, [])
     code, out, _ = cli(api, "nodes", "--json")
     assert json.loads(out)["node-1"]["role"] == "compute"
+
+
+def test_a_nodes_labels_are_compact_and_cut() -> None:
+    assert listing.labels_cell({"zone": "b", "gpu": "a100"}) == "gpu=a100,zone=b"
+    cut = listing.labels_cell({f"k{i}": "v" * 10 for i in range(9)})
+    assert len(cut) == listing.LABELS_WIDTH and cut.endswith("...")
 
 
 def test_a_submit_whose_answer_was_lost_is_sent_again_and_makes_one_job(
@@ -660,7 +734,7 @@ def test_submit_sends_a_key_and_takes_one(api: str, cli: Cli) -> None:
     code, again, _ = cli(api, "submit", "echo keyed", "--idempotency-key", "cli-key-2")
     assert (code, again) == (0, first)
     code, _, err = cli(api, "submit", "echo other", "--idempotency-key", "cli-key-2")
-    assert code == 1 and err.startswith("submit failed 422: Idempotency-Key already used")
+    assert code == 1 and err.startswith("error: Idempotency-Key already used")
     _, one, _ = cli(api, "submit", "echo keyed")
     _, two, _ = cli(api, "submit", "echo keyed")
     assert one != two  # a new key each time by default: two submits, two jobs
@@ -675,7 +749,7 @@ def test_submit_takes_a_delay_and_a_retry_policy(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "submit", "echo then", "--run-at", "2000-01-01T00:00:00Z")
     assert code == 0 and out.endswith("(status=pending)\n")  # a time past: due now
     code, _, err = cli(api, "submit", "x", "--run-at", "soon")
-    assert code == 1 and "invalid run_at 'soon'" in err
+    assert code == 1 and "error: --run-at 'soon': use RFC 3339" in err
 
 
 def test_status_says_when_a_job_is_due_and_what_it_waits_for(api: str, cli: Cli) -> None:
@@ -717,8 +791,8 @@ def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "submit", "echo urgent", "--priority", "-7", "--json")
     assert code == 0 and json.loads(out)["priority"] == -7
     code, _, err = cli(api, "submit", "x", "--priority", "1001")
-    rule = "priority: must be an integer between -1000 and 1000"
-    assert code == 1 and err == f"submit failed 400: failed to decode job: {rule}\n"
+    rule = "--priority: must be an integer between -1000 and 1000"
+    assert code == 1 and err == f"error: {rule}\n"
 
 
 def test_submit_takes_the_jobs_it_runs_after(api: str, cli: Cli) -> None:
@@ -728,7 +802,7 @@ def test_submit_takes_the_jobs_it_runs_after(api: str, cli: Cli) -> None:
     job = json.loads(out)
     assert code == 0 and job["after"] == [first, second] and job["status"] == "waiting"
     code, _, err = cli(api, "submit", "x", "--after", "nope")
-    assert code == 1 and "invalid after: 'nope' is not a job id" in err
+    assert code == 1 and "error: --after: 'nope' is not a job id" in err
     for job_id in (first, second, job["job_id"]):
         httpx.delete(f"{api}/jobs/{job_id}")
 
@@ -757,7 +831,7 @@ def test_drain_and_undrain_print_what_moved(api: str, cli: Cli) -> None:
         code, out, _ = cli(api, "undrain", "drain-a")
         assert (code, out) == (0, "drain-a was not drained\n")
         code, _, err = cli(api, "drain", "nobody")
-        assert (code, err) == (1, "drain failed 404: node not found\n")
+        assert (code, err) == (1, "error: node not found\n")
     finally:
         if pinned:
             assert httpx.delete(f"{api}/jobs/{pinned}").status_code == 200
@@ -840,8 +914,8 @@ def test_a_wrong_key_past_the_limit_is_told_as_a_wrong_key(
         monkeypatch.setenv("TINYAWS_API_KEY", KEY)
         served = cli(url, "list")
     (_, _, first), (code, out, err) = answers
-    assert first.startswith("error: scheduler returned 401")
-    assert (code, out) == (1, "") and err.startswith("error: scheduler returned 429")
+    assert first.startswith("error: unauthorized")
+    assert (code, out) == (1, "") and err.startswith("error: ")
     assert "try again later" not in err and "a right one is served" in err
     # The key's hint, then when the lockout ends: the window's time left, from Retry-After.
     hint, lockout = err.splitlines()[-2:]

@@ -327,3 +327,12 @@ def test_every_process_logs_httpx_warnings_not_each_request() -> None:
     )
     assert "HTTP Request" not in done.stderr
     assert "WARNING httpx a warning" in done.stderr and "INFO scheduler.api ours" in done.stderr
+
+
+def test_version_prints_the_installed_packages(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib import metadata
+
+    with pytest.raises(SystemExit) as ended:
+        main(["--version"])
+    assert ended.value.code == 0
+    assert capsys.readouterr().out == f"scheduler {metadata.version('tinyaws-scheduler')}\n"

@@ -40,7 +40,7 @@ def test_a_quota_is_set_listed_and_refuses_a_submit_past_it(
     code, out, err = cli(api, "submit", "true", "--namespace", "team-a", "--cpus", "1")
     # The quota's refusal, and no hint about the key (a 429 of too many wrong keys has one).
     assert (code, out) == (1, "") and err == (
-        "submit failed 429: over quota: namespace 'team-a' holds 1 pending jobs (pending, "
+        "error: over quota: namespace 'team-a' holds 1 pending jobs (pending, "
         "delayed or waiting) and its quota allows 1; nothing was made\n"
     )
 
@@ -71,13 +71,13 @@ def test_a_quota_is_set_listed_and_refuses_a_submit_past_it(
         assert (code, out, err) == (0, f"namespace team-a: quota {said}\n", ""), argv
     code, out, err = cli(api, "namespace", "quota", "team-a", "--clear", "--cpus", "2")
     assert (code, out) == (1, "")
-    assert err == "namespace quota: --clear removes every limit: give no other\n"
+    assert err == "error: --clear removes every limit: give no other\n"
 
     code, out, _ = cli(api, "key", "add", "ci", "--role", "submitter")
     monkeypatch.setenv("TINYAWS_API_KEY", out.strip())
     code, out, err = cli(api, "namespace", "quota", "team-a", "--running", "100")
     assert (code, out) == (1, "")
-    assert err.startswith("namespace quota failed 403: forbidden: the key 'ci' ")
+    assert err.startswith("error: forbidden: the key 'ci' ")
     assert cli(api, "namespace", "list")[0] == 0
 
 

@@ -60,7 +60,7 @@ def test_failed_lists_asks_and_leaves_cancelled_jobs(
     assert (code, out) == (1, "")
     assert f"  {broken}  exit 3  make test\n" in err
     assert "left alone: 1 cancelled (--include-cancelled retries them too)\n" in err
-    assert err.endswith("retry: nothing retried: no terminal to ask on; add --yes to retry them\n")
+    assert err.endswith("error: nothing retried: no terminal to ask on; add --yes to retry them\n")
     assert status(api, broken) == status(api, stopped) == "failed"
 
     monkeypatch.setattr("sys.stdin", Terminal("n\n"))

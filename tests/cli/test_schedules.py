@@ -59,17 +59,17 @@ def test_add_list_show_pause_resume_delete(api: str, cli: Cli) -> None:
 
     assert cli(api, "schedule", "delete", "ticker") == (0, "deleted schedule ticker\n", "")
     code, _, err = cli(api, "schedule", "delete", "ticker")
-    assert (code, err) == (1, "schedule delete failed 404: schedule not found\n")
+    assert (code, err) == (1, "error: schedule not found\n")
 
 
 def test_errors_say_what_the_api_said(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "schedule", "add", "bad", "--cron", "61 * * * *", "x")
     assert (code, out) == (1, "")
-    assert err.startswith("schedule add failed 400: invalid cron '61 * * * *'")
+    assert err.startswith("error: invalid cron '61 * * * *'")
     code, _, err = cli(api, "schedule", "add", "dup", "--every", "5", "x")
     assert code == 0
     code, _, err = cli(api, "schedule", "add", "dup", "--every", "5", "x")
-    assert (code, err) == (1, "schedule add failed 409: schedule already exists\n")
+    assert (code, err) == (1, "error: schedule already exists\n")
 
 
 def test_add_takes_submits_job_options(
@@ -107,7 +107,7 @@ def test_without_the_key_the_hint_names_it(
 ) -> None:
     monkeypatch.delenv("TINYAWS_API_KEY")
     code, _, err = cli(api, "schedule", "list")
-    assert code == 1 and "401" in err and "TINYAWS_API_KEY" in err
+    assert code == 1 and "error: unauthorized" in err and "TINYAWS_API_KEY" in err
 
 
 def test_the_list_pages_through_every_schedule(api: str, cli: Cli) -> None:
