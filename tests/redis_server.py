@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -17,11 +18,38 @@ from urllib.parse import quote, urlencode
 import redis
 
 
+def _ephemeral_ports() -> range:
+    """The ports the kernel gives outgoing connections (and bind to port 0) their local end
+    from: Linux's ip_local_port_range, else the IANA range."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            low, high = (int(part) for part in ports.read().split())
+    except (OSError, ValueError):
+        low, high = 49152, 65535
+    return range(low, high + 1)
+
+
+@functools.cache
+def _listenable_ports() -> list[int]:
+    ephemeral = _ephemeral_ports()
+    return [port for port in range(10_000, 65_536) if port not in ephemeral]
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port free now, outside the ephemeral range: a port the kernel picked for
+    bind(0) is one it also gives every outgoing connection's local end, so any test's client
+    could take it before the server the port was for binds it ("port in use", once in a few
+    hundred runs of a suite that connects thousands of times)."""
+    choices = _listenable_ports()
+    for _ in range(1000):
+        port = random.choice(choices)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port outside the ephemeral range")
 
 
 @contextlib.contextmanager

@@ -198,19 +198,21 @@ def watching(user: User, tmp_path: Path, ends: dict[str, Ending]) -> None:
 
 def mistakes(user: User, hello: str) -> None:
     """What users get wrong: each a clear 4xx (or usage error), none counted as a guess."""
-    user.cli_wrong("status", "job-99999", code=1, says="404: job not found")
-    user.cli_wrong("cancel", "job-99999", code=1, says="404: job not found")
+    user.cli_wrong("status", "job-99999", code=1, says="error: job not found")
+    user.cli_wrong("cancel", "job-99999", code=1, says="error: job not found")
     user.cli_wrong(
         "submit", "echo x", "--priority", "5000", code=1, says="error: --priority: must be"
     )
     user.cli_wrong("list", "--status", "finished", code=2, says="invalid choice: 'finished'")
     user.cli_wrong("submit", code=2, says="required: command")
-    user.cli_wrong("submit", "", code=1, says="400: command or deploy_url is required")
+    user.cli_wrong("submit", "", code=1, says="error: command or deploy_url is required")
     user.cli_wrong("retry", hello, code=1, says=f"not failed: {hello}")
-    user.cli_wrong("schedule", "add", "tick", "--every", "5", "echo tick", code=1, says="409")
-    user.cli_wrong("drain", "no-such-node", code=1, says="404: node not found")
-    user.cli_wrong("logs", "job-99999", code=1, says="404: job not found")
-    user.cli_wrong("events", "--status", "finished", code=1, says="400: invalid status")
+    user.cli_wrong(
+        "schedule", "add", "tick", "--every", "5", "echo tick", code=1, says="schedule already exists"
+    )
+    user.cli_wrong("drain", "no-such-node", code=1, says="error: node not found")
+    user.cli_wrong("logs", "job-99999", code=1, says="error: job not found")
+    user.cli_wrong("events", "--status", "finished", code=1, says="error: invalid status")
     user.call("GET", "/jobs/job-99999", 404)
     user.call("POST", "/jobs", 400, json={})
     user.call("POST", "/jobs", 400, json={"command": "echo x", "priority": 5000})

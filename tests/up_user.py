@@ -276,7 +276,7 @@ class User:
         needs, and counted as no wrong key."""
         said = self.run(*argv, key=key)
         assert said.code == 1 and f"needs {needs} or above" in said.err, str(said)
-        assert " 403: forbidden: the key " in said.err, str(said)
+        assert "forbidden: the key " in said.err and said.err.rstrip().endswith("(403)"), str(said)
         self.meant[route] = self.meant.get(route, 0) + 1
         self.counts_nothing(f"a call its role does not allow ({' '.join(argv)})")
         return said

@@ -70,12 +70,13 @@ def refused_key(exc: ApiError) -> bool:
 
 
 def said(exc: SchedulerError, terms: Callable[[str], str] = str) -> ClientError:
-    """A library error as every command says one: `error: job not found`, the scheduler's
-    message in `terms` (a job's field said of its option: in_option_terms); anything else
-    (`cannot reach the scheduler at URL: ...`, an answer that is not what was asked for) after
-    `error: ` too."""
+    """A library error as every command says one: `error: job not found (404)`, the
+    scheduler's message in `terms` (a job's field said of its option: in_option_terms) and
+    its HTTP status (a script, and tests/up_user.py, tell a refused key from a typo by it);
+    anything else (`cannot reach the scheduler at URL: ...`, an answer that is not what was
+    asked for) after `error: ` too."""
     if isinstance(exc, ApiError) and exc.status >= 400:
-        message = f"error: {terms(exc.message)}"
+        message = f"error: {terms(exc.message)} ({exc.status})"
         return ClientError(message, exc.status, refused_key(exc), locked_for(exc))
     return ClientError(f"error: {exc.message if isinstance(exc, ApiError) else exc}")
 

@@ -103,9 +103,9 @@ def test_submit_sends_env_vars_instance_and_service_fields(api: str, cli: Cli) -
 def test_submit_failure_prints_code_and_body_and_exits_1(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "submit", "")
     assert code == 1 and out == ""
-    assert err == "error: command or deploy_url is required\n"
+    assert err == "error: command or deploy_url is required (400)\n"
     code, _, err = cli(api, "submit", "x", "--instance", "i-1")
-    assert code == 1 and err == "error: instance not found\n"
+    assert code == 1 and err == "error: instance not found (503)\n"
 
 
 def test_a_bad_env_flag_is_refused_before_sending(api: str, cli: Cli) -> None:
@@ -198,7 +198,7 @@ def test_json_prints_the_job_as_the_client_reads_it(
 def test_status_of_an_unknown_job_is_an_error(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "status", "job-999999")
     assert code == 1 and out == ""
-    assert err == "error: job not found\n"
+    assert err == "error: job not found (404)\n"
 
 
 def test_submit_wait_prints_the_jobs_output(api: str, cli: Cli) -> None:
@@ -282,7 +282,7 @@ def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("TINYAWS_API_KEY", raising=False)
     code, _, err = cli(secured, "submit", "echo hi")
     assert code == 1 and err == (
-        "error: unauthorized\nhint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
+        "error: unauthorized (401)\nhint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
     )
     monkeypatch.setenv("TINYAWS_API_KEY", "wrong")
     for argv in (["list"], ["status", "job-1"], ["nodes"], ["cancel", "job-1"]):
@@ -386,9 +386,9 @@ def test_cancel_prints_the_cancelled_job(api: str, cli: Cli) -> None:
     assert out == f'job_id={job["job_id"]} node_id=node-1 {reason} command="true"\n'
     code, out, err = cli(api, "cancel", job["job_id"])
     assert (code, out) == (1, "")
-    assert err == "error: job already finished\n"
+    assert err == "error: job already finished (409)\n"
     code, _, err = cli(api, "cancel", "job-999999")
-    assert code == 1 and err == "error: job not found\n"
+    assert code == 1 and err == "error: job not found (404)\n"
 
 
 def test_cancel_wait_waits_for_the_agent(api: str, cli: Cli) -> None:
@@ -792,7 +792,7 @@ def test_submit_takes_a_priority(api: str, cli: Cli) -> None:
     assert code == 0 and json.loads(out)["priority"] == -7
     code, _, err = cli(api, "submit", "x", "--priority", "1001")
     rule = "--priority: must be an integer between -1000 and 1000"
-    assert code == 1 and err == f"error: {rule}\n"
+    assert code == 1 and err == f"error: {rule} (400)\n"
 
 
 def test_submit_takes_the_jobs_it_runs_after(api: str, cli: Cli) -> None:
@@ -831,7 +831,7 @@ def test_drain_and_undrain_print_what_moved(api: str, cli: Cli) -> None:
         code, out, _ = cli(api, "undrain", "drain-a")
         assert (code, out) == (0, "drain-a was not drained\n")
         code, _, err = cli(api, "drain", "nobody")
-        assert (code, err) == (1, "error: node not found\n")
+        assert (code, err) == (1, "error: node not found (404)\n")
     finally:
         if pinned:
             assert httpx.delete(f"{api}/jobs/{pinned}").status_code == 200

@@ -66,7 +66,7 @@ def test_a_key_is_shown_once_listed_without_it_and_refused_once_revoked(
     assert (code, out) == (1, "")
     # The API's words: who the key is, and the role the call needs.
     assert err.startswith("error: forbidden: the key 'ci' ")
-    assert err.endswith(" admin or above\n") and err.count("\n") == 1
+    assert err.endswith(" admin or above (403)\n") and err.count("\n") == 1
 
     monkeypatch.setenv("TINYAWS_API_KEY", KEY)
     code, out, err = cli(api, "key", "revoke", "ci")
@@ -74,11 +74,11 @@ def test_a_key_is_shown_once_listed_without_it_and_refused_once_revoked(
     assert out.startswith("revoked key ci: it stops working")
     monkeypatch.setenv("TINYAWS_API_KEY", key)
     code, _, err = cli(api, "list")
-    assert code == 1 and err.startswith("error: unauthorized\nhint: ")
+    assert code == 1 and err.startswith("error: unauthorized (401)\nhint: ")
 
     monkeypatch.setenv("TINYAWS_API_KEY", KEY)
     code, _, err = cli(api, "key", "revoke", "ci")
-    assert (code, err) == (1, "error: key not found\n")
+    assert (code, err) == (1, "error: key not found (404)\n")
 
     code, out, _ = cli(api, "key", "audit", "--limit", "2")
     rows = [line.split() for line in out.splitlines()]
@@ -93,7 +93,7 @@ def test_a_taken_name_is_refused_as_the_api_says(api: str, cli: Cli) -> None:
     assert cli(api, "key", "add", "taken", "--role", "reader")[0] == 0
     code, out, err = cli(api, "key", "add", "taken", "--role", "admin")
     assert (code, out) == (1, "")
-    assert err == ("error: a key with that name exists: revoke it first, or choose another name\n")
+    assert err == ("error: a key with that name exists: revoke it first, or choose another name (409)\n")
 
 
 def test_add_json_is_the_made_key_and_a_wrong_role_is_a_usage_error(api: str, cli: Cli) -> None:
@@ -163,5 +163,5 @@ def test_events_of_a_job_a_limited_key_may_not_see_is_its_404(api: str, cli: Cli
         assert cli(api, "events", "--job", job_id, "--since-start", "--no-follow") == (
             1,
             "",
-            "error: job not found\n",
+            "error: job not found (404)\n",
         )

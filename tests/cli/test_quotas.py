@@ -41,7 +41,7 @@ def test_a_quota_is_set_listed_and_refuses_a_submit_past_it(
     # The quota's refusal, and no hint about the key (a 429 of too many wrong keys has one).
     assert (code, out) == (1, "") and err == (
         "error: over quota: namespace 'team-a' holds 1 pending jobs (pending, "
-        "delayed or waiting) and its quota allows 1; nothing was made\n"
+        "delayed or waiting) and its quota allows 1; nothing was made (429)\n"
     )
 
     code, out, _ = cli(api, "namespace", "list")

@@ -59,7 +59,7 @@ def test_add_list_show_pause_resume_delete(api: str, cli: Cli) -> None:
 
     assert cli(api, "schedule", "delete", "ticker") == (0, "deleted schedule ticker\n", "")
     code, _, err = cli(api, "schedule", "delete", "ticker")
-    assert (code, err) == (1, "error: schedule not found\n")
+    assert (code, err) == (1, "error: schedule not found (404)\n")
 
 
 def test_errors_say_what_the_api_said(api: str, cli: Cli) -> None:
@@ -69,7 +69,7 @@ def test_errors_say_what_the_api_said(api: str, cli: Cli) -> None:
     code, _, err = cli(api, "schedule", "add", "dup", "--every", "5", "x")
     assert code == 0
     code, _, err = cli(api, "schedule", "add", "dup", "--every", "5", "x")
-    assert (code, err) == (1, "error: schedule already exists\n")
+    assert (code, err) == (1, "error: schedule already exists (409)\n")
 
 
 def test_add_takes_submits_job_options(

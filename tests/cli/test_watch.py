@@ -240,7 +240,7 @@ def test_a_delay_is_said_at_the_users_clock_and_how_far_off() -> None:
 def test_logs_of_an_unknown_job_is_an_error(served: tuple[str, httpx.Client], cli: Cli) -> None:
     url, _ = served
     for argv in (["logs", "job-999"], ["logs", "-f", "job-999"]):
-        assert cli(url, *argv) == (1, "", "error: job not found\n")
+        assert cli(url, *argv) == (1, "", "error: job not found (404)\n")
 
 
 def test_logs_of_an_unreachable_scheduler_is_an_error(cli: Cli) -> None:
@@ -289,7 +289,7 @@ def test_events_prints_a_line_per_status_change(served: tuple[str, httpx.Client]
     ]
 
 
-NOT_FOUND = "error: job not found\n"
+NOT_FOUND = "error: job not found (404)\n"
 
 
 def test_events_of_an_unknown_job_is_its_404_however_it_is_read(
@@ -551,7 +551,7 @@ def test_the_first_connection_is_not_retried() -> None:
     assert (code, out, len(sent)) == (1, "", 1)
     assert err == f"error: cannot reach the scheduler at {SCRIPTED}: connection refused\n"
     client, sent = scripted(lambda r: httpx.Response(503, text="no shard\n"))
-    assert run_cli(client, "events") == (1, "", "error: no shard\n")
+    assert run_cli(client, "events") == (1, "", "error: no shard (503)\n")
     assert len(sent) == 1
 
 
@@ -563,7 +563,7 @@ def test_a_refusal_on_a_reconnection_ends_the_command_with_the_hint() -> None:
     assert run_cli(client, "logs", "-f", "job-1") == (
         1,
         "one\n",
-        "error: unauthorized\nhint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n",
+        "error: unauthorized (401)\nhint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n",
     )
 
 
