@@ -207,9 +207,8 @@ def mistakes(user: User, hello: str) -> None:
     user.cli_wrong("submit", code=2, says="required: command")
     user.cli_wrong("submit", "", code=1, says="error: command or deploy_url is required")
     user.cli_wrong("retry", hello, code=1, says=f"not failed: {hello}")
-    user.cli_wrong(
-        "schedule", "add", "tick", "--every", "5", "echo tick", code=1, says="schedule already exists"
-    )
+    add_tick = ("schedule", "add", "tick", "--every", "5", "echo tick")
+    user.cli_wrong(*add_tick, code=1, says="error: schedule already exists (409)")
     user.cli_wrong("drain", "no-such-node", code=1, says="error: node not found")
     user.cli_wrong("logs", "job-99999", code=1, says="error: job not found")
     user.cli_wrong("events", "--status", "finished", code=1, says="error: invalid status")

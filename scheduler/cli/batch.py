@@ -30,16 +30,9 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from scheduler.cli.client import (
-    ARRAY_SIZE_RULE,
-    MAX_ARRAY_SIZE,
-    ClientError,
-    fields,
-    job_body_of,
-    submitting,
-    usage_error,
-)
+from scheduler.cli.client import ARRAY_SIZE_RULE, MAX_ARRAY_SIZE, fields, job_body_of, usage_error
 from scheduler.cli.job_options import in_option_terms
+from scheduler.cli.refusals import ClientError, submitting
 from scheduler.client import BatchEntry, Client
 from scheduler.models.batch import MAX_JOBS
 

@@ -1,9 +1,9 @@
 """The command-line client: `scheduler submit`, `status`, `cancel` (and, in their own modules,
 `list`, `nodes`, `retry`, `drain`, `schedule`, `key`, `logs`, `events`), built on the product's
 Python client, scheduler.client's `Client`: every call is one of its typed methods, every error
-one of its exceptions, said here in one form by every command (`said`: `error: <message>`, a
-job's field named as the option that set it). This package keeps only the arguments and the
-output.
+one of its exceptions, said in one form by every command (refusals.py `said`: `error:
+<message> (<HTTP status>)`, a job's field named as the option that set it). This package
+keeps only the arguments and the output.
 
 Output is the original tinyaws CLI's (CONTRACT 7): `submitted <id> on node <node>
 (status=<status>)`, and for a job `job_id=… node_id=… status=… command="…"`, then
@@ -20,16 +20,15 @@ SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import msgspec
 
-from scheduler.cli.job_options import OptionError, add_job_options, in_option_terms, job_body
+from scheduler.cli.job_options import OptionError, add_job_options, job_body
 from scheduler.cli.output import (
     attempt_line,
     exit_status,
@@ -37,76 +36,18 @@ from scheduler.cli.output import (
     progress,
     unplaced_warning,
 )
-from scheduler.client import ApiError, Client, NotFound, SchedulerError, TooManyRequests
+from scheduler.cli.refusals import (
+    ClientError,
+    auth_hint,
+    lockout_hint,
+    said,
+    submitting,
+)
+from scheduler.client import Client, NotFound, SchedulerError
 from scheduler.config import Settings
 from scheduler.models.attempt import Attempt
 from scheduler.models.job import FINAL_STATUSES as FINAL
 from scheduler.models.job import Job
-
-
-class ClientError(Exception):
-    """Ends the command with this message on stderr and exit status 1; `status`: the
-    scheduler's, when the message says an answer of it; `refused_key`: the answer refused
-    the key (the command ends with a hint naming TINYAWS_API_KEY); `locked_for`: seconds
-    this address's wrong keys are refused for (a hint says when to try again)."""
-
-    def __init__(
-        self, message: str, status: int = 0, refused_key: bool = False, locked_for: float = 0
-    ) -> None:
-        super().__init__(message)
-        self.status, self.refused_key, self.locked_for = status, refused_key, locked_for
-
-
-def locked_for(exc: ApiError) -> float:
-    """Seconds left of the scheduler's lockout of this address's wrong keys (past
-    AUTH_FAILURES_MAX), 0 for any other answer: its 429 says them in Retry-After, which a
-    429 of a namespace's quota has none of (it stands until jobs end or the quota changes)."""
-    return exc.retry_after if isinstance(exc, TooManyRequests) else 0.0
-
-
-def refused_key(exc: ApiError) -> bool:
-    """Whether the scheduler refused the key: 401, or the lockout's 429 (`locked_for`)."""
-    return exc.status == 401 or locked_for(exc) > 0
-
-
-def said(exc: SchedulerError, terms: Callable[[str], str] = str) -> ClientError:
-    """A library error as every command says one: `error: job not found (404)`, the
-    scheduler's message in `terms` (a job's field said of its option: in_option_terms) and
-    its HTTP status (a script, and tests/up_user.py, tell a refused key from a typo by it);
-    anything else (`cannot reach the scheduler at URL: ...`, an answer that is not what was
-    asked for) after `error: ` too."""
-    if isinstance(exc, ApiError) and exc.status >= 400:
-        message = f"error: {terms(exc.message)} ({exc.status})"
-        return ClientError(message, exc.status, refused_key(exc), locked_for(exc))
-    return ClientError(f"error: {exc.message if isinstance(exc, ApiError) else exc}")
-
-
-@contextlib.contextmanager
-def submitting() -> Iterator[None]:
-    """The scheduler's refusal of a job made of the job options (submit, schedule add) said
-    in the options' terms: `error: --priority: must be ...`, not the API's `priority`."""
-    try:
-        yield
-    except ApiError as exc:
-        raise said(exc, in_option_terms) from None
-
-
-def auth_hint(has_key: bool) -> str:
-    """What to do about a refused key, naming TINYAWS_API_KEY."""
-    if has_key:
-        return (
-            "hint: the scheduler refused TINYAWS_API_KEY: set it to the scheduler's key, or "
-            "to a named key not revoked (an admin's `scheduler key list` shows them)"
-        )
-    return "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it"
-
-
-def lockout_hint(seconds: float) -> str:
-    """When this address's wrong keys are served again (Retry-After: whole seconds)."""
-    return (
-        f"hint: too many wrong keys from this address: try again in {seconds:.0f} s (a right "
-        "key is served now)"
-    )
 
 
 def connect(url: str, settings: Settings) -> Client:

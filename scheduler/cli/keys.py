@@ -10,8 +10,9 @@ import argparse
 import time
 from typing import TextIO
 
-from scheduler.cli.client import ClientError, _common, _handler, print_json
+from scheduler.cli.client import _common, _handler, print_json
 from scheduler.cli.output import table
+from scheduler.cli.refusals import ClientError
 from scheduler.client import Client, Unreachable
 from scheduler.models.access_key import AUDIT_PAGE, ROLES
 

@@ -8,15 +8,9 @@ import itertools
 import shlex
 from typing import TextIO
 
-from scheduler.cli.client import (
-    ClientError,
-    _common,
-    _handler,
-    _positive,
-    fields,
-    print_json,
-)
+from scheduler.cli.client import _common, _handler, _positive, fields, print_json
 from scheduler.cli.output import format_job, table
+from scheduler.cli.refusals import ClientError
 from scheduler.client import Client
 from scheduler.client.ops import PAGE
 from scheduler.models.job import STATUSES

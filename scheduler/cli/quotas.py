@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from scheduler.cli.client import ClientError, _common, _handler, print_json
+from scheduler.cli.client import _common, _handler, print_json
 from scheduler.cli.output import table
+from scheduler.cli.refusals import ClientError
 from scheduler.client import Client
 from scheduler.models.quota import Quota
 

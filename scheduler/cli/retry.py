@@ -13,7 +13,8 @@ import argparse
 import sys
 from typing import TextIO
 
-from scheduler.cli.client import ClientError, _common, _handler, print_json
+from scheduler.cli.client import _common, _handler, print_json
+from scheduler.cli.refusals import ClientError
 from scheduler.client import Client
 from scheduler.models.job import Job, cancelled_on_purpose
 

@@ -8,17 +8,10 @@ import argparse
 from collections.abc import Callable
 from typing import TextIO
 
-from scheduler.cli.client import (
-    Command,
-    _common,
-    _handler,
-    _positive,
-    job_body_of,
-    print_json,
-    submitting,
-)
+from scheduler.cli.client import Command, _common, _handler, _positive, job_body_of, print_json
 from scheduler.cli.job_options import add_job_options
 from scheduler.cli.output import table
+from scheduler.cli.refusals import submitting
 from scheduler.client import Client, Schedule
 from scheduler.models.schedule import NOT_IN_TEMPLATE
 

@@ -18,14 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TextIO
 
-from scheduler.cli.client import (
-    ClientError,
-    _common,
-    _handler,
-    _job_id,
-    _positive,
-    fields,
-)
+from scheduler.cli.client import _common, _handler, _job_id, _positive, fields
 from scheduler.cli.output import (
     HINTS,
     attempt_separator,
@@ -35,6 +28,7 @@ from scheduler.cli.output import (
     event_line,
     write_bytes,
 )
+from scheduler.cli.refusals import ClientError
 from scheduler.client import (
     Client,
     Dropped,

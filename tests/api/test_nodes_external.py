@@ -158,4 +158,4 @@ def test_scheduler_nodes_prints_the_registrys_nodes(
         registry.failing = 500
         assert main(["nodes", "--role", "storage"]) == 1
         err = capsys.readouterr().err
-        assert err.strip() == f"error: {CANNOT}registry answered 500"
+        assert err.strip() == f"error: {CANNOT}registry answered 500 (503)"

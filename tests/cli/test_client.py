@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from scheduler.cli import client as cli_client
-from scheduler.cli import listing
+from scheduler.cli import listing, refusals
 from scheduler.cli.main import main as cli_main
 from scheduler.cli.output import (
     HINTS,
@@ -282,7 +282,8 @@ def test_the_api_key_is_sent(secured: str, cli: Cli, monkeypatch: pytest.MonkeyP
     monkeypatch.delenv("TINYAWS_API_KEY", raising=False)
     code, _, err = cli(secured, "submit", "echo hi")
     assert code == 1 and err == (
-        "error: unauthorized (401)\nhint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
+        "error: unauthorized (401)\n"
+        "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
     )
     monkeypatch.setenv("TINYAWS_API_KEY", "wrong")
     for argv in (["list"], ["status", "job-1"], ["nodes"], ["cancel", "job-1"]):
@@ -946,7 +947,7 @@ def test_the_lockout_is_told_by_its_retry_after_not_its_wording(
 ) -> None:
     """The lockout's 429 has Retry-After, the quota's none: the CLI told them apart by a copy
     of the server's wording, and said nothing of when to try again."""
-    error = cli_client.said(api_error(429, message.encode(), httpx.Headers(headers)))
+    error = refusals.said(api_error(429, message.encode(), httpx.Headers(headers)))
     assert (error.refused_key, error.locked_for) == (key_refused, 42 if key_refused else 0)
     out, err = io.StringIO(), io.StringIO()
 

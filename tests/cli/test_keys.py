@@ -93,7 +93,9 @@ def test_a_taken_name_is_refused_as_the_api_says(api: str, cli: Cli) -> None:
     assert cli(api, "key", "add", "taken", "--role", "reader")[0] == 0
     code, out, err = cli(api, "key", "add", "taken", "--role", "admin")
     assert (code, out) == (1, "")
-    assert err == ("error: a key with that name exists: revoke it first, or choose another name (409)\n")
+    assert err == (
+        "error: a key with that name exists: revoke it first, or choose another name (409)\n"
+    )
 
 
 def test_add_json_is_the_made_key_and_a_wrong_role_is_a_usage_error(api: str, cli: Cli) -> None:

@@ -563,7 +563,8 @@ def test_a_refusal_on_a_reconnection_ends_the_command_with_the_hint() -> None:
     assert run_cli(client, "logs", "-f", "job-1") == (
         1,
         "one\n",
-        "error: unauthorized (401)\nhint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n",
+        "error: unauthorized (401)\n"
+        "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n",
     )
 
 
