@@ -135,13 +135,7 @@ def reason(job: Job) -> str:
             words += f" by {job.cancelled_by}"
         return _said(words, job.failure_reason)
     if job.pending_reason:
-        words = unplaced.why(
-            job.pending_reason,
-            cpus=job.cpus,
-            memory_mb=job.memory_mb,
-            node_selector=job.node_selector,
-            namespace=job.namespace,
-        )
+        words = unplaced.why_of(job)
         return _said(words, job.pending_reason)
     if job.status == "cancelling":
         by = f" by {job.cancelled_by}" if job.cancelled_by else ""

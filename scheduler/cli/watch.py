@@ -103,13 +103,7 @@ def _not_started(job: Job, now: float) -> str:
         waits = f"waits for {', '.join(job.after) or 'the jobs it runs after'} to be done"
     elif job.status == "pending" and job.pending_reason:
         waits = f"is pending on no node ({job.pending_reason})"
-        why = unplaced.why(
-            job.pending_reason,
-            cpus=job.cpus,
-            memory_mb=job.memory_mb,
-            node_selector=job.node_selector,
-            namespace=job.namespace,
-        )
+        why = unplaced.why_of(job)
         why += f"; {HINTS[job.pending_reason]}; " if job.pending_reason in HINTS else "; "
     elif job.status in NOT_STARTED:
         waits = f"is {job.status} on {job.node_id or 'no node'} (not started yet)"

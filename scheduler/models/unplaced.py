@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduler.models.job import PENDING_REASONS
+from scheduler.models.job import PENDING_REASONS, Job
 
 WAITS_BY_ITSELF = ("full", "quota")
 LASTING = tuple(reason for reason in PENDING_REASONS if reason not in WAITS_BY_ITSELF)
@@ -62,3 +62,14 @@ def why(
             "quota is raised"
         )
     return PENDING_REASONS.get(reason, reason)
+
+
+def why_of(job: Job) -> str:
+    """`why` of a job's pending_reason, from its own asks and namespace."""
+    return why(
+        job.pending_reason,
+        cpus=job.cpus,
+        memory_mb=job.memory_mb,
+        node_selector=job.node_selector,
+        namespace=job.namespace,
+    )
