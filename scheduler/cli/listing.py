@@ -13,7 +13,7 @@ from scheduler.cli.output import format_job, table
 from scheduler.cli.refusals import ClientError
 from scheduler.client import Client
 from scheduler.client.ops import PAGE
-from scheduler.models.job import STATUSES
+from scheduler.models.job import ENDINGS, STATUSES
 
 
 def _next_page(args: argparse.Namespace, last: str) -> str:
@@ -103,15 +103,31 @@ def nodes(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) ->
     return 0
 
 
+def _status(text: str) -> str:
+    """A status to list; `cancelled`, which the UI shows as its own, is told what it is on the
+    wire (the original's clients know only done and failed as endings). "" (the default,
+    which argparse reads through this too): any."""
+    if text == "" or text in STATUSES:
+        return text
+    if text == ENDINGS["cancelled"][1]:
+        raise argparse.ArgumentTypeError(
+            "a cancelled job's status is failed (its failure_reason says cancelled): use "
+            "--status failed"
+        )
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {text!r} (choose from {', '.join(STATUSES)})"
+    )
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("list", help="list jobs, oldest first (--newest: newest first)")
     p.add_argument("--node-id", default="", metavar="ID", help="only this node's jobs")
     p.add_argument(
         "--status",
         default="",
-        choices=STATUSES,
+        type=_status,
         metavar="STATUS",
-        help=f"only jobs with this status: {', '.join(STATUSES)}",
+        help=f"only jobs with this status: {', '.join(STATUSES)} (a cancelled job is failed)",
     )
     p.add_argument(
         "--limit", type=_positive, default=PAGE, help=f"at most this many jobs (default {PAGE})"

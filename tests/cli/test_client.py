@@ -966,3 +966,21 @@ def test_a_taken_job_says_whose_queue_it_left() -> None:
     job = {"job_id": "job-2", "node_id": "b", "status": "running", "taken_from": "a"}
     assert format_job(job) == 'job_id=job-2 node_id=b status=running taken_from=a command=""\n'
     assert progress(job) == "job-2 running on b (taken from a)\n"
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ("cancelled", "a cancelled job's status is failed (its failure_reason says cancelled)"),
+        ("finished", "invalid choice: 'finished' (choose from pending, delayed,"),
+    ],
+)
+def test_list_says_what_a_status_it_refuses_is(
+    api: str, cli: Cli, capsys: pytest.CaptureFixture[str], status: str, message: str
+) -> None:
+    """The UI shows a cancelled job as such; `list --status cancelled` was `invalid choice`
+    alone, though the job is there as failed."""
+    with pytest.raises(SystemExit) as exit_:
+        cli(api, "list", "--status", status)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
