@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from datetime import datetime
 from typing import TextIO
+from zoneinfo import ZoneInfo
 
 from scheduler.cli.client import Command, _common, _handler, _positive, job_body_of, print_json
 from scheduler.cli.job_options import add_job_options
@@ -14,6 +16,7 @@ from scheduler.cli.output import table
 from scheduler.cli.refusals import submitting
 from scheduler.client import Client, Schedule
 from scheduler.models.schedule import NOT_IN_TEMPLATE
+from scheduler.models.wire import parse_rfc3339
 
 
 def when(schedule: Schedule) -> str:
@@ -24,7 +27,13 @@ def when(schedule: Schedule) -> str:
 
 
 def _next(schedule: Schedule) -> str:
-    return schedule.next_run_at or "-"
+    """`2026-12-07 03:00:00 CET`: the next run in the schedule's own time zone, as its cron
+    reads (the API's next_run_at is UTC to the microsecond); `-` for none (paused)."""
+    if not schedule.next_run_at:
+        return "-"
+    zone = ZoneInfo(schedule.timezone or "UTC")
+    at = datetime.fromtimestamp(parse_rfc3339(schedule.next_run_at), zone)
+    return f"{at:%Y-%m-%d %H:%M:%S} {at.tzname()}"
 
 
 def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:

@@ -4,6 +4,7 @@ the key set: output lines, --json, errors as the API says them."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -42,6 +43,9 @@ def test_add_list_show_pause_resume_delete(api: str, cli: Cli) -> None:
     assert code == 0 and lines[0].split() == ["NAME", "WHEN", "STATE", "NEXT", "RUN", "LAST",
                                                "JOB", "COMMAND"]  # fmt: skip
     assert lines[1].startswith("nightly ") and lines[1].endswith("  pg_dump db")
+    # Its next run as its cron reads it, in Paris (03:00 CET or CEST), to the second.
+    assert re.search(r" 20\d\d-\d\d-\d\d 03:00:00 CES?T ", lines[1]), lines[1]
+    assert re.search(r" 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC ", lines[2]), lines[2]
     assert lines[2].startswith("ticker ") and "every 30s" in lines[2] and " active " in lines[2]
 
     shown = json.loads(cli(api, "schedule", "show", "nightly")[1])
