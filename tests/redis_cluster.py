@@ -108,6 +108,29 @@ class Cluster:
         rest = [node for node in self.nodes if node not in (target, source)]
         for node in (target, source, *rest):
             command(node.client(), "CLUSTER SETSLOT", slot, "NODE", dst_id)
+        self._agree(slot, target)
+
+    def _agree(self, slot: int, target: ClusterNode, within: float = 60.0) -> None:
+        """Until every primary names `target` as the slot's owner: a node's view can still
+        move after its SETSLOT (gossip), and a test that follows a MOVED once (the mux) was
+        sent back to the old owner by the new one (once in CI)."""
+        deadline = time.monotonic() + within
+        while True:
+            views = {node.port: _owner_port(node, slot) for node in self.nodes if self.alive(node)}
+            if set(views.values()) == {target.port}:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"slot {slot}: the nodes still disagree on its owner: {views}")
+            time.sleep(0.01)
+
+
+def _owner_port(node: ClusterNode, slot: int) -> int | None:
+    """The port of the primary `node` says serves `slot` (None: none)."""
+    with node.client() as client:
+        for first, last, primary, *_ in command(client, "CLUSTER SLOTS"):
+            if first <= slot <= last:
+                return int(primary[1])
+    return None
 
 
 def command(client: redis.Redis, *args: Any) -> Any:
