@@ -41,7 +41,7 @@ from scheduler.api.ui_charts import (
     load_bar,
     nice_top,
 )
-from scheduler.api.ui_layout import View, card_cells, page, span, status_badge, view_of
+from scheduler.api.ui_layout import View, card_cells, page, status_badge, view_of
 from scheduler.models.job import STATUSES
 from scheduler.models.namespace import check_namespace, scope, shown
 from scheduler.models.series import (
@@ -53,6 +53,7 @@ from scheduler.models.series import (
     filled,
     minute_of,
 )
+from scheduler.models.spans import span
 from scheduler.nodes.placement import is_live
 from scheduler.store import ops
 from scheduler.store.scripts.overview import Overview

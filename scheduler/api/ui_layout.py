@@ -26,6 +26,7 @@ from scheduler.api.state import settings as _settings
 from scheduler.api.ui_headers import CSP, with_script
 from scheduler.models.access_key import Principal
 from scheduler.models.job import NOT_STARTED, Job
+from scheduler.models.spans import span
 from scheduler.models.wire import parse_rfc3339
 
 REFRESH_SECS = 5
@@ -162,27 +163,6 @@ class View:
         said = "just now" if abs(ago) < 1 else f"{span(ago)} ago" if ago > 0 else f"in {span(-ago)}"
         exact = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
         return f'<time datetime="{escape(stamp or exact)}" title="{exact}">{said}</time>'
-
-
-def span(secs: float) -> str:
-    """A length of time in its two largest units: 250 ms, 1.5 s, 42 s, 3 min 5 s, 2 h 10 min,
-    3 d 4 h."""
-    if secs < 1:
-        return f"{secs * 1000:.0f} ms"
-    whole = int(secs)
-    if secs < 10 and whole != secs:
-        return f"{secs:.1f} s"
-    units = [("d", 86400), ("h", 3600), ("min", 60), ("s", 1)]
-    parts: list[str] = []
-    for name, size in units:
-        if whole >= size or (name == "s" and not parts):
-            parts.append(f"{whole // size} {name}")
-            whole %= size
-        elif parts:
-            break
-        if len(parts) == 2:
-            break
-    return " ".join(parts)
 
 
 def duration(job: Job, now: float) -> str:

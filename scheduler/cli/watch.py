@@ -43,6 +43,7 @@ from scheduler.client import (
 from scheduler.models import unplaced
 from scheduler.models.job import FINAL_STATUSES, NOT_STARTED
 from scheduler.models.log import LOG_STREAMS
+from scheduler.models.spans import span
 from scheduler.models.wire import parse_rfc3339
 
 
@@ -117,20 +118,12 @@ def _until(at: float, now: float) -> str:
     day or more away); `(due now)` once passed (the scheduler starts it soon)."""
     shape = "%H:%M:%S" if at - now < 86400 else "%Y-%m-%d %H:%M:%S"
     shown = time.strftime(shape, time.localtime(at))
-    return f"{shown} ({'due now' if at <= now else 'in ' + _span(at - now)})"
+    return f"{shown} ({'due now' if at <= now else 'in ' + _wait(at - now)})"
 
 
-# A unit of a wait, and the next smaller one said with it.
-_UNITS = (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1), ("s", 1, "", 1))
-
-
-def _span(secs: float) -> str:
-    """A wait in its largest unit and the next, when not 0: `42 s`, `4 min`, `4 min 5 s`,
-    `2 h 10 min`, `3 d`."""
-    left = max(1, round(secs))
-    name, size, smaller, smaller_size = next(unit for unit in _UNITS if left >= unit[1])
-    rest = left % size // smaller_size
-    return f"{left // size} {name}" + (f" {rest} {smaller}" if rest else "")
+def _wait(secs: float) -> str:
+    """A wait in whole seconds, at least one (`42 s`, `4 min 5 s`, `3 d`): models/spans.py."""
+    return span(max(1, round(secs)))
 
 
 def events(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:

@@ -370,7 +370,7 @@ def test_a_row_says_attempt_exit_code_run_time_and_times_on_hover(client: TestCl
 
 
 def test_span_reads_as_people_say_it() -> None:
-    from scheduler.api.ui_layout import span
+    from scheduler.models.spans import span
 
     cases = {
         0.25: "250 ms",

@@ -23,7 +23,7 @@ import pytest
 
 from scheduler.cli.client import run
 from scheduler.cli.main import build_parser, main
-from scheduler.cli.watch import _span, _until, events, logs
+from scheduler.cli.watch import _until, _wait, events, logs
 from scheduler.client import Client, sse
 from tests.cli.conftest import Cli
 from tests.conftest import Serve
@@ -224,7 +224,7 @@ def test_logs_f_of_a_job_that_has_started_says_nothing_of_it(
     ],
 )
 def test_a_wait_is_said_in_its_two_largest_units(secs: float, said: str) -> None:
-    assert _span(secs) == said
+    assert _wait(secs) == said
 
 
 def test_a_delay_is_said_at_the_users_clock_and_how_far_off() -> None:
