@@ -240,11 +240,6 @@ def split_tail(text: str) -> tuple[str, str]:
     return text[:start], text[start:]
 
 
-def tail_of(text: str) -> str:
-    """The last TAIL_LINES lines of `text` (at most TAIL_CHARS characters)."""
-    return split_tail(text)[1].rstrip("\n")
-
-
 def _table(table_id: str, rows: list[tuple[str, str]]) -> str:
     body = "".join(f"<tr><th>{name}</th><td>{html}</td></tr>" for name, html in rows)
     return f'<div class="scroll"><table class="fields" id="{table_id}">{body}</table></div>'
@@ -289,14 +284,14 @@ def output_section(job: Job) -> str:
 ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry"}
 
 
-def _button(job: Job, action: str, view: View, token: str) -> str:
-    """The job's button, its form carrying the page's CSRF token. A cancel cannot be undone
+def _button(job: Job, action: str, posted: str, view: View, token: str) -> str:
+    """The job's button posting `action` to `posted`, its form carrying the page's CSRF token. A
     (a running job is killed): its button is behind a question first, a <details> the
     reader opens (no script: the page's policy runs none but the live output's); "Keep it"
     is the page again, the question closed."""
     said = f"Cancel {job.job_id}" if action == "cancel" else f"{action.capitalize()} this job"
     form = (
-        f'<form method="post" action="{view.href(f"/ui/jobs/{job.job_id}/{action}")}">'
+        f'<form method="post" action="{view.href(posted)}">'
         f'<input type="hidden" name="csrf" value="{token}">'
         f'<button id="{action}">{escape(said)}</button></form>'
     )
@@ -337,7 +332,7 @@ async def job_page(request: Request) -> Response:
     action = ACTIONS.get(job.status)
     posted = f"/ui/jobs/{job.job_id}/{action}"
     if action is not None and may_post(request, posted):  # a reader's page offers neither
-        body += _button(job, action, view, await _csrf(request))
+        body += _button(job, action, posted, view, await _csrf(request))
     live = live_section(job, view, settings.log_max_bytes)
     body += live + output_section(job)
     body += attempts_section(attempts, view, own=(job.stdout, job.stderr))

@@ -19,7 +19,6 @@ from scheduler.api.ui_job import (
     request_rows,
     split_tail,
     summary_rows,
-    tail_of,
 )
 from scheduler.api.ui_layout import View
 from scheduler.models import unplaced
@@ -215,7 +214,12 @@ def test_what_the_job_page_shows_first_is_escaped(client: TestClient) -> None:
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 4  # command, tail, outputs
 
 
+def tail_of(text: str) -> str:
+    return split_tail(text)[1].rstrip("\n")
+
+
 def test_the_tail_is_the_last_lines_within_a_bound() -> None:
+    assert split_tail("a\nb\nc\n") == ("", "a\nb\nc\n")
     assert tail_of("a\nb\nc\n") == "a\nb\nc"
     assert tail_of("".join(f"{i}\n" for i in range(100))).split("\n")[0] == str(100 - TAIL_LINES)
     assert len(tail_of("x" * 10_000)) == 3000
