@@ -18,7 +18,7 @@ from scheduler.api.ui_forms import checked_form, may_post
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_layout import View, card_cells, names_only, status_badge, view_of
 from scheduler.api.ui_layout import page as ui_page
-from scheduler.models.schedule import Schedule, paused, resumed
+from scheduler.models.schedule import CATCHUP, Schedule, paused, resumed
 from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 
@@ -35,6 +35,8 @@ CATCHUP_WORDS = {
     ),
     "once": ("run once", "Runs it missed make one job for all of them (catchup once)"),
 }
+if set(CATCHUP_WORDS) != set(CATCHUP):
+    raise TypeError("api/ui_schedules.py CATCHUP_WORDS needs words for each of models CATCHUP")
 
 
 def _catchup(schedule: Schedule) -> str:
