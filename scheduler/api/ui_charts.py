@@ -92,8 +92,15 @@ def runs(values: Sequence[float | None], top: float) -> list[str]:
 
 
 def ticks(top: float) -> tuple[str, str, str]:
-    """The y axis' values at the top, middle and bottom grid lines of a 0 to `top` scale."""
-    return f"{top:g}", f"{top / 2:g}", "0"
+    """The y axis' values at the top, middle and bottom grid lines of a 0 to `top` scale,
+    as a reader writes them: 25,000 rather than 25000, and never 1e+06 (`:g`'s form past
+    six digits)."""
+    return grouped(top), grouped(top / 2), "0"
+
+
+def grouped(value: float) -> str:
+    """A figure as the pages show it, its thousands grouped: 25,000; 0.5."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
 
 
 def chart(

@@ -37,6 +37,7 @@ from scheduler.api.ui_charts import (
     VERMILLION,
     Line,
     chart,
+    grouped,
     legend,
     load_bar,
     nice_top,
@@ -158,7 +159,7 @@ def _flow(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str:
         for name, colour, dash in (*FLOW, FAILED)
     ]
     top = nice_top(max((v or 0 for line in lines for v in line.values), default=0))
-    figures = {name: str(whole.counts[name]) for name in whole.counts}
+    figures = {name: grouped(whole.counts[name]) for name in whole.counts}
     return (
         "<h2>Throughput</h2>"
         + f'<p class="muted" id="flow-note">{FLOW_NOTE}</p>'
@@ -187,7 +188,7 @@ def _queue(drawn: Sequence[Column], labels: Sequence[str], live: Overview) -> st
         for name, gauge, said in QUEUE
     ]
     top = nice_top(max((v or 0 for line in lines for v in line.values), default=0))
-    figures = {name: f"{value} now" for name, value in now.items()}
+    figures = {name: f"{grouped(value)} now" for name, value in now.items()}
     return (
         "<h2>Pending and running</h2>"
         + legend(lines, figures)
@@ -294,7 +295,7 @@ def _namespaces(
     for stored_name, numbers in sorted(counts.items()):
         name = shown(stored_name)
         link = f'<a href="{view.href("/ui/jobs", namespace=name)}">{escape(name)}</a>'
-        shown_cells = (("", link), *((' class="num"', str(n)) for n in numbers))
+        shown_cells = (("", link), *((' class="num"', grouped(n)) for n in numbers))
         cells = card_cells(headings, shown_cells)
         rows.append(f'<tr data-namespace="{escape(name)}">{cells}</tr>')
     empty = f'<tr><td colspan="{len(headings)}">no jobs</td></tr>'

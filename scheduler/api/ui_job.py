@@ -26,6 +26,7 @@ from scheduler.api.http import HTTPError, caller
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
 from scheduler.api.ui_attempts import attempts_section
+from scheduler.api.ui_charts import grouped
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_forms import may_post
 from scheduler.api.ui_layout import (
@@ -253,7 +254,8 @@ def _stream(name: str, text: str) -> str:
     if head:
         count = head.count("\n") + (not head.endswith("\n"))
         folded = (
-            f'<details class="head" id="{name}-head"><summary>{count} earlier line(s)</summary>'
+            f'<details class="head" id="{name}-head">'
+            f"<summary>{grouped(count)} earlier line(s)</summary>"
             f'<pre class="{name}">{escape(head)}</pre></details>'
         )
     return f'<h3>{name}</h3>{folded}<pre id="{name}" class="{name}">{escape(tail)}</pre>'

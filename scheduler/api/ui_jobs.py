@@ -24,6 +24,7 @@ from scheduler.api.http import HTTPError, caller, one_of, whole_number
 from scheduler.api.jobs import listed_scope
 from scheduler.api.params import param
 from scheduler.api.state import store as _store
+from scheduler.api.ui_charts import grouped
 from scheduler.api.ui_dead import MAX_IDS, notice, retry_form
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_forms import may_post
@@ -166,7 +167,7 @@ def _counts(f: Filters, counts: list[int], view: View) -> str:
         current = ' class="current"' if status == f.status else ""
         href = view.href("/ui/jobs", status=status, node_id=f.node_id, namespace=f.namespace)
         name = status or "all"
-        links.append(f'<a id="count-{name}"{current} href="{href}">{name} {count}</a>')
+        links.append(f'<a id="count-{name}"{current} href="{href}">{name} {grouped(count)}</a>')
     return f'<nav class="counts" id="counts">{"".join(links)}</nav>'
 
 
@@ -211,10 +212,6 @@ def _pages(f: Filters, view: View, newer: int, older: int) -> str:
         href = view.href("/ui/jobs", **f.kept(), before=older)
         links.append(f'<a id="older" href="{href}">Older →</a>')
     return f'<nav class="pages">{"".join(links)}</nav>'
-
-
-def _count(number: int) -> str:
-    return f"{number:,}"
 
 
 def _number_of(job: Job) -> int:
@@ -270,8 +267,8 @@ async def _searched(
     place = f" before job-{f.before}" if f.before else ""
     which = "job" if found.looked == 1 else "jobs"
     said = (
-        f'<p class="muted" id="searched">Searched the {_count(found.looked)} most recent {which}'
-        f"{place} of this list (at most {_count(SEARCH_SCAN)} a page) for commands holding "
+        f'<p class="muted" id="searched">Searched the {grouped(found.looked)} most recent {which}'
+        f"{place} of this list (at most {grouped(SEARCH_SCAN)} a page) for commands holding "
         f"<code>{escape(f.search)}</code>: {len(shown)}{'+' if older else ''} found.{more}</p>"
     )
     return shown, counts, older, said

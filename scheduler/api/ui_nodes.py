@@ -24,7 +24,7 @@ from scheduler.api.http import caller
 from scheduler.api.state import node_source as _node_source
 from scheduler.api.state import settings as _settings
 from scheduler.api.state import store as _store
-from scheduler.api.ui_charts import load_bar
+from scheduler.api.ui_charts import grouped, load_bar
 from scheduler.api.ui_forms import csrf as _csrf
 from scheduler.api.ui_forms import may_post
 from scheduler.api.ui_layout import View, card_cells, page, status_badge, view_of
@@ -184,7 +184,7 @@ async def nodes_page(request: Request) -> Response:
     nodes = "".join(rows) or f'<tr><td colspan="{len(NODE_HEADINGS)}">no nodes</td></tr>'
     counts = "".join(
         f'<tr><th><a href="{view.href("/ui/jobs", status=s)}">{s}</a></th>'
-        f'<td class="num">{seen_all.by_status.get(s, 0)}</td></tr>'
+        f'<td class="num">{grouped(seen_all.by_status.get(s, 0))}</td></tr>'
         for s in STATUSES
     )
     body = (

@@ -10,7 +10,7 @@ import math
 import pytest
 import redis
 
-from scheduler.api.ui_charts import HEIGHT, nice_top, runs, x_of, y_of
+from scheduler.api.ui_charts import HEIGHT, nice_top, runs, ticks, x_of, y_of
 from scheduler.config import Settings
 from scheduler.models.job import JobUpdate
 from scheduler.models.series import BUCKETS, column, columns, filled, minute_of, percentile
@@ -249,3 +249,19 @@ def test_the_claims_reading_of_a_stamp_is_its_epoch_to_the_millisecond(
 def test_a_stamp_not_ours_has_no_reading(rclient: redis.Redis, stamp: str) -> None:
     lua = LIBRARY["epoch_of"] + "\nreturn epoch_of(ARGV[1]) == nil and 1 or 0"
     assert rclient.eval(lua, 0, stamp) == 1
+
+
+@pytest.mark.parametrize(
+    ("top", "shown"),
+    [
+        (1.0, ("1", "0.5", "0")),
+        (2.0, ("2", "1", "0")),
+        (5000.0, ("5,000", "2,500", "0")),
+        (1_000_000.0, ("1,000,000", "500,000", "0")),  # `:g` wrote 1e+06
+        (5e7, ("50,000,000", "25,000,000", "0")),
+    ],
+)
+def test_the_axis_reads_in_round_numbers_with_separators(
+    top: float, shown: tuple[str, str, str]
+) -> None:
+    assert ticks(top) == shown
