@@ -71,8 +71,10 @@ FAILED = ("failed", VERMILLION, "8 3 2 3")
 # count_started). Called so, or "started 5" beside "failed 1" read as five jobs.
 CALLED = {"started": "attempts started"}
 FLOW_NOTE = (
-    "Jobs submitted, and jobs that ended done or failed; attempts started counts every "
-    "start, a retry's too: a job retried once counts two."
+    "Jobs submitted, and jobs that ended done or failed (a cancelled job ends failed, and a "
+    "job retried by hand counts each time it ends); attempts started counts every start, a "
+    "retry's too: a job retried once counts two. The jobs list's tabs count the jobs in each "
+    "status now."
 )
 
 

@@ -86,6 +86,29 @@ def test_started_says_it_counts_attempts_where_the_others_count_jobs(
     assert re.search(r'id="count-failed" href="[^"]*">failed 1</a>', listed)  # the same job
 
 
+def test_failed_counts_endings_where_the_tab_counts_jobs_and_the_page_says_so(
+    make_client: ClientFactory,
+) -> None:
+    """A job failed, retried by hand and failed again, and a cancelled one: the dashboard's
+    failed counts three endings, the jobs list's failed tab the two jobs failed now."""
+    client = make_client(max_job_retries=0)
+    register(client, "n1")
+    job_id = submit(client, command="false")["job_id"]
+    for attempt in range(2):
+        if attempt:
+            assert client.post(f"/jobs/{job_id}/retry").status_code == 200
+        assert report(client, job_id, "running").status_code == 200
+        assert report(client, job_id, "failed", exit_code=1).status_code == 200
+    cancelled = submit(client, command="sleep 60")["job_id"]
+    assert client.delete(f"/jobs/{cancelled}").status_code == 200
+    page = client.get("/ui").text
+    assert figure(page, "failed") == "3"
+    assert "a cancelled job ends failed, and a job retried by hand counts each time" in page
+    assert "tabs count the jobs in each status now" in page
+    listed = client.get("/ui/jobs").text
+    assert re.search(r'id="count-failed" href="[^"]*">failed 2</a>', listed)
+
+
 def test_the_day_draws_a_column_per_quarter_hour(client: TestClient) -> None:
     drive(client)
     page = client.get("/ui", params={"window": "day"}).text
