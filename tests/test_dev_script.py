@@ -30,7 +30,9 @@ def checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_dev(checkout: Path, *args: str, env: dict[str, str] | None = None) -> tuple[list[str], str]:
+def run_dev(
+    checkout: Path, *args: str, env: dict[str, str] | None = None, code: int = 0
+) -> tuple[list[str], str]:
     log = checkout / "calls.log"
     log.unlink(missing_ok=True)
     inherited = {k: v for k, v in os.environ.items() if k != "TEST_PROCESSES"}
@@ -40,9 +42,18 @@ def run_dev(checkout: Path, *args: str, env: dict[str, str] | None = None) -> tu
         text=True,
         timeout=60,
         env={**inherited, **(env or {})},
-        check=True,
+        check=False,
     )
-    return log.read_text().splitlines(), done.stderr
+    assert done.returncode == code, done.stderr
+    return (log.read_text().splitlines() if log.exists() else []), done.stderr
+
+
+def test_alone_it_says_what_it_does_and_starts_nothing(checkout: Path) -> None:
+    """A newcomer's `./dev`, to see what it is, started the whole product."""
+    calls, said = run_dev(checkout, code=2)
+    assert calls == []  # nothing installed, nothing run
+    assert said.startswith("usage: ./dev up | ./dev test")
+    assert "./dev up                 the whole product on this machine" in said
 
 
 def installs(calls: list[str]) -> list[str]:

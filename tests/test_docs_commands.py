@@ -54,8 +54,6 @@ def _argv(line: str) -> list[str] | None:
     program, *args = words
     cut = next((i for i, word in enumerate(args) if word in ENDS), len(args))
     args = [PLACEHOLDER_VALUES.get(word, word) for word in args[:cut]]
-    if program == "./dev" and (not args or args[0].startswith("-")):
-        args = ["up", *args]  # `./dev` alone runs up
     if not args or args[0] == "test" or args[0].isupper():
         return None
     return args
