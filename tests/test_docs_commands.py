@@ -51,7 +51,7 @@ def _argv(line: str) -> list[str] | None:
         return None
     while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
         words = words[1:]
-    program, *args = words
+    _program, *args = words
     cut = next((i for i, word in enumerate(args) if word in ENDS), len(args))
     args = [PLACEHOLDER_VALUES.get(word, word) for word in args[:cut]]
     if not args or args[0] == "test" or args[0].isupper():
