@@ -9,6 +9,7 @@ import time
 from html import escape, unescape
 
 import msgspec
+import pytest
 from starlette.testclient import TestClient
 
 from scheduler.api.ui_attempts import attempts_section
@@ -24,7 +25,10 @@ from scheduler.api.ui_layout import View
 from scheduler.models import unplaced
 from scheduler.models.attempt import Attempt
 from scheduler.models.job import Job
+from scheduler.models.namespace import scope_text
 from scheduler.store import ops
+from scheduler.store.errors import JobNotFound
+from scheduler.store.scripts.listing import QueuePlace
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, register, report, submit
 
@@ -302,3 +306,41 @@ def test_attempts_sharing_a_number_make_no_duplicate_id() -> None:
     ids = re.findall(r'id="([^"]+)"', section)
     assert len(ids) == len(set(ids)) and ids[1:] == ["attempt-1", "attempt-2"]
     assert [cell for cell in re.findall(r'data-label="attempt">(\d+)<', section)] == ["1", "1"]
+
+
+def test_a_pending_job_says_its_place_in_its_queue(client: TestClient) -> None:
+    """Three jobs queued on n1: each page says how many wait before it; once the first
+    runs, it has left the queue and the others moved up. A job no node can take waits
+    among the jobs waiting for a node, and says so."""
+    register(client, "n1")
+    ids = [submit(client, command=f"echo {i}")["job_id"] for i in range(3)]
+
+    def place(job_id: str) -> str | None:
+        return table(client.get(f"/ui/jobs/{job_id}").text, "summary").get("in queue")
+
+    assert [place(i) for i in ids] == [
+        "first in the queue of n1 (3 queued)",
+        "1 ahead of it in the queue of n1 (3 queued)",
+        "2 ahead of it in the queue of n1 (3 queued)",
+    ]
+    assert report(client, ids[0], "running").status_code == 200
+    assert place(ids[0]) is None  # running: in no queue
+    assert place(ids[2]) == "1 ahead of it in the queue of n1 (2 queued)"
+    urgent = submit(client, command="echo now", priority=5)["job_id"]
+    assert place(urgent) == "first in the queue of n1 (3 queued)"  # priority first
+    unplaceable = submit(client, command="echo x", node_selector={"gpu": "yes"})["job_id"]
+    assert place(unplaceable) == "first in the jobs waiting for a node (1 queued)"
+
+
+def test_another_namespaces_job_has_no_queue_place_to_read(
+    client: TestClient, store: SyncJobStore
+) -> None:
+    """The place is read under the caller's namespaces, as the attempts are: a job of
+    another namespace is one that does not exist."""
+    register(client, "n1")
+    job_id = submit(client, command="echo hi")["job_id"]
+    assert store.run(ops.jobs.queue_place(job_id, scope_text(("",)))) == QueuePlace(0, 1)
+    with pytest.raises(JobNotFound):
+        store.run(ops.jobs.queue_place(job_id, scope_text(("team-a",))))
+    with pytest.raises(JobNotFound):
+        store.run(ops.jobs.queue_place("job-999"))

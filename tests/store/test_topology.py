@@ -269,6 +269,7 @@ def test_the_read_only_scripts_only_read(rclient: redis.Redis, store: SyncJobSto
         listing.list_jobs(JobQuery("", "", 0, 100, ("a",)), 1 << 20, "s"),
         job_scripts.check_report("job-1", "open"),
         listing.attempts("job-1"),
+        listing.queue_place("job-1"),
         log_scripts.read_log("job-1", "", 1 << 20),
         log_scripts.read_log("job-1", "0-1", 10),
         listing.search(SearchQuery(JobQuery("", "", 0, 51), "echo", 5000), 1 << 20),

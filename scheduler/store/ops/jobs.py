@@ -39,6 +39,7 @@ from scheduler.store.scripts import Call, listing
 from scheduler.store.scripts import create as create_scripts
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled, Poller
+from scheduler.store.scripts.listing import QueuePlace
 from scheduler.store.scripts.retry import Retried, RetryPolicy, retry_jobs
 
 T = TypeVar("T")
@@ -199,6 +200,12 @@ def attempts(shard: Shard, job_id: str, namespaces: str = "") -> Steps[list[byte
     """The job's ended attempts, oldest first (scripts.listing.ATTEMPTS); JobNotFound for a
     job outside `namespaces` too (models/namespace.py scope)."""
     return (yield from run(listing.attempts(job_id, namespaces)))
+
+
+@operation(by_job)
+def queue_place(shard: Shard, job_id: str, namespaces: str = "") -> Steps[QueuePlace | None]:
+    """A pending job's place in its queue, for its page (scripts.listing.QUEUE_PLACE)."""
+    return (yield from run(listing.queue_place(job_id, namespaces)))
 
 
 @operation(by_job)

@@ -107,6 +107,33 @@ def attempts(job_id: str, namespaces: str = "") -> Call[list[bytes]]:
     return ATTEMPTS.call(job_id=job_id, namespaces=namespaces)
 
 
+@dataclass(frozen=True, slots=True)
+class QueuePlace:
+    """Where a pending job waits: `ahead` jobs before it in a queue of `queued`."""
+
+    ahead: int
+    queued: int
+
+
+def _queue_place(reply: list[Any]) -> QueuePlace | None:
+    check_found(reply[0], JobNotFound)
+    return QueuePlace(int(reply[1]), int(reply[2])) if len(reply) == 3 else None
+
+
+QUEUE_PLACE = Script(
+    "QUEUE_PLACE",
+    "job_id namespaces",
+    _queue_place,
+    read_only=True,
+)
+
+
+def queue_place(job_id: str, namespaces: str = "") -> Call[QueuePlace | None]:
+    """A pending job's place in the queue it waits in (None in none); JobNotFound as
+    `attempts`."""
+    return QUEUE_PLACE.call(job_id=job_id, namespaces=namespaces)
+
+
 def _picked(reply: list[Any]) -> str:
     if reply[0] == codes.NO_NODES:
         raise NoHealthyNodes()
