@@ -22,6 +22,7 @@ address, the log has no ERROR and no traceback, and Ctrl-C stops everything, exi
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -143,14 +144,18 @@ def morning_at_the_cli(
     assert user.cli("retry", fixed).out == f"retried: {fixed}\n"
     ends[fixed] = ("done", "", "recovered\n")
 
-    # A long job holds the node's one slot; the urgent one submitted after the routine one
-    # runs first once the long one is cancelled.
-    long = submitted(user.cli("submit", "sleep 60"))
-    user.reaches(long, ("running",))
+    # Long jobs hold every slot of the node (`up` runs as many at once as the machine has
+    # cores); the urgent one submitted after the routine one runs first once they are
+    # cancelled.
+    longs = [submitted(user.cli("submit", "sleep 60")) for _ in range(os.cpu_count() or 1)]
+    for long in longs:
+        user.reaches(long, ("running",))
     routine = submitted(user.cli("submit", "echo routine"))
     urgent = submitted(user.cli("submit", "echo urgent", "--priority", "5"))
-    user.cli("cancel", long)
-    ends |= {long: CANCELLED, routine: ("done", "", "routine\n"), urgent: ("done", "", "urgent\n")}
+    for long in longs:
+        user.cli("cancel", long)
+    ends |= dict.fromkeys(longs, CANCELLED)
+    ends |= {routine: ("done", "", "routine\n"), urgent: ("done", "", "urgent\n")}
     user.ended(urgent)
     user.ended(routine)
     first, second = (
@@ -161,7 +166,7 @@ def morning_at_the_cli(
     listed = user.cli("list").out
     assert all(f"job_id={job_id} " in listed for job_id in ends), listed
     dead = user.cli("list", "--status", "failed").out
-    assert {failing, long} <= set(re.findall(r"job_id=(\S+)", dead)), dead
+    assert {failing, *longs} <= set(re.findall(r"job_id=(\S+)", dead)), dead
     assert f"job_id={hello} " not in dead, dead
 
     added = user.cli("schedule", "add", "tick", "--every", "5", "echo tick")

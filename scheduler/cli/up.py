@@ -140,6 +140,10 @@ def _child_env(redis_url: str, api_url: str, data_dir: Path) -> dict[str, str]:
     # Its own agent takes a node token: the secure mode, where nothing needs the original.
     if not env.get("AGENT_AUTH") and not env.get("REGISTRY_URL"):
         env["AGENT_AUTH"] = "token"
+    # The original's one job at a time per node (a `serve`'s default still) left a newcomer's
+    # second job waiting behind the first on a machine of several cores: its agent runs as
+    # many as the machine has, as a worker pool does (Celery's concurrency, rq's workers).
+    env.setdefault("MAX_JOBS_PER_NODE", str(os.cpu_count() or 1))
     return env
 
 

@@ -24,6 +24,7 @@ from scheduler.cli.agent import default_node_id
 from scheduler.cli.embedded import UpError
 from scheduler.cli.supervisor import Supervisor, restart_delay
 from scheduler.cli.up import _banner, _child_env, _wait_registered
+from scheduler.config import Settings
 from scheduler.snapshot import layout
 from scheduler.store.keys import Keys
 from tests.fakes import FakeRegistry, FakeService
@@ -400,6 +401,20 @@ def test_up_runs_its_agents_with_node_tokens(
     assert _child_env("redis://x", "http://y", tmp_path)["AGENT_AUTH"] == "open"
 
 
+def test_up_runs_as_many_jobs_at_once_as_the_machine_has_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newcomer's second job waited behind a `sleep 60` on a 2-core machine: `serve`'s
+    default (the original's 1) is not `up`'s."""
+    monkeypatch.delenv("MAX_JOBS_PER_NODE", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 6)
+    env = _child_env("redis://127.0.0.1:1/0", "http://127.0.0.1:9001", tmp_path)
+    assert env["MAX_JOBS_PER_NODE"] == "6"
+    assert Settings.from_env(env).max_jobs_per_node == 6  # the API's and the agent's
+    monkeypatch.setenv("MAX_JOBS_PER_NODE", "1")  # an operator's own choice stands
+    assert _child_env("redis://x", "http://y", tmp_path)["MAX_JOBS_PER_NODE"] == "1"
+
+
 def test_restart_backoff_doubles_to_a_cap() -> None:
     assert [restart_delay(n) for n in (1, 2, 3, 6, 7, 20)] == [1, 2, 4, 30, 30, 30]
 
@@ -451,7 +466,6 @@ def test_the_client_takes_a_session_key_only_for_its_address_from_a_private_file
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from scheduler.client import session
-    from scheduler.config import Settings
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     key, path = session.create("http://127.0.0.1:9001")
