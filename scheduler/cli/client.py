@@ -43,7 +43,7 @@ from scheduler.cli.refusals import (
     said,
     submitting,
 )
-from scheduler.client import Client, NotFound, SchedulerError
+from scheduler.client import ApiError, Client, NotFound, SchedulerError
 from scheduler.config import Settings
 from scheduler.models.attempt import Attempt
 from scheduler.models.job import FINAL_STATUSES as FINAL
@@ -252,16 +252,29 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
 
 
 def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """A pending job is cancelled at once; a running one is cancelling until its agent has
-    stopped it (--wait waits for that)."""
-    job = client.cancel(args.job_id)
-    if args.wait and job.status not in FINAL:
-        job = client.wait(args.job_id, poll_secs=args.poll_secs)
-    if args.json:
-        print_json(job, out)
-    else:
-        _echo(format_job(fields(job)), out)
-    return 0
+    """Each job in turn: a pending one is cancelled at once, a running one is cancelling
+    until its agent has stopped it (--wait waits for that). A job refused (not found,
+    already finished) has its error line and the next is tried; exit 1 unless every one was
+    cancelled. A refused key ends it (each further try would be another wrong key)."""
+    cancelled = 0
+    for job_id in args.job_ids:
+        try:
+            job = client.cancel(job_id)
+            if args.wait and job.status not in FINAL:
+                job = client.wait(job_id, poll_secs=args.poll_secs)
+        except ApiError as exc:
+            error = said(exc)
+            if error.refused_key or error.locked_for:
+                raise error from None
+            out.flush()
+            print(error, file=err)
+            continue
+        if args.json:
+            print_json(job, out)
+        else:
+            _echo(format_job(fields(job)), out)
+        cancelled += 1
+    return 0 if cancelled == len(args.job_ids) else 1
 
 
 def _echo(text: str, out: TextIO) -> None:
@@ -374,9 +387,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=_handler(status))
 
     p = sub.add_parser(
-        "cancel", help="cancel a job, or stop a service: scheduler cancel job-1 [--wait]"
+        "cancel",
+        help="cancel jobs, or stop services: scheduler cancel job-1 [job-2 ...] [--wait]",
     )
-    _job_id(p)
-    p.add_argument("--wait", action="store_true", help="wait until the job is cancelled")
+    p.add_argument("job_ids", nargs="+", metavar="JOB_ID", help="each job's id, e.g. job-1")
+    p.add_argument("--wait", action="store_true", help="wait until each job is cancelled")
     _common(p)
     p.set_defaults(handler=_handler(cancel))

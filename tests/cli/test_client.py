@@ -409,6 +409,44 @@ def test_cancel_wait_waits_for_the_agent(api: str, cli: Cli) -> None:
     assert code == 0 and "status=failed failure_reason=cancelled" in out and "exit_code=-1" in out
 
 
+def test_cancel_takes_several_ids_and_goes_on_after_an_error(api: str, cli: Cli) -> None:
+    """`scheduler cancel job-1 job-2 job-3`: each in turn, a refused one said on its line
+    (the next still tried), exit 0 only when every one was cancelled."""
+    first, second = (httpx.post(f"{api}/jobs", json={"command": "true"}).json() for _ in "ab")
+    reason = "status=failed failure_reason=cancelled"
+    code, out, err = cli(api, "cancel", first["job_id"], "job-999999", second["job_id"])
+    assert (code, err) == (1, "error: job not found (404)\n")
+    assert out == "".join(
+        f'job_id={job["job_id"]} node_id=node-1 {reason} command="true"\n'
+        for job in (first, second)
+    )
+    code, out, err = cli(api, "cancel", first["job_id"], second["job_id"])
+    assert (code, out) == (1, "")
+    assert err == "error: job already finished (409)\n" * 2
+    third, fourth = (httpx.post(f"{api}/jobs", json={"command": "true"}).json() for _ in "ab")
+    code, out, err = cli(api, "cancel", third["job_id"], fourth["job_id"], "--wait", "--json")
+    assert (code, err) == (0, "")
+    decoder, at, ids = json.JSONDecoder(), 0, []
+    while at < len(out):  # one JSON object per job, as a single cancel prints it
+        job, at = decoder.raw_decode(out, at)
+        ids.append(job["job_id"])
+        at += 1
+    assert ids == [third["job_id"], fourth["job_id"]]
+
+
+def test_cancel_of_several_stops_at_a_refused_key(
+    secured: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every further id would be sent with the same refused key: one error and its hint."""
+    monkeypatch.delenv("TINYAWS_API_KEY", raising=False)
+    code, out, err = cli(secured, "cancel", "job-1", "job-2", "job-3")
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: unauthorized (401)\n"
+        "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
+    )
+
+
 def _agent_steps(url: str, job_id: str, *steps: dict[str, object]) -> threading.Thread:
     """Play the agent: each report half a second after the last (the client long-polls)."""
 
