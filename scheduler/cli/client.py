@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from scheduler.cli.job_options import OptionError, add_job_options, job_body
+from scheduler.cli.job_options import OptionError, add_job_options, idempotency_key, job_body
 from scheduler.cli.output import (
     attempt_line,
     exit_status,
@@ -37,9 +37,11 @@ from scheduler.cli.output import (
     unplaced_warning,
 )
 from scheduler.cli.refusals import (
+    USAGE,
     ClientError,
     auth_hint,
     lockout_hint,
+    refused_option,
     said,
     submitting,
 )
@@ -69,12 +71,14 @@ Command = Callable[[argparse.Namespace, Client, TextIO, TextIO], int]
 def run(
     command: Command, args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
 ) -> int:
-    """The command's exit status; what ends it (a ClientError, any library error) said on
-    `err`, with the hint after a refused key."""
+    """The command's exit status; what ends it (a ClientError, an option's value refused, any
+    library error) said on `err`, with the hint after a refused key."""
     try:
         return command(args, client, out, err)
     except ClientError as exc:
         error = exc
+    except OptionError as exc:
+        error = refused_option(exc)
     except SchedulerError as exc:
         error = said(exc)
     out.flush()
@@ -83,7 +87,7 @@ def run(
         print(auth_hint("authorization" in client.http.headers), file=err)
     if error.locked_for:
         print(lockout_hint(error.locked_for), file=err)
-    return 1
+    return error.exit_status
 
 
 def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
@@ -145,16 +149,8 @@ def usage_error(args: argparse.Namespace, message: str) -> None:
     given do not go together."""
     error: Callable[[str], None] | None = getattr(args, "usage_error", None)
     if error is None:
-        raise ClientError(f"error: {message}")
+        raise ClientError(f"error: {message}", exit_status=USAGE)
     error(message)
-
-
-def job_body_of(args: argparse.Namespace) -> dict[str, Any]:
-    """The job the options give (job_options.py), or ClientError saying which is wrong."""
-    try:
-        return job_body(args)
-    except OptionError as exc:
-        raise ClientError(f"error: {exc}") from None
 
 
 def _watched(
@@ -178,11 +174,11 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         from scheduler.cli.batch import submit_many  # it imports this module
 
         return submit_many(args, client, out, err)
-    body = job_body_of(args)
+    body, key = job_body(args), idempotency_key(args.idempotency_key)
     if "command" not in body:
         usage_error(args, "the following arguments are required: command (or --from FILE)")
     with submitting():
-        job = client.submit(idempotency_key=args.idempotency_key, **body)
+        job = client.submit(idempotency_key=key, **body)
     if not args.json:
         where = f"on node {job.node_id}" if job.node_id else "on no node yet"
         reason = f", pending_reason={job.pending_reason}" if job.pending_reason else ""

@@ -108,11 +108,29 @@ def test_submit_failure_prints_code_and_body_and_exits_1(api: str, cli: Cli) -> 
     assert code == 1 and err == "error: instance not found (503)\n"
 
 
-def test_a_bad_env_flag_is_refused_before_sending(api: str, cli: Cli) -> None:
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--env", "NOEQUALS"], "--env 'NOEQUALS': use NAME=VALUE"),
+        (["--select", "zone"], "--select 'zone': use KEY=VALUE or KEY=VALUE,VALUE"),
+        (["--idempotency-key", "a b"], "'a b': use 1 to 255 visible ASCII characters"),
+        (["--idempotency-key", "clé"], "'clé': use 1 to 255 visible ASCII characters"),
+        (["--idempotency-key", "k" * 256], "use 1 to 255 visible ASCII characters"),
+    ],
+)
+def test_a_bad_options_value_is_a_usage_error_before_sending(
+    api: str, cli: Cli, argv: list[str], said: str
+) -> None:
+    """Exit 2, as argparse's own usage errors (a scheduler's refusal exits 1), the message
+    as every command says an error; --idempotency-key by the scheduler's own rule."""
     before = len(httpx.get(f"{api}/jobs").json())
-    code, _, err = cli(api, "submit", "x", "--env", "NOEQUALS")
-    assert code == 1 and "NAME=VALUE" in err
+    code, out, err = cli(api, "submit", "x", *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {argv[0]} ") and err.endswith(f"{said}\n"), err
+    assert err.count("\n") == 1
     assert len(httpx.get(f"{api}/jobs").json()) == before
+    code, _, _ = cli(api, "submit", "x", "--idempotency-key", "k" * 255, "--json")
+    assert code == 0  # the longest key the scheduler takes
 
 
 @pytest.mark.parametrize("bad", ["-1", "0", "nan", "soon"])
@@ -890,7 +908,7 @@ def test_submit_says_what_a_job_needs_and_why_it_waits(api: str, cli: Cli) -> No
     code, out, _ = cli(api, "submit", "make", "--node", "cli-absent")
     assert out.endswith("on no node yet (status=pending, pending_reason=no_fit)\n")
     code, _, err = cli(api, "submit", "make", "--select", "zone")
-    assert code == 1 and "--select 'zone': use KEY=VALUE" in err
+    assert code == 2 and "--select 'zone': use KEY=VALUE" in err
     for waiting in httpx.get(f"{api}/jobs", params={"status": "pending"}).json():
         if waiting["node_id"] == "":
             httpx.delete(f"{api}/jobs/{waiting['job_id']}")

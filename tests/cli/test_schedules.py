@@ -74,6 +74,10 @@ def test_errors_say_what_the_api_said(api: str, cli: Cli) -> None:
     assert code == 0
     code, _, err = cli(api, "schedule", "add", "dup", "--every", "5", "x")
     assert (code, err) == (1, "error: schedule already exists (409)\n")
+    # An option's value refused before any request: a usage error, as argparse's own.
+    code, out, err = cli(api, "schedule", "add", "env", "--every", "5", "--env", "NOEQ", "x")
+    assert (code, out, err) == (2, "", "error: --env 'NOEQ': use NAME=VALUE\n")
+    assert cli(api, "schedule", "show", "env")[0] == 1  # not made
 
 
 def test_add_takes_submits_job_options(
