@@ -829,6 +829,37 @@ def test_status_says_when_a_job_is_due_and_what_it_waits_for(api: str, cli: Cli)
         httpx.delete(f"{api}/jobs/{job_id}")
 
 
+def test_status_says_run_at_only_while_the_job_is_delayed(api: str, cli: Cli) -> None:
+    """A job a dependency released, or a retry by hand started again, keeps its run_at (the
+    dashboard's wait counts from it): `status` said `run_at=` of a time it no longer waits
+    for, as if it were delayed."""
+    first = httpx.post(f"{api}/jobs", json={"command": "echo first"}).json()["job_id"]
+    body = {"command": "echo next", "after": [first]}
+    released = httpx.post(f"{api}/jobs", json=body).json()["job_id"]
+    finish(api, first, "done", 0, "")
+    failed = httpx.post(f"{api}/jobs", json={"command": "exit 3", "max_retries": 0}).json()
+    finish(api, failed["job_id"], "failed", 3, "")
+    assert cli(api, "retry", failed["job_id"])[0] == 0
+    for job_id in (released, failed["job_id"]):
+        job = httpx.get(f"{api}/jobs/{job_id}").json()
+        assert job["status"] == "pending" and job["run_at"], job  # kept in the record
+        code, out, _ = cli(api, "status", job_id)
+        assert code == 0 and " status=pending " in out and "run_at=" not in out, out
+    assert f" after={first} " in cli(api, "status", released)[1]  # what it ran after, still
+    for job_id in (released, failed["job_id"]):
+        httpx.delete(f"{api}/jobs/{job_id}")
+
+
+def test_format_job_says_run_at_while_delayed() -> None:
+    job = {"job_id": "job-1", "node_id": "n", "command": "x", "run_at": "2026-12-24T06:00:00Z"}
+    delayed = format_job({**job, "status": "delayed"})
+    assert (
+        delayed == 'job_id=job-1 node_id=n status=delayed run_at=2026-12-24T06:00:00Z command="x"\n'
+    )
+    for status in ("pending", "running", "done"):
+        assert "run_at" not in format_job({**job, "status": status})
+
+
 def test_retry_starts_failed_jobs_over(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "exit 3", "max_retries": 0}).json()
     finish(api, job["job_id"], "failed", 3, "")
