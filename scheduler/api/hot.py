@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -40,7 +39,14 @@ from scheduler.models.job import (
     validate_create,
     validate_update,
 )
-from scheduler.models.wire import ID_RE, DecodeError, decode_go_style
+from scheduler.models.wire import (
+    ID_RE,
+    IDEMPOTENCY_KEY_MAX,
+    IDEMPOTENCY_KEY_RE,
+    IDEMPOTENCY_KEY_RULE,
+    DecodeError,
+    decode_go_style,
+)
 from scheduler.snapshot.restore import restore_at_start
 from scheduler.store import ops
 from scheduler.store.errors import Conflict, StoreNotReady
@@ -164,12 +170,10 @@ async def once_restored(state: AppState, call: Callable[[], Awaitable[T]]) -> T:
         return await call()
 
 
-IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")
-
-
 def check_idempotency_key(key: str) -> None:
     if key and not IDEMPOTENCY_KEY_RE.fullmatch(key):
-        raise HTTPError(400, "invalid Idempotency-Key: use 1 to 255 visible ASCII characters")
+        rule = IDEMPOTENCY_KEY_RULE.format(most=IDEMPOTENCY_KEY_MAX)
+        raise HTTPError(400, f"invalid Idempotency-Key: {rule}")
 
 
 def _dedup(key: str, request: msgspec.Struct, ttl: int, namespace: str) -> Dedup:

@@ -30,10 +30,11 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from scheduler.cli.client import ARRAY_SIZE_RULE, MAX_ARRAY_SIZE, fields, job_body_of, usage_error
-from scheduler.cli.job_options import in_option_terms
+from scheduler.cli.client import ARRAY_SIZE_RULE, MAX_ARRAY_SIZE, fields, usage_error
+from scheduler.cli.job_options import idempotency_key, in_option_terms, job_body
 from scheduler.cli.refusals import ClientError, submitting
 from scheduler.client import BatchEntry, Client
+from scheduler.client.jobs import part_key
 from scheduler.models.batch import MAX_JOBS
 
 TASK_INDEX, TASK_COUNT = "TASK_INDEX", "TASK_COUNT"
@@ -52,7 +53,13 @@ Item = tuple[Name, dict[str, Any] | str, frozenset[str]]
 def submit_many(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     if args.wait:
         usage_error(args, "--wait waits for one job: not with --from or --count")
-    defaults = job_body_of(args)
+    defaults = job_body(args)
+    # Before a line is read: the longest key a request of the run may be sent under (the
+    # last batch's, cut by the client in as many parts as it has jobs) must be one the
+    # scheduler takes, or a run stops half made.
+    last = _batch_key(args.idempotency_key, (MAX_ARRAY_SIZE - 1) // MAX_JOBS)
+    longest = part_key(last, MAX_JOBS - 1)
+    idempotency_key(args.idempotency_key, longest.removeprefix(args.idempotency_key))
     if args.from_file is not None:
         if args.count is not None or "command" in defaults:
             usage_error(args, "--from reads the jobs from FILE: no command, no --count")
@@ -119,7 +126,7 @@ def _send_all(
     tried = 0
     for number, batch in enumerate(_batches(items)):
         jobs = [job for _, job, _ in batch if isinstance(job, dict)]
-        entries = iter(_sent(client, jobs, f"{key}-{number}") if jobs else [])
+        entries = iter(_sent(client, jobs, _batch_key(key, number)) if jobs else [])
         for name, job, own in batch:
             entry = fields(next(entries)) if isinstance(job, dict) else {"error": job}
             if "job_id" in entry:
@@ -133,6 +140,11 @@ def _send_all(
     out.flush()
     err.write(summary(made, tried))
     return 1
+
+
+def _batch_key(key: str, number: int) -> str:
+    """The Idempotency-Key the `number`th batch (from 0) of a run under `key` is sent with."""
+    return f"{key}-{number}"
 
 
 def summary(made: list[Name], tried: int) -> str:

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from scheduler.cli.job_options import OptionError, add_job_options, job_body
+from scheduler.cli.job_options import OptionError, add_job_options, idempotency_key, job_body
 from scheduler.cli.output import (
     attempt_line,
     exit_status,
@@ -37,13 +37,15 @@ from scheduler.cli.output import (
     unplaced_warning,
 )
 from scheduler.cli.refusals import (
+    USAGE,
     ClientError,
     auth_hint,
     lockout_hint,
+    refused_option,
     said,
     submitting,
 )
-from scheduler.client import Client, NotFound, SchedulerError
+from scheduler.client import ApiError, Client, NotFound, SchedulerError
 from scheduler.config import Settings
 from scheduler.models.attempt import Attempt
 from scheduler.models.job import FINAL_STATUSES as FINAL
@@ -69,12 +71,14 @@ Command = Callable[[argparse.Namespace, Client, TextIO, TextIO], int]
 def run(
     command: Command, args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
 ) -> int:
-    """The command's exit status; what ends it (a ClientError, any library error) said on
-    `err`, with the hint after a refused key."""
+    """The command's exit status; what ends it (a ClientError, an option's value refused, any
+    library error) said on `err`, with the hint after a refused key."""
     try:
         return command(args, client, out, err)
     except ClientError as exc:
         error = exc
+    except OptionError as exc:
+        error = refused_option(exc)
     except SchedulerError as exc:
         error = said(exc)
     out.flush()
@@ -83,7 +87,7 @@ def run(
         print(auth_hint("authorization" in client.http.headers), file=err)
     if error.locked_for:
         print(lockout_hint(error.locked_for), file=err)
-    return 1
+    return error.exit_status
 
 
 def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
@@ -145,16 +149,8 @@ def usage_error(args: argparse.Namespace, message: str) -> None:
     given do not go together."""
     error: Callable[[str], None] | None = getattr(args, "usage_error", None)
     if error is None:
-        raise ClientError(f"error: {message}")
+        raise ClientError(f"error: {message}", exit_status=USAGE)
     error(message)
-
-
-def job_body_of(args: argparse.Namespace) -> dict[str, Any]:
-    """The job the options give (job_options.py), or ClientError saying which is wrong."""
-    try:
-        return job_body(args)
-    except OptionError as exc:
-        raise ClientError(f"error: {exc}") from None
 
 
 def _watched(
@@ -178,11 +174,11 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         from scheduler.cli.batch import submit_many  # it imports this module
 
         return submit_many(args, client, out, err)
-    body = job_body_of(args)
+    body, key = job_body(args), idempotency_key(args.idempotency_key)
     if "command" not in body:
         usage_error(args, "the following arguments are required: command (or --from FILE)")
     with submitting():
-        job = client.submit(idempotency_key=args.idempotency_key, **body)
+        job = client.submit(idempotency_key=key, **body)
     if not args.json:
         where = f"on node {job.node_id}" if job.node_id else "on no node yet"
         reason = f", pending_reason={job.pending_reason}" if job.pending_reason else ""
@@ -252,16 +248,29 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
 
 
 def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """A pending job is cancelled at once; a running one is cancelling until its agent has
-    stopped it (--wait waits for that)."""
-    job = client.cancel(args.job_id)
-    if args.wait and job.status not in FINAL:
-        job = client.wait(args.job_id, poll_secs=args.poll_secs)
-    if args.json:
-        print_json(job, out)
-    else:
-        _echo(format_job(fields(job)), out)
-    return 0
+    """Each job in turn: a pending one is cancelled at once, a running one is cancelling
+    until its agent has stopped it (--wait waits for that). A job refused (not found,
+    already finished) has its error line and the next is tried; exit 1 unless every one was
+    cancelled. A refused key ends it (each further try would be another wrong key)."""
+    cancelled = 0
+    for job_id in args.job_ids:
+        try:
+            job = client.cancel(job_id)
+            if args.wait and job.status not in FINAL:
+                job = client.wait(job_id, poll_secs=args.poll_secs)
+        except ApiError as exc:
+            error = said(exc)
+            if error.refused_key or error.locked_for:
+                raise error from None
+            out.flush()
+            print(error, file=err)
+            continue
+        if args.json:
+            print_json(job, out)
+        else:
+            _echo(format_job(fields(job)), out)
+        cancelled += 1
+    return 0 if cancelled == len(args.job_ids) else 1
 
 
 def _echo(text: str, out: TextIO) -> None:
@@ -374,9 +383,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=_handler(status))
 
     p = sub.add_parser(
-        "cancel", help="cancel a job, or stop a service: scheduler cancel job-1 [--wait]"
+        "cancel",
+        help="cancel jobs, or stop services: scheduler cancel job-1 [job-2 ...] [--wait]",
     )
-    _job_id(p)
-    p.add_argument("--wait", action="store_true", help="wait until the job is cancelled")
+    p.add_argument("job_ids", nargs="+", metavar="JOB_ID", help="each job's id, e.g. job-1")
+    p.add_argument("--wait", action="store_true", help="wait until each job is cancelled")
     _common(p)
     p.set_defaults(handler=_handler(cancel))

@@ -19,6 +19,7 @@ from typing import Any
 
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import JOB_FIELDS, REQUEST_ONLY
+from scheduler.models.wire import IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_RE, IDEMPOTENCY_KEY_RULE
 
 
 class OptionError(ValueError):
@@ -212,3 +213,13 @@ def job_body(args: argparse.Namespace) -> dict[str, Any]:
     if node:
         body["node_selector"] = {**body.get("node_selector", {}), "node.id": node}
     return body
+
+
+def idempotency_key(key: str, adds: str = "") -> str:
+    """--idempotency-key's KEY, checked before any request by the scheduler's own rule
+    (models/wire.py), as sent: with `adds`, the most a batch adds to it for one of its
+    requests; OptionError for a key the scheduler would refuse ("": none, a new one)."""
+    if key and not IDEMPOTENCY_KEY_RE.fullmatch(key + adds):
+        rule = IDEMPOTENCY_KEY_RULE.format(most=IDEMPOTENCY_KEY_MAX - len(adds))
+        raise OptionError(f"--idempotency-key {key!r}: {rule}")
+    return key

@@ -36,8 +36,12 @@ def go_quote(text: str) -> str:
 # Why a job is where it is, when the scheduler says: why it waits for a node, why it failed,
 # whose queue it was taken from (work stealing).
 REASONS = ("pending_reason", "failure_reason", "taken_from")
-# When it is due (a delay, a retry's backoff; kept once due), and the jobs it runs after.
+# When it is due (a delay, a retry's backoff), and the jobs it runs after. run_at is said
+# only while the job is delayed until it: the record keeps it once due, set again by a
+# dependency's release or a retry by hand (the dashboard's wait counts from it), when it no
+# longer says what the job waits for.
 WAITS_FOR = ("run_at", "after")
+DUE_WHILE = "delayed"
 
 
 def _listed(value: object) -> str:
@@ -48,9 +52,11 @@ def _listed(value: object) -> str:
 
 def format_job(job: dict[str, Any]) -> str:
     """The original's printJob, and why the job is where it is (REASONS) and what it waits
-    for (WAITS_FOR), when set."""
+    for (WAITS_FOR), when set (run_at while it is delayed)."""
     reason = "".join(f" {name}={job[name]}" for name in REASONS if job.get(name))
-    reason += "".join(f" {name}={_listed(job[name])}" for name in WAITS_FOR if job.get(name))
+    due = job.get("status") == DUE_WHILE
+    waits = [name for name in WAITS_FOR if job.get(name) and (name != "run_at" or due)]
+    reason += "".join(f" {name}={_listed(job[name])}" for name in waits)
     text = (
         f"job_id={job.get('job_id', '')} node_id={job.get('node_id', '')} "
         f"status={job.get('status', '')}{reason} command={go_quote(job.get('command', ''))}\n"

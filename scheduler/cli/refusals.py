@@ -1,27 +1,44 @@
-"""How every command says an error: `ClientError` (the message, exit status 1, and the hints
-a refused key gets), and the scheduler's refusals said in one form (`said`: `error: <message>
-(<HTTP status>)`, a job's field named as the option that set it: `submitting`)."""
+"""How every command says an error: `ClientError` (the message, exit status 1, or USAGE for
+an option's value refused before any request, and the hints a refused key gets), and the
+scheduler's refusals said in one form (`said`: `error: <message> (<HTTP status>)`, a job's
+field named as the option that set it: `submitting`)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
 
-from scheduler.cli.job_options import in_option_terms
+from scheduler.cli.job_options import OptionError, in_option_terms
 from scheduler.client import ApiError, SchedulerError, TooManyRequests
+
+# A usage error's exit status, as argparse's own: an option's value refused before any
+# request (`error: --env 'NOEQ': use NAME=VALUE`), where a scheduler's refusal exits 1.
+USAGE = 2
 
 
 class ClientError(Exception):
-    """Ends the command with this message on stderr and exit status 1; `status`: the
+    """Ends the command with this message on stderr and `exit_status`; `status`: the
     scheduler's, when the message says an answer of it; `refused_key`: the answer refused
     the key (the command ends with a hint naming TINYAWS_API_KEY); `locked_for`: seconds
     this address's wrong keys are refused for (a hint says when to try again)."""
 
     def __init__(
-        self, message: str, status: int = 0, refused_key: bool = False, locked_for: float = 0
+        self,
+        message: str,
+        status: int = 0,
+        refused_key: bool = False,
+        locked_for: float = 0,
+        exit_status: int = 1,
     ) -> None:
         super().__init__(message)
         self.status, self.refused_key, self.locked_for = status, refused_key, locked_for
+        self.exit_status = exit_status
+
+
+def refused_option(exc: OptionError) -> ClientError:
+    """An option's value refused before any request: a usage error (exit 2), said as every
+    command says an error."""
+    return ClientError(f"error: {exc}", exit_status=USAGE)
 
 
 def locked_for(exc: ApiError) -> float:

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import TextIO
 from zoneinfo import ZoneInfo
 
-from scheduler.cli.client import Command, _common, _handler, _positive, job_body_of, print_json
-from scheduler.cli.job_options import add_job_options
+from scheduler.cli.client import Command, _common, _handler, _positive, print_json
+from scheduler.cli.job_options import add_job_options, job_body
 from scheduler.cli.output import table
 from scheduler.cli.refusals import submitting
 from scheduler.client import Client, Schedule
@@ -37,7 +37,7 @@ def _next(schedule: Schedule) -> str:
 
 
 def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    job = job_body_of(args)
+    job = job_body(args)
     with submitting():
         schedule = client.add_schedule(
             args.name,

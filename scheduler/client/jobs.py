@@ -59,13 +59,19 @@ def submit_many(
     key = idempotency_key or str(uuid.uuid4())
     made: list[BatchEntry] = []
     for number, batch in enumerate(_batches(jobs)):
-        headers = {"Idempotency-Key": f"{key}.{number}" if number else key}
+        headers = {"Idempotency-Key": part_key(key, number)}
         body = b'{"jobs":[' + b",".join(batch) + b"]}"
         answer = yield from calls.call(
             _entries, "POST", "/jobs/batch", True, json=body, headers=headers
         )
         made += [read_entry(entry) for entry in answer.get("jobs", [])]
     return made
+
+
+def part_key(key: str, number: int) -> str:
+    """The Idempotency-Key of the `number`th request (from 0) of a submit_many under `key`:
+    its own part of it (the first's, the key itself)."""
+    return f"{key}.{number}" if number else key
 
 
 def _batches(jobs: Iterable[Mapping[str, Any]]) -> Iterable[list[bytes]]:

@@ -30,6 +30,7 @@ import msgspec
 from cronsim import CronSim, CronSimError
 
 from scheduler.models.access_key import ANYONE, Principal
+from scheduler.models.cron import cron_refusal
 from scheduler.models.job import JobCreate, new_job, validate_create
 from scheduler.models.namespace import stored
 from scheduler.models.wire import DecodeError, InvalidInput, check_id, decode_go_style, rfc3339
@@ -132,7 +133,7 @@ def _check_cron(expr: str, tz: ZoneInfo, now: float) -> None:
     try:
         next(CronSim(expr, datetime.fromtimestamp(now, tz)))
     except CronSimError as exc:
-        raise InvalidInput(f"invalid cron {expr!r}: {exc}") from None
+        raise InvalidInput(f"invalid cron {expr!r}: {cron_refusal(expr, str(exc))}") from None
     except StopIteration:
         raise InvalidInput(f"invalid cron {expr!r}: it never matches") from None
 

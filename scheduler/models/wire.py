@@ -23,6 +23,11 @@ from scheduler.models.rules import NESTED_TOO_DEEPLY, explain, not_an_object, no
 
 # "." and ".." are excluded: ids end up in URL paths (the registry's /instances/{id}).
 ID_RE = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}")
+# An Idempotency-Key (POST /jobs, POST /jobs/batch): the API refuses any other (400), and the
+# CLI refuses one before sending it (IDEMPOTENCY_KEY_RULE says the rule, naming `most`).
+IDEMPOTENCY_KEY_MAX = 255
+IDEMPOTENCY_KEY_RE = re.compile(rf"[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX}}}")
+IDEMPOTENCY_KEY_RULE = "use 1 to {most} visible ASCII characters"
 # Go decodes into int (64 bits): a larger number is a decode error there, and here.
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 

@@ -47,10 +47,12 @@ class SnapshotBusy(RuntimeError):
 
 
 def snapshot_once(settings: Settings, *, lock_ttl: float = SNAPSHOT_LOCK_SECS) -> int:
-    """The worker's periodic task: write the jobs changed since the last snapshot. Returns how
-    many were written (0 when another process is writing one, or when a restore was refused)."""
+    """The worker's periodic task: write the jobs changed since the last snapshot, and log how
+    many (`scheduler snapshot` prints its own line instead: once). Returns how many were
+    written (0 when another process is writing one, or when a restore was refused)."""
+    started = time.monotonic()
     try:
-        return write_snapshot(settings, lock_ttl=lock_ttl)
+        written = write_snapshot(settings, lock_ttl=lock_ttl)
     except SnapshotBusy:
         log.info("snapshot: another process is writing one")
         return 0
@@ -60,6 +62,9 @@ def snapshot_once(settings: Settings, *, lock_ttl: float = SNAPSHOT_LOCK_SECS) -
     except LockError as exc:
         log.warning("snapshot: abandoned, rolled back: %s", exc)
         return 0
+    if written:
+        log.info("snapshot: %d jobs written in %.3f s", written, time.monotonic() - started)
+    return written
 
 
 def write_snapshot(
@@ -94,7 +99,6 @@ def write_snapshot(
 
 
 def _write_changes(store: SyncJobStore, path: str, lock: Lock, lock_ttl: float) -> int:
-    started = time.monotonic()
     if store.run(snapshot_scripts.take_dirty()) == 0:
         return 0
     written, settled = 0, []  # rows upserted; ids that may leave the in-flight set
@@ -107,7 +111,6 @@ def _write_changes(store: SyncJobStore, path: str, lock: Lock, lock_ttl: float) 
             lock.extend(lock_ttl, replace_ttl=True)
     # Only now may the changes be forgotten: a crash before this leaves them in flight.
     _forget(store, settled)
-    log.info("snapshot: %d jobs written in %.3f s", written, time.monotonic() - started)
     return written
 
 

@@ -251,6 +251,29 @@ def test_an_array_over_the_cap_is_a_usage_error_and_makes_nothing(
     assert cli(api, "submit", "--from", str(path))[0] == 0
 
 
+@pytest.mark.parametrize("how", [["--count", "2", "x"], ["--from", "-"]])
+def test_a_bad_idempotency_key_is_a_usage_error_before_any_batch(
+    api: str, cli: Cli, monkeypatch: pytest.MonkeyPatch, how: list[str]
+) -> None:
+    """The scheduler refused it (400) at the first batch; a key that fits alone but not with
+    what a run adds (`-9` a batch, `.999` a part of one) refused a later batch, half made."""
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"command": "a"}\n'))
+    code, out, err = cli(api, "submit", *how, "--idempotency-key", "a b")
+    assert (code, out) == (2, "")
+    assert err == "error: --idempotency-key 'a b': use 1 to 249 visible ASCII characters\n"
+    code, _, err = cli(api, "submit", *how, "--idempotency-key", "k" * 250)
+    assert code == 2 and err.endswith(": use 1 to 249 visible ASCII characters\n"), err
+    assert jobs(api) == []
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"command": "a"}\n'))
+    assert cli(api, "submit", *how, "--idempotency-key", "k" * 249)[0] == 0
+
+
+def test_a_bad_option_value_is_a_usage_error(api: str, cli: Cli) -> None:
+    code, out, err = cli(api, "submit", "--count", "2", "--env", "NOEQ", "x")
+    assert (code, out, err) == (2, "", "error: --env 'NOEQ': use NAME=VALUE\n")
+    assert jobs(api) == []
+
+
 def test_spans_are_runs_of_numbers() -> None:
     assert batch.spans([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
     assert batch.summary([("line", 1)], 2) == "made 1 of 2 jobs (line 1); 1 not made\n"

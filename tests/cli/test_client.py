@@ -108,11 +108,29 @@ def test_submit_failure_prints_code_and_body_and_exits_1(api: str, cli: Cli) -> 
     assert code == 1 and err == "error: instance not found (503)\n"
 
 
-def test_a_bad_env_flag_is_refused_before_sending(api: str, cli: Cli) -> None:
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--env", "NOEQUALS"], "--env 'NOEQUALS': use NAME=VALUE"),
+        (["--select", "zone"], "--select 'zone': use KEY=VALUE or KEY=VALUE,VALUE"),
+        (["--idempotency-key", "a b"], "'a b': use 1 to 255 visible ASCII characters"),
+        (["--idempotency-key", "clé"], "'clé': use 1 to 255 visible ASCII characters"),
+        (["--idempotency-key", "k" * 256], "use 1 to 255 visible ASCII characters"),
+    ],
+)
+def test_a_bad_options_value_is_a_usage_error_before_sending(
+    api: str, cli: Cli, argv: list[str], said: str
+) -> None:
+    """Exit 2, as argparse's own usage errors (a scheduler's refusal exits 1), the message
+    as every command says an error; --idempotency-key by the scheduler's own rule."""
     before = len(httpx.get(f"{api}/jobs").json())
-    code, _, err = cli(api, "submit", "x", "--env", "NOEQUALS")
-    assert code == 1 and "NAME=VALUE" in err
+    code, out, err = cli(api, "submit", "x", *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {argv[0]} ") and err.endswith(f"{said}\n"), err
+    assert err.count("\n") == 1
     assert len(httpx.get(f"{api}/jobs").json()) == before
+    code, _, _ = cli(api, "submit", "x", "--idempotency-key", "k" * 255, "--json")
+    assert code == 0  # the longest key the scheduler takes
 
 
 @pytest.mark.parametrize("bad", ["-1", "0", "nan", "soon"])
@@ -407,6 +425,44 @@ def test_cancel_wait_waits_for_the_agent(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "cancel", job["job_id"], "--wait", "--poll-secs", "5")
     agent.join()
     assert code == 0 and "status=failed failure_reason=cancelled" in out and "exit_code=-1" in out
+
+
+def test_cancel_takes_several_ids_and_goes_on_after_an_error(api: str, cli: Cli) -> None:
+    """`scheduler cancel job-1 job-2 job-3`: each in turn, a refused one said on its line
+    (the next still tried), exit 0 only when every one was cancelled."""
+    first, second = (httpx.post(f"{api}/jobs", json={"command": "true"}).json() for _ in "ab")
+    reason = "status=failed failure_reason=cancelled"
+    code, out, err = cli(api, "cancel", first["job_id"], "job-999999", second["job_id"])
+    assert (code, err) == (1, "error: job not found (404)\n")
+    assert out == "".join(
+        f'job_id={job["job_id"]} node_id=node-1 {reason} command="true"\n'
+        for job in (first, second)
+    )
+    code, out, err = cli(api, "cancel", first["job_id"], second["job_id"])
+    assert (code, out) == (1, "")
+    assert err == "error: job already finished (409)\n" * 2
+    third, fourth = (httpx.post(f"{api}/jobs", json={"command": "true"}).json() for _ in "ab")
+    code, out, err = cli(api, "cancel", third["job_id"], fourth["job_id"], "--wait", "--json")
+    assert (code, err) == (0, "")
+    decoder, at, ids = json.JSONDecoder(), 0, []
+    while at < len(out):  # one JSON object per job, as a single cancel prints it
+        job, at = decoder.raw_decode(out, at)
+        ids.append(job["job_id"])
+        at += 1
+    assert ids == [third["job_id"], fourth["job_id"]]
+
+
+def test_cancel_of_several_stops_at_a_refused_key(
+    secured: str, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every further id would be sent with the same refused key: one error and its hint."""
+    monkeypatch.delenv("TINYAWS_API_KEY", raising=False)
+    code, out, err = cli(secured, "cancel", "job-1", "job-2", "job-3")
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: unauthorized (401)\n"
+        "hint: the scheduler needs an API key: set TINYAWS_API_KEY to it\n"
+    )
 
 
 def _agent_steps(url: str, job_id: str, *steps: dict[str, object]) -> threading.Thread:
@@ -773,6 +829,37 @@ def test_status_says_when_a_job_is_due_and_what_it_waits_for(api: str, cli: Cli)
         httpx.delete(f"{api}/jobs/{job_id}")
 
 
+def test_status_says_run_at_only_while_the_job_is_delayed(api: str, cli: Cli) -> None:
+    """A job a dependency released, or a retry by hand started again, keeps its run_at (the
+    dashboard's wait counts from it): `status` said `run_at=` of a time it no longer waits
+    for, as if it were delayed."""
+    first = httpx.post(f"{api}/jobs", json={"command": "echo first"}).json()["job_id"]
+    body = {"command": "echo next", "after": [first]}
+    released = httpx.post(f"{api}/jobs", json=body).json()["job_id"]
+    finish(api, first, "done", 0, "")
+    failed = httpx.post(f"{api}/jobs", json={"command": "exit 3", "max_retries": 0}).json()
+    finish(api, failed["job_id"], "failed", 3, "")
+    assert cli(api, "retry", failed["job_id"])[0] == 0
+    for job_id in (released, failed["job_id"]):
+        job = httpx.get(f"{api}/jobs/{job_id}").json()
+        assert job["status"] == "pending" and job["run_at"], job  # kept in the record
+        code, out, _ = cli(api, "status", job_id)
+        assert code == 0 and " status=pending " in out and "run_at=" not in out, out
+    assert f" after={first} " in cli(api, "status", released)[1]  # what it ran after, still
+    for job_id in (released, failed["job_id"]):
+        httpx.delete(f"{api}/jobs/{job_id}")
+
+
+def test_format_job_says_run_at_while_delayed() -> None:
+    job = {"job_id": "job-1", "node_id": "n", "command": "x", "run_at": "2026-12-24T06:00:00Z"}
+    delayed = format_job({**job, "status": "delayed"})
+    assert (
+        delayed == 'job_id=job-1 node_id=n status=delayed run_at=2026-12-24T06:00:00Z command="x"\n'
+    )
+    for status in ("pending", "running", "done"):
+        assert "run_at" not in format_job({**job, "status": status})
+
+
 def test_retry_starts_failed_jobs_over(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "exit 3", "max_retries": 0}).json()
     finish(api, job["job_id"], "failed", 3, "")
@@ -852,7 +939,7 @@ def test_submit_says_what_a_job_needs_and_why_it_waits(api: str, cli: Cli) -> No
     code, out, _ = cli(api, "submit", "make", "--node", "cli-absent")
     assert out.endswith("on no node yet (status=pending, pending_reason=no_fit)\n")
     code, _, err = cli(api, "submit", "make", "--select", "zone")
-    assert code == 1 and "--select 'zone': use KEY=VALUE" in err
+    assert code == 2 and "--select 'zone': use KEY=VALUE" in err
     for waiting in httpx.get(f"{api}/jobs", params={"status": "pending"}).json():
         if waiting["node_id"] == "":
             httpx.delete(f"{api}/jobs/{waiting['job_id']}")

@@ -69,11 +69,15 @@ def test_add_list_show_pause_resume_delete(api: str, cli: Cli) -> None:
 def test_errors_say_what_the_api_said(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "schedule", "add", "bad", "--cron", "61 * * * *", "x")
     assert (code, out) == (1, "")
-    assert err.startswith("error: invalid cron '61 * * * *'")
+    assert err == "error: invalid cron '61 * * * *': minute 61 is out of range 0-59 (400)\n"
     code, _, err = cli(api, "schedule", "add", "dup", "--every", "5", "x")
     assert code == 0
     code, _, err = cli(api, "schedule", "add", "dup", "--every", "5", "x")
     assert (code, err) == (1, "error: schedule already exists (409)\n")
+    # An option's value refused before any request: a usage error, as argparse's own.
+    code, out, err = cli(api, "schedule", "add", "env", "--every", "5", "--env", "NOEQ", "x")
+    assert (code, out, err) == (2, "", "error: --env 'NOEQ': use NAME=VALUE\n")
+    assert cli(api, "schedule", "show", "env")[0] == 1  # not made
 
 
 def test_add_takes_submits_job_options(

@@ -3,6 +3,7 @@ operator's `scheduler snapshot` / `scheduler restore --from FILE` commands."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -119,6 +120,18 @@ def test_an_older_file_missing_columns_is_migrated_in_place(
 # The operator's commands.
 
 
+def test_the_workers_snapshot_logs_what_it_wrote(
+    settings: Settings, store: SyncJobStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The periodic snapshot has no output but its log (`scheduler snapshot` prints its own
+    line, and logs none: test_cli_snapshot_and_restore)."""
+    put_records(store, [full_record("job-1")])
+    with caplog.at_level(logging.INFO, "scheduler.snapshot"):
+        assert snapshot_once(settings) == 1
+    said = [r.message for r in caplog.records if "jobs written" in r.message]
+    assert len(said) == 1 and said[0].startswith("snapshot: 1 jobs written in "), said
+
+
 def test_cli_snapshot_and_restore(
     settings: Settings,
     store: SyncJobStore,
@@ -128,14 +141,18 @@ def test_cli_snapshot_and_restore(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setenv("REDIS_URL", settings.redis_url)
     monkeypatch.setenv("REDIS_PREFIX", prefix)
     monkeypatch.setenv("SCHEDULER_DB", str(db))
     put_records(store, [full_record("job-1"), full_record("job-2")])
     rclient.set(Keys(prefix).job_seq, 2)
-    assert cli_main(["snapshot"]) == 0
+    with caplog.at_level(logging.INFO, "scheduler.snapshot"):
+        assert cli_main(["snapshot"]) == 0
     assert "2 changed jobs written" in capsys.readouterr().out
+    # Said once: the worker's periodic snapshot logs it, the command prints it.
+    assert [r.message for r in caplog.records if "jobs written" in r.message] == []
     assert set(rows(db)) == {"job-1", "job-2"}
 
     other = tmp_path / "other.db"
