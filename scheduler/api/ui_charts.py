@@ -165,13 +165,17 @@ def legend(lines: Sequence[Line], figures: dict[str, str]) -> str:
     return f'<p class="legend">{items}</p>'
 
 
-def load_bar(running: int, capacity: int) -> str:
-    """A node's running jobs against its capacity: a bar and "running / capacity", the
-    values in data attributes (the tests read them) and a <title> (a hover shows it)."""
+def load_bar(running: int, capacity: int, services: int = 0) -> str:
+    """A node's running jobs against its capacity (the slots of MAX_JOBS_PER_NODE they
+    hold): a bar and "running / capacity", the values in data attributes (the tests read
+    them) and a <title> (a hover shows it); the services it runs besides, which take no
+    slot, said after it (a service alone drew a full node that still took jobs)."""
     share = min(running / capacity, 1.0) if capacity else 1.0
+    besides = f" + {services} service{'s' if services != 1 else ''}" if services > 0 else ""
     return (
         f'<svg class="bar" viewBox="0 0 100 10" preserveAspectRatio="none" '
         f'data-running="{running}" data-capacity="{capacity}"><rect width="100" height="10" '
         f'fill="#eaeef2"/><rect width="{share * 100:.1f}" height="10" fill="{SKY}"/>'
-        f"<title>{running} of {capacity} running</title></svg> {running} / {capacity}"
+        f"<title>{running} of {capacity} running{besides}</title></svg> {running} / {capacity}"
+        f"{escape(besides)}"
     )

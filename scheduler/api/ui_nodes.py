@@ -159,7 +159,7 @@ async def nodes_page(request: Request) -> Response:
     limited = bool(caller(request).namespaces)
     rows = []
     for node_id in sorted(seen_all.queues.keys() | offers.keys()):
-        pending, running = seen_all.queues.get(node_id, (0, 0))
+        pending, running, slots = seen_all.queues.get(node_id, (0, 0, 0))
         seen = seen_all.last_seen.get(node_id, 0.0)
         health = "healthy" if is_live(seen, view.now, settings.node_ttl_secs) else "unhealthy"
         link = (
@@ -176,7 +176,7 @@ async def nodes_page(request: Request) -> Response:
             (' class="num"', memory),
             (' class="wide"', labels),
             (' class="num"', str(pending)),
-            ("", load_bar(running, settings.max_jobs_per_node)),
+            ("", load_bar(slots, settings.max_jobs_per_node, running - slots)),
             ("", _drain_cell(node_id, seen_all.drained.get(node_id), token, view)),
         )
         rows.append(f'<tr id="node-{escape(node_id)}">{card_cells(NODE_HEADINGS, cells)}</tr>')

@@ -44,6 +44,25 @@ def test_each_node_shows_what_it_offers_and_runs(make_client: ClientFactory) -> 
     assert 'data-running="1" data-capacity="3"' in api.get("/ui/nodes").text
 
 
+def test_a_service_takes_no_slot_and_the_bar_says_it_runs_besides(
+    make_client: ClientFactory,
+) -> None:
+    """A service alone drew its node full (1 / 1) while the node still took jobs: the bar
+    counts the slots of MAX_JOBS_PER_NODE, the services beside it, on both pages."""
+    api = make_client(max_jobs_per_node=1)
+    api.post("/nodes/register", json={"id": "n1", "hostname": "n1", "cpu_count": 2})
+    service = submit(api, command="exec sleep 300", job_type="service", port=18080)
+    assert report(api, service["job_id"], "running").status_code == 200
+    n1 = node_rows(api.get("/ui/nodes").text)["n1"]
+    assert n1["running / capacity"].strip() == "0 / 1 + 1 service"
+    job = submit(api, command="sleep 1")
+    assert report(api, job["job_id"], "running").status_code == 200  # its slot was free
+    page = api.get("/ui/nodes").text
+    assert node_rows(page)["n1"]["running / capacity"].strip() == "1 / 1 + 1 service"
+    assert 'data-running="1" data-capacity="1"' in page
+    assert "1 / 1 + 1 service" in api.get("/ui").text  # the dashboard's nodes
+
+
 def test_the_background_counters_say_what_they_count(
     make_client: ClientFactory, make_settings: SettingsFactory, rclient: redis.Redis
 ) -> None:

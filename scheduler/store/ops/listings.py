@@ -171,7 +171,7 @@ def overview(shard: Shard) -> Steps[overview_scripts.Overview]:
 def _scan(which: str) -> Steps[overview_scripts.Piece]:
     """Every node of one of NODE_LOADS' scans, as one piece."""
     seen: dict[str, float] = {}
-    queues: dict[str, tuple[int, int]] = {}
+    queues: dict[str, overview_scripts.Queue] = {}
     cursor = "0"
     while True:
         piece = yield from run(overview_scripts.node_loads(which, cursor))

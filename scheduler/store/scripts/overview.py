@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from scheduler.store.scripts.replies import pairs
 from scheduler.store.scripts.script import Call, Script
@@ -17,8 +17,17 @@ from scheduler.store.scripts.script import Call, Script
 T = TypeVar("T")
 
 # Nodes a NODE_LOADS script reads (ZSCAN's COUNT, a hint it keeps to within a few): about
-# 1 ms of Redis (two ZCARDs a node).
+# 1.5 ms of Redis (two ZCARDs and an SCARD a node).
 PIECE = 500
+
+
+class Queue(NamedTuple):
+    """A node's jobs: pending, running (services too), and the run-jobs holding one of its
+    MAX_JOBS_PER_NODE slots (running or cancelling: places.py BUSY)."""
+
+    pending: int
+    running: int
+    slots: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +37,7 @@ class Overview:
     running jobs; the jobs by status, the background counters, the outbox, the drains."""
 
     last_seen: dict[str, float]
-    queues: dict[str, tuple[int, int]]  # node id -> (pending, running)
+    queues: dict[str, Queue]
     by_status: dict[str, int]
     stats: dict[str, int]
     outbox: int
@@ -69,17 +78,17 @@ class Piece:
 
     cursor: str
     last_seen: dict[str, float]
-    queues: dict[str, tuple[int, int]]
+    queues: dict[str, Queue]
 
 
 def _piece(reply: list[Any]) -> Piece:
     cursor, rows = str(reply[0], "utf-8"), reply[1]
     seen, queues = {}, {}
-    for i in range(0, len(rows), 4):
+    for i in range(0, len(rows), 5):
         node = str(rows[i], "utf-8")
-        queues[node] = (int(rows[i + 1]), int(rows[i + 2]))
-        if rows[i + 3]:
-            seen[node] = float(rows[i + 3])
+        queues[node] = Queue(int(rows[i + 1]), int(rows[i + 2]), int(rows[i + 3]))
+        if rows[i + 4]:
+            seen[node] = float(rows[i + 4])
     return Piece(cursor, seen, queues)
 
 

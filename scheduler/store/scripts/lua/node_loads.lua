@@ -3,8 +3,9 @@
 -- One step of a scan of the nodes (ZSCAN: a node there the whole scan is met at least once,
 -- maybe twice): which "seen", every registered node (nodes:seen, with its last heartbeat);
 -- "compute", the compute nodes not registered (nodes:compute: a deleted one while jobs are
--- bound to it, an external registry's sighting). Each with its pending and running jobs.
--- Returns {next cursor ("0": done), {id, pending, running, last heartbeat or "", ...}}
+-- bound to it, an external registry's sighting). Each with its pending and running jobs,
+-- and its run-jobs holding a slot (MAX_JOBS_PER_NODE's: a service takes none).
+-- Returns {next cursor ("0": done), {id, pending, running, slots, last heartbeat or "", ...}}
 local registered = which == "seen"
 local step = redis.call("ZSCAN", registered and K.nodes_seen or K.nodes_compute, cursor,
   "COUNT", count)
@@ -15,6 +16,7 @@ for i = 1, #found, 2 do
     rows[#rows + 1] = node
     rows[#rows + 1] = redis.call("ZCARD", K.node_status(node, "pending"))
     rows[#rows + 1] = redis.call("ZCARD", K.node_status(node, "running"))
+    rows[#rows + 1] = redis.call("SCARD", K.node_busy(node))
     rows[#rows + 1] = registered and found[i + 1] or ""
   end
 end
