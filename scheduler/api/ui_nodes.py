@@ -72,6 +72,13 @@ COUNTER_WORDS = {
     "schedule_unplaced": "schedule ticks not fired yet: no node could take the job",
     "schedule_unreadable": "schedule ticks not fired: the schedule could not be read",
 }
+# What the table lists, and what it does not: a newcomer's service job, running, was not in
+# it (the original's registry, POST /services, is the Rust agent's).
+SERVICES_NOTE = (
+    "The services agents registered (the Rust agent registers those it runs). A job "
+    "submitted as a service (--service) is listed with the jobs: the reference agent runs "
+    "it without registering it."
+)
 OUTBOX = "outbox"
 OFFERS_MAX = PIECE
 
@@ -87,7 +94,10 @@ def _services_table(blobs: list[bytes], view: View) -> str:
         cells.append(view.when(svc.created_at))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     body = "".join(rows) or '<tr><td colspan="6">no services</td></tr>'
-    return f'<div class="scroll"><table id="services"><tr>{head}</tr>{body}</table></div>'
+    return (
+        f'<p class="muted" id="services-note">{SERVICES_NOTE}</p>'
+        f'<div class="scroll"><table id="services"><tr>{head}</tr>{body}</table></div>'
+    )
 
 
 def _drain_cell(node_id: str, by: str | None, token: str, view: View) -> str:

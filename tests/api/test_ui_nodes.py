@@ -61,6 +61,8 @@ def test_a_service_takes_no_slot_and_the_bar_says_it_runs_besides(
     assert node_rows(page)["n1"]["running / capacity"].strip() == "1 / 1 + 1 service"
     assert 'data-running="1" data-capacity="1"' in page
     assert "1 / 1 + 1 service" in api.get("/ui").text  # the dashboard's nodes
+    # Not a registered one: the table says what it lists, and where the job is.
+    assert ">no services<" in page and "submitted as a service (--service) is listed" in page
 
 
 def test_the_background_counters_say_what_they_count(
