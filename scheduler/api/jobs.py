@@ -190,6 +190,12 @@ async def get_attempts(request: Request) -> Response:
     return json_array(await _store(request).run(attempts))
 
 
+async def get_place(request: Request) -> Response:
+    """A pending job's place in the queue it waits in ({} in none: models/queue_place.py)."""
+    place = ops.jobs.queue_place(_job_id(request), caller(request).scope)
+    return json_bytes(msgspec.json.encode(await _store(request).run(place)))
+
+
 async def update_job(request: Request) -> Response:
     """An agent's report (hot.report_job)."""
     report = (_job_id(request), _auth(request).caller(request), declared_length(request))

@@ -39,6 +39,7 @@ from scheduler.models.attempt import Attempt
 from scheduler.models.event import Event
 from scheduler.models.job import Job, JobCreate, JobUpdate
 from scheduler.models.log import Accepted, OffsetConflict, OutputChunk
+from scheduler.models.queue_place import QueuePlace
 from scheduler.models.retry import RetryAnswer, RetryRequest
 from scheduler.models.schedule import ScheduleRequest, ScheduleView
 
@@ -193,6 +194,20 @@ TABLE = RouteTable(
                     role=READER,
                     summary="A job's ended attempts, oldest first",
                     answers=got(list[Attempt]),
+                )
+            },
+        ),
+        # A pending job's place in its queue (models/queue_place.py): as GET /jobs/{id}, whose
+        # answer stays the record alone (the agents' path).
+        Entry(
+            "/jobs/{job_id}/place",
+            {
+                "GET": Method(
+                    jobs.get_place,
+                    KEY,
+                    role=READER,
+                    summary="A pending job's place in the queue it waits in ({} in none)",
+                    answers=got(QueuePlace),
                 )
             },
         ),

@@ -45,17 +45,16 @@ from scheduler.models.job import (
     FINAL_STATUSES,
     JOB_FIELDS,
     NOT_STARTED,
-    QUOTA_REASONS,
     Job,
     attempt_of,
     job_decoder,
     seen_by,
 )
 from scheduler.models.labels import selector_text
+from scheduler.models.queue_place import NOWHERE, QueuePlace, in_words
 from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
-from scheduler.store.scripts.listing import QueuePlace
 
 # Why the scheduler ended a job, in words (models/job.py ENDINGS' reasons): the page's own,
 # for people (no route or command names; a cancel says by whom: `reason`).
@@ -180,24 +179,8 @@ def _node_link(node_id: str, view: View) -> str:
     return f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
 
 
-def _queue(job: Job, place: QueuePlace | None, view: View) -> str:
-    """Where a pending job waits, in words ("" in no queue). Ahead is the queue's order;
-    a job behind may still start first where it fits and they do not, or an idle node
-    takes it (work stealing)."""
-    if place is None:
-        return ""
-    if job.node_id:
-        where = f"the queue of {_node_link(job.node_id, view)}"
-    elif job.pending_reason in QUOTA_REASONS:
-        where = "its namespace's jobs waiting for quota"
-    else:
-        where = "the jobs waiting for a node"
-    ahead = "first" if place.ahead == 0 else f"{grouped(place.ahead)} ahead of it"
-    return f"{ahead} in {where} ({grouped(place.queued)} queued)"
-
-
 def summary_rows(
-    job: Job, view: View, allowed_retries: int, place: QueuePlace | None = None
+    job: Job, view: View, allowed_retries: int, place: QueuePlace = NOWHERE
 ) -> list[tuple[str, str]]:
     """(label, HTML) of what happened, the empty ones left out."""
     node = _node_link(job.node_id, view) if job.node_id else '<span class="muted">none yet</span>'
@@ -213,7 +196,10 @@ def summary_rows(
         ("exit code", escape(exit_code)),
         ("ran for", escape(duration(job, view.now))),
         ("node", node),
-        ("in queue", _queue(job, place, view)),
+        (
+            "in queue",
+            in_words(place, job.node_id, job.pending_reason, lambda n: _node_link(n, view)),
+        ),
         ("made by", _schedule(job, view)),
         _attempt(job, allowed_retries),
         ("submitted", view.when(job.created_at)),
@@ -353,7 +339,7 @@ async def job_page(request: Request) -> Response:
         raise HTTPError(404, "job not found")
     job = job_decoder.decode(blob)
     settings = _settings(request)
-    queued = place if isinstance(place, QueuePlace) else None
+    queued = place if isinstance(place, QueuePlace) else NOWHERE
     body = _table("summary", summary_rows(job, view, settings.max_job_retries, queued))
     action = ACTIONS.get(job.status)
     posted = f"/ui/jobs/{job.job_id}/{action}"

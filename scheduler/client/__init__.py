@@ -40,6 +40,7 @@ from scheduler.models.batch import Made, Refused
 from scheduler.models.event import Event
 from scheduler.models.job import Job
 from scheduler.models.log import Dropped, Ended, Output, Status
+from scheduler.models.queue_place import QueuePlace
 from scheduler.models.quota import NamespaceView, Quota, Use
 from scheduler.models.registry import Node, NodeDrained, NodeUndrained
 from scheduler.models.retry import RetryAnswer
@@ -71,6 +72,7 @@ __all__ = [
     "NodeUndrained",
     "NotFound",
     "Output",
+    "QueuePlace",
     "Quota",
     "Refused",
     "RetryAnswer",

@@ -122,6 +122,7 @@ class AsyncClient(driving.Base):
     retry = _awaited(ops.retry)
     retry_many = _awaited(ops.retry_many)
     attempts = _awaited(ops.attempts)
+    place = _awaited(ops.place)
     logs = _awaited(ops.logs)
     follow_logs = _async_iterating(ops.follow_logs)
     events = _async_iterating(ops.events)

@@ -122,6 +122,7 @@ class Client(driving.Base):
     retry = _returning(ops.retry)
     retry_many = _returning(ops.retry_many)
     attempts = _returning(ops.attempts)
+    place = _returning(ops.place)
     logs = _returning(ops.logs)
     follow_logs = _iterating(ops.follow_logs)
     events = _iterating(ops.events)

@@ -16,6 +16,7 @@ from scheduler.client.steps import NOW, Feed, Flow, Item, Sleep
 from scheduler.models.attempt import Attempt
 from scheduler.models.batch import MAX_JOBS
 from scheduler.models.job import FINAL_STATUSES, Job
+from scheduler.models.queue_place import QueuePlace
 from scheduler.models.retry import MAX_IDS, RetryAnswer
 
 MAX_WAIT_SECS = 60.0  # the API's bound on a long-poll's `wait` (store/connection/notify.py)
@@ -234,3 +235,12 @@ _attempts = calls.decoded(list[Attempt])
 def attempts(job_id: str, /) -> Flow[list[Attempt]]:
     """The job's ended attempts, oldest first."""
     return (yield from calls.call(_attempts, "GET", calls.path("jobs", job_id, "attempts"), True))
+
+
+_place = calls.decoded(QueuePlace)
+
+
+def place(job_id: str, /) -> Flow[QueuePlace]:
+    """A pending job's place in the queue it waits in: `ahead` of `queued` (both None in
+    none: not pending)."""
+    return (yield from calls.call(_place, "GET", calls.path("jobs", job_id, "place"), True))

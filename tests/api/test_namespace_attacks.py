@@ -95,6 +95,7 @@ JOB_CALLS = [
     ("GET", "/jobs/job-2?wait=1", None),
     ("GET", "/jobs/job-2?wait=60&status_not=failed", None),
     ("GET", "/jobs/job-2/attempts", None),
+    ("GET", "/jobs/job-4/place", None),  # pending: its place would say it is there
     ("GET", "/jobs/job-2/logs", None),
     ("GET", "/jobs/job-2/logs?follow=1", None),
     ("DELETE", "/jobs/job-2", None),
@@ -134,7 +135,7 @@ def test_the_unknown_ids_answers_are_the_ones_the_attacks_compare_with(teams: Te
     """What the attacks above get, said once: a 404 `job not found`, a bulk retry's
     not_found, and `after`'s 400."""
     api, a = teams
-    for path in ("/jobs/job-2", "/jobs/job-2/attempts", "/jobs/job-2/logs"):
+    for path in ("/jobs/job-2", "/jobs/job-2/attempts", "/jobs/job-2/place", "/jobs/job-2/logs"):
         assert answer(api.get(path, headers=a))[::2] == (404, "job not found\n")
     retried = api.post("/jobs/retry", json={"job_ids": ["job-2"]}, headers=a)
     assert assert_json(retried)["not_found"] == ["job-2"]

@@ -252,6 +252,7 @@ def jobs_scenario(api: TestClient, check: Checker) -> None:
     check(api.post("/jobs", json={"command": "echo k"}, headers=again), "/jobs")
     check(api.post("/jobs", json={"command": "echo k"}, headers=again), "/jobs")
     job_id = job["job_id"]
+    assert check(api.get(f"/jobs/{job_id}/place"), "/jobs/{job_id}/place")["ahead"] == 0
     polled = check(api.get("/jobs", params={"node_id": "n1", "status": "pending"}), "/jobs")
     assert job_id in [j["job_id"] for j in polled]
     template = "/jobs/{job_id}"
@@ -266,6 +267,7 @@ def jobs_scenario(api: TestClient, check: Checker) -> None:
     check(api.get(f"/jobs/{job_id}"), template)
     check(api.get(f"/jobs/{job_id}", params={"wait": "1", "status_not": "running"}), template)
     check(api.get(f"/jobs/{job_id}/attempts"), "/jobs/{job_id}/attempts")
+    assert check(api.get(f"/jobs/{job_id}/place"), "/jobs/{job_id}/place") == {}
     check(api.get(f"/jobs/{job_id}/logs"), "/jobs/{job_id}/logs")
     followed = check.events(api.get(f"/jobs/{job_id}/logs?follow=1"), "/jobs/{job_id}/logs")
     assert [name for name, _ in followed] == ["status", "output", "end"]

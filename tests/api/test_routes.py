@@ -63,8 +63,8 @@ def rule_before(method: str, path: str, query: bytes) -> str:
         # A node's drain (issue 24): open at the door, as DELETE /nodes/{id}; another method
         # (a 405) needs the key, as every entry's.
         return "open" if method == "POST" else "key"
-    if re.fullmatch(r"/jobs/[^/]*/(retry|attempts|logs)", path):
-        return "key"  # a job's retry, attempts (issue 23), output (39): the operator's
+    if re.fullmatch(r"/jobs/[^/]*/(retry|attempts|logs|place)", path):
+        return "key"  # a job's retry, attempts (issue 23), output (39), place: the operator's
     if re.fullmatch(r"/jobs/[^/]+/output", path):
         # An agent's live output (issue 39): open at the door (its handler decides, as a
         # report's), another method (a 405) the key's, as every entry's.
@@ -128,6 +128,8 @@ LABELS_BEFORE = {
     "/jobs/{id}/retry",
     # A job's attempts (issue 23): as GET /jobs/{id}, behind the key.
     "/jobs/{id}/attempts",
+    # A pending job's place in its queue: as GET /jobs/{id}, behind the key.
+    "/jobs/{id}/place",
     # Drains (issue 24): the key, or a node's own token for its own node.
     "/nodes/{id}/drain",
     "/nodes/{id}/undrain",

@@ -26,9 +26,9 @@ from scheduler.models import unplaced
 from scheduler.models.attempt import Attempt
 from scheduler.models.job import Job
 from scheduler.models.namespace import scope_text
+from scheduler.models.queue_place import QueuePlace
 from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
-from scheduler.store.scripts.listing import QueuePlace
 from scheduler.store.sync_store import SyncJobStore
 from tests.conftest import ClientFactory, register, report, submit
 
@@ -330,6 +330,10 @@ def test_a_pending_job_says_its_place_in_its_queue(client: TestClient) -> None:
     assert place(urgent) == "first in the queue of n1 (3 queued)"  # priority first
     unplaceable = submit(client, command="echo x", node_selector={"gpu": "yes"})["job_id"]
     assert place(unplaceable) == "first in the jobs waiting for a node (1 queued)"
+    # The same through the API, for the CLI's status: {} in no queue; an unknown job a 404.
+    assert client.get(f"/jobs/{ids[2]}/place").json() == {"ahead": 2, "queued": 3}  # urgent too
+    assert client.get(f"/jobs/{ids[0]}/place").json() == {}
+    assert client.get("/jobs/job-999/place").status_code == 404
 
 
 def test_another_namespaces_job_has_no_queue_place_to_read(
@@ -339,7 +343,9 @@ def test_another_namespaces_job_has_no_queue_place_to_read(
     another namespace is one that does not exist."""
     register(client, "n1")
     job_id = submit(client, command="echo hi")["job_id"]
-    assert store.run(ops.jobs.queue_place(job_id, scope_text(("",)))) == QueuePlace(0, 1)
+    assert store.run(ops.jobs.queue_place(job_id, scope_text(("",)))) == QueuePlace(
+        ahead=0, queued=1
+    )
     with pytest.raises(JobNotFound):
         store.run(ops.jobs.queue_place(job_id, scope_text(("team-a",))))
     with pytest.raises(JobNotFound):

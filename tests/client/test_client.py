@@ -21,6 +21,7 @@ from scheduler.client import (
     Made,
     NotFound,
     Output,
+    QueuePlace,
     Refused,
     SchedulerError,
     Unauthorized,
@@ -59,6 +60,7 @@ def report(url: str, job_id: str, status: str, **fields: Any) -> None:
 def test_a_job_submitted_waited_for_and_its_output_read(client: Client, url: str) -> None:
     job = client.submit("echo hello", env_vars={"WHO": "me"}, priority=3)
     assert (job.status, job.priority, job.env_vars) == ("pending", 3, {"WHO": "me"})
+    assert client.place(job.job_id) == QueuePlace(ahead=0, queued=1)
 
     def agent() -> None:
         report(url, job.job_id, "running")
@@ -70,6 +72,7 @@ def test_a_job_submitted_waited_for_and_its_output_read(client: Client, url: str
     assert client.job(job.job_id) == ended
     [attempt] = client.attempts(job.job_id)
     assert (attempt.reason, attempt.exit_code) == ("done", 0)
+    assert client.place(job.job_id) == QueuePlace()  # ended: in no queue
 
 
 def test_a_wait_that_runs_out_says_so_with_the_job(client: Client) -> None:

@@ -27,6 +27,7 @@ CALLS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     "retry": (("job-1",), {}),
     "retry_many": ((["job-1"],), {}),
     "attempts": (("job-1",), {}),
+    "place": (("job-1",), {}),
     "logs": (("job-1",), {"stream": "stdout", "attempt": 2}),
     "follow_logs": (("job-1",), {"stream": "stderr", "attempt": 1}),
     "events": (

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from scheduler.models.job import Job, JobUpdate
+from scheduler.models.queue_place import QueuePlace
 from scheduler.models.record import record
 from scheduler.nodes.placement import Placement
 from scheduler.store import records
@@ -39,7 +40,6 @@ from scheduler.store.scripts import Call, listing
 from scheduler.store.scripts import create as create_scripts
 from scheduler.store.scripts import jobs as job_scripts
 from scheduler.store.scripts.jobs import NO_DEDUP, Created, Dedup, Polled, Poller
-from scheduler.store.scripts.listing import QueuePlace
 from scheduler.store.scripts.retry import Retried, RetryPolicy, retry_jobs
 
 T = TypeVar("T")
@@ -203,8 +203,8 @@ def attempts(shard: Shard, job_id: str, namespaces: str = "") -> Steps[list[byte
 
 
 @operation(by_job)
-def queue_place(shard: Shard, job_id: str, namespaces: str = "") -> Steps[QueuePlace | None]:
-    """A pending job's place in its queue, for its page (scripts.listing.QUEUE_PLACE)."""
+def queue_place(shard: Shard, job_id: str, namespaces: str = "") -> Steps[QueuePlace]:
+    """A pending job's place in its queue (scripts.listing.QUEUE_PLACE)."""
     return (yield from run(listing.queue_place(job_id, namespaces)))
 
 

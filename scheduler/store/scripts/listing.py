@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.models.namespace import Scope, scope_text
+from scheduler.models.queue_place import NOWHERE, QueuePlace
 from scheduler.nodes.placement import NoHealthyNodes, Placement
 from scheduler.store.errors import JobNotFound
 from scheduler.store.scripts import codes
@@ -107,17 +108,9 @@ def attempts(job_id: str, namespaces: str = "") -> Call[list[bytes]]:
     return ATTEMPTS.call(job_id=job_id, namespaces=namespaces)
 
 
-@dataclass(frozen=True, slots=True)
-class QueuePlace:
-    """Where a pending job waits: `ahead` jobs before it in a queue of `queued`."""
-
-    ahead: int
-    queued: int
-
-
-def _queue_place(reply: list[Any]) -> QueuePlace | None:
+def _queue_place(reply: list[Any]) -> QueuePlace:
     check_found(reply[0], JobNotFound)
-    return QueuePlace(int(reply[1]), int(reply[2])) if len(reply) == 3 else None
+    return QueuePlace(ahead=reply[1], queued=reply[2]) if len(reply) == 3 else NOWHERE
 
 
 QUEUE_PLACE = Script(
@@ -128,8 +121,8 @@ QUEUE_PLACE = Script(
 )
 
 
-def queue_place(job_id: str, namespaces: str = "") -> Call[QueuePlace | None]:
-    """A pending job's place in the queue it waits in (None in none); JobNotFound as
+def queue_place(job_id: str, namespaces: str = "") -> Call[QueuePlace]:
+    """A pending job's place in the queue it waits in (NOWHERE in none); JobNotFound as
     `attempts`."""
     return QUEUE_PLACE.call(job_id=job_id, namespaces=namespaces)
 
