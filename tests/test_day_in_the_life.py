@@ -73,8 +73,9 @@ def tab() -> Iterator[WebDriver]:
 
 
 def submitted(said: Said) -> str:
-    """The id in `submitted job-3 on node n1 (status=pending)`."""
-    found = re.search(r"^submitted (job-\d+) ", said.out, re.MULTILINE)
+    """The id in `submitted job-3 on node n1 (status=pending)`: on stdout, or on stderr
+    with --wait (stdout is then the job's output)."""
+    found = re.search(r"^submitted (job-\d+) ", said.out + said.err, re.MULTILINE)
     assert found, str(said)
     return found[1]
 

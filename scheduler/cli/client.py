@@ -9,7 +9,8 @@ Output is the original tinyaws CLI's (CONTRACT 7): `submitted <id> on node <node
 (status=<status>)`, and for a job `job_id=… node_id=… status=… command="…"`, then
 `exit_code=N`, `stdout:` and `stderr:` blocks when present. New: `--json` prints the
 answer's JSON instead, `submit --wait` waits and prints the job's own output (so
-`scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
+`scheduler submit 'echo hello' --wait` prints hello; its `submitted` line goes to stderr),
+`list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
 (`job-3 running on node-1`), a warning of a job submitted that no node can take (`warning:
 job-12 has no node to run on (no_fit): ...`), `list`'s `more: …` line, and after a 401 or the 429
@@ -186,7 +187,10 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     if not args.json:
         where = f"on node {job.node_id}" if job.node_id else "on no node yet"
         reason = f", pending_reason={job.pending_reason}" if job.pending_reason else ""
-        out.write(f"submitted {job.job_id} {where} (status={job.status}{reason})\n")
+        # With --wait stdout is the job's output (`out=$(scheduler submit CMD --wait)`): the
+        # line is one of the status lines then; without, scripts read the id from stdout.
+        said_on = err if args.wait else out
+        said_on.write(f"submitted {job.job_id} {where} (status={job.status}{reason})\n")
     elif not args.wait:
         print_json(job, out)
     out.flush()

@@ -219,11 +219,13 @@ def test_submit_wait_prints_the_jobs_output(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "submit", "echo waited", "--wait", "--poll-secs", "0.05")
     thread.join()
     assert code == 0
-    lines = out.splitlines()
-    assert lines[0].startswith("submitted job-") and lines[1:] == ["waited"]
-    # stdout is the job's output; the status changes seen while waiting are on stderr.
-    job_id = lines[0].split()[1]
-    assert err.splitlines()[-1] == f"{job_id} done on node-1 (exit_code=0)"
+    # stdout is the job's output (`out=$(scheduler submit CMD --wait)`); the submitted line
+    # and the status changes seen while waiting are on stderr.
+    assert out == "waited\n"
+    said = err.splitlines()
+    assert said[0].startswith("submitted job-")
+    job_id = said[0].split()[1]
+    assert said[-1] == f"{job_id} done on node-1 (exit_code=0)"
 
 
 def test_submit_wait_long_polls_instead_of_sleeping(api: str, cli: Cli) -> None:
@@ -247,7 +249,7 @@ def test_submit_wait_long_polls_instead_of_sleeping(api: str, cli: Cli) -> None:
     began = time.monotonic()
     code, out, _ = cli(api, "submit", "echo long-polled", "--wait", "--poll-secs", "30")
     thread.join()
-    assert code == 0 and out.splitlines()[1:] == ["long-polled"]
+    assert code == 0 and out == "long-polled\n"
     assert time.monotonic() - began < 15
 
 
@@ -443,9 +445,10 @@ def test_submit_wait_prints_each_status_change(api: str, cli: Cli) -> None:
     thread.start()
     code, out, err = cli(api, "submit", "echo changes", "--wait", "--poll-secs", "5")
     thread.join()
-    job_id = out.split()[1]
-    assert code == 0 and out.splitlines()[1:] == ["ok"]
+    job_id = err.split()[1]
+    assert code == 0 and out == "ok\n"
     assert err.splitlines() == [
+        f"submitted {job_id} on node node-1 (status=pending)",
         f"{job_id} running on node-1",
         f"{job_id} done on node-1 (exit_code=0)",  # (its attempt's end: the job's, said once)
     ]
@@ -472,7 +475,7 @@ def test_submit_wait_prints_each_attempt_and_exits_with_the_commands_code(
     thread.start()
     code, out, err = cli(api, "submit", "exit 3", "--max-retries", "1", "--wait")
     thread.join()
-    job_id = out.split()[1]
+    job_id = err.split()[1]
     assert code == 3
     attempts = [
         f"{job_id} attempt 1 on node-1: failed (exit_code=3)",
@@ -502,17 +505,21 @@ def test_submit_wait_says_a_failure_once(api: str, cli: Cli) -> None:
     argv = ["submit", "exit 4", "--max-retries", "0", "--idempotency-key", "said-once", "--wait"]
     code, out, err = cli(api, *argv)
     thread.join()
-    job_id = out.split()[1]
-    assert code == 4 and out.splitlines()[1:] == ["o"]
+    job_id = err.split()[1]
+    assert code == 4 and out == "o\n"
     assert err.splitlines() == [
+        f"submitted {job_id} on node node-1 (status=pending)",
         f"{job_id} running on node-1",
         f"{job_id} failed on node-1 (exit_code=4)",
         "e",
     ]
     # The same key again answers the job, ended already: its end is said all the same.
     code, out, err = cli(api, *argv)
-    assert (code, out.splitlines()[1:]) == (4, ["o"])
-    assert err == f"{job_id} failed on node-1 (exit_code=4)\ne\n"
+    assert (code, out) == (4, "o\n")
+    assert err == (
+        f"submitted {job_id} on node node-1 (status=failed)\n"
+        f"{job_id} failed on node-1 (exit_code=4)\ne\n"
+    )
 
 
 def test_status_wait_prints_each_status_change(api: str, cli: Cli) -> None:
