@@ -363,7 +363,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="wait for the end (status changes on stderr), print its output",
     )
     _common(p)
-    p.set_defaults(handler=_handler(submit), usage_error=p.error)
+    p.set_defaults(handler=_handler(submit), usage_error=p.error, job_prog=p.prog)
 
     p = sub.add_parser("status", help="show a job: scheduler status job-1 [--wait]")
     _job_id(p)

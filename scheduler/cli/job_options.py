@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,6 +196,18 @@ def add_job_options(
     for option in OPTIONS:
         if option.field not in left_out:
             option.add_to(parser, optional_command)
+
+
+def quote_hint(args: argparse.Namespace, extra: list[str]) -> str:
+    """How to give a command of several words typed unquoted (`scheduler submit echo hi`:
+    argparse took `echo` as the command, `hi` as an argument of no option): ` (quote the
+    command: scheduler submit 'echo hi')`; "" when the words left over are all options (a
+    mistyped flag) or the command takes no job command."""
+    command = getattr(args, "job_command", None)  # the positional's dest (Option.dest)
+    prog: str = getattr(args, "job_prog", "")
+    if not command or not prog or all(word.startswith("-") for word in extra):
+        return ""
+    return f" (quote the command: {prog} {shlex.quote(' '.join([command, *extra]))})"
 
 
 def job_body(args: argparse.Namespace) -> dict[str, Any]:

@@ -119,7 +119,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     jobs = a.add_argument_group("each job's options (as submit's)")
     add_job_options(jobs, omit=NOT_IN_TEMPLATE)
     _common(a, poll=False)
-    a.set_defaults(handler=_handler(add))
+    a.set_defaults(handler=_handler(add), usage_error=a.error, job_prog=f"{a.prog} NAME ...")
 
     a = actions.add_parser("list", help="every schedule: name, when, state, next run, last job")
     _common(a, poll=False)

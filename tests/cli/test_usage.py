@@ -1,0 +1,60 @@
+"""Usage errors the CLI says itself, before sending anything (exit 2, argparse's form): a
+command typed unquoted, options that do not go together, a value that cannot be one."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.cli.main import main
+
+
+def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The last line `scheduler ARGV...` says on stderr, once it exited 2 with nothing on
+    stdout."""
+    with pytest.raises(SystemExit) as ended:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    assert (ended.value.code, out) == (2, ""), err
+    return err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["submit", "echo", "hi"],
+            "scheduler submit: error: unrecognized arguments: hi "
+            "(quote the command: scheduler submit 'echo hi')",
+        ),
+        (
+            ["submit", "ls", "-la", "/tmp", "--wait"],
+            "scheduler submit: error: unrecognized arguments: -la /tmp "
+            "(quote the command: scheduler submit 'ls -la /tmp')",
+        ),
+        (
+            ["schedule", "add", "nightly", "--every", "60", "echo", "hi"],
+            "scheduler schedule add: error: unrecognized arguments: hi "
+            "(quote the command: scheduler schedule add NAME ... 'echo hi')",
+        ),
+    ],
+)
+def test_a_command_typed_unquoted_is_told_how_to_quote_it(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """argparse took the first word as the command and said the rest were `scheduler`'s
+    own unrecognized arguments, with the top-level usage."""
+    assert usage_error(capsys, *argv) == said
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # A mistyped option is not a command to quote.
+        (["submit", "echo hi", "--wiat"], "scheduler: error: unrecognized arguments: --wiat"),
+        (["list", "extra"], "scheduler: error: unrecognized arguments: extra"),
+    ],
+)
+def test_other_unrecognized_arguments_are_said_as_argparse_says_them(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    assert usage_error(capsys, *argv) == said
