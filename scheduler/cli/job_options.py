@@ -184,6 +184,10 @@ def in_option_terms(message: str) -> str:
     return FLAGS[named["field"]] + message[named.end() :]
 
 
+# The fields a job has one of at most: when it runs (later, at a time, once others are done).
+ONE_OF = ("delay_secs", "run_at", "after")
+
+
 def add_job_options(
     parser: argparse._ActionsContainer,
     optional_command: bool = False,
@@ -193,8 +197,14 @@ def add_job_options(
     `optional_command`: the command may be left out (`submit --from FILE` reads each job's
     from the file)."""
     left_out = set(omit)
+    # Ways of saying when, one a job (models/job.py stamped): refused here, naming the flags.
+    when = [o for o in OPTIONS if o.field in ONE_OF and o.field not in left_out]
+    group = parser.add_mutually_exclusive_group() if len(when) > 1 else parser
     for option in OPTIONS:
-        if option.field not in left_out:
+        if option in when[:1]:  # side by side: the usage shows [--delay | --run-at | --after]
+            for each in when:
+                each.add_to(group, optional_command)
+        elif option.field not in left_out and option not in when:
             option.add_to(parser, optional_command)
 
 

@@ -58,3 +58,40 @@ def test_other_unrecognized_arguments_are_said_as_argparse_says_them(
     capsys: pytest.CaptureFixture[str], argv: list[str], said: str
 ) -> None:
     assert usage_error(capsys, *argv) == said
+
+
+@pytest.mark.parametrize(
+    ("when", "said"),
+    [
+        (
+            ["--delay", "10", "--run-at", "2026-12-24T06:00:00Z"],
+            "--run-at: not allowed with --delay",
+        ),
+        (
+            ["--run-at", "2026-12-24T06:00:00Z", "--delay", "10"],
+            "--delay: not allowed with --run-at",
+        ),
+        (["--after", "job-1", "--delay", "3"], "--delay: not allowed with --after"),
+        (
+            ["--run-at", "2026-12-24T06:00:00Z", "--after", "job-1"],
+            "--after: not allowed with --run-at",
+        ),
+    ],
+)
+def test_two_ways_of_saying_when_are_refused_naming_the_flags(
+    capsys: pytest.CaptureFixture[str], when: list[str], said: str
+) -> None:
+    """The API's refusal named its fields (`use run_at or delay_secs, not both`), after a
+    round trip; the flags the user typed are one of a kind, as the usage shows them."""
+    first, second = said.split(": not allowed with ")
+    expected = f"scheduler submit: error: argument {first}: not allowed with argument {second}"
+    assert usage_error(capsys, "submit", "true", *when) == expected
+
+
+def test_the_usage_shows_the_ways_of_saying_when_as_one_of(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    usage = " ".join(capsys.readouterr().out.split())
+    assert "[--run-at TIME | --after JOB_ID | --delay SECS]" in usage
