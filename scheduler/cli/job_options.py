@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.models.fields import JobField, Kind
-from scheduler.models.job import JOB_FIELDS, REQUEST_ONLY
+from scheduler.models.job import JOB_FIELDS, REQUEST_ONLY, job_number
 
 
 class OptionError(ValueError):
@@ -53,6 +53,17 @@ def selector(pairs: list[str]) -> dict[str, str | list[str]]:
 def _items(values: list[str]) -> list[str]:
     """A list option, repeated or comma-separated (--after job-1,job-2 --after job-3)."""
     return [item for value in values for item in value.split(",") if item]
+
+
+def job_ids(text: str) -> str:
+    """--after's value, each of its comma-separated ids checked by the API's rule
+    (models/job.py job_number): an empty one (`job-3,,job-4`) or another name is argparse's
+    usage error naming it, exit 2, rather than left out or sent to be refused."""
+    for item in text.split(","):
+        if job_number(item) is None:
+            what = f"{item!r} is not a job id like job-42" if item else "an empty job id"
+            raise argparse.ArgumentTypeError(f"{text!r}: {what}")
+    return text
 
 
 def _same(value: Any) -> Any:
@@ -106,7 +117,12 @@ SPECS: dict[str, Spec] = {
         "--retry-backoff", "wait before a retry, doubled each time (with jitter)", "SECS"
     ),
     "priority": Spec("--priority", "higher runs first (default 0)", "N"),
-    "after": Spec("--after", "run once these jobs are done (repeat, or JOB_ID,JOB_ID)", "JOB_ID"),
+    "after": Spec(
+        "--after",
+        "run once these jobs are done (repeat, or JOB_ID,JOB_ID)",
+        "JOB_ID",
+        {"type": job_ids},
+    ),
     "cpus": Spec("--cpus", "cpus it needs of its node", "N"),
     "memory_mb": Spec("--memory-mb", "memory it needs", "MB"),
     "node_selector": Spec(

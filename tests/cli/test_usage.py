@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.cli.main import main
+from scheduler.cli.job_options import job_body
+from scheduler.cli.main import build_parser, main
 
 
 def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -95,3 +96,29 @@ def test_the_usage_shows_the_ways_of_saying_when_as_one_of(
         main(["submit", "--help"])
     usage = " ".join(capsys.readouterr().out.split())
     assert "[--run-at TIME | --after JOB_ID | --delay SECS]" in usage
+
+
+@pytest.mark.parametrize(
+    ("after", "said"),
+    [
+        ("job-3,,job-4", "'job-3,,job-4': an empty job id"),
+        ("job-3,", "'job-3,': an empty job id"),
+        ("", "'': an empty job id"),
+        ("job-3,jb-4", "'job-3,jb-4': 'jb-4' is not a job id like job-42"),
+        ("3", "'3': '3' is not a job id like job-42"),
+        ("job-3 job-4", "'job-3 job-4': 'job-3 job-4' is not a job id like job-42"),
+    ],
+)
+def test_after_refuses_what_is_not_a_job_id_naming_it(
+    capsys: pytest.CaptureFixture[str], after: str, said: str
+) -> None:
+    """`--after job-3,,job-4` was sent as job-3 and job-4, the empty id left out."""
+    argv = ["submit", "true", "--after", "job-1", "--after", after]
+    assert usage_error(capsys, *argv) == f"scheduler submit: error: argument --after: {said}"
+
+
+def test_after_takes_ids_repeated_or_comma_separated() -> None:
+    args = build_parser("submit").parse_args(
+        ["submit", "true", "--after", "job-1,job-2", "--after", "job-3"]
+    )
+    assert job_body(args)["after"] == ["job-1", "job-2", "job-3"]
