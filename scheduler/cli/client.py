@@ -34,6 +34,7 @@ from scheduler.cli.output import (
     attempt_line,
     exit_status,
     format_job,
+    keeps_running,
     progress,
     unplaced_warning,
 )
@@ -92,7 +93,9 @@ def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
         with connect(args.scheduler_url, settings) as client:
             try:
                 return run(command, args, client, sys.stdout, sys.stderr)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # 128 + SIGINT, as a shell's; the job is not stopped
+                sys.stdout.flush()
+                sys.stderr.write(getattr(args, "on_interrupt", ""))
                 return 130
 
     return handle
@@ -199,6 +202,7 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     _echo(unplaced_warning(fields(job)), err)
     if not args.wait:
         return 0
+    args.on_interrupt = keeps_running(job.job_id, f"scheduler status {job.job_id} --wait")
     changes = _Changes(err, job.status, client)
     # A service runs until stopped: wait until it has started (or ended).
     if body.get("job_type") == "service":
@@ -235,6 +239,7 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         if not args.json:
             _echo(format_job(fields(job)), out)
     else:
+        args.on_interrupt = keeps_running(args.job_id, f"scheduler status {args.job_id} --wait")
         changes = _Changes(err)
         printed = ""
 

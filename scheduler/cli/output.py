@@ -115,6 +115,13 @@ def attempt_line(job_id: str, attempt: dict[str, Any]) -> str:
     )
 
 
+def keeps_running(job_id: str, follow: str) -> str:
+    """What Ctrl-C during a wait (submit --wait, status --wait, logs -f) leaves: the job,
+    which the command only watched, and how to follow it again or stop it: `job-62 keeps
+    running: scheduler status job-62 --wait, or scheduler cancel job-62`."""
+    return f"{job_id} keeps running: {follow}, or scheduler cancel {job_id}\n"
+
+
 def exit_status(job: dict[str, Any]) -> int:
     """The command's own exit code for a job that ended (0 when done; a failure that never
     got one from its command, a cancel say, or one out of a shell's 1..255, is 1)."""
