@@ -786,8 +786,12 @@ def test_retry_starts_failed_jobs_over(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "retry", job["job_id"])
     assert (code, out) == (0, f"retried: {job['job_id']}\n")
     assert httpx.get(f"{api}/jobs/{job['job_id']}").json()["status"] == "pending"
-    code, out, _ = cli(api, "retry", job["job_id"], "job-999999")
-    assert code == 1 and out == f"not found: job-999999\nnot failed: {job['job_id']}\n"
+    code, out, err = cli(api, "retry", job["job_id"], "job-999999")
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: job-999999: job not found\n"
+        f"error: {job['job_id']} is pending, not failed: nothing to retry\n"
+    )
     finish(api, job["job_id"], "failed", 3, "")
     code, out, _ = cli(api, "retry", "--failed", "--yes", "--json")
     assert code == 0 and job["job_id"] in json.loads(out)["retried"]
