@@ -13,8 +13,10 @@ answer's JSON instead, `submit --wait` waits and prints the job's own output (so
 `list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
 (`job-3 running on node-1`), a warning of a job submitted that no node can take (`warning:
-job-12 has no node to run on (no_fit): ...`), `list`'s `more: …` line, and after a 401 or the 429
-of too many wrong keys a hint naming TINYAWS_API_KEY (the 429's with when to try again).
+job-12 has no node to run on (no_fit): ...`) or that has already failed (`warning: job-36
+has already failed (dependency_failed): ...`, exit 1), `list`'s `more: …` line, and after a
+401 or the 429 of too many wrong keys a hint naming TINYAWS_API_KEY (the 429's with when to
+try again).
 SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the environment.
 """
 
@@ -32,6 +34,7 @@ import msgspec
 from scheduler.cli.job_options import OptionError, add_job_options, job_body
 from scheduler.cli.output import (
     attempt_line,
+    ended_warning,
     exit_status,
     format_job,
     keeps_running,
@@ -200,8 +203,9 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     # A job no node can take now, for a reason that does not pass as jobs end: said at once
     # (stderr: stdout is what scripts read), rather than found pending later.
     _echo(unplaced_warning(fields(job)), err)
+    _echo(ended_warning(fields(job)), err)  # a job it runs after had failed, say
     if not args.wait:
-        return 0
+        return 1 if job.status == "failed" else 0
     args.on_interrupt = keeps_running(job.job_id, f"scheduler status {job.job_id} --wait")
     changes = _Changes(err, job.status, client)
     # A service runs until stopped: wait until it has started (or ended).
