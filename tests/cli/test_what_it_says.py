@@ -68,3 +68,17 @@ def test_a_job_submitted_after_a_failed_one_is_said_failed_and_exits_1(api: str,
 )
 def test_the_warning_of_a_job_already_failed(job: dict[str, object], said: str) -> None:
     assert ended_warning(job) == said
+
+
+def test_a_listing_by_an_unknown_node_says_so(api: str, cli: Cli) -> None:
+    """It printed nothing and exited 0, where `drain nope` says `node not found`."""
+    said = "error: node nope not found (`scheduler nodes` lists them)\n"
+    assert cli(api, "list", "--node-id", "nope") == (1, "", said)
+    assert cli(api, "list", "--node-id", "nope", "--json") == (1, "[]\n", said)
+    # A known node none of whose jobs match: said, exit 0.
+    said = "no jobs on node node-1 match\n"
+    assert cli(api, "list", "--node-id", "node-1", "--status", "running") == (0, "", said)
+    # Jobs listed: not a word more.
+    httpx.post(f"{api}/jobs", json={"command": "true"}).raise_for_status()
+    code, out, err = cli(api, "list", "--node-id", "node-1")
+    assert (code, err) == (0, "") and out
