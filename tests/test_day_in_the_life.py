@@ -74,8 +74,9 @@ def tab() -> Iterator[WebDriver]:
 
 
 def submitted(said: Said) -> str:
-    """The id in `submitted job-3 on node n1 (status=pending)`."""
-    found = re.search(r"^submitted (job-\d+) ", said.out, re.MULTILINE)
+    """The id in `submitted job-3 on node n1 (status=pending)`: on stdout, or on stderr
+    with --wait (stdout is then the job's output)."""
+    found = re.search(r"^submitted (job-\d+) ", said.out + said.err, re.MULTILINE)
     assert found, str(said)
     return found[1]
 
@@ -211,7 +212,7 @@ def mistakes(user: User, hello: str) -> None:
     user.cli_wrong("list", "--status", "finished", code=2, says="invalid choice: 'finished'")
     user.cli_wrong("submit", code=2, says="required: command")
     user.cli_wrong("submit", "", code=1, says="error: command or deploy_url is required")
-    user.cli_wrong("retry", hello, code=1, says=f"not failed: {hello}")
+    user.cli_wrong("retry", hello, code=1, says=f"error: {hello} is done, not failed")
     add_tick = ("schedule", "add", "tick", "--every", "5", "echo tick")
     user.cli_wrong(*add_tick, code=1, says="error: schedule already exists (409)")
     user.cli_wrong("drain", "no-such-node", code=1, says="error: node not found")

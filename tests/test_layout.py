@@ -46,6 +46,7 @@ NARROWER: dict[str, set[str]] = {
     # The command-line client (`scheduler submit/status/list`...) is built on the Python
     # client: HTTP only, like the agent.
     "scheduler.cli.client": CLIENT_SIDE,
+    "scheduler.cli.cancel": CLIENT_SIDE,
     "scheduler.cli.batch": CLIENT_SIDE,
     "scheduler.cli.listing": CLIENT_SIDE,
     "scheduler.cli.retry": CLIENT_SIDE,

@@ -65,7 +65,9 @@ async def retry_one(request: Request, job_id: str) -> bytes:
     if done.code == codes.NO_NODES:
         raise HTTPError(503, "no healthy compute nodes")
     if done.code == codes.BLOCKED:
-        raise HTTPError(409, "a job it runs after has failed: retry that one first")
+        raise HTTPError(
+            409, f"a job it runs after has failed ({done.blocked_by}): retry that one first"
+        )
     if done.code == codes.TOO_MANY:
         raise HTTPError(409, "a job it runs after is waited for by too many jobs already")
     return done.job
@@ -88,5 +90,9 @@ async def retry_jobs(request: Request) -> Response:
     for done in await retry_ids(request, job_ids):
         if done.code == codes.TOO_MANY and answer.too_many_waiters is msgspec.UNSET:
             answer.too_many_waiters = []
+        if done.code == codes.BLOCKED:
+            if answer.blocked_by is msgspec.UNSET:
+                answer.blocked_by = {}
+            answer.blocked_by[done.job_id] = done.blocked_by
         getattr(answer, _ANSWER_LISTS[done.code]).append(done.job_id)
     return json_bytes(msgspec.json.encode(answer))

@@ -40,6 +40,7 @@ from scheduler.api.ui_layout import (
 )
 from scheduler.api.ui_live import SCRIPT, live_section
 from scheduler.models import unplaced
+from scheduler.models.endings import FAILURE_WORDS
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import (
     FINAL_STATUSES,
@@ -56,14 +57,6 @@ from scheduler.models.wire import ID_RE
 from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
 
-# Why the scheduler ended a job, in words (models/job.py ENDINGS' reasons): the page's own,
-# for people (no route or command names; a cancel says by whom: `reason`).
-FAILURE_WORDS = {
-    "cancelled": "cancelled on request",
-    "timed_out": "ran past its timeout (JOB_TIMEOUT_SECS) and was stopped",
-    "node_lost": "its node stopped sending heartbeats while it ran",
-    "dependency_failed": "a job it runs after failed, so it never ran",
-}
 # The record's head and the output, shown by the summary and the output sections.
 SUMMARY = (
     "job_id", "node_id", "status", "retry_count", "earlier_attempts", "exit_code", "created_at",

@@ -9,11 +9,14 @@ Output is the original tinyaws CLI's (CONTRACT 7): `submitted <id> on node <node
 (status=<status>)`, and for a job `job_id=… node_id=… status=… command="…"`, then
 `exit_code=N`, `stdout:` and `stderr:` blocks when present. New: `--json` prints the
 answer's JSON instead, `submit --wait` waits and prints the job's own output (so
-`scheduler submit 'echo hello' --wait` prints hello), `list`, `nodes`, `--env`, `--service`.
+`scheduler submit 'echo hello' --wait` prints hello; its `submitted` line goes to stderr),
+`list`, `nodes`, `--env`, `--service`.
 Everything that is not the command's result goes to stderr: the status changes `--wait` sees
 (`job-3 running on node-1`), a warning of a job submitted that no node can take (`warning:
-job-12 has no node to run on (no_fit): ...`), `list`'s `more: …` line, and after a 401 or the 429
-of too many wrong keys a hint naming TINYAWS_API_KEY (the 429's with when to try again).
+job-12 has no node to run on (no_fit): ...`) or that has already failed (`warning: job-36
+has already failed (dependency_failed): ...`, exit 1), `list`'s `more: …` line, and after a
+401 or the 429 of too many wrong keys a hint naming TINYAWS_API_KEY (the 429's with when to
+try again).
 SCHEDULER_URL (default http://127.0.0.1:9001) and TINYAWS_API_KEY come from the environment.
 """
 
@@ -31,8 +34,10 @@ import msgspec
 from scheduler.cli.job_options import OptionError, add_job_options, idempotency_key, job_body
 from scheduler.cli.output import (
     attempt_line,
+    ended_warning,
     exit_status,
     format_job,
+    keeps_running,
     progress,
     unplaced_warning,
 )
@@ -45,11 +50,12 @@ from scheduler.cli.refusals import (
     said,
     submitting,
 )
-from scheduler.client import ApiError, Client, NotFound, SchedulerError
+from scheduler.client import Client, NotFound, SchedulerError
 from scheduler.config import Settings
 from scheduler.models.attempt import Attempt
 from scheduler.models.job import FINAL_STATUSES as FINAL
 from scheduler.models.job import Job
+from scheduler.models.queue_place import in_words
 
 
 def connect(url: str, settings: Settings) -> Client:
@@ -95,7 +101,9 @@ def _handler(command: Command) -> Callable[[argparse.Namespace, Settings], int]:
         with connect(args.scheduler_url, settings) as client:
             try:
                 return run(command, args, client, sys.stdout, sys.stderr)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # 128 + SIGINT, as a shell's; the job is not stopped
+                sys.stdout.flush()
+                sys.stderr.write(getattr(args, "on_interrupt", ""))
                 return 130
 
     return handle
@@ -182,15 +190,20 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     if not args.json:
         where = f"on node {job.node_id}" if job.node_id else "on no node yet"
         reason = f", pending_reason={job.pending_reason}" if job.pending_reason else ""
-        out.write(f"submitted {job.job_id} {where} (status={job.status}{reason})\n")
+        # With --wait stdout is the job's output (`out=$(scheduler submit CMD --wait)`): the
+        # line is one of the status lines then; without, scripts read the id from stdout.
+        said_on = err if args.wait else out
+        said_on.write(f"submitted {job.job_id} {where} (status={job.status}{reason})\n")
     elif not args.wait:
         print_json(job, out)
     out.flush()
     # A job no node can take now, for a reason that does not pass as jobs end: said at once
     # (stderr: stdout is what scripts read), rather than found pending later.
     _echo(unplaced_warning(fields(job)), err)
+    _echo(ended_warning(fields(job)), err)  # a job it runs after had failed, say
     if not args.wait:
-        return 0
+        return 1 if job.status == "failed" else 0
+    args.on_interrupt = keeps_running(job.job_id, f"scheduler status {job.job_id} --wait")
     changes = _Changes(err, job.status, client)
     # A service runs until stopped: wait until it has started (or ended).
     if body.get("job_type") == "service":
@@ -225,8 +238,9 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     if not args.wait:
         job = client.job(args.job_id)
         if not args.json:
-            _echo(format_job(fields(job)), out)
+            _echo(format_job(fields(job)) + _place_line(client, job), out)
     else:
+        args.on_interrupt = keeps_running(args.job_id, f"scheduler status {args.job_id} --wait")
         changes = _Changes(err)
         printed = ""
 
@@ -239,38 +253,27 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
                 printed = text
 
         job = _watched(client, args.job_id, args.poll_secs, each)
+    attempts = attempts_of(client, args.job_id) if args.attempts else []
     if args.json:
-        print_json(job, out)
+        # --attempts in the JSON too: the job's fields and its attempts, one object.
+        print_json({**fields(job), "attempts": attempts} if args.attempts else job, out)
     else:
-        for attempt in attempts_of(client, args.job_id) if args.attempts else []:
+        for attempt in attempts:
             out.write(attempt_line(args.job_id, fields(attempt)))
     return exit_status(fields(job)) if args.wait else 0
 
 
-def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    """Each job in turn: a pending one is cancelled at once, a running one is cancelling
-    until its agent has stopped it (--wait waits for that). A job refused (not found,
-    already finished) has its error line and the next is tried; exit 1 unless every one was
-    cancelled. A refused key ends it (each further try would be another wrong key)."""
-    cancelled = 0
-    for job_id in args.job_ids:
-        try:
-            job = client.cancel(job_id)
-            if args.wait and job.status not in FINAL:
-                job = client.wait(job_id, poll_secs=args.poll_secs)
-        except ApiError as exc:
-            error = said(exc)
-            if error.refused_key or error.locked_for:
-                raise error from None
-            out.flush()
-            print(error, file=err)
-            continue
-        if args.json:
-            print_json(job, out)
-        else:
-            _echo(format_job(fields(job)), out)
-        cancelled += 1
-    return 0 if cancelled == len(args.job_ids) else 1
+def _place_line(client: Client, job: Job) -> str:
+    """A pending job's place in its queue, a line (GET /jobs/{id}/place; "" for any other
+    job, or from a scheduler that does not say it): why it has not started."""
+    if job.status != "pending":
+        return ""
+    try:
+        place = client.place(job.job_id)
+    except NotFound:
+        return ""
+    words = in_words(place, job.node_id, job.pending_reason)
+    return f"queue: {words}\n" if words else ""
 
 
 def _echo(text: str, out: TextIO) -> None:
@@ -368,7 +371,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="wait for the end (status changes on stderr), print its output",
     )
     _common(p)
-    p.set_defaults(handler=_handler(submit), usage_error=p.error)
+    p.set_defaults(handler=_handler(submit), usage_error=p.error, job_prog=p.prog)
 
     p = sub.add_parser("status", help="show a job: scheduler status job-1 [--wait]")
     _job_id(p)
@@ -381,12 +384,3 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--attempts", action="store_true", help="then each attempt, as it ended")
     _common(p)
     p.set_defaults(handler=_handler(status))
-
-    p = sub.add_parser(
-        "cancel",
-        help="cancel jobs, or stop services: scheduler cancel job-1 [job-2 ...] [--wait]",
-    )
-    p.add_argument("job_ids", nargs="+", metavar="JOB_ID", help="each job's id, e.g. job-1")
-    p.add_argument("--wait", action="store_true", help="wait until each job is cancelled")
-    _common(p)
-    p.set_defaults(handler=_handler(cancel))

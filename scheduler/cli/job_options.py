@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.models.fields import JobField, Kind
-from scheduler.models.job import JOB_FIELDS, REQUEST_ONLY
+from scheduler.models.job import JOB_FIELDS, REQUEST_ONLY, job_number
 from scheduler.models.wire import IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_RE, IDEMPOTENCY_KEY_RULE
 
 
@@ -53,6 +54,17 @@ def selector(pairs: list[str]) -> dict[str, str | list[str]]:
 def _items(values: list[str]) -> list[str]:
     """A list option, repeated or comma-separated (--after job-1,job-2 --after job-3)."""
     return [item for value in values for item in value.split(",") if item]
+
+
+def job_ids(text: str) -> str:
+    """--after's value, each of its comma-separated ids checked by the API's rule
+    (models/job.py job_number): an empty one (`job-3,,job-4`) or another name is argparse's
+    usage error naming it, exit 2, rather than left out or sent to be refused."""
+    for item in text.split(","):
+        if job_number(item) is None:
+            what = f"{item!r} is not a job id like job-42" if item else "an empty job id"
+            raise argparse.ArgumentTypeError(f"{text!r}: {what}")
+    return text
 
 
 def _same(value: Any) -> Any:
@@ -106,7 +118,12 @@ SPECS: dict[str, Spec] = {
         "--retry-backoff", "wait before a retry, doubled each time (with jitter)", "SECS"
     ),
     "priority": Spec("--priority", "higher runs first (default 0)", "N"),
-    "after": Spec("--after", "run once these jobs are done (repeat, or JOB_ID,JOB_ID)", "JOB_ID"),
+    "after": Spec(
+        "--after",
+        "run once these jobs are done (repeat, or JOB_ID,JOB_ID)",
+        "JOB_ID",
+        {"type": job_ids},
+    ),
     "cpus": Spec("--cpus", "cpus it needs of its node", "N"),
     "memory_mb": Spec("--memory-mb", "memory it needs", "MB"),
     "node_selector": Spec(
@@ -184,6 +201,10 @@ def in_option_terms(message: str) -> str:
     return FLAGS[named["field"]] + message[named.end() :]
 
 
+# The fields a job has one of at most: when it runs (later, at a time, once others are done).
+ONE_OF = ("delay_secs", "run_at", "after")
+
+
 def add_job_options(
     parser: argparse._ActionsContainer,
     optional_command: bool = False,
@@ -193,9 +214,27 @@ def add_job_options(
     `optional_command`: the command may be left out (`submit --from FILE` reads each job's
     from the file)."""
     left_out = set(omit)
+    # Ways of saying when, one a job (models/job.py stamped): refused here, naming the flags.
+    when = [o for o in OPTIONS if o.field in ONE_OF and o.field not in left_out]
+    group = parser.add_mutually_exclusive_group() if len(when) > 1 else parser
     for option in OPTIONS:
-        if option.field not in left_out:
+        if option in when[:1]:  # side by side: the usage shows [--delay | --run-at | --after]
+            for each in when:
+                each.add_to(group, optional_command)
+        elif option.field not in left_out and option not in when:
             option.add_to(parser, optional_command)
+
+
+def quote_hint(args: argparse.Namespace, extra: list[str]) -> str:
+    """How to give a command of several words typed unquoted (`scheduler submit echo hi`:
+    argparse took `echo` as the command, `hi` as an argument of no option): ` (quote the
+    command: scheduler submit 'echo hi')`; "" when the words left over are all options (a
+    mistyped flag) or the command takes no job command."""
+    command = getattr(args, "job_command", None)  # the positional's dest (Option.dest)
+    prog: str = getattr(args, "job_prog", "")
+    if not command or not prog or all(word.startswith("-") for word in extra):
+        return ""
+    return f" (quote the command: {prog} {shlex.quote(' '.join([command, *extra]))})"
 
 
 def job_body(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import TextIO
 from scheduler.cli.client import _common, _handler, _positive, fields, print_json
 from scheduler.cli.output import format_job, table
 from scheduler.cli.refusals import ClientError
-from scheduler.client import Client
+from scheduler.client import Client, SchedulerError
 from scheduler.client.ops import PAGE
 from scheduler.models.job import ENDINGS, STATUSES
 
@@ -67,6 +67,22 @@ def list_jobs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO
     if more:
         out.flush()
         err.write(f"more: {_next_page(args, jobs[-1].job_id)}\n")
+    if not jobs and args.node_id:
+        return _no_jobs_on(client, args.node_id, out, err)
+    return 0
+
+
+def _no_jobs_on(client: Client, node_id: str, out: TextIO, err: TextIO) -> int:
+    """Why a listing by node is empty: no such node (a typo, as `drain` says: exit 1), or
+    none of its jobs match (exit 0). One more read, only for an empty listing."""
+    try:
+        known = node_id in client.nodes()
+    except SchedulerError:  # a key that may list jobs but not nodes: nothing more to say
+        return 0
+    out.flush()
+    if not known:
+        raise ClientError(f"error: node {node_id} not found (`scheduler nodes` lists them)")
+    err.write(f"no jobs on node {node_id} match\n")
     return 0
 
 

@@ -222,6 +222,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "scheduler.cli.agent",
     "scheduler.cli.snapshot",
     "scheduler.cli.client",
+    "scheduler.cli.cancel",
     "scheduler.cli.listing",
     "scheduler.cli.retry",
     "scheduler.cli.drain",
@@ -243,7 +244,7 @@ COMMAND_MODULES = {
     "submit": "scheduler.cli.client",
     "status": "scheduler.cli.client",
     "list": "scheduler.cli.listing",
-    "cancel": "scheduler.cli.client",
+    "cancel": "scheduler.cli.cancel",
     "nodes": "scheduler.cli.listing",
     "retry": "scheduler.cli.retry",
     "drain": "scheduler.cli.drain",
@@ -267,6 +268,7 @@ KEY_HOLDERS = frozenset({"serve", "worker", "up"})
 CLIENT_MODULES = frozenset(
     {
         "scheduler.cli.client",
+        "scheduler.cli.cancel",
         "scheduler.cli.listing",
         "scheduler.cli.retry",
         "scheduler.cli.drain",
@@ -352,7 +354,16 @@ def build_parser(command: str = "") -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv[0] if argv else "").parse_args(argv)
+    parser = build_parser(argv[0] if argv else "")
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # as parse_args, but a command typed unquoted is told how to quote it
+        from scheduler.cli.job_options import quote_hint
+
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        hint = quote_hint(args, extra)
+        if hint:
+            args.usage_error(message + hint)  # the sub-command's usage, exit 2
+        parser.error(message)
     if args.command == "help":
         return _help(args)
     try:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from scheduler.models import unplaced
+from scheduler.models.endings import FAILURE_WORDS
 
 _ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _ESCAPES |= {"\v": "\\v", '"': '\\"', "\\": "\\\\"}
@@ -121,6 +122,13 @@ def attempt_line(job_id: str, attempt: dict[str, Any]) -> str:
     )
 
 
+def keeps_running(job_id: str, follow: str) -> str:
+    """What Ctrl-C during a wait (submit --wait, status --wait, logs -f) leaves: the job,
+    which the command only watched, and how to follow it again or stop it: `job-62 keeps
+    running: scheduler status job-62 --wait, or scheduler cancel job-62`."""
+    return f"{job_id} keeps running: {follow}, or scheduler cancel {job_id}\n"
+
+
 def exit_status(job: dict[str, Any]) -> int:
     """The command's own exit code for a job that ended (0 when done; a failure that never
     got one from its command, a cancel say, or one out of a shell's 1..255, is 1)."""
@@ -224,3 +232,18 @@ def unplaced_warning(job: dict[str, Any]) -> str:
     )
     job_id = job.get("job_id", "")
     return f"warning: {job_id} has no node to run on ({reason}): {said}; {HINTS[reason]}\n"
+
+
+def ended_warning(job: dict[str, Any]) -> str:
+    """`warning: job-36 has already failed (dependency_failed): a job it runs after failed,
+    so it never ran (it runs after job-25: ...)`: for a job a submit answers that the
+    scheduler has ended (one it runs after had failed; an --idempotency-key's job, ended
+    since), in words (models/endings.py FAILURE_WORDS); "" otherwise."""
+    reason = job.get("failure_reason") or ""
+    if job.get("status") != "failed" or not reason:
+        return ""
+    words = FAILURE_WORDS.get(reason, reason)
+    after = job.get("after") or []
+    if reason == "dependency_failed" and after:
+        words += f" (it runs after {', '.join(after)}: retry the one that failed and this one)"
+    return f"warning: {job.get('job_id', '')} has already failed ({reason}): {words}\n"

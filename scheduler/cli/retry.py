@@ -5,7 +5,8 @@
 no terminal to ask on and no `--yes` it retries nothing). It leaves cancelled jobs alone (an
 operator stopped them: a cancelled `sleep 60` must not come back) unless
 `--include-cancelled`. Only the jobs it listed are sent, so a job that fails while it asks
-waits for the next `--failed`."""
+waits for the next `--failed`. The jobs retried are a line on stdout; each other one an error
+on stderr saying why (`refusal`), as every command says one."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import argparse
 import sys
 from typing import TextIO
 
-from scheduler.cli.client import _common, _handler, print_json
+from scheduler.cli.client import _common, _handler, print_json, usage_error
 from scheduler.cli.refusals import ClientError
-from scheduler.client import Client
+from scheduler.client import Client, RetryAnswer, SchedulerError
 from scheduler.models.job import Job, cancelled_on_purpose
 
 SHOWN = 20  # the jobs `--failed` lists before asking; the rest are counted
@@ -57,10 +58,10 @@ def _chosen(args: argparse.Namespace, client: Client, err: TextIO) -> list[str] 
     and nothing to say but that."""
     if not args.failed:
         if not args.job_ids:
-            raise ClientError("retry: no job to retry (name job ids, or --failed)")
+            usage_error(args, "no job to retry: name job ids, or --failed")
         return list(args.job_ids)
     if args.job_ids:
-        raise ClientError("retry: name job ids or --failed, not both")
+        usage_error(args, "name job ids or --failed, not both")
     failed = list(client.jobs(status="failed"))
     jobs = [j for j in failed if args.include_cancelled or not cancelled_on_purpose(j)]
     if not jobs:
@@ -73,6 +74,33 @@ def _chosen(args: argparse.Namespace, client: Client, err: TextIO) -> list[str] 
     return [job.job_id for job in jobs]
 
 
+def _not_failed(client: Client, job_id: str) -> str:
+    """`job-3 is running, not failed`: its status as read now ("not failed" when it cannot
+    be read: it was deleted since, say)."""
+    try:
+        return f"{job_id} is {client.job(job_id).status}, not failed"
+    except SchedulerError:
+        return f"{job_id} is not failed"
+
+
+def refusal(client: Client, answer: RetryAnswer, name: str, job_id: str) -> str:
+    """Why `job_id` was not retried, in every command's form (`error: <message>`), from the
+    answer's list `name` it is in (the API's words for POST /jobs/{id}/retry's refusals)."""
+    if name == "not_found":
+        why = f"{job_id}: job not found"
+    elif name == "not_failed":
+        why = f"{_not_failed(client, job_id)}: nothing to retry"
+    elif name == "unplaced":
+        why = f"{job_id}: no healthy compute nodes to run it on (`scheduler nodes` lists them)"
+    elif name == "blocked":
+        failed = (answer.blocked_by or {}).get(job_id, "")
+        after = f"it runs after {failed}, which failed (retry {failed} first)"
+        why = f"{job_id}: blocked: {after if failed else 'a job it runs after did not succeed'}"
+    else:  # too_many_waiters
+        why = f"{job_id}: a job it runs after is waited for by too many jobs already"
+    return f"error: {why}\n"
+
+
 def retry(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     ids = _chosen(args, client, err)
     if ids is None:
@@ -80,11 +108,13 @@ def retry(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) ->
     answer = client.retry_many(ids)
     if args.json:
         print_json(answer, out)
-    else:
-        for name in ANSWERS:
-            listed = getattr(answer, name)
-            if listed:
-                out.write(f"{name.replace('_', ' ')}: {' '.join(listed)}\n")
+    elif answer.retried:
+        out.write(f"retried: {' '.join(answer.retried)}\n")
+    out.flush()
+    if not args.json:
+        for name in (name for name in ANSWERS if name != "retried"):
+            for job_id in getattr(answer, name) or ():
+                err.write(refusal(client, answer, name, job_id))
     return 0 if len(answer.retried) == len(set(ids)) else 1
 
 
@@ -103,4 +133,4 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--yes", "-y", action="store_true", help="with --failed: retry without asking")
     _common(p, poll=False)
-    p.set_defaults(handler=_handler(retry))
+    p.set_defaults(handler=_handler(retry), usage_error=p.error)

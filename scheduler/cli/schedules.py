@@ -36,6 +36,13 @@ def _next(schedule: Schedule) -> str:
     return f"{at:%Y-%m-%d %H:%M:%S} {at.tzname()}"
 
 
+def next_run(schedule: Schedule) -> str:
+    """`next run 2026-12-07 03:00:00 CET`, or `no next run while paused` (not `next run -`)."""
+    if schedule.paused or not schedule.next_run_at:
+        return "no next run while paused" if schedule.paused else "no next run"
+    return f"next run {_next(schedule)}"
+
+
 def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     job = job_body(args)
     with submitting():
@@ -51,7 +58,7 @@ def add(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> i
     if args.json:
         print_json(schedule, out)
     else:
-        out.write(f"added schedule {args.name}: {when(schedule)}, next run {_next(schedule)}\n")
+        out.write(f"added schedule {args.name}: {when(schedule)}, {next_run(schedule)}\n")
     return 0
 
 
@@ -74,13 +81,20 @@ def show(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> 
     return 0
 
 
-def _change(done: str, call: Callable[[Client, str], Schedule]) -> Command:
+def _change(done: str, call: Callable[[Client, str], Schedule], pausing: bool) -> Command:
+    """Pause or resume (`pausing`: which), said as done or as it already was: the answer
+    does not say whether it changed, so the schedule is read first."""
+
     def change(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-        schedule = call(client, args.name)
+        was = client.schedule(args.name).paused
+        schedule = call(client, args.name)  # sent all the same: the key's refusal is said
         if args.json:
             print_json(schedule, out)
+        elif was == pausing:
+            state = "already paused" if pausing else "not paused"
+            out.write(f"schedule {args.name} was {state}, {next_run(schedule)}\n")
         else:
-            out.write(f"{done} schedule {args.name}, next run {_next(schedule)}\n")
+            out.write(f"{done} schedule {args.name}, {next_run(schedule)}\n")
         return 0
 
     return change
@@ -119,7 +133,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     jobs = a.add_argument_group("each job's options (as submit's)")
     add_job_options(jobs, omit=NOT_IN_TEMPLATE)
     _common(a, poll=False)
-    a.set_defaults(handler=_handler(add))
+    a.set_defaults(handler=_handler(add), usage_error=a.error, job_prog=f"{a.prog} NAME ...")
 
     a = actions.add_parser("list", help="every schedule: name, when, state, next run, last job")
     _common(a, poll=False)
@@ -127,8 +141,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
     for name, command, text in (
         ("show", show, "a schedule's JSON"),
-        ("pause", _change("paused", Client.pause_schedule), "no tick fires until resumed"),
-        ("resume", _change("resumed", Client.resume_schedule), "active again from now"),
+        ("pause", _change("paused", Client.pause_schedule, True), "no tick fires until resumed"),
+        ("resume", _change("resumed", Client.resume_schedule, False), "active again from now"),
         ("delete", delete, "delete it (its jobs stay)"),
     ):
         a = actions.add_parser(name, help=text)

@@ -26,6 +26,7 @@ from scheduler.cli.output import (
     dropped_output,
     ended_code,
     event_line,
+    keeps_running,
     write_bytes,
 )
 from scheduler.cli.refusals import ClientError
@@ -67,6 +68,7 @@ def logs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> 
 def _follow_logs(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
     """Each chunk to its stream as it comes, until the job's end: its exit code."""
     attempt, told = None, False
+    args.on_interrupt = keeps_running(args.job_id, f"scheduler logs -f {args.job_id}")
     for item in client.follow_logs(args.job_id, stream=args.stream, attempt=args.attempt):
         if isinstance(item, Status) and not told:
             told = True  # the stream's first item: the job's status as it starts

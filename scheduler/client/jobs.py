@@ -212,7 +212,8 @@ _retried = calls.decoded(RetryAnswer)
 
 def retry_many(job_ids: Iterable[str], /) -> Flow[RetryAnswer]:
     """Start these failed jobs over, 1000 a request: which were `retried`, `not_found`,
-    `not_failed`, `unplaced`, `blocked` (a job they run after failed)."""
+    `not_failed`, `unplaced`, `blocked` (a job they run after failed: `blocked_by` names
+    it, by the blocked job's id)."""
     ids = list(dict.fromkeys(job_ids))
     total = RetryAnswer([], [], [], [], [])
     for start in range(0, len(ids), MAX_IDS):
@@ -220,7 +221,9 @@ def retry_many(job_ids: Iterable[str], /) -> Flow[RetryAnswer]:
         answer = yield from calls.call(_retried, "POST", "/jobs/retry", False, json=body)
         for name in msgspec.structs.asdict(answer):
             part = getattr(answer, name)
-            if part is not msgspec.UNSET:
+            if isinstance(part, dict):  # blocked_by, the one dict
+                total.blocked_by = {**(total.blocked_by or {}), **part}
+            elif part is not msgspec.UNSET:
                 setattr(total, name, [*_listed(getattr(total, name)), *part])
     return total
 

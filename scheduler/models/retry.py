@@ -21,3 +21,6 @@ class RetryAnswer(msgspec.Struct):
     # A job it runs after is waited for by MAX_WAITERS jobs already (a new job's `after`
     # too). Absent when none is: the answer of earlier versions otherwise.
     too_many_waiters: list[str] | msgspec.UnsetType = msgspec.UNSET
+    # Each blocked job's failed job it runs after (the first found), by the blocked job's
+    # id: what to retry first. Absent when none is blocked (and from earlier versions).
+    blocked_by: dict[str, str] | msgspec.UnsetType = msgspec.UNSET

@@ -100,11 +100,54 @@ def not_an_object(value: object) -> str:
 NESTED_TOO_DEEPLY = "body: JSON nested too deeply"
 
 
+# The names users bring from other schedulers and job systems (Slurm, Kubernetes, Celery,
+# Nomad, GitHub Actions, cron), no spelling of ours: each hinted as the field it means, where
+# the model decoded has that field. None for a field no body has: `timeout` (a job's limit is
+# the deployment's JOB_TIMEOUT_SECS), `node` (a job's is node_selector's node.id, which the
+# field's prefix already hints).
+BROUGHT = {
+    "cmd": "command",
+    "script": "command",
+    "retries": "max_retries",
+    "max_attempts": "max_retries",
+    "backoff": "retry_backoff_secs",
+    "retry_delay": "retry_backoff_secs",
+    "environment": "env_vars",
+    "env": "env_vars",
+    "delay": "delay_secs",
+    "countdown": "delay_secs",
+    "eta": "run_at",
+    "begin": "run_at",
+    "start_at": "run_at",
+    "scheduled_at": "run_at",
+    "labels": "node_selector",
+    "selector": "node_selector",
+    "constraints": "node_selector",
+    "depends_on": "after",
+    "dependencies": "after",
+    "needs": "after",
+    "memory": "memory_mb",
+    "mem": "memory_mb",
+    "cpu": "cpus",
+    "ncpus": "cpus",
+    "type": "job_type",
+    "url": "deploy_url",
+    "interval": "every_secs",
+    "schedule": "cron",
+    "tz": "timezone",
+    "suspend": "paused",
+    "template": "job",
+}
+
+
 def _unknown(where: str, name: str, known: tuple[str, ...]) -> str:
     name = name[:64]  # the client's text: bounded in the answer
-    # A misspelling, or a field's first word (`env` for env_vars, as the CLI's --env).
+    # Another scheduler's name for one of ours, a misspelling, or a field's first word
+    # (`node` for node_selector, as the CLI's --node).
+    brought = BROUGHT.get(name, "")
     close = (
-        difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        ([brought] if brought in known else [])
+        or difflib.get_close_matches(name, known, n=1, cutoff=0.75)
         or [field for field in known if field.startswith(f"{name}_")][:1]
     )
     hint = f" (did you mean {close[0]}?)" if close else ""

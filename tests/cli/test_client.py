@@ -182,11 +182,18 @@ def test_status_prints_the_job_as_the_original(api: str, cli: Cli) -> None:
     )
 
 
-def test_status_of_a_pending_job_has_no_exit_code(api: str, cli: Cli) -> None:
+# A pending job's place in its node's queue (GET /jobs/{id}/place), the line after its own:
+# why it has not started. The module's API holds the other tests' jobs: any place.
+QUEUE_LINE = re.compile(r"queue: (first|\d+ ahead of it) in the queue of node-1 \(\d+ queued\)")
+
+
+def test_status_of_a_pending_job_has_no_exit_code_and_says_its_place(api: str, cli: Cli) -> None:
     job = httpx.post(f"{api}/jobs", json={"command": "true"}).json()
     code, out, _ = cli(api, "status", job["job_id"])
     assert code == 0
-    assert out == f'job_id={job["job_id"]} node_id=node-1 status=pending command="true"\n'
+    line, place = out.splitlines()
+    assert line == f'job_id={job["job_id"]} node_id=node-1 status=pending command="true"'
+    assert QUEUE_LINE.fullmatch(place), place
 
 
 def test_json_prints_the_job_as_the_client_reads_it(
@@ -208,9 +215,9 @@ def test_json_prints_the_job_as_the_client_reads_it(
     code, out, _ = cli(api, "status", job_id, "--json")
     known = {name: value for name, value in served.items() if name != "zz_newer"}
     assert code == 0 and json.loads(out) == known
-    # The original's format stays the original's.
+    # The original's format stays the original's (its place the line after).
     code, out, _ = cli(api, "status", job_id)
-    assert out == f'job_id={job_id} node_id=node-1 status=pending command="true"\n'
+    assert out.splitlines()[0] == f'job_id={job_id} node_id=node-1 status=pending command="true"'
 
 
 def test_status_of_an_unknown_job_is_an_error(api: str, cli: Cli) -> None:
@@ -237,11 +244,13 @@ def test_submit_wait_prints_the_jobs_output(api: str, cli: Cli) -> None:
     code, out, err = cli(api, "submit", "echo waited", "--wait", "--poll-secs", "0.05")
     thread.join()
     assert code == 0
-    lines = out.splitlines()
-    assert lines[0].startswith("submitted job-") and lines[1:] == ["waited"]
-    # stdout is the job's output; the status changes seen while waiting are on stderr.
-    job_id = lines[0].split()[1]
-    assert err.splitlines()[-1] == f"{job_id} done on node-1 (exit_code=0)"
+    # stdout is the job's output (`out=$(scheduler submit CMD --wait)`); the submitted line
+    # and the status changes seen while waiting are on stderr.
+    assert out == "waited\n"
+    said = err.splitlines()
+    assert said[0].startswith("submitted job-")
+    job_id = said[0].split()[1]
+    assert said[-1] == f"{job_id} done on node-1 (exit_code=0)"
 
 
 def test_submit_wait_long_polls_instead_of_sleeping(api: str, cli: Cli) -> None:
@@ -265,7 +274,7 @@ def test_submit_wait_long_polls_instead_of_sleeping(api: str, cli: Cli) -> None:
     began = time.monotonic()
     code, out, _ = cli(api, "submit", "echo long-polled", "--wait", "--poll-secs", "30")
     thread.join()
-    assert code == 0 and out.splitlines()[1:] == ["long-polled"]
+    assert code == 0 and out == "long-polled\n"
     assert time.monotonic() - began < 15
 
 
@@ -499,9 +508,10 @@ def test_submit_wait_prints_each_status_change(api: str, cli: Cli) -> None:
     thread.start()
     code, out, err = cli(api, "submit", "echo changes", "--wait", "--poll-secs", "5")
     thread.join()
-    job_id = out.split()[1]
-    assert code == 0 and out.splitlines()[1:] == ["ok"]
+    job_id = err.split()[1]
+    assert code == 0 and out == "ok\n"
     assert err.splitlines() == [
+        f"submitted {job_id} on node node-1 (status=pending)",
         f"{job_id} running on node-1",
         f"{job_id} done on node-1 (exit_code=0)",  # (its attempt's end: the job's, said once)
     ]
@@ -528,7 +538,7 @@ def test_submit_wait_prints_each_attempt_and_exits_with_the_commands_code(
     thread.start()
     code, out, err = cli(api, "submit", "exit 3", "--max-retries", "1", "--wait")
     thread.join()
-    job_id = out.split()[1]
+    job_id = err.split()[1]
     assert code == 3
     attempts = [
         f"{job_id} attempt 1 on node-1: failed (exit_code=3)",
@@ -538,6 +548,11 @@ def test_submit_wait_prints_each_attempt_and_exits_with_the_commands_code(
     assert err.splitlines()[-1] == f"{job_id} failed on node-1 (exit_code=3)"
     code, out, _ = cli(api, "status", job_id, "--attempts")
     assert code == 0 and out.splitlines()[-2:] == attempts
+    # With --json too: the job's fields and its attempts, one object (it left them out).
+    code, out, _ = cli(api, "status", job_id, "--attempts", "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["job_id"] == job_id
+    assert [(a["attempt"], a["exit_code"]) for a in shown["attempts"]] == [(1, 3), (2, 3)]
 
 
 def test_submit_wait_says_a_failure_once(api: str, cli: Cli) -> None:
@@ -558,17 +573,21 @@ def test_submit_wait_says_a_failure_once(api: str, cli: Cli) -> None:
     argv = ["submit", "exit 4", "--max-retries", "0", "--idempotency-key", "said-once", "--wait"]
     code, out, err = cli(api, *argv)
     thread.join()
-    job_id = out.split()[1]
-    assert code == 4 and out.splitlines()[1:] == ["o"]
+    job_id = err.split()[1]
+    assert code == 4 and out == "o\n"
     assert err.splitlines() == [
+        f"submitted {job_id} on node node-1 (status=pending)",
         f"{job_id} running on node-1",
         f"{job_id} failed on node-1 (exit_code=4)",
         "e",
     ]
     # The same key again answers the job, ended already: its end is said all the same.
     code, out, err = cli(api, *argv)
-    assert (code, out.splitlines()[1:]) == (4, ["o"])
-    assert err == f"{job_id} failed on node-1 (exit_code=4)\ne\n"
+    assert (code, out) == (4, "o\n")
+    assert err == (
+        f"submitted {job_id} on node node-1 (status=failed)\n"
+        f"{job_id} failed on node-1 (exit_code=4)\ne\n"
+    )
 
 
 def test_status_wait_prints_each_status_change(api: str, cli: Cli) -> None:
@@ -823,8 +842,9 @@ def test_status_says_when_a_job_is_due_and_what_it_waits_for(api: str, cli: Cli)
     after = f"after={first},{later}"
     line = f'job_id={waiting} node_id=node-1 status=waiting {after} command="echo next"\n'
     assert cli(api, "status", waiting) == (0, line, "")
-    line = f'job_id={first} node_id=node-1 status=pending command="echo first"\n'
-    assert cli(api, "status", first) == (0, line, "")  # neither set: neither said
+    line = f'job_id={first} node_id=node-1 status=pending command="echo first"'
+    code, out, _ = cli(api, "status", first)  # neither set: neither said
+    assert code == 0 and out.splitlines()[0] == line and QUEUE_LINE.fullmatch(out.splitlines()[1])
     for job_id in (waiting, later, first):
         httpx.delete(f"{api}/jobs/{job_id}")
 
@@ -866,8 +886,12 @@ def test_retry_starts_failed_jobs_over(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "retry", job["job_id"])
     assert (code, out) == (0, f"retried: {job['job_id']}\n")
     assert httpx.get(f"{api}/jobs/{job['job_id']}").json()["status"] == "pending"
-    code, out, _ = cli(api, "retry", job["job_id"], "job-999999")
-    assert code == 1 and out == f"not found: job-999999\nnot failed: {job['job_id']}\n"
+    code, out, err = cli(api, "retry", job["job_id"], "job-999999")
+    assert (code, out) == (1, "")
+    assert err == (
+        "error: job-999999: job not found\n"
+        f"error: {job['job_id']} is pending, not failed: nothing to retry\n"
+    )
     finish(api, job["job_id"], "failed", 3, "")
     code, out, _ = cli(api, "retry", "--failed", "--yes", "--json")
     assert code == 0 and job["job_id"] in json.loads(out)["retried"]
@@ -889,8 +913,10 @@ def test_submit_takes_the_jobs_it_runs_after(api: str, cli: Cli) -> None:
     code, out, _ = cli(api, "submit", "echo three", "--after", f"{first},{second}", "--json")
     job = json.loads(out)
     assert code == 0 and job["after"] == [first, second] and job["status"] == "waiting"
-    code, _, err = cli(api, "submit", "x", "--after", "nope")
-    assert code == 1 and "error: --after: 'nope' is not a job id" in err
+    # Not a job id: refused as the options are read (tests/cli/test_usage.py), nothing sent.
+    with pytest.raises(SystemExit) as refused:
+        cli(api, "submit", "x", "--after", "nope")
+    assert refused.value.code == 2
     for job_id in (first, second, job["job_id"]):
         httpx.delete(f"{api}/jobs/{job_id}")
 

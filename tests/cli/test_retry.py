@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from scheduler.cli import retry as retry_cli
+from scheduler.client import Client, RetryAnswer
 from tests.cli.conftest import Cli
 from tests.cli.test_client import finish, register
 from tests.processes import api_replicas, scheduler_env, unique_prefix
@@ -96,9 +97,70 @@ def test_a_long_dead_set_is_counted_and_only_the_listed_jobs_are_sent(
         httpx.delete(f"{api}/jobs/{job_id}")
 
 
-def test_ids_are_retried_without_asking_but_not_with_failed(api: str, cli: Cli) -> None:
+def test_ids_are_retried_without_asking_but_not_with_failed(
+    api: str, cli: Cli, capsys: pytest.CaptureFixture[str]
+) -> None:
     job_id = failed_job(api)
-    code, _, err = cli(api, "retry", job_id, "--failed", "--yes")
-    assert (code, err) == (1, "retry: name job ids or --failed, not both\n")
+    for argv, said in (
+        ([job_id, "--failed", "--yes"], "name job ids or --failed, not both"),
+        ([], "no job to retry: name job ids, or --failed"),
+    ):
+        with pytest.raises(SystemExit) as refused:  # a usage error, nothing sent
+            cli(api, "retry", *argv)
+        assert refused.value.code == 2
+        assert capsys.readouterr().err.endswith(f"scheduler retry: error: {said}\n")
     assert cli(api, "retry", job_id) == (0, f"retried: {job_id}\n", "")
     httpx.delete(f"{api}/jobs/{job_id}")
+
+
+def test_each_job_not_retried_is_said_as_every_error_with_why(api: str, cli: Cli) -> None:
+    """They were lines on stdout in a style of their own (`not found: job-9999`, `blocked:
+    job-36`, with no word of why): now an error each on stderr, saying why."""
+    first = failed_job(api)
+    after = {"command": "then", "after": [first], "max_retries": 0}
+    then = httpx.post(f"{api}/jobs", json=after).json()["job_id"]
+    assert httpx.get(f"{api}/jobs/{then}").json()["failure_reason"] == "dependency_failed"
+    running = httpx.post(f"{api}/jobs", json={"command": "sleep 60"}).json()["job_id"]
+    httpx.patch(f"{api}/jobs/{running}", json={"status": "running"}).raise_for_status()
+    code, out, err = cli(api, "retry", then, running, "job-999999")
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "error: job-999999: job not found",
+        f"error: {running} is running, not failed: nothing to retry",
+        f"error: {then}: blocked: it runs after {first}, which failed (retry {first} first)",
+    ]
+    # Retried: stdout as before; the others on stderr.
+    code, out, err = cli(api, "retry", first, running)
+    assert (code, out) == (1, f"retried: {first}\n")
+    assert err == f"error: {running} is running, not failed: nothing to retry\n"
+    for job_id in (first, then, running):
+        httpx.delete(f"{api}/jobs/{job_id}")
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (
+            RetryAnswer([], [], [], [], ["job-36"], blocked_by={"job-36": "job-25"}),
+            "error: job-36: blocked: it runs after job-25, which failed (retry job-25 first)",
+        ),
+        # An earlier scheduler's answer names no dependency.
+        (
+            RetryAnswer([], [], [], [], ["job-36"]),
+            "error: job-36: blocked: a job it runs after did not succeed",
+        ),
+        (
+            RetryAnswer([], [], [], ["job-5"], []),
+            "error: job-5: no healthy compute nodes to run it on (`scheduler nodes` lists them)",
+        ),
+        (
+            RetryAnswer([], [], [], [], [], too_many_waiters=["job-7"]),
+            "error: job-7: a job it runs after is waited for by too many jobs already",
+        ),
+    ],
+)
+def test_why_a_job_was_not_retried(answer: RetryAnswer, said: str) -> None:
+    name = next(n for n in retry_cli.ANSWERS if getattr(answer, n, None))
+    (job_id,) = getattr(answer, name)
+    with Client("http://127.0.0.1:9") as nowhere:  # not called: only not_failed reads a job
+        assert retry_cli.refusal(nowhere, answer, name, job_id) == said + "\n"

@@ -53,10 +53,19 @@ def test_add_list_show_pause_resume_delete(api: str, cli: Cli) -> None:
     assert shown["catchup"] == "once"
 
     code, out, _ = cli(api, "schedule", "pause", "ticker")
-    assert (code, out) == (0, "paused schedule ticker, next run -\n")
+    assert (code, out) == (0, "paused schedule ticker, no next run while paused\n")
     assert " paused " in cli(api, "schedule", "list")[1].splitlines()[2]
+    # Twice: said as it was (it said `paused schedule ticker, next run -` again). Made
+    # paused: no `next run -` either.
+    said = "added schedule held: every 60s, no next run while paused\n"
+    assert cli(api, "schedule", "add", "held", "--every", "60", "--paused", "x") == (0, said, "")
+    assert cli(api, "schedule", "delete", "held")[0] == 0
+    code, out, _ = cli(api, "schedule", "pause", "ticker")
+    assert (code, out) == (0, "schedule ticker was already paused, no next run while paused\n")
     code, out, _ = cli(api, "schedule", "resume", "ticker")
     assert code == 0 and out.startswith("resumed schedule ticker, next run 20")
+    code, out, _ = cli(api, "schedule", "resume", "ticker")
+    assert code == 0 and out.startswith("schedule ticker was not paused, next run 20")
 
     listed = json.loads(cli(api, "schedule", "list", "--json")[1])
     assert [s["name"] for s in listed] == ["nightly", "ticker"]

@@ -196,7 +196,11 @@ def test_a_retry_by_hand_waits_again_for_what_it_runs_after(api: TestClient) -> 
     assert job(api, then)["failure_reason"] == "dependency_failed"
     # Alone, while its dependency is still failed: refused, nothing changes.
     refused = api.post(f"/jobs/{then}/retry")
-    assert_text_error(refused, 409, "a job it runs after has failed: retry that one first")
+    said = f"a job it runs after has failed ({first}): retry that one first"
+    assert_text_error(refused, 409, said)
+    # The bulk retry's answer names it too.
+    answer = assert_json(api.post("/jobs/retry", json={"job_ids": [then]}))
+    assert (answer["blocked"], answer["blocked_by"]) == ([then], {then: first})
     # Both, in any order: the dependency first, then the job waits for it again.
     answer = assert_json(api.post("/jobs/retry", json={"job_ids": [then, first]}))
     assert answer["retried"] == [first, then]

@@ -13,6 +13,7 @@ from typing import Any
 from scheduler.config import Settings
 from scheduler.models.job import MAX_WAITERS
 from scheduler.nodes.placement import Placement
+from scheduler.store.scripts import codes
 from scheduler.store.scripts.endings import SETTLE_UNITS
 from scheduler.store.scripts.script import Call, Script
 
@@ -45,18 +46,25 @@ class RetryPolicy:
 @dataclass(frozen=True, slots=True)
 class Retried:
     """One job of a retry by hand: `code` OK (its record's head in `job`: the store puts its
-    record together), NOT_FOUND, NOT_FAILED or NO_NODES."""
+    record together), NOT_FOUND, NOT_FAILED, NO_NODES, TOO_MANY or BLOCKED (`blocked_by`: the
+    failed job it runs after, which a retry must start over first)."""
 
     job_id: str
     code: int
     job: bytes
+    blocked_by: str = ""
+
+
+def _one(job_id: bytes, code: int, said: bytes) -> Retried:
+    """An id's entry of the reply: its third item is the failed dependency of a BLOCKED one,
+    else the job's head (or "")."""
+    if code == codes.BLOCKED:
+        return Retried(str(job_id, "utf-8"), code, b"", str(said, "utf-8"))
+    return Retried(str(job_id, "utf-8"), code, said)
 
 
 def _retried(reply: list[Any]) -> list[Retried]:
-    return [
-        Retried(str(reply[i], "utf-8"), int(reply[i + 1]), reply[i + 2])
-        for i in range(0, len(reply), 3)
-    ]
+    return [_one(reply[i], int(reply[i + 1]), reply[i + 2]) for i in range(0, len(reply), 3)]
 
 
 RETRY_JOBS = Script(

@@ -33,8 +33,8 @@
 -- The ids are taken in order while `units` last (a job costs ENDED_UNITS, its record's size
 -- and placing, and DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the
 -- caller sends the others again (store/ops/jobs.py retry). Returns {id, code, the
--- job's head or ""} per id taken, code OK | NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED |
--- TOO_MANY. A job outside `namespaces` (read.lua sees: its caller's) is NOT_FOUND, untouched.
+-- job's head (OK), the failed job it runs after (BLOCKED), or ""} per id taken, code OK |
+-- NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED | TOO_MANY. A job outside `namespaces` (read.lua sees: its caller's) is NOT_FOUND, untouched.
 local ids, candidates = {}, {}
 for i, value in ipairs(rest) do
   if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
@@ -56,8 +56,9 @@ for _, id in ipairs(ids) do
     if (job.instance_id or "") == "" then
       target, reason = pick_node(mode, candidates, job, cutoff)
     end
-    if failed_dependency(after) then
-      code = BLOCKED
+    local failed = failed_dependency(after)
+    if failed then
+      code, stored = BLOCKED, failed
     elseif crowded_dependency(after, max_waiters, id) then
       code = TOO_MANY
     elseif not target and (mode ~= "live" or reason == REASON.no_nodes and not needs_fit(job)) then
