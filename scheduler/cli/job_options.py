@@ -20,6 +20,7 @@ from typing import Any
 
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import JOB_FIELDS, REQUEST_ONLY, job_number
+from scheduler.models.spans import DURATION_RULE, seconds_of
 from scheduler.models.wire import IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_RE, IDEMPOTENCY_KEY_RULE
 
 
@@ -67,6 +68,24 @@ def job_ids(text: str) -> str:
     return text
 
 
+def seconds(text: str) -> float:
+    """A length of time as people type one (--delay 90, 1h30m: models/spans.py seconds_of),
+    in seconds; anything else argparse's usage error: `--delay 1h` was `invalid float
+    value: '1h'`."""
+    value = seconds_of(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: {DURATION_RULE}")
+    return value
+
+
+def whole_seconds(text: str) -> int:
+    """`seconds`, a whole number of them (--retry-backoff 5m, --every 1h)."""
+    value = seconds(text)
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r}: use whole seconds ({DURATION_RULE})")
+    return int(value)
+
+
 def _same(value: Any) -> Any:
     return value
 
@@ -109,13 +128,18 @@ SPECS: dict[str, Spec] = {
         kwargs={"action": "store_const", "const": "service"},
     ),
     "port": Spec("--port", "the service's port", "PORT"),
-    "delay_secs": Spec("--delay", "run later", "SECS", {"type": float}),
+    "delay_secs": Spec(
+        "--delay", "run later: seconds, or 90s, 5m, 1h30m", "SECS", {"type": seconds}
+    ),
     "run_at": Spec("--run-at", "run at this RFC 3339 time", "TIME"),
     "max_retries": Spec(
         "--max-retries", "retries after a failure (default: the scheduler's MAX_JOB_RETRIES)", "N"
     ),
     "retry_backoff_secs": Spec(
-        "--retry-backoff", "wait before a retry, doubled each time (with jitter)", "SECS"
+        "--retry-backoff",
+        "wait before a retry, doubled each time (with jitter): seconds, or 30s, 5m",
+        "SECS",
+        {"type": whole_seconds},
     ),
     "priority": Spec("--priority", "higher runs first (default 0)", "N"),
     "after": Spec(

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import TextIO
 from zoneinfo import ZoneInfo
 
-from scheduler.cli.client import Command, _common, _handler, _positive, print_json
-from scheduler.cli.job_options import add_job_options, job_body
+from scheduler.cli.client import Command, _common, _handler, print_json
+from scheduler.cli.job_options import add_job_options, job_body, whole_seconds
 from scheduler.cli.output import table
 from scheduler.cli.refusals import submitting
 from scheduler.client import Client, Schedule
@@ -106,6 +106,14 @@ def delete(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     return 0
 
 
+def every(text: str) -> int:
+    """--every: whole seconds, at least one (30, 5m, 1h)."""
+    value = whole_seconds(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1 s")
+    return value
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("schedule", help="named schedules: scheduler schedule add|list|pause ...")
     actions = p.add_subparsers(
@@ -121,7 +129,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     a.add_argument("name", metavar="NAME", help="the schedule's name (A-Z a-z 0-9 . _ -)")
     how = a.add_mutually_exclusive_group(required=True)
     how.add_argument("--cron", default="", metavar="EXPR", help='5 fields, e.g. "0 3 * * *"')
-    how.add_argument("--every", type=_positive, default=0, metavar="SECS", help="fixed interval")
+    how.add_argument(
+        "--every",
+        type=every,
+        default=0,
+        metavar="SECS",
+        help="fixed interval: seconds, or 30s, 5m, 1h",
+    )
     a.add_argument("--tz", default="", metavar="TZ", help="the cron's IANA time zone (UTC)")
     a.add_argument(
         "--catchup",

@@ -1,7 +1,28 @@
 """A length of time in words, as the web UI and the CLI say one (`span`): the job page's
-"ran for", the dashboard's ages, `logs -f`'s "delayed until 20:37:05 (in 4 min)"."""
+"ran for", the dashboard's ages, `logs -f`'s "delayed until 20:37:05 (in 4 min)"; and as
+people type one (`seconds_of`): the CLI's --delay 1h, --every 5m."""
 
 from __future__ import annotations
+
+import re
+
+# A length typed in units, largest first or not: 90s, 5m, 1h30m, 2d, 1.5h.
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_IN_UNITS = re.compile(r"(?:\d+(?:\.\d+)?[dhms])+")
+_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+_PLAIN = re.compile(r"\d+(?:\.\d+)?")
+DURATION_RULE = "use seconds (90) or a length such as 90s, 5m, 1h30m, 2d"
+
+
+def seconds_of(text: str) -> float | None:
+    """`text` as seconds: a number of them (90, 1.5) or a length in units (90s, 5m, 1h30m,
+    2d); None when it is neither (a sign, a space, another unit)."""
+    text = text.strip().lower()
+    if _PLAIN.fullmatch(text):
+        return float(text)
+    if not _IN_UNITS.fullmatch(text):
+        return None
+    return sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(text))
 
 
 def span(secs: float) -> str:

@@ -11,6 +11,7 @@ import shlex
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import httpx
 import pytest
@@ -157,8 +158,8 @@ def test_the_poll_error_names_the_option_and_its_rule(capsys: pytest.CaptureFixt
     ("option", "said"),
     [
         (["--priority", "5000"], "error: --priority: must be an integer between -1000 and 1000"),
-        (["--delay", "-5"], "error: --delay: "),
-        (["--retry-backoff", "-1"], "error: --retry-backoff: "),
+        (["--delay", "400d"], "error: --delay: "),  # a length the CLI reads, past the API's most
+        (["--retry-backoff", "86401"], "error: --retry-backoff: "),
     ],
 )
 def test_a_refused_option_is_named_as_typed(
@@ -826,6 +827,18 @@ def test_submit_takes_a_delay_and_a_retry_policy(api: str, cli: Cli) -> None:
     assert code == 0 and out.endswith("(status=pending)\n")  # a time past: due now
     code, _, err = cli(api, "submit", "x", "--run-at", "soon")
     assert code == 1 and "error: --run-at 'soon': use RFC 3339" in err
+
+
+def test_lengths_of_time_are_typed_as_people_type_them(api: str, cli: Cli) -> None:
+    """`--delay 1h` was `invalid float value: '1h'`: 1h30m, 5m, 90s are seconds too (a length
+    the CLI cannot read: tests/cli/test_usage.py)."""
+    argv = ["submit", "echo later", "--delay", "1h30m", "--retry-backoff", "5m", "--json"]
+    code, out, _ = cli(api, *argv)
+    job = json.loads(out)
+    assert code == 0 and job["retry_backoff_secs"] == 300
+    due = datetime.fromisoformat(job["run_at"]) - datetime.fromisoformat(job["created_at"])
+    assert due.total_seconds() == pytest.approx(5400, abs=1)
+    httpx.delete(f"{api}/jobs/{job['job_id']}")
 
 
 def test_status_says_when_a_job_is_due_and_what_it_waits_for(api: str, cli: Cli) -> None:

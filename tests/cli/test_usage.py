@@ -122,3 +122,36 @@ def test_after_takes_ids_repeated_or_comma_separated() -> None:
         ["submit", "true", "--after", "job-1,job-2", "--after", "job-3"]
     )
     assert job_body(args)["after"] == ["job-1", "job-2", "job-3"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["submit", "true", "--delay", "1x"],
+            "scheduler submit: error: argument --delay: '1x': use seconds (90) or a length "
+            "such as 90s, 5m, 1h30m, 2d",
+        ),
+        (["submit", "true", "--delay", "-5"], "argument --delay: '-5': use seconds (90)"),
+        (["submit", "true", "--retry-backoff", "1.5"], "'1.5': use whole seconds"),
+        (
+            ["schedule", "add", "n", "--every", "0s", "true"],
+            "argument --every: must be at least 1 s",
+        ),
+        (
+            ["schedule", "add", "n", "--every", "5 m", "true"],
+            "argument --every: '5 m': use seconds",
+        ),
+    ],
+)
+def test_a_length_of_time_the_cli_cannot_read_says_how_to_write_one(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """`--delay 1h` was `invalid float value: '1h'` (it is 3600 s now); what is still not a
+    length says how to write one."""
+    assert said in usage_error(capsys, *argv)
+
+
+def test_schedule_every_takes_a_length_in_units() -> None:
+    args = build_parser().parse_args(["schedule", "add", "n", "--every", "1h30m", "true"])
+    assert args.every == 5400
