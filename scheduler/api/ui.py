@@ -2,14 +2,15 @@
 home) is ui_dashboard.py's, the jobs list ui_jobs.py's, a job's page ui_job.py's, the nodes
 page ui_nodes.py's, the layout ui_layout.py's.
 
-Server-rendered HTML: no build step, nothing from a CDN, no script but a job page's live
-output (ui_live.py); pages that change refresh themselves (ui_layout.py: paused with
-`refresh=off`). With TINYAWS_API_KEY set it sits behind the keys: the login form takes any
-key (the admin's or a named one) and starts a session as its key (ui_session.py: a random
-id in Redis with a TTL, ended by logout, or when its named key is revoked); a page shows
-only the buttons its key's role may press (ui_forms.may_post); wrong keys are counted per address
-(guesses.py); and every form that changes something carries a CSRF token bound to the
-session, or without a key to the deployment's secret.
+Server-rendered HTML: no build step, nothing from a CDN, no script but the UI's own: pages
+that change refresh themselves (ui_refresh.py: never while the reader is at something;
+paused with `refresh=off`), a job page follows its live output (ui_live.py). With
+TINYAWS_API_KEY set it sits behind the keys: the login form takes any key (the admin's or a
+named one) and starts a session as its key (ui_session.py: a random id in Redis with a TTL,
+ended by logout, or when its named key is revoked); a page shows only the buttons its key's
+role may press (ui_forms.may_post); wrong keys are counted per address (guesses.py); and
+every form that changes something carries a CSRF token bound to the session, or without a
+key to the deployment's secret.
 """
 
 from __future__ import annotations

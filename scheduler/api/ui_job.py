@@ -310,9 +310,8 @@ ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry
 def _button(job: Job, action: str, posted: str, view: View, token: str) -> str:
     """The job's button posting `action` to `posted`, its form carrying the page's CSRF
     token. A cancel cannot be undone (a running job is killed): its button is behind a
-    question first, a <details> the
-    reader opens (no script: the page's policy runs none but the live output's); "Keep it"
-    is the page again, the question closed."""
+    question first, a <details> the reader opens (the page's refresh waits while it is
+    open: ui_refresh.py); "Keep it" is the page again, the question closed."""
     said = f"Cancel {job.job_id}" if action == "cancel" else f"{action.capitalize()} this job"
     form = (
         f'<form method="post" action="{view.href(posted)}">'
