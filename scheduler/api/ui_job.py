@@ -1,13 +1,15 @@
-"""The web UI's job page (/ui/jobs/{id}), laid out to answer "what happened?" first: the
+"""The web UI's job page (/ui/jobs/{id}), laid out to answer "what happened?" first: what
+it runs (its command, under its id: a phone need not scroll past its output for it), the
 summary (status as people say it, a cancel reading cancelled; why, in words; exit code; how
 long it ran; node; attempt; times) and its button; while it is unfinished, its live output
 (ui_live.py); then its output, once (`output_section`: the error first, the end of each
 stream in view); then its attempts (which link to that output rather than repeat it); then
 what was asked (the submitted fields that are set, with words for names).
 
-Every field of Job shows somewhere: the summary's (`SUMMARY`), the output (`OUTPUT`), and
-every other one in the request table when it is set, so a field added to Job later shows
-without a change here. Every value is escaped; a map's values (env_vars) are never shown.
+Every field of Job shows somewhere, once: the command (`command_block`), the summary's
+(`SUMMARY`), the output (`OUTPUT`), and every other one in the request table when it is
+set, so a field added to Job later shows without a change here. Every value is escaped; a
+map's values (env_vars) are never shown.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ SUMMARY = (
     "cancelled_by",
 )  # fmt: skip
 OUTPUT = ("stdout", "stderr")
+HEAD = ("command",)  # shown under the page's heading (`command_block`)
 # An unfinished job's record holds the output its last ended attempt reported (a retry's
 # earlier one); the attempt running now reports its own only as it ends.
 OUTPUT_WHEN = "Its last ended attempt's: the attempt after it shows live above as it runs."
@@ -99,7 +102,6 @@ def label(field: JobField) -> str:
 
 
 _SHOWN_AS: dict[str, Callable[[Any], str]] = {
-    "command": lambda command: f"<code>{escape(command)}</code>",
     "job_type": lambda job_type: escape(job_type or "run"),
 }
 
@@ -242,7 +244,7 @@ def request_rows(job: Job, view: View, ended: int = 0) -> list[tuple[str, str]]:
     attempts that ended, for `due_matters`)."""
     rows = []
     for field in JOB_FIELDS:
-        if field.name in SUMMARY or field.name in OUTPUT:
+        if field.name in SUMMARY or field.name in OUTPUT or field.name in HEAD:
             continue
         if field.name == "run_at" and not due_matters(job, ended):
             continue
@@ -250,6 +252,14 @@ def request_rows(job: Job, view: View, ended: int = 0) -> list[tuple[str, str]]:
         if html:
             rows.append((label(field), html))
     return rows
+
+
+def command_block(job: Job) -> str:
+    """What the job runs, whole and escaped, wrapped to the page's width ("" for a deploy
+    job, which runs none: its deploy URL is in the request)."""
+    if not job.command:
+        return ""
+    return f'<pre id="command" class="command" title="its command">{escape(job.command)}</pre>'
 
 
 def split_tail(text: str) -> tuple[str, str]:
@@ -353,7 +363,8 @@ async def job_page(request: Request) -> Response:
     job = job_decoder.decode(blob)
     settings = _settings(request)
     queued = place if isinstance(place, QueuePlace) else None
-    body = _table("summary", summary_rows(job, view, settings.max_job_retries, queued))
+    body = command_block(job)
+    body += _table("summary", summary_rows(job, view, settings.max_job_retries, queued))
     action = ACTIONS.get(job.status)
     posted = f"/ui/jobs/{job.job_id}/{action}"
     if action is not None and may_post(request, posted):  # a reader's page offers neither

@@ -56,6 +56,8 @@ td.num{text-align:right;white-space:nowrap}
 table.fields td code,pre{overflow-wrap:anywhere}
 table.fields th{width:1%;white-space:nowrap}
 #output pre,#key-help pre{max-height:24em;white-space:pre-wrap}
+pre.command{white-space:pre-wrap;max-height:12em;margin:0 0 12px}
+pre.command::before{content:"$ ";color:#57606a}
 details.head summary{cursor:pointer;color:#57606a;margin:4px 0}
 details.confirm{margin:8px 0}
 details.confirm summary{display:inline-block;cursor:pointer;padding:1px 6px;

@@ -142,10 +142,11 @@ def test_a_jobs_page_shows_its_fields_and_output(api: str, ui: WebDriver) -> Non
     assert list(summary)[:3] == ["status", "exit code", "ran for"]  # no reason: it is done
     assert (summary["status"], summary["node"], summary["exit code"]) == ("done", "node-a", "0")
     request = fields(ui, "request")
-    assert request["command"] == "echo 1" and "SECRET_TOKEN" in request["environment"]
+    assert ui.find_element(By.ID, "command").text == "echo 1"  # under the heading, once
+    assert "command" not in request and "SECRET_TOKEN" in request["environment"]
     assert "" not in request.values() and "hunter2" not in ui.page_source  # set fields only
     assert ui.find_element(By.ID, "stdout").text == "one"
-    assert [pre.text for pre in ui.find_elements(By.TAG_NAME, "pre")] == ["one"]  # once
+    assert [pre.text for pre in ui.find_elements(By.TAG_NAME, "pre")] == ["echo 1", "one"]
     assert not ui.find_elements(By.CSS_SELECTOR, "body[data-refresh]")  # final
 
 
@@ -387,6 +388,24 @@ def test_each_page_shows_what_operators_read_at_both_widths(api: str, ui: WebDri
             load(ui, f"{api}{path}")
             check_page(ui, name, done, failed, running)
             shoot(ui, name, width)
+
+
+def test_a_long_command_shows_first_wrapped_at_both_widths(api: str, ui: WebDriver) -> None:
+    """The command under the job's heading, above its summary, wrapped inside the page's
+    width (a word longer than a phone's too), not again below."""
+    command = (
+        "python3 etl.py " + " ".join(f"--opt{i}=value{i}" for i in range(40)) + " " + "y" * 300
+    )
+    job = httpx.post(f"{api}/jobs", json={"command": command}, headers=OPERATOR).json()
+    for width in WIDTHS.values():
+        browser_width(ui, width)
+        load(ui, f"{api}/ui/jobs/{job['job_id']}?refresh=off")
+        pre = ui.find_element(By.ID, "command")
+        assert pre.get_attribute("textContent") == command
+        assert pre.location["y"] < ui.find_element(By.ID, "summary").location["y"]
+        assert ui.execute_script("return arguments[0].scrollWidth", pre) <= pre.size["width"]
+        assert "command" not in fields(ui, "request")
+        shoot(ui, "job-long-command", width)
 
 
 def browser_width(browser: WebDriver, width: int) -> None:

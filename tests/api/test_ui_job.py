@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from scheduler.api.ui_attempts import attempts_section
 from scheduler.api.ui_job import (
     TAIL_LINES,
+    command_block,
     output_section,
     reason,
     request_rows,
@@ -78,7 +79,7 @@ def test_a_failed_job_leads_with_what_happened(make_client: ClientFactory) -> No
     assert attempts and '<a href="#output">' in attempts.group(1)
     # The request: only what was set, names in words, env var values never.
     request = table(page, "request")
-    assert list(request) == ["command", "environment", "type", "cpus"]
+    assert list(request) == ["environment", "type", "cpus"]  # the command is at the top
     assert request["environment"] == "TOKEN (values hidden)" and "hunter2" not in page
     assert "_" not in "".join(summary) + "".join(request)  # no snake_case names
 
@@ -216,6 +217,26 @@ def test_what_the_job_page_shows_first_is_escaped(client: TestClient) -> None:
     page = client.get(f"/ui/jobs/{job_id}").text
     assert "<script>" not in page
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 4  # command, tail, outputs
+
+
+def test_the_command_shows_once_under_the_heading(client: TestClient) -> None:
+    """What the job runs comes first, whole and escaped, not again in the request below
+    (one fact, one place); a deploy job, which runs no command, shows none."""
+    register(client, "n1")
+    command = "python3 etl.py --from <a> " + "x" * 3000 + " && echo 'done'"
+    job_id = submit(client, command=command, env_vars={"A": "1"})["job_id"]
+    report(client, job_id, "running")
+    report(client, job_id, "done", exit_code=0, stdout="out\n")
+    page = client.get(f"/ui/jobs/{job_id}").text
+    shown = re.search(r'<pre id="command" class="command"[^>]*>(.*?)</pre>', page, re.S)
+    assert shown and unescape(shown.group(1)) == command
+    assert page.index('id="command"') < page.index('id="summary"') < page.index('id="output"')
+    assert page.count(escape(command)) == 1 and "command" not in table(page, "request")
+    deploy = Job(job_id="job-9", node_id="n1", command="", status="pending", retry_count=0,
+                 created_at="2026-01-01T00:00:00.000000Z", job_type="deploy",
+                 deploy_url="https://example.com/app.tgz")  # fmt: skip
+    assert command_block(deploy) == ""
+    assert "command" not in dict(request_rows(deploy, View(paused=False, now=0.0)))
 
 
 def tail_of(text: str) -> str:
