@@ -54,7 +54,7 @@ from scheduler.models.job import (
     seen_by,
 )
 from scheduler.models.labels import selector_text
-from scheduler.models.wire import ID_RE
+from scheduler.models.wire import ID_RE, parse_rfc3339
 from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
 from scheduler.store.scripts.listing import QueuePlace
@@ -131,9 +131,23 @@ def _said(words: str, code: str) -> str:
     return f'<span class="why" title="{escape(code)}">{escape(words)}</span>'
 
 
-def reason(job: Job) -> str:
+def _due(job: Job, view: View) -> str:
+    """When a delayed job is due, in words and as a time of day (the date too past today):
+    "due in 16 s, at 12:00:16 UTC"."""
+    try:
+        at = parse_rfc3339(job.run_at or "")
+    except ValueError:
+        return "not due yet"
+    day = "%H:%M:%S UTC" if int(at // 86400) == int(view.now // 86400) else "%Y-%m-%d %H:%M:%S UTC"
+    clock = time.strftime(day, time.gmtime(at))
+    if at <= view.now:  # the worker makes it pending within PROMOTE_INTERVAL_SECS
+        return f"due since {clock}: it is queued any moment"
+    return f"due {view.moment(at, job.run_at or '')}, at {clock}"
+
+
+def reason(job: Job, view: View | None = None) -> str:
     """Why the job is where it is, in words, once ("" when its status says it all): the
-    status row above shows the status alone."""
+    status row above shows the status alone; a delayed job's, when it is due."""
     if job.failure_reason:
         words = FAILURE_WORDS.get(job.failure_reason, job.failure_reason)
         if job.failure_reason == "cancelled" and job.cancelled_by:
@@ -153,7 +167,7 @@ def reason(job: Job) -> str:
     if job.status == "waiting":
         return "runs once every job it runs after is done"
     if job.status == "delayed":
-        return "not due yet"
+        return _due(job, view or View(paused=False, now=time.time()))
     return ""
 
 
@@ -211,7 +225,7 @@ def summary_rows(
     exit_code = "" if job.exit_code is None else str(job.exit_code)
     rows = [
         ("status", status_badge(shown_status(job))),  # why: the reason row's, in words
-        ("reason", reason(job)),
+        ("reason", reason(job, view)),
         ("exit code", escape(exit_code)),
         ("ran for", escape(duration(job, view.now))),
         ("node", node),
@@ -226,15 +240,14 @@ def summary_rows(
 
 
 def due_matters(job: Job, ended: int) -> bool:
-    """Whether the job's run_at is a due time to show: while it is delayed (a delay asked
-    for, a retry's backoff), or the delay its submit asked for. The record keeps run_at for
-    the dashboard's wait too: set when a dependency released it or a retry by hand started
-    it over (models/job.py), which no one asked for. `ended`: its attempts that ended (a
-    retry by hand keeps the earlier ones: more than its own)."""
-    if job.run_at is None:
+    """Whether the job's run_at is a due time to show in the request: the delay its submit
+    asked for, once it is no longer delayed (while it is, its reason above says when:
+    `reason`). The record keeps run_at for the dashboard's wait too: set when a dependency
+    released it or a retry by hand started it over (models/job.py), which no one asked for.
+    `ended`: its attempts that ended (a retry by hand keeps the earlier ones: more than its
+    own)."""
+    if job.run_at is None or job.status == "delayed":
         return False
-    if job.status == "delayed":
-        return True
     own = 1 if job.status in FINAL_STATUSES else 0  # the attempt its ending recorded
     return not job.after and not job.retry_count and not job.retried_by and ended <= own
 

@@ -27,6 +27,7 @@ from scheduler.models import unplaced
 from scheduler.models.attempt import Attempt
 from scheduler.models.job import Job
 from scheduler.models.namespace import scope_text
+from scheduler.models.wire import parse_rfc3339
 from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
 from scheduler.store.scripts.listing import QueuePlace
@@ -144,7 +145,7 @@ def test_due_at_shows_only_a_due_time_that_matters(client: TestClient, store: Sy
         assert report(client, job_id, status, exit_code=0 if status == "done" else 1).is_success
 
     later = submit(client, command="true", delay_secs=60)["job_id"]
-    assert due(later)  # delayed: when it runs
+    assert due(later) is None  # delayed: its reason says when it runs, once
     assert store.run(ops.upkeep.promote_due(time.time() + 61)) == [later]
     ran(later, "done")
     assert due(later)  # what its submit asked
@@ -204,6 +205,27 @@ def test_a_long_output_keeps_every_byte_once() -> None:
         retry_count=0, created_at="2026-01-01T00:00:00.000000Z", stdout=text))  # fmt: skip
     assert unescape(re.sub(r"<[^>]+>", "", section)).count("\n99\n") == 1
     assert "86 earlier line(s)" in section
+
+
+def test_a_delayed_job_says_when_it_is_due_in_its_reason_once(client: TestClient) -> None:
+    register(client, "n1")
+    job_id = submit(client, command="true", delay_secs=16)["job_id"]
+    page = client.get(f"/ui/jobs/{job_id}").text
+    run_at = client.get(f"/jobs/{job_id}").json()["run_at"]
+    clock = time.strftime("%H:%M:%S UTC", time.gmtime(parse_rfc3339(run_at)))
+    said = table(page, "summary")["reason"]
+    assert re.fullmatch(rf"due in \d+ s, at {clock}", said), said  # 16 s, fewer on a slow machine
+    assert "due at" not in table(page, "request") and "not due yet" not in page
+    # Read at other times: past due (the worker queues it at its next pass), another day.
+    stamp = "2026-01-02T03:04:05.000000Z"
+    job = Job(job_id="job-1", node_id="n1", command="x", status="delayed", retry_count=0,
+              created_at="2026-01-01T00:00:00.000000Z", run_at=stamp)  # fmt: skip
+    due_at = parse_rfc3339(stamp)
+    assert reason(job, View(paused=False, now=due_at + 1)) == (
+        "due since 03:04:05 UTC: it is queued any moment"
+    )
+    ahead = re.sub(r"<[^>]+>", "", reason(job, View(paused=False, now=due_at - 86400 * 2)))
+    assert ahead == "due in 2 d, at 2026-01-02 03:04:05 UTC"
 
 
 def test_what_the_job_page_shows_first_is_escaped(client: TestClient) -> None:
