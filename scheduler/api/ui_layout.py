@@ -112,13 +112,12 @@ table.cards td.num{text-align:left}
 }
 """
 # A job not started yet (pending, delayed, waiting: models.job NOT_STARTED) has no output to
-# wait for: its live section says so, not "no output yet" as a running job's.
+# wait for: its live section's heading says it waits for the start (ui_live.HEADINGS), once,
+# with no empty box under it saying it again, nor "no output yet" as a running job's.
 NOT_STARTED_OUTPUT = ",".join(
-    f'#live[data-status="{status}"] #live-output:empty::before' for status in sorted(NOT_STARTED)
+    f'#live[data-status="{status}"] #live-output:empty' for status in sorted(NOT_STARTED)
 )
-STYLE = (
-    STYLE + NOT_STARTED_OUTPUT + '{content:"not started yet: its output shows here as it runs"}\n'
-)
+STYLE = STYLE + NOT_STARTED_OUTPUT + "{display:none}\n"
 
 
 @dataclass(frozen=True, slots=True)

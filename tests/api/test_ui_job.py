@@ -228,6 +228,19 @@ def test_a_delayed_job_says_when_it_is_due_in_its_reason_once(client: TestClient
     assert ahead == "due in 2 d, at 2026-01-02 03:04:05 UTC"
 
 
+def test_a_job_not_started_says_so_once_and_no_empty_attempts(make_client: ClientFactory) -> None:
+    api = make_client(max_job_retries=1)
+    register(api, "n1")
+    job_id = submit(api, command="false")["job_id"]
+    page = api.get(f"/ui/jobs/{job_id}").text
+    assert "<h2>Output as it runs " in page and "not started yet" not in page
+    assert "<h2>Attempts" not in page and "none ended" not in page
+    report(api, job_id, "running")
+    report(api, job_id, "failed", exit_code=1)  # retried: one attempt ended
+    page = api.get(f"/ui/jobs/{job_id}").text
+    assert "<h2>Attempts" in page and 'id="attempt-1"' in page
+
+
 def test_what_the_job_page_shows_first_is_escaped(client: TestClient) -> None:
     """The summary, the tail, the attempts and the request each show text a user sent."""
     register(client, "n1")

@@ -59,7 +59,8 @@ def test_a_running_jobs_page_follows_its_output_with_its_one_script(client: Test
     assert '<pre id="live-output" tabindex="0"></pre>' in section.group(2)
     # The live output comes before the attempts; the page's refresh is the script's, the
     # meta refresh only for a browser without script.
-    assert page.index('id="live"') < page.index("<h2>Attempts")
+    assert page.index('id="live"') < page.index("<h2>Request")
+    assert "<h2>Attempts" not in page  # none ended yet: no empty table
     assert re.findall(r"(.{10})<meta http-equiv=\"refresh\"", page) == ["<noscript>"]
     assert 'id="pause"' in page
     # The record's output comes with the attempt's end: none to show yet, and not "empty".
