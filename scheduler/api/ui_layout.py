@@ -190,15 +190,17 @@ def view_of(request: Request) -> View:
 
 def _who(request: Request) -> str:
     """Who is logged in, beside Log out: the session's key's name and role, as the door let
-    it in (http.BearerAuth: CALLER). A long name is cut short to fit (whole in the title),
-    never the role."""
+    it in (http.BearerAuth: CALLER), once when they are the same word (TINYAWS_API_KEY is
+    "admin", the admin). A long name is cut short to fit (whole in the title), never the
+    role."""
     who = request.scope.get(CALLER)
     if not isinstance(who, Principal):
         return ""
     name, role = escape(who.name), who.role.value
+    said, role_said = (name, "") if name == role else (f"{name} · {role}", f"&nbsp;· {role}")
     return (
-        f'<span class="who" id="who" title="{name} · {role}">'
-        f'<span class="name">{name}</span>&nbsp;· {role}</span>'
+        f'<span class="who" id="who" title="{said}">'
+        f'<span class="name">{name}</span>{role_said}</span>'
     )
 
 
