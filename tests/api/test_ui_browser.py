@@ -408,6 +408,26 @@ def test_a_long_command_shows_first_wrapped_at_both_widths(api: str, ui: WebDriv
         shoot(ui, "job-long-command", width)
 
 
+def test_a_delayed_and_a_pending_jobs_page_at_both_widths(api: str, ui: WebDriver) -> None:
+    """A delayed job's reason says when it is due, once (not again in the request); a job
+    not started says it waits once, with no empty attempts table."""
+    body = {"command": "make report", "delay_secs": 600}
+    delayed = httpx.post(f"{api}/jobs", json=body, headers=OPERATOR).json()["job_id"]
+    for width in WIDTHS.values():
+        browser_width(ui, width)
+        load(ui, f"{api}/ui/jobs/{delayed}?refresh=off")
+        reason = fields(ui, "summary")["reason"]
+        assert reason.startswith("due in ") and ", at " in reason and reason.endswith(" UTC")
+        assert "due at" not in fields(ui, "request")
+        shoot(ui, "job-delayed", width)
+        load(ui, f"{api}/ui/jobs/job-3?refresh=off")  # pending since the module began
+        assert fields(ui, "summary")["status"] == "pending"
+        assert ui.find_element(By.CSS_SELECTOR, "#live h2").text.startswith("Output as it runs")
+        assert not ui.find_element(By.ID, "live-output").is_displayed()
+        assert not ui.find_elements(By.ID, "attempts")
+        shoot(ui, "job-pending", width)
+
+
 def browser_width(browser: WebDriver, width: int) -> None:
     browser.set_window_size(width, 900)
 
