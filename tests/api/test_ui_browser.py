@@ -413,6 +413,8 @@ def test_a_delayed_and_a_pending_jobs_page_at_both_widths(api: str, ui: WebDrive
     not started says it waits once, with no empty attempts table."""
     body = {"command": "make report", "delay_secs": 600}
     delayed = httpx.post(f"{api}/jobs", json=body, headers=OPERATOR).json()["job_id"]
+    body = {"command": "make report"}  # pending: the nodes' one slot each is taken
+    pending = httpx.post(f"{api}/jobs", json=body, headers=OPERATOR).json()["job_id"]
     for width in WIDTHS.values():
         browser_width(ui, width)
         load(ui, f"{api}/ui/jobs/{delayed}?refresh=off")
@@ -420,7 +422,7 @@ def test_a_delayed_and_a_pending_jobs_page_at_both_widths(api: str, ui: WebDrive
         assert reason.startswith("due in ") and ", at " in reason and reason.endswith(" UTC")
         assert "due at" not in fields(ui, "request")
         shoot(ui, "job-delayed", width)
-        load(ui, f"{api}/ui/jobs/job-3?refresh=off")  # pending since the module began
+        load(ui, f"{api}/ui/jobs/{pending}?refresh=off")
         assert fields(ui, "summary")["status"] == "pending"
         assert ui.find_element(By.CSS_SELECTOR, "#live h2").text.startswith("Output as it runs")
         assert not ui.find_element(By.ID, "live-output").is_displayed()
