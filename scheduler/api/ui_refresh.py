@@ -33,9 +33,11 @@ SCRIPT = """
   // since: when the period began (the load, the stream gone); touched: when the reader was
   // last at something (0: not yet).
   var since = Date.now(), touched = 0, held = false, due = false, leaving = false;
-  // A reload must never take the place of a page the reader is going to.
+  // A reload must never take the place of a page the reader is going to; one they came
+  // back to (the browser's back-forward cache) reloads again.
   window.addEventListener("beforeunload", function () { leaving = true; });
   window.addEventListener("pagehide", function () { leaving = true; });
+  window.addEventListener("pageshow", function () { leaving = false; });
   document.addEventListener("refresh-hold", function () { held = true; });
   document.addEventListener("refresh-resume", function () { held = false; since = Date.now(); });
   document.addEventListener("refresh-now", function () { due = true; });
@@ -64,10 +66,9 @@ SCRIPT = """
     return false;
   }
   function tick() {
-    if (leaving) { return; }
     var now = Date.now();
     if (busy()) { touched = now; }
-    else if (now - touched >= wait && (due || (!held && now - since >= wait))) {
+    else if (!leaving && now - touched >= wait && (due || (!held && now - since >= wait))) {
       location.reload();
       return;
     }

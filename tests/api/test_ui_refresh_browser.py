@@ -126,3 +126,17 @@ def test_a_field_in_focus_holds_the_refresh(api: str, ui: WebDriver) -> None:
     held(ui)
     ui.execute_script("document.activeElement.blur()")
     reloaded(ui)
+
+
+def test_a_page_gone_back_to_reloads_again(api: str, ui: WebDriver) -> None:
+    """Leaving a page stops its reload (it must not take the place of the next page); a
+    page the reader comes back to (Back) reloads again."""
+    browser_width(ui, 1280)
+    job_id = running_job(api)
+    load(ui, f"{api}/ui/jobs")
+    ui.find_element(By.LINK_TEXT, job_id).click()
+    until(ui, "return location.pathname === arguments[0]", f"/ui/jobs/{job_id}")
+    ui.back()
+    until(ui, "return location.pathname === '/ui/jobs' && document.readyState === 'complete'")
+    ui.execute_script("window.samePage = true")
+    reloaded(ui)
