@@ -2,21 +2,24 @@
 home) is ui_dashboard.py's, the jobs list ui_jobs.py's, a job's page ui_job.py's, the nodes
 page ui_nodes.py's, the layout ui_layout.py's.
 
-Server-rendered HTML: no build step, nothing from a CDN, no script but a job page's live
-output (ui_live.py); pages that change refresh themselves (ui_layout.py: paused with
-`refresh=off`). With TINYAWS_API_KEY set it sits behind the keys: the login form takes any
-key (the admin's or a named one) and starts a session as its key (ui_session.py: a random
-id in Redis with a TTL, ended by logout, or when its named key is revoked); a page shows
-only the buttons its key's role may press (ui_forms.may_post); wrong keys are counted per address
-(guesses.py); and every form that changes something carries a CSRF token bound to the
-session, or without a key to the deployment's secret.
+Server-rendered HTML: no build step, nothing from a CDN, no script but the UI's own: pages
+that change refresh themselves (ui_refresh.py: never while the reader is at something;
+paused with `refresh=off`), a job page follows its live output (ui_live.py). With
+TINYAWS_API_KEY set it sits behind the keys: the login form takes any key (the admin's or a
+named one) and starts a session as its key (ui_session.py: a random id in Redis with a TTL,
+ended by logout, or when its named key is revoked); a page shows only the buttons its key's
+role may press (ui_forms.may_post); wrong keys are counted per address (guesses.py); and
+every form that changes something carries a CSRF token bound to the session, or without a
+key to the deployment's secret.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from html import escape
+from pathlib import Path
 
 import msgspec
 from starlette.requests import Request
@@ -77,18 +80,31 @@ async def drain_or_undrain(request: Request) -> Response:
 
 
 def up_key_file(request: Request) -> str:
-    """The file `up` keeps this server's key in (config/up_key.py), as the login shows it.
-    `up` gives the API its environment: XDG_STATE_HOME, and its own address as SCHEDULER_URL,
-    which names the file; when that file is not there (not started by `up`), the one the
-    browser's address would have. The login is public: XDG_STATE_HOME shows by its name,
-    never its value (it may name the user, or any folder), as the home shows as ~."""
+    """The file `up` keeps this server's key in (config/up_key.py), as a shell line that
+    reads it: the reader's shell need not have the server's XDG_STATE_HOME (`$XDG_STATE_HOME`
+    read empty there: `cat "/tinyaws-scheduler/..."`). `up` gives the API its environment:
+    XDG_STATE_HOME, and its own address as SCHEDULER_URL, which names the file. When that file
+    is there (`up`'s session: loopback by default, the file its user's only) it shows where it
+    is, the home as ~ (naming no user); else (not started by `up`) the one the browser's
+    address would have, its folder by the variable's name, the default when it is unset in
+    the reader's shell: a page of a deployment shows none of its folders."""
     told = up_key.address(os.environ.get("SCHEDULER_URL", ""))
-    if not (told and (up_key.state_home() / up_key.relative(*told)).is_file()):
-        told = up_key.address(str(request.url)) or ("HOST", 80)
-    file = up_key.relative(*told)
+    kept = up_key.state_home() / up_key.relative(*told) if told else None
+    if kept is not None and kept.is_file():
+        return _shell_path(kept)
+    file = up_key.relative(*(up_key.address(str(request.url)) or ("HOST", 80)))
     if os.environ.get("XDG_STATE_HOME"):
-        return f'"$XDG_STATE_HOME/{file}"'
+        default = up_key.DEFAULT_STATE.replace("~", "$HOME", 1)  # in quotes: no ~ expands
+        return f'"${{XDG_STATE_HOME:-{default}}}/{file}"'
     return f"{up_key.DEFAULT_STATE}/{file}"
+
+
+def _shell_path(path: Path) -> str:
+    """`path` as a shell reads it: under the home as ~/..., quoted where it needs it."""
+    home = Path.home()
+    if path.is_relative_to(home):
+        return "~/" + shlex.quote(str(path.relative_to(home)))
+    return shlex.quote(str(path))
 
 
 def _where_up_keeps_the_key(request: Request) -> str:

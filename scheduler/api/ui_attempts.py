@@ -35,7 +35,9 @@ def attempts_section(
 ) -> str:
     """The "Attempts" heading and table of the attempts `blobs` (JSON each), oldest first;
     `own`: the job's stdout and stderr, which the last attempt's tails are not shown again
-    when they end."""
+    when they end. "" while none ended: an empty table says nothing the summary does not."""
+    if not blobs:
+        return ""
     view = view or View(paused=False, now=time.time())
     attempts = attempts_decoder.decode(b"[" + b",".join(blobs) + b"]")
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
@@ -57,7 +59,7 @@ def attempts_section(
             output = _folded(a.attempt, tails)
         if output:
             rows.append(f'<tr class="output"><td colspan="{len(HEADINGS)}">{output}</td></tr>')
-    body = "".join(rows) or f'<tr><td colspan="{len(HEADINGS)}">none ended yet</td></tr>'
+    body = "".join(rows)
     note = (
         f'<p class="muted">The last {ATTEMPT_TAIL_BYTES} bytes of each output; '
         "the last attempt's, when it is the job's own output, only once, above.</p>"

@@ -1,8 +1,9 @@
-"""The dashboard's charts (ui_dashboard.py) as inline SVG: no script may run on a UI page
-(ui_headers.py's CSP), so each chart is drawn here, each column carrying its values in
-data attributes and a <title> (a hover shows them), and the figures are also written beside
-it. The SVG stretches to the page's width (a phone's too): its strokes keep their width
-(non-scaling-stroke) and its labels are HTML around it, so nothing is squeezed.
+"""The dashboard's charts (ui_dashboard.py) as inline SVG: no script but the UI's own may
+run on a UI page (ui_headers.py's CSP), and none draws: each chart is drawn here, each
+column carrying its values in data attributes and a <title> (a hover shows them), and the
+figures are also written beside it. The SVG stretches to the page's width (a phone's too):
+its strokes keep their width (non-scaling-stroke) and its labels are HTML around it, so
+nothing is squeezed.
 
 Colours are Okabe and Ito's palette, safe for the common colour blindnesses; each line has
 its own dash as well, and the legend names them."""

@@ -4,10 +4,11 @@ of ours in an invisible frame cannot be clicked through), no caching (the pages 
 output and env_vars' names), and a policy that loads nothing but the page's own style and
 posts forms only here.
 
-One page may run a script: the job page of an unfinished job, whose live output is read by
-an EventSource (ui_live.py). Its policy (`with_script`) adds that one inline script, named
-by its SHA-256 (no other script, injected or not, runs: neither 'unsafe-inline' nor a
-source), and connections to this origin only; every other directive is the UI's. The
+A page that refreshes itself runs one inline script: the refresh, which waits for the
+reader (ui_refresh.py), and on the job page of an unfinished job its live output too, read
+by an EventSource (ui_live.py). Its policy (`with_script`) adds that one inline script,
+named by its SHA-256 (no other script, injected or not, runs: neither 'unsafe-inline' nor
+a source), and connections to this origin only; every other directive is the UI's. The
 middleware keeps a policy of that shape a page set, and puts the UI's on every other answer.
 """
 
@@ -40,7 +41,7 @@ _WITH_SCRIPT = re.compile(
 )
 
 
-@functools.cache  # one script, the live output's: its hash worked out once
+@functools.cache  # a few scripts (ui_refresh.page_script): each hash worked out once
 def with_script(script: str) -> str:
     """POLICY, and the one inline script `script` (its text exactly as the page holds it
     between <script> and </script>), which may connect to this origin only."""

@@ -1,13 +1,15 @@
-"""The web UI's job page (/ui/jobs/{id}), laid out to answer "what happened?" first: the
+"""The web UI's job page (/ui/jobs/{id}), laid out to answer "what happened?" first: what
+it runs (its command, under its id: a phone need not scroll past its output for it), the
 summary (status as people say it, a cancel reading cancelled; why, in words; exit code; how
 long it ran; node; attempt; times) and its button; while it is unfinished, its live output
 (ui_live.py); then its output, once (`output_section`: the error first, the end of each
 stream in view); then its attempts (which link to that output rather than repeat it); then
 what was asked (the submitted fields that are set, with words for names).
 
-Every field of Job shows somewhere: the summary's (`SUMMARY`), the output (`OUTPUT`), and
-every other one in the request table when it is set, so a field added to Job later shows
-without a change here. Every value is escaped; a map's values (env_vars) are never shown.
+Every field of Job shows somewhere, once: the command (`command_block`), the summary's
+(`SUMMARY`), the output (`OUTPUT`), and every other one in the request table when it is
+set, so a field added to Job later shows without a change here. Every value is escaped; a
+map's values (env_vars) are never shown.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from scheduler.models.job import (
 )
 from scheduler.models.labels import selector_text
 from scheduler.models.queue_place import NOWHERE, QueuePlace, in_words
-from scheduler.models.wire import ID_RE
+from scheduler.models.wire import ID_RE, parse_rfc3339
 from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
 
@@ -64,6 +66,7 @@ SUMMARY = (
     "cancelled_by",
 )  # fmt: skip
 OUTPUT = ("stdout", "stderr")
+HEAD = ("command",)  # shown under the page's heading (`command_block`)
 # An unfinished job's record holds the output its last ended attempt reported (a retry's
 # earlier one); the attempt running now reports its own only as it ends.
 OUTPUT_WHEN = "Its last ended attempt's: the attempt after it shows live above as it runs."
@@ -91,7 +94,6 @@ def label(field: JobField) -> str:
 
 
 _SHOWN_AS: dict[str, Callable[[Any], str]] = {
-    "command": lambda command: f"<code>{escape(command)}</code>",
     "job_type": lambda job_type: escape(job_type or "run"),
 }
 
@@ -121,9 +123,23 @@ def _said(words: str, code: str) -> str:
     return f'<span class="why" title="{escape(code)}">{escape(words)}</span>'
 
 
-def reason(job: Job) -> str:
+def _due(job: Job, view: View) -> str:
+    """When a delayed job is due, in words and as a time of day (the date too past today):
+    "due in 16 s, at 12:00:16 UTC"."""
+    try:
+        at = parse_rfc3339(job.run_at or "")
+    except ValueError:
+        return "not due yet"
+    day = "%H:%M:%S UTC" if int(at // 86400) == int(view.now // 86400) else "%Y-%m-%d %H:%M:%S UTC"
+    clock = time.strftime(day, time.gmtime(at))
+    if at <= view.now:  # the worker makes it pending within PROMOTE_INTERVAL_SECS
+        return f"due since {clock}: it is queued any moment"
+    return f"due {view.moment(at, job.run_at or '')}, at {clock}"
+
+
+def reason(job: Job, view: View | None = None) -> str:
     """Why the job is where it is, in words, once ("" when its status says it all): the
-    status row above shows the status alone."""
+    status row above shows the status alone; a delayed job's, when it is due."""
     if job.failure_reason:
         words = FAILURE_WORDS.get(job.failure_reason, job.failure_reason)
         if job.failure_reason == "cancelled" and job.cancelled_by:
@@ -143,7 +159,7 @@ def reason(job: Job) -> str:
     if job.status == "waiting":
         return "runs once every job it runs after is done"
     if job.status == "delayed":
-        return "not due yet"
+        return _due(job, view or View(paused=False, now=time.time()))
     return ""
 
 
@@ -185,7 +201,7 @@ def summary_rows(
     exit_code = "" if job.exit_code is None else str(job.exit_code)
     rows = [
         ("status", status_badge(shown_status(job))),  # why: the reason row's, in words
-        ("reason", reason(job)),
+        ("reason", reason(job, view)),
         ("exit code", escape(exit_code)),
         ("ran for", escape(duration(job, view.now))),
         ("node", node),
@@ -203,15 +219,14 @@ def summary_rows(
 
 
 def due_matters(job: Job, ended: int) -> bool:
-    """Whether the job's run_at is a due time to show: while it is delayed (a delay asked
-    for, a retry's backoff), or the delay its submit asked for. The record keeps run_at for
-    the dashboard's wait too: set when a dependency released it or a retry by hand started
-    it over (models/job.py), which no one asked for. `ended`: its attempts that ended (a
-    retry by hand keeps the earlier ones: more than its own)."""
-    if job.run_at is None:
+    """Whether the job's run_at is a due time to show in the request: the delay its submit
+    asked for, once it is no longer delayed (while it is, its reason above says when:
+    `reason`). The record keeps run_at for the dashboard's wait too: set when a dependency
+    released it or a retry by hand started it over (models/job.py), which no one asked for.
+    `ended`: its attempts that ended (a retry by hand keeps the earlier ones: more than its
+    own)."""
+    if job.run_at is None or job.status == "delayed":
         return False
-    if job.status == "delayed":
-        return True
     own = 1 if job.status in FINAL_STATUSES else 0  # the attempt its ending recorded
     return not job.after and not job.retry_count and not job.retried_by and ended <= own
 
@@ -221,7 +236,7 @@ def request_rows(job: Job, view: View, ended: int = 0) -> list[tuple[str, str]]:
     attempts that ended, for `due_matters`)."""
     rows = []
     for field in JOB_FIELDS:
-        if field.name in SUMMARY or field.name in OUTPUT:
+        if field.name in SUMMARY or field.name in OUTPUT or field.name in HEAD:
             continue
         if field.name == "run_at" and not due_matters(job, ended):
             continue
@@ -229,6 +244,14 @@ def request_rows(job: Job, view: View, ended: int = 0) -> list[tuple[str, str]]:
         if html:
             rows.append((label(field), html))
     return rows
+
+
+def command_block(job: Job) -> str:
+    """What the job runs, whole and escaped, wrapped to the page's width ("" for a deploy
+    job, which runs none: its deploy URL is in the request)."""
+    if not job.command:
+        return ""
+    return f'<pre id="command" class="command" title="its command">{escape(job.command)}</pre>'
 
 
 def split_tail(text: str) -> tuple[str, str]:
@@ -289,9 +312,8 @@ ACTIONS = dict.fromkeys((*NOT_STARTED, "running"), "cancel") | {"failed": "retry
 def _button(job: Job, action: str, posted: str, view: View, token: str) -> str:
     """The job's button posting `action` to `posted`, its form carrying the page's CSRF
     token. A cancel cannot be undone (a running job is killed): its button is behind a
-    question first, a <details> the
-    reader opens (no script: the page's policy runs none but the live output's); "Keep it"
-    is the page again, the question closed."""
+    question first, a <details> the reader opens (the page's refresh waits while it is
+    open: ui_refresh.py); "Keep it" is the page again, the question closed."""
     said = f"Cancel {job.job_id}" if action == "cancel" else f"{action.capitalize()} this job"
     form = (
         f'<form method="post" action="{view.href(posted)}">'
@@ -333,7 +355,8 @@ async def job_page(request: Request) -> Response:
     job = job_decoder.decode(blob)
     settings = _settings(request)
     queued = place if isinstance(place, QueuePlace) else NOWHERE
-    body = _table("summary", summary_rows(job, view, settings.max_job_retries, queued))
+    body = command_block(job)
+    body += _table("summary", summary_rows(job, view, settings.max_job_retries, queued))
     action = ACTIONS.get(job.status)
     posted = f"/ui/jobs/{job.job_id}/{action}"
     if action is not None and may_post(request, posted):  # a reader's page offers neither

@@ -1,13 +1,11 @@
 """The web UI's layout: every page (errors too) in one frame with the navigation, the
-style, the 5 s refresh and its pause, status badges, and times as people read them.
+style, the refresh and its pause, status badges, and times as people read them.
 
-No script may run (ui_headers.py's CSP) but the job page's live output (ui_live.py), so all
-of it is rendered here: a time shows as "3 min ago" with the absolute one in its `title` (a
-hover shows it), and the refresh is a `<meta http-equiv="refresh">` that `?refresh=off`
-leaves out. A paused page keeps `refresh=off` on every link and form of ours (`View.href`,
+A time shows as "3 min ago" with the absolute one in its `title` (a hover shows it). The
+refresh is a script that waits for the reader (ui_refresh.py), left out at `?refresh=off`.
+A paused page keeps `refresh=off` on every link and form of ours (`View.href`,
 `View.hidden`), so it stays paused as the operator moves around, until "Resume refresh".
-A page with its script (`page(script=...)`) reloads when the script says: its meta refresh
-is only for a browser that runs no script (<noscript>).
+A page's own script (`page(script=...)`, the live output's) shares the refresh's <script>.
 """
 
 from __future__ import annotations
@@ -24,12 +22,12 @@ from scheduler.api.http import CALLER, HTTPError
 from scheduler.api.params import query_of
 from scheduler.api.state import settings as _settings
 from scheduler.api.ui_headers import CSP, with_script
+from scheduler.api.ui_refresh import page_script, secs_text
 from scheduler.models.access_key import Principal
 from scheduler.models.job import NOT_STARTED, Job
 from scheduler.models.spans import span
 from scheduler.models.wire import parse_rfc3339
 
-REFRESH_SECS = 5
 REFRESH = "refresh"  # the query parameter: "off" pauses the refresh
 # What the pause and resume links keep of a page's query: its filters and place. Not the
 # bulk retry's notice (ui_dead.py): it was said once.
@@ -58,6 +56,8 @@ td.num{text-align:right;white-space:nowrap}
 table.fields td code,pre{overflow-wrap:anywhere}
 table.fields th{width:1%;white-space:nowrap}
 #output pre,#key-help pre{max-height:24em;white-space:pre-wrap}
+pre.command{white-space:pre-wrap;max-height:12em;margin:0 0 12px}
+pre.command::before{content:"$ ";color:#57606a}
 details.head summary{cursor:pointer;color:#57606a;margin:4px 0}
 details.confirm{margin:8px 0}
 details.confirm summary{display:inline-block;cursor:pointer;padding:1px 6px;
@@ -112,13 +112,12 @@ table.cards td.num{text-align:left}
 }
 """
 # A job not started yet (pending, delayed, waiting: models.job NOT_STARTED) has no output to
-# wait for: its live section says so, not "no output yet" as a running job's.
+# wait for: its live section's heading says it waits for the start (ui_live.HEADINGS), once,
+# with no empty box under it saying it again, nor "no output yet" as a running job's.
 NOT_STARTED_OUTPUT = ",".join(
-    f'#live[data-status="{status}"] #live-output:empty::before' for status in sorted(NOT_STARTED)
+    f'#live[data-status="{status}"] #live-output:empty' for status in sorted(NOT_STARTED)
 )
-STYLE = (
-    STYLE + NOT_STARTED_OUTPUT + '{content:"not started yet: its output shows here as it runs"}\n'
-)
+STYLE = STYLE + NOT_STARTED_OUTPUT + "{display:none}\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,15 +190,17 @@ def view_of(request: Request) -> View:
 
 def _who(request: Request) -> str:
     """Who is logged in, beside Log out: the session's key's name and role, as the door let
-    it in (http.BearerAuth: CALLER). A long name is cut short to fit (whole in the title),
-    never the role."""
+    it in (http.BearerAuth: CALLER), once when they are the same word (TINYAWS_API_KEY is
+    "admin", the admin). A long name is cut short to fit (whole in the title), never the
+    role."""
     who = request.scope.get(CALLER)
     if not isinstance(who, Principal):
         return ""
     name, role = escape(who.name), who.role.value
+    said, role_said = (name, "") if name == role else (f"{name} · {role}", f"&nbsp;· {role}")
     return (
-        f'<span class="who" id="who" title="{name} · {role}">'
-        f'<span class="name">{name}</span>&nbsp;· {role}</span>'
+        f'<span class="who" id="who" title="{said}">'
+        f'<span class="name">{name}</span>{role_said}</span>'
     )
 
 
@@ -215,17 +216,21 @@ def page(
     script: str = "",
 ) -> HTMLResponse:
     """The page in the layout; `refresh` (a page that changes by itself) reloads it every
-    REFRESH_SECS unless the View is paused, and offers the pause or the resume. Without
-    `navigation` (the login, for someone not logged in) the header holds no links nor Log
-    out: each would lead back to the login. `script`: the page's one inline script, last in
-    its body, allowed by its hash (ui_headers.with_script); it does the reloading then."""
+    UI_REFRESH_SECS unless the View is paused (ui_refresh.py: not while the reader is at
+    something), and offers the pause or the resume. Without `navigation` (the login, for
+    someone not logged in) the header holds no links nor Log out: each would lead back to
+    the login. `script`: the page's own, in its one inline script, last in its body, allowed
+    by its hash (ui_headers.with_script)."""
     view = view or View(paused=False, now=time.time())
-    meta, toggle = "", ""
+    meta, toggle, every = "", "", ""
+    refreshing = refresh and not view.paused
     if refresh:
-        toggle = _toggle(request, view)
-        if not view.paused:
-            meta = f'<meta http-equiv="refresh" content="{REFRESH_SECS}">'
-            meta = f"<noscript>{meta}</noscript>" if script else meta
+        secs = secs_text(_settings(request).ui_refresh_secs)
+        toggle = _toggle(request, view, secs)
+        if refreshing:  # the meta refresh cannot wait for the reader: for no script only
+            meta = f'<noscript><meta http-equiv="refresh" content="{secs}"></noscript>'
+            every = f' data-refresh="{secs}"'
+    script = page_script(refreshing, script)
     logout = ""
     if navigation and _settings(request).api_key:
         logout = '<form method="post" action="/ui/logout"><button>Log out</button></form>'
@@ -249,7 +254,8 @@ def page(
     html = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"{meta}<title>{escape(title)} · scheduler</title><style>{STYLE}</style></head><body>"
+        f"{meta}<title>{escape(title)} · scheduler</title><style>{STYLE}</style></head>"
+        f"<body{every}>"
         f"<header>{header}</header>"
         f"<main><h1>{escape(title)}</h1>{body}</main>"
         f"{f'<script>{script}</script>' if script else ''}</body></html>"
@@ -260,7 +266,7 @@ def page(
     return response
 
 
-def _toggle(request: Request, view: View) -> str:
+def _toggle(request: Request, view: View, secs: str) -> str:
     """The link pausing or resuming the refresh: this page, its query kept but the pause."""
     query = query_of(request)
     kept = {name: query.get(name) for name in KEPT if name in query.reads and query.get(name)}
@@ -268,7 +274,7 @@ def _toggle(request: Request, view: View) -> str:
         link = View(paused=False, now=view.now).href(request.url.path, **kept)
         return f'<a id="resume" href="{link}">Resume refresh</a>'
     link = View(paused=True, now=view.now).href(request.url.path, **kept)
-    return f'<a id="pause" href="{link}">Pause refresh ({REFRESH_SECS} s)</a>'
+    return f'<a id="pause" href="{link}">Pause refresh ({secs} s)</a>'
 
 
 def names_only(mapping: dict[str, str]) -> str:

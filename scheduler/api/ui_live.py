@@ -2,31 +2,30 @@
 the job's output (GET /ui/jobs/{id}/logs: GET /jobs/{id}/logs?follow=1's stream, behind the
 login cookie) with an EventSource and writes it into a <pre>.
 
-The UI's one script. The rest of the UI runs none, and this one changes nothing of that:
-its policy names it by its hash (ui_headers.with_script), it reads nothing from the page
+The UI's one script besides the refresh (ui_refresh.py), in the page's one <script> with
+it: its policy names it by its hash (ui_headers.with_script), it reads nothing from the page
 but its section's data attributes, and the output, which anyone who can run a job writes,
 goes in as text only (`textContent` of elements it creates; never markup). stderr is a
 span of its own class, a gap in what the stream could send is said (`dropped`), a new
 attempt is marked, and the <pre> follows the end while the reader is at its bottom. The
 view keeps about as much as the server does (LOG_MAX_BYTES), its oldest chunks going.
 
-The page's refresh does not fight the stream: the page has no meta refresh (only inside
-<noscript>). The script reloads it every REFRESH_SECS while no output has come (its summary
-may change meanwhile: pending to running, another node), then not while the stream shows
-output (a reload would take the reader's place) unless its `status` event says the job's
-status changed (a retry, a cancel: the summary would be wrong) or a later attempt's output
-comes (a retry whose status changes fell between two of the stream's reads), and once the
-stream's `end` says the job ended, so its final record shows; never once the reader is
-leaving the page. A
-paused page (`refresh=off`) never reloads: the section says what changed and how the job
-ended.
+The page's refresh (ui_refresh.py, whose script this one follows in the page's one
+<script>) does not fight the stream: it reloads every period while no output has come (its
+summary may change meanwhile: pending to running, another node), then not while the stream
+shows output (a reload would take the reader's place: `refresh-hold`) unless its `status`
+event says the job's status changed (a retry, a cancel: the summary would be wrong) or a
+later attempt's output comes (a retry whose status changes fell between two of the stream's
+reads), and once the stream's `end` says the job ended, so its final record shows
+(`refresh-now`); each reload waits for the reader. A paused page (`refresh=off`) never
+reloads: the section says what changed and how the job ended.
 """
 
 from __future__ import annotations
 
 from html import escape
 
-from scheduler.api.ui_layout import REFRESH_SECS, View
+from scheduler.api.ui_layout import View
 from scheduler.models.job import FINAL_STATUSES, NOT_STARTED, Job, attempt_of
 
 # The section's heading and what its state says once the stream is open: a job not started
@@ -42,15 +41,12 @@ SCRIPT = """
   var out = document.getElementById("live-output");
   var state = document.getElementById("live-state");
   var paused = live.getAttribute("data-paused") === "1";
-  var wait = Number(live.getAttribute("data-refresh")) * 1000;
   var keep = Number(live.getAttribute("data-keep"));
   var made = Number(live.getAttribute("data-attempt"));
-  var shown = 0, attempt = 0, timer = 0, leaving = false;
-  // A reload must never take the place of a page the reader is going to.
-  window.addEventListener("beforeunload", function () { leaving = true; });
-  window.addEventListener("pagehide", function () { leaving = true; });
-  function reload() { if (!leaving) { location.reload(); } }
-  function later() { if (!paused) { timer = setTimeout(reload, wait); } }
+  var shown = 0, attempt = 0;
+  // The page's refresh (ui_refresh.py) reloads: told what the stream says.
+  function tell(what) { if (!paused) { document.dispatchEvent(new Event(what)); } }
+  function reload() { tell("refresh-now"); }
   function atBottom() { return out.scrollHeight - out.scrollTop - out.clientHeight < 4; }
   function add(text, kind) {
     var stick = atBottom();
@@ -72,14 +68,13 @@ SCRIPT = """
   }
   var source = new EventSource(live.getAttribute("data-src"));
   state.textContent = "connecting";
-  later();
   // What the open stream means: the page says (a job not started has nothing to stream).
   source.addEventListener("open", function () {
     state.textContent = live.getAttribute("data-open");
   });
   source.addEventListener("output", function (event) {
     var chunk = JSON.parse(event.data);
-    clearTimeout(timer);
+    tell("refresh-hold");
     // A later attempt's output (a retry ran while this page read none of the status
     // changes: they came between two reads): the summary above is an earlier attempt's.
     if (!paused && chunk.attempt > made) { source.close(); reload(); return; }
@@ -100,7 +95,6 @@ SCRIPT = """
   source.addEventListener("end", function (event) {
     var end = JSON.parse(event.data);
     source.close();
-    clearTimeout(timer);
     var code = typeof end.exit_code === "number" ? ", exit code " + end.exit_code : "";
     state.textContent = "ended: " + end.status + code + (paused ? " (reload for its record)" : "");
     if (!paused) { reload(); }
@@ -108,7 +102,7 @@ SCRIPT = """
   source.addEventListener("error", function () {
     if (source.readyState === EventSource.CLOSED) {
       state.textContent = "disconnected";
-      later();
+      tell("refresh-resume");
     } else {
       state.textContent = "reconnecting";
     }
@@ -119,8 +113,8 @@ SCRIPT = """
 
 def live_section(job: Job, view: View, keep: int) -> str:
     """The section of an unfinished job ("" for an ended one: the page shows its stored
-    output), for SCRIPT: where the stream is, whether the page is paused, how often it
-    reloads while nothing shows, and about how many characters the view keeps (`keep`)."""
+    output), for SCRIPT: where the stream is, whether the page is paused, and about how
+    many characters the view keeps (`keep`)."""
     if job.status in FINAL_STATUSES:
         return ""
     source = escape(f"/ui/jobs/{job.job_id}/logs")
@@ -128,7 +122,7 @@ def live_section(job: Job, view: View, keep: int) -> str:
     return (
         f'<section id="live" data-src="{source}" data-paused="{int(view.paused)}" '
         f'data-status="{escape(job.status)}" data-attempt="{attempt_of(job)}" '
-        f'data-refresh="{REFRESH_SECS}" data-keep="{keep}" data-open="{opened}">'
+        f'data-keep="{keep}" data-open="{opened}">'
         f'<h2>{heading} <span id="live-state" class="muted"></span></h2>'
         '<noscript><p class="muted">Following the output needs JavaScript: it shows on this '
         "page once the job ends.</p></noscript>"

@@ -85,6 +85,8 @@ class Settings:
     ui_session_secs: float = field(
         default=12 * 3600.0, metadata={"env": "UI_SESSION_SECS", "min": 1}
     )
+    # How often a UI page that changes by itself reloads (never while the reader is at it).
+    ui_refresh_secs: float = field(default=5.0, metadata={"env": "UI_REFRESH_SECS", "min": 0.2})
     # How often each API process reads the named keys again when they changed (api/keyring.py):
     # a key made or revoked through another replica works, or stops, within this.
     keyring_refresh_secs: float = field(

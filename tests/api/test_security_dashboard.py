@@ -14,6 +14,8 @@ import pytest
 import redis
 
 from scheduler.api.http import UI_COOKIE
+from scheduler.api.ui_headers import with_script
+from scheduler.api.ui_refresh import page_script
 from tests.api.test_security_ui_pages import MARKUP, redis_state, shown_as_text
 from tests.conftest import Serve
 
@@ -90,7 +92,12 @@ def test_reading_the_dashboard_writes_nothing_and_it_takes_no_post(
         page = api.get(path)
         assert page.status_code == 200, path
         assert page.headers["content-security-policy"].startswith("default-src 'none'")
-        assert "<script" not in page.text
+        # No script but the refresh's (ui_refresh.py), named by its hash; none when paused.
+        refresh = page_script(path != "/ui?refresh=off", "")
+        scripts = re.findall(r"<script>(.*?)</script>", page.text, re.S)
+        assert scripts == ([refresh] if refresh else []), path
+        if refresh:
+            assert page.headers["content-security-policy"] == with_script(refresh)
         assert re.search(r'data-running="1"', page.text)  # the drawn figures, read only
     # A form of another site, or a script's POST: refused before the page (a GET only).
     for headers in ({"Origin": "https://evil.example"}, {}):

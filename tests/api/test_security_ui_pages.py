@@ -18,6 +18,7 @@ import redis
 from scheduler.api import ui_jobs
 from scheduler.api.ui_headers import POLICY, with_script
 from scheduler.api.ui_live import SCRIPT
+from scheduler.api.ui_refresh import page_script
 from tests.conftest import Serve
 from tests.deployment_state import deployment_state
 
@@ -43,12 +44,14 @@ def redis_state(rclient: redis.Redis, prefix: str) -> dict[bytes, bytes]:
 
 def shown_as_text(answer: httpx.Response) -> None:
     """No markup of the attacker's as markup, and the UI's headers (no script may run but
-    an unfinished job's page's live output, named by its hash: ui_live.py)."""
+    the UI's own, named by its hash: the refresh, ui_refresh.py, and an unfinished job's
+    page's live output, ui_live.py)."""
     for raw in RAW:
         assert raw not in answer.text, (answer.url, raw)
     assert answer.headers["content-type"] == "text/html; charset=utf-8", answer.url
     policy = answer.headers["content-security-policy"]
-    assert policy in (POLICY, with_script(SCRIPT)), answer.url
+    scripts = (page_script(True, ""), page_script(True, SCRIPT))  # the refresh, the live
+    assert policy in (POLICY, *map(with_script, scripts)), answer.url
     assert answer.text.count("<script>") == (policy != POLICY), answer.url
 
 

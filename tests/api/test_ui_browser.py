@@ -103,7 +103,7 @@ def job_ids(browser: WebDriver) -> list[str]:
 def test_jobs_newest_first_and_paged(api: str, ui: WebDriver) -> None:
     ui.get(f"{api}/ui/jobs")
     assert job_ids(ui) == [f"job-{n}" for n in range(JOBS, JOBS - 50, -1)]
-    assert ui.find_element(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
+    assert ui.find_element(By.CSS_SELECTOR, "body[data-refresh]")
     click(ui, By.ID, "older")
     assert job_ids(ui) == [f"job-{n}" for n in range(5, 0, -1)]
     assert not ui.find_elements(By.ID, "older")
@@ -142,11 +142,12 @@ def test_a_jobs_page_shows_its_fields_and_output(api: str, ui: WebDriver) -> Non
     assert list(summary)[:3] == ["status", "exit code", "ran for"]  # no reason: it is done
     assert (summary["status"], summary["node"], summary["exit code"]) == ("done", "node-a", "0")
     request = fields(ui, "request")
-    assert request["command"] == "echo 1" and "SECRET_TOKEN" in request["environment"]
+    assert ui.find_element(By.ID, "command").text == "echo 1"  # under the heading, once
+    assert "command" not in request and "SECRET_TOKEN" in request["environment"]
     assert "" not in request.values() and "hunter2" not in ui.page_source  # set fields only
     assert ui.find_element(By.ID, "stdout").text == "one"
-    assert [pre.text for pre in ui.find_elements(By.TAG_NAME, "pre")] == ["one"]  # once
-    assert not ui.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')  # final
+    assert [pre.text for pre in ui.find_elements(By.TAG_NAME, "pre")] == ["echo 1", "one"]
+    assert not ui.find_elements(By.CSS_SELECTOR, "body[data-refresh]")  # final
 
 
 def test_the_nodes_page_shows_health_and_queues(api: str, ui: WebDriver) -> None:
@@ -389,6 +390,46 @@ def test_each_page_shows_what_operators_read_at_both_widths(api: str, ui: WebDri
             shoot(ui, name, width)
 
 
+def test_a_long_command_shows_first_wrapped_at_both_widths(api: str, ui: WebDriver) -> None:
+    """The command under the job's heading, above its summary, wrapped inside the page's
+    width (a word longer than a phone's too), not again below."""
+    command = (
+        "python3 etl.py " + " ".join(f"--opt{i}=value{i}" for i in range(40)) + " " + "y" * 300
+    )
+    job = httpx.post(f"{api}/jobs", json={"command": command}, headers=OPERATOR).json()
+    for width in WIDTHS.values():
+        browser_width(ui, width)
+        load(ui, f"{api}/ui/jobs/{job['job_id']}?refresh=off")
+        pre = ui.find_element(By.ID, "command")
+        assert pre.get_attribute("textContent") == command
+        assert pre.location["y"] < ui.find_element(By.ID, "summary").location["y"]
+        assert ui.execute_script("return arguments[0].scrollWidth", pre) <= pre.size["width"]
+        assert "command" not in fields(ui, "request")
+        shoot(ui, "job-long-command", width)
+
+
+def test_a_delayed_and_a_pending_jobs_page_at_both_widths(api: str, ui: WebDriver) -> None:
+    """A delayed job's reason says when it is due, once (not again in the request); a job
+    not started says it waits once, with no empty attempts table."""
+    body = {"command": "make report", "delay_secs": 600}
+    delayed = httpx.post(f"{api}/jobs", json=body, headers=OPERATOR).json()["job_id"]
+    body = {"command": "make report"}  # pending: the nodes' one slot each is taken
+    pending = httpx.post(f"{api}/jobs", json=body, headers=OPERATOR).json()["job_id"]
+    for width in WIDTHS.values():
+        browser_width(ui, width)
+        load(ui, f"{api}/ui/jobs/{delayed}?refresh=off")
+        reason = fields(ui, "summary")["reason"]
+        assert reason.startswith("due in ") and ", at " in reason and reason.endswith(" UTC")
+        assert "due at" not in fields(ui, "request")
+        shoot(ui, "job-delayed", width)
+        load(ui, f"{api}/ui/jobs/{pending}?refresh=off")
+        assert fields(ui, "summary")["status"] == "pending"
+        assert ui.find_element(By.CSS_SELECTOR, "#live h2").text.startswith("Output as it runs")
+        assert not ui.find_element(By.ID, "live-output").is_displayed()
+        assert not ui.find_elements(By.ID, "attempts")
+        shoot(ui, "job-pending", width)
+
+
 def browser_width(browser: WebDriver, width: int) -> None:
     browser.set_window_size(width, 900)
 
@@ -426,7 +467,7 @@ def check_page(
         counts = ui.find_element(By.ID, "counts").text
         assert "running 1" in counts and "failed" in counts and "all" in counts
         assert ui.find_element(By.ID, "resume").text == "Resume refresh"
-        assert not ui.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
+        assert not ui.find_elements(By.CSS_SELECTOR, "body[data-refresh]")
         assert ui.find_element(By.ID, "older").get_attribute("href").endswith("refresh=off")
     elif name == "search":
         assert [a.text for a in ui.find_elements(By.CSS_SELECTOR, "#jobs td:first-child a")] == [

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from scheduler.api.ui_attempts import attempts_section
 from scheduler.api.ui_job import (
     TAIL_LINES,
+    command_block,
     output_section,
     reason,
     request_rows,
@@ -27,6 +28,7 @@ from scheduler.models.attempt import Attempt
 from scheduler.models.job import Job
 from scheduler.models.namespace import scope_text
 from scheduler.models.queue_place import QueuePlace
+from scheduler.models.wire import parse_rfc3339
 from scheduler.store import ops
 from scheduler.store.errors import JobNotFound
 from scheduler.store.sync_store import SyncJobStore
@@ -78,7 +80,7 @@ def test_a_failed_job_leads_with_what_happened(make_client: ClientFactory) -> No
     assert attempts and '<a href="#output">' in attempts.group(1)
     # The request: only what was set, names in words, env var values never.
     request = table(page, "request")
-    assert list(request) == ["command", "environment", "type", "cpus"]
+    assert list(request) == ["environment", "type", "cpus"]  # the command is at the top
     assert request["environment"] == "TOKEN (values hidden)" and "hunter2" not in page
     assert "_" not in "".join(summary) + "".join(request)  # no snake_case names
 
@@ -143,7 +145,7 @@ def test_due_at_shows_only_a_due_time_that_matters(client: TestClient, store: Sy
         assert report(client, job_id, status, exit_code=0 if status == "done" else 1).is_success
 
     later = submit(client, command="true", delay_secs=60)["job_id"]
-    assert due(later)  # delayed: when it runs
+    assert due(later) is None  # delayed: its reason says when it runs, once
     assert store.run(ops.upkeep.promote_due(time.time() + 61)) == [later]
     ran(later, "done")
     assert due(later)  # what its submit asked
@@ -205,6 +207,40 @@ def test_a_long_output_keeps_every_byte_once() -> None:
     assert "86 earlier line(s)" in section
 
 
+def test_a_delayed_job_says_when_it_is_due_in_its_reason_once(client: TestClient) -> None:
+    register(client, "n1")
+    job_id = submit(client, command="true", delay_secs=16)["job_id"]
+    page = client.get(f"/ui/jobs/{job_id}").text
+    run_at = client.get(f"/jobs/{job_id}").json()["run_at"]
+    clock = time.strftime("%H:%M:%S UTC", time.gmtime(parse_rfc3339(run_at)))
+    said = table(page, "summary")["reason"]
+    assert re.fullmatch(rf"due in \d+ s, at {clock}", said), said  # 16 s, fewer on a slow machine
+    assert "due at" not in table(page, "request") and "not due yet" not in page
+    # Read at other times: past due (the worker queues it at its next pass), another day.
+    stamp = "2026-01-02T03:04:05.000000Z"
+    job = Job(job_id="job-1", node_id="n1", command="x", status="delayed", retry_count=0,
+              created_at="2026-01-01T00:00:00.000000Z", run_at=stamp)  # fmt: skip
+    due_at = parse_rfc3339(stamp)
+    assert reason(job, View(paused=False, now=due_at + 1)) == (
+        "due since 03:04:05 UTC: it is queued any moment"
+    )
+    ahead = re.sub(r"<[^>]+>", "", reason(job, View(paused=False, now=due_at - 86400 * 2)))
+    assert ahead == "due in 2 d, at 2026-01-02 03:04:05 UTC"
+
+
+def test_a_job_not_started_says_so_once_and_no_empty_attempts(make_client: ClientFactory) -> None:
+    api = make_client(max_job_retries=1)
+    register(api, "n1")
+    job_id = submit(api, command="false")["job_id"]
+    page = api.get(f"/ui/jobs/{job_id}").text
+    assert "<h2>Output as it runs " in page and "not started yet" not in page
+    assert "<h2>Attempts" not in page and "none ended" not in page
+    report(api, job_id, "running")
+    report(api, job_id, "failed", exit_code=1)  # retried: one attempt ended
+    page = api.get(f"/ui/jobs/{job_id}").text
+    assert "<h2>Attempts" in page and 'id="attempt-1"' in page
+
+
 def test_what_the_job_page_shows_first_is_escaped(client: TestClient) -> None:
     """The summary, the tail, the attempts and the request each show text a user sent."""
     register(client, "n1")
@@ -216,6 +252,26 @@ def test_what_the_job_page_shows_first_is_escaped(client: TestClient) -> None:
     page = client.get(f"/ui/jobs/{job_id}").text
     assert "<script>" not in page
     assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 4  # command, tail, outputs
+
+
+def test_the_command_shows_once_under_the_heading(client: TestClient) -> None:
+    """What the job runs comes first, whole and escaped, not again in the request below
+    (one fact, one place); a deploy job, which runs no command, shows none."""
+    register(client, "n1")
+    command = "python3 etl.py --from <a> " + "x" * 3000 + " && echo 'done'"
+    job_id = submit(client, command=command, env_vars={"A": "1"})["job_id"]
+    report(client, job_id, "running")
+    report(client, job_id, "done", exit_code=0, stdout="out\n")
+    page = client.get(f"/ui/jobs/{job_id}").text
+    shown = re.search(r'<pre id="command" class="command"[^>]*>(.*?)</pre>', page, re.S)
+    assert shown and unescape(shown.group(1)) == command
+    assert page.index('id="command"') < page.index('id="summary"') < page.index('id="output"')
+    assert page.count(escape(command)) == 1 and "command" not in table(page, "request")
+    deploy = Job(job_id="job-9", node_id="n1", command="", status="pending", retry_count=0,
+                 created_at="2026-01-01T00:00:00.000000Z", job_type="deploy",
+                 deploy_url="https://example.com/app.tgz")  # fmt: skip
+    assert command_block(deploy) == ""
+    assert "command" not in dict(request_rows(deploy, View(paused=False, now=0.0)))
 
 
 def tail_of(text: str) -> str:

@@ -20,6 +20,7 @@ from scheduler.api.http import UI_COOKIE
 from scheduler.api.ui_headers import CSP, POLICY, UI_HEADERS, UIHeaders, with_script
 from scheduler.api.ui_layout import View
 from scheduler.api.ui_live import SCRIPT, live_section
+from scheduler.api.ui_refresh import page_script
 from scheduler.models.job import NOT_STARTED, Job
 from tests.api.test_logs import send
 from tests.conftest import Serve, assert_ui_error, register, report, submit
@@ -27,6 +28,7 @@ from tests.conftest import Serve, assert_ui_error, register, report, submit
 KEY = "live-output-operator-key"
 OPERATOR = {"Authorization": f"Bearer {KEY}"}
 SECRET = "s3cret-output-line"
+PAGE = page_script(True, SCRIPT)  # the refresh's and the live output's, in one <script>
 
 
 def running(api: Any, node: str = "n1", **fields: Any) -> str:
@@ -44,20 +46,21 @@ def test_a_running_jobs_page_follows_its_output_with_its_one_script(client: Test
     job_id = running(client)
     answer = client.get(f"/ui/jobs/{job_id}")
     page = answer.text
-    assert answer.headers[CSP] == with_script(SCRIPT)
+    assert answer.headers[CSP] == with_script(PAGE)
     assert "'unsafe-inline'" not in answer.headers[CSP].partition("script-src")[2]
-    assert page.count("<script>") == 1 and f"<script>{SCRIPT}</script></body>" in page
+    assert page.count("<script>") == 1 and f"<script>{PAGE}</script></body>" in page
     section = re.search(r'<section id="live" ([^>]*)>(.*?)</section>', page, re.S)
     assert section, page
     assert section.group(1) == (
         f'data-src="/ui/jobs/{job_id}/logs" data-paused="0" data-status="running" '
-        'data-attempt="1" data-refresh="5" data-keep="1048576" data-open="live"'
+        'data-attempt="1" data-keep="1048576" data-open="live"'
     )
     assert "<h2>Live output " in section.group(2)
     assert '<pre id="live-output" tabindex="0"></pre>' in section.group(2)
     # The live output comes before the attempts; the page's refresh is the script's, the
     # meta refresh only for a browser without script.
-    assert page.index('id="live"') < page.index("<h2>Attempts")
+    assert page.index('id="live"') < page.index("<h2>Request")
+    assert "<h2>Attempts" not in page  # none ended yet: no empty table
     assert re.findall(r"(.{10})<meta http-equiv=\"refresh\"", page) == ["<noscript>"]
     assert 'id="pause"' in page
     # The record's output comes with the attempt's end: none to show yet, and not "empty".
@@ -84,7 +87,7 @@ def test_a_pending_or_cancelling_job_shows_the_live_section(
         assert client.delete(f"/jobs/{job_id}").status_code == 200
     assert client.get(f"/jobs/{job_id}").json()["status"] == status
     answer = client.get(f"/ui/jobs/{job_id}")
-    assert 'id="live"' in answer.text and answer.headers[CSP] == with_script(SCRIPT)
+    assert 'id="live"' in answer.text and answer.headers[CSP] == with_script(PAGE)
     # A job not started has nothing live: its header says neither "Live" nor "live".
     heading, opened = ("Output as it runs", "waiting for it to start")
     if status == "cancelling":

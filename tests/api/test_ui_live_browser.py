@@ -196,9 +196,10 @@ def test_a_pending_jobs_page_follows_once_the_job_runs(api: str, ui: WebDriver) 
     load(ui, f"{api}/ui/jobs/{job_id}")
     assert fields(ui, "summary")["status"] == "pending"
     until(ui, "return !!document.getElementById('live')")
-    # Nothing to wait for yet: it says so, not "no output yet" as a running job's.
-    before = f"return getComputedStyle({PRE}, '::before').content"
-    assert ui.execute_script(before) == '"not started yet: its output shows here as it runs"'
+    # Nothing to wait for yet: its heading says so, once: no empty box under it saying it
+    # again, nor "no output yet" as a running job's; nor an empty table of attempts.
+    assert not ui.find_element(By.ID, "live-output").is_displayed()
+    assert not ui.find_elements(By.ID, "attempts") and "none ended" not in ui.page_source
     # Its stream open, the header says it waits for the start: nothing is live yet.
     until(ui, "return document.getElementById('live-state').textContent === arguments[0]",
           "waiting for it to start")  # fmt: skip
