@@ -55,6 +55,7 @@ MADE: dict[tuple[str, str], tuple[str, Any]] = {
     ("GET", "/jobs/{job_id}"): ("/jobs/job-1", None),
     ("DELETE", "/jobs/{job_id}"): ("/jobs/job-1", None),
     ("GET", "/jobs/{job_id}/attempts"): ("/jobs/job-1/attempts", None),
+    ("GET", "/jobs/{job_id}/place"): ("/jobs/job-1/place", None),
     ("GET", "/jobs/{job_id}/logs"): ("/jobs/job-1/logs", None),
     ("GET", "/events"): ("/events", None),
     ("GET", "/schedules"): ("/schedules", None),

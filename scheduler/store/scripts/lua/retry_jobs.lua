@@ -31,10 +31,11 @@
 -- failed (BLOCKED: retry that one first, in the same call before it), and while one is
 -- waited for by `max_waiters` jobs already (TOO_MANY), as a new job would be refused.
 -- The ids are taken in order while `units` last (a job costs ENDED_UNITS, its record's size
--- and placing, and DEPENDENCY_UNITS a job it runs after: endings.py), the first one always: the
--- caller sends the others again (store/ops/jobs.py retry). Returns {id, code, the
--- job's head (OK), the failed job it runs after (BLOCKED), or ""} per id taken, code OK |
--- NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED | TOO_MANY. A job outside `namespaces` (read.lua sees: its caller's) is NOT_FOUND, untouched.
+-- and placing, and DEPENDENCY_UNITS a job it runs after: endings.py), the first one always:
+-- the caller sends the others again (store/ops/jobs.py retry). Returns {id, code, the job's
+-- head (OK), the failed job it runs after (BLOCKED), or ""} per id taken, code OK |
+-- NOT_FOUND | NOT_FAILED | NO_NODES | BLOCKED | TOO_MANY. A job outside `namespaces`
+-- (read.lua sees: its caller's) is NOT_FOUND, untouched.
 local ids, candidates = {}, {}
 for i, value in ipairs(rest) do
   if i <= tonumber(count) then ids[#ids + 1] = value else candidates[#candidates + 1] = value end
