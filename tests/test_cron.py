@@ -39,6 +39,11 @@ NOW = datetime(2026, 3, 1, 10, tzinfo=UTC)
         ("0 3 * * funday", "day of week 'funday' is not a number nor a name: use 0-7 or sun-sat"),
         ("0 3 * * 1#6", "day of week '1#6': #N is the Nth such day of the month, 1-5"),
         ("0 3 * * 7-1", "day of week range 7-1 runs backwards: use low-high"),
+        # Digits of other scripts (str.isdigit takes them, int() does not): a 500 they were.
+        ("² * * * *", "minute '²' is not a number: use 0-59"),
+        ("*/³ * * * *", "minute step '³' is not a whole number above 0"),
+        ("0 3 * * 1#¹", "day of week '1#¹': #N is the Nth such day of the month, 1-5"),
+        ("0 3 ١ * *", "day of month '١' is not a number: use 1-31"),
     ],
 )
 def test_a_bad_cron_names_its_field_value_and_range(expr: str, said: str) -> None:

@@ -74,7 +74,7 @@ def _bad_value(field: CronField, text: str) -> str:
         found = _TERM.fullmatch(term)
         assert found is not None  # any text is a range, then maybe a step
         step = found["step"]
-        if step is not None and not (step.isdigit() and int(step) > 0):
+        if step is not None and not (_digits(step) and int(step) > 0):
             return f"{field.name} step {step!r} is not a whole number above 0"
         ends = found["range"].split("-") if found["range"] != "*" else []
         for value in ends:
@@ -82,18 +82,27 @@ def _bad_value(field: CronField, text: str) -> str:
             said = _bad_one(field, value)
             if said:
                 return said
-            if field.name == "day of week" and not (nth.isdigit() and 1 <= int(nth) <= 5):
+            if field.name == "day of week" and not (_digits(nth) and 1 <= int(nth) <= 5):
                 return f"{field.name} {term!r}: #N is the Nth such day of the month, 1-5"
-        if len(ends) == 2 and all(end.isdigit() for end in ends) and int(ends[0]) > int(ends[1]):
+        if len(ends) == 2 and all(_digits(end) for end in ends) and int(ends[0]) > int(ends[1]):
             return f"{field.name} range {found['range']} runs backwards: use low-high"
     return ""
+
+
+def _digits(text: str) -> bool:
+    """Whether `text` is a number as cron writes one: ASCII digits (str.isdigit also takes
+    "²", which int() refuses: a 500 where the refusal was meant)."""
+    return _ASCII_DIGITS.fullmatch(text) is not None
+
+
+_ASCII_DIGITS = re.compile(r"[0-9]+")
 
 
 def _bad_one(field: CronField, value: str) -> str:
     bare = value.lower().removesuffix("l")  # `5L`: the last Friday
     if not bare or bare in _NAMES.get(field.name, ()):
         return ""  # a name, or none (L): what cronsim's own reading says is wrong with it
-    if not bare.isdigit():
+    if not _digits(bare):
         also = " nor a name" if field.names else ""
         return f"{field.name} {value!r} is not a number{also}: use {field.range}"
     if not field.low <= int(bare) <= field.high:
