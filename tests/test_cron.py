@@ -43,7 +43,7 @@ NOW = datetime(2026, 3, 1, 10, tzinfo=UTC)
         ("² * * * *", "minute '²' is not a number: use 0-59"),
         ("*/³ * * * *", "minute step '³' is not a whole number above 0"),
         ("0 3 * * 1#¹", "day of week '1#¹': #N is the Nth such day of the month, 1-5"),
-        ("0 3 ١ * *", "day of month '١' is not a number: use 1-31"),
+        ("0 3 \u0661 * *", "day of month '\u0661' is not a number: use 1-31"),  # Arabic-Indic 1
     ],
 )
 def test_a_bad_cron_names_its_field_value_and_range(expr: str, said: str) -> None:

@@ -12,6 +12,7 @@ Every option's value lands in the body under its field's name, or is left out wh
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import shlex
 from collections.abc import Callable, Iterable
@@ -249,14 +250,22 @@ def add_job_options(
             option.add_to(parser, optional_command)
 
 
-def quote_hint(args: argparse.Namespace, extra: list[str]) -> str:
-    """How to give a command of several words typed unquoted (`scheduler submit echo hi`:
-    argparse took `echo` as the command, `hi` as an argument of no option): ` (quote the
-    command: scheduler submit 'echo hi')`; "" when the words left over are all options (a
-    mistyped flag) or the command takes no job command."""
+def unrecognized_hint(args: argparse.Namespace, extra: list[str]) -> str:
+    """What to do about the words argparse left over, for a command that takes a job's:
+    a command of several words typed unquoted (`scheduler submit echo hi`: `hi` an argument
+    of no option): ` (quote the command: scheduler submit 'echo hi')`, as for `ls -la /tmp`;
+    a long option mistyped (`--priorty 5`, whose value is left over too: quoting would make
+    both the command's): ` (did you mean --priority?)` when one is close, else ""."""
     command = getattr(args, "job_command", None)  # the positional's dest (Option.dest)
     prog: str = getattr(args, "job_prog", "")
-    if not command or not prog or all(word.startswith("-") for word in extra):
+    if not command or not prog:
+        return ""
+    typed = [word.split("=", 1)[0] for word in extra if word.startswith("--")]
+    if typed:  # a long option: the user meant one, not a word of the command
+        flags = [*FLAGS.values(), NODE_FLAG]
+        close = [m for word in typed for m in difflib.get_close_matches(word, flags, 1, 0.75)]
+        return f" (did you mean {close[0]}?)" if close else ""
+    if all(word.startswith("-") for word in extra):
         return ""
     return f" (quote the command: {prog} {shlex.quote(' '.join([command, *extra]))})"
 

@@ -357,10 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv[0] if argv else "")
     args, extra = parser.parse_known_args(argv)
     if extra:  # as parse_args, but a command typed unquoted is told how to quote it
-        from scheduler.cli.job_options import quote_hint
+        from scheduler.cli.job_options import unrecognized_hint
 
         message = f"unrecognized arguments: {' '.join(extra)}"
-        hint = quote_hint(args, extra)
+        hint = unrecognized_hint(args, extra)
         if hint:
             args.usage_error(message + hint)  # the sub-command's usage, exit 2
         parser.error(message)

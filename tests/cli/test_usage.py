@@ -52,6 +52,21 @@ def test_a_command_typed_unquoted_is_told_how_to_quote_it(
     [
         # A mistyped option is not a command to quote.
         (["submit", "echo hi", "--wiat"], "scheduler: error: unrecognized arguments: --wiat"),
+        # Nor is its value: quoting both made them the command's (`make test --priorty 5`).
+        (
+            ["submit", "make test", "--priorty", "5"],
+            "scheduler submit: error: unrecognized arguments: --priorty 5 "
+            "(did you mean --priority?)",
+        ),
+        (
+            ["submit", "make test", "--retyr-backoff=5"],
+            "scheduler submit: error: unrecognized arguments: --retyr-backoff=5 "
+            "(did you mean --retry-backoff?)",
+        ),
+        (
+            ["submit", "make test", "--zzz", "5"],
+            "scheduler: error: unrecognized arguments: --zzz 5",
+        ),
         (["list", "extra"], "scheduler: error: unrecognized arguments: extra"),
     ],
 )
