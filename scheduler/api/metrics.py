@@ -272,7 +272,7 @@ class _Scrape(Collector):
             "1 while drained (POST /nodes/{id}/drain): no new job goes to the node",
             labels=["node"],
         )
-        for node, (pending, running, _) in sorted(self.view.queues.items()):
+        for node, (pending, running, *_) in sorted(self.view.queues.items()):
             if not (pending or running or node in self.view.drained):
                 continue
             queued.add_metric([node, "pending"], pending)

@@ -246,14 +246,14 @@ def _waits(drawn: Sequence[Column], labels: Sequence[str], whole: Column) -> str
 def _nodes(live: Overview, view: View, capacity: int, ttl: float) -> str:
     rows = []
     for node_id in sorted(live.queues):
-        _, running, slots = live.queues[node_id]
+        _, _, slots, services = live.queues[node_id]
         seen = live.last_seen.get(node_id, 0.0)
         health = "healthy" if is_live(seen, view.now, ttl) else "unhealthy"
         age = span(max(0.0, view.now - seen)) if seen else "never"
         link = f'<a href="{view.href("/ui/jobs", node_id=node_id)}">{escape(node_id)}</a>'
         cells = (
             link,
-            load_bar(slots, capacity, running - slots),
+            load_bar(slots, capacity, services),
             status_badge(health),
             escape(age),
         )

@@ -33,7 +33,7 @@ from scheduler.models.registry import Node, Service
 from scheduler.nodes.placement import is_live
 from scheduler.nodes.registry import RegistryError
 from scheduler.store import ops
-from scheduler.store.scripts.overview import PIECE
+from scheduler.store.scripts.overview import PIECE, Queue
 
 service_decoder = msgspec.json.Decoder(Service)
 
@@ -169,7 +169,7 @@ async def nodes_page(request: Request) -> Response:
     limited = bool(caller(request).namespaces)
     rows = []
     for node_id in sorted(seen_all.queues.keys() | offers.keys()):
-        pending, running, slots = seen_all.queues.get(node_id, (0, 0, 0))
+        pending, _, slots, besides = seen_all.queues.get(node_id, Queue(0, 0, 0, 0))
         seen = seen_all.last_seen.get(node_id, 0.0)
         health = "healthy" if is_live(seen, view.now, settings.node_ttl_secs) else "unhealthy"
         link = (
@@ -186,7 +186,7 @@ async def nodes_page(request: Request) -> Response:
             (' class="num"', memory),
             (' class="wide"', labels),
             (' class="num"', str(pending)),
-            ("", load_bar(slots, settings.max_jobs_per_node, running - slots)),
+            ("", load_bar(slots, settings.max_jobs_per_node, besides)),
             ("", _drain_cell(node_id, seen_all.drained.get(node_id), token, view)),
         )
         rows.append(f'<tr id="node-{escape(node_id)}">{card_cells(NODE_HEADINGS, cells)}</tr>')

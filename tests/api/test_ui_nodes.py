@@ -61,6 +61,13 @@ def test_a_service_takes_no_slot_and_the_bar_says_it_runs_besides(
     assert node_rows(page)["n1"]["running / capacity"].strip() == "1 / 1 + 1 service"
     assert 'data-running="1" data-capacity="1"' in page
     assert "1 / 1 + 1 service" in api.get("/ui").text  # the dashboard's nodes
+    # A cancelling job holds its slot and is no service; a cancelling service is one still.
+    assert api.delete(f"/jobs/{job['job_id']}").json()["status"] == "cancelling"
+    page = api.get("/ui/nodes").text
+    assert node_rows(page)["n1"]["running / capacity"].strip() == "1 / 1 + 1 service"
+    assert api.delete(f"/jobs/{service['job_id']}").json()["status"] == "cancelling"
+    page = api.get("/ui/nodes").text
+    assert node_rows(page)["n1"]["running / capacity"].strip() == "1 / 1 + 1 service"
     # Not a registered one: the table says what it lists, and where the job is.
     assert ">no services<" in page and "submitted as a service (--service) is listed" in page
 

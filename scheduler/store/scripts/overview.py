@@ -17,17 +17,19 @@ from scheduler.store.scripts.script import Call, Script
 T = TypeVar("T")
 
 # Nodes a NODE_LOADS script reads (ZSCAN's COUNT, a hint it keeps to within a few): about
-# 1.5 ms of Redis (two ZCARDs and an SCARD a node).
+# 2 ms of Redis (three ZCARDs and an SCARD a node).
 PIECE = 500
 
 
 class Queue(NamedTuple):
-    """A node's jobs: pending, running (services too), and the run-jobs holding one of its
-    MAX_JOBS_PER_NODE slots (running or cancelling: places.py BUSY)."""
+    """A node's jobs: pending, running (services too), the run-jobs holding one of its
+    MAX_JOBS_PER_NODE slots (running or cancelling: places.py BUSY), and its services
+    (running or cancelling), which hold none."""
 
     pending: int
     running: int
     slots: int
+    services: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +86,11 @@ class Piece:
 def _piece(reply: list[Any]) -> Piece:
     cursor, rows = str(reply[0], "utf-8"), reply[1]
     seen, queues = {}, {}
-    for i in range(0, len(rows), 5):
+    for i in range(0, len(rows), 6):
         node = str(rows[i], "utf-8")
-        queues[node] = Queue(int(rows[i + 1]), int(rows[i + 2]), int(rows[i + 3]))
-        if rows[i + 4]:
-            seen[node] = float(rows[i + 4])
+        queues[node] = Queue(*(int(count) for count in rows[i + 1 : i + 5]))
+        if rows[i + 5]:
+            seen[node] = float(rows[i + 5])
     return Piece(cursor, seen, queues)
 
 

@@ -4,8 +4,10 @@
 -- maybe twice): which "seen", every registered node (nodes:seen, with its last heartbeat);
 -- "compute", the compute nodes not registered (nodes:compute: a deleted one while jobs are
 -- bound to it, an external registry's sighting). Each with its pending and running jobs,
--- and its run-jobs holding a slot (MAX_JOBS_PER_NODE's: a service takes none).
--- Returns {next cursor ("0": done), {id, pending, running, slots, last heartbeat or "", ...}}
+-- its run-jobs holding a slot (MAX_JOBS_PER_NODE's: running or cancelling, places.py BUSY)
+-- and its services (running or cancelling: those of its jobs there holding no slot).
+-- Returns {next cursor ("0": done), {id, pending, running, slots, services, last heartbeat
+--   or "", ...}}
 local registered = which == "seen"
 local step = redis.call("ZSCAN", registered and K.nodes_seen or K.nodes_compute, cursor,
   "COUNT", count)
@@ -15,8 +17,11 @@ for i = 1, #found, 2 do
   if registered or not redis.call("ZSCORE", K.nodes_seen, node) then
     rows[#rows + 1] = node
     rows[#rows + 1] = redis.call("ZCARD", K.node_status(node, "pending"))
-    rows[#rows + 1] = redis.call("ZCARD", K.node_status(node, "running"))
-    rows[#rows + 1] = redis.call("SCARD", K.node_busy(node))
+    local running = redis.call("ZCARD", K.node_status(node, "running"))
+    local slots = redis.call("SCARD", K.node_busy(node))
+    rows[#rows + 1] = running
+    rows[#rows + 1] = slots
+    rows[#rows + 1] = running + redis.call("ZCARD", K.node_status(node, "cancelling")) - slots
     rows[#rows + 1] = registered and found[i + 1] or ""
   end
 end
