@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
+import msgspec
+
 from scheduler.cli.client import _common, _echo, _handler, fields, print_json
 from scheduler.cli.output import format_job
 from scheduler.cli.refusals import said
@@ -17,7 +19,8 @@ def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     """Each job in turn: a pending one is cancelled at once, a running one is cancelling
     until its agent has stopped it (--wait waits for that). A job refused (not found,
     already finished) has its error line and the next is tried; exit 1 unless every one was
-    cancelled. A refused key ends it (each further try would be another wrong key)."""
+    cancelled. A refused key ends it (each further try would be another wrong key). --json:
+    the job's JSON; with several ids, each job's on a line of its own."""
     cancelled = 0
     for job_id in args.job_ids:
         try:
@@ -31,7 +34,11 @@ def cancel(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
             out.flush()
             print(error, file=err)
             continue
-        if args.json:
+        if args.json and len(args.job_ids) > 1:
+            # A job a line (JSON lines, as a batch's --json): one value per job, each parsed
+            # alone; indented objects back to back were no one JSON document.
+            _echo(msgspec.json.encode(job).decode() + "\n", out)
+        elif args.json:
             print_json(job, out)
         else:
             _echo(format_job(fields(job)), out)

@@ -454,12 +454,10 @@ def test_cancel_takes_several_ids_and_goes_on_after_an_error(api: str, cli: Cli)
     third, fourth = (httpx.post(f"{api}/jobs", json={"command": "true"}).json() for _ in "ab")
     code, out, err = cli(api, "cancel", third["job_id"], fourth["job_id"], "--wait", "--json")
     assert (code, err) == (0, "")
-    decoder, at, ids = json.JSONDecoder(), 0, []
-    while at < len(out):  # one JSON object per job, as a single cancel prints it
-        job, at = decoder.raw_decode(out, at)
-        ids.append(job["job_id"])
-        at += 1
-    assert ids == [third["job_id"], fourth["job_id"]]
+    # A job a line (JSON lines): each line one JSON document.
+    jobs = [json.loads(line) for line in out.splitlines()]
+    assert [job["job_id"] for job in jobs] == [third["job_id"], fourth["job_id"]]
+    assert {job["status"] for job in jobs} == {"failed"}
 
 
 def test_cancel_of_several_stops_at_a_refused_key(
