@@ -238,7 +238,10 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     if not args.wait:
         job = client.job(args.job_id)
         if not args.json:
-            _echo(format_job(fields(job)) + _place_line(client, job), out)
+            line, _, blocks = format_job(fields(job)).partition("\n")
+            # Its place right under its line: after a retry's stdout and stderr blocks it
+            # read as their last line.
+            _echo(f"{line}\n{_place_line(client, job)}{blocks}", out)
     else:
         args.on_interrupt = keeps_running(args.job_id, f"scheduler status {args.job_id} --wait")
         changes = _Changes(err)

@@ -197,6 +197,18 @@ def test_status_of_a_pending_job_has_no_exit_code_and_says_its_place(api: str, c
     assert QUEUE_LINE.fullmatch(place), place
 
 
+def test_the_place_line_comes_before_a_retried_jobs_output(api: str, cli: Cli) -> None:
+    """A job pending again after a failed attempt keeps that attempt's stderr: its place
+    came after the stderr block, read as its last line."""
+    job_id = httpx.post(f"{api}/jobs", json={"command": "x", "max_retries": 1}).json()["job_id"]
+    finish(api, job_id, "failed", 3, "out\n", "err\n")
+    code, out, _ = cli(api, "status", job_id)
+    lines = out.splitlines()
+    assert code == 0 and "status=pending" in lines[0] and QUEUE_LINE.fullmatch(lines[1])
+    assert lines[2:] == ["stderr:", "err"]  # the stderr a retry keeps, after the place
+    httpx.delete(f"{api}/jobs/{job_id}")
+
+
 def test_json_prints_the_job_as_the_client_reads_it(
     api: str, open_prefix: str, cli: Cli, redis_url: str
 ) -> None:
