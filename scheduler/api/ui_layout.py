@@ -228,7 +228,9 @@ def page(
         secs = secs_text(_settings(request).ui_refresh_secs)
         toggle = _toggle(request, view, secs)
         if refreshing:  # the meta refresh cannot wait for the reader: for no script only
-            meta = f'<noscript><meta http-equiv="refresh" content="{secs}"></noscript>'
+            # Whole seconds, at least one: a browser reads content="0.5" as 0 (a reload loop).
+            whole = max(1, round(_settings(request).ui_refresh_secs))
+            meta = f'<noscript><meta http-equiv="refresh" content="{whole}"></noscript>'
             every = f' data-refresh="{secs}"'
     script = page_script(refreshing, script)
     logout = ""

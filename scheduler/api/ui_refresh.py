@@ -86,5 +86,5 @@ def page_script(refreshing: bool, own: str) -> str:
 
 
 def secs_text(secs: float) -> str:
-    """A period as the pause link and the meta refresh say it: 5, 0.5."""
+    """A period as the pause link and the script say it: 5, 0.5."""
     return f"{secs:g}"

@@ -529,6 +529,17 @@ def test_a_search_reads_the_jobs_own_command_wherever_its_record_puts_it(
     assert ids_of(client.get("/ui/jobs?q=apart-one").text) == [large]
 
 
+@pytest.mark.parametrize(("period", "meta"), [("0.5", "1"), ("1.5", "2"), ("5", "5")])
+def test_the_no_script_refresh_is_whole_seconds_at_least_one(
+    make_client: ClientFactory, period: str, meta: str
+) -> None:
+    """A browser reads a meta refresh's "0.5" as 0: a reload loop without script."""
+    client = make_client(ui_refresh_secs=float(period))
+    page = client.get("/ui/jobs").text
+    assert f'<noscript><meta http-equiv="refresh" content="{meta}"></noscript>' in page
+    assert f'<body data-refresh="{period}">' in page  # the script's own period, as set
+
+
 def test_the_refresh_pauses_and_stays_paused_across_pages(client: TestClient) -> None:
     register(client, "n1")
     submit(client, command="x")
