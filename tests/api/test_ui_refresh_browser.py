@@ -130,7 +130,9 @@ def test_a_field_in_focus_holds_the_refresh(api: str, ui: WebDriver) -> None:
 
 def test_a_page_gone_back_to_reloads_again(api: str, ui: WebDriver) -> None:
     """Leaving a page stops its reload (it must not take the place of the next page); a
-    page the reader comes back to (Back) reloads again."""
+    page the reader comes back to (Back) reloads again. Chromium keeps the UI's no-store
+    pages out of its back-forward cache, so Back loads the page afresh here: this holds the
+    behaviour, not ui_refresh.py's pageshow path (for a browser that keeps them)."""
     browser_width(ui, 1280)
     job_id = running_job(api)
     load(ui, f"{api}/ui/jobs")
