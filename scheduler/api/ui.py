@@ -84,27 +84,21 @@ def up_key_file(request: Request) -> str:
     reads it: the reader's shell need not have the server's XDG_STATE_HOME (`$XDG_STATE_HOME`
     read empty there: `cat "/tinyaws-scheduler/..."`). `up` gives the API its environment:
     XDG_STATE_HOME, and its own address as SCHEDULER_URL, which names the file. When that file
-    is there (`up`'s session: loopback by default, the file its user's only) it shows where it
-    is, the home as ~ (naming no user); else (not started by `up`) the one the browser's
-    address would have, its folder by the variable's name, the default when it is unset in
-    the reader's shell: a page of a deployment shows none of its folders."""
+    is there (`up`'s session: loopback by default, the file its user's only) under the home,
+    it shows where it is, the home as ~ (naming no user); else (not started by `up`, or kept
+    outside the home, whose folders may name a user: the login is public) the one the
+    browser's address would have, its folder by the variable's name, the default when it is
+    unset in the reader's shell."""
     told = up_key.address(os.environ.get("SCHEDULER_URL", ""))
     kept = up_key.state_home() / up_key.relative(*told) if told else None
-    if kept is not None and kept.is_file():
-        return _shell_path(kept)
+    home = Path.home()
+    if kept is not None and home != Path("/") and kept.is_relative_to(home) and kept.is_file():
+        return "~/" + shlex.quote(str(kept.relative_to(home)))
     file = up_key.relative(*(up_key.address(str(request.url)) or ("HOST", 80)))
     if os.environ.get("XDG_STATE_HOME"):
         default = up_key.DEFAULT_STATE.replace("~", "$HOME", 1)  # in quotes: no ~ expands
         return f'"${{XDG_STATE_HOME:-{default}}}/{file}"'
     return f"{up_key.DEFAULT_STATE}/{file}"
-
-
-def _shell_path(path: Path) -> str:
-    """`path` as a shell reads it: under the home as ~/..., quoted where it needs it."""
-    home = Path.home()
-    if path.is_relative_to(home):
-        return "~/" + shlex.quote(str(path.relative_to(home)))
-    return shlex.quote(str(path))
 
 
 def _where_up_keeps_the_key(request: Request) -> str:

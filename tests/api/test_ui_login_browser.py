@@ -37,7 +37,7 @@ def api(redis_url: str, state: Path) -> Iterator[str]:
         unique_prefix("ui-login"),
         TINYAWS_API_KEY=KEY,
         XDG_STATE_HOME=str(state),
-        HOME=str(state.parent / "home"),  # the state folder not under it: shown whole
+        HOME=str(state.parent),  # the state folder under it: shown from ~
         SCHEDULER_URL=UP_URL,
     )
     with api_replicas(1, env) as urls:
@@ -53,7 +53,7 @@ def test_the_login_names_the_key_file_of_this_server(api: str, state: Path) -> N
             browser_width(browser, width)
             load(browser, f"{api}/ui/login")
             shown = browser.find_element(By.CSS_SELECTOR, "#key-help pre")
-            want = f"cat {state}/tinyaws-scheduler/127.0.0.1-9001/api-key"
+            want = f"cat ~/{state.name}/tinyaws-scheduler/127.0.0.1-9001/api-key"
             assert shown.text.replace("\n", "") == want
             assert shown.rect["x"] + shown.rect["width"] <= width  # wrapped, not cut
             assert SESSION_KEY not in browser.page_source
