@@ -240,8 +240,14 @@ def ended_warning(job: dict[str, Any]) -> str:
     scheduler has ended (one it runs after had failed; an --idempotency-key's job, ended
     since), in words (models/endings.py FAILURE_WORDS); "" otherwise."""
     reason = job.get("failure_reason") or ""
-    if job.get("status") != "failed" or not reason:
+    if job.get("status") != "failed":
         return ""
+    if not reason:  # its command failed: only an --idempotency-key's job, ended since
+        code = job.get("exit_code")
+        how = f"its command exited with code {code}" if code is not None else "it failed"
+        return (
+            f"warning: {job.get('job_id', '')} has already failed: {how} (the job this key made)\n"
+        )
     words = FAILURE_WORDS.get(reason, reason)
     after = job.get("after") or []
     if reason == "dependency_failed" and after:

@@ -61,8 +61,16 @@ def test_a_job_submitted_after_a_failed_one_is_said_failed_and_exits_1(api: str,
             "warning: job-9 has already failed (timed_out): ran past its timeout "
             "(JOB_TIMEOUT_SECS) and was stopped\n",
         ),
-        # Its own command's failure: the submitted line and its exit status say it.
-        ({"job_id": "job-9", "status": "failed", "exit_code": 3}, ""),
+        # Its own command's failure, the exit 1 said why (it was silent on stderr).
+        (
+            {"job_id": "job-9", "status": "failed", "exit_code": 3},
+            "warning: job-9 has already failed: its command exited with code 3 (the job this "
+            "key made)\n",
+        ),
+        (
+            {"job_id": "job-9", "status": "failed"},
+            "warning: job-9 has already failed: it failed (the job this key made)\n",
+        ),
         ({"job_id": "job-9", "status": "pending"}, ""),
     ],
 )
