@@ -22,7 +22,12 @@ from typing import Any
 from scheduler.models.fields import JobField, Kind
 from scheduler.models.job import JOB_FIELDS, REQUEST_ONLY, job_number
 from scheduler.models.spans import DURATION_RULE, seconds_of
-from scheduler.models.wire import IDEMPOTENCY_KEY_MAX, IDEMPOTENCY_KEY_RE, IDEMPOTENCY_KEY_RULE
+from scheduler.models.wire import (
+    IDEMPOTENCY_KEY_MAX,
+    IDEMPOTENCY_KEY_RE,
+    IDEMPOTENCY_KEY_RULE,
+    not_a_job_id,
+)
 
 
 class OptionError(ValueError):
@@ -64,7 +69,7 @@ def job_ids(text: str) -> str:
     usage error naming it, exit 2, rather than left out or sent to be refused."""
     for item in text.split(","):
         if job_number(item) is None:
-            what = f"{item!r} is not a job id like job-42" if item else "an empty job id"
+            what = not_a_job_id(item) if item else "an empty job id"
             raise argparse.ArgumentTypeError(f"{text!r}: {what}")
     return text
 

@@ -20,7 +20,7 @@ from scheduler.models.fields import OUTPUT, SPEC, SUBMITTED, Timestamp, read_fie
 from scheduler.models.labels import Selector, check_selector
 from scheduler.models.namespace import check_namespace
 from scheduler.models.registry import MEMORY_MB_MAX, NODE_CPUS_MAX
-from scheduler.models.wire import InvalidInput, check_id, parse_rfc3339, rfc3339
+from scheduler.models.wire import InvalidInput, check_id, not_a_job_id, parse_rfc3339, rfc3339
 
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB_N = re.compile(r"job-([0-9]+)")
@@ -290,7 +290,7 @@ def validate_create(job: Job) -> None:
         raise InvalidInput("invalid deploy_url: use an http:// or https:// URL")
     for job_id in job.after:
         if job_number(job_id) is None:
-            raise InvalidInput(f"invalid after: {job_id[:64]!r} is not a job id like job-42")
+            raise InvalidInput(f"invalid after: {not_a_job_id(job_id[:64])}")
     if len(set(job.after)) < len(job.after):
         raise InvalidInput("invalid after: a job is named twice")
     if not 0 <= job.cpus <= NODE_CPUS_MAX:

@@ -140,3 +140,8 @@ def parse_rfc3339(text: str) -> float:
         frac, zone = rest[:digits], rest[digits:]
         text = f"{head}.{frac[:6].ljust(6, '0')}{zone}"
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def not_a_job_id(text: str) -> str:
+    """The refusal of `text` where a job's id goes (`after`: the API's, the CLI's --after)."""
+    return f"{text!r} is not a job id like job-42"
