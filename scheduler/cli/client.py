@@ -200,7 +200,9 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
     # A job no node can take now, for a reason that does not pass as jobs end: said at once
     # (stderr: stdout is what scripts read), rather than found pending later.
     _echo(unplaced_warning(fields(job)), err)
-    _echo(ended_warning(fields(job)), err)  # a job it runs after had failed, say
+    # A job it runs after had failed, say; its own command's failure the wait says below.
+    if job.failure_reason or not args.wait:
+        _echo(ended_warning(fields(job)), err)
     if not args.wait:
         return 1 if job.status == "failed" else 0
     args.on_interrupt = keeps_running(job.job_id, f"scheduler status {job.job_id} --wait")
