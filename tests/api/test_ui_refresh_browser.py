@@ -18,6 +18,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.api.test_ui_browser import browser_width, load, shoot
 from tests.api.test_ui_live_browser import until
+from tests.chromium import logged_in
 from tests.keys import API_KEY as KEY
 from tests.processes import api_replicas, scheduler_env, unique_prefix
 
@@ -46,17 +47,8 @@ def api(redis_url: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def ui(api: str) -> Iterator[WebDriver]:
     """A browser logged in to the UI by its form."""
-    from tests.chromium import headless_chromium
-
-    driver = headless_chromium()
-    try:
-        driver.get(f"{api}/ui/jobs")
-        driver.find_element(By.ID, "key").send_keys(KEY)
-        driver.find_element(By.ID, "login").click()
-        until(driver, "return location.pathname === '/ui'")
+    with logged_in(api, KEY) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def marked(ui: WebDriver, url: str) -> None:
