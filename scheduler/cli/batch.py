@@ -32,6 +32,7 @@ from typing import Any, TextIO
 
 from scheduler.cli.client import ARRAY_SIZE_RULE, MAX_ARRAY_SIZE, fields, usage_error
 from scheduler.cli.job_options import idempotency_key, in_option_terms, job_body
+from scheduler.cli.output import progress
 from scheduler.cli.refusals import ClientError, submitting
 from scheduler.client import BatchEntry, Client
 from scheduler.client.jobs import part_key
@@ -51,8 +52,6 @@ Item = tuple[Name, dict[str, Any] | str, frozenset[str]]
 
 
 def submit_many(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -> int:
-    if args.wait:
-        usage_error(args, "--wait waits for one job: not with --from or --count")
     defaults = job_body(args)
     # Before a line is read: the longest key a request of the run may be sent under (the
     # last batch's, cut by the client in as many parts as it has jobs) must be one the
@@ -123,6 +122,7 @@ def _send_all(
 ) -> int:
     key = args.idempotency_key or str(uuid.uuid4())
     made: list[Name] = []
+    ids: list[str] = []
     tried = 0
     for number, batch in enumerate(_batches(items)):
         jobs = [job for _, job, _ in batch if isinstance(job, dict)]
@@ -131,15 +131,48 @@ def _send_all(
             entry = fields(next(entries)) if isinstance(job, dict) else {"error": job}
             if "job_id" in entry:
                 made.append(name)
+                ids.append(str(entry["job_id"]))
             elif entry.get("field") not in own:
                 entry["error"] = in_option_terms(str(entry["error"]))
             tried += 1
             _say(name, entry, args.json, out, err)
-    if len(made) == tried:
-        return 0
-    out.flush()
-    err.write(summary(made, tried))
-    return 1
+    code = 0
+    if len(made) < tried:
+        out.flush()
+        err.write(summary(made, tried))
+        code = 1
+    if args.wait:
+        return max(code, _wait_all(client, list(zip(made, ids, strict=True)), args, out, err))
+    return code
+
+
+def _wait_all(
+    client: Client, made: list[tuple[Name, str]], args: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    """--wait: each job made, in order, until it ends (a long-poll each: one ended already
+    answers at once), its end a line on stderr as a single wait says it (`job-3 done on
+    node-1 (exit_code=0)`; with --json its entry on stdout), then `ended: 18 done, 2 failed
+    (task 4,9)`; exit 0 only when every one is done, as Slurm's `sbatch --wait` of an
+    array."""
+    args.on_interrupt = (
+        "the jobs keep running: scheduler status ID --wait follows one, scheduler cancel ID... "
+        "stops them\n"
+    )
+    failed: list[Name] = []
+    for name, job_id in made:
+        job = fields(client.wait(job_id, poll_secs=args.poll_secs))
+        if args.json:
+            ended = {"status": job.get("status"), "exit_code": job.get("exit_code")}
+            out.write(json.dumps({name[0]: name[1], "job_id": job_id, **ended}) + "\n")
+            out.flush()
+        else:
+            err.write(progress(job))
+            err.flush()
+        if job.get("status") != "done":
+            failed.append(name)
+    which = f" ({failed[0][0]} {spans([number for _, number in failed])})" if failed else ""
+    err.write(f"ended: {len(made) - len(failed)} done, {len(failed)} failed{which}\n")
+    return 1 if failed else 0
 
 
 def _batch_key(key: str, number: int) -> str:

@@ -373,7 +373,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--wait",
         action="store_true",
-        help="wait for the end (status changes on stderr), print its output",
+        help="wait for the end (status changes on stderr), print its output; with --from or "
+        "--count: each job's end, then how many ended done",
     )
     _common(p)
     p.set_defaults(handler=_handler(submit), usage_error=p.error, job_prog=p.prog)

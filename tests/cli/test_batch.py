@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,52 @@ def test_an_array_gives_each_job_its_index_and_the_count(api: str, cli: Cli) -> 
     assert {j["command"] for j in made} == {"echo $TASK_INDEX"}
 
 
+def _agent_for(url: str, command: str, count: int) -> threading.Thread:
+    """Play the agent of the `count` jobs running `command`: each claimed, then done, but the
+    last task, failed with exit code 2 (polled until all are there: no wall clock)."""
+
+    def run() -> None:
+        for _ in range(6000):  # at most a minute: the submit takes milliseconds
+            found = [j for j in jobs(url) if j["command"] == command and j["status"] == "pending"]
+            if len(found) == count:
+                break
+            time.sleep(0.01)
+        for job in found:
+            last = job["env_vars"]["TASK_INDEX"] == str(count - 1)
+            ending = {"status": "failed", "exit_code": 2} if last else {"status": "done"}
+            for body in ({"status": "running"}, {"exit_code": 0, **ending}):
+                assert httpx.patch(f"{url}/jobs/{job['job_id']}", json=body).status_code == 200
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_an_array_waited_for_says_each_end_and_sums_up(api: str, cli: Cli) -> None:
+    """`--count N --wait` was refused; Slurm's users wait for an array: each job's end as
+    a single wait says it, then the sum, exit 0 only when every one is done."""
+    agent = _agent_for(api, "make part", 3)
+    code, out, err = cli(api, "submit", "make part", "--count", "3", "--max-retries", "0", "--wait")
+    agent.join()
+    ids = out.split()
+    assert code == 1 and len(ids) == 3
+    assert err.splitlines() == [
+        f"{ids[0]} done on n1 (exit_code=0)",
+        f"{ids[1]} done on n1 (exit_code=0)",
+        f"{ids[2]} failed on n1 (exit_code=2)",
+        "ended: 2 done, 1 failed (task 2)",
+    ]
+    # --json: each end an entry on stdout, after the made ones.
+    agent = _agent_for(api, "make all", 2)
+    argv = ["submit", "make all", "--count", "2", "--max-retries", "0", "--wait", "--json"]
+    code, out, err = cli(api, *argv)
+    agent.join()
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert code == 1 and [e["task"] for e in entries] == [0, 1, 0, 1]
+    assert [e.get("status") for e in entries[2:]] == ["done", "failed"]
+    assert err == "ended: 1 done, 1 failed (task 1)\n"
+
+
 def test_json_names_each_line(api: str, cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "jobs.jsonl"
     path.write_text('{"command": "ok"}\n{"command": ""}\n')
@@ -125,7 +173,6 @@ def test_json_names_each_line(api: str, cli: Cli, tmp_path: Path) -> None:
         (["submit", "x", "--from", "-"], "--from reads the jobs from FILE: no command"),
         (["submit", "--from", "-", "--count", "2"], "no command, no --count"),
         (["submit", "--count", "2"], "--count makes copies of a command: give one"),
-        (["submit", "x", "--count", "2", "--wait"], "--wait waits for one job"),
         (["submit", "--priority", "3"], "required: command (or --from FILE)"),
     ],
 )
