@@ -15,7 +15,7 @@ from scheduler.api.http import HTTPError, caller, json_bytes, read_body, undecod
 from scheduler.api.state import node_source as _nodes
 from scheduler.api.state import store as _store
 from scheduler.models.job import job_number
-from scheduler.models.retry import MAX_IDS, RetryAnswer, RetryRequest
+from scheduler.models.retry import MAX_IDS, REFUSALS, RetryAnswer, RetryRequest, blocked_words
 from scheduler.models.wire import ID_RE, DecodeError, decode_with
 from scheduler.store import ops
 from scheduler.store.scripts import codes
@@ -59,17 +59,15 @@ async def retry_one(request: Request, job_id: str) -> bytes:
     """The job, pending again; 404, 409 or 503 when it cannot be."""
     [done] = await _retry(request, [job_id])
     if done.code == codes.NOT_FOUND:
-        raise HTTPError(404, "job not found")
+        raise HTTPError(404, REFUSALS["not_found"])
     if done.code == codes.NOT_FAILED:
-        raise HTTPError(409, "job is not failed")
+        raise HTTPError(409, REFUSALS["not_failed"])
     if done.code == codes.NO_NODES:
-        raise HTTPError(503, "no healthy compute nodes")
+        raise HTTPError(503, REFUSALS["unplaced"])
     if done.code == codes.BLOCKED:
-        raise HTTPError(
-            409, f"a job it runs after has failed ({done.blocked_by}): retry that one first"
-        )
+        raise HTTPError(409, blocked_words(done.blocked_by))
     if done.code == codes.TOO_MANY:
-        raise HTTPError(409, "a job it runs after is waited for by too many jobs already")
+        raise HTTPError(409, REFUSALS["too_many_waiters"])
     return done.job
 
 

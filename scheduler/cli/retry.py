@@ -18,6 +18,7 @@ from scheduler.cli.client import _common, _handler, print_json, usage_error
 from scheduler.cli.refusals import ClientError
 from scheduler.client import Client, RetryAnswer, SchedulerError
 from scheduler.models.job import Job, cancelled_on_purpose
+from scheduler.models.retry import REFUSALS, blocked_words
 
 SHOWN = 20  # the jobs `--failed` lists before asking; the rest are counted
 ANSWERS = ("retried", "not_found", "not_failed", "unplaced", "blocked", "too_many_waiters")
@@ -86,18 +87,16 @@ def _not_failed(client: Client, job_id: str) -> str:
 def refusal(client: Client, answer: RetryAnswer, name: str, job_id: str) -> str:
     """Why `job_id` was not retried, in every command's form (`error: <message>`), from the
     answer's list `name` it is in (the API's words for POST /jobs/{id}/retry's refusals)."""
-    if name == "not_found":
-        why = f"{job_id}: job not found"
-    elif name == "not_failed":
+    if name == "not_failed":  # with its status, read apart: the answer does not say it
         why = f"{_not_failed(client, job_id)}: nothing to retry"
-    elif name == "unplaced":
-        why = f"{job_id}: no healthy compute nodes to run it on (`scheduler nodes` lists them)"
     elif name == "blocked":
         failed = (answer.blocked_by or {}).get(job_id, "")
-        after = f"it runs after {failed}, which failed (retry {failed} first)"
-        why = f"{job_id}: blocked: {after if failed else 'a job it runs after did not succeed'}"
-    else:  # too_many_waiters
-        why = f"{job_id}: a job it runs after is waited for by too many jobs already"
+        why = f"{job_id}: blocked: " + (
+            blocked_words(failed) if failed else "a job it runs after did not succeed"
+        )
+    else:
+        hint = " (`scheduler nodes` lists them)" if name == "unplaced" else ""
+        why = f"{job_id}: {REFUSALS[name]}{hint}"
     return f"error: {why}\n"
 
 

@@ -24,3 +24,18 @@ class RetryAnswer(msgspec.Struct):
     # Each blocked job's failed job it runs after (the first found), by the blocked job's
     # id: what to retry first. Absent when none is blocked (and from earlier versions).
     blocked_by: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+
+
+# Why a job was not retried, by the answer's list it is in: POST /jobs/{id}/retry's refusals
+# (api/retries.py) and `scheduler retry`'s errors (cli/retry.py) say the same.
+REFUSALS = {
+    "not_found": "job not found",
+    "not_failed": "job is not failed",
+    "unplaced": "no healthy compute nodes",
+    "too_many_waiters": "a job it runs after is waited for by too many jobs already",
+}
+
+
+def blocked_words(dependency: str) -> str:
+    """Why a job `blocked` was not retried, `dependency` the failed job it runs after."""
+    return f"a job it runs after has failed ({dependency}): retry that one first"

@@ -127,7 +127,7 @@ def test_each_job_not_retried_is_said_as_every_error_with_why(api: str, cli: Cli
     assert err.splitlines() == [
         "error: job-999999: job not found",
         f"error: {running} is running, not failed: nothing to retry",
-        f"error: {then}: blocked: it runs after {first}, which failed (retry {first} first)",
+        f"error: {then}: blocked: a job it runs after has failed ({first}): retry that one first",
     ]
     # Retried: stdout as before; the others on stderr.
     code, out, err = cli(api, "retry", first, running)
@@ -142,7 +142,7 @@ def test_each_job_not_retried_is_said_as_every_error_with_why(api: str, cli: Cli
     [
         (
             RetryAnswer([], [], [], [], ["job-36"], blocked_by={"job-36": "job-25"}),
-            "error: job-36: blocked: it runs after job-25, which failed (retry job-25 first)",
+            "error: job-36: blocked: a job it runs after has failed (job-25): retry that one first",
         ),
         # An earlier scheduler's answer names no dependency.
         (
@@ -151,7 +151,7 @@ def test_each_job_not_retried_is_said_as_every_error_with_why(api: str, cli: Cli
         ),
         (
             RetryAnswer([], [], [], ["job-5"], []),
-            "error: job-5: no healthy compute nodes to run it on (`scheduler nodes` lists them)",
+            "error: job-5: no healthy compute nodes (`scheduler nodes` lists them)",
         ),
         (
             RetryAnswer([], [], [], [], [], too_many_waiters=["job-7"]),
