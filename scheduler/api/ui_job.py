@@ -137,7 +137,7 @@ def _due(job: Job, view: View) -> str:
     return f"due {view.moment(at, job.run_at or '')}, at {clock}"
 
 
-def reason(job: Job, view: View | None = None) -> str:
+def reason(job: Job, view: View) -> str:
     """Why the job is where it is, in words, once ("" when its status says it all): the
     status row above shows the status alone; a delayed job's, when it is due."""
     if job.failure_reason:
@@ -159,7 +159,7 @@ def reason(job: Job, view: View | None = None) -> str:
     if job.status == "waiting":
         return "runs once every job it runs after is done"
     if job.status == "delayed":
-        return _due(job, view or View(paused=False, now=time.time()))
+        return _due(job, view)
     return ""
 
 

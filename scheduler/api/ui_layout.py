@@ -225,11 +225,12 @@ def page(
     meta, toggle, every = "", "", ""
     refreshing = refresh and not view.paused
     if refresh:
-        secs = secs_text(_settings(request).ui_refresh_secs)
+        period = _settings(request).ui_refresh_secs
+        secs = secs_text(period)
         toggle = _toggle(request, view, secs)
         if refreshing:  # the meta refresh cannot wait for the reader: for no script only
             # Whole seconds, at least one: a browser reads content="0.5" as 0 (a reload loop).
-            whole = max(1, round(_settings(request).ui_refresh_secs))
+            whole = max(1, round(period))
             meta = f'<noscript><meta http-equiv="refresh" content="{whole}"></noscript>'
             every = f' data-refresh="{secs}"'
     script = page_script(refreshing, script)

@@ -345,7 +345,7 @@ def test_a_cancel_says_by_whom_in_plain_words() -> None:
               created_at="2026-01-01T00:00:00.000000Z", failure_reason="cancelled",
               cancelled_by="<alice>")  # fmt: skip
     assert (
-        reason(job)
+        reason(job, View(paused=False, now=0.0))
         == '<span class="why" title="cancelled">cancelled on request by &lt;alice&gt;</span>'
     )
     assert "cancelled by" not in dict(request_rows(job, View(paused=False, now=0.0)))
