@@ -31,7 +31,7 @@ local job = {status = status, node_id = node, priority = PRIORITY, cpus = CPUS,
 _ARGV = ("id", "n", "status", "node", "job_type", "schedule", "at")
 _INCLUDES = "".join(
     f'--- @include "{name}"\n'
-    for name in ("keys", "enter_place", "leave_fixed", "leave_place", "move_place")
+    for name in ("keys", "enter_place", "leave_fixed", "leave_place", "move_place", "queue_of")
 )
 # A waiting job's count is its own code's (endings.py wait_for), written before it enters.
 _WAITS = 'if {status} == "waiting" then redis.call("HSET", K.waiting, id, 1) end\n'
@@ -147,6 +147,25 @@ def test_a_move_leaves_the_job_in_exactly_the_new_place(
 # What enters a job into an index of the table: a ZADD or SADD of one of its keys.
 _ENTRIES = {index.key for row in ROWS.values() for index in (*row.on_node, *row.on_none)}
 _ENTERING = re.compile(r'"(?:ZADD|SADD)",\s*K\.(' + "|".join(sorted(_ENTRIES)) + r")\b")
+
+
+@pytest.mark.parametrize(("status", "placed"), PLACES)
+@pytest.mark.parametrize("reason", ["", "quota", "no_fit"])
+def test_the_queue_a_job_waits_in_is_its_places_index_scored_as_one(
+    rclient: redis.Redis, prefix: str, status: str, placed: bool, reason: str
+) -> None:
+    """queue_of (GET /jobs/{id}/place's): the index of the job's place the table scores as
+    a queue, the one its ZRANK is read in; none for a place without one."""
+    keys, node = Keys(prefix), "n1" if placed else ""
+    queues = {
+        key_of(keys, index, status, node, "")
+        for index in indexes(status, placed)
+        if index.score is Score.QUEUE
+    } & expected(keys, status, node, over_quota=reason == "quota")
+    body = f'job.pending_reason = "{reason}"\nreturn queue_of(job) or false'
+    found = run(rclient, keys, body, "job-7", N, status, node, "", "", 0)
+    assert ({found.decode()} if found else set()) == queues
+    assert len(queues) == (status == "pending")  # a pending job waits in one, always
 
 
 def test_no_lua_but_the_generated_enters_a_job_in_its_place() -> None:

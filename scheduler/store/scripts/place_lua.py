@@ -271,6 +271,19 @@ def _enter_namespace() -> str:
     return "\n".join([*lines, "end"])
 
 
+def _queue_of() -> str:
+    """`queue_of(job)`: the key of the queue a job's place holds it in (an index scored
+    QUEUE: a node's pending jobs, the unplaced, a namespace's waiting for quota), or nil."""
+    lines = ["local function queue_of(job)", "  local status, node = job.status, job.node_id"]
+    for group in _groups():
+        for status in ROWS:
+            entry, conditions = _entry(group, status), _in(group, status, "node")
+            if entry is not None and entry.score is Score.QUEUE and conditions is not None:
+                test = _all([f'status == "{status}"', *conditions])
+                lines.append(f"  if {test} then return {_key(group[0], 'status', 'node')} end")
+    return "\n".join([*lines, "  return nil", "end"])
+
+
 def _leave_fixed() -> str:
     removals = [f"  {_remove(group, '', '')}" for group in _groups() if not group[0].args]
     return "\n".join(["local function leave_fixed(id)", *removals, "end"])
@@ -338,4 +351,7 @@ end
 
 -- A job into the indexes of its place keyed by its namespace alone (an earlier version's job).
 {_enter_namespace()}
+
+-- The queue a job waits in, in its place's order (the poll's, the placement pass's), or nil.
+{_queue_of()}
 """
