@@ -205,7 +205,7 @@ def submit(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
         _echo(ended_warning(fields(job)), err)
     if not args.wait:
         return 1 if job.status == "failed" else 0
-    args.on_interrupt = keeps_running(job.job_id, f"scheduler status {job.job_id} --wait")
+    args.on_interrupt = keeps_running(job.job_id)
     changes = _Changes(err, job.status, client)
     # A service runs until stopped: wait until it has started (or ended).
     if body.get("job_type") == "service":
@@ -245,7 +245,7 @@ def status(args: argparse.Namespace, client: Client, out: TextIO, err: TextIO) -
             # read as their last line.
             _echo(f"{line}\n{_place_line(client, job)}{blocks}", out)
     else:
-        args.on_interrupt = keeps_running(args.job_id, f"scheduler status {args.job_id} --wait")
+        args.on_interrupt = keeps_running(args.job_id)
         changes = _Changes(err)
         printed = ""
 

@@ -122,10 +122,12 @@ def attempt_line(job_id: str, attempt: dict[str, Any]) -> str:
     )
 
 
-def keeps_running(job_id: str, follow: str) -> str:
+def keeps_running(job_id: str, follow: str = "") -> str:
     """What Ctrl-C during a wait (submit --wait, status --wait, logs -f) leaves: the job,
-    which the command only watched, and how to follow it again or stop it: `job-62 keeps
-    running: scheduler status job-62 --wait, or scheduler cancel job-62`."""
+    which the command only watched, and how to follow it again (`follow`, by default
+    `status --wait`) or stop it: `job-62 keeps running: scheduler status job-62 --wait, or
+    scheduler cancel job-62`."""
+    follow = follow or f"scheduler status {job_id} --wait"
     return f"{job_id} keeps running: {follow}, or scheduler cancel {job_id}\n"
 
 
