@@ -170,8 +170,7 @@ def _wait_all(
             err.flush()
         if job.get("status") != "done":
             failed.append(name)
-    which = f" ({failed[0][0]} {spans([number for _, number in failed])})" if failed else ""
-    err.write(f"ended: {len(made) - len(failed)} done, {len(failed)} failed{which}\n")
+    err.write(f"ended: {len(made) - len(failed)} done, {len(failed)} failed{_which(failed)}\n")
     return 1 if failed else 0
 
 
@@ -183,8 +182,12 @@ def _batch_key(key: str, number: int) -> str:
 def summary(made: list[Name], tried: int) -> str:
     """`made 10 of 20 jobs (task 0-9); 10 not made`: the last line of a run some of whose
     jobs were refused (each said on its line above)."""
-    which = f" ({made[0][0]} {spans([number for _, number in made])})" if made else ""
-    return f"made {len(made)} of {tried} jobs{which}; {tried - len(made)} not made\n"
+    return f"made {len(made)} of {tried} jobs{_which(made)}; {tried - len(made)} not made\n"
+
+
+def _which(names: list[Name]) -> str:
+    """` (task 0-9,12)`: what names these jobs, as runs ("" for none)."""
+    return f" ({names[0][0]} {spans([number for _, number in names])})" if names else ""
 
 
 def spans(numbers: list[int]) -> str:
